@@ -1,0 +1,3 @@
+from unirag.cli.main import main
+
+main()

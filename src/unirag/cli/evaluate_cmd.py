@@ -1,0 +1,33 @@
+"""``unirag evaluate ...``: one subcommand per kind of output, each in its own module."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "retrieval": ("unirag.cli.evaluate_retrieval_cmd:retrieval", "hit@k, recall@k, MRR@k of a retrieval run."),
+    "captions": ("unirag.cli.evaluate_captions_cmd:captions", "BLEU, METEOR, ROUGE-L, CIDEr, SPICE of a caption run."),
+    "images": ("unirag.cli.evaluate_images_cmd:images", "FID, CLIP Score, Inception Score of an image run."),
+}
+
+
+class _LazyEvaluate(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in SUBCOMMANDS:
+            return None
+        module_name, attr = SUBCOMMANDS[name][0].split(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(n, h) for n, (_, h) in SUBCOMMANDS.items()])
+
+
+@click.group("evaluate", cls=_LazyEvaluate)
+def evaluate_group() -> None:
+    """Score the output of a stage against its references."""

@@ -1,0 +1,191 @@
+"""Read and write M-BEIR JSONL (queries, candidate pool) and qrels files.
+
+M-BEIR (UniIR, Wei et al. 2023) is the interchange format for every stage: importers write it,
+the index and retrieval read it. Errors name the file, the line and the field.
+
+Pairing: a pool records which image and caption belong together by a shared ``source_id`` inside
+the JSON string ``src_content`` (``{"source_id": "397133", ...}``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from unirag.data.records import Candidate, Modality, Qrels, Query
+from unirag.errors import InputError
+from unirag.runs.atomic import atomic_write_lines
+
+
+def _iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    if not path.exists():
+        raise InputError("file not found", path=path)
+    with path.open("r", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path=path, line=lineno) from None
+            if not isinstance(obj, dict):
+                raise InputError("expected a JSON object per line", path=path, line=lineno)
+            yield lineno, obj
+
+
+def _opt_str(obj: dict, key: str, path: Path, lineno: int) -> str | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise InputError(f"expected a string or null, got {type(v).__name__}", path=path, line=lineno, field=key)
+    return v
+
+
+def _req(obj: dict, key: str, path: Path, lineno: int) -> Any:
+    if key not in obj or obj[key] is None:
+        raise InputError("missing required field", path=path, line=lineno, field=key)
+    return obj[key]
+
+
+def _modality(obj: dict, key: str, path: Path, lineno: int) -> Modality:
+    try:
+        return Modality.parse(_req(obj, key, path, lineno))
+    except ValueError as e:
+        raise InputError(str(e), path=path, line=lineno, field=key) from None
+
+
+def _check_content(modality: Modality, txt: str | None, img: str | None, fields: tuple[str, str],
+                   path: Path, lineno: int) -> None:
+    if modality.has_text and not txt:
+        raise InputError(f"modality '{modality.value}' needs a text", path=path, line=lineno, field=fields[0])
+    if modality.has_image and not img:
+        raise InputError(f"modality '{modality.value}' needs an image path", path=path, line=lineno, field=fields[1])
+
+
+def _source_id(src_content: str | None) -> str | None:
+    if not src_content:
+        return None
+    try:
+        data = json.loads(src_content)
+    except (json.JSONDecodeError, TypeError):
+        return None
+    if isinstance(data, dict) and data.get("source_id") is not None:
+        return str(data["source_id"])
+    return None
+
+
+def _did_list(obj: dict, key: str, path: Path, lineno: int) -> list[str]:
+    v = obj.get(key) or []
+    if not isinstance(v, list):
+        raise InputError("expected a list of dids", path=path, line=lineno, field=key)
+    return [str(x) for x in v]
+
+
+def read_candidates(path: str | Path) -> Iterator[Candidate]:
+    """Stream candidates from an M-BEIR pool JSONL file (one line at a time, memory bounded)."""
+    path = Path(path)
+    for lineno, obj in _iter_json_lines(path):
+        modality = _modality(obj, "modality", path, lineno)
+        txt = _opt_str(obj, "txt", path, lineno)
+        img = _opt_str(obj, "img_path", path, lineno)
+        _check_content(modality, txt, img, ("txt", "img_path"), path, lineno)
+        src = obj.get("src_content")
+        src = src if (src is None or isinstance(src, str)) else json.dumps(src)
+        yield Candidate(did=str(_req(obj, "did", path, lineno)), modality=modality, txt=txt, img_path=img,
+                        src_content=src, source_id=_source_id(src))
+
+
+def read_queries(path: str | Path) -> list[Query]:
+    path = Path(path)
+    out: list[Query] = []
+    seen: set[str] = set()
+    for lineno, obj in _iter_json_lines(path):
+        qid = str(_req(obj, "qid", path, lineno))
+        if qid in seen:
+            raise InputError(f"duplicate qid {qid!r}", path=path, line=lineno, field="qid")
+        seen.add(qid)
+        modality = _modality(obj, "query_modality", path, lineno)
+        txt = _opt_str(obj, "query_txt", path, lineno)
+        img = _opt_str(obj, "query_img_path", path, lineno)
+        _check_content(modality, txt, img, ("query_txt", "query_img_path"), path, lineno)
+        task = obj.get("task_id")
+        if task is not None and not isinstance(task, int):
+            raise InputError("expected an integer", path=path, line=lineno, field="task_id")
+        src = obj.get("query_src_content")
+        src = src if (src is None or isinstance(src, str)) else json.dumps(src)
+        out.append(Query(qid=qid, modality=modality, txt=txt, img_path=img, src_content=src,
+                         pos_cand_list=_did_list(obj, "pos_cand_list", path, lineno),
+                         neg_cand_list=_did_list(obj, "neg_cand_list", path, lineno), task_id=task))
+    return out
+
+
+def read_qrels(path: str | Path) -> Qrels:
+    """Read ``qid 0 did relevance [task_id]`` lines; relevance <= 0 lines are ignored."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError("file not found", path=path)
+    qrels = Qrels()
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) not in (4, 5):
+                raise InputError(f"expected 'qid 0 did relevance [task_id]', got {len(parts)} columns",
+                                 path=path, line=lineno)
+            try:
+                rel = int(parts[3])
+                task = int(parts[4]) if len(parts) == 5 else None
+            except ValueError:
+                raise InputError("relevance and task_id must be integers", path=path, line=lineno) from None
+            if rel > 0:
+                qrels.add(parts[0], parts[2], task)
+    return qrels
+
+
+def candidate_to_json(c: Candidate) -> dict[str, Any]:
+    src = c.src_content
+    if c.source_id is not None and _source_id(src) != c.source_id:
+        data: dict[str, Any] = {}
+        if src:
+            try:
+                loaded = json.loads(src)
+                data = loaded if isinstance(loaded, dict) else {"original": loaded}
+            except json.JSONDecodeError:
+                data = {"original": src}
+        data["source_id"] = c.source_id
+        src = json.dumps(data)
+    return {"did": c.did, "txt": c.txt, "img_path": c.img_path, "modality": c.modality.value, "src_content": src}
+
+
+def query_to_json(q: Query) -> dict[str, Any]:
+    return {"qid": q.qid, "query_txt": q.txt, "query_img_path": q.img_path, "query_modality": q.modality.value,
+            "query_src_content": q.src_content, "pos_cand_list": q.pos_cand_list,
+            "neg_cand_list": q.neg_cand_list, "task_id": q.task_id}
+
+
+def write_candidates(path: str | Path, candidates: Iterable[Candidate]) -> int:
+    return atomic_write_lines(path, (json.dumps(candidate_to_json(c), ensure_ascii=False) for c in candidates))
+
+
+def write_queries(path: str | Path, queries: Iterable[Query]) -> int:
+    return atomic_write_lines(path, (json.dumps(query_to_json(q), ensure_ascii=False) for q in queries))
+
+
+def write_qrels(path: str | Path, queries: Iterable[Query]) -> int:
+    def lines():
+        for q in queries:
+            for did in q.pos_cand_list:
+                yield f"{q.qid} 0 {did} 1" + (f" {q.task_id}" if q.task_id is not None else "")
+    return atomic_write_lines(path, lines())
+
+
+def load_pool(path: str | Path) -> dict[str, Candidate]:
+    """The whole pool as did -> Candidate (for lookups; the index build streams instead)."""
+    pool: dict[str, Candidate] = {}
+    for c in read_candidates(path):
+        pool[c.did] = c
+    return pool

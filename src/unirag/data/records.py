@@ -1,0 +1,108 @@
+"""Typed records for queries, candidates and relevance judgements.
+
+They mirror M-BEIR's JSONL schema (the canonical interchange format, see ``mbeir.py``) so that a
+record read from disk and written back is unchanged. Paths stay relative to an *images root*
+given on the command line; :func:`resolve_image` joins them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+
+class Modality(str, Enum):
+    TEXT = "text"
+    IMAGE = "image"
+    IMAGE_TEXT = "image,text"
+
+    @classmethod
+    def parse(cls, value: str) -> Modality:
+        normalised = ",".join(sorted(p.strip() for p in str(value).split(",")))
+        for m in cls:
+            if m.value == normalised:
+                return m
+        raise ValueError(f"unknown modality {value!r}; expected one of: text, image, image,text")
+
+    @property
+    def has_image(self) -> bool:
+        return self in (Modality.IMAGE, Modality.IMAGE_TEXT)
+
+    @property
+    def has_text(self) -> bool:
+        return self in (Modality.TEXT, Modality.IMAGE_TEXT)
+
+    def complement(self) -> Modality:
+        """The single modality a pair needs next to this one (text <-> image)."""
+        if self is Modality.TEXT:
+            return Modality.IMAGE
+        if self is Modality.IMAGE:
+            return Modality.TEXT
+        raise ValueError("an image+text candidate is already a pair; it has no complement")
+
+
+@dataclass
+class Candidate:
+    """One item of the candidate pool: a caption, an image, or an image with text."""
+
+    did: str
+    modality: Modality
+    txt: str | None = None
+    img_path: str | None = None
+    src_content: str | None = None
+    # Identifier of the source item (e.g. the COCO image id). Candidates that share it form one
+    # image-caption item, which is how a pool records its own pairing. On disk it lives in the
+    # JSON of ``src_content`` under "source_id" (M-BEIR has no dedicated field); see mbeir.py.
+    source_id: str | None = None
+
+
+@dataclass
+class Query:
+    qid: str
+    modality: Modality
+    txt: str | None = None
+    img_path: str | None = None
+    src_content: str | None = None
+    pos_cand_list: list[str] = field(default_factory=list)
+    neg_cand_list: list[str] = field(default_factory=list)
+    task_id: int | None = None
+
+
+@dataclass
+class Qrels:
+    """Relevance judgements: qid -> set of relevant dids (all judged relevant with grade 1)."""
+
+    relevant: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    task_ids: dict[str, int] = field(default_factory=dict)
+
+    def add(self, qid: str, did: str, task_id: int | None = None) -> None:
+        self.relevant.setdefault(qid, set()).add(did)
+        if task_id is not None:
+            self.task_ids[qid] = task_id
+
+    def get(self, qid: str) -> set[str]:
+        return self.relevant.get(qid, set())
+
+    def __len__(self) -> int:
+        return len(self.relevant)
+
+    @classmethod
+    def from_queries(cls, queries: Iterable[Query]) -> Qrels:
+        qrels = cls()
+        for q in queries:
+            for did in q.pos_cand_list:
+                qrels.add(q.qid, did, q.task_id)
+        return qrels
+
+
+def resolve_image(img_path: str | None, images_root: str | Path | None) -> Path | None:
+    """Join a record's relative image path with the images root (absolute paths are kept)."""
+    if img_path is None:
+        return None
+    p = Path(img_path)
+    if p.is_absolute() or images_root is None:
+        return p
+    return Path(images_root) / p

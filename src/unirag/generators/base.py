@@ -1,0 +1,67 @@
+"""What every generator backend offers, so that pipelines and X^R agents never see a wire format.
+
+A backend receives the typed messages of :mod:`unirag.messages` and renders them itself. Failures
+are raised as :class:`unirag.errors.BackendError` with ``retryable`` set, and the shared retry loop
+(:mod:`unirag.runs.retry`) decides what to do; backends do not retry on their own.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from unirag.messages import Message
+
+
+@dataclass
+class Usage:
+    input_text_tokens: int = 0
+    input_images: int = 0
+    output_tokens: int = 0
+    # Backends that report only a total prompt-token count (images included) put it here.
+    input_tokens: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"input_tokens": self.input_tokens, "input_text_tokens": self.input_text_tokens,
+                "input_images": self.input_images, "output_tokens": self.output_tokens}
+
+
+@dataclass
+class Generation:
+    text: str
+    usage: Usage = field(default_factory=Usage)
+    raw: dict[str, Any] | None = None  # backend-specific details worth keeping (finish reason, ...)
+
+
+@dataclass
+class GenerationOptions:
+    max_tokens: int = 400  # the paper's setting
+    temperature: float = 0.0
+    seed: int | None = None
+    json_schema: dict[str, Any] | None = None  # ask for JSON output when the backend supports it
+
+
+class TextGenerator(ABC):
+    """Messages (interleaved images and text) -> text."""
+
+    #: The spec string it was made from, recorded in run manifests.
+    spec: str
+    #: "single-image" backends get few-shot images merged into one picture; "multi-image" interleaved.
+    image_mode: str = "multi-image"
+    #: Prompt template family: "llava", "gpt4o" or "gemini" (see prompts/templates).
+    template_family: str = "gpt4o"
+
+    @abstractmethod
+    def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
+        """One call. Raises BackendError on failure."""
+
+    def generate_batch(self, batch: list[list[Message]], options: GenerationOptions | None = None) -> list[Generation]:
+        """Local models override this to batch; API backends are parallelised by the run loop instead."""
+        return [self.generate(m, options) for m in batch]
+
+    def config(self) -> dict[str, Any]:
+        return {"spec": self.spec}
+
+    def close(self) -> None:
+        """Release clients or models."""

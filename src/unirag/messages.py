@@ -1,0 +1,97 @@
+"""A typed content model for interleaved image/text prompts.
+
+Prompt builders produce a list of :class:`Message`; each generator backend renders it to its own
+wire format (OpenAI chat parts, Gemini contents, a HF chat template). This keeps prompt wording in
+one place (``prompts/``) and wire formats in another (``generators/``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Union
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True)
+class TextPart:
+    text: str
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    """An image given by path (preferred: decoded lazily, once) or as encoded bytes."""
+
+    path: Path | None = None
+    data: bytes | None = None
+    mime: str = "image/png"
+    label: str | None = None  # e.g. the did or "query", for logs and rendered prompts
+
+    def __post_init__(self) -> None:
+        if (self.path is None) == (self.data is None):
+            raise ValueError("ImagePart needs exactly one of path or data")
+
+    def load(self):
+        """Decode to an RGB PIL image."""
+        from unirag.data.images import load_rgb
+
+        if self.path is not None:
+            return load_rgb(self.path)
+        from PIL import Image
+
+        return Image.open(io.BytesIO(self.data)).convert("RGB")
+
+    def encoded(self) -> tuple[bytes, str]:
+        """Bytes and MIME type for APIs. Files in a web format are sent as they are; others as PNG."""
+        if self.data is not None:
+            return self.data, self.mime
+        suffix = self.path.suffix.lower()
+        mime = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".webp": "image/webp",
+                ".gif": "image/gif"}.get(suffix)
+        if mime is not None:
+            return Path(self.path).read_bytes(), mime
+        buf = io.BytesIO()
+        self.load().save(buf, format="PNG")
+        return buf.getvalue(), "image/png"
+
+    def data_url(self) -> str:
+        data, mime = self.encoded()
+        return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.encoded()[0]).hexdigest()
+
+
+Part = Union[TextPart, ImagePart]
+
+
+@dataclass
+class Message:
+    role: Role
+    parts: list[Part] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def images(self) -> list[ImagePart]:
+        return [p for p in self.parts if isinstance(p, ImagePart)]
+
+
+def render_for_log(messages: list[Message]) -> str:
+    """Human-readable rendering (images shown as placeholders) for prompt inspection files."""
+    out = []
+    for m in messages:
+        chunks = []
+        for p in m.parts:
+            if isinstance(p, TextPart):
+                chunks.append(p.text)
+            else:
+                chunks.append(f"<image {p.label or (p.path.name if p.path else 'bytes')}>")
+        out.append(f"[{m.role}]\n" + "\n".join(chunks))
+    return "\n\n".join(out)
