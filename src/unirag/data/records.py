@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 
-class Modality(str, Enum):
+class Modality(StrEnum):
     TEXT = "text"
     IMAGE = "image"
     IMAGE_TEXT = "image,text"

@@ -21,10 +21,21 @@ class Usage:
     output_tokens: int = 0
     # Backends that report only a total prompt-token count (images included) put it here.
     input_tokens: int = 0
+    # Image share of ``input_tokens`` where the provider bills images per token (GPT-4o); an estimate
+    # from the provider's published formula, since the API reports one total.
+    input_image_tokens: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {"input_tokens": self.input_tokens, "input_text_tokens": self.input_text_tokens,
-                "input_images": self.input_images, "output_tokens": self.output_tokens}
+                "input_images": self.input_images, "input_image_tokens": self.input_image_tokens,
+                "output_tokens": self.output_tokens}
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(*(a + b for a, b in zip(self._values(), other._values(), strict=True)))
+
+    def _values(self) -> tuple[int, ...]:
+        return (self.input_text_tokens, self.input_images, self.output_tokens, self.input_tokens,
+                self.input_image_tokens)
 
 
 @dataclass

@@ -1,0 +1,236 @@
+"""The X^R agent roles: which prompt file each uses, what JSON it must return, and how a reply is
+parsed, validated, repaired or asked for again.
+
+Prompt wording lives in ``cir/prompts/<role>.txt`` (``string.Template`` placeholders, so JSON braces
+need no escaping). Models often wrap JSON in prose or code fences, use Python literals or leave a
+trailing comma; :func:`extract_json` repairs those. A reply that still does not match the role's
+schema is sent back to the model with the validation error (up to ``json_attempts`` calls); after
+that the call fails with a :class:`BackendError` that the run loop records as the item's failure.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from unirag.errors import BackendError, ConfigError
+from unirag.messages import ImagePart, Message, TextPart
+
+_STR = {"type": "string"}
+_BOOL = {"type": "boolean"}
+
+
+@dataclass(frozen=True)
+class AgentRole:
+    name: str
+    needs_image: bool
+    schema: dict[str, Any] | None  # None: plain-text reply (the caption agent)
+    summary: str
+
+
+ROLES: dict[str, AgentRole] = {r.name: r for r in [
+    AgentRole("caption", True, None, "A_c: caption C_a of every candidate and C_r of the reference"),
+    AgentRole("text_imagination", False, {
+        "type": "object", "required": ["target_caption", "modifications"],
+        "properties": {"target_caption": _STR, "modifications": {"type": "array", "items": _STR}},
+    }, "A_t^i: (C_r, T_m) -> target caption C_t and explicit modifications M_t"),
+    AgentRole("vision_imagination", True, {
+        "type": "object", "required": ["target_caption", "attributes"],
+        "properties": {"target_caption": _STR, "attributes": {"type": "array", "items": {
+            "type": "object", "required": ["attribute", "present"],
+            "properties": {"attribute": _STR, "present": _BOOL}}}},
+    }, "A_v^i: (I_r, T_m) -> target caption C_v and attribute presence/absence M_v"),
+    AgentRole("question", False, {
+        "type": "object", "required": ["statements"],
+        "properties": {"statements": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["statement", "answer"],
+            "properties": {"statement": _STR, "answer": _BOOL}}}},
+    }, "A^q: (T_m, M_t, M_v) -> true/false statements with expected answers"),
+    AgentRole("text_question", False, {
+        "type": "object", "required": ["answers"],
+        "properties": {"answers": {"type": "array", "items": _BOOL}},
+    }, "A_t^q: judges each statement against the candidate caption C_a"),
+    AgentRole("vision_question", True, {
+        "type": "object", "required": ["answers"],
+        "properties": {"answers": {"type": "array", "items": _BOOL}},
+    }, "A_v^q: judges each statement on the candidate image I_a"),
+]}
+
+
+class MalformedOutput(ValueError):
+    """A reply that is not the JSON the role's schema asks for (message says what is wrong)."""
+
+
+@cache
+def template_text(role: str) -> str:
+    if role not in ROLES:
+        raise ConfigError(f"unknown X^R agent role {role!r}; expected one of {', '.join(ROLES)}")
+    return resources.files("unirag.cir").joinpath("prompts", f"{role}.txt").read_text(encoding="utf-8")
+
+
+def render_prompt(role: str, **values: Any) -> str:
+    try:
+        return Template(template_text(role)).substitute({k: str(v) for k, v in values.items()})
+    except KeyError as e:
+        raise ConfigError(f"prompt template for {role!r} needs the value {e}") from None
+
+
+def build_messages(role: str, image: Path | None = None, **values: Any) -> list[Message]:
+    """One user message: the image first (when the role sees one), then the rendered prompt."""
+    spec = ROLES[role]
+    if spec.needs_image and image is None:
+        raise ValueError(f"agent role {role!r} needs an image")
+    parts: list = [ImagePart(path=Path(image), label=Path(image).name)] if spec.needs_image else []
+    parts.append(TextPart(render_prompt(role, **values)))
+    return [Message("user", parts)]
+
+
+def numbered(statements: list[str]) -> str:
+    return "\n".join(f"{i}. {s}" for i, s in enumerate(statements, start=1))
+
+
+# -- parsing and repair ----------------------------------------------------------------------------
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
+_TRAILING_COMMA = re.compile(r",\s*([}\]])")
+
+
+def _first_object(text: str) -> str | None:
+    """The first balanced {...} in ``text`` (string-aware), or None."""
+    start = text.find("{")
+    while start != -1:
+        depth, in_str, esc = 0, None, False
+        for i in range(start, len(text)):
+            ch = text[i]
+            if in_str:
+                if esc:
+                    esc = False
+                elif ch == "\\":
+                    esc = True
+                elif ch == in_str:
+                    in_str = None
+            elif ch in "\"'":
+                in_str = ch
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[start:i + 1]
+        start = text.find("{", start + 1)
+    return None
+
+
+def extract_json(text: str) -> tuple[Any, bool]:
+    """Parse a JSON object out of a model reply. Returns (object, repaired?)."""
+    stripped = text.strip()
+    try:
+        return json.loads(stripped), False
+    except json.JSONDecodeError:
+        pass
+    fenced = _FENCE.search(stripped)
+    candidates = [fenced.group(1)] if fenced else []
+    obj = _first_object(fenced.group(1) if fenced else stripped)
+    if obj is not None:
+        candidates.append(obj)
+    for c in candidates:
+        for attempt in (c, _TRAILING_COMMA.sub(r"\1", c)):
+            try:
+                return json.loads(attempt), True
+            except json.JSONDecodeError:
+                pass
+            try:  # Python literals: single quotes, True/False/None
+                value = ast.literal_eval(attempt)
+                if isinstance(value, dict):
+                    return value, True
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                pass
+    raise MalformedOutput("no JSON object found in the reply")
+
+
+_BOOL_WORDS = {"true": True, "yes": True, "false": False, "no": False}
+
+
+def validate(value: Any, schema: dict[str, Any], where: str = "$") -> Any:
+    """Check ``value`` against a small JSON-schema subset; coerce "true"/"yes" strings to booleans."""
+    kind = schema.get("type")
+    if kind == "object":
+        if not isinstance(value, dict):
+            raise MalformedOutput(f"{where}: expected an object")
+        for key in schema.get("required", []):
+            if key not in value:
+                raise MalformedOutput(f"{where}: missing field '{key}'")
+        return {k: validate(v, schema["properties"][k], f"{where}.{k}") if k in schema.get("properties", {})
+                else v for k, v in value.items()}
+    if kind == "array":
+        if not isinstance(value, list):
+            raise MalformedOutput(f"{where}: expected a list")
+        if len(value) < schema.get("minItems", 0):
+            raise MalformedOutput(f"{where}: expected at least {schema['minItems']} item(s)")
+        return [validate(v, schema["items"], f"{where}[{i}]") for i, v in enumerate(value)]
+    if kind == "string":
+        if not isinstance(value, str) or not value.strip():
+            raise MalformedOutput(f"{where}: expected a non-empty string")
+        return value.strip()
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
+            return _BOOL_WORDS[value.strip().lower()]
+        raise MalformedOutput(f"{where}: expected true or false")
+    return value
+
+
+def parse_reply(role: str, text: str, expect_answers: int | None = None) -> tuple[Any, bool]:
+    """Validated output of ``role`` from reply ``text``: (output, repaired?). Raises MalformedOutput."""
+    schema = ROLES[role].schema
+    if schema is None:
+        caption = text.strip().strip('"').strip()
+        if not caption:
+            raise MalformedOutput("empty caption")
+        return caption, False
+    obj, repaired = extract_json(text)
+    out = validate(obj, schema)
+    if expect_answers is not None and len(out["answers"]) != expect_answers:
+        raise MalformedOutput(f"expected {expect_answers} answers, got {len(out['answers'])}")
+    return out, repaired
+
+
+def call_agent(generator, role: str, messages: list[Message], options=None, json_attempts: int = 3,
+               expect_answers: int | None = None) -> dict[str, Any]:
+    """Call ``generator`` for ``role`` until the reply parses (at most ``json_attempts`` calls).
+
+    A malformed reply is shown back to the model with what was wrong. Backend errors propagate to
+    the shared retry loop; a reply still malformed at the end raises a non-retryable BackendError.
+    """
+    from unirag.generators.base import GenerationOptions
+
+    options = options or GenerationOptions()
+    if ROLES[role].schema is not None and options.json_schema is None:
+        options = GenerationOptions(max_tokens=options.max_tokens, temperature=options.temperature,
+                                    seed=options.seed, json_schema=ROLES[role].schema)
+    convo = list(messages)
+    usage: dict[str, int] = {}
+    err: MalformedOutput | None = None
+    text = ""
+    for attempt in range(1, max(1, json_attempts) + 1):
+        gen = generator.generate(convo, options)
+        text = gen.text or ""
+        for k, v in gen.usage.as_dict().items():
+            usage[k] = usage.get(k, 0) + v
+        try:
+            output, repaired = parse_reply(role, text, expect_answers)
+            return {"output": output, "raw": text, "repaired": repaired, "calls": attempt, "usage": usage}
+        except MalformedOutput as e:
+            err = e
+            convo = convo + [Message("assistant", [TextPart(text)]), Message("user", [TextPart(
+                f"That reply is not valid: {e}. Answer again with the JSON object only, exactly as asked.")])]
+    snippet = text[:200].replace("\n", " ")
+    raise BackendError(f"{role}: malformed reply after {json_attempts} call(s) ({err}); last reply: {snippet!r}",
+                       retryable=False)

@@ -1,0 +1,111 @@
+"""On-disk caches that make X^R runs resumable and cheap to repeat.
+
+* Agent calls: one append-only :class:`ResultStore` per role (``<cache>/calls/<role>.jsonl``), keyed
+  by a hash of the role, the model configuration, the rendered prompt and the *content* hash of every
+  image in it. A caption therefore depends on the image bytes, not its path: a pool is captioned once
+  across runs that share the cache directory, and a killed run repeats no finished call.
+* Embeddings: ``<cache>/emb/<name>-<hash>.npy`` keyed by encoder fingerprint and inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from unirag.messages import ImagePart, Message, TextPart
+from unirag.runs.atomic import atomic_write_bytes
+from unirag.runs.store import ResultStore
+
+_hash_lock = threading.Lock()
+_file_hashes: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: str | Path) -> str:
+    """Content hash of a file, memoised per (path, size, mtime)."""
+    p = Path(path)
+    st = p.stat()
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    with _hash_lock:
+        if key in _file_hashes:
+            return _file_hashes[key]
+    h = hashlib.sha256(p.read_bytes()).hexdigest()
+    with _hash_lock:
+        _file_hashes[key] = h
+    return h
+
+
+def messages_fingerprint(messages: Sequence[Message]) -> str:
+    """Hash of a prompt: text verbatim, images by content (so moving files keeps the cache valid)."""
+    parts = []
+    for m in messages:
+        for p in m.parts:
+            if isinstance(p, TextPart):
+                parts.append(["t", m.role, p.text])
+            elif isinstance(p, ImagePart):
+                parts.append(["i", m.role, file_sha256(p.path) if p.path is not None
+                              else hashlib.sha256(p.data).hexdigest()])
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def call_key(role: str, model_fingerprint: str, messages: Sequence[Message]) -> str:
+    return hashlib.sha256(f"{role}|{model_fingerprint}|{messages_fingerprint(messages)}".encode()).hexdigest()[:32]
+
+
+@dataclass
+class CallRequest:
+    """One agent call to make (or to find in the cache)."""
+
+    key: str
+    messages: list[Message]
+    expect_answers: int | None = None
+
+
+class CallCache:
+    """Per-role result stores under one directory."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.dir = Path(directory)
+        self._stores: dict[str, ResultStore] = {}
+        self._lock = threading.Lock()
+
+    def store(self, role: str) -> ResultStore:
+        with self._lock:
+            if role not in self._stores:
+                self._stores[role] = ResultStore(self.dir / "calls" / f"{role}.jsonl", key="key")
+            return self._stores[role]
+
+    def close(self) -> None:
+        for s in self._stores.values():
+            s.close()
+        self._stores.clear()
+
+    def embeddings(self, name: str, fingerprint: str, inputs: Sequence[str],
+                   compute: Callable[[], np.ndarray]) -> np.ndarray:
+        """Load ``name`` embeddings for exactly these inputs and encoder, or compute and save them."""
+        h = hashlib.sha256(json.dumps([fingerprint, list(inputs)]).encode()).hexdigest()[:20]
+        path = self.dir / "emb" / f"{name}-{h}.npy"
+        if path.exists():
+            arr = np.load(path)
+            if arr.shape[0] == len(inputs):
+                return arr
+        arr = np.asarray(compute(), dtype=np.float32)
+        import io
+
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        atomic_write_bytes(path, buf.getvalue())
+        return arr
+
+
+def ok_output(record: dict[str, Any] | None) -> Any:
+    """The parsed output of a cached call, or None when it is absent or failed."""
+    if record is None or record.get("status", "ok") != "ok":
+        return None
+    return record.get("output")

@@ -1,0 +1,244 @@
+"""Composed-image-retrieval benchmarks read from their official annotation files.
+
+Every loader returns a :class:`CirDataset`: queries (reference image id, modification text, ground
+truths, CIRR's ``img_set``) and the candidate pool (image id -> path relative to an images root).
+Parsing needs the annotation files only; whether the images exist is checked when a run starts
+(:meth:`CirDataset.missing_images`), so a user sees every missing file before any model call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unirag.errors import InputError
+
+DATASETS = ("fashioniq", "cirr", "circo", "mbeir")
+IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
+
+
+@dataclass
+class CirQuery:
+    qid: str
+    reference: str            # image id of I_r
+    text: str                 # modification text T_m
+    targets: list[str] = field(default_factory=list)   # ground-truth image ids (empty on test splits)
+    subset: list[str] | None = None                     # CIRR img_set members
+    reference_path: str | None = None                   # when I_r is not a pool member (M-BEIR)
+
+
+@dataclass
+class CirDataset:
+    name: str                 # e.g. "fashioniq-dress-val"
+    kind: str                 # one of DATASETS
+    queries: list[CirQuery]
+    pool: dict[str, str]      # image id -> path relative to images_root
+    images_root: Path | None = None
+    #: CIRR's protocol removes the reference image from the gallery; the others keep it.
+    exclude_reference: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def image_path(self, image_id: str, query: CirQuery | None = None) -> Path:
+        rel = self.pool.get(image_id)
+        if rel is None and query is not None and query.reference_path is not None:
+            rel = query.reference_path
+        if rel is None:
+            raise InputError(f"image id {image_id!r} is not in the candidate pool of {self.name}")
+        p = Path(rel)
+        if not p.is_absolute() and self.images_root is not None:
+            p = self.images_root / p
+        if not p.exists():
+            # FashionIQ copies circulate as .png and .jpg: accept the same stem with another extension.
+            for ext in IMAGE_EXTS:
+                alt = p.with_suffix(ext)
+                if alt.exists():
+                    return alt
+        return p
+
+    def reference_path(self, q: CirQuery) -> Path:
+        return self.image_path(q.reference, q)
+
+    def missing_images(self) -> tuple[list[str], list[str]]:
+        """(pool ids whose image is missing, qids whose reference image is missing)."""
+        pool_missing = [i for i in self.pool if not self.image_path(i).exists()]
+        ref_missing = [q.qid for q in self.queries if not self.reference_path(q).exists()]
+        return pool_missing, ref_missing
+
+    @property
+    def has_ground_truth(self) -> bool:
+        return any(q.targets for q in self.queries)
+
+
+def _load_json(path: Path) -> Any:
+    if not path.exists():
+        raise InputError("file not found", path=path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"malformed JSON ({e.msg} at line {e.lineno})", path=path) from None
+
+
+def _field(obj: Any, key: str, path: Path, index: int, kind: type | tuple = str) -> Any:
+    if not isinstance(obj, dict) or key not in obj:
+        raise InputError(f"entry {index} lacks a required field", path=path, field=key)
+    v = obj[key]
+    if not isinstance(v, kind):
+        raise InputError(f"entry {index}: expected {getattr(kind, '__name__', kind)}, got {type(v).__name__}",
+                         path=path, field=key)
+    return v
+
+
+def _list_of(data: Any, path: Path, what: str) -> list:
+    if not isinstance(data, list):
+        raise InputError(f"expected a JSON list of {what}", path=path)
+    return data
+
+
+# -- FashionIQ --------------------------------------------------------------------------------------
+_FIQ_NAME = re.compile(r"cap\.(\w+)\.(\w+)\.json$")
+
+
+def join_fashioniq_captions(captions: list[str]) -> str:
+    """The two relative captions joined as CLIP4Cir / CIReVL do: stripped of '.?, ', joined by ' and '."""
+    parts = [c.strip().strip(".?, ") for c in captions if c and c.strip().strip(".?, ")]
+    return " and ".join(parts)
+
+
+def load_fashioniq(annotations: str | Path, images_root: str | Path | None = None,
+                   split_file: str | Path | None = None) -> CirDataset:
+    """``cap.<category>.<split>.json`` -> queries; ``image_splits/split.<category>.<split>.json`` -> pool.
+
+    Images are looked up as ``<images_root>/<asin>.png`` (a .jpg of the same name is accepted).
+    """
+    path = Path(annotations)
+    m = _FIQ_NAME.search(path.name)
+    category, split = (m.group(1), m.group(2)) if m else ("fashioniq", "unknown")
+    if split_file is None:
+        if not m:
+            raise InputError("cannot infer the image split file from this name; pass --split-file", path=path)
+        split_file = path.parent.parent / "image_splits" / f"split.{category}.{split}.json"
+    split_path = Path(split_file)
+    names = _list_of(_load_json(split_path), split_path, "image names")
+    queries = []
+    for i, e in enumerate(_list_of(_load_json(path), path, "annotations")):
+        cand = _field(e, "candidate", path, i)
+        caps = _field(e, "captions", path, i, list)
+        target = e.get("target")
+        queries.append(CirQuery(qid=f"{category}-{i}", reference=cand, text=join_fashioniq_captions(caps),
+                                targets=[target] if isinstance(target, str) else []))
+    pool = {str(n): f"{n}.png" for n in names}
+    return CirDataset(f"fashioniq-{category}-{split}", "fashioniq", queries, pool,
+                      Path(images_root) if images_root else None)
+
+
+# -- CIRR -------------------------------------------------------------------------------------------
+def load_cirr(annotations: str | Path, images_root: str | Path | None = None,
+              split_file: str | Path | None = None) -> CirDataset:
+    """``captions/cap.rc2.<split>.json`` -> queries (qid = pairid); ``image_splits/split.rc2.<split>.json``
+    (name -> relative path) -> pool. The reference is excluded from the gallery, as CIRR evaluates."""
+    path = Path(annotations)
+    m = re.search(r"cap\.rc2\.(\w+)\.json$", path.name)
+    split = m.group(1) if m else "unknown"
+    if split_file is None:
+        if not m:
+            raise InputError("cannot infer the image split file from this name; pass --split-file", path=path)
+        split_file = path.parent.parent / "image_splits" / f"split.rc2.{split}.json"
+    split_path = Path(split_file)
+    names = _load_json(split_path)
+    if not isinstance(names, dict):
+        raise InputError("expected a JSON object mapping image name -> relative path", path=split_path)
+    queries = []
+    for i, e in enumerate(_list_of(_load_json(path), path, "annotations")):
+        pairid = _field(e, "pairid", path, i, int)
+        img_set = _field(e, "img_set", path, i, dict)
+        members = img_set.get("members")
+        if not isinstance(members, list):
+            raise InputError(f"entry {i}: img_set has no members list", path=path, field="img_set")
+        target = e.get("target_hard")
+        queries.append(CirQuery(qid=str(pairid), reference=_field(e, "reference", path, i),
+                                text=_field(e, "caption", path, i), subset=[str(x) for x in members],
+                                targets=[target] if isinstance(target, str) else []))
+    pool = {str(k): str(v).removeprefix("./") for k, v in names.items()}
+    return CirDataset(f"cirr-{split}", "cirr", queries, pool, Path(images_root) if images_root else None,
+                      exclude_reference=True)
+
+
+# -- CIRCO ------------------------------------------------------------------------------------------
+def circo_image_path(image_id: int | str) -> str:
+    return f"unlabeled2017/{int(image_id):012d}.jpg"
+
+
+def load_circo(annotations: str | Path, images_root: str | Path | None = None,
+               split_file: str | Path | None = None) -> CirDataset:
+    """``annotations/{val,test}.json`` -> queries (several ground truths each; none on test).
+
+    The pool is COCO 2017 unlabeled: from ``split_file`` (COCO ``image_info_unlabeled2017.json``) when
+    given, else every ``unlabeled2017/*.jpg`` under the images root, else (annotations only) the images
+    the annotations mention - a note says so, as metrics on that reduced pool are not comparable.
+    """
+    path = Path(annotations)
+    split = path.stem
+    queries = []
+    mentioned: set[str] = set()
+    for i, e in enumerate(_list_of(_load_json(path), path, "annotations")):
+        ref = str(_field(e, "reference_img_id", path, i, int))
+        gts = [str(g) for g in e.get("gt_img_ids") or []]
+        queries.append(CirQuery(qid=str(_field(e, "id", path, i, int)), reference=ref,
+                                text=_field(e, "relative_caption", path, i), targets=gts))
+        mentioned.update([ref, *gts])
+    notes = []
+    root = Path(images_root) if images_root else None
+    if split_file is not None:
+        info = _load_json(Path(split_file))
+        images = info.get("images") if isinstance(info, dict) else None
+        if not isinstance(images, list):
+            raise InputError("expected a COCO image-info JSON with an 'images' list", path=split_file,
+                             field="images")
+        ids = [str(_field(im, "id", Path(split_file), j, int)) for j, im in enumerate(images)]
+    elif root is not None and (root / "unlabeled2017").is_dir():
+        ids = sorted(str(int(p.stem)) for p in (root / "unlabeled2017").glob("*.jpg"))
+    else:
+        ids = sorted(mentioned, key=int)
+        notes.append("CIRCO pool = only the images the annotations mention (no image list given); "
+                     "metrics are not comparable to the official 123,403-image gallery")
+    pool = {i: circo_image_path(i) for i in ids}
+    return CirDataset(f"circo-{split}", "circo", queries, pool, root, notes=notes)
+
+
+# -- M-BEIR task 7 (image,text -> image) ------------------------------------------------------------
+def load_mbeir_cir(annotations: str | Path, images_root: str | Path | None = None,
+                   split_file: str | Path | None = None) -> CirDataset:
+    """M-BEIR query JSONL (task 7 lines are used) + its candidate pool JSONL (``split_file``)."""
+    from unirag.data.mbeir import load_pool, read_queries
+
+    if split_file is None:
+        raise InputError("M-BEIR CIR needs the candidate pool JSONL: pass --split-file POOL.jsonl",
+                         path=annotations)
+    pool_recs = load_pool(split_file)
+    pool = {did: c.img_path for did, c in pool_recs.items() if c.img_path and c.modality.has_image}
+    queries = []
+    for q in read_queries(annotations):
+        if q.task_id not in (None, 7) or not q.modality.has_image or not q.txt:
+            continue
+        queries.append(CirQuery(qid=q.qid, reference=f"query:{q.qid}", text=q.txt,
+                                targets=list(q.pos_cand_list), reference_path=q.img_path))
+    if not queries:
+        raise InputError("no image,text -> image (task 7) queries in this file", path=annotations)
+    return CirDataset(f"mbeir-{Path(annotations).stem}", "mbeir", queries, pool,
+                      Path(images_root) if images_root else None)
+
+
+LOADERS = {"fashioniq": load_fashioniq, "cirr": load_cirr, "circo": load_circo, "mbeir": load_mbeir_cir}
+
+
+def load_dataset(kind: str, annotations: str | Path, images_root: str | Path | None = None,
+                 split_file: str | Path | None = None, limit: int | None = None) -> CirDataset:
+    if kind not in LOADERS:
+        raise InputError(f"unknown CIR dataset {kind!r}; expected one of {', '.join(DATASETS)}")
+    ds = LOADERS[kind](annotations, images_root, split_file)
+    if limit is not None:
+        ds.queries = ds.queries[:limit]
+    return ds

@@ -1,0 +1,45 @@
+"""Benchmark metrics of a set of rankings, averaged the way each benchmark reports them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from unirag.cir.datasets import CirDataset
+from unirag.metrics.cir import MAP_KS, RECALL_KS, SUBSET_KS, map_mean, recall_mean, recall_subset_mean
+
+#: metrics.json names of the ranking stages
+STAGE_NAMES = {"baseline": "baseline", "coarse": "xr_coarse", "fine": "xr"}
+
+
+def evaluate(dataset: CirDataset, rankings: Mapping[str, Sequence[str]],
+             subset_rankings: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
+    """FashionIQ/M-BEIR: R@1/5/10/50; CIRR: + R_subset@1/2/3 and (R@5 + R_subset@1) / 2; CIRCO: mAP@k + R@k.
+
+    Returns {"n_queries": ..., metric: value x100}, or a note when the split has no ground truth.
+    """
+    targets = {q.qid: q.targets for q in dataset.queries if q.targets and q.qid in rankings}
+    if not targets:
+        return {"n_queries": 0, "note": "no ground truth in this split (test set): use the submission files"}
+    out: dict[str, Any] = {"n_queries": len(targets)}
+    if dataset.kind == "circo":
+        out.update(map_mean(rankings, targets, MAP_KS))
+    out.update(recall_mean(rankings, targets, RECALL_KS))
+    if dataset.kind == "cirr" and subset_rankings is not None:
+        members = {q.qid: q.subset for q in dataset.queries if q.subset is not None}
+        refs = {q.qid: q.reference for q in dataset.queries}
+        sub = recall_subset_mean(subset_rankings, {q: t[0] for q, t in targets.items()}, members, refs, SUBSET_KS)
+        out.update(sub)
+        out["avg(R@5,R_subset@1)"] = (out["R@5"] + out["R_subset@1"]) / 2
+    return out
+
+
+def average(per_dataset: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Mean of each numeric metric over datasets (FashionIQ reports the mean of its three categories)."""
+    keys = [k for k in next(iter(per_dataset.values()), {}) if k != "n_queries"]
+    out = {}
+    for k in keys:
+        vals = [m[k] for m in per_dataset.values() if isinstance(m.get(k), (int, float))]
+        if vals and len(vals) == len(per_dataset):
+            out[k] = sum(vals) / len(vals)
+    return out

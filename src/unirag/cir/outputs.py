@@ -1,0 +1,87 @@
+"""What a CIR run writes: rankings.jsonl, metrics.json, stage outputs, submission files, manifest."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from unirag.cir.evaluation import STAGE_NAMES, evaluate
+from unirag.cir.submission import write_submissions
+from unirag.metrics.cir import subset_ranking
+from unirag.runs.atomic import atomic_write_json, atomic_write_lines
+
+if TYPE_CHECKING:
+    from unirag.cir.pipeline import CirRun
+
+METRIC_DEPTH = 50
+
+
+def stage_rankings(qs, pool_ids: list[str], stage_order: tuple[str, ...]) -> dict[str, dict[str, list[str]]]:
+    """stage -> qid -> full ranking of image ids; a query lacking a stage falls back to the stage before."""
+    out: dict[str, dict[str, list[str]]] = {}
+    present = [st for st in stage_order if any(st in x.orders for x in qs)]
+    for st in present:
+        per_q = {}
+        for x in qs:
+            chain = [c for c in stage_order[: stage_order.index(st) + 1] if c in x.orders]
+            order = x.orders[chain[-1]]
+            per_q[x.q.qid] = [pool_ids[i] for i in x.cand[order]]
+        out[st] = per_q
+    return out
+
+
+def write_outputs(run: CirRun, qs, pool_ids: list[str], runner, s) -> dict[str, Any]:
+    from unirag.cir.pipeline import STAGES
+
+    ds, out = run.ds, run.out
+    full = stage_rankings(qs, pool_ids, STAGES)
+    final_stage = [st for st in STAGES if st in full][-1]
+    depth = max(s.k, METRIC_DEPTH)
+    subsets = {st: {x.q.qid: subset_ranking(r[x.q.qid], x.q.subset, x.q.reference)
+                    for x in qs if x.q.subset is not None} for st, r in full.items()}
+    lines = []
+    for x in qs:
+        qid = x.q.qid
+        rec: dict[str, Any] = {
+            "qid": qid, "reference": x.q.reference, "text": x.q.text, "targets": x.q.targets,
+            "ranked": full[final_stage][qid][: s.k], "final_stage": STAGE_NAMES[final_stage],
+            "stages": {STAGE_NAMES[st]: r[qid][:depth] for st, r in full.items()},
+        }
+        if x.q.subset is not None:
+            rec["subset_ranked"] = {STAGE_NAMES[st]: v[qid] for st, v in subsets.items()}
+        if x.imag_t or x.imag_v:
+            rec["imagination"] = {"text": x.imag_t, "vision": x.imag_v}
+        if x.statements is not None:
+            rec["statements"] = x.statements
+        if x.scores:
+            rec["scores"] = x.scores
+        if x.notes:
+            rec["notes"] = x.notes
+        lines.append(json.dumps(rec, ensure_ascii=False))
+    atomic_write_lines(out / "rankings.jsonl", lines)
+
+    metrics: dict[str, Any] = {"dataset": ds.name, "final_stage": STAGE_NAMES[final_stage],
+                               "n_queries_run": len(qs), "pool_size": len(pool_ids)}
+    for st, r in full.items():
+        metrics[STAGE_NAMES[st]] = evaluate(ds, {q: v[:depth] for q, v in r.items()}, subsets.get(st))
+    if run.notes:
+        metrics["notes"] = run.notes
+    atomic_write_json(out / "metrics.json", metrics)
+
+    submissions = []
+    if ds.kind in ("cirr", "circo"):
+        final = {q: v[:depth] for q, v in full[final_stage].items()}
+        if len(pool_ids) - (1 if ds.exclude_reference else 0) >= METRIC_DEPTH:
+            submissions = [str(p) for p in write_submissions(ds.kind, out, final, subsets.get(final_stage))]
+        else:
+            run.notes.append("submission files skipped: the pool has fewer than 50 candidates")
+    atomic_write_json(out / "manifest.json", {
+        "dataset": {"name": ds.name, "kind": ds.kind, "images_root": str(ds.images_root),
+                    "n_queries": len(ds.queries), "pool_size": len(ds.pool)},
+        "config": run.config.manifest(), "stages": list(run.stages),
+        "ablation": {"imagination": run.ab.imagination, "fine_only": run.ab.fine_only,
+                     "modalities": run.ab.modalities},
+        "encoder": getattr(run.encoder(), "name", None), "agent_calls": runner.stats if runner else {},
+        "cache_dir": str(run.cache.dir), "submissions": submissions, "notes": run.notes,
+    })
+    return metrics

@@ -1,0 +1,93 @@
+"""``unirag generate-images``: one image per caption query, zero-shot or with example pairs in context."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from unirag.generators.images.base import (
+    DEFAULT_GUIDANCE,
+    DEFAULT_HEIGHT,
+    DEFAULT_SEED,
+    DEFAULT_STEPS,
+    DEFAULT_WIDTH,
+)
+
+MODES = ("zero-shot", "random", "rag")
+
+
+@click.command("generate-images")
+@click.option("--queries", "queries_path", required=True, type=click.Path(dir_okay=False),
+              help="M-BEIR queries JSONL; each query's caption (query_txt) is the text to draw.")
+@click.option("--images-root", type=click.Path(file_okay=False), default=None,
+              help="Folder the example pairs' image paths (pool / retrieval run) are relative to.")
+@click.option("--generator", "spec", required=True,
+              help="diffusers:<hub id or dir> | openai-image:gpt-image-1 | gemini-image:<model> | retrieval:top1")
+@click.option("--mode", type=click.Choice(MODES), default="zero-shot", show_default=True,
+              help="No examples, k random gold pairs of other queries, or the top-k retrieved pairs.")
+@click.option("--k", type=int, default=None, help="Examples per query (default: 0 zero-shot, else 1).")
+@click.option("--retrieval", "retrieval_path", type=click.Path(dir_okay=False), default=None,
+              help="rag mode: a retrieval run file from `unirag retrieve`.")
+@click.option("--index", "index_dir", type=click.Path(file_okay=False), default=None,
+              help="rag mode: retrieve on the fly from this index directory instead.")
+@click.option("--pool", "pool_path", type=click.Path(dir_okay=False), default=None,
+              help="Candidate pool JSONL (random mode: where the other queries' gold images are).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Run directory (rerun the same command to resume).")
+@click.option("--width", type=int, default=DEFAULT_WIDTH, show_default=True)
+@click.option("--height", type=int, default=DEFAULT_HEIGHT, show_default=True)
+@click.option("--steps", type=int, default=DEFAULT_STEPS, show_default=True, help="Denoising steps (local models).")
+@click.option("--guidance", type=float, default=DEFAULT_GUIDANCE, show_default=True,
+              help="Classifier-free guidance scale (local models).")
+@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
+              help="Generation seed (same for every query) and random-example seed.")
+@click.option("--concurrency", type=int, default=4, show_default=True, help="Parallel API calls (API backends).")
+@click.option("--base-url", default=None, help="API base URL (OpenAI-compatible images server, Gemini endpoint).")
+@click.option("--timeout", type=float, default=None, help="Seconds per API call.")
+@click.option("--quality", default=None, help="openai-image: low | medium | high | auto.")
+@click.option("--device", default=None, help="diffusers: cpu, cuda, cuda:1 (default: cuda if available).")
+@click.option("--dtype", default=None, help="diffusers: float32 | float16 | bfloat16 (default: bf16 on GPU).")
+@click.option("--limit", type=int, default=None, help="Only the first N queries (a later full run extends it).")
+@click.option("--save-prompts", type=int, default=5, show_default=True,
+              help="Also write the first N prompts to OUT/prompts/ for inspection.")
+@click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+def generate_images(queries_path, images_root, spec, mode, k, retrieval_path, index_dir, pool_path, out_dir,
+                    width, height, steps, guidance, seed, concurrency, base_url, timeout, quality, device, dtype,
+                    limit, save_prompts, no_progress) -> None:
+    """Generate an image for every caption query, saved as PNG next to the prompt that made it.
+
+    Example (offline baseline, the top-1 retrieved image):
+
+        unirag generate-images --queries q.jsonl --images-root data --generator retrieval:top1
+            --mode rag --k 1 --retrieval run.jsonl --out runs/top1
+    """
+    from unirag.data.mbeir import read_queries
+    from unirag.errors import ConfigError
+    from unirag.generators.images.registry import load_image_generator
+    from unirag.pipelines.examples import make_selector
+    from unirag.pipelines.image_gen import ImageSettings, run_image_generation
+
+    if k is None:
+        k = 0 if mode == "zero-shot" else 1
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {limit}")
+    queries = read_queries(queries_path)
+    selector = make_selector(mode, k, queries=queries, pool_path=pool_path, retrieval=retrieval_path,
+                             index=index_dir, seed=seed, query_images_root=images_root)
+    generator = load_image_generator(spec, base_url=base_url, timeout=timeout, quality=quality, device=device,
+                                     dtype=dtype)
+    try:
+        counts = run_image_generation(
+            queries, generator, selector, out_dir, images_root=images_root,
+            settings=ImageSettings(width=width, height=height, steps=steps, guidance=guidance, seed=seed),
+            concurrency=concurrency, limit=limit, save_prompts=save_prompts,
+            identity_extra={"queries": str(Path(queries_path).resolve())}, progress=not no_progress)
+    finally:
+        generator.close()
+    click.echo(f"{out_dir}: {counts['total_ok']}/{counts['total_queries']} images ok, "
+               f"{counts['total_error']} failed (this run: {counts['ok']} new, {counts['error']} failed, "
+               f"{counts['skipped']} already done)")
+    if counts["total_error"]:
+        click.echo("failed queries are recorded in outputs.jsonl (status error); rerun the same command to retry them",
+                   err=True)

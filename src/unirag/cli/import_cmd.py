@@ -1,0 +1,188 @@
+"""``unirag import coco|jsonl|csv``: turn captioned images into M-BEIR files (pool, queries, qrels)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+_CHECKS = click.Choice(["decode", "verify", "exists", "none"])
+
+
+def _common(f):
+    """Options every importer shares (applied bottom-up, so listed here in reverse help order)."""
+    f = click.option(
+        "--check",
+        type=_CHECKS,
+        default="decode",
+        show_default=True,
+        help="How to check images: decode pixels (catches truncated files), verify headers, "
+        "only test existence, or none.",
+    )(f)
+    f = click.option(
+        "--workers",
+        type=click.IntRange(min=1),
+        default=4,
+        show_default=True,
+        help="Threads that check images.",
+    )(f)
+    f = click.option(
+        "--limit", type=click.IntRange(min=1), default=None, help="Keep only the first N images."
+    )(f)
+    f = click.option(
+        "--all-captions",
+        is_flag=True,
+        help="Use every caption as a text->image query (default: one seeded sample per image).",
+    )(f)
+    f = click.option(
+        "--seed",
+        type=int,
+        default=0,
+        show_default=True,
+        help="Seed of the per-image caption sample for text->image queries.",
+    )(f)
+    f = click.option(
+        "--out",
+        "out_dir",
+        required=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Output folder for pool.jsonl, queries_*.jsonl, qrels_*.txt, import_summary.json.",
+    )(f)
+    f = click.option(
+        "--images",
+        "images_root",
+        required=True,
+        type=click.Path(path_type=Path),
+        help="Images root: image paths in the input are relative to it.",
+    )(f)
+    return f
+
+
+def _report(summary) -> None:
+    click.echo(summary.format())
+    for key in ("pool", "queries_task3", "queries_task0", "qrels_task3", "qrels_task0"):
+        click.echo(f"  {key}: {summary.files[key]}")
+
+
+@click.group("import")
+def import_group() -> None:
+    """Import captioned images into M-BEIR files: one shared pool of image and text candidates
+    (paired by source id), image->text (task 3) and text->image (task 0) queries, and their qrels."""
+
+
+@import_group.command("coco")
+@click.option(
+    "--captions",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="COCO captions JSON (images[], annotations[]) or a JSONL with image + captions per line.",
+)
+@_common
+@click.option("--name", default="coco", show_default=True, help="Dataset name: prefix of every did/qid.")
+def coco(
+    captions: Path,
+    images_root: Path,
+    out_dir: Path,
+    seed: int,
+    all_captions: bool,
+    limit: int | None,
+    workers: int,
+    check: str,
+    name: str,
+) -> None:
+    """Import a COCO captions file and its image folder."""
+    from unirag.data.importers import import_coco
+
+    _report(
+        import_coco(
+            captions,
+            images_root,
+            out_dir,
+            seed=seed,
+            all_captions=all_captions,
+            limit=limit,
+            check=check,
+            name=name,
+            workers=workers,
+        )
+    )
+
+
+def _generic(fmt: str | None):
+    def command(
+        input_path: Path,
+        images_root: Path,
+        out_dir: Path,
+        seed: int,
+        all_captions: bool,
+        limit: int | None,
+        workers: int,
+        check: str,
+        image_field: str,
+        caption_field: str | None,
+        id_field: str | None,
+        caption_sep: str | None,
+        delimiter: str | None,
+        name: str | None,
+    ) -> None:
+        from unirag.data.importers import import_generic
+
+        _report(
+            import_generic(
+                input_path,
+                images_root,
+                out_dir,
+                image_field=image_field,
+                caption_field=caption_field,
+                id_field=id_field,
+                caption_sep=caption_sep,
+                fmt=fmt,
+                delimiter=delimiter,
+                name=name,
+                seed=seed,
+                all_captions=all_captions,
+                limit=limit,
+                check=check,
+                workers=workers,
+            )
+        )
+
+    command = click.option(
+        "--name", default=None, help="Dataset name: prefix of every did/qid [default: the input file's stem]."
+    )(command)
+    command = click.option(
+        "--delimiter", default=None, help="CSV cell delimiter [default: ',' or tab for .tsv]."
+    )(command)
+    command = click.option(
+        "--caption-sep",
+        default=None,
+        help="Split a caption cell/string into several captions at this separator.",
+    )(command)
+    command = click.option(
+        "--id-field", default=None, help="Field with a stable image id [default: order of first appearance]."
+    )(command)
+    command = click.option(
+        "--caption-field",
+        default=None,
+        help="Field with the caption(s): a string or a list [default: caption, else captions].",
+    )(command)
+    command = click.option(
+        "--image-field", default="image", show_default=True, help="Field with the image path."
+    )(command)
+    command = _common(command)
+    command = click.option(
+        "--input",
+        "input_path",
+        required=True,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="JSONL (one object per line) or CSV/TSV with a header row.",
+    )(command)
+    return command
+
+
+import_group.command(
+    "jsonl", help="Import a JSONL (or, by extension, CSV/TSV) list of image paths with captions."
+)(_generic(None))
+import_group.command("csv", help="Import a CSV/TSV file (header row) of image paths with captions.")(
+    _generic("csv")
+)

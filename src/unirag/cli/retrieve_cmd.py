@@ -1,0 +1,53 @@
+"""``unirag retrieve``: top-k candidates and image-caption pairs per query."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("retrieve")
+@click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index directory.")
+@click.option("--queries", required=True, type=click.Path(path_type=Path), help="M-BEIR queries JSONL.")
+@click.option("--images-root", type=click.Path(path_type=Path), default=None,
+              help="Folder the queries' image paths are relative to.")
+@click.option("--k", "k", type=int, default=5, show_default=True, help="Candidates and pairs per query.")
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path),
+              help="Run file (JSONL); a TREC run file is written beside it (.trec).")
+@click.option("--modality", default="any", show_default=True,
+              help="Candidate modality to search: text, image, image,text or any.")
+@click.option("--exclude-positives", "exclude_positives", type=click.Path(path_type=Path), default=None,
+              help="Qrels file: drop each query's own positives from candidates and pairs (no leakage).")
+@click.option("--encoder", "encoder_spec", default=None,
+              help="Encoder to embed the queries (default: the one recorded in the index).")
+@click.option("--pool-images-root", type=click.Path(path_type=Path), default=None,
+              help="Images root of the pool, if it moved since the index was built.")
+def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, out: Path, modality: str,
+             exclude_positives: Path | None, encoder_spec: str | None, pool_images_root: Path | None) -> None:
+    """Retrieve the top K candidates and K image-caption pairs for every query."""
+    from unirag.data.mbeir import read_qrels, read_queries
+    from unirag.errors import ConfigError
+    from unirag.index.store import parse_modality_filter
+    from unirag.retrieval.retriever import Retriever
+    from unirag.retrieval.run_io import write_run
+
+    if k <= 0:
+        raise ConfigError(f"--k must be a positive integer, got {k}")
+    parse_modality_filter(modality)
+    query_list = read_queries(queries)
+    qrels = read_qrels(exclude_positives) if exclude_positives is not None else None
+    encoder = None
+    if encoder_spec is not None:
+        from unirag.encoders.registry import load_encoder
+
+        encoder = load_encoder(encoder_spec)
+    retriever = Retriever(index_dir, encoder, pool_images_root=pool_images_root)
+    results = retriever.retrieve(query_list, k, modality, exclude_qrels=qrels, query_images_root=images_root,
+                                 progress=True)
+    run_path, trec = write_run(out, results)
+    short = sum(1 for r in results if len(r.pairs) < k)
+    replaced = sum(1 for r in results for c in r.candidates if c.replaced)
+    click.echo(f"{len(results)} queries -> {run_path} and {trec}"
+               + (f"; {replaced} wrong-modality candidate(s) replaced by their complement" if replaced else "")
+               + (f"; {short} quer(ies) with fewer than {k} pairs" if short else ""))

@@ -1,0 +1,163 @@
+"""Import COCO captions (the official JSON, or a one-image-per-line JSONL) into M-BEIR files.
+
+Official format (``captions_val2017.json``): ``images`` [{id, file_name, license, flickr_url, ...}],
+``annotations`` [{id, image_id, caption}], ``licenses`` [{id, name, url}]. ``file_name`` is relative
+to the images folder given with ``--images``.
+
+JSONL format (how ``coco-val2017-mini/captions.jsonl`` is laid out): one object per image with
+``image`` (path relative to the images root), ``captions`` (list), ``image_id`` and licence fields.
+
+Ids: ``coco:img:<image id>``, ``coco:txt:<annotation id>`` (JSONL: ``coco:txt:<image id>.<k>``, since it
+has no annotation ids); queries ``coco:q3:<image id>`` and ``coco:q0:<caption key>``. See ``writer.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from unirag.data.importers.generic import read_items
+from unirag.data.importers.writer import ImportSummary, SourceItem, write_dataset
+from unirag.errors import InputError
+
+
+def _id(obj: dict, key: str, path: Path, where: str) -> str:
+    v = obj.get(key)
+    if isinstance(v, bool) or not isinstance(v, int | str) or (isinstance(v, str) and not v.strip()):
+        why = "missing field" if v is None else f"expected an integer or string id, got {v!r}"
+        raise InputError(why, path=path, field=f"{where}.{key}")
+    return str(v).strip()
+
+
+def _list(data: dict, key: str, path: Path, required: bool = True) -> list:
+    v = data.get(key)
+    if v is None and not required:
+        return []
+    if not isinstance(v, list):
+        raise InputError("missing field" if v is None else "expected a list", path=path, field=key)
+    return v
+
+
+def read_coco_json(path: str | Path, *, limit: int | None = None) -> tuple[list[SourceItem], int]:
+    """Parse an official COCO captions file. Returns the items and the number of captions whose
+    ``image_id`` is not among the images (reported, then skipped)."""
+    path = Path(path)
+    try:
+        with path.open(encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path=path, line=e.lineno) from None
+    if not isinstance(data, dict):
+        raise InputError("expected a JSON object with 'images' and 'annotations'", path=path)
+    images = _list(data, "images", path)
+    annotations = _list(data, "annotations", path)
+    licenses: dict[str, dict[str, Any]] = {}
+    for lic in _list(data, "licenses", path, required=False):
+        if isinstance(lic, dict) and lic.get("id") is not None:
+            licenses[str(lic["id"])] = lic
+
+    items: dict[str, SourceItem] = {}
+    for i, img in enumerate(images):
+        where = f"images[{i}]"
+        if not isinstance(img, dict):
+            raise InputError("expected an object", path=path, field=where)
+        image_id = _id(img, "id", path, where)
+        file_name = img.get("file_name")
+        if not isinstance(file_name, str) or not file_name.strip():
+            raise InputError("missing or empty file name", path=path, field=f"{where}.file_name")
+        if image_id in items:
+            raise InputError(f"duplicate image id {image_id}", path=path, field=f"{where}.id")
+        meta: dict[str, Any] = {"image_id": img["id"], "file_name": file_name}
+        lic = licenses.get(str(img.get("license")))
+        if lic is not None:
+            meta["license"] = lic.get("name")
+            meta["license_url"] = lic.get("url")
+        for key in ("flickr_url", "coco_url", "width", "height"):
+            if img.get(key) is not None:
+                meta[key] = img[key]
+        items[image_id] = SourceItem(
+            source_id=image_id, img_path=file_name.strip(), captions=[], meta=meta, origin=f"{path}, {where}"
+        )
+
+    orphans = 0
+    seen_ann: set[str] = set()
+    for j, ann in enumerate(annotations):
+        where = f"annotations[{j}]"
+        if not isinstance(ann, dict):
+            raise InputError("expected an object", path=path, field=where)
+        ann_id = _id(ann, "id", path, where)
+        image_id = _id(ann, "image_id", path, where)
+        caption = ann.get("caption")
+        if not isinstance(caption, str) or not caption.strip():
+            raise InputError("missing or empty caption", path=path, field=f"{where}.caption")
+        if ann_id in seen_ann:
+            raise InputError(f"duplicate annotation id {ann_id}", path=path, field=f"{where}.id")
+        seen_ann.add(ann_id)
+        item = items.get(image_id)
+        if item is None:
+            orphans += 1
+            continue
+        item.captions.append((ann_id, caption.strip()))
+    out = list(items.values())
+    return (out[:limit] if limit is not None else out), orphans
+
+
+def _is_jsonl(path: Path) -> bool:
+    """``.jsonl`` -> JSONL, ``.json`` -> official; otherwise sniff the first line."""
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        return suffix == ".jsonl"
+    with path.open(encoding="utf-8") as f:
+        first = f.readline()
+    try:
+        obj = json.loads(first)
+    except json.JSONDecodeError:
+        return False  # a pretty-printed or single-line official file is parsed (and diagnosed) as JSON
+    return isinstance(obj, dict) and "images" not in obj and "annotations" not in obj
+
+
+def import_coco(
+    captions: str | Path,
+    images_root: str | Path,
+    out_dir: str | Path,
+    *,
+    seed: int = 0,
+    all_captions: bool = False,
+    limit: int | None = None,
+    check: str = "decode",
+    name: str = "coco",
+    show_progress: bool = True,
+    workers: int = 4,
+) -> ImportSummary:
+    """COCO captions + image folder -> shared pool, task 3 (image->text) and task 0 (text->image) queries.
+
+    ``all_captions=False`` (default) samples one caption per image as the text->image query, seeded
+    by ``seed``, as the paper does; ``limit`` keeps the first N images of the file.
+    """
+    started = time.perf_counter()
+    path = Path(captions)
+    if not path.is_file():
+        raise InputError("file not found", path=path)
+    orphans = 0
+    if _is_jsonl(path):
+        items = read_items(
+            path, image_field="image", caption_field="captions", id_field="image_id", fmt="jsonl", limit=limit
+        )
+    else:
+        items, orphans = read_coco_json(path, limit=limit)
+    return write_dataset(
+        items,
+        images_root=images_root,
+        out_dir=out_dir,
+        name=name,
+        source=str(path),
+        seed=seed,
+        all_captions=all_captions,
+        check=check,
+        show_progress=show_progress,
+        workers=workers,
+        started=started,
+        captions_without_image=orphans,
+    )

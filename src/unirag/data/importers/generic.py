@@ -1,0 +1,216 @@
+"""Import a JSONL or CSV list of image paths with captions into M-BEIR files.
+
+Each row names an image (path relative to the images root) and one or more captions: a list or a
+single string in JSONL; in CSV one caption per cell, optionally several joined by a separator. Rows
+that name the same image are merged, so a one-caption-per-row file (Flickr30k style) works too.
+Other fields/columns of the row are kept in the image candidate's ``src_content``.
+
+Ids (see ``writer.py``): without ``id_field`` an image's source id is its 0-based order of first
+appearance in the file; caption keys are ``<source_id>.<k>`` (k = 0-based caption index).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from unirag.data.importers.writer import ImportSummary, SourceItem, write_dataset
+from unirag.errors import InputError
+
+DEFAULT_IMAGE_FIELD = "image"
+DEFAULT_CAPTION_FIELDS = ("caption", "captions")
+_EXTRA = "\0extra"  # csv.DictReader key for cells beyond the header
+
+
+def detect_format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv"):
+        return "csv"
+    return "jsonl"
+
+
+def _iter_jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(
+                    f"malformed JSON ({e.msg} at column {e.colno})", path=path, line=lineno
+                ) from None
+            if not isinstance(obj, dict):
+                raise InputError("expected a JSON object per line", path=path, line=lineno)
+            yield lineno, obj
+
+
+def _iter_csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    with path.open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f, delimiter=delimiter, restkey=_EXTRA)
+        if not reader.fieldnames:
+            raise InputError("empty CSV file (a header row is required)", path=path, line=1)
+        start = 2
+        try:
+            for row in reader:
+                lineno = start
+                start = reader.line_num + 1
+                if _EXTRA in row:
+                    raise InputError(
+                        f"row has {len(reader.fieldnames) + len(row[_EXTRA])} columns, "
+                        f"the header has {len(reader.fieldnames)}",
+                        path=path,
+                        line=lineno,
+                    )
+                missing = [k for k, v in row.items() if v is None]
+                if missing:
+                    raise InputError(
+                        f"row has fewer columns than the header (no value for {missing[0]!r})",
+                        path=path,
+                        line=lineno,
+                        field=missing[0],
+                    )
+                if not any((v or "").strip() for v in row.values()):
+                    continue
+                yield lineno, row
+        except csv.Error as e:
+            raise InputError(f"malformed CSV ({e})", path=path, line=reader.line_num) from None
+
+
+def _captions(value: Any, sep: str | None, path: Path, lineno: int, fld: str) -> list[str]:
+    if isinstance(value, str):
+        parts = value.split(sep) if sep else [value]
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        parts = value
+    else:
+        raise InputError(
+            f"expected a string or a list of strings, got {type(value).__name__}",
+            path=path,
+            line=lineno,
+            field=fld,
+        )
+    caps = [p.strip() for p in parts]
+    if not caps or any(not c for c in caps):
+        raise InputError("empty caption", path=path, line=lineno, field=fld)
+    return caps
+
+
+def read_items(
+    path: str | Path,
+    *,
+    image_field: str = DEFAULT_IMAGE_FIELD,
+    caption_field: str | None = None,
+    id_field: str | None = None,
+    caption_sep: str | None = None,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    limit: int | None = None,
+) -> list[SourceItem]:
+    """Parse rows into one :class:`SourceItem` per distinct image (rows of the same image are merged)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("file not found", path=path)
+    fmt = fmt or detect_format(path)
+    if fmt == "csv":
+        rows = _iter_csv_rows(path, delimiter or ("\t" if path.suffix.lower() == ".tsv" else ","))
+    elif fmt == "jsonl":
+        rows = _iter_jsonl_rows(path)
+    else:
+        raise InputError(f"unknown input format {fmt!r}; expected jsonl or csv", path=path)
+
+    items: dict[str, SourceItem] = {}
+    for lineno, row in rows:
+        where = f"{path}:{lineno}"
+        img = row.get(image_field)
+        if not isinstance(img, str) or not img.strip():
+            why = "missing field" if img is None else "expected a non-empty image path"
+            raise InputError(why, path=path, line=lineno, field=image_field)
+        img = img.strip()
+        fld = caption_field or next(
+            (c for c in DEFAULT_CAPTION_FIELDS if c in row), DEFAULT_CAPTION_FIELDS[0]
+        )
+        if row.get(fld) is None:
+            raise InputError("missing field", path=path, line=lineno, field=fld)
+        caps = _captions(row[fld], caption_sep, path, lineno, fld)
+        if id_field is not None:
+            raw = row.get(id_field)
+            if raw is None or (isinstance(raw, str) and not raw.strip()) or not isinstance(raw, str | int):
+                raise InputError(
+                    "missing or invalid image id (string or integer)", path=path, line=lineno, field=id_field
+                )
+            key = str(raw).strip()
+        else:
+            key = img
+        item = items.get(key)
+        if item is None:
+            if limit is not None and len(items) >= limit:
+                continue
+            sid = key if id_field is not None else str(len(items))
+            meta = {k: v for k, v in row.items() if k not in (image_field, fld, id_field, "source_id")}
+            item = items[key] = SourceItem(source_id=sid, img_path=img, captions=[], meta=meta, origin=where)
+        elif item.img_path != img:
+            raise InputError(
+                f"image id {key!r} was given for {item.img_path!r} at {item.origin}, here for {img!r}",
+                path=path,
+                line=lineno,
+                field=id_field,
+            )
+        start = len(item.captions)
+        item.captions += [(f"{item.source_id}.{start + k}", c) for k, c in enumerate(caps)]
+    return list(items.values())
+
+
+def import_generic(
+    input_path: str | Path,
+    images_root: str | Path,
+    out_dir: str | Path,
+    *,
+    image_field: str = DEFAULT_IMAGE_FIELD,
+    caption_field: str | None = None,
+    id_field: str | None = None,
+    caption_sep: str | None = None,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    name: str | None = None,
+    seed: int = 0,
+    all_captions: bool = False,
+    limit: int | None = None,
+    check: str = "decode",
+    show_progress: bool = True,
+    workers: int = 4,
+) -> ImportSummary:
+    """JSONL/CSV rows (image path + captions) -> pool, task 3/task 0 queries and qrels in ``out_dir``.
+
+    ``name`` prefixes every id (default: the input file's stem, reduced to letters, digits, - and _).
+    """
+    started = time.perf_counter()
+    path = Path(input_path)
+    items = read_items(
+        path,
+        image_field=image_field,
+        caption_field=caption_field,
+        id_field=id_field,
+        caption_sep=caption_sep,
+        fmt=fmt,
+        delimiter=delimiter,
+        limit=limit,
+    )
+    if name is None:
+        name = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in path.stem) or "data"
+    return write_dataset(
+        items,
+        images_root=images_root,
+        out_dir=out_dir,
+        name=name,
+        source=str(path),
+        seed=seed,
+        all_captions=all_captions,
+        check=check,
+        show_progress=show_progress,
+        workers=workers,
+        started=started,
+    )

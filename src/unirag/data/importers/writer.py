@@ -1,0 +1,351 @@
+"""Turn image-caption items into the M-BEIR files every later stage reads.
+
+Both importers (COCO, generic JSONL/CSV) parse their input into :class:`SourceItem` s and hand them
+to :func:`write_dataset`, so the id scheme, the image check, the query sampling and the output files
+are defined once.
+
+Id scheme (stable: re-importing the same input gives the same ids):
+
+- image candidate   ``<name>:img:<source_id>``   (COCO: the COCO image id)
+- text candidate    ``<name>:txt:<caption_key>`` (COCO: the caption annotation id)
+- image->text query ``<name>:q3:<source_id>``    (task 3; positives = that image's caption dids)
+- text->image query ``<name>:q0:<caption_key>``  (task 0; positive = the image did)
+
+Pairing: an image and its captions share ``source_id`` (stored in ``src_content``), which is how the
+retrieval stage completes a retrieved caption into an image-caption pair (paper section 3.1).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unirag.data.images import BadImageReport, image_problem
+from unirag.data.mbeir import write_candidates, write_qrels, write_queries
+from unirag.data.records import Candidate, Modality, Query, resolve_image
+from unirag.errors import InputError
+from unirag.runs.atomic import atomic_write_json
+
+POOL_FILE = "pool.jsonl"
+QUERIES_I2T_FILE = "queries_task3_image2text.jsonl"
+QUERIES_T2I_FILE = "queries_task0_text2image.jsonl"
+QRELS_I2T_FILE = "qrels_task3.txt"
+QRELS_T2I_FILE = "qrels_task0.txt"
+SUMMARY_FILE = "import_summary.json"
+
+TASK_TEXT_TO_IMAGE = 0
+TASK_IMAGE_TO_TEXT = 3
+
+CHECK_MODES = ("decode", "verify", "exists", "none")
+
+
+@dataclass
+class SourceItem:
+    """One image with its captions, as parsed from the input (before any image check)."""
+
+    source_id: str
+    img_path: str  # relative to the images root, as written in the input
+    captions: list[tuple[str, str]]  # (caption_key, caption text); keys unique within the dataset
+    meta: dict[str, Any] = field(default_factory=dict)  # licence, urls ... -> src_content
+    origin: str = ""  # "file:line" or "file, images[3]" for messages
+
+
+@dataclass
+class ImportSummary:
+    """What an import wrote and what it skipped (also saved as ``import_summary.json``)."""
+
+    out_dir: Path
+    images_root: Path
+    source: str
+    n_image_candidates: int
+    n_text_candidates: int
+    n_queries_image2text: int
+    n_queries_text2image: int
+    skipped_images: BadImageReport
+    skipped_captions: int
+    images_without_captions: int
+    captions_without_image: int
+    all_captions: bool
+    seed: int
+    check: str
+    seconds: float
+
+    @property
+    def files(self) -> dict[str, Path]:
+        names = {
+            "pool": POOL_FILE,
+            "queries_task3": QUERIES_I2T_FILE,
+            "queries_task0": QUERIES_T2I_FILE,
+            "qrels_task3": QRELS_I2T_FILE,
+            "qrels_task0": QRELS_T2I_FILE,
+            "summary": SUMMARY_FILE,
+        }
+        return {k: self.out_dir / v for k, v in names.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "images_root": str(self.images_root),
+            "pool": {
+                "image": self.n_image_candidates,
+                "text": self.n_text_candidates,
+                "total": self.n_image_candidates + self.n_text_candidates,
+            },
+            "queries": {
+                "task3_image2text": self.n_queries_image2text,
+                "task0_text2image": self.n_queries_text2image,
+            },
+            "text2image_queries": "all captions"
+            if self.all_captions
+            else f"one caption per image, seed {self.seed}",
+            "image_check": self.check,
+            "skipped_images": {
+                "count": len(self.skipped_images),
+                "images": [{"path": p, "reason": r} for p, r in self.skipped_images.bad],
+            },
+            "skipped_captions": self.skipped_captions,
+            "images_without_captions": self.images_without_captions,
+            "captions_without_image": self.captions_without_image,
+            "files": {k: v.name for k, v in self.files.items()},
+            "seconds": round(self.seconds, 3),
+        }
+
+    def format(self) -> str:
+        """A few lines for the terminal."""
+        lines = [
+            f"imported {self.source} -> {self.out_dir}",
+            f"  pool: {self.n_image_candidates} images + {self.n_text_candidates} captions",
+            f"  queries: {self.n_queries_image2text} image->text (task 3), "
+            f"{self.n_queries_text2image} text->image (task 0, "
+            + ("all captions)" if self.all_captions else f"one per image, seed {self.seed})"),
+        ]
+        if self.skipped_images:
+            lines.append("  " + self.skipped_images.summary().replace("\n", "\n  "))
+            lines.append(f"  skipped with them: {self.skipped_captions} caption(s)")
+        elif self.check != "none":
+            lines.append(f"  images checked ({self.check}): all readable")
+        if self.images_without_captions:
+            lines.append(f"  {self.images_without_captions} image(s) have no caption: pool only, no query")
+        if self.captions_without_image:
+            lines.append(
+                f"  {self.captions_without_image} caption(s) name an image id not in the input: skipped"
+            )
+        lines.append(f"  {self.seconds:.2f} s")
+        return "\n".join(lines)
+
+
+def _check_ids(items: list[SourceItem], source: str) -> None:
+    seen_src: dict[str, str] = {}
+    seen_cap: dict[str, str] = {}
+    for it in items:
+        if it.source_id in seen_src:
+            raise InputError(
+                f"duplicate image id {it.source_id!r} (first at {seen_src[it.source_id]})",
+                path=it.origin or source,
+            )
+        seen_src[it.source_id] = it.origin
+        for key, _ in it.captions:
+            if key in seen_cap:
+                raise InputError(
+                    f"duplicate caption id {key!r} (first at {seen_cap[key]})", path=it.origin or source
+                )
+            seen_cap[key] = it.origin
+        for part in (it.source_id, *[k for k, _ in it.captions]):
+            if not part or any(ch.isspace() for ch in part):
+                raise InputError(
+                    f"id {part!r} is empty or contains whitespace (ids go into qrels lines)",
+                    path=it.origin or source,
+                )
+
+
+def _check_images(
+    items: list[SourceItem], images_root: Path, mode: str, show_progress: bool, workers: int
+) -> tuple[BadImageReport, set[str]]:
+    """Report of unusable images and the source ids to skip with them.
+
+    Threads, because Pillow releases the GIL while decoding; results keep the input order.
+    """
+    report = BadImageReport()
+    bad: set[str] = set()
+    if mode == "none":
+        return report, bad
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tqdm.auto import tqdm
+
+    paths = [resolve_image(it.img_path, images_root) for it in items]
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
+        reasons = ex.map(lambda p: image_problem(p, mode), paths, chunksize=16)
+        for it, path, reason in tqdm(
+            zip(items, paths, reasons, strict=True),
+            total=len(items),
+            unit="img",
+            desc=f"checking images ({mode})",
+            disable=not show_progress,
+        ):
+            if reason is not None:
+                report.add(path, reason)
+                bad.add(it.source_id)
+    return report, bad
+
+
+def _root_hint(items: list[SourceItem], images_root: Path) -> str:
+    """A likely fix when no image resolves: paths that already start with the root folder's name."""
+    first = Path(items[0].img_path)
+    if (
+        not first.is_absolute()
+        and first.parts[0] == images_root.name
+        and (images_root.parent / first).exists()
+    ):
+        return f" The paths already start with '{first.parts[0]}/': pass its parent, {images_root.parent}."
+    if len(first.parts) > 1 and (images_root / first.name).exists():
+        return f" {first.name} is directly in the images root, but the paths name a folder '{first.parent}/'."
+    return ""
+
+
+def sample_text_queries(item: SourceItem, seed: int) -> list[tuple[str, str]]:
+    """One caption per image, as the paper samples its text->image queries.
+
+    Seeded per image (``Random(f"{seed}:{source_id}")``) so the choice for an image does not change
+    when other images are added, removed or skipped.
+    """
+    if not item.captions:
+        return []
+    return [random.Random(f"{seed}:{item.source_id}").choice(item.captions)]
+
+
+def build_records(
+    items: list[SourceItem], *, name: str, seed: int = 0, all_captions: bool = False
+) -> tuple[list[Candidate], list[Query], list[Query]]:
+    """The shared pool (each image, then its captions) and the task 3 / task 0 queries of ``items``."""
+    pool: list[Candidate] = []
+    q_i2t: list[Query] = []
+    q_t2i: list[Query] = []
+    for it in items:
+        img_did = f"{name}:img:{it.source_id}"
+        src = json.dumps({**it.meta, "source_id": it.source_id}, ensure_ascii=False)
+        pool.append(
+            Candidate(
+                did=img_did,
+                modality=Modality.IMAGE,
+                img_path=it.img_path,
+                src_content=src,
+                source_id=it.source_id,
+            )
+        )
+        txt_dids = []
+        for key, text in it.captions:
+            did = f"{name}:txt:{key}"
+            txt_dids.append(did)
+            pool.append(
+                Candidate(
+                    did=did,
+                    modality=Modality.TEXT,
+                    txt=text,
+                    src_content=json.dumps({"source_id": it.source_id, "caption_id": key}),
+                    source_id=it.source_id,
+                )
+            )
+        if not txt_dids:
+            continue
+        q_i2t.append(
+            Query(
+                qid=f"{name}:q3:{it.source_id}",
+                modality=Modality.IMAGE,
+                img_path=it.img_path,
+                src_content=json.dumps({"source_id": it.source_id}),
+                pos_cand_list=txt_dids,
+                task_id=TASK_IMAGE_TO_TEXT,
+            )
+        )
+        chosen = it.captions if all_captions else sample_text_queries(it, seed)
+        for key, text in chosen:
+            q_t2i.append(
+                Query(
+                    qid=f"{name}:q0:{key}",
+                    modality=Modality.TEXT,
+                    txt=text,
+                    src_content=json.dumps({"source_id": it.source_id, "caption_id": key}),
+                    pos_cand_list=[img_did],
+                    task_id=TASK_TEXT_TO_IMAGE,
+                )
+            )
+
+    return pool, q_i2t, q_t2i
+
+
+def write_dataset(
+    items: Iterable[SourceItem],
+    *,
+    images_root: str | Path,
+    out_dir: str | Path,
+    name: str,
+    source: str,
+    seed: int = 0,
+    all_captions: bool = False,
+    check: str = "decode",
+    show_progress: bool = True,
+    started: float | None = None,
+    captions_without_image: int = 0,
+    workers: int = 4,
+) -> ImportSummary:
+    """Check images, build the shared pool, the queries of both directions and their qrels; write them."""
+    started = time.perf_counter() if started is None else started
+    if check not in CHECK_MODES:
+        raise InputError(f"unknown image check {check!r}; expected one of {', '.join(CHECK_MODES)}")
+    if not name or any(ch.isspace() or ch == ":" for ch in name):
+        raise InputError(f"dataset name {name!r} must be non-empty, without whitespace or ':'")
+    items = list(items)
+    if not items:
+        raise InputError("no images found in the input", path=source)
+    _check_ids(items, source)
+    images_root = Path(images_root)
+    if check != "none" and not images_root.is_dir():
+        raise InputError("images root is not a directory", path=images_root)
+    report, bad = _check_images(items, images_root, check, show_progress, workers)
+    good = [it for it in items if it.source_id not in bad]
+    skipped_captions = sum(len(it.captions) for it in items) - sum(len(it.captions) for it in good)
+    if not good:
+        first = resolve_image(items[0].img_path, images_root)
+        raise InputError(
+            f"none of the {len(items)} images is readable (image paths are resolved against the "
+            f"images root, e.g. {first}).{_root_hint(items, images_root)}\n{report.summary()}",
+            path=source,
+        )
+
+    pool, q_i2t, q_t2i = build_records(good, name=name, seed=seed, all_captions=all_captions)
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # A rerun into the same folder counts as complete only once its new summary is written.
+    (out_dir / SUMMARY_FILE).unlink(missing_ok=True)
+    write_candidates(out_dir / POOL_FILE, pool)
+    write_queries(out_dir / QUERIES_I2T_FILE, q_i2t)
+    write_queries(out_dir / QUERIES_T2I_FILE, q_t2i)
+    write_qrels(out_dir / QRELS_I2T_FILE, q_i2t)
+    write_qrels(out_dir / QRELS_T2I_FILE, q_t2i)
+    summary = ImportSummary(
+        out_dir=out_dir,
+        images_root=images_root.resolve(),
+        source=source,
+        n_image_candidates=len(good),
+        n_text_candidates=len(pool) - len(good),
+        n_queries_image2text=len(q_i2t),
+        n_queries_text2image=len(q_t2i),
+        skipped_images=report,
+        skipped_captions=skipped_captions,
+        images_without_captions=sum(1 for it in good if not it.captions),
+        captions_without_image=captions_without_image,
+        all_captions=all_captions,
+        seed=seed,
+        check=check,
+        seconds=0.0,
+    )
+    summary.seconds = time.perf_counter() - started
+    atomic_write_json(out_dir / SUMMARY_FILE, summary.to_json())  # last: its presence = import complete
+    return summary

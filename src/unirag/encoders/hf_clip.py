@@ -1,0 +1,111 @@
+"""Hugging Face backend: any CLIP-family dual encoder (CLIP, SigLIP, ...) from a hub id or a local directory.
+
+Loads with ``AutoModel`` + ``AutoProcessor`` and uses the model's own ``get_text_features`` /
+``get_image_features`` projections, so every checkpoint with that interface works without a
+per-architecture class. Fusion of image+text inputs is the base class's CLIP-SF score-level sum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from unirag.encoders._runtime import (
+    check_model_spec,
+    configure_torch_threads,
+    hf_from_pretrained,
+    resolve_device,
+    resolve_dtype,
+    to_pil_images,
+)
+from unirag.encoders.base import Encoder, ImageInput
+from unirag.errors import ConfigError
+
+
+def _features(out) -> Any:
+    """Projected embeddings from ``get_*_features`` (a tensor in transformers 4, an output object in 5)."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out
+    for attr in ("pooler_output", "text_embeds", "image_embeds"):
+        value = getattr(out, attr, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    raise ConfigError(f"cannot find projected features in model output of type {type(out).__name__}")
+
+
+class HFClipEncoder(Encoder):
+    """A CLIP-family checkpoint as an :class:`Encoder`.
+
+    ``spec`` is a hub id (``openai/clip-vit-base-patch32``, ``google/siglip-base-patch16-224``) or a
+    directory written by ``save_pretrained``. ``dtype`` float16 needs a GPU; bfloat16 works on CPU.
+    """
+
+    def __init__(self, spec: str, *, device: str | None = "cpu", dtype: str | None = None,
+                 batch_size: int | None = None, max_text_length: int | None = None) -> None:
+        from transformers import AutoModel, AutoProcessor
+
+        configure_torch_threads()
+        self.spec = check_model_spec(spec)
+        self.device = resolve_device(device)
+        self.torch_dtype = resolve_dtype(dtype, self.device)
+        model = hf_from_pretrained(AutoModel, self.spec, "CLIP-family model")
+        if not (hasattr(model, "get_text_features") and hasattr(model, "get_image_features")):
+            raise ConfigError(
+                f"{spec!r} is a {type(model).__name__}, not a CLIP-family dual encoder "
+                "(it has no get_text_features/get_image_features)"
+            )
+        self.model = model.eval().to(self.device, dtype=self.torch_dtype)
+        self.processor = hf_from_pretrained(AutoProcessor, self.spec, "processor")
+        self.model_type = str(getattr(model.config, "model_type", type(model).__name__))
+        # SigLIP was trained on texts padded to a fixed length; CLIP on dynamically padded ones.
+        self.text_padding = "max_length" if "siglip" in self.model_type else True
+        text_cfg = getattr(model.config, "text_config", None)
+        self.max_text_length = max_text_length or int(getattr(text_cfg, "max_position_embeddings", 77) or 77)
+        self.name = self.spec
+        self.dim = self._probe_dim()
+        self.batch_size = batch_size or 32
+
+    def _probe_dim(self) -> int:
+        cfg = self.model.config
+        dim = getattr(cfg, "projection_dim", None)
+        if isinstance(dim, int) and dim > 0:
+            return dim
+        return int(self._embed_texts(["a"]).shape[-1])
+
+    def config(self) -> dict[str, Any]:
+        return {
+            **super().config(),
+            "backend": "hf-clip",
+            "model": self.spec,
+            "model_type": self.model_type,
+            "model_class": type(self.model).__name__,
+            "revision": getattr(self.model.config, "_commit_hash", None),
+            "dtype": str(self.torch_dtype).removeprefix("torch."),
+            "text_padding": self.text_padding,
+            "max_text_length": self.max_text_length,
+            "fusion": "clip-sf",
+        }
+
+    def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
+        tok = getattr(self.processor, "tokenizer", self.processor)
+        batch = tok(list(texts), padding=self.text_padding, truncation=True, max_length=self.max_text_length,
+                    return_tensors="pt").to(self.device)
+        with torch.inference_mode():
+            feats = _features(self.model.get_text_features(**batch))
+        return feats.float().cpu().numpy()
+
+    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
+        import torch
+
+        pils = to_pil_images(images)
+        proc = getattr(self.processor, "image_processor", self.processor)
+        pixels = proc(images=pils, return_tensors="pt")["pixel_values"].to(self.device, dtype=self.torch_dtype)
+        with torch.inference_mode():
+            feats = _features(self.model.get_image_features(pixel_values=pixels))
+        return feats.float().cpu().numpy()

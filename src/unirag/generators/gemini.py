@@ -1,0 +1,154 @@
+"""Google Gemini through the ``google-genai`` SDK (paper: Gemini-Pro via Vertex AI generate-content).
+
+The typed messages become ``contents`` (text parts and inline image bytes, in order) and a system
+turn becomes ``system_instruction``. The SDK's own retries are disabled; failures are mapped to
+:class:`BackendError` by :mod:`unirag.generators.http_errors` like every other API backend. The key
+comes from ``GEMINI_API_KEY`` or ``GOOGLE_API_KEY``; ``base_url`` points the client elsewhere
+(a proxy, or the test server).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any
+
+from unirag.errors import BackendError, ConfigError
+from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage
+from unirag.generators.http_errors import status_error, transient_error
+from unirag.messages import Message, TextPart
+
+PROVIDER = "Gemini"
+KEY_VARIABLES = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+#: Tokens Gemini counts per input image (1.5 models); used to split the prompt total for pricing.
+IMAGE_TOKENS = 258
+
+
+def render_gemini_contents(messages: list[Message]) -> tuple[str | None, list[dict[str, Any]]]:
+    """Typed messages -> (system instruction, contents) as plain dicts the SDK accepts.
+
+    Images go inline as bytes with their MIME type; the order of parts is kept exactly.
+    """
+    system: list[str] = []
+    contents: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "system":
+            system.append(m.text)
+            continue
+        parts: list[dict[str, Any]] = []
+        for p in m.parts:
+            if isinstance(p, TextPart):
+                parts.append({"text": p.text})
+            else:
+                data, mime = p.encoded()
+                parts.append({"inline_data": {"data": data, "mime_type": mime}})
+        contents.append({"role": "model" if m.role == "assistant" else "user", "parts": parts})
+    return ("\n".join(system) if system else None), contents
+
+
+class GeminiGenerator(TextGenerator):
+    template_family = "gemini"
+    image_mode = "multi-image"
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = None,
+                 timeout: float = 120.0, family: str = "gemini", spec: str | None = None) -> None:
+        self.model = model
+        self.spec = spec or f"gemini:{model}"
+        self.base_url = base_url
+        self.timeout = float(timeout)
+        self.template_family = family
+        self.image_mode = "single-image" if family == "llava" else "multi-image"
+        names = (api_key_env,) if api_key_env else KEY_VARIABLES
+        self.api_key_env = next((n for n in names if os.environ.get(n)), names[0])
+        self._key = os.environ.get(self.api_key_env)
+        if not self._key:
+            raise ConfigError(f"set {' or '.join(names)} (the Gemini API key) in the environment")
+        self._client = None
+        self._client_lock = threading.Lock()
+
+    def _get_client(self):
+        with self._client_lock:
+            if self._client is None:
+                from google import genai
+                from google.genai import types
+
+                http = types.HttpOptions(timeout=int(self.timeout * 1000), base_url=self.base_url,
+                                         retry_options=types.HttpRetryOptions(attempts=1))
+                self._client = genai.Client(api_key=self._key, http_options=http)
+            return self._client
+
+    def request_config(self, system: str | None, options: GenerationOptions) -> dict[str, Any]:
+        config: dict[str, Any] = {"max_output_tokens": options.max_tokens, "temperature": options.temperature}
+        if system:
+            config["system_instruction"] = system
+        if options.seed is not None:
+            config["seed"] = options.seed
+        if options.json_schema is not None:
+            config["response_mime_type"] = "application/json"
+            config["response_json_schema"] = options.json_schema
+        return config
+
+    def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
+        options = options or GenerationOptions()
+        system, contents = render_gemini_contents(messages)
+        client = self._get_client()
+        try:
+            resp = client.models.generate_content(model=self.model, contents=contents,
+                                                  config=self.request_config(system, options))
+        except Exception as e:  # noqa: BLE001 - the SDK raises its own, httpx and JSON errors
+            raise map_gemini_error(e) from None
+        return self._parse(resp, messages)
+
+    def _parse(self, resp: Any, messages: list[Message]) -> Generation:
+        candidates = getattr(resp, "candidates", None) or []
+        if not candidates:
+            feedback = getattr(resp, "prompt_feedback", None)
+            reason = getattr(feedback, "block_reason", None)
+            if reason:
+                raise BackendError(f"{PROVIDER}: the request was blocked ({reason})")
+            raise transient_error(PROVIDER, "malformed response body", "no candidates")
+        content = getattr(candidates[0], "content", None)
+        texts = [p.text for p in (getattr(content, "parts", None) or []) if getattr(p, "text", None)]
+        if not texts:
+            finish = getattr(candidates[0], "finish_reason", None)
+            if finish is not None and "SAFETY" in str(finish):
+                raise BackendError(f"{PROVIDER}: the answer was blocked ({finish})")
+            raise transient_error(PROVIDER, "malformed response body", f"candidate has no text (finish {finish})")
+        meta = getattr(resp, "usage_metadata", None)
+        prompt = int(getattr(meta, "prompt_token_count", 0) or 0)
+        output = int(getattr(meta, "candidates_token_count", 0) or 0)
+        n_images = sum(len(m.images) for m in messages)
+        image_tokens = min(prompt, IMAGE_TOKENS * n_images) if prompt else 0
+        usage = Usage(input_tokens=prompt, input_text_tokens=max(0, prompt - image_tokens), input_images=n_images,
+                      output_tokens=output)
+        finish = getattr(candidates[0], "finish_reason", None)
+        return Generation(text="".join(texts), usage=usage, raw={"finish_reason": str(finish) if finish else None})
+
+    def config(self) -> dict[str, Any]:
+        return {"spec": self.spec, "backend": "gemini", "model": self.model, "base_url": self.base_url,
+                "api_key_env": self.api_key_env, "timeout": self.timeout,
+                "template_family": self.template_family, "image_mode": self.image_mode}
+
+    def close(self) -> None:
+        self._client = None
+
+
+def map_gemini_error(e: Exception) -> BackendError:
+    """SDK / transport exceptions -> BackendError (status decides retryable; Retry-After honoured)."""
+    from google.genai import errors
+
+    if isinstance(e, BackendError):
+        return e
+    if isinstance(e, errors.APIError):
+        headers = getattr(getattr(e, "response", None), "headers", None)
+        return status_error(PROVIDER, e.code, e.message or str(e), headers)
+    name = type(e).__name__
+    module = type(e).__module__ or ""
+    if "Timeout" in name or isinstance(e, TimeoutError):
+        return transient_error(PROVIDER, f"request timed out ({name})")
+    if module.startswith(("httpx", "httpcore")) or isinstance(e, ConnectionError):
+        return transient_error(PROVIDER, "connection failed", f"{name}: {e}")
+    if isinstance(e, json.JSONDecodeError | ValueError):
+        return transient_error(PROVIDER, "malformed response body", f"{name}: {e}")
+    return BackendError(f"{PROVIDER}: unexpected client error {name}: {e}")

@@ -1,0 +1,63 @@
+"""Turn an HTTP failure from any provider SDK into one :class:`BackendError`.
+
+Every API backend (OpenAI, Gemini, image APIs) funnels its SDK exceptions through here, so the
+decision "retry or not, and after how long" is made in one place: the status code decides
+``retryable`` (see :func:`unirag.runs.retry.is_retryable_status`) and a ``Retry-After`` header
+(seconds or an HTTP date) or ``retry-after-ms`` sets the wait.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Mapping
+
+from unirag.errors import BackendError
+from unirag.runs.retry import is_retryable_status
+
+_MAX_MESSAGE = 500
+
+
+def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait as the server asked, or None. Accepts ``retry-after-ms`` and ``Retry-After``."""
+    if not headers:
+        return None
+    lower = {str(k).lower(): v for k, v in dict(headers).items()}
+    ms = lower.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = lower.get("retry-after")
+    if value is None:
+        return None
+    value = str(value).strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def status_error(provider: str, status: int | None, message: str,
+                 headers: Mapping[str, str] | None = None) -> BackendError:
+    """A BackendError for an HTTP error status: retryable for 408/409/429/5xx, permanent otherwise."""
+    text = " ".join(str(message).split())[:_MAX_MESSAGE]
+    hint = ""
+    if status in (401, 403):
+        hint = " (check the API key environment variable)"
+    return BackendError(f"{provider} API error {status}: {text}{hint}", retryable=is_retryable_status(status),
+                        retry_after=parse_retry_after(headers), status=status)
+
+
+def transient_error(provider: str, what: str, detail: str = "") -> BackendError:
+    """Timeouts, connection resets and unreadable response bodies: worth another try."""
+    text = " ".join(str(detail).split())[:_MAX_MESSAGE]
+    return BackendError(f"{provider}: {what}" + (f" ({text})" if text else ""), retryable=True)

@@ -1,0 +1,107 @@
+"""What every image generator backend offers: caption (+ example image-caption pairs) -> one image.
+
+UniRAG's text-to-image task (paper §3.2, §4.3) gives the generator the query caption and, in the
+few-shot modes, k image-caption pairs (random or retrieved) as in-context examples. The request
+carries everything a backend may need so that the run loop never sees a wire format; a backend
+that cannot take reference images says so up front (``max_examples``) so a misconfigured run
+fails before its first call instead of after hours of work.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unirag.errors import ConfigError
+
+# The paper's LaVIT configuration (§4.3 and the official code): 1024x1024, guidance 4.0, 25 steps,
+# seed 1234. API backends ignore what their API has no knob for.
+DEFAULT_WIDTH = 1024
+DEFAULT_HEIGHT = 1024
+DEFAULT_STEPS = 25
+DEFAULT_GUIDANCE = 4.0
+DEFAULT_SEED = 1234
+
+
+@dataclass(frozen=True)
+class ExamplePair:
+    """One in-context example: an image file and the caption that goes with it."""
+
+    image_path: Path
+    caption: str
+    id: str | None = None  # e.g. the pool did of the image (for outputs.jsonl and logs)
+
+
+@dataclass
+class ImageRequest:
+    """One text-to-image call. ``examples`` is empty in zero-shot mode."""
+
+    qid: str
+    caption: str
+    examples: list[ExamplePair] = field(default_factory=list)
+    width: int = DEFAULT_WIDTH
+    height: int = DEFAULT_HEIGHT
+    steps: int = DEFAULT_STEPS
+    guidance: float = DEFAULT_GUIDANCE
+    # One seed for every query (not one per position in the run), so a resumed or reordered run
+    # produces the same picture for the same query.
+    seed: int = DEFAULT_SEED
+
+
+@dataclass
+class GeneratedImage:
+    """The picture (an RGB ``PIL.Image``) and what is worth recording about the call.
+
+    ``meta`` may hold: ``prompt`` (the text as sent), ``usage`` (token counts), ``cost_usd``,
+    ``revised_prompt``, ``source`` (for the retrieval baseline) - all JSON-serialisable.
+    """
+
+    image: Any
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class ImageGenerator(ABC):
+    """Caption (+ examples) -> image. Raises :class:`~unirag.errors.BackendError` on a failed call."""
+
+    #: The spec string it was made from (recorded in the run manifest).
+    spec: str = ""
+    #: How many example pairs one call can take: 0 = text only, None = no fixed limit.
+    max_examples: int | None = None
+    #: At least this many examples are needed (the retrieval baseline needs one to copy).
+    min_examples: int = 0
+    #: Local models run one query at a time; API backends are run concurrently by the run loop.
+    local: bool = False
+
+    def check_k(self, k: int) -> None:
+        """Fail before the run starts when ``k`` examples cannot be given to this backend."""
+        if k < self.min_examples:
+            raise ConfigError(f"generator {self.spec!r} needs at least {self.min_examples} example(s) per query; "
+                              f"got k={k} (use --mode rag or random with --k >= {self.min_examples})")
+        if self.max_examples is not None and k > self.max_examples:
+            if self.max_examples == 0:
+                raise ConfigError(f"generator {self.spec!r} is text-only and cannot take example images; "
+                                  f"use --mode zero-shot (k=0) or a generator that accepts reference images")
+            raise ConfigError(f"generator {self.spec!r} takes at most {self.max_examples} example image(s); "
+                              f"got k={k}")
+
+    def check_size(self, width: int, height: int) -> None:
+        """Fail before the run starts when the backend cannot make ``width`` x ``height`` images."""
+        if width <= 0 or height <= 0:
+            raise ConfigError(f"image size must be positive, got {width}x{height}")
+
+    def prompt_text(self, request: ImageRequest) -> str:
+        """The prompt text this backend sends for ``request`` (saved next to the image)."""
+        return request.caption
+
+    @abstractmethod
+    def generate(self, request: ImageRequest) -> GeneratedImage:
+        """One call."""
+
+    def config(self) -> dict[str, Any]:
+        """Settings worth recording in the manifest (never secrets)."""
+        return {"spec": self.spec}
+
+    def close(self) -> None:  # noqa: B027 - optional hook; most backends hold nothing to release
+        """Release clients or models."""

@@ -1,0 +1,137 @@
+"""``diffusers:<hub id or local dir>``: local text-to-image pipelines, zero-shot or with reference images.
+
+Any pipeline ``DiffusionPipeline.from_pretrained`` can load is accepted. What it can do decides
+the modes it serves: a text-only pipeline (Stable Diffusion, SDXL, FLUX, ...) serves zero-shot; a
+pipeline whose call takes ``input_images`` with ``<img><|image_i|></img>`` placeholders in the
+prompt (OmniGen) also serves few-shot, with the example pairs interleaved as the paper's
+in-context examples. Asking a text-only pipeline for k > 0 is a ConfigError before any work.
+
+Every query uses a fresh ``torch.Generator`` seeded with the request's seed, so the same query
+gives the same pixels whether it runs first, last, or in a resumed run.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from unirag.errors import BackendError, ConfigError
+from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
+from unirag.generators.images.templates import FEW_SHOT_OMNIGEN, render_listed
+
+# How a pipeline takes reference images, recognised from its __call__ signature.
+STYLE_TEXT_ONLY = "text-only"
+STYLE_INTERLEAVED = "interleaved-placeholders"  # OmniGen: prompt placeholders + input_images=[...]
+
+
+def reference_style(call_params: set[str]) -> str:
+    """Which few-shot calling convention a pipeline's ``__call__`` parameters allow."""
+    if "input_images" in call_params:
+        return STYLE_INTERLEAVED
+    return STYLE_TEXT_ONLY
+
+
+def interleaved_prompt(request: ImageRequest) -> tuple[str, list[Path]]:
+    """OmniGen-style prompt text and the matching input image list (image i <-> ``<|image_i|>``)."""
+    text = render_listed(FEW_SHOT_OMNIGEN, request.caption, [e.caption for e in request.examples])
+    return text, [e.image_path for e in request.examples]
+
+
+def call_kwargs(call_params: set[str], request: ImageRequest, prompt: str, images: list[Any],
+                generator: Any) -> tuple[dict[str, Any], list[str]]:
+    """Keyword arguments for ``pipe(...)`` and the names of requested settings the pipeline lacks.
+
+    Only parameters the pipeline declares are passed (pipelines differ: some have no guidance),
+    and the dropped ones are reported so the run records what was really used.
+    """
+    wanted: dict[str, Any] = {"prompt": prompt, "height": request.height, "width": request.width,
+                              "num_inference_steps": request.steps, "guidance_scale": request.guidance,
+                              "generator": generator, "output_type": "pil"}
+    if images:
+        wanted["input_images"] = images
+    kwargs = {k: v for k, v in wanted.items() if k in call_params}
+    dropped = sorted(k for k in wanted if k not in call_params and k not in ("output_type",))
+    if images and "input_images" not in kwargs:
+        raise ConfigError("this pipeline does not accept reference images (no 'input_images' argument)")
+    return kwargs, dropped
+
+
+def _load_pipeline(model: str, device: str, torch_dtype: Any):
+    from diffusers import DiffusionPipeline
+
+    from unirag.encoders._runtime import check_model_spec, hf_from_pretrained
+
+    spec = check_model_spec(model)
+    if Path(spec).is_dir() and not (Path(spec) / "model_index.json").is_file():
+        raise ConfigError(f"{model} is not a diffusers pipeline directory (no model_index.json); "
+                          "save one with pipeline.save_pretrained(DIR)")
+    try:
+        pipe = hf_from_pretrained(DiffusionPipeline, spec, "diffusers pipeline", torch_dtype=torch_dtype)
+    except (NameError, ImportError) as e:
+        # diffusers leaves optional modules undefined when an extra (torchvision for OmniGen) is absent.
+        raise ConfigError(f"cannot build diffusers pipeline {model!r}: {e}; this pipeline needs an optional "
+                          "package that is not installed (OmniGen needs torchvision)") from None
+    pipe.to(device)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+class DiffusersImageGenerator(ImageGenerator):
+    """A diffusers pipeline, one query at a time (the GPU is the bottleneck, not the loop)."""
+
+    local = True
+
+    def __init__(self, model: str, *, spec: str | None = None, device: str | None = "auto",
+                 dtype: str | None = "auto", pipeline: Any = None) -> None:
+        """``pipeline``: an already built pipeline object (programmatic use); otherwise ``model`` is loaded."""
+        from unirag.encoders._runtime import configure_torch_threads, resolve_device, resolve_dtype
+
+        configure_torch_threads()
+        self.model = model
+        self.spec = spec or f"diffusers:{model}"
+        self.device = resolve_device(device)
+        if dtype in (None, "auto"):
+            dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
+        self.dtype = dtype
+        self._pipe = pipeline if pipeline is not None else _load_pipeline(model, self.device,
+                                                                          resolve_dtype(dtype, self.device))
+        self._call_params = set(inspect.signature(self._pipe.__call__).parameters)
+        self.style = reference_style(self._call_params)
+        self.max_examples = 0 if self.style == STYLE_TEXT_ONLY else None
+
+    def _prompt(self, request: ImageRequest) -> tuple[str, list[Path]]:
+        return interleaved_prompt(request)
+
+    def prompt_text(self, request: ImageRequest) -> str:
+        return self._prompt(request)[0]
+
+    def generate(self, request: ImageRequest) -> GeneratedImage:
+        import torch
+
+        from unirag.encoders._runtime import to_pil_images
+
+        self.check_k(len(request.examples))
+        prompt, paths = self._prompt(request)
+        images = to_pil_images(paths)
+        gen_device = self.device if self.device.startswith("cuda") else "cpu"
+        generator = torch.Generator(gen_device).manual_seed(int(request.seed))
+        kwargs, dropped = call_kwargs(self._call_params, request, prompt, images, generator)
+        try:
+            with torch.inference_mode():
+                out = self._pipe(**kwargs)
+        except torch.OutOfMemoryError as e:
+            raise BackendError(f"diffusers {self.model}: out of memory for query {request.qid} "
+                               f"({request.width}x{request.height}, {len(images)} reference image(s)): {e}") from None
+        image = out.images[0] if hasattr(out, "images") else out[0][0]
+        meta: dict[str, Any] = {"prompt": prompt, "pipeline": type(self._pipe).__name__}
+        if dropped:
+            meta["ignored_settings"] = dropped
+        return GeneratedImage(image=image.convert("RGB"), meta=meta)
+
+    def config(self) -> dict[str, Any]:
+        return {"spec": self.spec, "backend": "diffusers", "model": self.model, "device": self.device,
+                "dtype": self.dtype, "pipeline": type(self._pipe).__name__, "reference_style": self.style}
+
+    def close(self) -> None:
+        self._pipe = None

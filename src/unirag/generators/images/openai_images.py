@@ -1,0 +1,201 @@
+"""``openai-image:<model>``: OpenAI's images API (gpt-image-1, dall-e-3) through the official SDK.
+
+Zero-shot goes to ``images.generate`` with the caption as the prompt. Few-shot goes to
+``images.edit``, the endpoint that takes reference images: the example images are attached in
+order and the prompt (``image_fewshot_api.txt``) numbers them with their captions before asking
+for the query caption. The image comes back base64-encoded and is decoded here.
+
+The SDK's own retries are off (``max_retries=0``); failures become BackendError through
+:mod:`unirag.generators.http_errors`, and the shared retry loop honours ``Retry-After``. The key
+comes from the environment only.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import io
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from unirag.errors import BackendError, ConfigError
+from unirag.generators.http_errors import status_error, transient_error
+from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
+from unirag.generators.images.templates import FEW_SHOT_API, render_listed
+from unirag.messages import ImagePart
+
+PROVIDER = "OpenAI images"
+_OFFICIAL_HOST = "api.openai.com"
+LOCAL_DUMMY_KEY = "unused-local-server"
+
+# Sizes each model accepts (checked before the run, so a bad --width/--height is one clear error
+# instead of a 400 per query). Unknown models (compatible servers) are not checked.
+_SIZES = {
+    "gpt-image": {"1024x1024", "1536x1024", "1024x1536", "auto"},
+    "dall-e-3": {"1024x1024", "1792x1024", "1024x1792"},
+    "dall-e-2": {"256x256", "512x512", "1024x1024"},
+}
+# USD per 1M tokens, OpenAI's published gpt-image-1 rates (override with the ``prices`` option).
+DEFAULT_PRICES_PER_1M = {
+    "gpt-image-1": {"input_text": 5.0, "input_image": 10.0, "output_image": 40.0},
+}
+
+
+def _family(model: str) -> str | None:
+    for prefix in _SIZES:
+        if model.startswith(prefix):
+            return prefix
+    return None
+
+
+@contextlib.contextmanager
+def openai_errors(provider: str, timeout: float) -> Iterator[None]:
+    """Translate the openai SDK's exceptions raised inside the block into BackendError."""
+    import openai
+
+    try:
+        yield
+    except openai.APIStatusError as e:
+        raise status_error(provider, e.status_code, e.message, e.response.headers) from None
+    except openai.APITimeoutError:
+        raise transient_error(provider, f"request timed out after {timeout:g}s") from None
+    except openai.APIConnectionError as e:
+        raise transient_error(provider, "connection failed", str(e.__cause__ or e)) from None
+    except (openai.APIResponseValidationError, ValueError) as e:
+        raise transient_error(provider, "malformed response body", str(e)) from None
+
+
+def decode_b64_image(b64: Any, provider: str):
+    """Base64 image bytes -> RGB PIL image; a body that is not an image is a (transient) BackendError."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not isinstance(b64, str) or not b64:
+        raise transient_error(provider, "malformed response body", "no base64 image data")
+    try:
+        raw = base64.b64decode(b64, validate=True)
+        with Image.open(io.BytesIO(raw)) as im:
+            im.load()
+            return im.convert("RGB")
+    except (binascii.Error, UnidentifiedImageError, OSError, ValueError) as e:
+        raise transient_error(provider, "response image could not be decoded", str(e)) from None
+
+
+def usage_and_cost(usage: Any, prices: dict[str, float] | None) -> tuple[dict[str, int], float | None]:
+    """Token counts of an images response and their cost (None when the model has no price)."""
+    if usage is None:
+        return {}, None
+    details = getattr(usage, "input_tokens_details", None)
+    counts = {"input_tokens": int(getattr(usage, "input_tokens", 0) or 0),
+              "input_text_tokens": int(getattr(details, "text_tokens", 0) or 0),
+              "input_image_tokens": int(getattr(details, "image_tokens", 0) or 0),
+              "output_tokens": int(getattr(usage, "output_tokens", 0) or 0)}
+    if not prices:
+        return counts, None
+    text_in = counts["input_text_tokens"] or (counts["input_tokens"] - counts["input_image_tokens"])
+    cost = (text_in * prices.get("input_text", 0.0) + counts["input_image_tokens"] * prices.get("input_image", 0.0)
+            + counts["output_tokens"] * prices.get("output_image", 0.0)) / 1e6
+    return counts, round(cost, 6)
+
+
+class OpenAIImageGenerator(ImageGenerator):
+    """Thread-safe: one SDK client shared by the run loop's worker threads."""
+
+    local = False
+
+    def __init__(self, model: str, *, spec: str | None = None, base_url: str | None = None,
+                 api_key_env: str = "OPENAI_API_KEY", timeout: float = 300.0, quality: str | None = None,
+                 prices: dict[str, float] | None = None) -> None:
+        self.model = model
+        self.spec = spec or f"openai-image:{model}"
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        self.api_key_env = api_key_env
+        self.timeout = float(timeout)
+        self.quality = quality
+        self.prices = prices if prices is not None else DEFAULT_PRICES_PER_1M.get(model)
+        # dall-e-2 edits take one image; dall-e-3 has no edit endpoint; gpt-image models take up to 16.
+        family = _family(model)
+        self.max_examples = {"dall-e-3": 0, "dall-e-2": 1, "gpt-image": 16}.get(family or "", None)
+        key = os.environ.get(api_key_env)
+        if not key:
+            if self.base_url and _OFFICIAL_HOST not in self.base_url:
+                key = LOCAL_DUMMY_KEY
+            else:
+                raise ConfigError(f"set the {api_key_env} environment variable (the OpenAI API key), "
+                                  "or give --base-url for a local OpenAI-compatible images server")
+        self._key = key
+        self._client = None
+        self._lock = threading.Lock()
+
+    def check_size(self, width: int, height: int) -> None:
+        super().check_size(width, height)
+        family = _family(self.model)
+        size = f"{width}x{height}"
+        if family is not None and size not in _SIZES[family]:
+            raise ConfigError(f"{self.model} cannot make {size} images; supported sizes: "
+                              + ", ".join(sorted(_SIZES[family])))
+
+    def _get_client(self):
+        with self._lock:
+            if self._client is None:
+                from openai import OpenAI
+
+                self._client = OpenAI(api_key=self._key, base_url=self.base_url, max_retries=0, timeout=self.timeout)
+            return self._client
+
+    def prompt_text(self, request: ImageRequest) -> str:
+        return render_listed(FEW_SHOT_API, request.caption, [e.caption for e in request.examples])
+
+    def request_args(self, request: ImageRequest) -> dict[str, Any]:
+        """Keyword arguments of ``images.generate`` (k = 0) or ``images.edit`` (k > 0)."""
+        args: dict[str, Any] = {"model": self.model, "prompt": self.prompt_text(request), "n": 1,
+                                "size": f"{request.width}x{request.height}"}
+        if _family(self.model) == "gpt-image":
+            args["output_format"] = "png"  # lossless; gpt-image models always answer in base64
+        else:
+            args["response_format"] = "b64_json"
+        if self.quality:
+            args["quality"] = self.quality
+        if request.examples:
+            files = []
+            for i, ex in enumerate(request.examples, start=1):
+                data, mime = ImagePart(path=ex.image_path).encoded()
+                ext = {"image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif"}.get(mime, "png")
+                files.append((f"example_{i}.{ext}", data, mime))
+            args["image"] = files
+        return args
+
+    def generate(self, request: ImageRequest) -> GeneratedImage:
+        self.check_k(len(request.examples))
+        args = self.request_args(request)
+        client = self._get_client()
+        with openai_errors(PROVIDER, self.timeout):
+            if request.examples:
+                resp = client.images.edit(**args)
+            else:
+                resp = client.images.generate(**args)
+        data = getattr(resp, "data", None)
+        if not data:
+            raise transient_error(PROVIDER, "malformed response body", "no data[] in the response")
+        first = data[0]
+        if getattr(first, "b64_json", None) is None and getattr(first, "url", None):
+            raise BackendError(f"{PROVIDER}: the server returned a URL instead of base64 image data")
+        image = decode_b64_image(getattr(first, "b64_json", None), PROVIDER)
+        usage, cost = usage_and_cost(getattr(resp, "usage", None), self.prices)
+        meta: dict[str, Any] = {"prompt": args["prompt"], "usage": usage, "cost_usd": cost}
+        if getattr(first, "revised_prompt", None):
+            meta["revised_prompt"] = first.revised_prompt
+        return GeneratedImage(image=image, meta=meta)
+
+    def config(self) -> dict[str, Any]:
+        return {"spec": self.spec, "backend": "openai-image", "model": self.model, "base_url": self.base_url,
+                "api_key_env": self.api_key_env, "timeout": self.timeout, "quality": self.quality,
+                "prices_per_1m_tokens": self.prices}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None

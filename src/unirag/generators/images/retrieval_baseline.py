@@ -1,0 +1,42 @@
+"""``retrieval:top1``: return the top-1 retrieved example's image unchanged (paper Table 5 rows 1a/1b).
+
+The offline baseline of the text-to-image task: no model, no network. It shows how far the
+retriever alone gets, and lets the whole pipeline (selection -> run directory -> metrics) run end
+to end on a laptop. The image is decoded and re-saved as PNG, so its pixels equal the source's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unirag.data.images import load_rgb
+from unirag.errors import ConfigError
+from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
+
+STRATEGIES = ("top1",)
+
+
+class RetrievalImageGenerator(ImageGenerator):
+    min_examples = 1
+    max_examples = None
+    local = True  # reading a file: nothing to parallelise over
+
+    def __init__(self, strategy: str, *, spec: str | None = None) -> None:
+        if strategy not in STRATEGIES:
+            raise ConfigError(f"unknown retrieval image baseline {strategy!r}; expected one of: "
+                              + ", ".join(f"retrieval:{s}" for s in STRATEGIES))
+        self.strategy = strategy
+        self.spec = spec or f"retrieval:{strategy}"
+
+    def prompt_text(self, request: ImageRequest) -> str:
+        return request.caption
+
+    def generate(self, request: ImageRequest) -> GeneratedImage:
+        if not request.examples:
+            raise ConfigError(f"{self.spec} needs at least one example per query (query {request.qid} has none)")
+        top = request.examples[0]
+        return GeneratedImage(image=load_rgb(top.image_path),
+                              meta={"source": top.id, "source_path": str(top.image_path)})
+
+    def config(self) -> dict[str, Any]:
+        return {"spec": self.spec, "backend": "retrieval", "strategy": self.strategy}

@@ -1,0 +1,174 @@
+"""OpenAI-compatible chat completions: GPT-4o, and local servers (vLLM, Ollama, LM Studio, llama.cpp).
+
+One backend for every server that speaks ``/v1/chat/completions``: the base URL and model name
+are options, so ``openai:gpt-4o`` and ``openai:llava-hf/llava-1.5-7b-hf --base-url
+http://localhost:8000/v1`` differ only in configuration. The SDK's own retries are switched off
+(``max_retries=0``): the shared retry loop (:mod:`unirag.runs.retry`) decides, honouring
+``Retry-After``. The API key comes from the environment only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import threading
+from typing import Any
+
+from unirag.errors import BackendError, ConfigError
+from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage
+from unirag.generators.http_errors import status_error, transient_error
+from unirag.messages import ImagePart, Message, TextPart
+
+PROVIDER = "OpenAI-compatible"
+_OFFICIAL_HOST = "api.openai.com"
+LOCAL_DUMMY_KEY = "unused-local-server"
+
+
+def render_openai_messages(messages: list[Message], detail: str | None = None) -> list[dict[str, Any]]:
+    """Typed messages -> chat-completions ``messages``: text-only turns as strings, others as parts."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if not m.images:
+            out.append({"role": m.role, "content": m.text})
+            continue
+        content: list[dict[str, Any]] = []
+        for p in m.parts:
+            if isinstance(p, TextPart):
+                content.append({"type": "text", "text": p.text})
+            else:
+                url: dict[str, Any] = {"url": p.data_url()}
+                if detail:
+                    url["detail"] = detail
+                content.append({"type": "image_url", "image_url": url})
+        out.append({"role": m.role, "content": content})
+    return out
+
+
+def _image_size(part: ImagePart) -> tuple[int, int]:
+    from PIL import Image
+
+    if part.path is not None:
+        with Image.open(part.path) as im:
+            return im.size
+    with Image.open(io.BytesIO(part.data)) as im:
+        return im.size
+
+
+def openai_image_tokens(width: int, height: int, detail: str | None = None) -> int:
+    """Tokens GPT-4o bills for one image (OpenAI's published tile formula).
+
+    ``low``: 85. ``high``/``auto``: fit within 2048x2048, scale the shortest side to 768, then
+    85 + 170 per 512-pixel tile. Used to split the reported prompt total into text and image tokens.
+    """
+    if detail == "low":
+        return 85
+    scale = min(1.0, 2048 / max(width, height))
+    w, h = width * scale, height * scale
+    scale = min(1.0, 768 / min(w, h))
+    w, h = w * scale, h * scale
+    return 85 + 170 * math.ceil(w / 512) * math.ceil(h / 512)
+
+
+class OpenAIChatGenerator(TextGenerator):
+    """Chat completions through the official ``openai`` SDK (thread-safe: one client, many calls)."""
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 timeout: float = 120.0, family: str = "gpt4o", detail: str | None = None,
+                 spec: str | None = None) -> None:
+        if not model:
+            raise ConfigError("openai spec needs a model name, e.g. 'openai:gpt-4o'")
+        self.model = model
+        self.spec = spec or f"openai:{model}"
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        self.api_key_env = api_key_env
+        self.timeout = float(timeout)
+        self.detail = detail
+        self.template_family = family
+        self.image_mode = "single-image" if family == "llava" else "multi-image"
+        key = os.environ.get(api_key_env)
+        if not key:
+            if self.base_url and _OFFICIAL_HOST not in self.base_url:
+                key = LOCAL_DUMMY_KEY  # local servers usually ignore the key
+            else:
+                raise ConfigError(f"set the {api_key_env} environment variable (the OpenAI API key), "
+                                  "or give --base-url for a local OpenAI-compatible server")
+        self._key = key
+        self._client = None
+        self._client_lock = threading.Lock()
+
+    def _get_client(self):
+        with self._client_lock:
+            if self._client is None:
+                from openai import OpenAI
+
+                self._client = OpenAI(api_key=self._key, base_url=self.base_url, max_retries=0,
+                                      timeout=self.timeout)
+            return self._client
+
+    def request_body(self, messages: list[Message], options: GenerationOptions) -> dict[str, Any]:
+        """The keyword arguments of ``chat.completions.create`` (also what the tests compare)."""
+        body: dict[str, Any] = {"model": self.model, "messages": render_openai_messages(messages, self.detail),
+                                "max_tokens": options.max_tokens, "temperature": options.temperature}
+        if options.seed is not None:
+            body["seed"] = options.seed
+        if options.json_schema is not None:
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": "output", "schema": options.json_schema}}
+        return body
+
+    def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
+        options = options or GenerationOptions()
+        body = self.request_body(messages, options)
+        client = self._get_client()
+        import openai
+
+        try:
+            resp = client.chat.completions.create(**body)
+        except openai.APIStatusError as e:
+            raise status_error(PROVIDER, e.status_code, e.message, e.response.headers) from None
+        except openai.APITimeoutError:
+            raise transient_error(PROVIDER, f"request timed out after {self.timeout:g}s") from None
+        except openai.APIConnectionError as e:
+            raise transient_error(PROVIDER, "connection failed", str(e.__cause__ or e)) from None
+        except (openai.APIResponseValidationError, json.JSONDecodeError, ValueError) as e:
+            raise transient_error(PROVIDER, "malformed response body", str(e)) from None
+        return self._parse(resp, messages)
+
+    def _parse(self, resp: Any, messages: list[Message]) -> Generation:
+        choices = getattr(resp, "choices", None)
+        if not isinstance(choices, list) or not choices:
+            raise transient_error(PROVIDER, "malformed response body", "no choices")
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        text = getattr(message, "content", None)
+        finish = getattr(choice, "finish_reason", None)
+        if text is None:
+            if finish == "content_filter":
+                raise BackendError(f"{PROVIDER}: the provider refused the request (content filter)")
+            raise transient_error(PROVIDER, "malformed response body", "choice has no message content")
+        if not isinstance(text, str):
+            raise transient_error(PROVIDER, "malformed response body", "content is not a string")
+        usage = self._usage(getattr(resp, "usage", None), messages)
+        return Generation(text=text, usage=usage, raw={"finish_reason": finish, "model": getattr(resp, "model", None)})
+
+    def _usage(self, reported: Any, messages: list[Message]) -> Usage:
+        images = [p for m in messages for p in m.images]
+        prompt = int(getattr(reported, "prompt_tokens", 0) or 0)
+        output = int(getattr(reported, "completion_tokens", 0) or 0)
+        image_tokens = sum(openai_image_tokens(*_image_size(p), self.detail) for p in images)
+        image_tokens = min(image_tokens, prompt) if prompt else image_tokens
+        return Usage(input_tokens=prompt, input_text_tokens=max(0, prompt - image_tokens), input_images=len(images),
+                     input_image_tokens=image_tokens, output_tokens=output)
+
+    def config(self) -> dict[str, Any]:
+        # No key here: manifests must never hold secrets (only the variable's name).
+        return {"spec": self.spec, "backend": "openai", "model": self.model, "base_url": self.base_url,
+                "api_key_env": self.api_key_env, "timeout": self.timeout, "detail": self.detail,
+                "template_family": self.template_family, "image_mode": self.image_mode}
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

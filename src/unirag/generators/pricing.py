@@ -1,0 +1,111 @@
+"""API cost accounting: usage x price, per call and per run.
+
+Defaults are the paper's Table 8 (USD per 1000 tokens; Gemini images per image). The table lists
+GPT-4o image input per 1000 *tokens*; OpenAI reports one prompt-token total, so the GPT-4o backend
+splits it with OpenAI's published image-token formula. Prices change: override them with a JSON or
+YAML file (``--prices``) mapping a model name to any of the fields of :class:`Price`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from unirag.errors import ConfigError, InputError
+from unirag.generators.base import Usage
+
+
+@dataclass(frozen=True)
+class Price:
+    input_text_per_1k: float = 0.0
+    input_image_per_1k_tokens: float = 0.0
+    input_image_each: float = 0.0
+    output_per_1k: float = 0.0
+
+    def cost(self, usage: Usage) -> float:
+        text_tokens = usage.input_text_tokens or max(0, usage.input_tokens - usage.input_image_tokens)
+        return (text_tokens / 1000 * self.input_text_per_1k
+                + usage.input_image_tokens / 1000 * self.input_image_per_1k_tokens
+                + usage.input_images * self.input_image_each
+                + usage.output_tokens / 1000 * self.output_per_1k)
+
+
+_GEMINI_PRO = Price(input_text_per_1k=0.000125, input_image_each=0.0025, output_per_1k=0.000375)
+DEFAULT_PRICES: dict[str, Price] = {
+    "gpt-4o": Price(input_text_per_1k=0.005, input_image_per_1k_tokens=0.015, output_per_1k=0.005),
+    "gemini-pro": _GEMINI_PRO,
+    "gemini-1.0-pro": _GEMINI_PRO,
+    "gemini-1.0-pro-vision": _GEMINI_PRO,
+    "gemini-1.5-pro": _GEMINI_PRO,
+}
+FREE_BACKENDS = ("hf", "retrieval")
+_VERSION_SUFFIX = re.compile(r"^-(\d|latest|preview)")
+
+
+def price_for(spec: str, table: dict[str, Price] | None = None) -> Price | None:
+    """The price of a generator spec; local backends are free; None when the model is not in the table.
+
+    A model matches a table entry exactly or with a version suffix (``gpt-4o-2024-05-13`` is
+    ``gpt-4o``; ``gpt-4o-mini`` is not).
+    """
+    prefix, _, model = spec.partition(":")
+    if prefix in FREE_BACKENDS:
+        return Price()
+    table = table if table is not None else DEFAULT_PRICES
+    model = model.rsplit("/", 1)[-1]
+    if model in table:
+        return table[model]
+    best = None
+    for name in table:
+        if model.startswith(name) and _VERSION_SUFFIX.match(model[len(name):]):
+            if best is None or len(name) > len(best):
+                best = name
+    return table[best] if best is not None else None
+
+
+def load_prices(path: str | Path) -> dict[str, Price]:
+    """Defaults updated with a JSON/YAML file ``{model: {input_text_per_1k: ..., ...}}``."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError("prices file not found", path=path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as e:  # noqa: BLE001 - json and yaml raise different types
+        raise InputError(f"cannot parse prices ({e})", path=path) from None
+    if not isinstance(data, dict):
+        raise InputError("expected a mapping model -> prices", path=path)
+    return merge_prices(data, str(path))
+
+
+def merge_prices(data: dict[str, Any], where: str = "prices") -> dict[str, Price]:
+    allowed = {f.name for f in fields(Price)}
+    table = dict(DEFAULT_PRICES)
+    for model, values in data.items():
+        if not isinstance(values, dict):
+            raise InputError(f"prices for {model!r} must be a mapping", path=where, field=str(model))
+        bad = set(values) - allowed
+        if bad:
+            raise InputError(f"unknown price field(s) {', '.join(sorted(bad))}; allowed: {', '.join(sorted(allowed))}",
+                             path=where, field=str(model))
+        try:
+            table[str(model)] = Price(**{k: float(v) for k, v in values.items()})
+        except (TypeError, ValueError):
+            raise InputError("prices must be numbers", path=where, field=str(model)) from None
+    return table
+
+
+def price_entry(price: Price | None) -> dict[str, float] | None:
+    return asdict(price) if price is not None else None
+
+
+def cost_usd(usage: Usage, price: Price | None) -> float | None:
+    return round(price.cost(usage), 8) if price is not None else None

@@ -1,0 +1,71 @@
+"""Caption (text) generators by spec string: ``PREFIX:NAME``.
+
+``openai:gpt-4o``                chat completions (any OpenAI-compatible server with ``base_url``)
+``gemini:gemini-1.5-pro``        Google Gemini through ``google-genai``
+``hf:llava-hf/llava-1.5-7b-hf``  a local Hugging Face VLM (hub id or local directory)
+``retrieval:top1``               the top-1 retrieved caption (paper rows 1a/1b); no model
+``retrieval:consensus``          the retrieved caption most similar to the other top-k ones
+
+Options are passed as keyword arguments; each backend takes the ones it understands and the
+rest are ignored, so one CLI option set (``--base-url``, ``--device``, ...) serves every backend.
+Backends are imported only when selected (the SDKs and torch are heavy).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from unirag.errors import ConfigError
+from unirag.generators.base import TextGenerator
+
+# prefix -> ("module:class", what NAME means)
+BACKENDS: dict[str, tuple[str, str]] = {
+    "openai": ("unirag.generators.openai_compat:OpenAIChatGenerator", "model name, e.g. openai:gpt-4o"),
+    "gemini": ("unirag.generators.gemini:GeminiGenerator", "model name, e.g. gemini:gemini-1.5-pro"),
+    "hf": ("unirag.generators.hf_vlm:HFVisionLanguageGenerator",
+           "hub id or local dir, e.g. hf:llava-hf/llava-1.5-7b-hf"),
+    "retrieval": ("unirag.generators.retrieval_baseline:RetrievalCaptioner", "top1 or consensus"),
+}
+
+FAMILIES = ("llava", "gpt4o", "gemini")
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """``'openai:gpt-4o'`` -> ``('openai', 'gpt-4o')``; unknown prefixes raise ConfigError."""
+    prefix, sep, name = str(spec).partition(":")
+    prefix = prefix.strip().lower()
+    if not sep or prefix not in BACKENDS:
+        valid = "; ".join(f"{p}:<{what}>" for p, (_, what) in BACKENDS.items())
+        raise ConfigError(f"unknown generator spec {spec!r}; valid forms: {valid}")
+    name = name.strip()
+    if not name:
+        raise ConfigError(f"generator spec {spec!r} lacks a name after '{prefix}:' ({BACKENDS[prefix][1]})")
+    return prefix, name
+
+
+def _backend_class(prefix: str):
+    module_name, attr = BACKENDS[prefix][0].split(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def load_text_generator(spec: str, **opts: Any) -> TextGenerator:
+    """Build the generator a spec names. Options set to None are treated as not given.
+
+    Common options: ``base_url``, ``timeout``, ``family`` (prompt template family override, e.g.
+    ``llava`` for a LLaVA model served through an OpenAI-compatible server), ``device``, ``dtype``,
+    ``batch_size``, ``api_key_env``. Secrets are never options: keys come from the environment.
+    """
+    prefix, name = parse_spec(spec)
+    family = opts.get("family")
+    if family is not None and family not in FAMILIES:
+        raise ConfigError(f"unknown prompt family {family!r}; expected one of {', '.join(FAMILIES)}")
+    cls = _backend_class(prefix)
+    params = inspect.signature(cls.__init__).parameters
+    kwargs = {k: v for k, v in opts.items() if v is not None and k in params and k != "self"}
+    return cls(name, spec=f"{prefix}:{name}", **kwargs)
+
+
+def available_prefixes() -> list[str]:
+    return list(BACKENDS)

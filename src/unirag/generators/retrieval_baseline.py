@@ -1,0 +1,112 @@
+"""Captioners that need no language model: they return a retrieved caption (paper rows 1a/1b).
+
+``retrieval:top1`` returns the caption of the top-ranked retrieved pair, as the paper scores its
+retrievers. ``retrieval:consensus`` re-ranks the top-k retrieved captions and returns the one most
+similar on average to the others (consensus re-ranking, in the spirit of Devlin et al. 2015's
+nearest-neighbour captioning): a caption that agrees with many neighbours is less likely to
+describe a near-duplicate's idiosyncrasies. Similarity is the cosine of MiniLM sentence embeddings
+(the encoder shipped with unirag), or ``similarity="lexical"``: the cosine of unigram+bigram counts
+of lower-cased words, which needs nothing but Python. These run offline and are the default.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from unirag.errors import BackendError, ConfigError
+from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage
+from unirag.messages import Message
+
+STRATEGIES = ("top1", "consensus")
+SIMILARITIES = ("minilm", "lexical")
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def lexical_vector(text: str) -> Counter:
+    words = _WORD.findall(text.lower())
+    return Counter(words) + Counter(" ".join(p) for p in zip(words, words[1:], strict=False))
+
+
+def lexical_similarity(captions: Sequence[str]):
+    import numpy as np
+
+    vecs = [lexical_vector(c) for c in captions]
+    norms = [sum(v * v for v in vec.values()) ** 0.5 for vec in vecs]
+    n = len(captions)
+    sim = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i, n):
+            dot = sum(cnt * vecs[j].get(tok, 0) for tok, cnt in vecs[i].items())
+            s = dot / (norms[i] * norms[j]) if norms[i] and norms[j] else 0.0
+            sim[i, j] = sim[j, i] = s
+    return sim
+
+
+def consensus_index(sim) -> int:
+    """Index of the caption with the highest mean similarity to the others (ties: the better-ranked)."""
+    import numpy as np
+
+    n = sim.shape[0]
+    if n == 1:
+        return 0
+    mean = (sim.sum(axis=1) - np.diag(sim)) / (n - 1)
+    return int(np.flatnonzero(mean >= mean.max() - 1e-9)[0])
+
+
+class RetrievalCaptioner(TextGenerator):
+    """Returns a retrieved caption; the pipeline passes the examples instead of a prompt."""
+
+    image_mode = "multi-image"
+    template_family = "gpt4o"
+    #: Pipelines call :meth:`caption_from_examples` instead of building a prompt.
+    uses_examples = True
+
+    def __init__(self, strategy: str, *, similarity: str = "minilm", text_encoder: str | None = None,
+                 device: str | None = None, spec: str | None = None) -> None:
+        if strategy not in STRATEGIES:
+            raise ConfigError(f"unknown retrieval captioner {strategy!r}; expected retrieval:top1 or "
+                              "retrieval:consensus")
+        if similarity not in SIMILARITIES:
+            raise ConfigError(f"unknown similarity {similarity!r}; expected one of {', '.join(SIMILARITIES)}")
+        self.strategy = strategy
+        self.similarity = similarity
+        self.text_encoder = text_encoder
+        self.device = device or "cpu"
+        self.spec = spec or f"retrieval:{strategy}"
+        self._encoder = None
+        self._lock = threading.Lock()
+
+    def _similarity(self, captions: Sequence[str]):
+        if self.similarity == "lexical":
+            return lexical_similarity(captions)
+        with self._lock:
+            if self._encoder is None:
+                from unirag.encoders.registry import load_text_encoder
+
+                self._encoder = load_text_encoder(self.text_encoder, device=self.device)
+            emb = self._encoder.encode_texts(list(captions))
+        return emb @ emb.T  # embeddings are L2-normalised: cosine
+
+    def caption_from_examples(self, captions: Sequence[str]) -> Generation:
+        captions = [c for c in captions if c and c.strip()]
+        if not captions:
+            raise BackendError(f"{self.spec}: no retrieved captions for this query (need k >= 1 and a "
+                               "retrieval run with pairs)")
+        if self.strategy == "top1" or len(captions) == 1:
+            chosen = 0
+        else:
+            chosen = consensus_index(self._similarity(captions))
+        return Generation(text=captions[chosen], usage=Usage(), raw={"chosen_rank": chosen + 1})
+
+    def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
+        raise ConfigError(f"{self.spec} selects among retrieved captions; it takes examples, not a prompt "
+                          "(use it through the caption pipeline with --mode rag)")
+
+    def config(self) -> dict[str, Any]:
+        return {"spec": self.spec, "backend": "retrieval", "strategy": self.strategy,
+                "similarity": self.similarity if self.strategy == "consensus" else None,
+                "text_encoder": self.text_encoder}

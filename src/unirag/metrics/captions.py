@@ -1,0 +1,224 @@
+"""Caption metrics exactly as the COCO caption toolkit (pycocoevalcap) computes them.
+
+All captions are PTB-tokenized by pycocoevalcap's Stanford tokenizer (lower-cased, punctuation
+removed), then scored by its BLEU-1..4, METEOR, ROUGE-L, CIDEr(-D) and, when the CoreNLP jars are
+available, SPICE scorers. Corpus values are what each scorer returns for the whole set (BLEU is
+corpus BLEU with the "closest" brevity penalty, METEOR the jar's aggregate, ROUGE-L / CIDEr /
+SPICE the mean over items) and are reported ×100, the paper's scale. Per-item scores come from the
+same calls (CIDEr per item uses the corpus document frequencies, as in the toolkit).
+
+Differences from calling the toolkit by hand, none of which changes a score: generated and
+reference captions are tokenized in one Java call instead of two (the tokenizer works line by
+line), line/paragraph separators inside a caption become spaces (the toolkit only replaces ``\\n``;
+others would shift its line alignment), the METEOR Java process is always closed, and
+the scorers' console chatter is silenced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unirag.errors import InputError
+from unirag.metrics.references import load_ground_truth, reference_captions
+from unirag.metrics.run_outputs import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE, read_run
+from unirag.metrics.spice import find_corenlp, run_spice, spice_unavailable_message
+
+CAPTION_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr", "SPICE")
+_LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
+@dataclass
+class CaptionScores:
+    """Corpus and per-item scores (×100); ``skipped`` maps a metric to the one line saying why."""
+
+    corpus: dict[str, float] = field(default_factory=dict)
+    per_item: dict[str, dict[str, float]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    tokenized: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence stdout/stderr at the file-descriptor level (Java children inherit them)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, devnull):
+            os.close(fd)
+
+
+def ptb_tokenize(references: Mapping[str, Sequence[str]], candidates: Mapping[str, str]
+                 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """PTB-tokenize references and candidates in one Java call; returns (gts, res) keyed like the inputs."""
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    batch: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for qid, refs in references.items():
+        batch[("g", qid)] = [{"caption": r.translate(_LINE_BREAKS)} for r in refs]
+    for qid, cand in candidates.items():
+        batch[("r", qid)] = [{"caption": cand.translate(_LINE_BREAKS)}]
+    tokens = PTBTokenizer().tokenize(batch)
+    gts = {qid: tokens[("g", qid)] for qid in references}
+    res = {qid: tokens[("r", qid)] for qid in candidates}
+    return gts, res
+
+
+def _meteor(gts: dict[str, list[str]], res: dict[str, list[str]]) -> tuple[float, list[float]]:
+    from pycocoevalcap.meteor.meteor import Meteor
+
+    scorer = Meteor()
+    try:
+        score, items = scorer.compute_score(gts, res)
+    finally:
+        proc = scorer.meteor_p
+        if proc.stdin:
+            proc.stdin.close()
+        proc.kill()
+        proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream:
+                stream.close()
+    return score, items
+
+
+def score_captions(candidates: Mapping[str, str], references: Mapping[str, Sequence[str]], *,
+                   spice_lib: str | Path | None = None, spice: bool = True, meteor: bool = True,
+                   quiet: bool = True) -> CaptionScores:
+    """Score ``candidates`` (id -> caption) against ``references`` (id -> captions), COCO-toolkit style.
+
+    Both mappings must have the same ids, each with at least one reference. Captions are scored as
+    given (strip answer prefixes first, see ``text_normalize``).
+    """
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.rouge.rouge import Rouge
+
+    if set(candidates) != set(references):
+        raise ValueError("candidates and references must have the same ids")
+    if not candidates:
+        raise ValueError("nothing to score")
+    empty = [k for k, v in references.items() if not v]
+    if empty:
+        raise ValueError(f"{len(empty)} item(s) have no reference caption, e.g. {empty[0]!r}")
+    start = time.perf_counter()
+    ids = list(candidates)
+    out = CaptionScores(per_item={i: {} for i in ids})
+    quiet_ctx = _quiet if quiet else contextlib.nullcontext
+    with quiet_ctx():
+        gts_all, res_all = ptb_tokenize({i: references[i] for i in ids}, {i: candidates[i] for i in ids})
+        gts = {i: gts_all[i] for i in ids}
+        res = {i: res_all[i] for i in ids}
+        bleu, bleu_items = Bleu(4).compute_score(gts, res, verbose=0)
+        rouge, rouge_items = Rouge().compute_score(gts, res)
+        cider, cider_items = Cider().compute_score(gts, res)
+        meteor_result = _meteor(gts, res) if meteor else None
+    for n in range(4):
+        out.corpus[f"BLEU-{n + 1}"] = 100.0 * float(bleu[n])
+        for i, v in zip(ids, bleu_items[n], strict=True):
+            out.per_item[i][f"BLEU-{n + 1}"] = 100.0 * float(v)
+    scored = [("ROUGE-L", rouge, rouge_items), ("CIDEr", cider, cider_items)]
+    if meteor_result is not None:
+        scored.insert(0, ("METEOR", *meteor_result))
+    else:
+        out.skipped["METEOR"] = "METEOR skipped (disabled)"
+    if spice:
+        corenlp = find_corenlp(spice_lib)
+        if corenlp is None:
+            out.skipped["SPICE"] = spice_unavailable_message(spice_lib)
+        else:
+            scored.append(("SPICE", *run_spice(gts, res, corenlp)))
+    for name, corpus, items in scored:
+        out.corpus[name] = 100.0 * float(corpus)
+        for i, v in zip(ids, items, strict=True):
+            out.per_item[i][name] = 100.0 * float(v)
+    out.corpus = {m: out.corpus[m] for m in CAPTION_METRICS if m in out.corpus}
+    out.tokenized = {i: res[i][0] for i in ids}
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | Path, qrels: str | Path | None = None,
+                         *, spice_lib: str | Path | None = None, strip_prefixes: bool = True, write: bool = True
+                         ) -> dict[str, Any]:
+    """Score a caption run directory; writes ``metrics.json`` and ``metrics_per_query.jsonl`` there.
+
+    Failed queries (status error) are excluded and counted, never scored as empty captions; queries
+    with no output yet are counted as missing; outputs whose qid is not among ``queries`` are an error
+    (wrong queries file).
+    """
+    from unirag.metrics.text_normalize import strip_answer_prefix
+    from unirag.runs.atomic import atomic_write_json, atomic_write_lines
+
+    run = read_run(run_dir)
+    if run.task not in (None, "caption"):
+        raise InputError(f"this is a {run.task!r} run; use 'unirag evaluate images'", path=run.run_dir)
+    by_qid, gt = load_ground_truth(queries, pool, qrels)
+    unknown = [q for q in run.records if q not in by_qid]
+    if unknown:
+        raise InputError(f"{len(unknown)} output(s) have qids not in the queries file, e.g. {unknown[0]!r} "
+                         "(wrong --queries?)", path=queries)
+    outputs_path = run.run_dir / OUTPUTS_FILE
+    candidates: dict[str, str] = {}
+    raw: dict[str, str] = {}
+    no_refs: list[str] = []
+    for qid, rec in run.ok().items():
+        caption = rec.get("caption")
+        if not isinstance(caption, str):
+            raise InputError("status ok but no caption string", path=outputs_path, line=run.lines[qid],
+                             field="caption")
+        if not reference_captions(gt[qid]):
+            no_refs.append(qid)
+            continue
+        raw[qid] = caption
+        candidates[qid] = strip_answer_prefix(caption) if strip_prefixes else caption
+    if not candidates:
+        raise InputError(f"no successful captions with references to score ({len(run.failed())} failed, "
+                         f"{len(no_refs)} without references)", path=outputs_path)
+    order = [q for q in by_qid if q in candidates]
+    scores = score_captions({q: candidates[q] for q in order},
+                            {q: reference_captions(gt[q]) for q in order}, spice_lib=spice_lib)
+    failed = run.failed()
+    result: dict[str, Any] = {
+        "task": "caption",
+        "scale": "x100",
+        "metrics": scores.corpus,
+        "skipped_metrics": scores.skipped,
+        "n_queries": len(by_qid),
+        "n_scored": len(candidates),
+        "n_failed": len(failed),
+        "n_missing": sum(1 for q in by_qid if q not in run.records),
+        "n_no_references": len(no_refs),
+        "failed_qids": sorted(failed)[:20],
+        "references": "qrels" if qrels else "pos_cand_list",
+        "answer_prefixes_stripped": strip_prefixes,
+        "n_prefix_stripped": sum(1 for q in candidates if candidates[q] != raw[q].strip()),
+        "queries": str(queries),
+        "pool": str(pool),
+        "qrels": str(qrels) if qrels else None,
+        "seconds": round(scores.seconds, 3),
+    }
+    if write:
+        per_query = ({"qid": q, "caption_scored": candidates[q], "tokenized": scores.tokenized[q],
+                      **scores.per_item[q]} for q in order)
+        atomic_write_lines(run.run_dir / PER_QUERY_FILE, (json.dumps(r, ensure_ascii=False) for r in per_query))
+        atomic_write_json(run.run_dir / METRICS_FILE, result)
+    return result

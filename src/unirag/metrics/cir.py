@@ -1,0 +1,90 @@
+"""Composed-image-retrieval metrics, each exactly as its benchmark's official evaluation defines it.
+
+* R@k (FashionIQ, CIRR): 1 when the target is among the top-k, averaged over queries, x100.
+  With several ground truths (CIRCO) recall counts a hit when *any* ground truth is in the top-k.
+* R_subset@k (CIRR): the ranking restricted to the query's ``img_set`` members, the reference image
+  removed; 1 when the target is among the first k of that restricted ranking.
+* mAP@k (CIRCO ``evaluation.py``): with ``rel_i`` = 1 when the i-th result is a ground truth,
+  ``AP@k = sum_{i<=k} P@i * rel_i / min(k, #ground truths)``.
+
+A ranking is a list of image ids, best first. Per-query functions return floats in [0, 1]; the
+``*_mean`` aggregators return the benchmark's x100 averages. (Written here rather than taken from
+``ranx``/``pytrec_eval``: their AP divides by the number of relevant items, not by min(k, #gt).)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+RECALL_KS = (1, 5, 10, 50)
+SUBSET_KS = (1, 2, 3)
+MAP_KS = (5, 10, 25, 50)
+
+
+def _check_k(k: int) -> None:
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+
+
+def recall_at_k(ranking: Sequence[str], targets: Iterable[str], k: int) -> float:
+    """1.0 when any target is among the first k results."""
+    _check_k(k)
+    gts = set(targets)
+    if not gts:
+        raise ValueError("recall needs at least one ground-truth target")
+    return 1.0 if any(r in gts for r in ranking[:k]) else 0.0
+
+
+def average_precision_at_k(ranking: Sequence[str], targets: Iterable[str], k: int) -> float:
+    """CIRCO's AP@k: precision at each relevant hit in the top-k, summed, / min(k, #ground truths)."""
+    _check_k(k)
+    gts = set(targets)
+    if not gts:
+        raise ValueError("mAP needs at least one ground-truth target")
+    hits = 0
+    total = 0.0
+    for i, r in enumerate(ranking[:k], start=1):
+        if r in gts:
+            hits += 1
+            total += hits / i
+    return total / min(k, len(gts))
+
+
+def subset_ranking(ranking: Sequence[str], members: Iterable[str], reference: str | None) -> list[str]:
+    """The ranking restricted to the CIRR ``img_set`` members, the reference removed, order kept."""
+    keep = set(members)
+    keep.discard(reference)
+    return [r for r in ranking if r in keep]
+
+
+def recall_subset_at_k(ranking: Sequence[str], target: str, members: Iterable[str], reference: str | None,
+                       k: int) -> float:
+    """CIRR R_subset@k: is the target among the first k of the ranking restricted to the image set?"""
+    return recall_at_k(subset_ranking(ranking, members, reference), [target], k)
+
+
+def _mean(values: list[float]) -> float:
+    return 100.0 * sum(values) / len(values) if values else float("nan")
+
+
+def recall_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, Iterable[str]],
+                ks: Sequence[int] = RECALL_KS) -> dict[str, float]:
+    """R@k averaged over the queries that have targets (x100). Queries without a ranking count as misses."""
+    qids = [q for q, t in targets.items() if t]
+    return {f"R@{k}": _mean([recall_at_k(rankings.get(q, []), targets[q], k) for q in qids]) for k in ks}
+
+
+def map_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, Iterable[str]],
+             ks: Sequence[int] = MAP_KS) -> dict[str, float]:
+    qids = [q for q, t in targets.items() if t]
+    return {f"mAP@{k}": _mean([average_precision_at_k(rankings.get(q, []), targets[q], k) for q in qids])
+            for k in ks}
+
+
+def recall_subset_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, str],
+                       members: Mapping[str, Iterable[str]], references: Mapping[str, str],
+                       ks: Sequence[int] = SUBSET_KS) -> dict[str, float]:
+    qids = [q for q, t in targets.items() if t and q in members]
+    return {f"R_subset@{k}": _mean([recall_subset_at_k(rankings.get(q, []), targets[q], members[q],
+                                                       references.get(q), k) for q in qids])
+            for k in ks}

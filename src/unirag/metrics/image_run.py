@@ -1,0 +1,143 @@
+"""Score an image-generation run directory: FID and IS (when possible) and CLIP Score.
+
+Generated image i (``image`` in ``outputs.jsonl``, relative to the run directory) is matched with
+the real positive image of the same query (from the pool, under ``images_root``) for FID, and with
+the query's caption for CLIP Score. Failed queries are excluded and counted; a metric that cannot
+run here (no torch-fidelity, no weights) is skipped with one line, the others still run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from unirag.data.records import resolve_image
+from unirag.errors import ConfigError, InputError
+from unirag.metrics.images import (
+    DEFAULT_CLIP_MODEL,
+    MetricUnavailable,
+    clip_scores,
+    frechet_distance,
+    inception_score,
+    load_clip,
+    standard_inception,
+)
+from unirag.metrics.references import load_ground_truth, reference_image
+from unirag.metrics.run_outputs import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE, read_run
+
+IMAGE_METRICS = ("FID", "CLIP Score", "IS", "IS SD")
+
+
+def _progress(desc: str, show: bool):
+    def wrap(items: Iterable) -> Iterable:
+        if not show:
+            return items
+        from tqdm import tqdm
+
+        return tqdm(items, desc=desc, unit="batch" if desc != "CLIP Score" else "img", leave=False)
+    return wrap
+
+
+def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Path, images_root: str | Path, *,
+                       qrels: str | Path | None = None, inception_weights: str | Path | None = None,
+                       clip_model: str | Path | None = DEFAULT_CLIP_MODEL, fid_feature: Any = None,
+                       is_feature: Any = None, clip: tuple[Any, Any] | None = None, is_splits: int = 10,
+                       seed: int = 0, batch_size: int = 32, device: str | None = None, write: bool = True,
+                       show_progress: bool = False) -> dict[str, Any]:
+    """Metrics of an image run; writes ``metrics.json`` and per-query CLIP scores into ``run_dir``.
+
+    ``fid_feature`` / ``is_feature`` (any ``nn.Module`` on uint8 images) replace the standard
+    Inception network; ``clip`` = (model, processor) replaces loading ``clip_model``;
+    ``clip_model=None`` skips CLIP Score.
+    """
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    run = read_run(run_dir)
+    if run.task not in (None, "image"):
+        raise InputError(f"this is a {run.task!r} run; use 'unirag evaluate captions'", path=run.run_dir)
+    by_qid, gt = load_ground_truth(queries, pool, qrels)
+    unknown = [q for q in run.records if q not in by_qid]
+    if unknown:
+        raise InputError(f"{len(unknown)} output(s) have qids not in the queries file, e.g. {unknown[0]!r} "
+                         "(wrong --queries?)", path=queries)
+    outputs_path = run.run_dir / OUTPUTS_FILE
+    qids, fakes, reals, texts = [], [], [], []
+    no_real = 0
+    for qid in by_qid:
+        rec = run.ok().get(qid)
+        if rec is None:
+            continue
+        image = rec.get("image")
+        if not isinstance(image, str):
+            raise InputError("status ok but no image path", path=outputs_path, line=run.lines[qid], field="image")
+        fake = resolve_image(image, run.run_dir)
+        if not fake.is_file():
+            raise InputError(f"generated image not found: {fake}", path=outputs_path, line=run.lines[qid],
+                             field="image")
+        real = reference_image(gt[qid])
+        if real is None:
+            no_real += 1
+            continue
+        qids.append(qid)
+        fakes.append(fake)
+        reals.append(resolve_image(real, images_root))
+        texts.append(by_qid[qid].txt or "")
+    if not qids:
+        raise InputError(f"no successful images with a real positive image to compare ({len(run.failed())} failed)",
+                         path=outputs_path)
+    metrics: dict[str, float] = {}
+    skipped: dict[str, str] = {}
+    try:
+        fid_net = fid_feature if fid_feature is not None else standard_inception(inception_weights, "2048")
+        metrics["FID"] = frechet_distance(reals, fakes, fid_net, batch_size=batch_size, device=device,
+                                          progress=_progress("FID", show_progress))
+    except MetricUnavailable as e:
+        skipped["FID"] = str(e)
+    except RuntimeError as e:  # torchmetrics: fewer than 2 images per set
+        skipped["FID"] = f"FID skipped: {e}"
+    per_query: dict[str, float] = {}
+    if clip is not None or clip_model is not None:
+        model = clip if clip is not None else load_clip(clip_model)
+        metrics["CLIP Score"], scores = clip_scores(fakes, texts, model, device=device,
+                                                    progress=_progress("CLIP Score", show_progress))
+        per_query = dict(zip(qids, scores, strict=True))
+    else:
+        skipped["CLIP Score"] = "CLIP Score skipped (disabled)"
+    try:
+        is_net = is_feature if is_feature is not None else standard_inception(inception_weights, "logits_unbiased")
+        metrics["IS"], metrics["IS SD"] = inception_score(fakes, is_net, splits=is_splits, seed=seed,
+                                                          batch_size=batch_size, device=device,
+                                                          progress=_progress("IS", show_progress))
+    except MetricUnavailable as e:
+        skipped.setdefault("IS", str(e))
+    if not metrics:
+        raise ConfigError("no image metric could run: " + " | ".join(dict.fromkeys(skipped.values())))
+    failed = run.failed()
+    result: dict[str, Any] = {
+        "task": "image",
+        "metrics": {m: metrics[m] for m in IMAGE_METRICS if m in metrics},
+        "skipped_metrics": skipped,
+        "n_queries": len(by_qid),
+        "n_scored": len(qids),
+        "n_failed": len(failed),
+        "n_missing": sum(1 for q in by_qid if q not in run.records),
+        "n_no_real_image": no_real,
+        "failed_qids": sorted(failed)[:20],
+        "fid_feature": "injected" if fid_feature is not None else "inception-v3-compat (torch-fidelity)",
+        "clip_model": "injected" if clip is not None else (str(clip_model) if clip_model else None),
+        "is_splits": is_splits,
+        "seed": seed,
+        "queries": str(queries),
+        "pool": str(pool),
+        "images_root": str(images_root),
+    }
+    if write:
+        from unirag.runs.atomic import atomic_write_json, atomic_write_lines
+
+        atomic_write_lines(run.run_dir / PER_QUERY_FILE,
+                           (json.dumps({"qid": q, "CLIP Score": s}) for q, s in per_query.items()))
+        atomic_write_json(run.run_dir / METRICS_FILE, result)
+    return result

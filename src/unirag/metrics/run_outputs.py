@@ -1,0 +1,106 @@
+"""Read a generation run directory (``outputs.jsonl`` + ``manifest.json``) without modifying it.
+
+Evaluation may run while the generation run is still appending, so this reader never opens the
+file for writing (``ResultStore`` would cut off a torn last line): an unfinished last line is simply
+ignored, and, as in the store, the latest line per ``qid`` wins.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unirag.errors import InputError
+
+OUTPUTS_FILE = "outputs.jsonl"
+MANIFEST_FILE = "manifest.json"
+METRICS_FILE = "metrics.json"
+PER_QUERY_FILE = "metrics_per_query.jsonl"
+
+
+@dataclass
+class RunOutputs:
+    """One run: its manifest, the latest record per qid, and the line each record came from."""
+
+    run_dir: Path
+    manifest: dict[str, Any]
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def task(self) -> str | None:
+        return self.manifest.get("task")
+
+    def ok(self) -> dict[str, dict[str, Any]]:
+        return {q: r for q, r in self.records.items() if r.get("status", "ok") == "ok"}
+
+    def failed(self) -> dict[str, dict[str, Any]]:
+        return {q: r for q, r in self.records.items() if r.get("status", "ok") != "ok"}
+
+
+def read_manifest(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / MANIFEST_FILE
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"malformed JSON ({e.msg} at line {e.lineno})", path=path) from None
+    if not isinstance(data, dict):
+        raise InputError("expected a JSON object", path=path)
+    return data
+
+
+def read_run(run_dir: str | Path) -> RunOutputs:
+    """Load a run directory; a missing directory or ``outputs.jsonl`` is an :class:`InputError`."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError("run directory not found", path=run_dir)
+    path = run_dir / OUTPUTS_FILE
+    if not path.exists():
+        raise InputError(f"no {OUTPUTS_FILE} in the run directory (is this a caption/image run?)", path=path)
+    run = RunOutputs(run_dir=run_dir, manifest=read_manifest(run_dir))
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except json.JSONDecodeError:
+                if not raw.endswith(b"\n"):
+                    break  # the writer is still appending (or crashed mid-line): not a result yet
+                raise InputError("malformed JSON line", path=path, line=lineno) from None
+            if not isinstance(rec, dict) or "qid" not in rec:
+                raise InputError("expected a JSON object with a 'qid'", path=path, line=lineno, field="qid")
+            qid = str(rec["qid"])
+            run.records[qid] = rec
+            run.lines[qid] = lineno
+    return run
+
+
+def read_metrics(run_dir: str | Path) -> dict[str, Any] | None:
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"malformed JSON ({e.msg})", path=path) from None
+
+
+def read_per_query(run_dir: str | Path) -> dict[str, dict[str, Any]]:
+    path = Path(run_dir) / PER_QUERY_FILE
+    out: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return out
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    raise InputError("malformed JSON line", path=path, line=lineno) from None
+                out[str(rec.get("qid"))] = rec
+    return out

@@ -1,0 +1,55 @@
+"""Clean a generated caption before it is scored.
+
+Generators often wrap the caption in the prompt's own framing: LLaVA prompts number the images, so
+answers come back as ``Caption [3]: A dog ...``; chat models add ``Caption:`` or quote the sentence.
+The official UniRAG evaluation removes the ``Caption [n]: `` prefix before scoring (its
+``remove_caption_prefix``); we do the same, a little more generally, so that the framing is not
+counted as n-gram mismatches:
+
+1. surrounding whitespace is removed;
+2. one leading label is removed: ``Caption``, ``Answer``, ``Output``, ``Response`` or
+   ``Description`` (any case, optionally bold ``**...**``, optionally followed by ``for/of the
+   (query) image``, and optionally a number ``[3]``, ``3`` or ``#3``), followed by ``:`` or ``-``;
+   a bare ``[3]:`` is removed too;
+3. one pair of matching surrounding quotes is removed (``"..."``, ``'...'``, ``“...”``, ``‘...’``,
+   `````...`````);
+4. steps 2-3 repeat until nothing changes (``Caption [3]: "A dog."`` -> ``A dog.``).
+
+Nothing else is changed: case, punctuation and inner text are left to the PTB tokenizer, exactly
+as the COCO caption toolkit expects.
+"""
+
+from __future__ import annotations
+
+import re
+
+_LABEL = re.compile(
+    r"""^(?:\*\*)?
+        (?:caption|answer|output|response|description)
+        (?:\s+(?:for|of)\s+(?:the\s+)?(?:query\s+)?image)?
+        (?:\s*(?:\[\s*\d+\s*\]|\#?\d+))?
+        \s*(?:\*\*)?\s*[:\-]\s*(?:\*\*)?\s*""",
+    re.IGNORECASE | re.VERBOSE,
+)
+_BARE_NUMBER = re.compile(r"^\[\s*\d+\s*\]\s*[:\-]\s*")
+_QUOTES = [('"', '"'), ("'", "'"), ("\u201c", "\u201d"), ("\u2018", "\u2019"), ("`", "`")]
+
+
+def _strip_once(text: str) -> str:
+    text = text.strip()
+    m = _LABEL.match(text) or _BARE_NUMBER.match(text)
+    if m:
+        text = text[m.end():].strip()
+    for left, right in _QUOTES:
+        if len(text) >= 2 and text.startswith(left) and text.endswith(right):
+            text = text[len(left):-len(right)].strip()
+            break
+    return text
+
+
+def strip_answer_prefix(text: str) -> str:
+    """The caption without answer labels (``Caption [3]:``) and surrounding quotes (see module doc)."""
+    previous = None
+    while previous != text:
+        previous, text = text, _strip_once(text)
+    return text

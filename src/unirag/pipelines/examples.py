@@ -1,0 +1,228 @@
+"""Few-shot example selection shared by captioning and image generation (paper §3.2).
+
+* ``zero-shot``: no examples (k = 0).
+* ``random``: k gold image-caption pairs of *other* queries (their image + a positive caption, or
+  their caption + a positive image), drawn with a seed derived from (seed, qid) so a query gets the
+  same examples on every run and after a resume, whatever the order; never the query itself.
+* ``rag``: the top-k completed pairs of a retrieval run file, or retrieved on the fly from an
+  index with :class:`unirag.retrieval.retriever.Retriever`.
+
+Examples carry image paths relative to the pool's images root; :meth:`Example.image_file`
+resolves them.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from unirag.data.records import Candidate, Query, resolve_image
+from unirag.errors import ConfigError, InputError
+
+MODES = ("zero-shot", "random", "rag")
+
+
+@dataclass(frozen=True)
+class Example:
+    image_did: str | None
+    text_did: str | None
+    img_path: str
+    txt: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def image_file(self, images_root: str | Path | None) -> Path:
+        return resolve_image(self.img_path, images_root)
+
+
+class ExampleSelector(ABC):
+    mode: str
+    k: int
+
+    @abstractmethod
+    def select(self, query: Query) -> list[Example]:
+        """The examples for one query, best first (at most k)."""
+
+    def prepare(self, queries: Sequence[Query]) -> None:
+        """Called once with the queries still to do (lets on-the-fly retrieval batch its work)."""
+
+    def source(self) -> dict[str, Any]:
+        """What the manifest records about where examples come from."""
+        return {"mode": self.mode, "k": self.k}
+
+
+class ZeroShot(ExampleSelector):
+    mode, k = "zero-shot", 0
+
+    def select(self, query: Query) -> list[Example]:
+        return []
+
+
+def _query_image_key(q: Query) -> str | None:
+    return str(Path(q.img_path)) if q.img_path else None
+
+
+def gold_pair(query: Query, pool: dict[str, Candidate]) -> Example | None:
+    """A query's ground-truth image-caption pair: its own image/text plus a positive of the other kind."""
+    for did in query.pos_cand_list:
+        cand = pool.get(did)
+        if cand is None:
+            continue
+        if query.img_path and cand.txt:
+            return Example(image_did=None, text_did=cand.did, img_path=query.img_path, txt=cand.txt)
+        if query.txt and cand.img_path:
+            return Example(image_did=cand.did, text_did=None, img_path=cand.img_path, txt=query.txt)
+    return None
+
+
+class RandomGold(ExampleSelector):
+    """k gold pairs of other queries; deterministic per (seed, qid)."""
+
+    mode = "random"
+
+    def __init__(self, k: int, all_queries: Sequence[Query], pool: dict[str, Candidate], seed: int = 0,
+                 pool_path: str | None = None) -> None:
+        self.k, self.seed, self.pool_path = k, seed, pool_path
+        self._gold: list[tuple[Query, Example]] = []
+        for q in all_queries:
+            ex = gold_pair(q, pool)
+            if ex is not None:
+                self._gold.append((q, ex))
+        if len(self._gold) <= k:
+            raise ConfigError(f"random few-shot with k={k} needs more than {k} queries with a gold pair in the "
+                              f"pool; found {len(self._gold)} (check --pool and the queries' pos_cand_list)")
+
+    def _eligible(self, query: Query, cand_query: Query, ex: Example) -> bool:
+        if cand_query.qid == query.qid:
+            return False
+        own_image = _query_image_key(query)
+        if own_image is not None and str(Path(ex.img_path)) == own_image:
+            return False  # another caption query of the same image would leak the answer
+        if query.txt and ex.txt.strip() == query.txt.strip():
+            return False
+        positives = set(query.pos_cand_list)
+        return ex.text_did not in positives and ex.image_did not in positives
+
+    def select(self, query: Query) -> list[Example]:
+        rng = random.Random(f"{self.seed}|{query.qid}")
+        order = list(range(len(self._gold)))
+        rng.shuffle(order)
+        out: list[Example] = []
+        for i in order:
+            q, ex = self._gold[i]
+            if self._eligible(query, q, ex):
+                out.append(ex)
+                if len(out) == self.k:
+                    break
+        return out
+
+    def source(self) -> dict[str, Any]:
+        return {"mode": self.mode, "k": self.k, "seed": self.seed, "pool": self.pool_path,
+                "gold_pairs": len(self._gold)}
+
+
+def _example_from_pair(pair: Any) -> Example | None:
+    if not pair.img_path or not pair.txt:
+        return None
+    return Example(image_did=pair.image_did, text_did=pair.text_did, img_path=pair.img_path, txt=pair.txt)
+
+
+def _top_pairs(query: Query, pairs: Sequence[Any], k: int) -> list[Example]:
+    own_image = _query_image_key(query)
+    out: list[Example] = []
+    for p in pairs:
+        ex = _example_from_pair(p)
+        if ex is None or (own_image is not None and str(Path(ex.img_path)) == own_image):
+            continue  # never show the query image as its own example
+        out.append(ex)
+        if len(out) == k:
+            break
+    return out
+
+
+class RagFromRun(ExampleSelector):
+    """Top-k pairs of a retrieval run file (``unirag retrieve`` output)."""
+
+    mode = "rag"
+
+    def __init__(self, k: int, run_path: str | Path) -> None:
+        from unirag.retrieval.run_io import read_run
+
+        self.k, self.run_path = k, Path(run_path)
+        self._run = read_run(self.run_path)
+
+    def prepare(self, queries: Sequence[Query]) -> None:
+        missing = [q.qid for q in queries if q.qid not in self._run]
+        if missing:
+            raise InputError(f"{len(missing)} query id(s) have no retrieval results, e.g. "
+                             f"{', '.join(missing[:5])}; was the run made for these queries?", path=self.run_path)
+
+    def select(self, query: Query) -> list[Example]:
+        result = self._run.get(query.qid)
+        return _top_pairs(query, result.pairs, self.k) if result is not None else []
+
+    def source(self) -> dict[str, Any]:
+        return {"mode": self.mode, "k": self.k, "retrieval": str(self.run_path)}
+
+
+class RagFromIndex(ExampleSelector):
+    """Retrieve pairs on the fly from an index directory (one batched retrieval before the run)."""
+
+    mode = "rag"
+
+    def __init__(self, k: int, index_dir: str | Path, query_images_root: str | Path | None,
+                 modality: str = "any") -> None:
+        self.k, self.index_dir, self.query_images_root, self.modality = k, Path(index_dir), query_images_root, modality
+        self._results: dict[str, Any] = {}
+
+    def prepare(self, queries: Sequence[Query]) -> None:
+        from unirag.retrieval.retriever import Retriever
+
+        todo = [q for q in queries if q.qid not in self._results]
+        if not todo:
+            return
+        retriever = Retriever(self.index_dir)
+        for r in retriever.retrieve(todo, self.k, self.modality, query_images_root=self.query_images_root,
+                                    progress=True):
+            self._results[r.qid] = r
+
+    def select(self, query: Query) -> list[Example]:
+        if query.qid not in self._results:
+            self.prepare([query])
+        return _top_pairs(query, self._results[query.qid].pairs, self.k)
+
+    def source(self) -> dict[str, Any]:
+        return {"mode": self.mode, "k": self.k, "index": str(self.index_dir)}
+
+
+def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dict[str, Candidate] | None = None,
+                  pool_path: str | Path | None = None, retrieval: str | Path | None = None,
+                  index: str | Path | None = None, seed: int = 0,
+                  query_images_root: str | Path | None = None) -> ExampleSelector:
+    """The selector for a mode; checks that the options the mode needs are there."""
+    if mode not in MODES:
+        raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    if mode == "zero-shot":
+        if k not in (0, None):
+            raise ConfigError(f"zero-shot mode uses k=0, got k={k}")
+        return ZeroShot()
+    if not isinstance(k, int) or k < 1:
+        raise ConfigError(f"{mode} mode needs k >= 1, got {k!r}")
+    if mode == "random":
+        if pool is None:
+            if pool_path is None:
+                raise ConfigError("random few-shot needs --pool (to look up the other queries' gold captions)")
+            from unirag.data.mbeir import load_pool
+
+            pool = load_pool(pool_path)
+        return RandomGold(k, queries, pool, seed, str(pool_path) if pool_path else None)
+    if (retrieval is None) == (index is None):
+        raise ConfigError("rag mode needs exactly one of --retrieval RUN.jsonl or --index INDEX_DIR")
+    if retrieval is not None:
+        return RagFromRun(k, retrieval)
+    return RagFromIndex(k, index, query_images_root)

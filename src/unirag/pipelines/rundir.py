@@ -1,0 +1,176 @@
+"""The run directory shared by caption and image runs: outputs, manifest, rendered prompts.
+
+    OUT/outputs.jsonl   one line per query (ResultStore keyed by qid; compacted at the end)
+    OUT/manifest.json   task, generator config (no secrets), mode, k, sources, seed, template
+                        hashes, package versions, counts, cost
+    OUT/prompts/        the first N rendered prompts (text, image list, merged images as PNG)
+
+Rerunning into the same directory resumes: queries whose latest record is ``ok`` are skipped,
+failed ones are tried again. The manifest's ``identity`` (what determines the outputs) must match
+the earlier run's, so a resume never mixes two configurations in one file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from unirag.errors import ConfigError
+from unirag.messages import Message, render_for_log
+from unirag.runs.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from unirag.runs.store import STATUS_OK, ResultStore, RunLock
+
+OUTPUTS = "outputs.jsonl"
+MANIFEST = "manifest.json"
+PROMPTS = "prompts"
+PACKAGES = ("unirag", "numpy", "pillow", "torch", "transformers", "openai", "google-genai", "diffusers",
+            "faiss-cpu", "sentence-transformers")
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name))[:80]
+
+
+class RunDir:
+    """Open with ``with RunDir(out, task, identity, settings) as run:``; holds the directory lock."""
+
+    def __init__(self, out: str | Path, task: str, identity: dict[str, Any], settings: dict[str, Any] | None = None,
+                 save_prompts: int = 5) -> None:
+        self.out = Path(out)
+        self.task = task
+        self.identity = json.loads(json.dumps(identity, default=str))  # normalise (paths -> str)
+        self.settings = json.loads(json.dumps(settings or {}, default=str))
+        self.save_prompts = save_prompts
+        self._lock = RunLock(self.out)
+        self.store: ResultStore | None = None
+        self.manifest: dict[str, Any] = {}
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.out / MANIFEST
+
+    @property
+    def prompts_dir(self) -> Path:
+        return self.out / PROMPTS
+
+    def __enter__(self) -> RunDir:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._lock.__enter__()
+        try:
+            self._open_manifest()
+            self.store = ResultStore(self.out / OUTPUTS, key="qid")
+        except BaseException:
+            self._lock.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.store is not None:
+                self.store.close()
+        finally:
+            self._lock.__exit__(*exc)
+
+    def _open_manifest(self) -> None:
+        old = None
+        if self.manifest_path.exists():
+            try:
+                old = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError:
+                raise ConfigError(f"{self.manifest_path} is not valid JSON; move it away to start afresh") from None
+        if old is not None:
+            if old.get("task") != self.task:
+                raise ConfigError(f"{self.out} holds a '{old.get('task')}' run, not '{self.task}'; choose another --out")
+            diff = _diff(old.get("identity", {}), self.identity)
+            if diff:
+                raise ConfigError(f"{self.out} holds a run with a different configuration ({'; '.join(diff)}); "
+                                  "rerun with the same options to resume, or choose another --out")
+        self.manifest = {
+            "task": self.task,
+            "created": old.get("created") if old else _now(),
+            "updated": _now(),
+            "status": "running",
+            "identity": self.identity,
+            "settings": self.settings,
+            "packages": package_versions(),
+            "counts": old.get("counts", {}) if old else {},
+            "resumed": bool(old),
+        }
+        atomic_write_json(self.manifest_path, self.manifest)
+
+    def save_prompt(self, index: int, qid: str, messages: list[Message], merged_image=None,
+                    extra: dict[str, Any] | None = None) -> None:
+        """Write prompt ``index`` (0-based) for inspection, if it is among the first ``save_prompts``."""
+        if index >= self.save_prompts:
+            return
+        stem = self.prompts_dir / f"{index:03d}_{_safe(qid)}"
+        images = []
+        for m in messages:
+            for p in m.images:
+                images.append({"label": p.label, "path": str(p.path) if p.path is not None else None,
+                               "sha256": p.sha256()})
+        info = {"qid": qid, "images": images, **(extra or {})}
+        if merged_image is not None:
+            from unirag.prompts.merge import png_bytes
+
+            atomic_write_bytes(stem.with_name(stem.name + "_merged.png"), png_bytes(merged_image))
+            info["merged_image"] = stem.name + "_merged.png"
+        atomic_write_text(stem.with_suffix(".txt"), render_for_log(messages) + "\n")
+        atomic_write_json(stem.with_suffix(".json"), info)
+
+    def finish(self, order: list[str], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Compact outputs to one line per qid in query order; record counts and totals in the manifest."""
+        assert self.store is not None
+        known = [q for q in order if self.store.get(q) is not None]
+        self.store.compact(known + [k for k in (r["qid"] for r in self.store.records()) if k not in set(order)])
+        records = [self.store.get(q) for q in order]
+        ok = sum(1 for r in records if r is not None and r.get("status") == STATUS_OK)
+        failed = sum(1 for r in records if r is not None and r.get("status") != STATUS_OK)
+        counts = {"queries": len(order), "ok": ok, "error": failed, "missing": len(order) - ok - failed}
+        totals = _usage_totals(r for r in records if r is not None)
+        self.manifest.update({"updated": _now(), "counts": counts, "totals": totals,
+                              "status": "complete" if ok == len(order) else "incomplete", **(extra or {})})
+        atomic_write_json(self.manifest_path, self.manifest)
+        return counts
+
+
+def _usage_totals(records) -> dict[str, Any]:
+    usage: dict[str, int] = {}
+    cost, priced, latency = 0.0, True, 0.0
+    for r in records:
+        if r.get("status") != STATUS_OK:
+            continue
+        for k, v in (r.get("usage") or {}).items():
+            usage[k] = usage.get(k, 0) + int(v or 0)
+        if r.get("cost_usd") is None:
+            priced = False
+        else:
+            cost += float(r["cost_usd"])
+        latency += float(r.get("latency_s") or 0.0)
+    return {"usage": usage, "cost_usd": round(cost, 6) if priced else None, "latency_s": round(latency, 3)}
+
+
+def _diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    out = []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            out.append(f"{key}: {old.get(key)!r} -> {new.get(key)!r}")
+    return out

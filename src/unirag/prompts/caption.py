@@ -1,0 +1,123 @@
+"""Build the captioning prompt (zero-shot or few-shot) as typed messages, from a template file.
+
+The template's ``layout`` section says in which order the parts go (GPT-4o: system, examples,
+query image, instruction; Gemini: instruction first; LLaVA: one merged image, then the system text
+and the instruction in the user turn). Backends only render the resulting messages to their wire
+format, so the same prompt reaches every model in its family unchanged.
+
+For single-image (``merged_image``) layouts the captions are numbered [1]..[k] and the query image
+is named [k+1]; the official UniRAG code repeated [k] for the query line, which we do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from unirag.errors import ConfigError
+from unirag.messages import ImagePart, Message, Part, TextPart
+from unirag.prompts.merge import DEFAULT_SEPARATOR, merge_vertically, png_bytes
+from unirag.prompts.templates import PromptTemplate, load_template
+
+LAYOUT_TOKENS = frozenset({"system_message", "system_inline", "examples", "query_image", "merged_image",
+                           "instruction"})
+REQUIRED_SECTIONS = ("layout", "system", "zero_shot", "few_shot", "example_caption")
+_INSTRUCTION = object()  # placeholder: filled after the layout loop (system_inline may follow it)
+
+
+@dataclass(frozen=True)
+class Shot:
+    """One in-context example: an image file and its caption (label: the image did, for logs)."""
+
+    image: Path
+    caption: str
+    label: str | None = None
+
+
+@dataclass
+class CaptionPrompt:
+    messages: list[Message]
+    merged_image: object | None = None  # the PIL image sent to single-image models (saved for inspection)
+
+
+def caption_template(family: str, directory: str | Path | None = None) -> PromptTemplate:
+    tpl = load_template(f"caption_{family}", directory, required=REQUIRED_SECTIONS)
+    layout = parse_layout(tpl)
+    if "merged_image" in layout and "query_caption" not in tpl.sections:
+        raise ConfigError(f"{tpl.path}: a merged_image layout needs a '### query_caption' section")
+    return tpl
+
+
+def parse_layout(tpl: PromptTemplate) -> list[str]:
+    tokens = [t.strip() for t in tpl.text("layout").split() if t.strip()]
+    unknown = [t for t in tokens if t not in LAYOUT_TOKENS]
+    if unknown:
+        raise ConfigError(f"{tpl.path}: unknown layout item(s) {', '.join(unknown)}; "
+                          f"expected some of {', '.join(sorted(LAYOUT_TOKENS))}")
+    if "instruction" not in tokens:
+        raise ConfigError(f"{tpl.path}: layout must contain 'instruction'")
+    if ("query_image" in tokens) == ("merged_image" in tokens):
+        raise ConfigError(f"{tpl.path}: layout needs exactly one of query_image (interleaved) or merged_image")
+    if "merged_image" in tokens and "examples" in tokens:
+        raise ConfigError(f"{tpl.path}: a merged_image layout lists its examples in the instruction, "
+                          "not as 'examples'")
+    return tokens
+
+
+def is_single_image(tpl: PromptTemplate) -> bool:
+    return "merged_image" in parse_layout(tpl)
+
+
+def _instruction(tpl: PromptTemplate, shots: Sequence[Shot], merged: bool) -> str:
+    k = len(shots)
+    if k == 0:
+        return tpl.text("zero_shot")
+    if not merged:
+        return tpl.fill("few_shot", num=k)
+    lines = [tpl.fill("example_caption", n=i, caption=s.caption) for i, s in enumerate(shots, start=1)]
+    lines.append(tpl.fill("query_caption", n=k + 1))
+    return tpl.fill("few_shot", num=k, image_num=k + 1, caption_num=k, examples="\n".join(lines))
+
+
+def build_caption_prompt(tpl: PromptTemplate, query_image: Path, shots: Sequence[Shot],
+                         separator: int = DEFAULT_SEPARATOR, query_label: str = "query") -> CaptionPrompt:
+    """Messages for one query. ``shots`` empty = zero-shot (the template's Figure 2 wording)."""
+    layout = parse_layout(tpl)
+    merged = "merged_image" in layout
+    system = tpl.text("system").strip()
+    instruction = _instruction(tpl, shots, merged)
+    messages: list[Message] = []
+    parts: list[Part | object] = []
+    merged_image = None
+    for token in layout:
+        if token == "system_message":
+            if system:
+                messages.append(Message("system", [TextPart(system)]))
+        elif token == "system_inline":
+            if system:
+                instruction = f"{system}\n{instruction}"
+        elif token == "examples":
+            for i, s in enumerate(shots, start=1):
+                parts.append(ImagePart(path=Path(s.image), label=s.label or f"example {i}"))
+                parts.append(TextPart(tpl.fill("example_caption", n=i, caption=s.caption)))
+        elif token == "query_image":
+            parts.append(ImagePart(path=Path(query_image), label=query_label))
+        elif token == "merged_image":
+            if shots:
+                from unirag.data.images import load_rgb
+
+                images = [load_rgb(s.image) for s in shots] + [load_rgb(query_image)]
+                merged_image = merge_vertically(images, separator=separator)
+                labels = [s.label or f"example {i}" for i, s in enumerate(shots, start=1)] + [query_label]
+                parts.append(ImagePart(data=png_bytes(merged_image), mime="image/png",
+                                       label="merged: " + " | ".join(labels)))
+            else:
+                parts.append(ImagePart(path=Path(query_image), label=query_label))
+        elif token == "instruction":
+            parts.append(_INSTRUCTION)
+    final = [TextPart(instruction) if p is _INSTRUCTION else p for p in parts]
+    messages.append(Message("user", final))
+    return CaptionPrompt(messages=messages, merged_image=merged_image)
+
+

@@ -1,0 +1,68 @@
+"""Run files: one JSON line per query (candidates + pairs) and a TREC run file beside it.
+
+JSONL line: ``{"qid", "candidates": [{"did", "score", "modality"[, "replaced"]}],
+"pairs": [{"image_did", "text_did", "img_path", "txt", "score", "via"}]}``.
+TREC line: ``qid Q0 did rank score unirag`` (rank from 1), readable by trec_eval / ranx.
+Both are written atomically (temp file + rename).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from unirag.errors import InputError
+from unirag.retrieval.results import RetrievalResult
+from unirag.runs.atomic import atomic_write_lines
+
+RUN_TAG = "unirag"
+
+
+def trec_path(run_path: str | Path) -> Path:
+    run_path = Path(run_path)
+    return run_path.with_suffix(".trec") if run_path.suffix == ".jsonl" else run_path.with_name(run_path.name + ".trec")
+
+
+def write_run(path: str | Path, results: Iterable[RetrievalResult], tag: str = RUN_TAG) -> tuple[Path, Path]:
+    """Write ``path`` (JSONL) and its TREC twin; returns both paths."""
+    results = list(results)
+    path = Path(path)
+    atomic_write_lines(path, (json.dumps(r.to_json(), ensure_ascii=False) for r in results))
+    trec = trec_path(path)
+
+    def trec_lines():
+        for r in results:
+            for rank, c in enumerate(r.candidates, start=1):
+                yield f"{r.qid} Q0 {c.did} {rank} {c.score:.6f} {tag}"
+
+    atomic_write_lines(trec, trec_lines())
+    return path, trec
+
+
+def read_run(path: str | Path) -> dict[str, RetrievalResult]:
+    """qid -> :class:`RetrievalResult` from a JSONL run file; errors name the file, line and field."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError("run file not found", path=path)
+    out: dict[str, RetrievalResult] = {}
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path=path, line=lineno) from None
+            if not isinstance(obj, dict) or "qid" not in obj:
+                raise InputError("missing required field", path=path, line=lineno, field="qid")
+            try:
+                result = RetrievalResult.from_json(obj)
+            except (KeyError, TypeError, ValueError) as e:
+                field = e.args[0] if isinstance(e, KeyError) else "candidates"
+                raise InputError(f"malformed run record ({e.__class__.__name__}: {e})", path=path, line=lineno,
+                                 field=str(field)) from None
+            if result.qid in out:
+                raise InputError(f"duplicate qid {result.qid!r}", path=path, line=lineno, field="qid")
+            out[result.qid] = result
+    return out

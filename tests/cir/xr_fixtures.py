@@ -1,0 +1,113 @@
+"""A 5-candidate CIR world whose X^R scores are computed by hand in test_pipeline_agents.py.
+
+Embeddings come from :class:`TableEncoder`, which looks vectors up in a table, so every similarity
+in the test is a number written in the table. Agent replies come from the local OpenAI-protocol
+server (tests/fake_openai_server.py) via :func:`responder`, chosen by prompt content, so they do not
+depend on the order concurrent calls arrive in.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from tests.fake_openai_server import Reply
+from unirag.cir.datasets import CirDataset, CirQuery
+from unirag.encoders.base import Encoder
+
+COLOURS = {"c1": (200, 0, 0), "c2": (0, 200, 0), "c3": (0, 0, 200), "c4": (200, 200, 0), "c5": (0, 200, 200),
+           "ref": (90, 90, 90)}
+
+# text space (A_t^s): C_t = e1, C_v = e2; captions cap1..cap5
+TEXT_TABLE = {"ct": (1, 0, 0), "cv": (0, 1, 0), "cap1": (0.6, 0.8, 0), "cap2": (1, 0, 0), "cap3": (0, 0, 1),
+              "cap4": (0.8, 0.6, 0), "cap5": (0, 1, 0)}
+# joint image-text space (A_v^s and the baseline)
+CROSS_TEXT = {"ct": (1, 0, 0), "cv": (0, 1, 0), "make it red": (0, 0, 1)}
+CROSS_IMAGE = {"c1": (0.8, 0.6, 0), "c2": (0, 0.8, 0.6), "c3": (0, 0, 1), "c4": (0.28, 0, 0.96),
+               "c5": (0.6, 0.8, 0), "ref": (0, 0, 1)}
+
+STATEMENTS = [{"statement": "The dress is red", "answer": True},
+              {"statement": "The dress has sleeves", "answer": False}]
+TEXT_ANSWERS = {"cap1": [True, True], "cap2": [True, False], "cap3": [False, True], "cap4": [False, False],
+                "cap5": [True, False]}
+VISION_ANSWERS = {"c1": [False, True], "c2": [True, False], "c3": [True, True], "c4": [True, False],
+                  "c5": [True, False]}
+
+
+class TableEncoder(Encoder):
+    def __init__(self, texts: dict, images: dict | None = None, name: str = "table") -> None:
+        self.texts, self.images, self.name, self.dim = texts, images or {}, name, 3
+
+    def _embed_texts(self, texts):
+        return np.array([self.texts[t] for t in texts], dtype=np.float32)
+
+    def _embed_images(self, images):
+        return np.array([self.images[Path(p).stem] for p in images], dtype=np.float32)
+
+
+def make_world(root: Path) -> CirDataset:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, rgb in COLOURS.items():
+        Image.new("RGB", (8, 8), rgb).save(root / f"{name}.png")
+    pool = {f"c{i}": f"c{i}.png" for i in range(1, 6)}
+    q = CirQuery("q1", "query:q1", "make it red", targets=["c5"], reference_path="ref.png")
+    return CirDataset("toy", "mbeir", [q], pool, root)
+
+
+def _image_names(root: Path) -> dict[str, str]:
+    """sha256 of the PNG bytes -> image name, to recognise images inside data URLs."""
+    return {hashlib.sha256((root / f"{n}.png").read_bytes()).hexdigest(): n for n in COLOURS}
+
+
+def responder(root: Path, malformed: bool = True):
+    names = _image_names(root)
+
+    def image_of(body) -> str | None:
+        for m in body["messages"]:
+            if isinstance(m["content"], list):
+                for p in m["content"]:
+                    if p["type"] == "image_url":
+                        data = base64.b64decode(p["image_url"]["url"].split(",", 1)[1])
+                        return names[hashlib.sha256(data).hexdigest()]
+        return None
+
+    def text_of(body) -> str:
+        m = body["messages"][0]["content"]
+        return m if isinstance(m, str) else " ".join(p.get("text", "") for p in m)
+
+    def reply(req) -> Reply:
+        body = req.json
+        prompt, img, retry = text_of(body), image_of(body), len(body["messages"]) > 1
+        if prompt.startswith("Describe this image"):
+            return Reply.chat("capr" if img == "ref" else f"cap{img[1]}")
+        if "Reference caption: capr" in prompt:
+            # prose + fenced JSON: repaired by extraction
+            return Reply.chat('Sure! Here it is:\n```json\n{"target_caption": "ct", "modifications": '
+                              '["colour: grey -> red"],}\n```')
+        if "The image shown is the reference image" in prompt:
+            if malformed and not retry:
+                return Reply.chat("I imagine a red dress.")  # no JSON: asked again
+            return Reply.chat(json.dumps({"target_caption": "cv",
+                                          "attributes": [{"attribute": "red colour", "present": True}]}))
+        if prompt.startswith("You write verification statements"):
+            return Reply.chat(json.dumps({"statements": STATEMENTS}))
+        if prompt.startswith("Here is the caption of an image"):
+            cap = re.search(r"caption of an image:\n(\S+)", prompt).group(1)
+            ans = TEXT_ANSWERS[cap]
+            if malformed and cap == "cap4":
+                return Reply.chat(str({"answers": ans}))  # Python literal: repaired
+            return Reply.chat(json.dumps({"answers": ans}))
+        if prompt.startswith("Look at the image"):
+            ans = VISION_ANSWERS[img]
+            if malformed and img == "c1" and not retry:
+                return Reply.chat(json.dumps({"answers": ans[:1]}))  # wrong count: asked again
+            return Reply.chat(json.dumps({"answers": ans}))
+        return Reply.error(400, f"unexpected prompt: {prompt[:80]}")
+
+    return reply

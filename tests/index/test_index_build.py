@@ -1,0 +1,159 @@
+"""Index build: streaming, atomic, bad images, manifest contents (real COCO mini data)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index.helpers import HashEncoder, coco_oracle
+from unirag.data.mbeir import write_candidates
+from unirag.data.records import Candidate, Modality
+from unirag.errors import InputError
+from unirag.index import build as build_mod
+from unirag.index.build import build_index
+from unirag.index.manifest import read_manifest, sha256_file
+from unirag.index.store import VectorIndex
+from unirag.index.writer import IndexWriter
+
+
+def test_build_records_counts_encoder_and_checksums(coco_index: Path, coco_oracle_encoder) -> None:
+    manifest = read_manifest(coco_index)
+    assert manifest["counts"] == {"text": 795, "image": 159}
+    assert manifest["total"] == 954
+    assert manifest["encoder"]["name"] == "test-coco-oracle"
+    assert manifest["encoder"]["fingerprint"] == coco_oracle_encoder.fingerprint()
+    assert manifest["dim"] == coco_oracle_encoder.dim
+    assert manifest["index_type"] == "flat"
+    assert manifest["bad_images"]["count"] == 0
+    for name, digest in manifest["checksums"].items():
+        assert sha256_file(coco_index / name) == digest
+    # metadata line i describes vector i of the same modality, in pool order
+    first_text = json.loads((coco_index / "meta.text.jsonl").read_text().splitlines()[0])
+    assert first_text == {"did": "txt:397133:0", "txt": "A man is in a kitchen making pizzas.", "img_path": None,
+                          "source_id": "397133"}
+
+
+def test_build_vectors_match_the_encoder(coco_index: Path, coco_mbeir, coco_oracle_encoder) -> None:
+    index = VectorIndex.open(coco_index, coco_oracle_encoder)
+    gid = index.gid_of("txt:397133:0")
+    expected = coco_oracle_encoder.encode_texts(["A man is in a kitchen making pizzas."])[0]
+    np.testing.assert_allclose(index.vectors([gid])[0], expected, atol=1e-6)
+
+
+def test_build_streams_in_bounded_chunks(coco_mini: Path, coco_mbeir, tmp_path: Path, monkeypatch) -> None:
+    encoder = coco_oracle(coco_mini, n_images=40)
+    pool = tmp_path / "pool.jsonl"
+    lines = coco_mbeir["pool"].read_text().splitlines()[: 40 * 6]
+    pool.write_text("\n".join(lines) + "\n")
+    refs: list[weakref.ref] = []
+    peak = [0]
+    real_load = build_mod.load_rgb
+
+    def counting_load(path):
+        im = real_load(path)
+        refs.append(weakref.ref(im))
+        peak[0] = max(peak[0], sum(r() is not None for r in refs))
+        return im
+
+    monkeypatch.setattr(build_mod, "load_rgb", counting_load)
+    encoder.batch_size = 4
+    build_index(pool, coco_mini, tmp_path / "idx", encoder, batch_size=8, progress=False)
+    # 40 images and 200 captions arrive as chunks of at most 8, encoded in batches of at most 4
+    assert max(encoder.image_batches) <= 4 and sum(encoder.image_batches) == 40
+    assert len(encoder.image_batches) >= 10
+    assert max(encoder.text_batches) <= 4 and sum(encoder.text_batches) == 200
+    assert peak[0] <= 8, f"{peak[0]} decoded images alive at once; the build must hold one chunk at most"
+
+
+def test_bad_images_are_reported_and_skipped(coco_mini: Path, tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    images.mkdir()
+    shutil.copy(coco_mini / "images" / "000000000139.jpg", images / "good.jpg")
+    (images / "corrupt.jpg").write_bytes(b"\xff\xd8\xff\xe0 definitely not a jpeg")
+    write_candidates(tmp_path / "pool.jsonl", [
+        Candidate("i1", Modality.IMAGE, img_path="good.jpg"),
+        Candidate("i2", Modality.IMAGE, img_path="corrupt.jpg"),
+        Candidate("i3", Modality.IMAGE, img_path="missing.jpg"),
+        Candidate("t1", Modality.TEXT, txt="a living room with a television"),
+    ])
+    manifest = build_index(tmp_path / "pool.jsonl", images, tmp_path / "idx", HashEncoder(), progress=False)
+    assert manifest["counts"] == {"image": 1, "text": 1}
+    bad = manifest["bad_images"]
+    assert bad["count"] == 2
+    assert {Path(b["path"]).name for b in bad["first"]} == {"corrupt.jpg", "missing.jpg"}
+    assert read_manifest(tmp_path / "idx")["bad_images"]["count"] == 2
+    index = VectorIndex.open(tmp_path / "idx")
+    assert [m.did for m in index.metas] == ["i1", "t1"]
+
+
+def test_fused_candidates_are_indexed(coco_mini: Path, tmp_path: Path) -> None:
+    write_candidates(tmp_path / "pool.jsonl", [
+        Candidate("f1", Modality.IMAGE_TEXT, txt="a kitchen", img_path="images/000000397133.jpg")])
+    encoder = HashEncoder()
+    manifest = build_index(tmp_path / "pool.jsonl", coco_mini, tmp_path / "idx", encoder, progress=False)
+    assert manifest["counts"] == {"image,text": 1}
+    assert (tmp_path / "idx" / "image_text.faiss").exists()
+
+
+def test_crash_mid_build_keeps_previous_index(coco_mbeir, coco_mini: Path, tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "idx"
+    build_index(coco_mbeir["pool"], coco_mini, out, HashEncoder(), progress=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    calls = [0]
+    real_add = IndexWriter.add
+
+    def crashing_add(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 5:
+            raise RuntimeError("simulated crash mid-build")
+        return real_add(self, *args, **kwargs)
+
+    monkeypatch.setattr(IndexWriter, "add", crashing_add)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        build_index(coco_mbeir["pool"], coco_mini, out, HashEncoder(name="other"), progress=False)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"], "temporary build directory left behind"
+    assert VectorIndex.open(out).manifest["encoder"]["name"] == "test-hash"
+
+
+def test_crash_without_previous_index_leaves_nothing(coco_mbeir, coco_mini: Path, tmp_path: Path,
+                                                     monkeypatch) -> None:
+    def crash(self, extra=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(IndexWriter, "commit", crash)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(coco_mbeir["pool"], coco_mini, tmp_path / "idx", HashEncoder(), progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rebuild_replaces_index(coco_mbeir, coco_mini: Path, tmp_path: Path) -> None:
+    out = tmp_path / "idx"
+    build_index(coco_mbeir["pool"], coco_mini, out, HashEncoder(), progress=False)
+    build_index(coco_mbeir["pool"], coco_mini, out, HashEncoder(name="second"), progress=False)
+    assert read_manifest(out)["encoder"]["name"] == "second"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+
+
+def test_bad_pool_inputs(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="candidate pool not found"):
+        build_index(tmp_path / "nope.jsonl", None, tmp_path / "idx", HashEncoder(), progress=False)
+    write_candidates(tmp_path / "dup.jsonl", [Candidate("a", Modality.TEXT, txt="x"),
+                                              Candidate("a", Modality.TEXT, txt="y")])
+    with pytest.raises(InputError, match="duplicate did 'a'"):
+        build_index(tmp_path / "dup.jsonl", None, tmp_path / "idx", HashEncoder(), progress=False)
+    (tmp_path / "bad.jsonl").write_text('{"did": "a", "modality": "text", "txt": "x"}\n{"did": "b", "modality": "text"}\n')
+    with pytest.raises(InputError) as e:
+        build_index(tmp_path / "bad.jsonl", None, tmp_path / "idx", HashEncoder(), progress=False)
+    assert "bad.jsonl:2" in str(e.value) and "txt" in str(e.value)
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(InputError, match="nothing to index"):
+        build_index(tmp_path / "empty.jsonl", None, tmp_path / "idx", HashEncoder(), progress=False)
+    with pytest.raises(InputError, match="batch size"):
+        build_index(tmp_path / "dup.jsonl", None, tmp_path / "idx", HashEncoder(), batch_size=0, progress=False)
+    assert not (tmp_path / "idx").exists()

@@ -1,0 +1,141 @@
+"""Tiny random Hugging Face checkpoints that tests build from a config (no network, no hub).
+
+The checkpoints are written with ``save_pretrained`` and then loaded by the product's own loading code,
+so the tests exercise the same path a real hub id or local checkpoint directory takes. Each model is
+built once per test process and cached in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import shutil
+import tempfile
+from pathlib import Path
+
+_SPECIAL_BOS = "<|startoftext|>"
+_SPECIAL_EOS = "<|endoftext|>"
+
+
+@functools.lru_cache(maxsize=1)
+def _tmp_root() -> Path:
+    root = Path(tempfile.mkdtemp(prefix="unirag-tiny-models-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
+def _byte_unicode_chars() -> list[str]:
+    """GPT-2/CLIP byte-level alphabet: every byte mapped to a printable unicode character."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for c in cs]
+
+
+def tiny_clip_tokenizer():
+    """A real ``CLIPTokenizer`` over a byte-level vocabulary (every text tokenises; no download)."""
+    from transformers import CLIPTokenizer
+
+    chars = _byte_unicode_chars()
+    vocab: dict[str, int] = {}
+    for c in chars:
+        vocab[c] = len(vocab)
+    for c in chars:
+        vocab[c + "</w>"] = len(vocab)
+    merges = [("t", "h"), ("th", "e</w>"), ("o", "f</w>"), ("a", "n")]
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    vocab[_SPECIAL_BOS] = len(vocab)
+    vocab[_SPECIAL_EOS] = len(vocab)
+    return CLIPTokenizer(vocab=vocab, merges=merges)
+
+
+@functools.lru_cache(maxsize=4)
+def tiny_clip_dir(projection_dim: int = 16, image_size: int = 32, seed: int = 0) -> Path:
+    """Directory holding a tiny random ``CLIPModel`` + ``CLIPProcessor`` (as ``save_pretrained`` writes them).
+
+    Load it with ``AutoModel.from_pretrained(path)`` / ``AutoProcessor.from_pretrained(path)`` or through
+    ``unirag.encoders.registry.load_encoder(str(path))``. Embedding size is ``projection_dim``.
+    """
+    import torch
+    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPProcessor
+
+    out = _tmp_root() / f"tiny-clip-p{projection_dim}-i{image_size}-s{seed}"
+    if (out / "config.json").exists():
+        return out
+    tok = tiny_clip_tokenizer()
+    bos, eos = tok.convert_tokens_to_ids(_SPECIAL_BOS), tok.convert_tokens_to_ids(_SPECIAL_EOS)
+    image_processor = CLIPImageProcessorPil(
+        size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+    )
+    processor = CLIPProcessor(image_processor=image_processor, tokenizer=tok)
+    small = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+                 projection_dim=projection_dim)
+    config = CLIPConfig(
+        text_config=dict(vocab_size=len(tok), max_position_embeddings=77, bos_token_id=bos, eos_token_id=eos,
+                         pad_token_id=eos, **small),
+        vision_config=dict(image_size=image_size, patch_size=8, **small),
+        projection_dim=projection_dim,
+    )
+    torch.manual_seed(seed)
+    model = CLIPModel(config).eval()
+    tmp = out.with_name(out.name + ".partial")
+    model.save_pretrained(tmp)
+    processor.save_pretrained(tmp)
+    tmp.rename(out)
+    return out
+
+
+# A LLaVA-1.5-style chat template (what llava-hf checkpoints ship): images first, then the text.
+_LLAVA_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'system' %}{{ message['content'][0]['text'] }}\n"
+    "{% else %}{{ message['role'].upper() }}: {% for item in message['content'] %}"
+    "{% if item['type'] == 'image' %}<image>\n{% endif %}{% endfor %}"
+    "{% for item in message['content'] %}{% if item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}"
+    "\n{% endif %}{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+)
+
+
+@functools.lru_cache(maxsize=2)
+def tiny_llava_dir(image_size: int = 32, seed: int = 0) -> Path:
+    """Directory holding a tiny random ``LlavaForConditionalGeneration`` + ``LlavaProcessor`` (with a chat
+    template), loadable by ``unirag.generators.registry.load_text_generator(f"hf:{path}")``."""
+    import torch
+    from transformers import CLIPImageProcessorPil, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+
+    out = _tmp_root() / f"tiny-llava-i{image_size}-s{seed}"
+    if (out / "config.json").exists():
+        return out
+    tok = tiny_clip_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": ["<image>"], "pad_token": "<pad>"})
+    image_token = tok.convert_tokens_to_ids("<image>")
+    eos = tok.convert_tokens_to_ids(_SPECIAL_EOS)
+    patch = 8
+    image_processor = CLIPImageProcessorPil(
+        size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+    )
+    processor = LlavaProcessor(image_processor=image_processor, tokenizer=tok, patch_size=patch,
+                               vision_feature_select_strategy="default", chat_template=_LLAVA_CHAT_TEMPLATE,
+                               num_additional_image_tokens=1)
+    config = LlavaConfig(
+        vision_config=dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=37,
+                           num_hidden_layers=2, num_attention_heads=4, image_size=image_size, patch_size=patch),
+        text_config=dict(model_type="llama", vocab_size=len(tok), hidden_size=32, intermediate_size=37,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, bos_token_id=tok.convert_tokens_to_ids(_SPECIAL_BOS),
+                         eos_token_id=eos, pad_token_id=tok.pad_token_id),
+        image_token_index=image_token, image_seq_length=(image_size // patch) ** 2,
+        vision_feature_select_strategy="default", vision_feature_layer=-2,
+    )
+    torch.manual_seed(seed)
+    model = LlavaForConditionalGeneration(config).eval()
+    tmp = out.with_name(out.name + ".partial")
+    model.save_pretrained(tmp)
+    processor.save_pretrained(tmp)
+    tmp.rename(out)
+    return out
