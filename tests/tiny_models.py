@@ -97,7 +97,7 @@ _LLAVA_CHAT_TEMPLATE = (
     "{% else %}{{ message['role'].upper() }}: {% for item in message['content'] %}"
     "{% if item['type'] == 'image' %}<image>\n{% endif %}{% endfor %}"
     "{% for item in message['content'] %}{% if item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}"
-    "\n{% endif %}{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+    "{{ '\\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
 )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from tests.fake_openai_server import Reply
+from fake_openai_server import Reply
 from unirag.cir.datasets import CirDataset, CirQuery
 from unirag.encoders.base import Encoder
 
@@ -40,12 +40,18 @@ VISION_ANSWERS = {"c1": [False, True], "c2": [True, False], "c3": [True, True], 
                   "c5": [True, False]}
 
 
+def _hashed(text: str) -> list[float]:
+    """Texts outside the table (e.g. a random model's captions) get a fixed pseudo-random vector."""
+    h = hashlib.sha256(text.encode()).digest()
+    return [b / 255 + 0.01 for b in h[:3]]
+
+
 class TableEncoder(Encoder):
     def __init__(self, texts: dict, images: dict | None = None, name: str = "table") -> None:
         self.texts, self.images, self.name, self.dim = texts, images or {}, name, 3
 
     def _embed_texts(self, texts):
-        return np.array([self.texts[t] for t in texts], dtype=np.float32)
+        return np.array([self.texts[t] if t in self.texts else _hashed(t) for t in texts], dtype=np.float32)
 
     def _embed_images(self, images):
         return np.array([self.images[Path(p).stem] for p in images], dtype=np.float32)
@@ -79,7 +85,7 @@ def responder(root: Path, malformed: bool = True):
 
     def text_of(body) -> str:
         m = body["messages"][0]["content"]
-        return m if isinstance(m, str) else " ".join(p.get("text", "") for p in m)
+        return (m if isinstance(m, str) else " ".join(p.get("text", "") for p in m)).strip()
 
     def reply(req) -> Reply:
         body = req.json

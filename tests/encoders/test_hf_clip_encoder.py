@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_models import tiny_clip_dir
 
+from tiny_models import tiny_clip_dir
 from unirag.data.records import Candidate, Modality
 from unirag.encoders.base import l2_normalize
 from unirag.encoders.registry import load_encoder

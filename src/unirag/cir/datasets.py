@@ -238,6 +238,8 @@ def load_dataset(kind: str, annotations: str | Path, images_root: str | Path | N
                  split_file: str | Path | None = None, limit: int | None = None) -> CirDataset:
     if kind not in LOADERS:
         raise InputError(f"unknown CIR dataset {kind!r}; expected one of {', '.join(DATASETS)}")
+    if not Path(annotations).is_file():
+        raise InputError("annotation file not found", path=annotations)
     ds = LOADERS[kind](annotations, images_root, split_file)
     if limit is not None:
         ds.queries = ds.queries[:limit]

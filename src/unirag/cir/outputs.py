@@ -60,6 +60,13 @@ def write_outputs(run: CirRun, qs, pool_ids: list[str], runner, s) -> dict[str, 
         lines.append(json.dumps(rec, ensure_ascii=False))
     atomic_write_lines(out / "rankings.jsonl", lines)
 
+    submissions = []
+    if ds.kind in ("cirr", "circo"):
+        final = {q: v[:depth] for q, v in full[final_stage].items()}
+        if len(pool_ids) - (1 if ds.exclude_reference else 0) >= METRIC_DEPTH:
+            submissions = [str(p) for p in write_submissions(ds.kind, out, final, subsets.get(final_stage))]
+        else:
+            run.notes.append("submission files skipped: the pool has fewer than 50 candidates")
     metrics: dict[str, Any] = {"dataset": ds.name, "final_stage": STAGE_NAMES[final_stage],
                                "n_queries_run": len(qs), "pool_size": len(pool_ids)}
     for st, r in full.items():
@@ -68,13 +75,6 @@ def write_outputs(run: CirRun, qs, pool_ids: list[str], runner, s) -> dict[str, 
         metrics["notes"] = run.notes
     atomic_write_json(out / "metrics.json", metrics)
 
-    submissions = []
-    if ds.kind in ("cirr", "circo"):
-        final = {q: v[:depth] for q, v in full[final_stage].items()}
-        if len(pool_ids) - (1 if ds.exclude_reference else 0) >= METRIC_DEPTH:
-            submissions = [str(p) for p in write_submissions(ds.kind, out, final, subsets.get(final_stage))]
-        else:
-            run.notes.append("submission files skipped: the pool has fewer than 50 candidates")
     atomic_write_json(out / "manifest.json", {
         "dataset": {"name": ds.name, "kind": ds.kind, "images_root": str(ds.images_root),
                     "n_queries": len(ds.queries), "pool_size": len(ds.pool)},

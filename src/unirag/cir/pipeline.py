@@ -119,6 +119,7 @@ class CirRun:
                 self.notes.append("offline: embedding baseline only, no agent ran")
             runner = None
             if agents and self.config.has_agents:
+                self._check_roles()
                 runner = AgentRunner(self.config, self.cache, self.factory, progress=self.progress)
                 try:
                     self._agents(runner, qs, pool_ids, paths, ia)
@@ -127,6 +128,24 @@ class CirRun:
             result = self._write(qs, pool_ids, runner, s)
         self.cache.close()
         return result
+
+    def required_roles(self) -> list[str]:
+        """The agent roles this run's stages and ablations call."""
+        ab, fine_stage = self.ab, "fine" in self.stages
+        roles = []
+        if (ab.text and not ab.fine_only) or (ab.imagination and not ab.fine_only) or (fine_stage and ab.text):
+            roles.append("caption")
+        if ab.imagination and not ab.fine_only:
+            roles += ["text_imagination", "vision_imagination"]
+        if fine_stage:
+            roles += ["question"] + (["text_question"] if ab.text else []) + (["vision_question"] if ab.vision else [])
+        return roles
+
+    def _check_roles(self) -> None:
+        missing = [r for r in self.required_roles() if r not in self.config.roles]
+        if missing:
+            raise ConfigError(f"no model configured for the X^R agent role(s) {', '.join(missing)}: add them under "
+                              "'roles' (or a 'defaults' model) in the agents YAML, or drop the stage with --stages")
 
     def _check_images(self) -> tuple[list[str], list[_Q]]:
         pool_missing, ref_missing = self.ds.missing_images()
@@ -190,8 +209,9 @@ class CirRun:
         else:
             for x in qs:
                 x.coarse = plain(x.base)
-        for x in qs:
-            x.orders["coarse"] = x.coarse.order
+        if not ab.fine_only:  # fine-only has no coarse stage of its own (its candidates are the baseline's)
+            for x in qs:
+                x.orders["coarse"] = x.coarse.order
         if "fine" in self.stages:
             top_ids = {pool_ids[c] for x in qs for c in x.cand[x.coarse.order[:s.k_prime]]}
             if ab.text:
@@ -220,10 +240,13 @@ class CirRun:
         ca = None
         if ab.text:
             tenc = self.text_encoder()
-            texts = [captions.get(i) or "" for i in pool_ids]
-            ca = self.cache.embeddings("pool-captions", tenc.fingerprint(), texts, lambda: tenc.encode_texts(texts))
-            ca[[not captions.get(i) for i in pool_ids]] = 0.0  # no caption: no text evidence (similarity 0)
-            n_missing = sum(1 for i in pool_ids if not captions.get(i))
+            have = [n for n, i in enumerate(pool_ids) if captions.get(i)]
+            texts = [captions[pool_ids[n]] for n in have]
+            ca = np.zeros((len(pool_ids), tenc.dim), dtype=np.float32)  # no caption: no text evidence (0)
+            if texts:
+                ca[have] = self.cache.embeddings("pool-captions", tenc.fingerprint(), texts,
+                                                 lambda: tenc.encode_texts(texts, self.progress))
+            n_missing = len(pool_ids) - len(have)
             if n_missing:
                 self.notes.append(f"{n_missing} candidates without caption (A_c failed): text similarity 0")
         live = []

@@ -22,6 +22,8 @@ MODES = ("zero-shot", "random", "rag")
               help="M-BEIR queries JSONL; each query's caption (query_txt) is the text to draw.")
 @click.option("--images-root", type=click.Path(file_okay=False), default=None,
               help="Folder the example pairs' image paths (pool / retrieval run) are relative to.")
+@click.option("--pool-images-root", type=click.Path(file_okay=False), default=None,
+              help="Same as --images-root (the name `unirag caption` uses for the examples' folder); wins if both.")
 @click.option("--generator", "spec", required=True,
               help="diffusers:<hub id or dir> | openai-image:gpt-image-1 | gemini-image:<model> | retrieval:top1")
 @click.option("--mode", type=click.Choice(MODES), default="zero-shot", show_default=True,
@@ -41,47 +43,58 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--guidance", type=float, default=DEFAULT_GUIDANCE, show_default=True,
               help="Classifier-free guidance scale (local models).")
 @click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
-              help="Generation seed (same for every query) and random-example seed.")
+              help="Generation seed, the same for every query (paper's LaVIT run: 1234).")
+@click.option("--example-seed", type=int, default=0, show_default=True,
+              help="Seed for random few-shot example selection (as `unirag caption --seed`).")
 @click.option("--concurrency", type=int, default=4, show_default=True, help="Parallel API calls (API backends).")
 @click.option("--base-url", default=None, help="API base URL (OpenAI-compatible images server, Gemini endpoint).")
 @click.option("--timeout", type=float, default=None, help="Seconds per API call.")
 @click.option("--quality", default=None, help="openai-image: low | medium | high | auto.")
 @click.option("--device", default=None, help="diffusers: cpu, cuda, cuda:1 (default: cuda if available).")
 @click.option("--dtype", default=None, help="diffusers: float32 | float16 | bfloat16 (default: bf16 on GPU).")
+@click.option("--max-attempts", type=int, default=6, show_default=True,
+              help="Tries per query for transient API errors (429, 5xx, timeouts).")
+@click.option("--prices", type=click.Path(dir_okay=False), default=None,
+              help="JSON/YAML price table overriding the default image-API prices.")
 @click.option("--limit", type=int, default=None, help="Only the first N queries (a later full run extends it).")
 @click.option("--save-prompts", type=int, default=5, show_default=True,
               help="Also write the first N prompts to OUT/prompts/ for inspection.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
-def generate_images(queries_path, images_root, spec, mode, k, retrieval_path, index_dir, pool_path, out_dir,
-                    width, height, steps, guidance, seed, concurrency, base_url, timeout, quality, device, dtype,
-                    limit, save_prompts, no_progress) -> None:
+def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, retrieval_path, index_dir, pool_path,
+                    out_dir, width, height, steps, guidance, seed, example_seed, concurrency, base_url, timeout,
+                    quality, device, dtype, max_attempts, prices, limit, save_prompts, no_progress) -> None:
     """Generate an image for every caption query, saved as PNG next to the prompt that made it.
 
+    \b
     Example (offline baseline, the top-1 retrieved image):
-
-        unirag generate-images --queries q.jsonl --images-root data --generator retrieval:top1
-            --mode rag --k 1 --retrieval run.jsonl --out runs/top1
+      unirag generate-images --queries q.jsonl --images-root data \\
+        --generator retrieval:top1 --mode rag --k 1 --retrieval run.jsonl --out runs/top1
     """
     from unirag.data.mbeir import read_queries
     from unirag.errors import ConfigError
     from unirag.generators.images.registry import load_image_generator
     from unirag.pipelines.examples import make_selector
     from unirag.pipelines.image_gen import ImageSettings, run_image_generation
+    from unirag.runs.retry import RetryPolicy
 
     if k is None:
         k = 0 if mode == "zero-shot" else 1
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {limit}")
+    if max_attempts < 1:
+        raise ConfigError(f"--max-attempts must be >= 1, got {max_attempts}")
+    examples_root = pool_images_root or images_root
     queries = read_queries(queries_path)
     selector = make_selector(mode, k, queries=queries, pool_path=pool_path, retrieval=retrieval_path,
-                             index=index_dir, seed=seed, query_images_root=images_root)
+                             index=index_dir, seed=example_seed, query_images_root=examples_root)
     generator = load_image_generator(spec, base_url=base_url, timeout=timeout, quality=quality, device=device,
                                      dtype=dtype)
     try:
         counts = run_image_generation(
-            queries, generator, selector, out_dir, images_root=images_root,
+            queries, generator, selector, out_dir, images_root=examples_root,
             settings=ImageSettings(width=width, height=height, steps=steps, guidance=guidance, seed=seed),
             concurrency=concurrency, limit=limit, save_prompts=save_prompts,
+            policy=RetryPolicy(max_attempts=max_attempts), prices=prices,
             identity_extra={"queries": str(Path(queries_path).resolve())}, progress=not no_progress)
     finally:
         generator.close()

@@ -46,9 +46,16 @@ def build(pool: Path, images_root: Path | None, out: Path, encoder_spec: str | N
           params: tuple[str, ...], batch_size: int) -> None:
     """Encode every candidate of POOL and write an index to OUT (streaming, atomic)."""
     from unirag.encoders.registry import load_encoder
+    from unirag.errors import InputError
     from unirag.index.build import build_index
+    from unirag.index.factory import resolve_params
 
     overrides = parse_params(params)
+    resolve_params(index_type, overrides)  # fail on a bad option before any model loads
+    if not pool.exists():
+        raise InputError("candidate pool not found", path=pool)
+    if batch_size <= 0:
+        raise ConfigError(f"--batch-size must be positive, got {batch_size}")
     encoder = load_encoder(encoder_spec)
     manifest = build_index(pool, images_root, out, encoder, encoder_spec=encoder_spec, index_type=index_type,
                            batch_size=batch_size, params=overrides)

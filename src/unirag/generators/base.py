@@ -74,5 +74,5 @@ class TextGenerator(ABC):
     def config(self) -> dict[str, Any]:
         return {"spec": self.spec}
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release clients or models."""

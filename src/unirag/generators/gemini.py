@@ -25,25 +25,27 @@ KEY_VARIABLES = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 IMAGE_TOKENS = 258
 
 
-def render_gemini_contents(messages: list[Message]) -> tuple[str | None, list[dict[str, Any]]]:
-    """Typed messages -> (system instruction, contents) as plain dicts the SDK accepts.
+def render_gemini_contents(messages: list[Message]) -> tuple[str | None, list[Any]]:
+    """Typed messages -> (system instruction, ``types.Content`` list) for ``generate_content``.
 
     Images go inline as bytes with their MIME type; the order of parts is kept exactly.
     """
+    from google.genai import types
+
     system: list[str] = []
-    contents: list[dict[str, Any]] = []
+    contents: list[Any] = []
     for m in messages:
         if m.role == "system":
             system.append(m.text)
             continue
-        parts: list[dict[str, Any]] = []
+        parts = []
         for p in m.parts:
             if isinstance(p, TextPart):
-                parts.append({"text": p.text})
+                parts.append(types.Part.from_text(text=p.text))
             else:
                 data, mime = p.encoded()
-                parts.append({"inline_data": {"data": data, "mime_type": mime}})
-        contents.append({"role": "model" if m.role == "assistant" else "user", "parts": parts})
+                parts.append(types.Part.from_bytes(data=data, mime_type=mime))
+        contents.append(types.Content(role="model" if m.role == "assistant" else "user", parts=parts))
     return ("\n".join(system) if system else None), contents
 
 

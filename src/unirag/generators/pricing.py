@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from unirag.errors import ConfigError, InputError
+from unirag.errors import InputError
 from unirag.generators.base import Usage
 
 

@@ -120,11 +120,11 @@ class IndexWriter:
             kind, params = "flat", {"reason": f"ivfpq needs >= {factory.IVFPQ_MIN_COUNT} vectors, got {n}"}
         else:
             params = factory.ivfpq_shape(n, self.dim, self.params)
-            index, ivf = factory.new_ivfpq(self.dim, params)
+            index, _ = factory.new_ivfpq(self.dim, params)
             rng = np.random.default_rng(self.seed)
             n_train = min(n, int(params["train_size"]))
             rows = np.sort(rng.choice(n, size=n_train, replace=False))
-            ivf.train(self._read_rows(sub.spill_path, rows))
+            index.train(self._read_rows(sub.spill_path, rows))
             kind = "ivfpq"
         row_bytes = self.dim * 4
         with sub.spill_path.open("rb") as f:

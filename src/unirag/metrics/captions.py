@@ -139,7 +139,7 @@ def score_captions(candidates: Mapping[str, str], references: Mapping[str, Seque
     if meteor_result is not None:
         scored.insert(0, ("METEOR", *meteor_result))
     else:
-        out.skipped["METEOR"] = "METEOR skipped (disabled)"
+        out.skipped["METEOR"] = "METEOR skipped (--no-meteor)"
     if spice:
         corenlp = find_corenlp(spice_lib)
         if corenlp is None:
@@ -157,20 +157,21 @@ def score_captions(candidates: Mapping[str, str], references: Mapping[str, Seque
 
 
 def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | Path, qrels: str | Path | None = None,
-                         *, spice_lib: str | Path | None = None, strip_prefixes: bool = True, write: bool = True
-                         ) -> dict[str, Any]:
+                         *, spice_lib: str | Path | None = None, strip_prefixes: bool = True, meteor: bool = True,
+                         write: bool = True) -> dict[str, Any]:
     """Score a caption run directory; writes ``metrics.json`` and ``metrics_per_query.jsonl`` there.
 
     Failed queries (status error) are excluded and counted, never scored as empty captions; queries
     with no output yet are counted as missing; outputs whose qid is not among ``queries`` are an error
-    (wrong queries file).
+    (wrong queries file). ``meteor=False`` skips METEOR, the slowest scorer (a Java process that
+    loads paraphrase tables) and not one of the paper's reported metrics.
     """
     from unirag.metrics.text_normalize import strip_answer_prefix
     from unirag.runs.atomic import atomic_write_json, atomic_write_lines
 
     run = read_run(run_dir)
     if run.task not in (None, "caption"):
-        raise InputError(f"this is a {run.task!r} run; use 'unirag evaluate images'", path=run.run_dir)
+        raise InputError("this is an image-generation run; use 'unirag evaluate images'", path=run.run_dir)
     by_qid, gt = load_ground_truth(queries, pool, qrels)
     unknown = [q for q in run.records if q not in by_qid]
     if unknown:
@@ -195,7 +196,7 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
                          f"{len(no_refs)} without references)", path=outputs_path)
     order = [q for q in by_qid if q in candidates]
     scores = score_captions({q: candidates[q] for q in order},
-                            {q: reference_captions(gt[q]) for q in order}, spice_lib=spice_lib)
+                            {q: reference_captions(gt[q]) for q in order}, spice_lib=spice_lib, meteor=meteor)
     failed = run.failed()
     result: dict[str, Any] = {
         "task": "caption",

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from unirag.metrics.retrieval import hit_at_k
+
 RECALL_KS = (1, 5, 10, 50)
 SUBSET_KS = (1, 2, 3)
 MAP_KS = (5, 10, 25, 50)
@@ -27,12 +29,12 @@ def _check_k(k: int) -> None:
 
 
 def recall_at_k(ranking: Sequence[str], targets: Iterable[str], k: int) -> float:
-    """1.0 when any target is among the first k results."""
+    """1.0 when any target is among the first k results: the foundation's hit@k, which CIR papers call R@k."""
     _check_k(k)
     gts = set(targets)
     if not gts:
         raise ValueError("recall needs at least one ground-truth target")
-    return 1.0 if any(r in gts for r in ranking[:k]) else 0.0
+    return hit_at_k(ranking, gts, k)
 
 
 def average_precision_at_k(ranking: Sequence[str], targets: Iterable[str], k: int) -> float:

@@ -57,7 +57,7 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     run = read_run(run_dir)
     if run.task not in (None, "image"):
-        raise InputError(f"this is a {run.task!r} run; use 'unirag evaluate captions'", path=run.run_dir)
+        raise InputError("this is a caption run; use 'unirag evaluate captions'", path=run.run_dir)
     by_qid, gt = load_ground_truth(queries, pool, qrels)
     unknown = [q for q in run.records if q not in by_qid]
     if unknown:
@@ -99,13 +99,18 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     except RuntimeError as e:  # torchmetrics: fewer than 2 images per set
         skipped["FID"] = f"FID skipped: {e}"
     per_query: dict[str, float] = {}
-    if clip is not None or clip_model is not None:
-        model = clip if clip is not None else load_clip(clip_model)
+    model = clip
+    if model is None and clip_model is not None:
+        try:
+            model = load_clip(clip_model)
+        except ConfigError as e:
+            skipped["CLIP Score"] = f"CLIP Score skipped: {e}"
+    elif model is None:
+        skipped["CLIP Score"] = "CLIP Score skipped (--no-clip)"
+    if model is not None:
         metrics["CLIP Score"], scores = clip_scores(fakes, texts, model, device=device,
                                                     progress=_progress("CLIP Score", show_progress))
         per_query = dict(zip(qids, scores, strict=True))
-    else:
-        skipped["CLIP Score"] = "CLIP Score skipped (disabled)"
     try:
         is_net = is_feature if is_feature is not None else standard_inception(inception_weights, "logits_unbiased")
         metrics["IS"], metrics["IS SD"] = inception_score(fakes, is_net, splits=is_splits, seed=seed,

@@ -108,10 +108,14 @@ def inception_score(paths: Sequence[str | Path], feature: Any, *, splits: int = 
                     batch_size: int = 32, device: str = "cpu", progress: Callable[[Iterable], Iterable] = iter
                     ) -> tuple[float, float]:
     """torchmetrics Inception Score (mean, SD over ``splits``); ``seed`` fixes its random split."""
+    import warnings
+
     import torch
     from torchmetrics.image.inception import InceptionScore
 
-    metric = InceptionScore(feature=feature, splits=splits, normalize=False).to(device)
+    with warnings.catch_warnings():  # "will save all extracted features": logits only, a few MB per 10k images
+        warnings.filterwarnings("ignore", message=".*save all extracted features.*")
+        metric = InceptionScore(feature=feature, splits=splits, normalize=False).to(device)
     for batch in progress(size_batches(paths, batch_size)):
         metric.update(batch.to(device))
     with torch.random.fork_rng(devices=[]):

@@ -18,6 +18,9 @@ OUTPUTS_FILE = "outputs.jsonl"
 MANIFEST_FILE = "manifest.json"
 METRICS_FILE = "metrics.json"
 PER_QUERY_FILE = "metrics_per_query.jsonl"
+# task names the generation commands write into manifest.json -> the evaluation kind
+TASK_ALIASES = {"caption": "caption", "captions": "caption", "image": "image", "images": "image",
+                "generate-images": "image", "image-generation": "image"}
 
 
 @dataclass
@@ -31,7 +34,9 @@ class RunOutputs:
 
     @property
     def task(self) -> str | None:
-        return self.manifest.get("task")
+        """The evaluation kind ("caption" or "image"), or None when the manifest does not say (hand-made runs)."""
+        task = self.manifest.get("task")
+        return TASK_ALIASES.get(str(task), str(task)) if task is not None else None
 
     def ok(self) -> dict[str, dict[str, Any]]:
         return {q: r for q, r in self.records.items() if r.get("status", "ok") == "ok"}

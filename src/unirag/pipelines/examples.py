@@ -48,7 +48,7 @@ class ExampleSelector(ABC):
     def select(self, query: Query) -> list[Example]:
         """The examples for one query, best first (at most k)."""
 
-    def prepare(self, queries: Sequence[Query]) -> None:
+    def prepare(self, queries: Sequence[Query]) -> None:  # noqa: B027 - optional hook
         """Called once with the queries still to do (lets on-the-fly retrieval batch its work)."""
 
     def source(self) -> dict[str, Any]:
@@ -93,6 +93,7 @@ class RandomGold(ExampleSelector):
             ex = gold_pair(q, pool)
             if ex is not None:
                 self._gold.append((q, ex))
+        self._gold.sort(key=lambda item: item[0].qid)  # the draw depends on the set of queries, not file order
         if len(self._gold) <= k:
             raise ConfigError(f"random few-shot with k={k} needs more than {k} queries with a gold pair in the "
                               f"pool; found {len(self._gold)} (check --pool and the queries' pos_cand_list)")

@@ -19,6 +19,7 @@ from typing import Any
 
 from unirag.data.records import Query
 from unirag.errors import BackendError, InputError
+from unirag.generators.base import Usage
 from unirag.generators.images.base import (
     DEFAULT_GUIDANCE,
     DEFAULT_HEIGHT,
@@ -29,8 +30,9 @@ from unirag.generators.images.base import (
     ImageGenerator,
     ImageRequest,
 )
-from unirag.generators.images.templates import ALL as TEMPLATE_NAMES
+from unirag.generators.images.prices import image_price
 from unirag.generators.images.templates import image_template
+from unirag.generators.pricing import Price, cost_usd, price_entry
 from unirag.messages import ImagePart, Message, TextPart
 from unirag.pipelines.examples import Example, ExampleSelector
 from unirag.pipelines.rundir import RunDir
@@ -38,7 +40,7 @@ from unirag.runs.atomic import atomic_write_bytes, atomic_write_json
 from unirag.runs.executor import run_items
 from unirag.runs.retry import RetryPolicy
 
-TASK = "generate-images"
+TASK = "image"  # the task name caption/image runs and `unirag evaluate images` agree on
 IMAGES_DIR = "images"
 
 
@@ -104,13 +106,15 @@ def run_image_generation(
     limit: int | None = None,
     save_prompts: int = 5,
     policy: RetryPolicy | None = None,
+    prices: str | Path | None = None,
     identity_extra: dict[str, Any] | None = None,
     progress: bool = True,
 ) -> dict[str, int]:
     """Generate one image per query into ``out``; returns counts (ok/error/skipped + final totals).
 
     ``images_root`` resolves the example pairs' relative image paths. ``limit`` takes the first N
-    queries (a smoke run that a later full run into the same directory extends).
+    queries (a smoke run that a later full run into the same directory extends). ``prices``: a
+    JSON/YAML price file overriding the defaults (:mod:`unirag.generators.images.prices`).
     """
     settings = settings or ImageSettings()
     queries = list(queries)[:limit] if limit is not None else list(queries)
@@ -118,11 +122,14 @@ def run_image_generation(
     generator.check_k(selector.k)
     generator.check_size(settings.width, settings.height)
     out = Path(out)
-    templates = {name: image_template(name).manifest_entry() for name in TEMPLATE_NAMES}
-    identity = {"generator": generator.spec, "examples": selector.source(), **asdict(settings),
+    templates = {name: image_template(name).manifest_entry() for name in generator.templates}
+    identity = {"generator": generator.spec, **generator.identity(), "examples": selector.source(), **asdict(settings),
                 "templates": {n: t["sha256"] for n, t in templates.items()}, **(identity_extra or {})}
+    price = image_price(generator.spec, generator.local, prices)
+    free = price == Price()
     run_settings = {"generator_config": generator.config(), "images_root": images_root,
-                    "concurrency": 1 if generator.local else concurrency, "templates": templates}
+                    "concurrency": 1 if generator.local else concurrency, "templates": templates,
+                    "price": price_entry(price), "prices_file": str(prices) if prices else None}
     position = {q.qid: i for i, q in enumerate(queries)}
 
     with RunDir(out, TASK, identity, run_settings, save_prompts=save_prompts) as run:
@@ -154,8 +161,9 @@ def run_image_generation(
             fields: dict[str, Any] = {"caption": query.txt, "image": rel,
                                       "examples": [ex.as_dict() for ex in examples],
                                       "size": list(result.image.size)}
-            fields["usage"] = meta.pop("usage", None) or {}
-            fields["cost_usd"] = meta.pop("cost_usd", None)
+            fields["usage"] = result.usage.as_dict() if result.usage is not None else {}
+            # No usage reported: free backends (local models, the retrieval baseline) cost 0, others unknown.
+            fields["cost_usd"] = cost_usd(result.usage or Usage(), price) if (result.usage or free) else None
             if meta:
                 fields["meta"] = meta
             return fields

@@ -82,12 +82,16 @@ class RunDir:
             raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         try:
             if self.store is not None:
                 self.store.close()
+            if exc_type is not None and self.manifest.get("status") == "running":
+                # Ctrl-C or a crash: say so, so nobody scores a half-finished run by mistake.
+                self.manifest.update({"status": "interrupted", "updated": _now()})
+                atomic_write_json(self.manifest_path, self.manifest)
         finally:
-            self._lock.__exit__(*exc)
+            self._lock.__exit__(exc_type, exc, tb)
 
     def _open_manifest(self) -> None:
         old = None
@@ -139,8 +143,10 @@ class RunDir:
     def finish(self, order: list[str], extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Compact outputs to one line per qid in query order; record counts and totals in the manifest."""
         assert self.store is not None
+        wanted = set(order)
         known = [q for q in order if self.store.get(q) is not None]
-        self.store.compact(known + [k for k in (r["qid"] for r in self.store.records()) if k not in set(order)])
+        # Records of queries outside this run (an earlier run without --limit) are kept, after these.
+        self.store.compact(known + [k for k in (str(r["qid"]) for r in self.store.records()) if k not in wanted])
         records = [self.store.get(q) for q in order]
         ok = sum(1 for r in records if r is not None and r.get("status") == STATUS_OK)
         failed = sum(1 for r in records if r is not None and r.get("status") != STATUS_OK)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from unirag.errors import ConfigError
+from unirag.errors import ConfigError, InputError
 from unirag.messages import ImagePart, Message, Part, TextPart
 from unirag.prompts.merge import DEFAULT_SEPARATOR, merge_vertically, png_bytes
 from unirag.prompts.templates import PromptTemplate, load_template
@@ -69,6 +69,14 @@ def is_single_image(tpl: PromptTemplate) -> bool:
     return "merged_image" in parse_layout(tpl)
 
 
+def _existing(path: Path) -> Path:
+    """Fail while building the prompt (naming the file), not later inside a backend's encoder."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("image file not found", path=path)
+    return path
+
+
 def _instruction(tpl: PromptTemplate, shots: Sequence[Shot], merged: bool) -> str:
     k = len(shots)
     if k == 0:
@@ -99,10 +107,10 @@ def build_caption_prompt(tpl: PromptTemplate, query_image: Path, shots: Sequence
                 instruction = f"{system}\n{instruction}"
         elif token == "examples":
             for i, s in enumerate(shots, start=1):
-                parts.append(ImagePart(path=Path(s.image), label=s.label or f"example {i}"))
+                parts.append(ImagePart(path=_existing(s.image), label=s.label or f"example {i}"))
                 parts.append(TextPart(tpl.fill("example_caption", n=i, caption=s.caption)))
         elif token == "query_image":
-            parts.append(ImagePart(path=Path(query_image), label=query_label))
+            parts.append(ImagePart(path=_existing(query_image), label=query_label))
         elif token == "merged_image":
             if shots:
                 from unirag.data.images import load_rgb
@@ -113,7 +121,7 @@ def build_caption_prompt(tpl: PromptTemplate, query_image: Path, shots: Sequence
                 parts.append(ImagePart(data=png_bytes(merged_image), mime="image/png",
                                        label="merged: " + " | ".join(labels)))
             else:
-                parts.append(ImagePart(path=Path(query_image), label=query_label))
+                parts.append(ImagePart(path=_existing(query_image), label=query_label))
         elif token == "instruction":
             parts.append(_INSTRUCTION)
     final = [TextPart(instruction) if p is _INSTRUCTION else p for p in parts]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import ConfigError
+from unirag.generators.base import Usage
 
 # The paper's LaVIT configuration (§4.3 and the official code): 1024x1024, guidance 4.0, 25 steps,
 # seed 1234. API backends ignore what their API has no knob for.
@@ -32,6 +33,9 @@ class ExamplePair:
     image_path: Path
     caption: str
     id: str | None = None  # e.g. the pool did of the image (for outputs.jsonl and logs)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "image_path", Path(self.image_path))  # accept str paths too
 
 
 @dataclass
@@ -54,12 +58,14 @@ class ImageRequest:
 class GeneratedImage:
     """The picture (an RGB ``PIL.Image``) and what is worth recording about the call.
 
-    ``meta`` may hold: ``prompt`` (the text as sent), ``usage`` (token counts), ``cost_usd``,
-    ``revised_prompt``, ``source`` (for the retrieval baseline) - all JSON-serialisable.
+    ``usage``: token counts where the API reports them (the run prices them, see
+    :mod:`unirag.generators.pricing`). ``meta`` may hold ``prompt`` (the text as sent),
+    ``revised_prompt``, ``source`` (retrieval baseline) - all JSON-serialisable.
     """
 
     image: Any
     meta: dict[str, Any] = field(default_factory=dict)
+    usage: Usage | None = None
 
 
 class ImageGenerator(ABC):
@@ -73,6 +79,9 @@ class ImageGenerator(ABC):
     min_examples: int = 0
     #: Local models run one query at a time; API backends are run concurrently by the run loop.
     local: bool = False
+    #: Prompt template files (prompts/templates/<name>.txt) whose wording this backend sends; their
+    #: hashes go into the run identity, so editing one is never mixed into a resumed run.
+    templates: tuple[str, ...] = ()
 
     def check_k(self, k: int) -> None:
         """Fail before the run starts when ``k`` examples cannot be given to this backend."""
@@ -102,6 +111,10 @@ class ImageGenerator(ABC):
     def config(self) -> dict[str, Any]:
         """Settings worth recording in the manifest (never secrets)."""
         return {"spec": self.spec}
+
+    def identity(self) -> dict[str, Any]:
+        """The settings besides the spec that change the pictures (dtype, quality...): resume must match."""
+        return {}
 
     def close(self) -> None:  # noqa: B027 - optional hook; most backends hold nothing to release
         """Release clients or models."""

@@ -12,13 +12,14 @@ gives the same pixels whether it runs first, last, or in a resumed run.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from pathlib import Path
 from typing import Any
 
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
-from unirag.generators.images.templates import FEW_SHOT_OMNIGEN, render_listed
+from unirag.generators.images.templates import FEW_SHOT_OMNIGEN, ZERO_SHOT, render_listed
 
 # How a pipeline takes reference images, recognised from its __call__ signature.
 STYLE_TEXT_ONLY = "text-only"
@@ -66,8 +67,10 @@ def _load_pipeline(model: str, device: str, torch_dtype: Any):
     if Path(spec).is_dir() and not (Path(spec) / "model_index.json").is_file():
         raise ConfigError(f"{model} is not a diffusers pipeline directory (no model_index.json); "
                           "save one with pipeline.save_pretrained(DIR)")
+    # Newer diffusers name the argument ``dtype`` (``torch_dtype`` is deprecated); older ones only know the latter.
+    key = "dtype" if "_resolve_dtype" in vars(importlib.import_module(DiffusionPipeline.__module__)) else "torch_dtype"
     try:
-        pipe = hf_from_pretrained(DiffusionPipeline, spec, "diffusers pipeline", torch_dtype=torch_dtype)
+        pipe = hf_from_pretrained(DiffusionPipeline, spec, "diffusers pipeline", **{key: torch_dtype})
     except (NameError, ImportError) as e:
         # diffusers leaves optional modules undefined when an extra (torchvision for OmniGen) is absent.
         raise ConfigError(f"cannot build diffusers pipeline {model!r}: {e}; this pipeline needs an optional "
@@ -81,10 +84,12 @@ class DiffusersImageGenerator(ImageGenerator):
     """A diffusers pipeline, one query at a time (the GPU is the bottleneck, not the loop)."""
 
     local = True
+    templates = (ZERO_SHOT, FEW_SHOT_OMNIGEN)
 
     def __init__(self, model: str, *, spec: str | None = None, device: str | None = "auto",
-                 dtype: str | None = "auto", pipeline: Any = None) -> None:
-        """``pipeline``: an already built pipeline object (programmatic use); otherwise ``model`` is loaded."""
+                 dtype: str | None = "auto", pipeline: Any = None, oom_fallback: bool = True) -> None:
+        """``pipeline``: an already built pipeline object (programmatic use); otherwise ``model`` is loaded.
+        ``oom_fallback``: on out-of-memory, retry with fewer examples instead of failing the query."""
         from unirag.encoders._runtime import configure_torch_threads, resolve_device, resolve_dtype
 
         configure_torch_threads()
@@ -94,11 +99,21 @@ class DiffusersImageGenerator(ImageGenerator):
         if dtype in (None, "auto"):
             dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
         self.dtype = dtype
+        self.oom_fallback = bool(oom_fallback)
         self._pipe = pipeline if pipeline is not None else _load_pipeline(model, self.device,
                                                                           resolve_dtype(dtype, self.device))
         self._call_params = set(inspect.signature(self._pipe.__call__).parameters)
         self.style = reference_style(self._call_params)
         self.max_examples = 0 if self.style == STYLE_TEXT_ONLY else None
+
+    def check_size(self, width: int, height: int) -> None:
+        """Latents are the image divided by the VAE factor (and OmniGen packs them in 2x2 patches)."""
+        super().check_size(width, height)
+        factor = max(8, int(getattr(self._pipe, "vae_scale_factor", 8) or 8))
+        multiple = factor * (2 if self.style == STYLE_INTERLEAVED else 1)
+        if width % multiple or height % multiple:
+            raise ConfigError(f"{type(self._pipe).__name__} needs width and height that are a multiple of {multiple}; "
+                              f"got {width}x{height}")
 
     def _prompt(self, request: ImageRequest) -> tuple[str, list[Path]]:
         return interleaved_prompt(request)
@@ -107,24 +122,40 @@ class DiffusersImageGenerator(ImageGenerator):
         return self._prompt(request)[0]
 
     def generate(self, request: ImageRequest) -> GeneratedImage:
+        """One picture. Out of GPU memory with several examples, the last (least relevant) examples are
+        dropped one at a time, as the paper did for Emu2-Gen at k=5; ``meta["examples_used"]`` says so."""
+        import dataclasses
+
         import torch
 
         from unirag.encoders._runtime import to_pil_images
 
         self.check_k(len(request.examples))
-        prompt, paths = self._prompt(request)
-        images = to_pil_images(paths)
-        gen_device = self.device if self.device.startswith("cuda") else "cpu"
-        generator = torch.Generator(gen_device).manual_seed(int(request.seed))
-        kwargs, dropped = call_kwargs(self._call_params, request, prompt, images, generator)
-        try:
-            with torch.inference_mode():
-                out = self._pipe(**kwargs)
-        except torch.OutOfMemoryError as e:
-            raise BackendError(f"diffusers {self.model}: out of memory for query {request.qid} "
-                               f"({request.width}x{request.height}, {len(images)} reference image(s)): {e}") from None
+        self.check_size(request.width, request.height)
+        images_all = to_pil_images([e.image_path for e in request.examples])
+        used = len(request.examples)
+        while True:
+            trimmed = dataclasses.replace(request, examples=request.examples[:used])
+            prompt, _ = self._prompt(trimmed)
+            generator = torch.Generator(self.device if self.device.startswith("cuda") else "cpu")
+            generator.manual_seed(int(request.seed))
+            kwargs, dropped = call_kwargs(self._call_params, trimmed, prompt, images_all[:used], generator)
+            try:
+                with torch.inference_mode():
+                    out = self._pipe(**kwargs)
+                break
+            except torch.OutOfMemoryError as e:
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                if self.oom_fallback and used > 1:
+                    used -= 1
+                    continue
+                raise BackendError(f"diffusers {self.model}: out of memory for query {request.qid} "
+                                   f"({request.width}x{request.height}, {used} reference image(s)): {e}") from None
         image = out.images[0] if hasattr(out, "images") else out[0][0]
         meta: dict[str, Any] = {"prompt": prompt, "pipeline": type(self._pipe).__name__}
+        if used < len(request.examples):
+            meta["examples_used"] = used
         if dropped:
             meta["ignored_settings"] = dropped
         return GeneratedImage(image=image.convert("RGB"), meta=meta)
@@ -132,6 +163,9 @@ class DiffusersImageGenerator(ImageGenerator):
     def config(self) -> dict[str, Any]:
         return {"spec": self.spec, "backend": "diffusers", "model": self.model, "device": self.device,
                 "dtype": self.dtype, "pipeline": type(self._pipe).__name__, "reference_style": self.style}
+
+    def identity(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "oom_fallback": self.oom_fallback}
 
     def close(self) -> None:
         self._pipe = None

@@ -4,30 +4,28 @@ The request is the paper's Gemini-style interleaved content (``image_fewshot_gem
 the instruction first, then image_1, caption_1, ..., image_k, caption_k, then the query caption;
 zero-shot sends the caption alone. The picture comes back as an ``inline_data`` part of the
 response. Content building and response parsing are plain functions so they can be checked
-without a network. The key comes from ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``) only.
+without a network. The key comes from ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``) only. Wire rendering and
+error mapping are shared with the caption backend (:mod:`unirag.generators.gemini`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 from unirag.errors import BackendError, ConfigError
-from unirag.generators.http_errors import status_error, transient_error
+from unirag.generators.base import Usage
+from unirag.generators.gemini import KEY_VARIABLES, map_gemini_error, render_gemini_contents
+from unirag.generators.http_errors import transient_error
 from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
-from unirag.generators.images.templates import FEW_SHOT_GEMINI, image_template, zero_shot_prompt
+from unirag.generators.images.templates import FEW_SHOT_GEMINI, ZERO_SHOT, image_template, zero_shot_prompt
 from unirag.messages import ImagePart, Message, TextPart, render_for_log
 
 PROVIDER = "Gemini image"
-KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 # Aspect ratios Gemini image models accept; the request's width/height picks the nearest.
 ASPECT_RATIOS = ("1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9")
-# USD per 1M tokens (Google's published gemini-2.5-flash-image rates; override with ``prices``).
-DEFAULT_PRICES_PER_1M = {"gemini-2.5-flash-image": {"input": 0.30, "output": 30.0}}
 
 
 def nearest_aspect_ratio(width: int, height: int) -> str:
@@ -46,23 +44,6 @@ def image_prompt_messages(request: ImageRequest) -> list[Message]:
         parts.append(TextPart(tpl.fill("example", n=i, caption=ex.caption)))
     parts.append(TextPart(tpl.fill("query", caption=request.caption)))
     return [Message("user", parts)]
-
-
-def gemini_contents(messages: list[Message]) -> list[Any]:
-    """Typed messages -> ``google.genai.types.Content`` list (images as inline bytes)."""
-    from google.genai import types
-
-    contents = []
-    for m in messages:
-        parts = []
-        for p in m.parts:
-            if isinstance(p, TextPart):
-                parts.append(types.Part.from_text(text=p.text))
-            else:
-                data, mime = p.encoded()
-                parts.append(types.Part.from_bytes(data=data, mime_type=mime))
-        contents.append(types.Content(role="model" if m.role == "assistant" else "user", parts=parts))
-    return contents
 
 
 def parse_image_response(resp: Any) -> tuple[Any, dict[str, Any]]:
@@ -98,50 +79,23 @@ def parse_image_response(resp: Any) -> tuple[Any, dict[str, Any]]:
                        + (f"; the model said: {said!r}" if said else ""))
 
 
-def _transport_errors() -> tuple[type[BaseException], ...]:
-    found: list[type[BaseException]] = []
-    for name in ("httpx2", "httpx"):
-        try:
-            mod = __import__(name)
-        except ImportError:
-            continue
-        found.append(mod.TransportError)
-    return tuple(found)
-
-
-@contextlib.contextmanager
-def gemini_errors(provider: str) -> Iterator[None]:
-    """Translate google-genai's exceptions raised inside the block into BackendError."""
-    from google.genai import errors
-
-    transport = _transport_errors()
-    try:
-        yield
-    except errors.APIError as e:
-        headers = getattr(getattr(e, "response", None), "headers", None)
-        raise status_error(provider, e.code, e.message or str(e), headers) from None
-    except transport as e:
-        raise transient_error(provider, f"{e.__class__.__name__}", str(e)) from None
-
-
 class GeminiImageGenerator(ImageGenerator):
     local = False
     max_examples = None
+    templates = (ZERO_SHOT, FEW_SHOT_GEMINI)
 
     def __init__(self, model: str, *, spec: str | None = None, base_url: str | None = None,
-                 timeout: float = 300.0, api_key_env: str | None = None,
-                 prices: dict[str, float] | None = None) -> None:
+                 timeout: float = 300.0, api_key_env: str | None = None) -> None:
         self.model = model
         self.spec = spec or f"gemini-image:{model}"
         self.base_url = base_url
         self.timeout = float(timeout)
-        envs = (api_key_env,) if api_key_env else KEY_ENVS
+        envs = (api_key_env,) if api_key_env else KEY_VARIABLES
         self.api_key_env = next((e for e in envs if os.environ.get(e)), envs[0])
         key = os.environ.get(self.api_key_env)
         if not key:
             raise ConfigError(f"set the {' or '.join(envs)} environment variable (the Gemini API key)")
         self._key = key
-        self.prices = prices if prices is not None else DEFAULT_PRICES_PER_1M.get(model)
         self._client = None
         self._lock = threading.Lock()
 
@@ -151,7 +105,8 @@ class GeminiImageGenerator(ImageGenerator):
                 from google import genai
                 from google.genai import types
 
-                opts = types.HttpOptions(timeout=int(self.timeout * 1000), base_url=self.base_url)
+                opts = types.HttpOptions(timeout=int(self.timeout * 1000), base_url=self.base_url,
+                                         retry_options=types.HttpRetryOptions(attempts=1))
                 self._client = genai.Client(api_key=self._key, http_options=opts)
             return self._client
 
@@ -168,25 +123,24 @@ class GeminiImageGenerator(ImageGenerator):
 
     def generate(self, request: ImageRequest) -> GeneratedImage:
         self.check_k(len(request.examples))
-        contents = gemini_contents(image_prompt_messages(request))
+        _, contents = render_gemini_contents(image_prompt_messages(request))
         client = self._get_client()
-        with gemini_errors(PROVIDER):
+        try:
             resp = client.models.generate_content(model=self.model, contents=contents,
                                                   config=self.generation_config(request))
+        except Exception as e:  # noqa: BLE001 - SDK, transport and JSON errors; mapped in one place
+            raise map_gemini_error(e) from None
         image, extra = parse_image_response(resp)
         um = getattr(resp, "usage_metadata", None)
-        usage = {"input_tokens": int(getattr(um, "prompt_token_count", 0) or 0),
-                 "output_tokens": int(getattr(um, "candidates_token_count", 0) or 0)} if um else {}
-        cost = None
-        if usage and self.prices:
-            cost = round((usage["input_tokens"] * self.prices.get("input", 0.0)
-                          + usage["output_tokens"] * self.prices.get("output", 0.0)) / 1e6, 6)
-        return GeneratedImage(image=image, meta={"prompt": self.prompt_text(request), "usage": usage,
-                                                 "cost_usd": cost, **extra})
+        usage = None
+        if um is not None:
+            usage = Usage(input_tokens=int(getattr(um, "prompt_token_count", 0) or 0), input_images=len(request.examples),
+                          output_tokens=int(getattr(um, "candidates_token_count", 0) or 0))
+        return GeneratedImage(image=image, meta={"prompt": self.prompt_text(request), **extra}, usage=usage)
 
     def config(self) -> dict[str, Any]:
         return {"spec": self.spec, "backend": "gemini-image", "model": self.model, "base_url": self.base_url,
-                "api_key_env": self.api_key_env, "timeout": self.timeout, "prices_per_1m_tokens": self.prices}
+                "api_key_env": self.api_key_env, "timeout": self.timeout}
 
     def close(self) -> None:
         with self._lock:

@@ -22,9 +22,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from unirag.errors import BackendError, ConfigError
+from unirag.generators.base import Usage
 from unirag.generators.http_errors import status_error, transient_error
 from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
-from unirag.generators.images.templates import FEW_SHOT_API, render_listed
+from unirag.generators.images.templates import FEW_SHOT_API, ZERO_SHOT, render_listed
 from unirag.messages import ImagePart
 
 PROVIDER = "OpenAI images"
@@ -38,12 +39,6 @@ _SIZES = {
     "dall-e-3": {"1024x1024", "1792x1024", "1024x1792"},
     "dall-e-2": {"256x256", "512x512", "1024x1024"},
 }
-# USD per 1M tokens, OpenAI's published gpt-image-1 rates (override with the ``prices`` option).
-DEFAULT_PRICES_PER_1M = {
-    "gpt-image-1": {"input_text": 5.0, "input_image": 10.0, "output_image": 40.0},
-}
-
-
 def _family(model: str) -> str | None:
     for prefix in _SIZES:
         if model.startswith(prefix):
@@ -83,38 +78,31 @@ def decode_b64_image(b64: Any, provider: str):
         raise transient_error(provider, "response image could not be decoded", str(e)) from None
 
 
-def usage_and_cost(usage: Any, prices: dict[str, float] | None) -> tuple[dict[str, int], float | None]:
-    """Token counts of an images response and their cost (None when the model has no price)."""
+def image_usage(usage: Any, n_images: int) -> Usage | None:
+    """Token counts of an images response (gpt-image models report text and image input separately)."""
     if usage is None:
-        return {}, None
+        return None
     details = getattr(usage, "input_tokens_details", None)
-    counts = {"input_tokens": int(getattr(usage, "input_tokens", 0) or 0),
-              "input_text_tokens": int(getattr(details, "text_tokens", 0) or 0),
-              "input_image_tokens": int(getattr(details, "image_tokens", 0) or 0),
-              "output_tokens": int(getattr(usage, "output_tokens", 0) or 0)}
-    if not prices:
-        return counts, None
-    text_in = counts["input_text_tokens"] or (counts["input_tokens"] - counts["input_image_tokens"])
-    cost = (text_in * prices.get("input_text", 0.0) + counts["input_image_tokens"] * prices.get("input_image", 0.0)
-            + counts["output_tokens"] * prices.get("output_image", 0.0)) / 1e6
-    return counts, round(cost, 6)
+    return Usage(input_tokens=int(getattr(usage, "input_tokens", 0) or 0),
+                 input_text_tokens=int(getattr(details, "text_tokens", 0) or 0),
+                 input_image_tokens=int(getattr(details, "image_tokens", 0) or 0),
+                 input_images=n_images, output_tokens=int(getattr(usage, "output_tokens", 0) or 0))
 
 
 class OpenAIImageGenerator(ImageGenerator):
     """Thread-safe: one SDK client shared by the run loop's worker threads."""
 
     local = False
+    templates = (ZERO_SHOT, FEW_SHOT_API)
 
     def __init__(self, model: str, *, spec: str | None = None, base_url: str | None = None,
-                 api_key_env: str = "OPENAI_API_KEY", timeout: float = 300.0, quality: str | None = None,
-                 prices: dict[str, float] | None = None) -> None:
+                 api_key_env: str = "OPENAI_API_KEY", timeout: float = 300.0, quality: str | None = None) -> None:
         self.model = model
         self.spec = spec or f"openai-image:{model}"
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         self.api_key_env = api_key_env
         self.timeout = float(timeout)
         self.quality = quality
-        self.prices = prices if prices is not None else DEFAULT_PRICES_PER_1M.get(model)
         # dall-e-2 edits take one image; dall-e-3 has no edit endpoint; gpt-image models take up to 16.
         family = _family(model)
         self.max_examples = {"dall-e-3": 0, "dall-e-2": 1, "gpt-image": 16}.get(family or "", None)
@@ -183,16 +171,18 @@ class OpenAIImageGenerator(ImageGenerator):
         if getattr(first, "b64_json", None) is None and getattr(first, "url", None):
             raise BackendError(f"{PROVIDER}: the server returned a URL instead of base64 image data")
         image = decode_b64_image(getattr(first, "b64_json", None), PROVIDER)
-        usage, cost = usage_and_cost(getattr(resp, "usage", None), self.prices)
-        meta: dict[str, Any] = {"prompt": args["prompt"], "usage": usage, "cost_usd": cost}
+        meta: dict[str, Any] = {"prompt": args["prompt"]}
         if getattr(first, "revised_prompt", None):
             meta["revised_prompt"] = first.revised_prompt
-        return GeneratedImage(image=image, meta=meta)
+        return GeneratedImage(image=image, meta=meta,
+                              usage=image_usage(getattr(resp, "usage", None), len(request.examples)))
 
     def config(self) -> dict[str, Any]:
         return {"spec": self.spec, "backend": "openai-image", "model": self.model, "base_url": self.base_url,
-                "api_key_env": self.api_key_env, "timeout": self.timeout, "quality": self.quality,
-                "prices_per_1m_tokens": self.prices}
+                "api_key_env": self.api_key_env, "timeout": self.timeout, "quality": self.quality}
+
+    def identity(self) -> dict[str, Any]:
+        return {"quality": self.quality} if self.quality else {}
 
     def close(self) -> None:
         with self._lock:

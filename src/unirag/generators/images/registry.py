@@ -47,7 +47,7 @@ def parse_image_spec(spec: str) -> tuple[str, str]:
 def load_image_generator(spec: str, **opts: Any) -> ImageGenerator:
     """Build the image generator a spec names. Options set to None count as not given.
 
-    Options: ``device``, ``dtype`` (diffusers); ``base_url``, ``timeout``, ``quality``, ``prices``,
+    Options: ``device``, ``dtype`` (diffusers); ``base_url``, ``timeout``, ``quality``,
     ``api_key_env`` (APIs). Keys come from the environment, never from options.
     """
     prefix, name = parse_image_spec(spec)

@@ -1,0 +1,50 @@
+"""``unirag caption``: caption image queries zero-shot, with random or retrieved examples."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from unirag.cli.generation_options import generation_options, generator_kwargs
+
+MODES = ("zero-shot", "random", "rag")
+
+
+@click.command("caption")
+@click.option("--queries", required=True, type=click.Path(dir_okay=False), help="M-BEIR queries JSONL (image queries).")
+@click.option("--images-root", type=click.Path(file_okay=False), default=None,
+              help="Folder the queries' image paths are relative to.")
+@click.option("--pool-images-root", type=click.Path(file_okay=False), default=None,
+              help="Folder the examples' image paths are relative to (default: --images-root).")
+@click.option("--generator", "generator_spec", default="retrieval:consensus", show_default=True,
+              help="openai:MODEL, gemini:MODEL, hf:HUB_ID_OR_DIR, retrieval:top1 or retrieval:consensus.")
+@click.option("--mode", type=click.Choice(MODES), default="rag", show_default=True)
+@click.option("--k", type=int, default=None,
+              help="Number of examples (default: 0 zero-shot, 5 for retrieval:consensus, else 1).")
+@click.option("--retrieval", type=click.Path(dir_okay=False), default=None, help="Retrieval run JSONL (rag mode).")
+@click.option("--index", type=click.Path(file_okay=False), default=None,
+              help="Index directory to retrieve from on the fly (rag mode).")
+@click.option("--pool", type=click.Path(dir_okay=False), default=None,
+              help="Candidate pool JSONL (random mode: the gold captions of other queries).")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory (resumable).")
+@click.option("--limit", type=int, default=None, help="Only the first N queries.")
+@generation_options
+def caption(queries, images_root, pool_images_root, generator_spec, mode, k, retrieval, index, pool, out, limit,
+            **gen_opts) -> None:
+    """Caption image queries; rerun the same command to resume after a crash or Ctrl-C."""
+    from unirag.pipelines.caption import CaptionConfig, run_captioning
+
+    if k is None:
+        k = 0 if mode == "zero-shot" else 5 if generator_spec.strip() == "retrieval:consensus" else 1
+    cfg = CaptionConfig(queries=queries, generator=generator_spec, out=out, mode=mode, k=k, images_root=images_root,
+                        pool_images_root=pool_images_root, retrieval=retrieval, index=index, pool=pool, limit=limit,
+                        **generator_kwargs(gen_opts))
+    summary = run_captioning(cfg)
+    counts, totals = summary["counts"], summary["totals"]
+    cost = totals.get("cost_usd")
+    click.echo(f"{counts['ok']}/{counts['queries']} captioned, {counts['error']} failed"
+               + (f", cost ${cost:.4f}" if cost else "") + f" -> {out}/outputs.jsonl")
+    if counts["error"]:
+        click.echo("failed queries are recorded with their error; rerun the same command to retry them", err=True)
+    click.echo(json.dumps(summary["this_run"]), err=True)

@@ -1,0 +1,77 @@
+"""``unirag cir``: composed image retrieval (X^R agents and the embedding baseline) on a benchmark."""
+
+from __future__ import annotations
+
+import click
+
+from unirag.cir.datasets import DATASETS
+
+_STAGES = ("baseline", "coarse", "fine")
+
+
+def _stages(ctx, param, value: str) -> tuple[str, ...]:
+    parts = tuple(p.strip() for p in value.split(",") if p.strip())
+    bad = [p for p in parts if p not in _STAGES]
+    if bad or not parts:
+        raise click.BadParameter(f"expected a comma-separated subset of {','.join(_STAGES)}, got {value!r}")
+    return tuple(s for s in _STAGES if s in parts)
+
+
+def _print_metrics(name: str, metrics: dict) -> None:
+    rows = [(stage, m) for stage, m in metrics.items() if isinstance(m, dict) and "n_queries" in m]
+    for stage, m in rows:
+        vals = "  ".join(f"{k} {v:.2f}" for k, v in m.items() if isinstance(v, float))
+        click.echo(f"{name} {stage:<10} n={m['n_queries']:<5} {vals or m.get('note', '')}")
+
+
+@click.command("cir")
+@click.option("--dataset", type=click.Choice(DATASETS), required=True, help="Benchmark format of the annotations.")
+@click.option("--annotations", "annotations", multiple=True, required=True, type=click.Path(dir_okay=False),
+              help="Annotation file (repeat for FashionIQ's three categories: their average is reported).")
+@click.option("--images-root", type=click.Path(file_okay=False), required=True,
+              help="Folder the pool's relative image paths start from.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Run directory.")
+@click.option("--split-file", type=click.Path(dir_okay=False), default=None,
+              help="Candidate list: FashionIQ/CIRR image split (inferred when omitted), CIRCO COCO image "
+                   "info, M-BEIR pool JSONL.")
+@click.option("--agents", type=click.Path(dir_okay=False), default=None,
+              help="YAML: agent role -> model (see examples/xr_agents.yaml). Without it: embedding baseline.")
+@click.option("--k-prime", type=int, default=None, help="Candidates kept by coarse filtering (k').")
+@click.option("--lambda", "lam", type=float, default=None, help="Weight of S^t in the re-ranking (0..1).")
+@click.option("--k", type=int, default=None, help="Results written per query (default 50).")
+@click.option("--stages", default="baseline,coarse,fine", callback=_stages, show_default=True,
+              help="Rankings to produce.")
+@click.option("--limit", type=int, default=None, help="Only the first N queries of each file.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Agent-call and embedding cache (default OUT/cache); share it across runs.")
+@click.option("--encoder", default=None, help="Cross-modal encoder spec (default: offline encoder).")
+@click.option("--concurrency", type=int, default=None, help="Concurrent agent calls for API backends.")
+@click.option("--no-imagination", is_flag=True, help="Ablation: coarse ranking from the fused reference embedding.")
+@click.option("--fine-only", is_flag=True, help="Ablation: question scores alone on the baseline top-k'.")
+@click.option("--modalities", type=click.Choice(("both", "text", "vision")), default="both",
+              show_default=True, help="Ablation: candidate-side agents on captions, images or both.")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime, lam, k, stages, limit, cache_dir,
+        encoder, concurrency, no_imagination, fine_only, modalities, quiet) -> None:
+    """Rank a CIR benchmark's pool for each (reference image, modification text) query.
+
+    Writes OUT/rankings.jsonl (per query: ranked image ids of every stage, stage scores),
+    OUT/metrics.json (baseline, X^R without fine filtering, X^R), submission files for the CIRR and
+    CIRCO test servers, and caches every agent call: rerun the same command to resume.
+    """
+    from unirag.cir.api import run_cir
+    from unirag.cir.pipeline import Ablation
+
+    ablation = Ablation(imagination=not no_imagination, fine_only=fine_only, modalities=modalities)
+    metrics = run_cir(dataset, list(annotations), images_root=images_root, out_dir=out_dir, split_file=split_file,
+                      agents=agents, k_prime=k_prime, lam=lam, k=k, stages=stages, limit=limit, ablation=ablation,
+                      cache_dir=cache_dir, encoder=encoder, concurrency=concurrency, progress=not quiet,
+                      echo=lambda s: click.echo(s, err=True))
+    if "datasets" in metrics:
+        for name, m in metrics["datasets"].items():
+            _print_metrics(name, m)
+        _print_metrics("average", metrics.get("average", {}) and
+                       {st: {"n_queries": len(metrics["datasets"]), **v} for st, v in metrics["average"].items()})
+    else:
+        _print_metrics(metrics.get("dataset", ""), metrics)
+    click.echo(f"wrote {out_dir}/rankings.jsonl and metrics.json", err=True)

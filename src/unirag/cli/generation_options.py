@@ -1,0 +1,51 @@
+"""Options every generation command shares (caption, generate-images): one definition, one meaning."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+_OPTIONS = [
+    click.option("--base-url", default=None, help="API base URL (OpenAI-compatible local server, proxy). "
+                 "Default: OPENAI_BASE_URL or the provider's."),
+    click.option("--concurrency", type=int, default=4, show_default=True, help="API calls in flight at once."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Seed for random example selection."),
+    click.option("--max-tokens", type=int, default=400, show_default=True, help="Output token limit (paper: 400)."),
+    click.option("--temperature", type=float, default=0.0, show_default=True),
+    click.option("--timeout", type=float, default=None, help="Seconds per API call before it counts as failed."),
+    click.option("--max-attempts", type=int, default=6, show_default=True,
+                 help="Tries per query for transient errors (429, 5xx, timeouts)."),
+    click.option("--device", default=None, help="Local models: cpu, cuda, cuda:1, auto."),
+    click.option("--dtype", type=click.Choice(["auto", "float32", "float16", "bfloat16"]), default=None),
+    click.option("--batch-size", type=int, default=None, help="Local models: prompts per forward pass."),
+    click.option("--prompt-family", "family", type=click.Choice(["llava", "gpt4o", "gemini"]), default=None,
+                 help="Override the generator's prompt template family (e.g. llava for a LLaVA server)."),
+    click.option("--similarity", type=click.Choice(["minilm", "lexical"]), default=None,
+                 help="retrieval:consensus caption similarity (default minilm)."),
+    click.option("--templates-dir", type=click.Path(file_okay=False), default=None,
+                 help="Folder with your own prompt template files (default: the packaged ones)."),
+    click.option("--prices", type=click.Path(dir_okay=False), default=None,
+                 help="JSON/YAML price table overriding the paper's Table 8 defaults."),
+    click.option("--save-prompts", type=int, default=5, show_default=True,
+                 help="Rendered prompts (and merged images) kept in OUT/prompts/."),
+    click.option("--no-progress", is_flag=True, default=False, help="No progress bar."),
+]
+
+GENERATOR_KEYS = ("base_url", "timeout", "device", "dtype", "batch_size", "family", "similarity")
+
+
+def generation_options(fn: Callable) -> Callable:
+    for opt in reversed(_OPTIONS):
+        fn = opt(fn)
+    return fn
+
+
+def generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
+    """Split the shared options into run-config fields and ``generator_options``."""
+    gen = {k: opts[k] for k in GENERATOR_KEYS if opts.get(k) is not None}
+    return {"generator_options": gen, "concurrency": opts["concurrency"], "seed": opts["seed"],
+            "max_tokens": opts["max_tokens"], "temperature": opts["temperature"],
+            "max_attempts": opts["max_attempts"], "templates_dir": opts["templates_dir"], "prices": opts["prices"],
+            "save_prompts": opts["save_prompts"], "progress": not opts["no_progress"]}

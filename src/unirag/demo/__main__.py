@@ -1,0 +1,86 @@
+"""Run the offline demo: ``python -m unirag.demo [--out DIR]`` (what ``make demo`` calls)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from unirag.cli.main import cli
+
+SAMPLE = Path(__file__).resolve().parent / "data"
+
+
+def _run(args: list[str]) -> None:
+    print(f"\n$ unirag {shlex.join(args)}", flush=True)
+    start = time.perf_counter()
+    cli.main(args=args, standalone_mode=False)
+    print(f"  ({time.perf_counter() - start:.1f} s)", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", default="demo-output", help="output folder (default: demo-output)")
+    parser.add_argument("--k", type=int, default=5, help="few-shot examples per query (default: 5)")
+    opts = parser.parse_args(argv)
+    out = Path(opts.out)
+    data, runs = out / "data", out / "runs"
+    images = str(SAMPLE / "images")
+    k = str(opts.k)
+
+    if not (data / "import_summary.json").exists():
+        _run(["import", "coco", "--captions", str(SAMPLE / "captions.json"), "--images", images, "--out", str(data)])
+    if not (out / "index" / "manifest.json").exists():
+        _run(["index", "build", "--pool", str(data / "pool.jsonl"), "--images-root", images,
+              "--out", str(out / "index")])
+    i2t, t2i = data / "queries_task3_image2text.jsonl", data / "queries_task0_text2image.jsonl"
+    # Retrieval quality: each query's own positives count as hits.
+    _run(["retrieve", "--index", str(out / "index"), "--queries", str(i2t), "--images-root", images,
+          "--k", "10", "--modality", "text", "--out", str(runs / "image2text.jsonl")])
+    _run(["retrieve", "--index", str(out / "index"), "--queries", str(t2i), "--images-root", images,
+          "--k", "10", "--modality", "image", "--out", str(runs / "text2image.jsonl")])
+    _run(["evaluate", "retrieval", "--run", str(runs / "image2text.jsonl"), "--qrels", str(data / "qrels_task3.txt"),
+          "--k", "1,5,10", "--out", str(runs / "image2text.metrics.json")])
+    _run(["evaluate", "retrieval", "--run", str(runs / "text2image.jsonl"), "--qrels", str(data / "qrels_task0.txt"),
+          "--k", "1,5,10", "--out", str(runs / "text2image.metrics.json")])
+    # Few-shot examples for captioning must not contain the query's own captions (leakage-free).
+    _run(["retrieve", "--index", str(out / "index"), "--queries", str(i2t), "--images-root", images,
+          "--k", k, "--modality", "text", "--exclude-positives", str(data / "qrels_task3.txt"),
+          "--out", str(runs / "image2text.noleak.jsonl")])
+    cap_dir = runs / f"caption-consensus-rag-k{k}"
+    _run(["caption", "--queries", str(i2t), "--images-root", images, "--generator", "retrieval:consensus",
+          "--mode", "rag", "--k", k, "--retrieval", str(runs / "image2text.noleak.jsonl"),
+          "--pool", str(data / "pool.jsonl"), "--out", str(cap_dir), "--no-progress"])
+    _run(["evaluate", "captions", "--run", str(cap_dir), "--queries", str(i2t), "--pool", str(data / "pool.jsonl")])
+
+    _show_examples(cap_dir, data)
+    print(f"\nAll outputs are in {out}/ (rerun `make demo` to reuse them; delete the folder to start over).")
+    return 0
+
+
+def _show_examples(cap_dir: Path, data: Path, n: int = 3) -> None:
+    from unirag.data.mbeir import load_pool
+    from unirag.runs.store import ResultStore
+
+    pool = load_pool(data / "pool.jsonl")
+    refs: dict[str, list[str]] = {}
+    for c in pool.values():
+        if c.txt and c.source_id is not None:
+            refs.setdefault(c.source_id, []).append(c.txt)
+    with ResultStore(cap_dir / "outputs.jsonl") as store:
+        records = [r for r in store.records() if r.get("status") == "ok"][:n]
+    print("\nA few generated captions (offline consensus captioner, RAG k examples, no leakage):")
+    queries = {json.loads(line)["qid"]: json.loads(line) for line in
+               (data / "queries_task3_image2text.jsonl").read_text().splitlines() if line.strip()}
+    for r in records:
+        q = queries.get(r["qid"], {})
+        truth = [pool[d].txt for d in q.get("pos_cand_list", []) if d in pool][:2]
+        print(f"- {q.get('query_img_path', r['qid'])}\n    generated: {r.get('caption')}\n"
+              f"    reference: {' | '.join(truth)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

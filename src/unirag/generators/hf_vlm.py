@@ -1,0 +1,152 @@
+"""Local Hugging Face vision-language models (LLaVA family and other image-text-to-text models).
+
+``hf:llava-hf/llava-1.5-7b-hf`` or ``hf:/path/to/checkpoint`` loads ``AutoProcessor`` +
+``AutoModelForImageTextToText`` and formats each prompt with the processor's own chat template, so
+a checkpoint gets the format it was trained with. Prompts are batched (left padding), greedy by
+default. LLaVA-1.5 accepts one image per prompt, hence the ``llava`` template family with a merged
+image; models that take several images can use ``family="gpt4o"`` (interleaved).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from unirag.errors import BackendError, ConfigError
+from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage
+from unirag.messages import ImagePart, Message, TextPart
+
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+#: Used only when a processor ships no chat template (the LLaVA-1.5 conversation format).
+FALLBACK_FORMAT = "USER: {images}{text}\nASSISTANT:"
+
+
+def to_conversation(messages: list[Message]) -> tuple[list[dict[str, Any]], list[ImagePart]]:
+    """Typed messages -> chat-template conversation (image placeholders in place) + images in order."""
+    conv: list[dict[str, Any]] = []
+    images: list[ImagePart] = []
+    for m in messages:
+        content: list[dict[str, Any]] = []
+        for p in m.parts:
+            if isinstance(p, TextPart):
+                content.append({"type": "text", "text": p.text})
+            else:
+                content.append({"type": "image"})
+                images.append(p)
+        conv.append({"role": m.role, "content": content})
+    return conv, images
+
+
+class HFVisionLanguageGenerator(TextGenerator):
+    template_family = "llava"
+    image_mode = "single-image"
+
+    def __init__(self, model: str, *, device: str | None = None, dtype: str | None = None, batch_size: int = 4,
+                 family: str = "llava", spec: str | None = None) -> None:
+        self.model_id = model
+        self.spec = spec or f"hf:{model}"
+        if dtype is not None and dtype not in DTYPES:
+            raise ConfigError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+        self.dtype = dtype or "auto"
+        self.device = device
+        self.batch_size = max(1, int(batch_size))
+        self.template_family = family
+        self.image_mode = "single-image" if family == "llava" else "multi-image"
+        self._model = None
+        self._processor = None
+        self._lock = threading.Lock()
+
+    # -- loading ---------------------------------------------------------------------------------
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        import torch
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        kwargs: dict[str, Any] = {}
+        if self.dtype != "auto":
+            kwargs["dtype"] = getattr(torch, self.dtype)
+        elif device == "cpu":
+            kwargs["dtype"] = torch.float32
+        else:
+            kwargs["dtype"] = "auto"
+        if device == "auto":
+            kwargs["device_map"] = "auto"
+        local = Path(self.model_id).expanduser()
+        source = str(local) if local.exists() else self.model_id
+        try:
+            processor = AutoProcessor.from_pretrained(source)
+            model = AutoModelForImageTextToText.from_pretrained(source, **kwargs)
+        except (OSError, ValueError, KeyError) as e:
+            where = "local directory" if local.exists() else "Hugging Face hub id (not a local path either)"
+            raise ConfigError(f"cannot load VLM {self.model_id!r} as a {where}: {e}") from None
+        if device != "auto":
+            model = model.to(device)
+        tok = getattr(processor, "tokenizer", None)
+        if tok is not None:
+            tok.padding_side = "left"  # decoder-only batched generation
+            if tok.pad_token is None:
+                tok.pad_token = tok.eos_token
+        self._device = device if device != "auto" else model.device
+        self._processor, self._model = processor, model.eval()
+
+    def _prompt_text(self, conv: list[dict[str, Any]], n_images: int) -> str:
+        proc = self._processor
+        if getattr(proc, "chat_template", None):
+            return proc.apply_chat_template(conv, add_generation_prompt=True)
+        token = getattr(proc, "image_token", "<image>")
+        text = "\n".join(c["text"] for m in conv for c in m["content"] if c["type"] == "text")
+        return FALLBACK_FORMAT.format(images=(token + "\n") * n_images, text=text)
+
+    # -- generation ------------------------------------------------------------------------------
+    def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
+        return self.generate_batch([messages], options)[0]
+
+    def generate_batch(self, batch: list[list[Message]], options: GenerationOptions | None = None) -> list[Generation]:
+        options = options or GenerationOptions()
+        with self._lock:
+            self._load()
+            import torch
+
+            texts, images = [], []
+            for messages in batch:
+                conv, parts = to_conversation(messages)
+                texts.append(self._prompt_text(conv, len(parts)))
+                images.append([p.load() for p in parts])
+            flat = [im for ims in images for im in ims]
+            try:
+                inputs = self._processor(text=texts, images=flat or None, padding=True, return_tensors="pt")
+                inputs = inputs.to(self._device)
+                gen_kwargs: dict[str, Any] = {"max_new_tokens": options.max_tokens,
+                                              "do_sample": options.temperature > 0}
+                if options.temperature > 0:
+                    gen_kwargs["temperature"] = options.temperature
+                with torch.inference_mode():
+                    out = self._model.generate(**inputs, **gen_kwargs)
+            except torch.cuda.OutOfMemoryError as e:
+                raise BackendError(f"{self.spec}: out of GPU memory ({e}); lower --batch-size or k") from None
+            except (RuntimeError, ValueError) as e:
+                raise BackendError(f"{self.spec}: generation failed ({type(e).__name__}: {e})") from None
+            prompt_len = inputs["input_ids"].shape[1]
+            new = out[:, prompt_len:]
+            decoded = self._processor.batch_decode(new, skip_special_tokens=True)
+            pad = getattr(self._processor.tokenizer, "pad_token_id", None)
+            results = []
+            for i, text in enumerate(decoded):
+                n_in = int(inputs["attention_mask"][i].sum())
+                n_out = int((new[i] != pad).sum()) if pad is not None else int(new.shape[1])
+                usage = Usage(input_tokens=n_in, input_text_tokens=n_in, input_images=len(images[i]),
+                              output_tokens=n_out)
+                results.append(Generation(text=text.strip(), usage=usage))
+            return results
+
+    def config(self) -> dict[str, Any]:
+        return {"spec": self.spec, "backend": "hf", "model": self.model_id, "device": self.device,
+                "dtype": self.dtype, "batch_size": self.batch_size, "template_family": self.template_family,
+                "image_mode": self.image_mode}
+
+    def close(self) -> None:
+        self._model = None
+        self._processor = None

@@ -1,0 +1,92 @@
+"""``unirag report``: tables (Markdown + CSV), plots (PNG) and galleries (HTML) from run directories.
+
+Layout of the report folder (all paths inside it are relative, so it can be moved or zipped)::
+
+    index.html              tables, plots and links to the galleries
+    tables.md               every table, Markdown
+    tables/<task>_<dataset>.csv / .md
+    plots/<task>_<dataset>_<metric>.png
+    gallery/<run>.html      one card per query
+    media/*.jpg             thumbnails used by the galleries
+    gallery.css
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from unirag.errors import InputError
+from unirag.reports.collect import RunSummary, summarize_run
+from unirag.reports.gallery import MediaStore, asset_text, build_gallery, esc
+from unirag.reports.plots import plot_group, slug
+from unirag.reports.tables import cell, csv_table, group_runs, header, markdown_table, metric_columns
+from unirag.runs.atomic import atomic_write_text
+
+
+def _html_table(task: str, runs: Sequence[RunSummary], galleries: dict[Path, str]) -> str:
+    cols = metric_columns(task, runs)
+    head = "<tr><th></th><th>k</th>" + "".join(f"<th>{esc(header(c))}</th>" for c in cols) + "<th>run</th></tr>"
+    rows = []
+    for r in runs:
+        link = galleries.get(r.run_dir)
+        run_cell = f'<a href="{esc(link)}">{esc(r.name)}</a>' if link else esc(r.name)
+        rows.append(f"<tr><td>{esc(r.label)}</td><td>{r.k}</td>" +
+                    "".join(f"<td>{esc(cell(r, c))}</td>" for c in cols) + f"<td>{run_cell}</td></tr>")
+    return f'<table class="results">{head}{"".join(rows)}</table>'
+
+
+def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_cards: int = 100,
+                 queries: str | Path | None = None, pool: str | Path | None = None,
+                 images_root: str | Path | None = None, gallery: bool = True, plots: bool = True
+                 ) -> dict[str, Any]:
+    """Build the whole report; returns what was written (paths) and per-run card counts."""
+    if not run_dirs:
+        raise InputError("no run directories given")
+    out = Path(out_dir)
+    runs = [summarize_run(d) for d in run_dirs]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gallery.css").write_text(asset_text("gallery.css"), encoding="utf-8")
+    written: dict[str, Any] = {"tables": [], "plots": [], "galleries": [], "cards": {}}
+    galleries: dict[Path, str] = {}
+    if gallery:
+        media = MediaStore(out)
+        used: set[str] = set()
+        for r in runs:
+            name = slug(r.name)
+            while name in used:
+                name += "_"
+            used.add(name)
+            path, n = build_gallery(r, out, media, max_cards=max_cards, queries=queries, pool=pool,
+                                    images_root=images_root, page_name=f"{name}.html")
+            galleries[r.run_dir] = os.path.relpath(path, out).replace(os.sep, "/")
+            written["galleries"].append(path)
+            written["cards"][r.name] = n
+    sections, markdown = [], []
+    for (task, dataset), group in group_runs(runs).items():
+        md = markdown_table(task, dataset, group)
+        markdown.append(md)
+        base = out / "tables" / f"{slug(task)}_{slug(dataset)}"
+        atomic_write_text(base.with_suffix(".md"), md)
+        atomic_write_text(base.with_suffix(".csv"), csv_table(task, group))
+        written["tables"] += [base.with_suffix(".md"), base.with_suffix(".csv")]
+        pngs = plot_group(task, dataset, group, out / "plots") if plots else []
+        written["plots"] += pngs
+        kind = "Caption generation" if task == "caption" else "Image generation"
+        imgs = "".join(f'<img src="{esc(os.path.relpath(p, out))}" alt="{esc(p.stem)}">' for p in pngs)
+        sections.append(f"<section><h2>{esc(kind)} — {esc(dataset)}</h2>{_html_table(task, group, galleries)}"
+                        f'<p class="muted">CSV: <a href="{esc(os.path.relpath(base, out))}.csv">'
+                        f'{esc(base.name)}.csv</a></p><div class="plots">{imgs}</div></section>')
+    atomic_write_text(out / "tables.md", "\n".join(markdown))
+    index = Template(asset_text("page.html")).substitute(
+        title="unirag report", css="gallery.css", subtitle=esc(f"{len(runs)} run(s)"),
+        nav="".join(f'<a href="{esc(link)}">{esc(r.name)}</a>' for r in runs
+                    if (link := galleries.get(r.run_dir))),
+        body='<div class="index">' + "\n".join(sections) + "</div>")
+    atomic_write_text(out / "index.html", index)
+    written["index"] = out / "index.html"
+    return written
+

@@ -1,0 +1,161 @@
+"""Turn run directories into table rows: who generated (generator, mode, k, retriever) and the metrics.
+
+Labels follow the paper's tables: a retrieval baseline row is named after its retriever
+("CLIP-SF"), zero-shot after the generator ("LLaVA"), few-shot rows "<retriever> + <generator>" and
+"Random + <generator>". Everything is read from each run's ``manifest.json`` (written by the
+generation commands) and ``metrics.json`` (written by ``unirag evaluate``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unirag.errors import InputError
+from unirag.metrics.run_outputs import TASK_ALIASES, read_manifest, read_metrics
+
+MODE_ORDER = {"retrieval": 0, "zero-shot": 1, "rag": 2, "random": 3}
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    task: str
+    dataset: str
+    generator: str
+    mode: str
+    retriever: str | None
+    k: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    evaluation: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    @property
+    def label(self) -> str:
+        """Row label in the paper's style."""
+        if self.mode == "retrieval":
+            variant = self.generator.split(":", 1)[-1]
+            name = self.retriever or "retrieval"
+            return name if variant == "top1" else f"{name} ({variant})"
+        if self.mode == "zero-shot" or self.k == 0:
+            return self.generator
+        if self.mode == "random":
+            return f"Random + {self.generator}"
+        return f"{self.retriever or 'RAG'} + {self.generator}"
+
+    @property
+    def series(self) -> str:
+        """Line label in plots: the generator and where its examples came from."""
+        if self.mode == "retrieval":
+            return f"{self.label} (retrieval only)"
+        if self.mode == "random":
+            return f"Random + {self.generator}"
+        return f"{self.retriever or 'RAG'} + {self.generator}" if self.mode == "rag" else self.generator
+
+    def sort_key(self) -> tuple:
+        return (0 if self.mode == "retrieval" else 1, "" if self.mode == "retrieval" else self.generator,
+                0 if self.k == 0 else MODE_ORDER.get(self.mode, 9), self.retriever or "", self.k, self.name)
+
+
+def _short(spec: str) -> str:
+    """'hf:llava-hf/llava-1.5-7b-hf' -> 'llava-1.5-7b-hf'; 'openai:gpt-4o' -> 'gpt-4o'."""
+    tail = spec.split(":", 1)[1] if ":" in spec and not spec.startswith(("/", ".")) else spec
+    return tail.rstrip("/").split("/")[-1] or spec
+
+
+def _text(value: Any, *keys: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        for k in keys:
+            if isinstance(value.get(k), str):
+                return value[k]
+    return None
+
+
+def flat_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    """One level of keys from a run manifest.
+
+    The generation commands nest their configuration (``identity`` = what determines the outputs,
+    with ``examples`` = where the in-context examples came from; ``settings`` = how it ran); hand
+    written manifests may be flat. Precedence: top level > identity > examples > settings.
+    """
+    identity = manifest.get("identity") if isinstance(manifest.get("identity"), dict) else {}
+    out: dict[str, Any] = {}
+    for part in (manifest.get("settings"), identity.get("examples"), identity, manifest):
+        if isinstance(part, dict):
+            out.update(part)
+    return out
+
+
+def _name_of_source(path: str) -> str:
+    """A retriever name from where the examples came from: an index's encoder, else the file/dir name."""
+    p = Path(path)
+    index_manifest = p / "manifest.json"
+    if p.is_dir() and index_manifest.is_file():
+        try:
+            import json
+
+            enc = json.loads(index_manifest.read_text(encoding="utf-8")).get("encoder")
+            label = _text(enc, "label", "name", "spec")
+            if label:
+                return _short(label)
+        except (OSError, ValueError):
+            pass
+    if p.suffix in (".jsonl", ".json"):
+        generic = {"run", "results", "retrieval", "retrieved", "topk", "run_file"}
+        return p.parent.name if p.stem.lower() in generic and p.parent.name else p.stem
+    return p.name or path
+
+
+def _retriever(flat: dict[str, Any]) -> str | None:
+    """The retriever's name: an explicit ``retriever`` entry, else derived from the examples' source."""
+    explicit = flat.get("retriever")
+    label = _text(explicit, "label", "name", "spec")
+    if label:
+        return label
+    for key in ("retrieval", "index"):
+        source = _text(flat.get(key), "path", "label", "name")
+        if source:
+            return _name_of_source(source)
+    return None
+
+
+def summarize_run(run_dir: str | Path) -> RunSummary:
+    """Read one run's manifest and metrics; a run not evaluated yet is an error that says which command to run."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError("run directory not found", path=run_dir)
+    manifest = flat_manifest(read_manifest(run_dir))
+    evaluation = read_metrics(run_dir)
+    if evaluation is None:
+        raise InputError("no metrics.json: run 'unirag evaluate captions' or 'unirag evaluate images' on it first",
+                         path=run_dir)
+    task = evaluation.get("task") or manifest.get("task") or "caption"
+    task = TASK_ALIASES.get(str(task), str(task))
+    spec = _text(manifest.get("generator"), "label", "spec", "name") or "unknown"
+    mode = str(manifest.get("mode") or "zero-shot")
+    generator = _short(spec)
+    if spec.startswith("retrieval:"):  # the retriever's own output: a baseline row (paper rows 1a/1b)
+        mode = "retrieval"
+        generator = spec
+    try:
+        k = int(manifest.get("k") or 0)
+    except (TypeError, ValueError):
+        raise InputError("k must be an integer", path=run_dir / "manifest.json", field="k") from None
+    if mode == "retrieval":
+        k = max(k, 1)
+    dataset = manifest.get("dataset") or Path(str(manifest.get("queries") or evaluation.get("queries") or
+                                                   "queries")).stem
+    return RunSummary(run_dir=run_dir, task=task, dataset=str(dataset), generator=generator, mode=mode,
+                      retriever=_retriever(manifest), k=k, metrics=dict(evaluation.get("metrics") or {}),
+                      skipped=dict(evaluation.get("skipped_metrics") or {}), manifest=manifest,
+                      evaluation=evaluation)

@@ -1,0 +1,191 @@
+"""Static HTML gallery: one card per query with what went into the prompt and what came out.
+
+A card shows the query (image or caption), the in-context examples that were in the prompt, the
+output (or the error of a failed query), the references and the per-query scores written by
+``unirag evaluate``. Images are copied into the report as small JPEG thumbnails and linked with
+relative paths, so the report folder is self-contained (zip it, open ``index.html`` anywhere).
+Every piece of text goes through ``html.escape``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import os
+from importlib import resources
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from unirag.data.mbeir import read_queries
+from unirag.data.records import Query, resolve_image
+from unirag.metrics.references import load_needed_candidates, positives
+from unirag.metrics.run_outputs import read_per_query, read_run
+from unirag.reports.collect import RunSummary
+
+THUMB_SIZE = 384
+
+
+def asset_text(name: str) -> str:
+    return resources.files("unirag.reports").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+class MediaStore:
+    """Thumbnails under ``<report>/media``; one file per source image however often it appears."""
+
+    def __init__(self, report_dir: Path) -> None:
+        self.dir = report_dir / "media"
+        self.report_dir = report_dir
+        self._done: dict[Path, Path | None] = {}
+
+    def thumb(self, source: Path | None) -> Path | None:
+        if source is None:
+            return None
+        source = source.resolve()
+        if source in self._done:
+            return self._done[source]
+        target: Path | None = None
+        if source.is_file():
+            from PIL import Image
+
+            digest = hashlib.sha1(f"{source}:{source.stat().st_mtime_ns}".encode()).hexdigest()[:16]
+            target = self.dir / f"{digest}.jpg"
+            if not target.exists():
+                try:
+                    with Image.open(source) as im:
+                        im.draft("RGB", (THUMB_SIZE, THUMB_SIZE))
+                        im = im.convert("RGB")
+                        im.thumbnail((THUMB_SIZE, THUMB_SIZE))
+                        self.dir.mkdir(parents=True, exist_ok=True)
+                        im.save(target, "JPEG", quality=85)
+                except Exception:  # noqa: BLE001 - an unreadable image becomes a note on the card
+                    target = None
+        self._done[source] = target
+        return target
+
+    def img_tag(self, source: Path | None, page_dir: Path, alt: str) -> str:
+        target = self.thumb(source)
+        if target is None:
+            return f'<p class="muted">image not available: {esc(source)}</p>'
+        rel = os.path.relpath(target, page_dir).replace(os.sep, "/")
+        return f'<img class="thumb" src="{esc(rel)}" alt="{esc(alt)}" loading="lazy">'
+
+
+def find_data_file(value: Any, run_dir: Path) -> Path | None:
+    """A path recorded in a manifest: as given, else relative to the run directory."""
+    if not value:
+        return None
+    p = Path(str(value))
+    for candidate in (p, run_dir / p):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _setting(run: RunSummary, override: Any, *keys: str, evaluation_first: bool = False) -> Path | None:
+    if override:
+        return Path(override)
+    sources = (run.evaluation, run.manifest) if evaluation_first else (run.manifest, run.evaluation)
+    for source in sources:
+        for key in keys:
+            found = find_data_file(source.get(key), run.run_dir)
+            if found is not None:
+                return found
+    return None
+
+
+def _scores_table(scores: dict[str, Any]) -> str:
+    rows = [(k, v) for k, v in scores.items() if isinstance(v, (int, float)) and k != "qid"]
+    if not rows:
+        return '<p class="muted">no per-query scores (run unirag evaluate first)</p>'
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{v:.2f}</td></tr>" for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def _examples_html(examples: Any, media: MediaStore, page_dir: Path, pool_root: Path | None) -> str:
+    if not examples:
+        return '<p class="muted">none (zero-shot)</p>'
+    items = []
+    for ex in examples if isinstance(examples, list) else []:
+        ex = ex if isinstance(ex, dict) else {}
+        img = media.img_tag(resolve_image(ex.get("img_path"), pool_root), page_dir, "example image") \
+            if ex.get("img_path") else ""
+        items.append(f'<li>{img}<div class="caption">{esc(ex.get("txt"))}</div></li>')
+    return "<ol>" + "".join(items) + "</ol>"
+
+
+def render_card(task: str, qid: str, record: dict[str, Any], query: Query | None, refs: list, scores: dict,
+                run_dir: Path, media: MediaStore, page_dir: Path, images_root: Path | None,
+                pool_root: Path | None) -> str:
+    ok = record.get("status", "ok") == "ok"
+    if query is None:
+        query_html = '<p class="muted">query not found in the queries file</p>'
+    elif task == "caption" and query.img_path:
+        query_html = media.img_tag(resolve_image(query.img_path, images_root), page_dir, "query image")
+    else:
+        query_html = f'<div class="caption">{esc(query.txt)}</div>'
+    if not ok:
+        output = f'<div class="error">{esc(record.get("error") or "failed")}</div>'
+    elif task == "image":
+        output = media.img_tag(resolve_image(record.get("image"), run_dir), page_dir, "generated image")
+    else:
+        output = f'<div class="caption">{esc(record.get("caption"))}</div>'
+        scored = scores.get("caption_scored")
+        if scored is not None and scored != (record.get("caption") or "").strip():
+            output += f'<p class="muted">scored as: {esc(scored)}</p>'
+    if task == "image":
+        ref_html = "".join(media.img_tag(resolve_image(c.img_path, pool_root or images_root), page_dir,
+                                         "reference image") for c in refs if c.img_path)
+    else:
+        ref_html = "<ul>" + "".join(f"<li>{esc(c.txt)}</li>" for c in refs if c.txt) + "</ul>"
+    examples = record.get("examples") or []
+    return Template(asset_text("card.html")).substitute(
+        status_class="ok" if ok else "failed", anchor=esc(qid), qid=esc(qid), status="ok" if ok else "failed",
+        query=query_html, n_examples=len(examples) if isinstance(examples, list) else 0,
+        examples=_examples_html(examples, media, page_dir, pool_root), output=output,
+        references=ref_html or '<p class="muted">none found</p>', scores=_scores_table(scores))
+
+
+def build_gallery(run: RunSummary, report_dir: Path, media: MediaStore, *, max_cards: int = 100,
+                  queries: Path | None = None, pool: Path | None = None, images_root: Path | None = None,
+                  page_name: str | None = None) -> tuple[Path, int]:
+    """Write ``<report>/gallery/<run>.html``; returns (path, number of cards)."""
+    page_dir = report_dir / "gallery"
+    page_dir.mkdir(parents=True, exist_ok=True)
+    outputs = read_run(run.run_dir)
+    per_query = read_per_query(run.run_dir)
+    queries_path = _setting(run, queries, "queries")
+    pool_path = _setting(run, pool, "pool")
+    # caption runs: images_root = the query images, pool_images_root = the examples';
+    # image runs: evaluate images records where the real (reference) images are
+    root = _setting(run, images_root, "images_root", evaluation_first=run.task == "image")
+    pool_root = _setting(run, None, "pool_images_root") or root
+    shown = list(outputs.records.items())[:max_cards]
+    by_qid: dict[str, Query] = {}
+    refs: dict[str, list] = {}
+    notes = []
+    if queries_path is not None:
+        by_qid = {q.qid: q for q in read_queries(queries_path)}
+        if pool_path is not None:
+            pos = positives([by_qid[q] for q, _ in shown if q in by_qid])
+            found = load_needed_candidates(pool_path, {d for ds in pos.values() for d in ds})
+            refs = {q: [found[d] for d in ds if d in found] for q, ds in pos.items()}
+        else:
+            notes.append("pool file not found: references not shown")
+    else:
+        notes.append("queries file not found (pass --queries): query content not shown")
+    cards = [render_card(run.task, qid, rec, by_qid.get(qid), refs.get(qid, []), per_query.get(qid, {}),
+                         run.run_dir, media, page_dir, root, pool_root) for qid, rec in shown]
+    failed = sum(1 for _, r in shown if r.get("status", "ok") != "ok")
+    subtitle = (f"{run.label} · k={run.k} · {run.dataset} · showing {len(cards)} of {len(outputs.records)} "
+                f"queries ({failed} failed)" + ("; " + "; ".join(notes) if notes else ""))
+    page = Template(asset_text("page.html")).substitute(
+        title=esc(f"Gallery: {run.name}"), css="../gallery.css", subtitle=esc(subtitle),
+        nav='<a href="../index.html">← report index</a>', body="\n".join(cards))
+    path = page_dir / (page_name or f"{run.name}.html")
+    path.write_text(page, encoding="utf-8")
+    return path, len(cards)

@@ -1,0 +1,66 @@
+"""Run-directory bookkeeping, and RAG examples retrieved on the fly from an index."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from unirag.errors import ConfigError
+from unirag.pipelines.rundir import RunDir
+
+
+def test_rundir_identity_interrupt_and_compaction(tmp_path):
+    out = tmp_path / "run"
+    with RunDir(out, "caption", {"k": 1}) as run:
+        for q in ("a", "b", "c"):
+            run.store.append({"qid": q, "status": "ok", "caption": q, "usage": {"output_tokens": 2}, "cost_usd": 0.5})
+        run.store.append({"qid": "b", "status": "error", "error": "boom"})
+        counts = run.finish(["a", "b"])  # a --limit 2 rerun of a longer run
+    assert counts == {"queries": 2, "ok": 1, "error": 1, "missing": 0}
+    lines = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
+    assert [(r["qid"], r["status"]) for r in lines] == [("a", "ok"), ("b", "error"), ("c", "ok")]  # c kept
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "incomplete" and m["totals"]["cost_usd"] == 0.5 and m["totals"]["usage"]["output_tokens"] == 2
+    with pytest.raises(ConfigError, match="different configuration.*k: 1 -> 2"):
+        RunDir(out, "caption", {"k": 2}).__enter__()
+    with pytest.raises(ConfigError, match="holds a 'caption' run"):
+        RunDir(out, "image", {"k": 1}).__enter__()
+    with pytest.raises(KeyboardInterrupt), RunDir(out, "caption", {"k": 1}):
+        raise KeyboardInterrupt
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "interrupted" and m["resumed"] is True
+
+
+def test_two_processes_cannot_share_a_run_dir(tmp_path):
+    from unirag.errors import UniragError
+
+    with RunDir(tmp_path, "caption", {}), pytest.raises(UniragError, match="another unirag process"):
+        RunDir(tmp_path, "caption", {}).__enter__()
+
+
+def test_rag_examples_retrieved_on_the_fly_from_an_index(coco_set, tmp_path):
+    from tiny_models import tiny_clip_dir
+    from unirag.cli.main import cli
+
+    index = tmp_path / "index"
+    runner = CliRunner()
+    built = runner.invoke(cli, ["index", "build", "--pool", str(coco_set["pool"]), "--images-root",
+                                str(coco_set["images_root"]), "--out", str(index), "--encoder", str(tiny_clip_dir())])
+    assert built.exit_code == 0, built.output
+    out = tmp_path / "run"
+    result = runner.invoke(cli, ["caption", "--queries", str(coco_set["queries"]), "--images-root",
+                                 str(coco_set["images_root"]), "--generator", "retrieval:top1", "--mode", "rag",
+                                 "--k", "2", "--index", str(index), "--out", str(out), "--limit", "4", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    recs = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
+    rows = {f"q{r['image_id']}": r for r in coco_set["rows"]}
+    all_captions = {c for r in coco_set["rows"] for c in r["captions"]}
+    assert len(recs) == 4
+    for r in recs:
+        assert r["status"] == "ok" and len(r["examples"]) == 2
+        assert all(e["img_path"] != rows[r["qid"]]["image"] for e in r["examples"])  # never the query image
+        assert r["caption"] == r["examples"][0]["txt"] and r["caption"] in all_captions
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["identity"]["examples"]["index"] == str(index)

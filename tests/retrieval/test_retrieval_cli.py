@@ -1,0 +1,93 @@
+"""`unirag index build|info`, `unirag retrieve`, `unirag evaluate retrieval` end to end on real COCO mini."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import unirag.encoders.registry as registry
+from index.helpers import HashEncoder
+from unirag.cli.main import main
+from unirag.retrieval.run_io import read_run
+
+
+@pytest.fixture
+def oracle_registry(monkeypatch, coco_oracle_encoder):
+    """`--encoder` names resolve to the COCO oracle test encoder ("other" to a different one)."""
+    def fake_load(spec=None, **kwargs):
+        return HashEncoder(name="other") if spec == "other" else coco_oracle_encoder
+
+    monkeypatch.setattr(registry, "load_encoder", fake_load)
+
+
+def _fail(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_build_info_retrieve_evaluate(oracle_registry, coco_mbeir, coco_mini: Path, tmp_path: Path, capsys) -> None:
+    idx = tmp_path / "idx"
+    main(["index", "build", "--pool", str(coco_mbeir["pool"]), "--images-root", str(coco_mini), "--out", str(idx),
+          "--batch-size", "32"])
+    out = capsys.readouterr().out
+    assert "954 candidates" in out and "text: 795" in out and "image: 159" in out
+    main(["index", "info", str(idx)])
+    out = capsys.readouterr().out
+    assert "test-coco-oracle" in out and "checksums  verified" in out and "795" in out
+
+    run = tmp_path / "i2t.jsonl"
+    main(["retrieve", "--index", str(idx), "--queries", str(coco_mbeir["i2t"]), "--images-root", str(coco_mini),
+          "--k", "5", "--out", str(run), "--modality", "text"])
+    results = read_run(run)
+    assert len(results) == 159 and all(len(r.candidates) == 5 and len(r.pairs) == 5 for r in results.values())
+    first = json.loads(run.read_text().splitlines()[0])
+    assert set(first) == {"qid", "candidates", "pairs"}
+    assert set(first["pairs"][0]) >= {"image_did", "text_did", "img_path", "txt"}
+    assert len(run.with_suffix(".trec").read_text().splitlines()) == 159 * 5
+    capsys.readouterr()
+
+    metrics_path = tmp_path / "m.json"
+    main(["evaluate", "retrieval", "--run", str(run), "--qrels", str(coco_mbeir["qrels_i2t"]), "--k", "1,5",
+          "--out", str(metrics_path)])
+    table = capsys.readouterr().out
+    assert "hit@k" in table and "recall@k" in table and "MRR@k" in table
+    metrics = json.loads(metrics_path.read_text())["metrics"]
+    assert metrics["hit@5"] == 1.0 and metrics["hit@1"] >= 0.8 and metrics["recall@1"] <= 0.2
+    assert metrics["num_queries"] == 159
+
+    clean = tmp_path / "i2t_clean.jsonl"
+    main(["retrieve", "--index", str(idx), "--queries", str(coco_mbeir["i2t"]), "--images-root", str(coco_mini),
+          "--k", "5", "--out", str(clean), "--modality", "text", "--exclude-positives", str(coco_mbeir["qrels_i2t"])])
+    main(["evaluate", "retrieval", "--run", str(clean), "--qrels", str(coco_mbeir["qrels_i2t"])])
+    assert json.loads(clean.with_name("i2t_clean.metrics.json").read_text())["metrics"]["hit@10"] == 0.0
+
+    err = _fail(["retrieve", "--index", str(idx), "--queries", str(coco_mbeir["t2i"]), "--k", "5",
+                 "--out", str(tmp_path / "x.jsonl"), "--encoder", "other"], capsys)
+    assert "test-coco-oracle" in err and "'other'" in err
+
+
+def test_cli_bad_inputs(oracle_registry, coco_mbeir, coco_index: Path, tmp_path: Path, capsys) -> None:
+    base = ["retrieve", "--index", str(coco_index), "--queries", str(coco_mbeir["t2i"]), "--out",
+            str(tmp_path / "r.jsonl")]
+    assert "--k must be a positive integer" in _fail(base + ["--k", "0"], capsys)
+    assert "unknown modality 'video'" in _fail(base + ["--modality", "video"], capsys)
+    err = _fail(["retrieve", "--index", str(tmp_path / "none"), "--queries", str(coco_mbeir["t2i"]),
+                 "--out", str(tmp_path / "r.jsonl")], capsys)
+    assert "index directory not found" in err
+    assert "file not found" in _fail(base[:3] + ["--queries", str(tmp_path / "q.jsonl"), "--out", "r.jsonl"], capsys)
+    assert not (tmp_path / "r.jsonl").exists()
+    err = _fail(["evaluate", "retrieval", "--run", str(tmp_path / "r.jsonl"), "--qrels",
+                 str(coco_mbeir["qrels_t2i"])], capsys)
+    assert "run file not found" in err
+    (tmp_path / "r.jsonl").write_text('{"qid": "t2i:1", "candidates": [], "pairs": []}\n')
+    assert "--k expects" in _fail(["evaluate", "retrieval", "--run", str(tmp_path / "r.jsonl"), "--qrels",
+                                   str(coco_mbeir["qrels_t2i"]), "--k", "1,x"], capsys)
+    assert "Invalid value for '--index-type'" in _fail(["index", "build", "--pool", str(coco_mbeir["pool"]),
+                                                        "--out", str(tmp_path / "i"), "--index-type", "lsh"], capsys)
+    assert "unknown parameter 'nprobes'" in _fail(["index", "build", "--pool", str(coco_mbeir["pool"]), "--out",
+                                                   str(tmp_path / "i"), "--index-type", "ivfpq", "--param",
+                                                   "nprobes=4"], capsys)
