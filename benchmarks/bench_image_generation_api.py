@@ -101,6 +101,7 @@ def main() -> None:
     ap.add_argument("--coco", type=Path, default=REPO.parent / "shared" / "data" / "coco-val2017-mini")
     args = ap.parse_args()
     os.environ.pop("OPENAI_API_KEY", None)
+    import openai  # noqa: F401 - import the SDK before timing, so neither run pays for it
     with tempfile.TemporaryDirectory(prefix="bench-img-") as tmp:
         tmp = Path(tmp)
         qpath, ppath = write_data(args.coco, args.queries, tmp)

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from eval_run_factory import coco_rows, write_caption_task, write_run
 
 from unirag.cli.main import cli
-from unirag.errors import InputError
+from unirag.errors import ConfigError, InputError
 from unirag.metrics import spice
 from unirag.metrics.captions import evaluate_caption_run, score_captions
 
@@ -155,6 +155,12 @@ def test_score_captions_rejects_mismatched_ids():
         score_captions({"a": "x"}, {"a": []})
 
 
+def test_missing_java_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ConfigError, match="need Java"):
+        score_captions({"a": "a dog"}, {"a": ["a dog runs"]})
+
+
 # ---- SPICE detection and the SPICE runner (fake java: no CoreNLP here) ----
 
 def _fake_jars(d: Path) -> Path:
@@ -200,6 +206,20 @@ def test_run_spice_reads_the_scorer_output(tmp_path):
     assert items[0] == 0.5 and items[1] != items[1]  # NaN kept, as pycocoevalcap's float_convert does
     mean2, _ = spice.run_spice({"a": ["a dog"]}, {"a": ["a dog"]}, tmp_path, java=str(fake))
     assert mean2 == 0.5
+
+
+def test_spice_failure_keeps_the_other_metrics(monkeypatch, tmp_path):
+    """A SPICE crash (e.g. out of memory) becomes one skipped line; no METEOR here, to stay fast."""
+    from unirag.metrics import captions
+
+    def crash(*a, **k):
+        raise RuntimeError("SPICE failed (exit 1): java.lang.OutOfMemoryError")
+
+    monkeypatch.setattr(captions, "find_corenlp", lambda lib: tmp_path)
+    monkeypatch.setattr(captions, "run_spice", crash)
+    out = captions.score_captions({"a": "A dog runs on grass."}, {"a": ["a dog running on the grass", "a dog"]},
+                                  meteor=False)
+    assert out.corpus["BLEU-1"] > 0 and "OutOfMemoryError" in out.skipped["SPICE"]
 
 
 def test_run_spice_failure_is_reported(tmp_path):

@@ -12,6 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from eval_run_factory import coco_rows, write_image_task, write_run
+from injected_features import PooledColour
 from PIL import Image
 from scipy import linalg, special, stats
 
@@ -31,25 +32,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-class PooledColour(torch.nn.Module):
-    """Deterministic small extractor: 4x4 average colour grid -> fixed random projection to 8 dims.
-
-    Takes uint8 images of any size (like the real Inception network, it resizes nothing itself
-    beyond adaptive pooling), returns float features: FID features, or IS logits.
-    """
-
-    def __init__(self, dim: int = 8, seed: int = 0) -> None:
-        super().__init__()
-        g = torch.Generator().manual_seed(seed)
-        self.register_buffer("proj", torch.randn(48, dim, generator=g) / 4)
-        self.num_features = dim
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        assert x.dtype == torch.uint8 and x.shape[1] == 3
-        pooled = torch.nn.functional.adaptive_avg_pool2d(x.float() / 255.0, (4, 4)).flatten(1)
-        return pooled @ self.proj
 
 
 def _np_features(paths, module) -> np.ndarray:
@@ -84,6 +66,7 @@ def test_fid_matches_numpy_scipy(coco_sets):
     assert im.frechet_distance(real, real, net) == pytest.approx(0.0, abs=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore:std\\(\\)")  # SD of a single split is undefined (NaN), as expected
 def test_inception_score_matches_numpy_scipy(coco_sets):
     real, fake = coco_sets
     paths = real + fake

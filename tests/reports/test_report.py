@@ -187,6 +187,16 @@ def test_image_gallery_and_index_links(report):
     assert sum(h.startswith("gallery/") for h in index.hrefs) >= 6
 
 
+def test_metrics_only_run_gets_a_table_row_and_no_gallery(tmp_path):
+    d = tmp_path / "copied"
+    d.mkdir()
+    (d / "manifest.json").write_text(json.dumps({"task": "image", "generator": "emu2", "mode": "random", "k": 5}))
+    (d / "metrics.json").write_text(json.dumps({"task": "image", "metrics": {"FID": 53.92, "CLIP Score": 23.74}}))
+    written = build_report([d], tmp_path / "out")
+    assert written["galleries"] == [] and "no outputs.jsonl" in written["notes"][0]
+    assert "| Random + emu2 | 5 | 53.92 | 23.74 |" in (tmp_path / "out" / "tables.md").read_text()
+
+
 def test_unevaluated_run_says_what_to_do(tmp_path):
     run = write_run(tmp_path / "r", [{"qid": "a", "caption": "x"}], {"task": "caption"})
     with pytest.raises(InputError, match="unirag evaluate captions"):

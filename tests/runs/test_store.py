@@ -77,3 +77,19 @@ def test_run_lock_refuses_second_writer(tmp_path):
                 pass
     with RunLock(tmp_path):  # released after the first one exits
         pass
+
+
+def test_atomic_write_keeps_old_file_when_writer_fails(tmp_path):
+    from unirag.runs.atomic import atomic_write_lines
+
+    path = tmp_path / "pool.jsonl"
+    atomic_write_lines(path, ["old"])
+
+    def broken():
+        yield "new line"
+        raise RuntimeError("crash mid-write")
+
+    with pytest.raises(RuntimeError):
+        atomic_write_lines(path, broken())
+    assert path.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["pool.jsonl"]  # no temp file left behind

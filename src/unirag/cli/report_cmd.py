@@ -49,6 +49,8 @@ def build(run_dirs: tuple[Path, ...], out_dir: Path, max_cards: int, queries: Pa
     written = build_report(run_dirs, out_dir, max_cards=max_cards, queries=queries, pool=pool,
                            images_root=images_root, gallery=not no_gallery, plots=not no_plots)
     click.echo((Path(out_dir) / "tables.md").read_text(encoding="utf-8"))
+    for note in written["notes"]:
+        click.echo(note)
     click.echo(f"{len(written['tables']) // 2} table(s), {len(written['plots'])} plot(s), "
                f"{sum(written['cards'].values())} gallery card(s)")
     click.echo(f"open {written['index']}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unirag.errors import InputError
+from unirag.errors import ConfigError, InputError
 from unirag.metrics.references import load_ground_truth, reference_captions
 from unirag.metrics.run_outputs import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE, read_run
 from unirag.metrics.spice import find_corenlp, run_spice, spice_unavailable_message
@@ -119,6 +120,9 @@ def score_captions(candidates: Mapping[str, str], references: Mapping[str, Seque
     empty = [k for k, v in references.items() if not v]
     if empty:
         raise ValueError(f"{len(empty)} item(s) have no reference caption, e.g. {empty[0]!r}")
+    if shutil.which("java") is None:
+        raise ConfigError("caption metrics need Java (pycocoevalcap's PTB tokenizer and METEOR are Java "
+                          "programs): install a Java runtime (8 or newer, e.g. openjdk-17-jre-headless)")
     start = time.perf_counter()
     ids = list(candidates)
     out = CaptionScores(per_item={i: {} for i in ids})
@@ -145,7 +149,10 @@ def score_captions(candidates: Mapping[str, str], references: Mapping[str, Seque
         if corenlp is None:
             out.skipped["SPICE"] = spice_unavailable_message(spice_lib)
         else:
-            scored.append(("SPICE", *run_spice(gts, res, corenlp)))
+            try:
+                scored.append(("SPICE", *run_spice(gts, res, corenlp)))
+            except (RuntimeError, OSError, ValueError) as e:  # the others are still worth reporting
+                out.skipped["SPICE"] = f"SPICE skipped: {e}"
     for name, corpus, items in scored:
         out.corpus[name] = 100.0 * float(corpus)
         for i, v in zip(ids, items, strict=True):

