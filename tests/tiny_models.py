@@ -91,6 +91,33 @@ def tiny_clip_dir(projection_dim: int = 16, image_size: int = 32, seed: int = 0)
     return out
 
 
+@functools.lru_cache(maxsize=2)
+def tiny_siglip_dir(image_size: int = 32, seed: int = 0) -> Path:
+    """Directory holding a tiny random ``SiglipModel`` + ``SiglipProcessor`` (no projection_dim in its config;
+    texts padded to a fixed length, as SigLIP expects). Embedding size is 32."""
+    import torch
+    from transformers import SiglipConfig, SiglipImageProcessorPil, SiglipModel, SiglipProcessor
+
+    out = _tmp_root() / f"tiny-siglip-i{image_size}-s{seed}"
+    if (out / "config.json").exists():
+        return out
+    tok = tiny_clip_tokenizer()
+    processor = SiglipProcessor(image_processor=SiglipImageProcessorPil(size={"height": image_size, "width": image_size}),
+                                tokenizer=tok)
+    small = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4)
+    config = SiglipConfig(
+        text_config=dict(vocab_size=len(tok), max_position_embeddings=16, **small),
+        vision_config=dict(image_size=image_size, patch_size=8, **small),
+    )
+    torch.manual_seed(seed)
+    model = SiglipModel(config).eval()
+    tmp = out.with_name(out.name + ".partial")
+    model.save_pretrained(tmp)
+    processor.save_pretrained(tmp)
+    tmp.rename(out)
+    return out
+
+
 # A LLaVA-1.5-style chat template (what llava-hf checkpoints ship): images first, then the text.
 _LLAVA_CHAT_TEMPLATE = (
     "{% for message in messages %}{% if message['role'] == 'system' %}{{ message['content'][0]['text'] }}\n"

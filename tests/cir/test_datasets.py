@@ -79,3 +79,23 @@ def test_missing_images_are_reported_not_raised(cir_data, tmp_path):
     ds = load_dataset("cirr", cir_data / "cirr/captions/cap.rc2.val.json", images_root=tmp_path, limit=3)
     pool_missing, ref_missing = ds.missing_images()
     assert len(pool_missing) == 2297 and len(ref_missing) == 3
+
+
+def test_mbeir_task7_from_real_myntra_products(myntra, tmp_path):
+    from unirag.cir.demo_myntra import build_colour_cir
+
+    q, pool = build_colour_cir(myntra / "products.jsonl", tmp_path, n_queries=20, seed=0)
+    rows = [json.loads(x) for x in q.read_text().splitlines()]
+    assert all(r["task_id"] == 7 and r["query_modality"] == "image,text" for r in rows)
+    ds = load_dataset("mbeir", q, myntra, pool)
+    assert len(ds.queries) == 20 and len(ds.pool) == 3000 and not ds.exclude_reference
+    products = {str(p["id"]): p for p in map(json.loads, (myntra / "products.jsonl").read_text().splitlines())}
+    for x in ds.queries:
+        ref = products[x.reference.removeprefix("myntra:")]  # the reference image is a pool member
+        colour = x.text.removeprefix("change the colour to ")
+        assert colour != ref["baseColour"].lower() and x.targets
+        for t in x.targets:
+            p = products[t.removeprefix("myntra:")]
+            assert (p["articleType"], p["baseColour"].lower()) == (ref["articleType"], colour)
+    assert ds.missing_images() == ([], [])
+    assert load_dataset("mbeir", q, myntra, pool, exclude_reference=True).exclude_reference

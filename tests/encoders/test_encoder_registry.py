@@ -66,3 +66,10 @@ def test_text_encoder_refuses_images(text_encoder, coco_mini: Path):
 def test_text_encoder_bad_path(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_text_encoder(str(tmp_path / "missing-minilm"))
+
+
+def test_offline_encoder_rejects_half_precision():
+    from unirag.encoders.registry import load_encoder
+
+    with pytest.raises(ConfigError, match="float32 only"):
+        load_encoder("offline", dtype="bfloat16")

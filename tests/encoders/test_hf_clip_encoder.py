@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tiny_models import tiny_clip_dir
+from tiny_models import tiny_clip_dir, tiny_siglip_dir
 from unirag.data.records import Candidate, Modality
 from unirag.encoders.base import l2_normalize
 from unirag.encoders.registry import load_encoder
@@ -125,3 +125,15 @@ def test_bfloat16_cpu_runs_and_float16_cpu_refused(photos):
     assert enc.config()["dtype"] == "bfloat16"
     with pytest.raises(ConfigError, match="float16"):
         load_encoder(str(tiny_clip_dir()), dtype="float16")
+
+
+def test_siglip_checkpoint_loads_through_the_same_backend(photos):
+    """SigLIP: no projection_dim in the config (dim is probed) and texts padded to a fixed length."""
+    enc = load_encoder(str(tiny_siglip_dir()))
+    cfg = enc.config()
+    assert cfg["model_type"] == "siglip" and cfg["text_padding"] == "max_length" and enc.dim == 32
+    t = enc.encode_texts(["a dog", "a tennis player serving in front of a crowd"])
+    i = enc.encode_images(photos[:2])
+    assert t.shape == (2, 32) and i.shape == (2, 32)
+    np.testing.assert_allclose(np.linalg.norm(np.vstack([t, i]), axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(enc.encode_texts(["a dog"])[0], t[0], atol=1e-5)

@@ -116,7 +116,7 @@ def test_ann_indexes_recall_against_exact(index_type: str, params: dict, tmp_pat
     np.testing.assert_allclose(ann_index.vectors([5])[0], data[5], atol=1e-6)
     if index_type == "ivfpq":
         sub = ann["subindexes"]["text"]["params"]
-        assert sub["nlist"] >= 16 and sub["pq_m"] == 8 and sub["train_size"] == 65536
+        assert sub["nlist"] == 153 and sub["pq_m"] == 8 and sub["train_size"] == 131072
 
 
 def test_ivfpq_on_a_small_pool_falls_back_to_exact(tmp_path: Path) -> None:

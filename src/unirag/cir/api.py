@@ -27,6 +27,7 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
             k_prime: int | None = None, lam: float | None = None, k: int | None = None,
             stages: Sequence[str] = STAGES, limit: int | None = None, ablation: Ablation | None = None,
             cache_dir: str | Path | None = None, encoder: str | None = None, concurrency: int | None = None,
+            exclude_reference: bool | None = None,
             progress: bool = True, echo: Callable[[str], None] = print, **run_kwargs: Any) -> dict[str, Any]:
     """Run the baseline and X^R stages on one or more annotation files; returns the metrics."""
     config = agents if isinstance(agents, XRConfig) else load_config(agents)
@@ -42,7 +43,8 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
     shared = {}
     results: dict[str, dict[str, Any]] = {}
     for f in files:
-        ds = load_dataset(dataset, f, images_root, split_file if len(files) == 1 else None, limit)
+        ds = load_dataset(dataset, f, images_root, split_file if len(files) == 1 else None, limit,
+                          exclude_reference)
         target = out if len(files) == 1 else out / ds.name
         run = CirRun(ds, target, config, stages=tuple(stages), ablation=ablation,
                      cache_dir=cache_dir or out / "cache", progress=progress, echo=echo,

@@ -219,12 +219,15 @@ def load_mbeir_cir(annotations: str | Path, images_root: str | Path | None = Non
                          path=annotations)
     pool_recs = load_pool(split_file)
     pool = {did: c.img_path for did, c in pool_recs.items() if c.img_path and c.modality.has_image}
+    by_path = {p: did for did, p in pool.items()}
     queries = []
     for q in read_queries(annotations):
         if q.task_id not in (None, 7) or not q.modality.has_image or not q.txt:
             continue
-        queries.append(CirQuery(qid=q.qid, reference=f"query:{q.qid}", text=q.txt,
-                                targets=list(q.pos_cand_list), reference_path=q.img_path))
+        # A reference image that is also a pool image takes the pool id (so it can be excluded).
+        ref = by_path.get(q.img_path)
+        queries.append(CirQuery(qid=q.qid, reference=ref or f"query:{q.qid}", text=q.txt,
+                                targets=list(q.pos_cand_list), reference_path=None if ref else q.img_path))
     if not queries:
         raise InputError("no image,text -> image (task 7) queries in this file", path=annotations)
     return CirDataset(f"mbeir-{Path(annotations).stem}", "mbeir", queries, pool,
@@ -235,7 +238,10 @@ LOADERS = {"fashioniq": load_fashioniq, "cirr": load_cirr, "circo": load_circo, 
 
 
 def load_dataset(kind: str, annotations: str | Path, images_root: str | Path | None = None,
-                 split_file: str | Path | None = None, limit: int | None = None) -> CirDataset:
+                 split_file: str | Path | None = None, limit: int | None = None,
+                 exclude_reference: bool | None = None) -> CirDataset:
+    """Load any supported benchmark. ``exclude_reference`` overrides the benchmark's own protocol
+    (only CIRR removes the reference image from the gallery)."""
     if kind not in LOADERS:
         raise InputError(f"unknown CIR dataset {kind!r}; expected one of {', '.join(DATASETS)}")
     if not Path(annotations).is_file():
@@ -243,4 +249,6 @@ def load_dataset(kind: str, annotations: str | Path, images_root: str | Path | N
     ds = LOADERS[kind](annotations, images_root, split_file)
     if limit is not None:
         ds.queries = ds.queries[:limit]
+    if exclude_reference is not None:
+        ds.exclude_reference = exclude_reference
     return ds

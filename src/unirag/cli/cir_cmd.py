@@ -50,9 +50,11 @@ def _print_metrics(name: str, metrics: dict) -> None:
 @click.option("--fine-only", is_flag=True, help="Ablation: question scores alone on the baseline top-k'.")
 @click.option("--modalities", type=click.Choice(("both", "text", "vision")), default="both",
               show_default=True, help="Ablation: candidate-side agents on captions, images or both.")
+@click.option("--exclude-reference/--keep-reference", default=None,
+              help="Remove the reference image from the gallery (default: as the benchmark does; CIRR only).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime, lam, k, stages, limit, cache_dir,
-        encoder, concurrency, no_imagination, fine_only, modalities, quiet) -> None:
+        encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet) -> None:
     """Rank a CIR benchmark's pool for each (reference image, modification text) query.
 
     Writes OUT/rankings.jsonl (per query: ranked image ids of every stage, stage scores),
@@ -66,6 +68,7 @@ def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime,
     metrics = run_cir(dataset, list(annotations), images_root=images_root, out_dir=out_dir, split_file=split_file,
                       agents=agents, k_prime=k_prime, lam=lam, k=k, stages=stages, limit=limit, ablation=ablation,
                       cache_dir=cache_dir, encoder=encoder, concurrency=concurrency, progress=not quiet,
+                      exclude_reference=exclude_reference,
                       echo=lambda s: click.echo(s, err=True))
     if "datasets" in metrics:
         for name, m in metrics["datasets"].items():

@@ -1,4 +1,6 @@
 """Encoders map texts, images and image+text pairs into one L2-normalised vector space.
 
-Use :func:`unirag.encoders.registry.load_encoder` with a name or path; see ``registry.py``.
+Use :func:`unirag.encoders.registry.load_encoder` (``None``/"offline" = the bundled offline encoder,
+otherwise a CLIP-family hub id or local checkpoint directory) and
+:func:`unirag.encoders.registry.load_text_encoder` (sentence embeddings for text–text similarity).
 """

@@ -101,7 +101,7 @@ def check_model_spec(spec: str) -> str:
 
     p = Path(spec).expanduser()
     if p.is_dir():
-        return str(p)
+        return str(p.resolve())  # absolute, so index manifests name the same model from any directory
     looks_like_path = spec.startswith((".", "/", "~", "\\")) or re.match(r"^[A-Za-z]:[\\/]", spec) or p.exists()
     if looks_like_path:
         what = "is a file, not a model directory" if p.exists() else "does not exist"

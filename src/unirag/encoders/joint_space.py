@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +103,12 @@ class JointSpace:
             bridge_mean=bridge.mean(axis=0).astype(np.float32),
             params=params,
         )
+
+    def without_anchors(self, drop: np.ndarray) -> JointSpace:
+        """A copy without the anchor rows in ``drop`` (indices or boolean mask), e.g. to test on them."""
+        keep = np.ones(self.n_anchors, dtype=bool)
+        keep[drop] = False
+        return replace(self, anchor_images=self.anchor_images[keep], anchor_texts=self.anchor_texts[keep])
 
     # -- mapping ---------------------------------------------------------------------------
     def _join(self, bridge_block: np.ndarray, asif_block: np.ndarray) -> np.ndarray:

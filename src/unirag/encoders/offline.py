@@ -27,6 +27,13 @@ def asset_path() -> Path:
     return Path(str(resources.files("unirag.encoders") / "assets" / ASSET_NAME))
 
 
+def asset_metadata(path: str | Path | None = None) -> dict[str, Any]:
+    """Parameters and provenance of the shipped joint space (anchors, held-out COCO photos, sources)."""
+    import json
+
+    return json.loads((Path(path) if path else asset_path()).with_suffix(".json").read_text())
+
+
 @functools.lru_cache(maxsize=2)
 def load_joint_space(path: str | None = None):
     """Load (once per process) the joint space from the package assets or an explicit file."""
@@ -68,11 +75,16 @@ class OfflineEncoder(Encoder):
 
         return EfficientNetLite0(device=self.device)
 
-    def config(self) -> dict[str, Any]:
+    @functools.cached_property
+    def _assets_digest(self) -> str:
         import hashlib
+
+        return hashlib.sha256(self._assets.read_bytes()).hexdigest()[:16]
+
+    def config(self) -> dict[str, Any]:
         from dataclasses import asdict
 
-        digest = hashlib.sha256(self._assets.read_bytes()).hexdigest()[:16]
+        digest = self._assets_digest
         return {**super().config(), "backend": "offline", "text_model": "all-MiniLM-L6-v2",
                 "image_model": "efficientnet-lite0", "joint_space": asdict(self.space.params),
                 "n_anchors": self.space.n_anchors, "assets_sha256_16": digest, "fusion": "clip-sf"}

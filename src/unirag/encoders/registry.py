@@ -29,6 +29,10 @@ def load_encoder(spec: str | None = None, *, device: str | None = "cpu", batch_s
     if is_offline_name(spec):
         from unirag.encoders.offline import OfflineEncoder
 
+        if dtype not in (None, "auto", "float32", "fp32"):
+            from unirag.errors import ConfigError
+
+            raise ConfigError(f"the offline encoder runs in float32 only (got dtype={dtype!r})")
         return OfflineEncoder(device=device or "cpu", batch_size=batch_size)
     from unirag.encoders._runtime import check_model_spec
     from unirag.encoders.hf_clip import HFClipEncoder

@@ -20,7 +20,7 @@ DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
     "flat": {},
     "hnsw": {"M": 32, "ef_construction": 80, "ef_search": 128},
     # nlist=None: 4*sqrt(n) rounded to a power of two, chosen once the count is known.
-    "ivfpq": {"nlist": None, "pq_m": None, "nbits": 8, "nprobe": 32, "train_size": 65536,
+    "ivfpq": {"nlist": None, "pq_m": None, "nbits": 8, "nprobe": 32, "train_size": 131072,
               "refine": True, "refine_k_factor": 8},
 }
 
@@ -43,8 +43,9 @@ def resolve_params(index_type: str, overrides: dict[str, Any] | None = None) -> 
 
 def ivfpq_shape(n: int, dim: int, params: dict[str, Any]) -> dict[str, Any]:
     """Concrete nlist / pq_m for ``n`` vectors of size ``dim``."""
-    nlist = params["nlist"] or 2 ** round(math.log2(max(1.0, 4 * math.sqrt(n))))
-    nlist = int(max(1, min(nlist, n // 39)))
+    # at least ~32 training points per list (k-means quality), and never more lists than n / 39
+    auto = min(2 ** round(math.log2(max(1.0, 4 * math.sqrt(n)))), int(params["train_size"]) // 32)
+    nlist = int(max(1, min(params["nlist"] or auto, n // 39)))
     pq_m = params["pq_m"]
     if pq_m is None:  # ~8 dimensions per sub-quantiser, a divisor of dim
         pq_m = max(m for m in range(1, dim + 1) if dim % m == 0 and m <= max(1, dim // 8))

