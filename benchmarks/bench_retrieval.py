@@ -182,7 +182,7 @@ def main() -> None:
     ap.add_argument("--ivf-nlist", type=int, default=1024)
     ap.add_argument("--nprobes", default="16,32,64,128")
     ap.add_argument("--ef-searches", default="64,128,256")
-    ap.add_argument("--repeat", type=int, default=2, help="timed repetitions per search (best kept)")
+    ap.add_argument("--repeat", type=int, default=3, help="timed repetitions per search (best kept)")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--_build", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--build-type", default="flat", help=argparse.SUPPRESS)

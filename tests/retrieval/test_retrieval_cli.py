@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,7 @@ def test_build_info_retrieve_evaluate(oracle_registry, coco_mbeir, coco_mini: Pa
     main(["evaluate", "retrieval", "--run", str(run), "--qrels", str(coco_mbeir["qrels_i2t"]), "--k", "1,5",
           "--out", str(metrics_path)])
     table = capsys.readouterr().out
+    assert "note:" not in table
     assert "hit@k" in table and "recall@k" in table and "MRR@k" in table
     metrics = json.loads(metrics_path.read_text())["metrics"]
     assert metrics["hit@5"] == 1.0 and metrics["hit@1"] >= 0.8 and metrics["recall@1"] <= 0.2
@@ -62,7 +64,9 @@ def test_build_info_retrieve_evaluate(oracle_registry, coco_mbeir, coco_mini: Pa
     clean = tmp_path / "i2t_clean.jsonl"
     main(["retrieve", "--index", str(idx), "--queries", str(coco_mbeir["i2t"]), "--images-root", str(coco_mini),
           "--k", "5", "--out", str(clean), "--modality", "text", "--exclude-positives", str(coco_mbeir["qrels_i2t"])])
+    capsys.readouterr()
     main(["evaluate", "retrieval", "--run", str(clean), "--qrels", str(coco_mbeir["qrels_i2t"])])
+    assert "at most 5 candidates per query" in capsys.readouterr().out  # @10 asked of a k=5 run
     assert json.loads(clean.with_name("i2t_clean.metrics.json").read_text())["metrics"]["hit@10"] == 0.0
 
     err = _fail(["retrieve", "--index", str(idx), "--queries", str(coco_mbeir["t2i"]), "--k", "5",
@@ -80,6 +84,12 @@ def test_cli_bad_inputs(oracle_registry, coco_mbeir, coco_index: Path, tmp_path:
     assert "index directory not found" in err
     assert "file not found" in _fail(base[:3] + ["--queries", str(tmp_path / "q.jsonl"), "--out", "r.jsonl"], capsys)
     assert not (tmp_path / "r.jsonl").exists()
+    corrupt = tmp_path / "corrupt_index"
+    shutil.copytree(coco_index, corrupt)
+    (corrupt / "meta.text.jsonl").write_text("tampered\n")
+    err = _fail(["retrieve", "--index", str(corrupt), "--queries", str(coco_mbeir["t2i"]), "--out",
+                 str(tmp_path / "r.jsonl")], capsys)
+    assert "meta.text.jsonl" in err and "checksum mismatch" in err
     err = _fail(["evaluate", "retrieval", "--run", str(tmp_path / "r.jsonl"), "--qrels",
                  str(coco_mbeir["qrels_t2i"])], capsys)
     assert "run file not found" in err

@@ -174,5 +174,7 @@ def test_real_coco_text_to_image_over_any(coco_index: Path, coco_mbeir, coco_ora
         replaced += sum(1 for c in res.candidates if c.replaced)
         assert res.ranked_dids[0] == q.pos_cand_list[0]
         assert len(res.pairs) == 3 and all(p.txt.strip().lower() != q.txt.strip().lower() for p in res.pairs)
+        # one pair per retrieved image: the captions of one image never fill several example slots
+        assert len({p.image_did for p in res.pairs}) == 3
     # every query caption is itself in the pool, so the top hit over "any" is that caption, replaced
     assert replaced >= len(queries)

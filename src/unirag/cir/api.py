@@ -38,6 +38,14 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
     if encoder is not None:
         config.encoder = encoder
     s.check()
+    said: set[str] = set()
+    raw_echo = echo
+
+    def echo(line: str) -> None:  # one notice per run, not one per annotation file
+        if line not in said:
+            said.add(line)
+            raw_echo(line)
+
     files = [annotations] if isinstance(annotations, (str, Path)) else list(annotations)
     out = Path(out_dir)
     shared = {}

@@ -50,6 +50,10 @@ def retrieval(run_path: Path, qrels_path: Path, ks: str, out: Path | None) -> No
     except ValueError as e:
         raise InputError(str(e), path=qrels_path) from None
     click.echo(format_table(metrics, cutoffs))
+    depth = max((len(r) for r in run.values()), default=0)
+    if depth < max(cutoffs):
+        click.echo(f"note: the run has at most {depth} candidates per query, so cutoffs above {depth} "
+                   f"equal @{depth}; retrieve with --k {max(cutoffs)} to score them")
     out = out or run_path.with_name(run_path.stem + ".metrics.json")
     atomic_write_json(out, {"run": str(run_path), "qrels": str(qrels_path), "k": cutoffs, "metrics": metrics})
     click.echo(f"metrics written to {out}")

@@ -23,8 +23,11 @@ import click
               help="Encoder to embed the queries (default: the one recorded in the index).")
 @click.option("--pool-images-root", type=click.Path(path_type=Path), default=None,
               help="Images root of the pool, if it moved since the index was built.")
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="Check the index file checksums on open (skip for very large trusted indexes).")
 def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, out: Path, modality: str,
-             exclude_positives: Path | None, encoder_spec: str | None, pool_images_root: Path | None) -> None:
+             exclude_positives: Path | None, encoder_spec: str | None, pool_images_root: Path | None,
+             verify: bool) -> None:
     """Retrieve the top K candidates and K image-caption pairs for every query."""
     from unirag.data.mbeir import read_qrels, read_queries
     from unirag.errors import ConfigError
@@ -42,7 +45,7 @@ def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, o
         from unirag.encoders.registry import load_encoder
 
         encoder = load_encoder(encoder_spec)
-    retriever = Retriever(index_dir, encoder, pool_images_root=pool_images_root)
+    retriever = Retriever(index_dir, encoder, verify=verify, pool_images_root=pool_images_root)
     results = retriever.retrieve(query_list, k, modality, exclude_qrels=qrels, query_images_root=images_root,
                                  progress=True)
     run_path, trec = write_run(out, results)

@@ -7,7 +7,9 @@ the hits in rank order:
 * a hit of the wrong modality (a caption for a text->image query searched over ``any``) is replaced
   by its complement, as the paper does when scoring UniIR's mixed-modality results (§5);
 * every single-modality hit is completed into a pair (see :mod:`unirag.retrieval.pairing`);
-  pairs that contain the query's text or image are dropped.
+  pairs that contain the query's text or image are dropped. Each candidate gets at most one pair
+  (so a text->image run never shows the same image twice); when a candidate's pair is dropped, a
+  later hit that maps to the same candidate may supply another one.
 
 The search over-fetches and widens until ``k`` candidates and ``k`` pairs are found or the index
 is exhausted, so dropped hits do not shorten the lists.
@@ -99,7 +101,7 @@ class Retriever:
         metas = self.index.metas
         result = RetrievalResult(qid)
         seen_cands: set[int] = set()
-        seen_pairs: set[tuple[int, int]] = set()
+        paired: set[int] = set()  # candidates that already have their (one) pair
         for score, gid in zip(scores.tolist(), ids.tolist(), strict=True):
             if gid < 0:
                 break
@@ -123,23 +125,23 @@ class Retriever:
                 seen_cands.add(cand)
                 result.candidates.append(ScoredCandidate(metas[cand].did, score, metas[cand].modality.value,
                                                          replaced))
-            if other is not None and len(result.pairs) < k:
-                self._add_pair(result, seen_pairs, cand, other, score, via, ident)
+            if other is not None and cand not in paired and len(result.pairs) < k:
+                if self._add_pair(result, cand, other, score, via, ident):
+                    paired.add(cand)
             if len(result.candidates) >= k and len(result.pairs) >= k:
                 return result, True
         return result, False
 
-    def _add_pair(self, result: RetrievalResult, seen: set[tuple[int, int]], a: int, b: int, score: float,
-                  via: str, ident: QueryIdentity) -> None:
+    def _add_pair(self, result: RetrievalResult, cand: int, other: int, score: float, via: str,
+                  ident: QueryIdentity) -> bool:
+        """Append the pair (cand, other) unless it shows the query; True if appended."""
         metas = self.index.metas
-        image, text = (a, b) if metas[a].modality.has_image else (b, a)
-        if (image, text) in seen:
-            return
+        image, text = (cand, other) if metas[cand].modality.has_image else (other, cand)
         if pair_equals_query(metas[image], metas[text], ident, self.pool_images_root):
-            return
-        seen.add((image, text))
+            return False
         result.pairs.append(Pair(metas[image].did, metas[text].did, metas[image].img_path, metas[text].txt,
                                  score, via))
+        return True
 
 
 def _default_target(query_modality: Modality) -> Modality | None:
