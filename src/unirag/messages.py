@@ -12,7 +12,7 @@ import hashlib
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Union
+from typing import Literal
 
 Role = Literal["system", "user", "assistant"]
 
@@ -66,7 +66,7 @@ class ImagePart:
         return hashlib.sha256(self.encoded()[0]).hexdigest()
 
 
-Part = Union[TextPart, ImagePart]
+Part = TextPart | ImagePart
 
 
 @dataclass

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from unirag.errors import UniragError
-from unirag.runs.store import RunLock, ResultStore
+from unirag.runs.store import ResultStore, RunLock
 
 
 def test_append_and_reopen_keeps_records(tmp_path):
