@@ -18,26 +18,24 @@ import io
 import json
 import os
 import random
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+from _harness import add_load_args, coco_rows, completeness, read_outputs  # first: it puts tests/ on sys.path
 
-from fake_openai_server import FakeServer, Reply  # noqa: E402
-from unirag.data.mbeir import load_pool, read_queries  # noqa: E402
-from unirag.generators.images.registry import load_image_generator  # noqa: E402
-from unirag.pipelines.examples import make_selector  # noqa: E402
-from unirag.pipelines.image_gen import ImageSettings, run_image_generation  # noqa: E402
-from unirag.runs.retry import RetryPolicy  # noqa: E402
+from fake_openai_server import FakeServer, Reply
+from unirag.data.mbeir import load_pool, read_queries
+from unirag.generators.images.registry import load_image_generator
+from unirag.pipelines.examples import make_selector
+from unirag.pipelines.image_gen import ImageSettings, run_image_generation
+from unirag.runs.retry import RetryPolicy
 
 
 def write_data(coco: Path, n: int, tmp: Path) -> tuple[Path, Path]:
     """n caption queries (cycling over the photos' captions) and an image pool of the photos."""
-    rows = [json.loads(x) for x in (coco / "captions.jsonl").read_text().splitlines() if x.strip()]
+    rows = coco_rows(coco)
     pool = [{"did": f"img:{r['image_id']}", "txt": None, "img_path": r["image"], "modality": "image",
              "src_content": json.dumps({"source_id": str(r["image_id"])})} for r in rows]
     queries = []
@@ -83,22 +81,15 @@ def one_run(args, queries_path: Path, pool_path: Path, out: Path, concurrency: i
                              progress=False)
         seconds = time.perf_counter() - start
         gen.close()
-    lines = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
-    qids = [r["qid"] for r in lines]
-    check = {"lines": len(lines), "ok": sum(r["status"] == "ok" for r in lines),
-             "duplicated": len(qids) - len(set(qids)), "lost": len(queries) - len(set(qids)),
-             "retried": sum(r["attempts"] > 1 for r in lines), "requests": len(srv.requests)}
+    lines = read_outputs(out)
+    check = {**completeness(lines, len(queries)), "retried": sum(r["attempts"] > 1 for r in lines),
+             "requests": len(srv.requests)}
     return seconds, check
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--queries", type=int, default=100)
-    ap.add_argument("--latency", type=float, default=0.2)
-    ap.add_argument("--failure-rate", type=float, default=0.10)
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--coco", type=Path, default=REPO.parent / "shared" / "data" / "coco-val2017-mini")
+    add_load_args(ap, queries=100)
     args = ap.parse_args()
     os.environ.pop("OPENAI_API_KEY", None)
     import openai  # noqa: F401 - import the SDK before timing, so neither run pays for it

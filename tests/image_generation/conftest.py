@@ -15,6 +15,15 @@ import pytest
 N_QUERIES = 6
 
 
+@pytest.fixture()
+def server():
+    """A fresh local fake API server per test (the API backends' tests point base_url at it)."""
+    from fake_openai_server import FakeServer
+
+    with FakeServer() as srv:
+        yield srv
+
+
 @dataclass
 class T2IData:
     """Caption queries of real COCO images + an image pool, in M-BEIR format."""

@@ -7,7 +7,7 @@ import base64
 import numpy as np
 import pytest
 
-from fake_openai_server import FakeServer, Reply
+from fake_openai_server import Reply
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.images.base import ExamplePair, ImageRequest
 from unirag.generators.images.gemini_images import nearest_aspect_ratio, parse_image_response
@@ -25,12 +25,6 @@ def image_reply(png: bytes, text: str | None = "Here is your picture.") -> Reply
     return Reply(json={"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP"}],
                        "usageMetadata": {"promptTokenCount": 600, "candidatesTokenCount": 1290,
                                          "totalTokenCount": 1890}})
-
-
-@pytest.fixture()
-def server():
-    with FakeServer() as srv:
-        yield srv
 
 
 @pytest.fixture()

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from fake_openai_server import FakeServer, RecordedRequest, Reply
+from fake_openai_server import RecordedRequest, Reply
 from unirag.data.mbeir import read_queries
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.images.base import ExamplePair, ImageRequest
@@ -21,12 +21,6 @@ from .helpers import multipart_fields, openai_image_reply, read_pixels, solid_pn
 
 RED = solid_png((200, 10, 10))
 FAST = RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.05)
-
-
-@pytest.fixture()
-def server():
-    with FakeServer() as srv:
-        yield srv
 
 
 @pytest.fixture()

@@ -9,53 +9,62 @@ import click
 _CHECKS = click.Choice(["decode", "verify", "exists", "none"])
 
 
-def _common(f):
-    """Options every importer shares (applied bottom-up, so listed here in reverse help order)."""
-    f = click.option(
+def _with_options(*decorators):
+    """Stack click options (or groups of them) so they appear in ``--help`` in the order listed.
+
+    Click applies decorators bottom-up; listing them top-down here keeps the help order readable
+    and lets the importers share option groups instead of repeating them.
+    """
+
+    def apply(f):
+        for decorate in reversed(decorators):
+            f = decorate(f)
+        return f
+
+    return apply
+
+
+# Options every importer shares; their values reach the importer as keyword arguments unchanged.
+_common = _with_options(
+    click.option(
+        "--images",
+        "images_root",
+        required=True,
+        type=click.Path(path_type=Path),
+        help="Images root: image paths in the input are relative to it.",
+    ),
+    click.option(
+        "--out",
+        "out_dir",
+        required=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Output folder for pool.jsonl, queries_*.jsonl, qrels_*.txt, import_summary.json.",
+    ),
+    click.option(
+        "--seed",
+        type=int,
+        default=0,
+        show_default=True,
+        help="Seed of the per-image caption sample for text->image queries.",
+    ),
+    click.option(
+        "--all-captions",
+        is_flag=True,
+        help="Use every caption as a text->image query (default: one seeded sample per image).",
+    ),
+    click.option("--limit", type=click.IntRange(min=1), default=None, help="Keep only the first N images."),
+    click.option(
+        "--workers", type=click.IntRange(min=1), default=4, show_default=True, help="Threads that check images."
+    ),
+    click.option(
         "--check",
         type=_CHECKS,
         default="decode",
         show_default=True,
         help="How to check images: decode pixels (catches truncated files), verify headers, "
         "only test existence, or none.",
-    )(f)
-    f = click.option(
-        "--workers",
-        type=click.IntRange(min=1),
-        default=4,
-        show_default=True,
-        help="Threads that check images.",
-    )(f)
-    f = click.option(
-        "--limit", type=click.IntRange(min=1), default=None, help="Keep only the first N images."
-    )(f)
-    f = click.option(
-        "--all-captions",
-        is_flag=True,
-        help="Use every caption as a text->image query (default: one seeded sample per image).",
-    )(f)
-    f = click.option(
-        "--seed",
-        type=int,
-        default=0,
-        show_default=True,
-        help="Seed of the per-image caption sample for text->image queries.",
-    )(f)
-    f = click.option(
-        "--out",
-        "out_dir",
-        required=True,
-        type=click.Path(file_okay=False, path_type=Path),
-        help="Output folder for pool.jsonl, queries_*.jsonl, qrels_*.txt, import_summary.json.",
-    )(f)
-    f = click.option(
-        "--images",
-        "images_root",
-        required=True,
-        type=click.Path(path_type=Path),
-        help="Images root: image paths in the input are relative to it.",
-    )(f)
-    return f
+    ),
+)
 
 
 def _report(summary) -> None:
@@ -79,105 +88,49 @@ def import_group() -> None:
 )
 @_common
 @click.option("--name", default="coco", show_default=True, help="Dataset name: prefix of every did/qid.")
-def coco(
-    captions: Path,
-    images_root: Path,
-    out_dir: Path,
-    seed: int,
-    all_captions: bool,
-    limit: int | None,
-    workers: int,
-    check: str,
-    name: str,
-) -> None:
+def coco(captions: Path, **options) -> None:
     """Import a COCO captions file and its image folder."""
     from unirag.data.importers import import_coco
 
-    _report(
-        import_coco(
-            captions,
-            images_root,
-            out_dir,
-            seed=seed,
-            all_captions=all_captions,
-            limit=limit,
-            check=check,
-            name=name,
-            workers=workers,
-        )
-    )
+    _report(import_coco(captions, **options))
 
 
 def _generic(fmt: str | None):
-    def command(
-        input_path: Path,
-        images_root: Path,
-        out_dir: Path,
-        seed: int,
-        all_captions: bool,
-        limit: int | None,
-        workers: int,
-        check: str,
-        image_field: str,
-        caption_field: str | None,
-        id_field: str | None,
-        caption_sep: str | None,
-        delimiter: str | None,
-        name: str | None,
-    ) -> None:
+    """The ``jsonl``/``csv`` command body: the same options, only the input format differs."""
+
+    def command(input_path: Path, **options) -> None:
         from unirag.data.importers import import_generic
 
-        _report(
-            import_generic(
-                input_path,
-                images_root,
-                out_dir,
-                image_field=image_field,
-                caption_field=caption_field,
-                id_field=id_field,
-                caption_sep=caption_sep,
-                fmt=fmt,
-                delimiter=delimiter,
-                name=name,
-                seed=seed,
-                all_captions=all_captions,
-                limit=limit,
-                check=check,
-                workers=workers,
-            )
-        )
+        _report(import_generic(input_path, fmt=fmt, **options))
 
-    command = click.option(
-        "--name", default=None, help="Dataset name: prefix of every did/qid [default: the input file's stem]."
+    return _with_options(
+        click.option(
+            "--input",
+            "input_path",
+            required=True,
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="JSONL (one object per line) or CSV/TSV with a header row.",
+        ),
+        _common,
+        click.option("--image-field", default="image", show_default=True, help="Field with the image path."),
+        click.option(
+            "--caption-field",
+            default=None,
+            help="Field with the caption(s): a string or a list [default: caption, else captions].",
+        ),
+        click.option(
+            "--id-field", default=None, help="Field with a stable image id [default: order of first appearance]."
+        ),
+        click.option(
+            "--caption-sep",
+            default=None,
+            help="Split a caption cell/string into several captions at this separator.",
+        ),
+        click.option("--delimiter", default=None, help="CSV cell delimiter [default: ',' or tab for .tsv]."),
+        click.option(
+            "--name", default=None, help="Dataset name: prefix of every did/qid [default: the input file's stem]."
+        ),
     )(command)
-    command = click.option(
-        "--delimiter", default=None, help="CSV cell delimiter [default: ',' or tab for .tsv]."
-    )(command)
-    command = click.option(
-        "--caption-sep",
-        default=None,
-        help="Split a caption cell/string into several captions at this separator.",
-    )(command)
-    command = click.option(
-        "--id-field", default=None, help="Field with a stable image id [default: order of first appearance]."
-    )(command)
-    command = click.option(
-        "--caption-field",
-        default=None,
-        help="Field with the caption(s): a string or a list [default: caption, else captions].",
-    )(command)
-    command = click.option(
-        "--image-field", default="image", show_default=True, help="Field with the image path."
-    )(command)
-    command = _common(command)
-    command = click.option(
-        "--input",
-        "input_path",
-        required=True,
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="JSONL (one object per line) or CSV/TSV with a header row.",
-    )(command)
-    return command
 
 
 import_group.command(

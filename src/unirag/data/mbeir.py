@@ -14,25 +14,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from unirag.data.jsonl import iter_json_lines
 from unirag.data.records import Candidate, Modality, Qrels, Query
 from unirag.errors import InputError
 from unirag.runs.atomic import atomic_write_lines
-
-
-def _iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    if not path.exists():
-        raise InputError("file not found", path=path)
-    with path.open("r", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path=path, line=lineno) from None
-            if not isinstance(obj, dict):
-                raise InputError("expected a JSON object per line", path=path, line=lineno)
-            yield lineno, obj
 
 
 def _opt_str(obj: dict, key: str, path: Path, lineno: int) -> str | None:
@@ -87,7 +72,7 @@ def _did_list(obj: dict, key: str, path: Path, lineno: int) -> list[str]:
 def read_candidates(path: str | Path) -> Iterator[Candidate]:
     """Stream candidates from an M-BEIR pool JSONL file (one line at a time, memory bounded)."""
     path = Path(path)
-    for lineno, obj in _iter_json_lines(path):
+    for lineno, obj in iter_json_lines(path):
         modality = _modality(obj, "modality", path, lineno)
         txt = _opt_str(obj, "txt", path, lineno)
         img = _opt_str(obj, "img_path", path, lineno)
@@ -102,7 +87,7 @@ def read_queries(path: str | Path) -> list[Query]:
     path = Path(path)
     out: list[Query] = []
     seen: set[str] = set()
-    for lineno, obj in _iter_json_lines(path):
+    for lineno, obj in iter_json_lines(path):
         qid = str(_req(obj, "qid", path, lineno))
         if qid in seen:
             raise InputError(f"duplicate qid {qid!r}", path=path, line=lineno, field="qid")

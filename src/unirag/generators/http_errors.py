@@ -8,9 +8,10 @@ decision "retry or not, and after how long" is made in one place: the status cod
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from unirag.errors import BackendError
 from unirag.runs.retry import is_retryable_status
@@ -61,3 +62,26 @@ def transient_error(provider: str, what: str, detail: str = "") -> BackendError:
     """Timeouts, connection resets and unreadable response bodies: worth another try."""
     text = " ".join(str(detail).split())[:_MAX_MESSAGE]
     return BackendError(f"{provider}: {what}" + (f" ({text})" if text else ""), retryable=True)
+
+
+@contextlib.contextmanager
+def openai_errors(provider: str, timeout: float) -> Iterator[None]:
+    """Translate the openai SDK's exceptions raised inside the block into BackendError.
+
+    Shared by the chat backend (``openai_compat``) and the images backend (``openai_images``) so
+    both classify status codes, timeouts, dropped connections and unparsable bodies identically.
+    ``openai`` is imported here, not at module top, to keep ``unirag --help`` fast.
+    """
+    import openai
+
+    try:
+        yield
+    except openai.APIStatusError as e:
+        raise status_error(provider, e.status_code, e.message, e.response.headers) from None
+    except openai.APITimeoutError:
+        raise transient_error(provider, f"request timed out after {timeout:g}s") from None
+    except openai.APIConnectionError as e:
+        raise transient_error(provider, "connection failed", str(e.__cause__ or e)) from None
+    except (openai.APIResponseValidationError, ValueError) as e:
+        # json.JSONDecodeError is a ValueError: a body that is not JSON lands here too.
+        raise transient_error(provider, "malformed response body", str(e)) from None

@@ -10,20 +10,16 @@ http://localhost:8000/v1`` differ only in configuration. The SDK's own retries a
 from __future__ import annotations
 
 import io
-import json
 import math
-import os
-import threading
 from typing import Any
 
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage
-from unirag.generators.http_errors import status_error, transient_error
+from unirag.generators.http_errors import openai_errors, transient_error
+from unirag.generators.openai_client import OpenAIConnection
 from unirag.messages import ImagePart, Message, TextPart
 
 PROVIDER = "OpenAI-compatible"
-_OFFICIAL_HOST = "api.openai.com"
-LOCAL_DUMMY_KEY = "unused-local-server"
 
 
 def render_openai_messages(messages: list[Message], detail: str | None = None) -> list[dict[str, Any]]:
@@ -81,31 +77,13 @@ class OpenAIChatGenerator(TextGenerator):
             raise ConfigError("openai spec needs a model name, e.g. 'openai:gpt-4o'")
         self.model = model
         self.spec = spec or f"openai:{model}"
-        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         self.api_key_env = api_key_env
         self.timeout = float(timeout)
         self.detail = detail
         self.template_family = family
         self.image_mode = "single-image" if family == "llava" else "multi-image"
-        key = os.environ.get(api_key_env)
-        if not key:
-            if self.base_url and _OFFICIAL_HOST not in self.base_url:
-                key = LOCAL_DUMMY_KEY  # local servers usually ignore the key
-            else:
-                raise ConfigError(f"set the {api_key_env} environment variable (the OpenAI API key), "
-                                  "or give --base-url for a local OpenAI-compatible server")
-        self._key = key
-        self._client = None
-        self._client_lock = threading.Lock()
-
-    def _get_client(self):
-        with self._client_lock:
-            if self._client is None:
-                from openai import OpenAI
-
-                self._client = OpenAI(api_key=self._key, base_url=self.base_url, max_retries=0,
-                                      timeout=self.timeout)
-            return self._client
+        self._conn = OpenAIConnection(base_url=base_url, api_key_env=api_key_env, timeout=self.timeout)
+        self.base_url = self._conn.base_url
 
     def request_body(self, messages: list[Message], options: GenerationOptions) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` (also what the tests compare)."""
@@ -121,19 +99,9 @@ class OpenAIChatGenerator(TextGenerator):
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         options = options or GenerationOptions()
         body = self.request_body(messages, options)
-        client = self._get_client()
-        import openai
-
-        try:
+        client = self._conn.client()
+        with openai_errors(PROVIDER, self.timeout):
             resp = client.chat.completions.create(**body)
-        except openai.APIStatusError as e:
-            raise status_error(PROVIDER, e.status_code, e.message, e.response.headers) from None
-        except openai.APITimeoutError:
-            raise transient_error(PROVIDER, f"request timed out after {self.timeout:g}s") from None
-        except openai.APIConnectionError as e:
-            raise transient_error(PROVIDER, "connection failed", str(e.__cause__ or e)) from None
-        except (openai.APIResponseValidationError, json.JSONDecodeError, ValueError) as e:
-            raise transient_error(PROVIDER, "malformed response body", str(e)) from None
         return self._parse(resp, messages)
 
     def _parse(self, resp: Any, messages: list[Message]) -> Generation:
@@ -169,6 +137,4 @@ class OpenAIChatGenerator(TextGenerator):
                 "template_family": self.template_family, "image_mode": self.image_mode}
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self._conn.close()

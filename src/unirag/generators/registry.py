@@ -13,15 +13,14 @@ Backends are imported only when selected (the SDKs and torch are heavy).
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from typing import Any
 
 from unirag.errors import ConfigError
 from unirag.generators.base import TextGenerator
+from unirag.generators.spec import BackendTable, build_backend, parse_backend_spec
 
 # prefix -> ("module:class", what NAME means)
-BACKENDS: dict[str, tuple[str, str]] = {
+BACKENDS: BackendTable = {
     "openai": ("unirag.generators.openai_compat:OpenAIChatGenerator", "model name, e.g. openai:gpt-4o"),
     "gemini": ("unirag.generators.gemini:GeminiGenerator", "model name, e.g. gemini:gemini-1.5-pro"),
     "hf": ("unirag.generators.hf_vlm:HFVisionLanguageGenerator",
@@ -34,20 +33,7 @@ FAMILIES = ("llava", "gpt4o", "gemini")
 
 def parse_spec(spec: str) -> tuple[str, str]:
     """``'openai:gpt-4o'`` -> ``('openai', 'gpt-4o')``; unknown prefixes raise ConfigError."""
-    prefix, sep, name = str(spec).partition(":")
-    prefix = prefix.strip().lower()
-    if not sep or prefix not in BACKENDS:
-        valid = "; ".join(f"{p}:<{what}>" for p, (_, what) in BACKENDS.items())
-        raise ConfigError(f"unknown generator spec {spec!r}; valid forms: {valid}")
-    name = name.strip()
-    if not name:
-        raise ConfigError(f"generator spec {spec!r} lacks a name after '{prefix}:' ({BACKENDS[prefix][1]})")
-    return prefix, name
-
-
-def _backend_class(prefix: str):
-    module_name, attr = BACKENDS[prefix][0].split(":")
-    return getattr(importlib.import_module(module_name), attr)
+    return parse_backend_spec(spec, BACKENDS, "generator")
 
 
 def load_text_generator(spec: str, **opts: Any) -> TextGenerator:
@@ -61,10 +47,7 @@ def load_text_generator(spec: str, **opts: Any) -> TextGenerator:
     family = opts.get("family")
     if family is not None and family not in FAMILIES:
         raise ConfigError(f"unknown prompt family {family!r}; expected one of {', '.join(FAMILIES)}")
-    cls = _backend_class(prefix)
-    params = inspect.signature(cls.__init__).parameters
-    kwargs = {k: v for k, v in opts.items() if v is not None and k in params and k != "self"}
-    return cls(name, spec=f"{prefix}:{name}", **kwargs)
+    return build_backend(prefix, name, BACKENDS, opts)
 
 
 def available_prefixes() -> list[str]:

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import ConfigError, InputError
-from unirag.metrics.references import load_ground_truth, reference_captions
-from unirag.metrics.run_outputs import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE, read_run
+from unirag.metrics.references import reference_captions
+from unirag.metrics.run_outputs import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE, load_run_for_scoring
 from unirag.metrics.spice import find_corenlp, run_spice, spice_unavailable_message
 
 CAPTION_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr", "SPICE")
@@ -176,14 +176,7 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
     from unirag.metrics.text_normalize import strip_answer_prefix
     from unirag.runs.atomic import atomic_write_json, atomic_write_lines
 
-    run = read_run(run_dir)
-    if run.task not in (None, "caption"):
-        raise InputError("this is an image-generation run; use 'unirag evaluate images'", path=run.run_dir)
-    by_qid, gt = load_ground_truth(queries, pool, qrels)
-    unknown = [q for q in run.records if q not in by_qid]
-    if unknown:
-        raise InputError(f"{len(unknown)} output(s) have qids not in the queries file, e.g. {unknown[0]!r} "
-                         "(wrong --queries?)", path=queries)
+    run, by_qid, gt = load_run_for_scoring(run_dir, "caption", queries, pool, qrels)
     outputs_path = run.run_dir / OUTPUTS_FILE
     candidates: dict[str, str] = {}
     raw: dict[str, str] = {}

@@ -24,8 +24,8 @@ from unirag.metrics.images import (
     load_clip,
     standard_inception,
 )
-from unirag.metrics.references import load_ground_truth, reference_image
-from unirag.metrics.run_outputs import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE, read_run
+from unirag.metrics.references import reference_image
+from unirag.metrics.run_outputs import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE, load_run_for_scoring
 
 IMAGE_METRICS = ("FID", "CLIP Score", "IS", "IS SD")
 
@@ -55,14 +55,7 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    run = read_run(run_dir)
-    if run.task not in (None, "image"):
-        raise InputError("this is a caption run; use 'unirag evaluate captions'", path=run.run_dir)
-    by_qid, gt = load_ground_truth(queries, pool, qrels)
-    unknown = [q for q in run.records if q not in by_qid]
-    if unknown:
-        raise InputError(f"{len(unknown)} output(s) have qids not in the queries file, e.g. {unknown[0]!r} "
-                         "(wrong --queries?)", path=queries)
+    run, by_qid, gt = load_run_for_scoring(run_dir, "image", queries, pool, qrels)
     outputs_path = run.run_dir / OUTPUTS_FILE
     qids, fakes, reals, texts = [], [], [], []
     no_real = 0

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from unirag.data.jsonl import iter_json_lines
 from unirag.errors import InputError
 from unirag.retrieval.results import RetrievalResult
 from unirag.runs.atomic import atomic_write_lines
@@ -43,26 +44,17 @@ def write_run(path: str | Path, results: Iterable[RetrievalResult], tag: str = R
 def read_run(path: str | Path) -> dict[str, RetrievalResult]:
     """qid -> :class:`RetrievalResult` from a JSONL run file; errors name the file, line and field."""
     path = Path(path)
-    if not path.exists():
-        raise InputError("run file not found", path=path)
     out: dict[str, RetrievalResult] = {}
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path=path, line=lineno) from None
-            if not isinstance(obj, dict) or "qid" not in obj:
-                raise InputError("missing required field", path=path, line=lineno, field="qid")
-            try:
-                result = RetrievalResult.from_json(obj)
-            except (KeyError, TypeError, ValueError) as e:
-                field = e.args[0] if isinstance(e, KeyError) else "candidates"
-                raise InputError(f"malformed run record ({e.__class__.__name__}: {e})", path=path, line=lineno,
-                                 field=str(field)) from None
-            if result.qid in out:
-                raise InputError(f"duplicate qid {result.qid!r}", path=path, line=lineno, field="qid")
-            out[result.qid] = result
+    for lineno, obj in iter_json_lines(path, what="run file"):
+        if "qid" not in obj:
+            raise InputError("missing required field", path=path, line=lineno, field="qid")
+        try:
+            result = RetrievalResult.from_json(obj)
+        except (KeyError, TypeError, ValueError) as e:
+            field = e.args[0] if isinstance(e, KeyError) else "candidates"
+            raise InputError(f"malformed run record ({e.__class__.__name__}: {e})", path=path, line=lineno,
+                             field=str(field)) from None
+        if result.qid in out:
+            raise InputError(f"duplicate qid {result.qid!r}", path=path, line=lineno, field="qid")
+        out[result.qid] = result
     return out

@@ -123,18 +123,16 @@ def import_coco(
     images_root: str | Path,
     out_dir: str | Path,
     *,
-    seed: int = 0,
-    all_captions: bool = False,
     limit: int | None = None,
-    check: str = "decode",
     name: str = "coco",
-    show_progress: bool = True,
-    workers: int = 4,
+    **write_options: Any,
 ) -> ImportSummary:
     """COCO captions + image folder -> shared pool, task 3 (image->text) and task 0 (text->image) queries.
 
-    ``all_captions=False`` (default) samples one caption per image as the text->image query, seeded
-    by ``seed``, as the paper does; ``limit`` keeps the first N images of the file.
+    ``limit`` keeps the first N images of the file. ``write_options`` (``seed``, ``all_captions``,
+    ``check``, ``show_progress``, ``workers``) go to :func:`write_dataset`, which defines their
+    defaults for every importer: ``all_captions=False`` samples one caption per image as the
+    text->image query, seeded by ``seed``, as the paper does.
     """
     started = time.perf_counter()
     path = Path(captions)
@@ -147,17 +145,5 @@ def import_coco(
         )
     else:
         items, orphans = read_coco_json(path, limit=limit)
-    return write_dataset(
-        items,
-        images_root=images_root,
-        out_dir=out_dir,
-        name=name,
-        source=str(path),
-        seed=seed,
-        all_captions=all_captions,
-        check=check,
-        show_progress=show_progress,
-        workers=workers,
-        started=started,
-        captions_without_image=orphans,
-    )
+    return write_dataset(items, images_root=images_root, out_dir=out_dir, name=name, source=str(path),
+                         started=started, captions_without_image=orphans, **write_options)

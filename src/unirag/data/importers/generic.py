@@ -12,13 +12,13 @@ appearance in the file; caption keys are ``<source_id>.<k>`` (k = 0-based captio
 from __future__ import annotations
 
 import csv
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from unirag.data.importers.writer import ImportSummary, SourceItem, write_dataset
+from unirag.data.importers.writer import ImportSummary, SourceItem, pop_write_options, write_dataset
+from unirag.data.jsonl import iter_json_lines
 from unirag.errors import InputError
 
 DEFAULT_IMAGE_FIELD = "image"
@@ -31,22 +31,6 @@ def detect_format(path: Path) -> str:
     if suffix in (".csv", ".tsv"):
         return "csv"
     return "jsonl"
-
-
-def _iter_jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(
-                    f"malformed JSON ({e.msg} at column {e.colno})", path=path, line=lineno
-                ) from None
-            if not isinstance(obj, dict):
-                raise InputError("expected a JSON object per line", path=path, line=lineno)
-            yield lineno, obj
 
 
 def _iter_csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -118,7 +102,7 @@ def read_items(
     if fmt == "csv":
         rows = _iter_csv_rows(path, delimiter or ("\t" if path.suffix.lower() == ".tsv" else ","))
     elif fmt == "jsonl":
-        rows = _iter_jsonl_rows(path)
+        rows = iter_json_lines(path)
     else:
         raise InputError(f"unknown input format {fmt!r}; expected jsonl or csv", path=path)
 
@@ -169,48 +153,22 @@ def import_generic(
     images_root: str | Path,
     out_dir: str | Path,
     *,
-    image_field: str = DEFAULT_IMAGE_FIELD,
-    caption_field: str | None = None,
-    id_field: str | None = None,
-    caption_sep: str | None = None,
-    fmt: str | None = None,
-    delimiter: str | None = None,
     name: str | None = None,
-    seed: int = 0,
-    all_captions: bool = False,
-    limit: int | None = None,
-    check: str = "decode",
-    show_progress: bool = True,
-    workers: int = 4,
+    **options: Any,
 ) -> ImportSummary:
     """JSONL/CSV rows (image path + captions) -> pool, task 3/task 0 queries and qrels in ``out_dir``.
 
     ``name`` prefixes every id (default: the input file's stem, reduced to letters, digits, - and _).
+    ``options`` are forwarded, so each default is defined once: the row options of :func:`read_items`
+    (``image_field``, ``caption_field``, ``id_field``, ``caption_sep``, ``fmt``, ``delimiter``,
+    ``limit``) and the write options of :func:`write_dataset` (``seed``, ``all_captions``, ``check``,
+    ``show_progress``, ``workers``).
     """
     started = time.perf_counter()
     path = Path(input_path)
-    items = read_items(
-        path,
-        image_field=image_field,
-        caption_field=caption_field,
-        id_field=id_field,
-        caption_sep=caption_sep,
-        fmt=fmt,
-        delimiter=delimiter,
-        limit=limit,
-    )
+    write_options = pop_write_options(options)
+    items = read_items(path, **options)
     if name is None:
         name = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in path.stem) or "data"
-    return write_dataset(
-        items,
-        images_root=images_root,
-        out_dir=out_dir,
-        name=name,
-        source=str(path),
-        seed=seed,
-        all_captions=all_captions,
-        check=check,
-        show_progress=show_progress,
-        workers=workers,
-        started=started,
-    )
+    return write_dataset(items, images_root=images_root, out_dir=out_dir, name=name, source=str(path),
+                         started=started, **write_options)

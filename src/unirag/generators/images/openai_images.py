@@ -14,23 +14,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import io
-import os
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.base import Usage
-from unirag.generators.http_errors import status_error, transient_error
+from unirag.generators.http_errors import openai_errors, transient_error
 from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
 from unirag.generators.images.templates import FEW_SHOT_API, ZERO_SHOT, render_listed
+from unirag.generators.openai_client import OpenAIConnection
 from unirag.messages import ImagePart
 
 PROVIDER = "OpenAI images"
-_OFFICIAL_HOST = "api.openai.com"
-LOCAL_DUMMY_KEY = "unused-local-server"
 
 # Sizes each model accepts (checked before the run, so a bad --width/--height is one clear error
 # instead of a 400 per query). Unknown models (compatible servers) are not checked.
@@ -44,23 +39,6 @@ def _family(model: str) -> str | None:
         if model.startswith(prefix):
             return prefix
     return None
-
-
-@contextlib.contextmanager
-def openai_errors(provider: str, timeout: float) -> Iterator[None]:
-    """Translate the openai SDK's exceptions raised inside the block into BackendError."""
-    import openai
-
-    try:
-        yield
-    except openai.APIStatusError as e:
-        raise status_error(provider, e.status_code, e.message, e.response.headers) from None
-    except openai.APITimeoutError:
-        raise transient_error(provider, f"request timed out after {timeout:g}s") from None
-    except openai.APIConnectionError as e:
-        raise transient_error(provider, "connection failed", str(e.__cause__ or e)) from None
-    except (openai.APIResponseValidationError, ValueError) as e:
-        raise transient_error(provider, "malformed response body", str(e)) from None
 
 
 def decode_b64_image(b64: Any, provider: str):
@@ -99,23 +77,15 @@ class OpenAIImageGenerator(ImageGenerator):
                  api_key_env: str = "OPENAI_API_KEY", timeout: float = 300.0, quality: str | None = None) -> None:
         self.model = model
         self.spec = spec or f"openai-image:{model}"
-        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         self.api_key_env = api_key_env
         self.timeout = float(timeout)
         self.quality = quality
         # dall-e-2 edits take one image; dall-e-3 has no edit endpoint; gpt-image models take up to 16.
         family = _family(model)
         self.max_examples = {"dall-e-3": 0, "dall-e-2": 1, "gpt-image": 16}.get(family or "", None)
-        key = os.environ.get(api_key_env)
-        if not key:
-            if self.base_url and _OFFICIAL_HOST not in self.base_url:
-                key = LOCAL_DUMMY_KEY
-            else:
-                raise ConfigError(f"set the {api_key_env} environment variable (the OpenAI API key), "
-                                  "or give --base-url for a local OpenAI-compatible images server")
-        self._key = key
-        self._client = None
-        self._lock = threading.Lock()
+        self._conn = OpenAIConnection(base_url=base_url, api_key_env=api_key_env, timeout=self.timeout,
+                                      server="images server")
+        self.base_url = self._conn.base_url
 
     def check_size(self, width: int, height: int) -> None:
         super().check_size(width, height)
@@ -124,14 +94,6 @@ class OpenAIImageGenerator(ImageGenerator):
         if family is not None and size not in _SIZES[family]:
             raise ConfigError(f"{self.model} cannot make {size} images; supported sizes: "
                               + ", ".join(sorted(_SIZES[family])))
-
-    def _get_client(self):
-        with self._lock:
-            if self._client is None:
-                from openai import OpenAI
-
-                self._client = OpenAI(api_key=self._key, base_url=self.base_url, max_retries=0, timeout=self.timeout)
-            return self._client
 
     def prompt_text(self, request: ImageRequest) -> str:
         return render_listed(FEW_SHOT_API, request.caption, [e.caption for e in request.examples])
@@ -158,7 +120,7 @@ class OpenAIImageGenerator(ImageGenerator):
     def generate(self, request: ImageRequest) -> GeneratedImage:
         self.check_k(len(request.examples))
         args = self.request_args(request)
-        client = self._get_client()
+        client = self._conn.client()
         with openai_errors(PROVIDER, self.timeout):
             if request.examples:
                 resp = client.images.edit(**args)
@@ -185,7 +147,4 @@ class OpenAIImageGenerator(ImageGenerator):
         return {"quality": self.quality} if self.quality else {}
 
     def close(self) -> None:
-        with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+        self._conn.close()

@@ -12,15 +12,13 @@ rest, so one CLI option set serves every backend. Backends are imported only whe
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from typing import Any
 
-from unirag.errors import ConfigError
 from unirag.generators.images.base import ImageGenerator
+from unirag.generators.spec import BackendTable, build_backend, parse_backend_spec
 
 # prefix -> ("module:class", what NAME means)
-BACKENDS: dict[str, tuple[str, str]] = {
+BACKENDS: BackendTable = {
     "diffusers": ("unirag.generators.images.diffusers_backend:DiffusersImageGenerator",
                   "hub id or local pipeline dir, e.g. diffusers:./my-sd-pipeline"),
     "openai-image": ("unirag.generators.images.openai_images:OpenAIImageGenerator",
@@ -33,15 +31,7 @@ BACKENDS: dict[str, tuple[str, str]] = {
 
 def parse_image_spec(spec: str) -> tuple[str, str]:
     """``'openai-image:gpt-image-1'`` -> ``('openai-image', 'gpt-image-1')``; unknown prefixes raise."""
-    prefix, sep, name = str(spec).partition(":")
-    prefix = prefix.strip().lower()
-    if not sep or prefix not in BACKENDS:
-        valid = "; ".join(f"{p}:<{what}>" for p, (_, what) in BACKENDS.items())
-        raise ConfigError(f"unknown image generator spec {spec!r}; valid forms: {valid}")
-    name = name.strip()
-    if not name:
-        raise ConfigError(f"image generator spec {spec!r} lacks a name after '{prefix}:' ({BACKENDS[prefix][1]})")
-    return prefix, name
+    return parse_backend_spec(spec, BACKENDS, "image generator")
 
 
 def load_image_generator(spec: str, **opts: Any) -> ImageGenerator:
@@ -51,8 +41,4 @@ def load_image_generator(spec: str, **opts: Any) -> ImageGenerator:
     ``api_key_env`` (APIs). Keys come from the environment, never from options.
     """
     prefix, name = parse_image_spec(spec)
-    module_name, attr = BACKENDS[prefix][0].split(":")
-    cls = getattr(importlib.import_module(module_name), attr)
-    params = inspect.signature(cls.__init__).parameters
-    kwargs = {k: v for k, v in opts.items() if v is not None and k in params and k != "self"}
-    return cls(name, spec=f"{prefix}:{name}", **kwargs)
+    return build_backend(prefix, name, BACKENDS, opts)

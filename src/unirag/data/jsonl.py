@@ -1,0 +1,38 @@
+"""Read JSONL files one JSON object per line, with errors that name the file and line.
+
+Every JSONL reader in unirag (M-BEIR files, importer inputs, run files) goes through this one
+function so that a malformed line is reported the same way everywhere (``path:line: malformed
+JSON ...``) and blank lines are skipped the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from unirag.errors import InputError
+
+
+def iter_json_lines(path: str | Path, *, what: str = "file") -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line number from 1, object)`` for each non-blank line of ``path``.
+
+    Raises :class:`InputError` naming the file (``"<what> not found"``) when it is missing, and the
+    file and line when a line is not valid JSON or not a JSON object. Streaming, so large pools are
+    never held in memory twice.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{what} not found", path=path)
+    with path.open("r", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path=path, line=lineno) from None
+            if not isinstance(obj, dict):
+                raise InputError("expected a JSON object per line", path=path, line=lineno)
+            yield lineno, obj

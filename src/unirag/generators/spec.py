@@ -1,0 +1,48 @@
+"""Parse ``PREFIX:NAME`` backend specs and build the backend they name.
+
+Caption generators (:mod:`unirag.generators.registry`) and image generators
+(:mod:`unirag.generators.images.registry`) name their backends the same way, so the parsing, the
+error messages listing the valid forms, and the "pass each backend only the options its
+constructor declares" rule live here once; each registry only supplies its table of backends.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from unirag.errors import ConfigError
+
+# prefix -> ("module:class", what NAME means)
+BackendTable = dict[str, tuple[str, str]]
+
+
+def parse_backend_spec(spec: str, backends: BackendTable, kind: str) -> tuple[str, str]:
+    """``'openai:gpt-4o'`` -> ``('openai', 'gpt-4o')``.
+
+    The prefix is case-insensitive; an unknown prefix or an empty name raises ConfigError naming
+    ``kind`` (e.g. "image generator") and listing the valid forms.
+    """
+    prefix, sep, name = str(spec).partition(":")
+    prefix = prefix.strip().lower()
+    if not sep or prefix not in backends:
+        valid = "; ".join(f"{p}:<{what}>" for p, (_, what) in backends.items())
+        raise ConfigError(f"unknown {kind} spec {spec!r}; valid forms: {valid}")
+    name = name.strip()
+    if not name:
+        raise ConfigError(f"{kind} spec {spec!r} lacks a name after '{prefix}:' ({backends[prefix][1]})")
+    return prefix, name
+
+
+def build_backend(prefix: str, name: str, backends: BackendTable, opts: dict[str, Any]) -> Any:
+    """Import the backend class for ``prefix`` (only now: SDKs and torch are heavy) and construct it.
+
+    Options set to None count as not given, and options the constructor does not declare are
+    dropped, so one CLI option set serves every backend.
+    """
+    module_name, attr = backends[prefix][0].split(":")
+    cls = getattr(importlib.import_module(module_name), attr)
+    params = inspect.signature(cls.__init__).parameters
+    kwargs = {k: v for k, v in opts.items() if v is not None and k in params and k != "self"}
+    return cls(name, spec=f"{prefix}:{name}", **kwargs)
