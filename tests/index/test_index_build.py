@@ -157,3 +157,27 @@ def test_bad_pool_inputs(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="batch size"):
         build_index(tmp_path / "dup.jsonl", None, tmp_path / "idx", HashEncoder(), batch_size=0, progress=False)
     assert not (tmp_path / "idx").exists()
+
+
+def test_killed_build_leftovers_are_removed_by_the_next_build(tmp_path: Path) -> None:
+    """A build killed with SIGKILL leaves its temp folder; the next build of the same target removes it,
+    while a temp folder whose owner process is still alive (a concurrent build) is kept."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "idx"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    stale = tmp_path / ".idx.building-abc"
+    stale.mkdir()
+    (stale / ".owner-pid").write_text(dead.stdout.strip())
+    alive = tmp_path / ".idx.building-live"
+    alive.mkdir()
+    (alive / ".owner-pid").write_text("1")  # pid 1 always exists
+    with IndexWriter(out, dim=4, encoder_info={"name": "t", "fingerprint": "f", "config": {}}) as w:
+        w.add(Modality.TEXT, [{"did": "a", "txt": "x"}], np.eye(4, dtype=np.float32)[:1])
+        w.commit()
+    assert not stale.exists()
+    assert alive.exists()
+    assert not (out / ".owner-pid").exists()
+    assert VectorIndex.open(out).counts == {"text": 1}

@@ -65,6 +65,38 @@ class _SubIndex:
         self.count += len(metas)
 
 
+OWNER_FILE = ".owner-pid"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_builds(out_dir: Path) -> list[Path]:
+    """Delete temp folders that killed builds of ``out_dir`` left behind (their owner process is gone).
+
+    A build in progress in another process keeps its folder: its owner pid is still alive.
+    """
+    removed = []
+    for pattern, pid_of in ((f".{out_dir.name}.building-*", lambda d: (d / OWNER_FILE).read_text()),
+                            (f".{out_dir.name}.old-*", lambda d: d.name.rsplit(".old-", 1)[1].split("-")[0])):
+        for d in out_dir.parent.glob(pattern):
+            try:
+                pid = int(pid_of(d))
+            except (OSError, ValueError, IndexError):
+                continue  # no owner recorded: leave it to the user
+            if pid != os.getpid() and not _pid_alive(pid):
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(d)
+    return removed
+
+
 class IndexWriter:
     """Build an index directory from chunks of (metadata, vectors); see the module docstring.
 
@@ -81,7 +113,9 @@ class IndexWriter:
         self.params = factory.resolve_params(index_type, params)
         self.seed = seed
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_builds(self.out_dir)
         self.tmp = Path(tempfile.mkdtemp(dir=self.out_dir.parent, prefix=f".{self.out_dir.name}.building-"))
+        (self.tmp / OWNER_FILE).write_text(str(os.getpid()))
         self._subs: dict[Modality, _SubIndex] = {}
         self._started = time.time()
         self._committed = False
@@ -199,6 +233,7 @@ class IndexWriter:
         if self.out_dir.exists():
             old = self.out_dir.parent / f".{self.out_dir.name}.old-{os.getpid()}-{int(time.time())}"
             os.replace(self.out_dir, old)
+        (self.tmp / OWNER_FILE).unlink(missing_ok=True)
         os.replace(self.tmp, self.out_dir)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
