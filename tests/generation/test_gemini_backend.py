@@ -81,3 +81,41 @@ def test_errors(gemini, fake_server, reply, retryable, status, retry_after):
 def test_missing_key_is_a_config_error(no_api_keys):
     with pytest.raises(ConfigError, match="GEMINI_API_KEY or GOOGLE_API_KEY"):
         load_text_generator("gemini:gemini-1.5-pro")
+
+
+def test_google_api_key_fallback_is_sent_and_client_rebuilt_after_close(fake_server, no_api_keys, monkeypatch):
+    from unirag.messages import Message, TextPart
+
+    monkeypatch.setenv("GOOGLE_API_KEY", "goog-secret")
+    fake_server.responder = lambda req: Reply.gemini("ok")
+    gen = load_text_generator("gemini:gemini-1.5-pro", base_url=fake_server.base, timeout=2)
+    assert gen.config()["api_key_env"] == "GOOGLE_API_KEY"
+    assert "goog-secret" not in repr(gen.config())  # the run config names the variable, never the key
+    gen.generate([Message("user", [TextPart("hi")])])
+    gen.close()
+    gen.generate([Message("user", [TextPart("again")])])
+    assert [r.headers["x-goog-api-key"] for r in fake_server.requests] == ["goog-secret", "goog-secret"]
+
+
+def test_connection_names_an_explicit_key_variable_and_shares_one_client(no_api_keys, monkeypatch):
+    import threading
+
+    from unirag.generators.gemini_client import GeminiConnection
+
+    with pytest.raises(ConfigError, match=r"set the MY_GEMINI_KEY environment variable") as ei:
+        GeminiConnection(base_url=None, api_key_env="MY_GEMINI_KEY", timeout=5)
+    assert "GOOGLE_API_KEY" not in str(ei.value)
+    monkeypatch.setenv("GEMINI_API_KEY", "gm")  # a default variable does not stand in for the named one
+    with pytest.raises(ConfigError, match="MY_GEMINI_KEY"):
+        GeminiConnection(base_url=None, api_key_env="MY_GEMINI_KEY", timeout=5)
+    monkeypatch.setenv("MY_GEMINI_KEY", "mine")
+    conn = GeminiConnection(base_url="http://127.0.0.1:9", api_key_env="MY_GEMINI_KEY", timeout=5)
+    seen: list[object] = []
+    threads = [threading.Thread(target=lambda: seen.append(conn.client())) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(c) for c in seen}) == 1  # worker threads share one lazily built client
+    conn.close()
+    assert conn.client() is not seen[0]

@@ -56,9 +56,27 @@ def main(argv: list[str] | None = None) -> int:
           "--pool", str(data / "pool.jsonl"), "--out", str(cap_dir), "--no-progress"])
     _run(["evaluate", "captions", "--run", str(cap_dir), "--queries", str(i2t), "--pool", str(data / "pool.jsonl")])
 
+    _run(["report", str(cap_dir), "--out", str(out / "report")])
+
     _show_examples(cap_dir, data)
-    print(f"\nAll outputs are in {out}/ (rerun `make demo` to reuse them; delete the folder to start over).")
+    _summary(runs, cap_dir)
+    print(f"\nAll outputs are in {out}/; the HTML gallery is {out / 'report' / 'index.html'}.\n"
+          "Rerun `make demo` to reuse them; delete the folder to start over.")
     return 0
+
+
+def _summary(runs: Path, cap_dir: Path) -> None:
+    """One short table of what the demo measured."""
+    i2t = json.loads((runs / "image2text.metrics.json").read_text())["metrics"]
+    t2i = json.loads((runs / "text2image.metrics.json").read_text())["metrics"]
+    cap = json.loads((cap_dir / "metrics.json").read_text())["metrics"]
+    print("\nSummary (offline encoder, bundled COCO sample)")
+    print(f"  {'retrieval':<22}{'hit@1':>8}{'hit@5':>8}{'hit@10':>8}{'MRR@10':>8}")
+    for name, m in (("image -> caption", i2t), ("caption -> image", t2i)):
+        print(f"  {name:<22}" + "".join(f"{m[key]:>8.3f}" for key in ("hit@1", "hit@5", "hit@10", "mrr@10")))
+    names = ["BLEU-1", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr"]
+    print(f"  {'captioning (x100)':<22}" + "".join(f"{n:>9}" for n in names))
+    print(f"  {'consensus, RAG':<22}" + "".join(f"{cap[n]:>9.2f}" if n in cap else f"{'-':>9}" for n in names))
 
 
 def _show_examples(cap_dir: Path, data: Path, n: int = 3) -> None:

@@ -2,25 +2,23 @@
 
 The typed messages become ``contents`` (text parts and inline image bytes, in order) and a system
 turn becomes ``system_instruction``. The SDK's own retries are disabled; failures are mapped to
-:class:`BackendError` by :mod:`unirag.generators.http_errors` like every other API backend. The key
-comes from ``GEMINI_API_KEY`` or ``GOOGLE_API_KEY``; ``base_url`` points the client elsewhere
-(a proxy, or the test server).
+:class:`BackendError` by :mod:`unirag.generators.http_errors` like every other API backend. Key
+lookup (``GEMINI_API_KEY`` or ``GOOGLE_API_KEY``) and the lazily built client (``base_url`` for a
+proxy or the test server) are shared with the image backend in :mod:`unirag.generators.gemini_client`.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import threading
 from typing import Any
 
-from unirag.errors import BackendError, ConfigError
+from unirag.errors import BackendError
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage
+from unirag.generators.gemini_client import GeminiConnection
 from unirag.generators.http_errors import status_error, transient_error
 from unirag.messages import Message, TextPart
 
 PROVIDER = "Gemini"
-KEY_VARIABLES = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 #: Tokens Gemini counts per input image (1.5 models); used to split the prompt total for pricing.
 IMAGE_TOKENS = 258
 
@@ -61,24 +59,8 @@ class GeminiGenerator(TextGenerator):
         self.timeout = float(timeout)
         self.template_family = family
         self.image_mode = "single-image" if family == "llava" else "multi-image"
-        names = (api_key_env,) if api_key_env else KEY_VARIABLES
-        self.api_key_env = next((n for n in names if os.environ.get(n)), names[0])
-        self._key = os.environ.get(self.api_key_env)
-        if not self._key:
-            raise ConfigError(f"set {' or '.join(names)} (the Gemini API key) in the environment")
-        self._client = None
-        self._client_lock = threading.Lock()
-
-    def _get_client(self):
-        with self._client_lock:
-            if self._client is None:
-                from google import genai
-                from google.genai import types
-
-                http = types.HttpOptions(timeout=int(self.timeout * 1000), base_url=self.base_url,
-                                         retry_options=types.HttpRetryOptions(attempts=1))
-                self._client = genai.Client(api_key=self._key, http_options=http)
-            return self._client
+        self._conn = GeminiConnection(base_url=base_url, api_key_env=api_key_env, timeout=self.timeout)
+        self.api_key_env = self._conn.api_key_env
 
     def request_config(self, system: str | None, options: GenerationOptions) -> dict[str, Any]:
         config: dict[str, Any] = {"max_output_tokens": options.max_tokens, "temperature": options.temperature}
@@ -94,7 +76,7 @@ class GeminiGenerator(TextGenerator):
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         options = options or GenerationOptions()
         system, contents = render_gemini_contents(messages)
-        client = self._get_client()
+        client = self._conn.client()
         try:
             resp = client.models.generate_content(model=self.model, contents=contents,
                                                   config=self.request_config(system, options))
@@ -133,7 +115,7 @@ class GeminiGenerator(TextGenerator):
                 "template_family": self.template_family, "image_mode": self.image_mode}
 
     def close(self) -> None:
-        self._client = None
+        self._conn.close()
 
 
 def map_gemini_error(e: Exception) -> BackendError:

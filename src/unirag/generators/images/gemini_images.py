@@ -5,19 +5,19 @@ the instruction first, then image_1, caption_1, ..., image_k, caption_k, then th
 zero-shot sends the caption alone. The picture comes back as an ``inline_data`` part of the
 response. Content building and response parsing are plain functions so they can be checked
 without a network. The key comes from ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``) only. Wire rendering and
-error mapping are shared with the caption backend (:mod:`unirag.generators.gemini`).
+error mapping are shared with the caption backend (:mod:`unirag.generators.gemini`), key lookup and
+the lazily built client with :mod:`unirag.generators.gemini_client`.
 """
 
 from __future__ import annotations
 
 import io
-import os
-import threading
 from typing import Any
 
-from unirag.errors import BackendError, ConfigError
+from unirag.errors import BackendError
 from unirag.generators.base import Usage
-from unirag.generators.gemini import KEY_VARIABLES, map_gemini_error, render_gemini_contents
+from unirag.generators.gemini import map_gemini_error, render_gemini_contents
+from unirag.generators.gemini_client import GeminiConnection
 from unirag.generators.http_errors import transient_error
 from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
 from unirag.generators.images.templates import FEW_SHOT_GEMINI, ZERO_SHOT, image_template, zero_shot_prompt
@@ -90,25 +90,8 @@ class GeminiImageGenerator(ImageGenerator):
         self.spec = spec or f"gemini-image:{model}"
         self.base_url = base_url
         self.timeout = float(timeout)
-        envs = (api_key_env,) if api_key_env else KEY_VARIABLES
-        self.api_key_env = next((e for e in envs if os.environ.get(e)), envs[0])
-        key = os.environ.get(self.api_key_env)
-        if not key:
-            raise ConfigError(f"set the {' or '.join(envs)} environment variable (the Gemini API key)")
-        self._key = key
-        self._client = None
-        self._lock = threading.Lock()
-
-    def _get_client(self):
-        with self._lock:
-            if self._client is None:
-                from google import genai
-                from google.genai import types
-
-                opts = types.HttpOptions(timeout=int(self.timeout * 1000), base_url=self.base_url,
-                                         retry_options=types.HttpRetryOptions(attempts=1))
-                self._client = genai.Client(api_key=self._key, http_options=opts)
-            return self._client
+        self._conn = GeminiConnection(base_url=base_url, api_key_env=api_key_env, timeout=self.timeout)
+        self.api_key_env = self._conn.api_key_env
 
     def prompt_text(self, request: ImageRequest) -> str:
         return render_for_log(image_prompt_messages(request))
@@ -124,7 +107,7 @@ class GeminiImageGenerator(ImageGenerator):
     def generate(self, request: ImageRequest) -> GeneratedImage:
         self.check_k(len(request.examples))
         _, contents = render_gemini_contents(image_prompt_messages(request))
-        client = self._get_client()
+        client = self._conn.client()
         try:
             resp = client.models.generate_content(model=self.model, contents=contents,
                                                   config=self.generation_config(request))
@@ -143,5 +126,4 @@ class GeminiImageGenerator(ImageGenerator):
                 "api_key_env": self.api_key_env, "timeout": self.timeout}
 
     def close(self) -> None:
-        with self._lock:
-            self._client = None
+        self._conn.close()
