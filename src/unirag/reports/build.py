@@ -5,6 +5,7 @@ Layout of the report folder (all paths inside it are relative, so it can be move
     index.html              tables, plots and links to the galleries
     tables.md               every table, Markdown
     tables/<task>_<dataset>.csv / .md
+    tables/image_sampling_<pipeline>.csv / .md   one pipeline over caption sample sets (paper Table 7)
     plots/<task>_<dataset>_<metric>.png
     gallery/<run>.html      one card per query
     media/*.jpg             thumbnails used by the galleries
@@ -24,20 +25,51 @@ from unirag.metrics.run_outputs import OUTPUTS_FILE
 from unirag.reports.collect import RunSummary, summarize_run
 from unirag.reports.gallery import MediaStore, asset_text, build_gallery, esc
 from unirag.reports.plots import plot_group, slug
+from unirag.reports.sampling_table import (
+    csv_sampling_table,
+    legend,
+    markdown_sampling_table,
+    sampling_tables,
+    set_labels,
+)
 from unirag.reports.tables import cell, csv_table, group_runs, header, markdown_table, metric_columns
 from unirag.runs.atomic import atomic_write_text
 
 
-def _html_table(task: str, runs: Sequence[RunSummary], galleries: dict[Path, str]) -> str:
+def _html_table(task: str, runs: Sequence[RunSummary], galleries: dict[Path, str],
+                labels: Sequence[str] | None = None) -> str:
+    """``labels`` replaces the first column (the sampling table shows the sample set there)."""
     cols = metric_columns(task, runs)
     head = "<tr><th></th><th>k</th>" + "".join(f"<th>{esc(header(c))}</th>" for c in cols) + "<th>run</th></tr>"
     rows = []
-    for r in runs:
+    for i, r in enumerate(runs):
         link = galleries.get(r.run_dir)
         run_cell = f'<a href="{esc(link)}">{esc(r.name)}</a>' if link else esc(r.name)
-        rows.append(f"<tr><td>{esc(r.label)}</td><td>{r.k}</td>" +
+        rows.append(f"<tr><td>{esc(r.label if labels is None else labels[i])}</td><td>{r.k}</td>" +
                     "".join(f"<td>{esc(cell(r, c))}</td>" for c in cols) + f"<td>{run_cell}</td></tr>")
     return f'<table class="results">{head}{"".join(rows)}</table>'
+
+
+def _sampling_tables(runs: Sequence[RunSummary], out: Path, galleries: dict[Path, str],
+                     written: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Paper Table 7: pipelines run on several caption sample sets, one table each (Markdown, CSV, HTML)."""
+    markdown, sections, used = [], [], set()
+    for table in sampling_tables(runs):
+        md = markdown_sampling_table(table)
+        markdown.append(md)
+        name = f"image_sampling_{slug(table.pipeline)}"
+        while name in used:
+            name += "_"
+        used.add(name)
+        base = out / "tables" / name
+        atomic_write_text(base.with_suffix(".md"), md)
+        atomic_write_text(base.with_suffix(".csv"), csv_sampling_table(table))
+        written["tables"] += [base.with_suffix(".md"), base.with_suffix(".csv")]
+        html = _html_table("image", table.runs, galleries, labels=set_labels(table))
+        sections.append(f"<section><h2>{esc(f'Image generation — {table.pipeline} on caption sample sets')}</h2>"
+                        f'{html}<p class="muted">{esc(legend(table))} CSV: <a href="{esc(os.path.relpath(base, out))}'
+                        f'.csv">{esc(base.name)}.csv</a></p></section>')
+    return markdown, sections
 
 
 def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_cards: int = 100,
@@ -84,6 +116,9 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_car
         sections.append(f"<section><h2>{esc(kind)} — {esc(dataset)}</h2>{_html_table(task, group, galleries)}"
                         f'<p class="muted">CSV: <a href="{esc(os.path.relpath(base, out))}.csv">'
                         f'{esc(base.name)}.csv</a></p><div class="plots">{imgs}</div></section>')
+    sampling_md, sampling_sections = _sampling_tables(runs, out, galleries, written)
+    markdown += sampling_md
+    sections += sampling_sections
     atomic_write_text(out / "tables.md", "\n".join(markdown))
     index = Template(asset_text("page.html")).substitute(
         title="unirag report", css="gallery.css", subtitle=esc(f"{len(runs)} run(s)"),

@@ -67,15 +67,28 @@ def markdown_table(task: str, dataset: str, runs: Sequence[RunSummary]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def csv_table(task: str, runs: Sequence[RunSummary]) -> str:
+def csv_metric_columns(task: str, runs: Sequence[RunSummary]) -> list[str]:
+    """The metric columns of a CSV table: as in Markdown, with the IS SD as a column of its own."""
     cols = metric_columns(task, runs)
-    if task == "image" and "IS" in cols:
-        cols = cols + ["IS SD"]
+    return cols + ["IS SD"] if task == "image" and "IS" in cols else cols
+
+
+CSV_RUN_FIELDS = ("row", "retriever", "generator", "mode", "k")
+CSV_TRACE_FIELDS = ("n_scored", "n_failed", "run")
+
+
+def csv_run_values(r: RunSummary, cols: Sequence[str]) -> list:
+    """One run's CSV cells: who generated it, its metrics (4 decimals) and where they came from."""
+    return [r.label, r.retriever or "", r.generator, r.mode, r.k,
+            *[("" if r.metrics.get(c) is None else f"{r.metrics[c]:.4f}") for c in cols],
+            r.evaluation.get("n_scored", ""), r.evaluation.get("n_failed", ""), r.name]
+
+
+def csv_table(task: str, runs: Sequence[RunSummary]) -> str:
+    cols = csv_metric_columns(task, runs)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["row", "retriever", "generator", "mode", "k", *cols, "n_scored", "n_failed", "run"])
+    writer.writerow([*CSV_RUN_FIELDS, *cols, *CSV_TRACE_FIELDS])
     for r in runs:
-        writer.writerow([r.label, r.retriever or "", r.generator, r.mode, r.k,
-                         *[("" if r.metrics.get(c) is None else f"{r.metrics[c]:.4f}") for c in cols],
-                         r.evaluation.get("n_scored", ""), r.evaluation.get("n_failed", ""), r.name])
+        writer.writerow(csv_run_values(r, cols))
     return buf.getvalue()
