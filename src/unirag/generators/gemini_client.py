@@ -13,14 +13,14 @@ logic lives here once (the OpenAI counterpart is :mod:`unirag.generators.openai_
 from __future__ import annotations
 
 import os
-import threading
 
 from unirag.errors import ConfigError
+from unirag.generators.lazy_client import LazyClient
 
 KEY_VARIABLES = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 
 
-class GeminiConnection:
+class GeminiConnection(LazyClient):
     """Key, base URL and a thread-safe, lazily created ``genai.Client`` shared by worker threads.
 
     ``api_key_env`` records which variable supplied the key (the run config names it, never the
@@ -29,6 +29,7 @@ class GeminiConnection:
     """
 
     def __init__(self, *, base_url: str | None, api_key_env: str | None, timeout: float) -> None:
+        super().__init__()
         self.base_url = base_url
         self.timeout = timeout
         names = (api_key_env,) if api_key_env else KEY_VARIABLES
@@ -37,21 +38,11 @@ class GeminiConnection:
         if not key:
             raise ConfigError(f"set the {' or '.join(names)} environment variable (the Gemini API key)")
         self._key = key
-        self._client = None
-        self._lock = threading.Lock()
 
-    def client(self):
-        with self._lock:
-            if self._client is None:
-                from google import genai
-                from google.genai import types
+    def _build(self):
+        from google import genai
+        from google.genai import types
 
-                http = types.HttpOptions(timeout=int(self.timeout * 1000), base_url=self.base_url,
-                                         retry_options=types.HttpRetryOptions(attempts=1))
-                self._client = genai.Client(api_key=self._key, http_options=http)
-            return self._client
-
-    def close(self) -> None:
-        """Drop the client; the next call builds a fresh one."""
-        with self._lock:
-            self._client = None
+        http = types.HttpOptions(timeout=int(self.timeout * 1000), base_url=self.base_url,
+                                 retry_options=types.HttpRetryOptions(attempts=1))
+        return genai.Client(api_key=self._key, http_options=http)

@@ -13,15 +13,15 @@ their worker threads share, so that logic lives here once:
 from __future__ import annotations
 
 import os
-import threading
 
 from unirag.errors import ConfigError
+from unirag.generators.lazy_client import LazyClient
 
 OFFICIAL_HOST = "api.openai.com"
 LOCAL_DUMMY_KEY = "unused-local-server"
 
 
-class OpenAIConnection:
+class OpenAIConnection(LazyClient):
     """Base URL, key and a thread-safe, lazily created ``openai.OpenAI`` client.
 
     ``server`` names what ``--base-url`` should point at, for the missing-key message
@@ -29,6 +29,7 @@ class OpenAIConnection:
     """
 
     def __init__(self, *, base_url: str | None, api_key_env: str, timeout: float, server: str = "server") -> None:
+        super().__init__()
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         self.timeout = timeout
         key = os.environ.get(api_key_env)
@@ -39,20 +40,11 @@ class OpenAIConnection:
                 raise ConfigError(f"set the {api_key_env} environment variable (the OpenAI API key), "
                                   f"or give --base-url for a local OpenAI-compatible {server}")
         self._key = key
-        self._client = None
-        self._lock = threading.Lock()
 
-    def client(self):
-        with self._lock:
-            if self._client is None:
-                from openai import OpenAI
+    def _build(self):
+        from openai import OpenAI
 
-                self._client = OpenAI(api_key=self._key, base_url=self.base_url, max_retries=0,
-                                      timeout=self.timeout)
-            return self._client
+        return OpenAI(api_key=self._key, base_url=self.base_url, max_retries=0, timeout=self.timeout)
 
-    def close(self) -> None:
-        with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+    def _release(self, client) -> None:
+        client.close()
