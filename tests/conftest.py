@@ -2,10 +2,33 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 from pathlib import Path
 
 import pytest
+
+# No test may reach the network: hub libraries fail at once instead of retrying (this also reaches
+# the subprocesses tests start), and any connection to a non-loopback address raises.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+_real_connect = socket.socket.connect
+
+
+def _loopback_only_connect(self, address):
+    host = address[0] if isinstance(address, tuple) else None
+    if host is not None:
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = host == "localhost"
+        if not loopback:
+            raise RuntimeError(f"test tried to reach the network: {address!r}")
+    return _real_connect(self, address)
+
+
+socket.socket.connect = _loopback_only_connect
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("UNIRAG_SHARED_DATA", REPO.parent / "shared" / "data"))

@@ -137,7 +137,8 @@ def test_failed_calls_are_recorded_and_retried_on_rerun(tmp_path, tmp_path_facto
     with FakeServer(responder=failing) as srv:
         metrics, row = _run(tmp_path, srv.url)
     assert any("judgement call(s) failed" in n for n in row["notes"])
-    assert all(v["Sq_v"] == 0 for v in row["scores"].values())
+    assert set(row["scores"]) == {"c1", "c5", "c4"}  # the coarse top-3 is still re-ranked ...
+    assert all(v["Sq_v"] == 0 for v in row["scores"].values())  # ... with failed judgements scored 0
     store = (tmp_path / "cache" / "calls" / "vision_question.jsonl").read_text()
     assert store.count('"status": "error"') == 3 and "bad request" in store
     with FakeServer(responder=good) as srv:
@@ -160,7 +161,7 @@ def test_ablations(tmp_path, server):
     #      c3 1/65+1/64 = .031010 -> c1 c5 c2 c4 c3
     _, row = _run(tmp_path, server.url, out="vis", ablation=Ablation(modalities="vision"))
     assert row["stages"]["xr_coarse"] == ["c1", "c5", "c2", "c4", "c3"]
-    assert all(v["Sq_t"] == 0 for v in row["scores"].values())
+    assert set(row["scores"]) == {"c1", "c5", "c2"} and all(v["Sq_t"] == 0 for v in row["scores"].values())
     # no imagination: coarse = baseline order; fine re-ranks baseline top-3 c3 c4 c2
     # S^t = S^v = baseline sims (1, .96, .6) -> norm (1, .9, 0); S_q: c3 0+1, c4 1+2, c2 2+2
     # final: c3 1*1 = 1, c4 3*.9 = 2.7, c2 4*0 = 0 -> c4 c3 c2

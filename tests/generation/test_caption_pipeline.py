@@ -100,6 +100,7 @@ def test_empty_answer_is_a_failure_not_an_empty_caption(coco_set, fake_server, n
     out = tmp_path / "run"
     run_captioning(_cfg(coco_set, out, fake_server, limit=2))
     recs = _lines(out)
+    assert len(recs) == 2  # both queries are recorded (an empty file must not pass the check below vacuously)
     assert all(r["status"] == "error" and "empty caption" in r["error"] and "caption" not in r for r in recs)
 
 

@@ -35,7 +35,9 @@ def test_tiny_llava_rag_run_end_to_end(coco_set, llava_path, tmp_path):
     m = json.loads((out / "manifest.json").read_text())
     assert m["identity"]["generator"]["template_family"] == "llava"
     assert m["identity"]["templates"][0]["file"] == "caption_llava.txt"
-    assert (out / "prompts").glob("*_merged.png")
+    # single-image family: each of the 3 saved prompts (default save_prompts=5 > 3 queries) has its merged image
+    merged = sorted((out / "prompts").glob("*_merged.png"))
+    assert len(merged) == 3 and all(p.stat().st_size > 0 for p in merged)
 
 
 def test_chat_template_and_batch(coco_set, llava_path):

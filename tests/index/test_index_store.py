@@ -116,7 +116,9 @@ def test_ann_indexes_recall_against_exact(index_type: str, params: dict, tmp_pat
     np.testing.assert_allclose(ann_index.vectors([5])[0], data[5], atol=1e-6)
     if index_type == "ivfpq":
         sub = ann["subindexes"]["text"]["params"]
-        assert sub["nlist"] == 153 and sub["pq_m"] == 8 and sub["train_size"] == 131072
+        # auto nlist 4*sqrt(6000) -> 2**8 = 256, capped at 39 training points per centroid: 6000 // 39 = 153;
+        # pq_m: ~8 dimensions per sub-quantiser, 64 / 8 = 8; train_size: the documented default
+        assert sub["nlist"] == 6000 // 39 == 153 and sub["pq_m"] == 64 // 8 and sub["train_size"] == 131072
 
 
 def test_ivfpq_on_a_small_pool_falls_back_to_exact(tmp_path: Path) -> None:
