@@ -55,6 +55,16 @@ def tiny_clip_tokenizer():
     return CLIPTokenizer(vocab=vocab, merges=merges)
 
 
+def _save(model, processor, out: Path) -> Path:
+    """Write a checkpoint as a real one is laid out, into a temp name renamed at the end (so a killed
+    test run never leaves a half-written directory that a later run would take as finished)."""
+    tmp = out.with_name(out.name + ".partial")
+    model.save_pretrained(tmp)
+    processor.save_pretrained(tmp)
+    tmp.rename(out)
+    return out
+
+
 @functools.lru_cache(maxsize=4)
 def tiny_clip_dir(projection_dim: int = 16, image_size: int = 32, seed: int = 0) -> Path:
     """Directory holding a tiny random ``CLIPModel`` + ``CLIPProcessor`` (as ``save_pretrained`` writes them).
@@ -84,11 +94,7 @@ def tiny_clip_dir(projection_dim: int = 16, image_size: int = 32, seed: int = 0)
     )
     torch.manual_seed(seed)
     model = CLIPModel(config).eval()
-    tmp = out.with_name(out.name + ".partial")
-    model.save_pretrained(tmp)
-    processor.save_pretrained(tmp)
-    tmp.rename(out)
-    return out
+    return _save(model, processor, out)
 
 
 @functools.lru_cache(maxsize=2)
@@ -111,11 +117,7 @@ def tiny_siglip_dir(image_size: int = 32, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     model = SiglipModel(config).eval()
-    tmp = out.with_name(out.name + ".partial")
-    model.save_pretrained(tmp)
-    processor.save_pretrained(tmp)
-    tmp.rename(out)
-    return out
+    return _save(model, processor, out)
 
 
 # A LLaVA-1.5-style chat template (what llava-hf checkpoints ship): images first, then the text.
@@ -161,8 +163,4 @@ def tiny_llava_dir(image_size: int = 32, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     model = LlavaForConditionalGeneration(config).eval()
-    tmp = out.with_name(out.name + ".partial")
-    model.save_pretrained(tmp)
-    processor.save_pretrained(tmp)
-    tmp.rename(out)
-    return out
+    return _save(model, processor, out)

@@ -7,8 +7,6 @@ given on the command line; :func:`resolve_image` joins them.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -75,7 +73,7 @@ class Query:
 class Qrels:
     """Relevance judgements: qid -> set of relevant dids (all judged relevant with grade 1)."""
 
-    relevant: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    relevant: dict[str, set[str]] = field(default_factory=dict)
     task_ids: dict[str, int] = field(default_factory=dict)
 
     def add(self, qid: str, did: str, task_id: int | None = None) -> None:
@@ -88,14 +86,6 @@ class Qrels:
 
     def __len__(self) -> int:
         return len(self.relevant)
-
-    @classmethod
-    def from_queries(cls, queries: Iterable[Query]) -> Qrels:
-        qrels = cls()
-        for q in queries:
-            for did in q.pos_cand_list:
-                qrels.add(q.qid, did, q.task_id)
-        return qrels
 
 
 def resolve_image(img_path: str | None, images_root: str | Path | None) -> Path | None:
