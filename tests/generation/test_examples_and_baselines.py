@@ -97,8 +97,10 @@ def test_top1_and_consensus_on_real_captions(coco_set):
             assert chosen.text == captions[consensus_index(sim)]
     with pytest.raises(BackendError, match="no retrieved captions"):
         top1.caption_from_examples([])
-    with pytest.raises(ConfigError, match="takes examples"):
-        top1.generate([])
+    from unirag.pipelines.captioner import Captioner
+
+    with pytest.raises(ConfigError, match="picks among example captions"):
+        Captioner(top1).caption(None, mode="zero-shot")
 
 
 def test_lexical_similarity_by_hand():

@@ -8,9 +8,6 @@ from typing import Any
 from unirag.cir.datasets import CirDataset
 from unirag.metrics.cir import MAP_KS, RECALL_KS, SUBSET_KS, map_mean, recall_mean, recall_subset_mean
 
-#: metrics.json names of the ranking stages
-STAGE_NAMES = {"baseline": "baseline", "coarse": "xr_coarse", "fine": "xr"}
-
 
 def evaluate(dataset: CirDataset, rankings: Mapping[str, Sequence[str]],
              subset_rankings: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:

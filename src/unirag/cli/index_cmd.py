@@ -45,20 +45,12 @@ def index_group() -> None:
 def build(pool: Path, images_root: Path | None, out: Path, encoder_spec: str | None, index_type: str,
           params: tuple[str, ...], batch_size: int) -> None:
     """Encode every candidate of POOL and write an index to OUT (streaming, atomic)."""
-    from unirag.encoders.registry import load_encoder
-    from unirag.errors import InputError
-    from unirag.index.build import build_index
-    from unirag.index.factory import resolve_params
+    from unirag.data.pool import Pool
+    from unirag.index.handle import Index
 
-    overrides = parse_params(params)
-    resolve_params(index_type, overrides)  # fail on a bad option before any model loads
-    if not pool.exists():
-        raise InputError("candidate pool not found", path=pool)
-    if batch_size <= 0:
-        raise ConfigError(f"--batch-size must be positive, got {batch_size}")
-    encoder = load_encoder(encoder_spec)
-    manifest = build_index(pool, images_root, out, encoder, encoder_spec=encoder_spec, index_type=index_type,
-                           batch_size=batch_size, params=overrides)
+    index = Index.build(Pool.read(pool, images_root), out, encoder=encoder_spec, index_type=index_type,
+                        params=parse_params(params), batch_size=batch_size, progress=True)
+    manifest = index.manifest
     counts = ", ".join(f"{m}: {n}" for m, n in manifest["counts"].items())
     click.echo(f"index written to {out} ({manifest['total']} candidates; {counts}; "
                f"encoder {manifest['encoder']['name']}; {index_type}; {manifest['build_seconds']:.1f}s)")

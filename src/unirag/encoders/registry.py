@@ -18,9 +18,12 @@ def is_offline_name(spec: str | None) -> bool:
     return spec is None or spec.strip().lower() in OFFLINE_NAMES
 
 
-def load_encoder(spec: str | None = None, *, device: str | None = "cpu", batch_size: int | None = None,
-                 dtype: str | None = None) -> Encoder:
-    """Return the encoder ``spec`` names.
+def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype: str | None = "auto",
+                 batch_size: int | None = None) -> Encoder:
+    """Return the encoder ``spec`` names (public as ``unirag.load_encoder``).
+
+    ``device``: "auto" (CUDA when available, else CPU), "cpu", "cuda", "cuda:1", ...;
+    ``dtype``: "auto", "float32", "float16" or "bfloat16" (the offline encoder is float32 only).
 
     ``None``, ``"offline"`` or ``"default"``: the offline joint encoder shipped with the package.
     Anything else: a Hugging Face hub id or a local checkpoint directory, loaded by the CLIP-family
@@ -33,7 +36,7 @@ def load_encoder(spec: str | None = None, *, device: str | None = "cpu", batch_s
             from unirag.errors import ConfigError
 
             raise ConfigError(f"the offline encoder runs in float32 only (got dtype={dtype!r})")
-        return OfflineEncoder(device=device or "cpu", batch_size=batch_size)
+        return OfflineEncoder(device=device or "auto", batch_size=batch_size)
     from unirag.encoders._runtime import check_model_spec
     from unirag.encoders.hf_clip import HFClipEncoder
 

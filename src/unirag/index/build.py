@@ -65,17 +65,25 @@ class _ChunkEncoder:
         return kept, self.encoder.encode_fused(images, [c.txt for c in kept])
 
 
-def build_index(pool: str | Path, images_root: str | Path | None, out_dir: str | Path, encoder,
-                encoder_spec: str | None = None, index_type: str = "flat", batch_size: int = 64,
+def build_index(pool: str | Path | Iterable[Candidate], images_root: str | Path | None, out_dir: str | Path,
+                encoder, encoder_spec: str | None = None, index_type: str = "flat", batch_size: int = 64,
                 params: dict[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
-    """Encode every candidate of ``pool`` and write an index to ``out_dir`` (atomically). Returns the manifest."""
+    """Encode every candidate of ``pool`` and write an index to ``out_dir`` (atomically). Returns the manifest.
+
+    ``pool`` is a pool JSONL file (streamed) or candidates in memory (the manifest then records no pool file).
+    """
     from tqdm.auto import tqdm
 
     if batch_size <= 0:
         raise InputError(f"batch size must be positive, got {batch_size}", field="batch_size")
-    pool = Path(pool)
-    if not pool.exists():
-        raise InputError("candidate pool not found", path=pool)
+    if isinstance(pool, str | Path):
+        pool = Path(pool)
+        if not pool.exists():
+            raise InputError("candidate pool not found", path=pool)
+        candidates, total, pool_file = read_candidates(pool), _count_lines(pool), str(pool)
+    else:
+        candidates = list(pool)
+        total, pool_file = len(candidates), None
     bad = BadImageReport()
     encode_chunk = _ChunkEncoder(encoder, images_root, bad)
     pending: dict[Modality, list[Candidate]] = {}
@@ -86,10 +94,10 @@ def build_index(pool: str | Path, images_root: str | Path | None, out_dir: str |
             kept, vectors = encode_chunk(modality, pending.pop(modality))
             writer.add(modality, [_meta(c) for c in kept], vectors)
 
-        bar = tqdm(total=_count_lines(pool), desc="index build", unit="cand", disable=not progress)
-        for c in read_candidates(pool):
+        bar = tqdm(total=total, desc="index build", unit="cand", disable=not progress)
+        for c in candidates:
             if c.did in seen:
-                raise InputError(f"duplicate did {c.did!r} in the candidate pool", path=pool, field="did")
+                raise InputError(f"duplicate did {c.did!r} in the candidate pool", path=pool_file, field="did")
             seen.add(c.did)
             pending.setdefault(c.modality, []).append(c)
             if len(pending[c.modality]) >= batch_size:
@@ -98,7 +106,7 @@ def build_index(pool: str | Path, images_root: str | Path | None, out_dir: str |
         for modality in list(pending):
             flush(modality)
         bar.close()
-        extra = {"pool": str(pool), "images_root": str(images_root) if images_root else None,
+        extra = {"pool": pool_file, "images_root": str(images_root) if images_root else None,
                  "bad_images": {"count": len(bad), "first": [{"path": p, "reason": r}
                                                              for p, r in bad.bad[:BAD_IMAGES_KEPT]]}}
         return writer.commit(extra)
