@@ -101,6 +101,7 @@ class Pool:
         return did in self._table()
 
     def get(self, did: str, default: Candidate | None = None) -> Candidate | None:
+        """The candidate with this did, or ``default``."""
         return self._table().get(did, default)
 
     def as_dict(self) -> dict[str, Candidate]:
@@ -115,6 +116,7 @@ class Pool:
 
     @property
     def in_memory(self) -> bool:
+        """True for a pool made from records (no file behind it)."""
         return self._records is not None
 
     def write(self, path: str | Path) -> Path:

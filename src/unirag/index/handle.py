@@ -84,14 +84,17 @@ class Index:
     # -- what it holds -----------------------------------------------------------------------
     @property
     def path(self) -> Path:
+        """The index directory."""
         return Path(self.store.index_dir)
 
     @property
     def manifest(self) -> dict[str, Any]:
+        """``manifest.json``: encoder, sizes, index types, build settings, skipped images, checksums."""
         return self.store.manifest
 
     @property
     def dim(self) -> int:
+        """Vector size."""
         return int(self.store.dim)
 
     @property
@@ -161,10 +164,12 @@ class Index:
 
     # -- serialisation -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """``{"path": ...}``: what :meth:`from_dict` reopens."""
         return {"path": str(self.path)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Index:
+        """Reopen the index :meth:`to_dict` describes."""
         return cls.open(data["path"], verify=bool(data.get("verify", True)))
 
     def __repr__(self) -> str:

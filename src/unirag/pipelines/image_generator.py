@@ -68,6 +68,7 @@ class ImageGenerator:
         return self
 
     def close(self) -> None:
+        """Release the backend if this object loaded it."""
         if self._backend is not None and self._owned:
             self._backend.close()
             self._backend = None

@@ -60,9 +60,11 @@ class Pair:
 
     @property
     def caption(self) -> str | None:
+        """The example's caption."""
         return self.txt
 
     def to_json(self) -> dict[str, Any]:
+        """The run-file form (relative image path, score rounded to 6 decimals)."""
         out = {"image_did": self.image_did, "text_did": self.text_did, "img_path": self.img_path, "txt": self.txt,
                "score": round(float(self.score), 6) if self.score is not None else None, "via": self.via}
         return out
@@ -133,6 +135,7 @@ class Hits(list):
 
     @property
     def dids(self) -> list[str]:
+        """The ranked dids."""
         return [h.did for h in self]
 
     def __repr__(self) -> str:
