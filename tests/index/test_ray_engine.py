@@ -98,7 +98,7 @@ def ray_head():
     finally:
         head.terminate()
         try:
-            head.wait(timeout=30)
+            head.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
         try:
