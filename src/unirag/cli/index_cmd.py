@@ -33,28 +33,119 @@ def index_group() -> None:
 @click.option("--pool", "pool", required=True, type=click.Path(path_type=Path), help="M-BEIR candidate pool JSONL.")
 @click.option("--images-root", type=click.Path(path_type=Path), default=None,
               help="Folder the pool's img_path values are relative to.")
-@click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Index directory to write.")
+@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+              help="Index directory to write (required unless --shard with --shards-dir).")
 @click.option("--encoder", "encoder_spec", default=None,
-              help="Encoder name, Hugging Face id or local path (default: the offline encoder).")
+              help="Encoder name, Hugging Face id or local path (default: the offline encoder). With "
+                   "--embeddings: the model that made them, recorded so queries use the same one.")
 @click.option("--index-type", type=click.Choice(["flat", "hnsw", "ivfpq"]), default="flat", show_default=True,
               help="flat = exact inner product; hnsw / ivfpq = approximate, for large pools.")
 @click.option("--param", "params", multiple=True,
-              help="Index parameter override, e.g. --param M=48 --param nprobe=64 (repeatable).")
+              help="Index parameter override, e.g. --param M=48 --param nprobe=64 --param shard_size=500000.")
 @click.option("--batch-size", type=int, default=64, show_default=True,
               help="Candidates encoded per chunk (memory is bounded by one chunk per modality).")
-def build(pool: Path, images_root: Path | None, out: Path, encoder_spec: str | None, index_type: str,
-          params: tuple[str, ...], batch_size: int) -> None:
-    """Encode every candidate of POOL and write an index to OUT (streaming, atomic)."""
-    from unirag.data.pool import Pool
-    from unirag.index.handle import Index
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local = this process; ray = embed pool shards on Ray Data, resumable by shard.")
+@click.option("--ray-address", default=None,
+              help="Join this Ray cluster (e.g. ray://head:10001 or head:6379) instead of starting a local Ray; "
+                   "pool, images and --shards-dir must then be on storage all nodes share.")
+@click.option("--workers", type=int, default=None,
+              help="Ray workers (one model load each; default: GPUs / --gpus-per-worker, else CPUs - 1).")
+@click.option("--gpus-per-worker", type=float, default=0, show_default=True, help="GPUs reserved per Ray worker.")
+@click.option("--shards-dir", type=click.Path(path_type=Path), default=None,
+              help="Folder for the embedding shards (default: OUT/shards).")
+@click.option("--shard-size", type=int, default=None,
+              help="Pool items per shard for --engine ray (default 50000).")
+@click.option("--shard", "shard_spec", default=None,
+              help="Embed only shard i of n (0-based, e.g. 3/8) into --shards-dir, without Ray, and stop; "
+                   "then build with --embeddings SHARDS_DIR.")
+@click.option("--embeddings", type=click.Path(path_type=Path), default=None,
+              help="Precomputed vectors: a .npy matrix, a Parquet file (id + embedding columns) or a shards folder.")
+@click.option("--ids", "ids_file", type=click.Path(path_type=Path), default=None,
+              help="With a .npy --embeddings: one candidate id per line, row order (default: the pool's order).")
+def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: str | None, index_type: str,
+          params: tuple[str, ...], batch_size: int, engine: str, ray_address: str | None, workers: int | None,
+          gpus_per_worker: float, shards_dir: Path | None, shard_size: int | None, shard_spec: str | None,
+          embeddings: Path | None, ids_file: Path | None) -> None:
+    """Encode every candidate of POOL (or take --embeddings) and write an index to OUT (streaming, atomic)."""
+    from unirag.errors import InputError
+    from unirag.index.factory import resolve_params
 
-    index = Index.build(Pool.read(pool, images_root), out, encoder=encoder_spec, index_type=index_type,
-                        params=parse_params(params), batch_size=batch_size, progress=True)
-    manifest = index.manifest
+    overrides = parse_params(params)
+    resolve_params(index_type, overrides)  # fail on a bad option before any model loads
+    if not pool.exists():
+        raise InputError("candidate pool not found", path=pool)
+    if batch_size <= 0:
+        raise ConfigError(f"--batch-size must be positive, got {batch_size}")
+    if shard_size is not None and shard_size <= 0:
+        raise ConfigError(f"--shard-size must be positive, got {shard_size}")
+    if workers is not None and workers <= 0:
+        raise ConfigError(f"--workers must be positive, got {workers}")
+    if ids_file is not None and embeddings is None:
+        raise ConfigError("--ids goes with --embeddings")
+    if shard_spec is not None:
+        _embed_one_shard(pool, images_root, out, shards_dir, encoder_spec, shard_spec, batch_size)
+        return
+    if out is None:
+        raise ConfigError("--out is required (the index directory to write)")
+    if embeddings is not None:
+        manifest = _build_from_embeddings(pool, embeddings, ids_file, out, encoder_spec, index_type, overrides,
+                                          images_root)
+    else:
+        from unirag.data.pool import Pool
+        from unirag.index.handle import Index
+
+        if engine == "local" and (ray_address or workers or gpus_per_worker or shard_size):
+            raise ConfigError("--ray-address/--workers/--gpus-per-worker/--shard-size go with --engine ray")
+        manifest = Index.build(Pool.read(pool, images_root), out, encoder=encoder_spec, index_type=index_type,
+                               params=overrides, batch_size=batch_size, progress=True, engine=engine,
+                               shards_dir=shards_dir, shard_size=shard_size, workers=workers,
+                               gpus_per_worker=gpus_per_worker or None, ray_address=ray_address).manifest
     counts = ", ".join(f"{m}: {n}" for m, n in manifest["counts"].items())
     click.echo(f"index written to {out} ({manifest['total']} candidates; {counts}; "
                f"encoder {manifest['encoder']['name']}; {index_type}; {manifest['build_seconds']:.1f}s)")
     _echo_bad_images(manifest)
+
+
+def _embed_one_shard(pool: Path, images_root: Path | None, out: Path | None, shards_dir: Path | None,
+                     encoder_spec: str | None, shard_spec: str, batch_size: int) -> None:
+    from unirag.encoders.registry import load_encoder
+    from unirag.index.build import default_shards_dir, embed_pool_shard
+    from unirag.index.shards import parse_shard_spec
+
+    i, n = parse_shard_spec(shard_spec)
+    if shards_dir is None:
+        if out is None:
+            raise ConfigError("--shard needs --shards-dir (or --out, whose shards/ folder is used)")
+        shards_dir = default_shards_dir(out)
+    record = embed_pool_shard(pool, shards_dir, i, n, load_encoder(encoder_spec), encoder_spec, images_root,
+                              batch_size)
+    state = "already done" if record.get("skipped") else f"embedded in {record['seconds']:.1f}s"
+    click.echo(f"shard {i}/{n}: {record['rows']} vectors {state} ({shards_dir})")
+
+
+def _build_from_embeddings(pool: Path, embeddings: Path, ids_file: Path | None, out: Path,
+                           encoder_spec: str | None, index_type: str, overrides: dict, images_root: Path | None):
+    from unirag.index.embeddings import build_from_embeddings
+    from unirag.index.shards import PLAN, read_plan
+
+    info = None
+    if encoder_spec is not None:
+        from unirag.encoders.registry import load_encoder
+        from unirag.index.build import encoder_info
+
+        info = encoder_info(load_encoder(encoder_spec), encoder_spec)
+    if embeddings.is_dir() and (embeddings / PLAN).exists():
+        planned = read_plan(embeddings).encoder
+        if info is not None and info["fingerprint"] != planned.get("fingerprint"):
+            raise ConfigError(f"--encoder {encoder_spec!r} is not the encoder these shards were made with "
+                              f"({planned.get('name')!r}, spec {planned.get('spec')!r})")
+        info = info or planned
+    if info is None:
+        click.echo("note: no --encoder given: the index records no encoder, so queries must be given as "
+                   "vectors (pass --encoder to record the model that made the embeddings)", err=True)
+    return build_from_embeddings(pool, embeddings, out, info, ids=ids_file, index_type=index_type,
+                                 params=overrides, images_root=images_root)
 
 
 def _echo_bad_images(manifest: dict) -> None:
@@ -69,26 +160,40 @@ def _echo_bad_images(manifest: dict) -> None:
 
 @index_group.command("info")
 @click.argument("index_dir", type=click.Path(path_type=Path))
-@click.option("--verify/--no-verify", default=True, show_default=True, help="Check the file checksums.")
+@click.option("--verify/--no-verify", default=False, show_default=True,
+              help="Also re-hash every file (reads the whole index; same as 'unirag index verify').")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def info(index_dir: Path, verify: bool, as_json: bool) -> None:
     """Describe the index in INDEX_DIR: encoder, sizes, index type, skipped images."""
-    from unirag.index.manifest import read_manifest, verify_checksums
+    from unirag.index.manifest import check_sizes, read_manifest, verify_files
 
     manifest = read_manifest(index_dir)
     if verify:
-        verify_checksums(index_dir, manifest)
+        verify_files(index_dir, manifest)
+    else:
+        check_sizes(index_dir, manifest)
     if as_json:
         click.echo(json.dumps(manifest, indent=2, ensure_ascii=False))
         return
     enc = manifest["encoder"]
-    click.echo(f"index      {index_dir}")
+    click.echo(f"index      {index_dir} (data folder {manifest['data']})")
     click.echo(f"encoder    {enc.get('name')} (fingerprint {enc.get('fingerprint')}, spec {enc.get('spec')!r})")
     click.echo(f"vectors    {manifest.get('total')} x {manifest['dim']} ({manifest.get('metric', 'inner_product')})")
     for modality, entry in manifest["subindexes"].items():
         params = {k: v for k, v in (entry.get("params") or {}).items() if v is not None}
-        click.echo(f"  {modality:<11}{entry['count']:>10}  {entry['type']}  {params}")
-    click.echo(f"built      {manifest.get('created')} in {manifest.get('build_seconds')}s from {manifest.get('pool')}")
+        click.echo(f"  {modality:<11}{entry['count']:>10}  {entry['type']}  {len(entry['shards'])} shard(s)  {params}")
+    click.echo(f"built      {manifest.get('created')} in {manifest.get('build_seconds')}s from "
+               f"{manifest.get('pool') or manifest.get('embeddings')}")
     bad = manifest.get("bad_images") or {}
     click.echo(f"skipped    {bad.get('count', 0)} unreadable image(s)")
-    click.echo("checksums  " + ("verified" if verify else "not checked"))
+    click.echo("checksums  " + ("verified" if verify else "not checked (sizes only; run 'unirag index verify')"))
+
+
+@index_group.command("verify")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+def verify(index_dir: Path) -> None:
+    """Re-hash every file of INDEX_DIR against the SHA-256 recorded at build (reads the whole index)."""
+    from unirag.index.manifest import verify_files
+
+    report = verify_files(index_dir)
+    click.echo(f"ok: {report['files']} file(s), {report['bytes']} bytes match the checksums in manifest.json")

@@ -41,8 +41,9 @@ class Index:
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | Path, *, verify: bool = True) -> Index:
-        """Load the index in ``path``; ``verify`` checks every file's SHA-256 first."""
+    def open(cls, path: str | Path, *, verify: bool = False) -> Index:
+        """Open the index in ``path`` (memory-mapped; file sizes are checked). ``verify=True`` also
+        re-hashes every file against its recorded SHA-256 (reads the whole index)."""
         from unirag.index.store import VectorIndex
 
         return cls(VectorIndex.open(path, None, verify))
@@ -51,13 +52,17 @@ class Index:
     def build(cls, pool: Pool | str | Path | Iterable[Candidate], out: str | Path, *,
               encoder: Encoder | str | None = None, images_root: str | Path | None = None,
               index_type: str = "flat", params: Mapping[str, Any] | None = None, batch_size: int = 64,
-              device: str | None = "auto", progress: bool = False) -> Index:
+              device: str | None = "auto", progress: bool = False, engine: str = "local",
+              **engine_options: Any) -> Index:
         """Encode every candidate of ``pool`` and write the index to ``out`` (atomically); return it opened.
 
         ``pool``: a :class:`unirag.Pool` (its images root is used unless ``images_root`` is given),
         a pool JSONL path, or candidates. ``encoder``: an encoder object, a spec (hub id, local
         directory, "offline") or None for the offline default, loaded on ``device``.
         ``index_type``: "flat" (exact), "hnsw" or "ivfpq"; ``params`` override their settings.
+        ``engine``: "local" (this process) or "ray" (shards embedded on Ray Data, resumable), with
+        ``engine_options`` ``shards_dir``, ``shard_size``, ``workers``, ``gpus_per_worker``,
+        ``ray_address`` (see :func:`unirag.index.build.build_index`).
         """
         from unirag.data.pool import Pool
         from unirag.errors import ConfigError
@@ -75,11 +80,13 @@ class Index:
         else:
             root, source = images_root, pool
         spec, enc = _encoder_and_spec(encoder, device)
+        options = {k: v for k, v in engine_options.items() if v is not None}
         build_index(source, Path(root).absolute() if root is not None else None, out, enc, encoder_spec=spec,
-                    index_type=index_type, batch_size=batch_size, params=params, progress=progress)
+                    index_type=index_type, batch_size=batch_size, params=params, progress=progress, engine=engine,
+                    **options)
         from unirag.index.store import VectorIndex
 
-        return cls(VectorIndex.open(out, enc, verify=False))
+        return cls(VectorIndex.open(out, enc))
 
     # -- what it holds -----------------------------------------------------------------------
     @property
@@ -170,7 +177,7 @@ class Index:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Index:
         """Reopen the index :meth:`to_dict` describes."""
-        return cls.open(data["path"], verify=bool(data.get("verify", True)))
+        return cls.open(data["path"], verify=bool(data.get("verify", False)))
 
     def __repr__(self) -> str:
         return f"Index({str(self.path)!r}, {self.counts}, encoder={self.manifest['encoder'].get('name')!r})"

@@ -44,7 +44,7 @@ class Retriever:
     :meth:`warm_up`). ``pool_images_root`` defaults to the images root the index was built with.
     """
 
-    def __init__(self, index, encoder=None, *, device: str | None = "auto", verify: bool = True,
+    def __init__(self, index, encoder=None, *, device: str | None = "auto", verify: bool = False,
                  pool_images_root: str | Path | None = None) -> None:
         from unirag.index.handle import Index
 
