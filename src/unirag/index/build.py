@@ -21,58 +21,21 @@ from typing import Any
 
 import numpy as np
 
-from unirag.data.images import BadImageReport, load_rgb
+from unirag.data.images import BadImageReport
 from unirag.data.mbeir import read_candidates
-from unirag.data.records import Candidate, Modality, resolve_image
+from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError
 from unirag.index import factory
+from unirag.index.encoding import ChunkEncoder, candidate_meta, encoder_info
 from unirag.index.shards import DEFAULT_SHARD_SIZE, embed_shard, load_or_create_plan, missing_shards
 from unirag.index.writer import IndexWriter
 
 BAD_IMAGES_KEPT = 20
 
 
-def encoder_info(encoder, spec: str | None) -> dict[str, Any]:
-    """What the manifest records about the encoder (``spec`` is what the user typed, to reload it)."""
-    return {"name": encoder.name, "spec": spec, "dim": int(encoder.dim), "config": encoder.config(),
-            "fingerprint": encoder.fingerprint()}
-
-
-def candidate_meta(c: Candidate) -> dict[str, Any]:
-    """The metadata row the index keeps for a candidate."""
-    return {"did": c.did, "txt": c.txt, "img_path": c.img_path, "source_id": c.source_id}
-
-
 def _count_lines(path: Path) -> int:
     with path.open("rb") as f:
         return sum(1 for line in f if line.strip())
-
-
-class ChunkEncoder:
-    """Decode + encode one chunk of same-modality candidates, skipping unreadable images."""
-
-    def __init__(self, encoder, images_root: str | Path | None, bad: BadImageReport) -> None:
-        self.encoder = encoder
-        self.images_root = images_root
-        self.bad = bad
-
-    def __call__(self, modality: Modality, chunk: list[Candidate]) -> tuple[list[Candidate], np.ndarray]:
-        if modality is Modality.TEXT:
-            return chunk, self.encoder.encode_texts([c.txt for c in chunk])
-        kept, images = [], []
-        for c in chunk:
-            path = resolve_image(c.img_path, self.images_root)
-            try:
-                images.append(load_rgb(path))
-            except InputError as e:
-                self.bad.add(path, e.reason)
-                continue
-            kept.append(c)
-        if not kept:
-            return [], np.zeros((0, self.encoder.dim), dtype=np.float32)
-        if modality is Modality.IMAGE:
-            return kept, self.encoder.encode_images(images)
-        return kept, self.encoder.encode_fused(images, [c.txt for c in kept])
 
 
 def default_shards_dir(out_dir: str | Path) -> Path:
