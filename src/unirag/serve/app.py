@@ -18,7 +18,7 @@ import time
 from contextlib import asynccontextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, File, Form, HTTPException, Request, UploadFile
@@ -183,8 +183,8 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
 
     # -- API ----------------------------------------------------------------------------------------
     @app.post("/v1/search", dependencies=auth, summary="Search by text, image, or both (fused)")
-    async def search(text: str | None = Form(None), image: UploadFile | None = File(None), k: int = Form(10),
-                     modality: str = Form("any")):
+    async def search(text: Annotated[str | None, Form()] = None, image: Annotated[UploadFile | None, File()] = None,
+                     k: Annotated[int, Form()] = 10, modality: Annotated[str, Form()] = "any"):
         _check_k(k)
         if modality not in MODALITIES:
             raise ServiceError(400, f"modality must be one of {', '.join(MODALITIES)}, got {modality!r}")
@@ -201,7 +201,8 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
                 "query": {"text": text, "image": checked is not None, "k": k, "modality": modality}}
 
     @app.post("/v1/caption", dependencies=auth, summary="Caption an image with few-shot examples")
-    async def caption(image: UploadFile = File(...), mode: str = Form("rag"), k: int = Form(5)):
+    async def caption(image: Annotated[UploadFile, File()], mode: Annotated[str, Form()] = "rag",
+                      k: Annotated[int, Form()] = 5):
         if mode not in CAPTION_MODES:
             raise ServiceError(400, f"mode must be one of {', '.join(CAPTION_MODES)}, got {mode!r}")
         if mode != "zero-shot":
@@ -212,14 +213,16 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
         start = time.perf_counter()
         ans = await _engine_call("/v1/caption", engine.caption, checked.image, checked.data, mode,
                                  k if mode != "zero-shot" else 0)
-        return {"caption": ans.caption, "mode": mode, "k": len(ans.examples),
+        # Generator output is untrusted text: a server could echo the credentials it was sent.
+        return {"caption": redact(ans.caption, secrets), "mode": mode, "k": len(ans.examples),
                 "examples": [{"caption": e.caption, "image_url": image_url(e.image_did), "did": e.image_did}
                              for e in ans.examples],
                 "latency_s": round(time.perf_counter() - start, 4), "usage": ans.usage, "cost_usd": ans.cost_usd,
                 "attempts": ans.attempts, "generator": ans.generator}
 
     @app.post("/v1/generate-image", dependencies=auth, summary="Generate an image from text with examples")
-    async def generate_image(text: str = Form(...), mode: str = Form("rag"), k: int = Form(1)):
+    async def generate_image(text: Annotated[str, Form()], mode: Annotated[str, Form()] = "rag",
+                             k: Annotated[int, Form()] = 1):
         if mode not in CAPTION_MODES:
             raise ServiceError(400, f"mode must be one of {', '.join(CAPTION_MODES)}, got {mode!r}")
         if not text.strip():
@@ -239,7 +242,7 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
                 "generator": ans.generator}
 
     @app.post("/v1/cir", dependencies=auth, summary="Composed image retrieval: reference image + modification text")
-    async def cir(image: UploadFile = File(...), text: str = Form(...), k: int = Form(10)):
+    async def cir(image: Annotated[UploadFile, File()], text: Annotated[str, Form()], k: Annotated[int, Form()] = 10):
         _check_k(k)
         checked = await _read_image(image, "image")
         if checked is None:

@@ -81,11 +81,12 @@ class CirAnswer:
 class Engine:
     """One loaded index (encoder, FAISS, metadata) and the configured generators, shared by all requests."""
 
-    def __init__(self, settings: ServeSettings, *, generator=None, image_generator=None) -> None:
+    def __init__(self, settings: ServeSettings, *, retriever=None, generator=None, image_generator=None) -> None:
+        """``retriever``: an already loaded one to share (several services, tests); else ``settings.index``."""
         from unirag.retrieval.retriever import Retriever
 
         self.settings = settings
-        self.retriever = Retriever(settings.index)
+        self.retriever = retriever if retriever is not None else Retriever(settings.index)
         self.index = self.retriever.index
         self.images_root = self.retriever.pool_images_root
         self._warm_up()
