@@ -188,17 +188,19 @@ class Engine:
         return [Example(h.caption, h.image_did) for h in hits if h.caption and h.image_did]
 
     def _random_examples(self, k: int, seed: bytes) -> list[Example]:
+        """k pool images (sampled by row, so large pools cost k lookups, not a scan) with one of their captions."""
         from unirag.data.records import Modality
 
         rng = random.Random(hashlib.sha256(seed).hexdigest())
+        count = self.index.counts.get(Modality.IMAGE.value, 0)
+        offset = self.index.offsets.get(Modality.IMAGE, 0)
         metas = self.index.metas
-        images = [g for g, m in enumerate(metas) if m.modality is Modality.IMAGE and m.source_id is not None]
-        rng.shuffle(images)
-        out = []
-        for g in images:
-            texts = [t for t in self.index.source_group(metas[g].source_id) if metas[t].modality is Modality.TEXT]
+        out: list[Example] = []
+        for row in rng.sample(range(count), min(count, 20 * k)):
+            meta = metas[offset + row]
+            texts = [t for t in self.index.source_group(meta.source_id) if metas[t].modality is Modality.TEXT]
             if texts:
-                out.append(Example(metas[rng.choice(texts)].txt, metas[g].did))
+                out.append(Example(metas[rng.choice(texts)].txt, meta.did))
             if len(out) == k:
                 break
         return out
