@@ -164,3 +164,16 @@ def test_tabs_work_from_the_keyboard(page):
     page.wait_for_function("() => document.querySelector('#search-results .card-caption')"
                            " && /kitchen/i.test(document.querySelector('#search-results').innerText)",
                            timeout=60_000)
+
+
+def test_composed_retrieval_tab_ranks_pool_images(page):
+    page.get_by_role("tab", name="Composed retrieval").click()
+    page.set_input_files("#cir-image", str(PHOTOS[0]))
+    page.fill("#cir-text", "the same room but with a dog")
+    page.fill("#cir-k", "6")
+    page.get_by_role("button", name="Find target images").click()
+    cards = page.locator("#cir-results .card")
+    cards.nth(5).wait_for(timeout=60_000)
+    assert cards.count() == 6
+    assert "stage: baseline" in page.inner_text("#panel-cir .meta")
+    assert page.errors == []
