@@ -16,7 +16,7 @@ def test_rundir_identity_interrupt_and_compaction(tmp_path):
     with RunDir(out, "caption", {"k": 1}) as run:
         for q in ("a", "b", "c"):
             run.store.append({"qid": q, "status": "ok", "caption": q, "usage": {"output_tokens": 2}, "cost_usd": 0.5})
-        run.store.append({"qid": "b", "status": "error", "error": "boom"})
+        run.store.append({"qid": "b", "status": "error", "error": "boom"}, replace=True)
         counts = run.finish(["a", "b"])  # a --limit 2 rerun of a longer run
     assert counts == {"queries": 2, "ok": 1, "error": 1, "missing": 0}
     lines = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
@@ -33,11 +33,19 @@ def test_rundir_identity_interrupt_and_compaction(tmp_path):
     assert m["status"] == "interrupted" and m["resumed"] is True
 
 
-def test_two_processes_cannot_share_a_run_dir(tmp_path):
-    from unirag.errors import UniragError
-
-    with RunDir(tmp_path, "caption", {}), pytest.raises(UniragError, match="another unirag process"):
-        RunDir(tmp_path, "caption", {}).__enter__()
+def test_two_runs_share_a_run_dir_only_with_the_same_configuration(tmp_path):
+    with RunDir(tmp_path, "caption", {"k": 1}) as first:
+        with pytest.raises(ConfigError, match="different configuration"):
+            RunDir(tmp_path, "caption", {"k": 2}).__enter__()
+        with RunDir(tmp_path, "caption", {"k": 1}) as second:
+            first.store.append({"qid": "a", "status": "ok", "caption": "from first"})
+            assert second.store.is_done("a")  # the second run sees the first's finished query
+            assert second.store.append({"qid": "a", "status": "ok", "caption": "again"})["caption"] == "from first"
+            second.store.append({"qid": "b", "status": "ok", "caption": "from second"})
+            assert second.finish(["a", "b"])["ok"] == 2
+        assert first.finish(["a", "b"])["ok"] == 2
+    lines = [json.loads(x) for x in (tmp_path / "outputs.jsonl").read_text().splitlines()]
+    assert [(r["qid"], r["caption"]) for r in lines] == [("a", "from first"), ("b", "from second")]
 
 
 def test_rag_examples_retrieved_on_the_fly_from_an_index(coco_set, tmp_path):

@@ -104,6 +104,12 @@ class CirRun:
 
     # -- run ----------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        try:
+            return self._run()
+        finally:  # the cache's stores release their locks even when a stage fails or is interrupted
+            self.cache.close()
+
+    def _run(self) -> dict[str, Any]:
         s = self.config.settings
         with RunLock(self.out):
             pool_ids, qs = self._check_images()
@@ -125,9 +131,7 @@ class CirRun:
                     self._agents(runner, qs, pool_ids, paths, ia)
                 finally:
                     runner.close()
-            result = self._write(qs, pool_ids, runner, s)
-        self.cache.close()
-        return result
+            return self._write(qs, pool_ids, runner, s)
 
     def required_roles(self) -> list[str]:
         """The agent roles this run's stages and ablations call."""
