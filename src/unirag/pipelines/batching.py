@@ -33,7 +33,7 @@ def run_batches(items: Iterable[T], key: Callable[[T], str],
         if err is None:
             rec = {store.key: key(item), "status": STATUS_OK, "error": None, **fields}
         else:
-            rec = {store.key: key(item), "status": STATUS_ERROR, "error": str(err)}
+            rec = {store.key: key(item), "status": STATUS_ERROR, "error": str(err), "error_kind": err.kind}
         rec["attempts"] = 1
         rec.setdefault("latency_s", round(seconds, 4))
         stored = store.append(rec)

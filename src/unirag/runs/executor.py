@@ -56,7 +56,7 @@ def run_items(
             rec = {store.key: k, "status": STATUS_OK, "error": None, **fields}
         except BackendError as err:
             attempts = policy.max_attempts if err.retryable else 1
-            rec = {store.key: k, "status": STATUS_ERROR, "error": str(err)}
+            rec = {store.key: k, "status": STATUS_ERROR, "error": str(err), "error_kind": err.kind}
         rec["attempts"] = attempts
         rec.setdefault("latency_s", round(time.perf_counter() - start, 4))
         if store.append(rec) is not rec:  # another process stored a finished record first: it stands
