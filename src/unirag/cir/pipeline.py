@@ -96,11 +96,29 @@ class CirRun:
         return self._encoder
 
     def text_encoder(self):
-        if self._text_encoder is None:
-            from unirag.encoders.registry import load_text_encoder
+        """The encoder of caption-caption similarity (A_t^s: C_t, C_v against candidate captions).
 
-            self._text_encoder = load_text_encoder(self.config.text_encoder)
+        As in the official X^R code, one CLIP encodes images and captions: when the cross-modal
+        encoder is a CLIP-family model it serves here too. Sentence embeddings (all-MiniLM-L6-v2)
+        are the fallback for the offline default encoder, or whatever ``text_encoder`` names.
+        """
+        if self._text_encoder is None:
+            if self.config.text_encoder is None and not self._offline_encoder():
+                self._text_encoder = self.encoder()
+            else:
+                from unirag.encoders.registry import load_text_encoder
+
+                self._text_encoder = load_text_encoder(self.config.text_encoder)
         return self._text_encoder
+
+    def _offline_encoder(self) -> bool:
+        if self._encoder is not None:
+            from unirag.encoders.offline import OfflineEncoder
+
+            return isinstance(self._encoder, OfflineEncoder)
+        from unirag.encoders.registry import is_offline_name
+
+        return is_offline_name(self.config.encoder)
 
     # -- run ----------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
