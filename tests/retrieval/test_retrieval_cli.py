@@ -38,7 +38,9 @@ def test_build_info_retrieve_evaluate(oracle_registry, coco_mbeir, coco_mini: Pa
     assert "954 candidates" in out and "text: 795" in out and "image: 159" in out
     main(["index", "info", str(idx)])
     out = capsys.readouterr().out
-    assert "test-coco-oracle" in out and "checksums  verified" in out and "795" in out
+    assert "test-coco-oracle" in out and "checksums  not checked" in out and "795" in out
+    main(["index", "verify", str(idx)])
+    assert capsys.readouterr().out.startswith("ok: ")
 
     run = tmp_path / "i2t.jsonl"
     main(["retrieve", "--index", str(idx), "--queries", str(coco_mbeir["i2t"]), "--images-root", str(coco_mini),
@@ -86,10 +88,19 @@ def test_cli_bad_inputs(oracle_registry, coco_mbeir, coco_index: Path, tmp_path:
     assert not (tmp_path / "r.jsonl").exists()
     corrupt = tmp_path / "corrupt_index"
     shutil.copytree(coco_index, corrupt)
-    (corrupt / "meta.text.jsonl").write_text("tampered\n")
+    meta = next(corrupt.glob("data-*/meta.sqlite"))
+    data = bytearray(meta.read_bytes())
+    data[-100] ^= 0xFF  # same size: only a re-hash can tell
+    meta.write_bytes(bytes(data))
+    for argv in (["index", "verify", str(corrupt)],
+                 ["retrieve", "--index", str(corrupt), "--queries", str(coco_mbeir["t2i"]), "--out",
+                  str(tmp_path / "r.jsonl"), "--verify"]):
+        err = _fail(argv, capsys)
+        assert "meta.sqlite" in err and "checksum mismatch" in err
+    meta.write_bytes(bytes(data[:-4096]))
     err = _fail(["retrieve", "--index", str(corrupt), "--queries", str(coco_mbeir["t2i"]), "--out",
                  str(tmp_path / "r.jsonl")], capsys)
-    assert "meta.text.jsonl" in err and "checksum mismatch" in err
+    assert "meta.sqlite" in err and "truncated" in err
     err = _fail(["evaluate", "retrieval", "--run", str(tmp_path / "r.jsonl"), "--qrels",
                  str(coco_mbeir["qrels_t2i"])], capsys)
     assert "run file not found" in err
