@@ -60,7 +60,8 @@ def test_rag_examples_retrieved_on_the_fly_from_an_index(coco_set, tmp_path):
     out = tmp_path / "run"
     result = runner.invoke(cli, ["caption", "--queries", str(coco_set["queries"]), "--images-root",
                                  str(coco_set["images_root"]), "--generator", "retrieval:top1", "--mode", "rag",
-                                 "--k", "2", "--index", str(index), "--out", str(out), "--limit", "4", "--no-progress"])
+                                 "--k", "2", "--index", str(index), "--pool", str(coco_set["pool"]), "--out", str(out),
+                                 "--limit", "4", "--no-progress"])
     assert result.exit_code == 0, result.output
     recs = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
     rows = {f"q{r['image_id']}": r for r in coco_set["rows"]}
@@ -69,6 +70,17 @@ def test_rag_examples_retrieved_on_the_fly_from_an_index(coco_set, tmp_path):
     for r in recs:
         assert r["status"] == "ok" and len(r["examples"]) == 2
         assert all(e["img_path"] != rows[r["qid"]]["image"] for e in r["examples"])  # never the query image
-        assert r["caption"] == r["examples"][0]["txt"] and r["caption"] in all_captions
+    # retrieval:top1 is the top candidate's caption, or its source item's caption for an image (the official
+    # baseline), even when that is one of the query's own captions
+    from unirag.data.mbeir import load_pool, read_queries
+    from unirag.retrieval.retriever import Retriever
+
+    pool = load_pool(coco_set["pool"])
+    results = {res.qid: res for res in Retriever(index).retrieve(read_queries(coco_set["queries"])[:4], 2, "any",
+                                                                  query_images_root=coco_set["images_root"])}
+    for r in recs:
+        top = pool[results[r["qid"]].candidates[0].did]
+        expected = top.txt or next(c.txt for c in pool.values() if c.source_id == top.source_id and c.txt)
+        assert r["caption"] == expected and r["caption"] in all_captions
     m = json.loads((out / "manifest.json").read_text())
     assert m["identity"]["examples"]["index"] == str(index)
