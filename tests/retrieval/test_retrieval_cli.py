@@ -35,10 +35,10 @@ def test_build_info_retrieve_evaluate(oracle_registry, coco_mbeir, coco_mini: Pa
     main(["index", "build", "--pool", str(coco_mbeir["pool"]), "--images-root", str(coco_mini), "--out", str(idx),
           "--batch-size", "32"])
     out = capsys.readouterr().out
-    assert "954 candidates" in out and "text: 795" in out and "image: 159" in out
+    assert "306 candidates" in out and "text: 255" in out and "image: 51" in out
     main(["index", "info", str(idx)])
     out = capsys.readouterr().out
-    assert "test-coco-oracle" in out and "checksums  not checked" in out and "795" in out
+    assert "test-coco-oracle" in out and "checksums  not checked" in out and "255" in out
     main(["index", "verify", str(idx)])
     assert capsys.readouterr().out.startswith("ok: ")
 
@@ -46,11 +46,11 @@ def test_build_info_retrieve_evaluate(oracle_registry, coco_mbeir, coco_mini: Pa
     main(["retrieve", "--index", str(idx), "--queries", str(coco_mbeir["i2t"]), "--images-root", str(coco_mini),
           "--k", "5", "--out", str(run), "--modality", "text"])
     results = read_run(run)
-    assert len(results) == 159 and all(len(r.candidates) == 5 and len(r.pairs) == 5 for r in results.values())
+    assert len(results) == 51 and all(len(r.candidates) == 5 and len(r.pairs) == 5 for r in results.values())
     first = json.loads(run.read_text().splitlines()[0])
     assert set(first) == {"qid", "candidates", "pairs"}
     assert set(first["pairs"][0]) >= {"image_did", "text_did", "img_path", "txt"}
-    assert len(run.with_suffix(".trec").read_text().splitlines()) == 159 * 5
+    assert len(run.with_suffix(".trec").read_text().splitlines()) == 51 * 5
     capsys.readouterr()
 
     metrics_path = tmp_path / "m.json"
@@ -61,7 +61,7 @@ def test_build_info_retrieve_evaluate(oracle_registry, coco_mbeir, coco_mini: Pa
     assert "hit@k" in table and "recall@k" in table and "MRR@k" in table
     metrics = json.loads(metrics_path.read_text())["metrics"]
     assert metrics["hit@5"] == 1.0 and metrics["hit@1"] >= 0.8 and metrics["recall@1"] <= 0.2
-    assert metrics["num_queries"] == 159
+    assert metrics["num_queries"] == 51
 
     clean = tmp_path / "i2t_clean.jsonl"
     main(["retrieve", "--index", str(idx), "--queries", str(coco_mbeir["i2t"]), "--images-root", str(coco_mini),
