@@ -128,7 +128,7 @@ class MetaTable(Sequence[CandidateMeta]):
                                            "AND row > ? ORDER BY row LIMIT 10000", (modality.value, last)).fetchall()
                 if not rows:
                     break
-                for row, did, txt, img, sid in rows:
+                for _row, did, txt, img, sid in rows:
                     yield CandidateMeta(did, modality, txt, img, sid)
                 last = rows[-1][0]
 
