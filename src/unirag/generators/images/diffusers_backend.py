@@ -61,7 +61,7 @@ def call_kwargs(call_params: set[str], request: ImageRequest, prompt: str, image
 def _load_pipeline(model: str, device: str, torch_dtype: Any):
     from diffusers import DiffusionPipeline
 
-    from unirag.encoders._runtime import check_model_spec, hf_from_pretrained
+    from unirag.runtime import check_model_spec, hf_from_pretrained
 
     spec = check_model_spec(model)
     if Path(spec).is_dir() and not (Path(spec) / "model_index.json").is_file():
@@ -90,7 +90,7 @@ class DiffusersImageGenerator(ImageGenerator):
                  dtype: str | None = "auto", pipeline: Any = None, oom_fallback: bool = True) -> None:
         """``pipeline``: an already built pipeline object (programmatic use); otherwise ``model`` is loaded.
         ``oom_fallback``: on out-of-memory, retry with fewer examples instead of failing the query."""
-        from unirag.encoders._runtime import configure_torch_threads, resolve_device, resolve_dtype
+        from unirag.runtime import configure_torch_threads, resolve_device, resolve_dtype
 
         configure_torch_threads()
         self.model = model
@@ -128,7 +128,7 @@ class DiffusersImageGenerator(ImageGenerator):
 
         import torch
 
-        from unirag.encoders._runtime import to_pil_images
+        from unirag.runtime import to_pil_images
 
         self.check_k(len(request.examples))
         self.check_size(request.width, request.height)
