@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from unirag.cli.model_options import device_options
 from unirag.errors import ConfigError
 
 
@@ -42,8 +43,9 @@ def index_group() -> None:
               help="Index parameter override, e.g. --param M=48 --param nprobe=64 (repeatable).")
 @click.option("--batch-size", type=int, default=64, show_default=True,
               help="Candidates encoded per chunk (memory is bounded by one chunk per modality).")
+@device_options
 def build(pool: Path, images_root: Path | None, out: Path, encoder_spec: str | None, index_type: str,
-          params: tuple[str, ...], batch_size: int) -> None:
+          params: tuple[str, ...], batch_size: int, device: str, dtype: str) -> None:
     """Encode every candidate of POOL and write an index to OUT (streaming, atomic)."""
     from unirag.encoders.registry import load_encoder
     from unirag.errors import InputError
@@ -56,7 +58,7 @@ def build(pool: Path, images_root: Path | None, out: Path, encoder_spec: str | N
         raise InputError("candidate pool not found", path=pool)
     if batch_size <= 0:
         raise ConfigError(f"--batch-size must be positive, got {batch_size}")
-    encoder = load_encoder(encoder_spec)
+    encoder = load_encoder(encoder_spec, device=device, dtype=dtype)
     manifest = build_index(pool, images_root, out, encoder, encoder_spec=encoder_spec, index_type=index_type,
                            batch_size=batch_size, params=overrides)
     counts = ", ".join(f"{m}: {n}" for m, n in manifest["counts"].items())

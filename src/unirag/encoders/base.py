@@ -72,8 +72,9 @@ class Encoder(ABC):
 
     def identity(self) -> dict[str, Any]:
         """Everything that changes the vectors and nothing else (not the path, device or precision of
-        the weights); two encoders with equal identities are interchangeable."""
-        return {"dim": self.dim, "fusion": self.fusion}
+        the weights); two encoders with equal identities are interchangeable. By default the name stands
+        for the model; backends that load weights from a path replace it with the weights' identity."""
+        return {"name": self.name, "dim": self.dim, "fusion": self.fusion}
 
     def config(self) -> dict[str, Any]:
         """What the index manifest records: the identity plus where and how the model ran."""

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from unirag.encoders.base import Encoder, ImageInput
+from unirag.errors import ConfigError
 from unirag.runtime import (
     check_model_spec,
     configure_torch_threads,
@@ -26,8 +28,6 @@ from unirag.runtime import (
     transformers_dtype_kwargs,
     weights_identity,
 )
-from unirag.encoders.base import Encoder, ImageInput
-from unirag.errors import ConfigError
 
 
 def _features(out) -> Any:
@@ -94,8 +94,9 @@ class HFClipEncoder(Encoder):
         return weights_identity(self.spec, self.model)
 
     def identity(self) -> dict[str, Any]:
+        base = {k: v for k, v in super().identity().items() if k != "name"}  # the name is a path or hub id
         return {
-            **super().identity(),
+            **base,
             "backend": "hf-clip",
             "weights": self.weights(),
             "model_type": self.model_type,

@@ -87,7 +87,7 @@ class OfflineEncoder(Encoder):
         from dataclasses import asdict
 
         digest = self._assets_digest
-        return {**super().identity(), "name": self.name, "backend": "offline", "text_model": "all-MiniLM-L6-v2",
+        return {**super().identity(), "backend": "offline", "text_model": "all-MiniLM-L6-v2",
                 "image_model": "efficientnet-lite0", "joint_space": asdict(self.space.params),
                 "n_anchors": self.space.n_anchors, "assets_sha256_16": digest}
 

@@ -19,6 +19,26 @@ def is_offline_name(spec: str | None) -> bool:
     return spec is None or spec.strip().lower() in OFFLINE_NAMES
 
 
+def is_uniir_spec(spec: str | None) -> bool:
+    """``uniir:...``: a UniIR checkpoint, whose queries take M-BEIR instructions."""
+    return spec is not None and spec.strip().lower().startswith("uniir:")
+
+
+def instruction_kwargs(spec: str | None, instructions: str | None, no_instructions: bool,
+                       queries: str | None = None) -> dict:
+    """``load_encoder`` keywords for the ``--instructions``/``--no-instructions`` options: nothing for
+    encoders without instructions; for UniIR ones the given file, else the M-BEIR
+    ``instructions/query_instructions.tsv`` found above ``queries``."""
+    if not is_uniir_spec(spec):
+        return {}
+    if no_instructions:
+        return {"use_instructions": False}
+    from unirag.encoders.instructions import find_instructions
+
+    found = instructions or find_instructions(queries)
+    return {"instructions": str(found) if found else None}
+
+
 def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype: str | None = "auto",
                  batch_size: int | None = None, instructions: str | None = None,
                  use_instructions: bool | None = None) -> Encoder:
@@ -44,7 +64,7 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
         if dtype not in (None, "auto", "float32", "fp32"):
             raise ConfigError(f"the offline encoder runs in float32 only (got dtype={dtype!r})")
         return OfflineEncoder(device=device, batch_size=batch_size)
-    if str(spec).strip().lower().startswith("uniir:"):
+    if is_uniir_spec(spec):
         from unirag.encoders.uniir import load_uniir_encoder
 
         return load_uniir_encoder(spec, device=device, dtype=dtype, batch_size=batch_size,

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from unirag.runtime import configure_torch_threads, hf_from_pretrained, resolve_device
 from unirag.encoders.base import Encoder, ImageInput
 from unirag.errors import ConfigError
+from unirag.runtime import configure_torch_threads, hf_from_pretrained, resolve_device
 
 DEFAULT_TEXT_MODEL = "all-MiniLM-L6-v2"
 
@@ -75,7 +75,8 @@ class SentenceTextEncoder(Encoder):
 
         model = (self.spec if self.spec == DEFAULT_TEXT_MODEL or not Path(self.spec).exists()
                  else weights_identity(self.spec))
-        return {**super().identity(), "kind": "sentence-text", "model": model, "pooling": "mean",
+        base = {k: v for k, v in super().identity().items() if k != "name"}  # the name holds the path
+        return {**base, "kind": "sentence-text", "model": model, "pooling": "mean",
                 "max_length": self._model.max_length}
 
     def config(self) -> dict[str, Any]:
