@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= hf,api,diffusion,eval,dev
 
-.PHONY: demo test lint install clean
+.PHONY: demo test test-data lint install clean
 
 $(BIN)/unirag: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,11 +18,15 @@ demo: install
 	$(BIN)/python -m unirag.demo
 
 test: install
-	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff check src tests tests-data benchmarks scripts
 	$(BIN)/python -m pytest -q
 
+# Tests that need the full real data folder: $$UNIRAG_SHARED_DATA or ../shared/data (fails when missing).
+test-data: install
+	$(BIN)/python -m pytest -q tests-data
+
 lint: install
-	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff check src tests tests-data benchmarks scripts
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache

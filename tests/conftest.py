@@ -1,4 +1,8 @@
-"""Shared fixtures. Real data comes from ../shared/data (present in CI); a missing folder fails loudly."""
+"""Shared fixtures: small real-data slices committed under tests/fixtures (see its ATTRIBUTION.md).
+
+The default suite reads nothing outside the repository: ``shared_data_guard`` fails any test that
+reads ``../shared`` or ``$UNIRAG_SHARED_DATA``. Tests that need the full data live in tests-data/.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import socket
 from pathlib import Path
 
 import pytest
+
+import shared_data_guard
 
 # No test may reach the network: hub libraries fail at once instead of retrying (this also reaches
 # the subprocesses tests start), and any connection to a non-loopback address raises.
@@ -30,29 +36,34 @@ def _loopback_only_connect(self, address):
 
 socket.socket.connect = _loopback_only_connect
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("UNIRAG_SHARED_DATA", REPO.parent / "shared" / "data"))
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin("shared_data_guard"):
+        config.pluginmanager.register(shared_data_guard, "shared_data_guard")
+    shared_data_guard.install()
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    if not SHARED_DATA.is_dir():
-        raise RuntimeError(f"real test data not found at {SHARED_DATA}; set UNIRAG_SHARED_DATA")
-    return SHARED_DATA
+def coco_mini() -> Path:
+    """51 real COCO val2017 photos with 5 human captions each (captions.jsonl + images/, the demo photos)."""
+    return FIXTURES / "coco-mini"
 
 
 @pytest.fixture(scope="session")
-def coco_mini(shared_data: Path) -> Path:
-    """159 real COCO val2017 photos with 5 captions each (captions.jsonl + images/)."""
-    return shared_data / "coco-val2017-mini"
+def myntra() -> Path:
+    """112 real fashion product photos with titles and attributes (products.jsonl + images/)."""
+    return FIXTURES / "myntra"
 
 
 @pytest.fixture(scope="session")
-def myntra(shared_data: Path) -> Path:
-    """3,000 real fashion product photos with titles (products.jsonl + images/)."""
-    return shared_data / "myntra-fashion-3k"
+def cir_data() -> Path:
+    """Slices of the real CIRR, FashionIQ and CIRCO annotation files (no images), same folder layout."""
+    return FIXTURES / "cir"
 
 
 @pytest.fixture(scope="session")
-def cir_data(shared_data: Path) -> Path:
-    return shared_data / "cir"
+def mbeir_examples() -> Path:
+    """The M-BEIR schema notes and 4 real M-BEIR lines (real_examples/)."""
+    return FIXTURES / "mbeir"

@@ -59,10 +59,11 @@ def test_missing_images_and_bad_options_fail_with_one_line(cir_data, tmp_path, c
     code, _, err = _cli(["cir", "--dataset", "cirr", "--annotations", str(cir_data / "cirr/captions/cap.rc2.val.json"),
                          "--images-root", str(tmp_path), "--out", str(tmp_path / "run"), "--limit", "2",
                          "--encoder", str(tiny_clip_dir()), "--quiet"], capsys)
-    assert code == 2 and "none of the 2297 pool images exist" in err
-    assert "2297 of 2297 pool images" in err
+    n_pool = len(json.loads((cir_data / "cirr/image_splits/split.rc2.val.json").read_text()))
+    assert code == 2 and f"none of the {n_pool} pool images exist" in err
+    assert f"{n_pool} of {n_pool} pool images" in err
     missing = json.loads((tmp_path / "run/missing_images.json").read_text())
-    assert len(missing["pool_missing"]) == 2297
+    assert len(missing["pool_missing"]) == n_pool
     code, _, err = _cli(["cir", "--dataset", "cirr", "--annotations", str(tmp_path / "nope.json"),
                          "--images-root", str(tmp_path), "--out", str(tmp_path / "r2")], capsys)
     assert code == 2 and "nope.json" in err and "file not found" in err

@@ -1,4 +1,4 @@
-"""COCO import on the real coco-val2017-mini data (both caption formats), incl. bad images and bad files."""
+"""COCO import on the committed real COCO slice (tests/fixtures/coco-mini) (both caption formats), incl. bad images and bad files."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import unirag
 from unirag.data.importers import import_coco
 from unirag.data.mbeir import read_candidates, read_qrels, read_queries
 from unirag.data.records import Modality
@@ -32,14 +33,14 @@ def imported(coco_mini: Path, tmp_path_factory: pytest.TempPathFactory):
 def test_counts_match_the_source_file(imported, mini_rows: list[dict]) -> None:
     summary, out = imported
     n_caps = sum(len(r["captions"]) for r in mini_rows)
-    assert (len(mini_rows), n_caps) == (159, 795)
+    assert (len(mini_rows), n_caps) == (51, 255)  # the committed coco-mini fixture
     pool = list(read_candidates(out / "pool.jsonl"))
-    assert Counter(c.modality for c in pool) == {Modality.IMAGE: 159, Modality.TEXT: 795}
-    assert (summary.n_image_candidates, summary.n_text_candidates) == (159, 795)
-    assert summary.n_queries_image2text == 159 and summary.n_queries_text2image == 159
+    assert Counter(c.modality for c in pool) == {Modality.IMAGE: 51, Modality.TEXT: 255}
+    assert (summary.n_image_candidates, summary.n_text_candidates) == (51, 255)
+    assert summary.n_queries_image2text == 51 and summary.n_queries_text2image == 51
     assert len(summary.skipped_images) == 0
     written = json.loads((out / "import_summary.json").read_text())
-    assert written["pool"] == {"image": 159, "text": 795, "total": 954}
+    assert written["pool"] == {"image": 51, "text": 255, "total": 306}
     assert written["skipped_images"]["count"] == 0
 
 
@@ -68,7 +69,7 @@ def test_pairing_and_positives_follow_the_source(imported, mini_rows: list[dict]
 
     t2i = read_queries(out / "queries_task0_text2image.jsonl")
     qrels0 = read_qrels(out / "qrels_task0.txt")
-    assert len({pool[q.pos_cand_list[0]].source_id for q in t2i}) == 159  # one query per image
+    assert len({pool[q.pos_cand_list[0]].source_id for q in t2i}) == 51  # one query per image
     for q in t2i:
         (img_did,) = q.pos_cand_list
         own = [c.txt for c in by_source[pool[img_did].source_id] if c.modality is Modality.TEXT]
@@ -86,7 +87,7 @@ def test_text_queries_are_seeded(coco_mini: Path, tmp_path: Path, imported) -> N
         coco_mini / "captions.jsonl", coco_mini, tmp_path / "s1", seed=1, check="exists", show_progress=False
     )
     other = [q.qid for q in read_queries(tmp_path / "s1" / "queries_task0_text2image.jsonl")]
-    assert len(other) == 159 and sum(a != b for a, b in zip(first, other, strict=True)) > 50
+    assert len(other) == 51 and sum(a != b for a, b in zip(first, other, strict=True)) > 25
     # a per-image seed: keeping only the first 10 images keeps their sampled captions
     import_coco(
         coco_mini / "captions.jsonl",
@@ -105,33 +106,35 @@ def test_text_queries_are_seeded(coco_mini: Path, tmp_path: Path, imported) -> N
         check="none",
         show_progress=False,
     )
-    assert s.n_queries_text2image == 795
-    assert len(read_qrels(tmp_path / "all" / "qrels_task0.txt")) == 795
+    assert s.n_queries_text2image == 255
+    assert len(read_qrels(tmp_path / "all" / "qrels_task0.txt")) == 255
 
 
-def test_official_json_with_partial_image_folder(
-    coco_mini: Path, mini_rows: list[dict], tmp_path: Path
-) -> None:
-    """The official 5,000-image caption file against the 159 photos present: the rest is reported, skipped."""
-    official = json.loads((coco_mini / "captions_val2017_all5000.json").read_text())
-    s = import_coco(
-        coco_mini / "captions_val2017_all5000.json",
-        coco_mini / "images",
-        tmp_path,
-        check="exists",
-        show_progress=False,
-    )
-    assert s.n_image_candidates == 159 and s.n_text_candidates == 795
-    assert len(s.skipped_images) == len(official["images"]) - 159 == 4841
-    assert s.skipped_captions == len(official["annotations"]) - 795
-    assert "4841 image(s) missing or unreadable" in s.format() and "... and 4836 more" in s.format()
-    pool = {c.did: c for c in read_candidates(tmp_path / "pool.jsonl")}
-    ann = next(a for a in official["annotations"] if a["image_id"] == mini_rows[0]["image_id"])
+def test_official_json_with_partial_image_folder(tmp_path: Path) -> None:
+    """An official-format caption file (the demo sample's) against a folder holding 20 of its 51 photos:
+    the rest is reported and skipped, annotation ids become dids."""
+    demo = Path(unirag.__file__).parent / "demo" / "data"
+    official = json.loads((demo / "captions.json").read_text(encoding="utf-8"))
+    present = sorted(official["images"], key=lambda im: im["id"])[:20]
+    (tmp_path / "images").mkdir()
+    for im in present:
+        shutil.copyfile(demo / "images" / im["file_name"], tmp_path / "images" / im["file_name"])
+    ids = {im["id"] for im in present}
+    n_caps = sum(1 for a in official["annotations"] if a["image_id"] in ids)
+    s = import_coco(demo / "captions.json", tmp_path / "images", tmp_path / "out", check="exists",
+                    show_progress=False)
+    assert s.n_image_candidates == 20 and s.n_text_candidates == n_caps >= 100
+    assert len(s.skipped_images) == len(official["images"]) - 20 == 31
+    assert s.skipped_captions == len(official["annotations"]) - n_caps
+    assert "31 image(s) missing or unreadable" in s.format() and "... and 26 more" in s.format()
+    pool = {c.did: c for c in read_candidates(tmp_path / "out" / "pool.jsonl")}
+    ann = next(a for a in official["annotations"] if a["image_id"] == present[0]["id"])
     assert pool[f"coco:txt:{ann['id']}"].txt == ann["caption"].strip()  # annotation ids become dids
-    img = pool[f"coco:img:{mini_rows[0]['image_id']}"]
-    assert img.img_path == Path(mini_rows[0]["image"]).name
-    assert json.loads(img.src_content)["license"] == mini_rows[0]["license"]
-    assert json.loads((tmp_path / "import_summary.json").read_text())["skipped_images"]["count"] == 4841
+    img = pool[f"coco:img:{present[0]['id']}"]
+    assert img.img_path == present[0]["file_name"]
+    licences = {lic["id"]: lic["name"] for lic in official["licenses"]}
+    assert json.loads(img.src_content)["license"] == licences[present[0]["license"]]
+    assert json.loads((tmp_path / "out" / "import_summary.json").read_text())["skipped_images"]["count"] == 31
 
 
 def test_missing_and_corrupt_images_are_reported_and_skipped(

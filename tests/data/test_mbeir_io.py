@@ -23,10 +23,10 @@ EXAMPLES = ("unirag_sample_retrieval_image_to_text.jsonl", "unirag_sample_retrie
 
 
 @pytest.fixture(scope="module")
-def real_lines(shared_data: Path) -> list[dict]:
+def real_lines(mbeir_examples: Path) -> list[dict]:
     lines = []
     for name in EXAMPLES:
-        path = shared_data / "mbeir" / "real_examples" / name
+        path = mbeir_examples / "real_examples" / name
         lines += [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
     assert len(lines) == 4
     return lines

@@ -23,7 +23,7 @@ def coco_mbeir(coco_mini: Path, tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def coco_index(coco_mbeir, coco_mini, coco_oracle_encoder, tmp_path_factory) -> Path:
-    """A flat index of the whole COCO mini pool (159 real images + 795 real captions)."""
+    """A flat index of the whole COCO mini pool (51 real images + 255 real captions)."""
     out = tmp_path_factory.mktemp("coco_index") / "index"
     build_index(coco_mbeir["pool"], coco_mini, out, coco_oracle_encoder, progress=False)
     return out

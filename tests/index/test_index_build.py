@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import weakref
 from pathlib import Path
@@ -17,25 +16,28 @@ from unirag.errors import InputError
 from unirag.index import build as build_mod
 from unirag.index.build import build_index
 from unirag.index.manifest import read_manifest, sha256_file
-from unirag.index.store import VectorIndex
+from unirag.index.store import CandidateMeta, VectorIndex
 from unirag.index.writer import IndexWriter
 
 
 def test_build_records_counts_encoder_and_checksums(coco_index: Path, coco_oracle_encoder) -> None:
     manifest = read_manifest(coco_index)
-    assert manifest["counts"] == {"text": 795, "image": 159}
-    assert manifest["total"] == 954
+    assert manifest["counts"] == {"text": 255, "image": 51}  # the committed coco-mini fixture
+    assert manifest["total"] == 306
     assert manifest["encoder"]["name"] == "test-coco-oracle"
     assert manifest["encoder"]["fingerprint"] == coco_oracle_encoder.fingerprint()
     assert manifest["dim"] == coco_oracle_encoder.dim
     assert manifest["index_type"] == "flat"
     assert manifest["bad_images"]["count"] == 0
-    for name, digest in manifest["checksums"].items():
-        assert sha256_file(coco_index / name) == digest
-    # metadata line i describes vector i of the same modality, in pool order
-    first_text = json.loads((coco_index / "meta.text.jsonl").read_text().splitlines()[0])
-    assert first_text == {"did": "txt:397133:0", "txt": "A man is in a kitchen making pizzas.", "img_path": None,
-                          "source_id": "397133"}
+    data = coco_index / manifest["data"]
+    assert sorted(manifest["files"]) == sorted(p.name for p in data.iterdir())
+    for name, entry in manifest["files"].items():
+        assert sha256_file(data / name) == entry["sha256"] and (data / name).stat().st_size == entry["size"]
+    # metadata row i of a modality describes vector i of that modality's sub-index, in pool order
+    index = VectorIndex.open(coco_index)
+    first_text = index.metas[index.offsets[Modality.TEXT]]
+    assert first_text == CandidateMeta("txt:397133:0", Modality.TEXT, "A man is in a kitchen making pizzas.", None,
+                                       "397133")
 
 
 def test_build_vectors_match_the_encoder(coco_index: Path, coco_mbeir, coco_oracle_encoder) -> None:
@@ -73,7 +75,7 @@ def test_build_streams_in_bounded_chunks(coco_mini: Path, coco_mbeir, tmp_path: 
 def test_bad_images_are_reported_and_skipped(coco_mini: Path, tmp_path: Path) -> None:
     images = tmp_path / "images"
     images.mkdir()
-    shutil.copy(coco_mini / "images" / "000000000139.jpg", images / "good.jpg")
+    shutil.copy(coco_mini / "images" / "000000000802.jpg", images / "good.jpg")
     (images / "corrupt.jpg").write_bytes(b"\xff\xd8\xff\xe0 definitely not a jpeg")
     write_candidates(tmp_path / "pool.jsonl", [
         Candidate("i1", Modality.IMAGE, img_path="good.jpg"),
@@ -97,13 +99,13 @@ def test_fused_candidates_are_indexed(coco_mini: Path, tmp_path: Path) -> None:
     encoder = HashEncoder()
     manifest = build_index(tmp_path / "pool.jsonl", coco_mini, tmp_path / "idx", encoder, progress=False)
     assert manifest["counts"] == {"image,text": 1}
-    assert (tmp_path / "idx" / "image_text.faiss").exists()
+    assert (tmp_path / "idx" / manifest["data"] / "image_text.00000.faiss").exists()
 
 
 def test_crash_mid_build_keeps_previous_index(coco_mbeir, coco_mini: Path, tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "idx"
     build_index(coco_mbeir["pool"], coco_mini, out, HashEncoder(), progress=False)
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    before = _tree(out)
     calls = [0]
     real_add = IndexWriter.add
 
@@ -116,9 +118,13 @@ def test_crash_mid_build_keeps_previous_index(coco_mbeir, coco_mini: Path, tmp_p
     monkeypatch.setattr(IndexWriter, "add", crashing_add)
     with pytest.raises(RuntimeError, match="simulated crash"):
         build_index(coco_mbeir["pool"], coco_mini, out, HashEncoder(name="other"), progress=False)
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert _tree(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"], "temporary build directory left behind"
     assert VectorIndex.open(out).manifest["encoder"]["name"] == "test-hash"
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def test_crash_without_previous_index_leaves_nothing(coco_mbeir, coco_mini: Path, tmp_path: Path,
@@ -135,9 +141,12 @@ def test_crash_without_previous_index_leaves_nothing(coco_mbeir, coco_mini: Path
 def test_rebuild_replaces_index(coco_mbeir, coco_mini: Path, tmp_path: Path) -> None:
     out = tmp_path / "idx"
     build_index(coco_mbeir["pool"], coco_mini, out, HashEncoder(), progress=False)
+    first_data = read_manifest(out)["data"]
     build_index(coco_mbeir["pool"], coco_mini, out, HashEncoder(name="second"), progress=False)
-    assert read_manifest(out)["encoder"]["name"] == "second"
+    manifest = read_manifest(out)
+    assert manifest["encoder"]["name"] == "second" and manifest["data"] != first_data
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+    assert sorted(p.name for p in out.iterdir()) == [".lock", manifest["data"], "manifest.json"]
 
 
 def test_bad_pool_inputs(tmp_path: Path) -> None:
@@ -157,27 +166,3 @@ def test_bad_pool_inputs(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="batch size"):
         build_index(tmp_path / "dup.jsonl", None, tmp_path / "idx", HashEncoder(), batch_size=0, progress=False)
     assert not (tmp_path / "idx").exists()
-
-
-def test_killed_build_leftovers_are_removed_by_the_next_build(tmp_path: Path) -> None:
-    """A build killed with SIGKILL leaves its temp folder; the next build of the same target removes it,
-    while a temp folder whose owner process is still alive (a concurrent build) is kept."""
-    import subprocess
-    import sys
-
-    out = tmp_path / "idx"
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True)
-    stale = tmp_path / ".idx.building-abc"
-    stale.mkdir()
-    (stale / ".owner-pid").write_text(dead.stdout.strip())
-    alive = tmp_path / ".idx.building-live"
-    alive.mkdir()
-    (alive / ".owner-pid").write_text("1")  # pid 1 always exists
-    with IndexWriter(out, dim=4, encoder_info={"name": "t", "fingerprint": "f", "config": {}}) as w:
-        w.add(Modality.TEXT, [{"did": "a", "txt": "x"}], np.eye(4, dtype=np.float32)[:1])
-        w.commit()
-    assert not stale.exists()
-    assert alive.exists()
-    assert not (out / ".owner-pid").exists()
-    assert VectorIndex.open(out).counts == {"text": 1}

@@ -13,6 +13,7 @@ from index.helpers import HashEncoder, clustered_vectors
 from unirag.data.records import Modality
 from unirag.errors import ConfigError, InputError
 from unirag.index.build import build_from_vectors
+from unirag.index.manifest import verify_files
 from unirag.index.store import VectorIndex
 
 ENC = {"name": "vectors", "spec": None, "config": {}, "fingerprint": "f" * 16}
@@ -44,7 +45,7 @@ def test_modality_restricted_and_any_search(coco_index: Path, coco_oracle_encode
     s, g = index.search(q, 3, "image,text")
     assert (g == -1).all() and np.isinf(s).all()
     s, g = index.search(q[:1], 2000, "image")
-    assert (g[0, :159] >= 0).all() and (g[0, 159:] == -1).all()
+    assert (g[0, :51] >= 0).all() and (g[0, 51:] == -1).all()  # 51 photos in coco-mini
 
 
 def test_search_bad_arguments(coco_index: Path) -> None:
@@ -65,7 +66,7 @@ def test_encoder_mismatch_is_refused_with_both_names(coco_index: Path) -> None:
     assert "test-coco-oracle" in str(e.value) and "some-other-encoder" in str(e.value)
 
 
-def test_missing_and_corrupt_index_files(coco_index: Path, tmp_path: Path) -> None:
+def test_missing_and_corrupt_index_files(coco_index: Path, tmp_path: Path, monkeypatch) -> None:
     with pytest.raises(InputError, match="index directory not found"):
         VectorIndex.open(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
@@ -73,30 +74,47 @@ def test_missing_and_corrupt_index_files(coco_index: Path, tmp_path: Path) -> No
         VectorIndex.open(tmp_path / "empty")
     copy = tmp_path / "copy"
     shutil.copytree(coco_index, copy)
-    data = bytearray((copy / "text.faiss").read_bytes())
+    text_faiss = next(copy.glob("data-*/text.00000.faiss"))
+    data = bytearray(text_faiss.read_bytes())
     data[len(data) // 2] ^= 0xFF
-    (copy / "text.faiss").write_bytes(bytes(data))
-    with pytest.raises(InputError) as e:
-        VectorIndex.open(copy)
-    assert "text.faiss" in str(e.value) and "checksum mismatch" in str(e.value)
-    (copy / "text.faiss").unlink()
+    text_faiss.write_bytes(bytes(data))
+    # open checks sizes only: the flipped byte goes unnoticed, and no file is hashed
+    import hashlib
+
+    def no_hashing(*args, **kwargs):
+        raise AssertionError("open must not hash index files")
+
+    with monkeypatch.context() as m:
+        m.setattr(hashlib, "sha256", no_hashing)
+        assert VectorIndex.open(copy).counts == {"text": 255, "image": 51}
+    # verify (and open(verify=True)) re-hash and name the file
+    for check in (lambda: verify_files(copy), lambda: VectorIndex.open(copy, verify=True)):
+        with pytest.raises(InputError) as e:
+            check()
+        assert "text.00000.faiss" in str(e.value) and "checksum mismatch" in str(e.value)
+    text_faiss.unlink()
     with pytest.raises(InputError, match="missing"):
         VectorIndex.open(copy)
     (copy / "manifest.json").write_text("{not json")
     with pytest.raises(InputError, match="corrupt manifest"):
         VectorIndex.open(copy)
-    (copy / "manifest.json").write_text(json.dumps({"format": "unirag-index", "format_version": 99}))
-    with pytest.raises(InputError, match="format version 99"):
+    (copy / "manifest.json").write_text(json.dumps({"format": "unirag-index", "format_version": 1}))
+    with pytest.raises(InputError, match="format version 1 is not supported.*rebuild the index"):
         VectorIndex.open(copy)
 
 
-def test_truncated_index_without_checksum_check_is_still_caught(coco_index: Path, tmp_path: Path) -> None:
+def test_truncated_file_is_caught_by_size_on_open(coco_index: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(coco_index, copy)
-    data = (copy / "image.faiss").read_bytes()
-    (copy / "image.faiss").write_bytes(data[: len(data) // 3])
-    with pytest.raises(InputError, match="image.faiss"):
-        VectorIndex.open(copy, verify=False)
+    for name in ("image.00000.faiss", "meta.sqlite"):
+        path = next(copy.glob(f"data-*/{name}"))
+        original = path.read_bytes()
+        path.write_bytes(original[: len(original) // 3])
+        with pytest.raises(InputError) as e:
+            VectorIndex.open(copy)
+        assert name in str(e.value) and "truncated" in str(e.value)
+        path.write_bytes(original)
+    assert len(VectorIndex.open(copy)) == 306
 
 
 @pytest.mark.parametrize("index_type,params", [("hnsw", {}), ("ivfpq", {"nprobe": 16})])
@@ -112,7 +130,7 @@ def test_ann_indexes_recall_against_exact(index_type: str, params: dict, tmp_pat
     _, got = ann_index.search(queries, 10, "text")
     recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(truth, got, strict=True)])
     assert recall >= 0.9, f"{index_type} recall@10 {recall:.3f}"
-    # stored vectors come back exactly (refined IVF-PQ keeps them) for pair completion
+    # stored vectors come back exactly (refined IVF-PQ keeps the raw vectors on disk) for pair completion
     np.testing.assert_allclose(ann_index.vectors([5])[0], data[5], atol=1e-6)
     if index_type == "ivfpq":
         sub = ann["subindexes"]["text"]["params"]

@@ -37,8 +37,12 @@ def cli_run(tmp_path_factory, coco_mini, fixture_data):
     """A caption run over the fixture's 40 images + 3 failed ones; captions wrapped in answer prefixes."""
     fx, _ = fixture_data
     tmp = tmp_path_factory.mktemp("capeval")
-    rows = coco_rows(coco_mini, 40 + N_FAILED)
-    assert [str(r["image_id"]) for r in rows[:40]] == list(fx["candidates"])
+    # the fixture's 40 images (candidate = first caption, references = the other four), then N_FAILED
+    # real COCO images outside it whose queries fail
+    rows = [{"image_id": int(i), "image": fx["images"][i], "captions": [fx["candidates"][i], *fx["references"][i]]}
+            for i in fx["candidates"]]
+    rows += [r for r in coco_rows(coco_mini, 51) if str(r["image_id"]) not in fx["candidates"]][:N_FAILED]
+    assert len(rows) == 40 + N_FAILED
     queries, pool = write_caption_task(tmp, rows)
     records = []
     for j, r in enumerate(rows[:40]):

@@ -24,12 +24,12 @@ def caption_queries(coco_mini):
 def test_one_caption_per_image_seeded(caption_queries):
     images = {q.pos_cand_list[0] for q in caption_queries}
     a = sample_one_per_image(caption_queries, seed=1)
-    assert len(a) == len(images) == 159
+    assert len(a) == len(images) == 51
     assert {q.pos_cand_list[0] for q in a} == images
     assert [q.qid for q in a] == [q.qid for q in sample_one_per_image(caption_queries, seed=1)]
     b = sample_one_per_image(caption_queries, seed=2)
     overlap = compare_samples(a, b)
-    assert overlap["common_images"] == 159 and overlap["images_a"] == overlap["images_b"] == 159
+    assert overlap["common_images"] == 51 and overlap["images_a"] == overlap["images_b"] == 51
     # 5 captions per image: two independent draws agree on about 1/5 of the images
     assert 10 < overlap["common_captions"] < 60
     assert overlap["common_captions"] == len({q.qid for q in a} & {q.qid for q in b})
@@ -55,7 +55,7 @@ def test_cli_sample_and_compare(tmp_path, caption_queries):
         res = runner.invoke(cli, ["report", "sampling", "sample", "--queries", str(src), "--seed", str(seed),
                                   "--out", str(tmp_path / f"set{seed}.jsonl")])
         assert res.exit_code == 0, res.output
-        assert "sampled 159 caption(s)" in res.output
+        assert "sampled 51 caption(s)" in res.output
     set1 = read_queries(tmp_path / "set1.jsonl")
     assert [q.qid for q in set1] == [q.qid for q in sample_one_per_image(caption_queries, 1)]
     runs = []
@@ -69,7 +69,7 @@ def test_cli_sample_and_compare(tmp_path, caption_queries):
                               "--run-a", str(runs[0]), "--run-b", str(runs[1]), "--out", str(tmp_path / "cmp.json")])
     assert res.exit_code == 0, res.output
     saved = json.loads((tmp_path / "cmp.json").read_text())
-    assert saved["overlap"]["n_a"] == 159 and saved["runs"][0]["metrics"]["FID"]["diff"] == pytest.approx(0.08)
+    assert saved["overlap"]["n_a"] == 51 and saved["runs"][0]["metrics"]["FID"]["diff"] == pytest.approx(0.08)
     assert "k=5" in res.output
     res = runner.invoke(cli, ["report", "sampling", "compare", str(tmp_path / "set1.jsonl"), str(tmp_path / "set2.jsonl"),
                               "--run-a", str(runs[0])])

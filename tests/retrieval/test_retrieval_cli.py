@@ -35,20 +35,22 @@ def test_build_info_retrieve_evaluate(oracle_registry, coco_mbeir, coco_mini: Pa
     main(["index", "build", "--pool", str(coco_mbeir["pool"]), "--images-root", str(coco_mini), "--out", str(idx),
           "--batch-size", "32"])
     out = capsys.readouterr().out
-    assert "954 candidates" in out and "text: 795" in out and "image: 159" in out
+    assert "306 candidates" in out and "text: 255" in out and "image: 51" in out
     main(["index", "info", str(idx)])
     out = capsys.readouterr().out
-    assert "test-coco-oracle" in out and "checksums  verified" in out and "795" in out
+    assert "test-coco-oracle" in out and "checksums  not checked" in out and "255" in out
+    main(["index", "verify", str(idx)])
+    assert capsys.readouterr().out.startswith("ok: ")
 
     run = tmp_path / "i2t.jsonl"
     main(["retrieve", "--index", str(idx), "--queries", str(coco_mbeir["i2t"]), "--images-root", str(coco_mini),
           "--k", "5", "--out", str(run), "--modality", "text"])
     results = read_run(run)
-    assert len(results) == 159 and all(len(r.candidates) == 5 and len(r.pairs) == 5 for r in results.values())
+    assert len(results) == 51 and all(len(r.candidates) == 5 and len(r.pairs) == 5 for r in results.values())
     first = json.loads(run.read_text().splitlines()[0])
     assert set(first) == {"qid", "candidates", "pairs"}
     assert set(first["pairs"][0]) >= {"image_did", "text_did", "img_path", "txt"}
-    assert len(run.with_suffix(".trec").read_text().splitlines()) == 159 * 5
+    assert len(run.with_suffix(".trec").read_text().splitlines()) == 51 * 5
     capsys.readouterr()
 
     metrics_path = tmp_path / "m.json"
@@ -59,7 +61,7 @@ def test_build_info_retrieve_evaluate(oracle_registry, coco_mbeir, coco_mini: Pa
     assert "hit@k" in table and "recall@k" in table and "MRR@k" in table
     metrics = json.loads(metrics_path.read_text())["metrics"]
     assert metrics["hit@5"] == 1.0 and metrics["hit@1"] >= 0.8 and metrics["recall@1"] <= 0.2
-    assert metrics["num_queries"] == 159
+    assert metrics["num_queries"] == 51
 
     clean = tmp_path / "i2t_clean.jsonl"
     main(["retrieve", "--index", str(idx), "--queries", str(coco_mbeir["i2t"]), "--images-root", str(coco_mini),
@@ -86,10 +88,19 @@ def test_cli_bad_inputs(oracle_registry, coco_mbeir, coco_index: Path, tmp_path:
     assert not (tmp_path / "r.jsonl").exists()
     corrupt = tmp_path / "corrupt_index"
     shutil.copytree(coco_index, corrupt)
-    (corrupt / "meta.text.jsonl").write_text("tampered\n")
+    meta = next(corrupt.glob("data-*/meta.sqlite"))
+    data = bytearray(meta.read_bytes())
+    data[-100] ^= 0xFF  # same size: only a re-hash can tell
+    meta.write_bytes(bytes(data))
+    for argv in (["index", "verify", str(corrupt)],
+                 ["retrieve", "--index", str(corrupt), "--queries", str(coco_mbeir["t2i"]), "--out",
+                  str(tmp_path / "r.jsonl"), "--verify"]):
+        err = _fail(argv, capsys)
+        assert "meta.sqlite" in err and "checksum mismatch" in err
+    meta.write_bytes(bytes(data[:-4096]))
     err = _fail(["retrieve", "--index", str(corrupt), "--queries", str(coco_mbeir["t2i"]), "--out",
                  str(tmp_path / "r.jsonl")], capsys)
-    assert "meta.text.jsonl" in err and "checksum mismatch" in err
+    assert "meta.sqlite" in err and "truncated" in err
     err = _fail(["evaluate", "retrieval", "--run", str(tmp_path / "r.jsonl"), "--qrels",
                  str(coco_mbeir["qrels_t2i"])], capsys)
     assert "run file not found" in err

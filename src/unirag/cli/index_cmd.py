@@ -79,26 +79,40 @@ def _echo_bad_images(manifest: dict) -> None:
 
 @index_group.command("info")
 @click.argument("index_dir", type=click.Path(path_type=Path))
-@click.option("--verify/--no-verify", default=True, show_default=True, help="Check the file checksums.")
+@click.option("--verify/--no-verify", default=False, show_default=True,
+              help="Also re-hash every file (reads the whole index; same as 'unirag index verify').")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def info(index_dir: Path, verify: bool, as_json: bool) -> None:
     """Describe the index in INDEX_DIR: encoder, sizes, index type, skipped images."""
-    from unirag.index.manifest import read_manifest, verify_checksums
+    from unirag.index.manifest import check_sizes, read_manifest, verify_files
 
     manifest = read_manifest(index_dir)
     if verify:
-        verify_checksums(index_dir, manifest)
+        verify_files(index_dir, manifest)
+    else:
+        check_sizes(index_dir, manifest)
     if as_json:
         click.echo(json.dumps(manifest, indent=2, ensure_ascii=False))
         return
     enc = manifest["encoder"]
-    click.echo(f"index      {index_dir}")
+    click.echo(f"index      {index_dir} (data folder {manifest['data']})")
     click.echo(f"encoder    {enc.get('name')} (fingerprint {enc.get('fingerprint')}, spec {enc.get('spec')!r})")
     click.echo(f"vectors    {manifest.get('total')} x {manifest['dim']} ({manifest.get('metric', 'inner_product')})")
     for modality, entry in manifest["subindexes"].items():
         params = {k: v for k, v in (entry.get("params") or {}).items() if v is not None}
-        click.echo(f"  {modality:<11}{entry['count']:>10}  {entry['type']}  {params}")
-    click.echo(f"built      {manifest.get('created')} in {manifest.get('build_seconds')}s from {manifest.get('pool')}")
+        click.echo(f"  {modality:<11}{entry['count']:>10}  {entry['type']}  {len(entry['shards'])} shard(s)  {params}")
+    click.echo(f"built      {manifest.get('created')} in {manifest.get('build_seconds')}s from "
+               f"{manifest.get('pool') or manifest.get('embeddings')}")
     bad = manifest.get("bad_images") or {}
     click.echo(f"skipped    {bad.get('count', 0)} unreadable image(s)")
-    click.echo("checksums  " + ("verified" if verify else "not checked"))
+    click.echo("checksums  " + ("verified" if verify else "not checked (sizes only; run 'unirag index verify')"))
+
+
+@index_group.command("verify")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+def verify(index_dir: Path) -> None:
+    """Re-hash every file of INDEX_DIR against the SHA-256 recorded at build (reads the whole index)."""
+    from unirag.index.manifest import verify_files
+
+    report = verify_files(index_dir)
+    click.echo(f"ok: {report['files']} file(s), {report['bytes']} bytes match the checksums in manifest.json")

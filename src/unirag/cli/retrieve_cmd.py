@@ -25,8 +25,8 @@ from unirag.cli.model_options import device_options, instruction_options
               help="Encoder to embed the queries (default: the one recorded in the index).")
 @click.option("--pool-images-root", type=click.Path(path_type=Path), default=None,
               help="Images root of the pool, if it moved since the index was built.")
-@click.option("--verify/--no-verify", default=True, show_default=True,
-              help="Check the index file checksums on open (skip for very large trusted indexes).")
+@click.option("--verify/--no-verify", default=False, show_default=True,
+              help="Re-hash the index files on open (reads the whole index; open checks sizes anyway).")
 @device_options
 @instruction_options
 def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, out: Path, modality: str,

@@ -3,8 +3,14 @@
 * ``flat``  - exact inner product (``IndexFlatIP``); vectors are L2-normalised so this is cosine.
 * ``hnsw``  - graph search (``IndexHNSWFlat``, inner product); no training, builds incrementally.
 * ``ivfpq`` - inverted lists + product quantisation for pools of millions (M-BEIR's global pool is
-  5.6M); trained on a bounded sample, and by default wrapped in ``IndexRefineFlat`` so that the
-  shortlist found with compressed codes is re-scored exactly (recall close to exact search).
+  5.6M); trained on a bounded sample. With ``refine=true`` (default) the raw float32 vectors are
+  kept in a file next to the index and memory-mapped: the shortlist found with compressed codes
+  (``refine_k_factor`` x k) is re-scored exactly from them, so recall is close to exact search while
+  RAM holds only the codes. With ``refine=false`` no raw vectors are kept; the index keeps a
+  direct map so that stored vectors can still be reconstructed (approximately, from the codes).
+
+Every type takes ``shard_size``: a sub-index with more vectors is cut into shards of at most that
+many, one FAISS file each, searched one after the other with an exact top-k merge.
 """
 
 from __future__ import annotations
@@ -16,12 +22,15 @@ from unirag.errors import ConfigError
 
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 
+#: Vectors per FAISS shard file (2 GiB of float32 at 512-d for flat); override with ``--param shard_size=N``.
+DEFAULT_SHARD_SIZE = 1 << 20
+
 DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
-    "flat": {},
-    "hnsw": {"M": 32, "ef_construction": 80, "ef_search": 128},
+    "flat": {"shard_size": DEFAULT_SHARD_SIZE},
+    "hnsw": {"M": 32, "ef_construction": 80, "ef_search": 128, "shard_size": DEFAULT_SHARD_SIZE},
     # nlist=None: 4*sqrt(n) rounded to a power of two, chosen once the count is known.
     "ivfpq": {"nlist": None, "pq_m": None, "nbits": 8, "nprobe": 32, "train_size": 131072,
-              "refine": True, "refine_k_factor": 8},
+              "refine": True, "refine_k_factor": 8, "shard_size": 8 * DEFAULT_SHARD_SIZE},
 }
 
 #: Below this many vectors IVF-PQ cannot be trained sensibly (k-means needs ~39 points per list
@@ -38,6 +47,9 @@ def resolve_params(index_type: str, overrides: dict[str, Any] | None = None) -> 
             raise ConfigError(f"unknown parameter {key!r} for index type {index_type!r}; "
                               f"known: {', '.join(params) or 'none'}")
         params[key] = value
+    if not isinstance(params["shard_size"], int) or isinstance(params["shard_size"], bool) \
+            or params["shard_size"] <= 0:
+        raise ConfigError(f"shard_size must be a positive integer, got {params['shard_size']!r}")
     return params
 
 
@@ -70,31 +82,22 @@ def new_hnsw(dim: int, params: dict[str, Any]):
 
 
 def new_ivfpq(dim: int, params: dict[str, Any]):
-    """An untrained IVF-PQ (optionally refined) index; the caller trains it on a sample."""
+    """An untrained IVF-PQ index; the caller trains it on a sample (re-scoring is done by the store)."""
     import faiss
 
     quantizer = faiss.IndexFlatIP(dim)
     ivf = faiss.IndexIVFPQ(quantizer, dim, int(params["nlist"]), int(params["pq_m"]), int(params["nbits"]),
                            faiss.METRIC_INNER_PRODUCT)
     ivf.nprobe = int(params["nprobe"])
-    if not params["refine"]:
-        return ivf, ivf
-    refined = faiss.IndexRefineFlat(ivf)
-    refined.k_factor = float(params["refine_k_factor"])
-    # (faiss's python wrappers keep ``quantizer`` and ``ivf`` alive as references of their owners)
-    return refined, ivf
+    # (faiss's python wrappers keep ``quantizer`` alive as a reference of its owner)
+    return ivf
 
 
 def apply_search_params(index, params: dict[str, Any], k: int) -> None:
-    """Set query-time knobs (efSearch, nprobe, k_factor) on a loaded index."""
+    """Set query-time knobs (efSearch, nprobe) on a loaded index."""
     import faiss
 
     if isinstance(index, faiss.IndexHNSW):
         index.hnsw.efSearch = max(int(params.get("ef_search", 128)), k)
-        return
-    base = index
-    if isinstance(index, faiss.IndexRefine):
-        index.k_factor = float(params.get("refine_k_factor", 8))
-        base = faiss.downcast_index(index.base_index)
-    if isinstance(base, faiss.IndexIVF):
-        base.nprobe = int(params.get("nprobe", 32))
+    elif isinstance(index, faiss.IndexIVF):
+        index.nprobe = int(params.get("nprobe", 32))

@@ -1,10 +1,21 @@
-"""The on-disk layout of an index directory and its manifest.
+"""The on-disk layout of an index directory and its manifest (format version 2).
 
-An index directory holds, per candidate modality present in the pool, one FAISS file and one
-metadata JSONL file whose line ``i`` describes vector ``i`` of that FAISS file, plus a
-``manifest.json`` that says which encoder made the vectors, how the indexes were built, how many
-items each holds, which pool images were skipped, and a SHA-256 of every file. The checksums are
-verified on open so that a truncated copy or a half-synced disk is reported instead of searched.
+An index directory holds ``manifest.json`` and one *data folder* (``data-<id>/``) that the manifest
+names. The data folder holds, per candidate modality present in the pool, one or more FAISS shard
+files (``text.00000.faiss`` ...; a sub-index larger than ``shard_size`` vectors is cut into
+several), for IVF-PQ the raw float32 vectors used to re-score candidates (``text.vectors.f32``,
+memory-mapped), and one SQLite file ``meta.sqlite`` with a row per candidate (did, text, image
+path, pairing id) looked up by row id on demand.
+
+The manifest says which encoder made the vectors, how the indexes were built, how many items each
+holds, which pool images were skipped, and the size and SHA-256 of every data file. Opening an
+index checks the manifest and the file sizes only (a truncated copy is caught at once);
+``unirag index verify`` (:func:`verify_files`) re-hashes every file. Why a data folder: a rebuild
+writes a new one next to the old and then replaces ``manifest.json`` with one atomic rename, so
+the previous index stays readable until the new one is in place (see :mod:`unirag.index.directory`).
+
+Version 1 (one FAISS file and one JSON-lines metadata file per modality, hashed on every open) is
+no longer read: opening one says to rebuild it.
 """
 
 from __future__ import annotations
@@ -18,8 +29,9 @@ from unirag.data.records import Modality
 from unirag.errors import InputError
 
 FORMAT_NAME = "unirag-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
+META_FILE = "meta.sqlite"
 
 
 def file_stem(modality: Modality) -> str:
@@ -27,12 +39,12 @@ def file_stem(modality: Modality) -> str:
     return modality.value.replace(",", "_")
 
 
-def index_file(modality: Modality) -> str:
-    return f"{file_stem(modality)}.faiss"
+def shard_file(modality: Modality, shard: int) -> str:
+    return f"{file_stem(modality)}.{shard:05d}.faiss"
 
 
-def meta_file(modality: Modality) -> str:
-    return f"meta.{file_stem(modality)}.jsonl"
+def vectors_file(modality: Modality) -> str:
+    return f"{file_stem(modality)}.vectors.f32"
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
@@ -59,22 +71,48 @@ def read_manifest(index_dir: str | Path) -> dict[str, Any]:
         raise InputError(f"not a {FORMAT_NAME} manifest", path=path, field="format")
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
-        raise InputError(f"index format version {version!r} is not supported (expected {FORMAT_VERSION}); "
-                         "rebuild the index", path=path, field="format_version")
-    for key in ("encoder", "dim", "subindexes", "checksums"):
+        raise InputError(f"index format version {version!r} is not supported by this unirag (it reads version "
+                         f"{FORMAT_VERSION}); rebuild the index with 'unirag index build'", path=path,
+                         field="format_version")
+    for key in ("data", "encoder", "dim", "subindexes", "files", "meta_file"):
         if key not in manifest:
             raise InputError("missing required field", path=path, field=key)
     return manifest
 
 
-def verify_checksums(index_dir: str | Path, manifest: dict[str, Any]) -> None:
-    """Every file listed in the manifest must exist and hash to its recorded SHA-256."""
-    index_dir = Path(index_dir)
-    for name, expected in manifest["checksums"].items():
-        path = index_dir / name
-        if not path.exists():
-            raise InputError("index file listed in manifest.json is missing; rebuild the index", path=path)
+def data_dir(index_dir: str | Path, manifest: dict[str, Any]) -> Path:
+    return Path(index_dir) / manifest["data"]
+
+
+def check_sizes(index_dir: str | Path, manifest: dict[str, Any]) -> None:
+    """Every data file must exist with its recorded size (cheap: no file is read)."""
+    folder = data_dir(index_dir, manifest)
+    for name, entry in manifest["files"].items():
+        path = folder / name
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise InputError("index file listed in manifest.json is missing; rebuild the index",
+                             path=path) from None
+        if size != entry["size"]:
+            raise InputError(f"file is {size} bytes, manifest.json says {entry['size']}: the copy is truncated "
+                             "or the file was modified; rebuild the index", path=path)
+
+
+def verify_files(index_dir: str | Path, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Check sizes, then re-hash every data file against its recorded SHA-256 (reads everything).
+
+    Raises :class:`InputError` naming the first bad file; returns ``{"files": n, "bytes": total}``.
+    """
+    manifest = manifest if manifest is not None else read_manifest(index_dir)
+    check_sizes(index_dir, manifest)
+    folder = data_dir(index_dir, manifest)
+    total = 0
+    for name, entry in manifest["files"].items():
+        path = folder / name
         actual = sha256_file(path)
-        if actual != expected:
-            raise InputError(f"checksum mismatch (expected sha256 {expected[:12]}..., got {actual[:12]}...): "
+        if actual != entry["sha256"]:
+            raise InputError(f"checksum mismatch (expected sha256 {entry['sha256'][:12]}..., got {actual[:12]}...): "
                              "the file is corrupt or was modified; rebuild the index", path=path)
+        total += entry["size"]
+    return {"files": len(manifest["files"]), "bytes": total}

@@ -1,15 +1,18 @@
 """Open an index directory and search it, optionally restricted to one candidate modality.
 
-Each modality has its own FAISS index, so a modality-restricted search only touches the vectors of
+Each modality has its own sub-index, so a modality-restricted search only touches the vectors of
 that modality (no filtering after the fact, no lost top-k slots) and ``any`` merges the per-modality
-top-k lists by score. Hits are *global ids*: the concatenation of the sub-indexes in manifest order,
-which index :attr:`VectorIndex.metas` directly.
+top-k lists by score. A sub-index may be cut into several FAISS shards; each is searched and the
+lists are merged into the exact top-k of the union (:func:`merge_topk`). Hits are *global ids*: the
+concatenation of the sub-indexes in manifest order, which index :attr:`VectorIndex.metas` directly.
+
+Opening is cheap at any size: FAISS files are memory-mapped (``IO_FLAG_MMAP_IFC``), metadata is an
+SQLite file queried on demand (:mod:`unirag.index.metadata`), IVF-PQ raw vectors are a read-only
+``numpy.memmap``, and only file sizes are checked - ``unirag index verify`` re-hashes the files.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +20,16 @@ import numpy as np
 
 from unirag.data.records import Modality
 from unirag.errors import ConfigError, InputError
+from unirag.index.directory import index_lock
 from unirag.index.factory import apply_search_params
-from unirag.index.manifest import read_manifest, verify_checksums
+from unirag.index.manifest import check_sizes, data_dir, read_manifest, verify_files
+from unirag.index.metadata import CandidateMeta, MetaTable
+
+__all__ = ["ANY", "CandidateMeta", "VectorIndex", "check_encoder", "merge_topk", "parse_modality_filter"]
 
 ANY = "any"
+#: Queries re-scored together from the memory-mapped raw vectors (bounds the gathered block).
+RESCORE_BATCH = 256
 
 
 def parse_modality_filter(value: str | Modality | None) -> Modality | None:
@@ -35,95 +44,176 @@ def parse_modality_filter(value: str | Modality | None) -> Modality | None:
         raise ConfigError(f"unknown modality {value!r}; expected one of: text, image, image,text, any") from None
 
 
-@dataclass
-class CandidateMeta:
-    """What the index keeps about a candidate besides its vector."""
+def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` of several (scores, ids) lists per query row; ties keep the earlier list first."""
+    if len(parts) == 1:
+        scores, ids = parts[0]
+        return scores[:, :k], ids[:, :k]
+    scores = np.concatenate([p[0] for p in parts], axis=1)
+    ids = np.concatenate([p[1] for p in parts], axis=1)
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
-    did: str
-    modality: Modality
-    txt: str | None
-    img_path: str | None
-    source_id: str | None
 
+class SubIndex:
+    """One modality: FAISS shards (rows ``start .. start+count`` each) and optional raw vectors."""
 
-class VectorIndex:
-    """A loaded index directory. Use :meth:`open`."""
-
-    def __init__(self, index_dir: Path, manifest: dict[str, Any], indexes: dict[Modality, Any],
-                 metas: list[CandidateMeta], offsets: dict[Modality, int]) -> None:
-        self.index_dir = index_dir
-        self.manifest = manifest
-        self.indexes = indexes
-        self.metas = metas
-        self.offsets = offsets
-        self.dim = int(manifest["dim"])
-        self.search_params: dict[Modality, dict[str, Any]] = {
-            Modality.parse(m): dict(e.get("params") or {}) for m, e in manifest["subindexes"].items()}
-        self._did_to_gid: dict[str, int] | None = None
-        self._source_groups: dict[str, list[int]] | None = None
-
-    # -- opening ---------------------------------------------------------------------------
-    @classmethod
-    def open(cls, index_dir: str | Path, encoder=None, verify: bool = True) -> VectorIndex:
-        """Load an index; ``encoder`` (if given) must be the one that built it."""
+    def __init__(self, folder: Path, modality: Modality, entry: dict[str, Any], dim: int) -> None:
         import faiss
 
-        index_dir = Path(index_dir)
-        manifest = read_manifest(index_dir)
-        if encoder is not None:
-            check_encoder(manifest, encoder, index_dir)
-        if verify:
-            verify_checksums(index_dir, manifest)
-        indexes: dict[Modality, Any] = {}
-        metas: list[CandidateMeta] = []
-        offsets: dict[Modality, int] = {}
-        for key, entry in manifest["subindexes"].items():
-            modality = Modality.parse(key)
-            path = index_dir / entry["index_file"]
+        self.modality = modality
+        self.count = int(entry["count"])
+        self.kind = entry["type"]
+        self.params: dict[str, Any] = dict(entry.get("params") or {})
+        self.shards: list[tuple[Any, int]] = []  # (faiss index, first row)
+        start = 0
+        for shard in entry["shards"]:
+            path = folder / shard["file"]
             try:
-                index = faiss.read_index(str(path))
+                index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
             except RuntimeError as e:
                 raise InputError(f"cannot read FAISS index ({str(e).splitlines()[0]}); rebuild the index",
                                  path=path) from None
-            if index.ntotal != entry["count"] or index.d != manifest["dim"]:
+            if index.ntotal != shard["count"] or index.d != dim:
                 raise InputError(f"index holds {index.ntotal} vectors of size {index.d}, manifest says "
-                                 f"{entry['count']} of size {manifest['dim']}; rebuild the index", path=path)
-            offsets[modality] = len(metas)
-            metas.extend(_read_metas(index_dir / entry["meta_file"], modality, entry["count"]))
-            indexes[modality] = index
-        return cls(index_dir, manifest, indexes, metas, offsets)
+                                 f"{shard['count']} of size {dim}; rebuild the index", path=path)
+            self.shards.append((index, start))
+            start += int(index.ntotal)
+        if start != self.count:
+            raise InputError(f"shards hold {start} vectors, manifest says {self.count}; rebuild the index",
+                             path=folder)
+        self.vectors = None
+        if entry.get("vectors_file"):
+            self.vectors = np.memmap(folder / entry["vectors_file"], dtype=np.float32, mode="r",
+                                     shape=(self.count, dim))
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, local rows); with raw vectors, a ``refine_k_factor`` x k shortlist re-scored exactly."""
+        fetch = k
+        if self.vectors is not None:
+            fetch = max(k, int(round(k * float(self.params.get("refine_k_factor", 8)))))
+        parts = []
+        for index, first in self.shards:
+            apply_search_params(index, self.params, fetch)
+            scores, ids = index.search(queries, min(fetch, int(index.ntotal)))
+            ids = ids.astype(np.int64)
+            scores = scores.astype(np.float32)
+            missing = ids < 0
+            ids[~missing] += first
+            scores[missing] = -np.inf
+            parts.append((scores, ids))
+        scores, ids = merge_topk(parts, fetch)
+        if self.vectors is not None:
+            scores, ids = self._rescore(queries, ids, k)
+        return _pad(scores[:, :k], ids[:, :k], k)
+
+    def _rescore(self, queries: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        out_s = np.full((len(queries), ids.shape[1]), -np.inf, dtype=np.float32)
+        for s in range(0, len(queries), RESCORE_BATCH):
+            block = ids[s : s + RESCORE_BATCH]
+            valid = block >= 0
+            rows = np.where(valid, block, 0)
+            uniq = np.unique(rows)  # sorted: reads the memory-mapped rows in file order
+            vecs = np.asarray(self.vectors[uniq])
+            exact = np.einsum("qcd,qd->qc", vecs[np.searchsorted(uniq, rows)], queries[s : s + RESCORE_BATCH])
+            out_s[s : s + RESCORE_BATCH] = np.where(valid, exact, -np.inf)
+        order = np.argsort(-out_s, axis=1, kind="stable")[:, :k]
+        ids = np.take_along_axis(ids, order, axis=1)
+        scores = np.take_along_axis(out_s, order, axis=1)
+        ids[~np.isfinite(scores)] = -1
+        return scores, ids
+
+    def reconstruct(self, row: int) -> np.ndarray:
+        """The stored vector of local ``row``: exact from raw vectors/flat/HNSW, decoded for plain IVF-PQ."""
+        if self.vectors is not None:
+            return np.array(self.vectors[row], dtype=np.float32)
+        for index, first in reversed(self.shards):
+            if row >= first:
+                return index.reconstruct(int(row - first))
+        raise IndexError(row)
+
+
+def _pad(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    if scores.shape[1] >= k:
+        return scores, ids
+    n, have = scores.shape
+    s = np.full((n, k), -np.inf, dtype=np.float32)
+    g = np.full((n, k), -1, dtype=np.int64)
+    s[:, :have], g[:, :have] = scores, ids
+    return s, g
+
+
+class VectorIndex:
+    """An opened index directory. Use :meth:`open`."""
+
+    def __init__(self, index_dir: Path, manifest: dict[str, Any], subs: dict[Modality, SubIndex],
+                 metas: MetaTable, offsets: dict[Modality, int]) -> None:
+        self.index_dir = index_dir
+        self.manifest = manifest
+        self.subs = subs
+        self.metas = metas
+        self.offsets = offsets
+        self.dim = int(manifest["dim"])
+        self.search_params: dict[Modality, dict[str, Any]] = {m: s.params for m, s in subs.items()}
+
+    # -- opening ---------------------------------------------------------------------------
+    @classmethod
+    def open(cls, index_dir: str | Path, encoder=None, verify: bool = False) -> VectorIndex:
+        """Open an index; ``encoder`` (if given) must be the one that built it.
+
+        Reads the manifest, checks file sizes, memory-maps the FAISS files and opens the metadata:
+        constant time, whatever the size. ``verify=True`` also re-hashes every file (reads it all;
+        the same as ``unirag index verify``).
+        """
+        index_dir = Path(index_dir)
+        with index_lock(index_dir, shared=True):
+            manifest = read_manifest(index_dir)
+            if encoder is not None:
+                check_encoder(manifest, encoder, index_dir)
+            if verify:
+                verify_files(index_dir, manifest)
+            else:
+                check_sizes(index_dir, manifest)
+            folder = data_dir(index_dir, manifest)
+            subs: dict[Modality, SubIndex] = {}
+            offsets: dict[Modality, int] = {}
+            total = 0
+            for key, entry in manifest["subindexes"].items():
+                modality = Modality.parse(key)
+                subs[modality] = SubIndex(folder, modality, entry, int(manifest["dim"]))
+                offsets[modality] = total
+                total += subs[modality].count
+            metas = MetaTable(folder / manifest["meta_file"], offsets, {m: s.count for m, s in subs.items()})
+        return cls(index_dir, manifest, subs, metas, offsets)
 
     # -- lookups ---------------------------------------------------------------------------
     @property
+    def indexes(self) -> dict[Modality, SubIndex]:
+        """The sub-index of each modality present (kept under its former name)."""
+        return self.subs
+
+    @property
     def counts(self) -> dict[str, int]:
-        return {m.value: int(ix.ntotal) for m, ix in self.indexes.items()}
+        return {m.value: s.count for m, s in self.subs.items()}
 
     def __len__(self) -> int:
         return len(self.metas)
 
     def gid_of(self, did: str) -> int | None:
-        if self._did_to_gid is None:
-            self._did_to_gid = {m.did: i for i, m in enumerate(self.metas)}
-        return self._did_to_gid.get(did)
+        return self.metas.gid_of(did)
 
     def source_group(self, source_id: str | None) -> list[int]:
         """Global ids of all candidates that share ``source_id`` (the pool's own pairing)."""
         if source_id is None:
             return []
-        if self._source_groups is None:
-            groups: dict[str, list[int]] = {}
-            for i, m in enumerate(self.metas):
-                if m.source_id is not None:
-                    groups.setdefault(m.source_id, []).append(i)
-            self._source_groups = groups
-        return self._source_groups.get(source_id, [])
+        return self.metas.source_group(source_id)
 
     def vectors(self, gids: list[int]) -> np.ndarray:
-        """Stored vectors of the given global ids (exact for flat/HNSW/refined IVF-PQ)."""
+        """Stored vectors of the given global ids (exact, except for IVF-PQ built with ``refine=false``)."""
         out = np.zeros((len(gids), self.dim), dtype=np.float32)
         for row, gid in enumerate(gids):
-            modality = self.metas[gid].modality
-            out[row] = self.indexes[modality].reconstruct(gid - self.offsets[modality])
+            modality, local = self.metas.locate(int(gid))
+            out[row] = self.subs[modality].reconstruct(local)
         return out
 
     # -- search ----------------------------------------------------------------------------
@@ -137,27 +227,19 @@ class VectorIndex:
             raise ValueError(f"queries must have shape (n, {self.dim}), got {queries.shape}")
         wanted = parse_modality_filter(modality)
         if wanted is not None:
-            if wanted not in self.indexes:
+            if wanted not in self.subs:
                 n = len(queries)
                 return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
             return self._search_one(wanted, queries, k)
-        parts = [self._search_one(m, queries, k) for m in self.indexes]
-        if len(parts) == 1:
-            return parts[0]
-        scores = np.concatenate([p[0] for p in parts], axis=1)
-        ids = np.concatenate([p[1] for p in parts], axis=1)
-        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-        return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
+        return merge_topk([self._search_one(m, queries, k) for m in self.subs], k)
 
     def _search_one(self, modality: Modality, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        index = self.indexes[modality]
-        apply_search_params(index, self.search_params[modality], k)
-        scores, ids = index.search(queries, k)
+        sub = self.subs[modality]
+        sub.params = self.search_params[modality]
+        scores, ids = sub.search(queries, k)
         missing = ids < 0
-        ids = ids.astype(np.int64) + self.offsets[modality]
+        ids = ids + self.offsets[modality]
         ids[missing] = -1
-        scores = scores.astype(np.float32)
-        scores[missing] = -np.inf
         return scores, ids
 
 
@@ -170,18 +252,3 @@ def check_encoder(manifest: dict[str, Any], encoder, index_dir: Path) -> None:
             "was given; use the same encoder or rebuild the index")
     if int(encoder.dim) != int(manifest["dim"]):
         raise ConfigError(f"encoder {encoder.name!r} makes {encoder.dim}-d vectors, index has {manifest['dim']}")
-
-
-def _read_metas(path: Path, modality: Modality, expected: int) -> list[CandidateMeta]:
-    out: list[CandidateMeta] = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            try:
-                m = json.loads(line)
-                out.append(CandidateMeta(str(m["did"]), modality, m.get("txt"), m.get("img_path"),
-                                         m.get("source_id")))
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise InputError("corrupt metadata line; rebuild the index", path=path, line=lineno) from None
-    if len(out) != expected:
-        raise InputError(f"{len(out)} metadata lines, manifest says {expected}; rebuild the index", path=path)
-    return out

@@ -1,20 +1,20 @@
-"""Streaming, atomic index writer.
+"""Write an index directory incrementally, then publish it atomically.
 
-Vectors arrive in chunks (``add``) and go straight into a FAISS index per modality (flat, HNSW) or
-are spilled to a raw float32 file in the build directory (IVF-PQ, which must be trained before
-vectors can be added); metadata lines are written as they arrive. Nothing holds the whole pool
-besides the index itself, so peak memory stays near the size of the vectors.
+Vectors arrive in chunks per modality. Flat and HNSW vectors go straight into the current FAISS
+shard, which is written out and freed when it reaches ``shard_size`` vectors; IVF-PQ vectors are
+spilled to a raw float32 file (IVF-PQ must be trained before vectors can be added), trained on a
+bounded sample of it, and added shard by shard. Metadata rows go to SQLite as they arrive. Peak
+memory is one shard (flat/HNSW) or the compressed codes (IVF-PQ), never the whole pool.
 
-Everything is written into a temporary directory next to the target and renamed into place by
-``commit``; an exception (or a kill) before that leaves the previous index untouched.
+Everything is written into a new data folder inside the index directory; :meth:`IndexWriter.commit`
+publishes it by replacing ``manifest.json`` atomically (see :mod:`unirag.index.directory`). An
+exception or a kill before that leaves the previous index untouched and readable.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,84 +24,130 @@ import numpy as np
 from unirag.data.records import Modality
 from unirag.errors import InputError
 from unirag.index import factory
+from unirag.index.directory import BuildSlot, check_target
 from unirag.index.manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
-    MANIFEST,
-    file_stem,
-    index_file,
-    meta_file,
+    META_FILE,
     sha256_file,
+    shard_file,
+    vectors_file,
 )
+from unirag.index.metadata import MetaWriter
 
 SPILL_CHUNK = 65536
 
 
 class _SubIndex:
-    """The part of the build for one modality: metadata file + index (or spill file for IVF-PQ)."""
+    """The part of the build for one modality: FAISS shards (or a spill file for IVF-PQ)."""
 
-    def __init__(self, tmp: Path, modality: Modality, dim: int, index_type: str, params: dict[str, Any]) -> None:
+    def __init__(self, folder: Path, modality: Modality, dim: int, index_type: str, params: dict[str, Any]) -> None:
+        self.folder = folder
         self.modality = modality
+        self.dim = dim
+        self.index_type = index_type
+        self.params = params
+        self.shard_size = int(params["shard_size"])
         self.count = 0
-        self.meta_fh = (tmp / meta_file(modality)).open("w", encoding="utf-8")
-        self.index = None
-        self.spill_path = tmp / f".spill.{file_stem(modality)}.f32"
-        self.spill_fh = None
-        if index_type == "flat":
-            self.index = factory.new_flat(dim)
-        elif index_type == "hnsw":
-            self.index = factory.new_hnsw(dim, params)
-        else:
-            self.spill_fh = self.spill_path.open("wb")
+        self.shards: list[dict[str, Any]] = []
+        self.current = None
+        self.spill_path = folder / vectors_file(modality)
+        self.spill_fh = self.spill_path.open("wb") if index_type == "ivfpq" else None
 
-    def add(self, metas: list[dict[str, Any]], vectors: np.ndarray) -> None:
-        for m in metas:
-            self.meta_fh.write(json.dumps(m, ensure_ascii=False, separators=(",", ":")))
-            self.meta_fh.write("\n")
-        if self.index is not None:
-            self.index.add(vectors)
-        else:
+    def _new_index(self):
+        return factory.new_hnsw(self.dim, self.params) if self.index_type == "hnsw" else factory.new_flat(self.dim)
+
+    def add(self, vectors: np.ndarray) -> None:
+        self.count += len(vectors)
+        if self.spill_fh is not None:
             self.spill_fh.write(vectors.tobytes())
-        self.count += len(metas)
+            return
+        start = 0
+        while start < len(vectors):
+            if self.current is None:
+                self.current = self._new_index()
+            take = min(len(vectors) - start, self.shard_size - self.current.ntotal)
+            self.current.add(vectors[start : start + take])
+            start += take
+            if self.current.ntotal >= self.shard_size:
+                self._write_shard(self.current)
+                self.current = None
+
+    def _write_shard(self, index) -> None:
+        import faiss
+
+        name = shard_file(self.modality, len(self.shards))
+        faiss.write_index(index, str(self.folder / name))
+        self.shards.append({"file": name, "count": int(index.ntotal)})
+
+    def finish(self, seed: int) -> dict[str, Any]:
+        """Write the remaining shard(s); returns this sub-index's manifest entry."""
+        kind, params, vfile = self.index_type, dict(self.params), None
+        if self.spill_fh is not None:
+            self.spill_fh.close()
+            kind, params, vfile = self._finish_ivfpq(seed)
+        elif self.current is not None:
+            self._write_shard(self.current)
+            self.current = None
+        return {"count": self.count, "type": kind, "params": params, "shards": self.shards, "vectors_file": vfile}
+
+    def _finish_ivfpq(self, seed: int) -> tuple[str, dict[str, Any], str | None]:
+        """Train IVF-PQ once on a bounded sample of the spilled vectors, then fill shard after shard."""
+        import faiss
+
+        n = self.count
+        if n < factory.IVFPQ_MIN_COUNT:
+            kind = "flat"
+            params = {"reason": f"ivfpq needs >= {factory.IVFPQ_MIN_COUNT} vectors, got {n}",
+                      "shard_size": self.shard_size}
+            trained = None
+        else:
+            kind = "ivfpq"
+            params = factory.ivfpq_shape(n, self.dim, self.params)
+            trained = factory.new_ivfpq(self.dim, params)
+            rng = np.random.default_rng(seed)
+            rows = np.sort(rng.choice(n, size=min(n, int(params["train_size"])), replace=False))
+            trained.train(_read_rows(self.spill_path, rows, self.dim))
+        for first in range(0, n, self.shard_size):
+            last = min(n, first + self.shard_size)
+            index = faiss.clone_index(trained) if trained is not None else factory.new_flat(self.dim)
+            for block in _read_blocks(self.spill_path, self.dim, first, last):
+                index.add(block)
+            if trained is not None and not params["refine"]:
+                index.make_direct_map()  # stored vectors stay reconstructable (from the codes) without raw vectors
+            self._write_shard(index)
+            del index
+        if trained is not None and params["refine"]:
+            return kind, params, self.spill_path.name  # kept: re-scoring reads it memory-mapped
+        self.spill_path.unlink()
+        return kind, params, None
 
 
-OWNER_FILE = ".owner-pid"
+def _read_blocks(path: Path, dim: int, first: int, last: int):
+    row_bytes = dim * 4
+    with path.open("rb") as f:
+        f.seek(first * row_bytes)
+        for start in range(first, last, SPILL_CHUNK):
+            count = min(SPILL_CHUNK, last - start)
+            yield np.frombuffer(f.read(count * row_bytes), dtype=np.float32).reshape(count, dim)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_stale_builds(out_dir: Path) -> list[Path]:
-    """Delete temp folders that killed builds of ``out_dir`` left behind (their owner process is gone).
-
-    A build in progress in another process keeps its folder: its owner pid is still alive.
-    """
-    removed = []
-    for pattern, pid_of in ((f".{out_dir.name}.building-*", lambda d: (d / OWNER_FILE).read_text()),
-                            (f".{out_dir.name}.old-*", lambda d: d.name.rsplit(".old-", 1)[1].split("-")[0])):
-        for d in out_dir.parent.glob(pattern):
-            try:
-                pid = int(pid_of(d))
-            except (OSError, ValueError, IndexError):
-                continue  # no owner recorded: leave it to the user
-            if pid != os.getpid() and not _pid_alive(pid):
-                shutil.rmtree(d, ignore_errors=True)
-                removed.append(d)
-    return removed
+def _read_rows(path: Path, rows: np.ndarray, dim: int) -> np.ndarray:
+    """Selected rows of a spill file by plain reads (no memmap: mapped pages would count as RSS)."""
+    out = np.empty((len(rows), dim), dtype=np.float32)
+    row_bytes = dim * 4
+    with path.open("rb") as f:
+        for i, r in enumerate(rows):
+            f.seek(int(r) * row_bytes)
+            out[i] = np.frombuffer(f.read(row_bytes), dtype=np.float32)
+    return out
 
 
 class IndexWriter:
     """Build an index directory from chunks of (metadata, vectors); see the module docstring.
 
     Use as a context manager; call :meth:`commit` at the end. Leaving the block without committing
-    (an exception) removes the temporary directory and keeps whatever was at ``out_dir`` before.
+    (an exception) removes the new data folder and keeps whatever index was at ``out_dir`` before.
     """
 
     def __init__(self, out_dir: str | Path, dim: int, encoder_info: dict[str, Any], index_type: str = "flat",
@@ -112,10 +158,10 @@ class IndexWriter:
         self.index_type = index_type
         self.params = factory.resolve_params(index_type, params)
         self.seed = seed
-        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_builds(self.out_dir)
-        self.tmp = Path(tempfile.mkdtemp(dir=self.out_dir.parent, prefix=f".{self.out_dir.name}.building-"))
-        (self.tmp / OWNER_FILE).write_text(str(os.getpid()))
+        check_target(self.out_dir)
+        self.slot = BuildSlot(self.out_dir)
+        self.folder = self.slot.path
+        self._meta = MetaWriter(self.folder / META_FILE)
         self._subs: dict[Modality, _SubIndex] = {}
         self._started = time.time()
         self._committed = False
@@ -129,10 +175,10 @@ class IndexWriter:
 
     def abort(self) -> None:
         for sub in self._subs.values():
-            sub.meta_fh.close()
             if sub.spill_fh is not None:
                 sub.spill_fh.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        self._meta.abort()
+        self.slot.abort()
 
     def add(self, modality: Modality, metas: list[dict[str, Any]], vectors: np.ndarray) -> None:
         """Append one chunk of one modality. ``vectors`` must be L2-normalised float32 of shape (n, dim)."""
@@ -142,69 +188,26 @@ class IndexWriter:
         if len(metas) == 0:
             return
         if modality not in self._subs:
-            self._subs[modality] = _SubIndex(self.tmp, modality, self.dim, self.index_type, self.params)
-        self._subs[modality].add(metas, vectors)
-
-    def _finish_ivfpq(self, sub: _SubIndex) -> tuple[Any, str, dict[str, Any]]:
-        """Train IVF-PQ on a bounded sample of the spilled vectors, then add them chunk by chunk."""
-        sub.spill_fh.close()
-        n = sub.count
-        if n < factory.IVFPQ_MIN_COUNT:
-            index = factory.new_flat(self.dim)
-            kind, params = "flat", {"reason": f"ivfpq needs >= {factory.IVFPQ_MIN_COUNT} vectors, got {n}"}
-        else:
-            params = factory.ivfpq_shape(n, self.dim, self.params)
-            index, _ = factory.new_ivfpq(self.dim, params)
-            rng = np.random.default_rng(self.seed)
-            n_train = min(n, int(params["train_size"]))
-            rows = np.sort(rng.choice(n, size=n_train, replace=False))
-            index.train(self._read_rows(sub.spill_path, rows))
-            kind = "ivfpq"
-        row_bytes = self.dim * 4
-        with sub.spill_path.open("rb") as f:
-            for start in range(0, n, SPILL_CHUNK):
-                count = min(SPILL_CHUNK, n - start)
-                block = np.frombuffer(f.read(count * row_bytes), dtype=np.float32).reshape(count, self.dim)
-                index.add(block)
-        sub.spill_path.unlink()
-        return index, kind, params
-
-    def _read_rows(self, path: Path, rows: np.ndarray) -> np.ndarray:
-        """Selected rows of a spill file by plain reads (no memmap: mapped pages would count as RSS)."""
-        out = np.empty((len(rows), self.dim), dtype=np.float32)
-        row_bytes = self.dim * 4
-        with path.open("rb") as f:
-            for i, r in enumerate(rows):
-                f.seek(int(r) * row_bytes)
-                out[i] = np.frombuffer(f.read(row_bytes), dtype=np.float32)
-        return out
+            self._subs[modality] = _SubIndex(self.folder, modality, self.dim, self.index_type, self.params)
+        sub = self._subs[modality]
+        self._meta.add(modality, sub.count, metas)
+        sub.add(vectors)
 
     def commit(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Write indexes + manifest into the temp dir, then swap it into place. Returns the manifest."""
-        import faiss
-
+        """Finish the shards, hash every file, publish the new manifest. Returns the manifest."""
         if not self._subs:
             raise InputError("nothing to index: the pool has no usable candidates")
-        subindexes: dict[str, Any] = {}
-        for modality, sub in self._subs.items():
-            sub.meta_fh.close()
-            if sub.index is None:
-                index, kind, params = self._finish_ivfpq(sub)
-            else:
-                index, kind = sub.index, self.index_type
-                params = dict(self.params)
-            faiss.write_index(index, str(self.tmp / index_file(modality)))
-            sub.index = None
-            del index
-            subindexes[modality.value] = {"count": sub.count, "type": kind, "params": params,
-                                          "index_file": index_file(modality), "meta_file": meta_file(modality)}
-        checksums = {}
-        for entry in subindexes.values():
-            for name in (entry["index_file"], entry["meta_file"]):
-                checksums[name] = sha256_file(self.tmp / name)
+        subindexes = {m.value: sub.finish(self.seed) for m, sub in self._subs.items()}
+        self._meta.close()
+        files = {}
+        for path in sorted(self.folder.iterdir()):
+            with path.open("rb") as f:
+                os.fsync(f.fileno())
+            files[path.name] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
         manifest = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
+            "data": self.slot.name,
             "encoder": self.encoder_info,
             "dim": self.dim,
             "metric": "inner_product",
@@ -213,27 +216,12 @@ class IndexWriter:
             "counts": {m: e["count"] for m, e in subindexes.items()},
             "total": sum(e["count"] for e in subindexes.values()),
             "subindexes": subindexes,
+            "meta_file": META_FILE,
             "build_seconds": round(time.time() - self._started, 3),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             **(extra or {}),
-            "checksums": checksums,
+            "files": files,
         }
-        with (self.tmp / MANIFEST).open("w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        self._swap_into_place()
+        self.slot.publish(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
         self._committed = True
         return manifest
-
-    def _swap_into_place(self) -> None:
-        """Rename the finished temp dir to ``out_dir``; an old index is moved aside first, then deleted."""
-        old = None
-        if self.out_dir.exists():
-            old = self.out_dir.parent / f".{self.out_dir.name}.old-{os.getpid()}-{int(time.time())}"
-            os.replace(self.out_dir, old)
-        (self.tmp / OWNER_FILE).unlink(missing_ok=True)
-        os.replace(self.tmp, self.out_dir)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)

@@ -36,7 +36,7 @@ class Retriever:
     ``pool_images_root`` defaults to the images root the index was built with.
     """
 
-    def __init__(self, index: str | Path | VectorIndex, encoder=None, *, verify: bool = True,
+    def __init__(self, index: str | Path | VectorIndex, encoder=None, *, verify: bool = False,
                  pool_images_root: str | Path | None = None) -> None:
         self.index = index if isinstance(index, VectorIndex) else VectorIndex.open(index, encoder, verify)
         if encoder is not None and isinstance(index, VectorIndex):

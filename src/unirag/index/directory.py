@@ -1,0 +1,199 @@
+"""Who may touch what inside an index directory: OS locks, the atomic swap, and safe cleanup.
+
+Layout: ``<index>/manifest.json`` names the current data folder ``<index>/data-<id>/``. A build
+writes a new data folder while holding an exclusive ``flock`` on ``<index>/data-<id>.lock``, and
+publishes it by replacing ``manifest.json`` with one ``os.replace`` - the only step that changes
+what readers see. So at every instant ``manifest.json`` names a complete data folder: a build
+killed at any point leaves the previous index readable (and the next build, or ``cleanup``,
+removes the dead build's folder).
+
+Ownership is decided by locks, never by process ids (a pid means nothing on another machine of a
+shared/NFS disk, and is reused): a data folder that is not the current one is removed only when
+its build lock can be taken, i.e. no live process is building it. All registrations, swaps and
+cleanups happen under an exclusive lock on ``<index>/.lock``; readers take it shared while they
+open files, so a cleanup cannot delete a folder between a reader reading the manifest and opening
+the files (once opened or memory-mapped, files stay readable even after they are deleted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from unirag.index.manifest import MANIFEST
+
+INDEX_LOCK = ".lock"
+DATA_PREFIX = "data-"
+MANIFEST_TMP_PREFIX = ".manifest-"
+
+
+@contextlib.contextmanager
+def index_lock(index_dir: Path, shared: bool = False) -> Iterator[None]:
+    """Hold ``<index>/.lock`` (shared for readers, exclusive for writers) for the block.
+
+    A reader on a read-only copy without a lock file proceeds unlocked (nothing can change there).
+    """
+    path = index_dir / INDEX_LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        if not shared:
+            raise
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            yield
+            return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _try_lock(path: Path) -> int | None:
+    """An fd holding an exclusive lock on ``path`` (created if missing), or None if another holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def current_data_name(index_dir: Path) -> str | None:
+    """The data folder ``manifest.json`` names now (None if there is no readable v2 manifest)."""
+    try:
+        manifest = json.loads((index_dir / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    name = manifest.get("data") if isinstance(manifest, dict) else None
+    return name if isinstance(name, str) else None
+
+
+class BuildSlot:
+    """A new data folder inside ``index_dir``, locked for the lifetime of this object."""
+
+    def __init__(self, index_dir: Path) -> None:
+        self.index_dir = index_dir
+        self.created_dir = not index_dir.exists()
+        index_dir.mkdir(parents=True, exist_ok=True)
+        self.name = f"{DATA_PREFIX}{uuid.uuid4().hex[:12]}"
+        self.path = index_dir / self.name
+        self.lock_path = index_dir / f"{self.name}.lock"
+        with index_lock(index_dir):
+            cleanup(index_dir)
+            fd = _try_lock(self.lock_path)
+            assert fd is not None, "a fresh lock file cannot be held by anyone else"
+            self._fd: int | None = fd
+            self.path.mkdir()
+
+    def publish(self, manifest_text: str) -> None:
+        """Make this data folder the current index: one atomic rename of the manifest, then cleanup."""
+        tmp = self.index_dir / f"{MANIFEST_TMP_PREFIX}{self.name}.tmp"
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(manifest_text)
+            f.flush()
+            os.fsync(f.fileno())
+        with index_lock(self.index_dir):
+            old_v1 = _v1_files(self.index_dir)
+            os.replace(tmp, self.index_dir / MANIFEST)
+            _fsync_dir(self.index_dir)
+            self._release(delete_folder=False)
+            for name in old_v1:
+                (self.index_dir / name).unlink(missing_ok=True)
+            cleanup(self.index_dir)
+
+    def abort(self) -> None:
+        """Remove the unfinished data folder (the current index is untouched)."""
+        if self._fd is None:
+            return
+        with index_lock(self.index_dir):
+            self._release(delete_folder=True)
+            leftover = {p.name for p in self.index_dir.iterdir()}
+            if self.created_dir and leftover <= {INDEX_LOCK}:  # a first build that failed leaves no folder
+                (self.index_dir / INDEX_LOCK).unlink(missing_ok=True)
+                self.index_dir.rmdir()
+
+    def _release(self, delete_folder: bool) -> None:
+        if delete_folder:
+            shutil.rmtree(self.path, ignore_errors=True)
+        self.lock_path.unlink(missing_ok=True)
+        (self.index_dir / f"{MANIFEST_TMP_PREFIX}{self.name}.tmp").unlink(missing_ok=True)
+        os.close(self._fd)
+        self._fd = None
+
+
+def cleanup(index_dir: Path) -> list[str]:
+    """Remove data folders of dead builds and superseded indexes; call under the exclusive index lock.
+
+    Kept: the folder ``manifest.json`` names, and every folder whose build lock is held by a live
+    process. Returns the names removed.
+    """
+    current = current_data_name(index_dir)
+    removed = []
+    for path in sorted(index_dir.glob(f"{DATA_PREFIX}*")):
+        if not path.is_dir() or path.name == current:
+            continue
+        lock_path = index_dir / f"{path.name}.lock"
+        fd = _try_lock(lock_path)
+        if fd is None:
+            continue  # a live build owns it
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+            (index_dir / f"{MANIFEST_TMP_PREFIX}{path.name}.tmp").unlink(missing_ok=True)
+            lock_path.unlink(missing_ok=True)
+            removed.append(path.name)
+        finally:
+            os.close(fd)
+    for lock_path in index_dir.glob(f"{DATA_PREFIX}*.lock"):  # locks whose folder is gone
+        folder = index_dir / lock_path.name[: -len(".lock")]
+        if not folder.exists():
+            fd = _try_lock(lock_path)
+            if fd is not None:
+                lock_path.unlink(missing_ok=True)
+                os.close(fd)
+    return removed
+
+
+def check_target(index_dir: Path) -> None:
+    """Refuse to build into a folder that holds something other than a unirag index."""
+    from unirag.errors import InputError
+
+    if not index_dir.exists():
+        return
+    if not index_dir.is_dir():
+        raise InputError("the index output path exists and is not a directory", path=index_dir)
+    ours = (MANIFEST, INDEX_LOCK)
+    foreign = [p.name for p in index_dir.iterdir()
+               if p.name not in ours and not p.name.startswith((DATA_PREFIX, MANIFEST_TMP_PREFIX))
+               and p.name not in _v1_files(index_dir) and p.name != "shards"]
+    if foreign and not (index_dir / MANIFEST).exists():
+        raise InputError(f"the output folder is not empty and holds no unirag index (found {foreign[0]!r}); "
+                         "choose another --out or empty it", path=index_dir)
+
+
+def _v1_files(index_dir: Path) -> list[str]:
+    """Top-level data files of a version-1 index at ``index_dir`` (replaced by a new build)."""
+    try:
+        manifest = json.loads((index_dir / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(manifest, dict) or manifest.get("format_version") != 1:
+        return []
+    return [n for n in (manifest.get("checksums") or {}) if "/" not in n and n != MANIFEST]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
