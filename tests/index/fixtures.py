@@ -27,3 +27,31 @@ def coco_index(coco_mbeir, coco_mini, coco_oracle_encoder, tmp_path_factory) -> 
     out = tmp_path_factory.mktemp("coco_index") / "index"
     build_index(coco_mbeir["pool"], coco_mini, out, coco_oracle_encoder, progress=False)
     return out
+
+
+DEMO_DATA = Path(__file__).resolve().parents[2] / "src" / "unirag" / "demo" / "data"
+
+
+@pytest.fixture(scope="session")
+def demo_images() -> Path:
+    """The bundled sample's 51 real COCO photos."""
+    return DEMO_DATA / "images"
+
+
+@pytest.fixture(scope="session")
+def demo_mbeir(tmp_path_factory) -> dict[str, Path]:
+    """M-BEIR files imported from the bundled sample (pool: 51 photos + 255 captions, in that interleaving)."""
+    from unirag.data.importers.coco import import_coco
+
+    out = tmp_path_factory.mktemp("demo_mbeir")
+    import_coco(DEMO_DATA / "captions.json", DEMO_DATA / "images", out, show_progress=False)
+    return {"pool": out / "pool.jsonl", "i2t": out / "queries_task3_image2text.jsonl",
+            "t2i": out / "queries_task0_text2image.jsonl"}
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_spec() -> str:
+    """A tiny random CLIP checkpoint on disk: loadable by path in any process (Ray workers too)."""
+    from tiny_models import tiny_clip_dir
+
+    return str(tiny_clip_dir())

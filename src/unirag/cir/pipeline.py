@@ -96,14 +96,38 @@ class CirRun:
         return self._encoder
 
     def text_encoder(self):
-        if self._text_encoder is None:
-            from unirag.encoders.registry import load_text_encoder
+        """The encoder of caption-caption similarity (A_t^s: C_t, C_v against candidate captions).
 
-            self._text_encoder = load_text_encoder(self.config.text_encoder)
+        As in the official X^R code, one CLIP encodes images and captions: when the cross-modal
+        encoder is a CLIP-family model it serves here too. Sentence embeddings (all-MiniLM-L6-v2)
+        are the fallback for the offline default encoder, or whatever ``text_encoder`` names.
+        """
+        if self._text_encoder is None:
+            if self.config.text_encoder is None and not self._offline_encoder():
+                self._text_encoder = self.encoder()
+            else:
+                from unirag.encoders.registry import load_text_encoder
+
+                self._text_encoder = load_text_encoder(self.config.text_encoder)
         return self._text_encoder
+
+    def _offline_encoder(self) -> bool:
+        if self._encoder is not None:
+            from unirag.encoders.offline import OfflineEncoder
+
+            return isinstance(self._encoder, OfflineEncoder)
+        from unirag.encoders.registry import is_offline_name
+
+        return is_offline_name(self.config.encoder)
 
     # -- run ----------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        try:
+            return self._run()
+        finally:  # the cache's stores release their locks even when a stage fails or is interrupted
+            self.cache.close()
+
+    def _run(self) -> dict[str, Any]:
         s = self.config.settings
         with RunLock(self.out):
             pool_ids, qs = self._check_images()
@@ -125,9 +149,7 @@ class CirRun:
                     self._agents(runner, qs, pool_ids, paths, ia)
                 finally:
                     runner.close()
-            result = self._write(qs, pool_ids, runner, s)
-        self.cache.close()
-        return result
+            return self._write(qs, pool_ids, runner, s)
 
     def required_roles(self) -> list[str]:
         """The agent roles this run's stages and ablations call."""

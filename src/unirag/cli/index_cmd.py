@@ -33,21 +33,42 @@ def index_group() -> None:
 @click.option("--pool", "pool", required=True, type=click.Path(path_type=Path), help="M-BEIR candidate pool JSONL.")
 @click.option("--images-root", type=click.Path(path_type=Path), default=None,
               help="Folder the pool's img_path values are relative to.")
-@click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Index directory to write.")
+@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+              help="Index directory to write (required unless --shard with --shards-dir).")
 @click.option("--encoder", "encoder_spec", default=None,
-              help="Encoder name, Hugging Face id or local path (default: the offline encoder).")
+              help="Encoder name, Hugging Face id or local path (default: the offline encoder). With "
+                   "--embeddings: the model that made them, recorded so queries use the same one.")
 @click.option("--index-type", type=click.Choice(["flat", "hnsw", "ivfpq"]), default="flat", show_default=True,
               help="flat = exact inner product; hnsw / ivfpq = approximate, for large pools.")
 @click.option("--param", "params", multiple=True,
-              help="Index parameter override, e.g. --param M=48 --param nprobe=64 (repeatable).")
+              help="Index parameter override, e.g. --param M=48 --param nprobe=64 --param shard_size=500000.")
 @click.option("--batch-size", type=int, default=64, show_default=True,
               help="Candidates encoded per chunk (memory is bounded by one chunk per modality).")
-def build(pool: Path, images_root: Path | None, out: Path, encoder_spec: str | None, index_type: str,
-          params: tuple[str, ...], batch_size: int) -> None:
-    """Encode every candidate of POOL and write an index to OUT (streaming, atomic)."""
-    from unirag.encoders.registry import load_encoder
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local = this process; ray = embed pool shards on Ray Data, resumable by shard.")
+@click.option("--ray-address", default=None,
+              help="Join this Ray cluster (e.g. ray://head:10001 or head:6379) instead of starting a local Ray; "
+                   "pool, images and --shards-dir must then be on storage all nodes share.")
+@click.option("--workers", type=int, default=None,
+              help="Ray workers (one model load each; default: GPUs / --gpus-per-worker, else CPUs - 1).")
+@click.option("--gpus-per-worker", type=float, default=0, show_default=True, help="GPUs reserved per Ray worker.")
+@click.option("--shards-dir", type=click.Path(path_type=Path), default=None,
+              help="Folder for the embedding shards (default: OUT/shards).")
+@click.option("--shard-size", type=int, default=None,
+              help="Pool items per shard for --engine ray (default 50000).")
+@click.option("--shard", "shard_spec", default=None,
+              help="Embed only shard i of n (0-based, e.g. 3/8) into --shards-dir, without Ray, and stop; "
+                   "then build with --embeddings SHARDS_DIR.")
+@click.option("--embeddings", type=click.Path(path_type=Path), default=None,
+              help="Precomputed vectors: a .npy matrix, a Parquet file (id + embedding columns) or a shards folder.")
+@click.option("--ids", "ids_file", type=click.Path(path_type=Path), default=None,
+              help="With a .npy --embeddings: one candidate id per line, row order (default: the pool's order).")
+def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: str | None, index_type: str,
+          params: tuple[str, ...], batch_size: int, engine: str, ray_address: str | None, workers: int | None,
+          gpus_per_worker: float, shards_dir: Path | None, shard_size: int | None, shard_spec: str | None,
+          embeddings: Path | None, ids_file: Path | None) -> None:
+    """Encode every candidate of POOL (or take --embeddings) and write an index to OUT (streaming, atomic)."""
     from unirag.errors import InputError
-    from unirag.index.build import build_index
     from unirag.index.factory import resolve_params
 
     overrides = parse_params(params)
@@ -56,13 +77,77 @@ def build(pool: Path, images_root: Path | None, out: Path, encoder_spec: str | N
         raise InputError("candidate pool not found", path=pool)
     if batch_size <= 0:
         raise ConfigError(f"--batch-size must be positive, got {batch_size}")
-    encoder = load_encoder(encoder_spec)
-    manifest = build_index(pool, images_root, out, encoder, encoder_spec=encoder_spec, index_type=index_type,
-                           batch_size=batch_size, params=overrides)
+    if shard_size is not None and shard_size <= 0:
+        raise ConfigError(f"--shard-size must be positive, got {shard_size}")
+    if workers is not None and workers <= 0:
+        raise ConfigError(f"--workers must be positive, got {workers}")
+    if ids_file is not None and embeddings is None:
+        raise ConfigError("--ids goes with --embeddings")
+    if shard_spec is not None:
+        _embed_one_shard(pool, images_root, out, shards_dir, encoder_spec, shard_spec, batch_size)
+        return
+    if out is None:
+        raise ConfigError("--out is required (the index directory to write)")
+    if embeddings is not None:
+        manifest = _build_from_embeddings(pool, embeddings, ids_file, out, encoder_spec, index_type, overrides,
+                                          images_root)
+    else:
+        from unirag.encoders.registry import load_encoder
+        from unirag.index.build import build_index
+        from unirag.index.shards import DEFAULT_SHARD_SIZE
+
+        if engine == "local" and (ray_address or workers or gpus_per_worker or shard_size):
+            raise ConfigError("--ray-address/--workers/--gpus-per-worker/--shard-size go with --engine ray")
+        encoder = load_encoder(encoder_spec)
+        manifest = build_index(pool, images_root, out, encoder, encoder_spec=encoder_spec, index_type=index_type,
+                               batch_size=batch_size, params=overrides, engine=engine, shards_dir=shards_dir,
+                               shard_size=shard_size or DEFAULT_SHARD_SIZE, workers=workers,
+                               gpus_per_worker=gpus_per_worker, ray_address=ray_address)
     counts = ", ".join(f"{m}: {n}" for m, n in manifest["counts"].items())
     click.echo(f"index written to {out} ({manifest['total']} candidates; {counts}; "
                f"encoder {manifest['encoder']['name']}; {index_type}; {manifest['build_seconds']:.1f}s)")
     _echo_bad_images(manifest)
+
+
+def _embed_one_shard(pool: Path, images_root: Path | None, out: Path | None, shards_dir: Path | None,
+                     encoder_spec: str | None, shard_spec: str, batch_size: int) -> None:
+    from unirag.encoders.registry import load_encoder
+    from unirag.index.build import default_shards_dir, embed_pool_shard
+    from unirag.index.shards import parse_shard_spec
+
+    i, n = parse_shard_spec(shard_spec)
+    if shards_dir is None:
+        if out is None:
+            raise ConfigError("--shard needs --shards-dir (or --out, whose shards/ folder is used)")
+        shards_dir = default_shards_dir(out)
+    record = embed_pool_shard(pool, shards_dir, i, n, load_encoder(encoder_spec), encoder_spec, images_root,
+                              batch_size)
+    state = "already done" if record.get("skipped") else f"embedded in {record['seconds']:.1f}s"
+    click.echo(f"shard {i}/{n}: {record['rows']} vectors {state} ({shards_dir})")
+
+
+def _build_from_embeddings(pool: Path, embeddings: Path, ids_file: Path | None, out: Path,
+                           encoder_spec: str | None, index_type: str, overrides: dict, images_root: Path | None):
+    from unirag.index.embeddings import build_from_embeddings
+    from unirag.index.shards import PLAN, read_plan
+
+    info = None
+    if encoder_spec is not None:
+        from unirag.encoders.registry import load_encoder
+        from unirag.index.build import encoder_info
+
+        info = encoder_info(load_encoder(encoder_spec), encoder_spec)
+    if embeddings.is_dir() and (embeddings / PLAN).exists():
+        planned = read_plan(embeddings).encoder
+        if info is not None and info["fingerprint"] != planned.get("fingerprint"):
+            raise ConfigError(f"--encoder {encoder_spec!r} is not the encoder these shards were made with "
+                              f"({planned.get('name')!r}, spec {planned.get('spec')!r})")
+        info = info or planned
+    if info is None:
+        click.echo("note: no --encoder given: the index records no encoder, so queries must be given as "
+                   "vectors (pass --encoder to record the model that made the embeddings)", err=True)
+    return build_from_embeddings(pool, embeddings, out, info, ids=ids_file, index_type=index_type,
+                                 params=overrides, images_root=images_root)
 
 
 def _echo_bad_images(manifest: dict) -> None:

@@ -73,14 +73,19 @@ def read_candidates(path: str | Path) -> Iterator[Candidate]:
     """Stream candidates from an M-BEIR pool JSONL file (one line at a time, memory bounded)."""
     path = Path(path)
     for lineno, obj in iter_json_lines(path):
-        modality = _modality(obj, "modality", path, lineno)
-        txt = _opt_str(obj, "txt", path, lineno)
-        img = _opt_str(obj, "img_path", path, lineno)
-        _check_content(modality, txt, img, ("txt", "img_path"), path, lineno)
-        src = obj.get("src_content")
-        src = src if (src is None or isinstance(src, str)) else json.dumps(src)
-        yield Candidate(did=str(_req(obj, "did", path, lineno)), modality=modality, txt=txt, img_path=img,
-                        src_content=src, source_id=_source_id(src))
+        yield parse_candidate(obj, path, lineno)
+
+
+def parse_candidate(obj: dict, path: Path, lineno: int) -> Candidate:
+    """One pool line (already JSON-decoded) as a :class:`Candidate`; errors name ``path:lineno``."""
+    modality = _modality(obj, "modality", path, lineno)
+    txt = _opt_str(obj, "txt", path, lineno)
+    img = _opt_str(obj, "img_path", path, lineno)
+    _check_content(modality, txt, img, ("txt", "img_path"), path, lineno)
+    src = obj.get("src_content")
+    src = src if (src is None or isinstance(src, str)) else json.dumps(src)
+    return Candidate(did=str(_req(obj, "did", path, lineno)), modality=modality, txt=txt, img_path=img,
+                     src_content=src, source_id=_source_id(src))
 
 
 def read_queries(path: str | Path) -> list[Query]:

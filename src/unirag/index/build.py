@@ -1,9 +1,16 @@
-"""Build an index from an M-BEIR candidate pool, streaming.
+"""Build an index from an M-BEIR candidate pool.
 
-The pool is read one line at a time; candidates are grouped per modality into chunks of
-``batch_size``; each chunk's images are decoded once (bad ones are recorded and skipped), encoded,
-and handed to :class:`~unirag.index.writer.IndexWriter`. At most one chunk per modality is held in
-memory, never the pool's images.
+Engines (``engine=``):
+
+* ``"local"`` (default): one process streams the pool; candidates are grouped per modality into
+  chunks of ``batch_size``; each chunk's images are decoded once (bad ones are recorded and
+  skipped), encoded, and handed to :class:`~unirag.index.writer.IndexWriter`. At most one chunk
+  per modality is held in memory, never the pool's images.
+* ``"ray"``: the pool is cut into contiguous shards (:mod:`unirag.index.shards`), the shards not yet
+  done are embedded on Ray Data (:mod:`unirag.index.ray_engine`), then the index is built from the
+  shards folder (:func:`unirag.index.embeddings.build_from_embeddings`). Rerunning resumes.
+
+:func:`embed_pool_shard` runs one shard without Ray (``--shard i/n``) for torchrun/slurm users.
 """
 
 from __future__ import annotations
@@ -17,7 +24,9 @@ import numpy as np
 from unirag.data.images import BadImageReport, load_rgb
 from unirag.data.mbeir import read_candidates
 from unirag.data.records import Candidate, Modality, resolve_image
-from unirag.errors import InputError
+from unirag.errors import ConfigError, InputError
+from unirag.index import factory
+from unirag.index.shards import DEFAULT_SHARD_SIZE, embed_shard, load_or_create_plan, missing_shards
 from unirag.index.writer import IndexWriter
 
 BAD_IMAGES_KEPT = 20
@@ -29,7 +38,8 @@ def encoder_info(encoder, spec: str | None) -> dict[str, Any]:
             "fingerprint": encoder.fingerprint()}
 
 
-def _meta(c: Candidate) -> dict[str, Any]:
+def candidate_meta(c: Candidate) -> dict[str, Any]:
+    """The metadata row the index keeps for a candidate."""
     return {"did": c.did, "txt": c.txt, "img_path": c.img_path, "source_id": c.source_id}
 
 
@@ -38,7 +48,7 @@ def _count_lines(path: Path) -> int:
         return sum(1 for line in f if line.strip())
 
 
-class _ChunkEncoder:
+class ChunkEncoder:
     """Decode + encode one chunk of same-modality candidates, skipping unreadable images."""
 
     def __init__(self, encoder, images_root: str | Path | None, bad: BadImageReport) -> None:
@@ -65,26 +75,86 @@ class _ChunkEncoder:
         return kept, self.encoder.encode_fused(images, [c.txt for c in kept])
 
 
+def default_shards_dir(out_dir: str | Path) -> Path:
+    """Where the sharded engine keeps its shards unless told otherwise: ``<out_dir>/shards``."""
+    return Path(out_dir) / "shards"
+
+
 def build_index(pool: str | Path, images_root: str | Path | None, out_dir: str | Path, encoder,
                 encoder_spec: str | None = None, index_type: str = "flat", batch_size: int = 64,
-                params: dict[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
-    """Encode every candidate of ``pool`` and write an index to ``out_dir`` (atomically). Returns the manifest."""
-    from tqdm.auto import tqdm
+                params: dict[str, Any] | None = None, progress: bool = True, *, engine: str = "local",
+                shards_dir: str | Path | None = None, shard_size: int = DEFAULT_SHARD_SIZE,
+                workers: int | None = None, gpus_per_worker: float = 0, ray_address: str | None = None
+                ) -> dict[str, Any]:
+    """Encode every candidate of ``pool`` and write an index to ``out_dir`` (atomically). Returns the manifest.
 
+    ``encoder`` is the loaded encoder (its name, fingerprint and dimension go into the manifest);
+    ``encoder_spec`` is what loads it again - Ray workers load their own copy from it. The Ray
+    options (``shards_dir``, ``shard_size``, ``workers``, ``gpus_per_worker``, ``ray_address``)
+    apply to ``engine="ray"`` only; see :mod:`unirag.index.ray_engine`.
+    """
     if batch_size <= 0:
         raise InputError(f"batch size must be positive, got {batch_size}", field="batch_size")
     pool = Path(pool)
     if not pool.exists():
         raise InputError("candidate pool not found", path=pool)
+    factory.resolve_params(index_type, params)  # fail on a bad option before any work
+    if engine == "ray":
+        return _build_with_ray(pool, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
+                               progress, shards_dir, shard_size, workers, gpus_per_worker, ray_address)
+    if engine != "local":
+        raise ConfigError(f"unknown engine {engine!r}; expected local or ray")
+    return _build_local(pool, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params, progress)
+
+
+def _build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
+                    progress, shards_dir, shard_size, workers, gpus_per_worker, ray_address) -> dict[str, Any]:
+    from unirag.index import ray_engine
+    from unirag.index.embeddings import build_from_embeddings
+
+    shards_dir = Path(shards_dir) if shards_dir is not None else default_shards_dir(out_dir)
+    info = encoder_info(encoder, encoder_spec)
+    plan = load_or_create_plan(shards_dir, pool, info, shard_size=shard_size)
+    todo = missing_shards(shards_dir, plan)
+    if progress:
+        print(f"shards: {plan.n_shards - len(todo)} of {plan.n_shards} already done, embedding {len(todo)} "
+              f"on Ray", flush=True)
+    ray_engine.run_shards(shards_dir, todo, encoder_spec, images_root, batch_size=batch_size, workers=workers,
+                          gpus_per_worker=gpus_per_worker, ray_address=ray_address, progress=progress)
+    manifest = build_from_embeddings(pool, shards_dir, out_dir, info, index_type=index_type, params=params,
+                                     images_root=images_root, progress=progress)
+    return manifest
+
+
+def embed_pool_shard(pool: str | Path, shards_dir: str | Path, shard: int, n_shards: int, encoder,
+                     encoder_spec: str | None = None, images_root: str | Path | None = None,
+                     batch_size: int = 64) -> dict[str, Any]:
+    """Embed shard ``shard`` of ``n_shards`` of ``pool`` into ``shards_dir`` without Ray (``--shard i/n``).
+
+    Every process must use the same pool, encoder and ``n_shards`` (the folder's ``plan.json``
+    enforces it). When all shards are done, build the index with
+    :func:`unirag.index.embeddings.build_from_embeddings` (``--embeddings SHARDS_DIR``).
+    Returns the shard's done record.
+    """
+    if batch_size <= 0:
+        raise InputError(f"batch size must be positive, got {batch_size}", field="batch_size")
+    plan = load_or_create_plan(shards_dir, pool, encoder_info(encoder, encoder_spec), n_shards=n_shards)
+    return embed_shard(shards_dir, plan, shard, encoder, images_root, batch_size)
+
+
+def _build_local(pool: Path, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
+                 progress) -> dict[str, Any]:
+    from tqdm.auto import tqdm
+
     bad = BadImageReport()
-    encode_chunk = _ChunkEncoder(encoder, images_root, bad)
+    encode_chunk = ChunkEncoder(encoder, images_root, bad)
     pending: dict[Modality, list[Candidate]] = {}
     seen: set[str] = set()
     with IndexWriter(out_dir, encoder.dim, encoder_info(encoder, encoder_spec), index_type, params) as writer:
 
         def flush(modality: Modality) -> None:
             kept, vectors = encode_chunk(modality, pending.pop(modality))
-            writer.add(modality, [_meta(c) for c in kept], vectors)
+            writer.add(modality, [candidate_meta(c) for c in kept], vectors)
 
         bar = tqdm(total=_count_lines(pool), desc="index build", unit="cand", disable=not progress)
         for c in read_candidates(pool):

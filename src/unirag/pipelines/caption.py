@@ -98,7 +98,10 @@ class CaptionJob:
         try:
             examples = self.examples(q)
             if self.uses_examples:
-                return self._record(examples, self.generator.caption_from_examples([e.txt for e in examples]))
+                captions = [e.txt for e in examples]
+                if getattr(self.generator, "strategy", None) == "top1" and hasattr(self.selector, "top_caption"):
+                    captions = [self.selector.top_caption(q)]  # the official baseline: the top hit, unskipped
+                return self._record(examples, self.generator.caption_from_examples(captions))
             prompt = self.prompt(q, examples)
         except InputError as e:  # a missing/corrupt image fails this query only, naming the file
             raise BackendError(f"bad input: {e}") from None

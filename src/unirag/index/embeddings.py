@@ -1,0 +1,285 @@
+"""Bring your own embeddings: build an index from precomputed vectors aligned to pool ids.
+
+Accepted sources (``--embeddings PATH``):
+
+* a ``.npy`` matrix ``(n, dim)``; row ``r`` belongs to line ``r`` of ``--ids`` (one candidate id per
+  line), or without ``--ids`` to the ``r``-th candidate of the pool;
+* a Parquet file with an id column (``id`` or ``did``) and an ``embedding`` list column
+  (clip-retrieval / embedding-reader style; needs ``pyarrow``);
+* a folder of such files: ``*.npy`` each with a ``.ids`` file of the same stem (what the sharded
+  engine writes, see :mod:`unirag.index.shards`), and/or ``*.parquet``.
+
+Every vector is checked (size, finite, non-zero) and L2-normalised (the index searches by cosine);
+every id must be a pool candidate and appear once; every pool candidate must have a vector, except
+images a shard recorded as unreadable. Errors name the file and the row.
+
+Sources may list ids in any order: rows are first placed at their pool position in a temporary
+memory-mapped file next to the index, then the pool is streamed in order into the index writer.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from unirag.data.mbeir import read_candidates
+from unirag.data.records import Modality
+from unirag.errors import ConfigError, InputError
+from unirag.index.writer import IndexWriter
+
+ID_COLUMNS = ("id", "did")
+EMBEDDING_COLUMN = "embedding"
+CHUNK = 8192
+
+
+def _read_ids(path: Path) -> list[str]:
+    if not path.is_file():
+        raise InputError("ids file not found", path=path)
+    ids = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            did = line.rstrip("\n").rstrip("\r")
+            if not did.strip():
+                raise InputError("empty id line (one candidate id per line, no blank lines)", path=path, line=lineno)
+            ids.append(did)
+    return ids
+
+
+def _npy_blocks(path: Path, ids: list[str] | None, ids_path: Path | None) -> Iterator[tuple[list[str] | None, np.ndarray, int]]:
+    try:
+        matrix = np.load(path, mmap_mode="r")
+    except (ValueError, OSError) as e:
+        raise InputError(f"cannot read .npy matrix ({e})", path=path) from None
+    if matrix.ndim != 2:
+        raise InputError(f"expected a 2-d matrix (rows, dim), got shape {matrix.shape}", path=path)
+    if ids is not None and len(ids) != len(matrix):
+        raise InputError(f"{len(matrix)} rows in {path.name} but {len(ids)} ids", path=ids_path)
+    for s in range(0, len(matrix), CHUNK):
+        yield (ids[s : s + CHUNK] if ids is not None else None), np.asarray(matrix[s : s + CHUNK]), s
+
+
+def _parquet_blocks(path: Path) -> Iterator[tuple[list[str], np.ndarray, int]]:
+    try:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ConfigError("reading Parquet embeddings needs pyarrow: pip install 'unirag[ray]' or pyarrow") from None
+    try:
+        reader = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises several types for unreadable files
+        raise InputError(f"cannot read Parquet file ({e})", path=path) from None
+    names = reader.schema_arrow.names
+    id_col = next((c for c in ID_COLUMNS if c in names), None)
+    if id_col is None:
+        raise InputError(f"no id column (expected one of {', '.join(ID_COLUMNS)}; found {', '.join(names)})",
+                         path=path, field="id")
+    if EMBEDDING_COLUMN not in names:
+        raise InputError(f"no '{EMBEDDING_COLUMN}' column (found {', '.join(names)})", path=path,
+                         field=EMBEDDING_COLUMN)
+    first = 0
+    for batch in reader.iter_batches(batch_size=CHUNK, columns=[id_col, EMBEDDING_COLUMN]):
+        ids_arr, emb = batch.column(0), batch.column(1)
+        if ids_arr.null_count:
+            row = first + int(np.flatnonzero(ids_arr.is_null().to_numpy(zero_copy_only=False))[0])
+            raise InputError(f"row {row}: missing id", path=path, field=id_col)
+        if emb.null_count:
+            row = first + int(np.flatnonzero(emb.is_null().to_numpy(zero_copy_only=False))[0])
+            raise InputError(f"row {row}: missing embedding", path=path, field=EMBEDDING_COLUMN)
+        lengths = pc.list_value_length(emb).to_numpy(zero_copy_only=False)
+        if len(lengths) and (lengths != lengths[0]).any():
+            row = first + int(np.flatnonzero(lengths != lengths[0])[0])
+            raise InputError(f"row {row}: embedding has {lengths[row - first]} values, earlier rows have "
+                             f"{lengths[0]}", path=path, field=EMBEDDING_COLUMN)
+        dim = int(lengths[0]) if len(lengths) else 0
+        values = emb.flatten().to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(lengths), dim)
+        yield [str(x) for x in ids_arr.to_pylist()], values, first
+        first += len(lengths)
+
+
+def _sources(path: Path, ids_path: Path | None) -> list[tuple[Path, Path | None]]:
+    """(data file, ids file) pairs of a source path, in a stable order."""
+    if path.is_dir():
+        if ids_path is not None:
+            raise ConfigError("--ids applies to a single .npy file, not to a folder of shards")
+        files = sorted(p for p in path.iterdir() if p.suffix in (".npy", ".parquet") and not p.name.startswith("."))
+        if not files:
+            raise InputError("no .npy or .parquet embedding files in the folder", path=path)
+        out = []
+        for f in files:
+            if f.suffix == ".npy":
+                ids = f.with_suffix(".ids")
+                if not ids.is_file():
+                    raise InputError(f"no ids file {ids.name} next to {f.name} (one candidate id per line)", path=f)
+                out.append((f, ids))
+            else:
+                out.append((f, None))
+        return out
+    if not path.is_file():
+        raise InputError("embeddings not found", path=path)
+    if path.suffix not in (".npy", ".parquet"):
+        raise InputError("embeddings must be a .npy matrix, a .parquet file or a folder of them", path=path)
+    if path.suffix == ".parquet" and ids_path is not None:
+        raise ConfigError("--ids applies to a .npy matrix; a Parquet file carries its own id column")
+    return [(path, ids_path)]
+
+
+def _check_shards_done(path: Path) -> None:
+    """A planned shards folder must be complete: name the shards still to embed."""
+    from unirag.index.shards import PLAN, missing_shards, read_plan
+
+    if not (path.is_dir() and (path / PLAN).exists()):
+        return
+    plan = read_plan(path)
+    todo = missing_shards(path, plan)
+    if todo:
+        listed = ", ".join(f"{i}/{plan.n_shards}" for i in todo[:10]) + (" ..." if len(todo) > 10 else "")
+        raise InputError(f"{len(todo)} of {plan.n_shards} shards are not embedded yet ({listed}); run them "
+                         "(--shard i/n, or --engine ray) first", path=path)
+
+
+def _recorded_bad_images(path: Path) -> dict[str, dict[str, str]]:
+    """Images the sharded engine could not read (listed in its ``*.done.json``), by did."""
+    if not path.is_dir():
+        return {}
+    out = {}
+    for done in sorted(path.glob("shard-*.done.json")):
+        for item in json.loads(done.read_text(encoding="utf-8")).get("bad_images", []):
+            out[item["did"]] = item
+    return out
+
+
+def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str | Path,
+                          encoder_info: dict[str, Any] | None, ids: str | Path | None = None,
+                          index_type: str = "flat", params: dict[str, Any] | None = None,
+                          images_root: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+    """Build an index at ``out_dir`` from precomputed vectors of the candidates of ``pool``.
+
+    ``encoder_info`` is what the manifest records about the model that made the vectors (see
+    :func:`unirag.index.build.encoder_info`; its ``dim`` must match the vectors), or None when no
+    unirag encoder made them (queries must then be given as vectors). Returns the manifest.
+    """
+    from tqdm.auto import tqdm
+
+    pool, embeddings = Path(pool), Path(embeddings)
+    if not pool.is_file():
+        raise InputError("candidate pool not found", path=pool)
+    ids_path = Path(ids) if ids is not None else None
+    _check_shards_done(embeddings)
+    sources = _sources(embeddings, ids_path)
+    positions: dict[str, int] = {}
+    for c in read_candidates(pool):
+        if c.did in positions:
+            raise InputError(f"duplicate did {c.did!r} in the candidate pool", path=pool, field="did")
+        positions[c.did] = len(positions)
+    n = len(positions)
+    if n == 0:
+        raise InputError("nothing to index: the pool has no usable candidates", path=pool)
+    dim = int(encoder_info["dim"]) if encoder_info and encoder_info.get("dim") else None
+    out_dir = Path(out_dir).resolve()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.aligning-") as tmp:
+        aligned = None
+        present = np.zeros(n, dtype=bool)
+        bar = tqdm(total=n, desc="embeddings", unit="vec", disable=not progress)
+        for data_file, ids_file in sources:
+            file_ids = _read_ids(ids_file) if ids_file is not None else None
+            if data_file.suffix == ".npy" and file_ids is None and len(sources) == 1:
+                file_ids = list(positions)  # no --ids: the pool's order
+            blocks = _npy_blocks(data_file, file_ids, ids_file or pool) if data_file.suffix == ".npy" \
+                else _parquet_blocks(data_file)
+            for block_ids, vectors, first in blocks:
+                if vectors.shape[1] != (dim or vectors.shape[1]):
+                    raise InputError(f"row {first}: embedding has {vectors.shape[1]} dimensions, expected {dim}"
+                                     + (" (the encoder's)" if encoder_info else " (the first file's)"),
+                                     path=data_file)
+                dim = dim or int(vectors.shape[1])
+                if aligned is None:
+                    aligned = np.memmap(Path(tmp) / "aligned.f32", dtype=np.float32, mode="w+", shape=(n, dim))
+                vectors = _check_and_normalise(vectors, data_file, first, block_ids)
+                rows = _positions(block_ids, positions, present, data_file, ids_file, first)
+                aligned[rows] = vectors
+                present[rows] = True
+                bar.update(len(rows))
+        bar.close()
+        bad = _recorded_bad_images(embeddings)
+        missing = np.flatnonzero(~present)
+        dids = list(positions)
+        unexplained = [dids[i] for i in missing if dids[i] not in bad]
+        if unexplained:
+            raise InputError(f"{len(unexplained)} pool candidate(s) have no embedding, first {unexplained[0]!r}",
+                             path=embeddings)
+        aligned.flush()
+        extra = {"pool": str(pool), "embeddings": str(embeddings),
+                 "images_root": str(images_root) if images_root else None,
+                 "bad_images": {"count": len(bad), "first": [{"path": b["path"], "reason": b["reason"]}
+                                                             for b in list(bad.values())[:20]]}}
+        info = encoder_info or {"name": "external", "spec": None, "dim": dim, "config": {}, "fingerprint": None}
+        return _write_index(pool, aligned, present, out_dir, dim, info, index_type, params, extra)
+
+
+def _check_and_normalise(vectors: np.ndarray, path: Path, first: int, ids: list[str] | None) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    finite = np.isfinite(vectors).all(axis=1)
+    if not finite.all():
+        r = int(np.flatnonzero(~finite)[0])
+        raise InputError(f"row {first + r}{_id_note(ids, r)}: embedding is not finite (NaN or inf)", path=path)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    if (norms == 0).any():
+        r = int(np.flatnonzero(norms[:, 0] == 0)[0])
+        raise InputError(f"row {first + r}{_id_note(ids, r)}: embedding is all zeros", path=path)
+    return vectors / norms
+
+
+def _id_note(ids: list[str] | None, r: int) -> str:
+    return f" (id {ids[r]!r})" if ids is not None else ""
+
+
+def _positions(ids: list[str], positions: dict[str, int], present: np.ndarray, data_file: Path,
+               ids_file: Path | None, first: int) -> np.ndarray:
+    """Pool positions of a block's ids; unknown or repeated ids are errors naming file and row."""
+    where = ids_file or data_file
+    rows = np.empty(len(ids), dtype=np.int64)
+    for r, did in enumerate(ids):
+        pos = positions.get(did)
+        if pos is None:
+            raise InputError(f"row {first + r}: id {did!r} is not a candidate of the pool", path=where,
+                             line=first + r + 1 if ids_file else None)
+        rows[r] = pos
+    uniq, counts = np.unique(rows, return_counts=True)
+    repeated = sorted(set(np.flatnonzero(present[rows]).tolist()) |
+                      {int(np.flatnonzero(rows == u)[1]) for u in uniq[counts > 1]})
+    if repeated:
+        r = repeated[0]
+        raise InputError(f"row {first + r}: id {ids[r]!r} has more than one embedding", path=where,
+                         line=first + r + 1 if ids_file else None)
+    return rows
+
+
+def _write_index(pool: Path, aligned: np.ndarray, present: np.ndarray, out_dir: Path, dim: int,
+                 info: dict[str, Any], index_type: str, params: dict[str, Any] | None,
+                 extra: dict[str, Any]) -> dict[str, Any]:
+    """Stream the pool in order; chunks per modality go to the writer with their aligned vectors."""
+    from unirag.index.build import candidate_meta
+
+    with IndexWriter(out_dir, dim, info, index_type, params) as writer:
+        pending: dict[Modality, list[tuple[int, Any]]] = {}
+
+        def flush(modality: Modality) -> None:
+            items = pending.pop(modality)
+            rows = np.array([p for p, _ in items])
+            writer.add(modality, [candidate_meta(c) for _, c in items], np.asarray(aligned[rows]))
+
+        for pos, c in enumerate(read_candidates(pool)):
+            if not present[pos]:
+                continue
+            pending.setdefault(c.modality, []).append((pos, c))
+            if len(pending[c.modality]) >= CHUNK:
+                flush(c.modality)
+        for modality in list(pending):
+            flush(modality)
+        return writer.commit(extra)

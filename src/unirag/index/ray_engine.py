@@ -1,0 +1,105 @@
+"""Run the pool's embedding shards on Ray Data: one model load per worker, GPUs reserved per worker.
+
+Each shard (see :mod:`unirag.index.shards`) is one row of a Ray dataset; an actor pool of
+``workers`` actors maps over it, every actor loading the encoder once and embedding whole shards.
+Finished shards are on disk the moment they are done, so a killed run loses at most the shards in
+flight, and only shards without a done marker are submitted.
+
+Sizing: each actor reserves ``cpus_per_worker`` CPUs (1 by default) and ``gpus_per_worker`` GPUs.
+Started locally, the default is ``cpus - 1`` workers (at least 1) so that one CPU stays free for
+Ray Data's own tasks: an actor pool that takes every CPU can hang waiting for a read task
+(ray-project/ray#44687, seen on a 2-CPU machine). Inside an actor torch uses ``threads_per_worker``
+threads (default: the machine's CPUs divided among the workers; Ray would otherwise set 1).
+
+Without ``ray_address`` a local Ray is started (and stopped afterwards); with one, the run joins
+that cluster - then the pool, the images and the shards folder must be on storage every node sees
+at the same path, and unirag must be installed on every node.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+class _ShardWorker:
+    """A Ray actor: loads the encoder once, then embeds whole shards."""
+
+    def __init__(self, shards_dir: str, encoder_spec: str | None, images_root: str | None, batch_size: int,
+                 device: str, threads: int | None) -> None:
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        from unirag.encoders.registry import load_encoder
+        from unirag.index.shards import read_plan
+
+        self.encoder = load_encoder(encoder_spec, device=device)
+        self.shards_dir = shards_dir
+        self.plan = read_plan(shards_dir)
+        self.images_root = images_root
+        self.batch_size = batch_size
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        from unirag.index.shards import embed_shard
+
+        shards, rows, seconds = [], [], []
+        for i in batch["shard"]:
+            record = embed_shard(self.shards_dir, self.plan, int(i), self.encoder, self.images_root, self.batch_size)
+            shards.append(int(i))
+            rows.append(int(record["rows"]))
+            seconds.append(float(record.get("seconds", 0.0)))
+        return {"shard": shards, "rows": rows, "seconds": seconds}
+
+
+def default_workers(ray_module, cpus_per_worker: int, gpus_per_worker: float) -> int:
+    """Workers that fit the cluster: by GPUs when asked for, else CPUs minus one for Ray Data's tasks."""
+    resources = ray_module.cluster_resources()
+    if gpus_per_worker:
+        return max(1, int(resources.get("GPU", 0) // gpus_per_worker))
+    return max(1, (int(resources.get("CPU", 1)) - 1) // max(1, cpus_per_worker))
+
+
+def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str | None,
+               images_root: str | Path | None, *, batch_size: int = 64, workers: int | None = None,
+               gpus_per_worker: float = 0, cpus_per_worker: int = 1, threads_per_worker: int | None = None,
+               ray_address: str | None = None, progress: bool = True) -> list[dict[str, Any]]:
+    """Embed ``shard_ids`` of the planned shards folder on Ray; returns one record per shard embedded."""
+    try:
+        import ray
+    except ImportError:
+        from unirag.errors import ConfigError
+
+        raise ConfigError("--engine ray needs Ray: pip install 'unirag[ray]'") from None
+    if not shard_ids:
+        return []
+    started_here = not ray.is_initialized()
+    if started_here:
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": progress}
+        if ray_address:
+            ray.init(address=ray_address, **kwargs)
+        else:
+            ray.init(num_cpus=os.cpu_count() or 1, **kwargs)
+    try:
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = progress
+        n_workers = workers or default_workers(ray, cpus_per_worker, gpus_per_worker)
+        n_workers = max(1, min(n_workers, len(shard_ids)))
+        threads = threads_per_worker
+        if threads is None and not ray_address:
+            threads = max(1, (os.cpu_count() or 1) // n_workers)
+        device = "cuda" if gpus_per_worker else "cpu"
+        ds = ray.data.from_items([{"shard": i} for i in shard_ids], override_num_blocks=len(shard_ids))
+        resources: dict[str, Any] = {"num_cpus": cpus_per_worker}
+        if gpus_per_worker:
+            resources["num_gpus"] = gpus_per_worker
+        out = ds.map_batches(
+            _ShardWorker, batch_size=1, concurrency=n_workers, **resources,
+            fn_constructor_kwargs={"shards_dir": str(Path(shards_dir).resolve()), "encoder_spec": encoder_spec,
+                                   "images_root": str(images_root) if images_root else None,
+                                   "batch_size": batch_size, "device": device, "threads": threads})
+        return sorted(out.take_all(), key=lambda r: r["shard"])
+    finally:
+        if started_here:
+            ray.shutdown()

@@ -1,0 +1,249 @@
+"""The unit of distributed embedding: one contiguous shard of the pool -> ``.npy`` vectors + ids.
+
+The pool is cut into ``n`` contiguous shards (as UniIR's contiguous sampler and clip-retrieval's
+partitions do). Embedding shard ``i`` is independent of every other shard: it reads only its
+lines of the pool (by byte offset), encodes them, and writes into the shards folder
+
+* ``shard-<i>.npy``   float32 ``(rows, dim)``, L2-normalised, in pool order,
+* ``shard-<i>.ids``   one candidate id per line, row ``r`` of the ``.npy`` is line ``r``,
+* ``shard-<i>.done.json``  written last: rows, dim, encoder fingerprint, skipped images.
+
+A shard is done when its ``.done.json`` exists (each file is written to a temporary name and
+renamed, so a kill never leaves a half-written shard that counts as done). Rerunning embeds only
+the shards that are not done. ``plan.json`` fixes the cut (pool, number of shards, byte offsets)
+and the encoder, so that workers on different machines - Ray actors, or processes started by
+torchrun/slurm with ``--shard i/n`` - agree on it; the folder must then be on shared storage.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from unirag.data.images import BadImageReport
+from unirag.data.mbeir import parse_candidate
+from unirag.data.records import Candidate, Modality
+from unirag.errors import ConfigError, InputError
+
+PLAN = "plan.json"
+#: Default pool items per shard (the unit of resumption and of scheduling).
+DEFAULT_SHARD_SIZE = 50_000
+
+
+def shard_name(i: int) -> str:
+    return f"shard-{i:05d}"
+
+
+def parse_shard_spec(spec: str) -> tuple[int, int]:
+    """``"i/n"`` (0-based ``i``) -> ``(i, n)``; a clear error otherwise."""
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise ConfigError(f"--shard expects i/n with integers, e.g. 0/8, got {spec!r}") from None
+    if n <= 0 or not 0 <= i < n:
+        raise ConfigError(f"--shard {spec}: need 0 <= i < n")
+    return i, n
+
+
+@dataclass
+class ShardPlan:
+    """How the pool is cut: shard ``i`` holds pool items ``starts[i] .. starts[i+1]-1``."""
+
+    pool: str
+    pool_bytes: int
+    count: int
+    n_shards: int
+    starts: list[int]
+    offsets: list[int]  # byte offset of the first line of each shard
+    lines: list[int]  # line number (from 1) of that line
+    encoder: dict[str, Any]
+
+    def rows(self, i: int) -> int:
+        end = self.starts[i + 1] if i + 1 < self.n_shards else self.count
+        return end - self.starts[i]
+
+
+def _scan_pool(pool: Path, n_shards: int | None, shard_size: int) -> tuple[int, list[int], list[int], list[int]]:
+    """Count non-blank lines, cut them into shards, note where each shard starts (byte offset, line)."""
+    with pool.open("rb") as f:
+        count = sum(1 for line in f if line.strip())
+    n = n_shards or max(1, -(-count // shard_size))
+    starts = [i * count // n for i in range(n)]
+    wanted = set(starts)
+    offsets, lines = {}, {}
+    with pool.open("rb") as f:
+        pos, lineno, item = 0, 0, 0
+        for line in f:
+            lineno += 1
+            if line.strip():
+                if item in wanted and item not in offsets:
+                    offsets[item], lines[item] = pos, lineno
+                item += 1
+            pos += len(line)
+    return count, starts, [offsets.get(s, pos) for s in starts], [lines.get(s, lineno + 1) for s in starts]
+
+
+def load_or_create_plan(shards_dir: str | Path, pool: str | Path, encoder_info: dict[str, Any],
+                        n_shards: int | None = None, shard_size: int = DEFAULT_SHARD_SIZE) -> ShardPlan:
+    """The folder's plan; created on first use (under a lock, so concurrent workers agree).
+
+    An existing plan must be for the same pool file (path and size), the same encoder fingerprint
+    and, if ``n_shards`` is given, the same number of shards.
+    """
+    shards_dir = Path(shards_dir)
+    pool = Path(pool).resolve()
+    if not pool.is_file():
+        raise InputError("candidate pool not found", path=pool)
+    shards_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(shards_dir / ".plan.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        path = shards_dir / PLAN
+        if path.exists():
+            plan = read_plan(shards_dir)
+            problems = []
+            if plan.pool != str(pool) or plan.pool_bytes != pool.stat().st_size:
+                problems.append(f"pool {plan.pool} ({plan.pool_bytes} bytes)")
+            if plan.encoder.get("fingerprint") != encoder_info.get("fingerprint"):
+                problems.append(f"encoder {plan.encoder.get('name')!r} (fingerprint {plan.encoder.get('fingerprint')})")
+            if n_shards is not None and n_shards != plan.n_shards:
+                problems.append(f"{plan.n_shards} shards")
+            if problems:
+                raise InputError(f"this shards folder was planned for {', '.join(problems)}; use another shards "
+                                 "folder or delete this one to start over", path=path)
+            return plan
+        if shard_size <= 0:
+            raise ConfigError(f"shard size must be positive, got {shard_size}")
+        count, starts, offsets, lines = _scan_pool(pool, n_shards, shard_size)
+        n_shards = len(starts)
+        if count == 0:
+            raise InputError("nothing to index: the pool has no candidates", path=pool)
+        if n_shards > count:
+            raise ConfigError(f"{n_shards} shards for a pool of {count} candidates: use at most {count}")
+        plan = ShardPlan(str(pool), pool.stat().st_size, count, n_shards, starts, offsets, lines,
+                         {k: encoder_info.get(k) for k in ("name", "spec", "dim", "fingerprint", "config")})
+        _write_atomic(path, json.dumps(asdict(plan), indent=1).encode())
+        return plan
+    finally:
+        os.close(fd)
+
+
+def read_plan(shards_dir: str | Path) -> ShardPlan:
+    path = Path(shards_dir) / PLAN
+    try:
+        return ShardPlan(**json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise InputError("no plan.json: not a shards folder written by unirag", path=shards_dir) from None
+    except (ValueError, TypeError) as e:
+        raise InputError(f"corrupt shard plan ({e})", path=path) from None
+
+
+def done_record(shards_dir: str | Path, i: int) -> dict[str, Any] | None:
+    path = Path(shards_dir) / f"{shard_name(i)}.done.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+
+
+def missing_shards(shards_dir: str | Path, plan: ShardPlan) -> list[int]:
+    """Shards of ``plan`` that have no done marker yet (what a rerun embeds)."""
+    return [i for i in range(plan.n_shards) if done_record(shards_dir, i) is None]
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _shard_candidates(plan: ShardPlan, i: int) -> list[tuple[int, Candidate]]:
+    """(pool line number, candidate) of shard ``i``, read from its byte offset only."""
+    pool = Path(plan.pool)
+    want = plan.rows(i)
+    out: list[tuple[int, Candidate]] = []
+    with pool.open("rb") as f:
+        f.seek(plan.offsets[i])
+        lineno = plan.lines[i] - 1
+        for raw in f:
+            lineno += 1
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as e:
+                raise InputError(f"malformed JSON ({e.msg})", path=pool, line=lineno) from None
+            if not isinstance(obj, dict):
+                raise InputError("expected a JSON object per line", path=pool, line=lineno)
+            out.append((lineno, parse_candidate(obj, pool, lineno)))
+            if len(out) == want:
+                break
+    if len(out) != want:
+        raise InputError(f"shard {i} expected {want} candidates but the pool ended early: the pool changed "
+                         "since the plan was made; start a new shards folder", path=pool)
+    return out
+
+
+def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images_root: str | Path | None,
+                batch_size: int = 64) -> dict[str, Any]:
+    """Embed shard ``i`` of ``plan`` with ``encoder`` and write its files; skip it if already done.
+
+    Returns the shard's done record (with ``"skipped": True`` when nothing had to be done).
+    """
+    from unirag.index.build import ChunkEncoder
+
+    shards_dir = Path(shards_dir)
+    done = done_record(shards_dir, i)
+    if done is not None:
+        return {**done, "skipped": True}
+    if encoder.fingerprint() != plan.encoder.get("fingerprint"):
+        raise ConfigError(f"shard {i}: encoder {encoder.name!r} (fingerprint {encoder.fingerprint()}) is not the "
+                          f"one planned for this shards folder ({plan.encoder.get('name')!r}, fingerprint "
+                          f"{plan.encoder.get('fingerprint')})")
+    started = time.time()
+    bad = BadImageReport()
+    encode_chunk = ChunkEncoder(encoder, images_root, bad)
+    items = _shard_candidates(plan, i)
+    ids: list[str] = []
+    blocks: list[np.ndarray] = []
+    skipped: list[dict[str, str]] = []
+    for s in range(0, len(items), batch_size):
+        chunk = [c for _, c in items[s : s + batch_size]]
+        position = {c.did: j for j, c in enumerate(chunk)}
+        rows: list[tuple[int, str, np.ndarray]] = []
+        for modality in (Modality.TEXT, Modality.IMAGE, Modality.IMAGE_TEXT):
+            group = [c for c in chunk if c.modality is modality]
+            if not group:
+                continue
+            n_bad = len(bad)
+            kept, vectors = encode_chunk(modality, group)
+            kept_dids = {c.did for c in kept}
+            skipped += [{"did": c.did, "path": p, "reason": r} for c, (p, r) in
+                        zip([c for c in group if c.did not in kept_dids], bad.bad[n_bad:], strict=True)]
+            rows += [(position[c.did], c.did, v) for c, v in zip(kept, vectors, strict=True)]
+        rows.sort(key=lambda r: r[0])
+        ids += [r[1] for r in rows]
+        if rows:
+            blocks.append(np.stack([r[2] for r in rows]).astype(np.float32))
+    dim = int(encoder.dim)
+    vectors = np.concatenate(blocks) if blocks else np.zeros((0, dim), dtype=np.float32)
+    name = shard_name(i)
+    tmp = shards_dir / f".{name}.{os.getpid()}.npy"
+    np.save(tmp, vectors)
+    os.replace(tmp, shards_dir / f"{name}.npy")
+    _write_atomic(shards_dir / f"{name}.ids", "".join(f"{d}\n" for d in ids).encode())
+    record = {"shard": i, "rows": len(ids), "dim": dim, "pool_rows": len(items),
+              "encoder_fingerprint": encoder.fingerprint(), "seconds": round(time.time() - started, 3),
+              "bad_images": skipped}
+    _write_atomic(shards_dir / f"{name}.done.json", json.dumps(record).encode())
+    return record

@@ -1,0 +1,142 @@
+"""The Ray Data engine on real photos: same vectors and retrieval as the local engine, default local
+start, joining a cluster by address, and resuming after the driver is killed (real processes)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from unirag.data.mbeir import read_queries
+from unirag.encoders.registry import load_encoder
+from unirag.index.build import build_index
+from unirag.index.store import VectorIndex
+from unirag.retrieval.retriever import Retriever
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+@pytest.fixture(scope="module")
+def local_index(demo_mbeir, demo_images, tiny_encoder_spec, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("local") / "idx"
+    build_index(demo_mbeir["pool"], demo_images, out, load_encoder(tiny_encoder_spec), tiny_encoder_spec,
+                progress=False)
+    return out
+
+
+def _assert_same_index(a_dir: Path, b_dir: Path, demo_mbeir, demo_images) -> None:
+    a, b = VectorIndex.open(a_dir), VectorIndex.open(b_dir)
+    dids = [m.did for m in a.metas]
+    assert len(dids) == 306 and sorted(dids) == sorted(m.did for m in b.metas)
+    delta = np.abs(a.vectors([a.gid_of(d) for d in dids]) - b.vectors([b.gid_of(d) for d in dids]))
+    assert delta.max() <= 1e-5
+    for name, modality in (("i2t", "text"), ("t2i", "image")):
+        queries = read_queries(demo_mbeir[name])
+        ra = Retriever(a).retrieve(queries, 5, modality, query_images_root=demo_images)
+        rb = Retriever(b).retrieve(queries, 5, modality, query_images_root=demo_images)
+        assert [[c.did for c in r.candidates] for r in ra] == [[c.did for c in r.candidates] for r in rb]
+        assert [[(p.image_did, p.text_did) for p in r.pairs] for r in ra] == \
+            [[(p.image_did, p.text_did) for p in r.pairs] for r in rb]
+
+
+def test_default_local_ray_equals_local_engine(local_index, demo_mbeir, demo_images, tiny_encoder_spec,
+                                               tmp_path: Path) -> None:
+    """No address: a local Ray is started with the default worker sizing (must not hang on 2 CPUs)."""
+    import ray
+
+    out = tmp_path / "idx"
+    manifest = build_index(demo_mbeir["pool"], demo_images, out, load_encoder(tiny_encoder_spec), tiny_encoder_spec,
+                           engine="ray", shard_size=60, progress=False)
+    assert not ray.is_initialized(), "the local Ray started for the build is shut down afterwards"
+    assert manifest["total"] == 306
+    assert sorted(p.name for p in (out / "shards").glob("*.done.json")) == [f"shard-0000{i}.done.json"
+                                                                            for i in range(6)]
+    _assert_same_index(local_index, out, demo_mbeir, demo_images)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    """A real `ray start --head` on a free port and a private temp dir; the whole process group is
+    stopped in teardown (never `ray stop`, which would stop other users' Ray too)."""
+    port = _free_port()
+    temp_dir = tempfile.mkdtemp(prefix="urray", dir="/tmp")
+    env = {**os.environ, "PYTHONPATH": SRC, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    head = subprocess.Popen([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=2", f"--temp-dir={temp_dir}",
+                             "--include-dashboard=false", "--disable-usage-stats", "--block"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            if head.poll() is not None:
+                raise RuntimeError("ray start --head exited")
+            probe = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address={address!r}); "
+                                    "print(int(ray.cluster_resources().get('CPU', 0)))"],
+                                   env=env, capture_output=True, text=True, timeout=60)
+            if probe.returncode == 0 and probe.stdout.strip().endswith("2"):
+                break
+            time.sleep(1)
+        else:
+            raise RuntimeError("Ray head did not come up")
+        yield address, env
+    finally:
+        head.terminate()
+        try:
+            head.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(head.pid, signal.SIGKILL)  # anything the head left in its own process group
+        except ProcessLookupError:
+            pass
+        head.wait()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_join_cluster_and_resume_after_a_kill(ray_head, local_index, demo_mbeir, demo_images, tiny_encoder_spec,
+                                              tmp_path: Path) -> None:
+    address, env = ray_head
+    out = tmp_path / "idx"
+    shards = out / "shards"
+    cmd = [str(Path(sys.executable).with_name("unirag")), "index", "build", "--pool", str(demo_mbeir["pool"]),
+           "--images-root", str(demo_images), "--out", str(out), "--encoder", tiny_encoder_spec,
+           "--engine", "ray", "--ray-address", address, "--shard-size", "25", "--workers", "1",
+           "--batch-size", "4"]
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while len(list(shards.glob("*.done.json"))) < 2:
+        assert first.poll() is None, "the build ended before it could be killed"
+        assert time.time() < deadline, "no shard finished in time"
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    done_before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns)
+                   for p in shards.glob("shard-*") if (shards / (p.name.split(".")[0] + ".done.json")).exists()}
+    n_done = len(list(shards.glob("*.done.json")))
+    assert 2 <= n_done < 13, n_done  # 306 items in shards of 25
+    assert not (out / "manifest.json").exists()
+
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"shards: {n_done} of 13 already done, embedding {13 - n_done} on Ray" in second.stdout
+    for name, stamp in done_before.items():  # finished shards were not embedded again
+        p = shards / name
+        assert (p.stat().st_ino, p.stat().st_mtime_ns) == stamp, name
+    assert len(list(shards.glob("*.done.json"))) == 13
+    _assert_same_index(local_index, out, demo_mbeir, demo_images)
