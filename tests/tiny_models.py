@@ -24,7 +24,7 @@ def _tmp_root() -> Path:
     return root
 
 
-def _byte_unicode_chars() -> list[str]:
+def _byte_unicode_map() -> dict[int, str]:
     """GPT-2/CLIP byte-level alphabet: every byte mapped to a printable unicode character."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
@@ -34,7 +34,11 @@ def _byte_unicode_chars() -> list[str]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return [chr(c) for c in cs]
+    return {b: chr(c) for b, c in zip(bs, cs, strict=True)}
+
+
+def _byte_unicode_chars() -> list[str]:
+    return list(_byte_unicode_map().values())
 
 
 def tiny_clip_tokenizer():
@@ -131,13 +135,26 @@ _LLAVA_CHAT_TEMPLATE = (
 
 
 @functools.lru_cache(maxsize=2)
-def tiny_llava_dir(image_size: int = 32, seed: int = 0) -> Path:
+def tiny_llava_dir(image_size: int = 32, seed: int = 0, emits: str = "words") -> Path:
     """Directory holding a tiny random ``LlavaForConditionalGeneration`` + ``LlavaProcessor`` (with a chat
-    template), loadable by ``unirag.generators.registry.load_text_generator(f"hf:{path}")``."""
+    template), loadable by ``unirag.generators.registry.load_text_generator(f"hf:{path}")``.
+
+    Random weights alone may answer with special tokens only; the saved ``generation_config.json`` (which
+    ``generate`` applies, as it does for a real checkpoint) fixes what the model can say:
+
+    * ``emits="words"``: every token but the lowercase-letter ones is suppressed, so each answer is
+      ``max_new_tokens`` letters a-z, one per token (which ones depends on the image and prompt);
+    * ``emits="nothing"``: every token but end-of-sequence is suppressed, so each answer is empty;
+    * ``emits="reply:<text>"``: a sequence bias makes every answer exactly ``<text>`` then end-of-sequence.
+    """
+    import hashlib
+
     import torch
     from transformers import CLIPImageProcessorPil, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
 
-    out = _tmp_root() / f"tiny-llava-i{image_size}-s{seed}"
+    if emits not in ("words", "nothing") and not emits.startswith("reply:"):
+        raise ValueError(f"emits must be 'words', 'nothing' or 'reply:<text>', not {emits!r}")
+    out = _tmp_root() / f"tiny-llava-i{image_size}-s{seed}-{hashlib.sha1(emits.encode()).hexdigest()[:12]}"
     if (out / "config.json").exists():
         return out
     tok = tiny_clip_tokenizer()
@@ -163,6 +180,18 @@ def tiny_llava_dir(image_size: int = 32, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     model = LlavaForConditionalGeneration(config).eval()
+    vocab = tok.get_vocab()
+    if emits == "words":
+        letters = {i for t, i in vocab.items() if len(t) == 1 and "a" <= t <= "z"}
+        model.generation_config.suppress_tokens = sorted(set(range(len(tok))) - letters)
+    elif emits == "nothing":
+        model.generation_config.suppress_tokens = [i for i in range(len(tok)) if i != eos]
+    else:
+        # one byte-level character token per byte (no end-of-word marks, so decoding adds no spaces);
+        # the bias on each full prefix grows with its length, so the longest match always wins
+        chars = _byte_unicode_map()
+        ids = [vocab[chars[b]] for b in emits.removeprefix("reply:").encode()] + [eos]
+        model.generation_config.sequence_bias = [[ids[: j + 1], 1000.0 * (j + 1)] for j in range(len(ids))]
     return _save(model, processor, out)
 
 
