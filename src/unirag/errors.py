@@ -42,11 +42,30 @@ class ConfigError(UniragError):
 
 
 class BackendError(UniragError):
-    """A call to a model or API failed. ``retryable`` tells the run loop whether to try again."""
+    """A call to a model or API failed. ``retryable`` tells the run loop whether to try again.
+
+    ``kind`` names the failure for run records and reports: ``"transport"`` (timeouts, dropped
+    connections), ``"http"`` (an error status), ``"malformed"`` (see :class:`MalformedResponseError`),
+    ``"refused"`` (content filters) or ``"backend"`` (anything else a backend reports on purpose).
+    Only transport errors, timeouts, 429 and 5xx are retryable; a bug in the calling code is not a
+    BackendError at all and propagates with its traceback.
+    """
+
+    kind = "backend"
 
     def __init__(self, message: str, *, retryable: bool = False, retry_after: float | None = None,
-                 status: int | None = None) -> None:
+                 status: int | None = None, kind: str | None = None) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
         self.status = status
+        if kind is not None:
+            self.kind = kind
+
+
+class MalformedResponseError(BackendError):
+    """The model or server answered, but not in the form asked for (unparsable body, no choices,
+    a reply that does not match the requested JSON schema). Its own class so that it is never
+    confused with a ``ValueError`` raised by client-side validation, and recorded as its own kind."""
+
+    kind = "malformed"

@@ -6,7 +6,8 @@ import json
 import subprocess
 import sys
 
-HEAVY = ["torch", "transformers", "faiss", "diffusers", "openai", "matplotlib", "sentence_transformers", "numpy"]
+HEAVY = ["torch", "transformers", "faiss", "diffusers", "openai", "matplotlib", "sentence_transformers", "numpy",
+         "fastapi", "uvicorn", "starlette"]
 
 
 def test_help_imports_no_heavy_library():

@@ -20,7 +20,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from unirag.errors import BackendError, ConfigError
+from unirag.errors import ConfigError, MalformedResponseError
 from unirag.messages import ImagePart, Message, TextPart
 
 _STR = {"type": "string"}
@@ -64,7 +64,7 @@ ROLES: dict[str, AgentRole] = {r.name: r for r in [
 ]}
 
 
-class MalformedOutput(ValueError):
+class MalformedOutput(MalformedResponseError):
     """A reply that is not the JSON the role's schema asks for (message says what is wrong)."""
 
 
@@ -207,7 +207,7 @@ def call_agent(generator, role: str, messages: list[Message], options=None, json
     """Call ``generator`` for ``role`` until the reply parses (at most ``json_attempts`` calls).
 
     A malformed reply is shown back to the model with what was wrong. Backend errors propagate to
-    the shared retry loop; a reply still malformed at the end raises a non-retryable BackendError.
+    the shared retry loop; a reply still malformed at the end raises a non-retryable :class:`MalformedResponseError`.
     """
     from unirag.generators.base import GenerationOptions
 
@@ -232,5 +232,5 @@ def call_agent(generator, role: str, messages: list[Message], options=None, json
             convo = convo + [Message("assistant", [TextPart(text)]), Message("user", [TextPart(
                 f"That reply is not valid: {e}. Answer again with the JSON object only, exactly as asked.")])]
     snippet = text[:200].replace("\n", " ")
-    raise BackendError(f"{role}: malformed reply after {json_attempts} call(s) ({err}); last reply: {snippet!r}",
-                       retryable=False)
+    raise MalformedResponseError(f"{role}: malformed reply after {json_attempts} call(s) ({err}); "
+                                 f"last reply: {snippet!r}", retryable=False)

@@ -2,7 +2,7 @@
 
     from unirag.cir.api import run_cir
     metrics = run_cir("cirr", ["cap.rc2.val.json"], images_root="CIRR", out_dir="runs/cirr",
-                      agents="examples/xr_agents.yaml", k_prime=50, lam=0.5)
+                      agents="examples/xr_agents.yaml", k_prime=100, lam=0.5)
 
 Several annotation files (FashionIQ's dress / shirt / toptee) each get their own sub-directory
 and gallery; ``metrics.json`` at the top holds every file's metrics and their average, the way

@@ -3,7 +3,9 @@
 * Agent calls: one append-only :class:`ResultStore` per role (``<cache>/calls/<role>.jsonl``), keyed
   by a hash of the role, the model configuration, the rendered prompt and the *content* hash of every
   image in it. A caption therefore depends on the image bytes, not its path: a pool is captioned once
-  across runs that share the cache directory, and a killed run repeats no finished call.
+  across runs that share the cache directory, and a killed run repeats no finished call. Several
+  processes may share the directory at once: the stores lock the files (``fcntl.flock``), skip a
+  call another process finished meanwhile, and store each finished call once.
 * Embeddings: ``<cache>/emb/<name>-<hash>.npy`` keyed by encoder fingerprint and inputs.
 """
 
@@ -82,9 +84,10 @@ class CallCache:
             return self._stores[role]
 
     def close(self) -> None:
-        for s in self._stores.values():
-            s.close()
-        self._stores.clear()
+        with self._lock:
+            for s in self._stores.values():
+                s.close()
+            self._stores.clear()
 
     def embeddings(self, name: str, fingerprint: str, inputs: Sequence[str],
                    compute: Callable[[], np.ndarray]) -> np.ndarray:

@@ -7,8 +7,13 @@ YAML layout (see ``examples/xr_agents.yaml``)::
       caption: {model: "hf:/models/llava", max_tokens: 120}
       text_imagination: {}          # inherits defaults
     encoder: null                   # cross-modal encoder spec (null = offline default)
-    text_encoder: null              # sentence encoder spec for caption-caption similarity
-    settings: {lambda: 0.5, k_prime: 50, concurrency: 4}
+    text_encoder: null              # caption-caption similarity: null = the CLIP encoder above
+                                    # (MiniLM only with the offline default encoder)
+    settings: {lambda: 0.5, k_prime: 100, concurrency: 4}
+
+Defaults follow the official X^R code where the paper is silent (01yzzyu/xr.github.io,
+``XR/xr.py``: ``--top_k`` 100 = k', ``--rrf_k`` 60; ``XR/utils/inference_entrypoint_ray.py``
+``clip_extact_feature_ray`` embeds images and captions with one CLIP model).
 
 Generation options (max_tokens, temperature, seed) go to every call; any other key of a role
 (base_url, api_key_env, device, ...) is passed to the generator factory. API keys are never
@@ -58,7 +63,7 @@ class RoleConfig:
 @dataclass
 class XRSettings:
     lam: float = 0.5
-    k_prime: int = 50
+    k_prime: int = 100   # official X^R code's --top_k; with k' = 50 = the metric depth, fine filtering could not move R@50
     k: int = 50
     rrf_k: int = 60
     norm: str = "minmax"

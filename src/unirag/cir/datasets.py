@@ -28,6 +28,12 @@ class CirQuery:
     targets: list[str] = field(default_factory=list)   # ground-truth image ids (empty on test splits)
     subset: list[str] | None = None                     # CIRR img_set members
     reference_path: str | None = None                   # when I_r is not a pool member (M-BEIR)
+    target: str | None = None                           # CIRCO target_img_id (the caption's own target)
+
+    @property
+    def main_target(self) -> str | None:
+        """The one target recall counts: CIRCO's ``target_img_id``, else the first ground truth."""
+        return self.target if self.target is not None else (self.targets[0] if self.targets else None)
 
 
 @dataclass
@@ -186,8 +192,13 @@ def load_circo(annotations: str | Path, images_root: str | Path | None = None,
     for i, e in enumerate(_list_of(_load_json(path), path, "annotations")):
         ref = str(_field(e, "reference_img_id", path, i, int))
         gts = [str(g) for g in e.get("gt_img_ids") or []]
+        target = e.get("target_img_id")
+        if gts and target is None:
+            raise InputError(f"entry {i} has gt_img_ids but no target_img_id (CIRCO's recall counts only that "
+                             "image)", path=path, field="target_img_id")
         queries.append(CirQuery(qid=str(_field(e, "id", path, i, int)), reference=ref,
-                                text=_field(e, "relative_caption", path, i), targets=gts))
+                                text=_field(e, "relative_caption", path, i), targets=gts,
+                                target=str(_field(e, "target_img_id", path, i, int)) if target is not None else None))
         mentioned.update([ref, *gts])
     notes = []
     root = Path(images_root) if images_root else None

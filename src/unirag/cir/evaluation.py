@@ -6,12 +6,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from unirag.cir.datasets import CirDataset
-from unirag.metrics.cir import MAP_KS, RECALL_KS, SUBSET_KS, map_mean, recall_mean, recall_subset_mean
+from unirag.metrics.cir import (
+    CIRCO_RECALL_KS,
+    MAP_KS,
+    RECALL_KS,
+    SUBSET_KS,
+    map_mean,
+    recall_mean,
+    recall_subset_mean,
+    target_recall_mean,
+)
 
 
 def evaluate(dataset: CirDataset, rankings: Mapping[str, Sequence[str]],
              subset_rankings: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
-    """FashionIQ/M-BEIR: R@1/5/10/50; CIRR: + R_subset@1/2/3 and (R@5 + R_subset@1) / 2; CIRCO: mAP@k + R@k.
+    """FashionIQ/M-BEIR: R@1/5/10/50; CIRR: + R_subset@1/2/3 and (R@5 + R_subset@1) / 2; CIRCO: mAP@k and
+    R@k at 5/10/25/50 as its official script (target_img_id only), plus R_anyGT@k (any ground truth).
 
     Returns {"n_queries": ..., metric: value x100}, or a note when the split has no ground truth.
     """
@@ -21,6 +31,10 @@ def evaluate(dataset: CirDataset, rankings: Mapping[str, Sequence[str]],
     out: dict[str, Any] = {"n_queries": len(targets)}
     if dataset.kind == "circo":
         out.update(map_mean(rankings, targets, MAP_KS))
+        out.update(target_recall_mean(rankings, {q.qid: q.main_target for q in dataset.queries if q.qid in targets},
+                                      CIRCO_RECALL_KS))
+        out.update(recall_mean(rankings, targets, CIRCO_RECALL_KS, name="R_anyGT"))
+        return out
     out.update(recall_mean(rankings, targets, RECALL_KS))
     if dataset.kind == "cirr" and subset_rankings is not None:
         members = {q.qid: q.subset for q in dataset.queries if q.subset is not None}

@@ -73,7 +73,8 @@ class CirRun:
                  stages: tuple[str, ...] = STAGES, ablation: Ablation | None = None,
                  cache_dir: str | Path | None = None, encoder=None, text_encoder=None,
                  generator_factory: GeneratorFactory | None = None, progress: bool = True,
-                 echo: Callable[[str], None] = print) -> None:
+                 echo: Callable[[str], None] = print, encoder_options: dict[str, Any] | None = None) -> None:
+        """``encoder_options``: keywords for loading the encoders (``device``, ``dtype``, ...)."""
         stages = parse_stages(stages)
         self.ds, self.out = dataset, Path(out_dir)
         self.config = config or XRConfig()
@@ -82,6 +83,7 @@ class CirRun:
         self.ab = ablation or Ablation()
         self.cache = CallCache(cache_dir or self.out / "cache")
         self._encoder, self._text_encoder = encoder, text_encoder
+        self.encoder_options = dict(encoder_options or {})
         self.factory, self.progress, self.echo = generator_factory, progress, echo
         self.notes: list[str] = list(dataset.notes)
 
@@ -90,14 +92,24 @@ class CirRun:
         if self._encoder is None:
             from unirag.encoders.registry import load_encoder
 
-            self._encoder = load_encoder(self.config.encoder)
+            self._encoder = load_encoder(self.config.encoder, **self.encoder_options)
         return self._encoder
 
     def text_encoder(self):
-        if self._text_encoder is None:
-            from unirag.encoders.registry import load_text_encoder
+        """The encoder of caption-caption similarity (A_t^s: C_t, C_v against candidate captions).
 
-            self._text_encoder = load_text_encoder(self.config.text_encoder)
+        As in the official X^R code, one CLIP encodes images and captions: when the cross-modal
+        encoder is a CLIP-family model it serves here too. Sentence embeddings (all-MiniLM-L6-v2)
+        are the fallback for the offline default encoder, or whatever ``text_encoder`` names.
+        """
+        if self._text_encoder is None:
+            if self.config.text_encoder is None and not self._offline_encoder():
+                self._text_encoder = self.encoder()
+            else:
+                from unirag.encoders.registry import load_text_encoder
+
+                self._text_encoder = load_text_encoder(self.config.text_encoder,
+                                                       device=self.encoder_options.get("device", "auto"))
         return self._text_encoder
 
     def loaded_encoders(self) -> dict[str, Any]:
@@ -105,8 +117,23 @@ class CirRun:
         return {name: enc for name, enc in (("encoder", self._encoder), ("text_encoder", self._text_encoder))
                 if enc is not None}
 
+    def _offline_encoder(self) -> bool:
+        if self._encoder is not None:
+            from unirag.encoders.offline import OfflineEncoder
+
+            return isinstance(self._encoder, OfflineEncoder)
+        from unirag.encoders.registry import is_offline_name
+
+        return is_offline_name(self.config.encoder)
+
     # -- run ----------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        try:
+            return self._run()
+        finally:  # the cache's stores release their locks even when a stage fails or is interrupted
+            self.cache.close()
+
+    def _run(self) -> dict[str, Any]:
         s = self.config.settings
         with RunLock(self.out):
             pool_ids, qs = self._check_images()
@@ -128,9 +155,7 @@ class CirRun:
                     self._agents(runner, qs, pool_ids, paths, ia)
                 finally:
                     runner.close()
-            result = self._write(qs, pool_ids, runner, s)
-        self.cache.close()
-        return result
+            return self._write(qs, pool_ids, runner, s)
 
     def required_roles(self) -> list[str]:
         """The agent roles this run's stages and ablations call."""

@@ -45,11 +45,13 @@ class XR:
     only). ``encoder``: cross-modal encoder spec (None: the offline default, or the config's).
     ``work_dir``: where runs and caches go (default: a temporary folder removed by :meth:`close`).
     ``k_prime``/``lam``: the paper's candidate depth and fusion weight (override the config).
+    ``device``/``dtype``: where and how the encoders run (agent models take theirs from the config).
     """
 
     def __init__(self, agents: str | Path | XRConfig | None = None, encoder: str | None = None, *,
                  work_dir: str | Path | None = None, k_prime: int | None = None, lam: float | None = None,
-                 generator_factory=None, progress: bool = False) -> None:
+                 device: str | None = "auto", dtype: str | None = "auto", generator_factory=None,
+                 progress: bool = False) -> None:
         self.config = agents if isinstance(agents, XRConfig) else load_config(agents)
         if encoder is not None:
             self.config.encoder = encoder
@@ -60,6 +62,7 @@ class XR:
         self._tmp = tempfile.TemporaryDirectory(prefix="unirag-xr-") if work_dir is None else None
         self.work_dir = Path(self._tmp.name if self._tmp is not None else work_dir)
         self.factory, self.progress = generator_factory, progress
+        self.encoder_options = {"device": device, "dtype": dtype}
         self._encoder = None
         self._text_encoder = None
         self._counter = itertools.count()
@@ -73,7 +76,7 @@ class XR:
         if self._encoder is None:
             from unirag.encoders.registry import load_encoder
 
-            self._encoder = load_encoder(self.config.encoder)
+            self._encoder = load_encoder(self.config.encoder, **self.encoder_options)
         return self._encoder
 
     def search(self, reference_image: ImageLike, text: str, pool_or_index: Any, *, k: int = 10,
@@ -109,7 +112,7 @@ class XR:
         out = self.work_dir / "searches" / f"{next(self._counter):04d}"
         run = CirRun(dataset, out, self.config, cache_dir=self.work_dir / "cache", encoder=self._load_encoder(),
                      text_encoder=self._text_encoder, generator_factory=self.factory, progress=self.progress,
-                     echo=lambda _line: None)
+                     echo=lambda _line: None, encoder_options=self.encoder_options)
         run.run()
         self._text_encoder = run.loaded_encoders().get("text_encoder") or self._text_encoder
         by_qid = {}

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("unirag.cli.run_cmd:run", "Run an experiment grid from a YAML file."),
     "report": ("unirag.cli.report_cmd:report", "Paper-style tables, plots and an HTML gallery from runs."),
     "cir": ("unirag.cli.cir_cmd:cir", "Composed image retrieval with X^R agents (FashionIQ, CIRR, CIRCO)."),
+    "serve": ("unirag.cli.serve_cmd:serve", "REST API and web page for search, RAG captioning and CIR."),
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from unirag.errors import BackendError
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage
 from unirag.generators.gemini_client import GeminiConnection
-from unirag.generators.http_errors import status_error, transient_error
+from unirag.generators.http_errors import malformed_response, status_error, transient_error
 from unirag.messages import Message, TextPart
 
 PROVIDER = "Gemini"
@@ -80,8 +80,11 @@ class GeminiGenerator(TextGenerator):
         try:
             resp = client.models.generate_content(model=self.model, contents=contents,
                                                   config=self.request_config(system, options))
-        except Exception as e:  # noqa: BLE001 - the SDK raises its own, httpx and JSON errors
-            raise map_gemini_error(e) from None
+        except Exception as e:
+            mapped = map_gemini_error(e)
+            if mapped is None:
+                raise  # a bug or a wrong option, not a failed call: keep the traceback
+            raise mapped from None
         return self._parse(resp, messages)
 
     def _parse(self, resp: Any, messages: list[Message]) -> Generation:
@@ -90,15 +93,15 @@ class GeminiGenerator(TextGenerator):
             feedback = getattr(resp, "prompt_feedback", None)
             reason = getattr(feedback, "block_reason", None)
             if reason:
-                raise BackendError(f"{PROVIDER}: the request was blocked ({reason})")
-            raise transient_error(PROVIDER, "malformed response body", "no candidates")
+                raise BackendError(f"{PROVIDER}: the request was blocked ({reason})", kind="refused")
+            raise malformed_response(PROVIDER, "malformed response body", "no candidates")
         content = getattr(candidates[0], "content", None)
         texts = [p.text for p in (getattr(content, "parts", None) or []) if getattr(p, "text", None)]
         if not texts:
             finish = getattr(candidates[0], "finish_reason", None)
             if finish is not None and "SAFETY" in str(finish):
-                raise BackendError(f"{PROVIDER}: the answer was blocked ({finish})")
-            raise transient_error(PROVIDER, "malformed response body", f"candidate has no text (finish {finish})")
+                raise BackendError(f"{PROVIDER}: the answer was blocked ({finish})", kind="refused")
+            raise malformed_response(PROVIDER, "malformed response body", f"candidate has no text (finish {finish})")
         meta = getattr(resp, "usage_metadata", None)
         prompt = int(getattr(meta, "prompt_token_count", 0) or 0)
         output = int(getattr(meta, "candidates_token_count", 0) or 0)
@@ -118,8 +121,13 @@ class GeminiGenerator(TextGenerator):
         self._conn.close()
 
 
-def map_gemini_error(e: Exception) -> BackendError:
-    """SDK / transport exceptions -> BackendError (status decides retryable; Retry-After honoured)."""
+def map_gemini_error(e: Exception) -> BackendError | None:
+    """SDK / transport exceptions -> BackendError (status decides retryable; Retry-After honoured).
+
+    Returns None for anything else (``TypeError``, the SDK's client-side ``ValueError`` checks, ...):
+    those are bugs or wrong options, and the caller re-raises them unchanged.
+    """
+    import httpx
     from google.genai import errors
 
     if isinstance(e, BackendError):
@@ -128,11 +136,10 @@ def map_gemini_error(e: Exception) -> BackendError:
         headers = getattr(getattr(e, "response", None), "headers", None)
         return status_error(PROVIDER, e.code, e.message or str(e), headers)
     name = type(e).__name__
-    module = type(e).__module__ or ""
-    if "Timeout" in name or isinstance(e, TimeoutError):
+    if isinstance(e, httpx.TimeoutException | TimeoutError):
         return transient_error(PROVIDER, f"request timed out ({name})")
-    if module.startswith(("httpx", "httpcore")) or isinstance(e, ConnectionError):
+    if isinstance(e, httpx.TransportError | ConnectionError):
         return transient_error(PROVIDER, "connection failed", f"{name}: {e}")
-    if isinstance(e, json.JSONDecodeError | ValueError):
-        return transient_error(PROVIDER, "malformed response body", f"{name}: {e}")
-    return BackendError(f"{PROVIDER}: unexpected client error {name}: {e}")
+    if isinstance(e, json.JSONDecodeError):
+        return malformed_response(PROVIDER, "malformed response body", f"{name}: {e}")
+    return None

@@ -13,7 +13,7 @@ import email.utils
 import time
 from collections.abc import Iterator, Mapping
 
-from unirag.errors import BackendError
+from unirag.errors import BackendError, MalformedResponseError
 from unirag.runs.retry import is_retryable_status
 
 _MAX_MESSAGE = 500
@@ -55,13 +55,24 @@ def status_error(provider: str, status: int | None, message: str,
     if status in (401, 403):
         hint = " (check the API key environment variable)"
     return BackendError(f"{provider} API error {status}: {text}{hint}", retryable=is_retryable_status(status),
-                        retry_after=parse_retry_after(headers), status=status)
+                        retry_after=parse_retry_after(headers), status=status, kind="http")
 
 
 def transient_error(provider: str, what: str, detail: str = "") -> BackendError:
-    """Timeouts, connection resets and unreadable response bodies: worth another try."""
+    """Timeouts and connection resets: worth another try."""
     text = " ".join(str(detail).split())[:_MAX_MESSAGE]
-    return BackendError(f"{provider}: {what}" + (f" ({text})" if text else ""), retryable=True)
+    return BackendError(f"{provider}: {what}" + (f" ({text})" if text else ""), retryable=True, kind="transport")
+
+
+def malformed_response(provider: str, what: str, detail: str = "") -> MalformedResponseError:
+    """A response body that cannot be read as the API's format (cut off or garbled on the way).
+
+    Retryable: the same request usually gets a whole answer the next time. A *model's* reply that
+    does not follow the asked format is a non-retryable :class:`MalformedResponseError` raised where
+    it is parsed (e.g. the X^R agents, after showing the model its mistake).
+    """
+    text = " ".join(str(detail).split())[:_MAX_MESSAGE]
+    return MalformedResponseError(f"{provider}: {what}" + (f" ({text})" if text else ""), retryable=True)
 
 
 @contextlib.contextmanager
@@ -70,8 +81,12 @@ def openai_errors(provider: str, timeout: float) -> Iterator[None]:
 
     Shared by the chat backend (``openai_compat``) and the images backend (``openai_images``) so
     both classify status codes, timeouts, dropped connections and unparsable bodies identically.
+    Anything else (a ``TypeError`` in our code, a ``ValueError`` from the SDK's client-side
+    validation of a request) is not a failed call but a bug or a wrong option: it propagates.
     ``openai`` is imported here, not at module top, to keep ``unirag --help`` fast.
     """
+    import json
+
     import openai
 
     try:
@@ -82,6 +97,5 @@ def openai_errors(provider: str, timeout: float) -> Iterator[None]:
         raise transient_error(provider, f"request timed out after {timeout:g}s") from None
     except openai.APIConnectionError as e:
         raise transient_error(provider, "connection failed", str(e.__cause__ or e)) from None
-    except (openai.APIResponseValidationError, ValueError) as e:
-        # json.JSONDecodeError is a ValueError: a body that is not JSON lands here too.
-        raise transient_error(provider, "malformed response body", str(e)) from None
+    except (openai.APIResponseValidationError, json.JSONDecodeError) as e:
+        raise malformed_response(provider, "malformed response body", str(e)) from None

@@ -15,7 +15,7 @@ from typing import Any
 
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage
-from unirag.generators.http_errors import openai_errors, transient_error
+from unirag.generators.http_errors import malformed_response, openai_errors
 from unirag.generators.openai_client import OpenAIConnection
 from unirag.messages import ImagePart, Message, TextPart
 
@@ -107,17 +107,17 @@ class OpenAIChatGenerator(TextGenerator):
     def _parse(self, resp: Any, messages: list[Message]) -> Generation:
         choices = getattr(resp, "choices", None)
         if not isinstance(choices, list) or not choices:
-            raise transient_error(PROVIDER, "malformed response body", "no choices")
+            raise malformed_response(PROVIDER, "malformed response body", "no choices")
         choice = choices[0]
         message = getattr(choice, "message", None)
         text = getattr(message, "content", None)
         finish = getattr(choice, "finish_reason", None)
         if text is None:
             if finish == "content_filter":
-                raise BackendError(f"{PROVIDER}: the provider refused the request (content filter)")
-            raise transient_error(PROVIDER, "malformed response body", "choice has no message content")
+                raise BackendError(f"{PROVIDER}: the provider refused the request (content filter)", kind="refused")
+            raise malformed_response(PROVIDER, "malformed response body", "choice has no message content")
         if not isinstance(text, str):
-            raise transient_error(PROVIDER, "malformed response body", "content is not a string")
+            raise malformed_response(PROVIDER, "malformed response body", "content is not a string")
         usage = self._usage(getattr(resp, "usage", None), messages)
         return Generation(text=text, usage=usage, raw={"finish_reason": finish, "model": getattr(resp, "model", None)})
 

@@ -1,7 +1,11 @@
 """Captioners that need no language model: they return a retrieved caption (paper rows 1a/1b).
 
-``retrieval:top1`` returns the caption of the top-ranked retrieved pair, as the paper scores its
-retrievers. ``retrieval:consensus`` re-ranks the top-k retrieved captions and returns the one most
+``retrieval:top1`` returns the caption of the top-ranked retrieved candidate (or of its complement
+when the top hit is an image), as the official UniRAG code scores its retrievers
+(castorini/UniRAG ``src/unirag/eval_caption_generation.py``): in ``--mode rag`` the caption
+pipeline takes it from the retrieval results with
+:func:`unirag.pipelines.examples.top_candidate_caption`, without skipping a top hit that is the
+query image's own caption; with random examples it is the first example's caption. ``retrieval:consensus`` re-ranks the top-k retrieved captions and returns the one most
 similar on average to the others (consensus re-ranking, in the spirit of Devlin et al. 2015's
 nearest-neighbour captioning): a caption that agrees with many neighbours is less likely to
 describe a near-duplicate's idiosyncrasies. Similarity is the cosine of MiniLM sentence embeddings
@@ -98,5 +102,7 @@ class RetrievalCaptioner(ExampleCaptioner):
 
     def config(self) -> dict[str, Any]:
         return {"spec": self.spec, "backend": "retrieval", "strategy": self.strategy,
+                # what top1 returns (recorded so a run made with the earlier first-kept-pair rule is not resumed)
+                "top1": "top candidate or its complement (official)" if self.strategy == "top1" else None,
                 "similarity": self.similarity if self.strategy == "consensus" else None,
                 "text_encoder": self.text_encoder}

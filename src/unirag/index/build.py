@@ -90,7 +90,8 @@ def _build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, ind
         print(f"shards: {plan.n_shards - len(todo)} of {plan.n_shards} already done, embedding {len(todo)} "
               f"on Ray", flush=True)
     ray_engine.run_shards(shards_dir, todo, encoder_spec, images_root, batch_size=batch_size, workers=workers,
-                          gpus_per_worker=gpus_per_worker, ray_address=ray_address, progress=progress)
+                          gpus_per_worker=gpus_per_worker, ray_address=ray_address,
+                          dtype=info["config"].get("dtype"), progress=progress)
     manifest = build_from_embeddings(pool, shards_dir, out_dir, info, index_type=index_type, params=params,
                                      images_root=images_root, progress=progress)
     return manifest

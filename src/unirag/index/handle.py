@@ -52,13 +52,13 @@ class Index:
     def build(cls, pool: Pool | str | Path | Iterable[Candidate], out: str | Path, *,
               encoder: Encoder | str | None = None, images_root: str | Path | None = None,
               index_type: str = "flat", params: Mapping[str, Any] | None = None, batch_size: int = 64,
-              device: str | None = "auto", progress: bool = False, engine: str = "local",
+              device: str | None = "auto", dtype: str | None = "auto", progress: bool = False, engine: str = "local",
               **engine_options: Any) -> Index:
         """Encode every candidate of ``pool`` and write the index to ``out`` (atomically); return it opened.
 
         ``pool``: a :class:`unirag.Pool` (its images root is used unless ``images_root`` is given),
         a pool JSONL path, or candidates. ``encoder``: an encoder object, a spec (hub id, local
-        directory, "offline") or None for the offline default, loaded on ``device``.
+        directory, "offline") or None for the offline default, loaded on ``device`` in ``dtype``.
         ``index_type``: "flat" (exact), "hnsw" or "ivfpq"; ``params`` override their settings.
         ``engine``: "local" (this process) or "ray" (shards embedded on Ray Data, resumable), with
         ``engine_options`` ``shards_dir``, ``shard_size``, ``workers``, ``gpus_per_worker``,
@@ -79,7 +79,7 @@ class Index:
             source = pool.path if pool.path is not None else list(pool)
         else:
             root, source = images_root, pool
-        spec, enc = _encoder_and_spec(encoder, device)
+        spec, enc = _encoder_and_spec(encoder, device, dtype)
         options = {k: v for k, v in engine_options.items() if v is not None}
         build_index(source, Path(root).absolute() if root is not None else None, out, enc, encoder_spec=spec,
                     index_type=index_type, batch_size=batch_size, params=params, progress=progress, engine=engine,
@@ -142,12 +142,12 @@ class Index:
         return Candidate(did=meta.did, modality=meta.modality, txt=meta.txt, img_path=meta.img_path,
                          source_id=meta.source_id)
 
-    def load_encoder(self, *, device: str | None = "auto") -> Encoder:
+    def load_encoder(self, *, device: str | None = "auto", dtype: str | None = "auto") -> Encoder:
         """Load the encoder recorded in the manifest and check that it is the one that built the index."""
         from unirag.encoders.registry import load_encoder
         from unirag.index.store import check_encoder
 
-        encoder = load_encoder(self.encoder_spec, device=device)
+        encoder = load_encoder(self.encoder_spec, device=device, dtype=dtype)
         check_encoder(self.manifest, encoder, self.path)
         return encoder
 
@@ -183,10 +183,10 @@ class Index:
         return f"Index({str(self.path)!r}, {self.counts}, encoder={self.manifest['encoder'].get('name')!r})"
 
 
-def _encoder_and_spec(encoder, device: str | None):
+def _encoder_and_spec(encoder, device: str | None, dtype: str | None):
     """(spec to record, encoder object) for an encoder object, a spec string or None (offline)."""
     if encoder is None or isinstance(encoder, str):
         from unirag.encoders.registry import load_encoder
 
-        return encoder, load_encoder(encoder, device=device)
+        return encoder, load_encoder(encoder, device=device, dtype=dtype)
     return getattr(encoder, "spec", None), encoder

@@ -1,11 +1,18 @@
 """Composed-image-retrieval metrics, each exactly as its benchmark's official evaluation defines it.
 
-* R@k (FashionIQ, CIRR): 1 when the target is among the top-k, averaged over queries, x100.
-  With several ground truths (CIRCO) recall counts a hit when *any* ground truth is in the top-k.
+* R@k (FashionIQ, CIRR; UniIR/M-BEIR): 1 when the target (M-BEIR: any positive) is among the top-k,
+  averaged over queries, x100 (:func:`recall_at_k`).
+* CIRCO R@k, k = 5/10/25/50 (miccunifi/CIRCO ``src/evaluation.py``): counts only the query's
+  ``target_img_id`` - the image the relative caption was written for - not the other ground truths
+  (:func:`target_recall_at_k`). The any-ground-truth hit rate is reported beside it as
+  ``R_anyGT@k``; on CIRCO val 191 of 220 queries have several ground truths, so the two differ.
 * R_subset@k (CIRR): the ranking restricted to the query's ``img_set`` members, the reference image
   removed; 1 when the target is among the first k of that restricted ranking.
-* mAP@k (CIRCO ``evaluation.py``): with ``rel_i`` = 1 when the i-th result is a ground truth,
+* mAP@k (CIRCO ``src/evaluation.py``): with ``rel_i`` = 1 when the i-th result is a ground truth,
   ``AP@k = sum_{i<=k} P@i * rel_i / min(k, #ground truths)``.
+
+``tests/metrics/test_official_metrics.py`` ports the official functions and checks these against
+them on random rankings with ties and several ground truths.
 
 A ranking is a list of image ids, best first. Per-query functions return floats in [0, 1]; the
 ``*_mean`` aggregators return the benchmark's x100 averages. (Written here rather than taken from
@@ -19,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from unirag.metrics.retrieval import hit_at_k
 
 RECALL_KS = (1, 5, 10, 50)
+CIRCO_RECALL_KS = (5, 10, 25, 50)
 SUBSET_KS = (1, 2, 3)
 MAP_KS = (5, 10, 25, 50)
 
@@ -37,10 +45,20 @@ def recall_at_k(ranking: Sequence[str], targets: Iterable[str], k: int) -> float
     return hit_at_k(ranking, gts, k)
 
 
+def target_recall_at_k(ranking: Sequence[str], target: str, k: int) -> float:
+    """CIRCO's official Recall@k: how often ``target_img_id`` itself is among the first k (0 or 1 for a
+    ranking without repeats); the query's other ground truths do not count."""
+    _check_k(k)
+    if target is None:
+        raise ValueError("CIRCO recall needs the query's target_img_id")
+    return float(sum(1 for r in ranking[:k] if r == target))
+
+
 def average_precision_at_k(ranking: Sequence[str], targets: Iterable[str], k: int) -> float:
     """CIRCO's AP@k: precision at each relevant hit in the top-k, summed, / min(k, #ground truths)."""
     _check_k(k)
-    gts = set(targets)
+    gt_list = list(targets)
+    gts = set(gt_list)
     if not gts:
         raise ValueError("mAP needs at least one ground-truth target")
     hits = 0
@@ -49,7 +67,7 @@ def average_precision_at_k(ranking: Sequence[str], targets: Iterable[str], k: in
         if r in gts:
             hits += 1
             total += hits / i
-    return total / min(k, len(gts))
+    return total / min(k, len(gt_list))  # the official divides by len(gt_img_ids), repeats included
 
 
 def subset_ranking(ranking: Sequence[str], members: Iterable[str], reference: str | None) -> list[str]:
@@ -70,10 +88,18 @@ def _mean(values: list[float]) -> float:
 
 
 def recall_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, Iterable[str]],
-                ks: Sequence[int] = RECALL_KS) -> dict[str, float]:
-    """R@k averaged over the queries that have targets (x100). Queries without a ranking count as misses."""
+                ks: Sequence[int] = RECALL_KS, name: str = "R") -> dict[str, float]:
+    """R@k (a hit on any target) averaged over the queries that have targets (x100), keyed ``{name}@k``.
+    Queries without a ranking count as misses."""
     qids = [q for q, t in targets.items() if t]
-    return {f"R@{k}": _mean([recall_at_k(rankings.get(q, []), targets[q], k) for q in qids]) for k in ks}
+    return {f"{name}@{k}": _mean([recall_at_k(rankings.get(q, []), targets[q], k) for q in qids]) for k in ks}
+
+
+def target_recall_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, str],
+                       ks: Sequence[int] = CIRCO_RECALL_KS) -> dict[str, float]:
+    """CIRCO's official R@k (``target_img_id`` only) averaged over queries (x100)."""
+    qids = [q for q, t in targets.items() if t is not None]
+    return {f"R@{k}": _mean([target_recall_at_k(rankings.get(q, []), targets[q], k) for q in qids]) for k in ks}
 
 
 def map_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, Iterable[str]],

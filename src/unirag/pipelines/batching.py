@@ -33,15 +33,19 @@ def run_batches(items: Iterable[T], key: Callable[[T], str],
         if err is None:
             rec = {store.key: key(item), "status": STATUS_OK, "error": None, **fields}
         else:
-            rec = {store.key: key(item), "status": STATUS_ERROR, "error": str(err)}
+            rec = {store.key: key(item), "status": STATUS_ERROR, "error": str(err), "error_kind": err.kind}
         rec["attempts"] = 1
         rec.setdefault("latency_s", round(seconds, 4))
-        store.append(rec)
-        counts[rec["status"]] += 1
+        stored = store.append(rec)
+        counts[rec["status"] if stored is rec else "skipped"] += 1
 
     with tqdm(total=len(todo), desc=desc, disable=not progress, unit="it") as bar:
         for start in range(0, len(todo), batch_size):
-            chunk = todo[start:start + batch_size]
+            chunk = [it for it in todo[start:start + batch_size] if not store.is_done(key(it))]
+            counts["skipped"] += min(batch_size, len(todo) - start) - len(chunk)  # finished by another process
+            if not chunk:
+                bar.update(min(batch_size, len(todo) - start))
+                continue
             t0 = time.perf_counter()
             try:
                 results = work_batch(chunk)
@@ -59,5 +63,5 @@ def run_batches(items: Iterable[T], key: Callable[[T], str],
                         record(item, fields, None, time.perf_counter() - t1)
                     except BackendError as err:
                         record(item, None, err, time.perf_counter() - t1)
-            bar.update(len(chunk))
+            bar.update(min(batch_size, len(todo) - start))
     return counts

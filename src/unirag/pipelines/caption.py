@@ -79,6 +79,10 @@ class CaptionJob:
     def __init__(self, cfg: CaptionConfig, captioner: Captioner, selector: ExampleSelector) -> None:
         self.cfg, self.captioner, self.selector = cfg, captioner, selector
         self.pool_root = pool_images_root(cfg)
+        #: retrieval:top1 over retrieval results captions with the top candidate's caption, as the paper's
+        #: code does (see :func:`unirag.pipelines.examples.top_candidate_caption`), not the first example's.
+        self.official_top1 = getattr(captioner.backend, "strategy", None) == "top1" and hasattr(selector,
+                                                                                            "top_caption")
 
     def examples(self, q: Query) -> list[Example]:
         return self.selector.select(q)
@@ -101,7 +105,14 @@ class CaptionJob:
 
     def work(self, q: Query) -> dict[str, Any]:
         examples = self.examples(q)
-        return self._record(examples, self.captioner.complete(self.request(q, examples)))
+        request = self.request(q, examples)
+        captions = None
+        if request.prompt is None and self.official_top1:
+            try:
+                captions = [self.selector.top_caption(q)]  # the official baseline: the top hit, unskipped
+            except InputError as e:
+                raise BackendError(f"bad input: {e}") from None
+        return self._record(examples, self.captioner.complete(request, captions=captions))
 
     def work_batch(self, qs: list[Query]) -> list[dict[str, Any]]:
         examples = [self.examples(q) for q in qs]

@@ -160,10 +160,12 @@ class Captioner:
 
         return CaptionRequest(shots, build_caption_prompt(self.template, image, shots, query_label=label))
 
-    def complete(self, request: CaptionRequest) -> Caption:
-        """Call the generator for a prepared request."""
+    def complete(self, request: CaptionRequest, *, captions: Sequence[str] | None = None) -> Caption:
+        """Call the generator for a prepared request (``captions``: what an example captioner picks
+        from, when not the examples' own captions)."""
         if request.prompt is None:
-            gen = self.backend.caption_from_examples([s.caption for s in request.shots])
+            gen = self.backend.caption_from_examples(list(captions) if captions is not None else
+                                                     [s.caption for s in request.shots])
         else:
             gen = self.backend.generate(request.prompt.messages, self.options)
         return self._caption(request, gen)
@@ -184,7 +186,18 @@ class Captioner:
         "random" (examples as given) or "zero-shot" (no examples). Raises
         :class:`~unirag.errors.BackendError` when the call fails or returns an empty caption.
         """
-        return self.complete(self.request(image, examples, mode=mode, label=label))
+        request = self.request(image, examples, mode=mode, label=label)
+        return self.complete(request, captions=self._top_candidate(examples) if request.prompt is None else None)
+
+    def _top_candidate(self, examples: Any) -> list[str] | None:
+        """``retrieval:top1`` on search hits captions with the top hit's own pair, as the paper's code and
+        ``unirag caption`` do (the first example may come from a later hit when the top one's pair was dropped)."""
+        from unirag.retrieval.results import Hits
+
+        if getattr(self.backend, "strategy", None) != "top1" or not isinstance(examples, Hits) or not examples:
+            return None
+        top = examples[0].pair
+        return [top.caption] if top is not None and top.caption else None
 
     def caption_batch(self, images: Sequence[ImageLike], examples: Sequence[Iterable[Any]] | None = None, *,
                       mode: str = "rag") -> list[Caption]:

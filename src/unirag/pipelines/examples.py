@@ -14,6 +14,7 @@ resolves them.
 from __future__ import annotations
 
 import random
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.data.records import Candidate, Query, resolve_image
-from unirag.errors import ConfigError, InputError
+from unirag.errors import BackendError, ConfigError, InputError
 
 MODES = ("zero-shot", "random", "rag")
 
@@ -146,16 +147,80 @@ def _top_pairs(query: Query, pairs: Sequence[Any], k: int) -> list[Example]:
     return out
 
 
-class RagFromRun(ExampleSelector):
+def top_candidate_caption(result: Any, pool: dict[str, Candidate] | None) -> str | None:
+    """The caption of the top-ranked candidate, or of its complement when that candidate is an image.
+
+    This is the retrieval-only caption baseline (paper rows 1a/1b) as the official code computes it
+    (castorini/UniRAG ``src/unirag/eval_caption_generation.py``, ``--calculate_retriever_metrics``:
+    ``candidates[0]["txt"]``, else ``complement_candidates[0]["txt"]``). Unlike the few-shot
+    examples, nothing is skipped when the top hit is the query's own image or caption. The caption
+    comes from the candidate's pair in the run; when that pair was dropped (it shows the query),
+    from ``pool``: the candidate's own text, else the first caption of its source item.
+    """
+    if not result.candidates:
+        return None
+    top = result.candidates[0].did
+    for p in result.pairs:
+        if top in (p.text_did, p.image_did) and p.txt:
+            return p.txt
+    if pool is None or top not in pool:
+        return None
+    cand = pool[top]
+    if cand.txt:
+        return cand.txt
+    if cand.source_id is not None:
+        for c in pool.values():
+            if c.source_id == cand.source_id and c.txt and not c.img_path:
+                return c.txt
+    return None
+
+
+class _TopCaption:
+    """``top_caption(query)`` for selectors that hold retrieval results (see top_candidate_caption)."""
+
+    pool_path: Path | None = None
+    _pool: dict[str, Candidate] | None = None
+    _pool_lock = threading.Lock()
+
+    def _result(self, query: Query) -> Any:
+        raise NotImplementedError
+
+    def _lookup_pool(self) -> dict[str, Candidate] | None:
+        if self.pool_path is None:
+            return None
+        with self._pool_lock:
+            if self._pool is None:
+                from unirag.data.mbeir import load_pool
+
+                self._pool = load_pool(self.pool_path)
+            return self._pool
+
+    def top_caption(self, query: Query) -> str:
+        result = self._result(query)
+        text = top_candidate_caption(result, None) if result is not None else None
+        if text is None and result is not None and result.candidates:
+            text = top_candidate_caption(result, self._lookup_pool())
+        if text is None:
+            top = result.candidates[0].did if result is not None and result.candidates else None
+            hint = "" if self.pool_path is not None else "; pass --pool so its caption can be looked up"
+            raise BackendError(f"no caption for the top retrieved candidate of {query.qid} ({top}){hint}")
+        return text
+
+
+class RagFromRun(_TopCaption, ExampleSelector):
     """Top-k pairs of a retrieval run file (``unirag retrieve`` output)."""
 
     mode = "rag"
 
-    def __init__(self, k: int, run_path: str | Path) -> None:
+    def __init__(self, k: int, run_path: str | Path, pool_path: str | Path | None = None) -> None:
         from unirag.retrieval.run_io import read_run
 
         self.k, self.run_path = k, Path(run_path)
+        self.pool_path = Path(pool_path) if pool_path is not None else None
         self._run = read_run(self.run_path)
+
+    def _result(self, query: Query) -> Any:
+        return self._run.get(query.qid)
 
     def prepare(self, queries: Sequence[Query]) -> None:
         missing = [q.qid for q in queries if q.qid not in self._run]
@@ -171,15 +236,21 @@ class RagFromRun(ExampleSelector):
         return {"mode": self.mode, "k": self.k, "retrieval": str(self.run_path)}
 
 
-class RagFromIndex(ExampleSelector):
+class RagFromIndex(_TopCaption, ExampleSelector):
     """Retrieve pairs on the fly from an index directory (one batched retrieval before the run)."""
 
     mode = "rag"
 
     def __init__(self, k: int, index_dir: str | Path, query_images_root: str | Path | None,
-                 modality: str = "any") -> None:
+                 modality: str = "any", pool_path: str | Path | None = None) -> None:
         self.k, self.index_dir, self.query_images_root, self.modality = k, Path(index_dir), query_images_root, modality
+        self.pool_path = Path(pool_path) if pool_path is not None else None
         self._results: dict[str, Any] = {}
+
+    def _result(self, query: Query) -> Any:
+        if query.qid not in self._results:
+            self.prepare([query])
+        return self._results.get(query.qid)
 
     def prepare(self, queries: Sequence[Query]) -> None:
         from unirag.retrieval.retriever import Retriever
@@ -225,5 +296,5 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dic
     if (retrieval is None) == (index is None):
         raise ConfigError("rag mode needs exactly one of --retrieval RUN.jsonl or --index INDEX_DIR")
     if retrieval is not None:
-        return RagFromRun(k, retrieval)
-    return RagFromIndex(k, index, query_images_root)
+        return RagFromRun(k, retrieval, pool_path)
+    return RagFromIndex(k, index, query_images_root, pool_path=pool_path)

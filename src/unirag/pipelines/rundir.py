@@ -8,6 +8,11 @@
 Rerunning into the same directory resumes: queries whose latest record is ``ok`` are skipped,
 failed ones are tried again. The manifest's ``identity`` (what determines the outputs) must match
 the earlier run's, so a resume never mixes two configurations in one file.
+
+Two processes may run the same configuration into one directory at once (e.g. two workers on a
+grid): the manifest is checked and written under the result store's exclusive lock, each process
+skips queries the other has finished (see :class:`~unirag.runs.store.ResultStore`), and the final
+compaction merges both, so nothing is lost or stored twice.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 from unirag.errors import ConfigError
 from unirag.messages import Message, render_for_log
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
-from unirag.runs.store import STATUS_OK, ResultStore, RunLock
+from unirag.runs.store import STATUS_OK, ResultStore
 
 OUTPUTS = "outputs.jsonl"
 MANIFEST = "manifest.json"
@@ -50,7 +55,7 @@ def _safe(name: str) -> str:
 
 
 class RunDir:
-    """Open with ``with RunDir(out, task, identity, settings) as run:``; holds the directory lock."""
+    """Open with ``with RunDir(out, task, identity, settings) as run:``."""
 
     def __init__(self, out: str | Path, task: str, identity: dict[str, Any], settings: dict[str, Any] | None = None,
                  save_prompts: int = 5) -> None:
@@ -59,7 +64,6 @@ class RunDir:
         self.identity = json.loads(json.dumps(identity, default=str))  # normalise (paths -> str)
         self.settings = json.loads(json.dumps(settings or {}, default=str))
         self.save_prompts = save_prompts
-        self._lock = RunLock(self.out)
         self.store: ResultStore | None = None
         self.manifest: dict[str, Any] = {}
 
@@ -73,25 +77,27 @@ class RunDir:
 
     def __enter__(self) -> RunDir:
         self.out.mkdir(parents=True, exist_ok=True)
-        self._lock.__enter__()
+        self.store = ResultStore(self.out / OUTPUTS, key="qid")
         try:
-            self._open_manifest()
-            self.store = ResultStore(self.out / OUTPUTS, key="qid")
+            with self.store.exclusive():  # no other process reads or writes the manifest meanwhile
+                self._open_manifest()
         except BaseException:
-            self._lock.__exit__(None, None, None)
+            self.store.close()
+            self.store = None
             raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if self.store is None:
+            return
         try:
-            if self.store is not None:
-                self.store.close()
             if exc_type is not None and self.manifest.get("status") == "running":
                 # Ctrl-C or a crash: say so, so nobody scores a half-finished run by mistake.
-                self.manifest.update({"status": "interrupted", "updated": _now()})
-                atomic_write_json(self.manifest_path, self.manifest)
+                with self.store.exclusive():
+                    self.manifest.update({"status": "interrupted", "updated": _now()})
+                    atomic_write_json(self.manifest_path, self.manifest)
         finally:
-            self._lock.__exit__(exc_type, exc, tb)
+            self.store.close()
 
     def _open_manifest(self) -> None:
         old = None
@@ -143,18 +149,17 @@ class RunDir:
     def finish(self, order: list[str], extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Compact outputs to one line per qid in query order; record counts and totals in the manifest."""
         assert self.store is not None
-        wanted = set(order)
-        known = [q for q in order if self.store.get(q) is not None]
-        # Records of queries outside this run (an earlier run without --limit) are kept, after these.
-        self.store.compact(known + [k for k in (str(r["qid"]) for r in self.store.records()) if k not in wanted])
-        records = [self.store.get(q) for q in order]
-        ok = sum(1 for r in records if r is not None and r.get("status") == STATUS_OK)
-        failed = sum(1 for r in records if r is not None and r.get("status") != STATUS_OK)
-        counts = {"queries": len(order), "ok": ok, "error": failed, "missing": len(order) - ok - failed}
-        totals = _usage_totals(r for r in records if r is not None)
-        self.manifest.update({"updated": _now(), "counts": counts, "totals": totals,
-                              "status": "complete" if ok == len(order) else "incomplete", **(extra or {})})
-        atomic_write_json(self.manifest_path, self.manifest)
+        with self.store.exclusive():  # includes what another process sharing the directory wrote
+            # Records of queries outside this run (an earlier run without --limit) are kept, after these.
+            self.store.compact([q for q in order if self.store.get(q) is not None])
+            records = [self.store.get(q) for q in order]
+            ok = sum(1 for r in records if r is not None and r.get("status") == STATUS_OK)
+            failed = sum(1 for r in records if r is not None and r.get("status") != STATUS_OK)
+            counts = {"queries": len(order), "ok": ok, "error": failed, "missing": len(order) - ok - failed}
+            totals = _usage_totals(r for r in records if r is not None)
+            self.manifest.update({"updated": _now(), "counts": counts, "totals": totals,
+                                  "status": "complete" if ok == len(order) else "incomplete", **(extra or {})})
+            atomic_write_json(self.manifest_path, self.manifest)
         return counts
 
 

@@ -40,11 +40,12 @@ class Retriever:
     follow the same rules and give the same ranking for the same query.
 
     ``encoder``: an encoder object or spec; None loads the one recorded in the index manifest on
-    ``device`` ("auto": CUDA when available) the first time queries must be encoded (or at
+    ``device`` in ``dtype`` ("auto": CUDA when available, in its fast dtype) the first time queries must be encoded (or at
     :meth:`warm_up`). ``pool_images_root`` defaults to the images root the index was built with.
     """
 
-    def __init__(self, index, encoder=None, *, device: str | None = "auto", verify: bool = False,
+    def __init__(self, index, encoder=None, *, device: str | None = "auto", dtype: str | None = "auto",
+                 verify: bool = False,
                  pool_images_root: str | Path | None = None) -> None:
         from unirag.index.handle import Index
 
@@ -54,11 +55,11 @@ class Retriever:
         if isinstance(encoder, str):
             from unirag.encoders.registry import load_encoder
 
-            encoder = load_encoder(encoder, device=device)
+            encoder = load_encoder(encoder, device=device, dtype=dtype)
         if encoder is not None:
             check_encoder(self.index.manifest, encoder, self.index.index_dir)
         self._encoder = encoder
-        self.device = device
+        self.device, self.dtype = device, dtype
         self.verify = verify
         root = pool_images_root or self.index.manifest.get("images_root")
         self.pool_images_root = str(root) if root is not None else None
@@ -70,7 +71,7 @@ class Retriever:
         if self._encoder is None:
             from unirag.encoders.registry import load_encoder
 
-            encoder = load_encoder(self.index.manifest["encoder"].get("spec"), device=self.device)
+            encoder = load_encoder(self.index.manifest["encoder"].get("spec"), device=self.device, dtype=self.dtype)
             check_encoder(self.index.manifest, encoder, self.index.index_dir)
             self._encoder = encoder
         return self._encoder
@@ -136,11 +137,11 @@ class Retriever:
     def to_dict(self) -> dict[str, Any]:
         """Enough to make the same retriever again with :meth:`from_dict` (index path, encoder, device)."""
         return {"index": str(self.index.index_dir), "encoder": self.index.manifest["encoder"].get("spec"),
-                "device": self.device, "verify": self.verify, "pool_images_root": self.pool_images_root}
+                "device": self.device, "dtype": self.dtype, "verify": self.verify, "pool_images_root": self.pool_images_root}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Retriever:
-        return cls(data["index"], data.get("encoder"), device=data.get("device", "auto"),
+        return cls(data["index"], data.get("encoder"), device=data.get("device", "auto"), dtype=data.get("dtype", "auto"),
                    verify=data.get("verify", True), pool_images_root=data.get("pool_images_root"))
 
     # -- M-BEIR query records (the CLI) ------------------------------------------------------

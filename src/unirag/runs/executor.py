@@ -37,6 +37,8 @@ def run_items(
     ``work`` returns the output fields of a successful item; a :class:`BackendError` that is not
     retryable, or that keeps failing, is stored as ``status: error`` with its message (and retried
     by the next run). Other exceptions are bugs and propagate. Returns counts ok/error/skipped.
+    Before each item the store is re-read, so an item another process sharing the store finished
+    meanwhile is skipped (and counted as skipped), not done twice.
     """
     policy = policy or RetryPolicy()
     done = store.done_keys()
@@ -44,26 +46,31 @@ def run_items(
     todo = [it for it in items if key(it) not in done]
     counts = {"ok": 0, "error": 0, "skipped": len(items) - len(todo)}
 
-    def one(item: T) -> dict[str, Any]:
+    def one(item: T) -> dict[str, Any] | None:
         start = time.perf_counter()
         k = key(item)
+        if store.is_done(k):  # another process sharing the store finished it meanwhile
+            return None
         try:
             fields, attempts = call_with_retry(lambda: work(item), policy)
             rec = {store.key: k, "status": STATUS_OK, "error": None, **fields}
         except BackendError as err:
             attempts = policy.max_attempts if err.retryable else 1
-            rec = {store.key: k, "status": STATUS_ERROR, "error": str(err)}
+            rec = {store.key: k, "status": STATUS_ERROR, "error": str(err), "error_kind": err.kind}
         rec["attempts"] = attempts
         rec.setdefault("latency_s", round(time.perf_counter() - start, 4))
-        store.append(rec)
+        if store.append(rec) is not rec:  # another process stored a finished record first: it stands
+            return None
         return rec
+
+    def count(rec: dict[str, Any] | None) -> None:
+        counts["skipped" if rec is None else rec["status"]] += 1
 
     bar = tqdm(total=len(todo), desc=desc, disable=not progress, unit="it")
     try:
         if concurrency <= 1:
             for it in todo:
-                rec = one(it)
-                counts[rec["status"]] += 1
+                count(one(it))
                 bar.update(1)
         else:
             with ThreadPoolExecutor(max_workers=concurrency) as pool:
@@ -78,8 +85,7 @@ def run_items(
                     while pending:
                         finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                         for fut in finished:
-                            rec = fut.result()
-                            counts[rec["status"]] += 1
+                            count(fut.result())
                             bar.update(1)
                             nxt = next(iterator, None)
                             if nxt is not None:

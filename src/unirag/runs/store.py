@@ -1,18 +1,35 @@
-"""Append-only JSONL result store that survives crashes and resumes.
+"""Append-only JSONL result store that several threads *and processes* can share, crash-safe and resumable.
 
-One line per finished work item, written with a single ``write`` + flush + fsync under a lock, so
-a crash can at worst leave a torn *last* line, which is dropped (and cut off) when the store is
-opened again. The latest line per key wins: a failed item is recorded as a failure and retried on
-the next run; :meth:`ResultStore.compact` rewrites the file with exactly one line per key.
+Every access to the file happens under an OS-level lock (``fcntl.flock`` on a sidecar
+``<file>.lock`` that is never replaced, so the lock survives compaction):
+
+* appends take the lock exclusively, first read what other processes appended since (so a key
+  another process finished is not written twice), then write the whole line with a single
+  ``write`` + flush + fsync;
+* reading new lines takes the lock shared.
+
+Because no writer ever leaves the lock with half a line in the file, a last line without its
+newline seen *under the exclusive lock* can only be the leftover of a writer that crashed; it is cut
+off then, and only then. A line that does not parse in the middle of the file (a crash followed by
+later appends from an older version) is skipped. Both are reported: a ``logging`` warning with the
+count and the first line numbers, and :attr:`ResultStore.dropped_lines` for callers.
+
+A key's latest line wins, with one rule that keeps concurrent runs from losing work: once a key
+has an ``ok`` record, later records for it are not written unless ``replace=True`` (a failure
+somewhere else must not hide a finished result, and a finished result is not stored twice).
+A failed item is recorded as a failure and retried on the next run; :meth:`ResultStore.compact`
+rewrites the file with exactly one line per key.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +39,13 @@ from unirag.runs.atomic import atomic_write_lines
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
 
+log = logging.getLogger(__name__)
+_SHOW_LINES = 5
+
+
+def _is_ok(rec: dict[str, Any] | None) -> bool:
+    return rec is not None and rec.get("status", STATUS_OK) == STATUS_OK
+
 
 class ResultStore:
     """A JSONL file of records keyed by ``key`` (e.g. ``qid``) with a ``status`` field."""
@@ -30,53 +54,150 @@ class ResultStore:
         self.path = Path(path)
         self.key = key
         self.fsync = fsync
-        self._lock = threading.Lock()
+        self._tlock = threading.RLock()
+        self._depth = 0
         self._latest: dict[str, dict[str, Any]] = {}
-        self.dropped_torn_line = False
+        self._offset = 0          # bytes of the file consumed so far
+        self._ino: int | None = None
+        self._lineno = 0          # complete lines consumed so far
+        #: 1-based line numbers of lines that were dropped (torn by a crash, or not JSON)
+        self.dropped_lines: list[int] = []
+        #: appends not written because another writer had already stored an ``ok`` record for the key
+        self.skipped_duplicates = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._load()
-        self._fh = self.path.open("a", encoding="utf-8")
+        self._lock_fh = self.lock_path.open("a")
+        self._closed = False
+        with self._locked(exclusive=True):
+            self._refresh_locked(repair=True)
 
-    def _load(self) -> None:
-        if not self.path.exists():
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".lock")
+
+    @property
+    def dropped_torn_line(self) -> bool:
+        """True when any line was dropped (kept for callers of the earlier API)."""
+        return bool(self.dropped_lines)
+
+    # -- locking ------------------------------------------------------------------------------------
+    @contextmanager
+    def _locked(self, exclusive: bool) -> Iterator[None]:
+        """Thread lock + flock; re-entrant within a thread (the outermost call decides the mode)."""
+        with self._tlock:
+            if self._closed:
+                raise UniragError(f"result store {self.path} is closed")
+            if self._depth == 0:
+                fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_UN)
+
+    @contextmanager
+    def exclusive(self) -> Iterator[ResultStore]:
+        """Hold the store's exclusive lock (e.g. to update a manifest consistently with the store)."""
+        with self._locked(exclusive=True):
+            self._refresh_locked(repair=True)
+            yield self
+
+    # -- reading ------------------------------------------------------------------------------------
+    def _refresh_locked(self, repair: bool) -> None:
+        """Consume lines appended since the last read (by anyone). Caller holds the flock."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            self._offset, self._ino, self._lineno = 0, None, 0
             return
-        good_bytes = 0
+        if self._ino is not None and (st.st_ino != self._ino or st.st_size < self._offset):
+            # Another process compacted (replaced) the file: read it again from the start. Its
+            # records are the latest per key, so merging them into what we hold loses nothing.
+            self._offset, self._lineno = 0, 0
+        self._ino = st.st_ino
+        if st.st_size == self._offset:
+            return
+        dropped: list[int] = []
         with self.path.open("rb") as f:
-            for raw in f:
-                if not raw.endswith(b"\n"):
-                    self.dropped_torn_line = True  # torn write at crash time
-                    break
-                try:
-                    rec = json.loads(raw)
-                except json.JSONDecodeError:
-                    # A torn line followed by later appends: skip it, keep the rest.
-                    self.dropped_torn_line = True
-                    good_bytes += len(raw)
-                    continue
-                good_bytes += len(raw)
-                if isinstance(rec, dict) and self.key in rec:
-                    self._latest[str(rec[self.key])] = rec
-        if self.dropped_torn_line and self.path.stat().st_size > good_bytes:
-            with self.path.open("r+b") as f:
-                f.truncate(good_bytes)
+            f.seek(self._offset)
+            data = f.read(st.st_size - self._offset)
+        pos = 0
+        while pos < len(data):
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                # No newline at the end. Writers append whole lines under the exclusive lock, so
+                # with that lock held this can only be left by a crashed writer: cut it off.
+                if repair:
+                    dropped.append(self._lineno + 1)
+                    with self.path.open("r+b") as f:
+                        f.truncate(self._offset + pos)
+                        f.flush()
+                        os.fsync(f.fileno())
+                break  # under a shared lock leave it for the next exclusive holder
+            raw = data[pos:nl + 1]
+            pos = nl + 1
+            self._lineno += 1
+            try:
+                rec = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                dropped.append(self._lineno)
+                continue
+            if isinstance(rec, dict) and self.key in rec:
+                self._latest[str(rec[self.key])] = rec
+        self._offset += pos
+        if dropped:
+            self.dropped_lines.extend(dropped)
+            shown = ", ".join(str(n) for n in dropped[:_SHOW_LINES])
+            log.warning("%s: dropped %d unreadable line(s) (torn by a crashed writer), line(s) %s%s",
+                        self.path, len(dropped), shown, " ..." if len(dropped) > _SHOW_LINES else "")
 
-    def append(self, record: dict[str, Any]) -> None:
+    def refresh(self) -> None:
+        """Read what other processes appended since the last read."""
+        with self._locked(exclusive=False):
+            self._refresh_locked(repair=False)
+
+    def is_done(self, key: str, refresh: bool = True) -> bool:
+        """Whether ``key`` has an ``ok`` record, looking at other processes' appends first."""
+        if refresh and not _is_ok(self._latest.get(str(key))):
+            self.refresh()
+        return _is_ok(self._latest.get(str(key)))
+
+    # -- writing ------------------------------------------------------------------------------------
+    def append(self, record: dict[str, Any], replace: bool = False) -> dict[str, Any]:
+        """Store ``record``; returns the record that stands for its key afterwards.
+
+        Unless ``replace``, nothing is written when the key already has an ``ok`` record (written
+        by this or another process): that record is returned instead.
+        """
         if self.key not in record:
             raise ValueError(f"record lacks key field {self.key!r}")
-        line = json.dumps(record, ensure_ascii=False) + "\n"
-        with self._lock:
-            self._fh.write(line)
-            self._fh.flush()
-            if self.fsync:
-                os.fsync(self._fh.fileno())
-            self._latest[str(record[self.key])] = record
+        k = str(record[self.key])
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        with self._locked(exclusive=True):
+            self._refresh_locked(repair=True)
+            current = self._latest.get(k)
+            if not replace and _is_ok(current):
+                self.skipped_duplicates += 1
+                return current
+            with self.path.open("ab") as f:
+                f.write(line)
+                f.flush()
+                if self.fsync:
+                    os.fsync(f.fileno())
+                if self._ino is None:
+                    self._ino = os.fstat(f.fileno()).st_ino
+            self._offset += len(line)
+            self._lineno += 1
+            self._latest[k] = record
+            return record
 
     def get(self, key: str) -> dict[str, Any] | None:
         return self._latest.get(str(key))
 
     def done_keys(self) -> set[str]:
         """Keys whose latest record succeeded: a rerun skips these and retries the rest."""
-        return {k for k, r in self._latest.items() if r.get("status", STATUS_OK) == STATUS_OK}
+        return {k for k, r in self._latest.items() if _is_ok(r)}
 
     def records(self) -> Iterator[dict[str, Any]]:
         """Latest record per key."""
@@ -86,18 +207,27 @@ class ResultStore:
         return len(self._latest)
 
     def compact(self, order: list[str] | None = None) -> int:
-        """Rewrite atomically with one line per key (in ``order`` when given)."""
-        with self._lock:
-            keys = order if order is not None else list(self._latest)
+        """Rewrite atomically with one line per key (in ``order`` when given, then any others).
+
+        Runs under the exclusive lock after reading every other process's appends, so a record
+        written elsewhere is kept; writers reopen the file for each append and so follow the new one.
+        """
+        with self._locked(exclusive=True):
+            self._refresh_locked(repair=True)
+            keys = list(order) if order is not None else []
+            seen = set(keys)
+            keys += [k for k in self._latest if k not in seen]
             recs = [self._latest[k] for k in keys if k in self._latest]
-            self._fh.close()
             n = atomic_write_lines(self.path, (json.dumps(r, ensure_ascii=False) for r in recs))
-            self._fh = self.path.open("a", encoding="utf-8")
+            st = self.path.stat()
+            self._offset, self._ino, self._lineno = st.st_size, st.st_ino, n
             return n
 
     def close(self) -> None:
-        with self._lock:
-            self._fh.close()
+        with self._tlock:
+            if not self._closed:
+                self._closed = True
+                self._lock_fh.close()
 
     def __enter__(self) -> ResultStore:
         return self

@@ -18,7 +18,7 @@ from unirag.errors import BackendError
 from unirag.generators.base import Usage
 from unirag.generators.gemini import map_gemini_error, render_gemini_contents
 from unirag.generators.gemini_client import GeminiConnection
-from unirag.generators.http_errors import transient_error
+from unirag.generators.http_errors import malformed_response
 from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
 from unirag.generators.images.templates import FEW_SHOT_GEMINI, ZERO_SHOT, image_template, zero_shot_prompt
 from unirag.messages import ImagePart, Message, TextPart, render_for_log
@@ -72,7 +72,7 @@ def parse_image_response(resp: Any) -> tuple[Any, dict[str, Any]]:
                     im.load()
                     image = im.convert("RGB")
             except (UnidentifiedImageError, OSError, ValueError) as e:
-                raise transient_error(PROVIDER, "response image could not be decoded", str(e)) from None
+                raise malformed_response(PROVIDER, "response image could not be decoded", str(e)) from None
             return image, {"model_text": " ".join(texts) or None, "finish_reason": finish}
     said = (" ".join(texts))[:300]
     raise BackendError(f"{PROVIDER}: the response has no image (finish reason {finish})"
@@ -111,8 +111,11 @@ class GeminiImageGenerator(ImageGenerator):
         try:
             resp = client.models.generate_content(model=self.model, contents=contents,
                                                   config=self.generation_config(request))
-        except Exception as e:  # noqa: BLE001 - SDK, transport and JSON errors; mapped in one place
-            raise map_gemini_error(e) from None
+        except Exception as e:
+            mapped = map_gemini_error(e)  # SDK, transport and JSON errors; None for bugs
+            if mapped is None:
+                raise
+            raise mapped from None
         image, extra = parse_image_response(resp)
         um = getattr(resp, "usage_metadata", None)
         usage = None

@@ -19,7 +19,7 @@ from typing import Any
 
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.base import Usage
-from unirag.generators.http_errors import openai_errors, transient_error
+from unirag.generators.http_errors import malformed_response, openai_errors
 from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
 from unirag.generators.images.templates import FEW_SHOT_API, ZERO_SHOT, render_listed
 from unirag.generators.openai_client import OpenAIConnection
@@ -46,14 +46,14 @@ def decode_b64_image(b64: Any, provider: str):
     from PIL import Image, UnidentifiedImageError
 
     if not isinstance(b64, str) or not b64:
-        raise transient_error(provider, "malformed response body", "no base64 image data")
+        raise malformed_response(provider, "malformed response body", "no base64 image data")
     try:
         raw = base64.b64decode(b64, validate=True)
         with Image.open(io.BytesIO(raw)) as im:
             im.load()
             return im.convert("RGB")
     except (binascii.Error, UnidentifiedImageError, OSError, ValueError) as e:
-        raise transient_error(provider, "response image could not be decoded", str(e)) from None
+        raise malformed_response(provider, "response image could not be decoded", str(e)) from None
 
 
 def image_usage(usage: Any, n_images: int) -> Usage | None:
@@ -128,7 +128,7 @@ class OpenAIImageGenerator(ImageGenerator):
                 resp = client.images.generate(**args)
         data = getattr(resp, "data", None)
         if not data:
-            raise transient_error(PROVIDER, "malformed response body", "no data[] in the response")
+            raise malformed_response(PROVIDER, "malformed response body", "no data[] in the response")
         first = data[0]
         if getattr(first, "b64_json", None) is None and getattr(first, "url", None):
             raise BackendError(f"{PROVIDER}: the server returned a URL instead of base64 image data")

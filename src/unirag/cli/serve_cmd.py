@@ -1,0 +1,64 @@
+"""``unirag serve``: the REST API and web page over one index (FastAPI on uvicorn)."""
+
+from __future__ import annotations
+
+import click
+
+from unirag.errors import ConfigError
+
+
+@click.command("serve")
+@click.option("--index", required=True, type=click.Path(file_okay=False), help="Index directory to search.")
+@click.option("--generator", "generator_spec", default="retrieval:consensus", show_default=True,
+              help="Caption generator: openai:MODEL, gemini:MODEL, hf:DIR, retrieval:top1, retrieval:consensus.")
+@click.option("--image-generator", "image_generator_spec", default="retrieval:top1", show_default=True,
+              help="Image generator: diffusers:DIR, openai-image:MODEL, gemini-image:MODEL, retrieval:top1.")
+@click.option("--cir-agents", type=click.Path(dir_okay=False), default=None,
+              help="X^R agents YAML for /v1/cir (default: the embedding baseline).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; a non-loopback address needs --token-env.")
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--token-env", default=None, metavar="VAR",
+              help="Environment variable holding a bearer token that every API request must send.")
+@click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
+              help="Allow cross-origin requests from ORIGIN (repeatable; CORS is off without it).")
+@click.option("--max-upload-mb", type=float, default=10.0, show_default=True, help="Largest accepted upload.")
+@click.option("--max-pixels", type=int, default=40_000_000, show_default=True,
+              help="Largest accepted image (width x height); bigger ones are refused as decompression bombs.")
+@click.option("--concurrency", type=int, default=4, show_default=True, help="Generator calls in flight at once.")
+@click.option("--max-attempts", type=int, default=6, show_default=True,
+              help="Tries per generator call for transient errors (429, 5xx, timeouts).")
+@click.option("--base-url", default=None, help="Generator API base URL (OpenAI-compatible server).")
+@click.option("--timeout", type=float, default=None, help="Seconds per generator call.")
+@click.option("--prompt-family", "family", type=click.Choice(["llava", "gpt4o", "gemini"]), default=None,
+              help="Override the caption generator's prompt template family.")
+@click.option("--similarity", type=click.Choice(["minilm", "lexical"]), default=None,
+              help="retrieval:consensus caption similarity.")
+@click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
+              show_default=True)
+def serve(index, generator_spec, image_generator_spec, cir_agents, host, port, token_env, cors_origins,
+          max_upload_mb, max_pixels, concurrency, max_attempts, base_url, timeout, family, similarity,
+          log_level) -> None:
+    """Serve search, RAG captioning, image generation and composed retrieval over HTTP, with a web page at /."""
+    from unirag.serve.settings import ServeSettings
+
+    gen_opts = {k: v for k, v in (("base_url", base_url), ("timeout", timeout), ("family", family),
+                                  ("similarity", similarity)) if v is not None}
+    settings = ServeSettings(index=index, generator=generator_spec or None,
+                             image_generator=image_generator_spec or None, cir_agents=cir_agents, host=host,
+                             port=port, token_env=token_env, cors_origins=list(cors_origins),
+                             max_upload_bytes=int(max_upload_mb * 1024 * 1024), max_pixels=max_pixels,
+                             generator_concurrency=concurrency, max_attempts=max_attempts,
+                             generator_options=gen_opts)
+    settings.check()  # refuse an unsafe bind before loading anything
+    try:
+        import uvicorn
+
+        from unirag.serve.app import create_app
+    except ImportError as e:
+        raise ConfigError(f"unirag serve needs the serve extra ({e.name} is missing): "
+                          "pip install 'unirag[serve]'") from None
+    app = create_app(settings)
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"unirag serve: http://{shown}:{port}/ (API docs at /docs, index {index})", err=True)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -1,0 +1,92 @@
+"""Answer concurrent searches with one encoder/FAISS call (adaptive micro-batching).
+
+Requests wait in a queue; one worker takes *everything* queued at that moment (up to
+``max_batch``), groups it by (k, modality) and hands each group to ``search_batch`` on one worker
+thread. A lone request is therefore answered at once (no batching window, no added latency), while
+under load the requests that arrive during one call form the next batch - the batch size grows with
+the load, which is when encoding many queries in one forward pass and one FAISS call pays off.
+All searches run on that one thread, so the encoder is never used by two threads at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class _Pending:
+    query: Any
+    key: tuple
+    future: asyncio.Future = field(repr=False)
+
+
+class SearchBatcher:
+    """``await batcher.search(query, k=..., modality=...)`` -> that query's hits.
+
+    ``search_batch(queries, k, modality)`` is the blocking batch function (one list of hits per
+    query, in order); ``on_batch(size)`` is told each batch size (for /metrics).
+    """
+
+    def __init__(self, search_batch: Callable[[Sequence[Any], int, str], list], *, max_batch: int = 64,
+                 on_batch: Callable[[int], None] | None = None) -> None:
+        self._search_batch = search_batch
+        self.max_batch = max_batch
+        self._on_batch = on_batch
+        self._queue: asyncio.Queue[_Pending] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._worker: asyncio.Task | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="unirag-search")
+
+    async def search(self, query: Any, *, k: int, modality: str) -> list:
+        loop = asyncio.get_running_loop()
+        if self._queue is None or self._loop is not loop:  # first call, or a new event loop (test clients)
+            self._loop, self._queue = loop, asyncio.Queue()
+            self._worker = loop.create_task(self._run(self._queue))
+        future = loop.create_future()
+        await self._queue.put(_Pending(query, (k, modality), future))
+        return await future
+
+    async def _run(self, queue: asyncio.Queue) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await queue.get()]
+            while len(batch) < self.max_batch and not queue.empty():
+                batch.append(queue.get_nowait())
+            groups: dict[tuple, list[_Pending]] = {}
+            for item in batch:
+                groups.setdefault(item.key, []).append(item)
+            for (k, modality), items in groups.items():
+                live = [p for p in items if not p.future.done()]  # a client that went away
+                if not live:
+                    continue
+                if self._on_batch is not None:
+                    self._on_batch(len(live))
+                try:
+                    results = await loop.run_in_executor(self._executor, self._search_batch,
+                                                         [p.query for p in live], k, modality)
+                except Exception as e:  # noqa: BLE001 - delivered to every waiting request
+                    for p in live:
+                        if not p.future.done():
+                            p.future.set_exception(e)
+                    continue
+                for p, hits in zip(live, results, strict=True):
+                    if not p.future.done():
+                        p.future.set_result(hits)
+
+    def call(self, fn: Callable, *args: Any):
+        """Run another blocking call on the search thread (encoder users must not overlap)."""
+        return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def close(self) -> None:
+        if self._worker is not None and self._loop is asyncio.get_running_loop():
+            self._worker.cancel()
+            try:
+                await self._worker
+            except asyncio.CancelledError:
+                pass
+        self._worker = self._queue = self._loop = None
+        self._executor.shutdown(wait=False, cancel_futures=True)

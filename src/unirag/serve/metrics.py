@@ -1,0 +1,90 @@
+"""Prometheus text exposition of what the service did, written by hand (no client library needed).
+
+Counters: requests by endpoint and status, generator errors by endpoint and kind, searches by
+batch size. Histograms: request latency by endpoint. Endpoints are route templates
+(``/v1/images/{did}``), never raw paths, so a scan of random URLs cannot grow the label set.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+
+class _Histogram:
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.counts = [0] * len(buckets)
+        self.total = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.total += 1
+        self.sum += value
+        for i, edge in enumerate(self.buckets):
+            if value <= edge:
+                self.counts[i] += 1
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        sep = "," if labels else ""
+        out = [f'{name}_bucket{{{labels}{sep}le="{_num(edge)}"}} {n}' for edge, n in zip(self.buckets, self.counts,
+                                                                                      strict=True)]
+        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.total}')
+        out.append(f"{name}_sum{{{labels}}} {self.sum:.6f}" if labels else f"{name}_sum {self.sum:.6f}")
+        out.append(f"{name}_count{{{labels}}} {self.total}" if labels else f"{name}_count {self.total}")
+        return out
+
+
+class Metrics:
+    """Thread-safe counters and histograms; :meth:`render` gives the ``/metrics`` body."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: dict[tuple[str, str, int], int] = defaultdict(int)
+        self.latency: dict[str, _Histogram] = {}
+        self.generator_errors: dict[tuple[str, str], int] = defaultdict(int)
+        self.batches = _Histogram(BATCH_BUCKETS)
+
+    def observe_request(self, endpoint: str, method: str, status: int, seconds: float) -> None:
+        with self._lock:
+            self.requests[(endpoint, method, status)] += 1
+            self.latency.setdefault(endpoint, _Histogram(LATENCY_BUCKETS)).observe(seconds)
+
+    def generator_error(self, endpoint: str, kind: str) -> None:
+        with self._lock:
+            self.generator_errors[(endpoint, kind)] += 1
+
+    def observe_batch(self, size: int) -> None:
+        with self._lock:
+            self.batches.observe(size)
+
+    def render(self) -> str:
+        with self._lock:
+            out = ["# HELP unirag_requests_total HTTP requests answered, by endpoint, method and status.",
+                   "# TYPE unirag_requests_total counter"]
+            for (endpoint, method, status), n in sorted(self.requests.items()):
+                out.append(f'unirag_requests_total{{endpoint="{_esc(endpoint)}",method="{method}",'
+                           f'status="{status}"}} {n}')
+            out += ["# HELP unirag_request_latency_seconds Time to answer a request, by endpoint.",
+                    "# TYPE unirag_request_latency_seconds histogram"]
+            for endpoint, hist in sorted(self.latency.items()):
+                out += hist.lines("unirag_request_latency_seconds", f'endpoint="{_esc(endpoint)}"')
+            out += ["# HELP unirag_generator_errors_total Generator calls that failed after retries, by kind.",
+                    "# TYPE unirag_generator_errors_total counter"]
+            for (endpoint, kind), n in sorted(self.generator_errors.items()):
+                out.append(f'unirag_generator_errors_total{{endpoint="{_esc(endpoint)}",kind="{_esc(kind)}"}} {n}')
+            out += ["# HELP unirag_search_batch_size Searches answered by one encoder/FAISS call.",
+                    "# TYPE unirag_search_batch_size histogram"]
+            out += self.batches.lines("unirag_search_batch_size", "")
+            return "\n".join(out) + "\n"
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)
+
+
+def _esc(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

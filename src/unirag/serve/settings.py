@@ -1,0 +1,82 @@
+"""What one ``unirag serve`` process is configured with, and the bind-safety rule.
+
+Kept free of FastAPI so the CLI can validate options (and refuse an unsafe bind) before the web
+stack is imported.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from unirag.errors import ConfigError
+
+#: Upload limits: 10 MB of encoded bytes, 40 megapixels once decoded (a 6300x6300 photo).
+DEFAULT_MAX_UPLOAD_BYTES = 10 * 1024 * 1024
+DEFAULT_MAX_PIXELS = 40_000_000
+
+
+@dataclass
+class ServeSettings:
+    """Options of one service process (the CLI fills them; tests build them directly)."""
+
+    index: str | Path
+    generator: str | None = "retrieval:consensus"
+    image_generator: str | None = "retrieval:top1"
+    cir_agents: str | Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    #: Name of the environment variable that holds the bearer token (the token itself is never an option).
+    token_env: str | None = None
+    cors_origins: list[str] = field(default_factory=list)
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    #: Generator calls in flight at once and tries per call, as in batch runs (--concurrency, --max-attempts).
+    generator_concurrency: int = 4
+    max_attempts: int = 6
+    retry_base_delay: float = 0.5
+    #: Options passed to the generator backends (base_url, timeout, family, similarity ...).
+    generator_options: dict = field(default_factory=dict)
+    #: Most concurrent searches answered by one encoder/FAISS call.
+    max_batch: int = 64
+    device: str = "cpu"
+    k_max: int = 100
+
+    def token(self) -> str | None:
+        """The configured bearer token, read from the environment; None when no --token-env."""
+        if not self.token_env:
+            return None
+        value = os.environ.get(self.token_env, "")
+        if not value.strip():
+            raise ConfigError(f"--token-env {self.token_env}: the environment variable is not set or empty")
+        return value.strip()
+
+    def check(self) -> None:
+        """Refuse settings that would expose the service or cannot work, before anything loads."""
+        check_bind(self.host, self.token())
+        if self.max_upload_bytes <= 0 or self.max_pixels <= 0:
+            raise ConfigError("upload limits must be positive")
+        if self.generator_concurrency < 1 or self.max_attempts < 1 or self.max_batch < 1:
+            raise ConfigError("--concurrency, --max-attempts and the batch size must be >= 1")
+        if not (0 < int(self.port) < 65536):
+            raise ConfigError(f"--port must be in 1..65535, got {self.port}")
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and 'localhost'; anything else (0.0.0.0, a LAN address) is exposed."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """A non-loopback address is refused unless requests must carry a bearer token."""
+    if not is_loopback(host) and not token:
+        raise ConfigError(f"refusing to bind {host!r} without a token: anyone on the network could use this "
+                          "service. Set a secret in an environment variable and pass --token-env VAR "
+                          "(requests then need 'Authorization: Bearer <token>'), or bind 127.0.0.1")

@@ -1,0 +1,36 @@
+"""X^R defaults follow the official code where the paper is silent (01yzzyu/xr.github.io XR/xr.py,
+XR/utils/inference_entrypoint_ray.py): k' = 100, and one CLIP for image and caption similarities."""
+
+from __future__ import annotations
+
+import numpy as np
+from xr_fixtures import make_world
+
+from tiny_models import tiny_clip_dir
+from unirag.cir.config import XRConfig, XRSettings
+from unirag.cir.pipeline import CirRun
+
+
+def _run(tmp_path, config):
+    return CirRun(make_world(tmp_path / "world"), tmp_path / "out", config, progress=False, echo=lambda s: None)
+
+
+def test_k_prime_defaults_to_the_official_top_k():
+    assert XRSettings().k_prime == 100 and XRSettings().rrf_k == 60
+
+
+def test_a_configured_clip_encoder_also_embeds_the_captions(tmp_path):
+    run = _run(tmp_path, XRConfig(encoder=str(tiny_clip_dir())))
+    enc = run.encoder()
+    assert run.text_encoder() is enc
+    caps = ["a red dress with long sleeves", "a blue shirt"]
+    assert np.allclose(run.text_encoder().encode_texts(caps), enc.encode_texts(caps))
+
+
+def test_minilm_is_only_the_offline_fallback_or_an_explicit_choice(tmp_path):
+    from unirag.encoders.text import SentenceTextEncoder
+
+    offline = _run(tmp_path / "a", XRConfig())
+    assert isinstance(offline.text_encoder(), SentenceTextEncoder)
+    explicit = _run(tmp_path / "b", XRConfig(encoder=str(tiny_clip_dir()), text_encoder="minilm"))
+    assert isinstance(explicit.text_encoder(), SentenceTextEncoder)
