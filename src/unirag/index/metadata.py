@@ -121,11 +121,16 @@ class MetaTable(Sequence[CandidateMeta]):
 
     def __iter__(self) -> Iterator[CandidateMeta]:
         for _, modality in self._bounds:
-            with self._lock:
-                rows = self.db.execute("SELECT did, txt, img_path, source_id FROM meta WHERE modality=? "
-                                       "ORDER BY row", (modality.value,)).fetchall()
-            for did, txt, img, sid in rows:
-                yield CandidateMeta(did, modality, txt, img, sid)
+            last = -1
+            while True:  # keyset pages: bounded memory at any size, no cursor held between pages
+                with self._lock:
+                    rows = self.db.execute("SELECT row, did, txt, img_path, source_id FROM meta WHERE modality=? "
+                                           "AND row > ? ORDER BY row LIMIT 10000", (modality.value, last)).fetchall()
+                if not rows:
+                    break
+                for _row, did, txt, img, sid in rows:
+                    yield CandidateMeta(did, modality, txt, img, sid)
+                last = rows[-1][0]
 
     def gid_of(self, did: str) -> int | None:
         with self._lock:

@@ -86,6 +86,8 @@ class SubIndex:
         if entry.get("vectors_file"):
             self.vectors = np.memmap(folder / entry["vectors_file"], dtype=np.float32, mode="r",
                                      shape=(self.count, dim))
+            # load the lazily imported numpy code the re-scoring uses now, not in the first query
+            self._rescore(np.zeros((1, dim), dtype=np.float32), np.zeros((1, 1), dtype=np.int64), 1)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (scores, local rows); with raw vectors, a ``refine_k_factor`` x k shortlist re-scored exactly."""
