@@ -59,11 +59,29 @@ def pipeline_runs(tmp_path_factory, coco_mini):
     return tmp, rows, cap_metrics, img_metrics
 
 
+def _cider_by_hand(candidates: dict[str, str], references: dict[str, list[str]]) -> float:
+    """pycocoevalcap run directly, as COCOEvalCap.evaluate does (no unirag code): x100."""
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    tok = PTBTokenizer()
+    gts = tok.tokenize({k: [{"caption": c} for c in v] for k, v in references.items()})
+    res = tok.tokenize({k: [{"caption": c}] for k, c in candidates.items()})
+    score, _ = Cider().compute_score(gts, res)
+    return 100 * float(score)
+
+
 def test_pipeline_runs_are_scored(pipeline_runs):
-    _, rows, cap_metrics, img_metrics = pipeline_runs
+    tmp, rows, cap_metrics, img_metrics = pipeline_runs
     assert cap_metrics["n_scored"] == 6 and cap_metrics["n_failed"] == 0
-    # the top-1 retrieved caption is another image's caption: far below the human fixture's CIDEr
-    assert 0 <= cap_metrics["metrics"]["CIDEr"] < 60
+    # retrieval:top1 answers query i with the caption of its top pair: image i+1's second caption
+    outputs = {r["qid"]: r["caption"] for r in map(json.loads, (tmp / "cap" / "outputs.jsonl").read_text().splitlines())}
+    expected = {f"9:{r['image_id']}": rows[(i + 1) % 6]["captions"][1] for i, r in enumerate(rows)}
+    assert outputs == expected
+    # scored against each image's own references (captions[1:]), exactly as pycocoevalcap scores it
+    cider = _cider_by_hand(expected, {f"9:{r['image_id']}": r["captions"][1:] for r in rows})
+    assert cap_metrics["metrics"]["CIDEr"] == pytest.approx(cider, abs=1e-9)
+    assert 1 < cider < 60  # another image's caption: far below the human fixture's CIDEr (94.6)
     # each query 'generates' another query's photo: the same set of images, so FID (a distance between
     # sets) is 0 although every single pair is wrong
     assert img_metrics["n_scored"] == 6 and img_metrics["metrics"]["FID"] == pytest.approx(0.0, abs=1e-6)

@@ -29,8 +29,9 @@ def test_jpeg_file_is_sent_as_is(coco_mini):
 
 def test_message_text_and_images_in_order(coco_mini):
     paths = sorted((coco_mini / "images").glob("*.jpg"))[:2]
-    m = Message("user", [ImagePart(path=paths[0], label="ex1"), TextPart("a"), ImagePart(path=paths[1]), TextPart("b")])
-    assert m.text == "ab"
+    m = Message("user", [ImagePart(path=paths[0], label="ex1"), TextPart("first text"), ImagePart(path=paths[1]),
+                         TextPart("second text")])
+    assert m.text == "first textsecond text"
     assert [p.path for p in m.images] == paths
     log = render_for_log([Message("system", [TextPart("sys")]), m])
-    assert log.index("<image ex1>") < log.index("a") < log.index(f"<image {paths[1].name}>")
+    assert log == (f"[system]\nsys\n\n[user]\n<image ex1>\nfirst text\n<image {paths[1].name}>\nsecond text")
