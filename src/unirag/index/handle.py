@@ -81,6 +81,8 @@ class Index:
             root, source = images_root, pool
         spec, enc = _encoder_and_spec(encoder, device, dtype)
         options = {k: v for k, v in engine_options.items() if v is not None}
+        if engine == "ray":
+            options.setdefault("worker_dtype", dtype)  # workers load their own copy: same dtype, same fingerprint
         build_index(source, Path(root).absolute() if root is not None else None, out, enc, encoder_spec=spec,
                     index_type=index_type, batch_size=batch_size, params=params, progress=progress, engine=engine,
                     **options)

@@ -68,8 +68,8 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
                ) -> list[dict[str, Any]]:
     """Embed ``shard_ids`` of the planned shards folder on Ray; returns one record per shard embedded.
 
-    Workers load ``encoder_spec`` with ``dtype`` (pass the driver encoder's, so that their
-    fingerprint matches the one planned; a mismatch fails the shard with both names).
+    Workers load ``encoder_spec`` on ``cuda`` when GPUs are reserved (else CPU) in ``dtype``; their
+    encoder's fingerprint must be the one planned (a mismatch fails the shard with both names).
     """
     try:
         import ray
