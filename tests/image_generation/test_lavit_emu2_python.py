@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
