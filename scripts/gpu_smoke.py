@@ -37,15 +37,15 @@ def _gpu(device: str) -> bool:
     return device.startswith("cuda")
 
 
-def measure(device: str, fn: Callable[[], object]) -> tuple[object, float, str]:
-    """(result, seconds, peak GPU memory in MiB or "n/a")."""
+def measure(device: str, fn: Callable[..., object], *args: object) -> tuple[object, float, str]:
+    """(``fn(*args)``, seconds, peak GPU memory in MiB or "n/a")."""
     import torch
 
     if _gpu(device):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
-    result = fn()
+    result = fn(*args)
     if _gpu(device):
         torch.cuda.synchronize()
         peak = f"{torch.cuda.max_memory_allocated() / 2**20:.1f}"
@@ -93,7 +93,7 @@ def index_step(device: str, dtypes: list[str], data: dict[str, Path], work: Path
     for name, spec in (("clip", str(tiny_clip_dir())), ("uniir-clip-sf", f"uniir:clip_sf:{tiny_uniir_clip_sf()}")):
         ref = run(spec, "cpu", "float32", work / f"idx-{name}-cpu")
         for dtype in dtypes:
-            got, secs, peak = measure(device, lambda: run(spec, device, dtype, work / f"idx-{name}-{dtype}"))
+            got, secs, peak = measure(device, run, spec, device, dtype, work / f"idx-{name}-{dtype}")
             cross = run(spec, device, dtype, work / "unused", index=work / f"idx-{name}-cpu")
             report("index", encoder=name, device=device, dtype=dtype, seconds=secs, peak_gpu_mib=peak,
                    queries=len(got), top5_overlap_vs_cpu_fp32=overlap(ref, got),
@@ -118,7 +118,7 @@ def caption_step(device: str, dtypes: list[str], data: dict[str, Path]) -> None:
 
     ref = run("cpu", "float32")
     for dtype in dtypes:
-        got, secs, peak = measure(device, lambda: run(device, dtype))
+        got, secs, peak = measure(device, run, device, dtype)
         same = sum(a == b for a, b in zip(ref, got, strict=True)) / len(ref)
         report("caption", device=device, dtype=dtype, seconds=secs, peak_gpu_mib=peak, batch=len(got),
                nonempty=sum(bool(t) for t in got), same_as_cpu_fp32=same)
@@ -144,7 +144,7 @@ def diffusers_step(device: str, dtypes: list[str]) -> None:
 
     ref = [np.asarray(im, dtype=np.float32) for im in run("cpu", "float32")]
     for dtype in dtypes:
-        got, secs, peak = measure(device, lambda: run(device, dtype))
+        got, secs, peak = measure(device, run, device, dtype)
         diff = float(np.mean([np.abs(np.asarray(g, np.float32) - r).mean() for g, r in zip(got, ref, strict=True)]))
         report("diffusers", device=device, dtype=dtype, seconds=secs, peak_gpu_mib=peak, images=len(got),
                mean_abs_pixel_diff_vs_cpu_fp32=diff)
