@@ -105,7 +105,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
         manifest = build_index(pool, images_root, out, encoder, encoder_spec=encoder_spec, index_type=index_type,
                                batch_size=batch_size, params=overrides, engine=engine, shards_dir=shards_dir,
                                shard_size=shard_size or DEFAULT_SHARD_SIZE, workers=workers,
-                               gpus_per_worker=gpus_per_worker, ray_address=ray_address)
+                               gpus_per_worker=gpus_per_worker, ray_address=ray_address, worker_dtype=dtype)
     counts = ", ".join(f"{m}: {n}" for m, n in manifest["counts"].items())
     click.echo(f"index written to {out} ({manifest['total']} candidates; {counts}; "
                f"encoder {manifest['encoder']['name']}; {index_type}; {manifest['build_seconds']:.1f}s)")
