@@ -21,7 +21,7 @@ from unirag.generators.base import CaptionBackend
 from unirag.generators.pricing import price_entry
 from unirag.pipelines.captioner import Caption, Captioner, CaptionRequest, to_shots
 from unirag.pipelines.examples import Example, ExampleSelector, make_selector
-from unirag.pipelines.rundir import RunDir
+from unirag.runs.rundir import RunDir
 
 #: Generator options that change *how* a run is executed, not what it produces (kept out of the
 #: resume identity, so a rerun may change them).

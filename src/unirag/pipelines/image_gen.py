@@ -36,10 +36,10 @@ from unirag.generators.images.templates import image_template
 from unirag.generators.pricing import Price, cost_usd, price_entry
 from unirag.messages import ImagePart, Message, TextPart
 from unirag.pipelines.examples import Example, ExampleSelector
-from unirag.pipelines.rundir import RunDir
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json
 from unirag.runs.executor import run_items
 from unirag.runs.retry import RetryPolicy
+from unirag.runs.rundir import RunDir
 
 TASK = "image"  # the task name caption/image runs and `unirag evaluate images` agree on
 IMAGES_DIR = "images"
