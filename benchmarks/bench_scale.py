@@ -202,7 +202,8 @@ def child_embed(engine: str, pool: str, images_root: str, out: str, shard_size: 
         import ray
 
         t0 = time.perf_counter()
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                 _system_config={"worker_niceness": 0})  # as unirag's own local start does
         t_start = time.perf_counter() - t0
     t0 = time.perf_counter()
     encoder = load_encoder(None)
