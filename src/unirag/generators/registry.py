@@ -5,6 +5,7 @@
 ``hf:llava-hf/llava-1.5-7b-hf``  a local Hugging Face VLM (hub id or local directory)
 ``retrieval:top1``               the top-1 retrieved caption (paper rows 1a/1b); no model
 ``retrieval:consensus``          the retrieved caption most similar to the other top-k ones
+``python:pkg.module:factory``    whatever generator object ``factory(**options)`` returns (plugin.py)
 
 Options are passed as keyword arguments; each backend takes the ones it understands and the
 rest are ignored, so one CLI option set (``--base-url``, ``--device``, ...) serves every backend.
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from unirag.errors import ConfigError
-from unirag.generators.base import TextGenerator
+from unirag.generators.base import CaptionBackend
 from unirag.generators.spec import BackendTable, build_backend, parse_backend_spec
 
 # prefix -> ("module:class", what NAME means)
@@ -26,6 +27,7 @@ BACKENDS: BackendTable = {
     "hf": ("unirag.generators.hf_vlm:HFVisionLanguageGenerator",
            "hub id or local dir, e.g. hf:llava-hf/llava-1.5-7b-hf"),
     "retrieval": ("unirag.generators.retrieval_baseline:RetrievalCaptioner", "top1 or consensus"),
+    "python": ("unirag.generators.plugin:PluginTextGenerator", "module:factory, e.g. python:mypkg.gen:make"),
 }
 
 FAMILIES = ("llava", "gpt4o", "gemini")
@@ -36,7 +38,7 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return parse_backend_spec(spec, BACKENDS, "generator")
 
 
-def load_text_generator(spec: str, **opts: Any) -> TextGenerator:
+def load_text_generator(spec: str, **opts: Any) -> CaptionBackend:
     """Build the generator a spec names. Options set to None are treated as not given.
 
     Common options: ``base_url``, ``timeout``, ``family`` (prompt template family override, e.g.

@@ -17,6 +17,8 @@ count and the first line numbers, and :attr:`ResultStore.dropped_lines` for call
 A key's latest line wins, with one rule that keeps concurrent runs from losing work: once a key
 has an ``ok`` record, later records for it are not written unless ``replace=True`` (a failure
 somewhere else must not hide a finished result, and a finished result is not stored twice).
+Run loops also :meth:`~ResultStore.claim` a key before working it (see :mod:`unirag.runs.claims`),
+so two processes do not make the same call at the same time.
 A failed item is recorded as a failure and retried on the next run; :meth:`ResultStore.compact`
 rewrites the file with exactly one line per key.
 """
@@ -35,6 +37,7 @@ from typing import Any
 
 from unirag.errors import UniragError
 from unirag.runs.atomic import atomic_write_lines
+from unirag.runs.claims import Claims
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
@@ -59,13 +62,15 @@ class ResultStore:
         self._latest: dict[str, dict[str, Any]] = {}
         self._offset = 0          # bytes of the file consumed so far
         self._ino: int | None = None
+        self._generation = b""   # compaction counter kept in the lock file (see _refresh_locked)
         self._lineno = 0          # complete lines consumed so far
         #: 1-based line numbers of lines that were dropped (torn by a crash, or not JSON)
         self.dropped_lines: list[int] = []
         #: appends not written because another writer had already stored an ``ok`` record for the key
         self.skipped_duplicates = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock_fh = self.lock_path.open("a")
+        self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._claims = Claims(self.path)
         self._closed = False
         with self._locked(exclusive=True):
             self._refresh_locked(repair=True)
@@ -87,14 +92,14 @@ class ResultStore:
             if self._closed:
                 raise UniragError(f"result store {self.path} is closed")
             if self._depth == 0:
-                fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             self._depth += 1
             try:
                 yield
             finally:
                 self._depth -= 1
                 if self._depth == 0:
-                    fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_UN)
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     @contextmanager
     def exclusive(self) -> Iterator[ResultStore]:
@@ -106,16 +111,19 @@ class ResultStore:
     # -- reading ------------------------------------------------------------------------------------
     def _refresh_locked(self, repair: bool) -> None:
         """Consume lines appended since the last read (by anyone). Caller holds the flock."""
+        generation = os.pread(self._lock_fd, 32, 0)
         try:
             st = self.path.stat()
         except FileNotFoundError:
-            self._offset, self._ino, self._lineno = 0, None, 0
+            self._offset, self._ino, self._lineno, self._generation = 0, None, 0, generation
             return
-        if self._ino is not None and (st.st_ino != self._ino or st.st_size < self._offset):
+        if self._ino is not None and (generation != self._generation or st.st_ino != self._ino
+                                      or st.st_size < self._offset):
             # Another process compacted (replaced) the file: read it again from the start. Its
             # records are the latest per key, so merging them into what we hold loses nothing.
+            # (The counter in the lock file catches a replacement even if the inode number is reused.)
             self._offset, self._lineno = 0, 0
-        self._ino = st.st_ino
+        self._ino, self._generation = st.st_ino, generation
         if st.st_size == self._offset:
             return
         dropped: list[int] = []
@@ -164,6 +172,16 @@ class ResultStore:
         return _is_ok(self._latest.get(str(key)))
 
     # -- writing ------------------------------------------------------------------------------------
+    def claim(self, key: str) -> bool:
+        """Reserve ``key`` before working it. False when it is already done, or claimed by another
+        live process (which will store it: wait for its record with :meth:`is_done`/:meth:`get`)."""
+        k = str(key)
+        with self._locked(exclusive=True):
+            self._refresh_locked(repair=True)
+            if _is_ok(self._latest.get(k)):
+                return False
+            return self._claims.take(k)
+
     def append(self, record: dict[str, Any], replace: bool = False) -> dict[str, Any]:
         """Store ``record``; returns the record that stands for its key afterwards.
 
@@ -179,6 +197,7 @@ class ResultStore:
             current = self._latest.get(k)
             if not replace and _is_ok(current):
                 self.skipped_duplicates += 1
+                self._claims.release(k)
                 return current
             with self.path.open("ab") as f:
                 f.write(line)
@@ -190,6 +209,7 @@ class ResultStore:
             self._offset += len(line)
             self._lineno += 1
             self._latest[k] = record
+            self._claims.release(k)
             return record
 
     def get(self, key: str) -> dict[str, Any] | None:
@@ -221,13 +241,19 @@ class ResultStore:
             n = atomic_write_lines(self.path, (json.dumps(r, ensure_ascii=False) for r in recs))
             st = self.path.stat()
             self._offset, self._ino, self._lineno = st.st_size, st.st_ino, n
+            count = int(self._generation) + 1 if self._generation.isdigit() else 1
+            self._generation = str(count).encode()
+            os.ftruncate(self._lock_fd, 0)
+            os.pwrite(self._lock_fd, self._generation, 0)
+            self._claims.compact()
             return n
 
     def close(self) -> None:
         with self._tlock:
             if not self._closed:
                 self._closed = True
-                self._lock_fh.close()
+                self._claims.close()
+                os.close(self._lock_fd)
 
     def __enter__(self) -> ResultStore:
         return self
