@@ -213,11 +213,11 @@ class RagFromRun(_TopCaption, ExampleSelector):
     mode = "rag"
 
     def __init__(self, k: int, run_path: str | Path, pool_path: str | Path | None = None) -> None:
-        from unirag.retrieval.run_io import read_run
+        from unirag.retrieval.run_io import read_retrieval_run
 
         self.k, self.run_path = k, Path(run_path)
         self.pool_path = Path(pool_path) if pool_path is not None else None
-        self._run = read_run(self.run_path)
+        self._run = read_retrieval_run(self.run_path)
 
     def _result(self, query: Query) -> Any:
         return self._run.get(query.qid)
