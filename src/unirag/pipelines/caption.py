@@ -18,14 +18,11 @@ from unirag.data.mbeir import read_queries
 from unirag.data.records import Query, resolve_image
 from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.base import CaptionBackend
+from unirag.generators.options import identity_config
 from unirag.generators.pricing import price_entry
 from unirag.pipelines.captioner import Caption, Captioner, CaptionRequest, to_shots
 from unirag.pipelines.examples import Example, ExampleSelector, make_selector
 from unirag.runs.rundir import RunDir
-
-#: Generator options that change *how* a run is executed, not what it produces (kept out of the
-#: resume identity, so a rerun may change them).
-_EXECUTION_KEYS = {"base_url", "timeout", "device", "batch_size", "api_key_env"}
 
 
 @dataclass
@@ -122,7 +119,7 @@ class CaptionJob:
 
 
 def _identity(cfg: CaptionConfig, captioner: Captioner, selector: ExampleSelector) -> dict:
-    gen_cfg = {k: v for k, v in captioner.config().items() if k not in _EXECUTION_KEYS}
+    gen_cfg = identity_config(captioner.config())
     template = captioner.template
     return {
         "generator": gen_cfg,

@@ -3,7 +3,7 @@
 The image half of UniRAG (paper §3.2, §4.3, Table 5): for every caption query, pick k example
 image-caption pairs (:mod:`unirag.pipelines.examples`), ask an image generator for a picture and
 save it losslessly as ``OUT/images/<qid>.png`` with the prompt that made it beside it
-(``<qid>.prompt.json``). The run directory (:mod:`unirag.pipelines.rundir`) holds one
+(``<qid>.prompt.json``). The run directory (:mod:`unirag.runs.rundir`) holds one
 ``outputs.jsonl`` line per query and the manifest; rerunning the same command resumes. API
 backends run concurrently, local models one query at a time.
 """
