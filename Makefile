@@ -33,7 +33,8 @@ test-data: install
 # faiss-cpu and numpy (constraints/min.txt = the lower bounds in pyproject.toml), in a separate venv.
 MIN_VENV ?= .venv-min
 CORE_TESTS ?= tests/encoders tests/index tests/retrieval tests/data tests/runs tests/cli \
-	tests/generation/test_hf_vlm.py tests/test_shared_data_guard.py tests/test_packaging.py
+	tests/generation/test_hf_vlm.py tests/test_shared_data_guard.py tests/test_packaging.py \
+	--ignore=tests/index/test_ray_engine.py --ignore=tests/index/test_embeddings_input.py
 test-min:
 	test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
 	$(MIN_VENV)/bin/pip install -q --upgrade pip

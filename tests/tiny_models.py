@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import atexit
 import functools
+import inspect
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -56,6 +58,14 @@ def tiny_clip_tokenizer():
         vocab.setdefault(a + b, len(vocab))
     vocab[_SPECIAL_BOS] = len(vocab)
     vocab[_SPECIAL_EOS] = len(vocab)
+    if "vocab_file" in inspect.signature(CLIPTokenizer.__init__).parameters:
+        # transformers 4.x (the oldest supported, 4.56): the tokenizer reads vocab.json and merges.txt
+        folder = _tmp_root() / "tiny-clip-tokenizer-files"
+        folder.mkdir(exist_ok=True)
+        (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+        (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges),
+                                           encoding="utf-8")
+        return CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
     return CLIPTokenizer(vocab=vocab, merges=merges)
 
 
