@@ -57,9 +57,9 @@ def compute_features(src: dict, class_prompt: str) -> dict[str, np.ndarray]:
     """Raw EfficientNet (pooled, logits) and MiniLM features of every anchor source."""
     from tqdm import tqdm
 
-    from unirag.encoders._runtime import configure_torch_threads, to_pil_images
     from unirag.encoders.efficientnet import EfficientNetLite0
     from unirag.encoders.text import MeanPooledTextModel
+    from unirag.runtime import configure_torch_threads, to_pil_images
 
     configure_torch_threads()
     text_model, image_model = MeanPooledTextModel(), EfficientNetLite0()

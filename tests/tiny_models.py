@@ -211,3 +211,62 @@ def tiny_llava_dir(image_size: int = 32, seed: int = 0, emits: str = "words") ->
         ids = [vocab[chars[b]] for b in emits.removeprefix("reply:").encode()] + [eos]
         model.generation_config.sequence_bias = [[ids[: j + 1], 1000.0 * (j + 1)] for j in range(len(ids))]
     return _save(model, processor, out)
+
+
+def openai_clip_state_dict(width: int = 64, layers: int = 2, patch: int = 8, image_size: int = 32,
+                           embed_dim: int = 16, vocab_size: int = 600, context: int = 77, seed: int = 0) -> dict:
+    """Random tensors named and shaped as OpenAI CLIP's ``state_dict()`` (what UniIR's ``clip_model`` holds)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape, std=0.02):
+        return torch.randn(*shape, generator=g) * std
+
+    sd: dict = {}
+
+    def blocks(prefix: str, w: int) -> None:
+        for i in range(layers):
+            p = f"{prefix}{i}."
+            sd[p + "attn.in_proj_weight"], sd[p + "attn.in_proj_bias"] = rnd(3 * w, w, std=w ** -0.5), rnd(3 * w)
+            sd[p + "attn.out_proj.weight"], sd[p + "attn.out_proj.bias"] = rnd(w, w, std=w ** -0.5), rnd(w)
+            for ln in ("ln_1", "ln_2"):
+                sd[p + ln + ".weight"], sd[p + ln + ".bias"] = 1 + rnd(w, std=0.1), rnd(w, std=0.1)
+            sd[p + "mlp.c_fc.weight"], sd[p + "mlp.c_fc.bias"] = rnd(4 * w, w, std=w ** -0.5), rnd(4 * w)
+            sd[p + "mlp.c_proj.weight"], sd[p + "mlp.c_proj.bias"] = rnd(w, 4 * w, std=(4 * w) ** -0.5), rnd(w)
+
+    grid = image_size // patch
+    sd["visual.class_embedding"] = rnd(width, std=width ** -0.5)
+    sd["visual.positional_embedding"] = rnd(grid * grid + 1, width, std=width ** -0.5)
+    sd["visual.conv1.weight"] = rnd(width, 3, patch, patch, std=0.1)
+    for ln in ("ln_pre", "ln_post"):
+        sd[f"visual.{ln}.weight"], sd[f"visual.{ln}.bias"] = 1 + rnd(width, std=0.1), rnd(width, std=0.1)
+    sd["visual.proj"] = rnd(width, embed_dim, std=width ** -0.5)
+    blocks("visual.transformer.resblocks.", width)
+    sd["token_embedding.weight"] = rnd(vocab_size, width, std=0.1)
+    sd["positional_embedding"] = rnd(context, width, std=0.01)
+    sd["ln_final.weight"], sd["ln_final.bias"] = 1 + rnd(width, std=0.1), rnd(width, std=0.1)
+    sd["text_projection"] = rnd(width, embed_dim, std=width ** -0.5)
+    sd["logit_scale"] = torch.tensor(4.6052)
+    blocks("transformer.resblocks.", width)
+    return sd
+
+
+@functools.lru_cache(maxsize=2)
+def tiny_uniir_clip_sf(seed: int = 0) -> Path:
+    """A tiny random checkpoint file laid out as UniIR's ``clip_sf_*.pth`` (``{"model": state_dict}`` with the
+    OpenAI CLIP under ``clip_model.``), with CLIP tokenizer files beside it. Load it as ``uniir:clip_sf:PATH``."""
+    import torch
+
+    folder = _tmp_root() / f"tiny-uniir-clip-sf-s{seed}"
+    ckpt = folder / "clip_sf_tiny.pth"
+    if ckpt.exists():
+        return ckpt
+    tmp = folder.with_name(folder.name + ".partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    tok = tiny_clip_tokenizer()
+    tok.save_pretrained(tmp)
+    sd = openai_clip_state_dict(vocab_size=len(tok), seed=seed)
+    torch.save({"model": {f"clip_model.{k}": v for k, v in sd.items()}}, tmp / ckpt.name)
+    tmp.rename(folder)
+    return ckpt

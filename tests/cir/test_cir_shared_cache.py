@@ -40,7 +40,7 @@ def test_two_cir_processes_share_one_cache_dir(myntra, tmp_path):
         assert all(r["status"] == "ok" for r in recs)
         stored += len(recs)
     assert stored >= 12 + 4 + 2  # 12 captions (10 pool + 2 references), 4 imaginations, 2 questions, judgements
-    assert stored <= n_requests <= 2 * stored  # a call is repeated only when both had it in flight at once
+    assert n_requests == stored  # each call claimed before it is made: one process makes it, the other waits
     ranks = [(tmp_path / n / "rankings.jsonl").read_text() for n in ("run-a", "run-b")]
     assert ranks[0] == ranks[1] and len(ranks[0].splitlines()) == 2
     # A third run over the same cache makes no call at all.

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from unirag.encoders._runtime import to_pil_images
 from unirag.encoders.efficientnet import INPUT_SIZE, NUM_CLASSES, POOLED_DIM, EfficientNetLite0, preprocess
+from unirag.runtime import to_pil_images
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ def test_loads_local_dir_through_hf_backend(clip_encoder):
 
     assert isinstance(clip_encoder, HFClipEncoder)
     cfg = clip_encoder.config()
-    assert cfg["model"] == str(tiny_clip_dir())
+    assert cfg["model"] == str(tiny_clip_dir()) and cfg["device"] == "cpu" and cfg["dtype"] == "float32"
     assert cfg["model_type"] == "clip"
     assert cfg["dim"] == 16 and clip_encoder.dim == 16
 
@@ -68,11 +68,14 @@ def test_pil_and_path_give_same_vector(clip_encoder, photos):
                                atol=1e-6)
 
 
-def test_fused_is_normalised_sum(clip_encoder, photos):
+def test_fused_is_normalised_sum_of_raw_embeddings(clip_encoder, photos):
+    """UniIR CLIP-SF: img_emb + txt_emb of the unnormalised projections, normalised at scoring."""
     texts = ["a kitchen", "a skateboarder", "tennis"]
     fused = clip_encoder.encode_fused(photos[:3], texts)
-    expected = l2_normalize(clip_encoder.encode_images(photos[:3]) + clip_encoder.encode_texts(texts))
-    np.testing.assert_allclose(fused, expected, atol=1e-5)
+    raw_i, raw_t = clip_encoder._embed_images(photos[:3]), clip_encoder._embed_texts(texts)
+    np.testing.assert_allclose(fused, l2_normalize(raw_i + raw_t), atol=1e-5)
+    unit_sum = l2_normalize(clip_encoder.encode_images(photos[:3]) + clip_encoder.encode_texts(texts))
+    assert np.abs(fused - unit_sum).max() > 1e-3  # not the sum of unit vectors
 
 
 def test_encode_records_dispatches_by_modality(clip_encoder, photos, coco_mini):
@@ -83,7 +86,8 @@ def test_encode_records_dispatches_by_modality(clip_encoder, photos, coco_mini):
     v = clip_encoder.encode_records(recs, images_root=coco_mini)
     np.testing.assert_allclose(v[0], clip_encoder.encode_texts(["a skateboard trick"])[0], atol=1e-5)
     np.testing.assert_allclose(v[1], clip_encoder.encode_images([photos[1]])[0], atol=1e-5)
-    np.testing.assert_allclose(v[2], l2_normalize(v[0] + v[1]), atol=1e-5)
+    raw = clip_encoder._embed_texts(["a skateboard trick"])[0] + clip_encoder._embed_images([photos[1]])[0]
+    np.testing.assert_allclose(v[2], l2_normalize(raw), atol=1e-5)
 
 
 def test_bad_image_path_names_the_file(clip_encoder, tmp_path):

@@ -79,3 +79,35 @@ def test_unknown_model_is_a_config_error(tmp_path):
         gen.generate([])
     with pytest.raises(ConfigError, match="unknown dtype"):
         load_text_generator("hf:x", dtype="int3")
+
+
+def test_bfloat16_weights_and_inputs_then_close(coco_set, llava_path, monkeypatch):
+    """Weights load directly in bfloat16, pixel values are cast to it (a float32 image into bf16 weights fails),
+    and close() drops the model and empties the GPU cache."""
+    import torch
+
+    from unirag.generators.base import GenerationOptions
+    from unirag.prompts.caption import build_caption_prompt, caption_template
+
+    gen = load_text_generator(f"hf:{llava_path}", batch_size=2, device="cpu", dtype="bfloat16")
+    assert gen.runtime() == {"device": "cpu", "dtype": "bfloat16"}
+    assert {p.dtype for p in gen._model.parameters()} == {torch.bfloat16}
+    img = coco_set["images_root"] / coco_set["rows"][0]["image"]
+    prompt = build_caption_prompt(caption_template("llava"), img, [])
+    outs = gen.generate_batch([prompt.messages], GenerationOptions(max_tokens=3))
+    assert len(outs) == 1 and outs[0].usage.input_images == 1
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
+    gen.close()
+    assert gen._model is None and calls == [1]
+
+
+def test_auto_device_is_cpu_in_float32_without_a_gpu(llava_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    gen = load_text_generator(f"hf:{llava_path}")
+    assert gen.runtime() == {"device": "cpu", "dtype": "float32"}
+    gen.close()

@@ -226,3 +226,49 @@ def test_cli_with_local_pipeline_passes_picture_settings(tiny_sd, tiny_sd_dir, t
     bad = CliRunner().invoke(generate_images, [*args[:-5], "--mode", "rag", "--retrieval", str(t2i_data.run),
                                                "--out", str(tmp_path / "rag")])
     assert isinstance(bad.exception, ConfigError) and "text-only" in str(bad.exception)
+
+
+def test_batch_of_text_only_requests_gives_each_its_own_seeded_picture(tiny_sd):
+    reqs = [_request(1234, "A man riding a motorcycle down a road."), _request(4321, "Two dogs on the grass."),
+            _request(1234, "A man riding a motorcycle down a road.")]
+    batch = tiny_sd.generate_batch(reqs)
+    assert len(batch) == 3 and all(b.image.size == (32, 32) for b in batch)
+    pixels = [np.asarray(b.image).astype(int) for b in batch]
+    assert np.array_equal(pixels[0], pixels[2])  # same caption and seed -> same picture, wherever in the batch
+    assert not np.array_equal(pixels[0], pixels[1])
+    alone = np.asarray(tiny_sd.generate(reqs[1]).image).astype(int)
+    assert np.abs(alone - pixels[1]).mean() < 2.0  # batched convolution may round differently, not more
+    assert [b.meta["prompt"] for b in batch] == [r.caption for r in reqs]
+
+
+class OffloadRecorder(OmniGenLike):
+    def __init__(self) -> None:
+        super().__init__()
+        self.placed: list[tuple[str, str]] = []
+
+    def to(self, device):
+        self.placed.append(("to", device))
+
+    def enable_model_cpu_offload(self, device=None):
+        self.placed.append(("model-offload", device))
+
+
+def test_offload_and_auto_precision_on_a_gpu(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    pipe = OffloadRecorder()
+    gen = load_image_generator("diffusers:recorder", pipeline=pipe, offload="model")
+    assert gen.device == "cuda" and gen.dtype == "bfloat16" and pipe.placed == [("model-offload", "cuda")]
+    assert gen.config()["offload"] == "model"
+    plain = OffloadRecorder()
+    load_image_generator("diffusers:recorder", pipeline=plain, device="cuda")
+    assert plain.placed == [("to", "cuda")]
+    with pytest.raises(ConfigError, match="offload mode"):
+        load_image_generator("diffusers:recorder", pipeline=OffloadRecorder(), offload="disk")
+    calls = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
+    gen.close()
+    assert calls == [1]

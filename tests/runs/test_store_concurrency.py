@@ -94,3 +94,52 @@ def test_a_failure_elsewhere_never_hides_a_finished_record(tmp_path):
     with ResultStore(path) as s:
         assert s.get("x")["caption"] == "redo"
     assert len(path.read_text().splitlines()) == 2
+
+
+def test_a_claim_holds_while_its_owner_lives_and_is_taken_over_when_it_dies(tmp_path):
+    path = tmp_path / "calls.jsonl"
+    code = textwrap.dedent(f"""
+        import sys, time
+        from unirag.runs.store import ResultStore
+        s = ResultStore({str(path)!r}, key="key")
+        assert s.claim("k1") and s.claim("k2")
+        s.append({{"key": "k2", "status": "ok"}})  # k2 finished: its claim is released
+        print("claimed", flush=True)
+        time.sleep(60)
+    """)
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout.readline().strip() == "claimed"
+        with ResultStore(path, key="key") as s:
+            assert not s.claim("k1")       # a live process is working on it
+            assert not s.claim("k2")       # done
+            assert s.claim("k3")
+            owner.kill()
+            owner.wait(timeout=30)
+            assert s.claim("k1")           # its owner died (the kernel dropped its lock): taken over
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+
+
+def test_a_process_waits_for_a_claimed_item_instead_of_calling_again(tmp_path):
+    from unirag.runs.executor import run_items
+
+    path = tmp_path / "calls.jsonl"
+    with ResultStore(path, key="key") as other:
+        assert other.claim("b")  # "another process" (its own flock) is working on b
+        calls = []
+
+        def finish_b_later():
+            time.sleep(0.3)
+            other.append({"key": "b", "status": "ok", "out": "by the other"})
+
+        t = threading.Thread(target=finish_b_later)
+        t.start()
+        with ResultStore(path, key="key") as mine:
+            counts = run_items(["a", "b", "c"], key=str, work=lambda it: calls.append(it) or {"out": it},
+                               store=mine, progress=False)
+            assert mine.get("b")["out"] == "by the other"
+        t.join()
+    assert calls == ["a", "c"] and counts == {"ok": 2, "error": 0, "skipped": 1}

@@ -73,7 +73,8 @@ class CirRun:
                  stages: tuple[str, ...] = STAGES, ablation: Ablation | None = None,
                  cache_dir: str | Path | None = None, encoder=None, text_encoder=None,
                  generator_factory: GeneratorFactory | None = None, progress: bool = True,
-                 echo: Callable[[str], None] = print) -> None:
+                 echo: Callable[[str], None] = print, encoder_options: dict[str, Any] | None = None) -> None:
+        """``encoder_options``: keywords for loading the encoders (``device``, ``dtype``, ...)."""
         bad = set(stages) - set(STAGES)
         if bad:
             raise ConfigError(f"unknown stage(s) {sorted(bad)}; stages are {', '.join(STAGES)}")
@@ -84,6 +85,7 @@ class CirRun:
         self.ab = ablation or Ablation()
         self.cache = CallCache(cache_dir or self.out / "cache")
         self._encoder, self._text_encoder = encoder, text_encoder
+        self.encoder_options = dict(encoder_options or {})
         self.factory, self.progress, self.echo = generator_factory, progress, echo
         self.notes: list[str] = list(dataset.notes)
 
@@ -92,7 +94,7 @@ class CirRun:
         if self._encoder is None:
             from unirag.encoders.registry import load_encoder
 
-            self._encoder = load_encoder(self.config.encoder)
+            self._encoder = load_encoder(self.config.encoder, **self.encoder_options)
         return self._encoder
 
     def text_encoder(self):
@@ -108,7 +110,8 @@ class CirRun:
             else:
                 from unirag.encoders.registry import load_text_encoder
 
-                self._text_encoder = load_text_encoder(self.config.text_encoder)
+                self._text_encoder = load_text_encoder(self.config.text_encoder,
+                                                       device=self.encoder_options.get("device", "auto"))
         return self._text_encoder
 
     def _offline_encoder(self) -> bool:

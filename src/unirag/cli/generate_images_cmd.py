@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from unirag.cli.model_options import device_options
 from unirag.generators.images.base import (
     DEFAULT_GUIDANCE,
     DEFAULT_HEIGHT,
@@ -50,8 +51,9 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--base-url", default=None, help="API base URL (OpenAI-compatible images server, Gemini endpoint).")
 @click.option("--timeout", type=float, default=None, help="Seconds per API call.")
 @click.option("--quality", default=None, help="openai-image: low | medium | high | auto.")
-@click.option("--device", default=None, help="diffusers: cpu, cuda, cuda:1 (default: cuda if available).")
-@click.option("--dtype", default=None, help="diffusers: float32 | float16 | bfloat16 (default: bf16 on GPU).")
+@device_options
+@click.option("--offload", type=click.Choice(["none", "model", "sequential"]), default=None,
+              help="diffusers: keep sub-models on the CPU and move each to the GPU only while it runs.")
 @click.option("--max-attempts", type=int, default=6, show_default=True,
               help="Tries per query for transient API errors (429, 5xx, timeouts).")
 @click.option("--prices", type=click.Path(dir_okay=False), default=None,
@@ -62,7 +64,8 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, retrieval_path, index_dir, pool_path,
                     out_dir, width, height, steps, guidance, seed, example_seed, concurrency, base_url, timeout,
-                    quality, device, dtype, max_attempts, prices, limit, save_prompts, no_progress) -> None:
+                    quality, device, dtype, offload, max_attempts, prices, limit, save_prompts,
+                    no_progress) -> None:
     """Generate an image for every caption query, saved as PNG next to the prompt that made it.
 
     \b
@@ -88,7 +91,7 @@ def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, 
     selector = make_selector(mode, k, queries=queries, pool_path=pool_path, retrieval=retrieval_path,
                              index=index_dir, seed=example_seed, query_images_root=examples_root)
     generator = load_image_generator(spec, base_url=base_url, timeout=timeout, quality=quality, device=device,
-                                     dtype=dtype)
+                                     dtype=dtype, offload=offload)
     try:
         counts = run_image_generation(
             queries, generator, selector, out_dir, images_root=examples_root,

@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from unirag.cli.model_options import DEVICE_HELP, DTYPE_HELP, DTYPES
+
 _OPTIONS = [
     click.option("--base-url", default=None, help="API base URL (OpenAI-compatible local server, proxy). "
                  "Default: OPENAI_BASE_URL or the provider's."),
@@ -17,8 +19,9 @@ _OPTIONS = [
     click.option("--timeout", type=float, default=None, help="Seconds per API call before it counts as failed."),
     click.option("--max-attempts", type=int, default=6, show_default=True,
                  help="Tries per query for transient errors (429, 5xx, timeouts)."),
-    click.option("--device", default=None, help="Local models: cpu, cuda, cuda:1, auto."),
-    click.option("--dtype", type=click.Choice(["auto", "float32", "float16", "bfloat16"]), default=None),
+    click.option("--device", default="auto", show_default=True, help="Local models: " + DEVICE_HELP),
+    click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
+                 help="Local models: " + DTYPE_HELP),
     click.option("--batch-size", type=int, default=None, help="Local models: prompts per forward pass."),
     click.option("--prompt-family", "family", type=click.Choice(["llava", "gpt4o", "gemini"]), default=None,
                  help="Override the generator's prompt template family (e.g. llava for a LLaVA server)."),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from unirag.cli.model_options import device_options
 from unirag.errors import ConfigError
 
 
@@ -63,10 +64,11 @@ def index_group() -> None:
               help="Precomputed vectors: a .npy matrix, a Parquet file (id + embedding columns) or a shards folder.")
 @click.option("--ids", "ids_file", type=click.Path(path_type=Path), default=None,
               help="With a .npy --embeddings: one candidate id per line, row order (default: the pool's order).")
+@device_options
 def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: str | None, index_type: str,
           params: tuple[str, ...], batch_size: int, engine: str, ray_address: str | None, workers: int | None,
           gpus_per_worker: float, shards_dir: Path | None, shard_size: int | None, shard_spec: str | None,
-          embeddings: Path | None, ids_file: Path | None) -> None:
+          embeddings: Path | None, ids_file: Path | None, device: str, dtype: str) -> None:
     """Encode every candidate of POOL (or take --embeddings) and write an index to OUT (streaming, atomic)."""
     from unirag.errors import InputError
     from unirag.index.factory import resolve_params
@@ -84,7 +86,8 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
     if ids_file is not None and embeddings is None:
         raise ConfigError("--ids goes with --embeddings")
     if shard_spec is not None:
-        _embed_one_shard(pool, images_root, out, shards_dir, encoder_spec, shard_spec, batch_size)
+        _embed_one_shard(pool, images_root, out, shards_dir, encoder_spec, shard_spec, batch_size,
+                         {"device": device, "dtype": dtype})
         return
     if out is None:
         raise ConfigError("--out is required (the index directory to write)")
@@ -98,11 +101,11 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
 
         if engine == "local" and (ray_address or workers or gpus_per_worker or shard_size):
             raise ConfigError("--ray-address/--workers/--gpus-per-worker/--shard-size go with --engine ray")
-        encoder = load_encoder(encoder_spec)
+        encoder = load_encoder(encoder_spec, device=device, dtype=dtype)
         manifest = build_index(pool, images_root, out, encoder, encoder_spec=encoder_spec, index_type=index_type,
                                batch_size=batch_size, params=overrides, engine=engine, shards_dir=shards_dir,
                                shard_size=shard_size or DEFAULT_SHARD_SIZE, workers=workers,
-                               gpus_per_worker=gpus_per_worker, ray_address=ray_address)
+                               gpus_per_worker=gpus_per_worker, ray_address=ray_address, worker_dtype=dtype)
     counts = ", ".join(f"{m}: {n}" for m, n in manifest["counts"].items())
     click.echo(f"index written to {out} ({manifest['total']} candidates; {counts}; "
                f"encoder {manifest['encoder']['name']}; {index_type}; {manifest['build_seconds']:.1f}s)")
@@ -110,7 +113,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
 
 
 def _embed_one_shard(pool: Path, images_root: Path | None, out: Path | None, shards_dir: Path | None,
-                     encoder_spec: str | None, shard_spec: str, batch_size: int) -> None:
+                     encoder_spec: str | None, shard_spec: str, batch_size: int, encoder_options: dict) -> None:
     from unirag.encoders.registry import load_encoder
     from unirag.index.build import default_shards_dir, embed_pool_shard
     from unirag.index.shards import parse_shard_spec
@@ -120,8 +123,8 @@ def _embed_one_shard(pool: Path, images_root: Path | None, out: Path | None, sha
         if out is None:
             raise ConfigError("--shard needs --shards-dir (or --out, whose shards/ folder is used)")
         shards_dir = default_shards_dir(out)
-    record = embed_pool_shard(pool, shards_dir, i, n, load_encoder(encoder_spec), encoder_spec, images_root,
-                              batch_size)
+    record = embed_pool_shard(pool, shards_dir, i, n, load_encoder(encoder_spec, **encoder_options), encoder_spec,
+                              images_root, batch_size)
     state = "already done" if record.get("skipped") else f"embedded in {record['seconds']:.1f}s"
     click.echo(f"shard {i}/{n}: {record['rows']} vectors {state} ({shards_dir})")
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from unirag.cli.model_options import device_options, instruction_options
+
 
 @click.command("retrieve")
 @click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index directory.")
@@ -25,9 +27,11 @@ import click
               help="Images root of the pool, if it moved since the index was built.")
 @click.option("--verify/--no-verify", default=False, show_default=True,
               help="Re-hash the index files on open (reads the whole index; open checks sizes anyway).")
+@device_options
+@instruction_options
 def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, out: Path, modality: str,
              exclude_positives: Path | None, encoder_spec: str | None, pool_images_root: Path | None,
-             verify: bool) -> None:
+             verify: bool, device: str, dtype: str, instructions: str | None, no_instructions: bool) -> None:
     """Retrieve the top K candidates and K image-caption pairs for every query."""
     from unirag.data.mbeir import read_qrels, read_queries
     from unirag.errors import ConfigError
@@ -40,11 +44,12 @@ def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, o
     parse_modality_filter(modality)
     query_list = read_queries(queries)
     qrels = read_qrels(exclude_positives) if exclude_positives is not None else None
-    encoder = None
-    if encoder_spec is not None:
-        from unirag.encoders.registry import load_encoder
+    from unirag.encoders.registry import instruction_kwargs, load_encoder
+    from unirag.index.manifest import read_manifest
 
-        encoder = load_encoder(encoder_spec)
+    spec = encoder_spec if encoder_spec is not None else read_manifest(index_dir)["encoder"].get("spec")
+    encoder = load_encoder(spec, device=device, dtype=dtype,
+                           **instruction_kwargs(spec, instructions, no_instructions, str(queries)))
     retriever = Retriever(index_dir, encoder, verify=verify, pool_images_root=pool_images_root)
     results = retriever.retrieve(query_list, k, modality, exclude_qrels=qrels, query_images_root=images_root,
                                  progress=True)

@@ -3,6 +3,10 @@
 A backend implements :meth:`Encoder._embed_texts` and :meth:`Encoder._embed_images` (raw vectors);
 this base class normalises, batches, fuses image+text inputs UniIR CLIP-SF style, and dispatches
 records by modality. So the fusion and the modality handling exist once, not per backend.
+
+An encoder's :meth:`~Encoder.fingerprint` hashes :meth:`~Encoder.identity`: what decides the vectors
+(the weights, the preprocessing, the fusion), never where the weights are stored or the device and
+precision they run in. So an index built in bfloat16 on a GPU is searched in float32 on a CPU.
 """
 
 from __future__ import annotations
@@ -27,22 +31,36 @@ def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     return (x / np.maximum(norms, eps)).astype(np.float32, copy=False)
 
 
-def fuse_score_level(image_vecs: np.ndarray, text_vecs: np.ndarray) -> np.ndarray:
-    """UniIR CLIP-SF fusion: sum of the normalised image and text embeddings, renormalised.
+#: UniIR CLIP-SF (``clip_sf.py``: ``fuse_embeddings = img_emb + txt_emb``): the *raw* embeddings are
+#: summed and the sum is normalised at scoring time.
+FUSION_RAW_SUM = "raw-sum"
+#: Sum of the separately normalised embeddings (for encoders whose raw vectors have unrelated scales).
+FUSION_NORMALISED_SUM = "normalised-sum"
 
-    (BLIP-FF fuses *features* inside a cross-attention model and needs UniIR's own BLIP weights;
-    it cannot be reproduced from a plain CLIP checkpoint, so it is not offered here.)
+
+def fuse_score_level(image_vecs: np.ndarray, text_vecs: np.ndarray, fusion: str = FUSION_RAW_SUM) -> np.ndarray:
+    """Score-level fusion of image and text embeddings into one unit vector.
+
+    ``raw-sum`` is exactly UniIR CLIP-SF: ``normalize(img + txt)`` of the unnormalised embeddings, so the
+    modality with the larger raw norm weighs more. ``normalised-sum`` is ``normalize(normalize(img) +
+    normalize(txt))``.
     """
-    return l2_normalize(l2_normalize(image_vecs) + l2_normalize(text_vecs))
+    if fusion == FUSION_NORMALISED_SUM:
+        return l2_normalize(l2_normalize(image_vecs) + l2_normalize(text_vecs))
+    if fusion != FUSION_RAW_SUM:
+        raise ValueError(f"unknown fusion {fusion!r}")
+    return l2_normalize(np.asarray(image_vecs, np.float32) + np.asarray(text_vecs, np.float32))
 
 
 class Encoder(ABC):
     """Texts, images and image+text inputs -> L2-normalised float32 vectors of size ``dim``."""
 
-    #: Stable identifier recorded in index manifests ("offline-asif", a HF id or a local path).
+    #: Identifier shown to users and recorded in index manifests ("offline-...", a HF id or a local path).
     name: str
     dim: int
     batch_size: int = 32
+    #: How image+text inputs are combined (see :func:`fuse_score_level`).
+    fusion: str = FUSION_RAW_SUM
 
     @abstractmethod
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
@@ -52,16 +70,31 @@ class Encoder(ABC):
     def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
         """Raw embeddings of one batch of images (paths or PIL images)."""
 
+    def identity(self) -> dict[str, Any]:
+        """Everything that changes the vectors and nothing else (not the path, device or precision of
+        the weights); two encoders with equal identities are interchangeable. By default the name stands
+        for the model; backends that load weights from a path replace it with the weights' identity."""
+        return {"name": self.name, "dim": self.dim, "fusion": self.fusion}
+
     def config(self) -> dict[str, Any]:
-        """Everything that changes the vectors; two encoders with equal fingerprints are interchangeable."""
-        return {"name": self.name, "dim": self.dim}
+        """What the index manifest records: the identity plus where and how the model ran."""
+        return {"name": self.name, **self.identity()}
 
     def fingerprint(self) -> str:
-        blob = json.dumps(self.config(), sort_keys=True, default=str).encode()
+        blob = json.dumps(self.identity(), sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
+    def close(self) -> None:
+        """Drop the model and return its GPU memory (the encoder cannot be used afterwards)."""
+        for attr in ("model", "_model"):
+            if hasattr(self, attr):
+                setattr(self, attr, None)
+        from unirag.runtime import free_memory
+
+        free_memory(getattr(self, "device", None))
+
     # -- public API -------------------------------------------------------------------------
-    def _batched(self, fn, items: Sequence, progress: bool, desc: str) -> np.ndarray:
+    def _batched(self, fn, items: Sequence, progress: bool, desc: str, normalize: bool = True) -> np.ndarray:
         if len(items) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         from tqdm.auto import tqdm
@@ -70,7 +103,8 @@ class Encoder(ABC):
         starts = range(0, len(items), self.batch_size)
         for s in tqdm(starts, desc=desc, disable=not progress or len(items) <= self.batch_size, unit="batch"):
             out.append(np.asarray(fn(items[s : s + self.batch_size]), dtype=np.float32))
-        return l2_normalize(np.concatenate(out, axis=0))
+        vecs = np.concatenate(out, axis=0)
+        return l2_normalize(vecs) if normalize else vecs
 
     def encode_texts(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         return self._batched(self._embed_texts, list(texts), progress, "encode texts")
@@ -81,7 +115,10 @@ class Encoder(ABC):
     def encode_fused(self, images: Sequence[ImageInput], texts: Sequence[str], progress: bool = False) -> np.ndarray:
         if len(images) != len(texts):
             raise ValueError(f"fused encoding needs as many images as texts ({len(images)} != {len(texts)})")
-        return fuse_score_level(self.encode_images(images, progress), self.encode_texts(texts, progress))
+        raw = self.fusion == FUSION_RAW_SUM
+        img = self._batched(self._embed_images, list(images), progress, "encode images", normalize=not raw)
+        txt = self._batched(self._embed_texts, list(texts), progress, "encode texts", normalize=not raw)
+        return fuse_score_level(img, txt, self.fusion)
 
     def encode_records(self, records: Sequence[Candidate | Query], images_root: str | Path | None,
                        progress: bool = False) -> np.ndarray:

@@ -3,6 +3,9 @@
 Loads with ``AutoModel`` + ``AutoProcessor`` and uses the model's own ``get_text_features`` /
 ``get_image_features`` projections, so every checkpoint with that interface works without a
 per-architecture class. Fusion of image+text inputs is the base class's CLIP-SF score-level sum.
+
+Weights load directly in the target precision and, where ``accelerate`` is installed, onto the target
+device; inputs (pixel values) are cast to the model's dtype; outputs are float32 numpy.
 """
 
 from __future__ import annotations
@@ -12,16 +15,19 @@ from typing import Any
 
 import numpy as np
 
-from unirag.encoders._runtime import (
+from unirag.encoders.base import Encoder, ImageInput
+from unirag.errors import ConfigError
+from unirag.runtime import (
     check_model_spec,
     configure_torch_threads,
+    device_map_kwargs,
     hf_from_pretrained,
     resolve_device,
     resolve_dtype,
     to_pil_images,
+    transformers_dtype_kwargs,
+    weights_identity,
 )
-from unirag.encoders.base import Encoder, ImageInput
-from unirag.errors import ConfigError
 
 
 def _features(out) -> Any:
@@ -41,10 +47,11 @@ class HFClipEncoder(Encoder):
     """A CLIP-family checkpoint as an :class:`Encoder`.
 
     ``spec`` is a hub id (``openai/clip-vit-base-patch32``, ``google/siglip-base-patch16-224``) or a
-    directory written by ``save_pretrained``. ``dtype`` float16 needs a GPU; bfloat16 works on CPU.
+    directory written by ``save_pretrained``. ``device``/``dtype`` "auto": the GPU if there is one, in
+    bfloat16 (float16 on GPUs without it); float32 on CPU. float16 needs a GPU; bfloat16 works on CPU.
     """
 
-    def __init__(self, spec: str, *, device: str | None = "cpu", dtype: str | None = None,
+    def __init__(self, spec: str, *, device: str | None = "auto", dtype: str | None = "auto",
                  batch_size: int | None = None, max_text_length: int | None = None) -> None:
         from transformers import AutoModel, AutoProcessor
 
@@ -52,14 +59,20 @@ class HFClipEncoder(Encoder):
         self.spec = check_model_spec(spec)
         self.device = resolve_device(device)
         self.torch_dtype = resolve_dtype(dtype, self.device)
-        model = hf_from_pretrained(AutoModel, self.spec, "CLIP-family model")
+        load_kwargs = {**transformers_dtype_kwargs(self.torch_dtype), **device_map_kwargs(self.device)}
+        model = hf_from_pretrained(AutoModel, self.spec, "CLIP-family model", **load_kwargs)
         if not (hasattr(model, "get_text_features") and hasattr(model, "get_image_features")):
             raise ConfigError(
                 f"{spec!r} is a {type(model).__name__}, not a CLIP-family dual encoder "
                 "(it has no get_text_features/get_image_features)"
             )
-        self.model = model.eval().to(self.device, dtype=self.torch_dtype)
         self.processor = hf_from_pretrained(AutoProcessor, self.spec, "processor")
+        self._setup(model, self.processor, max_text_length, batch_size)
+
+    def _setup(self, model, processor, max_text_length: int | None, batch_size: int | None) -> None:
+        """Shared by every way of building the model (a checkpoint directory, converted UniIR weights)."""
+        self.model = model.eval().to(self.device, dtype=self.torch_dtype)
+        self.processor = processor
         self.model_type = str(getattr(model.config, "model_type", type(model).__name__))
         # SigLIP was trained on texts padded to a fixed length; CLIP on dynamically padded ones.
         self.text_padding = "max_length" if "siglip" in self.model_type else True
@@ -76,26 +89,32 @@ class HFClipEncoder(Encoder):
             return dim
         return int(self._embed_texts(["a"]).shape[-1])
 
-    def config(self) -> dict[str, Any]:
+    def weights(self) -> dict[str, Any]:
+        """What identifies the weights: a content hash of a local checkpoint, or hub id + commit."""
+        return weights_identity(self.spec, self.model)
+
+    def identity(self) -> dict[str, Any]:
+        base = {k: v for k, v in super().identity().items() if k != "name"}  # the name is a path or hub id
         return {
-            **super().config(),
+            **base,
             "backend": "hf-clip",
-            "model": self.spec,
+            "weights": self.weights(),
             "model_type": self.model_type,
             "model_class": type(self.model).__name__,
-            "revision": getattr(self.model.config, "_commit_hash", None),
-            "dtype": str(self.torch_dtype).removeprefix("torch."),
             "text_padding": self.text_padding,
             "max_text_length": self.max_text_length,
-            "fusion": "clip-sf",
         }
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "model": self.spec, "device": self.device,
+                "dtype": str(self.torch_dtype).removeprefix("torch.")}
 
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         import torch
 
         tok = getattr(self.processor, "tokenizer", self.processor)
         batch = tok(list(texts), padding=self.text_padding, truncation=True, max_length=self.max_text_length,
-                    return_tensors="pt").to(self.device)
+                    return_tensors="pt").to(self.device)  # token ids stay integers
         with torch.inference_mode():
             feats = _features(self.model.get_text_features(**batch))
         return feats.float().cpu().numpy()

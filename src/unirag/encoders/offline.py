@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from unirag.encoders.base import Encoder, ImageInput
+from unirag.encoders.base import FUSION_NORMALISED_SUM, Encoder, ImageInput
 from unirag.errors import ConfigError
 
 ASSET_NAME = "offline_joint_space.npz"
@@ -52,9 +52,11 @@ class OfflineEncoder(Encoder):
     """MiniLM texts + EfficientNet-Lite0 images in one training-free joint space (see ``joint_space.py``)."""
 
     name = "offline-minilm-effnetlite0"
+    # The two towers' raw vectors live on unrelated scales, so each is normalised before the sum.
+    fusion = FUSION_NORMALISED_SUM
 
-    def __init__(self, *, device: str = "cpu", batch_size: int | None = None, assets: str | Path | None = None) -> None:
-        from unirag.encoders._runtime import configure_torch_threads, resolve_device
+    def __init__(self, *, device: str | None = "auto", batch_size: int | None = None, assets: str | Path | None = None) -> None:
+        from unirag.runtime import configure_torch_threads, resolve_device
 
         configure_torch_threads()
         self.device = resolve_device(device)
@@ -81,19 +83,22 @@ class OfflineEncoder(Encoder):
 
         return hashlib.sha256(self._assets.read_bytes()).hexdigest()[:16]
 
-    def config(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, Any]:
         from dataclasses import asdict
 
         digest = self._assets_digest
-        return {**super().config(), "backend": "offline", "text_model": "all-MiniLM-L6-v2",
+        return {**super().identity(), "backend": "offline", "text_model": "all-MiniLM-L6-v2",
                 "image_model": "efficientnet-lite0", "joint_space": asdict(self.space.params),
-                "n_anchors": self.space.n_anchors, "assets_sha256_16": digest, "fusion": "clip-sf"}
+                "n_anchors": self.space.n_anchors, "assets_sha256_16": digest}
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "device": self.device, "dtype": "float32"}
 
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         return self.space.text_vectors(self._text_model.embed(texts))
 
     def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
-        from unirag.encoders._runtime import to_pil_images
+        from unirag.runtime import to_pil_images
 
         pooled, logits = self._image_model.features(to_pil_images(images))
         return self.space.image_vectors(pooled, logits)

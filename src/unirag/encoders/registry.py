@@ -1,4 +1,5 @@
-"""Pick an encoder by name: the offline default, or any CLIP-family checkpoint by hub id / local path.
+"""Pick an encoder by name: the offline default, any CLIP-family checkpoint by hub id / local path, or a
+UniIR checkpoint file (``uniir:clip_sf:PATH``, see :mod:`unirag.encoders.uniir`).
 
 Cheap to import (no torch, no transformers): the CLI imports it to validate options before any model
 loads.
@@ -18,29 +19,65 @@ def is_offline_name(spec: str | None) -> bool:
     return spec is None or spec.strip().lower() in OFFLINE_NAMES
 
 
-def load_encoder(spec: str | None = None, *, device: str | None = "cpu", batch_size: int | None = None,
-                 dtype: str | None = None) -> Encoder:
-    """Return the encoder ``spec`` names.
+def is_uniir_spec(spec: str | None) -> bool:
+    """``uniir:...``: a UniIR checkpoint, whose queries take M-BEIR instructions."""
+    return spec is not None and spec.strip().lower().startswith("uniir:")
+
+
+def instruction_kwargs(spec: str | None, instructions: str | None, no_instructions: bool,
+                       queries: str | None = None) -> dict:
+    """``load_encoder`` keywords for the ``--instructions``/``--no-instructions`` options: nothing for
+    encoders without instructions; for UniIR ones the given file, else the M-BEIR
+    ``instructions/query_instructions.tsv`` found above ``queries``."""
+    if not is_uniir_spec(spec):
+        return {}
+    if no_instructions:
+        return {"use_instructions": False}
+    from unirag.encoders.instructions import find_instructions
+
+    found = instructions or find_instructions(queries)
+    return {"instructions": str(found) if found else None}
+
+
+def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype: str | None = "auto",
+                 batch_size: int | None = None, instructions: str | None = None,
+                 use_instructions: bool | None = None) -> Encoder:
+    """Return the encoder ``spec`` names, on ``device`` in ``dtype``.
 
     ``None``, ``"offline"`` or ``"default"``: the offline joint encoder shipped with the package.
+    ``uniir:clip_sf:PATH`` (or ``uniir:clip_sf:large:PATH``): a UniIR CLIP-SF checkpoint file; M-BEIR
+    query instructions are prepended to queries unless ``use_instructions=False`` (``instructions`` = a
+    ``query_instructions.tsv``; default: the packaged M-BEIR one).
     Anything else: a Hugging Face hub id or a local checkpoint directory, loaded by the CLIP-family
-    backend. Raises :class:`unirag.errors.ConfigError` naming ``spec`` when it cannot be loaded.
+    backend.
+
+    ``device``: "auto" (CUDA, else MPS, else CPU), "cpu", "cuda", "cuda:N", "mps". ``dtype``: "auto"
+    (bfloat16/float16 on a GPU, float32 on CPU), "float32", "float16", "bfloat16". Neither changes the
+    encoder's fingerprint. Raises :class:`unirag.errors.ConfigError` naming ``spec`` when it cannot be
+    loaded.
     """
+    from unirag.errors import ConfigError
+
     if is_offline_name(spec):
         from unirag.encoders.offline import OfflineEncoder
 
         if dtype not in (None, "auto", "float32", "fp32"):
-            from unirag.errors import ConfigError
-
             raise ConfigError(f"the offline encoder runs in float32 only (got dtype={dtype!r})")
-        return OfflineEncoder(device=device or "cpu", batch_size=batch_size)
-    from unirag.encoders._runtime import check_model_spec
+        return OfflineEncoder(device=device, batch_size=batch_size)
+    if is_uniir_spec(spec):
+        from unirag.encoders.uniir import load_uniir_encoder
+
+        return load_uniir_encoder(spec, device=device, dtype=dtype, batch_size=batch_size,
+                                  instructions=instructions, use_instructions=use_instructions)
+    if instructions is not None or use_instructions:
+        raise ConfigError(f"query instructions are for UniIR encoders (uniir:...); {spec!r} was not trained with them")
     from unirag.encoders.hf_clip import HFClipEncoder
+    from unirag.runtime import check_model_spec
 
     return HFClipEncoder(check_model_spec(spec), device=device, dtype=dtype, batch_size=batch_size)
 
 
-def load_text_encoder(spec: str | None = None, *, device: str | None = "cpu",
+def load_text_encoder(spec: str | None = None, *, device: str | None = "auto",
                       batch_size: int | None = None) -> Encoder:
     """Sentence embeddings for text–text similarity (all-MiniLM-L6-v2 from its PyPI wheel by default).
 
@@ -50,7 +87,7 @@ def load_text_encoder(spec: str | None = None, *, device: str | None = "cpu",
     from unirag.encoders.text import SentenceTextEncoder
 
     if spec is None or spec.strip().lower() in DEFAULT_TEXT_NAMES:
-        return SentenceTextEncoder(None, device=device or "cpu", batch_size=batch_size)
-    from unirag.encoders._runtime import check_model_spec
+        return SentenceTextEncoder(None, device=device, batch_size=batch_size)
+    from unirag.runtime import check_model_spec
 
-    return SentenceTextEncoder(check_model_spec(spec), device=device or "cpu", batch_size=batch_size)
+    return SentenceTextEncoder(check_model_spec(spec), device=device, batch_size=batch_size)

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from unirag.encoders._runtime import configure_torch_threads, hf_from_pretrained, resolve_device
 from unirag.encoders.base import Encoder, ImageInput
 from unirag.errors import ConfigError
+from unirag.runtime import configure_torch_threads, hf_from_pretrained, resolve_device
 
 DEFAULT_TEXT_MODEL = "all-MiniLM-L6-v2"
 
@@ -30,7 +30,7 @@ def default_minilm_path() -> str:
 class MeanPooledTextModel:
     """Tokenizer + transformer + attention-masked mean pooling (the sentence-transformers recipe)."""
 
-    def __init__(self, spec: str | None = None, device: str = "cpu", max_length: int = 256) -> None:
+    def __init__(self, spec: str | None = None, device: str | None = "auto", max_length: int = 256) -> None:
         from transformers import AutoModel, AutoTokenizer
 
         configure_torch_threads()
@@ -61,16 +61,26 @@ class SentenceTextEncoder(Encoder):
     It has no image tower: asking it for image vectors is a configuration error, not a silent zero.
     """
 
-    def __init__(self, spec: str | None = None, *, device: str = "cpu", batch_size: int | None = None) -> None:
+    def __init__(self, spec: str | None = None, *, device: str | None = "auto", batch_size: int | None = None) -> None:
         self._model = MeanPooledTextModel(spec, device=device)
         self.spec = spec or DEFAULT_TEXT_MODEL
         self.name = f"text:{self.spec}"
         self.dim = self._model.dim
         self.batch_size = batch_size or 64
 
-    def config(self) -> dict[str, Any]:
-        return {**super().config(), "kind": "sentence-text", "model": self.spec, "pooling": "mean",
+    def identity(self) -> dict[str, Any]:
+        from pathlib import Path
+
+        from unirag.runtime import weights_identity
+
+        model = (self.spec if self.spec == DEFAULT_TEXT_MODEL or not Path(self.spec).exists()
+                 else weights_identity(self.spec))
+        base = {k: v for k, v in super().identity().items() if k != "name"}  # the name holds the path
+        return {**base, "kind": "sentence-text", "model": model, "pooling": "mean",
                 "max_length": self._model.max_length}
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "spec": self.spec, "device": self._model.device}
 
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         return self._model.embed(texts)

@@ -5,6 +5,11 @@
 a checkpoint gets the format it was trained with. Prompts are batched (left padding), greedy by
 default. LLaVA-1.5 accepts one image per prompt, hence the ``llava`` template family with a merged
 image; models that take several images can use ``family="gpt4o"`` (interleaved).
+
+``device``/``dtype`` follow :mod:`unirag.runtime` ("auto": the GPU if there is one, in bfloat16/float16;
+float32 on CPU). Weights load directly in that precision (onto the GPU while loading where
+``accelerate`` is installed, ``device_map="auto"`` spreads a large model over several GPUs), pixel
+values are cast to the model's dtype, and ``close()`` returns the GPU memory.
 """
 
 from __future__ import annotations
@@ -42,14 +47,14 @@ class HFVisionLanguageGenerator(TextGenerator):
     template_family = "llava"
     image_mode = "single-image"
 
-    def __init__(self, model: str, *, device: str | None = None, dtype: str | None = None, batch_size: int = 4,
+    def __init__(self, model: str, *, device: str | None = "auto", dtype: str | None = "auto", batch_size: int = 4,
                  family: str = "llava", spec: str | None = None) -> None:
         self.model_id = model
         self.spec = spec or f"hf:{model}"
         if dtype is not None and dtype not in DTYPES:
             raise ConfigError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
         self.dtype = dtype or "auto"
-        self.device = device
+        self.device = device or "auto"
         self.batch_size = max(1, int(batch_size))
         self.template_family = family
         self.image_mode = "single-image" if family == "llava" else "multi-image"
@@ -61,19 +66,22 @@ class HFVisionLanguageGenerator(TextGenerator):
     def _load(self) -> None:
         if self._model is not None:
             return
-        import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        kwargs: dict[str, Any] = {}
-        if self.dtype != "auto":
-            kwargs["dtype"] = getattr(torch, self.dtype)
-        elif device == "cpu":
-            kwargs["dtype"] = torch.float32
-        else:
-            kwargs["dtype"] = "auto"
-        if device == "auto":
-            kwargs["device_map"] = "auto"
+        from unirag.runtime import (
+            configure_torch_threads,
+            device_map_kwargs,
+            resolve_device,
+            resolve_dtype,
+            transformers_dtype_kwargs,
+        )
+
+        configure_torch_threads()
+        spread = self.device == "balanced"  # several GPUs: let accelerate place the layers
+        device = resolve_device("cuda" if spread else self.device)
+        torch_dtype = resolve_dtype(self.dtype, device)
+        kwargs: dict[str, Any] = transformers_dtype_kwargs(torch_dtype)
+        kwargs.update({"device_map": "auto"} if spread else device_map_kwargs(device))
         local = Path(self.model_id).expanduser()
         source = str(local) if local.exists() else self.model_id
         try:
@@ -82,14 +90,16 @@ class HFVisionLanguageGenerator(TextGenerator):
         except (OSError, ValueError, KeyError) as e:
             where = "local directory" if local.exists() else "Hugging Face hub id (not a local path either)"
             raise ConfigError(f"cannot load VLM {self.model_id!r} as a {where}: {e}") from None
-        if device != "auto":
+        if "device_map" not in kwargs:
             model = model.to(device)
         tok = getattr(processor, "tokenizer", None)
         if tok is not None:
             tok.padding_side = "left"  # decoder-only batched generation
             if tok.pad_token is None:
                 tok.pad_token = tok.eos_token
-        self._device = device if device != "auto" else model.device
+        self._device = model.device if spread else device
+        self._torch_dtype = torch_dtype
+        self._resolved = {"device": str(device), "dtype": str(torch_dtype).removeprefix("torch.")}
         self._processor, self._model = processor, model.eval()
 
     def _prompt_text(self, conv: list[dict[str, Any]], n_images: int) -> str:
@@ -118,7 +128,11 @@ class HFVisionLanguageGenerator(TextGenerator):
             flat = [im for ims in images for im in ims]
             try:
                 inputs = self._processor(text=texts, images=flat or None, padding=True, return_tensors="pt")
+                # Token ids stay integers; floating inputs (pixel values) take the model's precision.
                 inputs = inputs.to(self._device)
+                for key, value in inputs.items():
+                    if torch.is_floating_point(value):
+                        inputs[key] = value.to(self._torch_dtype)
                 gen_kwargs: dict[str, Any] = {"max_new_tokens": options.max_tokens,
                                               "do_sample": options.temperature > 0}
                 if options.temperature > 0:
@@ -143,10 +157,22 @@ class HFVisionLanguageGenerator(TextGenerator):
             return results
 
     def config(self) -> dict[str, Any]:
+        """The settings as given (resolved ones are in :meth:`runtime` once the model is loaded)."""
         return {"spec": self.spec, "backend": "hf", "model": self.model_id, "device": self.device,
                 "dtype": self.dtype, "batch_size": self.batch_size, "template_family": self.template_family,
                 "image_mode": self.image_mode}
 
+    def runtime(self) -> dict[str, str]:
+        """The device and precision the model really runs in (loads it if needed)."""
+        with self._lock:
+            self._load()
+        return dict(self._resolved)
+
     def close(self) -> None:
-        self._model = None
-        self._processor = None
+        """Drop the model and return its GPU memory."""
+        from unirag.runtime import free_memory
+
+        with self._lock:
+            self._model = None
+            self._processor = None
+        free_memory()

@@ -84,14 +84,15 @@ def build_index(pool: str | Path, images_root: str | Path | None, out_dir: str |
                 encoder_spec: str | None = None, index_type: str = "flat", batch_size: int = 64,
                 params: dict[str, Any] | None = None, progress: bool = True, *, engine: str = "local",
                 shards_dir: str | Path | None = None, shard_size: int = DEFAULT_SHARD_SIZE,
-                workers: int | None = None, gpus_per_worker: float = 0, ray_address: str | None = None
-                ) -> dict[str, Any]:
+                workers: int | None = None, gpus_per_worker: float = 0, ray_address: str | None = None,
+                worker_dtype: str | None = "auto") -> dict[str, Any]:
     """Encode every candidate of ``pool`` and write an index to ``out_dir`` (atomically). Returns the manifest.
 
     ``encoder`` is the loaded encoder (its name, fingerprint and dimension go into the manifest);
     ``encoder_spec`` is what loads it again - Ray workers load their own copy from it. The Ray
-    options (``shards_dir``, ``shard_size``, ``workers``, ``gpus_per_worker``, ``ray_address``)
-    apply to ``engine="ray"`` only; see :mod:`unirag.index.ray_engine`.
+    options (``shards_dir``, ``shard_size``, ``workers``, ``gpus_per_worker``, ``ray_address``,
+    ``worker_dtype``: the dtype workers load the model in) apply to ``engine="ray"`` only; see
+    :mod:`unirag.index.ray_engine`.
     """
     if batch_size <= 0:
         raise InputError(f"batch size must be positive, got {batch_size}", field="batch_size")
@@ -101,14 +102,16 @@ def build_index(pool: str | Path, images_root: str | Path | None, out_dir: str |
     factory.resolve_params(index_type, params)  # fail on a bad option before any work
     if engine == "ray":
         return _build_with_ray(pool, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
-                               progress, shards_dir, shard_size, workers, gpus_per_worker, ray_address)
+                               progress, shards_dir, shard_size, workers, gpus_per_worker, ray_address,
+                               worker_dtype)
     if engine != "local":
         raise ConfigError(f"unknown engine {engine!r}; expected local or ray")
     return _build_local(pool, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params, progress)
 
 
 def _build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
-                    progress, shards_dir, shard_size, workers, gpus_per_worker, ray_address) -> dict[str, Any]:
+                    progress, shards_dir, shard_size, workers, gpus_per_worker, ray_address,
+                    worker_dtype) -> dict[str, Any]:
     from unirag.index import ray_engine
     from unirag.index.embeddings import build_from_embeddings
 
@@ -120,7 +123,8 @@ def _build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, ind
         print(f"shards: {plan.n_shards - len(todo)} of {plan.n_shards} already done, embedding {len(todo)} "
               f"on Ray", flush=True)
     ray_engine.run_shards(shards_dir, todo, encoder_spec, images_root, batch_size=batch_size, workers=workers,
-                          gpus_per_worker=gpus_per_worker, ray_address=ray_address, progress=progress)
+                          gpus_per_worker=gpus_per_worker, ray_address=ray_address,
+                          dtype=worker_dtype, progress=progress)
     manifest = build_from_embeddings(pool, shards_dir, out_dir, info, index_type=index_type, params=params,
                                      images_root=images_root, progress=progress)
     return manifest

@@ -27,7 +27,7 @@ class _ShardWorker:
     """A Ray actor: loads the encoder once, then embeds whole shards."""
 
     def __init__(self, shards_dir: str, encoder_spec: str | None, images_root: str | None, batch_size: int,
-                 device: str, threads: int | None) -> None:
+                 device: str, dtype: str | None, threads: int | None) -> None:
         if threads:
             import torch
 
@@ -35,7 +35,7 @@ class _ShardWorker:
         from unirag.encoders.registry import load_encoder
         from unirag.index.shards import read_plan
 
-        self.encoder = load_encoder(encoder_spec, device=device)
+        self.encoder = load_encoder(encoder_spec, device=device, dtype=dtype)
         self.shards_dir = shards_dir
         self.plan = read_plan(shards_dir)
         self.images_root = images_root
@@ -64,8 +64,13 @@ def default_workers(ray_module, cpus_per_worker: int, gpus_per_worker: float) ->
 def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str | None,
                images_root: str | Path | None, *, batch_size: int = 64, workers: int | None = None,
                gpus_per_worker: float = 0, cpus_per_worker: int = 1, threads_per_worker: int | None = None,
-               ray_address: str | None = None, progress: bool = True) -> list[dict[str, Any]]:
-    """Embed ``shard_ids`` of the planned shards folder on Ray; returns one record per shard embedded."""
+               ray_address: str | None = None, dtype: str | None = None, progress: bool = True
+               ) -> list[dict[str, Any]]:
+    """Embed ``shard_ids`` of the planned shards folder on Ray; returns one record per shard embedded.
+
+    Workers load ``encoder_spec`` on ``cuda`` when GPUs are reserved (else CPU) in ``dtype``; their
+    encoder's fingerprint must be the one planned (a mismatch fails the shard with both names).
+    """
     try:
         import ray
     except ImportError:
@@ -98,7 +103,8 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
             _ShardWorker, batch_size=1, concurrency=n_workers, **resources,
             fn_constructor_kwargs={"shards_dir": str(Path(shards_dir).resolve()), "encoder_spec": encoder_spec,
                                    "images_root": str(images_root) if images_root else None,
-                                   "batch_size": batch_size, "device": device, "threads": threads})
+                                   "batch_size": batch_size, "device": device, "dtype": dtype,
+                                   "threads": threads})
         return sorted(out.take_all(), key=lambda r: r["shard"])
     finally:
         if started_here:

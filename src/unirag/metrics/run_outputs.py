@@ -1,8 +1,9 @@
 """Read a generation run directory (``outputs.jsonl`` + ``manifest.json``) without modifying it.
 
 Evaluation may run while the generation run is still appending, so this reader never opens the
-file for writing (``ResultStore`` would cut off a torn last line): an unfinished last line is simply
-ignored, and, as in the store, the latest line per ``qid`` wins.
+file for writing nor takes the store's lock (``ResultStore`` repairs a crashed writer's last line
+under its lock): an unfinished last line is simply ignored, and, as in the store, the latest line
+per ``qid`` wins.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from tqdm.auto import tqdm
 
 from unirag.errors import BackendError
+from unirag.runs.executor import DEFERRED, settle_deferred
 from unirag.runs.store import STATUS_ERROR, STATUS_OK, ResultStore
 
 T = TypeVar("T")
@@ -28,6 +29,7 @@ def run_batches(items: Iterable[T], key: Callable[[T], str],
     todo = [it for it in items if key(it) not in done]
     counts = {"ok": 0, "error": 0, "skipped": len(items) - len(todo)}
     batch_size = max(1, int(batch_size))
+    deferred: list[tuple[T, dict[str, Any] | None]] = []
 
     def record(item: T, fields: dict[str, Any] | None, err: BackendError | None, seconds: float) -> None:
         if err is None:
@@ -41,8 +43,14 @@ def run_batches(items: Iterable[T], key: Callable[[T], str],
 
     with tqdm(total=len(todo), desc=desc, disable=not progress, unit="it") as bar:
         for start in range(0, len(todo), batch_size):
-            chunk = [it for it in todo[start:start + batch_size] if not store.is_done(key(it))]
-            counts["skipped"] += min(batch_size, len(todo) - start) - len(chunk)  # finished by another process
+            chunk = []
+            for it in todo[start:start + batch_size]:
+                if store.claim(key(it)):
+                    chunk.append(it)
+                elif store.is_done(key(it), refresh=False):
+                    counts["skipped"] += 1  # finished by another process sharing the store
+                else:
+                    deferred.append((it, store.get(key(it))))  # being worked on by another process
             if not chunk:
                 bar.update(min(batch_size, len(todo) - start))
                 continue
@@ -64,4 +72,18 @@ def run_batches(items: Iterable[T], key: Callable[[T], str],
                     except BackendError as err:
                         record(item, None, err, time.perf_counter() - t1)
             bar.update(min(batch_size, len(todo) - start))
+
+    def take_over(item: T) -> Any:
+        if not store.claim(key(item)):
+            return None if store.is_done(key(item), refresh=False) else DEFERRED
+        t1 = time.perf_counter()
+        try:
+            record(item, work_batch([item])[0], None, time.perf_counter() - t1)
+        except BackendError as err:
+            record(item, None, err, time.perf_counter() - t1)
+        return store.get(key(item))
+
+    for rec in settle_deferred(store, deferred, key, take_over):
+        if rec is None:
+            counts["skipped"] += 1
     return counts

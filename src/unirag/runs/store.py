@@ -17,6 +17,8 @@ count and the first line numbers, and :attr:`ResultStore.dropped_lines` for call
 A key's latest line wins, with one rule that keeps concurrent runs from losing work: once a key
 has an ``ok`` record, later records for it are not written unless ``replace=True`` (a failure
 somewhere else must not hide a finished result, and a finished result is not stored twice).
+Run loops also :meth:`~ResultStore.claim` a key before working it (see :mod:`unirag.runs.claims`),
+so two processes do not make the same call at the same time.
 A failed item is recorded as a failure and retried on the next run; :meth:`ResultStore.compact`
 rewrites the file with exactly one line per key.
 """
@@ -35,6 +37,7 @@ from typing import Any
 
 from unirag.errors import UniragError
 from unirag.runs.atomic import atomic_write_lines
+from unirag.runs.claims import Claims
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
@@ -66,6 +69,7 @@ class ResultStore:
         self.skipped_duplicates = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock_fh = self.lock_path.open("a")
+        self._claims = Claims(self.path)
         self._closed = False
         with self._locked(exclusive=True):
             self._refresh_locked(repair=True)
@@ -164,6 +168,16 @@ class ResultStore:
         return _is_ok(self._latest.get(str(key)))
 
     # -- writing ------------------------------------------------------------------------------------
+    def claim(self, key: str) -> bool:
+        """Reserve ``key`` before working it. False when it is already done, or claimed by another
+        live process (which will store it: wait for its record with :meth:`is_done`/:meth:`get`)."""
+        k = str(key)
+        with self._locked(exclusive=True):
+            self._refresh_locked(repair=True)
+            if _is_ok(self._latest.get(k)):
+                return False
+            return self._claims.take(k)
+
     def append(self, record: dict[str, Any], replace: bool = False) -> dict[str, Any]:
         """Store ``record``; returns the record that stands for its key afterwards.
 
@@ -179,6 +193,7 @@ class ResultStore:
             current = self._latest.get(k)
             if not replace and _is_ok(current):
                 self.skipped_duplicates += 1
+                self._claims.release(k)
                 return current
             with self.path.open("ab") as f:
                 f.write(line)
@@ -190,6 +205,7 @@ class ResultStore:
             self._offset += len(line)
             self._lineno += 1
             self._latest[k] = record
+            self._claims.release(k)
             return record
 
     def get(self, key: str) -> dict[str, Any] | None:
@@ -221,12 +237,14 @@ class ResultStore:
             n = atomic_write_lines(self.path, (json.dumps(r, ensure_ascii=False) for r in recs))
             st = self.path.stat()
             self._offset, self._ino, self._lineno = st.st_size, st.st_ino, n
+            self._claims.compact()
             return n
 
     def close(self) -> None:
         with self._tlock:
             if not self._closed:
                 self._closed = True
+                self._claims.close()
                 self._lock_fh.close()
 
     def __enter__(self) -> ResultStore:

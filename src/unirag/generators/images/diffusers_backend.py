@@ -8,11 +8,17 @@ in-context examples. Asking a text-only pipeline for k > 0 is a ConfigError befo
 
 Every query uses a fresh ``torch.Generator`` seeded with the request's seed, so the same query
 gives the same pixels whether it runs first, last, or in a resumed run.
+
+Device and precision follow :mod:`unirag.runtime` ("auto": the GPU in bfloat16/float16, else float32 on
+CPU); weights load directly in that precision. ``offload="model"`` (or ``"sequential"``) keeps the
+pipeline's sub-models in CPU memory and moves each to the GPU only while it runs (diffusers'
+``enable_model_cpu_offload`` / ``enable_sequential_cpu_offload``; needs ``accelerate``), for GPUs
+smaller than the pipeline. :meth:`DiffusersImageGenerator.generate_batch` renders several text-only
+requests in one pipeline call, each still with its own seeded generator.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from pathlib import Path
 from typing import Any
@@ -58,26 +64,43 @@ def call_kwargs(call_params: set[str], request: ImageRequest, prompt: str, image
     return kwargs, dropped
 
 
-def _load_pipeline(model: str, device: str, torch_dtype: Any):
+OFFLOAD_MODES = ("none", "model", "sequential")
+
+
+def _load_pipeline(model: str, torch_dtype: Any, **extra: Any):
     from diffusers import DiffusionPipeline
 
-    from unirag.encoders._runtime import check_model_spec, hf_from_pretrained
+    from unirag.runtime import check_model_spec, diffusers_dtype_kwargs, hf_from_pretrained
 
     spec = check_model_spec(model)
     if Path(spec).is_dir() and not (Path(spec) / "model_index.json").is_file():
         raise ConfigError(f"{model} is not a diffusers pipeline directory (no model_index.json); "
                           "save one with pipeline.save_pretrained(DIR)")
-    # Newer diffusers name the argument ``dtype`` (``torch_dtype`` is deprecated); older ones only know the latter.
-    key = "dtype" if "_resolve_dtype" in vars(importlib.import_module(DiffusionPipeline.__module__)) else "torch_dtype"
     try:
-        pipe = hf_from_pretrained(DiffusionPipeline, spec, "diffusers pipeline", **{key: torch_dtype})
+        pipe = hf_from_pretrained(DiffusionPipeline, spec, "diffusers pipeline", **diffusers_dtype_kwargs(torch_dtype),
+                                  **extra)
     except (NameError, ImportError) as e:
         # diffusers leaves optional modules undefined when an extra (torchvision for OmniGen) is absent.
         raise ConfigError(f"cannot build diffusers pipeline {model!r}: {e}; this pipeline needs an optional "
                           "package that is not installed (OmniGen needs torchvision)") from None
-    pipe.to(device)
-    pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+def place_pipeline(pipe: Any, device: str, offload: str | None) -> None:
+    """Move ``pipe`` to ``device``, or set up CPU offload onto it (``offload`` "model"/"sequential")."""
+    offload = offload or "none"
+    if offload not in OFFLOAD_MODES:
+        raise ConfigError(f"unknown offload mode {offload!r}; use one of {', '.join(OFFLOAD_MODES)}")
+    if offload == "none" or device == "cpu":
+        if hasattr(pipe, "to"):
+            pipe.to(device)
+        return
+    method = "enable_model_cpu_offload" if offload == "model" else "enable_sequential_cpu_offload"
+    try:
+        getattr(pipe, method)(device=device)
+    except (ImportError, AttributeError, ValueError, RuntimeError) as e:
+        raise ConfigError(f"cannot enable {offload} CPU offload on {type(pipe).__name__} ({e}); "
+                          "it needs the accelerate package and a GPU") from None
 
 
 class DiffusersImageGenerator(ImageGenerator):
@@ -87,24 +110,37 @@ class DiffusersImageGenerator(ImageGenerator):
     templates = (ZERO_SHOT, FEW_SHOT_OMNIGEN)
 
     def __init__(self, model: str, *, spec: str | None = None, device: str | None = "auto",
-                 dtype: str | None = "auto", pipeline: Any = None, oom_fallback: bool = True) -> None:
+                 dtype: str | None = "auto", pipeline: Any = None, oom_fallback: bool = True,
+                 offload: str | None = None) -> None:
         """``pipeline``: an already built pipeline object (programmatic use); otherwise ``model`` is loaded.
-        ``oom_fallback``: on out-of-memory, retry with fewer examples instead of failing the query."""
-        from unirag.encoders._runtime import configure_torch_threads, resolve_device, resolve_dtype
+        ``oom_fallback``: on out-of-memory, retry with fewer examples instead of failing the query.
+        ``offload``: "model" or "sequential" CPU offload onto the GPU (see the module docstring)."""
+        from unirag.runtime import configure_torch_threads, dtype_name, resolve_device, resolve_dtype
 
         configure_torch_threads()
         self.model = model
         self.spec = spec or f"diffusers:{model}"
         self.device = resolve_device(device)
-        if dtype in (None, "auto"):
-            dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
-        self.dtype = dtype
+        self.dtype = dtype_name(dtype, self.device)
+        self.offload = offload or "none"
         self.oom_fallback = bool(oom_fallback)
-        self._pipe = pipeline if pipeline is not None else _load_pipeline(model, self.device,
-                                                                          resolve_dtype(dtype, self.device))
+        self._pipe = pipeline if pipeline is not None else self._load(resolve_dtype(self.dtype, self.device))
+        place_pipeline(self._pipe, self.device, self.offload)
+        if hasattr(self._pipe, "set_progress_bar_config"):
+            self._pipe.set_progress_bar_config(disable=True)
         self._call_params = set(inspect.signature(self._pipe.__call__).parameters)
         self.style = reference_style(self._call_params)
         self.max_examples = 0 if self.style == STYLE_TEXT_ONLY else None
+
+    def _load(self, torch_dtype: Any) -> Any:
+        """Build the pipeline from ``self.model`` (subclasses add loading options, e.g. a custom pipeline)."""
+        return _load_pipeline(self.model, torch_dtype)
+
+    def _torch_generator(self, seed: int):
+        import torch
+
+        generator = torch.Generator(self.device if self.device.startswith("cuda") else "cpu")
+        return generator.manual_seed(int(seed))
 
     def check_size(self, width: int, height: int) -> None:
         """Latents are the image divided by the VAE factor (and OmniGen packs them in 2x2 patches)."""
@@ -128,7 +164,7 @@ class DiffusersImageGenerator(ImageGenerator):
 
         import torch
 
-        from unirag.encoders._runtime import to_pil_images
+        from unirag.runtime import to_pil_images
 
         self.check_k(len(request.examples))
         self.check_size(request.width, request.height)
@@ -137,8 +173,7 @@ class DiffusersImageGenerator(ImageGenerator):
         while True:
             trimmed = dataclasses.replace(request, examples=request.examples[:used])
             prompt, _ = self._prompt(trimmed)
-            generator = torch.Generator(self.device if self.device.startswith("cuda") else "cpu")
-            generator.manual_seed(int(request.seed))
+            generator = self._torch_generator(request.seed)
             kwargs, dropped = call_kwargs(self._call_params, trimmed, prompt, images_all[:used], generator)
             try:
                 with torch.inference_mode():
@@ -160,12 +195,41 @@ class DiffusersImageGenerator(ImageGenerator):
             meta["ignored_settings"] = dropped
         return GeneratedImage(image=image.convert("RGB"), meta=meta)
 
+    def generate_batch(self, requests: list[ImageRequest]) -> list[GeneratedImage]:
+        """Several text-only requests of one size and setting in one pipeline call (one seeded generator
+        each, so every picture depends only on its own request). Requests with examples, or of mixed
+        settings, fall back to one call each."""
+        import torch
+
+        same = len({(r.width, r.height, r.steps, r.guidance) for r in requests}) == 1
+        if len(requests) <= 1 or not same or any(r.examples for r in requests) or "generator" not in self._call_params:
+            return [self.generate(r) for r in requests]
+        for r in requests:
+            self.check_size(r.width, r.height)
+        first = requests[0]
+        kwargs, dropped = call_kwargs(self._call_params, first, "", [], [self._torch_generator(r.seed) for r in requests])
+        kwargs["prompt"] = [r.caption for r in requests]
+        try:
+            with torch.inference_mode():
+                out = self._pipe(**kwargs)
+        except torch.OutOfMemoryError as e:
+            raise BackendError(f"diffusers {self.model}: out of memory for a batch of {len(requests)} "
+                               f"({first.width}x{first.height}); use a smaller batch: {e}") from None
+        meta = {"pipeline": type(self._pipe).__name__, **({"ignored_settings": dropped} if dropped else {})}
+        return [GeneratedImage(image=im.convert("RGB"), meta={"prompt": r.caption, **meta})
+                for r, im in zip(requests, out.images, strict=True)]
+
     def config(self) -> dict[str, Any]:
         return {"spec": self.spec, "backend": "diffusers", "model": self.model, "device": self.device,
-                "dtype": self.dtype, "pipeline": type(self._pipe).__name__, "reference_style": self.style}
+                "dtype": self.dtype, "offload": self.offload, "pipeline": type(self._pipe).__name__,
+                "reference_style": self.style}
 
     def identity(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "oom_fallback": self.oom_fallback}
 
     def close(self) -> None:
+        """Drop the pipeline and return its GPU memory."""
+        from unirag.runtime import free_memory
+
         self._pipe = None
+        free_memory(self.device)

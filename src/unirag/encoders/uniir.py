@@ -1,0 +1,275 @@
+"""UniIR's CLIP-SF retriever (the paper's retriever) from its released checkpoint file, without UniIR's code.
+
+``uniir:clip_sf:PATH`` (or ``uniir:clip_sf:large:PATH`` / ``uniir:clip_sf:base:PATH``) loads the
+``CLIPScoreFusion`` state dict that UniIR saves (``{"model": state_dict}`` or the bare state dict; an
+OpenAI-CLIP model under ``clip_model.``), converts its keys to a Hugging Face ``CLIPModel`` and runs it
+through the CLIP-family backend. The architecture (widths, depths, patch size, resolution, context
+length) is read from the tensor shapes as OpenAI's ``clip.model.build_model`` does, so the variant
+named in the spec is only checked, never needed. No ``clip``/``open_clip`` package, no torchvision.
+
+As UniIR does, image+text inputs are fused as the sum of the *raw* image and text embeddings
+(normalised at scoring), texts go through UniIR's ``format_string``, and queries get M-BEIR's query
+instructions (:mod:`unirag.encoders.instructions`) unless switched off.
+
+Preprocessing: OpenAI's (bicubic resize of the short side, centre crop, CLIP mean/std) through a
+``CLIPImageProcessor`` built from those constants; the tokenizer is OpenAI's CLIP BPE (identical for
+every OpenAI CLIP) from ``tokenizer=`` (a hub id or directory), else the checkpoint's folder if it holds
+tokenizer files, else the variant's ``openai/clip-vit-*`` hub id from the local Hugging Face cache.
+
+BLIP-FF is not offered: see the README ("UniIR retrievers") for why transformers' BLIP classes cannot
+hold it.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from unirag.data.records import Candidate, Query
+from unirag.encoders.base import ImageInput
+from unirag.encoders.hf_clip import HFClipEncoder
+from unirag.encoders.instructions import QueryInstructions, format_string, load_instructions
+from unirag.errors import ConfigError
+
+OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+#: UniIR's checkpoints: clip_sf_base = ViT-B/32, clip_sf_large = ViT-L/14.
+VARIANTS = {"base": ("ViT-B/32", "openai/clip-vit-base-patch32"), "large": ("ViT-L/14", "openai/clip-vit-large-patch14")}
+_ARCH_NAMES = {(768, 32): "ViT-B/32", (768, 16): "ViT-B/16", (1024, 14): "ViT-L/14"}
+MODELS = ("clip_sf",)
+_TOKENIZER_FILES = ("vocab.json", "tokenizer.json", "tokenizer_config.json")
+
+
+def parse_uniir_spec(spec: str) -> tuple[str, str | None, Path]:
+    """``uniir:clip_sf[:variant]:PATH`` -> (model, variant or None, path)."""
+    m = re.fullmatch(r"uniir:([a-z_]+):(?:(base|large):)?(.+)", spec.strip(), flags=re.IGNORECASE)
+    if not m:
+        raise ConfigError(f"UniIR encoder spec {spec!r} should read uniir:clip_sf:PATH or uniir:clip_sf:large:PATH")
+    model, variant, path = m.group(1).lower(), m.group(2), Path(m.group(3)).expanduser()
+    if model == "blip_ff" or model == "blip_sf":
+        raise ConfigError(f"{spec!r}: UniIR's BLIP retrievers cannot be loaded (see the README, 'UniIR retrievers'); "
+                          "use uniir:clip_sf:PATH")
+    if model not in MODELS:
+        raise ConfigError(f"{spec!r}: unknown UniIR model {model!r}; supported: {', '.join(MODELS)}")
+    if not path.is_file():
+        raise ConfigError(f"UniIR checkpoint {str(path)!r} does not exist (spec {spec!r})")
+    return model, variant.lower() if variant else None, path.resolve()
+
+
+def read_state_dict(path: Path) -> dict[str, Any]:
+    """The CLIP tensors of a UniIR checkpoint, with the ``clip_model.`` (and any DDP ``module.``) prefix removed."""
+    import torch
+
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - pickle/zip errors have many types; all mean "not a checkpoint"
+        raise ConfigError(f"cannot read UniIR checkpoint {path}: {type(e).__name__}: {e}") from None
+    sd = obj.get("model", obj) if isinstance(obj, dict) else None
+    if not isinstance(sd, dict):
+        raise ConfigError(f"{path} holds no state dict (expected {{'model': state_dict}} or a state dict)")
+    out = {}
+    for k, v in sd.items():
+        k = k.removeprefix("module.")
+        if k.startswith("clip_model."):
+            out[k.removeprefix("clip_model.")] = v
+    if "visual.conv1.weight" not in out or "text_projection" not in out:
+        raise ConfigError(f"{path} is not a UniIR CLIP-SF checkpoint: no OpenAI-CLIP ViT tensors under 'clip_model.' "
+                          f"(first keys: {list(sd)[:3]})")
+    return out
+
+
+def _count_layers(sd: dict[str, Any], prefix: str) -> int:
+    pat = re.compile(re.escape(prefix) + r"(\d+)\.attn\.in_proj_weight$")
+    return len({m.group(1) for k in sd if (m := pat.match(k))})
+
+
+def architecture(sd: dict[str, Any]) -> dict[str, int]:
+    """The OpenAI CLIP hyper-parameters the tensor shapes imply (as ``clip.model.build_model`` reads them)."""
+    width = int(sd["visual.conv1.weight"].shape[0])
+    patch = int(sd["visual.conv1.weight"].shape[-1])
+    grid = round((sd["visual.positional_embedding"].shape[0] - 1) ** 0.5)
+    text_width = int(sd["ln_final.weight"].shape[0])
+    return {"vision_width": width, "vision_layers": _count_layers(sd, "visual.transformer.resblocks."),
+            "patch_size": patch, "image_size": patch * grid, "embed_dim": int(sd["text_projection"].shape[1]),
+            "context_length": int(sd["positional_embedding"].shape[0]), "vocab_size": int(sd["token_embedding.weight"].shape[0]),
+            "text_width": text_width, "text_layers": _count_layers(sd, "transformer.resblocks."),
+            "vision_heads": width // 64, "text_heads": text_width // 64}
+
+
+def _block_keys(src: str, dst: str, sd: dict[str, Any], out: dict[str, Any]) -> None:
+    """One residual attention block: OpenAI (fused in_proj, c_fc/c_proj) -> HF (q/k/v_proj, fc1/fc2)."""
+    w, b = sd[f"{src}attn.in_proj_weight"], sd[f"{src}attn.in_proj_bias"]
+    for name, wi, bi in zip(("q_proj", "k_proj", "v_proj"), w.chunk(3, dim=0), b.chunk(3, dim=0), strict=True):
+        out[f"{dst}self_attn.{name}.weight"], out[f"{dst}self_attn.{name}.bias"] = wi, bi
+    pairs = {"attn.out_proj": "self_attn.out_proj", "ln_1": "layer_norm1", "ln_2": "layer_norm2",
+             "mlp.c_fc": "mlp.fc1", "mlp.c_proj": "mlp.fc2"}
+    for a, h in pairs.items():
+        out[f"{dst}{h}.weight"], out[f"{dst}{h}.bias"] = sd[f"{src}{a}.weight"], sd[f"{src}{a}.bias"]
+
+
+def convert_state_dict(sd: dict[str, Any], arch: dict[str, int]) -> dict[str, Any]:
+    """OpenAI CLIP tensor names -> Hugging Face ``CLIPModel`` ones (projections transposed: OpenAI
+    computes ``x @ proj``, HF ``Linear(x) = x @ W.T``)."""
+    out: dict[str, Any] = {
+        "vision_model.embeddings.class_embedding": sd["visual.class_embedding"],
+        "vision_model.embeddings.patch_embedding.weight": sd["visual.conv1.weight"],
+        "vision_model.embeddings.position_embedding.weight": sd["visual.positional_embedding"],
+        "vision_model.pre_layrnorm.weight": sd["visual.ln_pre.weight"],
+        "vision_model.pre_layrnorm.bias": sd["visual.ln_pre.bias"],
+        "vision_model.post_layernorm.weight": sd["visual.ln_post.weight"],
+        "vision_model.post_layernorm.bias": sd["visual.ln_post.bias"],
+        "visual_projection.weight": sd["visual.proj"].t().contiguous(),
+        "text_model.embeddings.token_embedding.weight": sd["token_embedding.weight"],
+        "text_model.embeddings.position_embedding.weight": sd["positional_embedding"],
+        "text_model.final_layer_norm.weight": sd["ln_final.weight"],
+        "text_model.final_layer_norm.bias": sd["ln_final.bias"],
+        "text_projection.weight": sd["text_projection"].t().contiguous(),
+    }
+    if "logit_scale" in sd:
+        out["logit_scale"] = sd["logit_scale"]
+    for i in range(arch["vision_layers"]):
+        _block_keys(f"visual.transformer.resblocks.{i}.", f"vision_model.encoder.layers.{i}.", sd, out)
+    for i in range(arch["text_layers"]):
+        _block_keys(f"transformer.resblocks.{i}.", f"text_model.encoder.layers.{i}.", sd, out)
+    return out
+
+
+def _load_tokenizer(tokenizer: str | None, checkpoint: Path, variant: str | None):
+    from transformers import AutoTokenizer
+
+    from unirag.runtime import check_model_spec, hf_from_pretrained
+
+    if tokenizer is None:
+        if any((checkpoint.parent / f).is_file() for f in _TOKENIZER_FILES):
+            tokenizer = str(checkpoint.parent)
+        else:
+            tokenizer = VARIANTS[variant or "large"][1]
+    return hf_from_pretrained(AutoTokenizer, check_model_spec(tokenizer), "CLIP tokenizer")
+
+
+def _image_processor(size: int):
+    import transformers
+
+    cls = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
+    return cls(size={"shortest_edge": size}, crop_size={"height": size, "width": size}, do_resize=True,
+               do_center_crop=True, image_mean=list(OPENAI_CLIP_MEAN), image_std=list(OPENAI_CLIP_STD),
+               resample=3)  # PIL bicubic, as OpenAI's preprocess
+
+
+def build_clip_model(sd: dict[str, Any], arch: dict[str, int], tokenizer, torch_dtype):
+    """A Hugging Face ``CLIPModel`` holding the converted weights, built directly in ``torch_dtype``."""
+    import torch
+    from transformers import CLIPConfig, CLIPModel
+
+    text = dict(vocab_size=arch["vocab_size"], hidden_size=arch["text_width"], intermediate_size=4 * arch["text_width"],
+                num_hidden_layers=arch["text_layers"], num_attention_heads=arch["text_heads"],
+                max_position_embeddings=arch["context_length"], hidden_act="quick_gelu",
+                bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
+    vision = dict(hidden_size=arch["vision_width"], intermediate_size=4 * arch["vision_width"],
+                  num_hidden_layers=arch["vision_layers"], num_attention_heads=arch["vision_heads"],
+                  image_size=arch["image_size"], patch_size=arch["patch_size"], hidden_act="quick_gelu")
+    if min(arch["text_heads"], arch["vision_heads"]) < 1:
+        raise ConfigError(f"CLIP widths {arch['text_width']}/{arch['vision_width']} are below one 64-wide head")
+    config = CLIPConfig(text_config=text, vision_config=vision, projection_dim=arch["embed_dim"])
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch_dtype if torch_dtype.is_floating_point else previous)
+    try:
+        model = CLIPModel(config)
+    finally:
+        torch.set_default_dtype(previous)
+    converted = {k: v.to(torch_dtype) if v.is_floating_point() else v for k, v in convert_state_dict(sd, arch).items()}
+    missing, unexpected = model.load_state_dict(converted, strict=False)
+    missing = [k for k in missing if not k.endswith("position_ids")]
+    if missing or unexpected:
+        raise ConfigError(f"UniIR CLIP weights do not fit a CLIPModel: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return model
+
+
+class UniIRClipSFEncoder(HFClipEncoder):
+    """UniIR CLIP-SF: raw-sum fusion, UniIR text formatting, M-BEIR query instructions."""
+
+    def __init__(self, spec: str, *, device: str | None = "auto", dtype: str | None = "auto",
+                 batch_size: int | None = None, tokenizer: str | None = None,
+                 instructions: str | Path | QueryInstructions | None = None, use_instructions: bool | None = None) -> None:
+        from unirag.runtime import configure_torch_threads, resolve_device, resolve_dtype
+
+        configure_torch_threads()
+        model_name, variant, path = parse_uniir_spec(spec)
+        self.spec = spec
+        self.checkpoint = path
+        self.device = resolve_device(device)
+        self.torch_dtype = resolve_dtype(dtype, self.device)
+        sd = read_state_dict(path)
+        self.arch = architecture(sd)
+        self.arch_name = _ARCH_NAMES.get((self.arch["vision_width"], self.arch["patch_size"]),
+                                         f"ViT-{self.arch['vision_width']}/{self.arch['patch_size']}")
+        if variant is not None and VARIANTS[variant][0] != self.arch_name:
+            raise ConfigError(f"{spec!r} names the {variant} variant ({VARIANTS[variant][0]}) but the weights are "
+                              f"{self.arch_name}")
+        tok = _load_tokenizer(tokenizer, path, variant or ("base" if self.arch_name == "ViT-B/32" else "large"))
+        from transformers import CLIPProcessor
+
+        processor = CLIPProcessor(image_processor=_image_processor(self.arch["image_size"]), tokenizer=tok)
+        model = build_clip_model(sd, self.arch, tok, self.torch_dtype)
+        del sd
+        self._setup(model, processor, self.arch["context_length"], batch_size)
+        self.name = spec
+        self.use_instructions = use_instructions is not False
+        self._instructions_source = instructions
+        self._instructions: QueryInstructions | None = (instructions if isinstance(instructions, QueryInstructions)
+                                                         else None)
+        self._warned = False
+
+    # -- identity ---------------------------------------------------------------------------------
+    def weights(self) -> dict[str, Any]:
+        from unirag.runtime import weights_digest
+
+        return {"uniir": "clip_sf", "arch": self.arch_name, "weights_sha256": weights_digest(self.checkpoint)[:32]}
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "backend": "uniir-clip-sf", "text_format": "uniir-format_string"}
+
+    def config(self) -> dict[str, Any]:
+        src = self._instructions_source
+        return {**super().config(), "checkpoint": str(self.checkpoint),
+                "query_instructions": (getattr(src, "source", None) or (str(src) if src else None))
+                if self.use_instructions else None}
+
+    # -- encoding ---------------------------------------------------------------------------------
+    def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        return super()._embed_texts([format_string(t) for t in texts])
+
+    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
+        return super()._embed_images(images)
+
+    def instructions(self) -> QueryInstructions:
+        if self._instructions is None:
+            self._instructions = load_instructions(self._instructions_source)
+        return self._instructions
+
+    def instruct(self, query: Query) -> Query:
+        """``query`` as UniIR encodes it: with its M-BEIR instruction prepended (when instructions are on)."""
+        if not self.use_instructions:
+            return query
+        instructed = self.instructions().apply(query)
+        if instructed is None:
+            if not self._warned:
+                warnings.warn(f"no M-BEIR instruction for query {query.qid!r} (its dataset and task_id name no row of "
+                              f"{self.instructions().source}); such queries are encoded without one", stacklevel=2)
+                self._warned = True
+            return query
+        return instructed
+
+    def encode_records(self, records: Sequence[Candidate | Query], images_root, progress: bool = False) -> np.ndarray:
+        records = [self.instruct(r) if isinstance(r, Query) else r for r in records]
+        return super().encode_records(records, images_root, progress)
+
+
+def load_uniir_encoder(spec: str, **kwargs: Any) -> UniIRClipSFEncoder:
+    return UniIRClipSFEncoder(spec, **kwargs)

@@ -1,0 +1,283 @@
+"""Torch runtime shared by every local model (encoders, VLMs, diffusers, LaVIT, Emu2): device, precision,
+thread count, image decoding, checkpoint loading, and releasing GPU memory.
+
+One place decides what ``device="auto"`` and ``dtype="auto"`` mean, so an encoder, a caption VLM and an
+image generator given the same options run on the same device in the same precision:
+
+* ``auto`` device: ``cuda`` when a CUDA GPU is visible, else ``mps`` (Apple GPU), else ``cpu``;
+* ``auto`` dtype: bfloat16 on a CUDA GPU that supports it (float16 on older ones and on ``mps``),
+  float32 on CPU.
+
+Importing this module is cheap (torch is imported inside the functions).
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from unirag.errors import ConfigError
+
+#: The values ``--device`` and ``--dtype`` accept besides explicit ``cuda:N``.
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
+DTYPE_CHOICES = ("auto", "float32", "float16", "bfloat16")
+
+_DTYPE_ALIASES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16": "float16",
+                  "fp16": "float16", "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+
+_THREADS_SET = False
+
+
+def configure_torch_threads() -> None:
+    """Cap torch's intra-op threads once per process.
+
+    ``UNIRAG_TORCH_THREADS`` wins; otherwise ``OMP_NUM_THREADS``; otherwise the CPUs this process may
+    use. torch's own default counts every core of the machine, which oversubscribes containers and
+    runs that share a host.
+    """
+    global _THREADS_SET
+    if _THREADS_SET:
+        return
+    import torch
+
+    wanted = os.environ.get("UNIRAG_TORCH_THREADS") or os.environ.get("OMP_NUM_THREADS")
+    try:
+        n = int(wanted) if wanted else len(os.sched_getaffinity(0))
+    except (ValueError, AttributeError):
+        n = os.cpu_count() or 1
+    torch.set_num_threads(max(1, n))
+    _THREADS_SET = True
+
+
+def _mps_available(torch) -> bool:
+    mps = getattr(getattr(torch, "backends", None), "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def resolve_device(device: str | None = "auto") -> str:
+    """``None``/"auto" -> "cuda" if present, else "mps", else "cpu"; anything else must exist here.
+
+    Raises :class:`~unirag.errors.ConfigError` for a device torch does not know or this machine lacks
+    (``cuda`` without a GPU), instead of failing later inside a forward pass.
+    """
+    import torch
+
+    if device in (None, "", "auto"):
+        if torch.cuda.is_available():
+            return "cuda"
+        return "mps" if _mps_available(torch) else "cpu"
+    device = str(device).strip().lower()
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ConfigError(f"unknown torch device {device!r} ({e}); use auto, cpu, cuda, cuda:N or mps") from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {device!r} requested but CUDA is not available on this machine")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise ConfigError(f"device {device!r} requested but this machine has {torch.cuda.device_count()} GPU(s)")
+    if parsed.type == "mps" and not _mps_available(torch):
+        raise ConfigError(f"device {device!r} requested but the MPS backend is not available on this machine")
+    return device
+
+
+def dtype_name(dtype: str | None, device: str) -> str:
+    """The precision ``dtype`` means on ``device`` as a name: "float32", "float16" or "bfloat16".
+
+    "auto" (or None) picks bfloat16 on CUDA GPUs that support it, float16 on other GPUs, float32 on
+    CPU. float16 on CPU is refused: most CPU kernels lack it and it is slower than float32 there.
+    """
+    if dtype in (None, "", "auto"):
+        if device.startswith("cuda"):
+            import torch
+
+            return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+        return "float16" if device.startswith("mps") else "float32"
+    name = _DTYPE_ALIASES.get(str(dtype).strip().lower())
+    if name is None:
+        raise ConfigError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_CHOICES)}")
+    if name == "float16" and device == "cpu":
+        raise ConfigError("float16 is not supported for CPU inference; use float32 or bfloat16")
+    return name
+
+
+def resolve_dtype(dtype: str | None, device: str):
+    """The torch dtype :func:`dtype_name` picks for ``dtype`` on ``device``."""
+    import torch
+
+    return getattr(torch, dtype_name(dtype, device))
+
+
+def transformers_dtype_kwargs(torch_dtype) -> dict[str, Any]:
+    """``from_pretrained`` keyword for the weights' precision: ``dtype`` (transformers >= 4.56) or
+    ``torch_dtype`` (older), so weights load directly in the target precision (no fp32 copy first)."""
+    import transformers
+
+    major, minor = (int(x) for x in re.findall(r"\d+", transformers.__version__)[:2])
+    return {"dtype": torch_dtype} if (major, minor) >= (4, 56) else {"torch_dtype": torch_dtype}
+
+
+def diffusers_dtype_kwargs(torch_dtype) -> dict[str, Any]:
+    """Same for diffusers pipelines: newer releases name it ``dtype``, older ones only ``torch_dtype``."""
+    import importlib
+
+    from diffusers import DiffusionPipeline
+
+    module = importlib.import_module(DiffusionPipeline.__module__)
+    return {"dtype": torch_dtype} if "_resolve_dtype" in vars(module) else {"torch_dtype": torch_dtype}
+
+
+def device_map_kwargs(device: str) -> dict[str, Any]:
+    """``device_map`` that puts the weights straight onto a GPU while loading (needs ``accelerate``);
+    empty on CPU or without accelerate, where the model is moved with ``.to(device)`` after loading."""
+    if device == "cpu":
+        return {}
+    try:
+        import accelerate  # noqa: F401
+    except ImportError:
+        return {}
+    return {"device_map": {"": device}}
+
+
+def free_memory(device: str | None = None) -> None:
+    """Return cached GPU memory to the driver after a model was dropped (``close()`` calls this)."""
+    gc.collect()
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    if torch.cuda.is_available() and (device is None or str(device).startswith("cuda")):
+        torch.cuda.empty_cache()
+    if _mps_available(torch) and (device is None or str(device).startswith("mps")):
+        torch.mps.empty_cache()
+
+
+def autocast(device: str, torch_dtype):
+    """Autocast context for models that mix precisions internally (LaVIT runs under bf16 autocast);
+    a no-op context on CPU in float32."""
+    import contextlib
+
+    import torch
+
+    kind = str(device).split(":")[0]
+    if kind == "cpu" and torch_dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=kind, dtype=torch_dtype)
+
+
+def to_pil_images(images: Sequence[Any]) -> list:
+    """Decode each input once: PIL images pass through (converted to RGB), paths go through ``load_rgb``.
+
+    A missing or corrupt file raises :class:`unirag.errors.InputError` naming the file.
+    """
+    from PIL import Image
+
+    from unirag.data.images import load_rgb
+
+    out = []
+    for im in images:
+        if isinstance(im, Image.Image):
+            out.append(im if im.mode == "RGB" else im.convert("RGB"))
+        else:
+            out.append(load_rgb(im))
+    return out
+
+
+def offline_mode() -> bool:
+    """True when hub downloads are switched off (``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``, ``UNIRAG_OFFLINE``)."""
+    flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("TRANSFORMERS_OFFLINE", ""),
+             os.environ.get("UNIRAG_OFFLINE", ""))
+    return any(f.strip().lower() in ("1", "true", "yes", "on") for f in flags)
+
+
+def check_model_spec(spec: str) -> str:
+    """Return ``spec`` if it is an existing local directory or a well-formed hub id, else ConfigError.
+
+    Something that looks like a filesystem path (``/x``, ``./x``, ``~/x``, ``C:\\x``) must exist; a
+    hub id is ``name`` or ``org/name``.
+    """
+    p = Path(spec).expanduser()
+    if p.is_dir():
+        return str(p.resolve())
+    looks_like_path = spec.startswith((".", "/", "~", "\\")) or re.match(r"^[A-Za-z]:[\\/]", spec) or p.exists()
+    if looks_like_path:
+        what = "is a file, not a model directory" if p.exists() else "does not exist"
+        raise ConfigError(f"model path {spec!r} {what}")
+    if not re.fullmatch(r"[\w.\-]+(/[\w.\-]+)?", spec):
+        raise ConfigError(f"{spec!r} is neither an existing model directory nor a Hugging Face hub id (org/name)")
+    return spec
+
+
+def hf_from_pretrained(loader, spec: str, what: str, **kwargs):
+    """``loader.from_pretrained(spec)`` with failures turned into a ConfigError that names ``spec``.
+
+    A hub id is looked up in the local cache first; only if it is missing there (and offline mode is
+    off) is a download attempted.
+    """
+    local = Path(spec).is_dir()
+    try:
+        return loader.from_pretrained(spec, local_files_only=True, **kwargs)
+    except (OSError, ValueError, KeyError) as first:
+        if local or offline_mode():
+            where = "local directory" if local else "Hugging Face hub cache (offline mode: no download attempted)"
+            raise ConfigError(f"cannot load {what} from {where} {spec!r}: {first}") from None
+    try:
+        return loader.from_pretrained(spec, **kwargs)
+    except (OSError, ValueError, KeyError) as e:
+        raise ConfigError(
+            f"cannot load {what} {spec!r}: not in the local Hugging Face cache and it could not be downloaded "
+            f"(no network, or no such repository). Pass a local checkpoint directory instead. ({e})"
+        ) from None
+
+
+# -- identifying weights -------------------------------------------------------------------------------
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5")
+_HASH_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes, cached per (path, size, mtime) within the process."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _HASH_CACHE:
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 23), b""):
+                h.update(block)
+        _HASH_CACHE[key] = h.hexdigest()
+    return _HASH_CACHE[key]
+
+
+def weights_digest(path: str | Path) -> str:
+    """What identifies a checkpoint's *weights*, independent of where they are stored.
+
+    A file: its SHA-256. A directory: the SHA-256 over its ``config.json`` and weight files (names
+    relative to the directory, then contents), so the same checkpoint copied elsewhere gives the same
+    digest, and a changed weight file a different one.
+    """
+    p = Path(path)
+    if p.is_file():
+        return file_sha256(p)
+    files = sorted(f for f in p.rglob("*") if f.is_file()
+                   and (f.name == "config.json" or f.suffix in WEIGHT_SUFFIXES))
+    if not files:
+        raise ConfigError(f"no config.json or weight files ({', '.join(WEIGHT_SUFFIXES)}) under {p}")
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.relative_to(p).as_posix().encode() + b"\0" + file_sha256(f).encode() + b"\n")
+    return h.hexdigest()
+
+
+def weights_identity(spec: str, model: Any = None) -> dict[str, Any]:
+    """``{"weights_sha256": ...}`` for a local checkpoint; ``{"hub_id", "revision"}`` for a hub id
+    (the commit the cached snapshot was downloaded at, read from the loaded model's config)."""
+    if Path(spec).exists():
+        return {"weights_sha256": weights_digest(spec)[:32]}
+    revision = getattr(getattr(model, "config", None), "_commit_hash", None)
+    return {"hub_id": spec, "revision": revision}
