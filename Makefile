@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= hf,api,diffusion,eval,serve,dev
+# Every extra the test suite exercises (hf only adds accelerate for `--device auto`: make test-min has it).
+EXTRAS ?= api,diffusion,eval,ray,serve,dev
 # pip constraints (-c): the CPU torch wheel for this project's machines. Not package metadata;
 # `make install CONSTRAINTS=` installs without it (e.g. to keep a CUDA torch).
 CONSTRAINTS ?= constraints/cpu.txt
