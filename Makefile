@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# Every extra the test suite exercises (hf only adds accelerate for `--device auto`: make test-min has it).
+# The extras the test suite exercises (gpu, i.e. accelerate, and image-metrics are not installed).
 EXTRAS ?= api,diffusion,eval,ray,serve,dev
 # pip constraints (-c): the CPU torch wheel for this project's machines. Not package metadata;
 # `make install CONSTRAINTS=` installs without it (e.g. to keep a CUDA torch).
@@ -39,7 +39,7 @@ CORE_TESTS ?= tests/encoders tests/index tests/retrieval tests/data tests/runs t
 test-min:
 	test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
 	$(MIN_VENV)/bin/pip install -q --upgrade pip
-	$(MIN_VENV)/bin/pip install -q -c constraints/min.txt $(PIP_CONSTRAINTS) -e ".[hf,dev]"
+	$(MIN_VENV)/bin/pip install -q -c constraints/min.txt $(PIP_CONSTRAINTS) -e ".[dev]"
 	$(MIN_VENV)/bin/python -m pytest -q $(CORE_TESTS)
 
 lint: install

@@ -53,7 +53,9 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--quality", default=None, help="openai-image: low | medium | high | auto.")
 @device_options
 @click.option("--offload", type=click.Choice(["none", "model", "sequential"]), default=None,
-              help="diffusers: keep sub-models on the CPU and move each to the GPU only while it runs.")
+              help="diffusers, emu2-gen: keep sub-models on the CPU and move each to the GPU only while it runs.")
+@click.option("--lavit-code", type=click.Path(file_okay=False), default=None,
+              help="lavit: folder of a github.com/jy0205/LaVIT checkout (its models package is imported).")
 @click.option("--max-attempts", type=int, default=6, show_default=True,
               help="Tries per query for transient API errors (429, 5xx, timeouts).")
 @click.option("--prices", type=click.Path(dir_okay=False), default=None,
@@ -64,7 +66,7 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, retrieval_path, index_dir, pool_path,
                     out_dir, width, height, steps, guidance, seed, example_seed, concurrency, base_url, timeout,
-                    quality, device, dtype, offload, max_attempts, prices, limit, save_prompts,
+                    quality, device, dtype, offload, lavit_code, max_attempts, prices, limit, save_prompts,
                     no_progress) -> None:
     """Generate an image for every caption query, saved as PNG next to the prompt that made it.
 
@@ -91,7 +93,7 @@ def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, 
     selector = make_selector(mode, k, queries=queries, pool_path=pool_path, retrieval=retrieval_path,
                              index=index_dir, seed=example_seed, query_images_root=examples_root)
     generator = load_image_generator(spec, base_url=base_url, timeout=timeout, quality=quality, device=device,
-                                     dtype=dtype, offload=offload)
+                                     dtype=dtype, offload=offload, lavit_code=lavit_code)
     try:
         counts = run_image_generation(
             queries, generator, selector, out_dir, images_root=examples_root,

@@ -5,6 +5,7 @@
 ``hf:llava-hf/llava-1.5-7b-hf``  a local Hugging Face VLM (hub id or local directory)
 ``retrieval:top1``               the top-1 retrieved caption (paper rows 1a/1b); no model
 ``retrieval:consensus``          the retrieved caption most similar to the other top-k ones
+``python:pkg.module:factory``    whatever generator object ``factory(**options)`` returns (plugin.py)
 
 Options are passed as keyword arguments; each backend takes the ones it understands and the
 rest are ignored, so one CLI option set (``--base-url``, ``--device``, ...) serves every backend.
@@ -26,6 +27,7 @@ BACKENDS: BackendTable = {
     "hf": ("unirag.generators.hf_vlm:HFVisionLanguageGenerator",
            "hub id or local dir, e.g. hf:llava-hf/llava-1.5-7b-hf"),
     "retrieval": ("unirag.generators.retrieval_baseline:RetrievalCaptioner", "top1 or consensus"),
+    "python": ("unirag.generators.plugin:PluginTextGenerator", "module:factory, e.g. python:mypkg.gen:make"),
 }
 
 FAMILIES = ("llava", "gpt4o", "gemini")

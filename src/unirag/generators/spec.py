@@ -43,6 +43,29 @@ def build_backend(prefix: str, name: str, backends: BackendTable, opts: dict[str
     """
     module_name, attr = backends[prefix][0].split(":")
     cls = getattr(importlib.import_module(module_name), attr)
-    params = inspect.signature(cls.__init__).parameters
-    kwargs = {k: v for k, v in opts.items() if v is not None and k in params and k != "self"}
+    kwargs = declared_options(cls.__init__, opts)
+    kwargs.pop("self", None)
     return cls(name, spec=f"{prefix}:{name}", **kwargs)
+
+
+def declared_options(fn: Any, opts: dict[str, Any]) -> dict[str, Any]:
+    """The options ``fn`` declares (all of them when it takes ``**kwargs``), None values dropped."""
+    params = inspect.signature(fn).parameters
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return {k: v for k, v in opts.items() if v is not None and (takes_all or k in params)}
+
+
+def load_factory(target: str, kind: str) -> Any:
+    """``"package.module:factory"`` -> the callable it names (imported now); ConfigError naming what failed."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"python {kind} spec needs python:MODULE:FACTORY (e.g. python:mypkg.gen:make), got "
+                          f"{target!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"cannot import module {module_name!r} for python:{target} ({e})") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigError(f"module {module_name!r} has no callable {attr!r} (python:{target})")
+    return factory

@@ -159,6 +159,9 @@ class RunDir:
             totals = _usage_totals(r for r in records if r is not None)
             self.manifest.update({"updated": _now(), "counts": counts, "totals": totals,
                                   "status": "complete" if ok == len(order) else "incomplete", **(extra or {})})
+            if self.store.dropped_lines:  # lines a crashed writer left unreadable (also logged as a warning)
+                self.manifest["dropped_lines"] = {"count": len(self.store.dropped_lines),
+                                                  "first_line_numbers": self.store.dropped_lines[:10]}
             atomic_write_json(self.manifest_path, self.manifest)
         return counts
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
+from unirag.generators.images.local import render_with_fallback
 from unirag.generators.images.templates import FEW_SHOT_OMNIGEN, ZERO_SHOT, render_listed
 
 # How a pipeline takes reference images, recognised from its __call__ signature.
@@ -158,42 +159,23 @@ class DiffusersImageGenerator(ImageGenerator):
         return self._prompt(request)[0]
 
     def generate(self, request: ImageRequest) -> GeneratedImage:
-        """One picture. Out of GPU memory with several examples, the last (least relevant) examples are
-        dropped one at a time, as the paper did for Emu2-Gen at k=5; ``meta["examples_used"]`` says so."""
-        import dataclasses
-
-        import torch
-
-        from unirag.runtime import to_pil_images
-
+        """One picture (out of GPU memory with several examples, the last examples are dropped one at a
+        time, see :mod:`~unirag.generators.images.local`)."""
         self.check_k(len(request.examples))
         self.check_size(request.width, request.height)
-        images_all = to_pil_images([e.image_path for e in request.examples])
-        used = len(request.examples)
-        while True:
-            trimmed = dataclasses.replace(request, examples=request.examples[:used])
-            prompt, _ = self._prompt(trimmed)
-            generator = self._torch_generator(request.seed)
-            kwargs, dropped = call_kwargs(self._call_params, trimmed, prompt, images_all[:used], generator)
-            try:
-                with torch.inference_mode():
-                    out = self._pipe(**kwargs)
-                break
-            except torch.OutOfMemoryError as e:
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-                if self.oom_fallback and used > 1:
-                    used -= 1
-                    continue
-                raise BackendError(f"diffusers {self.model}: out of memory for query {request.qid} "
-                                   f"({request.width}x{request.height}, {used} reference image(s)): {e}") from None
+        return render_with_fallback(request, self._render, name=f"diffusers {self.model}",
+                                    oom_fallback=self.oom_fallback)
+
+    def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
+        """One pipeline call for ``request`` with its (already decoded) example images."""
+        prompt, _ = self._prompt(request)
+        kwargs, dropped = call_kwargs(self._call_params, request, prompt, images, self._torch_generator(request.seed))
+        out = self._pipe(**kwargs)
         image = out.images[0] if hasattr(out, "images") else out[0][0]
         meta: dict[str, Any] = {"prompt": prompt, "pipeline": type(self._pipe).__name__}
-        if used < len(request.examples):
-            meta["examples_used"] = used
         if dropped:
             meta["ignored_settings"] = dropped
-        return GeneratedImage(image=image.convert("RGB"), meta=meta)
+        return image, meta
 
     def generate_batch(self, requests: list[ImageRequest]) -> list[GeneratedImage]:
         """Several text-only requests of one size and setting in one pipeline call (one seeded generator

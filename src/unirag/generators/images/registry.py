@@ -5,6 +5,9 @@
 ``openai-image:gpt-image-1``          OpenAI images API (few-shot through images.edit)
 ``gemini-image:<model>``              Gemini image generation (few-shot via interleaved images)
 ``retrieval:top1``                    the top-1 retrieved example's image (offline baseline)
+``lavit:<LaVIT checkpoint dir>``      LaVIT through its own ``build_model`` / ``multimodal_synthesis`` (lavit.py)
+``emu2-gen:<Emu2-Gen dir or hub id>`` Emu2-Gen through diffusers' custom pipeline ``pipeline_emu2_gen`` (emu2.py)
+``python:pkg.module:factory``         whatever image generator ``factory(**options)`` returns (plugin.py)
 
 Options are keyword arguments; each backend takes those its constructor declares and ignores the
 rest, so one CLI option set serves every backend. Backends are imported only when selected.
@@ -26,6 +29,10 @@ BACKENDS: BackendTable = {
     "gemini-image": ("unirag.generators.images.gemini_images:GeminiImageGenerator",
                      "model name, e.g. gemini-image:gemini-2.5-flash-image"),
     "retrieval": ("unirag.generators.images.retrieval_baseline:RetrievalImageGenerator", "top1"),
+    "lavit": ("unirag.generators.images.lavit:LaVITImageGenerator", "LaVIT checkpoint dir, e.g. lavit:./LaVIT-7B-v2"),
+    "emu2-gen": ("unirag.generators.images.emu2:Emu2GenImageGenerator",
+                 "Emu2-Gen pipeline dir or hub id, e.g. emu2-gen:BAAI/Emu2-Gen"),
+    "python": ("unirag.generators.plugin:PluginImageGenerator", "module:factory, e.g. python:mypkg.gen:make"),
 }
 
 

@@ -1,0 +1,108 @@
+"""``emu2-gen:<dir or hub id>``: Emu2-Gen (BAAI), the paper's second image generator, through its own pipeline.
+
+Emu2-Gen ships as a diffusers *custom pipeline* (``pipeline_emu2_gen.py`` in the checkpoint, loaded with
+``custom_pipeline="pipeline_emu2_gen"`` and ``trust_remote_code``) whose call takes one interleaved list
+of images and texts::
+
+    pipe(inputs=[text_1, image_1, ..., text_k, image_k, caption], height=, width=,
+         num_inference_steps=, guidance_scale=) -> output.image
+
+In-context examples are given exactly as UniRAG's code does (castorini/UniRAG
+``image_generation_inference.py``): for each retrieved pair its caption, then its image, then the query
+caption. The pipeline draws its noise from torch's global generator (it takes no ``generator``), so the
+request's seed is set there before each call. The paper ran the ``bf16`` variant with the pipeline's
+defaults (50 steps, guidance 3.0: pass ``--steps 50 --guidance 3``); out of memory at k=5 it kept the
+first four pairs, which the shared local-model loop does (``meta["examples_used"]``).
+
+A user installs ``diffusers``, ``transformers`` and ``torchvision`` (the custom pipeline imports it) and
+downloads ``BAAI/Emu2-Gen`` (about 37B parameters; ~80 GB of GPU memory in bf16, or CPU offload).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from unirag.errors import ConfigError
+from unirag.generators.images.base import ImageRequest
+from unirag.generators.images.diffusers_backend import DiffusersImageGenerator
+from unirag.generators.images.local import render_with_fallback, seed_torch
+
+CUSTOM_PIPELINE = "pipeline_emu2_gen"
+#: The parameters of EmuVisualGenerationPipeline.__call__ unirag passes.
+CALL_PARAMS = ("inputs", "height", "width", "num_inference_steps", "guidance_scale")
+
+
+def interleaved_inputs(request: ImageRequest, images: list[Any]) -> list[Any]:
+    """``[caption_1, image_1, ..., caption_k, image_k, query caption]`` (UniRAG's order for Emu2-Gen)."""
+    out: list[Any] = []
+    for example, image in zip(request.examples, images, strict=True):
+        out += [example.caption, image]
+    out.append(request.caption)
+    return out
+
+
+class Emu2GenImageGenerator(DiffusersImageGenerator):
+    """Emu2-Gen's own pipeline: zero-shot and few-shot with interleaved example pairs."""
+
+    templates = ()  # no prompt template: captions and images go in as they are
+
+    def __init__(self, model: str, *, spec: str | None = None, device: str | None = "auto",
+                 dtype: str | None = "auto", pipeline: Any = None, oom_fallback: bool = True,
+                 offload: str | None = None, variant: str | None = None) -> None:
+        """``variant``: weight-file variant to load (default "bf16" when the checkpoint has such files)."""
+        self.variant = variant
+        super().__init__(model, spec=spec or f"emu2-gen:{model}", device=device, dtype=dtype, pipeline=pipeline,
+                         oom_fallback=oom_fallback, offload=offload)
+        missing = [p for p in CALL_PARAMS if p not in self._call_params]
+        if missing:
+            raise ConfigError(f"{type(self._pipe).__name__} is not Emu2-Gen's pipeline: its __call__ lacks "
+                              f"{', '.join(missing)} (expected {CUSTOM_PIPELINE}.EmuVisualGenerationPipeline)")
+        self.style = "emu2-interleaved"
+        self.max_examples = None
+
+    def _load(self, torch_dtype: Any) -> Any:
+        from diffusers import DiffusionPipeline
+
+        from unirag.runtime import check_model_spec, diffusers_dtype_kwargs, hf_from_pretrained
+
+        spec = check_model_spec(self.model)
+        variant = self.variant
+        if variant is None and Path(spec).is_dir() and any(Path(spec).rglob("*.bf16.safetensors")):
+            variant = "bf16"
+        extra: dict[str, Any] = {"custom_pipeline": CUSTOM_PIPELINE, "trust_remote_code": True}
+        if variant:
+            extra.update(variant=variant, use_safetensors=True)
+        try:
+            return hf_from_pretrained(DiffusionPipeline, spec, "Emu2-Gen pipeline", **diffusers_dtype_kwargs(torch_dtype),
+                                      **extra)
+        except (ImportError, NameError) as e:
+            raise ConfigError(f"cannot build Emu2-Gen from {self.model!r}: {e} (its custom pipeline imports "
+                              "torchvision; pip install torchvision)") from None
+
+    def prompt_text(self, request: ImageRequest) -> str:
+        parts = []
+        for e in request.examples:
+            parts += [e.caption, f"<image {e.image_path.name}>"]
+        return "\n".join([*parts, request.caption])
+
+    def _prompt(self, request: ImageRequest) -> tuple[str, list[Path]]:
+        return self.prompt_text(request), [e.image_path for e in request.examples]
+
+    def generate(self, request: ImageRequest):
+        self.check_k(len(request.examples))
+        self.check_size(request.width, request.height)
+        return render_with_fallback(request, self._render, name=f"Emu2-Gen {self.model}", oom_fallback=self.oom_fallback,
+                                    seed=seed_torch)
+
+    def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
+        out = self._pipe(inputs=interleaved_inputs(request, images), height=request.height, width=request.width,
+                         num_inference_steps=request.steps, guidance_scale=request.guidance)
+        image = getattr(out, "image", None) or out.images[0]
+        return image, {"prompt": self.prompt_text(request), "pipeline": type(self._pipe).__name__}
+
+    def generate_batch(self, requests: list[ImageRequest]):
+        return [self.generate(r) for r in requests]  # the pipeline takes one interleaved input list per call
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "backend": "emu2-gen", "variant": self.variant}

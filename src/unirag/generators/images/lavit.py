@@ -1,0 +1,134 @@
+"""``lavit:<checkpoint dir>``: LaVIT (Jin et al.), the paper's first image generator, through its own code.
+
+LaVIT is not a pip package: its repository (github.com/jy0205/LaVIT) has a top-level ``models`` package
+whose ``build_model(model_path, model_dtype, ..., understanding=False, load_tokenizer=True)`` returns a
+``LaVITforGeneration`` with ``multimodal_synthesis(prompts, width, height, ...)``. unirag imports that
+package (``module="models"``, with ``code_dir`` = the repository checkout put on ``sys.path``) and calls it
+as UniRAG's code does (castorini/UniRAG ``image_generation_inference.py``)::
+
+    model.multimodal_synthesis([(caption_1, "text"), (image_path_1, "image"), ..., (caption, "text")],
+                               width=1024, height=1024, guidance_scale_for_llm=4.0,
+                               num_return_images=1, num_inference_steps=25, top_k=50)
+
+under bf16 autocast, with the seed set in torch's global generator before every call (LaVIT samples
+its visual tokens and diffusion noise from it). Width/height/steps/guidance come from the request
+(the paper's LaVIT settings are unirag's image defaults).
+
+A user installs LaVIT's requirements (its ``requirements.txt``: torch, transformers, diffusers, xformers
+optional, torchvision, ...), clones the repository, downloads ``rain1011/LaVIT-7B-v2`` and runs
+``--generator lavit:/path/to/LaVIT-7B-v2 --lavit-code /path/to/LaVIT``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+from unirag.errors import ConfigError
+from unirag.generators.images.base import ImageGenerator, ImageRequest
+from unirag.generators.images.local import render_with_fallback, seed_torch
+
+#: ``multimodal_synthesis`` parameters unirag passes (checked when the model is built).
+SYNTHESIS_PARAMS = ("width", "height", "guidance_scale_for_llm", "num_return_images", "num_inference_steps", "top_k")
+_LAVIT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def lavit_prompts(request: ImageRequest) -> list[tuple[str, str]]:
+    """``[(caption_1, "text"), (image_1, "image"), ..., (query caption, "text")]`` (UniRAG's order)."""
+    out: list[tuple[str, str]] = []
+    for e in request.examples:
+        out += [(e.caption, "text"), (str(e.image_path), "image")]
+    out.append((request.caption, "text"))
+    return out
+
+
+def import_lavit(module: str, code_dir: str | Path | None):
+    """LaVIT's ``models`` package (or ``module``), from ``code_dir`` when given."""
+    if code_dir is not None:
+        code = Path(code_dir).expanduser().resolve()
+        if not code.is_dir():
+            raise ConfigError(f"LaVIT code folder {str(code)!r} does not exist (lavit_code)")
+        if str(code) not in sys.path:
+            sys.path.insert(0, str(code))
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise ConfigError(f"cannot import LaVIT's {module!r} package ({e}); clone github.com/jy0205/LaVIT, install its "
+                          "requirements and pass its folder as lavit_code (--lavit-code)") from None
+    if not callable(getattr(mod, "build_model", None)):
+        raise ConfigError(f"module {module!r} ({getattr(mod, '__file__', '?')}) has no build_model(); is it LaVIT's?")
+    return mod
+
+
+class LaVITImageGenerator(ImageGenerator):
+    """LaVIT-7B-v2 text-to-image, zero-shot or with interleaved example pairs."""
+
+    local = True
+    max_examples = None
+    templates = ()
+
+    def __init__(self, model_path: str, *, spec: str | None = None, device: str | None = "auto",
+                 dtype: str | None = "auto", lavit_module: str = "models", lavit_code: str | None = None,
+                 use_xformers: bool = False, check_safety: bool = False, top_k: int = 50,
+                 oom_fallback: bool = True, model: Any = None) -> None:
+        """``model``: an already built LaVIT generation model (programmatic use); else it is built from
+        ``model_path`` with LaVIT's ``build_model`` (local files only: no download)."""
+        from unirag.runtime import configure_torch_threads, dtype_name, resolve_device
+
+        configure_torch_threads()
+        self.model_path = model_path
+        self.spec = spec or f"lavit:{model_path}"
+        self.device = resolve_device(device)
+        self.dtype = dtype_name(dtype, self.device)
+        self.top_k = int(top_k)
+        self.oom_fallback = bool(oom_fallback)
+        if model is None:
+            if not Path(model_path).expanduser().is_dir():
+                raise ConfigError(f"LaVIT checkpoint folder {model_path!r} does not exist")
+            lavit = import_lavit(lavit_module, lavit_code)
+            model = lavit.build_model(model_path=str(Path(model_path).expanduser()), model_dtype=_LAVIT_DTYPES[self.dtype],
+                                      use_xformers=use_xformers, understanding=False, load_tokenizer=True,
+                                      check_safety=check_safety, local_files_only=True)
+            if hasattr(model, "to"):
+                model = model.to(self.device)
+        params = inspect.signature(model.multimodal_synthesis).parameters
+        missing = [p for p in ("prompts", *SYNTHESIS_PARAMS) if p not in params]
+        if missing:
+            raise ConfigError(f"{type(model).__name__}.multimodal_synthesis lacks {', '.join(missing)}: not LaVIT's "
+                              "generation model (build it with understanding=False, load_tokenizer=True)")
+        self._model = model
+
+    def prompt_text(self, request: ImageRequest) -> str:
+        return "\n".join(f"<image {Path(c).name}>" if kind == "image" else c for c, kind in lavit_prompts(request))
+
+    def generate(self, request: ImageRequest):
+        self.check_k(len(request.examples))
+        self.check_size(request.width, request.height)
+        return render_with_fallback(request, self._render, name=f"LaVIT {self.model_path}",
+                                    oom_fallback=self.oom_fallback, seed=seed_torch)
+
+    def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
+        from unirag.runtime import autocast, resolve_dtype
+
+        with autocast(self.device, resolve_dtype(self.dtype, self.device)):
+            out = self._model.multimodal_synthesis(
+                lavit_prompts(request), width=request.width, height=request.height,
+                guidance_scale_for_llm=request.guidance, num_return_images=1,
+                num_inference_steps=request.steps, top_k=self.top_k)
+        return out[0], {"prompt": self.prompt_text(request), "model": type(self._model).__name__}
+
+    def config(self) -> dict[str, Any]:
+        return {"spec": self.spec, "backend": "lavit", "model": self.model_path, "device": self.device,
+                "dtype": self.dtype, "top_k": self.top_k}
+
+    def identity(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "top_k": self.top_k, "oom_fallback": self.oom_fallback}
+
+    def close(self) -> None:
+        from unirag.runtime import free_memory
+
+        self._model = None
+        free_memory(self.device)

@@ -1,0 +1,99 @@
+"""``python:MODULE:FACTORY``: any generator object a function of yours returns, as a caption or image backend.
+
+``unirag caption --generator python:mypkg.gen:make`` imports ``mypkg.gen``, calls ``make(**options)``
+with the options it declares (``device``, ``dtype``, ``batch_size``, ... or all of them when it takes
+``**kwargs``) and uses what it returns:
+
+* a caption generator: a :class:`~unirag.generators.base.TextGenerator`, or any object with
+  ``generate(messages, options) -> Generation`` (``generate_batch``, ``image_mode``,
+  ``template_family``, ``config()`` and ``close()`` are used when present);
+* an image generator: an :class:`~unirag.generators.images.base.ImageGenerator`, or any object with
+  ``generate(request: ImageRequest) -> GeneratedImage`` (``max_examples``, ``min_examples``, ``local``,
+  ``check_size``, ``prompt_text``, ``config()``, ``identity()``, ``close()`` when present).
+
+So a model unirag has no backend for (a research checkpoint, an in-house service) plugs into the runs,
+resumption, metrics and reports unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unirag.errors import ConfigError
+from unirag.generators.base import Generation, GenerationOptions, TextGenerator
+from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
+from unirag.generators.spec import declared_options, load_factory
+
+
+def _build(target: str, kind: str, options: dict[str, Any]) -> Any:
+    factory = load_factory(target, kind)
+    obj = factory(**declared_options(factory, options))
+    if not callable(getattr(obj, "generate", None)):
+        raise ConfigError(f"python:{target} returned a {type(obj).__name__}, which has no generate() method; "
+                          f"a {kind} needs one")
+    return obj
+
+
+class PluginTextGenerator(TextGenerator):
+    """A caption generator built by a user factory (see the module docstring)."""
+
+    def __init__(self, name: str, *, spec: str | None = None, **options: Any) -> None:
+        self.spec = spec or f"python:{name}"
+        self.inner = _build(name, "caption generator", options)
+        self.image_mode = getattr(self.inner, "image_mode", "multi-image")
+        self.template_family = getattr(self.inner, "template_family", "gpt4o")
+
+    def generate(self, messages, options: GenerationOptions | None = None) -> Generation:
+        return self.inner.generate(messages, options)
+
+    def generate_batch(self, batch, options: GenerationOptions | None = None) -> list[Generation]:
+        if callable(getattr(self.inner, "generate_batch", None)):
+            return self.inner.generate_batch(batch, options)
+        return [self.generate(m, options) for m in batch]
+
+    def config(self) -> dict[str, Any]:
+        extra = self.inner.config() if callable(getattr(self.inner, "config", None)) else {}
+        return {**extra, "spec": self.spec, "backend": "python"}
+
+    def close(self) -> None:
+        if callable(getattr(self.inner, "close", None)):
+            self.inner.close()
+
+
+class PluginImageGenerator(ImageGenerator):
+    """An image generator built by a user factory (see the module docstring)."""
+
+    def __init__(self, name: str, *, spec: str | None = None, **options: Any) -> None:
+        self.spec = spec or f"python:{name}"
+        self.inner = _build(name, "image generator", options)
+        self.max_examples = getattr(self.inner, "max_examples", None)
+        self.min_examples = getattr(self.inner, "min_examples", 0)
+        self.local = bool(getattr(self.inner, "local", True))
+        self.templates = tuple(getattr(self.inner, "templates", ()))
+
+    def check_size(self, width: int, height: int) -> None:
+        super().check_size(width, height)
+        if callable(getattr(self.inner, "check_size", None)):
+            self.inner.check_size(width, height)
+
+    def prompt_text(self, request: ImageRequest) -> str:
+        if callable(getattr(self.inner, "prompt_text", None)):
+            return self.inner.prompt_text(request)
+        return super().prompt_text(request)
+
+    def generate(self, request: ImageRequest) -> GeneratedImage:
+        out = self.inner.generate(request)
+        if not isinstance(out, GeneratedImage):  # a bare PIL image is accepted too
+            out = GeneratedImage(image=out)
+        return out
+
+    def config(self) -> dict[str, Any]:
+        extra = self.inner.config() if callable(getattr(self.inner, "config", None)) else {}
+        return {**extra, "spec": self.spec, "backend": "python"}
+
+    def identity(self) -> dict[str, Any]:
+        return self.inner.identity() if callable(getattr(self.inner, "identity", None)) else {}
+
+    def close(self) -> None:
+        if callable(getattr(self.inner, "close", None)):
+            self.inner.close()

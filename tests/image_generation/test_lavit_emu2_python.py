@@ -1,0 +1,338 @@
+"""LaVIT, Emu2-Gen and ``python:`` image backends, run through the same generation tests as the others.
+
+The real models need tens of GB and their own code, so each is replaced by a stand-in with the exact
+public interface unirag calls: LaVIT's ``models.build_model(...)`` / ``multimodal_synthesis(prompts, ...)``
+(github.com/jy0205/LaVIT), Emu2-Gen's diffusers custom pipeline ``pipeline_emu2_gen.py`` with
+``__call__(inputs, height, width, num_inference_steps, guidance_scale, crop_info, original_size)`` returning
+``.image`` (BAAI/Emu2-Gen), loaded by diffusers from a local folder like the real one. The stand-ins draw
+their noise from torch's global generator as the real models do, and mix in what they were given, so
+the tests can see the seed and the inputs take effect.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from unirag.data.mbeir import read_queries
+from unirag.errors import ConfigError
+from unirag.generators.images.base import ExamplePair, ImageRequest
+from unirag.generators.images.registry import load_image_generator
+from unirag.pipelines.examples import make_selector
+from unirag.pipelines.image_gen import ImageSettings, run_image_generation
+
+from .helpers import read_pixels
+
+SMALL = ImageSettings(width=32, height=32, steps=2, guidance=4.0, seed=1234)
+
+# What the stand-ins have in common: noise from torch's global RNG plus a colour from their inputs.
+_PICTURE = '''
+def _picture(width, height, key):
+    import hashlib
+    import numpy as np
+    import torch
+    from PIL import Image
+    noise = torch.rand(height, width, 3).numpy()
+    tint = np.frombuffer(hashlib.sha256(key.encode()).digest()[:3], dtype=np.uint8) / 255.0
+    return Image.fromarray(((0.5 * noise + 0.5 * tint) * 255).astype("uint8"))
+'''
+
+LAVIT_MODELS = _PICTURE + '''
+
+CALLS = []
+
+
+class LaVITforGeneration:
+    def __init__(self, model_path, model_dtype):
+        self.model_path, self.model_dtype, self.device = model_path, model_dtype, "cpu"
+
+    def to(self, device):
+        self.device = device
+        return self
+
+    def multimodal_synthesis(self, prompts, width=512, height=512, original_size=None, crops_coords_top_left=None,
+                             use_nucleus_sampling=True, top_p=1.0, top_k=200, num_beams=1, temperature=1,
+                             num_return_images=1, length_penalty=1, max_length=200, min_length=20,
+                             num_inference_steps=50, guidance_scale_for_llm=5.0, guidance_scale_for_decoder=3.0,
+                             uncond_input_ids=None):
+        for content, kind in prompts:
+            assert kind in ("image", "text"), "The prompt type should be image or text"
+        CALLS.append(dict(prompts=list(prompts), width=width, height=height, top_k=top_k,
+                          steps=num_inference_steps, guidance=guidance_scale_for_llm, n=num_return_images))
+        return [_picture(width, height, repr(prompts))]
+
+
+BUILT = []
+
+
+def build_model(model_path="./", model_dtype="bf16", device_id=None, image_size=224, use_xformers=False,
+                understanding=True, load_tokenizer=True, pixel_decoding="highres", check_safety=True,
+                local_files_only=False):
+    BUILT.append(dict(model_path=model_path, model_dtype=model_dtype, understanding=understanding,
+                      load_tokenizer=load_tokenizer, local_files_only=local_files_only, check_safety=check_safety))
+    return LaVITforGeneration(model_path, model_dtype)
+'''
+
+EMU2_PIPELINE = _PICTURE + '''
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from diffusers import DiffusionPipeline
+from diffusers.utils import BaseOutput
+from PIL import Image
+
+
+@dataclass
+class EmuVisualGenerationPipelineOutput(BaseOutput):
+    image: Image.Image
+    nsfw_content_detected: Optional[bool]
+
+
+class EmuVisualGenerationPipeline(DiffusionPipeline):
+    def __init__(self, scheduler):
+        super().__init__()
+        self.register_modules(scheduler=scheduler)
+        self.calls = []
+
+    def __call__(self, inputs, height=1024, width=1024, num_inference_steps=50, guidance_scale=3.0,
+                 crop_info=[0, 0], original_size=[1024, 1024]):
+        if not isinstance(inputs, list):
+            inputs = [inputs]
+        key = "|".join(x if isinstance(x, str) else f"image{x.size}" for x in inputs)
+        self.calls.append(dict(inputs=list(inputs), size=(width, height), steps=num_inference_steps,
+                               guidance=guidance_scale))
+        return EmuVisualGenerationPipelineOutput(image=_picture(width, height, key), nsfw_content_detected=None)
+'''
+
+PLUGIN = _PICTURE + '''
+
+from unirag.generators.images.base import GeneratedImage
+
+
+class Painter:
+    local = True
+
+    def __init__(self, device):
+        self.device = device
+        self.requests = []
+
+    def generate(self, request):
+        import torch
+        torch.manual_seed(request.seed)
+        self.requests.append(request)
+        key = request.caption + "|" + "|".join(e.caption for e in request.examples)
+        return GeneratedImage(image=_picture(request.width, request.height, key), meta={"painter": self.device})
+
+
+def make(device="cpu"):
+    return Painter(device)
+'''
+
+
+@pytest.fixture(scope="module")
+def lavit_code(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lavit-code")
+    (root / "models").mkdir()
+    (root / "models" / "__init__.py").write_text(LAVIT_MODELS)
+    ckpt = tmp_path_factory.mktemp("lavit-ckpt")
+    yield root, ckpt
+    sys.modules.pop("models", None)
+    if str(root) in sys.path:
+        sys.path.remove(str(root))
+
+
+@pytest.fixture(scope="module")
+def emu2_dir(tmp_path_factory):
+    from diffusers import DDIMScheduler
+
+    out = tmp_path_factory.mktemp("emu2") / "Emu2-Gen"
+    DDIMScheduler().save_pretrained(out / "scheduler")
+    (out / "model_index.json").write_text(json.dumps({"_class_name": "EmuVisualGenerationPipeline",
+                                                      "_diffusers_version": "0.25.0",
+                                                      "scheduler": ["diffusers", "DDIMScheduler"]}))
+    (out / "pipeline_emu2_gen.py").write_text(textwrap.dedent(EMU2_PIPELINE))
+    return out
+
+
+@pytest.fixture(scope="module")
+def plugin_module(tmp_path_factory):
+    root = tmp_path_factory.mktemp("plugin")
+    (root / "unirag_test_painter.py").write_text(PLUGIN)
+    sys.path.insert(0, str(root))
+    yield "unirag_test_painter"
+    sys.modules.pop("unirag_test_painter", None)
+    sys.path.remove(str(root))
+
+
+@pytest.fixture(params=["lavit", "emu2-gen", "python"])
+def backend(request, lavit_code, emu2_dir, plugin_module):
+    if request.param == "lavit":
+        code, ckpt = lavit_code
+        gen = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu")
+    elif request.param == "emu2-gen":
+        gen = load_image_generator(f"emu2-gen:{emu2_dir}", device="cpu")
+    else:
+        gen = load_image_generator(f"python:{plugin_module}:make", device="cpu")
+    yield request.param, gen
+    gen.close()
+
+
+def _seen(name, gen) -> list:
+    """What the model was called with, per call, as (kind, value) items in order."""
+    if name == "lavit":
+        import models
+
+        return [[(kind, c) for c, kind in call["prompts"]] for call in models.CALLS]
+    if name == "emu2-gen":
+        return [[("text", x) if isinstance(x, str) else ("image", x.size) for x in call["inputs"]]
+                for call in gen._pipe.calls]
+    return [[("text", r.caption)] for r in gen.inner.requests]
+
+
+def test_zero_shot_run_writes_deterministic_lossless_pictures(backend, t2i_data, tmp_path):
+    name, gen = backend
+    queries = read_queries(t2i_data.queries)[:3]
+    out = tmp_path / "run"
+    counts = run_image_generation(queries, gen, make_selector("zero-shot", 0), out, settings=SMALL, progress=False)
+    assert counts["ok"] == 3 and counts["error"] == 0
+    recs = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
+    assert [r["qid"] for r in recs] == [q.qid for q in queries]
+    assert all(r["status"] == "ok" and r["size"] == [32, 32] and r["cost_usd"] == 0.0 for r in recs)
+    # The same request (seed 1234) gives exactly the saved pixels again; another seed other pixels.
+    req = ImageRequest(qid=queries[0].qid, caption=queries[0].txt, width=32, height=32, steps=2, guidance=4.0,
+                       seed=1234)
+    again = np.asarray(gen.generate(req).image)
+    assert np.array_equal(read_pixels(out / recs[0]["image"]), again)
+    req.seed = 4321
+    assert not np.array_equal(np.asarray(gen.generate(req).image), again)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["identity"]["generator"] == gen.spec
+
+
+def test_rag_run_gives_the_model_the_example_pairs_interleaved(backend, t2i_data, tmp_path):
+    name, gen = backend
+    queries = read_queries(t2i_data.queries)[:2]
+    selector = make_selector("rag", 1, queries=queries, retrieval=t2i_data.run)
+    before = len(_seen(name, gen))
+    counts = run_image_generation(queries, gen, selector, tmp_path / "rag", images_root=t2i_data.root,
+                                  settings=SMALL, progress=False)
+    assert counts["ok"] == 2
+    calls = _seen(name, gen)[before:]
+    assert len(calls) == 2
+    nxt = t2i_data.records[1]  # the fixture's run retrieves the next query's image with its caption
+    if name == "python":  # the plugin gets the request itself
+        req = gen.inner.requests[-2]
+        assert [e.caption for e in req.examples] == [nxt["captions"][1]]
+        assert req.examples[0].image_path == t2i_data.root / nxt["image"]
+        return
+    # UniRAG's order: each example's caption, then its image, then the query caption.
+    kinds = [k for k, _ in calls[0]]
+    assert kinds == ["text", "image", "text"]
+    assert calls[0][0][1] == nxt["captions"][1] and calls[0][2][1] == queries[0].txt
+    image = calls[0][1][1]
+    if name == "lavit":
+        assert image == str(t2i_data.root / nxt["image"])  # LaVIT takes image paths
+    else:
+        assert image == (nxt["width"], nxt["height"])  # Emu2-Gen takes decoded PIL images
+
+
+def test_settings_reach_the_model(lavit_code, emu2_dir):
+    import models
+
+    code, ckpt = lavit_code
+    lavit = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu", dtype="bfloat16")
+    assert models.BUILT[-1] == {"model_path": str(ckpt), "model_dtype": "bf16", "understanding": False,
+                                "load_tokenizer": True, "local_files_only": True, "check_safety": False}
+    lavit.generate(ImageRequest(qid="q", caption="a red bus", width=48, height=32, steps=3, guidance=2.5))
+    assert {k: models.CALLS[-1][k] for k in ("width", "height", "steps", "guidance", "top_k", "n")} == \
+        {"width": 48, "height": 32, "steps": 3, "guidance": 2.5, "top_k": 50, "n": 1}
+    emu = load_image_generator(f"emu2-gen:{emu2_dir}", device="cpu")
+    emu.generate(ImageRequest(qid="q", caption="a red bus", width=48, height=32, steps=3, guidance=2.5))
+    assert {k: emu._pipe.calls[-1][k] for k in ("size", "steps", "guidance")} == \
+        {"size": (48, 32), "steps": 3, "guidance": 2.5}
+    assert type(emu._pipe).__name__ == "EmuVisualGenerationPipeline"
+
+
+def test_missing_code_or_wrong_interfaces_are_config_errors(tmp_path, lavit_code, t2i_data):
+    code, ckpt = lavit_code
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_image_generator(f"lavit:{tmp_path / 'nope'}", lavit_code=str(code), device="cpu")
+    with pytest.raises(ConfigError, match="cannot import LaVIT"):
+        load_image_generator(f"lavit:{ckpt}", lavit_module="no_such_lavit_pkg", device="cpu")
+
+    class NotLaVIT:
+        def multimodal_synthesis(self, prompts):
+            return []
+
+    with pytest.raises(ConfigError, match="lacks width"):
+        load_image_generator("lavit:x", model=NotLaVIT(), device="cpu")
+
+    class NotEmu:
+        def __call__(self, prompt, height=None, width=None):
+            return None
+
+    with pytest.raises(ConfigError, match="not Emu2-Gen's pipeline"):
+        load_image_generator("emu2-gen:x", pipeline=NotEmu(), device="cpu")
+    with pytest.raises(ConfigError, match="python:MODULE:FACTORY"):
+        load_image_generator("python:just_a_module", device="cpu")
+    with pytest.raises(ConfigError, match="cannot import module"):
+        load_image_generator("python:no_such_mod_xyz:make")
+    with pytest.raises(ConfigError, match="no generate"):
+        load_image_generator("python:os:getcwd")  # returns a str, which has no generate()
+
+
+def test_out_of_memory_at_five_examples_keeps_the_first_four(emu2_dir, t2i_data):
+    """The paper: Emu2-Gen ran out of GPU memory for 36 five-shot prompts, which then kept the first four pairs."""
+    import torch
+
+    emu = load_image_generator(f"emu2-gen:{emu2_dir}", device="cpu")
+    real_call = type(emu._pipe).__call__
+
+    def tight(self, inputs, **kw):
+        if sum(not isinstance(x, str) for x in inputs) > 4:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_call(self, inputs, **kw)
+
+    type(emu._pipe).__call__ = tight
+    try:
+        rec = t2i_data.records
+        ex = [ExamplePair(t2i_data.root / rec[i]["image"], rec[i]["captions"][1]) for i in range(1, 6)]
+        out = emu.generate(ImageRequest(qid="q", caption="c", examples=ex, width=32, height=32))
+    finally:
+        type(emu._pipe).__call__ = real_call
+    assert out.meta["examples_used"] == 4
+    assert rec[4]["captions"][1] in out.meta["prompt"] and rec[5]["captions"][1] not in out.meta["prompt"]
+
+
+def test_python_caption_plugin(tmp_path, monkeypatch):
+    from unirag.generators.base import Generation
+    from unirag.generators.registry import load_text_generator
+    from unirag.messages import Message, TextPart
+
+    (tmp_path / "unirag_test_captioner.py").write_text(textwrap.dedent('''
+        from unirag.generators.base import Generation
+
+        class Echo:
+            image_mode = "single-image"
+            template_family = "llava"
+
+            def __init__(self, prefix):
+                self.prefix = prefix
+
+            def generate(self, messages, options=None):
+                return Generation(text=self.prefix + messages[-1].parts[-1].text)
+
+        def make(prefix="says: ", **_):
+            return Echo(prefix)
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    gen = load_text_generator("python:unirag_test_captioner:make", device="cpu")
+    assert gen.image_mode == "single-image" and gen.template_family == "llava"
+    msg = [Message(role="user", parts=[TextPart("a cat")])]
+    assert gen.generate_batch([msg, msg]) == [Generation(text="says: a cat"), Generation(text="says: a cat")]
+    assert gen.config()["backend"] == "python" and gen.spec == "python:unirag_test_captioner:make"
