@@ -139,7 +139,7 @@ class RunDir:
                                "sha256": p.sha256()})
         info = {"qid": qid, "images": images, **(extra or {})}
         if merged_image is not None:
-            from unirag.prompts.merge import png_bytes
+            from unirag.data.images import png_bytes
 
             atomic_write_bytes(stem.with_name(stem.name + "_merged.png"), png_bytes(merged_image))
             info["merged_image"] = stem.name + "_merged.png"
