@@ -83,7 +83,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+    """Only the public names (not this module's helper imports)."""
+    return sorted(__all__)
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs only; never executed

@@ -52,6 +52,12 @@ def test_public_names_cover_the_documented_contract():
     assert inspect.signature(unirag.Retriever).parameters["device"].default == "auto"
 
 
+def test_dir_shows_only_the_public_names():
+    shown = set(dir(unirag))
+    assert shown == set(unirag.__all__)
+    assert not shown & {"Any", "TYPE_CHECKING", "annotations", "importlib"}
+
+
 def test_no_import_circles():
     graph = import_graph()
     assert "unirag.cir.pipeline" in graph["unirag.cir.api"]  # the graph sees real imports
