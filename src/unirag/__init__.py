@@ -39,6 +39,9 @@ _PUBLIC = {
     "caption_metrics": "unirag.metrics.scores",
     "retrieval_metrics": "unirag.metrics.scores",
     "cir_metrics": "unirag.metrics.scores",
+    "image_metrics": "unirag.metrics.scores",
+    "run_experiment": "unirag.pipelines.experiment",
+    "build_report": "unirag.reports.build",
     "UniragError": "unirag.errors",
     "ConfigError": "unirag.errors",
     "InputError": "unirag.errors",
@@ -66,6 +69,9 @@ __all__ = [
     "caption_metrics",
     "retrieval_metrics",
     "cir_metrics",
+    "image_metrics",
+    "run_experiment",
+    "build_report",
     "UniragError",
     "ConfigError",
     "InputError",
@@ -94,8 +100,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; never executed
     from unirag.encoders.registry import load_encoder
     from unirag.errors import BackendError, ConfigError, InputError, UniragError
     from unirag.index.handle import Index, IndexHit
-    from unirag.metrics.scores import caption_metrics, cir_metrics, retrieval_metrics
+    from unirag.metrics.scores import caption_metrics, cir_metrics, image_metrics, retrieval_metrics
     from unirag.pipelines.captioner import Caption, Captioner
+    from unirag.pipelines.experiment import run_experiment
     from unirag.pipelines.image_generator import ImageGenerator
+    from unirag.reports.build import build_report
     from unirag.retrieval.results import Hit, Hits, Pair
     from unirag.retrieval.retriever import Retriever

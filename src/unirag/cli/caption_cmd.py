@@ -36,8 +36,6 @@ def caption(queries, images_root, pool_images_root, generator_spec, mode, k, ret
     """Caption image queries; rerun the same command to resume after a crash or Ctrl-C."""
     from unirag.pipelines.caption import CaptionConfig, run_captioning
 
-    if k is None:
-        k = 0 if mode == "zero-shot" else 5 if generator_spec.strip() == "retrieval:consensus" else 1
     cfg = CaptionConfig(queries=queries, generator=generator_spec, out=out, mode=mode, k=k, images_root=images_root,
                         pool_images_root=pool_images_root, retrieval=retrieval, index=index, pool=pool, limit=limit,
                         **generator_kwargs(gen_opts))

@@ -75,8 +75,6 @@ def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, 
     """
     from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
 
-    if k is None:
-        k = 0 if mode == "zero-shot" else 1
     options = {"base_url": base_url, "timeout": timeout, "quality": quality, "device": device, "dtype": dtype,
                "offload": offload, "lavit_code": lavit_code}
     counts = run_images(ImageConfig(

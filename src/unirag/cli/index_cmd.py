@@ -85,70 +85,41 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
         raise ConfigError(f"--workers must be positive, got {workers}")
     if ids_file is not None and embeddings is None:
         raise ConfigError("--ids goes with --embeddings")
+    from unirag.index.handle import Index
+
     if shard_spec is not None:
-        _embed_one_shard(pool, images_root, out, shards_dir, encoder_spec, shard_spec, batch_size,
-                         {"device": device, "dtype": dtype})
+        if shards_dir is None and out is None:
+            raise ConfigError("--shard needs --shards-dir (or --out, whose shards/ folder is used)")
+        from unirag.index.build import default_shards_dir
+
+        shards_dir = shards_dir if shards_dir is not None else default_shards_dir(out)
+        record = Index.embed_shard(pool, shard_spec, shards_dir, encoder=encoder_spec, images_root=images_root,
+                                   batch_size=batch_size, device=device, dtype=dtype)
+        state = "already done" if record.get("skipped") else f"embedded in {record['seconds']:.1f}s"
+        click.echo(f"shard {shard_spec}: {record['rows']} vectors {state} ({shards_dir})")
         return
     if out is None:
         raise ConfigError("--out is required (the index directory to write)")
     if embeddings is not None:
-        manifest = _build_from_embeddings(pool, embeddings, ids_file, out, encoder_spec, index_type, overrides,
-                                          images_root)
+        index = Index.from_embeddings(pool, embeddings, out, encoder=encoder_spec, ids=ids_file,
+                                      images_root=images_root, index_type=index_type, params=overrides)
+        if index.manifest["encoder"].get("fingerprint") is None:
+            click.echo("note: no --encoder given: the index records no encoder, so queries must be given as "
+                       "vectors (pass --encoder to record the model that made the embeddings)", err=True)
     else:
         from unirag.data.pool import Pool
-        from unirag.index.handle import Index
 
         if engine == "local" and (ray_address or workers or gpus_per_worker or shard_size):
             raise ConfigError("--ray-address/--workers/--gpus-per-worker/--shard-size go with --engine ray")
-        manifest = Index.build(Pool.read(pool, images_root), out, encoder=encoder_spec, index_type=index_type,
-                               params=overrides, batch_size=batch_size, device=device, dtype=dtype, progress=True,
-                               engine=engine, shards_dir=shards_dir, shard_size=shard_size, workers=workers,
-                               gpus_per_worker=gpus_per_worker or None, ray_address=ray_address).manifest
+        index = Index.build(Pool.read(pool, images_root), out, encoder=encoder_spec, index_type=index_type,
+                            params=overrides, batch_size=batch_size, device=device, dtype=dtype, progress=True,
+                            engine=engine, shards_dir=shards_dir, shard_size=shard_size, workers=workers,
+                            gpus_per_worker=gpus_per_worker or None, ray_address=ray_address)
+    manifest = index.manifest
     counts = ", ".join(f"{m}: {n}" for m, n in manifest["counts"].items())
     click.echo(f"index written to {out} ({manifest['total']} candidates; {counts}; "
                f"encoder {manifest['encoder']['name']}; {index_type}; {manifest['build_seconds']:.1f}s)")
     _echo_bad_images(manifest)
-
-
-def _embed_one_shard(pool: Path, images_root: Path | None, out: Path | None, shards_dir: Path | None,
-                     encoder_spec: str | None, shard_spec: str, batch_size: int, encoder_options: dict) -> None:
-    from unirag.encoders.registry import load_encoder
-    from unirag.index.build import default_shards_dir, embed_pool_shard
-    from unirag.index.shards import parse_shard_spec
-
-    i, n = parse_shard_spec(shard_spec)
-    if shards_dir is None:
-        if out is None:
-            raise ConfigError("--shard needs --shards-dir (or --out, whose shards/ folder is used)")
-        shards_dir = default_shards_dir(out)
-    record = embed_pool_shard(pool, shards_dir, i, n, load_encoder(encoder_spec, **encoder_options), encoder_spec,
-                              images_root, batch_size)
-    state = "already done" if record.get("skipped") else f"embedded in {record['seconds']:.1f}s"
-    click.echo(f"shard {i}/{n}: {record['rows']} vectors {state} ({shards_dir})")
-
-
-def _build_from_embeddings(pool: Path, embeddings: Path, ids_file: Path | None, out: Path,
-                           encoder_spec: str | None, index_type: str, overrides: dict, images_root: Path | None):
-    from unirag.index.embeddings import build_from_embeddings
-    from unirag.index.shards import PLAN, read_plan
-
-    info = None
-    if encoder_spec is not None:
-        from unirag.encoders.registry import load_encoder
-        from unirag.index.build import encoder_info
-
-        info = encoder_info(load_encoder(encoder_spec), encoder_spec)
-    if embeddings.is_dir() and (embeddings / PLAN).exists():
-        planned = read_plan(embeddings).encoder
-        if info is not None and info["fingerprint"] != planned.get("fingerprint"):
-            raise ConfigError(f"--encoder {encoder_spec!r} is not the encoder these shards were made with "
-                              f"({planned.get('name')!r}, spec {planned.get('spec')!r})")
-        info = info or planned
-    if info is None:
-        click.echo("note: no --encoder given: the index records no encoder, so queries must be given as "
-                   "vectors (pass --encoder to record the model that made the embeddings)", err=True)
-    return build_from_embeddings(pool, embeddings, out, info, ids=ids_file, index_type=index_type,
-                                 params=overrides, images_root=images_root)
 
 
 def _echo_bad_images(manifest: dict) -> None:

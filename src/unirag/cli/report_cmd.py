@@ -83,27 +83,16 @@ def sample(queries: Path, seed: int, out: Path) -> None:
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Write the comparison as JSON.")
 def compare(set_a: Path, set_b: Path, run_a: tuple[Path, ...], run_b: tuple[Path, ...], out: Path | None) -> None:
     """Overlap of two samples and, for paired runs, each metric's difference."""
-    from unirag.data.mbeir import read_queries
-    from unirag.errors import InputError
-    from unirag.metrics.sampling import compare_metrics, compare_samples
-    from unirag.reports.collect import summarize_run
+    from unirag.metrics.sampling import compare_sample_runs
 
-    if len(run_a) != len(run_b):
-        raise InputError(f"--run-a given {len(run_a)} time(s) but --run-b {len(run_b)}: they pair up in order")
-    overlap = compare_samples(read_queries(set_a), read_queries(set_b))
+    result = compare_sample_runs(set_a, set_b, run_a, run_b, out)
+    overlap = result["overlap"]
     click.echo(f"set A: {overlap['n_a']} captions over {overlap['images_a']} images; set B: {overlap['n_b']} "
                f"captions over {overlap['images_b']} images; {overlap['common_captions']} captions in common "
                f"({100 * overlap['common_fraction']:.1f} %), {overlap['common_images']} images in common")
-    result = {"overlap": overlap, "runs": []}
-    for a, b in zip(run_a, run_b, strict=True):
-        ra, rb = summarize_run(a), summarize_run(b)
-        diffs = compare_metrics(ra.metrics, rb.metrics)
-        result["runs"].append({"run_a": str(a), "run_b": str(b), "k": ra.k, "metrics": diffs})
-        click.echo(f"k={ra.k}: {ra.name} vs {rb.name}")
-        for name, d in diffs.items():
+    for run in result["runs"]:
+        click.echo(f"k={run['k']}: {run['name_a']} vs {run['name_b']}")
+        for name, d in run["metrics"].items():
             click.echo(f"  {name:<10} {d['a']:9.2f} {d['b']:9.2f}  diff {d['diff']:+8.2f} ({d['rel_diff_pct']:+.2f} %)")
     if out is not None:
-        from unirag.runs.atomic import atomic_write_json
-
-        atomic_write_json(out, result)
         click.echo(f"wrote {out}")

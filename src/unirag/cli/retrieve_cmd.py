@@ -33,29 +33,16 @@ def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, o
              exclude_positives: Path | None, encoder_spec: str | None, pool_images_root: Path | None,
              verify: bool, device: str, dtype: str, instructions: str | None, no_instructions: bool) -> None:
     """Retrieve the top K candidates and K image-caption pairs for every query."""
-    from unirag.data.mbeir import read_qrels, read_queries
     from unirag.errors import ConfigError
-    from unirag.index.store import parse_modality_filter
-    from unirag.retrieval.retriever import Retriever
-    from unirag.retrieval.run_io import write_retrieval_run
+    from unirag.retrieval.batch_run import run_retrieval
 
     if k <= 0:
         raise ConfigError(f"--k must be a positive integer, got {k}")
-    parse_modality_filter(modality)
-    query_list = read_queries(queries)
-    qrels = read_qrels(exclude_positives) if exclude_positives is not None else None
-    from unirag.encoders.registry import instruction_kwargs, load_encoder
-    from unirag.index.manifest import read_manifest
-
-    spec = encoder_spec if encoder_spec is not None else read_manifest(index_dir)["encoder"].get("spec")
-    encoder = load_encoder(spec, device=device, dtype=dtype,
-                           **instruction_kwargs(spec, instructions, no_instructions, str(queries)))
-    retriever = Retriever(index_dir, encoder, verify=verify, pool_images_root=pool_images_root)
-    results = retriever.retrieve(query_list, k, modality, exclude_qrels=qrels, query_images_root=images_root,
-                                 progress=True)
-    run_path, trec = write_retrieval_run(out, results)
-    short = sum(1 for r in results if len(r.pairs) < k)
-    replaced = sum(1 for r in results for c in r.candidates if c.replaced)
-    click.echo(f"{len(results)} queries -> {run_path} and {trec}"
+    summary = run_retrieval(index_dir, queries, out, k=k, modality=modality, exclude_positives=exclude_positives,
+                            query_images_root=images_root, encoder=encoder_spec, pool_images_root=pool_images_root,
+                            verify=verify, device=device, dtype=dtype, instructions=instructions,
+                            use_instructions=not no_instructions, progress=True)
+    short, replaced = summary.short, summary.replaced
+    click.echo(f"{len(summary.results)} queries -> {summary.run_path} and {summary.trec_path}"
                + (f"; {replaced} wrong-modality candidate(s) replaced by their complement" if replaced else "")
                + (f"; {short} quer(ies) with fewer than {k} pairs" if short else ""))

@@ -15,21 +15,11 @@ import click
 @click.option("--no-progress", is_flag=True, default=False)
 def run(experiment, only, list_only, limit, no_progress) -> None:
     """Run every cell of EXPERIMENT.yaml into OUT/<generator>/<mode>-k<k>[-<retriever>]; rerun to resume."""
-    from pathlib import Path
-
-    from unirag.pipelines.experiment import load_experiment, run_experiment, select_cells
+    from unirag.pipelines.experiment import cell_states, run_experiment
 
     if list_only:
-        spec, cells = load_experiment(experiment)
-        from unirag.runs.rundir import read_run_manifest
-
-        for cell in select_cells(cells, tuple(only)):
-            m = read_run_manifest(Path(spec["out"]) / cell.name)
-            state = "not started"
-            if m:
-                c = m.get("counts", {})
-                state = f"{m.get('status')} ({c.get('ok', 0)}/{c.get('queries', '?')} ok)"
-            click.echo(f"{cell.name:60s} {state}")
+        for name, state in cell_states(experiment, tuple(only)):
+            click.echo(f"{name:60s} {state}")
         return
     results = run_experiment(experiment, tuple(only), progress=not no_progress, limit=limit, echo=click.echo)
     failed = [r for r in results if r["status"] != "ok"]

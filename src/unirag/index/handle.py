@@ -90,6 +90,57 @@ class Index:
 
         return cls(VectorIndex.open(out, enc))
 
+    @classmethod
+    def from_embeddings(cls, pool: Pool | str | Path, embeddings: str | Path, out: str | Path, *,
+                        encoder: Encoder | str | None = None, ids: str | Path | None = None,
+                        images_root: str | Path | None = None, index_type: str = "flat",
+                        params: Mapping[str, Any] | None = None, progress: bool = True) -> Index:
+        """Write an index of ``pool`` from precomputed vectors (no candidate is encoded); return it opened.
+
+        ``embeddings``: a ``.npy`` matrix (row order = ``ids`` file, else the pool's order), a Parquet
+        file (id + embedding columns) or a folder of shards from :meth:`embed_shard`. ``encoder``: the
+        model that made them (object or spec), recorded so queries use the same one; a shards folder
+        records its own, and a different ``encoder`` is refused. With neither, the index records no
+        encoder (``index.encoder_spec`` is None) and queries must be given as vectors.
+        """
+        from unirag.errors import ConfigError
+        from unirag.index.build import encoder_info
+        from unirag.index.embeddings import build_from_embeddings
+        from unirag.index.shards import PLAN, read_plan
+        from unirag.index.store import VectorIndex
+
+        pool_path, root = _pool_source(pool, images_root)
+        info = None
+        if encoder is not None:
+            spec, enc = _encoder_and_spec(encoder, "cpu", "float32")
+            info = encoder_info(enc, spec)
+        embeddings = Path(embeddings)
+        if embeddings.is_dir() and (embeddings / PLAN).exists():
+            planned = read_plan(embeddings).encoder
+            if info is not None and info["fingerprint"] != planned.get("fingerprint"):
+                raise ConfigError(f"encoder {info.get('spec') or info.get('name')!r} is not the encoder these shards "
+                                  f"were made with ({planned.get('name')!r}, spec {planned.get('spec')!r})")
+            info = info or planned
+        build_from_embeddings(pool_path, embeddings, out, info, ids=ids, index_type=index_type,
+                              params=dict(params or {}), images_root=root, progress=progress)
+        return cls(VectorIndex.open(out, None))
+
+    @staticmethod
+    def embed_shard(pool: Pool | str | Path, shard: str | tuple[int, int], shards_dir: str | Path, *,
+                    encoder: Encoder | str | None = None, images_root: str | Path | None = None,
+                    batch_size: int = 64, device: str | None = "auto", dtype: str | None = "auto") -> dict[str, Any]:
+        """Embed shard ``i`` of ``n`` of ``pool`` into ``shards_dir`` in this process (no Ray), so that
+        many machines can each embed a part; then :meth:`from_embeddings` with ``shards_dir`` builds the
+        index. ``shard``: ``"i/n"`` (0-based) or ``(i, n)``. A shard already done is skipped. Returns the
+        shard's record (``rows``, ``seconds``, ``skipped``)."""
+        from unirag.index.build import embed_pool_shard
+        from unirag.index.shards import parse_shard_spec
+
+        i, n = parse_shard_spec(shard if isinstance(shard, str) else "/".join(map(str, shard)))
+        pool_path, root = _pool_source(pool, images_root)
+        spec, enc = _encoder_and_spec(encoder, device, dtype)
+        return embed_pool_shard(pool_path, shards_dir, i, n, enc, spec, root, batch_size)
+
     # -- what it holds -----------------------------------------------------------------------
     @property
     def path(self) -> Path:
@@ -192,3 +243,15 @@ def _encoder_and_spec(encoder, device: str | None, dtype: str | None):
 
         return encoder, load_encoder(encoder, device=device, dtype=dtype)
     return getattr(encoder, "spec", None), encoder
+
+
+def _pool_source(pool, images_root):
+    """(pool JSONL path, images root) for a :class:`unirag.Pool` read from a file, or a path."""
+    from unirag.data.pool import Pool
+    from unirag.errors import ConfigError
+
+    if isinstance(pool, Pool):
+        if pool.path is None:
+            raise ConfigError("this needs a pool read from a JSONL file (Pool.read), not in-memory candidates")
+        return pool.path, images_root if images_root is not None else pool.images_root
+    return pool, images_root

@@ -9,7 +9,7 @@ run here (no torch-fidelity, no weights) is skipped with one line, the others st
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +52,6 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     Inception network; ``clip`` = (model, processor) replaces loading ``clip_model``;
     ``clip_model=None`` skips CLIP Score.
     """
-    import torch
-
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     run, by_qid, gt = load_run_for_scoring(run_dir, "image", queries, pool, qrels)
     outputs_path = run.run_dir / OUTPUTS_FILE
     qids, fakes, reals, texts = [], [], [], []
@@ -82,38 +79,11 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     if not qids:
         raise InputError(f"no successful images with a real positive image to compare ({len(run.failed())} failed)",
                          path=outputs_path)
-    metrics: dict[str, float] = {}
-    skipped: dict[str, str] = {}
-    try:
-        fid_net = fid_feature if fid_feature is not None else standard_inception(inception_weights, "2048")
-        metrics["FID"] = frechet_distance(reals, fakes, fid_net, batch_size=batch_size, device=device,
-                                          progress=_progress("FID", show_progress))
-    except MetricUnavailable as e:
-        skipped["FID"] = str(e)
-    except RuntimeError as e:  # torchmetrics: fewer than 2 images per set
-        skipped["FID"] = f"FID skipped: {e}"
-    per_query: dict[str, float] = {}
-    model = clip
-    if model is None and clip_model is not None:
-        try:
-            model = load_clip(clip_model)
-        except ConfigError as e:
-            skipped["CLIP Score"] = f"CLIP Score skipped: {e}"
-    elif model is None:
-        skipped["CLIP Score"] = "CLIP Score skipped (--no-clip)"
-    if model is not None:
-        metrics["CLIP Score"], scores = clip_scores(fakes, texts, model, device=device,
-                                                    progress=_progress("CLIP Score", show_progress))
-        per_query = dict(zip(qids, scores, strict=True))
-    try:
-        is_net = is_feature if is_feature is not None else standard_inception(inception_weights, "logits_unbiased")
-        metrics["IS"], metrics["IS SD"] = inception_score(fakes, is_net, splits=is_splits, seed=seed,
-                                                          batch_size=batch_size, device=device,
-                                                          progress=_progress("IS", show_progress))
-    except MetricUnavailable as e:
-        skipped.setdefault("IS", str(e))
-    if not metrics:
-        raise ConfigError("no image metric could run: " + " | ".join(dict.fromkeys(skipped.values())))
+    metrics, skipped, scores = score_images(fakes, texts, reals, clip_model=clip_model, clip=clip,
+                                            fid_feature=fid_feature, is_feature=is_feature,
+                                            inception_weights=inception_weights, is_splits=is_splits, seed=seed,
+                                            batch_size=batch_size, device=device, show_progress=show_progress)
+    per_query = dict(zip(qids, scores, strict=True)) if scores else {}
     failed = run.failed()
     result: dict[str, Any] = {
         "task": "image",
@@ -140,3 +110,56 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
                            (json.dumps({"qid": q, "CLIP Score": s}) for q, s in per_query.items()))
         atomic_write_json(run.run_dir / METRICS_FILE, result)
     return result
+
+
+def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images: Sequence[Any] | None, *,
+                 clip_model: str | Path | None = DEFAULT_CLIP_MODEL, clip: tuple[Any, Any] | None = None,
+                 fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
+                 is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
+                 show_progress: bool = False) -> tuple[dict[str, float], dict[str, str], list[float]]:
+    """(metrics, skipped metrics with their one-line reason, per-image CLIP Scores) of generated
+    ``images`` (paths, PIL images or bytes): FID against ``real_images`` (None: skipped), CLIP Score
+    against ``texts`` (one per image; None or ``clip_model=None`` without ``clip``: skipped) and IS.
+    The one scorer of ``unirag evaluate images`` and :func:`unirag.image_metrics`."""
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    fakes, reals = list(images), list(real_images) if real_images is not None else None
+    metrics: dict[str, float] = {}
+    skipped: dict[str, str] = {}
+    if reals is None:
+        skipped["FID"] = "FID skipped: no real images given"
+    else:
+        try:
+            fid_net = fid_feature if fid_feature is not None else standard_inception(inception_weights, "2048")
+            metrics["FID"] = frechet_distance(reals, fakes, fid_net, batch_size=batch_size, device=device,
+                                              progress=_progress("FID", show_progress))
+        except MetricUnavailable as e:
+            skipped["FID"] = str(e)
+        except RuntimeError as e:  # torchmetrics: fewer than 2 images per set
+            skipped["FID"] = f"FID skipped: {e}"
+    scores: list[float] = []
+    model = clip
+    if texts is None:
+        model = None
+        skipped["CLIP Score"] = "CLIP Score skipped: no texts given"
+    elif model is None and clip_model is not None:
+        try:
+            model = load_clip(clip_model)
+        except ConfigError as e:
+            skipped["CLIP Score"] = f"CLIP Score skipped: {e}"
+    elif model is None:
+        skipped["CLIP Score"] = "CLIP Score skipped (--no-clip)"
+    if model is not None:
+        metrics["CLIP Score"], scores = clip_scores(fakes, list(texts), model, device=device,
+                                                    progress=_progress("CLIP Score", show_progress))
+    try:
+        is_net = is_feature if is_feature is not None else standard_inception(inception_weights, "logits_unbiased")
+        metrics["IS"], metrics["IS SD"] = inception_score(fakes, is_net, splits=is_splits, seed=seed,
+                                                          batch_size=batch_size, device=device,
+                                                          progress=_progress("IS", show_progress))
+    except MetricUnavailable as e:
+        skipped.setdefault("IS", str(e))
+    if not metrics:
+        raise ConfigError("no image metric could run: " + " | ".join(dict.fromkeys(skipped.values())))
+    return metrics, skipped, scores

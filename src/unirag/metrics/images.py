@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from unirag.data.images import load_rgb
+from unirag.data.images import ImageLike, as_rgb
 from unirag.errors import ConfigError
 
 DEFAULT_CLIP_MODEL = "openai/clip-vit-base-patch16"
@@ -34,12 +34,13 @@ class MetricUnavailable(Exception):
     """A metric cannot run in this environment; the message is the one line shown to the user."""
 
 
-def load_uint8(path: str | Path):
-    """``(3, H, W)`` uint8 tensor of the image decoded as RGB (InputError naming the file if unreadable)."""
+def load_uint8(path: ImageLike):
+    """``(3, H, W)`` uint8 tensor of the image decoded as RGB (InputError naming the file if unreadable);
+    a PIL image, encoded bytes or a uint8 array are taken as they are."""
     import numpy as np
     import torch
 
-    arr = np.array(load_rgb(path), dtype=np.uint8, copy=True)
+    arr = np.array(as_rgb(path), dtype=np.uint8, copy=True)
     return torch.from_numpy(arr).permute(2, 0, 1).contiguous()
 
 
@@ -63,6 +64,8 @@ def _sorted_by_size(paths: Sequence[str | Path]) -> list[str | Path]:
     from PIL import Image
 
     def size(p: str | Path) -> tuple[int, int]:
+        if not isinstance(p, str | Path):
+            return as_rgb(p).size
         try:
             with Image.open(p) as im:
                 return im.size

@@ -61,3 +61,25 @@ def compare_metrics(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str,
             rel = 100.0 * diff / abs(float(a[name])) if a[name] else float("nan")
             out[name] = {"a": float(a[name]), "b": float(b[name]), "diff": diff, "rel_diff_pct": rel}
     return out
+
+
+def compare_sample_runs(set_a: str | Path, set_b: str | Path, runs_a: Sequence[str | Path] = (),
+                        runs_b: Sequence[str | Path] = (), out: str | Path | None = None) -> dict[str, Any]:
+    """``unirag report sampling compare``: the overlap of two sampled query sets and, for each pair of
+    evaluated runs (``runs_a[i]`` on set A, ``runs_b[i]`` on set B), every metric's difference.
+    Returns ``{"overlap", "runs": [{"run_a", "run_b", "name_a", "name_b", "k", "metrics"}]}``;
+    ``out``: also written there as JSON (atomically)."""
+    from unirag.reports.collect import summarize_run
+
+    if len(runs_a) != len(runs_b):
+        raise InputError(f"--run-a given {len(runs_a)} time(s) but --run-b {len(runs_b)}: they pair up in order")
+    result: dict[str, Any] = {"overlap": compare_samples(read_queries(set_a), read_queries(set_b)), "runs": []}
+    for a, b in zip(runs_a, runs_b, strict=True):
+        ra, rb = summarize_run(a), summarize_run(b)
+        result["runs"].append({"run_a": str(a), "run_b": str(b), "name_a": ra.name, "name_b": rb.name, "k": ra.k,
+                               "metrics": compare_metrics(ra.metrics, rb.metrics)})
+    if out is not None:
+        from unirag.runs.atomic import atomic_write_json
+
+        atomic_write_json(out, result)
+    return result

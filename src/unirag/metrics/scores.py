@@ -80,3 +80,33 @@ def cir_metrics(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, str
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return out
+
+
+def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, real_images: Sequence[Any] | None = None,
+                  *, clip_model: str | Path | None = None, clip: tuple[Any, Any] | None = None,
+                  fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
+                  is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
+                  per_item: bool = False) -> dict[str, Any]:
+    """Image generation metrics, as ``unirag evaluate images`` computes them: FID of ``images`` against
+    ``real_images``, CLIP Score of each image against ``texts[i]`` and Inception Score (mean, SD).
+
+    Images are paths, PIL images or encoded bytes. CLIP Score needs ``clip_model`` (a CLIP checkpoint
+    directory or cached hub id; the CLI defaults to ``openai/clip-vit-large-patch14``) or ``clip`` =
+    (model, processor); FID/IS need the ``unirag[image-metrics]`` extra, or ``fid_feature`` /
+    ``is_feature`` networks. A metric that cannot run is left out with its reason under ``"skipped"``.
+    Returns ``{"FID", "CLIP Score", "IS", "IS SD"}`` (those that ran) plus ``"skipped"``; with
+    ``per_item=True`` also ``"per_item"``: the CLIP Score of each image.
+    """
+    from unirag.metrics.image_run import IMAGE_METRICS, score_images
+
+    if texts is not None and len(texts) != len(images):
+        raise ConfigError(f"got {len(images)} images and {len(texts)} texts: give one text per image")
+    metrics, skipped, scores = score_images(images, texts, real_images, clip_model=clip_model, clip=clip,
+                                            fid_feature=fid_feature, is_feature=is_feature,
+                                            inception_weights=inception_weights, is_splits=is_splits, seed=seed,
+                                            batch_size=batch_size, device=device)
+    out: dict[str, Any] = {m: metrics[m] for m in IMAGE_METRICS if m in metrics}
+    out["skipped"] = skipped
+    if per_item:
+        out["per_item"] = scores
+    return out

@@ -11,7 +11,7 @@ again by the next run of the same command.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +32,13 @@ class CaptionConfig:
     records; ``index``: an index directory, a :class:`unirag.Index` or a live :class:`unirag.Retriever`
     (rag mode, examples retrieved on the fly); ``retrieval``: a retrieval run file instead.
     ``pool_images_root``: where example image paths start (default: the index's recorded images root,
-    else ``images_root``)."""
+    else ``images_root``). ``k``: examples per query (None: :func:`default_k`)."""
 
     queries: str | Path | Sequence[Query]
     generator: str
     out: str | Path
     mode: str = "zero-shot"
-    k: int = 0
+    k: int | None = None
     images_root: str | Path | None = None
     pool_images_root: str | Path | None = None
     retrieval: str | Path | None = None
@@ -55,6 +55,14 @@ class CaptionConfig:
     max_attempts: int = 6
     generator_options: dict[str, Any] = field(default_factory=dict)
     progress: bool = True
+
+
+def default_k(mode: str, generator_spec: str | None) -> int:
+    """Examples per query when none is asked for: 0 zero-shot; 5 for ``retrieval:consensus`` (it votes
+    among the retrieved captions, as the paper's consensus baseline does); else 1 (the paper's one-shot)."""
+    if mode == "zero-shot":
+        return 0
+    return 5 if (generator_spec or "").strip() == "retrieval:consensus" else 1
 
 
 def pool_images_root(cfg: CaptionConfig, selector: ExampleSelector) -> str | Path | None:
@@ -179,6 +187,8 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
                               temperature=cfg.temperature, templates_dir=cfg.templates_dir, prices=cfg.prices,
                               **cfg.generator_options)
         owned = generator is None
+    if cfg.k is None:
+        cfg = replace(cfg, k=default_k(cfg.mode, captioner.spec))
     try:
         if captioner.picks_examples and (cfg.mode == "zero-shot" or cfg.k < 1):
             raise ConfigError(f"{captioner.spec} picks among retrieved captions: use --mode rag with --k >= 1")

@@ -215,9 +215,29 @@ def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool)
     return {k[len("total_"):]: v for k, v in result.items() if k.startswith("total_")} or result
 
 
+def cell_states(path: str | Path, only: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """Each selected cell's name and state ("not started", or its run status and ok/queries count),
+    read from the cells' run manifests; runs nothing (``unirag run --list``)."""
+    from unirag.runs.rundir import read_run_manifest
+
+    spec, cells = load_experiment(path)
+    states = []
+    for cell in select_cells(cells, only):
+        m = read_run_manifest(Path(spec["out"]) / cell.name)
+        state = "not started"
+        if m:
+            c = m.get("counts", {})
+            state = f"{m.get('status')} ({c.get('ok', 0)}/{c.get('queries', '?')} ok)"
+        states.append((cell.name, state))
+    return states
+
+
 def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool = True, limit: int | None = None,
                    echo=print) -> list[dict[str, Any]]:
-    """Run every selected cell; a cell that fails to start (bad config, no key) is reported, others go on."""
+    """Run the grid file ``path`` (what ``unirag run`` does): every cell whose name matches a glob of
+    ``only`` (all when empty) into ``OUT/<cell name>``, each resumable; ``limit``: the first N queries.
+    A cell that fails to start (bad config, no key) is reported and the others go on. Returns one
+    ``{"cell", "status": "ok"|"failed", "counts"|"error"}`` per cell."""
     from unirag.runs.atomic import atomic_write_json
 
     spec, cells = load_experiment(path)

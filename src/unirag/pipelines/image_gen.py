@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -178,14 +178,15 @@ class ImageConfig:
     ``txt`` is drawn); ``index``: an index directory, a :class:`unirag.Index` or a live
     :class:`unirag.Retriever` (rag mode, examples retrieved on the fly), or ``retrieval``: a run
     file; ``pool_images_root``: where example image paths start (default: the index's recorded
-    images root, else ``images_root``). ``generator_options`` go to the backend.
+    images root, else ``images_root``). ``k``: examples per query (None: 0 zero-shot, else 1, the
+    paper's one-shot). ``generator_options`` go to the backend.
     """
 
     queries: str | Path | Sequence[Query]
     generator: str
     out: str | Path
     mode: str = "zero-shot"
-    k: int = 0
+    k: int | None = None
     images_root: str | Path | None = None
     pool_images_root: str | Path | None = None
     retrieval: str | Path | None = None
@@ -216,6 +217,8 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dic
         raise ConfigError(f"limit must be >= 1, got {cfg.limit}")
     if cfg.max_attempts < 1:
         raise ConfigError(f"max_attempts must be >= 1, got {cfg.max_attempts}")
+    if cfg.k is None:
+        cfg = replace(cfg, k=0 if cfg.mode == "zero-shot" else 1)
     queries, path = load_queries(cfg.queries)
     examples_root = cfg.pool_images_root if cfg.pool_images_root is not None else cfg.images_root
     selector = make_selector(cfg.mode, cfg.k, queries=queries, pool_path=cfg.pool, retrieval=cfg.retrieval,

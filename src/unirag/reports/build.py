@@ -76,7 +76,9 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_car
                  queries: str | Path | None = None, pool: str | Path | None = None,
                  images_root: str | Path | None = None, gallery: bool = True, plots: bool = True
                  ) -> dict[str, Any]:
-    """Build the whole report; returns what was written (paths) and per-run card counts."""
+    """Tables (``tables.md``, ``tables/*.csv``), plots and HTML galleries of evaluated runs in ``out_dir``
+    (what ``unirag report`` writes); returns what was written (paths), notes and per-run card counts.
+    ``queries``/``pool``/``images_root`` override what each run's manifest records."""
     if not run_dirs:
         raise InputError("no run directories given")
     out = Path(out_dir)

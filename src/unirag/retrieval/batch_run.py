@@ -1,0 +1,74 @@
+"""Retrieve for a file of M-BEIR queries and write the run file (what ``unirag retrieve`` does).
+
+The CLI parses options and prints :class:`RetrievalRunSummary`; everything between (the encoder the
+index records, UniIR query instructions, positives to exclude, the run and TREC files) is here, so
+a notebook gets the same run with one call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from unirag.retrieval.results import RetrievalResult
+
+
+@dataclass
+class RetrievalRunSummary:
+    """What a retrieval run produced: the results (in query order) and the two files written."""
+
+    results: list[RetrievalResult]
+    run_path: Path
+    trec_path: Path
+    k: int
+
+    @property
+    def short(self) -> int:
+        """Queries that got fewer than ``k`` pairs (the index ran out after the exclusion rules)."""
+        return sum(1 for r in self.results if len(r.pairs) < self.k)
+
+    @property
+    def replaced(self) -> int:
+        """Wrong-modality candidates replaced by their complement."""
+        return sum(1 for r in self.results for c in r.candidates if c.replaced)
+
+
+def encoder_for_queries(index_dir: str | Path, queries: str | Path | None, encoder: str | None = None, *,
+                        device: str | None = "auto", dtype: str | None = "auto", instructions: str | None = None,
+                        use_instructions: bool = True):
+    """The query encoder for ``index_dir``: ``encoder`` (a spec) or the one its manifest records. A UniIR
+    encoder gets the M-BEIR ``instructions`` file, else the ``instructions/query_instructions.tsv`` found
+    above the ``queries`` file (``use_instructions=False``: none)."""
+    from unirag.encoders.registry import instruction_kwargs, load_encoder
+    from unirag.index.manifest import read_manifest
+
+    spec = encoder if encoder is not None else read_manifest(index_dir)["encoder"].get("spec")
+    options = instruction_kwargs(spec, instructions, not use_instructions, str(queries) if queries else None)
+    return load_encoder(spec, device=device, dtype=dtype, **options)
+
+
+def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *, k: int = 5,
+                  modality: str = "any", exclude_positives: str | Path | None = None,
+                  query_images_root: str | Path | None = None, encoder: str | None = None,
+                  pool_images_root: str | Path | None = None, verify: bool = False, device: str | None = "auto",
+                  dtype: str | None = "auto", instructions: str | None = None, use_instructions: bool = True,
+                  progress: bool = False) -> RetrievalRunSummary:
+    """Top-``k`` candidates and pairs for every query of the M-BEIR ``queries`` file, written to ``out``
+    (JSONL) and its TREC twin. ``exclude_positives``: a qrels file whose positives are dropped from each
+    query's results (leakage-free evaluation). Options fail before any model loads."""
+    from unirag.data.mbeir import read_qrels, read_queries
+    from unirag.index.store import parse_modality_filter
+    from unirag.retrieval.retriever import Retriever, _check_k
+    from unirag.retrieval.run_io import write_retrieval_run
+
+    _check_k(k)
+    parse_modality_filter(modality)
+    query_list = read_queries(queries)
+    qrels = read_qrels(exclude_positives) if exclude_positives is not None else None
+    query_encoder = encoder_for_queries(index_dir, queries, encoder, device=device, dtype=dtype,
+                                        instructions=instructions, use_instructions=use_instructions)
+    retriever = Retriever(index_dir, query_encoder, verify=verify, pool_images_root=pool_images_root)
+    results = retriever.retrieve(query_list, k, modality, exclude_qrels=qrels, query_images_root=query_images_root,
+                                 progress=progress)
+    run_path, trec = write_retrieval_run(out, results)
+    return RetrievalRunSummary(results, run_path, trec, k)
