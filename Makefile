@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= hf,api,diffusion,eval,serve,dev
+EXTRAS ?= hf,api,diffusion,eval,serve,ray,dev
 
 .PHONY: demo test test-data lint install clean
 
