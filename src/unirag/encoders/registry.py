@@ -45,7 +45,8 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
     """Return the encoder ``spec`` names, on ``device`` in ``dtype``.
 
     ``None``, ``"offline"`` or ``"default"``: the offline joint encoder shipped with the package.
-    ``uniir:clip_sf:PATH`` (or ``uniir:clip_sf:large:PATH``): a UniIR CLIP-SF checkpoint file; M-BEIR
+    ``uniir:clip_sf:PATH`` / ``uniir:blip_ff:PATH`` (``:large:`` or ``:base:`` before the path checks
+    the variant): a UniIR CLIP-SF or BLIP-FF checkpoint file; M-BEIR
     query instructions are prepended to queries unless ``use_instructions=False`` (``instructions`` = a
     ``query_instructions.tsv``; default: the packaged M-BEIR one).
     Anything else: a Hugging Face hub id or a local checkpoint directory, loaded by the CLIP-family
