@@ -1,7 +1,100 @@
 """unirag: multimodal retrieval and retrieval-augmented generation.
 
-Heavy libraries (torch, transformers, faiss) are imported lazily inside the functions that need
-them, so that importing this package and running ``unirag --help`` stays fast.
+The public API (see the README's "Python API" section)::
+
+    import unirag
+    hits = unirag.Retriever("indexes/offline").search(image="photo.jpg", k=5)
+    caption = unirag.Captioner("retrieval:consensus").caption("photo.jpg", hits)
+
+Every public name is imported on first use (module ``__getattr__``), so ``import unirag`` and
+``unirag --help`` load no torch, transformers, faiss or numpy; heavy libraries load inside the
+objects that need them.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# public name -> module that defines it
+_PUBLIC = {
+    "load_encoder": "unirag.encoders.registry",
+    "Pool": "unirag.data.pool",
+    "Candidate": "unirag.data.records",
+    "Query": "unirag.data.records",
+    "Qrels": "unirag.data.records",
+    "Modality": "unirag.data.records",
+    "Index": "unirag.index.handle",
+    "IndexHit": "unirag.index.handle",
+    "Retriever": "unirag.retrieval.retriever",
+    "Hit": "unirag.retrieval.results",
+    "Hits": "unirag.retrieval.results",
+    "Pair": "unirag.retrieval.results",
+    "Captioner": "unirag.pipelines.captioner",
+    "Caption": "unirag.pipelines.captioner",
+    "ImageGenerator": "unirag.pipelines.image_generator",
+    "XR": "unirag.cir.xr",
+    "caption_metrics": "unirag.metrics.scores",
+    "retrieval_metrics": "unirag.metrics.scores",
+    "cir_metrics": "unirag.metrics.scores",
+    "UniragError": "unirag.errors",
+    "ConfigError": "unirag.errors",
+    "InputError": "unirag.errors",
+    "BackendError": "unirag.errors",
+}
+
+__all__ = [
+    "__version__",
+    "load_encoder",
+    "Pool",
+    "Candidate",
+    "Query",
+    "Qrels",
+    "Modality",
+    "Index",
+    "IndexHit",
+    "Retriever",
+    "Hit",
+    "Hits",
+    "Pair",
+    "Captioner",
+    "Caption",
+    "ImageGenerator",
+    "XR",
+    "caption_metrics",
+    "retrieval_metrics",
+    "cir_metrics",
+    "UniragError",
+    "ConfigError",
+    "InputError",
+    "BackendError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'unirag' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs only; never executed
+    from unirag.cir.xr import XR
+    from unirag.data.pool import Pool
+    from unirag.data.records import Candidate, Modality, Qrels, Query
+    from unirag.encoders.registry import load_encoder
+    from unirag.errors import BackendError, ConfigError, InputError, UniragError
+    from unirag.index.handle import Index, IndexHit
+    from unirag.metrics.scores import caption_metrics, cir_metrics, retrieval_metrics
+    from unirag.pipelines.captioner import Caption, Captioner
+    from unirag.pipelines.image_generator import ImageGenerator
+    from unirag.retrieval.results import Hit, Hits, Pair
+    from unirag.retrieval.retriever import Retriever

@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import Literal
 
 Role = Literal["system", "user", "assistant"]
+#: Image formats every API backend takes as they are; others are re-encoded as PNG.
+_WEB_SUFFIXES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".webp": "image/webp",
+                 ".gif": "image/gif"}
+_WEB_MIMES = frozenset(_WEB_SUFFIXES.values())
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,26 @@ class ImagePart:
         if (self.path is None) == (self.data is None):
             raise ValueError("ImagePart needs exactly one of path or data")
 
+    @classmethod
+    def from_image(cls, image, label: str | None = None) -> ImagePart:
+        """An image part for any image the public API accepts (see :data:`unirag.data.images.ImageLike`).
+
+        Paths stay paths (read when sent); encoded bytes in a web format are sent as they are;
+        PIL images and arrays are encoded as lossless PNG.
+        """
+        from unirag.data.images import as_rgb, is_path_like, png_bytes
+
+        if is_path_like(image):
+            return cls(path=Path(image), label=label)
+        if isinstance(image, bytes | bytearray | memoryview):
+            from PIL import Image
+
+            with Image.open(io.BytesIO(bytes(image))) as im:
+                mime = Image.MIME.get(im.format or "")
+            if mime in _WEB_MIMES:
+                return cls(data=bytes(image), mime=mime, label=label)
+        return cls(data=png_bytes(as_rgb(image)), mime="image/png", label=label)
+
     def load(self):
         """Decode to an RGB PIL image."""
         from unirag.data.images import load_rgb
@@ -50,8 +74,7 @@ class ImagePart:
         if self.data is not None:
             return self.data, self.mime
         suffix = self.path.suffix.lower()
-        mime = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".webp": "image/webp",
-                ".gif": "image/gif"}.get(suffix)
+        mime = _WEB_SUFFIXES.get(suffix)
         if mime is not None:
             return Path(self.path).read_bytes(), mime
         buf = io.BytesIO()

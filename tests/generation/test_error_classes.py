@@ -118,3 +118,11 @@ def test_an_agent_reply_that_never_parses_is_a_malformed_failure(tmp_path):
                   policy=FAST, progress=False)
         rec = store.get("k")
     assert rec["status"] == "error" and rec["error_kind"] == "malformed" and rec["attempts"] == 1
+
+
+def test_only_timeouts_429_and_5xx_statuses_are_retryable():
+    from unirag.runs.retry import is_retryable_status
+
+    assert [s for s in (400, 401, 403, 404, 408, 409, 422, 425, 429, 500, 502, 503, 529, 599)
+            if is_retryable_status(s)] == [408, 429, 500, 502, 503, 529, 599]
+    assert not is_retryable_status(None) and not is_retryable_status(600)

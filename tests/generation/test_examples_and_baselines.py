@@ -125,8 +125,10 @@ def test_top1_and_consensus_on_real_captions(coco_set):
         assert chosen.raw == {"chosen_rank": captions.index(chosen.text) + 1}
     with pytest.raises(BackendError, match="no retrieved captions"):
         top1.caption_from_examples([])
-    with pytest.raises(ConfigError, match="takes examples"):
-        top1.generate([])
+    from unirag.pipelines.captioner import Captioner
+
+    with pytest.raises(ConfigError, match="picks among example captions"):
+        Captioner(top1).caption(None, mode="zero-shot")
 
 
 def test_lexical_similarity_by_hand():

@@ -84,3 +84,14 @@ def test_rag_examples_retrieved_on_the_fly_from_an_index(coco_set, tmp_path):
         assert r["caption"] == expected and r["caption"] in all_captions
     m = json.loads((out / "manifest.json").read_text())
     assert m["identity"]["examples"]["index"] == str(index)
+
+
+def test_lines_torn_by_a_crash_are_reported_in_the_manifest(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "outputs.jsonl").write_text('{"qid": "a", "status": "ok"}\n{"qid": "b", "sta\n{"qid": "c", "status": "ok"}\n')
+    with RunDir(out, "caption", {"k": 1}) as run:
+        counts = run.finish(["a", "b", "c"])
+    assert counts == {"queries": 3, "ok": 2, "error": 0, "missing": 1}  # b is redone by the next run
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["dropped_lines"] == {"count": 1, "first_line_numbers": [2]}

@@ -143,3 +143,17 @@ def test_a_process_waits_for_a_claimed_item_instead_of_calling_again(tmp_path):
             assert mine.get("b")["out"] == "by the other"
         t.join()
     assert calls == ["a", "c"] and counts == {"ok": 2, "error": 0, "skipped": 1}
+
+
+def test_a_compaction_elsewhere_is_noticed_even_when_the_new_file_reuses_the_inode(tmp_path):
+    """Readers follow a replaced file by the compaction counter in the lock file, not only by inode number."""
+    path = tmp_path / "out.jsonl"
+    with ResultStore(path) as reader, ResultStore(path) as writer:
+        writer.append({"qid": "a", "status": "ok", "v": 1})
+        reader.refresh()
+        writer.append({"qid": "b", "status": "ok"})
+        writer.compact(["b", "a"])  # rewritten: "b" now comes first, the byte offsets changed
+        reader._ino = path.stat().st_ino  # as if the new file had got the old inode number
+        writer.append({"qid": "c", "status": "ok"})
+        reader.refresh()
+        assert reader.done_keys() == {"a", "b", "c"} and not reader.dropped_lines

@@ -211,7 +211,7 @@ def test_pool_images_have_caching_headers_and_thumbnails(client):
 ])
 def test_images_are_served_by_candidate_id_only(client, path):
     r = client.get(path)
-    assert r.status_code == 404
+    assert r.status_code == 404 and r.json()["error"]
     assert b"root:" not in r.content and not r.headers["content-type"].startswith("image/")
 
 
@@ -262,6 +262,22 @@ def test_upload_over_the_size_limit_is_413(engine):
     with make_client(engine, max_upload_bytes=10_000) as c:
         r = c.post("/v1/caption", files=upload(big))  # refused from Content-Length, before parsing
         assert r.status_code == 413 and "limit" in r.json()["error"]
+        # A chunked upload declares no length: reading stops at the limit.
+        body, boundary = _multipart(big)
+
+        def chunks():
+            for i in range(0, len(body), 8192):
+                yield body[i:i + 8192]
+
+        r = c.post("/v1/caption", content=chunks(), headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        assert r.status_code == 413 and "limit" in r.json()["error"]
+
+
+def _multipart(data: bytes) -> tuple[bytes, str]:
+    boundary = "unirag-test-boundary"
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"a.jpg\"\r\n"
+            "Content-Type: image/jpeg\r\n\r\n").encode()
+    return head + data + f"\r\n--{boundary}--\r\n".encode(), boundary
 
 
 @pytest.mark.parametrize("data, name, mime", [
@@ -396,3 +412,4 @@ def test_api_key_never_appears_in_responses_or_logs(engine, monkeypatch, caplog,
     everything = "\n".join(texts + [out.out, out.err, caplog.text])
     assert "generator failed" in caplog.text  # the failure was logged ...
     assert key not in everything  # ... without the key
+

@@ -17,8 +17,9 @@ from typing import Any
 
 from unirag.cir.config import XRConfig, load_config
 from unirag.cir.datasets import load_dataset
-from unirag.cir.evaluation import STAGE_NAMES, average
-from unirag.cir.pipeline import STAGES, Ablation, CirRun
+from unirag.cir.evaluation import average
+from unirag.cir.pipeline import Ablation, CirRun
+from unirag.cir.stages import STAGE_NAMES, STAGES
 from unirag.runs.atomic import atomic_write_json
 
 
@@ -58,8 +59,7 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
                      cache_dir=cache_dir or out / "cache", progress=progress, echo=echo,
                      encoder=shared.get("encoder"), text_encoder=shared.get("text_encoder"), **run_kwargs)
         results[ds.name] = run.run()
-        # encoders load once for all files
-        shared = {"encoder": run._encoder, "text_encoder": run._text_encoder}
+        shared = run.loaded_encoders()  # encoders load once for all files
     if len(files) == 1:
         return next(iter(results.values()))
     summary: dict[str, Any] = {"datasets": results}

@@ -17,9 +17,6 @@ from unirag.metrics.cir import (
     target_recall_mean,
 )
 
-#: metrics.json names of the ranking stages
-STAGE_NAMES = {"baseline": "baseline", "coarse": "xr_coarse", "fine": "xr"}
-
 
 def evaluate(dataset: CirDataset, rankings: Mapping[str, Sequence[str]],
              subset_rankings: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
-from unirag.cir.evaluation import STAGE_NAMES, evaluate
+from unirag.cir.datasets import CirDataset
+from unirag.cir.evaluation import evaluate
+from unirag.cir.stages import STAGE_NAMES, STAGES
 from unirag.cir.submission import write_submissions
 from unirag.metrics.cir import subset_ranking
 from unirag.runs.atomic import atomic_write_json, atomic_write_lines
-
-if TYPE_CHECKING:
-    from unirag.cir.pipeline import CirRun
 
 METRIC_DEPTH = 50
 
@@ -30,10 +30,10 @@ def stage_rankings(qs, pool_ids: list[str], stage_order: tuple[str, ...]) -> dic
     return out
 
 
-def write_outputs(run: CirRun, qs, pool_ids: list[str], runner, s) -> dict[str, Any]:
-    from unirag.cir.pipeline import STAGES
-
-    ds, out = run.ds, run.out
+def write_outputs(ds: CirDataset, out: Path, qs, pool_ids: list[str], s, notes: list[str],
+                  manifest: dict[str, Any]) -> dict[str, Any]:
+    """Write the run's files; ``qs`` are the per-query states, ``notes`` the run's notes (appended to),
+    ``manifest`` what the run records about its configuration (stages, encoder, agent calls...)."""
     full = stage_rankings(qs, pool_ids, STAGES)
     final_stage = [st for st in STAGES if st in full][-1]
     depth = max(s.k, METRIC_DEPTH)
@@ -66,22 +66,18 @@ def write_outputs(run: CirRun, qs, pool_ids: list[str], runner, s) -> dict[str, 
         if len(pool_ids) - (1 if ds.exclude_reference else 0) >= METRIC_DEPTH:
             submissions = [str(p) for p in write_submissions(ds.kind, out, final, subsets.get(final_stage))]
         else:
-            run.notes.append("submission files skipped: the pool has fewer than 50 candidates")
+            notes.append("submission files skipped: the pool has fewer than 50 candidates")
     metrics: dict[str, Any] = {"dataset": ds.name, "final_stage": STAGE_NAMES[final_stage],
                                "n_queries_run": len(qs), "pool_size": len(pool_ids)}
     for st, r in full.items():
         metrics[STAGE_NAMES[st]] = evaluate(ds, {q: v[:depth] for q, v in r.items()}, subsets.get(st))
-    if run.notes:
-        metrics["notes"] = run.notes
+    if notes:
+        metrics["notes"] = notes
     atomic_write_json(out / "metrics.json", metrics)
 
     atomic_write_json(out / "manifest.json", {
         "dataset": {"name": ds.name, "kind": ds.kind, "images_root": str(ds.images_root),
                     "n_queries": len(ds.queries), "pool_size": len(ds.pool)},
-        "config": run.config.manifest(), "stages": list(run.stages),
-        "ablation": {"imagination": run.ab.imagination, "fine_only": run.ab.fine_only,
-                     "modalities": run.ab.modalities},
-        "encoder": getattr(run.encoder(), "name", None), "agent_calls": runner.stats if runner else {},
-        "cache_dir": str(run.cache.dir), "submissions": submissions, "notes": run.notes,
+        **manifest, "submissions": submissions, "notes": notes,
     })
     return metrics

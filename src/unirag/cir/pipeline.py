@@ -23,11 +23,11 @@ from unirag.cir.cache import CallCache, CallRequest
 from unirag.cir.config import XRConfig
 from unirag.cir.datasets import CirDataset, CirQuery
 from unirag.cir.scoring import CoarseResult, coarse, fine, plain, question_score
+from unirag.cir.stages import STAGES, parse_stages
 from unirag.errors import ConfigError, InputError
 from unirag.runs.atomic import atomic_write_json
 from unirag.runs.store import RunLock
 
-STAGES = ("baseline", "coarse", "fine")
 MODALITIES = ("both", "text", "vision")
 
 
@@ -75,9 +75,7 @@ class CirRun:
                  generator_factory: GeneratorFactory | None = None, progress: bool = True,
                  echo: Callable[[str], None] = print, encoder_options: dict[str, Any] | None = None) -> None:
         """``encoder_options``: keywords for loading the encoders (``device``, ``dtype``, ...)."""
-        bad = set(stages) - set(STAGES)
-        if bad:
-            raise ConfigError(f"unknown stage(s) {sorted(bad)}; stages are {', '.join(STAGES)}")
+        stages = parse_stages(stages)
         self.ds, self.out = dataset, Path(out_dir)
         self.config = config or XRConfig()
         self.config.settings.check()
@@ -113,6 +111,11 @@ class CirRun:
                 self._text_encoder = load_text_encoder(self.config.text_encoder,
                                                        device=self.encoder_options.get("device", "auto"))
         return self._text_encoder
+
+    def loaded_encoders(self) -> dict[str, Any]:
+        """The encoders this run has loaded so far (to hand to the next run), without loading any."""
+        return {name: enc for name, enc in (("encoder", self._encoder), ("text_encoder", self._text_encoder))
+                if enc is not None}
 
     def _offline_encoder(self) -> bool:
         if self._encoder is not None:
@@ -357,4 +360,10 @@ class CirRun:
     def _write(self, qs: list[_Q], pool_ids: list[str], runner: AgentRunner | None, s) -> dict[str, Any]:
         from unirag.cir.outputs import write_outputs
 
-        return write_outputs(self, qs, pool_ids, runner, s)
+        manifest = {
+            "config": self.config.manifest(), "stages": list(self.stages),
+            "ablation": {"imagination": self.ab.imagination, "fine_only": self.ab.fine_only,
+                         "modalities": self.ab.modalities},
+            "encoder": getattr(self.encoder(), "name", None), "agent_calls": runner.stats if runner else {},
+            "cache_dir": str(self.cache.dir)}
+        return write_outputs(self.ds, self.out, qs, pool_ids, s, self.notes, manifest)

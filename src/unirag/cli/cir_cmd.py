@@ -7,15 +7,15 @@ import click
 from unirag.cir.datasets import DATASETS
 from unirag.cli.model_options import device_options
 
-_STAGES = ("baseline", "coarse", "fine")
-
 
 def _stages(ctx, param, value: str) -> tuple[str, ...]:
-    parts = tuple(p.strip() for p in value.split(",") if p.strip())
-    bad = [p for p in parts if p not in _STAGES]
-    if bad or not parts:
-        raise click.BadParameter(f"expected a comma-separated subset of {','.join(_STAGES)}, got {value!r}")
-    return tuple(s for s in _STAGES if s in parts)
+    from unirag.cir.stages import parse_stages
+    from unirag.errors import ConfigError
+
+    try:
+        return parse_stages(value)
+    except ConfigError as e:
+        raise click.BadParameter(str(e)) from None
 
 
 def _print_metrics(name: str, metrics: dict) -> None:

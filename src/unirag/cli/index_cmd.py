@@ -95,17 +95,15 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
         manifest = _build_from_embeddings(pool, embeddings, ids_file, out, encoder_spec, index_type, overrides,
                                           images_root)
     else:
-        from unirag.encoders.registry import load_encoder
-        from unirag.index.build import build_index
-        from unirag.index.shards import DEFAULT_SHARD_SIZE
+        from unirag.data.pool import Pool
+        from unirag.index.handle import Index
 
         if engine == "local" and (ray_address or workers or gpus_per_worker or shard_size):
             raise ConfigError("--ray-address/--workers/--gpus-per-worker/--shard-size go with --engine ray")
-        encoder = load_encoder(encoder_spec, device=device, dtype=dtype)
-        manifest = build_index(pool, images_root, out, encoder, encoder_spec=encoder_spec, index_type=index_type,
-                               batch_size=batch_size, params=overrides, engine=engine, shards_dir=shards_dir,
-                               shard_size=shard_size or DEFAULT_SHARD_SIZE, workers=workers,
-                               gpus_per_worker=gpus_per_worker, ray_address=ray_address, worker_dtype=dtype)
+        manifest = Index.build(Pool.read(pool, images_root), out, encoder=encoder_spec, index_type=index_type,
+                               params=overrides, batch_size=batch_size, device=device, dtype=dtype, progress=True,
+                               engine=engine, shards_dir=shards_dir, shard_size=shard_size, workers=workers,
+                               gpus_per_worker=gpus_per_worker or None, ray_address=ray_address).manifest
     counts = ", ".join(f"{m}: {n}" for m, n in manifest["counts"].items())
     click.echo(f"index written to {out} ({manifest['total']} candidates; {counts}; "
                f"encoder {manifest['encoder']['name']}; {index_type}; {manifest['build_seconds']:.1f}s)")

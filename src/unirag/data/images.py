@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from unirag.errors import InputError
+
+#: What the public API accepts wherever an image goes in: a file path, a PIL image, encoded bytes
+#: (PNG, JPEG, ...) or an ``H x W x 3`` uint8 array.
+ImageLike = Any
 
 
 def load_rgb(path: str | Path):
@@ -22,6 +28,58 @@ def load_rgb(path: str | Path):
             return im.convert("RGB")
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         raise InputError(f"cannot decode image ({e.__class__.__name__}: {e})", path=path) from None
+
+
+def is_path_like(image: ImageLike) -> bool:
+    return isinstance(image, str | Path)
+
+
+def image_path_of(image: ImageLike) -> Path | None:
+    """The file an image comes from: the path itself, or the file a PIL image was opened from."""
+    if is_path_like(image):
+        return Path(image)
+    filename = getattr(image, "filename", None)  # set by PIL.Image.open, empty for in-memory images
+    return Path(filename) if isinstance(filename, str) and filename and Path(filename).is_file() else None
+
+
+def as_rgb(image: ImageLike):
+    """Decode any :data:`ImageLike` to an RGB PIL image (a path goes through :func:`load_rgb`).
+
+    A path reads exactly as the command line reads it, so the API and the CLI see the same pixels.
+    """
+    if is_path_like(image):
+        return load_rgb(image)
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(image, Image.Image):
+        return image if image.mode == "RGB" else image.convert("RGB")
+    if isinstance(image, bytes | bytearray | memoryview):
+        try:
+            with Image.open(io.BytesIO(bytes(image))) as im:
+                im.load()
+                return im.convert("RGB")
+        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+            raise InputError(f"cannot decode image bytes ({e.__class__.__name__}: {e})") from None
+    if hasattr(image, "__array_interface__"):
+        import numpy as np
+
+        array = np.asarray(image)
+        if array.dtype != np.uint8 or array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] not in (3, 4)):
+            raise InputError(f"an image array must be uint8 with shape (H, W), (H, W, 3) or (H, W, 4); got "
+                             f"{array.dtype} {array.shape}")
+        return Image.fromarray(array).convert("RGB")
+    raise InputError(f"not an image: expected a path, a PIL image, bytes or a uint8 array, got {type(image).__name__}")
+
+
+def png_bytes(image, compress_level: int = 6) -> bytes:
+    """Lossless PNG encoding: decoding the bytes gives back exactly these pixels.
+
+    ``compress_level=1`` is about 3x faster for files about 12 % larger (the image run writes every
+    picture once, in its run loop, and uses it).
+    """
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", compress_level=compress_level)
+    return buf.getvalue()
 
 
 @dataclass

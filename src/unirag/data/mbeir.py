@@ -50,7 +50,8 @@ def _check_content(modality: Modality, txt: str | None, img: str | None, fields:
         raise InputError(f"modality '{modality.value}' needs an image path", path=path, line=lineno, field=fields[1])
 
 
-def _source_id(src_content: str | None) -> str | None:
+def source_id_of(src_content: str | None) -> str | None:
+    """The ``source_id`` recorded in a candidate's ``src_content`` JSON (the pool's pairing), if any."""
     if not src_content:
         return None
     try:
@@ -85,7 +86,7 @@ def parse_candidate(obj: dict, path: Path, lineno: int) -> Candidate:
     src = obj.get("src_content")
     src = src if (src is None or isinstance(src, str)) else json.dumps(src)
     return Candidate(did=str(_req(obj, "did", path, lineno)), modality=modality, txt=txt, img_path=img,
-                     src_content=src, source_id=_source_id(src))
+                     src_content=src, source_id=source_id_of(src))
 
 
 def read_queries(path: str | Path) -> list[Query]:
@@ -138,7 +139,7 @@ def read_qrels(path: str | Path) -> Qrels:
 
 def candidate_to_json(c: Candidate) -> dict[str, Any]:
     src = c.src_content
-    if c.source_id is not None and _source_id(src) != c.source_id:
+    if c.source_id is not None and source_id_of(src) != c.source_id:
         data: dict[str, Any] = {}
         if src:
             try:

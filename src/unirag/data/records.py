@@ -13,6 +13,8 @@ from pathlib import Path
 
 
 class Modality(StrEnum):
+    """What a query or candidate holds: a text, an image, or both (M-BEIR's modality strings)."""
+
     TEXT = "text"
     IMAGE = "image"
     IMAGE_TEXT = "image,text"
@@ -27,10 +29,12 @@ class Modality(StrEnum):
 
     @property
     def has_image(self) -> bool:
+        """True for image and image+text."""
         return self in (Modality.IMAGE, Modality.IMAGE_TEXT)
 
     @property
     def has_text(self) -> bool:
+        """True for text and image+text."""
         return self in (Modality.TEXT, Modality.IMAGE_TEXT)
 
     def complement(self) -> Modality:
@@ -77,11 +81,13 @@ class Qrels:
     task_ids: dict[str, int] = field(default_factory=dict)
 
     def add(self, qid: str, did: str, task_id: int | None = None) -> None:
+        """Judge ``did`` relevant for ``qid``."""
         self.relevant.setdefault(qid, set()).add(did)
         if task_id is not None:
             self.task_ids[qid] = task_id
 
     def get(self, qid: str) -> set[str]:
+        """The relevant dids of ``qid`` (empty when it has none)."""
         return self.relevant.get(qid, set())
 
     def __len__(self) -> int:

@@ -8,6 +8,7 @@ are raised as :class:`unirag.errors.BackendError` with ``retryable`` set, and th
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,3 +77,31 @@ class TextGenerator(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release clients or models."""
+
+
+class ExampleCaptioner(ABC):
+    """Captioners that need no prompt: they pick or combine the retrieved example captions.
+
+    Not a :class:`TextGenerator` (they cannot answer a prompt), so code that holds one asks
+    ``isinstance(g, ExampleCaptioner)`` instead of probing for attributes; both kinds go through
+    :class:`unirag.Captioner`, which feeds each what it takes.
+    """
+
+    #: The spec string it was made from, recorded in run manifests.
+    spec: str
+    #: Fewest examples it can work with (a caption to pick needs at least one).
+    min_examples: int = 1
+
+    @abstractmethod
+    def caption_from_examples(self, captions: Sequence[str]) -> Generation:
+        """A caption from the examples' captions (best-ranked first). Raises BackendError if none."""
+
+    def config(self) -> dict[str, Any]:
+        return {"spec": self.spec}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release models."""
+
+
+#: Anything :func:`unirag.generators.registry.load_text_generator` returns.
+CaptionBackend = TextGenerator | ExampleCaptioner

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from unirag.errors import ConfigError
-from unirag.generators.base import TextGenerator
+from unirag.generators.base import CaptionBackend
 from unirag.generators.spec import BackendTable, build_backend, parse_backend_spec
 
 # prefix -> ("module:class", what NAME means)
@@ -38,7 +38,7 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return parse_backend_spec(spec, BACKENDS, "generator")
 
 
-def load_text_generator(spec: str, **opts: Any) -> TextGenerator:
+def load_text_generator(spec: str, **opts: Any) -> CaptionBackend:
     """Build the generator a spec names. Options set to None are treated as not given.
 
     Common options: ``base_url``, ``timeout``, ``family`` (prompt template family override, e.g.

@@ -22,8 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from unirag.errors import BackendError, ConfigError
-from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage
-from unirag.messages import Message
+from unirag.generators.base import ExampleCaptioner, Generation, Usage
 
 STRATEGIES = ("top1", "consensus")
 SIMILARITIES = ("minilm", "lexical")
@@ -61,13 +60,8 @@ def consensus_index(sim) -> int:
     return int(np.flatnonzero(mean >= mean.max() - 1e-9)[0])
 
 
-class RetrievalCaptioner(TextGenerator):
-    """Returns a retrieved caption; the pipeline passes the examples instead of a prompt."""
-
-    image_mode = "multi-image"
-    template_family = "gpt4o"
-    #: Pipelines call :meth:`caption_from_examples` instead of building a prompt.
-    uses_examples = True
+class RetrievalCaptioner(ExampleCaptioner):
+    """Returns a retrieved caption; it is given the examples' captions, never a prompt."""
 
     def __init__(self, strategy: str, *, similarity: str = "minilm", text_encoder: str | None = None,
                  device: str | None = None, spec: str | None = None) -> None:
@@ -105,10 +99,6 @@ class RetrievalCaptioner(TextGenerator):
         else:
             chosen = consensus_index(self._similarity(captions))
         return Generation(text=captions[chosen], usage=Usage(), raw={"chosen_rank": chosen + 1})
-
-    def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
-        raise ConfigError(f"{self.spec} selects among retrieved captions; it takes examples, not a prompt "
-                          "(use it through the caption pipeline with --mode rag)")
 
     def config(self) -> dict[str, Any]:
         return {"spec": self.spec, "backend": "retrieval", "strategy": self.strategy,

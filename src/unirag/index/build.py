@@ -21,26 +21,16 @@ from typing import Any
 
 import numpy as np
 
-from unirag.data.images import BadImageReport, load_rgb
+from unirag.data.images import BadImageReport
 from unirag.data.mbeir import read_candidates
-from unirag.data.records import Candidate, Modality, resolve_image
+from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError
 from unirag.index import factory
+from unirag.index.encoding import ChunkEncoder, candidate_meta, encoder_info
 from unirag.index.shards import DEFAULT_SHARD_SIZE, embed_shard, load_or_create_plan, missing_shards
 from unirag.index.writer import IndexWriter
 
 BAD_IMAGES_KEPT = 20
-
-
-def encoder_info(encoder, spec: str | None) -> dict[str, Any]:
-    """What the manifest records about the encoder (``spec`` is what the user typed, to reload it)."""
-    return {"name": encoder.name, "spec": spec, "dim": int(encoder.dim), "config": encoder.config(),
-            "fingerprint": encoder.fingerprint()}
-
-
-def candidate_meta(c: Candidate) -> dict[str, Any]:
-    """The metadata row the index keeps for a candidate."""
-    return {"did": c.did, "txt": c.txt, "img_path": c.img_path, "source_id": c.source_id}
 
 
 def _count_lines(path: Path) -> int:
@@ -48,39 +38,13 @@ def _count_lines(path: Path) -> int:
         return sum(1 for line in f if line.strip())
 
 
-class ChunkEncoder:
-    """Decode + encode one chunk of same-modality candidates, skipping unreadable images."""
-
-    def __init__(self, encoder, images_root: str | Path | None, bad: BadImageReport) -> None:
-        self.encoder = encoder
-        self.images_root = images_root
-        self.bad = bad
-
-    def __call__(self, modality: Modality, chunk: list[Candidate]) -> tuple[list[Candidate], np.ndarray]:
-        if modality is Modality.TEXT:
-            return chunk, self.encoder.encode_texts([c.txt for c in chunk])
-        kept, images = [], []
-        for c in chunk:
-            path = resolve_image(c.img_path, self.images_root)
-            try:
-                images.append(load_rgb(path))
-            except InputError as e:
-                self.bad.add(path, e.reason)
-                continue
-            kept.append(c)
-        if not kept:
-            return [], np.zeros((0, self.encoder.dim), dtype=np.float32)
-        if modality is Modality.IMAGE:
-            return kept, self.encoder.encode_images(images)
-        return kept, self.encoder.encode_fused(images, [c.txt for c in kept])
-
-
 def default_shards_dir(out_dir: str | Path) -> Path:
     """Where the sharded engine keeps its shards unless told otherwise: ``<out_dir>/shards``."""
     return Path(out_dir) / "shards"
 
 
-def build_index(pool: str | Path, images_root: str | Path | None, out_dir: str | Path, encoder,
+def build_index(pool: str | Path | Iterable[Candidate], images_root: str | Path | None, out_dir: str | Path,
+                encoder,
                 encoder_spec: str | None = None, index_type: str = "flat", batch_size: int = 64,
                 params: dict[str, Any] | None = None, progress: bool = True, *, engine: str = "local",
                 shards_dir: str | Path | None = None, shard_size: int = DEFAULT_SHARD_SIZE,
@@ -96,6 +60,12 @@ def build_index(pool: str | Path, images_root: str | Path | None, out_dir: str |
     """
     if batch_size <= 0:
         raise InputError(f"batch size must be positive, got {batch_size}", field="batch_size")
+    if not isinstance(pool, str | Path):  # candidates in memory (``unirag.Pool``): local engine, no pool file
+        if engine != "local":
+            raise ConfigError("an in-memory pool is built with engine='local'; write it to a file for Ray")
+        factory.resolve_params(index_type, params)
+        return _build_local(list(pool), images_root, out_dir, encoder, encoder_spec, index_type, batch_size,
+                            params, progress)
     pool = Path(pool)
     if not pool.exists():
         raise InputError("candidate pool not found", path=pool)
@@ -146,9 +116,15 @@ def embed_pool_shard(pool: str | Path, shards_dir: str | Path, shard: int, n_sha
     return embed_shard(shards_dir, plan, shard, encoder, images_root, batch_size)
 
 
-def _build_local(pool: Path, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
-                 progress) -> dict[str, Any]:
+def _build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, encoder_spec, index_type, batch_size,
+                 params, progress) -> dict[str, Any]:
+    """``pool``: a pool file (streamed) or the candidates themselves (the manifest then names no pool file)."""
     from tqdm.auto import tqdm
+
+    if isinstance(pool, Path):
+        candidates, total, pool_file = read_candidates(pool), _count_lines(pool), str(pool)
+    else:
+        candidates, total, pool_file = pool, len(pool), None
 
     bad = BadImageReport()
     encode_chunk = ChunkEncoder(encoder, images_root, bad)
@@ -160,10 +136,10 @@ def _build_local(pool: Path, images_root, out_dir, encoder, encoder_spec, index_
             kept, vectors = encode_chunk(modality, pending.pop(modality))
             writer.add(modality, [candidate_meta(c) for c in kept], vectors)
 
-        bar = tqdm(total=_count_lines(pool), desc="index build", unit="cand", disable=not progress)
-        for c in read_candidates(pool):
+        bar = tqdm(total=total, desc="index build", unit="cand", disable=not progress)
+        for c in candidates:
             if c.did in seen:
-                raise InputError(f"duplicate did {c.did!r} in the candidate pool", path=pool, field="did")
+                raise InputError(f"duplicate did {c.did!r} in the candidate pool", path=pool_file, field="did")
             seen.add(c.did)
             pending.setdefault(c.modality, []).append(c)
             if len(pending[c.modality]) >= batch_size:
@@ -172,7 +148,7 @@ def _build_local(pool: Path, images_root, out_dir, encoder, encoder_spec, index_
         for modality in list(pending):
             flush(modality)
         bar.close()
-        extra = {"pool": str(pool), "images_root": str(images_root) if images_root else None,
+        extra = {"pool": pool_file, "images_root": str(images_root) if images_root else None,
                  "bad_images": {"count": len(bad), "first": [{"path": p, "reason": r}
                                                              for p, r in bad.bad[:BAD_IMAGES_KEPT]]}}
         return writer.commit(extra)

@@ -264,7 +264,7 @@ def _write_index(pool: Path, aligned: np.ndarray, present: np.ndarray, out_dir: 
                  info: dict[str, Any], index_type: str, params: dict[str, Any] | None,
                  extra: dict[str, Any]) -> dict[str, Any]:
     """Stream the pool in order; chunks per modality go to the writer with their aligned vectors."""
-    from unirag.index.build import candidate_meta
+    from unirag.index.encoding import candidate_meta
 
     with IndexWriter(out_dir, dim, info, index_type, params) as writer:
         pending: dict[Modality, list[tuple[int, Any]]] = {}

@@ -200,7 +200,7 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
 
     Returns the shard's done record (with ``"skipped": True`` when nothing had to be done).
     """
-    from unirag.index.build import ChunkEncoder
+    from unirag.index.encoding import ChunkEncoder
 
     shards_dir = Path(shards_dir)
     done = done_record(shards_dir, i)

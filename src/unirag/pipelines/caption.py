@@ -17,11 +17,11 @@ from typing import Any
 from unirag.data.mbeir import read_queries
 from unirag.data.records import Query, resolve_image
 from unirag.errors import BackendError, ConfigError, InputError
-from unirag.generators.base import Generation, GenerationOptions, TextGenerator
-from unirag.generators.pricing import Price, cost_usd, load_prices, price_entry, price_for
+from unirag.generators.base import CaptionBackend
+from unirag.generators.pricing import price_entry
+from unirag.pipelines.captioner import Caption, Captioner, CaptionRequest, to_shots
 from unirag.pipelines.examples import Example, ExampleSelector, make_selector
 from unirag.pipelines.rundir import RunDir
-from unirag.prompts.caption import CaptionPrompt, Shot, build_caption_prompt, caption_template
 
 #: Generator options that change *how* a run is executed, not what it produces (kept out of the
 #: resume identity, so a rerun may change them).
@@ -53,6 +53,11 @@ class CaptionConfig:
     progress: bool = True
 
 
+def pool_images_root(cfg: CaptionConfig) -> str | Path | None:
+    """Where the examples' image paths are relative to: the pool's images root, else the queries'."""
+    return cfg.pool_images_root if cfg.pool_images_root is not None else cfg.images_root
+
+
 def _check_queries(queries: list[Query], path: Path) -> None:
     for q in queries:
         if not q.img_path:
@@ -65,116 +70,120 @@ def _abs(p: str | Path | None) -> str | None:
 
 
 class CaptionJob:
-    """Everything one run needs, prepared once; ``work``/``work_batch`` caption queries."""
+    """Everything one run needs, prepared once; ``work``/``work_batch`` caption queries.
 
-    def __init__(self, cfg: CaptionConfig, generator: TextGenerator, selector: ExampleSelector,
-                 price: Price | None) -> None:
-        self.cfg, self.generator, self.selector, self.price = cfg, generator, selector, price
-        self.uses_examples = bool(getattr(generator, "uses_examples", False))
-        self.template = None if self.uses_examples else caption_template(generator.template_family,
-                                                                         cfg.templates_dir)
-        self.pool_root = cfg.pool_images_root if cfg.pool_images_root is not None else cfg.images_root
-        self.options = GenerationOptions(max_tokens=cfg.max_tokens, temperature=cfg.temperature)
+    The captioning itself is :class:`~unirag.pipelines.captioner.Captioner`'s (the same call a
+    notebook makes); this adds example selection and the run record.
+    """
+
+    def __init__(self, cfg: CaptionConfig, captioner: Captioner, selector: ExampleSelector) -> None:
+        self.cfg, self.captioner, self.selector = cfg, captioner, selector
+        self.pool_root = pool_images_root(cfg)
+        #: retrieval:top1 over retrieval results captions with the top candidate's caption, as the paper's
+        #: code does (see :func:`unirag.pipelines.examples.top_candidate_caption`), not the first example's.
+        self.official_top1 = getattr(captioner.backend, "strategy", None) == "top1" and hasattr(selector,
+                                                                                            "top_caption")
 
     def examples(self, q: Query) -> list[Example]:
         return self.selector.select(q)
 
-    def prompt(self, q: Query, examples: list[Example]) -> CaptionPrompt:
-        shots = [Shot(ex.image_file(self.pool_root), ex.txt, ex.image_did or ex.img_path) for ex in examples]
-        return build_caption_prompt(self.template, resolve_image(q.img_path, self.cfg.images_root), shots,
-                                    query_label=f"query {q.qid}")
+    def request(self, q: Query, examples: list[Example]) -> CaptionRequest:
+        try:
+            return self.captioner.request(resolve_image(q.img_path, self.cfg.images_root),
+                                          to_shots(examples, self.pool_root), mode=self.cfg.mode,
+                                          label=f"query {q.qid}")
+        except InputError as e:  # a missing/corrupt image fails this query only, naming the file
+            raise BackendError(f"bad input: {e}") from None
 
-    def _record(self, examples: list[Example], gen: Generation) -> dict[str, Any]:
-        text = gen.text.strip()
-        if not text:
-            raise BackendError(f"{self.generator.spec} returned an empty caption")
-        rec = {"caption": text, "examples": [ex.as_dict() for ex in examples], "usage": gen.usage.as_dict(),
-               "cost_usd": cost_usd(gen.usage, self.price)}
-        if gen.raw:
-            rec["raw"] = gen.raw
+    @staticmethod
+    def _record(examples: list[Example], cap: Caption) -> dict[str, Any]:
+        rec = {"caption": cap.text, "examples": [ex.as_dict() for ex in examples], "usage": cap.usage.as_dict(),
+               "cost_usd": cap.cost}
+        if cap.raw:
+            rec["raw"] = cap.raw
         return rec
 
     def work(self, q: Query) -> dict[str, Any]:
-        try:
-            examples = self.examples(q)
-            if self.uses_examples:
-                captions = [e.txt for e in examples]
-                if getattr(self.generator, "strategy", None) == "top1" and hasattr(self.selector, "top_caption"):
-                    captions = [self.selector.top_caption(q)]  # the official baseline: the top hit, unskipped
-                return self._record(examples, self.generator.caption_from_examples(captions))
-            prompt = self.prompt(q, examples)
-        except InputError as e:  # a missing/corrupt image fails this query only, naming the file
-            raise BackendError(f"bad input: {e}") from None
-        return self._record(examples, self.generator.generate(prompt.messages, self.options))
-
-    def work_batch(self, qs: list[Query]) -> list[dict[str, Any]]:
-        prepared = []
-        for q in qs:
+        examples = self.examples(q)
+        request = self.request(q, examples)
+        captions = None
+        if request.prompt is None and self.official_top1:
             try:
-                examples = self.examples(q)
-                prepared.append((examples, self.prompt(q, examples)))
+                captions = [self.selector.top_caption(q)]  # the official baseline: the top hit, unskipped
             except InputError as e:
                 raise BackendError(f"bad input: {e}") from None
-        gens = self.generator.generate_batch([p.messages for _, p in prepared], self.options)
-        return [self._record(ex, g) for (ex, _), g in zip(prepared, gens, strict=True)]
+        return self._record(examples, self.captioner.complete(request, captions=captions))
+
+    def work_batch(self, qs: list[Query]) -> list[dict[str, Any]]:
+        examples = [self.examples(q) for q in qs]
+        requests = [self.request(q, ex) for q, ex in zip(qs, examples, strict=True)]
+        return [self._record(ex, cap) for ex, cap in zip(examples, self.captioner.complete_batch(requests),
+                                                          strict=True)]
 
 
-def _identity(cfg: CaptionConfig, generator: TextGenerator, selector: ExampleSelector, job: CaptionJob) -> dict:
-    gen_cfg = {k: v for k, v in generator.config().items() if k not in _EXECUTION_KEYS}
+def _identity(cfg: CaptionConfig, captioner: Captioner, selector: ExampleSelector) -> dict:
+    gen_cfg = {k: v for k, v in captioner.config().items() if k not in _EXECUTION_KEYS}
+    template = captioner.template
     return {
         "generator": gen_cfg,
         "mode": selector.mode, "k": selector.k, "examples": selector.source(),
         "queries": _abs(cfg.queries), "images_root": _abs(cfg.images_root),
-        "pool_images_root": _abs(job.pool_root), "pool": _abs(cfg.pool),
+        "pool_images_root": _abs(pool_images_root(cfg)), "pool": _abs(cfg.pool),
         "seed": cfg.seed, "max_tokens": cfg.max_tokens, "temperature": cfg.temperature,
-        "templates": [job.template.manifest_entry()] if job.template is not None else [],
+        "templates": [template.manifest_entry()] if template is not None else [],
     }
 
 
-def run_captioning(cfg: CaptionConfig, generator: TextGenerator | None = None) -> dict[str, Any]:
-    """Run (or resume) one captioning run into ``cfg.out``. Returns counts and totals."""
+def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | None = None) -> dict[str, Any]:
+    """Run (or resume) one captioning run into ``cfg.out``. Returns counts and totals.
+
+    ``generator``: a :class:`~unirag.pipelines.captioner.Captioner` or generator object to use
+    instead of loading ``cfg.generator`` (the caller keeps ownership; it is not closed here).
+    """
     queries_path = Path(cfg.queries)
     all_queries = read_queries(queries_path)
     _check_queries(all_queries, queries_path)
     run_queries = all_queries[: cfg.limit] if cfg.limit is not None else all_queries
     if cfg.concurrency < 1:
         raise ConfigError("--concurrency must be >= 1")
-    own_generator = generator is None
-    if generator is None:
-        from unirag.generators.registry import load_text_generator
-
-        generator = load_text_generator(cfg.generator, **cfg.generator_options)
+    pool_root = pool_images_root(cfg)
+    if isinstance(generator, Captioner):
+        captioner, owned = generator, False
+    else:
+        captioner = Captioner(generator if generator is not None else cfg.generator, max_tokens=cfg.max_tokens,
+                              temperature=cfg.temperature, templates_dir=cfg.templates_dir, prices=cfg.prices,
+                              images_root=pool_root, **cfg.generator_options)
+        owned = generator is None
     try:
-        if getattr(generator, "uses_examples", False) and (cfg.mode == "zero-shot" or cfg.k < 1):
-            raise ConfigError(f"{generator.spec} picks among retrieved captions: use --mode rag with --k >= 1")
+        if captioner.picks_examples and (cfg.mode == "zero-shot" or cfg.k < 1):
+            raise ConfigError(f"{captioner.spec} picks among retrieved captions: use --mode rag with --k >= 1")
         selector = make_selector(cfg.mode, cfg.k, queries=all_queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
                                  index=cfg.index, seed=cfg.seed, query_images_root=cfg.images_root)
-        table = load_prices(cfg.prices) if cfg.prices else None
-        price = price_for(generator.spec, table)
-        job = CaptionJob(cfg, generator, selector, price)
-        settings = {"generator_config": generator.config(), "concurrency": cfg.concurrency, "limit": cfg.limit,
-                    "max_attempts": cfg.max_attempts, "price": price_entry(price), "prices_file": _abs(cfg.prices)}
-        with RunDir(cfg.out, "caption", _identity(cfg, generator, selector, job), settings,
+        job = CaptionJob(cfg, captioner, selector)
+        settings = {"generator_config": captioner.config(), "concurrency": cfg.concurrency, "limit": cfg.limit,
+                    "max_attempts": cfg.max_attempts, "price": price_entry(captioner.price),
+                    "prices_file": _abs(cfg.prices) if not isinstance(cfg.prices, dict) else None}
+        with RunDir(cfg.out, "caption", _identity(cfg, captioner, selector), settings,
                     save_prompts=cfg.save_prompts) as run:
             done = run.store.done_keys()
             todo = [q for q in run_queries if q.qid not in done]
             selector.prepare(todo)
-            if not job.uses_examples:
+            if not captioner.picks_examples:
                 _save_prompts(run, job, run_queries)
             counts = _execute(cfg, job, run, run_queries)
             final = run.finish([q.qid for q in run_queries])
             return {"out": str(cfg.out), "this_run": counts, "counts": final, "totals": run.manifest["totals"]}
     finally:
-        if own_generator:
-            generator.close()
+        if owned:
+            captioner.close()
 
 
 def _save_prompts(run: RunDir, job: CaptionJob, queries: list[Query]) -> None:
     for i, q in enumerate(queries[: run.save_prompts]):
         try:
             examples = job.examples(q)
-            prompt = job.prompt(q, examples)
-        except InputError:
+            prompt = job.request(q, examples).prompt
+        except (InputError, BackendError):
             continue  # the query itself will fail with this message in the run
         run.save_prompt(i, q.qid, prompt.messages, prompt.merged_image,
                         extra={"examples": [e.as_dict() for e in examples]})
@@ -184,11 +193,10 @@ def _execute(cfg: CaptionConfig, job: CaptionJob, run: RunDir, queries: list[Que
     from unirag.runs.retry import RetryPolicy
 
     key = lambda q: q.qid  # noqa: E731
-    batched = type(job.generator).generate_batch is not TextGenerator.generate_batch
-    if batched and not job.uses_examples:
+    if job.captioner.batches:
         from unirag.pipelines.batching import run_batches
 
-        size = getattr(job.generator, "batch_size", 1)
+        size = getattr(job.captioner.backend, "batch_size", 1)
         return run_batches(queries, key, job.work_batch, run.store, batch_size=size, desc="caption",
                            progress=cfg.progress)
     from unirag.runs.executor import run_items

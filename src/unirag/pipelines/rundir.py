@@ -139,7 +139,7 @@ class RunDir:
                                "sha256": p.sha256()})
         info = {"qid": qid, "images": images, **(extra or {})}
         if merged_image is not None:
-            from unirag.prompts.merge import png_bytes
+            from unirag.data.images import png_bytes
 
             atomic_write_bytes(stem.with_name(stem.name + "_merged.png"), png_bytes(merged_image))
             info["merged_image"] = stem.name + "_merged.png"
@@ -159,6 +159,9 @@ class RunDir:
             totals = _usage_totals(r for r in records if r is not None)
             self.manifest.update({"updated": _now(), "counts": counts, "totals": totals,
                                   "status": "complete" if ok == len(order) else "incomplete", **(extra or {})})
+            if self.store.dropped_lines:  # lines a crashed writer left unreadable (also logged as a warning)
+                self.manifest["dropped_lines"] = {"count": len(self.store.dropped_lines),
+                                                  "first_line_numbers": self.store.dropped_lines[:10]}
             atomic_write_json(self.manifest_path, self.manifest)
         return counts
 

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from unirag.data.images import ImageLike, as_rgb, is_path_like, png_bytes
 from unirag.errors import ConfigError, InputError
 from unirag.messages import ImagePart, Message, Part, TextPart
-from unirag.prompts.merge import DEFAULT_SEPARATOR, merge_vertically, png_bytes
+from unirag.prompts.merge import DEFAULT_SEPARATOR, merge_vertically
 from unirag.prompts.templates import PromptTemplate, load_template
 
 LAYOUT_TOKENS = frozenset({"system_message", "system_inline", "examples", "query_image", "merged_image",
@@ -28,9 +29,10 @@ _INSTRUCTION = object()  # placeholder: filled after the layout loop (system_inl
 
 @dataclass(frozen=True)
 class Shot:
-    """One in-context example: an image file and its caption (label: the image did, for logs)."""
+    """One in-context example: an image (a file, or any image :func:`unirag.data.images.as_rgb` takes)
+    and its caption (label: the image did, for logs)."""
 
-    image: Path
+    image: ImageLike
     caption: str
     label: str | None = None
 
@@ -69,12 +71,11 @@ def is_single_image(tpl: PromptTemplate) -> bool:
     return "merged_image" in parse_layout(tpl)
 
 
-def _existing(path: Path) -> Path:
+def _image_part(image: ImageLike, label: str) -> ImagePart:
     """Fail while building the prompt (naming the file), not later inside a backend's encoder."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError("image file not found", path=path)
-    return path
+    if is_path_like(image) and not Path(image).is_file():
+        raise InputError("image file not found", path=image)
+    return ImagePart.from_image(image, label=label)
 
 
 def _instruction(tpl: PromptTemplate, shots: Sequence[Shot], merged: bool) -> str:
@@ -88,7 +89,7 @@ def _instruction(tpl: PromptTemplate, shots: Sequence[Shot], merged: bool) -> st
     return tpl.fill("few_shot", num=k, image_num=k + 1, caption_num=k, examples="\n".join(lines))
 
 
-def build_caption_prompt(tpl: PromptTemplate, query_image: Path, shots: Sequence[Shot],
+def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, shots: Sequence[Shot],
                          separator: int = DEFAULT_SEPARATOR, query_label: str = "query") -> CaptionPrompt:
     """Messages for one query. ``shots`` empty = zero-shot (the template's Figure 2 wording)."""
     layout = parse_layout(tpl)
@@ -107,21 +108,19 @@ def build_caption_prompt(tpl: PromptTemplate, query_image: Path, shots: Sequence
                 instruction = f"{system}\n{instruction}"
         elif token == "examples":
             for i, s in enumerate(shots, start=1):
-                parts.append(ImagePart(path=_existing(s.image), label=s.label or f"example {i}"))
+                parts.append(_image_part(s.image, s.label or f"example {i}"))
                 parts.append(TextPart(tpl.fill("example_caption", n=i, caption=s.caption)))
         elif token == "query_image":
-            parts.append(ImagePart(path=_existing(query_image), label=query_label))
+            parts.append(_image_part(query_image, query_label))
         elif token == "merged_image":
             if shots:
-                from unirag.data.images import load_rgb
-
-                images = [load_rgb(s.image) for s in shots] + [load_rgb(query_image)]
+                images = [as_rgb(s.image) for s in shots] + [as_rgb(query_image)]
                 merged_image = merge_vertically(images, separator=separator)
                 labels = [s.label or f"example {i}" for i, s in enumerate(shots, start=1)] + [query_label]
                 parts.append(ImagePart(data=png_bytes(merged_image), mime="image/png",
                                        label="merged: " + " | ".join(labels)))
             else:
-                parts.append(ImagePart(path=_existing(query_image), label=query_label))
+                parts.append(_image_part(query_image, query_label))
         elif token == "instruction":
             parts.append(_INSTRUCTION)
     final = [TextPart(instruction) if p is _INSTRUCTION else p for p in parts]

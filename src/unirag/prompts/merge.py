@@ -8,8 +8,6 @@ query image [k+1].
 
 from __future__ import annotations
 
-import io
-
 DEFAULT_SEPARATOR = 5
 SEPARATOR_COLOR = (0, 0, 0)
 
@@ -32,9 +30,3 @@ def merge_vertically(images: list, separator: int = DEFAULT_SEPARATOR, fill: tup
         y += im.height + separator
     return canvas
 
-
-def png_bytes(image) -> bytes:
-    """Lossless encoding, so what a backend receives is pixel-identical to what was merged."""
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    return buf.getvalue()

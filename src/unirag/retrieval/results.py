@@ -8,12 +8,15 @@ query itself to the generator).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
 @dataclass
 class ScoredCandidate:
+    """A ranked candidate as retrieval metrics score it (after the wrong-modality replacement)."""
+
     did: str
     score: float
     modality: str
@@ -29,7 +32,11 @@ class ScoredCandidate:
 
 @dataclass
 class Pair:
-    """An image-caption example; for an image+text candidate both dids are the same."""
+    """An image-caption example; for an image+text candidate both dids are the same.
+
+    ``img_path`` is as the pool records it (relative to the pool's images root); :attr:`image`
+    is the absolute file and :attr:`caption` the text, which is what a generator is shown.
+    """
 
     image_did: str
     text_did: str
@@ -38,19 +45,40 @@ class Pair:
     score: float | None = None
     #: how the complement was found: "pairing" (same source item), "retrieval", or "fused".
     via: str | None = None
+    #: the folder ``img_path`` is relative to (not written to run files: they stay relocatable).
+    images_root: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def image(self) -> Path | None:
+        """The example's image file, absolute."""
+        if self.img_path is None:
+            return None
+        p = Path(self.img_path)
+        if not p.is_absolute() and self.images_root is not None:
+            p = Path(self.images_root) / p
+        return p.absolute()
+
+    @property
+    def caption(self) -> str | None:
+        """The example's caption."""
+        return self.txt
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        if self.score is not None:
-            out["score"] = round(float(self.score), 6)
+        """The run-file form (relative image path, score rounded to 6 decimals)."""
+        out = {"image_did": self.image_did, "text_did": self.text_did, "img_path": self.img_path, "txt": self.txt,
+               "score": round(float(self.score), 6) if self.score is not None else None, "via": self.via}
         return out
 
 
 @dataclass
 class RetrievalResult:
+    """One query's ranked candidates and its (at most k) image-caption pairs, as a run file line."""
+
     qid: str
     candidates: list[ScoredCandidate] = field(default_factory=list)
     pairs: list[Pair] = field(default_factory=list)
+    #: candidate did -> position of its pair in ``pairs`` (a candidate whose pair showed the query has none).
+    pair_of: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def ranked_dids(self) -> list[str]:
@@ -67,3 +95,48 @@ class RetrievalResult:
         pairs = [Pair(str(p["image_did"]), str(p["text_did"]), p.get("img_path"), p.get("txt"),
                       p.get("score"), p.get("via")) for p in obj.get("pairs", [])]
         return cls(str(obj["qid"]), cands, pairs)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved candidate (``did``, ``score``, ``modality``) with its image-caption ``pair``.
+
+    ``pair`` is None when every pair for this candidate would have shown the query itself.
+    ``replaced`` names the wrong-modality hit this candidate stands in for (paper §5), if any.
+    """
+
+    did: str
+    score: float
+    modality: str
+    pair: Pair | None = None
+    replaced: str | None = None
+
+
+class Hits(list):
+    """The ranked :class:`Hit` list of one query; ``pairs`` are its k few-shot examples.
+
+    ``pairs`` equals the ``pairs`` of the run file ``unirag retrieve`` writes: when a candidate's
+    own pair is dropped (it shows the query), a later hit may supply one, so ``pairs`` can hold
+    pairs that no hit in the list carries. Pass a ``Hits`` to :meth:`unirag.Captioner.caption`.
+    """
+
+    def __init__(self, hits=(), pairs=(), qid: str | None = None) -> None:
+        super().__init__(hits)
+        self.pairs: list[Pair] = list(pairs)
+        self.qid = qid
+
+    @classmethod
+    def of(cls, result: RetrievalResult, images_root: str | None) -> Hits:
+        pairs = [Pair(p.image_did, p.text_did, p.img_path, p.txt, p.score, p.via, images_root) for p in result.pairs]
+        hits = [Hit(c.did, float(c.score), c.modality,
+                    pairs[result.pair_of[c.did]] if c.did in result.pair_of else None, c.replaced)
+                for c in result.candidates]
+        return cls(hits, pairs, result.qid)
+
+    @property
+    def dids(self) -> list[str]:
+        """The ranked dids."""
+        return [h.did for h in self]
+
+    def __repr__(self) -> str:
+        return f"Hits({list.__repr__(self)}, pairs={self.pairs!r})"

@@ -17,44 +17,134 @@ is exhausted, so dropped hits do not shorten the lists.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from unirag.data.images import ImageLike
 from unirag.data.records import Modality, Qrels, Query
 from unirag.errors import ConfigError
 from unirag.index.store import VectorIndex, check_encoder, parse_modality_filter
 from unirag.retrieval.pairing import Completer, QueryIdentity, pair_equals_query
-from unirag.retrieval.results import Pair, RetrievalResult, ScoredCandidate
+from unirag.retrieval.results import Hits, Pair, RetrievalResult, ScoredCandidate
 
 
 class Retriever:
-    """``Retriever(index_dir).retrieve(queries, k, modality)``; see the module docstring.
+    """Top-k candidates and image-caption pairs from an index; see the module docstring.
 
-    ``encoder=None`` loads the encoder recorded in the index manifest when queries must be encoded.
-    ``pool_images_root`` defaults to the images root the index was built with.
+    ``Retriever(index)`` where ``index`` is an index directory, a :class:`unirag.Index` or a
+    :class:`~unirag.index.store.VectorIndex`. :meth:`search` takes an image and/or a text (what a
+    notebook has), :meth:`retrieve` M-BEIR query records (what ``unirag retrieve`` reads); both
+    follow the same rules and give the same ranking for the same query.
+
+    ``encoder``: an encoder object or spec; None loads the one recorded in the index manifest on
+    ``device`` in ``dtype`` ("auto": CUDA when available, in its fast dtype) the first time queries must be encoded (or at
+    :meth:`warm_up`). ``pool_images_root`` defaults to the images root the index was built with.
     """
 
-    def __init__(self, index: str | Path | VectorIndex, encoder=None, *, verify: bool = False,
+    def __init__(self, index, encoder=None, *, device: str | None = "auto", dtype: str | None = "auto",
+                 verify: bool = False,
                  pool_images_root: str | Path | None = None) -> None:
-        self.index = index if isinstance(index, VectorIndex) else VectorIndex.open(index, encoder, verify)
-        if encoder is not None and isinstance(index, VectorIndex):
+        from unirag.index.handle import Index
+
+        if isinstance(index, Index):
+            index = index.store
+        self.index = index if isinstance(index, VectorIndex) else VectorIndex.open(index, None, verify)
+        if isinstance(encoder, str):
+            from unirag.encoders.registry import load_encoder
+
+            encoder = load_encoder(encoder, device=device, dtype=dtype)
+        if encoder is not None:
             check_encoder(self.index.manifest, encoder, self.index.index_dir)
         self._encoder = encoder
-        self.pool_images_root = pool_images_root or self.index.manifest.get("images_root")
+        self.device, self.dtype = device, dtype
+        self.verify = verify
+        root = pool_images_root or self.index.manifest.get("images_root")
+        self.pool_images_root = str(root) if root is not None else None
         self.completer = Completer(self.index, self.pool_images_root)
 
     @property
     def encoder(self):
+        """The query encoder (loaded from the index manifest on first use)."""
         if self._encoder is None:
             from unirag.encoders.registry import load_encoder
 
-            encoder = load_encoder(self.index.manifest["encoder"].get("spec"))
+            encoder = load_encoder(self.index.manifest["encoder"].get("spec"), device=self.device, dtype=self.dtype)
             check_encoder(self.index.manifest, encoder, self.index.index_dir)
             self._encoder = encoder
         return self._encoder
 
+    def warm_up(self) -> Retriever:
+        """Load the query encoder now (otherwise the first search does)."""
+        _ = self.encoder
+        return self
+
+    # -- images and texts (the Python API) ---------------------------------------------------
+    def search(self, image: ImageLike | None = None, text: str | None = None, *, k: int = 5,
+               modality: str | Modality | None = "any", exclude: Iterable[str] = ()) -> Hits:
+        """The top-``k`` hits for one query: an image, a text, or both (the fused query).
+
+        ``image``: a path, a PIL image, encoded bytes or a uint8 array. ``modality``: the candidates
+        to search, "any" (default), "text", "image" or "image,text". Over "any", an image query gets
+        captions and a text query images (a hit of the other kind is replaced by its complement, as
+        ``unirag retrieve`` does). ``exclude``: dids never to return (e.g. the query's own captions).
+        Each hit's ``pair`` is the image-caption example it completes to; ``hits.pairs`` are the
+        ``k`` examples for a generator (pairs showing the query's own image or text are dropped).
+        """
+        return self.search_batch([image], [text], k=k, modality=modality, exclude=[exclude])[0]
+
+    def search_batch(self, images: Sequence[ImageLike | None] | None = None,
+                     texts: Sequence[str | None] | None = None, *, k: int = 5,
+                     modality: str | Modality | None = "any",
+                     exclude: Sequence[Iterable[str]] | None = None) -> list[Hits]:
+        """:meth:`search` for many queries at once (encoded in batches): query ``i`` is
+        ``images[i]`` and/or ``texts[i]``; ``exclude[i]`` its excluded dids."""
+        _check_k(k)
+        parse_modality_filter(modality)
+        n = len(images) if images is not None else len(texts) if texts is not None else 0
+        images = list(images) if images is not None else [None] * n
+        texts = list(texts) if texts is not None else [None] * n
+        excludes = [set(e) for e in exclude] if exclude is not None else [set()] * n
+        if not (len(images) == len(texts) == len(excludes)):
+            raise ConfigError(f"search_batch got {len(images)} images, {len(texts)} texts and "
+                              f"{len(excludes)} exclude sets; give one of each per query")
+        queries = [_query(i, im, tx) for i, (im, tx) in enumerate(zip(images, texts, strict=True))]
+        vectors = self._encode(queries, images, texts)
+        qrels = Qrels({q.qid: e for q, e in zip(queries, excludes, strict=True) if e})
+        results = self.retrieve_vectors(queries, vectors, k, modality, exclude_qrels=qrels)
+        return [Hits.of(r, self.pool_images_root) for r in results]
+
+    def _encode(self, queries: list[Query], images: list, texts: list) -> np.ndarray:
+        from unirag.data.images import as_rgb
+
+        out = np.zeros((len(queries), self.encoder.dim), dtype=np.float32)
+        groups: dict[Modality, list[int]] = {}
+        for i, q in enumerate(queries):
+            groups.setdefault(q.modality, []).append(i)
+        for modality, idx in groups.items():
+            if modality is Modality.TEXT:
+                out[idx] = self.encoder.encode_texts([texts[i] for i in idx])
+                continue
+            pixels = [as_rgb(images[i]) for i in idx]
+            if modality is Modality.IMAGE:
+                out[idx] = self.encoder.encode_images(pixels)
+            else:
+                out[idx] = self.encoder.encode_fused(pixels, [texts[i] for i in idx])
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Enough to make the same retriever again with :meth:`from_dict` (index path, encoder, device)."""
+        return {"index": str(self.index.index_dir), "encoder": self.index.manifest["encoder"].get("spec"),
+                "device": self.device, "dtype": self.dtype, "verify": self.verify, "pool_images_root": self.pool_images_root}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Retriever:
+        return cls(data["index"], data.get("encoder"), device=data.get("device", "auto"), dtype=data.get("dtype", "auto"),
+                   verify=data.get("verify", True), pool_images_root=data.get("pool_images_root"))
+
+    # -- M-BEIR query records (the CLI) ------------------------------------------------------
     def retrieve(self, queries: Sequence[Query], k: int, modality: str | Modality | None = "any",
                  exclude_qrels: Qrels | None = None, query_images_root: str | Path | None = None,
                  progress: bool = False) -> list[RetrievalResult]:
@@ -128,6 +218,7 @@ class Retriever:
             if other is not None and cand not in paired and len(result.pairs) < k:
                 if self._add_pair(result, cand, other, score, via, ident):
                     paired.add(cand)
+                    result.pair_of.setdefault(metas[cand].did, len(result.pairs) - 1)
             if len(result.candidates) >= k and len(result.pairs) >= k:
                 return result, True
         return result, False
@@ -142,6 +233,22 @@ class Retriever:
         result.pairs.append(Pair(metas[image].did, metas[text].did, metas[image].img_path, metas[text].txt,
                                  score, via))
         return True
+
+
+def _query(i: int, image: ImageLike | None, text: str | None) -> Query:
+    """An in-memory query record; its image path (if it has one) lets pairs that show it be dropped."""
+    from unirag.data.images import image_path_of
+
+    if text is not None and not isinstance(text, str):
+        raise ConfigError(f"query {i}: text must be a string, got {type(text).__name__}")
+    text = text if text and text.strip() else None
+    if image is None and text is None:
+        raise ConfigError(f"query {i}: give an image, a text, or both")
+    modality = Modality.IMAGE_TEXT if image is not None and text else Modality.IMAGE if image is not None \
+        else Modality.TEXT
+    path = image_path_of(image) if image is not None else None
+    return Query(qid=f"query-{i}", modality=modality, txt=text,
+                 img_path=str(path.absolute()) if path is not None else None)
 
 
 def _default_target(query_modality: Modality) -> Modality | None:

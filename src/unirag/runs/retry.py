@@ -17,11 +17,13 @@ from unirag.errors import BackendError
 
 T = TypeVar("T")
 
-RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+#: 408 (the server timed out waiting for the request) and 429 (rate limit); every 5xx is retried too.
+RETRYABLE_STATUS = frozenset({408, 429})
 
 
 def is_retryable_status(status: int | None) -> bool:
-    return status is not None and (status in RETRYABLE_STATUS or status >= 500)
+    """Only timeouts, 429 and 5xx: any other status (400, 401, 404, 409, ...) fails the item at once."""
+    return status is not None and (status in RETRYABLE_STATUS or 500 <= status <= 599)
 
 
 @dataclass

@@ -62,13 +62,14 @@ class ResultStore:
         self._latest: dict[str, dict[str, Any]] = {}
         self._offset = 0          # bytes of the file consumed so far
         self._ino: int | None = None
+        self._generation = b""   # compaction counter kept in the lock file (see _refresh_locked)
         self._lineno = 0          # complete lines consumed so far
         #: 1-based line numbers of lines that were dropped (torn by a crash, or not JSON)
         self.dropped_lines: list[int] = []
         #: appends not written because another writer had already stored an ``ok`` record for the key
         self.skipped_duplicates = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock_fh = self.lock_path.open("a")
+        self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         self._claims = Claims(self.path)
         self._closed = False
         with self._locked(exclusive=True):
@@ -91,14 +92,14 @@ class ResultStore:
             if self._closed:
                 raise UniragError(f"result store {self.path} is closed")
             if self._depth == 0:
-                fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             self._depth += 1
             try:
                 yield
             finally:
                 self._depth -= 1
                 if self._depth == 0:
-                    fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_UN)
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     @contextmanager
     def exclusive(self) -> Iterator[ResultStore]:
@@ -110,16 +111,19 @@ class ResultStore:
     # -- reading ------------------------------------------------------------------------------------
     def _refresh_locked(self, repair: bool) -> None:
         """Consume lines appended since the last read (by anyone). Caller holds the flock."""
+        generation = os.pread(self._lock_fd, 32, 0)
         try:
             st = self.path.stat()
         except FileNotFoundError:
-            self._offset, self._ino, self._lineno = 0, None, 0
+            self._offset, self._ino, self._lineno, self._generation = 0, None, 0, generation
             return
-        if self._ino is not None and (st.st_ino != self._ino or st.st_size < self._offset):
+        if self._ino is not None and (generation != self._generation or st.st_ino != self._ino
+                                      or st.st_size < self._offset):
             # Another process compacted (replaced) the file: read it again from the start. Its
             # records are the latest per key, so merging them into what we hold loses nothing.
+            # (The counter in the lock file catches a replacement even if the inode number is reused.)
             self._offset, self._lineno = 0, 0
-        self._ino = st.st_ino
+        self._ino, self._generation = st.st_ino, generation
         if st.st_size == self._offset:
             return
         dropped: list[int] = []
@@ -237,6 +241,10 @@ class ResultStore:
             n = atomic_write_lines(self.path, (json.dumps(r, ensure_ascii=False) for r in recs))
             st = self.path.stat()
             self._offset, self._ino, self._lineno = st.st_size, st.st_ino, n
+            count = int(self._generation) + 1 if self._generation.isdigit() else 1
+            self._generation = str(count).encode()
+            os.ftruncate(self._lock_fd, 0)
+            os.pwrite(self._lock_fd, self._generation, 0)
             self._claims.compact()
             return n
 
@@ -245,7 +253,7 @@ class ResultStore:
             if not self._closed:
                 self._closed = True
                 self._claims.close()
-                self._lock_fh.close()
+                os.close(self._lock_fd)
 
     def __enter__(self) -> ResultStore:
         return self

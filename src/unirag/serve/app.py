@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, File, Form, HTTPException, Request, UploadFile
+from fastapi import Depends, FastAPI, File, Form, Request, UploadFile
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 
 from unirag import __version__
 from unirag.errors import BackendError, ConfigError, InputError
@@ -33,7 +34,7 @@ from unirag.serve.engine import CAPTION_MODES, MODALITIES, Engine, Hit, SearchQu
 from unirag.serve.metrics import Metrics
 from unirag.serve.redact import RedactingFilter, redact
 from unirag.serve.settings import ServeSettings
-from unirag.serve.uploads import UploadError, check_image, check_size
+from unirag.serve.uploads import BodyLimit, UploadError, check_image, check_size
 
 STATIC = Path(__file__).resolve().parent / "static"
 THUMB_SIZES = range(16, 1025)
@@ -55,7 +56,8 @@ def image_url(did: str | None) -> str | None:
 
 
 def hit_json(h: Hit) -> dict[str, Any]:
-    return {"did": h.did, "score": round(h.score, 6), "modality": h.modality, "caption": h.caption,
+    return {"did": h.did, "score": round(h.score, 6) if h.score is not None else None, "modality": h.modality,
+            "caption": h.caption,
             "image_url": image_url(h.image_did)}
 
 
@@ -78,6 +80,7 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
                   description="Multimodal search, RAG captioning and composed image retrieval over one index.")
     app.state.engine, app.state.metrics, app.state.settings, app.state.batcher = engine, metrics, settings, batcher
 
+    app.add_middleware(BodyLimit, limit=settings.max_upload_bytes + _FORM_OVERHEAD)
     if settings.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
@@ -121,6 +124,8 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, e: HTTPException):
+        if isinstance(e.__cause__, UploadError):  # raised while FastAPI parsed the form (BodyLimit)
+            return _error(e.__cause__.status, e.__cause__.message)
         return _error(e.status_code, str(e.detail))
 
     from fastapi.exceptions import RequestValidationError

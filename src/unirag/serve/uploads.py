@@ -91,3 +91,33 @@ def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "i
 
 def _mb(n: int) -> str:
     return f"{n / 1024 / 1024:.1f} MB" if n >= 1024 * 1024 else f"{n} bytes"
+
+
+class BodyLimit:
+    """ASGI middleware: stop reading a request body once it exceeds ``limit`` bytes (413).
+
+    The Content-Length check refuses declared large bodies before reading; this one also covers
+    chunked uploads that declare no length, so no request can make the server spool more than
+    ``limit`` bytes.
+    """
+
+    def __init__(self, app, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        seen = 0
+
+        async def limited_receive():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise UploadError(413, f"request body is larger than {_mb(self.limit)} (the upload limit "
+                                           "plus room for the form around it)")
+            return message
+
+        await self.app(scope, limited_receive, send)

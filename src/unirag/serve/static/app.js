@@ -78,7 +78,8 @@ function card(item, metaText) {
 function fillGrid(list, items, meta) {
   list.replaceChildren(...items.map((item, i) => card(item, meta(item, i))));
 }
-const hitMeta = (h, i) => "#" + (i + 1) + " · score " + h.score.toFixed(3) + " · " + h.modality + " · " + h.did;
+const hitMeta = (h, i) => "#" + (i + 1) + (h.score === null ? "" : " · score " + h.score.toFixed(3))
+  + " · " + h.modality + " · " + h.did;
 
 // ---- image inputs (drop zones) ------------------------------------------------------------------
 function setupDrop(zone) {

@@ -1,0 +1,179 @@
+"""``unirag.XR``: composed image retrieval (reference image + modification text) from Python.
+
+X^R (paper Algorithm 1) searches a gallery for the image that looks like the reference image
+changed as the text says. Without agent models it ranks with the embedding baseline (the reference
+image and the text fused, UniIR CLIP-SF style); with agent models (``agents``: an agents YAML like
+``examples/xr_agents.yaml`` or an :class:`~unirag.cir.config.XRConfig`) it adds imagination,
+coarse filtering and fine filtering. A search is a small CIR run in a work folder; every agent call
+and the gallery embeddings are cached there, so searching the same gallery again costs only the new
+query's calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unirag.cir.config import XRConfig, load_config
+from unirag.cir.datasets import CirDataset, CirQuery
+from unirag.data.images import ImageLike, as_rgb, image_path_of, png_bytes
+from unirag.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class XRHit:
+    """One ranked gallery image: its id (``did``), its ``rank`` (1 = best), the ``stage`` that
+    ranked it ("baseline", "xr_coarse" or "xr") and, for the fine stage's top k', its ``scores``."""
+
+    did: str
+    rank: int
+    stage: str
+    modality: str = "image"
+    scores: dict[str, float] = field(default_factory=dict)
+
+
+class XR:
+    """Training-free multi-agent composed image retrieval.
+
+    ``agents``: agents YAML path, :class:`~unirag.cir.config.XRConfig`, or None (embedding baseline
+    only). ``encoder``: cross-modal encoder spec (None: the offline default, or the config's).
+    ``work_dir``: where runs and caches go (default: a temporary folder removed by :meth:`close`).
+    ``k_prime``/``lam``: the paper's candidate depth and fusion weight (override the config).
+    ``device``/``dtype``: where and how the encoders run (agent models take theirs from the config).
+    """
+
+    def __init__(self, agents: str | Path | XRConfig | None = None, encoder: str | None = None, *,
+                 work_dir: str | Path | None = None, k_prime: int | None = None, lam: float | None = None,
+                 device: str | None = "auto", dtype: str | None = "auto", generator_factory=None,
+                 progress: bool = False) -> None:
+        self.config = agents if isinstance(agents, XRConfig) else load_config(agents)
+        if encoder is not None:
+            self.config.encoder = encoder
+        for name, value in (("k_prime", k_prime), ("lam", lam)):
+            if value is not None:
+                setattr(self.config.settings, name, value)
+        self.config.settings.check()
+        self._tmp = tempfile.TemporaryDirectory(prefix="unirag-xr-") if work_dir is None else None
+        self.work_dir = Path(self._tmp.name if self._tmp is not None else work_dir)
+        self.factory, self.progress = generator_factory, progress
+        self.encoder_options = {"device": device, "dtype": dtype}
+        self._encoder = None
+        self._text_encoder = None
+        self._counter = itertools.count()
+
+    def warm_up(self) -> XR:
+        """Load the cross-modal encoder now."""
+        self._load_encoder()
+        return self
+
+    def _load_encoder(self):
+        if self._encoder is None:
+            from unirag.encoders.registry import load_encoder
+
+            self._encoder = load_encoder(self.config.encoder, **self.encoder_options)
+        return self._encoder
+
+    def search(self, reference_image: ImageLike, text: str, pool_or_index: Any, *, k: int = 10,
+               exclude_reference: bool = True) -> list[XRHit]:
+        """The top-``k`` gallery images for ``reference_image`` changed as ``text`` says.
+
+        ``pool_or_index``: a :class:`unirag.Pool` or :class:`unirag.Index` (their image candidates
+        are the gallery), a ``{id: image path}`` mapping, or a list of image paths (ids: the paths).
+        ``exclude_reference``: never return the reference image itself (when it is in the gallery).
+        """
+        return self.search_batch([reference_image], [text], pool_or_index, k=k,
+                                 exclude_reference=exclude_reference)[0]
+
+    def search_batch(self, reference_images: Sequence[ImageLike], texts: Sequence[str], pool_or_index: Any, *,
+                     k: int = 10, exclude_reference: bool = True) -> list[list[XRHit]]:
+        """:meth:`search` for several queries over one gallery (agent calls run concurrently)."""
+        from unirag.cir.pipeline import CirRun
+
+        if len(reference_images) != len(texts):
+            raise ConfigError(f"search_batch got {len(reference_images)} reference images but {len(texts)} texts")
+        if not isinstance(k, int) or k < 1:
+            raise ConfigError(f"k must be a positive integer, got {k!r}")
+        gallery = gallery_of(pool_or_index)
+        queries = []
+        for i, (image, text) in enumerate(zip(reference_images, texts, strict=True)):
+            if not isinstance(text, str) or not text.strip():
+                raise ConfigError(f"query {i}: the modification text must be a non-empty string")
+            ref = self._reference_file(image)
+            ref_id = next((d for d, p in gallery.items() if Path(p) == ref), f"reference:{i}")
+            queries.append(CirQuery(qid=f"q{i}", reference=ref_id, text=text, reference_path=str(ref)))
+        dataset = CirDataset("xr-search", "mbeir", queries, gallery, exclude_reference=exclude_reference)
+        self.config.settings.k = max(k, 1)
+        out = self.work_dir / "searches" / f"{next(self._counter):04d}"
+        run = CirRun(dataset, out, self.config, cache_dir=self.work_dir / "cache", encoder=self._load_encoder(),
+                     text_encoder=self._text_encoder, generator_factory=self.factory, progress=self.progress,
+                     echo=lambda _line: None, encoder_options=self.encoder_options)
+        run.run()
+        self._text_encoder = run.loaded_encoders().get("text_encoder") or self._text_encoder
+        by_qid = {}
+        with (out / "rankings.jsonl").open(encoding="utf-8") as f:
+            for line in f:
+                rec = json.loads(line)
+                by_qid[rec["qid"]] = rec
+        results = []
+        for q in queries:
+            rec = by_qid[q.qid]
+            scores = rec.get("scores") or {}
+            results.append([XRHit(did, r, rec["final_stage"], scores=dict(scores.get(did, {})))
+                            for r, did in enumerate(rec["ranked"][:k], start=1)])
+        return results
+
+    def _reference_file(self, image: ImageLike) -> Path:
+        """A file for the reference image (agents send files): its own, or a PNG in the work folder."""
+        path = image_path_of(image)
+        if path is not None:
+            return path.absolute()
+        data = png_bytes(as_rgb(image))
+        target = self.work_dir / "references" / f"{hashlib.sha256(data).hexdigest()[:20]}.png"
+        if not target.exists():
+            from unirag.runs.atomic import atomic_write_bytes
+
+            atomic_write_bytes(target, data)
+        return target
+
+    def close(self) -> None:
+        """Remove the temporary work folder (when this object made one)."""
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> XR:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration (roles, encoders, settings) as recorded in run manifests."""
+        return {"config": self.config.manifest(), "work_dir": None if self._tmp is not None else str(self.work_dir)}
+
+
+def gallery_of(pool_or_index: Any) -> dict[str, str]:
+    """Image id -> absolute image path from a Pool, an Index, a mapping or a list of paths."""
+    from unirag.data.pool import Pool
+    from unirag.index.handle import Index
+
+    if isinstance(pool_or_index, Index):
+        pool_or_index = pool_or_index.pool
+    if isinstance(pool_or_index, Pool):
+        gallery = {c.did: str(pool_or_index.image_file(c)) for c in pool_or_index if c.modality.value == "image"}
+    elif isinstance(pool_or_index, Mapping):
+        gallery = {str(d): str(Path(p).absolute()) for d, p in pool_or_index.items()}
+    elif isinstance(pool_or_index, Sequence) and not isinstance(pool_or_index, str):
+        gallery = {str(p): str(Path(p).absolute()) for p in pool_or_index}
+    else:
+        raise ConfigError(f"expected a Pool, an Index, a {{id: path}} mapping or a list of image paths, got "
+                          f"{type(pool_or_index).__name__}")
+    if not gallery:
+        raise ConfigError("the gallery holds no images")
+    return gallery

@@ -1,0 +1,171 @@
+"""``unirag.Pool``: the candidate pool (images, captions, image+caption items) as users hold it.
+
+A pool is read from an M-BEIR pool JSONL file (streamed: iterating never holds more than one line)
+or made from records in memory. It knows the folder its relative image paths are relative to
+(``images_root``), so whoever gets a candidate from it can open the image without being told again.
+Candidates that share a ``source_id`` are the pool's own image–caption pairing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from unirag.data.records import Candidate, Modality, resolve_image
+from unirag.errors import InputError
+
+
+class Pool:
+    """An M-BEIR candidate pool. Use :meth:`read` for a file, :meth:`from_records` or
+    :meth:`from_pairs` for data in memory.
+
+    Iterating yields :class:`~unirag.data.records.Candidate` records in file order;
+    ``pool[did]`` looks one up (the lookup table is built on first use).
+    """
+
+    def __init__(self, candidates: Iterable[Candidate] | None = None, *, path: str | Path | None = None,
+                 images_root: str | Path | None = None) -> None:
+        if (candidates is None) == (path is None):
+            raise ValueError("Pool needs exactly one of candidates (in memory) or path (a pool JSONL file)")
+        self.path = Path(path) if path is not None else None
+        self.images_root = Path(images_root).absolute() if images_root is not None else None
+        self._records: list[Candidate] | None = list(candidates) if candidates is not None else None
+        self._by_did: dict[str, Candidate] | None = None
+        self._len: int | None = None
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def read(cls, path: str | Path, images_root: str | Path | None = None) -> Pool:
+        """A pool JSONL file (M-BEIR); ``images_root`` is the folder its image paths are relative to."""
+        path = Path(path)
+        if not path.is_file():
+            raise InputError("candidate pool not found", path=path)
+        return cls(path=path, images_root=images_root)
+
+    @classmethod
+    def from_records(cls, records: Iterable[Candidate | Mapping[str, Any]],
+                     images_root: str | Path | None = None) -> Pool:
+        """Candidates, or dicts in the M-BEIR pool line format (``did``, ``modality``, ``txt``,
+        ``img_path``, ``src_content``; ``source_id`` may be given directly)."""
+        out = []
+        for i, r in enumerate(records):
+            out.append(r if isinstance(r, Candidate) else _candidate_from_dict(r, i))
+        _check_unique(out)
+        return cls(out, images_root=images_root)
+
+    @classmethod
+    def from_pairs(cls, pairs: Iterable[tuple[str | Path, str | Iterable[str]]], *,
+                   images_root: str | Path | None = None, prefix: str = "item") -> Pool:
+        """A pool from ``(image path, caption or captions)`` tuples: one image candidate and one
+        caption candidate per caption, sharing a source id (dids ``{prefix}:img:N``, ``{prefix}:txt:N:J``)."""
+        out: list[Candidate] = []
+        for n, (image, captions) in enumerate(pairs):
+            sid = f"{prefix}:{n}"
+            out.append(Candidate(did=f"{prefix}:img:{n}", modality=Modality.IMAGE, img_path=str(image),
+                                 source_id=sid))
+            for j, text in enumerate([captions] if isinstance(captions, str) else list(captions)):
+                if not text or not str(text).strip():
+                    raise InputError(f"empty caption for image {image}", field=f"pairs[{n}]")
+                out.append(Candidate(did=f"{prefix}:txt:{n}:{j}", modality=Modality.TEXT, txt=str(text),
+                                     source_id=sid))
+        return cls(out, images_root=images_root)
+
+    # -- access ------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Candidate]:
+        if self._records is not None:
+            return iter(self._records)
+        from unirag.data.mbeir import read_candidates
+
+        return read_candidates(self.path)
+
+    def __len__(self) -> int:
+        if self._records is not None:
+            return len(self._records)
+        if self._len is None:
+            self._len = sum(1 for _ in self)
+        return self._len
+
+    def _table(self) -> dict[str, Candidate]:
+        if self._by_did is None:
+            self._by_did = {c.did: c for c in self}
+        return self._by_did
+
+    def __getitem__(self, did: str) -> Candidate:
+        try:
+            return self._table()[did]
+        except KeyError:
+            raise KeyError(f"no candidate {did!r} in the pool") from None
+
+    def __contains__(self, did: object) -> bool:
+        return did in self._table()
+
+    def get(self, did: str, default: Candidate | None = None) -> Candidate | None:
+        """The candidate with this did, or ``default``."""
+        return self._table().get(did, default)
+
+    def as_dict(self) -> dict[str, Candidate]:
+        """did -> candidate (what the pipelines' lookups take)."""
+        return self._table()
+
+    def image_file(self, candidate: Candidate | str) -> Path | None:
+        """The absolute image file of a candidate (or did); None for a caption."""
+        c = self[candidate] if isinstance(candidate, str) else candidate
+        p = resolve_image(c.img_path, self.images_root)
+        return p.absolute() if p is not None else None
+
+    @property
+    def in_memory(self) -> bool:
+        """True for a pool made from records (no file behind it)."""
+        return self._records is not None
+
+    def write(self, path: str | Path) -> Path:
+        """Write the pool as M-BEIR JSONL (atomically); returns the path."""
+        from unirag.data.mbeir import write_candidates
+
+        write_candidates(path, self)
+        return Path(path)
+
+    # -- serialisation -----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A file-backed pool as ``{"path", "images_root"}`` (in-memory pools: :meth:`write` first)."""
+        if self.path is None:
+            raise ValueError("an in-memory pool has no path to record; write() it to a file first")
+        return {"path": str(self.path), "images_root": str(self.images_root) if self.images_root else None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Pool:
+        return cls.read(data["path"], data.get("images_root"))
+
+    def __repr__(self) -> str:
+        where = f"path={str(self.path)!r}" if self.path is not None else f"{len(self)} records in memory"
+        return f"Pool({where}, images_root={str(self.images_root) if self.images_root else None!r})"
+
+
+def _candidate_from_dict(obj: Mapping[str, Any], i: int) -> Candidate:
+    from unirag.data.mbeir import source_id_of
+
+    where = f"records[{i}]"
+    if not obj.get("did"):
+        raise InputError("missing required field", field=f"{where}.did")
+    try:
+        modality = Modality.parse(obj.get("modality") or "")
+    except ValueError as e:
+        raise InputError(str(e), field=f"{where}.modality") from None
+    txt, img = obj.get("txt"), obj.get("img_path")
+    if modality.has_text and not txt:
+        raise InputError(f"modality '{modality.value}' needs a text", field=f"{where}.txt")
+    if modality.has_image and not img:
+        raise InputError(f"modality '{modality.value}' needs an image path", field=f"{where}.img_path")
+    src = obj.get("src_content")
+    sid = obj.get("source_id")
+    return Candidate(did=str(obj["did"]), modality=modality, txt=txt, img_path=str(img) if img else None,
+                     src_content=src, source_id=str(sid) if sid is not None else source_id_of(src))
+
+
+def _check_unique(records: list[Candidate]) -> None:
+    seen: set[str] = set()
+    for c in records:
+        if c.did in seen:
+            raise InputError(f"duplicate did {c.did!r} in the candidate pool", field="did")
+        seen.add(c.did)

@@ -1,0 +1,194 @@
+"""``unirag.Index``: a built index as users hold it (build, open, search raw vectors).
+
+A thin facade over the index internals (:mod:`unirag.index.build`, :mod:`unirag.index.store`):
+it adds what a caller needs without reading manifests by hand: the encoder that built it, the pool
+it holds (every candidate's text, image path and pairing), and the absolute images root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from unirag.data.records import Candidate
+
+if TYPE_CHECKING:
+    from unirag.data.pool import Pool
+    from unirag.encoders.base import Encoder
+    from unirag.index.store import VectorIndex
+
+
+@dataclass(frozen=True)
+class IndexHit:
+    """One search hit: the candidate's did, its inner-product score and its modality ("text", ...)."""
+
+    did: str
+    score: float
+    modality: str
+
+
+class Index:
+    """An index directory: per-modality FAISS files, candidate metadata and a manifest.
+
+    Use :meth:`build` or :meth:`open`. :meth:`search` takes query vectors; to search with images
+    or texts use :class:`unirag.Retriever`, which encodes them with the index's own encoder.
+    """
+
+    def __init__(self, store: VectorIndex) -> None:
+        self.store = store  #: the underlying :class:`~unirag.index.store.VectorIndex`
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | Path, *, verify: bool = False) -> Index:
+        """Open the index in ``path`` (memory-mapped; file sizes are checked). ``verify=True`` also
+        re-hashes every file against its recorded SHA-256 (reads the whole index)."""
+        from unirag.index.store import VectorIndex
+
+        return cls(VectorIndex.open(path, None, verify))
+
+    @classmethod
+    def build(cls, pool: Pool | str | Path | Iterable[Candidate], out: str | Path, *,
+              encoder: Encoder | str | None = None, images_root: str | Path | None = None,
+              index_type: str = "flat", params: Mapping[str, Any] | None = None, batch_size: int = 64,
+              device: str | None = "auto", dtype: str | None = "auto", progress: bool = False, engine: str = "local",
+              **engine_options: Any) -> Index:
+        """Encode every candidate of ``pool`` and write the index to ``out`` (atomically); return it opened.
+
+        ``pool``: a :class:`unirag.Pool` (its images root is used unless ``images_root`` is given),
+        a pool JSONL path, or candidates. ``encoder``: an encoder object, a spec (hub id, local
+        directory, "offline") or None for the offline default, loaded on ``device`` in ``dtype``.
+        ``index_type``: "flat" (exact), "hnsw" or "ivfpq"; ``params`` override their settings.
+        ``engine``: "local" (this process) or "ray" (shards embedded on Ray Data, resumable), with
+        ``engine_options`` ``shards_dir``, ``shard_size``, ``workers``, ``gpus_per_worker``,
+        ``ray_address`` (see :func:`unirag.index.build.build_index`).
+        """
+        from unirag.data.pool import Pool
+        from unirag.errors import ConfigError
+        from unirag.index.build import build_index
+        from unirag.index.factory import resolve_params
+
+        params = dict(params or {})
+        resolve_params(index_type, params)  # a bad option fails before any model loads
+        if batch_size <= 0:
+            raise ConfigError(f"batch_size must be positive, got {batch_size}")
+        source: str | Path | Iterable[Candidate]
+        if isinstance(pool, Pool):
+            root = images_root if images_root is not None else pool.images_root
+            source = pool.path if pool.path is not None else list(pool)
+        else:
+            root, source = images_root, pool
+        spec, enc = _encoder_and_spec(encoder, device, dtype)
+        options = {k: v for k, v in engine_options.items() if v is not None}
+        if engine == "ray":
+            options.setdefault("worker_dtype", dtype)  # workers load their own copy: same dtype, same fingerprint
+        build_index(source, Path(root).absolute() if root is not None else None, out, enc, encoder_spec=spec,
+                    index_type=index_type, batch_size=batch_size, params=params, progress=progress, engine=engine,
+                    **options)
+        from unirag.index.store import VectorIndex
+
+        return cls(VectorIndex.open(out, enc))
+
+    # -- what it holds -----------------------------------------------------------------------
+    @property
+    def path(self) -> Path:
+        """The index directory."""
+        return Path(self.store.index_dir)
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """``manifest.json``: encoder, sizes, index types, build settings, skipped images, checksums."""
+        return self.store.manifest
+
+    @property
+    def dim(self) -> int:
+        """Vector size."""
+        return int(self.store.dim)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Vectors per candidate modality, e.g. ``{"text": 255, "image": 51}``."""
+        return dict(self.store.counts)
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    @property
+    def encoder_spec(self) -> str | None:
+        """What :func:`unirag.load_encoder` takes to load the encoder that built this index."""
+        return self.manifest["encoder"].get("spec")
+
+    @property
+    def images_root(self) -> Path | None:
+        """The folder the pool's image paths are relative to (recorded at build time)."""
+        root = self.manifest.get("images_root")
+        return Path(root) if root else None
+
+    @property
+    def pool(self) -> Pool:
+        """The candidates this index holds, as a :class:`unirag.Pool` (from the index itself, no file read)."""
+        from unirag.data.pool import Pool
+
+        return Pool([self._candidate(m) for m in self.store.metas], images_root=self.images_root)
+
+    def candidate(self, did: str) -> Candidate:
+        """The candidate with this did (KeyError if the index has none)."""
+        gid = self.store.gid_of(did)
+        if gid is None:
+            raise KeyError(f"no candidate {did!r} in index {self.path}")
+        return self._candidate(self.store.metas[gid])
+
+    @staticmethod
+    def _candidate(meta) -> Candidate:
+        return Candidate(did=meta.did, modality=meta.modality, txt=meta.txt, img_path=meta.img_path,
+                         source_id=meta.source_id)
+
+    def load_encoder(self, *, device: str | None = "auto", dtype: str | None = "auto") -> Encoder:
+        """Load the encoder recorded in the manifest and check that it is the one that built the index."""
+        from unirag.encoders.registry import load_encoder
+        from unirag.index.store import check_encoder
+
+        encoder = load_encoder(self.encoder_spec, device=device, dtype=dtype)
+        check_encoder(self.manifest, encoder, self.path)
+        return encoder
+
+    # -- search ------------------------------------------------------------------------------
+    def search(self, vectors, k: int = 10, modality: str | None = None) -> list[list[IndexHit]]:
+        """Top-``k`` hits per query vector (one row per query; a single vector is one query).
+
+        ``modality``: None or "any" searches every candidate; "text", "image" or "image,text"
+        only those. Scores are inner products of L2-normalised vectors (cosine similarity).
+        """
+        import numpy as np
+
+        array = np.asarray(vectors, dtype=np.float32)
+        if array.ndim == 1:
+            array = array[None, :]
+        scores, ids = self.store.search(array, k, modality)
+        metas = self.store.metas
+        return [[IndexHit(metas[g].did, float(s), metas[g].modality.value)
+                 for s, g in zip(row_s.tolist(), row_g.tolist(), strict=True) if g >= 0]
+                for row_s, row_g in zip(scores, ids, strict=True)]
+
+    # -- serialisation -----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """``{"path": ...}``: what :meth:`from_dict` reopens."""
+        return {"path": str(self.path)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Index:
+        """Reopen the index :meth:`to_dict` describes."""
+        return cls.open(data["path"], verify=bool(data.get("verify", False)))
+
+    def __repr__(self) -> str:
+        return f"Index({str(self.path)!r}, {self.counts}, encoder={self.manifest['encoder'].get('name')!r})"
+
+
+def _encoder_and_spec(encoder, device: str | None, dtype: str | None):
+    """(spec to record, encoder object) for an encoder object, a spec string or None (offline)."""
+    if encoder is None or isinstance(encoder, str):
+        from unirag.encoders.registry import load_encoder
+
+        return encoder, load_encoder(encoder, device=device, dtype=dtype)
+    return getattr(encoder, "spec", None), encoder

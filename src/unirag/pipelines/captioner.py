@@ -1,0 +1,287 @@
+"""``unirag.Captioner``: caption one image (zero-shot or with example image-caption pairs).
+
+The one place where examples become a prompt and a prompt becomes a caption: the caption run
+(:mod:`unirag.pipelines.caption`) calls it once per query, a notebook calls it directly, so both
+give the same caption for the same image and examples. A generator that picks among the examples'
+captions (``retrieval:top1``, ``retrieval:consensus``, an
+:class:`~unirag.generators.base.ExampleCaptioner`) is given the captions; any other is given the
+prompt rendered from its family's template.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unirag.data.images import ImageLike, is_path_like
+from unirag.errors import BackendError, ConfigError
+from unirag.generators.base import (
+    CaptionBackend,
+    ExampleCaptioner,
+    Generation,
+    GenerationOptions,
+    TextGenerator,
+    Usage,
+)
+from unirag.messages import Message
+from unirag.prompts.caption import CaptionPrompt, Shot
+
+MODES = ("zero-shot", "random", "rag")
+DEFAULT_GENERATOR = "retrieval:consensus"
+
+
+@dataclass
+class Caption:
+    """A generated caption: ``text``, token ``usage``, ``cost`` in USD (None when the model's price
+    is unknown), the ``prompt`` messages sent (empty for example captioners) and the ``examples`` used."""
+
+    text: str
+    usage: Usage = field(default_factory=Usage)
+    cost: float | None = None
+    prompt: list[Message] = field(default_factory=list)
+    examples: list[Shot] = field(default_factory=list)
+    raw: dict[str, Any] | None = None
+    #: the single picture sent to single-image models (examples and query merged), if any
+    merged_image: Any = None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass
+class CaptionRequest:
+    """One prepared call: the examples as shots and, for prompt-taking generators, the prompt."""
+
+    shots: list[Shot]
+    prompt: CaptionPrompt | None
+
+
+class Captioner:
+    """Caption images with a generator, zero-shot or from examples (UniRAG, paper §3.2).
+
+    ``generator``: a spec (``openai:gpt-4o``, ``gemini:gemini-1.5-pro``, ``hf:HUB_ID_OR_DIR``,
+    ``retrieval:top1``, ``retrieval:consensus``) or a generator object. ``generator_options`` go to
+    the backend (``base_url``, ``timeout``, ``device``, ``dtype``, ``batch_size``, ``family``,
+    ``similarity``, ...). ``images_root``: the folder relative example image paths are relative to.
+    The backend loads on first use or at :meth:`warm_up`; :meth:`close` (or ``with``) releases it.
+    """
+
+    def __init__(self, generator: str | CaptionBackend = DEFAULT_GENERATOR, *, max_tokens: int = 400,
+                 temperature: float = 0.0, templates_dir: str | Path | None = None,
+                 prices: str | Path | Mapping | None = None, images_root: str | Path | None = None,
+                 **generator_options: Any) -> None:
+        from unirag.generators.pricing import load_prices, merge_prices, price_for
+
+        if isinstance(generator, str):
+            from unirag.generators.registry import parse_spec
+
+            parse_spec(generator)  # a bad spec fails here, before anything loads
+            self.spec, self._backend, self._owned = generator.strip(), None, True
+        elif isinstance(generator, TextGenerator | ExampleCaptioner):
+            self.spec, self._backend, self._owned = generator.spec, generator, False
+        else:
+            raise ConfigError(f"Captioner needs a generator spec or a generator object, got {type(generator).__name__}")
+        self.generator_options = {k: v for k, v in generator_options.items() if v is not None}
+        self.options = GenerationOptions(max_tokens=max_tokens, temperature=temperature)
+        self.templates_dir = templates_dir
+        self.prices = prices
+        self.images_root = images_root
+        table = (merge_prices(dict(prices)) if isinstance(prices, Mapping) else load_prices(prices)) if prices else None
+        self.price = price_for(self.spec, table)
+        self._template = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def backend(self) -> CaptionBackend:
+        """The generator object (loaded from the spec on first use)."""
+        if self._backend is None:
+            from unirag.generators.registry import load_text_generator
+
+            self._backend = load_text_generator(self.spec, **self.generator_options)
+        return self._backend
+
+    def warm_up(self) -> Captioner:
+        """Load the generator (and its prompt template) now rather than at the first caption."""
+        _ = self.backend
+        _ = self.template
+        return self
+
+    def close(self) -> None:
+        """Release the generator if this captioner loaded it."""
+        if self._backend is not None and self._owned:
+            self._backend.close()
+            self._backend = None
+
+    def __enter__(self) -> Captioner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def picks_examples(self) -> bool:
+        """True for generators that pick among the examples' captions (they take no prompt)."""
+        return isinstance(self.backend, ExampleCaptioner)
+
+    @property
+    def template(self):
+        """The prompt template of the generator's family (None for example captioners)."""
+        if self._template is None and not self.picks_examples:
+            from unirag.prompts.caption import caption_template
+
+            self._template = caption_template(self.backend.template_family, self.templates_dir)
+        return self._template
+
+    @property
+    def batches(self) -> bool:
+        """True when the backend captions several prompts per call (local models)."""
+        backend = self.backend
+        return isinstance(backend, TextGenerator) and type(backend).generate_batch is not TextGenerator.generate_batch
+
+    # -- captioning --------------------------------------------------------------------------
+    def request(self, image: ImageLike, examples: Iterable[Any] = (), *, mode: str = "rag",
+                label: str = "query") -> CaptionRequest:
+        """Check the inputs and render the prompt for one image (see :meth:`caption`)."""
+        if mode not in MODES:
+            raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+        shots = to_shots(examples, self.images_root)
+        if mode == "zero-shot" and shots:
+            raise ConfigError(f"zero-shot mode takes no examples, got {len(shots)}")
+        if self.picks_examples:
+            if mode == "zero-shot":
+                raise ConfigError(f"{self.spec} picks among example captions: use mode='rag' (or 'random') "
+                                  "with examples")
+            return CaptionRequest(shots, None)
+        if image is None:
+            raise ConfigError("caption() needs the query image")
+        from unirag.prompts.caption import build_caption_prompt
+
+        return CaptionRequest(shots, build_caption_prompt(self.template, image, shots, query_label=label))
+
+    def complete(self, request: CaptionRequest, *, captions: Sequence[str] | None = None) -> Caption:
+        """Call the generator for a prepared request (``captions``: what an example captioner picks
+        from, when not the examples' own captions)."""
+        if request.prompt is None:
+            gen = self.backend.caption_from_examples(list(captions) if captions is not None else
+                                                     [s.caption for s in request.shots])
+        else:
+            gen = self.backend.generate(request.prompt.messages, self.options)
+        return self._caption(request, gen)
+
+    def complete_batch(self, requests: Sequence[CaptionRequest]) -> list[Caption]:
+        """Prepared requests in one batched call where the backend batches, else one by one."""
+        if not self.batches or any(r.prompt is None for r in requests):
+            return [self.complete(r) for r in requests]
+        gens = self.backend.generate_batch([r.prompt.messages for r in requests], self.options)
+        return [self._caption(r, g) for r, g in zip(requests, gens, strict=True)]
+
+    def caption(self, image: ImageLike, examples: Iterable[Any] = (), *, mode: str = "rag",
+                label: str = "query") -> Caption:
+        """Caption ``image`` (a path, PIL image, bytes or uint8 array).
+
+        ``examples``: the :class:`unirag.Hits` of :meth:`unirag.Retriever.search` (its pairs are
+        used), hits, pairs, or ``(image, caption)`` tuples; best first. ``mode``: "rag" or
+        "random" (examples as given) or "zero-shot" (no examples). Raises
+        :class:`~unirag.errors.BackendError` when the call fails or returns an empty caption.
+        """
+        request = self.request(image, examples, mode=mode, label=label)
+        return self.complete(request, captions=self._top_candidate(examples) if request.prompt is None else None)
+
+    def _top_candidate(self, examples: Any) -> list[str] | None:
+        """``retrieval:top1`` on search hits captions with the top hit's own pair, as the paper's code and
+        ``unirag caption`` do (the first example may come from a later hit when the top one's pair was dropped)."""
+        from unirag.retrieval.results import Hits
+
+        if getattr(self.backend, "strategy", None) != "top1" or not isinstance(examples, Hits) or not examples:
+            return None
+        top = examples[0].pair
+        return [top.caption] if top is not None and top.caption else None
+
+    def caption_batch(self, images: Sequence[ImageLike], examples: Sequence[Iterable[Any]] | None = None, *,
+                      mode: str = "rag") -> list[Caption]:
+        """:meth:`caption` for many images (``examples[i]`` for ``images[i]``), batched where the backend batches."""
+        examples = list(examples) if examples is not None else [()] * len(images)
+        if len(examples) != len(images):
+            raise ConfigError(f"caption_batch got {len(images)} images but {len(examples)} example lists")
+        return self.complete_batch([self.request(im, ex, mode=mode, label=f"query {i}")
+                                    for i, (im, ex) in enumerate(zip(images, examples, strict=True))])
+
+    def _caption(self, request: CaptionRequest, gen: Generation) -> Caption:
+        from unirag.generators.pricing import cost_usd
+
+        text = gen.text.strip()
+        if not text:
+            raise BackendError(f"{self.spec} returned an empty caption")
+        prompt = request.prompt
+        return Caption(text=text, usage=gen.usage, cost=cost_usd(gen.usage, self.price),
+                       prompt=prompt.messages if prompt is not None else [], examples=list(request.shots),
+                       raw=gen.raw, merged_image=prompt.merged_image if prompt is not None else None)
+
+    # -- serialisation -----------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        """What the backend records about itself (the run manifest's generator entry)."""
+        return self.backend.config()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Settings that rebuild an equal captioner with :meth:`from_dict` (never secrets)."""
+        prices = dict(self.prices) if isinstance(self.prices, Mapping) else (str(self.prices) if self.prices else None)
+        return {"generator": self.spec, "max_tokens": self.options.max_tokens,
+                "temperature": self.options.temperature,
+                "templates_dir": str(self.templates_dir) if self.templates_dir else None, "prices": prices,
+                "images_root": str(self.images_root) if self.images_root else None,
+                "generator_options": dict(self.generator_options)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Captioner:
+        data = dict(data)
+        options = data.pop("generator_options", None) or {}
+        return cls(data.pop("generator"), **data, **options)
+
+    def __repr__(self) -> str:
+        return f"Captioner({self.spec!r})"
+
+
+def to_shots(examples: Iterable[Any], images_root: str | Path | None = None) -> list[Shot]:
+    """Examples in any accepted form -> prompt shots, in order.
+
+    Accepted: a :class:`~unirag.retrieval.results.Hits` (its ``pairs``), :class:`~unirag.retrieval.results.Hit`
+    (its pair; a hit without one is skipped), :class:`~unirag.retrieval.results.Pair`,
+    :class:`~unirag.pipelines.examples.Example`, :class:`~unirag.prompts.caption.Shot`, or an
+    ``(image, caption)`` tuple. Relative image paths are joined to ``images_root``.
+    """
+    from unirag.pipelines.examples import Example
+    from unirag.retrieval.results import Hit, Pair
+
+    if examples is None:
+        return []
+    items = getattr(examples, "pairs", examples)
+    out: list[Shot] = []
+    for i, ex in enumerate(items):
+        if isinstance(ex, Hit):
+            if ex.pair is None:
+                continue
+            ex = ex.pair
+        if isinstance(ex, Shot):
+            shot = ex
+        elif isinstance(ex, Pair):
+            shot = Shot(_rooted(ex.image, images_root), ex.caption, ex.image_did)
+        elif isinstance(ex, Example):
+            shot = Shot(_rooted(ex.img_path, images_root), ex.txt, ex.image_did or ex.img_path)
+        elif isinstance(ex, tuple | list) and len(ex) == 2:
+            image, caption = ex
+            shot = Shot(_rooted(image, images_root) if is_path_like(image) else image, caption, None)
+        else:
+            raise ConfigError(f"example {i}: expected a hit, a pair or an (image, caption) tuple, "
+                              f"got {type(ex).__name__}")
+        if shot.image is None or not isinstance(shot.caption, str) or not shot.caption.strip():
+            raise ConfigError(f"example {i}: an example needs an image and a non-empty caption")
+        out.append(shot)
+    return out
+
+
+def _rooted(path: str | Path | None, images_root: str | Path | None) -> Path | None:
+    from unirag.data.records import resolve_image
+
+    return resolve_image(str(path), images_root) if path is not None else None

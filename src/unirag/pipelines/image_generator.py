@@ -1,0 +1,133 @@
+"""``unirag.ImageGenerator``: one picture from a caption, zero-shot or with example pairs.
+
+The public face of the image backends (:mod:`unirag.generators.images`): it takes examples in the
+forms :meth:`unirag.Retriever.search` returns, fills in the picture settings (the paper's LaVIT
+defaults), and returns the PIL image. The image run (:mod:`unirag.pipelines.image_gen`) makes the
+same request per query, so a notebook and ``unirag generate-images`` draw the same picture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from unirag.errors import ConfigError
+from unirag.generators.images.base import (
+    DEFAULT_GUIDANCE,
+    DEFAULT_HEIGHT,
+    DEFAULT_SEED,
+    DEFAULT_STEPS,
+    DEFAULT_WIDTH,
+    ExamplePair,
+    GeneratedImage,
+    ImageRequest,
+)
+from unirag.generators.images.base import ImageGenerator as ImageBackend
+
+
+class ImageGenerator:
+    """Text-to-image with optional example image-caption pairs (UniRAG's generation task).
+
+    ``generator``: a spec (``diffusers:HUB_ID_OR_DIR``, ``openai-image:gpt-image-1``,
+    ``gemini-image:MODEL``, ``retrieval:top1``) or a backend object; ``options`` go to the backend
+    (``device``, ``dtype``, ``base_url``, ``timeout``, ``quality``, ...). Picture settings default
+    to the paper's (1024x1024, 25 steps, guidance 4.0, seed 1234). ``images_root``: the folder
+    relative example image paths are relative to.
+    """
+
+    def __init__(self, generator: str | ImageBackend, *, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT,
+                 steps: int = DEFAULT_STEPS, guidance: float = DEFAULT_GUIDANCE, seed: int = DEFAULT_SEED,
+                 images_root: str | Path | None = None, **options: Any) -> None:
+        if isinstance(generator, str):
+            from unirag.generators.images.registry import parse_image_spec
+
+            parse_image_spec(generator)  # a bad spec fails here, before anything loads
+            self.spec, self._backend, self._owned = generator.strip(), None, True
+        elif isinstance(generator, ImageBackend):
+            self.spec, self._backend, self._owned = generator.spec, generator, False
+        else:
+            raise ConfigError(f"ImageGenerator needs a spec or an image backend, got {type(generator).__name__}")
+        self.settings = {"width": width, "height": height, "steps": steps, "guidance": guidance, "seed": seed}
+        self.images_root = images_root
+        self.options = {k: v for k, v in options.items() if v is not None}
+
+    @property
+    def backend(self) -> ImageBackend:
+        """The backend object (loaded from the spec on first use)."""
+        if self._backend is None:
+            from unirag.generators.images.registry import load_image_generator
+
+            self._backend = load_image_generator(self.spec, **self.options)
+            self._backend.check_size(self.settings["width"], self.settings["height"])
+        return self._backend
+
+    def warm_up(self) -> ImageGenerator:
+        """Load the backend now rather than at the first picture."""
+        _ = self.backend
+        return self
+
+    def close(self) -> None:
+        """Release the backend if this object loaded it."""
+        if self._backend is not None and self._owned:
+            self._backend.close()
+            self._backend = None
+
+    def __enter__(self) -> ImageGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, text: str, examples: Iterable[Any] = (), *, qid: str = "query") -> ImageRequest:
+        """The backend request for ``text`` and ``examples`` (checked against what the backend takes)."""
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError("generate() needs a non-empty caption text")
+        pairs = to_example_pairs(examples, self.images_root)
+        self.backend.check_k(len(pairs))
+        return ImageRequest(qid=qid, caption=text, examples=pairs, **self.settings)
+
+    def generate_result(self, text: str, examples: Iterable[Any] = (), *, qid: str = "query") -> GeneratedImage:
+        """Like :meth:`generate`, with the usage and backend details (``.image``, ``.usage``, ``.meta``)."""
+        return self.backend.generate(self.request(text, examples, qid=qid))
+
+    def generate(self, text: str, examples: Iterable[Any] = ()):
+        """One RGB PIL image for ``text``. ``examples``: :class:`unirag.Hits`, hits, pairs or
+        ``(image path, caption)`` tuples, best first (none: zero-shot)."""
+        return self.generate_result(text, examples).image
+
+    def generate_batch(self, texts: Sequence[str], examples: Sequence[Iterable[Any]] | None = None) -> list:
+        """One image per text (``examples[i]`` for ``texts[i]``)."""
+        examples = list(examples) if examples is not None else [()] * len(texts)
+        if len(examples) != len(texts):
+            raise ConfigError(f"generate_batch got {len(texts)} texts but {len(examples)} example lists")
+        return [self.generate_result(t, ex, qid=f"query-{i}").image
+                for i, (t, ex) in enumerate(zip(texts, examples, strict=True))]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Settings that rebuild an equal generator with :meth:`from_dict` (never secrets)."""
+        return {"generator": self.spec, **self.settings,
+                "images_root": str(self.images_root) if self.images_root else None, "options": dict(self.options)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ImageGenerator:
+        data = dict(data)
+        options = data.pop("options", None) or {}
+        return cls(data.pop("generator"), **data, **options)
+
+    def __repr__(self) -> str:
+        return f"ImageGenerator({self.spec!r})"
+
+
+def to_example_pairs(examples: Iterable[Any], images_root: str | Path | None = None) -> list[ExamplePair]:
+    """Examples in the forms the captioner takes -> the backends' :class:`ExamplePair` (image files)."""
+    from unirag.pipelines.captioner import to_shots
+
+    out = []
+    for i, shot in enumerate(to_shots(examples, images_root)):
+        if not isinstance(shot.image, str | Path):
+            raise ConfigError(f"example {i}: image generators take example images as files; save the image "
+                              "and pass its path")
+        out.append(ExamplePair(image_path=Path(shot.image), caption=shot.caption, id=shot.label))
+    return out
+
