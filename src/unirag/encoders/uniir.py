@@ -278,13 +278,3 @@ class UniIRClipSFEncoder(UniIRQueries, HFClipEncoder):
 
     def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
         return super()._embed_images(images)
-
-
-def load_uniir_encoder(spec: str, **kwargs: Any):
-    """The UniIR encoder ``spec`` names (``uniir:clip_sf:PATH`` or ``uniir:blip_ff:PATH``)."""
-    model, _, _ = parse_uniir_spec(spec)
-    if model == "blip_ff":
-        from unirag.encoders.uniir_blip import UniIRBlipFFEncoder
-
-        return UniIRBlipFFEncoder(spec, **kwargs)
-    return UniIRClipSFEncoder(spec, **kwargs)
