@@ -1,6 +1,6 @@
 """`unirag serve` under load: search latency/throughput over HTTP vs in-process, and a flaky generator.
 
-1. Baseline, measured in the same run: the in-process ``Retriever.search(text=...)`` on the same
+1. Baseline, measured in the same run: the in-process ``unirag.Retriever.search(text=...)`` on the same
    queries, one after another (p50/p99 latency, queries per second).
 2. ``unirag serve`` as a real process (uvicorn) on a free loopback port; ``POST /v1/search`` with
    1 client, then with 16 concurrent clients (keep-alive connections, one thread each).
@@ -67,24 +67,21 @@ def summary(latencies: list[float], wall: float, errors: int) -> dict:
 
 
 def in_process(index: Path, queries: list[str], k: int) -> dict:
-    """Sequential in-process searches, timed on the main thread and on a worker thread; the faster counts.
+    """``unirag.Retriever.search(text=...)`` one query after another, timed on the main thread and on a
+    worker thread; the faster counts (under CPU contention torch's intra-op pool can be several times
+    slower on the main thread, and the service searches on a worker thread)."""
+    import unirag
 
-    (Under CPU contention torch's intra-op pool can be several times slower on the main thread; the
-    service searches on a worker thread, so the baseline is taken where the library is fastest.)
-    """
-    from unirag.serve.engine import Engine, SearchQuery
-    from unirag.serve.settings import ServeSettings
-
-    engine = Engine(ServeSettings(index=index))
+    retriever = unirag.Retriever(index).warm_up()
 
     def timed() -> dict:
         for q in queries[:20]:
-            engine.search(SearchQuery(text=q), k=k)
+            retriever.search(text=q, k=k)
         lat = []
         start = time.perf_counter()
         for q in queries:
             t = time.perf_counter()
-            engine.search(SearchQuery(text=q), k=k)
+            retriever.search(text=q, k=k)
             lat.append(time.perf_counter() - t)
         return summary(lat, time.perf_counter() - start, 0)
 

@@ -1,4 +1,4 @@
-"""Build the real-image CIR demo set from the Myntra product photos (see unirag.cir.demo_myntra).
+"""Build the real-image CIR demo set from the Myntra product photos (see scripts/myntra_cir.py).
 
     python scripts/make_myntra_cir.py ../shared/data/myntra-fashion-3k OUT_DIR [--queries 200] [--seed 0]
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from unirag.cir.demo_myntra import build_colour_cir, build_fashioniq_format
+from myntra_cir import build_colour_cir, build_fashioniq_format
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ SHARED_DATA = Path(os.environ.get("UNIRAG_SHARED_DATA") or REPO.parent / "shared
 
 # helpers shared with the default suite (tiny_models, ...) live in tests/
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "scripts"))  # myntra_cir: the CIR set builder is a data script
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 

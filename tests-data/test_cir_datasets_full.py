@@ -65,7 +65,7 @@ def test_missing_images_are_reported_not_raised(cir_data, tmp_path):
 
 
 def test_mbeir_task7_from_real_myntra_products(myntra, tmp_path):
-    from unirag.cir.demo_myntra import build_colour_cir
+    from myntra_cir import build_colour_cir
 
     q, pool = build_colour_cir(myntra / "products.jsonl", tmp_path, n_queries=20, seed=0)
     rows = [json.loads(x) for x in q.read_text().splitlines()]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from myntra_cir import build_colour_cir, build_fashioniq_format
 
 from tiny_models import tiny_clip_dir
-from unirag.cir.demo_myntra import build_colour_cir, build_fashioniq_format
 from unirag.cli.main import main
 
 

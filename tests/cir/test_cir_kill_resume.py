@@ -15,9 +15,10 @@ import signal
 import subprocess
 import sys
 
+from myntra_cir import build_colour_cir
+
 from fake_openai_server import FakeServer, Reply
 from tiny_models import tiny_clip_dir
-from unirag.cir.demo_myntra import build_colour_cir
 
 KILL_AT = 5
 

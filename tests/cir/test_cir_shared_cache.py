@@ -7,11 +7,11 @@ import os
 import subprocess
 import sys
 
+from myntra_cir import build_colour_cir
 from test_cir_kill_resume import _reply
 
 from fake_openai_server import FakeServer
 from tiny_models import tiny_clip_dir
-from unirag.cir.demo_myntra import build_colour_cir
 
 
 def test_two_cir_processes_share_one_cache_dir(myntra, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from index.helpers import write_coco_mbeir
 from tiny_models import tiny_clip_dir, tiny_uniir_clip_sf
 from unirag.cli.main import main
-from unirag.retrieval.run_io import read_run
+from unirag.retrieval.run_io import read_retrieval_run
 
 FIXTURE_TSV = Path(__file__).resolve().parents[1] / "fixtures" / "mbeir" / "query_instructions.tsv"
 
@@ -30,7 +30,7 @@ def test_index_built_in_float32_retrieved_in_bfloat16(mbeir, coco_mini, tmp_path
     out = tmp_path / "run.jsonl"
     main(["retrieve", "--index", str(idx), "--queries", str(mbeir["t2i"]), "--images-root", str(coco_mini),
           "--k", "3", "--out", str(out), "--device", "cpu", "--dtype", "bfloat16"])
-    assert len(read_run(out)) == 8
+    assert len(read_retrieval_run(out)) == 8
 
 
 def test_bad_device_is_refused_before_work(mbeir, coco_mini, tmp_path, capsys):
@@ -59,6 +59,6 @@ def test_uniir_instructions_found_in_mbeir_layout_or_switched_off(mbeir, coco_mi
         out = tmp_path / f"{name}.jsonl"
         main(["retrieve", "--index", str(idx), "--queries", str(queries), "--images-root", str(coco_mini), "--k", "5",
               "--modality", "text", "--out", str(out), "--device", "cpu", *extra])
-        runs[name] = {q: [(c.did, round(c.score, 5)) for c in r.candidates] for q, r in read_run(out).items()}
+        runs[name] = {q: [(c.did, round(c.score, 5)) for c in r.candidates] for q, r in read_retrieval_run(out).items()}
     assert runs["auto"] == runs["given"]  # the file beside the M-BEIR root was found and used
     assert runs["auto"] != runs["off"]  # instructed image queries are fused image+instruction queries

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from unirag.errors import ConfigError
-from unirag.pipelines.rundir import RunDir
+from unirag.runs.rundir import RunDir
 
 
 def test_rundir_identity_interrupt_and_compaction(tmp_path):

@@ -38,7 +38,7 @@ class T2IData:
 @pytest.fixture(scope="session")
 def t2i_data(coco_mini: Path, tmp_path_factory) -> T2IData:
     from unirag.retrieval.results import Pair, RetrievalResult, ScoredCandidate
-    from unirag.retrieval.run_io import write_run
+    from unirag.retrieval.run_io import write_retrieval_run
 
     lines = (coco_mini / "captions.jsonl").read_text(encoding="utf-8").splitlines()
     records = [json.loads(line) for line in lines[:N_QUERIES]]
@@ -62,7 +62,7 @@ def t2i_data(coco_mini: Path, tmp_path_factory) -> T2IData:
                         score=0.9, via="pairing")]))
     (tmp / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries), encoding="utf-8")
     (tmp / "pool.jsonl").write_text("".join(json.dumps(c) + "\n" for c in pool), encoding="utf-8")
-    write_run(tmp / "run.jsonl", results)
+    write_retrieval_run(tmp / "run.jsonl", results)
     return T2IData(root=coco_mini, queries=tmp / "queries.jsonl", pool=tmp / "pool.jsonl", run=tmp / "run.jsonl",
                    records=records)
 

@@ -98,13 +98,13 @@ def test_top1_needs_examples_and_missing_image_fails_only_that_query(t2i_data, t
     with pytest.raises(ConfigError, match="unknown retrieval image baseline"):
         load_image_generator("retrieval:consensus")
     # A run whose pairs point at a missing file: that query is an error record naming the file.
-    from unirag.retrieval.run_io import read_run, write_run
+    from unirag.retrieval.run_io import read_retrieval_run, write_retrieval_run
 
-    run = read_run(t2i_data.run)
+    run = read_retrieval_run(t2i_data.run)
     first = next(iter(run.values()))
     first.pairs[0].img_path = "images/does-not-exist.jpg"
     bad_run = tmp_path / "bad_run.jsonl"
-    write_run(bad_run, run.values())
+    write_retrieval_run(bad_run, run.values())
     out = tmp_path / "bad"
     result = _cli("--queries", str(t2i_data.queries), "--images-root", str(t2i_data.root), "--generator",
                      "retrieval:top1", "--mode", "rag", "--retrieval", str(bad_run), "--out", str(out), "--no-progress")

@@ -144,3 +144,15 @@ def test_circo_recall_on_the_committed_val_annotations(cir_data, seed):
         assert ours[f"R@{k}"] == pytest.approx(100 * official_recall[k], abs=1e-9)
         assert ours[f"mAP@{k}"] == pytest.approx(100 * official_map[k], abs=1e-9)
     assert any(ours[f"R_anyGT@{k}"] > ours[f"R@{k}"] for k in (5, 10, 25))
+
+
+def test_circo_annotations_without_target_img_id_are_refused(tmp_path):
+    from unirag.errors import InputError
+
+    bad = tmp_path / "val.json"
+    bad.write_text(json.dumps([{"id": 0, "reference_img_id": 1, "relative_caption": "is red", "gt_img_ids": [2, 3]}]))
+    with pytest.raises(InputError, match="target_img_id") as ei:
+        load_dataset("circo", bad)
+    assert ei.value.field == "target_img_id" and ei.value.path == str(bad)
+    (tmp_path / "test.json").write_text(json.dumps([{"id": 0, "reference_img_id": 1, "relative_caption": "x"}]))
+    assert load_dataset("circo", tmp_path / "test.json").queries[0].main_target is None  # test split: no ground truth

@@ -11,7 +11,7 @@ import pytest
 import unirag.encoders.registry as registry
 from index.helpers import HashEncoder
 from unirag.cli.main import main
-from unirag.retrieval.run_io import read_run
+from unirag.retrieval.run_io import read_retrieval_run
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_build_info_retrieve_evaluate(oracle_registry, coco_mbeir, coco_mini: Pa
     run = tmp_path / "i2t.jsonl"
     main(["retrieve", "--index", str(idx), "--queries", str(coco_mbeir["i2t"]), "--images-root", str(coco_mini),
           "--k", "5", "--out", str(run), "--modality", "text"])
-    results = read_run(run)
+    results = read_retrieval_run(run)
     assert len(results) == 51 and all(len(r.candidates) == 5 and len(r.pairs) == 5 for r in results.values())
     first = json.loads(run.read_text().splitlines()[0])
     assert set(first) == {"qid", "candidates", "pairs"}

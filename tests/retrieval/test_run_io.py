@@ -1,4 +1,4 @@
-"""Run files: JSONL + TREC written atomically, read back by read_run; bad files named by line."""
+"""Run files: JSONL + TREC written atomically, read back by read_retrieval_run; bad files named by line."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from unirag.errors import InputError
 from unirag.retrieval.results import Pair, RetrievalResult, ScoredCandidate
-from unirag.retrieval.run_io import read_run, trec_path, write_run
+from unirag.retrieval.run_io import read_retrieval_run, trec_path, write_retrieval_run
 
 
 def _results() -> list[RetrievalResult]:
@@ -21,9 +21,9 @@ def _results() -> list[RetrievalResult]:
 
 
 def test_write_then_read_roundtrip(tmp_path: Path) -> None:
-    run, trec = write_run(tmp_path / "run.jsonl", _results())
+    run, trec = write_retrieval_run(tmp_path / "run.jsonl", _results())
     assert trec == tmp_path / "run.trec"
-    back = read_run(run)
+    back = read_retrieval_run(run)
     assert list(back) == ["q1", "q2"]
     q1 = back["q1"]
     assert q1.ranked_dids == ["I1", "I2"]
@@ -35,24 +35,24 @@ def test_write_then_read_roundtrip(tmp_path: Path) -> None:
 
 
 def test_trec_file_format(tmp_path: Path) -> None:
-    _, trec = write_run(tmp_path / "run.jsonl", _results())
+    _, trec = write_retrieval_run(tmp_path / "run.jsonl", _results())
     assert trec.read_text().splitlines() == ["q1 Q0 I1 1 0.912346 unirag", "q1 Q0 I2 2 0.500000 unirag"]
     assert trec_path(tmp_path / "run.out") == tmp_path / "run.out.trec"
 
 
 def test_bad_run_files(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="run file not found"):
-        read_run(tmp_path / "missing.jsonl")
+        read_retrieval_run(tmp_path / "missing.jsonl")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"qid": "q1", "candidates": [], "pairs": []}\n{"qid": "q2", "candidates": [\n')
     with pytest.raises(InputError, match=r"bad.jsonl:2: malformed JSON"):
-        read_run(bad)
+        read_retrieval_run(bad)
     bad.write_text('{"candidates": []}\n')
     with pytest.raises(InputError, match=r"bad.jsonl:1, field 'qid'"):
-        read_run(bad)
+        read_retrieval_run(bad)
     bad.write_text('{"qid": "q1", "candidates": [{"score": 1, "modality": "text"}]}\n')
     with pytest.raises(InputError, match=r"bad.jsonl:1, field 'did'"):
-        read_run(bad)
+        read_retrieval_run(bad)
     bad.write_text('{"qid": "q1"}\n{"qid": "q1"}\n')
     with pytest.raises(InputError, match=r"bad.jsonl:2, field 'qid': duplicate qid"):
-        read_run(bad)
+        read_retrieval_run(bad)

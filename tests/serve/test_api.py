@@ -413,3 +413,42 @@ def test_api_key_never_appears_in_responses_or_logs(engine, monkeypatch, caplog,
     assert "generator failed" in caplog.text  # the failure was logged ...
     assert key not in everything  # ... without the key
 
+
+def _agent_reply(req):
+    """Scripted X^R agents: well-formed answers for every role, recognised by the prompt's opening words."""
+    from fake_openai_server import Reply
+
+    content = req.json["messages"][0]["content"]
+    prompt = (content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)).strip()
+    if prompt.startswith("Describe this image"):
+        return Reply.chat("a kitchen with white cabinets")
+    if "The image shown is the reference image" in prompt:
+        return Reply.chat(json.dumps({"target_caption": "a kitchen with a dog",
+                                      "attributes": [{"attribute": "a dog", "present": True}]}))
+    if prompt.startswith("You help find a target image"):
+        return Reply.chat(json.dumps({"target_caption": "a kitchen with a dog", "modifications": ["add a dog"]}))
+    if prompt.startswith("You write verification statements"):
+        return Reply.chat(json.dumps({"statements": [{"statement": "There is a dog", "answer": True}]}))
+    if prompt.startswith(("Here is the caption of an image", "Look at the image")):
+        return Reply.chat(json.dumps({"answers": [True]}))
+    return Reply.error(400, f"unexpected prompt: {prompt[:80]}")
+
+
+def test_cir_with_agents_runs_xr_and_names_its_final_stage(engine, monkeypatch, tmp_path):
+    from fake_openai_server import FakeServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-agents-key-0000")
+    with FakeServer(_agent_reply) as srv:
+        agents = tmp_path / "agents.yaml"
+        agents.write_text(f"defaults:\n  model: openai:fake-vlm\n  base_url: {srv.url}\n"
+                          "settings:\n  k_prime: 5\n  concurrency: 4\n")
+        with make_client(engine, new_engine=True, cir_agents=str(agents)) as c:
+            assert c.get("/healthz").json()["cir"] == "x^r agents"
+            r = c.post("/v1/cir", files=upload(PHOTOS[0].read_bytes()), data={"text": "with a dog", "k": "8"})
+        prompts = [q.json["messages"][0]["content"] for q in srv.requests]
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["stage"] == "xr" and len(body["hits"]) == 8
+    assert len({h["did"] for h in body["hits"]}) == 8 and all(h["image_url"] for h in body["hits"])
+    assert all(h["score"] is None for h in body["hits"])  # X^R ranks, it has no single similarity
+    assert len(prompts) >= 51  # the agents captioned the 51 gallery images and judged the top k'

@@ -31,11 +31,9 @@ from typing import Any
 from unirag.cir.agents import ROLES
 from unirag.cir.fusion import NORMS
 from unirag.errors import ConfigError, InputError
+from unirag.generators.options import identity_config
 
 GEN_KEYS = ("max_tokens", "temperature", "seed")
-#: Options that say where or how fast a model runs, not what it answers: left out of cache keys, so a
-#: server moved to another port or a model moved to another device keeps its cached replies.
-TRANSPORT_KEYS = ("base_url", "timeout", "api_key_env", "device", "batch_size")
 _SECRET_KEYS = ("api_key", "key", "token", "secret", "password")
 
 
@@ -54,7 +52,7 @@ class RoleConfig:
 
     def fingerprint(self) -> str:
         """Identifies what the replies depend on (model, options), for the call cache keys."""
-        opts = {k: v for k, v in self.options.items() if k not in TRANSPORT_KEYS}
+        opts = identity_config(self.options)
         blob = json.dumps({"model": self.model, "gen": [self.max_tokens, self.temperature, self.seed],
                            "options": opts}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -16,7 +16,8 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--images-root", type=click.Path(file_okay=False), default=None,
               help="Folder the queries' image paths are relative to.")
 @click.option("--pool-images-root", type=click.Path(file_okay=False), default=None,
-              help="Folder the examples' image paths are relative to (default: --images-root).")
+              help="Folder the examples' image paths are relative to (default: the --index's recorded images "
+                   "root, else --images-root).")
 @click.option("--generator", "generator_spec", default="retrieval:consensus", show_default=True,
               help="openai:MODEL, gemini:MODEL, hf:HUB_ID_OR_DIR, retrieval:top1 or retrieval:consensus.")
 @click.option("--mode", type=click.Choice(MODES), default="rag", show_default=True)

@@ -39,11 +39,11 @@ def retrieval(run_path: Path, qrels_path: Path, ks: str, out: Path | None) -> No
     from unirag.data.mbeir import read_qrels
     from unirag.errors import InputError
     from unirag.metrics.retrieval import evaluate_run
-    from unirag.retrieval.run_io import read_run
+    from unirag.retrieval.run_io import read_retrieval_run
     from unirag.runs.atomic import atomic_write_json
 
     cutoffs = parse_ks(ks)
-    run = {qid: r.ranked_dids for qid, r in read_run(run_path).items()}
+    run = {qid: r.ranked_dids for qid, r in read_retrieval_run(run_path).items()}
     qrels = read_qrels(qrels_path)
     try:
         metrics = evaluate_run(run, qrels.relevant, cutoffs)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from unirag.cli.model_options import device_options
@@ -75,34 +73,19 @@ def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, 
       unirag generate-images --queries q.jsonl --images-root data \\
         --generator retrieval:top1 --mode rag --k 1 --retrieval run.jsonl --out runs/top1
     """
-    from unirag.data.mbeir import read_queries
-    from unirag.errors import ConfigError
-    from unirag.generators.images.registry import load_image_generator
-    from unirag.pipelines.examples import make_selector
-    from unirag.pipelines.image_gen import ImageSettings, run_image_generation
-    from unirag.runs.retry import RetryPolicy
+    from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
 
     if k is None:
         k = 0 if mode == "zero-shot" else 1
-    if limit is not None and limit < 1:
-        raise ConfigError(f"--limit must be >= 1, got {limit}")
-    if max_attempts < 1:
-        raise ConfigError(f"--max-attempts must be >= 1, got {max_attempts}")
-    examples_root = pool_images_root or images_root
-    queries = read_queries(queries_path)
-    selector = make_selector(mode, k, queries=queries, pool_path=pool_path, retrieval=retrieval_path,
-                             index=index_dir, seed=example_seed, query_images_root=examples_root)
-    generator = load_image_generator(spec, base_url=base_url, timeout=timeout, quality=quality, device=device,
-                                     dtype=dtype, offload=offload, lavit_code=lavit_code)
-    try:
-        counts = run_image_generation(
-            queries, generator, selector, out_dir, images_root=examples_root,
-            settings=ImageSettings(width=width, height=height, steps=steps, guidance=guidance, seed=seed),
-            concurrency=concurrency, limit=limit, save_prompts=save_prompts,
-            policy=RetryPolicy(max_attempts=max_attempts), prices=prices,
-            identity_extra={"queries": str(Path(queries_path).resolve())}, progress=not no_progress)
-    finally:
-        generator.close()
+    options = {"base_url": base_url, "timeout": timeout, "quality": quality, "device": device, "dtype": dtype,
+               "offload": offload, "lavit_code": lavit_code}
+    counts = run_images(ImageConfig(
+        queries=queries_path, generator=spec, out=out_dir, mode=mode, k=k, images_root=images_root,
+        pool_images_root=pool_images_root, retrieval=retrieval_path, index=index_dir, pool=pool_path,
+        example_seed=example_seed,
+        settings=ImageSettings(width=width, height=height, steps=steps, guidance=guidance, seed=seed),
+        concurrency=concurrency, limit=limit, save_prompts=save_prompts, max_attempts=max_attempts, prices=prices,
+        generator_options={k_: v for k_, v in options.items() if v is not None}, progress=not no_progress))
     click.echo(f"{out_dir}: {counts['total_ok']}/{counts['total_queries']} images ok, "
                f"{counts['total_error']} failed (this run: {counts['ok']} new, {counts['error']} failed, "
                f"{counts['skipped']} already done)")

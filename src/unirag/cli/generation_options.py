@@ -36,7 +36,6 @@ _OPTIONS = [
     click.option("--no-progress", is_flag=True, default=False, help="No progress bar."),
 ]
 
-GENERATOR_KEYS = ("base_url", "timeout", "device", "dtype", "batch_size", "family", "similarity")
 
 
 def generation_options(fn: Callable) -> Callable:
@@ -47,7 +46,9 @@ def generation_options(fn: Callable) -> Callable:
 
 def generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
     """Split the shared options into run-config fields and ``generator_options``."""
-    gen = {k: opts[k] for k in GENERATOR_KEYS if opts.get(k) is not None}
+    from unirag.generators.options import GENERATOR_OPTIONS
+
+    gen = {k: opts[k] for k in sorted(GENERATOR_OPTIONS) if opts.get(k) is not None}
     return {"generator_options": gen, "concurrency": opts["concurrency"], "seed": opts["seed"],
             "max_tokens": opts["max_tokens"], "temperature": opts["temperature"],
             "max_attempts": opts["max_attempts"], "templates_dir": opts["templates_dir"], "prices": opts["prices"],

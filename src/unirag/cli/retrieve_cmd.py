@@ -37,7 +37,7 @@ def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, o
     from unirag.errors import ConfigError
     from unirag.index.store import parse_modality_filter
     from unirag.retrieval.retriever import Retriever
-    from unirag.retrieval.run_io import write_run
+    from unirag.retrieval.run_io import write_retrieval_run
 
     if k <= 0:
         raise ConfigError(f"--k must be a positive integer, got {k}")
@@ -53,7 +53,7 @@ def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, o
     retriever = Retriever(index_dir, encoder, verify=verify, pool_images_root=pool_images_root)
     results = retriever.retrieve(query_list, k, modality, exclude_qrels=qrels, query_images_root=images_root,
                                  progress=True)
-    run_path, trec = write_run(out, results)
+    run_path, trec = write_retrieval_run(out, results)
     short = sum(1 for r in results if len(r.pairs) < k)
     replaced = sum(1 for r in results for c in r.candidates if c.replaced)
     click.echo(f"{len(results)} queries -> {run_path} and {trec}"

@@ -71,6 +71,17 @@ class Pool:
                                      source_id=sid))
         return cls(out, images_root=images_root)
 
+    @classmethod
+    def from_coco(cls, captions: str | Path, images_root: str | Path, *, name: str = "coco",
+                  limit: int | None = None) -> Pool:
+        """The pool ``unirag import coco`` writes (each image, then its captions; dids
+        ``coco:img:<image id>``, ``coco:txt:<caption id>``), in memory, from a COCO captions file."""
+        from unirag.data.importers.coco import read_coco
+        from unirag.data.importers.writer import build_records
+
+        items, _ = read_coco(captions, limit=limit)
+        return cls(build_records(items, name=name)[0], images_root=images_root)
+
     # -- access ------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Candidate]:
         if self._records is not None:

@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 from unirag.cli.main import cli
-
-SAMPLE = Path(__file__).resolve().parent / "data"
+from unirag.demo import SAMPLE
 
 
 def _run(args: list[str], unless: Path | None = None) -> None:

@@ -14,12 +14,13 @@ every id must be a pool candidate and appear once; every pool candidate must hav
 images a shard recorded as unreadable. Errors name the file and the row.
 
 Sources may list ids in any order: rows are first placed at their pool position in a temporary
-memory-mapped file next to the index, then the pool is streamed in order into the index writer.
+raw file next to the index, then the pool is streamed in order into the index writer.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -199,10 +200,10 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
                                      path=data_file)
                 dim = dim or int(vectors.shape[1])
                 if aligned is None:
-                    aligned = np.memmap(Path(tmp) / "aligned.f32", dtype=np.float32, mode="w+", shape=(n, dim))
+                    aligned = _AlignedFile(Path(tmp) / "aligned.f32", n, dim)
                 vectors = _check_and_normalise(vectors, data_file, first, block_ids)
                 rows = _positions(block_ids, positions, present, data_file, ids_file, first)
-                aligned[rows] = vectors
+                aligned.write(rows, vectors)
                 present[rows] = True
                 bar.update(len(rows))
         bar.close()
@@ -213,13 +214,40 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
         if unexplained:
             raise InputError(f"{len(unexplained)} pool candidate(s) have no embedding, first {unexplained[0]!r}",
                              path=embeddings)
-        aligned.flush()
         extra = {"pool": str(pool), "embeddings": str(embeddings),
                  "images_root": str(images_root) if images_root else None,
                  "bad_images": {"count": len(bad), "first": [{"path": b["path"], "reason": b["reason"]}
                                                              for b in list(bad.values())[:20]]}}
         info = encoder_info or {"name": "external", "spec": None, "dim": dim, "config": {}, "fingerprint": None}
-        return _write_index(pool, aligned, present, out_dir, dim, info, index_type, params, extra)
+        try:
+            return _write_index(pool, aligned, present, out_dir, dim, info, index_type, params, extra)
+        finally:
+            aligned.close()
+
+
+class _AlignedFile:
+    """Vectors at their pool position in a raw float32 file, written and read with positioned I/O
+    (a writable memory map would count every touched page as this process's memory)."""
+
+    def __init__(self, path: Path, n: int, dim: int) -> None:
+        from unirag.index.store import RawVectors
+
+        self.row_bytes = dim * 4
+        with path.open("wb") as f:
+            f.truncate(n * self.row_bytes)
+        self.fd = os.open(path, os.O_WRONLY)
+        self.reader = RawVectors(path, n, dim)
+
+    def write(self, rows: np.ndarray, vectors: np.ndarray) -> None:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        for r, row in zip(rows.tolist(), vectors, strict=True):
+            os.pwrite(self.fd, row.tobytes(), r * self.row_bytes)
+
+    def read(self, rows: np.ndarray) -> np.ndarray:
+        return self.reader.rows(rows)
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 def _check_and_normalise(vectors: np.ndarray, path: Path, first: int, ids: list[str] | None) -> np.ndarray:
@@ -260,7 +288,7 @@ def _positions(ids: list[str], positions: dict[str, int], present: np.ndarray, d
     return rows
 
 
-def _write_index(pool: Path, aligned: np.ndarray, present: np.ndarray, out_dir: Path, dim: int,
+def _write_index(pool: Path, aligned: _AlignedFile, present: np.ndarray, out_dir: Path, dim: int,
                  info: dict[str, Any], index_type: str, params: dict[str, Any] | None,
                  extra: dict[str, Any]) -> dict[str, Any]:
     """Stream the pool in order; chunks per modality go to the writer with their aligned vectors."""
@@ -272,7 +300,7 @@ def _write_index(pool: Path, aligned: np.ndarray, present: np.ndarray, out_dir: 
         def flush(modality: Modality) -> None:
             items = pending.pop(modality)
             rows = np.array([p for p, _ in items])
-            writer.add(modality, [candidate_meta(c) for _, c in items], np.asarray(aligned[rows]))
+            writer.add(modality, [candidate_meta(c) for _, c in items], aligned.read(rows))
 
         for pos, c in enumerate(read_candidates(pool)):
             if not present[pos]:

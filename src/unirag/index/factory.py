@@ -4,7 +4,7 @@
 * ``hnsw``  - graph search (``IndexHNSWFlat``, inner product); no training, builds incrementally.
 * ``ivfpq`` - inverted lists + product quantisation for pools of millions (M-BEIR's global pool is
   5.6M); trained on a bounded sample. With ``refine=true`` (default) the raw float32 vectors are
-  kept in a file next to the index and memory-mapped: the shortlist found with compressed codes
+  kept in a file next to the index and read row by row: the shortlist found with compressed codes
   (``refine_k_factor`` x k) is re-scored exactly from them, so recall is close to exact search while
   RAM holds only the codes. With ``refine=false`` no raw vectors are kept; the index keeps a
   direct map so that stored vectors can still be reconstructed (approximately, from the codes).

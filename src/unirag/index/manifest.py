@@ -4,7 +4,7 @@ An index directory holds ``manifest.json`` and one *data folder* (``data-<id>/``
 names. The data folder holds, per candidate modality present in the pool, one or more FAISS shard
 files (``text.00000.faiss`` ...; a sub-index larger than ``shard_size`` vectors is cut into
 several), for IVF-PQ the raw float32 vectors used to re-score candidates (``text.vectors.f32``,
-memory-mapped), and one SQLite file ``meta.sqlite`` with a row per candidate (did, text, image
+read row by row), and one SQLite file ``meta.sqlite`` with a row per candidate (did, text, image
 path, pairing id) looked up by row id on demand.
 
 The manifest says which encoder made the vectors, how the indexes were built, how many items each

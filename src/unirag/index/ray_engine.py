@@ -85,7 +85,9 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
         if ray_address:
             ray.init(address=ray_address, **kwargs)
         else:
-            ray.init(num_cpus=os.cpu_count() or 1, **kwargs)
+            # Ray runs workers at niceness 15 by default; here the workers are the job (the driver only
+            # waits), so they get normal priority on a machine they share.
+            ray.init(num_cpus=os.cpu_count() or 1, _system_config={"worker_niceness": 0}, **kwargs)
     try:
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = progress

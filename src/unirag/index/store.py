@@ -7,12 +7,13 @@ lists are merged into the exact top-k of the union (:func:`merge_topk`). Hits ar
 concatenation of the sub-indexes in manifest order, which index :attr:`VectorIndex.metas` directly.
 
 Opening is cheap at any size: FAISS files are memory-mapped (``IO_FLAG_MMAP_IFC``), metadata is an
-SQLite file queried on demand (:mod:`unirag.index.metadata`), IVF-PQ raw vectors are a read-only
-``numpy.memmap``, and only file sizes are checked - ``unirag index verify`` re-hashes the files.
+SQLite file queried on demand (:mod:`unirag.index.metadata`), IVF-PQ raw vectors are read row by
+row when re-scoring (:class:`RawVectors`), and only file sizes are checked - ``unirag index verify`` re-hashes the files.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from unirag.index.metadata import CandidateMeta, MetaTable
 __all__ = ["ANY", "CandidateMeta", "VectorIndex", "check_encoder", "merge_topk", "parse_modality_filter"]
 
 ANY = "any"
-#: Queries re-scored together from the memory-mapped raw vectors (bounds the gathered block).
+#: Queries re-scored together from the raw vectors (bounds the gathered block).
 RESCORE_BATCH = 256
 
 
@@ -53,6 +54,38 @@ def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.n
     ids = np.concatenate([p[1] for p in parts], axis=1)
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
+
+
+class RawVectors:
+    """Rows of a raw float32 vector file, read on demand with positioned reads.
+
+    Not a memory map on purpose: every page a map touches counts as the process's resident memory,
+    and the kernel maps already-cached neighbour pages on each fault (fault-around), so re-scoring
+    random rows of a 10 GB file from a map showed ~10 GB RSS after 1,000 queries, against 0.3 GB
+    with ``pread`` at the same speed. The file stays open, so it stays readable after a rebuild
+    deletes it.
+    """
+
+    def __init__(self, path: Path, count: int, dim: int) -> None:
+        self.path, self.count, self.dim = path, count, dim
+        self.row_bytes = dim * 4
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        buf = memoryview(out).cast("B")
+        for i, r in enumerate(rows.tolist()):
+            if not 0 <= r < self.count:
+                raise IndexError(f"row {r} out of range (0..{self.count - 1})")
+            start = i * self.row_bytes
+            if os.preadv(self.fd, [buf[start : start + self.row_bytes]], r * self.row_bytes) != self.row_bytes:
+                raise InputError(f"short read at row {r}: the file is truncated; rebuild the index", path=self.path)
+        return out
+
+    def __del__(self) -> None:
+        fd = getattr(self, "fd", None)
+        if fd is not None:
+            os.close(fd)
 
 
 class SubIndex:
@@ -82,10 +115,9 @@ class SubIndex:
         if start != self.count:
             raise InputError(f"shards hold {start} vectors, manifest says {self.count}; rebuild the index",
                              path=folder)
-        self.vectors = None
+        self.vectors: RawVectors | None = None
         if entry.get("vectors_file"):
-            self.vectors = np.memmap(folder / entry["vectors_file"], dtype=np.float32, mode="r",
-                                     shape=(self.count, dim))
+            self.vectors = RawVectors(folder / entry["vectors_file"], self.count, dim)
             # load the lazily imported numpy code the re-scoring uses now, not in the first query
             self._rescore(np.zeros((1, dim), dtype=np.float32), np.zeros((1, 1), dtype=np.int64), 1)
 
@@ -115,8 +147,8 @@ class SubIndex:
             block = ids[s : s + RESCORE_BATCH]
             valid = block >= 0
             rows = np.where(valid, block, 0)
-            uniq = np.unique(rows)  # sorted: reads the memory-mapped rows in file order
-            vecs = np.asarray(self.vectors[uniq])
+            uniq = np.unique(rows)  # sorted: reads the rows in file order
+            vecs = self.vectors.rows(uniq)
             exact = np.einsum("qcd,qd->qc", vecs[np.searchsorted(uniq, rows)], queries[s : s + RESCORE_BATCH])
             out_s[s : s + RESCORE_BATCH] = np.where(valid, exact, -np.inf)
         order = np.argsort(-out_s, axis=1, kind="stable")[:, :k]
@@ -128,7 +160,7 @@ class SubIndex:
     def reconstruct(self, row: int) -> np.ndarray:
         """The stored vector of local ``row``: exact from raw vectors/flat/HNSW, decoded for plain IVF-PQ."""
         if self.vectors is not None:
-            return np.array(self.vectors[row], dtype=np.float32)
+            return self.vectors.rows(np.array([row]))[0]
         for index, first in reversed(self.shards):
             if row >= first:
                 return index.reconstruct(int(row - first))

@@ -118,7 +118,7 @@ class _SubIndex:
             self._write_shard(index)
             del index
         if trained is not None and params["refine"]:
-            return kind, params, self.spill_path.name  # kept: re-scoring reads it memory-mapped
+            return kind, params, self.spill_path.name  # kept: re-scoring reads rows of it
         self.spill_path.unlink()
         return kind, params, None
 

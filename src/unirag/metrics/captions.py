@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import ConfigError, InputError
-from unirag.metrics.references import reference_captions
-from unirag.metrics.run_outputs import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE, load_run_for_scoring
+from unirag.metrics.references import load_run_for_scoring, reference_captions
 from unirag.metrics.spice import find_corenlp, run_spice, spice_unavailable_message
+from unirag.runs.rundir import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE
 
 CAPTION_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr", "SPICE")
 _LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})

@@ -24,8 +24,8 @@ from unirag.metrics.images import (
     load_clip,
     standard_inception,
 )
-from unirag.metrics.references import reference_image
-from unirag.metrics.run_outputs import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE, load_run_for_scoring
+from unirag.metrics.references import load_run_for_scoring, reference_image
+from unirag.runs.rundir import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE
 
 IMAGE_METRICS = ("FID", "CLIP Score", "IS", "IS SD")
 

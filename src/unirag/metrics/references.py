@@ -13,6 +13,8 @@ from pathlib import Path
 
 from unirag.data.mbeir import read_candidates, read_qrels, read_queries
 from unirag.data.records import Candidate, Qrels, Query
+from unirag.errors import InputError
+from unirag.runs.rundir import RunOutputs, read_run_dir
 
 
 def positives(queries: Iterable[Query], qrels: Qrels | None = None) -> dict[str, list[str]]:
@@ -55,3 +57,28 @@ def reference_image(cands: list[Candidate]) -> str | None:
         if c.img_path:
             return c.img_path
     return None
+
+
+# the evaluation kind a scorer expects -> what to tell a user who passed the other kind of run
+_WRONG_TASK = {"caption": "this is an image-generation run; use 'unirag evaluate images'",
+               "image": "this is a caption run; use 'unirag evaluate captions'"}
+
+
+def load_run_for_scoring(run_dir: str | Path, task: str, queries: str | Path, pool: str | Path,
+                         qrels: str | Path | None = None
+                         ) -> tuple[RunOutputs, dict[str, Query], dict[str, list[Candidate]]]:
+    """The run, qid -> query and qid -> positive candidates, checked for the scorer of ``task``.
+
+    Caption and image scoring both refuse a run of the other kind and outputs whose qids are not
+    in ``queries`` (a wrong --queries file would otherwise score silently against nothing), so the
+    checks live here once. A run whose manifest names no task (hand-made) is accepted.
+    """
+    run = read_run_dir(run_dir)
+    if run.task not in (None, task):
+        raise InputError(_WRONG_TASK[task], path=run.run_dir)
+    by_qid, gt = load_ground_truth(queries, pool, qrels)
+    unknown = [q for q in run.records if q not in by_qid]
+    if unknown:
+        raise InputError(f"{len(unknown)} output(s) have qids not in the queries file, e.g. {unknown[0]!r} "
+                         "(wrong --queries?)", path=queries)
+    return run, by_qid, gt

@@ -10,6 +10,7 @@ again by the next run of the same command.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,27 +19,30 @@ from unirag.data.mbeir import read_queries
 from unirag.data.records import Query, resolve_image
 from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.base import CaptionBackend
+from unirag.generators.options import identity_config
 from unirag.generators.pricing import price_entry
 from unirag.pipelines.captioner import Caption, Captioner, CaptionRequest, to_shots
 from unirag.pipelines.examples import Example, ExampleSelector, make_selector
-from unirag.pipelines.rundir import RunDir
-
-#: Generator options that change *how* a run is executed, not what it produces (kept out of the
-#: resume identity, so a rerun may change them).
-_EXECUTION_KEYS = {"base_url", "timeout", "device", "batch_size", "api_key_env"}
+from unirag.runs.rundir import RunDir
 
 
 @dataclass
 class CaptionConfig:
-    queries: str | Path
+    """One caption run. ``queries``: an M-BEIR queries file or :class:`~unirag.data.records.Query`
+    records; ``index``: an index directory, a :class:`unirag.Index` or a live :class:`unirag.Retriever`
+    (rag mode, examples retrieved on the fly); ``retrieval``: a retrieval run file instead.
+    ``pool_images_root``: where example image paths start (default: the index's recorded images root,
+    else ``images_root``)."""
+
+    queries: str | Path | Sequence[Query]
     generator: str
     out: str | Path
     mode: str = "zero-shot"
     k: int = 0
     images_root: str | Path | None = None
-    pool_images_root: str | Path | None = None  # where example img_paths are relative to (default: images_root)
+    pool_images_root: str | Path | None = None
     retrieval: str | Path | None = None
-    index: str | Path | None = None
+    index: Any = None
     pool: str | Path | None = None
     seed: int = 0
     max_tokens: int = 400
@@ -53,12 +57,35 @@ class CaptionConfig:
     progress: bool = True
 
 
-def pool_images_root(cfg: CaptionConfig) -> str | Path | None:
-    """Where the examples' image paths are relative to: the pool's images root, else the queries'."""
-    return cfg.pool_images_root if cfg.pool_images_root is not None else cfg.images_root
+def pool_images_root(cfg: CaptionConfig, selector: ExampleSelector) -> str | Path | None:
+    """Where the examples' image paths are relative to: as given, else the index's record, else the queries'."""
+    for root in (cfg.pool_images_root, selector.images_root, cfg.images_root):
+        if root is not None:
+            return root
+    return None
 
 
-def _check_queries(queries: list[Query], path: Path) -> None:
+def load_queries(queries: str | Path | Sequence[Query]) -> tuple[list[Query], Path | None]:
+    """Queries from a file (and its path) or as given (path None)."""
+    if isinstance(queries, str | Path):
+        return read_queries(queries), Path(queries)
+    return list(queries), None
+
+
+def queries_identity(queries: list[Query], path: Path | None) -> str:
+    """What a run records about its queries: the file, or a digest of in-memory queries' ids and content."""
+    if path is not None:
+        return str(path.resolve())
+    import hashlib
+    import json
+
+    from unirag.data.mbeir import query_to_json
+
+    blob = json.dumps([query_to_json(q) for q in queries], sort_keys=True, ensure_ascii=False).encode()
+    return f"{len(queries)} queries in memory, sha256 {hashlib.sha256(blob).hexdigest()[:16]}"
+
+
+def _check_queries(queries: list[Query], path: Path | None) -> None:
     for q in queries:
         if not q.img_path:
             raise InputError(f"query {q.qid!r} has no image (modality {q.modality.value}); captioning needs image "
@@ -78,7 +105,7 @@ class CaptionJob:
 
     def __init__(self, cfg: CaptionConfig, captioner: Captioner, selector: ExampleSelector) -> None:
         self.cfg, self.captioner, self.selector = cfg, captioner, selector
-        self.pool_root = pool_images_root(cfg)
+        self.pool_root = pool_images_root(cfg, selector)
         #: retrieval:top1 over retrieval results captions with the top candidate's caption, as the paper's
         #: code does (see :func:`unirag.pipelines.examples.top_candidate_caption`), not the first example's.
         self.official_top1 = getattr(captioner.backend, "strategy", None) == "top1" and hasattr(selector,
@@ -121,14 +148,14 @@ class CaptionJob:
                                                           strict=True)]
 
 
-def _identity(cfg: CaptionConfig, captioner: Captioner, selector: ExampleSelector) -> dict:
-    gen_cfg = {k: v for k, v in captioner.config().items() if k not in _EXECUTION_KEYS}
+def _identity(cfg: CaptionConfig, captioner: Captioner, selector: ExampleSelector, queries: str) -> dict:
+    gen_cfg = identity_config(captioner.config())
     template = captioner.template
     return {
         "generator": gen_cfg,
         "mode": selector.mode, "k": selector.k, "examples": selector.source(),
-        "queries": _abs(cfg.queries), "images_root": _abs(cfg.images_root),
-        "pool_images_root": _abs(pool_images_root(cfg)), "pool": _abs(cfg.pool),
+        "queries": queries, "images_root": _abs(cfg.images_root),
+        "pool_images_root": _abs(pool_images_root(cfg, selector)), "pool": _abs(cfg.pool),
         "seed": cfg.seed, "max_tokens": cfg.max_tokens, "temperature": cfg.temperature,
         "templates": [template.manifest_entry()] if template is not None else [],
     }
@@ -140,19 +167,17 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
     ``generator``: a :class:`~unirag.pipelines.captioner.Captioner` or generator object to use
     instead of loading ``cfg.generator`` (the caller keeps ownership; it is not closed here).
     """
-    queries_path = Path(cfg.queries)
-    all_queries = read_queries(queries_path)
+    all_queries, queries_path = load_queries(cfg.queries)
     _check_queries(all_queries, queries_path)
     run_queries = all_queries[: cfg.limit] if cfg.limit is not None else all_queries
     if cfg.concurrency < 1:
         raise ConfigError("--concurrency must be >= 1")
-    pool_root = pool_images_root(cfg)
     if isinstance(generator, Captioner):
         captioner, owned = generator, False
     else:
         captioner = Captioner(generator if generator is not None else cfg.generator, max_tokens=cfg.max_tokens,
                               temperature=cfg.temperature, templates_dir=cfg.templates_dir, prices=cfg.prices,
-                              images_root=pool_root, **cfg.generator_options)
+                              **cfg.generator_options)
         owned = generator is None
     try:
         if captioner.picks_examples and (cfg.mode == "zero-shot" or cfg.k < 1):
@@ -163,8 +188,8 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
         settings = {"generator_config": captioner.config(), "concurrency": cfg.concurrency, "limit": cfg.limit,
                     "max_attempts": cfg.max_attempts, "price": price_entry(captioner.price),
                     "prices_file": _abs(cfg.prices) if not isinstance(cfg.prices, dict) else None}
-        with RunDir(cfg.out, "caption", _identity(cfg, captioner, selector), settings,
-                    save_prompts=cfg.save_prompts) as run:
+        identity = _identity(cfg, captioner, selector, queries_identity(all_queries, queries_path))
+        with RunDir(cfg.out, "caption", identity, settings, save_prompts=cfg.save_prompts) as run:
             done = run.store.done_keys()
             todo = [q for q in run_queries if q.qid not in done]
             selector.prepare(todo)

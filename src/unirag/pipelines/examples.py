@@ -56,6 +56,11 @@ class ExampleSelector(ABC):
         """What the manifest records about where examples come from."""
         return {"mode": self.mode, "k": self.k}
 
+    @property
+    def images_root(self) -> str | Path | None:
+        """Where the examples' relative image paths start, when the source knows (an index does)."""
+        return None
+
 
 class ZeroShot(ExampleSelector):
     mode, k = "zero-shot", 0
@@ -213,11 +218,11 @@ class RagFromRun(_TopCaption, ExampleSelector):
     mode = "rag"
 
     def __init__(self, k: int, run_path: str | Path, pool_path: str | Path | None = None) -> None:
-        from unirag.retrieval.run_io import read_run
+        from unirag.retrieval.run_io import read_retrieval_run
 
         self.k, self.run_path = k, Path(run_path)
         self.pool_path = Path(pool_path) if pool_path is not None else None
-        self._run = read_run(self.run_path)
+        self._run = read_retrieval_run(self.run_path)
 
     def _result(self, query: Query) -> Any:
         return self._run.get(query.qid)
@@ -237,15 +242,25 @@ class RagFromRun(_TopCaption, ExampleSelector):
 
 
 class RagFromIndex(_TopCaption, ExampleSelector):
-    """Retrieve pairs on the fly from an index directory (one batched retrieval before the run)."""
+    """Retrieve pairs on the fly (one batched retrieval before the run) from an index directory, a
+    :class:`unirag.Index` or a live :class:`unirag.Retriever` (whose loaded encoder is reused)."""
 
     mode = "rag"
 
-    def __init__(self, k: int, index_dir: str | Path, query_images_root: str | Path | None,
+    def __init__(self, k: int, index: Any, query_images_root: str | Path | None,
                  modality: str = "any", pool_path: str | Path | None = None) -> None:
-        self.k, self.index_dir, self.query_images_root, self.modality = k, Path(index_dir), query_images_root, modality
+        from unirag.retrieval.retriever import Retriever
+
+        self.retriever = index if isinstance(index, Retriever) else Retriever(index)
+        self.index_dir = Path(self.retriever.index.index_dir)
+        self.k, self.query_images_root, self.modality = k, query_images_root, modality
         self.pool_path = Path(pool_path) if pool_path is not None else None
         self._results: dict[str, Any] = {}
+
+    @property
+    def images_root(self) -> str | None:
+        """The pool's images root, as the index recorded it: where the examples' image paths start."""
+        return self.retriever.pool_images_root
 
     def _result(self, query: Query) -> Any:
         if query.qid not in self._results:
@@ -253,13 +268,10 @@ class RagFromIndex(_TopCaption, ExampleSelector):
         return self._results.get(query.qid)
 
     def prepare(self, queries: Sequence[Query]) -> None:
-        from unirag.retrieval.retriever import Retriever
-
         todo = [q for q in queries if q.qid not in self._results]
         if not todo:
             return
-        retriever = Retriever(self.index_dir)
-        for r in retriever.retrieve(todo, self.k, self.modality, query_images_root=self.query_images_root,
+        for r in self.retriever.retrieve(todo, self.k, self.modality, query_images_root=self.query_images_root,
                                     progress=True):
             self._results[r.qid] = r
 
@@ -274,9 +286,13 @@ class RagFromIndex(_TopCaption, ExampleSelector):
 
 def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dict[str, Candidate] | None = None,
                   pool_path: str | Path | None = None, retrieval: str | Path | None = None,
-                  index: str | Path | None = None, seed: int = 0,
+                  index: Any = None, seed: int = 0,
                   query_images_root: str | Path | None = None) -> ExampleSelector:
-    """The selector for a mode; checks that the options the mode needs are there."""
+    """The selector for a mode; checks that the options the mode needs are there.
+
+    ``index``: an index directory, a :class:`unirag.Index` or a :class:`unirag.Retriever` to
+    retrieve examples from on the fly; ``retrieval``: a retrieval run file.
+    """
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     if mode == "zero-shot":

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import ConfigError, InputError, UniragError
+from unirag.generators.options import GENERATOR_OPTIONS
 
 TASKS = ("caption", "image")
-GENERATOR_OPTION_KEYS = {"base_url", "timeout", "device", "dtype", "batch_size", "family", "similarity", "quality"}
 RUN_OPTION_KEYS = {"concurrency", "seed", "max_tokens", "temperature", "max_attempts", "templates_dir", "prices",
                    "save_prompts", "limit"}
 #: A grid entry or cell may use other inputs than the top level (e.g. text queries for image cells).
@@ -152,7 +152,7 @@ def load_experiment(path: str | Path) -> tuple[dict[str, Any], list[Cell]]:
 
 
 def _check_option_keys(opts: dict[str, Any], path: Path, where: str) -> None:
-    allowed = GENERATOR_OPTION_KEYS | RUN_OPTION_KEYS | IMAGE_OPTION_KEYS
+    allowed = GENERATOR_OPTIONS | RUN_OPTION_KEYS | IMAGE_OPTION_KEYS
     bad = set(opts) - allowed
     if bad:
         raise InputError(f"unknown option(s) {', '.join(sorted(bad))}; allowed: {', '.join(sorted(allowed))}",
@@ -174,7 +174,7 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     opts = dict(cell.options)
     if limit is not None:
         opts["limit"] = limit
-    gen_opts = {k: v for k, v in opts.items() if k in GENERATOR_OPTION_KEYS}
+    gen_opts = {k: v for k, v in opts.items() if k in GENERATOR_OPTIONS}
     run_opts = {k: v for k, v in opts.items() if k in RUN_OPTION_KEYS}
     if cell.task == "caption":
         from unirag.pipelines.caption import CaptionConfig, run_captioning
@@ -202,7 +202,7 @@ def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool)
     selector = make_selector(cell.mode, cell.k, queries=queries, pool_path=cell.sources.get("pool"),
                              retrieval=cell.sources.get("retrieval"), index=cell.sources.get("index"),
                              seed=opts.get("seed", 0), query_images_root=cell.sources.get("images_root"))
-    generator = load_image_generator(cell.generator, **{k: v for k, v in opts.items() if k in GENERATOR_OPTION_KEYS})
+    generator = load_image_generator(cell.generator, **{k: v for k, v in opts.items() if k in GENERATOR_OPTIONS})
     image = {k: opts[k] for k in ("width", "height", "steps", "guidance") if k in opts}
     if "image_seed" in opts:
         image["seed"] = opts["image_seed"]

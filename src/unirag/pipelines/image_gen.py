@@ -3,7 +3,7 @@
 The image half of UniRAG (paper §3.2, §4.3, Table 5): for every caption query, pick k example
 image-caption pairs (:mod:`unirag.pipelines.examples`), ask an image generator for a picture and
 save it losslessly as ``OUT/images/<qid>.png`` with the prompt that made it beside it
-(``<qid>.prompt.json``). The run directory (:mod:`unirag.pipelines.rundir`) holds one
+(``<qid>.prompt.json``). The run directory (:mod:`unirag.runs.rundir`) holds one
 ``outputs.jsonl`` line per query and the manifest; rerunning the same command resumes. API
 backends run concurrently, local models one query at a time.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +36,10 @@ from unirag.generators.images.templates import image_template
 from unirag.generators.pricing import Price, cost_usd, price_entry
 from unirag.messages import ImagePart, Message, TextPart
 from unirag.pipelines.examples import Example, ExampleSelector
-from unirag.pipelines.rundir import RunDir
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json
 from unirag.runs.executor import run_items
 from unirag.runs.retry import RetryPolicy
+from unirag.runs.rundir import RunDir
 
 TASK = "image"  # the task name caption/image runs and `unirag evaluate images` agree on
 IMAGES_DIR = "images"
@@ -168,3 +168,67 @@ def run_image_generation(
         counts["skipped"] += len(queries) - len(todo)
         final = run.finish([q.qid for q in queries])
     return {**counts, **{f"total_{k}": v for k, v in final.items()}}
+
+
+@dataclass
+class ImageConfig:
+    """One image run, in the shape of :class:`~unirag.pipelines.caption.CaptionConfig`.
+
+    ``queries``: an M-BEIR queries file or :class:`~unirag.data.records.Query` records (their
+    ``txt`` is drawn); ``index``: an index directory, a :class:`unirag.Index` or a live
+    :class:`unirag.Retriever` (rag mode, examples retrieved on the fly), or ``retrieval``: a run
+    file; ``pool_images_root``: where example image paths start (default: the index's recorded
+    images root, else ``images_root``). ``generator_options`` go to the backend.
+    """
+
+    queries: str | Path | Sequence[Query]
+    generator: str
+    out: str | Path
+    mode: str = "zero-shot"
+    k: int = 0
+    images_root: str | Path | None = None
+    pool_images_root: str | Path | None = None
+    retrieval: str | Path | None = None
+    index: Any = None
+    pool: str | Path | None = None
+    example_seed: int = 0
+    settings: ImageSettings = field(default_factory=ImageSettings)
+    concurrency: int = 4
+    limit: int | None = None
+    save_prompts: int = 5
+    max_attempts: int = 6
+    prices: str | Path | None = None
+    generator_options: dict[str, Any] = field(default_factory=dict)
+    progress: bool = True
+
+
+def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dict[str, int]:
+    """Run (or resume) one image run into ``cfg.out``; returns counts (see :func:`run_image_generation`).
+
+    ``generator``: a backend object to use instead of loading ``cfg.generator`` (the caller keeps it).
+    """
+    from unirag.errors import ConfigError
+    from unirag.generators.images.registry import load_image_generator
+    from unirag.pipelines.caption import load_queries, queries_identity
+    from unirag.pipelines.examples import make_selector
+
+    if cfg.limit is not None and cfg.limit < 1:
+        raise ConfigError(f"limit must be >= 1, got {cfg.limit}")
+    if cfg.max_attempts < 1:
+        raise ConfigError(f"max_attempts must be >= 1, got {cfg.max_attempts}")
+    queries, path = load_queries(cfg.queries)
+    examples_root = cfg.pool_images_root if cfg.pool_images_root is not None else cfg.images_root
+    selector = make_selector(cfg.mode, cfg.k, queries=queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
+                             index=cfg.index, seed=cfg.example_seed, query_images_root=examples_root)
+    if examples_root is None:
+        examples_root = selector.images_root
+    backend = generator if generator is not None else load_image_generator(cfg.generator, **cfg.generator_options)
+    try:
+        return run_image_generation(
+            queries, backend, selector, cfg.out, images_root=examples_root, settings=cfg.settings,
+            concurrency=cfg.concurrency, limit=cfg.limit, save_prompts=cfg.save_prompts,
+            policy=RetryPolicy(max_attempts=cfg.max_attempts), prices=cfg.prices,
+            identity_extra={"queries": queries_identity(queries, path)}, progress=cfg.progress)
+    finally:
+        if generator is None:
+            backend.close()

@@ -21,7 +21,6 @@ from string import Template
 from typing import Any
 
 from unirag.errors import InputError
-from unirag.metrics.run_outputs import OUTPUTS_FILE
 from unirag.reports.collect import RunSummary, summarize_run
 from unirag.reports.gallery import MediaStore, asset_text, build_gallery, esc
 from unirag.reports.plots import plot_group, slug
@@ -34,6 +33,7 @@ from unirag.reports.sampling_table import (
 )
 from unirag.reports.tables import cell, csv_table, group_runs, header, markdown_table, metric_columns
 from unirag.runs.atomic import atomic_write_text
+from unirag.runs.rundir import OUTPUTS_FILE
 
 
 def _html_table(task: str, runs: Sequence[RunSummary], galleries: dict[Path, str],

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import InputError
-from unirag.metrics.run_outputs import TASK_ALIASES, read_manifest, read_metrics
+from unirag.runs.rundir import TASK_ALIASES, read_run_manifest, read_run_metrics
 
 MODE_ORDER = {"retrieval": 0, "zero-shot": 1, "rag": 2, "random": 3}
 
@@ -134,8 +134,8 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError("run directory not found", path=run_dir)
-    manifest = flat_manifest(read_manifest(run_dir))
-    evaluation = read_metrics(run_dir)
+    manifest = flat_manifest(read_run_manifest(run_dir))
+    evaluation = read_run_metrics(run_dir)
     if evaluation is None:
         raise InputError("no metrics.json: run 'unirag evaluate captions' or 'unirag evaluate images' on it first",
                          path=run_dir)

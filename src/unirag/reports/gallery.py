@@ -20,8 +20,8 @@ from typing import Any
 from unirag.data.mbeir import read_queries
 from unirag.data.records import Query, resolve_image
 from unirag.metrics.references import load_needed_candidates, positives
-from unirag.metrics.run_outputs import read_per_query, read_run
 from unirag.reports.collect import RunSummary
+from unirag.runs.rundir import read_per_query, read_run_dir
 
 THUMB_SIZE = 384
 
@@ -156,7 +156,7 @@ def build_gallery(run: RunSummary, report_dir: Path, media: MediaStore, *, max_c
     """Write ``<report>/gallery/<run>.html``; returns (path, number of cards)."""
     page_dir = report_dir / "gallery"
     page_dir.mkdir(parents=True, exist_ok=True)
-    outputs = read_run(run.run_dir)
+    outputs = read_run_dir(run.run_dir)
     per_query = read_per_query(run.run_dir)
     queries_path = _setting(run, queries, "queries")
     pool_path = _setting(run, pool, "pool")

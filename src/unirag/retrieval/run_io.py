@@ -1,4 +1,4 @@
-"""Run files: one JSON line per query (candidates + pairs) and a TREC run file beside it.
+"""Retrieval run files (what `unirag retrieve` writes): one JSON line per query and a TREC twin.
 
 JSONL line: ``{"qid", "candidates": [{"did", "score", "modality"[, "replaced"]}],
 "pairs": [{"image_did", "text_did", "img_path", "txt", "score", "via"}]}``.
@@ -25,7 +25,7 @@ def trec_path(run_path: str | Path) -> Path:
     return run_path.with_suffix(".trec") if run_path.suffix == ".jsonl" else run_path.with_name(run_path.name + ".trec")
 
 
-def write_run(path: str | Path, results: Iterable[RetrievalResult], tag: str = RUN_TAG) -> tuple[Path, Path]:
+def write_retrieval_run(path: str | Path, results: Iterable[RetrievalResult], tag: str = RUN_TAG) -> tuple[Path, Path]:
     """Write ``path`` (JSONL) and its TREC twin; returns both paths."""
     results = list(results)
     path = Path(path)
@@ -41,7 +41,7 @@ def write_run(path: str | Path, results: Iterable[RetrievalResult], tag: str = R
     return path, trec
 
 
-def read_run(path: str | Path) -> dict[str, RetrievalResult]:
+def read_retrieval_run(path: str | Path) -> dict[str, RetrievalResult]:
     """qid -> :class:`RetrievalResult` from a JSONL run file; errors name the file, line and field."""
     path = Path(path)
     out: dict[str, RetrievalResult] = {}

@@ -66,6 +66,8 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
     settings.check()
     token = settings.token()
     secrets = (token,) if token else ()
+    for old in [f for f in log.filters if isinstance(f, RedactingFilter)]:
+        log.removeFilter(old)  # one app per process in production; tests build many
     log.addFilter(RedactingFilter(secrets))
     engine = engine or Engine(settings)
     metrics = Metrics()

@@ -1,19 +1,23 @@
-"""The one place the service touches the library: search, caption, generate, compose, pool images.
+"""The one place the service touches the library: a thin layer over the public Python API.
 
-The web layer (:mod:`unirag.serve.app`) only parses requests and renders JSON; everything it
-answers comes from an :class:`Engine`. Generator calls run under a bounded semaphore and the shared
-retry loop (:mod:`unirag.runs.retry`), with the same ``--concurrency``/``--max-attempts`` meaning as
-batch runs; a call that still fails raises :class:`~unirag.errors.BackendError`, which the web layer
-turns into 503 while searches keep working.
+Searches go to :class:`unirag.Retriever` (``search_batch``: one encoder pass and one FAISS call for
+all queries of a batch), captions to :class:`unirag.Captioner`, pictures to
+:class:`unirag.ImageGenerator`, composed retrieval to :class:`unirag.XR` (with ``--cir-agents``;
+without agents X^R's embedding baseline is the fused query searched over the index's images, which
+the loaded retriever answers directly). The web layer (:mod:`unirag.serve.app`) only parses
+requests and renders JSON.
+
+Generator calls run under a bounded semaphore and the shared retry loop (:mod:`unirag.runs.retry`),
+with the same ``--concurrency``/``--max-attempts`` meaning as batch runs (local models: one call
+at a time); a call that still fails raises :class:`~unirag.errors.BackendError`, which the web
+layer turns into 503 while searches keep working.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-import tempfile
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +26,8 @@ from typing import Any
 from unirag.errors import BackendError, ConfigError
 from unirag.serve.settings import ServeSettings
 
+#: Backends that run a model in this process: one call at a time, whatever --concurrency says.
+LOCAL_PREFIXES = ("hf", "diffusers")
 MODALITIES = ("any", "image", "text")
 CAPTION_MODES = ("zero-shot", "random", "rag")
 
@@ -41,7 +47,7 @@ class SearchQuery:
 @dataclass
 class Hit:
     did: str
-    score: float
+    score: float | None  # None for X^R rankings, which are ranks, not one similarity
     modality: str
     caption: str | None
     image_did: str | None  # the pool image shown for this hit (the candidate or its paired image)
@@ -81,24 +87,36 @@ class CirAnswer:
 class Engine:
     """One loaded index (encoder, FAISS, metadata) and the configured generators, shared by all requests."""
 
-    def __init__(self, settings: ServeSettings, *, retriever=None, generator=None, image_generator=None) -> None:
-        """``retriever``: an already loaded one to share (several services, tests); else ``settings.index``."""
-        from unirag.retrieval.retriever import Retriever
+    def __init__(self, settings: ServeSettings, *, retriever=None, captioner=None, image_generator=None,
+                 xr=None) -> None:
+        """``retriever`` etc.: already built API objects to share (several services, tests); else from ``settings``."""
+        import unirag
 
         self.settings = settings
-        self.retriever = retriever if retriever is not None else Retriever(settings.index)
+        self.retriever = retriever if retriever is not None else unirag.Retriever(settings.index,
+                                                                                  device=settings.device)
         self.index = self.retriever.index
         self.images_root = self.retriever.pool_images_root
+        opts = dict(settings.generator_options)
+        self.captioner = captioner if captioner is not None else (
+            unirag.Captioner(settings.generator, images_root=self.images_root, **opts) if settings.generator else None)
+        self.image_generator = image_generator if image_generator is not None else (
+            unirag.ImageGenerator(settings.image_generator, images_root=self.images_root, **opts)
+            if settings.image_generator else None)
+        self.xr = xr if xr is not None else (
+            unirag.XR(agents=settings.cir_agents, encoder=self.index.manifest["encoder"].get("spec"))
+            if settings.cir_agents else None)
+        self._xr_lock = threading.Lock()  # one X^R run at a time (it shares its work folder and caches)
+        self._gallery: dict[str, str] | None = None
+        self._slots = {name: threading.BoundedSemaphore(_slots(spec, settings.generator_concurrency))
+                       for name, spec in (("caption", settings.generator), ("image", settings.image_generator))}
         self._warm_up()
-        self._generator = generator
-        self._image_generator = image_generator
-        self._gen_lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(settings.generator_concurrency)
 
     def _warm_up(self) -> None:
         """Load the encoder and run one text and one image query, so the first request is not slow."""
         from PIL import Image
 
+        self.retriever.warm_up()
         self.search_batch([SearchQuery(text="warm up"), SearchQuery(image=Image.new("RGB", (32, 32)))], 1)
 
     # -- description --------------------------------------------------------------------------
@@ -107,7 +125,7 @@ class Engine:
         return {"index": str(self.index.index_dir), "encoder": m["encoder"].get("name"),
                 "counts": self.index.counts, "generator": self.settings.generator,
                 "image_generator": self.settings.image_generator,
-                "cir": "x^r agents" if self.settings.cir_agents else "embedding baseline"}
+                "cir": "x^r agents" if self.xr is not None else "embedding baseline"}
 
     # -- pool images ----------------------------------------------------------------------------
     def image_file(self, did: str) -> Path | None:
@@ -128,64 +146,46 @@ class Engine:
 
     # -- search -----------------------------------------------------------------------------------
     def search_batch(self, queries: Sequence[SearchQuery], k: int, modality: str = "any") -> list[list[Hit]]:
-        """One encoder pass per input kind and one FAISS call for all ``queries``."""
-        import numpy as np
-
-        from unirag.data.records import Modality, Query
-
+        """``Retriever.search_batch``: one encoder pass per input kind and one FAISS call for all ``queries``."""
         if modality not in MODALITIES:
             raise ConfigError(f"modality must be one of {', '.join(MODALITIES)}, got {modality!r}")
-        encoder = self.retriever.encoder
-        vectors = np.zeros((len(queries), encoder.dim), dtype=np.float32)
-        records = []
-        groups: dict[str, list[int]] = {"text": [], "image": [], "fused": []}
-        for i, q in enumerate(queries):
-            text = q.text.strip() if q.text and q.text.strip() else None
-            kind = "fused" if (q.image is not None and text) else "image" if q.image is not None else "text"
-            groups[kind].append(i)
-            mod = {"fused": Modality.IMAGE_TEXT, "image": Modality.IMAGE, "text": Modality.TEXT}[kind]
-            records.append(Query(qid=f"q{i}", modality=mod, txt=text))
-        if groups["text"]:
-            vectors[groups["text"]] = encoder.encode_texts([queries[i].text.strip() for i in groups["text"]])
-        if groups["image"]:
-            vectors[groups["image"]] = encoder.encode_images([queries[i].image for i in groups["image"]])
-        if groups["fused"]:
-            idx = groups["fused"]
-            vectors[idx] = encoder.encode_fused([queries[i].image for i in idx], [queries[i].text.strip() for i in idx])
-        results = self.retriever.retrieve_vectors(records, vectors, k, modality)
-        return [self._hits(r) for r in results]
+        texts = [q.text.strip() if q.text and q.text.strip() else None for q in queries]
+        found = self.retriever.search_batch([q.image for q in queries], texts, k=k, modality=modality)
+        return [[self._hit(h) for h in hits] for hits in found]
 
     def search(self, query: SearchQuery, k: int = 5, modality: str = "any") -> list[Hit]:
         return self.search_batch([query], k, modality)[0]
 
-    def _hits(self, result) -> list[Hit]:
-        pairs = {}
-        for p in result.pairs:
-            pairs.setdefault(p.image_did, p)
-            pairs.setdefault(p.text_did, p)
-        out = []
-        for c in result.candidates:
-            meta = self.index.metas[self.index.gid_of(c.did)]
-            pair = pairs.get(c.did)
-            caption = meta.txt if meta.modality.has_text else (pair.txt if pair else None)
-            image_did = c.did if meta.modality.has_image else (pair.image_did if pair else None)
-            out.append(Hit(c.did, float(c.score), c.modality, caption, image_did))
-        return out
+    def _hit(self, h) -> Hit:
+        pair = h.pair
+        if pair is not None:
+            caption, image_did = pair.caption, pair.image_did
+        else:  # the candidate's own pair showed the query: describe the candidate itself
+            meta = self.index.metas[self.index.gid_of(h.did)]
+            caption = meta.txt if meta.modality.has_text else None
+            image_did = h.did if meta.modality.has_image else None
+        return Hit(h.did, float(h.score), h.modality, caption, image_did)
 
     # -- examples -------------------------------------------------------------------------------
     def examples(self, mode: str, k: int, *, image=None, text: str | None = None, want: str = "text",
-                 seed_bytes: bytes = b"") -> list[Example]:
-        """Few-shot examples: none (zero-shot), k random pool pairs (seeded by the input), or retrieved."""
+                 seed_bytes: bytes = b"") -> tuple[list, list[Example]]:
+        """Few-shot examples as the API takes them, and as the page shows them.
+
+        zero-shot: none; random: k pool pairs drawn with a seed from the input (the same upload
+        gets the same examples); rag: the k pairs ``Retriever.search`` completes for the input.
+        """
         if mode not in CAPTION_MODES:
             raise ConfigError(f"mode must be one of {', '.join(CAPTION_MODES)}, got {mode!r}")
         if mode == "zero-shot":
-            return []
+            return [], []
         if k < 1:
             raise ConfigError(f"{mode} mode needs k >= 1, got {k}")
         if mode == "random":
-            return self._random_examples(k, seed_bytes or (text or "").encode())
-        hits = self.search(SearchQuery(image=image, text=text), k=k, modality=want)
-        return [Example(h.caption, h.image_did) for h in hits if h.caption and h.image_did]
+            shown = self._random_examples(k, seed_bytes or (text or "").encode())
+            return [(self.image_file(e.image_did), e.caption) for e in shown], shown
+        hits = self.retriever.search(image=image, text=text, k=k, modality=want)
+        pairs = [p for p in hits.pairs if p.caption and p.img_path][:k]
+        return pairs, [Example(p.caption, p.image_did) for p in pairs]
 
     def _random_examples(self, k: int, seed: bytes) -> list[Example]:
         """k pool images (sampled by row, so large pools cost k lookups, not a scan) with one of their captions."""
@@ -206,82 +206,80 @@ class Engine:
         return out
 
     # -- generators -----------------------------------------------------------------------------
-    def _text_generator(self):
-        with self._gen_lock:
-            if self._generator is None:
-                if not self.settings.generator:
-                    raise BackendError("no caption generator configured (start the service with --generator)")
-                from unirag.generators.registry import load_text_generator
-
-                self._generator = load_text_generator(self.settings.generator, **self.settings.generator_options)
-            return self._generator
-
-    def _image_gen(self):
-        with self._gen_lock:
-            if self._image_generator is None:
-                if not self.settings.image_generator:
-                    raise BackendError("no image generator configured (start the service with --image-generator)")
-                from unirag.generators.images.registry import load_image_generator
-
-                self._image_generator = load_image_generator(self.settings.image_generator,
-                                                             **self.settings.generator_options)
-            return self._image_generator
-
-    def _call(self, fn):
-        """Bounded concurrency + retries with backoff, as batch runs do."""
+    def _call(self, kind: str, fn):
+        """Bounded concurrency + retries with backoff (Retry-After honoured), as batch runs do."""
         from unirag.runs.retry import RetryPolicy, call_with_retry
 
         policy = RetryPolicy(max_attempts=self.settings.max_attempts, base_delay=self.settings.retry_base_delay)
-        with self._slots:
+        with self._slots[kind]:
             return call_with_retry(fn, policy)
 
     def caption(self, image, data: bytes, mode: str = "rag", k: int = 5) -> CaptionAnswer:
-        generator = self._text_generator()
-        examples = self.examples(mode, k, image=image, want="text", seed_bytes=data)
-        if getattr(generator, "uses_examples", False):
-            if not examples:
-                raise ConfigError(f"{generator.spec} picks among retrieved captions: use mode rag with k >= 1")
-            gen, attempts = self._call(lambda: generator.caption_from_examples([e.caption for e in examples]))
-        else:
-            gen, attempts = self._prompted_caption(generator, data, examples)
-        from unirag.generators.pricing import cost_usd, price_for
-
-        text = gen.text.strip()
-        if not text:
-            raise BackendError(f"{generator.spec} returned an empty caption")
-        return CaptionAnswer(text, examples, gen.usage.as_dict(), cost_usd(gen.usage, price_for(generator.spec)),
-                             attempts, generator.spec)
-
-    def _prompted_caption(self, generator, data: bytes, examples: list[Example]):
-        from unirag.generators.base import GenerationOptions
-        from unirag.prompts.caption import Shot, build_caption_prompt, caption_template
-
-        tpl = caption_template(generator.template_family)
-        shots = [Shot(self.image_file(e.image_did), e.caption, e.image_did) for e in examples]
-        with tempfile.TemporaryDirectory(prefix="unirag-serve-") as tmp:
-            query = Path(tmp) / "query.img"  # our own name: nothing from the request reaches the file system
-            query.write_bytes(data)
-            prompt = build_caption_prompt(tpl, query, shots, query_label="query")
-            return self._call(lambda: generator.generate(prompt.messages, GenerationOptions()))
+        """``Captioner.caption`` of the uploaded image with its examples (``data``: the encoded upload)."""
+        if self.captioner is None:
+            raise BackendError("no caption generator configured (start the service with --generator)")
+        examples, shown = self.examples(mode, k, image=image, want="text", seed_bytes=data)
+        if mode != "zero-shot" and not examples:
+            raise ConfigError("no examples found for this image (is the index empty?)")
+        out, attempts = self._call("caption", lambda: self.captioner.caption(data, examples, mode=mode))
+        return CaptionAnswer(out.text, shown, out.usage.as_dict(), out.cost, attempts, self.captioner.spec)
 
     def generate_image(self, text: str, mode: str = "rag", k: int = 1) -> ImageAnswer:
-        from unirag.generators.images.base import ExamplePair, ImageRequest
-
-        generator = self._image_gen()
-        examples = self.examples(mode, k, text=text, want="image")
-        generator.check_k(len(examples))
-        pairs = [ExamplePair(self.image_file(e.image_did), e.caption, e.image_did) for e in examples]
-        request = ImageRequest(qid=f"serve-{time.time_ns()}", caption=text, examples=pairs)
-        out, attempts = self._call(lambda: generator.generate(request))
-        return ImageAnswer(out.image, examples, attempts, generator.spec)
+        """``ImageGenerator.generate`` for ``text`` with its examples."""
+        if self.image_generator is None:
+            raise BackendError("no image generator configured (start the service with --image-generator)")
+        examples, shown = self.examples(mode, k, text=text, want="image")
+        out, attempts = self._call("image", lambda: self.image_generator.generate_result(text, examples))
+        return ImageAnswer(out.image, shown, attempts, self.image_generator.spec)
 
     # -- composed retrieval ---------------------------------------------------------------------
     def cir(self, image, text: str, k: int = 10) -> CirAnswer:
-        """Reference image + modification text -> ranked pool images (embedding baseline: CLIP-SF fusion)."""
-        hits = self.search(SearchQuery(image=image, text=text), k=k, modality="image")
-        return CirAnswer(hits, "baseline", "embedding baseline (fused reference image + text)")
+        """Reference image + modification text -> ranked pool images, and the X^R stage that ranked them."""
+        if self.xr is None:
+            hits = self.search(SearchQuery(image=image, text=text), k=k, modality="image")
+            return CirAnswer(hits, "baseline", "X^R embedding baseline: reference image and text fused "
+                                               "(start with --cir-agents for the agent stages)")
+        with self._xr_lock:
+            ranked = self.xr.search(image, text, self.gallery(), k=k)
+        hits = []
+        for h in ranked:
+            meta = self.index.metas[self.index.gid_of(h.did)]
+            hits.append(Hit(h.did, None, "image", _caption_of(self.index, meta), h.did))
+        stage = ranked[0].stage if ranked else "baseline"
+        return CirAnswer(hits, stage, f"ranked by the X^R stage {stage!r}")
+
+    def gallery(self) -> dict[str, str]:
+        """Image candidate id -> image file, for X^R (built once)."""
+        from unirag.data.records import Modality
+
+        if self._gallery is None:
+            offset = self.index.offsets.get(Modality.IMAGE, 0)
+            gallery = {}
+            for row in range(self.index.counts.get(Modality.IMAGE.value, 0)):
+                did = self.index.metas[offset + row].did
+                path = self.image_file(did)
+                if path is not None:
+                    gallery[did] = str(path)
+            self._gallery = gallery
+        return self._gallery
 
     def close(self) -> None:
-        for gen in (self._generator, self._image_generator):
-            if gen is not None:
-                gen.close()
+        for obj in (self.captioner, self.image_generator, self.xr):
+            if obj is not None:
+                obj.close()
+
+
+def _slots(spec: str | None, concurrency: int) -> int:
+    prefix = (spec or "").split(":", 1)[0].strip().lower()
+    return 1 if prefix in LOCAL_PREFIXES else concurrency
+
+
+def _caption_of(index, meta) -> str | None:
+    """A caption for an image candidate: one from its own source item, if the pool pairs them."""
+    from unirag.data.records import Modality
+
+    for gid in index.source_group(meta.source_id):
+        other = index.metas[gid]
+        if other.modality is Modality.TEXT and other.txt:
+            return other.txt
+    return None

@@ -135,15 +135,18 @@ def import_coco(
     text->image query, seeded by ``seed``, as the paper does.
     """
     started = time.perf_counter()
+    items, orphans = read_coco(captions, limit=limit)
+    return write_dataset(items, images_root=images_root, out_dir=out_dir, name=name, source=str(captions),
+                         started=started, captions_without_image=orphans, **write_options)
+
+
+def read_coco(captions: str | Path, *, limit: int | None = None) -> tuple[list[SourceItem], int]:
+    """Images with their captions from an official COCO captions JSON or a ``{image, image_id, captions}``
+    JSONL file; also returns the number of captions whose image is not in the file (JSON only)."""
     path = Path(captions)
     if not path.is_file():
         raise InputError("file not found", path=path)
-    orphans = 0
     if _is_jsonl(path):
-        items = read_items(
-            path, image_field="image", caption_field="captions", id_field="image_id", fmt="jsonl", limit=limit
-        )
-    else:
-        items, orphans = read_coco_json(path, limit=limit)
-    return write_dataset(items, images_root=images_root, out_dir=out_dir, name=name, source=str(path),
-                         started=started, captions_without_image=orphans, **write_options)
+        return read_items(path, image_field="image", caption_field="captions", id_field="image_id", fmt="jsonl",
+                          limit=limit), 0
+    return read_coco_json(path, limit=limit)

@@ -5,6 +5,9 @@ photos and their attributes: reference = a product, modification text = "change 
 <colour>", ground truths = every product of the same article type and gender in that colour (several
 per query, like CIRCO). Written as M-BEIR task-7 files (image,text -> image) plus the image pool, so
 ``unirag cir --dataset mbeir`` reads it like any M-BEIR CIR task.
+
+A data-preparation script, not part of the library: ``scripts/make_myntra_cir.py`` runs it, and
+the CIR tests import it (``tests/cir/conftest.py`` puts ``scripts/`` on the path).
 """
 
 from __future__ import annotations

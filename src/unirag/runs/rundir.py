@@ -1,4 +1,4 @@
-"""The run directory shared by caption and image runs: outputs, manifest, rendered prompts.
+"""The run directory of caption and image runs, written and read here only: outputs, manifest, prompts.
 
     OUT/outputs.jsonl   one line per query (ResultStore keyed by qid; compacted at the end)
     OUT/manifest.json   task, generator config (no secrets), mode, k, sources, seed, template
@@ -13,6 +13,11 @@ Two processes may run the same configuration into one directory at once (e.g. tw
 grid): the manifest is checked and written under the result store's exclusive lock, each process
 skips queries the other has finished (see :class:`~unirag.runs.store.ResultStore`), and the final
 compaction merges both, so nothing is lost or stored twice.
+
+Reading (:func:`read_run_dir`) never opens ``outputs.jsonl`` for writing nor takes the store's lock:
+evaluation may run while the generation run is still appending, so an unfinished last line is
+ignored and, as in the store, the latest line per ``qid`` wins. Scorers write ``metrics.json`` and
+``metrics_per_query.jsonl`` beside the outputs.
 """
 
 from __future__ import annotations
@@ -20,18 +25,24 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from unirag.errors import ConfigError
+from unirag.errors import ConfigError, InputError
 from unirag.messages import Message, render_for_log
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from unirag.runs.store import STATUS_OK, ResultStore
 
-OUTPUTS = "outputs.jsonl"
-MANIFEST = "manifest.json"
-PROMPTS = "prompts"
+OUTPUTS_FILE = "outputs.jsonl"
+MANIFEST_FILE = "manifest.json"
+METRICS_FILE = "metrics.json"
+PER_QUERY_FILE = "metrics_per_query.jsonl"
+PROMPTS_DIR = "prompts"
+# task names the generation commands write into manifest.json -> the evaluation kind
+TASK_ALIASES = {"caption": "caption", "captions": "caption", "image": "image", "images": "image",
+                "generate-images": "image", "image-generation": "image"}
 PACKAGES = ("unirag", "numpy", "pillow", "torch", "transformers", "openai", "google-genai", "diffusers",
             "faiss-cpu", "sentence-transformers")
 
@@ -69,15 +80,15 @@ class RunDir:
 
     @property
     def manifest_path(self) -> Path:
-        return self.out / MANIFEST
+        return self.out / MANIFEST_FILE
 
     @property
     def prompts_dir(self) -> Path:
-        return self.out / PROMPTS
+        return self.out / PROMPTS_DIR
 
     def __enter__(self) -> RunDir:
         self.out.mkdir(parents=True, exist_ok=True)
-        self.store = ResultStore(self.out / OUTPUTS, key="qid")
+        self.store = ResultStore(self.out / OUTPUTS_FILE, key="qid")
         try:
             with self.store.exclusive():  # no other process reads or writes the manifest meanwhile
                 self._open_manifest()
@@ -187,4 +198,96 @@ def _diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for key in sorted(set(old) | set(new)):
         if old.get(key) != new.get(key):
             out.append(f"{key}: {old.get(key)!r} -> {new.get(key)!r}")
+    return out
+
+
+# -- reading ----------------------------------------------------------------------------------
+@dataclass
+class RunOutputs:
+    """One run: its manifest, the latest record per qid, and the line each record came from."""
+
+    run_dir: Path
+    manifest: dict[str, Any]
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def task(self) -> str | None:
+        """The evaluation kind ("caption" or "image"), or None when the manifest does not say (hand-made runs)."""
+        task = self.manifest.get("task")
+        return TASK_ALIASES.get(str(task), str(task)) if task is not None else None
+
+    def ok(self) -> dict[str, dict[str, Any]]:
+        return {q: r for q, r in self.records.items() if r.get("status", "ok") == "ok"}
+
+    def failed(self) -> dict[str, dict[str, Any]]:
+        return {q: r for q, r in self.records.items() if r.get("status", "ok") != "ok"}
+
+
+def read_run_manifest(run_dir: str | Path) -> dict[str, Any]:
+    """The run's ``manifest.json`` ({} when there is none: a hand-made run)."""
+    path = Path(run_dir) / MANIFEST_FILE
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"malformed JSON ({e.msg} at line {e.lineno})", path=path) from None
+    if not isinstance(data, dict):
+        raise InputError("expected a JSON object", path=path)
+    return data
+
+
+def read_run_dir(run_dir: str | Path) -> RunOutputs:
+    """Load a run directory; a missing directory or ``outputs.jsonl`` is an :class:`InputError`."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError("run directory not found", path=run_dir)
+    path = run_dir / OUTPUTS_FILE
+    if not path.exists():
+        raise InputError(f"no {OUTPUTS_FILE} in the run directory (is this a caption/image run?)", path=path)
+    run = RunOutputs(run_dir=run_dir, manifest=read_run_manifest(run_dir))
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except json.JSONDecodeError:
+                if not raw.endswith(b"\n"):
+                    break  # the writer is still appending (or crashed mid-line): not a result yet
+                raise InputError("malformed JSON line", path=path, line=lineno) from None
+            if not isinstance(rec, dict) or "qid" not in rec:
+                raise InputError("expected a JSON object with a 'qid'", path=path, line=lineno, field="qid")
+            qid = str(rec["qid"])
+            run.records[qid] = rec
+            run.lines[qid] = lineno
+    return run
+
+
+def read_run_metrics(run_dir: str | Path) -> dict[str, Any] | None:
+    """The scores a scorer wrote into the run directory (None before evaluation)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"malformed JSON ({e.msg})", path=path) from None
+
+
+def read_per_query(run_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """qid -> per-query scores written by a scorer ({} before evaluation)."""
+    path = Path(run_dir) / PER_QUERY_FILE
+    out: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return out
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    raise InputError("malformed JSON line", path=path, line=lineno) from None
+                out[str(rec.get("qid"))] = rec
     return out
