@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import atexit
 import functools
+import inspect
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -56,7 +58,23 @@ def tiny_clip_tokenizer():
         vocab.setdefault(a + b, len(vocab))
     vocab[_SPECIAL_BOS] = len(vocab)
     vocab[_SPECIAL_EOS] = len(vocab)
+    if "vocab_file" in inspect.signature(CLIPTokenizer.__init__).parameters:
+        # transformers 4.x (the oldest supported, 4.56): the tokenizer reads vocab.json and merges.txt
+        folder = _tmp_root() / "tiny-clip-tokenizer-files"
+        folder.mkdir(exist_ok=True)
+        (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+        (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges),
+                                           encoding="utf-8")
+        return CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
     return CLIPTokenizer(vocab=vocab, merges=merges)
+
+
+def _pil_image_processor(family: str):
+    """The PIL-based image processor class: ``<family>ImageProcessorPil`` in transformers 5 (where the plain
+    name needs torchvision), the plain ``<family>ImageProcessor`` before (the oldest supported, 4.56)."""
+    import transformers
+
+    return getattr(transformers, f"{family}ImageProcessorPil", None) or getattr(transformers, f"{family}ImageProcessor")
 
 
 def _save(model, processor, out: Path) -> Path:
@@ -77,14 +95,14 @@ def tiny_clip_dir(projection_dim: int = 16, image_size: int = 32, seed: int = 0)
     ``unirag.encoders.registry.load_encoder(str(path))``. Embedding size is ``projection_dim``.
     """
     import torch
-    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPProcessor
+    from transformers import CLIPConfig, CLIPModel, CLIPProcessor
 
     out = _tmp_root() / f"tiny-clip-p{projection_dim}-i{image_size}-s{seed}"
     if (out / "config.json").exists():
         return out
     tok = tiny_clip_tokenizer()
     bos, eos = tok.convert_tokens_to_ids(_SPECIAL_BOS), tok.convert_tokens_to_ids(_SPECIAL_EOS)
-    image_processor = CLIPImageProcessorPil(
+    image_processor = _pil_image_processor("CLIP")(
         size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
     )
     processor = CLIPProcessor(image_processor=image_processor, tokenizer=tok)
@@ -106,13 +124,13 @@ def tiny_siglip_dir(image_size: int = 32, seed: int = 0) -> Path:
     """Directory holding a tiny random ``SiglipModel`` + ``SiglipProcessor`` (no projection_dim in its config;
     texts padded to a fixed length, as SigLIP expects). Embedding size is 32."""
     import torch
-    from transformers import SiglipConfig, SiglipImageProcessorPil, SiglipModel, SiglipProcessor
+    from transformers import SiglipConfig, SiglipModel, SiglipProcessor
 
     out = _tmp_root() / f"tiny-siglip-i{image_size}-s{seed}"
     if (out / "config.json").exists():
         return out
     tok = tiny_clip_tokenizer()
-    processor = SiglipProcessor(image_processor=SiglipImageProcessorPil(size={"height": image_size, "width": image_size}),
+    processor = SiglipProcessor(image_processor=_pil_image_processor("Siglip")(size={"height": image_size, "width": image_size}),
                                 tokenizer=tok)
     small = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4)
     config = SiglipConfig(
@@ -150,7 +168,7 @@ def tiny_llava_dir(image_size: int = 32, seed: int = 0, emits: str = "words") ->
     import hashlib
 
     import torch
-    from transformers import CLIPImageProcessorPil, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+    from transformers import LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
 
     if emits not in ("words", "nothing") and not emits.startswith("reply:"):
         raise ValueError(f"emits must be 'words', 'nothing' or 'reply:<text>', not {emits!r}")
@@ -162,7 +180,7 @@ def tiny_llava_dir(image_size: int = 32, seed: int = 0, emits: str = "words") ->
     image_token = tok.convert_tokens_to_ids("<image>")
     eos = tok.convert_tokens_to_ids(_SPECIAL_EOS)
     patch = 8
-    image_processor = CLIPImageProcessorPil(
+    image_processor = _pil_image_processor("CLIP")(
         size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
     )
     processor = LlavaProcessor(image_processor=image_processor, tokenizer=tok, patch_size=patch,

@@ -110,6 +110,11 @@ class SubIndex:
             if index.ntotal != shard["count"] or index.d != dim:
                 raise InputError(f"index holds {index.ntotal} vectors of size {index.d}, manifest says "
                                  f"{shard['count']} of size {dim}; rebuild the index", path=path)
+            if isinstance(index, faiss.IndexIVF) and index.ntotal:
+                # every query scans all coarse centroids: read them now (one probe of a zero query),
+                # so that the first query does not pay their page faults; lists are read on demand
+                index.nprobe = 1
+                index.search(np.zeros((1, dim), dtype=np.float32), 1)
             self.shards.append((index, start))
             start += int(index.ntotal)
         if start != self.count:
