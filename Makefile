@@ -2,14 +2,19 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= hf,api,diffusion,eval,serve,ray,dev
+# The extras the test suite exercises (gpu, i.e. accelerate, and image-metrics are not installed).
+EXTRAS ?= api,diffusion,eval,ray,serve,dev
+# pip constraints (-c): the CPU torch wheel for this project's machines. Not package metadata;
+# `make install CONSTRAINTS=` installs without it (e.g. to keep a CUDA torch).
+CONSTRAINTS ?= constraints/cpu.txt
+PIP_CONSTRAINTS := $(foreach c,$(CONSTRAINTS),-c $(c))
 
-.PHONY: demo test test-data lint install clean
+.PHONY: demo test test-data test-min lint install clean
 
-$(BIN)/unirag: pyproject.toml
+$(BIN)/unirag: pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
+	$(BIN)/pip install -q $(PIP_CONSTRAINTS) -e ".[$(EXTRAS)]"
 	touch $(BIN)/unirag
 
 install: $(BIN)/unirag
@@ -25,8 +30,20 @@ test: install
 test-data: install
 	$(BIN)/python -m pytest -q tests-data
 
+# The core tests (no optional extra) against the declared minimum versions of torch, transformers,
+# faiss-cpu and numpy (constraints/min.txt = the lower bounds in pyproject.toml), in a separate venv.
+MIN_VENV ?= .venv-min
+CORE_TESTS ?= tests/encoders tests/index tests/retrieval tests/data tests/runs tests/cli \
+	tests/generation/test_hf_vlm.py tests/test_shared_data_guard.py tests/test_packaging.py \
+	--ignore=tests/index/test_ray_engine.py --ignore=tests/index/test_embeddings_input.py
+test-min:
+	test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/pip install -q --upgrade pip
+	$(MIN_VENV)/bin/pip install -q -c constraints/min.txt $(PIP_CONSTRAINTS) -e ".[dev]"
+	$(MIN_VENV)/bin/python -m pytest -q $(CORE_TESTS)
+
 lint: install
 	$(BIN)/ruff check src tests tests-data benchmarks scripts
 
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache
+	rm -rf $(VENV) $(MIN_VENV) demo-output .pytest_cache

@@ -7,8 +7,8 @@ from importlib import resources
 
 import pytest
 
-from unirag.encoders._runtime import to_pil_images
 from unirag.encoders.efficientnet import NUM_CLASSES, POOLED_DIM, EfficientNetLite0
+from unirag.runtime import to_pil_images
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import atexit
 import functools
+import inspect
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -56,7 +58,23 @@ def tiny_clip_tokenizer():
         vocab.setdefault(a + b, len(vocab))
     vocab[_SPECIAL_BOS] = len(vocab)
     vocab[_SPECIAL_EOS] = len(vocab)
+    if "vocab_file" in inspect.signature(CLIPTokenizer.__init__).parameters:
+        # transformers 4.x (the oldest supported, 4.56): the tokenizer reads vocab.json and merges.txt
+        folder = _tmp_root() / "tiny-clip-tokenizer-files"
+        folder.mkdir(exist_ok=True)
+        (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+        (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges),
+                                           encoding="utf-8")
+        return CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
     return CLIPTokenizer(vocab=vocab, merges=merges)
+
+
+def _pil_image_processor(family: str):
+    """The PIL-based image processor class: ``<family>ImageProcessorPil`` in transformers 5 (where the plain
+    name needs torchvision), the plain ``<family>ImageProcessor`` before (the oldest supported, 4.56)."""
+    import transformers
+
+    return getattr(transformers, f"{family}ImageProcessorPil", None) or getattr(transformers, f"{family}ImageProcessor")
 
 
 def _save(model, processor, out: Path) -> Path:
@@ -77,14 +95,14 @@ def tiny_clip_dir(projection_dim: int = 16, image_size: int = 32, seed: int = 0)
     ``unirag.encoders.registry.load_encoder(str(path))``. Embedding size is ``projection_dim``.
     """
     import torch
-    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPProcessor
+    from transformers import CLIPConfig, CLIPModel, CLIPProcessor
 
     out = _tmp_root() / f"tiny-clip-p{projection_dim}-i{image_size}-s{seed}"
     if (out / "config.json").exists():
         return out
     tok = tiny_clip_tokenizer()
     bos, eos = tok.convert_tokens_to_ids(_SPECIAL_BOS), tok.convert_tokens_to_ids(_SPECIAL_EOS)
-    image_processor = CLIPImageProcessorPil(
+    image_processor = _pil_image_processor("CLIP")(
         size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
     )
     processor = CLIPProcessor(image_processor=image_processor, tokenizer=tok)
@@ -106,13 +124,13 @@ def tiny_siglip_dir(image_size: int = 32, seed: int = 0) -> Path:
     """Directory holding a tiny random ``SiglipModel`` + ``SiglipProcessor`` (no projection_dim in its config;
     texts padded to a fixed length, as SigLIP expects). Embedding size is 32."""
     import torch
-    from transformers import SiglipConfig, SiglipImageProcessorPil, SiglipModel, SiglipProcessor
+    from transformers import SiglipConfig, SiglipModel, SiglipProcessor
 
     out = _tmp_root() / f"tiny-siglip-i{image_size}-s{seed}"
     if (out / "config.json").exists():
         return out
     tok = tiny_clip_tokenizer()
-    processor = SiglipProcessor(image_processor=SiglipImageProcessorPil(size={"height": image_size, "width": image_size}),
+    processor = SiglipProcessor(image_processor=_pil_image_processor("Siglip")(size={"height": image_size, "width": image_size}),
                                 tokenizer=tok)
     small = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4)
     config = SiglipConfig(
@@ -150,7 +168,7 @@ def tiny_llava_dir(image_size: int = 32, seed: int = 0, emits: str = "words") ->
     import hashlib
 
     import torch
-    from transformers import CLIPImageProcessorPil, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+    from transformers import LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
 
     if emits not in ("words", "nothing") and not emits.startswith("reply:"):
         raise ValueError(f"emits must be 'words', 'nothing' or 'reply:<text>', not {emits!r}")
@@ -162,7 +180,7 @@ def tiny_llava_dir(image_size: int = 32, seed: int = 0, emits: str = "words") ->
     image_token = tok.convert_tokens_to_ids("<image>")
     eos = tok.convert_tokens_to_ids(_SPECIAL_EOS)
     patch = 8
-    image_processor = CLIPImageProcessorPil(
+    image_processor = _pil_image_processor("CLIP")(
         size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
     )
     processor = LlavaProcessor(image_processor=image_processor, tokenizer=tok, patch_size=patch,
@@ -287,3 +305,82 @@ def tiny_sd_dir() -> Path:
     pipe.save_pretrained(tmp)
     tmp.rename(out)
     return out
+
+
+def tiny_bert_tokenizer(folder: Path):
+    """A real ``BertTokenizer`` (lower-casing WordPiece) over letters and a few words, saved in ``folder``, with
+    BLIP's added ``[DEC]``/``[ENC]`` tokens (as UniIR's ``init_tokenizer``)."""
+    from transformers import BertTokenizer
+
+    words = ["a", "the", "of", "on", "in", "with", "and", "man", "dog", "dogs", "two", "red", "bus", "street",
+             "kitchen", "find", "image", "caption", "retrieve", "everyday", "describing", "this", "photo"]
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!", "?", "'", *letters,
+             *[f"##{c}" for c in letters], *[w for w in words if w not in letters]]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    tok = BertTokenizer(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    tok.save_pretrained(folder)
+    tok.add_special_tokens({"bos_token": "[DEC]"})
+    tok.add_special_tokens({"additional_special_tokens": ["[ENC]"]})
+    return tok
+
+
+def uniir_blip_ff_state_dict(vocab_size: int, width: int = 64, layers: int = 2, patch: int = 8, image_size: int = 32,
+                             positions: int = 160, seed: int = 0) -> dict:
+    """Random tensors named and shaped as UniIR's ``BLIPFeatureFusion.state_dict()`` (timm ViT under
+    ``visual_encoder.``, BLIP ``med.py`` BertModel under ``text_encoder.``, momentum copies and queues)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape, std=0.02):
+        return torch.randn(*shape, generator=g) * std
+
+    def ln(prefix, w):
+        return {prefix + ".weight": 1 + rnd(w, std=0.1), prefix + ".bias": rnd(w, std=0.1)}
+
+    def lin(prefix, out_f, in_f):
+        return {prefix + ".weight": rnd(out_f, in_f, std=in_f ** -0.5), prefix + ".bias": rnd(out_f, std=0.02)}
+
+    v: dict = {"cls_token": rnd(1, 1, width, std=0.5), "pos_embed": rnd(1, (image_size // patch) ** 2 + 1, width, std=0.5),
+               "patch_embed.proj.weight": rnd(width, 3, patch, patch, std=0.1), "patch_embed.proj.bias": rnd(width),
+               **ln("norm", width)}
+    for i in range(layers):
+        b = f"blocks.{i}."
+        v |= {**ln(b + "norm1", width), **lin(b + "attn.qkv", 3 * width, width), **lin(b + "attn.proj", width, width),
+              **ln(b + "norm2", width), **lin(b + "mlp.fc1", 4 * width, width), **lin(b + "mlp.fc2", width, 4 * width)}
+    t: dict = {"embeddings.word_embeddings.weight": rnd(vocab_size, width, std=0.5),
+               "embeddings.position_embeddings.weight": rnd(positions, width, std=0.1),
+               "embeddings.position_ids": torch.arange(positions).unsqueeze(0), **ln("embeddings.LayerNorm", width),
+               **lin("pooler.dense", width, width)}
+    for i in range(layers):
+        b = f"encoder.layer.{i}."
+        for att, kv_in in (("attention", width), ("crossattention", width)):
+            t |= {**lin(b + att + ".self.query", width, width), **lin(b + att + ".self.key", width, kv_in),
+                  **lin(b + att + ".self.value", width, kv_in), **lin(b + att + ".output.dense", width, width),
+                  **ln(b + att + ".output.LayerNorm", width)}
+        t |= {**lin(b + "intermediate.dense", 4 * width, width), **lin(b + "output.dense", width, 4 * width),
+              **ln(b + "output.LayerNorm", width)}
+    sd = {f"visual_encoder.{k}": x for k, x in v.items()} | {f"text_encoder.{k}": x for k, x in t.items()}
+    # what the real checkpoint also holds and a loader must ignore
+    sd |= {f"visual_encoder_m.{k}": x.clone() for k, x in v.items()} | {f"text_encoder_m.{k}": x.clone() for k, x in t.items()}
+    sd |= {"query_queue": rnd(width, 8), "cand_queue": rnd(width, 8), "temp": torch.tensor(0.07)}
+    return sd
+
+
+@functools.lru_cache(maxsize=2)
+def tiny_uniir_blip_ff(seed: int = 0) -> Path:
+    """A tiny random checkpoint laid out as UniIR's ``blip_ff_*.pth`` (``{"model": state_dict}``) with a BERT
+    tokenizer beside it. Load it as ``uniir:blip_ff:PATH``."""
+    import torch
+
+    folder = _tmp_root() / f"tiny-uniir-blip-ff-s{seed}"
+    ckpt = folder / "blip_ff_tiny.pth"
+    if ckpt.exists():
+        return ckpt
+    tmp = folder.with_name(folder.name + ".partial")
+    tok = tiny_bert_tokenizer(tmp)
+    torch.save({"model": uniir_blip_ff_state_dict(len(tok), seed=seed)}, tmp / ckpt.name)
+    tmp.rename(folder)
+    return ckpt

@@ -36,24 +36,12 @@ def format_table(metrics: dict, ks: list[int]) -> str:
               help="Metrics JSON (default: beside the run, <run>.metrics.json).")
 def retrieval(run_path: Path, qrels_path: Path, ks: str, out: Path | None) -> None:
     """Score a retrieval run: hit@k (UniIR's "recall"), true recall@k and MRR@k."""
-    from unirag.data.mbeir import read_qrels
-    from unirag.errors import InputError
-    from unirag.metrics.retrieval import evaluate_run
-    from unirag.retrieval.run_io import read_retrieval_run
-    from unirag.runs.atomic import atomic_write_json
+    from unirag.metrics.retrieval import evaluate_run_file
 
     cutoffs = parse_ks(ks)
-    run = {qid: r.ranked_dids for qid, r in read_retrieval_run(run_path).items()}
-    qrels = read_qrels(qrels_path)
-    try:
-        metrics = evaluate_run(run, qrels.relevant, cutoffs)
-    except ValueError as e:
-        raise InputError(str(e), path=qrels_path) from None
+    metrics, written, depth = evaluate_run_file(run_path, qrels_path, cutoffs, out)
     click.echo(format_table(metrics, cutoffs))
-    depth = max((len(r) for r in run.values()), default=0)
     if depth < max(cutoffs):
         click.echo(f"note: the run has at most {depth} candidates per query, so cutoffs above {depth} "
                    f"equal @{depth}; retrieve with --k {max(cutoffs)} to score them")
-    out = out or run_path.with_name(run_path.stem + ".metrics.json")
-    atomic_write_json(out, {"run": str(run_path), "qrels": str(qrels_path), "k": cutoffs, "metrics": metrics})
-    click.echo(f"metrics written to {out}")
+    click.echo(f"metrics written to {written}")

@@ -21,13 +21,12 @@ def run(experiment, only, list_only, limit, no_progress) -> None:
 
     if list_only:
         spec, cells = load_experiment(experiment)
-        for cell in select_cells(cells, tuple(only)):
-            manifest = Path(spec["out"]) / cell.name / "manifest.json"
-            state = "not started"
-            if manifest.exists():
-                import json
+        from unirag.runs.rundir import read_run_manifest
 
-                m = json.loads(manifest.read_text())
+        for cell in select_cells(cells, tuple(only)):
+            m = read_run_manifest(Path(spec["out"]) / cell.name)
+            state = "not started"
+            if m:
                 c = m.get("counts", {})
                 state = f"{m.get('status')} ({c.get('ok', 0)}/{c.get('queries', '?')} ok)"
             click.echo(f"{cell.name:60s} {state}")

@@ -12,6 +12,7 @@ queries of the qrels missing from the run count as zeros (a run that skips a que
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 
 def hit_at_k(ranked: Sequence[str], relevant: set[str], k: int) -> float:
@@ -57,3 +58,27 @@ def evaluate_run(run: Mapping[str, Sequence[str]], qrels: Mapping[str, set[str]]
     out["missing_queries"] = missing
     out["extra_queries"] = len(set(run) - set(judged))
     return out
+
+
+def evaluate_run_file(run_path: str | Path, qrels_path: str | Path, ks: Sequence[int],
+                      out: str | Path | None = None) -> tuple[dict[str, object], Path, int]:
+    """Score a retrieval run file (``unirag retrieve`` output) against a qrels file.
+
+    Writes ``{"run", "qrels", "k", "metrics"}`` to ``out`` (default: ``RUN.metrics.json`` beside the
+    run); returns the metrics, where they were written, and the run's depth (candidates per query),
+    since cutoffs beyond it cannot find more.
+    """
+    from unirag.data.mbeir import read_qrels
+    from unirag.errors import InputError
+    from unirag.retrieval.run_io import read_retrieval_run
+    from unirag.runs.atomic import atomic_write_json
+
+    run_path, qrels_path = Path(run_path), Path(qrels_path)
+    run = {qid: r.ranked_dids for qid, r in read_retrieval_run(run_path).items()}
+    try:
+        metrics = evaluate_run(run, read_qrels(qrels_path).relevant, ks)
+    except ValueError as e:
+        raise InputError(str(e), path=qrels_path) from None
+    out = Path(out) if out is not None else run_path.with_name(run_path.stem + ".metrics.json")
+    atomic_write_json(out, {"run": str(run_path), "qrels": str(qrels_path), "k": list(ks), "metrics": metrics})
+    return metrics, out, max((len(r) for r in run.values()), default=0)

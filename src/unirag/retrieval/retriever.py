@@ -92,6 +92,8 @@ class Retriever:
         ``unirag retrieve`` does). ``exclude``: dids never to return (e.g. the query's own captions).
         Each hit's ``pair`` is the image-caption example it completes to; ``hits.pairs`` are the
         ``k`` examples for a generator (pairs showing the query's own image or text are dropped).
+        A UniIR encoder's M-BEIR instructions depend on a query's dataset and task, which an image or
+        a text alone does not name: for instructed queries pass M-BEIR records to :meth:`retrieve`.
         """
         return self.search_batch([image], [text], k=k, modality=modality, exclude=[exclude])[0]
 
