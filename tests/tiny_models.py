@@ -305,3 +305,82 @@ def tiny_sd_dir() -> Path:
     pipe.save_pretrained(tmp)
     tmp.rename(out)
     return out
+
+
+def tiny_bert_tokenizer(folder: Path):
+    """A real ``BertTokenizer`` (lower-casing WordPiece) over letters and a few words, saved in ``folder``, with
+    BLIP's added ``[DEC]``/``[ENC]`` tokens (as UniIR's ``init_tokenizer``)."""
+    from transformers import BertTokenizer
+
+    words = ["a", "the", "of", "on", "in", "with", "and", "man", "dog", "dogs", "two", "red", "bus", "street",
+             "kitchen", "find", "image", "caption", "retrieve", "everyday", "describing", "this", "photo"]
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!", "?", "'", *letters,
+             *[f"##{c}" for c in letters], *[w for w in words if w not in letters]]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    tok = BertTokenizer(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    tok.save_pretrained(folder)
+    tok.add_special_tokens({"bos_token": "[DEC]"})
+    tok.add_special_tokens({"additional_special_tokens": ["[ENC]"]})
+    return tok
+
+
+def uniir_blip_ff_state_dict(vocab_size: int, width: int = 64, layers: int = 2, patch: int = 8, image_size: int = 32,
+                             positions: int = 160, seed: int = 0) -> dict:
+    """Random tensors named and shaped as UniIR's ``BLIPFeatureFusion.state_dict()`` (timm ViT under
+    ``visual_encoder.``, BLIP ``med.py`` BertModel under ``text_encoder.``, momentum copies and queues)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape, std=0.02):
+        return torch.randn(*shape, generator=g) * std
+
+    def ln(prefix, w):
+        return {prefix + ".weight": 1 + rnd(w, std=0.1), prefix + ".bias": rnd(w, std=0.1)}
+
+    def lin(prefix, out_f, in_f):
+        return {prefix + ".weight": rnd(out_f, in_f, std=in_f ** -0.5), prefix + ".bias": rnd(out_f, std=0.02)}
+
+    v: dict = {"cls_token": rnd(1, 1, width, std=0.5), "pos_embed": rnd(1, (image_size // patch) ** 2 + 1, width, std=0.5),
+               "patch_embed.proj.weight": rnd(width, 3, patch, patch, std=0.1), "patch_embed.proj.bias": rnd(width),
+               **ln("norm", width)}
+    for i in range(layers):
+        b = f"blocks.{i}."
+        v |= {**ln(b + "norm1", width), **lin(b + "attn.qkv", 3 * width, width), **lin(b + "attn.proj", width, width),
+              **ln(b + "norm2", width), **lin(b + "mlp.fc1", 4 * width, width), **lin(b + "mlp.fc2", width, 4 * width)}
+    t: dict = {"embeddings.word_embeddings.weight": rnd(vocab_size, width, std=0.5),
+               "embeddings.position_embeddings.weight": rnd(positions, width, std=0.1),
+               "embeddings.position_ids": torch.arange(positions).unsqueeze(0), **ln("embeddings.LayerNorm", width),
+               **lin("pooler.dense", width, width)}
+    for i in range(layers):
+        b = f"encoder.layer.{i}."
+        for att, kv_in in (("attention", width), ("crossattention", width)):
+            t |= {**lin(b + att + ".self.query", width, width), **lin(b + att + ".self.key", width, kv_in),
+                  **lin(b + att + ".self.value", width, kv_in), **lin(b + att + ".output.dense", width, width),
+                  **ln(b + att + ".output.LayerNorm", width)}
+        t |= {**lin(b + "intermediate.dense", 4 * width, width), **lin(b + "output.dense", width, 4 * width),
+              **ln(b + "output.LayerNorm", width)}
+    sd = {f"visual_encoder.{k}": x for k, x in v.items()} | {f"text_encoder.{k}": x for k, x in t.items()}
+    # what the real checkpoint also holds and a loader must ignore
+    sd |= {f"visual_encoder_m.{k}": x.clone() for k, x in v.items()} | {f"text_encoder_m.{k}": x.clone() for k, x in t.items()}
+    sd |= {"query_queue": rnd(width, 8), "cand_queue": rnd(width, 8), "temp": torch.tensor(0.07)}
+    return sd
+
+
+@functools.lru_cache(maxsize=2)
+def tiny_uniir_blip_ff(seed: int = 0) -> Path:
+    """A tiny random checkpoint laid out as UniIR's ``blip_ff_*.pth`` (``{"model": state_dict}``) with a BERT
+    tokenizer beside it. Load it as ``uniir:blip_ff:PATH``."""
+    import torch
+
+    folder = _tmp_root() / f"tiny-uniir-blip-ff-s{seed}"
+    ckpt = folder / "blip_ff_tiny.pth"
+    if ckpt.exists():
+        return ckpt
+    tmp = folder.with_name(folder.name + ".partial")
+    tok = tiny_bert_tokenizer(tmp)
+    torch.save({"model": uniir_blip_ff_state_dict(len(tok), seed=seed)}, tmp / ckpt.name)
+    tmp.rename(folder)
+    return ckpt

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 HEAVY = ["torch", "transformers", "faiss", "diffusers", "openai", "matplotlib", "sentence_transformers", "numpy",
-         "fastapi", "uvicorn", "starlette"]
+         "fastapi", "uvicorn", "starlette", "ray", "pyarrow"]
 
 
 def test_help_imports_no_heavy_library():
@@ -21,6 +21,20 @@ def test_help_imports_no_heavy_library():
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert loaded == []
     assert "retrieve" in out.stdout and "cir" in out.stdout
+
+
+def test_index_build_help_imports_no_heavy_library():
+    """The index command documents Ray/Parquet options without importing Ray or pyarrow."""
+    code = (
+        "import sys, json\n"
+        "import unirag\n"
+        "from unirag.cli.main import main\n"
+        "try:\n    main(['index', 'build', '--help'])\nexcept SystemExit:\n    pass\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+    assert "--engine" in out.stdout and "--embeddings" in out.stdout and "--shard" in out.stdout
 
 
 def test_every_registered_command_loads():

@@ -34,22 +34,26 @@ from unirag.errors import ConfigError
               help="Override the caption generator's prompt template family.")
 @click.option("--similarity", type=click.Choice(["minilm", "lexical"]), default=None,
               help="retrieval:consensus caption similarity.")
+@click.option("--device", default="auto", show_default=True,
+              help="Where the query encoder and local generator models run: auto (CUDA when available), cpu, cuda:1.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True)
 def serve(index, generator_spec, image_generator_spec, cir_agents, host, port, token_env, cors_origins,
           max_upload_mb, max_pixels, concurrency, max_attempts, base_url, timeout, family, similarity,
-          log_level) -> None:
+          device, log_level) -> None:
     """Serve search, RAG captioning, image generation and composed retrieval over HTTP, with a web page at /."""
     from unirag.serve.settings import ServeSettings
 
     gen_opts = {k: v for k, v in (("base_url", base_url), ("timeout", timeout), ("family", family),
                                   ("similarity", similarity)) if v is not None}
+    if device != "auto":  # local generator models on the same device; "auto" leaves each its default
+        gen_opts["device"] = device
     settings = ServeSettings(index=index, generator=generator_spec or None,
                              image_generator=image_generator_spec or None, cir_agents=cir_agents, host=host,
                              port=port, token_env=token_env, cors_origins=list(cors_origins),
                              max_upload_bytes=int(max_upload_mb * 1024 * 1024), max_pixels=max_pixels,
                              generator_concurrency=concurrency, max_attempts=max_attempts,
-                             generator_options=gen_opts)
+                             generator_options=gen_opts, device=device)
     settings.check()  # refuse an unsafe bind before loading anything
     try:
         import uvicorn

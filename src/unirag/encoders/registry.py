@@ -45,7 +45,8 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
     """Return the encoder ``spec`` names, on ``device`` in ``dtype``.
 
     ``None``, ``"offline"`` or ``"default"``: the offline joint encoder shipped with the package.
-    ``uniir:clip_sf:PATH`` (or ``uniir:clip_sf:large:PATH``): a UniIR CLIP-SF checkpoint file; M-BEIR
+    ``uniir:clip_sf:PATH`` / ``uniir:blip_ff:PATH`` (``:large:`` or ``:base:`` before the path checks
+    the variant): a UniIR CLIP-SF or BLIP-FF checkpoint file; M-BEIR
     query instructions are prepended to queries unless ``use_instructions=False`` (``instructions`` = a
     ``query_instructions.tsv``; default: the packaged M-BEIR one).
     Anything else: a Hugging Face hub id or a local checkpoint directory, loaded by the CLIP-family
@@ -65,10 +66,13 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
             raise ConfigError(f"the offline encoder runs in float32 only (got dtype={dtype!r})")
         return OfflineEncoder(device=device, batch_size=batch_size)
     if is_uniir_spec(spec):
-        from unirag.encoders.uniir import load_uniir_encoder
+        from unirag.encoders.uniir import UniIRClipSFEncoder, parse_uniir_spec
 
-        return load_uniir_encoder(spec, device=device, dtype=dtype, batch_size=batch_size,
-                                  instructions=instructions, use_instructions=use_instructions)
+        cls = UniIRClipSFEncoder
+        if parse_uniir_spec(spec)[0] == "blip_ff":
+            from unirag.encoders.uniir_blip import UniIRBlipFFEncoder as cls
+        return cls(spec, device=device, dtype=dtype, batch_size=batch_size, instructions=instructions,
+                   use_instructions=use_instructions)
     if instructions is not None or use_instructions:
         raise ConfigError(f"query instructions are for UniIR encoders (uniir:...); {spec!r} was not trained with them")
     from unirag.encoders.hf_clip import HFClipEncoder

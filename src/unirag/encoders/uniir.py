@@ -1,4 +1,4 @@
-"""UniIR's CLIP-SF retriever (the paper's retriever) from its released checkpoint file, without UniIR's code.
+"""UniIR's CLIP-SF retriever (one of the paper's retrievers) from its released checkpoint file, without UniIR's code.
 
 ``uniir:clip_sf:PATH`` (or ``uniir:clip_sf:large:PATH`` / ``uniir:clip_sf:base:PATH``) loads the
 ``CLIPScoreFusion`` state dict that UniIR saves (``{"model": state_dict}`` or the bare state dict; an
@@ -16,8 +16,8 @@ Preprocessing: OpenAI's (bicubic resize of the short side, centre crop, CLIP mea
 every OpenAI CLIP) from ``tokenizer=`` (a hub id or directory), else the checkpoint's folder if it holds
 tokenizer files, else the variant's ``openai/clip-vit-*`` hub id from the local Hugging Face cache.
 
-BLIP-FF is not offered: see the README ("UniIR retrievers") for why transformers' BLIP classes cannot
-hold it.
+BLIP-FF (``uniir:blip_ff:PATH``) lives in :mod:`unirag.encoders.uniir_blip`; both share
+:class:`UniIRQueries` (text formatting and query instructions) and :func:`read_state_dict`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 #: UniIR's checkpoints: clip_sf_base = ViT-B/32, clip_sf_large = ViT-L/14.
 VARIANTS = {"base": ("ViT-B/32", "openai/clip-vit-base-patch32"), "large": ("ViT-L/14", "openai/clip-vit-large-patch14")}
 _ARCH_NAMES = {(768, 32): "ViT-B/32", (768, 16): "ViT-B/16", (1024, 14): "ViT-L/14"}
-MODELS = ("clip_sf",)
+MODELS = ("clip_sf", "blip_ff")
 _TOKENIZER_FILES = ("vocab.json", "tokenizer.json", "tokenizer_config.json")
 
 
@@ -49,11 +49,9 @@ def parse_uniir_spec(spec: str) -> tuple[str, str | None, Path]:
     """``uniir:clip_sf[:variant]:PATH`` -> (model, variant or None, path)."""
     m = re.fullmatch(r"uniir:([a-z_]+):(?:(base|large):)?(.+)", spec.strip(), flags=re.IGNORECASE)
     if not m:
-        raise ConfigError(f"UniIR encoder spec {spec!r} should read uniir:clip_sf:PATH or uniir:clip_sf:large:PATH")
+        raise ConfigError(f"UniIR encoder spec {spec!r} should read uniir:MODEL:PATH or uniir:MODEL:large:PATH "
+                          f"(MODEL: {', '.join(MODELS)})")
     model, variant, path = m.group(1).lower(), m.group(2), Path(m.group(3)).expanduser()
-    if model == "blip_ff" or model == "blip_sf":
-        raise ConfigError(f"{spec!r}: UniIR's BLIP retrievers cannot be loaded (see the README, 'UniIR retrievers'); "
-                          "use uniir:clip_sf:PATH")
     if model not in MODELS:
         raise ConfigError(f"{spec!r}: unknown UniIR model {model!r}; supported: {', '.join(MODELS)}")
     if not path.is_file():
@@ -61,8 +59,9 @@ def parse_uniir_spec(spec: str) -> tuple[str, str | None, Path]:
     return model, variant.lower() if variant else None, path.resolve()
 
 
-def read_state_dict(path: Path) -> dict[str, Any]:
-    """The CLIP tensors of a UniIR checkpoint, with the ``clip_model.`` (and any DDP ``module.``) prefix removed."""
+def read_state_dict(path: Path, prefix: str = "clip_model.", required: tuple[str, ...] = ("visual.conv1.weight",
+                    "text_projection"), what: str = "UniIR CLIP-SF") -> dict[str, Any]:
+    """The tensors of a UniIR checkpoint under ``prefix`` (prefix and any DDP ``module.`` removed)."""
     import torch
 
     try:
@@ -75,10 +74,10 @@ def read_state_dict(path: Path) -> dict[str, Any]:
     out = {}
     for k, v in sd.items():
         k = k.removeprefix("module.")
-        if k.startswith("clip_model."):
-            out[k.removeprefix("clip_model.")] = v
-    if "visual.conv1.weight" not in out or "text_projection" not in out:
-        raise ConfigError(f"{path} is not a UniIR CLIP-SF checkpoint: no OpenAI-CLIP ViT tensors under 'clip_model.' "
+        if k.startswith(prefix):
+            out[k.removeprefix(prefix)] = v
+    if any(r not in out for r in required):
+        raise ConfigError(f"{path} is not a {what} checkpoint: no {', '.join(required)} under {prefix!r} "
                           f"(first keys: {list(sd)[:3]})")
     return out
 
@@ -191,62 +190,21 @@ def build_clip_model(sd: dict[str, Any], arch: dict[str, int], tokenizer, torch_
     return model
 
 
-class UniIRClipSFEncoder(HFClipEncoder):
-    """UniIR CLIP-SF: raw-sum fusion, UniIR text formatting, M-BEIR query instructions."""
+class UniIRQueries:
+    """What every UniIR encoder does to its inputs: UniIR's ``format_string`` on texts, M-BEIR query
+    instructions on queries (``use_instructions``, ``instructions`` = a ``query_instructions.tsv``)."""
 
-    def __init__(self, spec: str, *, device: str | None = "auto", dtype: str | None = "auto",
-                 batch_size: int | None = None, tokenizer: str | None = None,
-                 instructions: str | Path | QueryInstructions | None = None, use_instructions: bool | None = None) -> None:
-        from unirag.runtime import configure_torch_threads, resolve_device, resolve_dtype
-
-        configure_torch_threads()
-        model_name, variant, path = parse_uniir_spec(spec)
-        self.spec = spec
-        self.checkpoint = path
-        self.device = resolve_device(device)
-        self.torch_dtype = resolve_dtype(dtype, self.device)
-        sd = read_state_dict(path)
-        self.arch = architecture(sd)
-        self.arch_name = _ARCH_NAMES.get((self.arch["vision_width"], self.arch["patch_size"]),
-                                         f"ViT-{self.arch['vision_width']}/{self.arch['patch_size']}")
-        if variant is not None and VARIANTS[variant][0] != self.arch_name:
-            raise ConfigError(f"{spec!r} names the {variant} variant ({VARIANTS[variant][0]}) but the weights are "
-                              f"{self.arch_name}")
-        tok = _load_tokenizer(tokenizer, path, variant or ("base" if self.arch_name == "ViT-B/32" else "large"))
-        from transformers import CLIPProcessor
-
-        processor = CLIPProcessor(image_processor=_image_processor(self.arch["image_size"]), tokenizer=tok)
-        model = build_clip_model(sd, self.arch, tok, self.torch_dtype)
-        del sd
-        self._setup(model, processor, self.arch["context_length"], batch_size)
-        self.name = spec
+    def _init_queries(self, instructions: str | Path | QueryInstructions | None, use_instructions: bool | None) -> None:
         self.use_instructions = use_instructions is not False
         self._instructions_source = instructions
         self._instructions: QueryInstructions | None = (instructions if isinstance(instructions, QueryInstructions)
                                                          else None)
         self._warned = False
 
-    # -- identity ---------------------------------------------------------------------------------
-    def weights(self) -> dict[str, Any]:
-        from unirag.runtime import weights_digest
-
-        return {"uniir": "clip_sf", "arch": self.arch_name, "weights_sha256": weights_digest(self.checkpoint)[:32]}
-
-    def identity(self) -> dict[str, Any]:
-        return {**super().identity(), "backend": "uniir-clip-sf", "text_format": "uniir-format_string"}
-
-    def config(self) -> dict[str, Any]:
+    def instructions_config(self) -> dict[str, Any]:
         src = self._instructions_source
-        return {**super().config(), "checkpoint": str(self.checkpoint),
-                "query_instructions": (getattr(src, "source", None) or (str(src) if src else None))
+        return {"query_instructions": (getattr(src, "source", None) or (str(src) if src else None))
                 if self.use_instructions else None}
-
-    # -- encoding ---------------------------------------------------------------------------------
-    def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
-        return super()._embed_texts([format_string(t) for t in texts])
-
-    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
-        return super()._embed_images(images)
 
     def instructions(self) -> QueryInstructions:
         if self._instructions is None:
@@ -271,5 +229,52 @@ class UniIRClipSFEncoder(HFClipEncoder):
         return super().encode_records(records, images_root, progress)
 
 
-def load_uniir_encoder(spec: str, **kwargs: Any) -> UniIRClipSFEncoder:
-    return UniIRClipSFEncoder(spec, **kwargs)
+class UniIRClipSFEncoder(UniIRQueries, HFClipEncoder):
+    """UniIR CLIP-SF: raw-sum fusion, UniIR text formatting, M-BEIR query instructions."""
+
+    def __init__(self, spec: str, *, device: str | None = "auto", dtype: str | None = "auto",
+                 batch_size: int | None = None, tokenizer: str | None = None,
+                 instructions: str | Path | QueryInstructions | None = None, use_instructions: bool | None = None) -> None:
+        from unirag.runtime import configure_torch_threads, resolve_device, resolve_dtype
+
+        configure_torch_threads()
+        _, variant, path = parse_uniir_spec(spec)
+        self.spec = spec
+        self.checkpoint = path
+        self.device = resolve_device(device)
+        self.torch_dtype = resolve_dtype(dtype, self.device)
+        sd = read_state_dict(path)
+        self.arch = architecture(sd)
+        self.arch_name = _ARCH_NAMES.get((self.arch["vision_width"], self.arch["patch_size"]),
+                                         f"ViT-{self.arch['vision_width']}/{self.arch['patch_size']}")
+        if variant is not None and VARIANTS[variant][0] != self.arch_name:
+            raise ConfigError(f"{spec!r} names the {variant} variant ({VARIANTS[variant][0]}) but the weights are "
+                              f"{self.arch_name}")
+        tok = _load_tokenizer(tokenizer, path, variant or ("base" if self.arch_name == "ViT-B/32" else "large"))
+        from transformers import CLIPProcessor
+
+        processor = CLIPProcessor(image_processor=_image_processor(self.arch["image_size"]), tokenizer=tok)
+        model = build_clip_model(sd, self.arch, tok, self.torch_dtype)
+        del sd
+        self._setup(model, processor, self.arch["context_length"], batch_size)
+        self.name = spec
+        self._init_queries(instructions, use_instructions)
+
+    # -- identity ---------------------------------------------------------------------------------
+    def weights(self) -> dict[str, Any]:
+        from unirag.runtime import weights_digest
+
+        return {"uniir": "clip_sf", "arch": self.arch_name, "weights_sha256": weights_digest(self.checkpoint)[:32]}
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "backend": "uniir-clip-sf", "text_format": "uniir-format_string"}
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "checkpoint": str(self.checkpoint), **self.instructions_config()}
+
+    # -- encoding ---------------------------------------------------------------------------------
+    def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        return super()._embed_texts([format_string(t) for t in texts])
+
+    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
+        return super()._embed_images(images)

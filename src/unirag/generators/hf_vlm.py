@@ -8,8 +8,9 @@ image; models that take several images can use ``family="gpt4o"`` (interleaved).
 
 ``device``/``dtype`` follow :mod:`unirag.runtime` ("auto": the GPU if there is one, in bfloat16/float16;
 float32 on CPU). Weights load directly in that precision (onto the GPU while loading where
-``accelerate`` is installed, ``device_map="auto"`` spreads a large model over several GPUs), pixel
-values are cast to the model's dtype, and ``close()`` returns the GPU memory.
+``accelerate`` is installed; ``device="balanced"`` spreads a model too large for one GPU over all of
+them with ``device_map="auto"``), pixel values are cast to the model's dtype, and ``close()`` returns
+the GPU memory.
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ class ServeSettings:
     generator_options: dict = field(default_factory=dict)
     #: Most concurrent searches answered by one encoder/FAISS call.
     max_batch: int = 64
-    device: str = "cpu"
+    #: Where the query encoder runs ("auto": CUDA when available), as unirag.Retriever takes it.
+    device: str = "auto"
     k_max: int = 100
 
     def token(self) -> str | None:

@@ -1,0 +1,239 @@
+"""UniIR's BLIP-FF retriever (``uniir:blip_ff:PATH``) in transformers' BLIP classes, without UniIR's or LAVIS's code.
+
+UniIR's ``BLIPFeatureFusion`` (``src/models/uniir_blip/blip_featurefusion/blip_ff.py``) embeds *every*
+input, query or candidate, with one forward pass: the BLIP ViT encodes the image, and the BERT text
+encoder (BLIP's ``med.py``: no token types, cross-attention to the image tokens in every layer) reads
+the text attending to it; the embedding is the BERT pooler output (``tanh(dense([CLS]))``, no
+projection). Its collator fills a missing image with an all-zero tensor (after normalisation) and a
+missing text with ``""``, so a caption is encoded against a blank image and an image with an empty
+text. Feature fusion happens inside the model: there is no score-level sum.
+
+The checkpoint (``{"model": state_dict}``; ``visual_encoder.*`` = timm-style ViT, ``text_encoder.*`` =
+``med.py`` BertModel; momentum copies and queues are ignored) is converted to a ``BlipVisionModel``
+(``layer_norm_eps=1e-6`` as BLIP's ViT) and a ``BlipTextModel`` with cross-attention layers and its
+pooler; sizes come from the tensor shapes. Images: BLIP's eval transform (bicubic resize to the square
+input size, CLIP mean/std) through a ``BlipImageProcessor``. Texts: UniIR's ``format_string``, the
+``bert-base-uncased`` tokenizer with BLIP's added ``[DEC]``/``[ENC]`` tokens (``tokenizer=``, else
+tokenizer files next to the checkpoint, else the hub cache), padded to ``max_text_length`` (UniIR's
+``tokenizer_max_length``). Queries get M-BEIR instructions as for CLIP-SF.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from unirag.encoders.base import Encoder, ImageInput
+from unirag.encoders.instructions import QueryInstructions, format_string
+from unirag.encoders.uniir import (
+    OPENAI_CLIP_MEAN,
+    OPENAI_CLIP_STD,
+    UniIRQueries,
+    parse_uniir_spec,
+    read_state_dict,
+)
+from unirag.errors import ConfigError
+
+_VISION_VARIANTS = {768: "base", 1024: "large"}
+
+
+def _count(sd: dict[str, Any], pattern: str) -> int:
+    pat = re.compile(pattern)
+    return len({m.group(1) for k in sd if (m := pat.match(k))})
+
+
+def blip_architecture(sd: dict[str, Any]) -> dict[str, int]:
+    """BLIP-FF sizes from the tensor shapes (heads: 64-wide, as BLIP's ViT-B/L and BERT-base)."""
+    width = int(sd["visual_encoder.cls_token"].shape[-1])
+    patch = int(sd["visual_encoder.patch_embed.proj.weight"].shape[-1])
+    grid = round((sd["visual_encoder.pos_embed"].shape[1] - 1) ** 0.5)
+    hidden = int(sd["text_encoder.embeddings.word_embeddings.weight"].shape[1])
+    return {
+        "vision_width": width, "patch_size": patch, "image_size": patch * grid,
+        "vision_layers": _count(sd, r"visual_encoder\.blocks\.(\d+)\.attn\.qkv\.weight$"),
+        "vision_mlp": int(sd["visual_encoder.blocks.0.mlp.fc1.weight"].shape[0]), "vision_heads": width // 64,
+        "vocab_size": int(sd["text_encoder.embeddings.word_embeddings.weight"].shape[0]), "text_width": hidden,
+        "text_layers": _count(sd, r"text_encoder\.encoder\.layer\.(\d+)\.attention\.self\.query\.weight$"),
+        "text_mlp": int(sd["text_encoder.encoder.layer.0.intermediate.dense.weight"].shape[0]),
+        "text_heads": hidden // 64,
+        "max_positions": int(sd["text_encoder.embeddings.position_embeddings.weight"].shape[0]),
+        "encoder_width": int(sd["text_encoder.encoder.layer.0.crossattention.self.key.weight"].shape[1]),
+    }
+
+
+def convert_vision(sd: dict[str, Any], layers: int) -> dict[str, Any]:
+    """BLIP's timm-style ViT names -> ``BlipVisionModel`` names."""
+    v = "visual_encoder."
+    out = {"embeddings.class_embedding": sd[v + "cls_token"], "embeddings.position_embedding": sd[v + "pos_embed"],
+           "embeddings.patch_embedding.weight": sd[v + "patch_embed.proj.weight"],
+           "embeddings.patch_embedding.bias": sd[v + "patch_embed.proj.bias"],
+           "post_layernorm.weight": sd[v + "norm.weight"], "post_layernorm.bias": sd[v + "norm.bias"]}
+    names = {"norm1": "layer_norm1", "attn.qkv": "self_attn.qkv", "attn.proj": "self_attn.projection",
+             "norm2": "layer_norm2", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
+    for i in range(layers):
+        for a, h in names.items():
+            for p in ("weight", "bias"):
+                out[f"encoder.layers.{i}.{h}.{p}"] = sd[f"{v}blocks.{i}.{a}.{p}"]
+    return out
+
+
+def convert_text(sd: dict[str, Any]) -> dict[str, Any]:
+    """``med.py`` BertModel names are ``BlipTextModel``'s (transformers ported that file); drop buffers."""
+    return {k.removeprefix("text_encoder."): v for k, v in sd.items()
+            if k.startswith("text_encoder.") and not k.endswith("position_ids")}
+
+
+def _load(module, weights: dict[str, Any], what: str) -> None:
+    missing, unexpected = module.load_state_dict(weights, strict=False)
+    missing = [k for k in missing if not k.endswith("position_ids")]
+    if missing or unexpected:
+        raise ConfigError(f"UniIR BLIP-FF {what} weights do not fit: missing {missing[:5]}, unexpected {unexpected[:5]}")
+
+
+def build_blip_models(sd: dict[str, Any], arch: dict[str, int], torch_dtype):
+    """(``BlipVisionModel``, ``BlipTextModel`` with pooler) holding the converted weights, in ``torch_dtype``."""
+    import torch
+    from transformers import BlipTextConfig, BlipTextModel, BlipVisionConfig, BlipVisionModel
+
+    vision_cfg = BlipVisionConfig(hidden_size=arch["vision_width"], intermediate_size=arch["vision_mlp"],
+                                  num_hidden_layers=arch["vision_layers"], num_attention_heads=arch["vision_heads"],
+                                  image_size=arch["image_size"], patch_size=arch["patch_size"], layer_norm_eps=1e-6,
+                                  hidden_act="gelu")
+    text_cfg = BlipTextConfig(vocab_size=arch["vocab_size"], hidden_size=arch["text_width"],
+                              encoder_hidden_size=arch["encoder_width"], intermediate_size=arch["text_mlp"],
+                              num_hidden_layers=arch["text_layers"], num_attention_heads=arch["text_heads"],
+                              max_position_embeddings=arch["max_positions"], hidden_act="gelu",
+                              layer_norm_eps=1e-12, is_decoder=True)  # is_decoder: build the cross-attention layers
+    if min(arch["vision_heads"], arch["text_heads"]) < 1:
+        raise ConfigError("BLIP widths below one 64-wide attention head")
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch_dtype)
+    try:
+        vision, text = BlipVisionModel(vision_cfg), BlipTextModel(text_cfg, add_pooling_layer=True)
+    finally:
+        torch.set_default_dtype(previous)
+
+    def cast(d):
+        return {k: v.to(torch_dtype) if v.is_floating_point() else v for k, v in d.items()}
+
+    _load(vision, cast(convert_vision(sd, arch["vision_layers"])), "vision")
+    _load(text, cast(convert_text(sd)), "text")
+    return vision.eval(), text.eval()
+
+
+def _load_tokenizer(tokenizer: str | None, checkpoint: Path):
+    from transformers import AutoTokenizer
+
+    from unirag.runtime import check_model_spec, hf_from_pretrained
+
+    if tokenizer is None:
+        tokenizer = str(checkpoint.parent) if (checkpoint.parent / "vocab.txt").is_file() else "bert-base-uncased"
+    tok = hf_from_pretrained(AutoTokenizer, check_model_spec(tokenizer), "BERT tokenizer")
+    if "[DEC]" not in tok.get_vocab():  # BLIP's init_tokenizer
+        tok.add_special_tokens({"bos_token": "[DEC]"})
+    if "[ENC]" not in tok.get_vocab():
+        tok.add_special_tokens({"additional_special_tokens": ["[ENC]"]})
+    return tok
+
+
+class UniIRBlipFFEncoder(UniIRQueries, Encoder):
+    """UniIR BLIP-FF: one fused forward per input (see the module docstring)."""
+
+    fusion = "blip-feature-fusion"
+
+    def __init__(self, spec: str, *, device: str | None = "auto", dtype: str | None = "auto",
+                 batch_size: int | None = None, tokenizer: str | None = None, max_text_length: int = 128,
+                 instructions: str | Path | QueryInstructions | None = None, use_instructions: bool | None = None) -> None:
+        from transformers import BlipImageProcessor
+
+        from unirag.runtime import configure_torch_threads, resolve_device, resolve_dtype
+
+        configure_torch_threads()
+        _, variant, path = parse_uniir_spec(spec)
+        self.spec, self.name, self.checkpoint = spec, spec, path
+        self.device = resolve_device(device)
+        self.torch_dtype = resolve_dtype(dtype, self.device)
+        sd = read_state_dict(path, prefix="", required=("visual_encoder.cls_token",
+                                                        "text_encoder.embeddings.word_embeddings.weight"),
+                             what="UniIR BLIP-FF")
+        self.arch = blip_architecture(sd)
+        found = _VISION_VARIANTS.get(self.arch["vision_width"], f"ViT-{self.arch['vision_width']}")
+        if variant is not None and variant != found:
+            raise ConfigError(f"{spec!r} names the {variant} variant but the weights are BLIP {found}")
+        self.variant = found
+        self.tokenizer = _load_tokenizer(tokenizer, path)
+        if len(self.tokenizer) != self.arch["vocab_size"]:
+            raise ConfigError(f"tokenizer has {len(self.tokenizer)} tokens, the checkpoint's text encoder "
+                              f"{self.arch['vocab_size']}: not BLIP's tokenizer")
+        vision, text = build_blip_models(sd, self.arch, self.torch_dtype)
+        del sd
+        self.vision, self.text = vision.to(self.device), text.to(self.device)
+        size = self.arch["image_size"]
+        self.image_processor = BlipImageProcessor(size={"height": size, "width": size}, resample=3,
+                                                  image_mean=list(OPENAI_CLIP_MEAN), image_std=list(OPENAI_CLIP_STD))
+        self.max_text_length = int(max_text_length)
+        self.dim = self.arch["text_width"]
+        self.batch_size = batch_size or 32
+        self._init_queries(instructions, use_instructions)
+
+    # -- identity ---------------------------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        from unirag.runtime import weights_digest
+
+        base = {k: v for k, v in super().identity().items() if k != "name"}
+        return {**base, "backend": "uniir-blip-ff", "variant": self.variant, "text_format": "uniir-format_string",
+                "weights": {"uniir": "blip_ff", "weights_sha256": weights_digest(self.checkpoint)[:32]},
+                "max_text_length": self.max_text_length}
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "checkpoint": str(self.checkpoint), "device": self.device,
+                "dtype": str(self.torch_dtype).removeprefix("torch."), **self.instructions_config()}
+
+    # -- encoding ---------------------------------------------------------------------------------
+    def _pixels(self, images: Sequence[ImageInput] | None, n: int):
+        import torch
+
+        from unirag.runtime import to_pil_images
+
+        if images is None:  # UniIR's collator: a missing image is an all-zero (normalised) tensor
+            size = self.arch["image_size"]
+            return torch.zeros(n, 3, size, size, device=self.device, dtype=self.torch_dtype)
+        pixels = self.image_processor(images=to_pil_images(images), return_tensors="pt")["pixel_values"]
+        return pixels.to(self.device, dtype=self.torch_dtype)
+
+    def _forward(self, images: Sequence[ImageInput] | None, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
+        batch = self.tokenizer([format_string(t) for t in texts], padding="max_length", truncation=True,
+                               max_length=self.max_text_length, return_tensors="pt").to(self.device)
+        with torch.inference_mode():
+            image_embeds = self.vision(pixel_values=self._pixels(images, len(texts))).last_hidden_state
+            image_atts = torch.ones(image_embeds.shape[:-1], dtype=torch.long, device=self.device)
+            out = self.text(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                            encoder_hidden_states=image_embeds, encoder_attention_mask=image_atts)
+        return out.pooler_output.float().cpu().numpy()
+
+    def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        return self._forward(None, texts)
+
+    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
+        return self._forward(images, [""] * len(images))
+
+    def _embed_pairs(self, pairs: Sequence[tuple[ImageInput, str]]) -> np.ndarray:
+        return self._forward([p[0] for p in pairs], [p[1] for p in pairs])
+
+    def encode_fused(self, images: Sequence[ImageInput], texts: Sequence[str], progress: bool = False) -> np.ndarray:
+        """Feature fusion: the image and its text in one forward pass (no score-level sum)."""
+        if len(images) != len(texts):
+            raise ValueError(f"fused encoding needs as many images as texts ({len(images)} != {len(texts)})")
+        return self._batched(self._embed_pairs, list(zip(images, texts, strict=True)), progress, "encode image+text")
+
+    def close(self) -> None:
+        from unirag.runtime import free_memory
+
+        self.vision = self.text = None
+        free_memory(self.device)
