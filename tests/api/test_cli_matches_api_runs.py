@@ -9,9 +9,9 @@ import sys
 import pytest
 from cli_runner import run_cli
 from PIL import Image
-from tiny_models import tiny_clip_dir
 
 import unirag
+from tiny_models import tiny_clip_dir
 from unirag.data.mbeir import read_queries, write_queries
 
 CAPTION_KEYS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr")
