@@ -104,6 +104,26 @@ class BadImageReport:
         return "\n".join(lines)
 
 
+def save_png_by_content(image: ImageLike, folder: str | Path) -> Path:
+    """Save ``image`` (PIL, bytes or array) in ``folder`` as a lossless PNG named by the SHA-256 of its
+    encoding, and return the file: the same pixels always map to the same file (written once,
+    atomically, so concurrent callers never see a partial file)."""
+    import hashlib
+    import os
+    import tempfile
+
+    data = png_bytes(as_rgb(image), compress_level=1)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{hashlib.sha256(data).hexdigest()}.png"
+    if not path.is_file():
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".part")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    return path
+
+
 def image_problem(path: str | Path, mode: str = "decode") -> str | None:
     """Why ``path`` cannot be used as an image, or None when it can.
 

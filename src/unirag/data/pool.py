@@ -55,13 +55,29 @@ class Pool:
         return cls(out, images_root=images_root)
 
     @classmethod
-    def from_pairs(cls, pairs: Iterable[tuple[str | Path, str | Iterable[str]]], *,
-                   images_root: str | Path | None = None, prefix: str = "item") -> Pool:
-        """A pool from ``(image path, caption or captions)`` tuples: one image candidate and one
-        caption candidate per caption, sharing a source id (dids ``{prefix}:img:N``, ``{prefix}:txt:N:J``)."""
+    def from_pairs(cls, pairs: Iterable[tuple[Any, str | Iterable[str]]], *,
+                   images_root: str | Path | None = None, prefix: str = "item",
+                   images_dir: str | Path | None = None) -> Pool:
+        """A pool from ``(image, caption or captions)`` tuples: one image candidate and one caption
+        candidate per caption, sharing a source id (dids ``{prefix}:img:N``, ``{prefix}:txt:N:J``).
+
+        ``image``: a path (relative ones start at ``images_root``), or the image itself (a PIL image,
+        encoded bytes or a uint8 array). An index outlives the process that built it, so images held
+        in memory are saved once as lossless PNG files named by their content in ``images_dir``
+        (required then), which becomes the pool's images root for them; hits from an index of this
+        pool give those files as ``pair.image``, with exactly the pixels given.
+        """
+        from unirag.data.images import is_path_like, save_png_by_content
+        from unirag.errors import ConfigError
+
         out: list[Candidate] = []
         for n, (image, captions) in enumerate(pairs):
             sid = f"{prefix}:{n}"
+            if not is_path_like(image):
+                if images_dir is None:
+                    raise ConfigError(f"pairs[{n}] holds the image itself: pass images_dir= (a folder where the "
+                                      "pool's images are saved as PNG files, so an index of it can show them later)")
+                image = save_png_by_content(image, images_dir).absolute()
             out.append(Candidate(did=f"{prefix}:img:{n}", modality=Modality.IMAGE, img_path=str(image),
                                  source_id=sid))
             for j, text in enumerate([captions] if isinstance(captions, str) else list(captions)):

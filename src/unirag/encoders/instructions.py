@@ -115,9 +115,14 @@ class QueryInstructions:
             return None
         from dataclasses import replace
 
-        text = format_string(f"{prompt} {query.txt or ''}")
+        text = prepend_instruction(prompt, query.txt)
         modality = Modality.IMAGE_TEXT if query.modality.has_image else Modality.TEXT
         return replace(query, txt=text, modality=modality)
+
+
+def prepend_instruction(prompt: str, text: str | None) -> str:
+    """UniIR's instructed query text: ``format_string(f"{prompt} {text}")`` with the prompt normalised."""
+    return format_string(f"{format_string(prompt)} {text or ''}")
 
 
 def find_instructions(start: str | Path | None) -> Path | None:

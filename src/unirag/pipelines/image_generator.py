@@ -93,7 +93,8 @@ class ImageGenerator:
 
     def generate(self, text: str, examples: Iterable[Any] = ()):
         """One RGB PIL image for ``text``. ``examples``: :class:`unirag.Hits`, hits, pairs or
-        ``(image path, caption)`` tuples, best first (none: zero-shot)."""
+        ``(image, caption)`` tuples (image: a path, PIL image, bytes or uint8 array), best first
+        (none: zero-shot)."""
         return self.generate_result(text, examples).image
 
     def generate_batch(self, texts: Sequence[str], examples: Sequence[Iterable[Any]] | None = None) -> list:
@@ -120,14 +121,28 @@ class ImageGenerator:
 
 
 def to_example_pairs(examples: Iterable[Any], images_root: str | Path | None = None) -> list[ExamplePair]:
-    """Examples in the forms the captioner takes -> the backends' :class:`ExamplePair` (image files)."""
+    """Examples in the forms the captioner takes (hits, pairs, ``(image, caption)`` tuples whose image
+    is a path, a PIL image, encoded bytes or a uint8 array) -> the backends' :class:`ExamplePair`.
+
+    The backends hand example images to their models as files (LaVIT and Emu2 read paths), so an
+    in-memory image is saved once as a lossless PNG named by its content hash (see
+    :func:`example_image_file`): the backend sees exactly these pixels.
+    """
     from unirag.pipelines.captioner import to_shots
 
     out = []
-    for i, shot in enumerate(to_shots(examples, images_root)):
-        if not isinstance(shot.image, str | Path):
-            raise ConfigError(f"example {i}: image generators take example images as files; save the image "
-                              "and pass its path")
-        out.append(ExamplePair(image_path=Path(shot.image), caption=shot.caption, id=shot.label))
+    for shot in to_shots(examples, images_root):
+        image = shot.image if isinstance(shot.image, str | Path) else example_image_file(shot.image)
+        out.append(ExamplePair(image_path=Path(image), caption=shot.caption, id=shot.label))
     return out
 
+
+def example_image_file(image: Any, folder: str | Path | None = None) -> Path:
+    """A PNG file holding ``image`` (PIL, bytes or array), in ``folder`` (default: ``unirag-examples`` in
+    the system temp folder), named by its content (see :func:`unirag.data.images.save_png_by_content`)."""
+    import tempfile
+
+    from unirag.data.images import save_png_by_content
+
+    folder = Path(folder) if folder is not None else Path(tempfile.gettempdir()) / "unirag-examples"
+    return save_png_by_content(image, folder)

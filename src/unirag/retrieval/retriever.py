@@ -83,7 +83,8 @@ class Retriever:
 
     # -- images and texts (the Python API) ---------------------------------------------------
     def search(self, image: ImageLike | None = None, text: str | None = None, *, k: int = 5,
-               modality: str | Modality | None = "any", exclude: Iterable[str] = ()) -> Hits:
+               modality: str | Modality | None = "any", exclude: Iterable[str] = (),
+               instruction: str | None = None) -> Hits:
         """The top-``k`` hits for one query: an image, a text, or both (the fused query).
 
         ``image``: a path, a PIL image, encoded bytes or a uint8 array. ``modality``: the candidates
@@ -92,17 +93,27 @@ class Retriever:
         ``unirag retrieve`` does). ``exclude``: dids never to return (e.g. the query's own captions).
         Each hit's ``pair`` is the image-caption example it completes to; ``hits.pairs`` are the
         ``k`` examples for a generator (pairs showing the query's own image or text are dropped).
-        A UniIR encoder's M-BEIR instructions depend on a query's dataset and task, which an image or
-        a text alone does not name: for instructed queries pass M-BEIR records to :meth:`retrieve`.
+        ``instruction``: for UniIR encoders, the M-BEIR query instruction to prepend, as UniIR does (an
+        image query becomes image+text); without one the query is encoded as it is. An image or a
+        text alone does not name its dataset and task, so the prompt is not looked up here: take it
+        from ``encoder.instructions().instruction_for(query_record)`` (the prompt ``unirag retrieve``
+        uses for that record) or from M-BEIR's ``query_instructions.tsv``; or pass the records to
+        :meth:`retrieve`.
+
+        ``hit.pair`` is None only when every pair for that candidate would show the query itself
+        (see :class:`unirag.Hit`); ``hits.pairs`` holds only pairs.
         """
-        return self.search_batch([image], [text], k=k, modality=modality, exclude=[exclude])[0]
+        return self.search_batch([image], [text], k=k, modality=modality, exclude=[exclude],
+                                 instructions=[instruction])[0]
 
     def search_batch(self, images: Sequence[ImageLike | None] | None = None,
                      texts: Sequence[str | None] | None = None, *, k: int = 5,
                      modality: str | Modality | None = "any",
-                     exclude: Sequence[Iterable[str]] | None = None) -> list[Hits]:
+                     exclude: Sequence[Iterable[str]] | None = None,
+                     instructions: str | Sequence[str | None] | None = None) -> list[Hits]:
         """:meth:`search` for many queries at once (encoded in batches): query ``i`` is
-        ``images[i]`` and/or ``texts[i]``; ``exclude[i]`` its excluded dids."""
+        ``images[i]`` and/or ``texts[i]``; ``exclude[i]`` its excluded dids; ``instructions``: one
+        UniIR instruction for all queries or one (or None) per query."""
         _check_k(k)
         parse_modality_filter(modality)
         n = len(images) if images is not None else len(texts) if texts is not None else 0
@@ -113,12 +124,37 @@ class Retriever:
             raise ConfigError(f"search_batch got {len(images)} images, {len(texts)} texts and "
                               f"{len(excludes)} exclude sets; give one of each per query")
         queries = [_query(i, im, tx) for i, (im, tx) in enumerate(zip(images, texts, strict=True))]
-        vectors = self._encode(queries, images, texts)
+        vectors = self._encode(*self._instructed(queries, texts, instructions), images)
         qrels = Qrels({q.qid: e for q, e in zip(queries, excludes, strict=True) if e})
         results = self.retrieve_vectors(queries, vectors, k, modality, exclude_qrels=qrels)
         return [Hits.of(r, self.pool_images_root) for r in results]
 
-    def _encode(self, queries: list[Query], images: list, texts: list) -> np.ndarray:
+    def _instructed(self, queries: list[Query], texts: list, instructions) -> tuple[list[Query], list]:
+        """(queries, texts) as the encoder sees them: with each given instruction prepended as UniIR
+        does (:meth:`QueryInstructions.apply`); the ranking rules still use the queries as given."""
+        n = len(queries)
+        given = [instructions] * n if instructions is None or isinstance(instructions, str) else list(instructions)
+        if len(given) != n:
+            raise ConfigError(f"search_batch got {len(given)} instructions for {n} queries")
+        if not any(given):
+            return queries, texts
+        if not hasattr(self.encoder, "instruct"):
+            raise ConfigError(f"instruction= is for UniIR encoders (uniir:...), trained with M-BEIR instructions; "
+                              f"{self.index.manifest['encoder'].get('name')!r} takes none")
+        from dataclasses import replace
+
+        from unirag.encoders.instructions import prepend_instruction
+
+        out_q, out_t = [], []
+        for q, text, prompt in zip(queries, texts, given, strict=True):
+            if prompt:
+                text = prepend_instruction(prompt, text)
+                q = replace(q, txt=text, modality=Modality.IMAGE_TEXT if q.modality.has_image else Modality.TEXT)
+            out_q.append(q)
+            out_t.append(text)
+        return out_q, out_t
+
+    def _encode(self, queries: list[Query], texts: list, images: list) -> np.ndarray:
         from unirag.data.images import as_rgb
 
         out = np.zeros((len(queries), self.encoder.dim), dtype=np.float32)
