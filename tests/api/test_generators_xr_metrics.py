@@ -20,8 +20,8 @@ def test_image_generator_top1_returns_the_first_examples_picture(demo, retriever
         assert result.meta["source"] == hits.pairs[0].image_did
         with pytest.raises(unirag.ConfigError, match="at least 1 example"):
             gen.generate(q.txt)
-        with pytest.raises(unirag.ConfigError, match="take example images as files"):
-            gen.generate(q.txt, [(Image.open(hits.pairs[0].image), "x")])
+        in_memory = gen.generate(q.txt, [(Image.open(hits.pairs[0].image), "x")])  # test_image_examples.py
+        assert np.array_equal(np.asarray(in_memory), np.asarray(image))
         with pytest.raises(unirag.ConfigError, match="non-empty caption"):
             gen.generate("  ", hits)
     assert unirag.ImageGenerator.from_dict(gen.to_dict()).to_dict() == gen.to_dict()

@@ -34,6 +34,8 @@ def test_every_public_name_resolves_and_is_documented():
             missing_docs.append(name)
         if inspect.isclass(value):
             for attr, member in vars(value).items():
+                if isinstance(member, classmethod | staticmethod):
+                    member = member.__func__
                 if attr.startswith("_") or not callable(member) and not isinstance(member, property):
                     continue
                 if not inspect.getdoc(member):

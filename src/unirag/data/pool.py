@@ -162,6 +162,7 @@ class Pool:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Pool:
+        """The pool :meth:`to_dict` describes (read again from its file)."""
         return cls.read(data["path"], data.get("images_root"))
 
     def __repr__(self) -> str:

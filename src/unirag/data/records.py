@@ -21,6 +21,7 @@ class Modality(StrEnum):
 
     @classmethod
     def parse(cls, value: str) -> Modality:
+        """``"text"``, ``"image"`` or ``"image,text"`` (parts in any order) -> the modality; ValueError otherwise."""
         normalised = ",".join(sorted(p.strip() for p in str(value).split(",")))
         for m in cls:
             if m.value == normalised:

@@ -235,6 +235,7 @@ class Captioner:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Captioner:
+        """A captioner with the settings :meth:`to_dict` recorded (its generator loaded from the spec)."""
         data = dict(data)
         options = data.pop("generator_options", None) or {}
         return cls(data.pop("generator"), **data, **options)

@@ -112,6 +112,7 @@ class ImageGenerator:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ImageGenerator:
+        """A generator with the settings :meth:`to_dict` recorded (its backend loaded from the spec)."""
         data = dict(data)
         options = data.pop("options", None) or {}
         return cls(data.pop("generator"), **data, **options)

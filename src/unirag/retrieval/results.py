@@ -127,6 +127,7 @@ class Hits(list):
 
     @classmethod
     def of(cls, result: RetrievalResult, images_root: str | None) -> Hits:
+        """The hits of one :class:`RetrievalResult`, their pairs' images resolved against ``images_root``."""
         pairs = [Pair(p.image_did, p.text_did, p.img_path, p.txt, p.score, p.via, images_root) for p in result.pairs]
         hits = [Hit(c.did, float(c.score), c.modality,
                     pairs[result.pair_of[c.did]] if c.did in result.pair_of else None, c.replaced)

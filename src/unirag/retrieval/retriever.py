@@ -179,6 +179,7 @@ class Retriever:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Retriever:
+        """A retriever like the one :meth:`to_dict` described (index reopened, encoder loaded by spec)."""
         return cls(data["index"], data.get("encoder"), device=data.get("device", "auto"), dtype=data.get("dtype", "auto"),
                    verify=data.get("verify", True), pool_images_root=data.get("pool_images_root"))
 
