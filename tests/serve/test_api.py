@@ -233,6 +233,20 @@ def test_openapi_lists_every_endpoint(client):
     assert client.get("/docs").status_code == 200
 
 
+def test_docs_page_works_offline(client):
+    """/docs loads Swagger UI from this server (swagger-ui-bundle), never from a CDN."""
+    import re
+
+    docs = client.get("/docs")
+    assert docs.status_code == 200
+    urls = re.findall(r"(?:src|href)=['\"]([^'\"]+)['\"]", docs.text)
+    urls += re.findall(r"url: *'([^']+)'", docs.text)
+    assert "/docs-assets/swagger-ui-bundle.js" in urls and "/openapi.json" in urls, urls
+    for url in urls:
+        assert url.startswith("/"), f"/docs loads {url} from outside the server"
+        assert client.get(url).status_code == 200, url
+
+
 def test_metrics_count_requests_latencies_and_batches(engine):
     with make_client(engine) as c:
         for _ in range(3):

@@ -78,7 +78,9 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
         yield
         await batcher.close()
 
-    app = FastAPI(title="unirag", version=__version__, lifespan=lifespan,
+    # docs_url=None: FastAPI's own /docs page loads Swagger UI from a CDN; ours serves it from the
+    # swagger-ui-bundle package so that the docs work offline like the page does.
+    app = FastAPI(title="unirag", version=__version__, lifespan=lifespan, docs_url=None,
                   description="Multimodal search, RAG captioning and composed image retrieval over one index.")
     app.state.engine, app.state.metrics, app.state.settings, app.state.batcher = engine, metrics, settings, batcher
 
@@ -178,6 +180,19 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
     @app.get("/", include_in_schema=False)
     async def page():
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount("/docs-assets", StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        from fastapi.openapi.docs import get_swagger_ui_html
+
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title="unirag API",
+                                   swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs-assets/swagger-ui.css",
+                                   swagger_favicon_url="/docs-assets/favicon-32x32.png")
 
     @app.get("/healthz", summary="Liveness and what is loaded")
     async def healthz():
