@@ -111,3 +111,21 @@ def test_auto_device_is_cpu_in_float32_without_a_gpu(llava_path, monkeypatch):
     gen = load_text_generator(f"hf:{llava_path}")
     assert gen.runtime() == {"device": "cpu", "dtype": "float32"}
     gen.close()
+
+
+def test_a_bug_inside_generate_stops_the_run_with_its_traceback(coco_set, llava_path, tmp_path, monkeypatch):
+    """A RuntimeError from the model is a bug, not a failed query: it propagates and nothing is recorded."""
+    from transformers import LlavaForConditionalGeneration
+
+    def broken_generate(self, **kwargs):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (bug)")
+
+    monkeypatch.setattr(LlavaForConditionalGeneration, "generate", broken_generate)
+    out = tmp_path / "run"
+    cfg = CaptionConfig(queries=coco_set["queries"], generator=f"hf:{llava_path}", out=out, mode="rag", k=2,
+                        images_root=coco_set["images_root"], retrieval=coco_set["run"], limit=2, max_tokens=5,
+                        generator_options={"batch_size": 2, "device": "cpu", "dtype": "float32"}, progress=False)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        run_captioning(cfg)
+    outputs = out / "outputs.jsonl"
+    assert not outputs.exists() or outputs.read_text().strip() == ""
