@@ -73,6 +73,30 @@ def test_npy_with_ids_in_any_order_and_without_ids(pool, tmp_path: Path) -> None
     assert not [p for p in tmp_path.iterdir() if "aligning" in p.name], "temporary aligned file left behind"
 
 
+def test_scratch_left_by_a_killed_build_is_removed_but_a_live_one_is_kept(pool, tmp_path: Path) -> None:
+    """A killed build leaves its aligned-vectors scratch folder (as large as the vectors); the next build
+    removes it when its owner lock is free, and never touches one whose owner still holds the lock."""
+    import fcntl
+    import os
+
+    path, cands, vectors = pool
+    dead, live = tmp_path / ".idx.aligning-dead", tmp_path / ".idx.aligning-live"
+    for folder in (dead, live):
+        folder.mkdir()
+        (folder / ".owner").touch()
+        (folder / "aligned.f32").write_bytes(b"\0" * 4096)
+    fd = os.open(live / ".owner", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a build still running in another process holds its lock
+    try:
+        np.save(tmp_path / "emb.npy", vectors)
+        build_from_embeddings(path, tmp_path / "emb.npy", tmp_path / "idx", ENC, progress=False)
+        assert not dead.exists()
+        assert (live / "aligned.f32").exists()
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in tmp_path.iterdir() if "aligning" in p.name) == [live.name]
+
+
 def test_parquet_file_and_folder(pool, tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ import numpy as np
 from unirag.data.mbeir import read_candidates
 from unirag.data.records import Modality
 from unirag.errors import ConfigError, InputError
+from unirag.index.directory import scratch_dir
 from unirag.index.writer import IndexWriter
 
 ID_COLUMNS = ("id", "did")
@@ -183,7 +183,7 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
     dim = int(encoder_info["dim"]) if encoder_info and encoder_info.get("dim") else None
     out_dir = Path(out_dir).resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.aligning-") as tmp:
+    with scratch_dir(out_dir.parent, f".{out_dir.name}.aligning-") as tmp:
         aligned = None
         present = np.zeros(n, dtype=bool)
         bar = tqdm(total=n, desc="embeddings", unit="vec", disable=not progress)
