@@ -11,7 +11,7 @@ again by the next run of the same command.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,38 +23,21 @@ from unirag.generators.options import identity_config
 from unirag.generators.pricing import price_entry
 from unirag.pipelines.captioner import Caption, Captioner, CaptionRequest, to_shots
 from unirag.pipelines.examples import Example, ExampleSelector, make_selector
+from unirag.pipelines.run_config import ExampleRunConfig
 from unirag.runs.rundir import RunDir
 
 
 @dataclass
-class CaptionConfig:
-    """One caption run. ``queries``: an M-BEIR queries file or :class:`~unirag.data.records.Query`
-    records; ``index``: an index directory, a :class:`unirag.Index` or a live :class:`unirag.Retriever`
-    (rag mode, examples retrieved on the fly); ``retrieval``: a retrieval run file instead.
-    ``pool_images_root``: where example image paths start (default: the index's recorded images root,
-    else ``images_root``). ``k``: examples per query (None: :func:`default_k`)."""
+class CaptionConfig(ExampleRunConfig):
+    """One caption run: the options of :class:`ExampleRunConfig` plus ``seed`` (which random examples),
+    ``max_tokens``/``temperature`` and ``templates_dir`` (your own prompt templates). Examples' image
+    paths start at ``pool_images_root``, else the index's recorded images root, else ``images_root``;
+    ``k`` None means :func:`default_k`."""
 
-    queries: str | Path | Sequence[Query]
-    generator: str
-    out: str | Path
-    mode: str = "zero-shot"
-    k: int | None = None
-    images_root: str | Path | None = None
-    pool_images_root: str | Path | None = None
-    retrieval: str | Path | None = None
-    index: Any = None
-    pool: str | Path | None = None
     seed: int = 0
     max_tokens: int = 400
     temperature: float = 0.0
-    concurrency: int = 1
-    limit: int | None = None
-    save_prompts: int = 5
     templates_dir: str | Path | None = None
-    prices: str | Path | None = None
-    max_attempts: int = 6
-    generator_options: dict[str, Any] = field(default_factory=dict)
-    progress: bool = True
 
 
 def default_k(mode: str, generator_spec: str | None) -> int:

@@ -26,6 +26,7 @@ from unirag.generators.base import (
     Usage,
 )
 from unirag.messages import Message
+from unirag.pipelines.lazy_backend import LazyBackend
 from unirag.prompts.caption import CaptionPrompt, Shot
 
 MODES = ("zero-shot", "random", "rag")
@@ -58,7 +59,7 @@ class CaptionRequest:
     prompt: CaptionPrompt | None
 
 
-class Captioner:
+class Captioner(LazyBackend):
     """Caption images with a generator, zero-shot or from examples (UniRAG, paper §3.2).
 
     ``generator``: a spec (``openai:gpt-4o``, ``gemini:gemini-1.5-pro``, ``hf:HUB_ID_OR_DIR``,
@@ -92,33 +93,17 @@ class Captioner:
         self.price = price_for(self.spec, table)
         self._template = None
 
-    # -- lifecycle ---------------------------------------------------------------------------
-    @property
-    def backend(self) -> CaptionBackend:
-        """The generator object (loaded from the spec on first use)."""
-        if self._backend is None:
-            from unirag.generators.registry import load_text_generator
+    # -- lifecycle (load on first use, release on close: LazyBackend) ------------------------
+    def _load_backend(self) -> CaptionBackend:
+        from unirag.generators.registry import load_text_generator
 
-            self._backend = load_text_generator(self.spec, **self.generator_options)
-        return self._backend
+        return load_text_generator(self.spec, **self.generator_options)
 
     def warm_up(self) -> Captioner:
         """Load the generator (and its prompt template) now rather than at the first caption."""
-        _ = self.backend
+        super().warm_up()
         _ = self.template
         return self
-
-    def close(self) -> None:
-        """Release the generator if this captioner loaded it."""
-        if self._backend is not None and self._owned:
-            self._backend.close()
-            self._backend = None
-
-    def __enter__(self) -> Captioner:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @property
     def picks_examples(self) -> bool:

@@ -36,6 +36,7 @@ from unirag.generators.images.templates import image_template
 from unirag.generators.pricing import Price, cost_usd, price_entry
 from unirag.messages import ImagePart, Message, TextPart
 from unirag.pipelines.examples import Example, ExampleSelector
+from unirag.pipelines.run_config import ExampleRunConfig
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json
 from unirag.runs.executor import run_items
 from unirag.runs.retry import RetryPolicy
@@ -171,36 +172,14 @@ def run_image_generation(
 
 
 @dataclass
-class ImageConfig:
-    """One image run, in the shape of :class:`~unirag.pipelines.caption.CaptionConfig`.
+class ImageConfig(ExampleRunConfig):
+    """One image run: the options of :class:`ExampleRunConfig` (queries' ``txt`` is drawn) plus
+    ``example_seed`` (which random examples) and the picture ``settings``; ``concurrency`` defaults to 4
+    (image APIs are slow). ``k`` None means 0 zero-shot, else 1 (the paper's one-shot)."""
 
-    ``queries``: an M-BEIR queries file or :class:`~unirag.data.records.Query` records (their
-    ``txt`` is drawn); ``index``: an index directory, a :class:`unirag.Index` or a live
-    :class:`unirag.Retriever` (rag mode, examples retrieved on the fly), or ``retrieval``: a run
-    file; ``pool_images_root``: where example image paths start (default: the index's recorded
-    images root, else ``images_root``). ``k``: examples per query (None: 0 zero-shot, else 1, the
-    paper's one-shot). ``generator_options`` go to the backend.
-    """
-
-    queries: str | Path | Sequence[Query]
-    generator: str
-    out: str | Path
-    mode: str = "zero-shot"
-    k: int | None = None
-    images_root: str | Path | None = None
-    pool_images_root: str | Path | None = None
-    retrieval: str | Path | None = None
-    index: Any = None
-    pool: str | Path | None = None
+    concurrency: int = 4
     example_seed: int = 0
     settings: ImageSettings = field(default_factory=ImageSettings)
-    concurrency: int = 4
-    limit: int | None = None
-    save_prompts: int = 5
-    max_attempts: int = 6
-    prices: str | Path | None = None
-    generator_options: dict[str, Any] = field(default_factory=dict)
-    progress: bool = True
 
 
 def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dict[str, int]:

@@ -24,9 +24,10 @@ from unirag.generators.images.base import (
     ImageRequest,
 )
 from unirag.generators.images.base import ImageGenerator as ImageBackend
+from unirag.pipelines.lazy_backend import LazyBackend
 
 
-class ImageGenerator:
+class ImageGenerator(LazyBackend):
     """Text-to-image with optional example image-caption pairs (UniRAG's generation task).
 
     ``generator``: a spec (``diffusers:HUB_ID_OR_DIR``, ``openai-image:gpt-image-1``,
@@ -52,32 +53,12 @@ class ImageGenerator:
         self.images_root = images_root
         self.options = {k: v for k, v in options.items() if v is not None}
 
-    @property
-    def backend(self) -> ImageBackend:
-        """The backend object (loaded from the spec on first use)."""
-        if self._backend is None:
-            from unirag.generators.images.registry import load_image_generator
+    def _load_backend(self) -> ImageBackend:  # LazyBackend: loaded on first use, released on close
+        from unirag.generators.images.registry import load_image_generator
 
-            self._backend = load_image_generator(self.spec, **self.options)
-            self._backend.check_size(self.settings["width"], self.settings["height"])
-        return self._backend
-
-    def warm_up(self) -> ImageGenerator:
-        """Load the backend now rather than at the first picture."""
-        _ = self.backend
-        return self
-
-    def close(self) -> None:
-        """Release the backend if this object loaded it."""
-        if self._backend is not None and self._owned:
-            self._backend.close()
-            self._backend = None
-
-    def __enter__(self) -> ImageGenerator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        backend = load_image_generator(self.spec, **self.options)
+        backend.check_size(self.settings["width"], self.settings["height"])
+        return backend
 
     def request(self, text: str, examples: Iterable[Any] = (), *, qid: str = "query") -> ImageRequest:
         """The backend request for ``text`` and ``examples`` (checked against what the backend takes)."""
