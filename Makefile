@@ -23,6 +23,7 @@ demo: install
 	$(BIN)/python -m unirag.demo
 
 test: install
+	bash scripts/ensure_chromium.sh $(BIN)/python
 	$(BIN)/ruff check src tests tests-data benchmarks scripts
 	$(BIN)/python -m pytest -q
 
