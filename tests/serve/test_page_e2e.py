@@ -2,12 +2,15 @@
 
 Type a query -> result cards with loaded images; upload a photo -> the caption and the few-shot
 examples it was made from; an invalid upload -> an error in the page; the tabs work from the
-keyboard. The screenshot of the page is saved (``UNIRAG_UPDATE_SCREENSHOT=1`` also writes
+keyboard; a caption typed in the generate tab -> the generated image and its examples; a photo
+dropped on the drop zone (a real ``drop`` event) -> searched; a server started with ``--token-env``
+-> the page asks for the token, shows the 401 of a wrong one, and searches with the right one. The screenshot of the page is saved (``UNIRAG_UPDATE_SCREENSHOT=1`` also writes
 ``docs/serve-screenshot.png``, the picture in the README).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -31,16 +34,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(demo_index, tmp_path_factory):
-    """``unirag serve`` on a free loopback port; yields its base URL, stops it afterwards."""
+@contextlib.contextmanager
+def _serve(index: Path, log_dir: Path, *args: str, env: dict[str, str] | None = None):
+    """``unirag serve --index INDEX ARGS`` on a free loopback port; yields its base URL, stops it afterwards."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("serve-log") / "serve.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    log = log_dir / "serve.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "unirag", "serve", "--index", str(demo_index),
-                                 "--port", str(port), "--generator", "retrieval:consensus"],
-                                stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen([sys.executable, "-m", "unirag", "serve", "--index", str(index),
+                                 "--port", str(port), *args],
+                                stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
@@ -67,7 +70,15 @@ def server(demo_index, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(server, tmp_path_factory):
+def server(demo_index, tmp_path_factory):
+    with _serve(demo_index, tmp_path_factory.mktemp("serve-log"), "--generator", "retrieval:consensus",
+                "--image-generator", "retrieval:top1") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """One headless Chromium (persistent context) for the module's pages."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -78,14 +89,25 @@ def page(server, tmp_path_factory):
         context = p.chromium.launch_persistent_context(str(profile), executable_path=executable, headless=True,
                                                        args=LAUNCH_ARGS, viewport={"width": 1280, "height": 900})
         try:
-            pg = context.new_page()
-            errors: list[str] = []
-            pg.on("pageerror", lambda e: errors.append(str(e)))
-            pg.goto(server + "/")
-            pg.errors = errors
-            yield pg
+            yield context
         finally:
             context.close()
+
+
+def _open(context, url: str):
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(url + "/")
+    pg.errors = errors
+    return pg
+
+
+@pytest.fixture(scope="module")
+def page(server, browser):
+    pg = _open(browser, server)
+    yield pg
+    pg.close()
 
 
 def _loaded_images(pg, selector: str) -> int:
@@ -177,3 +199,95 @@ def test_composed_retrieval_tab_ranks_pool_images(page):
     assert cards.count() == 6
     assert "stage: baseline" in page.inner_text("#panel-cir .meta")
     assert page.errors == []
+
+
+def test_generate_tab_shows_the_generated_image_and_its_examples(page):
+    page.get_by_role("tab", name="Generate an image").click()
+    page.fill("#generate-text", "a kitchen with an oven and a fridge")
+    page.select_option("#generate-mode", "rag")
+    page.fill("#generate-k", "3")
+    page.get_by_role("button", name="Generate").click()
+    page.locator("#generate-output").wait_for(state="visible", timeout=60_000)
+    page.wait_for_function("() => { const i = document.querySelector('#generate-image');"
+                           " return i.complete && i.naturalWidth > 0; }", timeout=30_000)
+    assert page.get_attribute("#generate-image", "src").startswith("data:image/png;base64,")
+    examples = page.locator("#generate-examples .card")
+    assert examples.count() == 3
+    captions = [examples.nth(i).locator(".card-caption").inner_text() for i in range(3)]
+    assert all(c and c != "(no caption)" for c in captions)
+    assert any(w in " ".join(captions).lower() for w in ("kitchen", "oven", "fridge", "refrigerator"))
+    page.wait_for_function("() => [...document.querySelectorAll('#generate-examples .card img')]"
+                           ".every(i => i.complete && i.naturalWidth > 0)", timeout=30_000)
+    assert "retrieval:top1" in page.inner_text("#generate-meta")
+    assert page.locator("#panel-generate .error").is_hidden()
+    assert page.errors == []
+
+
+def test_photo_dropped_on_the_drop_zone_is_searched(page):
+    page.get_by_role("tab", name="Search").click()
+    page.fill("#search-text", "")
+    page.fill("#search-k", "3")
+    page.select_option("#search-modality", "image")
+    photo = PHOTOS[5]
+    data = page.evaluate_handle(
+        """([bytes, name]) => {
+            const dt = new DataTransfer();
+            dt.items.add(new File([new Uint8Array(bytes)], name, { type: "image/jpeg" }));
+            return dt;
+        }""", [list(photo.read_bytes()), photo.name])
+    zone = page.locator("#panel-search .drop")
+    zone.dispatch_event("dragover", {"dataTransfer": data})
+    zone.dispatch_event("drop", {"dataTransfer": data})
+    preview = zone.locator(".preview")
+    preview.wait_for(state="visible", timeout=10_000)
+    assert photo.name in preview.get_attribute("alt")
+    page.get_by_role("button", name="Search", exact=True).click()
+    page.wait_for_function(f"() => document.querySelector('#search-results .card-meta')"
+                           f" && document.querySelector('#search-results').innerText.includes('coco:img:{int(photo.stem)}')",
+                           timeout=60_000)
+    cards = page.locator("#search-results .card")
+    assert cards.count() == 3
+    # The nearest pool image to the dropped photo is that photo itself.
+    assert f"coco:img:{int(photo.stem)}" in cards.nth(0).locator(".card-meta").inner_text()
+    assert page.locator("#panel-search .error").is_hidden()
+    zone.locator(".clear").click()
+    page.select_option("#search-modality", "any")
+    assert page.errors == []
+
+
+TOKEN_VAR = "UNIRAG_E2E_TOKEN"
+
+
+def test_token_prompt_rejects_a_wrong_token_and_accepts_the_right_one(demo_index, browser, tmp_path):
+    token = "e2e-" + os.urandom(8).hex()
+    with _serve(demo_index, tmp_path, "--token-env", TOKEN_VAR, env={TOKEN_VAR: token}) as url:
+        pg = _open(browser, url)
+        try:
+            token_form = pg.locator("#token-form")
+            token_form.wait_for(state="visible", timeout=30_000)
+            assert pg.evaluate("document.activeElement.id") == "token"
+            pg.fill("#token", "not-the-token")
+            pg.get_by_role("button", name="Use token").click()
+            pg.fill("#search-text", "a dog lying on a bed")
+            pg.fill("#search-k", "4")
+            pg.press("#search-text", "Enter")
+            error = pg.locator("#panel-search .error")
+            error.wait_for(state="visible", timeout=30_000)
+            assert "HTTP 401" in error.inner_text() and "token" in error.inner_text()
+            assert pg.locator("#search-results .card").count() == 0
+            token_form.wait_for(state="visible", timeout=10_000)  # asked again
+            pg.fill("#token", token)
+            pg.press("#token", "Enter")
+            token_form.wait_for(state="hidden", timeout=10_000)
+            pg.press("#search-text", "Enter")
+            cards = pg.locator("#search-results .card")
+            cards.nth(3).wait_for(timeout=60_000)
+            assert cards.count() == 4
+            assert error.is_hidden()
+            # Pool images need the token too: they load through authenticated fetches.
+            pg.wait_for_function("() => [...document.querySelectorAll('#search-results .card img')]"
+                                 ".every(i => i.complete && i.naturalWidth > 0)", timeout=30_000)
+            assert token not in (tmp_path / "serve.log").read_text()
+            assert pg.errors == []
+        finally:
+            pg.close()
