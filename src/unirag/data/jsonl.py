@@ -27,12 +27,18 @@ def iter_json_lines(path: str | Path, *, what: str = "file") -> Iterator[tuple[i
         raise InputError(f"{what} not found", path=path)
     with path.open("r", encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path=path, line=lineno) from None
-            if not isinstance(obj, dict):
-                raise InputError("expected a JSON object per line", path=path, line=lineno)
-            yield lineno, obj
+            if line.strip():
+                yield lineno, parse_json_line(line, path, lineno)
+
+
+def parse_json_line(line: str | bytes, path: Path, lineno: int) -> dict[str, Any]:
+    """One JSONL line as an object, or :class:`InputError` naming ``path`` and ``lineno``.
+
+    For readers that find their lines themselves (e.g. a pool shard read from a byte offset)."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path=path, line=lineno) from None
+    if not isinstance(obj, dict):
+        raise InputError("expected a JSON object per line", path=path, line=lineno)
+    return obj

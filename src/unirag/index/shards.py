@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from unirag.data.images import BadImageReport
+from unirag.data.jsonl import parse_json_line
 from unirag.data.mbeir import parse_candidate
 from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError
@@ -179,13 +180,7 @@ def _shard_candidates(plan: ShardPlan, i: int) -> list[tuple[int, Candidate]]:
             lineno += 1
             if not raw.strip():
                 continue
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise InputError(f"malformed JSON ({e.msg})", path=pool, line=lineno) from None
-            if not isinstance(obj, dict):
-                raise InputError("expected a JSON object per line", path=pool, line=lineno)
-            out.append((lineno, parse_candidate(obj, pool, lineno)))
+            out.append((lineno, parse_candidate(parse_json_line(raw, pool, lineno), pool, lineno)))
             if len(out) == want:
                 break
     if len(out) != want:
