@@ -67,3 +67,19 @@ def cir_data() -> Path:
 def mbeir_examples() -> Path:
     """The M-BEIR schema notes and 4 real M-BEIR lines (real_examples/)."""
     return FIXTURES / "mbeir"
+
+
+@pytest.fixture
+def fake_server():
+    """A local OpenAI-compatible server (tests/fake_openai_server.py) for the API backends."""
+    from fake_openai_server import FakeServer
+
+    with FakeServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def no_api_keys(monkeypatch):
+    """No API key or base URL from the developer's environment reaches a test."""
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
+        monkeypatch.delenv(var, raising=False)

@@ -34,17 +34,3 @@ def retriever(demo):
     import unirag
 
     return unirag.Retriever(demo["index"]).warm_up()
-
-
-@pytest.fixture
-def fake_server():
-    from fake_openai_server import FakeServer
-
-    with FakeServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def no_api_keys(monkeypatch):
-    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
-        monkeypatch.delenv(var, raising=False)

@@ -53,17 +53,3 @@ def build_coco_mbeir(coco_mini: Path, out: Path, n: int = 12) -> dict[str, Path]
 @pytest.fixture(scope="module")
 def coco_set(coco_mini: Path, tmp_path_factory) -> dict:
     return build_coco_mbeir(coco_mini, tmp_path_factory.mktemp("coco_mbeir"))
-
-
-@pytest.fixture
-def fake_server():
-    from fake_openai_server import FakeServer
-
-    with FakeServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def no_api_keys(monkeypatch):
-    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
-        monkeypatch.delenv(var, raising=False)

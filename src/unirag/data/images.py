@@ -109,18 +109,15 @@ def save_png_by_content(image: ImageLike, folder: str | Path) -> Path:
     encoding, and return the file: the same pixels always map to the same file (written once,
     atomically, so concurrent callers never see a partial file)."""
     import hashlib
-    import os
-    import tempfile
 
     data = png_bytes(as_rgb(image), compress_level=1)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{hashlib.sha256(data).hexdigest()}.png"
     if not path.is_file():
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".part")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        from unirag.runs.atomic import atomic_write_bytes
+
+        atomic_write_bytes(path, data)
     return path
 
 

@@ -141,11 +141,6 @@ class Pool:
         p = resolve_image(c.img_path, self.images_root)
         return p.absolute() if p is not None else None
 
-    @property
-    def in_memory(self) -> bool:
-        """True for a pool made from records (no file behind it)."""
-        return self._records is not None
-
     def write(self, path: str | Path) -> Path:
         """Write the pool as M-BEIR JSONL (atomically); returns the path."""
         from unirag.data.mbeir import write_candidates

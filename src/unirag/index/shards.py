@@ -32,6 +32,7 @@ from unirag.data.jsonl import parse_json_line
 from unirag.data.mbeir import parse_candidate
 from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError
+from unirag.runs.atomic import atomic_open, atomic_write_bytes
 
 PLAN = "plan.json"
 #: Default pool items per shard (the unit of resumption and of scheduling).
@@ -130,7 +131,7 @@ def load_or_create_plan(shards_dir: str | Path, pool: str | Path, encoder_info: 
             raise ConfigError(f"{n_shards} shards for a pool of {count} candidates: use at most {count}")
         plan = ShardPlan(str(pool), pool.stat().st_size, count, n_shards, starts, offsets, lines,
                          {k: encoder_info.get(k) for k in ("name", "spec", "dim", "fingerprint", "config")})
-        _write_atomic(path, json.dumps(asdict(plan), indent=1).encode())
+        atomic_write_bytes(path, json.dumps(asdict(plan), indent=1).encode())
         return plan
     finally:
         os.close(fd)
@@ -157,15 +158,6 @@ def done_record(shards_dir: str | Path, i: int) -> dict[str, Any] | None:
 def missing_shards(shards_dir: str | Path, plan: ShardPlan) -> list[int]:
     """Shards of ``plan`` that have no done marker yet (what a rerun embeds)."""
     return [i for i in range(plan.n_shards) if done_record(shards_dir, i) is None]
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _shard_candidates(plan: ShardPlan, i: int) -> list[tuple[int, Candidate]]:
@@ -233,12 +225,11 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
     dim = int(encoder.dim)
     vectors = np.concatenate(blocks) if blocks else np.zeros((0, dim), dtype=np.float32)
     name = shard_name(i)
-    tmp = shards_dir / f".{name}.{os.getpid()}.npy"
-    np.save(tmp, vectors)
-    os.replace(tmp, shards_dir / f"{name}.npy")
-    _write_atomic(shards_dir / f"{name}.ids", "".join(f"{d}\n" for d in ids).encode())
+    with atomic_open(shards_dir / f"{name}.npy", "wb") as f:
+        np.save(f, vectors)
+    atomic_write_bytes(shards_dir / f"{name}.ids", "".join(f"{d}\n" for d in ids).encode())
     record = {"shard": i, "rows": len(ids), "dim": dim, "pool_rows": len(items),
               "encoder_fingerprint": encoder.fingerprint(), "seconds": round(time.time() - started, 3),
               "bad_images": skipped}
-    _write_atomic(shards_dir / f"{name}.done.json", json.dumps(record).encode())
+    atomic_write_bytes(shards_dir / f"{name}.done.json", json.dumps(record).encode())
     return record

@@ -34,7 +34,7 @@ from unirag.serve.engine import CAPTION_MODES, MODALITIES, Engine, Hit, SearchQu
 from unirag.serve.metrics import Metrics
 from unirag.serve.redact import RedactingFilter, redact
 from unirag.serve.settings import ServeSettings
-from unirag.serve.uploads import BodyLimit, UploadError, check_image, check_size
+from unirag.serve.uploads import BodyLimit, UploadError, check_image
 
 STATIC = Path(__file__).resolve().parent / "static"
 THUMB_SIZES = range(16, 1025)
@@ -149,11 +149,8 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
         if upload is None:
             return None
         data = await upload.read(settings.max_upload_bytes + 1)
-        check_size(len(data), settings.max_upload_bytes, field)
-        if not data:
-            if upload.filename:
-                raise UploadError(400, f"{field}: the uploaded file is empty")
-            return None  # a form's empty file input
+        if not data and not upload.filename:
+            return None  # a form's empty file input; size and emptiness are check_image's
         return await run_in_threadpool(check_image, data, max_bytes=settings.max_upload_bytes,
                                        max_pixels=settings.max_pixels, field=field)
 

@@ -5,7 +5,8 @@ Requests wait in a queue; one worker takes *everything* queued at that moment (u
 thread. A lone request is therefore answered at once (no batching window, no added latency), while
 under load the requests that arrive during one call form the next batch - the batch size grows with
 the load, which is when encoding many queries in one forward pass and one FAISS call pays off.
-All searches run on that one thread, so the encoder is never used by two threads at once.
+Batched searches run on that one thread; the engine's encoder lock keeps other encoder users (example
+retrieval for captions and images) from overlapping with them.
 """
 
 from __future__ import annotations
@@ -76,10 +77,6 @@ class SearchBatcher:
                 for p, hits in zip(live, results, strict=True):
                     if not p.future.done():
                         p.future.set_result(hits)
-
-    def call(self, fn: Callable, *args: Any):
-        """Run another blocking call on the search thread (encoder users must not overlap)."""
-        return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def close(self) -> None:
         if self._worker is not None and self._loop is asyncio.get_running_loop():

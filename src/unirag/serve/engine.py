@@ -107,10 +107,14 @@ class Engine:
             unirag.XR(agents=settings.cir_agents, encoder=self.index.manifest["encoder"].get("spec"))
             if settings.cir_agents else None)
         self._xr_lock = threading.Lock()  # one X^R run at a time (it shares its work folder and caches)
+        # The encoder is not thread-safe: batched searches (the batcher's thread) and example retrieval
+        # for caption/image requests (Starlette's thread pool) take turns on it.
+        self._encoder_lock = threading.Lock()
         self._gallery: dict[str, str] | None = None
         self._slots = {name: threading.BoundedSemaphore(_slots(spec, settings.generator_concurrency))
                        for name, spec in (("caption", settings.generator), ("image", settings.image_generator))}
-        self._warm_up()
+        if retriever is None:  # a caller's retriever is already loaded and warm
+            self._warm_up()
 
     def _warm_up(self) -> None:
         """Load the encoder and run one text and one image query, so the first request is not slow."""
@@ -150,7 +154,8 @@ class Engine:
         if modality not in MODALITIES:
             raise ConfigError(f"modality must be one of {', '.join(MODALITIES)}, got {modality!r}")
         texts = [q.text.strip() if q.text and q.text.strip() else None for q in queries]
-        found = self.retriever.search_batch([q.image for q in queries], texts, k=k, modality=modality)
+        with self._encoder_lock:
+            found = self.retriever.search_batch([q.image for q in queries], texts, k=k, modality=modality)
         return [[self._hit(h) for h in hits] for hits in found]
 
     def search(self, query: SearchQuery, k: int = 5, modality: str = "any") -> list[Hit]:
@@ -183,7 +188,8 @@ class Engine:
         if mode == "random":
             shown = self._random_examples(k, seed_bytes or (text or "").encode())
             return [(self.image_file(e.image_did), e.caption) for e in shown], shown
-        hits = self.retriever.search(image=image, text=text, k=k, modality=want)
+        with self._encoder_lock:
+            hits = self.retriever.search(image=image, text=text, k=k, modality=want)
         pairs = [p for p in hits.pairs if p.caption and p.img_path][:k]
         return pairs, [Example(p.caption, p.image_did) for p in pairs]
 
