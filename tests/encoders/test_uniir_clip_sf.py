@@ -172,7 +172,9 @@ def test_instructions_are_prepended_as_mbeir_does(ckpt):
                    task_id=0)
     got = enc.instruct(text_q)
     prompt = inst.instruction_for(text_q)
-    assert prompt in inst.candidates_for(text_q)
+    # one of the four prompts of the fixture's text->image MSCOCO row, read straight from the file
+    row = next(r.split("\t") for r in FIXTURE_TSV.read_text().splitlines() if r.startswith("text\timage\tMSCOCO\t"))
+    assert prompt in row[4:8]
     # format_string(f"{prompt} {query_txt}"): one space, only the first character capitalised, final period added.
     assert got.txt == f"{prompt} a man with a red helmet on a small moped on a dirt road."
     assert got.modality is Modality.TEXT

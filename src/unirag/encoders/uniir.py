@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from unirag.data.records import Candidate, Query
-from unirag.encoders.base import ImageInput
 from unirag.encoders.hf_clip import HFClipEncoder
 from unirag.encoders.instructions import QueryInstructions, format_string, load_instructions
 from unirag.errors import ConfigError
@@ -257,7 +256,6 @@ class UniIRClipSFEncoder(UniIRQueries, HFClipEncoder):
         model = build_clip_model(sd, self.arch, tok, self.torch_dtype)
         del sd
         self._setup(model, processor, self.arch["context_length"], batch_size)
-        self.name = spec
         self._init_queries(instructions, use_instructions)
 
     # -- identity ---------------------------------------------------------------------------------
@@ -275,6 +273,3 @@ class UniIRClipSFEncoder(UniIRQueries, HFClipEncoder):
     # -- encoding ---------------------------------------------------------------------------------
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         return super()._embed_texts([format_string(t) for t in texts])
-
-    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
-        return super()._embed_images(images)

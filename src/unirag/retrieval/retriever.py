@@ -181,7 +181,7 @@ class Retriever:
     def from_dict(cls, data: dict[str, Any]) -> Retriever:
         """A retriever like the one :meth:`to_dict` described (index reopened, encoder loaded by spec)."""
         return cls(data["index"], data.get("encoder"), device=data.get("device", "auto"), dtype=data.get("dtype", "auto"),
-                   verify=data.get("verify", True), pool_images_root=data.get("pool_images_root"))
+                   verify=data.get("verify", False), pool_images_root=data.get("pool_images_root"))
 
     # -- M-BEIR query records (the CLI) ------------------------------------------------------
     def retrieve(self, queries: Sequence[Query], k: int, modality: str | Modality | None = "any",

@@ -86,9 +86,6 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
             parts += [e.caption, f"<image {e.image_path.name}>"]
         return "\n".join([*parts, request.caption])
 
-    def _prompt(self, request: ImageRequest) -> tuple[str, list[Path]]:
-        return self.prompt_text(request), [e.image_path for e in request.examples]
-
     def generate(self, request: ImageRequest):
         self.check_k(len(request.examples))
         self.check_size(request.width, request.height)
