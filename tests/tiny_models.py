@@ -252,21 +252,73 @@ def openai_clip_state_dict(width: int = 64, layers: int = 2, patch: int = 8, ima
     return sd
 
 
-@functools.lru_cache(maxsize=2)
-def tiny_uniir_clip_sf(seed: int = 0) -> Path:
-    """A tiny random checkpoint file laid out as UniIR's ``clip_sf_*.pth`` (``{"model": state_dict}`` with the
-    OpenAI CLIP under ``clip_model.``), with CLIP tokenizer files beside it. Load it as ``uniir:clip_sf:PATH``."""
-    import torch
+CLIP_BPE_GZ = Path(__file__).resolve().parent / "fixtures" / "clip-bpe" / "bpe_simple_vocab_16e6.txt.gz"
 
-    folder = _tmp_root() / f"tiny-uniir-clip-sf-s{seed}"
+
+def clip_bpe_merges() -> list[tuple[str, str]]:
+    """OpenAI CLIP's 48,894 merges from the committed original file (its first line is a header)."""
+    import gzip
+
+    lines = gzip.open(CLIP_BPE_GZ).read().decode("utf-8").split("\n")
+    return [tuple(line.split()) for line in lines[1 : 49152 - 256 - 2 + 1]]
+
+
+def clip_bpe_vocab(merges: list[tuple[str, str]]) -> dict[str, int]:
+    """The 49,408-token vocabulary OpenAI builds from the merges: 256 byte symbols, the same with ``</w>``,
+    one token per merge, then the start and end tokens."""
+    chars = _byte_unicode_chars()
+    tokens = chars + [c + "</w>" for c in chars] + ["".join(m) for m in merges] + [_SPECIAL_BOS, _SPECIAL_EOS]
+    return {t: i for i, t in enumerate(tokens)}
+
+
+@functools.lru_cache(maxsize=1)
+def clip_bpe_tokenizer_dir() -> Path:
+    """A folder with OpenAI CLIP's real tokenizer (``vocab.json``/``merges.txt`` and a ``CLIPTokenizer``'s
+    ``save_pretrained`` files), built from the committed BPE file; ``AutoTokenizer`` loads it."""
+    from transformers import CLIPTokenizer
+
+    out = _tmp_root() / "clip-bpe-tokenizer"
+    if (out / "tokenizer_config.json").exists():
+        return out
+    tmp = out.with_name(out.name + ".partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    merges = clip_bpe_merges()
+    vocab = clip_bpe_vocab(merges)
+    (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (tmp / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8")
+    if "vocab_file" in inspect.signature(CLIPTokenizer.__init__).parameters:
+        tok = CLIPTokenizer(str(tmp / "vocab.json"), str(tmp / "merges.txt"))
+    else:
+        tok = CLIPTokenizer(vocab=vocab, merges=merges)
+    tok.save_pretrained(tmp)
+    tmp.rename(out)
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def tiny_uniir_clip_sf(seed: int = 0, image_size: int = 32, patch: int = 8, real_bpe: bool = False) -> Path:
+    """A tiny random checkpoint file laid out as UniIR's ``clip_sf_*.pth`` (``{"model": state_dict}`` with the
+    OpenAI CLIP under ``clip_model.``), with CLIP tokenizer files beside it. Load it as ``uniir:clip_sf:PATH``.
+
+    ``real_bpe``: OpenAI's real 49,408-token tokenizer (:func:`clip_bpe_tokenizer_dir`) instead of the tiny
+    byte-level one; ``image_size``/``patch``: the vision tower's input resolution and patch size."""
+    import torch
+    from transformers import AutoTokenizer
+
+    folder = _tmp_root() / f"tiny-uniir-clip-sf-s{seed}-i{image_size}-p{patch}{'-bpe' if real_bpe else ''}"
     ckpt = folder / "clip_sf_tiny.pth"
     if ckpt.exists():
         return ckpt
     tmp = folder.with_name(folder.name + ".partial")
     tmp.mkdir(parents=True, exist_ok=True)
-    tok = tiny_clip_tokenizer()
-    tok.save_pretrained(tmp)
-    sd = openai_clip_state_dict(vocab_size=len(tok), seed=seed)
+    if real_bpe:
+        for f in clip_bpe_tokenizer_dir().iterdir():
+            shutil.copy(f, tmp / f.name)
+        tok = AutoTokenizer.from_pretrained(tmp)
+    else:
+        tok = tiny_clip_tokenizer()
+        tok.save_pretrained(tmp)
+    sd = openai_clip_state_dict(vocab_size=len(tok), seed=seed, image_size=image_size, patch=patch)
     torch.save({"model": {f"clip_model.{k}": v for k, v in sd.items()}}, tmp / ckpt.name)
     tmp.rename(folder)
     return ckpt
@@ -319,7 +371,10 @@ def tiny_bert_tokenizer(folder: Path):
              *[f"##{c}" for c in letters], *[w for w in words if w not in letters]]
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tok = BertTokenizer(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    if "vocab_file" in inspect.signature(BertTokenizer.__init__).parameters:  # transformers 4.x
+        tok = BertTokenizer(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    else:  # transformers 5 takes the vocabulary itself (a vocab_file keyword would be ignored: 5 tokens)
+        tok = BertTokenizer(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
     tok.save_pretrained(folder)
     tok.add_special_tokens({"bos_token": "[DEC]"})
     tok.add_special_tokens({"additional_special_tokens": ["[ENC]"]})

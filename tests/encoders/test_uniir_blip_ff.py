@@ -109,6 +109,19 @@ def photos(coco_mini: Path) -> list[Path]:
     return [coco_mini / r["image"] for r in rows]
 
 
+def blip_eval_pixels(image, size: int) -> np.ndarray:
+    """BLIP's eval transform as UniIR builds it (TIGER-AI-Lab/UniIR
+    ``src/models/uniir_blip/backbone/transform/blip_transform.py``, ``get_blip_transform(is_train=False)``:
+    ``Resize((size, size), BICUBIC)``, ``ToTensor()``, ``Normalize`` with CLIP's mean/std), redone with PIL
+    and numpy: torchvision's ``Resize`` of a PIL image is ``PIL.Image.resize`` with that filter."""
+    from PIL import Image
+
+    x = np.asarray(image.resize((size, size), Image.BICUBIC), dtype=np.float64) / 255.0
+    mean = np.array([0.48145466, 0.4578275, 0.40821073])
+    std = np.array([0.26862954, 0.26130258, 0.27577711])
+    return ((x - mean) / std).transpose(2, 0, 1)
+
+
 def _reference(encoder, raw_sd, images, texts):
     from PIL import Image
 
@@ -117,8 +130,7 @@ def _reference(encoder, raw_sd, images, texts):
     if images is None:  # UniIR's collator pads a missing image with zeros (after normalisation)
         pixels = torch.zeros(len(texts), 3, 32, 32, dtype=torch.float64)
     else:
-        pils = [Image.open(p).convert("RGB") for p in images]
-        pixels = encoder.image_processor(images=pils, return_tensors="pt")["pixel_values"].double()
+        pixels = torch.from_numpy(np.stack([blip_eval_pixels(Image.open(p).convert("RGB"), 32) for p in images]))
     return ref_bert(raw_sd, tok["input_ids"], tok["attention_mask"], ref_vit(raw_sd, pixels)).numpy()
 
 
@@ -157,3 +169,46 @@ def test_queries_get_instructions_and_are_encoded_fused(ckpt, photos, coco_mini)
     prompt = enc.instructions().instruction_for(q)
     np.testing.assert_allclose(enc.encode_records([q], coco_mini)[0], enc.encode_fused([photos[0]], [prompt])[0],
                                atol=1e-5)
+
+
+def test_texts_are_cut_at_uniirs_100_tokens(encoder, ckpt):
+    """UniIR's BLIP-FF tokenizer: ``padding="max_length", truncation=True, max_length=tokenizer_max_length``
+    (``blip_featurefusion/blip_ff.py`` ``get_tokenizer``) with ``tokenizer_max_length: 100``
+    (``blip_featurefusion/configs_scripts/large/eval/unirag/embed.yaml`` line 98)."""
+    assert encoder.max_text_length == 100 and encoder.identity()["max_text_length"] == 100
+    ids = encoder.tokenizer(["a " * 150], padding="max_length", truncation=True, max_length=encoder.max_text_length)
+    assert len(ids["input_ids"][0]) == 100
+    # Words past the 98th (after [CLS]) never reach the model; earlier ones do.
+    head = "a " * 100
+    same = encoder.encode_texts([head + "dog " * 20, head + "bus " * 20])
+    np.testing.assert_allclose(same[0], same[1], atol=1e-6)
+    differ = encoder.encode_texts(["a " * 90 + "dog " * 20, "a " * 90 + "bus " * 20])
+    assert np.abs(differ[0] - differ[1]).max() > 1e-3
+    from unirag.encoders.uniir_blip import UniIRBlipFFEncoder
+
+    longer = UniIRBlipFFEncoder(f"uniir:blip_ff:{ckpt}", device="cpu", dtype="float32", use_instructions=False,
+                                max_text_length=128)
+    assert longer.fingerprint() != encoder.fingerprint()
+
+
+def test_images_go_through_a_pil_bicubic_resize(encoder, photos, monkeypatch):
+    """BLIP's eval transform runs as PIL's bicubic resize whatever is installed: unirag calls
+    ``PIL.Image.resize`` itself (no image processor that could pick a torchvision backend)."""
+    from PIL import Image
+
+    from unirag.encoders.preprocess import SquareResizeTransform
+
+    assert isinstance(encoder.image_transform, SquareResizeTransform)
+    assert encoder.identity()["image_preprocess"]["resize"] == "pil-bicubic"
+    calls = []
+    real = Image.Image.resize
+
+    def spy(self, size, resample=None, *args, **kwargs):
+        calls.append((tuple(size), resample))
+        return real(self, size, resample, *args, **kwargs)
+
+    monkeypatch.setattr(Image.Image, "resize", spy)
+    pils = [Image.open(p).convert("RGB") for p in photos]
+    encoder.encode_images(pils)
+    assert calls == [((32, 32), Image.Resampling.BICUBIC)] * len(pils)
+

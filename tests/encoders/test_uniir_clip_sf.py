@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
+from openai_clip_reference import normalise as _normalise
+from openai_clip_reference import ref_encode_image, ref_encode_text
 from tiny_models import tiny_clip_tokenizer, tiny_uniir_clip_sf
 from unirag.data.records import Modality, Query
 from unirag.encoders.instructions import QueryInstructions, format_string
@@ -19,56 +20,6 @@ from unirag.encoders.registry import load_encoder
 from unirag.errors import ConfigError
 
 FIXTURE_TSV = Path(__file__).resolve().parents[1] / "fixtures" / "mbeir" / "query_instructions.tsv"
-
-
-# -- reference: OpenAI CLIP (clip/model.py) forward on the raw state dict -------------------------------------
-def _ln(x, sd, p):
-    return F.layer_norm(x, x.shape[-1:], sd[p + ".weight"], sd[p + ".bias"], eps=1e-5)
-
-
-def _block(x, sd, p, heads, mask):
-    """ResidualAttentionBlock: x + attn(ln_1(x)); x + mlp(ln_2(x)); sequence-first [L, N, D]."""
-    d = x.shape[-1]
-    h = _ln(x, sd, p + "ln_1")
-    attn, _ = F.multi_head_attention_forward(
-        h, h, h, d, heads, sd[p + "attn.in_proj_weight"], sd[p + "attn.in_proj_bias"], None, None, False, 0.0,
-        sd[p + "attn.out_proj.weight"], sd[p + "attn.out_proj.bias"], training=False, need_weights=False,
-        attn_mask=mask)
-    x = x + attn
-    h = _ln(x, sd, p + "ln_2")
-    h = F.linear(h, sd[p + "mlp.c_fc.weight"], sd[p + "mlp.c_fc.bias"])
-    h = h * torch.sigmoid(1.702 * h)  # QuickGELU
-    return x + F.linear(h, sd[p + "mlp.c_proj.weight"], sd[p + "mlp.c_proj.bias"])
-
-
-def _layers(sd, prefix):
-    return len({k.split(".")[len(prefix.split(".")) - 1] for k in sd if k.startswith(prefix)})
-
-
-def ref_encode_image(sd, pixels):
-    w = sd["visual.conv1.weight"]
-    x = F.conv2d(pixels, w, stride=w.shape[-1])  # [N, W, g, g]
-    x = x.reshape(x.shape[0], x.shape[1], -1).permute(0, 2, 1)
-    cls = sd["visual.class_embedding"].expand(x.shape[0], 1, -1)
-    x = torch.cat([cls, x], dim=1) + sd["visual.positional_embedding"]
-    x = _ln(x, sd, "visual.ln_pre").permute(1, 0, 2)
-    for i in range(_layers(sd, "visual.transformer.resblocks.")):
-        x = _block(x, sd, f"visual.transformer.resblocks.{i}.", w.shape[0] // 64, None)
-    x = _ln(x.permute(1, 0, 2)[:, 0, :], sd, "visual.ln_post")
-    return x @ sd["visual.proj"]
-
-
-def ref_encode_text(sd, tokens):
-    """OpenAI: zero-padded tokens, causal mask, features at the argmax token (the EOT, highest id)."""
-    n = tokens.shape[1]
-    x = sd["token_embedding.weight"][tokens] + sd["positional_embedding"][:n]
-    mask = torch.full((n, n), float("-inf"), dtype=x.dtype).triu(1)
-    x = x.permute(1, 0, 2)
-    width = x.shape[-1]
-    for i in range(_layers(sd, "transformer.resblocks.")):
-        x = _block(x, sd, f"transformer.resblocks.{i}.", width // 64, mask)
-    x = _ln(x.permute(1, 0, 2), sd, "ln_final")
-    return x[torch.arange(x.shape[0]), tokens.argmax(dim=-1)] @ sd["text_projection"]
 
 
 def openai_tokens(texts, context=77):
@@ -79,11 +30,6 @@ def openai_tokens(texts, context=77):
         ids = tok(t, truncation=True, max_length=context)["input_ids"]
         out[i, : len(ids)] = torch.tensor(ids)
     return out
-
-
-def _normalise(x):
-    x = np.asarray(x, np.float64)
-    return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +61,7 @@ def test_converted_checkpoint_reproduces_openai_clip_forward(encoder, raw_sd, ph
     from PIL import Image
 
     pils = [Image.open(p).convert("RGB") for p in photos]
-    pixels = encoder.processor.image_processor(images=pils, return_tensors="pt")["pixel_values"].double()
+    pixels = torch.from_numpy(np.stack([openai_pixels(im, 32) for im in pils])).double()
     ref_i = ref_encode_image(raw_sd, pixels).numpy()
     np.testing.assert_allclose(encoder.encode_texts(texts), _normalise(ref_t), atol=1e-4)
     np.testing.assert_allclose(encoder.encode_images(photos), _normalise(ref_i), atol=1e-4)
@@ -210,3 +156,127 @@ def test_missing_instructions_file_is_a_clear_error(ckpt, tmp_path):
 
     with pytest.raises(InputError, match="query_instructions.tsv:2"):
         QueryInstructions.read(bad)
+
+
+# -- OpenAI's image transform, on real photos of every aspect ratio ---------------------------------------------
+def openai_pixels(image, n_px: int) -> np.ndarray:
+    """OpenAI CLIP's ``_transform(n_px)`` (openai/CLIP ``clip/clip.py``, ``_transform``: lines 58-65 at commit
+    0848ed7; ``Resize(n_px, interpolation=BICUBIC)``, ``CenterCrop(n_px)``, RGB, ``ToTensor()``, ``Normalize``
+    with CLIP's mean/std) redone here with PIL and numpy, step by step as torchvision runs it on a PIL image:
+    ``Resize(int)`` scales the shorter side to ``n_px`` and the longer to ``int(n_px * long / short)`` with
+    ``PIL.Image.resize(BICUBIC)``; ``CenterCrop`` cuts at ``int(round((size - n_px) / 2.0))``
+    (torchvision ``transforms/functional.py`` ``center_crop``, Python's round)."""
+    from PIL import Image
+
+    w, h = image.size
+    scale = n_px / min(w, h)
+    new = (n_px, int(n_px * h / w)) if w <= h else (int(n_px * w / h), n_px)
+    assert abs(new[0] - w * scale) < 1.001 and abs(new[1] - h * scale) < 1.001
+    resized = image.resize(new, Image.BICUBIC)
+    left = int(round((new[0] - n_px) / 2.0))
+    top = int(round((new[1] - n_px) / 2.0))
+    rgb = resized.crop((left, top, left + n_px, top + n_px)).convert("RGB")
+    x = np.asarray(rgb, dtype=np.float32) / np.float32(255)
+    mean = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
+    std = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
+    return ((x - mean) / std).transpose(2, 0, 1)
+
+
+def _floor_differs(image, n_px: int) -> bool:
+    """Whether Hugging Face's floored offset ((size - n_px) // 2) would cut elsewhere than OpenAI's."""
+    w, h = image.size
+    long_side = int(n_px * max(w, h) / min(w, h))
+    return round((long_side - n_px) / 2.0) != (long_side - n_px) // 2
+
+
+@pytest.fixture(scope="module")
+def clip224():
+    """A tiny checkpoint at CLIP's real input size (224, 32-pixel patches: ViT-B/32's geometry)."""
+    ckpt = tiny_uniir_clip_sf(image_size=224, patch=32)
+    sd = torch.load(ckpt, map_location="cpu", weights_only=True)["model"]
+    raw = {k.removeprefix("clip_model."): v.double() for k, v in sd.items()}
+    return load_encoder(f"uniir:clip_sf:{ckpt}", device="cpu", dtype="float32", use_instructions=False), raw
+
+
+@pytest.fixture(scope="module")
+def every_aspect(coco_mini):
+    """Real COCO photos as they come (landscape, 640 wide) and cut/turned/scaled into every shape: portrait,
+    square, odd sizes, a panorama, tiny, exactly the input size, grey-scale."""
+    from PIL import Image
+
+    rows = [json.loads(line) for line in (coco_mini / "captions.jsonl").read_text().splitlines()]
+    photos = [Image.open(coco_mini / r["image"]).convert("RGB") for r in rows[:8]]
+    a, b = photos[0], photos[1]
+    made = [
+        a.rotate(90, expand=True),                      # portrait
+        b.transpose(Image.Transpose.ROTATE_270),        # portrait
+        a.crop((0, 0, min(a.size), min(a.size))),       # square
+        b.resize((641, 479), Image.BICUBIC),            # odd landscape
+        b.resize((479, 641), Image.BICUBIC),            # odd portrait
+        a.crop((0, 100, 640, 227)),                     # panorama 640x127
+        a.resize((7, 5), Image.BICUBIC),                # tiny
+        a.resize((3, 40), Image.BICUBIC),               # tiny and tall
+        a.resize((224, 224), Image.BICUBIC),            # already the input size
+        a.resize((224, 301), Image.BICUBIC),            # short side already 224
+        photos[2].convert("L").convert("RGB"),          # grey-scale photo
+    ]
+    return photos + made
+
+
+def test_image_embeddings_match_openai_transform_on_every_aspect_ratio(clip224, every_aspect):
+    """unirag's CLIP-SF image vectors equal OpenAI's transform + the OpenAI CLIP forward on the same random
+    checkpoint to 1e-5, for real photos of every shape (UniIR CLIP-SF preprocesses with ``clip.load``'s
+    transform: TIGER-AI-Lab/UniIR ``src/models/uniir_clip/clip_scorefusion/clip_sf.py`` line 18)."""
+    encoder, raw = clip224
+    shapes = {im.size for im in every_aspect}
+    assert len(shapes) >= 12
+    # The set includes photos where the floored (Hugging Face) crop is a pixel off: the test can tell them apart.
+    off = [im for im in every_aspect if _floor_differs(im, 224)]
+    assert len(off) >= 3, [im.size for im in every_aspect]
+    pixels = torch.from_numpy(np.stack([openai_pixels(im, 224) for im in every_aspect])).double()
+    expected = _normalise(ref_encode_image(raw, pixels).numpy())
+    got = encoder.encode_images(every_aspect)
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+    # What the old floored crop gives is measurably different on those photos.
+    floored = []
+    for im in off:
+        w, h = im.size
+        new = (224, int(224 * h / w)) if w <= h else (int(224 * w / h), 224)
+        r = im.resize(new, 3)
+        left, top = (new[0] - 224) // 2, (new[1] - 224) // 2
+        floored.append(encoder.encode_images([r.crop((left, top, left + 224, top + 224))])[0])
+    rows = [i for i, im in enumerate(every_aspect) if _floor_differs(im, 224)]
+    assert np.abs(np.stack(floored) - expected[rows]).max() > 1e-4
+
+
+def test_image_paths_and_pil_images_give_the_same_vectors(clip224, coco_mini):
+    encoder, _ = clip224
+    from PIL import Image
+
+    rows = [json.loads(line) for line in (coco_mini / "captions.jsonl").read_text().splitlines()[:2]]
+    paths = [coco_mini / r["image"] for r in rows]
+    np.testing.assert_allclose(encoder.encode_images(paths), encoder.encode_images([Image.open(p) for p in paths]),
+                               atol=1e-6)
+
+
+def test_preprocessing_choices_are_in_the_fingerprint(ckpt):
+    """An index built with other preprocessing (the floored crop, no text clean-up, another text length) is
+    recognised as built by another encoder configuration."""
+    from unirag.encoders.preprocess import OpenAIClipTransform
+
+    enc = load_encoder(f"uniir:clip_sf:{ckpt}", device="cpu", use_instructions=False)
+    ident = enc.identity()
+    assert ident["image_preprocess"] == {"kind": "openai-clip", "size": 32, "resize": "pil-bicubic-shorter-side",
+                                         "crop_offset": "round", "mean": [0.48145466, 0.4578275, 0.40821073],
+                                         "std": [0.26862954, 0.26130258, 0.27577711]}
+    assert ident["text_cleaning"].startswith("openai-clip") and ident["max_text_length"] == 77
+    base = enc.fingerprint()
+    enc.image_transform = OpenAIClipTransform(32, crop_rounding="floor")
+    assert enc.fingerprint() != base
+    enc.image_transform = OpenAIClipTransform(32)
+    assert enc.fingerprint() == base
+    enc.text_cleaning = None
+    assert enc.fingerprint() != base
+    enc.text_cleaning = ident["text_cleaning"]
+    enc.max_text_length = 64
+    assert enc.fingerprint() != base

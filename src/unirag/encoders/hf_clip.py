@@ -6,6 +6,12 @@ per-architecture class. Fusion of image+text inputs is the base class's CLIP-SF 
 
 Weights load directly in the target precision and, where ``accelerate`` is installed, onto the target
 device; inputs (pixel values) are cast to the model's dtype; outputs are float32 numpy.
+
+Preprocessing: images go through the checkpoint's own image processor, unless the builder passes an
+explicit transform (UniIR CLIP-SF passes OpenAI's, :class:`unirag.encoders.preprocess.OpenAIClipTransform`).
+Texts for a CLIP text tower get OpenAI's clean-up first (:func:`unirag.encoders.preprocess.clean_clip_text`:
+ftfy, HTML entities, whitespace), which Hugging Face's CLIP tokenizers leave out; other families' texts
+go to their tokenizer as they are. Both choices are part of :meth:`HFClipEncoder.identity`.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from unirag.encoders.base import Encoder, ImageInput
+from unirag.encoders.preprocess import CLIP_TEXT_CLEANING, clean_clip_text
 from unirag.errors import ConfigError
 from unirag.runtime import (
     check_model_spec,
@@ -69,11 +76,18 @@ class HFClipEncoder(Encoder):
         self.processor = hf_from_pretrained(AutoProcessor, self.spec, "processor")
         self._setup(model, self.processor, max_text_length, batch_size)
 
-    def _setup(self, model, processor, max_text_length: int | None, batch_size: int | None) -> None:
-        """Shared by every way of building the model (a checkpoint directory, converted UniIR weights)."""
+    def _setup(self, model, processor, max_text_length: int | None, batch_size: int | None,
+               image_transform: Any = None) -> None:
+        """Shared by every way of building the model (a checkpoint directory, converted UniIR weights).
+
+        ``image_transform``: a callable ``PIL images -> [N, 3, H, W] float32`` with an ``identity()``
+        (see :mod:`unirag.encoders.preprocess`) used instead of ``processor``'s image processor."""
         self.model = model.eval().to(self.device, dtype=self.torch_dtype)
         self.processor = processor
+        self.image_transform = image_transform
         self.model_type = str(getattr(model.config, "model_type", type(model).__name__))
+        # OpenAI's clean-up belongs to CLIP's BPE tokenizer (every OpenAI/OpenCLIP CLIP was trained with it).
+        self.text_cleaning = CLIP_TEXT_CLEANING if self.model_type == "clip" else None
         # SigLIP was trained on texts padded to a fixed length; CLIP on dynamically padded ones.
         self.text_padding = "max_length" if "siglip" in self.model_type else True
         text_cfg = getattr(model.config, "text_config", None)
@@ -103,18 +117,34 @@ class HFClipEncoder(Encoder):
             "model_class": type(self.model).__name__,
             "text_padding": self.text_padding,
             "max_text_length": self.max_text_length,
+            "text_cleaning": self.text_cleaning,
+            "image_preprocess": self.image_preprocess(),
         }
+
+    def image_preprocess(self) -> dict[str, Any]:
+        """What turns an image into pixel values (recorded in the identity, so in the fingerprint)."""
+        if self.image_transform is not None:
+            return self.image_transform.identity()
+        proc = getattr(self.processor, "image_processor", self.processor)
+        return {"kind": "hf-processor", "class": type(proc).__name__}
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "model": self.spec, "device": self.device,
                 "dtype": str(self.torch_dtype).removeprefix("torch.")}
 
+    def tokenize(self, texts: Sequence[str]):
+        """The text tower's input for ``texts`` (token ids and attention mask, as tensors on CPU): cleaned
+        as the model family's official tokenizer does (see the module docstring), truncated, padded."""
+        if self.text_cleaning is not None:
+            texts = [clean_clip_text(t) for t in texts]
+        tok = getattr(self.processor, "tokenizer", self.processor)
+        return tok(list(texts), padding=self.text_padding, truncation=True, max_length=self.max_text_length,
+                   return_tensors="pt")
+
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         import torch
 
-        tok = getattr(self.processor, "tokenizer", self.processor)
-        batch = tok(list(texts), padding=self.text_padding, truncation=True, max_length=self.max_text_length,
-                    return_tensors="pt").to(self.device)  # token ids stay integers
+        batch = self.tokenize(texts).to(self.device)  # token ids stay integers
         with torch.inference_mode():
             feats = _features(self.model.get_text_features(**batch))
         return feats.float().cpu().numpy()
@@ -123,8 +153,12 @@ class HFClipEncoder(Encoder):
         import torch
 
         pils = to_pil_images(images)
-        proc = getattr(self.processor, "image_processor", self.processor)
-        pixels = proc(images=pils, return_tensors="pt")["pixel_values"].to(self.device, dtype=self.torch_dtype)
+        if self.image_transform is not None:
+            pixels = torch.from_numpy(self.image_transform(pils))
+        else:
+            proc = getattr(self.processor, "image_processor", self.processor)
+            pixels = proc(images=pils, return_tensors="pt")["pixel_values"]
+        pixels = pixels.to(self.device, dtype=self.torch_dtype)
         with torch.inference_mode():
             feats = _features(self.model.get_image_features(pixel_values=pixels))
         return feats.float().cpu().numpy()

@@ -11,10 +11,14 @@ As UniIR does, image+text inputs are fused as the sum of the *raw* image and tex
 (normalised at scoring), texts go through UniIR's ``format_string``, and queries get M-BEIR's query
 instructions (:mod:`unirag.encoders.instructions`) unless switched off.
 
-Preprocessing: OpenAI's (bicubic resize of the short side, centre crop, CLIP mean/std) through a
-``CLIPImageProcessor`` built from those constants; the tokenizer is OpenAI's CLIP BPE (identical for
-every OpenAI CLIP) from ``tokenizer=`` (a hub id or directory), else the checkpoint's folder if it holds
-tokenizer files, else the variant's ``openai/clip-vit-*`` hub id from the local Hugging Face cache.
+Preprocessing: OpenAI's ``_transform`` (PIL bicubic resize of the short side, centre crop with
+torchvision's rounded offset, CLIP mean/std) in :class:`unirag.encoders.preprocess.OpenAIClipTransform`,
+on images converted to RGB first as UniIR's ``MBEIRDatasetBase._load_and_preprocess_image`` does; texts
+get OpenAI's clean-up (ftfy, HTML entities twice, whitespace) before the BPE. The tokenizer is OpenAI's
+CLIP BPE (identical for every OpenAI CLIP) from ``tokenizer=`` (a hub id or directory), else the
+checkpoint's folder if it holds tokenizer files, else the variant's ``openai/clip-vit-*`` hub id from the
+local Hugging Face cache. Texts are cut at the context length (77) with the end token kept, as
+``clip.tokenize(..., truncate=True)`` does.
 
 BLIP-FF (``uniir:blip_ff:PATH``) lives in :mod:`unirag.encoders.uniir_blip`; both share
 :class:`UniIRQueries` (text formatting and query instructions) and :func:`read_state_dict`.
@@ -33,10 +37,9 @@ import numpy as np
 from unirag.data.records import Candidate, Query
 from unirag.encoders.hf_clip import HFClipEncoder
 from unirag.encoders.instructions import QueryInstructions, format_string, load_instructions
+from unirag.encoders.preprocess import OpenAIClipTransform
 from unirag.errors import ConfigError
 
-OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 #: UniIR's checkpoints: clip_sf_base = ViT-B/32, clip_sf_large = ViT-L/14.
 VARIANTS = {"base": ("ViT-B/32", "openai/clip-vit-base-patch32"), "large": ("ViT-L/14", "openai/clip-vit-large-patch14")}
 _ARCH_NAMES = {(768, 32): "ViT-B/32", (768, 16): "ViT-B/16", (1024, 14): "ViT-L/14"}
@@ -150,15 +153,6 @@ def _load_tokenizer(tokenizer: str | None, checkpoint: Path, variant: str | None
     return hf_from_pretrained(AutoTokenizer, check_model_spec(tokenizer), "CLIP tokenizer")
 
 
-def _image_processor(size: int):
-    import transformers
-
-    cls = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
-    return cls(size={"shortest_edge": size}, crop_size={"height": size, "width": size}, do_resize=True,
-               do_center_crop=True, image_mean=list(OPENAI_CLIP_MEAN), image_std=list(OPENAI_CLIP_STD),
-               resample=3)  # PIL bicubic, as OpenAI's preprocess
-
-
 def build_clip_model(sd: dict[str, Any], arch: dict[str, int], tokenizer, torch_dtype):
     """A Hugging Face ``CLIPModel`` holding the converted weights, built directly in ``torch_dtype``."""
     import torch
@@ -250,12 +244,10 @@ class UniIRClipSFEncoder(UniIRQueries, HFClipEncoder):
             raise ConfigError(f"{spec!r} names the {variant} variant ({VARIANTS[variant][0]}) but the weights are "
                               f"{self.arch_name}")
         tok = _load_tokenizer(tokenizer, path, variant or ("base" if self.arch_name == "ViT-B/32" else "large"))
-        from transformers import CLIPProcessor
-
-        processor = CLIPProcessor(image_processor=_image_processor(self.arch["image_size"]), tokenizer=tok)
         model = build_clip_model(sd, self.arch, tok, self.torch_dtype)
         del sd
-        self._setup(model, processor, self.arch["context_length"], batch_size)
+        self._setup(model, tok, self.arch["context_length"], batch_size,
+                    image_transform=OpenAIClipTransform(self.arch["image_size"]))
         self._init_queries(instructions, use_instructions)
 
     # -- identity ---------------------------------------------------------------------------------

@@ -11,11 +11,15 @@ text. Feature fusion happens inside the model: there is no score-level sum.
 The checkpoint (``{"model": state_dict}``; ``visual_encoder.*`` = timm-style ViT, ``text_encoder.*`` =
 ``med.py`` BertModel; momentum copies and queues are ignored) is converted to a ``BlipVisionModel``
 (``layer_norm_eps=1e-6`` as BLIP's ViT) and a ``BlipTextModel`` with cross-attention layers and its
-pooler; sizes come from the tensor shapes. Images: BLIP's eval transform (bicubic resize to the square
-input size, CLIP mean/std) through a ``BlipImageProcessor``. Texts: UniIR's ``format_string``, the
+pooler; sizes come from the tensor shapes. Images: BLIP's eval transform as UniIR builds it
+(``get_blip_transform(is_train=False)``: PIL bicubic resize to the square input size, CLIP mean/std) in
+:class:`unirag.encoders.preprocess.SquareResizeTransform`, PIL whether or not torchvision is installed
+(a ``BlipImageProcessor`` would switch to a tensor resize then). Texts: UniIR's ``format_string``, the
 ``bert-base-uncased`` tokenizer with BLIP's added ``[DEC]``/``[ENC]`` tokens (``tokenizer=``, else
-tokenizer files next to the checkpoint, else the hub cache), padded to ``max_text_length`` (UniIR's
-``tokenizer_max_length``). Queries get M-BEIR instructions as for CLIP-SF.
+tokenizer files next to the checkpoint, else the hub cache), truncated and padded to
+``max_text_length`` = 100 tokens (UniIR's ``tokenizer_max_length: 100`` in
+``blip_featurefusion/configs_scripts/large/eval/unirag/embed.yaml``). Queries get M-BEIR instructions as
+for CLIP-SF.
 """
 
 from __future__ import annotations
@@ -29,16 +33,13 @@ import numpy as np
 
 from unirag.encoders.base import Encoder, ImageInput
 from unirag.encoders.instructions import QueryInstructions, format_string
-from unirag.encoders.uniir import (
-    OPENAI_CLIP_MEAN,
-    OPENAI_CLIP_STD,
-    UniIRQueries,
-    parse_uniir_spec,
-    read_state_dict,
-)
+from unirag.encoders.preprocess import SquareResizeTransform
+from unirag.encoders.uniir import UniIRQueries, parse_uniir_spec, read_state_dict
 from unirag.errors import ConfigError
 
 _VISION_VARIANTS = {768: "base", 1024: "large"}
+#: UniIR's ``model.tokenizer_max_length`` for BLIP-FF (its eval ``embed.yaml`` configs).
+UNIIR_BLIP_MAX_TEXT_LENGTH = 100
 
 
 def _count(sd: dict[str, Any], pattern: str) -> int:
@@ -146,10 +147,9 @@ class UniIRBlipFFEncoder(UniIRQueries, Encoder):
     fusion = "blip-feature-fusion"
 
     def __init__(self, spec: str, *, device: str | None = "auto", dtype: str | None = "auto",
-                 batch_size: int | None = None, tokenizer: str | None = None, max_text_length: int = 128,
+                 batch_size: int | None = None, tokenizer: str | None = None,
+                 max_text_length: int = UNIIR_BLIP_MAX_TEXT_LENGTH,
                  instructions: str | Path | QueryInstructions | None = None, use_instructions: bool | None = None) -> None:
-        from transformers import BlipImageProcessor
-
         from unirag.runtime import configure_torch_threads, resolve_device, resolve_dtype
 
         configure_torch_threads()
@@ -172,9 +172,7 @@ class UniIRBlipFFEncoder(UniIRQueries, Encoder):
         vision, text = build_blip_models(sd, self.arch, self.torch_dtype)
         del sd
         self.vision, self.text = vision.to(self.device), text.to(self.device)
-        size = self.arch["image_size"]
-        self.image_processor = BlipImageProcessor(size={"height": size, "width": size}, resample=3,
-                                                  image_mean=list(OPENAI_CLIP_MEAN), image_std=list(OPENAI_CLIP_STD))
+        self.image_transform = SquareResizeTransform(self.arch["image_size"])
         self.max_text_length = int(max_text_length)
         self.dim = self.arch["text_width"]
         self.batch_size = batch_size or 32
@@ -187,7 +185,8 @@ class UniIRBlipFFEncoder(UniIRQueries, Encoder):
         base = {k: v for k, v in super().identity().items() if k != "name"}
         return {**base, "backend": "uniir-blip-ff", "variant": self.variant, "text_format": "uniir-format_string",
                 "weights": {"uniir": "blip_ff", "weights_sha256": weights_digest(self.checkpoint)[:32]},
-                "max_text_length": self.max_text_length}
+                "max_text_length": self.max_text_length, "text_cleaning": None,
+                "image_preprocess": self.image_transform.identity()}
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "checkpoint": str(self.checkpoint), "device": self.device,
@@ -202,7 +201,7 @@ class UniIRBlipFFEncoder(UniIRQueries, Encoder):
         if images is None:  # UniIR's collator: a missing image is an all-zero (normalised) tensor
             size = self.arch["image_size"]
             return torch.zeros(n, 3, size, size, device=self.device, dtype=self.torch_dtype)
-        pixels = self.image_processor(images=to_pil_images(images), return_tensors="pt")["pixel_values"]
+        pixels = torch.from_numpy(self.image_transform(to_pil_images(images)))
         return pixels.to(self.device, dtype=self.torch_dtype)
 
     def _forward(self, images: Sequence[ImageInput] | None, texts: Sequence[str]) -> np.ndarray:

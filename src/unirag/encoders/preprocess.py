@@ -1,0 +1,131 @@
+"""What the official encoders do to an input before the model sees it, written with PIL and numpy.
+
+Image transforms are explicit here rather than delegated to a Hugging Face image processor, because
+the processors differ from the official code in small ways that move vectors: ``CLIPImageProcessor``
+floors the centre-crop offset where torchvision rounds it, and ``BlipImageProcessor`` switches to a
+tensor (torchvision) resize when torchvision is installed. torchvision is not needed: on PIL images
+torchvision's ``Resize`` *is* ``PIL.Image.resize``, which is what runs here.
+
+* :class:`OpenAIClipTransform`: OpenAI CLIP's ``clip/clip.py`` ``_transform(n_px)`` (UniIR CLIP-SF uses
+  it unchanged): ``Resize(n_px, BICUBIC)`` (shorter side to ``n_px``, longer side
+  ``int(n_px * long / short)``, PIL bicubic), ``CenterCrop(n_px)`` (offset
+  ``int(round((size - crop) / 2.0))``, Python's round: half to even), RGB, ``ToTensor`` (/255),
+  ``Normalize`` with CLIP's mean/std. ``crop_rounding="floor"`` gives Hugging Face's offset instead
+  (for comparisons; no encoder uses it).
+* :class:`SquareResizeTransform`: BLIP's eval transform as UniIR builds it
+  (``src/models/uniir_blip/backbone/transform/blip_transform.py``, ``is_train=False``):
+  ``Resize((s, s), BICUBIC)``, ``ToTensor``, ``Normalize`` with CLIP's mean/std.
+* :func:`clean_clip_text`: OpenAI's tokenizer clean-up before BPE (``clip/simple_tokenizer.py``
+  ``basic_clean`` + ``whitespace_clean``): ``ftfy.fix_text``, ``html.unescape`` twice, strip, every
+  whitespace run to one space. Hugging Face's CLIP tokenizers skip the HTML unescaping ("Tom &amp; Jerry"
+  keeps its "&amp;").
+
+Each transform's :meth:`identity` goes into its encoder's fingerprint, so an index built with other
+preprocessing is recognised as built by another encoder configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+CROP_ROUNDINGS = ("round", "floor")
+#: The name :func:`clean_clip_text` goes by in encoder identities.
+CLIP_TEXT_CLEANING = "openai-clip:ftfy+html.unescape*2+whitespace"
+_BICUBIC = 3  # PIL.Image.Resampling.BICUBIC (kept numeric so this module imports without PIL)
+
+
+def shorter_side_size(width: int, height: int, size: int) -> tuple[int, int]:
+    """(width, height) after scaling the shorter side to ``size``: the longer one becomes
+    ``int(size * long / short)`` (truncated), as torchvision's ``Resize(int)`` computes it."""
+    if width <= height:
+        return size, int(size * height / width)
+    return int(size * width / height), size
+
+
+def center_crop_box(width: int, height: int, crop: int, rounding: str = "round") -> tuple[int, int, int, int]:
+    """PIL crop box (left, top, right, bottom) of a centred ``crop`` x ``crop`` square.
+
+    ``round``: torchvision's ``center_crop`` offset ``int(round((size - crop) / 2.0))``; ``floor``:
+    Hugging Face's ``(size - crop) // 2``. They differ by one pixel when ``size - crop`` is 3 mod 4.
+    """
+    if rounding == "round":
+        left, top = int(round((width - crop) / 2.0)), int(round((height - crop) / 2.0))
+    elif rounding == "floor":
+        left, top = (width - crop) // 2, (height - crop) // 2
+    else:
+        raise ValueError(f"crop rounding must be one of {', '.join(CROP_ROUNDINGS)}; got {rounding!r}")
+    return left, top, left + crop, top + crop
+
+
+def _normalised_array(images: Sequence[Any], mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
+    """``ToTensor`` + ``Normalize`` in float32, stacked: [N, 3, H, W]."""
+    m = np.asarray(mean, dtype=np.float32).reshape(3, 1, 1)
+    s = np.asarray(std, dtype=np.float32).reshape(3, 1, 1)
+    out = [(np.asarray(im.convert("RGB"), dtype=np.uint8).transpose(2, 0, 1).astype(np.float32) / np.float32(255.0)
+            - m) / s for im in images]
+    return np.stack(out).astype(np.float32, copy=False)
+
+
+@dataclass(frozen=True)
+class OpenAIClipTransform:
+    """OpenAI CLIP's image transform (see the module docstring); call it on PIL images."""
+
+    size: int
+    mean: tuple[float, ...] = OPENAI_CLIP_MEAN
+    std: tuple[float, ...] = OPENAI_CLIP_STD
+    crop_rounding: str = "round"
+
+    def __post_init__(self) -> None:
+        if self.crop_rounding not in CROP_ROUNDINGS:
+            raise ValueError(f"crop rounding must be one of {', '.join(CROP_ROUNDINGS)}; got {self.crop_rounding!r}")
+
+    def crop(self, image):
+        """The resized and centre-cropped PIL image (before conversion to numbers)."""
+        w, h = shorter_side_size(*image.size, self.size)
+        if (w, h) != image.size:
+            image = image.resize((w, h), resample=_BICUBIC)
+        return image.crop(center_crop_box(w, h, self.size, self.crop_rounding))
+
+    def __call__(self, images: Sequence[Any]) -> np.ndarray:
+        """Pixel values [N, 3, size, size], float32."""
+        return _normalised_array([self.crop(im) for im in images], self.mean, self.std)
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": "openai-clip", "size": self.size, "resize": "pil-bicubic-shorter-side",
+                "crop_offset": self.crop_rounding, "mean": list(self.mean), "std": list(self.std)}
+
+
+@dataclass(frozen=True)
+class SquareResizeTransform:
+    """BLIP's eval transform (see the module docstring): a PIL bicubic resize to ``size`` x ``size``."""
+
+    size: int
+    mean: tuple[float, ...] = OPENAI_CLIP_MEAN
+    std: tuple[float, ...] = OPENAI_CLIP_STD
+
+    def __call__(self, images: Sequence[Any]) -> np.ndarray:
+        s = self.size
+        return _normalised_array([im if im.size == (s, s) else im.resize((s, s), resample=_BICUBIC) for im in images],
+                                 self.mean, self.std)
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": "square-resize", "size": self.size, "resize": "pil-bicubic", "mean": list(self.mean),
+                "std": list(self.std)}
+
+
+def clean_clip_text(text: str) -> str:
+    """OpenAI CLIP's text clean-up before BPE (see the module docstring). Lower-casing is left to the
+    tokenizer (OpenAI's and Hugging Face's CLIP tokenizers both lower-case)."""
+    import html
+
+    import ftfy
+    import regex  # OpenAI's whitespace class (Unicode White_Space); ``re``'s \s also takes \x1c-\x1f
+
+    text = html.unescape(html.unescape(ftfy.fix_text(text))).strip()
+    return regex.sub(r"\s+", " ", text).strip()
