@@ -12,15 +12,19 @@ the tests can see the seed and the inputs take effect.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from unirag.data.mbeir import read_queries
 from unirag.errors import ConfigError
 from unirag.generators.images.base import ExamplePair, ImageRequest
+from unirag.generators.images.lavit import xformers_available
 from unirag.generators.images.registry import load_image_generator
 from unirag.pipelines.examples import make_selector
 from unirag.pipelines.image_gen import ImageSettings, run_image_generation
@@ -73,7 +77,8 @@ def build_model(model_path="./", model_dtype="bf16", device_id=None, image_size=
                 understanding=True, load_tokenizer=True, pixel_decoding="highres", check_safety=True,
                 local_files_only=False):
     BUILT.append(dict(model_path=model_path, model_dtype=model_dtype, understanding=understanding,
-                      load_tokenizer=load_tokenizer, local_files_only=local_files_only, check_safety=check_safety))
+                      load_tokenizer=load_tokenizer, local_files_only=local_files_only, check_safety=check_safety,
+                      use_xformers=use_xformers))
     return LaVITforGeneration(model_path, model_dtype)
 '''
 
@@ -94,9 +99,9 @@ class EmuVisualGenerationPipelineOutput(BaseOutput):
 
 
 class EmuVisualGenerationPipeline(DiffusionPipeline):
-    def __init__(self, scheduler):
+    def __init__(self, scheduler, multimodal_encoder, tokenizer):
         super().__init__()
-        self.register_modules(scheduler=scheduler)
+        self.register_modules(scheduler=scheduler, multimodal_encoder=multimodal_encoder, tokenizer=tokenizer)
         self.calls = []
 
     def __call__(self, inputs, height=1024, width=1024, num_inference_steps=50, guidance_scale=3.0,
@@ -146,17 +151,33 @@ def lavit_code(tmp_path_factory):
         sys.path.remove(str(root))
 
 
-@pytest.fixture(scope="module")
-def emu2_dir(tmp_path_factory):
+def make_emu2_dir(out, variant=None):
+    """A folder laid out as BAAI/Emu2-Gen: ``model_index.json``, the custom pipeline file, a scheduler, and the
+    two components Emu2's README loads by hand: ``multimodal_encoder/`` (a tiny causal LM standing in for
+    Emu2's remote-code encoder) and ``tokenizer/``."""
+    import torch
     from diffusers import DDIMScheduler
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    out = tmp_path_factory.mktemp("emu2") / "Emu2-Gen"
+    from tiny_models import tiny_clip_tokenizer
+
     DDIMScheduler().save_pretrained(out / "scheduler")
-    (out / "model_index.json").write_text(json.dumps({"_class_name": "EmuVisualGenerationPipeline",
-                                                      "_diffusers_version": "0.25.0",
-                                                      "scheduler": ["diffusers", "DDIMScheduler"]}))
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2)).save_pretrained(
+        out / "multimodal_encoder", variant=variant)
+    tiny_clip_tokenizer().save_pretrained(out / "tokenizer")
+    (out / "model_index.json").write_text(json.dumps({
+        "_class_name": "EmuVisualGenerationPipeline", "_diffusers_version": "0.25.0",
+        # diffusers cannot build these two itself (as with the real remote-code encoder): they must be passed
+        "scheduler": ["diffusers", "DDIMScheduler"], "multimodal_encoder": [None, None], "tokenizer": [None, None]}))
     (out / "pipeline_emu2_gen.py").write_text(textwrap.dedent(EMU2_PIPELINE))
     return out
+
+
+@pytest.fixture(scope="module")
+def emu2_dir(tmp_path_factory):
+    return make_emu2_dir(tmp_path_factory.mktemp("emu2") / "Emu2-Gen")
 
 
 @pytest.fixture(scope="module")
@@ -203,6 +224,10 @@ def test_zero_shot_run_writes_deterministic_lossless_pictures(backend, t2i_data,
     recs = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
     assert [r["qid"] for r in recs] == [q.qid for q in queries]
     assert all(r["status"] == "ok" and r["size"] == [32, 32] and r["cost_usd"] == 0.0 for r in recs)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["identity"]["generator"] == gen.spec
+    if name == "lavit":  # seeded once when built, as the official code does: test_lavit_is_seeded_once_when_built
+        return
     # The same request (seed 1234) gives exactly the saved pixels again; another seed other pixels.
     req = ImageRequest(qid=queries[0].qid, caption=queries[0].txt, width=32, height=32, steps=2, guidance=4.0,
                        seed=1234)
@@ -210,8 +235,6 @@ def test_zero_shot_run_writes_deterministic_lossless_pictures(backend, t2i_data,
     assert np.array_equal(read_pixels(out / recs[0]["image"]), again)
     req.seed = 4321
     assert not np.array_equal(np.asarray(gen.generate(req).image), again)
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["status"] == "complete" and manifest["identity"]["generator"] == gen.spec
 
 
 def test_rag_run_gives_the_model_the_example_pairs_interleaved(backend, t2i_data, tmp_path):
@@ -247,7 +270,8 @@ def test_settings_reach_the_model(lavit_code, emu2_dir):
     code, ckpt = lavit_code
     lavit = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu", dtype="bfloat16")
     assert models.BUILT[-1] == {"model_path": str(ckpt), "model_dtype": "bf16", "understanding": False,
-                                "load_tokenizer": True, "local_files_only": True, "check_safety": False}
+                                "load_tokenizer": True, "local_files_only": True, "check_safety": False,
+                                "use_xformers": xformers_available()}
     lavit.generate(ImageRequest(qid="q", caption="a red bus", width=48, height=32, steps=3, guidance=2.5))
     assert {k: models.CALLS[-1][k] for k in ("width", "height", "steps", "guidance", "top_k", "n")} == \
         {"width": 48, "height": 32, "steps": 3, "guidance": 2.5, "top_k": 50, "n": 1}
@@ -336,3 +360,105 @@ def test_python_caption_plugin(tmp_path, monkeypatch):
     msg = [Message(role="user", parts=[TextPart("a cat")])]
     assert gen.generate_batch([msg, msg]) == [Generation(text="says: a cat"), Generation(text="says: a cat")]
     assert gen.config()["backend"] == "python" and gen.spec == "python:unirag_test_captioner:make"
+
+
+# -- loading and seeding as the official code does ----------------------------------------------------------------
+def test_emu2_pipeline_gets_its_encoder_and_tokenizer_passed_explicitly(tmp_path, monkeypatch):
+    """Emu2's README (baaivision/Emu ``Emu2/README.md``, "Emu2-Gen") and UniRAG's ``infer_emu2``
+    (castorini/UniRAG ``src/unirag/image_generation_inference.py``) load ``<path>/multimodal_encoder`` with
+    ``AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True, torch_dtype=torch.bfloat16,
+    use_safetensors=True, variant="bf16")`` and ``<path>/tokenizer`` with ``AutoTokenizer``, and pass both to
+    ``DiffusionPipeline.from_pretrained(path, custom_pipeline="pipeline_emu2_gen", ..., multimodal_encoder=,
+    tokenizer=)``."""
+    from diffusers import DiffusionPipeline
+    from transformers import LlamaForCausalLM
+
+    folder = make_emu2_dir(tmp_path / "Emu2-Gen", variant="bf16")
+    seen = {}
+    real = DiffusionPipeline.from_pretrained.__func__
+
+    def spy(cls, path, **kwargs):
+        seen.update(kwargs, path=path)
+        return real(cls, path, **kwargs)
+
+    monkeypatch.setattr(DiffusionPipeline, "from_pretrained", classmethod(spy))
+    emu = load_image_generator(f"emu2-gen:{folder}", device="cpu", dtype="bfloat16")
+    assert seen["custom_pipeline"] == "pipeline_emu2_gen" and seen["trust_remote_code"] is True
+    assert seen["variant"] == "bf16" and seen["use_safetensors"] is True
+    encoder, tokenizer = seen["multimodal_encoder"], seen["tokenizer"]
+    assert isinstance(encoder, LlamaForCausalLM) and encoder.dtype == torch.bfloat16
+    assert Path(encoder.config._name_or_path).name == "multimodal_encoder"
+    assert Path(tokenizer.name_or_path).name == "tokenizer"
+    # The pipeline holds those very objects (diffusers could not have built them: model_index says null).
+    assert emu._pipe.multimodal_encoder is encoder and emu._pipe.tokenizer is tokenizer
+    out = emu.generate(ImageRequest(qid="q", caption="a red bus", width=16, height=16, steps=1))
+    assert out.image.size == (16, 16)
+
+
+def test_emu2_checkpoint_without_its_components_is_a_config_error(tmp_path):
+    folder = make_emu2_dir(tmp_path / "Emu2-Gen")
+    shutil.rmtree(folder / "tokenizer")
+    with pytest.raises(ConfigError, match="no tokenizer sub-folder"):
+        load_image_generator(f"emu2-gen:{folder}", device="cpu")
+    with pytest.raises(ConfigError, match="not in the local Hugging Face cache"):
+        load_image_generator("emu2-gen:nobody/no-such-emu2", device="cpu")
+
+
+def test_lavit_is_seeded_once_when_built(lavit_code):
+    """UniRAG's ``build_lavit_model`` (castorini/UniRAG ``src/unirag/image_generation_inference.py`` lines
+    27-30) sets ``seed = 1234`` in torch, numpy and ``random`` once before ``build_model``; ``infer_lavit``
+    never seeds again, so consecutive calls draw on from where the previous one left off."""
+    import random
+
+    code, ckpt = lavit_code
+    req = ImageRequest(qid="q", caption="a red bus", width=16, height=16, steps=1, seed=77)
+    load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu")
+    assert torch.initial_seed() == 1234
+    assert np.random.rand() == np.random.RandomState(1234).rand()
+    assert random.random() == random.Random(1234).random()
+    first = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu")
+    a1 = np.asarray(first.generate(req).image)
+    a2 = np.asarray(first.generate(req).image)
+    assert not np.array_equal(a1, a2)  # no reseeding before a call
+    req.seed = 4321  # the request's seed is not LaVIT's: same first picture after a fresh build
+    again = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu")
+    assert np.array_equal(np.asarray(again.generate(req).image), a1)
+    other = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu", seed=5)
+    assert not np.array_equal(np.asarray(other.generate(req).image), a1)
+    assert first.config()["seed"] == 1234 and first.identity()["seeding"] == "once-at-build"
+
+
+def test_lavit_precision_names_are_lavits(lavit_code):
+    """LaVIT's ``build_model`` takes ``model_dtype`` "bf16" or "fp16" (jy0205/LaVIT ``models/__init__.py``
+    docstring; ``lavit_for_generation.py`` loads ``torch.bfloat16 if model_dtype=="bf16" else torch.float16``,
+    so any other name silently means fp16). UniRAG passes "bf16"."""
+    import models
+
+    code, ckpt = lavit_code
+    load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu")
+    assert models.BUILT[-1]["model_dtype"] == "bf16"  # "auto": the official precision, on any device
+    load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu", dtype="bf16")
+    assert models.BUILT[-1]["model_dtype"] == "bf16"
+    for bad in ("float32", "fp32"):
+        with pytest.raises(ConfigError, match="bfloat16 or float16 only"):
+            load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu", dtype=bad)
+    with pytest.raises(ConfigError, match="float16 is not supported for CPU"):
+        load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu", dtype="float16")
+
+
+def test_lavit_uses_xformers_when_installed(lavit_code, monkeypatch):
+    """UniRAG builds LaVIT with ``use_xformers=True`` (``image_generation_inference.py`` line 42); unirag does
+    when the package is importable, and a user can still switch it off."""
+    import models
+
+    import unirag.generators.images.lavit as lavit_mod
+
+    code, ckpt = lavit_code
+    for installed in (True, False):
+        monkeypatch.setattr(lavit_mod, "xformers_available", lambda installed=installed: installed)
+        gen = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu")
+        assert models.BUILT[-1]["use_xformers"] is installed and gen.config()["use_xformers"] is installed
+    monkeypatch.setattr(lavit_mod, "xformers_available", lambda: True)
+    load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu", use_xformers=False)
+    assert models.BUILT[-1]["use_xformers"] is False
+

@@ -14,6 +14,14 @@ request's seed is set there before each call. The paper ran the ``bf16`` variant
 defaults (50 steps, guidance 3.0: pass ``--steps 50 --guidance 3``); out of memory at k=5 it kept the
 first four pairs, which the shared local-model loop does (``meta["examples_used"]``).
 
+Loading follows Emu2's README (baaivision/Emu ``Emu2/README.md``, "Emu2-Gen") and UniRAG's
+``infer_emu2``: the multimodal encoder (``<dir>/multimodal_encoder``, ``AutoModelForCausalLM`` with
+``trust_remote_code``, bf16 safetensors) and the tokenizer (``<dir>/tokenizer``) are loaded first and
+passed to ``DiffusionPipeline.from_pretrained(dir, custom_pipeline="pipeline_emu2_gen",
+multimodal_encoder=..., tokenizer=...)``: diffusers cannot build that remote-code encoder from the
+folder on its own. A hub id is read from the local Hugging Face cache (download the repository first,
+as the README says); a folder without those two sub-folders is a ConfigError naming them.
+
 A user installs ``diffusers``, ``transformers`` and ``torchvision`` (the custom pipeline imports it) and
 downloads ``BAAI/Emu2-Gen`` (about 37B parameters; ~80 GB of GPU memory in bf16, or CPU offload).
 """
@@ -29,6 +37,8 @@ from unirag.generators.images.diffusers_backend import DiffusersImageGenerator
 from unirag.generators.images.local import render_with_fallback, seed_torch
 
 CUSTOM_PIPELINE = "pipeline_emu2_gen"
+#: Sub-folders of an Emu2-Gen checkpoint loaded before the pipeline and passed to it (Emu2's README).
+COMPONENTS = ("multimodal_encoder", "tokenizer")
 #: The parameters of EmuVisualGenerationPipeline.__call__ unirag passes.
 CALL_PARAMS = ("inputs", "height", "width", "num_inference_steps", "guidance_scale")
 
@@ -40,6 +50,40 @@ def interleaved_inputs(request: ImageRequest, images: list[Any]) -> list[Any]:
         out += [example.caption, image]
     out.append(request.caption)
     return out
+
+
+def local_checkpoint(model: str) -> Path:
+    """The Emu2-Gen folder ``model`` names: a directory, or a hub id's snapshot in the local cache."""
+    from unirag.runtime import check_model_spec
+
+    spec = check_model_spec(model)
+    if Path(spec).is_dir():
+        return Path(spec)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(spec, local_files_only=True))
+    except Exception as e:  # noqa: BLE001 - hub errors have many types; all mean "not in the cache"
+        raise ConfigError(f"Emu2-Gen {spec!r} is not in the local Hugging Face cache ({type(e).__name__}); download "
+                          "the repository to a folder first (as Emu2's README says) and pass that folder") from None
+
+
+def load_components(folder: Path, torch_dtype: Any, variant: str | None) -> dict[str, Any]:
+    """``{"multimodal_encoder": ..., "tokenizer": ...}`` loaded from ``folder``'s sub-folders as Emu2's
+    README loads them (the encoder with ``trust_remote_code``, in ``torch_dtype``, ``variant`` weights)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from unirag.runtime import hf_from_pretrained, transformers_dtype_kwargs
+
+    missing = [c for c in COMPONENTS if not (folder / c).is_dir()]
+    if missing:
+        raise ConfigError(f"{folder} is not an Emu2-Gen checkpoint: no {' or '.join(missing)} sub-folder "
+                          f"(Emu2-Gen loads {' and '.join(COMPONENTS)} from there)")
+    weights: dict[str, Any] = {"use_safetensors": True, "variant": variant} if variant else {}
+    encoder = hf_from_pretrained(AutoModelForCausalLM, str(folder / "multimodal_encoder"), "Emu2-Gen multimodal encoder",
+                                 trust_remote_code=True, **transformers_dtype_kwargs(torch_dtype), **weights)
+    tokenizer = hf_from_pretrained(AutoTokenizer, str(folder / "tokenizer"), "Emu2-Gen tokenizer")
+    return {"multimodal_encoder": encoder, "tokenizer": tokenizer}
 
 
 class Emu2GenImageGenerator(DiffusersImageGenerator):
@@ -64,18 +108,19 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
     def _load(self, torch_dtype: Any) -> Any:
         from diffusers import DiffusionPipeline
 
-        from unirag.runtime import check_model_spec, diffusers_dtype_kwargs, hf_from_pretrained
+        from unirag.runtime import diffusers_dtype_kwargs, hf_from_pretrained
 
-        spec = check_model_spec(self.model)
+        folder = local_checkpoint(self.model)
         variant = self.variant
-        if variant is None and Path(spec).is_dir() and any(Path(spec).rglob("*.bf16.safetensors")):
+        if variant is None and any(folder.rglob("*.bf16.safetensors")):
             variant = "bf16"
-        extra: dict[str, Any] = {"custom_pipeline": CUSTOM_PIPELINE, "trust_remote_code": True}
+        components = load_components(folder, torch_dtype, variant)
+        extra: dict[str, Any] = {"custom_pipeline": CUSTOM_PIPELINE, "trust_remote_code": True, **components}
         if variant:
             extra.update(variant=variant, use_safetensors=True)
         try:
-            return hf_from_pretrained(DiffusionPipeline, spec, "Emu2-Gen pipeline", **diffusers_dtype_kwargs(torch_dtype),
-                                      **extra)
+            return hf_from_pretrained(DiffusionPipeline, str(folder), "Emu2-Gen pipeline",
+                                      **diffusers_dtype_kwargs(torch_dtype), **extra)
         except (ImportError, NameError) as e:
             raise ConfigError(f"cannot build Emu2-Gen from {self.model!r}: {e} (its custom pipeline imports "
                               "torchvision; pip install torchvision)") from None

@@ -10,9 +10,16 @@ as UniRAG's code does (castorini/UniRAG ``image_generation_inference.py``)::
                                width=1024, height=1024, guidance_scale_for_llm=4.0,
                                num_return_images=1, num_inference_steps=25, top_k=50)
 
-under bf16 autocast, with the seed set in torch's global generator before every call (LaVIT samples
-its visual tokens and diffusion noise from it). Width/height/steps/guidance come from the request
-(the paper's LaVIT settings are unirag's image defaults).
+under bf16 autocast. As UniRAG's ``build_lavit_model`` does, the seed (1234 unless ``seed=`` says
+otherwise) is set once, in torch's, numpy's and Python's global generators, when the model is built,
+and never again: LaVIT samples its visual tokens and diffusion noise from torch's global generator, so
+a query's picture depends on the queries rendered before it in the same process, exactly as in the
+official run (the request's own ``seed`` is not used). ``use_xformers`` defaults to "when the
+``xformers`` package is installed" (the official script passes ``use_xformers=True``). Precision:
+LaVIT's ``build_model`` knows ``model_dtype`` "bf16" and "fp16" only (anything else silently loads
+fp16), so "auto" means bf16 (the official choice) on any device and float32 is refused.
+Width/height/steps/guidance come from the request (the paper's LaVIT settings are unirag's image
+defaults).
 
 A user installs LaVIT's requirements (its ``requirements.txt``: torch, transformers, diffusers, xformers
 optional, torchvision, ...), clones the repository, downloads ``rain1011/LaVIT-7B-v2`` and runs
@@ -33,7 +40,39 @@ from unirag.generators.images.local import render_with_fallback, seed_torch
 
 #: ``multimodal_synthesis`` parameters unirag passes (checked when the model is built).
 SYNTHESIS_PARAMS = ("width", "height", "guidance_scale_for_llm", "num_return_images", "num_inference_steps", "top_k")
-_LAVIT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+#: unirag precision name -> LaVIT's ``model_dtype`` (``build_model`` knows no other; see the module docstring).
+LAVIT_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
+#: The seed UniRAG's ``build_lavit_model`` sets once before building LaVIT.
+LAVIT_SEED = 1234
+
+
+def lavit_dtype(dtype: str | None, device: str) -> str:
+    """unirag's precision name for LaVIT on ``device``: "auto" is bfloat16 (the official run's); float32
+    is a ConfigError (LaVIT has no such mode and would load fp16 without a word)."""
+    from unirag.runtime import dtype_name
+
+    name = "bfloat16" if dtype in (None, "", "auto") else dtype_name(dtype, device)
+    if name not in LAVIT_DTYPES:
+        raise ConfigError(f"LaVIT runs in bfloat16 or float16 only (its build_model's model_dtype is "
+                          f"{' or '.join(repr(v) for v in LAVIT_DTYPES.values())}); got dtype {dtype!r}")
+    return name
+
+
+def xformers_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("xformers") is not None
+
+
+def seed_everything(seed: int) -> None:
+    """torch (CPU and GPUs), numpy and Python global generators, as UniRAG seeds them before LaVIT."""
+    import random
+
+    import numpy as np
+
+    seed_torch(seed)
+    np.random.seed(int(seed))
+    random.seed(int(seed))
 
 
 def lavit_prompts(request: ImageRequest) -> list[tuple[str, str]]:
@@ -72,25 +111,30 @@ class LaVITImageGenerator(ImageGenerator):
 
     def __init__(self, model_path: str, *, spec: str | None = None, device: str | None = "auto",
                  dtype: str | None = "auto", lavit_module: str = "models", lavit_code: str | None = None,
-                 use_xformers: bool = False, check_safety: bool = False, top_k: int = 50,
-                 oom_fallback: bool = True, model: Any = None) -> None:
+                 use_xformers: bool | None = None, check_safety: bool = False, top_k: int = 50,
+                 oom_fallback: bool = True, seed: int | None = LAVIT_SEED, model: Any = None) -> None:
         """``model``: an already built LaVIT generation model (programmatic use); else it is built from
-        ``model_path`` with LaVIT's ``build_model`` (local files only: no download)."""
-        from unirag.runtime import configure_torch_threads, dtype_name, resolve_device
+        ``model_path`` with LaVIT's ``build_model`` (local files only: no download). ``seed``: set once,
+        before building (None: leave the global generators alone). ``use_xformers``: None = when installed."""
+        from unirag.runtime import configure_torch_threads, resolve_device
 
         configure_torch_threads()
         self.model_path = model_path
         self.spec = spec or f"lavit:{model_path}"
         self.device = resolve_device(device)
-        self.dtype = dtype_name(dtype, self.device)
+        self.dtype = lavit_dtype(dtype, self.device)
         self.top_k = int(top_k)
         self.oom_fallback = bool(oom_fallback)
+        self.seed = None if seed is None else int(seed)
+        self.use_xformers = xformers_available() if use_xformers is None else bool(use_xformers)
+        if self.seed is not None:
+            seed_everything(self.seed)
         if model is None:
             if not Path(model_path).expanduser().is_dir():
                 raise ConfigError(f"LaVIT checkpoint folder {model_path!r} does not exist")
             lavit = import_lavit(lavit_module, lavit_code)
-            model = lavit.build_model(model_path=str(Path(model_path).expanduser()), model_dtype=_LAVIT_DTYPES[self.dtype],
-                                      use_xformers=use_xformers, understanding=False, load_tokenizer=True,
+            model = lavit.build_model(model_path=str(Path(model_path).expanduser()), model_dtype=LAVIT_DTYPES[self.dtype],
+                                      use_xformers=self.use_xformers, understanding=False, load_tokenizer=True,
                                       check_safety=check_safety, local_files_only=True)
             if hasattr(model, "to"):
                 model = model.to(self.device)
@@ -107,8 +151,9 @@ class LaVITImageGenerator(ImageGenerator):
     def generate(self, request: ImageRequest):
         self.check_k(len(request.examples))
         self.check_size(request.width, request.height)
+        # No per-call seed: the generators were seeded once when the model was built (module docstring).
         return render_with_fallback(request, self._render, name=f"LaVIT {self.model_path}",
-                                    oom_fallback=self.oom_fallback, seed=seed_torch)
+                                    oom_fallback=self.oom_fallback)
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
         from unirag.runtime import autocast, resolve_dtype
@@ -122,10 +167,12 @@ class LaVITImageGenerator(ImageGenerator):
 
     def config(self) -> dict[str, Any]:
         return {"spec": self.spec, "backend": "lavit", "model": self.model_path, "device": self.device,
-                "dtype": self.dtype, "top_k": self.top_k}
+                "dtype": self.dtype, "top_k": self.top_k, "seed": self.seed, "seeding": "once-at-build",
+                "use_xformers": self.use_xformers}
 
     def identity(self) -> dict[str, Any]:
-        return {"dtype": self.dtype, "top_k": self.top_k, "oom_fallback": self.oom_fallback}
+        return {"dtype": self.dtype, "top_k": self.top_k, "oom_fallback": self.oom_fallback, "seed": self.seed,
+                "seeding": "once-at-build"}
 
     def close(self) -> None:
         from unirag.runtime import free_memory
