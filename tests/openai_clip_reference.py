@@ -1,11 +1,22 @@
-"""OpenAI CLIP's forward pass (openai/CLIP ``clip/model.py``: ``VisionTransformer``, ``encode_text``) written
-with torch functions on a raw OpenAI-layout state dict: the reference the CLIP-SF tests compare with."""
+"""References the CLIP tests compare unirag with, written for the tests from OpenAI's code (openai/CLIP):
+its forward pass (``clip/model.py``: ``VisionTransformer``, ``encode_text``) with torch functions on a raw
+OpenAI-layout state dict, and its tokenizer (``clip/simple_tokenizer.py`` at commit 2558ec8: ``basic_clean``
+lines 50-53, ``whitespace_clean`` lines 56-59, ``SimpleTokenizer.bpe``/``encode``; ``clip/clip.py``
+``tokenize``) over the real BPE committed in tests/fixtures/clip-bpe."""
 
 from __future__ import annotations
 
+import html
+
+import ftfy
 import numpy as np
+import regex
 import torch
 import torch.nn.functional as F
+
+from tiny_models import _byte_unicode_map, clip_bpe_merges, clip_bpe_vocab
+
+SOT, EOT = 49406, 49407
 
 
 def _ln(x, sd, p):
@@ -60,3 +71,53 @@ def ref_encode_text(sd, tokens):
 def normalise(x):
     x = np.asarray(x, np.float64)
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+class OpenAIReferenceTokenizer:
+    """OpenAI CLIP's tokenizer (see the module docstring), re-implemented for the test."""
+
+    PATTERN = regex.compile(r"<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]"
+                            r"|[^\s\p{L}\p{N}]+", regex.IGNORECASE)
+
+    def __init__(self) -> None:
+        merges = clip_bpe_merges()
+        self.rank = {pair: i for i, pair in enumerate(merges)}
+        self.ids = clip_bpe_vocab(merges)
+        self.byte_char = _byte_unicode_map()
+
+    @staticmethod
+    def clean(text: str) -> str:
+        text = html.unescape(html.unescape(ftfy.fix_text(text))).strip()
+        return regex.sub(r"\s+", " ", text).strip().lower()
+
+    def _bpe(self, word: str) -> list[str]:
+        parts = [*word[:-1], word[-1] + "</w>"]
+        while len(parts) > 1:
+            pairs = {(parts[i], parts[i + 1]) for i in range(len(parts) - 1)}
+            best = min(pairs, key=lambda p: self.rank.get(p, float("inf")))
+            if best not in self.rank:
+                break
+            merged, i = [], 0
+            while i < len(parts):
+                if i + 1 < len(parts) and (parts[i], parts[i + 1]) == best:
+                    merged.append(parts[i] + parts[i + 1])
+                    i += 2
+                else:
+                    merged.append(parts[i])
+                    i += 1
+            parts = merged
+        return parts
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        for piece in self.PATTERN.findall(self.clean(text)):
+            mapped = "".join(self.byte_char[b] for b in piece.encode("utf-8"))
+            out += [self.ids[t] for t in self._bpe(mapped)]
+        return out
+
+    def tokenize(self, text: str, context: int = 77) -> list[int]:
+        ids = [SOT, *self.encode(text), EOT]
+        if len(ids) > context:
+            ids = ids[:context]
+            ids[-1] = EOT
+        return ids

@@ -2,7 +2,7 @@
 tests/fixtures/clip-bpe): OpenAI's clean-up before BPE included (ftfy, HTML entities, whitespace), which
 the Hugging Face tokenizer unirag loads leaves out on its own.
 
-The reference tokenizer below is written from OpenAI's ``clip/simple_tokenizer.py`` (openai/CLIP at commit
+The reference tokenizer (``tests/openai_clip_reference.py``) is written from OpenAI's ``clip/simple_tokenizer.py`` (openai/CLIP at commit
 2558ec8): ``basic_clean`` (lines 50-53: ``ftfy.fix_text``, ``html.unescape`` twice, strip),
 ``whitespace_clean`` (lines 56-59: ``\\s+`` -> one space, strip), then in ``SimpleTokenizer.encode`` lower-case,
 the pre-tokenizing pattern, byte-to-unicode mapping and the lowest-rank-first BPE; and ``clip.tokenize``'s
@@ -13,21 +13,16 @@ clip_sf.py`` line 29).
 
 from __future__ import annotations
 
-import html
-
-import ftfy
 import numpy as np
 import pytest
-import regex
 import torch
 
-from openai_clip_reference import normalise, ref_encode_text
-from tiny_models import _byte_unicode_map, clip_bpe_merges, clip_bpe_vocab, tiny_uniir_clip_sf
+from openai_clip_reference import EOT, SOT, OpenAIReferenceTokenizer, normalise, ref_encode_text
+from tiny_models import tiny_uniir_clip_sf
 from unirag.encoders.instructions import format_string
 from unirag.encoders.preprocess import clean_clip_text
 from unirag.encoders.registry import load_encoder
 
-SOT, EOT = 49406, 49407
 TEXTS = [
     "Tom &amp; Jerry",
     "Tom &amp;amp; Jerry chase each other",        # escaped twice: OpenAI unescapes twice
@@ -39,56 +34,6 @@ TEXTS = [
     "emoji 🐶🐱 and symbols ©®™ — dashes – and … ellipsis",
     "word " * 90,                                    # longer than the context: truncated
 ]
-
-
-class OpenAIReferenceTokenizer:
-    """OpenAI CLIP's tokenizer (see the module docstring), re-implemented for the test."""
-
-    PATTERN = regex.compile(r"<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]"
-                            r"|[^\s\p{L}\p{N}]+", regex.IGNORECASE)
-
-    def __init__(self) -> None:
-        merges = clip_bpe_merges()
-        self.rank = {pair: i for i, pair in enumerate(merges)}
-        self.ids = clip_bpe_vocab(merges)
-        self.byte_char = _byte_unicode_map()
-
-    @staticmethod
-    def clean(text: str) -> str:
-        text = html.unescape(html.unescape(ftfy.fix_text(text))).strip()
-        return regex.sub(r"\s+", " ", text).strip().lower()
-
-    def _bpe(self, word: str) -> list[str]:
-        parts = [*word[:-1], word[-1] + "</w>"]
-        while len(parts) > 1:
-            pairs = {(parts[i], parts[i + 1]) for i in range(len(parts) - 1)}
-            best = min(pairs, key=lambda p: self.rank.get(p, float("inf")))
-            if best not in self.rank:
-                break
-            merged, i = [], 0
-            while i < len(parts):
-                if i + 1 < len(parts) and (parts[i], parts[i + 1]) == best:
-                    merged.append(parts[i] + parts[i + 1])
-                    i += 2
-                else:
-                    merged.append(parts[i])
-                    i += 1
-            parts = merged
-        return parts
-
-    def encode(self, text: str) -> list[int]:
-        out: list[int] = []
-        for piece in self.PATTERN.findall(self.clean(text)):
-            mapped = "".join(self.byte_char[b] for b in piece.encode("utf-8"))
-            out += [self.ids[t] for t in self._bpe(mapped)]
-        return out
-
-    def tokenize(self, text: str, context: int = 77) -> list[int]:
-        ids = [SOT, *self.encode(text), EOT]
-        if len(ids) > context:
-            ids = ids[:context]
-            ids[-1] = EOT
-        return ids
 
 
 @pytest.fixture(scope="module")
