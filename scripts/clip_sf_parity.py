@@ -1,7 +1,7 @@
 """Print how far unirag's UniIR CLIP-SF vectors are from OpenAI's transform + tokenizer + forward pass.
 
 Uses the test suite's references (``tests/openai_clip_reference.py``: OpenAI's ``clip/model.py`` forward and
-``clip/simple_tokenizer.py`` tokenizer; ``tests/encoders/test_uniir_clip_sf.py``: OpenAI's ``_transform`` in
+``clip/simple_tokenizer.py`` tokenizer; OpenAI's ``_transform`` in
 PIL/numpy) and tiny random checkpoints (224 pixels with 32-pixel patches; the real 49,408-token BPE), on the
 51 committed COCO photos plus each of them turned portrait, and on the tokenizer test's texts::
 
@@ -23,9 +23,14 @@ def main() -> None:
     import torch
     from PIL import Image
     from test_openai_clip_tokenizer import TEXTS
-    from test_uniir_clip_sf import openai_pixels
 
-    from openai_clip_reference import OpenAIReferenceTokenizer, normalise, ref_encode_image, ref_encode_text
+    from openai_clip_reference import (
+        OpenAIReferenceTokenizer,
+        normalise,
+        openai_pixels,
+        ref_encode_image,
+        ref_encode_text,
+    )
     from tiny_models import tiny_uniir_clip_sf
     from unirag.encoders.instructions import format_string
     from unirag.encoders.registry import load_encoder

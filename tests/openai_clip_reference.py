@@ -1,5 +1,5 @@
 """References the CLIP tests compare unirag with, written for the tests from OpenAI's code (openai/CLIP):
-its forward pass (``clip/model.py``: ``VisionTransformer``, ``encode_text``) with torch functions on a raw
+its image transform (``clip/clip.py`` ``_transform``, in PIL/numpy), its forward pass (``clip/model.py``: ``VisionTransformer``, ``encode_text``) with torch functions on a raw
 OpenAI-layout state dict, and its tokenizer (``clip/simple_tokenizer.py`` at commit 2558ec8: ``basic_clean``
 lines 50-53, ``whitespace_clean`` lines 56-59, ``SimpleTokenizer.bpe``/``encode``; ``clip/clip.py``
 ``tokenize``) over the real BPE committed in tests/fixtures/clip-bpe."""
@@ -66,6 +66,29 @@ def ref_encode_text(sd, tokens):
         x = _block(x, sd, f"transformer.resblocks.{i}.", width // 64, mask)
     x = _ln(x.permute(1, 0, 2), sd, "ln_final")
     return x[torch.arange(x.shape[0]), tokens.argmax(dim=-1)] @ sd["text_projection"]
+
+
+def openai_pixels(image, n_px: int) -> np.ndarray:
+    """OpenAI CLIP's ``_transform(n_px)`` (openai/CLIP ``clip/clip.py``, ``_transform``: lines 58-65 at commit
+    0848ed7; ``Resize(n_px, interpolation=BICUBIC)``, ``CenterCrop(n_px)``, RGB, ``ToTensor()``, ``Normalize``
+    with CLIP's mean/std) redone here with PIL and numpy, step by step as torchvision runs it on a PIL image:
+    ``Resize(int)`` scales the shorter side to ``n_px`` and the longer to ``int(n_px * long / short)`` with
+    ``PIL.Image.resize(BICUBIC)``; ``CenterCrop`` cuts at ``int(round((size - n_px) / 2.0))``
+    (torchvision ``transforms/functional.py`` ``center_crop``, Python's round)."""
+    from PIL import Image
+
+    w, h = image.size
+    scale = n_px / min(w, h)
+    new = (n_px, int(n_px * h / w)) if w <= h else (int(n_px * w / h), n_px)
+    assert abs(new[0] - w * scale) < 1.001 and abs(new[1] - h * scale) < 1.001
+    resized = image.resize(new, Image.BICUBIC)
+    left = int(round((new[0] - n_px) / 2.0))
+    top = int(round((new[1] - n_px) / 2.0))
+    rgb = resized.crop((left, top, left + n_px, top + n_px)).convert("RGB")
+    x = np.asarray(rgb, dtype=np.float32) / np.float32(255)
+    mean = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
+    std = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
+    return ((x - mean) / std).transpose(2, 0, 1)
 
 
 def normalise(x):

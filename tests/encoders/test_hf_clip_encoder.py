@@ -141,3 +141,32 @@ def test_siglip_checkpoint_loads_through_the_same_backend(photos):
     assert t.shape == (2, 32) and i.shape == (2, 32)
     np.testing.assert_allclose(np.linalg.norm(np.vstack([t, i]), axis=1), 1.0, atol=1e-5)
     np.testing.assert_allclose(enc.encode_texts(["a dog"])[0], t[0], atol=1e-5)
+
+
+def test_clip_checkpoint_preprocesses_as_openai(clip_encoder, photos):
+    """A CLIP checkpoint whose processor is configured as OpenAI's transform (shortest edge = crop size,
+    bicubic, /255, mean/std) is fed OpenAI's transform itself (openai/CLIP ``clip/clip.py`` ``_transform``:
+    torchvision's rounded centre-crop offset, where Hugging Face's processor floors it), and its texts get
+    OpenAI's clean-up (``clip/simple_tokenizer.py`` ``basic_clean``/``whitespace_clean``)."""
+    import torch
+    from PIL import Image
+
+    from openai_clip_reference import openai_pixels
+
+    ident = clip_encoder.identity()
+    assert ident["image_preprocess"]["kind"] == "openai-clip" and ident["image_preprocess"]["crop_offset"] == "round"
+    assert ident["text_cleaning"].startswith("openai-clip")
+    pils = [Image.open(p).convert("RGB") for p in photos]
+    pils += [im.rotate(90, expand=True) for im in pils] + [pils[0].resize((41, 29)), pils[1].resize((29, 43))]
+    pixels = torch.from_numpy(np.stack([openai_pixels(im, 32) for im in pils]))
+    with torch.inference_mode():
+        out = clip_encoder.model.get_image_features(pixel_values=pixels)
+    want = getattr(out, "pooler_output", out).numpy()
+    np.testing.assert_allclose(clip_encoder.encode_images(pils), l2_normalize(want), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(clip_encoder.encode_texts(["Tom &amp; Jerry"]), clip_encoder.encode_texts(["Tom & Jerry"]),
+                               atol=1e-6)
+
+
+def test_other_processors_run_as_they_are():
+    enc = load_encoder(str(tiny_siglip_dir()))
+    assert enc.identity()["image_preprocess"]["kind"] == "hf-processor" and enc.identity()["text_cleaning"] is None

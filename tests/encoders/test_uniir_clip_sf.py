@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from openai_clip_reference import normalise as _normalise
-from openai_clip_reference import ref_encode_image, ref_encode_text
+from openai_clip_reference import openai_pixels, ref_encode_image, ref_encode_text
 from tiny_models import tiny_clip_tokenizer, tiny_uniir_clip_sf
 from unirag.data.records import Modality, Query
 from unirag.encoders.instructions import QueryInstructions, format_string
@@ -159,29 +159,6 @@ def test_missing_instructions_file_is_a_clear_error(ckpt, tmp_path):
 
 
 # -- OpenAI's image transform, on real photos of every aspect ratio ---------------------------------------------
-def openai_pixels(image, n_px: int) -> np.ndarray:
-    """OpenAI CLIP's ``_transform(n_px)`` (openai/CLIP ``clip/clip.py``, ``_transform``: lines 58-65 at commit
-    0848ed7; ``Resize(n_px, interpolation=BICUBIC)``, ``CenterCrop(n_px)``, RGB, ``ToTensor()``, ``Normalize``
-    with CLIP's mean/std) redone here with PIL and numpy, step by step as torchvision runs it on a PIL image:
-    ``Resize(int)`` scales the shorter side to ``n_px`` and the longer to ``int(n_px * long / short)`` with
-    ``PIL.Image.resize(BICUBIC)``; ``CenterCrop`` cuts at ``int(round((size - n_px) / 2.0))``
-    (torchvision ``transforms/functional.py`` ``center_crop``, Python's round)."""
-    from PIL import Image
-
-    w, h = image.size
-    scale = n_px / min(w, h)
-    new = (n_px, int(n_px * h / w)) if w <= h else (int(n_px * w / h), n_px)
-    assert abs(new[0] - w * scale) < 1.001 and abs(new[1] - h * scale) < 1.001
-    resized = image.resize(new, Image.BICUBIC)
-    left = int(round((new[0] - n_px) / 2.0))
-    top = int(round((new[1] - n_px) / 2.0))
-    rgb = resized.crop((left, top, left + n_px, top + n_px)).convert("RGB")
-    x = np.asarray(rgb, dtype=np.float32) / np.float32(255)
-    mean = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
-    std = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
-    return ((x - mean) / std).transpose(2, 0, 1)
-
-
 def _floor_differs(image, n_px: int) -> bool:
     """Whether Hugging Face's floored offset ((size - n_px) // 2) would cut elsewhere than OpenAI's."""
     w, h = image.size

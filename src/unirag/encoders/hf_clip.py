@@ -7,8 +7,12 @@ per-architecture class. Fusion of image+text inputs is the base class's CLIP-SF 
 Weights load directly in the target precision and, where ``accelerate`` is installed, onto the target
 device; inputs (pixel values) are cast to the model's dtype; outputs are float32 numpy.
 
-Preprocessing: images go through the checkpoint's own image processor, unless the builder passes an
-explicit transform (UniIR CLIP-SF passes OpenAI's, :class:`unirag.encoders.preprocess.OpenAIClipTransform`).
+Preprocessing: a CLIP checkpoint whose image processor is configured as OpenAI's transform (every
+``openai/clip-*`` and OpenCLIP ``laion/CLIP-*`` export) runs OpenAI's transform itself
+(:class:`unirag.encoders.preprocess.OpenAIClipTransform` with the processor's size, mean and std), because
+Hugging Face's ``CLIPImageProcessor`` floors the centre-crop offset that OpenAI's and OpenCLIP's training
+transforms round; other processors (SigLIP's square resize, ...) run as they are. UniIR CLIP-SF passes the
+transform explicitly.
 Texts for a CLIP text tower get OpenAI's clean-up first (:func:`unirag.encoders.preprocess.clean_clip_text`:
 ftfy, HTML entities, whitespace), which Hugging Face's CLIP tokenizers leave out; other families' texts
 go to their tokenizer as they are. Both choices are part of :meth:`HFClipEncoder.identity`.
@@ -22,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from unirag.encoders.base import Encoder, ImageInput
-from unirag.encoders.preprocess import CLIP_TEXT_CLEANING, clean_clip_text
+from unirag.encoders.preprocess import CLIP_TEXT_CLEANING, clean_clip_text, openai_transform_for
 from unirag.errors import ConfigError
 from unirag.runtime import (
     check_model_spec,
@@ -74,7 +78,9 @@ class HFClipEncoder(Encoder):
                 "(it has no get_text_features/get_image_features)"
             )
         self.processor = hf_from_pretrained(AutoProcessor, self.spec, "processor")
-        self._setup(model, self.processor, max_text_length, batch_size)
+        # A CLIP processor set up as OpenAI's transform runs as OpenAI's (rounded crop offset); others as they are.
+        transform = openai_transform_for(getattr(self.processor, "image_processor", self.processor))
+        self._setup(model, self.processor, max_text_length, batch_size, image_transform=transform)
 
     def _setup(self, model, processor, max_text_length: int | None, batch_size: int | None,
                image_transform: Any = None) -> None:

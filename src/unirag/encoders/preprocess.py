@@ -12,6 +12,8 @@ torchvision's ``Resize`` *is* ``PIL.Image.resize``, which is what runs here.
   ``int(round((size - crop) / 2.0))``, Python's round: half to even), RGB, ``ToTensor`` (/255),
   ``Normalize`` with CLIP's mean/std. ``crop_rounding="floor"`` gives Hugging Face's offset instead
   (for comparisons; no encoder uses it).
+  Used by UniIR CLIP-SF, and by Hugging Face CLIP checkpoints whose image processor is configured as this
+  transform (:func:`openai_transform_for`).
 * :class:`SquareResizeTransform`: BLIP's eval transform as UniIR builds it
   (``src/models/uniir_blip/backbone/transform/blip_transform.py``, ``is_train=False``):
   ``Resize((s, s), BICUBIC)``, ``ToTensor``, ``Normalize`` with CLIP's mean/std.
@@ -117,6 +119,33 @@ class SquareResizeTransform:
     def identity(self) -> dict[str, Any]:
         return {"kind": "square-resize", "size": self.size, "resize": "pil-bicubic", "mean": list(self.mean),
                 "std": list(self.std)}
+
+
+def _field(size: Any, key: str) -> Any:
+    """``size["key"]`` of a Hugging Face size setting: a dict (transformers 4) or a ``SizeDict`` (5)."""
+    return size.get(key) if isinstance(size, dict) else getattr(size, key, None)
+
+
+def openai_transform_for(image_processor: Any) -> OpenAIClipTransform | None:
+    """:class:`OpenAIClipTransform` with the processor's size, mean and std when a Hugging Face CLIP image
+    processor is configured as OpenAI's transform (bicubic resize of the shorter side to the crop size, a
+    square centre crop, /255, normalise): Hugging Face's rendition of it floors the crop offset. None for
+    any other processor (SigLIP's square resize, a CLIP processor set up otherwise), which then runs as is."""
+    p = image_processor
+    if not type(p).__name__.startswith("CLIPImageProcessor"):
+        return None
+    size, crop = getattr(p, "size", None), getattr(p, "crop_size", None)
+    short = _field(size, "shortest_edge") if size is not None else None
+    if crop is None or short is None or not (short == _field(crop, "height") == _field(crop, "width")):
+        return None
+    rescale = getattr(p, "rescale_factor", None)
+    as_openai = (getattr(p, "do_resize", False) and getattr(p, "do_center_crop", False)
+                 and getattr(p, "do_rescale", False) and getattr(p, "do_normalize", False)
+                 and rescale is not None and abs(float(rescale) - 1 / 255) < 1e-12
+                 and int(getattr(p, "resample", -1)) == _BICUBIC and getattr(p, "do_convert_rgb", True) is not False)
+    if not as_openai:
+        return None
+    return OpenAIClipTransform(int(short), tuple(float(x) for x in p.image_mean), tuple(float(x) for x in p.image_std))
 
 
 def clean_clip_text(text: str) -> str:
