@@ -43,10 +43,11 @@ def faiss_write_error(e: RuntimeError, target: Path) -> OSError:
     import errno as errno_names
     import re
 
-    m = re.search(r"\b(\d+) \(([^)]+)\)", str(e))
-    if m:
-        return OSError(int(m.group(1)), m.group(2), str(target))
-    code = errno_names.ENOSPC if "space" in str(e).lower() else errno_names.EIO
+    m = re.search(r"\(([^()]+)\)\s*$", str(e))  # FAISS ends with "(<strerror>)"
+    reason = m.group(1) if m else str(e)
+    code = next((c for c in errno_names.errorcode if os.strerror(c) == reason), None)
+    if code is None:
+        code = errno_names.ENOSPC if "space" in reason.lower() else errno_names.EIO
     return OSError(code, os.strerror(code), str(target))
 
 

@@ -32,7 +32,7 @@ def secret_values(extra: tuple[str, ...] = ()) -> list[str]:
 _QUERY_SECRET = re.compile(
     r"(?i)([?&;](?:access[_-]?token|id[_-]?token|refresh[_-]?token|token|api[_-]?key|apikey|key|"
     r"secret|client[_-]?secret|password|passwd|pwd|auth|authorization|signature)=)[^&;#\s\"']+")
-_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=\-]{4,}")
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=\-]{16,}")
 
 
 def redact(text: str, extra: tuple[str, ...] = ()) -> str:
