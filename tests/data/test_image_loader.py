@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
+
 from image_variants import (
     animated_gif,
     bomb_png,
@@ -21,8 +23,6 @@ from image_variants import (
     physically_rotated,
     transparent_background,
 )
-from PIL import Image
-
 from unirag.data.images import check_images, image_problem, load_rgb, upright_size
 from unirag.errors import InputError
 

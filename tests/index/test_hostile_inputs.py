@@ -13,8 +13,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
+
 from image_variants import (
     bomb_png,
     exif_rotated,
@@ -23,7 +23,6 @@ from image_variants import (
     physically_rotated,
     transparent_background,
 )
-
 from unirag.cli.main import main
 from unirag.data.mbeir import write_candidates
 from unirag.data.records import Candidate, Modality
