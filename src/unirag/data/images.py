@@ -247,7 +247,7 @@ def _checked_array(image, name: str | None):
     array = np.asarray(image)
     shape_ok = array.ndim == 2 or (array.ndim == 3 and array.shape[2] in (1, 3, 4))
     if not shape_ok or array.dtype not in (np.uint8, np.uint16, np.bool_):
-        raise InputError(f"an image array must be uint8 (or uint16) with shape (H, W), (H, W, 3) or (H, W, 4); "
+        raise InputError(f"expected a uint8 (or uint16) image array of shape (H, W), (H, W, 3) or (H, W, 4); "
                          f"got {array.dtype} {array.shape}"
                          + (" (float arrays: scale to 0..255 and cast to uint8 first)"
                             if array.dtype.kind == "f" else ""), field=name)
