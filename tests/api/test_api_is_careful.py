@@ -92,8 +92,7 @@ def test_known_options_list_matches_the_backends() -> None:
     from unirag.generators.spec import KNOWN_GENERATOR_OPTIONS
 
     declared = set()
-    for prefix, (target, _) in {**{f"t{k}": v for k, v in TEXT_BACKENDS.items()},
-                                **{f"i{k}": v for k, v in IMAGE_BACKENDS.items()}}.items():
+    for target, _ in [*TEXT_BACKENDS.values(), *IMAGE_BACKENDS.values()]:
         module, attr = target.split(":")
         params = inspect.signature(getattr(importlib.import_module(module), attr).__init__).parameters
         declared |= {k for k, p in params.items() if k not in ("self", "name", "spec")
