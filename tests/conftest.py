@@ -46,9 +46,26 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def coco_mini() -> Path:
-    """51 real COCO val2017 photos with 5 human captions each (captions.jsonl + images/, the demo photos)."""
-    return FIXTURES / "coco-mini"
+def coco_mini(tmp_path_factory) -> Path:
+    """51 real COCO val2017 photos with 5 human captions each (captions.jsonl + images/, the demo photos).
+
+    A per-session copy whose ``images/`` is a real folder (hard links, else copies): the committed
+    ``tests/fixtures/coco-mini/images`` is a symlink to the demo photos, and an import refuses image
+    paths that resolve outside ``--images`` (symlinks included) unless told to allow them.
+    """
+    import os
+    import shutil
+
+    src = FIXTURES / "coco-mini"
+    out = tmp_path_factory.mktemp("fixtures") / "coco-mini"
+    (out / "images").mkdir(parents=True)
+    shutil.copyfile(src / "captions.jsonl", out / "captions.jsonl")
+    for photo in sorted((src / "images").resolve().iterdir()):
+        try:
+            os.link(photo, out / "images" / photo.name)
+        except OSError:
+            shutil.copyfile(photo, out / "images" / photo.name)
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -69,3 +69,34 @@ class MalformedResponseError(BackendError):
     confused with a ``ValueError`` raised by client-side validation, and recorded as its own kind."""
 
     kind = "malformed"
+
+
+def os_error_in(exc: BaseException) -> OSError | None:
+    """The operating-system error behind ``exc`` (itself, or one it was raised from or while handling),
+    or None when there is none. Used by the CLI to end a command that hit a full disk, a read-only
+    folder or a missing permission with one line instead of a chained traceback."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def os_error_line(err: OSError) -> str:
+    """``cannot write PATH: No space left on device (errno 28, ENOSPC)``: what failed, where, and the errno."""
+    import errno as errno_names
+
+    name = errno_names.errorcode.get(err.errno or 0, "?")
+    where = f" {err.filename}" if err.filename else ""
+    if getattr(err, "filename2", None):
+        where += f" -> {err.filename2}"
+    action = getattr(err, "unirag_action", None) or ("write" if err.errno in _WRITE_ERRNOS else "access")
+    reason = err.strerror or str(err)
+    return f"cannot {action}{where}: {reason} (errno {err.errno}, {name})"
+
+
+#: errnos that mean "could not write": full disk, quota, read-only file system, file too large.
+_WRITE_ERRNOS = {28, 122, 30, 27}

@@ -46,16 +46,20 @@ class ImagePart:
         Paths stay paths (read when sent); encoded bytes in a web format are sent as they are;
         PIL images and arrays are encoded as lossless PNG.
         """
-        from unirag.data.images import as_rgb, is_path_like, png_bytes
+        from unirag.data.images import as_rgb, exif_orientation, is_path_like, png_bytes
 
         if is_path_like(image):
             return cls(path=Path(image), label=label)
         if isinstance(image, bytes | bytearray | memoryview):
             from PIL import Image
 
-            with Image.open(io.BytesIO(bytes(image))) as im:
-                mime = Image.MIME.get(im.format or "")
-            if mime in _WEB_MIMES:
+            try:
+                with Image.open(io.BytesIO(bytes(image))) as im:
+                    mime = Image.MIME.get(im.format or "")
+                    upright = exif_orientation(im) == 1
+            except Exception:  # noqa: BLE001 - as_rgb below names what is wrong with the bytes
+                mime, upright = None, False
+            if mime in _WEB_MIMES and upright:
                 return cls(data=bytes(image), mime=mime, label=label)
         return cls(data=png_bytes(as_rgb(image)), mime="image/png", label=label)
 
@@ -63,11 +67,7 @@ class ImagePart:
         """Decode to an RGB PIL image."""
         from unirag.data.images import load_rgb
 
-        if self.path is not None:
-            return load_rgb(self.path)
-        from PIL import Image
-
-        return Image.open(io.BytesIO(self.data)).convert("RGB")
+        return load_rgb(self.path if self.path is not None else self.data)
 
     def encoded(self) -> tuple[bytes, str]:
         """Bytes and MIME type for APIs. Files in a web format are sent as they are; others as PNG."""
@@ -75,11 +75,24 @@ class ImagePart:
             return self.data, self.mime
         suffix = self.path.suffix.lower()
         mime = _WEB_SUFFIXES.get(suffix)
-        if mime is not None:
+        if mime is not None and self._stored_upright():
             return Path(self.path).read_bytes(), mime
         buf = io.BytesIO()
         self.load().save(buf, format="PNG")
         return buf.getvalue(), "image/png"
+
+    def _stored_upright(self) -> bool:
+        """True when the file has no EXIF rotation to apply, so its bytes can be sent as they are
+        (a model is sent the same upright pixels the index embedded)."""
+        from PIL import Image
+
+        from unirag.data.images import exif_orientation
+
+        try:
+            with Image.open(self.path) as im:
+                return exif_orientation(im) == 1
+        except Exception:  # noqa: BLE001 - load() below reports the file's problem
+            return False
 
     def data_url(self) -> str:
         data, mime = self.encoded()

@@ -76,6 +76,20 @@ def _register(*settings: Setting) -> None:
 # (Rows are added per area; keep each row's help and cite precise.)
 
 
+# --- image inputs (the one loader, unirag.data.images.load_rgb; issue 16) -------------------------
+# Not paper-vs-code differences: both profiles share the value; the rows name the choice and its
+# default so the loader, the import check, the index build and the server agree on it.
+_register(
+    Setting("image_max_pixels", default=40_000_000, official=40_000_000, parse=int,
+            help="Most pixels (width x height) an image may declare in its header; bigger ones are refused "
+                 "as decompression bombs before decoding (an index build skips and lists them). The server's "
+                 "--max-pixels default."),
+    Setting("image_background", default="white", official="white", choices=("white", "black"),
+            help="What transparent pixels are composited on when an image is made RGB. 'black' reproduces a "
+                 "plain PIL convert('RGB'), which turns a transparent background black."),
+)
+
+
 @dataclass(frozen=True)
 class Settings(Mapping[str, Any]):
     """The resolved value of every setting for one run: a profile plus the user's overrides."""

@@ -172,21 +172,13 @@ def autocast(device: str, torch_dtype):
 
 
 def to_pil_images(images: Sequence[Any]) -> list:
-    """Decode each input once: PIL images pass through (converted to RGB), paths go through ``load_rgb``.
+    """Decode each input once through :func:`unirag.data.images.load_rgb` (paths, bytes, PIL images, arrays).
 
     A missing or corrupt file raises :class:`unirag.errors.InputError` naming the file.
     """
-    from PIL import Image
-
     from unirag.data.images import load_rgb
 
-    out = []
-    for im in images:
-        if isinstance(im, Image.Image):
-            out.append(im if im.mode == "RGB" else im.convert("RGB"))
-        else:
-            out.append(load_rgb(im))
-    return out
+    return [load_rgb(im) for im in images]
 
 
 def offline_mode() -> bool:

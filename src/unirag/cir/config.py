@@ -30,6 +30,7 @@ from typing import Any
 
 from unirag.cir.agents import ROLES
 from unirag.cir.fusion import NORMS
+from unirag.data.text import read_text
 from unirag.errors import ConfigError, InputError
 from unirag.generators.options import identity_config
 
@@ -128,7 +129,7 @@ def load_config(path: str | Path | None) -> XRConfig:
     if not path.exists():
         raise InputError("agents config not found", path=path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = yaml.safe_load(read_text(path)) or {}
     except yaml.YAMLError as e:
         raise InputError(f"malformed YAML ({e})", path=path) from None
     if not isinstance(raw, dict):

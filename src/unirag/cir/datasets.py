@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unirag.data.text import read_text
 from unirag.errors import InputError
 
 DATASETS = ("fashioniq", "cirr", "circo", "mbeir")
@@ -82,7 +83,7 @@ def _load_json(path: Path) -> Any:
     if not path.exists():
         raise InputError("file not found", path=path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise InputError(f"malformed JSON ({e.msg} at line {e.lineno})", path=path) from None
 

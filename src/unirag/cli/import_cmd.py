@@ -64,6 +64,13 @@ _common = _with_options(
         help="How to check images: decode pixels (catches truncated files), verify headers, "
         "only test existence, or none.",
     ),
+    click.option(
+        "--allow-outside-images",
+        "allow_outside_root",
+        is_flag=True,
+        help="Import image paths that resolve outside --images ('..', absolute paths, symlinks leading out); "
+        "they are listed in import_summary.json (refused without this flag).",
+    ),
 )
 
 

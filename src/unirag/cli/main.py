@@ -71,6 +71,15 @@ def main(argv: list[str] | None = None) -> None:
     except UniragError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
+    except (OSError, RuntimeError) as e:  # RuntimeError: FAISS and sqlite wrap the OSError they hit
+        from unirag.errors import os_error_in, os_error_line
+
+        found = os_error_in(e)
+        if found is None:
+            raise  # not the file system: a bug, shown with its traceback
+        click.echo(f"error: {os_error_line(found)}; finished work is kept, free space or fix the folder "
+                   "and rerun", err=True)
+        sys.exit(2)
     except KeyboardInterrupt:
         click.echo("Interrupted; finished work is saved, rerun the same command to resume.", err=True)
         sys.exit(130)

@@ -1,8 +1,36 @@
-"""Image loading that reports bad files instead of failing late or dropping them silently."""
+"""The one image loader, and the checks and reports built on it.
+
+Every place where an image enters unirag - the import check, index builds, queries and
+``Retriever.search``, server uploads and thumbnails, few-shot examples sent to generators, metrics -
+decodes it with :func:`load_rgb`, so what passes the import check is exactly what gets embedded, and
+a phone photo looks the same in a search, in an index and on the page.
+
+:func:`load_rgb` takes a path, encoded bytes, a PIL image or an array and returns an upright 8-bit
+RGB PIL image:
+
+* **orientation**: the EXIF orientation tag is applied (``ImageOps.exif_transpose``), so a phone
+  photo tagged "rotate 90" is embedded the way it is shown;
+* **bit depth**: 16-bit, 32-bit integer and float images (modes ``I;16*``, ``I``, ``F``; uint16
+  arrays) are mapped to 8 bits by their real range: 16-bit data by its 0..65535 range, 32-bit
+  integers by 0..255 / 0..65535 / their min..max (the first that holds all values), floats by
+  0..1, 0..255 or their min..max (float *arrays* are refused: their range is ambiguous);
+* **transparency**: composited on the ``image_background`` setting's colour (white by default,
+  ``black`` reproduces a plain ``convert("RGB")``);
+* **animations**: the first frame;
+* **decompression bombs**: an image whose header declares more than ``max_pixels`` (the
+  ``image_max_pixels`` setting, 40 megapixels by default; the server's ``--max-pixels``) is refused
+  with :class:`~unirag.errors.InputError` before any pixel is decoded;
+* **empty images** (0 pixels wide or high, or an empty array) are refused with ``InputError``.
+
+A missing, corrupt or refused image always raises :class:`InputError` naming the file (never a PIL,
+numpy or ZeroDivision error). :func:`load_rgb` is a plain module-level function, so it can be
+pickled and called from worker processes.
+"""
 
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,23 +39,221 @@ from typing import Any
 from unirag.errors import InputError
 
 #: What the public API accepts wherever an image goes in: a file path, a PIL image, encoded bytes
-#: (PNG, JPEG, ...) or an ``H x W x 3`` uint8 array.
+#: (PNG, JPEG, ...) or an ``H x W``, ``H x W x 3`` or ``H x W x 4`` uint8 (or uint16) array.
 ImageLike = Any
 
+#: Background colours transparency can be composited on (the ``image_background`` setting).
+BACKGROUNDS = {"white": (255, 255, 255), "black": (0, 0, 0)}
 
-def load_rgb(path: str | Path):
-    """Open an image file as RGB. Raises :class:`InputError` naming the file if missing or corrupt."""
+_DECODE_ERRORS: tuple[type[BaseException], ...] = (OSError, SyntaxError, ValueError, EOFError,
+                                                     IndexError, KeyError, TypeError, ZeroDivisionError)
+
+
+def _setting_default(name: str) -> Any:
+    from unirag.profiles import SETTINGS
+
+    return SETTINGS[name].default
+
+
+def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str | None = None,
+             draft: int | None = None):
+    """Decode ``image`` (path, bytes, PIL image or array) to an upright 8-bit RGB PIL image.
+
+    ``max_pixels``: most pixels (width x height) accepted, checked from the header before decoding;
+    None reads the ``image_max_pixels`` setting. ``background``: "white" or "black", what transparent
+    pixels become; None reads the ``image_background`` setting. ``draft``: decode JPEGs at a reduced
+    DCT scale no smaller than ``draft`` pixels a side (thumbnails and the import check use it; the
+    whole stream is still read, so truncated files still fail).
+
+    Raises :class:`InputError` naming the file when it is missing, corrupt, a decompression bomb or
+    empty, or when ``image`` is not an image at all. See the module docstring for what is done to
+    orientation, bit depth, transparency and animations.
+    """
+    max_pixels = int(_setting_default("image_max_pixels") if max_pixels is None else max_pixels)
+    background = _setting_default("image_background") if background is None else background
+    if background not in BACKGROUNDS:
+        from unirag.errors import ConfigError
+
+        raise ConfigError(f"image background must be one of {', '.join(BACKGROUNDS)}, got {background!r}")
+    from PIL import Image
+
+    if isinstance(image, str | Path):
+        path = Path(image)
+        if not path.is_file():
+            raise InputError("image file not found" if not path.exists() else "not a file", path=path)
+        return _decode(lambda: Image.open(path), max_pixels, background, draft, path=path, what="image")
+    if isinstance(image, bytes | bytearray | memoryview):
+        data = bytes(image)
+        if not data:
+            raise InputError("cannot decode image bytes: empty")
+        return _decode(lambda: Image.open(io.BytesIO(data)), max_pixels, background, draft, path=None,
+                       what="image bytes")
+    if isinstance(image, Image.Image):
+        src = getattr(image, "filename", None) or None
+        _check_size(image.size, max_pixels, src)
+        return _normalise(image, background, src)
+    if hasattr(image, "__array_interface__"):
+        return _from_array(image, max_pixels, background)
+    raise InputError(f"not an image: expected a path, a PIL image, bytes or an array, got {type(image).__name__}")
+
+
+def as_rgb(image: ImageLike, **options: Any):
+    """The same as :func:`load_rgb` (kept for callers that say "any image, as RGB")."""
+    return load_rgb(image, **options)
+
+
+class _Refused(InputError):
+    """An image that decodes but is refused (a bomb, an empty image): reported as such, not as corrupt."""
+
+
+def _check_size(size: tuple[int, int], max_pixels: int, path: str | Path | None) -> None:
+    width, height = size
+    if width <= 0 or height <= 0:
+        raise _Refused(f"empty image ({width}x{height} pixels)", path=path)
+    if width * height > max_pixels:
+        raise _Refused(f"image is {width}x{height} = {width * height:,} pixels, more than the {max_pixels:,} "
+                         "allowed (decompression bomb? raise the image_max_pixels setting / --max-pixels to "
+                         "accept it)", path=path)
+
+
+def _decode(opener, max_pixels: int, background: str, draft: int | None, *, path: Path | None, what: str):
     from PIL import Image, UnidentifiedImageError
 
-    path = Path(path)
-    if not path.exists():
-        raise InputError("image file not found", path=path)
     try:
-        with Image.open(path) as im:
-            im.load()
-            return im.convert("RGB")
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise InputError(f"cannot decode image ({e.__class__.__name__}: {e})", path=path) from None
+        with warnings.catch_warnings():
+            # PIL's own bomb guard (MAX_IMAGE_PIXELS) warns, then errors: both become InputError here.
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with opener() as im:
+                _check_size(im.size, max_pixels, path)  # header only: nothing decoded yet
+                if getattr(im, "n_frames", 1) > 1:
+                    im.seek(0)  # animations: the first frame
+                if draft and im.format == "JPEG":
+                    im.draft("RGB", (draft, draft))
+                im.load()
+                return _normalise(im, background, path)
+    except InputError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise _Refused(f"refused as a decompression bomb ({e}; PIL's own limit, which applies whatever "
+                       "the image_max_pixels setting says)", path=path) from None
+    except UnidentifiedImageError:
+        raise InputError(f"cannot decode {what}: not an image file PIL can read", path=path) from None
+    except _DECODE_ERRORS as e:
+        raise InputError(f"cannot decode {what} ({e.__class__.__name__}: {e})", path=path) from None
+
+
+def _normalise(im, background: str, path: str | Path | None):
+    """Upright, 8 bits per channel, transparency composited, RGB."""
+    from PIL import Image, ImageOps
+
+    try:
+        im = ImageOps.exif_transpose(im)
+    except _DECODE_ERRORS:  # a malformed EXIF block: keep the pixels as stored
+        pass
+    mode = im.mode
+    if mode.startswith("I") or mode == "F":
+        im = Image.fromarray(_to_uint8(_as_numpy(im)), mode="L")
+        mode = "L"
+    has_alpha = mode in ("RGBA", "LA", "La", "RGBa", "PA") or (mode == "P" and "transparency" in im.info) \
+        or (mode in ("L", "RGB") and "transparency" in im.info)
+    if has_alpha:
+        rgba = im.convert("RGBA")
+        canvas = Image.new("RGBA", rgba.size, BACKGROUNDS[background] + (255,))
+        return Image.alpha_composite(canvas, rgba).convert("RGB")
+    return im if mode == "RGB" else im.convert("RGB")
+
+
+def _as_numpy(im):
+    import numpy as np
+
+    if im.mode.startswith("I;16"):
+        return np.asarray(im).astype(np.uint16)
+    return np.asarray(im)
+
+
+def _to_uint8(array):
+    """Map integer or float pixel values to 0..255 by their real range (see the module docstring)."""
+    import numpy as np
+
+    a = np.asarray(array)
+    if a.dtype == np.uint8:
+        return a
+    if a.dtype == np.bool_:
+        return a.astype(np.uint8) * 255
+    finite = a[np.isfinite(a)] if a.dtype.kind == "f" else a
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    if a.dtype.kind == "f":
+        a = np.nan_to_num(a.astype(np.float64), nan=0.0, posinf=hi, neginf=lo)
+        if lo >= 0.0 and hi <= 1.0:
+            scale_lo, scale_hi = 0.0, 1.0
+        elif lo >= 0.0 and hi <= 255.0:
+            scale_lo, scale_hi = 0.0, 255.0
+        else:
+            scale_lo, scale_hi = lo, hi
+    elif a.dtype == np.uint16:
+        scale_lo, scale_hi = 0.0, 65535.0
+    elif lo >= 0 and hi <= 255:
+        scale_lo, scale_hi = 0.0, 255.0
+    elif lo >= 0 and hi <= 65535:
+        scale_lo, scale_hi = 0.0, 65535.0
+    else:
+        scale_lo, scale_hi = lo, hi
+    span = (scale_hi - scale_lo) or 1.0
+    out = (a.astype(np.float64) - scale_lo) * (255.0 / span)
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
+def _from_array(image, max_pixels: int, background: str):
+    import numpy as np
+    from PIL import Image
+
+    array = _checked_array(image, None)
+    if array.ndim == 3 and array.shape[2] == 1:
+        array = array[:, :, 0]
+    _check_size((array.shape[1], array.shape[0]), max_pixels, None)
+    array = _to_uint8(array)
+    mode = "L" if array.ndim == 2 else ("RGB" if array.shape[2] == 3 else "RGBA")
+    return _normalise(Image.fromarray(np.ascontiguousarray(array), mode=mode), background, None)
+
+
+def check_image_like(image: ImageLike, name: str = "image") -> None:
+    """Refuse, without decoding, what cannot be an image: raises :class:`InputError` naming the
+    argument ``name`` and what was expected (a missing file, empty bytes, an empty or wrongly shaped
+    array, another type). For callers that may not decode the image themselves (example captioners)."""
+    from PIL import Image
+
+    if isinstance(image, str | Path):
+        if not Path(image).is_file():
+            raise InputError("image file not found", path=image, field=name)
+        return
+    if isinstance(image, bytes | bytearray | memoryview):
+        if not bytes(image):
+            raise InputError("empty image bytes", field=name)
+        return
+    if isinstance(image, Image.Image):
+        if 0 in image.size:
+            raise InputError(f"empty image ({image.size[0]}x{image.size[1]} pixels)", field=name)
+        return
+    if hasattr(image, "__array_interface__"):
+        _checked_array(image, name)
+        return
+    raise InputError(f"expected an image (a path, a PIL image, encoded bytes or a uint8/uint16 array), "
+                     f"got {'None' if image is None else type(image).__name__}", field=name)
+
+
+def _checked_array(image, name: str | None):
+    import numpy as np
+
+    array = np.asarray(image)
+    shape_ok = array.ndim == 2 or (array.ndim == 3 and array.shape[2] in (1, 3, 4))
+    if not shape_ok or array.dtype not in (np.uint8, np.uint16, np.bool_):
+        raise InputError(f"expected a uint8 (or uint16) image array of shape (H, W), (H, W, 3) or (H, W, 4); "
+                         f"got {array.dtype} {array.shape}"
+                         + (" (float arrays: scale to 0..255 and cast to uint8 first)"
+                            if array.dtype.kind == "f" else ""), field=name)
+    if 0 in array.shape:
+        raise _Refused(f"empty image array {array.shape}", field=name)
+    return array
 
 
 def is_path_like(image: ImageLike) -> bool:
@@ -40,35 +266,6 @@ def image_path_of(image: ImageLike) -> Path | None:
         return Path(image)
     filename = getattr(image, "filename", None)  # set by PIL.Image.open, empty for in-memory images
     return Path(filename) if isinstance(filename, str) and filename and Path(filename).is_file() else None
-
-
-def as_rgb(image: ImageLike):
-    """Decode any :data:`ImageLike` to an RGB PIL image (a path goes through :func:`load_rgb`).
-
-    A path reads exactly as the command line reads it, so the API and the CLI see the same pixels.
-    """
-    if is_path_like(image):
-        return load_rgb(image)
-    from PIL import Image, UnidentifiedImageError
-
-    if isinstance(image, Image.Image):
-        return image if image.mode == "RGB" else image.convert("RGB")
-    if isinstance(image, bytes | bytearray | memoryview):
-        try:
-            with Image.open(io.BytesIO(bytes(image))) as im:
-                im.load()
-                return im.convert("RGB")
-        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-            raise InputError(f"cannot decode image bytes ({e.__class__.__name__}: {e})") from None
-    if hasattr(image, "__array_interface__"):
-        import numpy as np
-
-        array = np.asarray(image)
-        if array.dtype != np.uint8 or array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] not in (3, 4)):
-            raise InputError(f"an image array must be uint8 with shape (H, W), (H, W, 3) or (H, W, 4); got "
-                             f"{array.dtype} {array.shape}")
-        return Image.fromarray(array).convert("RGB")
-    raise InputError(f"not an image: expected a path, a PIL image, bytes or a uint8 array, got {type(image).__name__}")
 
 
 def png_bytes(image, compress_level: int = 6) -> bytes:
@@ -121,12 +318,14 @@ def save_png_by_content(image: ImageLike, folder: str | Path) -> Path:
     return path
 
 
-def image_problem(path: str | Path, mode: str = "decode") -> str | None:
+def image_problem(path: str | Path, mode: str = "decode", *, max_pixels: int | None = None) -> str | None:
     """Why ``path`` cannot be used as an image, or None when it can.
 
-    ``mode``: "decode" reads all pixel data (JPEGs at reduced DCT scale, which still walks the whole
-    stream), so truncated files are caught - PIL's ``verify()`` alone passes a truncated JPEG;
-    "verify" checks headers/structure only (faster); "exists" only checks the file is there.
+    ``mode``: "decode" runs :func:`load_rgb` itself (JPEGs at reduced DCT scale, which still walks
+    the whole stream), so what passes is exactly what an index build embeds - truncated files,
+    decompression bombs and empty images are caught (PIL's ``verify()`` alone passes a truncated
+    JPEG); "verify" checks headers/structure and the pixel limit only (faster); "exists" only checks
+    the file is there.
     """
     from PIL import Image
 
@@ -138,12 +337,21 @@ def image_problem(path: str | Path, mode: str = "decode") -> str | None:
     if mode == "exists":
         return None
     try:
-        with Image.open(p) as im:
-            if mode == "verify":
+        if mode == "decode":
+            load_rgb(p, max_pixels=max_pixels, draft=64)
+            return None
+        limit = int(_setting_default("image_max_pixels") if max_pixels is None else max_pixels)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(p) as im:
+                _check_size(im.size, limit, p)
                 im.verify()
-            else:
-                im.draft("RGB", (64, 64))
-                im.load()
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        return f"refused as a decompression bomb ({e})"
+    except _Refused as e:
+        return e.reason
+    except InputError as e:
+        return f"corrupt ({e.reason})"
     except Exception as e:  # noqa: BLE001 - PIL raises many types for corrupt files
         return f"corrupt ({e.__class__.__name__}: {e})"
     return None
@@ -158,3 +366,28 @@ def check_images(paths: Iterable[str | Path], report: BadImageReport | None = No
         if reason is not None:
             report.add(p, reason)
     return report
+
+
+def upright_size(image: str | Path | bytes) -> tuple[int, int]:
+    """``(width, height)`` of a file or encoded image as :func:`load_rgb` would return it (EXIF
+    orientations 5-8 swap the sides), from the header only: nothing is decoded."""
+    from PIL import Image
+
+    src = io.BytesIO(bytes(image)) if isinstance(image, bytes | bytearray | memoryview) else image
+    try:
+        with Image.open(src) as im:
+            width, height = im.size
+            turned = exif_orientation(im) in (5, 6, 7, 8)
+    except Exception as e:  # noqa: BLE001 - PIL raises many types (bombs included) for bad headers
+        raise InputError(f"cannot read the image header ({e.__class__.__name__}: {e})",
+                         path=None if isinstance(src, io.BytesIO) else src) from None
+    return (height, width) if turned else (width, height)
+
+
+def exif_orientation(im) -> int:
+    """The EXIF orientation tag of an open PIL image (1, "as stored", when absent or unreadable)."""
+    try:
+        value = im.getexif().get(0x0112, 1)
+        return int(value) if value in range(1, 9) else 1
+    except _DECODE_ERRORS:
+        return 1

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from unirag.data.text import decode_line, iter_text_lines
 from unirag.errors import InputError
 
 
@@ -25,16 +26,20 @@ def iter_json_lines(path: str | Path, *, what: str = "file") -> Iterator[tuple[i
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{what} not found", path=path)
-    with path.open("r", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if line.strip():
-                yield lineno, parse_json_line(line, path, lineno)
+    for lineno, line in iter_text_lines(path):
+        if line.strip():
+            yield lineno, parse_json_line(line, path, lineno)
 
 
 def parse_json_line(line: str | bytes, path: Path, lineno: int) -> dict[str, Any]:
     """One JSONL line as an object, or :class:`InputError` naming ``path`` and ``lineno``.
 
-    For readers that find their lines themselves (e.g. a pool shard read from a byte offset)."""
+    For readers that find their lines themselves (e.g. a pool shard read from a byte offset). The
+    line ending is dropped first, so a line cut short is reported at its end, not at "column 1" of
+    the next line; bytes must be UTF-8 (see :mod:`unirag.data.text`)."""
+    if isinstance(line, bytes | bytearray):
+        line = decode_line(bytes(line), path, lineno, line_start=None)
+    line = line.rstrip("\r\n")
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:

@@ -16,6 +16,7 @@ from typing import Any
 
 from unirag.data.jsonl import iter_json_lines
 from unirag.data.records import Candidate, Modality, Qrels, Query
+from unirag.data.text import iter_text_lines
 from unirag.errors import InputError
 from unirag.runs.atomic import atomic_write_lines
 
@@ -72,9 +73,21 @@ def _did_list(obj: dict, key: str, path: Path, lineno: int) -> list[str]:
 
 def read_candidates(path: str | Path) -> Iterator[Candidate]:
     """Stream candidates from an M-BEIR pool JSONL file (one line at a time, memory bounded)."""
+    for _, c in read_numbered_candidates(path):
+        yield c
+
+
+def read_numbered_candidates(path: str | Path) -> Iterator[tuple[int, Candidate]]:
+    """``(line number, candidate)`` of an M-BEIR pool file, for messages that name the line."""
     path = Path(path)
     for lineno, obj in iter_json_lines(path):
-        yield parse_candidate(obj, path, lineno)
+        yield lineno, parse_candidate(obj, path, lineno)
+
+
+def duplicate_did(did: str, line: int | None, first: int | None, path: str | Path | None) -> InputError:
+    """The error for a did seen twice in a pool, naming both lines when they are known."""
+    where = f" (first at line {first})" if first is not None else ""
+    return InputError(f"duplicate did {did!r} in the candidate pool{where}", path=path, line=line, field="did")
 
 
 def parse_candidate(obj: dict, path: Path, lineno: int) -> Candidate:
@@ -119,21 +132,20 @@ def read_qrels(path: str | Path) -> Qrels:
     if not path.exists():
         raise InputError("file not found", path=path)
     qrels = Qrels()
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) not in (4, 5):
-                raise InputError(f"expected 'qid 0 did relevance [task_id]', got {len(parts)} columns",
-                                 path=path, line=lineno)
-            try:
-                rel = int(parts[3])
-                task = int(parts[4]) if len(parts) == 5 else None
-            except ValueError:
-                raise InputError("relevance and task_id must be integers", path=path, line=lineno) from None
-            if rel > 0:
-                qrels.add(parts[0], parts[2], task)
+    for lineno, line in iter_text_lines(path):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) not in (4, 5):
+            raise InputError(f"expected 'qid 0 did relevance [task_id]', got {len(parts)} columns",
+                             path=path, line=lineno)
+        try:
+            rel = int(parts[3])
+            task = int(parts[4]) if len(parts) == 5 else None
+        except ValueError:
+            raise InputError("relevance and task_id must be integers", path=path, line=lineno) from None
+        if rel > 0:
+            qrels.add(parts[0], parts[2], task)
     return qrels
 
 

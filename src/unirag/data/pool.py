@@ -70,6 +70,7 @@ class Pool:
         from unirag.data.images import is_path_like, save_png_by_content
         from unirag.errors import ConfigError
 
+        pairs = check_pairs(pairs)
         out: list[Candidate] = []
         for n, (image, captions) in enumerate(pairs):
             sid = f"{prefix}:{n}"
@@ -192,3 +193,34 @@ def _check_unique(records: list[Candidate]) -> None:
         if c.did in seen:
             raise InputError(f"duplicate did {c.did!r} in the candidate pool", field="did")
         seen.add(c.did)
+
+
+def check_pairs(pairs: Any) -> list[tuple[Any, Any]]:
+    """``Pool.from_pairs``' input as a list, each item checked: an ``(image, caption or captions)``
+    pair whose image is a path or an image and whose captions are strings. Raises
+    :class:`InputError` naming ``pairs[i]`` and what was expected (instead of an unpacking or
+    ``NoneType is not iterable`` error, or a number silently stored as text)."""
+    from unirag.data.images import check_image_like
+
+    if isinstance(pairs, str | bytes | Mapping) or not isinstance(pairs, Iterable):
+        raise InputError(f"expected a list of (image, caption) pairs, got {type(pairs).__name__}", field="pairs")
+    out = []
+    for n, item in enumerate(pairs):
+        where = f"pairs[{n}]"
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            got = f"a {len(item)}-item {type(item).__name__}" if isinstance(item, tuple | list) else type(item).__name__
+            raise InputError(f"expected an (image, caption or list of captions) pair, got {got}", field=where)
+        image, captions = item
+        if not isinstance(image, str | Path):  # paths may be relative to images_root: read when indexed
+            check_image_like(image, f"{where}[0] (image)")
+        texts = [captions] if isinstance(captions, str) else captions
+        if texts is None or isinstance(texts, bytes | Mapping) or not isinstance(texts, Iterable):
+            raise InputError(f"expected a caption string or a list of caption strings, got "
+                             f"{type(captions).__name__}", field=f"{where}[1] (captions)")
+        texts = list(texts)
+        bad = next((t for t in texts if not isinstance(t, str)), None)
+        if bad is not None or not texts:
+            raise InputError("expected caption strings, got " + (type(bad).__name__ + f" {bad!r}" if texts else
+                                                                 "an empty list"), field=f"{where}[1] (captions)")
+        out.append((image, texts))
+    return out

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from unirag.data.records import Modality, Query
+from unirag.data.text import read_text
 from unirag.errors import ConfigError, InputError
 
 #: Where M-BEIR keeps the file, relative to the M-BEIR root.
@@ -69,7 +70,7 @@ class QueryInstructions:
         if not path.is_file():
             raise InputError("query instructions file not found", path=path)
         table: dict[tuple[str, str, str], list[str]] = {}
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_text(path).splitlines()
         for lineno, line in enumerate(lines[1:], start=2):  # the first line is the header
             if not line.strip():
                 continue

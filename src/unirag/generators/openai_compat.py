@@ -9,7 +9,6 @@ http://localhost:8000/v1`` differ only in configuration. The SDK's own retries a
 
 from __future__ import annotations
 
-import io
 import math
 from typing import Any
 
@@ -43,13 +42,9 @@ def render_openai_messages(messages: list[Message], detail: str | None = None) -
 
 
 def _image_size(part: ImagePart) -> tuple[int, int]:
-    from PIL import Image
+    from unirag.data.images import upright_size
 
-    if part.path is not None:
-        with Image.open(part.path) as im:
-            return im.size
-    with Image.open(io.BytesIO(part.data)) as im:
-        return im.size
+    return upright_size(part.path if part.path is not None else part.data)
 
 
 def openai_image_tokens(width: int, height: int, detail: str | None = None) -> int:

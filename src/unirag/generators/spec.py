@@ -69,3 +69,45 @@ def load_factory(target: str, kind: str) -> Any:
     if not callable(factory):
         raise ConfigError(f"module {module_name!r} has no callable {attr!r} (python:{target})")
     return factory
+
+
+#: Every option some unirag caption or image backend declares (besides the model named in the spec).
+#: ``Captioner``/``ImageGenerator`` refuse any other keyword (a misspelt option would otherwise be
+#: dropped without a word); an option another backend takes is accepted and dropped, as the CLI's
+#: shared option set is. A test keeps this list equal to the backends' signatures.
+KNOWN_GENERATOR_OPTIONS = frozenset({
+    "api_key_env", "base_url", "batch_size", "check_safety", "detail", "device", "dtype", "family",
+    "lavit_code", "lavit_module", "model", "model_path", "offload", "oom_fallback", "pipeline", "quality",
+    "similarity", "strategy", "text_encoder", "timeout", "top_k", "use_xformers", "variant",
+})
+
+
+def check_generator_options(owner: str, spec: str | None, options: dict[str, Any], own: tuple[str, ...]) -> None:
+    """ConfigError naming the first keyword no backend takes, with the known ones (``own``: the
+    caller's own keywords, listed too). ``python:`` plugins take any options: not checked."""
+    if spec is not None and spec.strip().startswith("python:"):
+        return
+    unknown = sorted(k for k in options if k not in KNOWN_GENERATOR_OPTIONS)
+    if unknown:
+        known = ", ".join(sorted(set(own) | KNOWN_GENERATOR_OPTIONS))
+        raise ConfigError(f"{owner}: unknown option {unknown[0]!r}" + (f" (and {', '.join(map(repr, unknown[1:]))})"
+                                                                       if len(unknown) > 1 else "")
+                          + f"; known options: {known}")
+
+
+def retry_policy(max_attempts: Any = None, retry: Any = None):
+    """The :class:`~unirag.runs.retry.RetryPolicy` for ``max_attempts=`` / ``retry=`` (a RetryPolicy, or
+    None: the runs' default policy), checked: InputError naming the argument for a wrong type."""
+    from unirag.errors import InputError
+    from unirag.runs.retry import RetryPolicy
+
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise InputError(f"expected a unirag.runs.retry.RetryPolicy, got {type(retry).__name__}", field="retry")
+    policy = retry or RetryPolicy()
+    if max_attempts is not None:
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise InputError(f"expected a positive integer, got {max_attempts!r}", field="max_attempts")
+        from dataclasses import replace
+
+        policy = replace(policy, max_attempts=max_attempts)
+    return policy

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from unirag.data.images import BadImageReport
-from unirag.data.mbeir import read_candidates
+from unirag.data.mbeir import duplicate_did, read_numbered_candidates
 from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError
 from unirag.index import factory
@@ -122,14 +122,14 @@ def _build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, en
     from tqdm.auto import tqdm
 
     if isinstance(pool, Path):
-        candidates, total, pool_file = read_candidates(pool), _count_lines(pool), str(pool)
+        candidates, total, pool_file = read_numbered_candidates(pool), _count_lines(pool), str(pool)
     else:
-        candidates, total, pool_file = pool, len(pool), None
+        candidates, total, pool_file = ((None, c) for c in pool), len(pool), None
 
     bad = BadImageReport()
     encode_chunk = ChunkEncoder(encoder, images_root, bad)
     pending: dict[Modality, list[Candidate]] = {}
-    seen: set[str] = set()
+    seen: dict[str, int | None] = {}
     with IndexWriter(out_dir, encoder.dim, encoder_info(encoder, encoder_spec), index_type, params) as writer:
 
         def flush(modality: Modality) -> None:
@@ -137,10 +137,10 @@ def _build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, en
             writer.add(modality, [candidate_meta(c) for c in kept], vectors)
 
         bar = tqdm(total=total, desc="index build", unit="cand", disable=not progress)
-        for c in candidates:
+        for lineno, c in candidates:
             if c.did in seen:
-                raise InputError(f"duplicate did {c.did!r} in the candidate pool", path=pool_file, field="did")
-            seen.add(c.did)
+                raise duplicate_did(c.did, lineno, seen[c.did], pool_file)
+            seen[c.did] = lineno
             pending.setdefault(c.modality, []).append(c)
             if len(pending[c.modality]) >= batch_size:
                 flush(c.modality)

@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from unirag.data.mbeir import read_candidates
+from unirag.data.mbeir import duplicate_did, read_candidates, read_numbered_candidates
 from unirag.data.records import Modality
+from unirag.data.text import iter_text_lines
 from unirag.errors import ConfigError, InputError
 from unirag.index.directory import scratch_dir
 from unirag.index.writer import IndexWriter
@@ -42,12 +43,11 @@ def _read_ids(path: Path) -> list[str]:
     if not path.is_file():
         raise InputError("ids file not found", path=path)
     ids = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            did = line.rstrip("\n").rstrip("\r")
-            if not did.strip():
-                raise InputError("empty id line (one candidate id per line, no blank lines)", path=path, line=lineno)
-            ids.append(did)
+    for lineno, line in iter_text_lines(path):
+        did = line.rstrip("\n").rstrip("\r")
+        if not did.strip():
+            raise InputError("empty id line (one candidate id per line, no blank lines)", path=path, line=lineno)
+        ids.append(did)
     return ids
 
 
@@ -173,10 +173,12 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
     _check_shards_done(embeddings)
     sources = _sources(embeddings, ids_path)
     positions: dict[str, int] = {}
-    for c in read_candidates(pool):
+    lines: dict[str, int] = {}
+    for lineno, c in read_numbered_candidates(pool):
         if c.did in positions:
-            raise InputError(f"duplicate did {c.did!r} in the candidate pool", path=pool, field="did")
+            raise duplicate_did(c.did, lineno, lines[c.did], pool)
         positions[c.did] = len(positions)
+        lines[c.did] = lineno
     n = len(positions)
     if n == 0:
         raise InputError("nothing to index: the pool has no usable candidates", path=pool)

@@ -38,6 +38,19 @@ from unirag.index.metadata import MetaWriter
 SPILL_CHUNK = 65536
 
 
+def faiss_write_error(e: RuntimeError, target: Path) -> OSError:
+    """The OSError behind a FAISS write failure (``... write error ...: 28 (No space left on device)``)."""
+    import errno as errno_names
+    import re
+
+    m = re.search(r"\(([^()]+)\)\s*$", str(e))  # FAISS ends with "(<strerror>)"
+    reason = m.group(1) if m else str(e)
+    code = next((c for c in errno_names.errorcode if os.strerror(c) == reason), None)
+    if code is None:
+        code = errno_names.ENOSPC if "space" in reason.lower() else errno_names.EIO
+    return OSError(code, os.strerror(code), str(target))
+
+
 class _SubIndex:
     """The part of the build for one modality: FAISS shards (or a spill file for IVF-PQ)."""
 
@@ -77,7 +90,11 @@ class _SubIndex:
         import faiss
 
         name = shard_file(self.modality, len(self.shards))
-        faiss.write_index(index, str(self.folder / name))
+        target = self.folder / name
+        try:
+            faiss.write_index(index, str(target))
+        except RuntimeError as e:  # FAISS reports a failed write as a RuntimeError quoting errno
+            raise faiss_write_error(e, target) from e
         self.shards.append({"file": name, "count": int(index.ntotal)})
 
     def finish(self, seed: int) -> dict[str, Any]:

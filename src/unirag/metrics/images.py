@@ -61,14 +61,13 @@ def size_batches(paths: Sequence[str | Path], batch_size: int) -> Iterator[Any]:
 
 def _sorted_by_size(paths: Sequence[str | Path]) -> list[str | Path]:
     """Order paths so images of the same size are adjacent (fewer, fuller batches); reads headers only."""
-    from PIL import Image
+    from unirag.data.images import upright_size
 
     def size(p: str | Path) -> tuple[int, int]:
         if not isinstance(p, str | Path):
             return as_rgb(p).size
         try:
-            with Image.open(p) as im:
-                return im.size
+            return upright_size(p)
         except Exception:  # noqa: BLE001 - load_uint8 reports the real error with the path
             return (0, 0)
     return sorted(paths, key=size)

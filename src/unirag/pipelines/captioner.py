@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unirag.data.images import ImageLike, is_path_like
-from unirag.errors import BackendError, ConfigError
+from unirag.data.images import ImageLike, check_image_like, is_path_like
+from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.base import (
     CaptionBackend,
     ExampleCaptioner,
@@ -46,6 +46,8 @@ class Caption:
     raw: dict[str, Any] | None = None
     #: the single picture sent to single-image models (examples and query merged), if any
     merged_image: Any = None
+    #: calls it took (transient errors - 429, 5xx, timeouts - are retried, see ``Captioner(max_attempts=)``)
+    attempts: int = 1
 
     def __str__(self) -> str:
         return self.text
@@ -65,16 +67,28 @@ class Captioner(LazyBackend):
     ``generator``: a spec (``openai:gpt-4o``, ``gemini:gemini-1.5-pro``, ``hf:HUB_ID_OR_DIR``,
     ``retrieval:top1``, ``retrieval:consensus``) or a generator object. ``generator_options`` go to
     the backend (``base_url``, ``timeout``, ``device``, ``dtype``, ``batch_size``, ``family``,
-    ``similarity``, ...). ``images_root``: the folder relative example image paths are relative to.
+    ``similarity``, ...); an option no backend takes raises :class:`~unirag.errors.ConfigError`
+    naming it and the known ones. ``images_root``: the folder relative example image paths are
+    relative to. :meth:`caption` and :meth:`caption_batch` retry transient errors (429, 5xx,
+    timeouts) with the policy runs use (:class:`unirag.runs.retry.RetryPolicy`: exponential backoff
+    with jitter, Retry-After honoured): ``max_attempts`` tries (default 6), or pass ``retry=`` a policy.
     The backend loads on first use or at :meth:`warm_up`; :meth:`close` (or ``with``) releases it.
     """
+
+    OWN_OPTIONS = ("max_tokens", "temperature", "templates_dir", "prices", "images_root", "max_attempts", "retry")
 
     def __init__(self, generator: str | CaptionBackend = DEFAULT_GENERATOR, *, max_tokens: int = 400,
                  temperature: float = 0.0, templates_dir: str | Path | None = None,
                  prices: str | Path | Mapping | None = None, images_root: str | Path | None = None,
-                 **generator_options: Any) -> None:
+                 max_attempts: int | None = None, retry: Any = None, **generator_options: Any) -> None:
         from unirag.generators.pricing import load_prices, merge_prices, price_for
+        from unirag.generators.spec import check_generator_options, retry_policy
 
+        _check_arg_types(max_tokens=(max_tokens, int), temperature=(temperature, int | float),
+                         templates_dir=(templates_dir, str | Path | None), images_root=(images_root, str | Path | None))
+        check_generator_options("Captioner", generator if isinstance(generator, str) else None,
+                                generator_options, self.OWN_OPTIONS)
+        self.retry = retry_policy(max_attempts, retry)
         if isinstance(generator, str):
             from unirag.generators.registry import parse_spec
 
@@ -83,7 +97,8 @@ class Captioner(LazyBackend):
         elif isinstance(generator, TextGenerator | ExampleCaptioner):
             self.spec, self._backend, self._owned = generator.spec, generator, False
         else:
-            raise ConfigError(f"Captioner needs a generator spec or a generator object, got {type(generator).__name__}")
+            raise InputError(f"Captioner needs a generator spec (e.g. 'openai:gpt-4o') or a generator object, got "
+                             f"{type(generator).__name__}", field="generator")
         self.generator_options = {k: v for k, v in generator_options.items() if v is not None}
         self.options = GenerationOptions(max_tokens=max_tokens, temperature=temperature)
         self.templates_dir = templates_dir
@@ -171,8 +186,14 @@ class Captioner(LazyBackend):
         "random" (examples as given) or "zero-shot" (no examples). Raises
         :class:`~unirag.errors.BackendError` when the call fails or returns an empty caption.
         """
+        from unirag.runs.retry import call_with_retry
+
+        check_image_like(image, "image")
         request = self.request(image, examples, mode=mode, label=label)
-        return self.complete(request, captions=self._top_candidate(examples) if request.prompt is None else None)
+        captions = self._top_candidate(examples) if request.prompt is None else None
+        out, attempts = call_with_retry(lambda: self.complete(request, captions=captions), self.retry)
+        out.attempts = attempts
+        return out
 
     def _top_candidate(self, examples: Any) -> list[str] | None:
         """``retrieval:top1`` on search hits captions with the top hit's own pair, as the paper's code and
@@ -187,11 +208,21 @@ class Captioner(LazyBackend):
     def caption_batch(self, images: Sequence[ImageLike], examples: Sequence[Iterable[Any]] | None = None, *,
                       mode: str = "rag") -> list[Caption]:
         """:meth:`caption` for many images (``examples[i]`` for ``images[i]``), batched where the backend batches."""
+        from unirag.runs.retry import call_with_retry
+
+        if isinstance(images, str | bytes) or not isinstance(images, Sequence):
+            raise InputError(f"expected a list of images, got {type(images).__name__}", field="images")
+        for i, im in enumerate(images):
+            check_image_like(im, f"images[{i}]")
         examples = list(examples) if examples is not None else [()] * len(images)
         if len(examples) != len(images):
             raise ConfigError(f"caption_batch got {len(images)} images but {len(examples)} example lists")
-        return self.complete_batch([self.request(im, ex, mode=mode, label=f"query {i}")
-                                    for i, (im, ex) in enumerate(zip(images, examples, strict=True))])
+        requests = [self.request(im, ex, mode=mode, label=f"query {i}")
+                    for i, (im, ex) in enumerate(zip(images, examples, strict=True))]
+        out, attempts = call_with_retry(lambda: self.complete_batch(requests), self.retry)
+        for c in out:
+            c.attempts = attempts
+        return out
 
     def _caption(self, request: CaptionRequest, gen: Generation) -> Caption:
         from unirag.generators.pricing import cost_usd
@@ -216,7 +247,7 @@ class Captioner(LazyBackend):
                 "temperature": self.options.temperature,
                 "templates_dir": str(self.templates_dir) if self.templates_dir else None, "prices": prices,
                 "images_root": str(self.images_root) if self.images_root else None,
-                "generator_options": dict(self.generator_options)}
+                "max_attempts": self.retry.max_attempts, "generator_options": dict(self.generator_options)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Captioner:
@@ -259,10 +290,10 @@ def to_shots(examples: Iterable[Any], images_root: str | Path | None = None) -> 
             image, caption = ex
             shot = Shot(_rooted(image, images_root) if is_path_like(image) else image, caption, None)
         else:
-            raise ConfigError(f"example {i}: expected a hit, a pair or an (image, caption) tuple, "
-                              f"got {type(ex).__name__}")
+            raise InputError(f"expected a hit, a pair or an (image, caption) tuple, got {type(ex).__name__}",
+                             field=f"examples[{i}]")
         if shot.image is None or not isinstance(shot.caption, str) or not shot.caption.strip():
-            raise ConfigError(f"example {i}: an example needs an image and a non-empty caption")
+            raise InputError("an example needs an image and a non-empty caption string", field=f"examples[{i}]")
         out.append(shot)
     return out
 
@@ -271,3 +302,11 @@ def _rooted(path: str | Path | None, images_root: str | Path | None) -> Path | N
     from unirag.data.records import resolve_image
 
     return resolve_image(str(path), images_root) if path is not None else None
+
+
+def _check_arg_types(**args: tuple[Any, Any]) -> None:
+    """InputError naming the first argument whose value is not of its expected type(s)."""
+    for name, (value, kind) in args.items():
+        if isinstance(value, bool) or not isinstance(value, kind):
+            expected = " or ".join("None" if t is type(None) else t.__name__ for t in getattr(kind, "__args__", (kind,)))
+            raise InputError(f"expected {expected}, got {type(value).__name__} {value!r}", field=name)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unirag.data.text import read_text
 from unirag.errors import ConfigError, InputError, UniragError
 from unirag.generators.options import GENERATOR_OPTIONS
 
@@ -71,7 +72,7 @@ def load_experiment(path: str | Path) -> tuple[dict[str, Any], list[Cell]]:
     if not path.exists():
         raise InputError("experiment file not found", path=path)
     try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+        spec = yaml.safe_load(read_text(path))
     except yaml.YAMLError as e:
         raise InputError(f"invalid YAML ({e})", path=path) from None
     if not isinstance(spec, dict):

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from unirag.errors import ConfigError
+from unirag.errors import ConfigError, InputError
 from unirag.generators.images.base import (
     DEFAULT_GUIDANCE,
     DEFAULT_HEIGHT,
@@ -34,12 +34,26 @@ class ImageGenerator(LazyBackend):
     ``gemini-image:MODEL``, ``retrieval:top1``) or a backend object; ``options`` go to the backend
     (``device``, ``dtype``, ``base_url``, ``timeout``, ``quality``, ...). Picture settings default
     to the paper's (1024x1024, 25 steps, guidance 4.0, seed 1234). ``images_root``: the folder
-    relative example image paths are relative to.
+    relative example image paths are relative to. An option no backend takes raises
+    :class:`~unirag.errors.ConfigError` naming it and the known ones. Transient errors (429, 5xx,
+    timeouts) are retried as in runs: ``max_attempts`` tries (default 6) or ``retry=`` a
+    :class:`unirag.runs.retry.RetryPolicy`.
     """
+
+    OWN_OPTIONS = ("width", "height", "steps", "guidance", "seed", "images_root", "max_attempts", "retry")
 
     def __init__(self, generator: str | ImageBackend, *, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT,
                  steps: int = DEFAULT_STEPS, guidance: float = DEFAULT_GUIDANCE, seed: int = DEFAULT_SEED,
-                 images_root: str | Path | None = None, **options: Any) -> None:
+                 images_root: str | Path | None = None, max_attempts: int | None = None, retry: Any = None,
+                 **options: Any) -> None:
+        from unirag.generators.spec import check_generator_options, retry_policy
+        from unirag.pipelines.captioner import _check_arg_types
+
+        _check_arg_types(width=(width, int), height=(height, int), steps=(steps, int),
+                         guidance=(guidance, int | float), seed=(seed, int), images_root=(images_root, str | Path | None))
+        check_generator_options("ImageGenerator", generator if isinstance(generator, str) else None, options,
+                                self.OWN_OPTIONS)
+        self.retry = retry_policy(max_attempts, retry)
         if isinstance(generator, str):
             from unirag.generators.images.registry import parse_image_spec
 
@@ -48,7 +62,8 @@ class ImageGenerator(LazyBackend):
         elif isinstance(generator, ImageBackend):
             self.spec, self._backend, self._owned = generator.spec, generator, False
         else:
-            raise ConfigError(f"ImageGenerator needs a spec or an image backend, got {type(generator).__name__}")
+            raise InputError(f"ImageGenerator needs a spec (e.g. 'retrieval:top1') or an image backend, got "
+                             f"{type(generator).__name__}", field="generator")
         self.settings = {"width": width, "height": height, "steps": steps, "guidance": guidance, "seed": seed}
         self.images_root = images_root
         self.options = {k: v for k, v in options.items() if v is not None}
@@ -62,15 +77,21 @@ class ImageGenerator(LazyBackend):
 
     def request(self, text: str, examples: Iterable[Any] = (), *, qid: str = "query") -> ImageRequest:
         """The backend request for ``text`` and ``examples`` (checked against what the backend takes)."""
-        if not isinstance(text, str) or not text.strip():
-            raise ConfigError("generate() needs a non-empty caption text")
+        if not isinstance(text, str):
+            raise InputError(f"expected a caption string, got {type(text).__name__}", field="text")
+        if not text.strip():
+            raise InputError("generate() needs a non-empty caption text", field="text")
         pairs = to_example_pairs(examples, self.images_root)
         self.backend.check_k(len(pairs))
         return ImageRequest(qid=qid, caption=text, examples=pairs, **self.settings)
 
     def generate_result(self, text: str, examples: Iterable[Any] = (), *, qid: str = "query") -> GeneratedImage:
         """Like :meth:`generate`, with the usage and backend details (``.image``, ``.usage``, ``.meta``)."""
-        return self.backend.generate(self.request(text, examples, qid=qid))
+        from unirag.runs.retry import call_with_retry
+
+        request = self.request(text, examples, qid=qid)
+        result, _attempts = call_with_retry(lambda: self.backend.generate(request), self.retry)
+        return result
 
     def generate(self, text: str, examples: Iterable[Any] = ()):
         """One RGB PIL image for ``text``. ``examples``: :class:`unirag.Hits`, hits, pairs or
@@ -89,7 +110,8 @@ class ImageGenerator(LazyBackend):
     def to_dict(self) -> dict[str, Any]:
         """Settings that rebuild an equal generator with :meth:`from_dict` (never secrets)."""
         return {"generator": self.spec, **self.settings,
-                "images_root": str(self.images_root) if self.images_root else None, "options": dict(self.options)}
+                "images_root": str(self.images_root) if self.images_root else None,
+                "max_attempts": self.retry.max_attempts, "options": dict(self.options)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ImageGenerator:

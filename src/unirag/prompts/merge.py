@@ -20,7 +20,9 @@ def merge_vertically(images: list, separator: int = DEFAULT_SEPARATOR, fill: tup
         raise ValueError("merge_vertically needs at least one image")
     if separator < 0:
         raise ValueError("separator must be >= 0")
-    rgb = [im.convert("RGB") for im in images]
+    from unirag.data.images import as_rgb
+
+    rgb = [as_rgb(im) for im in images]
     width = max(im.width for im in rgb)
     height = sum(im.height for im in rgb) + separator * (len(rgb) - 1)
     canvas = Image.new("RGB", (width, height), fill)

@@ -21,6 +21,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
+from unirag.data.text import read_text
 from unirag.errors import ConfigError
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
@@ -86,7 +87,7 @@ def load_template(name: str, directory: str | Path | None = None,
     if not path.exists():
         have = sorted(p.stem for p in path.parent.glob("*.txt")) if path.parent.is_dir() else []
         raise ConfigError(f"prompt template not found: {path}" + (f" (available: {', '.join(have)})" if have else ""))
-    tpl = parse_template(path.read_text(encoding="utf-8"), name=name, path=path)
+    tpl = parse_template(read_text(path), name=name, path=path)
     missing = [s for s in required if s not in tpl.sections]
     if missing:
         raise ConfigError(f"{path}: missing section(s) {', '.join('### ' + s for s in missing)}")

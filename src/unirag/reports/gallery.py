@@ -50,18 +50,16 @@ class MediaStore:
             return self._done[source]
         target: Path | None = None
         if source.is_file():
-            from PIL import Image
+            from unirag.data.images import load_rgb
 
             digest = hashlib.sha1(f"{source}:{source.stat().st_mtime_ns}".encode()).hexdigest()[:16]
             target = self.dir / f"{digest}.jpg"
             if not target.exists():
                 try:
-                    with Image.open(source) as im:
-                        im.draft("RGB", (THUMB_SIZE, THUMB_SIZE))
-                        im = im.convert("RGB")
-                        im.thumbnail((THUMB_SIZE, THUMB_SIZE))
-                        self.dir.mkdir(parents=True, exist_ok=True)
-                        im.save(target, "JPEG", quality=85)
+                    im = load_rgb(source, draft=THUMB_SIZE)
+                    im.thumbnail((THUMB_SIZE, THUMB_SIZE))
+                    self.dir.mkdir(parents=True, exist_ok=True)
+                    im.save(target, "JPEG", quality=85)
                 except Exception:  # noqa: BLE001 - an unreadable image becomes a note on the card
                     target = None
         self._done[source] = target

@@ -25,7 +25,7 @@ import numpy as np
 
 from unirag.data.images import ImageLike
 from unirag.data.records import Modality, Qrels, Query
-from unirag.errors import ConfigError
+from unirag.errors import ConfigError, InputError
 from unirag.index.store import VectorIndex, check_encoder, parse_modality_filter
 from unirag.retrieval.pairing import Completer, QueryIdentity, pair_equals_query
 from unirag.retrieval.results import Hits, Pair, RetrievalResult, ScoredCandidate
@@ -51,6 +51,9 @@ class Retriever:
 
         if isinstance(index, Index):
             index = index.store
+        if not isinstance(index, VectorIndex | str | Path):
+            raise InputError(f"expected an index directory (str or Path) or a unirag.Index, got "
+                             f"{'None' if index is None else type(index).__name__}", field="index")
         self.index = index if isinstance(index, VectorIndex) else VectorIndex.open(index, None, verify)
         if isinstance(encoder, str):
             from unirag.encoders.registry import load_encoder
@@ -276,10 +279,12 @@ class Retriever:
 
 def _query(i: int, image: ImageLike | None, text: str | None) -> Query:
     """An in-memory query record; its image path (if it has one) lets pairs that show it be dropped."""
-    from unirag.data.images import image_path_of
+    from unirag.data.images import check_image_like, image_path_of
 
     if text is not None and not isinstance(text, str):
-        raise ConfigError(f"query {i}: text must be a string, got {type(text).__name__}")
+        raise InputError(f"query {i}: expected a string, got {type(text).__name__}", field="text")
+    if image is not None:
+        check_image_like(image, "image")
     text = text if text and text.strip() else None
     if image is None and text is None:
         raise ConfigError(f"query {i}: give an image, a text, or both")

@@ -27,8 +27,10 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and not e.filename:
+            e.filename = str(path)  # a failed write() names no file: say which one could not be written
         raise
 
 

@@ -32,7 +32,7 @@ from unirag.errors import BackendError, ConfigError, InputError
 from unirag.serve.batching import SearchBatcher
 from unirag.serve.engine import CAPTION_MODES, MODALITIES, Engine, Hit, SearchQuery
 from unirag.serve.metrics import Metrics
-from unirag.serve.redact import RedactingFilter, redact
+from unirag.serve.redact import install_log_redaction, redact
 from unirag.serve.settings import ServeSettings
 from unirag.serve.uploads import BodyLimit, UploadError, check_image
 
@@ -66,9 +66,7 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
     settings.check()
     token = settings.token()
     secrets = (token,) if token else ()
-    for old in [f for f in log.filters if isinstance(f, RedactingFilter)]:
-        log.removeFilter(old)  # one app per process in production; tests build many
-    log.addFilter(RedactingFilter(secrets))
+    install_log_redaction(secrets)  # every logger of the process, uvicorn's access log included
     engine = engine or Engine(settings)
     metrics = Metrics()
     batcher = SearchBatcher(engine.search_batch, max_batch=settings.max_batch, on_batch=metrics.observe_batch)
@@ -191,8 +189,13 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
                                    swagger_css_url="/docs-assets/swagger-ui.css",
                                    swagger_favicon_url="/docs-assets/favicon-32x32.png")
 
-    @app.get("/healthz", summary="Liveness and what is loaded")
-    async def healthz():
+    @app.get("/healthz", summary="Liveness, and what is loaded (in token mode only with the token)")
+    async def healthz(request: Request):
+        if token is not None:
+            try:
+                require_token(request)
+            except ServiceError:
+                return {"status": "ok"}  # alive, and nothing about the deployment without the token
         return {"status": "ok", "version": __version__, "auth": token is not None, **engine.info()}
 
     @app.get("/metrics", dependencies=auth, summary="Prometheus text metrics",
@@ -286,28 +289,39 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
         headers = {"ETag": etag, "Cache-Control": f"{'private' if token else 'public'}, max-age=86400"}
         if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
             return Response(status_code=304, headers=headers)
-        data, media = await run_in_threadpool(_image_bytes, str(path), stat.st_mtime_ns, size)
+        found = await run_in_threadpool(_image_bytes, str(path), stat.st_mtime_ns, size)
+        if found is None:
+            raise ServiceError(410, f"the pool image of candidate {did!r} no longer decodes as an image")
+        data, media = found
         return Response(data, media_type=media, headers=headers)
 
     return app
 
 
-@lru_cache(maxsize=512)
-def _image_bytes(path: str, mtime_ns: int, size: int | None) -> tuple[bytes, str]:
-    """The file as stored, or a JPEG thumbnail whose longer side is ``size`` (cached per file version)."""
-    from PIL import Image
+_MEDIA_TYPES = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp",
+                "BMP": "image/bmp"}
 
+
+@lru_cache(maxsize=512)
+def _image_bytes(path: str, mtime_ns: int, size: int | None) -> tuple[bytes, str] | None:
+    """The file as stored (when it is in a web format and decodes), else a PNG of its pixels; with
+    ``size``, an upright JPEG thumbnail whose longer side is ``size``. None when the file no longer
+    decodes as an image. Decoding is the index's (:func:`unirag.data.images.load_rgb`), so a thumbnail
+    shows what was embedded. Cached per file version."""
+    from unirag.data.images import load_rgb, png_bytes
+    from unirag.errors import InputError
     from unirag.serve.uploads import sniff_format
 
     raw = Path(path).read_bytes()
-    if size is None:
-        fmt = sniff_format(raw) or "JPEG"
-        return raw, {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp",
-                     "BMP": "image/bmp"}[fmt]
-    with Image.open(io.BytesIO(raw)) as im:
-        im.draft("RGB", (size, size))
-        im = im.convert("RGB")
-        im.thumbnail((size, size))
-        buf = io.BytesIO()
-        im.save(buf, format="JPEG", quality=85)
+    try:
+        if size is None:
+            fmt = sniff_format(raw)
+            pixels = load_rgb(raw, draft=64 if fmt is not None else None)  # it must still be an image
+            return (raw, _MEDIA_TYPES[fmt]) if fmt is not None else (png_bytes(pixels), "image/png")
+        im = load_rgb(raw, draft=size)
+    except InputError:
+        return None
+    im.thumbnail((size, size))
+    buf = io.BytesIO()
+    im.save(buf, format="JPEG", quality=85)
     return buf.getvalue(), "image/jpeg"

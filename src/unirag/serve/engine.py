@@ -97,7 +97,8 @@ class Engine:
                                                                                   device=settings.device)
         self.index = self.retriever.index
         self.images_root = self.retriever.pool_images_root
-        opts = dict(settings.generator_options)
+        # One attempt each: _call retries with the service's policy (--max-attempts), counting attempts.
+        opts = {**settings.generator_options, "max_attempts": 1}
         self.captioner = captioner if captioner is not None else (
             unirag.Captioner(settings.generator, images_root=self.images_root, **opts) if settings.generator else None)
         self.image_generator = image_generator if image_generator is not None else (
@@ -133,20 +134,25 @@ class Engine:
 
     # -- pool images ----------------------------------------------------------------------------
     def image_file(self, did: str) -> Path | None:
-        """The file of pool candidate ``did`` when it has an image; None for unknown ids.
+        """The file of pool candidate ``did`` when it has an image inside the index's images root; None
+        for unknown ids, candidates without an image, and files that resolve (``..``, absolute paths,
+        symlinks) outside the root - or any file when the index records no images root.
 
         ``did`` is only ever a key into the index's own metadata: no part of it reaches a path.
         """
         from unirag.data.records import resolve_image
 
         gid = self.index.gid_of(did)
-        if gid is None:
+        if gid is None or self.images_root is None:
             return None
         meta = self.index.metas[gid]
         if not meta.modality.has_image or not meta.img_path:
             return None
         path = resolve_image(meta.img_path, self.images_root)
-        return path if path is not None and path.is_file() else None
+        if path is None or not path.is_file():
+            return None
+        real, root = path.resolve(), Path(self.images_root).resolve()
+        return real if real.is_relative_to(root) else None
 
     # -- search -----------------------------------------------------------------------------------
     def search_batch(self, queries: Sequence[SearchQuery], k: int, modality: str = "any") -> list[list[Hit]]:

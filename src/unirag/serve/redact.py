@@ -2,8 +2,14 @@
 
 Error messages from generator backends may quote what a server sent back, and a misbehaving server
 may echo request headers. Every message the service returns or logs goes through :func:`redact`,
-which masks the values of secret-looking environment variables (API keys, tokens, passwords) and
-the service's own bearer token.
+which masks the values of secret-looking environment variables (API keys, tokens, passwords), the
+service's own bearer token, ``Bearer <value>`` credentials, and the values of secret-looking query
+parameters (``?token=``, ``access_token=``, ``api_key=``, ``key=``, ``password=`` ...).
+
+:func:`install_log_redaction` applies it to every log record the process creates - uvicorn's
+access and error logs included, which do not pass through unirag's loggers - by wrapping the
+logging record factory, so no handler or logger configured later (uvicorn configures its own when
+it starts) can bypass it.
 """
 
 from __future__ import annotations
@@ -22,22 +28,68 @@ def secret_values(extra: tuple[str, ...] = ()) -> list[str]:
     return sorted(values, key=len, reverse=True)  # longest first: a key containing another is fully masked
 
 
+#: ``name=value`` in a URL query string (or a form body) where the name says it is a credential.
+_QUERY_SECRET = re.compile(
+    r"(?i)([?&;](?:access[_-]?token|id[_-]?token|refresh[_-]?token|token|api[_-]?key|apikey|key|"
+    r"secret|client[_-]?secret|password|passwd|pwd|auth|authorization|signature)=)[^&;#\s\"']+")
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=\-]{16,}")
+
+
 def redact(text: str, extra: tuple[str, ...] = ()) -> str:
     for value in secret_values(extra):
         text = text.replace(value, MASK)
-    return text
+    text = _QUERY_SECRET.sub(lambda m: m.group(1) + MASK, text)
+    return _BEARER.sub(lambda m: m.group(1) + MASK, text)
+
+
+def redact_record(record: logging.LogRecord, extra: tuple[str, ...] = ()) -> logging.LogRecord:
+    """Mask secrets in a record's message and in each of its string arguments.
+
+    The arguments are masked one by one rather than merged into the message, because some
+    formatters (uvicorn's access log) unpack ``record.args`` themselves.
+    """
+    if isinstance(record.msg, str):
+        record.msg = redact(record.msg, extra)
+    if isinstance(record.args, tuple):
+        record.args = tuple(redact(a, extra) if isinstance(a, str) else a for a in record.args)
+    elif isinstance(record.args, dict):
+        record.args = {k: redact(v, extra) if isinstance(v, str) else v for k, v in record.args.items()}
+    if not isinstance(record.msg, str):
+        message = record.getMessage()
+        clean = redact(message, extra)
+        if clean != message:
+            record.msg, record.args = clean, None
+    return record
 
 
 class RedactingFilter(logging.Filter):
-    """A logging filter that masks secrets in the fully formatted message."""
+    """A logging filter that masks secrets in a record's message and arguments."""
 
     def __init__(self, extra: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.extra = extra
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        clean = redact(message, self.extra)
-        if clean != message:
-            record.msg, record.args = clean, None
+        redact_record(record, self.extra)
         return True
+
+
+_installed: dict[str, object] = {}
+
+
+def install_log_redaction(extra: tuple[str, ...] = ()) -> None:
+    """Mask secrets in every log record this process creates from now on, on any logger.
+
+    Calling it again replaces the extra secrets (tests build many apps in one process); the record
+    factory is wrapped once.
+    """
+    _installed["extra"] = tuple(extra)
+    if "factory" in _installed:
+        return
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args, **kwargs):
+        return redact_record(previous(*args, **kwargs), _installed["extra"])  # type: ignore[arg-type]
+
+    _installed["factory"] = factory
+    logging.setLogRecordFactory(factory)

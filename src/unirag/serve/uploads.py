@@ -8,8 +8,6 @@ Nothing from the request (file name, path) is ever used to touch the file system
 
 from __future__ import annotations
 
-import io
-import warnings
 from dataclasses import dataclass
 
 #: Magic bytes -> (format name PIL reports, what to call it in messages).
@@ -61,8 +59,14 @@ def check_size(n_bytes: int, limit: int, field: str = "image") -> None:
 
 
 def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "image") -> CheckedImage:
-    """Validate and decode one uploaded image; raises :class:`UploadError` with the status to send."""
-    from PIL import Image, UnidentifiedImageError
+    """Validate and decode one uploaded image; raises :class:`UploadError` with the status to send.
+
+    Decoding is :func:`unirag.data.images.load_rgb`'s, as for the index: EXIF orientation applied,
+    16-bit and float images mapped to 8 bits, transparency on white, the first frame of an animation,
+    and the pixel limit checked from the header before anything is decoded.
+    """
+    from unirag.data.images import load_rgb
+    from unirag.errors import InputError
 
     check_size(len(data), max_bytes, field)
     if not data:
@@ -71,21 +75,10 @@ def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "i
     if fmt is None:
         raise UploadError(415, f"{field}: not an image this service accepts; send {ACCEPTED}")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data), formats=[fmt]) as im:
-                width, height = im.size  # from the header: nothing decoded yet
-                if width * height > max_pixels:
-                    raise UploadError(400, f"{field}: image is {width}x{height} = {width * height:,} pixels, "
-                                      f"more than the {max_pixels:,} allowed (decompression bomb?)")
-                im.load()
-                rgb = im.convert("RGB")
-    except UploadError:
-        raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        raise UploadError(400, f"{field}: refused as a decompression bomb ({e})") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise UploadError(400, f"{field}: cannot decode the {fmt} image ({e.__class__.__name__}: {e})") from None
+        rgb = load_rgb(data, max_pixels=max_pixels)
+    except InputError as e:
+        reason = e.reason.replace("cannot decode image bytes", f"cannot decode the {fmt} image")
+        raise UploadError(400, f"{field}: {reason}") from None
     return CheckedImage(data, fmt, rgb)
 
 

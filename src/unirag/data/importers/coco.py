@@ -13,6 +13,7 @@ has no annotation ids); queries ``coco:q3:<image id>`` and ``coco:q0:<caption ke
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 from unirag.data.importers.generic import read_items
 from unirag.data.importers.writer import ImportSummary, SourceItem, write_dataset
+from unirag.data.text import iter_text_lines, read_text
 from unirag.errors import InputError
 
 
@@ -45,8 +47,7 @@ def read_coco_json(path: str | Path, *, limit: int | None = None) -> tuple[list[
     ``image_id`` is not among the images (reported, then skipped)."""
     path = Path(path)
     try:
-        with path.open(encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path=path, line=e.lineno) from None
     if not isinstance(data, dict):
@@ -109,8 +110,8 @@ def _is_jsonl(path: Path) -> bool:
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
         return suffix == ".jsonl"
-    with path.open(encoding="utf-8") as f:
-        first = f.readline()
+    with contextlib.closing(iter_text_lines(path)) as lines:
+        first = next(lines, (0, ""))[1]
     try:
         obj = json.loads(first)
     except json.JSONDecodeError:

@@ -11,6 +11,7 @@ appearance in the file; caption keys are ``<source_id>.<k>`` (k = 0-based captio
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from typing import Any
 
 from unirag.data.importers.writer import ImportSummary, SourceItem, pop_write_options, write_dataset
 from unirag.data.jsonl import iter_json_lines
+from unirag.data.text import iter_text_lines
 from unirag.errors import InputError
 
 DEFAULT_IMAGE_FIELD = "image"
@@ -34,8 +36,8 @@ def detect_format(path: Path) -> str:
 
 
 def _iter_csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open(encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f, delimiter=delimiter, restkey=_EXTRA)
+    with contextlib.closing(iter_text_lines(path)) as lines:
+        reader = csv.DictReader((line for _, line in lines), delimiter=delimiter, restkey=_EXTRA)
         if not reader.fieldnames:
             raise InputError("empty CSV file (a header row is required)", path=path, line=1)
         start = 2

@@ -43,7 +43,7 @@ TASK_IMAGE_TO_TEXT = 3
 
 CHECK_MODES = ("decode", "verify", "exists", "none")
 # Keyword options every importer forwards to write_dataset unchanged (defaults live there, once).
-WRITE_OPTIONS = ("seed", "all_captions", "check", "show_progress", "workers")
+WRITE_OPTIONS = ("seed", "all_captions", "check", "show_progress", "workers", "allow_outside_root")
 
 
 def pop_write_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -85,6 +85,8 @@ class ImportSummary:
     seed: int
     check: str
     seconds: float
+    #: image paths that resolve outside the images root, imported because allow_outside_root was given
+    outside_root: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def files(self) -> dict[str, Path]:
@@ -119,6 +121,8 @@ class ImportSummary:
                 "count": len(self.skipped_images),
                 "images": [{"path": p, "reason": r} for p, r in self.skipped_images.bad],
             },
+            "outside_images_root": {"count": len(self.outside_root), "allowed": bool(self.outside_root),
+                                    "images": [{"img_path": p, "resolved": r} for p, r in self.outside_root]},
             "skipped_captions": self.skipped_captions,
             "images_without_captions": self.images_without_captions,
             "captions_without_image": self.captions_without_image,
@@ -140,6 +144,9 @@ class ImportSummary:
             lines.append(f"  skipped with them: {self.skipped_captions} caption(s)")
         elif self.check != "none":
             lines.append(f"  images checked ({self.check}): all readable")
+        if self.outside_root:
+            lines.append(f"  {len(self.outside_root)} image path(s) outside the images root, imported as asked "
+                         "(--allow-outside-images); unirag serve does not serve them")
         if self.images_without_captions:
             lines.append(f"  {self.images_without_captions} image(s) have no caption: pool only, no query")
         if self.captions_without_image:
@@ -203,6 +210,18 @@ def _check_images(
                 report.add(path, reason)
                 bad.add(it.source_id)
     return report, bad
+
+
+def outside_root(items: list[SourceItem], images_root: Path) -> list[tuple[SourceItem, Path]]:
+    """Items whose image path resolves outside ``images_root``: ``..`` segments, absolute paths and
+    symlinks pointing elsewhere (the path is resolved, links followed, before comparing)."""
+    root = images_root.resolve()
+    out = []
+    for it in items:
+        resolved = resolve_image(it.img_path, images_root).resolve()
+        if not resolved.is_relative_to(root):
+            out.append((it, resolved))
+    return out
 
 
 def _root_hint(items: list[SourceItem], images_root: Path) -> str:
@@ -304,8 +323,14 @@ def write_dataset(
     started: float | None = None,
     captions_without_image: int = 0,
     workers: int = 4,
+    allow_outside_root: bool = False,
 ) -> ImportSummary:
-    """Check images, build the shared pool, the queries of both directions and their qrels; write them."""
+    """Check images, build the shared pool, the queries of both directions and their qrels; write them.
+
+    Image paths must stay inside ``images_root`` (no ``..``, absolute paths or symlinks leading out):
+    otherwise an :class:`InputError` names the first such item, unless ``allow_outside_root`` is
+    given, in which case they are imported and listed in the summary (``outside_images_root``).
+    """
     started = time.perf_counter() if started is None else started
     if check not in CHECK_MODES:
         raise InputError(f"unknown image check {check!r}; expected one of {', '.join(CHECK_MODES)}")
@@ -318,6 +343,15 @@ def write_dataset(
     images_root = Path(images_root)
     if check != "none" and not images_root.is_dir():
         raise InputError("images root is not a directory", path=images_root)
+    outside = outside_root(items, images_root)
+    if outside and not allow_outside_root:
+        it, resolved = outside[0]
+        raise InputError(
+            f"{len(outside)} image path(s) resolve outside the images root {images_root.resolve()}, e.g. "
+            f"{it.img_path!r} -> {resolved} ('..', an absolute path or a symlink leading out). Copy the images "
+            "under the root, or pass --allow-outside-images (allow_outside_root=True) to import them anyway",
+            path=it.origin or source,
+        )
     report, bad = _check_images(items, images_root, check, show_progress, workers)
     good = [it for it in items if it.source_id not in bad]
     skipped_captions = sum(len(it.captions) for it in items) - sum(len(it.captions) for it in good)
@@ -356,6 +390,7 @@ def write_dataset(
         seed=seed,
         check=check,
         seconds=0.0,
+        outside_root=[(it.img_path, str(r)) for it, r in outside if it.source_id not in bad],
     )
     summary.seconds = time.perf_counter() - started
     atomic_write_json(out_dir / SUMMARY_FILE, summary.to_json())  # last: its presence = import complete

@@ -11,10 +11,10 @@ the lazily built client with :mod:`unirag.generators.gemini_client`.
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
-from unirag.errors import BackendError
+from unirag.data.images import load_rgb
+from unirag.errors import BackendError, InputError
 from unirag.generators.base import Usage
 from unirag.generators.gemini import map_gemini_error, render_gemini_contents
 from unirag.generators.gemini_client import GeminiConnection
@@ -52,7 +52,6 @@ def parse_image_response(resp: Any) -> tuple[Any, dict[str, Any]]:
     No image (a refusal, a safety block, a text-only answer) is a permanent BackendError that
     quotes what came back instead.
     """
-    from PIL import Image, UnidentifiedImageError
 
     candidates = getattr(resp, "candidates", None) or []
     if not candidates:
@@ -68,10 +67,8 @@ def parse_image_response(resp: Any) -> tuple[Any, dict[str, Any]]:
         blob = getattr(p, "inline_data", None)
         if blob is not None and str(getattr(blob, "mime_type", "")).startswith("image/") and blob.data:
             try:
-                with Image.open(io.BytesIO(blob.data)) as im:
-                    im.load()
-                    image = im.convert("RGB")
-            except (UnidentifiedImageError, OSError, ValueError) as e:
+                image = load_rgb(bytes(blob.data))
+            except InputError as e:
                 raise malformed_response(PROVIDER, "response image could not be decoded", str(e)) from None
             return image, {"model_text": " ".join(texts) or None, "finish_reason": finish}
     said = (" ".join(texts))[:300]

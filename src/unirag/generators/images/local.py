@@ -47,7 +47,9 @@ def render_with_fallback(request: ImageRequest, render: Render, *, name: str, oo
     meta = dict(meta)
     if used < len(request.examples):
         meta["examples_used"] = used
-    return GeneratedImage(image=image.convert("RGB"), meta=meta)
+    from unirag.data.images import load_rgb
+
+    return GeneratedImage(image=load_rgb(image), meta=meta)
 
 
 def seed_torch(seed: int) -> None:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 from typing import Any
 
-from unirag.errors import BackendError, ConfigError
+from unirag.data.images import load_rgb
+from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.base import Usage
 from unirag.generators.http_errors import malformed_response, openai_errors
 from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
@@ -43,16 +43,12 @@ def _family(model: str) -> str | None:
 
 def decode_b64_image(b64: Any, provider: str):
     """Base64 image bytes -> RGB PIL image; a body that is not an image is a (transient) BackendError."""
-    from PIL import Image, UnidentifiedImageError
 
     if not isinstance(b64, str) or not b64:
         raise malformed_response(provider, "malformed response body", "no base64 image data")
     try:
-        raw = base64.b64decode(b64, validate=True)
-        with Image.open(io.BytesIO(raw)) as im:
-            im.load()
-            return im.convert("RGB")
-    except (binascii.Error, UnidentifiedImageError, OSError, ValueError) as e:
+        return load_rgb(base64.b64decode(b64, validate=True))
+    except (binascii.Error, InputError) as e:
         raise malformed_response(provider, "response image could not be decoded", str(e)) from None
 
 

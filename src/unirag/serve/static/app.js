@@ -243,6 +243,11 @@ async function loadStatus() {
   const status = $("#status");
   try {
     const info = await api("/healthz");
+    if (!info.counts) {  // token mode without the token: the service only says it is alive
+      status.textContent = "service alive; enter the token to use it";
+      if (!state.token) showTokenForm();
+      return;
+    }
     const counts = Object.entries(info.counts).map(([m, n]) => n + " " + m).join(", ");
     status.textContent = "index " + counts + " · encoder " + info.encoder + " · captions by "
       + (info.generator || "none") + " · CIR: " + info.cir;
