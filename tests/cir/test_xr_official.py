@@ -21,30 +21,26 @@ Hand computation of the 5-candidate world (vectors in xr_fixtures.py; descriptio
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import hashlib
 import json
-import re
 
 import numpy as np
 import pytest
 from xr_fixtures import (
     CROSS_IMAGE,
     CROSS_TEXT,
-    TEXT_ANSWERS,
+    QUESTIONS,
+    ROLES,
     TEXT_TABLE,
-    VISION_ANSWERS,
     TableEncoder,
-    _image_names,
+    agent_config,
     make_world,
-    responder,
+    official_checkout,
 )
 
-from fake_openai_server import FakeServer, Reply
 from unirag.cir.agents import yes_if_contains_yes, yes_without_no
 from unirag.cir.cache import call_key
-from unirag.cir.config import RoleConfig, XRConfig, XRSettings, load_config
+from unirag.cir.config import RoleConfig, XRConfig, load_config
 from unirag.cir.fusion import normalise, official_rerank_scores
 from unirag.cir.official_prompts import OfficialPrompts
 from unirag.cir.pipeline import CirRun
@@ -53,86 +49,15 @@ from unirag.errors import ConfigError, InputError
 from unirag.messages import Message, TextPart
 from unirag.profiles import resolve
 
-ROLES = ("caption", "text_imagination", "vision_imagination", "question", "text_question", "vision_question")
-QUESTIONS = {"Is the dress red?": 0, "Does the dress have sleeves?": 1}
-
-
-def _config(url: str, **kw) -> XRConfig:
-    roles = {r: RoleConfig(model="openai:fake-vlm", options={"base_url": url}) for r in ROLES}
-    return XRConfig(roles=roles, settings=XRSettings(k_prime=3, k=5, lam=0.5), **kw)
-
-
-def single_responder(root):
-    """The world's replies, plus the one-statement yes/no calls and a fake official checkout's prompts."""
-    inner = responder(root, malformed=False)
-    names = _image_names(root)
-    statements = {"The dress is red": 0, "The dress has sleeves": 1, **QUESTIONS}
-
-    def image_of(body) -> str | None:
-        for m in body["messages"]:
-            for p in m["content"] if isinstance(m["content"], list) else []:
-                if p["type"] == "image_url":
-                    data = base64.b64decode(p["image_url"]["url"].split(",", 1)[1])
-                    return names[hashlib.sha256(data).hexdigest()]
-        return None
-
-    def reply(req):
-        body = req.json
-        m = body["messages"][0]["content"]
-        prompt = (m if isinstance(m, str) else " ".join(p.get("text", "") for p in m)).strip()
-        if prompt.startswith("Answer the question with Yes or No. "):
-            j = statements[prompt[len("Answer the question with Yes or No. "):]]
-            img = image_of(body)
-            return Reply.chat("Yes, it is." if VISION_ANSWERS[img][j] else "No.")
-        if "Is this statement true for the image the caption describes?" in prompt:
-            cap = re.search(r"caption of an image:\n(\S+)", prompt).group(1)
-            j = statements[prompt.split("describes?\n", 1)[1].split("\n", 1)[0]]
-            return Reply.chat("Yes" if TEXT_ANSWERS[cap][j] else "No")
-        if prompt.startswith("FAKE-CAPTION-PROMPT"):
-            img = image_of(body)
-            return Reply.chat("capr" if img == "ref" else f"cap{img[1]}")
-        if prompt.startswith("FAKE-REASONER"):
-            assert "instruction=make it red;" in prompt and "ref=capr." in prompt
-            return Reply.chat('Reasoning...\n```json\n{"step1": [["Color", "grey to red"], ["Keep", "the shape"]], '
-                              '"step2": ["ct", "cv"]}\n```')
-        if prompt.startswith("FAKE-QUESTIONS"):
-            assert "atomic=\n   (1) Color: grey to red\n   (2) Keep: the shape\n." in prompt
-            return Reply.chat(json.dumps({"step2": [["Is the dress red?", "True"],
-                                                    ["Does the dress have sleeves?", "False"], ["not a pair"]]}))
-        return inner(req)
-
-    return reply
-
 
 def _run(tmp_path, url, out="out", profile="official", dataset=None, config=None, **overrides):
     ds = dataset or make_world(tmp_path / "images")
-    run = CirRun(ds, tmp_path / out, config or _config(url), cache_dir=tmp_path / "cache",
+    run = CirRun(ds, tmp_path / out, config or agent_config(url), cache_dir=tmp_path / "cache",
                  encoder=TableEncoder(CROSS_TEXT, CROSS_IMAGE, "cross"), text_encoder=TableEncoder(TEXT_TABLE),
                  progress=False, echo=lambda s: None, profile=resolve(profile, **overrides))
     metrics = run.run()
     rows = [json.loads(line) for line in (tmp_path / out / "rankings.jsonl").read_text().splitlines()]
     return metrics, rows[0], json.loads((tmp_path / out / "manifest.json").read_text())
-
-
-@pytest.fixture()
-def server(tmp_path):
-    root = tmp_path / "images"
-    make_world(root)
-    with FakeServer(responder=single_responder(root)) as srv:
-        yield srv
-
-
-def _prompts(tmp_path, dataset="FashionIQ-dress", skip=()):
-    """A made-up checkout of the official repository: XR/prompts/<dataset>/ with invented prompt texts."""
-    d = tmp_path / "xr-checkout" / "XR" / "prompts" / dataset
-    d.mkdir(parents=True)
-    files = {"caption.txt": "FAKE-CAPTION-PROMPT: say what you see.",
-             "prompt1_stage1_reasoner.txt": "FAKE-REASONER instruction=[[INSTRUCTION]]; ref=[[REF_IMAGE_DESC]].",
-             "prompt2_stage2_reasoner.txt": "FAKE-QUESTIONS instruction=[[INSTRUCTION]]; atomic=[[ATOMIC_INST]]."}
-    for name, text in files.items():
-        if name not in skip:
-            (d / name).write_text(text)
-    return tmp_path / "xr-checkout"
 
 
 # -- arithmetic ------------------------------------------------------------------------------------
@@ -229,7 +154,7 @@ def test_reply_format_is_part_of_the_cache_key():
 def test_official_prompts_are_read_from_the_checkout_and_filled(tmp_path):
     """01yzzyu/xr.github.io XR/xr.py load_prompt reads ./prompts/<dataset>/...; stage1_reason fills
     [[INSTRUCTION]] and [[REF_IMAGE_DESC]]; stage2_verify lists step1 as "   (i) kind: content" lines."""
-    root = _prompts(tmp_path)
+    root = official_checkout(tmp_path)
     for where in (root, root / "XR", root / "XR" / "prompts", root / "XR" / "prompts" / "FashionIQ-dress"):
         p = OfficialPrompts(where, "fashioniq", "fashioniq-dress-val")
         assert p.caption() == "FAKE-CAPTION-PROMPT: say what you see."
@@ -239,7 +164,7 @@ def test_official_prompts_are_read_from_the_checkout_and_filled(tmp_path):
 
 
 def test_missing_official_prompts_are_a_config_error_naming_the_file(tmp_path):
-    root = _prompts(tmp_path, skip=("prompt2_stage2_reasoner.txt",))
+    root = official_checkout(tmp_path, skip=("prompt2_stage2_reasoner.txt",))
     with pytest.raises(ConfigError, match=r"prompt file missing: .*FashionIQ-dress/prompt2_stage2_reasoner\.txt"):
         OfficialPrompts(root, "fashioniq", "fashioniq-dress-val")
     with pytest.raises(ConfigError, match="--official-prompts"):
@@ -249,13 +174,13 @@ def test_missing_official_prompts_are_a_config_error_naming_the_file(tmp_path):
 
 
 # -- whole runs --------------------------------------------------------------------------------------
-def test_official_run_matches_hand_computation(tmp_path, server):
+def test_official_run_matches_hand_computation(tmp_path, official_server):
     """The official pipeline with unirag's imagination prompts (xr_prompts=unirag): description
     scoring (inference_entrypoint_ray.py clip_rank_retrieval_ray), the 'aug' list into stage 2
     (XR/xr.py stage1_retrieve), one yes/no call per statement (stage2_verify._run_qa_path: "Answer
     the question with Yes or No. "), bool("False") on the caption path (_run_caption_path) and
     stage2_rerank's (0.5 QA + 0.5 caption) x min-max. Numbers: module docstring."""
-    metrics, row, manifest = _run(tmp_path, server.url, xr_prompts="unirag")
+    metrics, row, manifest = _run(tmp_path, official_server.url, xr_prompts="unirag")
     assert row["stages"]["xr_coarse"] == ["c1", "c5", "c2", "c4", "c3"]
     assert row["stages"]["xr"] == ["c5", "c1", "c2", "c4", "c3"]
     sc = row["scores"]
@@ -266,75 +191,75 @@ def test_official_run_matches_hand_computation(tmp_path, server):
     assert sc["c5"]["rrf"] == pytest.approx(1 / 62 + 1 / 61)  # the RRF list exists but is not the one used
     assert metrics["xr"]["R@1"] == 100
     # 6 captions + 2 imaginations + 1 question + (3 captions + 3 images) x 2 statements
-    assert len(server.requests) == 6 + 2 + 1 + 12
+    assert len(official_server.requests) == 6 + 2 + 1 + 12
     assert manifest["settings"]["profile"] == "official"
     assert manifest["settings"]["reproduces_official_bugs"] == ["xr_caption_verifier"]
     assert any("bool(\"False\") is True" in n for n in metrics["notes"])
 
 
-def test_fixed_caption_verifier_counts_the_written_answers(tmp_path, server):
+def test_fixed_caption_verifier_counts_the_written_answers(tmp_path, official_server):
     """Without the official bug (xr_caption_verifier=fixed) the caption path compares with the
     expected answers as written: cap1 [T,T] vs [T,F] -> 1, cap5 [T,F] -> 2, cap2 [T,F] -> 2."""
-    _, row, manifest = _run(tmp_path, server.url, xr_prompts="unirag", xr_caption_verifier="fixed")
+    _, row, manifest = _run(tmp_path, official_server.url, xr_prompts="unirag", xr_caption_verifier="fixed")
     assert [row["scores"][c]["Sq_t"] for c in ("c1", "c5", "c2")] == [1, 2, 2]
     # final: c1 .5*1*1 = .5, c5 (1+1) * .894737, c2 0
     assert row["scores"]["c5"]["final"] == pytest.approx(2.0 * 0.255 / 0.285, abs=1e-6)
     assert "reproduces_official_bugs" not in manifest["settings"]
 
 
-def test_default_run_after_official_reuses_no_official_call(tmp_path, server):
+def test_default_run_after_official_reuses_no_official_call(tmp_path, official_server):
     """A paper (default) run on the cache of an official run makes its own calls and keeps its own
     scores (test_pipeline_agents.py's hand computation: xr = c5 c4 c1 c2 c3)."""
-    _run(tmp_path, server.url, xr_prompts="unirag")
-    n = len(server.requests)
-    _, row, manifest = _run(tmp_path, server.url, out="paper", profile="default")
+    _run(tmp_path, official_server.url, xr_prompts="unirag")
+    n = len(official_server.requests)
+    _, row, manifest = _run(tmp_path, official_server.url, out="paper", profile="default")
     assert row["stages"]["xr_coarse"] == ["c1", "c5", "c4", "c2", "c3"]
     assert row["ranked"] == ["c5", "c4", "c1", "c2", "c3"]
     assert "similarity" not in row["scores"]["c5"]
     # nothing is shared: other max new tokens (2048/256 vs 400), statement limit and judgement prompts
-    assert len(server.requests) - n == 15 and manifest["settings"]["profile"] == "default"
+    assert len(official_server.requests) - n == 15 and manifest["settings"]["profile"] == "default"
 
 
-def test_official_prompts_from_a_checkout_drive_the_reasoner_and_the_questions(tmp_path, server):
+def test_official_prompts_from_a_checkout_drive_the_reasoner_and_the_questions(tmp_path, official_server):
     """xr_prompts=official (XR/xr.py load_prompt, stage1_reason, stage2_verify): the caption, stage-1
     reasoner and stage-2 reasoner prompts come from the user's checkout; the reasoner's step2 list is
     the target descriptions, its step1 the atomic instructions of the question prompt; no vision
     imagination agent is called; non-pair step2 entries are dropped."""
     ds = dataclasses.replace(make_world(tmp_path / "images"), name="fashioniq-dress-val", kind="fashioniq")
-    config = _config(server.url, official_prompts=str(_prompts(tmp_path)))
-    metrics, row, manifest = _run(tmp_path, server.url, dataset=ds, config=config)
+    config = agent_config(official_server.url, official_prompts=str(official_checkout(tmp_path)))
+    metrics, row, manifest = _run(tmp_path, official_server.url, dataset=ds, config=config)
     assert row["imagination"]["text"]["descriptions"] == ["ct", "cv"]
     assert [s["statement"] for s in row["statements"]] == list(QUESTIONS)
     assert [s["answer"] for s in row["statements"]] == [True, False]
     assert row["stages"]["xr"] == ["c5", "c1", "c2", "c4", "c3"]  # same descriptions and answers as above
-    prompts = [json.dumps(r.json["messages"]) for r in server.requests]
+    prompts = [json.dumps(r.json["messages"]) for r in official_server.requests]
     assert not any("The image shown is the reference image" in p for p in prompts)
     assert manifest["official_prompts"]["dir"].endswith("XR/prompts/FashionIQ-dress")
     assert "vision_imagination" not in manifest["agent_calls"]
 
 
-def test_missing_official_prompt_fails_before_any_call(tmp_path, server):
+def test_missing_official_prompt_fails_before_any_call(tmp_path, official_server):
     ds = dataclasses.replace(make_world(tmp_path / "images"), name="fashioniq-dress-val", kind="fashioniq")
-    config = _config(server.url, official_prompts=str(_prompts(tmp_path, skip=("caption.txt",))))
+    config = agent_config(official_server.url, official_prompts=str(official_checkout(tmp_path, skip=("caption.txt",))))
     with pytest.raises(ConfigError, match="caption.txt"):
-        _run(tmp_path, server.url, dataset=ds, config=config)
-    assert server.requests == []
+        _run(tmp_path, official_server.url, dataset=ds, config=config)
+    assert official_server.requests == []
     with pytest.raises(ConfigError, match="--official-prompts"):
-        _run(tmp_path, server.url, dataset=ds)
+        _run(tmp_path, official_server.url, dataset=ds)
 
 
-def test_paper_scoring_with_official_prompts_is_refused(tmp_path, server):
+def test_paper_scoring_with_official_prompts_is_refused(tmp_path, official_server):
     with pytest.raises(ConfigError, match="xr_scoring=paper needs"):
-        _run(tmp_path, server.url, xr_scoring="paper")
+        _run(tmp_path, official_server.url, xr_scoring="paper")
 
 
-def test_one_candidate_minmax_is_zero_in_the_official_rerank(tmp_path, server):
+def test_one_candidate_minmax_is_zero_in_the_official_rerank(tmp_path, official_server):
     """01yzzyu/xr.github.io XR/xr.py stage2_rerank._take_head: min-max of all-equal similarities (here
     the single top-k' candidate c1) is 0, so every final score is 0; xr_minmax_ties=one keeps the
     question score (c1: .5 * 0 + .5 * 2 = 1.0)."""
-    config = _config(server.url)
+    config = agent_config(official_server.url)
     config.settings.k_prime = 1
-    _, row, _ = _run(tmp_path, server.url, config=config, xr_prompts="unirag")
+    _, row, _ = _run(tmp_path, official_server.url, config=config, xr_prompts="unirag")
     assert row["scores"]["c1"]["final"] == 0.0
-    _, row, _ = _run(tmp_path, server.url, out="ties-one", config=config, xr_prompts="unirag", xr_minmax_ties="one")
+    _, row, _ = _run(tmp_path, official_server.url, out="ties-one", config=config, xr_prompts="unirag", xr_minmax_ties="one")
     assert row["scores"]["c1"]["final"] == pytest.approx(1.0)
