@@ -195,6 +195,10 @@ def test_official_run_matches_hand_computation(tmp_path, official_server):
     assert manifest["settings"]["profile"] == "official"
     assert manifest["settings"]["reproduces_official_bugs"] == ["xr_caption_verifier"]
     assert any("bool(\"False\") is True" in n for n in metrics["notes"])
+    # no cap on statements (--s2_num_questions None): the question prompt sets no limit
+    question = [json.dumps(r.json["messages"]) for r in official_server.requests if "verification statements" in
+                json.dumps(r.json["messages"])]
+    assert len(question) == 1 and "Write as many statements as the modification text needs." in question[0]
 
 
 def test_fixed_caption_verifier_counts_the_written_answers(tmp_path, official_server):
@@ -263,3 +267,15 @@ def test_one_candidate_minmax_is_zero_in_the_official_rerank(tmp_path, official_
     assert row["scores"]["c1"]["final"] == 0.0
     _, row, _ = _run(tmp_path, official_server.url, out="ties-one", config=config, xr_prompts="unirag", xr_minmax_ties="one")
     assert row["scores"]["c1"]["final"] == pytest.approx(1.0)
+
+
+def test_default_profile_prompts_are_unchanged_and_aug_can_be_chosen_alone(tmp_path, official_server):
+    """Under the default profile the question prompt still reads "Write at most 5 statements." (so
+    earlier caches stay valid); ``xr_stage2_source=aug`` alone ranks the paper's scores by their
+    average over the two descriptions: (S^t + S^v) / 2 = c1 1.4, c5 1.2, c2 .9, c4 .84, c3 0."""
+    _, row, _ = _run(tmp_path, official_server.url, profile="default", xr_stage2_source="aug")
+    assert row["stages"]["xr_coarse"] == ["c1", "c5", "c2", "c4", "c3"]
+    assert row["scores"]["c2"]["similarity"] == pytest.approx(0.9, abs=1e-6)
+    question = [json.dumps(r.json["messages"]) for r in official_server.requests if "verification statements" in
+                json.dumps(r.json["messages"])]
+    assert "Write at most 5 statements." in question[0]
