@@ -5,6 +5,10 @@ captions (A_c) -> imagination (A_t^i, A_v^i) -> coarse filtering (A_t^s, A_v^s, 
 -> questions (A^q) -> judgements (A_t^q, A_v^q) -> re-ranking of the top-k'. Every agent call is cached
 on completion (see cache.py), so a killed run resumes without repeating a call. Without agent models
 the run is the embedding baseline, and says so.
+
+Where the official X^R code differs from the paper, the run reads a named setting of its profile
+(``self.settings``: xr_scoring, xr_stage2_source, xr_rerank, xr_minmax_ties, xr_questions,
+xr_max_statements, xr_caption_verifier, xr_prompts; see unirag.profiles and docs/xr-parity.md).
 """
 
 from __future__ import annotations
