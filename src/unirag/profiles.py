@@ -90,6 +90,74 @@ _register(
 )
 
 
+# --- X^R (issue 15) ---
+# The official X^R code is 01yzzyu/xr.github.io, XR/ (commit cf44a37); cites name the file and the
+# function (or argparse option) the official value follows. docs/xr-parity.md explains each row.
+_XR = "01yzzyu/xr.github.io "
+
+
+def _none_or_int(text: str) -> int | None:
+    return None if text.strip().lower() in ("none", "") else int(text)
+
+
+def _none_or_text(text: str) -> str | None:
+    return None if text.strip().lower() in ("none", "") else text.strip()
+
+
+_register(
+    Setting("xr_scoring", "paper", "official",
+            "X^R coarse similarity. paper: S^t = s_t^t + s_v^t and S^v = s_t^v + s_v^v, one per imagined "
+            "caption (paper Alg. 1 lines 8-9); official: each target description scores (1 - tau) "
+            "sim(description, image) + tau sim(description, caption), tau = 0.15, averaged over descriptions",
+            choices=("paper", "official"),
+            cite=_XR + "XR/utils/inference_entrypoint_ray.py clip_rank_retrieval_ray; XR/xr.py --tau"),
+    Setting("xr_stage2_source", "rrf", "aug",
+            "which stage-1 list feeds fine filtering (and is the xr_coarse ranking). rrf: reciprocal rank "
+            "fusion of the per-description lists (paper Alg. 1 line 10); aug: the list ranked by the "
+            "description-averaged similarity (official; its RRF list is computed but unused)",
+            choices=("rrf", "aug"), cite=_XR + "XR/xr.py stage1_retrieve, --stage2_source default 'aug'"),
+    Setting("xr_rerank", "paper", "official",
+            "fine-filtering score. paper: (S_q^t + S_q^v) x (lambda norm(S^t) + (1 - lambda) norm(S^v)) "
+            "(Alg. 1 line 15); official: (0.5 S_q^v + 0.5 S_q^t) x min-max(stage-1 similarity of the "
+            "stage-2 list over the top-k')",
+            choices=("paper", "official"), cite=_XR + "XR/xr.py stage2_rerank (_take_head, _do_fusion_rerank)"),
+    Setting("xr_minmax_ties", "one", "zero",
+            "min-max normalisation of k' equal scores: one (unirag: a tie never zeroes the product) or "
+            "zero (official: every candidate then scores 0)",
+            choices=("one", "zero"), cite=_XR + "XR/xr.py stage2_rerank._take_head"),
+    Setting("xr_questions", "batch", "single",
+            "verification calls. batch: one call per candidate with every statement (unirag); single: one "
+            "yes/no call per statement ('Answer the question with Yes or No.' on the image)",
+            choices=("batch", "single"), cite=_XR + "XR/xr.py stage2_verify (_run_qa_path, _run_caption_path)"),
+    Setting("xr_max_statements", 5, None,
+            "statements the question agent may write (none: no cap, as the official --s2_num_questions)",
+            parse=_none_or_int, cite=_XR + "XR/xr.py --s2_num_questions default None"),
+    Setting("xr_caption_verifier", "fixed", "bool-bug",
+            "expected answers on the caption path. fixed: as the question agent wrote them; bool-bug: "
+            "official bool(\"False\") is True, so every expected answer counts as True (official bug)",
+            choices=("fixed", "bool-bug"), official_bug=True,
+            cite=_XR + "XR/xr.py stage2_verify._run_caption_path (bool(q_ans))"),
+    Setting("xr_prompts", "unirag", "official",
+            "agent prompts. unirag: the packaged prompts (paper roles, both imagination agents); official: "
+            "the official per-dataset caption, stage-1 reasoner and stage-2 reasoner prompts read from the "
+            "user's checkout (--official-prompts DIR) with their reply formats; no vision imagination agent",
+            choices=("unirag", "official"), cite=_XR + "XR/xr.py load_prompt, stage1_reason, stage2_verify"),
+    Setting("xr_encoder", None, "laion/CLIP-ViT-B-32-laion2B-s34B-b79K",
+            "cross-modal encoder when the config names none (none: the offline default)",
+            parse=_none_or_text, cite=_XR + "XR/xr.py --clip_path"),
+    Setting("xr_agent_model", None, "hf:OpenGVLab/InternVL3-8B",
+            "model of every agent role when the config names none (none: no agents, embedding baseline)",
+            parse=_none_or_text, cite=_XR + "XR/xr.py --llm_path/--mllm_path/--img_cap_model_path"),
+    Setting("xr_max_new_tokens", 400, 2048,
+            "max new tokens of an agent call when its role sets none (captions: xr_caption_max_new_tokens)",
+            parse=int, cite=_XR + "XR/utils/inference_entrypoint_ray.py llm_load_and_inference_ray "
+                                  "and mllm_load_and_inference_ray (max_tokens=2048)"),
+    Setting("xr_caption_max_new_tokens", 400, 256,
+            "max new tokens of a caption call when the caption role sets none",
+            parse=int, cite=_XR + "XR/utils/inference_entrypoint_ray.py mllm_inference_for_caption_ray (max_tokens=256)"),
+)
+
+
 @dataclass(frozen=True)
 class Settings(Mapping[str, Any]):
     """The resolved value of every setting for one run: a profile plus the user's overrides."""

@@ -18,6 +18,7 @@ import numpy as np
 from PIL import Image
 
 from fake_openai_server import Reply
+from unirag.cir.config import RoleConfig, XRConfig, XRSettings
 from unirag.cir.datasets import CirDataset, CirQuery
 from unirag.encoders.base import Encoder
 
@@ -117,3 +118,68 @@ def responder(root: Path, malformed: bool = True):
         return Reply.error(400, f"unexpected prompt: {prompt[:80]}")
 
     return reply
+
+
+# -- the official profile (test_xr_official*.py) ---------------------------------------------------
+ROLES = ("caption", "text_imagination", "vision_imagination", "question", "text_question", "vision_question")
+QUESTIONS = {"Is the dress red?": 0, "Does the dress have sleeves?": 1}
+
+
+def agent_config(url: str, **kw) -> XRConfig:
+    roles = {r: RoleConfig(model="openai:fake-vlm", options={"base_url": url}) for r in ROLES}
+    return XRConfig(roles=roles, settings=XRSettings(k_prime=3, k=5, lam=0.5), **kw)
+
+
+def single_responder(root):
+    """The world's replies, plus the one-statement yes/no calls and a fake official checkout's prompts."""
+    inner = responder(root, malformed=False)
+    names = _image_names(root)
+    statements = {"The dress is red": 0, "The dress has sleeves": 1, **QUESTIONS}
+
+    def image_of(body) -> str | None:
+        for m in body["messages"]:
+            for p in m["content"] if isinstance(m["content"], list) else []:
+                if p["type"] == "image_url":
+                    data = base64.b64decode(p["image_url"]["url"].split(",", 1)[1])
+                    return names[hashlib.sha256(data).hexdigest()]
+        return None
+
+    def reply(req):
+        body = req.json
+        m = body["messages"][0]["content"]
+        prompt = (m if isinstance(m, str) else " ".join(p.get("text", "") for p in m)).strip()
+        if prompt.startswith("Answer the question with Yes or No. "):
+            j = statements[prompt[len("Answer the question with Yes or No. "):]]
+            img = image_of(body)
+            return Reply.chat("Yes, it is." if VISION_ANSWERS[img][j] else "No.")
+        if "Is this statement true for the image the caption describes?" in prompt:
+            cap = re.search(r"caption of an image:\n(\S+)", prompt).group(1)
+            j = statements[prompt.split("describes?\n", 1)[1].split("\n", 1)[0]]
+            return Reply.chat("Yes" if TEXT_ANSWERS[cap][j] else "No")
+        if prompt.startswith("FAKE-CAPTION-PROMPT"):
+            img = image_of(body)
+            return Reply.chat("capr" if img == "ref" else f"cap{img[1]}")
+        if prompt.startswith("FAKE-REASONER"):
+            assert "instruction=make it red;" in prompt and "ref=capr." in prompt
+            return Reply.chat('Reasoning...\n```json\n{"step1": [["Color", "grey to red"], ["Keep", "the shape"]], '
+                              '"step2": ["ct", "cv"]}\n```')
+        if prompt.startswith("FAKE-QUESTIONS"):
+            assert "atomic=\n   (1) Color: grey to red\n   (2) Keep: the shape\n." in prompt
+            return Reply.chat(json.dumps({"step2": [["Is the dress red?", "True"],
+                                                    ["Does the dress have sleeves?", "False"], ["not a pair"]]}))
+        return inner(req)
+
+    return reply
+
+
+def official_checkout(tmp_path, dataset="FashionIQ-dress", skip=()):
+    """A made-up checkout of the official repository: XR/prompts/<dataset>/ with invented prompt texts."""
+    d = tmp_path / "xr-checkout" / "XR" / "prompts" / dataset
+    d.mkdir(parents=True)
+    files = {"caption.txt": "FAKE-CAPTION-PROMPT: say what you see.",
+             "prompt1_stage1_reasoner.txt": "FAKE-REASONER instruction=[[INSTRUCTION]]; ref=[[REF_IMAGE_DESC]].",
+             "prompt2_stage2_reasoner.txt": "FAKE-QUESTIONS instruction=[[INSTRUCTION]]; atomic=[[ATOMIC_INST]]."}
+    for name, text in files.items():
+        if name not in skip:
+            (d / name).write_text(text)
+    return tmp_path / "xr-checkout"

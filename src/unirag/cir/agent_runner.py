@@ -45,8 +45,13 @@ class AgentRunner:
                               "'defaults' in the agents YAML)")
         return rc
 
-    def key(self, role: str, messages: list[Message]) -> str:
-        return call_key(role, self.role(role).fingerprint(), messages)
+    def key(self, role: str, messages: list[Message], fmt: str | None = None) -> str:
+        return call_key(role, self.role(role).fingerprint(), messages, fmt)
+
+    def request(self, role: str, messages: list[Message], expect_answers: int | None = None,
+                fmt: str | None = None) -> CallRequest:
+        """The call to make (or find in the cache) for ``role`` with these messages and reply format."""
+        return CallRequest(self.key(role, messages, fmt), messages, expect_answers, fmt)
 
     def _generator(self, role: str):
         rc = self.role(role)
@@ -72,7 +77,7 @@ class AgentRunner:
             attempts = self.config.settings.json_attempts
 
             def work(req: CallRequest) -> dict[str, Any]:
-                return call_agent(gen, role, req.messages, opts, attempts, req.expect_answers)
+                return call_agent(gen, role, req.messages, opts, attempts, req.expect_answers, req.fmt)
 
             counts = run_items(todo, key=lambda r: r.key, work=work, store=store, concurrency=concurrency,
                                policy=self.policy, desc=desc or role, progress=self.progress)

@@ -68,9 +68,13 @@ class MalformedOutput(MalformedResponseError):
     """A reply that is not the JSON the role's schema asks for (message says what is wrong)."""
 
 
+#: Packaged prompts that are not a role's own: the one-statement verification calls (xr_questions=single).
+EXTRA_TEMPLATES = ("text_question_single", "vision_question_single")
+
+
 @cache
 def template_text(role: str) -> str:
-    if role not in ROLES:
+    if role not in ROLES and role not in EXTRA_TEMPLATES:
         raise ConfigError(f"unknown X^R agent role {role!r}; expected one of {', '.join(ROLES)}")
     return resources.files("unirag.cir").joinpath("prompts", f"{role}.txt").read_text(encoding="utf-8")
 
@@ -82,14 +86,26 @@ def render_prompt(role: str, **values: Any) -> str:
         raise ConfigError(f"prompt template for {role!r} needs the value {e}") from None
 
 
-def build_messages(role: str, image: Path | None = None, **values: Any) -> list[Message]:
-    """One user message: the image first (when the role sees one), then the rendered prompt."""
+def build_messages(role: str, image: Path | None = None, *, template: str | None = None, text: str | None = None,
+                   **values: Any) -> list[Message]:
+    """One user message: the image first (when the role sees one), then the prompt.
+
+    The prompt is ``text`` when given (an official prompt, already filled in), else the packaged
+    ``template`` (default: the role's own) rendered with ``values``.
+    """
     spec = ROLES[role]
     if spec.needs_image and image is None:
         raise ValueError(f"agent role {role!r} needs an image")
     parts: list = [ImagePart(path=Path(image), label=Path(image).name)] if spec.needs_image else []
-    parts.append(TextPart(render_prompt(role, **values)))
+    parts.append(TextPart(text if text is not None else render_prompt(template or role, **values)))
     return [Message("user", parts)]
+
+
+def statement_limit(max_statements: int | None) -> str:
+    """The question prompt's sentence on how many statements to write (xr_max_statements)."""
+    if max_statements is None:
+        return "Write as many statements as the modification text needs."
+    return f"Write at most {max_statements} statements."
 
 
 def numbered(statements: list[str]) -> str:
@@ -187,8 +203,66 @@ def validate(value: Any, schema: dict[str, Any], where: str = "$") -> Any:
     return value
 
 
-def parse_reply(role: str, text: str, expect_answers: int | None = None) -> tuple[Any, bool]:
-    """Validated output of ``role`` from reply ``text``: (output, repaired?). Raises MalformedOutput."""
+# -- reply formats other than a role's JSON schema ---------------------------------------------------
+def yes_if_contains_yes(text: str) -> bool:
+    """Official QA-path reading of a yes/no reply: True when "yes" occurs anywhere in it (any case).
+
+    01yzzyu/xr.github.io XR/xr.py stage2_verify._run_qa_path: ``'yes' in r.strip().lower()``.
+    """
+    return "yes" in text.strip().lower()
+
+
+def yes_without_no(text: str) -> bool:
+    """Official caption-path reading: True when "yes" occurs and "no" does not (substrings, any case).
+
+    01yzzyu/xr.github.io XR/xr.py stage2_verify._run_caption_path._is_yes.
+    """
+    t = text.strip().lower()
+    return "yes" in t and "no" not in t
+
+
+def parse_official_reasoner(text: str) -> dict[str, Any]:
+    """The official stage-1 reasoner's JSON: ``step1`` = [[kind, content], ...] (atomic instructions),
+    ``step2`` = target descriptions. Raises MalformedOutput when no JSON object is found."""
+    obj, _ = extract_json(text)
+    if not isinstance(obj, dict):
+        raise MalformedOutput("expected a JSON object")
+    step1 = [[str(e[0]), str(e[1])] for e in obj.get("step1") or [] if isinstance(e, (list, tuple)) and len(e) == 2]
+    step2 = [str(d).strip() for d in obj.get("step2") or [] if isinstance(d, str) and d.strip()]
+    return {"step1": step1, "step2": step2}
+
+
+def parse_official_questions(text: str) -> dict[str, Any]:
+    """The official stage-2 reasoner's JSON: ``step2`` = [[question, expected answer], ...]; entries that
+    are not pairs are dropped, as the official code does. Answers are kept as written (``answer_raw``)."""
+    obj, _ = extract_json(text)
+    if not isinstance(obj, dict):
+        raise MalformedOutput("expected a JSON object")
+    statements = []
+    for e in obj.get("step2") or []:
+        if isinstance(e, (list, tuple)) and len(e) == 2 and isinstance(e[0], str) and e[0].strip():
+            raw = e[1]
+            answer = raw if isinstance(raw, bool) else _BOOL_WORDS.get(str(raw).strip().lower(), bool(raw))
+            statements.append({"statement": e[0].strip(), "answer": answer, "answer_raw": raw})
+    if not statements:
+        raise MalformedOutput("no [question, answer] pair under 'step2'")
+    return {"statements": statements}
+
+
+#: Reply formats a call may name instead of its role's schema (``CallRequest.fmt``); part of the cache key.
+FORMATS = {"yes_no_any": yes_if_contains_yes, "yes_no_strict": yes_without_no,
+           "official_reasoner": parse_official_reasoner, "official_questions": parse_official_questions}
+
+
+def parse_reply(role: str, text: str, expect_answers: int | None = None, fmt: str | None = None) -> tuple[Any, bool]:
+    """Validated output of ``role`` from reply ``text``: (output, repaired?). Raises MalformedOutput.
+
+    ``fmt``: one of :data:`FORMATS` instead of the role's schema (a yes/no reply reads as a bool).
+    """
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise ConfigError(f"unknown reply format {fmt!r}; expected one of {', '.join(FORMATS)}")
+        return FORMATS[fmt](text), False
     schema = ROLES[role].schema
     if schema is None:
         caption = text.strip().strip('"').strip()
@@ -203,7 +277,7 @@ def parse_reply(role: str, text: str, expect_answers: int | None = None) -> tupl
 
 
 def call_agent(generator, role: str, messages: list[Message], options=None, json_attempts: int = 3,
-               expect_answers: int | None = None) -> dict[str, Any]:
+               expect_answers: int | None = None, fmt: str | None = None) -> dict[str, Any]:
     """Call ``generator`` for ``role`` until the reply parses (at most ``json_attempts`` calls).
 
     A malformed reply is shown back to the model with what was wrong. Backend errors propagate to
@@ -212,7 +286,7 @@ def call_agent(generator, role: str, messages: list[Message], options=None, json
     from unirag.generators.base import GenerationOptions
 
     options = options or GenerationOptions()
-    if ROLES[role].schema is not None and options.json_schema is None:
+    if fmt is None and ROLES[role].schema is not None and options.json_schema is None:
         options = GenerationOptions(max_tokens=options.max_tokens, temperature=options.temperature,
                                     seed=options.seed, json_schema=ROLES[role].schema)
     convo = list(messages)
@@ -225,7 +299,7 @@ def call_agent(generator, role: str, messages: list[Message], options=None, json
         for k, v in gen.usage.as_dict().items():
             usage[k] = usage.get(k, 0) + v
         try:
-            output, repaired = parse_reply(role, text, expect_answers)
+            output, repaired = parse_reply(role, text, expect_answers, fmt)
             return {"output": output, "raw": text, "repaired": repaired, "calls": attempt, "usage": usage}
         except MalformedOutput as e:
             err = e

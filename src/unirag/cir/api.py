@@ -11,7 +11,7 @@ FashionIQ is reported.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from unirag.cir.datasets import load_dataset
 from unirag.cir.evaluation import average
 from unirag.cir.pipeline import Ablation, CirRun
 from unirag.cir.stages import STAGE_NAMES, STAGES
+from unirag.profiles import Settings
 from unirag.runs.atomic import atomic_write_json
 
 
@@ -28,10 +29,20 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
             k_prime: int | None = None, lam: float | None = None, k: int | None = None,
             stages: Sequence[str] = STAGES, limit: int | None = None, ablation: Ablation | None = None,
             cache_dir: str | Path | None = None, encoder: str | None = None, concurrency: int | None = None,
-            exclude_reference: bool | None = None,
+            exclude_reference: bool | None = None, profile: str | Settings | None = None,
+            overrides: Mapping[str, Any] | None = None, official_prompts: str | Path | None = None,
             progress: bool = True, echo: Callable[[str], None] = print, **run_kwargs: Any) -> dict[str, Any]:
-    """Run the baseline and X^R stages on one or more annotation files; returns the metrics."""
+    """Run the baseline and X^R stages on one or more annotation files; returns the metrics.
+
+    ``profile``: ``"default"`` (the paper), ``"official"`` (the official X^R code, docs/xr-parity.md)
+    or resolved :class:`~unirag.profiles.Settings`; None: the agents YAML's ``profile:``, else default.
+    ``overrides``: single X^R settings on top (``{"xr_scoring": "official"}``; None values: not given).
+    ``official_prompts``: the user's checkout of the official X^R code (read under xr_prompts=official).
+    """
     config = agents if isinstance(agents, XRConfig) else load_config(agents)
+    if official_prompts is not None:
+        config.official_prompts = str(official_prompts)
+    settings = config.resolve_settings(profile, **dict(overrides or {}))
     s = config.settings
     for name, value in (("k_prime", k_prime), ("lam", lam), ("k", k), ("concurrency", concurrency)):
         if value is not None:
@@ -41,6 +52,11 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
     s.check()
     said: set[str] = set()
     raw_echo = echo
+    if settings.profile != "default" or settings.overrides:
+        bugs = settings.official_bugs()
+        raw_echo(f"profile {settings.profile}" + (f", overrides {', '.join(settings.overrides)}" if settings.overrides
+                                                 else "") + (f"; reproduces official bug(s): {', '.join(bugs)}"
+                                                             if bugs else ""))
 
     def echo(line: str) -> None:  # one notice per run, not one per annotation file
         if line not in said:
@@ -55,7 +71,7 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
         ds = load_dataset(dataset, f, images_root, split_file if len(files) == 1 else None, limit,
                           exclude_reference)
         target = out if len(files) == 1 else out / ds.name
-        run = CirRun(ds, target, config, stages=tuple(stages), ablation=ablation,
+        run = CirRun(ds, target, config, stages=tuple(stages), ablation=ablation, profile=settings,
                      cache_dir=cache_dir or out / "cache", progress=progress, echo=echo,
                      encoder=shared.get("encoder"), text_encoder=shared.get("text_encoder"), **run_kwargs)
         results[ds.name] = run.run()

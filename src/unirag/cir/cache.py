@@ -56,8 +56,11 @@ def messages_fingerprint(messages: Sequence[Message]) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
-def call_key(role: str, model_fingerprint: str, messages: Sequence[Message]) -> str:
-    return hashlib.sha256(f"{role}|{model_fingerprint}|{messages_fingerprint(messages)}".encode()).hexdigest()[:32]
+def call_key(role: str, model_fingerprint: str, messages: Sequence[Message], fmt: str | None = None) -> str:
+    """Cache key of one agent call. ``fmt`` (a reply format other than the role's schema) is part of
+    it, so a reply parsed one way is never reused as another (keys without ``fmt`` are unchanged)."""
+    head = f"{role}|{model_fingerprint}" + (f"|fmt={fmt}" if fmt is not None else "")
+    return hashlib.sha256(f"{head}|{messages_fingerprint(messages)}".encode()).hexdigest()[:32]
 
 
 @dataclass
@@ -67,6 +70,7 @@ class CallRequest:
     key: str
     messages: list[Message]
     expect_answers: int | None = None
+    fmt: str | None = None   # reply format instead of the role's schema (see agents.FORMATS)
 
 
 class CallCache:

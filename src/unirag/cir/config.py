@@ -10,6 +10,9 @@ YAML layout (see ``examples/xr_agents.yaml``)::
     text_encoder: null              # caption-caption similarity: null = the CLIP encoder above
                                     # (MiniLM only with the offline default encoder)
     settings: {lambda: 0.5, k_prime: 100, concurrency: 4}
+    profile: default                # or official (docs/xr-parity.md); any X^R setting of
+                                    # unirag.profiles may also go under settings (xr_scoring: official)
+    official_prompts: null          # the official X^R checkout, read under xr_prompts=official
 
 Defaults follow the official X^R code where the paper is silent (01yzzyu/xr.github.io,
 ``XR/xr.py``: ``--top_k`` 100 = k', ``--rrf_k`` 60; ``XR/utils/inference_entrypoint_ray.py``
@@ -33,15 +36,17 @@ from unirag.cir.fusion import NORMS
 from unirag.data.text import read_text
 from unirag.errors import ConfigError, InputError
 from unirag.generators.options import identity_config
+from unirag.profiles import SETTINGS, Settings, resolve
 
 GEN_KEYS = ("max_tokens", "temperature", "seed")
+DEFAULT_MAX_TOKENS = 400  # a role built outside a run (no profile applied yet)
 _SECRET_KEYS = ("api_key", "key", "token", "secret", "password")
 
 
 @dataclass
 class RoleConfig:
     model: str
-    max_tokens: int = 400
+    max_tokens: int | None = None   # None: the profile's xr_max_new_tokens (xr_caption_max_new_tokens for captions)
     temperature: float = 0.0
     seed: int | None = None
     options: dict[str, Any] = field(default_factory=dict)  # passed to load_text_generator
@@ -49,7 +54,8 @@ class RoleConfig:
     def generation_options(self):
         from unirag.generators.base import GenerationOptions
 
-        return GenerationOptions(max_tokens=self.max_tokens, temperature=self.temperature, seed=self.seed)
+        return GenerationOptions(max_tokens=self.max_tokens if self.max_tokens is not None else DEFAULT_MAX_TOKENS,
+                                 temperature=self.temperature, seed=self.seed)
 
     def fingerprint(self) -> str:
         """Identifies what the replies depend on (model, options), for the call cache keys."""
@@ -68,12 +74,14 @@ class XRSettings:
     norm: str = "minmax"
     concurrency: int = 4
     json_attempts: int = 3
-    max_statements: int = 5
+    tau: float = 0.15    # caption weight of xr_scoring=official (the official --tau)
 
     def check(self) -> None:
         if not 0.0 <= self.lam <= 1.0:
             raise ConfigError(f"lambda must lie in [0, 1], got {self.lam}")
-        for name in ("k_prime", "k", "rrf_k", "concurrency", "json_attempts", "max_statements"):
+        if not 0.0 <= self.tau <= 1.0:
+            raise ConfigError(f"tau must lie in [0, 1], got {self.tau}")
+        for name in ("k_prime", "k", "rrf_k", "concurrency", "json_attempts"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.norm not in NORMS:
@@ -86,16 +94,44 @@ class XRConfig:
     encoder: str | None = None
     text_encoder: str | None = None
     settings: XRSettings = field(default_factory=XRSettings)
+    #: the profile the YAML names (``profile:``) and the X^R settings it sets (``settings: {xr_...: ...}``)
+    profile: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    #: the user's checkout of the official X^R code (read when xr_prompts = official)
+    official_prompts: str | None = None
 
     @property
     def has_agents(self) -> bool:
         return bool(self.roles)
 
+    def resolve_settings(self, profile: str | Settings | None = None, **overrides: Any) -> Settings:
+        """The run's behaviour settings: ``profile`` (else the YAML's, else default), the YAML's
+        settings below the keywords given here (a :class:`Settings` keeps its own overrides on top)."""
+        if isinstance(profile, Settings):
+            base: str | Settings = profile
+            given = {n: v for n, v in self.overrides.items() if n not in profile.overrides}
+        else:
+            base, given = (profile or self.profile or "default"), dict(self.overrides)
+        given.update({k: v for k, v in overrides.items() if v is not None})
+        return resolve(base, **given)
+
+    def apply_profile_defaults(self, settings: Settings) -> None:
+        """Fill what the config leaves unset from ``settings`` (xr_encoder, xr_agent_model, the max
+        new tokens); what the user set is kept. Idempotent."""
+        if self.encoder is None and settings["xr_encoder"] is not None:
+            self.encoder = settings["xr_encoder"]
+        if not self.roles and settings["xr_agent_model"] is not None:
+            self.roles = {r: RoleConfig(model=settings["xr_agent_model"]) for r in ROLES}
+        for role, rc in self.roles.items():
+            if rc.max_tokens is None:
+                rc.max_tokens = settings["xr_caption_max_new_tokens" if role == "caption" else "xr_max_new_tokens"]
+
     def manifest(self) -> dict[str, Any]:
         """What a run records about its configuration (no secrets: they are never in the config)."""
         return {"roles": {r: {"model": c.model, "max_tokens": c.max_tokens, "temperature": c.temperature,
                               "seed": c.seed, "options": c.options} for r, c in self.roles.items()},
-                "encoder": self.encoder, "text_encoder": self.text_encoder, "settings": vars(self.settings)}
+                "encoder": self.encoder, "text_encoder": self.text_encoder, "settings": vars(self.settings),
+                "official_prompts": self.official_prompts}
 
 
 def _role_config(raw: dict[str, Any], path: Path, where: str) -> RoleConfig:
@@ -112,7 +148,7 @@ def _role_config(raw: dict[str, Any], path: Path, where: str) -> RoleConfig:
     opts = {k: v for k, v in raw.items() if k not in (*GEN_KEYS, "model")}
     try:
         return RoleConfig(model=model.strip(), options=opts,
-                          max_tokens=int(gen.get("max_tokens", 400)),
+                          max_tokens=None if gen.get("max_tokens") is None else int(gen["max_tokens"]),
                           temperature=float(gen.get("temperature", 0.0)),
                           seed=None if gen.get("seed") is None else int(gen["seed"]))
     except (TypeError, ValueError) as e:
@@ -134,7 +170,7 @@ def load_config(path: str | Path | None) -> XRConfig:
         raise InputError(f"malformed YAML ({e})", path=path) from None
     if not isinstance(raw, dict):
         raise InputError("expected a mapping at the top level", path=path)
-    unknown = set(raw) - {"defaults", "roles", "encoder", "text_encoder", "settings"}
+    unknown = set(raw) - {"defaults", "roles", "encoder", "text_encoder", "settings", "profile", "official_prompts"}
     if unknown:
         raise InputError(f"unknown key(s) {sorted(unknown)}", path=path, field=sorted(unknown)[0])
     defaults = raw.get("defaults") or {}
@@ -154,11 +190,24 @@ def load_config(path: str | Path | None) -> XRConfig:
     settings_raw = dict(raw.get("settings") or {})
     if "lambda" in settings_raw:
         settings_raw["lam"] = settings_raw.pop("lambda")
+    if "max_statements" in settings_raw:  # the profile setting's older YAML name
+        settings_raw["xr_max_statements"] = settings_raw.pop("max_statements")
+    profile = raw.get("profile", settings_raw.pop("profile", None))
+    overrides = {k: settings_raw.pop(k) for k in list(settings_raw) if k in SETTINGS}
     known = {f.name for f in fields(XRSettings)}
     if set(settings_raw) - known:
         bad_key = sorted(set(settings_raw) - known)[0]
         raise InputError("unknown setting", path=path, field=f"settings.{bad_key}")
     settings = XRSettings(**settings_raw)
     settings.check()
-    return XRConfig(roles=roles, encoder=raw.get("encoder"), text_encoder=raw.get("text_encoder"),
-                    settings=settings)
+    prompts = raw.get("official_prompts")
+    if prompts is not None:
+        prompts = str((path.parent / Path(prompts).expanduser()) if not Path(prompts).expanduser().is_absolute()
+                      else Path(prompts).expanduser())
+    config = XRConfig(roles=roles, encoder=raw.get("encoder"), text_encoder=raw.get("text_encoder"),
+                      settings=settings, profile=profile, overrides=overrides, official_prompts=prompts)
+    try:
+        config.resolve_settings()  # a bad profile or setting value fails here, naming it
+    except ConfigError as e:
+        raise InputError(str(e), path=path, field="profile" if "profile" in str(e) else "settings") from None
+    return config

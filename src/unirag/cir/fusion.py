@@ -55,8 +55,9 @@ def order_by(scores: Sequence[float] | np.ndarray) -> np.ndarray:
     return np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
 
 
-def normalise(x: Sequence[float] | np.ndarray, method: str = "minmax") -> np.ndarray:
-    """Min-max to [0, 1] (all equal -> all 1, so a tie never zeroes the product), or unchanged."""
+def normalise(x: Sequence[float] | np.ndarray, method: str = "minmax", ties: float = 1.0) -> np.ndarray:
+    """Min-max to [0, 1], or unchanged. All equal -> all ``ties``: 1 by default, so a tie never zeroes
+    the product; 0 in the official code (setting ``xr_minmax_ties``)."""
     a = np.asarray(x, dtype=np.float64)
     if method == "none":
         return a
@@ -66,14 +67,43 @@ def normalise(x: Sequence[float] | np.ndarray, method: str = "minmax") -> np.nda
         return a
     lo, hi = float(a.min()), float(a.max())
     if hi - lo <= 1e-12:
-        return np.ones_like(a)
+        return np.full_like(a, ties)
     return (a - lo) / (hi - lo)
 
 
 def rerank_scores(sq_t: Sequence[float], sq_v: Sequence[float], s_t: Sequence[float], s_v: Sequence[float],
-                  lam: float = 0.5, norm: str = "minmax") -> np.ndarray:
+                  lam: float = 0.5, norm: str = "minmax", ties: float = 1.0) -> np.ndarray:
     """Line 15 for the top-k' candidates: (S_q^t + S_q^v) x (lam norm(S^t) + (1 - lam) norm(S^v))."""
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"lambda must lie in [0, 1], got {lam}")
     q = np.asarray(sq_t, dtype=np.float64) + np.asarray(sq_v, dtype=np.float64)
-    return q * (lam * normalise(s_t, norm) + (1.0 - lam) * normalise(s_v, norm))
+    return q * (lam * normalise(s_t, norm, ties) + (1.0 - lam) * normalise(s_v, norm, ties))
+
+
+def official_rerank_scores(sq_t: Sequence[float], sq_v: Sequence[float], similarity: Sequence[float],
+                           w_t: float = 0.5, w_v: float = 0.5, ties: float = 0.0) -> np.ndarray:
+    """The official stage-2 score of the top-k': (w_v S_q^v + w_t S_q^t) x min-max(similarity), both
+    weights 0.5 when both verification paths run (one path alone: weight 1).
+
+    01yzzyu/xr.github.io XR/xr.py stage2_rerank: ``_do_fusion_rerank`` (``0.5*qa_vals + 0.5*cap_vals``
+    times ``_take_head``'s min-max of the stage-1 similarity, all-equal -> 0) and ``_do_single_rerank``.
+    """
+    q = w_t * np.asarray(sq_t, dtype=np.float64) + w_v * np.asarray(sq_v, dtype=np.float64)
+    return q * normalise(similarity, "minmax", ties)
+
+
+def description_similarity(image_sims: Sequence[np.ndarray] | None, caption_sims: Sequence[np.ndarray] | None,
+                           tau: float = 0.15) -> list[np.ndarray]:
+    """Official stage-1 score of every target description d over the candidates:
+    (1 - tau) sim(d, image) + tau sim(d, caption); a side left out (ablation) contributes nothing.
+
+    01yzzyu/xr.github.io XR/utils/inference_entrypoint_ray.py clip_rank_retrieval_ray:
+    ``text_similarity * (1 - args.tau) + image_similarity * args.tau`` (its ``text_similarity`` is
+    description -> image, ``image_similarity`` description -> caption); ``--tau`` 0.15 in XR/xr.py.
+    """
+    sides = [(s, 1.0 - tau) for s in ([image_sims] if image_sims is not None else [])] + \
+            [(s, tau) for s in ([caption_sims] if caption_sims is not None else [])]
+    if not sides:
+        raise ValueError("at least one similarity side must be enabled")
+    n = len(sides[0][0])
+    return [np.sum([w * np.asarray(sims[j], dtype=np.float64) for sims, w in sides], axis=0) for j in range(n)]

@@ -5,10 +5,15 @@ captions (A_c) -> imagination (A_t^i, A_v^i) -> coarse filtering (A_t^s, A_v^s, 
 -> questions (A^q) -> judgements (A_t^q, A_v^q) -> re-ranking of the top-k'. Every agent call is cached
 on completion (see cache.py), so a killed run resumes without repeating a call. Without agent models
 the run is the embedding baseline, and says so.
+
+Where the official X^R code differs from the paper, the run reads a named setting of its profile
+(``self.settings``: xr_scoring, xr_stage2_source, xr_rerank, xr_minmax_ties, xr_questions,
+xr_max_statements, xr_caption_verifier, xr_prompts; see unirag.profiles and docs/xr-parity.md).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,13 +23,14 @@ from typing import Any
 import numpy as np
 
 from unirag.cir.agent_runner import AgentRunner, GeneratorFactory
-from unirag.cir.agents import build_messages, numbered
+from unirag.cir.agents import build_messages, numbered, statement_limit
 from unirag.cir.cache import CallCache, CallRequest
 from unirag.cir.config import XRConfig
 from unirag.cir.datasets import CirDataset, CirQuery
-from unirag.cir.scoring import CoarseResult, coarse, fine, plain, question_score
+from unirag.cir.scoring import CoarseResult, coarse, coarse_official, fine, plain, question_score
 from unirag.cir.stages import STAGES, parse_stages
 from unirag.errors import ConfigError, InputError
+from unirag.profiles import Settings
 from unirag.runs.atomic import atomic_write_json
 from unirag.runs.store import RunLock
 
@@ -73,12 +79,19 @@ class CirRun:
                  stages: tuple[str, ...] = STAGES, ablation: Ablation | None = None,
                  cache_dir: str | Path | None = None, encoder=None, text_encoder=None,
                  generator_factory: GeneratorFactory | None = None, progress: bool = True,
-                 echo: Callable[[str], None] = print, encoder_options: dict[str, Any] | None = None) -> None:
-        """``encoder_options``: keywords for loading the encoders (``device``, ``dtype``, ...)."""
+                 echo: Callable[[str], None] = print, encoder_options: dict[str, Any] | None = None,
+                 profile: str | Settings | None = None) -> None:
+        """``encoder_options``: keywords for loading the encoders (``device``, ``dtype``, ...).
+        ``profile``: ``"default"``, ``"official"`` or resolved :class:`~unirag.profiles.Settings`
+        (None: the agents YAML's profile, else default); the YAML's X^R settings apply below it."""
         stages = parse_stages(stages)
         self.ds, self.out = dataset, Path(out_dir)
-        self.config = config or XRConfig()
+        self.config = copy.deepcopy(config) if config is not None else XRConfig()
+        self.settings = self.config.resolve_settings(profile)
+        self.config.apply_profile_defaults(self.settings)
         self.config.settings.check()
+        _check_settings(self.settings)
+        self.official = None  # OfficialPrompts, loaded when an agent stage runs under xr_prompts=official
         self.stages = stages
         self.ab = ablation or Ablation()
         self.cache = CallCache(cache_dir or self.out / "cache")
@@ -150,6 +163,7 @@ class CirRun:
             runner = None
             if agents and self.config.has_agents:
                 self._check_roles()
+                self._load_official_prompts()
                 runner = AgentRunner(self.config, self.cache, self.factory, progress=self.progress)
                 try:
                     self._agents(runner, qs, pool_ids, paths, ia)
@@ -164,7 +178,7 @@ class CirRun:
         if (ab.text and not ab.fine_only) or (ab.imagination and not ab.fine_only) or (fine_stage and ab.text):
             roles.append("caption")
         if ab.imagination and not ab.fine_only:
-            roles += ["text_imagination", "vision_imagination"]
+            roles += ["text_imagination"] + ([] if self._official_prompts() else ["vision_imagination"])
         if fine_stage:
             roles += ["question"] + (["text_question"] if ab.text else []) + (["vision_question"] if ab.vision else [])
         return roles
@@ -178,6 +192,8 @@ class CirRun:
     def _check_images(self) -> tuple[list[str], list[_Q]]:
         pool_missing, ref_missing = self.ds.missing_images()
         pool_ids = [i for i in self.ds.pool if i not in set(pool_missing)]
+        if self.config.has_agents and any(st in self.stages for st in ("coarse", "fine")):
+            self._load_official_prompts()  # a missing prompt file fails before any image is encoded
         if pool_missing or ref_missing:
             atomic_write_json(self.out / "missing_images.json", {
                 "images_root": str(self.ds.images_root), "pool_missing": pool_missing,
@@ -213,11 +229,23 @@ class CirRun:
             x.orders["baseline"] = np.argsort(-x.base, kind="stable")
 
     # -- agent stages -------------------------------------------------------------------------------
+    def _official_prompts(self) -> bool:
+        return self.settings["xr_prompts"] == "official"
+
+    def _load_official_prompts(self) -> None:
+        if self._official_prompts() and self.official is None:
+            from unirag.cir.official_prompts import OfficialPrompts
+
+            self.official = OfficialPrompts(self.config.official_prompts, self.ds.kind, self.ds.name)
+            if self.official.not_run:
+                self.notes.append(f"official prompt files {', '.join(self.official.not_run)} are present but their "
+                                  "stage (cir-v2 schema, caption rewriter) is not run by unirag")
+
     def _captions(self, runner: AgentRunner, ids_paths: dict[str, Path]) -> dict[str, str | None]:
         reqs = {}
+        text = self.official.caption() if self.official is not None else None
         for i, p in ids_paths.items():
-            msgs = build_messages("caption", image=p)
-            reqs[i] = CallRequest(runner.key("caption", msgs), msgs)
+            reqs[i] = runner.request("caption", build_messages("caption", image=p, text=text))
         out = runner.run("caption", list(reqs.values()), desc="A_c captions")
         return {i: out[r.key] for i, r in reqs.items()}
 
@@ -231,7 +259,10 @@ class CirRun:
         if ab.imagination and not ab.fine_only:
             refs = {x.q.reference: self.ds.reference_path(x.q) for x in qs if x.q.reference not in captions}
             captions.update(self._captions(runner, refs))
-            self._imagine(runner, qs, captions)
+            if self.official is not None:
+                self._reason_official(runner, qs, captions)
+            else:
+                self._imagine(runner, qs, captions)
         if do_coarse:
             self._coarse(qs, pool_ids, captions, ia)
         else:
@@ -254,17 +285,50 @@ class CirRun:
             c_r = captions.get(x.q.reference)
             if c_r is not None:
                 m = build_messages("text_imagination", reference_caption=c_r, modification=x.q.text)
-                t_reqs[x.q.qid] = CallRequest(runner.key("text_imagination", m), m)
+                t_reqs[x.q.qid] = runner.request("text_imagination", m)
             m = build_messages("vision_imagination", image=self.ds.reference_path(x.q), modification=x.q.text)
-            v_reqs[x.q.qid] = CallRequest(runner.key("vision_imagination", m), m)
+            v_reqs[x.q.qid] = runner.request("vision_imagination", m)
         t_out = runner.run("text_imagination", list(t_reqs.values()), desc="A_t^i imagination")
         v_out = runner.run("vision_imagination", list(v_reqs.values()), desc="A_v^i imagination")
         for x in qs:
             x.imag_t = t_out.get(t_reqs[x.q.qid].key) if x.q.qid in t_reqs else None
             x.imag_v = v_out.get(v_reqs[x.q.qid].key)
 
+    def _reason_official(self, runner: AgentRunner, qs: list[_Q], captions: dict[str, str | None]) -> None:
+        """The official stage-1 reasoner (the text_imagination role's model) on (C_r, T_m): atomic
+        instructions (step1) and target descriptions (step2); no vision imagination.
+
+        As 01yzzyu/xr.github.io XR/xr.py stage1_reason: a reply without JSON gets the dummy
+        step1 = [["Modification", T_m]], step2 = [C_r]; an empty step2 becomes [C_r].
+        """
+        reqs = {}
+        for x in qs:
+            c_r = captions.get(x.q.reference)
+            if c_r is not None:
+                m = build_messages("text_imagination", text=self.official.reasoner(x.q.text, c_r))
+                reqs[x.q.qid] = runner.request("text_imagination", m, fmt="official_reasoner")
+        out = runner.run("text_imagination", list(reqs.values()), desc="stage-1 reasoner")
+        for x in qs:
+            if x.q.qid not in reqs:
+                continue
+            c_r = captions[x.q.reference]
+            got = out.get(reqs[x.q.qid].key)
+            if got is None:
+                x.notes.append("stage-1 reasoner reply had no JSON: the official stand-in (reference caption) used")
+                got = {"step1": [["Modification", x.q.text]], "step2": []}
+            step2 = got["step2"] or [c_r]
+            x.imag_t = {"target_caption": step2[0], "modifications": [f"{k}: {c}" for k, c in got["step1"]],
+                        "descriptions": step2, "step1": got["step1"]}
+
+    def _descriptions(self, x: _Q) -> list[str]:
+        """The query's target descriptions: the official reasoner's step2 list, else C_t and C_v."""
+        if x.imag_t and x.imag_t.get("descriptions"):
+            return list(x.imag_t["descriptions"])
+        return [c for c in (x.imag_t["target_caption"] if x.imag_t else None,
+                            x.imag_v["target_caption"] if x.imag_v else None) if c is not None]
+
     def _coarse(self, qs: list[_Q], pool_ids: list[str], captions: dict[str, str | None], ia: np.ndarray) -> None:
-        s, ab = self.config.settings, self.ab
+        s, ab, st = self.config.settings, self.ab, self.settings
         ca = None
         if ab.text:
             tenc = self.text_encoder()
@@ -277,6 +341,9 @@ class CirRun:
             n_missing = len(pool_ids) - len(have)
             if n_missing:
                 self.notes.append(f"{n_missing} candidates without caption (A_c failed): text similarity 0")
+        if st["xr_scoring"] == "official":
+            self._coarse_official(qs, ca, ia)
+            return
         live = []
         for x in qs:
             c_t = x.imag_t["target_caption"] if x.imag_t else None
@@ -296,65 +363,115 @@ class CirRun:
         for j, (x, _, _) in enumerate(live):
             x.coarse = coarse(ca[x.cand] if ca is not None else None, ia[x.cand] if ab.vision else None,
                               text[2 * j] if text is not None else None, text[2 * j + 1] if text is not None else None,
-                              cross[2 * j], cross[2 * j + 1], rrf_k=s.rrf_k)
+                              cross[2 * j], cross[2 * j + 1], rrf_k=s.rrf_k, source=st["xr_stage2_source"])
+
+    def _coarse_official(self, qs: list[_Q], ca: np.ndarray | None, ia: np.ndarray) -> None:
+        """xr_scoring=official: every target description scored (1 - tau) image + tau caption, averaged."""
+        s, ab, st = self.config.settings, self.ab, self.settings
+        live = []
+        for x in qs:
+            descs = self._descriptions(x)
+            if not descs:
+                x.notes.append("no target description (imagination failed): baseline similarity used")
+                x.coarse = plain(x.base)
+                continue
+            live.append((x, descs))
+        if not live:
+            return
+        texts = [d for _, descs in live for d in descs]
+        cross = self.encoder().encode_texts(texts)
+        text = self.text_encoder().encode_texts(texts) if ab.text else None
+        pos = 0
+        for x, descs in live:
+            span = range(pos, pos + len(descs))
+            pos += len(descs)
+            x.coarse = coarse_official(ca[x.cand] if ca is not None else None, ia[x.cand] if ab.vision else None,
+                                       [text[i] for i in span] if text is not None else [],
+                                       [cross[i] for i in span], tau=s.tau, rrf_k=s.rrf_k,
+                                       source=st["xr_stage2_source"])
+
+    def _question_request(self, runner: AgentRunner, x: _Q) -> CallRequest:
+        if self.official is not None:  # the official stage-2 reasoner on T_m and the atomic instructions
+            step1 = x.imag_t["step1"] if x.imag_t and x.imag_t.get("step1") else [["Modification", x.q.text]]
+            m = build_messages("question", text=self.official.questions(x.q.text, step1))
+            return runner.request("question", m, fmt="official_questions")
+        mods = x.imag_t["modifications"] if x.imag_t else []
+        attrs = x.imag_v["attributes"] if x.imag_v else []
+        m = build_messages("question", modification=x.q.text,
+                           statement_limit=statement_limit(self.settings["xr_max_statements"]),
+                           modifications=json.dumps(mods, ensure_ascii=False) if mods else "(none)",
+                           attributes="; ".join(f"{a['attribute']}: {'present' if a['present'] else 'absent'}"
+                                                for a in attrs) or "(none)")
+        return runner.request("question", m)
+
+    def _judge_requests(self, runner: AgentRunner, role: str, x: _Q, **where: Any) -> list[CallRequest]:
+        """The verification call(s) of one candidate: one with every statement (xr_questions=batch) or
+        one yes/no call per statement (single; 01yzzyu/xr.github.io XR/xr.py stage2_verify)."""
+        if self.settings["xr_questions"] == "single":
+            fmt = "yes_no_strict" if role == "text_question" else "yes_no_any"
+            return [runner.request(role, build_messages(role, template=f"{role}_single", statement=st["statement"],
+                                                        **where), fmt=fmt) for st in x.statements]
+        listing = numbered([st["statement"] for st in x.statements])
+        return [runner.request(role, build_messages(role, statements=listing, **where), len(x.statements))]
 
     def _fine(self, runner: AgentRunner, qs: list[_Q], pool_ids: list[str], paths: list[Path],
               captions: dict[str, str | None]) -> None:
-        s, ab = self.config.settings, self.ab
-        q_reqs = {}
-        for x in qs:
-            mods = x.imag_t["modifications"] if x.imag_t else []
-            attrs = x.imag_v["attributes"] if x.imag_v else []
-            m = build_messages("question", modification=x.q.text, max_statements=s.max_statements,
-                               modifications=json.dumps(mods, ensure_ascii=False) if mods else "(none)",
-                               attributes="; ".join(f"{a['attribute']}: {'present' if a['present'] else 'absent'}"
-                                                    for a in attrs) or "(none)")
-            q_reqs[x.q.qid] = CallRequest(runner.key("question", m), m)
+        s, ab, st = self.config.settings, self.ab, self.settings
+        cap = st["xr_max_statements"]
+        q_reqs = {x.q.qid: self._question_request(runner, x) for x in qs}
         q_out = runner.run("question", list(q_reqs.values()), desc="A^q questions")
-        judge: dict[str, list[tuple[_Q, int, CallRequest]]] = {"text_question": [], "vision_question": []}
+        judge: dict[str, list[tuple[_Q, int, list[CallRequest]]]] = {"text_question": [], "vision_question": []}
         for x in qs:
             out = q_out[q_reqs[x.q.qid].key]
             if out is None:
                 x.notes.append("question agent failed: coarse order kept")
                 continue
-            x.statements = out["statements"][: s.max_statements]
-            listing = numbered([st["statement"] for st in x.statements])
+            x.statements = out["statements"][:cap] if cap is not None else list(out["statements"])
             for pos in x.coarse.order[: s.k_prime]:
                 did = pool_ids[x.cand[pos]]
                 if ab.text and captions.get(did):
-                    m = build_messages("text_question", caption=captions[did], statements=listing)
-                    judge["text_question"].append((x, pos, CallRequest(runner.key("text_question", m), m,
-                                                                       len(x.statements))))
+                    judge["text_question"].append((x, pos, self._judge_requests(runner, "text_question", x,
+                                                                                caption=captions[did])))
                 if ab.vision:
-                    m = build_messages("vision_question", image=paths[x.cand[pos]], statements=listing)
-                    judge["vision_question"].append((x, pos, CallRequest(runner.key("vision_question", m), m,
-                                                                         len(x.statements))))
-        answers = {role: runner.run(role, [r for _, _, r in items], desc=f"{role} judgements")
+                    judge["vision_question"].append((x, pos, self._judge_requests(runner, "vision_question", x,
+                                                                                  image=paths[x.cand[pos]])))
+        answers = {role: runner.run(role, [r for _, _, rs in items for r in rs], desc=f"{role} judgements")
                    for role, items in judge.items() if items}
-        got: dict[tuple[str, str, int], list[bool] | None] = {}
+        got: dict[tuple[str, str, int], list | None] = {}
+        failed: dict[str, int] = {}
         for role, items in judge.items():
-            for x, pos, r in items:
-                out = answers[role][r.key]
-                got[(role, x.q.qid, int(pos))] = out["answers"] if out else None
+            for x, pos, rs in items:
+                outs = [answers[role][r.key] for r in rs]
+                failed[x.q.qid] = failed.get(x.q.qid, 0) + sum(1 for o in outs if o is None)
+                if st["xr_questions"] == "single":
+                    got[(role, x.q.qid, int(pos))] = outs  # one bool (or None: failed) per statement
+                else:
+                    got[(role, x.q.qid, int(pos))] = outs[0]["answers"] if outs[0] else None
+        bug = st["xr_caption_verifier"] == "bool-bug"
+        ties = 0.0 if st["xr_minmax_ties"] == "zero" else 1.0
+        weights = (0.5, 0.5) if ab.text and ab.vision else ((1.0, 0.0) if ab.text else (0.0, 1.0))
+        extra = (st["xr_scoring"], st["xr_stage2_source"], st["xr_rerank"]) != ("paper", "rrf", "paper")
         for x in qs:
             if x.statements is None:
                 continue
-            expected = [bool(st["answer"]) for st in x.statements]
+            expected = [bool(stmt["answer"]) for stmt in x.statements]
+            # official bug (bool("False") is True): on the caption path every expected answer is True
+            expected_caption = [True] * len(expected) if bug else expected
             top = x.coarse.order[: s.k_prime]
-            sq = {role: np.array([question_score(expected, got.get((role, x.q.qid, int(p)))) for p in top])
-                  for role in judge}
-            failed = sum(1 for role in judge for p in top if (role, x.q.qid, int(p)) in got
-                         and got[(role, x.q.qid, int(p))] is None)
-            if failed:
-                x.notes.append(f"{failed} judgement call(s) failed: scored 0")
-            new_top, final = fine(top, x.coarse, sq["text_question"], sq["vision_question"], s.lam, s.norm,
-                                  similarity=not ab.fine_only)
+            sq_t = np.array([question_score(expected_caption, got.get(("text_question", x.q.qid, int(p))))
+                             for p in top])
+            sq_v = np.array([question_score(expected, got.get(("vision_question", x.q.qid, int(p)))) for p in top])
+            if failed.get(x.q.qid):
+                x.notes.append(f"{failed[x.q.qid]} judgement call(s) failed: scored 0")
+            new_top, final = fine(top, x.coarse, sq_t, sq_v, s.lam, s.norm, similarity=not ab.fine_only,
+                                  rerank=st["xr_rerank"], ties=ties, weights=weights)
             x.orders["fine"] = np.concatenate([new_top, x.coarse.order[s.k_prime:]])
             for i, p in enumerate(top):
-                x.scores[pool_ids[x.cand[p]]] = {
-                    "S_t": float(x.coarse.s_t[p]), "S_v": float(x.coarse.s_v[p]), "rrf": float(x.coarse.rrf[p]),
-                    "Sq_t": int(sq["text_question"][i]), "Sq_v": int(sq["vision_question"][i]),
-                    "final": float(final[i])}
+                rec = {"S_t": float(x.coarse.s_t[p]), "S_v": float(x.coarse.s_v[p]), "rrf": float(x.coarse.rrf[p]),
+                       "Sq_t": int(sq_t[i]), "Sq_v": int(sq_v[i]), "final": float(final[i])}
+                if extra:
+                    rec["similarity"] = float(x.coarse.similarity[p])
+                x.scores[pool_ids[x.cand[p]]] = rec
 
     # -- outputs ------------------------------------------------------------------------------------
     def _write(self, qs: list[_Q], pool_ids: list[str], runner: AgentRunner | None, s) -> dict[str, Any]:
@@ -365,5 +482,23 @@ class CirRun:
             "ablation": {"imagination": self.ab.imagination, "fine_only": self.ab.fine_only,
                          "modalities": self.ab.modalities},
             "encoder": getattr(self.encoder(), "name", None), "agent_calls": runner.stats if runner else {},
-            "cache_dir": str(self.cache.dir)}
+            "cache_dir": str(self.cache.dir), "settings": self.settings.to_dict()}
+        if self.official is not None:
+            manifest["official_prompts"] = self.official.manifest()
+        if runner is not None and "fine" in self.stages and "xr_caption_verifier" in self.settings.official_bugs():
+            self.notes.append("reproduces the official caption-path verifier bug (bool(\"False\") is True: every "
+                              "expected answer counts as True); set xr_caption_verifier=fixed to score it right")
         return write_outputs(self.ds, self.out, qs, pool_ids, s, self.notes, manifest)
+
+
+def _check_settings(settings: Settings) -> None:
+    """Setting combinations that have no meaning, refused before any work."""
+    if settings["xr_scoring"] == "paper" and settings["xr_prompts"] == "official":
+        raise ConfigError("xr_scoring=paper needs the paper's two imagined captions (C_t, C_v), but the official "
+                          "prompts have no vision imagination agent: use xr_scoring=official or xr_prompts=unirag")
+    cap = settings["xr_max_statements"]
+    if cap is not None and (not isinstance(cap, int) or cap < 1):
+        raise ConfigError(f"xr_max_statements must be a positive integer or none, got {cap!r}")
+    for name in ("xr_max_new_tokens", "xr_caption_max_new_tokens"):
+        if settings[name] < 1:
+            raise ConfigError(f"{name} must be >= 1, got {settings[name]}")

@@ -24,6 +24,7 @@ from unirag.cir.config import XRConfig, load_config
 from unirag.cir.datasets import CirDataset, CirQuery
 from unirag.data.images import ImageLike, as_rgb, image_path_of, png_bytes
 from unirag.errors import ConfigError
+from unirag.profiles import Settings
 
 
 @dataclass(frozen=True)
@@ -46,15 +47,23 @@ class XR:
     ``work_dir``: where runs and caches go (default: a temporary folder removed by :meth:`close`).
     ``k_prime``/``lam``: the paper's candidate depth and fusion weight (override the config).
     ``device``/``dtype``: where and how the encoders run (agent models take theirs from the config).
+    ``profile``: ``"default"``, ``"official"`` (the official X^R code's behaviour, docs/xr-parity.md)
+    or :class:`~unirag.profiles.Settings`; ``official_prompts``: the folder of one dataset's official
+    prompts (e.g. ``XR/prompts/CIRR`` of your checkout), read under ``xr_prompts=official``.
     """
 
     def __init__(self, agents: str | Path | XRConfig | None = None, encoder: str | None = None, *,
                  work_dir: str | Path | None = None, k_prime: int | None = None, lam: float | None = None,
                  device: str | None = "auto", dtype: str | None = "auto", generator_factory=None,
-                 progress: bool = False) -> None:
+                 progress: bool = False, profile: str | Settings | None = None,
+                 official_prompts: str | Path | None = None) -> None:
         self.config = agents if isinstance(agents, XRConfig) else load_config(agents)
         if encoder is not None:
             self.config.encoder = encoder
+        if official_prompts is not None:
+            self.config.official_prompts = str(official_prompts)
+        self.settings = self.config.resolve_settings(profile)
+        self.config.apply_profile_defaults(self.settings)  # e.g. the official CLIP when no encoder is named
         for name, value in (("k_prime", k_prime), ("lam", lam)):
             if value is not None:
                 setattr(self.config.settings, name, value)
@@ -112,7 +121,7 @@ class XR:
         out = self.work_dir / "searches" / f"{next(self._counter):04d}"
         run = CirRun(dataset, out, self.config, cache_dir=self.work_dir / "cache", encoder=self._load_encoder(),
                      text_encoder=self._text_encoder, generator_factory=self.factory, progress=self.progress,
-                     echo=lambda _line: None, encoder_options=self.encoder_options)
+                     echo=lambda _line: None, encoder_options=self.encoder_options, profile=self.settings)
         run.run()
         self._text_encoder = run.loaded_encoders().get("text_encoder") or self._text_encoder
         by_qid = {}
@@ -155,7 +164,8 @@ class XR:
 
     def to_dict(self) -> dict[str, Any]:
         """The configuration (roles, encoders, settings) as recorded in run manifests."""
-        return {"config": self.config.manifest(), "work_dir": None if self._tmp is not None else str(self.work_dir)}
+        return {"config": self.config.manifest(), "settings": self.settings.to_dict(),
+                "work_dir": None if self._tmp is not None else str(self.work_dir)}
 
 
 def gallery_of(pool_or_index: Any) -> dict[str, str]:

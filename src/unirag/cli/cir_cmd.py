@@ -6,6 +6,25 @@ import click
 
 from unirag.cir.datasets import DATASETS
 from unirag.cli.model_options import device_options
+from unirag.profiles import PROFILES, SETTINGS, option_name
+
+#: The X^R behaviour settings, each a ``--xr-...`` option of its own (docs/xr-parity.md).
+XR_SETTINGS = tuple(n for n in SETTINGS if n.startswith("xr_"))
+
+
+def xr_setting_options(f):
+    """``--profile``, ``--official-prompts`` and one option per X^R setting (values as in the table)."""
+    for name in reversed(XR_SETTINGS):
+        st = SETTINGS[name]
+        values = "|".join(str(c) for c in st.choices) if st.choices else None
+        f = click.option(option_name(name), name, default=None, metavar=values or "VALUE",
+                         help=f"{st.help} [default profile: {st.default}; official: {st.official}]")(f)
+    f = click.option("--official-prompts", type=click.Path(file_okay=False), default=None,
+                     help="Your checkout of the official X^R code (01yzzyu/xr.github.io), or one dataset's "
+                          "XR/prompts/<dataset> folder: read under --xr-prompts official.")(f)
+    return click.option("--profile", type=click.Choice(PROFILES), default=None,
+                        help="Named set of behaviour settings: default (the paper) or official (the official "
+                             "X^R code); the agents YAML's profile when omitted. See docs/xr-parity.md.")(f)
 
 
 def _stages(ctx, param, value: str) -> tuple[str, ...]:
@@ -55,8 +74,10 @@ def _print_metrics(name: str, metrics: dict) -> None:
               help="Remove the reference image from the gallery (default: as the benchmark does; CIRR only).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @device_options
+@xr_setting_options
 def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime, lam, k, stages, limit, cache_dir,
-        encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet, device, dtype) -> None:
+        encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet, device, dtype,
+        profile=None, official_prompts=None, **xr_settings) -> None:
     """Rank a CIR benchmark's pool for each (reference image, modification text) query.
 
     Writes OUT/rankings.jsonl (per query: ranked image ids of every stage, stage scores),
@@ -71,6 +92,7 @@ def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime,
                       agents=agents, k_prime=k_prime, lam=lam, k=k, stages=stages, limit=limit, ablation=ablation,
                       cache_dir=cache_dir, encoder=encoder, concurrency=concurrency, progress=not quiet,
                       exclude_reference=exclude_reference, encoder_options={"device": device, "dtype": dtype},
+                      profile=profile, overrides=xr_settings, official_prompts=official_prompts,
                       echo=lambda s: click.echo(s, err=True))
     if "datasets" in metrics:
         for name, m in metrics["datasets"].items():

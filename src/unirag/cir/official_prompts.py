@@ -1,0 +1,89 @@
+"""The official X^R code's per-dataset prompts, read at run time from the user's checkout.
+
+Under ``xr_prompts=official`` the caption, stage-1 reasoner and stage-2 reasoner prompts are the ones
+in the official repository (01yzzyu/xr.github.io, ``XR/prompts/<dataset>/``). The paper does not print
+them and unirag does not ship them: the user points ``--official-prompts DIR`` (``official_prompts=``
+in Python, ``official_prompts:`` in the agents YAML) at their own checkout. DIR may be the checkout
+root, its ``XR`` folder, or the ``prompts`` folder itself.
+
+Placeholders are filled the way the official code fills them (01yzzyu/xr.github.io XR/xr.py
+``stage1_reason``: ``[[INSTRUCTION]]``, ``[[REF_IMAGE_DESC]]``; ``stage2_verify``: ``[[INSTRUCTION]]``,
+``[[ATOMIC_INST]]``, the atomic instructions listed as ``"   (i) kind: content"`` lines after a newline).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from unirag.errors import ConfigError
+
+#: Files read, by what they are for (XR/xr.py load_prompt).
+FILES = {"caption": "caption.txt", "reasoner": "prompt1_stage1_reasoner.txt",
+         "questions": "prompt2_stage2_reasoner.txt"}
+#: Optional official files whose stage (the cir-v2 schema and its caption rewriter) unirag does not run.
+NOT_RUN = ("prompt1_stage1_reasoner_v2.txt", "prompt1_stage1_rewriter.txt")
+
+
+def official_dataset_dir(kind: str, name: str) -> str:
+    """The official prompt folder of a unirag dataset: CIRR, CIRCO, FashionIQ-<category>."""
+    if kind == "cirr":
+        return "CIRR"
+    if kind == "circo":
+        return "CIRCO"
+    if kind == "fashioniq":
+        parts = name.split("-")
+        if len(parts) >= 2 and parts[1]:
+            return f"FashionIQ-{parts[1]}"
+    raise ConfigError(f"the official X^R code has no prompts for the {kind} dataset {name!r}; official prompts "
+                      "exist for CIRR, CIRCO and FashionIQ: point --official-prompts at one dataset's folder "
+                      "(e.g. XR/prompts/CIRR) or use --xr-prompts unirag")
+
+
+def find_prompts_root(directory: str | Path | None) -> Path:
+    """The ``prompts`` folder under DIR (the checkout, its XR folder, or the folder itself)."""
+    if directory is None:
+        raise ConfigError("xr_prompts=official reads the official X^R prompts from your checkout of "
+                          "01yzzyu/xr.github.io: pass --official-prompts DIR (official_prompts= in Python, "
+                          "official_prompts: in the agents YAML), or use --xr-prompts unirag")
+    root = Path(directory).expanduser()
+    if not root.is_dir():
+        raise ConfigError(f"--official-prompts {root}: no such directory")
+    for cand in (root / "XR" / "prompts", root / "prompts", root):
+        if cand.is_dir() and any(p.is_dir() for p in cand.iterdir()):
+            return cand
+    raise ConfigError(f"--official-prompts {root}: no prompts folder (expected XR/prompts/<dataset>/ inside it)")
+
+
+class OfficialPrompts:
+    """The official prompt files of one dataset, checked for completeness when built."""
+
+    def __init__(self, directory: str | Path | None, kind: str, name: str) -> None:
+        if directory is not None and (Path(directory).expanduser() / FILES["caption"]).is_file():
+            self.dir = Path(directory).expanduser()  # DIR is one dataset's folder (e.g. XR/prompts/CIRR)
+            self.dataset_dir = self.dir.name
+        else:
+            self.dataset_dir = official_dataset_dir(kind, name)
+            self.dir = find_prompts_root(directory) / self.dataset_dir
+        self.texts: dict[str, str] = {}
+        for what, file in FILES.items():
+            path = self.dir / file
+            if not path.is_file():
+                raise ConfigError(f"official X^R prompt file missing: {path} (the {what} prompt of "
+                                  f"{self.dataset_dir}; --official-prompts must point at a checkout of "
+                                  "01yzzyu/xr.github.io)")
+            self.texts[what] = path.read_text(encoding="utf-8")
+        self.not_run = [f for f in NOT_RUN if (self.dir / f).is_file()]
+
+    def caption(self) -> str:
+        return self.texts["caption"]
+
+    def reasoner(self, instruction: str, reference_caption: str) -> str:
+        return (self.texts["reasoner"].replace("[[INSTRUCTION]]", instruction)
+                .replace("[[REF_IMAGE_DESC]]", reference_caption.strip()))
+
+    def questions(self, instruction: str, step1: list[list[str]]) -> str:
+        listing = "\n" + "".join(f"   ({i}) {kind}: {content}\n" for i, (kind, content) in enumerate(step1, start=1))
+        return self.texts["questions"].replace("[[INSTRUCTION]]", instruction).replace("[[ATOMIC_INST]]", listing)
+
+    def manifest(self) -> dict[str, object]:
+        return {"dir": str(self.dir), "files": sorted(FILES.values()), "present_not_run": self.not_run}
