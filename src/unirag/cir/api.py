@@ -20,6 +20,7 @@ from unirag.cir.datasets import load_dataset
 from unirag.cir.evaluation import average
 from unirag.cir.pipeline import Ablation, CirRun
 from unirag.cir.stages import STAGE_NAMES, STAGES
+from unirag.profiles import Settings
 from unirag.runs.atomic import atomic_write_json
 
 
@@ -29,8 +30,15 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
             stages: Sequence[str] = STAGES, limit: int | None = None, ablation: Ablation | None = None,
             cache_dir: str | Path | None = None, encoder: str | None = None, concurrency: int | None = None,
             exclude_reference: bool | None = None,
-            progress: bool = True, echo: Callable[[str], None] = print, **run_kwargs: Any) -> dict[str, Any]:
-    """Run the baseline and X^R stages on one or more annotation files; returns the metrics."""
+            progress: bool = True, echo: Callable[[str], None] = print, profile: str | Settings | None = None,
+            **run_kwargs: Any) -> dict[str, Any]:
+    """Run the baseline and X^R stages on one or more annotation files; returns the metrics.
+
+    ``profile``: a profile name or :class:`unirag.profiles.Settings`, recorded in the returned
+    metrics and in ``out_dir/profile.json``."""
+    from unirag.profiles import resolve
+
+    settings = resolve(profile)
     config = agents if isinstance(agents, XRConfig) else load_config(agents)
     s = config.settings
     for name, value in (("k_prime", k_prime), ("lam", lam), ("k", k), ("concurrency", concurrency)):
@@ -60,9 +68,10 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
                      encoder=shared.get("encoder"), text_encoder=shared.get("text_encoder"), **run_kwargs)
         results[ds.name] = run.run()
         shared = run.loaded_encoders()  # encoders load once for all files
+    atomic_write_json(out / "profile.json", settings.to_dict())
     if len(files) == 1:
-        return next(iter(results.values()))
-    summary: dict[str, Any] = {"datasets": results}
+        return {**next(iter(results.values())), "profile": settings.to_dict()}
+    summary: dict[str, Any] = {"datasets": results, "profile": settings.to_dict()}
     for stage in STAGE_NAMES.values():
         per = {n: m[stage] for n, m in results.items() if isinstance(m.get(stage), dict)}
         if per and len(per) == len(results):

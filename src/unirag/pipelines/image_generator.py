@@ -14,10 +14,8 @@ from typing import Any
 
 from unirag.errors import ConfigError
 from unirag.generators.images.base import (
-    DEFAULT_GUIDANCE,
     DEFAULT_HEIGHT,
     DEFAULT_SEED,
-    DEFAULT_STEPS,
     DEFAULT_WIDTH,
     ExamplePair,
     GeneratedImage,
@@ -34,12 +32,17 @@ class ImageGenerator(LazyBackend):
     ``gemini-image:MODEL``, ``retrieval:top1``) or a backend object; ``options`` go to the backend
     (``device``, ``dtype``, ``base_url``, ``timeout``, ``quality``, ...). Picture settings default
     to the paper's (1024x1024, 25 steps, guidance 4.0, seed 1234). ``images_root``: the folder
-    relative example image paths are relative to.
+    relative example image paths are relative to. ``steps``/``guidance`` None: the generator's
+    default under ``profile`` (a profile name or :class:`unirag.profiles.Settings`; with
+    ``"official"`` Emu2-Gen gets its pipeline's 50 steps and guidance 3.0).
     """
 
     def __init__(self, generator: str | ImageBackend, *, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT,
-                 steps: int = DEFAULT_STEPS, guidance: float = DEFAULT_GUIDANCE, seed: int = DEFAULT_SEED,
-                 images_root: str | Path | None = None, **options: Any) -> None:
+                 steps: int | None = None, guidance: float | None = None, seed: int = DEFAULT_SEED,
+                 images_root: str | Path | None = None, profile: Any = None, **options: Any) -> None:
+        from unirag.generators.images.base import sampling_defaults
+        from unirag.profiles import resolve
+
         if isinstance(generator, str):
             from unirag.generators.images.registry import parse_image_spec
 
@@ -49,7 +52,10 @@ class ImageGenerator(LazyBackend):
             self.spec, self._backend, self._owned = generator.spec, generator, False
         else:
             raise ConfigError(f"ImageGenerator needs a spec or an image backend, got {type(generator).__name__}")
-        self.settings = {"width": width, "height": height, "steps": steps, "guidance": guidance, "seed": seed}
+        self.profile = resolve(profile)
+        fill = sampling_defaults(self.spec, self.profile)
+        self.settings = {"width": width, "height": height, "steps": steps if steps is not None else fill["steps"],
+                         "guidance": guidance if guidance is not None else fill["guidance"], "seed": seed}
         self.images_root = images_root
         self.options = {k: v for k, v in options.items() if v is not None}
 
@@ -89,13 +95,18 @@ class ImageGenerator(LazyBackend):
     def to_dict(self) -> dict[str, Any]:
         """Settings that rebuild an equal generator with :meth:`from_dict` (never secrets)."""
         return {"generator": self.spec, **self.settings,
-                "images_root": str(self.images_root) if self.images_root else None, "options": dict(self.options)}
+                "images_root": str(self.images_root) if self.images_root else None, "options": dict(self.options),
+                "profile": self.profile.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ImageGenerator:
         """A generator with the settings :meth:`to_dict` recorded (its backend loaded from the spec)."""
+        from unirag.profiles import Settings
+
         data = dict(data)
         options = data.pop("options", None) or {}
+        if isinstance(data.get("profile"), Mapping):
+            data["profile"] = Settings.from_dict(data["profile"])
         return cls(data.pop("generator"), **data, **options)
 
     def __repr__(self) -> str:
