@@ -149,7 +149,10 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None) ->
         except UniragError as e:
             raise InputError(str(e), path=path, field=where) from None
 
-    for key in ("out", "queries"):
+    needs_queries = spec.get("task", "caption") != "cir" or any(
+        isinstance(e, dict) and e.get("task", spec.get("task", "caption")) != "cir"
+        for e in [*(spec.get("grid") or []), *(spec.get("cells") or [])])
+    for key in ("out", "queries") if needs_queries else ("out",):
         if not spec.get(key):
             raise InputError("missing required key", path=path, field=key)
     top = {k: resolve(k, spec.get(k)) for k in ("out", "queries", "images_root", "pool", "pool_images_root")}

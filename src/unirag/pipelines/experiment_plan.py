@@ -103,7 +103,7 @@ def _settings_line(settings: Any) -> str:
 def plan_cell(cell: Cell) -> CellPlan:
     plan = CellPlan(cell)
     add, miss = plan.lines.append, plan.missing.append
-    title = f"{cell.name}" + (f"  [{cell.source or 'paper'} row {cell.row}]" if cell.row else "")
+    title = f"{cell.name}" + (f"  [paper row {cell.row}]" if cell.row else "")
     add(title)
     if cell.task == "cir":
         c = cell.cir
@@ -152,7 +152,7 @@ def plan_cell(cell: Cell) -> CellPlan:
         if lack:
             miss(lack)
     if cell.paper:
-        add("  paper: " + ", ".join(f"{k} {v:g}" for k, v in cell.paper.items()))
+        add("  paper: " + ", ".join(f"{k} {v}" for k, v in cell.paper.items()))
     return plan
 
 
