@@ -96,18 +96,18 @@ _register(
             "hit of the opposite modality in its top 10 whose image path / text differs from the query's.",
             choices=("pool", "uniir"),
             cite="TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py get_raw_retrieved_candidates; "
-                 "src/common/interactive_retriever.py InteractiveRetriever (dataset_id 9, task_id 0/3)"),
+                 "src/common/interactive_retriever.py:40 (dataset_id 9), :84/:93 (task_id 0/3)"),
     Setting("example_pairs", "per-candidate", "per-hit",
             "Which pairs become few-shot examples. per-candidate: one pair per distinct candidate, the "
             "search widened until k pairs are found. per-hit: every one of the top-10 hits (candidate or "
             "its complement) becomes a pair, an image may repeat, the first k that do not show the query.",
             choices=("per-candidate", "per-hit"),
-            cite="castorini/UniRAG src/unirag/incontext_example_provider.py get_candidates"),
+            cite="castorini/UniRAG src/unirag/incontext_example_provider.py:10-45 (get_candidates)"),
     Setting("temperature", 0.0, None,
             "Sampling temperature sent to caption generators (GPT-4o, Gemini, LLaVA). none: send none "
             "(the provider's / model's default), as the official code does.",
             parse=_temperature,
-            cite="castorini/UniRAG src/unirag/caption_generation_inference.py infer_gpt, infer_gemini, "
+            cite="castorini/UniRAG src/unirag/caption_generation_inference.py:81 (infer_gemini), infer_gpt, "
                  "infer_llava (no temperature argument)"),
     Setting("caption_prompts", "paper", "official",
             "Caption prompt wording. paper: the paper's Appendix A figures (Gemini's zero-shot prompt "
@@ -116,8 +116,8 @@ _register(
             "must be compulsarily in one line.'; with --official-prompts DIR, every family's instruction "
             "text is read from that checkout of castorini/UniRAG.",
             choices=("paper", "official"),
-            cite="castorini/UniRAG src/unirag/caption_generation_inference.py infer_gemini (no "
-                 "SYSTEM_MESSAGE); src/unirag/prompts/gemini-caption-prompt-with-examples.txt"),
+            cite="castorini/UniRAG src/unirag/caption_generation_inference.py:29 (SYSTEM_MESSAGE), :58-61 "
+                 "(infer_gemini sends the prompt file alone); src/unirag/prompts/gemini-caption-prompt-with-examples.txt"),
     Setting("emu2_sampling", "unirag", "official",
             "Emu2-Gen sampling when --steps/--guidance are not given. unirag: 25 steps, guidance 4.0 (the "
             "LaVIT settings, for comparable runs). official: the Emu2-Gen pipeline's defaults, 50 steps, "

@@ -72,10 +72,11 @@ def _world():
 
 
 def test_uniir_completion_instructed_query_and_first_opposite_modality_hit():
-    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py get_raw_retrieved_candidates: the complement is the
-    first hit of the opposite modality in the candidate's top 10 whose img_path (else txt) differs from
-    the original query's; src/common/interactive_retriever.py InteractiveRetriever: dataset_id 9
-    (MSCOCO) for every candidate, task_id 0 for a text and 3 for an image (_add_queries)."""
+    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py get_raw_retrieved_candidates (the complement loop
+    after ``complement_retriever.retrieve(k=10)``): the complement is the first hit of the opposite
+    modality in the candidate's top 10 whose img_path (else txt) differs from the original query's.
+    src/common/interactive_retriever.py (commit 1104db5c): ``self.dataset_id = 9`` (MSCOCO) at :40 for
+    every candidate; _add_queries (:81) gives a text task_id 0 (:84) and an image task_id 3 (:93)."""
     index = _world()
     enc = RecordingEncoder(index)
     completer = UniIRCompleter(index, lambda: enc, None)
@@ -105,9 +106,10 @@ def test_uniir_completion_compares_exact_strings_and_searches_ten():
 
 
 def test_per_hit_pairs_repeat_images_drop_query_and_take_first_k():
-    """castorini/UniRAG src/unirag/incontext_example_provider.py get_candidates: every retrieved candidate
-    with its complement is one (txt, image) pair - an image may repeat - a pair whose txt equals the
-    query text or whose image is the query image is skipped; generator_prompt.Prompt takes the first k."""
+    """castorini/UniRAG src/unirag/incontext_example_provider.py (commit 07190083) get_candidates, :10-45:
+    every retrieved candidate with its complement is one (txt, image) pair - an image may repeat - a hit
+    without a pair is skipped (:36-38), so is a pair whose txt equals the query text or whose image is the
+    query image (:40-43); src/unirag/generator_prompt.py Prompt takes the first min(k, len) of them."""
     metas = [_meta("t0", Modality.TEXT, txt="cap A"), _meta("i1", Modality.IMAGE, img="x.jpg"),
              _meta("t2", Modality.TEXT, txt="the query text"), _meta("t3", Modality.TEXT, txt="cap C"),
              _meta("t4", Modality.TEXT, txt="cap D")]
@@ -137,8 +139,9 @@ def test_profiles_select_the_official_rows():
 
 
 def test_temperature_none_sends_none():
-    """castorini/UniRAG src/unirag/caption_generation_inference.py: infer_gpt calls chat.completions.create
-    with model, messages and max_tokens only; infer_gemini passes GenerationConfig(max_output_tokens=...)."""
+    """castorini/UniRAG src/unirag/caption_generation_inference.py (commit 294f843a): infer_gemini passes
+    ``GenerationConfig(max_output_tokens=...)`` only (:81); infer_gpt calls chat.completions.create with
+    model, messages and max_tokens only; infer_llava calls model.generate(max_new_tokens=...)."""
     from unirag.generators.gemini import GeminiGenerator
     from unirag.generators.openai_compat import OpenAIChatGenerator
 
@@ -162,8 +165,9 @@ def test_captioner_takes_its_temperature_from_the_profile():
 
 
 def test_gemini_official_prompts():
-    """castorini/UniRAG src/unirag/caption_generation_inference.py infer_gemini: the message is the prompt
-    file alone (no SYSTEM_MESSAGE, unlike infer_gpt / infer_llava); the few-shot file ends with "The answer
+    """castorini/UniRAG src/unirag/caption_generation_inference.py (commit 294f843a): SYSTEM_MESSAGE (:29)
+    goes to GPT and LLaVA only; infer_gemini (:33) sends ``content = [message, ...]`` (:58-61), the prompt
+    file's text alone; src/unirag/prompts/gemini-caption-prompt-with-examples.txt ends with "The answer
     must be compulsarily in one line." (quoted in issue 15)."""
     from unirag.prompts.caption import caption_template
     from unirag.prompts.official import GEMINI_ONE_LINE, SYSTEM_SENTENCE, apply_caption_prompts
