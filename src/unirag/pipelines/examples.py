@@ -304,7 +304,9 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dic
     """The selector for a mode; checks that the options the mode needs are there.
 
     ``index``: an index directory, a :class:`unirag.Index` or a :class:`unirag.Retriever` to
-    retrieve examples from on the fly; ``retrieval``: a retrieval run file.
+    retrieve examples from on the fly; ``retrieval``: a retrieval run file. ``profile``: the settings
+    on-the-fly retrieval makes its pairs with (``pair_completion``, ``example_pairs``); a retrieval
+    run file already holds the pairs ``unirag retrieve`` made under its own profile.
     """
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")

@@ -139,13 +139,13 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None) ->
         return value
 
     def settings_of(entry: dict[str, Any], where: str) -> Any:
-        for key in ("settings",):
-            if entry.get(key) is not None and not isinstance(entry[key], dict):
-                raise InputError("expected a mapping setting -> value", path=path, field=f"{where}.{key}")
+        """The cell's settings: ``unirag run`` options > the entry's > the grid's (profile and settings)."""
+        for part, name in ((spec, "settings"), (entry, f"{where}.settings")):
+            if part.get("settings") is not None and not isinstance(part["settings"], dict):
+                raise InputError("expected a mapping setting -> value", path=path, field=name)
         given = {**(spec.get("settings") or {}), **(entry.get("settings") or {}), **over.settings}
         try:
-            return resolve_settings(over.profile or entry.get("profile") or spec.get("profile") or "default",
-                                    **{k: v for k, v in given.items()})
+            return resolve_settings(over.profile or entry.get("profile") or spec.get("profile") or "default", **given)
         except UniragError as e:
             raise InputError(str(e), path=path, field=where) from None
 

@@ -68,11 +68,13 @@ class UniIRCompleter:
 
     def prepare(self, gids: Iterable[int]) -> None:
         """Encode and search the candidates not seen yet, in one batch."""
-        todo = []
+        todo: list[int] = []
+        queued: set[int] = set()
         for g in gids:
             g = int(g)
-            if g >= 0 and g not in self._top and g not in todo and self.index.metas[g].modality in COMPLEMENT_TASK:
+            if g >= 0 and g not in self._top and g not in queued and self.index.metas[g].modality in COMPLEMENT_TASK:
                 todo.append(g)
+                queued.add(g)
         if not todo:
             return
         queries = [complement_query(self.index.metas[g], len(self._top) + i + 1) for i, g in enumerate(todo)]
