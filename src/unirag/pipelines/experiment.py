@@ -166,6 +166,7 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None) ->
             raise InputError("each retriever needs exactly one of 'retrieval' or 'index'", path=path,
                              field=f"retrievers.{name}")
     options = {k: resolve(k, v) for k, v in {**(spec.get("options") or {}), **over.options}.items()}
+    forced = {k: resolve(k, v) for k, v in over.options.items()}  # unirag run --option: wins over every cell
     _check_option_keys(options, path, "options")
     default_task = spec.get("task", "caption")
     entries: list[dict[str, Any]] = []
@@ -204,7 +205,7 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None) ->
         meta = {"settings": settings_of(entry, where), "paper": {str(k): float(v) for k, v in paper.items()},
                 "row": entry.get("row"), "source": spec.get("source")}
         if task == "cir":
-            cell = _cir_cell(entry, where, path, top, options, resolve, meta, over.options)
+            cell = _cir_cell(entry, where, path, top, options, resolve, meta, forced)
             if cell.name in seen:
                 raise InputError(f"two cir cells named {cell.name!r}; give each a 'name'", path=path, field=where)
             seen.add(cell.name)
@@ -231,7 +232,7 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None) ->
                 continue
             seen.add(name)
             cells.append(Cell(name=name, task=task, generator=str(entry["generator"]), mode=mode, k=int(k),
-                              retriever=retriever, sources=sources, options={**options, **cell_opts, **over.options},
+                              retriever=retriever, sources=sources, options={**options, **cell_opts, **forced},
                               **meta))
     return {**spec, **top, "path": str(path)}, cells
 
@@ -249,7 +250,7 @@ def _cir_cell(entry: dict[str, Any], where: str, path: Path, top: dict[str, Any]
             raise InputError(f"cir cells need '{key}'", path=path, field=where)
     cir = {k: resolve(k, v) for k, v in entry.items() if k in CIR_KEYS}
     grid_wide = {k: v for k, v in options.items() if k in CIR_OPTION_KEYS}
-    cir = {**grid_wide, **cir, **{k: resolve(k, v) for k, v in forced.items() if k in CIR_OPTION_KEYS}}
+    cir = {**grid_wide, **cir, **{k: v for k, v in forced.items() if k in CIR_OPTION_KEYS}}
     cir["annotations"] = _as_list(cir["annotations"])
     images_root = resolve("images_root", entry.get("images_root")) or top["images_root"]
     label = _slug(str(entry.get("name") or entry["generator"]))
@@ -395,13 +396,20 @@ def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOve
 
 
 def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool = True, limit: int | None = None,
-                   echo=print, overrides: GridOverrides | None = None) -> list[dict[str, Any]]:
+                   echo=print, overrides: GridOverrides | None = None, profile: str | None = None
+                   ) -> list[dict[str, Any]]:
     """Run the grid file ``path`` (what ``unirag run`` does): every cell whose name matches a glob of
     ``only`` (all when empty) into ``OUT/<cell name>``, each resumable; ``limit``: the first N queries.
     A cell that fails to start (bad config, no key) is reported and the others go on. Returns one
     ``{"cell", "status": "ok"|"failed", "counts"|"error"}`` per cell. ``overrides``: see
-    :class:`GridOverrides`. A cir cell's measured figures are printed beside the paper's."""
+    :class:`GridOverrides`; ``profile``: run every cell under this profile (same as
+    ``overrides.profile``). A cir cell's measured figures are printed beside the paper's."""
+    from dataclasses import replace
+
     from unirag.runs.atomic import atomic_write_json
+
+    if profile is not None:
+        overrides = replace(overrides or GridOverrides(), profile=profile)
 
     spec, cells = load_experiment(path, overrides)
     cells = select_cells(cells, only)
