@@ -158,6 +158,58 @@ _register(
 )
 
 
+# --- retrieval, generation, metrics (issue 15) ----------------------------------------------------
+def _temperature(text: str) -> float | None:
+    """``none`` (send no temperature: the provider's or model's default) or a number >= 0."""
+    if text.strip().lower() in ("none", "null", "default"):
+        return None
+    value = float(text)
+    if value < 0:
+        raise ValueError("a temperature is >= 0")
+    return value
+
+
+_register(
+    Setting("pair_completion", "pool", "uniir",
+            "How a retrieved single-modality candidate is completed into an image-caption pair. pool: the "
+            "pool's own pairing (same source item), else a search with the candidate's stored vector over "
+            "the opposite modality. uniir: re-encode the candidate as an instructed M-BEIR query (MSCOCO "
+            "task 0 text->image / task 3 image->text instruction, for every dataset) and take the first "
+            "hit of the opposite modality in its top 10 whose image path / text differs from the query's.",
+            choices=("pool", "uniir"),
+            cite="TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py get_raw_retrieved_candidates; "
+                 "src/common/interactive_retriever.py:40 (dataset_id 9), :84/:93 (task_id 0/3)"),
+    Setting("example_pairs", "per-candidate", "per-hit",
+            "Which pairs become few-shot examples. per-candidate: one pair per distinct candidate, the "
+            "search widened until k pairs are found. per-hit: every one of the top-10 hits (candidate or "
+            "its complement) becomes a pair, an image may repeat, the first k that do not show the query.",
+            choices=("per-candidate", "per-hit"),
+            cite="castorini/UniRAG src/unirag/incontext_example_provider.py:10-45 (get_candidates)"),
+    Setting("temperature", 0.0, None,
+            "Sampling temperature sent to caption generators (GPT-4o, Gemini, LLaVA). none: send none "
+            "(the provider's / model's default), as the official code does.",
+            parse=_temperature,
+            cite="castorini/UniRAG src/unirag/caption_generation_inference.py:81 (infer_gemini), infer_gpt, "
+                 "infer_llava (no temperature argument)"),
+    Setting("caption_prompts", "paper", "official",
+            "Caption prompt wording. paper: the paper's Appendix A figures (Gemini's zero-shot prompt "
+            "carries the generic system sentence). official: as the official code sends it: Gemini's "
+            "zero-shot prompt without the system sentence and its few-shot prompt ending with 'The answer "
+            "must be compulsarily in one line.'; with --official-prompts DIR, every family's instruction "
+            "text is read from that checkout of castorini/UniRAG.",
+            choices=("paper", "official"),
+            cite="castorini/UniRAG src/unirag/caption_generation_inference.py:29 (SYSTEM_MESSAGE), :58-61 "
+                 "(infer_gemini sends the prompt file alone); src/unirag/prompts/gemini-caption-prompt-with-examples.txt"),
+    Setting("emu2_sampling", "unirag", "official",
+            "Emu2-Gen sampling when --steps/--guidance are not given. unirag: 25 steps, guidance 4.0 (the "
+            "LaVIT settings, for comparable runs). official: the Emu2-Gen pipeline's defaults, 50 steps, "
+            "guidance 3.0, 1024x1024.",
+            choices=("unirag", "official"),
+            cite="castorini/UniRAG src/unirag/image_generation_inference.py (Emu2 pipeline called with "
+                 "its defaults); BAAI/Emu2-Gen pipeline_emu2_gen.py __call__ defaults"),
+)
+
+
 @dataclass(frozen=True)
 class Settings(Mapping[str, Any]):
     """The resolved value of every setting for one run: a profile plus the user's overrides."""

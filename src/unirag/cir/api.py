@@ -76,9 +76,10 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
                      encoder=shared.get("encoder"), text_encoder=shared.get("text_encoder"), **run_kwargs)
         results[ds.name] = run.run()
         shared = run.loaded_encoders()  # encoders load once for all files
+    atomic_write_json(out / "profile.json", settings.to_dict())
     if len(files) == 1:
-        return next(iter(results.values()))
-    summary: dict[str, Any] = {"datasets": results}
+        return {**next(iter(results.values())), "profile": settings.to_dict()}
+    summary: dict[str, Any] = {"datasets": results, "profile": settings.to_dict()}
     for stage in STAGE_NAMES.values():
         per = {n: m[stage] for n, m in results.items() if isinstance(m.get(stage), dict)}
         if per and len(per) == len(results):

@@ -7,6 +7,7 @@ import json
 import click
 
 from unirag.cli.generation_options import generation_options, generator_kwargs
+from unirag.cli.profile_options import profile_options
 
 MODES = ("zero-shot", "random", "rag")
 
@@ -30,15 +31,19 @@ MODES = ("zero-shot", "random", "rag")
               help="Candidate pool JSONL (random mode: the gold captions of other queries).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory (resumable).")
 @click.option("--limit", type=int, default=None, help="Only the first N queries.")
+@click.option("--official-prompts", type=click.Path(file_okay=False), default=None,
+              help="Your checkout of github.com/castorini/UniRAG: with --caption-prompts official (or --profile "
+                   "official) the caption instructions are read from its src/unirag/prompts/ files.")
 @generation_options
+@profile_options("temperature", "caption_prompts", "pair_completion", "example_pairs")
 def caption(queries, images_root, pool_images_root, generator_spec, mode, k, retrieval, index, pool, out, limit,
-            **gen_opts) -> None:
+            official_prompts, settings, **gen_opts) -> None:
     """Caption image queries; rerun the same command to resume after a crash or Ctrl-C."""
     from unirag.pipelines.caption import CaptionConfig, run_captioning
 
     cfg = CaptionConfig(queries=queries, generator=generator_spec, out=out, mode=mode, k=k, images_root=images_root,
                         pool_images_root=pool_images_root, retrieval=retrieval, index=index, pool=pool, limit=limit,
-                        **generator_kwargs(gen_opts))
+                        profile=settings, official_prompts=official_prompts, **generator_kwargs(gen_opts))
     summary = run_captioning(cfg)
     counts, totals = summary["counts"], summary["totals"]
     cost = totals.get("cost_usd")

@@ -20,9 +20,14 @@ def parse_ks(value: str) -> list[int]:
 
 
 def format_table(metrics: dict, ks: list[int]) -> str:
-    lines = [f"{'k':>4}  {'hit@k':>7}  {'recall@k':>8}  {'MRR@k':>7}"]
+    uniir = all(f"uniir_recall@{k}" in metrics for k in ks)
+    lines = [f"{'k':>4}  {'hit@k':>7}  {'recall@k':>8}  {'MRR@k':>7}" + (f"  {'UniIR R@k':>9}" if uniir else "")]
     for k in ks:
-        lines.append(f"{k:>4}  {metrics[f'hit@{k}']:>7.4f}  {metrics[f'recall@{k}']:>8.4f}  {metrics[f'mrr@{k}']:>7.4f}")
+        lines.append(f"{k:>4}  {metrics[f'hit@{k}']:>7.4f}  {metrics[f'recall@{k}']:>8.4f}  {metrics[f'mrr@{k}']:>7.4f}"
+                     + (f"  {metrics[f'uniir_recall@{k}']:>9.4f}" if uniir else ""))
+    lines.append("hit@k, recall@k, MRR@k: the ranked list after complement replacement (paper §5)"
+                 + ("; UniIR R@k: UniIR's Recall@k on the raw top-k ids (compute_recall_at_k)" if uniir else
+                    "; UniIR's Recall@k needs a run file with raw ids (retrieve again with this unirag)"))
     lines.append(f"queries: {metrics['num_queries']} judged, {metrics['missing_queries']} missing from the run"
                  " (scored 0)")
     return "\n".join(lines)
@@ -35,7 +40,7 @@ def format_table(metrics: dict, ks: list[int]) -> str:
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
               help="Metrics JSON (default: beside the run, <run>.metrics.json).")
 def retrieval(run_path: Path, qrels_path: Path, ks: str, out: Path | None) -> None:
-    """Score a retrieval run: hit@k (UniIR's "recall"), true recall@k and MRR@k."""
+    """Score a retrieval run: hit@k after complement replacement, true recall@k, MRR@k and UniIR's Recall@k."""
     from unirag.metrics.retrieval import evaluate_run_file
 
     cutoffs = parse_ks(ks)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from unirag.cli.model_options import device_options
+from unirag.cli.profile_options import profile_options
 from unirag.generators.images.base import (
     DEFAULT_GUIDANCE,
     DEFAULT_HEIGHT,
@@ -38,9 +39,11 @@ MODES = ("zero-shot", "random", "rag")
               help="Run directory (rerun the same command to resume).")
 @click.option("--width", type=int, default=DEFAULT_WIDTH, show_default=True)
 @click.option("--height", type=int, default=DEFAULT_HEIGHT, show_default=True)
-@click.option("--steps", type=int, default=DEFAULT_STEPS, show_default=True, help="Denoising steps (local models).")
-@click.option("--guidance", type=float, default=DEFAULT_GUIDANCE, show_default=True,
-              help="Classifier-free guidance scale (local models).")
+@click.option("--steps", type=int, default=None,
+              help=f"Denoising steps (local models). Default {DEFAULT_STEPS}; Emu2-Gen under --emu2-sampling official: 50.")
+@click.option("--guidance", type=float, default=None,
+              help=f"Classifier-free guidance scale (local models). Default {DEFAULT_GUIDANCE}; Emu2-Gen under "
+                   "--emu2-sampling official: 3.0.")
 @click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
               help="Generation seed, the same for every query (paper's LaVIT run: 1234).")
 @click.option("--example-seed", type=int, default=0, show_default=True,
@@ -62,10 +65,11 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--save-prompts", type=int, default=5, show_default=True,
               help="Also write the first N prompts to OUT/prompts/ for inspection.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@profile_options("emu2_sampling", "pair_completion", "example_pairs")
 def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, retrieval_path, index_dir, pool_path,
                     out_dir, width, height, steps, guidance, seed, example_seed, concurrency, base_url, timeout,
                     quality, device, dtype, offload, lavit_code, max_attempts, prices, limit, save_prompts,
-                    no_progress) -> None:
+                    no_progress, settings) -> None:
     """Generate an image for every caption query, saved as PNG next to the prompt that made it.
 
     \b
@@ -83,7 +87,8 @@ def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, 
         example_seed=example_seed,
         settings=ImageSettings(width=width, height=height, steps=steps, guidance=guidance, seed=seed),
         concurrency=concurrency, limit=limit, save_prompts=save_prompts, max_attempts=max_attempts, prices=prices,
-        generator_options={k_: v for k_, v in options.items() if v is not None}, progress=not no_progress))
+        generator_options={k_: v for k_, v in options.items() if v is not None}, progress=not no_progress,
+        profile=settings))
     click.echo(f"{out_dir}: {counts['total_ok']}/{counts['total_queries']} images ok, "
                f"{counts['total_error']} failed (this run: {counts['ok']} new, {counts['error']} failed, "
                f"{counts['skipped']} already done)")

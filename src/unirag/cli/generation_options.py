@@ -15,7 +15,6 @@ _OPTIONS = [
     click.option("--concurrency", type=int, default=4, show_default=True, help="API calls in flight at once."),
     click.option("--seed", type=int, default=0, show_default=True, help="Seed for random example selection."),
     click.option("--max-tokens", type=int, default=400, show_default=True, help="Output token limit (paper: 400)."),
-    click.option("--temperature", type=float, default=0.0, show_default=True),
     click.option("--timeout", type=float, default=None, help="Seconds per API call before it counts as failed."),
     click.option("--max-attempts", type=int, default=6, show_default=True,
                  help="Tries per query for transient errors (429, 5xx, timeouts)."),
@@ -50,6 +49,6 @@ def generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
 
     gen = {k: opts[k] for k in sorted(GENERATOR_OPTIONS) if opts.get(k) is not None}
     return {"generator_options": gen, "concurrency": opts["concurrency"], "seed": opts["seed"],
-            "max_tokens": opts["max_tokens"], "temperature": opts["temperature"],
+            "max_tokens": opts["max_tokens"],
             "max_attempts": opts["max_attempts"], "templates_dir": opts["templates_dir"], "prices": opts["prices"],
             "save_prompts": opts["save_prompts"], "progress": not opts["no_progress"]}

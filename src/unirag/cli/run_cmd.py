@@ -1,4 +1,4 @@
-"""``unirag run EXPERIMENT.yaml``: run a grid of caption/image runs, each cell resumable."""
+"""``unirag run EXPERIMENT.yaml``: run a grid of caption/image/CIR runs, each cell resumable."""
 
 from __future__ import annotations
 
@@ -6,22 +6,78 @@ import sys
 
 import click
 
+from unirag.cli.profile_options import profile_options
+
+
+def _pairs(values: tuple[str, ...], option: str, parse_value: bool) -> dict:
+    from unirag.errors import ConfigError
+
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{option} expects KEY=VALUE, got {item!r}")
+        if parse_value:
+            import yaml
+
+            value = yaml.safe_load(value) if value.strip() else None
+        out[key.strip()] = value
+    return out
+
 
 @click.command("run")
 @click.argument("experiment", type=click.Path(dir_okay=False))
 @click.option("--only", multiple=True, help="Run only cells whose name matches this glob (repeatable).")
 @click.option("--list", "list_only", is_flag=True, help="List the cells and their state; run nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Print every cell's resolved configuration (generator, retriever, k, profile and settings, data "
+                   "files, checkpoints, API keys) with the paper's figures; exit 2 naming what is missing.")
 @click.option("--limit", type=int, default=None, help="Only the first N queries of every cell (smoke run).")
+@click.option("--data-root", type=click.Path(file_okay=False), default=None,
+              help="Resolve the grid's relative data paths from here instead of the YAML file's folder.")
+@click.option("--out", "out", type=click.Path(file_okay=False), default=None, help="Output folder instead of the grid's.")
+@click.option("--generator", "generator_map", multiple=True, metavar="SPEC=SPEC",
+              help="Run another generator in place of one the grid names, e.g. hf:llava-hf/x=hf:./my-llava (repeatable).")
+@click.option("--option", "option_pairs", multiple=True, metavar="KEY=VALUE",
+              help="A run or generator option for every cell, e.g. base_url=http://127.0.0.1:8000/v1 (repeatable).")
 @click.option("--no-progress", is_flag=True, default=False)
-def run(experiment, only, list_only, limit, no_progress) -> None:
-    """Run every cell of EXPERIMENT.yaml into OUT/<generator>/<mode>-k<k>[-<retriever>]; rerun to resume."""
-    from unirag.pipelines.experiment import cell_states, run_experiment
+@profile_options(raw=True)
+def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_map, option_pairs, no_progress,
+        profile, setting_overrides) -> None:
+    """Run every cell of EXPERIMENT.yaml into OUT/<generator>/<mode>-k<k>[-<retriever>]; rerun to resume.
 
+    --profile and the setting options apply to every cell (over the grid's own profile: and settings:).
+    """
+    from unirag.errors import ConfigError
+    from unirag.pipelines.experiment import GridOverrides, cell_states, run_experiment
+
+    overrides = GridOverrides(data_root=data_root, out=out, generators=_pairs(generator_map, "--generator", False),
+                              options=_pairs(option_pairs, "--option", True), profile=profile,
+                              settings=setting_overrides)
+    if dry_run:
+        from unirag.pipelines.experiment_plan import plan_experiment
+
+        spec, plans = plan_experiment(experiment, tuple(only), overrides)
+        if spec.get("source"):
+            click.echo(f"source: {spec['source']}")
+        click.echo(f"out: {spec['out']}")
+        for i, plan in enumerate(plans, start=1):
+            click.echo(f"[{i}/{len(plans)}] " + "\n".join(plan.lines))
+        missing = sorted({m for p in plans for m in p.missing})
+        if missing:
+            click.echo("missing:", err=True)
+            for m in missing:
+                click.echo(f"  {m}", err=True)
+            raise ConfigError(f"{len(missing)} input(s) missing for {sum(1 for p in plans if p.missing)} of "
+                              f"{len(plans)} cell(s): {'; '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
+        click.echo(f"{len(plans)} cell(s) ready to run")
+        return
     if list_only:
-        for name, state in cell_states(experiment, tuple(only)):
+        for name, state in cell_states(experiment, tuple(only), overrides):
             click.echo(f"{name:60s} {state}")
         return
-    results = run_experiment(experiment, tuple(only), progress=not no_progress, limit=limit, echo=click.echo)
+    results = run_experiment(experiment, tuple(only), progress=not no_progress, limit=limit, echo=click.echo,
+                             overrides=overrides)
     failed = [r for r in results if r["status"] != "ok"]
     incomplete = [r for r in results if r["status"] == "ok" and r["counts"].get("ok") != r["counts"].get("queries")]
     click.echo(f"{len(results) - len(failed)}/{len(results)} cells ran; {len(incomplete)} with failed queries "

@@ -49,7 +49,8 @@ class Generation:
 @dataclass
 class GenerationOptions:
     max_tokens: int = 400  # the paper's setting
-    temperature: float = 0.0
+    #: None sends no temperature (the provider's or model's default; ``temperature = none`` setting)
+    temperature: float | None = 0.0
     seed: int | None = None
     json_schema: dict[str, Any] | None = None  # ask for JSON output when the backend supports it
 

@@ -63,7 +63,9 @@ class GeminiGenerator(TextGenerator):
         self.api_key_env = self._conn.api_key_env
 
     def request_config(self, system: str | None, options: GenerationOptions) -> dict[str, Any]:
-        config: dict[str, Any] = {"max_output_tokens": options.max_tokens, "temperature": options.temperature}
+        config: dict[str, Any] = {"max_output_tokens": options.max_tokens}
+        if options.temperature is not None:  # None: the model's default, as the official code sends
+            config["temperature"] = options.temperature
         if system:
             config["system_instruction"] = system
         if options.seed is not None:

@@ -134,10 +134,11 @@ class HFVisionLanguageGenerator(TextGenerator):
                 for key, value in inputs.items():
                     if torch.is_floating_point(value):
                         inputs[key] = value.to(self._torch_dtype)
-                gen_kwargs: dict[str, Any] = {"max_new_tokens": options.max_tokens,
-                                              "do_sample": options.temperature > 0}
-                if options.temperature > 0:
-                    gen_kwargs["temperature"] = options.temperature
+                gen_kwargs: dict[str, Any] = {"max_new_tokens": options.max_tokens}
+                if options.temperature is not None:  # None: the model's generation config decides (official)
+                    gen_kwargs["do_sample"] = options.temperature > 0
+                    if options.temperature > 0:
+                        gen_kwargs["temperature"] = options.temperature
                 with torch.inference_mode():
                     out = self._model.generate(**inputs, **gen_kwargs)
             except torch.cuda.OutOfMemoryError as e:

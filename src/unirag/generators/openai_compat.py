@@ -83,7 +83,9 @@ class OpenAIChatGenerator(TextGenerator):
     def request_body(self, messages: list[Message], options: GenerationOptions) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` (also what the tests compare)."""
         body: dict[str, Any] = {"model": self.model, "messages": render_openai_messages(messages, self.detail),
-                                "max_tokens": options.max_tokens, "temperature": options.temperature}
+                                "max_tokens": options.max_tokens}
+        if options.temperature is not None:  # None: send none (the provider's default), as the official code
+            body["temperature"] = options.temperature
         if options.seed is not None:
             body["seed"] = options.seed
         if options.json_schema is not None:

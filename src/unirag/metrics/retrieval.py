@@ -5,6 +5,14 @@
   be at most 0.2 while hit@1 can be 1.
 * ``mrr@k``    - 1 / rank of the first relevant did within the top k, 0 if none.
 
+These three score the ranked list after the paper's §5 complement replacement (a caption retrieved
+for a text->image query counts as its image). UniIR scores the raw top-k ids instead:
+
+* ``uniir_recall@k`` - UniIR's "Recall@k" (TIGER-AI-Lab/UniIR ``src/common/mbeir_retriever.py``,
+  ``compute_recall_at_k``): 1 if any relevant did is among the first k ids *as retrieved*, before
+  any replacement. Computed from the run's ``raw`` lists; equal to hit@k on a single-modality pool,
+  different on a union pool searched with ``--modality any``.
+
 Every metric is averaged over the queries that have at least one relevant did in the qrels;
 queries of the qrels missing from the run count as zeros (a run that skips a query is not rewarded).
 """
@@ -33,17 +41,23 @@ def mrr_at_k(ranked: Sequence[str], relevant: set[str], k: int) -> float:
 
 
 METRICS = {"hit": hit_at_k, "recall": recall_at_k, "mrr": mrr_at_k}
+#: What each metric key means, for tables and metrics files (both definitions side by side).
+LABELS = {"hit": "hit@k after complement replacement (paper §5)", "recall": "true recall@k (replaced list)",
+          "mrr": "MRR@k (replaced list)", "uniir_recall": "UniIR Recall@k (raw top-k ids, compute_recall_at_k)"}
 
 
-def evaluate_run(run: Mapping[str, Sequence[str]], qrels: Mapping[str, set[str]], ks: Sequence[int]
-                 ) -> dict[str, object]:
-    """Mean metrics: {"hit@1": ..., "recall@1": ..., "mrr@1": ..., "num_queries": n, "missing_queries": m}."""
+def evaluate_run(run: Mapping[str, Sequence[str]], qrels: Mapping[str, set[str]], ks: Sequence[int],
+                 raw: Mapping[str, Sequence[str]] | None = None) -> dict[str, object]:
+    """Mean metrics: {"hit@1": ..., "recall@1": ..., "mrr@1": ..., "num_queries": n, "missing_queries": m};
+    with ``raw`` (qid -> the ids as retrieved) also ``uniir_recall@k``, UniIR's Recall@k."""
     if not ks or any(int(k) <= 0 for k in ks):
         raise ValueError(f"cutoffs must be positive integers, got {list(ks)}")
     judged = [q for q, rel in qrels.items() if rel]
     if not judged:
         raise ValueError("the qrels contain no relevant judgements")
     sums = {f"{name}@{k}": 0.0 for k in ks for name in METRICS}
+    if raw is not None:
+        sums.update({f"uniir_recall@{k}": 0.0 for k in ks})
     missing = 0
     for qid in judged:
         ranked = run.get(qid)
@@ -53,6 +67,8 @@ def evaluate_run(run: Mapping[str, Sequence[str]], qrels: Mapping[str, set[str]]
         for k in ks:
             for name, fn in METRICS.items():
                 sums[f"{name}@{k}"] += fn(ranked, qrels[qid], int(k))
+            if raw is not None:
+                sums[f"uniir_recall@{k}"] += hit_at_k(raw.get(qid) or [], qrels[qid], int(k))
     out: dict[str, object] = {key: value / len(judged) for key, value in sums.items()}
     out["num_queries"] = len(judged)
     out["missing_queries"] = missing
@@ -74,11 +90,16 @@ def evaluate_run_file(run_path: str | Path, qrels_path: str | Path, ks: Sequence
     from unirag.runs.atomic import atomic_write_json
 
     run_path, qrels_path = Path(run_path), Path(qrels_path)
-    run = {qid: r.ranked_dids for qid, r in read_retrieval_run(run_path).items()}
+    results = read_retrieval_run(run_path)
+    run = {qid: r.ranked_dids for qid, r in results.items()}
+    # UniIR's Recall@k needs the raw ids, which run files record since unirag kept them
+    raw = {qid: r.raw for qid, r in results.items()} if all(r.raw is not None for r in results.values()) else None
     try:
-        metrics = evaluate_run(run, read_qrels(qrels_path).relevant, ks)
+        metrics = evaluate_run(run, read_qrels(qrels_path).relevant, ks, raw=raw)
     except ValueError as e:
         raise InputError(str(e), path=qrels_path) from None
     out = Path(out) if out is not None else run_path.with_name(run_path.stem + ".metrics.json")
-    atomic_write_json(out, {"run": str(run_path), "qrels": str(qrels_path), "k": list(ks), "metrics": metrics})
+    labels = {name: LABELS[name] for name in (*METRICS, "uniir_recall") if name in METRICS or raw is not None}
+    atomic_write_json(out, {"run": str(run_path), "qrels": str(qrels_path), "k": list(ks), "metrics": metrics,
+                            "labels": labels})
     return metrics, out, max((len(r) for r in run.values()), default=0)

@@ -40,7 +40,8 @@ def caption_metrics(predictions: Mapping[str, str], references: Mapping[str, Seq
 
 def retrieval_metrics(rankings: Mapping[str, Sequence[str] | Iterable[Any]], qrels: Any,
                       k: Sequence[int] = (1, 5, 10)) -> dict[str, Any]:
-    """hit@k (UniIR's "Recall@k"), true recall@k and MRR@k, averaged over the judged queries.
+    """hit@k (after complement replacement), true recall@k and MRR@k, averaged over the judged queries;
+    for :class:`unirag.Hits` also ``uniir_recall@k``, UniIR's Recall@k on the raw top-k ids.
 
     ``rankings``: qid -> ranked dids, or the :class:`unirag.Hits` of :meth:`unirag.Retriever.search`.
     ``qrels``: qid -> relevant dids, or a :class:`unirag.Qrels`. Judged queries missing from
@@ -51,8 +52,10 @@ def retrieval_metrics(rankings: Mapping[str, Sequence[str] | Iterable[Any]], qre
 
     relevant = qrels.relevant if isinstance(qrels, Qrels) else {q: set(d) for q, d in qrels.items()}
     ranked = {q: [getattr(h, "did", h) for h in hits] for q, hits in rankings.items()}
+    raws = {q: getattr(hits, "raw", None) for q, hits in rankings.items()}
+    raw = raws if raws and all(r is not None for r in raws.values()) else None
     try:
-        return evaluate_run(ranked, relevant, [int(x) for x in k])
+        return evaluate_run(ranked, relevant, [int(x) for x in k], raw=raw)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 

@@ -32,12 +32,15 @@ class CaptionConfig(ExampleRunConfig):
     """One caption run: the options of :class:`ExampleRunConfig` plus ``seed`` (which random examples),
     ``max_tokens``/``temperature`` and ``templates_dir`` (your own prompt templates). Examples' image
     paths start at ``pool_images_root``, else the index's recorded images root, else ``images_root``;
-    ``k`` None means :func:`default_k`."""
+    ``k`` None means :func:`default_k`. ``temperature``: a number, None (send none) or "profile"
+    (the profile's ``temperature`` setting); ``official_prompts``: a castorini/UniRAG checkout read by
+    ``caption_prompts = official``."""
 
     seed: int = 0
     max_tokens: int = 400
-    temperature: float = 0.0
+    temperature: float | None | str = "profile"
     templates_dir: str | Path | None = None
+    official_prompts: str | Path | None = None
 
 
 def default_k(mode: str, generator_spec: str | None) -> int:
@@ -147,7 +150,7 @@ def _identity(cfg: CaptionConfig, captioner: Captioner, selector: ExampleSelecto
         "mode": selector.mode, "k": selector.k, "examples": selector.source(),
         "queries": queries, "images_root": _abs(cfg.images_root),
         "pool_images_root": _abs(pool_images_root(cfg, selector)), "pool": _abs(cfg.pool),
-        "seed": cfg.seed, "max_tokens": cfg.max_tokens, "temperature": cfg.temperature,
+        "seed": cfg.seed, "max_tokens": cfg.max_tokens, "temperature": captioner.options.temperature,
         "templates": [template.manifest_entry()] if template is not None else [],
     }
 
@@ -168,7 +171,7 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
     else:
         captioner = Captioner(generator if generator is not None else cfg.generator, max_tokens=cfg.max_tokens,
                               temperature=cfg.temperature, templates_dir=cfg.templates_dir, prices=cfg.prices,
-                              **cfg.generator_options)
+                              profile=cfg.profile, official_prompts=cfg.official_prompts, **cfg.generator_options)
         owned = generator is None
     if cfg.k is None:
         cfg = replace(cfg, k=default_k(cfg.mode, captioner.spec))
@@ -176,11 +179,13 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
         if captioner.picks_examples and (cfg.mode == "zero-shot" or cfg.k < 1):
             raise ConfigError(f"{captioner.spec} picks among retrieved captions: use --mode rag with --k >= 1")
         selector = make_selector(cfg.mode, cfg.k, queries=all_queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
-                                 index=cfg.index, seed=cfg.seed, query_images_root=cfg.images_root)
+                                 index=cfg.index, seed=cfg.seed, query_images_root=cfg.images_root,
+                                 profile=captioner.settings)
         job = CaptionJob(cfg, captioner, selector)
         settings = {"generator_config": captioner.config(), "concurrency": cfg.concurrency, "limit": cfg.limit,
                     "max_attempts": cfg.max_attempts, "price": price_entry(captioner.price),
-                    "prices_file": _abs(cfg.prices) if not isinstance(cfg.prices, dict) else None}
+                    "prices_file": _abs(cfg.prices) if not isinstance(cfg.prices, dict) else None,
+                    "profile": captioner.settings.to_dict()}
         identity = _identity(cfg, captioner, selector, queries_identity(all_queries, queries_path))
         with RunDir(cfg.out, "caption", identity, settings, save_prompts=cfg.save_prompts) as run:
             done = run.store.done_keys()

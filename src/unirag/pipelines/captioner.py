@@ -31,6 +31,8 @@ from unirag.prompts.caption import CaptionPrompt, Shot
 
 MODES = ("zero-shot", "random", "rag")
 DEFAULT_GENERATOR = "retrieval:consensus"
+#: ``temperature=FROM_PROFILE``: take the ``temperature`` setting of the profile (0.0 in ``default``).
+FROM_PROFILE = "profile"
 
 
 @dataclass
@@ -73,18 +75,26 @@ class Captioner(LazyBackend):
     timeouts) with the policy runs use (:class:`unirag.runs.retry.RetryPolicy`: exponential backoff
     with jitter, Retry-After honoured): ``max_attempts`` tries (default 6), or pass ``retry=`` a policy.
     The backend loads on first use or at :meth:`warm_up`; :meth:`close` (or ``with``) releases it.
+
+    ``profile``: a profile name or :class:`unirag.profiles.Settings` (settings ``temperature``:
+    ``None`` sends none, as the official code; ``caption_prompts``: the paper's or the official
+    wording); ``temperature`` given here overrides the profile's. ``official_prompts``: a checkout
+    of castorini/UniRAG whose prompt files ``caption_prompts = official`` reads.
     """
 
-    OWN_OPTIONS = ("max_tokens", "temperature", "templates_dir", "prices", "images_root", "max_attempts", "retry")
+    OWN_OPTIONS = ("max_tokens", "temperature", "templates_dir", "prices", "images_root", "max_attempts", "retry",
+                   "profile", "official_prompts")
 
     def __init__(self, generator: str | CaptionBackend = DEFAULT_GENERATOR, *, max_tokens: int = 400,
-                 temperature: float = 0.0, templates_dir: str | Path | None = None,
+                 temperature: float | None | str = FROM_PROFILE, templates_dir: str | Path | None = None,
                  prices: str | Path | Mapping | None = None, images_root: str | Path | None = None,
-                 max_attempts: int | None = None, retry: Any = None, **generator_options: Any) -> None:
+                 max_attempts: int | None = None, retry: Any = None, profile: Any = None,
+                 official_prompts: str | Path | None = None, **generator_options: Any) -> None:
         from unirag.generators.pricing import load_prices, merge_prices, price_for
         from unirag.generators.spec import check_generator_options, retry_policy
+        from unirag.profiles import resolve
 
-        _check_arg_types(max_tokens=(max_tokens, int), temperature=(temperature, int | float),
+        _check_arg_types(max_tokens=(max_tokens, int), temperature=(temperature, int | float | str | None),
                          templates_dir=(templates_dir, str | Path | None), images_root=(images_root, str | Path | None))
         check_generator_options("Captioner", generator if isinstance(generator, str) else None,
                                 generator_options, self.OWN_OPTIONS)
@@ -100,7 +110,11 @@ class Captioner(LazyBackend):
             raise InputError(f"Captioner needs a generator spec (e.g. 'openai:gpt-4o') or a generator object, got "
                              f"{type(generator).__name__}", field="generator")
         self.generator_options = {k: v for k, v in generator_options.items() if v is not None}
-        self.options = GenerationOptions(max_tokens=max_tokens, temperature=temperature)
+        given = {} if isinstance(temperature, str) and temperature == FROM_PROFILE else \
+            {"temperature": "none" if temperature is None else temperature}
+        self.settings = resolve(profile, **given)
+        self.official_prompts = official_prompts
+        self.options = GenerationOptions(max_tokens=max_tokens, temperature=self.settings["temperature"])
         self.templates_dir = templates_dir
         self.prices = prices
         self.images_root = images_root
@@ -130,8 +144,11 @@ class Captioner(LazyBackend):
         """The prompt template of the generator's family (None for example captioners)."""
         if self._template is None and not self.picks_examples:
             from unirag.prompts.caption import caption_template
+            from unirag.prompts.official import apply_caption_prompts
 
-            self._template = caption_template(self.backend.template_family, self.templates_dir)
+            family = self.backend.template_family
+            self._template = apply_caption_prompts(caption_template(family, self.templates_dir), family,
+                                                   self.settings["caption_prompts"], self.official_prompts)
         return self._template
 
     @property
@@ -247,13 +264,21 @@ class Captioner(LazyBackend):
                 "temperature": self.options.temperature,
                 "templates_dir": str(self.templates_dir) if self.templates_dir else None, "prices": prices,
                 "images_root": str(self.images_root) if self.images_root else None,
-                "max_attempts": self.retry.max_attempts, "generator_options": dict(self.generator_options)}
+                "max_attempts": self.retry.max_attempts, "profile": self.settings.to_dict(),
+                "official_prompts": str(self.official_prompts) if self.official_prompts else None,
+                "generator_options": dict(self.generator_options)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Captioner:
         """A captioner with the settings :meth:`to_dict` recorded (its generator loaded from the spec)."""
+        from unirag.profiles import Settings
+
         data = dict(data)
         options = data.pop("generator_options", None) or {}
+        if isinstance(data.get("profile"), Mapping):
+            data["profile"] = Settings.from_dict(data["profile"])
+        if "profile" in data:
+            data.pop("temperature", None)  # the recorded profile holds the temperature (and any override)
         return cls(data.pop("generator"), **data, **options)
 
     def __repr__(self) -> str:

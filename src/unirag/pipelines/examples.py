@@ -248,10 +248,10 @@ class RagFromIndex(_TopCaption, ExampleSelector):
     mode = "rag"
 
     def __init__(self, k: int, index: Any, query_images_root: str | Path | None,
-                 modality: str = "any", pool_path: str | Path | None = None) -> None:
+                 modality: str = "any", pool_path: str | Path | None = None, profile: Any = None) -> None:
         from unirag.retrieval.retriever import Retriever
 
-        self.retriever = index if isinstance(index, Retriever) else Retriever(index)
+        self.retriever = index if isinstance(index, Retriever) else Retriever(index, profile=profile)
         self.index_dir = Path(self.retriever.index.index_dir)
         self.k, self.query_images_root, self.modality = k, query_images_root, modality
         self.pool_path = Path(pool_path) if pool_path is not None else None
@@ -281,17 +281,32 @@ class RagFromIndex(_TopCaption, ExampleSelector):
         return _top_pairs(query, self._results[query.qid].pairs, self.k)
 
     def source(self) -> dict[str, Any]:
-        return {"mode": self.mode, "k": self.k, "index": str(self.index_dir)}
+        out: dict[str, Any] = {"mode": self.mode, "k": self.k, "index": str(self.index_dir)}
+        settings = self.retriever.settings
+        changed = {n: settings[n] for n in ("pair_completion", "example_pairs")
+                   if settings[n] != resolve_default(n)}
+        if changed:  # only when not the default, so runs made before these settings existed still resume
+            out["pairing"] = changed
+        return out
+
+
+def resolve_default(name: str) -> Any:
+    """The ``default`` profile's value of a setting."""
+    from unirag.profiles import SETTINGS
+
+    return SETTINGS[name].default
 
 
 def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dict[str, Candidate] | None = None,
                   pool_path: str | Path | None = None, retrieval: str | Path | None = None,
                   index: Any = None, seed: int = 0,
-                  query_images_root: str | Path | None = None) -> ExampleSelector:
+                  query_images_root: str | Path | None = None, profile: Any = None) -> ExampleSelector:
     """The selector for a mode; checks that the options the mode needs are there.
 
     ``index``: an index directory, a :class:`unirag.Index` or a :class:`unirag.Retriever` to
-    retrieve examples from on the fly; ``retrieval``: a retrieval run file.
+    retrieve examples from on the fly; ``retrieval``: a retrieval run file. ``profile``: the settings
+    on-the-fly retrieval makes its pairs with (``pair_completion``, ``example_pairs``); a retrieval
+    run file already holds the pairs ``unirag retrieve`` made under its own profile.
     """
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
@@ -313,4 +328,4 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dic
         raise ConfigError("rag mode needs exactly one of --retrieval RUN.jsonl or --index INDEX_DIR")
     if retrieval is not None:
         return RagFromRun(k, retrieval, pool_path)
-    return RagFromIndex(k, index, query_images_root, pool_path=pool_path)
+    return RagFromIndex(k, index, query_images_root, pool_path=pool_path, profile=profile)

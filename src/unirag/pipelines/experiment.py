@@ -17,6 +17,15 @@ Relative paths in the YAML are relative to the YAML file. See ``examples/table3_
       - {mode: rag, k: [1, 5], retriever: [clip-sf, blip-ff]}
     cells:                      # optional explicit extra cells, same keys plus generator
       - {generator: retrieval:top1, mode: rag, k: 1, retriever: [clip-sf, blip-ff]}
+
+Reproduction grids (``examples/reproduce/``) add: ``profile:`` (default|official) and ``settings:``
+(setting -> value, see :mod:`unirag.profiles`) at the top or on any entry; ``source:`` naming the
+paper table; on each entry ``row:`` (the paper's row label) and ``paper:`` (metric -> the paper's
+figure, metric names as ``metrics.json`` has them), written to ``OUT/<cell>/paper.json`` for
+``unirag report``; and ``task: cir`` cells (``dataset``, ``annotations``, ``split_file``, ``agents``,
+``encoder``, ``k_prime``, ``lam``, ``stages``) run by :func:`unirag.cir.api.run_cir`.
+:class:`GridOverrides` (``unirag run --data-root/--out/--generator/--option/--profile``) changes
+where data is and which generators run without editing the file.
 """
 
 from __future__ import annotations
@@ -32,16 +41,40 @@ from unirag.data.text import read_text
 from unirag.errors import ConfigError, InputError, UniragError
 from unirag.generators.options import GENERATOR_OPTIONS
 
-TASKS = ("caption", "image")
+TASKS = ("caption", "image", "cir")
 RUN_OPTION_KEYS = {"concurrency", "seed", "max_tokens", "temperature", "max_attempts", "templates_dir", "prices",
-                   "save_prompts", "limit"}
+                   "save_prompts", "limit", "official_prompts", "lavit_code", "offload"}
+#: What a ``task: cir`` cell takes (passed to :func:`unirag.cir.api.run_cir`).
+CIR_KEYS = {"dataset", "annotations", "split_file", "agents", "encoder", "k_prime", "lam", "k", "stages",
+            "exclude_reference", "stage", "name"}
+#: cir parameters a grid's ``options`` (or ``unirag run --option``) may set for every cir cell.
+CIR_OPTION_KEYS = {"encoder", "agents", "stages", "k_prime", "lam"}
+#: Keys of an entry that describe the cell (not run options).
+CELL_META_KEYS = {"profile", "settings", "paper", "row"}
 #: A grid entry or cell may use other inputs than the top level (e.g. text queries for image cells).
 SOURCE_KEYS = {"queries", "images_root", "pool", "pool_images_root"}
 IMAGE_OPTION_KEYS = {"width", "height", "steps", "guidance", "image_seed"}
 PATH_KEYS = {"queries", "images_root", "pool", "pool_images_root", "templates_dir", "prices", "retrieval", "index",
-             "out"}
+             "out", "official_prompts", "lavit_code", "annotations", "split_file", "agents"}
 _TOP_KEYS = {"name", "task", "out", "queries", "images_root", "pool", "pool_images_root", "retrievers", "generators",
-             "options", "grid", "cells", "description"}
+             "options", "grid", "cells", "description", "profile", "settings", "source"}
+
+
+@dataclass
+class GridOverrides:
+    """Changes to a grid without editing it (``unirag run`` options; the reproduction tests use them).
+
+    ``data_root``: relative data paths start here instead of at the YAML file's folder; ``out``: the
+    output folder; ``generators``: spec -> replacement spec; ``options``: run/generator options for
+    every cell (e.g. ``base_url``); ``profile``/``settings``: override every cell's.
+    """
+
+    data_root: str | Path | None = None
+    out: str | Path | None = None
+    generators: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    profile: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -54,6 +87,18 @@ class Cell:
     retriever: str | None
     sources: dict[str, Any]  # queries, images_root, pool, retrieval/index
     options: dict[str, Any] = field(default_factory=dict)
+    #: the resolved behaviour settings (profile + overrides), a :class:`unirag.profiles.Settings`
+    settings: Any = None
+    #: the paper's figures for this cell (metric -> value), its row label and table
+    paper: dict[str, float] = field(default_factory=dict)
+    row: str | None = None
+    source: str | None = None
+    #: ``task: cir`` cells: what :func:`unirag.cir.api.run_cir` gets
+    cir: dict[str, Any] = field(default_factory=dict)
+
+    def paper_record(self) -> dict[str, Any]:
+        """What ``OUT/<cell>/paper.json`` holds (read by ``unirag report`` for its paper and Δ columns)."""
+        return {"source": self.source, "row": self.row, "cell": self.name, "paper": dict(self.paper)}
 
 
 def _slug(text: str) -> str:
@@ -64,10 +109,13 @@ def _as_list(v: Any) -> list:
     return list(v) if isinstance(v, list | tuple) else [v]
 
 
-def load_experiment(path: str | Path) -> tuple[dict[str, Any], list[Cell]]:
+def load_experiment(path: str | Path, overrides: GridOverrides | None = None) -> tuple[dict[str, Any], list[Cell]]:
     """Parse and expand a grid file. Errors name the file and the offending key."""
     import yaml
 
+    from unirag.profiles import resolve as resolve_settings
+
+    over = overrides or GridOverrides()
     path = Path(path)
     if not path.exists():
         raise InputError("experiment file not found", path=path)
@@ -81,18 +129,36 @@ def load_experiment(path: str | Path) -> tuple[dict[str, Any], list[Cell]]:
     if unknown:
         raise InputError(f"unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(_TOP_KEYS))}",
                          path=path)
-    base = path.resolve().parent
+    base = Path(over.data_root).resolve() if over.data_root is not None else path.resolve().parent
 
     def resolve(key: str, value: Any) -> Any:
+        if key in PATH_KEYS and isinstance(value, list | tuple):
+            return [resolve(key, v) for v in value]
         if key in PATH_KEYS and value is not None:
             p = Path(str(value)).expanduser()
             return str(p if p.is_absolute() else base / p)
         return value
 
-    for key in ("out", "queries"):
+    def settings_of(entry: dict[str, Any], where: str) -> Any:
+        """The cell's settings: ``unirag run`` options > the entry's > the grid's (profile and settings)."""
+        for part, name in ((spec, "settings"), (entry, f"{where}.settings")):
+            if part.get("settings") is not None and not isinstance(part["settings"], dict):
+                raise InputError("expected a mapping setting -> value", path=path, field=name)
+        given = {**(spec.get("settings") or {}), **(entry.get("settings") or {}), **over.settings}
+        try:
+            return resolve_settings(over.profile or entry.get("profile") or spec.get("profile") or "default", **given)
+        except UniragError as e:
+            raise InputError(str(e), path=path, field=where) from None
+
+    needs_queries = spec.get("task", "caption") != "cir" or any(
+        isinstance(e, dict) and e.get("task", spec.get("task", "caption")) != "cir"
+        for e in [*(spec.get("grid") or []), *(spec.get("cells") or [])])
+    for key in ("out", "queries") if needs_queries else ("out",):
         if not spec.get(key):
             raise InputError("missing required key", path=path, field=key)
     top = {k: resolve(k, spec.get(k)) for k in ("out", "queries", "images_root", "pool", "pool_images_root")}
+    if over.out is not None:
+        top["out"] = str(Path(over.out).resolve())
     retrievers = spec.get("retrievers") or {}
     if not isinstance(retrievers, dict):
         raise InputError("expected a mapping name -> {retrieval: RUN} or {index: DIR}", path=path, field="retrievers")
@@ -100,7 +166,8 @@ def load_experiment(path: str | Path) -> tuple[dict[str, Any], list[Cell]]:
         if not isinstance(src, dict) or len(set(src) & {"retrieval", "index"}) != 1:
             raise InputError("each retriever needs exactly one of 'retrieval' or 'index'", path=path,
                              field=f"retrievers.{name}")
-    options = {k: resolve(k, v) for k, v in (spec.get("options") or {}).items()}
+    options = {k: resolve(k, v) for k, v in {**(spec.get("options") or {}), **over.options}.items()}
+    forced = {k: resolve(k, v) for k, v in over.options.items()}  # unirag run --option: wins over every cell
     _check_option_keys(options, path, "options")
     default_task = spec.get("task", "caption")
     entries: list[dict[str, Any]] = []
@@ -110,10 +177,16 @@ def load_experiment(path: str | Path) -> tuple[dict[str, Any], list[Cell]]:
         for gen in _as_list(entry.get("generator", spec.get("generators") or [])):
             entries.append({**entry, "generator": gen, "_where": f"grid[{i}]"})
     for i, entry in enumerate(spec.get("cells") or []):
+        if isinstance(entry, dict) and entry.get("task", default_task) == "cir":
+            entries.append({**entry, "generator": entry.get("generator", "xr" if entry.get("agents") else "baseline"),
+                            "mode": "cir", "_where": f"cells[{i}]"})
+            continue
         if not isinstance(entry, dict) or "generator" not in entry:
             raise InputError("cells need a generator", path=path, field=f"cells[{i}]")
         for gen in _as_list(entry["generator"]):
             entries.append({**entry, "generator": gen, "_where": f"cells[{i}]"})
+    for entry in entries:
+        entry["generator"] = over.generators.get(str(entry["generator"]), entry["generator"])
     if not entries:
         raise InputError("no cells: give 'generators' and 'grid', or 'cells'", path=path)
 
@@ -127,8 +200,20 @@ def load_experiment(path: str | Path) -> tuple[dict[str, Any], list[Cell]]:
         mode = entry.get("mode")
         if mode is None:
             raise InputError("missing 'mode'", path=path, field=where)
+        paper = entry.get("paper") or {}
+        if not isinstance(paper, dict) or not all(isinstance(v, int | float) for v in paper.values()):
+            raise InputError("expected a mapping metric -> the paper's figure", path=path, field=f"{where}.paper")
+        meta = {"settings": settings_of(entry, where), "paper": {str(k): float(v) for k, v in paper.items()},
+                "row": entry.get("row"), "source": spec.get("source")}
+        if task == "cir":
+            cell = _cir_cell(entry, where, path, top, options, resolve, meta, forced)
+            if cell.name in seen:
+                raise InputError(f"two cir cells named {cell.name!r}; give each a 'name'", path=path, field=where)
+            seen.add(cell.name)
+            cells.append(cell)
+            continue
         cell_opts = {k: resolve(k, v) for k, v in entry.items()
-                     if k not in {"generator", "mode", "k", "retriever", "task"} | SOURCE_KEYS}
+                     if k not in {"generator", "mode", "k", "retriever", "task"} | SOURCE_KEYS | CELL_META_KEYS}
         overrides = {k: resolve(k, v) for k, v in entry.items() if k in SOURCE_KEYS}
         _check_option_keys(cell_opts, path, where)
         for k, retriever in itertools.product(_as_list(entry.get("k", 0 if mode == "zero-shot" else 1)),
@@ -148,12 +233,40 @@ def load_experiment(path: str | Path) -> tuple[dict[str, Any], list[Cell]]:
                 continue
             seen.add(name)
             cells.append(Cell(name=name, task=task, generator=str(entry["generator"]), mode=mode, k=int(k),
-                              retriever=retriever, sources=sources, options={**options, **cell_opts}))
+                              retriever=retriever, sources=sources, options={**options, **cell_opts, **forced},
+                              **meta))
     return {**spec, **top, "path": str(path)}, cells
 
 
+def _cir_cell(entry: dict[str, Any], where: str, path: Path, top: dict[str, Any], options: dict[str, Any],
+              resolve, meta: dict[str, Any], forced: dict[str, Any]) -> Cell:
+    """A ``task: cir`` cell: one :func:`unirag.cir.api.run_cir` call on a benchmark's annotation files."""
+    bad = set(entry) - CIR_KEYS - CELL_META_KEYS - {"generator", "mode", "task", "images_root", "concurrency"}
+    if bad:
+        raise InputError(f"unknown key(s) {', '.join(sorted(bad))} for a cir cell; allowed: "
+                         f"{', '.join(sorted(CIR_KEYS | CELL_META_KEYS | {'images_root', 'concurrency'}))}",
+                         path=path, field=where)
+    for key in ("dataset", "annotations"):
+        if not entry.get(key):
+            raise InputError(f"cir cells need '{key}'", path=path, field=where)
+    cir = {k: resolve(k, v) for k, v in entry.items() if k in CIR_KEYS}
+    grid_wide = {k: v for k, v in options.items() if k in CIR_OPTION_KEYS}
+    cir = {**grid_wide, **cir, **{k: v for k, v in forced.items() if k in CIR_OPTION_KEYS}}
+    cir["annotations"] = _as_list(cir["annotations"])
+    images_root = resolve("images_root", entry.get("images_root")) or top["images_root"]
+    label = _slug(str(entry.get("name") or entry["generator"]))
+    cell_options = {k: v for k, v in options.items() if k in {"concurrency", "limit"}}
+    if "concurrency" in entry:
+        cell_options["concurrency"] = entry["concurrency"]
+    return Cell(name=f"cir/{_slug(str(entry['dataset']))}/{label}", task="cir", generator=str(entry["generator"]),
+                mode="cir", k=int(entry.get("k") or 50), retriever=None,
+                sources={"images_root": images_root, "annotations": cir["annotations"],
+                         "split_file": cir.get("split_file"), "agents": cir.get("agents")},
+                options=cell_options, cir=cir, **meta)
+
+
 def _check_option_keys(opts: dict[str, Any], path: Path, where: str) -> None:
-    allowed = GENERATOR_OPTIONS | RUN_OPTION_KEYS | IMAGE_OPTION_KEYS
+    allowed = GENERATOR_OPTIONS | RUN_OPTION_KEYS | IMAGE_OPTION_KEYS | CIR_OPTION_KEYS
     bad = set(opts) - allowed
     if bad:
         raise InputError(f"unknown option(s) {', '.join(sorted(bad))}; allowed: {', '.join(sorted(allowed))}",
@@ -171,12 +284,18 @@ def select_cells(cells: list[Cell], patterns: tuple[str, ...]) -> list[Cell]:
 
 def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int | None = None) -> dict[str, Any]:
     """Run (or resume) one cell into ``out_root/cell.name``."""
+    from unirag.runs.atomic import atomic_write_json
+
     out = Path(out_root) / cell.name
     opts = dict(cell.options)
     if limit is not None:
         opts["limit"] = limit
+    if cell.paper or cell.row:
+        atomic_write_json(out / "paper.json", cell.paper_record())
+    if cell.task == "cir":
+        return _run_cir_cell(cell, out, opts, progress)
     gen_opts = {k: v for k, v in opts.items() if k in GENERATOR_OPTIONS}
-    run_opts = {k: v for k, v in opts.items() if k in RUN_OPTION_KEYS}
+    run_opts = {k: v for k, v in opts.items() if k in RUN_OPTION_KEYS - {"lavit_code", "offload"}}
     if cell.task == "caption":
         from unirag.pipelines.caption import CaptionConfig, run_captioning
 
@@ -184,9 +303,49 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
         cfg = CaptionConfig(queries=cell.sources["queries"], generator=cell.generator, out=out, mode=cell.mode,
                             k=cell.k, images_root=cell.sources.get("images_root"), pool_images_root=pool_images_root,
                             retrieval=cell.sources.get("retrieval"), index=cell.sources.get("index"),
-                            pool=cell.sources.get("pool"), generator_options=gen_opts, progress=progress, **run_opts)
+                            pool=cell.sources.get("pool"), generator_options=gen_opts, progress=progress,
+                            profile=cell.settings, **run_opts)
         return run_captioning(cfg)["counts"]
     return _run_image_cell(cell, out, opts, progress)
+
+
+def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool) -> dict[str, Any]:
+    """Delegate to :func:`unirag.cir.api.run_cir`; counts as caption cells report them, plus the metrics."""
+    from unirag.cir.api import run_cir
+
+    c = cell.cir
+    kwargs = {k: c[k] for k in ("split_file", "agents", "k_prime", "lam", "encoder", "exclude_reference")
+              if c.get(k) is not None}
+    if c.get("stages"):
+        from unirag.cir.stages import parse_stages
+
+        kwargs["stages"] = parse_stages(c["stages"])
+    metrics = run_cir(c["dataset"], c["annotations"], images_root=cell.sources.get("images_root"), out_dir=out,
+                      k=c.get("k"), limit=opts.get("limit"), concurrency=opts.get("concurrency"),
+                      progress=progress, profile=cell.settings, echo=lambda s: None, **kwargs)
+    final = cir_stage_metrics(metrics, c.get("stage"))
+    n = int(final.get("n_queries") or 0) if final else 0
+    return {"queries": n, "ok": n, "error": 0, "metrics": {k: v for k, v in (final or {}).items()
+                                                           if isinstance(v, int | float)}}
+
+
+def cir_stage_metrics(metrics: dict[str, Any], stage: str | None = None) -> dict[str, Any] | None:
+    """The metrics of one stage (default: X^R's final ``xr``, else the last one run) of a run_cir result;
+    for several annotation files (FashionIQ), their average, the way the benchmark is reported."""
+    from unirag.cir.stages import STAGE_NAMES
+
+    source = metrics.get("average") if "datasets" in metrics else metrics
+    if not isinstance(source, dict):
+        return None
+    order = [stage] if stage else [s for s in reversed(list(STAGE_NAMES.values()))]
+    for name in order:
+        if isinstance(source.get(name), dict):
+            out = dict(source[name])
+            if "datasets" in metrics:
+                out.setdefault("n_queries", sum(int((m.get(name) or {}).get("n_queries") or 0)
+                                                for m in metrics["datasets"].values()))
+            return out
+    return None
 
 
 def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool) -> dict[str, Any]:
@@ -202,26 +361,30 @@ def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool)
     queries = read_queries(cell.sources["queries"])
     selector = make_selector(cell.mode, cell.k, queries=queries, pool_path=cell.sources.get("pool"),
                              retrieval=cell.sources.get("retrieval"), index=cell.sources.get("index"),
-                             seed=opts.get("seed", 0), query_images_root=cell.sources.get("images_root"))
-    generator = load_image_generator(cell.generator, **{k: v for k, v in opts.items() if k in GENERATOR_OPTIONS})
-    image = {k: opts[k] for k in ("width", "height", "steps", "guidance") if k in opts}
+                             seed=opts.get("seed", 0), query_images_root=cell.sources.get("images_root"),
+                             profile=cell.settings)
+    generator = load_image_generator(cell.generator, **{k: v for k, v in opts.items()
+                                                        if k in GENERATOR_OPTIONS | {"lavit_code", "offload"}})
+    image = {"steps": None, "guidance": None,  # None: the generator's default under the cell's profile
+             **{k: opts[k] for k in ("width", "height", "steps", "guidance") if k in opts}}
     if "image_seed" in opts:
         image["seed"] = opts["image_seed"]
     pool_root = cell.sources.get("pool_images_root") or cell.sources.get("images_root")
     result = run_image_generation(queries, generator, selector, out, images_root=pool_root,
                                   settings=ImageSettings(**image), concurrency=opts.get("concurrency", 4),
                                   limit=opts.get("limit"), save_prompts=opts.get("save_prompts", 5),
-                                  progress=progress)
+                                  progress=progress, profile=cell.settings)
     # Same shape as caption cells: the final totals of the run directory.
     return {k[len("total_"):]: v for k, v in result.items() if k.startswith("total_")} or result
 
 
-def cell_states(path: str | Path, only: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOverrides | None = None
+                ) -> list[tuple[str, str]]:
     """Each selected cell's name and state ("not started", or its run status and ok/queries count),
     read from the cells' run manifests; runs nothing (``unirag run --list``)."""
     from unirag.runs.rundir import read_run_manifest
 
-    spec, cells = load_experiment(path)
+    spec, cells = load_experiment(path, overrides)
     states = []
     for cell in select_cells(cells, only):
         m = read_run_manifest(Path(spec["out"]) / cell.name)
@@ -234,14 +397,22 @@ def cell_states(path: str | Path, only: tuple[str, ...] = ()) -> list[tuple[str,
 
 
 def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool = True, limit: int | None = None,
-                   echo=print) -> list[dict[str, Any]]:
+                   echo=print, overrides: GridOverrides | None = None, profile: str | None = None
+                   ) -> list[dict[str, Any]]:
     """Run the grid file ``path`` (what ``unirag run`` does): every cell whose name matches a glob of
     ``only`` (all when empty) into ``OUT/<cell name>``, each resumable; ``limit``: the first N queries.
     A cell that fails to start (bad config, no key) is reported and the others go on. Returns one
-    ``{"cell", "status": "ok"|"failed", "counts"|"error"}`` per cell."""
+    ``{"cell", "status": "ok"|"failed", "counts"|"error"}`` per cell. ``overrides``: see
+    :class:`GridOverrides`; ``profile``: run every cell under this profile (same as
+    ``overrides.profile``). A cir cell's measured figures are printed beside the paper's."""
+    from dataclasses import replace
+
     from unirag.runs.atomic import atomic_write_json
 
-    spec, cells = load_experiment(path)
+    if profile is not None:
+        overrides = replace(overrides or GridOverrides(), profile=profile)
+
+    spec, cells = load_experiment(path, overrides)
     cells = select_cells(cells, only)
     results = []
     for i, cell in enumerate(cells, start=1):
@@ -249,8 +420,20 @@ def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool 
         try:
             counts = run_cell(cell, spec["out"], progress=progress, limit=limit)
             results.append({"cell": cell.name, "status": "ok", "counts": counts})
+            for line in compare_lines(cell.paper, counts.get("metrics") or {}):
+                echo(f"  {line}")
         except UniragError as e:
             echo(f"  failed: {e}")
             results.append({"cell": cell.name, "status": "failed", "error": str(e)})
         atomic_write_json(Path(spec["out"]) / "experiment.json", {"experiment": spec["path"], "cells": results})
     return results
+
+
+def compare_lines(paper: dict[str, float], measured: dict[str, Any]) -> list[str]:
+    """``metric: measured (paper P, Δ D)`` for every paper figure that was measured."""
+    out = []
+    for name, figure in paper.items():
+        value = measured.get(name)
+        if isinstance(value, int | float):
+            out.append(f"{name}: {value:.2f} (paper {figure:.2f}, Δ {value - figure:+.2f})")
+    return out

@@ -52,9 +52,18 @@ class ImageSettings:
 
     width: int = DEFAULT_WIDTH
     height: int = DEFAULT_HEIGHT
-    steps: int = DEFAULT_STEPS
-    guidance: float = DEFAULT_GUIDANCE
+    #: None: the generator's default under the run's profile (see ``sampling_defaults``)
+    steps: int | None = DEFAULT_STEPS
+    guidance: float | None = DEFAULT_GUIDANCE
     seed: int = DEFAULT_SEED
+
+    def resolved(self, spec: str, profile: Any = None) -> ImageSettings:
+        """These settings with a missing ``steps``/``guidance`` filled in for ``spec`` under ``profile``."""
+        from unirag.generators.images.base import sampling_defaults
+
+        fill = sampling_defaults(spec, profile)
+        return replace(self, steps=self.steps if self.steps is not None else fill["steps"],
+                       guidance=self.guidance if self.guidance is not None else fill["guidance"])
 
 
 def image_stem(qid: str) -> str:
@@ -104,14 +113,20 @@ def run_image_generation(
     prices: str | Path | None = None,
     identity_extra: dict[str, Any] | None = None,
     progress: bool = True,
+    profile: Any = None,
 ) -> dict[str, int]:
     """Generate one image per query into ``out``; returns counts (ok/error/skipped + final totals).
 
     ``images_root`` resolves the example pairs' relative image paths. ``limit`` takes the first N
     queries (a smoke run that a later full run into the same directory extends). ``prices``: a
     JSON/YAML price file overriding the defaults (:mod:`unirag.generators.images.prices`).
+    ``profile``: a profile name or :class:`unirag.profiles.Settings` (recorded in the manifest; its
+    ``emu2_sampling`` fills in steps/guidance left None).
     """
-    settings = settings or ImageSettings()
+    from unirag.profiles import resolve
+
+    profile = resolve(profile)
+    settings = (settings or ImageSettings()).resolved(generator.spec, profile)
     queries = list(queries)[:limit] if limit is not None else list(queries)
     _check_queries(queries)
     generator.check_k(selector.k)
@@ -124,7 +139,8 @@ def run_image_generation(
     free = price == Price()
     run_settings = {"generator_config": generator.config(), "images_root": images_root,
                     "concurrency": 1 if generator.local else concurrency, "templates": templates,
-                    "price": price_entry(price), "prices_file": str(prices) if prices else None}
+                    "price": price_entry(price), "prices_file": str(prices) if prices else None,
+                    "profile": profile.to_dict()}
     position = {q.qid: i for i, q in enumerate(queries)}
 
     with RunDir(out, TASK, identity, run_settings, save_prompts=save_prompts) as run:
@@ -201,7 +217,8 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dic
     queries, path = load_queries(cfg.queries)
     examples_root = cfg.pool_images_root if cfg.pool_images_root is not None else cfg.images_root
     selector = make_selector(cfg.mode, cfg.k, queries=queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
-                             index=cfg.index, seed=cfg.example_seed, query_images_root=examples_root)
+                             index=cfg.index, seed=cfg.example_seed, query_images_root=examples_root,
+                             profile=cfg.profile)
     if examples_root is None:
         examples_root = selector.images_root
     backend = generator if generator is not None else load_image_generator(cfg.generator, **cfg.generator_options)
@@ -210,7 +227,7 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dic
             queries, backend, selector, cfg.out, images_root=examples_root, settings=cfg.settings,
             concurrency=cfg.concurrency, limit=cfg.limit, save_prompts=cfg.save_prompts,
             policy=RetryPolicy(max_attempts=cfg.max_attempts), prices=cfg.prices,
-            identity_extra={"queries": queries_identity(queries, path)}, progress=cfg.progress)
+            identity_extra={"queries": queries_identity(queries, path)}, progress=cfg.progress, profile=cfg.profile)
     finally:
         if generator is None:
             backend.close()

@@ -14,10 +14,8 @@ from typing import Any
 
 from unirag.errors import ConfigError, InputError
 from unirag.generators.images.base import (
-    DEFAULT_GUIDANCE,
     DEFAULT_HEIGHT,
     DEFAULT_SEED,
-    DEFAULT_STEPS,
     DEFAULT_WIDTH,
     ExamplePair,
     GeneratedImage,
@@ -38,19 +36,26 @@ class ImageGenerator(LazyBackend):
     :class:`~unirag.errors.ConfigError` naming it and the known ones. Transient errors (429, 5xx,
     timeouts) are retried as in runs: ``max_attempts`` tries (default 6) or ``retry=`` a
     :class:`unirag.runs.retry.RetryPolicy`.
+    ``steps``/``guidance`` None: the generator's default under ``profile`` (a profile name or
+    :class:`unirag.profiles.Settings`; with ``"official"`` Emu2-Gen gets its pipeline's 50 steps and
+    guidance 3.0).
     """
 
-    OWN_OPTIONS = ("width", "height", "steps", "guidance", "seed", "images_root", "max_attempts", "retry")
+    OWN_OPTIONS = ("width", "height", "steps", "guidance", "seed", "images_root", "max_attempts", "retry",
+                   "profile")
 
     def __init__(self, generator: str | ImageBackend, *, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT,
-                 steps: int = DEFAULT_STEPS, guidance: float = DEFAULT_GUIDANCE, seed: int = DEFAULT_SEED,
+                 steps: int | None = None, guidance: float | None = None, seed: int = DEFAULT_SEED,
                  images_root: str | Path | None = None, max_attempts: int | None = None, retry: Any = None,
-                 **options: Any) -> None:
+                 profile: Any = None, **options: Any) -> None:
+        from unirag.generators.images.base import sampling_defaults
         from unirag.generators.spec import check_generator_options, retry_policy
         from unirag.pipelines.captioner import _check_arg_types
+        from unirag.profiles import resolve
 
-        _check_arg_types(width=(width, int), height=(height, int), steps=(steps, int),
-                         guidance=(guidance, int | float), seed=(seed, int), images_root=(images_root, str | Path | None))
+        _check_arg_types(width=(width, int), height=(height, int), steps=(steps, int | None),
+                         guidance=(guidance, int | float | None), seed=(seed, int),
+                         images_root=(images_root, str | Path | None))
         check_generator_options("ImageGenerator", generator if isinstance(generator, str) else None, options,
                                 self.OWN_OPTIONS)
         self.retry = retry_policy(max_attempts, retry)
@@ -64,7 +69,10 @@ class ImageGenerator(LazyBackend):
         else:
             raise InputError(f"ImageGenerator needs a spec (e.g. 'retrieval:top1') or an image backend, got "
                              f"{type(generator).__name__}", field="generator")
-        self.settings = {"width": width, "height": height, "steps": steps, "guidance": guidance, "seed": seed}
+        self.profile = resolve(profile)
+        fill = sampling_defaults(self.spec, self.profile)
+        self.settings = {"width": width, "height": height, "steps": steps if steps is not None else fill["steps"],
+                         "guidance": guidance if guidance is not None else fill["guidance"], "seed": seed}
         self.images_root = images_root
         self.options = {k: v for k, v in options.items() if v is not None}
 
@@ -111,13 +119,18 @@ class ImageGenerator(LazyBackend):
         """Settings that rebuild an equal generator with :meth:`from_dict` (never secrets)."""
         return {"generator": self.spec, **self.settings,
                 "images_root": str(self.images_root) if self.images_root else None,
-                "max_attempts": self.retry.max_attempts, "options": dict(self.options)}
+                "max_attempts": self.retry.max_attempts, "options": dict(self.options),
+                "profile": self.profile.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ImageGenerator:
         """A generator with the settings :meth:`to_dict` recorded (its backend loaded from the spec)."""
+        from unirag.profiles import Settings
+
         data = dict(data)
         options = data.pop("options", None) or {}
+        if isinstance(data.get("profile"), Mapping):
+            data["profile"] = Settings.from_dict(data["profile"])
         return cls(data.pop("generator"), **data, **options)
 
     def __repr__(self) -> str:

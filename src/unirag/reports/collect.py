@@ -31,6 +31,8 @@ class RunSummary:
     skipped: dict[str, str] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
     evaluation: dict[str, Any] = field(default_factory=dict)
+    #: the paper's figures for this run (metric -> value), from a reproduction grid's ``paper.json``
+    paper: dict[str, float] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -158,4 +160,24 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
     return RunSummary(run_dir=run_dir, task=task, dataset=str(dataset), generator=generator, mode=mode,
                       retriever=_retriever(manifest), k=k, metrics=dict(evaluation.get("metrics") or {}),
                       skipped=dict(evaluation.get("skipped_metrics") or {}), manifest=manifest,
-                      evaluation=evaluation)
+                      evaluation=evaluation, paper=read_paper_figures(run_dir))
+
+
+PAPER_FILE = "paper.json"
+
+
+def read_paper_figures(run_dir: Path) -> dict[str, float]:
+    """The paper's figures a reproduction grid recorded for this run (``paper.json``), or {}."""
+    import json
+
+    path = run_dir / PAPER_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        raise InputError("invalid JSON", path=path) from None
+    paper = data.get("paper") if isinstance(data, dict) else None
+    if not isinstance(paper, dict):
+        raise InputError("expected {'paper': {metric: figure}}", path=path, field="paper")
+    return {str(k): float(v) for k, v in paper.items() if isinstance(v, int | float)}

@@ -4,6 +4,10 @@ One table per (task, dataset). Caption tables: BLEU-1..4, CIDEr, ROUGE-L, SPICE,
 appears only when at least one run has it). Image tables: FID, CLIP Score, IS with its SD in
 parentheses, as in the paper. Written as Markdown (for reading) and CSV (for spreadsheets, with
 the run directory name so every number can be traced back).
+
+A run made by a reproduction grid carries the paper's figures (``paper.json``, see
+:mod:`unirag.pipelines.experiment`): every measured metric that has one gets two more columns,
+``<metric> paper`` and ``<metric> Δ`` (measured minus paper).
 """
 
 from __future__ import annotations
@@ -28,22 +32,67 @@ def group_runs(runs: Iterable[RunSummary]) -> dict[tuple[str, str], list[RunSumm
     return {key: sorted(rs, key=RunSummary.sort_key) for key, rs in sorted(groups.items())}
 
 
+PAPER_SUFFIX = " paper"
+DELTA_SUFFIX = " Δ"
+
+
 def metric_columns(task: str, runs: Sequence[RunSummary]) -> list[str]:
-    if task == "image":
-        return [c for c in IMAGE_COLUMNS if any(c in r.metrics for r in runs)]
-    return [m for m in CAPTION_COLUMNS if any(m in r.metrics for r in runs)]
+    """The metric columns, each followed by its paper and Δ columns when a run carries the paper's figure."""
+    names = IMAGE_COLUMNS if task == "image" else CAPTION_COLUMNS
+    cols: list[str] = []
+    for c in names:
+        if not any(c in r.metrics for r in runs):
+            continue
+        cols.append(c)
+        if any(c in r.paper for r in runs):
+            cols += [c + PAPER_SUFFIX, c + DELTA_SUFFIX]
+    return cols
+
+
+def split_column(column: str) -> tuple[str, str]:
+    """``"CIDEr Δ"`` -> ``("CIDEr", "delta")``; ``"CIDEr paper"`` -> ``("CIDEr", "paper")``; else ``"value"``."""
+    if column.endswith(PAPER_SUFFIX):
+        return column[: -len(PAPER_SUFFIX)], "paper"
+    if column.endswith(DELTA_SUFFIX):
+        return column[: -len(DELTA_SUFFIX)], "delta"
+    return column, "value"
+
+
+def column_value(run: RunSummary, column: str) -> float | None:
+    """The number a column shows for a run: the measured metric, the paper's figure, or their difference."""
+    metric, kind = split_column(column)
+    measured, paper = run.metrics.get(metric), run.paper.get(metric)
+    if kind == "paper":
+        return paper
+    if kind == "delta":
+        return measured - paper if measured is not None and paper is not None else None
+    return measured
+
+
+def _fmt(metric: str, value: float, signed: bool = False) -> str:
+    spec = ".2f" if metric in ("FID", "CLIP Score", "IS", "IS SD") else ".1f"
+    return format(value, ("+" if signed else "") + spec)
 
 
 def cell(run: RunSummary, column: str) -> str:
-    value = run.metrics.get(column)
+    metric, kind = split_column(column)
+    value = column_value(run, column)
     if value is None:
         return "-"
-    if column == "IS" and run.metrics.get("IS SD") is not None:
-        return f"{value:.2f} ({run.metrics['IS SD']:.2f})"
-    return f"{value:.2f}" if column in ("FID", "CLIP Score") else f"{value:.1f}"
+    if kind == "delta":
+        return _fmt(metric, value, signed=True)
+    source = run.paper if kind == "paper" else run.metrics
+    if metric == "IS" and source.get("IS SD") is not None:
+        return f"{value:.2f} ({source['IS SD']:.2f})"
+    return _fmt(metric, value)
 
 
 def header(column: str) -> str:
+    metric, kind = split_column(column)
+    if kind == "paper":
+        return f"{metric} (paper)"
+    if kind == "delta":
+        return "Δ"
     if column in LOWER_IS_BETTER:
         return f"{column} ↓"
     if column == "IS":
@@ -80,7 +129,7 @@ CSV_TRACE_FIELDS = ("n_scored", "n_failed", "run")
 def csv_run_values(r: RunSummary, cols: Sequence[str]) -> list:
     """One run's CSV cells: who generated it, its metrics (4 decimals) and where they came from."""
     return [r.label, r.retriever or "", r.generator, r.mode, r.k,
-            *[("" if r.metrics.get(c) is None else f"{r.metrics[c]:.4f}") for c in cols],
+            *[("" if column_value(r, c) is None else f"{column_value(r, c):.4f}") for c in cols],
             r.evaluation.get("n_scored", ""), r.evaluation.get("n_failed", ""), r.name]
 
 

@@ -52,10 +52,12 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
                   query_images_root: str | Path | None = None, encoder: str | None = None,
                   pool_images_root: str | Path | None = None, verify: bool = False, device: str | None = "auto",
                   dtype: str | None = "auto", instructions: str | None = None, use_instructions: bool = True,
-                  progress: bool = False) -> RetrievalRunSummary:
+                  progress: bool = False, profile=None) -> RetrievalRunSummary:
     """Top-``k`` candidates and pairs for every query of the M-BEIR ``queries`` file, written to ``out``
     (JSONL) and its TREC twin. ``exclude_positives``: a qrels file whose positives are dropped from each
-    query's results (leakage-free evaluation). Options fail before any model loads."""
+    query's results (leakage-free evaluation). ``profile``: a profile name or
+    :class:`unirag.profiles.Settings` (pair completion, example pairs); recorded with the run's
+    options in ``<out>.manifest.json``. Options fail before any model loads."""
     from unirag.data.mbeir import read_qrels, read_queries
     from unirag.index.store import parse_modality_filter
     from unirag.retrieval.retriever import Retriever, _check_k
@@ -67,8 +69,21 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
     qrels = read_qrels(exclude_positives) if exclude_positives is not None else None
     query_encoder = encoder_for_queries(index_dir, queries, encoder, device=device, dtype=dtype,
                                         instructions=instructions, use_instructions=use_instructions)
-    retriever = Retriever(index_dir, query_encoder, verify=verify, pool_images_root=pool_images_root)
+    retriever = Retriever(index_dir, query_encoder, verify=verify, pool_images_root=pool_images_root, profile=profile)
     results = retriever.retrieve(query_list, k, modality, exclude_qrels=qrels, query_images_root=query_images_root,
                                  progress=progress)
     run_path, trec = write_retrieval_run(out, results)
+    from unirag.runs.atomic import atomic_write_json
+
+    atomic_write_json(run_manifest_path(run_path), {
+        "task": "retrieve", "index": str(Path(index_dir).resolve()), "queries": str(Path(queries).resolve()),
+        "k": k, "modality": modality, "exclude_positives": str(exclude_positives) if exclude_positives else None,
+        "encoder": query_encoder.config() if hasattr(query_encoder, "config") else None,
+        "profile": retriever.settings.to_dict()})
     return RetrievalRunSummary(results, run_path, trec, k)
+
+
+def run_manifest_path(run_path: str | Path) -> Path:
+    """Where a retrieval run's options and settings are recorded: ``RUN.manifest.json`` beside ``RUN.jsonl``."""
+    run_path = Path(run_path)
+    return run_path.with_name(run_path.stem + ".manifest.json")

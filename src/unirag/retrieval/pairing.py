@@ -33,13 +33,18 @@ class QueryIdentity:
     text: str | None
     image_paths: frozenset[str]
     excluded: frozenset[str]
+    #: the query's text and image path exactly as recorded (UniIR's completion compares these; see uniir_pairs)
+    raw_text: str | None = None
+    raw_image: str | None = None
 
     @classmethod
     def of(cls, query: Query, query_images_root: str | Path | None, excluded: set[str] | None = None
            ) -> QueryIdentity:
         return cls(normalise_text(query.txt) if query.modality.has_text else None,
                    frozenset(_image_keys(query.img_path, query_images_root)) if query.modality.has_image
-                   else frozenset(), frozenset(excluded or ()))
+                   else frozenset(), frozenset(excluded or ()),
+                   query.txt if query.modality.has_text else None,
+                   query.img_path if query.modality.has_image else None)
 
     def same_text(self, text: str | None) -> bool:
         return self.text is not None and normalise_text(text) == self.text

@@ -79,14 +79,20 @@ class RetrievalResult:
     pairs: list[Pair] = field(default_factory=list)
     #: candidate did -> position of its pair in ``pairs`` (a candidate whose pair showed the query has none).
     pair_of: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    #: the first k index hits as retrieved, before the wrong-modality replacement (what UniIR's
+    #: Recall@k scores); None in run files written before unirag recorded it.
+    raw: list[str] | None = None
 
     @property
     def ranked_dids(self) -> list[str]:
         return [c.did for c in self.candidates]
 
     def to_json(self) -> dict[str, Any]:
-        return {"qid": self.qid, "candidates": [c.to_json() for c in self.candidates],
-                "pairs": [p.to_json() for p in self.pairs]}
+        out = {"qid": self.qid, "candidates": [c.to_json() for c in self.candidates],
+               "pairs": [p.to_json() for p in self.pairs]}
+        if self.raw is not None:
+            out["raw"] = list(self.raw)
+        return out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> RetrievalResult:
@@ -94,7 +100,8 @@ class RetrievalResult:
                  for c in obj.get("candidates", [])]
         pairs = [Pair(str(p["image_did"]), str(p["text_did"]), p.get("img_path"), p.get("txt"),
                       p.get("score"), p.get("via")) for p in obj.get("pairs", [])]
-        return cls(str(obj["qid"]), cands, pairs)
+        raw = obj.get("raw")
+        return cls(str(obj["qid"]), cands, pairs, raw=[str(d) for d in raw] if raw is not None else None)
 
 
 @dataclass(frozen=True)
@@ -120,10 +127,12 @@ class Hits(list):
     pairs that no hit in the list carries. Pass a ``Hits`` to :meth:`unirag.Captioner.caption`.
     """
 
-    def __init__(self, hits=(), pairs=(), qid: str | None = None) -> None:
+    def __init__(self, hits=(), pairs=(), qid: str | None = None, raw: list[str] | None = None) -> None:
         super().__init__(hits)
         self.pairs: list[Pair] = list(pairs)
         self.qid = qid
+        #: the dids as the index returned them, before the wrong-modality replacement (UniIR's Recall@k)
+        self.raw = raw
 
     @classmethod
     def of(cls, result: RetrievalResult, images_root: str | None) -> Hits:
@@ -132,7 +141,7 @@ class Hits(list):
         hits = [Hit(c.did, float(c.score), c.modality,
                     pairs[result.pair_of[c.did]] if c.did in result.pair_of else None, c.replaced)
                 for c in result.candidates]
-        return cls(hits, pairs, result.qid)
+        return cls(hits, pairs, result.qid, result.raw)
 
     @property
     def dids(self) -> list[str]:

@@ -13,6 +13,11 @@ the hits in rank order:
 
 The search over-fetches and widens until ``k`` candidates and ``k`` pairs are found or the index
 is exhausted, so dropped hits do not shorten the lists.
+
+Each result also keeps ``raw``: the first ``k`` index hits as retrieved (before any replacement),
+which UniIR's Recall@k scores. Two settings of :mod:`unirag.profiles` choose the official code's
+behaviour instead (``profile="official"``): ``pair_completion = uniir`` and ``example_pairs =
+per-hit`` (see :mod:`unirag.retrieval.uniir_pairs`).
 """
 
 from __future__ import annotations
@@ -42,12 +47,15 @@ class Retriever:
     ``encoder``: an encoder object or spec; None loads the one recorded in the index manifest on
     ``device`` in ``dtype`` ("auto": CUDA when available, in its fast dtype) the first time queries must be encoded (or at
     :meth:`warm_up`). ``pool_images_root`` defaults to the images root the index was built with.
+    ``profile``: a profile name or :class:`unirag.profiles.Settings`; its ``pair_completion`` and
+    ``example_pairs`` settings say how pairs are made (``"official"``: as UniIR and UniRAG's code).
     """
 
     def __init__(self, index, encoder=None, *, device: str | None = "auto", dtype: str | None = "auto",
                  verify: bool = False,
-                 pool_images_root: str | Path | None = None) -> None:
+                 pool_images_root: str | Path | None = None, profile: Any = None) -> None:
         from unirag.index.handle import Index
+        from unirag.profiles import resolve
 
         if isinstance(index, Index):
             index = index.store
@@ -66,7 +74,14 @@ class Retriever:
         self.verify = verify
         root = pool_images_root or self.index.manifest.get("images_root")
         self.pool_images_root = str(root) if root is not None else None
-        self.completer = Completer(self.index, self.pool_images_root)
+        self.settings = resolve(profile)
+        if self.settings["pair_completion"] == "uniir":
+            from unirag.retrieval.uniir_pairs import UniIRCompleter
+
+            self.completer = UniIRCompleter(self.index, lambda: self.encoder, self.pool_images_root)
+        else:
+            self.completer = Completer(self.index, self.pool_images_root)
+        self.per_hit = self.settings["example_pairs"] == "per-hit"
 
     @property
     def encoder(self):
@@ -178,13 +193,17 @@ class Retriever:
     def to_dict(self) -> dict[str, Any]:
         """Enough to make the same retriever again with :meth:`from_dict` (index path, encoder, device)."""
         return {"index": str(self.index.index_dir), "encoder": self.index.manifest["encoder"].get("spec"),
-                "device": self.device, "dtype": self.dtype, "verify": self.verify, "pool_images_root": self.pool_images_root}
+                "device": self.device, "dtype": self.dtype, "verify": self.verify, "pool_images_root": self.pool_images_root,
+                "profile": self.settings.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Retriever:
         """A retriever like the one :meth:`to_dict` described (index reopened, encoder loaded by spec)."""
+        from unirag.profiles import Settings
+
+        profile = Settings.from_dict(data["profile"]) if isinstance(data.get("profile"), dict) else data.get("profile")
         return cls(data["index"], data.get("encoder"), device=data.get("device", "auto"), dtype=data.get("dtype", "auto"),
-                   verify=data.get("verify", False), pool_images_root=data.get("pool_images_root"))
+                   verify=data.get("verify", False), pool_images_root=data.get("pool_images_root"), profile=profile)
 
     # -- M-BEIR query records (the CLI) ------------------------------------------------------
     def retrieve(self, queries: Sequence[Query], k: int, modality: str | Modality | None = "any",
@@ -212,7 +231,11 @@ class Retriever:
         scope = self.index.counts.get(wanted.value, 0) if wanted is not None else len(self.index)
         excluded = [exclude_qrels.get(q.qid) if exclude_qrels is not None else set() for q in queries]
         fetch = max(1, min(scope, 2 * k + 10 + max(len(e) for e in excluded)))
+        if self.per_hit:
+            fetch = max(fetch, min(scope, 10 + max(len(e) for e in excluded)))
         scores, ids = self.index.search(vectors, fetch, wanted)
+        if hasattr(self.completer, "prepare"):  # UniIR completion: encode the hits' complement queries in one batch
+            self.completer.prepare(g for g in ids.ravel().tolist() if g >= 0)
         results = []
         for i, query in enumerate(tqdm(queries, desc="pairs", unit="query", disable=not progress)):
             ident = QueryIdentity.of(query, query_images_root, excluded[i])
@@ -220,6 +243,9 @@ class Retriever:
             depth, row_scores, row_ids = fetch, scores[i], ids[i]
             while True:
                 result, complete = self._assemble(query.qid, ident, target, row_scores, row_ids, k)
+                if self.per_hit:
+                    self._per_hit(result, ident, row_scores, row_ids, k)
+                    complete = len(result.candidates) >= k
                 if complete or depth >= scope:
                     break
                 depth = min(scope, depth * 4)
@@ -228,10 +254,25 @@ class Retriever:
             results.append(result)
         return results
 
+    def _per_hit(self, result: RetrievalResult, ident: QueryIdentity, scores: np.ndarray, ids: np.ndarray,
+                 k: int) -> None:
+        """Replace the result's pairs by UniRAG's per-hit pairs (``example_pairs = per-hit``)."""
+        from unirag.retrieval.uniir_pairs import per_hit_pairs
+
+        metas = self.index.metas
+        found, _ = per_hit_pairs(self.index, self.completer, ident, ids.tolist(), scores.tolist(), k)
+        result.pairs = [Pair(metas[i].did, metas[t].did, metas[i].img_path, metas[t].txt, s, via)
+                        for i, t, s, via in found]
+        result.pair_of = {}
+        for n, p in enumerate(result.pairs):
+            for did in (p.image_did, p.text_did):
+                result.pair_of.setdefault(did, n)
+
     def _assemble(self, qid: str, ident: QueryIdentity, target: Modality | None, scores: np.ndarray,
                   ids: np.ndarray, k: int) -> tuple[RetrievalResult, bool]:
         metas = self.index.metas
         result = RetrievalResult(qid)
+        result.raw = [metas[g].did for g in ids.tolist() if g >= 0 and metas[g].did not in ident.excluded][:k]
         seen_cands: set[int] = set()
         paired: set[int] = set()  # candidates that already have their (one) pair
         for score, gid in zip(scores.tolist(), ids.tolist(), strict=True):

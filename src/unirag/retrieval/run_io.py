@@ -1,7 +1,8 @@
 """Retrieval run files (what `unirag retrieve` writes): one JSON line per query and a TREC twin.
 
 JSONL line: ``{"qid", "candidates": [{"did", "score", "modality"[, "replaced"]}],
-"pairs": [{"image_did", "text_did", "img_path", "txt", "score", "via"}]}``.
+"pairs": [{"image_did", "text_did", "img_path", "txt", "score", "via"}], "raw": [did, ...]}`` (``raw``: the
+first k hits before the wrong-modality replacement, for UniIR's Recall@k).
 TREC line: ``qid Q0 did rank score unirag`` (rank from 1), readable by trec_eval / ranx.
 Both are written atomically (temp file + rename).
 """

@@ -24,6 +24,21 @@ DEFAULT_HEIGHT = 1024
 DEFAULT_STEPS = 25
 DEFAULT_GUIDANCE = 4.0
 DEFAULT_SEED = 1234
+#: Emu2-Gen's pipeline defaults (``EmuVisualGenerationPipeline.__call__``), which the official UniRAG
+#: code uses: 1024x1024, 50 steps, guidance 3.0 (setting ``emu2_sampling = official``).
+EMU2_PIPELINE_STEPS = 50
+EMU2_PIPELINE_GUIDANCE = 3.0
+
+
+def sampling_defaults(spec: str, settings: Any = None) -> dict[str, Any]:
+    """Steps and guidance for a generator when the user gives none: unirag's (the paper's LaVIT run),
+    or for ``emu2-gen:`` with ``emu2_sampling = official`` the Emu2-Gen pipeline's own defaults.
+    ``settings``: a profile name or :class:`unirag.profiles.Settings`."""
+    from unirag.profiles import resolve
+
+    if str(spec).strip().startswith("emu2-gen:") and resolve(settings)["emu2_sampling"] == "official":
+        return {"steps": EMU2_PIPELINE_STEPS, "guidance": EMU2_PIPELINE_GUIDANCE}
+    return {"steps": DEFAULT_STEPS, "guidance": DEFAULT_GUIDANCE}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,163 @@
+"""``unirag run GRID --dry-run``: every cell's resolved configuration and what it still lacks.
+
+For each cell: the task, generator, mode, k, retriever and where its examples come from; the
+profile and every setting that differs from the ``default`` profile; the data files it reads (each
+marked ok or MISSING); the checkpoints it loads (a local folder is checked; a hub id is looked up
+in the local Hugging Face cache, and only noted when absent, since it downloads on first use); the
+API keys it needs (named, never shown); and the paper's figures. Nothing is loaded or run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unirag.pipelines.experiment import Cell, GridOverrides, load_experiment, select_cells
+
+#: Generator prefixes whose calls need an API key, and the variables that can hold it.
+API_KEYS = {"openai": ("OPENAI_API_KEY",), "openai-image": ("OPENAI_API_KEY",),
+            "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"), "gemini-image": ("GEMINI_API_KEY", "GOOGLE_API_KEY")}
+#: Generator prefixes whose name is a checkpoint (a local folder or a hub id).
+CHECKPOINT_PREFIXES = ("hf", "diffusers", "lavit", "emu2-gen")
+
+
+@dataclass
+class CellPlan:
+    cell: Cell
+    lines: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+def _hub_cached(repo: str) -> bool:
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    cache = Path(os.environ.get("HF_HUB_CACHE", home / "hub"))
+    return (cache / ("models--" + repo.replace("/", "--"))).is_dir()
+
+
+def _checkpoint(kind: str, name: str) -> tuple[str, str | None]:
+    """(line, missing item or None) for a checkpoint named by a generator or encoder spec."""
+    p = Path(name).expanduser()
+    looks_local = kind.startswith("lavit") or name.startswith(("/", ".", "~")) or p.exists() or name.count("/") != 1
+    if looks_local:
+        return (f"{kind} {name}: " + ("ok" if p.exists() else "MISSING"),
+                None if p.exists() else f"checkpoint {name} ({kind})")
+    cached = _hub_cached(name)
+    return f"{kind} {name}: hub id, " + ("in the local cache" if cached else
+                                          "not cached (downloaded on first use)"), None
+
+
+def _keys_for(spec: str, options: dict[str, Any]) -> list[tuple[str, bool]]:
+    prefix = spec.split(":", 1)[0].strip()
+    names = API_KEYS.get(prefix)
+    if not names:
+        return []
+    return [(" or ".join(names), any(os.environ.get(n) for n in names))]
+
+
+def _agent_models(agents: str | None) -> list[str]:
+    """Model specs named in an X^R agents YAML (for their keys and checkpoints)."""
+    if not agents or not Path(agents).is_file():
+        return []
+    import yaml
+
+    try:
+        spec = yaml.safe_load(Path(agents).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError:
+        return []
+    found: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k == "model" and isinstance(v, str):
+                    found.append(v)
+                else:
+                    walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(spec)
+    return sorted(set(found))
+
+
+def _settings_line(settings: Any) -> str:
+    from unirag.profiles import SETTINGS
+
+    if settings is None:
+        return "profile: default"
+    changed = [f"{n}={settings[n]!s}" for n in sorted(settings) if n in SETTINGS and settings[n] != SETTINGS[n].default]
+    line = f"profile: {settings.profile}"
+    if changed:
+        line += " (" + ", ".join(changed) + ")"
+    if settings.overrides:
+        line += "; set here: " + ", ".join(settings.overrides)
+    bugs = settings.official_bugs()
+    if bugs:
+        line += "; reproduces official bugs: " + ", ".join(bugs)
+    return line
+
+
+def plan_cell(cell: Cell) -> CellPlan:
+    plan = CellPlan(cell)
+    add, miss = plan.lines.append, plan.missing.append
+    title = f"{cell.name}" + (f"  [paper row {cell.row}]" if cell.row else "")
+    add(title)
+    if cell.task == "cir":
+        c = cell.cir
+        add(f"  task: cir  dataset: {c.get('dataset')}  agents: {c.get('agents') or 'none (embedding baseline)'}"
+            f"  encoder: {c.get('encoder') or 'offline'}  k': {c.get('k_prime', 'default')}"
+            f"  lambda: {c.get('lam', 'default')}  stage: {c.get('stage') or 'xr'}")
+    else:
+        retriever = f"{cell.retriever} ({cell.sources.get('retrieval') or cell.sources.get('index')})" \
+            if cell.retriever else "-"
+        add(f"  task: {cell.task}  generator: {cell.generator}  mode: {cell.mode}  k: {cell.k}  retriever: {retriever}")
+    add("  " + _settings_line(cell.settings))
+    files = [(k, v) for k, v in cell.sources.items() if v and k != "agents"]
+    if cell.task != "cir" and cell.mode == "random" and not cell.sources.get("pool"):
+        miss("pool (random examples need the pool file)")
+    for key in ("official_prompts", "lavit_code", "templates_dir", "prices"):
+        if cell.options.get(key):
+            files.append((key, cell.options[key]))
+    if cell.sources.get("agents"):
+        files.append(("agents", cell.sources["agents"]))
+    for key, value in files:
+        for v in value if isinstance(value, list) else [value]:
+            ok = Path(v).exists()
+            add(f"  {key}: {v}: " + ("ok" if ok else "MISSING"))
+            if not ok:
+                miss(f"{key} {v}")
+    specs = [cell.generator] if cell.task != "cir" else _agent_models(cell.sources.get("agents"))
+    for spec in specs:
+        prefix, _, name = spec.partition(":")
+        if prefix in CHECKPOINT_PREFIXES and name:
+            line, lack = _checkpoint(f"{prefix} checkpoint", name)
+            add("  " + line)
+            if lack:
+                miss(lack)
+        for names, present in _keys_for(spec, cell.options):
+            add(f"  key {names}: " + ("set" if present else "NOT SET"))
+            if not present:
+                miss(f"environment variable {names} (for {spec})")
+    encoder = cell.cir.get("encoder") if cell.task == "cir" else None
+    if encoder:
+        prefix, _, name = str(encoder).partition(":")
+        target = name if prefix in ("hf", "uniir") else str(encoder)
+        if prefix == "uniir":
+            target = name.split(":", 1)[-1]
+        line, lack = _checkpoint("encoder", target)
+        add("  " + line)
+        if lack:
+            miss(lack)
+    if cell.paper:
+        add("  paper: " + ", ".join(f"{k} {v}" for k, v in cell.paper.items()))
+    return plan
+
+
+def plan_experiment(path: str | Path, only: tuple[str, ...] = (), overrides: GridOverrides | None = None
+                    ) -> tuple[dict[str, Any], list[CellPlan]]:
+    """The plan of every selected cell of a grid file (what ``--dry-run`` prints)."""
+    spec, cells = load_experiment(path, overrides)
+    return spec, [plan_cell(c) for c in select_cells(cells, only)]

@@ -1,0 +1,130 @@
+"""Pair completion and few-shot pairs the way the official code makes them (``--profile official``).
+
+Two settings of :mod:`unirag.profiles` select this module:
+
+* ``pair_completion = uniir`` - :class:`UniIRCompleter`. UniIR (TIGER-AI-Lab/UniIR
+  ``src/common/mbeir_retriever.py``, ``get_raw_retrieved_candidates``) completes every retrieved
+  text or image candidate by *re-encoding it as a query* through ``InteractiveRetriever``
+  (``src/common/interactive_retriever.py``): the dataset id is hard-coded to MSCOCO's (9), a text
+  becomes a task-0 (text->image) query and an image a task-3 (image->text) query, so the MSCOCO
+  instruction is prepended whatever the candidate's dataset (Fashion200k too). The index is
+  searched for its top 10 (all modalities) and the first hit of the opposite modality whose image
+  path (for an image) or text (for a text) differs from the *original query's* is the complement;
+  none in the top 10 means no pair. The comparison is UniIR's: exact strings, no normalisation.
+* ``example_pairs = per-hit`` - :func:`per_hit_pairs`. UniRAG's example provider (castorini/UniRAG
+  ``src/unirag/incontext_example_provider.py``, ``get_candidates``) turns each of the (top-10)
+  retrieved candidates into one pair with its complement - an image may appear in several pairs -
+  drops a pair whose caption is the query's text or whose image is the query's image, and the
+  generator takes the first k (``generator_prompt.Prompt``: ``min(k, len(results))``).
+
+Kept apart from :mod:`unirag.retrieval.pairing` (the paper's completion) so each can change alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from unirag.data.records import Modality, Query
+from unirag.index.store import CandidateMeta, VectorIndex
+
+#: UniIR's complement search depth (``complement_retriever.retrieve(k=10)``) and UniRAG's retrieval depth.
+UNIIR_DEPTH = 10
+#: The M-BEIR dataset id InteractiveRetriever hard-codes (MSCOCO) and the task per candidate modality.
+MSCOCO_ID = "9"
+COMPLEMENT_TASK = {Modality.TEXT: 0, Modality.IMAGE: 3}
+
+
+def complement_query(meta: CandidateMeta, n: int) -> Query:
+    """The instructed query UniIR builds from a candidate: MSCOCO's dataset id, task 0 (text) or 3 (image)."""
+    return Query(qid=f"{MSCOCO_ID}:{n}", modality=meta.modality, txt=meta.txt if meta.modality is Modality.TEXT
+                 else None, img_path=meta.img_path if meta.modality is Modality.IMAGE else None,
+                 task_id=COMPLEMENT_TASK[meta.modality])
+
+
+def uniir_accepts(meta: CandidateMeta, query_txt: str | None, query_img_path: str | None) -> bool:
+    """UniIR's test: an image whose path differs from the query's image path, else a text that differs
+    from the query's text (exact strings; a missing query field never equals)."""
+    if meta.img_path:
+        return meta.img_path != query_img_path
+    return bool(meta.txt) and meta.txt != query_txt
+
+
+class UniIRCompleter:
+    """``complement(gid, ident)`` as :class:`~unirag.retrieval.pairing.Completer` offers, UniIR's way.
+
+    ``encoder``: a callable returning the query encoder (loaded on first use). Each candidate's top 10
+    is searched once and cached (it does not depend on the query; the choice among them does).
+    """
+
+    via = "uniir"
+
+    def __init__(self, index: VectorIndex, encoder: Callable[[], Any], images_root: str | Path | None) -> None:
+        self.index = index
+        self._encoder = encoder
+        self.images_root = images_root
+        self._top: dict[int, list[int]] = {}
+
+    def prepare(self, gids: Iterable[int]) -> None:
+        """Encode and search the candidates not seen yet, in one batch."""
+        todo: list[int] = []
+        queued: set[int] = set()
+        for g in gids:
+            g = int(g)
+            if g >= 0 and g not in self._top and g not in queued and self.index.metas[g].modality in COMPLEMENT_TASK:
+                todo.append(g)
+                queued.add(g)
+        if not todo:
+            return
+        queries = [complement_query(self.index.metas[g], len(self._top) + i + 1) for i, g in enumerate(todo)]
+        vectors = self._encoder().encode_records(queries, self.images_root)
+        _, ids = self.index.search(vectors, min(UNIIR_DEPTH, len(self.index)), None)
+        for g, row in zip(todo, ids, strict=True):
+            self._top[g] = [int(i) for i in row if i >= 0]
+
+    def complement(self, gid: int, ident: Any) -> tuple[int, str] | None:
+        meta = self.index.metas[gid]
+        if meta.modality not in COMPLEMENT_TASK:
+            return None
+        self.prepare([gid])
+        want = meta.modality.complement()
+        for g in self._top[gid]:
+            other = self.index.metas[g]
+            if other.modality is not want or other.did in ident.excluded:
+                continue
+            if uniir_accepts(other, ident.raw_text, ident.raw_image):
+                return g, self.via
+        return None
+
+
+def per_hit_pairs(index: VectorIndex, completer: Any, ident: Any, ids: Iterable[int], scores: Iterable[float],
+                  k: int) -> tuple[list[tuple[int, int, float, str]], int]:
+    """UniRAG's example pairs: (image gid, text gid, score, via) for each of the first
+    ``max(UNIIR_DEPTH, k)`` hits (excluded dids skipped), first ``k`` kept; and how many hits were read."""
+    out: list[tuple[int, int, float, str]] = []
+    depth = max(UNIIR_DEPTH, k)
+    read = 0
+    for gid, score in zip(ids, scores, strict=False):
+        gid = int(gid)
+        if gid < 0 or read >= depth:
+            break
+        meta = index.metas[gid]
+        if meta.did in ident.excluded:
+            continue
+        read += 1
+        if meta.modality is Modality.IMAGE_TEXT:
+            image, text, via = gid, gid, "fused"
+        else:
+            found = completer.complement(gid, ident)
+            if found is None:
+                continue  # "Failed to find image text pairs": the official provider skips the hit
+            other, via = found
+            image, text = (gid, other) if meta.modality is Modality.IMAGE else (other, gid)
+        txt, img = index.metas[text].txt, index.metas[image].img_path
+        if not txt or not img or (ident.raw_text is not None and txt == ident.raw_text) or \
+                (ident.raw_image is not None and img == ident.raw_image):
+            continue
+        if len(out) < k:
+            out.append((image, text, float(score), via))
+    return out, read

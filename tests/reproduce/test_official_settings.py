@@ -1,0 +1,236 @@
+"""Each official behaviour of issue 15 (retrieval, generation, metrics), pinned against the official code.
+
+The docstrings cite the official file and function each test follows (read through the public code
+index; no official code is copied). ``default`` must stay unirag's own behaviour: each test checks both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from official_metrics import uniir_compute_recall_at_k
+from unirag.data.records import Modality
+from unirag.errors import ConfigError
+from unirag.generators.base import GenerationOptions
+from unirag.index.metadata import CandidateMeta
+from unirag.profiles import SETTINGS, resolve
+from unirag.retrieval.pairing import QueryIdentity
+from unirag.retrieval.uniir_pairs import UniIRCompleter, per_hit_pairs
+
+
+class _Metas(list):
+    pass
+
+
+@dataclass
+class FakeIndex:
+    """Just what the completers read: metas, and a search that returns a scripted top list per query."""
+
+    metas: list
+    tops: dict  # query text or image path -> ranked gids
+
+    def __len__(self):
+        return len(self.metas)
+
+    def search(self, vectors, k, modality):
+        rows = [self.tops[key] for key in self._keys]
+        ids = np.full((len(rows), k), -1, dtype=np.int64)
+        for i, r in enumerate(rows):
+            ids[i, : min(k, len(r))] = r[:k]
+        return np.zeros(ids.shape, dtype=np.float32), ids
+
+
+class RecordingEncoder:
+    def __init__(self, index):
+        self.index, self.seen = index, []
+
+    def encode_records(self, records, images_root, progress=False):
+        self.seen.extend(records)
+        self.index._keys = [r.txt if r.txt is not None else r.img_path for r in records]
+        return np.zeros((len(records), 4), dtype=np.float32)
+
+
+def _meta(did, modality, txt=None, img=None):
+    return CandidateMeta(did, modality, txt, img, None)
+
+
+def _ident(txt=None, img=None, excluded=()):
+    return QueryIdentity(None, frozenset(), frozenset(excluded), txt, img)
+
+
+def _world():
+    metas = [_meta("t0", Modality.TEXT, txt="a dog on a sofa"),          # 0: retrieved caption
+             _meta("i1", Modality.IMAGE, img="imgs/query.jpg"),           # 1: the query's own image
+             _meta("t2", Modality.TEXT, txt="another caption"),           # 2: same modality as t0
+             _meta("i3", Modality.IMAGE, img="imgs/other.jpg"),           # 3: acceptable complement
+             _meta("i4", Modality.IMAGE, img="imgs/q4.jpg")]
+    tops = {"a dog on a sofa": [0, 2, 1, 3, 4], "imgs/other.jpg": [3, 2, 0]}
+    return FakeIndex(metas, tops)
+
+
+def test_uniir_completion_instructed_query_and_first_opposite_modality_hit():
+    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py get_raw_retrieved_candidates (the complement loop
+    after ``complement_retriever.retrieve(k=10)``): the complement is the first hit of the opposite
+    modality in the candidate's top 10 whose img_path (else txt) differs from the original query's.
+    src/common/interactive_retriever.py (commit 1104db5c): ``self.dataset_id = 9`` (MSCOCO) at :40 for
+    every candidate; _add_queries (:81) gives a text task_id 0 (:84) and an image task_id 3 (:93)."""
+    index = _world()
+    enc = RecordingEncoder(index)
+    completer = UniIRCompleter(index, lambda: enc, None)
+    found = completer.complement(0, _ident(img="imgs/query.jpg"))
+    assert found == (3, "uniir")  # t2 (same modality) and i1 (the query's image) are passed over
+    q = enc.seen[0]
+    assert q.qid.startswith("9:") and q.task_id == 0 and q.modality is Modality.TEXT and q.txt == "a dog on a sofa"
+    # an image candidate becomes a task-3 query; its complement must differ from the query's *text*
+    found = completer.complement(3, _ident(txt="another caption"))
+    assert found == (0, "uniir") and enc.seen[-1].task_id == 3 and enc.seen[-1].img_path == "imgs/other.jpg"
+    # nothing acceptable in the top 10: no pair (UniIR leaves complement_cand None)
+    index.tops["a dog on a sofa"] = [0, 2, 1]
+    assert UniIRCompleter(index, lambda: enc, None).complement(0, _ident(img="imgs/query.jpg")) is None
+
+
+def test_uniir_completion_compares_exact_strings_and_searches_ten():
+    """UniIR compares ``cand["img_path"] != query["query_img_path"]`` and ``cand["txt"] != query["query_txt"]``
+    as plain strings and retrieves ``k=10`` complements (mbeir_retriever.py get_raw_retrieved_candidates)."""
+    index = _world()
+    index.metas[1] = _meta("i1", Modality.IMAGE, img="./imgs/query.jpg")  # another spelling: UniIR accepts it
+    enc = RecordingEncoder(index)
+    depths = []
+    search = index.search
+    index.search = lambda v, k, m: (depths.append((k, m)), search(v, k, m))[1]
+    assert UniIRCompleter(index, lambda: enc, None).complement(0, _ident(img="imgs/query.jpg")) == (1, "uniir")
+    assert depths == [(5, None)]  # min(10, index size), over every modality
+
+
+def test_per_hit_pairs_repeat_images_drop_query_and_take_first_k():
+    """castorini/UniRAG src/unirag/incontext_example_provider.py (commit 07190083) get_candidates, :10-45:
+    every retrieved candidate with its complement is one (txt, image) pair - an image may repeat - a hit
+    without a pair is skipped (:36-38), so is a pair whose txt equals the query text or whose image is the
+    query image (:40-43); src/unirag/generator_prompt.py Prompt takes the first min(k, len) of them."""
+    metas = [_meta("t0", Modality.TEXT, txt="cap A"), _meta("i1", Modality.IMAGE, img="x.jpg"),
+             _meta("t2", Modality.TEXT, txt="the query text"), _meta("t3", Modality.TEXT, txt="cap C"),
+             _meta("t4", Modality.TEXT, txt="cap D")]
+    index = FakeIndex(metas, {})
+
+    class Comp:
+        def complement(self, gid, ident):
+            return {0: (1, "uniir"), 1: (3, "uniir"), 2: (1, "uniir"), 3: (1, "uniir"), 4: None}[gid]
+
+    pairs, read = per_hit_pairs(index, Comp(), _ident(txt="the query text"), [0, 1, 2, 3, 4], [.9, .8, .7, .6, .5], 3)
+    assert [(i, t) for i, t, _, _ in pairs] == [(1, 0), (1, 3), (1, 3)]  # image 1 thrice; t2 = the query's text
+    assert read == 5
+    two, _ = per_hit_pairs(index, Comp(), _ident(txt="the query text"), [0, 1, 2, 3, 4], [.9] * 5, 2)
+    assert len(two) == 2
+
+
+def test_profiles_select_the_official_rows():
+    official, default = resolve("official"), resolve("default")
+    assert (official["pair_completion"], official["example_pairs"]) == ("uniir", "per-hit")
+    assert (default["pair_completion"], default["example_pairs"]) == ("pool", "per-candidate")
+    assert official["temperature"] is None and default["temperature"] == 0.0
+    assert resolve("default", temperature="none")["temperature"] is None
+    with pytest.raises(ConfigError, match="temperature"):
+        resolve("default", temperature="-1")
+    for name in ("pair_completion", "example_pairs", "temperature", "caption_prompts", "emu2_sampling"):
+        assert SETTINGS[name].cite, name
+
+
+def test_temperature_none_sends_none():
+    """castorini/UniRAG src/unirag/caption_generation_inference.py (commit 294f843a): infer_gemini passes
+    ``GenerationConfig(max_output_tokens=...)`` only (:81); infer_gpt calls chat.completions.create with
+    model, messages and max_tokens only; infer_llava calls model.generate(max_new_tokens=...)."""
+    from unirag.generators.gemini import GeminiGenerator
+    from unirag.generators.openai_compat import OpenAIChatGenerator
+
+    oa = OpenAIChatGenerator("gpt-4o", base_url="http://127.0.0.1:9/v1")
+    assert "temperature" not in oa.request_body([], GenerationOptions(max_tokens=5, temperature=None))
+    assert oa.request_body([], GenerationOptions(max_tokens=5))["temperature"] == 0.0
+    gem = GeminiGenerator.__new__(GeminiGenerator)
+    assert "temperature" not in GeminiGenerator.request_config(gem, None, GenerationOptions(temperature=None))
+    assert GeminiGenerator.request_config(gem, None, GenerationOptions())["temperature"] == 0.0
+
+
+def test_captioner_takes_its_temperature_from_the_profile():
+    from unirag.pipelines.captioner import Captioner
+
+    assert Captioner("retrieval:top1").options.temperature == 0.0
+    official = Captioner("retrieval:top1", profile="official")
+    assert official.options.temperature is None and official.to_dict()["profile"]["profile"] == "official"
+    assert Captioner("retrieval:top1", profile="official", temperature=0.3).options.temperature == 0.3
+    again = Captioner.from_dict(official.to_dict())
+    assert again.options.temperature is None and again.settings["caption_prompts"] == "official"
+
+
+def test_gemini_official_prompts():
+    """castorini/UniRAG src/unirag/caption_generation_inference.py (commit 294f843a): SYSTEM_MESSAGE (:29)
+    goes to GPT and LLaVA only; infer_gemini (:33) sends ``content = [message, ...]`` (:58-61), the prompt
+    file's text alone; src/unirag/prompts/gemini-caption-prompt-with-examples.txt ends with "The answer
+    must be compulsarily in one line." (quoted in issue 15)."""
+    from unirag.prompts.caption import caption_template
+    from unirag.prompts.official import GEMINI_ONE_LINE, SYSTEM_SENTENCE, apply_caption_prompts
+
+    paper = caption_template("gemini")
+    official = apply_caption_prompts(paper, "gemini", "official")
+    assert paper.text("zero_shot").startswith(SYSTEM_SENTENCE)
+    assert not official.text("zero_shot").startswith("You are") and "I have provided you an image" in \
+        official.text("zero_shot")
+    assert official.text("few_shot").endswith("The answer must be compulsarily in one line.") and \
+        GEMINI_ONE_LINE not in paper.text("few_shot")
+    assert official.sha256 != paper.sha256  # run identities tell the two wordings apart
+    gpt = caption_template("gpt4o")
+    assert apply_caption_prompts(gpt, "gpt4o", "official") is gpt  # GPT-4o: the paper's wording is the official one
+    assert apply_caption_prompts(paper, "gemini", "paper") is paper
+
+
+def test_official_prompts_come_from_the_users_checkout(tmp_path):
+    from unirag.prompts.caption import caption_template
+    from unirag.prompts.official import apply_caption_prompts
+
+    prompts = tmp_path / "UniRAG" / "src" / "unirag" / "prompts"
+    prompts.mkdir(parents=True)
+    (prompts / "caption-prompt-without-examples.txt").write_text("ZERO words\n")
+    with pytest.raises(ConfigError, match="no gemini-caption-prompt-with-examples.txt"):
+        apply_caption_prompts(caption_template("gemini"), "gemini", "official", tmp_path / "UniRAG")
+    (prompts / "gemini-caption-prompt-with-examples.txt").write_text("FEW {num} words\n\n")
+    tpl = apply_caption_prompts(caption_template("gemini"), "gemini", "official", tmp_path / "UniRAG")
+    assert tpl.text("zero_shot") == "ZERO words" and tpl.fill("few_shot", num=2) == "FEW 2 words"
+    with pytest.raises(ConfigError, match="not a directory"):
+        apply_caption_prompts(caption_template("gemini"), "gemini", "official", tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match="caption-prompts official"):
+        apply_caption_prompts(caption_template("gemini"), "gemini", "paper", tmp_path / "UniRAG")
+
+
+def test_emu2_official_sampling_is_the_pipelines_default():
+    """Emu2-Gen's EmuVisualGenerationPipeline.__call__ defaults (height=width=1024, num_inference_steps=50,
+    guidance_scale=3.0), which castorini/UniRAG src/unirag/image_generation_inference.py relies on."""
+    from unirag.generators.images.base import sampling_defaults
+    from unirag.pipelines.image_gen import ImageSettings
+    from unirag.pipelines.image_generator import ImageGenerator
+
+    assert sampling_defaults("emu2-gen:BAAI/Emu2-Gen", "official") == {"steps": 50, "guidance": 3.0}
+    assert sampling_defaults("emu2-gen:BAAI/Emu2-Gen", "default") == {"steps": 25, "guidance": 4.0}
+    assert sampling_defaults("lavit:./LaVIT", "official") == {"steps": 25, "guidance": 4.0}
+    s = ImageSettings(steps=None, guidance=None).resolved("emu2-gen:x", "official")
+    assert (s.steps, s.guidance, s.width, s.height) == (50, 3.0, 1024, 1024)
+    assert ImageSettings(steps=7, guidance=None).resolved("emu2-gen:x", "official").steps == 7  # given wins
+    assert ImageGenerator("emu2-gen:BAAI/Emu2-Gen", profile="official").settings["steps"] == 50
+    assert ImageGenerator("emu2-gen:BAAI/Emu2-Gen").settings["steps"] == 25
+
+
+def test_uniir_recall_on_raw_ids_beside_hit_after_replacement():
+    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py compute_recall_at_k scores the raw retrieved ids
+    (ported in tests/official_metrics.py); unirag's hit@k scores the complement-replaced list (paper §5)."""
+    from unirag.metrics.retrieval import evaluate_run
+
+    qrels = {"q1": {"img7"}, "q2": {"img9"}}
+    raw = {"q1": ["txt7_0", "img3"], "q2": ["img9", "img1"]}           # q1's top hit is a caption of img7
+    replaced = {"q1": ["img7", "img3"], "q2": ["img9", "img1"]}         # ... replaced by its image
+    m = evaluate_run(replaced, qrels, [1, 2], raw=raw)
+    assert m["hit@1"] == 1.0 and m["uniir_recall@1"] == 0.5
+    for k in (1, 2):
+        official = np.mean([uniir_compute_recall_at_k(sorted(qrels[q]), raw[q], k) for q in qrels])
+        assert m[f"uniir_recall@{k}"] == pytest.approx(official)
+    assert "uniir_recall@1" not in evaluate_run(replaced, qrels, [1])

@@ -1,0 +1,112 @@
+"""``--profile`` and the setting options on the commands, the manifests that record them, and the report's
+paper and Δ columns."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from fake_openai_server import FakeServer
+from unirag.cli.main import cli, main
+from unirag.reports.build import build_report
+
+
+def _cli(args, capsys):
+    code = 0
+    try:
+        main(args)
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("command, options", [
+    ("retrieve", ["--pair-completion", "--example-pairs"]),
+    ("caption", ["--temperature", "--caption-prompts", "--pair-completion", "--example-pairs", "--official-prompts"]),
+    ("generate-images", ["--emu2-sampling", "--pair-completion", "--example-pairs"]),
+    ("run", ["--dry-run", "--temperature", "--pair-completion", "--emu2-sampling", "--data-root"]),
+])
+def test_commands_take_a_profile_and_each_setting(command, options):
+    text = CliRunner().invoke(cli, [command, "--help"]).output
+    assert "--profile [default|official]" in text
+    for option in options:
+        assert option in text, (command, option)
+
+
+def test_a_bad_setting_value_is_one_line_and_exit_2(tmp_path, capsys):
+    code, _, err = _cli(["caption", "--queries", str(tmp_path / "q.jsonl"), "--out", str(tmp_path / "o"),
+                         "--temperature", "warm"], capsys)
+    assert code == 2 and err.startswith("error: setting 'temperature': cannot read 'warm'") and len(err.splitlines()) == 1
+
+
+def _caption(coco_set, out, server, *extra):
+    main(["caption", "--queries", str(coco_set["queries"]), "--images-root", str(coco_set["images_root"]),
+          "--generator", "openai:gpt-4o", "--base-url", server.url, "--mode", "rag", "--k", "1",
+          "--retrieval", str(coco_set["run"]), "--limit", "2", "--out", str(out), "--no-progress", *extra])
+
+
+def test_caption_manifest_records_the_profile_and_official_sends_no_temperature(coco_set, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key-not-secret")
+    with FakeServer() as server:
+        _caption(coco_set, tmp_path / "default", server)
+        sent_default = [r.json for r in server.requests]
+        server.requests.clear()
+        _caption(coco_set, tmp_path / "official", server, "--profile", "official")
+        sent_official = [r.json for r in server.requests]
+        server.requests.clear()
+        _caption(coco_set, tmp_path / "mixed", server, "--profile", "official", "--temperature", "0.5")
+        sent_mixed = [r.json for r in server.requests]
+    assert [b["temperature"] for b in sent_default] == [0.0, 0.0]
+    assert all("temperature" not in b for b in sent_official)
+    assert [b["temperature"] for b in sent_mixed] == [0.5, 0.5]
+    default = json.loads((tmp_path / "default" / "manifest.json").read_text())
+    official = json.loads((tmp_path / "official" / "manifest.json").read_text())
+    mixed = json.loads((tmp_path / "mixed" / "manifest.json").read_text())
+    assert default["settings"]["profile"]["profile"] == "default"
+    assert official["settings"]["profile"]["settings"]["temperature"] is None
+    assert official["identity"]["temperature"] is None and default["identity"]["temperature"] == 0.0
+    assert mixed["settings"]["profile"]["overrides"] == ["temperature"]
+    assert "test-key-not-secret" not in json.dumps(official)
+
+
+def test_retrieve_records_its_settings_beside_the_run(tmp_path, capsys, coco_index, coco_mbeir, coco_mini,
+                                                      coco_oracle_encoder, monkeypatch):
+    import unirag.encoders.registry as registry
+
+    monkeypatch.setattr(registry, "load_encoder", lambda spec=None, **kw: coco_oracle_encoder)
+    run = tmp_path / "i2t.jsonl"
+    main(["retrieve", "--index", str(coco_index), "--queries", str(coco_mbeir["i2t"]), "--images-root",
+          str(coco_mini), "--k", "3", "--out", str(run), "--modality", "text", "--example-pairs", "per-hit"])
+    manifest = json.loads((tmp_path / "i2t.manifest.json").read_text())
+    assert manifest["profile"]["profile"] == "default" and manifest["profile"]["overrides"] == ["example_pairs"]
+    assert manifest["profile"]["settings"]["example_pairs"] == "per-hit" and manifest["k"] == 3
+    first = json.loads(run.read_text().splitlines()[0])
+    assert len(first["raw"]) == 3
+    capsys.readouterr()
+    main(["evaluate", "retrieval", "--run", str(run), "--qrels", str(coco_mbeir["qrels_i2t"]), "--k", "1,3"])
+    out = capsys.readouterr().out
+    assert "UniIR R@k" in out and "complement replacement" in out
+    metrics = json.loads((tmp_path / "i2t.metrics.json").read_text())
+    assert "uniir_recall@1" in metrics["metrics"] and "UniIR" in metrics["labels"]["uniir_recall"]
+
+
+def test_report_shows_paper_and_delta_next_to_each_measured_figure(tmp_path):
+    d = tmp_path / "cell"
+    d.mkdir()
+    (d / "manifest.json").write_text(json.dumps({"task": "caption", "generator": "retrieval:top1", "mode": "rag",
+                                                 "k": 1, "retriever": "CLIP-SF"}))
+    (d / "metrics.json").write_text(json.dumps({"task": "caption", "metrics": {"BLEU-1": 80.0, "CIDEr": 200.0}}))
+    (d / "paper.json").write_text(json.dumps({"source": "Table 3", "row": "1a", "paper": {"BLEU-1": 88.5}}))
+    build_report([d], tmp_path / "out", gallery=False, plots=False)
+    md = (tmp_path / "out" / "tables.md").read_text()
+    assert "| BLEU-1 | BLEU-1 (paper) | Δ | CIDEr |" in md
+    assert "| 80.0 | 88.5 | -8.5 | 200.0 |" in md
+    rows = list(csv.DictReader(io.StringIO(next((tmp_path / "out" / "tables").glob("*.csv")).read_text())))
+    assert rows[0]["BLEU-1 paper"] == "88.5000" and rows[0]["BLEU-1 Δ"] == "-8.5000"
+    html = (tmp_path / "out" / "index.html").read_text()
+    assert "BLEU-1 (paper)" in html and "-8.5" in html

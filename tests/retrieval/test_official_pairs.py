@@ -1,0 +1,73 @@
+"""``Retriever(profile="official")``: UniIR's pair completion and UniRAG's per-hit pairs, on hand-placed vectors.
+
+The official rules themselves are pinned in tests/reproduce/test_official_settings.py; this checks that
+the retriever applies them (and that the default profile keeps unirag's completion)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from unirag.data.records import Modality, Query
+from unirag.index.build import build_from_vectors
+from unirag.retrieval.retriever import Retriever
+
+DIM = 4
+ENC = {"name": "hand-placed", "spec": None, "config": {}, "fingerprint": "0" * 16}
+
+
+def e(*w: float) -> np.ndarray:
+    v = np.zeros(DIM, dtype=np.float32)
+    v[: len(w)] = w
+    return v / np.linalg.norm(v)
+
+
+POOL = [("T1", "text", "a dog on a sofa", None, e(1, 0, 0)),
+        ("T2", "text", "a dog outdoors", None, e(0.8, 0.3, 0)),
+        ("IQ", "image", None, "query.jpg", e(1, 0, 0.1)),      # the query's own image
+        ("I2", "image", None, "b.jpg", e(0.9, 0.2, 0)),
+        ("I3", "image", None, "c.jpg", e(0, 0, 1))]
+
+
+class ComplementEncoder:
+    """Encodes every complement query (what UniIR re-encodes) towards I3; records what it was asked."""
+
+    dim = DIM
+
+    def __init__(self):
+        self.seen = []
+
+    def encode_records(self, records, images_root, progress=False):
+        self.seen.extend(records)
+        return np.stack([e(0, 0, 1) for _ in records])
+
+
+def _retriever(tmp_path, profile):
+    chunks = [(Modality.parse(m), [{"did": d, "txt": t, "img_path": i, "source_id": None}], v[None, :])
+              for d, m, t, i, v in POOL]
+    build_from_vectors(chunks, tmp_path / "idx", DIM, ENC)
+    r = Retriever(tmp_path / "idx", profile=profile)
+    r._encoder = ComplementEncoder()
+    return r
+
+
+def test_official_profile_completes_with_instructed_re_encoding(tmp_path):
+    query = Query("q1", Modality.IMAGE, img_path="query.jpg")
+    default = _retriever(tmp_path / "a", "default").retrieve_vectors([query], e(1, 0, 0)[None, :], 2, "text")[0]
+    official_r = _retriever(tmp_path / "b", "official")
+    official = official_r.retrieve_vectors([query], e(1, 0, 0)[None, :], 2, "text")[0]
+    assert [c.did for c in default.candidates] == [c.did for c in official.candidates] == ["T1", "T2"]
+    assert [(p.image_did, p.text_did) for p in default.pairs][0] == ("I2", "T1")  # stored vector, over images
+    assert [(p.image_did, p.text_did, p.via) for p in official.pairs] == [("I3", "T1", "uniir"), ("I3", "T2", "uniir")]
+    asked = official_r.encoder.seen
+    assert {q.task_id for q in asked} == {0} and all(q.qid.startswith("9:") for q in asked)
+    assert default.raw == official.raw == ["T1", "T2"]
+
+
+def test_raw_ids_are_the_hits_before_replacement(tmp_path):
+    """A text->image query over ``any``: a caption hit is replaced by its image in ``candidates`` (paper §5),
+    while ``raw`` keeps the caption's id (what UniIR's Recall@k scores)."""
+    r = _retriever(tmp_path, "default")
+    result = r.retrieve_vectors([Query("q2", Modality.TEXT, txt="a dog")], e(1, 0, 0)[None, :], 2, "any")[0]
+    assert result.raw[0] == "T1" and result.candidates[0].did != "T1" and result.candidates[0].replaced == "T1"
+    assert r.to_dict()["profile"]["profile"] == "default"
+    assert Retriever.from_dict(_retriever(tmp_path / "o", "official").to_dict()).settings["pair_completion"] == "uniir"
