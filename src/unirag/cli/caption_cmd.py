@@ -7,6 +7,7 @@ import json
 import click
 
 from unirag.cli.generation_options import generation_options, generator_kwargs
+from unirag.cli.selection_options import selection_of, selection_options
 
 MODES = ("zero-shot", "random", "rag")
 
@@ -31,14 +32,16 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory (resumable).")
 @click.option("--limit", type=int, default=None, help="Only the first N queries.")
 @generation_options
+@selection_options
 def caption(queries, images_root, pool_images_root, generator_spec, mode, k, retrieval, index, pool, out, limit,
             **gen_opts) -> None:
     """Caption image queries; rerun the same command to resume after a crash or Ctrl-C."""
     from unirag.pipelines.caption import CaptionConfig, run_captioning
 
+    selection = selection_of(gen_opts)
     cfg = CaptionConfig(queries=queries, generator=generator_spec, out=out, mode=mode, k=k, images_root=images_root,
                         pool_images_root=pool_images_root, retrieval=retrieval, index=index, pool=pool, limit=limit,
-                        **generator_kwargs(gen_opts))
+                        selection=selection, **generator_kwargs(gen_opts))
     summary = run_captioning(cfg)
     counts, totals = summary["counts"], summary["totals"]
     cost = totals.get("cost_usd")

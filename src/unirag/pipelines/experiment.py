@@ -33,7 +33,7 @@ from unirag.generators.options import GENERATOR_OPTIONS
 
 TASKS = ("caption", "image")
 RUN_OPTION_KEYS = {"concurrency", "seed", "max_tokens", "temperature", "max_attempts", "templates_dir", "prices",
-                   "save_prompts", "limit"}
+                   "save_prompts", "limit", "selection"}
 #: A grid entry or cell may use other inputs than the top level (e.g. text queries for image cells).
 SOURCE_KEYS = {"queries", "images_root", "pool", "pool_images_root"}
 IMAGE_OPTION_KEYS = {"width", "height", "steps", "guidance", "image_seed"}
@@ -168,12 +168,16 @@ def select_cells(cells: list[Cell], patterns: tuple[str, ...]) -> list[Cell]:
     return chosen
 
 
-def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int | None = None) -> dict[str, Any]:
-    """Run (or resume) one cell into ``out_root/cell.name``."""
+def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int | None = None,
+             selection: Any = None) -> dict[str, Any]:
+    """Run (or resume) one cell into ``out_root/cell.name``. ``selection``: example-selection
+    settings (:class:`unirag.Selection`) laid over the cell's own ``selection:`` option, for the
+    cells that retrieve from an index."""
     out = Path(out_root) / cell.name
     opts = dict(cell.options)
     if limit is not None:
         opts["limit"] = limit
+    opts["selection"] = _cell_selection(cell, opts.get("selection"), selection)
     gen_opts = {k: v for k, v in opts.items() if k in GENERATOR_OPTIONS}
     run_opts = {k: v for k, v in opts.items() if k in RUN_OPTION_KEYS}
     if cell.task == "caption":
@@ -186,6 +190,22 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
                             pool=cell.sources.get("pool"), generator_options=gen_opts, progress=progress, **run_opts)
         return run_captioning(cfg)["counts"]
     return _run_image_cell(cell, out, opts, progress)
+
+
+def _cell_selection(cell: Cell, own: Any, given: Any):
+    """The cell's Selection: its ``selection:`` option, with the fields of ``given`` that differ from
+    the defaults laid over it when the cell retrieves from an index (run-file cells chose theirs)."""
+    from unirag.retrieval.selection import Selection
+
+    base = Selection.of(own)
+    if given is None or cell.mode != "rag" or cell.sources.get("index") is None:
+        return base
+    given, default = Selection.of(given).to_dict(), Selection().to_dict()
+    changed = {k: v for k, v in given.items() if v != default[k]}
+    if "thresholds" in changed:
+        changed["thresholds"] = {**base.to_dict()["thresholds"],
+                                 **{k: v for k, v in given["thresholds"].items() if v != default["thresholds"][k]}}
+    return Selection.of({**base.to_dict(), **changed})
 
 
 def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool) -> dict[str, Any]:
@@ -201,7 +221,8 @@ def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool)
     queries = read_queries(cell.sources["queries"])
     selector = make_selector(cell.mode, cell.k, queries=queries, pool_path=cell.sources.get("pool"),
                              retrieval=cell.sources.get("retrieval"), index=cell.sources.get("index"),
-                             seed=opts.get("seed", 0), query_images_root=cell.sources.get("images_root"))
+                             seed=opts.get("seed", 0), query_images_root=cell.sources.get("images_root"),
+                             selection=opts.get("selection"))
     generator = load_image_generator(cell.generator, **{k: v for k, v in opts.items() if k in GENERATOR_OPTIONS})
     image = {k: opts[k] for k in ("width", "height", "steps", "guidance") if k in opts}
     if "image_seed" in opts:
@@ -233,7 +254,7 @@ def cell_states(path: str | Path, only: tuple[str, ...] = ()) -> list[tuple[str,
 
 
 def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool = True, limit: int | None = None,
-                   echo=print) -> list[dict[str, Any]]:
+                   echo=print, selection: Any = None) -> list[dict[str, Any]]:
     """Run the grid file ``path`` (what ``unirag run`` does): every cell whose name matches a glob of
     ``only`` (all when empty) into ``OUT/<cell name>``, each resumable; ``limit``: the first N queries.
     A cell that fails to start (bad config, no key) is reported and the others go on. Returns one
@@ -246,7 +267,7 @@ def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool 
     for i, cell in enumerate(cells, start=1):
         echo(f"[{i}/{len(cells)}] {cell.name}")
         try:
-            counts = run_cell(cell, spec["out"], progress=progress, limit=limit)
+            counts = run_cell(cell, spec["out"], progress=progress, limit=limit, selection=selection)
             results.append({"cell": cell.name, "status": "ok", "counts": counts})
         except UniragError as e:
             echo(f"  failed: {e}")

@@ -22,7 +22,9 @@ class ExampleRunConfig:
     mode, examples retrieved on the fly), or ``retrieval``: a retrieval run file; ``pool``: the pool
     file (random examples, pair completion); ``pool_images_root``: where example image paths start;
     ``k``: examples per query (None: the run's default); ``generator_options`` go to the backend;
-    ``limit``: only the first queries; ``save_prompts``: how many rendered prompts to keep."""
+    ``limit``: only the first queries; ``save_prompts``: how many rendered prompts to keep;
+    ``selection``: how retrieved pairs become examples (:class:`unirag.Selection` or its dict; rag
+    mode with ``index``)."""
 
     queries: str | Path | Sequence[Query]
     generator: str
@@ -41,3 +43,4 @@ class ExampleRunConfig:
     max_attempts: int = 6
     generator_options: dict[str, Any] = field(default_factory=dict)
     progress: bool = True
+    selection: Any = None

@@ -43,10 +43,14 @@ class Pair:
     img_path: str | None
     txt: str | None
     score: float | None = None
-    #: how the complement was found: "pairing" (same source item), "retrieval", or "fused".
+    #: how the pair was made: "pool" (the pool's own pairing: same source item), "qrels" (M-BEIR
+    #: judgements, ``pairs_from``), "retrieval" (nearest candidate of the other modality), or "fused".
     via: str | None = None
     #: the folder ``img_path`` is relative to (not written to run files: they stay relocatable).
     images_root: str | None = field(default=None, repr=False, compare=False)
+    #: why the leakage guard flagged this example as a near-duplicate of the query
+    #: (``"image-hash:3"``, ``"image-cosine:0.981"``, ``"caption:0.92"``), or None.
+    near_duplicate: str | None = None
 
     @property
     def image(self) -> Path | None:
@@ -67,6 +71,8 @@ class Pair:
         """The run-file form (relative image path, score rounded to 6 decimals)."""
         out = {"image_did": self.image_did, "text_did": self.text_did, "img_path": self.img_path, "txt": self.txt,
                "score": round(float(self.score), 6) if self.score is not None else None, "via": self.via}
+        if self.near_duplicate is not None:
+            out["near_duplicate"] = self.near_duplicate
         return out
 
 
@@ -79,22 +85,30 @@ class RetrievalResult:
     pairs: list[Pair] = field(default_factory=list)
     #: candidate did -> position of its pair in ``pairs`` (a candidate whose pair showed the query has none).
     pair_of: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    #: the leakage guard's count for this query: ``{"flagged": n, "excluded": m}`` (None: guard off).
+    #: Under "report" flagged examples stay in ``pairs`` (marked); under "exclude" they were replaced.
+    near_duplicates: dict[str, int] | None = None
 
     @property
     def ranked_dids(self) -> list[str]:
         return [c.did for c in self.candidates]
 
     def to_json(self) -> dict[str, Any]:
-        return {"qid": self.qid, "candidates": [c.to_json() for c in self.candidates],
-                "pairs": [p.to_json() for p in self.pairs]}
+        out = {"qid": self.qid, "candidates": [c.to_json() for c in self.candidates],
+               "pairs": [p.to_json() for p in self.pairs]}
+        if self.near_duplicates is not None:
+            out["near_duplicates"] = dict(self.near_duplicates)
+        return out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> RetrievalResult:
         cands = [ScoredCandidate(str(c["did"]), float(c["score"]), str(c["modality"]), c.get("replaced"))
                  for c in obj.get("candidates", [])]
         pairs = [Pair(str(p["image_did"]), str(p["text_did"]), p.get("img_path"), p.get("txt"),
-                      p.get("score"), p.get("via")) for p in obj.get("pairs", [])]
-        return cls(str(obj["qid"]), cands, pairs)
+                      p.get("score"), p.get("via"), near_duplicate=p.get("near_duplicate"))
+                 for p in obj.get("pairs", [])]
+        found = obj.get("near_duplicates")
+        return cls(str(obj["qid"]), cands, pairs, near_duplicates=dict(found) if isinstance(found, dict) else None)
 
 
 @dataclass(frozen=True)
@@ -120,19 +134,23 @@ class Hits(list):
     pairs that no hit in the list carries. Pass a ``Hits`` to :meth:`unirag.Captioner.caption`.
     """
 
-    def __init__(self, hits=(), pairs=(), qid: str | None = None) -> None:
+    def __init__(self, hits=(), pairs=(), qid: str | None = None,
+                 near_duplicates: dict[str, int] | None = None) -> None:
         super().__init__(hits)
         self.pairs: list[Pair] = list(pairs)
         self.qid = qid
+        #: the leakage guard's count (see :attr:`RetrievalResult.near_duplicates`).
+        self.near_duplicates = near_duplicates
 
     @classmethod
     def of(cls, result: RetrievalResult, images_root: str | None) -> Hits:
         """The hits of one :class:`RetrievalResult`, their pairs' images resolved against ``images_root``."""
-        pairs = [Pair(p.image_did, p.text_did, p.img_path, p.txt, p.score, p.via, images_root) for p in result.pairs]
+        pairs = [Pair(p.image_did, p.text_did, p.img_path, p.txt, p.score, p.via, images_root, p.near_duplicate)
+                 for p in result.pairs]
         hits = [Hit(c.did, float(c.score), c.modality,
                     pairs[result.pair_of[c.did]] if c.did in result.pair_of else None, c.replaced)
                 for c in result.candidates]
-        return cls(hits, pairs, result.qid)
+        return cls(hits, pairs, result.qid, result.near_duplicates)
 
     @property
     def dids(self) -> list[str]:
