@@ -5,7 +5,6 @@ vectors, across several shards and both modalities."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest

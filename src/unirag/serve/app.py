@@ -272,7 +272,13 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
 
     @app.post("/v1/generate-image", dependencies=auth, summary="Generate an image from text with examples")
     async def generate_image(text: Annotated[str, Form()], mode: Annotated[str, Form()] = "rag",
-                             k: Annotated[int, Form()] = 1):
+                             k: Annotated[int, Form()] = 1,
+                             diversity: Annotated[str | None, Form()] = None,
+                             mmr_lambda: Annotated[float | None, Form()] = None,
+                             one_per_image: Annotated[bool | None, Form()] = None,
+                             near_duplicates: Annotated[str | None, Form()] = None,
+                             filter: Annotated[list[str] | None, Form()] = None):  # noqa: A002 - the API's field name
+        selection = selection_of_form(diversity, mmr_lambda, one_per_image, near_duplicates, filter)
         if mode not in CAPTION_MODES:
             raise ServiceError(400, f"mode must be one of {', '.join(CAPTION_MODES)}, got {mode!r}")
         if not text.strip():
@@ -281,7 +287,7 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
             _check_k(k)
         start = time.perf_counter()
         ans = await _engine_call("/v1/generate-image", engine.generate_image, text, mode,
-                                 k if mode != "zero-shot" else 0)
+                                 k if mode != "zero-shot" else 0, selection)
         buf = io.BytesIO()
         ans.image.save(buf, format="PNG")
         return {"image": "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii"),

@@ -245,11 +245,11 @@ class Engine:
         out, attempts = self._call("caption", lambda: self.captioner.caption(data, examples, mode=mode))
         return CaptionAnswer(out.text, shown, out.usage.as_dict(), out.cost, attempts, self.captioner.spec)
 
-    def generate_image(self, text: str, mode: str = "rag", k: int = 1) -> ImageAnswer:
-        """``ImageGenerator.generate`` for ``text`` with its examples."""
+    def generate_image(self, text: str, mode: str = "rag", k: int = 1, selection: Any = None) -> ImageAnswer:
+        """``ImageGenerator.generate`` for ``text`` with its examples (``selection``: see :meth:`caption`)."""
         if self.image_generator is None:
             raise BackendError("no image generator configured (start the service with --image-generator)")
-        examples, shown = self.examples(mode, k, text=text, want="image")
+        examples, shown = self.examples(mode, k, text=text, want="image", selection=selection)
         out, attempts = self._call("image", lambda: self.image_generator.generate_result(text, examples))
         return ImageAnswer(out.image, shown, attempts, self.image_generator.spec)
 
