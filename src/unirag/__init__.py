@@ -32,6 +32,7 @@ _PUBLIC = {
     "Hit": "unirag.retrieval.results",
     "Hits": "unirag.retrieval.results",
     "Pair": "unirag.retrieval.results",
+    "Selection": "unirag.retrieval.selection",
     "Captioner": "unirag.pipelines.captioner",
     "Caption": "unirag.pipelines.captioner",
     "ImageGenerator": "unirag.pipelines.image_generator",
@@ -62,6 +63,7 @@ __all__ = [
     "Hit",
     "Hits",
     "Pair",
+    "Selection",
     "Captioner",
     "Caption",
     "ImageGenerator",
@@ -107,3 +109,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; never executed
     from unirag.reports.build import build_report
     from unirag.retrieval.results import Hit, Hits, Pair
     from unirag.retrieval.retriever import Retriever
+    from unirag.retrieval.selection import Selection

@@ -48,7 +48,8 @@ def test_build_info_retrieve_evaluate(oracle_registry, coco_mbeir, coco_mini: Pa
     results = read_retrieval_run(run)
     assert len(results) == 51 and all(len(r.candidates) == 5 and len(r.pairs) == 5 for r in results.values())
     first = json.loads(run.read_text().splitlines()[0])
-    assert set(first) == {"qid", "candidates", "pairs", "raw"}  # raw: the ids as retrieved (UniIR Recall@k)
+    # raw: the ids as retrieved (UniIR Recall@k); near_duplicates: the leakage guard reports by default
+    assert set(first) == {"qid", "candidates", "pairs", "raw", "near_duplicates"}
     assert set(first["pairs"][0]) >= {"image_did", "text_did", "img_path", "txt"}
     assert len(run.with_suffix(".trec").read_text().splitlines()) == 51 * 5
     capsys.readouterr()

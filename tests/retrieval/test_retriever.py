@@ -55,8 +55,8 @@ def test_pairs_completed_from_the_pools_pairing(tmp_path: Path) -> None:
     r = tiny_index(tmp_path, PAIRED_POOL)
     [res] = r.retrieve_vectors([image_query()], e(1, 0, 0)[None], 2, "text")
     assert res.ranked_dids == ["T1a", "T1b"]
-    assert [(p.image_did, p.text_did, p.via) for p in res.pairs] == [("I1", "T1a", "pairing"),
-                                                                        ("I1", "T1b", "pairing")]
+    assert [(p.image_did, p.text_did, p.via) for p in res.pairs] == [("I1", "T1a", "pool"),
+                                                                        ("I1", "T1b", "pool")]
     assert res.pairs[0].img_path == "a.jpg" and res.pairs[0].txt == "a dog on a sofa"
 
 

@@ -8,6 +8,7 @@ import click
 
 from unirag.cli.model_options import device_options, instruction_options
 from unirag.cli.profile_options import profile_options
+from unirag.cli.selection_options import selection_of, selection_options
 
 
 @click.command("retrieve")
@@ -31,10 +32,11 @@ from unirag.cli.profile_options import profile_options
 @device_options
 @instruction_options
 @profile_options("pair_completion", "example_pairs")
+@selection_options
 def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, out: Path, modality: str,
              exclude_positives: Path | None, encoder_spec: str | None, pool_images_root: Path | None,
              verify: bool, device: str, dtype: str, instructions: str | None, no_instructions: bool,
-             settings=None) -> None:
+             settings=None, **selection: object) -> None:
     """Retrieve the top K candidates and K image-caption pairs for every query."""
     from unirag.errors import ConfigError
     from unirag.retrieval.batch_run import run_retrieval
@@ -44,8 +46,11 @@ def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, o
     summary = run_retrieval(index_dir, queries, out, k=k, modality=modality, exclude_positives=exclude_positives,
                             query_images_root=images_root, encoder=encoder_spec, pool_images_root=pool_images_root,
                             verify=verify, device=device, dtype=dtype, instructions=instructions,
-                            use_instructions=not no_instructions, progress=True, profile=settings)
-    short, replaced = summary.short, summary.replaced
+                            use_instructions=not no_instructions, progress=True, profile=settings,
+                            selection=selection_of(selection))
+    short, replaced, leaks = summary.short, summary.replaced, summary.leaks
     click.echo(f"{len(summary.results)} queries -> {summary.run_path} and {summary.trec_path}"
                + (f"; {replaced} wrong-modality candidate(s) replaced by their complement" if replaced else "")
-               + (f"; {short} quer(ies) with fewer than {k} pairs" if short else ""))
+               + (f"; {short} quer(ies) with fewer than {k} pairs" if short else "")
+               + (f"; near-duplicates of the query: {leaks['flagged']} flagged, {leaks['excluded']} excluded, "
+                  f"leak rate {leaks['leak_rate']:.1%}" if leaks and leaks["flagged"] else ""))

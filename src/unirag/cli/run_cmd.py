@@ -7,6 +7,7 @@ import sys
 import click
 
 from unirag.cli.profile_options import profile_options
+from unirag.cli.selection_options import selection_of, selection_options
 
 
 def _pairs(values: tuple[str, ...], option: str, parse_value: bool) -> dict:
@@ -42,8 +43,9 @@ def _pairs(values: tuple[str, ...], option: str, parse_value: bool) -> dict:
               help="A run or generator option for every cell, e.g. base_url=http://127.0.0.1:8000/v1 (repeatable).")
 @click.option("--no-progress", is_flag=True, default=False)
 @profile_options(raw=True)
+@selection_options
 def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_map, option_pairs, no_progress,
-        profile, setting_overrides) -> None:
+        profile, setting_overrides, **selection) -> None:
     """Run every cell of EXPERIMENT.yaml into OUT/<generator>/<mode>-k<k>[-<retriever>]; rerun to resume.
 
     --profile and the setting options apply to every cell (over the grid's own profile: and settings:).
@@ -77,7 +79,7 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
             click.echo(f"{name:60s} {state}")
         return
     results = run_experiment(experiment, tuple(only), progress=not no_progress, limit=limit, echo=click.echo,
-                             overrides=overrides)
+                             overrides=overrides, selection=selection_of(selection))
     failed = [r for r in results if r["status"] != "ok"]
     incomplete = [r for r in results if r["status"] == "ok" and r["counts"].get("ok") != r["counts"].get("queries")]
     click.echo(f"{len(results) - len(failed)}/{len(results)} cells ran; {len(incomplete)} with failed queries "

@@ -58,34 +58,43 @@ class Pool:
     def from_pairs(cls, pairs: Iterable[tuple[Any, str | Iterable[str]]], *,
                    images_root: str | Path | None = None, prefix: str = "item",
                    images_dir: str | Path | None = None) -> Pool:
-        """A pool from ``(image, caption or captions)`` tuples: one image candidate and one caption
-        candidate per caption, sharing a source id (dids ``{prefix}:img:N``, ``{prefix}:txt:N:J``).
+        """A pool from ``(image, caption or captions)`` tuples: one image candidate per distinct
+        image, with the captions of every tuple that gives it, all sharing a source id (dids
+        ``{prefix}:img:N``, ``{prefix}:txt:N:J``; N counts distinct images in order of appearance).
 
         ``image``: a path (relative ones start at ``images_root``), or the image itself (a PIL image,
         encoded bytes or a uint8 array). An index outlives the process that built it, so images held
         in memory are saved once as lossless PNG files named by their content in ``images_dir``
         (required then), which becomes the pool's images root for them; hits from an index of this
         pool give those files as ``pair.image``, with exactly the pixels given.
+
+        The same image given twice (the same path, or files with the same content: one photo listed
+        once per caption, as caption datasets often are) is one candidate: indexed once, it comes
+        back once, not once per caption.
         """
         from unirag.data.images import is_path_like, save_png_by_content
         from unirag.errors import ConfigError
 
         pairs = check_pairs(pairs)
-        out: list[Candidate] = []
+        groups: dict[str, tuple[str, list[str]]] = {}  # image key -> (image path, captions)
         for n, (image, captions) in enumerate(pairs):
-            sid = f"{prefix}:{n}"
             if not is_path_like(image):
                 if images_dir is None:
                     raise ConfigError(f"pairs[{n}] holds the image itself: pass images_dir= (a folder where the "
                                       "pool's images are saved as PNG files, so an index of it can show them later)")
                 image = save_png_by_content(image, images_dir).absolute()
-            out.append(Candidate(did=f"{prefix}:img:{n}", modality=Modality.IMAGE, img_path=str(image),
-                                 source_id=sid))
-            for j, text in enumerate([captions] if isinstance(captions, str) else list(captions)):
+            texts = [captions] if isinstance(captions, str) else list(captions)
+            for text in texts:
                 if not text or not str(text).strip():
                     raise InputError(f"empty caption for image {image}", field=f"pairs[{n}]")
-                out.append(Candidate(did=f"{prefix}:txt:{n}:{j}", modality=Modality.TEXT, txt=str(text),
-                                     source_id=sid))
+            key = _image_key(image, images_root)
+            groups.setdefault(key, (str(image), []))[1].extend(str(t) for t in texts)
+        out: list[Candidate] = []
+        for n, (image, texts) in enumerate(groups.values()):
+            sid = f"{prefix}:{n}"
+            out.append(Candidate(did=f"{prefix}:img:{n}", modality=Modality.IMAGE, img_path=image, source_id=sid))
+            out.extend(Candidate(did=f"{prefix}:txt:{n}:{j}", modality=Modality.TEXT, txt=text, source_id=sid)
+                       for j, text in enumerate(texts))
         return cls(out, images_root=images_root)
 
     @classmethod
@@ -185,6 +194,17 @@ def _candidate_from_dict(obj: Mapping[str, Any], i: int) -> Candidate:
     sid = obj.get("source_id")
     return Candidate(did=str(obj["did"]), modality=modality, txt=txt, img_path=str(img) if img else None,
                      src_content=src, source_id=str(sid) if sid is not None else source_id_of(src))
+
+
+def _image_key(image: Any, images_root: str | Path | None) -> str:
+    """What makes two given images the same: the file's content when it can be read, else its path."""
+    import hashlib
+
+    path = resolve_image(str(image), images_root)
+    try:
+        return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return "path:" + str(Path(path).absolute())
 
 
 def _check_unique(records: list[Candidate]) -> None:

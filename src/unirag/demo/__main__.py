@@ -49,9 +49,12 @@ def main(argv: list[str] | None = None) -> int:
           "--k", "1,5,10", "--out", str(runs / "image2text.metrics.json")])
     _run(["evaluate", "retrieval", "--run", str(runs / "text2image.jsonl"), "--qrels", str(data / "qrels_task0.txt"),
           "--k", "1,5,10", "--out", str(runs / "text2image.metrics.json")])
-    # Few-shot examples for captioning must not contain the query's own captions (leakage-free).
+    # Few-shot examples for captioning must not contain the query's own captions (leakage-free): its
+    # positives are excluded by id, near-duplicate copies of its photo or captions by content, and
+    # no two examples show the same photo (unirag.Selection; docs/selection.md).
     _run(["retrieve", "--index", str(out / "index"), "--queries", str(i2t), "--images-root", images,
           "--k", k, "--modality", "text", "--exclude-positives", str(data / "qrels_task3.txt"),
+          "--near-duplicates", "exclude", "--one-per-image",
           "--out", str(runs / "image2text.noleak.jsonl")], unless=runs / "image2text.noleak.jsonl")
     # Paper rows 1a (top-1 retrieved caption) and the consensus captioner over the top k.
     top1_dir, cap_dir = runs / "caption-top1-rag-k1", runs / f"caption-consensus-rag-k{k}"

@@ -78,7 +78,7 @@ def load_factory(target: str, kind: str) -> Any:
 KNOWN_GENERATOR_OPTIONS = frozenset({
     "api_key_env", "base_url", "batch_size", "check_safety", "detail", "device", "dtype", "family",
     "lavit_code", "lavit_module", "model", "model_path", "offload", "oom_fallback", "pipeline", "quality",
-    "similarity", "strategy", "text_encoder", "timeout", "top_k", "use_xformers", "variant",
+    "seed", "similarity", "strategy", "text_encoder", "timeout", "top_k", "use_xformers", "variant",
 })
 
 

@@ -24,7 +24,7 @@ def encoder_info(encoder, spec: str | None) -> dict[str, Any]:
 
 def candidate_meta(c: Candidate) -> dict[str, Any]:
     """The metadata row the index keeps for a candidate."""
-    return {"did": c.did, "txt": c.txt, "img_path": c.img_path, "source_id": c.source_id}
+    return {"did": c.did, "txt": c.txt, "img_path": c.img_path, "source_id": c.source_id, "src_content": c.src_content}
 
 
 class ChunkEncoder:

@@ -101,3 +101,20 @@ def apply_search_params(index, params: dict[str, Any], k: int) -> None:
         index.hnsw.efSearch = max(int(params.get("ef_search", 128)), k)
     elif isinstance(index, faiss.IndexIVF):
         index.nprobe = int(params.get("nprobe", 32))
+
+
+def search_parameters(index, params: dict[str, Any], k: int, selector):
+    """FAISS search parameters restricting a search to ``selector``'s ids, with the same query-time
+    knobs :func:`apply_search_params` sets (a parameters object replaces the index's own)."""
+    import faiss
+
+    if isinstance(index, faiss.IndexHNSW):
+        out = faiss.SearchParametersHNSW()
+        out.efSearch = max(int(params.get("ef_search", 128)), k)
+    elif isinstance(index, faiss.IndexIVF):
+        out = faiss.SearchParametersIVF()
+        out.nprobe = int(params.get("nprobe", 32))
+    else:
+        out = faiss.SearchParameters()
+    out.sel = selector
+    return out

@@ -205,18 +205,21 @@ class Index:
         return encoder
 
     # -- search ------------------------------------------------------------------------------
-    def search(self, vectors, k: int = 10, modality: str | None = None) -> list[list[IndexHit]]:
+    def search(self, vectors, k: int = 10, modality: str | None = None, where=None) -> list[list[IndexHit]]:
         """Top-``k`` hits per query vector (one row per query; a single vector is one query).
 
         ``modality``: None or "any" searches every candidate; "text", "image" or "image,text"
-        only those. Scores are inner products of L2-normalised vectors (cosine similarity).
+        only those. ``where``: a metadata filter such as ``{"dataset": "mscoco", "split": ["val",
+        "test"]}`` (see :class:`unirag.Selection`), applied inside the search: the hits are the exact
+        top-k of the matching candidates. Scores are inner products of L2-normalised vectors (cosine
+        similarity).
         """
         import numpy as np
 
         array = np.asarray(vectors, dtype=np.float32)
         if array.ndim == 1:
             array = array[None, :]
-        scores, ids = self.store.search(array, k, modality)
+        scores, ids = self.store.search(array, k, modality, where)
         metas = self.store.metas
         return [[IndexHit(metas[g].did, float(s), metas[g].modality.value)
                  for s, g in zip(row_s.tolist(), row_g.tolist(), strict=True) if g >= 0]

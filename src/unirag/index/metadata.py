@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from unirag.data.records import Modality
-from unirag.errors import InputError
+from unirag.errors import ConfigError, InputError
 
-_COLUMNS = ("did", "txt", "img_path", "source_id")
+_COLUMNS = ("did", "txt", "img_path", "source_id", "src_content")
 
 
 @dataclass(frozen=True)
@@ -46,13 +46,13 @@ class MetaWriter:
         self.db.execute("PRAGMA journal_mode=OFF")  # the whole build folder is discarded on failure
         self.db.execute("PRAGMA synchronous=OFF")
         self.db.execute("CREATE TABLE meta (modality TEXT NOT NULL, row INTEGER NOT NULL, did TEXT NOT NULL, "
-                        "txt TEXT, img_path TEXT, source_id TEXT, PRIMARY KEY (modality, row)) WITHOUT ROWID")
+                        "txt TEXT, img_path TEXT, source_id TEXT, src_content TEXT, PRIMARY KEY (modality, row)) WITHOUT ROWID")
 
     def add(self, modality: Modality, first_row: int, metas: Sequence[dict[str, Any]]) -> None:
         self.db.executemany(
-            "INSERT INTO meta VALUES (?, ?, ?, ?, ?, ?)",
-            [(modality.value, first_row + i, str(m["did"]), m.get("txt"), m.get("img_path"), m.get("source_id"))
-             for i, m in enumerate(metas)])
+            "INSERT INTO meta VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(modality.value, first_row + i, str(m["did"]), m.get("txt"), m.get("img_path"), m.get("source_id"),
+              m.get("src_content")) for i, m in enumerate(metas)])
 
     def close(self) -> None:
         try:
@@ -144,5 +144,59 @@ class MetaTable(Sequence[CandidateMeta]):
             rows = self.db.execute("SELECT modality, row FROM meta WHERE source_id=?", (source_id,)).fetchall()
         return sorted(self.offsets[Modality(m)] + int(r) for m, r in rows)
 
+    # -- filters (see unirag.retrieval.selection) ------------------------------------------------
+    @property
+    def has_src_content(self) -> bool:
+        """Whether the file stores ``src_content`` (indexes built before filters existed do not)."""
+        with self._lock:
+            cols = [r[1] for r in self.db.execute("PRAGMA table_info(meta)").fetchall()]
+        return "src_content" in cols
+
+    def rows_where(self, where: Sequence[tuple[str, Sequence[str]]]) -> dict[Modality, list[int]]:
+        """Local rows per modality of the candidates matching every ``(field, values)`` condition
+        (AND over conditions, OR over one condition's values), in row order. Fields: ``dataset``
+        (the M-BEIR dataset of the did prefix, by id or name), ``source_id``, ``did``, or any key of
+        the candidate's ``src_content`` JSON. One indexed SQL scan; the caller caches the answer."""
+        clauses, args = [], []
+        for name, values in where:
+            marks = ", ".join("?" * len(values))
+            if name == "dataset":
+                prefixes = sorted(dataset_prefixes(values))
+                clauses.append(f"lower(substr(did, 1, instr(did, ':') - 1)) IN ({', '.join('?' * len(prefixes))})")
+                args += prefixes
+            elif name in ("source_id", "did"):
+                clauses.append(f"{name} IN ({marks})")
+                args += list(values)
+            else:
+                if not self.has_src_content:
+                    raise ConfigError(f"this index does not store src_content (built before filters on its "
+                                      f"fields existed), so it cannot filter on {name!r}; rebuild the index")
+                path = "$." + ".".join(f'"{part}"' for part in name.split("."))
+                clauses.append("(CASE WHEN json_valid(src_content) THEN CAST(json_extract(src_content, ?) AS TEXT) "
+                               f"END) IN ({marks})")
+                args += [path, *values]
+        sql = "SELECT modality, row FROM meta" + (" WHERE " + " AND ".join(clauses) if clauses else "")
+        out: dict[Modality, list[int]] = {m: [] for m in self.offsets}
+        with self._lock:
+            for m, r in self.db.execute(sql + " ORDER BY modality, row", args):
+                out[Modality(m)].append(int(r))
+        return out
+
     def close(self) -> None:
         self.db.close()
+
+
+def dataset_prefixes(values: Sequence[str]) -> set[str]:
+    """The did prefixes that name the given M-BEIR datasets: ``"mscoco"`` or ``"9"`` -> {"9", "mscoco",
+    "coco"} (M-BEIR dids are ``"9:123"``; unirag's importers write ``"coco:img:..."``)."""
+    from unirag.encoders.instructions import DATASET_IDS
+
+    out: set[str] = set()
+    for v in values:
+        key = str(v).strip().lower()
+        ident = key if key.isdigit() else DATASET_IDS.get(key)
+        out.add(key)
+        if ident is not None:
+            out.add(ident)
+            out.update(name for name, i in DATASET_IDS.items() if i == ident)
+    return out

@@ -22,7 +22,7 @@ import numpy as np
 from unirag.data.records import Modality
 from unirag.errors import ConfigError, InputError
 from unirag.index.directory import index_lock
-from unirag.index.factory import apply_search_params
+from unirag.index.factory import apply_search_params, search_parameters
 from unirag.index.manifest import check_sizes, data_dir, read_manifest, verify_files
 from unirag.index.metadata import CandidateMeta, MetaTable
 
@@ -88,6 +88,45 @@ class RawVectors:
             os.close(fd)
 
 
+class RowFilter:
+    """The selected local rows of one sub-index, as one FAISS ID selector per shard.
+
+    A bitmap selector (one bit per vector of the shard) costs one bit test per scanned vector,
+    whatever the selectivity; FAISS skips the distance of every unselected vector.
+    """
+
+    def __init__(self, rows: np.ndarray, shards: list[tuple[Any, int]]) -> None:
+        import faiss
+
+        self.rows = rows
+        self._bitmaps: list[np.ndarray | None] = []
+        self._selectors: list[Any] = []
+        self._counts: list[int] = []
+        for index, first in shards:
+            n = int(index.ntotal)
+            lo, hi = np.searchsorted(rows, [first, first + n])
+            local = rows[lo:hi] - first
+            self._counts.append(len(local))
+            if not len(local):
+                self._bitmaps.append(None)
+                self._selectors.append(None)
+                continue
+            mask = np.zeros(n, dtype=bool)
+            mask[local] = True
+            bitmap = np.packbits(mask, bitorder="little")
+            self._bitmaps.append(bitmap)  # the selector reads this buffer: keep it alive
+            self._selectors.append(faiss.IDSelectorBitmap(n, faiss.swig_ptr(bitmap)))
+
+    def count(self, shard: int) -> int:
+        return self._counts[shard]
+
+    def selector(self, shard: int):
+        return self._selectors[shard]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
 class SubIndex:
     """One modality: FAISS shards (rows ``start .. start+count`` each) and optional raw vectors."""
 
@@ -126,21 +165,35 @@ class SubIndex:
             # load the lazily imported numpy code the re-scoring uses now, not in the first query
             self._rescore(np.zeros((1, dim), dtype=np.float32), np.zeros((1, 1), dtype=np.int64), 1)
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k (scores, local rows); with raw vectors, a ``refine_k_factor`` x k shortlist re-scored exactly."""
+    def search(self, queries: np.ndarray, k: int, rows: RowFilter | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, local rows); with raw vectors, a ``refine_k_factor`` x k shortlist re-scored exactly.
+
+        ``rows``: search only these local rows (a FAISS ID selector inside each shard's search, so
+        the top-k is that of the selected rows, not a filtered top-k of all rows)."""
         fetch = k
         if self.vectors is not None:
             fetch = max(k, int(round(k * float(self.params.get("refine_k_factor", 8)))))
         parts = []
-        for index, first in self.shards:
-            apply_search_params(index, self.params, fetch)
-            scores, ids = index.search(queries, min(fetch, int(index.ntotal)))
+        for s, (index, first) in enumerate(self.shards):
+            if rows is None:
+                apply_search_params(index, self.params, fetch)
+                scores, ids = index.search(queries, min(fetch, int(index.ntotal)))
+            else:
+                selected = rows.count(s)
+                if selected == 0:
+                    continue
+                take = min(fetch, selected)
+                scores, ids = index.search(queries, take, params=search_parameters(index, self.params, take,
+                                                                                      rows.selector(s)))
             ids = ids.astype(np.int64)
             scores = scores.astype(np.float32)
             missing = ids < 0
             ids[~missing] += first
             scores[missing] = -np.inf
             parts.append((scores, ids))
+        if not parts:
+            n = len(queries)
+            return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
         scores, ids = merge_topk(parts, fetch)
         if self.vectors is not None:
             scores, ids = self._rescore(queries, ids, k)
@@ -194,6 +247,7 @@ class VectorIndex:
         self.offsets = offsets
         self.dim = int(manifest["dim"])
         self.search_params: dict[Modality, dict[str, Any]] = {m: s.params for m, s in subs.items()}
+        self._row_filters: dict[Any, dict[Modality, RowFilter | None]] = {}
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -256,26 +310,72 @@ class VectorIndex:
         return out
 
     # -- search ----------------------------------------------------------------------------
-    def search(self, queries: np.ndarray, k: int, modality: str | Modality | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` (scores, global ids) per query row; missing slots have id -1 and score -inf."""
+    def search(self, queries: np.ndarray, k: int, modality: str | Modality | None = None,
+               where: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` (scores, global ids) per query row; missing slots have id -1 and score -inf.
+
+        ``where``: a metadata filter (``{"dataset": "mscoco"}``, ``{"modality": "image", "split":
+        ["val", "test"]}``; see :func:`unirag.retrieval.selection.normalise_where`): only matching
+        candidates are searched, inside FAISS (ID selectors), so the top-k is exact among them.
+        """
         if k <= 0:
             raise ConfigError(f"k must be a positive integer, got {k}")
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise ValueError(f"queries must have shape (n, {self.dim}), got {queries.shape}")
         wanted = parse_modality_filter(modality)
-        if wanted is not None:
-            if wanted not in self.subs:
-                n = len(queries)
-                return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
-            return self._search_one(wanted, queries, k)
-        return merge_topk([self._search_one(m, queries, k) for m in self.subs], k)
+        filters = self.row_filters(where) if where else None
+        modalities = [m for m in self.subs if wanted is None or m is wanted]
+        if filters is not None:
+            modalities = [m for m in modalities if m in filters]
+        if not modalities:
+            n = len(queries)
+            return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
+        parts = [self._search_one(m, queries, k, filters.get(m) if filters is not None else None) for m in modalities]
+        return merge_topk(parts, k) if len(parts) > 1 else parts[0]
 
-    def _search_one(self, modality: Modality, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def row_filters(self, where: Any) -> dict[Modality, RowFilter | None]:
+        """Modality -> its selected rows (None: all of them) for a filter; modalities with no match
+        are left out. Computed once per filter (one SQL scan) and kept."""
+        from unirag.retrieval.selection import normalise_where
+
+        key = normalise_where(where)
+        cache = self._row_filters
+        if key in cache:
+            return cache[key]
+        conditions = dict(key)
+        modalities = set(self.subs)
+        if "modality" in conditions:
+            modalities &= {Modality.parse(v) for v in conditions.pop("modality")}
+        out: dict[Modality, RowFilter | None] = {}
+        if conditions:
+            rows = self.metas.rows_where(sorted(conditions.items()))
+            for m in sorted(modalities, key=list(self.subs).index):
+                selected = np.asarray(rows.get(m, []), dtype=np.int64)
+                if len(selected) == self.subs[m].count:
+                    out[m] = None
+                elif len(selected):
+                    out[m] = RowFilter(selected, self.subs[m].shards)
+        else:
+            out = {m: None for m in self.subs if m in modalities}
+        if len(cache) > 32:
+            cache.clear()
+        cache[key] = out
+        return out
+
+    def scope(self, modality: str | Modality | None = None, where: Any = None) -> int:
+        """How many candidates a search with this modality and filter looks at."""
+        wanted = parse_modality_filter(modality)
+        if not where:
+            return self.counts.get(wanted.value, 0) if wanted is not None else len(self)
+        return sum(self.subs[m].count if f is None else len(f) for m, f in self.row_filters(where).items()
+                   if wanted is None or m is wanted)
+
+    def _search_one(self, modality: Modality, queries: np.ndarray, k: int,
+                    rows: RowFilter | None = None) -> tuple[np.ndarray, np.ndarray]:
         sub = self.subs[modality]
         sub.params = self.search_params[modality]
-        scores, ids = sub.search(queries, k)
+        scores, ids = sub.search(queries, k, rows)
         missing = ids < 0
         ids = ids + self.offsets[modality]
         ids[missing] = -1

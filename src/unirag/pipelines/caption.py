@@ -116,10 +116,12 @@ class CaptionJob:
         except InputError as e:  # a missing/corrupt image fails this query only, naming the file
             raise BackendError(f"bad input: {e}") from None
 
-    @staticmethod
-    def _record(examples: list[Example], cap: Caption) -> dict[str, Any]:
+    def _record(self, q: Query, examples: list[Example], cap: Caption) -> dict[str, Any]:
         rec = {"caption": cap.text, "examples": [ex.as_dict() for ex in examples], "usage": cap.usage.as_dict(),
                "cost_usd": cap.cost}
+        leaks = self.selector.leak_info(q)
+        if leaks is not None:
+            rec["near_duplicates"] = leaks
         if cap.raw:
             rec["raw"] = cap.raw
         return rec
@@ -133,13 +135,13 @@ class CaptionJob:
                 captions = [self.selector.top_caption(q)]  # the official baseline: the top hit, unskipped
             except InputError as e:
                 raise BackendError(f"bad input: {e}") from None
-        return self._record(examples, self.captioner.complete(request, captions=captions))
+        return self._record(q, examples, self.captioner.complete(request, captions=captions))
 
     def work_batch(self, qs: list[Query]) -> list[dict[str, Any]]:
         examples = [self.examples(q) for q in qs]
         requests = [self.request(q, ex) for q, ex in zip(qs, examples, strict=True)]
-        return [self._record(ex, cap) for ex, cap in zip(examples, self.captioner.complete_batch(requests),
-                                                          strict=True)]
+        return [self._record(q, ex, cap) for q, ex, cap in zip(qs, examples, self.captioner.complete_batch(requests),
+                                                                strict=True)]
 
 
 def _identity(cfg: CaptionConfig, captioner: Captioner, selector: ExampleSelector, queries: str) -> dict:
@@ -180,7 +182,7 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
             raise ConfigError(f"{captioner.spec} picks among retrieved captions: use --mode rag with --k >= 1")
         selector = make_selector(cfg.mode, cfg.k, queries=all_queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
                                  index=cfg.index, seed=cfg.seed, query_images_root=cfg.images_root,
-                                 profile=captioner.settings)
+                                 profile=captioner.settings, selection=cfg.selection)
         job = CaptionJob(cfg, captioner, selector)
         settings = {"generator_config": captioner.config(), "concurrency": cfg.concurrency, "limit": cfg.limit,
                     "max_attempts": cfg.max_attempts, "price": price_entry(captioner.price),

@@ -33,9 +33,14 @@ class Example:
     text_did: str | None
     img_path: str
     txt: str
+    #: the leakage guard's flag (a near-duplicate of the query; see :class:`unirag.Selection`), or None.
+    near_duplicate: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if out["near_duplicate"] is None:
+            del out["near_duplicate"]
+        return out
 
     def image_file(self, images_root: str | Path | None) -> Path:
         return resolve_image(self.img_path, images_root)
@@ -55,6 +60,10 @@ class ExampleSelector(ABC):
     def source(self) -> dict[str, Any]:
         """What the manifest records about where examples come from."""
         return {"mode": self.mode, "k": self.k}
+
+    def leak_info(self, query: Query) -> dict[str, int] | None:
+        """The leakage guard's count for this query's examples (``{"flagged", "excluded"}``), if any."""
+        return None
 
     @property
     def images_root(self) -> str | Path | None:
@@ -136,7 +145,8 @@ class RandomGold(ExampleSelector):
 def _example_from_pair(pair: Any) -> Example | None:
     if not pair.img_path or not pair.txt:
         return None
-    return Example(image_did=pair.image_did, text_did=pair.text_did, img_path=pair.img_path, txt=pair.txt)
+    return Example(image_did=pair.image_did, text_did=pair.text_did, img_path=pair.img_path, txt=pair.txt,
+                   near_duplicate=getattr(pair, "near_duplicate", None))
 
 
 def _top_pairs(query: Query, pairs: Sequence[Any], k: int) -> list[Example]:
@@ -237,8 +247,16 @@ class RagFromRun(_TopCaption, ExampleSelector):
         result = self._run.get(query.qid)
         return _top_pairs(query, result.pairs, self.k) if result is not None else []
 
+    def leak_info(self, query: Query) -> dict[str, int] | None:
+        result = self._run.get(query.qid)
+        return result.near_duplicates if result is not None else None
+
     def source(self) -> dict[str, Any]:
-        return {"mode": self.mode, "k": self.k, "retrieval": str(self.run_path)}
+        from unirag.retrieval.run_io import read_run_manifest
+
+        manifest = read_run_manifest(self.run_path) or {}
+        return {"mode": self.mode, "k": self.k, "retrieval": str(self.run_path),
+                "selection": manifest.get("selection")}
 
 
 class RagFromIndex(_TopCaption, ExampleSelector):
@@ -248,9 +266,13 @@ class RagFromIndex(_TopCaption, ExampleSelector):
     mode = "rag"
 
     def __init__(self, k: int, index: Any, query_images_root: str | Path | None,
-                 modality: str = "any", pool_path: str | Path | None = None, profile: Any = None) -> None:
+                 modality: str = "any", pool_path: str | Path | None = None, profile: Any = None,
+                 selection: Any = None, exclude_qrels: Any = None) -> None:
         from unirag.retrieval.retriever import Retriever
+        from unirag.retrieval.selection import Selection
 
+        self.selection = Selection.of(selection)
+        self.exclude_qrels = exclude_qrels
         self.retriever = index if isinstance(index, Retriever) else Retriever(index, profile=profile)
         self.index_dir = Path(self.retriever.index.index_dir)
         self.k, self.query_images_root, self.modality = k, query_images_root, modality
@@ -271,8 +293,9 @@ class RagFromIndex(_TopCaption, ExampleSelector):
         todo = [q for q in queries if q.qid not in self._results]
         if not todo:
             return
-        for r in self.retriever.retrieve(todo, self.k, self.modality, query_images_root=self.query_images_root,
-                                    progress=True):
+        for r in self.retriever.retrieve(todo, self.k, self.modality, exclude_qrels=self.exclude_qrels,
+                                         query_images_root=self.query_images_root, progress=True,
+                                         selection=self.selection):
             self._results[r.qid] = r
 
     def select(self, query: Query) -> list[Example]:
@@ -280,8 +303,13 @@ class RagFromIndex(_TopCaption, ExampleSelector):
             self.prepare([query])
         return _top_pairs(query, self._results[query.qid].pairs, self.k)
 
+    def leak_info(self, query: Query) -> dict[str, int] | None:
+        result = self._results.get(query.qid)
+        return result.near_duplicates if result is not None else None
+
     def source(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mode": self.mode, "k": self.k, "index": str(self.index_dir)}
+        out: dict[str, Any] = {"mode": self.mode, "k": self.k, "index": str(self.index_dir),
+                               "selection": self.selection.to_dict()}
         settings = self.retriever.settings
         changed = {n: settings[n] for n in ("pair_completion", "example_pairs")
                    if settings[n] != resolve_default(n)}
@@ -300,14 +328,20 @@ def resolve_default(name: str) -> Any:
 def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dict[str, Candidate] | None = None,
                   pool_path: str | Path | None = None, retrieval: str | Path | None = None,
                   index: Any = None, seed: int = 0,
-                  query_images_root: str | Path | None = None, profile: Any = None) -> ExampleSelector:
+                  query_images_root: str | Path | None = None, profile: Any = None,
+                  selection: Any = None) -> ExampleSelector:
     """The selector for a mode; checks that the options the mode needs are there.
 
     ``index``: an index directory, a :class:`unirag.Index` or a :class:`unirag.Retriever` to
     retrieve examples from on the fly; ``retrieval``: a retrieval run file. ``profile``: the settings
     on-the-fly retrieval makes its pairs with (``pair_completion``, ``example_pairs``); a retrieval
-    run file already holds the pairs ``unirag retrieve`` made under its own profile.
+    run file already holds the pairs ``unirag retrieve`` made under its own profile. ``selection``:
+    how retrieved pairs become examples (:class:`unirag.Selection`; with ``index``: a run file was
+    selected when it was made, so only the default may be given with ``retrieval``).
     """
+    from unirag.retrieval.selection import Selection
+
+    selection = Selection.of(selection)
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     if mode == "zero-shot":
@@ -327,5 +361,8 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dic
     if (retrieval is None) == (index is None):
         raise ConfigError("rag mode needs exactly one of --retrieval RUN.jsonl or --index INDEX_DIR")
     if retrieval is not None:
+        if selection != Selection():
+            raise ConfigError("example selection options apply when retrieving: pass them to `unirag retrieve` "
+                              "(the run file holds the examples it chose) or use --index")
         return RagFromRun(k, retrieval, pool_path)
-    return RagFromIndex(k, index, query_images_root, pool_path=pool_path, profile=profile)
+    return RagFromIndex(k, index, query_images_root, pool_path=pool_path, profile=profile, selection=selection)

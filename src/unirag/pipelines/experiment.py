@@ -43,7 +43,7 @@ from unirag.generators.options import GENERATOR_OPTIONS
 
 TASKS = ("caption", "image", "cir")
 RUN_OPTION_KEYS = {"concurrency", "seed", "max_tokens", "temperature", "max_attempts", "templates_dir", "prices",
-                   "save_prompts", "limit", "official_prompts", "lavit_code", "offload"}
+                   "save_prompts", "limit", "official_prompts", "lavit_code", "offload", "selection"}
 #: What a ``task: cir`` cell takes (passed to :func:`unirag.cir.api.run_cir`).
 CIR_KEYS = {"dataset", "annotations", "split_file", "agents", "encoder", "k_prime", "lam", "k", "stages",
             "exclude_reference", "stage", "name"}
@@ -282,8 +282,11 @@ def select_cells(cells: list[Cell], patterns: tuple[str, ...]) -> list[Cell]:
     return chosen
 
 
-def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int | None = None) -> dict[str, Any]:
-    """Run (or resume) one cell into ``out_root/cell.name``."""
+def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int | None = None,
+             selection: Any = None) -> dict[str, Any]:
+    """Run (or resume) one cell into ``out_root/cell.name``. ``selection``: example-selection
+    settings (:class:`unirag.Selection`) laid over the cell's own ``selection:`` option, for the
+    cells that retrieve from an index."""
     from unirag.runs.atomic import atomic_write_json
 
     out = Path(out_root) / cell.name
@@ -294,6 +297,7 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
         atomic_write_json(out / "paper.json", cell.paper_record())
     if cell.task == "cir":
         return _run_cir_cell(cell, out, opts, progress)
+    opts["selection"] = _cell_selection(cell, opts.get("selection"), selection)
     gen_opts = {k: v for k, v in opts.items() if k in GENERATOR_OPTIONS}
     run_opts = {k: v for k, v in opts.items() if k in RUN_OPTION_KEYS - {"lavit_code", "offload"}}
     if cell.task == "caption":
@@ -346,6 +350,20 @@ def cir_stage_metrics(metrics: dict[str, Any], stage: str | None = None) -> dict
                                                 for m in metrics["datasets"].values()))
             return out
     return None
+def _cell_selection(cell: Cell, own: Any, given: Any):
+    """The cell's Selection: its ``selection:`` option, with the fields of ``given`` that differ from
+    the defaults laid over it when the cell retrieves from an index (run-file cells chose theirs)."""
+    from unirag.retrieval.selection import Selection
+
+    base = Selection.of(own)
+    if given is None or cell.mode != "rag" or cell.sources.get("index") is None:
+        return base
+    given, default = Selection.of(given).to_dict(), Selection().to_dict()
+    changed = {k: v for k, v in given.items() if v != default[k]}
+    if "thresholds" in changed:
+        changed["thresholds"] = {**base.to_dict()["thresholds"],
+                                 **{k: v for k, v in given["thresholds"].items() if v != default["thresholds"][k]}}
+    return Selection.of({**base.to_dict(), **changed})
 
 
 def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool) -> dict[str, Any]:
@@ -362,7 +380,7 @@ def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool)
     selector = make_selector(cell.mode, cell.k, queries=queries, pool_path=cell.sources.get("pool"),
                              retrieval=cell.sources.get("retrieval"), index=cell.sources.get("index"),
                              seed=opts.get("seed", 0), query_images_root=cell.sources.get("images_root"),
-                             profile=cell.settings)
+                             profile=cell.settings, selection=opts.get("selection"))
     generator = load_image_generator(cell.generator, **{k: v for k, v in opts.items()
                                                         if k in GENERATOR_OPTIONS | {"lavit_code", "offload"}})
     image = {"steps": None, "guidance": None,  # None: the generator's default under the cell's profile
@@ -397,8 +415,8 @@ def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOve
 
 
 def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool = True, limit: int | None = None,
-                   echo=print, overrides: GridOverrides | None = None, profile: str | None = None
-                   ) -> list[dict[str, Any]]:
+                   echo=print, overrides: GridOverrides | None = None, profile: str | None = None,
+                   selection: Any = None) -> list[dict[str, Any]]:
     """Run the grid file ``path`` (what ``unirag run`` does): every cell whose name matches a glob of
     ``only`` (all when empty) into ``OUT/<cell name>``, each resumable; ``limit``: the first N queries.
     A cell that fails to start (bad config, no key) is reported and the others go on. Returns one
@@ -418,7 +436,7 @@ def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool 
     for i, cell in enumerate(cells, start=1):
         echo(f"[{i}/{len(cells)}] {cell.name}")
         try:
-            counts = run_cell(cell, spec["out"], progress=progress, limit=limit)
+            counts = run_cell(cell, spec["out"], progress=progress, limit=limit, selection=selection)
             results.append({"cell": cell.name, "status": "ok", "counts": counts})
             for line in compare_lines(cell.paper, counts.get("metrics") or {}):
                 echo(f"  {line}")

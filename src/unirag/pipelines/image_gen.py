@@ -172,6 +172,9 @@ def run_image_generation(
             fields: dict[str, Any] = {"caption": query.txt, "image": rel,
                                       "examples": [ex.as_dict() for ex in examples],
                                       "size": list(result.image.size)}
+            leaks = selector.leak_info(query)
+            if leaks is not None:
+                fields["near_duplicates"] = leaks
             fields["usage"] = result.usage.as_dict() if result.usage is not None else {}
             # No usage reported: free backends (local models, the retrieval baseline) cost 0, others unknown.
             fields["cost_usd"] = cost_usd(result.usage or Usage(), price) if (result.usage or free) else None
@@ -218,7 +221,7 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dic
     examples_root = cfg.pool_images_root if cfg.pool_images_root is not None else cfg.images_root
     selector = make_selector(cfg.mode, cfg.k, queries=queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
                              index=cfg.index, seed=cfg.example_seed, query_images_root=examples_root,
-                             profile=cfg.profile)
+                             profile=cfg.profile, selection=cfg.selection)
     if examples_root is None:
         examples_root = selector.images_root
     backend = generator if generator is not None else load_image_generator(cfg.generator, **cfg.generator_options)

@@ -23,7 +23,9 @@ class ExampleRunConfig:
     file (random examples, pair completion); ``pool_images_root``: where example image paths start;
     ``k``: examples per query (None: the run's default); ``generator_options`` go to the backend;
     ``limit``: only the first queries; ``save_prompts``: how many rendered prompts to keep;
-    ``profile``: a profile name or :class:`unirag.profiles.Settings` (recorded in the manifest)."""
+    ``profile``: a profile name or :class:`unirag.profiles.Settings` (recorded in the manifest);
+    ``selection``: how retrieved pairs become examples (:class:`unirag.Selection` or its dict; rag
+    mode with ``index``)."""
 
     queries: str | Path | Sequence[Query]
     generator: str
@@ -43,3 +45,4 @@ class ExampleRunConfig:
     generator_options: dict[str, Any] = field(default_factory=dict)
     progress: bool = True
     profile: Any = None
+    selection: Any = None

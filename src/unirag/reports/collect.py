@@ -33,6 +33,9 @@ class RunSummary:
     evaluation: dict[str, Any] = field(default_factory=dict)
     #: the paper's figures for this run (metric -> value), from a reproduction grid's ``paper.json``
     paper: dict[str, float] = field(default_factory=dict)
+    #: share of queries whose examples showed a near-duplicate of the query (None: the run's
+    #: leakage guard was off, or the run predates it); see :class:`unirag.Selection`.
+    leak_rate: float | None = None
 
     @property
     def name(self) -> str:
@@ -160,7 +163,7 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
     return RunSummary(run_dir=run_dir, task=task, dataset=str(dataset), generator=generator, mode=mode,
                       retriever=_retriever(manifest), k=k, metrics=dict(evaluation.get("metrics") or {}),
                       skipped=dict(evaluation.get("skipped_metrics") or {}), manifest=manifest,
-                      evaluation=evaluation, paper=read_paper_figures(run_dir))
+                      evaluation=evaluation, paper=read_paper_figures(run_dir), leak_rate=leak_rate(run_dir))
 
 
 PAPER_FILE = "paper.json"
@@ -181,3 +184,21 @@ def read_paper_figures(run_dir: Path) -> dict[str, float]:
     if not isinstance(paper, dict):
         raise InputError("expected {'paper': {metric: figure}}", path=path, field="paper")
     return {str(k): float(v) for k, v in paper.items() if isinstance(v, int | float)}
+
+
+def leak_rate(run_dir: str | Path) -> float | None:
+    """Share of a run's finished queries whose examples showed a near-duplicate of the query
+    (examples flagged by the leakage guard under ``near_duplicates="report"``; 0 under "exclude").
+    None when no record carries the guard's count (guard off, or an older run)."""
+    from unirag.runs.rundir import read_run_dir
+
+    try:
+        records = read_run_dir(run_dir).ok()
+    except InputError:
+        return None
+    guarded = [r for r in records.values() if isinstance(r.get("near_duplicates"), dict)]
+    if not guarded:
+        return None
+    leaking = sum(1 for r in guarded if any(isinstance(e, dict) and e.get("near_duplicate")
+                                            for e in r.get("examples") or ()))
+    return leaking / len(guarded)

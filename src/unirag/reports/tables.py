@@ -100,16 +100,31 @@ def header(column: str) -> str:
     return f"{column} ↑" if column == "CLIP Score" else column
 
 
+#: Column of the share of queries whose examples showed a near-duplicate of the query (leakage).
+LEAK_COLUMN = "Leak rate"
+
+
+def has_leak_column(runs: Sequence[RunSummary]) -> bool:
+    return any(r.leak_rate is not None for r in runs)
+
+
+def leak_cell(run: RunSummary) -> str:
+    return "-" if run.leak_rate is None else f"{100 * run.leak_rate:.1f}%"
+
+
 def markdown_table(task: str, dataset: str, runs: Sequence[RunSummary]) -> str:
     cols = metric_columns(task, runs)
+    leak = has_leak_column(runs)
     kind = "Caption generation" if task == "caption" else "Image generation"
-    lines = [f"### {kind} — {dataset}", "", "| | k | " + " | ".join(header(c) for c in cols) + " |",
-             "|---|---:|" + "---:|" * len(cols)]
+    lines = [f"### {kind} — {dataset}", "", "| | k | " + " | ".join(header(c) for c in cols)
+             + (f" | {LEAK_COLUMN}" if leak else "") + " |",
+             "|---|---:|" + "---:|" * (len(cols) + leak)]
     previous = None
     for r in runs:
         label = r.label if r.label != previous else ""
         previous = r.label
-        lines.append(f"| {label} | {r.k} | " + " | ".join(cell(r, c) for c in cols) + " |")
+        lines.append(f"| {label} | {r.k} | " + " | ".join(cell(r, c) for c in cols)
+                     + (f" | {leak_cell(r)}" if leak else "") + " |")
     skipped = sorted({m for r in runs for m in r.skipped if m not in cols})
     if skipped:
         lines += ["", "Not computed: " + ", ".join(skipped) + " (see each run's metrics.json for why)."]
@@ -123,13 +138,14 @@ def csv_metric_columns(task: str, runs: Sequence[RunSummary]) -> list[str]:
 
 
 CSV_RUN_FIELDS = ("row", "retriever", "generator", "mode", "k")
-CSV_TRACE_FIELDS = ("n_scored", "n_failed", "run")
+CSV_TRACE_FIELDS = ("leak_rate", "n_scored", "n_failed", "run")
 
 
 def csv_run_values(r: RunSummary, cols: Sequence[str]) -> list:
-    """One run's CSV cells: who generated it, its metrics (4 decimals) and where they came from."""
+    """One run's CSV cells: who generated it, its metrics (4 decimals), its leak rate and where they came from."""
     return [r.label, r.retriever or "", r.generator, r.mode, r.k,
             *[("" if column_value(r, c) is None else f"{column_value(r, c):.4f}") for c in cols],
+            "" if r.leak_rate is None else f"{r.leak_rate:.4f}",
             r.evaluation.get("n_scored", ""), r.evaluation.get("n_failed", ""), r.name]
 
 

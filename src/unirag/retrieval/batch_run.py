@@ -28,6 +28,11 @@ class RetrievalRunSummary:
         return sum(1 for r in self.results if len(r.pairs) < self.k)
 
     @property
+    def leaks(self) -> dict[str, float | int] | None:
+        """The leakage guard's totals (see :func:`leak_summary`)."""
+        return leak_summary(self.results)
+
+    @property
     def replaced(self) -> int:
         """Wrong-modality candidates replaced by their complement."""
         return sum(1 for r in self.results for c in r.candidates if c.replaced)
@@ -52,38 +57,46 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
                   query_images_root: str | Path | None = None, encoder: str | None = None,
                   pool_images_root: str | Path | None = None, verify: bool = False, device: str | None = "auto",
                   dtype: str | None = "auto", instructions: str | None = None, use_instructions: bool = True,
-                  progress: bool = False, profile=None) -> RetrievalRunSummary:
+                  progress: bool = False, profile=None, selection=None) -> RetrievalRunSummary:
     """Top-``k`` candidates and pairs for every query of the M-BEIR ``queries`` file, written to ``out``
     (JSONL) and its TREC twin. ``exclude_positives``: a qrels file whose positives are dropped from each
     query's results (leakage-free evaluation). ``profile``: a profile name or
-    :class:`unirag.profiles.Settings` (pair completion, example pairs); recorded with the run's
-    options in ``<out>.manifest.json``. Options fail before any model loads."""
+    :class:`unirag.profiles.Settings` (pair completion, example pairs); ``selection``: how pairs become
+    examples (:class:`unirag.Selection`); both are recorded with the run's options in
+    ``<out>.manifest.json``. Options fail before any model loads."""
     from unirag.data.mbeir import read_qrels, read_queries
     from unirag.index.store import parse_modality_filter
     from unirag.retrieval.retriever import Retriever, _check_k
     from unirag.retrieval.run_io import write_retrieval_run
+    from unirag.retrieval.selection import Selection
 
     _check_k(k)
     parse_modality_filter(modality)
+    sel = Selection.of(selection)
     query_list = read_queries(queries)
     qrels = read_qrels(exclude_positives) if exclude_positives is not None else None
     query_encoder = encoder_for_queries(index_dir, queries, encoder, device=device, dtype=dtype,
                                         instructions=instructions, use_instructions=use_instructions)
     retriever = Retriever(index_dir, query_encoder, verify=verify, pool_images_root=pool_images_root, profile=profile)
     results = retriever.retrieve(query_list, k, modality, exclude_qrels=qrels, query_images_root=query_images_root,
-                                 progress=progress)
-    run_path, trec = write_retrieval_run(out, results)
-    from unirag.runs.atomic import atomic_write_json
-
-    atomic_write_json(run_manifest_path(run_path), {
-        "task": "retrieve", "index": str(Path(index_dir).resolve()), "queries": str(Path(queries).resolve()),
-        "k": k, "modality": modality, "exclude_positives": str(exclude_positives) if exclude_positives else None,
-        "encoder": query_encoder.config() if hasattr(query_encoder, "config") else None,
-        "profile": retriever.settings.to_dict()})
+                                 progress=progress, selection=sel)
+    manifest = {"task": "retrieve", "index": str(Path(index_dir).absolute()),
+                "queries": str(Path(queries).absolute()), "k": k, "modality": modality,
+                "exclude_positives": str(exclude_positives) if exclude_positives else None,
+                "encoder": query_encoder.config() if hasattr(query_encoder, "config") else None,
+                "profile": retriever.settings.to_dict(), "selection": sel.to_dict(),
+                "near_duplicates": leak_summary(results)}
+    run_path, trec = write_retrieval_run(out, results, manifest=manifest)
     return RetrievalRunSummary(results, run_path, trec, k)
 
 
-def run_manifest_path(run_path: str | Path) -> Path:
-    """Where a retrieval run's options and settings are recorded: ``RUN.manifest.json`` beside ``RUN.jsonl``."""
-    run_path = Path(run_path)
-    return run_path.with_name(run_path.stem + ".manifest.json")
+def leak_summary(results) -> dict[str, float | int] | None:
+    """Totals of the leakage guard over a run: queries, examples flagged, excluded, and the leak
+    rate (share of queries whose examples still show a flagged near-duplicate). None: guard off."""
+    counts = [r.near_duplicates for r in results if r.near_duplicates is not None]
+    if not counts:
+        return None
+    leaking = sum(1 for r in results if any(p.near_duplicate for p in r.pairs))
+    return {"queries": len(counts), "flagged": sum(c.get("flagged", 0) for c in counts),
+            "excluded": sum(c.get("excluded", 0) for c in counts),
+            "leak_rate": round(leaking / len(counts), 6)}

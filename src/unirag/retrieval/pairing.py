@@ -67,9 +67,11 @@ def _image_keys(img_path: str | None, images_root: str | Path | None) -> set[str
 class Completer:
     """Finds complements; per-candidate orders are cached (they do not depend on the query)."""
 
-    def __init__(self, index: VectorIndex, images_root: str | Path | None) -> None:
+    def __init__(self, index: VectorIndex, images_root: str | Path | None, qrels=None) -> None:
         self.index = index
         self.images_root = images_root
+        #: true pairs from M-BEIR judgements (``Selection.pairs_from``), tried after the pool's pairing
+        self.qrels = qrels
         self._paired: dict[int, list[int]] = {}
         self._retrieved: dict[tuple[int, int], list[int]] = {}
 
@@ -81,11 +83,15 @@ class Completer:
         return not ident.same_image(meta.img_path, self.images_root)
 
     def complement(self, gid: int, ident: QueryIdentity) -> tuple[int, str] | None:
-        """(global id, "pairing" | "retrieval") of the complement of candidate ``gid``, or None."""
+        """(global id, "pool" | "qrels" | "retrieval") of the complement of candidate ``gid``, or None."""
         meta = self.index.metas[gid]
         found = self._first(self._paired_order(gid), ident)
         if found is not None:
-            return found, "pairing"
+            return found, "pool"
+        if self.qrels is not None:
+            found = self._first(self.qrels.complements(gid), ident)
+            if found is not None:
+                return found, "qrels"
         for depth in RETRIEVAL_DEPTHS:
             found = self._first(self._retrieved_order(gid, depth), ident)
             if found is not None or depth >= self.index.counts.get(meta.modality.complement().value, 0):

@@ -43,10 +43,14 @@ class Pair:
     img_path: str | None
     txt: str | None
     score: float | None = None
-    #: how the complement was found: "pairing" (same source item), "retrieval", or "fused".
+    #: how the pair was made: "pool" (the pool's own pairing: same source item), "qrels" (M-BEIR
+    #: judgements, ``pairs_from``), "retrieval" (nearest candidate of the other modality), or "fused".
     via: str | None = None
     #: the folder ``img_path`` is relative to (not written to run files: they stay relocatable).
     images_root: str | None = field(default=None, repr=False, compare=False)
+    #: why the leakage guard flagged this example as a near-duplicate of the query
+    #: (``"image-hash:3"``, ``"image-cosine:0.981"``, ``"caption:0.92"``), or None.
+    near_duplicate: str | None = None
 
     @property
     def image(self) -> Path | None:
@@ -67,6 +71,8 @@ class Pair:
         """The run-file form (relative image path, score rounded to 6 decimals)."""
         out = {"image_did": self.image_did, "text_did": self.text_did, "img_path": self.img_path, "txt": self.txt,
                "score": round(float(self.score), 6) if self.score is not None else None, "via": self.via}
+        if self.near_duplicate is not None:
+            out["near_duplicate"] = self.near_duplicate
         return out
 
 
@@ -82,6 +88,9 @@ class RetrievalResult:
     #: the first k index hits as retrieved, before the wrong-modality replacement (what UniIR's
     #: Recall@k scores); None in run files written before unirag recorded it.
     raw: list[str] | None = None
+    #: the leakage guard's count for this query: ``{"flagged": n, "excluded": m}`` (None: guard off).
+    #: Under "report" flagged examples stay in ``pairs`` (marked); under "exclude" they were replaced.
+    near_duplicates: dict[str, int] | None = None
 
     @property
     def ranked_dids(self) -> list[str]:
@@ -92,6 +101,8 @@ class RetrievalResult:
                "pairs": [p.to_json() for p in self.pairs]}
         if self.raw is not None:
             out["raw"] = list(self.raw)
+        if self.near_duplicates is not None:
+            out["near_duplicates"] = dict(self.near_duplicates)
         return out
 
     @classmethod
@@ -99,9 +110,12 @@ class RetrievalResult:
         cands = [ScoredCandidate(str(c["did"]), float(c["score"]), str(c["modality"]), c.get("replaced"))
                  for c in obj.get("candidates", [])]
         pairs = [Pair(str(p["image_did"]), str(p["text_did"]), p.get("img_path"), p.get("txt"),
-                      p.get("score"), p.get("via")) for p in obj.get("pairs", [])]
+                      p.get("score"), p.get("via"), near_duplicate=p.get("near_duplicate"))
+                 for p in obj.get("pairs", [])]
         raw = obj.get("raw")
-        return cls(str(obj["qid"]), cands, pairs, raw=[str(d) for d in raw] if raw is not None else None)
+        found = obj.get("near_duplicates")
+        return cls(str(obj["qid"]), cands, pairs, raw=[str(d) for d in raw] if raw is not None else None,
+                   near_duplicates=dict(found) if isinstance(found, dict) else None)
 
 
 @dataclass(frozen=True)
@@ -127,21 +141,25 @@ class Hits(list):
     pairs that no hit in the list carries. Pass a ``Hits`` to :meth:`unirag.Captioner.caption`.
     """
 
-    def __init__(self, hits=(), pairs=(), qid: str | None = None, raw: list[str] | None = None) -> None:
+    def __init__(self, hits=(), pairs=(), qid: str | None = None, raw: list[str] | None = None,
+                 near_duplicates: dict[str, int] | None = None) -> None:
         super().__init__(hits)
         self.pairs: list[Pair] = list(pairs)
         self.qid = qid
         #: the dids as the index returned them, before the wrong-modality replacement (UniIR's Recall@k)
         self.raw = raw
+        #: the leakage guard's count (see :attr:`RetrievalResult.near_duplicates`).
+        self.near_duplicates = near_duplicates
 
     @classmethod
     def of(cls, result: RetrievalResult, images_root: str | None) -> Hits:
         """The hits of one :class:`RetrievalResult`, their pairs' images resolved against ``images_root``."""
-        pairs = [Pair(p.image_did, p.text_did, p.img_path, p.txt, p.score, p.via, images_root) for p in result.pairs]
+        pairs = [Pair(p.image_did, p.text_did, p.img_path, p.txt, p.score, p.via, images_root, p.near_duplicate)
+                 for p in result.pairs]
         hits = [Hit(c.did, float(c.score), c.modality,
                     pairs[result.pair_of[c.did]] if c.did in result.pair_of else None, c.replaced)
                 for c in result.candidates]
-        return cls(hits, pairs, result.qid, result.raw)
+        return cls(hits, pairs, result.qid, result.raw, result.near_duplicates)
 
     @property
     def dids(self) -> list[str]:

@@ -22,7 +22,7 @@ per-hit`` (see :mod:`unirag.retrieval.uniir_pairs`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from unirag.errors import ConfigError, InputError
 from unirag.index.store import VectorIndex, check_encoder, parse_modality_filter
 from unirag.retrieval.pairing import Completer, QueryIdentity, pair_equals_query
 from unirag.retrieval.results import Hits, Pair, RetrievalResult, ScoredCandidate
+from unirag.retrieval.selection import Offer, PairPicker, QueryEvidence, Selection
 
 
 class Retriever:
@@ -82,6 +83,7 @@ class Retriever:
         else:
             self.completer = Completer(self.index, self.pool_images_root)
         self.per_hit = self.settings["example_pairs"] == "per-hit"
+        self._qrels_completers: dict[tuple[str, ...], Completer] = {}
 
     @property
     def encoder(self):
@@ -102,7 +104,8 @@ class Retriever:
     # -- images and texts (the Python API) ---------------------------------------------------
     def search(self, image: ImageLike | None = None, text: str | None = None, *, k: int = 5,
                modality: str | Modality | None = "any", exclude: Iterable[str] = (),
-               instruction: str | None = None) -> Hits:
+               instruction: str | None = None, selection: Selection | Mapping[str, Any] | None = None,
+               references: Iterable[str] = (), **options: Any) -> Hits:
         """The top-``k`` hits for one query: an image, a text, or both (the fused query).
 
         ``image``: a path, a PIL image, encoded bytes or a uint8 array. ``modality``: the candidates
@@ -120,20 +123,31 @@ class Retriever:
 
         ``hit.pair`` is None only when every pair for that candidate would show the query itself
         (see :class:`unirag.Hit`); ``hits.pairs`` holds only pairs.
+
+        Example selection (:class:`unirag.Selection`; ``selection=`` or its fields as keywords):
+        ``diversity="mmr"`` with ``mmr_lambda=0.7``, ``one_per_image=True``, ``near_duplicates="off" |
+        "report" | "exclude"`` (with ``image_hash=``, ``image_cosine=``, ``caption=`` thresholds),
+        ``pairs_from=[query/qrels files]``, ``where={"dataset": "mscoco"}`` (searched within).
+        ``references``: captions the examples must not copy (the query's ground truth), for the guard.
         """
         return self.search_batch([image], [text], k=k, modality=modality, exclude=[exclude],
-                                 instructions=[instruction])[0]
+                                 instructions=[instruction], selection=selection, references=[references],
+                                 **options)[0]
 
     def search_batch(self, images: Sequence[ImageLike | None] | None = None,
                      texts: Sequence[str | None] | None = None, *, k: int = 5,
                      modality: str | Modality | None = "any",
                      exclude: Sequence[Iterable[str]] | None = None,
-                     instructions: str | Sequence[str | None] | None = None) -> list[Hits]:
+                     instructions: str | Sequence[str | None] | None = None,
+                     selection: Selection | Mapping[str, Any] | None = None,
+                     references: Sequence[Iterable[str]] | None = None, **options: Any) -> list[Hits]:
         """:meth:`search` for many queries at once (encoded in batches): query ``i`` is
         ``images[i]`` and/or ``texts[i]``; ``exclude[i]`` its excluded dids; ``instructions``: one
-        UniIR instruction for all queries or one (or None) per query."""
+        UniIR instruction for all queries or one (or None) per query; ``references[i]`` its
+        reference captions; ``selection`` / selection keywords as in :meth:`search`, for all."""
         _check_k(k)
         parse_modality_filter(modality)
+        sel = Selection.of(selection, **options)
         n = len(images) if images is not None else len(texts) if texts is not None else 0
         images = list(images) if images is not None else [None] * n
         texts = list(texts) if texts is not None else [None] * n
@@ -144,7 +158,10 @@ class Retriever:
         queries = [_query(i, im, tx) for i, (im, tx) in enumerate(zip(images, texts, strict=True))]
         vectors = self._encode(*self._instructed(queries, texts, instructions), images)
         qrels = Qrels({q.qid: e for q, e in zip(queries, excludes, strict=True) if e})
-        results = self.retrieve_vectors(queries, vectors, k, modality, exclude_qrels=qrels)
+        if references is not None and len(references) != n:
+            raise ConfigError(f"search_batch got {len(references)} reference lists for {n} queries")
+        results = self.retrieve_vectors(queries, vectors, k, modality, exclude_qrels=qrels, selection=sel,
+                                        query_images=images, references=references)
         return [Hits.of(r, self.pool_images_root) for r in results]
 
     def _instructed(self, queries: list[Query], texts: list, instructions) -> tuple[list[Query], list]:
@@ -208,59 +225,82 @@ class Retriever:
     # -- M-BEIR query records (the CLI) ------------------------------------------------------
     def retrieve(self, queries: Sequence[Query], k: int, modality: str | Modality | None = "any",
                  exclude_qrels: Qrels | None = None, query_images_root: str | Path | None = None,
-                 progress: bool = False) -> list[RetrievalResult]:
-        """Encode ``queries`` and retrieve; one :class:`RetrievalResult` per query, in order."""
+                 progress: bool = False, *, selection: Selection | Mapping[str, Any] | None = None
+                 ) -> list[RetrievalResult]:
+        """Encode ``queries`` and retrieve; one :class:`RetrievalResult` per query, in order.
+        ``selection``: how pairs become examples (:class:`unirag.Selection`)."""
         _check_k(k)
         parse_modality_filter(modality)
+        sel = Selection.of(selection)
         vectors = self.encoder.encode_records(list(queries), query_images_root, progress=progress)
-        return self.retrieve_vectors(queries, vectors, k, modality, exclude_qrels, query_images_root, progress)
+        return self.retrieve_vectors(queries, vectors, k, modality, exclude_qrels, query_images_root, progress,
+                                     selection=sel)
 
     def retrieve_vectors(self, queries: Sequence[Query], vectors: np.ndarray, k: int,
                          modality: str | Modality | None = "any", exclude_qrels: Qrels | None = None,
                          query_images_root: str | Path | None = None,
-                         progress: bool = False) -> list[RetrievalResult]:
-        """Retrieve with already-encoded query vectors (row i belongs to ``queries[i]``)."""
+                         progress: bool = False, *, selection: Selection | Mapping[str, Any] | None = None,
+                         query_images: Sequence[ImageLike | None] | None = None,
+                         references: Sequence[Iterable[str]] | None = None) -> list[RetrievalResult]:
+        """Retrieve with already-encoded query vectors (row i belongs to ``queries[i]``).
+
+        ``selection``: how pairs become examples (:class:`~unirag.retrieval.selection.Selection`);
+        ``query_images``: the query images themselves when they are not files (for the
+        near-duplicate guard); ``references``: per query, captions its examples must not copy
+        (besides the texts of its excluded positives)."""
         from tqdm.auto import tqdm
 
         _check_k(k)
         wanted = parse_modality_filter(modality)
+        sel = Selection.of(selection)
         if len(vectors) != len(queries):
             raise ValueError(f"{len(queries)} queries but {len(vectors)} vectors")
         if not queries:
             return []
-        scope = self.index.counts.get(wanted.value, 0) if wanted is not None else len(self.index)
+        where = sel.where_dict or None
+        scope = self.index.scope(wanted, where)
         excluded = [exclude_qrels.get(q.qid) if exclude_qrels is not None else set() for q in queries]
-        fetch = max(1, min(scope, 2 * k + 10 + max(len(e) for e in excluded)))
+        completer = self._completer(sel)
+        fetch = max(1, min(scope, 2 * sel.pool_size(k) + 10 + max(len(e) for e in excluded)))
         if self.per_hit:
             fetch = max(fetch, min(scope, 10 + max(len(e) for e in excluded)))
-        scores, ids = self.index.search(vectors, fetch, wanted)
-        if hasattr(self.completer, "prepare"):  # UniIR completion: encode the hits' complement queries in one batch
-            self.completer.prepare(g for g in ids.ravel().tolist() if g >= 0)
+        if scope == 0:
+            return [RetrievalResult(q.qid, near_duplicates=PairPicker(sel, k, QueryEvidence(), None).report())
+                    for q in queries]
+        scores, ids = self.index.search(vectors, fetch, wanted, where)
+        if hasattr(completer, "prepare"):  # UniIR completion: encode the hits' complement queries in one batch
+            completer.prepare(g for g in ids.ravel().tolist() if g >= 0)
         results = []
         for i, query in enumerate(tqdm(queries, desc="pairs", unit="query", disable=not progress)):
             ident = QueryIdentity.of(query, query_images_root, excluded[i])
             target = wanted if wanted is not None else _default_target(query.modality)
+            evidence = self._evidence(sel, query, vectors[i], query_images_root,
+                                      query_images[i] if query_images is not None else None,
+                                      [*excluded[i], *query.pos_cand_list, *_qrels_positives(completer, query.qid)],
+                                      references[i] if references is not None else ())
             depth, row_scores, row_ids = fetch, scores[i], ids[i]
             while True:
-                result, complete = self._assemble(query.qid, ident, target, row_scores, row_ids, k)
-                if self.per_hit:
-                    self._per_hit(result, ident, row_scores, row_ids, k)
+                picker = PairPicker(sel, k, evidence, self.index.vectors)
+                result, complete = self._assemble(query.qid, ident, target, row_scores, row_ids, k, picker, completer)
+                if self.per_hit:  # the official per-hit pairs replace the selected ones (no selection there)
+                    self._per_hit(result, ident, row_scores, row_ids, k, completer)
                     complete = len(result.candidates) >= k
                 if complete or depth >= scope:
                     break
                 depth = min(scope, depth * 4)
-                s, g = self.index.search(vectors[i : i + 1], depth, wanted)
+                s, g = self.index.search(vectors[i : i + 1], depth, wanted, where)
                 row_scores, row_ids = s[0], g[0]
+            self._finish(result, picker)
             results.append(result)
         return results
 
     def _per_hit(self, result: RetrievalResult, ident: QueryIdentity, scores: np.ndarray, ids: np.ndarray,
-                 k: int) -> None:
+                 k: int, completer: Any) -> None:
         """Replace the result's pairs by UniRAG's per-hit pairs (``example_pairs = per-hit``)."""
         from unirag.retrieval.uniir_pairs import per_hit_pairs
 
         metas = self.index.metas
-        found, _ = per_hit_pairs(self.index, self.completer, ident, ids.tolist(), scores.tolist(), k)
+        found, _ = per_hit_pairs(self.index, completer, ident, ids.tolist(), scores.tolist(), k)
         result.pairs = [Pair(metas[i].did, metas[t].did, metas[i].img_path, metas[t].txt, s, via)
                         for i, t, s, via in found]
         result.pair_of = {}
@@ -268,8 +308,49 @@ class Retriever:
             for did in (p.image_did, p.text_did):
                 result.pair_of.setdefault(did, n)
 
+    def _completer(self, sel: Selection) -> Completer:
+        """The pair completer for a selection (one per ``pairs_from`` set, kept: its caches are per index)."""
+        if not sel.pairs_from:
+            return self.completer
+        key = sel.pairs_from
+        if key not in self._qrels_completers:
+            from unirag.retrieval.qrels_pairs import QrelsPairing
+
+            pairing = QrelsPairing.read(self.index, key)
+            self._qrels_completers[key] = Completer(self.index, self.pool_images_root, qrels=pairing)
+        return self._qrels_completers[key]
+
+    def _evidence(self, sel: Selection, query: Query, vector: np.ndarray, query_images_root, image,
+                  positives: Iterable[str], references: Iterable[str]) -> QueryEvidence:
+        """What the near-duplicate guard compares this query's examples with."""
+        from unirag.data.records import resolve_image
+        from unirag.retrieval.near_duplicates import HASHES, caption_words, dhash
+
+        ev = QueryEvidence()
+        if sel.near_duplicates == "off":
+            return ev
+        if query.modality.has_image:
+            if image is not None and not isinstance(image, str | Path):
+                try:
+                    ev.image_hash = dhash(image)
+                except (OSError, ValueError, ConfigError):
+                    ev.image_hash = None
+            else:
+                path = image if image is not None else resolve_image(query.img_path, query_images_root)
+                ev.image_hash = HASHES.hash_of(path)
+        if query.modality is Modality.IMAGE:
+            ev.image_vector = np.asarray(vector, dtype=np.float32)
+        texts = [str(t) for t in references if t]
+        for did in positives:
+            gid = self.index.gid_of(did)
+            if gid is not None and self.index.metas[gid].txt:
+                texts.append(self.index.metas[gid].txt)
+        ev.references = [w for w in dict.fromkeys(caption_words(t) for t in texts) if w]
+        return ev
+
     def _assemble(self, qid: str, ident: QueryIdentity, target: Modality | None, scores: np.ndarray,
-                  ids: np.ndarray, k: int) -> tuple[RetrievalResult, bool]:
+                  ids: np.ndarray, k: int, picker: PairPicker, completer: Completer
+                  ) -> tuple[RetrievalResult, bool]:
         metas = self.index.metas
         result = RetrievalResult(qid)
         result.raw = [metas[g].did for g in ids.tolist() if g >= 0 and metas[g].did not in ident.excluded][:k]
@@ -283,7 +364,7 @@ class Retriever:
                 continue
             fused = meta.modality is Modality.IMAGE_TEXT
             if not fused and target in (Modality.TEXT, Modality.IMAGE) and meta.modality is not target:
-                found = self.completer.complement(gid, ident)  # §5: use the complement of the right modality
+                found = completer.complement(gid, ident)  # §5: use the complement of the right modality
                 if found is None:
                     continue
                 cand, other, via, replaced = found[0], gid, found[1], meta.did
@@ -292,30 +373,41 @@ class Retriever:
                 if fused:
                     other, via = gid, "fused"
                 else:
-                    found = self.completer.complement(gid, ident)
+                    found = completer.complement(gid, ident)
                     other, via = found if found is not None else (None, None)
             if cand not in seen_cands and len(result.candidates) < k:
                 seen_cands.add(cand)
                 result.candidates.append(ScoredCandidate(metas[cand].did, score, metas[cand].modality.value,
                                                          replaced))
-            if other is not None and cand not in paired and len(result.pairs) < k:
-                if self._add_pair(result, cand, other, score, via, ident):
+            if other is not None and cand not in paired and picker.wants_more():
+                if self._offer_pair(picker, cand, other, score, via, ident):
                     paired.add(cand)
-                    result.pair_of.setdefault(metas[cand].did, len(result.pairs) - 1)
-            if len(result.candidates) >= k and len(result.pairs) >= k:
+            if len(result.candidates) >= k and not picker.wants_more():
                 return result, True
         return result, False
 
-    def _add_pair(self, result: RetrievalResult, cand: int, other: int, score: float, via: str,
-                  ident: QueryIdentity) -> bool:
-        """Append the pair (cand, other) unless it shows the query; True if appended."""
+    def _offer_pair(self, picker: PairPicker, cand: int, other: int, score: float, via: str,
+                    ident: QueryIdentity) -> bool:
+        """Offer the pair (cand, other) to the picker unless it shows the query; True if taken."""
+        from unirag.data.records import resolve_image
+
         metas = self.index.metas
         image, text = (cand, other) if metas[cand].modality.has_image else (other, cand)
         if pair_equals_query(metas[image], metas[text], ident, self.pool_images_root):
             return False
-        result.pairs.append(Pair(metas[image].did, metas[text].did, metas[image].img_path, metas[text].txt,
-                                 score, via))
-        return True
+        pair = Pair(metas[image].did, metas[text].did, metas[image].img_path, metas[text].txt, score, via)
+        file = resolve_image(metas[image].img_path, self.pool_images_root)
+        return picker.offer(Offer(metas[cand].did, pair, image, text, str(file) if file is not None else None))
+
+    @staticmethod
+    def _finish(result: RetrievalResult, picker: PairPicker) -> None:
+        """Put the picker's choice into the result (pairs in example order, candidate -> pair)."""
+        chosen = picker.finish()
+        result.pairs = [o.pair for o in chosen]
+        result.pair_of = {}
+        for n, o in enumerate(chosen):
+            result.pair_of.setdefault(o.cand_did, n)
+        result.near_duplicates = picker.report()
 
 
 def _query(i: int, image: ImageLike | None, text: str | None) -> Query:
@@ -344,3 +436,9 @@ def _default_target(query_modality: Modality) -> Modality | None:
 def _check_k(k: int) -> None:
     if not isinstance(k, int | np.integer) or isinstance(k, bool) or k <= 0:
         raise ConfigError(f"k must be a positive integer, got {k!r}")
+
+
+def _qrels_positives(completer: Any, qid: str) -> list[str]:
+    """The positives of ``qid`` in the completer's qrels pairs (``Selection.pairs_from``), if it has any."""
+    qrels = getattr(completer, "qrels", None)
+    return list(qrels.positives(qid)) if qrels is not None else []

@@ -1,8 +1,10 @@
 """Retrieval run files (what `unirag retrieve` writes): one JSON line per query and a TREC twin.
 
 JSONL line: ``{"qid", "candidates": [{"did", "score", "modality"[, "replaced"]}],
-"pairs": [{"image_did", "text_did", "img_path", "txt", "score", "via"}], "raw": [did, ...]}`` (``raw``: the
-first k hits before the wrong-modality replacement, for UniIR's Recall@k).
+"pairs": [{"image_did", "text_did", "img_path", "txt", "score", "via"[, "near_duplicate"]}], "raw": [did, ...]
+[, "near_duplicates": {"flagged", "excluded"}]}`` (``raw``: the first k hits before the wrong-modality
+replacement, for UniIR's Recall@k); beside it ``<run>.manifest.json`` (k, modality, index, profile,
+example selection).
 TREC line: ``qid Q0 did rank score unirag`` (rank from 1), readable by trec_eval / ranx.
 Both are written atomically (temp file + rename).
 """
@@ -26,10 +28,33 @@ def trec_path(run_path: str | Path) -> Path:
     return run_path.with_suffix(".trec") if run_path.suffix == ".jsonl" else run_path.with_name(run_path.name + ".trec")
 
 
-def write_retrieval_run(path: str | Path, results: Iterable[RetrievalResult], tag: str = RUN_TAG) -> tuple[Path, Path]:
-    """Write ``path`` (JSONL) and its TREC twin; returns both paths."""
+def manifest_path(run_path: str | Path) -> Path:
+    """The run's manifest beside it (``run.jsonl`` -> ``run.manifest.json``): k, modality, selection."""
+    run_path = Path(run_path)
+    stem = run_path.stem if run_path.suffix == ".jsonl" else run_path.name
+    return run_path.with_name(stem + ".manifest.json")
+
+
+def read_run_manifest(run_path: str | Path) -> dict | None:
+    """The manifest beside a retrieval run file, or None (runs written before manifests existed)."""
+    path = manifest_path(run_path)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def write_retrieval_run(path: str | Path, results: Iterable[RetrievalResult], tag: str = RUN_TAG,
+                        manifest: dict | None = None) -> tuple[Path, Path]:
+    """Write ``path`` (JSONL) and its TREC twin (and ``manifest`` beside them); returns both paths."""
     results = list(results)
     path = Path(path)
+    if manifest is not None:
+        from unirag.runs.atomic import atomic_write_json
+
+        atomic_write_json(manifest_path(path), manifest)
     atomic_write_lines(path, (json.dumps(r.to_json(), ensure_ascii=False) for r in results))
     trec = trec_path(path)
 

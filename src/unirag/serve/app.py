@@ -56,9 +56,25 @@ def image_url(did: str | None) -> str | None:
 
 
 def hit_json(h: Hit) -> dict[str, Any]:
-    return {"did": h.did, "score": round(h.score, 6) if h.score is not None else None, "modality": h.modality,
-            "caption": h.caption,
-            "image_url": image_url(h.image_did)}
+    out = {"did": h.did, "score": round(h.score, 6) if h.score is not None else None, "modality": h.modality,
+           "caption": h.caption,
+           "image_url": image_url(h.image_did)}
+    if h.near_duplicate is not None:
+        out["near_duplicate"] = h.near_duplicate
+    return out
+
+
+def selection_of_form(diversity: str | None, mmr_lambda: float | None, one_per_image: bool | None,
+                      near_duplicates: str | None, filters: list[str] | None):
+    """The :class:`unirag.Selection` of a request's form fields (unset fields keep the defaults)."""
+    from unirag.retrieval.selection import Selection, parse_filters
+
+    try:
+        return Selection.of(None, diversity=diversity or None, mmr_lambda=mmr_lambda, one_per_image=one_per_image,
+                            near_duplicates=near_duplicates or None,
+                            where=parse_filters([f for f in filters or () if f and f.strip()]) or None)
+    except ConfigError as e:
+        raise ServiceError(400, str(e)) from None
 
 
 def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI:
@@ -206,25 +222,38 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
     # -- API ----------------------------------------------------------------------------------------
     @app.post("/v1/search", dependencies=auth, summary="Search by text, image, or both (fused)")
     async def search(text: Annotated[str | None, Form()] = None, image: Annotated[UploadFile | None, File()] = None,
-                     k: Annotated[int, Form()] = 10, modality: Annotated[str, Form()] = "any"):
+                     k: Annotated[int, Form()] = 10, modality: Annotated[str, Form()] = "any",
+                     diversity: Annotated[str | None, Form()] = None,
+                     mmr_lambda: Annotated[float | None, Form()] = None,
+                     one_per_image: Annotated[bool | None, Form()] = None,
+                     near_duplicates: Annotated[str | None, Form()] = None,
+                     filter: Annotated[list[str] | None, Form()] = None):  # noqa: A002 - the API's field name
         _check_k(k)
+        selection = selection_of_form(diversity, mmr_lambda, one_per_image, near_duplicates, filter)
         if modality not in MODALITIES:
             raise ServiceError(400, f"modality must be one of {', '.join(MODALITIES)}, got {modality!r}")
         checked = await _read_image(image, "image")
         if checked is None and not (text and text.strip()):
             raise ServiceError(400, "send a text, an image, or both")
-        query = SearchQuery(image=checked.image if checked else None, text=text)
+        query = SearchQuery(image=checked.image if checked else None, text=text, selection=selection)
         start = time.perf_counter()
         try:
             hits = await batcher.search(query, k=k, modality=modality)
         except (ConfigError, InputError) as e:
             raise ServiceError(400, str(e)) from None
         return {"hits": [hit_json(h) for h in hits], "latency_s": round(time.perf_counter() - start, 4),
-                "query": {"text": text, "image": checked is not None, "k": k, "modality": modality}}
+                "query": {"text": text, "image": checked is not None, "k": k, "modality": modality,
+                          "selection": selection.to_dict()}}
 
     @app.post("/v1/caption", dependencies=auth, summary="Caption an image with few-shot examples")
     async def caption(image: Annotated[UploadFile, File()], mode: Annotated[str, Form()] = "rag",
-                      k: Annotated[int, Form()] = 5):
+                      k: Annotated[int, Form()] = 5,
+                      diversity: Annotated[str | None, Form()] = None,
+                      mmr_lambda: Annotated[float | None, Form()] = None,
+                      one_per_image: Annotated[bool | None, Form()] = None,
+                      near_duplicates: Annotated[str | None, Form()] = None,
+                      filter: Annotated[list[str] | None, Form()] = None):  # noqa: A002 - the API's field name
+        selection = selection_of_form(diversity, mmr_lambda, one_per_image, near_duplicates, filter)
         if mode not in CAPTION_MODES:
             raise ServiceError(400, f"mode must be one of {', '.join(CAPTION_MODES)}, got {mode!r}")
         if mode != "zero-shot":
@@ -234,17 +263,25 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
             raise ServiceError(400, "image: send the image to caption")
         start = time.perf_counter()
         ans = await _engine_call("/v1/caption", engine.caption, checked.image, checked.data, mode,
-                                 k if mode != "zero-shot" else 0)
+                                 k if mode != "zero-shot" else 0, selection)
         # Generator output is untrusted text: a server could echo the credentials it was sent.
         return {"caption": redact(ans.caption, secrets), "mode": mode, "k": len(ans.examples),
-                "examples": [{"caption": e.caption, "image_url": image_url(e.image_did), "did": e.image_did}
+                "examples": [{"caption": e.caption, "image_url": image_url(e.image_did), "did": e.image_did,
+                              **({"near_duplicate": e.near_duplicate} if e.near_duplicate else {})}
                              for e in ans.examples],
+                "selection": selection.to_dict(),
                 "latency_s": round(time.perf_counter() - start, 4), "usage": ans.usage, "cost_usd": ans.cost_usd,
                 "attempts": ans.attempts, "generator": ans.generator}
 
     @app.post("/v1/generate-image", dependencies=auth, summary="Generate an image from text with examples")
     async def generate_image(text: Annotated[str, Form()], mode: Annotated[str, Form()] = "rag",
-                             k: Annotated[int, Form()] = 1):
+                             k: Annotated[int, Form()] = 1,
+                             diversity: Annotated[str | None, Form()] = None,
+                             mmr_lambda: Annotated[float | None, Form()] = None,
+                             one_per_image: Annotated[bool | None, Form()] = None,
+                             near_duplicates: Annotated[str | None, Form()] = None,
+                             filter: Annotated[list[str] | None, Form()] = None):  # noqa: A002 - the API's field name
+        selection = selection_of_form(diversity, mmr_lambda, one_per_image, near_duplicates, filter)
         if mode not in CAPTION_MODES:
             raise ServiceError(400, f"mode must be one of {', '.join(CAPTION_MODES)}, got {mode!r}")
         if not text.strip():
@@ -253,13 +290,15 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
             _check_k(k)
         start = time.perf_counter()
         ans = await _engine_call("/v1/generate-image", engine.generate_image, text, mode,
-                                 k if mode != "zero-shot" else 0)
+                                 k if mode != "zero-shot" else 0, selection)
         buf = io.BytesIO()
         ans.image.save(buf, format="PNG")
         return {"image": "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii"),
                 "width": ans.image.size[0], "height": ans.image.size[1],
-                "examples": [{"caption": e.caption, "image_url": image_url(e.image_did), "did": e.image_did}
+                "examples": [{"caption": e.caption, "image_url": image_url(e.image_did), "did": e.image_did,
+                              **({"near_duplicate": e.near_duplicate} if e.near_duplicate else {})}
                              for e in ans.examples],
+                "selection": selection.to_dict(),
                 "latency_s": round(time.perf_counter() - start, 4), "attempts": ans.attempts,
                 "generator": ans.generator}
 

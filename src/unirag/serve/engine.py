@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import BackendError, ConfigError
+from unirag.retrieval.selection import Selection
 from unirag.serve.settings import ServeSettings
 
 #: Backends that run a model in this process: one call at a time, whatever --concurrency says.
@@ -38,6 +39,8 @@ class SearchQuery:
 
     image: Any = None
     text: str | None = None
+    #: example selection (:class:`unirag.Selection`); None: the defaults
+    selection: Any = None
 
     def __post_init__(self) -> None:
         if self.image is None and not (self.text and self.text.strip()):
@@ -51,12 +54,14 @@ class Hit:
     modality: str
     caption: str | None
     image_did: str | None  # the pool image shown for this hit (the candidate or its paired image)
+    near_duplicate: str | None = None  # the leakage guard's flag on this hit's pair
 
 
 @dataclass
 class Example:
     caption: str
     image_did: str | None
+    near_duplicate: str | None = None
 
 
 @dataclass
@@ -160,8 +165,16 @@ class Engine:
         if modality not in MODALITIES:
             raise ConfigError(f"modality must be one of {', '.join(MODALITIES)}, got {modality!r}")
         texts = [q.text.strip() if q.text and q.text.strip() else None for q in queries]
+        groups: dict[Any, list[int]] = {}  # one search_batch per distinct selection
+        for i, q in enumerate(queries):
+            groups.setdefault(Selection.of(q.selection), []).append(i)
+        found: list[Any] = [None] * len(queries)
         with self._encoder_lock:
-            found = self.retriever.search_batch([q.image for q in queries], texts, k=k, modality=modality)
+            for sel, idx in groups.items():
+                for i, hits in zip(idx, self.retriever.search_batch([queries[i].image for i in idx],
+                                                                    [texts[i] for i in idx], k=k, modality=modality,
+                                                                    selection=sel), strict=True):
+                    found[i] = hits
         return [[self._hit(h) for h in hits] for hits in found]
 
     def search(self, query: SearchQuery, k: int = 5, modality: str = "any") -> list[Hit]:
@@ -175,11 +188,12 @@ class Engine:
             meta = self.index.metas[self.index.gid_of(h.did)]
             caption = meta.txt if meta.modality.has_text else None
             image_did = h.did if meta.modality.has_image else None
-        return Hit(h.did, float(h.score), h.modality, caption, image_did)
+        return Hit(h.did, float(h.score), h.modality, caption, image_did,
+                   pair.near_duplicate if pair is not None else None)
 
     # -- examples -------------------------------------------------------------------------------
     def examples(self, mode: str, k: int, *, image=None, text: str | None = None, want: str = "text",
-                 seed_bytes: bytes = b"") -> tuple[list, list[Example]]:
+                 seed_bytes: bytes = b"", selection: Any = None) -> tuple[list, list[Example]]:
         """Few-shot examples as the API takes them, and as the page shows them.
 
         zero-shot: none; random: k pool pairs drawn with a seed from the input (the same upload
@@ -195,9 +209,9 @@ class Engine:
             shown = self._random_examples(k, seed_bytes or (text or "").encode())
             return [(self.image_file(e.image_did), e.caption) for e in shown], shown
         with self._encoder_lock:
-            hits = self.retriever.search(image=image, text=text, k=k, modality=want)
+            hits = self.retriever.search(image=image, text=text, k=k, modality=want, selection=selection)
         pairs = [p for p in hits.pairs if p.caption and p.img_path][:k]
-        return pairs, [Example(p.caption, p.image_did) for p in pairs]
+        return pairs, [Example(p.caption, p.image_did, p.near_duplicate) for p in pairs]
 
     def _random_examples(self, k: int, seed: bytes) -> list[Example]:
         """k pool images (sampled by row, so large pools cost k lookups, not a scan) with one of their captions."""
@@ -226,21 +240,22 @@ class Engine:
         with self._slots[kind]:
             return call_with_retry(fn, policy)
 
-    def caption(self, image, data: bytes, mode: str = "rag", k: int = 5) -> CaptionAnswer:
-        """``Captioner.caption`` of the uploaded image with its examples (``data``: the encoded upload)."""
+    def caption(self, image, data: bytes, mode: str = "rag", k: int = 5, selection: Any = None) -> CaptionAnswer:
+        """``Captioner.caption`` of the uploaded image with its examples (``data``: the encoded upload);
+        ``selection``: how retrieved pairs become examples (:class:`unirag.Selection`, rag mode)."""
         if self.captioner is None:
             raise BackendError("no caption generator configured (start the service with --generator)")
-        examples, shown = self.examples(mode, k, image=image, want="text", seed_bytes=data)
+        examples, shown = self.examples(mode, k, image=image, want="text", seed_bytes=data, selection=selection)
         if mode != "zero-shot" and not examples:
             raise ConfigError("no examples found for this image (is the index empty?)")
         out, attempts = self._call("caption", lambda: self.captioner.caption(data, examples, mode=mode))
         return CaptionAnswer(out.text, shown, out.usage.as_dict(), out.cost, attempts, self.captioner.spec)
 
-    def generate_image(self, text: str, mode: str = "rag", k: int = 1) -> ImageAnswer:
-        """``ImageGenerator.generate`` for ``text`` with its examples."""
+    def generate_image(self, text: str, mode: str = "rag", k: int = 1, selection: Any = None) -> ImageAnswer:
+        """``ImageGenerator.generate`` for ``text`` with its examples (``selection``: see :meth:`caption`)."""
         if self.image_generator is None:
             raise BackendError("no image generator configured (start the service with --image-generator)")
-        examples, shown = self.examples(mode, k, text=text, want="image")
+        examples, shown = self.examples(mode, k, text=text, want="image", selection=selection)
         out, attempts = self._call("image", lambda: self.image_generator.generate_result(text, examples))
         return ImageAnswer(out.image, shown, attempts, self.image_generator.spec)
 

@@ -142,6 +142,18 @@ function setupTabs() {
 }
 
 // ---- forms ----------------------------------------------------------------------------------------
+// Example selection (diversity, one per image, near-duplicate guard, filters): the same fields on
+// /v1/search and /v1/caption; filters are "FIELD=VALUE", several separated by ";".
+function appendSelection(data, prefix) {
+  data.append("diversity", $("#" + prefix + "-diversity").value);
+  data.append("one_per_image", $("#" + prefix + "-one-per-image").checked ? "true" : "false");
+  data.append("near_duplicates", $("#" + prefix + "-near-duplicates").value);
+  for (const f of $("#" + prefix + "-filter").value.split(";")) {
+    if (f.trim()) data.append("filter", f.trim());
+  }
+}
+const flagText = (x) => (x.near_duplicate ? " · near-duplicate of the query (" + x.near_duplicate + ")" : "");
+
 function setupForms() {
   $("#search-form").addEventListener("submit", (e) => {
     e.preventDefault();
@@ -155,10 +167,11 @@ function setupForms() {
       if (image) data.append("image", image);
       data.append("k", $("#search-k").value);
       data.append("modality", $("#search-modality").value);
+      appendSelection(data, "search");
       const res = await api("/v1/search", data);
       const panel = panelOf(form);
       $(".meta", panel).textContent = res.hits.length + " results in " + (res.latency_s * 1000).toFixed(0) + " ms";
-      fillGrid($("#search-results"), res.hits, hitMeta);
+      fillGrid($("#search-results"), res.hits, (h, i) => hitMeta(h, i) + flagText(h));
     });
   });
 
@@ -172,6 +185,7 @@ function setupForms() {
       data.append("image", image);
       data.append("mode", $("#caption-mode").value);
       data.append("k", $("#caption-k").value);
+      appendSelection(data, "caption");
       $("#caption-output").hidden = true;
       const res = await api("/v1/caption", data);
       $("#caption-query").src = URL.createObjectURL(image);
@@ -179,7 +193,7 @@ function setupForms() {
       const cost = res.cost_usd ? " · $" + res.cost_usd.toFixed(4) : "";
       $("#caption-meta").textContent = res.generator + " · " + res.mode + " · " + res.k + " examples · "
         + (res.latency_s * 1000).toFixed(0) + " ms" + cost;
-      fillGrid($("#caption-examples"), res.examples, (ex, i) => "example [" + (i + 1) + "] · " + (ex.did || ""));
+      fillGrid($("#caption-examples"), res.examples, (ex, i) => "example [" + (i + 1) + "] · " + (ex.did || "") + flagText(ex));
       $("#caption-output").hidden = false;
     });
   });
@@ -218,7 +232,7 @@ function setupForms() {
       $("#generate-image").src = res.image;
       $("#generate-meta").textContent = res.generator + " · " + res.width + "×" + res.height + " · "
         + (res.latency_s * 1000).toFixed(0) + " ms";
-      fillGrid($("#generate-examples"), res.examples, (ex, i) => "example [" + (i + 1) + "] · " + (ex.did || ""));
+      fillGrid($("#generate-examples"), res.examples, (ex, i) => "example [" + (i + 1) + "] · " + (ex.did || "") + flagText(ex));
       $("#generate-output").hidden = false;
     });
   });

@@ -1,0 +1,368 @@
+"""Which retrieved pairs become few-shot examples: diversity, true pairs, leakage guard, filters.
+
+The paper retrieves examples by relevance alone ("relevance is the only criterion used while
+retrieving candidate pairs"). Relevance alone wastes prompt slots and leaks answers:
+
+* image->text retrieval returns several captions of one photo, so k examples show fewer than k
+  photos (``one_per_image``, ``diversity="mmr"``);
+* a pool without pairing completes a caption with the *nearest* image, often another photo, while
+  M-BEIR's qrels name the right one (``pairs_from``);
+* a resized or re-encoded copy of the query photo elsewhere in the pool passes the id-based
+  positive exclusion (``near_duplicates``);
+* only a modality restriction existed; ``where`` searches within any metadata field (UniIR's local
+  pools: ``where={"dataset": "mscoco"}``), inside the FAISS search (see
+  :meth:`unirag.index.store.VectorIndex.search`).
+
+:class:`Selection` is the one configuration object: CLI options, ``Retriever.search`` keywords and
+serve requests all build one, and ``to_dict()`` is recorded in run manifests. :class:`PairPicker`
+applies it to one query's pairs, offered in rank order by the retriever.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from unirag.errors import ConfigError
+
+DIVERSITY = ("none", "mmr")
+NEAR_DUPLICATES = ("off", "report", "exclude")
+
+#: Fields a filter can name besides any ``src_content`` key.
+BUILTIN_FIELDS = ("dataset", "modality", "source_id")
+_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When an example counts as a near-duplicate of the query (defaults measured on COCO photos,
+    see ``docs/selection.md``).
+
+    ``image_hash``: largest Hamming distance (of 64 bits) between the dHashes of the query image and
+    the example image. ``image_cosine``: smallest cosine of their embeddings (None: not used; the
+    scale depends on the encoder, so there is no encoder-free default). ``caption``: smallest word-set
+    Jaccard similarity between the example caption and one of the query's reference captions.
+    """
+
+    image_hash: int = 10
+    image_cosine: float | None = None
+    caption: float = 0.7
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.image_hash, int) or isinstance(self.image_hash, bool) or not 0 <= self.image_hash <= 64:
+            raise ConfigError(f"image hash threshold must be an integer in 0..64 (bits), got {self.image_hash!r}")
+        if self.image_cosine is not None and not -1.0 <= float(self.image_cosine) <= 1.0:
+            raise ConfigError(f"image cosine threshold must be in -1..1, got {self.image_cosine!r}")
+        if not 0.0 < float(self.caption) <= 1.0:
+            raise ConfigError(f"caption threshold must be in (0, 1], got {self.caption!r}")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """How a query's retrieved pairs become its k examples; ``Selection()`` is relevance only plus
+    a near-duplicate *report* (nothing is dropped by default).
+
+    ``diversity``: "none" or "mmr" (maximal marginal relevance over the pairs' stored image and text
+    vectors, ``mmr_lambda`` weighing relevance against redundancy). ``one_per_image``: no two
+    examples show the same image (same did or same file content). With either, identical captions
+    (after case/punctuation folding) count once. ``near_duplicates``: "off", "report" (flag examples
+    whose image or caption copies the query's) or "exclude" (replace them by the next candidate;
+    use it for evaluation). ``pairs_from``: M-BEIR query and/or qrels files whose judgements pair
+    captions with their images before any retrieval completion. ``where``: field -> accepted
+    values (AND over fields, OR within one), applied inside the search.
+    """
+
+    diversity: str = "none"
+    mmr_lambda: float = 0.7
+    one_per_image: bool = False
+    near_duplicates: str = "report"
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    pairs_from: tuple[str, ...] = ()
+    where: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.diversity not in DIVERSITY:
+            raise ConfigError(f"unknown diversity {self.diversity!r}; expected one of: {', '.join(DIVERSITY)}")
+        if self.near_duplicates not in NEAR_DUPLICATES:
+            raise ConfigError(f"unknown near-duplicates mode {self.near_duplicates!r}; expected one of: "
+                              f"{', '.join(NEAR_DUPLICATES)}")
+        try:
+            lam = float(self.mmr_lambda)
+        except (TypeError, ValueError):
+            raise ConfigError(f"mmr lambda must be a number in 0..1, got {self.mmr_lambda!r}") from None
+        if not 0.0 <= lam <= 1.0:
+            raise ConfigError(f"mmr lambda must be in 0..1, got {self.mmr_lambda!r}")
+        object.__setattr__(self, "mmr_lambda", lam)
+        object.__setattr__(self, "one_per_image", bool(self.one_per_image))
+        if isinstance(self.thresholds, Mapping):
+            object.__setattr__(self, "thresholds", Thresholds(**dict(self.thresholds)))
+        if isinstance(self.pairs_from, str):
+            object.__setattr__(self, "pairs_from", (self.pairs_from,))
+        object.__setattr__(self, "pairs_from", tuple(str(p) for p in self.pairs_from))
+        object.__setattr__(self, "where", normalise_where(self.where))
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def of(cls, value: Selection | Mapping[str, Any] | None = None, **overrides: Any) -> Selection:
+        """A Selection from None (defaults), a Selection or a dict (``to_dict`` form), with the
+        non-None ``overrides`` (``diversity=``, ``where=``, ``image_hash=`` ...) applied."""
+        if value is None:
+            base = cls()
+        elif isinstance(value, Selection):
+            base = value
+        elif isinstance(value, Mapping):
+            base = cls.from_dict(value)
+        else:
+            raise ConfigError(f"selection must be a Selection or a dict, got {type(value).__name__}")
+        given = {k: v for k, v in overrides.items() if v is not None}
+        limits = {k: given.pop(k) for k in [f.name for f in fields(Thresholds)] if k in given}
+        unknown = set(given) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown selection option(s): {', '.join(sorted(unknown))}")
+        if limits:
+            given["thresholds"] = replace(base.thresholds, **limits)
+        return replace(base, **given) if given else base
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Selection:
+        """The Selection :meth:`to_dict` described."""
+        data = dict(data)
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown selection option(s): {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types, as recorded in run manifests."""
+        return {"diversity": self.diversity, "mmr_lambda": self.mmr_lambda, "one_per_image": self.one_per_image,
+                "near_duplicates": self.near_duplicates, "thresholds": asdict(self.thresholds),
+                "pairs_from": list(self.pairs_from), "where": {f: list(v) for f, v in self.where}}
+
+    # -- what it asks of the retriever -------------------------------------------------------
+    @property
+    def where_dict(self) -> dict[str, tuple[str, ...]]:
+        return dict(self.where)
+
+    @property
+    def dedupes(self) -> bool:
+        """Whether identical captions count once (with any diversity option)."""
+        return self.one_per_image or self.diversity != "none"
+
+    def pool_size(self, k: int) -> int:
+        """How many acceptable pairs to gather before choosing k (MMR needs room to choose)."""
+        return max(3 * k, k + 10) if self.diversity == "mmr" else k
+
+
+def normalise_where(where: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``{"dataset": "mscoco"}``, ``{"dataset": ["9", "0"]}``, ``["dataset=mscoco,0"]`` or the
+    normalised tuple -> sorted ``((field, (values...)), ...)``."""
+    if not where:
+        return ()
+    items: list[tuple[str, Any]]
+    if isinstance(where, Mapping):
+        items = list(where.items())
+    elif isinstance(where, str):
+        items = [_split_filter(where)]
+    else:
+        items = [_split_filter(w) if isinstance(w, str) else tuple(w) for w in where]
+    merged: dict[str, tuple[str, ...]] = {}
+    for name, values in items:
+        name = str(name).strip()
+        if not _FIELD.match(name):
+            raise ConfigError(f"bad filter field {name!r}: use a field name such as dataset, modality or a "
+                              "src_content key")
+        vals = _values(name, values)
+        if not vals:
+            raise ConfigError(f"filter {name}= needs at least one value")
+        if name in merged:  # the same field twice: both must hold -> the values both accept
+            vals = tuple(v for v in merged[name] if v in vals)
+            if not vals:
+                raise ConfigError(f"filters on {name!r} exclude each other: no candidate can match")
+        merged[name] = vals
+    return tuple(sorted(merged.items()))
+
+
+def _split_filter(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise ConfigError(f"bad filter {text!r}: expected FIELD=VALUE (VALUE may be a,b for either)")
+    return name.strip(), value
+
+
+def _values(name: str, values: Any) -> tuple[str, ...]:
+    from unirag.data.records import Modality
+
+    if isinstance(values, str):
+        if name == "modality":  # 'image,text' is the fused modality, as everywhere in M-BEIR
+            try:
+                return (Modality.parse(values).value,)
+            except ValueError:
+                pass
+            parts = [p for p in values.split("|")]
+        else:
+            parts = values.split(",")
+    elif isinstance(values, Iterable):
+        parts = [str(v) for v in values]
+    else:
+        parts = [str(values)]
+    out = tuple(dict.fromkeys(p.strip() for p in parts if p.strip()))
+    if name == "modality":
+        try:
+            out = tuple(dict.fromkeys(Modality.parse(v).value for v in out))
+        except ValueError as e:
+            raise ConfigError(f"filter modality=: {e}") from None
+    return out
+
+
+def parse_filters(texts: Sequence[str] | None) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``--filter`` values (``FIELD=VALUE``, repeatable) -> the normalised ``where``."""
+    return normalise_where(list(texts or ()))
+
+
+# -- applying a selection to one query ------------------------------------------------------------
+@dataclass
+class QueryEvidence:
+    """What a query's examples must not copy: its image (hash, vector) and reference captions."""
+
+    image_hash: int | None = None
+    image_vector: Any = None  # the query's image embedding (pure image queries only)
+    references: list[frozenset[str]] = field(default_factory=list)
+
+
+@dataclass
+class Offer:
+    """A candidate pair the retriever proposes, in rank order."""
+
+    cand_did: str
+    pair: Any  # unirag.retrieval.results.Pair
+    image_gid: int | None
+    text_gid: int | None
+    image_file: str | None
+
+
+class PairPicker:
+    """Chooses one query's k examples from pairs offered in rank order (see :class:`Selection`).
+
+    Greedy rules apply in rank order (same image or caption already taken; near-duplicate under
+    ``exclude``); MMR then re-ranks the gathered pool. ``vectors(gids)`` gives stored vectors.
+    """
+
+    def __init__(self, selection: Selection, k: int, evidence: QueryEvidence, vectors, hashes=None) -> None:
+        from unirag.retrieval.near_duplicates import HASHES
+
+        self.sel, self.k, self.evidence, self.vectors = selection, k, evidence, vectors
+        self.hashes = hashes or HASHES
+        self.limit = selection.pool_size(k)
+        self.taken: list[Offer] = []
+        self._images: set[str] = set()
+        self._captions: set[str] = set()
+        self.flagged = 0
+        self.excluded = 0
+
+    def wants_more(self) -> bool:
+        return len(self.taken) < self.limit
+
+    def offer(self, o: Offer) -> bool:
+        """Take the pair unless a rule rejects it; True if taken."""
+        from unirag.retrieval.near_duplicates import caption_key
+
+        image_keys = self._image_keys(o) if self.sel.one_per_image else set()
+        if image_keys & self._images:
+            return False
+        cap = caption_key(o.pair.txt) if self.sel.dedupes else None
+        if cap and cap in self._captions:
+            return False
+        if self.sel.near_duplicates != "off":
+            reason = self._near_duplicate(o)
+            if reason is not None:
+                self.flagged += 1
+                if self.sel.near_duplicates == "exclude":
+                    self.excluded += 1
+                    return False
+                o.pair.near_duplicate = reason
+        self._images |= image_keys
+        if cap:
+            self._captions.add(cap)
+        self.taken.append(o)
+        return True
+
+    def _image_keys(self, o: Offer) -> set[str]:
+        keys = {f"did:{o.pair.image_did}"}
+        digest = self.hashes.digest_of(o.image_file)
+        if digest is not None:
+            keys.add(f"sha:{digest}")
+        return keys
+
+    def _near_duplicate(self, o: Offer) -> str | None:
+        from unirag.retrieval.near_duplicates import caption_similarity, caption_words, hamming
+
+        ev, limits = self.evidence, self.sel.thresholds
+        if ev.image_hash is not None and o.image_file is not None:
+            h = self.hashes.hash_of(o.image_file)
+            if h is not None and (d := hamming(h, ev.image_hash)) <= limits.image_hash:
+                return f"image-hash:{d}"
+        if limits.image_cosine is not None and ev.image_vector is not None and o.image_gid is not None:
+            cos = float(self.vectors([o.image_gid])[0] @ ev.image_vector)
+            if cos >= limits.image_cosine:
+                return f"image-cosine:{cos:.3f}"
+        if ev.references and o.pair.txt:
+            words = caption_words(o.pair.txt)
+            best = max(caption_similarity(words, r) for r in ev.references)
+            if best >= limits.caption:
+                return f"caption:{best:.2f}"
+        return None
+
+    def finish(self) -> list[Offer]:
+        """The chosen offers, best first (at most k)."""
+        if self.sel.diversity != "mmr" or len(self.taken) <= 1:
+            return self.taken[: self.k]
+        return mmr(self.taken, self.k, self.sel.mmr_lambda, self._pair_vectors())
+
+    def _pair_vectors(self):
+        """One unit vector per pair: the mean of its image and text vectors (one vector if fused)."""
+        import numpy as np
+
+        gids = sorted({g for o in self.taken for g in (o.image_gid, o.text_gid) if g is not None})
+        table = dict(zip(gids, self.vectors(gids), strict=True)) if gids else {}
+        out = []
+        for o in self.taken:
+            parts = [table[g] for g in dict.fromkeys((o.image_gid, o.text_gid)) if g is not None]
+            v = np.sum(parts, axis=0) if parts else np.zeros(1)
+            n = float(np.linalg.norm(v))
+            out.append(v / n if n > 0 else v)
+        return np.stack(out)
+
+    def report(self) -> dict[str, int] | None:
+        """``{"flagged": n, "excluded": m}`` for the run file (None when the guard is off)."""
+        if self.sel.near_duplicates == "off":
+            return None
+        return {"flagged": self.flagged, "excluded": self.excluded}
+
+
+def mmr(offers: list[Offer], k: int, lam: float, vectors) -> list[Offer]:
+    """Maximal marginal relevance (Carbonell & Goldstein 1998): repeatedly take the pair maximising
+    ``lam * relevance - (1 - lam) * max cosine to the pairs already taken``.
+
+    Relevance is the retrieval score (query-candidate cosine) and redundancy the cosine of the pair
+    vectors, both raw as in the original formulation. Rescaling relevance to 0..1 over the pool was
+    tried and rejected: it turns a small score gap into a large one, so another caption of the same
+    photo kept winning (COCO image->caption, offline encoder, k=5, lam=0.7: 2.9 distinct photos per
+    example set rescaled, 4.2 raw; relevance only: 2.6)."""
+    import numpy as np
+
+    rel = np.array([float(o.pair.score or 0.0) for o in offers])
+    sims = vectors @ vectors.T
+    chosen: list[int] = []
+    left = list(range(len(offers)))
+    while left and len(chosen) < k:
+        if chosen:
+            redundancy = sims[np.ix_(left, chosen)].max(axis=1)
+        else:
+            redundancy = np.zeros(len(left))
+        gain = lam * rel[left] - (1.0 - lam) * redundancy
+        best = left[int(np.argmax(gain))]  # argmax keeps the earlier (better ranked) on ties
+        chosen.append(best)
+        left.remove(best)
+    return [offers[i] for i in chosen]
