@@ -20,8 +20,10 @@ from unirag.errors import ConfigError
 from unirag.runtime import (
     check_model_spec,
     configure_torch_threads,
+    HFImagePreprocessor,
     device_map_kwargs,
     hf_from_pretrained,
+    host_to_device,
     resolve_device,
     resolve_dtype,
     to_pil_images,
@@ -119,12 +121,17 @@ class HFClipEncoder(Encoder):
             feats = _features(self.model.get_text_features(**batch))
         return feats.float().cpu().numpy()
 
+    def image_preprocessor(self) -> HFImagePreprocessor:
+        return HFImagePreprocessor(getattr(self.processor, "image_processor", self.processor))
+
     def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
+        pre = self.image_preprocessor()
+        return self._embed_preprocessed(np.stack([pre(im) for im in to_pil_images(images)]))
+
+    def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
         import torch
 
-        pils = to_pil_images(images)
-        proc = getattr(self.processor, "image_processor", self.processor)
-        pixels = proc(images=pils, return_tensors="pt")["pixel_values"].to(self.device, dtype=self.torch_dtype)
+        pixels = host_to_device(batch, self.device, self.torch_dtype)
         with torch.inference_mode():
             feats = _features(self.model.get_image_features(pixel_values=pixels))
         return feats.float().cpu().numpy()

@@ -202,8 +202,23 @@ class UniIRBlipFFEncoder(UniIRQueries, Encoder):
         if images is None:  # UniIR's collator: a missing image is an all-zero (normalised) tensor
             size = self.arch["image_size"]
             return torch.zeros(n, 3, size, size, device=self.device, dtype=self.torch_dtype)
+        from unirag.encoders.base import Prepared
+        from unirag.runtime import host_to_device
+
+        if images and isinstance(images[0], Prepared):  # preprocessed in the decode workers
+            return host_to_device(np.stack([p.array for p in images]), self.device, self.torch_dtype)
         pixels = self.image_processor(images=to_pil_images(images), return_tensors="pt")["pixel_values"]
         return pixels.to(self.device, dtype=self.torch_dtype)
+
+    def image_preprocessor(self):
+        from unirag.runtime import HFImagePreprocessor
+
+        return HFImagePreprocessor(self.image_processor)
+
+    def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
+        from unirag.encoders.base import Prepared
+
+        return self._embed_images([Prepared(row) for row in batch])
 
     def _forward(self, images: Sequence[ImageInput] | None, texts: Sequence[str]) -> np.ndarray:
         import torch

@@ -10,6 +10,9 @@ Started locally, the default is ``cpus - 1`` workers (at least 1) so that one CP
 Ray Data's own tasks: an actor pool that takes every CPU can hang waiting for a read task
 (ray-project/ray#44687, seen on a 2-CPU machine). Inside an actor torch uses ``threads_per_worker``
 threads (default: the machine's CPUs divided among the workers; Ray would otherwise set 1).
+Each actor decodes its images in ``decode_workers`` processes (:mod:`unirag.data.decode`; default:
+``cpus_per_worker`` when GPUs are reserved, so the GPU is fed while the actor's CPUs decode, and 0 -
+inline - on CPU-only runs, where the actors' model threads already use every core).
 
 Without ``ray_address`` a local Ray is started (and stopped afterwards); with one, the run joins
 that cluster - then the pool, the images and the shards folder must be on storage every node sees
@@ -27,7 +30,7 @@ class _ShardWorker:
     """A Ray actor: loads the encoder once, then embeds whole shards."""
 
     def __init__(self, shards_dir: str, encoder_spec: str | None, images_root: str | None, batch_size: int,
-                 device: str, dtype: str | None, threads: int | None) -> None:
+                 device: str, dtype: str | None, threads: int | None, decode_workers: int | None = 0) -> None:
         if threads:
             import torch
 
@@ -36,6 +39,7 @@ class _ShardWorker:
         from unirag.index.shards import read_plan
 
         self.encoder = load_encoder(encoder_spec, device=device, dtype=dtype)
+        self.encoder.decode_workers = decode_workers
         self.shards_dir = shards_dir
         self.plan = read_plan(shards_dir)
         self.images_root = images_root
@@ -64,8 +68,8 @@ def default_workers(ray_module, cpus_per_worker: int, gpus_per_worker: float) ->
 def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str | None,
                images_root: str | Path | None, *, batch_size: int = 64, workers: int | None = None,
                gpus_per_worker: float = 0, cpus_per_worker: int = 1, threads_per_worker: int | None = None,
-               ray_address: str | None = None, dtype: str | None = None, progress: bool = True
-               ) -> list[dict[str, Any]]:
+               ray_address: str | None = None, dtype: str | None = None, progress: bool = True,
+               decode_workers: int | None = None) -> list[dict[str, Any]]:
     """Embed ``shard_ids`` of the planned shards folder on Ray; returns one record per shard embedded.
 
     Workers load ``encoder_spec`` on ``cuda`` when GPUs are reserved (else CPU) in ``dtype``; their
@@ -97,6 +101,8 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
         if threads is None and not ray_address:
             threads = max(1, (os.cpu_count() or 1) // n_workers)
         device = "cuda" if gpus_per_worker else "cpu"
+        if decode_workers is None:
+            decode_workers = cpus_per_worker if gpus_per_worker else 0
         ds = ray.data.from_items([{"shard": i} for i in shard_ids], override_num_blocks=len(shard_ids))
         resources: dict[str, Any] = {"num_cpus": cpus_per_worker}
         if gpus_per_worker:
@@ -106,7 +112,7 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
             fn_constructor_kwargs={"shards_dir": str(Path(shards_dir).resolve()), "encoder_spec": encoder_spec,
                                    "images_root": str(images_root) if images_root else None,
                                    "batch_size": batch_size, "device": device, "dtype": dtype,
-                                   "threads": threads})
+                                   "threads": threads, "decode_workers": decode_workers})
         return sorted(out.take_all(), key=lambda r: r["shard"])
     finally:
         if started_here:

@@ -42,16 +42,18 @@ class Retriever:
     ``encoder``: an encoder object or spec; None loads the one recorded in the index manifest on
     ``device`` in ``dtype`` ("auto": CUDA when available, in its fast dtype) the first time queries must be encoded (or at
     :meth:`warm_up`). ``pool_images_root`` defaults to the images root the index was built with.
+    ``memory``: how an index directory is opened, "mmap" (instant) or "ram" (read into memory: faster
+    batched search; see :meth:`unirag.Index.open`).
     """
 
     def __init__(self, index, encoder=None, *, device: str | None = "auto", dtype: str | None = "auto",
                  verify: bool = False,
-                 pool_images_root: str | Path | None = None) -> None:
+                 pool_images_root: str | Path | None = None, memory: str = "mmap") -> None:
         from unirag.index.handle import Index
 
         if isinstance(index, Index):
             index = index.store
-        self.index = index if isinstance(index, VectorIndex) else VectorIndex.open(index, None, verify)
+        self.index = index if isinstance(index, VectorIndex) else VectorIndex.open(index, None, verify, memory)
         if isinstance(encoder, str):
             from unirag.encoders.registry import load_encoder
 
