@@ -57,7 +57,7 @@ def clip_vision(size: int, tiny: bool) -> dict[str, Any]:
 def clip_text(tiny: bool) -> dict[str, Any]:
     if tiny:
         return dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                    vocab_size=1000, max_position_embeddings=77)
+                    vocab_size=1000, max_position_embeddings=77, bos_token_id=0, eos_token_id=1, pad_token_id=1)
     return dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
                 vocab_size=49408, max_position_embeddings=77)
 
@@ -69,7 +69,7 @@ def blip_configs(tiny: bool):
         v = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32,
                  patch_size=8)
         t = dict(vocab_size=1000, hidden_size=32, encoder_hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                 num_attention_heads=2, max_position_embeddings=128)
+                 num_attention_heads=2, max_position_embeddings=128, bos_token_id=2, pad_token_id=0, sep_token_id=3)
     else:  # BLIP ViT-L/16 at 384 + BERT-base with cross-attention (UniIR BLIP-FF large)
         v = dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
                  image_size=384, patch_size=16)
@@ -208,7 +208,7 @@ def pipeline_rate(bench: Bench, forward, preprocess, batch: int, dtype) -> tuple
     files = photo_files(bench.args.pipeline_images, bench.args.coco)
     jobs = [(s, files[s : s + batch]) for s in range(0, len(files), batch)]
     with DecodePool(workers, preprocess) as pool:
-        for _, items in pool.map(jobs[:2]):  # start the workers (not timed: once per process)
+        for _ in pool.map(jobs[:2]):  # start the workers (not timed: once per process)
             pass
         bench.sync()
         start = time.perf_counter()
@@ -220,15 +220,27 @@ def pipeline_rate(bench: Bench, forward, preprocess, batch: int, dtype) -> tuple
 
 
 def hf_preprocessor(size: int, kind: str = "clip"):
-    from transformers import BlipImageProcessor, CLIPImageProcessor
+    """The PIL/numpy image processor (what runs in the decode workers; not the torchvision one)."""
+    import transformers
 
     from unirag.runtime import HFImagePreprocessor
 
     if kind == "blip":
-        return HFImagePreprocessor(BlipImageProcessor(size={"height": size, "width": size}, resample=3,
-                                                      image_mean=list(CLIP_MEAN), image_std=list(CLIP_STD)))
-    return HFImagePreprocessor(CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size},
-                                                  resample=3, image_mean=list(CLIP_MEAN), image_std=list(CLIP_STD)))
+        cls = getattr(transformers, "BlipImageProcessorPil", None) or transformers.BlipImageProcessor
+        return HFImagePreprocessor(cls(size={"height": size, "width": size}, resample=3, image_mean=list(CLIP_MEAN),
+                                       image_std=list(CLIP_STD)))
+    cls = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
+    return HFImagePreprocessor(cls(size={"shortest_edge": size}, crop_size={"height": size, "width": size}, resample=3,
+                                   image_mean=list(CLIP_MEAN), image_std=list(CLIP_STD)))
+
+
+def features(out):
+    """Projected embeddings from ``get_*_features`` (a tensor in transformers 4, an output object in 5)."""
+    for attr in ("pooler_output", "image_embeds", "text_embeds"):
+        value = getattr(out, attr, None)
+        if value is not None:
+            return value
+    return out
 
 
 # -- the benchmarks -----------------------------------------------------------------------------------
@@ -247,11 +259,12 @@ def bench_clip(bench: Bench, dtype_name: str, dtype) -> None:
             pixels = torch.randn(batch, 3, px, px, device=bench.device, dtype=dtype)
             bench.reset_peak()
             with torch.inference_mode():
-                sec = bench.timed(lambda p=pixels: model.get_image_features(pixel_values=p), bench.args.repeat)
+                sec = bench.timed(lambda p=pixels, m=model: features(m.get_image_features(pixel_values=p)),
+                                  bench.args.repeat)
             bench.add(name, dtype_name, batch, "model", batch / sec, "images/s", bench.peak())
         batch = bench.args.pipeline_batch
         with torch.inference_mode():
-            rate, workers = pipeline_rate(bench, lambda p: model.get_image_features(pixel_values=p),
+            rate, workers = pipeline_rate(bench, lambda p, m=model: features(m.get_image_features(pixel_values=p)),
                                           hf_preprocessor(px), batch, dtype)
         bench.add(name, dtype_name, batch, "pipeline", rate, "images/s", bench.peak(), decode_workers=workers,
                   vs_model=bench.ratio_to_model(name, dtype_name, batch, rate))
@@ -261,16 +274,16 @@ def bench_clip(bench: Bench, dtype_name: str, dtype) -> None:
                 pixels = torch.randn(batch, 3, px, px, device=bench.device, dtype=dtype)
                 ids = torch.randint(0, cfg.text_config.vocab_size, (batch, tokens), device=bench.device)
 
-                def fused(p=pixels, i=ids):
-                    img = model.get_image_features(pixel_values=p)
-                    txt = model.get_text_features(input_ids=i)
+                def fused(p=pixels, i=ids, m=model):
+                    img = features(m.get_image_features(pixel_values=p))
+                    txt = features(m.get_text_features(input_ids=i))
                     return torch.nn.functional.normalize(img + txt, dim=-1)
 
                 bench.reset_peak()
                 with torch.inference_mode():
                     sec = bench.timed(fused, bench.args.repeat)
                 bench.add("uniir-clip-sf-large", dtype_name, batch, "model", batch / sec, "items/s", bench.peak())
-        del model
+        model = None  # noqa: F841 - free it before the next size
         bench.free()
 
 
@@ -303,7 +316,6 @@ def bench_blip(bench: Bench, dtype_name: str, dtype) -> None:
         rate, workers = pipeline_rate(bench, forward, hf_preprocessor(px, "blip"), batch, dtype)
     bench.add("uniir-blip-ff-large", dtype_name, batch, "pipeline", rate, "items/s", bench.peak(),
               decode_workers=workers, vs_model=bench.ratio_to_model("uniir-blip-ff-large", dtype_name, batch, rate))
-    del vision, text
     bench.free()
 
 
@@ -340,7 +352,6 @@ def bench_vlm(bench: Bench, dtype_name: str, dtype, kind: str) -> None:
                 sec = bench.timed(generate, max(1, args.repeat // 4))
             bench.add(name, dtype_name, batch, f"k={k}", batch / sec, "captions/s", bench.peak(),
                       images=images, prompt_tokens=int(ids.shape[1]), new_tokens=new)
-    del model
     bench.free()
 
 
@@ -389,7 +400,6 @@ def bench_sd(bench: Bench, dtype_name: str, dtype) -> None:
             sec = bench.timed(run, 1)
         bench.add("sd15-512" if not args.tiny else "sd15-tiny", dtype_name, batch, f"{steps} steps", sec / batch,
                   "s/image", bench.peak(), size=size)
-    del pipe, unet, vae, text
     bench.free()
 
 
@@ -426,13 +436,13 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA device: run with --device cpu --tiny for the dry mode", file=sys.stderr)
         return 2
     tiny = args.tiny
-    args.embed_batches = args.embed_batches or ([2, 4] if tiny else [32, 256, 512])
-    args.vlm_batches = args.vlm_batches or ([1, 2] if tiny else [1, 8])
+    args.embed_batches = args.embed_batches or ([4] if tiny else [32, 256, 512])
+    args.vlm_batches = args.vlm_batches or ([2] if tiny else [1, 8])
     args.sd_batches = args.sd_batches or ([1] if tiny else [1, 4])
     args.pipeline_batch = args.pipeline_batch or (4 if tiny else 256)
     args.pipeline_images = args.pipeline_images or (8 if tiny else 2048)
     args.new_tokens = args.new_tokens or (4 if tiny else 32)
-    args.repeat = args.repeat or (2 if tiny else 10)
+    args.repeat = args.repeat or (1 if tiny else 10)
     gpu = args.device.startswith("cuda")
     dtypes = (args.dtypes or ("bfloat16,float16" if gpu else "bfloat16")).split(",")
     bench = Bench(args)
@@ -442,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         dtype = getattr(torch, dtype_name)
         for key in args.only.split(","):
             BENCHES[key](bench, dtype_name, dtype)
+            bench.free()  # the model is gone with the function's frame: return its memory
     machine = {"device": torch.cuda.get_device_name(args.device) if gpu else platform.processor() or "cpu",
                "torch": torch.__version__, "python": platform.python_version(), "tiny": tiny,
                "seconds": round(time.perf_counter() - started, 1)}

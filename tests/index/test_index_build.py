@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from index.helpers import HashEncoder, coco_oracle
+from unirag.data import images as images_mod
 from unirag.data.mbeir import write_candidates
 from unirag.data.records import Candidate, Modality
 from unirag.errors import InputError
-from unirag.data import images as images_mod
 from unirag.index.build import build_index
 from unirag.index.manifest import read_manifest, sha256_file
 from unirag.index.store import CandidateMeta, VectorIndex

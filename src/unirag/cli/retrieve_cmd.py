@@ -6,7 +6,12 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.model_options import decode_workers_option, device_options, index_memory_option, instruction_options
+from unirag.cli.model_options import (
+    decode_workers_option,
+    device_options,
+    index_memory_option,
+    instruction_options,
+)
 
 
 @click.command("retrieve")

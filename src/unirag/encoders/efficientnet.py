@@ -58,7 +58,6 @@ class EfficientNetLite0:
 
     def features(self, pil_images: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         """Return ``(pooled, logits)`` as float32 arrays of shape (n, 1280) and (n, 1000)."""
-        import torch
 
         if len(pil_images) == 0:
             return np.zeros((0, POOLED_DIM), np.float32), np.zeros((0, NUM_CLASSES), np.float32)

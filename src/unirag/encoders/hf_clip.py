@@ -18,9 +18,9 @@ import numpy as np
 from unirag.encoders.base import Encoder, ImageInput
 from unirag.errors import ConfigError
 from unirag.runtime import (
+    HFImagePreprocessor,
     check_model_spec,
     configure_torch_threads,
-    HFImagePreprocessor,
     device_map_kwargs,
     hf_from_pretrained,
     host_to_device,
