@@ -133,3 +133,36 @@ def test_cuda_batches_go_through_pinned_memory(monkeypatch) -> None:
     calls.clear()
     host_to_device(np.ones((2, 3), np.float32), "cpu", torch.float32)
     assert "pin" not in calls
+
+
+def test_ray_actors_feed_their_gpus_with_the_spare_cpus() -> None:
+    from unirag.index.ray_engine import default_decode_workers
+
+    class FakeRay:
+        def __init__(self, cpus):
+            self.cpus = cpus
+
+        def cluster_resources(self):
+            return {"CPU": self.cpus, "GPU": 8}
+
+    assert default_decode_workers(FakeRay(64), 8, 1) == 7  # 8 CPUs per GPU actor, one for the actor
+    assert default_decode_workers(FakeRay(128), 1, 1) == 8  # capped
+    assert default_decode_workers(FakeRay(4), 8, 1) == 1  # at least one
+    assert default_decode_workers(FakeRay(64), 8, 0) == 0  # CPU-only actors decode inline
+
+
+def test_blip_ff_fused_files_are_identical_across_decode_workers(coco_mini) -> None:
+    """BLIP-FF fuses inside the model: its image+text path decodes files in the pool too."""
+    from tiny_models import tiny_uniir_blip_ff
+
+    enc = load_encoder(f"uniir:blip_ff:{tiny_uniir_blip_ff()}", device="cpu", batch_size=2, decode_workers=0)
+    paths = [str(p) for p in sorted((coco_mini / "images").glob("*.jpg"))[:3]]
+    texts = ["a dog", "two cats on a sofa", "a kitchen"]
+    inline, images_inline = enc.encode_fused(paths, texts), enc.encode_images(paths)
+    enc.decode_workers = 2
+    try:
+        np.testing.assert_array_equal(enc.encode_fused(paths, texts), inline)
+        np.testing.assert_array_equal(enc.encode_images(paths), images_inline)
+        assert enc.decode_pool(3).preprocess is not None  # BLIP's image processor ran in the workers
+    finally:
+        enc.close()

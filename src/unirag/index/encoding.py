@@ -67,19 +67,24 @@ class ChunkEncoder:
             if modality is None:
                 yield key, None, chunk, [], None
                 continue
-            if modality is Modality.TEXT:
-                yield key, modality, chunk, chunk, encoder.encode_texts([c.txt for c in chunk])
+            kept, vectors = self._encode(pool, modality, chunk, decoded)
+            del decoded  # before the next chunk is decoded: one chunk of images alive when inline
+            yield key, modality, chunk, kept, vectors
+
+    def _encode(self, pool, modality: Modality, chunk: list[Candidate], decoded
+                ) -> tuple[list[Candidate], np.ndarray]:
+        encoder = self.encoder
+        if modality is Modality.TEXT:
+            return chunk, encoder.encode_texts([c.txt for c in chunk])
+        kept, images = [], []
+        for c, d in zip(chunk, decoded, strict=True):
+            if not d.ok:
+                self.bad.add(d.path, d.reason)
                 continue
-            kept, images = [], []
-            for c, d in zip(chunk, decoded, strict=True):
-                if not d.ok:
-                    self.bad.add(d.path, d.reason)
-                    continue
-                kept.append(c)
-                images.append(encoder.prepared(pool, d.image))
-            if not kept:
-                yield key, modality, chunk, [], np.zeros((0, encoder.dim), dtype=np.float32)
-            elif modality is Modality.IMAGE:
-                yield key, modality, chunk, kept, encoder.encode_images(images)
-            else:
-                yield key, modality, chunk, kept, encoder.encode_fused(images, [c.txt for c in kept])
+            kept.append(c)
+            images.append(encoder.prepared(pool, d.image))
+        if not kept:
+            return [], np.zeros((0, encoder.dim), dtype=np.float32)
+        if modality is Modality.IMAGE:
+            return kept, encoder.encode_images(images)
+        return kept, encoder.encode_fused(images, [c.txt for c in kept])

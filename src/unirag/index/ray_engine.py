@@ -10,9 +10,11 @@ Started locally, the default is ``cpus - 1`` workers (at least 1) so that one CP
 Ray Data's own tasks: an actor pool that takes every CPU can hang waiting for a read task
 (ray-project/ray#44687, seen on a 2-CPU machine). Inside an actor torch uses ``threads_per_worker``
 threads (default: the machine's CPUs divided among the workers; Ray would otherwise set 1).
-Each actor decodes its images in ``decode_workers`` processes (:mod:`unirag.data.decode`; default:
-``cpus_per_worker`` when GPUs are reserved, so the GPU is fed while the actor's CPUs decode, and 0 -
-inline - on CPU-only runs, where the actors' model threads already use every core).
+Each actor decodes its images in ``decode_workers`` processes (:mod:`unirag.data.decode`). Default:
+with GPUs reserved, the cluster's CPUs shared among the actors, less one each for the actor itself
+(at most 8): a GPU embeds images faster than one core decodes them, so the CPUs Ray does not need
+feed the GPUs (these processes are not Ray tasks and reserve nothing); on CPU-only runs 0 - inline -
+as the actors' model threads already use every core.
 
 Without ``ray_address`` a local Ray is started (and stopped afterwards); with one, the run joins
 that cluster - then the pool, the images and the shards folder must be on storage every node sees
@@ -65,6 +67,17 @@ def default_workers(ray_module, cpus_per_worker: int, gpus_per_worker: float) ->
     return max(1, (int(resources.get("CPU", 1)) - 1) // max(1, cpus_per_worker))
 
 
+def default_decode_workers(ray_module, n_workers: int, gpus_per_worker: float) -> int:
+    """Decode processes per actor (see the module docstring): 0 without GPUs, else the CPUs per actor
+    less one, between 1 and :data:`unirag.data.decode.AUTO_WORKERS_CAP`."""
+    from unirag.data.decode import AUTO_WORKERS_CAP
+
+    if not gpus_per_worker:
+        return 0
+    cpus = int(ray_module.cluster_resources().get("CPU", 1))
+    return max(1, min(AUTO_WORKERS_CAP, cpus // max(1, n_workers) - 1))
+
+
 def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str | None,
                images_root: str | Path | None, *, batch_size: int = 64, workers: int | None = None,
                gpus_per_worker: float = 0, cpus_per_worker: int = 1, threads_per_worker: int | None = None,
@@ -102,7 +115,7 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
             threads = max(1, (os.cpu_count() or 1) // n_workers)
         device = "cuda" if gpus_per_worker else "cpu"
         if decode_workers is None:
-            decode_workers = cpus_per_worker if gpus_per_worker else 0
+            decode_workers = default_decode_workers(ray, n_workers, gpus_per_worker)
         ds = ray.data.from_items([{"shard": i} for i in shard_ids], override_num_blocks=len(shard_ids))
         resources: dict[str, Any] = {"num_cpus": cpus_per_worker}
         if gpus_per_worker:
