@@ -125,3 +125,39 @@ def test_worker_settings(monkeypatch) -> None:
     assert workers_for(2, 10) == 2  # an explicit setting is used as is
     monkeypatch.setattr(decode, "available_cores", lambda: 2)
     assert workers_for(None, 10_000) == 2
+
+
+def test_workers_end_when_their_parent_is_killed(photo_paths, tmp_path) -> None:
+    """A build killed with SIGKILL leaves no decode worker behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os, time\n"
+        "from unirag.data.decode import DecodePool\n"
+        f"paths = {photo_paths[:2]!r}\n"
+        "pool = DecodePool(2)\n"
+        "list(pool.map([(0, paths)]))\n"
+        "print(' '.join(str(p) for p in pool._executor._processes), flush=True)\n"
+        "time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    workers = [int(p) for p in proc.stdout.readline().split()]
+    assert len(workers) == 2
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    deadline = time.time() + 60
+    while any(alive(p) for p in workers) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not any(alive(p) for p in workers)

@@ -133,10 +133,29 @@ def start_method() -> str:
     return "fork" if sys.platform.startswith("linux") else "spawn"
 
 
+def _exit_with_parent(poll_seconds: float = 1.0) -> None:
+    """End this worker when the process that started it is gone (killed mid-build): a forked worker
+    holds copies of the pool's pipes, so it would otherwise wait on them forever (DataLoader workers
+    watch their parent the same way)."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        import time
+
+        while os.getppid() == parent:
+            time.sleep(poll_seconds)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="unirag-decode-watchdog", daemon=True).start()
+
+
 def _init_worker(preprocess: Any, pickled: bool) -> None:
     """Single-threaded numerics (the parallelism is the processes), then the preprocessor (unpickled
     here when spawned, so that the thread settings come first)."""
     global _WORKER_PREPROCESS
+    _exit_with_parent()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"
     _WORKER_PREPROCESS = pickle.loads(preprocess) if pickled and preprocess is not None else preprocess
