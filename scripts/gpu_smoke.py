@@ -15,6 +15,11 @@ float32 (the reference, computed first):
 4. ``xr``: X^R composed image retrieval with every agent on the local VLM and the CLIP encoder on the device.
 
 Prints one ``key=value`` line per step and ``SMOKE OK`` at the end; exits 1 on the first failure.
+
+``--bench OUT.json`` then runs ``benchmarks/bench_gpu.py`` (real-size architectures, random weights:
+throughput and peak memory, see docs/throughput.md) on the same device, ``--tiny`` on CPU:
+
+    python scripts/gpu_smoke.py --bench bench_gpu.json   # on a GPU machine: both, in one command
 The tiny models come from ``tests/tiny_models.py`` and the photos from the bundled demo sample.
 """
 
@@ -177,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (dry mode: bfloat16 only)")
     parser.add_argument("--images", type=int, default=8, help="demo photos in the pool (5 captions each)")
     parser.add_argument("--work", type=Path, default=None, help="working folder (default: a temporary one)")
+    parser.add_argument("--bench", type=Path, default=None, metavar="OUT.json",
+                        help="afterwards run benchmarks/bench_gpu.py on the device and write its JSON here")
     args = parser.parse_args(argv)
 
     from unirag.runtime import resolve_device
@@ -197,6 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         diffusers_step(device, dtypes)
         xr_step(device, dtypes[-1], work)
     print(f"SMOKE OK total_seconds={time.perf_counter() - started:.1f}", flush=True)
+    if args.bench is not None:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import bench_gpu
+
+        return bench_gpu.main(["--device", device, "--out", str(args.bench)] + (["--tiny"] if device == "cpu" else []))
     return 0
 
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from index.helpers import HashEncoder, coco_oracle
+from unirag.data import images as images_mod
 from unirag.data.mbeir import write_candidates
 from unirag.data.records import Candidate, Modality
 from unirag.errors import InputError
-from unirag.index import encoding as encoding_mod
 from unirag.index.build import build_index
 from unirag.index.manifest import read_manifest, sha256_file
 from unirag.index.store import CandidateMeta, VectorIndex
@@ -54,7 +54,7 @@ def test_build_streams_in_bounded_chunks(coco_mini: Path, coco_mbeir, tmp_path: 
     pool.write_text("\n".join(lines) + "\n")
     refs: list[weakref.ref] = []
     peak = [0]
-    real_load = encoding_mod.load_rgb
+    real_load = images_mod.load_rgb
 
     def counting_load(path):
         im = real_load(path)
@@ -62,8 +62,9 @@ def test_build_streams_in_bounded_chunks(coco_mini: Path, coco_mbeir, tmp_path: 
         peak[0] = max(peak[0], sum(r() is not None for r in refs))
         return im
 
-    monkeypatch.setattr(encoding_mod, "load_rgb", counting_load)
+    monkeypatch.setattr(images_mod, "load_rgb", counting_load)
     encoder.batch_size = 4
+    encoder.decode_workers = 0  # inline, so the counting loader sees every decode
     build_index(pool, coco_mini, tmp_path / "idx", encoder, batch_size=8, progress=False)
     # 40 images and 200 captions arrive as chunks of at most 8, encoded in batches of at most 4
     assert max(encoder.image_batches) <= 4 and sum(encoder.image_batches) == 40

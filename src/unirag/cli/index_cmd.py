@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.model_options import device_options
+from unirag.cli.model_options import decode_workers_option, device_options
 from unirag.errors import ConfigError
 
 
@@ -37,7 +37,8 @@ def index_group() -> None:
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
               help="Index directory to write (required unless --shard with --shards-dir).")
 @click.option("--encoder", "encoder_spec", default=None,
-              help="Encoder name, Hugging Face id or local path (default: the offline encoder). With "
+              help="Encoder name, Hugging Face id, local path, uniir:..., or python:MODULE:FACTORY for your own "
+                   "(default: the offline encoder). With "
                    "--embeddings: the model that made them, recorded so queries use the same one.")
 @click.option("--index-type", type=click.Choice(["flat", "hnsw", "ivfpq"]), default="flat", show_default=True,
               help="flat = exact inner product; hnsw / ivfpq = approximate, for large pools.")
@@ -65,10 +66,11 @@ def index_group() -> None:
 @click.option("--ids", "ids_file", type=click.Path(path_type=Path), default=None,
               help="With a .npy --embeddings: one candidate id per line, row order (default: the pool's order).")
 @device_options
+@decode_workers_option
 def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: str | None, index_type: str,
           params: tuple[str, ...], batch_size: int, engine: str, ray_address: str | None, workers: int | None,
           gpus_per_worker: float, shards_dir: Path | None, shard_size: int | None, shard_spec: str | None,
-          embeddings: Path | None, ids_file: Path | None, device: str, dtype: str) -> None:
+          embeddings: Path | None, ids_file: Path | None, device: str, dtype: str, decode_workers: int | None) -> None:
     """Encode every candidate of POOL (or take --embeddings) and write an index to OUT (streaming, atomic)."""
     from unirag.errors import InputError
     from unirag.index.factory import resolve_params
@@ -94,7 +96,8 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
 
         shards_dir = shards_dir if shards_dir is not None else default_shards_dir(out)
         record = Index.embed_shard(pool, shard_spec, shards_dir, encoder=encoder_spec, images_root=images_root,
-                                   batch_size=batch_size, device=device, dtype=dtype)
+                                   batch_size=batch_size, device=device, dtype=dtype,
+                                   decode_workers=decode_workers)
         state = "already done" if record.get("skipped") else f"embedded in {record['seconds']:.1f}s"
         click.echo(f"shard {shard_spec}: {record['rows']} vectors {state} ({shards_dir})")
         return
@@ -113,7 +116,8 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
             raise ConfigError("--ray-address/--workers/--gpus-per-worker/--shard-size go with --engine ray")
         index = Index.build(Pool.read(pool, images_root), out, encoder=encoder_spec, index_type=index_type,
                             params=overrides, batch_size=batch_size, device=device, dtype=dtype, progress=True,
-                            engine=engine, shards_dir=shards_dir, shard_size=shard_size, workers=workers,
+                            engine=engine, decode_workers=decode_workers, shards_dir=shards_dir,
+                            shard_size=shard_size, workers=workers,
                             gpus_per_worker=gpus_per_worker or None, ray_address=ray_address)
     manifest = index.manifest
     counts = ", ".join(f"{m}: {n}" for m, n in manifest["counts"].items())

@@ -1,4 +1,5 @@
-"""Options of every command that runs a local model: ``--device``/``--dtype`` and M-BEIR ``--instructions``.
+"""Options of every command that runs a local model: ``--device``/``--dtype``, ``--decode-workers``, M-BEIR
+``--instructions``, and ``--index-memory`` for the commands that search an index.
 
 One definition each, passed straight to the library (``load_encoder(spec, device=, dtype=)``, the
 generator factories), which decides what "auto" means (:mod:`unirag.runtime`).
@@ -28,3 +29,32 @@ def instruction_options(fn: Callable) -> Callable:
     return click.option("--instructions", "instructions", type=click.Path(dir_okay=False), default=None,
                         help="UniIR encoders: M-BEIR query_instructions.tsv (default: instructions/ next to the "
                              "queries' M-BEIR root, found by walking up from the queries file).")(fn)
+
+
+DECODE_WORKERS_HELP = ("Processes that decode and preprocess images ahead of the encoder: auto (the cores available "
+                       "to this process, at most 8; small jobs inline) or N; 0 = in the model's process.")
+
+
+def decode_workers_option(fn: Callable) -> Callable:
+    """``--decode-workers auto|N`` (see :mod:`unirag.data.decode`)."""
+    from unirag.data.decode import resolve_decode_workers
+
+    def convert(ctx, param, value):
+        from unirag.errors import ConfigError
+
+        try:
+            return resolve_decode_workers(value)
+        except ConfigError as e:
+            raise click.BadParameter(str(e)) from None
+
+    return click.option("--decode-workers", "decode_workers", default="auto", show_default=True, callback=convert,
+                        help=DECODE_WORKERS_HELP)(fn)
+
+
+def index_memory_option(fn: Callable, default: str = "mmap", extra: str = "") -> Callable:
+    """``--index-memory mmap|ram`` (see :meth:`unirag.Index.open`)."""
+    choices = ("mmap", "ram") + (("auto",) if default == "auto" else ())
+    return click.option("--index-memory", "index_memory", type=click.Choice(choices), default=default,
+                        show_default=True,
+                        help="mmap: memory-map the FAISS files (instant open); ram: read them into memory at open "
+                             "(exact batched search at in-RAM FAISS speed)" + extra + ".")(fn)

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.model_options import device_options, instruction_options
+from unirag.cli.model_options import (
+    decode_workers_option,
+    device_options,
+    index_memory_option,
+    instruction_options,
+)
 from unirag.cli.profile_options import profile_options
 from unirag.cli.selection_options import selection_of, selection_options
 
@@ -30,13 +35,15 @@ from unirag.cli.selection_options import selection_of, selection_options
 @click.option("--verify/--no-verify", default=False, show_default=True,
               help="Re-hash the index files on open (reads the whole index; open checks sizes anyway).")
 @device_options
+@decode_workers_option
+@index_memory_option
 @instruction_options
 @profile_options("pair_completion", "example_pairs")
 @selection_options
 def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, out: Path, modality: str,
              exclude_positives: Path | None, encoder_spec: str | None, pool_images_root: Path | None,
-             verify: bool, device: str, dtype: str, instructions: str | None, no_instructions: bool,
-             settings=None, **selection: object) -> None:
+             verify: bool, device: str, dtype: str, decode_workers: int | None, index_memory: str,
+             instructions: str | None, no_instructions: bool, settings=None, **selection: object) -> None:
     """Retrieve the top K candidates and K image-caption pairs for every query."""
     from unirag.errors import ConfigError
     from unirag.retrieval.batch_run import run_retrieval
@@ -47,7 +54,8 @@ def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, o
                             query_images_root=images_root, encoder=encoder_spec, pool_images_root=pool_images_root,
                             verify=verify, device=device, dtype=dtype, instructions=instructions,
                             use_instructions=not no_instructions, progress=True, profile=settings,
-                            selection=selection_of(selection))
+                            selection=selection_of(selection), index_memory=index_memory,
+                            decode_workers=decode_workers)
     short, replaced, leaks = summary.short, summary.replaced, summary.leaks
     click.echo(f"{len(summary.results)} queries -> {summary.run_path} and {summary.trec_path}"
                + (f"; {replaced} wrong-modality candidate(s) replaced by their complement" if replaced else "")

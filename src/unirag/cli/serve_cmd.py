@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
+from unirag.cli.model_options import index_memory_option
 from unirag.errors import ConfigError
+
+
+def index_memory_option_auto(fn):
+    return index_memory_option(fn, default="auto", extra="; auto: ram when the FAISS files take at most half the "
+                                                         "memory available, else mmap")
 
 
 @click.command("serve")
@@ -36,11 +42,12 @@ from unirag.errors import ConfigError
               help="retrieval:consensus caption similarity.")
 @click.option("--device", default="auto", show_default=True,
               help="Where the query encoder and local generator models run: auto (CUDA when available), cpu, cuda:1.")
+@index_memory_option_auto
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True)
 def serve(index, generator_spec, image_generator_spec, cir_agents, host, port, token_env, cors_origins,
           max_upload_mb, max_pixels, concurrency, max_attempts, base_url, timeout, family, similarity,
-          device, log_level) -> None:
+          device, index_memory, log_level) -> None:
     """Serve search, RAG captioning, image generation and composed retrieval over HTTP, with a web page at /."""
     from unirag.serve.settings import ServeSettings
 
@@ -53,7 +60,7 @@ def serve(index, generator_spec, image_generator_spec, cir_agents, host, port, t
                              port=port, token_env=token_env, cors_origins=list(cors_origins),
                              max_upload_bytes=int(max_upload_mb * 1024 * 1024), max_pixels=max_pixels,
                              generator_concurrency=concurrency, max_attempts=max_attempts,
-                             generator_options=gen_opts, device=device)
+                             generator_options=gen_opts, device=device, index_memory=index_memory)
     settings.check()  # refuse an unsafe bind before loading anything
     try:
         import uvicorn

@@ -4,6 +4,10 @@ A backend implements :meth:`Encoder._embed_texts` and :meth:`Encoder._embed_imag
 this base class normalises, batches, fuses image+text inputs UniIR CLIP-SF style, and dispatches
 records by modality. So the fusion and the modality handling exist once, not per backend.
 
+Images given as paths are decoded, and preprocessed where the backend splits its CPU preprocessing
+out (:meth:`Encoder.image_preprocessor` + :meth:`Encoder._embed_preprocessed`), in a pool of decode
+workers ahead of the model (:mod:`unirag.data.decode`; ``decode_workers``: None = auto, 0 = inline).
+
 An encoder's :meth:`~Encoder.fingerprint` hashes :meth:`~Encoder.identity`: what decides the vectors
 (the weights, the preprocessing, the fusion), never where the weights are stored or the device and
 precision they run in. So an index built in bfloat16 on a GPU is searched in float32 on a CPU.
@@ -14,7 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,13 @@ import numpy as np
 from unirag.data.records import Candidate, Modality, Query, resolve_image
 
 ImageInput = Any  # a path (str | Path) or a PIL image
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An image already decoded and put through :meth:`Encoder.image_preprocessor` (in a decode worker)."""
+
+    array: np.ndarray
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
@@ -61,6 +73,9 @@ class Encoder(ABC):
     batch_size: int = 32
     #: How image+text inputs are combined (see :func:`fuse_score_level`).
     fusion: str = FUSION_RAW_SUM
+    #: Processes that decode (and preprocess) image files ahead of the model: None = auto (the
+    #: cores available, capped; small jobs inline), 0 = inline. Never changes the vectors.
+    decode_workers: int | None = None
 
     @abstractmethod
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
@@ -69,6 +84,45 @@ class Encoder(ABC):
     @abstractmethod
     def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
         """Raw embeddings of one batch of images (paths or PIL images)."""
+
+    def image_preprocessor(self) -> Callable[[Any], np.ndarray] | None:
+        """A picklable callable RGB PIL image -> the array the model takes, run in the decode workers;
+        backends that return one also implement :meth:`_embed_preprocessed`. None: the workers only
+        decode and :meth:`_embed_images` gets PIL images."""
+        return None
+
+    def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
+        """Raw embeddings of a stacked batch of :meth:`image_preprocessor` outputs."""
+        raise NotImplementedError(f"{type(self).__name__} has no image preprocessor")
+
+    def _embed_image_batch(self, items: Sequence[Any]) -> np.ndarray:
+        """One batch of images: preprocessed ones (:class:`Prepared`) straight to the model, else
+        :meth:`_embed_images` (PIL images or paths)."""
+        if items and isinstance(items[0], Prepared):
+            return self._embed_preprocessed(np.stack([p.array for p in items]))
+        return self._embed_images(items)
+
+    def decode_pool(self, n_images: int | None = None):
+        """The :class:`~unirag.data.decode.DecodePool` for a job of ``n_images`` (None: unknown).
+
+        Worker processes are started once per encoder and kept (closed by :meth:`close`); an inline
+        pool (0 workers) costs nothing.
+        """
+        from unirag.data.decode import DecodePool, resolve_decode_workers, workers_for
+
+        workers = workers_for(resolve_decode_workers(self.decode_workers), n_images)
+        if workers == 0:
+            return DecodePool(0, self.image_preprocessor())
+        pool = self.__dict__.get("_decode_pool")
+        if pool is None or pool.workers != workers:
+            if pool is not None:
+                pool.close()
+            pool = self._decode_pool = DecodePool(workers, self.image_preprocessor())
+        return pool
+
+    def prepared(self, pool, image: Any) -> Any:
+        """What a decoded item of ``pool`` is handed to :meth:`_embed_image_batch` as."""
+        return Prepared(image) if pool.preprocess is not None else image
 
     def identity(self) -> dict[str, Any]:
         """Everything that changes the vectors and nothing else (not the path, device or precision of
@@ -86,6 +140,9 @@ class Encoder(ABC):
 
     def close(self) -> None:
         """Drop the model and return its GPU memory (the encoder cannot be used afterwards)."""
+        pool = self.__dict__.pop("_decode_pool", None)
+        if pool is not None:
+            pool.close()
         for attr in ("model", "_model"):
             if hasattr(self, attr):
                 setattr(self, attr, None)
@@ -109,14 +166,34 @@ class Encoder(ABC):
     def encode_texts(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         return self._batched(self._embed_texts, list(texts), progress, "encode texts")
 
+    def _image_vectors(self, images: Sequence[ImageInput], progress: bool, normalize: bool = True) -> np.ndarray:
+        """Image embeddings; files are decoded (and preprocessed) ahead of the model in the decode pool,
+        and a missing or corrupt one raises :class:`~unirag.errors.InputError` naming it."""
+        from unirag.data.images import is_path_like
+
+        items = list(images)
+        if not items or not all(is_path_like(im) for im in items):
+            return self._batched(self._embed_image_batch, items, progress, "encode images", normalize)
+        from tqdm.auto import tqdm
+
+        pool = self.decode_pool(len(items))
+        jobs = ((s, items[s : s + self.batch_size]) for s in range(0, len(items), self.batch_size))
+        out = []
+        for _, decoded in tqdm(pool.map(jobs), total=-(-len(items) // self.batch_size), desc="encode images",
+                               disable=not progress or len(items) <= self.batch_size, unit="batch"):
+            batch = [self.prepared(pool, d.unwrap()) for d in decoded]
+            out.append(np.asarray(self._embed_image_batch(batch), dtype=np.float32))
+        vecs = np.concatenate(out, axis=0)
+        return l2_normalize(vecs) if normalize else vecs
+
     def encode_images(self, images: Sequence[ImageInput], progress: bool = False) -> np.ndarray:
-        return self._batched(self._embed_images, list(images), progress, "encode images")
+        return self._image_vectors(images, progress)
 
     def encode_fused(self, images: Sequence[ImageInput], texts: Sequence[str], progress: bool = False) -> np.ndarray:
         if len(images) != len(texts):
             raise ValueError(f"fused encoding needs as many images as texts ({len(images)} != {len(texts)})")
         raw = self.fusion == FUSION_RAW_SUM
-        img = self._batched(self._embed_images, list(images), progress, "encode images", normalize=not raw)
+        img = self._image_vectors(images, progress, normalize=not raw)
         txt = self._batched(self._embed_texts, list(texts), progress, "encode texts", normalize=not raw)
         return fuse_score_level(img, txt, self.fusion)
 

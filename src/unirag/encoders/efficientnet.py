@@ -58,11 +58,18 @@ class EfficientNetLite0:
 
     def features(self, pil_images: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         """Return ``(pooled, logits)`` as float32 arrays of shape (n, 1280) and (n, 1000)."""
-        import torch
 
         if len(pil_images) == 0:
             return np.zeros((0, POOLED_DIM), np.float32), np.zeros((0, NUM_CLASSES), np.float32)
-        batch = torch.from_numpy(np.stack([preprocess(im) for im in pil_images])).to(self.device)
+        return self.features_preprocessed(np.stack([preprocess(im) for im in pil_images]))
+
+    def features_preprocessed(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`features` of a stacked batch of :func:`preprocess` outputs (made in decode workers)."""
+        import torch
+
+        from unirag.runtime import host_to_device
+
+        batch = host_to_device(batch, self.device)
         with torch.inference_mode():
             fmap = self.model.extract_features(batch)
             pooled = fmap.mean(dim=(2, 3))

@@ -29,10 +29,12 @@ from unirag.encoders.base import Encoder, ImageInput
 from unirag.encoders.preprocess import CLIP_TEXT_CLEANING, clean_clip_text, openai_transform_for
 from unirag.errors import ConfigError
 from unirag.runtime import (
+    HFImagePreprocessor,
     check_model_spec,
     configure_torch_threads,
     device_map_kwargs,
     hf_from_pretrained,
+    host_to_device,
     resolve_device,
     resolve_dtype,
     to_pil_images,
@@ -155,16 +157,21 @@ class HFClipEncoder(Encoder):
             feats = _features(self.model.get_text_features(**batch))
         return feats.float().cpu().numpy()
 
+    def image_preprocessor(self):
+        """One image -> its pixel values: OpenAI's transform when this is an OpenAI CLIP layout
+        (:mod:`unirag.encoders.preprocess`), else the checkpoint's own image processor."""
+        if self.image_transform is not None:
+            return self.image_transform.single
+        return HFImagePreprocessor(getattr(self.processor, "image_processor", self.processor))
+
     def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
+        pre = self.image_preprocessor()
+        return self._embed_preprocessed(np.stack([pre(im) for im in to_pil_images(images)]))
+
+    def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
         import torch
 
-        pils = to_pil_images(images)
-        if self.image_transform is not None:
-            pixels = torch.from_numpy(self.image_transform(pils))
-        else:
-            proc = getattr(self.processor, "image_processor", self.processor)
-            pixels = proc(images=pils, return_tensors="pt")["pixel_values"]
-        pixels = pixels.to(self.device, dtype=self.torch_dtype)
+        pixels = host_to_device(batch, self.device, self.torch_dtype)
         with torch.inference_mode():
             feats = _features(self.model.get_image_features(pixel_values=pixels))
         return feats.float().cpu().numpy()

@@ -102,3 +102,12 @@ class OfflineEncoder(Encoder):
 
         pooled, logits = self._image_model.features(to_pil_images(images))
         return self.space.image_vectors(pooled, logits)
+
+    def image_preprocessor(self):
+        from unirag.encoders.efficientnet import preprocess
+
+        return preprocess
+
+    def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
+        pooled, logits = self._image_model.features_preprocessed(batch)
+        return self.space.image_vectors(pooled, logits)

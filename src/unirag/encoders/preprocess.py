@@ -98,6 +98,10 @@ class OpenAIClipTransform:
         """Pixel values [N, 3, size, size], float32."""
         return _normalised_array([self.crop(im) for im in images], self.mean, self.std)
 
+    def single(self, image) -> np.ndarray:
+        """One image's pixel values [3, size, size]: the decode workers' per-image preprocessor."""
+        return self([image])[0]
+
     def identity(self) -> dict[str, Any]:
         return {"kind": "openai-clip", "size": self.size, "resize": "pil-bicubic-shorter-side",
                 "crop_offset": self.crop_rounding, "mean": list(self.mean), "std": list(self.std)}
@@ -115,6 +119,10 @@ class SquareResizeTransform:
         s = self.size
         return _normalised_array([im if im.size == (s, s) else im.resize((s, s), resample=_BICUBIC) for im in images],
                                  self.mean, self.std)
+
+    def single(self, image) -> np.ndarray:
+        """One image's pixel values [3, size, size]: the decode workers' per-image preprocessor."""
+        return self([image])[0]
 
     def identity(self) -> dict[str, Any]:
         return {"kind": "square-resize", "size": self.size, "resize": "pil-bicubic", "mean": list(self.mean),

@@ -1,5 +1,6 @@
-"""Pick an encoder by name: the offline default, any CLIP-family checkpoint by hub id / local path, or a
-UniIR checkpoint file (``uniir:clip_sf:PATH``, see :mod:`unirag.encoders.uniir`).
+"""Pick an encoder by name: the offline default, any CLIP-family checkpoint by hub id / local path, a
+UniIR checkpoint file (``uniir:clip_sf:PATH``, see :mod:`unirag.encoders.uniir`) or your own
+(``python:MODULE:FACTORY``, see :mod:`unirag.encoders.plugin`).
 
 Cheap to import (no torch, no transformers): the CLI imports it to validate options before any model
 loads.
@@ -41,7 +42,7 @@ def instruction_kwargs(spec: str | None, instructions: str | None, no_instructio
 
 def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype: str | None = "auto",
                  batch_size: int | None = None, instructions: str | None = None,
-                 use_instructions: bool | None = None) -> Encoder:
+                 use_instructions: bool | None = None, decode_workers: int | str | None = None) -> Encoder:
     """Return the encoder ``spec`` names, on ``device`` in ``dtype``.
 
     ``None``, ``"offline"`` or ``"default"``: the offline joint encoder shipped with the package.
@@ -49,16 +50,37 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
     the variant): a UniIR CLIP-SF or BLIP-FF checkpoint file; M-BEIR
     query instructions are prepended to queries unless ``use_instructions=False`` (``instructions`` = a
     ``query_instructions.tsv``; default: the packaged M-BEIR one).
+    ``python:MODULE:FACTORY``: the encoder a function of yours returns (:mod:`unirag.encoders.plugin`).
     Anything else: a Hugging Face hub id or a local checkpoint directory, loaded by the CLIP-family
     backend.
+
+    ``decode_workers``: processes that decode and preprocess image files ahead of the model
+    (:mod:`unirag.data.decode`): None or "auto" = the cores available (at most 8; small jobs
+    inline), 0 = inline. It never changes the vectors.
 
     ``device``: "auto" (CUDA, else MPS, else CPU), "cpu", "cuda", "cuda:N", "mps". ``dtype``: "auto"
     (bfloat16/float16 on a GPU, float32 on CPU), "float32", "float16", "bfloat16". Neither changes the
     encoder's fingerprint. Raises :class:`unirag.errors.ConfigError` naming ``spec`` when it cannot be
     loaded.
     """
+    from unirag.data.decode import resolve_decode_workers
+
+    encoder = _load(spec, device=device, dtype=dtype, batch_size=batch_size, instructions=instructions,
+                    use_instructions=use_instructions)
+    encoder.decode_workers = resolve_decode_workers(decode_workers)
+    return encoder
+
+
+def _load(spec: str | None, *, device, dtype, batch_size, instructions, use_instructions) -> Encoder:
+    from unirag.encoders.plugin import is_plugin_spec
     from unirag.errors import ConfigError
 
+    if is_plugin_spec(spec):
+        if instructions is not None or use_instructions:
+            raise ConfigError(f"query instructions are for UniIR encoders (uniir:...), not {spec!r}")
+        from unirag.encoders.plugin import PluginEncoder
+
+        return PluginEncoder(spec, device=device, dtype=dtype, batch_size=batch_size)
     if is_offline_name(spec):
         from unirag.encoders.offline import OfflineEncoder
 

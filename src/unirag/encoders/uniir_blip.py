@@ -201,8 +201,22 @@ class UniIRBlipFFEncoder(UniIRQueries, Encoder):
         if images is None:  # UniIR's collator: a missing image is an all-zero (normalised) tensor
             size = self.arch["image_size"]
             return torch.zeros(n, 3, size, size, device=self.device, dtype=self.torch_dtype)
+        from unirag.encoders.base import Prepared
+        from unirag.runtime import host_to_device
+
+        if images and isinstance(images[0], Prepared):  # preprocessed in the decode workers
+            return host_to_device(np.stack([p.array for p in images]), self.device, self.torch_dtype)
         pixels = torch.from_numpy(self.image_transform(to_pil_images(images)))
         return pixels.to(self.device, dtype=self.torch_dtype)
+
+    def image_preprocessor(self):
+        """BLIP's eval transform for one image (PIL bicubic resize, whatever is installed)."""
+        return self.image_transform.single
+
+    def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
+        from unirag.encoders.base import Prepared
+
+        return self._embed_images([Prepared(row) for row in batch])
 
     def _forward(self, images: Sequence[ImageInput] | None, texts: Sequence[str]) -> np.ndarray:
         import torch
@@ -229,10 +243,21 @@ class UniIRBlipFFEncoder(UniIRQueries, Encoder):
         """Feature fusion: the image and its text in one forward pass (no score-level sum)."""
         if len(images) != len(texts):
             raise ValueError(f"fused encoding needs as many images as texts ({len(images)} != {len(texts)})")
-        return self._batched(self._embed_pairs, list(zip(images, texts, strict=True)), progress, "encode image+text")
+        from unirag.data.images import is_path_like
+
+        images, texts = list(images), list(texts)
+        if not images or not all(is_path_like(im) for im in images):
+            return self._batched(self._embed_pairs, list(zip(images, texts, strict=True)), progress, "encode image+text")
+        from unirag.encoders.base import l2_normalize
+
+        # files: decoded and preprocessed in the decode pool, batch by batch, ahead of the model
+        pool, size = self.decode_pool(len(images)), self.batch_size
+        jobs = ((list(texts[s : s + size]), images[s : s + size]) for s in range(0, len(images), size))
+        out = [np.asarray(self._embed_pairs([(self.prepared(pool, d.unwrap()), t) for d, t in
+                                             zip(decoded, batch_texts, strict=True)]), dtype=np.float32)
+               for batch_texts, decoded in pool.map(jobs)]
+        return l2_normalize(np.concatenate(out, axis=0))
 
     def close(self) -> None:
-        from unirag.runtime import free_memory
-
         self.vision = self.text = None
-        free_memory(self.device)
+        super().close()  # the decode workers, then the GPU memory

@@ -94,7 +94,8 @@ def _build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, ind
               f"on Ray", flush=True)
     ray_engine.run_shards(shards_dir, todo, encoder_spec, images_root, batch_size=batch_size, workers=workers,
                           gpus_per_worker=gpus_per_worker, ray_address=ray_address,
-                          dtype=worker_dtype, progress=progress)
+                          dtype=worker_dtype, progress=progress,
+                          decode_workers=getattr(encoder, "decode_workers", None))
     manifest = build_from_embeddings(pool, shards_dir, out_dir, info, index_type=index_type, params=params,
                                      images_root=images_root, progress=progress)
     return manifest
@@ -127,26 +128,29 @@ def _build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, en
         candidates, total, pool_file = ((None, c) for c in pool), len(pool), None
 
     bad = BadImageReport()
-    encode_chunk = ChunkEncoder(encoder, images_root, bad)
-    pending: dict[Modality, list[Candidate]] = {}
+    encode_chunk = ChunkEncoder(encoder, images_root, bad, n_images=total)
     seen: dict[str, int | None] = {}
-    with IndexWriter(out_dir, encoder.dim, encoder_info(encoder, encoder_spec), index_type, params) as writer:
+    bar = tqdm(total=total, desc="index build", unit="cand", disable=not progress)
 
-        def flush(modality: Modality) -> None:
-            kept, vectors = encode_chunk(modality, pending.pop(modality))
-            writer.add(modality, [candidate_meta(c) for c in kept], vectors)
-
-        bar = tqdm(total=total, desc="index build", unit="cand", disable=not progress)
+    def chunks():
+        """Same-modality chunks of ``batch_size`` in pool order (read ahead while the pool decodes)."""
+        pending: dict[Modality, list[Candidate]] = {}
         for lineno, c in candidates:
             if c.did in seen:
                 raise duplicate_did(c.did, lineno, seen[c.did], pool_file)
             seen[c.did] = lineno
             pending.setdefault(c.modality, []).append(c)
             if len(pending[c.modality]) >= batch_size:
-                flush(c.modality)
-            bar.update(1)
+                chunk = pending.pop(c.modality)
+                yield len(chunk), c.modality, chunk
         for modality in list(pending):
-            flush(modality)
+            chunk = pending.pop(modality)
+            yield len(chunk), modality, chunk
+
+    with IndexWriter(out_dir, encoder.dim, encoder_info(encoder, encoder_spec), index_type, params) as writer:
+        for n, modality, _, kept, vectors in encode_chunk.stream(chunks()):
+            writer.add(modality, [candidate_meta(c) for c in kept], vectors)
+            bar.update(n)
         bar.close()
         extra = {"pool": pool_file, "images_root": str(images_root) if images_root else None,
                  "bad_images": {"count": len(bad), "first": [{"path": p, "reason": r}

@@ -6,14 +6,16 @@ without importing the build module that imports them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from unirag.data.images import BadImageReport, load_rgb
+from unirag.data.images import BadImageReport
 from unirag.data.records import Candidate, Modality, resolve_image
-from unirag.errors import InputError
+
+K = TypeVar("K")
 
 
 def encoder_info(encoder, spec: str | None) -> dict[str, Any]:
@@ -28,27 +30,61 @@ def candidate_meta(c: Candidate) -> dict[str, Any]:
 
 
 class ChunkEncoder:
-    """Decode + encode one chunk of same-modality candidates, skipping unreadable images."""
+    """Decode + encode chunks of same-modality candidates, skipping (and reporting) unreadable images.
 
-    def __init__(self, encoder, images_root: str | Path | None, bad: BadImageReport) -> None:
+    :meth:`stream` decodes the images of the chunks ahead of the model in the encoder's decode pool
+    (:meth:`unirag.encoders.base.Encoder.decode_pool`) and yields the chunks in their order, so the
+    vectors, the order and the skipped-image report are those of decoding inline, one chunk at a time.
+    ``n_images``: how many images the whole job has, when known (``auto`` decodes small jobs inline).
+    """
+
+    def __init__(self, encoder, images_root: str | Path | None, bad: BadImageReport,
+                 n_images: int | None = None) -> None:
         self.encoder = encoder
         self.images_root = images_root
         self.bad = bad
+        self.n_images = n_images
 
     def __call__(self, modality: Modality, chunk: list[Candidate]) -> tuple[list[Candidate], np.ndarray]:
+        for _, _, _, kept, vectors in self.stream([(None, modality, chunk)]):
+            return kept, vectors
+        raise AssertionError("unreachable")
+
+    def stream(self, chunks: Iterable[tuple[K, Modality | None, list[Candidate]]]
+               ) -> Iterator[tuple[K, Modality | None, list[Candidate], list[Candidate], np.ndarray | None]]:
+        """``(key, modality, chunk)`` -> ``(key, modality, chunk, kept candidates, their vectors)``, in
+        order. A chunk with modality None is a marker for the caller, passed through (vectors None)."""
+        encoder = self.encoder
+
+        def jobs():
+            for key, modality, chunk in chunks:
+                paths = [] if modality in (None, Modality.TEXT) else [resolve_image(c.img_path, self.images_root)
+                                                                     for c in chunk]
+                yield (key, modality, chunk), paths
+
+        pool = encoder.decode_pool(self.n_images)
+        for (key, modality, chunk), decoded in pool.map(jobs()):
+            if modality is None:
+                yield key, None, chunk, [], None
+                continue
+            kept, vectors = self._encode(pool, modality, chunk, decoded)
+            del decoded  # before the next chunk is decoded: one chunk of images alive when inline
+            yield key, modality, chunk, kept, vectors
+
+    def _encode(self, pool, modality: Modality, chunk: list[Candidate], decoded
+                ) -> tuple[list[Candidate], np.ndarray]:
+        encoder = self.encoder
         if modality is Modality.TEXT:
-            return chunk, self.encoder.encode_texts([c.txt for c in chunk])
+            return chunk, encoder.encode_texts([c.txt for c in chunk])
         kept, images = [], []
-        for c in chunk:
-            path = resolve_image(c.img_path, self.images_root)
-            try:
-                images.append(load_rgb(path))
-            except InputError as e:
-                self.bad.add(path, e.reason)
+        for c, d in zip(chunk, decoded, strict=True):
+            if not d.ok:
+                self.bad.add(d.path, d.reason)
                 continue
             kept.append(c)
+            images.append(encoder.prepared(pool, d.image))
         if not kept:
-            return [], np.zeros((0, self.encoder.dim), dtype=np.float32)
+            return [], np.zeros((0, encoder.dim), dtype=np.float32)
         if modality is Modality.IMAGE:
-            return kept, self.encoder.encode_images(images)
-        return kept, self.encoder.encode_fused(images, [c.txt for c in kept])
+            return kept, encoder.encode_images(images)
+        return kept, encoder.encode_fused(images, [c.txt for c in kept])

@@ -10,6 +10,11 @@ Started locally, the default is ``cpus - 1`` workers (at least 1) so that one CP
 Ray Data's own tasks: an actor pool that takes every CPU can hang waiting for a read task
 (ray-project/ray#44687, seen on a 2-CPU machine). Inside an actor torch uses ``threads_per_worker``
 threads (default: the machine's CPUs divided among the workers; Ray would otherwise set 1).
+Each actor decodes its images in ``decode_workers`` processes (:mod:`unirag.data.decode`). Default:
+with GPUs reserved, the cluster's CPUs shared among the actors, less one each for the actor itself
+(at most 8): a GPU embeds images faster than one core decodes them, so the CPUs Ray does not need
+feed the GPUs (these processes are not Ray tasks and reserve nothing); on CPU-only runs 0 - inline -
+as the actors' model threads already use every core.
 
 Without ``ray_address`` a local Ray is started (and stopped afterwards); with one, the run joins
 that cluster - then the pool, the images and the shards folder must be on storage every node sees
@@ -27,7 +32,7 @@ class _ShardWorker:
     """A Ray actor: loads the encoder once, then embeds whole shards."""
 
     def __init__(self, shards_dir: str, encoder_spec: str | None, images_root: str | None, batch_size: int,
-                 device: str, dtype: str | None, threads: int | None) -> None:
+                 device: str, dtype: str | None, threads: int | None, decode_workers: int | None = 0) -> None:
         if threads:
             import torch
 
@@ -36,6 +41,7 @@ class _ShardWorker:
         from unirag.index.shards import read_plan
 
         self.encoder = load_encoder(encoder_spec, device=device, dtype=dtype)
+        self.encoder.decode_workers = decode_workers
         self.shards_dir = shards_dir
         self.plan = read_plan(shards_dir)
         self.images_root = images_root
@@ -61,11 +67,22 @@ def default_workers(ray_module, cpus_per_worker: int, gpus_per_worker: float) ->
     return max(1, (int(resources.get("CPU", 1)) - 1) // max(1, cpus_per_worker))
 
 
+def default_decode_workers(ray_module, n_workers: int, gpus_per_worker: float) -> int:
+    """Decode processes per actor (see the module docstring): 0 without GPUs, else the CPUs per actor
+    less one, between 1 and :data:`unirag.data.decode.AUTO_WORKERS_CAP`."""
+    from unirag.data.decode import AUTO_WORKERS_CAP
+
+    if not gpus_per_worker:
+        return 0
+    cpus = int(ray_module.cluster_resources().get("CPU", 1))
+    return max(1, min(AUTO_WORKERS_CAP, cpus // max(1, n_workers) - 1))
+
+
 def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str | None,
                images_root: str | Path | None, *, batch_size: int = 64, workers: int | None = None,
                gpus_per_worker: float = 0, cpus_per_worker: int = 1, threads_per_worker: int | None = None,
-               ray_address: str | None = None, dtype: str | None = None, progress: bool = True
-               ) -> list[dict[str, Any]]:
+               ray_address: str | None = None, dtype: str | None = None, progress: bool = True,
+               decode_workers: int | None = None) -> list[dict[str, Any]]:
     """Embed ``shard_ids`` of the planned shards folder on Ray; returns one record per shard embedded.
 
     Workers load ``encoder_spec`` on ``cuda`` when GPUs are reserved (else CPU) in ``dtype``; their
@@ -97,6 +114,8 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
         if threads is None and not ray_address:
             threads = max(1, (os.cpu_count() or 1) // n_workers)
         device = "cuda" if gpus_per_worker else "cpu"
+        if decode_workers is None:
+            decode_workers = default_decode_workers(ray, n_workers, gpus_per_worker)
         ds = ray.data.from_items([{"shard": i} for i in shard_ids], override_num_blocks=len(shard_ids))
         resources: dict[str, Any] = {"num_cpus": cpus_per_worker}
         if gpus_per_worker:
@@ -106,7 +125,7 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
             fn_constructor_kwargs={"shards_dir": str(Path(shards_dir).resolve()), "encoder_spec": encoder_spec,
                                    "images_root": str(images_root) if images_root else None,
                                    "batch_size": batch_size, "device": device, "dtype": dtype,
-                                   "threads": threads})
+                                   "threads": threads, "decode_workers": decode_workers})
         return sorted(out.take_all(), key=lambda r: r["shard"])
     finally:
         if started_here:

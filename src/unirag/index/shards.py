@@ -199,29 +199,37 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
                           f"{plan.encoder.get('fingerprint')})")
     started = time.time()
     bad = BadImageReport()
-    encode_chunk = ChunkEncoder(encoder, images_root, bad)
     items = _shard_candidates(plan, i)
+    encode_chunk = ChunkEncoder(encoder, images_root, bad, n_images=len(items))
     ids: list[str] = []
     blocks: list[np.ndarray] = []
     skipped: list[dict[str, str]] = []
-    for s in range(0, len(items), batch_size):
-        chunk = [c for _, c in items[s : s + batch_size]]
-        position = {c.did: j for j, c in enumerate(chunk)}
-        rows: list[tuple[int, str, np.ndarray]] = []
-        for modality in (Modality.TEXT, Modality.IMAGE, Modality.IMAGE_TEXT):
-            group = [c for c in chunk if c.modality is modality]
-            if not group:
-                continue
-            n_bad = len(bad)
-            kept, vectors = encode_chunk(modality, group)
-            kept_dids = {c.did for c in kept}
-            skipped += [{"did": c.did, "path": p, "reason": r} for c, (p, r) in
-                        zip([c for c in group if c.did not in kept_dids], bad.bad[n_bad:], strict=True)]
-            rows += [(position[c.did], c.did, v) for c, v in zip(kept, vectors, strict=True)]
-        rows.sort(key=lambda r: r[0])
-        ids += [r[1] for r in rows]
-        if rows:
-            blocks.append(np.stack([r[2] for r in rows]).astype(np.float32))
+
+    def groups():
+        """Per batch of ``batch_size`` pool items, its text, image and image+text groups (key: batch start)."""
+        for s in range(0, len(items), batch_size):
+            chunk = [c for _, c in items[s : s + batch_size]]
+            for modality in (Modality.TEXT, Modality.IMAGE, Modality.IMAGE_TEXT):
+                group = [c for c in chunk if c.modality is modality]
+                if group:
+                    yield s, modality, group
+            yield s, None, []  # end of the batch
+
+    rows: list[tuple[int, str, np.ndarray]] = []
+    for s, modality, group, kept, vectors in encode_chunk.stream(groups()):
+        if modality is None:  # the batch is complete: its rows in pool order
+            rows.sort(key=lambda r: r[0])
+            ids += [r[1] for r in rows]
+            if rows:
+                blocks.append(np.stack([r[2] for r in rows]).astype(np.float32))
+            rows = []
+            continue
+        position = {c.did: j for j, (_, c) in enumerate(items[s : s + batch_size])}
+        kept_dids = {c.did for c in kept}
+        lost = [c for c in group if c.did not in kept_dids]
+        skipped += [{"did": c.did, "path": p, "reason": r}
+                    for c, (p, r) in zip(lost, bad.bad[len(bad.bad) - len(lost):], strict=True)]
+        rows += [(position[c.did], c.did, v) for c, v in zip(kept, vectors, strict=True)]
     dim = int(encoder.dim)
     vectors = np.concatenate(blocks) if blocks else np.zeros((0, dim), dtype=np.float32)
     name = shard_name(i)

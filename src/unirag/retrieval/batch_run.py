@@ -40,16 +40,17 @@ class RetrievalRunSummary:
 
 def encoder_for_queries(index_dir: str | Path, queries: str | Path | None, encoder: str | None = None, *,
                         device: str | None = "auto", dtype: str | None = "auto", instructions: str | None = None,
-                        use_instructions: bool = True):
+                        use_instructions: bool = True, decode_workers: int | str | None = None):
     """The query encoder for ``index_dir``: ``encoder`` (a spec) or the one its manifest records. A UniIR
     encoder gets the M-BEIR ``instructions`` file, else the ``instructions/query_instructions.tsv`` found
-    above the ``queries`` file (``use_instructions=False``: none)."""
+    above the ``queries`` file (``use_instructions=False``: none). ``decode_workers``: see
+    :func:`unirag.load_encoder`."""
     from unirag.encoders.registry import instruction_kwargs, load_encoder
     from unirag.index.manifest import read_manifest
 
     spec = encoder if encoder is not None else read_manifest(index_dir)["encoder"].get("spec")
     options = instruction_kwargs(spec, instructions, not use_instructions, str(queries) if queries else None)
-    return load_encoder(spec, device=device, dtype=dtype, **options)
+    return load_encoder(spec, device=device, dtype=dtype, decode_workers=decode_workers, **options)
 
 
 def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *, k: int = 5,
@@ -57,13 +58,18 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
                   query_images_root: str | Path | None = None, encoder: str | None = None,
                   pool_images_root: str | Path | None = None, verify: bool = False, device: str | None = "auto",
                   dtype: str | None = "auto", instructions: str | None = None, use_instructions: bool = True,
-                  progress: bool = False, profile=None, selection=None) -> RetrievalRunSummary:
+                  progress: bool = False, profile=None, selection=None, index_memory: str = "mmap",
+                  decode_workers: int | str | None = None) -> RetrievalRunSummary:
     """Top-``k`` candidates and pairs for every query of the M-BEIR ``queries`` file, written to ``out``
     (JSONL) and its TREC twin. ``exclude_positives``: a qrels file whose positives are dropped from each
     query's results (leakage-free evaluation). ``profile``: a profile name or
     :class:`unirag.profiles.Settings` (pair completion, example pairs); ``selection``: how pairs become
     examples (:class:`unirag.Selection`); both are recorded with the run's options in
-    ``<out>.manifest.json``. Options fail before any model loads."""
+    ``<out>.manifest.json``. ``index_memory``: "mmap" or "ram" (see :meth:`unirag.Index.open`).
+    Options fail before any model loads."""
+    from unirag.index.store import check_memory_mode
+
+    check_memory_mode(index_memory)
     from unirag.data.mbeir import read_qrels, read_queries
     from unirag.index.store import parse_modality_filter
     from unirag.retrieval.retriever import Retriever, _check_k
@@ -76,8 +82,10 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
     query_list = read_queries(queries)
     qrels = read_qrels(exclude_positives) if exclude_positives is not None else None
     query_encoder = encoder_for_queries(index_dir, queries, encoder, device=device, dtype=dtype,
-                                        instructions=instructions, use_instructions=use_instructions)
-    retriever = Retriever(index_dir, query_encoder, verify=verify, pool_images_root=pool_images_root, profile=profile)
+                                        instructions=instructions, use_instructions=use_instructions,
+                                        decode_workers=decode_workers)
+    retriever = Retriever(index_dir, query_encoder, verify=verify, pool_images_root=pool_images_root,
+                          profile=profile, memory=index_memory)
     results = retriever.retrieve(query_list, k, modality, exclude_qrels=qrels, query_images_root=query_images_root,
                                  progress=progress, selection=sel)
     manifest = {"task": "retrieve", "index": str(Path(index_dir).absolute()),

@@ -50,11 +50,13 @@ class Retriever:
     :meth:`warm_up`). ``pool_images_root`` defaults to the images root the index was built with.
     ``profile``: a profile name or :class:`unirag.profiles.Settings`; its ``pair_completion`` and
     ``example_pairs`` settings say how pairs are made (``"official"``: as UniIR and UniRAG's code).
+    ``memory``: how an index directory is opened, "mmap" (instant) or "ram" (read into memory: faster
+    batched search; see :meth:`unirag.Index.open`).
     """
 
     def __init__(self, index, encoder=None, *, device: str | None = "auto", dtype: str | None = "auto",
                  verify: bool = False,
-                 pool_images_root: str | Path | None = None, profile: Any = None) -> None:
+                 pool_images_root: str | Path | None = None, profile: Any = None, memory: str = "mmap") -> None:
         from unirag.index.handle import Index
         from unirag.profiles import resolve
 
@@ -63,7 +65,7 @@ class Retriever:
         if not isinstance(index, VectorIndex | str | Path):
             raise InputError(f"expected an index directory (str or Path) or a unirag.Index, got "
                              f"{'None' if index is None else type(index).__name__}", field="index")
-        self.index = index if isinstance(index, VectorIndex) else VectorIndex.open(index, None, verify)
+        self.index = index if isinstance(index, VectorIndex) else VectorIndex.open(index, None, verify, memory)
         if isinstance(encoder, str):
             from unirag.encoders.registry import load_encoder
 

@@ -98,8 +98,12 @@ class Engine:
         import unirag
 
         self.settings = settings
-        self.retriever = retriever if retriever is not None else unirag.Retriever(settings.index,
-                                                                                  device=settings.device)
+        if retriever is None:
+            from unirag.index.store import resolve_memory_mode
+
+            retriever = unirag.Retriever(settings.index, device=settings.device,
+                                         memory=resolve_memory_mode(settings.index, settings.index_memory))
+        self.retriever = retriever
         self.index = self.retriever.index
         self.images_root = self.retriever.pool_images_root
         # One attempt each: _call retries with the service's policy (--max-attempts), counting attempts.

@@ -44,6 +44,9 @@ class ServeSettings:
     #: Where the query encoder runs ("auto": CUDA when available), as unirag.Retriever takes it.
     device: str = "auto"
     k_max: int = 100
+    #: How the index's FAISS files are held: "auto" (read into RAM when they take at most half the
+    #: memory available, else memory-mapped), "ram" or "mmap" (see unirag.Index.open).
+    index_memory: str = "auto"
 
     def token(self) -> str | None:
         """The configured bearer token, read from the environment; None when no --token-env."""
@@ -61,6 +64,8 @@ class ServeSettings:
             raise ConfigError("upload limits must be positive")
         if self.generator_concurrency < 1 or self.max_attempts < 1 or self.max_batch < 1:
             raise ConfigError("--concurrency, --max-attempts and the batch size must be >= 1")
+        if self.index_memory not in ("auto", "ram", "mmap"):
+            raise ConfigError(f"--index-memory must be auto, ram or mmap, got {self.index_memory!r}")
         if not (0 < int(self.port) < 65536):
             raise ConfigError(f"--port must be in 1..65535, got {self.port}")
 
