@@ -73,8 +73,10 @@ class CirRun:
                  stages: tuple[str, ...] = STAGES, ablation: Ablation | None = None,
                  cache_dir: str | Path | None = None, encoder=None, text_encoder=None,
                  generator_factory: GeneratorFactory | None = None, progress: bool = True,
-                 echo: Callable[[str], None] = print, encoder_options: dict[str, Any] | None = None) -> None:
-        """``encoder_options``: keywords for loading the encoders (``device``, ``dtype``, ...)."""
+                 echo: Callable[[str], None] = print, encoder_options: dict[str, Any] | None = None,
+                 engine: Any = "local") -> None:
+        """``encoder_options``: keywords for loading the encoders (``device``, ``dtype``, ...);
+        ``engine``: where local agent models run, "local" or "ray" (see :mod:`unirag.runs.engine`)."""
         stages = parse_stages(stages)
         self.ds, self.out = dataset, Path(out_dir)
         self.config = config or XRConfig()
@@ -85,6 +87,7 @@ class CirRun:
         self._encoder, self._text_encoder = encoder, text_encoder
         self.encoder_options = dict(encoder_options or {})
         self.factory, self.progress, self.echo = generator_factory, progress, echo
+        self.engine = engine
         self.notes: list[str] = list(dataset.notes)
 
     # -- models -------------------------------------------------------------------------------------
@@ -150,7 +153,7 @@ class CirRun:
             runner = None
             if agents and self.config.has_agents:
                 self._check_roles()
-                runner = AgentRunner(self.config, self.cache, self.factory, progress=self.progress)
+                runner = AgentRunner(self.config, self.cache, self.factory, progress=self.progress, engine=self.engine)
                 try:
                     self._agents(runner, qs, pool_ids, paths, ia)
                 finally:

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from unirag.cli.engine_options import engine_from_cli, engine_options
 from unirag.cli.generation_options import generation_options, generator_kwargs
 
 MODES = ("zero-shot", "random", "rag")
@@ -31,14 +32,16 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory (resumable).")
 @click.option("--limit", type=int, default=None, help="Only the first N queries.")
 @generation_options
+@engine_options
 def caption(queries, images_root, pool_images_root, generator_spec, mode, k, retrieval, index, pool, out, limit,
             **gen_opts) -> None:
     """Caption image queries; rerun the same command to resume after a crash or Ctrl-C."""
     from unirag.pipelines.caption import CaptionConfig, run_captioning
 
+    engine = engine_from_cli(gen_opts)
     cfg = CaptionConfig(queries=queries, generator=generator_spec, out=out, mode=mode, k=k, images_root=images_root,
                         pool_images_root=pool_images_root, retrieval=retrieval, index=index, pool=pool, limit=limit,
-                        **generator_kwargs(gen_opts))
+                        engine=engine, **generator_kwargs(gen_opts))
     summary = run_captioning(cfg)
     counts, totals = summary["counts"], summary["totals"]
     cost = totals.get("cost_usd")

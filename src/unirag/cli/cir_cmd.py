@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from unirag.cir.datasets import DATASETS
+from unirag.cli.engine_options import engine_from_cli, engine_options
 from unirag.cli.model_options import device_options
 
 
@@ -55,8 +56,10 @@ def _print_metrics(name: str, metrics: dict) -> None:
               help="Remove the reference image from the gallery (default: as the benchmark does; CIRR only).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @device_options
+@engine_options
 def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime, lam, k, stages, limit, cache_dir,
-        encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet, device, dtype) -> None:
+        encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet, device, dtype,
+        **engine_opts) -> None:
     """Rank a CIR benchmark's pool for each (reference image, modification text) query.
 
     Writes OUT/rankings.jsonl (per query: ranked image ids of every stage, stage scores),
@@ -71,7 +74,7 @@ def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime,
                       agents=agents, k_prime=k_prime, lam=lam, k=k, stages=stages, limit=limit, ablation=ablation,
                       cache_dir=cache_dir, encoder=encoder, concurrency=concurrency, progress=not quiet,
                       exclude_reference=exclude_reference, encoder_options={"device": device, "dtype": dtype},
-                      echo=lambda s: click.echo(s, err=True))
+                      echo=lambda s: click.echo(s, err=True), engine=engine_from_cli(engine_opts))
     if "datasets" in metrics:
         for name, m in metrics["datasets"].items():
             _print_metrics(name, m)

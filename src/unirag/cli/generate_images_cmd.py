@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from unirag.cli.engine_options import engine_from_cli, engine_options
 from unirag.cli.model_options import device_options
 from unirag.generators.images.base import (
     DEFAULT_GUIDANCE,
@@ -62,10 +63,11 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--save-prompts", type=int, default=5, show_default=True,
               help="Also write the first N prompts to OUT/prompts/ for inspection.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@engine_options
 def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, retrieval_path, index_dir, pool_path,
                     out_dir, width, height, steps, guidance, seed, example_seed, concurrency, base_url, timeout,
                     quality, device, dtype, offload, lavit_code, max_attempts, prices, limit, save_prompts,
-                    no_progress) -> None:
+                    no_progress, **engine_opts) -> None:
     """Generate an image for every caption query, saved as PNG next to the prompt that made it.
 
     \b
@@ -83,7 +85,8 @@ def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, 
         example_seed=example_seed,
         settings=ImageSettings(width=width, height=height, steps=steps, guidance=guidance, seed=seed),
         concurrency=concurrency, limit=limit, save_prompts=save_prompts, max_attempts=max_attempts, prices=prices,
-        generator_options={k_: v for k_, v in options.items() if v is not None}, progress=not no_progress))
+        generator_options={k_: v for k_, v in options.items() if v is not None}, progress=not no_progress,
+        engine=engine_from_cli(engine_opts)))
     click.echo(f"{out_dir}: {counts['total_ok']}/{counts['total_queries']} images ok, "
                f"{counts['total_error']} failed (this run: {counts['ok']} new, {counts['error']} failed, "
                f"{counts['skipped']} already done)")

@@ -168,8 +168,10 @@ def select_cells(cells: list[Cell], patterns: tuple[str, ...]) -> list[Cell]:
     return chosen
 
 
-def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int | None = None) -> dict[str, Any]:
-    """Run (or resume) one cell into ``out_root/cell.name``."""
+def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int | None = None,
+             engine: Any = "local") -> dict[str, Any]:
+    """Run (or resume) one cell into ``out_root/cell.name``; ``engine`` as for a single run (a
+    :class:`~unirag.runs.engine.WorkerPool` lets cells with the same model share its workers)."""
     out = Path(out_root) / cell.name
     opts = dict(cell.options)
     if limit is not None:
@@ -183,15 +185,15 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
         cfg = CaptionConfig(queries=cell.sources["queries"], generator=cell.generator, out=out, mode=cell.mode,
                             k=cell.k, images_root=cell.sources.get("images_root"), pool_images_root=pool_images_root,
                             retrieval=cell.sources.get("retrieval"), index=cell.sources.get("index"),
-                            pool=cell.sources.get("pool"), generator_options=gen_opts, progress=progress, **run_opts)
+                            pool=cell.sources.get("pool"), generator_options=gen_opts, progress=progress,
+                            engine=engine, **run_opts)
         return run_captioning(cfg)["counts"]
-    return _run_image_cell(cell, out, opts, progress)
+    return _run_image_cell(cell, out, opts, progress, engine)
 
 
-def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool) -> dict[str, Any]:
+def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, engine: Any) -> dict[str, Any]:
     """Delegate to the image pipeline (:mod:`unirag.pipelines.image_gen`)."""
     try:
-        from unirag.generators.images.registry import load_image_generator
         from unirag.pipelines.image_gen import ImageSettings, run_image_generation
     except ImportError as e:
         raise ConfigError(f"image cells need the image generation pipeline ({e})") from None
@@ -202,15 +204,15 @@ def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool)
     selector = make_selector(cell.mode, cell.k, queries=queries, pool_path=cell.sources.get("pool"),
                              retrieval=cell.sources.get("retrieval"), index=cell.sources.get("index"),
                              seed=opts.get("seed", 0), query_images_root=cell.sources.get("images_root"))
-    generator = load_image_generator(cell.generator, **{k: v for k, v in opts.items() if k in GENERATOR_OPTIONS})
     image = {k: opts[k] for k in ("width", "height", "steps", "guidance") if k in opts}
     if "image_seed" in opts:
         image["seed"] = opts["image_seed"]
     pool_root = cell.sources.get("pool_images_root") or cell.sources.get("images_root")
-    result = run_image_generation(queries, generator, selector, out, images_root=pool_root,
+    result = run_image_generation(queries, None, selector, out, images_root=pool_root,
                                   settings=ImageSettings(**image), concurrency=opts.get("concurrency", 4),
                                   limit=opts.get("limit"), save_prompts=opts.get("save_prompts", 5),
-                                  progress=progress)
+                                  progress=progress, engine=engine, spec=cell.generator,
+                                  generator_options={k: v for k, v in opts.items() if k in GENERATOR_OPTIONS})
     # Same shape as caption cells: the final totals of the run directory.
     return {k[len("total_"):]: v for k, v in result.items() if k.startswith("total_")} or result
 
@@ -232,21 +234,48 @@ def cell_states(path: str | Path, only: tuple[str, ...] = ()) -> list[tuple[str,
     return states
 
 
+def _model_key(cell: Cell) -> tuple:
+    """Cells with equal keys use the same loaded model (same task kind, spec and generator options)."""
+    opts = sorted((k, str(v)) for k, v in cell.options.items() if k in GENERATOR_OPTIONS)
+    return (cell.task, cell.generator, tuple(opts))
+
+
 def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool = True, limit: int | None = None,
-                   echo=print) -> list[dict[str, Any]]:
+                   echo=print, engine: Any = "local") -> list[dict[str, Any]]:
     """Run the grid file ``path`` (what ``unirag run`` does): every cell whose name matches a glob of
     ``only`` (all when empty) into ``OUT/<cell name>``, each resumable; ``limit``: the first N queries.
     A cell that fails to start (bad config, no key) is reported and the others go on. Returns one
-    ``{"cell", "status": "ok"|"failed", "counts"|"error"}`` per cell."""
+    ``{"cell", "status": "ok"|"failed", "counts"|"error"}`` per cell.
+
+    ``engine="ray"`` (or :class:`~unirag.runs.engine.EngineOptions`): local-model cells run on Ray
+    workers of one pool for the whole grid, cells grouped by model so that each worker loads each
+    model once for all the cells that use it (API cells run here, as always)."""
+    from contextlib import nullcontext
+
     from unirag.runs.atomic import atomic_write_json
+    from unirag.runs.engine import WorkerPool, engine_options
 
     spec, cells = load_experiment(path)
     cells = select_cells(cells, only)
+    options = engine_options(engine)
+    if options.ray and not isinstance(engine, WorkerPool):
+        first = {}
+        for c in cells:
+            first.setdefault(_model_key(c), len(first))
+        cells = sorted(cells, key=lambda c: first[_model_key(c)])  # stable: the file's order within a model
+        context = WorkerPool(options, progress=progress)
+    else:
+        context = nullcontext(engine)
+    with context as shared:
+        return _run_cells(spec, cells, progress, limit, echo, shared, atomic_write_json)
+
+
+def _run_cells(spec, cells, progress, limit, echo, engine, atomic_write_json) -> list[dict[str, Any]]:
     results = []
     for i, cell in enumerate(cells, start=1):
         echo(f"[{i}/{len(cells)}] {cell.name}")
         try:
-            counts = run_cell(cell, spec["out"], progress=progress, limit=limit)
+            counts = run_cell(cell, spec["out"], progress=progress, limit=limit, engine=engine)
             results.append({"cell": cell.name, "status": "ok", "counts": counts})
         except UniragError as e:
             echo(f"  failed: {e}")

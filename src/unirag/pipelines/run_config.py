@@ -22,7 +22,10 @@ class ExampleRunConfig:
     mode, examples retrieved on the fly), or ``retrieval``: a retrieval run file; ``pool``: the pool
     file (random examples, pair completion); ``pool_images_root``: where example image paths start;
     ``k``: examples per query (None: the run's default); ``generator_options`` go to the backend;
-    ``limit``: only the first queries; ``save_prompts``: how many rendered prompts to keep."""
+    ``limit``: only the first queries; ``save_prompts``: how many rendered prompts to keep; ``engine``:
+    where a local model runs, "local" (this process) or "ray" (Ray actors, one model load each), or an
+    :class:`~unirag.runs.engine.EngineOptions` (workers, GPUs per worker, cluster address) or a
+    :class:`~unirag.runs.engine.WorkerPool` shared by several runs (see :mod:`unirag.runs.engine`)."""
 
     queries: str | Path | Sequence[Query]
     generator: str
@@ -41,3 +44,4 @@ class ExampleRunConfig:
     max_attempts: int = 6
     generator_options: dict[str, Any] = field(default_factory=dict)
     progress: bool = True
+    engine: Any = "local"

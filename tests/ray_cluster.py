@@ -1,0 +1,68 @@
+"""A real ``ray start --head`` for the tests that join a cluster by address (index build, generation runs).
+
+Started on a free port with a private temp dir, 2 CPUs and a small object store (this machine has 2
+cores and other jobs); the whole process group is stopped afterwards (never ``ray stop``, which
+would stop other users' Ray too). Workers import from ``src`` and ``tests`` (the test plugins).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+TESTS = str(Path(__file__).resolve().parent)
+SRC = str(Path(TESTS).parent / "src")
+OBJECT_STORE_BYTES = 100 * 1024 * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def ray_head(num_cpus: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
+    """Yield (address, env for driver subprocesses) of a running head node."""
+    port = free_port()
+    temp_dir = tempfile.mkdtemp(prefix="urray", dir="/tmp")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS]), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    head = subprocess.Popen([ray_bin, "start", "--head", f"--port={port}", f"--num-cpus={num_cpus}",
+                             f"--temp-dir={temp_dir}", f"--object-store-memory={OBJECT_STORE_BYTES}",
+                             "--include-dashboard=false", "--disable-usage-stats", "--block"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if head.poll() is not None:
+                raise RuntimeError("ray start --head exited")
+            probe = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address={address!r}); "
+                                    "print(int(ray.cluster_resources().get('CPU', 0)))"],
+                                   env=env, capture_output=True, text=True, timeout=90)
+            if probe.returncode == 0 and probe.stdout.strip().endswith(str(num_cpus)):
+                break
+            time.sleep(1)
+        else:
+            raise RuntimeError("Ray head did not come up")
+        yield address, env
+    finally:
+        head.terminate()
+        try:
+            head.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)  # anything the head left in its own process group
+        head.wait()
+        shutil.rmtree(temp_dir, ignore_errors=True)
