@@ -5,6 +5,7 @@ same configuration must store the same records. Each call appends one line to th
 ``UNIRAG_TEST_CALLS`` (the query image's digest, or the role and prompt hash), written when the call
 starts, so a test can count calls across processes: ``UNIRAG_*`` variables reach Ray workers (see
 ``unirag.ray_support.worker_env``). ``UNIRAG_TEST_DELAY`` slows each call (seconds);
+``UNIRAG_TEST_LOADS`` gets a line per model load;
 ``UNIRAG_TEST_DIE_MARKER`` makes the first process that reaches its ``UNIRAG_TEST_DIE_AT``-th call
 exit on the spot (a worker killed by the OOM killer), once: the marker file records that it happened.
 """
@@ -84,6 +85,10 @@ class EchoCaptioner:
 
 
 def make_captioner(batch_size: int = 2) -> EchoCaptioner:
+    loads = os.environ.get("UNIRAG_TEST_LOADS")
+    if loads:  # one line per model load: process id and batch size
+        with open(loads, "a") as f:
+            f.write(f"{os.getpid()} {batch_size}\n")
     return EchoCaptioner(batch_size=batch_size)
 
 
@@ -96,18 +101,20 @@ class EchoAgent:
         key = hashlib.sha256((prompt + "".join(image_digest(p.path) for p in images)).encode()).hexdigest()[:12]
         _log(key)
         time.sleep(float(os.environ.get("UNIRAG_TEST_DELAY", "0")))
+        tag = "#" + key  # every reply names its call, so a test can tell which calls a run stored
         if prompt.startswith("Describe this image"):
-            return Generation(text="a product " + image_digest(images[0].path)[:6])
+            return Generation(text=f"a product {image_digest(images[0].path)[:6]} {tag}")
         if prompt.startswith("You write verification statements"):
-            return Generation(text=json.dumps({"statements": [{"statement": "It has the new colour", "answer": True}]}))
+            return Generation(text=json.dumps({"call": tag, "statements": [
+                {"statement": "It has the new colour", "answer": True}]}))
         if "Reference caption:" in prompt or "The image shown is the reference image" in prompt:
             field = "modifications" if "Reference caption:" in prompt else "attributes"
             value = [{"attribute": "colour", "present": True}] if field == "attributes" else ["new colour"]
-            return Generation(text=json.dumps({"target_caption": "a product in the new colour " + key[:4],
+            return Generation(text=json.dumps({"call": tag, "target_caption": "a product in the new colour " + key[:4],
                                                field: value}))
         n = len(re.findall(r"^\d+\. ", prompt, flags=re.M))
         answers = [int(key[i], 16) % 2 == 0 for i in range(max(n, 1))][:n]
-        return Generation(text=json.dumps({"answers": answers}))
+        return Generation(text=json.dumps({"call": tag, "answers": answers}))
 
     def config(self) -> dict:
         return {"model": "echo-agent"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -32,10 +33,16 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def ray_head(num_cpus: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
-    """Yield (address, env for driver subprocesses) of a running head node."""
+    """Yield (address, env for driver subprocesses) of a running head node; while it runs, this
+    process's environment carries the cluster's auth token settings too."""
     port = free_port()
     temp_dir = tempfile.mkdtemp(prefix="urray", dir="/tmp")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS]), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    # A private auth token: Ray >= 2.5x keeps one in ~/.ray/auth_token by default, which other Ray
+    # clusters started on this machine (other test runs) may replace under our feet.
+    token = Path(temp_dir) / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS]), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", **auth}
     ray_bin = str(Path(sys.executable).with_name("ray"))
     head = subprocess.Popen([ray_bin, "start", "--head", f"--port={port}", f"--num-cpus={num_cpus}",
                              f"--temp-dir={temp_dir}", f"--object-store-memory={OBJECT_STORE_BYTES}",
@@ -43,7 +50,7 @@ def ray_head(num_cpus: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     address = f"127.0.0.1:{port}"
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + 300  # a shared 2-core machine can be slow to start Ray
         while time.time() < deadline:
             if head.poll() is not None:
                 raise RuntimeError("ray start --head exited")
@@ -55,7 +62,16 @@ def ray_head(num_cpus: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
             time.sleep(1)
         else:
             raise RuntimeError("Ray head did not come up")
-        yield address, env
+        saved = {k: os.environ.get(k) for k in auth}
+        os.environ.update(auth)  # drivers in this process (ray.init(address=...)) authenticate too
+        try:
+            yield address, env
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     finally:
         head.terminate()
         try:
