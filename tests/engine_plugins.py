@@ -92,6 +92,11 @@ def make_captioner(batch_size: int = 2) -> EchoCaptioner:
     return EchoCaptioner(batch_size=batch_size)
 
 
+def make_captioner3() -> EchoCaptioner:
+    """A second model for grids (another spec): the same captions, three prompts per batch."""
+    return make_captioner(batch_size=3)
+
+
 class EchoAgent:
     """Plays every X^R role from the prompt alone (the role is told by the prompt's wording)."""
 

@@ -31,15 +31,46 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _reload_auth_config() -> None:
+    """Ray reads its auth settings once per process; make an already imported Ray read them again."""
+    raylet = sys.modules.get("ray._raylet")
+    if raylet is None:
+        return
+    with contextlib.suppress(AttributeError):
+        raylet.Config.initialize("")
+        raylet.AuthenticationTokenLoader.instance().reset_cache()
+
+
+@contextlib.contextmanager
+def private_token(path: Path) -> Iterator[None]:
+    """Ray in this process authenticates with the token in ``path`` (written if missing): Ray >= 2.5x
+    keeps one in ~/.ray/auth_token by default, which other Ray clusters started on this machine (other
+    test runs) may replace under our feet."""
+    path = Path(path)
+    if not path.exists():
+        path.write_text(secrets.token_hex(32))
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path)}
+    saved = {k: os.environ.get(k) for k in auth}
+    os.environ.update(auth)
+    _reload_auth_config()
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        _reload_auth_config()
+
+
 @contextlib.contextmanager
 def ray_head(num_cpus: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
     """Yield (address, env for driver subprocesses) of a running head node; while it runs, this
     process's environment carries the cluster's auth token settings too."""
     port = free_port()
     temp_dir = tempfile.mkdtemp(prefix="urray", dir="/tmp")
-    # A private auth token: Ray >= 2.5x keeps one in ~/.ray/auth_token by default, which other Ray
-    # clusters started on this machine (other test runs) may replace under our feet.
-    token = Path(temp_dir) / "auth_token"
+    token = Path(temp_dir) / "auth_token"  # see private_token
     token.write_text(secrets.token_hex(32))
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS]), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", **auth}
@@ -62,16 +93,8 @@ def ray_head(num_cpus: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
             time.sleep(1)
         else:
             raise RuntimeError("Ray head did not come up")
-        saved = {k: os.environ.get(k) for k in auth}
-        os.environ.update(auth)  # drivers in this process (ray.init(address=...)) authenticate too
-        try:
+        with private_token(token):  # drivers in this process (ray.init(address=...)) authenticate too
             yield address, env
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
     finally:
         head.terminate()
         try:

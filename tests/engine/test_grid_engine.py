@@ -7,6 +7,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from ray_cluster import private_token
 from unirag.pipelines.experiment import run_experiment
 from unirag.runs.engine import EngineOptions
 
@@ -15,12 +16,10 @@ out: {out}
 queries: {queries}
 images_root: {images_root}
 retrievers: {{run: {{retrieval: {run}}}}}
-generators: [python:engine_plugins:make_captioner]
+generators: [python:engine_plugins:make_captioner, python:engine_plugins:make_captioner3]
 grid:
   - {{mode: zero-shot, k: 0}}
   - {{mode: rag, k: [1, 2], retriever: run}}
-cells:
-  - {{generator: python:engine_plugins:make_captioner, mode: rag, k: 1, retriever: run, batch_size: 3}}
 """
 
 
@@ -38,13 +37,14 @@ def test_grid_on_a_local_ray_loads_each_model_once_per_worker(coco_caption_set, 
 
     loads = tmp_path / "loads.log"
     monkeypatch.setenv("UNIRAG_TEST_LOADS", str(loads))
-    results = run_experiment(_write(coco_caption_set, tmp_path, "ray"), progress=False, echo=lambda _: None,
-                             engine=EngineOptions(engine="ray", object_store_memory=100 * 1024 * 1024))
+    with private_token(tmp_path / "auth_token"):
+        results = run_experiment(_write(coco_caption_set, tmp_path, "ray"), progress=False, echo=lambda _: None,
+                                 engine=EngineOptions(engine="ray", object_store_memory=100 * 1024 * 1024))
     assert not ray.is_initialized(), "the Ray started for the grid is stopped afterwards"
-    assert [r["status"] for r in results] == ["ok"] * 4
+    assert [r["status"] for r in results] == ["ok"] * 6
     assert all(r["counts"]["ok"] == coco_caption_set["n"] for r in results)
-    # 2 CPUs -> 2 workers by default; 2 models (batch size 2 and 3) -> each loaded once on each worker,
-    # in worker processes (not this driver), the batch-size-2 model for its three cells.
+    # 2 CPUs -> 2 workers by default; 2 models (batch size 2 and 3) -> each loaded once on each worker
+    # for its three cells, in worker processes (not this driver).
     per_model = Counter(line.split()[1] for line in loads.read_text().splitlines())
     assert per_model == {"2": 2, "3": 2}, loads.read_text()
     assert str(os.getpid()) not in {line.split()[0] for line in loads.read_text().splitlines()}

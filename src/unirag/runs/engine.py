@@ -299,8 +299,8 @@ class WorkerPool:
         ``prepare(item)`` builds the payload an actor gets (e.g. the query with its examples, chosen
         here); it runs just before the item is sent. Items go out ``chunk_size`` at a time.
         """
+        group = self.group(recipe)  # connects to Ray on first use
         ray = self.ray
-        group = self.group(recipe)
         counts = {"ok": 0, "error": 0, "skipped": 0}
         pending = deque(list(items[i:i + chunk_size]) for i in range(0, len(items), max(1, chunk_size)))
         alive = list(range(len(group.actors)))
