@@ -43,7 +43,6 @@ def test_api_and_retrieval_backends_run_locally_and_say_so(caplog):
 def test_caption_with_api_backend_and_engine_ray_runs_locally(coco_caption_set, tmp_path, no_api_keys, caplog):
     """No Ray is started for an API backend (this test would hang or fail without a cluster otherwise)."""
     from fake_openai_server import FakeServer, Reply
-
     from unirag.pipelines.caption import CaptionConfig, run_captioning
 
     with FakeServer(responder=lambda req: Reply.chat("a caption")) as srv, \
