@@ -34,7 +34,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from tqdm.auto import tqdm
@@ -195,6 +195,7 @@ class _Group:
     actors: list[Any]
     infos: list[dict[str, Any]]
     last_used: float
+    dead: set[int] = field(default_factory=set)  # workers that died: later runs skip them
 
 
 class WorkerPool:
@@ -303,7 +304,9 @@ class WorkerPool:
         ray = self.ray
         counts = {"ok": 0, "error": 0, "skipped": 0}
         pending = deque(list(items[i:i + chunk_size]) for i in range(0, len(items), max(1, chunk_size)))
-        alive = list(range(len(group.actors)))
+        alive = [w for w in range(len(group.actors)) if w not in group.dead]
+        if not alive and items:
+            raise UniragError("every Ray worker of this model died earlier; rerun to resume")
         done = self.done_per_worker[recipe.key]
         in_flight: dict[Any, tuple[int, list[Any]]] = {}
         show = self.progress if progress is None else progress
@@ -328,6 +331,7 @@ class WorkerPool:
                     # The worker died: its claims died with it. Its batches go to the workers left.
                     if w in alive:
                         alive.remove(w)
+                        group.dead.add(w)
                         log.warning("Ray worker %d died; its items go to the %d worker(s) left", w, len(alive))
                     pending.appendleft(chunk)
                     if not alive:
