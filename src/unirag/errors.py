@@ -46,7 +46,8 @@ class BackendError(UniragError):
 
     ``kind`` names the failure for run records and reports: ``"transport"`` (timeouts, dropped
     connections), ``"http"`` (an error status), ``"malformed"`` (see :class:`MalformedResponseError`),
-    ``"refused"`` (content filters) or ``"backend"`` (anything else a backend reports on purpose).
+    ``"refused"`` (content filters), ``"oom"`` (a local model ran out of GPU memory: batched runs retry
+    the batch item by item) or ``"backend"`` (anything else a backend reports on purpose).
     Only transport errors, timeouts, 429 and 5xx are retryable; a bug in the calling code is not a
     BackendError at all and propagates with its traceback.
     """

@@ -3,26 +3,21 @@ start, joining a cluster by address, and resuming after the driver is killed (re
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ray_cluster import ray_head as start_ray_head
 from unirag.data.mbeir import read_queries
 from unirag.encoders.registry import load_encoder
 from unirag.index.build import build_index
 from unirag.index.store import VectorIndex
 from unirag.retrieval.retriever import Retriever
-
-SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 @pytest.fixture(scope="module")
@@ -63,50 +58,11 @@ def test_default_local_ray_equals_local_engine(local_index, demo_mbeir, demo_ima
     _assert_same_index(local_index, out, demo_mbeir, demo_images)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ray_head():
-    """A real `ray start --head` on a free port and a private temp dir; the whole process group is
-    stopped in teardown (never `ray stop`, which would stop other users' Ray too)."""
-    port = _free_port()
-    temp_dir = tempfile.mkdtemp(prefix="urray", dir="/tmp")
-    env = {**os.environ, "PYTHONPATH": SRC, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
-    ray_bin = str(Path(sys.executable).with_name("ray"))
-    head = subprocess.Popen([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=2", f"--temp-dir={temp_dir}",
-                             "--include-dashboard=false", "--disable-usage-stats", "--block"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    address = f"127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            if head.poll() is not None:
-                raise RuntimeError("ray start --head exited")
-            probe = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address={address!r}); "
-                                    "print(int(ray.cluster_resources().get('CPU', 0)))"],
-                                   env=env, capture_output=True, text=True, timeout=60)
-            if probe.returncode == 0 and probe.stdout.strip().endswith("2"):
-                break
-            time.sleep(1)
-        else:
-            raise RuntimeError("Ray head did not come up")
-        yield address, env
-    finally:
-        head.terminate()
-        try:
-            head.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(head.pid, signal.SIGKILL)  # anything the head left in its own process group
-        except ProcessLookupError:
-            pass
-        head.wait()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    """A real `ray start --head` (tests/ray_cluster.py), stopped in teardown."""
+    with start_ray_head() as head:
+        yield head
 
 
 def test_join_cluster_and_resume_after_a_kill(ray_head, local_index, demo_mbeir, demo_images, tiny_encoder_spec,

@@ -2,11 +2,17 @@
 
 The generator for a role is created only when some call is not yet in the cache, so a rerun whose
 calls are all cached needs neither the model server nor the weights.
+
+With ``engine="ray"`` a role played by a local model (``hf:``, ``python:``) is called on Ray workers
+(:mod:`unirag.runs.engine`): each worker loads the model once, roles sharing a model share the
+workers, and every call is written into the same cache store, so a run is resumable across engines.
+API roles keep their bounded concurrency in this process.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from unirag.cir.agents import call_agent
@@ -26,11 +32,47 @@ def default_generator_factory(spec: str, **options: Any):
     return load_text_generator(spec, **options)
 
 
+@dataclass(frozen=True)
+class AgentTask:
+    """One role's calls as a Ray worker opens them: the role, its generation options, JSON attempts,
+    and the role's call-cache store."""
+
+    role: str
+    options: Any
+    json_attempts: int
+    store_path: str
+
+    @property
+    def key(self) -> str:
+        return self.store_path
+
+    def open(self, generator: Any) -> _AgentWork:
+        return _AgentWork(self, generator)
+
+
+class _AgentWork:
+    batch_size = 1
+
+    def __init__(self, task: AgentTask, generator: Any) -> None:
+        from unirag.runs.store import ResultStore
+
+        self.task, self.generator = task, generator
+        self.store = ResultStore(task.store_path, key="key")
+
+    def work_batch(self, payloads: list[CallRequest]) -> list[dict[str, Any]]:
+        t = self.task
+        return [call_agent(self.generator, t.role, r.messages, t.options, t.json_attempts, r.expect_answers)
+                for r in payloads]
+
+
 class AgentRunner:
     def __init__(self, config: XRConfig, cache: CallCache, generator_factory: GeneratorFactory | None = None,
-                 policy: RetryPolicy | None = None, progress: bool = True) -> None:
+                 policy: RetryPolicy | None = None, progress: bool = True, engine: Any = "local") -> None:
         self.config = config
         self.cache = cache
+        self.engine = engine
+        self._pool = None
+        self._pool_owned = False
         self.factory = generator_factory or default_generator_factory
         self.policy = policy or RetryPolicy()
         self.progress = progress
@@ -70,7 +112,16 @@ class AgentRunner:
         st = self.stats.setdefault(role, {"requested": 0, "called": 0, "cached": 0, "failed": 0})
         st["requested"] += len(unique)
         st["cached"] += len(unique) - len(todo)
-        if todo:
+        if todo and self._on_ray(rc.model):
+            from unirag.pipelines.remote_models import TextModelRecipe
+
+            task = AgentTask(role, rc.generation_options(), self.config.settings.json_attempts,
+                             str(store.path.resolve()))
+            counts = self._worker_pool().run(TextModelRecipe(rc.model, dict(rc.options)), task, todo,
+                                             key=lambda r: r.key, desc=desc or role, progress=self.progress)
+            store.refresh()
+            st["called"] += counts["ok"] + counts["error"]
+        elif todo:
             gen = self._generator(role)
             concurrency = 1 if rc.model.startswith("hf:") else self.config.settings.concurrency
             opts = rc.generation_options()
@@ -90,7 +141,25 @@ class AgentRunner:
         store = self.cache.store(role)
         return [str((store.get(k) or {}).get("error")) for k in keys if ok_output(store.get(k)) is None]
 
+    def _on_ray(self, model: str) -> bool:
+        from unirag.runs.engine import runs_on_ray
+
+        # A caller's own generator factory builds models only it knows how to: those calls stay here.
+        return self.factory is default_generator_factory and runs_on_ray(self.engine, model)
+
+    def _worker_pool(self):
+        if self._pool is None:
+            from unirag.runs.engine import WorkerPool, open_pool
+
+            self._pool_owned = not isinstance(self.engine, WorkerPool)
+            self._pool = open_pool(self.engine, self.progress).__enter__()
+        return self._pool
+
     def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            if self._pool_owned:
+                pool.__exit__(None, None, None)
         for g in self._generators.values():
             close = getattr(g, "close", None)
             if close is not None:

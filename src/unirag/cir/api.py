@@ -64,6 +64,17 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
             raw_echo(line)
 
     files = [annotations] if isinstance(annotations, (str, Path)) else list(annotations)
+    from unirag.runs.engine import WorkerPool, engine_options
+
+    engine = run_kwargs.get("engine")
+    if engine is not None and engine_options(engine).ray and not isinstance(engine, WorkerPool):
+        # One pool for every annotation file: the agent models load once per worker for all of them.
+        with WorkerPool(engine_options(engine), progress=progress) as pool:
+            return run_cir(dataset, files, images_root=images_root, out_dir=out_dir, split_file=split_file,
+                           agents=config, k_prime=None, lam=None, k=None, stages=stages, limit=limit,
+                           ablation=ablation, cache_dir=cache_dir, encoder=None, concurrency=None,
+                           exclude_reference=exclude_reference, progress=progress, echo=echo,
+                           **{**run_kwargs, "engine": pool})
     out = Path(out_dir)
     shared = {}
     results: dict[str, dict[str, Any]] = {}

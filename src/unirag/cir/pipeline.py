@@ -80,10 +80,11 @@ class CirRun:
                  cache_dir: str | Path | None = None, encoder=None, text_encoder=None,
                  generator_factory: GeneratorFactory | None = None, progress: bool = True,
                  echo: Callable[[str], None] = print, encoder_options: dict[str, Any] | None = None,
-                 profile: str | Settings | None = None) -> None:
+                 profile: str | Settings | None = None, engine: Any = "local") -> None:
         """``encoder_options``: keywords for loading the encoders (``device``, ``dtype``, ...).
         ``profile``: ``"default"``, ``"official"`` or resolved :class:`~unirag.profiles.Settings`
-        (None: the agents YAML's profile, else default); the YAML's X^R settings apply below it."""
+        (None: the agents YAML's profile, else default); the YAML's X^R settings apply below it.
+        ``engine``: where local agent models run, "local" or "ray" (see :mod:`unirag.runs.engine`)."""
         stages = parse_stages(stages)
         self.ds, self.out = dataset, Path(out_dir)
         self.config = copy.deepcopy(config) if config is not None else XRConfig()
@@ -98,6 +99,7 @@ class CirRun:
         self._encoder, self._text_encoder = encoder, text_encoder
         self.encoder_options = dict(encoder_options or {})
         self.factory, self.progress, self.echo = generator_factory, progress, echo
+        self.engine = engine
         self.notes: list[str] = list(dataset.notes)
 
     # -- models -------------------------------------------------------------------------------------
@@ -164,7 +166,7 @@ class CirRun:
             if agents and self.config.has_agents:
                 self._check_roles()
                 self._load_official_prompts()
-                runner = AgentRunner(self.config, self.cache, self.factory, progress=self.progress)
+                runner = AgentRunner(self.config, self.cache, self.factory, progress=self.progress, engine=self.engine)
                 try:
                     self._agents(runner, qs, pool_ids, paths, ia)
                 finally:

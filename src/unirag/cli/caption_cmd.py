@@ -6,6 +6,7 @@ import json
 
 import click
 
+from unirag.cli.engine_options import engine_from_cli, engine_options
 from unirag.cli.generation_options import generation_options, generator_kwargs
 from unirag.cli.profile_options import profile_options
 from unirag.cli.selection_options import selection_of, selection_options
@@ -38,15 +39,17 @@ MODES = ("zero-shot", "random", "rag")
 @generation_options
 @profile_options("temperature", "caption_prompts", "pair_completion", "example_pairs")
 @selection_options
+@engine_options
 def caption(queries, images_root, pool_images_root, generator_spec, mode, k, retrieval, index, pool, out, limit,
             official_prompts, settings, **gen_opts) -> None:
     """Caption image queries; rerun the same command to resume after a crash or Ctrl-C."""
     from unirag.pipelines.caption import CaptionConfig, run_captioning
 
     selection = selection_of(gen_opts)
+    engine = engine_from_cli(gen_opts)
     cfg = CaptionConfig(queries=queries, generator=generator_spec, out=out, mode=mode, k=k, images_root=images_root,
                         pool_images_root=pool_images_root, retrieval=retrieval, index=index, pool=pool, limit=limit,
-                        profile=settings, official_prompts=official_prompts, selection=selection,
+                        profile=settings, official_prompts=official_prompts, selection=selection, engine=engine,
                         **generator_kwargs(gen_opts))
     summary = run_captioning(cfg)
     counts, totals = summary["counts"], summary["totals"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from unirag.cir.datasets import DATASETS
+from unirag.cli.engine_options import engine_from_cli, engine_options
 from unirag.cli.model_options import device_options
 from unirag.profiles import PROFILES, SETTINGS, option_name
 
@@ -75,9 +76,10 @@ def _print_metrics(name: str, metrics: dict) -> None:
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @device_options
 @xr_setting_options
+@engine_options
 def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime, lam, k, stages, limit, cache_dir,
         encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet, device, dtype,
-        profile=None, official_prompts=None, **xr_settings) -> None:
+        profile=None, official_prompts=None, **options) -> None:
     """Rank a CIR benchmark's pool for each (reference image, modification text) query.
 
     Writes OUT/rankings.jsonl (per query: ranked image ids of every stage, stage scores),
@@ -88,12 +90,14 @@ def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime,
     from unirag.cir.pipeline import Ablation
 
     ablation = Ablation(imagination=not no_imagination, fine_only=fine_only, modalities=modalities)
+    engine = engine_from_cli(options)
+    xr_settings = options  # what is left: one value (or None) per X^R setting option
     metrics = run_cir(dataset, list(annotations), images_root=images_root, out_dir=out_dir, split_file=split_file,
                       agents=agents, k_prime=k_prime, lam=lam, k=k, stages=stages, limit=limit, ablation=ablation,
                       cache_dir=cache_dir, encoder=encoder, concurrency=concurrency, progress=not quiet,
                       exclude_reference=exclude_reference, encoder_options={"device": device, "dtype": dtype},
                       profile=profile, overrides=xr_settings, official_prompts=official_prompts,
-                      echo=lambda s: click.echo(s, err=True))
+                      echo=lambda s: click.echo(s, err=True), engine=engine)
     if "datasets" in metrics:
         for name, m in metrics["datasets"].items():
             _print_metrics(name, m)

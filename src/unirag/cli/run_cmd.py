@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from unirag.cli.engine_options import engine_from_cli, engine_options
 from unirag.cli.profile_options import profile_options
 from unirag.cli.selection_options import selection_of, selection_options
 
@@ -44,6 +45,7 @@ def _pairs(values: tuple[str, ...], option: str, parse_value: bool) -> dict:
 @click.option("--no-progress", is_flag=True, default=False)
 @profile_options(raw=True)
 @selection_options
+@engine_options
 def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_map, option_pairs, no_progress,
         profile, setting_overrides, **selection) -> None:
     """Run every cell of EXPERIMENT.yaml into OUT/<generator>/<mode>-k<k>[-<retriever>]; rerun to resume.
@@ -79,7 +81,8 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
             click.echo(f"{name:60s} {state}")
         return
     results = run_experiment(experiment, tuple(only), progress=not no_progress, limit=limit, echo=click.echo,
-                             overrides=overrides, selection=selection_of(selection))
+                             overrides=overrides, selection=selection_of(selection),
+                             engine=engine_from_cli(selection))
     failed = [r for r in results if r["status"] != "ok"]
     incomplete = [r for r in results if r["status"] == "ok" and r["counts"].get("ok") != r["counts"].get("queries")]
     click.echo(f"{len(results) - len(failed)}/{len(results)} cells ran; {len(incomplete)} with failed queries "

@@ -142,7 +142,7 @@ class HFVisionLanguageGenerator(TextGenerator):
                 with torch.inference_mode():
                     out = self._model.generate(**inputs, **gen_kwargs)
             except torch.cuda.OutOfMemoryError as e:
-                raise BackendError(f"{self.spec}: out of GPU memory ({e}); lower --batch-size or k") from None
+                raise BackendError(f"{self.spec}: out of GPU memory ({e}); lower --batch-size or k", kind="oom") from None
             # Any other exception (a shape mismatch, a processor bug) is a programming error: it stops the
             # run with its traceback instead of turning every query into a recorded failure.
             prompt_len = inputs["input_ids"].shape[1]

@@ -42,6 +42,7 @@ class PluginTextGenerator(TextGenerator):
         self.inner = _build(name, "caption generator", options)
         self.image_mode = getattr(self.inner, "image_mode", "multi-image")
         self.template_family = getattr(self.inner, "template_family", "gpt4o")
+        self.batch_size = int(getattr(self.inner, "batch_size", 1) or 1)  # prompts per generate_batch call
 
     def generate(self, messages, options: GenerationOptions | None = None) -> Generation:
         return self.inner.generate(messages, options)

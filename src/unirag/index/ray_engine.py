@@ -61,10 +61,9 @@ class _ShardWorker:
 
 def default_workers(ray_module, cpus_per_worker: int, gpus_per_worker: float) -> int:
     """Workers that fit the cluster: by GPUs when asked for, else CPUs minus one for Ray Data's tasks."""
-    resources = ray_module.cluster_resources()
-    if gpus_per_worker:
-        return max(1, int(resources.get("GPU", 0) // gpus_per_worker))
-    return max(1, (int(resources.get("CPU", 1)) - 1) // max(1, cpus_per_worker))
+    from unirag.ray_support import default_workers as fit
+
+    return fit(ray_module, cpus_per_worker, gpus_per_worker, reserve_cpus=1)
 
 
 def default_decode_workers(ray_module, n_workers: int, gpus_per_worker: float) -> int:
@@ -88,24 +87,11 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
     Workers load ``encoder_spec`` on ``cuda`` when GPUs are reserved (else CPU) in ``dtype``; their
     encoder's fingerprint must be the one planned (a mismatch fails the shard with both names).
     """
-    try:
-        import ray
-    except ImportError:
-        from unirag.errors import ConfigError
+    from unirag.ray_support import ray_session
 
-        raise ConfigError("--engine ray needs Ray: pip install 'unirag[ray]'") from None
     if not shard_ids:
         return []
-    started_here = not ray.is_initialized()
-    if started_here:
-        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": progress}
-        if ray_address:
-            ray.init(address=ray_address, **kwargs)
-        else:
-            # Ray runs workers at niceness 15 by default; here the workers are the job (the driver only
-            # waits), so they get normal priority on a machine they share.
-            ray.init(num_cpus=os.cpu_count() or 1, _system_config={"worker_niceness": 0}, **kwargs)
-    try:
+    with ray_session(ray_address, log_to_driver=progress) as ray:
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = progress
         n_workers = workers or default_workers(ray, cpus_per_worker, gpus_per_worker)
@@ -127,6 +113,3 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
                                    "batch_size": batch_size, "device": device, "dtype": dtype,
                                    "threads": threads, "decode_workers": decode_workers})
         return sorted(out.take_all(), key=lambda r: r["shard"])
-    finally:
-        if started_here:
-            ray.shutdown()

@@ -2,7 +2,10 @@
 
 API backends are parallelised by :func:`unirag.runs.executor.run_items`; a local model on one GPU
 is faster with batched forward passes instead. A failed batch is retried item by item so that
-one bad input fails alone, exactly as it would in the per-item executor.
+one bad input fails alone, exactly as it would in the per-item executor. Running out of GPU memory
+counts as such a failure too (backends raise it as a :class:`BackendError` of kind ``oom``; a raw
+``torch.OutOfMemoryError`` from a plugin is treated the same): cached GPU memory is released and the
+batch's items are tried one by one, so only an item too big on its own is recorded as failed.
 """
 
 from __future__ import annotations
@@ -18,6 +21,27 @@ from unirag.runs.executor import DEFERRED, settle_deferred
 from unirag.runs.store import STATUS_ERROR, STATUS_OK, ResultStore
 
 T = TypeVar("T")
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """A GPU out-of-memory error, however it was raised (torch's class or a backend's ``oom`` error)."""
+    return type(err).__name__ == "OutOfMemoryError" or getattr(err, "kind", None) == "oom"
+
+
+def _as_backend_error(err: BaseException) -> BackendError:
+    """An item's failure as a BackendError; anything but a BackendError or an OOM is a bug and re-raised."""
+    if isinstance(err, BackendError):
+        return err
+    if is_out_of_memory(err):
+        return BackendError(f"out of GPU memory: {err}", kind="oom")
+    raise err
+
+
+def _work_one(work_batch: Callable[[list[T]], list[dict[str, Any]]], item: T) -> dict[str, Any]:
+    try:
+        return work_batch([item])[0]
+    except Exception as err:  # noqa: BLE001 - _as_backend_error re-raises what is not a model failure
+        raise _as_backend_error(err) from None
 
 
 def run_batches(items: Iterable[T], key: Callable[[T], str],
@@ -57,7 +81,11 @@ def run_batches(items: Iterable[T], key: Callable[[T], str],
             t0 = time.perf_counter()
             try:
                 results = work_batch(chunk)
-            except BackendError:
+            except Exception as err:  # noqa: BLE001 - _as_backend_error re-raises what is not a model failure
+                if is_out_of_memory(_as_backend_error(err)):
+                    from unirag.runtime import free_memory
+
+                    free_memory()
                 results = None
             if results is not None:
                 per_item = (time.perf_counter() - t0) / len(chunk)
@@ -67,7 +95,7 @@ def run_batches(items: Iterable[T], key: Callable[[T], str],
                 for item in chunk:  # isolate the failing item(s)
                     t1 = time.perf_counter()
                     try:
-                        fields = work_batch([item])[0]
+                        fields = _work_one(work_batch, item)
                         record(item, fields, None, time.perf_counter() - t1)
                     except BackendError as err:
                         record(item, None, err, time.perf_counter() - t1)
@@ -78,7 +106,7 @@ def run_batches(items: Iterable[T], key: Callable[[T], str],
             return None if store.is_done(key(item), refresh=False) else DEFERRED
         t1 = time.perf_counter()
         try:
-            record(item, work_batch([item])[0], None, time.perf_counter() - t1)
+            record(item, _work_one(work_batch, item), None, time.perf_counter() - t1)
         except BackendError as err:
             record(item, None, err, time.perf_counter() - t1)
         return store.get(key(item))

@@ -90,20 +90,35 @@ def _abs(p: str | Path | None) -> str | None:
     return str(Path(p).resolve()) if p is not None else None
 
 
+@dataclass
+class PreparedQuery:
+    """A query with what the driver chose for it: its examples and, for the official ``retrieval:top1``
+    baseline, the caption to copy. Picklable: this is what a Ray worker receives."""
+
+    query: Query
+    examples: list[Example]
+    captions: list[str] | None = None
+    #: the leakage guard's count for these examples (``{"flagged", "excluded"}``; None: guard off)
+    leaks: dict[str, int] | None = None
+
+
 class CaptionJob:
     """Everything one run needs, prepared once; ``work``/``work_batch`` caption queries.
 
     The captioning itself is :class:`~unirag.pipelines.captioner.Captioner`'s (the same call a
-    notebook makes); this adds example selection and the run record.
+    notebook makes); this adds example selection and the run record. Selection (:meth:`prepare`)
+    and generation (:meth:`work_prepared`) are separate steps so that on Ray the driver selects and
+    the workers generate (a worker's job has no selector, only ``pool_root``).
     """
 
-    def __init__(self, cfg: CaptionConfig, captioner: Captioner, selector: ExampleSelector) -> None:
+    def __init__(self, cfg: CaptionConfig, captioner: Captioner, selector: ExampleSelector | None,
+                 pool_root: str | Path | None = None) -> None:
         self.cfg, self.captioner, self.selector = cfg, captioner, selector
-        self.pool_root = pool_images_root(cfg, selector)
+        self.pool_root = pool_images_root(cfg, selector) if selector is not None else pool_root
         #: retrieval:top1 over retrieval results captions with the top candidate's caption, as the paper's
         #: code does (see :func:`unirag.pipelines.examples.top_candidate_caption`), not the first example's.
-        self.official_top1 = getattr(captioner.backend, "strategy", None) == "top1" and hasattr(selector,
-                                                                                            "top_caption")
+        self.official_top1 = selector is not None and getattr(captioner.backend, "strategy", None) == "top1" \
+            and hasattr(selector, "top_caption")
 
     def examples(self, q: Query) -> list[Example]:
         return self.selector.select(q)
@@ -116,32 +131,76 @@ class CaptionJob:
         except InputError as e:  # a missing/corrupt image fails this query only, naming the file
             raise BackendError(f"bad input: {e}") from None
 
-    def _record(self, q: Query, examples: list[Example], cap: Caption) -> dict[str, Any]:
+    @staticmethod
+    def _record(examples: list[Example], cap: Caption, leaks: dict[str, int] | None = None) -> dict[str, Any]:
         rec = {"caption": cap.text, "examples": [ex.as_dict() for ex in examples], "usage": cap.usage.as_dict(),
                "cost_usd": cap.cost}
-        leaks = self.selector.leak_info(q)
         if leaks is not None:
             rec["near_duplicates"] = leaks
         if cap.raw:
             rec["raw"] = cap.raw
         return rec
 
-    def work(self, q: Query) -> dict[str, Any]:
+    def prepare(self, q: Query) -> PreparedQuery:
+        """Choose ``q``'s examples (and the official top-1 caption where that baseline runs)."""
         examples = self.examples(q)
-        request = self.request(q, examples)
-        captions = None
-        if request.prompt is None and self.official_top1:
+        return PreparedQuery(q, examples, leaks=self.selector.leak_info(q))
+
+    def work_prepared(self, p: PreparedQuery) -> dict[str, Any]:
+        request = self.request(p.query, p.examples)
+        captions = p.captions
+        if request.prompt is None and self.official_top1 and captions is None:
             try:
-                captions = [self.selector.top_caption(q)]  # the official baseline: the top hit, unskipped
+                captions = [self.selector.top_caption(p.query)]  # the official baseline: the top hit, unskipped
             except InputError as e:
                 raise BackendError(f"bad input: {e}") from None
-        return self._record(q, examples, self.captioner.complete(request, captions=captions))
+        return self._record(p.examples, self.captioner.complete(request, captions=captions), p.leaks)
+
+    def work_batch_prepared(self, ps: list[PreparedQuery]) -> list[dict[str, Any]]:
+        requests = [self.request(p.query, p.examples) for p in ps]
+        return [self._record(p.examples, cap, p.leaks)
+                for p, cap in zip(ps, self.captioner.complete_batch(requests), strict=True)]
+
+    def work(self, q: Query) -> dict[str, Any]:
+        return self.work_prepared(self.prepare(q))
 
     def work_batch(self, qs: list[Query]) -> list[dict[str, Any]]:
-        examples = [self.examples(q) for q in qs]
-        requests = [self.request(q, ex) for q, ex in zip(qs, examples, strict=True)]
-        return [self._record(q, ex, cap) for q, ex, cap in zip(qs, examples, self.captioner.complete_batch(requests),
-                                                                strict=True)]
+        return self.work_batch_prepared([self.prepare(q) for q in qs])
+
+
+@dataclass(frozen=True)
+class CaptionTask:
+    """A caption run's generation step as a Ray worker opens it (see :mod:`unirag.runs.engine`):
+    the run's settings without its inputs, the examples' root, and the run's ``outputs.jsonl``."""
+
+    cfg: CaptionConfig
+    pool_root: str | None
+    store_path: str
+
+    @property
+    def key(self) -> str:
+        return self.store_path
+
+    def open(self, backend: Any) -> _CaptionWork:
+        cfg = self.cfg
+        captioner = Captioner(backend, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
+                              templates_dir=cfg.templates_dir, prices=cfg.prices, profile=cfg.profile,
+                              official_prompts=cfg.official_prompts)
+        return _CaptionWork(CaptionJob(cfg, captioner, None, self.pool_root), self.store_path)
+
+
+class _CaptionWork:
+    def __init__(self, job: CaptionJob, store_path: str) -> None:
+        from unirag.runs.store import ResultStore
+
+        self.job = job
+        self.store = ResultStore(store_path, key="qid")
+        self.batch_size = int(getattr(job.captioner.backend, "batch_size", 1) or 1) if job.captioner.batches else 1
+
+    def work_batch(self, payloads: list[PreparedQuery]) -> list[dict[str, Any]]:
+        if self.job.captioner.batches:
+            return self.job.work_batch_prepared(payloads)
+        return [self.job.work_prepared(p) for p in payloads]
 
 
 def _identity(cfg: CaptionConfig, captioner: Captioner, selector: ExampleSelector, queries: str) -> dict:
@@ -168,6 +227,18 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
     run_queries = all_queries[: cfg.limit] if cfg.limit is not None else all_queries
     if cfg.concurrency < 1:
         raise ConfigError("--concurrency must be >= 1")
+    from contextlib import ExitStack
+
+    from unirag.runs.engine import open_pool, runs_on_ray
+
+    stack = ExitStack()
+    pool, recipe = None, None
+    if generator is None and runs_on_ray(cfg.engine, cfg.generator):
+        from unirag.pipelines.remote_models import RemoteTextGenerator, TextModelRecipe
+
+        pool = stack.enter_context(open_pool(cfg.engine, cfg.progress))
+        recipe = TextModelRecipe(cfg.generator, dict(cfg.generator_options))
+        generator = RemoteTextGenerator(pool.describe(recipe))  # the model loads on the workers only
     if isinstance(generator, Captioner):
         captioner, owned = generator, False
     else:
@@ -175,9 +246,10 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
                               temperature=cfg.temperature, templates_dir=cfg.templates_dir, prices=cfg.prices,
                               profile=cfg.profile, official_prompts=cfg.official_prompts, **cfg.generator_options)
         owned = generator is None
+    stack.callback(lambda: captioner.close() if owned else None)
     if cfg.k is None:
         cfg = replace(cfg, k=default_k(cfg.mode, captioner.spec))
-    try:
+    with stack:
         if captioner.picks_examples and (cfg.mode == "zero-shot" or cfg.k < 1):
             raise ConfigError(f"{captioner.spec} picks among retrieved captions: use --mode rag with --k >= 1")
         selector = make_selector(cfg.mode, cfg.k, queries=all_queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
@@ -187,7 +259,7 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
         settings = {"generator_config": captioner.config(), "concurrency": cfg.concurrency, "limit": cfg.limit,
                     "max_attempts": cfg.max_attempts, "price": price_entry(captioner.price),
                     "prices_file": _abs(cfg.prices) if not isinstance(cfg.prices, dict) else None,
-                    "profile": captioner.settings.to_dict()}
+                    "profile": captioner.settings.to_dict(), "engine": _engine_entry(cfg.engine, pool)}
         identity = _identity(cfg, captioner, selector, queries_identity(all_queries, queries_path))
         with RunDir(cfg.out, "caption", identity, settings, save_prompts=cfg.save_prompts) as run:
             done = run.store.done_keys()
@@ -195,12 +267,42 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
             selector.prepare(todo)
             if not captioner.picks_examples:
                 _save_prompts(run, job, run_queries)
-            counts = _execute(cfg, job, run, run_queries)
+            if pool is not None:
+                counts = _execute_on_ray(cfg, job, run, run_queries, pool, recipe)
+            else:
+                counts = _execute(cfg, job, run, run_queries)
             final = run.finish([q.qid for q in run_queries])
             return {"out": str(cfg.out), "this_run": counts, "counts": final, "totals": run.manifest["totals"]}
-    finally:
-        if owned:
-            captioner.close()
+
+
+def _engine_entry(engine: Any, pool: Any) -> dict[str, Any]:
+    """What the manifest's settings record about where the run ran (not part of its identity)."""
+    from unirag.runs.engine import engine_options
+
+    entry = engine_options(engine).to_dict()
+    if pool is None:
+        entry["engine"] = "local"
+    return entry
+
+
+def _execute_on_ray(cfg: CaptionConfig, job: CaptionJob, run: RunDir, queries: list[Query], pool: Any,
+                    recipe: Any) -> dict[str, int]:
+    """The generation step on the pool's workers; examples are chosen here, one batch ahead."""
+    import os
+
+    done = run.store.done_keys()
+    todo = [q for q in queries if q.qid not in done]
+    slim = replace(cfg, queries=[], index=None, retrieval=None, engine="local",
+                   images_root=_abs(cfg.images_root) or os.getcwd(),
+                   templates_dir=_abs(cfg.templates_dir),
+                   prices=cfg.prices if isinstance(cfg.prices, dict) or cfg.prices is None else _abs(cfg.prices))
+    task = CaptionTask(slim, _abs(job.pool_root) or os.getcwd(), str(run.store.path.resolve()))
+    size = int(getattr(job.captioner.backend, "batch_size", 1) or 1)
+    counts = pool.run(recipe, task, todo, key=lambda q: q.qid, prepare=job.prepare, chunk_size=size,
+                      desc="caption", progress=cfg.progress)
+    counts["skipped"] += len(queries) - len(todo)
+    run.store.refresh()  # the workers' records, for the final compaction and counts
+    return counts
 
 
 def _save_prompts(run: RunDir, job: CaptionJob, queries: list[Query]) -> None:

@@ -283,10 +283,11 @@ def select_cells(cells: list[Cell], patterns: tuple[str, ...]) -> list[Cell]:
 
 
 def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int | None = None,
-             selection: Any = None) -> dict[str, Any]:
+             selection: Any = None, engine: Any = "local") -> dict[str, Any]:
     """Run (or resume) one cell into ``out_root/cell.name``. ``selection``: example-selection
     settings (:class:`unirag.Selection`) laid over the cell's own ``selection:`` option, for the
-    cells that retrieve from an index."""
+    cells that retrieve from an index; ``engine`` as for a single run (a
+    :class:`~unirag.runs.engine.WorkerPool` lets cells with the same model share its workers)."""
     from unirag.runs.atomic import atomic_write_json
 
     out = Path(out_root) / cell.name
@@ -296,7 +297,7 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     if cell.paper or cell.row:
         atomic_write_json(out / "paper.json", cell.paper_record())
     if cell.task == "cir":
-        return _run_cir_cell(cell, out, opts, progress)
+        return _run_cir_cell(cell, out, opts, progress, engine)
     opts["selection"] = _cell_selection(cell, opts.get("selection"), selection)
     gen_opts = {k: v for k, v in opts.items() if k in GENERATOR_OPTIONS}
     run_opts = {k: v for k, v in opts.items() if k in RUN_OPTION_KEYS - {"lavit_code", "offload"}}
@@ -308,12 +309,12 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
                             k=cell.k, images_root=cell.sources.get("images_root"), pool_images_root=pool_images_root,
                             retrieval=cell.sources.get("retrieval"), index=cell.sources.get("index"),
                             pool=cell.sources.get("pool"), generator_options=gen_opts, progress=progress,
-                            profile=cell.settings, **run_opts)
+                            profile=cell.settings, engine=engine, **run_opts)
         return run_captioning(cfg)["counts"]
-    return _run_image_cell(cell, out, opts, progress)
+    return _run_image_cell(cell, out, opts, progress, engine)
 
 
-def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool) -> dict[str, Any]:
+def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, engine: Any) -> dict[str, Any]:
     """Delegate to :func:`unirag.cir.api.run_cir`; counts as caption cells report them, plus the metrics."""
     from unirag.cir.api import run_cir
 
@@ -326,7 +327,7 @@ def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool) -
         kwargs["stages"] = parse_stages(c["stages"])
     metrics = run_cir(c["dataset"], c["annotations"], images_root=cell.sources.get("images_root"), out_dir=out,
                       k=c.get("k"), limit=opts.get("limit"), concurrency=opts.get("concurrency"),
-                      progress=progress, profile=cell.settings, echo=lambda s: None, **kwargs)
+                      progress=progress, profile=cell.settings, echo=lambda s: None, engine=engine, **kwargs)
     final = cir_stage_metrics(metrics, c.get("stage"))
     n = int(final.get("n_queries") or 0) if final else 0
     return {"queries": n, "ok": n, "error": 0, "metrics": {k: v for k, v in (final or {}).items()
@@ -350,6 +351,8 @@ def cir_stage_metrics(metrics: dict[str, Any], stage: str | None = None) -> dict
                                                 for m in metrics["datasets"].values()))
             return out
     return None
+
+
 def _cell_selection(cell: Cell, own: Any, given: Any):
     """The cell's Selection: its ``selection:`` option, with the fields of ``given`` that differ from
     the defaults laid over it when the cell retrieves from an index (run-file cells chose theirs)."""
@@ -366,10 +369,9 @@ def _cell_selection(cell: Cell, own: Any, given: Any):
     return Selection.of({**base.to_dict(), **changed})
 
 
-def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool) -> dict[str, Any]:
+def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, engine: Any) -> dict[str, Any]:
     """Delegate to the image pipeline (:mod:`unirag.pipelines.image_gen`)."""
     try:
-        from unirag.generators.images.registry import load_image_generator
         from unirag.pipelines.image_gen import ImageSettings, run_image_generation
     except ImportError as e:
         raise ConfigError(f"image cells need the image generation pipeline ({e})") from None
@@ -381,17 +383,17 @@ def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool)
                              retrieval=cell.sources.get("retrieval"), index=cell.sources.get("index"),
                              seed=opts.get("seed", 0), query_images_root=cell.sources.get("images_root"),
                              profile=cell.settings, selection=opts.get("selection"))
-    generator = load_image_generator(cell.generator, **{k: v for k, v in opts.items()
-                                                        if k in GENERATOR_OPTIONS | {"lavit_code", "offload"}})
     image = {"steps": None, "guidance": None,  # None: the generator's default under the cell's profile
              **{k: opts[k] for k in ("width", "height", "steps", "guidance") if k in opts}}
     if "image_seed" in opts:
         image["seed"] = opts["image_seed"]
     pool_root = cell.sources.get("pool_images_root") or cell.sources.get("images_root")
-    result = run_image_generation(queries, generator, selector, out, images_root=pool_root,
+    result = run_image_generation(queries, None, selector, out, images_root=pool_root,
                                   settings=ImageSettings(**image), concurrency=opts.get("concurrency", 4),
                                   limit=opts.get("limit"), save_prompts=opts.get("save_prompts", 5),
-                                  progress=progress, profile=cell.settings)
+                                  progress=progress, profile=cell.settings, engine=engine, spec=cell.generator,
+                                  generator_options={k: v for k, v in opts.items()
+                                                     if k in GENERATOR_OPTIONS | {"lavit_code", "offload"}})
     # Same shape as caption cells: the final totals of the run directory.
     return {k[len("total_"):]: v for k, v in result.items() if k.startswith("total_")} or result
 
@@ -414,29 +416,56 @@ def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOve
     return states
 
 
+def _model_key(cell: Cell) -> tuple:
+    """Cells with equal keys use the same loaded model (same task kind, spec and generator options)."""
+    opts = sorted((k, str(v)) for k, v in cell.options.items() if k in GENERATOR_OPTIONS)
+    return (cell.task, cell.generator, tuple(opts))
+
+
 def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool = True, limit: int | None = None,
                    echo=print, overrides: GridOverrides | None = None, profile: str | None = None,
-                   selection: Any = None) -> list[dict[str, Any]]:
+                   selection: Any = None, engine: Any = "local") -> list[dict[str, Any]]:
     """Run the grid file ``path`` (what ``unirag run`` does): every cell whose name matches a glob of
     ``only`` (all when empty) into ``OUT/<cell name>``, each resumable; ``limit``: the first N queries.
     A cell that fails to start (bad config, no key) is reported and the others go on. Returns one
     ``{"cell", "status": "ok"|"failed", "counts"|"error"}`` per cell. ``overrides``: see
     :class:`GridOverrides`; ``profile``: run every cell under this profile (same as
-    ``overrides.profile``). A cir cell's measured figures are printed beside the paper's."""
+    ``overrides.profile``). A cir cell's measured figures are printed beside the paper's.
+
+    ``engine="ray"`` (or :class:`~unirag.runs.engine.EngineOptions`): local-model cells run on Ray
+    workers of one pool for the whole grid, cells grouped by model so that each worker loads each
+    model once for all the cells that use it (API cells run here, as always)."""
+    from contextlib import nullcontext
     from dataclasses import replace
 
     from unirag.runs.atomic import atomic_write_json
+    from unirag.runs.engine import WorkerPool, engine_options
 
     if profile is not None:
         overrides = replace(overrides or GridOverrides(), profile=profile)
 
     spec, cells = load_experiment(path, overrides)
     cells = select_cells(cells, only)
+    options = engine_options(engine)
+    if options.ray and not isinstance(engine, WorkerPool):
+        first = {}
+        for c in cells:
+            first.setdefault(_model_key(c), len(first))
+        cells = sorted(cells, key=lambda c: first[_model_key(c)])  # stable: the file's order within a model
+        context = WorkerPool(options, progress=progress)
+    else:
+        context = nullcontext(engine)
+    with context as shared:
+        return _run_cells(spec, cells, progress, limit, echo, shared, selection, atomic_write_json)
+
+
+def _run_cells(spec, cells, progress, limit, echo, engine, selection, atomic_write_json) -> list[dict[str, Any]]:
     results = []
     for i, cell in enumerate(cells, start=1):
         echo(f"[{i}/{len(cells)}] {cell.name}")
         try:
-            counts = run_cell(cell, spec["out"], progress=progress, limit=limit, selection=selection)
+            counts = run_cell(cell, spec["out"], progress=progress, limit=limit, selection=selection,
+                              engine=engine)
             results.append({"cell": cell.name, "status": "ok", "counts": counts})
             for line in compare_lines(cell.paper, counts.get("metrics") or {}):
                 echo(f"  {line}")

@@ -40,7 +40,7 @@ from unirag.pipelines.run_config import ExampleRunConfig
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json
 from unirag.runs.executor import run_items
 from unirag.runs.retry import RetryPolicy
-from unirag.runs.rundir import RunDir
+from unirag.runs.rundir import OUTPUTS_FILE, PROMPTS_DIR, RunDir
 
 TASK = "image"  # the task name caption/image runs and `unirag evaluate images` agree on
 IMAGES_DIR = "images"
@@ -98,9 +98,102 @@ def _check_queries(queries: Sequence[Query]) -> None:
                              field="query_txt")
 
 
+@dataclass
+class ImageJob:
+    """The generation step of an image run: one prepared query (examples chosen) -> PNG, prompt file,
+    record fields. The run makes one for its local loop; a Ray worker makes its own around the model
+    it loaded (:class:`ImageTask`), so both write the same files and records."""
+
+    generator: ImageGenerator
+    out: Path
+    images_root: str | Path | None
+    settings: ImageSettings
+    price: Price
+    position: dict[str, int]
+    save_prompts: int = 5
+
+    @property
+    def free(self) -> bool:
+        return self.price == Price()
+
+    def work_prepared(self, prepared: tuple[Query, list[Example], dict[str, int] | None]) -> dict[str, Any]:
+        """``prepared``: the query, its examples and the leakage guard's count for them (None: guard off)."""
+        from unirag.runs.rundir import write_prompt
+
+        query, examples, leaks = prepared
+        settings, generator, out = self.settings, self.generator, self.out
+        request = ImageRequest(qid=query.qid, caption=query.txt, examples=_examples_to_pairs(examples, self.images_root),
+                               width=settings.width, height=settings.height, steps=settings.steps,
+                               guidance=settings.guidance, seed=settings.seed)
+        try:
+            result = generator.generate(request)
+        except InputError as e:  # e.g. a missing example image: this query fails, the run goes on
+            raise BackendError(str(e)) from None
+        meta = dict(result.meta)
+        prompt = meta.pop("prompt", None) or generator.prompt_text(request)
+        stem = image_stem(query.qid)
+        rel = f"{IMAGES_DIR}/{stem}.png"
+        atomic_write_bytes(out / rel, png_bytes(result.image, compress_level=1))
+        atomic_write_json(out / IMAGES_DIR / f"{stem}.prompt.json", {
+            "qid": query.qid, "caption": query.txt, "generator": generator.spec, "prompt": prompt,
+            "examples": [{"id": e.id, "image": str(e.image_path), "caption": e.caption} for e in request.examples],
+            **asdict(settings)})
+        index = self.position.get(query.qid, self.save_prompts)
+        if index < self.save_prompts:
+            write_prompt(out / PROMPTS_DIR, index, query.qid, prompt_messages(request, prompt), extra={"image": rel})
+        fields: dict[str, Any] = {"caption": query.txt, "image": rel,
+                                  "examples": [ex.as_dict() for ex in examples],
+                                  "size": list(result.image.size)}
+        if leaks is not None:
+            fields["near_duplicates"] = leaks
+        fields["usage"] = result.usage.as_dict() if result.usage is not None else {}
+        # No usage reported: free backends (local models, the retrieval baseline) cost 0, others unknown.
+        fields["cost_usd"] = cost_usd(result.usage or Usage(), self.price) if (result.usage or self.free) else None
+        if meta:
+            fields["meta"] = meta
+        return fields
+
+
+@dataclass(frozen=True)
+class ImageTask:
+    """An image run's generation step as a Ray worker opens it (see :mod:`unirag.runs.engine`)."""
+
+    out: str
+    images_root: str | None
+    settings: ImageSettings
+    price: Price
+    position: dict[str, int]
+    save_prompts: int
+    k: int
+
+    @property
+    def key(self) -> str:
+        return str(Path(self.out) / OUTPUTS_FILE)
+
+    def open(self, generator: ImageGenerator) -> _ImageWork:
+        generator.check_k(self.k)
+        generator.check_size(self.settings.width, self.settings.height)
+        job = ImageJob(generator, Path(self.out), self.images_root, self.settings, self.price, self.position,
+                       self.save_prompts)
+        return _ImageWork(job, self.key)
+
+
+class _ImageWork:
+    batch_size = 1  # local image models draw one picture per call (diffusers batches only text-only requests)
+
+    def __init__(self, job: ImageJob, store_path: str) -> None:
+        from unirag.runs.store import ResultStore
+
+        self.job = job
+        self.store = ResultStore(store_path, key="qid")
+
+    def work_batch(self, payloads: list[tuple[Query, list[Example], dict[str, int] | None]]) -> list[dict[str, Any]]:
+        return [self.job.work_prepared(p) for p in payloads]
+
+
 def run_image_generation(
     queries: Sequence[Query],
-    generator: ImageGenerator,
+    generator: ImageGenerator | None,
     selector: ExampleSelector,
     out: str | Path,
     *,
@@ -114,6 +207,9 @@ def run_image_generation(
     identity_extra: dict[str, Any] | None = None,
     progress: bool = True,
     profile: Any = None,
+    engine: Any = "local",
+    spec: str | None = None,
+    generator_options: dict[str, Any] | None = None,
 ) -> dict[str, int]:
     """Generate one image per query into ``out``; returns counts (ok/error/skipped + final totals).
 
@@ -121,26 +217,59 @@ def run_image_generation(
     queries (a smoke run that a later full run into the same directory extends). ``prices``: a
     JSON/YAML price file overriding the defaults (:mod:`unirag.generators.images.prices`).
     ``profile``: a profile name or :class:`unirag.profiles.Settings` (recorded in the manifest; its
-    ``emu2_sampling`` fills in steps/guidance left None).
+    ``emu2_sampling`` fills in steps/guidance left None). ``generator`` None: the run loads ``spec``
+    with ``generator_options`` itself: on Ray workers when ``engine`` is "ray" and the spec is a local
+    model (see :mod:`unirag.runs.engine`), else here.
     """
+    from contextlib import ExitStack
+
     from unirag.profiles import resolve
+    from unirag.runs.engine import open_pool, runs_on_ray
 
     profile = resolve(profile)
-    settings = (settings or ImageSettings()).resolved(generator.spec, profile)
+    with ExitStack() as stack:
+        pool = recipe = None
+        if generator is None:
+            if spec is None:
+                from unirag.errors import ConfigError
+
+                raise ConfigError("run_image_generation needs a generator or a spec")
+            if runs_on_ray(engine, spec):
+                from unirag.pipelines.remote_models import ImageModelRecipe, RemoteImageGenerator
+
+                pool = stack.enter_context(open_pool(engine, progress))
+                recipe = ImageModelRecipe(spec, dict(generator_options or {}))
+                generator = RemoteImageGenerator(pool.describe(recipe))
+            else:
+                from unirag.generators.images.registry import load_image_generator
+
+                generator = load_image_generator(spec, **(generator_options or {}))
+                stack.callback(generator.close)
+        settings = (settings or ImageSettings()).resolved(generator.spec, profile)
+        return _run_image_generation(queries, generator, selector, Path(out), images_root, settings,
+                                     concurrency, limit, save_prompts, policy, prices, identity_extra, progress,
+                                     pool, recipe, engine, profile)
+
+
+def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleSelector, out: Path, images_root,
+                          settings: ImageSettings, concurrency, limit, save_prompts, policy, prices, identity_extra,
+                          progress, pool, recipe, engine, profile) -> dict[str, int]:
+    import os
+
+    from unirag.pipelines.caption import _engine_entry
+
     queries = list(queries)[:limit] if limit is not None else list(queries)
     _check_queries(queries)
     generator.check_k(selector.k)
     generator.check_size(settings.width, settings.height)
-    out = Path(out)
     templates = {name: image_template(name).manifest_entry() for name in generator.templates}
     identity = {"generator": generator.spec, **generator.identity(), "examples": selector.source(), **asdict(settings),
                 "templates": {n: t["sha256"] for n, t in templates.items()}, **(identity_extra or {})}
     price = image_price(generator.spec, generator.local, prices)
-    free = price == Price()
     run_settings = {"generator_config": generator.config(), "images_root": images_root,
                     "concurrency": 1 if generator.local else concurrency, "templates": templates,
                     "price": price_entry(price), "prices_file": str(prices) if prices else None,
-                    "profile": profile.to_dict()}
+                    "profile": profile.to_dict(), "engine": _engine_entry(engine, pool)}
     position = {q.qid: i for i, q in enumerate(queries)}
 
     with RunDir(out, TASK, identity, run_settings, save_prompts=save_prompts) as run:
@@ -148,43 +277,19 @@ def run_image_generation(
         todo = [q for q in queries if q.qid not in done]
         selector.prepare(todo)
         (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
-
-        def work(query: Query) -> dict[str, Any]:
-            examples = selector.select(query)
-            request = ImageRequest(qid=query.qid, caption=query.txt, examples=_examples_to_pairs(examples, images_root),
-                                   width=settings.width, height=settings.height, steps=settings.steps,
-                                   guidance=settings.guidance, seed=settings.seed)
-            try:
-                result = generator.generate(request)
-            except InputError as e:  # e.g. a missing example image: this query fails, the run goes on
-                raise BackendError(str(e)) from None
-            meta = dict(result.meta)
-            prompt = meta.pop("prompt", None) or generator.prompt_text(request)
-            stem = image_stem(query.qid)
-            rel = f"{IMAGES_DIR}/{stem}.png"
-            atomic_write_bytes(out / rel, png_bytes(result.image, compress_level=1))
-            atomic_write_json(out / IMAGES_DIR / f"{stem}.prompt.json", {
-                "qid": query.qid, "caption": query.txt, "generator": generator.spec, "prompt": prompt,
-                "examples": [{"id": e.id, "image": str(e.image_path), "caption": e.caption} for e in request.examples],
-                **asdict(settings)})
-            run.save_prompt(position[query.qid], query.qid, prompt_messages(request, prompt),
-                            extra={"image": rel})
-            fields: dict[str, Any] = {"caption": query.txt, "image": rel,
-                                      "examples": [ex.as_dict() for ex in examples],
-                                      "size": list(result.image.size)}
-            leaks = selector.leak_info(query)
-            if leaks is not None:
-                fields["near_duplicates"] = leaks
-            fields["usage"] = result.usage.as_dict() if result.usage is not None else {}
-            # No usage reported: free backends (local models, the retrieval baseline) cost 0, others unknown.
-            fields["cost_usd"] = cost_usd(result.usage or Usage(), price) if (result.usage or free) else None
-            if meta:
-                fields["meta"] = meta
-            return fields
-
-        counts = run_items(todo, key=lambda q: q.qid, work=work, store=run.store,
-                           concurrency=1 if generator.local else max(1, int(concurrency)), policy=policy,
-                           desc=f"images ({generator.spec})", progress=progress)
+        prepare = lambda q: (q, selector.select(q), selector.leak_info(q))  # noqa: E731
+        desc = f"images ({generator.spec})"
+        if pool is not None:
+            root = str(Path(images_root).resolve()) if images_root is not None else os.getcwd()
+            task = ImageTask(str(out.resolve()), root, settings, price,
+                             {q: i for q, i in position.items() if i < save_prompts}, save_prompts, selector.k)
+            counts = pool.run(recipe, task, todo, key=lambda q: q.qid, prepare=prepare, desc=desc, progress=progress)
+            run.store.refresh()
+        else:
+            job = ImageJob(generator, out, images_root, settings, price, position, save_prompts)
+            counts = run_items(todo, key=lambda q: q.qid, work=lambda q: job.work_prepared(prepare(q)), store=run.store,
+                               concurrency=1 if generator.local else max(1, int(concurrency)), policy=policy,
+                               desc=desc, progress=progress)
         counts["skipped"] += len(queries) - len(todo)
         final = run.finish([q.qid for q in queries])
     return {**counts, **{f"total_{k}": v for k, v in final.items()}}
@@ -207,7 +312,6 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dic
     ``generator``: a backend object to use instead of loading ``cfg.generator`` (the caller keeps it).
     """
     from unirag.errors import ConfigError
-    from unirag.generators.images.registry import load_image_generator
     from unirag.pipelines.caption import load_queries, queries_identity
     from unirag.pipelines.examples import make_selector
 
@@ -224,13 +328,9 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dic
                              profile=cfg.profile, selection=cfg.selection)
     if examples_root is None:
         examples_root = selector.images_root
-    backend = generator if generator is not None else load_image_generator(cfg.generator, **cfg.generator_options)
-    try:
-        return run_image_generation(
-            queries, backend, selector, cfg.out, images_root=examples_root, settings=cfg.settings,
-            concurrency=cfg.concurrency, limit=cfg.limit, save_prompts=cfg.save_prompts,
-            policy=RetryPolicy(max_attempts=cfg.max_attempts), prices=cfg.prices,
-            identity_extra={"queries": queries_identity(queries, path)}, progress=cfg.progress, profile=cfg.profile)
-    finally:
-        if generator is None:
-            backend.close()
+    return run_image_generation(
+        queries, generator, selector, cfg.out, images_root=examples_root, settings=cfg.settings,
+        concurrency=cfg.concurrency, limit=cfg.limit, save_prompts=cfg.save_prompts,
+        policy=RetryPolicy(max_attempts=cfg.max_attempts), prices=cfg.prices,
+        identity_extra={"queries": queries_identity(queries, path)}, progress=cfg.progress, profile=cfg.profile,
+        engine=cfg.engine, spec=cfg.generator, generator_options=cfg.generator_options)

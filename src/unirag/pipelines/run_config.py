@@ -25,7 +25,10 @@ class ExampleRunConfig:
     ``limit``: only the first queries; ``save_prompts``: how many rendered prompts to keep;
     ``profile``: a profile name or :class:`unirag.profiles.Settings` (recorded in the manifest);
     ``selection``: how retrieved pairs become examples (:class:`unirag.Selection` or its dict; rag
-    mode with ``index``)."""
+    mode with ``index``); ``engine``: where a local model runs, "local" (this process) or "ray" (Ray
+    actors, one model load each), or an :class:`~unirag.runs.engine.EngineOptions` (workers, GPUs per
+    worker, cluster address) or a :class:`~unirag.runs.engine.WorkerPool` shared by several runs (see
+    :mod:`unirag.runs.engine`)."""
 
     queries: str | Path | Sequence[Query]
     generator: str
@@ -46,3 +49,4 @@ class ExampleRunConfig:
     progress: bool = True
     profile: Any = None
     selection: Any = None
+    engine: Any = "local"

@@ -140,22 +140,8 @@ class RunDir:
     def save_prompt(self, index: int, qid: str, messages: list[Message], merged_image=None,
                     extra: dict[str, Any] | None = None) -> None:
         """Write prompt ``index`` (0-based) for inspection, if it is among the first ``save_prompts``."""
-        if index >= self.save_prompts:
-            return
-        stem = self.prompts_dir / f"{index:03d}_{_safe(qid)}"
-        images = []
-        for m in messages:
-            for p in m.images:
-                images.append({"label": p.label, "path": str(p.path) if p.path is not None else None,
-                               "sha256": p.sha256()})
-        info = {"qid": qid, "images": images, **(extra or {})}
-        if merged_image is not None:
-            from unirag.data.images import png_bytes
-
-            atomic_write_bytes(stem.with_name(stem.name + "_merged.png"), png_bytes(merged_image))
-            info["merged_image"] = stem.name + "_merged.png"
-        atomic_write_text(stem.with_suffix(".txt"), render_for_log(messages) + "\n")
-        atomic_write_json(stem.with_suffix(".json"), info)
+        if index < self.save_prompts:
+            write_prompt(self.prompts_dir, index, qid, messages, merged_image, extra)
 
     def finish(self, order: list[str], extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Compact outputs to one line per qid in query order; record counts and totals in the manifest."""
@@ -175,6 +161,26 @@ class RunDir:
                                                   "first_line_numbers": self.store.dropped_lines[:10]}
             atomic_write_json(self.manifest_path, self.manifest)
         return counts
+
+
+def write_prompt(prompts_dir: Path, index: int, qid: str, messages: list[Message], merged_image=None,
+                 extra: dict[str, Any] | None = None) -> None:
+    """Write one rendered prompt into ``prompts_dir`` (text, image list, merged image as PNG); a Ray
+    worker of the run calls this directly, the run itself through :meth:`RunDir.save_prompt`."""
+    stem = Path(prompts_dir) / f"{index:03d}_{_safe(qid)}"
+    images = []
+    for m in messages:
+        for p in m.images:
+            images.append({"label": p.label, "path": str(p.path) if p.path is not None else None,
+                           "sha256": p.sha256()})
+    info = {"qid": qid, "images": images, **(extra or {})}
+    if merged_image is not None:
+        from unirag.data.images import png_bytes
+
+        atomic_write_bytes(stem.with_name(stem.name + "_merged.png"), png_bytes(merged_image))
+        info["merged_image"] = stem.name + "_merged.png"
+    atomic_write_text(stem.with_suffix(".txt"), render_for_log(messages) + "\n")
+    atomic_write_json(stem.with_suffix(".json"), info)
 
 
 def _usage_totals(records) -> dict[str, Any]:

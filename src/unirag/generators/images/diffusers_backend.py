@@ -196,7 +196,7 @@ class DiffusersImageGenerator(ImageGenerator):
                 out = self._pipe(**kwargs)
         except torch.OutOfMemoryError as e:
             raise BackendError(f"diffusers {self.model}: out of memory for a batch of {len(requests)} "
-                               f"({first.width}x{first.height}); use a smaller batch: {e}") from None
+                               f"({first.width}x{first.height}); use a smaller batch: {e}", kind="oom") from None
         meta = {"pipeline": type(self._pipe).__name__, **({"ignored_settings": dropped} if dropped else {})}
         return [GeneratedImage(image=im.convert("RGB"), meta={"prompt": r.caption, **meta})
                 for r, im in zip(requests, out.images, strict=True)]

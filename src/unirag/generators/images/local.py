@@ -43,7 +43,7 @@ def render_with_fallback(request: ImageRequest, render: Render, *, name: str, oo
                 used -= 1
                 continue
             raise BackendError(f"{name}: out of memory for query {request.qid} "
-                               f"({request.width}x{request.height}, {used} reference image(s)): {e}") from None
+                               f"({request.width}x{request.height}, {used} reference image(s)): {e}", kind="oom") from None
     meta = dict(meta)
     if used < len(request.examples):
         meta["examples_used"] = used

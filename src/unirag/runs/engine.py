@@ -1,0 +1,371 @@
+"""Where a generation run's model calls happen: in this process (``local``) or on Ray actors (``ray``).
+
+One engine serves caption runs, image runs, X^R agent calls and experiment grids. With ``ray`` a
+:class:`WorkerPool` starts ``workers`` actors per model; each actor loads the model once (on the
+GPU(s) Ray reserved for it: ``gpus_per_worker`` becomes the actor's ``num_gpus``, and Ray sets its
+``CUDA_VISIBLE_DEVICES``, so ``device="auto"`` means *its* GPU) and is then handed batches of
+pending items by the driver, one batch ahead so it never waits. An actor writes each result itself,
+through the same claims and :class:`~unirag.runs.store.ResultStore` a local run uses, into the same
+run directory (so a cluster needs that directory on a filesystem every node mounts at the same path).
+
+That gives the guarantees of a local run:
+
+* the driver can be killed at any moment: finished items are on disk; the rerun skips them;
+* an actor that dies (out of host memory, a lost node) loses only the batch it held: its claims die
+  with its process (the owner lock, see :mod:`unirag.runs.claims`) and the driver hands the batch to
+  another actor, which takes the claims over;
+* a batch that fails (CUDA out of memory included) is retried item by item, so only the item that
+  fails on its own is recorded as failed (:func:`unirag.pipelines.batching.run_batches`);
+* two drivers on one directory never make the same call twice (claims, as between local processes).
+
+Models are grouped: a pool keeps one group of actors per model and reuses it for every task that
+uses that model (the cells of a grid, the X^R roles sharing a model); when the cluster has no room
+for a new model's group, the least recently used group is stopped first.
+
+API backends (OpenAI-compatible, Gemini, image APIs) and the retrieval baselines do not run on
+Ray: they are network-bound and already run with bounded concurrency; with ``engine="ray"`` they
+run locally and the run says so (:func:`runs_on_ray`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from tqdm.auto import tqdm
+
+from unirag.errors import ConfigError, UniragError
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("local", "ray")
+#: Backend prefixes that load a model into the process (and so can be spread over Ray actors).
+LOCAL_MODEL_PREFIXES = frozenset({"hf", "python", "diffusers", "lavit", "emu2-gen"})
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How a run executes. ``engine``: "local" (this process) or "ray"; the rest is for Ray:
+    ``workers`` actors per model (default: GPUs / ``gpus_per_worker``, else the CPUs), each with
+    ``gpus_per_worker`` GPUs and ``cpus_per_worker`` CPUs; ``ray_address`` joins a cluster (default:
+    start a local Ray, ``object_store_memory`` bytes); ``threads_per_worker`` torch threads in each
+    actor (default: this machine's CPUs divided among the workers when Ray is local)."""
+
+    engine: str = "local"
+    workers: int | None = None
+    gpus_per_worker: float = 0
+    cpus_per_worker: float = 1
+    ray_address: str | None = None
+    threads_per_worker: int | None = None
+    object_store_memory: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ConfigError(f"unknown engine {self.engine!r}; expected one of {', '.join(ENGINES)}")
+        if self.workers is not None and self.workers < 1:
+            raise ConfigError(f"--workers must be >= 1, got {self.workers}")
+        if self.gpus_per_worker < 0 or self.cpus_per_worker <= 0:
+            raise ConfigError("--gpus-per-worker must be >= 0 and cpus per worker > 0")
+        if self.engine == "local" and (self.workers or self.gpus_per_worker or self.ray_address):
+            raise ConfigError("--workers/--gpus-per-worker/--ray-address go with --engine ray")
+
+    @property
+    def ray(self) -> bool:
+        return self.engine == "ray"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def engine_options(engine: str | EngineOptions | WorkerPool | None) -> EngineOptions:
+    """``"local"``/``"ray"``/None/options/a pool -> the options."""
+    if isinstance(engine, WorkerPool):
+        return engine.options
+    if isinstance(engine, EngineOptions):
+        return engine
+    return EngineOptions(engine=engine or "local")
+
+
+def runs_on_ray(engine: str | EngineOptions | WorkerPool | None, spec: str) -> bool:
+    """True when ``spec``'s calls go to Ray workers: the engine is ray and the spec loads a local model.
+
+    With an API or retrieval spec and ``engine="ray"`` a warning says the run stays local (its calls
+    are network-bound and keep their bounded concurrency).
+    """
+    if not engine_options(engine).ray:
+        return False
+    prefix = str(spec).partition(":")[0].strip().lower()
+    if prefix in LOCAL_MODEL_PREFIXES:
+        return True
+    log.warning("%s is not a local model: its calls run in this process with bounded concurrency "
+                "(--concurrency), not on Ray workers", spec)
+    return False
+
+
+# -- what a worker runs --------------------------------------------------------------------------------
+class ModelRecipe(Protocol):
+    """Picklable instructions to load one model in a worker. ``key`` names the model (actors are
+    shared by recipes with the same key)."""
+
+    key: str
+
+    def load(self, device: str) -> Any: ...
+
+    def describe(self, model: Any) -> dict[str, Any]: ...
+
+
+class BatchTask(Protocol):
+    """A task opened in a worker: writes to ``store``, works ``batch_size`` payloads per call."""
+
+    store: Any
+    batch_size: int
+
+    def work_batch(self, payloads: list[Any]) -> list[dict[str, Any]]: ...
+
+
+class TaskRecipe(Protocol):
+    """Picklable instructions to open a task on a loaded model (``key`` identifies the task)."""
+
+    key: str
+
+    def open(self, model: Any) -> BatchTask: ...
+
+
+class _Worker:
+    """A Ray actor: loads its model once, then works the batches the driver hands it."""
+
+    def __init__(self, recipe: ModelRecipe, device: str, threads: int | None) -> None:
+        if threads:
+            os.environ["UNIRAG_TORCH_THREADS"] = str(threads)  # read by unirag.runtime.configure_torch_threads
+            try:
+                import torch
+
+                torch.set_num_threads(threads)
+            except ImportError:
+                pass
+        self.recipe = recipe
+        self.model = recipe.load(device)
+        self.tasks: dict[str, BatchTask] = {}
+
+    def info(self) -> dict[str, Any]:
+        import socket
+
+        import ray
+
+        return {"node": socket.gethostname(), "pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "model": self.recipe.describe(self.model)}
+
+    def run(self, task: TaskRecipe, payloads: list[tuple[str, Any]]) -> dict[str, Any]:
+        from unirag.pipelines.batching import run_batches
+
+        t = self.tasks.get(task.key)
+        if t is None:
+            t = self.tasks[task.key] = task.open(self.model)
+        counts = run_batches(payloads, key=lambda kp: kp[0], work_batch=lambda kps: t.work_batch([p for _, p in kps]),
+                             store=t.store, batch_size=t.batch_size, progress=False)
+        return {**counts, "n": len(payloads)}
+
+    def close_task(self, key: str) -> None:
+        t = self.tasks.pop(key, None)
+        if t is not None:
+            t.store.close()
+
+    def shutdown(self) -> None:
+        for key in list(self.tasks):
+            self.close_task(key)
+        close = getattr(self.model, "close", None)
+        if callable(close):
+            close()
+
+
+def _unwrap(err: BaseException) -> BaseException:
+    """A unirag error raised in a worker, as itself (Ray wraps it with the remote traceback)."""
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, UniragError) else err
+
+
+@dataclass
+class _Group:
+    actors: list[Any]
+    infos: list[dict[str, Any]]
+    last_used: float
+    dead: set[int] = field(default_factory=set)  # workers that died: later runs skip them
+
+
+class WorkerPool:
+    """Ray actors for a run (or a grid of runs): one group of ``workers`` actors per model.
+
+    Use as ``with WorkerPool(EngineOptions(engine="ray", workers=2)) as pool:``; Ray is started or
+    joined on entry and (when started here) stopped on exit, and every actor is stopped.
+    """
+
+    def __init__(self, options: EngineOptions | None = None, progress: bool = True) -> None:
+        self.options = options or EngineOptions(engine="ray")
+        self.progress = progress
+        self._groups: dict[str, _Group] = {}
+        self._session = None
+        self.ray = None
+        #: per model key: items done by each worker in this pool's runs (index = worker number)
+        self.done_per_worker: dict[str, list[int]] = {}
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def _connect(self) -> Any:
+        """Start or join Ray on first use (a grid without local-model cells never starts it)."""
+        if self.ray is None:
+            from unirag.ray_support import ray_session
+
+            o = self.options
+            session = ray_session(o.ray_address, object_store_memory=o.object_store_memory)
+            self.ray = session.__enter__()
+            self._session = session
+        return self.ray
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            for key in list(self._groups):
+                self._stop(key)
+        finally:
+            if self._session is not None:
+                self._session.__exit__(None, None, None)
+                self._session, self.ray = None, None
+
+    def _stop(self, key: str) -> None:
+        group = self._groups.pop(key)
+        ray = self.ray
+        try:
+            ray.get([a.shutdown.remote() for a in group.actors], timeout=60)
+        except Exception:  # noqa: BLE001 - a dead actor has nothing left to release
+            pass
+        for a in group.actors:
+            ray.kill(a)
+
+    # -- actors ---------------------------------------------------------------------------------------
+    def n_workers(self) -> int:
+        from unirag.ray_support import default_workers
+
+        o = self.options
+        return o.workers or default_workers(self.ray, o.cpus_per_worker, o.gpus_per_worker)
+
+    def _fits(self, n: int) -> bool:
+        free = self.ray.available_resources()
+        o = self.options
+        return free.get("CPU", 0) >= n * o.cpus_per_worker and free.get("GPU", 0) >= n * o.gpus_per_worker
+
+    def group(self, recipe: ModelRecipe) -> _Group:
+        """The actors holding ``recipe``'s model (started, and the model loaded, on first use)."""
+        group = self._groups.get(recipe.key)
+        if group is not None:
+            group.last_used = time.monotonic()
+            return group
+        ray, o = self._connect(), self.options
+        n = self.n_workers()
+        while self._groups and not self._fits(n):  # make room: stop the least recently used model's actors
+            self._stop(min(self._groups, key=lambda k: self._groups[k].last_used))
+        threads = o.threads_per_worker
+        if threads is None and not o.ray_address:
+            threads = max(1, (os.cpu_count() or 1) // n)
+        device = "cuda" if o.gpus_per_worker else "cpu"
+        cls = ray.remote(_Worker).options(num_cpus=o.cpus_per_worker, num_gpus=o.gpus_per_worker or 0,
+                                          max_restarts=0, max_task_retries=0)
+        actors = [cls.remote(recipe, device, threads) for _ in range(n)]
+        try:
+            infos = ray.get([a.info.remote() for a in actors])
+        except Exception as e:  # the model failed to load (bad spec, no weights, no GPU)
+            for a in actors:
+                ray.kill(a)
+            raise _unwrap(e) from None
+        group = self._groups[recipe.key] = _Group(actors, infos, time.monotonic())
+        self.done_per_worker.setdefault(recipe.key, [0] * n)
+        return group
+
+    def describe(self, recipe: ModelRecipe) -> dict[str, Any]:
+        """What the model reports about itself (its config, template family, ...), from worker 0."""
+        return self.group(recipe).infos[0]["model"]
+
+    # -- running --------------------------------------------------------------------------------------
+    def run(self, recipe: ModelRecipe, task: TaskRecipe, items: Sequence[Any], key: Callable[[Any], str],
+            prepare: Callable[[Any], Any] = lambda item: item, *, chunk_size: int = 1, desc: str = "items",
+            progress: bool | None = None) -> dict[str, int]:
+        """Work ``items`` on the model's actors into ``task``'s store; returns counts ok/error/skipped.
+
+        ``prepare(item)`` builds the payload an actor gets (e.g. the query with its examples, chosen
+        here); it runs just before the item is sent. Items go out ``chunk_size`` at a time.
+        """
+        group = self.group(recipe)  # connects to Ray on first use
+        ray = self.ray
+        counts = {"ok": 0, "error": 0, "skipped": 0}
+        pending = deque(list(items[i:i + chunk_size]) for i in range(0, len(items), max(1, chunk_size)))
+        alive = [w for w in range(len(group.actors)) if w not in group.dead]
+        if not alive and items:
+            raise UniragError("every Ray worker of this model died earlier; rerun to resume")
+        done = self.done_per_worker[recipe.key]
+        in_flight: dict[Any, tuple[int, list[Any]]] = {}
+        show = self.progress if progress is None else progress
+        bar = tqdm(total=len(items), desc=f"{desc} (ray, {len(alive)} workers)", disable=not show, unit="it")
+
+        def submit(w: int) -> None:
+            if pending:
+                chunk = pending.popleft()
+                payloads = [(key(it), prepare(it)) for it in chunk]
+                in_flight[group.actors[w].run.remote(task, payloads)] = (w, chunk)
+
+        try:
+            for w in alive:  # two batches per worker: the next one is there when the first is done
+                submit(w)
+                submit(w)
+            while in_flight:
+                ready, _ = ray.wait(list(in_flight), num_returns=1)
+                w, chunk = in_flight.pop(ready[0])
+                try:
+                    result = ray.get(ready[0])
+                except ray.exceptions.RayActorError:
+                    # The worker died: its claims died with it. Its batches go to the workers left.
+                    if w in alive:
+                        alive.remove(w)
+                        group.dead.add(w)
+                        log.warning("Ray worker %d died; its items go to the %d worker(s) left", w, len(alive))
+                    pending.appendleft(chunk)
+                    if not alive:
+                        raise UniragError("every Ray worker died (see Ray's logs, e.g. "
+                                          "/tmp/ray/session_latest/logs); rerun to resume") from None
+                    for other in alive:  # a worker that had run dry picks the batch up
+                        while pending and sum(1 for v in in_flight.values() if v[0] == other) < 2:
+                            submit(other)
+                    continue
+                except ray.exceptions.RayTaskError as e:
+                    raise _unwrap(e) from None
+                for k in ("ok", "error", "skipped"):
+                    counts[k] += result[k]
+                done[w] += result["n"]
+                bar.update(result["n"])
+                bar.set_postfix_str(" ".join(f"w{i}:{n}" for i, n in enumerate(done)), refresh=False)
+                if w in alive:
+                    submit(w)
+        finally:
+            bar.close()
+            for fut in in_flight:
+                try:
+                    ray.cancel(fut, force=False)
+                except Exception:  # noqa: BLE001 - best effort: the actors stop with the pool anyway
+                    pass
+            if not in_flight:
+                ray.get([group.actors[w].close_task.remote(task.key) for w in alive])
+        return counts
+
+
+def open_pool(engine: str | EngineOptions | WorkerPool | None, progress: bool = True):
+    """A context manager yielding the pool to use: the given one (left open), or a new one for this run."""
+    import contextlib
+
+    if isinstance(engine, WorkerPool):
+        return contextlib.nullcontext(engine)
+    return WorkerPool(engine_options(engine), progress=progress)

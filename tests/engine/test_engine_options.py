@@ -1,0 +1,143 @@
+"""Engine options without starting Ray: bad combinations fail with one clear line, API backends stay
+local under ``--engine ray`` and say so, and a batch that runs out of GPU memory fails only the item
+that is too big on its own."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from unirag.errors import ConfigError
+from unirag.runs.engine import EngineOptions, runs_on_ray
+
+
+def test_bad_engine_options_are_config_errors():
+    with pytest.raises(ConfigError, match="go with --engine ray"):
+        EngineOptions(engine="local", workers=2)
+    with pytest.raises(ConfigError, match="unknown engine"):
+        EngineOptions(engine="spark")
+    with pytest.raises(ConfigError, match="--workers must be >= 1"):
+        EngineOptions(engine="ray", workers=0)
+
+
+def test_cli_refuses_workers_without_ray(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "unirag", "caption", "--queries", str(tmp_path / "q.jsonl"),
+                             "--out", str(tmp_path / "o"), "--workers", "2"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2 and "go with --engine ray" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_api_and_retrieval_backends_run_locally_and_say_so(caplog):
+    with caplog.at_level(logging.WARNING, logger="unirag.runs.engine"):
+        assert runs_on_ray("ray", "openai:gpt-4o") is False
+        assert runs_on_ray(EngineOptions(engine="ray"), "retrieval:top1") is False
+    assert "openai:gpt-4o is not a local model" in caplog.text and "retrieval:top1" in caplog.text
+    assert runs_on_ray("ray", "hf:/models/llava") and runs_on_ray("ray", "diffusers:/models/sd")
+    assert not runs_on_ray("local", "hf:/models/llava")
+
+
+def test_caption_with_api_backend_and_engine_ray_runs_locally(coco_caption_set, tmp_path, no_api_keys, caplog):
+    """No Ray is started for an API backend (this test would hang or fail without a cluster otherwise)."""
+    from fake_openai_server import FakeServer, Reply
+    from unirag.pipelines.caption import CaptionConfig, run_captioning
+
+    with FakeServer(responder=lambda req: Reply.chat("a caption")) as srv, \
+            caplog.at_level(logging.WARNING, logger="unirag.runs.engine"):
+        cfg = CaptionConfig(queries=coco_caption_set["queries"], generator="openai:gpt-4o", out=tmp_path / "o",
+                            mode="zero-shot", images_root=coco_caption_set["images_root"], limit=3,
+                            generator_options={"base_url": srv.url}, engine="ray", progress=False)
+        result = run_captioning(cfg)
+    assert result["counts"]["ok"] == 3 and "not a local model" in caplog.text
+
+
+def test_out_of_memory_batch_is_retried_item_by_item(tmp_path):
+    from unirag.pipelines.batching import run_batches
+    from unirag.runs.store import ResultStore
+
+    class OutOfMemoryError(RuntimeError):  # what torch raises (matched by name, torch is not needed)
+        pass
+
+    calls = []
+
+    def work_batch(items):
+        calls.append(list(items))
+        if len(items) > 1 or items[0] == "big":
+            raise OutOfMemoryError("CUDA out of memory")
+        return [{"v": items[0]}]
+
+    with ResultStore(tmp_path / "out.jsonl") as store:
+        counts = run_batches(["a", "big", "c"], key=str, work_batch=work_batch, store=store, batch_size=3,
+                             progress=False)
+        recs = {r["qid"]: r for r in store.records()}
+    assert counts == {"ok": 2, "error": 1, "skipped": 0}
+    assert calls == [["a", "big", "c"], ["a"], ["big"], ["c"]]
+    assert recs["big"]["status"] == "error" and recs["big"]["error_kind"] == "oom"
+    assert recs["a"]["v"] == "a" and recs["c"]["status"] == "ok"
+
+
+def test_other_exceptions_in_a_batch_are_bugs_and_propagate(tmp_path):
+    from unirag.pipelines.batching import run_batches
+    from unirag.runs.store import ResultStore
+
+    def work_batch(items):
+        raise KeyError("a bug")
+
+    with ResultStore(tmp_path / "out.jsonl") as store, pytest.raises(KeyError):
+        run_batches(["a", "b"], key=str, work_batch=work_batch, store=store, batch_size=2, progress=False)
+
+
+class _FakeRay:
+    """Records how actors are requested (no GPU here): the resources and the device each worker gets."""
+
+    def __init__(self, resources):
+        self.resources, self.requested, self.started = resources, [], []
+
+    def cluster_resources(self):
+        return dict(self.resources)
+
+    def available_resources(self):
+        return dict(self.resources)
+
+    def remote(self, cls):
+        fake = self
+
+        class _Options:
+            def options(self, **kw):
+                fake.requested.append(kw)
+                return self
+
+            def remote(self, recipe, device, threads):
+                fake.started.append((device, threads))
+                info = {"model": {"spec": recipe.spec}}
+                return type("Actor", (), {"info": type("M", (), {"remote": staticmethod(lambda: info)})()})()
+
+        return _Options()
+
+    def get(self, values, timeout=None):
+        return values
+
+
+def test_gpus_per_worker_reserves_ray_gpus_and_puts_each_model_on_its_gpu(monkeypatch):
+    """--gpus-per-worker G: each actor asks Ray for num_gpus=G (Ray then sets its CUDA_VISIBLE_DEVICES),
+    loads the model on "cuda" (its own GPU), and the default worker count is GPUs / G."""
+    from unirag.pipelines.remote_models import TextModelRecipe
+    from unirag.runs.engine import WorkerPool
+
+    fake = _FakeRay({"CPU": 16, "GPU": 4})
+    pool = WorkerPool(EngineOptions(engine="ray", gpus_per_worker=2, ray_address="head:6379"))
+    monkeypatch.setattr(pool, "_connect", lambda: fake)
+    pool.ray = fake
+    assert pool.describe(TextModelRecipe("hf:/models/llava")) == {"spec": "hf:/models/llava"}
+    assert fake.requested == [{"num_cpus": 1, "num_gpus": 2, "max_restarts": 0, "max_task_retries": 0}]
+    assert fake.started == [("cuda", None), ("cuda", None)]  # 4 GPUs / 2 per worker; cluster: Ray's threads
+
+    cpu = _FakeRay({"CPU": 2})
+    pool = WorkerPool(EngineOptions(engine="ray"))
+    monkeypatch.setattr(pool, "_connect", lambda: cpu)
+    pool.ray = cpu
+    pool.describe(TextModelRecipe("python:m:f"))
+    assert cpu.requested[0]["num_gpus"] == 0 and [d for d, _ in cpu.started] == ["cpu", "cpu"]

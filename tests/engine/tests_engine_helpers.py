@@ -1,0 +1,30 @@
+"""Command lines and waiting helpers shared by the engine tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+UNIRAG = [sys.executable, "-m", "unirag"]
+
+
+def caption_cmd(data: dict, out: Path, generator: str) -> list[str]:
+    return UNIRAG + ["caption", "--queries", str(data["queries"]), "--images-root", str(data["images_root"]),
+                     "--generator", generator, "--mode", "rag", "--k", "2", "--retrieval", str(data["run"]),
+                     "--out", str(out), "--no-progress"]
+
+
+def wait_for_records(path: Path, n: int, proc: subprocess.Popen, timeout: float = 240) -> int:
+    """Wait until ``path`` holds at least ``n`` complete lines (the process must still be running)."""
+    deadline = time.time() + timeout
+    while True:
+        lines = path.read_bytes().count(b"\n") if path.exists() else 0
+        if lines >= n:
+            return lines
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended before it could be killed: {proc.stderr.read()[-2000:]!r}")
+        if time.time() > deadline:
+            raise AssertionError(f"fewer than {n} records after {timeout}s")
+        time.sleep(0.02)
