@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from unirag.errors import InputError
 from unirag.metrics.captions import evaluate_caption_run
 from unirag.reports.build import build_report
 
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 EVIL = '<script>alert("x")</script> & a "quoted" dog'
 PAPER = {  # Table 3 numbers for the rows that are not evaluated here (layout only)
     "ret": {"BLEU-1": 88.5, "BLEU-2": 84.2, "BLEU-3": 81.5, "BLEU-4": 79.9, "CIDEr": 215.3, "ROUGE-L": 83.2},
@@ -155,6 +157,8 @@ def test_plots_are_pngs(report):
     assert "image_coco-mini_FID.png" in names
     with Image.open(out / "plots" / "caption_coco-mini_CIDEr.png") as im:
         assert im.format == "PNG" and im.width > 300
+    if os.environ.get("UNIRAG_UPDATE_DOCS_IMAGES"):  # the picture on the docs' report page
+        shutil.copy(out / "plots" / "caption_coco-mini_CIDEr.png", DOCS_IMG / "report-caption-cider.png")
 
 
 def test_gallery_cards_images_and_escaping(report, runs, coco_mini):
