@@ -30,9 +30,10 @@ test: install
 	$(BIN)/python -m pytest -q
 
 # The documentation site (mkdocs.yml, docs/) into site/ (git-ignored). --strict: a broken link, a page
-# missing from the nav or a public name without a docstring (scripts/docs_hooks.py) fails the build.
+# missing from the nav or a public name without a docstring (scripts/docs_hooks.py) fails the build
+# (not with --quiet: it hides the warnings from --strict, and a broken anchor would pass).
 docs: install
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # Tests that need the full real data folder: $$UNIRAG_SHARED_DATA or ../shared/data (fails when missing).
 test-data: install
