@@ -58,7 +58,8 @@ def _sample_captions() -> list[dict]:
 
 def test_the_pages_with_python_are_found():
     found = {page_id(p) for p in PYTHON_PAGES}
-    assert {"README.md", "docs/python-api.md", "docs/leakage-free.md"} <= found
+    assert {"README.md", "docs/python-api.md", "docs/leakage-free.md", "docs/commands/import.md",
+            "docs/commands/evaluate.md"} <= found
     assert set(CHECKS) <= found
 
 
