@@ -179,6 +179,29 @@ def test_gallery_cards_images_and_escaping(report, runs, coco_mini):
     assert rows[0]["captions"][1] in text  # a reference caption
     per_query = [json.loads(x) for x in (runs["rag1"] / "metrics_per_query.jsonl").read_text().splitlines()]
     assert f"{per_query[0]['CIDEr']:.2f}" in text and "scored as:" in text
+    if os.environ.get("UNIRAG_UPDATE_DOCS_IMAGES"):  # the gallery on the docs' report page
+        _screenshot(page, DOCS_IMG / "report-gallery.png")
+
+
+def _screenshot(html: Path, png: Path) -> None:
+    """A headless-Chromium picture of a gallery page (found as the page test finds its browser)."""
+    import importlib.util
+
+    from playwright.sync_api import sync_playwright
+
+    spec = importlib.util.spec_from_file_location("browser", Path(__file__).parents[1] / "serve" / "browser.py")
+    browser = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(browser)
+    with sync_playwright() as p:
+        executable = browser.find_chromium(p)
+        assert executable is not None, browser.INSTALL_HINT
+        b = p.chromium.launch(executable_path=executable, headless=True, args=browser.LAUNCH_ARGS)
+        try:
+            pg = b.new_page(viewport={"width": 1100, "height": 760})
+            pg.goto(html.as_uri())
+            pg.screenshot(path=str(png), full_page=False)
+        finally:
+            b.close()
 
 
 def test_image_gallery_and_index_links(report):
