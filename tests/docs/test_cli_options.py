@@ -50,6 +50,14 @@ def help_names(cmd: click.Command) -> list[str]:
     return names
 
 
+def _row(cmd: click.Command, name: str) -> str:
+    """A table row for an undocumented option, from its --help text (to edit, not to paste blindly)."""
+    param = next(p for p in cmd.params if name in (*p.opts, *p.secondary_opts) or p.name.upper() in name)
+    unset = param.default is None or param.default is False or param.default == () or "Sentinel" in repr(param.default)
+    default = "required" if param.required else "" if unset else f"`{param.default}`"
+    return f"| `{name}` | {default} | {getattr(param, 'help', None) or ''} |"
+
+
 def resolve(tokens: list[str]) -> tuple[str, click.Command, list[str]] | None:
     """The leaf command a documented command line runs, and the tokens after its name."""
     cmd: click.Command = cli
@@ -80,7 +88,9 @@ def test_command_page_lists_exactly_the_help_options(family):
     assert sorted(tables) == sorted(commands), f"{page.name}: one options table per `unirag {family} ...` command"
     for name, cmd in commands.items():
         documented, in_help = tables[name], help_names(cmd)
-        assert sorted(set(in_help) - set(documented)) == [], f"`unirag {name}` options missing from {page.name}"
+        missing = sorted(set(in_help) - set(documented))
+        assert missing == [], (f"`unirag {name}` options missing from {page.name}; rows to start from:\n"
+                               + "\n".join(_row(cmd, option) for option in missing))
         assert sorted(set(documented) - set(in_help)) == [], f"{page.name} documents options `unirag {name}` lacks"
         assert len(documented) == len(set(documented)), f"{page.name}: an option of `unirag {name}` listed twice"
 
