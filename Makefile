@@ -2,14 +2,15 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# The extras the test suite exercises (gpu, i.e. accelerate, and image-metrics are not installed).
-EXTRAS ?= api,diffusion,eval,ray,serve,dev
+# The extras the test suite exercises (gpu, i.e. accelerate, and image-metrics are not installed),
+# and docs (`make docs`, which `make test` runs).
+EXTRAS ?= api,diffusion,eval,ray,serve,dev,docs
 # pip constraints (-c): the CPU torch wheel for this project's machines. Not package metadata;
 # `make install CONSTRAINTS=` installs without it (e.g. to keep a CUDA torch).
 CONSTRAINTS ?= constraints/cpu.txt
 PIP_CONSTRAINTS := $(foreach c,$(CONSTRAINTS),-c $(c))
 
-.PHONY: demo test test-data test-min lint install clean
+.PHONY: demo test test-data test-min lint docs install clean
 
 $(BIN)/unirag: pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,7 +26,14 @@ demo: install
 test: install
 	bash scripts/ensure_chromium.sh $(BIN)/python
 	$(BIN)/ruff check src tests tests-data benchmarks scripts
+	$(MAKE) --no-print-directory docs
 	$(BIN)/python -m pytest -q
+
+# The documentation site (mkdocs.yml, docs/) into site/ (git-ignored). --strict: a broken link, a page
+# missing from the nav or a public name without a docstring (scripts/docs_hooks.py) fails the build
+# (not with --quiet: it hides the warnings from --strict, and a broken anchor would pass).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # Tests that need the full real data folder: $$UNIRAG_SHARED_DATA or ../shared/data (fails when missing).
 test-data: install
@@ -47,4 +55,4 @@ lint: install
 	$(BIN)/ruff check src tests tests-data benchmarks scripts
 
 clean:
-	rm -rf $(VENV) $(MIN_VENV) demo-output .pytest_cache
+	rm -rf $(VENV) $(MIN_VENV) demo-output site .pytest_cache

@@ -1,6 +1,6 @@
 """unirag: multimodal retrieval and retrieval-augmented generation.
 
-The public API (see the README's "Python API" section)::
+The public API (the docs' Python API page, docs/python-api.md; every name in docs/reference.md)::
 
     import unirag
     hits = unirag.Retriever("indexes/offline").search(image="photo.jpg", k=5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from unirag.errors import InputError
 from unirag.metrics.captions import evaluate_caption_run
 from unirag.reports.build import build_report
 
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 EVIL = '<script>alert("x")</script> & a "quoted" dog'
 PAPER = {  # Table 3 numbers for the rows that are not evaluated here (layout only)
     "ret": {"BLEU-1": 88.5, "BLEU-2": 84.2, "BLEU-3": 81.5, "BLEU-4": 79.9, "CIDEr": 215.3, "ROUGE-L": 83.2},
@@ -155,6 +157,8 @@ def test_plots_are_pngs(report):
     assert "image_coco-mini_FID.png" in names
     with Image.open(out / "plots" / "caption_coco-mini_CIDEr.png") as im:
         assert im.format == "PNG" and im.width > 300
+    if os.environ.get("UNIRAG_UPDATE_DOCS_IMAGES"):  # the picture on the docs' report page
+        shutil.copy(out / "plots" / "caption_coco-mini_CIDEr.png", DOCS_IMG / "report-caption-cider.png")
 
 
 def test_gallery_cards_images_and_escaping(report, runs, coco_mini):
@@ -175,6 +179,29 @@ def test_gallery_cards_images_and_escaping(report, runs, coco_mini):
     assert rows[0]["captions"][1] in text  # a reference caption
     per_query = [json.loads(x) for x in (runs["rag1"] / "metrics_per_query.jsonl").read_text().splitlines()]
     assert f"{per_query[0]['CIDEr']:.2f}" in text and "scored as:" in text
+    if os.environ.get("UNIRAG_UPDATE_DOCS_IMAGES"):  # the gallery on the docs' report page
+        _screenshot(page, DOCS_IMG / "report-gallery.png")
+
+
+def _screenshot(html: Path, png: Path) -> None:
+    """A headless-Chromium picture of a gallery page (found as the page test finds its browser)."""
+    import importlib.util
+
+    from playwright.sync_api import sync_playwright
+
+    spec = importlib.util.spec_from_file_location("browser", Path(__file__).parents[1] / "serve" / "browser.py")
+    browser = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(browser)
+    with sync_playwright() as p:
+        executable = browser.find_chromium(p)
+        assert executable is not None, browser.INSTALL_HINT
+        b = p.chromium.launch(executable_path=executable, headless=True, args=browser.LAUNCH_ARGS)
+        try:
+            pg = b.new_page(viewport={"width": 1100, "height": 760})
+            pg.goto(html.as_uri())
+            pg.screenshot(path=str(png), full_page=False)
+        finally:
+            b.close()
 
 
 def test_image_gallery_and_index_links(report):

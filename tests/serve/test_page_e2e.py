@@ -5,7 +5,7 @@ examples it was made from; an invalid upload -> an error in the page; the tabs w
 keyboard; a caption typed in the generate tab -> the generated image and its examples; a photo
 dropped on the drop zone (a real ``drop`` event) -> searched; a server started with ``--token-env``
 -> the page asks for the token, shows the 401 of a wrong one, and searches with the right one. The screenshot of the page is saved (``UNIRAG_UPDATE_SCREENSHOT=1`` also writes
-``docs/serve-screenshot.png``, the picture in the README).
+``docs/serve-screenshot.png``, the picture on the docs' serve page).
 """
 
 from __future__ import annotations

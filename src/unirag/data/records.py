@@ -64,6 +64,13 @@ class Candidate:
 
 @dataclass
 class Query:
+    """One M-BEIR query: a text, an image or both, with the dids judged relevant to it.
+
+    ``task_id`` is M-BEIR's task (0 text->image, 3 image->text, ...): with the dataset named by the
+    qid it picks a UniIR query instruction. ``pos_cand_list`` are the query's positives, which
+    leakage-free runs leave out of the few-shot examples.
+    """
+
     qid: str
     modality: Modality
     txt: str | None = None
