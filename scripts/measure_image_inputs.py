@@ -32,9 +32,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--photos", type=int, default=10, help="photos (and product shots) per kind")
     args = parser.parse_args()
-    from image_variants import exif_rotated, grey_8bit, grey_16bit, transparent_background
-
     import unirag
+    from image_variants import exif_rotated, grey_8bit, grey_16bit, transparent_background
     from unirag.data.records import Candidate, Modality
     from unirag.serve.uploads import check_image
 
