@@ -42,10 +42,22 @@ def grey_16bit(src: Path, out: Path) -> Path:
 
 
 def transparent_background(src: Path, out: Path, threshold: int = 235) -> Path:
-    """A product photo whose (near-)white background is cut out: alpha 0 there, and the hidden
-    colour black, as background-removal tools store it."""
+    """A product photo whose white background is cut out: the near-white region reachable from the
+    image's border gets alpha 0 and the hidden colour black, as background-removal tools store it."""
     rgb = np.asarray(Image.open(src).convert("RGB"))
-    background = rgb.min(axis=2) > threshold
+    white = rgb.min(axis=2) > threshold
+    background = np.zeros_like(white)
+    background[[0, -1], :], background[:, [0, -1]] = white[[0, -1], :], white[:, [0, -1]]
+    while True:  # grow from the border through white pixels (4-neighbour flood fill)
+        grown = background.copy()
+        grown[1:] |= background[:-1]
+        grown[:-1] |= background[1:]
+        grown[:, 1:] |= background[:, :-1]
+        grown[:, :-1] |= background[:, 1:]
+        grown &= white
+        if (grown == background).all():
+            break
+        background = grown
     rgba = np.dstack([rgb, np.full(rgb.shape[:2], 255, np.uint8)])
     rgba[background] = (0, 0, 0, 0)
     Image.fromarray(rgba, mode="RGBA").save(out, format="PNG")

@@ -23,7 +23,7 @@ from image_variants import (
     physically_rotated,
     transparent_background,
 )
-from unirag.data.images import check_images, image_problem, load_rgb, upright_size
+from unirag.data.images import check_images, image_problem, load_rgb
 from unirag.errors import InputError
 
 
@@ -48,6 +48,8 @@ def test_exif_orientation_is_applied_for_paths_bytes_and_pil(photo: Path, tmp_pa
         got = _px(load_rgb(given))
         assert got.shape == upright.shape  # stored sideways: (w, h) swapped without the tag
         assert np.abs(got - upright).mean() < 3  # JPEG re-encoding only
+    from unirag.data.images import upright_size
+
     assert upright_size(tagged) == Image.open(photo).size
     sideways = _px(load_rgb(physically_rotated(photo, tmp_path / "side.jpg")))
     assert sideways.shape != upright.shape  # no tag: nothing is turned
@@ -108,9 +110,13 @@ def test_empty_and_non_images_are_input_errors(tmp_path: Path) -> None:
 
 def test_import_check_uses_the_loader(photo: Path, tmp_path: Path) -> None:
     """What passes the check is what gets embedded: the bomb is listed, the tagged photo passes."""
-    report = check_images([exif_rotated(photo, tmp_path / "ok.jpg"), bomb_png(tmp_path / "bomb.png")])
-    assert [Path(p).name for p, _ in report.bad] == ["bomb.png"]
-    assert "decompression bomb" in report.bad[0][1]
+    big = bomb_png(tmp_path / "big.png", side=7100)  # 50 MP: decodes, but over the 40 MP image_max_pixels
+    report = check_images([exif_rotated(photo, tmp_path / "ok.jpg"), bomb_png(tmp_path / "bomb.png"), big])
+    assert [Path(p).name for p, _ in report.bad] == ["bomb.png", "big.png"]
+    assert report.bad[0][1].startswith("refused as a decompression bomb")  # refused, not "corrupt"
+    assert "7100x7100 = 50,410,000 pixels, more than the 40,000,000 allowed" in report.bad[1][1]
+    with pytest.raises(InputError, match="more than the 40,000,000 allowed"):
+        load_rgb(big)  # the build refuses what the check refuses
 
 
 def test_loader_is_a_picklable_module_function() -> None:

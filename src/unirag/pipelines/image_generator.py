@@ -88,7 +88,7 @@ class ImageGenerator(LazyBackend):
         if not isinstance(text, str):
             raise InputError(f"expected a caption string, got {type(text).__name__}", field="text")
         if not text.strip():
-            raise InputError("generate() needs a non-empty caption text", field="text")
+            raise ConfigError("generate() needs a non-empty caption text")
         pairs = to_example_pairs(examples, self.images_root)
         self.backend.check_k(len(pairs))
         return ImageRequest(qid=qid, caption=text, examples=pairs, **self.settings)
