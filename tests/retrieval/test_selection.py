@@ -163,3 +163,17 @@ def test_filters_parse_as_and_of_ors() -> None:
     with pytest.raises(ConfigError):
         parse_filters(["split=val", "split=test"])
 
+
+
+def test_grid_cells_take_their_own_selection_with_command_line_options_laid_over() -> None:
+    from unirag.pipelines.experiment import Cell, _cell_selection
+
+    index_cell = Cell("c", "caption", "retrieval:top1", "rag", 5, "r", {"index": "idx"})
+    run_cell = Cell("c", "caption", "retrieval:top1", "rag", 5, "r", {"retrieval": "run.jsonl"})
+    own = {"diversity": "mmr", "thresholds": {"image_hash": 6}}
+    given = Selection(one_per_image=True, near_duplicates="exclude")
+    sel = _cell_selection(index_cell, own, given)
+    assert (sel.diversity, sel.one_per_image, sel.near_duplicates, sel.thresholds.image_hash) == \
+        ("mmr", True, "exclude", 6)
+    assert _cell_selection(run_cell, None, given) == Selection()  # a run file holds its examples already
+    assert _cell_selection(index_cell, own, None) == Selection.of(own)

@@ -254,9 +254,11 @@ class RagFromRun(_TopCaption, ExampleSelector):
     def source(self) -> dict[str, Any]:
         from unirag.retrieval.run_io import read_run_manifest
 
-        manifest = read_run_manifest(self.run_path) or {}
-        return {"mode": self.mode, "k": self.k, "retrieval": str(self.run_path),
-                "selection": manifest.get("selection")}
+        out = {"mode": self.mode, "k": self.k, "retrieval": str(self.run_path)}
+        selection = (read_run_manifest(self.run_path) or {}).get("selection")
+        if selection is not None:  # the run file's own manifest (runs written before it have none)
+            out["selection"] = selection
+        return out
 
 
 class RagFromIndex(_TopCaption, ExampleSelector):

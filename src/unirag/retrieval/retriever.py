@@ -343,6 +343,8 @@ class Retriever:
         if query.modality is Modality.IMAGE:
             ev.image_vector = np.asarray(vector, dtype=np.float32)
         texts = [str(t) for t in references if t]
+        if query.modality is Modality.TEXT and query.txt:
+            texts.append(query.txt)  # a caption query: an example caption copying it shows the answer's pair
         for did in positives:
             gid = self.index.gid_of(did)
             if gid is not None and self.index.metas[gid].txt:

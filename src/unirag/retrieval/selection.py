@@ -143,6 +143,7 @@ class Selection:
     # -- what it asks of the retriever -------------------------------------------------------
     @property
     def where_dict(self) -> dict[str, tuple[str, ...]]:
+        """The filter as field -> accepted values (what ``VectorIndex.search(where=)`` takes)."""
         return dict(self.where)
 
     @property
