@@ -55,7 +55,14 @@ class TableEncoder(Encoder):
         return np.array([self.texts[t] if t in self.texts else _hashed(t) for t in texts], dtype=np.float32)
 
     def _embed_images(self, images):
-        return np.array([self.images[Path(p).stem] for p in images], dtype=np.float32)
+        """Images arrive decoded (the decode pool reads the files): each toy image is one colour, named
+        by COLOURS; a path (an in-memory call) is looked up by its stem."""
+        by_colour = {rgb: name for name, rgb in COLOURS.items()}
+
+        def name_of(im):
+            return Path(im).stem if isinstance(im, str | Path) else by_colour[im.convert("RGB").getpixel((0, 0))]
+
+        return np.array([self.images[name_of(im)] for im in images], dtype=np.float32)
 
 
 def make_world(root: Path) -> CirDataset:
