@@ -57,8 +57,3 @@ def coco_caption_set(coco_mini: Path, tmp_path_factory) -> dict:
             "text_queries": out / "text_queries.jsonl", "images_root": coco_mini, "rows": rows, "n": n,
             "n_text": len(text_queries)}
 
-
-def read_records(run_dir: Path, fields=("qid", "caption", "status", "examples")) -> list[dict]:
-    """The run's outputs.jsonl records, only the fields that must not depend on the engine."""
-    recs = [json.loads(x) for x in (run_dir / "outputs.jsonl").read_text().splitlines() if x.strip()]
-    return [{k: r.get(k) for k in fields} for r in recs]

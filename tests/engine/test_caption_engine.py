@@ -30,7 +30,7 @@ def _digest_to_qid(data: dict) -> dict[str, str]:
 
 
 def test_ray_run_stores_the_records_of_a_local_run(coco_caption_set, ray_cluster, tmp_path, monkeypatch):
-    from conftest import read_records
+    from tests_engine_helpers import read_records
 
     address, _ = ray_cluster
     local = run_captioning(_cfg(coco_caption_set, tmp_path / "local", "local"))
@@ -54,7 +54,7 @@ def test_ray_run_stores_the_records_of_a_local_run(coco_caption_set, ray_cluster
 
 
 def test_driver_killed_then_rerun_calls_no_finished_query_again(coco_caption_set, ray_cluster, tmp_path):
-    from conftest import read_records
+    from tests_engine_helpers import read_records
 
     address, env = ray_cluster
     calls = tmp_path / "calls.log"
@@ -90,7 +90,7 @@ def test_driver_killed_then_rerun_calls_no_finished_query_again(coco_caption_set
 def test_a_dead_worker_s_items_are_taken_over(coco_caption_set, ray_cluster, tmp_path, monkeypatch):
     """The first worker to reach its 3rd call exits on the spot (as the OOM killer would end it): the
     other finishes every query, the dead worker's claimed items included, and the run is complete."""
-    from conftest import read_records
+    from tests_engine_helpers import read_records
 
     address, _ = ray_cluster
     marker = tmp_path / "died"

@@ -32,8 +32,7 @@ def _write(data: dict, tmp_path: Path, name: str) -> Path:
 
 def test_grid_on_a_local_ray_loads_each_model_once_per_worker(coco_caption_set, tmp_path, monkeypatch):
     import ray
-
-    from conftest import read_records
+    from tests_engine_helpers import read_records
 
     loads = tmp_path / "loads.log"
     monkeypatch.setenv("UNIRAG_TEST_LOADS", str(loads))

@@ -28,7 +28,7 @@ def _pixels(path: Path) -> np.ndarray:
 
 
 def _records(out: Path) -> list[dict]:
-    from conftest import read_records
+    from tests_engine_helpers import read_records
 
     return read_records(out, FIELDS)
 

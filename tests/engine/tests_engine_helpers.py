@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -28,3 +29,8 @@ def wait_for_records(path: Path, n: int, proc: subprocess.Popen, timeout: float 
         if time.time() > deadline:
             raise AssertionError(f"fewer than {n} records after {timeout}s")
         time.sleep(0.02)
+
+def read_records(run_dir: Path, fields=("qid", "caption", "status", "examples")) -> list[dict]:
+    """The run's outputs.jsonl records, only the fields that must not depend on the engine."""
+    recs = [json.loads(x) for x in (run_dir / "outputs.jsonl").read_text().splitlines() if x.strip()]
+    return [{k: r.get(k) for k in fields} for r in recs]

@@ -125,10 +125,12 @@ def test_top1_and_consensus_on_real_captions(coco_set):
         assert chosen.raw == {"chosen_rank": captions.index(chosen.text) + 1}
     with pytest.raises(BackendError, match="no retrieved captions"):
         top1.caption_from_examples([])
+    from PIL import Image
+
     from unirag.pipelines.captioner import Captioner
 
     with pytest.raises(ConfigError, match="picks among example captions"):
-        Captioner(top1).caption(None, mode="zero-shot")
+        Captioner(top1).caption(Image.new("RGB", (8, 8)), mode="zero-shot")
 
 
 def test_lexical_similarity_by_hand():

@@ -94,7 +94,9 @@ def test_fused_search_differs_from_either_input_alone(client):
     assert fused.status_code == alone.status_code == text.status_code == 200
     ranks = [[h["did"] for h in r.json()["hits"]] for r in (fused, alone, text)]
     assert ranks[0] != ranks[1] and ranks[0] != ranks[2]
-    assert fused.json()["query"] == {"text": "a giraffe", "image": True, "k": 10, "modality": "image"}
+    query = fused.json()["query"]
+    assert query.pop("selection")["diversity"] == "none"  # the example selection in force is echoed too
+    assert query == {"text": "a giraffe", "image": True, "k": 10, "modality": "image"}
 
 
 @pytest.mark.parametrize("data, message", [

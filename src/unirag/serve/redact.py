@@ -51,15 +51,27 @@ def redact_record(record: logging.LogRecord, extra: tuple[str, ...] = ()) -> log
     if isinstance(record.msg, str):
         record.msg = redact(record.msg, extra)
     if isinstance(record.args, tuple):
-        record.args = tuple(redact(a, extra) if isinstance(a, str) else a for a in record.args)
+        record.args = tuple(_redact_arg(a, extra) for a in record.args)
     elif isinstance(record.args, dict):
-        record.args = {k: redact(v, extra) if isinstance(v, str) else v for k, v in record.args.items()}
+        record.args = {k: _redact_arg(v, extra) for k, v in record.args.items()}
     if not isinstance(record.msg, str):
         message = record.getMessage()
         clean = redact(message, extra)
         if clean != message:
             record.msg, record.args = clean, None
     return record
+
+
+def _redact_arg(value: object, extra: tuple[str, ...]) -> object:
+    """A string argument masked; any other argument (an exception quoting a server's reply, say)
+    replaced by its masked text only when its text holds a secret, so ``%d`` and friends still work."""
+    if isinstance(value, str):
+        return redact(value, extra)
+    if isinstance(value, int | float | bool) or value is None:
+        return value
+    text = str(value)
+    clean = redact(text, extra)
+    return clean if clean != text else value
 
 
 class RedactingFilter(logging.Filter):
