@@ -47,3 +47,19 @@ def completeness(lines: list[dict], n_queries: int) -> dict[str, int]:
     qids = [r["qid"] for r in lines]
     return {"lines": len(lines), "ok": sum(r["status"] == "ok" for r in lines),
             "duplicated": len(qids) - len(set(qids)), "lost": n_queries - len(set(qids))}
+
+
+def pin_threads_from_argv(default: int = 1) -> int:
+    """Set the BLAS/OpenMP thread counts from ``--threads N`` (default ``default``); call it before
+    numpy or faiss is imported, since they read these variables once, when they load."""
+    import os
+
+    threads = default
+    for i, arg in enumerate(sys.argv):
+        if arg == "--threads" and i + 1 < len(sys.argv):
+            threads = int(sys.argv[i + 1])
+        elif arg.startswith("--threads="):
+            threads = int(arg.split("=", 1)[1])
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    return threads

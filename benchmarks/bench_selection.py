@@ -26,25 +26,13 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _harness import pin_threads_from_argv  # noqa: E402
 
-def _threads_from_argv(default: int = 1) -> int:
-    """--threads must reach the BLAS/OpenMP environment before numpy and faiss load."""
-    for i, arg in enumerate(sys.argv):
-        if arg == "--threads" and i + 1 < len(sys.argv):
-            return int(sys.argv[i + 1])
-        if arg.startswith("--threads="):
-            return int(arg.split("=", 1)[1])
-    return default
-
-
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = str(_threads_from_argv())
+pin_threads_from_argv()
 
 import numpy as np  # noqa: E402
 
