@@ -41,7 +41,7 @@ def grey_16bit(src: Path, out: Path) -> Path:
     return out
 
 
-def transparent_background(src: Path, out: Path, threshold: int = 235) -> Path:
+def transparent_background(src: Path, out: Path, threshold: int = 250) -> Path:
     """A product photo whose white background is cut out: the near-white region reachable from the
     image's border gets alpha 0 and the hidden colour black, as background-removal tools store it."""
     rgb = np.asarray(Image.open(src).convert("RGB"))
