@@ -64,15 +64,19 @@ def hit_json(h: Hit) -> dict[str, Any]:
     return out
 
 
-def selection_of_form(diversity: str | None, mmr_lambda: float | None, one_per_image: bool | None,
-                      near_duplicates: str | None, filters: list[str] | None):
-    """The :class:`unirag.Selection` of a request's form fields (unset fields keep the defaults)."""
+def selection_of_form(diversity: Annotated[str | None, Form()] = None,
+                      mmr_lambda: Annotated[float | None, Form()] = None,
+                      one_per_image: Annotated[bool | None, Form()] = None,
+                      near_duplicates: Annotated[str | None, Form()] = None,
+                      filter: Annotated[list[str] | None, Form()] = None):  # noqa: A002 - the API's field name
+    """The :class:`unirag.Selection` of a request's form fields (unset fields keep the defaults): a
+    FastAPI dependency, so every endpoint that retrieves examples takes the same five fields."""
     from unirag.retrieval.selection import Selection, parse_filters
 
     try:
         return Selection.of(None, diversity=diversity or None, mmr_lambda=mmr_lambda, one_per_image=one_per_image,
                             near_duplicates=near_duplicates or None,
-                            where=parse_filters([f for f in filters or () if f and f.strip()]) or None)
+                            where=parse_filters([f for f in filter or () if f and f.strip()]) or None)
     except ConfigError as e:
         raise ServiceError(400, str(e)) from None
 
@@ -221,15 +225,10 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
 
     # -- API ----------------------------------------------------------------------------------------
     @app.post("/v1/search", dependencies=auth, summary="Search by text, image, or both (fused)")
-    async def search(text: Annotated[str | None, Form()] = None, image: Annotated[UploadFile | None, File()] = None,
-                     k: Annotated[int, Form()] = 10, modality: Annotated[str, Form()] = "any",
-                     diversity: Annotated[str | None, Form()] = None,
-                     mmr_lambda: Annotated[float | None, Form()] = None,
-                     one_per_image: Annotated[bool | None, Form()] = None,
-                     near_duplicates: Annotated[str | None, Form()] = None,
-                     filter: Annotated[list[str] | None, Form()] = None):  # noqa: A002 - the API's field name
+    async def search(selection: Annotated[Any, Depends(selection_of_form)],
+                     text: Annotated[str | None, Form()] = None, image: Annotated[UploadFile | None, File()] = None,
+                     k: Annotated[int, Form()] = 10, modality: Annotated[str, Form()] = "any"):
         _check_k(k)
-        selection = selection_of_form(diversity, mmr_lambda, one_per_image, near_duplicates, filter)
         if modality not in MODALITIES:
             raise ServiceError(400, f"modality must be one of {', '.join(MODALITIES)}, got {modality!r}")
         checked = await _read_image(image, "image")
@@ -246,14 +245,8 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
                           "selection": selection.to_dict()}}
 
     @app.post("/v1/caption", dependencies=auth, summary="Caption an image with few-shot examples")
-    async def caption(image: Annotated[UploadFile, File()], mode: Annotated[str, Form()] = "rag",
-                      k: Annotated[int, Form()] = 5,
-                      diversity: Annotated[str | None, Form()] = None,
-                      mmr_lambda: Annotated[float | None, Form()] = None,
-                      one_per_image: Annotated[bool | None, Form()] = None,
-                      near_duplicates: Annotated[str | None, Form()] = None,
-                      filter: Annotated[list[str] | None, Form()] = None):  # noqa: A002 - the API's field name
-        selection = selection_of_form(diversity, mmr_lambda, one_per_image, near_duplicates, filter)
+    async def caption(selection: Annotated[Any, Depends(selection_of_form)], image: Annotated[UploadFile, File()],
+                      mode: Annotated[str, Form()] = "rag", k: Annotated[int, Form()] = 5):
         if mode not in CAPTION_MODES:
             raise ServiceError(400, f"mode must be one of {', '.join(CAPTION_MODES)}, got {mode!r}")
         if mode != "zero-shot":
@@ -274,14 +267,8 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
                 "attempts": ans.attempts, "generator": ans.generator}
 
     @app.post("/v1/generate-image", dependencies=auth, summary="Generate an image from text with examples")
-    async def generate_image(text: Annotated[str, Form()], mode: Annotated[str, Form()] = "rag",
-                             k: Annotated[int, Form()] = 1,
-                             diversity: Annotated[str | None, Form()] = None,
-                             mmr_lambda: Annotated[float | None, Form()] = None,
-                             one_per_image: Annotated[bool | None, Form()] = None,
-                             near_duplicates: Annotated[str | None, Form()] = None,
-                             filter: Annotated[list[str] | None, Form()] = None):  # noqa: A002 - the API's field name
-        selection = selection_of_form(diversity, mmr_lambda, one_per_image, near_duplicates, filter)
+    async def generate_image(selection: Annotated[Any, Depends(selection_of_form)], text: Annotated[str, Form()],
+                             mode: Annotated[str, Form()] = "rag", k: Annotated[int, Form()] = 1):
         if mode not in CAPTION_MODES:
             raise ServiceError(400, f"mode must be one of {', '.join(CAPTION_MODES)}, got {mode!r}")
         if not text.strip():
