@@ -255,6 +255,33 @@ def test_photo_dropped_on_the_drop_zone_is_searched(page):
     assert page.errors == []
 
 
+def test_selection_controls_reach_every_form(page):
+    """The selection controls are one template copied into the search, caption and generate forms:
+    each copy has its own ids and labels, and what is set in it is what that form sends."""
+    for prefix in ("search", "caption", "generate"):
+        for field in ("diversity", "one-per-image", "near-duplicates", "filter"):
+            assert page.locator(f"#{prefix}-{field}").count() == 1, (prefix, field)
+        assert page.locator(f"label[for='{prefix}-filter']").count() == 1
+    page.get_by_role("tab", name="Search").click()
+    page.fill("#search-text", "a bus on a street")
+    page.fill("#search-k", "4")
+    page.fill("#search-filter", "dataset=webqa")  # no candidate of the demo pool is from WebQA
+    page.get_by_role("button", name="Search", exact=True).click()
+    page.wait_for_function("() => document.querySelector('#panel-search .meta').innerText.startsWith('0 results')",
+                           timeout=60_000)
+    assert page.locator("#search-results .card").count() == 0
+    page.fill("#search-filter", "")
+    page.get_by_role("tab", name="Generate an image").click()
+    page.fill("#generate-text", "a kitchen with an oven")
+    page.fill("#generate-filter", "no-equals")  # a malformed filter: the server's 400 shows in the page
+    page.get_by_role("button", name="Generate").click()
+    error = page.locator("#panel-generate .error")
+    error.wait_for(state="visible", timeout=60_000)
+    assert "filter" in error.inner_text().lower() and "400" in error.inner_text()
+    page.fill("#generate-filter", "")
+    assert page.errors == []
+
+
 TOKEN_VAR = "UNIRAG_E2E_TOKEN"
 
 

@@ -143,7 +143,20 @@ function setupTabs() {
 
 // ---- forms ----------------------------------------------------------------------------------------
 // Example selection (diversity, one per image, near-duplicate guard, filters): the same fields on
-// /v1/search and /v1/caption; filters are "FIELD=VALUE", several separated by ";".
+// /v1/search, /v1/caption and /v1/generate-image, written once in index.html's
+// <template id="selection-controls"> and copied into each <div class="row selection" data-prefix="P">
+// with ids "P-diversity", "P-one-per-image", ...; filters are "FIELD=VALUE", several separated by ";".
+function setupSelectionControls() {
+  const template = $("#selection-controls");
+  for (const row of document.querySelectorAll(".row.selection[data-prefix]")) {
+    const prefix = row.dataset.prefix;
+    const controls = template.content.cloneNode(true);
+    for (const el of controls.querySelectorAll("[id]")) el.id = el.id.replace("PREFIX-", prefix + "-");
+    for (const el of controls.querySelectorAll("label[for]")) el.htmlFor = el.htmlFor.replace("PREFIX-", prefix + "-");
+    row.appendChild(controls);
+  }
+}
+
 function appendSelection(data, prefix) {
   data.append("diversity", $("#" + prefix + "-diversity").value);
   data.append("one_per_image", $("#" + prefix + "-one-per-image").checked ? "true" : "false");
@@ -227,6 +240,7 @@ function setupForms() {
       data.append("text", text);
       data.append("mode", $("#generate-mode").value);
       data.append("k", $("#generate-k").value);
+      appendSelection(data, "generate");
       $("#generate-output").hidden = true;
       const res = await api("/v1/generate-image", data);
       $("#generate-image").src = res.image;
@@ -278,6 +292,7 @@ window.addEventListener("unhandledrejection", (e) => {
 
 document.querySelectorAll(".drop").forEach(setupDrop);
 setupTabs();
+setupSelectionControls();
 setupForms();
 setupToken();
 loadStatus();
