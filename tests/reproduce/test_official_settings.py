@@ -1,7 +1,8 @@
 """Each official behaviour of issue 15 (retrieval, generation, metrics), pinned against the official code.
 
-The docstrings cite the official file and function each test follows (read through the public code
-index; no official code is copied). ``default`` must stay unirag's own behaviour: each test checks both.
+The docstrings cite the official repository, file, commit and lines each test follows (read through the
+public code index, lines counted on the stored copy; no official code is copied). ``default`` must stay
+unirag's own behaviour: each test checks both.
 """
 
 from __future__ import annotations
@@ -72,11 +73,14 @@ def _world():
 
 
 def test_uniir_completion_instructed_query_and_first_opposite_modality_hit():
-    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py get_raw_retrieved_candidates (the complement loop
-    after ``complement_retriever.retrieve(k=10)``): the complement is the first hit of the opposite
-    modality in the candidate's top 10 whose img_path (else txt) differs from the original query's.
-    src/common/interactive_retriever.py (commit 1104db5c): ``self.dataset_id = 9`` (MSCOCO) at :40 for
-    every candidate; _add_queries (:81) gives a text task_id 0 (:84) and an image task_id 3 (:93)."""
+    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py at commit 72871c19, get_raw_retrieved_candidates
+    (:235-304): every text or image candidate becomes a complement query (:264-273), all are searched with
+    ``complement_retriever.retrieve(k=10)`` (:277), and the complement is the first hit of the opposite
+    modality (:288) that has an img_path differing from the original query's ``query_img_path``
+    (:290-295), else a txt differing from its ``query_txt`` (:296-298); none: ``complement_cand`` stays
+    None (:285, :302). src/common/interactive_retriever.py at commit 1104db5c: ``self.dataset_id = 9``
+    (MSCOCO) at :40 for every candidate; _add_queries (:81) gives a text task_id 0 (:84) and an image
+    task_id 3 (:93), the qid ``"9:<n>"`` (:108)."""
     index = _world()
     enc = RecordingEncoder(index)
     completer = UniIRCompleter(index, lambda: enc, None)
@@ -93,8 +97,9 @@ def test_uniir_completion_instructed_query_and_first_opposite_modality_hit():
 
 
 def test_uniir_completion_compares_exact_strings_and_searches_ten():
-    """UniIR compares ``cand["img_path"] != query["query_img_path"]`` and ``cand["txt"] != query["query_txt"]``
-    as plain strings and retrieves ``k=10`` complements (mbeir_retriever.py get_raw_retrieved_candidates)."""
+    """UniIR compares ``cand.get("img_path") != ...["query_img_path"]`` and ``cand.get("txt") != ...["query_txt"]``
+    as plain strings and retrieves ``k=10`` complements over the whole pool (TIGER-AI-Lab/UniIR
+    src/common/mbeir_retriever.py at commit 72871c19: :277, :290-298)."""
     index = _world()
     index.metas[1] = _meta("i1", Modality.IMAGE, img="./imgs/query.jpg")  # another spelling: UniIR accepts it
     enc = RecordingEncoder(index)
@@ -106,10 +111,11 @@ def test_uniir_completion_compares_exact_strings_and_searches_ten():
 
 
 def test_per_hit_pairs_repeat_images_drop_query_and_take_first_k():
-    """castorini/UniRAG src/unirag/incontext_example_provider.py (commit 07190083) get_candidates, :10-45:
-    every retrieved candidate with its complement is one (txt, image) pair - an image may repeat - a hit
-    without a pair is skipped (:36-38), so is a pair whose txt equals the query text or whose image is the
-    query image (:40-43); src/unirag/generator_prompt.py Prompt takes the first min(k, len) of them."""
+    """castorini/UniRAG src/unirag/incontext_example_provider.py at commit 07190083, get_candidates (:10-45):
+    every retrieved candidate with its complement is one (txt, image) pair (:12-35, :44) - an image may
+    repeat - a hit without a pair is skipped (:36-38), so is a pair whose txt equals the query text or whose
+    image is the query image (:39-43); src/unirag/generator_prompt.py at commit 07190083 takes the first
+    ``min(self.k, len(retrieval_results))`` of them (:20, :60, :100)."""
     metas = [_meta("t0", Modality.TEXT, txt="cap A"), _meta("i1", Modality.IMAGE, img="x.jpg"),
              _meta("t2", Modality.TEXT, txt="the query text"), _meta("t3", Modality.TEXT, txt="cap C"),
              _meta("t4", Modality.TEXT, txt="cap D")]
@@ -139,9 +145,10 @@ def test_profiles_select_the_official_rows():
 
 
 def test_temperature_none_sends_none():
-    """castorini/UniRAG src/unirag/caption_generation_inference.py (commit 294f843a): infer_gemini passes
-    ``GenerationConfig(max_output_tokens=...)`` only (:81); infer_gpt calls chat.completions.create with
-    model, messages and max_tokens only; infer_llava calls model.generate(max_new_tokens=...)."""
+    """castorini/UniRAG src/unirag/caption_generation_inference.py at commit 294f843a: infer_gemini (:33)
+    passes ``GenerationConfig(max_output_tokens=max_output_tokens)`` only (:79-82); infer_gpt (:96) calls
+    ``client.chat.completions.create(model=, messages=, max_tokens=)`` only (:174-178); infer_llava (:208)
+    calls ``model.generate(**inputs, max_new_tokens=max_output_tokens)`` (:258). No temperature anywhere."""
     from unirag.generators.gemini import GeminiGenerator
     from unirag.generators.openai_compat import OpenAIChatGenerator
 
@@ -165,10 +172,12 @@ def test_captioner_takes_its_temperature_from_the_profile():
 
 
 def test_gemini_official_prompts():
-    """castorini/UniRAG src/unirag/caption_generation_inference.py (commit 294f843a): SYSTEM_MESSAGE (:29)
-    goes to GPT and LLaVA only; infer_gemini (:33) sends ``content = [message, ...]`` (:58-61), the prompt
-    file's text alone; src/unirag/prompts/gemini-caption-prompt-with-examples.txt ends with "The answer
-    must be compulsarily in one line." (quoted in issue 15)."""
+    """castorini/UniRAG src/unirag/caption_generation_inference.py at commit 294f843a: SYSTEM_MESSAGE (:29)
+    goes to GPT (:139, :154) and LLaVA (:247) only; infer_gemini (:33) builds ``message =
+    p_class.prepare_gemini_message(...)`` (:58) and sends ``content = [message, ...]`` (:61, :73), the
+    prompt file's text alone; src/unirag/prompts/gemini-caption-prompt-with-examples.txt (commit 6c4eda29)
+    ends with "The answer must be compulsarily in one line." (quoted in issue 15; the prompt file is not
+    copied here, so no line is cited for it)."""
     from unirag.prompts.caption import caption_template
     from unirag.prompts.official import GEMINI_ONE_LINE, SYSTEM_SENTENCE, apply_caption_prompts
 
@@ -204,8 +213,13 @@ def test_official_prompts_come_from_the_users_checkout(tmp_path):
 
 
 def test_emu2_official_sampling_is_the_pipelines_default():
-    """Emu2-Gen's EmuVisualGenerationPipeline.__call__ defaults (height=width=1024, num_inference_steps=50,
-    guidance_scale=3.0), which castorini/UniRAG src/unirag/image_generation_inference.py relies on."""
+    """castorini/UniRAG src/unirag/image_generation_inference.py at commit 916425f8 calls the Emu2-Gen
+    pipeline as ``ret = pipe(prompts)`` (:139): no size, steps or guidance, so the pipeline's defaults
+    apply. Those defaults live in the hub checkpoint's ``pipeline_emu2_gen.py`` (BAAI/Emu2-Gen, not in the
+    code index); the same class in baaivision/Emu ``Emu2/demo/backend/hf_model/emu/diffusion.py`` at
+    commit 48615f5d, ``EmuVisualGeneration.forward`` (:151-160), declares height = width = 1024 (:154-155),
+    ``num_inference_steps=50`` (:156), ``guidance_scale=3.`` (:157). LaVIT's call (:70-78) passes 1024x1024,
+    ``guidance_scale_for_llm=4.0`` (:74) and ``num_inference_steps=25`` (:76): unirag's default for both."""
     from unirag.generators.images.base import sampling_defaults
     from unirag.pipelines.image_gen import ImageSettings
     from unirag.pipelines.image_generator import ImageGenerator
@@ -221,8 +235,10 @@ def test_emu2_official_sampling_is_the_pipelines_default():
 
 
 def test_uniir_recall_on_raw_ids_beside_hit_after_replacement():
-    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py compute_recall_at_k scores the raw retrieved ids
-    (ported in tests/official_metrics.py); unirag's hit@k scores the complement-replaced list (paper §5)."""
+    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py at commit 72871c19: compute_recall_at_k (:149-166)
+    is called on the raw retrieved ids (``retrieved_indices_for_qid``, :469-480), never on the complement
+    candidates (ported in tests/official_metrics.py); unirag's hit@k scores the complement-replaced list
+    (paper §5)."""
     from unirag.metrics.retrieval import evaluate_run
 
     qrels = {"q1": {"img7"}, "q2": {"img9"}}
