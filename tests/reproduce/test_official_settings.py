@@ -110,6 +110,21 @@ def test_uniir_completion_compares_exact_strings_and_searches_ten():
     assert depths == [(5, None)]  # min(10, index size), over every modality
 
 
+def test_uniir_acceptance_falls_through_to_the_text_check():
+    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py at commit 72871c19 :290-298: the image-path test and
+    the text test are two ``if``s in turn, so a hit showing the query's own image is still accepted when it
+    carries a text of its own that differs from the query's text; without such a text it is passed over."""
+    from unirag.retrieval.uniir_pairs import uniir_accepts
+
+    own_image_with_text = _meta("i9", Modality.IMAGE, txt="a caption stored with it", img="imgs/query.jpg")
+    assert uniir_accepts(own_image_with_text, None, "imgs/query.jpg")
+    assert not uniir_accepts(own_image_with_text, "a caption stored with it", "imgs/query.jpg")
+    assert not uniir_accepts(_meta("i1", Modality.IMAGE, img="imgs/query.jpg"), None, "imgs/query.jpg")
+    assert uniir_accepts(_meta("i3", Modality.IMAGE, img="imgs/other.jpg"), "anything", "imgs/query.jpg")
+    assert not uniir_accepts(_meta("t2", Modality.TEXT, txt="the query"), "the query", None)
+    assert uniir_accepts(_meta("t2", Modality.TEXT, txt="the query"), None, "imgs/query.jpg")
+
+
 def test_per_hit_pairs_repeat_images_drop_query_and_take_first_k():
     """castorini/UniRAG src/unirag/incontext_example_provider.py at commit 07190083, get_candidates (:10-45):
     every retrieved candidate with its complement is one (txt, image) pair (:12-35, :44) - an image may
@@ -130,6 +145,30 @@ def test_per_hit_pairs_repeat_images_drop_query_and_take_first_k():
     assert read == 5
     two, _ = per_hit_pairs(index, Comp(), _ident(txt="the query text"), [0, 1, 2, 3, 4], [.9] * 5, 2)
     assert len(two) == 2
+
+
+def test_per_hit_pairs_read_as_many_hits_as_unirags_retrieval_saved():
+    """UniIR's run_retrieval searches ``k = max`` of the dataset's Recall@k (TIGER-AI-Lab/UniIR
+    src/common/mbeir_retriever.py at commit 72871c19 :412) and saves every hit for UniRAG (:441-465);
+    UniRAG's config lists Recall@1/5/10 for MSCOCO and Recall@10/20/50 for Fashion200k
+    (src/models/uniir_clip/clip_scorefusion/configs_scripts/large/eval/unirag/retrieval.yaml at commit
+    98dc570c :39-40, :45-46), and castorini/UniRAG get_candidates (incontext_example_provider.py at commit
+    07190083 :10-45) reads them all: a Fashion200k query's pairs may come from hits 11-50."""
+    from unirag.retrieval.uniir_pairs import unirag_depth
+
+    assert (unirag_depth("9:17"), unirag_depth("coco:q3:139"), unirag_depth("1:17"), unirag_depth("x")) == (10, 10, 50, 10)
+    metas = [_meta(f"t{i}", Modality.TEXT, txt=f"cap {i}") for i in range(30)] + [_meta("i", Modality.IMAGE, img="x.jpg")]
+    index = FakeIndex(metas, {})
+
+    class OnlyLate:  # only hits 20 and 21 have a complement
+        def complement(self, gid, ident):
+            return (30, "uniir") if gid in (20, 21) else None
+
+    ids, scores = list(range(30)), [1.0] * 30
+    mscoco, read = per_hit_pairs(index, OnlyLate(), _ident(), ids, scores, 2)
+    assert mscoco == [] and read == 10
+    fashion, read = per_hit_pairs(index, OnlyLate(), _ident(), ids, scores, 2, unirag_depth("1:5"))
+    assert [(i, t) for i, t, _, _ in fashion] == [(30, 20), (30, 21)] and read == 30
 
 
 def test_profiles_select_the_official_rows():
