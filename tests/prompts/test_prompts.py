@@ -97,7 +97,13 @@ def test_zero_shot_is_figure_2_for_every_family(coco_images):
 
 
 def test_llava_names_the_query_image_k_plus_1(coco_images):
-    """The official code wrote 'Caption [k]: ...' for the query (repeating the last example's number)."""
+    """unirag numbers the query's line ``Caption [k+1]: ...``. castorini/UniRAG ``src/unirag/generator_prompt.py``
+    at commit 07190083, ``prepare_llava_message`` (lines 17-33), writes ``Caption [{index+1}]: ...`` after the
+    example loop (line 27), where ``index`` is the loop variable: the loop breaks at ``index == num_examples``
+    (lines 23-25), so with more retrieved hits than k (UniIR saves 10 or 50) the query's line is
+    ``Caption [k+1]``, and only with at most k hits does it repeat the last example's number; the template
+    gets ``image_num=num_examples + 1, caption_num=num_examples`` (line 29). The merged image is the
+    examples then the query, stacked on black with 5 pixels between them (``merge_images``, lines 51-89)."""
     p = build_caption_prompt(caption_template("llava"), coco_images[0], _shots(coco_images))
     (msg,) = p.messages
     assert isinstance(msg.parts[0], ImagePart) and msg.parts[0].path is None  # one merged image, first
