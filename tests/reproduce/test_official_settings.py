@@ -289,3 +289,44 @@ def test_uniir_recall_on_raw_ids_beside_hit_after_replacement():
         official = np.mean([uniir_compute_recall_at_k(sorted(qrels[q]), raw[q], k) for q in qrels])
         assert m[f"uniir_recall@{k}"] == pytest.approx(official)
     assert "uniir_recall@1" not in evaluate_run(replaced, qrels, [1])
+
+
+#: Every setting row outside the X^R block, with the tests that pin its ``official`` value against the
+#: official code and its ``default`` value as unirag's own behaviour (file, test). A row whose two values
+#: are equal (not a paper-vs-code choice) names the tests of its one behaviour. Adding a row without
+#: naming its tests here fails the test below.
+PINNED = {
+    "pair_completion": [("tests/reproduce/test_official_settings.py",
+                         "test_uniir_completion_instructed_query_and_first_opposite_modality_hit"),
+                        ("tests/retrieval/test_official_pairs.py",
+                         "test_official_profile_completes_with_instructed_re_encoding")],   # default half
+    "example_pairs": [("tests/reproduce/test_official_settings.py", "test_per_hit_pairs_repeat_images_drop_query_and_take_first_k"),
+                      ("tests/retrieval/test_official_pairs.py",
+                       "test_official_pairs_are_the_per_hit_ones_not_a_widened_pick")],      # default half
+    "temperature": [("tests/reproduce/test_official_settings.py", "test_temperature_none_sends_none"),   # both
+                    ("tests/reproduce/test_profile_cli.py",
+                     "test_caption_manifest_records_the_profile_and_official_sends_no_temperature")],  # both
+    "caption_prompts": [("tests/reproduce/test_official_settings.py", "test_gemini_official_prompts"),   # both
+                        ("tests/prompts/test_prompts.py", "test_gemini_order_instruction_first_no_system_turn")],
+    "emu2_sampling": [("tests/reproduce/test_official_settings.py",
+                       "test_emu2_official_sampling_is_the_pipelines_default")],                     # both
+    "image_max_pixels": [("tests/data/test_image_loader.py", "test_bomb_is_an_input_error_before_decoding")],
+    "image_background": [("tests/data/test_image_loader.py", "test_transparency_is_composited_on_white_by_default")],
+}
+
+
+def test_every_setting_row_outside_xr_names_its_official_and_default_tests():
+    """Issue 15: with ``official`` every point behaves as the official code (tests cite file:line); with
+    ``default`` behaviour is unirag's own. Each non-X^R row must name the tests that pin both halves."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    rows = {n for n in SETTINGS if not n.startswith("xr_")}
+    assert rows == set(PINNED), sorted(rows ^ set(PINNED))
+    for name, tests in PINNED.items():
+        for file, test in tests:
+            assert f"def {test}(" in (root / file).read_text(), (name, file, test)
+        s = SETTINGS[name]
+        assert resolve("default")[name] == s.default and resolve("official")[name] == s.official
+        if s.default != s.official:
+            assert s.cite and ":" in s.cite.split(" ", 2)[1], name  # cites a file and its lines
