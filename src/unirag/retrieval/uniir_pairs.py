@@ -3,21 +3,23 @@
 Two settings of :mod:`unirag.profiles` select this module:
 
 * ``pair_completion = uniir`` - :class:`UniIRCompleter`. UniIR (TIGER-AI-Lab/UniIR
-  ``src/common/mbeir_retriever.py``, ``get_raw_retrieved_candidates``) completes every retrieved
-  text or image candidate by *re-encoding it as a query* through ``InteractiveRetriever``
-  (``src/common/interactive_retriever.py``): the dataset id is hard-coded to MSCOCO's (9), a text
-  becomes a task-0 (text->image) query and an image a task-3 (image->text) query, so the MSCOCO
-  instruction is prepended whatever the candidate's dataset (Fashion200k too). The index is
-  searched for its top 10 (all modalities) and the first hit of the opposite modality whose image
-  path (for an image) or text (for a text) differs from the *original query's* is the complement;
-  none in the top 10 means no pair. The comparison is UniIR's: exact strings, no normalisation.
+  ``src/common/mbeir_retriever.py`` at commit 72871c19, ``get_raw_retrieved_candidates``, lines
+  235-304) completes every retrieved text or image candidate by *re-encoding it as a query* through
+  ``InteractiveRetriever`` (``src/common/interactive_retriever.py`` at commit 1104db5c): the dataset
+  id is hard-coded to MSCOCO's (9, line 40), a text becomes a task-0 (text->image) query and an image
+  a task-3 (image->text) query (lines 84, 93), so the MSCOCO instruction is prepended whatever the
+  candidate's dataset (Fashion200k too). The index is searched for its top 10 (all modalities, line
+  277) and the first hit of the opposite modality (line 288) with an image path that differs from the
+  *original query's*, else with a text that differs from it (lines 290-298), is the complement; none
+  in the top 10 means no pair. The comparison is UniIR's: exact strings, no normalisation.
 * ``example_pairs = per-hit`` - :func:`per_hit_pairs`. UniRAG's example provider (castorini/UniRAG
-  ``src/unirag/incontext_example_provider.py``, ``get_candidates``) turns each of the (top-10)
-  retrieved candidates into one pair with its complement - an image may appear in several pairs -
-  drops a pair whose caption is the query's text or whose image is the query's image, and the
-  generator takes the first k (``generator_prompt.Prompt``: ``min(k, len(results))``). The hits it
-  reads are every candidate UniIR's raw retrieval saved: as many as the largest Recall@k of the
-  dataset's metrics (10 for MSCOCO, 50 for Fashion200k; see :data:`UNIRAG_DEPTH`).
+  ``src/unirag/incontext_example_provider.py`` at commit 07190083, ``get_candidates``, lines 10-45)
+  turns each retrieved candidate into one pair with its complement - an image may appear in several
+  pairs - drops a pair whose caption is the query's text or whose image is the query's image (lines
+  36-43), and the generator takes the first k (``generator_prompt.py`` at commit 07190083:
+  ``min(self.k, len(retrieval_results))``, lines 20, 60, 100). The hits it reads are every candidate
+  UniIR's raw retrieval saved: as many as the largest Recall@k of the dataset's metrics (10 for
+  MSCOCO, 50 for Fashion200k; see :data:`UNIRAG_DEPTH`).
 
 Kept apart from :mod:`unirag.retrieval.pairing` (the paper's completion) so each can change alone.
 """
