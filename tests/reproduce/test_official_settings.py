@@ -305,7 +305,9 @@ PINNED = {
                        "test_official_pairs_are_the_per_hit_ones_not_a_widened_pick")],      # default half
     "temperature": [("tests/reproduce/test_official_settings.py", "test_temperature_none_sends_none"),   # both
                     ("tests/reproduce/test_profile_cli.py",
-                     "test_caption_manifest_records_the_profile_and_official_sends_no_temperature")],  # both
+                     "test_caption_manifest_records_the_profile_and_official_sends_no_temperature"),  # both
+                    ("tests/generation/test_hf_vlm.py",
+                     "test_llava_sends_no_sampling_arguments_without_a_temperature")],                   # both
     "caption_prompts": [("tests/reproduce/test_official_settings.py", "test_gemini_official_prompts"),   # both
                         ("tests/prompts/test_prompts.py", "test_gemini_order_instruction_first_no_system_turn")],
     "emu2_sampling": [("tests/reproduce/test_official_settings.py",
