@@ -238,6 +238,9 @@ def test_zero_shot_run_writes_deterministic_lossless_pictures(backend, t2i_data,
 
 
 def test_rag_run_gives_the_model_the_example_pairs_interleaved(backend, t2i_data, tmp_path):
+    """castorini/UniRAG src/unirag/image_generation_inference.py at commit 916425f8: LaVIT gets
+    ``(txt, "text"), (img_path, "image")`` per example, then ``(caption, "text")`` (lines 62-65); Emu2-Gen
+    gets ``txt, PIL image`` per example (the file opened and copied), then the caption (lines 131-137)."""
     name, gen = backend
     queries = read_queries(t2i_data.queries)[:2]
     selector = make_selector("rag", 1, queries=queries, retrieval=t2i_data.run)
