@@ -52,6 +52,10 @@ def _retriever(tmp_path, profile):
 
 
 def test_official_profile_completes_with_instructed_re_encoding(tmp_path):
+    """``official``: each text hit is re-encoded as an MSCOCO task-0 query (TIGER-AI-Lab/UniIR
+    src/common/interactive_retriever.py at commit 1104db5c :40, :84, :108) and completed with the first
+    image in its top 10 other than the query's (src/common/mbeir_retriever.py at commit 72871c19
+    :277-298); ``default``: unirag's own completion, the candidate's stored vector searched over images."""
     query = Query("q1", Modality.IMAGE, img_path="query.jpg")
     default = _retriever(tmp_path / "a", "default").retrieve_vectors([query], e(1, 0, 0)[None, :], 2, "text")[0]
     official_r = _retriever(tmp_path / "b", "official")
@@ -66,7 +70,8 @@ def test_official_profile_completes_with_instructed_re_encoding(tmp_path):
 
 def test_raw_ids_are_the_hits_before_replacement(tmp_path):
     """A text->image query over ``any``: a caption hit is replaced by its image in ``candidates`` (paper §5),
-    while ``raw`` keeps the caption's id (what UniIR's Recall@k scores)."""
+    while ``raw`` keeps the caption's id (what UniIR's Recall@k scores: TIGER-AI-Lab/UniIR
+    src/common/mbeir_retriever.py at commit 72871c19 :467-480)."""
     r = _retriever(tmp_path, "default")
     result = r.retrieve_vectors([Query("q2", Modality.TEXT, txt="a dog")], e(1, 0, 0)[None, :], 2, "any")[0]
     assert result.raw[0] == "T1" and result.candidates[0].did != "T1" and result.candidates[0].replaced == "T1"
