@@ -60,7 +60,10 @@ def cli_run(tmp_path_factory, coco_mini, fixture_data):
 
 
 def test_corpus_metrics_match_hand_run_pycocoevalcap(cli_run, fixture_data):
-    """Prefixes stripped and failures excluded, the run scores exactly like the bare fixture by hand."""
+    """Prefixes stripped and failures excluded, the run scores exactly like the bare fixture by hand
+    (pycocoevalcap 1.2 ``eval.py`` lines 32-45: PTB tokenization, then Bleu(4), Meteor, Rouge, Cider; UniRAG
+    strips only a leading ``Caption [n]: ``, castorini/UniRAG ``src/unirag/eval_caption_generation.py`` at
+    commit 0a6e6a36 lines 59-65, where unirag strips that and other answer prefixes)."""
     _, expected = fixture_data
     run, result = cli_run
     assert result.exit_code == 0, result.output
