@@ -269,6 +269,10 @@ def test_emu2_official_sampling_is_the_pipelines_default():
     s = ImageSettings(steps=None, guidance=None).resolved("emu2-gen:x", "official")
     assert (s.steps, s.guidance, s.width, s.height) == (50, 3.0, 1024, 1024)
     assert ImageSettings(steps=7, guidance=None).resolved("emu2-gen:x", "official").steps == 7  # given wins
+    lavit = ImageSettings(steps=None, guidance=None).resolved("lavit:x", "official")  # UniRAG :67, :74, :76
+    assert (lavit.steps, lavit.guidance, lavit.width, lavit.height) == (25, 4.0, 1024, 1024)
+    default = ImageSettings(steps=None, guidance=None).resolved("emu2-gen:x", "default")
+    assert (default.steps, default.guidance, default.width, default.height) == (25, 4.0, 1024, 1024)
     assert ImageGenerator("emu2-gen:BAAI/Emu2-Gen", profile="official").settings["steps"] == 50
     assert ImageGenerator("emu2-gen:BAAI/Emu2-Gen").settings["steps"] == 25
 
