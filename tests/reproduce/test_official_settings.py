@@ -80,7 +80,10 @@ def test_uniir_completion_instructed_query_and_first_opposite_modality_hit():
     (:290-295), else a txt differing from its ``query_txt`` (:296-298); none: ``complement_cand`` stays
     None (:285, :302). src/common/interactive_retriever.py at commit 1104db5c: ``self.dataset_id = 9``
     (MSCOCO) at :40 for every candidate; _add_queries (:81) gives a text task_id 0 (:84) and an image
-    task_id 3 (:93), the qid ``"9:<n>"`` (:108)."""
+    task_id 3 (:93), the qid ``"9:<n>"`` (:108); the same at commit d8f81bfd (:40, :75, :78, :83, :92).
+    Neither stored interactive_retriever.py has the ``add_queries`` / ``retrieve(k=)`` pair that
+    mbeir_retriever.py@72871c19 calls (they have ``_add_queries`` and ``retrieve(queries, k)``): the
+    matching version is not in the code index."""
     index = _world()
     enc = RecordingEncoder(index)
     completer = UniIRCompleter(index, lambda: enc, None)
