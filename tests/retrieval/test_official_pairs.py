@@ -127,3 +127,20 @@ def test_official_pairs_are_the_per_hit_ones_not_a_widened_pick(tmp_path):
     d.per_hit = False
     assert [(p.image_did, p.text_did) for p in d.retrieve_vectors(q, e(1, 0, 0)[None, :], 1, "text")[0].pairs] == \
         [("I3", "T10")]
+
+
+def test_per_hit_pairs_refuse_selection_that_chooses_among_pairs(tmp_path):
+    """The official pairs are taken as UniRAG's code makes them; asking to choose among them (MMR, one pair per
+    image, dropping near-duplicates) is a ConfigError instead of being silently ignored."""
+    import pytest
+
+    from unirag.errors import ConfigError
+
+    r = _retriever(tmp_path, "official")
+    q = [Query("q1", Modality.IMAGE, img_path="query.jpg")]
+    for sel in ({"diversity": "mmr"}, {"one_per_image": True}, {"near_duplicates": "exclude"}):
+        with pytest.raises(ConfigError, match="per-candidate"):
+            r.retrieve_vectors(q, e(1, 0, 0)[None, :], 2, "text", selection=sel)
+    assert r.retrieve_vectors(q, e(1, 0, 0)[None, :], 2, "text", selection={"near_duplicates": "report"})[0].pairs
+    assert _retriever(tmp_path / "d", "default").retrieve_vectors(q, e(1, 0, 0)[None, :], 2, "text",
+                                                                   selection={"diversity": "mmr"})[0].pairs
