@@ -1,19 +1,24 @@
 """The benchmarks' own metric code, ported line by line (numpy instead of torch), to test unirag against.
 
 Each function keeps the official computation and names; only the data loading around it is
-replaced by plain arguments. Sources (read through the public code index):
+replaced by plain arguments. Sources (read through the public code index; lines counted on the
+stored copy at the commit named):
 
-* CIRCO  - miccunifi/CIRCO ``src/evaluation.py``, ``compute_metrics``: mAP@k over ``gt_img_ids``,
-  Recall@k on ``target_img_id`` only, ranks 5/10/25/50.
+* CIRCO  - miccunifi/CIRCO ``src/evaluation.py`` at commit 6db01504, ``compute_metrics`` (:14-77):
+  mAP@k over ``gt_img_ids`` (:48-55), Recall@k on ``target_img_id`` only (:57-59), means (:69-71);
+  ranks 5/10/25/50 (``--ranks`` default).
 * CIRR   - the validation metrics of the reference implementation ABaldrati/CLIP4Cir
-  ``src/validate.py``, ``compute_cirr_val_metrics`` (the CIRR test split is scored by the
-  authors' server with the same definitions): reference removed from the ranking, Recall@1/5/10/50,
-  Recall_subset@1/2/3 over the query's ``img_set`` members.
-* FashionIQ - ABaldrati/CLIP4Cir ``src/validate.py``, ``compute_fiq_val_metrics``: Recall@10/50 of
-  the single target (the X^R code's ``calculate_recall`` in 01yzzyu/xr.github.io ``XR/xr.py``
-  counts ``rank <= k`` the same way).
-* UniIR  - TIGER-AI-Lab/UniIR ``src/common/mbeir_retriever.py``, ``compute_recall_at_k``: 1 when any
-  relevant document is in the top k ("Recall used by CLIP and BLIP codebase").
+  ``src/validate.py`` at commit 90013598, ``compute_cirr_val_metrics`` (:135-188; the CIRR test
+  split is scored by the authors' server with the same definitions): reference removed from the
+  ranking (:162-166), Recall@1/5/10/50 (:180-183), Recall_subset@1/2/3 over the query's ``img_set``
+  members (:171-174, :184-186).
+* FashionIQ - ABaldrati/CLIP4Cir ``src/validate.py`` at commit 90013598, ``compute_fiq_val_metrics``
+  (:21-57): Recall@10/50 of the single target (:48-55) (the X^R code's ``calculate_recall`` in
+  01yzzyu/xr.github.io ``XR/xr.py`` counts ``rank <= k`` the same way; X^R lines are cited in
+  docs/xr-parity.md).
+* UniIR  - TIGER-AI-Lab/UniIR ``src/common/mbeir_retriever.py`` at commit 72871c19,
+  ``compute_recall_at_k`` (:149-166): 1 when any relevant document is in the top k ("Recall used by
+  CLIP and BLIP codebase", :150), called on the raw retrieved ids (:467-480).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import numpy as np
 
 
 def circo_compute_metrics(predictions_dict: dict, annotations: dict, ranks: list[int]) -> tuple[dict, dict]:
-    """miccunifi/CIRCO src/evaluation.py compute_metrics (semantic-aspect part left out).
+    """miccunifi/CIRCO src/evaluation.py at commit 6db01504, compute_metrics (:14-77; the semantic-aspect
+    part, :42, :61-63 and :73-75, left out).
 
     ``annotations``: query id -> {"gt_img_ids": [...], "target_img_id": ...} (the val.json entries).
     Returns (map_atk, recall_atk), fractions in [0, 1] as the official function returns them.
@@ -55,7 +61,8 @@ def circo_compute_metrics(predictions_dict: dict, annotations: dict, ranks: list
 
 def cirr_val_metrics(sorted_index_names: np.ndarray, reference_names: list[str], target_names: list[str],
                      group_members: list[list[str]]) -> tuple[float, ...]:
-    """ABaldrati/CLIP4Cir src/validate.py compute_cirr_val_metrics, from the sorted gallery on.
+    """ABaldrati/CLIP4Cir src/validate.py at commit 90013598, compute_cirr_val_metrics, from the sorted
+    gallery on (:160-188).
 
     ``sorted_index_names``: (queries, gallery) image names, best first, reference still included.
     Returns (group R@1, group R@2, group R@3, R@1, R@5, R@10, R@50), x100 as the original.
@@ -85,7 +92,8 @@ def cirr_val_metrics(sorted_index_names: np.ndarray, reference_names: list[str],
 
 
 def fiq_val_metrics(sorted_index_names: np.ndarray, target_names: list[str]) -> tuple[float, float]:
-    """ABaldrati/CLIP4Cir src/validate.py compute_fiq_val_metrics, from the sorted gallery on: (R@10, R@50) x100."""
+    """ABaldrati/CLIP4Cir src/validate.py at commit 90013598, compute_fiq_val_metrics, from the sorted gallery
+    on (:46-57): (R@10, R@50) x100."""
     labels = sorted_index_names == np.repeat(np.array(target_names), sorted_index_names.shape[1]).reshape(
         len(target_names), -1)
     assert np.array_equal(np.sum(labels, axis=-1), np.ones(len(target_names)))
@@ -95,7 +103,7 @@ def fiq_val_metrics(sorted_index_names: np.ndarray, target_names: list[str]) -> 
 
 
 def uniir_compute_recall_at_k(relevant_docs, retrieved_indices, k):
-    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py compute_recall_at_k."""
+    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py at commit 72871c19, compute_recall_at_k (:149-166)."""
     # Recall used by CLIP and BLIP codebase
     # Return 0 if there are no relevant documents
     if not relevant_docs:

@@ -1,8 +1,12 @@
 """References the CLIP tests compare unirag with, written for the tests from OpenAI's code (openai/CLIP):
-its image transform (``clip/clip.py`` ``_transform``, in PIL/numpy), its forward pass (``clip/model.py``: ``VisionTransformer``, ``encode_text``) with torch functions on a raw
-OpenAI-layout state dict, and its tokenizer (``clip/simple_tokenizer.py`` at commit 2558ec8: ``basic_clean``
+its image transform (``clip/clip.py`` ``_transform``, lines 58-65 at commit 0848ed71, in PIL/numpy), its
+forward pass (``clip/model.py``: ``VisionTransformer``, ``encode_text``) with torch functions on a raw
+OpenAI-layout state dict, and its tokenizer (``clip/simple_tokenizer.py`` at commit 2558ec83: ``basic_clean``
 lines 50-53, ``whitespace_clean`` lines 56-59, ``SimpleTokenizer.bpe``/``encode``; ``clip/clip.py``
-``tokenize``) over the real BPE committed in tests/fixtures/clip-bpe."""
+``tokenize``: start token, BPE ids, end token, zero padding to 77) over the real BPE committed in
+tests/fixtures/clip-bpe. The stored ``clip/model.py`` versions were not transcribed (no line cited);
+the ``truncate=True`` branch of ``tokenize`` (a text over 77 tokens keeps its first 76 and ends with the
+end token) is in no stored ``clip/clip.py`` version (0848ed71 and 3bee2811 predate it; no line cited)."""
 
 from __future__ import annotations
 
@@ -70,11 +74,12 @@ def ref_encode_text(sd, tokens):
 
 def openai_pixels(image, n_px: int) -> np.ndarray:
     """OpenAI CLIP's ``_transform(n_px)`` (openai/CLIP ``clip/clip.py``, ``_transform``: lines 58-65 at commit
-    0848ed7; ``Resize(n_px, interpolation=BICUBIC)``, ``CenterCrop(n_px)``, RGB, ``ToTensor()``, ``Normalize``
+    0848ed71; ``Resize(n_px, interpolation=BICUBIC)``, ``CenterCrop(n_px)``, RGB, ``ToTensor()``, ``Normalize``
     with CLIP's mean/std) redone here with PIL and numpy, step by step as torchvision runs it on a PIL image:
     ``Resize(int)`` scales the shorter side to ``n_px`` and the longer to ``int(n_px * long / short)`` with
     ``PIL.Image.resize(BICUBIC)``; ``CenterCrop`` cuts at ``int(round((size - n_px) / 2.0))``
-    (torchvision ``transforms/functional.py`` ``center_crop``, Python's round)."""
+    (torchvision ``transforms/functional.py`` ``center_crop``, Python's round; pytorch/vision is stored at
+    b6ca3917 but that 68,000-character file was not transcribed, so no line is cited)."""
     from PIL import Image
 
     w, h = image.size

@@ -177,20 +177,25 @@ _register(
             "task 0 text->image / task 3 image->text instruction, for every dataset) and take the first "
             "hit of the opposite modality in its top 10 whose image path / text differs from the query's.",
             choices=("pool", "uniir"),
-            cite="TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py get_raw_retrieved_candidates; "
-                 "src/common/interactive_retriever.py:40 (dataset_id 9), :84/:93 (task_id 0/3)"),
+            cite="TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py@72871c19:235-304 (get_raw_retrieved_candidates; "
+                 "retrieve(k=10) :277, acceptance :288-298); "
+                 "src/common/interactive_retriever.py@1104db5c:40 (dataset_id 9), :84/:93 (task_id 0/3)"),
     Setting("example_pairs", "per-candidate", "per-hit",
             "Which pairs become few-shot examples. per-candidate: one pair per distinct candidate, the "
-            "search widened until k pairs are found. per-hit: every one of the top-10 hits (candidate or "
-            "its complement) becomes a pair, an image may repeat, the first k that do not show the query.",
+            "search widened until k pairs are found. per-hit: each of the hits UniIR saved (its top 10; 50 "
+            "for Fashion200k) becomes a pair with its complement, an image may repeat, the first k that do "
+            "not show the query.",
             choices=("per-candidate", "per-hit"),
-            cite="castorini/UniRAG src/unirag/incontext_example_provider.py:10-45 (get_candidates)"),
+            cite="castorini/UniRAG src/unirag/incontext_example_provider.py@07190083:10-45 (get_candidates); "
+                 "src/unirag/generator_prompt.py@07190083:20,60,100 (min(k, len)); hits read: UniIR "
+                 "src/common/mbeir_retriever.py@72871c19:412 with configs_scripts/large/eval/unirag/"
+                 "retrieval.yaml@98dc570c:39-40,45-46 (10 for MSCOCO, 50 for Fashion200k)"),
     Setting("temperature", 0.0, None,
             "Sampling temperature sent to caption generators (GPT-4o, Gemini, LLaVA). none: send none "
             "(the provider's / model's default), as the official code does.",
             parse=_temperature,
-            cite="castorini/UniRAG src/unirag/caption_generation_inference.py:81 (infer_gemini), infer_gpt, "
-                 "infer_llava (no temperature argument)"),
+            cite="castorini/UniRAG src/unirag/caption_generation_inference.py@294f843a:79-82 (infer_gemini), "
+                 ":174-178 (infer_gpt), :258 (infer_llava): no temperature argument"),
     Setting("caption_prompts", "paper", "official",
             "Caption prompt wording. paper: the paper's Appendix A figures (Gemini's zero-shot prompt "
             "carries the generic system sentence). official: as the official code sends it: Gemini's "
@@ -198,15 +203,17 @@ _register(
             "must be compulsarily in one line.'; with --official-prompts DIR, every family's instruction "
             "text is read from that checkout of castorini/UniRAG.",
             choices=("paper", "official"),
-            cite="castorini/UniRAG src/unirag/caption_generation_inference.py:29 (SYSTEM_MESSAGE), :58-61 "
-                 "(infer_gemini sends the prompt file alone); src/unirag/prompts/gemini-caption-prompt-with-examples.txt"),
+            cite="castorini/UniRAG src/unirag/caption_generation_inference.py@294f843a:29 (SYSTEM_MESSAGE, sent "
+                 "at :139/:154/:247 by GPT and LLaVA only), :58/:61/:73 (infer_gemini sends the prompt file alone); "
+                 "src/unirag/prompts/gemini-caption-prompt-with-examples.txt@6c4eda29"),
     Setting("emu2_sampling", "unirag", "official",
             "Emu2-Gen sampling when --steps/--guidance are not given. unirag: 25 steps, guidance 4.0 (the "
             "LaVIT settings, for comparable runs). official: the Emu2-Gen pipeline's defaults, 50 steps, "
             "guidance 3.0, 1024x1024.",
             choices=("unirag", "official"),
-            cite="castorini/UniRAG src/unirag/image_generation_inference.py (Emu2 pipeline called with "
-                 "its defaults); BAAI/Emu2-Gen pipeline_emu2_gen.py __call__ defaults"),
+            cite="castorini/UniRAG src/unirag/image_generation_inference.py@916425f8:139 (pipe(prompts): the "
+                 "pipeline's defaults); baaivision/Emu Emu2/demo/backend/hf_model/emu/diffusion.py@48615f5d:151-157 "
+                 "(the same defaults; BAAI/Emu2-Gen's pipeline_emu2_gen.py is not in the code index)"),
 )
 
 

@@ -69,7 +69,10 @@ def test_pil_and_path_give_same_vector(clip_encoder, photos):
 
 
 def test_fused_is_normalised_sum_of_raw_embeddings(clip_encoder, photos):
-    """UniIR CLIP-SF: img_emb + txt_emb of the unnormalised projections, normalised at scoring."""
+    """UniIR CLIP-SF: img_emb + txt_emb of the unnormalised projections (TIGER-AI-Lab/UniIR
+    ``src/models/uniir_clip/clip_scorefusion/clip_sf.py`` at commit 669475c4, ``fuse_embeddings`` line 43),
+    normalised at scoring (``src/common/mbeir_retriever.py`` at commit 72871c19: ``faiss.normalize_L2`` of the
+    index embeddings, line 76, and of the queries, line 194)."""
     texts = ["a kitchen", "a skateboarder", "tennis"]
     fused = clip_encoder.encode_fused(photos[:3], texts)
     raw_i, raw_t = clip_encoder._embed_images(photos[:3]), clip_encoder._embed_texts(texts)
@@ -145,9 +148,10 @@ def test_siglip_checkpoint_loads_through_the_same_backend(photos):
 
 def test_clip_checkpoint_preprocesses_as_openai(clip_encoder, photos):
     """A CLIP checkpoint whose processor is configured as OpenAI's transform (shortest edge = crop size,
-    bicubic, /255, mean/std) is fed OpenAI's transform itself (openai/CLIP ``clip/clip.py`` ``_transform``:
-    torchvision's rounded centre-crop offset, where Hugging Face's processor floors it), and its texts get
-    OpenAI's clean-up (``clip/simple_tokenizer.py`` ``basic_clean``/``whitespace_clean``)."""
+    bicubic, /255, mean/std) is fed OpenAI's transform itself (openai/CLIP ``clip/clip.py`` ``_transform``,
+    lines 58-65 at commit 0848ed71: torchvision's rounded centre-crop offset, where Hugging Face's processor
+    floors it), and its texts get OpenAI's clean-up (``clip/simple_tokenizer.py`` at commit 2558ec83:
+    ``basic_clean`` lines 50-53, ``whitespace_clean`` lines 56-59)."""
     import torch
     from PIL import Image
 

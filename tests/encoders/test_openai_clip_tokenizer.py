@@ -3,12 +3,16 @@ tests/fixtures/clip-bpe): OpenAI's clean-up before BPE included (ftfy, HTML enti
 the Hugging Face tokenizer unirag loads leaves out on its own.
 
 The reference tokenizer (``tests/openai_clip_reference.py``) is written from OpenAI's ``clip/simple_tokenizer.py`` (openai/CLIP at commit
-2558ec8): ``basic_clean`` (lines 50-53: ``ftfy.fix_text``, ``html.unescape`` twice, strip),
+2558ec83): ``basic_clean`` (lines 50-53: ``ftfy.fix_text``, ``html.unescape`` twice, strip),
 ``whitespace_clean`` (lines 56-59: ``\\s+`` -> one space, strip), then in ``SimpleTokenizer.encode`` lower-case,
 the pre-tokenizing pattern, byte-to-unicode mapping and the lowest-rank-first BPE; and ``clip.tokenize``'s
 layout (start token, BPE ids, end token; UniIR calls it with ``truncate=True``: a text over 77 tokens keeps
 its first 76 and ends with the end token, TIGER-AI-Lab/UniIR ``src/models/uniir_clip/clip_scorefusion/
-clip_sf.py`` line 29).
+clip_sf.py`` at commit 669475c4, line 31: ``tokenizer(txt, context_length=77, truncate=True)``; the
+truncating ``tokenize`` itself is in no stored openai/CLIP version, see tests/openai_clip_reference.py).
+UniIR formats every text first: ``format_string`` (TIGER-AI-Lab/UniIR ``src/data/preprocessing/utils.py``
+at commit 669475c4, lines 110-116), applied in ``src/data/mbeir_dataset.py`` at commit 1017242a (lines
+237, 245, 357).
 """
 
 from __future__ import annotations

@@ -111,9 +111,11 @@ def photos(coco_mini: Path) -> list[Path]:
 
 def blip_eval_pixels(image, size: int) -> np.ndarray:
     """BLIP's eval transform as UniIR builds it (TIGER-AI-Lab/UniIR
-    ``src/models/uniir_blip/backbone/transform/blip_transform.py``, ``get_blip_transform(is_train=False)``:
-    ``Resize((size, size), BICUBIC)``, ``ToTensor()``, ``Normalize`` with CLIP's mean/std), redone with PIL
-    and numpy: torchvision's ``Resize`` of a PIL image is ``PIL.Image.resize`` with that filter."""
+    ``src/models/uniir_blip/backbone/transform/blip_transform.py`` at commit 5035a493,
+    ``get_blip_transform(is_train=False)``, lines 41-48: ``Resize((size, size), BICUBIC)``, ``ToTensor()``,
+    ``Normalize`` with CLIP's mean/std (line 9); asked for by ``blip_featurefusion/blip_ff.py`` at commit
+    669475c4 line 68 with ``is_train=self.training``, False in eval), redone with PIL and numpy:
+    torchvision's ``Resize`` of a PIL image is ``PIL.Image.resize`` with that filter."""
     from PIL import Image
 
     x = np.asarray(image.resize((size, size), Image.BICUBIC), dtype=np.float64) / 255.0
@@ -127,7 +129,8 @@ def _reference(encoder, raw_sd, images, texts):
 
     tok = encoder.tokenizer([format_string(t) for t in texts], padding="max_length", truncation=True,
                             max_length=encoder.max_text_length, return_tensors="pt")
-    if images is None:  # UniIR's collator pads a missing image with zeros (after normalisation)
+    if images is None:  # UniIR's collator pads a missing image with zeros (after normalisation):
+        # src/data/mbeir_dataset.py at commit 1017242a, lines 391-393 and 399-400
         pixels = torch.zeros(len(texts), 3, 32, 32, dtype=torch.float64)
     else:
         pixels = torch.from_numpy(np.stack([blip_eval_pixels(Image.open(p).convert("RGB"), 32) for p in images]))
@@ -173,8 +176,9 @@ def test_queries_get_instructions_and_are_encoded_fused(ckpt, photos, coco_mini)
 
 def test_texts_are_cut_at_uniirs_100_tokens(encoder, ckpt):
     """UniIR's BLIP-FF tokenizer: ``padding="max_length", truncation=True, max_length=tokenizer_max_length``
-    (``blip_featurefusion/blip_ff.py`` ``get_tokenizer``) with ``tokenizer_max_length: 100``
-    (``blip_featurefusion/configs_scripts/large/eval/unirag/embed.yaml`` line 98)."""
+    (TIGER-AI-Lab/UniIR ``src/models/uniir_blip/blip_featurefusion/blip_ff.py`` at commit 669475c4,
+    ``get_tokenizer``, lines 70-80) with ``tokenizer_max_length: 100``
+    (``blip_featurefusion/configs_scripts/large/eval/unirag/embed.yaml`` at commit c62880ba, line 98)."""
     assert encoder.max_text_length == 100 and encoder.identity()["max_text_length"] == 100
     ids = encoder.tokenizer(["a " * 150], padding="max_length", truncation=True, max_length=encoder.max_text_length)
     assert len(ids["input_ids"][0]) == 100
@@ -192,8 +196,11 @@ def test_texts_are_cut_at_uniirs_100_tokens(encoder, ckpt):
 
 
 def test_images_go_through_a_pil_bicubic_resize(encoder, photos, monkeypatch):
-    """BLIP's eval transform runs as PIL's bicubic resize whatever is installed: unirag calls
-    ``PIL.Image.resize`` itself (no image processor that could pick a torchvision backend)."""
+    """BLIP's eval transform (TIGER-AI-Lab/UniIR ``src/models/uniir_blip/backbone/transform/blip_transform.py``
+    at commit 5035a493, line 44: ``transforms.Resize((image_size, image_size),
+    interpolation=InterpolationMode.BICUBIC)`` on the PIL image) runs as PIL's bicubic resize whatever is
+    installed: unirag calls ``PIL.Image.resize`` itself (no image processor that could pick a torchvision
+    backend)."""
     from PIL import Image
 
     from unirag.encoders.preprocess import SquareResizeTransform

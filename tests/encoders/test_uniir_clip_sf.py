@@ -100,6 +100,10 @@ def test_bad_uniir_specs_are_config_errors(ckpt, tmp_path):
 
 # -- M-BEIR query instructions ----------------------------------------------------------------------------------
 def test_fixture_tsv_parses_in_mbeir_layout():
+    """TIGER-AI-Lab/UniIR ``src/data/mbeir_dataset.py`` at commit 1017242a, ``_load_query_instructions``
+    (lines 82-101): the header is skipped, each row keyed by ``f"{dataset_id}, {query_modality},
+    {cand_modality}"`` (line 98), its non-empty prompt cells ``parts[4:]`` kept (line 99); dataset ids
+    from ``src/data/preprocessing/utils.py`` at commit 669475c4, ``DATASET_IDS`` lines 8-19 (MSCOCO 9)."""
     inst = QueryInstructions.read(FIXTURE_TSV)
     q = Query(qid="9:6", modality=Modality.IMAGE, img_path="x.jpg", task_id=3)
     prompts = inst.candidates_for(q)
@@ -112,6 +116,13 @@ def test_fixture_tsv_parses_in_mbeir_layout():
 
 
 def test_instructions_are_prepended_as_mbeir_does(ckpt):
+    """TIGER-AI-Lab/UniIR ``src/data/mbeir_dataset.py`` at commit 1017242a: the prompt is
+    ``format_string(random.choice(prompts))`` of the query's row (``_get_random_query_prompt``, lines
+    115-121) and the query text ``format_string(f"{query_prompt} {query_txt}")`` (line 245); an image
+    query's text is ``""`` (line 207), so its text is the prompt alone. ``format_string``:
+    ``src/data/preprocessing/utils.py`` at commit 669475c4, lines 110-116. unirag's own choice: the prompt
+    is drawn from the qid (the same query always gets the same prompt), where UniIR draws from ``random``
+    seeded once per run."""
     inst = QueryInstructions.read(FIXTURE_TSV)
     enc = load_encoder(f"uniir:clip_sf:{ckpt}", device="cpu", instructions=str(FIXTURE_TSV))
     text_q = Query(qid="9:1", modality=Modality.TEXT, txt="a man with a red helmet on a small moped on a dirt road",
@@ -203,7 +214,9 @@ def every_aspect(coco_mini):
 def test_image_embeddings_match_openai_transform_on_every_aspect_ratio(clip224, every_aspect):
     """unirag's CLIP-SF image vectors equal OpenAI's transform + the OpenAI CLIP forward on the same random
     checkpoint to 1e-5, for real photos of every shape (UniIR CLIP-SF preprocesses with ``clip.load``'s
-    transform: TIGER-AI-Lab/UniIR ``src/models/uniir_clip/clip_scorefusion/clip_sf.py`` line 18)."""
+    transform: TIGER-AI-Lab/UniIR ``src/models/uniir_clip/clip_scorefusion/clip_sf.py`` at commit 669475c4,
+    line 18; the images are opened with ``Image.open(...).convert("RGB")`` first, ``src/data/mbeir_dataset.py``
+    at commit 1017242a line 111; OpenAI's ``_transform`` is ``clip/clip.py`` lines 58-65 at commit 0848ed71)."""
     encoder, raw = clip224
     shapes = {im.size for im in every_aspect}
     assert len(shapes) >= 12

@@ -129,3 +129,29 @@ def test_a_bug_inside_generate_stops_the_run_with_its_traceback(coco_set, llava_
         run_captioning(cfg)
     outputs = out / "outputs.jsonl"
     assert not outputs.exists() or outputs.read_text().strip() == ""
+
+
+def test_llava_sends_no_sampling_arguments_without_a_temperature(llava_path):
+    """castorini/UniRAG src/unirag/caption_generation_inference.py at commit 294f843a, infer_llava: the call is
+    ``model.generate(**inputs, max_new_tokens=max_output_tokens)`` (:258), so the checkpoint's generation
+    config decides how to sample (``temperature = none``, the official profile); unirag's default 0.0 is
+    greedy decoding, said explicitly (``do_sample=False``)."""
+    from unirag.generators.base import GenerationOptions
+    from unirag.messages import Message, TextPart
+
+    gen = load_text_generator(f"hf:{llava_path}", device="cpu", dtype="float32")
+    gen._load()
+    seen = []
+    real = gen._model.generate
+
+    def spy(**kwargs):
+        seen.append({k: v for k, v in kwargs.items() if k in ("max_new_tokens", "do_sample", "temperature")})
+        return real(**kwargs)
+
+    gen._model.generate = spy
+    msg = [Message("user", [TextPart("a cat")])]
+    gen.generate(msg, GenerationOptions(max_tokens=3, temperature=None))
+    gen.generate(msg, GenerationOptions(max_tokens=3))
+    gen.generate(msg, GenerationOptions(max_tokens=3, temperature=0.7))
+    assert seen == [{"max_new_tokens": 3}, {"max_new_tokens": 3, "do_sample": False},
+                    {"max_new_tokens": 3, "do_sample": True, "temperature": 0.7}]

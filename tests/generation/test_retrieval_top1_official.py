@@ -1,7 +1,8 @@
 """retrieval:top1 is the official UniRAG retriever baseline: the top candidate's caption, never skipped.
 
-Official definition (castorini/UniRAG, src/unirag/eval_caption_generation.py, --calculate_retriever_metrics):
-``caption = obj["candidates"][0]["txt"]`` or else ``obj["complement_candidates"][0]["txt"]`` - no check
+Official definition (castorini/UniRAG ``src/unirag/eval_caption_generation.py`` at commit 0a6e6a36,
+``--calculate_retriever_metrics``, lines 142-165): ``caption = obj["candidates"][0]["txt"]`` (line 151) or
+else ``obj["complement_candidates"][0]["txt"]`` (lines 154-158), else an empty caption (line 164) - no check
 whether the top hit is the query image's own caption.
 """
 

@@ -71,7 +71,8 @@ def test_rag_examples_retrieved_on_the_fly_from_an_index(coco_set, tmp_path):
         assert r["status"] == "ok" and len(r["examples"]) == 2
         assert all(e["img_path"] != rows[r["qid"]]["image"] for e in r["examples"])  # never the query image
     # retrieval:top1 is the top candidate's caption, or its source item's caption for an image (the official
-    # baseline), even when that is one of the query's own captions
+    # baseline: castorini/UniRAG src/unirag/eval_caption_generation.py at commit 0a6e6a36 :151-164), even when
+    # that is one of the query's own captions
     from unirag.data.mbeir import load_pool, read_queries
     from unirag.retrieval.retriever import Retriever
 

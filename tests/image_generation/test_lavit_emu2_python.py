@@ -238,6 +238,9 @@ def test_zero_shot_run_writes_deterministic_lossless_pictures(backend, t2i_data,
 
 
 def test_rag_run_gives_the_model_the_example_pairs_interleaved(backend, t2i_data, tmp_path):
+    """castorini/UniRAG src/unirag/image_generation_inference.py at commit 916425f8: LaVIT gets
+    ``(txt, "text"), (img_path, "image")`` per example, then ``(caption, "text")`` (lines 62-65); Emu2-Gen
+    gets ``txt, PIL image`` per example (the file opened and copied), then the caption (lines 131-137)."""
     name, gen = backend
     queries = read_queries(t2i_data.queries)[:2]
     selector = make_selector("rag", 1, queries=queries, retrieval=t2i_data.run)
@@ -265,6 +268,11 @@ def test_rag_run_gives_the_model_the_example_pairs_interleaved(backend, t2i_data
 
 
 def test_settings_reach_the_model(lavit_code, emu2_dir):
+    """UniRAG builds LaVIT with ``model_dtype="bf16", check_safety=False, use_xformers=True,
+    understanding=False, load_tokenizer=True`` (castorini/UniRAG ``src/unirag/image_generation_inference.py``
+    at commit 916425f8, lines 37-45; unirag adds ``local_files_only=True``: offline, and uses xformers only
+    when installed) and calls ``multimodal_synthesis(prompts, width=, height=, guidance_scale_for_llm=,
+    num_return_images=1, num_inference_steps=, top_k=50)`` (lines 70-78)."""
     import models
 
     code, ckpt = lavit_code
@@ -364,12 +372,15 @@ def test_python_caption_plugin(tmp_path, monkeypatch):
 
 # -- loading and seeding as the official code does ----------------------------------------------------------------
 def test_emu2_pipeline_gets_its_encoder_and_tokenizer_passed_explicitly(tmp_path, monkeypatch):
-    """Emu2's README (baaivision/Emu ``Emu2/README.md``, "Emu2-Gen") and UniRAG's ``infer_emu2``
-    (castorini/UniRAG ``src/unirag/image_generation_inference.py``) load ``<path>/multimodal_encoder`` with
-    ``AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True, torch_dtype=torch.bfloat16,
-    use_safetensors=True, variant="bf16")`` and ``<path>/tokenizer`` with ``AutoTokenizer``, and pass both to
-    ``DiffusionPipeline.from_pretrained(path, custom_pipeline="pipeline_emu2_gen", ..., multimodal_encoder=,
-    tokenizer=)``."""
+    """Emu2's README (baaivision/Emu ``Emu2/README.md`` at commit 0e642ce1, "Emu2-Gen", lines 326-356) and
+    UniRAG's ``infer_emu2`` (castorini/UniRAG ``src/unirag/image_generation_inference.py`` at commit
+    916425f8, lines 101-124) load ``<path>/multimodal_encoder`` with ``AutoModelForCausalLM.from_pretrained(...,
+    trust_remote_code=True, torch_dtype=torch.bfloat16, use_safetensors=True, variant="bf16")`` (README
+    339-345, UniRAG 107-113) and ``<path>/tokenizer`` with ``AutoTokenizer`` (README 346, UniRAG 114), and
+    pass both to ``DiffusionPipeline.from_pretrained(path, custom_pipeline="pipeline_emu2_gen", ...,
+    multimodal_encoder=, tokenizer=)`` (README 348-356, UniRAG 116-124). unirag also passes
+    ``trust_remote_code=True`` to the pipeline call, which neither official call does: recent diffusers
+    releases ask for it before running a custom pipeline's code."""
     from diffusers import DiffusionPipeline
     from transformers import LlamaForCausalLM
 
@@ -405,9 +416,10 @@ def test_emu2_checkpoint_without_its_components_is_a_config_error(tmp_path):
 
 
 def test_lavit_is_seeded_once_when_built(lavit_code):
-    """UniRAG's ``build_lavit_model`` (castorini/UniRAG ``src/unirag/image_generation_inference.py`` lines
-    27-30) sets ``seed = 1234`` in torch, numpy and ``random`` once before ``build_model``; ``infer_lavit``
-    never seeds again, so consecutive calls draw on from where the previous one left off."""
+    """UniRAG's ``build_lavit_model`` (castorini/UniRAG ``src/unirag/image_generation_inference.py`` at
+    commit 916425f8, lines 23-48) sets ``seed = 1234`` in torch, numpy and ``random`` (lines 27-30) once
+    before ``build_model`` (line 38); ``infer_lavit`` (lines 51-98) never seeds again, so consecutive calls
+    draw on from where the previous one left off."""
     import random
 
     code, ckpt = lavit_code
@@ -429,9 +441,11 @@ def test_lavit_is_seeded_once_when_built(lavit_code):
 
 
 def test_lavit_precision_names_are_lavits(lavit_code):
-    """LaVIT's ``build_model`` takes ``model_dtype`` "bf16" or "fp16" (jy0205/LaVIT ``models/__init__.py``
-    docstring; ``lavit_for_generation.py`` loads ``torch.bfloat16 if model_dtype=="bf16" else torch.float16``,
-    so any other name silently means fp16). UniRAG passes "bf16"."""
+    """LaVIT's ``build_model`` takes ``model_dtype`` "bf16" or "fp16" (jy0205/LaVIT ``LaVIT/models/__init__.py``
+    at commit 16fb6076, docstring line 23, converted at lines 51-54; ``LaVIT/models/lavit_for_generation.py``
+    at commit 1b2212c0 loads ``torch.bfloat16 if model_dtype=="bf16" else torch.float16`` (lines 72, 107,
+    110) and its ``dtype`` property falls back to fp16 for any other name (lines 139-148), so any other name
+    silently means fp16). UniRAG passes "bf16" (``image_generation_inference.py`` at commit 916425f8, line 37)."""
     import models
 
     code, ckpt = lavit_code
@@ -447,8 +461,10 @@ def test_lavit_precision_names_are_lavits(lavit_code):
 
 
 def test_lavit_uses_xformers_when_installed(lavit_code, monkeypatch):
-    """UniRAG builds LaVIT with ``use_xformers=True`` (``image_generation_inference.py`` line 42); unirag does
-    when the package is importable, and a user can still switch it off."""
+    """UniRAG builds LaVIT with ``use_xformers=True`` (castorini/UniRAG ``src/unirag/image_generation_inference.py``
+    at commit 916425f8, line 42); unirag does when the package is importable, and a user can still switch it
+    off. (With xformers missing, official LaVIT raises instead: jy0205/LaVIT
+    ``LaVIT/models/lavit_for_generation.py`` at commit 1b2212c0, lines 112-123.)"""
     import models
 
     import unirag.generators.images.lavit as lavit_mod

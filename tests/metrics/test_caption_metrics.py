@@ -60,7 +60,10 @@ def cli_run(tmp_path_factory, coco_mini, fixture_data):
 
 
 def test_corpus_metrics_match_hand_run_pycocoevalcap(cli_run, fixture_data):
-    """Prefixes stripped and failures excluded, the run scores exactly like the bare fixture by hand."""
+    """Prefixes stripped and failures excluded, the run scores exactly like the bare fixture by hand
+    (pycocoevalcap 1.2 ``eval.py`` lines 32-45: PTB tokenization, then Bleu(4), Meteor, Rouge, Cider; UniRAG
+    strips only a leading ``Caption [n]: ``, castorini/UniRAG ``src/unirag/eval_caption_generation.py`` at
+    commit 0a6e6a36 lines 59-65, where unirag strips that and other answer prefixes)."""
     _, expected = fixture_data
     run, result = cli_run
     assert result.exit_code == 0, result.output
@@ -194,7 +197,10 @@ def test_spice_command_puts_corenlp_on_the_classpath(tmp_path):
 
 
 def test_run_spice_reads_the_scorer_output(tmp_path):
-    """A stand-in 'java' writes SPICE's output format; run_spice averages All.f like pycocoevalcap."""
+    """A stand-in 'java' writes SPICE's output format; run_spice averages All.f like pycocoevalcap: each
+    item's ``float_convert(item['scores']['All']['f'])`` (a non-number becomes NaN) and ``np.mean`` of them,
+    so one NaN makes the mean NaN (tylin/coco-caption ``pycocoevalcap/spice/spice.py`` at commit 1336670a,
+    lines 23-27 and 85-86; the pycocoevalcap 1.2 package unirag's fixture was made with: lines 26-30, 88-89)."""
     fake = tmp_path / "java"
     fake.write_text(
         f"#!{sys.executable}\n"
@@ -208,6 +214,7 @@ def test_run_spice_reads_the_scorer_output(tmp_path):
     mean, items = spice.run_spice({"a": ["a dog"], "b": ["a cat"]}, {"a": ["a dog"], "b": ["a cow"]},
                                   tmp_path, java=str(fake))
     assert items[0] == 0.5 and items[1] != items[1]  # NaN kept, as pycocoevalcap's float_convert does
+    assert mean != mean  # and np.mean of a list holding a NaN is NaN
     mean2, _ = spice.run_spice({"a": ["a dog"]}, {"a": ["a dog"]}, tmp_path, java=str(fake))
     assert mean2 == 0.5
 

@@ -3,7 +3,9 @@
 Random score matrices with few distinct values (so many candidates tie), several ground truths per
 CIRCO query, random CIRR image sets. Scores become one ranking per query by a stable sort on the
 score, best first (the order unirag's X^R stages use); both sides score that same ranking (the
-official scripts sort with torch.argsort, whose order among ties is unspecified).
+official scripts sort with ``torch.argsort(distances, dim=-1)``, ABaldrati/CLIP4Cir src/validate.py at
+commit 90013598 :45 and :159, whose order among ties is unspecified). Each test cites the official lines
+it follows; tests/official_metrics.py holds the ports and their line-level sources.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ def _rankings(rng: np.random.Generator, n_queries: int, gallery: list, levels: i
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_circo_map_and_recall_equal_the_official_script(seed):
+    """miccunifi/CIRCO src/evaluation.py at commit 6db01504, compute_metrics: AP@k over every ``gt_img_ids``
+    divided by ``min(len(gt_img_ids), rank)`` (:48-55), Recall@k on ``target_img_id`` (:57-59), ranks
+    5/10/25/50 (the ``--ranks`` default)."""
     rng = np.random.default_rng(seed)
     gallery = [int(x) for x in rng.choice(10**6, size=120, replace=False)]
     annotations, queries = {}, []
@@ -59,6 +64,8 @@ def test_circo_map_and_recall_equal_the_official_script(seed):
 
 
 def test_circo_recall_counts_only_the_target_not_the_other_ground_truths():
+    """miccunifi/CIRCO src/evaluation.py at commit 6db01504 :57 ``recall_labels = (predictions ==
+    target_img_id)``: another ground truth in the top k does not count for Recall@k."""
     q = CirQuery("0", "ref", "t", targets=["7", "8"], target="8")
     ds = CirDataset("circo-val", "circo", [q], {str(i): f"{i}.jpg" for i in range(10)})
     ours = evaluate(ds, {"0": ["7", "1", "2", "3", "4", "5", "8"]})
@@ -70,6 +77,9 @@ def test_circo_recall_counts_only_the_target_not_the_other_ground_truths():
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_cirr_recall_and_subset_recall_equal_the_reference_code(seed):
+    """ABaldrati/CLIP4Cir src/validate.py at commit 90013598, compute_cirr_val_metrics: the reference is
+    removed from the ranking (:162-166), Recall@1/5/10/50 on the rest (:180-183), Recall_subset@1/2/3 on
+    the ranking cut to the query's group members (:171-174, :184-186)."""
     rng = np.random.default_rng(seed)
     gallery = [f"dev-{i}-img" for i in range(90)]
     queries, refs, targets, groups = [], [], [], []
@@ -93,6 +103,8 @@ def test_cirr_recall_and_subset_recall_equal_the_reference_code(seed):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fashioniq_recall_equals_the_reference_code(seed):
+    """ABaldrati/CLIP4Cir src/validate.py at commit 90013598, compute_fiq_val_metrics: Recall@10/50 of the
+    single target over the whole gallery (:48-55); targets may repeat across queries."""
     rng = np.random.default_rng(seed)
     gallery = [f"B00{i:05d}" for i in range(100)]
     targets = [str(x) for x in rng.choice(gallery, size=35)]  # targets may repeat across queries
@@ -106,6 +118,9 @@ def test_fashioniq_recall_equals_the_reference_code(seed):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_uniir_recall_is_unirags_hit_at_k(seed):
+    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py at commit 72871c19, compute_recall_at_k (:149-166):
+    1.0 when any relevant did is among ``retrieved_indices[:k]`` (:156-166), 0.0 without relevant docs
+    (:152-153); on the same list it is unirag's hit@k."""
     rng = np.random.default_rng(seed)
     pool = [f"9:{i}" for i in range(60)]
     ranked = _rankings(rng, 25, pool)
@@ -121,7 +136,8 @@ def test_uniir_recall_is_unirags_hit_at_k(seed):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_circo_recall_on_the_committed_val_annotations(cir_data, seed):
-    """Real CIRCO val queries (committed slice), the pool they mention, random rankings with ties."""
+    """Real CIRCO val queries (committed slice), the pool they mention, random rankings with ties, scored
+    as miccunifi/CIRCO src/evaluation.py at commit 6db01504 compute_metrics does (:14-77)."""
     path = cir_data / "circo" / "annotations" / "val.json"
     raw = json.loads(path.read_text())
     ds = load_dataset("circo", path)

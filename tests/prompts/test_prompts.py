@@ -61,6 +61,9 @@ def test_missing_template_and_bad_sections_are_config_errors(tmp_path):
 
 
 def test_gpt4o_order_system_examples_query_instruction_last(coco_images):
+    """castorini/UniRAG src/unirag/caption_generation_inference.py at commit 294f843a, infer_gpt: a system turn
+    with SYSTEM_MESSAGE (:139), then one user turn of image / ``Caption [i]: ...`` pairs (:126-137), the
+    query image and the instruction last (:142-149)."""
     p = build_caption_prompt(caption_template("gpt4o"), coco_images[0], _shots(coco_images))
     assert [m.role for m in p.messages] == ["system", "user"]
     assert p.messages[0].text == SYSTEM
@@ -75,6 +78,10 @@ def test_gpt4o_order_system_examples_query_instruction_last(coco_images):
 
 
 def test_gemini_order_instruction_first_no_system_turn(coco_images):
+    """castorini/UniRAG src/unirag/caption_generation_inference.py at commit 294f843a, infer_gemini: one content
+    list, the instruction first (:61), then each example image and its bare caption (:62-68), the query
+    image last (:70). The zero-shot text here is the paper's (with its system sentence: the default
+    profile); the official one is pinned in tests/reproduce/test_official_settings.py."""
     p = build_caption_prompt(caption_template("gemini"), coco_images[0], _shots(coco_images))
     assert [m.role for m in p.messages] == ["user"]
     parts = p.messages[0].parts
@@ -97,7 +104,13 @@ def test_zero_shot_is_figure_2_for_every_family(coco_images):
 
 
 def test_llava_names_the_query_image_k_plus_1(coco_images):
-    """The official code wrote 'Caption [k]: ...' for the query (repeating the last example's number)."""
+    """unirag numbers the query's line ``Caption [k+1]: ...``. castorini/UniRAG ``src/unirag/generator_prompt.py``
+    at commit 07190083, ``prepare_llava_message`` (lines 17-33), writes ``Caption [{index+1}]: ...`` after the
+    example loop (line 27), where ``index`` is the loop variable: the loop breaks at ``index == num_examples``
+    (lines 23-25), so with more retrieved hits than k (UniIR saves 10 or 50) the query's line is
+    ``Caption [k+1]``, and only with at most k hits does it repeat the last example's number; the template
+    gets ``image_num=num_examples + 1, caption_num=num_examples`` (line 29). The merged image is the
+    examples then the query, stacked on black with 5 pixels between them (``merge_images``, lines 51-89)."""
     p = build_caption_prompt(caption_template("llava"), coco_images[0], _shots(coco_images))
     (msg,) = p.messages
     assert isinstance(msg.parts[0], ImagePart) and msg.parts[0].path is None  # one merged image, first
@@ -111,6 +124,9 @@ def test_llava_names_the_query_image_k_plus_1(coco_images):
 
 
 def test_merged_image_pixel_exact(coco_images):
+    """castorini/UniRAG src/unirag/generator_prompt.py at commit 07190083, merge_images (:51-89): width of the
+    widest, heights summed plus ``dist_images=5`` between images, black background (:81), each pasted at
+    the left edge (:86)."""
     ims = [Image.open(p).convert("RGB") for p in coco_images[:3]]
     ims[1] = ims[1].resize((300, 200))  # a narrower one: right of it must stay background
     merged = merge_vertically(ims, separator=5)

@@ -60,7 +60,9 @@ def pipeline_runs(tmp_path_factory, coco_mini):
 
 
 def _cider_by_hand(candidates: dict[str, str], references: dict[str, list[str]]) -> float:
-    """pycocoevalcap run directly, as COCOEvalCap.evaluate does (no unirag code): x100."""
+    """pycocoevalcap run directly, as COCOEvalCap.evaluate does (no unirag code): x100. (pycocoevalcap 1.2,
+    ``eval.py`` lines 32-34: PTBTokenizer on references and candidates, then the scorers of lines 40-45;
+    castorini/UniRAG ``src/unirag/eval_caption_generation.py`` at commit 0a6e6a36 does the same, lines 83-104.)"""
     from pycocoevalcap.cider.cider import Cider
     from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 

@@ -1,7 +1,8 @@
 """Each official behaviour of issue 15 (retrieval, generation, metrics), pinned against the official code.
 
-The docstrings cite the official file and function each test follows (read through the public code
-index; no official code is copied). ``default`` must stay unirag's own behaviour: each test checks both.
+The docstrings cite the official repository, file, commit and lines each test follows (read through the
+public code index, lines counted on the stored copy; no official code is copied). ``default`` must stay
+unirag's own behaviour: each test checks both.
 """
 
 from __future__ import annotations
@@ -72,11 +73,17 @@ def _world():
 
 
 def test_uniir_completion_instructed_query_and_first_opposite_modality_hit():
-    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py get_raw_retrieved_candidates (the complement loop
-    after ``complement_retriever.retrieve(k=10)``): the complement is the first hit of the opposite
-    modality in the candidate's top 10 whose img_path (else txt) differs from the original query's.
-    src/common/interactive_retriever.py (commit 1104db5c): ``self.dataset_id = 9`` (MSCOCO) at :40 for
-    every candidate; _add_queries (:81) gives a text task_id 0 (:84) and an image task_id 3 (:93)."""
+    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py at commit 72871c19, get_raw_retrieved_candidates
+    (:235-304): every text or image candidate becomes a complement query (:264-273), all are searched with
+    ``complement_retriever.retrieve(k=10)`` (:277), and the complement is the first hit of the opposite
+    modality (:288) that has an img_path differing from the original query's ``query_img_path``
+    (:290-295), else a txt differing from its ``query_txt`` (:296-298); none: ``complement_cand`` stays
+    None (:285, :302). src/common/interactive_retriever.py at commit 1104db5c: ``self.dataset_id = 9``
+    (MSCOCO) at :40 for every candidate; _add_queries (:81) gives a text task_id 0 (:84) and an image
+    task_id 3 (:93), the qid ``"9:<n>"`` (:108); the same at commit d8f81bfd (:40, :75, :78, :83, :92).
+    Neither stored interactive_retriever.py has the ``add_queries`` / ``retrieve(k=)`` pair that
+    mbeir_retriever.py@72871c19 calls (they have ``_add_queries`` and ``retrieve(queries, k)``): the
+    matching version is not in the code index."""
     index = _world()
     enc = RecordingEncoder(index)
     completer = UniIRCompleter(index, lambda: enc, None)
@@ -93,8 +100,9 @@ def test_uniir_completion_instructed_query_and_first_opposite_modality_hit():
 
 
 def test_uniir_completion_compares_exact_strings_and_searches_ten():
-    """UniIR compares ``cand["img_path"] != query["query_img_path"]`` and ``cand["txt"] != query["query_txt"]``
-    as plain strings and retrieves ``k=10`` complements (mbeir_retriever.py get_raw_retrieved_candidates)."""
+    """UniIR compares ``cand.get("img_path") != ...["query_img_path"]`` and ``cand.get("txt") != ...["query_txt"]``
+    as plain strings and retrieves ``k=10`` complements over the whole pool (TIGER-AI-Lab/UniIR
+    src/common/mbeir_retriever.py at commit 72871c19: :277, :290-298)."""
     index = _world()
     index.metas[1] = _meta("i1", Modality.IMAGE, img="./imgs/query.jpg")  # another spelling: UniIR accepts it
     enc = RecordingEncoder(index)
@@ -105,11 +113,27 @@ def test_uniir_completion_compares_exact_strings_and_searches_ten():
     assert depths == [(5, None)]  # min(10, index size), over every modality
 
 
+def test_uniir_acceptance_falls_through_to_the_text_check():
+    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py at commit 72871c19 :290-298: the image-path test and
+    the text test are two ``if``s in turn, so a hit showing the query's own image is still accepted when it
+    carries a text of its own that differs from the query's text; without such a text it is passed over."""
+    from unirag.retrieval.uniir_pairs import uniir_accepts
+
+    own_image_with_text = _meta("i9", Modality.IMAGE, txt="a caption stored with it", img="imgs/query.jpg")
+    assert uniir_accepts(own_image_with_text, None, "imgs/query.jpg")
+    assert not uniir_accepts(own_image_with_text, "a caption stored with it", "imgs/query.jpg")
+    assert not uniir_accepts(_meta("i1", Modality.IMAGE, img="imgs/query.jpg"), None, "imgs/query.jpg")
+    assert uniir_accepts(_meta("i3", Modality.IMAGE, img="imgs/other.jpg"), "anything", "imgs/query.jpg")
+    assert not uniir_accepts(_meta("t2", Modality.TEXT, txt="the query"), "the query", None)
+    assert uniir_accepts(_meta("t2", Modality.TEXT, txt="the query"), None, "imgs/query.jpg")
+
+
 def test_per_hit_pairs_repeat_images_drop_query_and_take_first_k():
-    """castorini/UniRAG src/unirag/incontext_example_provider.py (commit 07190083) get_candidates, :10-45:
-    every retrieved candidate with its complement is one (txt, image) pair - an image may repeat - a hit
-    without a pair is skipped (:36-38), so is a pair whose txt equals the query text or whose image is the
-    query image (:40-43); src/unirag/generator_prompt.py Prompt takes the first min(k, len) of them."""
+    """castorini/UniRAG src/unirag/incontext_example_provider.py at commit 07190083, get_candidates (:10-45):
+    every retrieved candidate with its complement is one (txt, image) pair (:12-35, :44) - an image may
+    repeat - a hit without a pair is skipped (:36-38), so is a pair whose txt equals the query text or whose
+    image is the query image (:39-43); src/unirag/generator_prompt.py at commit 07190083 takes the first
+    ``min(self.k, len(retrieval_results))`` of them (:20, :60, :100)."""
     metas = [_meta("t0", Modality.TEXT, txt="cap A"), _meta("i1", Modality.IMAGE, img="x.jpg"),
              _meta("t2", Modality.TEXT, txt="the query text"), _meta("t3", Modality.TEXT, txt="cap C"),
              _meta("t4", Modality.TEXT, txt="cap D")]
@@ -126,6 +150,30 @@ def test_per_hit_pairs_repeat_images_drop_query_and_take_first_k():
     assert len(two) == 2
 
 
+def test_per_hit_pairs_read_as_many_hits_as_unirags_retrieval_saved():
+    """UniIR's run_retrieval searches ``k = max`` of the dataset's Recall@k (TIGER-AI-Lab/UniIR
+    src/common/mbeir_retriever.py at commit 72871c19 :412) and saves every hit for UniRAG (:441-465);
+    UniRAG's config lists Recall@1/5/10 for MSCOCO and Recall@10/20/50 for Fashion200k
+    (src/models/uniir_clip/clip_scorefusion/configs_scripts/large/eval/unirag/retrieval.yaml at commit
+    98dc570c :39-40, :45-46), and castorini/UniRAG get_candidates (incontext_example_provider.py at commit
+    07190083 :10-45) reads them all: a Fashion200k query's pairs may come from hits 11-50."""
+    from unirag.retrieval.uniir_pairs import unirag_depth
+
+    assert (unirag_depth("9:17"), unirag_depth("coco:q3:139"), unirag_depth("1:17"), unirag_depth("x")) == (10, 10, 50, 10)
+    metas = [_meta(f"t{i}", Modality.TEXT, txt=f"cap {i}") for i in range(30)] + [_meta("i", Modality.IMAGE, img="x.jpg")]
+    index = FakeIndex(metas, {})
+
+    class OnlyLate:  # only hits 20 and 21 have a complement
+        def complement(self, gid, ident):
+            return (30, "uniir") if gid in (20, 21) else None
+
+    ids, scores = list(range(30)), [1.0] * 30
+    mscoco, read = per_hit_pairs(index, OnlyLate(), _ident(), ids, scores, 2)
+    assert mscoco == [] and read == 10
+    fashion, read = per_hit_pairs(index, OnlyLate(), _ident(), ids, scores, 2, unirag_depth("1:5"))
+    assert [(i, t) for i, t, _, _ in fashion] == [(30, 20), (30, 21)] and read == 30
+
+
 def test_profiles_select_the_official_rows():
     official, default = resolve("official"), resolve("default")
     assert (official["pair_completion"], official["example_pairs"]) == ("uniir", "per-hit")
@@ -139,9 +187,10 @@ def test_profiles_select_the_official_rows():
 
 
 def test_temperature_none_sends_none():
-    """castorini/UniRAG src/unirag/caption_generation_inference.py (commit 294f843a): infer_gemini passes
-    ``GenerationConfig(max_output_tokens=...)`` only (:81); infer_gpt calls chat.completions.create with
-    model, messages and max_tokens only; infer_llava calls model.generate(max_new_tokens=...)."""
+    """castorini/UniRAG src/unirag/caption_generation_inference.py at commit 294f843a: infer_gemini (:33)
+    passes ``GenerationConfig(max_output_tokens=max_output_tokens)`` only (:79-82); infer_gpt (:96) calls
+    ``client.chat.completions.create(model=, messages=, max_tokens=)`` only (:174-178); infer_llava (:208)
+    calls ``model.generate(**inputs, max_new_tokens=max_output_tokens)`` (:258). No temperature anywhere."""
     from unirag.generators.gemini import GeminiGenerator
     from unirag.generators.openai_compat import OpenAIChatGenerator
 
@@ -165,10 +214,12 @@ def test_captioner_takes_its_temperature_from_the_profile():
 
 
 def test_gemini_official_prompts():
-    """castorini/UniRAG src/unirag/caption_generation_inference.py (commit 294f843a): SYSTEM_MESSAGE (:29)
-    goes to GPT and LLaVA only; infer_gemini (:33) sends ``content = [message, ...]`` (:58-61), the prompt
-    file's text alone; src/unirag/prompts/gemini-caption-prompt-with-examples.txt ends with "The answer
-    must be compulsarily in one line." (quoted in issue 15)."""
+    """castorini/UniRAG src/unirag/caption_generation_inference.py at commit 294f843a: SYSTEM_MESSAGE (:29)
+    goes to GPT (:139, :154) and LLaVA (:247) only; infer_gemini (:33) builds ``message =
+    p_class.prepare_gemini_message(...)`` (:58) and sends ``content = [message, ...]`` (:61, :73), the
+    prompt file's text alone; src/unirag/prompts/gemini-caption-prompt-with-examples.txt (commit 6c4eda29)
+    ends with "The answer must be compulsarily in one line." (quoted in issue 15; the prompt file is not
+    copied here, so no line is cited for it)."""
     from unirag.prompts.caption import caption_template
     from unirag.prompts.official import GEMINI_ONE_LINE, SYSTEM_SENTENCE, apply_caption_prompts
 
@@ -204,8 +255,13 @@ def test_official_prompts_come_from_the_users_checkout(tmp_path):
 
 
 def test_emu2_official_sampling_is_the_pipelines_default():
-    """Emu2-Gen's EmuVisualGenerationPipeline.__call__ defaults (height=width=1024, num_inference_steps=50,
-    guidance_scale=3.0), which castorini/UniRAG src/unirag/image_generation_inference.py relies on."""
+    """castorini/UniRAG src/unirag/image_generation_inference.py at commit 916425f8 calls the Emu2-Gen
+    pipeline as ``ret = pipe(prompts)`` (:139): no size, steps or guidance, so the pipeline's defaults
+    apply. Those defaults live in the hub checkpoint's ``pipeline_emu2_gen.py`` (BAAI/Emu2-Gen, not in the
+    code index); the same class in baaivision/Emu ``Emu2/demo/backend/hf_model/emu/diffusion.py`` at
+    commit 48615f5d, ``EmuVisualGeneration.forward`` (:151-160), declares height = width = 1024 (:154-155),
+    ``num_inference_steps=50`` (:156), ``guidance_scale=3.`` (:157). LaVIT's call (:70-78) passes 1024x1024,
+    ``guidance_scale_for_llm=4.0`` (:74) and ``num_inference_steps=25`` (:76): unirag's default for both."""
     from unirag.generators.images.base import sampling_defaults
     from unirag.pipelines.image_gen import ImageSettings
     from unirag.pipelines.image_generator import ImageGenerator
@@ -216,13 +272,19 @@ def test_emu2_official_sampling_is_the_pipelines_default():
     s = ImageSettings(steps=None, guidance=None).resolved("emu2-gen:x", "official")
     assert (s.steps, s.guidance, s.width, s.height) == (50, 3.0, 1024, 1024)
     assert ImageSettings(steps=7, guidance=None).resolved("emu2-gen:x", "official").steps == 7  # given wins
+    lavit = ImageSettings(steps=None, guidance=None).resolved("lavit:x", "official")  # UniRAG :67, :74, :76
+    assert (lavit.steps, lavit.guidance, lavit.width, lavit.height) == (25, 4.0, 1024, 1024)
+    default = ImageSettings(steps=None, guidance=None).resolved("emu2-gen:x", "default")
+    assert (default.steps, default.guidance, default.width, default.height) == (25, 4.0, 1024, 1024)
     assert ImageGenerator("emu2-gen:BAAI/Emu2-Gen", profile="official").settings["steps"] == 50
     assert ImageGenerator("emu2-gen:BAAI/Emu2-Gen").settings["steps"] == 25
 
 
 def test_uniir_recall_on_raw_ids_beside_hit_after_replacement():
-    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py compute_recall_at_k scores the raw retrieved ids
-    (ported in tests/official_metrics.py); unirag's hit@k scores the complement-replaced list (paper §5)."""
+    """TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py at commit 72871c19: compute_recall_at_k (:149-166)
+    is called on the raw retrieved ids (``retrieved_indices_for_qid``, :469-480), never on the complement
+    candidates (ported in tests/official_metrics.py); unirag's hit@k scores the complement-replaced list
+    (paper §5)."""
     from unirag.metrics.retrieval import evaluate_run
 
     qrels = {"q1": {"img7"}, "q2": {"img9"}}
@@ -234,3 +296,46 @@ def test_uniir_recall_on_raw_ids_beside_hit_after_replacement():
         official = np.mean([uniir_compute_recall_at_k(sorted(qrels[q]), raw[q], k) for q in qrels])
         assert m[f"uniir_recall@{k}"] == pytest.approx(official)
     assert "uniir_recall@1" not in evaluate_run(replaced, qrels, [1])
+
+
+#: Every setting row outside the X^R block, with the tests that pin its ``official`` value against the
+#: official code and its ``default`` value as unirag's own behaviour (file, test). A row whose two values
+#: are equal (not a paper-vs-code choice) names the tests of its one behaviour. Adding a row without
+#: naming its tests here fails the test below.
+PINNED = {
+    "pair_completion": [("tests/reproduce/test_official_settings.py",
+                         "test_uniir_completion_instructed_query_and_first_opposite_modality_hit"),
+                        ("tests/retrieval/test_official_pairs.py",
+                         "test_official_profile_completes_with_instructed_re_encoding")],   # default half
+    "example_pairs": [("tests/reproduce/test_official_settings.py", "test_per_hit_pairs_repeat_images_drop_query_and_take_first_k"),
+                      ("tests/retrieval/test_official_pairs.py",
+                       "test_official_pairs_are_the_per_hit_ones_not_a_widened_pick")],      # default half
+    "temperature": [("tests/reproduce/test_official_settings.py", "test_temperature_none_sends_none"),   # both
+                    ("tests/reproduce/test_profile_cli.py",
+                     "test_caption_manifest_records_the_profile_and_official_sends_no_temperature"),  # both
+                    ("tests/generation/test_hf_vlm.py",
+                     "test_llava_sends_no_sampling_arguments_without_a_temperature")],                   # both
+    "caption_prompts": [("tests/reproduce/test_official_settings.py", "test_gemini_official_prompts"),   # both
+                        ("tests/prompts/test_prompts.py", "test_gemini_order_instruction_first_no_system_turn")],
+    "emu2_sampling": [("tests/reproduce/test_official_settings.py",
+                       "test_emu2_official_sampling_is_the_pipelines_default")],                     # both
+    "image_max_pixels": [("tests/data/test_image_loader.py", "test_bomb_is_an_input_error_before_decoding")],
+    "image_background": [("tests/data/test_image_loader.py", "test_transparency_is_composited_on_white_by_default")],
+}
+
+
+def test_every_setting_row_outside_xr_names_its_official_and_default_tests():
+    """Issue 15: with ``official`` every point behaves as the official code (tests cite file:line); with
+    ``default`` behaviour is unirag's own. Each non-X^R row must name the tests that pin both halves."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    rows = {n for n in SETTINGS if not n.startswith("xr_")}
+    assert rows == set(PINNED), sorted(rows ^ set(PINNED))
+    for name, tests in PINNED.items():
+        for file, test in tests:
+            assert f"def {test}(" in (root / file).read_text(), (name, file, test)
+        s = SETTINGS[name]
+        assert resolve("default")[name] == s.default and resolve("official")[name] == s.official
+        if s.default != s.official:
+            assert s.cite and ":" in s.cite.split(" ", 2)[1], name  # cites a file and its lines

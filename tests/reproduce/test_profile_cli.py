@@ -51,6 +51,9 @@ def _caption(coco_set, out, server, *extra):
 
 
 def test_caption_manifest_records_the_profile_and_official_sends_no_temperature(coco_set, tmp_path, monkeypatch):
+    """castorini/UniRAG src/unirag/caption_generation_inference.py at commit 294f843a, infer_gpt: the request
+    is ``client.chat.completions.create(model=, messages=, max_tokens=)`` (:174-178), no temperature; the
+    default profile sends unirag's 0.0."""
     monkeypatch.setenv("OPENAI_API_KEY", "test-key-not-secret")
     with FakeServer() as server:
         _caption(coco_set, tmp_path / "default", server)
@@ -76,6 +79,8 @@ def test_caption_manifest_records_the_profile_and_official_sends_no_temperature(
 
 def test_retrieve_records_its_settings_beside_the_run(tmp_path, capsys, coco_index, coco_mbeir, coco_mini,
                                                       coco_oracle_encoder, monkeypatch):
+    """The run keeps the raw hit ids UniIR's Recall@k scores (TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py
+    at commit 72871c19 :467-480) and ``evaluate retrieval`` reports it beside hit@k, each labelled."""
     import unirag.encoders.registry as registry
 
     monkeypatch.setattr(registry, "load_encoder", lambda spec=None, **kw: coco_oracle_encoder)

@@ -8,8 +8,9 @@
 These three score the ranked list after the paper's §5 complement replacement (a caption retrieved
 for a text->image query counts as its image). UniIR scores the raw top-k ids instead:
 
-* ``uniir_recall@k`` - UniIR's "Recall@k" (TIGER-AI-Lab/UniIR ``src/common/mbeir_retriever.py``,
-  ``compute_recall_at_k``): 1 if any relevant did is among the first k ids *as retrieved*, before
+* ``uniir_recall@k`` - UniIR's "Recall@k" (TIGER-AI-Lab/UniIR ``src/common/mbeir_retriever.py`` at
+  commit 72871c19, ``compute_recall_at_k`` lines 149-166, called on the raw ids lines 467-480): 1 if
+  any relevant did is among the first k ids *as retrieved*, before
   any replacement. Computed from the run's ``raw`` lists; equal to hit@k on a single-modality pool,
   different on a union pool searched with ``--modality any``.
 

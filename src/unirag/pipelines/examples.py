@@ -166,8 +166,9 @@ def top_candidate_caption(result: Any, pool: dict[str, Candidate] | None) -> str
     """The caption of the top-ranked candidate, or of its complement when that candidate is an image.
 
     This is the retrieval-only caption baseline (paper rows 1a/1b) as the official code computes it
-    (castorini/UniRAG ``src/unirag/eval_caption_generation.py``, ``--calculate_retriever_metrics``:
-    ``candidates[0]["txt"]``, else ``complement_candidates[0]["txt"]``). Unlike the few-shot
+    (castorini/UniRAG ``src/unirag/eval_caption_generation.py`` at commit 0a6e6a36,
+    ``--calculate_retriever_metrics``: ``candidates[0]["txt"]``, line 151, else
+    ``complement_candidates[0]["txt"]``, lines 154-158). Unlike the few-shot
     examples, nothing is skipped when the top hit is the query's own image or caption. The caption
     comes from the candidate's pair in the run; when that pair was dropped (it shows the query),
     from ``pool``: the candidate's own text, else the first caption of its source item.

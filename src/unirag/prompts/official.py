@@ -1,8 +1,9 @@
 """The caption prompts as the official UniRAG code sends them (setting ``caption_prompts = official``).
 
 The packaged templates follow the paper's Appendix A. The official code differs for Gemini in two
-ways the issue tracker records (castorini/UniRAG ``src/unirag/caption_generation_inference.py``,
-``infer_gemini``: the message is the prompt file's text alone, with no ``SYSTEM_MESSAGE``):
+ways the issue tracker records (castorini/UniRAG ``src/unirag/caption_generation_inference.py`` at
+commit 294f843a, ``infer_gemini``: the message is the prompt file's text alone, lines 58, 61 and 73,
+with no ``SYSTEM_MESSAGE``, line 29, which GPT and LLaVA send, lines 139, 154 and 247):
 
 * zero-shot: the generic system sentence of Figure 2 is not sent;
 * few-shot: the prompt ends with "The answer must be compulsarily in one line." (sic).
@@ -10,7 +11,8 @@ ways the issue tracker records (castorini/UniRAG ``src/unirag/caption_generation
 Any other official wording is not printed in a paper, so unirag does not ship it: with
 ``official_prompts=DIR`` (``--official-prompts``) the instruction text of every family is read at
 run time from the user's own checkout of castorini/UniRAG (``src/unirag/prompts/*.txt``), exactly
-as the official ``generator_prompt.Prompt`` reads it (the whole file, stripped).
+as the official ``generator_prompt.Prompt`` reads it (the whole file, stripped: ``generator_prompt.py``
+at commit 07190083, line 15).
 """
 
 from __future__ import annotations

@@ -255,6 +255,10 @@ class Retriever:
         _check_k(k)
         wanted = parse_modality_filter(modality)
         sel = Selection.of(selection)
+        if self.per_hit and (sel.diversity != "none" or sel.one_per_image or sel.near_duplicates == "exclude"):
+            raise ConfigError("example_pairs = per-hit keeps UniRAG's pairs as its code makes them; --diversity, "
+                              "--one-per-image and --near-duplicates exclude choose among pairs and need "
+                              "--example-pairs per-candidate")
         if len(vectors) != len(queries):
             raise ValueError(f"{len(queries)} queries but {len(vectors)} vectors")
         if not queries:
@@ -264,8 +268,11 @@ class Retriever:
         excluded = [exclude_qrels.get(q.qid) if exclude_qrels is not None else set() for q in queries]
         completer = self._completer(sel)
         fetch = max(1, min(scope, 2 * sel.pool_size(k) + 10 + max(len(e) for e in excluded)))
-        if self.per_hit:
-            fetch = max(fetch, min(scope, 10 + max(len(e) for e in excluded)))
+        if self.per_hit:  # UniRAG reads 10 hits (50 for Fashion200k) per query
+            from unirag.retrieval.uniir_pairs import unirag_depth
+
+            read = max(unirag_depth(q.qid) for q in queries)
+            fetch = max(fetch, min(scope, read + max(len(e) for e in excluded)))
         if scope == 0:
             return [RetrievalResult(q.qid, near_duplicates=PairPicker(sel, k, QueryEvidence(), None).report())
                     for q in queries]
@@ -292,17 +299,21 @@ class Retriever:
                 depth = min(scope, depth * 4)
                 s, g = self.index.search(vectors[i : i + 1], depth, wanted, where)
                 row_scores, row_ids = s[0], g[0]
-            self._finish(result, picker)
+            if self.per_hit:  # keep the per-hit pairs: the picker's choice would replace them
+                result.near_duplicates = picker.report()
+            else:
+                self._finish(result, picker)
             results.append(result)
         return results
 
     def _per_hit(self, result: RetrievalResult, ident: QueryIdentity, scores: np.ndarray, ids: np.ndarray,
                  k: int, completer: Any) -> None:
         """Replace the result's pairs by UniRAG's per-hit pairs (``example_pairs = per-hit``)."""
-        from unirag.retrieval.uniir_pairs import per_hit_pairs
+        from unirag.retrieval.uniir_pairs import per_hit_pairs, unirag_depth
 
         metas = self.index.metas
-        found, _ = per_hit_pairs(self.index, completer, ident, ids.tolist(), scores.tolist(), k)
+        found, _ = per_hit_pairs(self.index, completer, ident, ids.tolist(), scores.tolist(), k,
+                                 unirag_depth(result.qid))
         result.pairs = [Pair(metas[i].did, metas[t].did, metas[i].img_path, metas[t].txt, s, via)
                         for i, t, s, via in found]
         result.pair_of = {}

@@ -3,19 +3,23 @@
 Two settings of :mod:`unirag.profiles` select this module:
 
 * ``pair_completion = uniir`` - :class:`UniIRCompleter`. UniIR (TIGER-AI-Lab/UniIR
-  ``src/common/mbeir_retriever.py``, ``get_raw_retrieved_candidates``) completes every retrieved
-  text or image candidate by *re-encoding it as a query* through ``InteractiveRetriever``
-  (``src/common/interactive_retriever.py``): the dataset id is hard-coded to MSCOCO's (9), a text
-  becomes a task-0 (text->image) query and an image a task-3 (image->text) query, so the MSCOCO
-  instruction is prepended whatever the candidate's dataset (Fashion200k too). The index is
-  searched for its top 10 (all modalities) and the first hit of the opposite modality whose image
-  path (for an image) or text (for a text) differs from the *original query's* is the complement;
-  none in the top 10 means no pair. The comparison is UniIR's: exact strings, no normalisation.
+  ``src/common/mbeir_retriever.py`` at commit 72871c19, ``get_raw_retrieved_candidates``, lines
+  235-304) completes every retrieved text or image candidate by *re-encoding it as a query* through
+  ``InteractiveRetriever`` (``src/common/interactive_retriever.py`` at commit 1104db5c): the dataset
+  id is hard-coded to MSCOCO's (9, line 40), a text becomes a task-0 (text->image) query and an image
+  a task-3 (image->text) query (lines 84, 93), so the MSCOCO instruction is prepended whatever the
+  candidate's dataset (Fashion200k too). The index is searched for its top 10 (all modalities, line
+  277) and the first hit of the opposite modality (line 288) with an image path that differs from the
+  *original query's*, else with a text that differs from it (lines 290-298), is the complement; none
+  in the top 10 means no pair. The comparison is UniIR's: exact strings, no normalisation.
 * ``example_pairs = per-hit`` - :func:`per_hit_pairs`. UniRAG's example provider (castorini/UniRAG
-  ``src/unirag/incontext_example_provider.py``, ``get_candidates``) turns each of the (top-10)
-  retrieved candidates into one pair with its complement - an image may appear in several pairs -
-  drops a pair whose caption is the query's text or whose image is the query's image, and the
-  generator takes the first k (``generator_prompt.Prompt``: ``min(k, len(results))``).
+  ``src/unirag/incontext_example_provider.py`` at commit 07190083, ``get_candidates``, lines 10-45)
+  turns each retrieved candidate into one pair with its complement - an image may appear in several
+  pairs - drops a pair whose caption is the query's text or whose image is the query's image (lines
+  36-43), and the generator takes the first k (``generator_prompt.py`` at commit 07190083:
+  ``min(self.k, len(retrieval_results))``, lines 20, 60, 100). The hits it reads are every candidate
+  UniIR's raw retrieval saved: as many as the largest Recall@k of the dataset's metrics (10 for
+  MSCOCO, 50 for Fashion200k; see :data:`UNIRAG_DEPTH`).
 
 Kept apart from :mod:`unirag.retrieval.pairing` (the paper's completion) so each can change alone.
 """
@@ -31,6 +35,22 @@ from unirag.index.store import CandidateMeta, VectorIndex
 
 #: UniIR's complement search depth (``complement_retriever.retrieve(k=10)``) and UniRAG's retrieval depth.
 UNIIR_DEPTH = 10
+#: UniRAG's retrieval depth per M-BEIR dataset id, where it is not :data:`UNIIR_DEPTH`. UniIR's
+#: ``run_retrieval`` searches ``k = max`` of the dataset's Recall@k metrics (TIGER-AI-Lab/UniIR
+#: ``src/common/mbeir_retriever.py`` at commit 72871c19 :412) and saves all k hits as the raw candidates
+#: (:441-465); UniRAG's config lists Recall@1/5/10 for MSCOCO and Recall@10/20/50 for Fashion200k
+#: (``src/models/uniir_clip/clip_scorefusion/configs_scripts/large/eval/unirag/retrieval.yaml`` at commit
+#: 98dc570c, :39-40 and :45-46), and castorini/UniRAG ``get_candidates`` reads every saved hit.
+UNIRAG_DEPTH = {"1": 50}
+
+
+def unirag_depth(qid: str) -> int:
+    """How many hits UniRAG's example provider reads for a query: 50 for Fashion200k (M-BEIR dataset 1), else 10."""
+    from unirag.encoders.instructions import dataset_key
+
+    return UNIRAG_DEPTH.get(dataset_key(qid) or "", UNIIR_DEPTH)
+
+
 #: The M-BEIR dataset id InteractiveRetriever hard-codes (MSCOCO) and the task per candidate modality.
 MSCOCO_ID = "9"
 COMPLEMENT_TASK = {Modality.TEXT: 0, Modality.IMAGE: 3}
@@ -44,10 +64,13 @@ def complement_query(meta: CandidateMeta, n: int) -> Query:
 
 
 def uniir_accepts(meta: CandidateMeta, query_txt: str | None, query_img_path: str | None) -> bool:
-    """UniIR's test: an image whose path differs from the query's image path, else a text that differs
-    from the query's text (exact strings; a missing query field never equals)."""
-    if meta.img_path:
-        return meta.img_path != query_img_path
+    """UniIR's test (TIGER-AI-Lab/UniIR ``src/common/mbeir_retriever.py`` at commit 72871c19, :290-298):
+    a candidate with an image path that differs from the query's is accepted; otherwise (no image path,
+    or the query's own) one with a text that differs from the query's text is. Exact strings; a missing
+    query field never equals. An image-modality hit showing the query's own image is thus still taken
+    when it carries a text of its own that differs from the query's."""
+    if meta.img_path and meta.img_path != query_img_path:
+        return True
     return bool(meta.txt) and meta.txt != query_txt
 
 
@@ -99,11 +122,12 @@ class UniIRCompleter:
 
 
 def per_hit_pairs(index: VectorIndex, completer: Any, ident: Any, ids: Iterable[int], scores: Iterable[float],
-                  k: int) -> tuple[list[tuple[int, int, float, str]], int]:
+                  k: int, depth: int = UNIIR_DEPTH) -> tuple[list[tuple[int, int, float, str]], int]:
     """UniRAG's example pairs: (image gid, text gid, score, via) for each of the first
-    ``max(UNIIR_DEPTH, k)`` hits (excluded dids skipped), first ``k`` kept; and how many hits were read."""
+    ``max(depth, k)`` hits (excluded dids skipped; ``depth``: :func:`unirag_depth` of the query), first
+    ``k`` kept; and how many hits were read."""
     out: list[tuple[int, int, float, str]] = []
-    depth = max(UNIIR_DEPTH, k)
+    depth = max(depth, k)
     read = 0
     for gid, score in zip(ids, scores, strict=False):
         gid = int(gid)

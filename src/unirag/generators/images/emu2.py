@@ -8,14 +8,14 @@ of images and texts::
          num_inference_steps=, guidance_scale=) -> output.image
 
 In-context examples are given exactly as UniRAG's code does (castorini/UniRAG
-``image_generation_inference.py``): for each retrieved pair its caption, then its image, then the query
-caption. The pipeline draws its noise from torch's global generator (it takes no ``generator``), so the
+``src/unirag/image_generation_inference.py`` at commit 916425f8, lines 131-137): for each retrieved pair
+its caption, then its image, then the query caption. The pipeline draws its noise from torch's global generator (it takes no ``generator``), so the
 request's seed is set there before each call. The paper ran the ``bf16`` variant with the pipeline's
 defaults (50 steps, guidance 3.0: pass ``--steps 50 --guidance 3``); out of memory at k=5 it kept the
 first four pairs, which the shared local-model loop does (``meta["examples_used"]``).
 
-Loading follows Emu2's README (baaivision/Emu ``Emu2/README.md``, "Emu2-Gen") and UniRAG's
-``infer_emu2``: the multimodal encoder (``<dir>/multimodal_encoder``, ``AutoModelForCausalLM`` with
+Loading follows Emu2's README (baaivision/Emu ``Emu2/README.md`` at commit 0e642ce1, "Emu2-Gen", lines
+339-356) and UniRAG's ``infer_emu2`` (lines 107-124): the multimodal encoder (``<dir>/multimodal_encoder``, ``AutoModelForCausalLM`` with
 ``trust_remote_code``, bf16 safetensors) and the tokenizer (``<dir>/tokenizer``) are loaded first and
 passed to ``DiffusionPipeline.from_pretrained(dir, custom_pipeline="pipeline_emu2_gen",
 multimodal_encoder=..., tokenizer=...)``: diffusers cannot build that remote-code encoder from the

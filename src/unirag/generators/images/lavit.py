@@ -4,7 +4,8 @@ LaVIT is not a pip package: its repository (github.com/jy0205/LaVIT) has a top-l
 whose ``build_model(model_path, model_dtype, ..., understanding=False, load_tokenizer=True)`` returns a
 ``LaVITforGeneration`` with ``multimodal_synthesis(prompts, width, height, ...)``. unirag imports that
 package (``module="models"``, with ``code_dir`` = the repository checkout put on ``sys.path``) and calls it
-as UniRAG's code does (castorini/UniRAG ``image_generation_inference.py``)::
+as UniRAG's code does (castorini/UniRAG ``src/unirag/image_generation_inference.py`` at commit 916425f8:
+``build_model`` lines 37-45, the prompts lines 62-65, the call lines 70-78)::
 
     model.multimodal_synthesis([(caption_1, "text"), (image_path_1, "image"), ..., (caption, "text")],
                                width=1024, height=1024, guidance_scale_for_llm=4.0,
