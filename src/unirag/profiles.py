@@ -104,6 +104,19 @@ def _none_or_text(text: str) -> str | None:
     return None if text.strip().lower() in ("none", "") else text.strip()
 
 
+def _none_or_float(text: str) -> float | None:
+    return None if text.strip().lower() in ("none", "") else float(text)
+
+
+def _on_off(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("on", "true", "yes", "1"):
+        return True
+    if value in ("off", "false", "no", "0"):
+        return False
+    raise ValueError("expected on or off")
+
+
 _register(
     Setting("xr_scoring", "paper", "official",
             "X^R coarse similarity. paper: S^t = s_t^t + s_v^t and S^v = s_t^v + s_v^v, one per imagined "
@@ -155,6 +168,38 @@ _register(
     Setting("xr_caption_max_new_tokens", 400, 256,
             "max new tokens of a caption call when the caption role sets none",
             parse=int, cite=_XR + "XR/utils/inference_entrypoint_ray.py mllm_inference_for_caption_ray (max_tokens=256)"),
+    Setting("xr_json_parsing", "unirag", "official",
+            "how the JSON replies of the official prompts (stage-1 reasoner, cir-v2 reasoner, stage-2 reasoner) "
+            "are read. unirag: the whole reply, a code fence or the first balanced {...}, light repairs, and "
+            "the reply is asked for again (json_attempts); official: the ```json fence, else the first {...} up "
+            "to the first '}', one json_repair.repair_json pass, never asked again (no JSON: the official "
+            "stand-in)",
+            choices=("unirag", "official"), cite=_XR + "XR/xr.py:295-314 (stage1_reason), :341-357 (cir-v2), "
+                                                        ":689-721 (stage2_verify)"),
+    Setting("xr_caption_repetition_penalty", None, 1.05,
+            "repetition penalty of the caption calls when the caption role sets none (none: send none). Sent "
+            "as the hf generate() keyword and as an extra body field to OpenAI-compatible servers (vLLM); "
+            "Gemini has no such parameter",
+            parse=_none_or_float,
+            cite=_XR + "XR/utils/inference_entrypoint_ray.py:603-609 (mllm_inference_for_caption_ray SamplingParams)"),
+    Setting("xr_answer_matching", "boolean", "exact-string",
+            "how a yes/no reply on the image path is compared with the expected answer. boolean: the expected "
+            "answer read as true/false (JSON booleans, or true/false/yes/no in any case); exact-string: as the "
+            "official code, the reply's 'True'/'False' must equal the answer as the stage-2 reasoner wrote it "
+            "(only the strings \"True\" and \"False\" can match; JSON true/false or \"yes\" never do)",
+            choices=("boolean", "exact-string"), cite=_XR + "XR/xr.py:793-795 (_run_qa_path)"),
+    Setting("xr_stage1_schema", "v1", "both",
+            "stage-1 reasoner outputs. v1: step1/step2 only; both: also the cir-v2 structured reply of "
+            "prompt1_stage1_reasoner_v2.txt (when the checkout has it; official: run when present), the input "
+            "of the caption rewriter",
+            choices=("v1", "both"), cite=_XR + "XR/xr.py:1551 (--stage1_schema default 'both'), :72-76 (optional file), :317-357"),
+    Setting("xr_rewrite_caption", False, True,
+            "rewrite one target caption from the cir-v2 reply with prompt1_stage1_rewriter.txt (when present) "
+            "and add it to the 'aug' list of target descriptions (official: --stage1_rewrite_caption is "
+            "store_true with default True, so always on)",
+            parse=_on_off, choices=(False, True),
+            cite=_XR + "XR/xr.py:1554 (--stage1_rewrite_caption default True), :86-89 (optional file), "
+                       ":361-362, :369-418 (stage1_rewrite_caption), :455-458 ('aug' = v1 + caption)"),
 )
 
 

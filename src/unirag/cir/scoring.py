@@ -94,12 +94,13 @@ def plain(similarity: np.ndarray) -> CoarseResult:
     return CoarseResult(s, s, s, order_by(s), aug=s, similarity=s)
 
 
-def question_score(expected: list[bool], answers: list[bool | None] | None) -> int:
+def question_score(expected: list[bool | None], answers: list[bool | None] | None) -> int:
     """+1 for every statement the judge answers as the question agent expects (a failed one-statement
-    call, None, matches nothing)."""
+    call, None, matches nothing; nor does an expected answer None, one no reply can equal)."""
     if answers is None:
         return 0
-    return int(sum(1 for e, a in zip(expected, answers, strict=False) if a is not None and bool(e) == bool(a)))
+    return int(sum(1 for e, a in zip(expected, answers, strict=False)
+                   if a is not None and e is not None and bool(e) == bool(a)))
 
 
 def fine(top: np.ndarray, coarse_res: CoarseResult, sq_t: np.ndarray, sq_v: np.ndarray, lam: float,
