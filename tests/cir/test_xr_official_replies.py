@@ -159,9 +159,9 @@ def test_questions_without_json_mean_no_verification(tmp_path, server):
 
 # -- b. repetition penalty of the caption calls ------------------------------------------------------
 def test_caption_calls_carry_the_official_repetition_penalty(tmp_path, server):
-    """XR/utils/inference_entrypoint_ray.py:603-609 (mllm_inference_for_caption_ray):
+    """XR/utils/inference_entrypoint_ray.py:741-747 (mllm_inference_for_caption_ray):
     ``SamplingParams(temperature=0, top_p=1, max_tokens=256, repetition_penalty=1.05, ...)``; the
-    other calls (:167, :283-289) send none. An OpenAI-compatible server (vLLM) gets it in the body."""
+    other calls (:153, :256-262) send none. An OpenAI-compatible server (vLLM) gets it in the body."""
     _run(tmp_path, server.url)
     bodies = [r.json for r in server.requests]
     captions = [b for b in bodies if prompt_of(b).startswith("FAKE-CAPTION-PROMPT")]

@@ -212,7 +212,7 @@ def validate(value: Any, schema: dict[str, Any], where: str = "$") -> Any:
 def yes_if_contains_yes(text: str) -> bool:
     """Official QA-path reading of a yes/no reply: True when "yes" occurs anywhere in it (any case).
 
-    01yzzyu/xr.github.io XR/xr.py stage2_verify._run_qa_path: ``'yes' in r.strip().lower()``.
+    01yzzyu/xr.github.io XR/xr.py:793 (stage2_verify._run_qa_path): ``'yes' in r.strip().lower()``.
     """
     return "yes" in text.strip().lower()
 
@@ -220,7 +220,7 @@ def yes_if_contains_yes(text: str) -> bool:
 def yes_without_no(text: str) -> bool:
     """Official caption-path reading: True when "yes" occurs and "no" does not (substrings, any case).
 
-    01yzzyu/xr.github.io XR/xr.py stage2_verify._run_caption_path._is_yes.
+    01yzzyu/xr.github.io XR/xr.py:819-821 (stage2_verify._run_caption_path._is_yes).
     """
     t = text.strip().lower()
     return "yes" in t and "no" not in t

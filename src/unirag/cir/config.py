@@ -15,7 +15,7 @@ YAML layout (see ``examples/xr_agents.yaml``)::
     official_prompts: null          # the official X^R checkout, read under xr_prompts=official
 
 Defaults follow the official X^R code where the paper is silent (01yzzyu/xr.github.io,
-``XR/xr.py``: ``--top_k`` 100 = k', ``--rrf_k`` 60; ``XR/utils/inference_entrypoint_ray.py``
+``XR/xr.py:1561``: ``--top_k`` 100 = k', ``:1543`` ``--rrf_k`` 60; ``XR/utils/inference_entrypoint_ray.py:809-857``
 ``clip_extact_feature_ray`` embeds images and captions with one CLIP model).
 
 Generation options (max_tokens, temperature, seed, repetition_penalty) go to every call; any other key of a role

@@ -6,8 +6,8 @@ them and unirag does not ship them: the user points ``--official-prompts DIR`` (
 in Python, ``official_prompts:`` in the agents YAML) at their own checkout. DIR may be the checkout
 root, its ``XR`` folder, or the ``prompts`` folder itself.
 
-Placeholders are filled the way the official code fills them (01yzzyu/xr.github.io XR/xr.py
-``stage1_reason``: ``[[INSTRUCTION]]``, ``[[REF_IMAGE_DESC]]``; ``stage2_verify``: ``[[INSTRUCTION]]``,
+Placeholders are filled the way the official code fills them (01yzzyu/xr.github.io XR/xr.py:253-260
+``stage1_reason``: ``[[INSTRUCTION]]``, ``[[REF_IMAGE_DESC]]``; :652-663 ``stage2_verify``: ``[[INSTRUCTION]]``,
 ``[[ATOMIC_INST]]``, the atomic instructions listed as ``"   (i) kind: content"`` lines after a newline).
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from unirag.errors import ConfigError
 
-#: Files read, by what they are for (XR/xr.py load_prompt).
+#: Files read, by what they are for (XR/xr.py:66-83 load_prompt).
 FILES = {"caption": "caption.txt", "reasoner": "prompt1_stage1_reasoner.txt",
          "questions": "prompt2_stage2_reasoner.txt"}
 #: Optional files (XR/xr.py:72-76, :86-89: read when present): the cir-v2 reasoner and the caption

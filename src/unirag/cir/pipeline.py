@@ -321,7 +321,7 @@ class CirRun:
         """The official stage-1 reasoner (the text_imagination role's model) on (C_r, T_m): atomic
         instructions (step1) and target descriptions (step2); no vision imagination.
 
-        As 01yzzyu/xr.github.io XR/xr.py stage1_reason: a reply without JSON gets the dummy
+        As 01yzzyu/xr.github.io XR/xr.py:295-314 (stage1_reason): a reply without JSON gets the dummy
         step1 = [["Modification", T_m]], step2 = [C_r]; an empty step2 becomes [C_r].
         """
         reqs = {}
@@ -463,7 +463,7 @@ class CirRun:
 
     def _judge_requests(self, runner: AgentRunner, role: str, x: _Q, **where: Any) -> list[CallRequest]:
         """The verification call(s) of one candidate: one with every statement (xr_questions=batch) or
-        one yes/no call per statement (single; 01yzzyu/xr.github.io XR/xr.py stage2_verify)."""
+        one yes/no call per statement (single; 01yzzyu/xr.github.io XR/xr.py:742, :811-836)."""
         if self.settings["xr_questions"] == "single":
             fmt = "yes_no_strict" if role == "text_question" else "yes_no_any"
             return [runner.request(role, build_messages(role, template=f"{role}_single", statement=st["statement"],
