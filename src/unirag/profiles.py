@@ -150,7 +150,8 @@ _register(
             parse=_none_or_int, cite=_XR + "XR/xr.py:1557 (--s2_num_questions default None), :713-719"),
     Setting("xr_caption_verifier", "fixed", "bool-bug",
             "expected answers on the caption path. fixed: as the question agent wrote them; bool-bug: "
-            "official bool(\"False\") is True, so every expected answer counts as True (official bug)",
+            "official bool(answer as written): bool(\"False\") is True, so every answer the stage-2 reasoner "
+            "writes as a string counts as True (official bug; JSON false stays false)",
             choices=("fixed", "bool-bug"), official_bug=True,
             cite=_XR + "XR/xr.py:836, :881 (_run_caption_path: bool(q_ans))"),
     Setting("xr_prompts", "unirag", "official",
