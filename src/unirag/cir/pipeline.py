@@ -551,7 +551,8 @@ class CirRun:
             manifest["official_prompts"] = self.official.manifest()
         if runner is not None and "fine" in self.stages and "xr_caption_verifier" in self.settings.official_bugs():
             self.notes.append("reproduces the official caption-path verifier bug (bool(\"False\") is True: every "
-                              "expected answer counts as True); set xr_caption_verifier=fixed to score it right")
+                              "expected answer written as a string counts as True); set xr_caption_verifier=fixed "
+                              "to score it right")
         return write_outputs(self.ds, self.out, qs, pool_ids, s, self.notes, manifest)
 
 
