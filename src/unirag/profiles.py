@@ -209,6 +209,18 @@ _register(
 )
 
 
+# --- caption case (issue 15; kept apart from the block below to ease merging) ---------------------
+_register(
+    Setting("caption_lowercase", "none", "gpt4o",
+            "Captions lower-cased as they come back. none: as generated; gpt4o: the GPT-4o family's "
+            "(OpenAI chat) captions, as the official UniRAG code lower-cases every GPT reply (Gemini and "
+            "LLaVA captions keep their case); all: every generator's.",
+            choices=("none", "gpt4o", "all"),
+            cite="castorini/UniRAG@294f843 src/unirag/caption_generation_inference.py:179-183 (infer_gpt: "
+                 "response.choices[0].message.content.lower()); :85 infer_gemini keeps response.text"),
+)
+
+
 # --- retrieval, generation, metrics (issue 15) ----------------------------------------------------
 def _temperature(text: str) -> float | None:
     """``none`` (send no temperature: the provider's or model's default) or a number >= 0."""
