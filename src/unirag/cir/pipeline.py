@@ -353,7 +353,7 @@ class CirRun:
         cleaned reply (when not empty) joins the target descriptions, the 'aug' list (:455-458).
         """
         st = self.settings
-        if st["xr_stage1_schema"] != "both" or self.official.reasoner_v2("", "") is None:
+        if st["xr_stage1_schema"] != "both" or "reasoner_v2" not in self.official.optional:
             return
         v2_reqs = {x.q.qid: runner.request("text_imagination", build_messages(
             "text_imagination", text=self.official.reasoner_v2(x.q.text, captions[x.q.reference])),
@@ -365,7 +365,7 @@ class CirRun:
             if got is not None and got.get("v2"):
                 v2[x.q.qid] = got["v2"]
                 x.imag_t["cir_v2"] = got["v2"]
-        if not st["xr_rewrite_caption"] or self.official.rewriter("", {}) is None or not v2:
+        if not st["xr_rewrite_caption"] or "rewriter" not in self.official.optional or not v2:
             return
         rw_reqs = {x.q.qid: runner.request("text_imagination", build_messages(
             "text_imagination", text=self.official.rewriter(x.q.text, v2[x.q.qid])), fmt="official_rewriter")
