@@ -92,7 +92,7 @@ _register(
 
 # --- X^R (issue 15) ---
 # The official X^R code is 01yzzyu/xr.github.io, XR/ (commit cf44a37); cites name the file and the
-# function (or argparse option) the official value follows. docs/xr-parity.md explains each row.
+# line(s) the official value follows (with the function or argparse option). docs/xr-parity.md explains each row.
 _XR = "01yzzyu/xr.github.io "
 
 
@@ -104,57 +104,120 @@ def _none_or_text(text: str) -> str | None:
     return None if text.strip().lower() in ("none", "") else text.strip()
 
 
+def _none_or_float(text: str) -> float | None:
+    return None if text.strip().lower() in ("none", "") else float(text)
+
+
+def _on_off(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("on", "true", "yes", "1"):
+        return True
+    if value in ("off", "false", "no", "0"):
+        return False
+    raise ValueError("expected on or off")
+
+
 _register(
     Setting("xr_scoring", "paper", "official",
             "X^R coarse similarity. paper: S^t = s_t^t + s_v^t and S^v = s_t^v + s_v^v, one per imagined "
             "caption (paper Alg. 1 lines 8-9); official: each target description scores (1 - tau) "
             "sim(description, image) + tau sim(description, caption), tau = 0.15, averaged over descriptions",
             choices=("paper", "official"),
-            cite=_XR + "XR/utils/inference_entrypoint_ray.py clip_rank_retrieval_ray; XR/xr.py --tau"),
+            cite=_XR + "XR/utils/inference_entrypoint_ray.py:942-946, :957-959 (clip_rank_retrieval_ray); "
+                       "XR/xr.py:1560 (--tau 0.15)"),
     Setting("xr_stage2_source", "rrf", "aug",
             "which stage-1 list feeds fine filtering (and is the xr_coarse ranking). rrf: reciprocal rank "
             "fusion of the per-description lists (paper Alg. 1 line 10); aug: the list ranked by the "
             "description-averaged similarity (official; its RRF list is computed but unused)",
-            choices=("rrf", "aug"), cite=_XR + "XR/xr.py stage1_retrieve, --stage2_source default 'aug'"),
+            choices=("rrf", "aug"), cite=_XR + "XR/xr.py:563-577 (stage1_retrieve picks the list), "
+                                                    ":1545 (--stage2_source default 'aug')"),
     Setting("xr_rerank", "paper", "official",
             "fine-filtering score. paper: (S_q^t + S_q^v) x (lambda norm(S^t) + (1 - lambda) norm(S^v)) "
             "(Alg. 1 line 15); official: (0.5 S_q^v + 0.5 S_q^t) x min-max(stage-1 similarity of the "
             "stage-2 list over the top-k')",
-            choices=("paper", "official"), cite=_XR + "XR/xr.py stage2_rerank (_take_head, _do_fusion_rerank)"),
+            choices=("paper", "official"), cite=_XR + "XR/xr.py:932-947 (_take_head), :970-993 (_do_single_rerank, "
+                                                         "_do_fusion_rerank)"),
     Setting("xr_minmax_ties", "one", "zero",
             "min-max normalisation of k' equal scores: one (unirag: a tie never zeroes the product) or "
             "zero (official: every candidate then scores 0)",
-            choices=("one", "zero"), cite=_XR + "XR/xr.py stage2_rerank._take_head"),
+            choices=("one", "zero"), cite=_XR + "XR/xr.py:939-945 (_take_head)"),
     Setting("xr_questions", "batch", "single",
             "verification calls. batch: one call per candidate with every statement (unirag); single: one "
             "yes/no call per statement ('Answer the question with Yes or No.' on the image)",
-            choices=("batch", "single"), cite=_XR + "XR/xr.py stage2_verify (_run_qa_path, _run_caption_path)"),
+            choices=("batch", "single"), cite=_XR + "XR/xr.py:742 (_run_qa_path), :811-836 (_run_caption_path)"),
     Setting("xr_max_statements", 5, None,
             "statements the question agent may write (none: no cap, as the official --s2_num_questions)",
-            parse=_none_or_int, cite=_XR + "XR/xr.py --s2_num_questions default None"),
+            parse=_none_or_int, cite=_XR + "XR/xr.py:1557 (--s2_num_questions default None), :713-719"),
     Setting("xr_caption_verifier", "fixed", "bool-bug",
             "expected answers on the caption path. fixed: as the question agent wrote them; bool-bug: "
-            "official bool(\"False\") is True, so every expected answer counts as True (official bug)",
+            "official bool(answer as written): bool(\"False\") is True, so every answer the stage-2 reasoner "
+            "writes as a string counts as True (official bug; JSON false stays false)",
             choices=("fixed", "bool-bug"), official_bug=True,
-            cite=_XR + "XR/xr.py stage2_verify._run_caption_path (bool(q_ans))"),
+            cite=_XR + "XR/xr.py:836, :881 (_run_caption_path: bool(q_ans))"),
     Setting("xr_prompts", "unirag", "official",
             "agent prompts. unirag: the packaged prompts (paper roles, both imagination agents); official: "
             "the official per-dataset caption, stage-1 reasoner and stage-2 reasoner prompts read from the "
             "user's checkout (--official-prompts DIR) with their reply formats; no vision imagination agent",
-            choices=("unirag", "official"), cite=_XR + "XR/xr.py load_prompt, stage1_reason, stage2_verify"),
+            choices=("unirag", "official"), cite=_XR + "XR/xr.py:66-83 (load_prompt), :253-260 (stage1_reason), "
+                                                        ":650-663 (stage2_verify)"),
     Setting("xr_encoder", None, "laion/CLIP-ViT-B-32-laion2B-s34B-b79K",
             "cross-modal encoder when the config names none (none: the offline default)",
-            parse=_none_or_text, cite=_XR + "XR/xr.py --clip_path"),
+            parse=_none_or_text, cite=_XR + "XR/xr.py:1536 (--clip_path)"),
     Setting("xr_agent_model", None, "hf:OpenGVLab/InternVL3-8B",
             "model of every agent role when the config names none (none: no agents, embedding baseline)",
-            parse=_none_or_text, cite=_XR + "XR/xr.py --llm_path/--mllm_path/--img_cap_model_path"),
+            parse=_none_or_text, cite=_XR + "XR/xr.py:1532-1534 (--llm_path, --mllm_path, --img_cap_model_path)"),
     Setting("xr_max_new_tokens", 400, 2048,
             "max new tokens of an agent call when its role sets none (captions: xr_caption_max_new_tokens)",
-            parse=int, cite=_XR + "XR/utils/inference_entrypoint_ray.py llm_load_and_inference_ray "
-                                  "and mllm_load_and_inference_ray (max_tokens=2048)"),
+            parse=int, cite=_XR + "XR/utils/inference_entrypoint_ray.py:153 (llm_load_and_inference_ray), "
+                                  ":256-262 (mllm_load_and_inference_ray): max_tokens=2048"),
     Setting("xr_caption_max_new_tokens", 400, 256,
             "max new tokens of a caption call when the caption role sets none",
-            parse=int, cite=_XR + "XR/utils/inference_entrypoint_ray.py mllm_inference_for_caption_ray (max_tokens=256)"),
+            parse=int, cite=_XR + "XR/utils/inference_entrypoint_ray.py:741-747 (mllm_inference_for_caption_ray: "
+                                  "max_tokens=256)"),
+    Setting("xr_json_parsing", "unirag", "official",
+            "how the JSON replies of the official prompts (stage-1 reasoner, cir-v2 reasoner, stage-2 reasoner) "
+            "are read. unirag: the whole reply, a code fence or the first balanced {...}, light repairs, and "
+            "the reply is asked for again (json_attempts); official: the ```json fence, else the first {...} up "
+            "to the first '}', one json_repair.repair_json pass, never asked again (no JSON: the official "
+            "stand-in)",
+            choices=("unirag", "official"), cite=_XR + "XR/xr.py:295-314 (stage1_reason), :341-357 (cir-v2), "
+                                                        ":689-721 (stage2_verify)"),
+    Setting("xr_caption_repetition_penalty", None, 1.05,
+            "repetition penalty of the caption calls when the caption role sets none (none: send none). Sent "
+            "as the hf generate() keyword and as an extra body field to OpenAI-compatible servers (vLLM); "
+            "Gemini has no such parameter",
+            parse=_none_or_float,
+            cite=_XR + "XR/utils/inference_entrypoint_ray.py:741-747 (mllm_inference_for_caption_ray SamplingParams)"),
+    Setting("xr_answer_matching", "boolean", "exact-string",
+            "how a yes/no reply on the image path is compared with the expected answer. boolean: the expected "
+            "answer read as true/false (JSON booleans, or true/false/yes/no in any case); exact-string: as the "
+            "official code, the reply's 'True'/'False' must equal the answer as the stage-2 reasoner wrote it "
+            "(only the strings \"True\" and \"False\" can match; JSON true/false or \"yes\" never do)",
+            choices=("boolean", "exact-string"), cite=_XR + "XR/xr.py:793-795 (_run_qa_path)"),
+    Setting("xr_stage1_schema", "v1", "both",
+            "stage-1 reasoner outputs. v1: step1/step2 only; both: also the cir-v2 structured reply of "
+            "prompt1_stage1_reasoner_v2.txt (when the checkout has it; official: run when present), the input "
+            "of the caption rewriter",
+            choices=("v1", "both"), cite=_XR + "XR/xr.py:1551 (--stage1_schema default 'both'), :72-76 (optional file), :317-357"),
+    Setting("xr_rewrite_caption", False, True,
+            "rewrite one target caption from the cir-v2 reply with prompt1_stage1_rewriter.txt (when present) "
+            "and add it to the 'aug' list of target descriptions (official: --stage1_rewrite_caption is "
+            "store_true with default True, so always on)",
+            parse=_on_off, choices=(False, True),
+            cite=_XR + "XR/xr.py:1554 (--stage1_rewrite_caption default True), :86-89 (optional file), "
+                       ":361-362, :369-418 (stage1_rewrite_caption), :455-458 ('aug' = v1 + caption)"),
+)
+
+
+# --- caption case (issue 15; kept apart from the block below to ease merging) ---------------------
+_register(
+    Setting("caption_lowercase", "none", "gpt4o",
+            "Captions lower-cased as they come back. none: as generated; gpt4o: the GPT-4o family's "
+            "(OpenAI chat) captions, as the official UniRAG code lower-cases every GPT reply (Gemini and "
+            "LLaVA captions keep their case); all: every generator's.",
+            choices=("none", "gpt4o", "all"),
+            cite="castorini/UniRAG@294f843 src/unirag/caption_generation_inference.py:179-183 (infer_gpt: "
+                 "response.choices[0].message.content.lower()); :85 infer_gemini keeps response.text"),
 )
 
 

@@ -100,4 +100,4 @@ def test_example_agents_yaml_parses():
 
     c = load_config(Path(__file__).resolve().parents[2] / "examples" / "xr_agents.yaml")
     assert set(c.roles) == set(ROLES) and c.roles["caption"].max_tokens == 120
-    assert c.settings.k_prime == 100 and c.settings.lam == 0.5  # the official X^R --top_k
+    assert c.settings.k_prime == 100 and c.settings.lam == 0.5  # the official X^R --top_k (XR/xr.py:1561)

@@ -20,6 +20,8 @@ def test_aggregation_sums_within_imagined_caption_modality():
 
 
 def test_rrf_uses_one_based_ranks_and_k_60():
+    """Ranks from 1 and k = 60, as the official X^R fusion (01yzzyu/xr.github.io@cf44a37
+    XR/xr.py:536-537, ``1.0 / (k_rrf + r)`` with ``enumerate(names, start=1)``; :1543 --rrf_k 60)."""
     assert list(ranks([0.2, 0.9, 0.2])) == [2, 1, 3]  # tie: earlier index first
     fused = rrf([3.0, 1.0, 2.0], [1.0, 3.0, 2.0])
     assert fused == pytest.approx([1 / 61 + 1 / 63, 1 / 63 + 1 / 61, 2 / 62])
@@ -37,6 +39,9 @@ def test_rerank_and_normalise():
 
 
 def test_submission_formats(tmp_path):
+    """CIRR: ``version`` rc2, ``metric`` recall (top 50) / recall_subset (top 3), as the official X^R
+    code writes them (01yzzyu/xr.github.io@cf44a37 XR/xr.py:1282-1292); CIRCO: the top 50 ids, here as
+    integers (the official code writes strings: ".jpg" and leading zeros stripped, :1299-1303)."""
     ranks50 = {"0": [str(i) for i in range(60)]}
     assert circo_submission(ranks50) == {"0": list(range(50))}
     with pytest.raises(InputError, match="50 results"):

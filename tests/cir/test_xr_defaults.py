@@ -1,5 +1,7 @@
-"""X^R defaults follow the official code where the paper is silent (01yzzyu/xr.github.io XR/xr.py,
-XR/utils/inference_entrypoint_ray.py): k' = 100, and one CLIP for image and caption similarities."""
+"""X^R defaults follow the official code where the paper is silent (01yzzyu/xr.github.io at cf44a37):
+k' = 100 (XR/xr.py:1561 --top_k), RRF k = 60 (:1543 --rrf_k), and one CLIP for image and caption
+similarities (XR/utils/inference_entrypoint_ray.py:809-857 clip_extact_feature_ray, :864-946
+clip_rank_retrieval_ray)."""
 
 from __future__ import annotations
 

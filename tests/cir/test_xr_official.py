@@ -1,5 +1,5 @@
 """X^R under the ``official`` profile: each behaviour of the official code (01yzzyu/xr.github.io, XR/,
-commit cf44a37), pinned on hand-computed inputs. Cites name the official file and function.
+commit cf44a37), pinned on hand-computed inputs. Cites name the official file and line(s) at cf44a37.
 
 Hand computation of the 5-candidate world (vectors in xr_fixtures.py; descriptions "ct", "cv"; tau 0.15):
 
@@ -62,9 +62,9 @@ def _run(tmp_path, url, out="out", profile="official", dataset=None, config=None
 
 # -- arithmetic ------------------------------------------------------------------------------------
 def test_description_scores_average_image_and_caption_similarity():
-    """01yzzyu/xr.github.io XR/utils/inference_entrypoint_ray.py clip_rank_retrieval_ray: similarity =
-    (1 - tau) <d, image> + tau <d, caption>, summed over descriptions and divided by their number;
-    XR/xr.py --tau 0.15."""
+    """01yzzyu/xr.github.io XR/utils/inference_entrypoint_ray.py:943-945 (clip_rank_retrieval_ray):
+    similarity = (1 - tau) <d, image> + tau <d, caption>, summed over descriptions (:951-954) and
+    divided by their number (:959); XR/xr.py:1560 --tau 0.15; RRF (computed, unused) XR/xr.py:532-539."""
     images = np.array([[1.0, 0.0], [0.0, 1.0]])
     captions = np.array([[0.0, 1.0], [1.0, 0.0]])
     d1, d2 = np.array([1.0, 0.0]), np.array([0.6, 0.8])
@@ -77,8 +77,9 @@ def test_description_scores_average_image_and_caption_similarity():
 
 
 def test_official_rerank_and_all_equal_minmax():
-    """01yzzyu/xr.github.io XR/xr.py stage2_rerank: _do_fusion_rerank scores (0.5 QA + 0.5 caption)
-    x _take_head's min-max of the stage-1 similarity, whose all-equal case gives 0 (unirag: 1)."""
+    """01yzzyu/xr.github.io XR/xr.py:990-991 (_do_fusion_rerank) scores (0.5 QA + 0.5 caption) x
+    _take_head's min-max of the stage-1 similarity (:939-942), whose all-equal case gives 0 (:943-945;
+    unirag: 1)."""
     assert list(normalise([0.3, 0.3, 0.3], ties=0.0)) == [0, 0, 0]
     assert list(normalise([0.3, 0.3, 0.3])) == [1, 1, 1]
     out = official_rerank_scores([2, 1, 0], [0, 2, 2], [0.9, 0.5, 0.1])
@@ -88,16 +89,18 @@ def test_official_rerank_and_all_equal_minmax():
 
 
 def test_yes_no_readers_follow_the_two_official_paths():
-    """01yzzyu/xr.github.io XR/xr.py stage2_verify: the QA path reads "yes" anywhere in the reply
-    (``'yes' in r.strip().lower()``); the caption path's _is_yes needs "yes" and no "no" substring."""
+    """01yzzyu/xr.github.io XR/xr.py:793 (_run_qa_path) reads "yes" anywhere in the lower-cased reply
+    (``'yes' in r.strip().lower()``); the caption path's _is_yes (:819-821) needs "yes" and no "no"
+    substring, also after ``.strip().lower()``."""
     assert yes_if_contains_yes("Yes.") and yes_if_contains_yes("I would say YES") and not yes_if_contains_yes("No")
     assert yes_without_no("Yes") and not yes_without_no("Yes, nothing else") and not yes_without_no("no")
 
 
 def test_official_profile_values_and_the_recorded_bug():
-    """Official defaults: XR/xr.py argparse (--clip_path laion/CLIP-ViT-B-32-laion2B-s34B-b79K, --llm_path
-    OpenGVLab/InternVL3-8B, --stage2_source aug, --s2_num_questions None); max_tokens=2048 in
-    XR/utils/inference_entrypoint_ray.py llm_load_and_inference_ray / mllm_load_and_inference_ray."""
+    """Official defaults: XR/xr.py argparse (:1536 --clip_path laion/CLIP-ViT-B-32-laion2B-s34B-b79K,
+    :1532-1534 --llm_path/--mllm_path/--img_cap_model_path OpenGVLab/InternVL3-8B, :1545 --stage2_source
+    aug, :1557 --s2_num_questions None); max_tokens=2048 in XR/utils/inference_entrypoint_ray.py:153
+    (llm_load_and_inference_ray) and :259 (mllm_load_and_inference_ray), 256 for captions (:744)."""
     s = resolve("official")
     assert (s["xr_scoring"], s["xr_stage2_source"], s["xr_rerank"], s["xr_minmax_ties"]) == \
         ("official", "aug", "official", "zero")
@@ -113,7 +116,8 @@ def test_official_profile_values_and_the_recorded_bug():
 
 
 def test_profile_defaults_fill_only_what_the_config_leaves_unset():
-    """Official defaults apply where the user's config names nothing (XR/xr.py argparse defaults)."""
+    """Official defaults apply where the user's config names nothing (XR/xr.py:1532-1536 argparse
+    defaults; XR/utils/inference_entrypoint_ray.py:153, :259, :744 max_tokens)."""
     empty = XRConfig()
     empty.apply_profile_defaults(resolve("official"))
     assert empty.encoder == "laion/CLIP-ViT-B-32-laion2B-s34B-b79K"
@@ -152,8 +156,9 @@ def test_reply_format_is_part_of_the_cache_key():
 
 # -- official prompts --------------------------------------------------------------------------------
 def test_official_prompts_are_read_from_the_checkout_and_filled(tmp_path):
-    """01yzzyu/xr.github.io XR/xr.py load_prompt reads ./prompts/<dataset>/...; stage1_reason fills
-    [[INSTRUCTION]] and [[REF_IMAGE_DESC]]; stage2_verify lists step1 as "   (i) kind: content" lines."""
+    """01yzzyu/xr.github.io XR/xr.py:66-83 (load_prompt) reads ./prompts/<dataset>/...; :253-260
+    (stage1_reason) fills [[INSTRUCTION]] and [[REF_IMAGE_DESC]] (stripped); :652-663 (stage2_verify)
+    lists step1 as "   (i) kind: content" lines after a newline."""
     root = official_checkout(tmp_path)
     for where in (root, root / "XR", root / "XR" / "prompts", root / "XR" / "prompts" / "FashionIQ-dress"):
         p = OfficialPrompts(where, "fashioniq", "fashioniq-dress-val")
@@ -176,10 +181,10 @@ def test_missing_official_prompts_are_a_config_error_naming_the_file(tmp_path):
 # -- whole runs --------------------------------------------------------------------------------------
 def test_official_run_matches_hand_computation(tmp_path, official_server):
     """The official pipeline with unirag's imagination prompts (xr_prompts=unirag): description
-    scoring (inference_entrypoint_ray.py clip_rank_retrieval_ray), the 'aug' list into stage 2
-    (XR/xr.py stage1_retrieve), one yes/no call per statement (stage2_verify._run_qa_path: "Answer
-    the question with Yes or No. "), bool("False") on the caption path (_run_caption_path) and
-    stage2_rerank's (0.5 QA + 0.5 caption) x min-max. Numbers: module docstring."""
+    scoring (XR/utils/inference_entrypoint_ray.py:943-959), the 'aug' list into stage 2 (XR/xr.py:563-577,
+    :1545), one yes/no call per statement (:742 "Answer the question with Yes or No. "), bool("False")
+    on the caption path (:836, :881) and (0.5 QA + 0.5 caption) x min-max (:939-945, :990-991).
+    Numbers: module docstring."""
     metrics, row, manifest = _run(tmp_path, official_server.url, xr_prompts="unirag")
     assert row["stages"]["xr_coarse"] == ["c1", "c5", "c2", "c4", "c3"]
     assert row["stages"]["xr"] == ["c5", "c1", "c2", "c4", "c3"]
@@ -195,7 +200,7 @@ def test_official_run_matches_hand_computation(tmp_path, official_server):
     assert manifest["settings"]["profile"] == "official"
     assert manifest["settings"]["reproduces_official_bugs"] == ["xr_caption_verifier"]
     assert any("bool(\"False\") is True" in n for n in metrics["notes"])
-    # no cap on statements (--s2_num_questions None): the question prompt sets no limit
+    # no cap on statements (XR/xr.py:1557 --s2_num_questions None): the question prompt sets no limit
     question = [json.dumps(r.json["messages"]) for r in official_server.requests if "verification statements" in
                 json.dumps(r.json["messages"])]
     assert len(question) == 1 and "Write as many statements as the modification text needs." in question[0]
@@ -225,10 +230,11 @@ def test_default_run_after_official_reuses_no_official_call(tmp_path, official_s
 
 
 def test_official_prompts_from_a_checkout_drive_the_reasoner_and_the_questions(tmp_path, official_server):
-    """xr_prompts=official (XR/xr.py load_prompt, stage1_reason, stage2_verify): the caption, stage-1
-    reasoner and stage-2 reasoner prompts come from the user's checkout; the reasoner's step2 list is
-    the target descriptions, its step1 the atomic instructions of the question prompt; no vision
-    imagination agent is called; non-pair step2 entries are dropped."""
+    """xr_prompts=official (XR/xr.py:66-83 load_prompt, :253-260 stage1_reason, :650-663 stage2_verify):
+    the caption, stage-1 reasoner and stage-2 reasoner prompts come from the user's checkout; the
+    reasoner's step2 list is the target descriptions (inference_entrypoint_ray.py:887), its step1 the
+    atomic instructions of the question prompt; no vision imagination agent is called; non-pair step2
+    entries are dropped (XR/xr.py:703-707)."""
     ds = dataclasses.replace(make_world(tmp_path / "images"), name="fashioniq-dress-val", kind="fashioniq")
     config = agent_config(official_server.url, official_prompts=str(official_checkout(tmp_path)))
     metrics, row, manifest = _run(tmp_path, official_server.url, dataset=ds, config=config)
@@ -258,7 +264,7 @@ def test_paper_scoring_with_official_prompts_is_refused(tmp_path, official_serve
 
 
 def test_one_candidate_minmax_is_zero_in_the_official_rerank(tmp_path, official_server):
-    """01yzzyu/xr.github.io XR/xr.py stage2_rerank._take_head: min-max of all-equal similarities (here
+    """01yzzyu/xr.github.io XR/xr.py:943-945 (_take_head): min-max of all-equal similarities (here
     the single top-k' candidate c1) is 0, so every final score is 0; xr_minmax_ties=one keeps the
     question score (c1: .5 * 0 + .5 * 2 = 1.0)."""
     config = agent_config(official_server.url)

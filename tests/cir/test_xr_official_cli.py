@@ -81,3 +81,26 @@ def test_xr_api_takes_the_profile(tmp_path, official_server):
     assert hits[0].scores["similarity"] == pytest.approx(0.67, abs=1e-6)
     assert xr.to_dict()["settings"]["profile"] == "official"
     assert xr.config.encoder == "laion/CLIP-ViT-B-32-laion2B-s34B-b79K"  # the official default, as none was named
+
+
+def test_the_reply_and_cir_v2_settings_are_cli_options(myntra, tmp_path, capsys):
+    """--xr-json-parsing, --xr-caption-repetition-penalty, --xr-answer-matching, --xr-stage1-schema and
+    --xr-rewrite-caption (on|off) set their settings alone on top of the profile (docs/xr-parity.md)."""
+    q, pool = _set(myntra, tmp_path)
+    base = ["cir", "--dataset", "mbeir", "--annotations", str(q), "--split-file", str(pool), "--images-root",
+            str(myntra), "--encoder", str(tiny_clip_dir()), "--stages", "baseline", "--quiet"]
+    code, _, err = _cli(base + ["--out", str(tmp_path / "run"), "--profile", "official", "--xr-json-parsing", "unirag",
+                                "--xr-caption-repetition-penalty", "none", "--xr-answer-matching", "boolean",
+                                "--xr-stage1-schema", "v1", "--xr-rewrite-caption", "off"], capsys)
+    assert code == 0, err
+    s = json.loads((tmp_path / "run/manifest.json").read_text())["settings"]
+    assert (s["settings"]["xr_json_parsing"], s["settings"]["xr_caption_repetition_penalty"],
+            s["settings"]["xr_answer_matching"], s["settings"]["xr_stage1_schema"],
+            s["settings"]["xr_rewrite_caption"]) == ("unirag", None, "boolean", "v1", False)
+    code, _, err = _cli(base + ["--out", str(tmp_path / "r2"), "--xr-rewrite-caption", "maybe"], capsys)
+    assert code == 2 and "xr_rewrite_caption" in err and "Traceback" not in err
+    code, _, err = _cli(base + ["--out", str(tmp_path / "r3"), "--xr-caption-repetition-penalty", "1.1",
+                                "--xr-rewrite-caption", "on"], capsys)
+    assert code == 0, err
+    s = json.loads((tmp_path / "r3/manifest.json").read_text())["settings"]["settings"]
+    assert s["xr_caption_repetition_penalty"] == 1.1 and s["xr_rewrite_caption"] is True

@@ -179,13 +179,28 @@ def single_responder(root):
     return reply
 
 
-def official_checkout(tmp_path, dataset="FashionIQ-dress", skip=()):
-    """A made-up checkout of the official repository: XR/prompts/<dataset>/ with invented prompt texts."""
+def prompt_of(body) -> str:
+    """The text of a chat request's first message (its text parts joined), stripped."""
+    m = body["messages"][0]["content"]
+    return (m if isinstance(m, str) else " ".join(p.get("text", "") for p in m)).strip()
+
+
+#: The optional official files (cir-v2 reasoner, caption rewriter), invented texts with the official placeholders.
+OPTIONAL_PROMPTS = {
+    "prompt1_stage1_reasoner_v2.txt": "FAKE-V2 instruction=[[INSTRUCTION]]; ref=[[REF_IMAGE_DESC]].",
+    "prompt1_stage1_rewriter.txt": "FAKE-REWRITER q={user_query} d={detail_json_str}",
+}
+
+
+def official_checkout(tmp_path, dataset="FashionIQ-dress", skip=(), extra=None):
+    """A made-up checkout of the official repository: XR/prompts/<dataset>/ with invented prompt texts
+    (``extra``: more files, e.g. :data:`OPTIONAL_PROMPTS`)."""
     d = tmp_path / "xr-checkout" / "XR" / "prompts" / dataset
     d.mkdir(parents=True)
     files = {"caption.txt": "FAKE-CAPTION-PROMPT: say what you see.",
              "prompt1_stage1_reasoner.txt": "FAKE-REASONER instruction=[[INSTRUCTION]]; ref=[[REF_IMAGE_DESC]].",
-             "prompt2_stage2_reasoner.txt": "FAKE-QUESTIONS instruction=[[INSTRUCTION]]; atomic=[[ATOMIC_INST]]."}
+             "prompt2_stage2_reasoner.txt": "FAKE-QUESTIONS instruction=[[INSTRUCTION]]; atomic=[[ATOMIC_INST]].",
+             **(extra or {})}
     for name, text in files.items():
         if name not in skip:
             (d / name).write_text(text)

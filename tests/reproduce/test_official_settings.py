@@ -317,6 +317,10 @@ PINNED = {
                      "test_llava_sends_no_sampling_arguments_without_a_temperature")],                   # both
     "caption_prompts": [("tests/reproduce/test_official_settings.py", "test_gemini_official_prompts"),   # both
                         ("tests/prompts/test_prompts.py", "test_gemini_order_instruction_first_no_system_turn")],
+    "caption_lowercase": [("tests/reproduce/test_official_caption_case.py",
+                           "test_official_profile_lowercases_gpt4o_captions_only"),
+                          ("tests/reproduce/test_official_caption_case.py",
+                           "test_default_profile_keeps_the_case_and_all_lowercases_every_family")],  # default half
     "emu2_sampling": [("tests/reproduce/test_official_settings.py",
                        "test_emu2_official_sampling_is_the_pipelines_default")],                     # both
     "image_max_pixels": [("tests/data/test_image_loader.py", "test_bomb_is_an_input_error_before_decoding")],

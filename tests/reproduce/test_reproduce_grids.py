@@ -203,3 +203,82 @@ def test_xr_grid_runs_end_to_end(tmp_path, myntra, capsys):
     for name in ("fashioniq", "cirr", "circo"):
         profile = json.loads((tmp_path / "out" / "cir" / name / "xr" / "profile.json").read_text())
         assert profile["profile"] == "official"
+
+
+def _official_agents(root: Path, url: str) -> None:
+    """xr/agents.yaml for the grid: every role played by the fake OpenAI server, and a made-up checkout
+    of the official prompts (tests/cir/xr_fixtures.official_checkout) for each benchmark folder."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cir"))
+    from xr_fixtures import OPTIONAL_PROMPTS, official_checkout
+
+    for n, dataset in enumerate(("FashionIQ-dress", "FashionIQ-shirt", "FashionIQ-toptee", "CIRR", "CIRCO")):
+        official_checkout(root / "xr", dataset=dataset, extra=OPTIONAL_PROMPTS if n == 0 else None)
+    (root / "xr" / "agents.yaml").write_text(
+        f"defaults: {{model: 'openai:fake-vlm', base_url: '{url}'}}\nofficial_prompts: xr-checkout\n")
+
+
+def _official_replies(req):
+    """Replies to the official prompts of _official_agents (and the one-statement yes/no calls)."""
+    from fake_openai_server import Reply
+
+    m = req.json["messages"][0]["content"]
+    prompt = (m if isinstance(m, str) else " ".join(p.get("text", "") for p in m)).strip()
+    if prompt.startswith("FAKE-CAPTION-PROMPT"):
+        return Reply.chat("a red dress with long sleeves")
+    if prompt.startswith("FAKE-REASONER"):
+        return Reply.chat('```json\n{"step1": [["Color", "to red"]], "step2": ["a red dress", "a red garment"],}\n```')
+    if prompt.startswith("FAKE-V2"):
+        return Reply.chat('{"target": {"color": "red"}}')
+    if prompt.startswith("FAKE-REWRITER"):
+        return Reply.chat('"a bright red dress"')
+    if prompt.startswith("FAKE-QUESTIONS"):
+        return Reply.chat(json.dumps({"step2": [["Is it red?", "True"], ["Is it blue?", "False"]]}))
+    if prompt.startswith("Answer the question with Yes or No. "):
+        return Reply.chat("Yes." if "red" in prompt else "No.")
+    if "Is this statement true for the image the caption describes?" in prompt:
+        return Reply.chat("Yes")
+    return Reply.error(400, f"unexpected prompt: {prompt[:80]}")
+
+
+def test_xr_grid_runs_through_the_agents_under_the_official_profile(tmp_path, myntra, capsys):
+    """examples/reproduce/xr-results.yaml end to end with --limit 2 through every official agent step:
+    captions, the stage-1 reasoner (and, where the checkout has them, the cir-v2 reasoner and the
+    caption rewriter), the stage-2 reasoner, one yes/no call per question on each image and caption
+    (01yzzyu/xr.github.io XR/xr.py:250-314, :317-418, :641-907 at cf44a37), all answered by the fake
+    OpenAI server; each cell's metrics carry the paper's figure and the difference."""
+    from fake_openai_server import FakeServer
+
+    grid = GRIDS / "xr-results.yaml"
+    _cir_stand_in(tmp_path, myntra)
+    with FakeServer(responder=_official_replies) as server:
+        _official_agents(tmp_path, server.url)
+        args = ["run", str(grid), "--data-root", str(tmp_path), "--out", str(tmp_path / "out"), "--limit", "2",
+                "--option", f"encoder={tiny_clip_dir()}", "--option", "k_prime=3", "--no-progress"]
+        code, out, err = _cli(args, capsys)
+        prompts = [json.dumps(r.json["messages"]) for r in server.requests]
+    assert code in (0, None), err
+    assert "3/3 cells ran" in out and "(paper 36.66, Δ" in out and "(paper 83.15, Δ" in out and "(paper 30.95, Δ" in out
+
+    def called(text):
+        return sum(text in p for p in prompts)
+
+    assert called("FAKE-CAPTION-PROMPT") and called("FAKE-REASONER") and called("FAKE-QUESTIONS")
+    assert called("Answer the question with Yes or No.") and called("the caption describes?")
+    assert called("FAKE-V2") == called("FAKE-REWRITER") == 2  # the two dress queries: the only checkout with them
+    assert not called("The image shown is the reference image")  # no vision imagination under official prompts
+    measured = {c["cell"]: c["counts"]["metrics"] for c in
+                json.loads((tmp_path / "out" / "experiment.json").read_text())["cells"]}
+    for name, metric in (("fashioniq", "R@10"), ("cirr", "R@10"), ("circo", "mAP@50")):
+        cell = tmp_path / "out" / "cir" / name / "xr"
+        figure = json.loads((cell / "paper.json").read_text())["paper"][metric]
+        value = measured[f"cir/{name}/xr"][metric]
+        assert f"{metric}: {value:.2f} (paper {figure:.2f}, Δ {value - figure:+.2f})" in out, name
+        manifests = [json.loads(p.read_text()) for p in cell.rglob("manifest.json")]
+        runs = [m for m in manifests if "agent_calls" in m]
+        assert runs, name
+        for m in runs:
+            assert m["settings"]["profile"] == "official"
+            assert m["settings"]["reproduces_official_bugs"] == ["xr_caption_verifier"]
+            assert m["agent_calls"]["question"]["called"] >= 1 and m["agent_calls"]["vision_question"]["called"] >= 1

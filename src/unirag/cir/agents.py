@@ -6,11 +6,16 @@ need no escaping). Models often wrap JSON in prose or code fences, use Python li
 trailing comma; :func:`extract_json` repairs those. A reply that still does not match the role's
 schema is sent back to the model with the validation error (up to ``json_attempts`` calls); after
 that the call fails with a :class:`BackendError` that the run loop records as the item's failure.
+
+Under ``xr_json_parsing=official`` the replies of the official prompts are read as the official X^R
+code reads them instead (:func:`official_json`: its regular expressions, one ``json_repair`` pass,
+never asked again; formats ending in ``+json_repair``).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -207,7 +212,7 @@ def validate(value: Any, schema: dict[str, Any], where: str = "$") -> Any:
 def yes_if_contains_yes(text: str) -> bool:
     """Official QA-path reading of a yes/no reply: True when "yes" occurs anywhere in it (any case).
 
-    01yzzyu/xr.github.io XR/xr.py stage2_verify._run_qa_path: ``'yes' in r.strip().lower()``.
+    01yzzyu/xr.github.io XR/xr.py:793 (stage2_verify._run_qa_path): ``'yes' in r.strip().lower()``.
     """
     return "yes" in text.strip().lower()
 
@@ -215,7 +220,7 @@ def yes_if_contains_yes(text: str) -> bool:
 def yes_without_no(text: str) -> bool:
     """Official caption-path reading: True when "yes" occurs and "no" does not (substrings, any case).
 
-    01yzzyu/xr.github.io XR/xr.py stage2_verify._run_caption_path._is_yes.
+    01yzzyu/xr.github.io XR/xr.py:819-821 (stage2_verify._run_caption_path._is_yes).
     """
     t = text.strip().lower()
     return "yes" in t and "no" not in t
@@ -227,9 +232,7 @@ def parse_official_reasoner(text: str) -> dict[str, Any]:
     obj, _ = extract_json(text)
     if not isinstance(obj, dict):
         raise MalformedOutput("expected a JSON object")
-    step1 = [[str(e[0]), str(e[1])] for e in obj.get("step1") or [] if isinstance(e, (list, tuple)) and len(e) == 2]
-    step2 = [str(d).strip() for d in obj.get("step2") or [] if isinstance(d, str) and d.strip()]
-    return {"step1": step1, "step2": step2}
+    return _reasoner_fields(obj)
 
 
 def parse_official_questions(text: str) -> dict[str, Any]:
@@ -238,20 +241,141 @@ def parse_official_questions(text: str) -> dict[str, Any]:
     obj, _ = extract_json(text)
     if not isinstance(obj, dict):
         raise MalformedOutput("expected a JSON object")
+    statements = _question_pairs(obj)
+    if not statements:
+        raise MalformedOutput("no [question, answer] pair under 'step2'")
+    return {"statements": statements}
+
+
+# -- the official code's own reading of its JSON replies (xr_json_parsing=official) -------------------
+_OFFICIAL_FENCE = re.compile(r"```json\s*([\s\S]*?)\s*```", re.DOTALL)
+_OFFICIAL_BRACES = re.compile(r"(\{[\s\S]*?\})", re.DOTALL)      # the first '{' to the FIRST '}' after it
+_OFFICIAL_BRACES_V2 = re.compile(r"(\{[\s\S]*\})", re.DOTALL)    # cir-v2: the first '{' to the last '}'
+
+
+def _repair_once(text: str) -> Any:
+    """``json.loads(repair_json(text))``: one pass of the json_repair package, as the official code."""
+    try:
+        from json_repair import repair_json
+    except ImportError:  # a base dependency; only a broken environment lacks it
+        raise ConfigError("xr_json_parsing=official needs the json-repair package: pip install json-repair") from None
+    return json.loads(repair_json(text))
+
+
+def official_json(text: str) -> Any:
+    """The JSON of an official reasoner reply read as the official code reads it, or None.
+
+    01yzzyu/xr.github.io XR/xr.py:295-303 (stage1_reason) and :689-697 (stage2_verify): the
+    first ```json fence, else the first ``{`` up to the first ``}`` after it (a non-greedy match, so
+    a nested object is cut at its first closing brace and left to the repair), then ONE
+    ``json.loads(repair_json(...))``. None: nothing matched, or the repaired text is still not JSON.
+    """
+    m = _OFFICIAL_FENCE.search(text) or _OFFICIAL_BRACES.search(text)
+    if m is None:
+        return None
+    try:
+        return _repair_once(m.group(1))
+    except ValueError:  # json.JSONDecodeError
+        return None
+
+
+def official_json_v2(text: str) -> dict[str, Any] | None:
+    """The cir-v2 reasoner reply read as the official code reads it (XR/xr.py:341-357): the whole
+    stripped reply through one repair pass; only if that raises, the ```json fence or the first
+    ``{`` to the LAST ``}``, repaired once. Kept only when it is a non-empty object, else None."""
+    t = text.strip()
+    obj: Any = None
+    try:
+        obj = _repair_once(t)
+    except ValueError:
+        m = _OFFICIAL_FENCE.search(t) or _OFFICIAL_BRACES_V2.search(t)
+        if m is not None:
+            try:
+                obj = _repair_once(m.group(1))
+            except ValueError:
+                obj = None
+    return obj if obj and isinstance(obj, dict) else None
+
+
+def _reasoner_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    step1 = [[str(e[0]), str(e[1])] for e in obj.get("step1") or [] if isinstance(e, (list, tuple)) and len(e) == 2]
+    step2 = [str(d).strip() for d in obj.get("step2") or [] if isinstance(d, str) and d.strip()]
+    return {"step1": step1, "step2": step2}
+
+
+def parse_official_reasoner_once(text: str) -> dict[str, Any]:
+    """The official stage-1 reasoner's reply, read once (:func:`official_json`); never raises.
+
+    ``no_json`` marks a reply the official code replaces by its stand-in (XR/xr.py:308-313: step1 =
+    [["Modification", T_m]], step2 = [C_r]); the caller knows T_m and C_r and fills it in.
+    """
+    obj = official_json(text)
+    if not isinstance(obj, dict):
+        return {"step1": [], "step2": [], "no_json": True}
+    return _reasoner_fields(obj)
+
+
+def _question_pairs(obj: dict[str, Any]) -> list[dict[str, Any]]:
     statements = []
     for e in obj.get("step2") or []:
         if isinstance(e, (list, tuple)) and len(e) == 2 and isinstance(e[0], str) and e[0].strip():
             raw = e[1]
             answer = raw if isinstance(raw, bool) else _BOOL_WORDS.get(str(raw).strip().lower(), bool(raw))
             statements.append({"statement": e[0].strip(), "answer": answer, "answer_raw": raw})
-    if not statements:
-        raise MalformedOutput("no [question, answer] pair under 'step2'")
-    return {"statements": statements}
+    return statements
+
+
+def parse_official_questions_once(text: str) -> dict[str, Any]:
+    """The official stage-2 reasoner's reply, read once (:func:`official_json`); never raises.
+
+    No JSON (XR/xr.py:696-701, 720-721: the item gets no questions) or no [question, answer] pair
+    (:703-707) both give an empty ``statements`` list: no verification call, every candidate scores 0.
+    """
+    obj = official_json(text)
+    if not isinstance(obj, dict):
+        return {"statements": [], "no_json": True}
+    return {"statements": _question_pairs(obj)}
+
+
+def parse_official_reasoner_v2(text: str) -> dict[str, Any]:
+    """The cir-v2 reasoner's reply (prompt1_stage1_reasoner_v2.txt): any non-empty JSON object, kept
+    as it is (it is the rewriter's input). unirag's reading; raises MalformedOutput (asked again)."""
+    obj, _ = extract_json(text)
+    if not isinstance(obj, dict) or not obj:
+        raise MalformedOutput("expected a non-empty JSON object")
+    return {"v2": obj}
+
+
+def parse_official_reasoner_v2_once(text: str) -> dict[str, Any]:
+    """The cir-v2 reply read as the official code reads it (:func:`official_json_v2`); never raises
+    (``v2`` None: the official code keeps no cir-v2 result and so rewrites no caption)."""
+    return {"v2": official_json_v2(text)}
+
+
+def clean_rewritten_caption(text: str) -> str:
+    """The caption rewriter's reply cleaned as the official code does (XR/xr.py:410-417): stripped;
+    a reply opening with a code fence becomes the fence's content; one pair of enclosing double
+    quotes is removed. May be empty (the 'aug' list then gets no rewritten caption, :457)."""
+    t = (text or "").strip()
+    if t.startswith("```"):
+        m = re.search(r"```(?:\w+)?\s*([\s\S]*?)\s*```", t, re.DOTALL)
+        if m:
+            t = m.group(1).strip()
+    if t.startswith('"') and t.endswith('"'):
+        t = t[1:-1].strip()
+    return t
 
 
 #: Reply formats a call may name instead of its role's schema (``CallRequest.fmt``); part of the cache key.
+#: A ``+json_repair`` format is the official code's reading (xr_json_parsing=official): one repair
+#: pass, never raises, so the reply is never asked for again.
 FORMATS = {"yes_no_any": yes_if_contains_yes, "yes_no_strict": yes_without_no,
-           "official_reasoner": parse_official_reasoner, "official_questions": parse_official_questions}
+           "official_reasoner": parse_official_reasoner, "official_questions": parse_official_questions,
+           "official_reasoner+json_repair": parse_official_reasoner_once,
+           "official_questions+json_repair": parse_official_questions_once,
+           "official_reasoner_v2": parse_official_reasoner_v2,
+           "official_reasoner_v2+json_repair": parse_official_reasoner_v2_once,
+           "official_rewriter": clean_rewritten_caption}
 
 
 def parse_reply(role: str, text: str, expect_answers: int | None = None, fmt: str | None = None) -> tuple[Any, bool]:
@@ -287,8 +411,7 @@ def call_agent(generator, role: str, messages: list[Message], options=None, json
 
     options = options or GenerationOptions()
     if fmt is None and ROLES[role].schema is not None and options.json_schema is None:
-        options = GenerationOptions(max_tokens=options.max_tokens, temperature=options.temperature,
-                                    seed=options.seed, json_schema=ROLES[role].schema)
+        options = dataclasses.replace(options, json_schema=ROLES[role].schema)
     convo = list(messages)
     usage: dict[str, int] = {}
     err: MalformedOutput | None = None

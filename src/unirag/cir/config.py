@@ -15,10 +15,10 @@ YAML layout (see ``examples/xr_agents.yaml``)::
     official_prompts: null          # the official X^R checkout, read under xr_prompts=official
 
 Defaults follow the official X^R code where the paper is silent (01yzzyu/xr.github.io,
-``XR/xr.py``: ``--top_k`` 100 = k', ``--rrf_k`` 60; ``XR/utils/inference_entrypoint_ray.py``
+``XR/xr.py:1561``: ``--top_k`` 100 = k', ``:1543`` ``--rrf_k`` 60; ``XR/utils/inference_entrypoint_ray.py:809-857``
 ``clip_extact_feature_ray`` embeds images and captions with one CLIP model).
 
-Generation options (max_tokens, temperature, seed) go to every call; any other key of a role
+Generation options (max_tokens, temperature, seed, repetition_penalty) go to every call; any other key of a role
 (base_url, api_key_env, device, ...) is passed to the generator factory. API keys are never
 accepted in the file: backends read them from the environment.
 """
@@ -38,7 +38,7 @@ from unirag.errors import ConfigError, InputError
 from unirag.generators.options import identity_config
 from unirag.profiles import SETTINGS, Settings, resolve
 
-GEN_KEYS = ("max_tokens", "temperature", "seed")
+GEN_KEYS = ("max_tokens", "temperature", "seed", "repetition_penalty")
 DEFAULT_MAX_TOKENS = 400  # a role built outside a run (no profile applied yet)
 _SECRET_KEYS = ("api_key", "key", "token", "secret", "password")
 
@@ -50,18 +50,23 @@ class RoleConfig:
     temperature: float = 0.0
     seed: int | None = None
     options: dict[str, Any] = field(default_factory=dict)  # passed to load_text_generator
+    #: None: the profile's xr_caption_repetition_penalty for captions, none for the other roles
+    repetition_penalty: float | None = None
 
     def generation_options(self):
         from unirag.generators.base import GenerationOptions
 
         return GenerationOptions(max_tokens=self.max_tokens if self.max_tokens is not None else DEFAULT_MAX_TOKENS,
-                                 temperature=self.temperature, seed=self.seed)
+                                 temperature=self.temperature, seed=self.seed,
+                                 repetition_penalty=self.repetition_penalty)
 
     def fingerprint(self) -> str:
         """Identifies what the replies depend on (model, options), for the call cache keys."""
         opts = identity_config(self.options)
-        blob = json.dumps({"model": self.model, "gen": [self.max_tokens, self.temperature, self.seed],
-                           "options": opts}, sort_keys=True, default=str)
+        gen: list[Any] = [self.max_tokens, self.temperature, self.seed]
+        if self.repetition_penalty is not None:  # only when set, so the keys of earlier caches stay valid
+            gen.append(["repetition_penalty", self.repetition_penalty])
+        blob = json.dumps({"model": self.model, "gen": gen, "options": opts}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -125,11 +130,14 @@ class XRConfig:
         for role, rc in self.roles.items():
             if rc.max_tokens is None:
                 rc.max_tokens = settings["xr_caption_max_new_tokens" if role == "caption" else "xr_max_new_tokens"]
+            if role == "caption" and rc.repetition_penalty is None:
+                rc.repetition_penalty = settings["xr_caption_repetition_penalty"]
 
     def manifest(self) -> dict[str, Any]:
         """What a run records about its configuration (no secrets: they are never in the config)."""
         return {"roles": {r: {"model": c.model, "max_tokens": c.max_tokens, "temperature": c.temperature,
-                              "seed": c.seed, "options": c.options} for r, c in self.roles.items()},
+                              "seed": c.seed, "repetition_penalty": c.repetition_penalty, "options": c.options}
+                          for r, c in self.roles.items()},
                 "encoder": self.encoder, "text_encoder": self.text_encoder, "settings": vars(self.settings),
                 "official_prompts": self.official_prompts}
 
@@ -150,7 +158,9 @@ def _role_config(raw: dict[str, Any], path: Path, where: str) -> RoleConfig:
         return RoleConfig(model=model.strip(), options=opts,
                           max_tokens=None if gen.get("max_tokens") is None else int(gen["max_tokens"]),
                           temperature=float(gen.get("temperature", 0.0)),
-                          seed=None if gen.get("seed") is None else int(gen["seed"]))
+                          seed=None if gen.get("seed") is None else int(gen["seed"]),
+                          repetition_penalty=(None if gen.get("repetition_penalty") is None
+                                              else float(gen["repetition_penalty"])))
     except (TypeError, ValueError) as e:
         raise InputError(f"bad generation option ({e})", path=path, field=where) from None
 

@@ -85,7 +85,7 @@ def official_rerank_scores(sq_t: Sequence[float], sq_v: Sequence[float], similar
     """The official stage-2 score of the top-k': (w_v S_q^v + w_t S_q^t) x min-max(similarity), both
     weights 0.5 when both verification paths run (one path alone: weight 1).
 
-    01yzzyu/xr.github.io XR/xr.py stage2_rerank: ``_do_fusion_rerank`` (``0.5*qa_vals + 0.5*cap_vals``
+    01yzzyu/xr.github.io XR/xr.py:980-993 (stage2_rerank): ``_do_fusion_rerank`` (``0.5*qa_vals + 0.5*cap_vals``
     times ``_take_head``'s min-max of the stage-1 similarity, all-equal -> 0) and ``_do_single_rerank``.
     """
     q = w_t * np.asarray(sq_t, dtype=np.float64) + w_v * np.asarray(sq_v, dtype=np.float64)
@@ -97,9 +97,9 @@ def description_similarity(image_sims: Sequence[np.ndarray] | None, caption_sims
     """Official stage-1 score of every target description d over the candidates:
     (1 - tau) sim(d, image) + tau sim(d, caption); a side left out (ablation) contributes nothing.
 
-    01yzzyu/xr.github.io XR/utils/inference_entrypoint_ray.py clip_rank_retrieval_ray:
+    01yzzyu/xr.github.io XR/utils/inference_entrypoint_ray.py:943-959 (clip_rank_retrieval_ray):
     ``text_similarity * (1 - args.tau) + image_similarity * args.tau`` (its ``text_similarity`` is
-    description -> image, ``image_similarity`` description -> caption); ``--tau`` 0.15 in XR/xr.py.
+    description -> image, ``image_similarity`` description -> caption); ``--tau`` 0.15 in XR/xr.py:1560.
     """
     sides = [(s, 1.0 - tau) for s in ([image_sims] if image_sims is not None else [])] + \
             [(s, tau) for s in ([caption_sims] if caption_sims is not None else [])]

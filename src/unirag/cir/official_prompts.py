@@ -6,22 +6,24 @@ them and unirag does not ship them: the user points ``--official-prompts DIR`` (
 in Python, ``official_prompts:`` in the agents YAML) at their own checkout. DIR may be the checkout
 root, its ``XR`` folder, or the ``prompts`` folder itself.
 
-Placeholders are filled the way the official code fills them (01yzzyu/xr.github.io XR/xr.py
-``stage1_reason``: ``[[INSTRUCTION]]``, ``[[REF_IMAGE_DESC]]``; ``stage2_verify``: ``[[INSTRUCTION]]``,
+Placeholders are filled the way the official code fills them (01yzzyu/xr.github.io XR/xr.py:253-260
+``stage1_reason``: ``[[INSTRUCTION]]``, ``[[REF_IMAGE_DESC]]``; :652-663 ``stage2_verify``: ``[[INSTRUCTION]]``,
 ``[[ATOMIC_INST]]``, the atomic instructions listed as ``"   (i) kind: content"`` lines after a newline).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from unirag.errors import ConfigError
 
-#: Files read, by what they are for (XR/xr.py load_prompt).
+#: Files read, by what they are for (XR/xr.py:66-83 load_prompt).
 FILES = {"caption": "caption.txt", "reasoner": "prompt1_stage1_reasoner.txt",
          "questions": "prompt2_stage2_reasoner.txt"}
-#: Optional official files whose stage (the cir-v2 schema and its caption rewriter) unirag does not run.
-NOT_RUN = ("prompt1_stage1_reasoner_v2.txt", "prompt1_stage1_rewriter.txt")
+#: Optional files (XR/xr.py:72-76, :86-89: read when present): the cir-v2 reasoner and the caption
+#: rewriter, run under xr_stage1_schema=both / xr_rewrite_caption=on when the checkout has them.
+OPTIONAL = {"reasoner_v2": "prompt1_stage1_reasoner_v2.txt", "rewriter": "prompt1_stage1_rewriter.txt"}
 
 
 def official_dataset_dir(kind: str, name: str) -> str:
@@ -72,7 +74,8 @@ class OfficialPrompts:
                                   f"{self.dataset_dir}; --official-prompts must point at a checkout of "
                                   "01yzzyu/xr.github.io)")
             self.texts[what] = path.read_text(encoding="utf-8")
-        self.not_run = [f for f in NOT_RUN if (self.dir / f).is_file()]
+        self.optional = {what: (self.dir / file).read_text(encoding="utf-8")
+                         for what, file in OPTIONAL.items() if (self.dir / file).is_file()}
 
     def caption(self) -> str:
         return self.texts["caption"]
@@ -85,5 +88,22 @@ class OfficialPrompts:
         listing = "\n" + "".join(f"   ({i}) {kind}: {content}\n" for i, (kind, content) in enumerate(step1, start=1))
         return self.texts["questions"].replace("[[INSTRUCTION]]", instruction).replace("[[ATOMIC_INST]]", listing)
 
+    def reasoner_v2(self, instruction: str, reference_caption: str) -> str | None:
+        """The cir-v2 reasoner prompt, filled as the v1 one (XR/xr.py:320-326); None when absent."""
+        text = self.optional.get("reasoner_v2")
+        if text is None:
+            return None
+        return text.replace("[[INSTRUCTION]]", instruction).replace("[[REF_IMAGE_DESC]]", reference_caption.strip())
+
+    def rewriter(self, instruction: str, v2: dict) -> str | None:
+        """The caption rewriter prompt (XR/xr.py:384-389): ``{user_query}`` = T_m, ``{detail_json_str}`` =
+        the cir-v2 object as ``json.dumps(v2, ensure_ascii=False, separators=(',', ': '))``; None when absent."""
+        text = self.optional.get("rewriter")
+        if text is None:
+            return None
+        detail = json.dumps(v2, ensure_ascii=False, separators=(",", ": "))
+        return text.replace("{user_query}", instruction).replace("{detail_json_str}", detail)
+
     def manifest(self) -> dict[str, object]:
-        return {"dir": str(self.dir), "files": sorted(FILES.values()), "present_not_run": self.not_run}
+        return {"dir": str(self.dir), "files": sorted(FILES.values()),
+                "optional_present": sorted(OPTIONAL[w] for w in self.optional)}

@@ -239,9 +239,30 @@ class CirRun:
             from unirag.cir.official_prompts import OfficialPrompts
 
             self.official = OfficialPrompts(self.config.official_prompts, self.ds.kind, self.ds.name)
-            if self.official.not_run:
-                self.notes.append(f"official prompt files {', '.join(self.official.not_run)} are present but their "
-                                  "stage (cir-v2 schema, caption rewriter) is not run by unirag")
+            self.notes.extend(self._optional_stage_notes())
+
+    def _optional_stage_notes(self) -> list[str]:
+        """What happens to the optional cir-v2 / rewriter files: run, off by a setting, or absent
+        (the official fallback: the stage is skipped, XR/xr.py:317, :361)."""
+        from unirag.cir.official_prompts import OPTIONAL
+
+        st, have = self.settings, self.official.optional
+        wanted = {"reasoner_v2": st["xr_stage1_schema"] == "both",
+                  "rewriter": st["xr_rewrite_caption"] and st["xr_stage1_schema"] == "both"}
+        notes = []
+        for what, on in wanted.items():
+            if on and what not in have:
+                notes.append(f"official prompt file {OPTIONAL[what]} absent: its stage is skipped, as the official "
+                             "code does")
+            elif not on and what in have:
+                notes.append(f"official prompt file {OPTIONAL[what]} present but not run "
+                             f"(xr_stage1_schema={st['xr_stage1_schema']}, xr_rewrite_caption="
+                             f"{'on' if st['xr_rewrite_caption'] else 'off'})")
+        return notes
+
+    def _official_fmt(self, base: str) -> str:
+        """The reply format of an official prompt's call under xr_json_parsing (part of the cache key)."""
+        return base + "+json_repair" if self.settings["xr_json_parsing"] == "official" else base
 
     def _captions(self, runner: AgentRunner, ids_paths: dict[str, Path]) -> dict[str, str | None]:
         reqs = {}
@@ -300,7 +321,7 @@ class CirRun:
         """The official stage-1 reasoner (the text_imagination role's model) on (C_r, T_m): atomic
         instructions (step1) and target descriptions (step2); no vision imagination.
 
-        As 01yzzyu/xr.github.io XR/xr.py stage1_reason: a reply without JSON gets the dummy
+        As 01yzzyu/xr.github.io XR/xr.py:295-314 (stage1_reason): a reply without JSON gets the dummy
         step1 = [["Modification", T_m]], step2 = [C_r]; an empty step2 becomes [C_r].
         """
         reqs = {}
@@ -308,19 +329,53 @@ class CirRun:
             c_r = captions.get(x.q.reference)
             if c_r is not None:
                 m = build_messages("text_imagination", text=self.official.reasoner(x.q.text, c_r))
-                reqs[x.q.qid] = runner.request("text_imagination", m, fmt="official_reasoner")
+                reqs[x.q.qid] = runner.request("text_imagination", m, fmt=self._official_fmt("official_reasoner"))
         out = runner.run("text_imagination", list(reqs.values()), desc="stage-1 reasoner")
         for x in qs:
             if x.q.qid not in reqs:
                 continue
             c_r = captions[x.q.reference]
             got = out.get(reqs[x.q.qid].key)
-            if got is None:
+            if got is None or got.get("no_json"):
                 x.notes.append("stage-1 reasoner reply had no JSON: the official stand-in (reference caption) used")
                 got = {"step1": [["Modification", x.q.text]], "step2": []}
             step2 = got["step2"] or [c_r]
             x.imag_t = {"target_caption": step2[0], "modifications": [f"{k}: {c}" for k, c in got["step1"]],
                         "descriptions": step2, "step1": got["step1"]}
+        self._rewrite_official(runner, [x for x in qs if x.q.qid in reqs], captions)
+
+    def _rewrite_official(self, runner: AgentRunner, qs: list[_Q], captions: dict[str, str | None]) -> None:
+        """The optional cir-v2 reasoner and caption rewriter (xr_stage1_schema=both, xr_rewrite_caption),
+        both played by the stage-1 reasoner's model (the official --llm_path).
+
+        As 01yzzyu/xr.github.io XR/xr.py:317-357 and :369-418: the cir-v2 prompt is filled like the
+        v1 one; only a query whose cir-v2 reply is a non-empty object gets a rewriter call, whose
+        cleaned reply (when not empty) joins the target descriptions, the 'aug' list (:455-458).
+        """
+        st = self.settings
+        if st["xr_stage1_schema"] != "both" or "reasoner_v2" not in self.official.optional:
+            return
+        v2_reqs = {x.q.qid: runner.request("text_imagination", build_messages(
+            "text_imagination", text=self.official.reasoner_v2(x.q.text, captions[x.q.reference])),
+            fmt=self._official_fmt("official_reasoner_v2")) for x in qs}
+        v2_out = runner.run("text_imagination", list(v2_reqs.values()), desc="stage-1 cir-v2 reasoner")
+        v2 = {}
+        for x in qs:
+            got = v2_out.get(v2_reqs[x.q.qid].key)
+            if got is not None and got.get("v2"):
+                v2[x.q.qid] = got["v2"]
+                x.imag_t["cir_v2"] = got["v2"]
+        if not st["xr_rewrite_caption"] or "rewriter" not in self.official.optional or not v2:
+            return
+        rw_reqs = {x.q.qid: runner.request("text_imagination", build_messages(
+            "text_imagination", text=self.official.rewriter(x.q.text, v2[x.q.qid])), fmt="official_rewriter")
+            for x in qs if x.q.qid in v2}
+        rw_out = runner.run("text_imagination", list(rw_reqs.values()), desc="stage-1 caption rewriter")
+        for x in qs:
+            caption = rw_out.get(rw_reqs[x.q.qid].key) if x.q.qid in rw_reqs else None
+            if caption:
+                x.imag_t["rewritten_caption"] = caption
+                x.imag_t["descriptions"] = [*x.imag_t["descriptions"], caption]
 
     def _descriptions(self, x: _Q) -> list[str]:
         """The query's target descriptions: the official reasoner's step2 list, else C_t and C_v."""
@@ -396,7 +451,7 @@ class CirRun:
         if self.official is not None:  # the official stage-2 reasoner on T_m and the atomic instructions
             step1 = x.imag_t["step1"] if x.imag_t and x.imag_t.get("step1") else [["Modification", x.q.text]]
             m = build_messages("question", text=self.official.questions(x.q.text, step1))
-            return runner.request("question", m, fmt="official_questions")
+            return runner.request("question", m, fmt=self._official_fmt("official_questions"))
         mods = x.imag_t["modifications"] if x.imag_t else []
         attrs = x.imag_v["attributes"] if x.imag_v else []
         m = build_messages("question", modification=x.q.text,
@@ -408,7 +463,7 @@ class CirRun:
 
     def _judge_requests(self, runner: AgentRunner, role: str, x: _Q, **where: Any) -> list[CallRequest]:
         """The verification call(s) of one candidate: one with every statement (xr_questions=batch) or
-        one yes/no call per statement (single; 01yzzyu/xr.github.io XR/xr.py stage2_verify)."""
+        one yes/no call per statement (single; 01yzzyu/xr.github.io XR/xr.py:742, :811-836)."""
         if self.settings["xr_questions"] == "single":
             fmt = "yes_no_strict" if role == "text_question" else "yes_no_any"
             return [runner.request(role, build_messages(role, template=f"{role}_single", statement=st["statement"],
@@ -429,6 +484,10 @@ class CirRun:
                 x.notes.append("question agent failed: coarse order kept")
                 continue
             x.statements = out["statements"][:cap] if cap is not None else list(out["statements"])
+            if not x.statements:  # xr_json_parsing=official: no question read from the reply (XR/xr.py:696-721)
+                x.notes.append("stage-2 reasoner reply gave no [question, answer] pair: no verification, every "
+                               "candidate scores 0")
+                continue
             for pos in x.coarse.order[: s.k_prime]:
                 did = pool_ids[x.cand[pos]]
                 if ab.text and captions.get(did):
@@ -450,6 +509,7 @@ class CirRun:
                 else:
                     got[(role, x.q.qid, int(pos))] = outs[0]["answers"] if outs[0] else None
         bug = st["xr_caption_verifier"] == "bool-bug"
+        exact = st["xr_answer_matching"] == "exact-string"
         ties = 0.0 if st["xr_minmax_ties"] == "zero" else 1.0
         weights = (0.5, 0.5) if ab.text and ab.vision else ((1.0, 0.0) if ab.text else (0.0, 1.0))
         extra = (st["xr_scoring"], st["xr_stage2_source"], st["xr_rerank"]) != ("paper", "rrf", "paper")
@@ -457,12 +517,14 @@ class CirRun:
             if x.statements is None:
                 continue
             expected = [bool(stmt["answer"]) for stmt in x.statements]
-            # official bug (bool("False") is True): on the caption path every expected answer is True
-            expected_caption = [True] * len(expected) if bug else expected
+            expected_caption = [official_bool(stmt) for stmt in x.statements] if bug else expected
+            # exact-string: an answer not written "True"/"False" matches no reply on the image path (None)
+            expected_image = [official_answer_string(stmt) for stmt in x.statements] if exact else expected
             top = x.coarse.order[: s.k_prime]
             sq_t = np.array([question_score(expected_caption, got.get(("text_question", x.q.qid, int(p))))
                              for p in top])
-            sq_v = np.array([question_score(expected, got.get(("vision_question", x.q.qid, int(p)))) for p in top])
+            sq_v = np.array([question_score(expected_image, got.get(("vision_question", x.q.qid, int(p))))
+                             for p in top])
             if failed.get(x.q.qid):
                 x.notes.append(f"{failed[x.q.qid]} judgement call(s) failed: scored 0")
             new_top, final = fine(top, x.coarse, sq_t, sq_v, s.lam, s.norm, similarity=not ab.fine_only,
@@ -489,8 +551,28 @@ class CirRun:
             manifest["official_prompts"] = self.official.manifest()
         if runner is not None and "fine" in self.stages and "xr_caption_verifier" in self.settings.official_bugs():
             self.notes.append("reproduces the official caption-path verifier bug (bool(\"False\") is True: every "
-                              "expected answer counts as True); set xr_caption_verifier=fixed to score it right")
+                              "expected answer written as a string counts as True); set xr_caption_verifier=fixed "
+                              "to score it right")
         return write_outputs(self.ds, self.out, qs, pool_ids, s, self.notes, manifest)
+
+
+def official_bool(statement: dict) -> bool:
+    """The caption path's expected answer under xr_caption_verifier=bool-bug: ``bool(answer as written)``
+    (01yzzyu/xr.github.io XR/xr.py:836, :881), so the string "False" counts as True (the official bug).
+    unirag's own question agent writes JSON booleans; they stand for the strings "True"/"False" the
+    official prompt asks for, so they too count as True."""
+    return bool(statement["answer_raw"]) if "answer_raw" in statement else True
+
+
+def official_answer_string(statement: dict) -> bool | None:
+    """The image path's expected answer under xr_answer_matching=exact-string (XR/xr.py:793-795): a reply
+    reads as the string 'True' or 'False' and must EQUAL the answer as written, so only the strings
+    "True" / "False" can match (None: matches no reply). JSON booleans of unirag's own question agent
+    stand for those strings."""
+    if "answer_raw" not in statement:
+        return bool(statement["answer"])
+    raw = statement["answer_raw"]
+    return {"True": True, "False": False}.get(raw) if isinstance(raw, str) else None
 
 
 def _check_settings(settings: Settings) -> None:

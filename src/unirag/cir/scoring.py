@@ -36,8 +36,8 @@ class CoarseResult:
 
 def with_source(res: CoarseResult, source: str) -> CoarseResult:
     """Pick the stage-1 list fine filtering gets (setting ``xr_stage2_source``): ``rrf`` (paper Alg. 1
-    line 10) or ``aug``, the description-averaged similarity (01yzzyu/xr.github.io XR/xr.py
-    stage1_retrieve, ``--stage2_source`` default 'aug'; its RRF list is computed but unused)."""
+    line 10) or ``aug``, the description-averaged similarity (01yzzyu/xr.github.io XR/xr.py:563-577
+    stage1_retrieve, :1545 ``--stage2_source`` default 'aug'; its RRF list is computed but unused)."""
     if source == "aug":
         res.order, res.similarity = order_by(res.aug), res.aug
     elif source == "rrf":
@@ -76,7 +76,7 @@ def coarse_official(caption_emb: np.ndarray | None, image_emb: np.ndarray | None
 
     ``desc_text``/``desc_cross``: the descriptions in the caption (text) space and the image-text space;
     ``caption_emb``/``image_emb`` None when that side is ablated.
-    01yzzyu/xr.github.io XR/utils/inference_entrypoint_ray.py clip_rank_retrieval_ray (sum over the
+    01yzzyu/xr.github.io XR/utils/inference_entrypoint_ray.py:943-959 clip_rank_retrieval_ray (sum over the
     descriptions, divided by their number).
     """
     image_sims = [image_emb @ d for d in desc_cross] if image_emb is not None else None
@@ -94,12 +94,13 @@ def plain(similarity: np.ndarray) -> CoarseResult:
     return CoarseResult(s, s, s, order_by(s), aug=s, similarity=s)
 
 
-def question_score(expected: list[bool], answers: list[bool | None] | None) -> int:
+def question_score(expected: list[bool | None], answers: list[bool | None] | None) -> int:
     """+1 for every statement the judge answers as the question agent expects (a failed one-statement
-    call, None, matches nothing)."""
+    call, None, matches nothing; nor does an expected answer None, one no reply can equal)."""
     if answers is None:
         return 0
-    return int(sum(1 for e, a in zip(expected, answers, strict=False) if a is not None and bool(e) == bool(a)))
+    return int(sum(1 for e, a in zip(expected, answers, strict=False)
+                   if a is not None and e is not None and bool(e) == bool(a)))
 
 
 def fine(top: np.ndarray, coarse_res: CoarseResult, sq_t: np.ndarray, sq_v: np.ndarray, lam: float,

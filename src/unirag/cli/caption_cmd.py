@@ -37,7 +37,7 @@ MODES = ("zero-shot", "random", "rag")
               help="Your checkout of github.com/castorini/UniRAG: with --caption-prompts official (or --profile "
                    "official) the caption instructions are read from its src/unirag/prompts/ files.")
 @generation_options
-@profile_options("temperature", "caption_prompts", "pair_completion", "example_pairs")
+@profile_options("temperature", "caption_prompts", "caption_lowercase", "pair_completion", "example_pairs")
 @selection_options
 @engine_options
 def caption(queries, images_root, pool_images_root, generator_spec, mode, k, retrieval, index, pool, out, limit,

@@ -17,7 +17,8 @@ def xr_setting_options(f):
     """``--profile``, ``--official-prompts`` and one option per X^R setting (values as in the table)."""
     for name in reversed(XR_SETTINGS):
         st = SETTINGS[name]
-        values = "|".join(str(c) for c in st.choices) if st.choices else None
+        values = ("on|off" if set(st.choices) == {True, False} else "|".join(str(c) for c in st.choices)) \
+            if st.choices else None
         f = click.option(option_name(name), name, default=None, metavar=values or "VALUE",
                          help=f"{st.help} [default profile: {st.default}; official: {st.official}]")(f)
     f = click.option("--official-prompts", type=click.Path(file_okay=False), default=None,

@@ -53,6 +53,9 @@ class GenerationOptions:
     temperature: float | None = 0.0
     seed: int | None = None
     json_schema: dict[str, Any] | None = None  # ask for JSON output when the backend supports it
+    #: None sends none. hf: the generate() keyword; OpenAI-compatible servers (vLLM): an extra body
+    #: field (the OpenAI API itself has no such parameter); Gemini: not supported, not sent.
+    repetition_penalty: float | None = None
 
 
 class TextGenerator(ABC):

@@ -139,6 +139,8 @@ class HFVisionLanguageGenerator(TextGenerator):
                     gen_kwargs["do_sample"] = options.temperature > 0
                     if options.temperature > 0:
                         gen_kwargs["temperature"] = options.temperature
+                if options.repetition_penalty is not None:
+                    gen_kwargs["repetition_penalty"] = options.repetition_penalty
                 with torch.inference_mode():
                     out = self._model.generate(**inputs, **gen_kwargs)
             except torch.cuda.OutOfMemoryError as e:

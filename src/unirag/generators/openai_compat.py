@@ -91,6 +91,8 @@ class OpenAIChatGenerator(TextGenerator):
         if options.json_schema is not None:
             body["response_format"] = {"type": "json_schema",
                                        "json_schema": {"name": "output", "schema": options.json_schema}}
+        if options.repetition_penalty is not None:  # vLLM's sampling extension, sent in the request body
+            body["extra_body"] = {"repetition_penalty": options.repetition_penalty}
         return body
 
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:

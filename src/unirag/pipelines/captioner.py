@@ -247,6 +247,10 @@ class Captioner(LazyBackend):
         text = gen.text.strip()
         if not text:
             raise BackendError(f"{self.spec} returned an empty caption")
+        case = self.settings["caption_lowercase"]
+        if case == "all" or (case == "gpt4o" and getattr(self.backend, "template_family", None) == "gpt4o"
+                             and not self.picks_examples):
+            text = text.lower()  # the official UniRAG code lower-cases GPT replies (setting caption_lowercase)
         prompt = request.prompt
         return Caption(text=text, usage=gen.usage, cost=cost_usd(gen.usage, self.price),
                        prompt=prompt.messages if prompt is not None else [], examples=list(request.shots),
