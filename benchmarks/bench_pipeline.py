@@ -33,11 +33,13 @@ from pathlib import Path
 
 import numpy as np
 
+from unirag.encoders.preprocess import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_PHOTOS = REPO / "tests" / "fixtures" / "coco-mini" / "images"
 DEFAULT_COCO = REPO.parent / "shared" / "data" / "coco-val2017-mini"
-CLIP_MEAN = np.array([0.48145466, 0.4578275, 0.40821073], np.float32)[:, None, None]
-CLIP_STD = np.array([0.26862954, 0.26130258, 0.27577711], np.float32)[:, None, None]
+CLIP_MEAN = np.array(OPENAI_CLIP_MEAN, np.float32)[:, None, None]
+CLIP_STD = np.array(OPENAI_CLIP_STD, np.float32)[:, None, None]
 
 
 def clip_preprocess(image, size: int = 224) -> np.ndarray:
