@@ -502,3 +502,42 @@ class DecodePool:
         ring = getattr(self, "ring", None)
         if ring is not None:
             ring.close()
+
+
+class DecodeAhead:
+    """The image files of work batches decoded in a :class:`DecodePool` while the caller works on the
+    batch before, for loops that call a model one batch at a time (caption runs: query and example
+    images). ``batches``: ``(key, (payload, paths))`` in the order the caller will ask for them; the
+    generator is advanced only as the pool fills its queue, so the payloads (e.g. chosen examples) are
+    made a few batches ahead too. :meth:`take` returns the batch's payload and its images as a
+    ``path -> RGB PIL image`` mapping for :func:`unirag.data.images.predecoded` (unreadable files
+    are left out, to fail where they are loaded, as before), or None when ``key`` is not the next
+    batch (the caller then works as without it)."""
+
+    def __init__(self, batches: Iterable[tuple[K, tuple[Any, Sequence[str | Path]]]], workers: int) -> None:
+        self.pool = DecodePool(workers)
+        self._stream = self.pool.map(((key, payload), paths) for key, (payload, paths) in batches)
+        self._current: tuple[Any, Any, dict[str, Any]] | None = None
+        self._done = False
+
+    def take(self, key: Any) -> tuple[Any, dict[str, Any]] | None:
+        """(payload, images) of batch ``key``, advancing past the batches before it; None if not ahead."""
+        while not self._done and (self._current is None or self._current[0] != key):
+            try:
+                (k, payload), decoded = next(self._stream)
+            except StopIteration:
+                self._done = True
+                break
+            except BaseException:  # making a payload failed: from here on the caller works alone
+                self._done = True
+                raise
+            self._current = (k, payload, {d.path: d.image for d in decoded if d.ok})
+            if k == key:
+                break
+        if self._current is not None and self._current[0] == key:
+            return self._current[1], self._current[2]
+        return None
+
+    def close(self) -> None:
+        self._stream.close()
+        self.pool.close()
