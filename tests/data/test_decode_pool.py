@@ -305,3 +305,16 @@ def _alive(pid: int) -> bool:
             return False
         time.sleep(0.25)
     return True
+
+
+def test_without_room_in_shared_memory_results_go_back_pickled(photo_paths, monkeypatch) -> None:
+    """A small /dev/shm (a container's 64 MB) gets no slots: a worker writing past it would die of SIGBUS."""
+    monkeypatch.setattr(decode.SlotRing, "fits", staticmethod(lambda slots, nbytes: False))
+    with DecodePool(2, preprocess, prefetch=1) as pool:
+        got = [d for _, items in pool.map(_jobs(photo_paths, 3), borrow=True) for d in items]
+        assert pool.ring is None
+    for d, p in zip(got, photo_paths, strict=True):
+        want = decode.decode_one(p, preprocess)
+        assert d.reason == want.reason
+        if want.ok:
+            np.testing.assert_array_equal(d.image, want.image)

@@ -349,6 +349,9 @@ class DecodePool:
         #: the shared-memory slots, once the first job showed the preprocessor's arrays (None before,
         #: and for good when it returns anything else or the slots would not fit)
         self.ring: SlotRing | None = None
+        import threading
+
+        self._decide_lock = threading.Lock()
         self._executor = None
         self.start_method = start_method()
         self._payload: Any = preprocess
@@ -392,9 +395,13 @@ class DecodePool:
     def _decide_ring(self, n_paths: int, items: list[Decoded]) -> None:
         """After the first job: slots if every image came back as an array of one shape and dtype."""
         arrays = [d.image for d in items if d.ok]
-        if not arrays:
-            return  # every image of the job was unreadable: the next job decides
-        self._ring_decided = True
+        with self._decide_lock:
+            if not arrays or self._ring_decided:
+                return  # every image of the job was unreadable (the next job decides), or another map decided
+            self._ring_decided = True
+            self._make_ring(n_paths, arrays)
+
+    def _make_ring(self, n_paths: int, arrays: list) -> None:
         if not (self.shared_memory and all(_is_array(a) for a in arrays)):
             return
         shape, dtype = arrays[0].shape, arrays[0].dtype
@@ -425,7 +432,7 @@ class DecodePool:
         in_flight: deque = deque()
         source = iter(jobs)
         exhausted = False
-        held: int | None = None  # the slot of the job the caller is working on
+        held: tuple[SlotRing, int] | None = None  # the slot of the job the caller is working on
 
         def fill() -> None:
             nonlocal exhausted
@@ -443,12 +450,12 @@ class DecodePool:
                     and ring.free else None
                 futures = [pool.submit(_decode_piece, piece, None if slot is None else ring.target(slot, start))
                            for start, piece in self._pieces(paths)]
-                in_flight.append((key, len(paths), futures, slot))
+                in_flight.append((key, len(paths), futures, None if slot is None else (ring, slot)))
 
         try:
             while True:
                 if held is not None:
-                    self.ring.free.append(held)
+                    held[0].free.append(held[1])
                     held = None
                 fill()
                 if not in_flight:
@@ -456,8 +463,8 @@ class DecodePool:
                 key, n_paths, futures, slot = in_flight[0]
                 items = [d for f in futures for d in f.result()]
                 in_flight.popleft()
-                if slot is not None:
-                    rows = self.ring.arrays[slot]
+                if slot is not None:  # read from the ring the job was given (another map may replace self.ring)
+                    rows = slot[0].arrays[slot[1]]
                     items = [Decoded(d.path, rows[i] if borrow else rows[i].copy()) if isinstance(d.image, _InSlot)
                              else d for i, d in enumerate(items)]
                     held = slot
@@ -476,10 +483,10 @@ class DecodePool:
                         f.result()
                     except BaseException:  # noqa: BLE001 - cancelled or failed: the slot is unused now
                         pass
-                if slot is not None and self.ring is not None:
-                    self.ring.free.append(slot)
-            if held is not None and self.ring is not None:
-                self.ring.free.append(held)
+                if slot is not None:
+                    slot[0].free.append(slot[1])
+            if held is not None:
+                held[0].free.append(held[1])
 
     def close(self) -> None:
         if self._executor is not None:
