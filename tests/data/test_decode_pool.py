@@ -123,6 +123,8 @@ def test_worker_settings(monkeypatch) -> None:
     assert workers_for(None, None) == decode.AUTO_WORKERS_CAP  # auto: the cores, capped
     assert workers_for(None, 10) == 0  # auto: a small job is decoded inline
     assert workers_for(2, 10) == 2  # an explicit setting is used as is
+    assert workers_for(None, 10_000, model_on_cpu=True) == decode.AUTO_WORKERS_CPU_MODEL == 1
+    assert workers_for(3, 10_000, model_on_cpu=True) == 3
     monkeypatch.setattr(decode, "available_cores", lambda: 2)
     assert workers_for(None, 10_000) == 2
 

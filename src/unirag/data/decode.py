@@ -105,15 +105,24 @@ def auto_decode_workers() -> int:
     return min(available_cores(), AUTO_WORKERS_CAP)
 
 
-def workers_for(setting: int | None, n_images: int | None) -> int:
+#: With ``auto``, decode workers when the model itself runs on the CPU: its intra-op threads already
+#: use every core, and decoding is a few per cent of its work. Measured on 2 cores (docs/throughput.md):
+#: one worker overlaps the decoding; two competed with the model's threads and were slower.
+AUTO_WORKERS_CPU_MODEL = 1
+
+
+def workers_for(setting: int | None, n_images: int | None, model_on_cpu: bool = False) -> int:
     """Workers to use for a job of ``n_images`` (None: unknown, e.g. a streamed pool) under ``setting``.
 
-    An explicit setting is used as is; ``auto`` decodes small jobs inline (:data:`AUTO_MIN_IMAGES`).
+    An explicit setting is used as is; ``auto`` decodes small jobs inline (:data:`AUTO_MIN_IMAGES`)
+    and, for a model that runs on the CPU, uses :data:`AUTO_WORKERS_CPU_MODEL` workers.
     """
     if setting is not None:
         return setting
     if n_images is not None and n_images < AUTO_MIN_IMAGES:
         return 0
+    if model_on_cpu:
+        return min(AUTO_WORKERS_CPU_MODEL, auto_decode_workers())
     return auto_decode_workers()
 
 

@@ -112,7 +112,9 @@ class Encoder(ABC):
         """
         from unirag.data.decode import DecodePool, resolve_decode_workers, workers_for
 
-        workers = workers_for(resolve_decode_workers(self.decode_workers), n_images)
+        device = getattr(self, "device", None)  # None: unknown (a stand-in, a plugin): not assumed CPU
+        on_cpu = isinstance(device, str) and device.startswith("cpu")
+        workers = workers_for(resolve_decode_workers(self.decode_workers), n_images, model_on_cpu=on_cpu)
         if workers == 0:
             return DecodePool(0, self.image_preprocessor())
         pool = self.__dict__.get("_decode_pool")
