@@ -19,7 +19,12 @@ rounds is kept), so a drift of the shared machine's load hits them alike.
     the encoder's own throughput on already-decoded images (``encode_images`` of PIL images: its
     preprocessing + model, no decoding), measured in the same rounds. Target: build >= 0.9x that.
 
-Usage:  python benchmarks/bench_pipeline.py [--n 1000] [--n-offline 400] [--repeat 2] [--json out.json]
+Each (a) row also gives the CPU time per image of the model's process and of the decode workers;
+a setting ``Np`` runs N workers without the shared-memory slots (results pickled back, the pool
+before them), for an A/B in the same run.
+
+Usage:  python benchmarks/bench_pipeline.py [--n 1000] [--n-offline 400] [--repeat 2] [--workers 0,1,2,auto,2p]
+                                            [--workers-offline auto,0,1] [--json out.json]
 """
 
 from __future__ import annotations
