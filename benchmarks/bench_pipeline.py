@@ -17,15 +17,21 @@ rounds is kept), so a drift of the shared machine's load hits them alike.
     gives the same vectors. Target: workers 2 >= 1.5x workers 0.
 (b) model-bound: the offline encoder (EfficientNet-Lite0), build at auto workers and at 0, against
     the encoder's own throughput on already-decoded images (``encode_images`` of PIL images: its
-    preprocessing + model, no decoding). Target: build >= 0.9x that.
+    preprocessing + model, no decoding), measured in the same rounds. Target: build >= 0.9x that.
 
-Usage:  python benchmarks/bench_pipeline.py [--n 1000] [--n-offline 400] [--repeat 2] [--json out.json]
+Each (a) row also gives the CPU time per image of the model's process and of the decode workers;
+a setting ``Np`` runs N workers without the shared-memory slots (results pickled back, the pool
+before them), for an A/B in the same run.
+
+Usage:  python benchmarks/bench_pipeline.py [--n 1000] [--n-offline 400] [--repeat 2] [--workers 0,1,2,auto,2p]
+                                            [--workers-offline auto,0,1] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -33,11 +39,13 @@ from pathlib import Path
 
 import numpy as np
 
+from unirag.encoders.preprocess import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_PHOTOS = REPO / "tests" / "fixtures" / "coco-mini" / "images"
 DEFAULT_COCO = REPO.parent / "shared" / "data" / "coco-val2017-mini"
-CLIP_MEAN = np.array([0.48145466, 0.4578275, 0.40821073], np.float32)[:, None, None]
-CLIP_STD = np.array([0.26862954, 0.26130258, 0.27577711], np.float32)[:, None, None]
+CLIP_MEAN = np.array(OPENAI_CLIP_MEAN, np.float32)[:, None, None]
+CLIP_STD = np.array(OPENAI_CLIP_STD, np.float32)[:, None, None]
 
 
 def clip_preprocess(image, size: int = 224) -> np.ndarray:
@@ -112,11 +120,19 @@ def best(fn, repeat: int):
     return min(times), out
 
 
-def build(pool: Path, encoder, workers, out: Path):
+def build(pool: Path, encoder, setting: str, out: Path):
+    """Build the index at one ``--workers`` setting: ``auto``, ``N``, or ``Np`` (N workers whose
+    results go back pickled, without the shared-memory slots: what the pool did before them)."""
+    from unirag.data.decode import DecodePool, resolve_decode_workers
     from unirag.index.build import build_index
     from unirag.index.store import VectorIndex
 
+    pickled = setting.endswith("p")
+    workers = resolve_decode_workers(setting.removesuffix("p"))
     encoder.decode_workers = workers
+    if pickled:  # the pool the encoder then reuses
+        encoder._decode_pool = DecodePool(workers, encoder.image_preprocessor(), batch_rows=encoder.batch_size,
+                                          shared_memory=False)
     if out.exists():
         shutil.rmtree(out)
     build_index(pool, None, out, encoder, batch_size=64, progress=False)
@@ -130,14 +146,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=1000, help="images for (a)")
     ap.add_argument("--n-offline", type=int, default=400, help="images for (b)")
-    ap.add_argument("--workers", default="0,1,2,auto", help="decode-worker settings for (a)")
+    ap.add_argument("--workers", default="0,1,2,auto", help="decode-worker settings for (a); 'Np': N workers "
+                    "without the shared-memory slots (results pickled back)")
+    ap.add_argument("--workers-offline", default="auto,0", help="decode-worker settings for (b); the first is "
+                    "the one the RATIO line reports")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--coco", type=Path, default=DEFAULT_COCO)
     ap.add_argument("--skip-offline", action="store_true")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = ap.parse_args()
 
-    from unirag.data.decode import auto_decode_workers, available_cores, resolve_decode_workers
+    from unirag.data.decode import auto_decode_workers, available_cores
     from unirag.data.images import load_rgb
 
     files = photos(args.coco)
@@ -164,10 +183,16 @@ def main() -> None:
         settings = args.workers.split(",")
         times = {x: float("inf") for x in settings}
         loads = {}
+        cpu: dict[str, tuple[float, float]] = {}  # CPU ms per image: (the model's process, the decode workers)
         for _ in range(args.repeat):  # rounds over every setting: the shared machine's load drifts
             for setting in settings:
-                t0 = time.perf_counter()
-                vecs = build(pool, standin, resolve_decode_workers(setting), work / "idx")
+                t0, c0, k0 = time.perf_counter(), time.process_time(), os.times()
+                vecs = build(pool, standin, setting, work / "idx")
+                k1 = os.times()  # the workers are reaped by encoder.close(): their CPU time is counted
+                if time.perf_counter() - t0 < times[setting]:
+                    cpu[setting] = (1000 * (time.process_time() - c0) / args.n,
+                                    1000 * (k1.children_user + k1.children_system
+                                            - k0.children_user - k0.children_system) / args.n)
                 times[setting] = min(times[setting], time.perf_counter() - t0)
                 loads[setting] = load()
                 ref = vecs if ref is None else ref
@@ -176,9 +201,12 @@ def main() -> None:
         for setting in settings:
             rate = args.n / times[setting]
             rows.append({"decode_workers": setting, "images_per_s": rate, "vs_plain_loop": rate / base,
-                         "identical_vectors": True, "load": loads[setting]})
+                         "identical_vectors": True, "load": loads[setting],
+                         "cpu_ms_per_image_model_process": cpu[setting][0],
+                         "cpu_ms_per_image_workers": cpu[setting][1]})
             print(f"build --decode-workers {setting:>4}: {rate:8.1f} images/s = {rate / base:5.2f}x the plain loop; "
-                  f"vectors identical to the first setting's: True  (load {loads[setting]})")
+                  f"vectors identical to the first setting's: True; CPU ms/image: model's process "
+                  f"{cpu[setting][0]:.2f}, workers {cpu[setting][1]:.2f}  (load {loads[setting]})")
         t_again, _ = best(plain_loop, 1)  # once more after the builds: the machine is shared, keep the best
         if t_again < t_loop:
             base = args.n / t_again
@@ -199,20 +227,22 @@ def main() -> None:
             offline = load_encoder("offline", device="cpu", batch_size=64)
             decoded = [load_rgb(files[i % len(files)]) for i in range(n)]
             offline.encode_images(decoded[:64])  # warm-up
-            t_own, own = best(lambda: offline.encode_images(decoded), args.repeat)
-            del decoded
-            own_rate = n / t_own
-            print(f"\n## (b) model-bound: offline encoder ({n} images)\n"
-                  f"encoder alone on already-decoded images: {own_rate:8.1f} images/s  (load {load()})")
+            print(f"\n## (b) model-bound: offline encoder ({n} images)")
             rows_b = []
-            times_b = {x: float("inf") for x in ("auto", "0")}
-            diffs = {}
-            for _ in range(args.repeat):
+            times_b = {x: float("inf") for x in args.workers_offline.split(",")}
+            t_own, own, diffs = float("inf"), None, {}
+            for _ in range(args.repeat):  # rounds: the encoder alone and every build, so load drift hits all
+                t0 = time.perf_counter()
+                own = offline.encode_images(decoded)
+                t_own = min(t_own, time.perf_counter() - t0)
                 for setting in times_b:
                     t0 = time.perf_counter()
-                    vecs = build(pool_b, offline, resolve_decode_workers(setting), work / "idx_b")
+                    vecs = build(pool_b, offline, setting, work / "idx_b")
                     times_b[setting] = min(times_b[setting], time.perf_counter() - t0)
                     diffs[setting] = float(np.abs(vecs - own).max())
+            del decoded
+            own_rate = n / t_own
+            print(f"encoder alone on already-decoded images: {own_rate:8.1f} images/s  (load {load()})")
             for setting, t in times_b.items():
                 rate = n / t
                 rows_b.append({"decode_workers": setting, "images_per_s": rate, "vs_encoder_alone": rate / own_rate,

@@ -123,6 +123,8 @@ def test_worker_settings(monkeypatch) -> None:
     assert workers_for(None, None) == decode.AUTO_WORKERS_CAP  # auto: the cores, capped
     assert workers_for(None, 10) == 0  # auto: a small job is decoded inline
     assert workers_for(2, 10) == 2  # an explicit setting is used as is
+    assert workers_for(None, 10_000, model_on_cpu=True) == decode.AUTO_WORKERS_CPU_MODEL == 1
+    assert workers_for(3, 10_000, model_on_cpu=True) == 3
     monkeypatch.setattr(decode, "available_cores", lambda: 2)
     assert workers_for(None, 10_000) == 2
 
@@ -161,3 +163,160 @@ def test_workers_end_when_their_parent_is_killed(photo_paths, tmp_path) -> None:
     while any(alive(p) for p in workers) and time.time() < deadline:
         time.sleep(0.5)
     assert not any(alive(p) for p in workers)
+
+
+# -- the shared-memory slots ------------------------------------------------------------------------
+def _segments(pid: int | None = None) -> list[str]:
+    import os
+
+    prefix = f"{decode.SHM_PREFIX}{os.getpid() if pid is None else pid}_"
+    return sorted(p.name for p in Path("/dev/shm").glob(prefix + "*")) if Path("/dev/shm").is_dir() else []
+
+
+def test_preprocessed_batches_arrive_in_shared_memory_without_a_copy(photo_paths) -> None:
+    """Workers write each preprocessed image into its row of the job's slot; the model's batch is a view of
+    those rows (nothing pickled, nothing stacked again), equal to inline decoding. The first job comes
+    back pickled: it shows the shape and dtype of the slots."""
+    good = [p for p in photo_paths if "corrupt" not in p and "missing" not in p]
+    inline = [np.asarray(preprocess(decode.decode_one(p).image)) for p in good]
+    seen = []
+    with DecodePool(2, preprocess, prefetch=1) as pool:
+        for i, (_, items) in enumerate(pool.map(_jobs(good, 2), borrow=True)):  # 4 jobs through 2 slots
+            arrays = [d.image for d in items]
+            batch = decode.stack_batch(arrays)
+            in_slot = pool.ring is not None and any(np.shares_memory(batch, slot) for slot in pool.ring.arrays)
+            assert in_slot == (i > 0)
+            assert all(np.shares_memory(batch, a) for a in arrays) == (i > 0)
+            seen.extend(np.array(a) for a in batch)
+        assert i == 4 and pool.ring.rows == 2 and len(pool.ring.arrays) == 2
+    assert len(seen) == len(inline)
+    for a, b in zip(inline, seen, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_without_borrowing_the_arrays_are_the_callers_own(photo_paths) -> None:
+    good = [p for p in photo_paths if "corrupt" not in p and "missing" not in p][:6]
+    with DecodePool(2, preprocess, prefetch=1) as pool:
+        results = list(pool.map(_jobs(good, 2)))  # kept past the next job: must not be recycled
+        assert pool.ring is not None
+        for _, items in results:
+            for d in items:
+                assert not any(np.shares_memory(d.image, slot) for slot in pool.ring.arrays)
+    for (_, items), start in zip(results, range(0, 6, 2), strict=True):
+        for d, p in zip(items, good[start : start + 2], strict=True):
+            np.testing.assert_array_equal(d.image, preprocess(decode.decode_one(p).image))
+
+
+def test_stack_batch_copies_what_is_not_consecutive_rows_of_one_buffer() -> None:
+    rows = np.frombuffer(bytearray(4 * 6 * 4), np.float32).reshape(4, 6)
+    assert np.shares_memory(decode.stack_batch([rows[1], rows[2], rows[3]]), rows)
+    gap = decode.stack_batch([rows[0], rows[2]])  # a skipped (unreadable) image between them
+    assert not np.shares_memory(gap, rows)
+    np.testing.assert_array_equal(gap, rows[[0, 2]])
+    owned = [np.ones(3, np.float32), np.zeros(3, np.float32)]
+    np.testing.assert_array_equal(decode.stack_batch(owned), np.stack(owned))
+
+
+def _as_dict(image):
+    return {"pixels": preprocess(image), "size": image.size}
+
+
+def _raw_pixels(image):
+    return np.asarray(image)  # its shape is the photo's: not one for a slot to hold
+
+
+@pytest.mark.parametrize("fn", [_as_dict, _raw_pixels])
+def test_preprocessors_that_return_no_fixed_array_go_back_pickled(photo_paths, fn) -> None:
+    with DecodePool(2, fn, prefetch=1) as pool:
+        got = [d for _, items in pool.map(_jobs(photo_paths, 3), borrow=True) for d in items]
+        assert pool.ring is None or fn is _raw_pixels
+    want = [decode.decode_one(p, fn) for p in photo_paths]
+    assert [d.path for d in got] == [d.path for d in want] and [d.reason for d in got] == [d.reason for d in want]
+    for a, b in zip(want, got, strict=True):
+        if a.ok:
+            pa, pb = (a.image["pixels"], b.image["pixels"]) if fn is _as_dict else (a.image, b.image)
+            np.testing.assert_array_equal(pa, pb)
+
+
+def test_spawned_workers_write_into_the_slots_too(photo_paths, monkeypatch) -> None:
+    monkeypatch.setattr(decode, "start_method", lambda: "spawn")
+    with DecodePool(2, preprocess, prefetch=1) as pool:
+        got = [np.array(d.image) for _, items in pool.map(_jobs(photo_paths[:4], 2), borrow=True) for d in items]
+        assert pool.ring is not None
+    for a, p in zip(got, photo_paths[:4], strict=True):
+        np.testing.assert_array_equal(a, preprocess(decode.decode_one(p).image))
+    assert _segments() == []
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs a /dev/shm to look for leaked segments in")
+def test_no_segment_is_left_after_a_normal_end_or_an_exception(photo_paths) -> None:
+    with DecodePool(2, preprocess, prefetch=1) as pool:
+        list(pool.map(_jobs(photo_paths, 3)))
+        assert pool.ring is not None and len(_segments()) == 2
+    assert _segments() == []
+    with pytest.raises(RuntimeError, match="the model failed"), DecodePool(2, preprocess, prefetch=1) as pool:
+        for i, _ in enumerate(pool.map(_jobs(photo_paths, 2), borrow=True)):
+            if i == 1:
+                raise RuntimeError("the model failed")
+    assert _segments() == []
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs a /dev/shm to look for leaked segments in")
+@pytest.mark.parametrize("how", ["KeyboardInterrupt", "exception", "no close"])
+def test_no_segment_is_left_when_a_script_is_interrupted_or_fails(photo_paths, tmp_path, how) -> None:
+    """Ctrl-C in the middle of a build, an uncaught error, a pool never closed: the segments are unlinked
+    by the process itself (the resource tracker reports none leaked) and its workers are gone."""
+    import subprocess
+    import sys
+
+    # Ctrl-C in a terminal: SIGINT to the whole process group, workers included
+    stop = {"KeyboardInterrupt": "os.killpg(os.getpgrp(), signal.SIGINT); time.sleep(5)",
+            "exception": "raise RuntimeError('the model failed')", "no close": "break"}[how]
+    script = tmp_path / "interrupted.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "from unirag.data.decode import DecodePool\n"
+        "from unirag.encoders.efficientnet import preprocess\n"
+        f"paths = {photo_paths!r}\n"
+        "pool = DecodePool(2, preprocess, prefetch=1)\n"
+        "for i, (_, items) in enumerate(pool.map([(s, paths[s:s + 2]) for s in range(0, len(paths), 2)], borrow=True)):\n"
+        "    if i == 2:\n"
+        "        print(os.getpid(), ' '.join(pool.ring.names), flush=True)\n"
+        "        print(' '.join(str(p) for p in pool._executor._processes), flush=True)\n"
+        f"        {stop}\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          start_new_session=True)
+    first, workers = proc.stdout.splitlines()[:2]
+    pid, *names = first.split()
+    assert len(names) == 2 and all(n.startswith(f"{decode.SHM_PREFIX}{pid}_") for n in names)
+    assert proc.returncode == {"KeyboardInterrupt": -2, "exception": 1, "no close": 0}[how], proc.stderr[-2000:]
+    assert ("KeyboardInterrupt" in proc.stderr) == (how == "KeyboardInterrupt")
+    assert "leaked shared_memory" not in proc.stderr
+    assert _segments(int(pid)) == []
+    assert len(workers.split()) == 2 and not any(_alive(int(w)) for w in workers.split())
+
+
+def _alive(pid: int) -> bool:
+    import os
+    import time
+
+    for _ in range(40):  # reaped by now, or ending on its own (its parent is gone)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.25)
+    return True
+
+
+def test_without_room_in_shared_memory_results_go_back_pickled(photo_paths, monkeypatch) -> None:
+    """A small /dev/shm (a container's 64 MB) gets no slots: a worker writing past it would die of SIGBUS."""
+    monkeypatch.setattr(decode.SlotRing, "fits", staticmethod(lambda slots, nbytes: False))
+    with DecodePool(2, preprocess, prefetch=1) as pool:
+        got = [d for _, items in pool.map(_jobs(photo_paths, 3), borrow=True) for d in items]
+        assert pool.ring is None
+    for d, p in zip(got, photo_paths, strict=True):
+        want = decode.decode_one(p, preprocess)
+        assert d.reason == want.reason
+        if want.ok:
+            np.testing.assert_array_equal(d.image, want.image)

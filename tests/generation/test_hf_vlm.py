@@ -155,3 +155,39 @@ def test_llava_sends_no_sampling_arguments_without_a_temperature(llava_path):
     gen.generate(msg, GenerationOptions(max_tokens=3, temperature=0.7))
     assert seen == [{"max_new_tokens": 3}, {"max_new_tokens": 3, "do_sample": False},
                     {"max_new_tokens": 3, "do_sample": True, "temperature": 0.7}]
+
+
+def test_decode_workers_decode_the_next_batches_images_and_change_no_caption(coco_set, llava_path, tmp_path,
+                                                                              monkeypatch):
+    """With decode workers the query and example images are decoded in the workers, batches ahead of the
+    model (the run's own process decodes no image file), and every record is what inline decoding gives."""
+    from pathlib import Path
+
+    from unirag.data import images
+
+    decoded_here = []
+    real = images._decode
+
+    def counting(opener, *args, path=None, **kwargs):
+        if path is not None:
+            decoded_here.append(Path(path).name)
+        return real(opener, *args, path=path, **kwargs)
+
+    monkeypatch.setattr(images, "_decode", counting)
+    records = {}
+    for workers in (0, 2):
+        out = tmp_path / f"run{workers}"
+        decoded_here.clear()
+        cfg = CaptionConfig(queries=coco_set["queries"], generator=f"hf:{llava_path}", out=out, mode="rag", k=2,
+                            images_root=coco_set["images_root"], retrieval=coco_set["run"], limit=5, max_tokens=5,
+                            generator_options={"batch_size": 2, "device": "cpu", "dtype": "float32"},
+                            progress=False, save_prompts=0, decode_workers=workers)
+        assert run_captioning(cfg)["counts"]["ok"] == 5
+        recs = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
+        records[workers] = sorted(({k: r[k] for k in ("qid", "caption", "examples", "usage")} for r in recs),
+                                  key=lambda r: r["qid"])
+        if workers == 0:
+            assert len(decoded_here) == 5 * 3  # each query's image and its two examples', here
+        else:
+            assert decoded_here == []
+    assert records[2] == records[0]

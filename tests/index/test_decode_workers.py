@@ -166,3 +166,18 @@ def test_blip_ff_fused_files_are_identical_across_decode_workers(coco_mini) -> N
         assert enc.decode_pool(3).preprocess is not None  # BLIP's image processor ran in the workers
     finally:
         enc.close()
+
+
+def test_auto_gives_a_cpu_model_one_decode_worker(offline) -> None:
+    """The offline encoder on the CPU: its threads use the cores, so auto decodes with one worker."""
+    from unirag.data import decode
+
+    offline.decode_workers = None
+    try:
+        assert offline.device == "cpu"
+        assert offline.decode_pool(1000).workers == decode.AUTO_WORKERS_CPU_MODEL == 1
+        assert offline.decode_pool(10).workers == 0  # small jobs inline, as for any model
+    finally:
+        pool = offline.__dict__.pop("_decode_pool", None)
+        if pool is not None:
+            pool.close()

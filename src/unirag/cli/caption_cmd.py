@@ -8,6 +8,7 @@ import click
 
 from unirag.cli.engine_options import engine_from_cli, engine_options
 from unirag.cli.generation_options import generation_options, generator_kwargs
+from unirag.cli.model_options import caption_decode_workers_option
 from unirag.cli.profile_options import profile_options
 from unirag.cli.selection_options import selection_of, selection_options
 
@@ -40,8 +41,9 @@ MODES = ("zero-shot", "random", "rag")
 @profile_options("temperature", "caption_prompts", "caption_lowercase", "pair_completion", "example_pairs")
 @selection_options
 @engine_options
+@caption_decode_workers_option
 def caption(queries, images_root, pool_images_root, generator_spec, mode, k, retrieval, index, pool, out, limit,
-            official_prompts, settings, **gen_opts) -> None:
+            official_prompts, settings, decode_workers, **gen_opts) -> None:
     """Caption image queries; rerun the same command to resume after a crash or Ctrl-C."""
     from unirag.pipelines.caption import CaptionConfig, run_captioning
 
@@ -50,7 +52,7 @@ def caption(queries, images_root, pool_images_root, generator_spec, mode, k, ret
     cfg = CaptionConfig(queries=queries, generator=generator_spec, out=out, mode=mode, k=k, images_root=images_root,
                         pool_images_root=pool_images_root, retrieval=retrieval, index=index, pool=pool, limit=limit,
                         profile=settings, official_prompts=official_prompts, selection=selection, engine=engine,
-                        **generator_kwargs(gen_opts))
+                        decode_workers=decode_workers, **generator_kwargs(gen_opts))
     summary = run_captioning(cfg)
     counts, totals = summary["counts"], summary["totals"]
     cost = totals.get("cost_usd")

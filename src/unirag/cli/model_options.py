@@ -35,7 +35,7 @@ DECODE_WORKERS_HELP = ("Processes that decode and preprocess images ahead of the
                        "to this process, at most 8; small jobs inline) or N; 0 = in the model's process.")
 
 
-def decode_workers_option(fn: Callable) -> Callable:
+def decode_workers_option(fn: Callable, help: str | None = None) -> Callable:  # noqa: A002 - click's name
     """``--decode-workers auto|N`` (see :mod:`unirag.data.decode`)."""
     from unirag.data.decode import resolve_decode_workers
 
@@ -48,7 +48,7 @@ def decode_workers_option(fn: Callable) -> Callable:
             raise click.BadParameter(str(e)) from None
 
     return click.option("--decode-workers", "decode_workers", default="auto", show_default=True, callback=convert,
-                        help=DECODE_WORKERS_HELP)(fn)
+                        help=help or DECODE_WORKERS_HELP)(fn)
 
 
 def index_memory_option(fn: Callable, default: str = "mmap", extra: str = "") -> Callable:
@@ -58,3 +58,14 @@ def index_memory_option(fn: Callable, default: str = "mmap", extra: str = "") ->
                         show_default=True,
                         help="mmap: memory-map the FAISS files (instant open); ram: read them into memory at open "
                              "(exact batched search at in-RAM FAISS speed)" + extra + ".")(fn)
+
+
+#: ``unirag caption``'s ``--decode-workers``: the images of the prompts, not an encoder's inputs.
+CAPTION_DECODE_WORKERS_HELP = ("Local models: processes that decode the next batches' query and example images "
+                               "while the model captions: auto (the cores available to this process, at most 8; "
+                               "runs of fewer than 128 images inline) or N; 0 = in the model's process.")
+
+
+def caption_decode_workers_option(fn: Callable) -> Callable:
+    """``unirag caption --decode-workers``."""
+    return decode_workers_option(fn, CAPTION_DECODE_WORKERS_HELP)

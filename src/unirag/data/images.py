@@ -32,6 +32,8 @@ from __future__ import annotations
 import io
 import warnings
 from collections.abc import Iterable
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,25 @@ def _setting_default(name: str) -> Any:
     return SETTINGS[name].default
 
 
+#: Files already decoded by :func:`load_rgb` elsewhere (a decode worker), for the code running in a
+#: :func:`predecoded` scope: path -> RGB PIL image.
+_PREDECODED: ContextVar[dict[str, Any] | None] = ContextVar("unirag_predecoded", default=None)
+
+
+@contextmanager
+def predecoded(images: dict[str, Any]):
+    """Within this scope, :func:`load_rgb` of one of these paths (with no options) returns a copy of
+    the image given for it instead of decoding the file again. The images must be what
+    :func:`load_rgb` returned for those files (decoded ahead, in a
+    :class:`~unirag.data.decode.DecodePool`), so nothing but the time changes; a path not in the
+    mapping, an unreadable one included, is decoded (and fails) as usual."""
+    token = _PREDECODED.set({str(Path(k)): v for k, v in images.items()})
+    try:
+        yield
+    finally:
+        _PREDECODED.reset(token)
+
+
 def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str | None = None,
              draft: int | None = None):
     """Decode ``image`` (path, bytes, PIL image or array) to an upright 8-bit RGB PIL image.
@@ -69,6 +90,12 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
     empty, or when ``image`` is not an image at all. See the module docstring for what is done to
     orientation, bit depth, transparency and animations.
     """
+    ahead = _PREDECODED.get()
+    if ahead is not None and isinstance(image, str | Path) and max_pixels is None and background is None \
+            and draft is None:
+        hit = ahead.get(str(Path(image)))
+        if hit is not None:
+            return hit.copy()
     max_pixels = int(_setting_default("image_max_pixels") if max_pixels is None else max_pixels)
     background = _setting_default("image_background") if background is None else background
     if background not in BACKGROUNDS:

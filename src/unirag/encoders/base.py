@@ -99,7 +99,9 @@ class Encoder(ABC):
         """One batch of images: preprocessed ones (:class:`Prepared`) straight to the model, else
         :meth:`_embed_images` (PIL images or paths)."""
         if items and isinstance(items[0], Prepared):
-            return self._embed_preprocessed(np.stack([p.array for p in items]))
+            from unirag.data.decode import stack_batch
+
+            return self._embed_preprocessed(stack_batch([p.array for p in items]))
         return self._embed_images(items)
 
     def decode_pool(self, n_images: int | None = None):
@@ -110,14 +112,16 @@ class Encoder(ABC):
         """
         from unirag.data.decode import DecodePool, resolve_decode_workers, workers_for
 
-        workers = workers_for(resolve_decode_workers(self.decode_workers), n_images)
+        device = getattr(self, "device", None)  # None: unknown (a stand-in, a plugin): not assumed CPU
+        on_cpu = isinstance(device, str) and device.startswith("cpu")
+        workers = workers_for(resolve_decode_workers(self.decode_workers), n_images, model_on_cpu=on_cpu)
         if workers == 0:
             return DecodePool(0, self.image_preprocessor())
         pool = self.__dict__.get("_decode_pool")
         if pool is None or pool.workers != workers:
             if pool is not None:
                 pool.close()
-            pool = self._decode_pool = DecodePool(workers, self.image_preprocessor())
+            pool = self._decode_pool = DecodePool(workers, self.image_preprocessor(), batch_rows=self.batch_size)
         return pool
 
     def prepared(self, pool, image: Any) -> Any:
@@ -179,7 +183,7 @@ class Encoder(ABC):
         pool = self.decode_pool(len(items))
         jobs = ((s, items[s : s + self.batch_size]) for s in range(0, len(items), self.batch_size))
         out = []
-        for _, decoded in tqdm(pool.map(jobs), total=-(-len(items) // self.batch_size), desc="encode images",
+        for _, decoded in tqdm(pool.map(jobs, borrow=True), total=-(-len(items) // self.batch_size), desc="encode images",
                                disable=not progress or len(items) <= self.batch_size, unit="batch"):
             batch = [self.prepared(pool, d.unwrap()) for d in decoded]
             out.append(np.asarray(self._embed_image_batch(batch), dtype=np.float32))

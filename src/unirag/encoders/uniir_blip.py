@@ -205,7 +205,9 @@ class UniIRBlipFFEncoder(UniIRQueries, Encoder):
         from unirag.runtime import host_to_device
 
         if images and isinstance(images[0], Prepared):  # preprocessed in the decode workers
-            return host_to_device(np.stack([p.array for p in images]), self.device, self.torch_dtype)
+            from unirag.data.decode import stack_batch
+
+            return host_to_device(stack_batch([p.array for p in images]), self.device, self.torch_dtype)
         pixels = torch.from_numpy(self.image_transform(to_pil_images(images)))
         return pixels.to(self.device, dtype=self.torch_dtype)
 

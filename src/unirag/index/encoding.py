@@ -63,7 +63,7 @@ class ChunkEncoder:
                 yield (key, modality, chunk), paths
 
         pool = encoder.decode_pool(self.n_images)
-        for (key, modality, chunk), decoded in pool.map(jobs()):
+        for (key, modality, chunk), decoded in pool.map(jobs(), borrow=True):
             if modality is None:
                 yield key, None, chunk, [], None
                 continue

@@ -41,6 +41,9 @@ class CaptionConfig(ExampleRunConfig):
     temperature: float | None | str = "profile"
     templates_dir: str | Path | None = None
     official_prompts: str | Path | None = None
+    #: processes that decode the next batches' query and example images while a local model captions
+    #: (None: auto, the cores available when the run has >= 128 images; 0: inline); never changes a caption
+    decode_workers: int | str | None = None
 
 
 def default_k(mode: str, generator_spec: str | None) -> int:
@@ -161,11 +164,64 @@ class CaptionJob:
         return [self._record(p.examples, cap, p.leaks)
                 for p, cap in zip(ps, self.captioner.complete_batch(requests), strict=True)]
 
+    def image_paths(self, ps: Sequence[PreparedQuery]) -> list[str]:
+        """The image files the prompts of ``ps`` load (each query's image, then its examples')."""
+        from unirag.data.images import is_path_like
+
+        paths = []
+        for p in ps:
+            query_image = resolve_image(p.query.img_path, self.cfg.images_root) if p.query.img_path else None
+            for image in [query_image, *(s.image for s in to_shots(p.examples, self.pool_root))]:
+                if image is not None and is_path_like(image):
+                    paths.append(str(image))
+        return paths
+
+    def decode_ahead(self, queries: Sequence[Query], batch_size: int) -> _AheadWork | None:
+        """A ``work_batch`` that decodes the next batches' images in decode workers while the model
+        captions the current one (None: decoding stays inline, ``decode_workers`` 0 or a small run)."""
+        from unirag.data.decode import DecodeAhead, resolve_decode_workers, workers_for
+
+        batches = [list(queries[s : s + batch_size]) for s in range(0, len(queries), batch_size)]
+        workers = workers_for(resolve_decode_workers(self.cfg.decode_workers), len(queries) * (1 + (self.cfg.k or 0)))
+        if workers == 0 or len(batches) < 2:
+            return None
+
+        def jobs():
+            for i, batch in enumerate(batches):
+                ps = [self.prepare(q) for q in batch]
+                yield i, (ps, self.image_paths(ps))
+
+        return _AheadWork(self, {tuple(q.qid for q in b): i for i, b in enumerate(batches)},
+                          DecodeAhead(jobs(), workers))
+
     def work(self, q: Query) -> dict[str, Any]:
         return self.work_prepared(self.prepare(q))
 
     def work_batch(self, qs: list[Query]) -> list[dict[str, Any]]:
         return self.work_batch_prepared([self.prepare(q) for q in qs])
+
+
+class _AheadWork:
+    """``work_batch`` over the batches :meth:`CaptionJob.decode_ahead` planned: their examples chosen and
+    their images decoded ahead; any other batch (an item retried alone, one another process took
+    part of) is worked on as without it. The captions are the same either way."""
+
+    def __init__(self, job: CaptionJob, index: dict[tuple[str, ...], int], ahead: Any) -> None:
+        self.job, self.index, self.ahead = job, index, ahead
+
+    def work_batch(self, qs: list[Query]) -> list[dict[str, Any]]:
+        from unirag.data.images import predecoded
+
+        i = self.index.get(tuple(q.qid for q in qs))
+        got = self.ahead.take(i) if i is not None else None
+        if got is None:
+            return self.job.work_batch(qs)
+        ps, images = got
+        with predecoded(images):
+            return self.job.work_batch_prepared(ps)
+
+    def close(self) -> None:
+        self.ahead.close()
 
 
 @dataclass(frozen=True)
@@ -324,8 +380,14 @@ def _execute(cfg: CaptionConfig, job: CaptionJob, run: RunDir, queries: list[Que
         from unirag.pipelines.batching import run_batches
 
         size = getattr(job.captioner.backend, "batch_size", 1)
-        return run_batches(queries, key, job.work_batch, run.store, batch_size=size, desc="caption",
-                           progress=cfg.progress)
+        done = run.store.done_keys()
+        ahead = job.decode_ahead([q for q in queries if q.qid not in done], max(1, int(size)))
+        try:
+            return run_batches(queries, key, ahead.work_batch if ahead is not None else job.work_batch, run.store,
+                               batch_size=size, desc="caption", progress=cfg.progress)
+        finally:
+            if ahead is not None:
+                ahead.close()
     from unirag.runs.executor import run_items
 
     return run_items(queries, key, job.work, run.store, concurrency=cfg.concurrency,
