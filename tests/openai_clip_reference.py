@@ -4,9 +4,11 @@ forward pass (``clip/model.py``: ``VisionTransformer``, ``encode_text``) with to
 OpenAI-layout state dict, and its tokenizer (``clip/simple_tokenizer.py`` at commit 2558ec83: ``basic_clean``
 lines 50-53, ``whitespace_clean`` lines 56-59, ``SimpleTokenizer.bpe``/``encode``; ``clip/clip.py``
 ``tokenize``: start token, BPE ids, end token, zero padding to 77) over the real BPE committed in
-tests/fixtures/clip-bpe. The stored ``clip/model.py`` versions were not transcribed (no line cited);
-the ``truncate=True`` branch of ``tokenize`` (a text over 77 tokens keeps its first 76 and ends with the
-end token) is in no stored ``clip/clip.py`` version (0848ed71 and 3bee2811 predate it; no line cited)."""
+tests/fixtures/clip-bpe. The forward pass and the truncation follow openai/CLIP as published on PyPI
+(``openai-clip`` 1.0.1, read from its sdist): ``clip/model.py`` ``VisionTransformer.forward`` lines 224-241,
+``CLIP.encode_text`` lines 344-357; ``clip/clip.py`` ``tokenize`` with ``truncate=True`` (a text over 77
+tokens keeps its first 76 and ends with the end token), lines 228-234. The stored git versions of
+``clip/clip.py`` (0848ed71, 3bee2811) predate that branch."""
 
 from __future__ import annotations
 
@@ -78,8 +80,8 @@ def openai_pixels(image, n_px: int) -> np.ndarray:
     with CLIP's mean/std) redone here with PIL and numpy, step by step as torchvision runs it on a PIL image:
     ``Resize(int)`` scales the shorter side to ``n_px`` and the longer to ``int(n_px * long / short)`` with
     ``PIL.Image.resize(BICUBIC)``; ``CenterCrop`` cuts at ``int(round((size - n_px) / 2.0))``
-    (torchvision ``transforms/functional.py`` ``center_crop``, Python's round; pytorch/vision is stored at
-    b6ca3917 but that 68,000-character file was not transcribed, so no line is cited)."""
+    (torchvision 0.20.1 as published on PyPI, ``torchvision/transforms/functional.py`` ``center_crop``
+    (line 556), the offset at line 592: ``int(round((image_height - crop_height) / 2.0))``, Python's round)."""
     from PIL import Image
 
     w, h = image.size

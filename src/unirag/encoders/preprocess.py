@@ -53,7 +53,8 @@ def shorter_side_size(width: int, height: int, size: int) -> tuple[int, int]:
 def center_crop_box(width: int, height: int, crop: int, rounding: str = "round") -> tuple[int, int, int, int]:
     """PIL crop box (left, top, right, bottom) of a centred ``crop`` x ``crop`` square.
 
-    ``round``: torchvision's ``center_crop`` offset ``int(round((size - crop) / 2.0))``; ``floor``:
+    ``round``: torchvision's ``center_crop`` offset ``int(round((size - crop) / 2.0))`` (torchvision 0.20.1
+    ``transforms/functional.py:592``); ``floor``:
     Hugging Face's ``(size - crop) // 2``. They differ by one pixel when ``size - crop`` is 3 mod 4.
     """
     if rounding == "round":
