@@ -36,8 +36,10 @@ from xr_fixtures import (
     agent_config,
     make_world,
     official_checkout,
+    single_responder,
 )
 
+from fake_openai_server import FakeServer
 from unirag.cir.agents import yes_if_contains_yes, yes_without_no
 from unirag.cir.cache import call_key
 from unirag.cir.config import RoleConfig, XRConfig, load_config
@@ -297,9 +299,6 @@ def test_failed_caption_is_judged_on_the_stand_in_caption(tmp_path):
     "A photo." is answered Yes, Yes: S_q^t(c5) = 2 (bug: expected T,T); S_q^v(c5) = 2.
     stand-in: c5 (.5*2 + .5*2) * .18/.285 = 1.263158 > c1 (.5*0 + .5*2) * 1 = 1.0 -> xr c5 c1 c2;
     skip:     c5 (.5*2 + 0) * .18/.285 = .631579 < c1 1.0 -> xr c1 c5 c2."""
-    from fake_openai_server import FakeServer
-    from xr_fixtures import single_responder
-
     root = tmp_path / "images"
     make_world(root)
     with FakeServer(responder=single_responder(root, fail_captions=("c5",), stand_in_answers=(True, True))) as srv:
