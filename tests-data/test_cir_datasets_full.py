@@ -82,3 +82,23 @@ def test_mbeir_task7_from_real_myntra_products(myntra, tmp_path):
             assert (p["articleType"], p["baseColour"].lower()) == (ref["articleType"], colour)
     assert ds.missing_images() == ([], [])
     assert load_dataset("mbeir", q, myntra, pool, exclude_reference=True).exclude_reference
+
+
+def test_official_query_texts_and_cirr_validation_cut(cir_data):
+    """xr_query_text=official / xr_cirr_val_limit=2400 on the full files: 01yzzyu/xr.github.io@cf44a37
+    XR/utils/data.py:130 always joins FashionIQ's two captions (an empty first one leaves ' and ...'),
+    :82-88 names CIRR test1's blank caption 'the same image', :99 keeps CIRR val's first 2400 queries."""
+    def texts(kind, rel, **kw):
+        return {q.qid: q.text for q in load_dataset(kind, cir_data / rel, **kw).queries}
+
+    paper = texts("fashioniq", "fashioniq/captions/cap.toptee.val.json")
+    official = texts("fashioniq", "fashioniq/captions/cap.toptee.val.json", query_text="official")
+    assert {k for k in paper if paper[k] != official[k]} == {"toptee-676", "toptee-1076"}
+    assert (paper["toptee-676"], official["toptee-676"]) == ("is an off the shoulder top",
+                                                             " and is an off the shoulder top")
+    paper = texts("cirr", "cirr/captions/cap.rc2.test1.json")
+    official = texts("cirr", "cirr/captions/cap.rc2.test1.json", query_text="official", cirr_val_limit=2400)
+    assert len(official) == 4148 and {k for k in paper if paper[k] != official[k]} == {"27098"}
+    assert (paper["27098"], official["27098"]) == (" ", "the same image")
+    val = load_dataset("cirr", cir_data / "cirr/captions/cap.rc2.val.json", query_text="official", cirr_val_limit=2400)
+    assert len(val.queries) == 2400 and val.queries[0].qid == "12060"

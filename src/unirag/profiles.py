@@ -206,6 +206,25 @@ _register(
             parse=_on_off, choices=(False, True),
             cite=_XR + "XR/xr.py:1554 (--stage1_rewrite_caption default True), :86-89 (optional file), "
                        ":361-362, :369-418 (stage1_rewrite_caption), :455-458 ('aug' = v1 + caption)"),
+    Setting("xr_query_text", "paper", "official",
+            "query texts read from the annotations. paper: FashionIQ's two captions each stripped of "
+            "whitespace and '.?, ', an empty one dropped, joined by ' and ' (CLIP4Cir / CIReVL); CIRR's caption "
+            "as written. official: as the official loaders, FashionIQ strips only '.? ' from each of the first "
+            "two captions and always joins them ('a and ' when the second is empty); CIRR strips whitespace and "
+            "an empty caption becomes 'the same image'",
+            choices=("paper", "official"),
+            cite=_XR + "XR/utils/data.py:130 (load_FashionIQ), :82-88 (load_CIRR extract_ref_instruct_tgt)"),
+    Setting("xr_cirr_val_limit", None, 2400,
+            "queries read from CIRR's validation file (cap.rc2.val.json): none: all of them; 2400: only the "
+            "first 2400, as the official loader ('only for testing'); other files are never cut",
+            parse=_none_or_int, choices=(None, 2400),
+            cite=_XR + "XR/utils/data.py:99 (load_CIRR: val_data[:2400])"),
+    Setting("xr_failed_caption", "skip", "stand-in",
+            "a top-k' candidate whose caption call failed, on the caption path. skip: no caption-path call, "
+            "its caption score is 0; stand-in: judged on the caption 'A photo.' (the official default of a "
+            "missing caption)",
+            choices=("skip", "stand-in"),
+            cite=_XR + "XR/xr.py:831 (_run_caption_path: image_caption_dict.get(cand_name, 'A photo.'))"),
 )
 
 

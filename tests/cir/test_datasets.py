@@ -25,9 +25,8 @@ def test_fashioniq_dress_val(cir_data):
 
 
 def test_fashioniq_test_split_has_no_targets_and_strips_caption_punctuation(cir_data):
-    """The two captions joined by ' and ', stripped of end punctuation, as the official X^R loader
-    (01yzzyu/xr.github.io@cf44a37 XR/utils/data.py:130 strips '.? '; unirag also ',' and drops an
-    empty caption, docs/xr-parity.md)."""
+    """The two captions joined by ' and ', stripped of whitespace and '.?, ' (CLIP4Cir / CIReVL;
+    the official X^R loader's reading, xr_query_text=official, is pinned in test_xr_official_queries.py)."""
     ds = load_dataset("fashioniq", cir_data / "fashioniq/captions/cap.toptee.test.json")
     assert len(ds.queries) == 20 and not ds.has_ground_truth
     assert ds.queries[0].text == "the tank top is blue with a character of a woman and has no sleeves"

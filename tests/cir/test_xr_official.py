@@ -36,8 +36,10 @@ from xr_fixtures import (
     agent_config,
     make_world,
     official_checkout,
+    single_responder,
 )
 
+from fake_openai_server import FakeServer
 from unirag.cir.agents import yes_if_contains_yes, yes_without_no
 from unirag.cir.cache import call_key
 from unirag.cir.config import RoleConfig, XRConfig, load_config
@@ -285,3 +287,37 @@ def test_default_profile_prompts_are_unchanged_and_aug_can_be_chosen_alone(tmp_p
     question = [json.dumps(r.json["messages"]) for r in official_server.requests if "verification statements" in
                 json.dumps(r.json["messages"])]
     assert "Write at most 5 statements." in question[0]
+
+
+def test_failed_caption_is_judged_on_the_stand_in_caption(tmp_path):
+    """01yzzyu/xr.github.io XR/xr.py:831 (_run_caption_path): a candidate without caption is judged on
+    ``image_caption_dict.get(cand_name, "A photo.")``; xr_failed_caption=skip (unirag's default) makes
+    no caption-path call for it (S_q^t 0).
+
+    c5's caption call fails, so its caption similarity is 0: d_ct(c5) = .85*.6 = .51, d_cv(c5) = .85*.8
+    = .68, aug .595; order c1 .70, c5 .595, c2 .415 (top-3 unchanged), min-max c5 = .18/.285.
+    "A photo." is answered Yes, Yes: S_q^t(c5) = 2 (bug: expected T,T); S_q^v(c5) = 2.
+    stand-in: c5 (.5*2 + .5*2) * .18/.285 = 1.263158 > c1 (.5*0 + .5*2) * 1 = 1.0 -> xr c5 c1 c2;
+    skip:     c5 (.5*2 + 0) * .18/.285 = .631579 < c1 1.0 -> xr c1 c5 c2."""
+    root = tmp_path / "images"
+    make_world(root)
+    with FakeServer(responder=single_responder(root, fail_captions=("c5",), stand_in_answers=(True, True))) as srv:
+        metrics, row, manifest = _run(tmp_path, srv.url, xr_prompts="unirag")
+        stand_in_calls = [r for r in srv.requests if "caption of an image:\\nA photo.\\n" in json.dumps(r.json)]
+        assert len(stand_in_calls) == 2  # one yes/no call per statement
+        sc = row["scores"]
+        assert sc["c5"]["similarity"] == pytest.approx(0.595, abs=1e-6)
+        assert [(sc[c]["Sq_t"], sc[c]["Sq_v"]) for c in ("c1", "c5", "c2")] == [(2, 0), (2, 2), (1, 2)]
+        assert sc["c5"]["final"] == pytest.approx(2 * 0.18 / 0.285, abs=1e-6)
+        assert row["stages"]["xr"][:3] == ["c5", "c1", "c2"]
+        assert manifest["settings"]["settings"]["xr_failed_caption"] == "stand-in"
+        assert any("stand-in caption 'A photo.'" in n for n in metrics["notes"])
+
+        n = len(srv.requests)
+        _, row, _ = _run(tmp_path, srv.url, out="skip", xr_prompts="unirag", xr_failed_caption="skip")
+        new = srv.requests[n:]
+        assert not [r for r in new if "A photo." in json.dumps(r.json)]
+        assert row["scores"]["c5"]["Sq_t"] == 0
+        assert row["scores"]["c5"]["final"] == pytest.approx(0.18 / 0.285, abs=1e-6)
+        assert row["stages"]["xr"][:3] == ["c1", "c5", "c2"]
+    assert resolve("default")["xr_failed_caption"] == "skip"

@@ -137,8 +137,11 @@ def agent_config(url: str, **kw) -> XRConfig:
     return XRConfig(roles=roles, settings=XRSettings(k_prime=3, k=5, lam=0.5), **kw)
 
 
-def single_responder(root):
-    """The world's replies, plus the one-statement yes/no calls and a fake official checkout's prompts."""
+def single_responder(root, fail_captions=(), stand_in_answers=(True, True)):
+    """The world's replies, plus the one-statement yes/no calls and a fake official checkout's prompts.
+
+    ``fail_captions``: images whose caption call fails (HTTP 400); ``stand_in_answers``: the caption
+    path's yes/no per statement for the stand-in caption "A photo." (xr_failed_caption=stand-in)."""
     inner = responder(root, malformed=False)
     names = _image_names(root)
     statements = {"The dress is red": 0, "The dress has sleeves": 1, **QUESTIONS}
@@ -160,9 +163,12 @@ def single_responder(root):
             img = image_of(body)
             return Reply.chat("Yes, it is." if VISION_ANSWERS[img][j] else "No.")
         if "Is this statement true for the image the caption describes?" in prompt:
-            cap = re.search(r"caption of an image:\n(\S+)", prompt).group(1)
+            cap = re.search(r"caption of an image:\n(.+)\n", prompt).group(1)
             j = statements[prompt.split("describes?\n", 1)[1].split("\n", 1)[0]]
-            return Reply.chat("Yes" if TEXT_ANSWERS[cap][j] else "No")
+            yes = stand_in_answers[j] if cap == "A photo." else TEXT_ANSWERS[cap][j]
+            return Reply.chat("Yes" if yes else "No")
+        if prompt.startswith("Describe this image") and image_of(body) in fail_captions:
+            return Reply.error(400, "caption refused")
         if prompt.startswith("FAKE-CAPTION-PROMPT"):
             img = image_of(body)
             return Reply.chat("capr" if img == "ref" else f"cap{img[1]}")

@@ -73,14 +73,15 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
             return run_cir(dataset, files, images_root=images_root, out_dir=out_dir, split_file=split_file,
                            agents=config, k_prime=None, lam=None, k=None, stages=stages, limit=limit,
                            ablation=ablation, cache_dir=cache_dir, encoder=None, concurrency=None,
-                           exclude_reference=exclude_reference, progress=progress, echo=echo,
+                           exclude_reference=exclude_reference, profile=settings, progress=progress, echo=echo,
                            **{**run_kwargs, "engine": pool})
     out = Path(out_dir)
     shared = {}
     results: dict[str, dict[str, Any]] = {}
     for f in files:
         ds = load_dataset(dataset, f, images_root, split_file if len(files) == 1 else None, limit,
-                          exclude_reference)
+                          exclude_reference, query_text=settings["xr_query_text"],
+                          cirr_val_limit=settings["xr_cirr_val_limit"])
         target = out if len(files) == 1 else out / ds.name
         run = CirRun(ds, target, config, stages=tuple(stages), ablation=ablation, profile=settings,
                      cache_dir=cache_dir or out / "cache", progress=progress, echo=echo,

@@ -108,17 +108,34 @@ def _list_of(data: Any, path: Path, what: str) -> list:
 _FIQ_NAME = re.compile(r"cap\.(\w+)\.(\w+)\.json$")
 
 
-def join_fashioniq_captions(captions: list[str]) -> str:
-    """The two relative captions joined as CLIP4Cir / CIReVL do: stripped of '.?, ', joined by ' and '."""
+def join_fashioniq_captions(captions: list[str], query_text: str = "paper") -> str:
+    """The two relative captions as one query text (setting ``xr_query_text``).
+
+    ``paper``: as CLIP4Cir / CIReVL, each stripped of whitespace and '.?, ', an empty one dropped,
+    joined by ' and '. ``official``: as the official X^R loader, only '.? ' stripped from the first two
+    and always joined, so an empty second caption leaves ``"... and "`` (a file with fewer than two
+    captions, where the official code stops, gets the ones it has).
+    """
+    if query_text == "official":
+        return " and ".join(c.strip(".? ") for c in captions[:2])
     parts = [c.strip().strip(".?, ") for c in captions if c and c.strip().strip(".?, ")]
     return " and ".join(parts)
 
 
+def cirr_query_text(caption: str, query_text: str = "paper") -> str:
+    """CIRR's relative caption as the query text: ``paper`` keeps it as written; ``official`` strips
+    whitespace and replaces an empty caption by "the same image", as the official X^R loader."""
+    if query_text == "official":
+        return caption.strip() or "the same image"
+    return caption
+
+
 def load_fashioniq(annotations: str | Path, images_root: str | Path | None = None,
-                   split_file: str | Path | None = None) -> CirDataset:
+                   split_file: str | Path | None = None, query_text: str = "paper") -> CirDataset:
     """``cap.<category>.<split>.json`` -> queries; ``image_splits/split.<category>.<split>.json`` -> pool.
 
     Images are looked up as ``<images_root>/<asin>.png`` (a .jpg of the same name is accepted).
+    ``query_text``: how the two captions become one text (:func:`join_fashioniq_captions`).
     """
     path = Path(annotations)
     m = _FIQ_NAME.search(path.name)
@@ -134,7 +151,7 @@ def load_fashioniq(annotations: str | Path, images_root: str | Path | None = Non
         cand = _field(e, "candidate", path, i)
         caps = _field(e, "captions", path, i, list)
         target = e.get("target")
-        queries.append(CirQuery(qid=f"{category}-{i}", reference=cand, text=join_fashioniq_captions(caps),
+        queries.append(CirQuery(qid=f"{category}-{i}", reference=cand, text=join_fashioniq_captions(caps, query_text),
                                 targets=[target] if isinstance(target, str) else []))
     pool = {str(n): f"{n}.png" for n in names}
     return CirDataset(f"fashioniq-{category}-{split}", "fashioniq", queries, pool,
@@ -143,9 +160,10 @@ def load_fashioniq(annotations: str | Path, images_root: str | Path | None = Non
 
 # -- CIRR -------------------------------------------------------------------------------------------
 def load_cirr(annotations: str | Path, images_root: str | Path | None = None,
-              split_file: str | Path | None = None) -> CirDataset:
+              split_file: str | Path | None = None, query_text: str = "paper") -> CirDataset:
     """``captions/cap.rc2.<split>.json`` -> queries (qid = pairid); ``image_splits/split.rc2.<split>.json``
-    (name -> relative path) -> pool. The reference is excluded from the gallery, as CIRR evaluates."""
+    (name -> relative path) -> pool. The reference is excluded from the gallery, as CIRR evaluates.
+    ``query_text``: how a caption becomes the query text (:func:`cirr_query_text`)."""
     path = Path(annotations)
     m = re.search(r"cap\.rc2\.(\w+)\.json$", path.name)
     split = m.group(1) if m else "unknown"
@@ -166,7 +184,7 @@ def load_cirr(annotations: str | Path, images_root: str | Path | None = None,
             raise InputError(f"entry {i}: img_set has no members list", path=path, field="img_set")
         target = e.get("target_hard")
         queries.append(CirQuery(qid=str(pairid), reference=_field(e, "reference", path, i),
-                                text=_field(e, "caption", path, i), subset=[str(x) for x in members],
+                                text=cirr_query_text(_field(e, "caption", path, i), query_text), subset=[str(x) for x in members],
                                 targets=[target] if isinstance(target, str) else []))
     pool = {str(k): str(v).removeprefix("./") for k, v in names.items()}
     return CirDataset(f"cirr-{split}", "cirr", queries, pool, Path(images_root) if images_root else None,
@@ -179,12 +197,14 @@ def circo_image_path(image_id: int | str) -> str:
 
 
 def load_circo(annotations: str | Path, images_root: str | Path | None = None,
-               split_file: str | Path | None = None) -> CirDataset:
+               split_file: str | Path | None = None, query_text: str = "paper") -> CirDataset:
     """``annotations/{val,test}.json`` -> queries (several ground truths each; none on test).
 
     The pool is COCO 2017 unlabeled: from ``split_file`` (COCO ``image_info_unlabeled2017.json``) when
     given, else every ``unlabeled2017/*.jpg`` under the images root, else (annotations only) the images
     the annotations mention - a note says so, as metrics on that reduced pool are not comparable.
+    The relative caption is the query text as written under either ``query_text`` (the official
+    loader keeps it too, XR/utils/data.py ``load_CIRCO``).
     """
     path = Path(annotations)
     split = path.stem
@@ -222,8 +242,9 @@ def load_circo(annotations: str | Path, images_root: str | Path | None = None,
 
 # -- M-BEIR task 7 (image,text -> image) ------------------------------------------------------------
 def load_mbeir_cir(annotations: str | Path, images_root: str | Path | None = None,
-                   split_file: str | Path | None = None) -> CirDataset:
-    """M-BEIR query JSONL (task 7 lines are used) + its candidate pool JSONL (``split_file``)."""
+                   split_file: str | Path | None = None, query_text: str = "paper") -> CirDataset:
+    """M-BEIR query JSONL (task 7 lines are used) + its candidate pool JSONL (``split_file``).
+    The query text is kept as written under either ``query_text`` (no official X^R loader reads M-BEIR)."""
     from unirag.data.mbeir import load_pool, read_queries
 
     if split_file is None:
@@ -251,14 +272,22 @@ LOADERS = {"fashioniq": load_fashioniq, "cirr": load_cirr, "circo": load_circo, 
 
 def load_dataset(kind: str, annotations: str | Path, images_root: str | Path | None = None,
                  split_file: str | Path | None = None, limit: int | None = None,
-                 exclude_reference: bool | None = None) -> CirDataset:
+                 exclude_reference: bool | None = None, *, query_text: str = "paper",
+                 cirr_val_limit: int | None = None) -> CirDataset:
     """Load any supported benchmark. ``exclude_reference`` overrides the benchmark's own protocol
-    (only CIRR removes the reference image from the gallery)."""
+    (only CIRR removes the reference image from the gallery). ``query_text`` and ``cirr_val_limit``
+    are the settings ``xr_query_text`` and ``xr_cirr_val_limit`` (docs/xr-parity.md): how the query
+    texts are read, and how many of CIRR's validation queries (``cap.rc2.val.json``) are kept, before
+    ``limit`` cuts every file."""
     if kind not in LOADERS:
         raise InputError(f"unknown CIR dataset {kind!r}; expected one of {', '.join(DATASETS)}")
     if not Path(annotations).is_file():
         raise InputError("annotation file not found", path=annotations)
-    ds = LOADERS[kind](annotations, images_root, split_file)
+    ds = LOADERS[kind](annotations, images_root, split_file, query_text=query_text)
+    if cirr_val_limit is not None and ds.name == "cirr-val" and len(ds.queries) > cirr_val_limit:
+        ds.notes.append(f"CIRR validation: only the first {cirr_val_limit} of {len(ds.queries)} queries "
+                        "(xr_cirr_val_limit, as the official loader)")
+        ds.queries = ds.queries[:cirr_val_limit]
     if limit is not None:
         ds.queries = ds.queries[:limit]
     if exclude_reference is not None:

@@ -8,7 +8,8 @@ the run is the embedding baseline, and says so.
 
 Where the official X^R code differs from the paper, the run reads a named setting of its profile
 (``self.settings``: xr_scoring, xr_stage2_source, xr_rerank, xr_minmax_ties, xr_questions,
-xr_max_statements, xr_caption_verifier, xr_prompts; see unirag.profiles and docs/xr-parity.md).
+xr_max_statements, xr_caption_verifier, xr_prompts, xr_failed_caption, ...; see unirag.profiles and
+docs/xr-parity.md).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from unirag.runs.atomic import atomic_write_json
 from unirag.runs.store import RunLock
 
 MODALITIES = ("both", "text", "vision")
+#: The caption a candidate whose caption call failed is judged on under xr_failed_caption=stand-in
+#: (the official default for a missing caption, 01yzzyu/xr.github.io XR/xr.py:831).
+FAILED_CAPTION_STAND_IN = "A photo."
 
 
 @dataclass
@@ -478,6 +482,9 @@ class CirRun:
         q_reqs = {x.q.qid: self._question_request(runner, x) for x in qs}
         q_out = runner.run("question", list(q_reqs.values()), desc="A^q questions")
         judge: dict[str, list[tuple[_Q, int, list[CallRequest]]]] = {"text_question": [], "vision_question": []}
+        # xr_failed_caption=stand-in: a failed caption is judged as "A photo." (01yzzyu/xr.github.io XR/xr.py:831)
+        stand_in = FAILED_CAPTION_STAND_IN if st["xr_failed_caption"] == "stand-in" else None
+        n_stand_in = 0
         for x in qs:
             out = q_out[q_reqs[x.q.qid].key]
             if out is None:
@@ -490,12 +497,17 @@ class CirRun:
                 continue
             for pos in x.coarse.order[: s.k_prime]:
                 did = pool_ids[x.cand[pos]]
-                if ab.text and captions.get(did):
+                caption = captions.get(did) or stand_in
+                if ab.text and caption:
+                    n_stand_in += not captions.get(did)  # judged on the stand-in
                     judge["text_question"].append((x, pos, self._judge_requests(runner, "text_question", x,
-                                                                                caption=captions[did])))
+                                                                                caption=caption)))
                 if ab.vision:
                     judge["vision_question"].append((x, pos, self._judge_requests(runner, "vision_question", x,
                                                                                   image=paths[x.cand[pos]])))
+        if n_stand_in:
+            self.notes.append(f"{n_stand_in} caption-path judgement(s) of a candidate without caption (A_c failed) "
+                              f"on the stand-in caption {FAILED_CAPTION_STAND_IN!r} (xr_failed_caption=stand-in)")
         answers = {role: runner.run(role, [r for _, _, rs in items for r in rs], desc=f"{role} judgements")
                    for role, items in judge.items() if items}
         got: dict[tuple[str, str, int], list | None] = {}
