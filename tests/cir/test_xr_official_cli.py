@@ -17,18 +17,8 @@ from xr_fixtures import (
 )
 
 import unirag
+from cli_capture import main_result as _cli
 from tiny_models import tiny_clip_dir
-from unirag.cli.main import main
-
-
-def _cli(args, capsys):
-    try:
-        main(args)
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def _set(myntra, tmp_path):

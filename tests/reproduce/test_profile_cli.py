@@ -10,19 +10,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from cli_capture import main_result as _cli
 from fake_openai_server import FakeServer
 from unirag.cli.main import cli, main
 from unirag.reports.build import build_report
-
-
-def _cli(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.mark.parametrize("command, options", [

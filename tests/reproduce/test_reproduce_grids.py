@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cli_capture import main_result as _cli
 from tiny_models import tiny_clip_dir, tiny_llava_dir
-from unirag.cli.main import main
 from unirag.pipelines.experiment import GridOverrides, load_experiment
 
 GRIDS = Path(__file__).resolve().parents[2] / "examples" / "reproduce"
@@ -22,14 +22,6 @@ ALL = sorted(GRIDS.glob("*.yaml"))
 UNIRAG = [g for g in ALL if g.name.startswith("unirag-")]
 
 
-def _cli(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def _coco_rows(coco_mini: Path, n: int = 8) -> list[dict]:
