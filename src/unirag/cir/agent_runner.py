@@ -11,7 +11,7 @@ API roles keep their bounded concurrency in this process.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,15 @@ class _AgentWork:
         t = self.task
         return [call_agent(self.generator, t.role, r.messages, t.options, t.json_attempts, r.expect_answers)
                 for r in payloads]
+
+
+def request_image_paths(requests: Sequence[CallRequest]) -> list[str]:
+    """The image files these agent calls send (their messages' image parts given by path), in order:
+    what a decode worker can decode ahead (see :mod:`unirag.data.decode`)."""
+    from unirag.messages import ImagePart
+
+    return [str(part.path) for r in requests for m in r.messages for part in m.parts
+            if isinstance(part, ImagePart) and part.path is not None]
 
 
 class AgentRunner:

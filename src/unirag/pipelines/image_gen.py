@@ -116,6 +116,12 @@ class ImageJob:
     def free(self) -> bool:
         return self.price == Price()
 
+    def image_paths(self, prepared: Sequence[tuple[Query, list[Example], dict[str, int] | None]]) -> list[str]:
+        """The image files the generator reads for these prepared queries (their example images), in
+        order: what a decode worker can decode ahead (see :mod:`unirag.data.decode`)."""
+        return [str(p.image_path) for _, examples, _ in prepared
+                for p in _examples_to_pairs(examples, self.images_root)]
+
     def work_prepared(self, prepared: tuple[Query, list[Example], dict[str, int] | None]) -> dict[str, Any]:
         """``prepared``: the query, its examples and the leakage guard's count for them (None: guard off)."""
         from unirag.runs.rundir import write_prompt
