@@ -82,6 +82,7 @@ class AheadWork(Generic[T, P, R]):
         return self.work_batch([item])
 
     def close(self) -> None:
+        """Stop the decode workers (the groups not yet worked on are then worked on the plain way)."""
         self.ahead.close()
 
     def __enter__(self) -> AheadWork[T, P, R]:
