@@ -101,3 +101,16 @@ def test_bad_decode_workers_setting_is_a_config_error():
 
     with pytest.raises(ConfigError, match="decode workers"):
         XRSettings(decode_workers=-1).check()
+
+
+def test_agents_yaml_and_run_cir_set_the_decode_workers(tmp_path):
+    from unirag.cir.config import load_config
+
+    path = tmp_path / "agents.yaml"
+    path.write_text("roles: {caption: {model: 'hf:x'}}\nsettings: {decode_workers: 0}\n")
+    assert load_config(path).settings.decode_workers == 0
+    path.write_text("roles: {caption: {model: 'hf:x'}}\nsettings: {decode_workers: many}\n")
+    from unirag.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="decode workers"):
+        load_config(path)

@@ -99,3 +99,19 @@ def test_an_unreadable_example_image_fails_its_query_with_the_inline_message(emu
             assert decoded_here == [bad.name]
     assert "cannot decode image" in errors[0] and bad.name in errors[0]
     assert errors[2] == errors[0]
+
+
+def test_cli_decode_workers_reach_the_run(emu2, t2i_data, tmp_path, decoded_here, capsys):
+    """``unirag generate-images --decode-workers 2``: the example images are decoded in the workers;
+    a bad value is one line and exit 2."""
+    from cli_capture import main_result
+
+    base = ["generate-images", "--queries", str(t2i_data.queries), "--images-root", str(t2i_data.root),
+            "--generator", emu2.spec, "--device", "cpu", "--mode", "rag", "--k", "1", "--retrieval",
+            str(t2i_data.run), "--width", "32", "--height", "32", "--steps", "2", "--no-progress"]
+    code, out, err = main_result([*base, "--out", str(tmp_path / "run"), "--decode-workers", "2"], capsys)
+    assert code == 0, err
+    assert "6/6 images ok" in out
+    assert decoded_here == []
+    code, _, err = main_result([*base, "--out", str(tmp_path / "bad"), "--decode-workers", "-1"], capsys)
+    assert code == 2 and "decode workers must be >= 0" in err
