@@ -132,19 +132,37 @@ class AgentRunner:
             st["called"] += counts["ok"] + counts["error"]
         elif todo:
             gen = self._generator(role)
-            concurrency = 1 if rc.model.startswith("hf:") else self.config.settings.concurrency
+            local = rc.model.startswith("hf:")  # a model in this process: one call at a time
+            concurrency = 1 if local else self.config.settings.concurrency
             opts = rc.generation_options()
             attempts = self.config.settings.json_attempts
 
             def work(req: CallRequest) -> dict[str, Any]:
                 return call_agent(gen, role, req.messages, opts, attempts, req.expect_answers, req.fmt)
 
-            counts = run_items(todo, key=lambda r: r.key, work=work, store=store, concurrency=concurrency,
-                               policy=self.policy, desc=desc or role, progress=self.progress)
+            # A local model decodes its calls' images itself: decode them a few calls ahead, in decode
+            # workers (API roles send the files as they are and decode nothing).
+            ahead = self._decode_ahead(todo, work) if local else None
+            try:
+                counts = run_items(todo, key=lambda r: r.key, work=ahead.work if ahead is not None else work,
+                                   store=store, concurrency=concurrency, policy=self.policy, desc=desc or role,
+                                   progress=self.progress)
+            finally:
+                if ahead is not None:
+                    ahead.close()
             st["called"] += counts["ok"] + counts["error"]
         out = {r.key: ok_output(store.get(r.key)) for r in unique}
         st["failed"] += sum(1 for r in todo if out[r.key] is None)
         return out
+
+    def _decode_ahead(self, todo: list[CallRequest], work: Callable[[CallRequest], dict[str, Any]]):
+        """The calls worked with their image parts decoded ahead (:mod:`unirag.runs.ahead`; the
+        ``decode_workers`` setting), or None where they are decoded inline."""
+        from unirag.runs.ahead import ahead_work
+
+        return ahead_work(todo, 1, key=lambda r: r.key, prepare=lambda r: r, image_paths=request_image_paths,
+                          work_prepared=lambda rs: work(rs[0]), decode_workers=self.config.settings.decode_workers,
+                          n_images=len(request_image_paths(todo)))
 
     def errors(self, role: str, keys: list[str]) -> list[str]:
         store = self.cache.store(role)

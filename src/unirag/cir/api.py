@@ -29,7 +29,8 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
             k_prime: int | None = None, lam: float | None = None, k: int | None = None,
             stages: Sequence[str] = STAGES, limit: int | None = None, ablation: Ablation | None = None,
             cache_dir: str | Path | None = None, encoder: str | None = None, concurrency: int | None = None,
-            exclude_reference: bool | None = None, profile: str | Settings | None = None,
+            decode_workers: int | str | None = None, exclude_reference: bool | None = None,
+            profile: str | Settings | None = None,
             overrides: Mapping[str, Any] | None = None, official_prompts: str | Path | None = None,
             progress: bool = True, echo: Callable[[str], None] = print, **run_kwargs: Any) -> dict[str, Any]:
     """Run the baseline and X^R stages on one or more annotation files; returns the metrics.
@@ -38,13 +39,17 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
     or resolved :class:`~unirag.profiles.Settings`; None: the agents YAML's ``profile:``, else default.
     ``overrides``: single X^R settings on top (``{"xr_scoring": "official"}``; None values: not given).
     ``official_prompts``: the user's checkout of the official X^R code (read under xr_prompts=official).
+    ``decode_workers``: for agent roles played by a local ``hf:`` model, processes that decode the
+    next calls' images while the model answers ("auto", or N; 0 = inline; None: the agents YAML's
+    ``settings.decode_workers``, else auto).
     """
     config = agents if isinstance(agents, XRConfig) else load_config(agents)
     if official_prompts is not None:
         config.official_prompts = str(official_prompts)
     settings = config.resolve_settings(profile, **dict(overrides or {}))
     s = config.settings
-    for name, value in (("k_prime", k_prime), ("lam", lam), ("k", k), ("concurrency", concurrency)):
+    for name, value in (("k_prime", k_prime), ("lam", lam), ("k", k), ("concurrency", concurrency),
+                        ("decode_workers", decode_workers)):
         if value is not None:
             setattr(s, name, value)
     if encoder is not None:

@@ -9,7 +9,7 @@ YAML layout (see ``examples/xr_agents.yaml``)::
     encoder: null                   # cross-modal encoder spec (null = offline default)
     text_encoder: null              # caption-caption similarity: null = the CLIP encoder above
                                     # (MiniLM only with the offline default encoder)
-    settings: {lambda: 0.5, k_prime: 100, concurrency: 4}
+    settings: {lambda: 0.5, k_prime: 100, concurrency: 4, decode_workers: auto}
     profile: default                # or official (docs/xr-parity.md); any X^R setting of
                                     # unirag.profiles may also go under settings (xr_scoring: official)
     official_prompts: null          # the official X^R checkout, read under xr_prompts=official
@@ -80,6 +80,9 @@ class XRSettings:
     concurrency: int = 4
     json_attempts: int = 3
     tau: float = 0.15    # caption weight of xr_scoring=official (the official --tau)
+    #: processes that decode the next agent calls' images for roles played by a local (hf:) model:
+    #: None/"auto" (the cores available, at most 8; fewer than 128 images inline) or N (0 = inline)
+    decode_workers: int | str | None = None
 
     def check(self) -> None:
         if not 0.0 <= self.lam <= 1.0:
@@ -91,6 +94,9 @@ class XRSettings:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.norm not in NORMS:
             raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        from unirag.data.decode import resolve_decode_workers
+
+        resolve_decode_workers(self.decode_workers)
 
 
 @dataclass

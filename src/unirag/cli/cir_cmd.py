@@ -6,7 +6,7 @@ import click
 
 from unirag.cir.datasets import DATASETS
 from unirag.cli.engine_options import engine_from_cli, engine_options
-from unirag.cli.model_options import device_options
+from unirag.cli.model_options import agent_decode_workers_option, device_options
 from unirag.profiles import PROFILES, SETTINGS, option_name
 
 #: The X^R behaviour settings, each a ``--xr-...`` option of its own (docs/xr-parity.md).
@@ -75,12 +75,13 @@ def _print_metrics(name: str, metrics: dict) -> None:
 @click.option("--exclude-reference/--keep-reference", default=None,
               help="Remove the reference image from the gallery (default: as the benchmark does; CIRR only).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
+@agent_decode_workers_option
 @device_options
 @xr_setting_options
 @engine_options
 def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime, lam, k, stages, limit, cache_dir,
-        encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet, device, dtype,
-        profile=None, official_prompts=None, **options) -> None:
+        encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet, decode_workers, device,
+        dtype, profile=None, official_prompts=None, **options) -> None:
     """Rank a CIR benchmark's pool for each (reference image, modification text) query.
 
     Writes OUT/rankings.jsonl (per query: ranked image ids of every stage, stage scores),
@@ -95,7 +96,8 @@ def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime,
     xr_settings = options  # what is left: one value (or None) per X^R setting option
     metrics = run_cir(dataset, list(annotations), images_root=images_root, out_dir=out_dir, split_file=split_file,
                       agents=agents, k_prime=k_prime, lam=lam, k=k, stages=stages, limit=limit, ablation=ablation,
-                      cache_dir=cache_dir, encoder=encoder, concurrency=concurrency, progress=not quiet,
+                      cache_dir=cache_dir, encoder=encoder, concurrency=concurrency, decode_workers=decode_workers,
+                      progress=not quiet,
                       exclude_reference=exclude_reference, encoder_options={"device": device, "dtype": dtype},
                       profile=profile, overrides=xr_settings, official_prompts=official_prompts,
                       echo=lambda s: click.echo(s, err=True), engine=engine)

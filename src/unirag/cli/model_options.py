@@ -69,3 +69,35 @@ CAPTION_DECODE_WORKERS_HELP = ("Local models: processes that decode the next bat
 def caption_decode_workers_option(fn: Callable) -> Callable:
     """``unirag caption --decode-workers``."""
     return decode_workers_option(fn, CAPTION_DECODE_WORKERS_HELP)
+
+
+#: ``unirag generate-images``'s ``--decode-workers``: the example images a local image model reads.
+IMAGE_DECODE_WORKERS_HELP = ("Local models: processes that decode the next queries' example images while the model "
+                             "draws: auto (the cores available to this process, at most 8; runs of fewer than 128 "
+                             "example images inline) or N; 0 = in the model's process.")
+
+#: ``unirag cir``'s ``--decode-workers``: the images of X^R agent calls played by a local (hf:) model.
+AGENT_DECODE_WORKERS_HELP = ("Agent roles played by a local hf: model: processes that decode the next calls' images "
+                             "while the model answers: auto (the cores available to this process, at most 8; fewer "
+                             "than 128 images inline) or N; 0 = in the model's process. API roles send the files "
+                             "as they are.")
+
+#: ``unirag evaluate images``'s ``--decode-workers``: the generated and real images the metrics read.
+METRIC_DECODE_WORKERS_HELP = ("Processes that decode the generated and real images ahead of the Inception and CLIP "
+                              "networks: auto (the cores available to this process, at most 8; fewer than 128 "
+                              "images inline) or N; 0 = in this process.")
+
+
+def image_decode_workers_option(fn: Callable) -> Callable:
+    """``unirag generate-images --decode-workers``."""
+    return decode_workers_option(fn, IMAGE_DECODE_WORKERS_HELP)
+
+
+def agent_decode_workers_option(fn: Callable) -> Callable:
+    """``unirag cir --decode-workers``."""
+    return decode_workers_option(fn, AGENT_DECODE_WORKERS_HELP)
+
+
+def metric_decode_workers_option(fn: Callable) -> Callable:
+    """``unirag evaluate images --decode-workers``."""
+    return decode_workers_option(fn, METRIC_DECODE_WORKERS_HELP)

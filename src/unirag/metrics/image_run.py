@@ -45,12 +45,13 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
                        clip_model: str | Path | None = DEFAULT_CLIP_MODEL, fid_feature: Any = None,
                        is_feature: Any = None, clip: tuple[Any, Any] | None = None, is_splits: int = 10,
                        seed: int = 0, batch_size: int = 32, device: str | None = None, write: bool = True,
-                       show_progress: bool = False) -> dict[str, Any]:
+                       show_progress: bool = False, decode_workers: int | str | None = None) -> dict[str, Any]:
     """Metrics of an image run; writes ``metrics.json`` and per-query CLIP scores into ``run_dir``.
 
     ``fid_feature`` / ``is_feature`` (any ``nn.Module`` on uint8 images) replace the standard
     Inception network; ``clip`` = (model, processor) replaces loading ``clip_model``;
-    ``clip_model=None`` skips CLIP Score.
+    ``clip_model=None`` skips CLIP Score. ``decode_workers``: processes decoding the images ahead of
+    the networks (see :mod:`unirag.metrics.images`; None: auto).
     """
     run, by_qid, gt = load_run_for_scoring(run_dir, "image", queries, pool, qrels)
     outputs_path = run.run_dir / OUTPUTS_FILE
@@ -82,7 +83,8 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     metrics, skipped, scores = score_images(fakes, texts, reals, clip_model=clip_model, clip=clip,
                                             fid_feature=fid_feature, is_feature=is_feature,
                                             inception_weights=inception_weights, is_splits=is_splits, seed=seed,
-                                            batch_size=batch_size, device=device, show_progress=show_progress)
+                                            batch_size=batch_size, device=device, show_progress=show_progress,
+                                            decode_workers=decode_workers)
     per_query = dict(zip(qids, scores, strict=True)) if scores else {}
     failed = run.failed()
     result: dict[str, Any] = {
@@ -116,11 +118,13 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
                  clip_model: str | Path | None = DEFAULT_CLIP_MODEL, clip: tuple[Any, Any] | None = None,
                  fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
                  is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
-                 show_progress: bool = False) -> tuple[dict[str, float], dict[str, str], list[float]]:
+                 show_progress: bool = False, decode_workers: int | str | None = None
+                 ) -> tuple[dict[str, float], dict[str, str], list[float]]:
     """(metrics, skipped metrics with their one-line reason, per-image CLIP Scores) of generated
     ``images`` (paths, PIL images or bytes): FID against ``real_images`` (None: skipped), CLIP Score
     against ``texts`` (one per image; None or ``clip_model=None`` without ``clip``: skipped) and IS.
-    The one scorer of ``unirag evaluate images`` and :func:`unirag.image_metrics`."""
+    The one scorer of ``unirag evaluate images`` and :func:`unirag.image_metrics`. ``decode_workers``:
+    processes decoding the image files ahead of the networks (None: auto; 0: in this process)."""
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -133,7 +137,7 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
         try:
             fid_net = fid_feature if fid_feature is not None else standard_inception(inception_weights, "2048")
             metrics["FID"] = frechet_distance(reals, fakes, fid_net, batch_size=batch_size, device=device,
-                                              progress=_progress("FID", show_progress))
+                                              progress=_progress("FID", show_progress), decode_workers=decode_workers)
         except MetricUnavailable as e:
             skipped["FID"] = str(e)
         except RuntimeError as e:  # torchmetrics: fewer than 2 images per set
@@ -152,12 +156,14 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
         skipped["CLIP Score"] = "CLIP Score skipped (--no-clip)"
     if model is not None:
         metrics["CLIP Score"], scores = clip_scores(fakes, list(texts), model, device=device,
-                                                    progress=_progress("CLIP Score", show_progress))
+                                                    progress=_progress("CLIP Score", show_progress),
+                                                    decode_workers=decode_workers)
     try:
         is_net = is_feature if is_feature is not None else standard_inception(inception_weights, "logits_unbiased")
         metrics["IS"], metrics["IS SD"] = inception_score(fakes, is_net, splits=is_splits, seed=seed,
                                                           batch_size=batch_size, device=device,
-                                                          progress=_progress("IS", show_progress))
+                                                          progress=_progress("IS", show_progress),
+                                                          decode_workers=decode_workers)
     except MetricUnavailable as e:
         skipped.setdefault("IS", str(e))
     if not metrics:

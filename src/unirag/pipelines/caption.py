@@ -24,6 +24,7 @@ from unirag.generators.pricing import price_entry
 from unirag.pipelines.captioner import Caption, Captioner, CaptionRequest, to_shots
 from unirag.pipelines.examples import Example, ExampleSelector, make_selector
 from unirag.pipelines.run_config import ExampleRunConfig
+from unirag.runs.ahead import AheadWork, ahead_work
 from unirag.runs.rundir import RunDir
 
 
@@ -176,52 +177,18 @@ class CaptionJob:
                     paths.append(str(image))
         return paths
 
-    def decode_ahead(self, queries: Sequence[Query], batch_size: int) -> _AheadWork | None:
+    def decode_ahead(self, queries: Sequence[Query], batch_size: int) -> AheadWork | None:
         """A ``work_batch`` that decodes the next batches' images in decode workers while the model
         captions the current one (None: decoding stays inline, ``decode_workers`` 0 or a small run)."""
-        from unirag.data.decode import DecodeAhead, resolve_decode_workers, workers_for
-
-        batches = [list(queries[s : s + batch_size]) for s in range(0, len(queries), batch_size)]
-        workers = workers_for(resolve_decode_workers(self.cfg.decode_workers), len(queries) * (1 + (self.cfg.k or 0)))
-        if workers == 0 or len(batches) < 2:
-            return None
-
-        def jobs():
-            for i, batch in enumerate(batches):
-                ps = [self.prepare(q) for q in batch]
-                yield i, (ps, self.image_paths(ps))
-
-        return _AheadWork(self, {tuple(q.qid for q in b): i for i, b in enumerate(batches)},
-                          DecodeAhead(jobs(), workers))
+        return ahead_work(list(queries), batch_size, key=lambda q: q.qid, prepare=self.prepare,
+                          image_paths=self.image_paths, work_prepared=self.work_batch_prepared,
+                          decode_workers=self.cfg.decode_workers, n_images=len(queries) * (1 + (self.cfg.k or 0)))
 
     def work(self, q: Query) -> dict[str, Any]:
         return self.work_prepared(self.prepare(q))
 
     def work_batch(self, qs: list[Query]) -> list[dict[str, Any]]:
         return self.work_batch_prepared([self.prepare(q) for q in qs])
-
-
-class _AheadWork:
-    """``work_batch`` over the batches :meth:`CaptionJob.decode_ahead` planned: their examples chosen and
-    their images decoded ahead; any other batch (an item retried alone, one another process took
-    part of) is worked on as without it. The captions are the same either way."""
-
-    def __init__(self, job: CaptionJob, index: dict[tuple[str, ...], int], ahead: Any) -> None:
-        self.job, self.index, self.ahead = job, index, ahead
-
-    def work_batch(self, qs: list[Query]) -> list[dict[str, Any]]:
-        from unirag.data.images import predecoded
-
-        i = self.index.get(tuple(q.qid for q in qs))
-        got = self.ahead.take(i) if i is not None else None
-        if got is None:
-            return self.job.work_batch(qs)
-        ps, images = got
-        with predecoded(images):
-            return self.job.work_batch_prepared(ps)
-
-    def close(self) -> None:
-        self.ahead.close()
 
 
 @dataclass(frozen=True)

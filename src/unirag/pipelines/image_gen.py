@@ -216,6 +216,7 @@ def run_image_generation(
     engine: Any = "local",
     spec: str | None = None,
     generator_options: dict[str, Any] | None = None,
+    decode_workers: int | str | None = None,
 ) -> dict[str, int]:
     """Generate one image per query into ``out``; returns counts (ok/error/skipped + final totals).
 
@@ -225,13 +226,18 @@ def run_image_generation(
     ``profile``: a profile name or :class:`unirag.profiles.Settings` (recorded in the manifest; its
     ``emu2_sampling`` fills in steps/guidance left None). ``generator`` None: the run loads ``spec``
     with ``generator_options`` itself: on Ray workers when ``engine`` is "ray" and the spec is a local
-    model (see :mod:`unirag.runs.engine`), else here.
+    model (see :mod:`unirag.runs.engine`), else here. ``decode_workers``: for a local model in this
+    process, processes that decode the next queries' example images while the model draws (None or
+    "auto": the cores available, at most 8, and runs of fewer than 128 example images inline; 0:
+    inline; see :mod:`unirag.runs.ahead`). API generators send the files as they are and decode nothing.
     """
     from contextlib import ExitStack
 
+    from unirag.data.decode import resolve_decode_workers
     from unirag.profiles import resolve
     from unirag.runs.engine import open_pool, runs_on_ray
 
+    resolve_decode_workers(decode_workers)  # a bad value fails before anything loads
     profile = resolve(profile)
     with ExitStack() as stack:
         pool = recipe = None
@@ -254,12 +260,12 @@ def run_image_generation(
         settings = (settings or ImageSettings()).resolved(generator.spec, profile)
         return _run_image_generation(queries, generator, selector, Path(out), images_root, settings,
                                      concurrency, limit, save_prompts, policy, prices, identity_extra, progress,
-                                     pool, recipe, engine, profile)
+                                     pool, recipe, engine, profile, decode_workers)
 
 
 def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleSelector, out: Path, images_root,
                           settings: ImageSettings, concurrency, limit, save_prompts, policy, prices, identity_extra,
-                          progress, pool, recipe, engine, profile) -> dict[str, int]:
+                          progress, pool, recipe, engine, profile, decode_workers=None) -> dict[str, int]:
     import os
 
     from unirag.pipelines.caption import _engine_entry
@@ -293,9 +299,21 @@ def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleS
             run.store.refresh()
         else:
             job = ImageJob(generator, out, images_root, settings, price, position, save_prompts)
-            counts = run_items(todo, key=lambda q: q.qid, work=lambda q: job.work_prepared(prepare(q)), store=run.store,
-                               concurrency=1 if generator.local else max(1, int(concurrency)), policy=policy,
-                               desc=desc, progress=progress)
+            work = lambda q: job.work_prepared(prepare(q))  # noqa: E731
+            ahead = None
+            if generator.local:  # one query at a time here: its example images decoded a few queries ahead
+                from unirag.runs.ahead import ahead_work
+
+                ahead = ahead_work(todo, 1, key=lambda q: q.qid, prepare=prepare, image_paths=job.image_paths,
+                                   work_prepared=lambda ps: job.work_prepared(ps[0]), decode_workers=decode_workers,
+                                   n_images=len(todo) * selector.k)
+            try:
+                counts = run_items(todo, key=lambda q: q.qid, work=ahead.work if ahead is not None else work,
+                                   store=run.store, concurrency=1 if generator.local else max(1, int(concurrency)),
+                                   policy=policy, desc=desc, progress=progress)
+            finally:
+                if ahead is not None:
+                    ahead.close()
         counts["skipped"] += len(queries) - len(todo)
         final = run.finish([q.qid for q in queries])
     return {**counts, **{f"total_{k}": v for k, v in final.items()}}
@@ -310,6 +328,9 @@ class ImageConfig(ExampleRunConfig):
     concurrency: int = 4
     example_seed: int = 0
     settings: ImageSettings = field(default_factory=ImageSettings)
+    #: processes that decode the next queries' example images while a local model draws (see
+    #: :func:`run_image_generation`): None/"auto", or N >= 0 (0 = in the model's process)
+    decode_workers: int | str | None = None
 
 
 def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dict[str, int]:
@@ -339,4 +360,5 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dic
         concurrency=cfg.concurrency, limit=cfg.limit, save_prompts=cfg.save_prompts,
         policy=RetryPolicy(max_attempts=cfg.max_attempts), prices=cfg.prices,
         identity_extra={"queries": queries_identity(queries, path)}, progress=cfg.progress, profile=cfg.profile,
-        engine=cfg.engine, spec=cfg.generator, generator_options=cfg.generator_options)
+        engine=cfg.engine, spec=cfg.generator, generator_options=cfg.generator_options,
+        decode_workers=cfg.decode_workers)

@@ -22,6 +22,12 @@ fp16), so "auto" means bf16 (the official choice) on any device and float32 is r
 Width/height/steps/guidance come from the request (the paper's LaVIT settings are unirag's image
 defaults).
 
+LaVIT's ``multimodal_synthesis`` takes example images as *paths* and opens them itself
+(``Image.open(path).convert("RGB")`` in ``LaVIT/models/lavit_for_generation.py``; a PIL image is not
+accepted), so the path is what it gets, as in the official run; the decoded copy unirag makes (ahead,
+in decode workers, during an image run: :mod:`unirag.runs.ahead`) serves only the up-front check that
+the file reads, and LaVIT decodes the file once more in the model's process.
+
 A user installs LaVIT's requirements (its ``requirements.txt``: torch, transformers, diffusers, xformers
 optional, torchvision, ...), clones the repository, downloads ``rain1011/LaVIT-7B-v2`` and runs
 ``--generator lavit:/path/to/LaVIT-7B-v2 --lavit-code /path/to/LaVIT``.
