@@ -59,9 +59,13 @@ class _AgentWork:
         self.task, self.generator = task, generator
         self.store = ResultStore(task.store_path, key="key")
 
+    def image_paths(self, payloads: list[CallRequest]) -> list[str]:
+        """What the Ray worker's decode processes decode ahead of this call (:mod:`unirag.runs.engine`)."""
+        return request_image_paths(payloads)
+
     def work_batch(self, payloads: list[CallRequest]) -> list[dict[str, Any]]:
         t = self.task
-        return [call_agent(self.generator, t.role, r.messages, t.options, t.json_attempts, r.expect_answers)
+        return [call_agent(self.generator, t.role, r.messages, t.options, t.json_attempts, r.expect_answers, r.fmt)
                 for r in payloads]
 
 

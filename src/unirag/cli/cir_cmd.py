@@ -6,7 +6,7 @@ import click
 
 from unirag.cir.datasets import DATASETS
 from unirag.cli.engine_options import engine_from_cli, engine_options
-from unirag.cli.model_options import device_options
+from unirag.cli.model_options import device_options, engine_decode_workers_option
 from unirag.profiles import PROFILES, SETTINGS, option_name
 
 #: The X^R behaviour settings, each a ``--xr-...`` option of its own (docs/xr-parity.md).
@@ -78,9 +78,10 @@ def _print_metrics(name: str, metrics: dict) -> None:
 @device_options
 @xr_setting_options
 @engine_options
+@engine_decode_workers_option
 def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime, lam, k, stages, limit, cache_dir,
         encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet, device, dtype,
-        profile=None, official_prompts=None, **options) -> None:
+        decode_workers, profile=None, official_prompts=None, **options) -> None:
     """Rank a CIR benchmark's pool for each (reference image, modification text) query.
 
     Writes OUT/rankings.jsonl (per query: ranked image ids of every stage, stage scores),
@@ -91,7 +92,7 @@ def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime,
     from unirag.cir.pipeline import Ablation
 
     ablation = Ablation(imagination=not no_imagination, fine_only=fine_only, modalities=modalities)
-    engine = engine_from_cli(options)
+    engine = engine_from_cli(options, decode_workers=decode_workers)
     xr_settings = options  # what is left: one value (or None) per X^R setting option
     metrics = run_cir(dataset, list(annotations), images_root=images_root, out_dir=out_dir, split_file=split_file,
                       agents=agents, k_prime=k_prime, lam=lam, k=k, stages=stages, limit=limit, ablation=ablation,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from unirag.cli.engine_options import engine_from_cli, engine_options
-from unirag.cli.model_options import device_options
+from unirag.cli.model_options import device_options, engine_decode_workers_option
 from unirag.cli.profile_options import profile_options
 from unirag.cli.selection_options import selection_of, selection_options
 from unirag.generators.images.base import (
@@ -70,10 +70,11 @@ MODES = ("zero-shot", "random", "rag")
 @profile_options("emu2_sampling", "pair_completion", "example_pairs")
 @selection_options
 @engine_options
+@engine_decode_workers_option
 def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, retrieval_path, index_dir, pool_path,
                     out_dir, width, height, steps, guidance, seed, example_seed, concurrency, base_url, timeout,
                     quality, device, dtype, offload, lavit_code, max_attempts, prices, limit, save_prompts,
-                    no_progress, settings, **options_) -> None:
+                    no_progress, settings, decode_workers, **options_) -> None:
     """Generate an image for every caption query, saved as PNG next to the prompt that made it.
 
     \b
@@ -92,7 +93,7 @@ def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, 
         settings=ImageSettings(width=width, height=height, steps=steps, guidance=guidance, seed=seed),
         concurrency=concurrency, limit=limit, save_prompts=save_prompts, max_attempts=max_attempts, prices=prices,
         generator_options={k_: v for k_, v in options.items() if v is not None}, progress=not no_progress,
-        profile=settings, selection=selection_of(options_), engine=engine_from_cli(options_)))
+        profile=settings, selection=selection_of(options_), engine=engine_from_cli(options_, decode_workers=decode_workers)))
     click.echo(f"{out_dir}: {counts['total_ok']}/{counts['total_queries']} images ok, "
                f"{counts['total_error']} failed (this run: {counts['ok']} new, {counts['error']} failed, "
                f"{counts['skipped']} already done)")

@@ -60,12 +60,28 @@ def index_memory_option(fn: Callable, default: str = "mmap", extra: str = "") ->
                              "(exact batched search at in-RAM FAISS speed)" + extra + ".")(fn)
 
 
+#: With ``--engine ray``: ``EngineOptions.decode_workers`` (see :class:`unirag.runs.engine.EngineOptions`).
+RAY_DECODE_WORKERS_HELP = ("with --engine ray, per Ray worker: processes that decode the images of the worker's "
+                           "next call while its model works (auto: the CPUs per GPU worker less one, at most 8; "
+                           "0 for CPU-only workers)")
+
 #: ``unirag caption``'s ``--decode-workers``: the images of the prompts, not an encoder's inputs.
 CAPTION_DECODE_WORKERS_HELP = ("Local models: processes that decode the next batches' query and example images "
                                "while the model captions: auto (the cores available to this process, at most 8; "
-                               "runs of fewer than 128 images inline) or N; 0 = in the model's process.")
+                               "runs of fewer than 128 images inline) or N; 0 = in the model's process; "
+                               + RAY_DECODE_WORKERS_HELP + ".")
+
+#: ``--decode-workers`` of the commands whose local loop decodes inline (generate-images, cir).
+ENGINE_DECODE_WORKERS_HELP = ("Local models " + RAY_DECODE_WORKERS_HELP + ": auto or N; 0 = in the model's thread. "
+                              "Without --engine ray the images are decoded as they are loaded.")
 
 
 def caption_decode_workers_option(fn: Callable) -> Callable:
     """``unirag caption --decode-workers``."""
     return decode_workers_option(fn, CAPTION_DECODE_WORKERS_HELP)
+
+
+def engine_decode_workers_option(fn: Callable) -> Callable:
+    """``--decode-workers`` for the Ray engine's workers (``unirag generate-images``, ``unirag cir``,
+    ``unirag run``), passed to :func:`unirag.cli.engine_options.engine_from_cli`."""
+    return decode_workers_option(fn, ENGINE_DECODE_WORKERS_HELP)
