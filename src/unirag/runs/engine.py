@@ -8,6 +8,14 @@ pending items by the driver, one batch ahead so it never waits. An actor writes 
 through the same claims and :class:`~unirag.runs.store.ResultStore` a local run uses, into the same
 run directory (so a cluster needs that directory on a filesystem every node mounts at the same path).
 
+An actor is threaded: the driver's second call in flight enters while the model works on the first,
+hands the image files its payloads load (the task's optional ``image_paths(payloads)``) to the
+actor's decode processes (``decode_workers``, one :class:`~unirag.data.decode.DecodePool` per actor,
+started with it) and waits for the model, which then finds those images decoded
+(:func:`unirag.data.images.predecoded`) - the model never waits for a file to be decoded when the
+decode processes keep up. The model itself works one call at a time, and results are exactly those
+of inline decoding (see :class:`_Worker`).
+
 That gives the guarantees of a local run:
 
 * the driver can be killed at any moment: finished items are on disk; the rerun skips them;
