@@ -158,6 +158,8 @@ def _two_calls_in_flight(calls, workers: int, out: Path, monkeypatch) -> bool:
 
 def test_the_next_call_s_images_are_decoded_by_the_workers_while_the_model_works(coco_mini, tmp_path,
                                                                                   decoded_here, monkeypatch):
+    import ray  # imported, not started: a worker called outside Ray must not start one (it checks for cancels)
+
     calls = _calls(coco_mini)
     n_images = sum(len(paths) for c in calls for _, (_, paths) in c)
     records = {}
@@ -172,6 +174,7 @@ def test_the_next_call_s_images_are_decoded_by_the_workers_while_the_model_works
         else:
             assert overlapped  # the first call's model part waited for the second call's submission
             assert decoded_here == []  # the decode processes decoded them all, once (the retry included)
+    assert not ray.is_initialized()
     assert records[2] == records[0]
     assert records[0]["q4"]["status"] == "error" and "no-such-photo.jpg" in records[0]["q4"]["error"]
     assert sum(r["status"] == "ok" for r in records[0].values()) == 5

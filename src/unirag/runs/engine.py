@@ -293,7 +293,7 @@ def _cancelled() -> bool:
     import sys
 
     ray = sys.modules.get("ray")
-    if ray is None:
+    if ray is None or not ray.is_initialized():  # not in a Ray worker (get_runtime_context would start Ray)
         return False
     try:
         return bool(ray.get_runtime_context().is_canceled())
