@@ -5,7 +5,9 @@ same configuration must store the same records. Each call appends one line to th
 ``UNIRAG_TEST_CALLS`` (the query image's digest, or the role and prompt hash), written when the call
 starts, so a test can count calls across processes: ``UNIRAG_*`` variables reach Ray workers (see
 ``unirag.ray_support.worker_env``). ``UNIRAG_TEST_DELAY`` slows each call (seconds);
-``UNIRAG_TEST_LOADS`` gets a line per model load;
+``UNIRAG_TEST_LOADS`` gets a line per model load; ``UNIRAG_TEST_AHEAD`` gets a line per image a
+caption or agent call carries: ``ahead`` when the call runs where that file was decoded ahead (in a
+:func:`unirag.data.images.predecoded` scope holding it), else ``inline``;
 ``UNIRAG_TEST_DIE_MARKER`` makes the first process that reaches its ``UNIRAG_TEST_DIE_AT``-th call
 exit on the spot (a worker killed by the OOM killer), once: the marker file records that it happened.
 """
@@ -59,6 +61,20 @@ def _images(messages) -> list:
     return [p for m in messages for p in m.images]
 
 
+def _log_ahead(parts) -> None:
+    path = os.environ.get("UNIRAG_TEST_AHEAD")
+    if not path:
+        return
+    from pathlib import Path
+
+    from unirag.data import images
+
+    scope = images._PREDECODED.get() or {}
+    with open(path, "a") as f:
+        for p in parts:
+            f.write(("ahead" if str(Path(p.path)) in scope else "inline") + "\n")
+
+
 class EchoCaptioner:
     """Captions: the query image's digest and how many example images came with it."""
 
@@ -71,6 +87,7 @@ class EchoCaptioner:
         images = _images(messages)
         query = image_digest(images[-1].path)
         _log(query)
+        _log_ahead(images)
         _maybe_die()
         time.sleep(float(os.environ.get("UNIRAG_TEST_DELAY", "0")))
         prompt = hashlib.sha256(_text(messages).encode()).hexdigest()[:6]
@@ -103,6 +120,7 @@ class EchoAgent:
     def generate(self, messages, options=None) -> Generation:
         prompt = _text(messages).strip()
         images = _images(messages)
+        _log_ahead(images)
         key = hashlib.sha256((prompt + "".join(image_digest(p.path) for p in images)).encode()).hexdigest()[:12]
         _log(key)
         time.sleep(float(os.environ.get("UNIRAG_TEST_DELAY", "0")))

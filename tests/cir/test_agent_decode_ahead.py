@@ -114,3 +114,19 @@ def test_agents_yaml_and_run_cir_set_the_decode_workers(tmp_path):
 
     with pytest.raises(ConfigError, match="decode workers"):
         load_config(path)
+
+
+def test_the_agents_yaml_setting_reaches_the_ray_workers_unless_the_engine_sets_it(tmp_path):
+    """One setting: ``settings.decode_workers`` (the agents YAML or ``--decode-workers``) also sizes the
+    Ray workers' decode processes, where the engine options leave them to auto."""
+    from unirag.runs.engine import EngineOptions
+
+    def engine_of(setting, engine):
+        config = XRConfig(roles={"caption": RoleConfig(model="hf:x")}, settings=XRSettings(decode_workers=setting))
+        return AgentRunner(config, CallCache(tmp_path), progress=False, engine=engine)._engine_with_decode_workers()
+
+    assert engine_of(3, EngineOptions(engine="ray")).decode_workers == 3
+    assert engine_of(3, "ray").decode_workers == 3
+    assert engine_of(3, EngineOptions(engine="ray", decode_workers=1)).decode_workers == 1
+    assert engine_of(None, EngineOptions(engine="ray")).decode_workers is None
+    assert engine_of("auto", EngineOptions(engine="ray")).decode_workers is None

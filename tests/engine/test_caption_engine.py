@@ -53,6 +53,28 @@ def test_ray_run_stores_the_records_of_a_local_run(coco_caption_set, ray_cluster
         sorted(p.name for p in (tmp_path / "local/prompts").iterdir())
 
 
+def test_ray_workers_decode_each_call_s_images_ahead_of_the_model(coco_caption_set, ray_cluster, tmp_path,
+                                                                  monkeypatch):
+    """With ``decode_workers=1`` each Ray worker's decode process decodes the images of a call while the
+    model works on the call before: every image the model's calls carry was decoded ahead (the call
+    runs in a ``predecoded`` scope holding it), the records are a local run's, and the manifest's
+    engine entry records the setting."""
+    from tests_engine_helpers import read_records
+
+    address, _ = ray_cluster
+    run_captioning(_cfg(coco_caption_set, tmp_path / "local", "local"))
+    ahead = tmp_path / "ahead.log"
+    monkeypatch.setenv("UNIRAG_TEST_AHEAD", str(ahead))
+    result = run_captioning(_cfg(coco_caption_set, tmp_path / "ray",
+                                 EngineOptions(engine="ray", workers=2, ray_address=address, decode_workers=1)))
+    n = coco_caption_set["n"]
+    assert result["this_run"] == {"ok": n, "error": 0, "skipped": 0}
+    assert read_records(tmp_path / "ray") == read_records(tmp_path / "local")
+    assert Counter(ahead.read_text().split()) == {"ahead": n * 3}  # each query's image and its 2 examples'
+    manifest = json.loads((tmp_path / "ray" / "manifest.json").read_text())
+    assert manifest["settings"]["engine"]["decode_workers"] == 1
+
+
 def test_driver_killed_then_rerun_calls_no_finished_query_again(coco_caption_set, ray_cluster, tmp_path):
     from tests_engine_helpers import read_records
 

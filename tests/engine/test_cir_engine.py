@@ -46,6 +46,8 @@ def _stored_calls(out: Path) -> dict[str, list[str]]:
 
 
 def test_ray_agents_rank_as_local_agents_and_resume_after_a_kill(myntra, ray_cluster, tmp_path):
+    """Also: with ``--decode-workers 1`` every image an agent call sends was decoded ahead by the Ray
+    worker's decode process (the call ran in a ``predecoded`` scope holding it)."""
     address, env = ray_cluster
     base, _ = _setup(myntra, tmp_path)
     calls = tmp_path / "calls.log"
@@ -54,7 +56,10 @@ def test_ray_agents_rank_as_local_agents_and_resume_after_a_kill(myntra, ray_clu
                            capture_output=True, text=True, timeout=400)
     assert local.returncode == 0, local.stderr[-3000:]
 
-    ray_cmd = base + ["--out", str(tmp_path / "ray"), "--engine", "ray", "--workers", "2", "--ray-address", address]
+    ray_cmd = base + ["--out", str(tmp_path / "ray"), "--engine", "ray", "--workers", "2", "--ray-address", address,
+                      "--decode-workers", "1"]
+    ahead = tmp_path / "ahead.log"
+    env = {**env, "UNIRAG_TEST_AHEAD": str(ahead)}
     first = subprocess.Popen(ray_cmd, env={**env, "UNIRAG_TEST_DELAY": "0.4"}, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
     wait_for_records(tmp_path / "ray/cache/calls/caption.jsonl", 4, first)
@@ -77,3 +82,5 @@ def test_ray_agents_rank_as_local_agents_and_resume_after_a_kill(myntra, ray_clu
     assert all(r["final_stage"] == "xr" and len(r["scores"]) == 3 for r in rows)
     manifest = json.loads((tmp_path / "ray/manifest.json").read_text())
     assert manifest["agent_calls"]["caption"]["called"] > 0
+    seen = Counter(ahead.read_text().split())
+    assert set(seen) == {"ahead"} and seen["ahead"] >= 12  # 10 pool captions + 2 references, at least

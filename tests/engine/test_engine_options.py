@@ -94,7 +94,7 @@ class _FakeRay:
     """Records how actors are requested (no GPU here): the resources and the device each worker gets."""
 
     def __init__(self, resources):
-        self.resources, self.requested, self.started = resources, [], []
+        self.resources, self.requested, self.started, self.decode_workers = resources, [], [], []
 
     def cluster_resources(self):
         return dict(self.resources)
@@ -110,8 +110,9 @@ class _FakeRay:
                 fake.requested.append(kw)
                 return self
 
-            def remote(self, recipe, device, threads):
+            def remote(self, recipe, device, threads, decode_workers):
                 fake.started.append((device, threads))
+                fake.decode_workers.append(decode_workers)
                 info = {"model": {"spec": recipe.spec}}
                 return type("Actor", (), {"info": type("M", (), {"remote": staticmethod(lambda: info)})()})()
 
@@ -123,7 +124,9 @@ class _FakeRay:
 
 def test_gpus_per_worker_reserves_ray_gpus_and_puts_each_model_on_its_gpu(monkeypatch):
     """--gpus-per-worker G: each actor asks Ray for num_gpus=G (Ray then sets its CUDA_VISIBLE_DEVICES),
-    loads the model on "cuda" (its own GPU), and the default worker count is GPUs / G."""
+    loads the model on "cuda" (its own GPU), and the default worker count is GPUs / G. Actors are
+    threaded (the driver's next call decodes its images while the model works) and by default each
+    GPU actor decodes in the CPUs per actor less one, a CPU-only one inline."""
     from unirag.pipelines.remote_models import TextModelRecipe
     from unirag.runs.engine import WorkerPool
 
@@ -132,8 +135,10 @@ def test_gpus_per_worker_reserves_ray_gpus_and_puts_each_model_on_its_gpu(monkey
     monkeypatch.setattr(pool, "_connect", lambda: fake)
     pool.ray = fake
     assert pool.describe(TextModelRecipe("hf:/models/llava")) == {"spec": "hf:/models/llava"}
-    assert fake.requested == [{"num_cpus": 1, "num_gpus": 2, "max_restarts": 0, "max_task_retries": 0}]
+    assert fake.requested == [{"num_cpus": 1, "num_gpus": 2, "max_restarts": 0, "max_task_retries": 0,
+                               "max_concurrency": 3}]
     assert fake.started == [("cuda", None), ("cuda", None)]  # 4 GPUs / 2 per worker; cluster: Ray's threads
+    assert fake.decode_workers == [7, 7]  # 16 CPUs / 2 actors, less one each
 
     cpu = _FakeRay({"CPU": 2})
     pool = WorkerPool(EngineOptions(engine="ray"))
@@ -141,3 +146,41 @@ def test_gpus_per_worker_reserves_ray_gpus_and_puts_each_model_on_its_gpu(monkey
     pool.ray = cpu
     pool.describe(TextModelRecipe("python:m:f"))
     assert cpu.requested[0]["num_gpus"] == 0 and [d for d, _ in cpu.started] == ["cpu", "cpu"]
+    assert cpu.decode_workers == [0, 0]  # CPU-only actors decode inline
+
+    explicit = _FakeRay({"CPU": 2})
+    pool = WorkerPool(EngineOptions(engine="ray", decode_workers=1))
+    monkeypatch.setattr(pool, "_connect", lambda: explicit)
+    pool.ray = explicit
+    pool.describe(TextModelRecipe("python:m:f"))
+    assert explicit.decode_workers == [1, 1]
+
+
+def test_decode_workers_reach_the_engine_options_from_every_command_with_an_engine(monkeypatch):
+    """``--decode-workers`` of caption, generate-images and cir becomes ``EngineOptions.decode_workers``
+    (the run manifest's engine entry records it); a negative count is refused."""
+    from click.testing import CliRunner
+
+    from unirag.cli import caption_cmd, cir_cmd, generate_images_cmd
+    from unirag.cli.engine_options import engine_from_cli
+
+    seen = []
+    real = engine_from_cli
+
+    def spy(opts, decode_workers=None):
+        options = real(opts, decode_workers=decode_workers)
+        seen.append(options)
+        raise SystemExit(0)
+
+    for module, args in ((caption_cmd, ["--queries", "q.jsonl", "--out", "o"]),
+                         (generate_images_cmd, ["--queries", "q.jsonl", "--generator", "diffusers:x", "--out", "o"]),
+                         (cir_cmd, ["--dataset", "cirr", "--annotations", "a.json", "--images-root", ".",
+                                    "--out", "o"])):
+        monkeypatch.setattr(module, "engine_from_cli", spy)
+        command = next(v for v in vars(module).values() if hasattr(v, "params") and hasattr(v, "callback"))
+        result = CliRunner().invoke(command, [*args, "--engine", "ray", "--decode-workers", "3"])
+        assert result.exit_code == 0, (module.__name__, result.output)
+    assert [o.decode_workers for o in seen] == [3, 3, 3] and all(o.ray for o in seen)
+    assert EngineOptions(engine="ray", decode_workers=3).to_dict()["decode_workers"] == 3
+    with pytest.raises(ConfigError, match="--decode-workers must be >= 0"):
+        EngineOptions(engine="ray", decode_workers=-1)

@@ -55,7 +55,8 @@ def test_ray_run_draws_the_pictures_of_a_local_run(coco_caption_set, ray_cluster
     import torch
 
     ray = run_images(cfg(tmp_path / "ray", EngineOptions(engine="ray", workers=2, ray_address=address,
-                                                         threads_per_worker=torch.get_num_threads())))
+                                                         threads_per_worker=torch.get_num_threads(),
+                                                         decode_workers=1)))
     assert local["total_ok"] == ray["total_ok"] == 6 and ray["ok"] == 6
     _same_pictures(tmp_path / "local", tmp_path / "ray")
     ma, mb = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("local", "ray"))

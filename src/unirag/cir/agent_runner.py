@@ -59,9 +59,13 @@ class _AgentWork:
         self.task, self.generator = task, generator
         self.store = ResultStore(task.store_path, key="key")
 
+    def image_paths(self, payloads: list[CallRequest]) -> list[str]:
+        """What the Ray worker's decode processes decode ahead of this call (:mod:`unirag.runs.engine`)."""
+        return request_image_paths(payloads)
+
     def work_batch(self, payloads: list[CallRequest]) -> list[dict[str, Any]]:
         t = self.task
-        return [call_agent(self.generator, t.role, r.messages, t.options, t.json_attempts, r.expect_answers)
+        return [call_agent(self.generator, t.role, r.messages, t.options, t.json_attempts, r.expect_answers, r.fmt)
                 for r in payloads]
 
 
@@ -179,8 +183,23 @@ class AgentRunner:
             from unirag.runs.engine import WorkerPool, open_pool
 
             self._pool_owned = not isinstance(self.engine, WorkerPool)
-            self._pool = open_pool(self.engine, self.progress).__enter__()
+            self._pool = open_pool(self._engine_with_decode_workers(), self.progress).__enter__()
         return self._pool
+
+    def _engine_with_decode_workers(self) -> Any:
+        """The engine, its workers' decode processes set from ``settings.decode_workers`` (the agents
+        YAML or ``--decode-workers``) when the engine options leave them to auto: one setting for the
+        calls decoded ahead here and on Ray workers. A pool the caller opened is used as it is."""
+        from dataclasses import replace
+
+        from unirag.data.decode import resolve_decode_workers
+        from unirag.runs.engine import WorkerPool, engine_options
+
+        wanted = resolve_decode_workers(self.config.settings.decode_workers)
+        if isinstance(self.engine, WorkerPool) or wanted is None:
+            return self.engine
+        options = engine_options(self.engine)
+        return options if options.decode_workers is not None else replace(options, decode_workers=wanted)
 
     def close(self) -> None:
         if self._pool is not None:

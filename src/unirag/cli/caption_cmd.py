@@ -48,7 +48,7 @@ def caption(queries, images_root, pool_images_root, generator_spec, mode, k, ret
     from unirag.pipelines.caption import CaptionConfig, run_captioning
 
     selection = selection_of(gen_opts)
-    engine = engine_from_cli(gen_opts)
+    engine = engine_from_cli(gen_opts, decode_workers=decode_workers)
     cfg = CaptionConfig(queries=queries, generator=generator_spec, out=out, mode=mode, k=k, images_root=images_root,
                         pool_images_root=pool_images_root, retrieval=retrieval, index=index, pool=pool, limit=limit,
                         profile=settings, official_prompts=official_prompts, selection=selection, engine=engine,

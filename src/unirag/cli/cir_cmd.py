@@ -92,7 +92,7 @@ def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime,
     from unirag.cir.pipeline import Ablation
 
     ablation = Ablation(imagination=not no_imagination, fine_only=fine_only, modalities=modalities)
-    engine = engine_from_cli(options)
+    engine = engine_from_cli(options, decode_workers=decode_workers)
     xr_settings = options  # what is left: one value (or None) per X^R setting option
     metrics = run_cir(dataset, list(annotations), images_root=images_root, out_dir=out_dir, split_file=split_file,
                       agents=agents, k_prime=k_prime, lam=lam, k=k, stages=stages, limit=limit, ablation=ablation,

@@ -1,6 +1,7 @@
 """``--engine``, ``--workers``, ``--gpus-per-worker``, ``--ray-address``: where a generation command's
 local model runs (caption, generate-images, cir, run). One definition; the library decides the rest
-(:mod:`unirag.runs.engine`)."""
+(:mod:`unirag.runs.engine`). Each command also has one ``--decode-workers``
+(:mod:`unirag.cli.model_options`), handed to :func:`engine_from_cli` for its Ray workers."""
 
 from __future__ import annotations
 
@@ -32,10 +33,12 @@ def engine_options(fn: Callable) -> Callable:
     return fn
 
 
-def engine_from_cli(opts: dict[str, Any]):
-    """Pop the engine options out of a command's keyword arguments -> :class:`EngineOptions`."""
+def engine_from_cli(opts: dict[str, Any], decode_workers: int | None = None):
+    """Pop the engine options out of a command's keyword arguments -> :class:`EngineOptions`;
+    ``decode_workers``: the command's ``--decode-workers`` (its Ray workers' decode processes)."""
     from unirag.runs.engine import EngineOptions
 
     values = {k: opts.pop(k) for k in ENGINE_PARAMS if k in opts}
     return EngineOptions(engine=values.get("engine") or "local", workers=values.get("workers"),
-                         gpus_per_worker=values.get("gpus_per_worker") or 0, ray_address=values.get("ray_address"))
+                         gpus_per_worker=values.get("gpus_per_worker") or 0, ray_address=values.get("ray_address"),
+                         decode_workers=decode_workers)

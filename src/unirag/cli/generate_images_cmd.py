@@ -93,7 +93,7 @@ def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, 
         settings=ImageSettings(width=width, height=height, steps=steps, guidance=guidance, seed=seed),
         concurrency=concurrency, limit=limit, save_prompts=save_prompts, max_attempts=max_attempts, prices=prices,
         generator_options={k_: v for k_, v in options.items() if v is not None}, progress=not no_progress,
-        profile=settings, selection=selection_of(options_), engine=engine_from_cli(options_),
+        profile=settings, selection=selection_of(options_), engine=engine_from_cli(options_, decode_workers=decode_workers),
         decode_workers=decode_workers))
     click.echo(f"{out_dir}: {counts['total_ok']}/{counts['total_queries']} images ok, "
                f"{counts['total_error']} failed (this run: {counts['ok']} new, {counts['error']} failed, "

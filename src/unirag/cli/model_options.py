@@ -60,10 +60,16 @@ def index_memory_option(fn: Callable, default: str = "mmap", extra: str = "") ->
                              "(exact batched search at in-RAM FAISS speed)" + extra + ".")(fn)
 
 
+#: With ``--engine ray``: ``EngineOptions.decode_workers`` (see :class:`unirag.runs.engine.EngineOptions`).
+RAY_DECODE_WORKERS_HELP = ("with --engine ray, per Ray worker: processes that decode the images of the worker's "
+                           "next call while its model works (auto: the CPUs per GPU worker less one, at most 8; "
+                           "0 for CPU-only workers)")
+
 #: ``unirag caption``'s ``--decode-workers``: the images of the prompts, not an encoder's inputs.
 CAPTION_DECODE_WORKERS_HELP = ("Local models: processes that decode the next batches' query and example images "
                                "while the model captions: auto (the cores available to this process, at most 8; "
-                               "runs of fewer than 128 images inline) or N; 0 = in the model's process.")
+                               "runs of fewer than 128 images inline) or N; 0 = in the model's process; "
+                               + RAY_DECODE_WORKERS_HELP + ".")
 
 
 def caption_decode_workers_option(fn: Callable) -> Callable:
@@ -74,13 +80,14 @@ def caption_decode_workers_option(fn: Callable) -> Callable:
 #: ``unirag generate-images``'s ``--decode-workers``: the example images a local image model reads.
 IMAGE_DECODE_WORKERS_HELP = ("Local models: processes that decode the next queries' example images while the model "
                              "draws: auto (the cores available to this process, at most 8; runs of fewer than 128 "
-                             "example images inline) or N; 0 = in the model's process.")
+                             "example images inline) or N; 0 = in the model's process; "
+                             + RAY_DECODE_WORKERS_HELP + ".")
 
 #: ``unirag cir``'s ``--decode-workers``: the images of X^R agent calls played by a local (hf:) model.
 AGENT_DECODE_WORKERS_HELP = ("Agent roles played by a local hf: model: processes that decode the next calls' images "
                              "while the model answers: auto (the cores available to this process, at most 8; fewer "
-                             "than 128 images inline) or N; 0 = in the model's process. API roles send the files "
-                             "as they are.")
+                             "than 128 images inline) or N; 0 = in the model's process; "
+                             + RAY_DECODE_WORKERS_HELP + ". API roles send the files as they are.")
 
 #: ``unirag evaluate images``'s ``--decode-workers``: the generated and real images the metrics read.
 METRIC_DECODE_WORKERS_HELP = ("Processes that decode the generated and real images ahead of the Inception and CLIP "

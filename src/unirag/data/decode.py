@@ -557,3 +557,38 @@ class DecodeAhead:
     def close(self) -> None:
         self._stream.close()
         self.pool.close()
+
+
+class DecodeJob:
+    """The image files of one piece of work, handed to a :class:`DecodePool`'s workers now and
+    collected later: for callers that submit each job themselves, from several threads (a Ray actor
+    decodes the images of the driver's next call while its model works on the current one, see
+    :mod:`unirag.runs.engine`). With a pool of 0 workers nothing is decoded here: :meth:`images` is
+    empty and the caller's ``load_rgb`` decodes as before.
+
+    The pool must only decode (no ``preprocess``): the images come back as RGB PIL images."""
+
+    def __init__(self, pool: DecodePool, paths: Sequence[str | Path]) -> None:
+        self.paths = list(dict.fromkeys(str(p) for p in paths))  # a file named twice is decoded once
+        self._futures = []
+        if pool.workers and self.paths:
+            executor = pool._pool()
+            self._futures = [executor.submit(_decode_piece, piece, None) for _, piece in pool._pieces(self.paths)]
+
+    def images(self) -> dict[str, Any]:
+        """``path -> RGB PIL image`` for :func:`unirag.data.images.predecoded`, waiting for the workers;
+        unreadable files are left out (they fail where they are loaded, with the inline message)."""
+        return {d.path: d.image for f in self._futures for d in f.result() if d.ok}
+
+    def cancel(self) -> None:
+        """Drop the pieces not started yet (a call that failed or was stopped before it needed them)."""
+        for f in self._futures:
+            f.cancel()
+        self._futures = []
+
+
+def start_workers(pool: DecodePool) -> None:
+    """Start ``pool``'s worker processes now rather than at its first job (forked while the process is
+    small: before a model is loaded into it)."""
+    if pool.workers:
+        list(pool._pool().map(int, range(pool.workers)))

@@ -27,6 +27,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+# one sizing rule for these actors and the generation ones (unirag.runs.engine)
+from unirag.ray_support import default_decode_workers
+
 
 class _ShardWorker:
     """A Ray actor: loads the encoder once, then embeds whole shards."""
@@ -64,17 +67,6 @@ def default_workers(ray_module, cpus_per_worker: int, gpus_per_worker: float) ->
     from unirag.ray_support import default_workers as fit
 
     return fit(ray_module, cpus_per_worker, gpus_per_worker, reserve_cpus=1)
-
-
-def default_decode_workers(ray_module, n_workers: int, gpus_per_worker: float) -> int:
-    """Decode processes per actor (see the module docstring): 0 without GPUs, else the CPUs per actor
-    less one, between 1 and :data:`unirag.data.decode.AUTO_WORKERS_CAP`."""
-    from unirag.data.decode import AUTO_WORKERS_CAP
-
-    if not gpus_per_worker:
-        return 0
-    cpus = int(ray_module.cluster_resources().get("CPU", 1))
-    return max(1, min(AUTO_WORKERS_CAP, cpus // max(1, n_workers) - 1))
 
 
 def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str | None,

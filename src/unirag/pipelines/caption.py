@@ -220,6 +220,10 @@ class _CaptionWork:
         self.store = ResultStore(store_path, key="qid")
         self.batch_size = int(getattr(job.captioner.backend, "batch_size", 1) or 1) if job.captioner.batches else 1
 
+    def image_paths(self, payloads: list[PreparedQuery]) -> list[str]:
+        """What the Ray worker's decode processes decode ahead of this call (:mod:`unirag.runs.engine`)."""
+        return self.job.image_paths(payloads)
+
     def work_batch(self, payloads: list[PreparedQuery]) -> list[dict[str, Any]]:
         if self.job.captioner.batches:
             return self.job.work_batch_prepared(payloads)

@@ -193,6 +193,10 @@ class _ImageWork:
         self.job = job
         self.store = ResultStore(store_path, key="qid")
 
+    def image_paths(self, payloads: list[tuple[Query, list[Example], dict[str, int] | None]]) -> list[str]:
+        """What the Ray worker's decode processes decode ahead of this call (:mod:`unirag.runs.engine`)."""
+        return self.job.image_paths(payloads)
+
     def work_batch(self, payloads: list[tuple[Query, list[Example], dict[str, int] | None]]) -> list[dict[str, Any]]:
         return [self.job.work_prepared(p) for p in payloads]
 

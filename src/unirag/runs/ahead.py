@@ -54,6 +54,7 @@ class AheadWork(Generic[T, P, R]):
         groups = [list(g) for g in groups]
         self.index = {tuple(key(x) for x in g): i for i, g in enumerate(groups)}
         self.ahead = DecodeAhead(self._jobs(groups), workers)
+        self._last = -1  # the plan's group taken last: the decoded stream only goes forward
 
     def _jobs(self, groups: list[list[T]]):
         for i, group in enumerate(groups):
@@ -70,7 +71,11 @@ class AheadWork(Generic[T, P, R]):
 
         items = list(items)
         i = self.index.get(tuple(self.key(x) for x in items))
+        if i is not None and i < self._last:
+            i = None  # a group worked again after later ones (a retry): taking it would drain the stream
         got = self.ahead.take(i) if i is not None else None
+        if i is not None:
+            self._last = i
         if got is None or isinstance(got[0], _NotPrepared):
             return self.work_prepared([self.prepare(x) for x in items])
         prepared, images = got

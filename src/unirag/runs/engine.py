@@ -8,6 +8,14 @@ pending items by the driver, one batch ahead so it never waits. An actor writes 
 through the same claims and :class:`~unirag.runs.store.ResultStore` a local run uses, into the same
 run directory (so a cluster needs that directory on a filesystem every node mounts at the same path).
 
+An actor is threaded: the driver's second call in flight enters while the model works on the first,
+hands the image files its payloads load (the task's optional ``image_paths(payloads)``) to the
+actor's decode processes (``decode_workers``, one :class:`~unirag.data.decode.DecodePool` per actor,
+started with it) and waits for the model, which then finds those images decoded
+(:func:`unirag.data.images.predecoded`) - the model never waits for a file to be decoded when the
+decode processes keep up. The model itself works one call at a time, and results are exactly those
+of inline decoding (see :class:`_Worker`).
+
 That gives the guarantees of a local run:
 
 * the driver can be killed at any moment: finished items are on disk; the rerun skips them;
@@ -54,7 +62,10 @@ class EngineOptions:
     ``workers`` actors per model (default: GPUs / ``gpus_per_worker``, else the CPUs), each with
     ``gpus_per_worker`` GPUs and ``cpus_per_worker`` CPUs; ``ray_address`` joins a cluster (default:
     start a local Ray, ``object_store_memory`` bytes); ``threads_per_worker`` torch threads in each
-    actor (default: this machine's CPUs divided among the workers when Ray is local)."""
+    actor (default: this machine's CPUs divided among the workers when Ray is local);
+    ``decode_workers`` processes in each actor that decode the images of the driver's next call while
+    the model works on the current one (None, auto: :func:`unirag.ray_support.default_decode_workers`
+    - 0, inline, for CPU-only actors, else the CPUs per actor less one, at most 8; 0: inline)."""
 
     engine: str = "local"
     workers: int | None = None
@@ -63,6 +74,7 @@ class EngineOptions:
     ray_address: str | None = None
     threads_per_worker: int | None = None
     object_store_memory: int | None = None
+    decode_workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -71,6 +83,8 @@ class EngineOptions:
             raise ConfigError(f"--workers must be >= 1, got {self.workers}")
         if self.gpus_per_worker < 0 or self.cpus_per_worker <= 0:
             raise ConfigError("--gpus-per-worker must be >= 0 and cpus per worker > 0")
+        if self.decode_workers is not None and self.decode_workers < 0:
+            raise ConfigError(f"--decode-workers must be >= 0 (0 = decode inline), got {self.decode_workers}")
         if self.engine == "local" and (self.workers or self.gpus_per_worker or self.ray_address):
             raise ConfigError("--workers/--gpus-per-worker/--ray-address go with --engine ray")
 
@@ -136,10 +150,40 @@ class TaskRecipe(Protocol):
     def open(self, model: Any) -> BatchTask: ...
 
 
-class _Worker:
-    """A Ray actor: loads its model once, then works the batches the driver hands it."""
+#: Calls a worker takes at once: the driver's two in flight (one works the model while the next has
+#: its images decoded) and one for ``info``/``close_task``/``shutdown``, which must not queue behind them.
+WORKER_CONCURRENCY = 3
+#: What a call that a stopping worker (or the driver) cancelled before it claimed anything raises.
+CANCELLED = "this call was cancelled (the Ray worker is stopping or the driver gave up)"
 
-    def __init__(self, recipe: ModelRecipe, device: str, threads: int | None) -> None:
+
+class _Worker:
+    """A Ray actor (threaded, :data:`WORKER_CONCURRENCY` calls at once): loads its model once, then
+    works the calls the driver hands it, one at a time on the model.
+
+    A call that enters while the model works on the one before hands its payloads' image files (the
+    task's optional ``image_paths(payloads)``) to this actor's decode processes, one
+    :class:`~unirag.data.decode.DecodePool` made when the actor starts (``decode_workers``; 0: none,
+    the model's thread decodes as it loads them), then waits for the model. Its model part
+    (:func:`~unirag.pipelines.batching.run_batches` and the store writes) runs under ``_model_lock``
+    in a :func:`~unirag.data.images.predecoded` scope of those images - a ContextVar, so it holds for
+    this call's thread only - so the model thread finds them decoded instead of reading the files
+    again. Decoding never changes a result: a file the workers could not read is left out and fails
+    where it is loaded, with the inline message, and a call whose decoding fails decodes inline.
+    """
+
+    def __init__(self, recipe: ModelRecipe, device: str, threads: int | None, decode_workers: int = 0) -> None:
+        import threading
+
+        self._model_lock = threading.Lock()  # the model and the task stores: one call at a time
+        self._tasks_lock = threading.Lock()  # ``tasks``; taken before ``_model_lock``, never while holding it
+        self._stopping = False
+        self.decode = None
+        if decode_workers:
+            from unirag.data.decode import DecodePool, start_workers
+
+            self.decode = DecodePool(decode_workers)
+            start_workers(self.decode)  # forked now, while the process is small: before the model loads
         if threads:
             os.environ["UNIRAG_TORCH_THREADS"] = str(threads)  # read by unirag.runtime.configure_torch_threads
             try:
@@ -157,31 +201,104 @@ class _Worker:
 
         import ray
 
+        decode = self.decode
         return {"node": socket.gethostname(), "pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "decode_workers": decode.workers if decode is not None else 0,
                 "model": self.recipe.describe(self.model)}
 
+    def _task(self, task: TaskRecipe) -> BatchTask:
+        with self._tasks_lock:
+            if self._stopping:
+                raise UniragError(CANCELLED)
+            t = self.tasks.get(task.key)
+            if t is None:
+                with self._model_lock:  # opening may touch the model another call is using
+                    t = self.tasks[task.key] = task.open(self.model)
+        return t
+
+    def _decode_ahead(self, t: BatchTask, payloads: list[Any]) -> Any:
+        """This call's images handed to the decode processes (None: no pool, or the task names none)."""
+        image_paths = getattr(t, "image_paths", None)
+        decode = self.decode
+        if decode is None or image_paths is None:
+            return None
+        from unirag.data.decode import DecodeJob
+
+        try:
+            return DecodeJob(decode, image_paths(payloads))
+        except Exception as e:  # noqa: BLE001 - the model's thread then decodes them itself, as without a pool
+            self._decode_failed(e)
+            return None
+
+    def _decode_failed(self, err: BaseException) -> None:
+        from concurrent.futures.process import BrokenProcessPool
+
+        if isinstance(err, BrokenProcessPool):  # a decode process died (out of memory): decode inline from now on
+            log.warning("this worker's decode processes died (%s); it decodes its images itself from now on", err)
+            decode, self.decode = self.decode, None
+            if decode is not None:
+                decode.close()
+        else:
+            log.warning("decoding a call's images ahead failed (%s); the model's thread decodes them", err)
+
     def run(self, task: TaskRecipe, payloads: list[tuple[str, Any]]) -> dict[str, Any]:
+        from unirag.data.images import predecoded
         from unirag.pipelines.batching import run_batches
 
-        t = self.tasks.get(task.key)
-        if t is None:
-            t = self.tasks[task.key] = task.open(self.model)
-        counts = run_batches(payloads, key=lambda kp: kp[0], work_batch=lambda kps: t.work_batch([p for _, p in kps]),
-                             store=t.store, batch_size=t.batch_size, progress=False)
+        t = self._task(task)
+        job = self._decode_ahead(t, [p for _, p in payloads])
+        try:
+            images: dict[str, Any] = {}
+            if job is not None:
+                try:
+                    images = job.images()  # decoded while the model worked on the call before
+                except Exception as e:  # noqa: BLE001 - decoded inline instead, same results
+                    self._decode_failed(e)
+            with self._model_lock:
+                if self._stopping or _cancelled():
+                    raise UniragError(CANCELLED)
+                with predecoded(images):
+                    counts = run_batches(payloads, key=lambda kp: kp[0],
+                                         work_batch=lambda kps: t.work_batch([p for _, p in kps]),
+                                         store=t.store, batch_size=t.batch_size, progress=False)
+        finally:
+            if job is not None:
+                job.cancel()  # a call that failed or stopped early leaves no decode work behind
         return {**counts, "n": len(payloads)}
 
     def close_task(self, key: str) -> None:
-        t = self.tasks.pop(key, None)
-        if t is not None:
-            t.store.close()
+        with self._tasks_lock, self._model_lock:
+            t = self.tasks.pop(key, None)
+            if t is not None:
+                t.store.close()
 
     def shutdown(self) -> None:
-        for key in list(self.tasks):
-            self.close_task(key)
-        close = getattr(self.model, "close", None)
-        if callable(close):
-            close()
+        self._stopping = True  # a call still waiting for the model gives up (its items stay unclaimed)
+        with self._tasks_lock, self._model_lock:
+            for t in self.tasks.values():
+                t.store.close()
+            self.tasks.clear()
+            close = getattr(self.model, "close", None)
+            if callable(close):
+                close()
+        decode, self.decode = self.decode, None
+        if decode is not None:
+            decode.close()
+
+
+def _cancelled() -> bool:
+    """Whether the driver cancelled the running Ray call (``ray.cancel`` only flags a call that a threaded
+    actor has started: one waiting for the model checks it before it claims anything)."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():  # not in a Ray worker (get_runtime_context would start Ray)
+        return False
+    try:
+        return bool(ray.get_runtime_context().is_canceled())
+    except Exception:  # noqa: BLE001 - not in a Ray worker (a test calling the actor class directly)
+        return False
 
 
 def _unwrap(err: BaseException) -> BaseException:
@@ -274,9 +391,14 @@ class WorkerPool:
         if threads is None and not o.ray_address:
             threads = max(1, (os.cpu_count() or 1) // n)
         device = "cuda" if o.gpus_per_worker else "cpu"
+        decode = o.decode_workers
+        if decode is None:
+            from unirag.ray_support import default_decode_workers
+
+            decode = default_decode_workers(ray, n, o.gpus_per_worker)
         cls = ray.remote(_Worker).options(num_cpus=o.cpus_per_worker, num_gpus=o.gpus_per_worker or 0,
-                                          max_restarts=0, max_task_retries=0)
-        actors = [cls.remote(recipe, device, threads) for _ in range(n)]
+                                          max_restarts=0, max_task_retries=0, max_concurrency=WORKER_CONCURRENCY)
+        actors = [cls.remote(recipe, device, threads, decode) for _ in range(n)]
         try:
             infos = ray.get([a.info.remote() for a in actors])
         except Exception as e:  # the model failed to load (bad spec, no weights, no GPU)
