@@ -168,3 +168,32 @@ cells:
 
     first = Image.open(cell / recs[0]["image"])
     assert first.size == (rows[1]["width"], rows[1]["height"])  # the top-1 retrieved example's image
+
+
+def test_run_decode_workers_reach_every_cell_and_the_ray_workers(coco_set, tmp_path, monkeypatch):
+    """``unirag run --decode-workers N`` is each cell's decode_workers (its local loop) and the engine's
+    (its Ray workers); without it a cell keeps its own ``options: {decode_workers: ...}``."""
+    from unirag.pipelines import caption
+
+    seen = []
+    monkeypatch.setattr(caption, "run_captioning", lambda cfg: seen.append((cfg.decode_workers, cfg.engine))
+                        or {"counts": {"queries": 1, "ok": 1, "error": 0}})
+    exp = tmp_path / "grid.yaml"
+    exp.write_text(f"""
+out: out
+queries: {coco_set['queries']}
+images_root: {coco_set['images_root']}
+options: {{decode_workers: 3}}
+retrievers: {{fake: {{retrieval: {coco_set['run']}}}}}
+cells:
+  - {{generator: "retrieval:consensus", mode: rag, k: 2, retriever: fake}}
+""")
+    for extra, want in (([], 3), (["--decode-workers", "1"], 1), (["--option", "decode_workers=0"], 0)):
+        seen.clear()
+        result = CliRunner().invoke(cli, ["run", str(exp), "--no-progress", *extra])
+        assert result.exit_code == 0, result.output
+        (workers, engine), = seen
+        assert workers == want
+        assert engine.decode_workers == (1 if extra[:1] == ["--decode-workers"] else None)
+    result = CliRunner().invoke(cli, ["run", str(exp), "--decode-workers", "-1"])
+    assert result.exit_code == 2 and "decode workers must be >= 0" in result.output

@@ -108,3 +108,15 @@ def agent_decode_workers_option(fn: Callable) -> Callable:
 def metric_decode_workers_option(fn: Callable) -> Callable:
     """``unirag evaluate images --decode-workers``."""
     return decode_workers_option(fn, METRIC_DECODE_WORKERS_HELP)
+
+
+#: ``unirag run``'s ``--decode-workers``: every cell's, local loops and Ray workers alike.
+GRID_DECODE_WORKERS_HELP = ("Every cell: processes that decode the next calls' images while a local model works "
+                            "(caption, image and X^R cells; as --decode-workers of caption, generate-images and cir, "
+                            "and --option decode_workers=N): auto (each cell's own decode_workers option, else auto) "
+                            "or N; 0 = in the model's process; " + RAY_DECODE_WORKERS_HELP + ".")
+
+
+def grid_decode_workers_option(fn: Callable) -> Callable:
+    """``unirag run --decode-workers``."""
+    return decode_workers_option(fn, GRID_DECODE_WORKERS_HELP)

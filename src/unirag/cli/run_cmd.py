@@ -7,6 +7,7 @@ import sys
 import click
 
 from unirag.cli.engine_options import engine_from_cli, engine_options
+from unirag.cli.model_options import grid_decode_workers_option
 from unirag.cli.profile_options import profile_options
 from unirag.cli.selection_options import selection_of, selection_options
 
@@ -46,8 +47,9 @@ def _pairs(values: tuple[str, ...], option: str, parse_value: bool) -> dict:
 @profile_options(raw=True)
 @selection_options
 @engine_options
+@grid_decode_workers_option
 def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_map, option_pairs, no_progress,
-        profile, setting_overrides, **selection) -> None:
+        profile, setting_overrides, decode_workers, **selection) -> None:
     """Run every cell of EXPERIMENT.yaml into OUT/<generator>/<mode>-k<k>[-<retriever>]; rerun to resume.
 
     --profile and the setting options apply to every cell (over the grid's own profile: and settings:).
@@ -55,8 +57,11 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
     from unirag.errors import ConfigError
     from unirag.pipelines.experiment import GridOverrides, cell_states, run_experiment
 
+    options = _pairs(option_pairs, "--option", True)
+    if decode_workers is not None:
+        options["decode_workers"] = decode_workers  # every cell's local loop; the Ray workers' below
     overrides = GridOverrides(data_root=data_root, out=out, generators=_pairs(generator_map, "--generator", False),
-                              options=_pairs(option_pairs, "--option", True), profile=profile,
+                              options=options, profile=profile,
                               settings=setting_overrides)
     if dry_run:
         from unirag.pipelines.experiment_plan import plan_experiment
@@ -82,7 +87,7 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
         return
     results = run_experiment(experiment, tuple(only), progress=not no_progress, limit=limit, echo=click.echo,
                              overrides=overrides, selection=selection_of(selection),
-                             engine=engine_from_cli(selection))
+                             engine=engine_from_cli(selection, decode_workers=decode_workers))
     failed = [r for r in results if r["status"] != "ok"]
     incomplete = [r for r in results if r["status"] == "ok" and r["counts"].get("ok") != r["counts"].get("queries")]
     click.echo(f"{len(results) - len(failed)}/{len(results)} cells ran; {len(incomplete)} with failed queries "

@@ -43,7 +43,8 @@ from unirag.generators.options import GENERATOR_OPTIONS
 
 TASKS = ("caption", "image", "cir")
 RUN_OPTION_KEYS = {"concurrency", "seed", "max_tokens", "temperature", "max_attempts", "templates_dir", "prices",
-                   "save_prompts", "limit", "official_prompts", "lavit_code", "offload", "selection"}
+                   "save_prompts", "limit", "official_prompts", "lavit_code", "offload", "selection",
+                   "decode_workers"}
 #: What a ``task: cir`` cell takes (passed to :func:`unirag.cir.api.run_cir`).
 CIR_KEYS = {"dataset", "annotations", "split_file", "agents", "encoder", "k_prime", "lam", "k", "stages",
             "exclude_reference", "stage", "name"}
@@ -255,7 +256,7 @@ def _cir_cell(entry: dict[str, Any], where: str, path: Path, top: dict[str, Any]
     cir["annotations"] = _as_list(cir["annotations"])
     images_root = resolve("images_root", entry.get("images_root")) or top["images_root"]
     label = _slug(str(entry.get("name") or entry["generator"]))
-    cell_options = {k: v for k, v in options.items() if k in {"concurrency", "limit"}}
+    cell_options = {k: v for k, v in options.items() if k in {"concurrency", "limit", "decode_workers"}}
     if "concurrency" in entry:
         cell_options["concurrency"] = entry["concurrency"]
     return Cell(name=f"cir/{_slug(str(entry['dataset']))}/{label}", task="cir", generator=str(entry["generator"]),
@@ -327,7 +328,7 @@ def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, e
         kwargs["stages"] = parse_stages(c["stages"])
     metrics = run_cir(c["dataset"], c["annotations"], images_root=cell.sources.get("images_root"), out_dir=out,
                       k=c.get("k"), limit=opts.get("limit"), concurrency=opts.get("concurrency"),
-                      progress=progress, profile=cell.settings, echo=lambda s: None, engine=engine, **kwargs)
+                      decode_workers=opts.get("decode_workers"), progress=progress, profile=cell.settings, echo=lambda s: None, engine=engine, **kwargs)
     final = cir_stage_metrics(metrics, c.get("stage"))
     n = int(final.get("n_queries") or 0) if final else 0
     return {"queries": n, "ok": n, "error": 0, "metrics": {k: v for k, v in (final or {}).items()
@@ -392,6 +393,7 @@ def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool,
                                   settings=ImageSettings(**image), concurrency=opts.get("concurrency", 4),
                                   limit=opts.get("limit"), save_prompts=opts.get("save_prompts", 5),
                                   progress=progress, profile=cell.settings, engine=engine, spec=cell.generator,
+                                  decode_workers=opts.get("decode_workers"),
                                   generator_options={k: v for k, v in opts.items()
                                                      if k in GENERATOR_OPTIONS | {"lavit_code", "offload"}})
     # Same shape as caption cells: the final totals of the run directory.
