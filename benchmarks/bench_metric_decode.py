@@ -22,18 +22,7 @@ import json
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-FIXTURE_PHOTOS = REPO / "tests" / "fixtures" / "coco-mini" / "images"
-DEFAULT_COCO = REPO.parent / "shared" / "data" / "coco-val2017-mini"
-
-
-def photos(coco: Path) -> list[Path]:
-    found = sorted(FIXTURE_PHOTOS.glob("*.jpg"))
-    extra = coco / "images"
-    if extra.is_dir():
-        names = {p.name for p in found}
-        found += [p for p in sorted(extra.glob("*.jpg")) if p.name not in names]
-    return found
+from bench_pipeline import DEFAULT_COCO, photos  # the same full-size photos (benchmarks/ is on sys.path)
 
 
 def mean_colour():

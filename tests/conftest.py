@@ -100,3 +100,21 @@ def no_api_keys(monkeypatch):
     """No API key or base URL from the developer's environment reaches a test."""
     for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
         monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def decoded_here(monkeypatch) -> list[str]:
+    """Names of the image files decoded in this process, in order (the tests of decode-ahead: the model's
+    process decodes nothing; forked decode processes count in their own copy of the list)."""
+    from unirag.data import images
+
+    seen: list[str] = []
+    real = images._decode
+
+    def counting(opener, *args, path=None, **kwargs):
+        if path is not None:
+            seen.append(Path(path).name)
+        return real(opener, *args, path=path, **kwargs)
+
+    monkeypatch.setattr(images, "_decode", counting)
+    return seen

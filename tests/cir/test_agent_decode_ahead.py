@@ -31,22 +31,6 @@ class PixelCaptioner:
         return Generation(text="photo " + " ".join(digests))
 
 
-@pytest.fixture()
-def decoded_here(monkeypatch):
-    from unirag.data import images
-
-    seen: list[str] = []
-    real = images._decode
-
-    def counting(opener, *args, path=None, **kwargs):
-        if path is not None:
-            seen.append(Path(path).name)
-        return real(opener, *args, path=path, **kwargs)
-
-    monkeypatch.setattr(images, "_decode", counting)
-    return seen
-
-
 def _photos(coco_mini: Path, n: int) -> list[Path]:
     return sorted((coco_mini / "images").glob("*.jpg"))[:n]
 

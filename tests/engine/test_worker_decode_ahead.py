@@ -86,21 +86,6 @@ class _Task:
         return _Work(model, self.key, self.gate)
 
 
-@pytest.fixture
-def decoded_here(monkeypatch):
-    """Image files decoded in this process (the forked decode processes count in their own copy)."""
-    seen: list[str] = []
-    real = images._decode
-
-    def counting(opener, *args, path=None, **kwargs):
-        if path is not None:
-            seen.append(Path(path).name)
-        return real(opener, *args, path=path, **kwargs)
-
-    monkeypatch.setattr(images, "_decode", counting)
-    return seen
-
-
 def _calls(coco_mini: Path) -> list[list[tuple[str, tuple[str, list[str]]]]]:
     photos = sorted(str(p) for p in (coco_mini / "images").iterdir())[:9]
     missing = str(coco_mini / "images" / "no-such-photo.jpg")

@@ -158,22 +158,9 @@ def test_llava_sends_no_sampling_arguments_without_a_temperature(llava_path):
 
 
 def test_decode_workers_decode_the_next_batches_images_and_change_no_caption(coco_set, llava_path, tmp_path,
-                                                                              monkeypatch):
+                                                                              decoded_here):
     """With decode workers the query and example images are decoded in the workers, batches ahead of the
     model (the run's own process decodes no image file), and every record is what inline decoding gives."""
-    from pathlib import Path
-
-    from unirag.data import images
-
-    decoded_here = []
-    real = images._decode
-
-    def counting(opener, *args, path=None, **kwargs):
-        if path is not None:
-            decoded_here.append(Path(path).name)
-        return real(opener, *args, path=path, **kwargs)
-
-    monkeypatch.setattr(images, "_decode", counting)
     records = {}
     for workers in (0, 2):
         out = tmp_path / f"run{workers}"

@@ -27,23 +27,6 @@ def emu2(tmp_path_factory):
     gen.close()
 
 
-@pytest.fixture()
-def decoded_here(monkeypatch):
-    """Names of the image files decoded in this process (the one running the model)."""
-    from unirag.data import images
-
-    seen: list[str] = []
-    real = images._decode
-
-    def counting(opener, *args, path=None, **kwargs):
-        if path is not None:
-            seen.append(Path(path).name)
-        return real(opener, *args, path=path, **kwargs)
-
-    monkeypatch.setattr(images, "_decode", counting)
-    return seen
-
-
 def _run(gen, t2i_data, out: Path, workers, images_root=None):
     queries = read_queries(t2i_data.queries)
     selector = make_selector("rag", 1, queries=queries, retrieval=t2i_data.run)

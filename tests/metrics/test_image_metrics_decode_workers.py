@@ -3,8 +3,6 @@ decoding, and the process that runs the networks decodes no image file."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from eval_run_factory import coco_rows
 from injected_features import PooledColour
@@ -13,22 +11,6 @@ from PIL import Image
 from tiny_models import tiny_clip_dir
 from unirag.errors import InputError
 from unirag.metrics import images as im
-
-
-@pytest.fixture()
-def decoded_here(monkeypatch):
-    from unirag.data import images
-
-    seen: list[str] = []
-    real = images._decode
-
-    def counting(opener, *args, path=None, **kwargs):
-        if path is not None:
-            seen.append(Path(path).name)
-        return real(opener, *args, path=path, **kwargs)
-
-    monkeypatch.setattr(images, "_decode", counting)
-    return seen
 
 
 @pytest.fixture(scope="module")

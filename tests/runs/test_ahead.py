@@ -2,29 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
-import pytest
 
 from unirag.data.images import load_rgb
 from unirag.runs.ahead import AheadWork
-
-
-@pytest.fixture()
-def decoded_here(monkeypatch):
-    from unirag.data import images
-
-    seen: list[str] = []
-    real = images._decode
-
-    def counting(opener, *args, path=None, **kwargs):
-        if path is not None:
-            seen.append(Path(path).name)
-        return real(opener, *args, path=path, **kwargs)
-
-    monkeypatch.setattr(images, "_decode", counting)
-    return seen
 
 
 def test_a_group_worked_again_after_later_ones_leaves_the_rest_decoded_ahead(coco_mini, decoded_here):
