@@ -10,7 +10,8 @@ from fake_openai_server import Reply
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.base import GenerationOptions
 from unirag.generators.registry import load_text_generator
-from unirag.prompts.caption import Shot, build_caption_prompt, caption_template
+from unirag.prompts.caption import build_caption_prompt, caption_template
+from unirag.retrieval.results import Pair
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def _b64(data: str) -> bytes:
 def test_request_keeps_instruction_first_then_pairs_then_query(coco_set, gemini, fake_server):
     rows, root = coco_set["rows"], coco_set["images_root"]
     imgs = [root / r["image"] for r in rows[:3]]
-    shots = [Shot(imgs[1], rows[1]["captions"][0]), Shot(imgs[2], rows[2]["captions"][0])]
+    shots = [Pair.of(imgs[1], rows[1]["captions"][0]), Pair.of(imgs[2], rows[2]["captions"][0])]
     prompt = build_caption_prompt(caption_template("gemini"), imgs[0], shots)
     out = gemini.generate(prompt.messages, GenerationOptions(max_tokens=400))
     assert out.text == "two people on a motorcycle"

@@ -12,7 +12,8 @@ from unirag.errors import BackendError, ConfigError
 from unirag.generators.base import GenerationOptions
 from unirag.generators.openai_compat import openai_image_tokens
 from unirag.generators.registry import load_text_generator
-from unirag.prompts.caption import Shot, build_caption_prompt, caption_template
+from unirag.prompts.caption import build_caption_prompt, caption_template
+from unirag.retrieval.results import Pair
 
 
 def _data_url(path: Path) -> str:
@@ -22,7 +23,7 @@ def _data_url(path: Path) -> str:
 def test_exact_request_payload_for_a_two_shot_gpt4o_prompt(coco_set, fake_server, no_api_keys):
     rows, root = coco_set["rows"], coco_set["images_root"]
     imgs = [root / r["image"] for r in rows[:3]]
-    shots = [Shot(imgs[1], rows[1]["captions"][0]), Shot(imgs[2], rows[2]["captions"][0])]
+    shots = [Pair.of(imgs[1], rows[1]["captions"][0]), Pair.of(imgs[2], rows[2]["captions"][0])]
     prompt = build_caption_prompt(caption_template("gpt4o"), imgs[0], shots)
     gen = load_text_generator("openai:gpt-4o", base_url=fake_server.url)
     fake_server.push(Reply.chat("A man making pizzas.", prompt_tokens=5000, completion_tokens=7))

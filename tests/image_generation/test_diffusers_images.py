@@ -10,7 +10,7 @@ import pytest
 
 from unirag.data.mbeir import read_queries
 from unirag.errors import BackendError, ConfigError
-from unirag.generators.images.base import ExamplePair, ImageRequest
+from unirag.generators.images.base import ImageRequest
 from unirag.generators.images.diffusers_backend import (
     STYLE_INTERLEAVED,
     STYLE_TEXT_ONLY,
@@ -21,6 +21,7 @@ from unirag.generators.images.diffusers_backend import (
 from unirag.generators.images.registry import load_image_generator
 from unirag.pipelines.examples import make_selector
 from unirag.pipelines.image_gen import ImageSettings, image_stem, run_image_generation
+from unirag.retrieval.results import Pair
 
 from .helpers import read_pixels
 
@@ -58,7 +59,7 @@ def test_text_only_pipeline_refuses_examples(tiny_sd, t2i_data):
     with pytest.raises(ConfigError, match="text-only"):
         tiny_sd.check_k(1)
     req = _request(1)
-    req.examples = [ExamplePair(t2i_data.root / t2i_data.records[0]["image"], "a caption", "img:1")]
+    req.examples = [Pair.of(t2i_data.root / t2i_data.records[0]["image"], "a caption", "img:1")]
     with pytest.raises(ConfigError, match="text-only"):
         tiny_sd.generate(req)
 
@@ -95,8 +96,8 @@ def test_non_multiple_of_8_size_is_config_error(tiny_sd):
 
 
 def test_omnigen_style_prompt_and_input_images_in_example_order(tmp_path):
-    examples = [ExamplePair(Path("/imgs/a.jpg"), "A red bus.", "img:a"),
-                ExamplePair(Path("/imgs/b.jpg"), "Two dogs on grass.", "img:b")]
+    examples = [Pair.of(Path("/imgs/a.jpg"), "A red bus.", "img:a"),
+                Pair.of(Path("/imgs/b.jpg"), "Two dogs on grass.", "img:b")]
     req = ImageRequest(qid="q", caption="A cat on a sofa.", examples=examples)
     prompt, paths = interleaved_prompt(req)
     assert paths == [Path("/imgs/a.jpg"), Path("/imgs/b.jpg")]
@@ -150,9 +151,9 @@ class OmniGenLike:
         return Out()
 
 
-def _examples(t2i_data, n: int) -> list[ExamplePair]:
+def _examples(t2i_data, n: int) -> list[Pair]:
     rec = t2i_data.records
-    return [ExamplePair(t2i_data.root / rec[i]["image"], rec[i]["captions"][1], f"img:{i}") for i in range(1, n + 1)]
+    return [Pair.of(t2i_data.root / rec[i]["image"], rec[i]["captions"][1], f"img:{i}") for i in range(1, n + 1)]
 
 
 def test_interleaved_pipeline_object_receives_prompt_and_images(t2i_data):
@@ -167,7 +168,7 @@ def test_interleaved_pipeline_object_receives_prompt_and_images(t2i_data):
     assert seen["size"] == (48, 32) and seen["seed"] == 99
     assert [im.size for im in seen["input_images"]] == [(rec[1]["width"], rec[1]["height"]),
                                                         (rec[2]["width"], rec[2]["height"])]
-    assert np.array_equal(np.asarray(seen["input_images"][0]), read_pixels(ex[0].image_path))
+    assert np.array_equal(np.asarray(seen["input_images"][0]), read_pixels(ex[0].image))
     assert "<img><|image_2|></img>" in seen["prompt"] and out.meta["prompt"] == seen["prompt"]
     assert out.image.size == (48, 32) and "examples_used" not in out.meta
     with pytest.raises(ConfigError, match="multiple of 16"):  # OmniGen packs latents in 2x2 patches

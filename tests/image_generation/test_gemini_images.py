@@ -9,9 +9,10 @@ import pytest
 
 from fake_openai_server import Reply
 from unirag.errors import BackendError, ConfigError
-from unirag.generators.images.base import ExamplePair, ImageRequest
+from unirag.generators.images.base import ImageRequest
 from unirag.generators.images.gemini_images import nearest_aspect_ratio, parse_image_response
 from unirag.generators.images.registry import load_image_generator
+from unirag.retrieval.results import Pair
 
 from .helpers import solid_png
 
@@ -37,8 +38,8 @@ def gen(server, monkeypatch):
 def test_few_shot_request_interleaves_instruction_images_captions_query(server, gen, t2i_data):
     server.push(image_reply(GREEN))
     rec = t2i_data.records
-    examples = [ExamplePair(t2i_data.root / rec[1]["image"], rec[1]["captions"][1], "img:1"),
-                ExamplePair(t2i_data.root / rec[2]["image"], rec[2]["captions"][1], "img:2")]
+    examples = [Pair.of(t2i_data.root / rec[1]["image"], rec[1]["captions"][1], "img:1"),
+                Pair.of(t2i_data.root / rec[2]["image"], rec[2]["captions"][1], "img:2")]
     out = gen.generate(ImageRequest(qid="q", caption=rec[0]["captions"][0], examples=examples, width=1024,
                                     height=576, seed=1234))
     req = server.requests[0]
@@ -49,11 +50,11 @@ def test_few_shot_request_interleaves_instruction_images_captions_query(server, 
     kinds = ["image" if "inlineData" in p else "text" for p in parts]
     assert kinds == ["text", "image", "text", "image", "text", "text"]
     assert "2 image(s)" in parts[0]["text"]
-    assert base64.urlsafe_b64decode(parts[1]["inlineData"]["data"]) == examples[0].image_path.read_bytes()
+    assert base64.urlsafe_b64decode(parts[1]["inlineData"]["data"]) == examples[0].image.read_bytes()
     blob = parts[1]["inlineData"]
     assert blob.get("mimeType", blob.get("mime_type")) == "image/jpeg"  # the SDK writes the snake-case name
     assert parts[2]["text"].endswith(rec[1]["captions"][1]) and parts[4]["text"].endswith(rec[2]["captions"][1])
-    assert base64.urlsafe_b64decode(parts[3]["inlineData"]["data"]) == examples[1].image_path.read_bytes()
+    assert base64.urlsafe_b64decode(parts[3]["inlineData"]["data"]) == examples[1].image.read_bytes()
     assert parts[5]["text"].endswith(rec[0]["captions"][0])
     config = body["generationConfig"]
     assert config["responseModalities"] == ["TEXT", "IMAGE"] and config["seed"] == 1234

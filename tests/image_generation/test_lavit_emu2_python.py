@@ -23,11 +23,12 @@ import torch
 
 from unirag.data.mbeir import read_queries
 from unirag.errors import ConfigError
-from unirag.generators.images.base import ExamplePair, ImageRequest
+from unirag.generators.images.base import ImageRequest
 from unirag.generators.images.lavit import xformers_available
 from unirag.generators.images.registry import load_image_generator
 from unirag.pipelines.examples import make_selector
 from unirag.pipelines.image_gen import ImageSettings, run_image_generation
+from unirag.retrieval.results import Pair
 
 from .helpers import read_pixels
 
@@ -254,7 +255,7 @@ def test_rag_run_gives_the_model_the_example_pairs_interleaved(backend, t2i_data
     if name == "python":  # the plugin gets the request itself
         req = gen.inner.requests[-2]
         assert [e.caption for e in req.examples] == [nxt["captions"][1]]
-        assert req.examples[0].image_path == t2i_data.root / nxt["image"]
+        assert req.examples[0].image == t2i_data.root / nxt["image"]
         return
     # UniRAG's order: each example's caption, then its image, then the query caption.
     kinds = [k for k, _ in calls[0]]
@@ -333,7 +334,7 @@ def test_out_of_memory_at_five_examples_keeps_the_first_four(emu2_dir, t2i_data)
     type(emu._pipe).__call__ = tight
     try:
         rec = t2i_data.records
-        ex = [ExamplePair(t2i_data.root / rec[i]["image"], rec[i]["captions"][1]) for i in range(1, 6)]
+        ex = [Pair.of(t2i_data.root / rec[i]["image"], rec[i]["captions"][1]) for i in range(1, 6)]
         out = emu.generate(ImageRequest(qid="q", caption="c", examples=ex, width=32, height=32))
     finally:
         type(emu._pipe).__call__ = real_call

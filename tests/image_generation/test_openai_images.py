@@ -11,10 +11,11 @@ import pytest
 from fake_openai_server import RecordedRequest, Reply
 from unirag.data.mbeir import read_queries
 from unirag.errors import BackendError, ConfigError
-from unirag.generators.images.base import ExamplePair, ImageRequest
+from unirag.generators.images.base import ImageRequest
 from unirag.generators.images.registry import load_image_generator
 from unirag.pipelines.examples import make_selector
 from unirag.pipelines.image_gen import ImageSettings, run_image_generation
+from unirag.retrieval.results import Pair
 from unirag.runs.retry import RetryPolicy
 
 from .helpers import multipart_fields, openai_image_reply, read_pixels, solid_png
@@ -47,8 +48,8 @@ def test_zero_shot_calls_generations_with_caption_and_decodes_b64(server, gen):
 def test_few_shot_calls_edits_with_reference_images_in_order(server, gen, t2i_data):
     server.push(openai_image_reply(RED, input_tokens=700, image_tokens=600))
     rec = t2i_data.records
-    examples = [ExamplePair(t2i_data.root / rec[1]["image"], rec[1]["captions"][1], "img:1"),
-                ExamplePair(t2i_data.root / rec[2]["image"], rec[2]["captions"][1], "img:2")]
+    examples = [Pair.of(t2i_data.root / rec[1]["image"], rec[1]["captions"][1], "img:1"),
+                Pair.of(t2i_data.root / rec[2]["image"], rec[2]["captions"][1], "img:2")]
     out = gen.generate(ImageRequest(qid="q", caption=rec[0]["captions"][0], examples=examples))
     req = server.requests[0]
     assert req.path == "/v1/images/edits" and req.headers["content-type"].startswith("multipart/form-data")
@@ -58,7 +59,7 @@ def test_few_shot_calls_edits_with_reference_images_in_order(server, gen, t2i_da
     assert [f[0] for f in files] == ["image[]", "image[]"]
     assert [f[1] for f in files] == ["example_1.jpg", "example_2.jpg"]
     assert [f[2] for f in files] == ["image/jpeg", "image/jpeg"]
-    assert files[0][3] == examples[0].image_path.read_bytes() and files[1][3] == examples[1].image_path.read_bytes()
+    assert files[0][3] == examples[0].image.read_bytes() and files[1][3] == examples[1].image.read_bytes()
     assert values["model"] == "gpt-image-1" and values["size"] == "1024x1024" and values["output_format"] == "png"
     prompt = values["prompt"]
     assert f"[1] {rec[1]['captions'][1]}" in prompt and f"[2] {rec[2]['captions'][1]}" in prompt

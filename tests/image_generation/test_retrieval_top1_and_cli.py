@@ -148,7 +148,7 @@ def test_top1_generate_keeps_original_pixels_for_grayscale_photo(coco_mini):
     """Some COCO photos are single-channel JPEGs: the copy is their RGB rendering, pixel for pixel."""
     from PIL import Image
 
-    from unirag.generators.images.base import ExamplePair
+    from unirag.retrieval.results import Pair
 
     def mode(p):
         with Image.open(p) as im:
@@ -156,7 +156,7 @@ def test_top1_generate_keeps_original_pixels_for_grayscale_photo(coco_mini):
 
     gray = next(p for p in sorted((coco_mini / "images").glob("*.jpg")) if mode(p) == "L")
     gen = load_image_generator("retrieval:top1")
-    out = gen.generate(ImageRequest(qid="q", caption="c", examples=[ExamplePair(gray, "x", "g")]))
+    out = gen.generate(ImageRequest(qid="q", caption="c", examples=[Pair.of(gray, "x", "g")]))
     with Image.open(gray) as im:
         expected = np.asarray(im.convert("RGB"))
     assert np.array_equal(np.asarray(out.image), expected)

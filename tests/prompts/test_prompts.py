@@ -12,9 +12,10 @@ from PIL import Image
 
 from unirag.errors import ConfigError
 from unirag.messages import ImagePart, TextPart
-from unirag.prompts.caption import Shot, build_caption_prompt, caption_template
+from unirag.prompts.caption import build_caption_prompt, caption_template
 from unirag.prompts.merge import merge_vertically
 from unirag.prompts.templates import TEMPLATES_DIR, load_template, parse_template
+from unirag.retrieval.results import Pair
 
 FIG2 = ("I have provided you an image. Generate the caption for this image based on your understanding of the "
         "image.\nOnly respond with the caption; do not say any other words or explain.")
@@ -27,8 +28,8 @@ def coco_images(coco_mini: Path) -> list[Path]:
     return [coco_mini / r["image"] for r in rows]
 
 
-def _shots(images: list[Path]) -> list[Shot]:
-    return [Shot(images[1], "A man rides a skateboard.", "d1"), Shot(images[2], "A {tennis} player.", "d2")]
+def _shots(images: list[Path]) -> list[Pair]:
+    return [Pair.of(images[1], "A man rides a skateboard.", "d1"), Pair.of(images[2], "A {tennis} player.", "d2")]
 
 
 def test_template_sections_and_hash_match_the_file():
@@ -57,7 +58,7 @@ def test_missing_template_and_bad_sections_are_config_errors(tmp_path):
     (tmp_path / "caption_ph.txt").write_text(unknown)
     tpl = caption_template("ph", tmp_path)
     with pytest.raises(ConfigError, match="unknown placeholder.*count"):
-        build_caption_prompt(tpl, Path(__file__), [Shot(Path(__file__), "c")])
+        build_caption_prompt(tpl, Path(__file__), [Pair.of(Path(__file__), "c")])
 
 
 def test_gpt4o_order_system_examples_query_instruction_last(coco_images):

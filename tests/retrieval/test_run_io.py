@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from unirag.errors import InputError
-from unirag.retrieval.results import Pair, RetrievalResult, ScoredCandidate
+from unirag.retrieval.results import Hit, Pair, RetrievalResult
 from unirag.retrieval.run_io import read_retrieval_run, trec_path, write_retrieval_run
 
 
 def _results() -> list[RetrievalResult]:
     return [
-        RetrievalResult("q1", [ScoredCandidate("I1", 0.91234567, "image", replaced="T1"),
-                               ScoredCandidate("I2", 0.5, "image")],
+        RetrievalResult("q1", [Hit("I1", 0.91234567, "image", replaced="T1"),
+                               Hit("I2", 0.5, "image")],
                         [Pair("I1", "T9", "a.jpg", "a dog", 0.91234567, "pairing")]),
         RetrievalResult("q2", [], []),
     ]

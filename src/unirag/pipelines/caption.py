@@ -21,9 +21,10 @@ from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.base import CaptionBackend
 from unirag.generators.options import identity_config
 from unirag.generators.pricing import price_entry
-from unirag.pipelines.captioner import Caption, Captioner, CaptionRequest, to_shots
-from unirag.pipelines.examples import Example, ExampleSelector, make_selector
+from unirag.pipelines.captioner import Caption, Captioner, CaptionRequest, to_pairs
+from unirag.pipelines.examples import ExampleSelector, make_selector
 from unirag.pipelines.run_config import ExampleRunConfig
+from unirag.retrieval.results import Pair
 from unirag.runs.ahead import AheadWork, ahead_work
 from unirag.runs.rundir import RunDir
 
@@ -100,7 +101,7 @@ class PreparedQuery:
     baseline, the caption to copy. Picklable: this is what a Ray worker receives."""
 
     query: Query
-    examples: list[Example]
+    examples: list[Pair]
     captions: list[str] | None = None
     #: the leakage guard's count for these examples (``{"flagged", "excluded"}``; None: guard off)
     leaks: dict[str, int] | None = None
@@ -124,20 +125,20 @@ class CaptionJob:
         self.official_top1 = selector is not None and getattr(captioner.backend, "strategy", None) == "top1" \
             and hasattr(selector, "top_caption")
 
-    def examples(self, q: Query) -> list[Example]:
+    def examples(self, q: Query) -> list[Pair]:
         return self.selector.select(q)
 
-    def request(self, q: Query, examples: list[Example]) -> CaptionRequest:
+    def request(self, q: Query, examples: list[Pair]) -> CaptionRequest:
         try:
             return self.captioner.request(resolve_image(q.img_path, self.cfg.images_root),
-                                          to_shots(examples, self.pool_root), mode=self.cfg.mode,
+                                          to_pairs(examples, self.pool_root), mode=self.cfg.mode,
                                           label=f"query {q.qid}")
         except InputError as e:  # a missing/corrupt image fails this query only, naming the file
             raise BackendError(f"bad input: {e}") from None
 
     @staticmethod
-    def _record(examples: list[Example], cap: Caption, leaks: dict[str, int] | None = None) -> dict[str, Any]:
-        rec = {"caption": cap.text, "examples": [ex.as_dict() for ex in examples], "usage": cap.usage.as_dict(),
+    def _record(examples: list[Pair], cap: Caption, leaks: dict[str, int] | None = None) -> dict[str, Any]:
+        rec = {"caption": cap.text, "examples": [ex.as_record() for ex in examples], "usage": cap.usage.as_dict(),
                "cost_usd": cap.cost}
         if leaks is not None:
             rec["near_duplicates"] = leaks
@@ -172,7 +173,7 @@ class CaptionJob:
         paths = []
         for p in ps:
             query_image = resolve_image(p.query.img_path, self.cfg.images_root) if p.query.img_path else None
-            for image in [query_image, *(s.image for s in to_shots(p.examples, self.pool_root))]:
+            for image in [query_image, *(s.image for s in to_pairs(p.examples, self.pool_root))]:
                 if image is not None and is_path_like(image):
                     paths.append(str(image))
         return paths
@@ -340,7 +341,7 @@ def _save_prompts(run: RunDir, job: CaptionJob, queries: list[Query]) -> None:
         except (InputError, BackendError):
             continue  # the query itself will fail with this message in the run
         run.save_prompt(i, q.qid, prompt.messages, prompt.merged_image,
-                        extra={"examples": [e.as_dict() for e in examples]})
+                        extra={"examples": [e.as_record() for e in examples]})
 
 
 def _execute(cfg: CaptionConfig, job: CaptionJob, run: RunDir, queries: list[Query]) -> dict[str, int]:

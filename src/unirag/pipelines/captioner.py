@@ -27,7 +27,8 @@ from unirag.generators.base import (
 )
 from unirag.messages import Message
 from unirag.pipelines.lazy_backend import LazyBackend
-from unirag.prompts.caption import CaptionPrompt, Shot
+from unirag.prompts.caption import CaptionPrompt
+from unirag.retrieval.results import Hit, Pair
 
 MODES = ("zero-shot", "random", "rag")
 DEFAULT_GENERATOR = "retrieval:consensus"
@@ -44,7 +45,7 @@ class Caption:
     usage: Usage = field(default_factory=Usage)
     cost: float | None = None
     prompt: list[Message] = field(default_factory=list)
-    examples: list[Shot] = field(default_factory=list)
+    examples: list[Pair] = field(default_factory=list)
     raw: dict[str, Any] | None = None
     #: the single picture sent to single-image models (examples and query merged), if any
     merged_image: Any = None
@@ -57,9 +58,9 @@ class Caption:
 
 @dataclass
 class CaptionRequest:
-    """One prepared call: the examples as shots and, for prompt-taking generators, the prompt."""
+    """One prepared call: the examples (their images resolved) and, for prompt-taking generators, the prompt."""
 
-    shots: list[Shot]
+    examples: list[Pair]
     prompt: CaptionPrompt | None
 
 
@@ -163,26 +164,26 @@ class Captioner(LazyBackend):
         """Check the inputs and render the prompt for one image (see :meth:`caption`)."""
         if mode not in MODES:
             raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
-        shots = to_shots(examples, self.images_root)
-        if mode == "zero-shot" and shots:
-            raise ConfigError(f"zero-shot mode takes no examples, got {len(shots)}")
+        examples = to_pairs(examples, self.images_root)
+        if mode == "zero-shot" and examples:
+            raise ConfigError(f"zero-shot mode takes no examples, got {len(examples)}")
         if self.picks_examples:
             if mode == "zero-shot":
                 raise ConfigError(f"{self.spec} picks among example captions: use mode='rag' (or 'random') "
                                   "with examples")
-            return CaptionRequest(shots, None)
+            return CaptionRequest(examples, None)
         if image is None:
             raise ConfigError("caption() needs the query image")
         from unirag.prompts.caption import build_caption_prompt
 
-        return CaptionRequest(shots, build_caption_prompt(self.template, image, shots, query_label=label))
+        return CaptionRequest(examples, build_caption_prompt(self.template, image, examples, query_label=label))
 
     def complete(self, request: CaptionRequest, *, captions: Sequence[str] | None = None) -> Caption:
         """Call the generator for a prepared request (``captions``: what an example captioner picks
         from, when not the examples' own captions)."""
         if request.prompt is None:
             gen = self.backend.caption_from_examples(list(captions) if captions is not None else
-                                                     [s.caption for s in request.shots])
+                                                     [s.caption for s in request.examples])
         else:
             gen = self.backend.generate(request.prompt.messages, self.options)
         return self._caption(request, gen)
@@ -253,7 +254,7 @@ class Captioner(LazyBackend):
             text = text.lower()  # the official UniRAG code lower-cases GPT replies (setting caption_lowercase)
         prompt = request.prompt
         return Caption(text=text, usage=gen.usage, cost=cost_usd(gen.usage, self.price),
-                       prompt=prompt.messages if prompt is not None else [], examples=list(request.shots),
+                       prompt=prompt.messages if prompt is not None else [], examples=list(request.examples),
                        raw=gen.raw, merged_image=prompt.merged_image if prompt is not None else None)
 
     # -- serialisation -----------------------------------------------------------------------
@@ -289,48 +290,35 @@ class Captioner(LazyBackend):
         return f"Captioner({self.spec!r})"
 
 
-def to_shots(examples: Iterable[Any], images_root: str | Path | None = None) -> list[Shot]:
-    """Examples in any accepted form -> prompt shots, in order.
+def to_pairs(examples: Iterable[Any], images_root: str | Path | None = None) -> list[Pair]:
+    """Examples in any accepted form -> :class:`~unirag.retrieval.results.Pair` s, in order.
 
     Accepted: a :class:`~unirag.retrieval.results.Hits` (its ``pairs``), :class:`~unirag.retrieval.results.Hit`
-    (its pair; a hit without one is skipped), :class:`~unirag.retrieval.results.Pair`,
-    :class:`~unirag.pipelines.examples.Example`, :class:`~unirag.prompts.caption.Shot`, or an
-    ``(image, caption)`` tuple. Relative image paths are joined to ``images_root``.
+    (its pair; a hit without one is skipped), :class:`~unirag.retrieval.results.Pair`, or an
+    ``(image, caption)`` tuple (the image a path or an in-memory image). Relative image paths of
+    pairs that carry no images root of their own are joined to ``images_root``.
     """
-    from unirag.pipelines.examples import Example
-    from unirag.retrieval.results import Hit, Pair
-
     if examples is None:
         return []
     items = getattr(examples, "pairs", examples)
-    out: list[Shot] = []
+    out: list[Pair] = []
     for i, ex in enumerate(items):
         if isinstance(ex, Hit):
             if ex.pair is None:
                 continue
             ex = ex.pair
-        if isinstance(ex, Shot):
-            shot = ex
-        elif isinstance(ex, Pair):
-            shot = Shot(_rooted(ex.image, images_root), ex.caption, ex.image_did)
-        elif isinstance(ex, Example):
-            shot = Shot(_rooted(ex.img_path, images_root), ex.txt, ex.image_did or ex.img_path)
+        if isinstance(ex, Pair):
+            pair = ex if ex.images_root is not None else ex.rooted(images_root)
         elif isinstance(ex, tuple | list) and len(ex) == 2:
             image, caption = ex
-            shot = Shot(_rooted(image, images_root) if is_path_like(image) else image, caption, None)
+            pair = Pair.of(str(image) if is_path_like(image) else image, caption).rooted(images_root)
         else:
             raise InputError(f"expected a hit, a pair or an (image, caption) tuple, got {type(ex).__name__}",
                              field=f"examples[{i}]")
-        if shot.image is None or not isinstance(shot.caption, str) or not shot.caption.strip():
+        if pair.image is None or not isinstance(pair.caption, str) or not pair.caption.strip():
             raise InputError("an example needs an image and a non-empty caption string", field=f"examples[{i}]")
-        out.append(shot)
+        out.append(pair)
     return out
-
-
-def _rooted(path: str | Path | None, images_root: str | Path | None) -> Path | None:
-    from unirag.data.records import resolve_image
-
-    return resolve_image(str(path), images_root) if path is not None else None
 
 
 def _check_arg_types(**args: tuple[Any, Any]) -> None:

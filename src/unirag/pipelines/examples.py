@@ -7,8 +7,8 @@
 * ``rag``: the top-k completed pairs of a retrieval run file, or retrieved on the fly from an
   index with :class:`unirag.retrieval.retriever.Retriever`.
 
-Examples carry image paths relative to the pool's images root; :meth:`Example.image_file`
-resolves them.
+Examples are :class:`~unirag.retrieval.results.Pair` s whose image paths are relative to the
+pool's images root (:attr:`ExampleSelector.images_root`); :meth:`Pair.rooted` resolves them.
 """
 
 from __future__ import annotations
@@ -17,33 +17,14 @@ import random
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from unirag.data.records import Candidate, Query, resolve_image
+from unirag.data.records import Candidate, Query
 from unirag.errors import BackendError, ConfigError, InputError
+from unirag.retrieval.results import Pair
 
 MODES = ("zero-shot", "random", "rag")
-
-
-@dataclass(frozen=True)
-class Example:
-    image_did: str | None
-    text_did: str | None
-    img_path: str
-    txt: str
-    #: the leakage guard's flag (a near-duplicate of the query; see :class:`unirag.Selection`), or None.
-    near_duplicate: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        if out["near_duplicate"] is None:
-            del out["near_duplicate"]
-        return out
-
-    def image_file(self, images_root: str | Path | None) -> Path:
-        return resolve_image(self.img_path, images_root)
 
 
 class ExampleSelector(ABC):
@@ -51,7 +32,7 @@ class ExampleSelector(ABC):
     k: int
 
     @abstractmethod
-    def select(self, query: Query) -> list[Example]:
+    def select(self, query: Query) -> list[Pair]:
         """The examples for one query, best first (at most k)."""
 
     def prepare(self, queries: Sequence[Query]) -> None:  # noqa: B027 - optional hook
@@ -74,7 +55,7 @@ class ExampleSelector(ABC):
 class ZeroShot(ExampleSelector):
     mode, k = "zero-shot", 0
 
-    def select(self, query: Query) -> list[Example]:
+    def select(self, query: Query) -> list[Pair]:
         return []
 
 
@@ -82,16 +63,16 @@ def _query_image_key(q: Query) -> str | None:
     return str(Path(q.img_path)) if q.img_path else None
 
 
-def gold_pair(query: Query, pool: dict[str, Candidate]) -> Example | None:
+def gold_pair(query: Query, pool: dict[str, Candidate]) -> Pair | None:
     """A query's ground-truth image-caption pair: its own image/text plus a positive of the other kind."""
     for did in query.pos_cand_list:
         cand = pool.get(did)
         if cand is None:
             continue
         if query.img_path and cand.txt:
-            return Example(image_did=None, text_did=cand.did, img_path=query.img_path, txt=cand.txt)
+            return Pair(image_did=None, text_did=cand.did, img_path=query.img_path, txt=cand.txt)
         if query.txt and cand.img_path:
-            return Example(image_did=cand.did, text_did=None, img_path=cand.img_path, txt=query.txt)
+            return Pair(image_did=cand.did, text_did=None, img_path=cand.img_path, txt=query.txt)
     return None
 
 
@@ -103,7 +84,7 @@ class RandomGold(ExampleSelector):
     def __init__(self, k: int, all_queries: Sequence[Query], pool: dict[str, Candidate], seed: int = 0,
                  pool_path: str | None = None) -> None:
         self.k, self.seed, self.pool_path = k, seed, pool_path
-        self._gold: list[tuple[Query, Example]] = []
+        self._gold: list[tuple[Query, Pair]] = []
         for q in all_queries:
             ex = gold_pair(q, pool)
             if ex is not None:
@@ -113,7 +94,7 @@ class RandomGold(ExampleSelector):
             raise ConfigError(f"random few-shot with k={k} needs more than {k} queries with a gold pair in the "
                               f"pool; found {len(self._gold)} (check --pool and the queries' pos_cand_list)")
 
-    def _eligible(self, query: Query, cand_query: Query, ex: Example) -> bool:
+    def _eligible(self, query: Query, cand_query: Query, ex: Pair) -> bool:
         if cand_query.qid == query.qid:
             return False
         own_image = _query_image_key(query)
@@ -124,11 +105,11 @@ class RandomGold(ExampleSelector):
         positives = set(query.pos_cand_list)
         return ex.text_did not in positives and ex.image_did not in positives
 
-    def select(self, query: Query) -> list[Example]:
+    def select(self, query: Query) -> list[Pair]:
         rng = random.Random(f"{self.seed}|{query.qid}")
         order = list(range(len(self._gold)))
         rng.shuffle(order)
-        out: list[Example] = []
+        out: list[Pair] = []
         for i in order:
             q, ex = self._gold[i]
             if self._eligible(query, q, ex):
@@ -142,21 +123,13 @@ class RandomGold(ExampleSelector):
                 "gold_pairs": len(self._gold)}
 
 
-def _example_from_pair(pair: Any) -> Example | None:
-    if not pair.img_path or not pair.txt:
-        return None
-    return Example(image_did=pair.image_did, text_did=pair.text_did, img_path=pair.img_path, txt=pair.txt,
-                   near_duplicate=getattr(pair, "near_duplicate", None))
-
-
-def _top_pairs(query: Query, pairs: Sequence[Any], k: int) -> list[Example]:
+def _top_pairs(query: Query, pairs: Sequence[Pair], k: int) -> list[Pair]:
     own_image = _query_image_key(query)
-    out: list[Example] = []
+    out: list[Pair] = []
     for p in pairs:
-        ex = _example_from_pair(p)
-        if ex is None or (own_image is not None and str(Path(ex.img_path)) == own_image):
-            continue  # never show the query image as its own example
-        out.append(ex)
+        if not p.img_path or not p.txt or (own_image is not None and str(Path(p.img_path)) == own_image):
+            continue  # a half pair, or the query image as its own example
+        out.append(p)
         if len(out) == k:
             break
     return out
@@ -244,7 +217,7 @@ class RagFromRun(_TopCaption, ExampleSelector):
             raise InputError(f"{len(missing)} query id(s) have no retrieval results, e.g. "
                              f"{', '.join(missing[:5])}; was the run made for these queries?", path=self.run_path)
 
-    def select(self, query: Query) -> list[Example]:
+    def select(self, query: Query) -> list[Pair]:
         result = self._run.get(query.qid)
         return _top_pairs(query, result.pairs, self.k) if result is not None else []
 
@@ -301,7 +274,7 @@ class RagFromIndex(_TopCaption, ExampleSelector):
                                          selection=self.selection):
             self._results[r.qid] = r
 
-    def select(self, query: Query) -> list[Example]:
+    def select(self, query: Query) -> list[Pair]:
         if query.qid not in self._results:
             self.prepare([query])
         return _top_pairs(query, self._results[query.qid].pairs, self.k)

@@ -27,7 +27,6 @@ from unirag.generators.images.base import (
     DEFAULT_SEED,
     DEFAULT_STEPS,
     DEFAULT_WIDTH,
-    ExamplePair,
     ImageGenerator,
     ImageRequest,
 )
@@ -35,8 +34,9 @@ from unirag.generators.images.prices import image_price
 from unirag.generators.images.templates import image_template
 from unirag.generators.pricing import Price, cost_usd, price_entry
 from unirag.messages import ImagePart, Message, TextPart
-from unirag.pipelines.examples import Example, ExampleSelector
+from unirag.pipelines.examples import ExampleSelector
 from unirag.pipelines.run_config import ExampleRunConfig
+from unirag.retrieval.results import Pair
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json
 from unirag.runs.executor import run_items
 from unirag.runs.retry import RetryPolicy
@@ -78,14 +78,13 @@ def image_stem(qid: str) -> str:
     return safe
 
 
-def _examples_to_pairs(examples: Sequence[Example], images_root: str | Path | None) -> list[ExamplePair]:
-    return [ExamplePair(image_path=Path(ex.image_file(images_root)), caption=ex.txt,
-                        id=ex.image_did or ex.text_did) for ex in examples]
+def _rooted(examples: Sequence[Pair], images_root: str | Path | None) -> list[Pair]:
+    return [ex.rooted(images_root) for ex in examples]
 
 
 def prompt_messages(request: ImageRequest, prompt: str) -> list[Message]:
     """The request as typed messages (example images, then the prompt text) for the prompts/ dump."""
-    parts: list[Any] = [ImagePart(path=e.image_path, label=e.id or f"example {i}")
+    parts: list[Any] = [ImagePart(path=e.image, label=e.label or f"example {i}")
                         for i, e in enumerate(request.examples, start=1)]
     parts.append(TextPart(prompt))
     return [Message("user", parts)]
@@ -116,19 +115,19 @@ class ImageJob:
     def free(self) -> bool:
         return self.price == Price()
 
-    def image_paths(self, prepared: Sequence[tuple[Query, list[Example], dict[str, int] | None]]) -> list[str]:
+    def image_paths(self, prepared: Sequence[tuple[Query, list[Pair], dict[str, int] | None]]) -> list[str]:
         """The image files the generator reads for these prepared queries (their example images), in
         order: what a decode worker can decode ahead (see :mod:`unirag.data.decode`)."""
-        return [str(p.image_path) for _, examples, _ in prepared
-                for p in _examples_to_pairs(examples, self.images_root)]
+        return [str(p.image) for _, examples, _ in prepared
+                for p in _rooted(examples, self.images_root)]
 
-    def work_prepared(self, prepared: tuple[Query, list[Example], dict[str, int] | None]) -> dict[str, Any]:
+    def work_prepared(self, prepared: tuple[Query, list[Pair], dict[str, int] | None]) -> dict[str, Any]:
         """``prepared``: the query, its examples and the leakage guard's count for them (None: guard off)."""
         from unirag.runs.rundir import write_prompt
 
         query, examples, leaks = prepared
         settings, generator, out = self.settings, self.generator, self.out
-        request = ImageRequest(qid=query.qid, caption=query.txt, examples=_examples_to_pairs(examples, self.images_root),
+        request = ImageRequest(qid=query.qid, caption=query.txt, examples=_rooted(examples, self.images_root),
                                width=settings.width, height=settings.height, steps=settings.steps,
                                guidance=settings.guidance, seed=settings.seed)
         try:
@@ -142,13 +141,13 @@ class ImageJob:
         atomic_write_bytes(out / rel, png_bytes(result.image, compress_level=1))
         atomic_write_json(out / IMAGES_DIR / f"{stem}.prompt.json", {
             "qid": query.qid, "caption": query.txt, "generator": generator.spec, "prompt": prompt,
-            "examples": [{"id": e.id, "image": str(e.image_path), "caption": e.caption} for e in request.examples],
+            "examples": [{"id": e.label, "image": str(e.image), "caption": e.caption} for e in request.examples],
             **asdict(settings)})
         index = self.position.get(query.qid, self.save_prompts)
         if index < self.save_prompts:
             write_prompt(out / PROMPTS_DIR, index, query.qid, prompt_messages(request, prompt), extra={"image": rel})
         fields: dict[str, Any] = {"caption": query.txt, "image": rel,
-                                  "examples": [ex.as_dict() for ex in examples],
+                                  "examples": [ex.as_record() for ex in examples],
                                   "size": list(result.image.size)}
         if leaks is not None:
             fields["near_duplicates"] = leaks
@@ -193,11 +192,11 @@ class _ImageWork:
         self.job = job
         self.store = ResultStore(store_path, key="qid")
 
-    def image_paths(self, payloads: list[tuple[Query, list[Example], dict[str, int] | None]]) -> list[str]:
+    def image_paths(self, payloads: list[tuple[Query, list[Pair], dict[str, int] | None]]) -> list[str]:
         """What the Ray worker's decode processes decode ahead of this call (:mod:`unirag.runs.engine`)."""
         return self.job.image_paths(payloads)
 
-    def work_batch(self, payloads: list[tuple[Query, list[Example], dict[str, int] | None]]) -> list[dict[str, Any]]:
+    def work_batch(self, payloads: list[tuple[Query, list[Pair], dict[str, int] | None]]) -> list[dict[str, Any]]:
         return [self.job.work_prepared(p) for p in payloads]
 
 

@@ -9,6 +9,7 @@ same request per query, so a notebook and ``unirag generate-images`` draw the sa
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,12 @@ from unirag.generators.images.base import (
     DEFAULT_HEIGHT,
     DEFAULT_SEED,
     DEFAULT_WIDTH,
-    ExamplePair,
     GeneratedImage,
     ImageRequest,
 )
 from unirag.generators.images.base import ImageGenerator as ImageBackend
 from unirag.pipelines.lazy_backend import LazyBackend
+from unirag.retrieval.results import Pair
 
 
 class ImageGenerator(LazyBackend):
@@ -137,21 +138,18 @@ class ImageGenerator(LazyBackend):
         return f"ImageGenerator({self.spec!r})"
 
 
-def to_example_pairs(examples: Iterable[Any], images_root: str | Path | None = None) -> list[ExamplePair]:
+def to_example_pairs(examples: Iterable[Any], images_root: str | Path | None = None) -> list[Pair]:
     """Examples in the forms the captioner takes (hits, pairs, ``(image, caption)`` tuples whose image
-    is a path, a PIL image, encoded bytes or a uint8 array) -> the backends' :class:`ExamplePair`.
+    is a path, a PIL image, encoded bytes or a uint8 array) -> pairs whose :attr:`~Pair.image` is a file.
 
     The backends hand example images to their models as files (LaVIT and Emu2 read paths), so an
     in-memory image is saved once as a lossless PNG named by its content hash (see
     :func:`example_image_file`): the backend sees exactly these pixels.
     """
-    from unirag.pipelines.captioner import to_shots
+    from unirag.pipelines.captioner import to_pairs
 
-    out = []
-    for shot in to_shots(examples, images_root):
-        image = shot.image if isinstance(shot.image, str | Path) else example_image_file(shot.image)
-        out.append(ExamplePair(image_path=Path(image), caption=shot.caption, id=shot.label))
-    return out
+    return [p if p.pixels is None else replace(p, img_path=str(example_image_file(p.pixels)), pixels=None)
+            for p in to_pairs(examples, images_root)]
 
 
 def example_image_file(image: Any, folder: str | Path | None = None) -> Path:

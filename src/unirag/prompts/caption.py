@@ -20,21 +20,12 @@ from unirag.errors import ConfigError, InputError
 from unirag.messages import ImagePart, Message, Part, TextPart
 from unirag.prompts.merge import DEFAULT_SEPARATOR, merge_vertically
 from unirag.prompts.templates import PromptTemplate, load_template
+from unirag.retrieval.results import Pair
 
 LAYOUT_TOKENS = frozenset({"system_message", "system_inline", "examples", "query_image", "merged_image",
                            "instruction"})
 REQUIRED_SECTIONS = ("layout", "system", "zero_shot", "few_shot", "example_caption")
 _INSTRUCTION = object()  # placeholder: filled after the layout loop (system_inline may follow it)
-
-
-@dataclass(frozen=True)
-class Shot:
-    """One in-context example: an image (a file, or any image :func:`unirag.data.images.as_rgb` takes)
-    and its caption (label: the image did, for logs)."""
-
-    image: ImageLike
-    caption: str
-    label: str | None = None
 
 
 @dataclass
@@ -78,24 +69,24 @@ def _image_part(image: ImageLike, label: str) -> ImagePart:
     return ImagePart.from_image(image, label=label)
 
 
-def _instruction(tpl: PromptTemplate, shots: Sequence[Shot], merged: bool) -> str:
-    k = len(shots)
+def _instruction(tpl: PromptTemplate, examples: Sequence[Pair], merged: bool) -> str:
+    k = len(examples)
     if k == 0:
         return tpl.text("zero_shot")
     if not merged:
         return tpl.fill("few_shot", num=k)
-    lines = [tpl.fill("example_caption", n=i, caption=s.caption) for i, s in enumerate(shots, start=1)]
+    lines = [tpl.fill("example_caption", n=i, caption=s.caption) for i, s in enumerate(examples, start=1)]
     lines.append(tpl.fill("query_caption", n=k + 1))
     return tpl.fill("few_shot", num=k, image_num=k + 1, caption_num=k, examples="\n".join(lines))
 
 
-def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, shots: Sequence[Shot],
+def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, examples: Sequence[Pair],
                          separator: int = DEFAULT_SEPARATOR, query_label: str = "query") -> CaptionPrompt:
-    """Messages for one query. ``shots`` empty = zero-shot (the template's Figure 2 wording)."""
+    """Messages for one query. ``examples`` empty = zero-shot (the template's Figure 2 wording)."""
     layout = parse_layout(tpl)
     merged = "merged_image" in layout
     system = tpl.text("system").strip()
-    instruction = _instruction(tpl, shots, merged)
+    instruction = _instruction(tpl, examples, merged)
     messages: list[Message] = []
     parts: list[Part | object] = []
     merged_image = None
@@ -107,16 +98,16 @@ def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, shots: Seq
             if system:
                 instruction = f"{system}\n{instruction}"
         elif token == "examples":
-            for i, s in enumerate(shots, start=1):
+            for i, s in enumerate(examples, start=1):
                 parts.append(_image_part(s.image, s.label or f"example {i}"))
                 parts.append(TextPart(tpl.fill("example_caption", n=i, caption=s.caption)))
         elif token == "query_image":
             parts.append(_image_part(query_image, query_label))
         elif token == "merged_image":
-            if shots:
-                images = [as_rgb(s.image) for s in shots] + [as_rgb(query_image)]
+            if examples:
+                images = [as_rgb(s.image) for s in examples] + [as_rgb(query_image)]
                 merged_image = merge_vertically(images, separator=separator)
-                labels = [s.label or f"example {i}" for i, s in enumerate(shots, start=1)] + [query_label]
+                labels = [s.label or f"example {i}" for i, s in enumerate(examples, start=1)] + [query_label]
                 parts.append(ImagePart(data=png_bytes(merged_image), mime="image/png",
                                        label="merged: " + " | ".join(labels)))
             else:

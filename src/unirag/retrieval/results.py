@@ -8,38 +8,23 @@ query itself to the generator).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 
 @dataclass
-class ScoredCandidate:
-    """A ranked candidate as retrieval metrics score it (after the wrong-modality replacement)."""
-
-    did: str
-    score: float
-    modality: str
-    #: did of the retrieved candidate of the wrong modality this one replaced (paper §5), if any.
-    replaced: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out = {"did": self.did, "score": round(float(self.score), 6), "modality": self.modality}
-        if self.replaced is not None:
-            out["replaced"] = self.replaced
-        return out
-
-
-@dataclass
 class Pair:
-    """An image-caption example; for an image+text candidate both dids are the same.
+    """An image-caption example: the one pair type from the retriever through the prompt, the
+    generators and the run records. For an image+text candidate both dids are the same.
 
-    ``img_path`` is as the pool records it (relative to the pool's images root); :attr:`image`
-    is the absolute file and :attr:`caption` the text, which is what a generator is shown.
+    ``img_path`` is as the pool records it (relative to :attr:`images_root`); :attr:`image` is the
+    file (or the in-memory ``pixels``) and :attr:`caption` the text, which is what a generator is
+    shown. A pair built from an ``(image, caption)`` tuple (:meth:`of`) has no dids.
     """
 
-    image_did: str
-    text_did: str
+    image_did: str | None
+    text_did: str | None
     img_path: str | None
     txt: str | None
     score: float | None = None
@@ -51,26 +36,55 @@ class Pair:
     #: why the leakage guard flagged this example as a near-duplicate of the query
     #: (``"image-hash:3"``, ``"image-cosine:0.981"``, ``"caption:0.92"``), or None.
     near_duplicate: str | None = None
+    #: an in-memory image (PIL, encoded bytes or a uint8 array) shown instead of a file.
+    pixels: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, image: Any, caption: str | None, did: str | None = None) -> Pair:
+        """A pair from an image (a path, or an in-memory image), its caption and the image's did."""
+        if isinstance(image, str | Path):
+            return cls(did, None, str(image), caption)
+        return cls(did, None, None, caption, pixels=image)
 
     @property
-    def image(self) -> Path | None:
-        """The example's image file, absolute."""
+    def image(self) -> Any:
+        """What a generator is shown: the image file (joined to :attr:`images_root`), or :attr:`pixels`."""
+        if self.pixels is not None:
+            return self.pixels
         if self.img_path is None:
             return None
         p = Path(self.img_path)
         if not p.is_absolute() and self.images_root is not None:
             p = Path(self.images_root) / p
-        return p.absolute()
+        return p
 
     @property
     def caption(self) -> str | None:
         """The example's caption."""
         return self.txt
 
+    @property
+    def label(self) -> str | None:
+        """A name for logs and rendered prompts: the image did, else the text did."""
+        return self.image_did or self.text_did
+
+    def rooted(self, images_root: str | Path | None) -> Pair:
+        """This pair with its relative image path read against ``images_root`` (None: unchanged)."""
+        if images_root is None or self.pixels is not None:
+            return self
+        return replace(self, images_root=str(images_root))
+
     def to_json(self) -> dict[str, Any]:
         """The run-file form (relative image path, score rounded to 6 decimals)."""
         out = {"image_did": self.image_did, "text_did": self.text_did, "img_path": self.img_path, "txt": self.txt,
                "score": round(float(self.score), 6) if self.score is not None else None, "via": self.via}
+        if self.near_duplicate is not None:
+            out["near_duplicate"] = self.near_duplicate
+        return out
+
+    def as_record(self) -> dict[str, Any]:
+        """The form a caption record's ``examples`` list holds (no score, no ``via``)."""
+        out = {"image_did": self.image_did, "text_did": self.text_did, "img_path": self.img_path, "txt": self.txt}
         if self.near_duplicate is not None:
             out["near_duplicate"] = self.near_duplicate
         return out
@@ -81,7 +95,7 @@ class RetrievalResult:
     """One query's ranked candidates and its (at most k) image-caption pairs, as a run file line."""
 
     qid: str
-    candidates: list[ScoredCandidate] = field(default_factory=list)
+    candidates: list[Hit] = field(default_factory=list)
     pairs: list[Pair] = field(default_factory=list)
     #: candidate did -> position of its pair in ``pairs`` (a candidate whose pair showed the query has none).
     pair_of: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
@@ -107,7 +121,7 @@ class RetrievalResult:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> RetrievalResult:
-        cands = [ScoredCandidate(str(c["did"]), float(c["score"]), str(c["modality"]), c.get("replaced"))
+        cands = [Hit(str(c["did"]), float(c["score"]), str(c["modality"]), replaced=c.get("replaced"))
                  for c in obj.get("candidates", [])]
         pairs = [Pair(str(p["image_did"]), str(p["text_did"]), p.get("img_path"), p.get("txt"),
                       p.get("score"), p.get("via"), near_duplicate=p.get("near_duplicate"))
@@ -122,8 +136,9 @@ class RetrievalResult:
 class Hit:
     """One retrieved candidate (``did``, ``score``, ``modality``) with its image-caption ``pair``.
 
-    ``pair`` is None when every pair for this candidate would have shown the query itself.
-    ``replaced`` names the wrong-modality hit this candidate stands in for (paper §5), if any.
+    The one hit type: a run file's ranked ``candidates`` (what retrieval metrics score) are hits
+    without their pair. ``pair`` is None when every pair for this candidate would have shown the
+    query itself. ``replaced`` names the wrong-modality hit this candidate stands in for (paper §5).
     """
 
     did: str
@@ -131,6 +146,13 @@ class Hit:
     modality: str
     pair: Pair | None = None
     replaced: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The run-file form of a ranked candidate (score rounded to 6 decimals; no pair)."""
+        out = {"did": self.did, "score": round(float(self.score), 6), "modality": self.modality}
+        if self.replaced is not None:
+            out["replaced"] = self.replaced
+        return out
 
 
 class Hits(list):
@@ -156,8 +178,7 @@ class Hits(list):
         """The hits of one :class:`RetrievalResult`, their pairs' images resolved against ``images_root``."""
         pairs = [Pair(p.image_did, p.text_did, p.img_path, p.txt, p.score, p.via, images_root, p.near_duplicate)
                  for p in result.pairs]
-        hits = [Hit(c.did, float(c.score), c.modality,
-                    pairs[result.pair_of[c.did]] if c.did in result.pair_of else None, c.replaced)
+        hits = [replace(c, score=float(c.score), pair=pairs[result.pair_of[c.did]] if c.did in result.pair_of else None)
                 for c in result.candidates]
         return cls(hits, pairs, result.qid, result.raw, result.near_duplicates)
 

@@ -33,7 +33,7 @@ from unirag.data.records import Modality, Qrels, Query
 from unirag.errors import ConfigError, InputError
 from unirag.index.store import VectorIndex, check_encoder, parse_modality_filter
 from unirag.retrieval.pairing import Completer, QueryIdentity, pair_equals_query
-from unirag.retrieval.results import Hits, Pair, RetrievalResult, ScoredCandidate
+from unirag.retrieval.results import Hit, Hits, Pair, RetrievalResult
 from unirag.retrieval.selection import Offer, PairPicker, QueryEvidence, Selection
 
 
@@ -392,8 +392,7 @@ class Retriever:
                     other, via = found if found is not None else (None, None)
             if cand not in seen_cands and len(result.candidates) < k:
                 seen_cands.add(cand)
-                result.candidates.append(ScoredCandidate(metas[cand].did, score, metas[cand].modality.value,
-                                                         replaced))
+                result.candidates.append(Hit(metas[cand].did, score, metas[cand].modality.value, replaced=replaced))
             if other is not None and cand not in paired and picker.wants_more():
                 if self._offer_pair(picker, cand, other, score, via, ident):
                     paired.add(cand)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from unirag.errors import ConfigError
 from unirag.generators.base import Usage
+from unirag.retrieval.results import Pair
 
 # The paper's LaVIT configuration (§4.3 and the official code): 1024x1024, guidance 4.0, 25 steps,
 # seed 1234. API backends ignore what their API has no knob for.
@@ -41,25 +41,13 @@ def sampling_defaults(spec: str, settings: Any = None) -> dict[str, Any]:
     return {"steps": DEFAULT_STEPS, "guidance": DEFAULT_GUIDANCE}
 
 
-@dataclass(frozen=True)
-class ExamplePair:
-    """One in-context example: an image file and the caption that goes with it."""
-
-    image_path: Path
-    caption: str
-    id: str | None = None  # e.g. the pool did of the image (for outputs.jsonl and logs)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "image_path", Path(self.image_path))  # accept str paths too
-
-
 @dataclass
 class ImageRequest:
     """One text-to-image call. ``examples`` is empty in zero-shot mode."""
 
     qid: str
     caption: str
-    examples: list[ExamplePair] = field(default_factory=list)
+    examples: list[Pair] = field(default_factory=list)  # each pair's image is a file
     width: int = DEFAULT_WIDTH
     height: int = DEFAULT_HEIGHT
     steps: int = DEFAULT_STEPS

@@ -43,7 +43,7 @@ def reference_style(call_params: set[str]) -> str:
 def interleaved_prompt(request: ImageRequest) -> tuple[str, list[Path]]:
     """OmniGen-style prompt text and the matching input image list (image i <-> ``<|image_i|>``)."""
     text = render_listed(FEW_SHOT_OMNIGEN, request.caption, [e.caption for e in request.examples])
-    return text, [e.image_path for e in request.examples]
+    return text, [e.image for e in request.examples]
 
 
 def call_kwargs(call_params: set[str], request: ImageRequest, prompt: str, images: list[Any],

@@ -128,7 +128,7 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
     def prompt_text(self, request: ImageRequest) -> str:
         parts = []
         for e in request.examples:
-            parts += [e.caption, f"<image {e.image_path.name}>"]
+            parts += [e.caption, f"<image {e.image.name}>"]
         return "\n".join([*parts, request.caption])
 
     def generate(self, request: ImageRequest):

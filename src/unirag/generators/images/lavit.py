@@ -86,7 +86,7 @@ def lavit_prompts(request: ImageRequest) -> list[tuple[str, str]]:
     """``[(caption_1, "text"), (image_1, "image"), ..., (query caption, "text")]`` (UniRAG's order)."""
     out: list[tuple[str, str]] = []
     for e in request.examples:
-        out += [(e.caption, "text"), (str(e.image_path), "image")]
+        out += [(e.caption, "text"), (str(e.image), "image")]
     out.append((request.caption, "text"))
     return out
 

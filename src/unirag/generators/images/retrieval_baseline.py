@@ -37,8 +37,8 @@ class RetrievalImageGenerator(ImageGenerator):
         if not request.examples:
             raise ConfigError(f"{self.spec} needs at least one example per query (query {request.qid} has none)")
         top = request.examples[0]
-        return GeneratedImage(image=load_rgb(top.image_path),
-                              meta={"source": top.id, "source_path": str(top.image_path)})
+        return GeneratedImage(image=load_rgb(top.image),
+                              meta={"source": top.label, "source_path": str(top.image)})
 
     def config(self) -> dict[str, Any]:
         return {"spec": self.spec, "backend": "retrieval", "strategy": self.strategy}
