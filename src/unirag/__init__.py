@@ -27,7 +27,6 @@ _PUBLIC = {
     "Qrels": "unirag.data.records",
     "Modality": "unirag.data.records",
     "Index": "unirag.index.handle",
-    "IndexHit": "unirag.index.handle",
     "Retriever": "unirag.retrieval.retriever",
     "Hit": "unirag.retrieval.results",
     "Hits": "unirag.retrieval.results",
@@ -58,7 +57,6 @@ __all__ = [
     "Qrels",
     "Modality",
     "Index",
-    "IndexHit",
     "Retriever",
     "Hit",
     "Hits",
@@ -101,7 +99,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; never executed
     from unirag.data.records import Candidate, Modality, Qrels, Query
     from unirag.encoders.registry import load_encoder
     from unirag.errors import BackendError, ConfigError, InputError, UniragError
-    from unirag.index.handle import Index, IndexHit
+    from unirag.index.handle import Index
     from unirag.metrics.scores import caption_metrics, cir_metrics, image_metrics, retrieval_metrics
     from unirag.pipelines.captioner import Caption, Captioner
     from unirag.pipelines.experiment import run_experiment

@@ -8,25 +8,16 @@ it holds (every candidate's text, image path and pairing), and the absolute imag
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from unirag.data.records import Candidate
+from unirag.retrieval.results import Hit
 
 if TYPE_CHECKING:
     from unirag.data.pool import Pool
     from unirag.encoders.base import Encoder
     from unirag.index.store import VectorIndex
-
-
-@dataclass(frozen=True)
-class IndexHit:
-    """One search hit: the candidate's did, its inner-product score and its modality ("text", ...)."""
-
-    did: str
-    score: float
-    modality: str
 
 
 class Index:
@@ -213,7 +204,7 @@ class Index:
         return encoder
 
     # -- search ------------------------------------------------------------------------------
-    def search(self, vectors, k: int = 10, modality: str | None = None, where=None) -> list[list[IndexHit]]:
+    def search(self, vectors, k: int = 10, modality: str | None = None, where=None) -> list[list[Hit]]:
         """Top-``k`` hits per query vector (one row per query; a single vector is one query).
 
         ``modality``: None or "any" searches every candidate; "text", "image" or "image,text"
@@ -229,7 +220,7 @@ class Index:
             array = array[None, :]
         scores, ids = self.store.search(array, k, modality, where)
         metas = self.store.metas
-        return [[IndexHit(metas[g].did, float(s), metas[g].modality.value)
+        return [[Hit(metas[g].did, float(s), metas[g].modality.value)
                  for s, g in zip(row_s.tolist(), row_g.tolist(), strict=True) if g >= 0]
                 for row_s, row_g in zip(scores, ids, strict=True)]
 
