@@ -1,0 +1,327 @@
+"""The one prefetching image loader: decode (and preprocess) images in worker processes, in order.
+
+Every place that feeds images to a model (index builds, query encoding, caption / image / agent runs,
+image metrics, Ray workers) hands :class:`ImageLoader` its planned jobs - ``(key, image paths)``, one
+model call each - and gets them back in the same order as ``(key, [Decoded, ...])``, decoded a few
+jobs ahead by ``torch.utils.data.DataLoader`` workers (``num_workers``, ``prefetch_factor``), as
+clip-retrieval's inference loader does. The jobs are the DataLoader's *sampler*, iterated in this
+process, so a job (and the work that plans it: examples chosen for a caption batch) is made only as
+the workers have room for it; each worker decodes its job with :func:`unirag.data.images.load_rgb`
+and applies the encoder's CPU ``preprocess``.
+
+* Bad images are not raised in the worker: each item is a :class:`Decoded` with the image or the
+  reason it could not be read, so callers skip-and-report (index builds) or raise (queries) with the
+  inline message.
+* Images come back as tensors in shared memory (DataLoader's transport: a file descriptor passed over
+  a socket, the segment unlinked at once, so nothing is left in ``/dev/shm`` even after a SIGKILL of
+  the whole process group), never pickled: a job's preprocessed arrays as one stacked batch, a whole
+  decoded image as its ``H x W x 3`` pixels, made a PIL image again here.
+* A worker that dies (killed, out of memory) costs a retry, not the run: its job is decoded here and
+  new workers take the rest; :data:`MAX_WORKER_DEATHS` deaths in one loader stop it with one line.
+* ``workers=0`` decodes inline, lazily, in the calling process.
+
+Workers are forked on Linux (they inherit the preprocessor; a script without an ``if __name__ ==
+"__main__":`` guard still works), spawned elsewhere (an unpicklable preprocessor then runs here).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from unirag.errors import ConfigError, InputError, UniragError
+
+K = TypeVar("K")
+
+#: ``auto`` uses the cores this process may run on, at most this many.
+AUTO_WORKERS_CAP = 8
+#: With ``auto``, fewer images than this are decoded inline: starting worker processes costs more.
+AUTO_MIN_IMAGES = 128
+#: With ``auto``, workers for a model that runs on this machine's CPU: its intra-op threads already use
+#: every core; one worker overlaps the decoding (measured on 2 cores, docs/throughput.md).
+AUTO_WORKERS_CPU_MODEL = 1
+#: Worker deaths one loader survives (each job then decoded here, new workers for the rest).
+MAX_WORKER_DEATHS = 3
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One image of a job: ``image`` (a PIL image, or the preprocessor's array) or why it is unreadable."""
+
+    path: str
+    image: Any = None
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+    def unwrap(self) -> Any:
+        """The image, or the :class:`InputError` the inline decoder raises for this file."""
+        if self.reason is not None:
+            raise InputError(self.reason, path=self.path)
+        return self.image
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, which containers and taskset narrow)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_decode_workers(value: int | str | None) -> int | None:
+    """The ``decode_workers`` setting: ``None``/``"auto"`` -> None (auto); an integer >= 0 -> itself."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"decode workers must be 'auto' or an integer >= 0, got {value!r}") from None
+    if n < 0:
+        raise ConfigError(f"decode workers must be >= 0 (0 = decode inline), got {n}")
+    return n
+
+
+def workers_for(setting: int | str | None, n_images: int | None = None, model_on_cpu: bool = False,
+                share: tuple[int, int] | None = None) -> int:
+    """The one ``auto`` rule: the workers for a job of ``n_images`` (None: unknown) under ``setting``.
+
+    An explicit setting is used as is. ``auto``: small jobs inline (:data:`AUTO_MIN_IMAGES`); a model on
+    this machine's CPU gets :data:`AUTO_WORKERS_CPU_MODEL`; else the cores available, at most
+    :data:`AUTO_WORKERS_CAP`. ``share=(cpus, actors)``: a Ray actor's share of a cluster's CPUs
+    (``cpus // actors`` less one for the actor itself; 0 when its model is on the CPU: the actors'
+    model threads already use every core).
+    """
+    setting = resolve_decode_workers(setting)
+    if setting is not None:
+        return setting
+    if share is not None:
+        cpus, actors = share
+        return 0 if model_on_cpu else max(1, min(AUTO_WORKERS_CAP, cpus // max(1, actors) - 1))
+    if n_images is not None and n_images < AUTO_MIN_IMAGES:
+        return 0
+    cores = min(available_cores(), AUTO_WORKERS_CAP)
+    return min(AUTO_WORKERS_CPU_MODEL, cores) if model_on_cpu else cores
+
+
+def preprocessed(preprocess: Callable[[Any], Any], image: Any) -> Any:
+    """``preprocess(image)``, a numpy result made C-contiguous (so reductions over a batch sum in the
+    same order wherever it was made: the vectors must not depend on where it ran)."""
+    out = preprocess(image)
+    if type(out).__module__ == "numpy":
+        import numpy as np
+
+        out = np.ascontiguousarray(out)
+    return out
+
+
+def decode_one(path: str | Path, preprocess: Callable[[Any], Any] | None = None) -> Decoded:
+    """Decode one file with :func:`unirag.data.images.load_rgb` and apply ``preprocess``."""
+    from unirag.data import images
+
+    try:
+        image = images.load_rgb(path)
+    except InputError as e:
+        return Decoded(str(path), None, e.reason)
+    return Decoded(str(path), preprocessed(preprocess, image) if preprocess is not None else image)
+
+
+def stack_rows(arrays: Sequence[Any]):
+    """``np.stack(arrays)``, or, when they are the consecutive rows of one batch (a job the workers sent
+    back stacked), a view of those rows: no copy."""
+    import numpy as np
+
+    first = arrays[0]
+    base = getattr(first, "base", None)
+    if isinstance(base, np.ndarray) and base.ndim == first.ndim + 1 and base.flags.c_contiguous:
+        start = (_address(first) - _address(base)) // max(1, first.nbytes)
+        rows = base[start : start + len(arrays)]
+        if len(rows) == len(arrays) and all(a.base is base and a.shape == r.shape and _address(a) == _address(r)
+                                            for a, r in zip(arrays, rows, strict=True)):
+            return rows
+    return np.stack(arrays)
+
+
+def _address(a: Any) -> int:
+    return a.__array_interface__["data"][0]
+
+
+# -- worker side: a job's paths -> tensors (shared memory on the way back) ---------------------------
+class _Jobs:
+    """The DataLoader's dataset: ``dataset[(n, paths)]`` decodes a job (the index *is* the job)."""
+
+    def __init__(self, preprocess: Callable[[Any], Any] | None) -> None:
+        self.preprocess = preprocess
+
+    def __getitem__(self, job: tuple[int, list[str]]) -> tuple[int, list[str], Any, list[Any]]:
+        import numpy as np
+        import torch
+
+        n, paths = job
+        items = [decode_one(p, self.preprocess) for p in paths]
+        reasons = [d.reason for d in items]
+        images = [d.image for d in items]
+        if items and all(d.ok and isinstance(d.image, np.ndarray) for d in items) \
+                and len({(a.shape, a.dtype.str) for a in images}) == 1:
+            return n, reasons, torch.from_numpy(np.stack(images)), []
+        with warnings.catch_warnings():  # a PIL image's pixels are read-only: sent, never written to
+            warnings.simplefilter("ignore", UserWarning)
+            wire = [torch.from_numpy(np.asarray(im)) if _is_pil(im) else
+                    torch.from_numpy(im) if isinstance(im, np.ndarray) else im for im in images]
+        return n, reasons, None, wire
+
+
+def _is_pil(x: Any) -> bool:
+    return type(x).__module__.startswith("PIL.")
+
+
+def _received(paths: list[str], reasons: list, batch: Any, wire: list[Any], pil: bool) -> list[Decoded]:
+    """A job's items as they left the worker: rows of the stacked batch, or images made PIL again."""
+    import torch
+
+    if batch is not None:
+        rows = batch.numpy()
+        return [Decoded(p, rows[i]) for i, p in enumerate(paths)]
+    out = []
+    for p, reason, im in zip(paths, reasons, wire, strict=True):
+        if isinstance(im, torch.Tensor):
+            im = im.numpy()
+            if pil:
+                from PIL import Image
+
+                im = Image.fromarray(im, "RGB")
+        out.append(Decoded(p, im, reason))
+    return out
+
+
+def _collate(job: Any) -> Any:
+    return job
+
+
+# -- parent side ---------------------------------------------------------------------------------
+class ImageLoader:
+    """Decode + preprocess jobs of image paths in ``workers`` DataLoader processes, ``prefetch`` jobs
+    per worker ahead of the caller, in order (see the module docstring).
+
+    ``preprocess``: a picklable callable RGB PIL image -> what the model takes (an array), or None:
+    the workers only decode and the items are RGB PIL images.
+    """
+
+    def __init__(self, workers: int = 0, preprocess: Callable[[Any], Any] | None = None, prefetch: int = 2) -> None:
+        if workers < 0:
+            raise ConfigError(f"decode workers must be >= 0, got {workers}")
+        self.workers, self.preprocess, self.prefetch = workers, preprocess, max(1, prefetch)
+        self.context = "fork" if sys.platform.startswith("linux") else "spawn"
+        self._local = preprocess if workers == 0 else None  # applied here (inline, or to what workers decoded)
+        if workers and preprocess is not None and self.context != "fork":
+            try:
+                pickle.dumps(preprocess)
+            except Exception:  # noqa: BLE001 - anything unpicklable: preprocess here instead
+                self._local = preprocess
+        #: worker deaths so far (each one's job decoded here)
+        self.deaths = 0
+
+    def _finish(self, items: list[Decoded]) -> list[Decoded]:
+        pre = self._local
+        return items if pre is None else [Decoded(d.path, preprocessed(pre, d.image)) if d.ok else d for d in items]
+
+    def map(self, jobs: Iterable[tuple[K, Sequence[str | Path]]]) -> Iterator[tuple[K, list[Decoded]]]:
+        """``(key, paths)`` jobs -> ``(key, decoded items)`` in the same order; the jobs iterable is
+        advanced only as the workers have room."""
+        source = iter(jobs)
+        if self.workers == 0:
+            for key, paths in source:
+                yield key, [decode_one(p, self._local) for p in paths]
+            return
+        handed: deque = deque()  # (n, key, paths) given to the workers, not yet back
+        again: deque = deque()  # those a dead worker's loader held, for the next one
+        count = iter(range(sys.maxsize))
+
+        def sampler() -> Iterator[tuple[int, list[str]]]:
+            while True:
+                if again:
+                    job = again.popleft()
+                else:
+                    try:
+                        key, paths = next(source)
+                    except StopIteration:
+                        return
+                    job = (next(count), key, [str(p) for p in paths])
+                handed.append(job)
+                yield job[0], job[2]
+
+        pil = self._local is not None or self.preprocess is None  # the workers send whole images
+        while True:
+            it = self._start(sampler)
+            try:
+                for n, reasons, batch, wire in it:
+                    first, key, paths = handed.popleft()
+                    assert first == n, "decode jobs came back out of order"
+                    yield key, self._finish(_received(paths, reasons, batch, wire, pil))
+                return
+            except RuntimeError as e:
+                if "exited unexpectedly" not in str(e) and "killed by signal" not in str(e):
+                    raise  # an error of the preprocessor, raised in the worker
+                self.deaths += 1
+                if self.deaths >= MAX_WORKER_DEATHS:
+                    raise UniragError(f"decode workers died {self.deaths} times ({e}); rerun with "
+                                      f"--decode-workers 0 to decode in the model's process") from None
+                import logging
+
+                logging.getLogger(__name__).warning("a decode worker died (%s): its images are decoded here", e)
+                it = None  # shuts the other workers down
+                again.extend(handed)
+                handed.clear()
+                if again:
+                    _, key, paths = again.popleft()
+                    yield key, [decode_one(p, self.preprocess) for p in paths]
+            finally:
+                it = None
+
+    def _start(self, sampler: Callable[[], Iterator[Any]]):
+        """A DataLoader iterator over ``sampler``'s jobs, created off the main thread: DataLoader then
+        installs no SIGCHLD handler (which would raise a dead worker's error at whatever line this
+        process is running - the model's call, a record's write); the death surfaces here instead."""
+        import contextvars
+        import threading
+
+        from torch.utils.data import DataLoader
+
+        class Sampler:
+            def __iter__(self):
+                return sampler()
+
+        loader = DataLoader(_Jobs(None if self._local is not None else self.preprocess), batch_size=None,
+                            sampler=Sampler(), num_workers=self.workers, prefetch_factor=self.prefetch,
+                            collate_fn=_collate, multiprocessing_context=self.context)
+        box: list[Any] = []
+
+        def start() -> None:
+            try:
+                box.append(iter(loader))
+            except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+                box.append(e)
+
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(start,), name="unirag-loader-start")
+        thread.start()
+        thread.join()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+
+def decode_all(paths: Sequence[str | Path], workers: int, chunk: int = 8) -> dict[str, Any]:
+    """``path -> RGB PIL image`` of the readable files among ``paths`` (each once), decoded by an
+    :class:`ImageLoader`; an unreadable file is left out (it fails where it is loaded, as inline)."""
+    unique = list(dict.fromkeys(str(p) for p in paths))
+    jobs = ((None, unique[s : s + chunk]) for s in range(0, len(unique), chunk))
+    return {d.path: d.image for _, items in ImageLoader(workers).map(jobs) for d in items if d.ok}
