@@ -141,13 +141,14 @@ def stack_rows(arrays: Sequence[Any]):
     import numpy as np
 
     first = arrays[0]
-    base = getattr(first, "base", None)
-    if isinstance(base, np.ndarray) and base.ndim == first.ndim + 1 and base.flags.c_contiguous:
-        start = (_address(first) - _address(base)) // max(1, first.nbytes)
-        rows = base[start : start + len(arrays)]
-        if len(rows) == len(arrays) and all(a.base is base and a.shape == r.shape and _address(a) == _address(r)
-                                            for a, r in zip(arrays, rows, strict=True)):
-            return rows
+    base, size = getattr(first, "base", None), getattr(first, "nbytes", 0)
+    if isinstance(base, np.ndarray) and base.flags.c_contiguous and all(
+            isinstance(a, np.ndarray) and a.base is base and a.flags.c_contiguous and a.shape == first.shape
+            and a.dtype == first.dtype and _address(a) == _address(first) + i * size for i, a in enumerate(arrays)):
+        start = _address(first) - _address(base)
+        if 0 <= start and start + size * len(arrays) <= base.nbytes:
+            whole = base.reshape(-1).view(np.uint8)[start : start + size * len(arrays)]
+            return whole.view(first.dtype).reshape((len(arrays), *first.shape))
     return np.stack(arrays)
 
 
