@@ -257,3 +257,56 @@ def test_nothing_is_left_in_dev_shm_after_a_process_group_sigkill_mid_build(coco
         proc.wait()
     time.sleep(1)
     assert not (_shm() - before), f"left in /dev/shm: {sorted(_shm() - before)} (during the build: {sorted(during)})"
+
+
+KILLER_ENCODER = '''
+import os, signal
+import numpy as np
+
+
+def prepare(image):
+    from torch.utils.data import get_worker_info
+
+    if get_worker_info() is not None:  # in a decode worker: die, every time
+        os.kill(os.getpid(), signal.SIGKILL)
+    return np.asarray(image.resize((8, 8)), dtype=np.float32).transpose(2, 0, 1)
+
+
+class Killer:
+    dim, name = 3, "killer"
+    preprocess = staticmethod(prepare)
+
+    def identity(self):
+        return {"model": "killer"}
+
+    def embed_preprocessed(self, batch):
+        return batch.mean(axis=(2, 3)) + 1.0
+
+    def embed_images(self, images):
+        return self.embed_preprocessed(np.stack([prepare(im) for im in images]))
+
+    def embed_texts(self, texts):
+        return np.ones((len(texts), 3), np.float32)
+
+
+def make(**options):
+    return Killer()
+'''
+
+
+def test_the_cli_stops_with_one_line_when_decode_workers_keep_dying(coco_mini, tmp_path) -> None:
+    from unirag.data.mbeir import write_candidates
+    from unirag.data.records import Candidate, Modality
+
+    (tmp_path / "killer_encoder.py").write_text(KILLER_ENCODER)
+    photos = sorted((coco_mini / "images").glob("*.jpg"))[:6]
+    write_candidates(tmp_path / "pool.jsonl", [Candidate(f"c{i}", Modality.IMAGE, img_path=str(p))
+                                               for i, p in enumerate(photos)])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "unirag", "index", "build", "--pool", str(tmp_path / "pool.jsonl"),
+                           "--out", str(tmp_path / "idx"), "--encoder", "python:killer_encoder:make",
+                           "--batch-size", "2", "--decode-workers", "1"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.count("error:") == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "error: decode workers died 3 times" in proc.stderr and "--decode-workers 0" in proc.stderr
