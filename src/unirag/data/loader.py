@@ -10,8 +10,7 @@ the workers have room for it; each worker decodes its job with :func:`unirag.dat
 and applies the encoder's CPU ``preprocess``.
 
 * Bad images are not raised in the worker: each item is a :class:`Decoded` with the image or the
-  reason it could not be read, so callers skip-and-report (index builds) or raise (queries) with the
-  inline message.
+  reason it could not be read (callers skip-and-report or raise the inline error).
 * Images come back as tensors in shared memory (DataLoader's transport: a file descriptor passed over
   a socket, the segment unlinked at once, so nothing is left in ``/dev/shm`` even after a SIGKILL of
   the whole process group), never pickled: a job's preprocessed arrays as one stacked batch, a whole
@@ -26,6 +25,7 @@ Workers are forked on Linux (they inherit the preprocessor; a script without an 
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import sys
@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from unirag.errors import ConfigError, InputError, UniragError
 
 K = TypeVar("K")
+log = logging.getLogger(__name__)
 
 #: ``auto`` uses the cores this process may run on, at most this many.
 AUTO_WORKERS_CAP = 8
@@ -82,25 +83,18 @@ def resolve_decode_workers(value: int | str | None) -> int | None:
     """The ``decode_workers`` setting: ``None``/``"auto"`` -> None (auto); an integer >= 0 -> itself."""
     if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
         return None
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"decode workers must be 'auto' or an integer >= 0, got {value!r}") from None
-    if n < 0:
-        raise ConfigError(f"decode workers must be >= 0 (0 = decode inline), got {n}")
+    n = int(value) if str(value).strip().lstrip("-").isdigit() else None
+    if n is None or n < 0:
+        raise ConfigError(f"decode workers must be >= 0 (0 = decode inline) or 'auto', got {value!r}")
     return n
 
 
 def workers_for(setting: int | str | None, n_images: int | None = None, model_on_cpu: bool = False,
                 share: tuple[int, int] | None = None) -> int:
-    """The one ``auto`` rule: the workers for a job of ``n_images`` (None: unknown) under ``setting``.
-
-    An explicit setting is used as is. ``auto``: small jobs inline (:data:`AUTO_MIN_IMAGES`); a model on
-    this machine's CPU gets :data:`AUTO_WORKERS_CPU_MODEL`; else the cores available, at most
-    :data:`AUTO_WORKERS_CAP`. ``share=(cpus, actors)``: a Ray actor's share of a cluster's CPUs
-    (``cpus // actors`` less one for the actor itself; 0 when its model is on the CPU: the actors'
-    model threads already use every core).
-    """
+    """The one ``auto`` rule: workers for a job of ``n_images`` (None: unknown) under ``setting`` (used as
+    is unless auto). Auto: small jobs inline; a model on this machine's CPU :data:`AUTO_WORKERS_CPU_MODEL`;
+    else the cores, capped. ``share=(cpus, actors)``: a Ray actor's share of the cluster's CPUs less one
+    for itself (0 beside a model on the CPU, whose threads use every core)."""
     setting = resolve_decode_workers(setting)
     if setting is not None:
         return setting
@@ -153,7 +147,7 @@ def stack_rows(arrays: Sequence[Any]):
 
 
 def _address(a: Any) -> int:
-    return a.__array_interface__["data"][0]
+    return a.__array_interface__["data"][0]  # where the array's first byte is
 
 
 # -- worker side: a job's paths -> tensors (shared memory on the way back) ---------------------------
@@ -163,43 +157,39 @@ class _Jobs:
     def __init__(self, preprocess: Callable[[Any], Any] | None) -> None:
         self.preprocess = preprocess
 
-    def __getitem__(self, job: tuple[int, list[str]]) -> tuple[int, list[str], Any, list[Any]]:
+    def __getitem__(self, job: tuple[int, list[str]]) -> tuple[int, list[str | None], Any, list[Any]]:
         import numpy as np
         import torch
 
         n, paths = job
         items = [decode_one(p, self.preprocess) for p in paths]
-        reasons = [d.reason for d in items]
         images = [d.image for d in items]
         if items and all(d.ok and isinstance(d.image, np.ndarray) for d in items) \
                 and len({(a.shape, a.dtype.str) for a in images}) == 1:
-            return n, reasons, torch.from_numpy(np.stack(images)), []
+            return n, [None] * len(items), torch.from_numpy(np.stack(images)), []
         with warnings.catch_warnings():  # a PIL image's pixels are read-only: sent, never written to
             warnings.simplefilter("ignore", UserWarning)
-            wire = [torch.from_numpy(np.asarray(im)) if _is_pil(im) else
+            wire = [(_PIL, torch.from_numpy(np.asarray(im))) if type(im).__module__.startswith("PIL.") else
                     torch.from_numpy(im) if isinstance(im, np.ndarray) else im for im in images]
-        return n, reasons, None, wire
+        return n, [d.reason for d in items], None, wire
 
 
-def _is_pil(x: Any) -> bool:
-    return type(x).__module__.startswith("PIL.")
+_PIL = "unirag-pil-pixels"  # marks a whole decoded image sent as its pixels
 
 
-def _received(paths: list[str], reasons: list, batch: Any, wire: list[Any], pil: bool) -> list[Decoded]:
-    """A job's items as they left the worker: rows of the stacked batch, or images made PIL again."""
-    import torch
-
+def _received(paths: list[str], reasons: list, batch: Any, wire: list[Any]) -> list[Decoded]:
+    """A job's items as they left the worker: rows of the stacked batch, arrays, or PIL images again."""
     if batch is not None:
         rows = batch.numpy()
         return [Decoded(p, rows[i]) for i, p in enumerate(paths)]
     out = []
     for p, reason, im in zip(paths, reasons, wire, strict=True):
-        if isinstance(im, torch.Tensor):
-            im = im.numpy()
-            if pil:
-                from PIL import Image
+        if isinstance(im, tuple) and im[0] == _PIL:
+            from PIL import Image
 
-                im = Image.fromarray(im, "RGB")
+            im = Image.fromarray(im[1].numpy())
+        elif type(im).__module__ == "torch":
+            im = im.numpy()
         out.append(Decoded(p, im, reason))
     return out
 
@@ -218,8 +208,6 @@ class ImageLoader:
     """
 
     def __init__(self, workers: int = 0, preprocess: Callable[[Any], Any] | None = None, prefetch: int = 2) -> None:
-        if workers < 0:
-            raise ConfigError(f"decode workers must be >= 0, got {workers}")
         self.workers, self.preprocess, self.prefetch = workers, preprocess, max(1, prefetch)
         self.context = "fork" if sys.platform.startswith("linux") else "spawn"
         self._local = preprocess if workers == 0 else None  # applied here (inline, or to what workers decoded)
@@ -228,8 +216,7 @@ class ImageLoader:
                 pickle.dumps(preprocess)
             except Exception:  # noqa: BLE001 - anything unpicklable: preprocess here instead
                 self._local = preprocess
-        #: worker deaths so far (each one's job decoded here)
-        self.deaths = 0
+        self.deaths = 0  # worker deaths so far (each one's job decoded here)
 
     def _finish(self, items: list[Decoded]) -> list[Decoded]:
         pre = self._local
@@ -260,14 +247,13 @@ class ImageLoader:
                 handed.append(job)
                 yield job[0], job[2]
 
-        pil = self._local is not None or self.preprocess is None  # the workers send whole images
         while True:
             it = self._start(sampler)
             try:
                 for n, reasons, batch, wire in it:
                     first, key, paths = handed.popleft()
                     assert first == n, "decode jobs came back out of order"
-                    yield key, self._finish(_received(paths, reasons, batch, wire, pil))
+                    yield key, self._finish(_received(paths, reasons, batch, wire))
                 return
             except RuntimeError as e:
                 if "exited unexpectedly" not in str(e) and "killed by signal" not in str(e):
@@ -276,9 +262,7 @@ class ImageLoader:
                 if self.deaths >= MAX_WORKER_DEATHS:
                     raise UniragError(f"decode workers died {self.deaths} times ({e}); rerun with "
                                       f"--decode-workers 0 to decode in the model's process") from None
-                import logging
-
-                logging.getLogger(__name__).warning("a decode worker died (%s): its images are decoded here", e)
+                log.warning("a decode worker died (%s): its images are decoded here", e)
                 it = None  # shuts the other workers down
                 again.extend(handed)
                 handed.clear()
@@ -293,7 +277,7 @@ class ImageLoader:
         installs no SIGCHLD handler (which would raise a dead worker's error at whatever line this
         process is running - the model's call, a record's write); the death surfaces here instead."""
         import contextvars
-        import threading
+        from concurrent.futures import ThreadPoolExecutor
 
         from torch.utils.data import DataLoader
 
@@ -304,20 +288,8 @@ class ImageLoader:
         loader = DataLoader(_Jobs(None if self._local is not None else self.preprocess), batch_size=None,
                             sampler=Sampler(), num_workers=self.workers, prefetch_factor=self.prefetch,
                             collate_fn=_collate, multiprocessing_context=self.context)
-        box: list[Any] = []
-
-        def start() -> None:
-            try:
-                box.append(iter(loader))
-            except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
-                box.append(e)
-
-        thread = threading.Thread(target=contextvars.copy_context().run, args=(start,), name="unirag-loader-start")
-        thread.start()
-        thread.join()
-        if isinstance(box[0], BaseException):
-            raise box[0]
-        return box[0]
+        with ThreadPoolExecutor(1, thread_name_prefix="unirag-loader-start") as starter:
+            return starter.submit(contextvars.copy_context().run, iter, loader).result()
 
 
 def decode_all(paths: Sequence[str | Path], workers: int, chunk: int = 8) -> dict[str, Any]:
