@@ -2,19 +2,18 @@
 
 Every place that feeds images to a model (index builds, query encoding, caption / image / agent runs,
 image metrics, Ray workers) hands :class:`ImageLoader` its planned jobs - ``(key, image paths)``, one
-model call each - and gets them back in the same order as ``(key, [Decoded, ...])``, decoded a few
-jobs ahead by ``torch.utils.data.DataLoader`` workers (``num_workers``, ``prefetch_factor``), as
-clip-retrieval's inference loader does. The jobs are the DataLoader's *sampler*, iterated in this
-process, so a job (and the work that plans it: examples chosen for a caption batch) is made only as
-the workers have room for it; each worker decodes its job with :func:`unirag.data.images.load_rgb`
-and applies the encoder's CPU ``preprocess``.
+model call each - and gets them back in order as ``(key, [Decoded, ...])``, decoded a few jobs ahead
+by ``torch.utils.data.DataLoader`` workers (``num_workers``, ``prefetch_factor``), as clip-retrieval's
+inference loader does: :func:`unirag.data.images.load_rgb`, then the encoder's CPU ``preprocess``.
+The jobs are the DataLoader's *sampler*, iterated here, so a job (and the work that plans it) is made
+only as the workers have room for it.
 
 * Bad images are not raised in the worker: each item is a :class:`Decoded` with the image or the
   reason it could not be read (callers skip-and-report or raise the inline error).
-* Images come back as tensors in shared memory (DataLoader's transport: a file descriptor passed over
-  a socket, the segment unlinked at once, so nothing is left in ``/dev/shm`` even after a SIGKILL of
-  the whole process group), never pickled: a job's preprocessed arrays as one stacked batch, a whole
-  decoded image as its ``H x W x 3`` pixels, made a PIL image again here.
+* A job's images come back in one shared-memory tensor (DataLoader's transport: a file descriptor
+  passed over a socket, the segment unlinked at once, so nothing is left in ``/dev/shm`` even after a
+  SIGKILL of the whole process group), never pickled: preprocessed arrays as the rows of one batch,
+  whole decoded images as their pixels, made PIL images again here.
 * A worker that dies (killed, out of memory) costs a retry, not the run: its job is decoded here and
   new workers take the rest; :data:`MAX_WORKER_DEATHS` deaths in one loader stop it with one line.
 * ``workers=0`` decodes inline, lazily, in the calling process.
@@ -29,12 +28,11 @@ import logging
 import os
 import pickle
 import sys
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from unirag.errors import ConfigError, InputError, UniragError
 
@@ -73,10 +71,7 @@ class Decoded:
 
 def available_cores() -> int:
     """CPU cores this process may run on (its affinity mask, which containers and taskset narrow)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 def resolve_decode_workers(value: int | str | None) -> int | None:
@@ -110,12 +105,10 @@ def workers_for(setting: int | str | None, n_images: int | None = None, model_on
 def preprocessed(preprocess: Callable[[Any], Any], image: Any) -> Any:
     """``preprocess(image)``, a numpy result made C-contiguous (so reductions over a batch sum in the
     same order wherever it was made: the vectors must not depend on where it ran)."""
-    out = preprocess(image)
-    if type(out).__module__ == "numpy":
-        import numpy as np
+    import numpy as np
 
-        out = np.ascontiguousarray(out)
-    return out
+    out = preprocess(image)
+    return np.ascontiguousarray(out) if type(out).__module__ == "numpy" else out
 
 
 def decode_one(path: str | Path, preprocess: Callable[[Any], Any] | None = None) -> Decoded:
@@ -158,39 +151,49 @@ class _Jobs:
         self.preprocess = preprocess
 
     def __getitem__(self, job: tuple[int, list[str]]) -> tuple[int, list[str | None], Any, list[Any]]:
+        """The job's arrays (PIL images as their pixels) copied into one shared-memory buffer, sent as
+        one file descriptor; ``layout`` says where each is (anything else is pickled as it is)."""
         import numpy as np
         import torch
 
         n, paths = job
         items = [decode_one(p, self.preprocess) for p in paths]
-        images = [d.image for d in items]
-        if items and all(d.ok and isinstance(d.image, np.ndarray) for d in items) \
-                and len({(a.shape, a.dtype.str) for a in images}) == 1:
-            return n, [None] * len(items), torch.from_numpy(np.stack(images)), []
-        with warnings.catch_warnings():  # a PIL image's pixels are read-only: sent, never written to
-            warnings.simplefilter("ignore", UserWarning)
-            wire = [(_PIL, torch.from_numpy(np.asarray(im))) if type(im).__module__.startswith("PIL.") else
-                    torch.from_numpy(im) if isinstance(im, np.ndarray) else im for im in images]
-        return n, [d.reason for d in items], None, wire
+        arrays = [np.asarray(d.image) if _is_pil(d.image) or (isinstance(d.image, np.ndarray) and
+                                                              not d.image.dtype.hasobject) else None for d in items]
+        layout, size = [], 0
+        for d, a in zip(items, arrays, strict=True):
+            layout.append(d.image if a is None else _Slice(size, a.shape, a.dtype.str, _is_pil(d.image)))
+            size += 0 if a is None else -(-a.nbytes // 16) * 16
+        flat = torch.empty(size, dtype=torch.uint8).share_memory_() if size else None
+        for a, at in zip(arrays, layout, strict=True):
+            if a is not None:
+                flat.numpy()[at.offset : at.offset + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        return n, [d.reason for d in items], flat, layout
 
 
-_PIL = "unirag-pil-pixels"  # marks a whole decoded image sent as its pixels
+class _Slice(NamedTuple):  # where an array is in its job's buffer; ``pil``: make it a PIL image again
+    offset: int
+    shape: tuple[int, ...]
+    dtype: str
+    pil: bool
 
 
-def _received(paths: list[str], reasons: list, batch: Any, wire: list[Any]) -> list[Decoded]:
-    """A job's items as they left the worker: rows of the stacked batch, arrays, or PIL images again."""
-    if batch is not None:
-        rows = batch.numpy()
-        return [Decoded(p, rows[i]) for i, p in enumerate(paths)]
+def _is_pil(x: Any) -> bool:
+    return type(x).__module__.startswith("PIL.")
+
+
+def _received(paths: list[str], reasons: list, flat: Any, layout: list[Any]) -> list[Decoded]:
+    """A job's items as sent: views of its buffer (rows of one batch when alike), PIL images, or as pickled."""
+    import numpy as np
+    from PIL import Image
+
+    buf = flat.numpy() if flat is not None else None
     out = []
-    for p, reason, im in zip(paths, reasons, wire, strict=True):
-        if isinstance(im, tuple) and im[0] == _PIL:
-            from PIL import Image
-
-            im = Image.fromarray(im[1].numpy())
-        elif type(im).__module__ == "torch":
-            im = im.numpy()
-        out.append(Decoded(p, im, reason))
+    for p, reason, at in zip(paths, reasons, layout, strict=True):
+        if isinstance(at, _Slice):
+            image = np.ndarray(at.shape, np.dtype(at.dtype), buffer=buf, offset=at.offset)
+            at = Image.fromarray(image) if at.pil else image
+        out.append(Decoded(p, at, reason))
     return out
 
 
@@ -201,11 +204,8 @@ def _collate(job: Any) -> Any:
 # -- parent side ---------------------------------------------------------------------------------
 class ImageLoader:
     """Decode + preprocess jobs of image paths in ``workers`` DataLoader processes, ``prefetch`` jobs
-    per worker ahead of the caller, in order (see the module docstring).
-
-    ``preprocess``: a picklable callable RGB PIL image -> what the model takes (an array), or None:
-    the workers only decode and the items are RGB PIL images.
-    """
+    per worker ahead of the caller, in order. ``preprocess``: a picklable callable RGB PIL image -> what
+    the model takes (an array), or None: the items are RGB PIL images."""
 
     def __init__(self, workers: int = 0, preprocess: Callable[[Any], Any] | None = None, prefetch: int = 2) -> None:
         self.workers, self.preprocess, self.prefetch = workers, preprocess, max(1, prefetch)
@@ -250,10 +250,10 @@ class ImageLoader:
         while True:
             it = self._start(sampler)
             try:
-                for n, reasons, batch, wire in it:
+                for n, reasons, flat, layout in it:
                     first, key, paths = handed.popleft()
                     assert first == n, "decode jobs came back out of order"
-                    yield key, self._finish(_received(paths, reasons, batch, wire))
+                    yield key, self._finish(_received(paths, reasons, flat, layout))
                 return
             except RuntimeError as e:
                 if "exited unexpectedly" not in str(e) and "killed by signal" not in str(e):
