@@ -198,7 +198,6 @@ def photo_files(n: int, coco: Path | None) -> list[str]:
 
 def pipeline_rate(bench: Bench, forward, preprocess, batch: int, dtype) -> tuple[float, int]:
     """Items/s of files -> unirag decode workers (decode + preprocess) -> pinned batch -> ``forward``."""
-    import numpy as np
 
     from unirag.data.loader import ImageLoader, stack_rows, workers_for
     from unirag.runtime import host_to_device
