@@ -14,7 +14,7 @@ size: throughput and peak GPU memory (``torch.cuda.max_memory_allocated``).
 * ``uniir-blip-ff-large``: UniIR BLIP-FF large layout (BLIP ViT-L/16 at 384² + BERT-base text encoder
   cross-attending to the image tokens, 128 text tokens) (items/s);
 * the embedders also run the **full pipeline**: ``--pipeline-images`` real photo files decoded and
-  preprocessed by unirag's decode workers (:mod:`unirag.data.decode`, ``--decode-workers``, default
+  preprocessed by unirag's decode workers (:mod:`unirag.data.loader`, ``--decode-workers``, default
   auto) into pinned-memory batches, then the model - against the model alone on pre-made tensors;
 * ``llava-1.5-7b-merged``: a LLaVA-1.5-7B-shaped VLM (CLIP ViT-L/14-336 + Llama-2-7B) captioning with
   k = 0, 1, 5 retrieved examples merged into one image (UniRAG's merged mode: one image, the k
@@ -198,25 +198,21 @@ def photo_files(n: int, coco: Path | None) -> list[str]:
 
 def pipeline_rate(bench: Bench, forward, preprocess, batch: int, dtype) -> tuple[float, int]:
     """Items/s of files -> unirag decode workers (decode + preprocess) -> pinned batch -> ``forward``."""
-    import numpy as np
 
-    from unirag.data.decode import DecodePool, auto_decode_workers, resolve_decode_workers
+    from unirag.data.loader import ImageLoader, stack_rows, workers_for
     from unirag.runtime import host_to_device
 
-    workers = resolve_decode_workers(bench.args.decode_workers)
-    workers = auto_decode_workers() if workers is None else workers
+    workers = workers_for(bench.args.decode_workers)
     files = photo_files(bench.args.pipeline_images, bench.args.coco)
     jobs = [(s, files[s : s + batch]) for s in range(0, len(files), batch)]
-    with DecodePool(workers, preprocess) as pool:
-        for _ in pool.map(jobs[:2]):  # start the workers (not timed: once per process)
-            pass
-        bench.sync()
-        start = time.perf_counter()
-        for _, items in pool.map(jobs):
-            pixels = host_to_device(np.stack([d.unwrap() for d in items]), bench.device, dtype)
-            forward(pixels)
-        bench.sync()
-        return len(files) / (time.perf_counter() - start), workers
+    loader = ImageLoader(workers, preprocess)
+    bench.sync()
+    start = time.perf_counter()  # the workers' start-up included (once per build)
+    for _, items in loader.map(jobs):
+        pixels = host_to_device(stack_rows([d.unwrap() for d in items]), bench.device, dtype)
+        forward(pixels)
+    bench.sync()
+    return len(files) / (time.perf_counter() - start), workers
 
 
 def hf_preprocessor(size: int, kind: str = "clip"):

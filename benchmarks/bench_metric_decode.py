@@ -55,7 +55,7 @@ def main() -> None:
 
     import torch
 
-    from unirag.data.decode import available_cores
+    from unirag.data.loader import available_cores
     from unirag.metrics.images import frechet_distance, load_uint8
 
     torch.set_num_threads(1)

@@ -19,11 +19,15 @@ rounds is kept), so a drift of the shared machine's load hits them alike.
     the encoder's own throughput on already-decoded images (``encode_images`` of PIL images: its
     preprocessing + model, no decoding), measured in the same rounds. Target: build >= 0.9x that.
 
-Each (a) row also gives the CPU time per image of the model's process and of the decode workers;
-a setting ``Np`` runs N workers without the shared-memory slots (results pickled back, the pool
-before them), for an A/B in the same run.
+(a2) the same with an encoder that takes whole decoded images (no ``preprocess``: the workers only
+    decode, and the full-size images travel back to the model's process as tensors in shared
+    memory): its near-zero-cost model reads a 16x16 thumbnail of each. Target: workers 2 >= 1.3x
+    workers 0 (``--whole-workers``; ``--whole-workers ''`` skips it).
 
-Usage:  python benchmarks/bench_pipeline.py [--n 1000] [--n-offline 400] [--repeat 2] [--workers 0,1,2,auto,2p]
+Each (a) row also gives the CPU time per image of the model's process and of the decode workers.
+For the issue's figure: ``--n 1920 --skip-offline``.
+
+Usage:  python benchmarks/bench_pipeline.py [--n 1000] [--n-offline 400] [--repeat 2] [--workers 0,1,2,auto]
                                             [--workers-offline auto,0,1] [--json out.json]
 """
 
@@ -85,7 +89,23 @@ def make_standin():
         def _embed_texts(self, texts):
             return np.ones((len(texts), self.dim), np.float32)
 
-    return StandIn()
+    class Whole(StandIn):
+        """Takes whole decoded images (PIL, full size): the model reads a 16x16 thumbnail of each."""
+
+        name = "bench-standin-whole"
+
+        def image_preprocessor(self):
+            return None
+
+        def _embed_images(self, images):
+            from PIL import Image
+
+            from unirag.runtime import to_pil_images
+
+            small = np.stack([np.asarray(im.resize((16, 16), Image.NEAREST), np.float32) for im in to_pil_images(images)])
+            return small.reshape(len(small), -1)[:, : self.dim] + 1.0
+
+    return StandIn(), Whole()
 
 
 def photos(coco: Path) -> list[Path]:
@@ -121,24 +141,17 @@ def best(fn, repeat: int):
 
 
 def build(pool: Path, encoder, setting: str, out: Path):
-    """Build the index at one ``--workers`` setting: ``auto``, ``N``, or ``Np`` (N workers whose
-    results go back pickled, without the shared-memory slots: what the pool did before them)."""
-    from unirag.data.decode import DecodePool, resolve_decode_workers
+    """Build the index at one ``--workers`` setting: ``auto`` or ``N``."""
+    from unirag.data.loader import resolve_decode_workers
     from unirag.index.build import build_index
     from unirag.index.store import VectorIndex
 
-    pickled = setting.endswith("p")
-    workers = resolve_decode_workers(setting.removesuffix("p"))
-    encoder.decode_workers = workers
-    if pickled:  # the pool the encoder then reuses
-        encoder._decode_pool = DecodePool(workers, encoder.image_preprocessor(), batch_rows=encoder.batch_size,
-                                          shared_memory=False)
+    encoder.decode_workers = resolve_decode_workers(setting)
     if out.exists():
         shutil.rmtree(out)
     build_index(pool, None, out, encoder, batch_size=64, progress=False)
     index = VectorIndex.open(out)
     vecs = index.vectors(list(range(len(index))))
-    encoder.close()  # stop the workers, so that every setting pays its own start-up
     return vecs
 
 
@@ -146,8 +159,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=1000, help="images for (a)")
     ap.add_argument("--n-offline", type=int, default=400, help="images for (b)")
-    ap.add_argument("--workers", default="0,1,2,auto", help="decode-worker settings for (a); 'Np': N workers "
-                    "without the shared-memory slots (results pickled back)")
+    ap.add_argument("--workers", default="0,1,2,auto", help="decode-worker settings for (a)")
+    ap.add_argument("--whole-workers", default="0,2", help="decode-worker settings for (a2) ('' skips it)")
     ap.add_argument("--workers-offline", default="auto,0", help="decode-worker settings for (b); the first is "
                     "the one the RATIO line reports")
     ap.add_argument("--repeat", type=int, default=2)
@@ -156,8 +169,11 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = ap.parse_args()
 
-    from unirag.data.decode import auto_decode_workers, available_cores
     from unirag.data.images import load_rgb
+    from unirag.data.loader import available_cores, workers_for
+
+    def auto_decode_workers():
+        return workers_for(None)
 
     files = photos(args.coco)
     work = Path(tempfile.mkdtemp(prefix="unirag-bench-pipeline-"))
@@ -179,7 +195,7 @@ def main() -> None:
         print(f"\n## (a) decode-bound: stand-in encoder (near-zero model cost, CLIP preprocessing)\n"
               f"one core, plain load_rgb + preprocess loop: {base:8.1f} images/s  (load {load()})")
         rows, ref = [], None
-        standin = make_standin()
+        standin, whole = make_standin()
         settings = args.workers.split(",")
         times = {x: float("inf") for x in settings}
         loads = {}
@@ -188,7 +204,7 @@ def main() -> None:
             for setting in settings:
                 t0, c0, k0 = time.perf_counter(), time.process_time(), os.times()
                 vecs = build(pool, standin, setting, work / "idx")
-                k1 = os.times()  # the workers are reaped by encoder.close(): their CPU time is counted
+                k1 = os.times()  # the workers are reaped at the end of the build: their CPU time is counted
                 if time.perf_counter() - t0 < times[setting]:
                     cpu[setting] = (1000 * (time.process_time() - c0) / args.n,
                                     1000 * (k1.children_user + k1.children_system
@@ -218,6 +234,34 @@ def main() -> None:
         if "0" in by and "2" in by:
             result["decode_bound"]["workers2_over_workers0"] = by["2"] / by["0"]
             print(f"RATIO build workers=2 / workers=0 = {by['2'] / by['0']:.2f} (target >= 1.5)")
+
+        if args.whole_workers:
+            print("\n## (a2) decode-bound, whole decoded images: stand-in encoder without preprocess")
+            whole_settings = args.whole_workers.split(",")
+            times_w = {x: float("inf") for x in whole_settings}
+            cpu_w: dict[str, tuple[float, float]] = {}
+            ref_w = None
+            for _ in range(args.repeat):
+                for setting in whole_settings:
+                    t0, c0, k0 = time.perf_counter(), time.process_time(), os.times()
+                    vecs = build(pool, whole, setting, work / "idx_w")
+                    k1 = os.times()
+                    if time.perf_counter() - t0 < times_w[setting]:
+                        cpu_w[setting] = (1000 * (time.process_time() - c0) / args.n,
+                                          1000 * (k1.children_user + k1.children_system
+                                                  - k0.children_user - k0.children_system) / args.n)
+                    times_w[setting] = min(times_w[setting], time.perf_counter() - t0)
+                    ref_w = vecs if ref_w is None else ref_w
+                    if not np.array_equal(vecs, ref_w):
+                        raise SystemExit(f"decode workers {setting} changed the vectors (whole images)")
+            by_w = {x: args.n / t for x, t in times_w.items()}
+            for setting, rate in by_w.items():
+                print(f"build --decode-workers {setting:>4}: {rate:8.1f} images/s; vectors identical: True; CPU "
+                      f"ms/image: model's process {cpu_w[setting][0]:.2f}, workers {cpu_w[setting][1]:.2f}  (load {load()})")
+            result["whole_images"] = {"images_per_s": by_w, "cpu_ms_per_image": cpu_w}
+            if "0" in by_w and "2" in by_w:
+                result["whole_images"]["workers2_over_workers0"] = by_w["2"] / by_w["0"]
+                print(f"RATIO whole images build workers=2 / workers=0 = {by_w['2'] / by_w['0']:.2f} (target >= 1.3)")
 
         if not args.skip_offline:
             from unirag.encoders.registry import load_encoder

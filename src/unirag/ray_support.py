@@ -6,7 +6,8 @@
   ``ray://head:10001``); when Ray is already initialised in this process it is used as it is and
   left running;
 * :func:`default_workers` sizes a pool of actors to the cluster's GPUs or CPUs, and
-  :func:`default_decode_workers` the decode processes of each actor.
+  :func:`decode_share` what the one ``auto`` rule (:func:`unirag.data.loader.workers_for`) gives each
+  actor's decode processes.
 
 Ray's own console output is kept out of the way: workers' stdout/stderr are not forwarded to the
 driver (they stay in Ray's session logs, ``/tmp/ray/session_latest/logs``) and Ray's logger is set
@@ -90,15 +91,7 @@ def default_workers(ray_module, cpus_per_worker: float, gpus_per_worker: float, 
     return max(1, int((int(resources.get("CPU", 1)) - reserve_cpus) // max(cpus_per_worker, 1e-9)))
 
 
-def default_decode_workers(ray_module, n_workers: int, gpus_per_worker: float) -> int:
-    """Decode processes per actor (index-build shard actors and generation actors): 0 without GPUs - the
-    actors' model threads already use every core - else the cluster's CPUs shared among the
-    ``n_workers`` actors less one for the actor itself, between 1 and
-    :data:`unirag.data.decode.AUTO_WORKERS_CAP` (a GPU takes images faster than one core decodes them;
-    these processes are not Ray tasks and reserve nothing)."""
-    from unirag.data.decode import AUTO_WORKERS_CAP
-
-    if not gpus_per_worker:
-        return 0
-    cpus = int(ray_module.cluster_resources().get("CPU", 1))
-    return max(1, min(AUTO_WORKERS_CAP, cpus // max(1, n_workers) - 1))
+def decode_share(ray_module, n_workers: int) -> tuple[int, int]:
+    """``(cluster CPUs, actors)``: the share of the cluster that each actor's decode processes are sized
+    by (``workers_for(..., share=...)``; these processes are not Ray tasks and reserve nothing)."""
+    return int(ray_module.cluster_resources().get("CPU", 1)), n_workers

@@ -173,7 +173,7 @@ def autocast(device: str, torch_dtype):
 
 class HFImagePreprocessor:
     """A Hugging Face image processor as a picklable one-image preprocessor for the decode workers
-    (:mod:`unirag.data.decode`): RGB PIL image -> its ``pixel_values`` row (float32 CHW). Processors
+    (:mod:`unirag.data.loader`): RGB PIL image -> its ``pixel_values`` row (float32 CHW). Processors
     treat each image of a batch independently, so stacking these rows gives the batch's pixels."""
 
     def __init__(self, processor: Any) -> None:

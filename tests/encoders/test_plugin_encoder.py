@@ -136,7 +136,7 @@ def test_preprocessing_runs_in_the_decode_workers_with_the_same_vectors(factory_
     enc.decode_workers = 2
     try:
         np.testing.assert_array_equal(enc.encode_images(paths), inline)
-        assert enc.decode_pool(len(paths)).preprocess is factory_module.prepare  # sent to the workers
+        assert enc.image_loader(len(paths)).preprocess is factory_module.prepare  # sent to the workers
     finally:
         enc.close()
 

@@ -104,18 +104,20 @@ def _two_calls_in_flight(calls, workers: int, out: Path, monkeypatch) -> bool:
     """The driver's two calls to one worker: the second enters while the first holds the model, whose
     model part waits (with decode workers) until the second has handed its images to the decode
     processes. Returns whether it did."""
-    from unirag.data import decode
+    from unirag.data import loader
 
     submitted = threading.Event()
     first: list = []
+    second = {p for _, (_, paths) in calls[1] for p in paths}
+    real = loader.decode_all
 
-    class Job(decode.DecodeJob):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, **kw)
-            if threading.current_thread() is not first[0]:
-                submitted.set()
+    def decode_all(paths, workers):
+        paths = list(paths)
+        if set(paths) == second:
+            submitted.set()
+        return real(paths, workers)
 
-    monkeypatch.setattr(decode, "DecodeJob", Job)
+    monkeypatch.setattr(loader, "decode_all", decode_all)
     worker = _Worker(_Recipe(), "cpu", None, decode_workers=workers)
     gate = submitted if workers else threading.Event()
     if not workers:
@@ -195,7 +197,12 @@ def test_a_call_waiting_for_the_model_at_shutdown_claims_nothing(coco_mini, tmp_
     assert errors == [(1, CANCELLED)]
     stored = _records(tmp_path / "out.jsonl")
     assert set(stored) == {"q0", "q1", "q2"}  # the second call's items were never claimed nor stored
-    assert worker.decode is None  # its decode processes are gone
+    import multiprocessing
+
+    deadline = time.time() + 30
+    while multiprocessing.active_children() and time.time() < deadline:
+        time.sleep(0.1)
+    assert multiprocessing.active_children() == []  # its decode processes are gone
 
 
 def test_a_call_whose_model_part_fails_leaves_the_decode_processes_usable(coco_mini, tmp_path, decoded_here):

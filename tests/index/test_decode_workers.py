@@ -136,7 +136,8 @@ def test_cuda_batches_go_through_pinned_memory(monkeypatch) -> None:
 
 
 def test_ray_actors_feed_their_gpus_with_the_spare_cpus() -> None:
-    from unirag.index.ray_engine import default_decode_workers
+    from unirag.data.loader import workers_for
+    from unirag.ray_support import decode_share
 
     class FakeRay:
         def __init__(self, cpus):
@@ -145,10 +146,14 @@ def test_ray_actors_feed_their_gpus_with_the_spare_cpus() -> None:
         def cluster_resources(self):
             return {"CPU": self.cpus, "GPU": 8}
 
-    assert default_decode_workers(FakeRay(64), 8, 1) == 7  # 8 CPUs per GPU actor, one for the actor
-    assert default_decode_workers(FakeRay(128), 1, 1) == 8  # capped
-    assert default_decode_workers(FakeRay(4), 8, 1) == 1  # at least one
-    assert default_decode_workers(FakeRay(64), 8, 0) == 0  # CPU-only actors decode inline
+    def auto(cpus, actors, gpus):
+        return workers_for(None, share=decode_share(FakeRay(cpus), actors), model_on_cpu=not gpus)
+
+    assert auto(64, 8, 1) == 7  # 8 CPUs per GPU actor, one for the actor
+    assert auto(128, 1, 1) == 8  # capped
+    assert auto(4, 8, 1) == 1  # at least one
+    assert auto(64, 8, 0) == 0  # CPU-only actors decode inline
+    assert workers_for(3, share=decode_share(FakeRay(64), 8)) == 3  # a setting is used as is
 
 
 def test_blip_ff_fused_files_are_identical_across_decode_workers(coco_mini) -> None:
@@ -163,21 +168,16 @@ def test_blip_ff_fused_files_are_identical_across_decode_workers(coco_mini) -> N
     try:
         np.testing.assert_array_equal(enc.encode_fused(paths, texts), inline)
         np.testing.assert_array_equal(enc.encode_images(paths), images_inline)
-        assert enc.decode_pool(3).preprocess is not None  # BLIP's image processor ran in the workers
+        assert enc.image_loader(3).preprocess is not None  # BLIP's image processor ran in the workers
     finally:
         enc.close()
 
 
 def test_auto_gives_a_cpu_model_one_decode_worker(offline) -> None:
     """The offline encoder on the CPU: its threads use the cores, so auto decodes with one worker."""
-    from unirag.data import decode
+    from unirag.data import loader
 
     offline.decode_workers = None
-    try:
-        assert offline.device == "cpu"
-        assert offline.decode_pool(1000).workers == decode.AUTO_WORKERS_CPU_MODEL == 1
-        assert offline.decode_pool(10).workers == 0  # small jobs inline, as for any model
-    finally:
-        pool = offline.__dict__.pop("_decode_pool", None)
-        if pool is not None:
-            pool.close()
+    assert offline.device == "cpu"
+    assert offline.image_loader(1000).workers == loader.AUTO_WORKERS_CPU_MODEL == 1
+    assert offline.image_loader(10).workers == 0  # small jobs inline, as for any model

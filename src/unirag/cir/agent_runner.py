@@ -71,7 +71,7 @@ class _AgentWork:
 
 def request_image_paths(requests: Sequence[CallRequest]) -> list[str]:
     """The image files these agent calls send (their messages' image parts given by path), in order:
-    what a decode worker can decode ahead (see :mod:`unirag.data.decode`)."""
+    what a decode worker can decode ahead (see :mod:`unirag.data.loader`)."""
     from unirag.messages import ImagePart
 
     return [str(part.path) for r in requests for m in r.messages for part in m.parts
@@ -192,7 +192,7 @@ class AgentRunner:
         calls decoded ahead here and on Ray workers. A pool the caller opened is used as it is."""
         from dataclasses import replace
 
-        from unirag.data.decode import resolve_decode_workers
+        from unirag.data.loader import resolve_decode_workers
         from unirag.runs.engine import WorkerPool, engine_options
 
         wanted = resolve_decode_workers(self.config.settings.decode_workers)

@@ -94,7 +94,7 @@ class XRSettings:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.norm not in NORMS:
             raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
-        from unirag.data.decode import resolve_decode_workers
+        from unirag.data.loader import resolve_decode_workers
 
         resolve_decode_workers(self.decode_workers)
 

@@ -36,8 +36,8 @@ DECODE_WORKERS_HELP = ("Processes that decode and preprocess images ahead of the
 
 
 def decode_workers_option(fn: Callable, help: str | None = None) -> Callable:  # noqa: A002 - click's name
-    """``--decode-workers auto|N`` (see :mod:`unirag.data.decode`)."""
-    from unirag.data.decode import resolve_decode_workers
+    """``--decode-workers auto|N`` (see :mod:`unirag.data.loader`)."""
+    from unirag.data.loader import resolve_decode_workers
 
     def convert(ctx, param, value):
         from unirag.errors import ConfigError

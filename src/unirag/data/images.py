@@ -67,7 +67,7 @@ def predecoded(images: dict[str, Any]):
     """Within this scope, :func:`load_rgb` of one of these paths (with no options) returns a copy of
     the image given for it instead of decoding the file again. The images must be what
     :func:`load_rgb` returned for those files (decoded ahead, in a
-    :class:`~unirag.data.decode.DecodePool`), so nothing but the time changes; a path not in the
+    :class:`~unirag.data.loader.ImageLoader`), so nothing but the time changes; a path not in the
     mapping, an unreadable one included, is decoded (and fails) as usual."""
     token = _PREDECODED.set({str(Path(k)): v for k, v in images.items()})
     try:

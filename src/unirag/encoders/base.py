@@ -5,8 +5,8 @@ this base class normalises, batches, fuses image+text inputs UniIR CLIP-SF style
 records by modality. So the fusion and the modality handling exist once, not per backend.
 
 Images given as paths are decoded, and preprocessed where the backend splits its CPU preprocessing
-out (:meth:`Encoder.image_preprocessor` + :meth:`Encoder._embed_preprocessed`), in a pool of decode
-workers ahead of the model (:mod:`unirag.data.decode`; ``decode_workers``: None = auto, 0 = inline).
+out (:meth:`Encoder.image_preprocessor` + :meth:`Encoder._embed_preprocessed`), in decode
+workers ahead of the model (:mod:`unirag.data.loader`; ``decode_workers``: None = auto, 0 = inline).
 
 An encoder's :meth:`~Encoder.fingerprint` hashes :meth:`~Encoder.identity`: what decides the vectors
 (the weights, the preprocessing, the fusion), never where the weights are stored or the device and
@@ -75,7 +75,7 @@ class Encoder(ABC):
     fusion: str = FUSION_RAW_SUM
     #: Processes that decode (and preprocess) image files ahead of the model: None = auto (the
     #: cores available, capped; small jobs inline), 0 = inline. Never changes the vectors.
-    decode_workers: int | None = None
+    decode_workers: int | str | None = None
 
     @abstractmethod
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
@@ -99,34 +99,23 @@ class Encoder(ABC):
         """One batch of images: preprocessed ones (:class:`Prepared`) straight to the model, else
         :meth:`_embed_images` (PIL images or paths)."""
         if items and isinstance(items[0], Prepared):
-            from unirag.data.decode import stack_batch
+            from unirag.data.loader import stack_rows
 
-            return self._embed_preprocessed(stack_batch([p.array for p in items]))
+            return self._embed_preprocessed(stack_rows([p.array for p in items]))
         return self._embed_images(items)
 
-    def decode_pool(self, n_images: int | None = None):
-        """The :class:`~unirag.data.decode.DecodePool` for a job of ``n_images`` (None: unknown).
-
-        Worker processes are started once per encoder and kept (closed by :meth:`close`); an inline
-        pool (0 workers) costs nothing.
-        """
-        from unirag.data.decode import DecodePool, resolve_decode_workers, workers_for
+    def image_loader(self, n_images: int | None = None):
+        """The :class:`~unirag.data.loader.ImageLoader` for a job of ``n_images`` (None: unknown): the
+        ``decode_workers`` setting (``auto``: fewer for a model on the CPU) and this encoder's preprocessor."""
+        from unirag.data.loader import ImageLoader, workers_for
 
         device = getattr(self, "device", None)  # None: unknown (a stand-in, a plugin): not assumed CPU
         on_cpu = isinstance(device, str) and device.startswith("cpu")
-        workers = workers_for(resolve_decode_workers(self.decode_workers), n_images, model_on_cpu=on_cpu)
-        if workers == 0:
-            return DecodePool(0, self.image_preprocessor())
-        pool = self.__dict__.get("_decode_pool")
-        if pool is None or pool.workers != workers:
-            if pool is not None:
-                pool.close()
-            pool = self._decode_pool = DecodePool(workers, self.image_preprocessor(), batch_rows=self.batch_size)
-        return pool
+        return ImageLoader(workers_for(self.decode_workers, n_images, model_on_cpu=on_cpu), self.image_preprocessor())
 
-    def prepared(self, pool, image: Any) -> Any:
-        """What a decoded item of ``pool`` is handed to :meth:`_embed_image_batch` as."""
-        return Prepared(image) if pool.preprocess is not None else image
+    def prepared(self, loader, image: Any) -> Any:
+        """What a decoded item of ``loader`` is handed to :meth:`_embed_image_batch` as."""
+        return Prepared(image) if loader.preprocess is not None else image
 
     def identity(self) -> dict[str, Any]:
         """Everything that changes the vectors and nothing else (not the path, device or precision of
@@ -144,9 +133,6 @@ class Encoder(ABC):
 
     def close(self) -> None:
         """Drop the model and return its GPU memory (the encoder cannot be used afterwards)."""
-        pool = self.__dict__.pop("_decode_pool", None)
-        if pool is not None:
-            pool.close()
         for attr in ("model", "_model"):
             if hasattr(self, attr):
                 setattr(self, attr, None)
@@ -171,7 +157,7 @@ class Encoder(ABC):
         return self._batched(self._embed_texts, list(texts), progress, "encode texts")
 
     def _image_vectors(self, images: Sequence[ImageInput], progress: bool, normalize: bool = True) -> np.ndarray:
-        """Image embeddings; files are decoded (and preprocessed) ahead of the model in the decode pool,
+        """Image embeddings; files are decoded (and preprocessed) ahead of the model by the image loader,
         and a missing or corrupt one raises :class:`~unirag.errors.InputError` naming it."""
         from unirag.data.images import is_path_like
 
@@ -180,12 +166,12 @@ class Encoder(ABC):
             return self._batched(self._embed_image_batch, items, progress, "encode images", normalize)
         from tqdm.auto import tqdm
 
-        pool = self.decode_pool(len(items))
+        loader = self.image_loader(len(items))
         jobs = ((s, items[s : s + self.batch_size]) for s in range(0, len(items), self.batch_size))
         out = []
-        for _, decoded in tqdm(pool.map(jobs, borrow=True), total=-(-len(items) // self.batch_size), desc="encode images",
+        for _, decoded in tqdm(loader.map(jobs), total=-(-len(items) // self.batch_size), desc="encode images",
                                disable=not progress or len(items) <= self.batch_size, unit="batch"):
-            batch = [self.prepared(pool, d.unwrap()) for d in decoded]
+            batch = [self.prepared(loader, d.unwrap()) for d in decoded]
             out.append(np.asarray(self._embed_image_batch(batch), dtype=np.float32))
         vecs = np.concatenate(out, axis=0)
         return l2_normalize(vecs) if normalize else vecs

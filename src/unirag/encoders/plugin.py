@@ -13,7 +13,7 @@ imports ``mypkg.enc`` and calls ``make(**options)`` with the options it declares
   raw vectors - unirag L2-normalises them and fuses image+text inputs (``fusion``, default
   ``"raw-sum"`` as UniIR CLIP-SF; ``"normalised-sum"`` for towers on unrelated scales);
 * optionally ``preprocess(image) -> array`` with ``embed_preprocessed(stacked batch) -> array``: then
-  the preprocessing runs in the decode workers (:mod:`unirag.data.decode`). ``preprocess`` is
+  the preprocessing runs in the decode workers (:mod:`unirag.data.loader`). ``preprocess`` is
   pickled to the workers, so make it a function or a transform object (as open_clip's is), not a
   method of the object that holds the model;
 * optionally ``batch_size`` and ``close()``.
@@ -82,7 +82,7 @@ class PluginEncoder(Encoder):
 
         pils = to_pil_images(images)
         if self._preprocess is not None:  # the same path as the decode workers take
-            from unirag.data.decode import preprocessed
+            from unirag.data.loader import preprocessed
 
             return self._embed_preprocessed(np.stack([np.asarray(preprocessed(self._preprocess, im)) for im in pils]))
         return self._vectors(self.inner.embed_images(pils), len(pils), "embed_images")

@@ -55,7 +55,7 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
     backend.
 
     ``decode_workers``: processes that decode and preprocess image files ahead of the model
-    (:mod:`unirag.data.decode`): None or "auto" = the cores available (at most 8; small jobs
+    (:mod:`unirag.data.loader`): None or "auto" = the cores available (at most 8; small jobs
     inline), 0 = inline. It never changes the vectors.
 
     ``device``: "auto" (CUDA, else MPS, else CPU), "cpu", "cuda", "cuda:N", "mps". ``dtype``: "auto"
@@ -63,7 +63,7 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
     encoder's fingerprint. Raises :class:`unirag.errors.ConfigError` naming ``spec`` when it cannot be
     loaded.
     """
-    from unirag.data.decode import resolve_decode_workers
+    from unirag.data.loader import resolve_decode_workers
 
     encoder = _load(spec, device=device, dtype=dtype, batch_size=batch_size, instructions=instructions,
                     use_instructions=use_instructions)

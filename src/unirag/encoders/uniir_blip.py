@@ -205,9 +205,9 @@ class UniIRBlipFFEncoder(UniIRQueries, Encoder):
         from unirag.runtime import host_to_device
 
         if images and isinstance(images[0], Prepared):  # preprocessed in the decode workers
-            from unirag.data.decode import stack_batch
+            from unirag.data.loader import stack_rows
 
-            return host_to_device(stack_batch([p.array for p in images]), self.device, self.torch_dtype)
+            return host_to_device(stack_rows([p.array for p in images]), self.device, self.torch_dtype)
         pixels = torch.from_numpy(self.image_transform(to_pil_images(images)))
         return pixels.to(self.device, dtype=self.torch_dtype)
 
@@ -252,14 +252,14 @@ class UniIRBlipFFEncoder(UniIRQueries, Encoder):
             return self._batched(self._embed_pairs, list(zip(images, texts, strict=True)), progress, "encode image+text")
         from unirag.encoders.base import l2_normalize
 
-        # files: decoded and preprocessed in the decode pool, batch by batch, ahead of the model
-        pool, size = self.decode_pool(len(images)), self.batch_size
+        # files: decoded and preprocessed by the image loader, batch by batch, ahead of the model
+        loader, size = self.image_loader(len(images)), self.batch_size
         jobs = ((list(texts[s : s + size]), images[s : s + size]) for s in range(0, len(images), size))
-        out = [np.asarray(self._embed_pairs([(self.prepared(pool, d.unwrap()), t) for d, t in
+        out = [np.asarray(self._embed_pairs([(self.prepared(loader, d.unwrap()), t) for d, t in
                                              zip(decoded, batch_texts, strict=True)]), dtype=np.float32)
-               for batch_texts, decoded in pool.map(jobs)]
+               for batch_texts, decoded in loader.map(jobs)]
         return l2_normalize(np.concatenate(out, axis=0))
 
     def close(self) -> None:
         self.vision = self.text = None
-        super().close()  # the decode workers, then the GPU memory
+        super().close()  # the GPU memory

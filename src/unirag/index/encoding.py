@@ -32,8 +32,8 @@ def candidate_meta(c: Candidate) -> dict[str, Any]:
 class ChunkEncoder:
     """Decode + encode chunks of same-modality candidates, skipping (and reporting) unreadable images.
 
-    :meth:`stream` decodes the images of the chunks ahead of the model in the encoder's decode pool
-    (:meth:`unirag.encoders.base.Encoder.decode_pool`) and yields the chunks in their order, so the
+    :meth:`stream` decodes the images of the chunks ahead of the model in the encoder's image loader
+    (:meth:`unirag.encoders.base.Encoder.image_loader`) and yields the chunks in their order, so the
     vectors, the order and the skipped-image report are those of decoding inline, one chunk at a time.
     ``n_images``: how many images the whole job has, when known (``auto`` decodes small jobs inline).
     """
@@ -62,16 +62,16 @@ class ChunkEncoder:
                                                                      for c in chunk]
                 yield (key, modality, chunk), paths
 
-        pool = encoder.decode_pool(self.n_images)
-        for (key, modality, chunk), decoded in pool.map(jobs(), borrow=True):
+        loader = encoder.image_loader(self.n_images)
+        for (key, modality, chunk), decoded in loader.map(jobs()):
             if modality is None:
                 yield key, None, chunk, [], None
                 continue
-            kept, vectors = self._encode(pool, modality, chunk, decoded)
+            kept, vectors = self._encode(loader, modality, chunk, decoded)
             del decoded  # before the next chunk is decoded: one chunk of images alive when inline
             yield key, modality, chunk, kept, vectors
 
-    def _encode(self, pool, modality: Modality, chunk: list[Candidate], decoded
+    def _encode(self, loader, modality: Modality, chunk: list[Candidate], decoded
                 ) -> tuple[list[Candidate], np.ndarray]:
         encoder = self.encoder
         if modality is Modality.TEXT:
@@ -82,7 +82,7 @@ class ChunkEncoder:
                 self.bad.add(d.path, d.reason)
                 continue
             kept.append(c)
-            images.append(encoder.prepared(pool, d.image))
+            images.append(encoder.prepared(loader, d.image))
         if not kept:
             return [], np.zeros((0, encoder.dim), dtype=np.float32)
         if modality is Modality.IMAGE:

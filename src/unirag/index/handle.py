@@ -60,7 +60,7 @@ class Index:
         ``engine_options`` ``shards_dir``, ``shard_size``, ``workers``, ``gpus_per_worker``,
         ``ray_address`` (see :func:`unirag.index.build.build_index`). ``decode_workers``: processes
         decoding and preprocessing images ahead of the encoder (None = the encoder's setting, by
-        default auto; 0 = inline; see :mod:`unirag.data.decode`); the vectors do not depend on it.
+        default auto; 0 = inline; see :mod:`unirag.data.loader`); the vectors do not depend on it.
         """
         from unirag.data.pool import Pool
         from unirag.errors import ConfigError
@@ -244,7 +244,7 @@ class Index:
 def _encoder_and_spec(encoder, device: str | None, dtype: str | None, decode_workers: int | str | None = None):
     """(spec to record, encoder object) for an encoder object, a spec string or None (offline).
     ``decode_workers`` (when given) is set on the encoder, object or loaded."""
-    from unirag.data.decode import resolve_decode_workers
+    from unirag.data.loader import resolve_decode_workers
 
     if encoder is None or isinstance(encoder, str):
         from unirag.encoders.registry import load_encoder

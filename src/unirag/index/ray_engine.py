@@ -10,7 +10,7 @@ Started locally, the default is ``cpus - 1`` workers (at least 1) so that one CP
 Ray Data's own tasks: an actor pool that takes every CPU can hang waiting for a read task
 (ray-project/ray#44687, seen on a 2-CPU machine). Inside an actor torch uses ``threads_per_worker``
 threads (default: the machine's CPUs divided among the workers; Ray would otherwise set 1).
-Each actor decodes its images in ``decode_workers`` processes (:mod:`unirag.data.decode`). Default:
+Each actor decodes its images in ``decode_workers`` processes (:mod:`unirag.data.loader`). Default:
 with GPUs reserved, the cluster's CPUs shared among the actors, less one each for the actor itself
 (at most 8): a GPU embeds images faster than one core decodes them, so the CPUs Ray does not need
 feed the GPUs (these processes are not Ray tasks and reserve nothing); on CPU-only runs 0 - inline -
@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 # one sizing rule for these actors and the generation ones (unirag.runs.engine)
-from unirag.ray_support import default_decode_workers
 
 
 class _ShardWorker:
@@ -92,8 +91,10 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
         if threads is None and not ray_address:
             threads = max(1, (os.cpu_count() or 1) // n_workers)
         device = "cuda" if gpus_per_worker else "cpu"
-        if decode_workers is None:
-            decode_workers = default_decode_workers(ray, n_workers, gpus_per_worker)
+        from unirag.data.loader import workers_for
+        from unirag.ray_support import decode_share
+
+        decode_workers = workers_for(decode_workers, share=decode_share(ray, n_workers), model_on_cpu=not gpus_per_worker)
         ds = ray.data.from_items([{"shard": i} for i in shard_ids], override_num_blocks=len(shard_ids))
         resources: dict[str, Any] = {"num_cpus": cpus_per_worker}
         if gpus_per_worker:

@@ -7,7 +7,7 @@ No metric arithmetic is written here; this module feeds torchmetrics correctly:
   the CLIP processor resizes/crops to its own input, so nothing is resized twice. Batches group
   images of equal size (the network needs one size per batch);
 * image files are decoded (and turned into uint8 ``(3, H, W)`` arrays) in decode workers
-  (:class:`~unirag.data.decode.DecodePool`, ``decode_workers``: ``auto`` = the cores available, at
+  (:class:`~unirag.data.loader.ImageLoader`, ``decode_workers``: ``auto`` = the cores available, at
   most 8, sets of fewer than 128 images inline; 0 = in this process), a few batches ahead of the
   network, in order: on a GPU the network is fast and one core decoding 5k-30k images is the bound.
   The batches, hence the metrics, are the same either way, and an unreadable file fails with the
@@ -63,11 +63,11 @@ def uint8_images(paths: Sequence[ImageLike], decode_workers: int | str | None = 
     """:func:`load_uint8` of each image, in order, the files decoded in decode workers ``chunk`` images
     at a time, a few chunks ahead (see the module docstring). Inline when ``decode_workers`` says so
     or when some image is not a file path (PIL images, bytes)."""
-    from unirag.data.decode import DecodePool, resolve_decode_workers, workers_for
     from unirag.data.images import is_path_like
+    from unirag.data.loader import ImageLoader, workers_for
 
     paths = list(paths)
-    workers = workers_for(resolve_decode_workers(decode_workers), len(paths))
+    workers = workers_for(decode_workers, len(paths))
     if workers == 0 or not all(is_path_like(p) for p in paths):
         for p in paths:
             yield load_uint8(p)
@@ -75,10 +75,10 @@ def uint8_images(paths: Sequence[ImageLike], decode_workers: int | str | None = 
     import torch
 
     chunk = max(1, int(chunk))
-    with DecodePool(workers, preprocess=chw_uint8, batch_rows=chunk) as pool:
-        for _, items in pool.map((s, paths[s : s + chunk]) for s in range(0, len(paths), chunk)):
-            for d in items:
-                yield torch.from_numpy(d.unwrap())
+    loader = ImageLoader(workers, preprocess=chw_uint8)
+    for _, items in loader.map((s, paths[s : s + chunk]) for s in range(0, len(paths), chunk)):
+        for d in items:
+            yield torch.from_numpy(d.unwrap())
 
 
 def size_batches(paths: Sequence[str | Path], batch_size: int, decode_workers: int | str | None = 0) -> Iterator[Any]:

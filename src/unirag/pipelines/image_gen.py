@@ -117,7 +117,7 @@ class ImageJob:
 
     def image_paths(self, prepared: Sequence[tuple[Query, list[Pair], dict[str, int] | None]]) -> list[str]:
         """The image files the generator reads for these prepared queries (their example images), in
-        order: what a decode worker can decode ahead (see :mod:`unirag.data.decode`)."""
+        order: what a decode worker can decode ahead (see :mod:`unirag.data.loader`)."""
         return [str(p.image) for _, examples, _ in prepared
                 for p in _rooted(examples, self.images_root)]
 
@@ -236,7 +236,7 @@ def run_image_generation(
     """
     from contextlib import ExitStack
 
-    from unirag.data.decode import resolve_decode_workers
+    from unirag.data.loader import resolve_decode_workers
     from unirag.profiles import resolve
     from unirag.runs.engine import open_pool, runs_on_ray
 

@@ -4,8 +4,8 @@ Caption runs (a batch of queries per call), image runs (one query per call) and 
 a local model (one call at a time) all give a model calls whose images the model's process used to
 decode itself, one call at a time, in between the model's work: query images, few-shot example
 images, an agent call's image parts. :class:`AheadWork` plans the calls a loop will make (the groups
-of items, in order), prepares each group (chooses its examples) and has a
-:class:`~unirag.data.decode.DecodePool` decode its image files a few groups ahead, while the model
+of items, in order), prepares each group (chooses its examples) and has the
+:class:`~unirag.data.loader.ImageLoader` decode its image files a few groups ahead, while the model
 works on the group before. The call then runs inside :func:`unirag.data.images.predecoded`, so the
 very same :func:`~unirag.data.images.load_rgb` calls find their images already decoded: what the
 model gets, and every record, is what inline decoding gives.
@@ -48,22 +48,40 @@ class AheadWork(Generic[T, P, R]):
     def __init__(self, groups: Sequence[Sequence[T]], key: Callable[[T], Hashable], prepare: Callable[[T], P],
                  image_paths: Callable[[list[P]], Sequence[str]], work_prepared: Callable[[list[P]], R],
                  workers: int) -> None:
-        from unirag.data.decode import DecodeAhead
+        from unirag.data.loader import ImageLoader
 
         self.key, self.prepare, self.image_paths, self.work_prepared = key, prepare, image_paths, work_prepared
         groups = [list(g) for g in groups]
         self.index = {tuple(key(x) for x in g): i for i, g in enumerate(groups)}
-        self.ahead = DecodeAhead(self._jobs(groups), workers)
+        self._stream = ImageLoader(workers).map(self._jobs(groups))
+        self._current: tuple[int, Any, dict[str, Any]] | None = None
+        self._done = False
         self._last = -1  # the plan's group taken last: the decoded stream only goes forward
 
     def _jobs(self, groups: list[list[T]]):
         for i, group in enumerate(groups):
             try:
                 prepared: Any = [self.prepare(x) for x in group]
-                paths = list(self.image_paths(prepared))
+                paths = list(dict.fromkeys(str(p) for p in self.image_paths(prepared)))
             except Exception:  # noqa: BLE001 - raised again when this group is worked on, the plain way
                 prepared, paths = _NotPrepared(), []
-            yield i, (prepared, paths)
+            yield (i, prepared), paths
+
+    def _take(self, i: int) -> tuple[Any, dict[str, Any]] | None:
+        """(prepared items, path -> image) of group ``i``, advancing past the groups before it."""
+        while not self._done and (self._current is None or self._current[0] < i):
+            try:
+                (k, prepared), decoded = next(self._stream)
+            except StopIteration:
+                self._done = True
+                break
+            except BaseException:  # the workers failed for good: from here on the loop works alone
+                self._done = True
+                raise
+            self._current = (k, prepared, {d.path: d.image for d in decoded if d.ok})
+        if self._current is not None and self._current[0] == i:
+            return self._current[1], self._current[2]
+        return None
 
     def work_batch(self, items: Sequence[T]) -> R:
         """The call for ``items``: with the images decoded ahead when the plan holds this group."""
@@ -73,7 +91,7 @@ class AheadWork(Generic[T, P, R]):
         i = self.index.get(tuple(self.key(x) for x in items))
         if i is not None and i < self._last:
             i = None  # a group worked again after later ones (a retry): taking it would drain the stream
-        got = self.ahead.take(i) if i is not None else None
+        got = self._take(i) if i is not None else None
         if i is not None:
             self._last = i
         if got is None or isinstance(got[0], _NotPrepared):
@@ -88,7 +106,8 @@ class AheadWork(Generic[T, P, R]):
 
     def close(self) -> None:
         """Stop the decode workers (the groups not yet worked on are then worked on the plain way)."""
-        self.ahead.close()
+        self._done = True
+        self._stream.close()
 
     def __enter__(self) -> AheadWork[T, P, R]:
         return self
@@ -102,14 +121,14 @@ def ahead_work(items: Sequence[T], group_size: int, *, key: Callable[[T], Hashab
                decode_workers: int | str | None, n_images: int | None) -> AheadWork[T, P, R] | None:
     """An :class:`AheadWork` over ``items`` in groups of ``group_size``, or None where decoding stays
     inline: ``decode_workers`` 0, or ``auto`` for a run of fewer than
-    :data:`~unirag.data.decode.AUTO_MIN_IMAGES` images (``n_images``, an estimate, None: unknown),
+    :data:`~unirag.data.loader.AUTO_MIN_IMAGES` images (``n_images``, an estimate, None: unknown),
     or a single group (nothing to overlap with). ``decode_workers`` is the ``--decode-workers``
-    setting (``auto``/None, or N >= 0; see :func:`unirag.data.decode.workers_for`)."""
-    from unirag.data.decode import resolve_decode_workers, workers_for
+    setting (``auto``/None, or N >= 0; see :func:`unirag.data.loader.workers_for`)."""
+    from unirag.data.loader import workers_for
 
     size = max(1, int(group_size))
     groups = [list(items[s : s + size]) for s in range(0, len(items), size)]
-    workers = workers_for(resolve_decode_workers(decode_workers), n_images)
+    workers = workers_for(decode_workers, n_images)
     if workers == 0 or len(groups) < 2 or n_images == 0:
         return None
     return AheadWork(groups, key, prepare, image_paths, work_prepared, workers)

@@ -10,7 +10,7 @@ run directory (so a cluster needs that directory on a filesystem every node moun
 
 An actor is threaded: the driver's second call in flight enters while the model works on the first,
 hands the image files its payloads load (the task's optional ``image_paths(payloads)``) to the
-actor's decode processes (``decode_workers``, one :class:`~unirag.data.decode.DecodePool` per actor,
+actor's decode processes (``decode_workers``, an :class:`~unirag.data.loader.ImageLoader` per call,
 started with it) and waits for the model, which then finds those images decoded
 (:func:`unirag.data.images.predecoded`) - the model never waits for a file to be decoded when the
 decode processes keep up. The model itself works one call at a time, and results are exactly those
@@ -64,7 +64,7 @@ class EngineOptions:
     start a local Ray, ``object_store_memory`` bytes); ``threads_per_worker`` torch threads in each
     actor (default: this machine's CPUs divided among the workers when Ray is local);
     ``decode_workers`` processes in each actor that decode the images of the driver's next call while
-    the model works on the current one (None, auto: :func:`unirag.ray_support.default_decode_workers`
+    the model works on the current one (None, auto: :func:`unirag.data.loader.workers_for`
     - 0, inline, for CPU-only actors, else the CPUs per actor less one, at most 8; 0: inline)."""
 
     engine: str = "local"
@@ -161,10 +161,10 @@ class _Worker:
     """A Ray actor (threaded, :data:`WORKER_CONCURRENCY` calls at once): loads its model once, then
     works the calls the driver hands it, one at a time on the model.
 
-    A call that enters while the model works on the one before hands its payloads' image files (the
-    task's optional ``image_paths(payloads)``) to this actor's decode processes, one
-    :class:`~unirag.data.decode.DecodePool` made when the actor starts (``decode_workers``; 0: none,
-    the model's thread decodes as it loads them), then waits for the model. Its model part
+    A call that enters while the model works on the one before has its payloads' image files (the
+    task's optional ``image_paths(payloads)``) decoded by an :class:`~unirag.data.loader.ImageLoader`
+    of ``decode_workers`` processes (0: none, the model's thread decodes as it loads them) in a
+    background thread, then waits for the model. Its model part
     (:func:`~unirag.pipelines.batching.run_batches` and the store writes) runs under ``_model_lock``
     in a :func:`~unirag.data.images.predecoded` scope of those images - a ContextVar, so it holds for
     this call's thread only - so the model thread finds them decoded instead of reading the files
@@ -178,12 +178,7 @@ class _Worker:
         self._model_lock = threading.Lock()  # the model and the task stores: one call at a time
         self._tasks_lock = threading.Lock()  # ``tasks``; taken before ``_model_lock``, never while holding it
         self._stopping = False
-        self.decode = None
-        if decode_workers:
-            from unirag.data.decode import DecodePool, start_workers
-
-            self.decode = DecodePool(decode_workers)
-            start_workers(self.decode)  # forked now, while the process is small: before the model loads
+        self.decode = decode_workers
         if threads:
             os.environ["UNIRAG_TORCH_THREADS"] = str(threads)  # read by unirag.runtime.configure_torch_threads
             try:
@@ -201,10 +196,8 @@ class _Worker:
 
         import ray
 
-        decode = self.decode
         return {"node": socket.gethostname(), "pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                "decode_workers": decode.workers if decode is not None else 0,
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "decode_workers": self.decode,
                 "model": self.recipe.describe(self.model)}
 
     def _task(self, task: TaskRecipe) -> BatchTask:
@@ -218,27 +211,34 @@ class _Worker:
         return t
 
     def _decode_ahead(self, t: BatchTask, payloads: list[Any]) -> Any:
-        """This call's images handed to the decode processes (None: no pool, or the task names none)."""
+        """A future of this call's images, decoded in a background thread (None: no decode workers, or
+        the task names no images)."""
         image_paths = getattr(t, "image_paths", None)
-        decode = self.decode
-        if decode is None or image_paths is None:
+        if not self.decode or image_paths is None:
             return None
-        from unirag.data.decode import DecodeJob
+        import threading
+        from concurrent.futures import Future
 
-        try:
-            return DecodeJob(decode, image_paths(payloads))
-        except Exception as e:  # noqa: BLE001 - the model's thread then decodes them itself, as without a pool
-            self._decode_failed(e)
-            return None
+        from unirag.data.loader import decode_all
+
+        future: Future = Future()
+        workers = self.decode
+
+        def work() -> None:
+            try:
+                future.set_result(decode_all(image_paths(payloads), workers))
+            except BaseException as e:  # noqa: BLE001 - the model's thread then decodes them itself
+                future.set_exception(e)
+
+        threading.Thread(target=work, name="unirag-decode-ahead", daemon=True).start()
+        return future
 
     def _decode_failed(self, err: BaseException) -> None:
-        from concurrent.futures.process import BrokenProcessPool
+        from unirag.errors import UniragError
 
-        if isinstance(err, BrokenProcessPool):  # a decode process died (out of memory): decode inline from now on
+        if isinstance(err, UniragError):  # its decode processes kept dying (out of memory): inline from now on
             log.warning("this worker's decode processes died (%s); it decodes its images itself from now on", err)
-            decode, self.decode = self.decode, None
-            if decode is not None:
-                decode.close()
+            self.decode = 0
         else:
             log.warning("decoding a call's images ahead failed (%s); the model's thread decodes them", err)
 
@@ -252,7 +252,7 @@ class _Worker:
             images: dict[str, Any] = {}
             if job is not None:
                 try:
-                    images = job.images()  # decoded while the model worked on the call before
+                    images = job.result()  # decoded while the model worked on the call before
                 except Exception as e:  # noqa: BLE001 - decoded inline instead, same results
                     self._decode_failed(e)
             with self._model_lock:
@@ -263,8 +263,7 @@ class _Worker:
                                          work_batch=lambda kps: t.work_batch([p for _, p in kps]),
                                          store=t.store, batch_size=t.batch_size, progress=False)
         finally:
-            if job is not None:
-                job.cancel()  # a call that failed or stopped early leaves no decode work behind
+            job = None  # a call that failed leaves its decoding to finish alone (its images are dropped)
         return {**counts, "n": len(payloads)}
 
     def close_task(self, key: str) -> None:
@@ -282,9 +281,6 @@ class _Worker:
             close = getattr(self.model, "close", None)
             if callable(close):
                 close()
-        decode, self.decode = self.decode, None
-        if decode is not None:
-            decode.close()
 
 
 def _cancelled() -> bool:
@@ -391,11 +387,10 @@ class WorkerPool:
         if threads is None and not o.ray_address:
             threads = max(1, (os.cpu_count() or 1) // n)
         device = "cuda" if o.gpus_per_worker else "cpu"
-        decode = o.decode_workers
-        if decode is None:
-            from unirag.ray_support import default_decode_workers
+        from unirag.data.loader import workers_for
+        from unirag.ray_support import decode_share
 
-            decode = default_decode_workers(ray, n, o.gpus_per_worker)
+        decode = workers_for(o.decode_workers, share=decode_share(ray, n), model_on_cpu=not o.gpus_per_worker)
         cls = ray.remote(_Worker).options(num_cpus=o.cpus_per_worker, num_gpus=o.gpus_per_worker or 0,
                                           max_restarts=0, max_task_retries=0, max_concurrency=WORKER_CONCURRENCY)
         actors = [cls.remote(recipe, device, threads, decode) for _ in range(n)]
