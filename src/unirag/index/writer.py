@@ -34,6 +34,7 @@ from unirag.index.manifest import (
     vectors_file,
 )
 from unirag.index.metadata import MetaWriter
+from unirag.redact import redact_json
 
 SPILL_CHUNK = 65536
 
@@ -239,6 +240,6 @@ class IndexWriter:
             **(extra or {}),
             "files": files,
         }
-        self.slot.publish(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        self.slot.publish(json.dumps(redact_json(manifest), indent=2, ensure_ascii=False) + "\n")
         self._committed = True
         return manifest

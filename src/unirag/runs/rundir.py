@@ -183,6 +183,20 @@ def write_prompt(prompts_dir: Path, index: int, qid: str, messages: list[Message
     atomic_write_json(stem.with_suffix(".json"), info)
 
 
+def check_some_succeeded(run_dir: str | Path, ok: int, failed: int, noun: str = "queries") -> None:
+    """Raise :class:`~unirag.errors.RunFailedError` (one line: the count and the first recorded error,
+    already masked) when this run tried items and every one of them failed - a wrong key or an
+    unreachable server must not end in exit status 0. Failures stay recorded; a rerun retries them."""
+    if failed < 1 or ok > 0:
+        return
+    from unirag.errors import RunFailedError
+
+    first = next(iter(read_run_dir(run_dir).failed().values()), {})
+    error = " ".join(str(first.get("error") or "no error recorded").split())
+    raise RunFailedError(f"all {failed} {noun} tried in this run failed (first error: {error[:300]}); "
+                         f"they are recorded in {Path(run_dir) / OUTPUTS_FILE}, rerun the same command to retry them")
+
+
 def _usage_totals(records) -> dict[str, Any]:
     usage: dict[str, int] = {}
     cost, priced, latency = 0.0, True, 0.0
