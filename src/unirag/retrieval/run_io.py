@@ -43,7 +43,7 @@ def read_run_manifest(run_path: str | Path) -> dict | None:
         return None
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON, nested too deep
         return None
 
 

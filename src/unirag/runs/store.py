@@ -150,7 +150,7 @@ class ResultStore:
             self._lineno += 1
             try:
                 rec = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
                 dropped.append(self._lineno)
                 continue
             if isinstance(rec, dict) and self.key in rec:
