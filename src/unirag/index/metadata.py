@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from contextlib import contextmanager
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
