@@ -21,14 +21,23 @@ from __future__ import annotations
 import logging
 import os
 import re
+from functools import lru_cache
 from typing import Any
 
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
 MASK = "***"
 
 
+@lru_cache(maxsize=1024)
+def _secret_name(name: str) -> bool:
+    return _SECRET_NAME.search(name) is not None
+
+
 def secret_values(extra: tuple[str, ...] = ()) -> list[str]:
-    values = {v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v.strip()) >= 6}
+    """The values to mask: the environment's secret-looking variables (read at each call: keys set later
+    count) and ``extra``, longest first."""
+    env = os.environ
+    values = {v for v in (env.get(k, "") for k in env if _secret_name(k)) if len(v.strip()) >= 6}
     values.update(v for v in extra if v and len(v) >= 6)
     return sorted(values, key=len, reverse=True)  # longest first: a key containing another is fully masked
 
@@ -48,18 +57,24 @@ def redact(text: str, extra: tuple[str, ...] = ()) -> str:
 
 def _mask(text: str, secrets: list[str]) -> str:
     for value in secrets:
-        text = text.replace(value, MASK)
-    text = _QUERY_SECRET.sub(lambda m: m.group(1) + MASK, text)
-    return _BEARER.sub(lambda m: m.group(1) + MASK, text)
+        if value in text:
+            text = text.replace(value, MASK)
+    if "=" in text:  # (cheap tests first: most strings hold neither a query string nor a credential)
+        text = _QUERY_SECRET.sub(lambda m: m.group(1) + MASK, text)
+    if "bearer" in text.lower():
+        text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
+    return text
 
 
-def redact_json(obj: Any, extra: tuple[str, ...] = ()) -> Any:
+def redact_json(obj: Any, extra: tuple[str, ...] = (), secrets: list[str] | None = None) -> Any:
     """``obj`` (a JSON value: dicts, lists, strings, numbers) with every string masked by :func:`redact`.
 
     Masking the values rather than the serialised text keeps the JSON valid whatever a secret holds.
     Dict keys are kept (they are field names and store keys, not values a provider echoes).
+    ``secrets``: :func:`secret_values` computed once by a caller masking many objects.
     """
-    secrets = secret_values(extra)
+    if secrets is None:
+        secrets = secret_values(extra)
 
     def walk(value: Any) -> Any:
         if isinstance(value, str):

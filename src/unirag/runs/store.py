@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import UniragError
-from unirag.redact import redact_json
+from unirag.redact import redact_json, secret_values
 from unirag.runs.atomic import atomic_write_lines
 from unirag.runs.claims import Claims
 
@@ -242,7 +242,9 @@ class ResultStore:
             keys += [k for k in self._latest if k not in seen]
             recs = [self._latest[k] for k in keys if k in self._latest]
             # (masked again: lines written by an older version, or appended by hand, may hold a secret)
-            n = atomic_write_lines(self.path, (json.dumps(redact_json(r), ensure_ascii=False) for r in recs))
+            secrets = secret_values()
+            n = atomic_write_lines(self.path, (json.dumps(redact_json(r, secrets=secrets), ensure_ascii=False)
+                                               for r in recs))
             st = self.path.stat()
             self._offset, self._ino, self._lineno = st.st_size, st.st_ino, n
             count = int(self._generation) + 1 if self._generation.isdigit() else 1
