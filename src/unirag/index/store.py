@@ -14,10 +14,13 @@ Cheap integrity: a file damaged in place (same size, so the size check passes) c
 number, which FAISS would serve as a score of ``inf``/``nan`` (and a JSON writer as ``Infinity``).
 Two checks refuse that without reading the whole index: at open, :data:`OPEN_SAMPLE_ROWS` rows of each
 shard spread evenly over it (every row of a shard that small; for IVF-PQ also the coarse centroids and
-the PQ code book, which every score goes through) are checked finite - a few hundred KB of reads at any
-size; and every search checks the scores of the hits it returns, so a damaged row outside the sample
-is refused the first time it would be served. Both errors point to ``unirag index verify``, which
-re-hashes everything (a damaged but finite number changes rankings silently: only verify finds it).
+the PQ code book, which every score goes through) are checked finite - one page read per sampled row,
+about 1 ms on a 200,000 x 512 flat index in the page cache against 0.3 ms without (a full scan would read
+all 400 MB); and every search checks the scores of the hits it returns (k numbers per query), so a
+damaged row outside the sample is refused the first time it would be served. The sample also catches a
+``nan`` that FAISS would never rank (a comparison with ``nan`` is false) in a small index. Both errors
+point to ``unirag index verify``, which re-hashes everything (a damaged but *finite* number changes
+rankings silently: only verify finds it).
 
 ``memory="ram"`` reads the FAISS files into memory at open instead (open then takes as long as reading
 them; :func:`fits_in_ram` tells whether they fit): exact search over a memory-mapped flat index runs
@@ -47,7 +50,7 @@ ANY = "any"
 #: Queries re-scored together from the raw vectors (bounds the gathered block).
 RESCORE_BATCH = 256
 #: Rows of each shard checked finite at open (all of them in a shard this small); see the module docstring.
-OPEN_SAMPLE_ROWS = 1024
+OPEN_SAMPLE_ROWS = 256
 #: How FAISS files are opened: memory-mapped (instant, pages read on demand) or read into RAM.
 MEMORY_MODES = ("mmap", "ram")
 
