@@ -41,6 +41,13 @@ class ConfigError(UniragError):
     """A wrong option: unknown model id, incompatible index/encoder, missing weights."""
 
 
+class RunFailedError(UniragError):
+    """A run in which every item it tried failed (a wrong key, an unreachable server). The failures are
+    recorded in the run folder and retried by a rerun; the CLI exits 1 rather than 2 (not bad input)."""
+
+    exit_code = 1
+
+
 class BackendError(UniragError):
     """A call to a model or API failed. ``retryable`` tells the run loop whether to try again.
 

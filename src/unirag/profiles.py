@@ -90,6 +90,16 @@ _register(
 )
 
 
+# --- index builds (issue 29) -----------------------------------------------------------------------
+# Not a paper-vs-code difference either: one named guard shared by every way an index is built.
+_register(
+    Setting("index_max_shrink", default=0.10, official=0.10, parse=float,
+            help="Largest fraction of a modality's candidates a rebuild may lose before it is refused and the "
+                 "old index kept (a modality lost entirely is always refused): a vanished image folder must "
+                 "not silently turn an index text-only. --allow-shrink (allow_shrink=True) replaces it anyway."),
+)
+
+
 # --- X^R (issue 15) ---
 # The official X^R code is 01yzzyu/xr.github.io, XR/ (commit cf44a37); cites name the file and the
 # line(s) the official value follows (with the function or argparse option). docs/xr-parity.md explains each row.

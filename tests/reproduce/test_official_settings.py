@@ -325,6 +325,8 @@ PINNED = {
                        "test_emu2_official_sampling_is_the_pipelines_default")],                     # both
     "image_max_pixels": [("tests/data/test_image_loader.py", "test_bomb_is_an_input_error_before_decoding")],
     "image_background": [("tests/data/test_image_loader.py", "test_transparency_is_composited_on_white_by_default")],
+    "index_max_shrink": [("tests/index/test_rebuild_shrink.py",
+                          "test_a_pool_shrinking_past_the_setting_is_refused_and_under_it_is_not")],
 }
 
 

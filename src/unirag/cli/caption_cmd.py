@@ -46,6 +46,7 @@ def caption(queries, images_root, pool_images_root, generator_spec, mode, k, ret
             official_prompts, settings, decode_workers, **gen_opts) -> None:
     """Caption image queries; rerun the same command to resume after a crash or Ctrl-C."""
     from unirag.pipelines.caption import CaptionConfig, run_captioning
+    from unirag.runs.rundir import check_some_succeeded
 
     selection = selection_of(gen_opts)
     engine = engine_from_cli(gen_opts, decode_workers=decode_workers)
@@ -58,6 +59,7 @@ def caption(queries, images_root, pool_images_root, generator_spec, mode, k, ret
     cost = totals.get("cost_usd")
     click.echo(f"{counts['ok']}/{counts['queries']} captioned, {counts['error']} failed"
                + (f", cost ${cost:.4f}" if cost else "") + f" -> {out}/outputs.jsonl")
+    click.echo(json.dumps(summary["this_run"]), err=True)
+    check_some_succeeded(out, summary["this_run"]["ok"], summary["this_run"]["error"])
     if counts["error"]:
         click.echo("failed queries are recorded with their error; rerun the same command to retry them", err=True)
-    click.echo(json.dumps(summary["this_run"]), err=True)

@@ -109,3 +109,25 @@ def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime,
     else:
         _print_metrics(metrics.get("dataset", ""), metrics)
     click.echo(f"wrote {out_dir}/rankings.jsonl and metrics.json", err=True)
+    _check_agent_calls(out_dir, list(metrics.get("datasets", {})) or [""])
+
+
+def _check_agent_calls(out_dir: str, names: list[str]) -> None:
+    """Exit 1 (one line) when the agents were called and every call failed (a wrong key, a server that is
+    down): the rankings then silently fall back to the embedding baseline. Read from each manifest's
+    ``agent_calls`` (per role: called, failed); failed calls are in the cache and retried by a rerun."""
+    import json
+    from pathlib import Path
+
+    from unirag.errors import RunFailedError
+
+    called = failed = 0
+    for name in names:
+        path = Path(out_dir) / name / "manifest.json"
+        calls = json.loads(path.read_text(encoding="utf-8")).get("agent_calls") or {} if path.exists() else {}
+        called += sum(int(st.get("called", 0)) for st in calls.values())
+        failed += sum(int(st.get("failed", 0)) for st in calls.values())
+    if called and failed >= called:
+        raise RunFailedError(f"all {called} agent calls of this run failed, so the X^R stages fell back to the "
+                             "baseline ranking; their errors are in the cache's calls/*.jsonl, rerun the same "
+                             "command to retry them")

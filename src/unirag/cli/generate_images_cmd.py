@@ -83,6 +83,7 @@ def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, 
         --generator retrieval:top1 --mode rag --k 1 --retrieval run.jsonl --out runs/top1
     """
     from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
+    from unirag.runs.rundir import check_some_succeeded
 
     options = {"base_url": base_url, "timeout": timeout, "quality": quality, "device": device, "dtype": dtype,
                "offload": offload, "lavit_code": lavit_code}
@@ -98,6 +99,7 @@ def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, 
     click.echo(f"{out_dir}: {counts['total_ok']}/{counts['total_queries']} images ok, "
                f"{counts['total_error']} failed (this run: {counts['ok']} new, {counts['error']} failed, "
                f"{counts['skipped']} already done)")
+    check_some_succeeded(out_dir, counts["ok"], counts["error"])
     if counts["total_error"]:
         click.echo("failed queries are recorded in outputs.jsonl (status error); rerun the same command to retry them",
                    err=True)

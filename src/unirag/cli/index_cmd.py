@@ -65,12 +65,16 @@ def index_group() -> None:
               help="Precomputed vectors: a .npy matrix, a Parquet file (id + embedding columns) or a shards folder.")
 @click.option("--ids", "ids_file", type=click.Path(path_type=Path), default=None,
               help="With a .npy --embeddings: one candidate id per line, row order (default: the pool's order).")
+@click.option("--allow-shrink", is_flag=True,
+              help="Replace an existing index even if this build loses a modality or more than 10% of one "
+                   "(the index_max_shrink setting), e.g. because the images root is wrong.")
 @device_options
 @decode_workers_option
 def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: str | None, index_type: str,
           params: tuple[str, ...], batch_size: int, engine: str, ray_address: str | None, workers: int | None,
           gpus_per_worker: float, shards_dir: Path | None, shard_size: int | None, shard_spec: str | None,
-          embeddings: Path | None, ids_file: Path | None, device: str, dtype: str, decode_workers: int | None) -> None:
+          embeddings: Path | None, ids_file: Path | None, allow_shrink: bool, device: str, dtype: str,
+          decode_workers: int | None) -> None:
     """Encode every candidate of POOL (or take --embeddings) and write an index to OUT (streaming, atomic)."""
     from unirag.errors import InputError
     from unirag.index.factory import resolve_params
@@ -105,7 +109,8 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
         raise ConfigError("--out is required (the index directory to write)")
     if embeddings is not None:
         index = Index.from_embeddings(pool, embeddings, out, encoder=encoder_spec, ids=ids_file,
-                                      images_root=images_root, index_type=index_type, params=overrides)
+                                      images_root=images_root, index_type=index_type, params=overrides,
+                                      allow_shrink=allow_shrink)
         if index.manifest["encoder"].get("fingerprint") is None:
             click.echo("note: no --encoder given: the index records no encoder, so queries must be given as "
                        "vectors (pass --encoder to record the model that made the embeddings)", err=True)
@@ -118,7 +123,8 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
                             params=overrides, batch_size=batch_size, device=device, dtype=dtype, progress=True,
                             engine=engine, decode_workers=decode_workers, shards_dir=shards_dir,
                             shard_size=shard_size, workers=workers,
-                            gpus_per_worker=gpus_per_worker or None, ray_address=ray_address)
+                            gpus_per_worker=gpus_per_worker or None, ray_address=ray_address,
+                            allow_shrink=allow_shrink)
     manifest = index.manifest
     counts = ", ".join(f"{m}: {n}" for m, n in manifest["counts"].items())
     click.echo(f"index written to {out} ({manifest['total']} candidates; {counts}; "

@@ -57,7 +57,8 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; unirag's own errors are printed as one line (no traceback), exit code 2."""
+    """Run the CLI; unirag's own errors are printed as one line (no traceback, secrets masked), exit code 2
+    (1 for :class:`~unirag.errors.RunFailedError`: a run in which every item failed)."""
     from unirag.errors import UniragError
 
     try:
@@ -69,8 +70,10 @@ def main(argv: list[str] | None = None) -> None:
         e.show()
         sys.exit(e.exit_code)
     except UniragError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(2)
+        from unirag.redact import redact
+
+        click.echo(f"error: {redact(str(e))}", err=True)
+        sys.exit(getattr(e, "exit_code", 2))
     except (OSError, RuntimeError) as e:  # RuntimeError: FAISS and sqlite wrap the OSError they hit
         from unirag.errors import os_error_in, os_error_line
 

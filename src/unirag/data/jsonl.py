@@ -2,7 +2,9 @@
 
 Every JSONL reader in unirag (M-BEIR files, importer inputs, run files) goes through this one
 function so that a malformed line is reported the same way everywhere (``path:line: malformed
-JSON ...``) and blank lines are skipped the same way.
+JSON ...``) and blank lines are skipped the same way. :func:`read_json_file` does the same for a
+whole JSON file (manifests). Bytes that are not UTF-8 and JSON nested too deep for the parser
+(``[[[[...`` 100,000 levels: Python's ``RecursionError``) are one-line errors too.
 """
 
 from __future__ import annotations
@@ -39,11 +41,27 @@ def parse_json_line(line: str | bytes, path: Path, lineno: int) -> dict[str, Any
     the next line; bytes must be UTF-8 (see :mod:`unirag.data.text`)."""
     if isinstance(line, bytes | bytearray):
         line = decode_line(bytes(line), path, lineno, line_start=None)
-    line = line.rstrip("\r\n")
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path=path, line=lineno) from None
+    obj = parse_json(line.rstrip("\r\n"), path, lineno)
     if not isinstance(obj, dict):
         raise InputError("expected a JSON object per line", path=path, line=lineno)
     return obj
+
+
+def parse_json(text: str, path: str | Path | None, line: int | None = None) -> Any:
+    """``json.loads(text)``, or :class:`InputError` naming ``path`` and the line (``line``: the JSONL
+    line ``text`` is; None: ``text`` is a whole file) for malformed or too deeply nested JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path=path,
+                         line=line if line is not None else e.lineno) from None
+    except RecursionError:
+        raise InputError("JSON nested too deeply to read (thousands of levels of [ or {)", path=path,
+                         line=line) from None
+
+
+def read_json_file(path: str | Path) -> Any:
+    """A whole JSON file (UTF-8, BOM allowed); every way it can be malformed is one :class:`InputError`."""
+    from unirag.data.text import read_text
+
+    return parse_json(read_text(path), path)

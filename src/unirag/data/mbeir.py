@@ -57,7 +57,7 @@ def source_id_of(src_content: str | None) -> str | None:
         return None
     try:
         data = json.loads(src_content)
-    except (json.JSONDecodeError, TypeError):
+    except (json.JSONDecodeError, TypeError, RecursionError):
         return None
     if isinstance(data, dict) and data.get("source_id") is not None:
         return str(data["source_id"])
@@ -157,7 +157,7 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
             try:
                 loaded = json.loads(src)
                 data = loaded if isinstance(loaded, dict) else {"original": loaded}
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 data = {"original": src}
         data["source_id"] = c.source_id
         src = json.dumps(data)

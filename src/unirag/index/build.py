@@ -49,14 +49,16 @@ def build_index(pool: str | Path | Iterable[Candidate], images_root: str | Path 
                 params: dict[str, Any] | None = None, progress: bool = True, *, engine: str = "local",
                 shards_dir: str | Path | None = None, shard_size: int = DEFAULT_SHARD_SIZE,
                 workers: int | None = None, gpus_per_worker: float = 0, ray_address: str | None = None,
-                worker_dtype: str | None = "auto") -> dict[str, Any]:
+                worker_dtype: str | None = "auto", allow_shrink: bool = False) -> dict[str, Any]:
     """Encode every candidate of ``pool`` and write an index to ``out_dir`` (atomically). Returns the manifest.
 
     ``encoder`` is the loaded encoder (its name, fingerprint and dimension go into the manifest);
     ``encoder_spec`` is what loads it again - Ray workers load their own copy from it. The Ray
     options (``shards_dir``, ``shard_size``, ``workers``, ``gpus_per_worker``, ``ray_address``,
     ``worker_dtype``: the dtype workers load the model in) apply to ``engine="ray"`` only; see
-    :mod:`unirag.index.ray_engine`.
+    :mod:`unirag.index.ray_engine`. ``allow_shrink``: replace an index at ``out_dir`` even when this
+    build loses a modality or more than the ``index_max_shrink`` setting's share of one (see
+    :func:`unirag.index.writer.check_shrink`).
     """
     if batch_size <= 0:
         raise InputError(f"batch size must be positive, got {batch_size}", field="batch_size")
@@ -65,7 +67,7 @@ def build_index(pool: str | Path | Iterable[Candidate], images_root: str | Path 
             raise ConfigError("an in-memory pool is built with engine='local'; write it to a file for Ray")
         factory.resolve_params(index_type, params)
         return _build_local(list(pool), images_root, out_dir, encoder, encoder_spec, index_type, batch_size,
-                            params, progress)
+                            params, progress, allow_shrink)
     pool = Path(pool)
     if not pool.exists():
         raise InputError("candidate pool not found", path=pool)
@@ -73,15 +75,16 @@ def build_index(pool: str | Path | Iterable[Candidate], images_root: str | Path 
     if engine == "ray":
         return _build_with_ray(pool, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
                                progress, shards_dir, shard_size, workers, gpus_per_worker, ray_address,
-                               worker_dtype)
+                               worker_dtype, allow_shrink)
     if engine != "local":
         raise ConfigError(f"unknown engine {engine!r}; expected local or ray")
-    return _build_local(pool, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params, progress)
+    return _build_local(pool, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params, progress,
+                        allow_shrink)
 
 
 def _build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
                     progress, shards_dir, shard_size, workers, gpus_per_worker, ray_address,
-                    worker_dtype) -> dict[str, Any]:
+                    worker_dtype, allow_shrink) -> dict[str, Any]:
     from unirag.index import ray_engine
     from unirag.index.embeddings import build_from_embeddings
 
@@ -97,7 +100,7 @@ def _build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, ind
                           dtype=worker_dtype, progress=progress,
                           decode_workers=getattr(encoder, "decode_workers", None))
     manifest = build_from_embeddings(pool, shards_dir, out_dir, info, index_type=index_type, params=params,
-                                     images_root=images_root, progress=progress)
+                                     images_root=images_root, progress=progress, allow_shrink=allow_shrink)
     return manifest
 
 
@@ -118,7 +121,7 @@ def embed_pool_shard(pool: str | Path, shards_dir: str | Path, shard: int, n_sha
 
 
 def _build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, encoder_spec, index_type, batch_size,
-                 params, progress) -> dict[str, Any]:
+                 params, progress, allow_shrink=False) -> dict[str, Any]:
     """``pool``: a pool file (streamed) or the candidates themselves (the manifest then names no pool file)."""
     from tqdm.auto import tqdm
 
@@ -147,7 +150,8 @@ def _build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, en
             chunk = pending.pop(modality)
             yield len(chunk), modality, chunk
 
-    with IndexWriter(out_dir, encoder.dim, encoder_info(encoder, encoder_spec), index_type, params) as writer:
+    with IndexWriter(out_dir, encoder.dim, encoder_info(encoder, encoder_spec), index_type, params,
+                     allow_shrink=allow_shrink) as writer:
         for n, modality, _, kept, vectors in encode_chunk.stream(chunks()):
             writer.add(modality, [candidate_meta(c) for c in kept], vectors)
             bar.update(n)

@@ -105,7 +105,7 @@ def current_data_name(index_dir: Path) -> str | None:
     """The data folder ``manifest.json`` names now (None if there is no readable v2 manifest)."""
     try:
         manifest = json.loads((index_dir / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # missing, not UTF-8, not JSON, nested too deep
         return None
     name = manifest.get("data") if isinstance(manifest, dict) else None
     return name if isinstance(name, str) else None
@@ -217,7 +217,7 @@ def _v1_files(index_dir: Path) -> list[str]:
     """Top-level data files of a version-1 index at ``index_dir`` (replaced by a new build)."""
     try:
         manifest = json.loads((index_dir / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # missing, not UTF-8, not JSON, nested too deep
         return []
     if not isinstance(manifest, dict) or manifest.get("format_version") != 1:
         return []

@@ -157,12 +157,14 @@ def _recorded_bad_images(path: Path) -> dict[str, dict[str, str]]:
 def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str | Path,
                           encoder_info: dict[str, Any] | None, ids: str | Path | None = None,
                           index_type: str = "flat", params: dict[str, Any] | None = None,
-                          images_root: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+                          images_root: str | Path | None = None, progress: bool = True,
+                          allow_shrink: bool = False) -> dict[str, Any]:
     """Build an index at ``out_dir`` from precomputed vectors of the candidates of ``pool``.
 
     ``encoder_info`` is what the manifest records about the model that made the vectors (see
     :func:`unirag.index.build.encoder_info`; its ``dim`` must match the vectors), or None when no
-    unirag encoder made them (queries must then be given as vectors). Returns the manifest.
+    unirag encoder made them (queries must then be given as vectors). ``allow_shrink``: see
+    :func:`unirag.index.build.build_index`. Returns the manifest.
     """
     from tqdm.auto import tqdm
 
@@ -222,7 +224,7 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
                                                              for b in list(bad.values())[:20]]}}
         info = encoder_info or {"name": "external", "spec": None, "dim": dim, "config": {}, "fingerprint": None}
         try:
-            return _write_index(pool, aligned, present, out_dir, dim, info, index_type, params, extra)
+            return _write_index(pool, aligned, present, out_dir, dim, info, index_type, params, extra, allow_shrink)
         finally:
             aligned.close()
 
@@ -292,11 +294,11 @@ def _positions(ids: list[str], positions: dict[str, int], present: np.ndarray, d
 
 def _write_index(pool: Path, aligned: _AlignedFile, present: np.ndarray, out_dir: Path, dim: int,
                  info: dict[str, Any], index_type: str, params: dict[str, Any] | None,
-                 extra: dict[str, Any]) -> dict[str, Any]:
+                 extra: dict[str, Any], allow_shrink: bool = False) -> dict[str, Any]:
     """Stream the pool in order; chunks per modality go to the writer with their aligned vectors."""
     from unirag.index.encoding import candidate_meta
 
-    with IndexWriter(out_dir, dim, info, index_type, params) as writer:
+    with IndexWriter(out_dir, dim, info, index_type, params, allow_shrink=allow_shrink) as writer:
         pending: dict[Modality, list[tuple[int, Any]]] = {}
 
         def flush(modality: Modality) -> None:

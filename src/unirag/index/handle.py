@@ -49,7 +49,7 @@ class Index:
               encoder: Encoder | str | None = None, images_root: str | Path | None = None,
               index_type: str = "flat", params: Mapping[str, Any] | None = None, batch_size: int = 64,
               device: str | None = "auto", dtype: str | None = "auto", progress: bool = False, engine: str = "local",
-              decode_workers: int | str | None = None, **engine_options: Any) -> Index:
+              decode_workers: int | str | None = None, allow_shrink: bool = False, **engine_options: Any) -> Index:
         """Encode every candidate of ``pool`` and write the index to ``out`` (atomically); return it opened.
 
         ``pool``: a :class:`unirag.Pool` (its images root is used unless ``images_root`` is given),
@@ -61,6 +61,9 @@ class Index:
         ``ray_address`` (see :func:`unirag.index.build.build_index`). ``decode_workers``: processes
         decoding and preprocessing images ahead of the encoder (None = the encoder's setting, by
         default auto; 0 = inline; see :mod:`unirag.data.loader`); the vectors do not depend on it.
+        Rebuilding over an index that this build would shrink by more than the ``index_max_shrink``
+        setting's share of a modality (10%), or lose a modality of, is refused (``ConfigError``; the old
+        index is kept) unless ``allow_shrink=True``.
         """
         from unirag.data.pool import Pool
         from unirag.errors import ConfigError
@@ -83,7 +86,7 @@ class Index:
             options.setdefault("worker_dtype", dtype)  # workers load their own copy: same dtype, same fingerprint
         build_index(source, Path(root).absolute() if root is not None else None, out, enc, encoder_spec=spec,
                     index_type=index_type, batch_size=batch_size, params=params, progress=progress, engine=engine,
-                    **options)
+                    allow_shrink=allow_shrink, **options)
         from unirag.index.store import VectorIndex
 
         return cls(VectorIndex.open(out, enc))
@@ -92,7 +95,8 @@ class Index:
     def from_embeddings(cls, pool: Pool | str | Path, embeddings: str | Path, out: str | Path, *,
                         encoder: Encoder | str | None = None, ids: str | Path | None = None,
                         images_root: str | Path | None = None, index_type: str = "flat",
-                        params: Mapping[str, Any] | None = None, progress: bool = True) -> Index:
+                        params: Mapping[str, Any] | None = None, progress: bool = True,
+                        allow_shrink: bool = False) -> Index:
         """Write an index of ``pool`` from precomputed vectors (no candidate is encoded); return it opened.
 
         ``embeddings``: a ``.npy`` matrix (row order = ``ids`` file, else the pool's order), a Parquet
@@ -100,6 +104,7 @@ class Index:
         model that made them (object or spec), recorded so queries use the same one; a shards folder
         records its own, and a different ``encoder`` is refused. With neither, the index records no
         encoder (``index.encoder_spec`` is None) and queries must be given as vectors.
+        ``allow_shrink``: as in :meth:`build`.
         """
         from unirag.errors import ConfigError
         from unirag.index.build import encoder_info
@@ -120,7 +125,8 @@ class Index:
                                   f"were made with ({planned.get('name')!r}, spec {planned.get('spec')!r})")
             info = info or planned
         build_from_embeddings(pool_path, embeddings, out, info, ids=ids, index_type=index_type,
-                              params=dict(params or {}), images_root=root, progress=progress)
+                              params=dict(params or {}), images_root=root, progress=progress,
+                              allow_shrink=allow_shrink)
         return cls(VectorIndex.open(out, None))
 
     @staticmethod

@@ -21,10 +21,10 @@ no longer read: opening one says to rebuild it.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
+from unirag.data.jsonl import read_json_file
 from unirag.data.records import Modality
 from unirag.errors import InputError
 
@@ -64,9 +64,9 @@ def read_manifest(index_dir: str | Path) -> dict[str, Any]:
     if not path.exists():
         raise InputError("not a unirag index: manifest.json is missing", path=index_dir)
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"corrupt manifest ({e.msg})", path=path) from None
+        manifest = read_json_file(path)
+    except InputError as e:  # not UTF-8, not JSON, nested too deep
+        raise InputError(f"corrupt manifest ({e.reason}); rebuild the index", path=path) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise InputError(f"not a {FORMAT_NAME} manifest", path=path, field="format")
     version = manifest.get("format_version")
@@ -74,10 +74,27 @@ def read_manifest(index_dir: str | Path) -> dict[str, Any]:
         raise InputError(f"index format version {version!r} is not supported by this unirag (it reads version "
                          f"{FORMAT_VERSION}); rebuild the index with 'unirag index build'", path=path,
                          field="format_version")
-    for key in ("data", "encoder", "dim", "subindexes", "files", "meta_file"):
+    for key, kind in _REQUIRED.items():
         if key not in manifest:
             raise InputError("missing required field", path=path, field=key)
+        if not isinstance(manifest[key], kind) or isinstance(manifest[key], bool):
+            raise InputError(f"expected {_KIND_NAMES[kind]}, got {type(manifest[key]).__name__}; rebuild the index",
+                             path=path, field=key)
+    for group in ("subindexes", "files"):
+        for name, entry in manifest[group].items():
+            if not isinstance(entry, dict):
+                raise InputError("expected a JSON object; rebuild the index", path=path, field=f"{group}.{name}")
+    for name, entry in manifest["files"].items():
+        if not isinstance(entry.get("size"), int) or not isinstance(entry.get("sha256"), str):
+            raise InputError("expected an integer size and a sha256 string; rebuild the index", path=path,
+                             field=f"files.{name}")
     return manifest
+
+
+#: Fields every manifest has, with their JSON types (a hand-edited or damaged manifest is one error).
+_REQUIRED: dict[str, type] = {"data": str, "encoder": dict, "dim": int, "subindexes": dict, "files": dict,
+                              "meta_file": str}
+_KIND_NAMES = {str: "a string", dict: "a JSON object", int: "an integer"}
 
 
 def data_dir(index_dir: str | Path, manifest: dict[str, Any]) -> Path:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -83,12 +84,24 @@ class MetaTable(Sequence[CandidateMeta]):
                                       check_same_thread=False)
             self.db.execute("SELECT 1 FROM meta LIMIT 1").fetchall()
         except sqlite3.DatabaseError as e:
-            raise InputError(f"cannot read the metadata file ({e}); rebuild the index", path=path) from None
+            raise InputError(f"cannot read the metadata file ({e}); run 'unirag index verify' on the index "
+                             "directory, then rebuild the index", path=path) from None
         self._lock = threading.Lock()
         self._get = lru_cache(maxsize=1 << 16)(self._fetch)
 
     def __len__(self) -> int:
         return self._total
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A page of the file damaged in place (same size) shows up only when a query reads it: one error
+        pointing to ``unirag index verify``, not sqlite's traceback."""
+        try:
+            yield
+        except sqlite3.DatabaseError as e:
+            raise InputError(f"cannot read the metadata file ({e}): the index files are damaged; run "
+                             "'unirag index verify' on the index directory, then rebuild the index",
+                             path=self.path) from None
 
     def locate(self, gid: int) -> tuple[Modality, int]:
         """(modality, local row) of a global id."""
@@ -112,7 +125,7 @@ class MetaTable(Sequence[CandidateMeta]):
 
     def _fetch(self, gid: int) -> CandidateMeta:
         modality, row = self.locate(gid)
-        with self._lock:
+        with self._lock, self._reading():
             found = self.db.execute("SELECT did, txt, img_path, source_id FROM meta WHERE modality=? AND row=?",
                                     (modality.value, row)).fetchone()
         if found is None:
@@ -123,7 +136,7 @@ class MetaTable(Sequence[CandidateMeta]):
         for _, modality in self._bounds:
             last = -1
             while True:  # keyset pages: bounded memory at any size, no cursor held between pages
-                with self._lock:
+                with self._lock, self._reading():
                     rows = self.db.execute("SELECT row, did, txt, img_path, source_id FROM meta WHERE modality=? "
                                            "AND row > ? ORDER BY row LIMIT 10000", (modality.value, last)).fetchall()
                 if not rows:
@@ -133,14 +146,14 @@ class MetaTable(Sequence[CandidateMeta]):
                 last = rows[-1][0]
 
     def gid_of(self, did: str) -> int | None:
-        with self._lock:
+        with self._lock, self._reading():
             found = self.db.execute("SELECT modality, row FROM meta WHERE did=?", (did,)).fetchone()
         if found is None:
             return None
         return self.offsets[Modality(found[0])] + int(found[1])
 
     def source_group(self, source_id: str) -> list[int]:
-        with self._lock:
+        with self._lock, self._reading():
             rows = self.db.execute("SELECT modality, row FROM meta WHERE source_id=?", (source_id,)).fetchall()
         return sorted(self.offsets[Modality(m)] + int(r) for m, r in rows)
 
@@ -148,7 +161,7 @@ class MetaTable(Sequence[CandidateMeta]):
     @property
     def has_src_content(self) -> bool:
         """Whether the file stores ``src_content`` (indexes built before filters existed do not)."""
-        with self._lock:
+        with self._lock, self._reading():
             cols = [r[1] for r in self.db.execute("PRAGMA table_info(meta)").fetchall()]
         return "src_content" in cols
 
@@ -177,7 +190,7 @@ class MetaTable(Sequence[CandidateMeta]):
                 args += [path, *values]
         sql = "SELECT modality, row FROM meta" + (" WHERE " + " AND ".join(clauses) if clauses else "")
         out: dict[Modality, list[int]] = {m: [] for m in self.offsets}
-        with self._lock:
+        with self._lock, self._reading():
             for m, r in self.db.execute(sql + " ORDER BY modality, row", args):
                 out[Modality(m)].append(int(r))
         return out

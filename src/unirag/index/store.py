@@ -10,6 +10,18 @@ Opening is cheap at any size: FAISS files are memory-mapped (``IO_FLAG_MMAP_IFC`
 SQLite file queried on demand (:mod:`unirag.index.metadata`), IVF-PQ raw vectors are read row by
 row when re-scoring (:class:`RawVectors`), and only file sizes are checked - ``unirag index verify`` re-hashes the files.
 
+Cheap integrity: a file damaged in place (same size, so the size check passes) can hold a non-finite
+number, which FAISS would serve as a score of ``inf``/``nan`` (and a JSON writer as ``Infinity``).
+Two checks refuse that without reading the whole index: at open, :data:`OPEN_SAMPLE_ROWS` rows of each
+shard spread evenly over it (every row of a shard that small; for IVF-PQ also the coarse centroids and
+the PQ code book, which every score goes through) are checked finite - one page read per sampled row,
+about 1 ms on a 200,000 x 512 flat index in the page cache against 0.3 ms without (a full scan would read
+all 400 MB); and every search checks the scores of the hits it returns (k numbers per query), so a
+damaged row outside the sample is refused the first time it would be served. The sample also catches a
+``nan`` that FAISS would never rank (a comparison with ``nan`` is false) in a small index. Both errors
+point to ``unirag index verify``, which re-hashes everything (a damaged but *finite* number changes
+rankings silently: only verify finds it).
+
 ``memory="ram"`` reads the FAISS files into memory at open instead (open then takes as long as reading
 them; :func:`fits_in_ram` tells whether they fit): exact search over a memory-mapped flat index runs
 at ~0.8x the speed of the same vectors in RAM (FAISS's scan over mapped pages), so batch jobs and
@@ -37,6 +49,8 @@ __all__ = ["ANY", "MEMORY_MODES", "CandidateMeta", "VectorIndex", "check_encoder
 ANY = "any"
 #: Queries re-scored together from the raw vectors (bounds the gathered block).
 RESCORE_BATCH = 256
+#: Rows of each shard checked finite at open (all of them in a shard this small); see the module docstring.
+OPEN_SAMPLE_ROWS = 256
 #: How FAISS files are opened: memory-mapped (instant, pages read on demand) or read into RAM.
 MEMORY_MODES = ("mmap", "ram")
 
@@ -200,6 +214,7 @@ class SubIndex:
                 # so that the first query does not pay their page faults; lists are read on demand
                 index.nprobe = 1
                 index.search(np.zeros((1, dim), dtype=np.float32), 1)
+            _check_sample(index, path)
             self.shards.append((index, start))
             start += int(index.ntotal)
         if start != self.count:
@@ -208,6 +223,7 @@ class SubIndex:
         self.vectors: RawVectors | None = None
         if entry.get("vectors_file"):
             self.vectors = RawVectors(folder / entry["vectors_file"], self.count, dim)
+            _refuse_non_finite(self.vectors.rows(sample_rows(self.count)), self.vectors.path)
             # load the lazily imported numpy code the re-scoring uses now, not in the first query
             self._rescore(np.zeros((1, dim), dtype=np.float32), np.zeros((1, 1), dtype=np.int64), 1)
 
@@ -254,6 +270,8 @@ class SubIndex:
             uniq = np.unique(rows)  # sorted: reads the rows in file order
             vecs = self.vectors.rows(uniq)
             exact = np.einsum("qcd,qd->qc", vecs[np.searchsorted(uniq, rows)], queries[s : s + RESCORE_BATCH])
+            if not np.isfinite(exact[valid]).all():
+                _refuse_non_finite(vecs, self.vectors.path)
             out_s[s : s + RESCORE_BATCH] = np.where(valid, exact, -np.inf)
         order = np.argsort(-out_s, axis=1, kind="stable")[:, :k]
         ids = np.take_along_axis(ids, order, axis=1)
@@ -269,6 +287,44 @@ class SubIndex:
             if row >= first:
                 return index.reconstruct(int(row - first))
         raise IndexError(row)
+
+
+def sample_rows(count: int, n: int = OPEN_SAMPLE_ROWS) -> np.ndarray:
+    """Up to ``n`` row numbers spread evenly over ``count`` rows, first and last included."""
+    if count <= n:
+        return np.arange(count, dtype=np.int64)
+    return np.unique(np.linspace(0, count - 1, n).round().astype(np.int64))
+
+
+def damaged(where: Any, detail: str) -> InputError:
+    """The error for a damaged index file: it points to ``unirag index verify``."""
+    return InputError(f"{detail}: the index files are damaged; run 'unirag index verify' on the index "
+                      "directory to find the file, then rebuild the index", path=where)
+
+
+def _refuse_non_finite(vectors: np.ndarray, where: Any) -> None:
+    bad = ~np.isfinite(vectors)
+    if bad.any():
+        row, col = (int(x[0]) for x in np.nonzero(bad))
+        raise damaged(where, f"non-finite number ({vectors[row, col]}) in a stored vector")
+
+
+def _check_sample(index: Any, path: Path) -> None:
+    """Refuse a shard whose sampled rows (or, for IVF, coarse centroids and PQ code book) are not finite."""
+    import faiss
+
+    n = int(index.ntotal)
+    if isinstance(index, faiss.IndexIVF):
+        parts = [index.quantizer.reconstruct_n(0, int(index.quantizer.ntotal))] if index.quantizer.ntotal else []
+        pq = getattr(index, "pq", None)
+        if pq is not None:
+            parts.append(faiss.vector_to_array(pq.centroids).reshape(1, -1))
+        for part in parts:
+            _refuse_non_finite(part, path)
+        if not getattr(index, "direct_map", None) or index.direct_map.type == faiss.DirectMap.NoMap:
+            return  # codes are bytes into the code book checked above: the stored rows are finite with it
+    if n:
+        _refuse_non_finite(index.reconstruct_batch(sample_rows(n)), path)
 
 
 def _pad(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -383,7 +439,13 @@ class VectorIndex:
             n = len(queries)
             return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
         parts = [self._search_one(m, queries, k, filters.get(m) if filters is not None else None) for m in modalities]
-        return merge_topk(parts, k) if len(parts) > 1 else parts[0]
+        scores, ids = merge_topk(parts, k) if len(parts) > 1 else parts[0]
+        served = ids >= 0
+        if not np.isfinite(scores[served]).all():  # cheap: k numbers per query (see the module docstring)
+            row, col = (int(x[0]) for x in np.nonzero(served & ~np.isfinite(scores)))
+            raise damaged(self.index_dir, f"candidate {self.metas[int(ids[row, col])].did!r} scored "
+                                          f"{scores[row, col]}, not a finite number")
+        return scores, ids
 
     def row_filters(self, where: Any) -> dict[Modality, RowFilter | None]:
         """Modality -> its selected rows (None: all of them) for a filter; modalities with no match

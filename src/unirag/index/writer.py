@@ -9,6 +9,11 @@ memory is one shard (flat/HNSW) or the compressed codes (IVF-PQ), never the whol
 Everything is written into a new data folder inside the index directory; :meth:`IndexWriter.commit`
 publishes it by replacing ``manifest.json`` atomically (see :mod:`unirag.index.directory`). An
 exception or a kill before that leaves the previous index untouched and readable.
+
+A rebuild into a directory that already holds an index is compared with it before it is published
+(:func:`check_shrink`): one that would lose a modality, or more than the ``index_max_shrink`` setting's
+fraction (10%) of a modality's candidates, is refused and the old index kept, unless ``allow_shrink``
+(``--allow-shrink``). A pool whose image folder vanished must not quietly become a text-only index.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from unirag.index.manifest import (
     vectors_file,
 )
 from unirag.index.metadata import MetaWriter
+from unirag.redact import redact_json
 
 SPILL_CHUNK = 65536
 
@@ -160,6 +166,41 @@ def _read_rows(path: Path, rows: np.ndarray, dim: int) -> np.ndarray:
     return out
 
 
+def check_shrink(index_dir: Path, counts: dict[str, int], extra: dict[str, Any] | None = None,
+                 max_shrink: float | None = None) -> None:
+    """Refuse (:class:`~unirag.errors.ConfigError`) to replace the index at ``index_dir`` with one of
+    ``counts`` (modality -> candidates) that loses a modality, or more than ``max_shrink`` (None: the
+    ``index_max_shrink`` setting) of a modality's candidates. Nothing to compare (no index there yet,
+    or one that cannot be read) passes."""
+    from unirag.errors import ConfigError
+    from unirag.index.manifest import read_manifest
+
+    if not (index_dir / "manifest.json").exists():
+        return
+    try:
+        old = {m: int(e["count"]) for m, e in read_manifest(index_dir)["subindexes"].items()}
+    except (InputError, KeyError, TypeError, ValueError):
+        return  # a damaged old index is not a reference
+    if max_shrink is None:
+        from unirag.profiles import SETTINGS
+
+        max_shrink = float(SETTINGS["index_max_shrink"].default)
+    lost = [f"all {n} {m} candidates" if not counts.get(m) else f"{n - counts[m]} of {n} {m} candidates"
+            for m, n in old.items() if n and counts.get(m, 0) < n * (1 - max_shrink)]
+    if not lost:
+        return
+    bad = (extra or {}).get("bad_images") or {}
+    why = ""
+    if bad.get("count"):
+        first = (bad.get("first") or [{}])[0]
+        why = f"; {bad['count']} image(s) were missing or unreadable (first: {first.get('path')}: {first.get('reason')})"
+    describe = lambda c: ", ".join(f"{m} {n}" for m, n in c.items())  # noqa: E731
+    raise ConfigError(f"refusing to replace the index at {index_dir} ({describe(old)}) with one that loses "
+                      f"{' and '.join(lost)} ({describe(counts)}){why}; the old index is kept. Fix the input "
+                      f"(images root, pool), or rerun with --allow-shrink to replace it anyway (more than "
+                      f"{max_shrink:.0%} of a modality lost: the index_max_shrink setting)")
+
+
 class IndexWriter:
     """Build an index directory from chunks of (metadata, vectors); see the module docstring.
 
@@ -168,8 +209,9 @@ class IndexWriter:
     """
 
     def __init__(self, out_dir: str | Path, dim: int, encoder_info: dict[str, Any], index_type: str = "flat",
-                 params: dict[str, Any] | None = None, seed: int = 0) -> None:
+                 params: dict[str, Any] | None = None, seed: int = 0, allow_shrink: bool = False) -> None:
         self.out_dir = Path(out_dir).resolve()
+        self.allow_shrink = allow_shrink
         self.dim = int(dim)
         self.encoder_info = encoder_info
         self.index_type = index_type
@@ -214,6 +256,8 @@ class IndexWriter:
         """Finish the shards, hash every file, publish the new manifest. Returns the manifest."""
         if not self._subs:
             raise InputError("nothing to index: the pool has no usable candidates")
+        if not self.allow_shrink:
+            check_shrink(self.out_dir, {m.value: sub.count for m, sub in self._subs.items()}, extra)
         subindexes = {m.value: sub.finish(self.seed) for m, sub in self._subs.items()}
         self._meta.close()
         files = {}
@@ -239,6 +283,6 @@ class IndexWriter:
             **(extra or {}),
             "files": files,
         }
-        self.slot.publish(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        self.slot.publish(json.dumps(redact_json(manifest), indent=2, ensure_ascii=False) + "\n")
         self._committed = True
         return manifest

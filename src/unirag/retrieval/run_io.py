@@ -6,7 +6,8 @@ JSONL line: ``{"qid", "candidates": [{"did", "score", "modality"[, "replaced"]}]
 replacement, for UniIR's Recall@k); beside it ``<run>.manifest.json`` (k, modality, index, profile,
 example selection).
 TREC line: ``qid Q0 did rank score unirag`` (rank from 1), readable by trec_eval / ranx.
-Both are written atomically (temp file + rename).
+Both are written atomically (temp file + rename). A non-finite score (``Infinity``/``NaN`` is not
+JSON; it comes from a damaged index) stops the write with one error and leaves no file behind.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from unirag.data.jsonl import iter_json_lines
-from unirag.errors import InputError
+from unirag.errors import InputError, UniragError
 from unirag.retrieval.results import RetrievalResult
 from unirag.runs.atomic import atomic_write_lines
 
@@ -42,7 +43,7 @@ def read_run_manifest(run_path: str | Path) -> dict | None:
         return None
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON, nested too deep
         return None
 
 
@@ -55,7 +56,7 @@ def write_retrieval_run(path: str | Path, results: Iterable[RetrievalResult], ta
         from unirag.runs.atomic import atomic_write_json
 
         atomic_write_json(manifest_path(path), manifest)
-    atomic_write_lines(path, (json.dumps(r.to_json(), ensure_ascii=False) for r in results))
+    atomic_write_lines(path, (_json_line(r, path) for r in results))
     trec = trec_path(path)
 
     def trec_lines():
@@ -65,6 +66,14 @@ def write_retrieval_run(path: str | Path, results: Iterable[RetrievalResult], ta
 
     atomic_write_lines(trec, trec_lines())
     return path, trec
+
+
+def _json_line(result: RetrievalResult, path: Path) -> str:
+    try:
+        return json.dumps(result.to_json(), ensure_ascii=False, allow_nan=False)
+    except ValueError:  # allow_nan=False: a score of inf or nan
+        raise UniragError(f"{path}: query {result.qid!r} has a non-finite score, which is not valid JSON; the "
+                          "index it came from is damaged: run 'unirag index verify' on it, then rebuild") from None
 
 
 def read_retrieval_run(path: str | Path) -> dict[str, RetrievalResult]:

@@ -2,6 +2,10 @@
 
 Everything goes to a temporary file in the target's folder, is fsynced, then renamed over the
 target (``os.replace`` is atomic on POSIX filesystems).
+
+JSON and text written here (manifests, prompt logs, metrics, reports) are masked by
+:mod:`unirag.redact` first: no secret from the environment reaches these files. Lines and bytes
+(pools, retrieval runs, images) are the user's data and are written as given.
 """
 
 from __future__ import annotations
@@ -46,12 +50,17 @@ def atomic_write_lines(path: str | Path, lines: Iterable[str]) -> int:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
+    from unirag.redact import redact
+
     with atomic_open(path) as f:
-        f.write(text)
+        f.write(redact(text))
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    from unirag.redact import redact_json
+
+    with atomic_open(path) as f:
+        f.write(json.dumps(redact_json(obj), indent=2, ensure_ascii=False) + "\n")
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

@@ -81,7 +81,7 @@ class Claims:
             data = f.read(st.st_size - self._offset)
         end = data.rfind(b"\n") + 1  # a line cut by a crash is ignored (claims are hints, not results)
         for raw in data[:end].splitlines():
-            with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError):
+            with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError, RecursionError):
                 rec = json.loads(raw)
                 if rec.get("released"):
                     if self._claims.get(str(rec["key"])) == rec["owner"]:

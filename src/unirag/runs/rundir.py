@@ -30,6 +30,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from unirag.data.jsonl import iter_json_lines, parse_json, read_json_file
+from unirag.data.text import decode_line
 from unirag.errors import ConfigError, InputError
 from unirag.messages import Message, render_for_log
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
@@ -114,9 +116,11 @@ class RunDir:
         old = None
         if self.manifest_path.exists():
             try:
-                old = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError:
-                raise ConfigError(f"{self.manifest_path} is not valid JSON; move it away to start afresh") from None
+                old = read_json_file(self.manifest_path)
+            except InputError as e:
+                raise ConfigError(f"{e}; move it away to start afresh") from None
+            if not isinstance(old, dict):
+                raise ConfigError(f"{self.manifest_path} is not a JSON object; move it away to start afresh")
         if old is not None:
             if old.get("task") != self.task:
                 raise ConfigError(f"{self.out} holds a '{old.get('task')}' run, not '{self.task}'; choose another --out")
@@ -183,6 +187,20 @@ def write_prompt(prompts_dir: Path, index: int, qid: str, messages: list[Message
     atomic_write_json(stem.with_suffix(".json"), info)
 
 
+def check_some_succeeded(run_dir: str | Path, ok: int, failed: int, noun: str = "queries") -> None:
+    """Raise :class:`~unirag.errors.RunFailedError` (one line: the count and the first recorded error,
+    already masked) when this run tried items and every one of them failed - a wrong key or an
+    unreachable server must not end in exit status 0. Failures stay recorded; a rerun retries them."""
+    if failed < 1 or ok > 0:
+        return
+    from unirag.errors import RunFailedError
+
+    first = next(iter(read_run_dir(run_dir).failed().values()), {})
+    error = " ".join(str(first.get("error") or "no error recorded").split())
+    raise RunFailedError(f"all {failed} {noun} tried in this run failed (first error: {error[:300]}); "
+                         f"they are recorded in {Path(run_dir) / OUTPUTS_FILE}, rerun the same command to retry them")
+
+
 def _usage_totals(records) -> dict[str, Any]:
     usage: dict[str, int] = {}
     cost, priced, latency = 0.0, True, 0.0
@@ -235,10 +253,7 @@ def read_run_manifest(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / MANIFEST_FILE
     if not path.exists():
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"malformed JSON ({e.msg} at line {e.lineno})", path=path) from None
+    data = read_json_file(path)
     if not isinstance(data, dict):
         raise InputError("expected a JSON object", path=path)
     return data
@@ -257,12 +272,12 @@ def read_run_dir(run_dir: str | Path) -> RunOutputs:
         for lineno, raw in enumerate(f, start=1):
             if not raw.strip():
                 continue
-            try:
-                rec = json.loads(raw)
-            except json.JSONDecodeError:
-                if not raw.endswith(b"\n"):
+            if not raw.endswith(b"\n"):
+                try:
+                    json.loads(raw)
+                except (ValueError, RecursionError):
                     break  # the writer is still appending (or crashed mid-line): not a result yet
-                raise InputError("malformed JSON line", path=path, line=lineno) from None
+            rec = parse_json(decode_line(raw, path, lineno, line_start=None), path, lineno)
             if not isinstance(rec, dict) or "qid" not in rec:
                 raise InputError("expected a JSON object with a 'qid'", path=path, line=lineno, field="qid")
             qid = str(rec["qid"])
@@ -276,10 +291,7 @@ def read_run_metrics(run_dir: str | Path) -> dict[str, Any] | None:
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"malformed JSON ({e.msg})", path=path) from None
+    return read_json_file(path)
 
 
 def read_per_query(run_dir: str | Path) -> dict[str, dict[str, Any]]:
@@ -288,12 +300,6 @@ def read_per_query(run_dir: str | Path) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     if not path.exists():
         return out
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if line.strip():
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    raise InputError("malformed JSON line", path=path, line=lineno) from None
-                out[str(rec.get("qid"))] = rec
+    for _, rec in iter_json_lines(path):
+        out[str(rec.get("qid"))] = rec
     return out

@@ -19,7 +19,8 @@ has an ``ok`` record, later records for it are not written unless ``replace=True
 somewhere else must not hide a finished result, and a finished result is not stored twice).
 Run loops also :meth:`~ResultStore.claim` a key before working it (see :mod:`unirag.runs.claims`),
 so two processes do not make the same call at the same time.
-A failed item is recorded as a failure and retried on the next run; :meth:`ResultStore.compact`
+Every record is masked by :func:`unirag.redact.redact_json` before it is written, so an error message
+that quotes an API key never reaches the file. A failed item is recorded as a failure and retried on the next run; :meth:`ResultStore.compact`
 rewrites the file with exactly one line per key.
 """
 
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import UniragError
+from unirag.redact import redact_json, secret_values
 from unirag.runs.atomic import atomic_write_lines
 from unirag.runs.claims import Claims
 
@@ -148,7 +150,7 @@ class ResultStore:
             self._lineno += 1
             try:
                 rec = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
                 dropped.append(self._lineno)
                 continue
             if isinstance(rec, dict) and self.key in rec:
@@ -191,7 +193,8 @@ class ResultStore:
         if self.key not in record:
             raise ValueError(f"record lacks key field {self.key!r}")
         k = str(record[self.key])
-        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        masked = redact_json(record)  # a provider's error may quote the API key it was sent
+        line = (json.dumps(masked, ensure_ascii=False) + "\n").encode("utf-8")
         with self._locked(exclusive=True):
             self._refresh_locked(repair=True)
             current = self._latest.get(k)
@@ -208,9 +211,9 @@ class ResultStore:
                     self._ino = os.fstat(f.fileno()).st_ino
             self._offset += len(line)
             self._lineno += 1
-            self._latest[k] = record
+            self._latest[k] = masked
             self._claims.release(k)
-            return record
+            return record  # itself (callers tell "mine was written" by identity), as given
 
     def get(self, key: str) -> dict[str, Any] | None:
         return self._latest.get(str(key))
@@ -238,7 +241,10 @@ class ResultStore:
             seen = set(keys)
             keys += [k for k in self._latest if k not in seen]
             recs = [self._latest[k] for k in keys if k in self._latest]
-            n = atomic_write_lines(self.path, (json.dumps(r, ensure_ascii=False) for r in recs))
+            # (masked again: lines written by an older version, or appended by hand, may hold a secret)
+            secrets = secret_values()
+            n = atomic_write_lines(self.path, (json.dumps(redact_json(r, secrets=secrets), ensure_ascii=False)
+                                               for r in recs))
             st = self.path.stat()
             self._offset, self._ino, self._lineno = st.st_size, st.st_ino, n
             count = int(self._generation) + 1 if self._generation.isdigit() else 1

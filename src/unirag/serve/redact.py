@@ -1,107 +1,12 @@
-"""Keep secrets out of responses and logs.
+"""Keep secrets out of responses and logs: the masking lives in :mod:`unirag.redact` (shared with run
+files and manifests); re-exported here for the service's modules."""
 
-Error messages from generator backends may quote what a server sent back, and a misbehaving server
-may echo request headers. Every message the service returns or logs goes through :func:`redact`,
-which masks the values of secret-looking environment variables (API keys, tokens, passwords), the
-service's own bearer token, ``Bearer <value>`` credentials, and the values of secret-looking query
-parameters (``?token=``, ``access_token=``, ``api_key=``, ``key=``, ``password=`` ...).
-
-:func:`install_log_redaction` applies it to every log record the process creates - uvicorn's
-access and error logs included, which do not pass through unirag's loggers - by wrapping the
-logging record factory, so no handler or logger configured later (uvicorn configures its own when
-it starts) can bypass it.
-"""
-
-from __future__ import annotations
-
-import logging
-import os
-import re
-
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
-MASK = "***"
-
-
-def secret_values(extra: tuple[str, ...] = ()) -> list[str]:
-    values = {v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v.strip()) >= 6}
-    values.update(v for v in extra if v and len(v) >= 6)
-    return sorted(values, key=len, reverse=True)  # longest first: a key containing another is fully masked
-
-
-#: ``name=value`` in a URL query string (or a form body) where the name says it is a credential.
-_QUERY_SECRET = re.compile(
-    r"(?i)([?&;](?:access[_-]?token|id[_-]?token|refresh[_-]?token|token|api[_-]?key|apikey|key|"
-    r"secret|client[_-]?secret|password|passwd|pwd|auth|authorization|signature)=)[^&;#\s\"']+")
-_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=\-]{16,}")
-
-
-def redact(text: str, extra: tuple[str, ...] = ()) -> str:
-    for value in secret_values(extra):
-        text = text.replace(value, MASK)
-    text = _QUERY_SECRET.sub(lambda m: m.group(1) + MASK, text)
-    return _BEARER.sub(lambda m: m.group(1) + MASK, text)
-
-
-def redact_record(record: logging.LogRecord, extra: tuple[str, ...] = ()) -> logging.LogRecord:
-    """Mask secrets in a record's message and in each of its string arguments.
-
-    The arguments are masked one by one rather than merged into the message, because some
-    formatters (uvicorn's access log) unpack ``record.args`` themselves.
-    """
-    if isinstance(record.msg, str):
-        record.msg = redact(record.msg, extra)
-    if isinstance(record.args, tuple):
-        record.args = tuple(_redact_arg(a, extra) for a in record.args)
-    elif isinstance(record.args, dict):
-        record.args = {k: _redact_arg(v, extra) for k, v in record.args.items()}
-    if not isinstance(record.msg, str):
-        message = record.getMessage()
-        clean = redact(message, extra)
-        if clean != message:
-            record.msg, record.args = clean, None
-    return record
-
-
-def _redact_arg(value: object, extra: tuple[str, ...]) -> object:
-    """A string argument masked; any other argument (an exception quoting a server's reply, say)
-    replaced by its masked text only when its text holds a secret, so ``%d`` and friends still work."""
-    if isinstance(value, str):
-        return redact(value, extra)
-    if isinstance(value, int | float | bool) or value is None:
-        return value
-    text = str(value)
-    clean = redact(text, extra)
-    return clean if clean != text else value
-
-
-class RedactingFilter(logging.Filter):
-    """A logging filter that masks secrets in a record's message and arguments."""
-
-    def __init__(self, extra: tuple[str, ...] = ()) -> None:
-        super().__init__()
-        self.extra = extra
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        redact_record(record, self.extra)
-        return True
-
-
-_installed: dict[str, object] = {}
-
-
-def install_log_redaction(extra: tuple[str, ...] = ()) -> None:
-    """Mask secrets in every log record this process creates from now on, on any logger.
-
-    Calling it again replaces the extra secrets (tests build many apps in one process); the record
-    factory is wrapped once.
-    """
-    _installed["extra"] = tuple(extra)
-    if "factory" in _installed:
-        return
-    previous = logging.getLogRecordFactory()
-
-    def factory(*args, **kwargs):
-        return redact_record(previous(*args, **kwargs), _installed["extra"])  # type: ignore[arg-type]
-
-    _installed["factory"] = factory
-    logging.setLogRecordFactory(factory)
+from unirag.redact import (  # noqa: F401
+    MASK,
+    RedactingFilter,
+    install_log_redaction,
+    redact,
+    redact_json,
+    redact_record,
+    secret_values,
+)

@@ -21,7 +21,8 @@ from typing import Any
 
 from unirag.data.importers.generic import read_items
 from unirag.data.importers.writer import ImportSummary, SourceItem, write_dataset
-from unirag.data.text import iter_text_lines, read_text
+from unirag.data.jsonl import read_json_file
+from unirag.data.text import iter_text_lines
 from unirag.errors import InputError
 
 
@@ -46,10 +47,7 @@ def read_coco_json(path: str | Path, *, limit: int | None = None) -> tuple[list[
     """Parse an official COCO captions file. Returns the items and the number of captions whose
     ``image_id`` is not among the images (reported, then skipped)."""
     path = Path(path)
-    try:
-        data = json.loads(read_text(path))
-    except json.JSONDecodeError as e:
-        raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", path=path, line=e.lineno) from None
+    data = read_json_file(path)
     if not isinstance(data, dict):
         raise InputError("expected a JSON object with 'images' and 'annotations'", path=path)
     images = _list(data, "images", path)
@@ -114,7 +112,7 @@ def _is_jsonl(path: Path) -> bool:
         first = next(lines, (0, ""))[1]
     try:
         obj = json.loads(first)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False  # a pretty-printed or single-line official file is parsed (and diagnosed) as JSON
     return isinstance(obj, dict) and "images" not in obj and "annotations" not in obj
 

@@ -1,0 +1,153 @@
+"""Keep secrets out of files, responses and logs: the one masking function of unirag.
+
+Error messages from generator backends may quote what a server sent back (a provider's error that
+echoes the API key it was sent), and a misbehaving server may echo request headers. Every record a
+run stores (:class:`~unirag.runs.store.ResultStore`: outputs, error fields, agent-call caches), every
+JSON or text file written through :mod:`unirag.runs.atomic` (manifests, prompt logs, metrics,
+reports), every message the service returns or logs, and the CLI's error line go through :func:`redact`
+(:func:`redact_json` for a JSON value),
+which masks the values of secret-looking environment variables (API keys, tokens, passwords), the
+service's own bearer token, ``Bearer <value>`` credentials, and the values of secret-looking query
+parameters (``?token=``, ``access_token=``, ``api_key=``, ``key=``, ``password=`` ...).
+
+:func:`install_log_redaction` applies it to every log record the process creates - uvicorn's
+access and error logs included, which do not pass through unirag's loggers - by wrapping the
+logging record factory, so no handler or logger configured later (uvicorn configures its own when
+it starts) can bypass it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from functools import lru_cache
+from typing import Any
+
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+MASK = "***"
+
+
+@lru_cache(maxsize=1024)
+def _secret_name(name: str) -> bool:
+    return _SECRET_NAME.search(name) is not None
+
+
+def secret_values(extra: tuple[str, ...] = ()) -> list[str]:
+    """The values to mask: the environment's secret-looking variables (read at each call: keys set later
+    count) and ``extra``, longest first."""
+    env = os.environ
+    values = {v for v in (env.get(k, "") for k in env if _secret_name(k)) if len(v.strip()) >= 6}
+    values.update(v for v in extra if v and len(v) >= 6)
+    return sorted(values, key=len, reverse=True)  # longest first: a key containing another is fully masked
+
+
+#: ``name=value`` in a URL query string (or a form body) where the name says it is a credential.
+_QUERY_SECRET = re.compile(
+    r"(?i)([?&;](?:access[_-]?token|id[_-]?token|refresh[_-]?token|token|api[_-]?key|apikey|key|"
+    r"secret|client[_-]?secret|password|passwd|pwd|auth|authorization|signature)=)[^&;#\s\"']+")
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=\-]{16,}")
+
+
+def redact(text: str, extra: tuple[str, ...] = ()) -> str:
+    """``text`` with secret values from the environment (and ``extra``), ``?key=`` query values and
+    ``Bearer`` credentials replaced by :data:`MASK`."""
+    return _mask(text, secret_values(extra))
+
+
+def _mask(text: str, secrets: list[str]) -> str:
+    for value in secrets:
+        if value in text:
+            text = text.replace(value, MASK)
+    if "=" in text:  # (cheap tests first: most strings hold neither a query string nor a credential)
+        text = _QUERY_SECRET.sub(lambda m: m.group(1) + MASK, text)
+    if "bearer" in text.lower():
+        text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
+    return text
+
+
+def redact_json(obj: Any, extra: tuple[str, ...] = (), secrets: list[str] | None = None) -> Any:
+    """``obj`` (a JSON value: dicts, lists, strings, numbers) with every string masked by :func:`redact`.
+
+    Masking the values rather than the serialised text keeps the JSON valid whatever a secret holds.
+    Dict keys are kept (they are field names and store keys, not values a provider echoes).
+    ``secrets``: :func:`secret_values` computed once by a caller masking many objects.
+    """
+    if secrets is None:
+        secrets = secret_values(extra)
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return _mask(value, secrets)
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [walk(v) for v in value]
+        return value
+
+    return walk(obj)
+
+
+def redact_record(record: logging.LogRecord, extra: tuple[str, ...] = ()) -> logging.LogRecord:
+    """Mask secrets in a record's message and in each of its string arguments.
+
+    The arguments are masked one by one rather than merged into the message, because some
+    formatters (uvicorn's access log) unpack ``record.args`` themselves.
+    """
+    if isinstance(record.msg, str):
+        record.msg = redact(record.msg, extra)
+    if isinstance(record.args, tuple):
+        record.args = tuple(_redact_arg(a, extra) for a in record.args)
+    elif isinstance(record.args, dict):
+        record.args = {k: _redact_arg(v, extra) for k, v in record.args.items()}
+    if not isinstance(record.msg, str):
+        message = record.getMessage()
+        clean = redact(message, extra)
+        if clean != message:
+            record.msg, record.args = clean, None
+    return record
+
+
+def _redact_arg(value: object, extra: tuple[str, ...]) -> object:
+    """A string argument masked; any other argument (an exception quoting a server's reply, say)
+    replaced by its masked text only when its text holds a secret, so ``%d`` and friends still work."""
+    if isinstance(value, str):
+        return redact(value, extra)
+    if isinstance(value, int | float | bool) or value is None:
+        return value
+    text = str(value)
+    clean = redact(text, extra)
+    return clean if clean != text else value
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that masks secrets in a record's message and arguments."""
+
+    def __init__(self, extra: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.extra = extra
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        redact_record(record, self.extra)
+        return True
+
+
+_installed: dict[str, object] = {}
+
+
+def install_log_redaction(extra: tuple[str, ...] = ()) -> None:
+    """Mask secrets in every log record this process creates from now on, on any logger.
+
+    Calling it again replaces the extra secrets (tests build many apps in one process); the record
+    factory is wrapped once.
+    """
+    _installed["extra"] = tuple(extra)
+    if "factory" in _installed:
+        return
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args, **kwargs):
+        return redact_record(previous(*args, **kwargs), _installed["extra"])  # type: ignore[arg-type]
+
+    _installed["factory"] = factory
+    logging.setLogRecordFactory(factory)
