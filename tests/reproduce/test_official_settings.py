@@ -250,7 +250,7 @@ def test_official_prompts_come_from_the_users_checkout(tmp_path):
     assert tpl.text("zero_shot") == "ZERO words" and tpl.fill("few_shot", num=2) == "FEW 2 words"
     with pytest.raises(ConfigError, match="not a directory"):
         apply_caption_prompts(caption_template("gemini"), "gemini", "official", tmp_path / "nowhere")
-    with pytest.raises(ConfigError, match="caption-prompts official"):
+    with pytest.raises(ConfigError, match="caption_prompts=official"):
         apply_caption_prompts(caption_template("gemini"), "gemini", "paper", tmp_path / "UniRAG")
 
 
