@@ -325,6 +325,8 @@ PINNED = {
                        "test_emu2_official_sampling_is_the_pipelines_default")],                     # both
     "image_max_pixels": [("tests/data/test_image_loader.py", "test_bomb_is_an_input_error_before_decoding")],
     "image_background": [("tests/data/test_image_loader.py", "test_transparency_is_composited_on_white_by_default")],
+    "image_seed": [("tests/image_generation/test_diffusers_images.py",
+                    "test_cli_with_local_pipeline_passes_picture_settings")],                        # same value
 }
 
 
