@@ -12,19 +12,14 @@ from unirag.cli.profile_options import behaviour_options
 
 
 def _pairs(values: tuple[str, ...], option: str, parse_value: bool) -> dict:
-    from unirag.errors import ConfigError
+    """``--option``/``--generator`` ``KEY=VALUE`` items, split as ``--set`` splits them; ``parse_value``:
+    the value read as YAML (``--option concurrency=8`` is a number)."""
+    import yaml
 
-    out = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"{option} expects KEY=VALUE, got {item!r}")
-        if parse_value:
-            import yaml
+    from unirag.profiles import read_assignments
 
-            value = yaml.safe_load(value) if value.strip() else None
-        out[key.strip()] = value
-    return out
+    return {key: (yaml.safe_load(value) if value else None) if parse_value else value
+            for key, value in read_assignments(values, option)}
 
 
 @click.command("run")

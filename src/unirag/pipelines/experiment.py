@@ -13,13 +13,10 @@ from typing import Any
 
 from unirag.errors import ConfigError, UniragError
 from unirag.generators.options import GENERATOR_OPTIONS
-from unirag.pipelines.experiment_grid import (  # noqa: F401 - the grid's names, importable from here as before
-    RUN_OPTION_KEYS,
-    Cell,
-    GridOverrides,
-    load_experiment,
-    select_cells,
-)
+from unirag.pipelines.experiment_cells import Cell, load_experiment, select_cells
+from unirag.pipelines.experiment_grid import RUN_OPTION_KEYS, GridOverrides
+
+__all__ = ["Cell", "GridOverrides", "cell_states", "load_experiment", "run_cell", "run_experiment", "select_cells"]
 
 
 def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int | None = None,

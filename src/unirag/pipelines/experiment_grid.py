@@ -1,4 +1,4 @@
-"""Reading an experiment grid file: YAML -> the cells to run (queries x retriever x generator x mode x k).
+"""Reading an experiment grid file: the YAML, its paths, retrievers, options and entries.
 
 Each cell is an ordinary resumable run directory (``OUT/<generator>/<mode>-k<k>[-<retriever>]``),
 so rerunning the experiment after a crash continues every unfinished cell and skips finished ones.
@@ -25,22 +25,23 @@ figure, metric names as ``metrics.json`` has them), written to ``OUT/<cell>/pape
 ``unirag report``; and ``task: cir`` cells (``dataset``, ``annotations``, ``split_file``, ``agents``,
 ``encoder``, ``k_prime``, ``lam``, ``stages``) run by :func:`unirag.cir.api.run_cir`.
 :class:`GridOverrides` (``unirag run --data-root/--out/--generator/--option/--profile``) changes
-where data is and which generators run without editing the file. Running the cells is
-:mod:`unirag.pipelines.experiment`; printing their plan, :mod:`unirag.pipelines.experiment_plan`.
+where data is and which generators run without editing the file.
+
+The loader is split by what each part reads: this module reads the file (:func:`read_grid`);
+:mod:`unirag.pipelines.experiment_cells` turns its entries into cells (settings, sources, options);
+:mod:`unirag.pipelines.experiment_plan` checks each cell's inputs on disk (``--dry-run``);
+:mod:`unirag.pipelines.experiment` runs the cells.
 """
 
 
 from __future__ import annotations
 
-import fnmatch
-import itertools
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from unirag.data.text import read_text
-from unirag.errors import ConfigError, InputError, UniragError
+from unirag.errors import InputError
 from unirag.generators.options import GENERATOR_OPTIONS
 
 TASKS = ("caption", "image", "cir")
@@ -82,43 +83,45 @@ class GridOverrides:
 
 
 @dataclass
-class Cell:
-    name: str
-    task: str
-    generator: str
-    mode: str
-    k: int
-    retriever: str | None
-    sources: dict[str, Any]  # queries, images_root, pool, retrieval/index
-    options: dict[str, Any] = field(default_factory=dict)
-    #: the resolved behaviour settings (profile + overrides), a :class:`unirag.profiles.Settings`
-    settings: Any = None
-    #: the paper's figures for this cell (metric -> value), its row label and table
-    paper: dict[str, float] = field(default_factory=dict)
-    row: str | None = None
-    source: str | None = None
-    #: ``task: cir`` cells: what :func:`unirag.cir.api.run_cir` gets
-    cir: dict[str, Any] = field(default_factory=dict)
+class Grid:
+    """A grid file as read: the YAML mapping, where its relative paths start, the top-level sources,
+    retrievers and options, and its entries (grid rows and cells, one generator each, ``_where``
+    naming the place in the file for error messages)."""
 
-    def paper_record(self) -> dict[str, Any]:
-        """What ``OUT/<cell>/paper.json`` holds (read by ``unirag report`` for its paper and Δ columns)."""
-        return {"source": self.source, "row": self.row, "cell": self.name, "paper": dict(self.paper)}
+    spec: dict[str, Any]
+    path: Path
+    base: Path
+    overrides: GridOverrides
+    top: dict[str, Any]
+    retrievers: dict[str, Any]
+    #: the grid's options with ``unirag run --option`` over them; ``forced``: the latter alone (they win
+    #: over every cell's own)
+    options: dict[str, Any]
+    forced: dict[str, Any]
+    entries: list[dict[str, Any]] = field(default_factory=list)
 
+    @property
+    def default_task(self) -> str:
+        return self.spec.get("task", "caption")
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+    def resolve(self, key: str, value: Any) -> Any:
+        """A value as the grid means it: a path key's relative path starts at the file's folder (or
+        ``--data-root``)."""
+        if key in PATH_KEYS and isinstance(value, list | tuple):
+            return [self.resolve(key, v) for v in value]
+        if key in PATH_KEYS and value is not None:
+            p = Path(str(value)).expanduser()
+            return str(p if p.is_absolute() else self.base / p)
+        return value
 
 
 def _as_list(v: Any) -> list:
     return list(v) if isinstance(v, list | tuple) else [v]
 
 
-def load_experiment(path: str | Path, overrides: GridOverrides | None = None) -> tuple[dict[str, Any], list[Cell]]:
-    """Parse and expand a grid file. Errors name the file and the offending key."""
+def read_grid(path: str | Path, overrides: GridOverrides | None = None) -> Grid:
+    """Read and check a grid file's top level and collect its entries. Errors name the file and key."""
     import yaml
-
-    from unirag.profiles import resolve as resolve_settings
-    from unirag.profiles import split_settings
 
     over = overrides or GridOverrides()
     path = Path(path)
@@ -135,49 +138,33 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None) ->
         raise InputError(f"unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(_TOP_KEYS))}",
                          path=path)
     base = Path(over.data_root).resolve() if over.data_root is not None else path.resolve().parent
-
-    def resolve(key: str, value: Any) -> Any:
-        if key in PATH_KEYS and isinstance(value, list | tuple):
-            return [resolve(key, v) for v in value]
-        if key in PATH_KEYS and value is not None:
-            p = Path(str(value)).expanduser()
-            return str(p if p.is_absolute() else base / p)
-        return value
-
-    def settings_of(entry: dict[str, Any], where: str) -> tuple[Any, dict[str, Any]]:
-        """The cell's settings: ``unirag run`` options > the entry's > the grid's (profile and settings),
-        and the example-selection names among them (as ``--set`` takes them)."""
-        for part, name in ((spec, "settings"), (entry, f"{where}.settings")):
-            if part.get("settings") is not None and not isinstance(part["settings"], dict):
-                raise InputError("expected a mapping setting -> value", path=path, field=name)
-        given = {**(spec.get("settings") or {}), **(entry.get("settings") or {}), **over.settings}
-        try:
-            overrides, chosen = split_settings(given, selection=entry.get("task", default_task) != "cir")
-            return resolve_settings(over.profile or entry.get("profile") or spec.get("profile") or "default",
-                                    **overrides), chosen
-        except UniragError as e:
-            raise InputError(str(e), path=path, field=f"{where}.settings") from None
-
-    needs_queries = spec.get("task", "caption") != "cir" or any(
-        isinstance(e, dict) and e.get("task", spec.get("task", "caption")) != "cir"
+    grid = Grid(spec, path, base, over, {}, {}, {}, {})
+    needs_queries = grid.default_task != "cir" or any(
+        isinstance(e, dict) and e.get("task", grid.default_task) != "cir"
         for e in [*(spec.get("grid") or []), *(spec.get("cells") or [])])
     for key in ("out", "queries") if needs_queries else ("out",):
         if not spec.get(key):
             raise InputError("missing required key", path=path, field=key)
-    top = {k: resolve(k, spec.get(k)) for k in ("out", "queries", "images_root", "pool", "pool_images_root")}
+    grid.top = {k: grid.resolve(k, spec.get(k)) for k in ("out", "queries", "images_root", "pool", "pool_images_root")}
     if over.out is not None:
-        top["out"] = str(Path(over.out).resolve())
-    retrievers = spec.get("retrievers") or {}
-    if not isinstance(retrievers, dict):
+        grid.top["out"] = str(Path(over.out).resolve())
+    grid.retrievers = spec.get("retrievers") or {}
+    if not isinstance(grid.retrievers, dict):
         raise InputError("expected a mapping name -> {retrieval: RUN} or {index: DIR}", path=path, field="retrievers")
-    for name, src in retrievers.items():
+    for name, src in grid.retrievers.items():
         if not isinstance(src, dict) or len(set(src) & {"retrieval", "index"}) != 1:
             raise InputError("each retriever needs exactly one of 'retrieval' or 'index'", path=path,
                              field=f"retrievers.{name}")
-    options = {k: resolve(k, v) for k, v in {**(spec.get("options") or {}), **over.options}.items()}
-    forced = {k: resolve(k, v) for k, v in over.options.items()}  # unirag run --option: wins over every cell
-    _check_option_keys(options, path, "options")
-    default_task = spec.get("task", "caption")
+    grid.options = {k: grid.resolve(k, v) for k, v in {**(spec.get("options") or {}), **over.options}.items()}
+    grid.forced = {k: grid.resolve(k, v) for k, v in over.options.items()}
+    _check_option_keys(grid.options, path, "options")
+    grid.entries = _entries(grid)
+    return grid
+
+
+def _entries(grid: Grid) -> list[dict[str, Any]]:
+    """The grid rows (one per generator) and the explicit cells, ``generator`` replaced as asked."""
+    spec, path = grid.spec, grid.path
     entries: list[dict[str, Any]] = []
     for i, entry in enumerate(spec.get("grid") or []):
         if not isinstance(entry, dict):
@@ -185,7 +172,7 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None) ->
         for gen in _as_list(entry.get("generator", spec.get("generators") or [])):
             entries.append({**entry, "generator": gen, "_where": f"grid[{i}]"})
     for i, entry in enumerate(spec.get("cells") or []):
-        if isinstance(entry, dict) and entry.get("task", default_task) == "cir":
+        if isinstance(entry, dict) and entry.get("task", grid.default_task) == "cir":
             entries.append({**entry, "generator": entry.get("generator", "xr" if entry.get("agents") else "baseline"),
                             "mode": "cir", "_where": f"cells[{i}]"})
             continue
@@ -194,92 +181,10 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None) ->
         for gen in _as_list(entry["generator"]):
             entries.append({**entry, "generator": gen, "_where": f"cells[{i}]"})
     for entry in entries:
-        entry["generator"] = over.generators.get(str(entry["generator"]), entry["generator"])
+        entry["generator"] = grid.overrides.generators.get(str(entry["generator"]), entry["generator"])
     if not entries:
         raise InputError("no cells: give 'generators' and 'grid', or 'cells'", path=path)
-
-    cells: list[Cell] = []
-    seen: set[str] = set()
-    for entry in entries:
-        where = entry.pop("_where")
-        task = entry.get("task", default_task)
-        if task not in TASKS:
-            raise InputError(f"unknown task {task!r}; expected {' or '.join(TASKS)}", path=path, field=where)
-        mode = entry.get("mode")
-        if mode is None:
-            raise InputError("missing 'mode'", path=path, field=where)
-        paper = entry.get("paper") or {}
-        if not isinstance(paper, dict) or not all(isinstance(v, int | float) for v in paper.values()):
-            raise InputError("expected a mapping metric -> the paper's figure", path=path, field=f"{where}.paper")
-        settings, chosen = settings_of(entry, where)
-        meta = {"settings": settings, "paper": {str(k): float(v) for k, v in paper.items()},
-                "row": entry.get("row"), "source": spec.get("source")}
-        if task == "cir":
-            cell = _cir_cell(entry, where, path, top, options, resolve, meta, forced)
-            if cell.name in seen:
-                raise InputError(f"two cir cells named {cell.name!r}; give each a 'name'", path=path, field=where)
-            seen.add(cell.name)
-            cells.append(cell)
-            continue
-        cell_opts = {k: resolve(k, v) for k, v in entry.items()
-                     if k not in {"generator", "mode", "k", "retriever", "task"} | SOURCE_KEYS | CELL_META_KEYS}
-        overrides = {k: resolve(k, v) for k, v in entry.items() if k in SOURCE_KEYS}
-        _check_option_keys(cell_opts, path, where)
-        if chosen:  # example-selection settings: over the cell's selection option
-            from unirag.retrieval.selection import selection_from_settings
-
-            base = cell_opts.get("selection", options.get("selection"))
-            try:
-                cell_opts["selection"] = selection_from_settings(chosen, base).to_dict()
-            except UniragError as e:
-                raise InputError(str(e), path=path, field=f"{where}.settings") from None
-        for k, retriever in itertools.product(_as_list(entry.get("k", 0 if mode == "zero-shot" else 1)),
-                                              _as_list(entry.get("retriever"))):
-            sources = {"queries": top["queries"], "images_root": top["images_root"], "pool": top["pool"],
-                       "pool_images_root": top["pool_images_root"], **overrides}
-            if mode == "rag":
-                if retriever not in retrievers:
-                    raise InputError(f"rag cells need a retriever named in 'retrievers' (got {retriever!r})",
-                                     path=path, field=where)
-                sources.update({k2: resolve(k2, v) for k2, v in retrievers[retriever].items()})
-            elif retriever is not None:
-                raise InputError(f"only rag cells take a retriever (mode {mode})", path=path, field=where)
-            name = "" if task == "caption" else f"{task}/"
-            name += f"{_slug(str(entry['generator']))}/{mode}-k{k}" + (f"-{_slug(retriever)}" if retriever else "")
-            if name in seen:
-                continue
-            seen.add(name)
-            cells.append(Cell(name=name, task=task, generator=str(entry["generator"]), mode=mode, k=int(k),
-                              retriever=retriever, sources=sources, options={**options, **cell_opts, **forced},
-                              **meta))
-    return {**spec, **top, "path": str(path)}, cells
-
-
-def _cir_cell(entry: dict[str, Any], where: str, path: Path, top: dict[str, Any], options: dict[str, Any],
-              resolve, meta: dict[str, Any], forced: dict[str, Any]) -> Cell:
-    """A ``task: cir`` cell: one :func:`unirag.cir.api.run_cir` call on a benchmark's annotation files."""
-    bad = set(entry) - CIR_KEYS - CELL_META_KEYS - {"generator", "mode", "task", "images_root", "concurrency"}
-    if bad:
-        raise InputError(f"unknown key(s) {', '.join(sorted(bad))} for a cir cell; allowed: "
-                         f"{', '.join(sorted(CIR_KEYS | CELL_META_KEYS | {'images_root', 'concurrency'}))}",
-                         path=path, field=where)
-    for key in ("dataset", "annotations"):
-        if not entry.get(key):
-            raise InputError(f"cir cells need '{key}'", path=path, field=where)
-    cir = {k: resolve(k, v) for k, v in entry.items() if k in CIR_KEYS}
-    grid_wide = {k: v for k, v in options.items() if k in CIR_OPTION_KEYS}
-    cir = {**grid_wide, **cir, **{k: v for k, v in forced.items() if k in CIR_OPTION_KEYS}}
-    cir["annotations"] = _as_list(cir["annotations"])
-    images_root = resolve("images_root", entry.get("images_root")) or top["images_root"]
-    label = _slug(str(entry.get("name") or entry["generator"]))
-    cell_options = {k: v for k, v in options.items() if k in {"concurrency", "limit", "decode_workers"}}
-    if "concurrency" in entry:
-        cell_options["concurrency"] = entry["concurrency"]
-    return Cell(name=f"cir/{_slug(str(entry['dataset']))}/{label}", task="cir", generator=str(entry["generator"]),
-                mode="cir", k=int(entry.get("k") or 50), retriever=None,
-                sources={"images_root": images_root, "annotations": cir["annotations"],
-                         "split_file": cir.get("split_file"), "agents": cir.get("agents")},
-                options=cell_options, cir=cir, **meta)
+    return entries
 
 
 def _check_option_keys(opts: dict[str, Any], path: Path, where: str) -> None:
@@ -288,12 +193,3 @@ def _check_option_keys(opts: dict[str, Any], path: Path, where: str) -> None:
     if bad:
         raise InputError(f"unknown option(s) {', '.join(sorted(bad))}; allowed: {', '.join(sorted(allowed))}",
                          path=path, field=where)
-
-
-def select_cells(cells: list[Cell], patterns: tuple[str, ...]) -> list[Cell]:
-    if not patterns:
-        return cells
-    chosen = [c for c in cells if any(fnmatch.fnmatch(c.name, p) for p in patterns)]
-    if not chosen:
-        raise ConfigError(f"no cell matches {', '.join(patterns)}; cells: {', '.join(c.name for c in cells)}")
-    return chosen
