@@ -6,7 +6,7 @@ Part 1, quality (bundled COCO sample: 51 real photos, 255 captions, offline enco
 with its photo's five captions under new ids (what a merged web-scale pool holds). Image->caption
 retrieval, positives excluded by id (``--exclude-positives``, the paper's leakage-free setting),
 k = 5, then the offline ``retrieval:consensus`` captioner over the examples; CIDEr against the
-query's own references. Rows: relevance only / ``--one-per-image`` / ``--diversity mmr``, each
+query's own references. Rows: relevance only / ``--set one_per_image=on`` / ``--set diversity=mmr``, each
 with the guard on ``report`` (flagged copies stay in the prompt) and ``exclude``. Columns: CIDEr,
 distinct photos per example set, examples flagged as near-duplicates, leak rate (queries whose
 examples still show a flagged copy), selection time per query.

@@ -14,13 +14,15 @@ Code never asks which profile is active; it reads the setting it depends on::
     settings["xr_scoring"]          # "official"
     settings.to_dict()              # {"profile": "official", "settings": {...}, "overrides": [...]}
 
-Every run manifest records ``settings.to_dict()``. A user may set any one setting alone (CLI option
-``--<name with dashes>``, grid option, ``profile=``/keyword in the Python API) on top of a profile.
+Every run manifest records ``settings.to_dict()``. A user may set any one setting alone on top of a
+profile, by the same name everywhere: ``--set NAME=VALUE`` on the command line, ``settings:`` in a grid
+file, a keyword of :func:`resolve` in the Python API. :func:`split_settings` is the one reader of such
+names for all three (it also routes the example-selection names of :class:`unirag.Selection`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -309,6 +311,14 @@ _register(
 )
 
 
+# --- generated pictures (issue 25: ``--seed`` chooses examples on every command) ------------------
+_register(
+    Setting("image_seed", default=1234, official=1234, parse=int,
+            help="Seed of every generated picture, the same for every query (the paper's LaVIT run: 1234). "
+                 "Not the seed of the random example choice, which is --seed (grid option seed)."),
+)
+
+
 @dataclass(frozen=True)
 class Settings(Mapping[str, Any]):
     """The resolved value of every setting for one run: a profile plus the user's overrides."""
@@ -375,6 +385,46 @@ def resolve(profile: str | Settings | None = "default", **overrides: Any) -> Set
     return Settings(base, values, tuple(sorted(given)))
 
 
-def option_name(setting: str) -> str:
-    """The CLI option of a setting: ``pair_completion`` -> ``--pair-completion``."""
-    return "--" + setting.replace("_", "-")
+def read_assignments(items: Iterable[str], option: str = "--set") -> list[tuple[str, str]]:
+    """``NAME=VALUE`` strings (``--set``, in order) -> ``(name, value)`` pairs; the value stays a string,
+    read later by its setting's declared type."""
+    pairs = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"{option} expects NAME=VALUE, got {item!r}")
+        pairs.append((name.strip(), value.strip()))
+    return pairs
+
+
+def known_names(selection: bool = True) -> str:
+    """The names a user may set, for error messages and help: the settings table, then the
+    example-selection names (where the command chooses examples)."""
+    from unirag.retrieval.selection import SELECTION_SETTINGS
+
+    text = ", ".join(sorted(SETTINGS))
+    return text + (f"; example selection: {', '.join(SELECTION_SETTINGS)}" if selection else "")
+
+
+def split_settings(given: Mapping[str, Any] | Iterable[tuple[str, Any]], selection: bool = True
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Behaviour settings by name (``--set`` pairs, a grid's ``settings:``) -> (overrides of the
+    settings table, for :func:`resolve`; example-selection settings, for
+    :func:`unirag.retrieval.selection.selection_from_settings`). A repeated name: the last value wins,
+    except the list-valued selection names (``filter``, ``pairs_from``), which collect every value.
+    An unknown name is one :class:`ConfigError` line naming the known ones."""
+    from unirag.retrieval.selection import SELECTION_SETTINGS
+
+    overrides: dict[str, Any] = {}
+    chosen: dict[str, Any] = {}
+    for name, value in (given.items() if isinstance(given, Mapping) else given):
+        if name in SETTINGS:
+            overrides[name] = value
+        elif selection and name in SELECTION_SETTINGS:
+            if SELECTION_SETTINGS[name][2]:  # list-valued
+                chosen.setdefault(name, []).extend(value if isinstance(value, list | tuple) else [value])
+            else:
+                chosen[name] = value
+        else:
+            raise ConfigError(f"unknown setting {name!r}; known: {known_names(selection)}")
+    return overrides, chosen

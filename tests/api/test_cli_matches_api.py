@@ -44,7 +44,7 @@ def test_evaluate_retrieval_matches_retrieval_metrics(demo, retriever, t2i, tmp_
 def test_generate_images_matches_image_generator(demo, retriever, t2i, tmp_path):
     out = tmp_path / "run"
     run_cli("generate-images", "--queries", t2i["dir"] / "queries.jsonl", "--generator", "retrieval:top1",
-            "--mode", "rag", "--k", 2, "--retrieval", t2i["run"], "--images-root", demo["images"], "--out", out,
+            "--mode", "rag", "--k", 2, "--retrieval", t2i["run"], "--pool-images-root", demo["images"], "--out", out,
             "--no-progress")
     records = {r["qid"]: r for r in map(json.loads, (out / "outputs.jsonl").read_text().splitlines())}
     generator = unirag.ImageGenerator("retrieval:top1")

@@ -110,7 +110,7 @@ def test_evaluate_images_matches_image_metrics(demo, retriever, tmp_path, monkey
     write_queries(tmp_path / "q.jsonl", queries)
     out = tmp_path / "run"
     run_cli("generate-images", "--queries", tmp_path / "q.jsonl", "--generator", "retrieval:top1", "--mode", "rag",
-            "--index", demo["index"], "--images-root", demo["images"], "--out", out, "--no-progress")
+            "--index", demo["index"], "--pool-images-root", demo["images"], "--out", out, "--no-progress")
     run_cli("evaluate", "images", "--run", out, "--queries", tmp_path / "q.jsonl", "--pool", demo["pool"],
             "--images-root", demo["images"], "--clip-model", tiny_clip_dir(), "--device", "cpu")
     cli = json.loads((out / "metrics.json").read_text())

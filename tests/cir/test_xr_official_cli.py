@@ -30,7 +30,7 @@ def test_profile_and_single_settings_reach_the_manifest(myntra, tmp_path, capsys
     code, _, err = _cli(["cir", "--dataset", "mbeir", "--annotations", str(q), "--split-file", str(pool),
                          "--images-root", str(myntra), "--out", str(tmp_path / "run"), "--encoder",
                          str(tiny_clip_dir()), "--stages", "baseline", "--quiet", "--profile", "official",
-                         "--xr-scoring", "paper", "--xr-prompts", "unirag", "--xr-max-statements", "none"], capsys)
+                         "--set", "xr_scoring=paper", "--set", "xr_prompts=unirag", "--set", "xr_max_statements=none"], capsys)
     assert code == 0, err
     settings = json.loads((tmp_path / "run/manifest.json").read_text())["settings"]
     assert settings["profile"] == "official" and settings["overrides"] == ["xr_max_statements", "xr_prompts",
@@ -47,7 +47,7 @@ def test_bad_setting_values_and_missing_official_prompts_fail_with_one_line(mynt
     q, pool = _set(myntra, tmp_path)
     base = ["cir", "--dataset", "mbeir", "--annotations", str(q), "--split-file", str(pool), "--images-root",
             str(myntra), "--encoder", str(tiny_clip_dir()), "--quiet"]
-    code, _, err = _cli(base + ["--out", str(tmp_path / "r1"), "--xr-scoring", "sometimes"], capsys)
+    code, _, err = _cli(base + ["--out", str(tmp_path / "r1"), "--set", "xr_scoring=sometimes"], capsys)
     assert code == 2 and "xr_scoring" in err and "paper, official" in err and "Traceback" not in err
     agents = tmp_path / "agents.yaml"
     agents.write_text("defaults: {model: 'openai:fake', base_url: 'http://127.0.0.1:9/v1'}\n")
@@ -79,18 +79,18 @@ def test_the_reply_and_cir_v2_settings_are_cli_options(myntra, tmp_path, capsys)
     q, pool = _set(myntra, tmp_path)
     base = ["cir", "--dataset", "mbeir", "--annotations", str(q), "--split-file", str(pool), "--images-root",
             str(myntra), "--encoder", str(tiny_clip_dir()), "--stages", "baseline", "--quiet"]
-    code, _, err = _cli(base + ["--out", str(tmp_path / "run"), "--profile", "official", "--xr-json-parsing", "unirag",
-                                "--xr-caption-repetition-penalty", "none", "--xr-answer-matching", "boolean",
-                                "--xr-stage1-schema", "v1", "--xr-rewrite-caption", "off"], capsys)
+    code, _, err = _cli(base + ["--out", str(tmp_path / "run"), "--profile", "official", "--set", "xr_json_parsing=unirag",
+                                "--set", "xr_caption_repetition_penalty=none", "--set", "xr_answer_matching=boolean",
+                                "--set", "xr_stage1_schema=v1", "--set", "xr_rewrite_caption=off"], capsys)
     assert code == 0, err
     s = json.loads((tmp_path / "run/manifest.json").read_text())["settings"]
     assert (s["settings"]["xr_json_parsing"], s["settings"]["xr_caption_repetition_penalty"],
             s["settings"]["xr_answer_matching"], s["settings"]["xr_stage1_schema"],
             s["settings"]["xr_rewrite_caption"]) == ("unirag", None, "boolean", "v1", False)
-    code, _, err = _cli(base + ["--out", str(tmp_path / "r2"), "--xr-rewrite-caption", "maybe"], capsys)
+    code, _, err = _cli(base + ["--out", str(tmp_path / "r2"), "--set", "xr_rewrite_caption=maybe"], capsys)
     assert code == 2 and "xr_rewrite_caption" in err and "Traceback" not in err
-    code, _, err = _cli(base + ["--out", str(tmp_path / "r3"), "--xr-caption-repetition-penalty", "1.1",
-                                "--xr-rewrite-caption", "on"], capsys)
+    code, _, err = _cli(base + ["--out", str(tmp_path / "r3"), "--set", "xr_caption_repetition_penalty=1.1",
+                                "--set", "xr_rewrite_caption=on"], capsys)
     assert code == 0, err
     s = json.loads((tmp_path / "r3/manifest.json").read_text())["settings"]["settings"]
     assert s["xr_caption_repetition_penalty"] == 1.1 and s["xr_rewrite_caption"] is True

@@ -124,10 +124,10 @@ def test_cli_options_reach_the_loader(tmp_path, monkeypatch, capsys):
     path = _cirr(tmp_path, ["x"])
     with pytest.raises(SystemExit) as e:
         main(["cir", "--dataset", "cirr", "--annotations", str(path), "--images-root", str(tmp_path),
-              "--out", str(tmp_path / "out"), "--xr-query-text", "official", "--xr-cirr-val-limit", "2400"])
+              "--out", str(tmp_path / "out"), "--set", "xr_query_text=official", "--set", "xr_cirr_val_limit=2400"])
     assert e.value.code == 2 and "stopped here" in capsys.readouterr().err
     assert (calls[0]["query_text"], calls[0]["cirr_val_limit"]) == ("official", 2400)
     with pytest.raises(SystemExit) as e:
         main(["cir", "--dataset", "cirr", "--annotations", str(path), "--images-root", str(tmp_path),
-              "--out", str(tmp_path / "out"), "--xr-cirr-val-limit", "100"])
+              "--out", str(tmp_path / "out"), "--set", "xr_cirr_val_limit=100"])
     assert e.value.code == 2 and "must be one of None, 2400" in capsys.readouterr().err

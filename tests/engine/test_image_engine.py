@@ -74,7 +74,7 @@ def test_driver_killed_then_rerun_draws_no_finished_picture_again(coco_caption_s
     n = 12
     cmd = UNIRAG + ["generate-images", "--queries", str(coco_caption_set["text_queries"]),
                     "--generator", f"diffusers:{tiny_sd_dir()}", "--width", "32", "--height", "32", "--steps", "2",
-                    "--guidance", "3.0", "--seed", "7", "--limit", str(n), "--no-progress"]
+                    "--guidance", "3.0", "--set", "image_seed=7", "--limit", str(n), "--no-progress"]
     local_cmd = cmd + ["--out", str(tmp_path / "local")]
     cmd = cmd + ["--out", str(out)]
     first = subprocess.Popen(cmd + ["--engine", "ray", "--workers", "2", "--ray-address", address], env=env,

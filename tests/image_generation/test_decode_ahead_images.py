@@ -89,7 +89,7 @@ def test_cli_decode_workers_reach_the_run(emu2, t2i_data, tmp_path, decoded_here
     a bad value is one line and exit 2."""
     from cli_capture import main_result
 
-    base = ["generate-images", "--queries", str(t2i_data.queries), "--images-root", str(t2i_data.root),
+    base = ["generate-images", "--queries", str(t2i_data.queries), "--pool-images-root", str(t2i_data.root),
             "--generator", emu2.spec, "--device", "cpu", "--mode", "rag", "--k", "1", "--retrieval",
             str(t2i_data.run), "--width", "32", "--height", "32", "--steps", "2", "--no-progress"]
     code, out, err = main_result([*base, "--out", str(tmp_path / "run"), "--decode-workers", "2"], capsys)

@@ -210,7 +210,7 @@ def test_cli_with_local_pipeline_passes_picture_settings(tiny_sd, tiny_sd_dir, t
 
     out = tmp_path / "cli"
     args = ["--queries", str(t2i_data.queries), "--generator", f"diffusers:{tiny_sd_dir}", "--device", "cpu",
-            "--width", "40", "--height", "32", "--steps", "2", "--guidance", "3.0", "--seed", "5", "--limit", "2",
+            "--width", "40", "--height", "32", "--steps", "2", "--guidance", "3.0", "--set", "image_seed=5", "--limit", "2",
             "--out", str(out), "--no-progress"]
     result = CliRunner().invoke(generate_images, args)
     assert result.exit_code == 0, result.output

@@ -27,7 +27,7 @@ def _outputs(out) -> list[dict]:
 
 def test_top1_cli_copies_the_retrieved_image_pixel_exactly(t2i_data, tmp_path):
     out = tmp_path / "top1"
-    result = _cli("--queries", str(t2i_data.queries), "--images-root", str(t2i_data.root),
+    result = _cli("--queries", str(t2i_data.queries), "--pool-images-root", str(t2i_data.root),
                      "--generator", "retrieval:top1", "--mode", "rag", "--k", "1", "--retrieval", str(t2i_data.run),
                      "--out", str(out), "--no-progress")
     assert result.exit_code == 0, result.output
@@ -55,7 +55,7 @@ def test_top1_cli_copies_the_retrieved_image_pixel_exactly(t2i_data, tmp_path):
 
 def test_rerun_skips_finished_queries_and_limit_extends(t2i_data, tmp_path):
     out = tmp_path / "resume"
-    base = ["--queries", str(t2i_data.queries), "--images-root", str(t2i_data.root), "--generator",
+    base = ["--queries", str(t2i_data.queries), "--pool-images-root", str(t2i_data.root), "--generator",
             "retrieval:top1", "--mode", "rag", "--retrieval", str(t2i_data.run), "--out", str(out), "--no-progress"]
     first = _cli(*base, "--limit", "2")
     assert first.exit_code == 0, first.output
@@ -73,16 +73,16 @@ def test_rerun_skips_finished_queries_and_limit_extends(t2i_data, tmp_path):
 
 def test_resume_with_other_settings_is_refused(t2i_data, tmp_path):
     out = tmp_path / "mixed"
-    base = ["--queries", str(t2i_data.queries), "--images-root", str(t2i_data.root), "--generator",
+    base = ["--queries", str(t2i_data.queries), "--pool-images-root", str(t2i_data.root), "--generator",
             "retrieval:top1", "--mode", "rag", "--retrieval", str(t2i_data.run), "--out", str(out), "--no-progress"]
     assert _cli(*base, "--limit", "1").exit_code == 0
-    result = _cli(*base, "--seed", "7")
+    result = _cli(*base, "--set", "image_seed=7")
     assert isinstance(result.exception, ConfigError) and "different configuration" in str(result.exception)
 
 
 def test_top1_random_mode_uses_other_queries_gold_images(t2i_data, tmp_path):
     out = tmp_path / "random"
-    result = _cli("--queries", str(t2i_data.queries), "--images-root", str(t2i_data.root), "--generator",
+    result = _cli("--queries", str(t2i_data.queries), "--pool-images-root", str(t2i_data.root), "--generator",
                      "retrieval:top1", "--mode", "random", "--k", "2", "--pool", str(t2i_data.pool),
                      "--out", str(out), "--no-progress")
     assert result.exit_code == 0, result.output
@@ -106,7 +106,7 @@ def test_top1_needs_examples_and_missing_image_fails_only_that_query(t2i_data, t
     bad_run = tmp_path / "bad_run.jsonl"
     write_retrieval_run(bad_run, run.values())
     out = tmp_path / "bad"
-    result = _cli("--queries", str(t2i_data.queries), "--images-root", str(t2i_data.root), "--generator",
+    result = _cli("--queries", str(t2i_data.queries), "--pool-images-root", str(t2i_data.root), "--generator",
                      "retrieval:top1", "--mode", "rag", "--retrieval", str(bad_run), "--out", str(out), "--no-progress")
     assert result.exit_code == 0, result.output
     recs = {r["qid"]: r for r in _outputs(out)}

@@ -49,7 +49,7 @@ def pipeline_runs(tmp_path_factory, coco_mini):
                               "retrieval:top1", "--mode", "rag", "--k", "1", "--retrieval", str(r_i2t), "--out",
                               str(tmp / "cap"), "--no-progress"])
     assert cap.exit_code == 0, cap.output
-    img = runner.invoke(cli, ["generate-images", "--queries", str(q_t2i), "--images-root", str(coco_mini),
+    img = runner.invoke(cli, ["generate-images", "--queries", str(q_t2i), "--pool-images-root", str(coco_mini),
                               "--generator", "retrieval:top1", "--mode", "rag", "--k", "1", "--retrieval", str(r_t2i),
                               "--out", str(tmp / "img"), "--no-progress"])
     assert img.exit_code == 0, img.output

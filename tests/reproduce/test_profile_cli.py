@@ -1,4 +1,4 @@
-"""``--profile`` and the setting options on the commands, the manifests that record them, and the report's
+"""``--profile`` and ``--set`` on the commands, the manifests that record them, and the report's
 paper and Δ columns."""
 
 from __future__ import annotations
@@ -17,21 +17,29 @@ from unirag.reports.build import build_report
 
 
 @pytest.mark.parametrize("command, options", [
-    ("retrieve", ["--pair-completion", "--example-pairs"]),
-    ("caption", ["--temperature", "--caption-prompts", "--pair-completion", "--example-pairs", "--official-prompts"]),
-    ("generate-images", ["--emu2-sampling", "--pair-completion", "--example-pairs"]),
-    ("run", ["--dry-run", "--temperature", "--pair-completion", "--emu2-sampling", "--data-root"]),
+    ("retrieve", []),
+    ("caption", ["--official-prompts"]),
+    ("generate-images", []),
+    ("run", ["--dry-run", "--data-root"]),
+    ("cir", ["--official-prompts"]),
 ])
-def test_commands_take_a_profile_and_each_setting(command, options):
+def test_commands_take_a_profile_and_every_setting_by_set(command, options):
+    """One --set for every setting: its help names every row of the settings table (none is a flag)."""
+    from unirag.profiles import SETTINGS
+
     text = CliRunner().invoke(cli, [command, "--help"]).output
-    assert "--profile [default|official]" in text
+    assert "--profile [default|official]" in text and "--set NAME=VALUE" in text
+    flat = " ".join(text.split())
+    for name in SETTINGS:
+        assert name in flat, (command, name)
+        assert "--" + name.replace("_", "-") + " " not in text, (command, name)
     for option in options:
         assert option in text, (command, option)
 
 
 def test_a_bad_setting_value_is_one_line_and_exit_2(tmp_path, capsys):
     code, _, err = _cli(["caption", "--queries", str(tmp_path / "q.jsonl"), "--out", str(tmp_path / "o"),
-                         "--temperature", "warm"], capsys)
+                         "--set", "temperature=warm"], capsys)
     assert code == 2 and err.startswith("error: setting 'temperature': cannot read 'warm'") and len(err.splitlines()) == 1
 
 
@@ -53,7 +61,7 @@ def test_caption_manifest_records_the_profile_and_official_sends_no_temperature(
         _caption(coco_set, tmp_path / "official", server, "--profile", "official")
         sent_official = [r.json for r in server.requests]
         server.requests.clear()
-        _caption(coco_set, tmp_path / "mixed", server, "--profile", "official", "--temperature", "0.5")
+        _caption(coco_set, tmp_path / "mixed", server, "--profile", "official", "--set", "temperature=0.5")
         sent_mixed = [r.json for r in server.requests]
     assert [b["temperature"] for b in sent_default] == [0.0, 0.0]
     assert all("temperature" not in b for b in sent_official)
@@ -77,7 +85,7 @@ def test_retrieve_records_its_settings_beside_the_run(tmp_path, capsys, coco_ind
     monkeypatch.setattr(registry, "load_encoder", lambda spec=None, **kw: coco_oracle_encoder)
     run = tmp_path / "i2t.jsonl"
     main(["retrieve", "--index", str(coco_index), "--queries", str(coco_mbeir["i2t"]), "--images-root",
-          str(coco_mini), "--k", "3", "--out", str(run), "--modality", "text", "--example-pairs", "per-hit"])
+          str(coco_mini), "--k", "3", "--out", str(run), "--modality", "text", "--set", "example_pairs=per-hit"])
     manifest = json.loads((tmp_path / "i2t.manifest.json").read_text())
     assert manifest["profile"]["profile"] == "default" and manifest["profile"]["overrides"] == ["example_pairs"]
     assert manifest["profile"]["settings"]["example_pairs"] == "per-hit" and manifest["k"] == 3

@@ -31,7 +31,7 @@ def test_retrieve_with_selection_options(oracle_registry, coco_index, coco_mbeir
     run = tmp_path / "i2t.jsonl"
     main(["retrieve", "--index", str(coco_index), "--queries", str(coco_mbeir["i2t"]), "--images-root",
           str(coco_mini), "--k", "5", "--modality", "text", "--exclude-positives", str(coco_mbeir["qrels_i2t"]),
-          "--one-per-image", "--near-duplicates", "exclude", "--filter", "source_id=" + ",".join(sources),
+          "--set", "one_per_image=on", "--set", "near_duplicates=exclude", "--set", "filter=source_id=" + ",".join(sources),
           "--out", str(run)])
     capsys.readouterr()
     results = read_retrieval_run(run)
@@ -47,9 +47,9 @@ def test_retrieve_with_selection_options(oracle_registry, coco_index, coco_mbeir
     assert manifest["near_duplicates"]["leak_rate"] == 0.0
 
 
-@pytest.mark.parametrize("args,message", [(["--filter", "dataset"], "FIELD=VALUE"),
-                                          (["--mmr-lambda", "3"], "mmr lambda"),
-                                          (["--hash-threshold", "99"], "0..64")])
+@pytest.mark.parametrize("args,message", [(["--set", "filter=dataset"], "FIELD=VALUE"),
+                                          (["--set", "mmr_lambda=3"], "mmr lambda"),
+                                          (["--set", "hash_threshold=99"], "0..64")])
 def test_bad_selection_options_exit_2_with_one_line(oracle_registry, coco_index, coco_mbeir, tmp_path, capsys,
                                                     args, message):
     err = _fail(["retrieve", "--index", str(coco_index), "--queries", str(coco_mbeir["i2t"]), "--out",
@@ -60,7 +60,7 @@ def test_bad_selection_options_exit_2_with_one_line(oracle_registry, coco_index,
 def test_caption_run_records_selection_and_report_shows_leak_rate(oracle_registry, coco_index, coco_mbeir,
                                                                   coco_mini, tmp_path, capsys):
     runs = {}
-    for name, extra in (("plain", []), ("guarded", ["--near-duplicates", "exclude", "--one-per-image"])):
+    for name, extra in (("plain", []), ("guarded", ["--set", "near_duplicates=exclude", "--set", "one_per_image=on"])):
         out = tmp_path / name
         main(["caption", "--queries", str(coco_mbeir["i2t"]), "--images-root", str(coco_mini), "--generator",
               "retrieval:consensus", "--similarity", "lexical", "--mode", "rag", "--k", "3", "--index",
@@ -93,7 +93,7 @@ def test_selection_options_with_a_run_file_are_refused(oracle_registry, coco_ind
           str(coco_mini), "--k", "3", "--modality", "text", "--out", str(run)])
     capsys.readouterr()
     err = _fail(["caption", "--queries", str(coco_mbeir["i2t"]), "--images-root", str(coco_mini), "--generator",
-                 "retrieval:top1", "--mode", "rag", "--k", "1", "--retrieval", str(run), "--one-per-image",
+                 "retrieval:top1", "--mode", "rag", "--k", "1", "--retrieval", str(run), "--set", "one_per_image=on",
                  "--out", str(tmp_path / "c")], capsys)
     assert "unirag retrieve" in err
     assert Path(run).with_name("r.manifest.json").is_file()

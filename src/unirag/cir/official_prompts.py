@@ -38,7 +38,7 @@ def official_dataset_dir(kind: str, name: str) -> str:
             return f"FashionIQ-{parts[1]}"
     raise ConfigError(f"the official X^R code has no prompts for the {kind} dataset {name!r}; official prompts "
                       "exist for CIRR, CIRCO and FashionIQ: point --official-prompts at one dataset's folder "
-                      "(e.g. XR/prompts/CIRR) or use --xr-prompts unirag")
+                      "(e.g. XR/prompts/CIRR) or use --set xr_prompts=unirag")
 
 
 def find_prompts_root(directory: str | Path | None) -> Path:
@@ -46,7 +46,7 @@ def find_prompts_root(directory: str | Path | None) -> Path:
     if directory is None:
         raise ConfigError("xr_prompts=official reads the official X^R prompts from your checkout of "
                           "01yzzyu/xr.github.io: pass --official-prompts DIR (official_prompts= in Python, "
-                          "official_prompts: in the agents YAML), or use --xr-prompts unirag")
+                          "official_prompts: in the agents YAML), or use --set xr_prompts=unirag")
     root = Path(directory).expanduser()
     if not root.is_dir():
         raise ConfigError(f"--official-prompts {root}: no such directory")

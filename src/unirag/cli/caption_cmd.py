@@ -9,8 +9,7 @@ import click
 from unirag.cli.engine_options import engine_from_cli, engine_options
 from unirag.cli.generation_options import generation_options, generator_kwargs
 from unirag.cli.model_options import caption_decode_workers_option
-from unirag.cli.profile_options import profile_options
-from unirag.cli.selection_options import selection_of, selection_options
+from unirag.cli.profile_options import behaviour_options
 
 MODES = ("zero-shot", "random", "rag")
 
@@ -20,8 +19,8 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--images-root", type=click.Path(file_okay=False), default=None,
               help="Folder the queries' image paths are relative to.")
 @click.option("--pool-images-root", type=click.Path(file_okay=False), default=None,
-              help="Folder the examples' image paths are relative to (default: the --index's recorded images "
-                   "root, else --images-root).")
+              help="Folder the pool's (the examples') image paths are relative to (default: the --index's recorded "
+                   "images root, else --images-root).")
 @click.option("--generator", "generator_spec", default="retrieval:consensus", show_default=True,
               help="openai:MODEL, gemini:MODEL, hf:HUB_ID_OR_DIR, retrieval:top1 or retrieval:consensus.")
 @click.option("--mode", type=click.Choice(MODES), default="rag", show_default=True)
@@ -35,20 +34,18 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory (resumable).")
 @click.option("--limit", type=int, default=None, help="Only the first N queries.")
 @click.option("--official-prompts", type=click.Path(file_okay=False), default=None,
-              help="Your checkout of github.com/castorini/UniRAG: with --caption-prompts official (or --profile "
+              help="Your checkout of github.com/castorini/UniRAG: with --set caption_prompts=official (or --profile "
                    "official) the caption instructions are read from its src/unirag/prompts/ files.")
 @generation_options
-@profile_options("temperature", "caption_prompts", "caption_lowercase", "pair_completion", "example_pairs")
-@selection_options
+@behaviour_options()
 @engine_options
 @caption_decode_workers_option
 def caption(queries, images_root, pool_images_root, generator_spec, mode, k, retrieval, index, pool, out, limit,
-            official_prompts, settings, decode_workers, **gen_opts) -> None:
+            official_prompts, settings, selection, decode_workers, **gen_opts) -> None:
     """Caption image queries; rerun the same command to resume after a crash or Ctrl-C."""
     from unirag.pipelines.caption import CaptionConfig, run_captioning
     from unirag.runs.rundir import check_some_succeeded
 
-    selection = selection_of(gen_opts)
     engine = engine_from_cli(gen_opts, decode_workers=decode_workers)
     cfg = CaptionConfig(queries=queries, generator=generator_spec, out=out, mode=mode, k=k, images_root=images_root,
                         pool_images_root=pool_images_root, retrieval=retrieval, index=index, pool=pool, limit=limit,

@@ -7,26 +7,11 @@ import click
 from unirag.cir.datasets import DATASETS
 from unirag.cli.engine_options import engine_from_cli, engine_options
 from unirag.cli.model_options import agent_decode_workers_option, device_options
-from unirag.profiles import PROFILES, SETTINGS, option_name
+from unirag.cli.profile_options import behaviour_options
 
-#: The X^R behaviour settings, each a ``--xr-...`` option of its own (docs/xr-parity.md).
-XR_SETTINGS = tuple(n for n in SETTINGS if n.startswith("xr_"))
-
-
-def xr_setting_options(f):
-    """``--profile``, ``--official-prompts`` and one option per X^R setting (values as in the table)."""
-    for name in reversed(XR_SETTINGS):
-        st = SETTINGS[name]
-        values = ("on|off" if set(st.choices) == {True, False} else "|".join(str(c) for c in st.choices)) \
-            if st.choices else None
-        f = click.option(option_name(name), name, default=None, metavar=values or "VALUE",
-                         help=f"{st.help} [default profile: {st.default}; official: {st.official}]")(f)
-    f = click.option("--official-prompts", type=click.Path(file_okay=False), default=None,
-                     help="Your checkout of the official X^R code (01yzzyu/xr.github.io), or one dataset's "
-                          "XR/prompts/<dataset> folder: read under --xr-prompts official.")(f)
-    return click.option("--profile", type=click.Choice(PROFILES), default=None,
-                        help="Named set of behaviour settings: default (the paper) or official (the official "
-                             "X^R code); the agents YAML's profile when omitted. See docs/xr-parity.md.")(f)
+CIR_PROFILE_HELP = ("Named set of behaviour settings: default (the paper) or official (the official X^R code); the "
+                    "agents YAML's profile when omitted; --set overrides single settings (the xr_* rows of "
+                    "docs/xr-parity.md).")
 
 
 def _stages(ctx, param, value: str) -> tuple[str, ...]:
@@ -51,7 +36,7 @@ def _print_metrics(name: str, metrics: dict) -> None:
 @click.option("--annotations", "annotations", multiple=True, required=True, type=click.Path(dir_okay=False),
               help="Annotation file (repeat for FashionIQ's three categories: their average is reported).")
 @click.option("--images-root", type=click.Path(file_okay=False), required=True,
-              help="Folder the pool's relative image paths start from.")
+              help="Folder the queries' (reference) and the pool's image paths are relative to.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Run directory.")
 @click.option("--split-file", type=click.Path(dir_okay=False), default=None,
               help="Candidate list: FashionIQ/CIRR image split (inferred when omitted), CIRCO COCO image "
@@ -77,11 +62,14 @@ def _print_metrics(name: str, metrics: dict) -> None:
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @agent_decode_workers_option
 @device_options
-@xr_setting_options
+@click.option("--official-prompts", type=click.Path(file_okay=False), default=None,
+              help="Your checkout of the official X^R code (01yzzyu/xr.github.io), or one dataset's "
+                   "XR/prompts/<dataset> folder: read under --set xr_prompts=official.")
+@behaviour_options(selection=False, raw=True, profile_help=CIR_PROFILE_HELP)
 @engine_options
 def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime, lam, k, stages, limit, cache_dir,
         encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet, decode_workers, device,
-        dtype, profile=None, official_prompts=None, **options) -> None:
+        dtype, official_prompts, profile, setting_overrides, **options) -> None:
     """Rank a CIR benchmark's pool for each (reference image, modification text) query.
 
     Writes OUT/rankings.jsonl (per query: ranked image ids of every stage, stage scores),
@@ -93,13 +81,12 @@ def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime,
 
     ablation = Ablation(imagination=not no_imagination, fine_only=fine_only, modalities=modalities)
     engine = engine_from_cli(options, decode_workers=decode_workers)
-    xr_settings = options  # what is left: one value (or None) per X^R setting option
     metrics = run_cir(dataset, list(annotations), images_root=images_root, out_dir=out_dir, split_file=split_file,
                       agents=agents, k_prime=k_prime, lam=lam, k=k, stages=stages, limit=limit, ablation=ablation,
                       cache_dir=cache_dir, encoder=encoder, concurrency=concurrency, decode_workers=decode_workers,
                       progress=not quiet,
                       exclude_reference=exclude_reference, encoder_options={"device": device, "dtype": dtype},
-                      profile=profile, overrides=xr_settings, official_prompts=official_prompts,
+                      profile=profile, overrides=setting_overrides, official_prompts=official_prompts,
                       echo=lambda s: click.echo(s, err=True), engine=engine)
     if "datasets" in metrics:
         for name, m in metrics["datasets"].items():

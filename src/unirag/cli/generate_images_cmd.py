@@ -6,12 +6,10 @@ import click
 
 from unirag.cli.engine_options import engine_from_cli, engine_options
 from unirag.cli.model_options import device_options, image_decode_workers_option
-from unirag.cli.profile_options import profile_options
-from unirag.cli.selection_options import selection_of, selection_options
+from unirag.cli.profile_options import behaviour_options
 from unirag.generators.images.base import (
     DEFAULT_GUIDANCE,
     DEFAULT_HEIGHT,
-    DEFAULT_SEED,
     DEFAULT_STEPS,
     DEFAULT_WIDTH,
 )
@@ -22,10 +20,9 @@ MODES = ("zero-shot", "random", "rag")
 @click.command("generate-images")
 @click.option("--queries", "queries_path", required=True, type=click.Path(dir_okay=False),
               help="M-BEIR queries JSONL; each query's caption (query_txt) is the text to draw.")
-@click.option("--images-root", type=click.Path(file_okay=False), default=None,
-              help="Folder the example pairs' image paths (pool / retrieval run) are relative to.")
 @click.option("--pool-images-root", type=click.Path(file_okay=False), default=None,
-              help="Same as --images-root (the name `unirag caption` uses for the examples' folder); wins if both.")
+              help="Folder the pool's (the example pairs') image paths are relative to (default: the --index's "
+                   "recorded images root). The queries are texts: there is no --images-root.")
 @click.option("--generator", "spec", required=True,
               help="diffusers:<hub id or dir> | openai-image:gpt-image-1 | gemini-image:<model> | retrieval:top1")
 @click.option("--mode", type=click.Choice(MODES), default="zero-shot", show_default=True,
@@ -42,14 +39,13 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--width", type=int, default=DEFAULT_WIDTH, show_default=True)
 @click.option("--height", type=int, default=DEFAULT_HEIGHT, show_default=True)
 @click.option("--steps", type=int, default=None,
-              help=f"Denoising steps (local models). Default {DEFAULT_STEPS}; Emu2-Gen under --emu2-sampling official: 50.")
+              help=f"Denoising steps (local models). Default {DEFAULT_STEPS}; Emu2-Gen under --set emu2_sampling=official: 50.")
 @click.option("--guidance", type=float, default=None,
               help=f"Classifier-free guidance scale (local models). Default {DEFAULT_GUIDANCE}; Emu2-Gen under "
-                   "--emu2-sampling official: 3.0.")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
-              help="Generation seed, the same for every query (paper's LaVIT run: 1234).")
-@click.option("--example-seed", type=int, default=0, show_default=True,
-              help="Seed for random few-shot example selection (as `unirag caption --seed`).")
+                   "--set emu2_sampling=official: 3.0.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed for random example selection, as on every command (the picture's seed is the setting "
+                   "image_seed: --set image_seed=N, default 1234).")
 @click.option("--concurrency", type=int, default=4, show_default=True, help="Parallel API calls (API backends).")
 @click.option("--base-url", default=None, help="API base URL (OpenAI-compatible images server, Gemini endpoint).")
 @click.option("--timeout", type=float, default=None, help="Seconds per API call.")
@@ -68,18 +64,17 @@ MODES = ("zero-shot", "random", "rag")
               help="Also write the first N prompts to OUT/prompts/ for inspection.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 @image_decode_workers_option
-@profile_options("emu2_sampling", "pair_completion", "example_pairs")
-@selection_options
+@behaviour_options()
 @engine_options
-def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, retrieval_path, index_dir, pool_path,
-                    out_dir, width, height, steps, guidance, seed, example_seed, concurrency, base_url, timeout,
+def generate_images(queries_path, pool_images_root, spec, mode, k, retrieval_path, index_dir, pool_path,
+                    out_dir, width, height, steps, guidance, seed, concurrency, base_url, timeout,
                     quality, device, dtype, offload, lavit_code, max_attempts, prices, limit, save_prompts,
-                    no_progress, decode_workers, settings, **options_) -> None:
+                    no_progress, decode_workers, settings, selection, **options_) -> None:
     """Generate an image for every caption query, saved as PNG next to the prompt that made it.
 
     \b
     Example (offline baseline, the top-1 retrieved image):
-      unirag generate-images --queries q.jsonl --images-root data \\
+      unirag generate-images --queries q.jsonl --pool-images-root data \\
         --generator retrieval:top1 --mode rag --k 1 --retrieval run.jsonl --out runs/top1
     """
     from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
@@ -88,13 +83,13 @@ def generate_images(queries_path, images_root, pool_images_root, spec, mode, k, 
     options = {"base_url": base_url, "timeout": timeout, "quality": quality, "device": device, "dtype": dtype,
                "offload": offload, "lavit_code": lavit_code}
     counts = run_images(ImageConfig(
-        queries=queries_path, generator=spec, out=out_dir, mode=mode, k=k, images_root=images_root,
-        pool_images_root=pool_images_root, retrieval=retrieval_path, index=index_dir, pool=pool_path,
-        example_seed=example_seed,
-        settings=ImageSettings(width=width, height=height, steps=steps, guidance=guidance, seed=seed),
+        queries=queries_path, generator=spec, out=out_dir, mode=mode, k=k,
+        pool_images_root=pool_images_root, retrieval=retrieval_path, index=index_dir, pool=pool_path, seed=seed,
+        settings=ImageSettings(width=width, height=height, steps=steps, guidance=guidance,
+                               seed=settings["image_seed"]),
         concurrency=concurrency, limit=limit, save_prompts=save_prompts, max_attempts=max_attempts, prices=prices,
         generator_options={k_: v for k_, v in options.items() if v is not None}, progress=not no_progress,
-        profile=settings, selection=selection_of(options_), engine=engine_from_cli(options_, decode_workers=decode_workers),
+        profile=settings, selection=selection, engine=engine_from_cli(options_, decode_workers=decode_workers),
         decode_workers=decode_workers))
     click.echo(f"{out_dir}: {counts['total_ok']}/{counts['total_queries']} images ok, "
                f"{counts['total_error']} failed (this run: {counts['ok']} new, {counts['error']} failed, "

@@ -1,14 +1,17 @@
-"""``--profile`` and one option per behaviour setting, for any click command (one definition for all).
+"""``--profile NAME`` and a repeatable ``--set NAME=VALUE``: how every command takes behaviour settings.
 
     @click.command("retrieve")
-    @profile_options("pair_completion", "example_pairs")
-    def retrieve(..., settings: Settings) -> None: ...
+    @behaviour_options()
+    def retrieve(..., settings: Settings, selection: Selection) -> None: ...
 
-adds ``--profile default|official`` and ``--pair-completion pool|uniir``, ``--example-pairs ...``
-(the choices, help and official value come from the setting's row in :mod:`unirag.profiles`), and
-hands the command one resolved :class:`~unirag.profiles.Settings` as its ``settings`` argument
-instead of the separate options. An option the user does not give is None, so the profile's value
-applies; a given one overrides it and is recorded as an override in the run manifest.
+One option for every setting of the settings table (:mod:`unirag.profiles`), instead of one flag
+per setting: ``--set xr_scoring=official --set temperature=none``. The names are the table's, the
+same a grid's ``settings:`` and the Python API take; values are read by the setting's declared type
+(:meth:`~unirag.profiles.Setting.coerce`). Commands that choose few-shot examples also take the
+example-selection names (``--set diversity=mmr --set filter=dataset=mscoco``, see
+:data:`unirag.retrieval.selection.SELECTION_SETTINGS`). An unknown name or a bad value fails before
+any work, as one line naming the known names or choices (exit 2). A given setting is recorded as an
+override in the run manifest.
 """
 
 from __future__ import annotations
@@ -20,50 +23,45 @@ from typing import Any
 import click
 
 PROFILE_HELP = ("Named set of behaviour settings: default (the papers plus unirag's fixes) or official "
-                "(the official code's behaviour). Each setting option below overrides one of them.")
+                "(the official code's behaviour); --set overrides single settings.")
 
 
-def _option_for(name: str) -> Callable:
-    from unirag.profiles import SETTINGS, option_name
+def _set_help(selection: bool) -> str:
+    from unirag.profiles import known_names
 
-    s = SETTINGS[name]
-    values = f"{s.default!s} (default profile) / {s.official!s} (official)"
-    help_text = f"{s.help} [{values}]"
-    if s.choices is not None and s.parse is None:
-        return click.option(option_name(name), name, type=click.Choice([str(c) for c in s.choices]), default=None,
-                            help=help_text)
-    return click.option(option_name(name), name, type=str, default=None, metavar="VALUE", help=help_text)
+    return ("A behaviour setting over the profile, NAME=VALUE (repeatable), e.g. --set xr_scoring=official; "
+            f"see docs/settings.md. Names: {known_names(selection)}.")
 
 
-def profile_options(*names: str, raw: bool = False) -> Callable[[Callable], Callable]:
-    """Decorator: ``--profile`` plus an option for each named setting; the command gets ``settings``
-    (a resolved :class:`~unirag.profiles.Settings`), or with ``raw=True`` ``profile`` (None when not
-    given) and ``setting_overrides`` (the settings given, unparsed) to apply on top of something else
-    (``unirag run`` applies them to every cell of a grid)."""
-    from unirag.profiles import PROFILES, SETTINGS
-
-    names = names or tuple(SETTINGS)
-    unknown = [n for n in names if n not in SETTINGS]
-    if unknown:
-        raise RuntimeError(f"profile_options: unknown setting(s) {', '.join(unknown)}")
+def behaviour_options(selection: bool = True, raw: bool = False,
+                      profile_help: str = PROFILE_HELP) -> Callable[[Callable], Callable]:
+    """Decorator: ``--profile`` and ``--set``. The command gets ``settings`` (a resolved
+    :class:`~unirag.profiles.Settings`), or with ``raw=True`` ``profile`` (None when not given) and
+    ``setting_overrides`` (the settings given, unparsed but checked) to apply on top of something else
+    (``unirag run``: every cell of a grid; ``unirag cir``: the agents YAML's profile). With
+    ``selection`` it also gets ``selection`` (a :class:`~unirag.retrieval.selection.Selection`)."""
+    from unirag.profiles import PROFILES
 
     def decorate(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            from unirag.profiles import resolve
+            from unirag.profiles import read_assignments, resolve, split_settings
 
             profile = kwargs.pop("profile", None)
-            given = {n: kwargs.pop(n, None) for n in names}
+            overrides, chosen = split_settings(read_assignments(kwargs.pop("set_items", ())), selection=selection)
+            settings = resolve(profile or "default", **overrides)  # a bad value fails here, before any work
             if raw:
-                resolve(profile or "default", **given)  # a bad value fails here, before any work
-                kwargs["profile"] = profile
-                kwargs["setting_overrides"] = {n: v for n, v in given.items() if v is not None}
+                kwargs["profile"], kwargs["setting_overrides"] = profile, overrides
             else:
-                kwargs["settings"] = resolve(profile or "default", **given)
+                kwargs["settings"] = settings
+            if selection:
+                from unirag.retrieval.selection import selection_from_settings
+
+                kwargs["selection"] = selection_from_settings(chosen)
             return fn(*args, **kwargs)
 
-        for name in reversed(names):
-            wrapper = _option_for(name)(wrapper)
-        return click.option("--profile", type=click.Choice(list(PROFILES)), default=None, help=PROFILE_HELP)(wrapper)
+        wrapper = click.option("--set", "set_items", multiple=True, metavar="NAME=VALUE",
+                               help=_set_help(selection))(wrapper)
+        return click.option("--profile", type=click.Choice(list(PROFILES)), default=None, help=profile_help)(wrapper)
 
     return decorate

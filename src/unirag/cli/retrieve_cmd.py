@@ -12,8 +12,7 @@ from unirag.cli.model_options import (
     index_memory_option,
     instruction_options,
 )
-from unirag.cli.profile_options import profile_options
-from unirag.cli.selection_options import selection_of, selection_options
+from unirag.cli.profile_options import behaviour_options
 
 
 @click.command("retrieve")
@@ -31,19 +30,18 @@ from unirag.cli.selection_options import selection_of, selection_options
 @click.option("--encoder", "encoder_spec", default=None,
               help="Encoder to embed the queries (default: the one recorded in the index).")
 @click.option("--pool-images-root", type=click.Path(path_type=Path), default=None,
-              help="Images root of the pool, if it moved since the index was built.")
+              help="Folder the pool's image paths are relative to (default: the index's recorded images root).")
 @click.option("--verify/--no-verify", default=False, show_default=True,
               help="Re-hash the index files on open (reads the whole index; open checks sizes anyway).")
 @device_options
 @decode_workers_option
 @index_memory_option
 @instruction_options
-@profile_options("pair_completion", "example_pairs")
-@selection_options
+@behaviour_options()
 def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, out: Path, modality: str,
              exclude_positives: Path | None, encoder_spec: str | None, pool_images_root: Path | None,
              verify: bool, device: str, dtype: str, decode_workers: int | None, index_memory: str,
-             instructions: str | None, no_instructions: bool, settings=None, **selection: object) -> None:
+             instructions: str | None, no_instructions: bool, settings=None, selection=None) -> None:
     """Retrieve the top K candidates and K image-caption pairs for every query."""
     from unirag.errors import ConfigError
     from unirag.retrieval.batch_run import run_retrieval
@@ -54,7 +52,7 @@ def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, o
                             query_images_root=images_root, encoder=encoder_spec, pool_images_root=pool_images_root,
                             verify=verify, device=device, dtype=dtype, instructions=instructions,
                             use_instructions=not no_instructions, progress=True, profile=settings,
-                            selection=selection_of(selection), index_memory=index_memory,
+                            selection=selection, index_memory=index_memory,
                             decode_workers=decode_workers)
     short, replaced, leaks = summary.short, summary.replaced, summary.leaks
     click.echo(f"{len(summary.results)} queries -> {summary.run_path} and {summary.trec_path}"

@@ -8,24 +8,18 @@ import click
 
 from unirag.cli.engine_options import engine_from_cli, engine_options
 from unirag.cli.model_options import grid_decode_workers_option
-from unirag.cli.profile_options import profile_options
-from unirag.cli.selection_options import selection_of, selection_options
+from unirag.cli.profile_options import behaviour_options
 
 
 def _pairs(values: tuple[str, ...], option: str, parse_value: bool) -> dict:
-    from unirag.errors import ConfigError
+    """``--option``/``--generator`` ``KEY=VALUE`` items, split as ``--set`` splits them; ``parse_value``:
+    the value read as YAML (``--option concurrency=8`` is a number)."""
+    import yaml
 
-    out = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"{option} expects KEY=VALUE, got {item!r}")
-        if parse_value:
-            import yaml
+    from unirag.profiles import read_assignments
 
-            value = yaml.safe_load(value) if value.strip() else None
-        out[key.strip()] = value
-    return out
+    return {key: (yaml.safe_load(value) if value else None) if parse_value else value
+            for key, value in read_assignments(values, option)}
 
 
 @click.command("run")
@@ -44,15 +38,14 @@ def _pairs(values: tuple[str, ...], option: str, parse_value: bool) -> dict:
 @click.option("--option", "option_pairs", multiple=True, metavar="KEY=VALUE",
               help="A run or generator option for every cell, e.g. base_url=http://127.0.0.1:8000/v1 (repeatable).")
 @click.option("--no-progress", is_flag=True, default=False)
-@profile_options(raw=True)
-@selection_options
+@behaviour_options(raw=True)
 @engine_options
 @grid_decode_workers_option
 def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_map, option_pairs, no_progress,
-        profile, setting_overrides, decode_workers, **selection) -> None:
+        profile, setting_overrides, selection, decode_workers, **engine) -> None:
     """Run every cell of EXPERIMENT.yaml into OUT/<generator>/<mode>-k<k>[-<retriever>]; rerun to resume.
 
-    --profile and the setting options apply to every cell (over the grid's own profile: and settings:).
+    --profile and --set apply to every cell (over the grid's own profile: and settings:).
     """
     from unirag.errors import ConfigError
     from unirag.pipelines.experiment import GridOverrides, cell_states, run_experiment
@@ -86,8 +79,8 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
             click.echo(f"{name:60s} {state}")
         return
     results = run_experiment(experiment, tuple(only), progress=not no_progress, limit=limit, echo=click.echo,
-                             overrides=overrides, selection=selection_of(selection),
-                             engine=engine_from_cli(selection, decode_workers=decode_workers))
+                             overrides=overrides, selection=selection,
+                             engine=engine_from_cli(engine, decode_workers=decode_workers))
     failed = [r for r in results if r["status"] != "ok"]
     incomplete = [r for r in results if r["status"] == "ok" and r["counts"].get("ok") != r["counts"].get("queries")]
     click.echo(f"{len(results) - len(failed)}/{len(results)} cells ran; {len(incomplete)} with failed queries "

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     # no two examples show the same photo (unirag.Selection; docs/selection.md).
     _run(["retrieve", "--index", str(out / "index"), "--queries", str(i2t), "--images-root", images,
           "--k", k, "--modality", "text", "--exclude-positives", str(data / "qrels_task3.txt"),
-          "--near-duplicates", "exclude", "--one-per-image",
+          "--set", "near_duplicates=exclude", "--set", "one_per_image=on",
           "--out", str(runs / "image2text.noleak.jsonl")], unless=runs / "image2text.noleak.jsonl")
     # Paper rows 1a (top-1 retrieved caption) and the consensus captioner over the top k.
     top1_dir, cap_dir = runs / "caption-top1-rag-k1", runs / f"caption-consensus-rag-k{k}"

@@ -22,7 +22,7 @@ from unirag.generators.base import CaptionBackend
 from unirag.generators.options import identity_config
 from unirag.generators.pricing import price_entry
 from unirag.pipelines.captioner import Caption, Captioner, CaptionRequest, to_pairs
-from unirag.pipelines.examples import ExampleSelector, make_selector
+from unirag.pipelines.examples import ExampleSelector, example_images_root, make_selector
 from unirag.pipelines.run_config import ExampleRunConfig
 from unirag.retrieval.results import Pair
 from unirag.runs.ahead import AheadWork, ahead_work
@@ -33,7 +33,7 @@ from unirag.runs.rundir import RunDir
 class CaptionConfig(ExampleRunConfig):
     """One caption run: the options of :class:`ExampleRunConfig` plus ``seed`` (which random examples),
     ``max_tokens``/``temperature`` and ``templates_dir`` (your own prompt templates). Examples' image
-    paths start at ``pool_images_root``, else the index's recorded images root, else ``images_root``;
+    paths start where :func:`~unirag.pipelines.examples.example_images_root` says;
     ``k`` None means :func:`default_k`. ``temperature``: a number, None (send none) or "profile"
     (the profile's ``temperature`` setting); ``official_prompts``: a castorini/UniRAG checkout read by
     ``caption_prompts = official``."""
@@ -57,11 +57,8 @@ def default_k(mode: str, generator_spec: str | None) -> int:
 
 
 def pool_images_root(cfg: CaptionConfig, selector: ExampleSelector) -> str | Path | None:
-    """Where the examples' image paths are relative to: as given, else the index's record, else the queries'."""
-    for root in (cfg.pool_images_root, selector.images_root, cfg.images_root):
-        if root is not None:
-            return root
-    return None
+    """Where the examples' image paths are relative to (:func:`~unirag.pipelines.examples.example_images_root`)."""
+    return example_images_root(cfg.pool_images_root, selector, cfg.images_root)
 
 
 def load_queries(queries: str | Path | Sequence[Query]) -> tuple[list[Query], Path | None]:

@@ -325,11 +325,12 @@ def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleS
 @dataclass
 class ImageConfig(ExampleRunConfig):
     """One image run: the options of :class:`ExampleRunConfig` (queries' ``txt`` is drawn) plus
-    ``example_seed`` (which random examples) and the picture ``settings``; ``concurrency`` defaults to 4
-    (image APIs are slow). ``k`` None means 0 zero-shot, else 1 (the paper's one-shot)."""
+    ``seed`` (which random examples, as everywhere) and the picture ``settings`` (their ``seed``: the
+    picture's); ``concurrency`` defaults to 4 (image APIs are slow). Examples' image paths start where
+    :func:`~unirag.pipelines.examples.example_images_root` says. ``k`` None means 0 zero-shot, else 1 (the paper's one-shot)."""
 
     concurrency: int = 4
-    example_seed: int = 0
+    seed: int = 0
     settings: ImageSettings = field(default_factory=ImageSettings)
     #: processes that decode the next queries' example images while a local model draws (see
     #: :func:`run_image_generation`): None/"auto", or N >= 0 (0 = in the model's process)
@@ -343,7 +344,7 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dic
     """
     from unirag.errors import ConfigError
     from unirag.pipelines.caption import load_queries, queries_identity
-    from unirag.pipelines.examples import make_selector
+    from unirag.pipelines.examples import example_images_root, make_selector
 
     if cfg.limit is not None and cfg.limit < 1:
         raise ConfigError(f"limit must be >= 1, got {cfg.limit}")
@@ -352,14 +353,12 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dic
     if cfg.k is None:
         cfg = replace(cfg, k=0 if cfg.mode == "zero-shot" else 1)
     queries, path = load_queries(cfg.queries)
-    examples_root = cfg.pool_images_root if cfg.pool_images_root is not None else cfg.images_root
     selector = make_selector(cfg.mode, cfg.k, queries=queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
-                             index=cfg.index, seed=cfg.example_seed, query_images_root=examples_root,
+                             index=cfg.index, seed=cfg.seed, query_images_root=cfg.images_root,
                              profile=cfg.profile, selection=cfg.selection)
-    if examples_root is None:
-        examples_root = selector.images_root
     return run_image_generation(
-        queries, generator, selector, cfg.out, images_root=examples_root, settings=cfg.settings,
+        queries, generator, selector, cfg.out,
+        images_root=example_images_root(cfg.pool_images_root, selector, cfg.images_root), settings=cfg.settings,
         concurrency=cfg.concurrency, limit=cfg.limit, save_prompts=cfg.save_prompts,
         policy=RetryPolicy(max_attempts=cfg.max_attempts), prices=cfg.prices,
         identity_extra={"queries": queries_identity(queries, path)}, progress=cfg.progress, profile=cfg.profile,

@@ -57,7 +57,7 @@ def apply_caption_prompts(tpl: PromptTemplate, family: str, wording: str,
     """``tpl`` with the ``caption_prompts`` setting applied (``paper``: unchanged)."""
     if wording == "paper":
         if official_prompts is not None:
-            raise ConfigError("--official-prompts is used with --caption-prompts official (or --profile official)")
+            raise ConfigError("--official-prompts is used with --set caption_prompts=official (or --profile official)")
         return tpl
     sections = dict(tpl.sections)
     sources: list[str] = []

@@ -256,9 +256,9 @@ class Retriever:
         wanted = parse_modality_filter(modality)
         sel = Selection.of(selection)
         if self.per_hit and (sel.diversity != "none" or sel.one_per_image or sel.near_duplicates == "exclude"):
-            raise ConfigError("example_pairs = per-hit keeps UniRAG's pairs as its code makes them; --diversity, "
-                              "--one-per-image and --near-duplicates exclude choose among pairs and need "
-                              "--example-pairs per-candidate")
+            raise ConfigError("example_pairs = per-hit keeps UniRAG's pairs as its code makes them; --set diversity, "
+                              "--set one_per_image=on and --set near_duplicates=exclude choose among pairs and need "
+                              "--set example_pairs=per-candidate")
         if len(vectors) != len(queries):
             raise ValueError(f"{len(queries)} queries but {len(vectors)} vectors")
         if not queries:

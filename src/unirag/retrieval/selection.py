@@ -217,6 +217,46 @@ def _values(name: str, values: Any) -> tuple[str, ...]:
     return out
 
 
+def _text(value: str) -> str:
+    return value
+
+
+#: The example-selection names that ``--set NAME=VALUE`` and a grid's ``settings:`` take beside the
+#: settings table (:func:`unirag.profiles.split_settings`): name -> (the :meth:`Selection.of`
+#: keyword, how a string value is read, whether repeated values collect into a list).
+SELECTION_SETTINGS: dict[str, tuple[str, Any, bool]] = {
+    "diversity": ("diversity", _text, False),  # none | mmr
+    "mmr_lambda": ("mmr_lambda", float, False),
+    "one_per_image": ("one_per_image", None, False),  # on | off
+    "near_duplicates": ("near_duplicates", _text, False),  # off | report | exclude
+    "hash_threshold": ("image_hash", int, False),
+    "cosine_threshold": ("image_cosine", None, False),  # a number, or none
+    "caption_threshold": ("caption", float, False),
+    "pairs_from": ("pairs_from", _text, True),
+    "filter": ("where", _text, True),  # FIELD=VALUE
+}
+
+
+def selection_from_settings(given: Mapping[str, Any], base: Selection | Mapping[str, Any] | None = None
+                            ) -> Selection:
+    """The :class:`Selection` that example-selection settings by name (strings from ``--set`` are read
+    by the name's type) make on top of ``base``; a bad value is one :class:`ConfigError` line."""
+    from unirag.profiles import _none_or_float, _on_off
+
+    readers = {"one_per_image": _on_off, "cosine_threshold": _none_or_float}
+    keywords: dict[str, Any] = {}
+    for name, value in given.items():
+        keyword, read, _ = SELECTION_SETTINGS[name]
+        read = readers.get(name, read)
+        if isinstance(value, str):
+            try:
+                value = read(value)
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"setting {name!r}: cannot read {value!r} ({exc})") from None
+        keywords[keyword] = value
+    return Selection.of(base, **keywords)
+
+
 def parse_filters(texts: Sequence[str] | None) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """``--filter`` values (``FIELD=VALUE``, repeatable) -> the normalised ``where``."""
     return normalise_where(list(texts or ()))
