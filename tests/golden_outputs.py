@@ -92,7 +92,7 @@ def produce(work: Path) -> dict:
         _cli("caption", "--queries", "data/queries_task3_image2text.jsonl", "--images-root", f"{s}/images",
              "--mode", "random", "--k", "2", "--generator", "retrieval:consensus",
              "--pool", "data/pool.jsonl", "--out", "cap-random", "--limit", str(CAPTION_QUERIES), "--no-progress")
-        _cli("generate-images", "--queries", "data/queries_task0_text2image.jsonl", "--images-root", f"{s}/images",
+        _cli("generate-images", "--queries", "data/queries_task0_text2image.jsonl", "--pool-images-root", f"{s}/images",
              "--generator", "retrieval:top1", "--mode", "rag", "--k", "2", "--retrieval", "t2i.jsonl",
              "--pool", "data/pool.jsonl", "--out", "gen-top1", "--limit", str(IMAGE_QUERIES), "--no-progress")
         return {
