@@ -95,18 +95,19 @@ def size_batches(paths: Sequence[str | Path], batch_size: int, decode_workers: i
         yield torch.stack(pending)
 
 
-def _sorted_by_size(paths: Sequence[str | Path]) -> list[str | Path]:
-    """Order paths so images of the same size are adjacent (fewer, fuller batches); reads headers only."""
+def _size_order(paths: Sequence[str | Path]) -> list[int]:
+    """Indices ordering paths so images of the same size are adjacent (fewer, fuller batches); reads headers only."""
     from unirag.data.images import upright_size
 
-    def size(p: str | Path) -> tuple[int, int]:
+    def size(i: int) -> tuple[int, int]:
+        p = paths[i]
         if not isinstance(p, str | Path):
             return as_rgb(p).size
         try:
             return upright_size(p)
         except Exception:  # noqa: BLE001 - load_uint8 reports the real error with the path
             return (0, 0)
-    return sorted(paths, key=size)
+    return sorted(range(len(paths)), key=size)
 
 
 def standard_inception(weights: str | Path | None, feature: str) -> Any:
@@ -131,15 +132,63 @@ def standard_inception(weights: str | Path | None, feature: str) -> Any:
 
 def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], feature: Any, *,
                      batch_size: int = 32, device: str = "cpu", progress: Callable[[Iterable], Iterable] = iter,
-                     decode_workers: int | str | None = None) -> float:
-    """torchmetrics FID between two image sets through ``feature`` (an ``nn.Module`` taking uint8 images)."""
+                     decode_workers: int | str | None = None, features: list | None = None) -> float:
+    """torchmetrics FID between two image sets through ``feature`` (an ``nn.Module`` taking uint8 images).
+
+    ``features``: a list that receives the two ``(n, d)`` float64 feature arrays (real, fake), rows in
+    the order of ``real`` / ``fake`` - what :func:`frechet_from_features` resamples for FID's interval."""
+    import numpy as np
+    import torch
     from torchmetrics.image.fid import FrechetInceptionDistance
 
-    metric = FrechetInceptionDistance(feature=feature, normalize=False).to(device)
+    seen: list[Any] = []
+
+    class _Recording(torch.nn.Module):  # torchmetrics keeps only sums; the interval needs the rows
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x: Any) -> Any:
+            out = self.inner(x)
+            seen.append(out.detach().double().reshape(out.shape[0], -1).cpu().numpy())
+            return out
+
+    net = _Recording(feature) if features is not None else feature
+    metric = FrechetInceptionDistance(feature=net, normalize=False).to(device)
     for is_real, paths in ((True, real), (False, fake)):
-        for batch in progress(size_batches(_sorted_by_size(paths), batch_size, decode_workers)):
+        order = _size_order(paths)
+        seen.clear()
+        for batch in progress(size_batches([paths[i] for i in order], batch_size, decode_workers)):
             metric.update(batch.to(device), real=is_real)
+        if features is not None:
+            rows = np.concatenate(seen) if seen else np.zeros((0, 0))
+            unsorted = np.empty_like(rows)
+            unsorted[order] = rows
+            features.append(unsorted)
     return float(metric.compute())
+
+
+def frechet_from_features(rows: Any) -> Any:
+    """FID of real and fake feature rows side by side (``(..., n, 2d)``: real features, then fake),
+    as torchmetrics computes it (unbiased covariances, ``Tr sqrt(S1 S2)``). With fewer images than
+    dimensions ``Tr sqrt(S1 S2)`` is the nuclear norm of the n x n matrix ``X1c X2c^T / (n-1)``
+    (the same nonzero eigenvalues), which keeps a bootstrap resample cheap."""
+    import numpy as np
+
+    rows = np.asarray(rows, dtype=float)
+    if rows.ndim > 2:
+        return np.array([frechet_from_features(r) for r in rows.reshape(-1, *rows.shape[-2:])]
+                        ).reshape(rows.shape[:-2])
+    n, d = rows.shape[0], rows.shape[1] // 2
+    x1, x2 = rows[:, :d] - rows[:, :d].mean(0), rows[:, d:] - rows[:, d:].mean(0)
+    mean_term = float(((rows[:, :d].mean(0) - rows[:, d:].mean(0)) ** 2).sum())
+    trace = float(((x1 ** 2).sum() + (x2 ** 2).sum()) / (n - 1))
+    if n <= d:
+        root = float(np.linalg.svd(x1 @ x2.T / (n - 1), compute_uv=False).sum())
+    else:
+        s1, s2 = x1.T @ x1 / (n - 1), x2.T @ x2 / (n - 1)
+        root = float(np.sqrt(np.linalg.eigvals(s1 @ s2).astype(complex)).real.sum())
+    return mean_term + trace - 2 * root
 
 
 def inception_score(paths: Sequence[str | Path], feature: Any, *, splits: int = 10, seed: int = 0,
