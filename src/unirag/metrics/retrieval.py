@@ -94,10 +94,9 @@ def evaluate_run_file(run_path: str | Path, qrels_path: str | Path, ks: Sequence
     (candidates per query), since cutoffs beyond it cannot find more, and each metric's bootstrap
     interval over the judged queries (``resamples`` seeded by ``bootstrap_seed``; 0: none).
     """
-    from unirag.metrics.stats import query_intervals_result
-
     from unirag.data.mbeir import read_qrels
     from unirag.errors import InputError
+    from unirag.metrics.stats import query_intervals_result
     from unirag.retrieval.run_io import read_retrieval_run
     from unirag.runs.atomic import atomic_write_json
 

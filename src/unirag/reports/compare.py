@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import InputError
-from unirag.metrics.stats import CONFIDENCE, DEFAULT_RESAMPLES, Comparison, metric_rows, paired_comparison, with_holm
+from unirag.metrics.stats import (
+    CONFIDENCE,
+    DEFAULT_RESAMPLES,
+    Comparison,
+    metric_rows,
+    paired_comparison,
+    with_holm,
+)
 from unirag.reports.collect import RunSummary, summarize_run
 from unirag.reports.tables import CAPTION_COLUMNS, IMAGE_COLUMNS
 from unirag.runs.rundir import read_per_query
