@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_capture import main_result
 from click.testing import CliRunner
 
+from cli_capture import main_result
 from unirag.cli.main import cli
 from unirag.errors import InputError
 from unirag.reports.collect import summarize_run
