@@ -35,6 +35,13 @@ def test_offline_run_says_so_and_writes_baseline(myntra, tmp_path, capsys):
     assert len(rows) == 6 and all(len(r["ranked"]) == 50 and r["final_stage"] == "baseline" for r in rows)
     assert "imagination" not in rows[0] and "scores" not in rows[0]  # no agent pretended to run
     assert "baseline" in out.out
+    # every printed metric has its 95 % bootstrap interval over the 6 queries, also in metrics.json
+    base = metrics["baseline"]
+    figures = {k for k, v in base.items() if isinstance(v, float)}
+    assert figures == set(base["intervals"]) and figures >= {"R@1", "R@5", "R@10", "R@50"}
+    assert all(c["low"] <= base[m] <= c["high"] for m, c in base["intervals"].items())
+    ci_line = next(x for x in out.out.splitlines() if "95% CI" in x)
+    assert all(f"{m} [" in ci_line for m in figures)
 
 
 def test_fashioniq_categories_are_averaged(myntra, tmp_path, capsys):
