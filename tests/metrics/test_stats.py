@@ -121,10 +121,12 @@ def test_corpus_bleu_from_counts_equals_pycocoevalcap():
 
     from unirag.metrics.captions import bleu_statistics
 
-    gts = {"a": ["a man rides a horse on the beach", "a person riding a horse"],
+    # "a": the closest reference (9 words to the candidate's 6) is not the shortest (2): BLEU's brevity
+    # penalty depends on which one the counts record
+    gts = {"a": ["a man rides a horse on the sandy beach", "horse riding"],
            "b": ["two dogs play in the snow", "dogs playing outside in snow"],
            "c": ["a plate of food with broccoli", "a dish with vegetables and rice on a plate"]}
-    res = {"a": ["a man riding a horse"], "b": ["two dogs in the snow playing together happily"],
+    res = {"a": ["a man riding a brown horse"], "b": ["two dogs in the snow playing together happily"],
            "c": ["food on a plate"]}
     stats = bleu_statistics(gts, res)
     expected, _ = Bleu(4).compute_score(gts, res, verbose=0)
