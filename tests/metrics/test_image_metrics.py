@@ -80,6 +80,20 @@ def test_fid_features_come_back_in_input_order_and_rebuild_the_fid(coco_sets):
     assert im.frechet_from_features(np.concatenate(feats, axis=1)) == pytest.approx(got, rel=1e-5)
 
 
+def test_inception_score_from_logits_rebuilds_torchmetrics(coco_sets):
+    """IS's interval recomputes the score from resampled logits: on the logits in torchmetrics' own
+    random order (its seeded ``randperm``) the same chunks and marginals give the same IS."""
+    real, fake = coco_sets
+    logits: list = []
+    mean, _ = im.inception_score([*real, *fake], PooledColour(10, 1), splits=3, seed=4, batch_size=5,
+                                 features=logits)
+    assert logits[0].shape == (len(real) + len(fake), 10)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(4)
+        order = torch.randperm(len(logits[0])).numpy()
+    assert float(im.inception_from_logits(logits[0][order], 3)) == pytest.approx(mean, rel=1e-6)
+
+
 @pytest.mark.filterwarnings("ignore:std\\(\\)")  # SD of a single split is undefined (NaN), as expected
 def test_inception_score_matches_numpy_scipy(coco_sets):
     real, fake = coco_sets
@@ -203,9 +217,10 @@ def test_image_run_metrics_with_injected_networks(image_run, coco_mini, tiny_cli
     assert saved["metrics"] == pytest.approx(result["metrics"])
     per_query = [json.loads(x) for x in (run / "metrics_per_query.jsonl").read_text().splitlines()]
     assert [p["qid"] for p in per_query] == [f"t:{r['image_id']}" for r in rows[1:10]]
-    # intervals: CLIP Score from its per-query scores, FID from resampled feature pairs, none for IS
+    # intervals: CLIP Score from its per-query scores, FID from resampled feature pairs, IS from resampled logits
     cis = saved["intervals"]
-    assert set(cis) == {"FID", "CLIP Score"} and saved["bootstrap"]["fid"]["method"] == "basic"
+    assert set(cis) == {"FID", "CLIP Score", "IS"} and saved["bootstrap"]["fid"]["method"] == "basic"
+    assert cis["IS"]["low"] <= result["metrics"]["IS"] <= cis["IS"]["high"]
     clip = cis["CLIP Score"]
     assert clip["low"] < result["metrics"]["CLIP Score"] < clip["high"]
     assert cis["FID"]["low"] < cis["FID"]["high"] and cis["FID"]["se"] > 0

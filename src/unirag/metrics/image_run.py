@@ -21,16 +21,17 @@ from unirag.metrics.images import (
     clip_scores,
     frechet_distance,
     frechet_from_features,
+    inception_from_logits,
     inception_score,
     load_clip,
     standard_inception,
 )
 from unirag.metrics.references import load_run_for_scoring, reference_image
-from unirag.metrics.stats import DEFAULT_RESAMPLES, bootstrap_interval, query_intervals_result
+from unirag.metrics.stats import DEFAULT_RESAMPLES, bootstrap_interval, query_intervals_result, shifted
 from unirag.runs.rundir import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE
 
 IMAGE_METRICS = ("FID", "CLIP Score", "IS", "IS SD")
-#: FID's interval recomputes a Fréchet distance per resample: at most this many resamples.
+#: FID's and IS's intervals recompute the whole figure per resample: at most this many resamples.
 FID_MAX_RESAMPLES = 200
 
 
@@ -56,8 +57,8 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
 
     ``intervals``: 95 % bootstrap intervals over the queries (``resamples`` seeded by
     ``bootstrap_seed``; 0: none): CLIP Score from its per-query scores, FID from the resampled pairs of
-    real and generated Inception features (at most :data:`FID_MAX_RESAMPLES`, basic bootstrap), none
-    for IS.
+    real and generated Inception features and IS from the resampled logits (each at most
+    :data:`FID_MAX_RESAMPLES`, basic bootstrap); none for IS SD.
 
     ``fid_feature`` / ``is_feature`` (any ``nn.Module`` on uint8 images) replace the standard
     Inception network; ``clip`` = (model, processor) replaces loading ``clip_model``;
@@ -91,14 +92,18 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     if not qids:
         raise InputError(f"no successful images with a real positive image to compare ({len(run.failed())} failed)",
                          path=outputs_path)
+    import functools
+
     import numpy as np
 
     fid_rows: list[Any] | None = [] if resamples else None
+    is_rows: list[Any] | None = [] if resamples else None
     metrics, skipped, scores = score_images(fakes, texts, reals, clip_model=clip_model, clip=clip,
                                             fid_feature=fid_feature, is_feature=is_feature,
                                             inception_weights=inception_weights, is_splits=is_splits, seed=seed,
                                             batch_size=batch_size, device=device, show_progress=show_progress,
-                                            decode_workers=decode_workers, fid_features=fid_rows)
+                                            decode_workers=decode_workers, fid_features=fid_rows,
+                                            is_features=is_rows)
     per_query = dict(zip(qids, scores, strict=True)) if scores else {}
     intervals = query_intervals_result({q: {"CLIP Score": s} for q, s in per_query.items()}, metrics, resamples,
                                        bootstrap_seed, ci_method)
@@ -108,6 +113,15 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
         if fid is not None:
             intervals["intervals"]["FID"] = fid.as_dict()
             intervals["bootstrap"]["fid"] = {"method": "basic", "n_resamples": min(resamples, FID_MAX_RESAMPLES)}
+    if intervals and is_rows and "IS" in metrics:
+        logits = is_rows[0]
+        ci = bootstrap_interval(logits, functools.partial(inception_from_logits, splits=is_splits),
+                                n_resamples=min(resamples, FID_MAX_RESAMPLES), seed=bootstrap_seed, method="basic")
+        # centred on the reported IS, whose random split differs from the rows' order
+        ci = shifted(ci, metrics["IS"] - float(inception_from_logits(logits, is_splits)))
+        if ci is not None:
+            intervals["intervals"]["IS"] = ci.as_dict()
+            intervals["bootstrap"]["is"] = {"method": "basic", "n_resamples": min(resamples, FID_MAX_RESAMPLES)}
     failed = run.failed()
     result: dict[str, Any] = {
         "task": "image",
@@ -142,13 +156,15 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
                  fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
                  is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
                  show_progress: bool = False, decode_workers: int | str | None = None,
-                 fid_features: list | None = None) -> tuple[dict[str, float], dict[str, str], list[float]]:
+                 fid_features: list | None = None, is_features: list | None = None
+                 ) -> tuple[dict[str, float], dict[str, str], list[float]]:
     """(metrics, skipped metrics with their one-line reason, per-image CLIP Scores) of generated
     ``images`` (paths, PIL images or bytes): FID against ``real_images`` (None: skipped), CLIP Score
     against ``texts`` (one per image; None or ``clip_model=None`` without ``clip``: skipped) and IS.
     The one scorer of ``unirag evaluate images`` and :func:`unirag.image_metrics`. ``decode_workers``:
     processes decoding the image files ahead of the networks (None: auto; 0: in this process).
-    ``fid_features``: a list that receives FID's real and generated feature rows (for its interval)."""
+    ``fid_features`` / ``is_features``: lists that receive FID's real and generated feature rows and IS's
+    logits (for their intervals)."""
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -188,7 +204,7 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
         metrics["IS"], metrics["IS SD"] = inception_score(fakes, is_net, splits=is_splits, seed=seed,
                                                           batch_size=batch_size, device=device,
                                                           progress=_progress("IS", show_progress),
-                                                          decode_workers=decode_workers)
+                                                          decode_workers=decode_workers, features=is_features)
     except MetricUnavailable as e:
         skipped.setdefault("IS", str(e))
     if not metrics:

@@ -193,8 +193,10 @@ def frechet_from_features(rows: Any) -> Any:
 
 def inception_score(paths: Sequence[str | Path], feature: Any, *, splits: int = 10, seed: int = 0,
                     batch_size: int = 32, device: str = "cpu", progress: Callable[[Iterable], Iterable] = iter,
-                    decode_workers: int | str | None = None) -> tuple[float, float]:
-    """torchmetrics Inception Score (mean, SD over ``splits``); ``seed`` fixes its random split."""
+                    decode_workers: int | str | None = None, features: list | None = None) -> tuple[float, float]:
+    """torchmetrics Inception Score (mean, SD over ``splits``); ``seed`` fixes its random split.
+    ``features``: a list that receives the ``(n, classes)`` logits, rows in the order of ``paths`` (what
+    :func:`inception_from_logits` resamples for the IS interval)."""
     import warnings
 
     import torch
@@ -205,10 +207,32 @@ def inception_score(paths: Sequence[str | Path], feature: Any, *, splits: int = 
         metric = InceptionScore(feature=feature, splits=splits, normalize=False).to(device)
     for batch in progress(size_batches(paths, batch_size, decode_workers)):
         metric.update(batch.to(device))
+    if features is not None:
+        features.append(torch.cat([f.detach().double().cpu() for f in metric.features]).numpy())
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         mean, sd = metric.compute()
     return float(mean), float(sd)
+
+
+def inception_from_logits(rows: Any, splits: int) -> Any:
+    """The Inception Score of logit rows ``(..., n, classes)`` as torchmetrics computes it on rows already
+    in random order: ``splits`` chunks of ceil(n / splits) rows (``torch.chunk``), each
+    ``exp(mean KL(p(y|x) || p(y)))`` with its own marginal, averaged."""
+    import numpy as np
+
+    rows = np.asarray(rows, dtype=float)
+    shifted = rows - rows.max(axis=-1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    p = np.exp(log_p)
+    n = rows.shape[-2]
+    size = -(-n // max(1, int(splits)))
+    scores = []
+    for start in range(0, n, size):
+        pc, lc = p[..., start:start + size, :], log_p[..., start:start + size, :]
+        marginal = np.log(pc.mean(axis=-2, keepdims=True))
+        scores.append(np.exp((pc * (lc - marginal)).sum(axis=-1).mean(axis=-1)))
+    return np.mean(scores, axis=0)
 
 
 class _ClipFeatures:
