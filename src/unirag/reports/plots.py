@@ -61,6 +61,9 @@ def plot_metric(task: str, dataset: str, metric: str, runs: Sequence[RunSummary]
     for r in have:
         if r.mode == "retrieval":
             ax.axhline(r.metrics[metric], linestyle="--", linewidth=1, color="gray")
+            ci = (r.evaluation.get("intervals") or {}).get(metric)
+            if ci:  # its 95 % interval as a band
+                ax.axhspan(ci["low"], ci["high"], color="gray", alpha=0.12, linewidth=0)
             ax.annotate(r.series, (0, r.metrics[metric]), fontsize=7, color="gray", va="bottom")
     ks = sorted({r.k for r in have})
     ax.set_xticks(ks)
