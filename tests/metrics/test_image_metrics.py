@@ -219,7 +219,7 @@ def test_image_run_metrics_with_injected_networks(image_run, coco_mini, tiny_cli
     assert [p["qid"] for p in per_query] == [f"t:{r['image_id']}" for r in rows[1:10]]
     # intervals: CLIP Score from its per-query scores, FID from resampled feature pairs, IS from resampled logits
     cis = saved["intervals"]
-    assert set(cis) == {"FID", "CLIP Score", "IS"} and saved["bootstrap"]["fid"]["method"] == "basic"
+    assert set(cis) == {"FID", "CLIP Score", "IS"} and saved["bootstrap"]["fid"]["method"] == "centred"
     assert cis["IS"]["low"] <= result["metrics"]["IS"] <= cis["IS"]["high"]
     clip = cis["CLIP Score"]
     assert clip["low"] < result["metrics"]["CLIP Score"] < clip["high"]

@@ -143,7 +143,7 @@ def test_fid_from_features_matches_torchmetrics(n, d):
     import torch
     from torchmetrics.image.fid import _compute_fid
 
-    from unirag.metrics.images import frechet_from_features
+    from unirag.metrics.images import frechet_from_features, frechet_interval
 
     rng = np.random.default_rng(n)
     real, fake = rng.normal(0, 1, (n, d)), rng.normal(0.3, 1.2, (n, d))
@@ -153,3 +153,5 @@ def test_fid_from_features_matches_torchmetrics(n, d):
         return t.mean(0), torch.cov(t.T)
     expected = float(_compute_fid(*moments(fake), *moments(real)))
     assert frechet_from_features(np.concatenate([real, fake], axis=1)) == pytest.approx(expected, rel=1e-6)
+    ci = frechet_interval(real, fake, n_resamples=60, seed=1, device="cpu")
+    assert 0 <= ci.low < expected < ci.high and ci == frechet_interval(real, fake, n_resamples=60, seed=1)

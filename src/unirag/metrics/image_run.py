@@ -20,7 +20,7 @@ from unirag.metrics.images import (
     MetricUnavailable,
     clip_scores,
     frechet_distance,
-    frechet_from_features,
+    frechet_interval,
     inception_from_logits,
     inception_score,
     load_clip,
@@ -58,7 +58,7 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     ``intervals``: 95 % bootstrap intervals over the queries (``resamples`` seeded by
     ``bootstrap_seed``; 0: none): CLIP Score from its per-query scores, FID from the resampled pairs of
     real and generated Inception features and IS from the resampled logits (each at most
-    :data:`FID_MAX_RESAMPLES`, basic bootstrap); none for IS SD.
+    :data:`FID_MAX_RESAMPLES`, the resampled figures' spread centred on the measured one); none for IS SD.
 
     ``fid_feature`` / ``is_feature`` (any ``nn.Module`` on uint8 images) replace the standard
     Inception network; ``clip`` = (model, processor) replaces loading ``clip_model``;
@@ -94,7 +94,6 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
                          path=outputs_path)
     import functools
 
-    import numpy as np
 
     fid_rows: list[Any] | None = [] if resamples else None
     is_rows: list[Any] | None = [] if resamples else None
@@ -108,20 +107,20 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     intervals = query_intervals_result({q: {"CLIP Score": s} for q, s in per_query.items()}, metrics, resamples,
                                        bootstrap_seed, ci_method)
     if intervals and fid_rows is not None and len(fid_rows) == 2 and len(fid_rows[0]) == len(fid_rows[1]):
-        fid = bootstrap_interval(np.concatenate(fid_rows, axis=1), frechet_from_features,
-                                 n_resamples=min(resamples, FID_MAX_RESAMPLES), seed=bootstrap_seed, method="basic")
+        fid = frechet_interval(*fid_rows, n_resamples=min(resamples, FID_MAX_RESAMPLES), seed=bootstrap_seed,
+                               device=device)
         if fid is not None:
             intervals["intervals"]["FID"] = fid.as_dict()
-            intervals["bootstrap"]["fid"] = {"method": "basic", "n_resamples": min(resamples, FID_MAX_RESAMPLES)}
+            intervals["bootstrap"]["fid"] = {"method": "centred", "n_resamples": min(resamples, FID_MAX_RESAMPLES)}
     if intervals and is_rows and "IS" in metrics:
         logits = is_rows[0]
         ci = bootstrap_interval(logits, functools.partial(inception_from_logits, splits=is_splits),
-                                n_resamples=min(resamples, FID_MAX_RESAMPLES), seed=bootstrap_seed, method="basic")
+                                n_resamples=min(resamples, FID_MAX_RESAMPLES), seed=bootstrap_seed, method="centred")
         # centred on the reported IS, whose random split differs from the rows' order
         ci = shifted(ci, metrics["IS"] - float(inception_from_logits(logits, is_splits)))
         if ci is not None:
             intervals["intervals"]["IS"] = ci.as_dict()
-            intervals["bootstrap"]["is"] = {"method": "basic", "n_resamples": min(resamples, FID_MAX_RESAMPLES)}
+            intervals["bootstrap"]["is"] = {"method": "centred", "n_resamples": min(resamples, FID_MAX_RESAMPLES)}
     failed = run.failed()
     result: dict[str, Any] = {
         "task": "image",

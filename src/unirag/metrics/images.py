@@ -168,27 +168,56 @@ def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], fea
     return float(metric.compute())
 
 
-def frechet_from_features(rows: Any) -> Any:
+def frechet_from_features(rows: Any, device: str | None = None) -> Any:
     """FID of real and fake feature rows side by side (``(..., n, 2d)``: real features, then fake),
-    as torchmetrics computes it (unbiased covariances, ``Tr sqrt(S1 S2)``). With fewer images than
-    dimensions ``Tr sqrt(S1 S2)`` is the nuclear norm of the n x n matrix ``X1c X2c^T / (n-1)``
-    (the same nonzero eigenvalues), which keeps a bootstrap resample cheap."""
+    as torchmetrics computes it (unbiased covariances, ``Tr sqrt(S1 S2)``), in float64 torch on
+    ``device`` (default: where ``rows`` are; CPU for arrays). ``Tr sqrt(S1 S2)`` comes from symmetric eigenvalues: with fewer images
+    than dimensions those of ``A A^T``, ``A = X1c X2c^T / (n-1)`` (n x n, the same nonzero eigenvalues),
+    else those of ``S1^1/2 S2 S1^1/2`` - cheaper and steadier than torchmetrics' general ``eigvals``,
+    which matters when a bootstrap recomputes it for every resample."""
     import numpy as np
+    import torch
 
-    rows = np.asarray(rows, dtype=float)
-    if rows.ndim > 2:
-        return np.array([frechet_from_features(r) for r in rows.reshape(-1, *rows.shape[-2:])]
-                        ).reshape(rows.shape[:-2])
-    n, d = rows.shape[0], rows.shape[1] // 2
-    x1, x2 = rows[:, :d] - rows[:, :d].mean(0), rows[:, d:] - rows[:, d:].mean(0)
-    mean_term = float(((rows[:, :d].mean(0) - rows[:, d:].mean(0)) ** 2).sum())
-    trace = float(((x1 ** 2).sum() + (x2 ** 2).sum()) / (n - 1))
+    t = rows if isinstance(rows, torch.Tensor) else torch.as_tensor(np.asarray(rows, dtype=float))
+    t = (t if device is None else t.to(device)).to(torch.float64)
+    if t.ndim > 2:
+        flat = t.reshape(-1, *t.shape[-2:])
+        return np.array([frechet_from_features(r) for r in flat]).reshape(tuple(t.shape[:-2]))
+    n, d = t.shape[0], t.shape[1] // 2
+    m1, m2 = t[:, :d].mean(0), t[:, d:].mean(0)
+    x1, x2 = t[:, :d] - m1, t[:, d:] - m2
+    trace = ((x1 ** 2).sum() + (x2 ** 2).sum()) / (n - 1)
     if n <= d:
-        root = float(np.linalg.svd(x1 @ x2.T / (n - 1), compute_uv=False).sum())
+        a = x1 @ x2.T / (n - 1)
+        eig = torch.linalg.eigvalsh(a @ a.T)
     else:
         s1, s2 = x1.T @ x1 / (n - 1), x2.T @ x2 / (n - 1)
-        root = float(np.sqrt(np.linalg.eigvals(s1 @ s2).astype(complex)).real.sum())
-    return mean_term + trace - 2 * root
+        w, v = torch.linalg.eigh(s1)
+        root = (v * w.clamp(min=0).sqrt()) @ v.T
+        eig = torch.linalg.eigvalsh(root @ s2 @ root)
+    return float(((m1 - m2) ** 2).sum() + trace - 2 * eig.clamp(min=0).sqrt().sum())
+
+
+def frechet_interval(real: Any, fake: Any, *, n_resamples: int, seed: int, device: str | None = None) -> Any:
+    """FID's bootstrap interval over queries: the (real, generated) feature pairs of resampled queries,
+    the Fréchet distance recomputed on ``device`` (default: CUDA when available) for each; the
+    resampled FIDs' spread centred on the measured FID (``method="centred"``), since repeating images
+    biases a resample's FID upward. An :class:`unirag.metrics.stats.Interval`, or None."""
+    import numpy as np
+    import torch
+
+    from unirag.metrics.stats import Interval, bootstrap_interval
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    both = torch.as_tensor(np.concatenate([real, fake], axis=1), dtype=torch.float64).to(device)
+
+    def figure(index_rows: Any) -> Any:  # rows are query indices: the features stay on the device
+        idx = np.asarray(index_rows[..., 0], dtype=np.int64)
+        flat = idx.reshape(-1, idx.shape[-1])
+        return np.array([frechet_from_features(both[torch.as_tensor(i, device=both.device)]) for i in flat]
+                        ).reshape(idx.shape[:-1])
+    ci = bootstrap_interval(np.arange(len(both)), figure, n_resamples=n_resamples, seed=seed, method="centred")
+    return None if ci is None else Interval(max(0.0, ci.low), ci.high, ci.se)  # a distance is never below 0
 
 
 def inception_score(paths: Sequence[str | Path], feature: Any, *, splits: int = 10, seed: int = 0,

@@ -99,7 +99,7 @@ def _check(n_resamples: int, method: str, confidence: float) -> str:
         raise ConfigError(f"the number of resamples must be positive, got {n_resamples}")
     if not 0 < confidence < 1:
         raise ConfigError(f"confidence must be between 0 and 1, got {confidence}")
-    by_lower = {m.lower(): m for m in (*METHODS, "basic")}
+    by_lower = {m.lower(): m for m in (*METHODS, "centred")}
     if method.lower() not in by_lower:
         raise ConfigError(f"unknown interval method {method!r}: use one of {', '.join(METHODS)}")
     return by_lower[method.lower()]
@@ -126,7 +126,9 @@ def bootstrap_interval(values: Any, figure: Figure = mean_figure, *, n_resamples
     ``(..., n, m)`` -> ``(...)``) turns into the figure. ``scipy.stats.bootstrap`` resamples query
     indices (``method`` "percentile" or "BCa", ``random_state`` seeded by ``seed``). When every
     resample gives the same figure the interval is that point (scipy would return NaN for BCa).
-    ("basic", the reflected percentile interval, is also accepted: FID uses it, see the docs.)
+    ("centred" is also accepted: the resampled figures' 2.5-97.5 percentile spread around their median,
+    placed around the measured figure - for FID and IS, whose resamples are biased because resampling
+    repeats images; see the docs.)
     """
     import numpy as np
     from scipy.stats import bootstrap
@@ -147,7 +149,11 @@ def bootstrap_interval(values: Any, figure: Figure = mean_figure, *, n_resamples
     if np.ptp(dist) == 0:
         point = float(figure(rows))
         return Interval(point, point, 0.0)
-    if method != "percentile":  # BCa, or basic (FID): same seed, so the same resamples
+    if method == "centred":
+        point = float(figure(rows))
+        low, mid, high = np.percentile(dist, [100 * (1 - confidence) / 2, 50, 100 * (1 + confidence) / 2])
+        return Interval(point - (mid - low), point + (high - mid), float(res.standard_error))
+    if method == "BCa":  # same seed, so the same resamples
         res = bootstrap((np.arange(n),), statistic, n_resamples=int(n_resamples), vectorized=True,
                         batch=_batch(rows), confidence_level=confidence, method=method,
                         random_state=np.random.default_rng(seed))
