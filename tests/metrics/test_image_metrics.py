@@ -235,6 +235,10 @@ def test_cli_without_extra_runs_clip_and_says_how_to_get_fid(image_run, coco_min
     assert res.output.count("unirag[image-metrics]") == 1  # one line for FID and IS together
     saved = json.loads((run / "metrics.json").read_text())
     assert list(saved["metrics"]) == ["CLIP Score"] and set(saved["skipped_metrics"]) == {"FID", "IS"}
+    ci = saved["intervals"]["CLIP Score"]
+    clip_line = next(line for line in res.output.splitlines() if line.startswith("CLIP Score ") and "[" in line
+                     and "it/s" not in line and "img" not in line)
+    assert f"[{ci['low']:.2f}, {ci['high']:.2f}]" in clip_line and "95% CI: percentile bootstrap" in res.output
 
 
 def test_cli_with_nothing_runnable_fails_clearly(image_run, coco_mini, without_torch_fidelity):

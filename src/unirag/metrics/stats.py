@@ -288,7 +288,8 @@ def query_intervals(records: Mapping[str, Mapping[str, Any]], figures: Mapping[s
         rows, figure = found
         interval = bootstrap_interval(rows, figure, n_resamples=n_resamples, seed=seed, confidence=confidence,
                                       method=method)
-        interval = shifted(interval, float(figure_value) - float(figure(rows)))
+        shift = float(figure_value) - float(figure(rows))
+        interval = shifted(interval, shift if abs(shift) > 1e-6 * max(1.0, abs(float(figure_value))) else 0.0)
         if interval is not None:
             out[metric] = interval.as_dict()
     return out

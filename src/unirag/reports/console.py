@@ -26,8 +26,11 @@ def bootstrap_line(result: Mapping[str, Any]) -> str | None:
     b = result.get("bootstrap")
     if not b:
         return None
+    whole = [name.upper() for name in ("fid", "is") if name in b]  # figures recomputed per resample
+    extra = (f"; {' and '.join(whole)}: {b[whole[0].lower()]['n_resamples']} resamples, their spread centred on "
+             "the figure" if whole else "")
     return (f"{100 * b['confidence']:.0f}% CI: {b['method']} bootstrap over queries, {b['n_resamples']} resamples, "
-            f"seed {b['seed']} (see docs/comparing-runs.md for how each metric is resampled)")
+            f"seed {b['seed']}{extra} (see docs/comparing-runs.md for how each metric is resampled)")
 
 
 def metric_table(metrics: Mapping[str, float], skipped: Mapping[str, str] | None = None,
