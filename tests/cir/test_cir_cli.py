@@ -48,7 +48,8 @@ def test_fashioniq_categories_are_averaged(myntra, tmp_path, capsys):
     files = build_fashioniq_format(myntra / "products.jsonl", tmp_path / "fiq", n_per_category=4,
                                    categories={"shirt": "Shirts", "dress": "Dresses"})
     main_args = ["cir", "--dataset", "fashioniq", "--images-root", str(myntra / "images"), "--out",
-                 str(tmp_path / "run"), "--encoder", str(tiny_clip_dir()), "--stages", "baseline", "--quiet"]
+                 str(tmp_path / "run"), "--encoder", str(tiny_clip_dir()), "--stages", "baseline", "--quiet",
+                 "--resamples", "0"]
     for f in files:
         main_args += ["--annotations", str(f)]
     try:
@@ -60,6 +61,7 @@ def test_fashioniq_categories_are_averaged(myntra, tmp_path, capsys):
     dress = summary["datasets"]["fashioniq-dress-val"]["baseline"]["R@10"]
     assert summary["average"]["baseline"]["R@10"] == pytest.approx((shirt + dress) / 2)
     assert (tmp_path / "run/fashioniq-shirt-val/rankings.jsonl").exists()
+    assert "intervals" not in summary["datasets"]["fashioniq-shirt-val"]["baseline"]  # --resamples 0: none
 
 
 def test_missing_images_and_bad_options_fail_with_one_line(cir_data, tmp_path, capsys):

@@ -6,6 +6,7 @@ import click
 
 from unirag.cir.datasets import DATASETS
 from unirag.cli.engine_options import engine_from_cli, engine_options
+from unirag.cli.evaluate_cmd import bootstrap_options
 from unirag.cli.model_options import agent_decode_workers_option, device_options
 from unirag.profiles import PROFILES, SETTINGS, option_name
 
@@ -80,12 +81,13 @@ def _print_metrics(name: str, metrics: dict) -> None:
               help="Remove the reference image from the gallery (default: as the benchmark does; CIRR only).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @agent_decode_workers_option
+@bootstrap_options
 @device_options
 @xr_setting_options
 @engine_options
 def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime, lam, k, stages, limit, cache_dir,
         encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet, decode_workers, device,
-        dtype, profile=None, official_prompts=None, **options) -> None:
+        dtype, resamples, bootstrap_seed, ci_method, profile=None, official_prompts=None, **options) -> None:
     """Rank a CIR benchmark's pool for each (reference image, modification text) query.
 
     Writes OUT/rankings.jsonl (per query: ranked image ids of every stage, stage scores),
@@ -104,7 +106,8 @@ def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime,
                       progress=not quiet,
                       exclude_reference=exclude_reference, encoder_options={"device": device, "dtype": dtype},
                       profile=profile, overrides=xr_settings, official_prompts=official_prompts,
-                      echo=lambda s: click.echo(s, err=True), engine=engine)
+                      echo=lambda s: click.echo(s, err=True), engine=engine,
+                      bootstrap={"resamples": resamples, "bootstrap_seed": bootstrap_seed, "method": ci_method})
     if "datasets" in metrics:
         for name, m in metrics["datasets"].items():
             _print_metrics(name, m)
