@@ -31,8 +31,10 @@ from unirag.metrics.stats import DEFAULT_RESAMPLES, bootstrap_interval, query_in
 from unirag.runs.rundir import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE
 
 IMAGE_METRICS = ("FID", "CLIP Score", "IS", "IS SD")
-#: FID's and IS's intervals recompute the whole figure per resample: at most this many resamples.
+#: FID's and IS's intervals recompute the whole figure per resample: at most this many resamples on a
+#: GPU, and :data:`FID_MAX_RESAMPLES_CPU` on the CPU (a 2048-dimensional Fréchet distance takes seconds there).
 FID_MAX_RESAMPLES = 200
+FID_MAX_RESAMPLES_CPU = 50
 
 
 def _progress(desc: str, show: bool):
@@ -58,7 +60,7 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     ``intervals``: 95 % bootstrap intervals over the queries (``resamples`` seeded by
     ``bootstrap_seed``; 0: none): CLIP Score from its per-query scores, FID from the resampled pairs of
     real and generated Inception features and IS from the resampled logits (each at most
-    :data:`FID_MAX_RESAMPLES`, the resampled figures' spread centred on the measured one); none for IS SD.
+    :data:`FID_MAX_RESAMPLES`, 50 on the CPU; the resampled figures' spread centred on the measured one); none for IS SD.
 
     ``fid_feature`` / ``is_feature`` (any ``nn.Module`` on uint8 images) replace the standard
     Inception network; ``clip`` = (model, processor) replaces loading ``clip_model``;
@@ -106,21 +108,25 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     per_query = dict(zip(qids, scores, strict=True)) if scores else {}
     intervals = query_intervals_result({q: {"CLIP Score": s} for q, s in per_query.items()}, metrics, resamples,
                                        bootstrap_seed, ci_method)
+    import torch
+
+    on_gpu = (device or ("cuda" if torch.cuda.is_available() else "cpu")) != "cpu"
+    whole = min(resamples, FID_MAX_RESAMPLES if on_gpu else FID_MAX_RESAMPLES_CPU)
     if intervals and fid_rows is not None and len(fid_rows) == 2 and len(fid_rows[0]) == len(fid_rows[1]):
-        fid = frechet_interval(*fid_rows, n_resamples=min(resamples, FID_MAX_RESAMPLES), seed=bootstrap_seed,
+        fid = frechet_interval(*fid_rows, n_resamples=whole, seed=bootstrap_seed,
                                device=device)
         if fid is not None:
             intervals["intervals"]["FID"] = fid.as_dict()
-            intervals["bootstrap"]["fid"] = {"method": "centred", "n_resamples": min(resamples, FID_MAX_RESAMPLES)}
+            intervals["bootstrap"]["fid"] = {"method": "centred", "n_resamples": whole}
     if intervals and is_rows and "IS" in metrics:
         logits = is_rows[0]
         ci = bootstrap_interval(logits, functools.partial(inception_from_logits, splits=is_splits),
-                                n_resamples=min(resamples, FID_MAX_RESAMPLES), seed=bootstrap_seed, method="centred")
+                                n_resamples=whole, seed=bootstrap_seed, method="centred")
         # centred on the reported IS, whose random split differs from the rows' order
         ci = shifted(ci, metrics["IS"] - float(inception_from_logits(logits, is_splits)))
         if ci is not None:
             intervals["intervals"]["IS"] = ci.as_dict()
-            intervals["bootstrap"]["is"] = {"method": "centred", "n_resamples": min(resamples, FID_MAX_RESAMPLES)}
+            intervals["bootstrap"]["is"] = {"method": "centred", "n_resamples": whole}
     failed = run.failed()
     result: dict[str, Any] = {
         "task": "image",
