@@ -31,9 +31,10 @@ def stage_rankings(qs, pool_ids: list[str], stage_order: tuple[str, ...]) -> dic
 
 
 def write_outputs(ds: CirDataset, out: Path, qs, pool_ids: list[str], s, notes: list[str],
-                  manifest: dict[str, Any]) -> dict[str, Any]:
+                  manifest: dict[str, Any], bootstrap: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the run's files; ``qs`` are the per-query states, ``notes`` the run's notes (appended to),
-    ``manifest`` what the run records about its configuration (stages, encoder, agent calls...)."""
+    ``manifest`` what the run records about its configuration (stages, encoder, agent calls...),
+    ``bootstrap`` the keywords of the metrics' intervals (:func:`unirag.cir.evaluation.evaluate`)."""
     full = stage_rankings(qs, pool_ids, STAGES)
     final_stage = [st for st in STAGES if st in full][-1]
     depth = max(s.k, METRIC_DEPTH)
@@ -70,7 +71,8 @@ def write_outputs(ds: CirDataset, out: Path, qs, pool_ids: list[str], s, notes: 
     metrics: dict[str, Any] = {"dataset": ds.name, "final_stage": STAGE_NAMES[final_stage],
                                "n_queries_run": len(qs), "pool_size": len(pool_ids)}
     for st, r in full.items():
-        metrics[STAGE_NAMES[st]] = evaluate(ds, {q: v[:depth] for q, v in r.items()}, subsets.get(st))
+        metrics[STAGE_NAMES[st]] = evaluate(ds, {q: v[:depth] for q, v in r.items()}, subsets.get(st),
+                                            **(bootstrap or {}))
     if notes:
         metrics["notes"] = notes
     atomic_write_json(out / "metrics.json", metrics)

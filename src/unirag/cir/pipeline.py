@@ -84,8 +84,11 @@ class CirRun:
                  cache_dir: str | Path | None = None, encoder=None, text_encoder=None,
                  generator_factory: GeneratorFactory | None = None, progress: bool = True,
                  echo: Callable[[str], None] = print, encoder_options: dict[str, Any] | None = None,
-                 profile: str | Settings | None = None, engine: Any = "local") -> None:
+                 profile: str | Settings | None = None, engine: Any = "local",
+                 bootstrap: dict[str, Any] | None = None) -> None:
         """``encoder_options``: keywords for loading the encoders (``device``, ``dtype``, ...).
+        ``bootstrap``: how metrics.json's intervals are drawn (``resamples``, ``bootstrap_seed``,
+        ``method``; see :func:`unirag.cir.evaluation.evaluate`).
         ``profile``: ``"default"``, ``"official"`` or resolved :class:`~unirag.profiles.Settings`
         (None: the agents YAML's profile, else default); the YAML's X^R settings apply below it.
         ``engine``: where local agent models run, "local" or "ray" (see :mod:`unirag.runs.engine`)."""
@@ -98,6 +101,7 @@ class CirRun:
         _check_settings(self.settings)
         self.official = None  # OfficialPrompts, loaded when an agent stage runs under xr_prompts=official
         self.stages = stages
+        self.bootstrap = dict(bootstrap or {})
         self.ab = ablation or Ablation()
         self.cache = CallCache(cache_dir or self.out / "cache")
         self._encoder, self._text_encoder = encoder, text_encoder
@@ -565,7 +569,7 @@ class CirRun:
             self.notes.append("reproduces the official caption-path verifier bug (bool(\"False\") is True: every "
                               "expected answer written as a string counts as True); set xr_caption_verifier=fixed "
                               "to score it right")
-        return write_outputs(self.ds, self.out, qs, pool_ids, s, self.notes, manifest)
+        return write_outputs(self.ds, self.out, qs, pool_ids, s, self.notes, manifest, bootstrap=self.bootstrap)
 
 
 def official_bool(statement: dict) -> bool:
