@@ -58,8 +58,12 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; unirag's own errors are printed as one line (no traceback), exit code 2."""
+    import warnings
+
     from unirag.errors import UniragError
 
+    # a warning is one line for the user (what happened and what to do), not a source location
+    warnings.formatwarning = lambda message, category, *args, **kwargs: f"warning: {message}\n"
     try:
         cli.main(args=argv, standalone_mode=False)
     except click.exceptions.Abort:

@@ -265,6 +265,13 @@ class Retriever:
             return []
         where = sel.where_dict or None
         scope = self.index.scope(wanted, where)
+        if where and scope < k:
+            import warnings
+
+            shown = " ".join(f"{f}={','.join(v)}" for f, v in sel.where)
+            among = f" {wanted.value}" if wanted is not None else ""
+            warnings.warn(f"the filter {shown} matches {scope}{among} candidate(s), fewer than k={k}: each query gets "
+                          f"at most {scope} example(s)", UserWarning, stacklevel=2)
         excluded = [exclude_qrels.get(q.qid) if exclude_qrels is not None else set() for q in queries]
         completer = self._completer(sel)
         fetch = max(1, min(scope, 2 * sel.pool_size(k) + 10 + max(len(e) for e in excluded)))
