@@ -41,6 +41,11 @@ class ConfigError(UniragError):
     """A wrong option: unknown model id, incompatible index/encoder, missing weights."""
 
 
+class SkippedInputsWarning(UserWarning):
+    """Some inputs (missing or unreadable images) were skipped and the rest was processed; the
+    warning names how many and the first ones. The CLI lists them itself and silences this one."""
+
+
 class BackendError(UniragError):
     """A call to a model or API failed. ``retryable`` tells the run loop whether to try again.
 
