@@ -14,7 +14,7 @@ _NAMES = ("diversity", "mmr_lambda", "one_per_image", "near_duplicates", "hash_t
 _OPTIONS = [
     click.option("--diversity", type=click.Choice(["none", "mmr"]), default="none", show_default=True,
                  help="Example diversity: none (relevance only, as the paper) or mmr (maximal marginal relevance "
-                      "over the pairs' image and text vectors)."),
+                      "over pairs: the same or a near-duplicate photo, or a similar caption, is redundant)."),
     click.option("--mmr-lambda", type=float, default=0.7, show_default=True,
                  help="MMR weight of relevance against redundancy (1: relevance only)."),
     click.option("--one-per-image", is_flag=True, default=False,
