@@ -62,6 +62,15 @@ def test_cli_text_filter_finds_captions_and_a_misspelt_field_is_one_line(product
     assert lines and all(len(r["pairs"]) == 3 for r in lines)
     assert all(p["text_did"].split(":")[-1].split(".")[0] in men for r in lines for p in r["pairs"])
 
+    women = sum(p["gender"] == "Women" for p in products)
+    with pytest.warns(UserWarning) as warned:  # the CLI prints it as one "warning: ..." line
+        main(["retrieve", "--index", str(product_index), "--queries",
+              str(imported / "queries_task3_image2text.jsonl"), "--images-root", str(myntra), "--modality", "text",
+              "--k", "10", "--filter", "gender=Women", "--out", str(tmp_path / "women.jsonl")])
+    assert [str(w.message) for w in warned] == [f"the filter gender=Women matches {women} text candidate(s), fewer "
+                                                f"than k=10: each query gets at most {women} example(s)"]
+    capsys.readouterr()
+
     with pytest.raises(SystemExit) as e:
         main(["retrieve", "--index", str(product_index), "--queries",
               str(imported / "queries_task3_image2text.jsonl"), "--images-root", str(myntra), "--modality", "text",

@@ -62,7 +62,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from unirag.errors import UniragError
 
-    # a warning is one line for the user (what happened and what to do), not a source location
+    # a warning is one line for the user (what happened and what to do), not a source location;
+    # restored afterwards, for callers that run the CLI in their own process (tests, notebooks)
+    formatwarning = warnings.formatwarning
     warnings.formatwarning = lambda message, category, *args, **kwargs: f"warning: {message}\n"
     try:
         cli.main(args=argv, standalone_mode=False)
@@ -87,6 +89,8 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("Interrupted; finished work is saved, rerun the same command to resume.", err=True)
         sys.exit(130)
+    finally:
+        warnings.formatwarning = formatwarning
 
 
 if __name__ == "__main__":
