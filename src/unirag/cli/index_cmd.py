@@ -91,8 +91,12 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
         raise ConfigError(f"--workers must be positive, got {workers}")
     if ids_file is not None and embeddings is None:
         raise ConfigError("--ids goes with --embeddings")
+    import warnings
+
+    from unirag.errors import SkippedInputsWarning
     from unirag.index.handle import Index
 
+    warnings.simplefilter("ignore", SkippedInputsWarning)  # _echo_bad_images lists them below, with the reasons
     if shard_spec is not None:
         if shards_dir is None and out is None:
             raise ConfigError("--shard needs --shards-dir (or --out, whose shards/ folder is used)")

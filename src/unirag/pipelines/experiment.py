@@ -64,7 +64,8 @@ def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, e
         kwargs["stages"] = parse_stages(c["stages"])
     metrics = run_cir(c["dataset"], c["annotations"], images_root=cell.sources.get("images_root"), out_dir=out,
                       k=c.get("k"), limit=opts.get("limit"), concurrency=opts.get("concurrency"),
-                      decode_workers=opts.get("decode_workers"), progress=progress, profile=cell.settings, echo=lambda s: None, engine=engine, **kwargs)
+                      decode_workers=opts.get("decode_workers"), progress=progress, profile=cell.settings, echo=lambda s: None, engine=engine,
+                      official_prompts=opts.get("official_prompts"), **kwargs)
     final = cir_stage_metrics(metrics, c.get("stage"))
     n = int(final.get("n_queries") or 0) if final else 0
     return {"queries": n, "ok": n, "error": 0, "metrics": {k: v for k, v in (final or {}).items()

@@ -31,7 +31,17 @@ from unirag.reports.sampling_table import (
     sampling_tables,
     set_labels,
 )
-from unirag.reports.tables import cell, csv_table, group_runs, header, markdown_table, metric_columns
+from unirag.reports.tables import (
+    LEAK_COLUMN,
+    cell,
+    csv_table,
+    group_runs,
+    has_leak_column,
+    header,
+    leak_cell,
+    markdown_table,
+    metric_columns,
+)
 from unirag.runs.atomic import atomic_write_text
 from unirag.runs.rundir import OUTPUTS_FILE
 
@@ -40,13 +50,19 @@ def _html_table(task: str, runs: Sequence[RunSummary], galleries: dict[Path, str
                 labels: Sequence[str] | None = None) -> str:
     """``labels`` replaces the first column (the sampling table shows the sample set there)."""
     cols = metric_columns(task, runs)
-    head = "<tr><th></th><th>k</th>" + "".join(f"<th>{esc(header(c))}</th>" for c in cols) + "<th>run</th></tr>"
+    leak = has_leak_column(runs)
+    head = ("<tr><th></th><th>k</th>" + "".join(f"<th>{esc(header(c))}</th>" for c in cols)
+            + (f"<th>{esc(LEAK_COLUMN)}</th>" if leak else "") + "<th>generator</th><th>mode</th><th>examples</th>"
+            "<th>run</th></tr>")
     rows = []
     for i, r in enumerate(runs):
         link = galleries.get(r.run_dir)
         run_cell = f'<a href="{esc(link)}">{esc(r.name)}</a>' if link else esc(r.name)
         rows.append(f"<tr><td>{esc(r.label if labels is None else labels[i])}</td><td>{r.k}</td>" +
-                    "".join(f"<td>{esc(cell(r, c))}</td>" for c in cols) + f"<td>{run_cell}</td></tr>")
+                    "".join(f"<td>{esc(cell(r, c))}</td>" for c in cols)
+                    + (f"<td>{esc(leak_cell(r))}</td>" if leak else "")
+                    + f"<td>{esc(r.generator)}</td><td>{esc(r.mode)}</td><td>{esc(r.selection)}</td>"
+                    + f"<td>{run_cell}</td></tr>")
     return f'<table class="results">{head}{"".join(rows)}</table>'
 
 
