@@ -272,6 +272,16 @@ _register(
                  "src/unirag/generator_prompt.py@07190083:20,60,100 (min(k, len)); hits read: UniIR "
                  "src/common/mbeir_retriever.py@72871c19:412 with configs_scripts/large/eval/unirag/"
                  "retrieval.yaml@98dc570c:39-40,45-46 (10 for MSCOCO, 50 for Fashion200k)"),
+    Setting("rag_modality", "any", "task",
+            "Which candidates rag examples are retrieved from when they come from an index (not a run file). "
+            "any: every modality of the pool (unirag). task: the modality the task's examples supply, as "
+            "UniRAG reads UniIR's per-task candidates: captioning searches captions (task 3, image->text), "
+            "image generation searches images (task 0, text->image). Without it a per-hit caption search "
+            "starts from the query photo and its look-alikes, which per-hit pairing then drops.",
+            choices=("any", "task"),
+            cite="castorini/UniRAG scripts/caption_generation.sh@e9a4e00:14 (mbeir_mscoco_task3_..._retrieved.jsonl), "
+                 ":64 (fashion200k_task3); scripts/prepare_dataset.sh@e9a4e00:9, :18, :25 (task0 runs for images); "
+                 "src/unirag/incontext_example_provider.py@07190083:9-44 (get_candidates)"),
     Setting("temperature", 0.0, None,
             "Sampling temperature sent to caption generators (GPT-4o, Gemini, LLaVA). none: send none "
             "(the provider's / model's default), as the official code does.",

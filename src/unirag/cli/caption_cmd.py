@@ -57,7 +57,8 @@ def caption(queries, images_root, pool_images_root, generator_spec, mode, k, ret
     counts, totals = summary["counts"], summary["totals"]
     cost = totals.get("cost_usd")
     click.echo(f"{counts['ok']}/{counts['queries']} captioned, {counts['error']} failed"
-               + (f", cost ${cost:.4f}" if cost else "") + f" -> {out}/outputs.jsonl")
+               + (f", cost ${cost:.4f}" if cost else "") + f" -> {out}/outputs.jsonl"
+               + (f"; {counts['short']} quer(ies) with fewer than {summary['k']} examples" if counts.get("short") else ""))
     if counts["error"]:
         click.echo("failed queries are recorded with their error; rerun the same command to retry them", err=True)
     click.echo(json.dumps(summary["this_run"]), err=True)

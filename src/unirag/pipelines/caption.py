@@ -299,7 +299,8 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
             else:
                 counts = _execute(cfg, job, run, run_queries)
             final = run.finish([q.qid for q in run_queries])
-            return {"out": str(cfg.out), "this_run": counts, "counts": final, "totals": run.manifest["totals"]}
+            return {"out": str(cfg.out), "this_run": counts, "counts": final, "totals": run.manifest["totals"],
+                    "k": cfg.k}
 
 
 def _engine_entry(engine: Any, pool: Any) -> dict[str, Any]:

@@ -313,6 +313,8 @@ class RagFromIndex(_TopCaption, ExampleSelector):
     def source(self) -> dict[str, Any]:
         out: dict[str, Any] = {"mode": self.mode, "k": self.k, "index": str(self.index_dir),
                                "selection": self.selection.to_dict()}
+        if self.modality != "any":  # only when searched by task, so earlier runs still resume
+            out["modality"] = self.modality
         settings = self.retriever.settings
         changed = {n: settings[n] for n in ("pair_completion", "example_pairs")
                    if settings[n] != resolve_default(n)}
@@ -332,7 +334,7 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dic
                   pool_path: str | Path | None = None, retrieval: str | Path | None = None,
                   index: Any = None, seed: int = 0,
                   query_images_root: str | Path | None = None, profile: Any = None,
-                  selection: Any = None) -> ExampleSelector:
+                  selection: Any = None, supplies: str = "text") -> ExampleSelector:
     """The selector for a mode; checks that the options the mode needs are there.
 
     ``index``: an index directory, a :class:`unirag.Index` or a :class:`unirag.Retriever` to
@@ -340,7 +342,9 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dic
     on-the-fly retrieval makes its pairs with (``pair_completion``, ``example_pairs``); a retrieval
     run file already holds the pairs ``unirag retrieve`` made under its own profile. ``selection``:
     how retrieved pairs become examples (:class:`unirag.Selection`; with ``index``: a run file was
-    selected when it was made, so only the default may be given with ``retrieval``).
+    selected when it was made, so only the default may be given with ``retrieval``). ``supplies``: what the
+    examples add to the query, ``text`` (captioning) or ``image`` (image generation): the modality an index
+    is searched with under ``rag_modality = task``.
     """
     from unirag.retrieval.selection import Selection
 
@@ -368,4 +372,8 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dic
             raise ConfigError("example selection options apply when retrieving: pass them to `unirag retrieve` "
                               "(the run file holds the examples it chose) or use --index")
         return RagFromRun(k, retrieval, pool_path)
-    return RagFromIndex(k, index, query_images_root, pool_path=pool_path, profile=profile, selection=selection)
+    from unirag.profiles import resolve
+
+    modality = supplies if resolve(profile)["rag_modality"] == "task" else "any"
+    return RagFromIndex(k, index, query_images_root, modality=modality, pool_path=pool_path, profile=profile,
+                        selection=selection)

@@ -383,7 +383,7 @@ def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool,
     selector = make_selector(cell.mode, cell.k, queries=queries, pool_path=cell.sources.get("pool"),
                              retrieval=cell.sources.get("retrieval"), index=cell.sources.get("index"),
                              seed=opts.get("seed", 0), query_images_root=cell.sources.get("images_root"),
-                             profile=cell.settings, selection=opts.get("selection"))
+                             profile=cell.settings, selection=opts.get("selection"), supplies="image")
     image = {"steps": None, "guidance": None,  # None: the generator's default under the cell's profile
              **{k: opts[k] for k in ("width", "height", "steps", "guidance") if k in opts}}
     if "image_seed" in opts:

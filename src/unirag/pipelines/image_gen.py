@@ -356,7 +356,7 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dic
     examples_root = cfg.pool_images_root if cfg.pool_images_root is not None else cfg.images_root
     selector = make_selector(cfg.mode, cfg.k, queries=queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
                              index=cfg.index, seed=cfg.example_seed, query_images_root=examples_root,
-                             profile=cfg.profile, selection=cfg.selection)
+                             profile=cfg.profile, selection=cfg.selection, supplies="image")
     if examples_root is None:
         examples_root = selector.images_root
     return run_image_generation(
