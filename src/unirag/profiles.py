@@ -309,6 +309,41 @@ _register(
 )
 
 
+# --- image metrics and image runs (issue 27) -----------------------------------------------------
+_EVAL_IMG = "castorini/UniRAG src/unirag/eval_image_generation.py@e9a4e00"
+
+
+def _none_or_size(text: str) -> int | None:
+    return None if text.strip().lower() in ("none", "stored", "") else int(text)
+
+
+_register(
+    Setting("image_metric_channels", "rgb", "bgr",
+            "Channel order the images reach FID, CLIP Score and IS in. rgb: decoded as RGB; bgr: as OpenCV's "
+            "imread returns them, never converted (official bug: the networks expect RGB)",
+            choices=("rgb", "bgr"), official_bug=True,
+            cite=_EVAL_IMG + ":98 (load_images: cv2.imread), :119, :130 (load_retrieved_images)"),
+    Setting("image_metric_size", None, 224,
+            "Size every image is resized to (cv2.resize, bilinear, square) before FID and CLIP Score; "
+            "Inception Score resizes that image again to 299x299. none: the stored size (the Inception "
+            "network and the CLIP processor resize themselves)",
+            parse=_none_or_size, choices=(None, 224),
+            cite=_EVAL_IMG + ":99 (cv2.resize(img, (224, 224))), :173 (calculate_inception_score: 299x299)"),
+    Setting("image_metric_missing", "exclude", "noise",
+            "A query without a generated image (failed) or without a real image. exclude: left out and counted; "
+            "noise: scored as a 224x224 image of uniform random pixels (drawn from --seed; the official draw is "
+            "unseeded)",
+            choices=("exclude", "noise"),
+            cite=_EVAL_IMG + ":96-104 (load_images: np.random.randint(256, size=(224, 224, 3)))"),
+    Setting("image_format", "png", "jpeg",
+            "File format of generated images. png: lossless; jpeg: PIL's default JPEG quality (75), as the "
+            "official run saved them",
+            choices=("png", "jpeg"),
+            cite="castorini/UniRAG src/unirag/image_generation_inference.py@e9a4e00:82-85 (infer_lavit), :143-146 "
+                 "(infer_emu2): image.save(f'{qid}_....jpg')"),
+)
+
+
 @dataclass(frozen=True)
 class Settings(Mapping[str, Any]):
     """The resolved value of every setting for one run: a profile plus the user's overrides."""

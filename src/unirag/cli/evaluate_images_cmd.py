@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from unirag.cli.model_options import metric_decode_workers_option
+from unirag.cli.profile_options import profile_options
 from unirag.metrics.images import DEFAULT_CLIP_MODEL
 
 
@@ -29,9 +30,10 @@ from unirag.metrics.images import DEFAULT_CLIP_MODEL
 @click.option("--batch-size", default=32, show_default=True)
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available).")
 @metric_decode_workers_option
+@profile_options("image_metric_channels", "image_metric_size", "image_metric_missing")
 def images(run_dir: Path, queries: Path, pool: Path, images_root: Path, qrels: Path | None,
            inception_weights: Path | None, clip_model: str, no_clip: bool, is_splits: int, seed: int,
-           batch_size: int, device: str | None, decode_workers: int | None) -> None:
+           batch_size: int, device: str | None, decode_workers: int | None, settings=None) -> None:
     """FID (vs the queries' real images), CLIP Score (vs the query captions), IS (mean, SD).
 
     FID/IS need the optional extra unirag[image-metrics]; without it they are skipped with one
@@ -43,7 +45,7 @@ def images(run_dir: Path, queries: Path, pool: Path, images_root: Path, qrels: P
     result = evaluate_image_run(run_dir, queries, pool, images_root, qrels=qrels,
                                 inception_weights=inception_weights, clip_model=None if no_clip else clip_model,
                                 is_splits=is_splits, seed=seed, batch_size=batch_size, device=device,
-                                show_progress=True, decode_workers=decode_workers)
+                                show_progress=True, decode_workers=decode_workers, profile=settings)
     click.echo(metric_table(result["metrics"], result["skipped_metrics"]))
     for line in summary_lines(result):
         click.echo(line)

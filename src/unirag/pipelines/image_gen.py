@@ -111,6 +111,8 @@ class ImageJob:
     price: Price
     position: dict[str, int]
     save_prompts: int = 5
+    #: the ``image_format`` setting: ``png`` (lossless) or ``jpeg`` (PIL's default quality, as the official run)
+    image_format: str = "png"
 
     @property
     def free(self) -> bool:
@@ -138,8 +140,12 @@ class ImageJob:
         meta = dict(result.meta)
         prompt = meta.pop("prompt", None) or generator.prompt_text(request)
         stem = image_stem(query.qid)
-        rel = f"{IMAGES_DIR}/{stem}.png"
-        atomic_write_bytes(out / rel, png_bytes(result.image, compress_level=1))
+        if self.image_format == "jpeg":
+            rel = f"{IMAGES_DIR}/{stem}.jpg"
+            atomic_write_bytes(out / rel, jpeg_bytes(result.image))
+        else:
+            rel = f"{IMAGES_DIR}/{stem}.png"
+            atomic_write_bytes(out / rel, png_bytes(result.image, compress_level=1))
         atomic_write_json(out / IMAGES_DIR / f"{stem}.prompt.json", {
             "qid": query.qid, "caption": query.txt, "generator": generator.spec, "prompt": prompt,
             "examples": [{"id": e.id, "image": str(e.image_path), "caption": e.caption} for e in request.examples],
@@ -171,6 +177,7 @@ class ImageTask:
     position: dict[str, int]
     save_prompts: int
     k: int
+    image_format: str = "png"
 
     @property
     def key(self) -> str:
@@ -180,7 +187,7 @@ class ImageTask:
         generator.check_k(self.k)
         generator.check_size(self.settings.width, self.settings.height)
         job = ImageJob(generator, Path(self.out), self.images_root, self.settings, self.price, self.position,
-                       self.save_prompts)
+                       self.save_prompts, self.image_format)
         return _ImageWork(job, self.key)
 
 
@@ -199,6 +206,16 @@ class _ImageWork:
 
     def work_batch(self, payloads: list[tuple[Query, list[Example], dict[str, int] | None]]) -> list[dict[str, Any]]:
         return [self.job.work_prepared(p) for p in payloads]
+
+
+def jpeg_bytes(image: Any) -> bytes:
+    """The image as the official UniRAG run saved it: ``image.save("....jpg")``, PIL's default JPEG quality
+    (75) (castorini/UniRAG src/unirag/image_generation_inference.py@e9a4e00:82-85, :143-146)."""
+    import io
+
+    buf = io.BytesIO()
+    image.convert("RGB").save(buf, format="JPEG")
+    return buf.getvalue()
 
 
 def run_image_generation(
@@ -281,6 +298,9 @@ def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleS
     templates = {name: image_template(name).manifest_entry() for name in generator.templates}
     identity = {"generator": generator.spec, **generator.identity(), "examples": selector.source(), **asdict(settings),
                 "templates": {n: t["sha256"] for n, t in templates.items()}, **(identity_extra or {})}
+    image_format = profile["image_format"]
+    if image_format != "png":  # only when not the default, so runs made before the setting still resume
+        identity["image_format"] = image_format
     price = image_price(generator.spec, generator.local, prices)
     run_settings = {"generator_config": generator.config(), "images_root": images_root,
                     "concurrency": 1 if generator.local else concurrency, "templates": templates,
@@ -298,11 +318,12 @@ def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleS
         if pool is not None:
             root = str(Path(images_root).resolve()) if images_root is not None else os.getcwd()
             task = ImageTask(str(out.resolve()), root, settings, price,
-                             {q: i for q, i in position.items() if i < save_prompts}, save_prompts, selector.k)
+                             {q: i for q, i in position.items() if i < save_prompts}, save_prompts, selector.k,
+                             image_format)
             counts = pool.run(recipe, task, todo, key=lambda q: q.qid, prepare=prepare, desc=desc, progress=progress)
             run.store.refresh()
         else:
-            job = ImageJob(generator, out, images_root, settings, price, position, save_prompts)
+            job = ImageJob(generator, out, images_root, settings, price, position, save_prompts, image_format)
             work = lambda q: job.work_prepared(prepare(q))  # noqa: E731
             ahead = None
             if generator.local:  # one query at a time here: its example images decoded a few queries ahead
