@@ -309,6 +309,26 @@ _register(
 )
 
 
+# --- caption scoring (issue 27) -----------------------------------------------------------------
+_GEN_CAP = "castorini/UniRAG src/unirag/caption_generation_inference.py@e9a4e00"
+_EVAL_CAP = "castorini/UniRAG src/unirag/eval_caption_generation.py@e9a4e00"
+_register(
+    Setting("caption_failed", "exclude", "empty",
+            "A caption query whose generator call failed, when the run is scored. exclude: left out and counted; "
+            "empty: scored as an empty caption, as the official GPT and Gemini loops store \"\" for a call that "
+            "raised (so the failure lowers every metric)",
+            choices=("exclude", "empty"),
+            cite=_GEN_CAP + ":90-92 (infer_gemini: output = \"\"), :189-200 (infer_gpt: output = \"\" after "
+                            "MAX_RETRY or a policy refusal)"),
+    Setting("caption_prefix_strip", "labels", "official",
+            "What is stripped from a caption before scoring. labels: unirag's answer labels (Caption/Answer/"
+            "Output/..., with or without a number, bold, quotes; see unirag.metrics.text_normalize); official: "
+            "only a leading 'Caption [n]: ' (exactly the regex ^Caption \\[\\d+\\]: after str.strip())",
+            choices=("labels", "official"),
+            cite=_EVAL_CAP + ":59-65 (remove_caption_prefix), :77-79 (get_results)"),
+)
+
+
 # --- image metrics and image runs (issue 27) -----------------------------------------------------
 _EVAL_IMG = "castorini/UniRAG src/unirag/eval_image_generation.py@e9a4e00"
 
