@@ -309,6 +309,20 @@ _register(
 )
 
 
+_register(
+    Setting("image_seeding", "unirag", "official",
+            "How local image models are seeded. unirag: Emu2-Gen's torch generator is seeded with the run's "
+            "--seed before every call (each picture reproducible alone); LaVIT once, when it is built. "
+            "official: Emu2-Gen is never seeded (UniRAG sets no seed around infer_emu2); LaVIT is seeded with 1234 "
+            "before the first of every 1,000 queries, as the official script rebuilds (and reseeds) the model "
+            "for each --index batch of 1,000",
+            choices=("unirag", "official"),
+            cite="castorini/UniRAG src/unirag/image_generation_inference.py@e9a4e00:27-30 (build_lavit_model seeds "
+                 "1234), :100-148 (infer_emu2: no seed); scripts/image_generation.sh@e9a4e00:3, :19-21 (bs=1000, one "
+                 "process per --index batch)"),
+)
+
+
 # --- caption scoring (issue 27) -----------------------------------------------------------------
 _GEN_CAP = "castorini/UniRAG src/unirag/caption_generation_inference.py@e9a4e00"
 _EVAL_CAP = "castorini/UniRAG src/unirag/eval_caption_generation.py@e9a4e00"

@@ -41,6 +41,25 @@ def sampling_defaults(spec: str, settings: Any = None) -> dict[str, Any]:
     return {"steps": DEFAULT_STEPS, "guidance": DEFAULT_GUIDANCE}
 
 
+#: Queries per official LaVIT process: the seed is set again before the first of each such batch.
+OFFICIAL_LAVIT_BATCH = 1000
+
+
+def seeding_options(spec: str, settings: Any = None) -> dict[str, Any]:
+    """Generator options that seed a local model as ``image_seeding`` says (empty: the generator's own
+    default). ``official``: Emu2-Gen ``reseed=False`` (never seeded); LaVIT ``reseed_every=1000``."""
+    from unirag.profiles import resolve
+
+    if resolve(settings)["image_seeding"] != "official":
+        return {}
+    spec = str(spec).strip()
+    if spec.startswith("emu2-gen:"):
+        return {"reseed": False}
+    if spec.startswith("lavit:"):
+        return {"reseed_every": OFFICIAL_LAVIT_BATCH}
+    return {}
+
+
 @dataclass(frozen=True)
 class ExamplePair:
     """One in-context example: an image file and the caption that goes with it."""
