@@ -219,6 +219,20 @@ _register(
             "first 2400, as the official loader ('only for testing'); other files are never cut",
             parse=_none_or_int, choices=(None, 2400),
             cite=_XR + "XR/utils/data.py:99 (load_CIRR: val_data[:2400])"),
+    Setting("xr_cirr_reference", "exclude", "keep",
+            "CIRR's reference image in the gallery a query ranks. exclude: removed (the CIRR protocol, CLIP4Cir); "
+            "keep: ranked with the rest, as the official X^R code scores and submits the full list (an explicit "
+            "exclude_reference / --exclude-reference still wins)",
+            choices=("exclude", "keep"),
+            cite=_XR + "XR/xr.py:612-623 (_eval_and_log ranks over every gallery image), :1297-1300 (test submission "
+                       "from the same list); XR/utils/data.py:77-95 (load_CIRR keeps the reference)"),
+    Setting("xr_cirr_subset", "cut", "rerank",
+            "How R_subset is ranked. cut: the full ranking restricted to the query's img_set members (reference "
+            "removed); rerank: a separate pass over only those members (reference removed) with k' = the set's "
+            "size - 1, whose coarse and fine stages rank them, as the official --subset run does",
+            choices=("cut", "rerank"),
+            cite=_XR + "XR/xr.py:50-53 (--subset: top_k = len(img_set) - 1), :588-610 (stage-1 list cut to the "
+                       "members, reference skipped, re-sorted), :1571 (--subset)"),
     Setting("xr_failed_caption", "skip", "stand-in",
             "a top-k' candidate whose caption call failed, on the caption path. skip: no caption-path call, "
             "its caption score is 0; stand-in: judged on the caption 'A photo.' (the official default of a "
