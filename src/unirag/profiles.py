@@ -337,8 +337,25 @@ _register(
 )
 
 
-# --- caption scoring (issue 27) -----------------------------------------------------------------
+# --- LLaVA (issue 27) --------------------------------------------------------------------------------
 _GEN_CAP = "castorini/UniRAG src/unirag/caption_generation_inference.py@e9a4e00"
+_register(
+    Setting("hf_vlm_runtime", "unirag", "official",
+            "How an hf: caption model loads when --dtype is auto and --batch-size is not given. unirag: bfloat16 "
+            "(float16) on a GPU, 4 prompts per forward pass; official: float32 weights (from_pretrained with no "
+            "dtype) and one prompt per pass, as infer_llava",
+            choices=("unirag", "official"),
+            cite=_GEN_CAP + ":221-227 (LlavaNextForConditionalGeneration.from_pretrained: no torch_dtype), :219 "
+                            "(bs: int = 1), :255-262"),
+    Setting("llava_prompt_format", "chat-template", "official",
+            "The text an hf: LLaVA-family model receives. chat-template: the processor's own chat template; "
+            "official: the hand-written 'USER: <image>\\n{system}\\n{message}\\nASSISTANT:' of infer_llava",
+            choices=("chat-template", "official"),
+            cite=_GEN_CAP + ":250-251 (prompts.append(f\"USER: <image>\\n{SYSTEM_MESSAGE}\\n{message}\\nASSISTANT:\"))"),
+)
+
+
+# --- caption scoring (issue 27) -----------------------------------------------------------------
 _EVAL_CAP = "castorini/UniRAG src/unirag/eval_caption_generation.py@e9a4e00"
 _register(
     Setting("caption_failed", "exclude", "empty",

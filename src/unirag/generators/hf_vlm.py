@@ -24,8 +24,29 @@ from unirag.generators.base import Generation, GenerationOptions, TextGenerator,
 from unirag.messages import ImagePart, Message, TextPart
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-#: Used only when a processor ships no chat template (the LLaVA-1.5 conversation format).
+#: The LLaVA-1.5 conversation format: used when a processor ships no chat template, and always with
+#: ``prompt_format="official"``: UniRAG's ``infer_llava`` writes ``f"USER: <image>\n{SYSTEM_MESSAGE}\n{message}
+#: \nASSISTANT:"`` by hand (castorini/UniRAG src/unirag/caption_generation_inference.py@e9a4e00:250-251).
 FALLBACK_FORMAT = "USER: {images}{text}\nASSISTANT:"
+PROMPT_FORMATS = ("chat-template", "official")
+
+
+def profile_load_options(spec: str, settings: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` for an ``hf:`` spec with the settings ``hf_vlm_runtime`` and ``llava_prompt_format``
+    applied where the user left the choice open (``dtype`` auto or absent, no ``batch_size``,
+    no ``prompt_format``); other specs' options are returned unchanged."""
+    from unirag.profiles import resolve
+
+    if not str(spec).strip().startswith("hf:"):
+        return dict(options)
+    settings = resolve(settings)
+    out = dict(options)
+    if settings["hf_vlm_runtime"] == "official":  # infer_llava: from_pretrained without a dtype, bs = 1
+        if out.get("dtype") in (None, "auto"):
+            out["dtype"] = "float32"
+        out.setdefault("batch_size", 1)
+    out.setdefault("prompt_format", settings["llava_prompt_format"])
+    return out
 
 
 def to_conversation(messages: list[Message]) -> tuple[list[dict[str, Any]], list[ImagePart]]:
@@ -49,7 +70,12 @@ class HFVisionLanguageGenerator(TextGenerator):
     image_mode = "single-image"
 
     def __init__(self, model: str, *, device: str | None = "auto", dtype: str | None = "auto", batch_size: int = 4,
-                 family: str = "llava", spec: str | None = None) -> None:
+                 family: str = "llava", spec: str | None = None, prompt_format: str = "chat-template") -> None:
+        """``prompt_format``: ``chat-template`` (the processor's) or ``official`` (UniRAG's hand-written
+        LLaVA string, see :data:`FALLBACK_FORMAT`)."""
+        if prompt_format not in PROMPT_FORMATS:
+            raise ConfigError(f"unknown prompt_format {prompt_format!r}; expected one of {', '.join(PROMPT_FORMATS)}")
+        self.prompt_format = prompt_format
         self.model_id = model
         self.spec = spec or f"hf:{model}"
         if dtype is not None and dtype not in DTYPES:
@@ -105,7 +131,7 @@ class HFVisionLanguageGenerator(TextGenerator):
 
     def _prompt_text(self, conv: list[dict[str, Any]], n_images: int) -> str:
         proc = self._processor
-        if getattr(proc, "chat_template", None):
+        if self.prompt_format == "chat-template" and getattr(proc, "chat_template", None):
             return proc.apply_chat_template(conv, add_generation_prompt=True)
         token = getattr(proc, "image_token", "<image>")
         text = "\n".join(c["text"] for m in conv for c in m["content"] if c["type"] == "text")
@@ -164,7 +190,8 @@ class HFVisionLanguageGenerator(TextGenerator):
         """The settings as given (resolved ones are in :meth:`runtime` once the model is loaded)."""
         return {"spec": self.spec, "backend": "hf", "model": self.model_id, "device": self.device,
                 "dtype": self.dtype, "batch_size": self.batch_size, "template_family": self.template_family,
-                "image_mode": self.image_mode}
+                "image_mode": self.image_mode,
+                **({"prompt_format": self.prompt_format} if self.prompt_format != "chat-template" else {})}
 
     def runtime(self) -> dict[str, str]:
         """The device and precision the model really runs in (loads it if needed)."""

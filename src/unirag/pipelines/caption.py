@@ -264,7 +264,11 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
         from unirag.pipelines.remote_models import RemoteTextGenerator, TextModelRecipe
 
         pool = stack.enter_context(open_pool(cfg.engine, cfg.progress))
-        recipe = TextModelRecipe(cfg.generator, dict(cfg.generator_options))
+        from unirag.generators.hf_vlm import profile_load_options
+        from unirag.profiles import resolve
+
+        recipe = TextModelRecipe(cfg.generator, profile_load_options(cfg.generator, resolve(cfg.profile),
+                                                                     dict(cfg.generator_options)))
         generator = RemoteTextGenerator(pool.describe(recipe))  # the model loads on the workers only
     if isinstance(generator, Captioner):
         captioner, owned = generator, False
