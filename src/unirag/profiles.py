@@ -286,6 +286,15 @@ _register(
                  "src/unirag/generator_prompt.py@07190083:20,60,100 (min(k, len)); hits read: UniIR "
                  "src/common/mbeir_retriever.py@72871c19:412 with configs_scripts/large/eval/unirag/"
                  "retrieval.yaml@98dc570c:39-40,45-46 (10 for MSCOCO, 50 for Fashion200k)"),
+    Setting("pair_alignment", "fixed", "uniir-zip",
+            "With example_pairs = per-hit: which complement each hit is paired with. fixed: its own. uniir-zip: as "
+            "the official code, complements exist for text and image hits only and are zipped against all hits, so "
+            "after an image+text hit later hits get the next hit's complement and the last hits are dropped "
+            "(official bug)",
+            choices=("fixed", "uniir-zip"), official_bug=True,
+            cite="TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py@98dc570:264-278, :289-308 (complements of text/"
+                 "image hits only); castorini/UniRAG src/unirag/incontext_example_provider.py@07190083:11-13 "
+                 "(zip(candidates, complement_candidates))"),
     Setting("rag_modality", "any", "task",
             "Which candidates rag examples are retrieved from when they come from an index (not a run file). "
             "any: every modality of the pool (unirag). task: the modality the task's examples supply, as "

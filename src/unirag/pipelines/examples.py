@@ -316,7 +316,7 @@ class RagFromIndex(_TopCaption, ExampleSelector):
         if self.modality != "any":  # only when searched by task, so earlier runs still resume
             out["modality"] = self.modality
         settings = self.retriever.settings
-        changed = {n: settings[n] for n in ("pair_completion", "example_pairs")
+        changed = {n: settings[n] for n in ("pair_completion", "example_pairs", "pair_alignment")
                    if settings[n] != resolve_default(n)}
         if changed:  # only when not the default, so runs made before these settings existed still resume
             out["pairing"] = changed

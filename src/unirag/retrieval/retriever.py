@@ -313,7 +313,7 @@ class Retriever:
 
         metas = self.index.metas
         found, _ = per_hit_pairs(self.index, completer, ident, ids.tolist(), scores.tolist(), k,
-                                 unirag_depth(result.qid))
+                                 unirag_depth(result.qid), zip_bug=self.settings["pair_alignment"] == "uniir-zip")
         result.pairs = [Pair(metas[i].did, metas[t].did, metas[i].img_path, metas[t].txt, s, via)
                         for i, t, s, via in found]
         result.pair_of = {}
