@@ -333,6 +333,15 @@ _register(
 
 
 _register(
+    Setting("image_top1", "first-pair", "top-candidate",
+            "The retrieval:top1 image baseline. first-pair: the image of the first example pair kept for the query; "
+            "top-candidate: the top retrieved candidate's own image, else its complement's image, else a 224x224 "
+            "image of random noise, as the official retriever metrics",
+            choices=("first-pair", "top-candidate"),
+            cite="castorini/UniRAG src/unirag/eval_image_generation.py@e9a4e00:108-140 (load_retrieved_images: "
+                 "candidates[0]['img_path'], else complement_candidates[0]['img_path'], else noise)"),
+)
+_register(
     Setting("image_seeding", "unirag", "official",
             "How local image models are seeded. unirag: Emu2-Gen's torch generator is seeded with the run's "
             "--seed before every call (each picture reproducible alone); LaVIT once, when it is built. "

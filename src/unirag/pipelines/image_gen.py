@@ -315,6 +315,9 @@ def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleS
         selector.prepare(todo)
         (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
         prepare = lambda q: (q, selector.select(q), selector.leak_info(q))  # noqa: E731
+        if profile["image_top1"] == "top-candidate" and generator.spec.startswith("retrieval:") \
+                and hasattr(selector, "top_image"):  # the official baseline: the top hit's image, unskipped
+            prepare = lambda q: (q, [ex] if (ex := selector.top_image(q)) is not None else [], None)  # noqa: E731
         desc = f"images ({generator.spec})"
         if pool is not None:
             root = str(Path(images_root).resolve()) if images_root is not None else os.getcwd()

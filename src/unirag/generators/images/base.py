@@ -46,13 +46,17 @@ OFFICIAL_LAVIT_BATCH = 1000
 
 
 def seeding_options(spec: str, settings: Any = None) -> dict[str, Any]:
-    """Generator options that seed a local model as ``image_seeding`` says (empty: the generator's own
-    default). ``official``: Emu2-Gen ``reseed=False`` (never seeded); LaVIT ``reseed_every=1000``."""
+    """Generator options a profile implies (empty: the generator's own defaults). ``image_seeding =
+    official``: Emu2-Gen ``reseed=False`` (never seeded), LaVIT ``reseed_every=1000``; ``image_top1 =
+    top-candidate``: ``retrieval:top1`` draws noise for a query without a top image (``noise=True``)."""
     from unirag.profiles import resolve
 
-    if resolve(settings)["image_seeding"] != "official":
-        return {}
+    settings = resolve(settings)
     spec = str(spec).strip()
+    if spec.startswith("retrieval:") and settings["image_top1"] == "top-candidate":
+        return {"noise": True}
+    if settings["image_seeding"] != "official":
+        return {}
     if spec.startswith("emu2-gen:"):
         return {"reseed": False}
     if spec.startswith("lavit:"):
