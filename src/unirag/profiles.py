@@ -87,6 +87,15 @@ _register(
     Setting("image_background", default="white", official="white", choices=("white", "black"),
             help="What transparent pixels are composited on when an image is made RGB. 'black' reproduces a "
                  "plain PIL convert('RGB'), which turns a transparent background black."),
+    Setting("image_loading", "normalised", "plain",
+            "How caption and image runs turn the query and example images into RGB. normalised: EXIF "
+            "rotation applied, transparency composited on image_background, 16-bit and float pixels scaled "
+            "(unirag.data.images.load_rgb); plain: Image.open(path).convert('RGB') as the official code, "
+            "nothing else (a rotated photo stays as stored)",
+            choices=("normalised", "plain"),
+            cite="castorini/UniRAG src/unirag/caption_generation_inference.py@e9a4e00:66-74 (fewshot and query "
+                 "images opened as stored), src/unirag/generator_prompt.py@07190083:50-88 (merge_images: "
+                 "Image.open, pasted on RGB)"),
 )
 
 

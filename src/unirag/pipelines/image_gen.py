@@ -113,6 +113,8 @@ class ImageJob:
     save_prompts: int = 5
     #: the ``image_format`` setting: ``png`` (lossless) or ``jpeg`` (PIL's default quality, as the official run)
     image_format: str = "png"
+    #: the ``image_loading`` setting: how example images decode (``plain``: as the official code)
+    image_loading: str = "normalised"
 
     @property
     def free(self) -> bool:
@@ -133,8 +135,11 @@ class ImageJob:
         request = ImageRequest(qid=query.qid, caption=query.txt, examples=_examples_to_pairs(examples, self.images_root),
                                width=settings.width, height=settings.height, steps=settings.steps,
                                guidance=settings.guidance, seed=settings.seed)
+        from unirag.data.images import image_loading
+
         try:
-            result = generator.generate(request)
+            with image_loading(self.image_loading):
+                result = generator.generate(request)
         except InputError as e:  # e.g. a missing example image: this query fails, the run goes on
             raise BackendError(str(e)) from None
         meta = dict(result.meta)
@@ -178,6 +183,7 @@ class ImageTask:
     save_prompts: int
     k: int
     image_format: str = "png"
+    image_loading: str = "normalised"
 
     @property
     def key(self) -> str:
@@ -187,7 +193,7 @@ class ImageTask:
         generator.check_k(self.k)
         generator.check_size(self.settings.width, self.settings.height)
         job = ImageJob(generator, Path(self.out), self.images_root, self.settings, self.price, self.position,
-                       self.save_prompts, self.image_format)
+                       self.save_prompts, self.image_format, self.image_loading)
         return _ImageWork(job, self.key)
 
 
@@ -323,11 +329,12 @@ def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleS
             root = str(Path(images_root).resolve()) if images_root is not None else os.getcwd()
             task = ImageTask(str(out.resolve()), root, settings, price,
                              {q: i for q, i in position.items() if i < save_prompts}, save_prompts, selector.k,
-                             image_format)
+                             image_format, profile["image_loading"])
             counts = pool.run(recipe, task, todo, key=lambda q: q.qid, prepare=prepare, desc=desc, progress=progress)
             run.store.refresh()
         else:
-            job = ImageJob(generator, out, images_root, settings, price, position, save_prompts, image_format)
+            job = ImageJob(generator, out, images_root, settings, price, position, save_prompts, image_format,
+                           profile["image_loading"])
             work = lambda q: job.work_prepared(prepare(q))  # noqa: E731
             ahead = None
             if generator.local:  # one query at a time here: its example images decoded a few queries ahead
