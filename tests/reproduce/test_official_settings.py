@@ -218,8 +218,8 @@ def test_gemini_official_prompts():
     goes to GPT (:139, :154) and LLaVA (:247) only; infer_gemini (:33) builds ``message =
     p_class.prepare_gemini_message(...)`` (:58) and sends ``content = [message, ...]`` (:61, :73), the
     prompt file's text alone; src/unirag/prompts/gemini-caption-prompt-with-examples.txt (commit 6c4eda29)
-    ends with "The answer must be compulsarily in one line." (quoted in issue 15; the prompt file is not
-    copied here, so no line is cited for it)."""
+    ends its last line (:5, after "do not say any other words or explain.") with " The answer must be
+    compulsarily in one line." (quoted in issue 15; the prompt file is not copied here)."""
     from unirag.prompts.caption import caption_template
     from unirag.prompts.official import GEMINI_ONE_LINE, SYSTEM_SENTENCE, apply_caption_prompts
 
@@ -230,6 +230,9 @@ def test_gemini_official_prompts():
         official.text("zero_shot")
     assert official.text("few_shot").endswith("The answer must be compulsarily in one line.") and \
         GEMINI_ONE_LINE not in paper.text("few_shot")
+    # on the instruction's last line after one space, as the file's last line (:5), not on a line of its own
+    last = official.text("few_shot").splitlines()[-1]
+    assert last == paper.text("few_shot").splitlines()[-1] + " " + GEMINI_ONE_LINE
     assert official.sha256 != paper.sha256  # run identities tell the two wordings apart
     gpt = caption_template("gpt4o")
     assert apply_caption_prompts(gpt, "gpt4o", "official") is gpt  # GPT-4o: the paper's wording is the official one

@@ -22,6 +22,8 @@ _OPTIONS = [
     click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
                  help="Local models: " + DTYPE_HELP),
     click.option("--batch-size", type=int, default=None, help="Local models: prompts per forward pass."),
+    click.option("--trust-remote-code", is_flag=True, default=None,
+                 help="hf: models that ship their own modelling code (e.g. InternVL3) may run it; off by default."),
     click.option("--prompt-family", "family", type=click.Choice(["llava", "gpt4o", "gemini"]), default=None,
                  help="Override the generator's prompt template family (e.g. llava for a LLaVA server)."),
     click.option("--similarity", type=click.Choice(["minilm", "lexical"]), default=None,

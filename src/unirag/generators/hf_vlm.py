@@ -70,9 +70,13 @@ class HFVisionLanguageGenerator(TextGenerator):
     image_mode = "single-image"
 
     def __init__(self, model: str, *, device: str | None = "auto", dtype: str | None = "auto", batch_size: int = 4,
-                 family: str = "llava", spec: str | None = None, prompt_format: str = "chat-template") -> None:
+                 family: str = "llava", spec: str | None = None, prompt_format: str = "chat-template",
+                 trust_remote_code: bool = False) -> None:
         """``prompt_format``: ``chat-template`` (the processor's) or ``official`` (UniRAG's hand-written
-        LLaVA string, see :data:`FALLBACK_FORMAT`)."""
+        LLaVA string, see :data:`FALLBACK_FORMAT`). ``trust_remote_code``: let a checkpoint that ships its
+        own modelling code (InternVL3, the official X^R agents' model) run it; off unless asked for, as it
+        executes Python from the checkpoint."""
+        self.trust_remote_code = bool(trust_remote_code)
         if prompt_format not in PROMPT_FORMATS:
             raise ConfigError(f"unknown prompt_format {prompt_format!r}; expected one of {', '.join(PROMPT_FORMATS)}")
         self.prompt_format = prompt_format
@@ -112,11 +116,14 @@ class HFVisionLanguageGenerator(TextGenerator):
         local = Path(self.model_id).expanduser()
         source = str(local) if local.exists() else self.model_id
         try:
-            processor = AutoProcessor.from_pretrained(source)
-            model = AutoModelForImageTextToText.from_pretrained(source, **kwargs)
+            remote = {"trust_remote_code": True} if self.trust_remote_code else {}
+            processor = AutoProcessor.from_pretrained(source, **remote)
+            model = AutoModelForImageTextToText.from_pretrained(source, **kwargs, **remote)
         except (OSError, ValueError, KeyError) as e:
             where = "local directory" if local.exists() else "Hugging Face hub id (not a local path either)"
-            raise ConfigError(f"cannot load VLM {self.model_id!r} as a {where}: {e}") from None
+            hint = "" if self.trust_remote_code or "trust_remote_code" not in str(e) else \
+                " (the checkpoint ships its own code: pass trust_remote_code=True / --trust-remote-code if you trust it)"
+            raise ConfigError(f"cannot load VLM {self.model_id!r} as a {where}: {e}{hint}") from None
         if "device_map" not in kwargs:
             model = model.to(device)
         tok = getattr(processor, "tokenizer", None)
@@ -191,7 +198,8 @@ class HFVisionLanguageGenerator(TextGenerator):
         return {"spec": self.spec, "backend": "hf", "model": self.model_id, "device": self.device,
                 "dtype": self.dtype, "batch_size": self.batch_size, "template_family": self.template_family,
                 "image_mode": self.image_mode,
-                **({"prompt_format": self.prompt_format} if self.prompt_format != "chat-template" else {})}
+                **({"prompt_format": self.prompt_format} if self.prompt_format != "chat-template" else {}),
+                **({"trust_remote_code": True} if self.trust_remote_code else {})}
 
     def runtime(self) -> dict[str, str]:
         """The device and precision the model really runs in (loads it if needed)."""

@@ -79,7 +79,7 @@ KNOWN_GENERATOR_OPTIONS = frozenset({
     "api_key_env", "base_url", "batch_size", "check_safety", "detail", "device", "dtype", "family",
     "lavit_code", "lavit_module", "model", "model_path", "noise", "offload", "oom_fallback", "pipeline", "prompt_format",
     "quality", "reseed", "reseed_every", "seed", "similarity", "strategy", "text_encoder", "timeout", "top_k",
-    "use_xformers", "variant",
+    "trust_remote_code", "use_xformers", "variant",
 })
 
 

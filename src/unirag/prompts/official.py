@@ -72,7 +72,8 @@ def apply_caption_prompts(tpl: PromptTemplate, family: str, wording: str,
         if zero.startswith(SYSTEM_SENTENCE):
             zero = zero[len(SYSTEM_SENTENCE):].lstrip()
         sections["zero_shot"] = zero
-        sections["few_shot"] = sections.get("few_shot", "").rstrip() + "\n" + GEMINI_ONE_LINE
+        # the sentence ends the file's last line, after one space (gemini-caption-prompt-with-examples.txt@6c4eda29:5)
+        sections["few_shot"] = sections.get("few_shot", "").rstrip() + " " + GEMINI_ONE_LINE
     elif family != "llava":
         return tpl  # the other families' official wording is the paper's (or comes from --official-prompts)
     if family == "llava":
