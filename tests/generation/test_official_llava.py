@@ -63,6 +63,8 @@ def test_official_llava_prompt_is_the_hand_written_string(coco_set, llava_path, 
     expected = f"USER: {token}\n{SYSTEM_SENTENCE}\n{_official_message(template, [s.caption for s in shots])}" \
                "\nASSISTANT:"
     assert seen == [expected]
+    # --save-prompts writes the same text to NNN_qid.sent.txt (the official prompt_{idx}.txt, :247-250)
+    assert captioner.sent_prompt(captioner.request(root / rows[0]["image"], shots).prompt) == expected
 
     default = Captioner(f"hf:{llava_path}", device="cpu", max_tokens=3)
     monkeypatch.setattr(type(default.backend), "_prompt_text", spy)

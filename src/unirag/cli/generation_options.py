@@ -33,7 +33,9 @@ _OPTIONS = [
     click.option("--prices", type=click.Path(dir_okay=False), default=None,
                  help="JSON/YAML price table overriding the paper's Table 8 defaults."),
     click.option("--save-prompts", type=int, default=5, show_default=True,
-                 help="Rendered prompts (and merged images) kept in OUT/prompts/."),
+                 help="The first N prompts kept in OUT/prompts/: rendered (NNN_qid.txt, merged images) and exactly "
+                      "as sent to the backend (NNN_qid.sent.txt: the text an hf: model receives, the JSON body "
+                      "of an OpenAI-compatible call), to diff against the official prompt_{idx}.txt files."),
     click.option("--no-progress", is_flag=True, default=False, help="No progress bar."),
 ]
 

@@ -144,6 +144,13 @@ class HFVisionLanguageGenerator(TextGenerator):
         text = "\n".join(c["text"] for m in conv for c in m["content"] if c["type"] == "text")
         return FALLBACK_FORMAT.format(images=(token + "\n") * n_images, text=text)
 
+    def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str:
+        """The exact text the processor receives (chat template or the official string; loads the processor)."""
+        with self._lock:
+            self._load()
+            conv, parts = to_conversation(messages)
+            return self._prompt_text(conv, len(parts))
+
     # -- generation ------------------------------------------------------------------------------
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         return self.generate_batch([messages], options)[0]

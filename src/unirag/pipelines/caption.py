@@ -345,7 +345,8 @@ def _save_prompts(run: RunDir, job: CaptionJob, queries: list[Query]) -> None:
         except (InputError, BackendError):
             continue  # the query itself will fail with this message in the run
         run.save_prompt(i, q.qid, prompt.messages, prompt.merged_image,
-                        extra={"examples": [e.as_dict() for e in examples]})
+                        extra={"examples": [e.as_dict() for e in examples]},
+                        sent=job.captioner.sent_prompt(prompt))
 
 
 def _execute(cfg: CaptionConfig, job: CaptionJob, run: RunDir, queries: list[Query]) -> dict[str, int]:

@@ -193,6 +193,14 @@ class Captioner(LazyBackend):
 
         return CaptionRequest(shots, build_caption_prompt(self.template, image, shots, query_label=label))
 
+    def sent_prompt(self, prompt: Any) -> str | None:
+        """``prompt`` (a :class:`~unirag.prompts.caption.CaptionPrompt`) exactly as the backend sends it
+        (None for generators that take no prompt): what ``--save-prompts`` writes to ``NNN_qid.sent.txt``."""
+        backend = self.backend
+        if prompt is None or not hasattr(backend, "sent_prompt"):
+            return None
+        return backend.sent_prompt(prompt.messages, self.options)
+
     @_with_image_loading
     def complete(self, request: CaptionRequest, *, captions: Sequence[str] | None = None) -> Caption:
         """Call the generator for a prepared request (``captions``: what an example captioner picks
