@@ -128,7 +128,12 @@ def test_every_cell_carries_the_papers_figures(grid):
 def test_table3_rows_are_the_papers():
     _, cells = load_experiment(GRIDS / "unirag-table3-mscoco-captions.yaml")
     by = {(c.row, c.k): c for c in cells}
-    assert len(cells) == 23
+    assert len(cells) == 24  # the paper's 23 rows and the official code's default LLaVA (an extra, named cell)
+    # the paper's LLaVA is LLaVA-1.5 13B ("LLaVA (13B) Liu et al. (2023b)", UniRAG §4.3); the official code's
+    # default (castorini/UniRAG caption_generation_inference.py@e9a4e00:218) is the extra cell without figures
+    assert by[("2a", 1)].generator == "hf:llava-hf/llava-1.5-13b-hf"
+    assert by[("2a-code-default", 1)].generator == "hf:llava-hf/llava-v1.6-vicuna-7b-hf"
+    assert not by[("2a-code-default", 1)].paper
     assert by[("1a", 1)].generator == "retrieval:top1" and by[("1a", 1)].paper["SPICE"] == 37.6
     assert by[("2b", 1)].retriever == "blip-ff" and by[("2b", 1)].paper["CIDEr"] == 166.9
     assert by[("4c", 5)].mode == "random" and by[("4c", 5)].paper["BLEU-1"] == 55.8
@@ -158,7 +163,8 @@ def test_unirag_grid_runs_end_to_end(grid, tmp_path, coco_mini, capsys, monkeypa
     monkeypatch.setenv("OPENAI_API_KEY", "test-key-not-secret")
     monkeypatch.setenv("GEMINI_API_KEY", "test-key-not-secret")
     standin = "python:repro_standins:image_standin"
-    swaps = {"hf:llava-hf/llava-v1.6-vicuna-7b-hf": f"hf:{tiny_llava_dir()}", "gemini:gemini-1.5-pro": "openai:fake-gemini",
+    swaps = {"hf:llava-hf/llava-v1.6-vicuna-7b-hf": f"hf:{tiny_llava_dir()}", "hf:llava-hf/llava-1.5-13b-hf":
+             f"hf:{tiny_llava_dir()}", "gemini:gemini-1.5-pro": "openai:fake-gemini",
              "lavit:checkpoints/LaVIT-7B-v2": standin, "emu2-gen:BAAI/Emu2-Gen": standin}
     with FakeServer() as server:
         args = ["run", str(grid), "--data-root", str(tmp_path), "--out", str(tmp_path / "out"), "--limit", "2",
