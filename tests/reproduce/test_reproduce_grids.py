@@ -117,7 +117,8 @@ def test_every_cell_carries_the_papers_figures(grid):
     spec, cells = load_experiment(grid)
     assert spec.get("source") and cells
     for cell in cells:
-        assert cell.paper and cell.row, cell.name
+        # a named extra cell (the official code's default model next to the paper's) carries no figure
+        assert (cell.paper or str(cell.row).endswith("code-default")) and cell.row, cell.name
         assert cell.settings.profile == "official"
     names = {m for c in cells for m in c.paper}
     known = {"BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "CIDEr", "ROUGE-L", "SPICE", "FID", "CLIP Score", "IS", "IS SD",
