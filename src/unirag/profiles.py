@@ -364,6 +364,19 @@ _register(
 )
 
 
+# --- UniIR encoders (issue 27, point 9) -------------------------------------------------------------
+_register(
+    Setting("uniir_precision", "unirag", "official",
+            "Precision of a UniIR encoder (uniir: specs) when --dtype is auto. unirag: bfloat16 (float16) weights "
+            "on a GPU; official: float32 weights run under float16 autocast on CUDA, as UniIR embeds (on a CPU, "
+            "float32 either way)",
+            choices=("unirag", "official"),
+            cite="TIGER-AI-Lab/UniIR src/models/uniir_clip/clip_scorefusion/configs_scripts/large/eval/unirag/"
+                 "embed.yaml@98dc570:77 (use_fp16: true); src/common/mbeir_embedder.py@98dc570:52-53, :138-139 "
+                 "(with autocast(enabled=use_fp16))"),
+)
+
+
 # --- LLaVA (issue 27) --------------------------------------------------------------------------------
 _GEN_CAP = "castorini/UniRAG src/unirag/caption_generation_inference.py@e9a4e00"
 _register(

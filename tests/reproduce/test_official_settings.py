@@ -360,6 +360,8 @@ PINNED = {
                              "test_official_llava_prompt_is_the_hand_written_string")],
     "pair_alignment": [("tests/retrieval/test_official_pair_alignment.py",
                         "test_official_zip_misaligns_complements_after_an_image_text_hit")],
+    "uniir_precision": [("tests/encoders/test_uniir_clip_sf.py",
+                         "test_official_uniir_precision_is_float32_weights_under_float16_autocast")],
     "image_loading": [("tests/generation/test_official_image_loading.py", "test_plain_loading_is_pils_convert_rgb"),
                       ("tests/generation/test_official_image_loading.py",
                        "test_official_captioner_builds_its_merged_image_from_plain_loads")],

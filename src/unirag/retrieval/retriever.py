@@ -91,9 +91,10 @@ class Retriever:
     def encoder(self):
         """The query encoder (loaded from the index manifest on first use)."""
         if self._encoder is None:
-            from unirag.encoders.registry import load_encoder
+            from unirag.encoders.registry import load_encoder, precision_options
 
-            encoder = load_encoder(self.index.manifest["encoder"].get("spec"), device=self.device, dtype=self.dtype)
+            spec = self.index.manifest["encoder"].get("spec")
+            encoder = load_encoder(spec, device=self.device, **precision_options(spec, self.dtype, self.settings))
             check_encoder(self.index.manifest, encoder, self.index.index_dir)
             self._encoder = encoder
         return self._encoder
