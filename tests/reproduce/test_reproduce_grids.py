@@ -97,6 +97,9 @@ def _cir_stand_in(root: Path, myntra: Path) -> None:
     anns = [{"pairid": n, "reference": f"img{ids[n]}", "target_hard": f"img{ids[n + 1]}", "caption": "make it red",
              "img_set": {"members": [f"img{x}" for x in ids[n: n + 4]]}} for n in range(3)]
     (cirr / "captions" / "cap.rc2.val.json").write_text(json.dumps(anns))
+    (cirr / "image_splits" / "split.rc2.test1.json").write_text(json.dumps(names))  # test: no targets
+    (cirr / "captions" / "cap.rc2.test1.json").write_text(json.dumps(
+        [{k: v for k, v in a.items() if k != "target_hard"} for a in anns]))
     circo = root / "data" / "cir" / "circo"
     (circo / "annotations").mkdir(parents=True, exist_ok=True)
     (circo / "images" / "unlabeled2017").mkdir(parents=True, exist_ok=True)
@@ -108,6 +111,8 @@ def _cir_stand_in(root: Path, myntra: Path) -> None:
     (circo / "annotations" / "val.json").write_text(json.dumps(
         [{"id": q, "reference_img_id": q + 1, "target_img_id": q + 2, "gt_img_ids": [q + 2, q + 3],
           "relative_caption": "is blue"} for q in range(3)]))
+    (circo / "annotations" / "test.json").write_text(json.dumps(
+        [{"id": q, "reference_img_id": q + 1, "relative_caption": "is blue"} for q in range(3)]))
     (root / "xr").mkdir(exist_ok=True)
     (root / "xr" / "agents.yaml").write_text("defaults: {model: 'openai:fake-vlm'}\n")
 
@@ -197,8 +202,10 @@ def test_xr_grid_runs_end_to_end(tmp_path, myntra, capsys):
             "--no-progress"]
     code, out, err = _cli(args, capsys)
     assert code in (0, None), err
-    assert "3/3 cells ran" in out
+    assert "5/5 cells ran" in out
     assert "R@10:" in out and "(paper 36.66, Δ" in out and "(paper 30.95, Δ" in out
+    # the test-split cells: no ground truth, the figure comes from the evaluation server
+    assert "R@10: submit (paper 83.15" in out and "mAP@50: submit (paper 30.95" in out
     for name in ("fashioniq", "cirr", "circo"):
         profile = json.loads((tmp_path / "out" / "cir" / name / "xr" / "profile.json").read_text())
         assert profile["profile"] == "official"
@@ -258,7 +265,7 @@ def test_xr_grid_runs_through_the_agents_under_the_official_profile(tmp_path, my
         code, out, err = _cli(args, capsys)
         prompts = [json.dumps(r.json["messages"]) for r in server.requests]
     assert code in (0, None), err
-    assert "3/3 cells ran" in out and "(paper 36.66, Δ" in out and "(paper 83.15, Δ" in out and "(paper 30.95, Δ" in out
+    assert "5/5 cells ran" in out and "(paper 36.66, Δ" in out and "(paper 83.15, Δ" in out and "(paper 30.95, Δ" in out
 
     def called(text):
         return sum(text in p for p in prompts)
