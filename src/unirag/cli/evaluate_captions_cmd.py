@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from unirag.cli.evaluate_cmd import bootstrap_options
+from unirag.cli.profile_options import behaviour_options
 
 
 @click.command("captions")
@@ -22,8 +23,10 @@ from unirag.cli.evaluate_cmd import bootstrap_options
 @click.option("--no-meteor", is_flag=True, help="Skip METEOR (slowest; not in the paper's tables).")
 @click.option("--no-strip-prefixes", is_flag=True, help="Score captions as generated (keep 'Caption [3]:' etc.).")
 @bootstrap_options
+@behaviour_options(selection=False)
 def captions(run_dir: Path, queries: Path, pool: Path, qrels: Path | None, spice_lib: Path | None,
-             no_meteor: bool, no_strip_prefixes: bool, resamples: int, bootstrap_seed: int, ci_method: str) -> None:
+             no_meteor: bool, no_strip_prefixes: bool, resamples: int, bootstrap_seed: int, ci_method: str,
+             settings=None) -> None:
     """BLEU-1..4, METEOR, ROUGE-L, CIDEr (and SPICE) ×100; writes metrics.json in the run directory.
 
     Answer prefixes such as 'Caption [3]:' and surrounding quotes are stripped first; failed
@@ -34,7 +37,7 @@ def captions(run_dir: Path, queries: Path, pool: Path, qrels: Path | None, spice
 
     result = evaluate_caption_run(run_dir, queries, pool, qrels, spice_lib=spice_lib,
                                   strip_prefixes=not no_strip_prefixes, meteor=not no_meteor, resamples=resamples,
-                                  bootstrap_seed=bootstrap_seed, ci_method=ci_method)
+                                  bootstrap_seed=bootstrap_seed, ci_method=ci_method, profile=settings)
     click.echo(metric_table(result["metrics"], result["skipped_metrics"], result.get("intervals")))
     for line in summary_lines(result):
         click.echo(line)

@@ -184,8 +184,11 @@ def score_captions(candidates: Mapping[str, str], references: Mapping[str, Seque
 def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | Path, qrels: str | Path | None = None,
                          *, spice_lib: str | Path | None = None, strip_prefixes: bool = True, meteor: bool = True,
                          write: bool = True, resamples: int = DEFAULT_RESAMPLES, bootstrap_seed: int = 0,
-                         ci_method: str = "percentile") -> dict[str, Any]:
+                         ci_method: str = "percentile", profile: Any = None) -> dict[str, Any]:
     """Score a caption run directory; writes ``metrics.json`` and ``metrics_per_query.jsonl`` there.
+
+    ``profile``: its ``caption_failed`` (``empty``: a failed query is scored as an empty caption, as the
+    official code stores one) and ``caption_prefix_strip`` (``official``: only ``Caption [n]: `` is removed).
 
     Failed queries (status error) are excluded and counted, never scored as empty captions; queries
     with no output yet are counted as missing; outputs whose qid is not among ``queries`` are an error
@@ -196,15 +199,21 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
     (``resamples`` resamples, seeded by ``bootstrap_seed``; 0 resamples: none), computed from the
     per-query rows written to ``metrics_per_query.jsonl`` (see :mod:`unirag.metrics.stats`).
     """
-    from unirag.metrics.text_normalize import strip_answer_prefix
+    from unirag.metrics.text_normalize import strip_answer_prefix, strip_official_prefix
+    from unirag.profiles import resolve
     from unirag.runs.atomic import atomic_write_json, atomic_write_lines
 
+    settings = resolve(profile)
+    strip = strip_official_prefix if settings["caption_prefix_strip"] == "official" else strip_answer_prefix
     run, by_qid, gt = load_run_for_scoring(run_dir, "caption", queries, pool, qrels)
     outputs_path = run.run_dir / OUTPUTS_FILE
     candidates: dict[str, str] = {}
     raw: dict[str, str] = {}
     no_refs: list[str] = []
-    for qid, rec in run.ok().items():
+    scored = dict(run.ok())
+    if settings["caption_failed"] == "empty":  # the official loops store "" for a call that failed
+        scored.update({qid: {"caption": ""} for qid in run.failed() if qid in by_qid})
+    for qid, rec in scored.items():
         caption = rec.get("caption")
         if not isinstance(caption, str):
             raise InputError("status ok but no caption string", path=outputs_path, line=run.lines[qid],
@@ -213,7 +222,7 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
             no_refs.append(qid)
             continue
         raw[qid] = caption
-        candidates[qid] = strip_answer_prefix(caption) if strip_prefixes else caption
+        candidates[qid] = strip(caption) if strip_prefixes else caption
     if not candidates:
         raise InputError(f"no successful captions with references to score ({len(run.failed())} failed, "
                          f"{len(no_refs)} without references)", path=outputs_path)
@@ -231,6 +240,8 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
         "n_queries": len(by_qid),
         "n_scored": len(candidates),
         "n_failed": len(failed),
+        "n_failed_scored_empty": sum(1 for q in failed if q in candidates),
+        "profile": settings.to_dict(),
         "n_missing": sum(1 for q in by_qid if q not in run.records),
         "n_no_references": len(no_refs),
         "failed_qids": sorted(failed)[:20],

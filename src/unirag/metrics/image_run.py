@@ -2,8 +2,8 @@
 
 Generated image i (``image`` in ``outputs.jsonl``, relative to the run directory) is matched with
 the real positive image of the same query (from the pool, under ``images_root``) for FID, and with
-the query's caption for CLIP Score. Failed queries are excluded and counted; a metric that cannot
-run here (no torch-fidelity, no weights) is skipped with one line, the others still run.
+the query's caption for CLIP Score. Failed queries are excluded and counted (``image_metric_missing =
+noise``: scored as random noise, as the official evaluation does); a metric that cannot run here (no torch-fidelity, no weights) is skipped with one line, the others still run.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
                        seed: int = 0, batch_size: int = 32, device: str | None = None, write: bool = True,
                        show_progress: bool = False, decode_workers: int | str | None = None,
                        resamples: int = DEFAULT_RESAMPLES, bootstrap_seed: int = 0,
-                       ci_method: str = "percentile") -> dict[str, Any]:
+                       ci_method: str = "percentile", profile: Any = None) -> dict[str, Any]:
     """Metrics of an image run; writes ``metrics.json`` and per-query CLIP scores into ``run_dir``.
 
     ``intervals``: 95 % bootstrap intervals over the queries (``resamples`` seeded by
@@ -65,16 +65,29 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     ``fid_feature`` / ``is_feature`` (any ``nn.Module`` on uint8 images) replace the standard
     Inception network; ``clip`` = (model, processor) replaces loading ``clip_model``;
     ``clip_model=None`` skips CLIP Score. ``decode_workers``: processes decoding the images ahead of
-    the networks (see :mod:`unirag.metrics.images`; None: auto).
+    the networks (see :mod:`unirag.metrics.images`; None: auto). ``profile``: the settings
+    ``image_metric_channels``, ``image_metric_size`` and ``image_metric_missing`` (``official``: the
+    official evaluation's BGR 224x224 inputs, 299x299 for IS, noise for a missing image).
     """
+    from unirag.profiles import resolve
+
+    settings = resolve(profile)
+    noise = settings["image_metric_missing"] == "noise"
     run, by_qid, gt = load_run_for_scoring(run_dir, "image", queries, pool, qrels)
     outputs_path = run.run_dir / OUTPUTS_FILE
     qids, fakes, reals, texts = [], [], [], []
-    no_real = 0
+    no_real = noised = 0
     ok = run.ok()
     for qid in by_qid:
         rec = ok.get(qid)
         if rec is None:
+            if noise:  # the official evaluation scores every query: a missing image is random noise
+                real = reference_image(gt[qid])
+                qids.append(qid)
+                fakes.append(None)
+                reals.append(resolve_image(real, images_root) if real is not None else None)
+                texts.append(by_qid[qid].txt or "")
+                noised += 1 + (real is None)
             continue
         image = rec.get("image")
         if not isinstance(image, str):
@@ -86,25 +99,35 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
         real = reference_image(gt[qid])
         if real is None:
             no_real += 1
-            continue
+            if not noise:
+                continue
+            noised += 1
         qids.append(qid)
         fakes.append(fake)
-        reals.append(resolve_image(real, images_root))
+        reals.append(resolve_image(real, images_root) if real is not None else None)
         texts.append(by_qid[qid].txt or "")
     if not qids:
         raise InputError(f"no successful images with a real positive image to compare ({len(run.failed())} failed)",
                          path=outputs_path)
     import functools
 
-
     fid_rows: list[Any] | None = [] if resamples else None
     is_rows: list[Any] | None = [] if resamples else None
+    is_images = None
+    channels, size = settings["image_metric_channels"], settings["image_metric_size"]
+    if channels != "rgb" or size is not None or noise:  # the official inputs: arrays, prepared as its script does
+        from unirag.metrics.images import official_arrays, resize_arrays
+
+        fakes = official_arrays(fakes, channels=channels, size=size, seed=seed)
+        reals = official_arrays(reals, channels=channels, size=size, seed=seed + 1)
+        if size is not None:
+            is_images = resize_arrays(fakes, 299)
     metrics, skipped, scores = score_images(fakes, texts, reals, clip_model=clip_model, clip=clip,
                                             fid_feature=fid_feature, is_feature=is_feature,
                                             inception_weights=inception_weights, is_splits=is_splits, seed=seed,
                                             batch_size=batch_size, device=device, show_progress=show_progress,
                                             decode_workers=decode_workers, fid_features=fid_rows,
-                                            is_features=is_rows)
+                                            is_features=is_rows, is_images=is_images)
     per_query = dict(zip(qids, scores, strict=True)) if scores else {}
     intervals = query_intervals_result({q: {"CLIP Score": s} for q, s in per_query.items()}, metrics, resamples,
                                        bootstrap_seed, ci_method)
@@ -138,6 +161,8 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
         "n_failed": len(failed),
         "n_missing": sum(1 for q in by_qid if q not in run.records),
         "n_no_real_image": no_real,
+        "n_noise_images": noised,
+        "profile": settings.to_dict(),
         "failed_qids": sorted(failed)[:20],
         "fid_feature": "injected" if fid_feature is not None else "inception-v3-compat (torch-fidelity)",
         "clip_model": "injected" if clip is not None else (str(clip_model) if clip_model else None),
@@ -161,15 +186,16 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
                  fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
                  is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
                  show_progress: bool = False, decode_workers: int | str | None = None,
-                 fid_features: list | None = None, is_features: list | None = None
-                 ) -> tuple[dict[str, float], dict[str, str], list[float]]:
+                 fid_features: list | None = None, is_features: list | None = None,
+                 is_images: Sequence[Any] | None = None) -> tuple[dict[str, float], dict[str, str], list[float]]:
     """(metrics, skipped metrics with their one-line reason, per-image CLIP Scores) of generated
     ``images`` (paths, PIL images or bytes): FID against ``real_images`` (None: skipped), CLIP Score
     against ``texts`` (one per image; None or ``clip_model=None`` without ``clip``: skipped) and IS.
     The one scorer of ``unirag evaluate images`` and :func:`unirag.image_metrics`. ``decode_workers``:
     processes decoding the image files ahead of the networks (None: auto; 0: in this process).
     ``fid_features`` / ``is_features``: lists that receive FID's real and generated feature rows and IS's
-    logits (for their intervals)."""
+    logits (for their intervals). ``is_images``: what Inception Score sees instead of ``images`` (the
+    official 299x299 copies)."""
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -206,7 +232,7 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
                                                     decode_workers=decode_workers)
     try:
         is_net = is_feature if is_feature is not None else standard_inception(inception_weights, "logits_unbiased")
-        metrics["IS"], metrics["IS SD"] = inception_score(fakes, is_net, splits=is_splits, seed=seed,
+        metrics["IS"], metrics["IS SD"] = inception_score(list(is_images) if is_images is not None else fakes, is_net, splits=is_splits, seed=seed,
                                                           batch_size=batch_size, device=device,
                                                           progress=_progress("IS", show_progress),
                                                           decode_workers=decode_workers, features=is_features)

@@ -33,7 +33,7 @@ from unirag.errors import ConfigError
 
 DEFAULT_CLIP_MODEL = "openai/clip-vit-base-patch16"
 INCEPTION_WEIGHTS_FILE = "weights-inception-2015-12-05-6726825d.pth"
-INSTALL_HINT = "pip install 'unirag[image-metrics]'  (torch-fidelity + torchvision)"
+INSTALL_HINT = "pip install 'unirag[image-metrics]'  (torch-fidelity + torchvision + opencv-python-headless)"
 
 
 class MetricUnavailable(Exception):
@@ -108,6 +108,55 @@ def _size_order(paths: Sequence[str | Path]) -> list[int]:
         except Exception:  # noqa: BLE001 - load_uint8 reports the real error with the path
             return (0, 0)
     return sorted(range(len(paths)), key=size)
+
+
+def official_arrays(paths: Sequence[ImageLike | None], *, channels: str = "bgr", size: int | None = 224,
+                    seed: int = 0) -> list[Any]:
+    """Images as the official UniRAG evaluation feeds them: HWC uint8 arrays read with OpenCV (BGR,
+    never converted, when ``channels`` is ``bgr``), resized to ``size`` x ``size`` with ``cv2.resize``
+    (bilinear); a ``None`` path becomes uniform random noise of that size (drawn from ``seed``), as the
+    official ``load_images`` does for a query without an image (castorini/UniRAG
+    src/unirag/eval_image_generation.py@e9a4e00:85-105). The arrays go to the metric functions here
+    as they are (a uint8 array is taken as it is): their channel order is not looked at."""
+    import numpy as np
+
+    cv2 = _cv2()
+    rng = np.random.default_rng(seed)
+    out = []
+    for p in paths:
+        if p is None:
+            out.append(rng.integers(0, 256, size=(size or 224, size or 224, 3), dtype=np.uint8))
+            continue
+        if isinstance(p, str | Path):
+            img = cv2.imread(str(p))
+            if img is None:
+                from unirag.errors import InputError
+
+                raise InputError("OpenCV cannot read this image", path=p)
+        else:
+            img = np.asarray(as_rgb(p), dtype=np.uint8)[:, :, ::-1]
+        if channels == "rgb":
+            img = img[:, :, ::-1]
+        if size is not None:
+            img = cv2.resize(img, (size, size))
+        out.append(np.ascontiguousarray(img))
+    return out
+
+
+def resize_arrays(arrays: Sequence[Any], size: int) -> list[Any]:
+    """``cv2.resize`` of each array to ``size`` x ``size``: the official Inception Score input (299 from the
+    224 images, castorini/UniRAG src/unirag/eval_image_generation.py@e9a4e00:173)."""
+    cv2 = _cv2()
+    return [cv2.resize(a, (size, size)) for a in arrays]
+
+
+def _cv2() -> Any:
+    if importlib.util.find_spec("cv2") is None:
+        raise ConfigError("the official image metric inputs (image_metric_channels bgr / image_metric_size) read "
+                          f"and resize images with OpenCV; install it with {INSTALL_HINT}")
+    import cv2
+
+    return cv2
 
 
 def standard_inception(weights: str | Path | None, feature: str) -> Any:

@@ -110,6 +110,10 @@ class ImageJob:
     price: Price
     position: dict[str, int]
     save_prompts: int = 5
+    #: the ``image_format`` setting: ``png`` (lossless) or ``jpeg`` (PIL's default quality, as the official run)
+    image_format: str = "png"
+    #: the ``image_loading`` setting: how example images decode (``plain``: as the official code)
+    image_loading: str = "normalised"
 
     @property
     def free(self) -> bool:
@@ -130,15 +134,22 @@ class ImageJob:
         request = ImageRequest(qid=query.qid, caption=query.txt, examples=_rooted(examples, self.images_root),
                                width=settings.width, height=settings.height, steps=settings.steps,
                                guidance=settings.guidance, seed=settings.seed)
+        from unirag.data.images import image_loading
+
         try:
-            result = generator.generate(request)
+            with image_loading(self.image_loading):
+                result = generator.generate(request)
         except InputError as e:  # e.g. a missing example image: this query fails, the run goes on
             raise BackendError(str(e)) from None
         meta = dict(result.meta)
         prompt = meta.pop("prompt", None) or generator.prompt_text(request)
         stem = image_stem(query.qid)
-        rel = f"{IMAGES_DIR}/{stem}.png"
-        atomic_write_bytes(out / rel, png_bytes(result.image, compress_level=1))
+        if self.image_format == "jpeg":
+            rel = f"{IMAGES_DIR}/{stem}.jpg"
+            atomic_write_bytes(out / rel, jpeg_bytes(result.image))
+        else:
+            rel = f"{IMAGES_DIR}/{stem}.png"
+            atomic_write_bytes(out / rel, png_bytes(result.image, compress_level=1))
         atomic_write_json(out / IMAGES_DIR / f"{stem}.prompt.json", {
             "qid": query.qid, "caption": query.txt, "generator": generator.spec, "prompt": prompt,
             "examples": [{"id": e.label, "image": str(e.image), "caption": e.caption} for e in request.examples],
@@ -170,6 +181,8 @@ class ImageTask:
     position: dict[str, int]
     save_prompts: int
     k: int
+    image_format: str = "png"
+    image_loading: str = "normalised"
 
     @property
     def key(self) -> str:
@@ -179,7 +192,7 @@ class ImageTask:
         generator.check_k(self.k)
         generator.check_size(self.settings.width, self.settings.height)
         job = ImageJob(generator, Path(self.out), self.images_root, self.settings, self.price, self.position,
-                       self.save_prompts)
+                       self.save_prompts, self.image_format, self.image_loading)
         return _ImageWork(job, self.key)
 
 
@@ -198,6 +211,16 @@ class _ImageWork:
 
     def work_batch(self, payloads: list[tuple[Query, list[Pair], dict[str, int] | None]]) -> list[dict[str, Any]]:
         return [self.job.work_prepared(p) for p in payloads]
+
+
+def jpeg_bytes(image: Any) -> bytes:
+    """The image as the official UniRAG run saved it: ``image.save("....jpg")``, PIL's default JPEG quality
+    (75) (castorini/UniRAG src/unirag/image_generation_inference.py@e9a4e00:82-85, :143-146)."""
+    import io
+
+    buf = io.BytesIO()
+    image.convert("RGB").save(buf, format="JPEG")
+    return buf.getvalue()
 
 
 def run_image_generation(
@@ -237,6 +260,7 @@ def run_image_generation(
     from contextlib import ExitStack
 
     from unirag.data.loader import resolve_decode_workers
+    from unirag.generators.images.base import seeding_options
     from unirag.profiles import resolve
     from unirag.runs.engine import open_pool, runs_on_ray
 
@@ -253,12 +277,12 @@ def run_image_generation(
                 from unirag.pipelines.remote_models import ImageModelRecipe, RemoteImageGenerator
 
                 pool = stack.enter_context(open_pool(engine, progress))
-                recipe = ImageModelRecipe(spec, dict(generator_options or {}))
+                recipe = ImageModelRecipe(spec, {**seeding_options(spec, profile), **(generator_options or {})})
                 generator = RemoteImageGenerator(pool.describe(recipe))
             else:
                 from unirag.generators.images.registry import load_image_generator
 
-                generator = load_image_generator(spec, **(generator_options or {}))
+                generator = load_image_generator(spec, **{**seeding_options(spec, profile), **(generator_options or {})})
                 stack.callback(generator.close)
         settings = (settings or ImageSettings()).resolved(generator.spec, profile)
         return _run_image_generation(queries, generator, selector, Path(out), images_root, settings,
@@ -280,6 +304,9 @@ def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleS
     templates = {name: image_template(name).manifest_entry() for name in generator.templates}
     identity = {"generator": generator.spec, **generator.identity(), "examples": selector.source(), **asdict(settings),
                 "templates": {n: t["sha256"] for n, t in templates.items()}, **(identity_extra or {})}
+    image_format = profile["image_format"]
+    if image_format != "png":  # only when not the default, so runs made before the setting still resume
+        identity["image_format"] = image_format
     price = image_price(generator.spec, generator.local, prices)
     run_settings = {"generator_config": generator.config(), "images_root": images_root,
                     "concurrency": 1 if generator.local else concurrency, "templates": templates,
@@ -293,15 +320,20 @@ def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleS
         selector.prepare(todo)
         (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
         prepare = lambda q: (q, selector.select(q), selector.leak_info(q))  # noqa: E731
+        if profile["image_top1"] == "top-candidate" and generator.spec.startswith("retrieval:") \
+                and hasattr(selector, "top_image"):  # the official baseline: the top hit's image, unskipped
+            prepare = lambda q: (q, [ex] if (ex := selector.top_image(q)) is not None else [], None)  # noqa: E731
         desc = f"images ({generator.spec})"
         if pool is not None:
             root = str(Path(images_root).resolve()) if images_root is not None else os.getcwd()
             task = ImageTask(str(out.resolve()), root, settings, price,
-                             {q: i for q, i in position.items() if i < save_prompts}, save_prompts, selector.k)
+                             {q: i for q, i in position.items() if i < save_prompts}, save_prompts, selector.k,
+                             image_format, profile["image_loading"])
             counts = pool.run(recipe, task, todo, key=lambda q: q.qid, prepare=prepare, desc=desc, progress=progress)
             run.store.refresh()
         else:
-            job = ImageJob(generator, out, images_root, settings, price, position, save_prompts)
+            job = ImageJob(generator, out, images_root, settings, price, position, save_prompts, image_format,
+                           profile["image_loading"])
             work = lambda q: job.work_prepared(prepare(q))  # noqa: E731
             ahead = None
             if generator.local:  # one query at a time here: its example images decoded a few queries ahead
@@ -355,7 +387,7 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dic
     queries, path = load_queries(cfg.queries)
     selector = make_selector(cfg.mode, cfg.k, queries=queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
                              index=cfg.index, seed=cfg.seed, query_images_root=cfg.images_root,
-                             profile=cfg.profile, selection=cfg.selection)
+                             profile=cfg.profile, selection=cfg.selection, supplies="image")
     return run_image_generation(
         queries, generator, selector, cfg.out,
         images_root=example_images_root(cfg.pool_images_root, selector, cfg.images_root), settings=cfg.settings,

@@ -91,9 +91,10 @@ class Retriever:
     def encoder(self):
         """The query encoder (loaded from the index manifest on first use)."""
         if self._encoder is None:
-            from unirag.encoders.registry import load_encoder
+            from unirag.encoders.registry import load_encoder, precision_options
 
-            encoder = load_encoder(self.index.manifest["encoder"].get("spec"), device=self.device, dtype=self.dtype)
+            spec = self.index.manifest["encoder"].get("spec")
+            encoder = load_encoder(spec, device=self.device, **precision_options(spec, self.dtype, self.settings))
             check_encoder(self.index.manifest, encoder, self.index.index_dir)
             self._encoder = encoder
         return self._encoder
@@ -320,7 +321,7 @@ class Retriever:
 
         metas = self.index.metas
         found, _ = per_hit_pairs(self.index, completer, ident, ids.tolist(), scores.tolist(), k,
-                                 unirag_depth(result.qid))
+                                 unirag_depth(result.qid), zip_bug=self.settings["pair_alignment"] == "uniir-zip")
         result.pairs = [Pair(metas[i].did, metas[t].did, metas[i].img_path, metas[t].txt, s, via)
                         for i, t, s, via in found]
         result.pair_of = {}
