@@ -195,7 +195,7 @@ class _TopCaption:
                 self._pool = load_pool(self.pool_path)
             return self._pool
 
-    def top_image(self, query: Query) -> Example | None:
+    def top_image(self, query: Query) -> Pair | None:
         """The top retrieved candidate's own image, else its complement's (the image of the pair it belongs
         to, else of its source item in the pool), else None: the official top-1 image baseline
         (castorini/UniRAG src/unirag/eval_image_generation.py@e9a4e00:108-140). Nothing is skipped."""
@@ -205,17 +205,17 @@ class _TopCaption:
         top = result.candidates[0].did
         for p in result.pairs:
             if top in (p.text_did, p.image_did) and p.img_path:
-                return Example(image_did=p.image_did, text_did=p.text_did, img_path=p.img_path, txt=p.txt)
+                return Pair(image_did=p.image_did, text_did=p.text_did, img_path=p.img_path, txt=p.txt)
         pool = self._lookup_pool()
         cand = pool.get(top) if pool is not None else None
         if cand is None:
             return None
         if cand.img_path:
-            return Example(image_did=cand.did, text_did=None, img_path=cand.img_path, txt=cand.txt or "")
+            return Pair(image_did=cand.did, text_did=None, img_path=cand.img_path, txt=cand.txt or "")
         if cand.source_id is not None:
             for c in pool.values():
                 if c.source_id == cand.source_id and c.img_path:
-                    return Example(image_did=c.did, text_did=cand.did, img_path=c.img_path, txt=cand.txt or "")
+                    return Pair(image_did=c.did, text_did=cand.did, img_path=c.img_path, txt=cand.txt or "")
         return None
 
     def top_caption(self, query: Query) -> str:
