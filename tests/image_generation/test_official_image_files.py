@@ -12,7 +12,7 @@ from unirag.cli.generate_images_cmd import generate_images
 
 
 def _run(t2i_data, out, *extra: str):
-    result = CliRunner().invoke(generate_images, ["--queries", str(t2i_data.queries), "--images-root",
+    result = CliRunner().invoke(generate_images, ["--queries", str(t2i_data.queries), "--pool-images-root",
                                                   str(t2i_data.root), "--generator", "retrieval:top1", "--mode", "rag",
                                                   "--k", "1", "--retrieval", str(t2i_data.run), "--out", str(out),
                                                   "--no-progress", *extra])
@@ -72,7 +72,7 @@ def test_official_top1_image_is_the_top_candidates_own_else_its_complements_else
 
     def run_with(*extra):
         out = tmp_path / ("out" + "".join(extra))
-        result = CliRunner().invoke(generate_images, ["--queries", str(queries), "--images-root", str(t2i_data.root),
+        result = CliRunner().invoke(generate_images, ["--queries", str(queries), "--pool-images-root", str(t2i_data.root),
                                                       "--generator", "retrieval:top1", "--mode", "rag", "--k", "1",
                                                       "--retrieval", str(run), "--pool", str(pool), "--out", str(out),
                                                       "--no-progress", *extra])
