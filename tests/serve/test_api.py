@@ -111,6 +111,37 @@ def test_bad_search_requests_are_400_with_the_reason(client, data, message):
     assert message in r.json()["error"]
 
 
+def test_form_and_json_searches_answer_exactly_what_retriever_search_does(client, engine):
+    """The service is a shell over ``Retriever.search``: same candidates, same order, same scores,
+    same captions, whether the text comes as a form field or in a JSON body."""
+    for text, k, modality in (("a dog resting its head on a laptop", 5, "any"), ("a red bus", 8, "image"),
+                              ("people on a beach", 3, "text")):
+        hits = engine.retriever.search(text=text, k=k, modality=modality)
+        want = [(h.did, round(float(h.score), 6)) for h in hits]
+        form = client.post("/v1/search", data={"text": text, "k": str(k), "modality": modality})
+        as_json = client.post("/v1/search", json={"text": text, "k": k, "modality": modality})
+        assert form.status_code == as_json.status_code == 200, (form.text, as_json.text)
+        assert [(h["did"], h["score"]) for h in form.json()["hits"]] == want
+        assert as_json.json()["hits"] == form.json()["hits"]
+        assert [h["caption"] for h in form.json()["hits"]] == [p.caption for p in hits.pairs]
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"text": "dog", "image": "x"}, "send images as multipart/form-data"),
+    ({"text": "dog", "k": "five"}, "k: must be an integer"),
+    ({"text": "dog", "k": True}, "k: must be an integer"),
+    ({"text": "dog", "modality": "video"}, "modality must be one of any, image, text"),
+    ({"text": 3}, "text: must be a string"),
+    ({"k": 3}, "send a text, an image, or both"),
+    (["dog"], "must be an object"),
+])
+def test_bad_json_searches_are_400_with_the_reason(client, body, message):
+    r = client.post("/v1/search", json=body)
+    assert r.status_code == 400 and message in r.json()["error"], r.text
+    r = client.post("/v1/search", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "does not parse" in r.json()["error"]
+
+
 def test_concurrent_searches_share_encoder_calls_and_match_single_answers(client, engine):
     texts = [f"a photo of {w}" for w in ("a dog", "a cat", "a kitchen", "a bed", "a horse", "a beach", "food",
                                            "a street", "a bus", "a giraffe", "a laptop", "a pizza")]
