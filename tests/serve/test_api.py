@@ -267,7 +267,7 @@ def test_openapi_lists_every_endpoint(client):
 
 
 def test_docs_page_works_offline(client):
-    """/docs loads Swagger UI from this server (swagger-ui-bundle), never from a CDN."""
+    """/docs loads Swagger UI from this server (the fastapi-offline package's), never from a CDN."""
     import re
 
     docs = client.get("/docs")
@@ -364,6 +364,7 @@ def test_token_is_required_on_the_api_when_configured(engine, monkeypatch):
     with make_client(engine, token_env="UNIRAG_TEST_SERVE_TOKEN") as c:
         for method, path, kw in (("post", "/v1/search", {"data": {"text": "dog"}}),
                                  ("get", "/v1/images/coco:img:802", {}), ("get", "/metrics", {}),
+                                 ("get", "/openapi.json", {}), ("get", "/docs", {}),
                                  ("post", "/v1/caption", {"files": upload(PHOTOS[0].read_bytes())})):
             r = getattr(c, method)(path, **kw)
             assert r.status_code == 401, path
@@ -378,6 +379,18 @@ def test_token_is_required_on_the_api_when_configured(engine, monkeypatch):
         assert c.get("/healthz", headers={"Authorization": "Bearer nope"}).json() == {"status": "ok"}
         full = c.get("/healthz", headers={"Authorization": "Bearer s3cret-token-value"}).json()
         assert full["auth"] is True and full["index"] and "s3cret-token-value" not in str(full)
+
+
+def test_a_short_token_is_refused_at_start_with_one_line_and_exit_2(engine, monkeypatch, tmp_path):
+    monkeypatch.setenv("UNIRAG_TEST_SHORT_TOKEN", "x" * 15)
+    with pytest.raises(ConfigError, match="15 characters; use at least 16"):
+        create_app(ServeSettings(index=engine.settings.index, token_env="UNIRAG_TEST_SHORT_TOKEN"), engine)
+    out = subprocess.run([sys.executable, "-m", "unirag", "serve", "--index", str(tmp_path / "none"),
+                          "--token-env", "UNIRAG_TEST_SHORT_TOKEN", "--port", "8999"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and "use at least 16" in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "x" * 15 not in out.stderr
 
 
 def test_non_loopback_bind_is_refused_without_a_token(engine, monkeypatch, tmp_path):

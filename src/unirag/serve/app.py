@@ -47,9 +47,10 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
         yield
         await batcher.close()
 
-    # docs_url=None: FastAPI's own /docs page loads Swagger UI from a CDN; ours serves it from the
-    # swagger-ui-bundle package so that the docs work offline like the page does.
-    app = FastAPI(title="unirag", version=__version__, lifespan=lifespan, docs_url=None,
+    # FastAPI's own /docs page loads Swagger UI from a CDN and its /openapi.json takes no token: the
+    # page router serves both (Swagger UI from a package, the schema behind the token in token mode).
+    app = FastAPI(title="unirag", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None,
                   description="Multimodal search, RAG captioning and composed image retrieval over one index.")
     app.state.service = Service(settings, engine, metrics, batcher, token, secrets)
 
@@ -89,10 +90,8 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
             parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
         return error(400, "; ".join(parts) or "invalid request")
 
-    from swagger_ui_bundle import swagger_ui_path
-
     app.mount("/static", StaticFiles(directory=page.STATIC), name="static")
-    app.mount("/docs-assets", StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+    app.mount("/docs-assets", StaticFiles(directory=page.docs_assets()), name="docs-assets")
     for area in (page, search, generate, images):
         app.include_router(area.router)
     return app

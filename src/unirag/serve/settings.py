@@ -16,6 +16,8 @@ from unirag.errors import ConfigError
 #: Upload limits: 10 MB of encoded bytes, 40 megapixels once decoded (a 6300x6300 photo).
 DEFAULT_MAX_UPLOAD_BYTES = 10 * 1024 * 1024
 DEFAULT_MAX_PIXELS = 40_000_000
+#: Shortest bearer token accepted: a short one can be guessed by anyone who can reach the port.
+MIN_TOKEN_LENGTH = 16
 
 
 @dataclass
@@ -55,6 +57,10 @@ class ServeSettings:
         value = os.environ.get(self.token_env, "")
         if not value.strip():
             raise ConfigError(f"--token-env {self.token_env}: the environment variable is not set or empty")
+        if len(value.strip()) < MIN_TOKEN_LENGTH:
+            raise ConfigError(f"--token-env {self.token_env}: the token has {len(value.strip())} characters; use at "
+                              f"least {MIN_TOKEN_LENGTH} (for example the output of "
+                              "python -c 'import secrets; print(secrets.token_urlsafe(32))')")
         return value.strip()
 
     def check(self) -> None:

@@ -1,11 +1,15 @@
-"""The page (``/``, ``/static``), the API docs (``/docs``), ``/healthz`` and ``/metrics``."""
+"""The page (``/``, ``/static``), the API docs (``/docs``, ``/openapi.json``), ``/healthz`` and ``/metrics``.
+
+In token mode the API docs need the token like every API route (the schema describes the deployment);
+the page itself and its static files do not (the page asks for the token).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import FileResponse, PlainTextResponse
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 
 from unirag import __version__
 from unirag.serve.service import ServiceError, require_token, service_of
@@ -19,14 +23,27 @@ async def page():
     return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
 
-@router.get("/docs", include_in_schema=False)
-async def docs(request: Request):
+def docs_assets() -> Path:
+    """Swagger UI 5 (which reads the OpenAPI 3.1 schema FastAPI writes; 4.x cannot), as the
+    ``fastapi-offline`` package ships it, so the API docs work offline like the page does."""
+    import fastapi_offline
+
+    return Path(fastapi_offline.__file__).resolve().parent / "static"
+
+
+@router.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_token)])
+async def openapi(request: Request):
+    return JSONResponse(request.app.openapi())
+
+
+@router.get("/docs", include_in_schema=False, dependencies=[Depends(require_token)])
+async def docs():
     from fastapi.openapi.docs import get_swagger_ui_html
 
-    return get_swagger_ui_html(openapi_url=request.app.openapi_url, title="unirag API",
+    return get_swagger_ui_html(openapi_url="/openapi.json", title="unirag API",
                                swagger_js_url="/docs-assets/swagger-ui-bundle.js",
                                swagger_css_url="/docs-assets/swagger-ui.css",
-                               swagger_favicon_url="/docs-assets/favicon-32x32.png")
+                               swagger_favicon_url="/docs-assets/favicon.png")
 
 
 @router.get("/healthz", summary="Liveness, and what is loaded (in token mode only with the token)")
