@@ -46,6 +46,7 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
     async def lifespan(app: FastAPI):
         yield
         await batcher.close()
+        app.state.service.decodes.close()
 
     # FastAPI's own /docs page loads Swagger UI from a CDN and its /openapi.json takes no token: the
     # page router serves both (Swagger UI from a package, the schema behind the token in token mode).
@@ -74,7 +75,7 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
 
     @app.exception_handler(UploadError)
     async def _upload_error(request: Request, e: UploadError):
-        return error(e.status, e.message)
+        return error(e.status, e.message, {"Retry-After": str(e.retry_after)} if e.retry_after else None)
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, e: HTTPException):

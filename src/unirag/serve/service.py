@@ -21,7 +21,7 @@ from unirag.serve.batching import SearchBatcher
 from unirag.serve.engine import Engine, Hit
 from unirag.serve.metrics import Metrics
 from unirag.serve.settings import ServeSettings
-from unirag.serve.uploads import check_image
+from unirag.serve.uploads import DecodeSlots, check_image
 
 log = logging.getLogger("unirag.serve")
 
@@ -43,6 +43,11 @@ class Service:
     batcher: SearchBatcher
     token: str | None = None
     secrets: tuple[str, ...] = field(default=())
+    decodes: DecodeSlots | None = None
+
+    def __post_init__(self) -> None:
+        if self.decodes is None:
+            self.decodes = DecodeSlots(self.settings.max_decodes, self.settings.decode_queue)
 
 
 def service_of(request: Request) -> Service:
@@ -113,8 +118,8 @@ async def read_image(svc: Service, upload: UploadFile | None, field: str):
     data = await upload.read(limit + 1)
     if not data and not upload.filename:
         return None  # a form's empty file input; size and emptiness are check_image's
-    return await run_in_threadpool(check_image, data, max_bytes=limit, max_pixels=svc.settings.max_pixels,
-                                   field=field)
+    # on the decode threads (max_decodes), or 503 when decode_queue more are waiting already
+    return await svc.decodes.run(check_image, data, max_bytes=limit, max_pixels=svc.settings.max_pixels, field=field)
 
 
 async def engine_call(svc: Service, endpoint: str, fn, *args):

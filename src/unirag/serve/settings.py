@@ -35,6 +35,10 @@ class ServeSettings:
     cors_origins: list[str] = field(default_factory=list)
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     max_pixels: int = DEFAULT_MAX_PIXELS
+    #: Uploads decoded at once, and how many more may wait for a slot before requests get 503. With
+    #: the pixel limit this bounds the memory uploads take: a decode holds up to 4 bytes per pixel.
+    max_decodes: int = 2
+    decode_queue: int = 16
     #: Generator calls in flight at once and tries per call, as in batch runs (--concurrency, --max-attempts).
     generator_concurrency: int = 4
     max_attempts: int = 6
@@ -66,8 +70,8 @@ class ServeSettings:
     def check(self) -> None:
         """Refuse settings that would expose the service or cannot work, before anything loads."""
         check_bind(self.host, self.token())
-        if self.max_upload_bytes <= 0 or self.max_pixels <= 0:
-            raise ConfigError("upload limits must be positive")
+        if self.max_upload_bytes <= 0 or self.max_pixels <= 0 or self.max_decodes < 1 or self.decode_queue < 0:
+            raise ConfigError("upload limits must be positive (--max-decodes at least 1)")
         if self.generator_concurrency < 1 or self.max_attempts < 1 or self.max_batch < 1:
             raise ConfigError("--concurrency, --max-attempts and the batch size must be >= 1")
         if self.index_memory not in ("auto", "ram", "mmap"):
