@@ -208,6 +208,34 @@ def test_generate_image_returns_the_image_and_its_examples(client):
     assert (body["width"], body["height"]) == made.size
 
 
+def test_caption_examples_are_the_pairs_retriever_search_gives_for_the_photo(client, engine):
+    """One behaviour for "examples for this photo": the page's Caption tab (/v1/caption) shows the pairs
+    ``Retriever.search(photo)`` returns (image similarity), not an image-to-caption search."""
+    for photo in PHOTOS[5:8]:
+        want = [(p.image_did, p.caption) for p in engine.retriever.search(photo.read_bytes(), k=3).pairs]
+        r = client.post("/v1/caption", files=upload(photo.read_bytes()), data={"mode": "rag", "k": "3"})
+        assert r.status_code == 200, r.text
+        assert [(e["did"], e["caption"]) for e in r.json()["examples"]] == want
+
+
+def test_cir_leaves_the_reference_image_out_unless_asked(client, engine):
+    photo = PHOTOS[4]
+    own = next(did for did in (f"coco:img:{photo.stem.lstrip('0')}", f"coco:img:{photo.stem}")
+               if engine.image_file(did) is not None)
+    kept = client.post("/v1/cir", files=upload(photo.read_bytes()),
+                       data={"text": "the same", "k": "5", "keep_reference": "true"}).json()["hits"]
+    assert own in [h["did"] for h in kept]
+    for data in (photo.read_bytes(), _reencoded(photo)):  # the file itself, and the photo re-encoded
+        hits = client.post("/v1/cir", files=upload(data), data={"text": "the same", "k": "5"}).json()["hits"]
+        assert len(hits) == 5 and own not in [h["did"] for h in hits]
+
+
+def _reencoded(path) -> bytes:
+    buf = io.BytesIO()
+    Image.open(path).convert("RGB").save(buf, format="JPEG", quality=70)
+    return buf.getvalue()
+
+
 def test_cir_ranks_pool_images_and_names_the_stage(client):
     r = client.post("/v1/cir", files=upload(PHOTOS[4].read_bytes()), data={"text": "with a dog instead", "k": "6"})
     assert r.status_code == 200, r.text

@@ -156,7 +156,7 @@ def _strings(value: Any, name: str) -> list[str]:
 
 @router.post("/v1/cir", summary="Composed image retrieval: reference image + modification text")
 async def cir(request: Request, image: Annotated[UploadFile, File()], text: Annotated[str, Form()],
-              k: Annotated[int, Form()] = 10):
+              k: Annotated[int, Form()] = 10, keep_reference: Annotated[bool, Form()] = False):
     svc = service_of(request)
     check_k(k, svc.settings.k_max)
     checked = await read_image(svc, image, "image")
@@ -165,6 +165,6 @@ async def cir(request: Request, image: Annotated[UploadFile, File()], text: Anno
     if not text.strip():
         raise ServiceError(400, "text: say how the target differs from the reference image")
     start = time.perf_counter()
-    ans = await engine_call(svc, "/v1/cir", svc.engine.cir, checked.image, text, k)
+    ans = await engine_call(svc, "/v1/cir", svc.engine.cir, checked.image, text, k, checked.data, keep_reference)
     return {"hits": [hit_json(h) for h in ans.hits], "stage": ans.stage, "note": ans.note,
             "latency_s": round(time.perf_counter() - start, 4)}
