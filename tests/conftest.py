@@ -1,4 +1,5 @@
-"""Shared fixtures: small real-data slices committed under tests/fixtures (see its ATTRIBUTION.md).
+"""Shared fixtures: small real-data slices committed under tests/fixtures (see its ATTRIBUTION.md), the
+one Ray cluster of a pytest run, and the test layers (docs/development.md).
 
 The default suite reads nothing outside the repository: ``shared_data_guard`` fails any test that
 reads ``../shared`` or ``$UNIRAG_SHARED_DATA``. Tests that need the full data live in tests-data/.
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import layers
 import shared_data_guard
 
 # No test may reach the network: hub libraries fail at once instead of retrying (this also reaches
@@ -43,6 +45,22 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin("shared_data_guard"):
         config.pluginmanager.register(shared_data_guard, "shared_data_guard")
     shared_data_guard.install()
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks added here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    layers.apply(items)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """(address, env for driver subprocesses) of THE Ray cluster of this pytest run (``ray start --head``,
+    2 CPUs, 100 MB object store, free ports; tests/ray_cluster.py), shared by every Ray test; the only
+    place a test starts Ray (tests/test_layers.py guards it). Under xdist all Ray tests run on one worker."""
+    from ray_cluster import ray_head
+
+    with ray_head() as head:
+        yield head
 
 
 @pytest.fixture(scope="session")
