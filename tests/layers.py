@@ -2,9 +2,9 @@
 
 ``make test-fast`` leaves out the ``ray``, ``browser``, ``subprocess`` and ``slow`` layers; ``make test``
 runs everything. A test joins a layer by what it uses, so a new test is layered without a decorator:
-the run's shared Ray cluster (``ray_cluster``) -> ray, the Chromium page (``page``/``browser``) -> browser,
-a body that starts an interpreter or a process -> subprocess. A test that does so only through a helper,
-or that has the library start a local Ray, says so with the marker itself.
+the run's shared Ray cluster (``ray_cluster``) -> ray, a body that starts an interpreter or a process ->
+subprocess. A test that does so only through a helper, that has the library start a local Ray, or that
+drives Chromium (tests/serve/test_page_e2e.py: ``pytestmark``) says so with the marker itself.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import re
 import pytest
 
 RAY_FIXTURES = {"ray_cluster"}
-BROWSER_FIXTURES = {"browser", "page"}
 _STARTS_A_PROCESS = re.compile(r"\bsubprocess\.|\bPopen\(|\bsys\.executable\b")
 
 
@@ -44,8 +43,6 @@ def apply(items: list[pytest.Item]) -> None:
         used = set(getattr(item, "fixturenames", ()))
         if used & RAY_FIXTURES:
             item.add_marker(pytest.mark.ray)
-        if used & BROWSER_FIXTURES:
-            item.add_marker(pytest.mark.browser)
         if not item.get_closest_marker("subprocess") and starts_a_process(item):
             item.add_marker(pytest.mark.subprocess)
         if item.get_closest_marker("xdist_group"):

@@ -34,7 +34,7 @@ def test_no_test_file_starts_ray_outside_the_shared_fixture():
 
 @pytest.mark.parametrize("line", ["ray.init(address=address)", "import ray; ray.init()",
                                   "with ray_head() as head:",
-                                  'subprocess.Popen([ray_bin, "start", "--head", "--port=1"])'])
+                                  'run([ray_bin, "start", "--head", "--port=1"])'])
 def test_the_guard_sees_a_ray_start(line):
     assert ray_starts(line) == [line]
 
@@ -47,14 +47,14 @@ def test_the_guard_lets_ray_users_be(line):
 
 def test_collected_tests_carry_their_layers(request):
     """Whatever this run collected: a test on the shared cluster is a ``ray`` test on the ``ray`` xdist
-    group, a page test a ``browser`` test, a test that starts an interpreter a ``subprocess`` test."""
+    group, a Chromium test a ``browser`` test, a test that starts an interpreter a ``subprocess`` test."""
     for item in request.session.items:
         used = set(getattr(item, "fixturenames", ()))
         if "ray_cluster" in used:
             assert item.get_closest_marker("ray"), item.nodeid
         if item.get_closest_marker("ray"):
             assert [m.args for m in item.iter_markers("xdist_group")] == [("ray",)], item.nodeid
-        if {"page", "browser"} & used:
+        if item.path.name == "test_page_e2e.py":
             assert item.get_closest_marker("browser"), item.nodeid
     this = next(item for item in request.session.items if item.nodeid.endswith(
         "test_collected_tests_carry_their_layers"))
