@@ -76,12 +76,12 @@ def ray_head(num_cpus: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS]), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", **auth}
     ray_bin = str(Path(sys.executable).with_name("ray"))
-    # Every port Ray would otherwise take at a fixed default (client server 10001, dashboard agent 52365,
-    # ...) is a free one too: two test runs on one machine (two checkouts) never share a cluster's port.
-    ports = [f"--{name}={free_port()}" for name in ("ray-client-server-port", "dashboard-agent-listen-port",
-                                                    "dashboard-agent-grpc-port", "runtime-env-agent-port",
-                                                    "metrics-export-port", "node-manager-port",
-                                                    "object-manager-port")]
+    # Every port Ray would otherwise take at a fixed default (the dashboard agent's 52365, ...) is a free one
+    # too: two test runs on one machine (two checkouts) never share a cluster's port. (No client server:
+    # it needs ray[client], which the ray extra does not install.)
+    ports = [f"--{name}={free_port()}" for name in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                                    "runtime-env-agent-port", "metrics-export-port",
+                                                    "node-manager-port", "object-manager-port")]
     head = subprocess.Popen([ray_bin, "start", "--head", f"--port={port}", *ports, f"--num-cpus={num_cpus}",
                              f"--temp-dir={temp_dir}", f"--object-store-memory={OBJECT_STORE_BYTES}",
                              "--include-dashboard=false", "--disable-usage-stats", "--block"],
