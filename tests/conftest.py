@@ -39,6 +39,7 @@ def _loopback_only_connect(self, address):
 socket.socket.connect = _loopback_only_connect
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SAMPLE = Path(__file__).resolve().parents[1] / "src" / "unirag" / "demo" / "data"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -102,6 +103,24 @@ def cir_data() -> Path:
 def mbeir_examples() -> Path:
     """The M-BEIR schema notes and 4 real M-BEIR lines (real_examples/)."""
     return FIXTURES / "mbeir"
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory) -> dict[str, Path]:
+    """The bundled demo sample (51 real COCO photos, 255 captions): its M-BEIR files and an index built through
+    ``unirag.Index.build`` (offline encoder), once per session for the API and the service tests."""
+    from unirag.data.importers.coco import import_coco
+    from unirag.data.pool import Pool
+    from unirag.index.handle import Index
+
+    root = tmp_path_factory.mktemp("demo")
+    data = root / "data"
+    import_coco(SAMPLE / "captions.json", SAMPLE / "images", data, show_progress=False)
+    Index.build(Pool.read(data / "pool.jsonl", SAMPLE / "images"), root / "index")
+    return {"root": root, "data": data, "index": root / "index", "images": SAMPLE / "images",
+            "pool": data / "pool.jsonl", "i2t": data / "queries_task3_image2text.jsonl",
+            "t2i": data / "queries_task0_text2image.jsonl", "qrels_i2t": data / "qrels_task3.txt",
+            "qrels_t2i": data / "qrels_task0.txt"}
 
 
 @pytest.fixture
