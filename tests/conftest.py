@@ -45,6 +45,8 @@ SAMPLE = Path(__file__).resolve().parents[1] / "src" / "unirag" / "demo" / "data
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin("shared_data_guard"):
         config.pluginmanager.register(shared_data_guard, "shared_data_guard")
+    if not config.pluginmanager.has_plugin("layers"):
+        config.pluginmanager.register(layers, "layers")  # its hook names the xdist groups
     shared_data_guard.install()
 
 

@@ -52,3 +52,22 @@ def apply(items: list[pytest.Item]) -> None:
         elif uses_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     items.sort(key=lambda item: not item.get_closest_marker("ray"))  # stable: otherwise collection order
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own renaming; registered by tests/conftest.py
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put each item's ``xdist_group`` into its node id (``id@group``), where ``--dist loadgroup``
+    schedules by it. pytest-xdist (3.8) does this by setting ``item._nodeid``, which pytest 9.2 no
+    longer reads (the id is ``item._id``): there every test would be scheduled on its own, and the Ray
+    tests would start a cluster on each worker. Runs after xdist's own hook; does nothing where xdist's
+    renaming took (pytest 8) or without ``--dist loadgroup``."""
+    if not config.getvalue("loadgroup"):  # set on xdist workers only
+        return
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if names and "@" not in item.nodeid.rsplit("]", 1)[-1]:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
+

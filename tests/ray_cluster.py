@@ -79,7 +79,8 @@ def ray_head(num_cpus: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
     # Every port Ray would otherwise take at a fixed default (the dashboard agent's 52365, ...) is a free one
     # too: two test runs on one machine (two checkouts) never share a cluster's port. (No client server:
     # it needs ray[client], which the ray extra does not install.)
-    ports = [f"--{name}={free_port()}" for name in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+    ports = [f"--{name}={free_port()}" for name in ("dashboard-port", "dashboard-agent-listen-port",
+                                                    "dashboard-agent-grpc-port",
                                                     "runtime-env-agent-port", "metrics-export-port",
                                                     "node-manager-port", "object-manager-port")]
     head = subprocess.Popen([ray_bin, "start", "--head", f"--port={port}", *ports, f"--num-cpus={num_cpus}",
