@@ -61,7 +61,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     longer reads (the id is ``item._id``): there every test would be scheduled on its own, and the Ray
     tests would start a cluster on each worker. Runs after xdist's own hook; does nothing where xdist's
     renaming took (pytest 8) or without ``--dist loadgroup``."""
-    if not config.getvalue("loadgroup"):  # set on xdist workers only
+    if not getattr(config.option, "loadgroup", False):  # set on xdist workers only
         return
     from _pytest.nodeid import NodeId
 

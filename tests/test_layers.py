@@ -54,7 +54,7 @@ def test_collected_tests_carry_their_layers(request):
             assert item.get_closest_marker("ray"), item.nodeid
         if item.get_closest_marker("ray"):
             assert [m.args for m in item.iter_markers("xdist_group")] == [("ray",)], item.nodeid
-            if request.config.getvalue("loadgroup"):  # an xdist worker: the group is in the id it schedules by
+            if getattr(request.config.option, "loadgroup", False):  # an xdist worker: the id carries the group
                 assert item.nodeid.endswith("@ray"), item.nodeid
         if item.path.name == "test_page_e2e.py":
             assert item.get_closest_marker("browser"), item.nodeid
