@@ -63,11 +63,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     renaming took (pytest 8) or without ``--dist loadgroup``."""
     if not getattr(config.option, "loadgroup", False):  # set on xdist workers only
         return
-    from _pytest.nodeid import NodeId
-
     for item in items:
         names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
                         for m in item.iter_markers("xdist_group")})
         if names and "@" not in item.nodeid.rsplit("]", 1)[-1]:
-            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
+            from _pytest.nodeid import NodeId  # pytest >= 9.2, the only place this is reached
 
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
