@@ -12,8 +12,6 @@ import io
 import json
 import logging
 import socket
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -421,7 +419,7 @@ def test_a_short_token_is_refused_at_start_with_one_line_and_exit_2(engine, monk
     assert "x" * 15 not in out.stderr
 
 
-def test_non_loopback_bind_is_refused_without_a_token(engine, monkeypatch, tmp_path):
+def test_non_loopback_bind_is_refused_without_a_token(engine, monkeypatch, tmp_path, capsys):
     for host in ("0.0.0.0", "::", "192.168.1.20", "example.org"):
         with pytest.raises(ConfigError, match="refusing to bind"):
             check_bind(host, None)
@@ -434,10 +432,12 @@ def test_non_loopback_bind_is_refused_without_a_token(engine, monkeypatch, tmp_p
     with pytest.raises(ConfigError, match="UNIRAG_TEST_UNSET"):
         ServeSettings(index="x", host="0.0.0.0", token_env="UNIRAG_TEST_UNSET").check()
     # The command refuses before loading anything (the index path does not even exist).
-    out = subprocess.run([sys.executable, "-m", "unirag", "serve", "--index", str(tmp_path / "none"),
-                          "--host", "0.0.0.0", "--port", "8999"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "refusing to bind '0.0.0.0' without a token" in out.stderr
-    assert "Traceback" not in out.stderr
+    from cli_capture import main_result
+
+    code, _, err = main_result(["serve", "--index", str(tmp_path / "none"), "--host", "0.0.0.0", "--port", "8999"],
+                               capsys)
+    assert code == 2 and "refusing to bind '0.0.0.0' without a token" in err
+    assert "Traceback" not in err
 
 
 def test_cors_is_off_by_default_and_on_for_the_given_origin(engine, client):

@@ -26,6 +26,7 @@ from .browser import INSTALL_HINT, LAUNCH_ARGS, find_chromium
 from .conftest import PHOTOS
 
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.browser  # the browser layer (tests/layers.py)
 
 
 def _free_port() -> int:
