@@ -407,16 +407,17 @@ def test_token_is_required_on_the_api_when_configured(engine, monkeypatch):
         assert full["auth"] is True and full["index"] and "s3cret-token-value" not in str(full)
 
 
-def test_a_short_token_is_refused_at_start_with_one_line_and_exit_2(engine, monkeypatch, tmp_path):
+def test_a_short_token_is_refused_at_start_with_one_line_and_exit_2(engine, monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("UNIRAG_TEST_SHORT_TOKEN", "x" * 15)
     with pytest.raises(ConfigError, match="15 characters; use at least 16"):
         create_app(ServeSettings(index=engine.settings.index, token_env="UNIRAG_TEST_SHORT_TOKEN"), engine)
-    out = subprocess.run([sys.executable, "-m", "unirag", "serve", "--index", str(tmp_path / "none"),
-                          "--token-env", "UNIRAG_TEST_SHORT_TOKEN", "--port", "8999"], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 2 and "use at least 16" in out.stderr and "Traceback" not in out.stderr
-    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
-    assert "x" * 15 not in out.stderr
+    from cli_capture import main_result
+
+    code, _, err = main_result(["serve", "--index", str(tmp_path / "none"), "--token-env", "UNIRAG_TEST_SHORT_TOKEN",
+                                "--port", "8999"], capsys)
+    assert code == 2 and "use at least 16" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "x" * 15 not in err
 
 
 def test_non_loopback_bind_is_refused_without_a_token(engine, monkeypatch, tmp_path, capsys):
