@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import BackendError, ConfigError
+from unirag.retrieval.results import Pair
 from unirag.retrieval.selection import Selection
 from unirag.serve.settings import ServeSettings
 
@@ -60,16 +61,9 @@ class Hit:
 
 
 @dataclass
-class Example:
-    caption: str
-    image_did: str | None
-    near_duplicate: str | None = None
-
-
-@dataclass
 class CaptionAnswer:
     caption: str
-    examples: list[Example]
+    examples: list[Pair]
     usage: dict[str, int] = field(default_factory=dict)
     cost_usd: float | None = None
     attempts: int = 1
@@ -79,7 +73,7 @@ class CaptionAnswer:
 @dataclass
 class ImageAnswer:
     image: Any  # PIL image
-    examples: list[Example]
+    examples: list[Pair]
     attempts: int = 1
     generator: str = ""
 
@@ -199,7 +193,7 @@ class Engine:
 
     # -- examples -------------------------------------------------------------------------------
     def examples(self, mode: str, k: int, *, image=None, text: str | None = None, seed_bytes: bytes = b"",
-                 selection: Any = None) -> tuple[list, list[Example]]:
+                 selection: Any = None) -> tuple[list, list[Pair]]:
         """Few-shot examples as the API takes them, and as the page shows them.
 
         zero-shot: none; random: k pool pairs drawn with a seed from the input (the same upload
@@ -215,13 +209,13 @@ class Engine:
             raise ConfigError(f"{mode} mode needs k >= 1, got {k}")
         if mode == "random":
             shown = self._random_examples(k, seed_bytes or (text or "").encode())
-            return [(self.image_file(e.image_did), e.caption) for e in shown], shown
+            return shown, shown
         with self._encoder_lock:
             hits = self.retriever.search(image=image, text=text, k=k, selection=selection)
         pairs = [p for p in hits.pairs if p.caption and p.img_path][:k]
-        return pairs, [Example(p.caption, p.image_did, p.near_duplicate) for p in pairs]
+        return pairs, pairs
 
-    def _random_examples(self, k: int, seed: bytes) -> list[Example]:
+    def _random_examples(self, k: int, seed: bytes) -> list[Pair]:
         """k pool images (sampled by row, so large pools cost k lookups, not a scan) with one of their captions."""
         from unirag.data.records import Modality
 
@@ -229,12 +223,14 @@ class Engine:
         count = self.index.counts.get(Modality.IMAGE.value, 0)
         offset = self.index.offsets.get(Modality.IMAGE, 0)
         metas = self.index.metas
-        out: list[Example] = []
+        out: list[Pair] = []
         for row in rng.sample(range(count), min(count, 20 * k)):
             meta = metas[offset + row]
             texts = [t for t in self.index.source_group(meta.source_id) if metas[t].modality is Modality.TEXT]
             if texts:
-                out.append(Example(metas[rng.choice(texts)].txt, meta.did))
+                text = metas[rng.choice(texts)]
+                image = self.image_file(meta.did)
+                out.append(Pair(meta.did, text.did, str(image) if image is not None else None, text.txt))
             if len(out) == k:
                 break
         return out
