@@ -545,13 +545,19 @@ def read_assignments(items: Iterable[str], option: str = "--set") -> list[tuple[
     return pairs
 
 
+#: The example-selection names that ``--set NAME=VALUE`` and a grid's ``settings:`` take beside the
+#: settings table -> whether repeated values collect into a list. How each is read and which
+#: :meth:`unirag.Selection.of` keyword it sets: :data:`unirag.retrieval.selection.SELECTION_SETTINGS`.
+SELECTION_NAMES: dict[str, bool] = {"diversity": False, "mmr_lambda": False, "one_per_image": False,
+                                    "near_duplicates": False, "hash_threshold": False, "cosine_threshold": False,
+                                    "caption_threshold": False, "pairs_from": True, "filter": True}
+
+
 def known_names(selection: bool = True) -> str:
     """The names a user may set, for error messages and help: the settings table, then the
     example-selection names (where the command chooses examples)."""
-    from unirag.retrieval.selection import SELECTION_SETTINGS
-
     text = ", ".join(sorted(SETTINGS))
-    return text + (f"; example selection: {', '.join(SELECTION_SETTINGS)}" if selection else "")
+    return text + (f"; example selection: {', '.join(SELECTION_NAMES)}" if selection else "")
 
 
 def split_settings(given: Mapping[str, Any] | Iterable[tuple[str, Any]], selection: bool = True
@@ -561,15 +567,13 @@ def split_settings(given: Mapping[str, Any] | Iterable[tuple[str, Any]], selecti
     :func:`unirag.retrieval.selection.selection_from_settings`). A repeated name: the last value wins,
     except the list-valued selection names (``filter``, ``pairs_from``), which collect every value.
     An unknown name is one :class:`ConfigError` line naming the known ones."""
-    from unirag.retrieval.selection import SELECTION_SETTINGS
-
     overrides: dict[str, Any] = {}
     chosen: dict[str, Any] = {}
     for name, value in (given.items() if isinstance(given, Mapping) else given):
         if name in SETTINGS:
             overrides[name] = value
-        elif selection and name in SELECTION_SETTINGS:
-            if SELECTION_SETTINGS[name][2]:  # list-valued
+        elif selection and name in SELECTION_NAMES:
+            if SELECTION_NAMES[name]:  # list-valued
                 chosen.setdefault(name, []).extend(value if isinstance(value, list | tuple) else [value])
             else:
                 chosen[name] = value

@@ -31,3 +31,11 @@ def test_the_settings_table_is_the_code_s():
 def test_the_selection_names_are_the_code_s():
     rows = re.findall(r"^\| `(\w+)` \|", _section(PAGE.read_text(), "Example selection"), flags=re.M)
     assert rows == list(SELECTION_SETTINGS)
+
+
+def test_the_selection_names_are_one_list():
+    """``--set`` checks names against :data:`unirag.profiles.SELECTION_NAMES` (profiles imports nothing
+    from retrieval); how each is read lives in :data:`unirag.retrieval.selection.SELECTION_SETTINGS`."""
+    from unirag.profiles import SELECTION_NAMES
+
+    assert list(SELECTION_NAMES) == list(SELECTION_SETTINGS)

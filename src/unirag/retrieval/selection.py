@@ -226,18 +226,18 @@ def _text(value: str) -> str:
 
 
 #: The example-selection names that ``--set NAME=VALUE`` and a grid's ``settings:`` take beside the
-#: settings table (:func:`unirag.profiles.split_settings`): name -> (the :meth:`Selection.of`
-#: keyword, how a string value is read, whether repeated values collect into a list).
-SELECTION_SETTINGS: dict[str, tuple[str, Any, bool]] = {
-    "diversity": ("diversity", _text, False),  # none | mmr
-    "mmr_lambda": ("mmr_lambda", float, False),
-    "one_per_image": ("one_per_image", None, False),  # on | off
-    "near_duplicates": ("near_duplicates", _text, False),  # off | report | exclude
-    "hash_threshold": ("image_hash", int, False),
-    "cosine_threshold": ("image_cosine", None, False),  # a number, or none
-    "caption_threshold": ("caption", float, False),
-    "pairs_from": ("pairs_from", _text, True),
-    "filter": ("where", _text, True),  # FIELD=VALUE
+#: settings table (:data:`unirag.profiles.SELECTION_NAMES`, which also says which collect repeated
+#: values into a list): name -> (the :meth:`Selection.of` keyword, how a string value is read).
+SELECTION_SETTINGS: dict[str, tuple[str, Any]] = {
+    "diversity": ("diversity", _text),  # none | mmr
+    "mmr_lambda": ("mmr_lambda", float),
+    "one_per_image": ("one_per_image", None),  # on | off
+    "near_duplicates": ("near_duplicates", _text),  # off | report | exclude
+    "hash_threshold": ("image_hash", int),
+    "cosine_threshold": ("image_cosine", None),  # a number, or none
+    "caption_threshold": ("caption", float),
+    "pairs_from": ("pairs_from", _text),
+    "filter": ("where", _text),  # FIELD=VALUE
 }
 
 
@@ -250,7 +250,7 @@ def selection_from_settings(given: Mapping[str, Any], base: Selection | Mapping[
     readers = {"one_per_image": _on_off, "cosine_threshold": _none_or_float}
     keywords: dict[str, Any] = {}
     for name, value in given.items():
-        keyword, read, _ = SELECTION_SETTINGS[name]
+        keyword, read = SELECTION_SETTINGS[name]
         read = readers.get(name, read)
         if isinstance(value, str):
             try:
