@@ -41,7 +41,7 @@ class _Recipe:
 
 class _Work:
     """A task on the model: each payload is (name, image paths); its record is a digest of the pixels
-    ``load_rgb`` gives for those paths. ``gate`` (an Event) holds the model part of a call open."""
+    ``load_rgb`` gives for those paths (given the images the worker decoded ahead). ``gate`` (an Event) holds the model part of a call open."""
 
     batch_size = 2
 
@@ -53,7 +53,7 @@ class _Work:
     def image_paths(self, payloads):
         return [p for _, paths in payloads for p in paths]
 
-    def work_batch(self, payloads):
+    def work_batch(self, payloads, decoded):
         m = self.model
         with m.lock:
             m.inside += 1
@@ -67,7 +67,7 @@ class _Work:
                 h = hashlib.sha256()
                 for p in paths:
                     try:
-                        im = images.load_rgb(p)
+                        im = images.load_rgb(p, ahead=decoded)
                     except InputError as e:
                         raise BackendError(f"bad input: {e}") from None
                     h.update(im.tobytes())
@@ -212,7 +212,7 @@ def test_a_call_whose_model_part_fails_leaves_the_decode_processes_usable(coco_m
         def open(self, model):
             work = super().open(model)
 
-            def fail(payloads):
+            def fail(payloads, decoded):
                 raise KeyError("a bug in the task")
 
             work.work_batch = fail

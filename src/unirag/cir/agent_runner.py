@@ -19,7 +19,7 @@ from unirag.cir.agents import call_agent
 from unirag.cir.cache import CallCache, CallRequest, call_key, ok_output
 from unirag.cir.config import XRConfig
 from unirag.errors import ConfigError
-from unirag.messages import Message
+from unirag.messages import Message, with_decoded
 from unirag.runs.executor import run_items
 from unirag.runs.retry import RetryPolicy
 
@@ -63,10 +63,10 @@ class _AgentWork:
         """What the Ray worker's decode processes decode ahead of this call (:mod:`unirag.runs.engine`)."""
         return request_image_paths(payloads)
 
-    def work_batch(self, payloads: list[CallRequest]) -> list[dict[str, Any]]:
+    def work_batch(self, payloads: list[CallRequest], images: dict[str, Any]) -> list[dict[str, Any]]:
         t = self.task
-        return [call_agent(self.generator, t.role, r.messages, t.options, t.json_attempts, r.expect_answers, r.fmt)
-                for r in payloads]
+        return [call_agent(self.generator, t.role, with_decoded(r.messages, images), t.options, t.json_attempts,
+                           r.expect_answers, r.fmt) for r in payloads]
 
 
 def request_image_paths(requests: Sequence[CallRequest]) -> list[str]:
@@ -141,8 +141,9 @@ class AgentRunner:
             opts = rc.generation_options()
             attempts = self.config.settings.json_attempts
 
-            def work(req: CallRequest) -> dict[str, Any]:
-                return call_agent(gen, role, req.messages, opts, attempts, req.expect_answers, req.fmt)
+            def work(req: CallRequest, images: dict[str, Any] | None = None) -> dict[str, Any]:
+                return call_agent(gen, role, with_decoded(req.messages, images), opts, attempts,
+                                  req.expect_answers, req.fmt)
 
             # A local model decodes its calls' images itself: decode them a few calls ahead, in decode
             # workers (API roles send the files as they are and decode nothing).
@@ -159,13 +160,13 @@ class AgentRunner:
         st["failed"] += sum(1 for r in todo if out[r.key] is None)
         return out
 
-    def _decode_ahead(self, todo: list[CallRequest], work: Callable[[CallRequest], dict[str, Any]]):
+    def _decode_ahead(self, todo: list[CallRequest], work: Callable[..., dict[str, Any]]):
         """The calls worked with their image parts decoded ahead (:mod:`unirag.runs.ahead`; the
         ``decode_workers`` setting), or None where they are decoded inline."""
         from unirag.runs.ahead import ahead_work
 
         return ahead_work(todo, 1, key=lambda r: r.key, prepare=lambda r: r, image_paths=request_image_paths,
-                          work_prepared=lambda rs: work(rs[0]), decode_workers=self.config.settings.decode_workers,
+                          work_prepared=lambda rs, images: work(rs[0], images), decode_workers=self.config.settings.decode_workers,
                           n_images=len(request_image_paths(todo)))
 
     def errors(self, role: str, keys: list[str]) -> list[str]:

@@ -125,11 +125,12 @@ class CaptionJob:
     def examples(self, q: Query) -> list[Pair]:
         return self.selector.select(q)
 
-    def request(self, q: Query, examples: list[Pair]) -> CaptionRequest:
+    def request(self, q: Query, examples: list[Pair], ahead: dict[str, Any] | None = None) -> CaptionRequest:
+        """``ahead``: the prompt's image files already decoded (path -> image)."""
         try:
             return self.captioner.request(resolve_image(q.img_path, self.cfg.images_root),
                                           to_pairs(examples, self.pool_root), mode=self.cfg.mode,
-                                          label=f"query {q.qid}")
+                                          label=f"query {q.qid}", ahead=ahead)
         except InputError as e:  # a missing/corrupt image fails this query only, naming the file
             raise BackendError(f"bad input: {e}") from None
 
@@ -148,8 +149,8 @@ class CaptionJob:
         examples = self.examples(q)
         return PreparedQuery(q, examples, leaks=self.selector.leak_info(q))
 
-    def work_prepared(self, p: PreparedQuery) -> dict[str, Any]:
-        request = self.request(p.query, p.examples)
+    def work_prepared(self, p: PreparedQuery, images: dict[str, Any] | None = None) -> dict[str, Any]:
+        request = self.request(p.query, p.examples, images)
         captions = p.captions
         if request.prompt is None and self.official_top1 and captions is None:
             try:
@@ -158,8 +159,10 @@ class CaptionJob:
                 raise BackendError(f"bad input: {e}") from None
         return self._record(p.examples, self.captioner.complete(request, captions=captions), p.leaks)
 
-    def work_batch_prepared(self, ps: list[PreparedQuery]) -> list[dict[str, Any]]:
-        requests = [self.request(p.query, p.examples) for p in ps]
+    def work_batch_prepared(self, ps: list[PreparedQuery], images: dict[str, Any] | None = None
+                            ) -> list[dict[str, Any]]:
+        """Records for ``ps``; ``images``: their image files decoded ahead (path -> image)."""
+        requests = [self.request(p.query, p.examples, images) for p in ps]
         return [self._record(p.examples, cap, p.leaks)
                 for p, cap in zip(ps, self.captioner.complete_batch(requests), strict=True)]
 
@@ -222,10 +225,10 @@ class _CaptionWork:
         """What the Ray worker's decode processes decode ahead of this call (:mod:`unirag.runs.engine`)."""
         return self.job.image_paths(payloads)
 
-    def work_batch(self, payloads: list[PreparedQuery]) -> list[dict[str, Any]]:
+    def work_batch(self, payloads: list[PreparedQuery], images: dict[str, Any]) -> list[dict[str, Any]]:
         if self.job.captioner.batches:
-            return self.job.work_batch_prepared(payloads)
-        return [self.job.work_prepared(p) for p in payloads]
+            return self.job.work_batch_prepared(payloads, images)
+        return [self.job.work_prepared(p, images) for p in payloads]
 
 
 def _identity(cfg: CaptionConfig, captioner: Captioner, selector: ExampleSelector, queries: str) -> dict:

@@ -160,8 +160,9 @@ class Captioner(LazyBackend):
 
     # -- captioning --------------------------------------------------------------------------
     def request(self, image: ImageLike, examples: Iterable[Any] = (), *, mode: str = "rag",
-                label: str = "query") -> CaptionRequest:
-        """Check the inputs and render the prompt for one image (see :meth:`caption`)."""
+                label: str = "query", ahead: Mapping[str, Any] | None = None) -> CaptionRequest:
+        """Check the inputs and render the prompt for one image (see :meth:`caption`); ``ahead``: its
+        image files already decoded (path -> image, see :func:`unirag.data.images.load_rgb`)."""
         if mode not in MODES:
             raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         examples = to_pairs(examples, self.images_root)
@@ -176,7 +177,8 @@ class Captioner(LazyBackend):
             raise ConfigError("caption() needs the query image")
         from unirag.prompts.caption import build_caption_prompt
 
-        return CaptionRequest(examples, build_caption_prompt(self.template, image, examples, query_label=label))
+        return CaptionRequest(examples, build_caption_prompt(self.template, image, examples, query_label=label,
+                                                                   ahead=ahead))
 
     def complete(self, request: CaptionRequest, *, captions: Sequence[str] | None = None) -> Caption:
         """Call the generator for a prepared request (``captions``: what an example captioner picks

@@ -121,15 +121,17 @@ class ImageJob:
         return [str(p.image) for _, examples, _ in prepared
                 for p in _rooted(examples, self.images_root)]
 
-    def work_prepared(self, prepared: tuple[Query, list[Pair], dict[str, int] | None]) -> dict[str, Any]:
-        """``prepared``: the query, its examples and the leakage guard's count for them (None: guard off)."""
+    def work_prepared(self, prepared: tuple[Query, list[Pair], dict[str, int] | None],
+                      images: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``prepared``: the query, its examples and the leakage guard's count for them (None: guard off);
+        ``images``: the example files already decoded (path -> image)."""
         from unirag.runs.rundir import write_prompt
 
         query, examples, leaks = prepared
         settings, generator, out = self.settings, self.generator, self.out
         request = ImageRequest(qid=query.qid, caption=query.txt, examples=_rooted(examples, self.images_root),
                                width=settings.width, height=settings.height, steps=settings.steps,
-                               guidance=settings.guidance, seed=settings.seed)
+                               guidance=settings.guidance, seed=settings.seed, ahead=images)
         try:
             result = generator.generate(request)
         except InputError as e:  # e.g. a missing example image: this query fails, the run goes on
@@ -196,8 +198,9 @@ class _ImageWork:
         """What the Ray worker's decode processes decode ahead of this call (:mod:`unirag.runs.engine`)."""
         return self.job.image_paths(payloads)
 
-    def work_batch(self, payloads: list[tuple[Query, list[Pair], dict[str, int] | None]]) -> list[dict[str, Any]]:
-        return [self.job.work_prepared(p) for p in payloads]
+    def work_batch(self, payloads: list[tuple[Query, list[Pair], dict[str, int] | None]],
+                   images: dict[str, Any]) -> list[dict[str, Any]]:
+        return [self.job.work_prepared(p, images) for p in payloads]
 
 
 def run_image_generation(
@@ -308,7 +311,7 @@ def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleS
                 from unirag.runs.ahead import ahead_work
 
                 ahead = ahead_work(todo, 1, key=lambda q: q.qid, prepare=prepare, image_paths=job.image_paths,
-                                   work_prepared=lambda ps: job.work_prepared(ps[0]), decode_workers=decode_workers,
+                                   work_prepared=lambda ps, images: job.work_prepared(ps[0], images), decode_workers=decode_workers,
                                    n_images=len(todo) * selector.k)
             try:
                 counts = run_items(todo, key=lambda q: q.qid, work=ahead.work if ahead is not None else work,

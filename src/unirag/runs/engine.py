@@ -11,9 +11,9 @@ run directory (so a cluster needs that directory on a filesystem every node moun
 An actor is threaded: the driver's second call in flight enters while the model works on the first,
 hands the image files its payloads load (the task's optional ``image_paths(payloads)``) to the
 actor's decode processes (``decode_workers``, an :class:`~unirag.data.loader.ImageLoader` per call,
-started with it) and waits for the model, which then finds those images decoded
-(:func:`unirag.data.images.predecoded`) - the model never waits for a file to be decoded when the
-decode processes keep up. The model itself works one call at a time, and results are exactly those
+started with it) and waits for the model, which is then given those images decoded (the task's
+``work_batch(payloads, images)``) - the model never waits for a file to be decoded when the decode
+processes keep up. The model itself works one call at a time, and results are exactly those
 of inline decoding (see :class:`_Worker`).
 
 That gives the guarantees of a local run:
@@ -139,7 +139,9 @@ class BatchTask(Protocol):
     store: Any
     batch_size: int
 
-    def work_batch(self, payloads: list[Any]) -> list[dict[str, Any]]: ...
+    def work_batch(self, payloads: list[Any], images: dict[str, Any]) -> list[dict[str, Any]]:
+        """One record's fields per payload; ``images``: their image files decoded ahead (path -> image,
+        for :func:`unirag.data.images.load_rgb`'s ``ahead``; empty: decode them)."""
 
 
 class TaskRecipe(Protocol):
@@ -165,10 +167,9 @@ class _Worker:
     task's optional ``image_paths(payloads)``) decoded by an :class:`~unirag.data.loader.ImageLoader`
     of ``decode_workers`` processes (0: none, the model's thread decodes as it loads them) in a
     background thread, then waits for the model. Its model part
-    (:func:`~unirag.pipelines.batching.run_batches` and the store writes) runs under ``_model_lock``
-    in a :func:`~unirag.data.images.predecoded` scope of those images - a ContextVar, so it holds for
-    this call's thread only - so the model thread finds them decoded instead of reading the files
-    again. Decoding never changes a result: a file the workers could not read is left out and fails
+    (:func:`~unirag.pipelines.batching.run_batches` and the store writes) runs under ``_model_lock``,
+    given those images (``work_batch(payloads, images)``), so the model thread does not read the
+    files again. Decoding never changes a result: a file the workers could not read is left out and fails
     where it is loaded, with the inline message, and a call whose decoding fails decodes inline.
     """
 
@@ -243,7 +244,6 @@ class _Worker:
             log.warning("decoding a call's images ahead failed (%s); the model's thread decodes them", err)
 
     def run(self, task: TaskRecipe, payloads: list[tuple[str, Any]]) -> dict[str, Any]:
-        from unirag.data.images import predecoded
         from unirag.pipelines.batching import run_batches
 
         t = self._task(task)
@@ -258,10 +258,9 @@ class _Worker:
             with self._model_lock:
                 if self._stopping or _cancelled():
                     raise UniragError(CANCELLED)
-                with predecoded(images):
-                    counts = run_batches(payloads, key=lambda kp: kp[0],
-                                         work_batch=lambda kps: t.work_batch([p for _, p in kps]),
-                                         store=t.store, batch_size=t.batch_size, progress=False)
+                counts = run_batches(payloads, key=lambda kp: kp[0],
+                                     work_batch=lambda kps: t.work_batch([p for _, p in kps], images),
+                                     store=t.store, batch_size=t.batch_size, progress=False)
         finally:
             job = None  # a call that failed leaves its decoding to finish alone (its images are dropped)
         return {**counts, "n": len(payloads)}
