@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "src" / "unirag" / "demo" / "data"
 ENCODER_INFO = {"name": "synthetic", "spec": None, "config": {}, "fingerprint": "bench-selection"}
 K = 5
-VARIANTS = (("relevance only", {}), ("one per image", {"one_per_image": True}), ("MMR (lambda 0.7)", {"diversity": "mmr"}))
+VARIANTS = (("relevance only", {}), ("one per image", {"one_per_image": True}), ("MMR (default lambda)", {"diversity": "mmr"}))
 
 
 # -- part 1: quality on the bundled sample -------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -18,10 +19,15 @@ class _Cards(HTMLParser):
             self.imgs += 1
 
 
+# the code under test, also from a checkout that is not the installed one (PYTHONPATH=src)
+ENV = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
+       **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {})}
+
+
 def test_demo_runs_offline_and_reruns_from_saved_outputs(tmp_path):
     out = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "unirag.demo", "--out", str(out)], capture_output=True, text=True,
-                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+                          env=ENV)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Summary" in proc.stdout
     i2t = json.loads((out / "runs" / "image2text.metrics.json").read_text())["metrics"]
@@ -41,8 +47,18 @@ def test_demo_runs_offline_and_reruns_from_saved_outputs(tmp_path):
     parser.feed((out / "report" / "gallery" / "caption-consensus-rag-k5.html").read_text())
     assert parser.imgs >= 51 * 2  # query image + examples per card
 
+    # every evaluated metric carries its 95 % interval; the report compares the two caption runs
+    for run in ("image2text", "text2image"):
+        evaluation = json.loads((out / "runs" / f"{run}.metrics.json").read_text())
+        assert set(evaluation["intervals"]) == {m for m in evaluation["metrics"] if "@" in m}
+    evaluation = json.loads((out / "runs" / "caption-consensus-rag-k5" / "metrics.json").read_text())
+    assert set(evaluation["intervals"]) == set(evaluation["metrics"])
+    assert proc.stdout.count("95% CI:") == 4  # two retrieval and two caption evaluations
+    table = (out / "report" / "tables" / "compare_caption_queries_task3_image2text.md").read_text()
+    assert "Differences from the baseline" in proc.stdout and "| 5 | 51 |" in table and "Holm" in table
+
     again = subprocess.run([sys.executable, "-m", "unirag.demo", "--out", str(out)], capture_output=True, text=True,
-                           env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+                           env=ENV)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "unirag index build" not in again.stdout  # the finished index is reused
     assert "(reusing" in again.stdout

@@ -42,6 +42,9 @@ _PUBLIC = {
     "image_metrics": "unirag.metrics.scores",
     "run_experiment": "unirag.pipelines.experiment",
     "build_report": "unirag.reports.build",
+    "compare_runs": "unirag.reports.compare",
+    "bootstrap_interval": "unirag.metrics.stats",
+    "paired_comparison": "unirag.metrics.stats",
     "UniragError": "unirag.errors",
     "ConfigError": "unirag.errors",
     "InputError": "unirag.errors",
@@ -72,6 +75,9 @@ __all__ = [
     "image_metrics",
     "run_experiment",
     "build_report",
+    "compare_runs",
+    "bootstrap_interval",
+    "paired_comparison",
     "UniragError",
     "ConfigError",
     "InputError",
@@ -101,10 +107,12 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; never executed
     from unirag.errors import BackendError, ConfigError, InputError, UniragError
     from unirag.index.handle import Index
     from unirag.metrics.scores import caption_metrics, cir_metrics, image_metrics, retrieval_metrics
+    from unirag.metrics.stats import bootstrap_interval, paired_comparison
     from unirag.pipelines.captioner import Caption, Captioner
     from unirag.pipelines.experiment import run_experiment
     from unirag.pipelines.image_generator import ImageGenerator
     from unirag.reports.build import build_report
+    from unirag.reports.compare import compare_runs
     from unirag.retrieval.results import Hit, Hits, Pair
     from unirag.retrieval.retriever import Retriever
     from unirag.retrieval.selection import Selection

@@ -48,6 +48,11 @@ class RunFailedError(UniragError):
     exit_code = 1
 
 
+class SkippedInputsWarning(UserWarning):
+    """Some inputs (missing or unreadable images) were skipped and the rest was processed; the
+    warning names how many and the first ones. The CLI lists them itself and silences this one."""
+
+
 class BackendError(UniragError):
     """A call to a model or API failed. ``retryable`` tells the run loop whether to try again.
 

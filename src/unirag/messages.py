@@ -71,9 +71,9 @@ class ImagePart:
         """Decode to an RGB PIL image (a copy of :attr:`decoded` where the file was decoded ahead)."""
         from unirag.data.images import load_rgb
 
-        if self.decoded is not None:
-            return self.decoded.copy()
-        return load_rgb(self.path if self.path is not None else self.data)
+        if self.path is None:
+            return load_rgb(self.data)
+        return load_rgb(self.path, ahead={str(self.path): self.decoded} if self.decoded is not None else None)
 
     def encoded(self) -> tuple[bytes, str]:
         """Bytes and MIME type for APIs. Files in a web format are sent as they are; others as PNG."""

@@ -89,6 +89,15 @@ _register(
     Setting("image_background", default="white", official="white", choices=("white", "black"),
             help="What transparent pixels are composited on when an image is made RGB. 'black' reproduces a "
                  "plain PIL convert('RGB'), which turns a transparent background black."),
+    Setting("image_loading", "normalised", "plain",
+            "How caption and image runs turn the query and example images into RGB. normalised: EXIF "
+            "rotation applied, transparency composited on image_background, 16-bit and float pixels scaled "
+            "(unirag.data.images.load_rgb); plain: Image.open(path).convert('RGB') as the official code, "
+            "nothing else (a rotated photo stays as stored)",
+            choices=("normalised", "plain"),
+            cite="castorini/UniRAG src/unirag/caption_generation_inference.py@e9a4e00:66-74 (fewshot and query "
+                 "images opened as stored), src/unirag/generator_prompt.py@07190083:50-88 (merge_images: "
+                 "Image.open, pasted on RGB)"),
 )
 
 
@@ -231,6 +240,20 @@ _register(
             "first 2400, as the official loader ('only for testing'); other files are never cut",
             parse=_none_or_int, choices=(None, 2400),
             cite=_XR + "XR/utils/data.py:99 (load_CIRR: val_data[:2400])"),
+    Setting("xr_cirr_reference", "exclude", "keep",
+            "CIRR's reference image in the gallery a query ranks. exclude: removed (the CIRR protocol, CLIP4Cir); "
+            "keep: ranked with the rest, as the official X^R code scores and submits the full list (an explicit "
+            "exclude_reference / --exclude-reference still wins)",
+            choices=("exclude", "keep"),
+            cite=_XR + "XR/xr.py:612-623 (_eval_and_log ranks over every gallery image), :1297-1300 (test submission "
+                       "from the same list); XR/utils/data.py:77-95 (load_CIRR keeps the reference)"),
+    Setting("xr_cirr_subset", "cut", "rerank",
+            "How R_subset is ranked. cut: the full ranking restricted to the query's img_set members (reference "
+            "removed); rerank: a separate pass over only those members (reference removed) with k' = the set's "
+            "size - 1, whose coarse and fine stages rank them, as the official --subset run does",
+            choices=("cut", "rerank"),
+            cite=_XR + "XR/xr.py:50-53 (--subset: top_k = len(img_set) - 1), :588-610 (stage-1 list cut to the "
+                       "members, reference skipped, re-sorted), :1571 (--subset)"),
     Setting("xr_failed_caption", "skip", "stand-in",
             "a top-k' candidate whose caption call failed, on the caption path. skip: no caption-path call, "
             "its caption score is 0; stand-in: judged on the caption 'A photo.' (the official default of a "
@@ -284,6 +307,25 @@ _register(
                  "src/unirag/generator_prompt.py@07190083:20,60,100 (min(k, len)); hits read: UniIR "
                  "src/common/mbeir_retriever.py@72871c19:412 with configs_scripts/large/eval/unirag/"
                  "retrieval.yaml@98dc570c:39-40,45-46 (10 for MSCOCO, 50 for Fashion200k)"),
+    Setting("pair_alignment", "fixed", "uniir-zip",
+            "With example_pairs = per-hit: which complement each hit is paired with. fixed: its own. uniir-zip: as "
+            "the official code, complements exist for text and image hits only and are zipped against all hits, so "
+            "after an image+text hit later hits get the next hit's complement and the last hits are dropped "
+            "(official bug)",
+            choices=("fixed", "uniir-zip"), official_bug=True,
+            cite="TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py@98dc570:264-278, :289-308 (complements of text/"
+                 "image hits only); castorini/UniRAG src/unirag/incontext_example_provider.py@07190083:11-13 "
+                 "(zip(candidates, complement_candidates))"),
+    Setting("rag_modality", "any", "task",
+            "Which candidates rag examples are retrieved from when they come from an index (not a run file). "
+            "any: every modality of the pool (unirag). task: the modality the task's examples supply, as "
+            "UniRAG reads UniIR's per-task candidates: captioning searches captions (task 3, image->text), "
+            "image generation searches images (task 0, text->image). Without it a per-hit caption search "
+            "starts from the query photo and its look-alikes, which per-hit pairing then drops.",
+            choices=("any", "task"),
+            cite="castorini/UniRAG scripts/caption_generation.sh@e9a4e00:14 (mbeir_mscoco_task3_..._retrieved.jsonl), "
+                 ":64 (fashion200k_task3); scripts/prepare_dataset.sh@e9a4e00:9, :18, :25 (task0 runs for images); "
+                 "src/unirag/incontext_example_provider.py@07190083:9-44 (get_candidates)"),
     Setting("temperature", 0.0, None,
             "Sampling temperature sent to caption generators (GPT-4o, Gemini, LLaVA). none: send none "
             "(the provider's / model's default), as the official code does.",
@@ -316,6 +358,112 @@ _register(
     Setting("image_seed", default=1234, official=1234, parse=int,
             help="Seed of every generated picture, the same for every query (the paper's LaVIT run: 1234). "
                  "Not the seed of the random example choice, which is --seed (grid option seed)."),
+)
+_register(
+    Setting("image_top1", "first-pair", "top-candidate",
+            "The retrieval:top1 image baseline. first-pair: the image of the first example pair kept for the query; "
+            "top-candidate: the top retrieved candidate's own image, else its complement's image, else a 224x224 "
+            "image of random noise, as the official retriever metrics",
+            choices=("first-pair", "top-candidate"),
+            cite="castorini/UniRAG src/unirag/eval_image_generation.py@e9a4e00:108-140 (load_retrieved_images: "
+                 "candidates[0]['img_path'], else complement_candidates[0]['img_path'], else noise)"),
+)
+_register(
+    Setting("image_seeding", "unirag", "official",
+            "How local image models are seeded. unirag: Emu2-Gen's torch generator is seeded with the "
+            "image_seed setting before every call (each picture reproducible alone); LaVIT once, when it is built. "
+            "official: Emu2-Gen is never seeded (UniRAG sets no seed around infer_emu2); LaVIT is seeded with 1234 "
+            "before the first of every 1,000 queries, as the official script rebuilds (and reseeds) the model "
+            "for each --index batch of 1,000",
+            choices=("unirag", "official"),
+            cite="castorini/UniRAG src/unirag/image_generation_inference.py@e9a4e00:27-30 (build_lavit_model seeds "
+                 "1234), :100-148 (infer_emu2: no seed); scripts/image_generation.sh@e9a4e00:3, :19-21 (bs=1000, one "
+                 "process per --index batch)"),
+)
+
+
+# --- UniIR encoders (issue 27, point 9) -------------------------------------------------------------
+_register(
+    Setting("uniir_precision", "unirag", "official",
+            "Precision of a UniIR encoder (uniir: specs) when --dtype is auto. unirag: bfloat16 (float16) weights "
+            "on a GPU; official: float32 weights run under float16 autocast on CUDA, as UniIR embeds (on a CPU, "
+            "float32 either way)",
+            choices=("unirag", "official"),
+            cite="TIGER-AI-Lab/UniIR src/models/uniir_clip/clip_scorefusion/configs_scripts/large/eval/unirag/"
+                 "embed.yaml@98dc570:77 (use_fp16: true); src/common/mbeir_embedder.py@98dc570:52-53, :138-139 "
+                 "(with autocast(enabled=use_fp16))"),
+)
+
+
+# --- LLaVA (issue 27) --------------------------------------------------------------------------------
+_GEN_CAP = "castorini/UniRAG src/unirag/caption_generation_inference.py@e9a4e00"
+_register(
+    Setting("hf_vlm_runtime", "unirag", "official",
+            "How an hf: caption model loads when --dtype is auto and --batch-size is not given. unirag: bfloat16 "
+            "(float16) on a GPU, 4 prompts per forward pass; official: float32 weights (from_pretrained with no "
+            "dtype) and one prompt per pass, as infer_llava",
+            choices=("unirag", "official"),
+            cite=_GEN_CAP + ":221-227 (LlavaNextForConditionalGeneration.from_pretrained: no torch_dtype), :219 "
+                            "(bs: int = 1), :255-262"),
+    Setting("llava_prompt_format", "chat-template", "official",
+            "The text an hf: LLaVA-family model receives. chat-template: the processor's own chat template; "
+            "official: the hand-written 'USER: <image>\\n{system}\\n{message}\\nASSISTANT:' of infer_llava",
+            choices=("chat-template", "official"),
+            cite=_GEN_CAP + ":250-251 (prompts.append(f\"USER: <image>\\n{SYSTEM_MESSAGE}\\n{message}\\nASSISTANT:\"))"),
+)
+
+
+# --- caption scoring (issue 27) -----------------------------------------------------------------
+_EVAL_CAP = "castorini/UniRAG src/unirag/eval_caption_generation.py@e9a4e00"
+_register(
+    Setting("caption_failed", "exclude", "empty",
+            "A caption query whose generator call failed, when the run is scored. exclude: left out and counted; "
+            "empty: scored as an empty caption, as the official GPT and Gemini loops store \"\" for a call that "
+            "raised (so the failure lowers every metric)",
+            choices=("exclude", "empty"),
+            cite=_GEN_CAP + ":90-92 (infer_gemini: output = \"\"), :189-200 (infer_gpt: output = \"\" after "
+                            "MAX_RETRY or a policy refusal)"),
+    Setting("caption_prefix_strip", "labels", "official",
+            "What is stripped from a caption before scoring. labels: unirag's answer labels (Caption/Answer/"
+            "Output/..., with or without a number, bold, quotes; see unirag.metrics.text_normalize); official: "
+            "only a leading 'Caption [n]: ' (exactly the regex ^Caption \\[\\d+\\]: after str.strip())",
+            choices=("labels", "official"),
+            cite=_EVAL_CAP + ":59-65 (remove_caption_prefix), :77-79 (get_results)"),
+)
+
+
+# --- image metrics and image runs (issue 27) -----------------------------------------------------
+_EVAL_IMG = "castorini/UniRAG src/unirag/eval_image_generation.py@e9a4e00"
+
+
+def _none_or_size(text: str) -> int | None:
+    return None if text.strip().lower() in ("none", "stored", "") else int(text)
+
+
+_register(
+    Setting("image_metric_channels", "rgb", "bgr",
+            "Channel order the images reach FID, CLIP Score and IS in. rgb: decoded as RGB; bgr: as OpenCV's "
+            "imread returns them, never converted (official bug: the networks expect RGB)",
+            choices=("rgb", "bgr"), official_bug=True,
+            cite=_EVAL_IMG + ":98 (load_images: cv2.imread), :119, :130 (load_retrieved_images)"),
+    Setting("image_metric_size", None, 224,
+            "Size every image is resized to (cv2.resize, bilinear, square) before FID and CLIP Score; "
+            "Inception Score resizes that image again to 299x299. none: the stored size (the Inception "
+            "network and the CLIP processor resize themselves)",
+            parse=_none_or_size, choices=(None, 224),
+            cite=_EVAL_IMG + ":99 (cv2.resize(img, (224, 224))), :173 (calculate_inception_score: 299x299)"),
+    Setting("image_metric_missing", "exclude", "noise",
+            "A query without a generated image (failed) or without a real image. exclude: left out and counted; "
+            "noise: scored as a 224x224 image of uniform random pixels (drawn from --seed; the official draw is "
+            "unseeded)",
+            choices=("exclude", "noise"),
+            cite=_EVAL_IMG + ":96-104 (load_images: np.random.randint(256, size=(224, 224, 3)))"),
+    Setting("image_format", "png", "jpeg",
+            "File format of generated images. png: lossless; jpeg: PIL's default JPEG quality (75), as the "
+            "official run saved them",
+            choices=("png", "jpeg"),
+            cite="castorini/UniRAG src/unirag/image_generation_inference.py@e9a4e00:82-85 (infer_lavit), :143-146 "
+                 "(infer_emu2): image.save(f'{qid}_....jpg')"),
 )
 
 

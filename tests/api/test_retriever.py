@@ -92,8 +92,11 @@ def test_bad_queries_fail_clearly(retriever):
         retriever.search(text="a dog", k=0)
     with pytest.raises(unirag.ConfigError, match="unknown modality"):
         retriever.search(text="a dog", modality="video")
-    with pytest.raises(unirag.InputError, match="image file not found"):
+    with pytest.raises(unirag.InputError, match="image file not found") as e:
         retriever.search("/nonexistent/photo.jpg")
+    assert "text=" not in str(e.value)  # a path that is missing: no hint about texts
+    with pytest.raises(unirag.InputError, match=r"reads like a text.*search\(text='red dress for women'\)"):
+        retriever.search("red dress for women")
     with pytest.raises(unirag.InputError, match=r"field 'image': expected an image .*got object"):
         retriever.search(object())
 

@@ -35,13 +35,21 @@ def test_offline_run_says_so_and_writes_baseline(myntra, tmp_path, capsys):
     assert len(rows) == 6 and all(len(r["ranked"]) == 50 and r["final_stage"] == "baseline" for r in rows)
     assert "imagination" not in rows[0] and "scores" not in rows[0]  # no agent pretended to run
     assert "baseline" in out.out
+    # every printed metric has its 95 % bootstrap interval over the 6 queries, also in metrics.json
+    base = metrics["baseline"]
+    figures = {k for k, v in base.items() if isinstance(v, float)}
+    assert figures == set(base["intervals"]) and figures >= {"R@1", "R@5", "R@10", "R@50"}
+    assert all(c["low"] <= base[m] <= c["high"] for m, c in base["intervals"].items())
+    ci_line = next(x for x in out.out.splitlines() if "95% CI" in x)
+    assert all(f"{m} [" in ci_line for m in figures)
 
 
 def test_fashioniq_categories_are_averaged(myntra, tmp_path, capsys):
     files = build_fashioniq_format(myntra / "products.jsonl", tmp_path / "fiq", n_per_category=4,
                                    categories={"shirt": "Shirts", "dress": "Dresses"})
     main_args = ["cir", "--dataset", "fashioniq", "--images-root", str(myntra / "images"), "--out",
-                 str(tmp_path / "run"), "--encoder", str(tiny_clip_dir()), "--stages", "baseline", "--quiet"]
+                 str(tmp_path / "run"), "--encoder", str(tiny_clip_dir()), "--stages", "baseline", "--quiet",
+                 "--resamples", "0"]
     for f in files:
         main_args += ["--annotations", str(f)]
     try:
@@ -53,6 +61,7 @@ def test_fashioniq_categories_are_averaged(myntra, tmp_path, capsys):
     dress = summary["datasets"]["fashioniq-dress-val"]["baseline"]["R@10"]
     assert summary["average"]["baseline"]["R@10"] == pytest.approx((shirt + dress) / 2)
     assert (tmp_path / "run/fashioniq-shirt-val/rankings.jsonl").exists()
+    assert "intervals" not in summary["datasets"]["fashioniq-shirt-val"]["baseline"]  # --resamples 0: none
 
 
 def test_missing_images_and_bad_options_fail_with_one_line(cir_data, tmp_path, capsys):

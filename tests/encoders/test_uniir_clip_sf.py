@@ -270,3 +270,28 @@ def test_preprocessing_choices_are_in_the_fingerprint(ckpt):
     enc.text_cleaning = ident["text_cleaning"]
     enc.max_text_length = 64
     assert enc.fingerprint() != base
+
+
+def test_official_uniir_precision_is_float32_weights_under_float16_autocast(ckpt, monkeypatch):
+    """UniIR embeds with ``use_fp16: true`` (TIGER-AI-Lab/UniIR src/models/uniir_clip/clip_scorefusion/
+    configs_scripts/large/eval/unirag/embed.yaml@98dc570:77), i.e. ``with autocast(enabled=use_fp16)`` around
+    float32 weights (src/common/mbeir_embedder.py@98dc570:52-53, :138-139); unirag's ``auto`` loads bfloat16
+    weights on a GPU. An explicit --dtype wins; other encoders are untouched."""
+    import contextlib
+
+    from unirag.encoders.registry import precision_options
+
+    spec = f"uniir:clip_sf:{ckpt}"
+    assert precision_options(spec, "auto", "official") == {"dtype": "float32", "autocast": "float16"}
+    assert precision_options(spec, "auto", "default") == {"dtype": "auto"}
+    assert precision_options(spec, "bfloat16", "official") == {"dtype": "bfloat16"}
+    assert precision_options("openai/clip-vit-base-patch32", "auto", "official") == {"dtype": "auto"}
+    enc = load_encoder(spec, device="cpu", use_instructions=False, **precision_options(spec, "auto", "official"))
+    assert enc.torch_dtype == torch.float32 and enc.config()["autocast"] == "float16"
+    assert isinstance(enc._autocast(), contextlib.nullcontext)  # on a CPU: float32, as UniIR's CUDA-only autocast
+    seen = []
+    monkeypatch.setattr(torch, "autocast", lambda device_type, dtype: seen.append((device_type, dtype))
+                        or contextlib.nullcontext())
+    enc.device = "cuda:0"  # what the forward passes would enter on a GPU
+    enc._autocast()
+    assert seen == [("cuda", torch.float16)]

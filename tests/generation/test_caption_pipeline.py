@@ -143,7 +143,8 @@ def test_prompts_dir_holds_the_first_prompts_and_merged_images(coco_set, fake_se
                         generator_options={"base_url": fake_server.url, "family": "llava"}, save_prompts=3))
     files = sorted(p.name for p in (out / "prompts").iterdir())
     q0 = f"q{coco_set['rows'][0]['image_id']}"
-    assert len([f for f in files if f.endswith(".txt")]) == 3 and f"000_{q0}.txt" in files
+    assert len([f for f in files if f.endswith(".txt") and not f.endswith(".sent.txt")]) == 3 and f"000_{q0}.txt" in files
+    assert len([f for f in files if f.endswith(".sent.txt")]) == 3  # and each exactly as sent
     text = (out / "prompts" / f"000_{q0}.txt").read_text()
     assert "Caption [3]: ..." in text and "Caption [1]: " + coco_set["rows"][1]["captions"][0] in text
     from PIL import Image

@@ -91,6 +91,28 @@ def test_per_query_scores_match_hand_run(cli_run, fixture_data):
     assert first["tokenized"] == first["tokenized"].lower()  # PTB tokenizer lower-cases
 
 
+def test_every_metric_is_printed_with_its_interval(cli_run):
+    """``evaluate captions`` on the bundled sample: each metric's 95 % interval, printed and in metrics.json;
+    BLEU's per-query n-gram counts rebuild the corpus BLEU exactly (what its resamples recompute)."""
+    import numpy as np
+
+    from unirag.metrics.stats import corpus_bleu
+
+    run, result = cli_run
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert set(metrics["intervals"]) == set(metrics["metrics"])
+    assert metrics["bootstrap"] == {"unit": "query", "method": "percentile", "n_resamples": 1000, "seed": 0,
+                                    "confidence": 0.95}
+    lines = {line.split()[0]: line for line in result.output.splitlines() if line.split()}
+    for name, value in metrics["metrics"].items():
+        ci = metrics["intervals"][name]
+        assert ci["low"] < value < ci["high"], name
+        assert f"[{ci['low']:.2f}, {ci['high']:.2f}]" in lines[name]
+    rows = np.array([json.loads(x)["bleu_stats"] for x in (run / "metrics_per_query.jsonl").read_text().splitlines()])
+    for n in range(1, 5):
+        assert float(corpus_bleu(rows, n)) == pytest.approx(metrics["metrics"][f"BLEU-{n}"], rel=1e-9)
+
+
 def test_spice_skipped_with_one_line_when_jars_missing(cli_run):
     run, result = cli_run
     msg = json.loads((run / "metrics.json").read_text())["skipped_metrics"]["SPICE"]

@@ -67,6 +67,33 @@ def test_fid_matches_numpy_scipy(coco_sets):
     assert im.frechet_distance(real, real, net) == pytest.approx(0.0, abs=1e-6)
 
 
+def test_fid_features_come_back_in_input_order_and_rebuild_the_fid(coco_sets):
+    """FID's interval resamples the (real, generated) feature pairs: they must be the images' own features
+    in the order given (batches are formed by image size), and rebuild the same FID."""
+    real, fake = coco_sets
+    real = [*real[1:], real[0]]  # an order the size sort changes
+    net = PooledColour()
+    feats: list = []
+    got = im.frechet_distance(real, fake, net, batch_size=5, features=feats)
+    assert np.allclose(feats[0], _np_features(real, net), atol=1e-5)
+    assert np.allclose(feats[1], _np_features(fake, net), atol=1e-5)
+    assert im.frechet_from_features(np.concatenate(feats, axis=1)) == pytest.approx(got, rel=1e-5)
+
+
+def test_inception_score_from_logits_rebuilds_torchmetrics(coco_sets):
+    """IS's interval recomputes the score from resampled logits: on the logits in torchmetrics' own
+    random order (its seeded ``randperm``) the same chunks and marginals give the same IS."""
+    real, fake = coco_sets
+    logits: list = []
+    mean, _ = im.inception_score([*real, *fake], PooledColour(10, 1), splits=5, seed=4, batch_size=5,
+                                 features=logits)
+    assert logits[0].shape == (len(real) + len(fake), 10)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(4)
+        order = torch.randperm(len(logits[0])).numpy()
+    assert float(im.inception_from_logits(logits[0][order], 5)) == pytest.approx(mean, rel=1e-6)  # 48 rows: 10,10,10,10,8
+
+
 @pytest.mark.filterwarnings("ignore:std\\(\\)")  # SD of a single split is undefined (NaN), as expected
 def test_inception_score_matches_numpy_scipy(coco_sets):
     real, fake = coco_sets
@@ -190,6 +217,13 @@ def test_image_run_metrics_with_injected_networks(image_run, coco_mini, tiny_cli
     assert saved["metrics"] == pytest.approx(result["metrics"])
     per_query = [json.loads(x) for x in (run / "metrics_per_query.jsonl").read_text().splitlines()]
     assert [p["qid"] for p in per_query] == [f"t:{r['image_id']}" for r in rows[1:10]]
+    # intervals: CLIP Score from its per-query scores, FID from resampled feature pairs, IS from resampled logits
+    cis = saved["intervals"]
+    assert set(cis) == {"FID", "CLIP Score", "IS"} and saved["bootstrap"]["fid"]["method"] == "centred"
+    assert cis["IS"]["low"] <= result["metrics"]["IS"] <= cis["IS"]["high"]
+    clip = cis["CLIP Score"]
+    assert clip["low"] < result["metrics"]["CLIP Score"] < clip["high"]
+    assert cis["FID"]["low"] < cis["FID"]["high"] and cis["FID"]["se"] > 0
 
 
 def test_cli_without_extra_runs_clip_and_says_how_to_get_fid(image_run, coco_mini, without_torch_fidelity):
@@ -201,6 +235,10 @@ def test_cli_without_extra_runs_clip_and_says_how_to_get_fid(image_run, coco_min
     assert res.output.count("unirag[image-metrics]") == 1  # one line for FID and IS together
     saved = json.loads((run / "metrics.json").read_text())
     assert list(saved["metrics"]) == ["CLIP Score"] and set(saved["skipped_metrics"]) == {"FID", "IS"}
+    ci = saved["intervals"]["CLIP Score"]
+    clip_line = next(line for line in res.output.splitlines() if line.startswith("CLIP Score ") and "[" in line
+                     and "it/s" not in line and "img" not in line)
+    assert f"[{ci['low']:.2f}, {ci['high']:.2f}]" in clip_line and "95% CI: percentile bootstrap" in res.output
 
 
 def test_cli_with_nothing_runnable_fails_clearly(image_run, coco_mini, without_torch_fidelity):

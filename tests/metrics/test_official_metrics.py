@@ -102,6 +102,39 @@ def test_cirr_recall_and_subset_recall_equal_the_reference_code(seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+def test_cirr_recall_equals_the_xr_code_with_the_reference_ranked(seed):
+    """X^R's own CIRR figures (01yzzyu/xr.github.io XR/xr.py, commit 30f2cd5): the target's rank in the full
+    ``sorted_names`` list, the reference included (``_eval_and_log`` :616-619: ``names.index(tgt_img) + 1``,
+    ``len(names) + 1`` when absent), Recall@k = mean(rank <= k) (``calculate_recall`` :244-248); R_subset from
+    the separate ``--subset`` ranking of the members without the reference (:588-610). This is unirag under
+    ``xr_cirr_reference = keep`` / ``xr_cirr_subset = rerank`` (the ranking of each list is given)."""
+    rng = np.random.default_rng(seed)
+    gallery = [f"dev-{i}-img" for i in range(90)]
+    queries = []
+    for qid in range(30):
+        members = [str(x) for x in rng.choice(gallery, size=6, replace=False)]
+        queries.append(CirQuery(str(qid), members[0], "text", targets=[members[int(rng.integers(1, 6))]],
+                                subset=members))
+    ranked = _rankings(rng, len(queries), gallery)
+    subset_lists = {q.qid: [m for m in rng.permutation(q.subset).tolist() if m != q.reference] for q in queries}
+
+    def xr_recall(lists, k):  # XR/xr.py:616-619 and :244-248, written out
+        ranks = []
+        for q in queries:
+            names = list(lists[q.qid])
+            ranks.append(names.index(q.targets[0]) + 1 if q.targets[0] in names else len(names) + 1)
+        return 100 * float(np.mean([1 if r <= k else 0 for r in ranks]))
+
+    full = {str(i): list(ranked[i]) for i in range(len(queries))}  # the reference stays ranked
+    ds = CirDataset("cirr-val", "cirr", queries, {g: f"{g}.png" for g in gallery}, exclude_reference=False)
+    ours = evaluate(ds, full, subset_lists)
+    for k in (1, 5, 10, 50):
+        assert ours[f"R@{k}"] == pytest.approx(xr_recall(full, k), abs=1e-9)
+    for k in (1, 2, 3):
+        assert ours[f"R_subset@{k}"] == pytest.approx(xr_recall(subset_lists, k), abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_fashioniq_recall_equals_the_reference_code(seed):
     """ABaldrati/CLIP4Cir src/validate.py at commit 90013598, compute_fiq_val_metrics: Recall@10/50 of the
     single target over the whole gallery (:48-55); targets may repeat across queries."""

@@ -92,8 +92,8 @@ def test_pipeline_runs_are_scored(pipeline_runs):
 def test_labels_from_the_nested_manifests(pipeline_runs):
     tmp, *_ = pipeline_runs
     cap, img = summarize_run(tmp / "cap"), summarize_run(tmp / "img")
-    assert (cap.task, cap.mode, cap.k, cap.label) == ("caption", "retrieval", 1, "mscoco_i2t")
-    assert (img.task, img.mode, img.k, img.label) == ("image", "retrieval", 1, "mscoco_t2i")
+    assert (cap.task, cap.mode, cap.k, cap.label) == ("caption", "retrieval", 1, "mscoco_i2t (top1)")
+    assert (img.task, img.mode, img.k, img.label) == ("image", "retrieval", 1, "mscoco_t2i (top1)")
 
 
 def test_report_of_pipeline_runs(pipeline_runs, coco_mini):
@@ -104,4 +104,4 @@ def test_report_of_pipeline_runs(pipeline_runs, coco_mini):
     html = (out / "gallery" / "cap.html").read_text()
     assert rows[1]["captions"][1] in html  # query 0's in-context example, taken from the run's records
     md = (out / "tables.md").read_text()
-    assert "| mscoco_i2t | 1 |" in md and "| mscoco_t2i | 1 |" in md
+    assert "| mscoco_i2t (top1) | 1 |" in md and "| mscoco_t2i (top1) | 1 |" in md

@@ -124,7 +124,7 @@ def test_caption_table_in_paper_layout(report):
     md = (out / "tables" / "caption_coco-mini.md").read_text()
     rows = [line for line in md.splitlines() if line.startswith("| ") and "---" not in line][1:]
     labels_k = [(r.split("|")[1].strip(), r.split("|")[2].strip()) for r in rows]
-    assert labels_k == [("CLIP-SF", "1"), ("llava-1.5-7b-hf", "0"), ("CLIP-SF + llava-1.5-7b-hf", "1"),
+    assert labels_k == [("CLIP-SF (top1)", "1"), ("llava-1.5-7b-hf", "0"), ("CLIP-SF + llava-1.5-7b-hf", "1"),
                         ("", "5"), ("Random + llava-1.5-7b-hf", "1")]
     header = md.splitlines()[2]
     assert "BLEU-4" in header and "CIDEr" in header and "SPICE" not in header and "METEOR" not in header

@@ -218,8 +218,8 @@ def test_gemini_official_prompts():
     goes to GPT (:139, :154) and LLaVA (:247) only; infer_gemini (:33) builds ``message =
     p_class.prepare_gemini_message(...)`` (:58) and sends ``content = [message, ...]`` (:61, :73), the
     prompt file's text alone; src/unirag/prompts/gemini-caption-prompt-with-examples.txt (commit 6c4eda29)
-    ends with "The answer must be compulsarily in one line." (quoted in issue 15; the prompt file is not
-    copied here, so no line is cited for it)."""
+    ends its last line (:5, after "do not say any other words or explain.") with " The answer must be
+    compulsarily in one line." (quoted in issue 15; the prompt file is not copied here)."""
     from unirag.prompts.caption import caption_template
     from unirag.prompts.official import GEMINI_ONE_LINE, SYSTEM_SENTENCE, apply_caption_prompts
 
@@ -230,6 +230,9 @@ def test_gemini_official_prompts():
         official.text("zero_shot")
     assert official.text("few_shot").endswith("The answer must be compulsarily in one line.") and \
         GEMINI_ONE_LINE not in paper.text("few_shot")
+    # on the instruction's last line after one space, as the file's last line (:5), not on a line of its own
+    last = official.text("few_shot").splitlines()[-1]
+    assert last == paper.text("few_shot").splitlines()[-1] + " " + GEMINI_ONE_LINE
     assert official.sha256 != paper.sha256  # run identities tell the two wordings apart
     gpt = caption_template("gpt4o")
     assert apply_caption_prompts(gpt, "gpt4o", "official") is gpt  # GPT-4o: the paper's wording is the official one
@@ -329,6 +332,43 @@ PINNED = {
                           "test_a_pool_shrinking_past_the_setting_is_refused_and_under_it_is_not")],
     "image_seed": [("tests/image_generation/test_diffusers_images.py",
                     "test_cli_with_local_pipeline_passes_picture_settings")],                        # same value
+    # issue 27 (second pass): each test checks the official value and the default one
+    "rag_modality": [("tests/generation/test_official_rag_search.py",
+                      "test_official_caption_rag_searches_captions_as_uniirs_task3_candidates"),
+                     ("tests/generation/test_official_rag_search.py",
+                      "test_image_generation_searches_images_under_rag_modality_task")],
+    "image_metric_channels": [("tests/metrics/test_official_image_inputs.py",
+                               "test_official_profile_feeds_bgr_224_images_to_fid_and_299_copies_to_is"),
+                              ("tests/metrics/test_official_image_inputs.py",
+                               "test_default_profile_feeds_rgb_at_stored_size_and_excludes_failed_queries")],
+    "image_metric_size": [("tests/metrics/test_official_image_inputs.py",
+                           "test_official_profile_feeds_bgr_224_images_to_fid_and_299_copies_to_is")],
+    "image_metric_missing": [("tests/metrics/test_official_image_inputs.py",
+                              "test_official_profile_feeds_bgr_224_images_to_fid_and_299_copies_to_is")],
+    "image_format": [("tests/image_generation/test_official_image_files.py",
+                      "test_official_image_runs_save_jpeg_at_pil_default_quality")],
+    "image_top1": [("tests/image_generation/test_official_image_files.py",
+                    "test_official_top1_image_is_the_top_candidates_own_else_its_complements_else_noise")],
+    "image_seeding": [("tests/image_generation/test_lavit_emu2_python.py",
+                       "test_official_lavit_is_seeded_again_before_every_1000th_query"),
+                      ("tests/image_generation/test_lavit_emu2_python.py", "test_official_emu2_is_never_seeded")],
+    "caption_failed": [("tests/metrics/test_official_caption_scoring.py",
+                        "test_official_scores_a_failed_call_as_empty_and_strips_only_the_caption_label"),
+                       ("tests/metrics/test_official_caption_scoring.py",
+                        "test_default_excludes_failed_queries_and_strips_answer_labels")],
+    "caption_prefix_strip": [("tests/metrics/test_official_caption_scoring.py",
+                              "test_official_prefix_rule_is_the_exact_regex")],
+    "hf_vlm_runtime": [("tests/generation/test_official_llava.py",
+                        "test_official_llava_loads_in_fp32_one_prompt_per_pass")],
+    "llava_prompt_format": [("tests/generation/test_official_llava.py",
+                             "test_official_llava_prompt_is_the_hand_written_string")],
+    "pair_alignment": [("tests/retrieval/test_official_pair_alignment.py",
+                        "test_official_zip_misaligns_complements_after_an_image_text_hit")],
+    "uniir_precision": [("tests/encoders/test_uniir_clip_sf.py",
+                         "test_official_uniir_precision_is_float32_weights_under_float16_autocast")],
+    "image_loading": [("tests/generation/test_official_image_loading.py", "test_plain_loading_is_pils_convert_rgb"),
+                      ("tests/generation/test_official_image_loading.py",
+                       "test_official_captioner_builds_its_merged_image_from_plain_loads")],
 }
 
 

@@ -65,6 +65,8 @@ def test_caption_manifest_records_the_profile_and_official_sends_no_temperature(
         sent_mixed = [r.json for r in server.requests]
     assert [b["temperature"] for b in sent_default] == [0.0, 0.0]
     assert all("temperature" not in b for b in sent_official)
+    # nor a seed (issue 27, point 9): --seed / a grid's `seed:` chooses random examples, never sent
+    assert all("seed" not in b for b in sent_official + sent_default)
     assert [b["temperature"] for b in sent_mixed] == [0.5, 0.5]
     default = json.loads((tmp_path / "default" / "manifest.json").read_text())
     official = json.loads((tmp_path / "official" / "manifest.json").read_text())

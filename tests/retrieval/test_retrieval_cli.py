@@ -63,6 +63,15 @@ def test_build_info_retrieve_evaluate(oracle_registry, coco_mbeir, coco_mini: Pa
     metrics = json.loads(metrics_path.read_text())["metrics"]
     assert metrics["hit@5"] == 1.0 and metrics["hit@1"] >= 0.8 and metrics["recall@1"] <= 0.2
     assert metrics["num_queries"] == 51
+    # every metric's 95 % interval over the 51 queries, in the file and printed (one row per cutoff)
+    saved = json.loads(metrics_path.read_text())
+    cis = saved["intervals"]
+    assert set(cis) == {f"{m}@{k}" for m in ("hit", "recall", "mrr", "uniir_recall") for k in (1, 5)}
+    assert all(c["low"] <= metrics[m] <= c["high"] for m, c in cis.items())
+    assert cis["hit@5"] == {"low": 1.0, "high": 1.0, "se": 0.0}  # every query hits: no spread
+    row = next(line for line in table.splitlines() if line.startswith("   1  ["))
+    assert row.count("[") == 4 and f"{cis['recall@1']['low']:.4f}" in row
+    assert saved["bootstrap"]["n_resamples"] == 1000
 
     clean = tmp_path / "i2t_clean.jsonl"
     main(["retrieve", "--index", str(idx), "--queries", str(coco_mbeir["i2t"]), "--images-root", str(coco_mini),

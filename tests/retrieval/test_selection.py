@@ -92,6 +92,54 @@ def test_mmr_shows_at_least_four_distinct_photos_per_five_examples(planted, coco
     assert np.mean(_distinct_images(same)) < 4
 
 
+def test_default_mmr_shows_four_photos_per_five_and_keeps_relevance(planted, coco_mini) -> None:
+    """The done-when of issue 28: the default diversity shows at least 4 distinct photos per 5
+    examples, counting the planted copy as the photo it copies, while the mean relevance (retrieval
+    score) of the chosen examples stays within 5 % of relevance-only selection."""
+    same_photo = {f"{PLANTED}:img": f"img:{planted['first']['image_id']}"}
+
+    def photos(results) -> float:
+        return float(np.mean([len({same_photo.get(p.image_did, p.image_did) for p in r.pairs}) for r in results]))
+
+    def relevance(results) -> float:
+        return float(np.mean([p.score for r in results for p in r.pairs]))
+
+    plain = _run(planted, coco_mini)
+    diverse = _run(planted, coco_mini, diversity="mmr")  # the default lambda
+    assert photos(plain) < 4 <= photos(diverse)
+    assert relevance(diverse) >= 0.95 * relevance(plain)
+
+
+def test_pair_redundancy_is_one_for_the_same_photo_and_relevance_keeps_examples_on_topic() -> None:
+    """Unit level: two captions of one photo and a photo's re-encoded copy are fully redundant; a
+    pair that only shares caption words with a taken one keeps most of its relevance, so it still
+    beats an off-topic pair of much lower relevance (the pink kurtas against the black scarf)."""
+    from unirag.retrieval.results import Pair
+    from unirag.retrieval.selection import Offer, PairPicker, QueryEvidence, mmr
+
+    class Hashes:  # the copy's dHash is 2 bits from its original's; other photos are far apart
+        def hash_of(self, path):
+            return {"a.jpg": 0b1111, "a-copy.jpg": 0b0011, "b.jpg": 0xFFFF0000FFFF0000, "c.jpg": 0x00FF00FF00FF00FF}.get(path)
+
+        def digest_of(self, path):
+            return None
+
+    def offer(did, image, caption, score):
+        return Offer(did, Pair(f"img:{image}", did, image, caption, score), None, None, image)
+
+    taken = [offer("t1", "a.jpg", "Biba Women Pink Kurta", 0.60),
+             offer("t2", "a.jpg", "a pink kurta for women", 0.59),  # same photo, other caption
+             offer("t3", "a-copy.jpg", "Women pink printed kurta", 0.58),  # a copy of the photo
+             offer("t4", "b.jpg", "W Women Pink Kurta", 0.55),  # another kurta, similar title
+             offer("t5", "c.jpg", "Puma Unisex Black Scarf", 0.30)]  # off topic
+    picker = PairPicker(Selection(diversity="mmr"), 2, QueryEvidence(), None, hashes=Hashes())
+    picker.taken = taken
+    red = picker.redundancy()
+    assert red[0, 1] == red[0, 2] == 1.0 and 0 < red[0, 3] < 1 and red[0, 4] == 0
+    chosen = [o.cand_did for o in mmr(taken, 2, Selection().mmr_lambda, red)]
+    assert chosen == ["t1", "t4"]
+
+
 def test_identical_captions_count_once_with_diversity(planted, coco_mini) -> None:
     """The planted copy repeats photo 0's captions: with a diversity option no example set holds
     the same caption twice (after case/punctuation folding)."""

@@ -84,8 +84,10 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
     shared = {}
     results: dict[str, dict[str, Any]] = {}
     for f in files:
+        keep = exclude_reference if exclude_reference is not None else (
+            False if settings["xr_cirr_reference"] == "keep" else None)  # official: the reference stays ranked
         ds = load_dataset(dataset, f, images_root, split_file if len(files) == 1 else None, limit,
-                          exclude_reference, query_text=settings["xr_query_text"],
+                          keep, query_text=settings["xr_query_text"],
                           cirr_val_limit=settings["xr_cirr_val_limit"])
         target = out if len(files) == 1 else out / ds.name
         run = CirRun(ds, target, config, stages=tuple(stages), ablation=ablation, profile=settings,

@@ -31,14 +31,21 @@ def stage_rankings(qs, pool_ids: list[str], stage_order: tuple[str, ...]) -> dic
 
 
 def write_outputs(ds: CirDataset, out: Path, qs, pool_ids: list[str], s, notes: list[str],
-                  manifest: dict[str, Any]) -> dict[str, Any]:
+                  manifest: dict[str, Any], bootstrap: dict[str, Any] | None = None,
+                  subset_passes: dict[str, dict[str, list[str]]] | None = None) -> dict[str, Any]:
     """Write the run's files; ``qs`` are the per-query states, ``notes`` the run's notes (appended to),
-    ``manifest`` what the run records about its configuration (stages, encoder, agent calls...)."""
+    ``manifest`` what the run records about its configuration (stages, encoder, agent calls...),
+    ``bootstrap`` the keywords of the metrics' intervals (:func:`unirag.cir.evaluation.evaluate`).
+    ``subset_passes``: stage -> qid -> CIRR subset ranking of a separate pass (``xr_cirr_subset = rerank``);
+    None: each stage's full ranking cut to the img_set."""
     full = stage_rankings(qs, pool_ids, STAGES)
     final_stage = [st for st in STAGES if st in full][-1]
     depth = max(s.k, METRIC_DEPTH)
-    subsets = {st: {x.q.qid: subset_ranking(r[x.q.qid], x.q.subset, x.q.reference)
-                    for x in qs if x.q.subset is not None} for st, r in full.items()}
+    if subset_passes is not None:
+        subsets = {st: subset_passes.get(st, {}) for st in full}
+    else:
+        subsets = {st: {x.q.qid: subset_ranking(r[x.q.qid], x.q.subset, x.q.reference)
+                        for x in qs if x.q.subset is not None} for st, r in full.items()}
     lines = []
     for x in qs:
         qid = x.q.qid
@@ -48,7 +55,7 @@ def write_outputs(ds: CirDataset, out: Path, qs, pool_ids: list[str], s, notes: 
             "stages": {STAGE_NAMES[st]: r[qid][:depth] for st, r in full.items()},
         }
         if x.q.subset is not None:
-            rec["subset_ranked"] = {STAGE_NAMES[st]: v[qid] for st, v in subsets.items()}
+            rec["subset_ranked"] = {STAGE_NAMES[st]: v.get(qid, []) for st, v in subsets.items()}
         if x.imag_t or x.imag_v:
             rec["imagination"] = {"text": x.imag_t, "vision": x.imag_v}
         if x.statements is not None:
@@ -70,7 +77,8 @@ def write_outputs(ds: CirDataset, out: Path, qs, pool_ids: list[str], s, notes: 
     metrics: dict[str, Any] = {"dataset": ds.name, "final_stage": STAGE_NAMES[final_stage],
                                "n_queries_run": len(qs), "pool_size": len(pool_ids)}
     for st, r in full.items():
-        metrics[STAGE_NAMES[st]] = evaluate(ds, {q: v[:depth] for q, v in r.items()}, subsets.get(st))
+        metrics[STAGE_NAMES[st]] = evaluate(ds, {q: v[:depth] for q, v in r.items()}, subsets.get(st),
+                                            **(bootstrap or {}))
     if notes:
         metrics["notes"] = notes
     atomic_write_json(out / "metrics.json", metrics)

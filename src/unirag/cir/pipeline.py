@@ -84,8 +84,11 @@ class CirRun:
                  cache_dir: str | Path | None = None, encoder=None, text_encoder=None,
                  generator_factory: GeneratorFactory | None = None, progress: bool = True,
                  echo: Callable[[str], None] = print, encoder_options: dict[str, Any] | None = None,
-                 profile: str | Settings | None = None, engine: Any = "local") -> None:
+                 profile: str | Settings | None = None, engine: Any = "local",
+                 bootstrap: dict[str, Any] | None = None) -> None:
         """``encoder_options``: keywords for loading the encoders (``device``, ``dtype``, ...).
+        ``bootstrap``: how metrics.json's intervals are drawn (``resamples``, ``bootstrap_seed``,
+        ``method``; see :func:`unirag.cir.evaluation.evaluate`).
         ``profile``: ``"default"``, ``"official"`` or resolved :class:`~unirag.profiles.Settings`
         (None: the agents YAML's profile, else default); the YAML's X^R settings apply below it.
         ``engine``: where local agent models run, "local" or "ray" (see :mod:`unirag.runs.engine`)."""
@@ -98,6 +101,7 @@ class CirRun:
         _check_settings(self.settings)
         self.official = None  # OfficialPrompts, loaded when an agent stage runs under xr_prompts=official
         self.stages = stages
+        self.bootstrap = dict(bootstrap or {})
         self.ab = ablation or Ablation()
         self.cache = CallCache(cache_dir or self.out / "cache")
         self._encoder, self._text_encoder = encoder, text_encoder
@@ -173,9 +177,41 @@ class CirRun:
                 runner = AgentRunner(self.config, self.cache, self.factory, progress=self.progress, engine=self.engine)
                 try:
                     self._agents(runner, qs, pool_ids, paths, ia)
+                    subsets = self._subset_pass(runner, qs, pool_ids, paths, ia)
                 finally:
                     runner.close()
-            return self._write(qs, pool_ids, runner, s)
+            else:
+                subsets = self._subset_pass(None, qs, pool_ids, paths, ia)
+            return self._write(qs, pool_ids, runner, s, subsets)
+
+    def _subset_pass(self, runner: AgentRunner | None, qs: list[_Q], pool_ids: list[str], paths: list[Path],
+                     ia: np.ndarray) -> dict[str, dict[str, list[str]]] | None:
+        """``xr_cirr_subset = rerank``: the official ``--subset`` run (01yzzyu/xr.github.io XR/xr.py:50-53,
+        :588-610): each CIRR query ranks only its img_set members without the reference, k' = len(img_set) - 1,
+        through the same stages (agent calls already made come from the cache). stage -> qid -> ranking."""
+        if self.settings["xr_cirr_subset"] != "rerank" or not any(x.q.subset for x in qs):
+            return None
+        from unirag.cir.outputs import stage_rankings
+
+        index = {p: i for i, p in enumerate(pool_ids)}
+        sub = []
+        for x in qs:
+            if not x.q.subset:
+                continue
+            members = [index[m] for m in dict.fromkeys(x.q.subset) if m != x.q.reference and m in index]
+            sub.append(_Q(x.q, np.array(members, dtype=np.int64), np.zeros(0)))
+        sub = [x for x in sub if len(x.cand)]
+        self._baseline(sub, pool_ids, ia)
+        if runner is not None:
+            size = max(len(x.q.subset) for x in sub) - 1
+            saved = self.config.settings.k_prime
+            self.config.settings.k_prime = max(1, min(saved, size))
+            try:
+                self._agents(runner, sub, pool_ids, paths, ia)
+            finally:
+                self.config.settings.k_prime = saved
+        self.notes.append("R_subset from a separate pass over each query's img_set (xr_cirr_subset=rerank)")
+        return stage_rankings(sub, pool_ids, STAGES)
 
     def required_roles(self) -> list[str]:
         """The agent roles this run's stages and ablations call."""
@@ -550,7 +586,8 @@ class CirRun:
                 x.scores[pool_ids[x.cand[p]]] = rec
 
     # -- outputs ------------------------------------------------------------------------------------
-    def _write(self, qs: list[_Q], pool_ids: list[str], runner: AgentRunner | None, s) -> dict[str, Any]:
+    def _write(self, qs: list[_Q], pool_ids: list[str], runner: AgentRunner | None, s,
+               subsets: dict[str, dict[str, list[str]]] | None = None) -> dict[str, Any]:
         from unirag.cir.outputs import write_outputs
 
         manifest = {
@@ -565,7 +602,8 @@ class CirRun:
             self.notes.append("reproduces the official caption-path verifier bug (bool(\"False\") is True: every "
                               "expected answer written as a string counts as True); set xr_caption_verifier=fixed "
                               "to score it right")
-        return write_outputs(self.ds, self.out, qs, pool_ids, s, self.notes, manifest)
+        return write_outputs(self.ds, self.out, qs, pool_ids, s, self.notes, manifest, bootstrap=self.bootstrap,
+                             subset_passes=subsets)
 
 
 def official_bool(statement: dict) -> bool:

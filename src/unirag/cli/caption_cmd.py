@@ -55,7 +55,8 @@ def caption(queries, images_root, pool_images_root, generator_spec, mode, k, ret
     counts, totals = summary["counts"], summary["totals"]
     cost = totals.get("cost_usd")
     click.echo(f"{counts['ok']}/{counts['queries']} captioned, {counts['error']} failed"
-               + (f", cost ${cost:.4f}" if cost else "") + f" -> {out}/outputs.jsonl")
+               + (f", cost ${cost:.4f}" if cost else "") + f" -> {out}/outputs.jsonl"
+               + (f"; {counts['short']} quer(ies) with fewer than {summary['k']} examples" if counts.get("short") else ""))
     click.echo(json.dumps(summary["this_run"]), err=True)
     check_some_succeeded(out, summary["this_run"]["ok"], summary["this_run"]["error"])
     if counts["error"]:

@@ -6,6 +6,7 @@ import click
 
 from unirag.cir.datasets import DATASETS
 from unirag.cli.engine_options import engine_from_cli, engine_options
+from unirag.cli.evaluate_cmd import bootstrap_options
 from unirag.cli.model_options import agent_decode_workers_option, device_options
 from unirag.cli.profile_options import behaviour_options
 
@@ -29,6 +30,10 @@ def _print_metrics(name: str, metrics: dict) -> None:
     for stage, m in rows:
         vals = "  ".join(f"{k} {v:.2f}" for k, v in m.items() if isinstance(v, float))
         click.echo(f"{name} {stage:<10} n={m['n_queries']:<5} {vals or m.get('note', '')}")
+        cis = m.get("intervals") or {}
+        if cis:
+            click.echo(f"{'':<{len(name)}} {'95% CI':<10} {'':<7} " + "  ".join(
+                f"{k} [{c['low']:.2f}, {c['high']:.2f}]" for k, c in cis.items()))
 
 
 @click.command("cir")
@@ -61,6 +66,7 @@ def _print_metrics(name: str, metrics: dict) -> None:
               help="Remove the reference image from the gallery (default: as the benchmark does; CIRR only).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @agent_decode_workers_option
+@bootstrap_options
 @device_options
 @click.option("--official-prompts", type=click.Path(file_okay=False), default=None,
               help="Your checkout of the official X^R code (01yzzyu/xr.github.io), or one dataset's "
@@ -69,7 +75,7 @@ def _print_metrics(name: str, metrics: dict) -> None:
 @engine_options
 def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime, lam, k, stages, limit, cache_dir,
         encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet, decode_workers, device,
-        dtype, official_prompts, profile, setting_overrides, **options) -> None:
+        dtype, official_prompts, profile, setting_overrides, resamples, bootstrap_seed, ci_method, **options) -> None:
     """Rank a CIR benchmark's pool for each (reference image, modification text) query.
 
     Writes OUT/rankings.jsonl (per query: ranked image ids of every stage, stage scores),
@@ -87,7 +93,8 @@ def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime,
                       progress=not quiet,
                       exclude_reference=exclude_reference, encoder_options={"device": device, "dtype": dtype},
                       profile=profile, overrides=setting_overrides, official_prompts=official_prompts,
-                      echo=lambda s: click.echo(s, err=True), engine=engine)
+                      echo=lambda s: click.echo(s, err=True), engine=engine,
+                      bootstrap={"resamples": resamples, "bootstrap_seed": bootstrap_seed, "method": ci_method})
     if "datasets" in metrics:
         for name, m in metrics["datasets"].items():
             _print_metrics(name, m)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -31,3 +33,15 @@ class _LazyEvaluate(click.Group):
 @click.group("evaluate", cls=_LazyEvaluate)
 def evaluate_group() -> None:
     """Score the output of a stage against its references."""
+
+
+def bootstrap_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--resamples``, ``--bootstrap-seed`` and ``--ci-method``: how the 95 % intervals over queries are drawn."""
+    from unirag.metrics.stats import DEFAULT_RESAMPLES, METHODS
+
+    command = click.option("--ci-method", type=click.Choice(METHODS, case_sensitive=False), default="percentile",
+                           show_default=True, help="Bootstrap interval: percentile or BCa.")(command)
+    command = click.option("--bootstrap-seed", default=0, show_default=True,
+                           help="Seed of the bootstrap resampling (and of the randomization test).")(command)
+    return click.option("--resamples", default=DEFAULT_RESAMPLES, show_default=True, type=click.IntRange(min=0),
+                        help="Bootstrap resamples of the queries for the 95 % intervals (0: no intervals).")(command)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from unirag.cli.evaluate_cmd import bootstrap_options
+
 
 def parse_ks(value: str) -> list[int]:
     from unirag.errors import ConfigError
@@ -19,7 +21,7 @@ def parse_ks(value: str) -> list[int]:
     return sorted(set(ks))
 
 
-def format_table(metrics: dict, ks: list[int]) -> str:
+def format_table(metrics: dict, ks: list[int], intervals: dict | None = None) -> str:
     uniir = all(f"uniir_recall@{k}" in metrics for k in ks)
     lines = [f"{'k':>4}  {'hit@k':>7}  {'recall@k':>8}  {'MRR@k':>7}" + (f"  {'UniIR R@k':>9}" if uniir else "")]
     for k in ks:
@@ -28,6 +30,18 @@ def format_table(metrics: dict, ks: list[int]) -> str:
     lines.append("hit@k, recall@k, MRR@k: the ranked list after complement replacement (paper §5)"
                  + ("; UniIR R@k: UniIR's Recall@k on the raw top-k ids (compute_recall_at_k)" if uniir else
                     "; UniIR's Recall@k needs a run file with raw ids (retrieve again with this unirag)"))
+    if intervals and intervals.get("intervals"):
+        cis = intervals["intervals"]
+
+        def ci(name: str) -> str:
+            return f"[{cis[name]['low']:.4f}, {cis[name]['high']:.4f}]" if name in cis else "-"
+        lines.append("95% CI " + ("(hit@k, recall@k, MRR@k" + (", UniIR R@k)" if uniir else ")")))
+        for k in ks:
+            names = ["hit", "recall", "mrr"] + (["uniir_recall"] if uniir else [])
+            lines.append(f"{k:>4}  " + "  ".join(ci(f"{n}@{k}") for n in names))
+        b = intervals["bootstrap"]
+        lines.append(f"95% CI: {b['method']} bootstrap over the judged queries, {b['n_resamples']} resamples, "
+                     f"seed {b['seed']}")
     lines.append(f"queries: {metrics['num_queries']} judged, {metrics['missing_queries']} missing from the run"
                  " (scored 0)")
     return "\n".join(lines)
@@ -39,13 +53,16 @@ def format_table(metrics: dict, ks: list[int]) -> str:
 @click.option("--k", "ks", default="1,5,10", show_default=True, help="Cutoffs, comma-separated.")
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
               help="Metrics JSON (default: beside the run, <run>.metrics.json).")
-def retrieval(run_path: Path, qrels_path: Path, ks: str, out: Path | None) -> None:
+@bootstrap_options
+def retrieval(run_path: Path, qrels_path: Path, ks: str, out: Path | None, resamples: int, bootstrap_seed: int,
+              ci_method: str) -> None:
     """Score a retrieval run: hit@k after complement replacement, true recall@k, MRR@k and UniIR's Recall@k."""
     from unirag.metrics.retrieval import evaluate_run_file
 
     cutoffs = parse_ks(ks)
-    metrics, written, depth = evaluate_run_file(run_path, qrels_path, cutoffs, out)
-    click.echo(format_table(metrics, cutoffs))
+    metrics, written, depth, intervals = evaluate_run_file(run_path, qrels_path, cutoffs, out, resamples=resamples,
+                                                           bootstrap_seed=bootstrap_seed, ci_method=ci_method)
+    click.echo(format_table(metrics, cutoffs, intervals))
     if depth < max(cutoffs):
         click.echo(f"note: the run has at most {depth} candidates per query, so cutoffs above {depth} "
                    f"equal @{depth}; retrieve with --k {max(cutoffs)} to score them")

@@ -93,7 +93,8 @@ def generate_images(queries_path, pool_images_root, spec, mode, k, retrieval_pat
         decode_workers=decode_workers))
     click.echo(f"{out_dir}: {counts['total_ok']}/{counts['total_queries']} images ok, "
                f"{counts['total_error']} failed (this run: {counts['ok']} new, {counts['error']} failed, "
-               f"{counts['skipped']} already done)")
+               f"{counts['skipped']} already done)"
+               + (f"; {counts['total_short']} quer(ies) with fewer examples than asked" if counts.get("total_short") else ""))
     check_some_succeeded(out_dir, counts["ok"], counts["error"])
     if counts["total_error"]:
         click.echo("failed queries are recorded in outputs.jsonl (status error); rerun the same command to retry them",

@@ -22,6 +22,8 @@ _OPTIONS = [
     click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
                  help="Local models: " + DTYPE_HELP),
     click.option("--batch-size", type=int, default=None, help="Local models: prompts per forward pass."),
+    click.option("--trust-remote-code", is_flag=True, default=None,
+                 help="hf: models that ship their own modelling code (e.g. InternVL3) may run it; off by default."),
     click.option("--prompt-family", "family", type=click.Choice(["llava", "gpt4o", "gemini"]), default=None,
                  help="Override the generator's prompt template family (e.g. llava for a LLaVA server)."),
     click.option("--similarity", type=click.Choice(["minilm", "lexical"]), default=None,
@@ -31,7 +33,9 @@ _OPTIONS = [
     click.option("--prices", type=click.Path(dir_okay=False), default=None,
                  help="JSON/YAML price table overriding the paper's Table 8 defaults."),
     click.option("--save-prompts", type=int, default=5, show_default=True,
-                 help="Rendered prompts (and merged images) kept in OUT/prompts/."),
+                 help="The first N prompts kept in OUT/prompts/: rendered (NNN_qid.txt, merged images) and exactly "
+                      "as sent to the backend (NNN_qid.sent.txt: the text an hf: model receives, the JSON body "
+                      "of an OpenAI-compatible call), to diff against the official prompt_{idx}.txt files."),
     click.option("--no-progress", is_flag=True, default=False, help="No progress bar."),
 ]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from unirag.cli.model_options import decode_workers_option, device_options
+from unirag.cli.profile_options import behaviour_options
 from unirag.errors import ConfigError
 
 
@@ -70,14 +71,25 @@ def index_group() -> None:
                    "(the index_max_shrink setting), e.g. because the images root is wrong.")
 @device_options
 @decode_workers_option
+@behaviour_options(selection=False)
 def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: str | None, index_type: str,
           params: tuple[str, ...], batch_size: int, engine: str, ray_address: str | None, workers: int | None,
           gpus_per_worker: float, shards_dir: Path | None, shard_size: int | None, shard_spec: str | None,
           embeddings: Path | None, ids_file: Path | None, allow_shrink: bool, device: str, dtype: str,
-          decode_workers: int | None) -> None:
+          decode_workers: int | None, settings=None) -> None:
     """Encode every candidate of POOL (or take --embeddings) and write an index to OUT (streaming, atomic)."""
+    from unirag.encoders.registry import precision_options
     from unirag.errors import InputError
     from unirag.index.factory import resolve_params
+
+    precision = precision_options(encoder_spec, dtype, settings)
+    if "autocast" in precision:  # official UniIR precision: float32 weights under float16 autocast
+        if engine != "local" or shard_spec is not None or embeddings is not None:
+            raise ConfigError("uniir_precision official (float32 weights under float16 autocast) is applied by "
+                              "--engine local builds only; pass --dtype to choose another precision")
+        from unirag.encoders.registry import load_encoder
+
+        loaded = load_encoder(encoder_spec, device=device, decode_workers=decode_workers, **precision)
 
     overrides = parse_params(params)
     resolve_params(index_type, overrides)  # fail on a bad option before any model loads
@@ -91,8 +103,12 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
         raise ConfigError(f"--workers must be positive, got {workers}")
     if ids_file is not None and embeddings is None:
         raise ConfigError("--ids goes with --embeddings")
+    import warnings
+
+    from unirag.errors import SkippedInputsWarning
     from unirag.index.handle import Index
 
+    warnings.simplefilter("ignore", SkippedInputsWarning)  # _echo_bad_images lists them below, with the reasons
     if shard_spec is not None:
         if shards_dir is None and out is None:
             raise ConfigError("--shard needs --shards-dir (or --out, whose shards/ folder is used)")
@@ -119,7 +135,8 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
 
         if engine == "local" and (ray_address or workers or gpus_per_worker or shard_size):
             raise ConfigError("--ray-address/--workers/--gpus-per-worker/--shard-size go with --engine ray")
-        index = Index.build(Pool.read(pool, images_root), out, encoder=encoder_spec, index_type=index_type,
+        index = Index.build(Pool.read(pool, images_root), out,
+                            encoder=loaded if "autocast" in precision else encoder_spec, index_type=index_type,
                             params=overrides, batch_size=batch_size, device=device, dtype=dtype, progress=True,
                             engine=engine, decode_workers=decode_workers, shards_dir=shards_dir,
                             shard_size=shard_size, workers=workers,

@@ -59,8 +59,14 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; unirag's own errors are printed as one line (no traceback, secrets masked), exit code 2
     (1 for :class:`~unirag.errors.RunFailedError`: a run in which every item failed)."""
+    import warnings
+
     from unirag.errors import UniragError
 
+    # a warning is one line for the user (what happened and what to do), not a source location;
+    # restored afterwards, for callers that run the CLI in their own process (tests, notebooks)
+    formatwarning = warnings.formatwarning
+    warnings.formatwarning = lambda message, category, *args, **kwargs: f"warning: {message}\n"
     try:
         cli.main(args=argv, standalone_mode=False)
     except click.exceptions.Abort:
@@ -86,6 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("Interrupted; finished work is saved, rerun the same command to resume.", err=True)
         sys.exit(130)
+    finally:
+        warnings.formatwarning = formatwarning
 
 
 if __name__ == "__main__":

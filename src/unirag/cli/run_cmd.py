@@ -83,8 +83,11 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
                              engine=engine_from_cli(engine, decode_workers=decode_workers))
     failed = [r for r in results if r["status"] != "ok"]
     incomplete = [r for r in results if r["status"] == "ok" and r["counts"].get("ok") != r["counts"].get("queries")]
+    short = [r for r in results if r["status"] == "ok" and r["counts"].get("short")]
     click.echo(f"{len(results) - len(failed)}/{len(results)} cells ran; {len(incomplete)} with failed queries "
-               "(rerun to retry them)")
+               "(rerun to retry them)"
+               + "".join(f"; {r['cell']}: {r['counts']['short']} quer(ies) with fewer examples than asked"
+                         for r in short))
     if failed:
         for r in failed:
             click.echo(f"  {r['cell']}: {r['error']}", err=True)

@@ -32,6 +32,8 @@ from __future__ import annotations
 import io
 import warnings
 from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,27 @@ def _setting_default(name: str) -> Any:
     return SETTINGS[name].default
 
 
+#: ``image_loading`` for the code running in an :func:`image_loading` scope (None: normalised).
+_LOADING: ContextVar[str | None] = ContextVar("unirag_image_loading", default=None)
+
+
+@contextmanager
+def image_loading(mode: str):
+    """Within this scope :func:`load_rgb` decodes files and bytes as ``mode`` says: ``normalised`` (the
+    module docstring) or ``plain``, PIL's ``Image.open(...).convert("RGB")`` and nothing else, as the
+    official UniRAG code loads its images (setting ``image_loading``). Images decoded ahead by decode
+    workers are normalised ones, so a plain scope decodes again here."""
+    if mode not in ("normalised", "plain"):
+        from unirag.errors import ConfigError
+
+        raise ConfigError(f"image_loading must be normalised or plain, got {mode!r}")
+    token = _LOADING.set(mode)
+    try:
+        yield
+    finally:
+        _LOADING.reset(token)
+
+
 def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str | None = None,
              draft: int | None = None, ahead: Mapping[str, Any] | None = None):
     """Decode ``image`` (path, bytes, PIL image or array) to an upright 8-bit RGB PIL image.
@@ -73,7 +96,9 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
     empty, or when ``image`` is not an image at all. See the module docstring for what is done to
     orientation, bit depth, transparency and animations.
     """
-    if ahead and isinstance(image, str | Path) and max_pixels is None and background is None and draft is None:
+    plain = _LOADING.get() == "plain"
+    if ahead and isinstance(image, str | Path) and max_pixels is None and background is None and draft is None \
+            and not plain:
         hit = ahead.get(str(Path(image)))
         if hit is not None:
             return hit.copy()
@@ -99,6 +124,8 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
     if isinstance(image, Image.Image):
         src = getattr(image, "filename", None) or None
         _check_size(image.size, max_pixels, src)
+        if plain:
+            return image.convert("RGB")
         return _normalise(image, background, src)
     if hasattr(image, "__array_interface__"):
         return _from_array(image, max_pixels, background)
@@ -138,6 +165,8 @@ def _decode(opener, max_pixels: int, background: str, draft: int | None, *, path
                 if draft and im.format == "JPEG":
                     im.draft("RGB", (draft, draft))
                 im.load()
+                if _LOADING.get() == "plain":  # the official code's Image.open(...).convert("RGB")
+                    return im.convert("RGB")
                 return _normalise(im, background, path)
     except InputError:
         raise

@@ -55,7 +55,7 @@ class Pool:
         return cls(out, images_root=images_root)
 
     @classmethod
-    def from_pairs(cls, pairs: Iterable[tuple[Any, str | Iterable[str]]], *,
+    def from_pairs(cls, pairs: Iterable[tuple[Any, str | Iterable[str]] | tuple[Any, Any, Mapping[str, Any]]], *,
                    images_root: str | Path | None = None, prefix: str = "item",
                    images_dir: str | Path | None = None) -> Pool:
         """A pool from ``(image, caption or captions)`` tuples: one image candidate per distinct
@@ -71,13 +71,19 @@ class Pool:
         The same image given twice (the same path, or files with the same content: one photo listed
         once per caption, as caption datasets often are) is one candidate: indexed once, it comes
         back once, not once per caption.
+
+        A pair may carry metadata as a third item, ``(image, captions, {"gender": "Men", ...})``: it
+        goes into the ``src_content`` of the image and of its captions, so ``where={"gender": "Men"}``
+        filters either modality (metadata given for one image twice is merged, later keys winning).
         """
+        import json
+
         from unirag.data.images import is_path_like, save_png_by_content
         from unirag.errors import ConfigError
 
         pairs = check_pairs(pairs)
-        groups: dict[str, tuple[str, list[str]]] = {}  # image key -> (image path, captions)
-        for n, (image, captions) in enumerate(pairs):
+        groups: dict[str, tuple[str, list[str], dict[str, Any]]] = {}  # image key -> (path, captions, metadata)
+        for n, (image, captions, meta) in enumerate(pairs):
             if not is_path_like(image):
                 if images_dir is None:
                     raise ConfigError(f"pairs[{n}] holds the image itself: pass images_dir= (a folder where the "
@@ -88,13 +94,17 @@ class Pool:
                 if not text or not str(text).strip():
                     raise InputError(f"empty caption for image {image}", field=f"pairs[{n}]")
             key = _image_key(image, images_root)
-            groups.setdefault(key, (str(image), []))[1].extend(str(t) for t in texts)
+            group = groups.setdefault(key, (str(image), [], {}))
+            group[1].extend(str(t) for t in texts)
+            group[2].update(meta)
         out: list[Candidate] = []
-        for n, (image, texts) in enumerate(groups.values()):
+        for n, (image, texts, meta) in enumerate(groups.values()):
             sid = f"{prefix}:{n}"
-            out.append(Candidate(did=f"{prefix}:img:{n}", modality=Modality.IMAGE, img_path=image, source_id=sid))
-            out.extend(Candidate(did=f"{prefix}:txt:{n}:{j}", modality=Modality.TEXT, txt=text, source_id=sid)
-                       for j, text in enumerate(texts))
+            src = json.dumps({**meta, "source_id": sid}, ensure_ascii=False, default=str) if meta else None
+            out.append(Candidate(did=f"{prefix}:img:{n}", modality=Modality.IMAGE, img_path=image, source_id=sid,
+                                 src_content=src))
+            out.extend(Candidate(did=f"{prefix}:txt:{n}:{j}", modality=Modality.TEXT, txt=text, source_id=sid,
+                                 src_content=src) for j, text in enumerate(texts))
         return cls(out, images_root=images_root)
 
     @classmethod
@@ -215,9 +225,10 @@ def _check_unique(records: list[Candidate]) -> None:
         seen.add(c.did)
 
 
-def check_pairs(pairs: Any) -> list[tuple[Any, Any]]:
-    """``Pool.from_pairs``' input as a list, each item checked: an ``(image, caption or captions)``
-    pair whose image is a path or an image and whose captions are strings. Raises
+def check_pairs(pairs: Any) -> list[tuple[Any, Any, dict[str, Any]]]:
+    """``Pool.from_pairs``' input as ``(image, captions, metadata)`` triples, each item checked: an
+    ``(image, caption or captions[, metadata dict])`` pair whose image is a path or an image and whose
+    captions are strings (metadata ``{}`` when not given). Raises
     :class:`InputError` naming ``pairs[i]`` and what was expected (instead of an unpacking or
     ``NoneType is not iterable`` error, or a number silently stored as text)."""
     from unirag.data.images import check_image_like
@@ -227,10 +238,15 @@ def check_pairs(pairs: Any) -> list[tuple[Any, Any]]:
     out = []
     for n, item in enumerate(pairs):
         where = f"pairs[{n}]"
-        if not isinstance(item, tuple | list) or len(item) != 2:
+        if not isinstance(item, tuple | list) or len(item) not in (2, 3):
             got = f"a {len(item)}-item {type(item).__name__}" if isinstance(item, tuple | list) else type(item).__name__
-            raise InputError(f"expected an (image, caption or list of captions) pair, got {got}", field=where)
-        image, captions = item
+            raise InputError(f"expected an (image, caption or list of captions[, metadata dict]) pair, got {got}",
+                             field=where)
+        image, captions = item[0], item[1]
+        meta = item[2] if len(item) == 3 else {}
+        if not isinstance(meta, Mapping) or not all(isinstance(k, str) for k in meta):
+            raise InputError(f"expected a metadata dict with string keys, got {type(meta).__name__}",
+                             field=f"{where}[2] (metadata)")
         if not isinstance(image, str | Path):  # paths may be relative to images_root: read when indexed
             check_image_like(image, f"{where}[0] (image)")
         texts = [captions] if isinstance(captions, str) else captions
@@ -242,5 +258,5 @@ def check_pairs(pairs: Any) -> list[tuple[Any, Any]]:
         if bad is not None or not texts:
             raise InputError("expected caption strings, got " + (type(bad).__name__ + f" {bad!r}" if texts else
                                                                  "an empty list"), field=f"{where}[1] (captions)")
-        out.append((image, texts))
+        out.append((image, texts, dict(meta)))
     return out

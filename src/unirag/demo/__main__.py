@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
               "--pool", str(data / "pool.jsonl"), "--out", str(run_dir), "--no-progress"])
         _run(["evaluate", "captions", "--run", str(run_dir), "--queries", str(i2t), "--pool", str(data / "pool.jsonl")])
 
-    _run(["report", str(top1_dir), str(cap_dir), "--out", str(out / "report")])
+    # The two rows compared on the same 51 queries: differences, paired intervals, significance (†).
+    _run(["report", str(top1_dir), str(cap_dir), "--baseline", str(top1_dir), "--out", str(out / "report")])
 
     _show_examples(cap_dir, data)
     _summary(runs, top1_dir, cap_dir)

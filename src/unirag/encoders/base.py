@@ -76,6 +76,18 @@ class Encoder(ABC):
     #: Processes that decode (and preprocess) image files ahead of the model: None = auto (the
     #: cores available, capped; small jobs inline), 0 = inline. Never changes the vectors.
     decode_workers: int | str | None = None
+    #: run the forward passes under this autocast precision on CUDA ("float16": UniIR's use_fp16; None: off)
+    autocast_dtype: str | None = None
+
+    def _autocast(self):
+        """The autocast context of the forward passes (a no-op unless ``autocast_dtype`` is set on CUDA)."""
+        import contextlib
+
+        if self.autocast_dtype is None or not str(getattr(self, "device", "cpu")).startswith("cuda"):
+            return contextlib.nullcontext()
+        import torch
+
+        return torch.autocast(device_type="cuda", dtype=getattr(torch, self.autocast_dtype))
 
     @abstractmethod
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:

@@ -138,7 +138,8 @@ class HFClipEncoder(Encoder):
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "model": self.spec, "device": self.device,
-                "dtype": str(self.torch_dtype).removeprefix("torch.")}
+                "dtype": str(self.torch_dtype).removeprefix("torch."),
+                **({"autocast": self.autocast_dtype} if self.autocast_dtype else {})}
 
     def tokenize(self, texts: Sequence[str]):
         """The text tower's input for ``texts`` (token ids and attention mask, as tensors on CPU): cleaned
@@ -153,7 +154,7 @@ class HFClipEncoder(Encoder):
         import torch
 
         batch = self.tokenize(texts).to(self.device)  # token ids stay integers
-        with torch.inference_mode():
+        with torch.inference_mode(), self._autocast():
             feats = _features(self.model.get_text_features(**batch))
         return feats.float().cpu().numpy()
 
@@ -172,6 +173,6 @@ class HFClipEncoder(Encoder):
         import torch
 
         pixels = host_to_device(batch, self.device, self.torch_dtype)
-        with torch.inference_mode():
+        with torch.inference_mode(), self._autocast():
             feats = _features(self.model.get_image_features(pixel_values=pixels))
         return feats.float().cpu().numpy()

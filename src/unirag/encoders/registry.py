@@ -8,7 +8,10 @@ loads.
 
 from __future__ import annotations
 
+from typing import Any
+
 from unirag.encoders.base import Encoder
+from unirag.errors import ConfigError
 
 #: Names that select the bundled offline encoder (MiniLM texts + EfficientNet-Lite0 images, see offline.py).
 OFFLINE_NAMES = frozenset({"offline", "default", "offline-default"})
@@ -40,9 +43,21 @@ def instruction_kwargs(spec: str | None, instructions: str | None, no_instructio
     return {"instructions": str(found) if found else None}
 
 
+def precision_options(spec: str | None, dtype: str | None, settings: Any = None) -> dict[str, Any]:
+    """``dtype`` (and ``autocast``) for ``load_encoder`` under the ``uniir_precision`` setting: a UniIR spec with
+    ``dtype`` auto under ``official`` loads float32 weights run under float16 autocast, as UniIR embeds."""
+    from unirag.profiles import resolve
+
+    if str(spec or "").strip().startswith("uniir:") and dtype in (None, "auto") \
+            and resolve(settings)["uniir_precision"] == "official":
+        return {"dtype": "float32", "autocast": "float16"}
+    return {"dtype": dtype}
+
+
 def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype: str | None = "auto",
                  batch_size: int | None = None, instructions: str | None = None,
-                 use_instructions: bool | None = None, decode_workers: int | str | None = None) -> Encoder:
+                 use_instructions: bool | None = None, decode_workers: int | str | None = None,
+                 autocast: str | None = None) -> Encoder:
     """Return the encoder ``spec`` names, on ``device`` in ``dtype``.
 
     ``None``, ``"offline"`` or ``"default"``: the offline joint encoder shipped with the package.
@@ -60,14 +75,19 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
 
     ``device``: "auto" (CUDA, else MPS, else CPU), "cpu", "cuda", "cuda:N", "mps". ``dtype``: "auto"
     (bfloat16/float16 on a GPU, float32 on CPU), "float32", "float16", "bfloat16". Neither changes the
-    encoder's fingerprint. Raises :class:`unirag.errors.ConfigError` naming ``spec`` when it cannot be
-    loaded.
+    encoder's fingerprint. ``autocast="float16"``: the forward passes run under float16 autocast on CUDA
+    (UniIR's ``use_fp16``; see :func:`precision_options`). Raises :class:`unirag.errors.ConfigError` naming
+    ``spec`` when it cannot be loaded.
     """
     from unirag.data.loader import resolve_decode_workers
 
     encoder = _load(spec, device=device, dtype=dtype, batch_size=batch_size, instructions=instructions,
                     use_instructions=use_instructions)
     encoder.decode_workers = resolve_decode_workers(decode_workers)
+    if autocast is not None:  # precision_options: float32 weights under float16 autocast (CUDA only)
+        if autocast != "float16":
+            raise ConfigError(f"autocast must be float16 (UniIR's use_fp16), got {autocast!r}")
+        encoder.autocast_dtype = autocast
     return encoder
 
 

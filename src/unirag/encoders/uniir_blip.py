@@ -225,7 +225,7 @@ class UniIRBlipFFEncoder(UniIRQueries, Encoder):
 
         batch = self.tokenizer([format_string(t) for t in texts], padding="max_length", truncation=True,
                                max_length=self.max_text_length, return_tensors="pt").to(self.device)
-        with torch.inference_mode():
+        with torch.inference_mode(), self._autocast():
             image_embeds = self.vision(pixel_values=self._pixels(images, len(texts))).last_hidden_state
             image_atts = torch.ones(image_embeds.shape[:-1], dtype=torch.long, device=self.device)
             out = self.text(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],

@@ -79,6 +79,14 @@ class TextGenerator(ABC):
     def config(self) -> dict[str, Any]:
         return {"spec": self.spec}
 
+    def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str:
+        """The prompt as this backend sends it, for inspection (``OUT/prompts/NNN_qid.sent.txt``, what the
+        official scripts' ``prompt_{idx}.txt`` files hold): here the messages as text, images as
+        placeholders; backends that send a string or a JSON body override it to show exactly that."""
+        from unirag.messages import render_for_log
+
+        return render_for_log(messages)
+
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release clients or models."""
 

@@ -24,8 +24,29 @@ from unirag.generators.base import Generation, GenerationOptions, TextGenerator,
 from unirag.messages import ImagePart, Message, TextPart
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-#: Used only when a processor ships no chat template (the LLaVA-1.5 conversation format).
+#: The LLaVA-1.5 conversation format: used when a processor ships no chat template, and always with
+#: ``prompt_format="official"``: UniRAG's ``infer_llava`` writes ``f"USER: <image>\n{SYSTEM_MESSAGE}\n{message}
+#: \nASSISTANT:"`` by hand (castorini/UniRAG src/unirag/caption_generation_inference.py@e9a4e00:250-251).
 FALLBACK_FORMAT = "USER: {images}{text}\nASSISTANT:"
+PROMPT_FORMATS = ("chat-template", "official")
+
+
+def profile_load_options(spec: str, settings: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` for an ``hf:`` spec with the settings ``hf_vlm_runtime`` and ``llava_prompt_format``
+    applied where the user left the choice open (``dtype`` auto or absent, no ``batch_size``,
+    no ``prompt_format``); other specs' options are returned unchanged."""
+    from unirag.profiles import resolve
+
+    if not str(spec).strip().startswith("hf:"):
+        return dict(options)
+    settings = resolve(settings)
+    out = dict(options)
+    if settings["hf_vlm_runtime"] == "official":  # infer_llava: from_pretrained without a dtype, bs = 1
+        if out.get("dtype") in (None, "auto"):
+            out["dtype"] = "float32"
+        out.setdefault("batch_size", 1)
+    out.setdefault("prompt_format", settings["llava_prompt_format"])
+    return out
 
 
 def to_conversation(messages: list[Message]) -> tuple[list[dict[str, Any]], list[ImagePart]]:
@@ -49,7 +70,16 @@ class HFVisionLanguageGenerator(TextGenerator):
     image_mode = "single-image"
 
     def __init__(self, model: str, *, device: str | None = "auto", dtype: str | None = "auto", batch_size: int = 4,
-                 family: str = "llava", spec: str | None = None) -> None:
+                 family: str = "llava", spec: str | None = None, prompt_format: str = "chat-template",
+                 trust_remote_code: bool = False) -> None:
+        """``prompt_format``: ``chat-template`` (the processor's) or ``official`` (UniRAG's hand-written
+        LLaVA string, see :data:`FALLBACK_FORMAT`). ``trust_remote_code``: let a checkpoint that ships its
+        own modelling code (InternVL3, the official X^R agents' model) run it; off unless asked for, as it
+        executes Python from the checkpoint."""
+        self.trust_remote_code = bool(trust_remote_code)
+        if prompt_format not in PROMPT_FORMATS:
+            raise ConfigError(f"unknown prompt_format {prompt_format!r}; expected one of {', '.join(PROMPT_FORMATS)}")
+        self.prompt_format = prompt_format
         self.model_id = model
         self.spec = spec or f"hf:{model}"
         if dtype is not None and dtype not in DTYPES:
@@ -86,11 +116,14 @@ class HFVisionLanguageGenerator(TextGenerator):
         local = Path(self.model_id).expanduser()
         source = str(local) if local.exists() else self.model_id
         try:
-            processor = AutoProcessor.from_pretrained(source)
-            model = AutoModelForImageTextToText.from_pretrained(source, **kwargs)
+            remote = {"trust_remote_code": True} if self.trust_remote_code else {}
+            processor = AutoProcessor.from_pretrained(source, **remote)
+            model = AutoModelForImageTextToText.from_pretrained(source, **kwargs, **remote)
         except (OSError, ValueError, KeyError) as e:
             where = "local directory" if local.exists() else "Hugging Face hub id (not a local path either)"
-            raise ConfigError(f"cannot load VLM {self.model_id!r} as a {where}: {e}") from None
+            hint = "" if self.trust_remote_code or "trust_remote_code" not in str(e) else \
+                " (the checkpoint ships its own code: pass trust_remote_code=True / --trust-remote-code if you trust it)"
+            raise ConfigError(f"cannot load VLM {self.model_id!r} as a {where}: {e}{hint}") from None
         if "device_map" not in kwargs:
             model = model.to(device)
         tok = getattr(processor, "tokenizer", None)
@@ -105,11 +138,18 @@ class HFVisionLanguageGenerator(TextGenerator):
 
     def _prompt_text(self, conv: list[dict[str, Any]], n_images: int) -> str:
         proc = self._processor
-        if getattr(proc, "chat_template", None):
+        if self.prompt_format == "chat-template" and getattr(proc, "chat_template", None):
             return proc.apply_chat_template(conv, add_generation_prompt=True)
         token = getattr(proc, "image_token", "<image>")
         text = "\n".join(c["text"] for m in conv for c in m["content"] if c["type"] == "text")
         return FALLBACK_FORMAT.format(images=(token + "\n") * n_images, text=text)
+
+    def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str:
+        """The exact text the processor receives (chat template or the official string; loads the processor)."""
+        with self._lock:
+            self._load()
+            conv, parts = to_conversation(messages)
+            return self._prompt_text(conv, len(parts))
 
     # -- generation ------------------------------------------------------------------------------
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
@@ -164,7 +204,9 @@ class HFVisionLanguageGenerator(TextGenerator):
         """The settings as given (resolved ones are in :meth:`runtime` once the model is loaded)."""
         return {"spec": self.spec, "backend": "hf", "model": self.model_id, "device": self.device,
                 "dtype": self.dtype, "batch_size": self.batch_size, "template_family": self.template_family,
-                "image_mode": self.image_mode}
+                "image_mode": self.image_mode,
+                **({"prompt_format": self.prompt_format} if self.prompt_format != "chat-template" else {}),
+                **({"trust_remote_code": True} if self.trust_remote_code else {})}
 
     def runtime(self) -> dict[str, str]:
         """The device and precision the model really runs in (loads it if needed)."""

@@ -95,6 +95,19 @@ class OpenAIChatGenerator(TextGenerator):
             body["extra_body"] = {"repetition_penalty": options.repetition_penalty}
         return body
 
+    def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str:
+        """The request body exactly as sent (JSON), each image's base64 data shortened to its size and hash."""
+        import hashlib
+        import json
+        import re
+
+        def short(m: re.Match) -> str:
+            data = m.group(2)
+            return f"{m.group(1)}<{len(data)} base64 chars, sha256 {hashlib.sha256(data.encode()).hexdigest()[:16]}>"
+
+        text = json.dumps(self.request_body(messages, options or GenerationOptions()), indent=2, ensure_ascii=False)
+        return re.sub(r"(data:[^;\"]+;base64,)([A-Za-z0-9+/=]+)", short, text)
+
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         options = options or GenerationOptions()
         body = self.request_body(messages, options)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 #: Options a caption or image run passes to the generator it loads (``--base-url``, ``--device``, ...).
 GENERATOR_OPTIONS = frozenset({"base_url", "timeout", "device", "dtype", "batch_size", "family", "similarity",
-                               "quality"})
+                               "quality", "trust_remote_code"})
 #: Options that do not change what a model answers: not part of a run's identity or a cache key.
 EXECUTION_OPTIONS = frozenset({"base_url", "timeout", "api_key_env", "device", "batch_size"})
 

@@ -77,8 +77,9 @@ def load_factory(target: str, kind: str) -> Any:
 #: shared option set is. A test keeps this list equal to the backends' signatures.
 KNOWN_GENERATOR_OPTIONS = frozenset({
     "api_key_env", "base_url", "batch_size", "check_safety", "detail", "device", "dtype", "family",
-    "lavit_code", "lavit_module", "model", "model_path", "offload", "oom_fallback", "pipeline", "quality",
-    "seed", "similarity", "strategy", "text_encoder", "timeout", "top_k", "use_xformers", "variant",
+    "lavit_code", "lavit_module", "model", "model_path", "noise", "offload", "oom_fallback", "pipeline", "prompt_format",
+    "quality", "reseed", "reseed_every", "seed", "similarity", "strategy", "text_encoder", "timeout", "top_k",
+    "trust_remote_code", "use_xformers", "variant",
 })
 
 

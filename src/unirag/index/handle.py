@@ -48,7 +48,7 @@ class Index:
     def build(cls, pool: Pool | str | Path | Iterable[Candidate], out: str | Path, *,
               encoder: Encoder | str | None = None, images_root: str | Path | None = None,
               index_type: str = "flat", params: Mapping[str, Any] | None = None, batch_size: int = 64,
-              device: str | None = "auto", dtype: str | None = "auto", progress: bool = False, engine: str = "local",
+              device: str | None = "auto", dtype: str | None = "auto", progress: bool | None = None, engine: str = "local",
               decode_workers: int | str | None = None, allow_shrink: bool = False, **engine_options: Any) -> Index:
         """Encode every candidate of ``pool`` and write the index to ``out`` (atomically); return it opened.
 
@@ -64,7 +64,14 @@ class Index:
         Rebuilding over an index that this build would shrink by more than the ``index_max_shrink``
         setting's share of a modality (10%), or lose a modality of, is refused (``ConfigError``; the old
         index is kept) unless ``allow_shrink=True``.
+        ``progress``: a progress bar (None: when stderr is a terminal, as a CLI command shows one).
+
+        Inputs that cannot be indexed (a missing file, a truncated JPEG, a decompression bomb) are
+        skipped, not fatal: a :class:`unirag.errors.SkippedInputsWarning` gives their count and first
+        paths, and :attr:`skipped` lists them with their reasons.
         """
+        import sys
+
         from unirag.data.pool import Pool
         from unirag.errors import ConfigError
         from unirag.index.build import build_index
@@ -85,11 +92,12 @@ class Index:
         if engine == "ray":
             options.setdefault("worker_dtype", dtype)  # workers load their own copy: same dtype, same fingerprint
         build_index(source, Path(root).absolute() if root is not None else None, out, enc, encoder_spec=spec,
-                    index_type=index_type, batch_size=batch_size, params=params, progress=progress, engine=engine,
-                    allow_shrink=allow_shrink, **options)
+                    index_type=index_type, batch_size=batch_size, params=params, engine=engine,
+                    progress=sys.stderr.isatty() if progress is None else progress, allow_shrink=allow_shrink,
+                    **options)
         from unirag.index.store import VectorIndex
 
-        return cls(VectorIndex.open(out, enc))
+        return cls(VectorIndex.open(out, enc))._warn_skipped()
 
     @classmethod
     def from_embeddings(cls, pool: Pool | str | Path, embeddings: str | Path, out: str | Path, *,
@@ -127,7 +135,7 @@ class Index:
         build_from_embeddings(pool_path, embeddings, out, info, ids=ids, index_type=index_type,
                               params=dict(params or {}), images_root=root, progress=progress,
                               allow_shrink=allow_shrink)
-        return cls(VectorIndex.open(out, None))
+        return cls(VectorIndex.open(out, None))._warn_skipped()
 
     @staticmethod
     def embed_shard(pool: Pool | str | Path, shard: str | tuple[int, int], shards_dir: str | Path, *,
@@ -156,6 +164,29 @@ class Index:
     def manifest(self) -> dict[str, Any]:
         """``manifest.json``: encoder, sizes, index types, build settings, skipped images, checksums."""
         return self.store.manifest
+
+    @property
+    def skipped(self) -> list[tuple[str, str]]:
+        """``(path, reason)`` of the inputs the build skipped (missing or unreadable images), the first
+        ones as the manifest keeps them; :attr:`skipped_count` is how many there were in all."""
+        return [(item["path"], item["reason"]) for item in (self.manifest.get("bad_images") or {}).get("first", [])]
+
+    @property
+    def skipped_count(self) -> int:
+        """How many inputs the build skipped (see :attr:`skipped`)."""
+        return int((self.manifest.get("bad_images") or {}).get("count", 0))
+
+    def _warn_skipped(self) -> Index:
+        if self.skipped_count:
+            import warnings
+
+            from unirag.errors import SkippedInputsWarning
+
+            first = ", ".join(p for p, _ in self.skipped[:3])
+            more = f" and {self.skipped_count - 3} more" if self.skipped_count > 3 else ""
+            warnings.warn(f"{self.skipped_count} input(s) missing or unreadable, skipped: {first}{more} (reasons: "
+                          "index.skipped, manifest.json)", SkippedInputsWarning, stacklevel=3)
+        return self
 
     @property
     def dim(self) -> int:

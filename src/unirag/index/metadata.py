@@ -193,7 +193,27 @@ class MetaTable(Sequence[CandidateMeta]):
         with self._lock, self._reading():
             for m, r in self.db.execute(sql + " ORDER BY modality, row", args):
                 out[Modality(m)].append(int(r))
+        if not any(out.values()):  # nothing matched: a misspelt field must not pass for an empty answer
+            self._check_fields([name for name, _ in where])
         return out
+
+    def _check_fields(self, names: Sequence[str]) -> None:
+        """Raise :class:`ConfigError` for the first ``src_content`` field no candidate has, naming the
+        fields candidates do have (those of the first 10,000 rows: the known ones, cheaply)."""
+        for name in names:
+            if name in ("dataset", "source_id", "did") or not self.has_src_content:
+                continue
+            path = "$." + ".".join(f'"{part}"' for part in name.split("."))
+            with self._lock:
+                found = self.db.execute("SELECT 1 FROM meta WHERE CASE WHEN json_valid(src_content) THEN "
+                                        "json_type(src_content, ?) END IS NOT NULL LIMIT 1", (path,)).fetchone()
+                if found is not None:
+                    continue
+                keys = [k for (k,) in self.db.execute(
+                    "SELECT DISTINCT j.key FROM (SELECT src_content FROM meta WHERE CASE WHEN json_valid(src_content) "
+                    "THEN json_type(src_content) END = 'object' LIMIT 10000) AS s, json_each(s.src_content) AS j ORDER BY j.key")]
+            known = ", ".join(["dataset", "modality", "source_id", "did", *[k for k in keys if k != "source_id"]])
+            raise ConfigError(f"no candidate has the filter field {name!r}; known fields: {known}")
 
     def close(self) -> None:
         self.db.close()

@@ -30,6 +30,7 @@ from typing import Any
 from unirag.errors import ConfigError, InputError
 from unirag.metrics.references import load_run_for_scoring, reference_captions
 from unirag.metrics.spice import find_corenlp, run_spice, spice_unavailable_message
+from unirag.metrics.stats import BLEU_STATS, DEFAULT_RESAMPLES, query_intervals_result
 from unirag.runs.rundir import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE
 
 CAPTION_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr", "SPICE")
@@ -44,6 +45,8 @@ class CaptionScores:
     per_item: dict[str, dict[str, float]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     tokenized: dict[str, str] = field(default_factory=dict)
+    #: per item: BLEU's statistics ``[testlen, reflen, guess_1..4, correct_1..4]`` (see :func:`bleu_statistics`)
+    bleu_stats: dict[str, list[float]] = field(default_factory=dict)
     seconds: float = 0.0
 
 
@@ -81,6 +84,20 @@ def ptb_tokenize(references: Mapping[str, Sequence[str]], candidates: Mapping[st
     gts = {qid: tokens[("g", qid)] for qid in references}
     res = {qid: tokens[("r", qid)] for qid in candidates}
     return gts, res
+
+
+def bleu_statistics(gts: Mapping[str, list[str]], res: Mapping[str, list[str]]) -> dict[str, list[float]]:
+    """Per item, the counts pycocoevalcap's corpus BLEU sums: ``[testlen, reflen, guess_1..4, correct_1..4]``,
+    the reference length the closest to the candidate's (``Bleu.compute_score`` uses option "closest").
+    Made with the toolkit's own ``cook_refs``/``cook_test``; :func:`unirag.metrics.stats.corpus_bleu`
+    turns any set of them (a bootstrap resample) back into corpus BLEU."""
+    from pycocoevalcap.bleu.bleu_scorer import cook_refs, cook_test
+
+    out = {}
+    for i, hyp in res.items():
+        c = cook_test(hyp[0], cook_refs(gts[i]), eff="closest")
+        out[i] = [float(c["testlen"]), float(c["reflen"]), *map(float, c["guess"]), *map(float, c["correct"])]
+    return out
 
 
 def _meteor(gts: dict[str, list[str]], res: dict[str, list[str]]) -> tuple[float, list[float]]:
@@ -159,29 +176,44 @@ def score_captions(candidates: Mapping[str, str], references: Mapping[str, Seque
             out.per_item[i][name] = 100.0 * float(v)
     out.corpus = {m: out.corpus[m] for m in CAPTION_METRICS if m in out.corpus}
     out.tokenized = {i: res[i][0] for i in ids}
+    out.bleu_stats = bleu_statistics(gts, res)
     out.seconds = time.perf_counter() - start
     return out
 
 
 def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | Path, qrels: str | Path | None = None,
                          *, spice_lib: str | Path | None = None, strip_prefixes: bool = True, meteor: bool = True,
-                         write: bool = True) -> dict[str, Any]:
+                         write: bool = True, resamples: int = DEFAULT_RESAMPLES, bootstrap_seed: int = 0,
+                         ci_method: str = "percentile", profile: Any = None) -> dict[str, Any]:
     """Score a caption run directory; writes ``metrics.json`` and ``metrics_per_query.jsonl`` there.
+
+    ``profile``: its ``caption_failed`` (``empty``: a failed query is scored as an empty caption, as the
+    official code stores one) and ``caption_prefix_strip`` (``official``: only ``Caption [n]: `` is removed).
 
     Failed queries (status error) are excluded and counted, never scored as empty captions; queries
     with no output yet are counted as missing; outputs whose qid is not among ``queries`` are an error
     (wrong queries file). ``meteor=False`` skips METEOR, the slowest scorer (a Java process that
     loads paraphrase tables) and not one of the paper's reported metrics.
+
+    ``intervals`` in the result: each metric's 95 % bootstrap interval over the scored queries
+    (``resamples`` resamples, seeded by ``bootstrap_seed``; 0 resamples: none), computed from the
+    per-query rows written to ``metrics_per_query.jsonl`` (see :mod:`unirag.metrics.stats`).
     """
-    from unirag.metrics.text_normalize import strip_answer_prefix
+    from unirag.metrics.text_normalize import strip_answer_prefix, strip_official_prefix
+    from unirag.profiles import resolve
     from unirag.runs.atomic import atomic_write_json, atomic_write_lines
 
+    settings = resolve(profile)
+    strip = strip_official_prefix if settings["caption_prefix_strip"] == "official" else strip_answer_prefix
     run, by_qid, gt = load_run_for_scoring(run_dir, "caption", queries, pool, qrels)
     outputs_path = run.run_dir / OUTPUTS_FILE
     candidates: dict[str, str] = {}
     raw: dict[str, str] = {}
     no_refs: list[str] = []
-    for qid, rec in run.ok().items():
+    scored = dict(run.ok())
+    if settings["caption_failed"] == "empty":  # the official loops store "" for a call that failed
+        scored.update({qid: {"caption": ""} for qid in run.failed() if qid in by_qid})
+    for qid, rec in scored.items():
         caption = rec.get("caption")
         if not isinstance(caption, str):
             raise InputError("status ok but no caption string", path=outputs_path, line=run.lines[qid],
@@ -190,22 +222,26 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
             no_refs.append(qid)
             continue
         raw[qid] = caption
-        candidates[qid] = strip_answer_prefix(caption) if strip_prefixes else caption
+        candidates[qid] = strip(caption) if strip_prefixes else caption
     if not candidates:
         raise InputError(f"no successful captions with references to score ({len(run.failed())} failed, "
                          f"{len(no_refs)} without references)", path=outputs_path)
     order = [q for q in by_qid if q in candidates]
     scores = score_captions({q: candidates[q] for q in order},
                             {q: reference_captions(gt[q]) for q in order}, spice_lib=spice_lib, meteor=meteor)
+    records = {q: {**scores.per_item[q], BLEU_STATS: scores.bleu_stats[q]} for q in order}
     failed = run.failed()
     result: dict[str, Any] = {
         "task": "caption",
         "scale": "x100",
         "metrics": scores.corpus,
+        **query_intervals_result(records, scores.corpus, resamples, bootstrap_seed, ci_method),
         "skipped_metrics": scores.skipped,
         "n_queries": len(by_qid),
         "n_scored": len(candidates),
         "n_failed": len(failed),
+        "n_failed_scored_empty": sum(1 for q in failed if q in candidates),
+        "profile": settings.to_dict(),
         "n_missing": sum(1 for q in by_qid if q not in run.records),
         "n_no_references": len(no_refs),
         "failed_qids": sorted(failed)[:20],
@@ -219,7 +255,7 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
     }
     if write:
         per_query = ({"qid": q, "caption_scored": candidates[q], "tokenized": scores.tokenized[q],
-                      **scores.per_item[q]} for q in order)
+                      **records[q]} for q in order)
         atomic_write_lines(run.run_dir / PER_QUERY_FILE, (json.dumps(r, ensure_ascii=False) for r in per_query))
         atomic_write_json(run.run_dir / METRICS_FILE, result)
     return result

@@ -2,8 +2,8 @@
 
 Generated image i (``image`` in ``outputs.jsonl``, relative to the run directory) is matched with
 the real positive image of the same query (from the pool, under ``images_root``) for FID, and with
-the query's caption for CLIP Score. Failed queries are excluded and counted; a metric that cannot
-run here (no torch-fidelity, no weights) is skipped with one line, the others still run.
+the query's caption for CLIP Score. Failed queries are excluded and counted (``image_metric_missing =
+noise``: scored as random noise, as the official evaluation does); a metric that cannot run here (no torch-fidelity, no weights) is skipped with one line, the others still run.
 """
 
 from __future__ import annotations
@@ -20,14 +20,21 @@ from unirag.metrics.images import (
     MetricUnavailable,
     clip_scores,
     frechet_distance,
+    frechet_interval,
+    inception_from_logits,
     inception_score,
     load_clip,
     standard_inception,
 )
 from unirag.metrics.references import load_run_for_scoring, reference_image
+from unirag.metrics.stats import DEFAULT_RESAMPLES, bootstrap_interval, query_intervals_result, shifted
 from unirag.runs.rundir import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE
 
 IMAGE_METRICS = ("FID", "CLIP Score", "IS", "IS SD")
+#: FID's and IS's intervals recompute the whole figure per resample: at most this many resamples on a
+#: GPU, and :data:`FID_MAX_RESAMPLES_CPU` on the CPU (a 2048-dimensional Fréchet distance takes seconds there).
+FID_MAX_RESAMPLES = 200
+FID_MAX_RESAMPLES_CPU = 50
 
 
 def _progress(desc: str, show: bool):
@@ -45,22 +52,42 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
                        clip_model: str | Path | None = DEFAULT_CLIP_MODEL, fid_feature: Any = None,
                        is_feature: Any = None, clip: tuple[Any, Any] | None = None, is_splits: int = 10,
                        seed: int = 0, batch_size: int = 32, device: str | None = None, write: bool = True,
-                       show_progress: bool = False, decode_workers: int | str | None = None) -> dict[str, Any]:
+                       show_progress: bool = False, decode_workers: int | str | None = None,
+                       resamples: int = DEFAULT_RESAMPLES, bootstrap_seed: int = 0,
+                       ci_method: str = "percentile", profile: Any = None) -> dict[str, Any]:
     """Metrics of an image run; writes ``metrics.json`` and per-query CLIP scores into ``run_dir``.
+
+    ``intervals``: 95 % bootstrap intervals over the queries (``resamples`` seeded by
+    ``bootstrap_seed``; 0: none): CLIP Score from its per-query scores, FID from the resampled pairs of
+    real and generated Inception features and IS from the resampled logits (each at most
+    :data:`FID_MAX_RESAMPLES`, 50 on the CPU; the resampled figures' spread centred on the measured one); none for IS SD.
 
     ``fid_feature`` / ``is_feature`` (any ``nn.Module`` on uint8 images) replace the standard
     Inception network; ``clip`` = (model, processor) replaces loading ``clip_model``;
     ``clip_model=None`` skips CLIP Score. ``decode_workers``: processes decoding the images ahead of
-    the networks (see :mod:`unirag.metrics.images`; None: auto).
+    the networks (see :mod:`unirag.metrics.images`; None: auto). ``profile``: the settings
+    ``image_metric_channels``, ``image_metric_size`` and ``image_metric_missing`` (``official``: the
+    official evaluation's BGR 224x224 inputs, 299x299 for IS, noise for a missing image).
     """
+    from unirag.profiles import resolve
+
+    settings = resolve(profile)
+    noise = settings["image_metric_missing"] == "noise"
     run, by_qid, gt = load_run_for_scoring(run_dir, "image", queries, pool, qrels)
     outputs_path = run.run_dir / OUTPUTS_FILE
     qids, fakes, reals, texts = [], [], [], []
-    no_real = 0
+    no_real = noised = 0
     ok = run.ok()
     for qid in by_qid:
         rec = ok.get(qid)
         if rec is None:
+            if noise:  # the official evaluation scores every query: a missing image is random noise
+                real = reference_image(gt[qid])
+                qids.append(qid)
+                fakes.append(None)
+                reals.append(resolve_image(real, images_root) if real is not None else None)
+                texts.append(by_qid[qid].txt or "")
+                noised += 1 + (real is None)
             continue
         image = rec.get("image")
         if not isinstance(image, str):
@@ -72,30 +99,70 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
         real = reference_image(gt[qid])
         if real is None:
             no_real += 1
-            continue
+            if not noise:
+                continue
+            noised += 1
         qids.append(qid)
         fakes.append(fake)
-        reals.append(resolve_image(real, images_root))
+        reals.append(resolve_image(real, images_root) if real is not None else None)
         texts.append(by_qid[qid].txt or "")
     if not qids:
         raise InputError(f"no successful images with a real positive image to compare ({len(run.failed())} failed)",
                          path=outputs_path)
+    import functools
+
+    fid_rows: list[Any] | None = [] if resamples else None
+    is_rows: list[Any] | None = [] if resamples else None
+    is_images = None
+    channels, size = settings["image_metric_channels"], settings["image_metric_size"]
+    if channels != "rgb" or size is not None or noise:  # the official inputs: arrays, prepared as its script does
+        from unirag.metrics.images import official_arrays, resize_arrays
+
+        fakes = official_arrays(fakes, channels=channels, size=size, seed=seed)
+        reals = official_arrays(reals, channels=channels, size=size, seed=seed + 1)
+        if size is not None:
+            is_images = resize_arrays(fakes, 299)
     metrics, skipped, scores = score_images(fakes, texts, reals, clip_model=clip_model, clip=clip,
                                             fid_feature=fid_feature, is_feature=is_feature,
                                             inception_weights=inception_weights, is_splits=is_splits, seed=seed,
                                             batch_size=batch_size, device=device, show_progress=show_progress,
-                                            decode_workers=decode_workers)
+                                            decode_workers=decode_workers, fid_features=fid_rows,
+                                            is_features=is_rows, is_images=is_images)
     per_query = dict(zip(qids, scores, strict=True)) if scores else {}
+    intervals = query_intervals_result({q: {"CLIP Score": s} for q, s in per_query.items()}, metrics, resamples,
+                                       bootstrap_seed, ci_method)
+    import torch
+
+    on_gpu = (device or ("cuda" if torch.cuda.is_available() else "cpu")) != "cpu"
+    whole = min(resamples, FID_MAX_RESAMPLES if on_gpu else FID_MAX_RESAMPLES_CPU)
+    if intervals and fid_rows is not None and len(fid_rows) == 2 and len(fid_rows[0]) == len(fid_rows[1]):
+        fid = frechet_interval(*fid_rows, n_resamples=whole, seed=bootstrap_seed,
+                               device=device)
+        if fid is not None:
+            intervals["intervals"]["FID"] = fid.as_dict()
+            intervals["bootstrap"]["fid"] = {"method": "centred", "n_resamples": whole}
+    if intervals and is_rows and "IS" in metrics:
+        logits = is_rows[0]
+        ci = bootstrap_interval(logits, functools.partial(inception_from_logits, splits=is_splits),
+                                n_resamples=whole, seed=bootstrap_seed, method="centred")
+        # centred on the reported IS, whose random split differs from the rows' order
+        ci = shifted(ci, metrics["IS"] - float(inception_from_logits(logits, is_splits)))
+        if ci is not None:
+            intervals["intervals"]["IS"] = ci.as_dict()
+            intervals["bootstrap"]["is"] = {"method": "centred", "n_resamples": whole}
     failed = run.failed()
     result: dict[str, Any] = {
         "task": "image",
         "metrics": {m: metrics[m] for m in IMAGE_METRICS if m in metrics},
+        **intervals,
         "skipped_metrics": skipped,
         "n_queries": len(by_qid),
         "n_scored": len(qids),
         "n_failed": len(failed),
         "n_missing": sum(1 for q in by_qid if q not in run.records),
         "n_no_real_image": no_real,
+        "n_noise_images": noised,
+        "profile": settings.to_dict(),
         "failed_qids": sorted(failed)[:20],
         "fid_feature": "injected" if fid_feature is not None else "inception-v3-compat (torch-fidelity)",
         "clip_model": "injected" if clip is not None else (str(clip_model) if clip_model else None),
@@ -118,13 +185,17 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
                  clip_model: str | Path | None = DEFAULT_CLIP_MODEL, clip: tuple[Any, Any] | None = None,
                  fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
                  is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
-                 show_progress: bool = False, decode_workers: int | str | None = None
-                 ) -> tuple[dict[str, float], dict[str, str], list[float]]:
+                 show_progress: bool = False, decode_workers: int | str | None = None,
+                 fid_features: list | None = None, is_features: list | None = None,
+                 is_images: Sequence[Any] | None = None) -> tuple[dict[str, float], dict[str, str], list[float]]:
     """(metrics, skipped metrics with their one-line reason, per-image CLIP Scores) of generated
     ``images`` (paths, PIL images or bytes): FID against ``real_images`` (None: skipped), CLIP Score
     against ``texts`` (one per image; None or ``clip_model=None`` without ``clip``: skipped) and IS.
     The one scorer of ``unirag evaluate images`` and :func:`unirag.image_metrics`. ``decode_workers``:
-    processes decoding the image files ahead of the networks (None: auto; 0: in this process)."""
+    processes decoding the image files ahead of the networks (None: auto; 0: in this process).
+    ``fid_features`` / ``is_features``: lists that receive FID's real and generated feature rows and IS's
+    logits (for their intervals). ``is_images``: what Inception Score sees instead of ``images`` (the
+    official 299x299 copies)."""
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -137,7 +208,8 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
         try:
             fid_net = fid_feature if fid_feature is not None else standard_inception(inception_weights, "2048")
             metrics["FID"] = frechet_distance(reals, fakes, fid_net, batch_size=batch_size, device=device,
-                                              progress=_progress("FID", show_progress), decode_workers=decode_workers)
+                                              progress=_progress("FID", show_progress), decode_workers=decode_workers,
+                                              features=fid_features)
         except MetricUnavailable as e:
             skipped["FID"] = str(e)
         except RuntimeError as e:  # torchmetrics: fewer than 2 images per set
@@ -160,10 +232,10 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
                                                     decode_workers=decode_workers)
     try:
         is_net = is_feature if is_feature is not None else standard_inception(inception_weights, "logits_unbiased")
-        metrics["IS"], metrics["IS SD"] = inception_score(fakes, is_net, splits=is_splits, seed=seed,
+        metrics["IS"], metrics["IS SD"] = inception_score(list(is_images) if is_images is not None else fakes, is_net, splits=is_splits, seed=seed,
                                                           batch_size=batch_size, device=device,
                                                           progress=_progress("IS", show_progress),
-                                                          decode_workers=decode_workers)
+                                                          decode_workers=decode_workers, features=is_features)
     except MetricUnavailable as e:
         skipped.setdefault("IS", str(e))
     if not metrics:

@@ -33,7 +33,7 @@ from unirag.errors import ConfigError
 
 DEFAULT_CLIP_MODEL = "openai/clip-vit-base-patch16"
 INCEPTION_WEIGHTS_FILE = "weights-inception-2015-12-05-6726825d.pth"
-INSTALL_HINT = "pip install 'unirag[image-metrics]'  (torch-fidelity + torchvision)"
+INSTALL_HINT = "pip install 'unirag[image-metrics]'  (torch-fidelity + torchvision + opencv-python-headless)"
 
 
 class MetricUnavailable(Exception):
@@ -95,18 +95,68 @@ def size_batches(paths: Sequence[str | Path], batch_size: int, decode_workers: i
         yield torch.stack(pending)
 
 
-def _sorted_by_size(paths: Sequence[str | Path]) -> list[str | Path]:
-    """Order paths so images of the same size are adjacent (fewer, fuller batches); reads headers only."""
+def _size_order(paths: Sequence[str | Path]) -> list[int]:
+    """Indices ordering paths so images of the same size are adjacent (fewer, fuller batches); reads headers only."""
     from unirag.data.images import upright_size
 
-    def size(p: str | Path) -> tuple[int, int]:
+    def size(i: int) -> tuple[int, int]:
+        p = paths[i]
         if not isinstance(p, str | Path):
             return as_rgb(p).size
         try:
             return upright_size(p)
         except Exception:  # noqa: BLE001 - load_uint8 reports the real error with the path
             return (0, 0)
-    return sorted(paths, key=size)
+    return sorted(range(len(paths)), key=size)
+
+
+def official_arrays(paths: Sequence[ImageLike | None], *, channels: str = "bgr", size: int | None = 224,
+                    seed: int = 0) -> list[Any]:
+    """Images as the official UniRAG evaluation feeds them: HWC uint8 arrays read with OpenCV (BGR,
+    never converted, when ``channels`` is ``bgr``), resized to ``size`` x ``size`` with ``cv2.resize``
+    (bilinear); a ``None`` path becomes uniform random noise of that size (drawn from ``seed``), as the
+    official ``load_images`` does for a query without an image (castorini/UniRAG
+    src/unirag/eval_image_generation.py@e9a4e00:85-105). The arrays go to the metric functions here
+    as they are (a uint8 array is taken as it is): their channel order is not looked at."""
+    import numpy as np
+
+    cv2 = _cv2()
+    rng = np.random.default_rng(seed)
+    out = []
+    for p in paths:
+        if p is None:
+            out.append(rng.integers(0, 256, size=(size or 224, size or 224, 3), dtype=np.uint8))
+            continue
+        if isinstance(p, str | Path):
+            img = cv2.imread(str(p))
+            if img is None:
+                from unirag.errors import InputError
+
+                raise InputError("OpenCV cannot read this image", path=p)
+        else:
+            img = np.asarray(as_rgb(p), dtype=np.uint8)[:, :, ::-1]
+        if channels == "rgb":
+            img = img[:, :, ::-1]
+        if size is not None:
+            img = cv2.resize(img, (size, size))
+        out.append(np.ascontiguousarray(img))
+    return out
+
+
+def resize_arrays(arrays: Sequence[Any], size: int) -> list[Any]:
+    """``cv2.resize`` of each array to ``size`` x ``size``: the official Inception Score input (299 from the
+    224 images, castorini/UniRAG src/unirag/eval_image_generation.py@e9a4e00:173)."""
+    cv2 = _cv2()
+    return [cv2.resize(a, (size, size)) for a in arrays]
+
+
+def _cv2() -> Any:
+    if importlib.util.find_spec("cv2") is None:
+        raise ConfigError("the official image metric inputs (image_metric_channels bgr / image_metric_size) read "
+                          f"and resize images with OpenCV; install it with {INSTALL_HINT}")
+    import cv2
+
+    return cv2
 
 
 def standard_inception(weights: str | Path | None, feature: str) -> Any:
@@ -131,21 +181,100 @@ def standard_inception(weights: str | Path | None, feature: str) -> Any:
 
 def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], feature: Any, *,
                      batch_size: int = 32, device: str = "cpu", progress: Callable[[Iterable], Iterable] = iter,
-                     decode_workers: int | str | None = None) -> float:
-    """torchmetrics FID between two image sets through ``feature`` (an ``nn.Module`` taking uint8 images)."""
+                     decode_workers: int | str | None = None, features: list | None = None) -> float:
+    """torchmetrics FID between two image sets through ``feature`` (an ``nn.Module`` taking uint8 images).
+
+    ``features``: a list that receives the two ``(n, d)`` float64 feature arrays (real, fake), rows in
+    the order of ``real`` / ``fake`` - what :func:`frechet_from_features` resamples for FID's interval."""
+    import numpy as np
+    import torch
     from torchmetrics.image.fid import FrechetInceptionDistance
 
-    metric = FrechetInceptionDistance(feature=feature, normalize=False).to(device)
+    seen: list[Any] = []
+
+    class _Recording(torch.nn.Module):  # torchmetrics keeps only sums; the interval needs the rows
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x: Any) -> Any:
+            out = self.inner(x)
+            seen.append(out.detach().double().reshape(out.shape[0], -1).cpu().numpy())
+            return out
+
+    net = _Recording(feature) if features is not None else feature
+    metric = FrechetInceptionDistance(feature=net, normalize=False).to(device)
     for is_real, paths in ((True, real), (False, fake)):
-        for batch in progress(size_batches(_sorted_by_size(paths), batch_size, decode_workers)):
+        order = _size_order(paths)
+        seen.clear()
+        for batch in progress(size_batches([paths[i] for i in order], batch_size, decode_workers)):
             metric.update(batch.to(device), real=is_real)
+        if features is not None:
+            rows = np.concatenate(seen) if seen else np.zeros((0, 0))
+            unsorted = np.empty_like(rows)
+            unsorted[order] = rows
+            features.append(unsorted)
     return float(metric.compute())
+
+
+def frechet_from_features(rows: Any, device: str | None = None) -> Any:
+    """FID of real and fake feature rows side by side (``(..., n, 2d)``: real features, then fake),
+    as torchmetrics computes it (unbiased covariances, ``Tr sqrt(S1 S2)``), in float64 torch on
+    ``device`` (default: where ``rows`` are; CPU for arrays). ``Tr sqrt(S1 S2)`` comes from symmetric eigenvalues: with fewer images
+    than dimensions those of ``A A^T``, ``A = X1c X2c^T / (n-1)`` (n x n, the same nonzero eigenvalues),
+    else those of ``S1^1/2 S2 S1^1/2`` - cheaper and steadier than torchmetrics' general ``eigvals``,
+    which matters when a bootstrap recomputes it for every resample."""
+    import numpy as np
+    import torch
+
+    t = rows if isinstance(rows, torch.Tensor) else torch.as_tensor(np.asarray(rows, dtype=float))
+    t = (t if device is None else t.to(device)).to(torch.float64)
+    if t.ndim > 2:
+        flat = t.reshape(-1, *t.shape[-2:])
+        return np.array([frechet_from_features(r) for r in flat]).reshape(tuple(t.shape[:-2]))
+    n, d = t.shape[0], t.shape[1] // 2
+    m1, m2 = t[:, :d].mean(0), t[:, d:].mean(0)
+    x1, x2 = t[:, :d] - m1, t[:, d:] - m2
+    trace = ((x1 ** 2).sum() + (x2 ** 2).sum()) / (n - 1)
+    if n <= d:
+        a = x1 @ x2.T / (n - 1)
+        eig = torch.linalg.eigvalsh(a @ a.T)
+    else:
+        s1, s2 = x1.T @ x1 / (n - 1), x2.T @ x2 / (n - 1)
+        w, v = torch.linalg.eigh(s1)
+        root = (v * w.clamp(min=0).sqrt()) @ v.T
+        eig = torch.linalg.eigvalsh(root @ s2 @ root)
+    return float(((m1 - m2) ** 2).sum() + trace - 2 * eig.clamp(min=0).sqrt().sum())
+
+
+def frechet_interval(real: Any, fake: Any, *, n_resamples: int, seed: int, device: str | None = None) -> Any:
+    """FID's bootstrap interval over queries: the (real, generated) feature pairs of resampled queries,
+    the Fréchet distance recomputed on ``device`` (default: CUDA when available) for each; the
+    resampled FIDs' spread centred on the measured FID (``method="centred"``), since repeating images
+    biases a resample's FID upward. An :class:`unirag.metrics.stats.Interval`, or None."""
+    import numpy as np
+    import torch
+
+    from unirag.metrics.stats import Interval, bootstrap_interval
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    both = torch.as_tensor(np.concatenate([real, fake], axis=1), dtype=torch.float64).to(device)
+
+    def figure(index_rows: Any) -> Any:  # rows are query indices: the features stay on the device
+        idx = np.asarray(index_rows[..., 0], dtype=np.int64)
+        flat = idx.reshape(-1, idx.shape[-1])
+        return np.array([frechet_from_features(both[torch.as_tensor(i, device=both.device)]) for i in flat]
+                        ).reshape(idx.shape[:-1])
+    ci = bootstrap_interval(np.arange(len(both)), figure, n_resamples=n_resamples, seed=seed, method="centred")
+    return None if ci is None else Interval(max(0.0, ci.low), ci.high, ci.se)  # a distance is never below 0
 
 
 def inception_score(paths: Sequence[str | Path], feature: Any, *, splits: int = 10, seed: int = 0,
                     batch_size: int = 32, device: str = "cpu", progress: Callable[[Iterable], Iterable] = iter,
-                    decode_workers: int | str | None = None) -> tuple[float, float]:
-    """torchmetrics Inception Score (mean, SD over ``splits``); ``seed`` fixes its random split."""
+                    decode_workers: int | str | None = None, features: list | None = None) -> tuple[float, float]:
+    """torchmetrics Inception Score (mean, SD over ``splits``); ``seed`` fixes its random split.
+    ``features``: a list that receives the ``(n, classes)`` logits, rows in the order of ``paths`` (what
+    :func:`inception_from_logits` resamples for the IS interval)."""
     import warnings
 
     import torch
@@ -156,10 +285,32 @@ def inception_score(paths: Sequence[str | Path], feature: Any, *, splits: int = 
         metric = InceptionScore(feature=feature, splits=splits, normalize=False).to(device)
     for batch in progress(size_batches(paths, batch_size, decode_workers)):
         metric.update(batch.to(device))
+    if features is not None:
+        features.append(torch.cat([f.detach().double().cpu() for f in metric.features]).numpy())
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         mean, sd = metric.compute()
     return float(mean), float(sd)
+
+
+def inception_from_logits(rows: Any, splits: int) -> Any:
+    """The Inception Score of logit rows ``(..., n, classes)`` as torchmetrics computes it on rows already
+    in random order: ``splits`` chunks of ceil(n / splits) rows (``torch.chunk``), each
+    ``exp(mean KL(p(y|x) || p(y)))`` with its own marginal, averaged."""
+    import numpy as np
+
+    rows = np.asarray(rows, dtype=float)
+    shifted = rows - rows.max(axis=-1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    p = np.exp(log_p)
+    n = rows.shape[-2]
+    size = -(-n // max(1, int(splits)))
+    scores = []
+    for start in range(0, n, size):
+        pc, lc = p[..., start:start + size, :], log_p[..., start:start + size, :]
+        marginal = np.log(pc.mean(axis=-2, keepdims=True))
+        scores.append(np.exp((pc * (lc - marginal)).sum(axis=-1).mean(axis=-1)))
+    return np.mean(scores, axis=0)
 
 
 class _ClipFeatures:

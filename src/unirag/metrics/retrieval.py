@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def hit_at_k(ranked: Sequence[str], relevant: set[str], k: int) -> float:
@@ -47,46 +48,55 @@ LABELS = {"hit": "hit@k after complement replacement (paper §5)", "recall": "tr
           "mrr": "MRR@k (replaced list)", "uniir_recall": "UniIR Recall@k (raw top-k ids, compute_recall_at_k)"}
 
 
-def evaluate_run(run: Mapping[str, Sequence[str]], qrels: Mapping[str, set[str]], ks: Sequence[int],
-                 raw: Mapping[str, Sequence[str]] | None = None) -> dict[str, object]:
-    """Mean metrics: {"hit@1": ..., "recall@1": ..., "mrr@1": ..., "num_queries": n, "missing_queries": m};
-    with ``raw`` (qid -> the ids as retrieved) also ``uniir_recall@k``, UniIR's Recall@k."""
+def per_query_scores(run: Mapping[str, Sequence[str]], qrels: Mapping[str, set[str]], ks: Sequence[int],
+                     raw: Mapping[str, Sequence[str]] | None = None) -> dict[str, dict[str, float]]:
+    """Each judged query's metrics (``hit@k``, ``recall@k``, ``mrr@k``, with ``raw`` ``uniir_recall@k``);
+    a judged query missing from ``run`` scores 0 everywhere. The rows the means and their intervals use."""
     if not ks or any(int(k) <= 0 for k in ks):
         raise ValueError(f"cutoffs must be positive integers, got {list(ks)}")
     judged = [q for q, rel in qrels.items() if rel]
     if not judged:
         raise ValueError("the qrels contain no relevant judgements")
-    sums = {f"{name}@{k}": 0.0 for k in ks for name in METRICS}
-    if raw is not None:
-        sums.update({f"uniir_recall@{k}": 0.0 for k in ks})
-    missing = 0
+    out: dict[str, dict[str, float]] = {}
     for qid in judged:
-        ranked = run.get(qid)
-        if ranked is None:
-            missing += 1
-            continue
-        for k in ks:
-            for name, fn in METRICS.items():
-                sums[f"{name}@{k}"] += fn(ranked, qrels[qid], int(k))
-            if raw is not None:
-                sums[f"uniir_recall@{k}"] += hit_at_k(raw.get(qid) or [], qrels[qid], int(k))
-    out: dict[str, object] = {key: value / len(judged) for key, value in sums.items()}
-    out["num_queries"] = len(judged)
-    out["missing_queries"] = missing
-    out["extra_queries"] = len(set(run) - set(judged))
+        ranked = run.get(qid) or []
+        row = {f"{name}@{k}": fn(ranked, qrels[qid], int(k)) for k in ks for name, fn in METRICS.items()}
+        if raw is not None:
+            row.update({f"uniir_recall@{k}": hit_at_k(raw.get(qid) or [], qrels[qid], int(k)) for k in ks})
+        out[qid] = row
+    return out
+
+
+def evaluate_run(run: Mapping[str, Sequence[str]], qrels: Mapping[str, set[str]], ks: Sequence[int],
+                 raw: Mapping[str, Sequence[str]] | None = None) -> dict[str, object]:
+    """Mean metrics: {"hit@1": ..., "recall@1": ..., "mrr@1": ..., "num_queries": n, "missing_queries": m};
+    with ``raw`` (qid -> the ids as retrieved) also ``uniir_recall@k``, UniIR's Recall@k."""
+    return mean_metrics(run, per_query_scores(run, qrels, ks, raw))
+
+
+def mean_metrics(run: Mapping[str, Sequence[str]], per_query: Mapping[str, Mapping[str, float]]) -> dict[str, object]:
+    """The means of :func:`per_query_scores` with the query counts."""
+    names = list(next(iter(per_query.values())))
+    out: dict[str, object] = {key: sum(r[key] for r in per_query.values()) / len(per_query) for key in names}
+    out["num_queries"] = len(per_query)
+    out["missing_queries"] = sum(1 for q in per_query if q not in run)
+    out["extra_queries"] = len(set(run) - set(per_query))
     return out
 
 
 def evaluate_run_file(run_path: str | Path, qrels_path: str | Path, ks: Sequence[int],
-                      out: str | Path | None = None) -> tuple[dict[str, object], Path, int]:
+                      out: str | Path | None = None, *, resamples: int = 1000, bootstrap_seed: int = 0,
+                      ci_method: str = "percentile") -> tuple[dict[str, object], Path, int, dict[str, Any]]:
     """Score a retrieval run file (``unirag retrieve`` output) against a qrels file.
 
-    Writes ``{"run", "qrels", "k", "metrics"}`` to ``out`` (default: ``RUN.metrics.json`` beside the
-    run); returns the metrics, where they were written, and the run's depth (candidates per query),
-    since cutoffs beyond it cannot find more.
+    Writes ``{"run", "qrels", "k", "metrics", "intervals", "bootstrap"}`` to ``out`` (default:
+    ``RUN.metrics.json`` beside the run); returns the metrics, where they were written, the run's depth
+    (candidates per query), since cutoffs beyond it cannot find more, and each metric's bootstrap
+    interval over the judged queries (``resamples`` seeded by ``bootstrap_seed``; 0: none).
     """
     from unirag.data.mbeir import read_qrels
     from unirag.errors import InputError
+    from unirag.metrics.stats import query_intervals_result
     from unirag.retrieval.run_io import read_retrieval_run
     from unirag.runs.atomic import atomic_write_json
 
@@ -96,11 +106,14 @@ def evaluate_run_file(run_path: str | Path, qrels_path: str | Path, ks: Sequence
     # UniIR's Recall@k needs the raw ids, which run files record since unirag kept them
     raw = {qid: r.raw for qid, r in results.items()} if all(r.raw is not None for r in results.values()) else None
     try:
-        metrics = evaluate_run(run, read_qrels(qrels_path).relevant, ks, raw=raw)
+        per_query = per_query_scores(run, read_qrels(qrels_path).relevant, ks, raw=raw)
     except ValueError as e:
         raise InputError(str(e), path=qrels_path) from None
+    metrics = mean_metrics(run, per_query)
+    figures = {m: float(v) for m, v in metrics.items() if m in next(iter(per_query.values()))}
+    intervals = query_intervals_result(per_query, figures, resamples, bootstrap_seed, ci_method)
     out = Path(out) if out is not None else run_path.with_name(run_path.stem + ".metrics.json")
     labels = {name: LABELS[name] for name in (*METRICS, "uniir_recall") if name in METRICS or raw is not None}
     atomic_write_json(out, {"run": str(run_path), "qrels": str(qrels_path), "k": list(ks), "metrics": metrics,
-                            "labels": labels})
-    return metrics, out, max((len(r) for r in run.values()), default=0)
+                            **intervals, "labels": labels})
+    return metrics, out, max((len(r) for r in run.values()), default=0), intervals

@@ -235,7 +235,11 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
         from unirag.pipelines.remote_models import RemoteTextGenerator, TextModelRecipe
 
         pool = stack.enter_context(open_pool(cfg.engine, cfg.progress))
-        recipe = TextModelRecipe(cfg.generator, dict(cfg.generator_options))
+        from unirag.generators.hf_vlm import profile_load_options
+        from unirag.profiles import resolve
+
+        recipe = TextModelRecipe(cfg.generator, profile_load_options(cfg.generator, resolve(cfg.profile),
+                                                                     dict(cfg.generator_options)))
         generator = RemoteTextGenerator(pool.describe(recipe))  # the model loads on the workers only
     if isinstance(generator, Captioner):
         captioner, owned = generator, False
@@ -267,7 +271,8 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
                 _save_prompts(run, job, run_queries)
             counts = _execute(cfg, job, run, run_queries, pool, recipe)
             final = run.finish([q.qid for q in run_queries])
-            return {"out": str(cfg.out), "this_run": counts, "counts": final, "totals": run.manifest["totals"]}
+            return {"out": str(cfg.out), "this_run": counts, "counts": final, "totals": run.manifest["totals"],
+                    "k": cfg.k}
 
 
 def _engine_entry(engine: Any, pool: Any) -> dict[str, Any]:
@@ -309,4 +314,5 @@ def _save_prompts(run: RunDir, job: CaptionJob, queries: list[Query]) -> None:
         except (InputError, BackendError):
             continue  # the query itself will fail with this message in the run
         run.save_prompt(i, q.qid, prompt.messages, prompt.merged_image,
-                        extra={"examples": [e.as_record() for e in examples]})
+                        extra={"examples": [e.as_record() for e in examples]},
+                        sent=job.captioner.sent_prompt(prompt))

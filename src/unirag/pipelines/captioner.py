@@ -64,6 +64,20 @@ class CaptionRequest:
     prompt: CaptionPrompt | None
 
 
+
+def _with_image_loading(method):
+    """Run ``method`` with the Captioner's ``image_loading`` setting in force (prompt images decode as it says)."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        from unirag.data.images import image_loading
+
+        with image_loading(self.settings["image_loading"]):
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
 class Captioner(LazyBackend):
     """Caption images with a generator, zero-shot or from examples (UniRAG, paper §3.2).
 
@@ -125,9 +139,10 @@ class Captioner(LazyBackend):
 
     # -- lifecycle (load on first use, release on close: LazyBackend) ------------------------
     def _load_backend(self) -> CaptionBackend:
+        from unirag.generators.hf_vlm import profile_load_options
         from unirag.generators.registry import load_text_generator
 
-        return load_text_generator(self.spec, **self.generator_options)
+        return load_text_generator(self.spec, **profile_load_options(self.spec, self.settings, self.generator_options))
 
     def warm_up(self) -> Captioner:
         """Load the generator (and its prompt template) now rather than at the first caption."""
@@ -159,6 +174,7 @@ class Captioner(LazyBackend):
         return isinstance(backend, TextGenerator) and type(backend).generate_batch is not TextGenerator.generate_batch
 
     # -- captioning --------------------------------------------------------------------------
+    @_with_image_loading
     def request(self, image: ImageLike, examples: Iterable[Any] = (), *, mode: str = "rag",
                 label: str = "query", ahead: Mapping[str, Any] | None = None) -> CaptionRequest:
         """Check the inputs and render the prompt for one image (see :meth:`caption`); ``ahead``: its
@@ -180,6 +196,15 @@ class Captioner(LazyBackend):
         return CaptionRequest(examples, build_caption_prompt(self.template, image, examples, query_label=label,
                                                                    ahead=ahead))
 
+    def sent_prompt(self, prompt: Any) -> str | None:
+        """``prompt`` (a :class:`~unirag.prompts.caption.CaptionPrompt`) exactly as the backend sends it
+        (None for generators that take no prompt): what ``--save-prompts`` writes to ``NNN_qid.sent.txt``."""
+        backend = self.backend
+        if prompt is None or not hasattr(backend, "sent_prompt"):
+            return None
+        return backend.sent_prompt(prompt.messages, self.options)
+
+    @_with_image_loading
     def complete(self, request: CaptionRequest, *, captions: Sequence[str] | None = None) -> Caption:
         """Call the generator for a prepared request (``captions``: what an example captioner picks
         from, when not the examples' own captions)."""
@@ -190,6 +215,7 @@ class Captioner(LazyBackend):
             gen = self.backend.generate(request.prompt.messages, self.options)
         return self._caption(request, gen)
 
+    @_with_image_loading
     def complete_batch(self, requests: Sequence[CaptionRequest]) -> list[Caption]:
         """Prepared requests in one batched call where the backend batches, else one by one."""
         if not self.batches or any(r.prompt is None for r in requests):

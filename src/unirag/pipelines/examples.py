@@ -195,6 +195,29 @@ class _TopCaption:
                 self._pool = load_pool(self.pool_path)
             return self._pool
 
+    def top_image(self, query: Query) -> Pair | None:
+        """The top retrieved candidate's own image, else its complement's (the image of the pair it belongs
+        to, else of its source item in the pool), else None: the official top-1 image baseline
+        (castorini/UniRAG src/unirag/eval_image_generation.py@e9a4e00:108-140). Nothing is skipped."""
+        result = self._result(query)
+        if result is None or not result.candidates:
+            return None
+        top = result.candidates[0].did
+        for p in result.pairs:
+            if top in (p.text_did, p.image_did) and p.img_path:
+                return Pair(image_did=p.image_did, text_did=p.text_did, img_path=p.img_path, txt=p.txt)
+        pool = self._lookup_pool()
+        cand = pool.get(top) if pool is not None else None
+        if cand is None:
+            return None
+        if cand.img_path:
+            return Pair(image_did=cand.did, text_did=None, img_path=cand.img_path, txt=cand.txt or "")
+        if cand.source_id is not None:
+            for c in pool.values():
+                if c.source_id == cand.source_id and c.img_path:
+                    return Pair(image_did=c.did, text_did=cand.did, img_path=c.img_path, txt=cand.txt or "")
+        return None
+
     def top_caption(self, query: Query) -> str:
         result = self._result(query)
         text = top_candidate_caption(result, None) if result is not None else None
@@ -297,8 +320,10 @@ class RagFromIndex(_TopCaption, ExampleSelector):
     def source(self) -> dict[str, Any]:
         out: dict[str, Any] = {"mode": self.mode, "k": self.k, "index": str(self.index_dir),
                                "selection": self.selection.to_dict()}
+        if self.modality != "any":  # only when searched by task, so earlier runs still resume
+            out["modality"] = self.modality
         settings = self.retriever.settings
-        changed = {n: settings[n] for n in ("pair_completion", "example_pairs")
+        changed = {n: settings[n] for n in ("pair_completion", "example_pairs", "pair_alignment")
                    if settings[n] != resolve_default(n)}
         if changed:  # only when not the default, so runs made before these settings existed still resume
             out["pairing"] = changed
@@ -316,7 +341,7 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dic
                   pool_path: str | Path | None = None, retrieval: str | Path | None = None,
                   index: Any = None, seed: int = 0,
                   query_images_root: str | Path | None = None, profile: Any = None,
-                  selection: Any = None) -> ExampleSelector:
+                  selection: Any = None, supplies: str = "text") -> ExampleSelector:
     """The selector for a mode; checks that the options the mode needs are there.
 
     ``index``: an index directory, a :class:`unirag.Index` or a :class:`unirag.Retriever` to
@@ -324,7 +349,9 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dic
     on-the-fly retrieval makes its pairs with (``pair_completion``, ``example_pairs``); a retrieval
     run file already holds the pairs ``unirag retrieve`` made under its own profile. ``selection``:
     how retrieved pairs become examples (:class:`unirag.Selection`; with ``index``: a run file was
-    selected when it was made, so only the default may be given with ``retrieval``).
+    selected when it was made, so only the default may be given with ``retrieval``). ``supplies``: what the
+    examples add to the query, ``text`` (captioning) or ``image`` (image generation): the modality an index
+    is searched with under ``rag_modality = task``.
     """
     from unirag.retrieval.selection import Selection
 
@@ -352,4 +379,8 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dic
             raise ConfigError("example selection options apply when retrieving: pass them to `unirag retrieve` "
                               "(the run file holds the examples it chose) or use --index")
         return RagFromRun(k, retrieval, pool_path)
-    return RagFromIndex(k, index, query_images_root, pool_path=pool_path, profile=profile, selection=selection)
+    from unirag.profiles import resolve
+
+    modality = supplies if resolve(profile)["rag_modality"] == "task" else "any"
+    return RagFromIndex(k, index, query_images_root, modality=modality, pool_path=pool_path, profile=profile,
+                        selection=selection)

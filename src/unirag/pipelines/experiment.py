@@ -64,7 +64,8 @@ def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, e
         kwargs["stages"] = parse_stages(c["stages"])
     metrics = run_cir(c["dataset"], c["annotations"], images_root=cell.sources.get("images_root"), out_dir=out,
                       k=c.get("k"), limit=opts.get("limit"), concurrency=opts.get("concurrency"),
-                      decode_workers=opts.get("decode_workers"), progress=progress, profile=cell.settings, echo=lambda s: None, engine=engine, **kwargs)
+                      decode_workers=opts.get("decode_workers"), progress=progress, profile=cell.settings, echo=lambda s: None, engine=engine,
+                      official_prompts=opts.get("official_prompts"), **kwargs)
     final = cir_stage_metrics(metrics, c.get("stage"))
     n = int(final.get("n_queries") or 0) if final else 0
     return {"queries": n, "ok": n, "error": 0, "metrics": {k: v for k, v in (final or {}).items()
@@ -119,7 +120,7 @@ def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool,
     selector = make_selector(cell.mode, cell.k, queries=queries, pool_path=cell.sources.get("pool"),
                              retrieval=cell.sources.get("retrieval"), index=cell.sources.get("index"),
                              seed=opts.get("seed", 0), query_images_root=cell.sources.get("images_root"),
-                             profile=cell.settings, selection=opts.get("selection"))
+                             profile=cell.settings, selection=opts.get("selection"), supplies="image")
     image = {"steps": None, "guidance": None,  # None: the generator's default under the cell's profile
              **{k: opts[k] for k in ("width", "height", "steps", "guidance") if k in opts}}
     pool_root = example_images_root(cell.sources.get("pool_images_root"), selector, cell.sources.get("images_root"))
@@ -203,7 +204,8 @@ def _run_cells(spec, cells, progress, limit, echo, engine, selection, atomic_wri
             counts = run_cell(cell, spec["out"], progress=progress, limit=limit, selection=selection,
                               engine=engine)
             results.append({"cell": cell.name, "status": "ok", "counts": counts})
-            for line in compare_lines(cell.paper, counts.get("metrics") or {}):
+            submit = cell.task == "cir" and not (counts.get("metrics") or {}).get("n_queries")
+            for line in compare_lines(cell.paper, counts.get("metrics") or {}, submit=submit):
                 echo(f"  {line}")
         except UniragError as e:
             echo(f"  failed: {e}")
@@ -212,11 +214,15 @@ def _run_cells(spec, cells, progress, limit, echo, engine, selection, atomic_wri
     return results
 
 
-def compare_lines(paper: dict[str, float], measured: dict[str, Any]) -> list[str]:
-    """``metric: measured (paper P, Δ D)`` for every paper figure that was measured."""
+def compare_lines(paper: dict[str, float], measured: dict[str, Any], submit: bool = False) -> list[str]:
+    """``metric: measured (paper P, Δ D)`` for every paper figure that was measured; with ``submit`` (a
+    test split, whose figures come from the benchmark's evaluation server) ``metric: submit (paper P)``."""
     out = []
     for name, figure in paper.items():
         value = measured.get(name)
         if isinstance(value, int | float):
             out.append(f"{name}: {value:.2f} (paper {figure:.2f}, Δ {value - figure:+.2f})")
+        elif submit:
+            out.append(f"{name}: submit (paper {figure:.2f}; upload the cell's submission files to the "
+                       "benchmark's evaluation server)")
     return out

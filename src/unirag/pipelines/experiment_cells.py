@@ -141,7 +141,8 @@ def _entry_cells(grid: Grid, entry: dict[str, Any]) -> list[Cell]:
 def _cir_cell(entry: dict[str, Any], where: str, path: Path, top: dict[str, Any], options: dict[str, Any],
               resolve, meta: dict[str, Any], forced: dict[str, Any]) -> Cell:
     """A ``task: cir`` cell: one :func:`unirag.cir.api.run_cir` call on a benchmark's annotation files."""
-    bad = set(entry) - CIR_KEYS - CELL_META_KEYS - {"generator", "mode", "task", "images_root", "concurrency"}
+    bad = set(entry) - CIR_KEYS - CELL_META_KEYS - {"generator", "mode", "task", "images_root", "concurrency",
+                                                    "official_prompts"}
     if bad:
         raise InputError(f"unknown key(s) {', '.join(sorted(bad))} for a cir cell; allowed: "
                          f"{', '.join(sorted(CIR_KEYS | CELL_META_KEYS | {'images_root', 'concurrency'}))}",
@@ -155,9 +156,12 @@ def _cir_cell(entry: dict[str, Any], where: str, path: Path, top: dict[str, Any]
     cir["annotations"] = _as_list(cir["annotations"])
     images_root = resolve("images_root", entry.get("images_root")) or top["images_root"]
     label = _slug(str(entry.get("name") or entry["generator"]))
-    cell_options = {k: v for k, v in options.items() if k in {"concurrency", "limit", "decode_workers"}}
+    cell_options = {k: v for k, v in options.items()
+                    if k in {"concurrency", "limit", "decode_workers", "official_prompts"}}
     if "concurrency" in entry:
         cell_options["concurrency"] = entry["concurrency"]
+    if entry.get("official_prompts"):  # the official X^R checkout, read under xr_prompts=official
+        cell_options["official_prompts"] = resolve("official_prompts", entry["official_prompts"])
     return Cell(name=f"cir/{_slug(str(entry['dataset']))}/{label}", task="cir", generator=str(entry["generator"]),
                 mode="cir", k=int(entry.get("k") or 50), retriever=None,
                 sources={"images_root": images_root, "annotations": cir["annotations"],

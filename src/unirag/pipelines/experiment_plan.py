@@ -50,52 +50,76 @@ def _checkpoint(kind: str, name: str) -> tuple[str, str | None]:
 
 
 def _keys_for(spec: str, options: dict[str, Any]) -> list[tuple[str, bool]]:
+    """(variable names, set?) of the API key a generator needs; none for an OpenAI-compatible server
+    at another base URL (``base_url`` option or ``OPENAI_BASE_URL``), which the client calls with a
+    placeholder key, as :class:`unirag.generators.openai_client.OpenAIConnection` does."""
+    from unirag.generators.openai_client import OFFICIAL_HOST
+
     prefix = spec.split(":", 1)[0].strip()
     names = API_KEYS.get(prefix)
     if not names:
         return []
+    if prefix.startswith("openai"):
+        base_url = options.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+        if base_url and OFFICIAL_HOST not in str(base_url):
+            return []
+    if options.get("api_key_env"):
+        names = (str(options["api_key_env"]),)
     return [(" or ".join(names), any(os.environ.get(n) for n in names))]
 
 
-def _agent_models(agents: str | None) -> list[str]:
-    """Model specs named in an X^R agents YAML (for their keys and checkpoints)."""
+def _agents_yaml(agents: str | None) -> dict[str, Any]:
+    """An X^R agents YAML as a mapping ({} when absent or unreadable: the run itself reports that)."""
     if not agents or not Path(agents).is_file():
-        return []
+        return {}
     import yaml
 
     try:
         spec = yaml.safe_load(Path(agents).read_text(encoding="utf-8")) or {}
     except yaml.YAMLError:
-        return []
-    found: list[str] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                if k == "model" and isinstance(v, str):
-                    found.append(v)
-                else:
-                    walk(v)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
-
-    walk(spec)
-    return sorted(set(found))
+        return {}
+    return spec if isinstance(spec, dict) else {}
 
 
-def _settings_line(settings: Any) -> str:
+def _agent_models(agents: str | None) -> list[tuple[str, dict[str, Any]]]:
+    """(model spec, its role's options: ``defaults`` overlaid with the role's own) of every role in an
+    X^R agents YAML (for their keys and checkpoints)."""
+    spec = _agents_yaml(agents)
+    defaults = spec.get("defaults") if isinstance(spec.get("defaults"), dict) else {}
+    roles = spec.get("roles") if isinstance(spec.get("roles"), dict) else {}
+    found: dict[str, dict[str, Any]] = {}
+    for role in [defaults, *[{**defaults, **r} for r in roles.values() if isinstance(r, dict)]]:
+        if isinstance(role.get("model"), str):
+            found.setdefault(role["model"], role)
+    return sorted(found.items())
+
+
+def _uses(task: str, name: str) -> bool:
+    """Whether a kind of cell uses a behaviour setting (those ``unirag caption``, ``unirag
+    generate-images`` and ``unirag cir`` take): a cell's plan shows only these."""
+    if name.startswith("image_"):  # the image loader: every task reads images
+        return True
+    if task == "cir":
+        return name.startswith("xr_")
+    if task == "image":
+        return name in ("emu2_sampling", "pair_completion", "example_pairs")
+    return name in ("temperature", "caption_prompts", "caption_lowercase", "pair_completion", "example_pairs")
+
+
+def _settings_line(settings: Any, task: str) -> str:
+    """The profile and the settings this kind of cell uses that differ from the default profile."""
     from unirag.profiles import SETTINGS
 
     if settings is None:
         return "profile: default"
-    changed = [f"{n}={settings[n]!s}" for n in sorted(settings) if n in SETTINGS and settings[n] != SETTINGS[n].default]
+    changed = [f"{n}={settings[n]!s}" for n in sorted(settings)
+               if n in SETTINGS and _uses(task, n) and settings[n] != SETTINGS[n].default]
     line = f"profile: {settings.profile}"
     if changed:
         line += " (" + ", ".join(changed) + ")"
     if settings.overrides:
         line += "; set here: " + ", ".join(settings.overrides)
-    bugs = settings.official_bugs()
+    bugs = [b for b in settings.official_bugs() if _uses(task, b)]
     if bugs:
         line += "; reproduces official bugs: " + ", ".join(bugs)
     return line
@@ -115,7 +139,7 @@ def plan_cell(cell: Cell) -> CellPlan:
         retriever = f"{cell.retriever} ({cell.sources.get('retrieval') or cell.sources.get('index')})" \
             if cell.retriever else "-"
         add(f"  task: {cell.task}  generator: {cell.generator}  mode: {cell.mode}  k: {cell.k}  retriever: {retriever}")
-    add("  " + _settings_line(cell.settings))
+    add("  " + _settings_line(cell.settings, cell.task))
     files = [(k, v) for k, v in cell.sources.items() if v and k != "agents"]
     if cell.task != "cir" and cell.mode == "random" and not cell.sources.get("pool"):
         miss("pool (random examples need the pool file)")
@@ -130,15 +154,18 @@ def plan_cell(cell: Cell) -> CellPlan:
             add(f"  {key}: {v}: " + ("ok" if ok else "MISSING"))
             if not ok:
                 miss(f"{key} {v}")
-    specs = [cell.generator] if cell.task != "cir" else _agent_models(cell.sources.get("agents"))
-    for spec in specs:
+    if cell.task == "cir":
+        _official_checkout(cell, add, miss)
+    specs = [(cell.generator, cell.options)] if cell.task != "cir" else \
+        [(m, {**cell.options, **role}) for m, role in _agent_models(cell.sources.get("agents"))]
+    for spec, options in specs:
         prefix, _, name = spec.partition(":")
         if prefix in CHECKPOINT_PREFIXES and name:
             line, lack = _checkpoint(f"{prefix} checkpoint", name)
             add("  " + line)
             if lack:
                 miss(lack)
-        for names, present in _keys_for(spec, cell.options):
+        for names, present in _keys_for(spec, options):
             add(f"  key {names}: " + ("set" if present else "NOT SET"))
             if not present:
                 miss(f"environment variable {names} (for {spec})")
@@ -155,6 +182,29 @@ def plan_cell(cell: Cell) -> CellPlan:
     if cell.paper:
         add("  paper: " + ", ".join(f"{k} {v}" for k, v in cell.paper.items()))
     return plan
+
+
+def _official_checkout(cell: Cell, add, miss) -> None:
+    """Under ``xr_prompts=official`` X^R's agents read the official code's prompts from the user's
+    checkout (``official_prompts``: the grid's options, ``--option official_prompts=DIR``, or the agents
+    YAML); the run stops without one, so the plan names it (the embedding baseline needs none)."""
+    if not cell.sources.get("agents") or cell.settings is None or cell.settings["xr_prompts"] != "official":
+        return
+    checkout = cell.options.get("official_prompts")
+    if not checkout:
+        given = _agents_yaml(cell.sources["agents"]).get("official_prompts")
+        if given:
+            p = Path(str(given)).expanduser()
+            checkout = str(p if p.is_absolute() else Path(cell.sources["agents"]).parent / p)
+    if not checkout:
+        add("  official_prompts: NOT SET (xr_prompts=official reads the official X^R prompts)")
+        miss("the official X^R checkout (01yzzyu/xr.github.io) for xr_prompts=official: official_prompts in the "
+             "grid's options, --option official_prompts=DIR, or official_prompts: in the agents YAML")
+    elif "official_prompts" not in cell.options:  # the grid's option is checked with the other files
+        ok = Path(checkout).is_dir()
+        add(f"  official_prompts: {checkout}: " + ("ok" if ok else "MISSING"))
+        if not ok:
+            miss(f"official_prompts {checkout}")
 
 
 def plan_experiment(path: str | Path, only: tuple[str, ...] = (), overrides: GridOverrides | None = None

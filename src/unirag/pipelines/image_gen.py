@@ -111,7 +111,13 @@ class ImageJob:
     price: Price
     position: dict[str, int]
     save_prompts: int = 5
+    #: the ``image_format`` setting: ``png`` (lossless) or ``jpeg`` (PIL's default quality, as the official run)
+    image_format: str = "png"
+    #: the ``image_loading`` setting: how example images decode (``plain``: as the official code)
+    image_loading: str = "normalised"
     selector: ExampleSelector | None = None
+    #: the official retrieval baseline (``image_top1`` top-candidate): the top hit's image, unskipped
+    top_image: bool = False
 
     #: one picture per call (diffusers batches only text-only requests)
     batches = False
@@ -126,6 +132,10 @@ class ImageJob:
         return q.qid
 
     def prepare(self, q: Query) -> tuple[Query, list[Pair], dict[str, int] | None]:
+        """The query, its examples and the leakage guard's count for them (None: guard off)."""
+        if self.top_image:
+            ex = self.selector.top_image(q)
+            return q, [ex] if ex is not None else [], None
         return q, self.selector.select(q), self.selector.leak_info(q)
 
     def n_images(self, queries: Sequence[Query]) -> int:
@@ -152,15 +162,22 @@ class ImageJob:
         request = ImageRequest(qid=query.qid, caption=query.txt, examples=_rooted(examples, self.images_root),
                                width=settings.width, height=settings.height, steps=settings.steps,
                                guidance=settings.guidance, seed=settings.seed, ahead=images)
+        from unirag.data.images import image_loading
+
         try:
-            result = generator.generate(request)
+            with image_loading(self.image_loading):
+                result = generator.generate(request)
         except InputError as e:  # e.g. a missing example image: this query fails, the run goes on
             raise BackendError(str(e)) from None
         meta = dict(result.meta)
         prompt = meta.pop("prompt", None) or generator.prompt_text(request)
         stem = image_stem(query.qid)
-        rel = f"{IMAGES_DIR}/{stem}.png"
-        atomic_write_bytes(out / rel, png_bytes(result.image, compress_level=1))
+        if self.image_format == "jpeg":
+            rel = f"{IMAGES_DIR}/{stem}.jpg"
+            atomic_write_bytes(out / rel, jpeg_bytes(result.image))
+        else:
+            rel = f"{IMAGES_DIR}/{stem}.png"
+            atomic_write_bytes(out / rel, png_bytes(result.image, compress_level=1))
         atomic_write_json(out / IMAGES_DIR / f"{stem}.prompt.json", {
             "qid": query.qid, "caption": query.txt, "generator": generator.spec, "prompt": prompt,
             "examples": [{"id": e.label, "image": str(e.image), "caption": e.caption} for e in request.examples],
@@ -182,11 +199,23 @@ class ImageJob:
 
 
 def open_image_job(out: str, images_root: str | None, settings: ImageSettings, price: Price,
-                   position: dict[str, int], save_prompts: int, k: int, generator: ImageGenerator) -> ImageJob:
+                   position: dict[str, int], save_prompts: int, k: int, image_format: str, image_loading: str,
+                   generator: ImageGenerator) -> ImageJob:
     """An image run's job on a Ray worker's loaded model (see :mod:`unirag.runs.engine`)."""
     generator.check_k(k)
     generator.check_size(settings.width, settings.height)
-    return ImageJob(generator, Path(out), images_root, settings, price, position, save_prompts)
+    return ImageJob(generator, Path(out), images_root, settings, price, position, save_prompts, image_format,
+                    image_loading)
+
+
+def jpeg_bytes(image: Any) -> bytes:
+    """The image as the official UniRAG run saved it: ``image.save("....jpg")``, PIL's default JPEG quality
+    (75) (castorini/UniRAG src/unirag/image_generation_inference.py@e9a4e00:82-85, :143-146)."""
+    import io
+
+    buf = io.BytesIO()
+    image.convert("RGB").save(buf, format="JPEG")
+    return buf.getvalue()
 
 
 def run_image_generation(
@@ -226,6 +255,7 @@ def run_image_generation(
     from contextlib import ExitStack
 
     from unirag.data.loader import resolve_decode_workers
+    from unirag.generators.images.base import seeding_options
     from unirag.profiles import resolve
     from unirag.runs.engine import open_pool, runs_on_ray
 
@@ -242,12 +272,12 @@ def run_image_generation(
                 from unirag.pipelines.remote_models import ImageModelRecipe, RemoteImageGenerator
 
                 pool = stack.enter_context(open_pool(engine, progress))
-                recipe = ImageModelRecipe(spec, dict(generator_options or {}))
+                recipe = ImageModelRecipe(spec, {**seeding_options(spec, profile), **(generator_options or {})})
                 generator = RemoteImageGenerator(pool.describe(recipe))
             else:
                 from unirag.generators.images.registry import load_image_generator
 
-                generator = load_image_generator(spec, **(generator_options or {}))
+                generator = load_image_generator(spec, **{**seeding_options(spec, profile), **(generator_options or {})})
                 stack.callback(generator.close)
         settings = (settings or ImageSettings()).resolved(generator.spec, profile)
         return _run_image_generation(queries, generator, selector, Path(out), images_root, settings,
@@ -269,6 +299,9 @@ def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleS
     templates = {name: image_template(name).manifest_entry() for name in generator.templates}
     identity = {"generator": generator.spec, **generator.identity(), "examples": selector.source(), **asdict(settings),
                 "templates": {n: t["sha256"] for n, t in templates.items()}, **(identity_extra or {})}
+    image_format = profile["image_format"]
+    if image_format != "png":  # only when not the default, so runs made before the setting still resume
+        identity["image_format"] = image_format
     price = image_price(generator.spec, generator.local, prices)
     run_settings = {"generator_config": generator.config(), "images_root": images_root,
                     "concurrency": 1 if generator.local else concurrency, "templates": templates,
@@ -281,7 +314,10 @@ def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleS
         todo = [q for q in queries if q.qid not in done]
         selector.prepare(todo)
         (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
-        job = ImageJob(generator, out, images_root, settings, price, position, save_prompts, selector)
+        top_image = profile["image_top1"] == "top-candidate" and generator.spec.startswith("retrieval:") \
+            and hasattr(selector, "top_image")
+        job = ImageJob(generator, out, images_root, settings, price, position, save_prompts, image_format,
+                       profile["image_loading"], selector, top_image)
         open_kind = None
         if pool is not None:
             import functools
@@ -289,7 +325,7 @@ def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleS
             root = str(Path(images_root).resolve()) if images_root is not None else os.getcwd()
             open_kind = functools.partial(open_image_job, str(out.resolve()), root, settings, price,
                                           {q: i for q, i in position.items() if i < save_prompts}, save_prompts,
-                                          selector.k)
+                                          selector.k, image_format, profile["image_loading"])
         # A local model draws one query at a time here: its example images decoded a few queries ahead.
         counts = execute(job, todo, run.store, concurrency=1 if generator.local else max(1, int(concurrency)),
                          policy=policy, decode_ahead=generator.local, decode_workers=decode_workers, pool=pool,
@@ -332,7 +368,7 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dic
     queries, path = load_queries(cfg.queries)
     selector = make_selector(cfg.mode, cfg.k, queries=queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
                              index=cfg.index, seed=cfg.seed, query_images_root=cfg.images_root,
-                             profile=cfg.profile, selection=cfg.selection)
+                             profile=cfg.profile, selection=cfg.selection, supplies="image")
     return run_image_generation(
         queries, generator, selector, cfg.out,
         images_root=example_images_root(cfg.pool_images_root, selector, cfg.images_root), settings=cfg.settings,

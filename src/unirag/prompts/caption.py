@@ -6,7 +6,8 @@ and the instruction in the user turn). Backends only render the resulting messag
 format, so the same prompt reaches every model in its family unchanged.
 
 For single-image (``merged_image``) layouts the captions are numbered [1]..[k] and the query image
-is named [k+1]; the official UniRAG code repeated [k] for the query line, which we do not.
+is named [k+1]; the official UniRAG code repeated [k] for the query line and ended the example list
+with a line break, which ``caption_prompts = official`` reproduces (:mod:`unirag.prompts.official`).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def _instruction(tpl: PromptTemplate, examples: Sequence[Pair], merged: bool) ->
     if not merged:
         return tpl.fill("few_shot", num=k)
     lines = [tpl.fill("example_caption", n=i, caption=s.caption) for i, s in enumerate(examples, start=1)]
-    lines.append(tpl.fill("query_caption", n=k + 1))
+    lines.append(tpl.fill("query_caption", n=k + 1, caption_num=k))
     return tpl.fill("few_shot", num=k, image_num=k + 1, caption_num=k, examples="\n".join(lines))
 
 

@@ -72,9 +72,16 @@ def apply_caption_prompts(tpl: PromptTemplate, family: str, wording: str,
         if zero.startswith(SYSTEM_SENTENCE):
             zero = zero[len(SYSTEM_SENTENCE):].lstrip()
         sections["zero_shot"] = zero
-        sections["few_shot"] = sections.get("few_shot", "").rstrip() + "\n" + GEMINI_ONE_LINE
-    else:
+        # the sentence ends the file's last line, after one space (gemini-caption-prompt-with-examples.txt@6c4eda29:5)
+        sections["few_shot"] = sections.get("few_shot", "").rstrip() + " " + GEMINI_ONE_LINE
+    elif family != "llava":
         return tpl  # the other families' official wording is the paper's (or comes from --official-prompts)
+    if family == "llava":
+        # prepare_llava_message (castorini/UniRAG src/unirag/generator_prompt.py@07190083:16-32): each example
+        # line ends with "\n" and so does the query line, numbered index + 1 of the *last example* (the list
+        # is already cut to k, get_rag_fewshot_examples :138-140), i.e. [k] again.
+        sections["query_caption"] = "Caption [{caption_num}]: ..."
+        sections["few_shot"] = sections.get("few_shot", "").replace("{examples}", "{examples}\n")
     blob = "\n".join(f"### {k}\n{v}" for k, v in sections.items()) + "\n" + "\n".join(sources)
     return replace(tpl, name=f"{tpl.name}+official", sections=sections,
                    sha256=hashlib.sha256(blob.encode("utf-8")).hexdigest())

@@ -31,7 +31,17 @@ from unirag.reports.sampling_table import (
     sampling_tables,
     set_labels,
 )
-from unirag.reports.tables import cell, csv_table, group_runs, header, markdown_table, metric_columns
+from unirag.reports.tables import (
+    LEAK_COLUMN,
+    cell,
+    csv_table,
+    group_runs,
+    has_leak_column,
+    header,
+    leak_cell,
+    markdown_table,
+    metric_columns,
+)
 from unirag.runs.atomic import atomic_write_text
 from unirag.runs.rundir import OUTPUTS_FILE
 
@@ -40,13 +50,19 @@ def _html_table(task: str, runs: Sequence[RunSummary], galleries: dict[Path, str
                 labels: Sequence[str] | None = None) -> str:
     """``labels`` replaces the first column (the sampling table shows the sample set there)."""
     cols = metric_columns(task, runs)
-    head = "<tr><th></th><th>k</th>" + "".join(f"<th>{esc(header(c))}</th>" for c in cols) + "<th>run</th></tr>"
+    leak = has_leak_column(runs)
+    head = ("<tr><th></th><th>k</th>" + "".join(f"<th>{esc(header(c))}</th>" for c in cols)
+            + (f"<th>{esc(LEAK_COLUMN)}</th>" if leak else "") + "<th>generator</th><th>mode</th><th>examples</th>"
+            "<th>run</th></tr>")
     rows = []
     for i, r in enumerate(runs):
         link = galleries.get(r.run_dir)
         run_cell = f'<a href="{esc(link)}">{esc(r.name)}</a>' if link else esc(r.name)
         rows.append(f"<tr><td>{esc(r.label if labels is None else labels[i])}</td><td>{r.k}</td>" +
-                    "".join(f"<td>{esc(cell(r, c))}</td>" for c in cols) + f"<td>{run_cell}</td></tr>")
+                    "".join(f"<td>{esc(cell(r, c))}</td>" for c in cols)
+                    + (f"<td>{esc(leak_cell(r))}</td>" if leak else "")
+                    + f"<td>{esc(r.generator)}</td><td>{esc(r.mode)}</td><td>{esc(r.selection)}</td>"
+                    + f"<td>{run_cell}</td></tr>")
     return f'<table class="results">{head}{"".join(rows)}</table>'
 
 
@@ -72,17 +88,47 @@ def _sampling_tables(runs: Sequence[RunSummary], out: Path, galleries: dict[Path
     return markdown, sections
 
 
+def _comparison_table(comparison: Any, out: Path, written: dict[str, Any], sections: list[str]) -> str:
+    """Write the differences-from-baseline table (Markdown, CSV, HTML section); returns its Markdown."""
+    from unirag.reports.compare import comparison_cell, legend
+
+    base = comparison.baseline
+    md = comparison.markdown()
+    path = out / "tables" / f"compare_{slug(base.task)}_{slug(base.dataset)}"
+    atomic_write_text(path.with_suffix(".md"), md)
+    atomic_write_text(path.with_suffix(".csv"), comparison.csv())
+    written["tables"] += [path.with_suffix(".md"), path.with_suffix(".csv")]
+    written["comparison"] = comparison
+    head = "<tr><th></th><th>k</th><th>n</th>" + "".join(f"<th>{esc(m)}</th>" for m in comparison.metrics) + "</tr>"
+    rows = "".join(f"<tr><td>{esc(r.run.label)}</td><td>{r.run.k}</td><td>{r.n}</td>"
+                   + "".join(f"<td>{esc(comparison_cell(r.metrics.get(m)))}</td>" for m in comparison.metrics)
+                   + "</tr>" for r in comparison.rows)
+    notes = " ".join(comparison.not_compared.values())
+    sections.append(f"<section><h2>{esc(f'Differences from the baseline {base.label} (k={base.k})')}</h2>"
+                    f'<table class="results">{head}{rows}</table><p class="muted">{esc(legend(comparison))} '
+                    f"{esc(notes)}</p></section>")
+    return md
+
+
 def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_cards: int = 100,
                  queries: str | Path | None = None, pool: str | Path | None = None,
-                 images_root: str | Path | None = None, gallery: bool = True, plots: bool = True
-                 ) -> dict[str, Any]:
+                 images_root: str | Path | None = None, gallery: bool = True, plots: bool = True,
+                 baseline: str | Path | None = None, resamples: int = 1000, bootstrap_seed: int = 0,
+                 ci_method: str = "percentile") -> dict[str, Any]:
     """Tables (``tables.md``, ``tables/*.csv``), plots and HTML galleries of evaluated runs in ``out_dir``
     (what ``unirag report`` writes); returns what was written (paths), notes and per-run card counts.
-    ``queries``/``pool``/``images_root`` override what each run's manifest records."""
+    ``queries``/``pool``/``images_root`` override what each run's manifest records. With ``baseline``
+    (a run folder or row name) also the table of each run's paired differences from it
+    (``tables/compare_<task>_<dataset>``, see :func:`unirag.compare_runs`), refused for unpaired runs."""
     if not run_dirs:
         raise InputError("no run directories given")
     out = Path(out_dir)
     runs = [summarize_run(d) for d in run_dirs]
+    comparison = None
+    if baseline is not None:
+        from unirag.reports.compare import compare_runs
+
+        comparison = compare_runs(runs, baseline, resamples=resamples, seed=bootstrap_seed, method=ci_method)
     out.mkdir(parents=True, exist_ok=True)
     (out / "gallery.css").write_text(asset_text("gallery.css"), encoding="utf-8")
     written: dict[str, Any] = {"tables": [], "plots": [], "galleries": [], "cards": {}, "notes": []}
@@ -121,6 +167,8 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_car
     sampling_md, sampling_sections = _sampling_tables(runs, out, galleries, written)
     markdown += sampling_md
     sections += sampling_sections
+    if comparison is not None:
+        markdown.append(_comparison_table(comparison, out, written, sections))
     atomic_write_text(out / "tables.md", "\n".join(markdown))
     index = Template(asset_text("page.html")).substitute(
         title="unirag report", css="gallery.css", subtitle=esc(f"{len(runs)} run(s)"),

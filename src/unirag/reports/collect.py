@@ -44,15 +44,38 @@ class RunSummary:
     @property
     def label(self) -> str:
         """Row label in the paper's style."""
-        if self.mode == "retrieval":
+        if self.mode == "retrieval":  # the generator is named: top-1 and consensus rows differ by it alone
             variant = self.generator.split(":", 1)[-1]
-            name = self.retriever or "retrieval"
-            return name if variant == "top1" else f"{name} ({variant})"
+            return f"{self.retriever or 'retrieval'} ({variant})"
         if self.mode == "zero-shot" or self.k == 0:
             return self.generator
         if self.mode == "random":
             return f"Random + {self.generator}"
         return f"{self.retriever or 'RAG'} + {self.generator}"
+
+    @property
+    def selection(self) -> str:
+        """How the run's examples were chosen, from its manifest: "random (seed 0)", "relevance",
+        "mmr λ=0.7, one per image, near-duplicates excluded, where gender=Men"; "" without examples."""
+        if self.k == 0 or self.mode == "zero-shot":
+            return ""
+        if self.mode == "random":
+            seed = self.manifest.get("seed")
+            return "random" + (f" (seed {seed})" if seed is not None else "")
+        sel = self.manifest.get("selection")
+        if not isinstance(sel, dict):
+            return "relevance"
+        parts = [f"mmr λ={sel.get('mmr_lambda')}" if sel.get("diversity") == "mmr" else "relevance"]
+        if sel.get("one_per_image"):
+            parts.append("one per image")
+        if sel.get("near_duplicates") == "exclude":
+            parts.append("near-duplicates excluded")
+        if sel.get("pairs_from"):
+            parts.append("pairs from qrels")
+        where = sel.get("where") or {}
+        if isinstance(where, dict) and where:
+            parts.append("where " + " ".join(f"{f}={','.join(map(str, v))}" for f, v in where.items()))
+        return ", ".join(parts)
 
     @property
     def series(self) -> str:
@@ -149,9 +172,10 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
     spec = _text(manifest.get("generator"), "label", "spec", "name") or "unknown"
     mode = str(manifest.get("mode") or "zero-shot")
     generator = _short(spec)
-    if spec.startswith("retrieval:"):  # the retriever's own output: a baseline row (paper rows 1a/1b)
-        mode = "retrieval"
+    if spec.startswith("retrieval:"):  # the retriever's own output: a baseline row (paper rows 1a/1b) ...
         generator = spec
+        if mode in ("rag", "retrieval"):  # ... unless its examples were not retrieved (--mode random)
+            mode = "retrieval"
     try:
         k = int(manifest.get("k") or 0)
     except (TypeError, ValueError):

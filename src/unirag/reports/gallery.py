@@ -24,6 +24,9 @@ from unirag.reports.collect import RunSummary
 from unirag.runs.rundir import read_per_query, read_run_dir
 
 THUMB_SIZE = 384
+#: Cards shown open; the others are one line each (query id, status, output) until clicked, so a
+#: gallery of 100 queries stays a page of a few screens instead of tens of thousands of pixels.
+OPEN_CARDS = 2
 
 
 def asset_text(name: str) -> str:
@@ -118,7 +121,9 @@ def _examples_html(examples: Any, media: MediaStore, page_dir: Path, pool_root: 
 
 def render_card(task: str, qid: str, record: dict[str, Any], query: Query | None, refs: list, scores: dict,
                 run_dir: Path, media: MediaStore, page_dir: Path, images_root: Path | None,
-                pool_root: Path | None) -> str:
+                pool_root: Path | None, *, open_card: bool = True) -> str:
+    """One query's card: a ``<details>`` element whose one-line summary gives the query id, the
+    status and the output (``open_card``: shown unfolded)."""
     ok = record.get("status", "ok") == "ok"
     if query is None:
         query_html = '<p class="muted">query not found in the queries file</p>'
@@ -141,7 +146,14 @@ def render_card(task: str, qid: str, record: dict[str, Any], query: Query | None
     else:
         ref_html = "<ul>" + "".join(f"<li>{esc(c.txt)}</li>" for c in refs if c.txt) + "</ul>"
     examples = record.get("examples") or []
+    if not ok:
+        gist = record.get("error") or "failed"
+    elif task == "image":
+        gist = f"generated image · {query.txt if query is not None and query.txt else ''}"
+    else:
+        gist = record.get("caption") or ""
     return Template(asset_text("card.html")).substitute(
+        open=" open" if open_card else "", gist=esc(str(gist)[:200]),
         status_class="ok" if ok else "failed", anchor=esc(qid), qid=esc(qid), status="ok" if ok else "failed",
         query=query_html, n_examples=len(examples) if isinstance(examples, list) else 0,
         examples=_examples_html(examples, media, page_dir, pool_root), output=output,
@@ -177,10 +189,11 @@ def build_gallery(run: RunSummary, report_dir: Path, media: MediaStore, *, max_c
     else:
         notes.append("queries file not found (pass --queries): query content not shown")
     cards = [render_card(run.task, qid, rec, by_qid.get(qid), refs.get(qid, []), per_query.get(qid, {}),
-                         run.run_dir, media, page_dir, root, pool_root) for qid, rec in shown]
+                         run.run_dir, media, page_dir, root, pool_root, open_card=i < OPEN_CARDS)
+             for i, (qid, rec) in enumerate(shown)]
     failed = sum(1 for _, r in shown if r.get("status", "ok") != "ok")
     subtitle = (f"{run.label} · k={run.k} · {run.dataset} · showing {len(cards)} of {len(outputs.records)} "
-                f"queries ({failed} failed)" + ("; " + "; ".join(notes) if notes else ""))
+                f"queries ({failed} failed); click a card to unfold it" + ("; " + "; ".join(notes) if notes else ""))
     page = Template(asset_text("page.html")).substitute(
         title=esc(f"Gallery: {run.name}"), css="../gallery.css", subtitle=esc(subtitle),
         nav='<a href="../index.html">← report index</a>', body="\n".join(cards))

@@ -1,8 +1,11 @@
 """One PNG per main metric: the metric against k, one line per generator and example source.
 
 Every few-shot line starts at its generator's zero-shot run (k = 0), as the paper reads its tables;
-retrieval-only baselines are drawn as dashed horizontal lines. matplotlib is imported lazily with
-the Agg backend (no display needed).
+retrieval-only baselines are horizontal lines, each with its own line style (and its 95 % interval as
+a band). Error bars: each run's 95 % bootstrap interval over queries, as ``unirag evaluate`` wrote it
+into metrics.json. Every label is in the legend beside the axes (no text over the data); a flat line,
+or lines drawn on top of each other, get a note under the plot saying so. matplotlib is imported
+lazily with the Agg backend.
 """
 
 from __future__ import annotations
@@ -21,11 +24,55 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "x"
 
 
+def error_bar(runs: Sequence[RunSummary], metric: str):
+    """matplotlib's ``yerr`` (2 x n distances below/above each point) from the runs' 95 % intervals in
+    metrics.json, or None when no run has one (a run without an interval gets a zero-length bar)."""
+    cis = [(r.evaluation.get("intervals") or {}).get(metric) for r in runs]
+    if not any(cis):
+        return None
+    return [[max(0.0, r.metrics[metric] - ci["low"]) if ci else 0.0 for r, ci in zip(runs, cis, strict=True)],
+            [max(0.0, ci["high"] - r.metrics[metric]) if ci else 0.0 for r, ci in zip(runs, cis, strict=True)]]
+
+
 def plot_metric(task: str, dataset: str, metric: str, runs: Sequence[RunSummary], out: Path) -> bool:
     """Write the plot; False (nothing written) when no run has the metric."""
+    made = metric_figure(dataset, metric, runs)
+    if made is None:
+        return False
+    import matplotlib.pyplot as plt
+
+    fig, _ = made
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, bbox_inches="tight")
+    plt.close(fig)
+    return True
+
+
+def flat_notes(metric: str, lines: dict[str, list[tuple[int | str, float]]]) -> list[str]:
+    """Why a plot shows flat lines: each series with more than one point that scores the same at
+    every k, and the lines that lie on top of each other (same values)."""
+    notes = []
+    for series, points in sorted(lines.items()):
+        values = {round(v, 6) for _, v in points}
+        if len(points) > 1 and len(values) == 1:
+            notes.append(f"flat: {series} scores {metric} {points[0][1]:.2f} at every k "
+                         f"({', '.join(str(k) for k, _ in points)}): its output did not change with k")
+    by_values: dict[tuple, list[str]] = defaultdict(list)
+    for series, points in lines.items():
+        by_values[tuple((k, round(v, 6)) for k, v in points)].append(series)
+    for same in by_values.values():
+        if len(same) > 1:
+            notes.append(f"same values, drawn on top of each other: {', '.join(sorted(same))}")
+    return notes
+
+
+def metric_figure(dataset: str, metric: str, runs: Sequence[RunSummary]):
+    """``(figure, notes)`` of one metric against k (None when no run has it). Every label is in the
+    legend, outside the axes (no text drawn over the data); ``notes`` (see :func:`flat_notes`) are
+    printed under the plot."""
     have = [r for r in runs if metric in r.metrics]
     if not have:
-        return False
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
@@ -36,19 +83,28 @@ def plot_metric(task: str, dataset: str, metric: str, runs: Sequence[RunSummary]
     for r in have:
         if r.mode in ("rag", "random") and r.k > 0:
             lines[r.series].append(r)
+    points: dict[str, list[tuple[int | str, float]]] = {}
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
     for series, rs in sorted(lines.items()):
         rs = sorted(rs, key=lambda r: r.k)
         if rs[0].generator in zero:
             rs = [zero[rs[0].generator], *rs]
-        ax.plot([r.k for r in rs], [r.metrics[metric] for r in rs], marker="o", label=series)
+        points[series] = [(r.k, r.metrics[metric]) for r in rs]
+        ax.errorbar([r.k for r in rs], [r.metrics[metric] for r in rs], yerr=error_bar(rs, metric), marker="o",
+                    capsize=3, label=series)
     for gen, r in sorted(zero.items()):
         if not any(s.generator == gen for ss in lines.values() for s in ss):
-            ax.plot([0], [r.metrics[metric]], marker="s", linestyle="none", label=f"{gen} (zero-shot)")
-    for r in have:
-        if r.mode == "retrieval":
-            ax.axhline(r.metrics[metric], linestyle="--", linewidth=1, color="gray")
-            ax.annotate(r.series, (0, r.metrics[metric]), fontsize=7, color="gray", va="bottom")
+            ax.errorbar([0], [r.metrics[metric]], yerr=error_bar([r], metric), marker="s", linestyle="none",
+                        capsize=3, label=f"{gen} (zero-shot)")
+    styles = ("--", ":", "-.", (0, (5, 1)), (0, (1, 3)))
+    for i, r in enumerate(sorted((r for r in have if r.mode == "retrieval"), key=lambda r: r.series)):
+        color = f"C{7 + i % 3}"
+        ax.axhline(r.metrics[metric], linestyle=styles[i % len(styles)], linewidth=1.2, color=color,
+                   label=f"{r.series}: {r.metrics[metric]:.2f}")
+        ci = (r.evaluation.get("intervals") or {}).get(metric)
+        if ci:  # its 95 % interval as a band
+            ax.axhspan(ci["low"], ci["high"], color=color, alpha=0.12, linewidth=0)
+        points[r.series] = [("every k", r.metrics[metric])]  # a horizontal line: the same at every k
     ks = sorted({r.k for r in have})
     ax.set_xticks(ks)
     ax.set_xlabel("k (in-context examples)")
@@ -56,12 +112,14 @@ def plot_metric(task: str, dataset: str, metric: str, runs: Sequence[RunSummary]
     ax.set_title(f"{metric} vs k — {dataset}")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return True
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    notes = flat_notes(metric, points)
+    if notes:
+        import textwrap
+
+        text = "\n".join(textwrap.fill(n, 90) for n in notes)
+        ax.text(0.0, -0.18, text, transform=ax.transAxes, fontsize=7, va="top", ha="left", color="#444")
+    return fig, notes
 
 
 def plot_group(task: str, dataset: str, runs: Sequence[RunSummary], out_dir: Path) -> list[Path]:

@@ -137,13 +137,13 @@ def csv_metric_columns(task: str, runs: Sequence[RunSummary]) -> list[str]:
     return cols + ["IS SD"] if task == "image" and "IS" in cols else cols
 
 
-CSV_RUN_FIELDS = ("row", "retriever", "generator", "mode", "k")
+CSV_RUN_FIELDS = ("row", "retriever", "generator", "mode", "k", "selection")
 CSV_TRACE_FIELDS = ("leak_rate", "n_scored", "n_failed", "run")
 
 
 def csv_run_values(r: RunSummary, cols: Sequence[str]) -> list:
     """One run's CSV cells: who generated it, its metrics (4 decimals), its leak rate and where they came from."""
-    return [r.label, r.retriever or "", r.generator, r.mode, r.k,
+    return [r.label, r.retriever or "", r.generator, r.mode, r.k, r.selection,
             *[("" if column_value(r, c) is None else f"{column_value(r, c):.4f}") for c in cols],
             "" if r.leak_rate is None else f"{r.leak_rate:.4f}",
             r.evaluation.get("n_scored", ""), r.evaluation.get("n_failed", ""), r.name]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from unirag.retrieval.results import RetrievalResult
 
@@ -40,7 +41,7 @@ class RetrievalRunSummary:
 
 def encoder_for_queries(index_dir: str | Path, queries: str | Path | None, encoder: str | None = None, *,
                         device: str | None = "auto", dtype: str | None = "auto", instructions: str | None = None,
-                        use_instructions: bool = True, decode_workers: int | str | None = None):
+                        use_instructions: bool = True, decode_workers: int | str | None = None, profile: Any = None):
     """The query encoder for ``index_dir``: ``encoder`` (a spec) or the one its manifest records. A UniIR
     encoder gets the M-BEIR ``instructions`` file, else the ``instructions/query_instructions.tsv`` found
     above the ``queries`` file (``use_instructions=False``: none). ``decode_workers``: see
@@ -50,7 +51,10 @@ def encoder_for_queries(index_dir: str | Path, queries: str | Path | None, encod
 
     spec = encoder if encoder is not None else read_manifest(index_dir)["encoder"].get("spec")
     options = instruction_kwargs(spec, instructions, not use_instructions, str(queries) if queries else None)
-    return load_encoder(spec, device=device, dtype=dtype, decode_workers=decode_workers, **options)
+    from unirag.encoders.registry import precision_options
+
+    return load_encoder(spec, device=device, decode_workers=decode_workers, **precision_options(spec, dtype, profile),
+                        **options)
 
 
 def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *, k: int = 5,
@@ -83,7 +87,7 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
     qrels = read_qrels(exclude_positives) if exclude_positives is not None else None
     query_encoder = encoder_for_queries(index_dir, queries, encoder, device=device, dtype=dtype,
                                         instructions=instructions, use_instructions=use_instructions,
-                                        decode_workers=decode_workers)
+                                        decode_workers=decode_workers, profile=profile)
     retriever = Retriever(index_dir, query_encoder, verify=verify, pool_images_root=pool_images_root,
                           profile=profile, memory=index_memory)
     results = retriever.retrieve(query_list, k, modality, exclude_qrels=qrels, query_images_root=query_images_root,

@@ -91,9 +91,10 @@ class Retriever:
     def encoder(self):
         """The query encoder (loaded from the index manifest on first use)."""
         if self._encoder is None:
-            from unirag.encoders.registry import load_encoder
+            from unirag.encoders.registry import load_encoder, precision_options
 
-            encoder = load_encoder(self.index.manifest["encoder"].get("spec"), device=self.device, dtype=self.dtype)
+            spec = self.index.manifest["encoder"].get("spec")
+            encoder = load_encoder(spec, device=self.device, **precision_options(spec, self.dtype, self.settings))
             check_encoder(self.index.manifest, encoder, self.index.index_dir)
             self._encoder = encoder
         return self._encoder
@@ -265,6 +266,13 @@ class Retriever:
             return []
         where = sel.where_dict or None
         scope = self.index.scope(wanted, where)
+        if where and scope < k:
+            import warnings
+
+            shown = " ".join(f"{f}={','.join(v)}" for f, v in sel.where)
+            among = f" {wanted.value}" if wanted is not None else ""
+            warnings.warn(f"the filter {shown} matches {scope}{among} candidate(s), fewer than k={k}: each query gets "
+                          f"at most {scope} example(s)", UserWarning, stacklevel=2)
         excluded = [exclude_qrels.get(q.qid) if exclude_qrels is not None else set() for q in queries]
         completer = self._completer(sel)
         fetch = max(1, min(scope, 2 * sel.pool_size(k) + 10 + max(len(e) for e in excluded)))
@@ -313,7 +321,7 @@ class Retriever:
 
         metas = self.index.metas
         found, _ = per_hit_pairs(self.index, completer, ident, ids.tolist(), scores.tolist(), k,
-                                 unirag_depth(result.qid))
+                                 unirag_depth(result.qid), zip_bug=self.settings["pair_alignment"] == "uniir-zip")
         result.pairs = [Pair(metas[i].did, metas[t].did, metas[i].img_path, metas[t].txt, s, via)
                         for i, t, s, via in found]
         result.pair_of = {}
@@ -430,6 +438,9 @@ def _query(i: int, image: ImageLike | None, text: str | None) -> Query:
 
     if text is not None and not isinstance(text, str):
         raise InputError(f"query {i}: expected a string, got {type(text).__name__}", field="text")
+    if isinstance(image, str) and text is None and not Path(image).is_file() and _looks_like_text(image):
+        raise InputError(f"image file not found: {image!r} reads like a text, not an image path; to search with "
+                         f"a text, pass it as text=: search(text={image!r})", field="image")
     if image is not None:
         check_image_like(image, "image")
     text = text if text and text.strip() else None
@@ -440,6 +451,13 @@ def _query(i: int, image: ImageLike | None, text: str | None) -> Query:
     path = image_path_of(image) if image is not None else None
     return Query(qid=f"query-{i}", modality=modality, txt=text,
                  img_path=str(path.absolute()) if path is not None else None)
+
+
+def _looks_like_text(value: str) -> bool:
+    """A string given as an image that is no file and reads like words (a space, no file extension):
+    the usual slip of ``search("red dress")`` for ``search(text="red dress")``."""
+    name = Path(value).name
+    return " " in value.strip() and ("." not in name or not name.rsplit(".", 1)[1].isalnum())
 
 
 def _default_target(query_modality: Modality) -> Modality | None:

@@ -122,25 +122,37 @@ class UniIRCompleter:
 
 
 def per_hit_pairs(index: VectorIndex, completer: Any, ident: Any, ids: Iterable[int], scores: Iterable[float],
-                  k: int, depth: int = UNIIR_DEPTH) -> tuple[list[tuple[int, int, float, str]], int]:
+                  k: int, depth: int = UNIIR_DEPTH, zip_bug: bool = False
+                  ) -> tuple[list[tuple[int, int, float, str]], int]:
     """UniRAG's example pairs: (image gid, text gid, score, via) for each of the first
     ``max(depth, k)`` hits (excluded dids skipped; ``depth``: :func:`unirag_depth` of the query), first
-    ``k`` kept; and how many hits were read."""
+    ``k`` kept; and how many hits were read.
+
+    ``zip_bug`` (``pair_alignment = uniir-zip``): the pairs as the official code really builds them. UniIR
+    computes complements for the text and image hits only (TIGER-AI-Lab/UniIR src/common/mbeir_retriever.py
+    @98dc570:264-278, :289-308) and UniRAG zips that shorter list against *all* hits (castorini/UniRAG
+    src/unirag/incontext_example_provider.py@07190083:11-13): after an image+text hit every later hit is
+    given the complement of the hit after it, and the last hits (one per image+text hit) are dropped."""
     out: list[tuple[int, int, float, str]] = []
     depth = max(depth, k)
-    read = 0
+    hits: list[tuple[int, float]] = []
     for gid, score in zip(ids, scores, strict=False):
         gid = int(gid)
-        if gid < 0 or read >= depth:
+        if gid < 0 or len(hits) >= depth:
             break
+        if index.metas[gid].did not in ident.excluded:
+            hits.append((gid, float(score)))
+    complements = None
+    if zip_bug:  # one entry per text or image hit, in hit order (None: none found), zipped against every hit
+        complements = [completer.complement(g, ident) for g, _ in hits
+                       if index.metas[g].modality is not Modality.IMAGE_TEXT]
+        hits = hits[: len(complements)]
+    for n, (gid, score) in enumerate(hits):
         meta = index.metas[gid]
-        if meta.did in ident.excluded:
-            continue
-        read += 1
         if meta.modality is Modality.IMAGE_TEXT:
             image, text, via = gid, gid, "fused"
         else:
-            found = completer.complement(gid, ident)
+            found = complements[n] if complements is not None else completer.complement(gid, ident)
             if found is None:
                 continue  # "Failed to find image text pairs": the official provider skips the hit
             other, via = found
@@ -151,4 +163,4 @@ def per_hit_pairs(index: VectorIndex, completer: Any, ident: Any, ids: Iterable[
             continue
         if len(out) < k:
             out.append((image, text, float(score), via))
-    return out, read
+    return out, len(hits)

@@ -142,10 +142,11 @@ class RunDir:
         atomic_write_json(self.manifest_path, self.manifest)
 
     def save_prompt(self, index: int, qid: str, messages: list[Message], merged_image=None,
-                    extra: dict[str, Any] | None = None) -> None:
-        """Write prompt ``index`` (0-based) for inspection, if it is among the first ``save_prompts``."""
+                    extra: dict[str, Any] | None = None, sent: str | None = None) -> None:
+        """Write prompt ``index`` (0-based) for inspection, if it is among the first ``save_prompts``;
+        ``sent``: the prompt exactly as the backend sends it (``NNN_qid.sent.txt``)."""
         if index < self.save_prompts:
-            write_prompt(self.prompts_dir, index, qid, messages, merged_image, extra)
+            write_prompt(self.prompts_dir, index, qid, messages, merged_image, extra, sent)
 
     def finish(self, order: list[str], extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Compact outputs to one line per qid in query order; record counts and totals in the manifest."""
@@ -157,6 +158,9 @@ class RunDir:
             ok = sum(1 for r in records if r is not None and r.get("status") == STATUS_OK)
             failed = sum(1 for r in records if r is not None and r.get("status") != STATUS_OK)
             counts = {"queries": len(order), "ok": ok, "error": failed, "missing": len(order) - ok - failed}
+            short = self._short_of_k(records)
+            if short:  # queries that got fewer examples than asked: never silent (as `unirag retrieve` says)
+                counts["short"] = short
             totals = _usage_totals(r for r in records if r is not None)
             self.manifest.update({"updated": _now(), "counts": counts, "totals": totals,
                                   "status": "complete" if ok == len(order) else "incomplete", **(extra or {})})
@@ -167,8 +171,18 @@ class RunDir:
         return counts
 
 
+    def _short_of_k(self, records: list[dict[str, Any] | None]) -> int:
+        """Finished queries whose record lists fewer examples than the run's ``k`` asked for."""
+        examples = self.identity.get("examples")
+        k = examples.get("k") if isinstance(examples, dict) else None
+        if not isinstance(k, int) or k < 1:
+            return 0
+        return sum(1 for r in records if r is not None and r.get("status") == STATUS_OK
+                   and isinstance(r.get("examples"), list) and len(r["examples"]) < k)
+
+
 def write_prompt(prompts_dir: Path, index: int, qid: str, messages: list[Message], merged_image=None,
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, sent: str | None = None) -> None:
     """Write one rendered prompt into ``prompts_dir`` (text, image list, merged image as PNG); a Ray
     worker of the run calls this directly, the run itself through :meth:`RunDir.save_prompt`."""
     stem = Path(prompts_dir) / f"{index:03d}_{_safe(qid)}"
@@ -184,6 +198,8 @@ def write_prompt(prompts_dir: Path, index: int, qid: str, messages: list[Message
         atomic_write_bytes(stem.with_name(stem.name + "_merged.png"), png_bytes(merged_image))
         info["merged_image"] = stem.name + "_merged.png"
     atomic_write_text(stem.with_suffix(".txt"), render_for_log(messages) + "\n")
+    if sent is not None:  # exactly as sent (the official scripts' prompt_{idx}.txt), to diff against theirs
+        atomic_write_text(stem.with_name(stem.name + ".sent.txt"), sent)
     atomic_write_json(stem.with_suffix(".json"), info)
 
 

@@ -3,7 +3,8 @@
 Each row names an image (path relative to the images root) and one or more captions: a list or a
 single string in JSONL; in CSV one caption per cell, optionally several joined by a separator. Rows
 that name the same image are merged, so a one-caption-per-row file (Flickr30k style) works too.
-Other fields/columns of the row are kept in the image candidate's ``src_content``.
+Other fields/columns of the row are kept in the ``src_content`` of the image candidate and of each of its
+captions (so ``--filter gender=Men`` finds captions too).
 
 Ids (see ``writer.py``): without ``id_field`` an image's source id is its 0-based order of first
 appearance in the file; caption keys are ``<source_id>.<k>`` (k = 0-based caption index).

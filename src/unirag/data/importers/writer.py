@@ -62,7 +62,9 @@ class SourceItem:
     source_id: str
     img_path: str  # relative to the images root, as written in the input
     captions: list[tuple[str, str]]  # (caption_key, caption text); keys unique within the dataset
-    meta: dict[str, Any] = field(default_factory=dict)  # licence, urls ... -> src_content
+    # licence, urls, product attributes ... -> src_content of the image *and* its captions, so a filter
+    # on a field (``--filter gender=Men``) finds the captions of matching images too
+    meta: dict[str, Any] = field(default_factory=dict)
     origin: str = ""  # "file:line" or "file, images[3]" for messages
 
 
@@ -252,7 +254,9 @@ def sample_text_queries(item: SourceItem, seed: int) -> list[tuple[str, str]]:
 def build_records(
     items: list[SourceItem], *, name: str, seed: int = 0, all_captions: bool = False
 ) -> tuple[list[Candidate], list[Query], list[Query]]:
-    """The shared pool (each image, then its captions) and the task 3 / task 0 queries of ``items``."""
+    """The shared pool (each image, then its captions) and the task 3 / task 0 queries of ``items``.
+
+    Captions inherit their image's metadata fields in ``src_content`` (filters search either modality)."""
     pool: list[Candidate] = []
     q_i2t: list[Query] = []
     q_t2i: list[Query] = []
@@ -277,7 +281,8 @@ def build_records(
                     did=did,
                     modality=Modality.TEXT,
                     txt=text,
-                    src_content=json.dumps({"source_id": it.source_id, "caption_id": key}),
+                    src_content=json.dumps({**it.meta, "source_id": it.source_id, "caption_id": key},
+                                           ensure_ascii=False),
                     source_id=it.source_id,
                 )
             )

@@ -10,7 +10,7 @@ of images and texts::
 In-context examples are given exactly as UniRAG's code does (castorini/UniRAG
 ``src/unirag/image_generation_inference.py`` at commit 916425f8, lines 131-137): for each retrieved pair
 its caption, then its image, then the query caption. The pipeline draws its noise from torch's global generator (it takes no ``generator``), so the
-request's seed is set there before each call. The paper ran the ``bf16`` variant with the pipeline's
+request's seed is set there before each call (``reseed=False``, the official run: never). The paper ran the ``bf16`` variant with the pipeline's
 defaults (50 steps, guidance 3.0: pass ``--steps 50 --guidance 3``); out of memory at k=5 it kept the
 first four pairs, which the shared local-model loop does (``meta["examples_used"]``).
 
@@ -93,9 +93,12 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
 
     def __init__(self, model: str, *, spec: str | None = None, device: str | None = "auto",
                  dtype: str | None = "auto", pipeline: Any = None, oom_fallback: bool = True,
-                 offload: str | None = None, variant: str | None = None) -> None:
-        """``variant``: weight-file variant to load (default "bf16" when the checkpoint has such files)."""
+                 offload: str | None = None, variant: str | None = None, reseed: bool = True) -> None:
+        """``variant``: weight-file variant to load (default "bf16" when the checkpoint has such files).
+        ``reseed``: seed torch's generator with the request's seed before every call (False: never, as the
+        official run: ``image_seeding = official``)."""
         self.variant = variant
+        self.reseed = bool(reseed)
         super().__init__(model, spec=spec or f"emu2-gen:{model}", device=device, dtype=dtype, pipeline=pipeline,
                          oom_fallback=oom_fallback, offload=offload)
         missing = [p for p in CALL_PARAMS if p not in self._call_params]
@@ -135,7 +138,7 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
         self.check_k(len(request.examples))
         self.check_size(request.width, request.height)
         return render_with_fallback(request, self._render, name=f"Emu2-Gen {self.model}", oom_fallback=self.oom_fallback,
-                                    seed=seed_torch)
+                                    seed=seed_torch if self.reseed else None)
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
         out = self._pipe(inputs=interleaved_inputs(request, images), height=request.height, width=request.width,
@@ -147,4 +150,5 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
         return [self.generate(r) for r in requests]  # the pipeline takes one interleaved input list per call
 
     def config(self) -> dict[str, Any]:
-        return {**super().config(), "backend": "emu2-gen", "variant": self.variant}
+        return {**super().config(), "backend": "emu2-gen", "variant": self.variant,
+                "seeding": "per-call" if self.reseed else "never"}

@@ -119,10 +119,12 @@ class LaVITImageGenerator(ImageGenerator):
     def __init__(self, model_path: str, *, spec: str | None = None, device: str | None = "auto",
                  dtype: str | None = "auto", lavit_module: str = "models", lavit_code: str | None = None,
                  use_xformers: bool | None = None, check_safety: bool = False, top_k: int = 50,
-                 oom_fallback: bool = True, seed: int | None = LAVIT_SEED, model: Any = None) -> None:
+                 oom_fallback: bool = True, seed: int | None = LAVIT_SEED, model: Any = None,
+                 reseed_every: int | None = None) -> None:
         """``model``: an already built LaVIT generation model (programmatic use); else it is built from
         ``model_path`` with LaVIT's ``build_model`` (local files only: no download). ``seed``: set once,
-        before building (None: leave the global generators alone). ``use_xformers``: None = when installed."""
+        before building (None: leave the global generators alone); ``reseed_every``: set again before every
+        N-th call (the official run: 1000, one process per 1,000 queries). ``use_xformers``: None = when installed."""
         from unirag.runtime import configure_torch_threads, resolve_device
 
         configure_torch_threads()
@@ -133,6 +135,8 @@ class LaVITImageGenerator(ImageGenerator):
         self.top_k = int(top_k)
         self.oom_fallback = bool(oom_fallback)
         self.seed = None if seed is None else int(seed)
+        self.reseed_every = None if not reseed_every else int(reseed_every)
+        self._calls = 0
         self.use_xformers = xformers_available() if use_xformers is None else bool(use_xformers)
         if self.seed is not None:
             seed_everything(self.seed)
@@ -158,7 +162,11 @@ class LaVITImageGenerator(ImageGenerator):
     def generate(self, request: ImageRequest):
         self.check_k(len(request.examples))
         self.check_size(request.width, request.height)
-        # No per-call seed: the generators were seeded once when the model was built (module docstring).
+        # No per-call seed: the generators were seeded when the model was built (module docstring), and
+        # with reseed_every again before the first call of every batch of that many, as the official run.
+        if self.reseed_every and self.seed is not None and self._calls and self._calls % self.reseed_every == 0:
+            seed_everything(self.seed)
+        self._calls += 1
         return render_with_fallback(request, self._render, name=f"LaVIT {self.model_path}",
                                     oom_fallback=self.oom_fallback)
 
@@ -174,12 +182,15 @@ class LaVITImageGenerator(ImageGenerator):
 
     def config(self) -> dict[str, Any]:
         return {"spec": self.spec, "backend": "lavit", "model": self.model_path, "device": self.device,
-                "dtype": self.dtype, "top_k": self.top_k, "seed": self.seed, "seeding": "once-at-build",
+                "dtype": self.dtype, "top_k": self.top_k, "seed": self.seed, "seeding": self._seeding(),
                 "use_xformers": self.use_xformers}
 
     def identity(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "top_k": self.top_k, "oom_fallback": self.oom_fallback, "seed": self.seed,
-                "seeding": "once-at-build"}
+                "seeding": self._seeding()}
+
+    def _seeding(self) -> str:
+        return f"every-{self.reseed_every}-calls" if self.reseed_every else "once-at-build"
 
     def close(self) -> None:
         from unirag.runtime import free_memory

@@ -23,7 +23,10 @@ class RetrievalImageGenerator(ImageGenerator):
     # pricing treats the ``retrieval:`` prefix as free).
     local = False
 
-    def __init__(self, strategy: str, *, spec: str | None = None) -> None:
+    def __init__(self, strategy: str, *, spec: str | None = None, noise: bool = False) -> None:
+        """``noise``: a query without an example image gets 224x224 uniform random noise (drawn from the
+        request's seed and qid), as the official retriever metrics score it (``image_top1 = top-candidate``)."""
+        self.noise = bool(noise)
         if strategy not in STRATEGIES:
             raise ConfigError(f"unknown retrieval image baseline {strategy!r}; expected one of: "
                               + ", ".join(f"retrieval:{s}" for s in STRATEGIES))
@@ -34,6 +37,13 @@ class RetrievalImageGenerator(ImageGenerator):
         return request.caption
 
     def generate(self, request: ImageRequest) -> GeneratedImage:
+        if not request.examples and self.noise:
+            import numpy as np
+            from PIL import Image
+
+            rng = np.random.default_rng(list(f"{request.seed}|{request.qid}".encode()))
+            pixels = rng.integers(0, 256, size=(224, 224, 3), dtype=np.uint8)
+            return GeneratedImage(image=Image.fromarray(pixels, "RGB"), meta={"source": "noise"})
         if not request.examples:
             raise ConfigError(f"{self.spec} needs at least one example per query (query {request.qid} has none)")
         top = request.examples[0]
@@ -41,4 +51,5 @@ class RetrievalImageGenerator(ImageGenerator):
                               meta={"source": top.label, "source_path": str(top.image)})
 
     def config(self) -> dict[str, Any]:
-        return {"spec": self.spec, "backend": "retrieval", "strategy": self.strategy}
+        return {"spec": self.spec, "backend": "retrieval", "strategy": self.strategy,
+                **({"noise": True} if self.noise else {})}

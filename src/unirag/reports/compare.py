@@ -1,0 +1,205 @@
+"""Each row of a report against a baseline run, on the queries both scored (``unirag report --baseline``).
+
+For every metric with per-query rows in ``metrics_per_query.jsonl`` (all caption metrics - BLEU
+from its n-gram counts -, CLIP Score), each run minus the baseline: the difference, its paired
+bootstrap interval, the paired randomization test's p-value, Holm's correction across the whole
+table and, for a difference that is not significant, roughly how many queries would detect it
+(:mod:`unirag.metrics.stats`). A significant cell is marked with a dagger, as pyserini's
+reproduction pages mark theirs. FID and IS have no per-query rows and are not compared.
+A run sharing no query with the baseline (another query set) is refused: differences between
+unpaired runs are not what this table claims.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unirag.errors import InputError
+from unirag.metrics.stats import (
+    CONFIDENCE,
+    DEFAULT_RESAMPLES,
+    Comparison,
+    metric_rows,
+    paired_comparison,
+    with_holm,
+)
+from unirag.reports.collect import RunSummary, summarize_run
+from unirag.reports.tables import CAPTION_COLUMNS, IMAGE_COLUMNS
+from unirag.runs.rundir import read_per_query
+
+MARK = "†"
+
+
+@dataclass
+class RowComparison:
+    """One run against the baseline: ``n`` shared queries, one :class:`Comparison` per metric."""
+
+    run: RunSummary
+    n: int
+    metrics: dict[str, Comparison] = field(default_factory=dict)
+
+
+@dataclass
+class BaselineComparison:
+    """What :func:`compare_runs` returns: the baseline, one row per other run, the metrics compared,
+    those that could not be (metric -> why) and how the statistics were drawn."""
+
+    baseline: RunSummary
+    rows: list[RowComparison]
+    metrics: list[str]
+    not_compared: dict[str, str]
+    settings: dict[str, Any]
+
+    def markdown(self) -> str:
+        return markdown_comparison(self)
+
+    def csv(self) -> str:
+        return csv_comparison(self)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"baseline": self.baseline.name, "settings": self.settings, "not_compared": self.not_compared,
+                "rows": [{"run": r.run.name, "label": r.run.label, "k": r.run.k, "n": r.n,
+                          "metrics": {m: c.as_dict() for m, c in r.metrics.items()}} for r in self.rows]}
+
+
+def resolve_baseline(runs: Sequence[RunSummary], baseline: str | Path) -> RunSummary:
+    """The run ``baseline`` names: a run folder (given or not among ``runs``), else a run's directory name,
+    else a unique row label."""
+    path = Path(baseline)
+    for r in runs:
+        if path.exists() and r.run_dir.resolve() == path.resolve():
+            return r
+    if path.is_dir():
+        return summarize_run(path)
+    for key in ("name", "label"):
+        found = [r for r in runs if getattr(r, key) == str(baseline)]
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise InputError(f"--baseline {str(baseline)!r} names {len(found)} rows "
+                             f"({', '.join(r.name for r in found)}): give the run folder")
+    raise InputError(f"--baseline {str(baseline)!r} is neither a run folder nor a row of this report "
+                     f"(rows: {', '.join(r.name for r in runs)})")
+
+
+def _columns(task: str) -> tuple[str, ...]:
+    return IMAGE_COLUMNS if task == "image" else CAPTION_COLUMNS
+
+
+def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, *,
+                 resamples: int = DEFAULT_RESAMPLES, seed: int = 0, method: str = "percentile"
+                 ) -> BaselineComparison:
+    """Compare each evaluated run with ``baseline`` (a run folder, or the directory name or row label of
+    one of ``runs``) on the queries both scored: difference (run - baseline), paired bootstrap interval
+    (``method`` "percentile" or "BCa", ``resamples`` seeded by ``seed``), paired randomization p-value,
+    Holm's correction across the table, and queries needed where the difference is not significant.
+
+    Raises :class:`unirag.errors.InputError` (one line) for a run of another task or dataset, or one
+    that shares no query with the baseline. Needs the ``eval`` extra (scipy).
+    """
+    summaries = [r if isinstance(r, RunSummary) else summarize_run(r) for r in runs]
+    base = resolve_baseline(summaries, baseline)
+    base_records = read_per_query(base.run_dir)
+    if not base_records:
+        raise InputError("the baseline has no metrics_per_query.jsonl: evaluate it again", path=base.run_dir)
+    others = [r for r in summaries if r.run_dir.resolve() != base.run_dir.resolve()]
+    if not others:
+        raise InputError("nothing to compare: give at least one run besides the baseline")
+    prepared = []
+    for r in others:
+        if (r.task, r.dataset) != (base.task, base.dataset):
+            raise InputError(f"cannot compare {r.name} ({r.task}, {r.dataset}) with the baseline {base.name} "
+                             f"({base.task}, {base.dataset}): unpaired runs (different query sets)")
+        records = read_per_query(r.run_dir)
+        shared = sorted(set(records) & set(base_records))
+        if not shared:
+            raise InputError(f"cannot compare {r.name} with the baseline {base.name}: they share no scored query "
+                             f"(unpaired runs, different query sets)")
+        prepared.append((r, records, shared))
+    metrics = [m for m in _columns(base.task) if m in base.metrics]
+    not_compared: dict[str, str] = {}
+    rows = []
+    flat: list[tuple[int, str, Comparison]] = []
+    for i, (r, records, shared) in enumerate(prepared):
+        row = RowComparison(run=r, n=len(shared))
+        for m in metrics:
+            if m not in r.metrics:
+                continue
+            mine, theirs = metric_rows(records, m, shared), metric_rows(base_records, m, shared)
+            if mine is None or theirs is None:
+                not_compared.setdefault(m, f"{m}: no per-query statistics in metrics_per_query.jsonl "
+                                           "(a corpus figure, or runs evaluated before unirag wrote them)")
+                continue
+            if len(shared) < 2:
+                not_compared.setdefault(m, f"{r.name}: a paired comparison needs at least 2 shared queries")
+                continue
+            c = paired_comparison(mine[0], theirs[0], mine[1], metric=m, n_resamples=resamples, seed=seed,
+                                  method=method)
+            flat.append((i, m, c))
+        rows.append(row)
+    for (i, m, _), c in zip(flat, with_holm([c for _, _, c in flat]), strict=True):
+        rows[i].metrics[m] = c
+    for m in metrics:
+        if all(m not in r.metrics for r in rows) and m not in not_compared:
+            not_compared[m] = f"{m}: no other run has it"
+    compared = [m for m in metrics if any(m in r.metrics for r in rows)]
+    settings = {"resamples": int(resamples), "seed": int(seed), "method": method, "confidence": CONFIDENCE,
+                "test": "paired randomization (scipy.stats.permutation_test, permutation_type='samples')",
+                "correction": "Holm", "n_tests": len(flat)}
+    return BaselineComparison(baseline=base, rows=rows, metrics=compared, not_compared=not_compared,
+                              settings=settings)
+
+
+def _num(metric: str, value: float, signed: bool = False) -> str:
+    spec = (".2f" if metric in IMAGE_COLUMNS else ".1f")
+    return format(value, ("+" if signed else "") + spec)
+
+
+def comparison_cell(c: Comparison | None) -> str:
+    """``+1.2† [0.4, 2.0]``; a non-significant difference also says about how many queries would detect it."""
+    if c is None:
+        return "-"
+    text = f"{_num(c.metric, c.diff, True)}{MARK if c.significant else ''} [{_num(c.metric, c.low)}, " \
+           f"{_num(c.metric, c.high)}]"
+    if not c.significant and c.n_needed is not None:
+        text += " (no difference)" if c.n_needed < 0 else f" (~{c.n_needed} q)"
+    return text
+
+
+def legend(comparison: BaselineComparison) -> str:
+    s = comparison.settings
+    return (f"Run minus baseline on the queries both scored (n), {100 * s['confidence']:.0f}% paired bootstrap "
+            f"interval ({s['method']}, {s['resamples']} resamples, seed {s['seed']}). {MARK}: p < 0.05 in a paired "
+            f"randomization test after Holm's correction over the {s['n_tests']} comparisons of this table. "
+            "(~N q): roughly the queries needed to detect the difference (power 0.8, alpha 0.05).")
+
+
+def markdown_comparison(comparison: BaselineComparison) -> str:
+    base = comparison.baseline
+    cols = comparison.metrics
+    lines = [f"### Differences from the baseline {base.label} (k={base.k}, {base.name}) — {base.dataset}", "",
+             "| | k | n | " + " | ".join(cols) + " |", "|---|---:|---:|" + "---:|" * len(cols)]
+    for r in comparison.rows:
+        lines.append(f"| {r.run.label} | {r.run.k} | {r.n} | "
+                     + " | ".join(comparison_cell(r.metrics.get(m)) for m in cols) + " |")
+    lines += ["", legend(comparison)]
+    lines += [f"Not compared: {why}" for why in comparison.not_compared.values()]
+    return "\n".join(lines) + "\n"
+
+
+def csv_comparison(comparison: BaselineComparison) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["row", "k", "run", "baseline", "metric", "n", "diff", "low", "high", "p", "p_holm",
+                     "significant", "queries_needed"])
+    for r in comparison.rows:
+        for m, c in r.metrics.items():
+            writer.writerow([r.run.label, r.run.k, r.run.name, comparison.baseline.name, m, c.n, f"{c.diff:.4f}",
+                             f"{c.low:.4f}", f"{c.high:.4f}", f"{c.p_value:.4g}", f"{c.p_holm:.4g}",
+                             int(c.significant), "" if c.n_needed is None else c.n_needed])
+    return buf.getvalue()
