@@ -78,7 +78,7 @@ def test_caption_run_takes_a_live_retriever_and_in_memory_queries(demo, retrieve
     write_queries(tmp_path / "q.jsonl", queries)
     run_cli("caption", "--queries", tmp_path / "q.jsonl", "--images-root", demo["images"], "--generator",
             "retrieval:consensus", "--mode", "rag", "--k", 3, "--index", demo["index"], "--out", tmp_path / "cli",
-            "--no-progress", "--similarity", "lexical")
+            "--no-progress", "--option", "similarity=lexical")
     captioner = unirag.Captioner("retrieval:consensus", similarity="lexical")
     summary = run_captioning(CaptionConfig(queries=queries, generator="retrieval:consensus", out=tmp_path / "api",
                                            mode="rag", k=3, images_root=demo["images"], index=retriever,

@@ -29,7 +29,7 @@ def caption_run(demo, tmp_path_factory):
     write_queries(tmp / "q.jsonl", queries)
     run_cli("caption", "--queries", tmp / "q.jsonl", "--images-root", demo["images"], "--generator",
             "retrieval:consensus", "--mode", "rag", "--index", demo["index"], "--out", tmp / "run", "--no-progress",
-            "--similarity", "lexical")
+            "--option", "similarity=lexical")
     mp = pytest.MonkeyPatch()
     mp.delenv("UNIRAG_SPICE_LIB", raising=False)
     try:

@@ -61,7 +61,7 @@ def from_pretrained_calls(monkeypatch):
 
 def test_trust_remote_code_is_off_unless_asked_and_recorded(from_pretrained_calls, tmp_path):
     """A custom-code checkpoint runs its own Python only when the user opts in (hf: loader, grid option,
-    agents YAML, --trust-remote-code); the generator config (hence the run manifest) records the opt-in."""
+    agents YAML, --option trust_remote_code=true); the generator config (hence the run manifest) records the opt-in."""
     for trust in (False, True):
         gen = load_text_generator(f"hf:{tmp_path}", device="cpu", dtype="float32",
                                   **({"trust_remote_code": True} if trust else {}))
@@ -80,5 +80,5 @@ def test_a_custom_code_checkpoint_without_the_opt_in_names_the_option(monkeypatc
         raise ValueError("The repository contains custom code which must be executed; pass trust_remote_code=True")
 
     monkeypatch.setattr(transformers.AutoProcessor, "from_pretrained", refuse)
-    with pytest.raises(ConfigError, match="--trust-remote-code if you trust it"):
+    with pytest.raises(ConfigError, match="trust_remote_code=true if you trust it"):
         load_text_generator(f"hf:{tmp_path}", device="cpu").runtime()

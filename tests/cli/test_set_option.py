@@ -106,3 +106,18 @@ def test_one_rule_for_the_examples_images_root():
     assert example_images_root(None, FromIndex(), "queries") == "index-root"
     assert example_images_root(None, FromFile(), "queries") == "queries"
     assert example_images_root(None, None, None) is None
+
+
+def test_generator_options_are_one_key_value_option_checked_by_name(tmp_path, capsys):
+    """``caption --option KEY=VALUE`` (as ``run --option`` and a grid's options) replaces one flag per
+    generator option; an unknown key is one line naming the known ones, exit 2."""
+    q = tmp_path / "q.jsonl"
+    q.write_text("")
+    code, _, err = main_result(["caption", "--queries", str(q), "--out", str(tmp_path / "o"), "--mode", "zero-shot",
+                                "--generator", "retrieval:top1", "--option", "similarity_typo=lexical"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "unknown --option similarity_typo" in err and "trust_remote_code" in err
+    from unirag.cli.generation_options import key_values
+
+    assert key_values(("trust_remote_code=true", "family=llava", "timeout=2.5"), "--option", True) == \
+        {"trust_remote_code": True, "family": "llava", "timeout": 2.5}

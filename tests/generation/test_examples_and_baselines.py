@@ -68,7 +68,7 @@ def test_rag_from_run_takes_top_k_and_checks_coverage(qp, coco_set, tmp_path):
     rows = coco_set["rows"]
     assert [(e.img_path, e.txt) for e in exs] == [(rows[1]["image"], rows[1]["captions"][0]),
                                                   (rows[2]["image"], rows[2]["captions"][0])]
-    assert exs[0].as_dict() == {"image_did": f"img{rows[1]['image_id']}", "text_did": f"txt{rows[1]['image_id']}_0",
+    assert exs[0].as_record() == {"image_did": f"img{rows[1]['image_id']}", "text_did": f"txt{rows[1]['image_id']}_0",
                                 "img_path": rows[1]["image"], "txt": rows[1]["captions"][0]}
     sel.prepare(queries)
     short = tmp_path / "short.jsonl"

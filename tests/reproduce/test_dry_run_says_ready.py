@@ -21,7 +21,8 @@ def _xr_inputs(root: Path, agents: str) -> None:
         (root / "data" / "cir" / d / "images").mkdir(parents=True, exist_ok=True)
     for f in ("fashioniq/captions/cap.dress.val.json", "fashioniq/captions/cap.shirt.val.json",
               "fashioniq/captions/cap.toptee.val.json", "cirr/captions/cap.rc2.val.json",
-              "circo/annotations/val.json", "circo/image_info_unlabeled2017.json"):
+              "circo/annotations/val.json", "circo/image_info_unlabeled2017.json",
+              "cirr/captions/cap.rc2.test1.json", "circo/annotations/test.json"):  # the test-split cells
         (root / "data" / "cir" / f).parent.mkdir(parents=True, exist_ok=True)
         (root / "data" / "cir" / f).write_text("[]")
     (root / "xr").mkdir(exist_ok=True)
@@ -46,7 +47,7 @@ def test_xr_dry_run_names_the_official_checkout_until_it_is_there(tmp_path, caps
     (tmp_path / "xr" / "agents.yaml").write_text(local + "official_prompts: xr.github.io\n")
     code, out, err = _cli(args, capsys)
     assert code in (0, None), err
-    assert "3 cell(s) ready" in out and "official_prompts: " in out and "MISSING" not in out
+    assert "5 cell(s) ready" in out and "official_prompts: " in out and "MISSING" not in out
 
 
 def test_xr_dry_run_asks_for_the_key_of_the_openai_api(tmp_path, capsys) -> None:
@@ -90,4 +91,4 @@ def test_the_grids_official_checkout_reaches_the_cir_run(tmp_path, capsys, monke
                          str(tmp_path / "out"), "--option", f"official_prompts={tmp_path / 'checkout'}",
                          "--no-progress"], capsys)
     assert code in (0, None), err
-    assert len(seen) == 3 and all(kw["official_prompts"] == str(tmp_path / "checkout") for kw in seen)
+    assert len(seen) == 5 and all(kw["official_prompts"] == str(tmp_path / "checkout") for kw in seen)

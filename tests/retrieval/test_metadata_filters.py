@@ -53,7 +53,7 @@ def test_cli_text_filter_finds_captions_and_a_misspelt_field_is_one_line(product
                                                                           products, tmp_path, capsys) -> None:
     run = tmp_path / "men.jsonl"
     main(["retrieve", "--index", str(product_index), "--queries", str(imported / "queries_task3_image2text.jsonl"),
-          "--images-root", str(myntra), "--modality", "text", "--k", "3", "--filter", "gender=Men",
+          "--images-root", str(myntra), "--modality", "text", "--k", "3", "--set", "filter=gender=Men",
           "--out", str(run)])
     out = capsys.readouterr()
     assert "fewer than" not in out.out + out.err
@@ -66,7 +66,7 @@ def test_cli_text_filter_finds_captions_and_a_misspelt_field_is_one_line(product
     with pytest.warns(UserWarning) as warned:  # the CLI prints it as one "warning: ..." line
         main(["retrieve", "--index", str(product_index), "--queries",
               str(imported / "queries_task3_image2text.jsonl"), "--images-root", str(myntra), "--modality", "text",
-              "--k", "10", "--filter", "gender=Women", "--out", str(tmp_path / "women.jsonl")])
+              "--k", "10", "--set", "filter=gender=Women", "--out", str(tmp_path / "women.jsonl")])
     assert [str(w.message) for w in warned] == [f"the filter gender=Women matches {women} text candidate(s), fewer "
                                                 f"than k=10: each query gets at most {women} example(s)"]
     capsys.readouterr()
@@ -74,7 +74,7 @@ def test_cli_text_filter_finds_captions_and_a_misspelt_field_is_one_line(product
     with pytest.raises(SystemExit) as e:
         main(["retrieve", "--index", str(product_index), "--queries",
               str(imported / "queries_task3_image2text.jsonl"), "--images-root", str(myntra), "--modality", "text",
-              "--filter", "gendr=Men", "--out", str(tmp_path / "typo.jsonl")])
+              "--set", "filter=gendr=Men", "--out", str(tmp_path / "typo.jsonl")])
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert "'gendr'" in err and "gender" in err and "articleType" in err

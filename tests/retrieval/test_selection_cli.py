@@ -63,7 +63,7 @@ def test_caption_run_records_selection_and_report_shows_leak_rate(oracle_registr
     for name, extra in (("plain", []), ("guarded", ["--set", "near_duplicates=exclude", "--set", "one_per_image=on"])):
         out = tmp_path / name
         main(["caption", "--queries", str(coco_mbeir["i2t"]), "--images-root", str(coco_mini), "--generator",
-              "retrieval:consensus", "--similarity", "lexical", "--mode", "rag", "--k", "3", "--index",
+              "retrieval:consensus", "--option", "similarity=lexical", "--mode", "rag", "--k", "3", "--index",
               str(coco_index), "--out", str(out), "--no-progress", *extra])
         main(["evaluate", "captions", "--run", str(out), "--queries", str(coco_mbeir["i2t"]), "--pool",
               str(coco_mbeir["pool"])])

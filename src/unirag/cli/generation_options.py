@@ -22,12 +22,11 @@ _OPTIONS = [
     click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
                  help="Local models: " + DTYPE_HELP),
     click.option("--batch-size", type=int, default=None, help="Local models: prompts per forward pass."),
-    click.option("--trust-remote-code", is_flag=True, default=None,
-                 help="hf: models that ship their own modelling code (e.g. InternVL3) may run it; off by default."),
-    click.option("--prompt-family", "family", type=click.Choice(["llava", "gpt4o", "gemini"]), default=None,
-                 help="Override the generator's prompt template family (e.g. llava for a LLaVA server)."),
-    click.option("--similarity", type=click.Choice(["minilm", "lexical"]), default=None,
-                 help="retrieval:consensus caption similarity (default minilm)."),
+    click.option("--option", "option_pairs", multiple=True, metavar="KEY=VALUE",
+                 help="A generator option (repeatable), as a grid's options: family=llava|gpt4o|gemini (the prompt "
+                      "template family, e.g. llava for a LLaVA server), similarity=minilm|lexical "
+                      "(retrieval:consensus), trust_remote_code=true (hf: models that ship their own modelling "
+                      "code, e.g. InternVL3; off by default), quality=... (openai-image)."),
     click.option("--templates-dir", type=click.Path(file_okay=False), default=None,
                  help="Folder with your own prompt template files (default: the packaged ones)."),
     click.option("--prices", type=click.Path(dir_okay=False), default=None,
@@ -47,11 +46,27 @@ def generation_options(fn: Callable) -> Callable:
     return fn
 
 
+def key_values(values: tuple[str, ...], option: str, parse_value: bool) -> dict:
+    """``--option``/``--generator`` ``KEY=VALUE`` items, split as ``--set`` splits them; ``parse_value``:
+    the value read as YAML (``--option concurrency=8`` is a number, ``trust_remote_code=true`` a bool)."""
+    import yaml
+
+    from unirag.profiles import read_assignments
+
+    return {key: (yaml.safe_load(value) if value else None) if parse_value else value
+            for key, value in read_assignments(values, option)}
+
+
 def generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
     """Split the shared options into run-config fields and ``generator_options``."""
+    from unirag.errors import ConfigError
     from unirag.generators.options import GENERATOR_OPTIONS
 
-    gen = {k: opts[k] for k in sorted(GENERATOR_OPTIONS) if opts.get(k) is not None}
+    given = key_values(opts.get("option_pairs") or (), "--option", True)
+    unknown = sorted(set(given) - GENERATOR_OPTIONS)
+    if unknown:
+        raise ConfigError(f"unknown --option {', '.join(unknown)}; known: {', '.join(sorted(GENERATOR_OPTIONS))}")
+    gen = {**{k: opts[k] for k in sorted(GENERATOR_OPTIONS) if opts.get(k) is not None}, **given}
     return {"generator_options": gen, "concurrency": opts["concurrency"], "seed": opts["seed"],
             "max_tokens": opts["max_tokens"],
             "max_attempts": opts["max_attempts"], "templates_dir": opts["templates_dir"], "prices": opts["prices"],

@@ -7,19 +7,9 @@ import sys
 import click
 
 from unirag.cli.engine_options import engine_from_cli, engine_options
+from unirag.cli.generation_options import key_values
 from unirag.cli.model_options import grid_decode_workers_option
 from unirag.cli.profile_options import behaviour_options
-
-
-def _pairs(values: tuple[str, ...], option: str, parse_value: bool) -> dict:
-    """``--option``/``--generator`` ``KEY=VALUE`` items, split as ``--set`` splits them; ``parse_value``:
-    the value read as YAML (``--option concurrency=8`` is a number)."""
-    import yaml
-
-    from unirag.profiles import read_assignments
-
-    return {key: (yaml.safe_load(value) if value else None) if parse_value else value
-            for key, value in read_assignments(values, option)}
 
 
 @click.command("run")
@@ -50,10 +40,10 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
     from unirag.errors import ConfigError
     from unirag.pipelines.experiment import GridOverrides, cell_states, run_experiment
 
-    options = _pairs(option_pairs, "--option", True)
+    options = key_values(option_pairs, "--option", True)
     if decode_workers is not None:
         options["decode_workers"] = decode_workers  # every cell's local loop; the Ray workers' below
-    overrides = GridOverrides(data_root=data_root, out=out, generators=_pairs(generator_map, "--generator", False),
+    overrides = GridOverrides(data_root=data_root, out=out, generators=key_values(generator_map, "--generator", False),
                               options=options, profile=profile,
                               settings=setting_overrides)
     if dry_run:

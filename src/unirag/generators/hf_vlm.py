@@ -122,7 +122,7 @@ class HFVisionLanguageGenerator(TextGenerator):
         except (OSError, ValueError, KeyError) as e:
             where = "local directory" if local.exists() else "Hugging Face hub id (not a local path either)"
             hint = "" if self.trust_remote_code or "trust_remote_code" not in str(e) else \
-                " (the checkpoint ships its own code: pass trust_remote_code=True / --trust-remote-code if you trust it)"
+                " (the checkpoint ships its own code: pass trust_remote_code=True / --option trust_remote_code=true if you trust it)"
             raise ConfigError(f"cannot load VLM {self.model_id!r} as a {where}: {e}{hint}") from None
         if "device_map" not in kwargs:
             model = model.to(device)

@@ -196,6 +196,8 @@ def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], fea
         def __init__(self, inner: Any) -> None:
             super().__init__()
             self.inner = inner
+            if hasattr(inner, "num_features"):  # else torchmetrics probes the network with a dummy image
+                self.num_features = inner.num_features
 
         def forward(self, x: Any) -> Any:
             out = self.inner(x)
