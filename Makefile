@@ -10,7 +10,7 @@ EXTRAS ?= api,diffusion,eval,ray,serve,dev,docs
 CONSTRAINTS ?= constraints/cpu.txt
 PIP_CONSTRAINTS := $(foreach c,$(CONSTRAINTS),-c $(c))
 
-.PHONY: demo test test-data test-min lint docs install clean
+.PHONY: demo test test-fast test-data test-min lint docs install clean
 
 $(BIN)/unirag: pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,11 +23,22 @@ install: $(BIN)/unirag
 demo: install
 	$(BIN)/python -m unirag.demo
 
+# pytest workers (pytest-xdist): one per core. Tests that share costly state (the run's one Ray cluster, a
+# module's server or model) stay on one worker (--dist loadgroup, tests/layers.py). PYTEST_WORKERS=0: serial.
+PYTEST_WORKERS ?= auto
+# The layers `make test-fast` leaves out (markers in pyproject.toml; docs/development.md).
+SLOW_LAYERS := ray or browser or subprocess or slow
+
+# Everything: lint, the docs build, every test (no layer left out).
 test: install
 	bash scripts/ensure_chromium.sh $(BIN)/python
 	$(BIN)/ruff check src tests tests-data benchmarks scripts
 	$(MAKE) --no-print-directory docs
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
+
+# The inner loop while working: every test but the slow layers (no Ray, Chromium, fresh interpreters).
+test-fast: install
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m "not ($(SLOW_LAYERS))"
 
 # The documentation site (mkdocs.yml, docs/) into site/ (git-ignored). --strict: a broken link, a page
 # missing from the nav or a public name without a docstring (scripts/docs_hooks.py) fails the build

@@ -1,4 +1,5 @@
-"""Shared fixtures: small real-data slices committed under tests/fixtures (see its ATTRIBUTION.md).
+"""Shared fixtures: small real-data slices committed under tests/fixtures (see its ATTRIBUTION.md), the
+one Ray cluster of a pytest run, and the test layers (docs/development.md).
 
 The default suite reads nothing outside the repository: ``shared_data_guard`` fails any test that
 reads ``../shared`` or ``$UNIRAG_SHARED_DATA``. Tests that need the full data live in tests-data/.
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import layers
 import shared_data_guard
 
 # No test may reach the network: hub libraries fail at once instead of retrying (this also reaches
@@ -37,12 +39,31 @@ def _loopback_only_connect(self, address):
 socket.socket.connect = _loopback_only_connect
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SAMPLE = Path(__file__).resolve().parents[1] / "src" / "unirag" / "demo" / "data"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin("shared_data_guard"):
         config.pluginmanager.register(shared_data_guard, "shared_data_guard")
+    if not config.pluginmanager.has_plugin("layers"):
+        config.pluginmanager.register(layers, "layers")  # its hook names the xdist groups
     shared_data_guard.install()
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks added here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    layers.apply(items)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """(address, env for driver subprocesses) of THE Ray cluster of this pytest run (``ray start --head``,
+    2 CPUs, 100 MB object store, free ports; tests/ray_cluster.py), shared by every Ray test; the only
+    place a test starts Ray (tests/test_layers.py guards it). Under xdist all Ray tests run on one worker."""
+    from ray_cluster import ray_head
+
+    with ray_head() as head:
+        yield head
 
 
 @pytest.fixture(scope="session")
@@ -84,6 +105,24 @@ def cir_data() -> Path:
 def mbeir_examples() -> Path:
     """The M-BEIR schema notes and 4 real M-BEIR lines (real_examples/)."""
     return FIXTURES / "mbeir"
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory) -> dict[str, Path]:
+    """The bundled demo sample (51 real COCO photos, 255 captions): its M-BEIR files and an index built through
+    ``unirag.Index.build`` (offline encoder), once per session for the API and the service tests."""
+    from unirag.data.importers.coco import import_coco
+    from unirag.data.pool import Pool
+    from unirag.index.handle import Index
+
+    root = tmp_path_factory.mktemp("demo")
+    data = root / "data"
+    import_coco(SAMPLE / "captions.json", SAMPLE / "images", data, show_progress=False)
+    Index.build(Pool.read(data / "pool.jsonl", SAMPLE / "images"), root / "index")
+    return {"root": root, "data": data, "index": root / "index", "images": SAMPLE / "images",
+            "pool": data / "pool.jsonl", "i2t": data / "queries_task3_image2text.jsonl",
+            "t2i": data / "queries_task0_text2image.jsonl", "qrels_i2t": data / "qrels_task3.txt",
+            "qrels_t2i": data / "qrels_task0.txt"}
 
 
 @pytest.fixture

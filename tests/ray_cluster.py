@@ -1,6 +1,7 @@
-"""A real ``ray start --head`` for the tests that join a cluster by address (index build, generation runs).
+"""A real ``ray start --head`` for the tests that join a cluster by address (index build, generation runs):
+the one cluster of a pytest run, the ``ray_cluster`` fixture of tests/conftest.py.
 
-Started on a free port with a private temp dir, 2 CPUs and a small object store (this machine has 2
+Started on free ports with a private temp dir, 2 CPUs and a small object store (this machine has 2
 cores and other jobs); the whole process group is stopped afterwards (never ``ray stop``, which
 would stop other users' Ray too). Workers import from ``src`` and ``tests`` (the test plugins).
 """
@@ -75,7 +76,14 @@ def ray_head(num_cpus: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS]), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", **auth}
     ray_bin = str(Path(sys.executable).with_name("ray"))
-    head = subprocess.Popen([ray_bin, "start", "--head", f"--port={port}", f"--num-cpus={num_cpus}",
+    # Every port Ray would otherwise take at a fixed default (the dashboard agent's 52365, ...) is a free one
+    # too: two test runs on one machine (two checkouts) never share a cluster's port. (No client server:
+    # it needs ray[client], which the ray extra does not install.)
+    ports = [f"--{name}={free_port()}" for name in ("dashboard-port", "dashboard-agent-listen-port",
+                                                    "dashboard-agent-grpc-port",
+                                                    "runtime-env-agent-port", "metrics-export-port",
+                                                    "node-manager-port", "object-manager-port")]
+    head = subprocess.Popen([ray_bin, "start", "--head", f"--port={port}", *ports, f"--num-cpus={num_cpus}",
                              f"--temp-dir={temp_dir}", f"--object-store-memory={OBJECT_STORE_BYTES}",
                              "--include-dashboard=false", "--disable-usage-stats", "--block"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

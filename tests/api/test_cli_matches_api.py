@@ -53,6 +53,7 @@ def test_generate_images_matches_image_generator(demo, retriever, t2i, tmp_path)
         assert np.array_equal(np.asarray(image), np.asarray(Image.open(out / records[q.qid]["image"])))
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_cir_baseline_matches_xr(demo, tmp_path):
     pool = unirag.Pool.read(demo["pool"], demo["images"])
     images = [c for c in pool if c.modality is Modality.IMAGE][:4]

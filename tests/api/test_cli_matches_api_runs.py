@@ -104,6 +104,7 @@ grid:
                         "counts": {**results[0]["counts"], "ok": 6, "queries": 6}}]
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_evaluate_images_matches_image_metrics(demo, retriever, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch_fidelity", None)  # FID/IS skipped alike: CLIP Score on a tiny CLIP
     queries = read_queries(demo["t2i"])[:4]
@@ -126,6 +127,7 @@ def test_evaluate_images_matches_image_metrics(demo, retriever, tmp_path, monkey
     assert "FID" in api["skipped"] and "IS" in api["skipped"]
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_retrieve_matches_run_retrieval(demo, tmp_path):
     from unirag.retrieval.batch_run import run_retrieval
 

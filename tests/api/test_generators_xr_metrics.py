@@ -29,6 +29,7 @@ def test_image_generator_top1_returns_the_first_examples_picture(demo, retriever
         unirag.ImageGenerator("paint:x")
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_xr_baseline_ranks_the_gallery_by_the_fused_query(demo):
     index = unirag.Index.open(demo["index"])
     encoder = index.load_encoder()

@@ -41,6 +41,7 @@ def test_search_raw_vectors(demo):
     assert len(single) == 1 and [x.score for x in single[0]] == sorted((x.score for x in single[0]), reverse=True)
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_build_from_memory_matches_build_from_file(demo, tmp_path):
     rows = json.loads((demo["images"].parent / "captions.json").read_text())
     file_of = {im["id"]: im["file_name"] for im in rows["images"][:6]}

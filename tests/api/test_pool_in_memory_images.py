@@ -12,6 +12,7 @@ from PIL import Image
 import unirag
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_pool_of_in_memory_images_indexes_and_returns_the_same_pixels(demo, tmp_path):
     paths = sorted(demo["images"].glob("*.jpg"))[:3]
     pils = [Image.open(p).convert("RGB") for p in paths]

@@ -34,6 +34,7 @@ def _assert_same(hits, line: dict) -> None:
         [(p["image_did"], p["text_did"], p["img_path"], p["txt"]) for p in line["pairs"]]
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_image_search_matches_the_cli(demo, retriever, tmp_path):
     queries, lines = _cli_run(demo, tmp_path, demo["i2t"])
     images = [Image.open(demo["images"] / q.img_path) for q in queries]
@@ -42,6 +43,7 @@ def test_image_search_matches_the_cli(demo, retriever, tmp_path):
         assert all(p.img_path != q.img_path for p in hits.pairs)  # the query photo is never its own example
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_text_search_and_excluded_positives_match_the_cli(demo, retriever, tmp_path):
     queries, lines = _cli_run(demo, tmp_path, demo["t2i"], "--modality", "image",
                               "--exclude-positives", demo["qrels_t2i"])
@@ -53,6 +55,7 @@ def test_text_search_and_excluded_positives_match_the_cli(demo, retriever, tmp_p
         assert all(h.modality == "image" for h in hits)
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_every_image_form_gives_the_same_hits(demo, retriever):
     path = demo["images"] / read_queries(demo["i2t"])[3].img_path
     by_path = retriever.search(path, k=5)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from xr_fixtures import CROSS_IMAGE, CROSS_TEXT, TEXT_TABLE, TableEncoder, make_world, responder
 
 from fake_openai_server import FakeServer, Reply
@@ -37,6 +38,7 @@ def _api_side(root):
     return reply
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_tiny_hf_vlm_agents_end_to_end(tmp_path):
     root = tmp_path / "images"
     ds = make_world(root)

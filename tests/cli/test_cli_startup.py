@@ -55,11 +55,12 @@ def test_every_registered_command_loads():
         assert isinstance(evaluate_group.get_command(ectx, name), click.Command), name
 
 
-def test_user_error_is_one_line_exit_2(tmp_path):
+def test_user_error_is_one_line_exit_2(tmp_path, capsys):
+    from cli_capture import main_result
+
     missing = tmp_path / "nope.jsonl"
-    out = subprocess.run([sys.executable, "-m", "unirag", "index", "build", "--pool", str(missing),
-                          "--images-root", str(tmp_path), "--out", str(tmp_path / "idx")],
-                         capture_output=True, text=True)
-    assert out.returncode == 2
-    assert "Traceback" not in out.stderr
-    assert str(missing) in out.stderr
+    code, _, err = main_result(["index", "build", "--pool", str(missing), "--images-root", str(tmp_path),
+                                "--out", str(tmp_path / "idx")], capsys)
+    assert code == 2
+    assert "Traceback" not in err
+    assert str(missing) in err

@@ -1,5 +1,5 @@
-"""One real Ray cluster (``ray start --head``, 2 CPUs, 100 MB object store) for every engine test, and
-small real-image inputs: COCO photos as caption queries with a retrieval run of example pairs, and
+"""Small real-image inputs for the engine tests (their Ray cluster is the run's one ``ray_cluster``,
+tests/conftest.py): COCO photos as caption queries with a retrieval run of example pairs, and
 their captions as text-to-image queries."""
 
 from __future__ import annotations
@@ -11,19 +11,10 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(TESTS))  # engine_plugins, ray_cluster, tiny_models
+sys.path.insert(0, str(TESTS))  # engine_plugins, tiny_models
 
 from unirag.data.mbeir import write_candidates, write_queries  # noqa: E402
 from unirag.data.records import Candidate, Modality, Query  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """(address, env for driver subprocesses) of a head node shared by all engine tests."""
-    from ray_cluster import ray_head
-
-    with ray_head() as head:
-        yield head
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,6 @@ that is too big on its own."""
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 
 import pytest
 
@@ -23,12 +21,13 @@ def test_bad_engine_options_are_config_errors():
         EngineOptions(engine="ray", workers=0)
 
 
-def test_cli_refuses_workers_without_ray(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "unirag", "caption", "--queries", str(tmp_path / "q.jsonl"),
-                             "--out", str(tmp_path / "o"), "--workers", "2"], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 2 and "go with --engine ray" in result.stderr
-    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+def test_cli_refuses_workers_without_ray(tmp_path, capsys):
+    from cli_capture import main_result
+
+    code, _, err = main_result(["caption", "--queries", str(tmp_path / "q.jsonl"), "--out", str(tmp_path / "o"),
+                                "--workers", "2"], capsys)
+    assert code == 2 and "go with --engine ray" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_api_and_retrieval_backends_run_locally_and_say_so(caplog):

@@ -7,6 +7,8 @@ import os
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from ray_cluster import private_token
 from unirag.pipelines.experiment import run_experiment
 from unirag.runs.engine import EngineOptions
@@ -30,6 +32,7 @@ def _write(data: dict, tmp_path: Path, name: str) -> Path:
     return path
 
 
+@pytest.mark.ray  # starts a local Ray itself: the behaviour under test
 def test_grid_on_a_local_ray_loads_each_model_once_per_worker(coco_caption_set, tmp_path, monkeypatch):
     import ray
     from tests_engine_helpers import read_records

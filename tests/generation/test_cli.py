@@ -106,13 +106,14 @@ def test_grid_file_errors_name_the_key(tmp_path):
     assert "unknown key(s) bogus" in str(result.exception)
 
 
-def test_caption_cli_one_line_error_for_bad_spec(coco_set, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "unirag", "caption", "--queries", str(coco_set["queries"]),
-                           "--generator", "nope:model", "--mode", "zero-shot", "--out", str(tmp_path / "o")],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().startswith("error: unknown generator spec 'nope:model'")
-    assert "Traceback" not in proc.stderr
+def test_caption_cli_one_line_error_for_bad_spec(coco_set, tmp_path, capsys):
+    from cli_capture import main_result
+
+    code, _, err = main_result(["caption", "--queries", str(coco_set["queries"]), "--generator", "nope:model",
+                                "--mode", "zero-shot", "--out", str(tmp_path / "o")], capsys)
+    assert code == 2
+    assert err.strip().startswith("error: unknown generator spec 'nope:model'")
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("args, match", [(["--mode", "rag", "--k", "1"], "exactly one of --retrieval")])

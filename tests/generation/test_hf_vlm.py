@@ -157,6 +157,7 @@ def test_llava_sends_no_sampling_arguments_without_a_temperature(llava_path):
                     {"max_new_tokens": 3, "do_sample": True, "temperature": 0.7}]
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_decode_workers_decode_the_next_batches_images_and_change_no_caption(coco_set, llava_path, tmp_path,
                                                                               decoded_here):
     """With decode workers the query and example images are decoded in the workers, batches ahead of the

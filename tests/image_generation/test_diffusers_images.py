@@ -203,6 +203,7 @@ def test_bad_diffusers_specs_are_config_errors(tmp_path):
         load_image_generator("stable-diffusion:foo")
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_cli_with_local_pipeline_passes_picture_settings(tiny_sd, tiny_sd_dir, t2i_data, tmp_path):
     from click.testing import CliRunner
 

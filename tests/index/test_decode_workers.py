@@ -50,6 +50,7 @@ def _index_contents(path: Path):
     return dids, index.vectors(list(range(len(dids)))), index.manifest["bad_images"]
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_index_build_is_identical_across_decode_workers(offline, pool_with_bad_images, tmp_path) -> None:
     pool, root = pool_with_bad_images
     built = {}
@@ -68,6 +69,7 @@ def test_index_build_is_identical_across_decode_workers(offline, pool_with_bad_i
         np.testing.assert_array_equal(built[workers][1], vectors)
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_shards_are_identical_across_decode_workers(offline, pool_with_bad_images, tmp_path) -> None:
     pool, root = pool_with_bad_images
     records = {}

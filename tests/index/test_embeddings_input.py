@@ -168,6 +168,7 @@ def _save(path: Path, array: np.ndarray) -> Path:
     return path
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_shards_cli_without_ray_then_build_from_the_folder(demo_mbeir: dict[str, Path], demo_images: Path,
                                                            tiny_encoder_spec: str, tmp_path: Path, capsys) -> None:
     """`--shard i/n` runs the shard unit alone; the folder then builds the same index as the local engine."""

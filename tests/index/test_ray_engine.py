@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ray_cluster import ray_head as start_ray_head
 from unirag.data.mbeir import read_queries
 from unirag.encoders.registry import load_encoder
 from unirag.index.build import build_index
@@ -43,6 +42,7 @@ def _assert_same_index(a_dir: Path, b_dir: Path, demo_mbeir, demo_images) -> Non
             [[(p.image_did, p.text_did) for p in r.pairs] for r in rb]
 
 
+@pytest.mark.ray  # starts a local Ray itself: the behaviour under test
 def test_default_local_ray_equals_local_engine(local_index, demo_mbeir, demo_images, tiny_encoder_spec,
                                                tmp_path: Path) -> None:
     """No address: a local Ray is started with the default worker sizing (must not hang on 2 CPUs)."""
@@ -58,16 +58,9 @@ def test_default_local_ray_equals_local_engine(local_index, demo_mbeir, demo_ima
     _assert_same_index(local_index, out, demo_mbeir, demo_images)
 
 
-@pytest.fixture(scope="module")
-def ray_head():
-    """A real `ray start --head` (tests/ray_cluster.py), stopped in teardown."""
-    with start_ray_head() as head:
-        yield head
-
-
-def test_join_cluster_and_resume_after_a_kill(ray_head, local_index, demo_mbeir, demo_images, tiny_encoder_spec,
+def test_join_cluster_and_resume_after_a_kill(ray_cluster, local_index, demo_mbeir, demo_images, tiny_encoder_spec,
                                               tmp_path: Path) -> None:
-    address, env = ray_head
+    address, env = ray_cluster
     out = tmp_path / "idx"
     shards = out / "shards"
     cmd = [str(Path(sys.executable).with_name("unirag")), "index", "build", "--pool", str(demo_mbeir["pool"]),

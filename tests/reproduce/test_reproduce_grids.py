@@ -161,6 +161,7 @@ def test_dry_run_names_what_is_missing(grid, tmp_path, capsys, monkeypatch):
         assert "key OPENAI_API_KEY: NOT SET" in out
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 @pytest.mark.parametrize("grid", UNIRAG, ids=lambda p: p.stem)
 def test_unirag_grid_runs_end_to_end(grid, tmp_path, coco_mini, capsys, monkeypatch):
     from fake_openai_server import FakeServer

@@ -57,6 +57,7 @@ def test_bad_selection_options_exit_2_with_one_line(oracle_registry, coco_index,
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
 def test_caption_run_records_selection_and_report_shows_leak_rate(oracle_registry, coco_index, coco_mbeir,
                                                                   coco_mini, tmp_path, capsys):
     runs = {}

@@ -1,4 +1,5 @@
-"""Fixtures for the service tests: the bundled real sample (51 COCO photos) indexed once per session."""
+"""Fixtures for the service tests: the bundled real sample (51 COCO photos) indexed once per session
+(``demo``, tests/conftest.py, shared with the API tests)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,9 @@ PHOTOS = sorted((SAMPLE / "images").glob("*.jpg"))
 
 
 @pytest.fixture(scope="session")
-def demo_index(tmp_path_factory) -> Path:
-    """Import the bundled sample and build its index with the offline encoder (once per session)."""
-    from unirag.data.importers.coco import import_coco
-    from unirag.encoders.registry import load_encoder
-    from unirag.index.build import build_index
-
-    root = tmp_path_factory.mktemp("serve-demo")
-    import_coco(SAMPLE / "captions.json", SAMPLE / "images", root / "data", show_progress=False)
-    build_index(root / "data" / "pool.jsonl", (SAMPLE / "images").resolve(), root / "index", load_encoder(None),
-                progress=False)
-    return root / "index"
+def demo_index(demo) -> Path:
+    """The bundled sample's index with the offline encoder (tests/conftest.py ``demo``: once per session)."""
+    return demo["index"]
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,6 @@ import io
 import json
 import logging
 import socket
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -111,6 +109,37 @@ def test_bad_search_requests_are_400_with_the_reason(client, data, message):
     assert message in r.json()["error"]
 
 
+def test_form_and_json_searches_answer_exactly_what_retriever_search_does(client, engine):
+    """The service is a shell over ``Retriever.search``: same candidates, same order, same scores,
+    same captions, whether the text comes as a form field or in a JSON body."""
+    for text, k, modality in (("a dog resting its head on a laptop", 5, "any"), ("a red bus", 8, "image"),
+                              ("people on a beach", 3, "text")):
+        hits = engine.retriever.search(text=text, k=k, modality=modality)
+        want = [(h.did, round(float(h.score), 6)) for h in hits]
+        form = client.post("/v1/search", data={"text": text, "k": str(k), "modality": modality})
+        as_json = client.post("/v1/search", json={"text": text, "k": k, "modality": modality})
+        assert form.status_code == as_json.status_code == 200, (form.text, as_json.text)
+        assert [(h["did"], h["score"]) for h in form.json()["hits"]] == want
+        assert as_json.json()["hits"] == form.json()["hits"]
+        assert [h["caption"] for h in form.json()["hits"]] == [p.caption for p in hits.pairs]
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"text": "dog", "image": "x"}, "send images as multipart/form-data"),
+    ({"text": "dog", "k": "five"}, "k: must be an integer"),
+    ({"text": "dog", "k": True}, "k: must be an integer"),
+    ({"text": "dog", "modality": "video"}, "modality must be one of any, image, text"),
+    ({"text": 3}, "text: must be a string"),
+    ({"k": 3}, "send a text, an image, or both"),
+    (["dog"], "must be an object"),
+])
+def test_bad_json_searches_are_400_with_the_reason(client, body, message):
+    r = client.post("/v1/search", json=body)
+    assert r.status_code == 400 and message in r.json()["error"], r.text
+    r = client.post("/v1/search", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "does not parse" in r.json()["error"]
+
+
 def test_concurrent_searches_share_encoder_calls_and_match_single_answers(client, engine):
     texts = [f"a photo of {w}" for w in ("a dog", "a cat", "a kitchen", "a bed", "a horse", "a beach", "food",
                                            "a street", "a bus", "a giraffe", "a laptop", "a pizza")]
@@ -177,6 +206,34 @@ def test_generate_image_returns_the_image_and_its_examples(client):
     assert (body["width"], body["height"]) == made.size
 
 
+def test_caption_examples_are_the_pairs_retriever_search_gives_for_the_photo(client, engine):
+    """One behaviour for "examples for this photo": the page's Caption tab (/v1/caption) shows the pairs
+    ``Retriever.search(photo)`` returns (image similarity), not an image-to-caption search."""
+    for photo in PHOTOS[5:8]:
+        want = [(p.image_did, p.caption) for p in engine.retriever.search(photo.read_bytes(), k=3).pairs]
+        r = client.post("/v1/caption", files=upload(photo.read_bytes()), data={"mode": "rag", "k": "3"})
+        assert r.status_code == 200, r.text
+        assert [(e["did"], e["caption"]) for e in r.json()["examples"]] == want
+
+
+def test_cir_leaves_the_reference_image_out_unless_asked(client, engine):
+    photo = PHOTOS[4]
+    own = next(did for did in (f"coco:img:{photo.stem.lstrip('0')}", f"coco:img:{photo.stem}")
+               if engine.image_file(did) is not None)
+    kept = client.post("/v1/cir", files=upload(photo.read_bytes()),
+                       data={"text": "the same", "k": "5", "keep_reference": "true"}).json()["hits"]
+    assert own in [h["did"] for h in kept]
+    for data in (photo.read_bytes(), _reencoded(photo)):  # the file itself, and the photo re-encoded
+        hits = client.post("/v1/cir", files=upload(data), data={"text": "the same", "k": "5"}).json()["hits"]
+        assert len(hits) == 5 and own not in [h["did"] for h in hits]
+
+
+def _reencoded(path) -> bytes:
+    buf = io.BytesIO()
+    Image.open(path).convert("RGB").save(buf, format="JPEG", quality=70)
+    return buf.getvalue()
+
+
 def test_cir_ranks_pool_images_and_names_the_stage(client):
     r = client.post("/v1/cir", files=upload(PHOTOS[4].read_bytes()), data={"text": "with a dog instead", "k": "6"})
     assert r.status_code == 200, r.text
@@ -236,7 +293,7 @@ def test_openapi_lists_every_endpoint(client):
 
 
 def test_docs_page_works_offline(client):
-    """/docs loads Swagger UI from this server (swagger-ui-bundle), never from a CDN."""
+    """/docs loads Swagger UI from this server (the fastapi-offline package's), never from a CDN."""
     import re
 
     docs = client.get("/docs")
@@ -333,6 +390,7 @@ def test_token_is_required_on_the_api_when_configured(engine, monkeypatch):
     with make_client(engine, token_env="UNIRAG_TEST_SERVE_TOKEN") as c:
         for method, path, kw in (("post", "/v1/search", {"data": {"text": "dog"}}),
                                  ("get", "/v1/images/coco:img:802", {}), ("get", "/metrics", {}),
+                                 ("get", "/openapi.json", {}), ("get", "/docs", {}),
                                  ("post", "/v1/caption", {"files": upload(PHOTOS[0].read_bytes())})):
             r = getattr(c, method)(path, **kw)
             assert r.status_code == 401, path
@@ -349,7 +407,20 @@ def test_token_is_required_on_the_api_when_configured(engine, monkeypatch):
         assert full["auth"] is True and full["index"] and "s3cret-token-value" not in str(full)
 
 
-def test_non_loopback_bind_is_refused_without_a_token(engine, monkeypatch, tmp_path):
+def test_a_short_token_is_refused_at_start_with_one_line_and_exit_2(engine, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("UNIRAG_TEST_SHORT_TOKEN", "x" * 15)
+    with pytest.raises(ConfigError, match="15 characters; use at least 16"):
+        create_app(ServeSettings(index=engine.settings.index, token_env="UNIRAG_TEST_SHORT_TOKEN"), engine)
+    from cli_capture import main_result
+
+    code, _, err = main_result(["serve", "--index", str(tmp_path / "none"), "--token-env", "UNIRAG_TEST_SHORT_TOKEN",
+                                "--port", "8999"], capsys)
+    assert code == 2 and "use at least 16" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "x" * 15 not in err
+
+
+def test_non_loopback_bind_is_refused_without_a_token(engine, monkeypatch, tmp_path, capsys):
     for host in ("0.0.0.0", "::", "192.168.1.20", "example.org"):
         with pytest.raises(ConfigError, match="refusing to bind"):
             check_bind(host, None)
@@ -362,10 +433,12 @@ def test_non_loopback_bind_is_refused_without_a_token(engine, monkeypatch, tmp_p
     with pytest.raises(ConfigError, match="UNIRAG_TEST_UNSET"):
         ServeSettings(index="x", host="0.0.0.0", token_env="UNIRAG_TEST_UNSET").check()
     # The command refuses before loading anything (the index path does not even exist).
-    out = subprocess.run([sys.executable, "-m", "unirag", "serve", "--index", str(tmp_path / "none"),
-                          "--host", "0.0.0.0", "--port", "8999"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "refusing to bind '0.0.0.0' without a token" in out.stderr
-    assert "Traceback" not in out.stderr
+    from cli_capture import main_result
+
+    code, _, err = main_result(["serve", "--index", str(tmp_path / "none"), "--host", "0.0.0.0", "--port", "8999"],
+                               capsys)
+    assert code == 2 and "refusing to bind '0.0.0.0' without a token" in err
+    assert "Traceback" not in err
 
 
 def test_cors_is_off_by_default_and_on_for_the_given_origin(engine, client):

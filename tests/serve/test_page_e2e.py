@@ -26,6 +26,7 @@ from .browser import INSTALL_HINT, LAUNCH_ARGS, find_chromium
 from .conftest import PHOTOS
 
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.browser  # the browser layer (tests/layers.py)
 
 
 def _free_port() -> int:
@@ -283,6 +284,28 @@ def test_selection_controls_reach_every_form(page):
 
 
 TOKEN_VAR = "UNIRAG_E2E_TOKEN"
+
+
+def test_api_docs_page_renders_every_operation_offline(server, browser):
+    """/docs in Chromium: Swagger UI reads the OpenAPI 3.1 schema the app serves and shows each
+    operation (Swagger UI 4.x showed "Unable to render this definition" instead), with nothing
+    fetched from outside the server."""
+    pg = browser.new_page()
+    errors: list[str] = []
+    outside: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on("request", lambda r: None if r.url.startswith(server) or r.url.startswith("data:") else outside.append(r.url))
+    try:
+        pg.goto(server + "/docs")
+        pg.locator(".opblock").first.wait_for(timeout=60_000)
+        paths = pg.eval_on_selector_all(".opblock .opblock-summary-path",
+                                        "els => els.map(e => e.getAttribute('data-path') || e.innerText)")
+        assert {"/v1/search", "/v1/caption", "/v1/generate-image", "/v1/cir", "/v1/images/{did}", "/healthz",
+                "/metrics"} <= {p.replace("\u200b", "") for p in paths}, paths
+        assert "Unable to render" not in pg.content()
+        assert not outside and not errors, (outside, errors)
+    finally:
+        pg.close()
 
 
 def test_token_prompt_rejects_a_wrong_token_and_accepts_the_right_one(demo_index, browser, tmp_path):

@@ -84,10 +84,12 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
 
     ``max_pixels``: most pixels (width x height) accepted, checked from the header before decoding;
     None reads the ``image_max_pixels`` setting. ``background``: "white" or "black", what transparent
-    pixels become; None reads the ``image_background`` setting. ``draft``: decode JPEGs at a reduced
-    DCT scale no smaller than ``draft`` pixels a side (thumbnails and the import check use it; the
-    whole stream is still read, so truncated files still fail). ``ahead``: images this call's caller
-    had decoded already (path -> what :func:`load_rgb` returned for it, e.g. by the
+    pixels become; None reads the ``image_background`` setting. ``draft``: decode at a reduced size no
+    smaller than ``draft`` pixels a side - JPEGs at a reduced DCT scale, other formats reduced by an
+    integer factor right after decoding, so that what is kept (and the copies made to normalise it)
+    is small (thumbnails, the import check and the service's uploads use it; the whole stream is still
+    read, so truncated files still fail). ``ahead``: images this call's caller had decoded already
+    (path -> what :func:`load_rgb` returned for it, e.g. by the
     :class:`~unirag.data.loader.ImageLoader`'s decode workers): a path found there (with no other
     option given) is a copy of that image, not decoded again; any other path is decoded (and fails)
     as usual, so passing them changes nothing but the time.
@@ -167,7 +169,7 @@ def _decode(opener, max_pixels: int, background: str, draft: int | None, *, path
                 im.load()
                 if _LOADING.get() == "plain":  # the official code's Image.open(...).convert("RGB")
                     return im.convert("RGB")
-                return _normalise(im, background, path)
+                return _reduced(_normalise(_reduced(im, draft), background, path), draft)
     except InputError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
@@ -177,6 +179,23 @@ def _decode(opener, max_pixels: int, background: str, draft: int | None, *, path
         raise InputError(f"cannot decode {what}: not an image file PIL can read", path=path) from None
     except _DECODE_ERRORS as e:
         raise InputError(f"cannot decode {what} ({e.__class__.__name__}: {e})", path=path) from None
+
+
+def _reduced(im, draft: int | None):
+    """``im`` shrunk by the largest integer factor that keeps both sides >= ``draft`` (box filter);
+    unchanged without ``draft`` or when it is small already. Palette images are subsampled (a box
+    filter would need them as RGB at full size first, 4 bytes a pixel), 1-bit ones reduced as grey."""
+    factor = min(im.size) // draft if draft else 1
+    if factor < 2:
+        return im
+    if im.mode == "P":
+        from PIL import Image
+
+        return im.resize((im.width // factor, im.height // factor), Image.Resampling.NEAREST)
+    try:
+        return (im.convert("L") if im.mode == "1" else im).reduce(factor)
+    except ValueError:  # a mode PIL cannot reduce (16-bit): reduced after conversion to RGB
+        return im
 
 
 def _normalise(im, background: str, path: str | Path | None):

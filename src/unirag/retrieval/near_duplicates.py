@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import threading
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,10 @@ def hamming(a: int, b: int) -> int:
     return (a ^ b).bit_count()
 
 
+@lru_cache(maxsize=65536)
 def caption_words(text: str | None) -> frozenset[str]:
-    """The set of words of a caption, case- and punctuation-folded."""
+    """The set of words of a caption, case- and punctuation-folded (cached: the guard asks for the same
+    pool captions search after search)."""
     return frozenset(w.casefold() for w in _WORD.findall(text or ""))
 
 

@@ -24,9 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import BackendError, ConfigError
+from unirag.retrieval.results import Pair
 from unirag.retrieval.selection import Selection
 from unirag.serve.settings import ServeSettings
 
+#: Extra composed-retrieval results fetched, so that k remain once the reference image is left out.
+_REFERENCE_SLACK = 3
 #: Backends that run a model in this process: one call at a time, whatever --concurrency says.
 LOCAL_PREFIXES = ("hf", "diffusers")
 MODALITIES = ("any", "image", "text")
@@ -58,16 +61,9 @@ class Hit:
 
 
 @dataclass
-class Example:
-    caption: str
-    image_did: str | None
-    near_duplicate: str | None = None
-
-
-@dataclass
 class CaptionAnswer:
     caption: str
-    examples: list[Example]
+    examples: list[Pair]
     usage: dict[str, int] = field(default_factory=dict)
     cost_usd: float | None = None
     attempts: int = 1
@@ -77,7 +73,7 @@ class CaptionAnswer:
 @dataclass
 class ImageAnswer:
     image: Any  # PIL image
-    examples: list[Example]
+    examples: list[Pair]
     attempts: int = 1
     generator: str = ""
 
@@ -196,12 +192,14 @@ class Engine:
                    pair.near_duplicate if pair is not None else None)
 
     # -- examples -------------------------------------------------------------------------------
-    def examples(self, mode: str, k: int, *, image=None, text: str | None = None, want: str = "text",
-                 seed_bytes: bytes = b"", selection: Any = None) -> tuple[list, list[Example]]:
+    def examples(self, mode: str, k: int, *, image=None, text: str | None = None, seed_bytes: bytes = b"",
+                 selection: Any = None) -> tuple[list, list[Pair]]:
         """Few-shot examples as the API takes them, and as the page shows them.
 
         zero-shot: none; random: k pool pairs drawn with a seed from the input (the same upload
-        gets the same examples); rag: the k pairs ``Retriever.search`` completes for the input.
+        gets the same examples); rag: the k pairs ``Retriever.search(image=...)`` (or ``text=``)
+        completes for the input, with its defaults - so "examples for this photo" are the same in
+        the page, the REST API and Python (an image query pairs by image similarity and gets captions).
         """
         if mode not in CAPTION_MODES:
             raise ConfigError(f"mode must be one of {', '.join(CAPTION_MODES)}, got {mode!r}")
@@ -211,13 +209,13 @@ class Engine:
             raise ConfigError(f"{mode} mode needs k >= 1, got {k}")
         if mode == "random":
             shown = self._random_examples(k, seed_bytes or (text or "").encode())
-            return [(self.image_file(e.image_did), e.caption) for e in shown], shown
+            return shown, shown
         with self._encoder_lock:
-            hits = self.retriever.search(image=image, text=text, k=k, modality=want, selection=selection)
+            hits = self.retriever.search(image=image, text=text, k=k, selection=selection)
         pairs = [p for p in hits.pairs if p.caption and p.img_path][:k]
-        return pairs, [Example(p.caption, p.image_did, p.near_duplicate) for p in pairs]
+        return pairs, pairs
 
-    def _random_examples(self, k: int, seed: bytes) -> list[Example]:
+    def _random_examples(self, k: int, seed: bytes) -> list[Pair]:
         """k pool images (sampled by row, so large pools cost k lookups, not a scan) with one of their captions."""
         from unirag.data.records import Modality
 
@@ -225,12 +223,14 @@ class Engine:
         count = self.index.counts.get(Modality.IMAGE.value, 0)
         offset = self.index.offsets.get(Modality.IMAGE, 0)
         metas = self.index.metas
-        out: list[Example] = []
+        out: list[Pair] = []
         for row in rng.sample(range(count), min(count, 20 * k)):
             meta = metas[offset + row]
             texts = [t for t in self.index.source_group(meta.source_id) if metas[t].modality is Modality.TEXT]
             if texts:
-                out.append(Example(metas[rng.choice(texts)].txt, meta.did))
+                text = metas[rng.choice(texts)]
+                image = self.image_file(meta.did)
+                out.append(Pair(meta.did, text.did, str(image) if image is not None else None, text.txt))
             if len(out) == k:
                 break
         return out
@@ -249,7 +249,7 @@ class Engine:
         ``selection``: how retrieved pairs become examples (:class:`unirag.Selection`, rag mode)."""
         if self.captioner is None:
             raise BackendError("no caption generator configured (start the service with --generator)")
-        examples, shown = self.examples(mode, k, image=image, want="text", seed_bytes=data, selection=selection)
+        examples, shown = self.examples(mode, k, image=image, seed_bytes=data, selection=selection)
         if mode != "zero-shot" and not examples:
             raise ConfigError("no examples found for this image (is the index empty?)")
         out, attempts = self._call("caption", lambda: self.captioner.caption(data, examples, mode=mode))
@@ -259,25 +259,50 @@ class Engine:
         """``ImageGenerator.generate`` for ``text`` with its examples (``selection``: see :meth:`caption`)."""
         if self.image_generator is None:
             raise BackendError("no image generator configured (start the service with --image-generator)")
-        examples, shown = self.examples(mode, k, text=text, want="image", selection=selection)
+        examples, shown = self.examples(mode, k, text=text, selection=selection)
         out, attempts = self._call("image", lambda: self.image_generator.generate_result(text, examples))
         return ImageAnswer(out.image, shown, attempts, self.image_generator.spec)
 
     # -- composed retrieval ---------------------------------------------------------------------
-    def cir(self, image, text: str, k: int = 10) -> CirAnswer:
-        """Reference image + modification text -> ranked pool images, and the X^R stage that ranked them."""
+    def cir(self, image, text: str, k: int = 10, data: bytes = b"", keep_reference: bool = False) -> CirAnswer:
+        """Reference image + modification text -> ranked pool images, and the X^R stage that ranked them.
+
+        The reference image itself is left out of the ranking (as ``unirag cir`` and ``XR.search`` do)
+        unless ``keep_reference``: an upload is not a pool id, so a pool image counts as the reference
+        when its file has the upload's bytes (``data``) or its dHash is within the near-duplicate
+        threshold of the upload's (the same photo re-encoded)."""
+        extra = 0 if keep_reference else _REFERENCE_SLACK
         if self.xr is None:
-            hits = self.search(SearchQuery(image=image, text=text), k=k, modality="image")
-            return CirAnswer(hits, "baseline", "X^R embedding baseline: reference image and text fused "
-                                               "(start with --cir-agents for the agent stages)")
-        with self._xr_lock:
-            ranked = self.xr.search(image, text, self.gallery(), k=k)
-        hits = []
-        for h in ranked:
-            meta = self.index.metas[self.index.gid_of(h.did)]
-            hits.append(Hit(h.did, None, "image", _caption_of(self.index, meta), h.did))
-        stage = ranked[0].stage if ranked else "baseline"
-        return CirAnswer(hits, stage, f"ranked by the X^R stage {stage!r}")
+            hits = self.search(SearchQuery(image=image, text=text), k=k + extra, modality="image")
+            stage, note = "baseline", ("X^R embedding baseline: reference image and text fused "
+                                       "(start with --cir-agents for the agent stages)")
+        else:
+            with self._xr_lock:
+                ranked = self.xr.search(image, text, self.gallery(), k=k + extra)
+            hits = [Hit(h.did, None, "image", _caption_of(self.index, self.index.metas[self.index.gid_of(h.did)]),
+                        h.did) for h in ranked]
+            stage = ranked[0].stage if ranked else "baseline"
+            note = f"ranked by the X^R stage {stage!r}"
+        if not keep_reference:
+            from unirag.retrieval.near_duplicates import dhash
+
+            digest, ref_hash = hashlib.sha256(data).hexdigest() if data else None, dhash(image)
+            hits = [h for h in hits if not self._is_reference(h.image_did, digest, ref_hash)]
+        return CirAnswer(hits[:k], stage, note)
+
+    def _is_reference(self, did: str | None, digest: str | None, ref_hash: int) -> bool:
+        """Whether pool image ``did`` is the uploaded reference: the same bytes (``digest``), or a dHash
+        within the near-duplicate threshold of the upload's (the same photo re-encoded)."""
+        from unirag.retrieval.near_duplicates import HASHES, hamming
+        from unirag.retrieval.selection import Thresholds
+
+        path = self.image_file(did) if did else None
+        if path is None:
+            return False
+        if digest is not None and HASHES.digest_of(path) == digest:
+            return True
+        pool_hash = HASHES.hash_of(path)
+        return pool_hash is not None and hamming(pool_hash, ref_hash) <= Thresholds().image_hash
 
     def gallery(self) -> dict[str, str]:
         """Image candidate id -> image file, for X^R (built once)."""

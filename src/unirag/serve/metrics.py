@@ -8,6 +8,7 @@ batch size. Histograms: request latency by endpoint. Endpoints are route templat
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -88,3 +89,37 @@ def _num(x: float) -> str:
 
 def _esc(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class ObserveRequests:
+    """ASGI middleware: every request's status and latency for /metrics, and ``too_large()`` (413) for a
+    declared body over ``limit`` before any of it is read. Plain ASGI rather than
+    ``@app.middleware("http")``, whose per-request task and stream pair cost more than the rest of a
+    search's HTTP handling."""
+
+    def __init__(self, app, metrics: Metrics, limit: int, too_large) -> None:
+        self.app, self.metrics, self.limit, self.too_large = app, metrics, limit, too_large
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        status = 500  # unless a response starts: an exception the error middleware turns into 500
+
+        async def observed_send(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            length = dict(scope["headers"]).get(b"content-length", b"")
+            if scope["method"] == "POST" and length.isdigit() and int(length) > self.limit:
+                await self.too_large()(scope, receive, observed_send)
+            else:
+                await self.app(scope, receive, observed_send)
+        finally:
+            route = scope.get("route")  # the router records the matched route in the scope
+            endpoint = getattr(route, "path", None) or ("static" if scope["path"].startswith("/static/")
+                                                        else "unmatched")
+            self.metrics.observe_request(endpoint, scope["method"], status, time.perf_counter() - start)

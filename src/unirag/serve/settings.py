@@ -16,6 +16,8 @@ from unirag.errors import ConfigError
 #: Upload limits: 10 MB of encoded bytes, 40 megapixels once decoded (a 6300x6300 photo).
 DEFAULT_MAX_UPLOAD_BYTES = 10 * 1024 * 1024
 DEFAULT_MAX_PIXELS = 40_000_000
+#: Shortest bearer token accepted: a short one can be guessed by anyone who can reach the port.
+MIN_TOKEN_LENGTH = 16
 
 
 @dataclass
@@ -33,6 +35,10 @@ class ServeSettings:
     cors_origins: list[str] = field(default_factory=list)
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     max_pixels: int = DEFAULT_MAX_PIXELS
+    #: Uploads decoded at once, and how many more may wait for a slot before requests get 503. With
+    #: the pixel limit this bounds the memory uploads take: a decode holds up to 4 bytes per pixel.
+    max_decodes: int = 2
+    decode_queue: int = 16
     #: Generator calls in flight at once and tries per call, as in batch runs (--concurrency, --max-attempts).
     generator_concurrency: int = 4
     max_attempts: int = 6
@@ -55,13 +61,17 @@ class ServeSettings:
         value = os.environ.get(self.token_env, "")
         if not value.strip():
             raise ConfigError(f"--token-env {self.token_env}: the environment variable is not set or empty")
+        if len(value.strip()) < MIN_TOKEN_LENGTH:
+            raise ConfigError(f"--token-env {self.token_env}: the token has {len(value.strip())} characters; use at "
+                              f"least {MIN_TOKEN_LENGTH} (for example the output of "
+                              "python -c 'import secrets; print(secrets.token_urlsafe(32))')")
         return value.strip()
 
     def check(self) -> None:
         """Refuse settings that would expose the service or cannot work, before anything loads."""
         check_bind(self.host, self.token())
-        if self.max_upload_bytes <= 0 or self.max_pixels <= 0:
-            raise ConfigError("upload limits must be positive")
+        if self.max_upload_bytes <= 0 or self.max_pixels <= 0 or self.max_decodes < 1 or self.decode_queue < 0:
+            raise ConfigError("upload limits must be positive (--max-decodes at least 1)")
         if self.generator_concurrency < 1 or self.max_attempts < 1 or self.max_batch < 1:
             raise ConfigError("--concurrency, --max-attempts and the batch size must be >= 1")
         if self.index_memory not in ("auto", "ram", "mmap"):

@@ -8,6 +8,7 @@ Nothing from the request (file name, path) is ever used to touch the file system
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 #: Magic bytes -> (format name PIL reports, what to call it in messages).
@@ -19,15 +20,22 @@ _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"BM", "BMP"),
 )
 ACCEPTED = "JPEG, PNG, WebP, GIF or BMP"
+#: Uploads are decoded no smaller than this a side (JPEG: at a reduced DCT scale; other formats: reduced
+#: by an integer factor right after decoding). Encoders take 224-448 pixels, so the answers do not
+#: change, while what a request holds until its search is answered stays a few megabytes whatever
+#: size the image declares (a 6000x6000 upload: 857x857).
+DECODE_SIDE = 768
 
 
 class UploadError(Exception):
-    """A refused upload: ``status`` is the HTTP status (400, 413, 415), the message says what to fix."""
+    """A refused upload: ``status`` is the HTTP status (400, 413, 415, 503), the message says what to fix;
+    ``retry_after``: seconds to wait (503)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.retry_after = retry_after
 
 
 @dataclass
@@ -58,12 +66,14 @@ def check_size(n_bytes: int, limit: int, field: str = "image") -> None:
         raise UploadError(413, f"{field}: upload is larger than the {_mb(limit)} limit")
 
 
-def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "image") -> CheckedImage:
+def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "image",
+                draft: int | None = DECODE_SIDE) -> CheckedImage:
     """Validate and decode one uploaded image; raises :class:`UploadError` with the status to send.
 
     Decoding is :func:`unirag.data.images.load_rgb`'s, as for the index: EXIF orientation applied,
     16-bit and float images mapped to 8 bits, transparency on white, the first frame of an animation,
-    and the pixel limit checked from the header before anything is decoded.
+    and the pixel limit checked from the header before anything is decoded; at a reduced size no
+    smaller than ``draft`` a side (:data:`DECODE_SIDE`; None: full size).
     """
     from unirag.data.images import load_rgb
     from unirag.errors import InputError
@@ -75,11 +85,83 @@ def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "i
     if fmt is None:
         raise UploadError(415, f"{field}: not an image this service accepts; send {ACCEPTED}")
     try:
-        rgb = load_rgb(data, max_pixels=max_pixels)
+        rgb = load_rgb(data, max_pixels=max_pixels, draft=draft)
     except InputError as e:
         reason = e.reason.replace("cannot decode image bytes", f"cannot decode the {fmt} image")
         raise UploadError(400, f"{field}: {reason}") from None
     return CheckedImage(data, fmt, rgb)
+
+
+class DecodeSlots:
+    """Uploads decode on ``slots`` threads of their own, with at most ``waiting`` more queued; a request
+    beyond that gets 503 with Retry-After. A PNG cannot be decoded at a reduced size, so each decode
+    briefly holds its full-size pixels (up to 4 bytes x the pixel limit): bounding how many run at
+    once is what keeps the server's memory independent of how many large uploads arrive. Threads of
+    their own rather than the shared pool: memory a decode frees stays with its thread's allocator
+    arena, so decodes spread over 40 pool threads would keep 40 image-sized arenas resident."""
+
+    def __init__(self, slots: int, waiting: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="unirag-decode")
+        self._lock = threading.Lock()
+        self._admitted = 0
+        self.limit = slots + waiting
+
+    def _admit(self) -> None:
+        with self._lock:
+            if self._admitted >= self.limit:
+                raise UploadError(503, f"too many images are being decoded ({self.limit} at once); try again "
+                                       "in a moment", retry_after=1)
+            self._admitted += 1
+
+    def _release(self, _future=None) -> None:
+        with self._lock:
+            self._admitted -= 1
+
+    async def run(self, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` on a decode thread, once one is free (or 503 when the queue is full)."""
+        import asyncio
+        from functools import partial
+
+        self._admit()
+        try:
+            future = self._pool.submit(_trimmed, partial(fn, *args, **kwargs))
+        except BaseException:
+            self._release()
+            raise
+        future.add_done_callback(self._release)  # released when the decode ends, even if the client left
+        return await asyncio.wrap_future(future)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _trimmed(call):
+    """``call()``, then hand the memory the decode freed back to the system (glibc keeps freed blocks
+    of up to 32 MB in the thread's arena: an idle server would stay at its peak otherwise)."""
+    try:
+        return call()
+    finally:
+        _malloc_trim()
+
+
+def _malloc_trim() -> None:
+    import ctypes
+    import ctypes.util
+
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC.malloc_trim  # noqa: B018 - glibc only (not musl, not macOS)
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
+_LIBC = None
 
 
 def _mb(n: int) -> str:

@@ -1,0 +1,69 @@
+"""``POST /v1/caption`` and ``POST /v1/generate-image``: a generator answer with the examples that went
+into its prompt (zero-shot, random or retrieved)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+
+from unirag.serve.engine import CAPTION_MODES
+from unirag.serve.redact import redact
+from unirag.serve.service import (
+    ServiceError,
+    check_k,
+    engine_call,
+    examples_json,
+    read_image,
+    require_token,
+    selection_of_form,
+    service_of,
+)
+
+router = APIRouter(dependencies=[Depends(require_token)])
+
+
+def _check_mode(mode: str, k: int, k_max: int) -> int:
+    """The example count a mode takes (none for zero-shot)."""
+    if mode not in CAPTION_MODES:
+        raise ServiceError(400, f"mode must be one of {', '.join(CAPTION_MODES)}, got {mode!r}")
+    return 0 if mode == "zero-shot" else check_k(k, k_max)
+
+
+@router.post("/v1/caption", summary="Caption an image with few-shot examples")
+async def caption(request: Request, selection: Annotated[Any, Depends(selection_of_form)],
+                  image: Annotated[UploadFile, File()], mode: Annotated[str, Form()] = "rag",
+                  k: Annotated[int, Form()] = 5):
+    svc = service_of(request)
+    k = _check_mode(mode, k, svc.settings.k_max)
+    checked = await read_image(svc, image, "image")
+    if checked is None:
+        raise ServiceError(400, "image: send the image to caption")
+    start = time.perf_counter()
+    ans = await engine_call(svc, "/v1/caption", svc.engine.caption, checked.image, checked.data, mode, k, selection)
+    # Generator output is untrusted text: a server could echo the credentials it was sent.
+    return {"caption": redact(ans.caption, svc.secrets), "mode": mode, "k": len(ans.examples),
+            "examples": examples_json(ans.examples), "selection": selection.to_dict(),
+            "latency_s": round(time.perf_counter() - start, 4), "usage": ans.usage, "cost_usd": ans.cost_usd,
+            "attempts": ans.attempts, "generator": ans.generator}
+
+
+@router.post("/v1/generate-image", summary="Generate an image from text with examples")
+async def generate_image(request: Request, selection: Annotated[Any, Depends(selection_of_form)],
+                         text: Annotated[str, Form()], mode: Annotated[str, Form()] = "rag",
+                         k: Annotated[int, Form()] = 1):
+    svc = service_of(request)
+    if mode in CAPTION_MODES and not text.strip():  # an unknown mode is _check_mode's to name
+        raise ServiceError(400, "text: describe the image to generate")
+    k = _check_mode(mode, k, svc.settings.k_max)
+    start = time.perf_counter()
+    ans = await engine_call(svc, "/v1/generate-image", svc.engine.generate_image, text, mode, k, selection)
+    buf = io.BytesIO()
+    ans.image.save(buf, format="PNG")
+    return {"image": "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii"),
+            "width": ans.image.size[0], "height": ans.image.size[1], "examples": examples_json(ans.examples),
+            "selection": selection.to_dict(), "latency_s": round(time.perf_counter() - start, 4),
+            "attempts": ans.attempts, "generator": ans.generator}

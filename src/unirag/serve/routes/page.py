@@ -1,0 +1,64 @@
+"""The page (``/``, ``/static``), the API docs (``/docs``, ``/openapi.json``), ``/healthz`` and ``/metrics``.
+
+In token mode the API docs need the token like every API route (the schema describes the deployment);
+the page itself and its static files do not (the page asks for the token).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
+
+from unirag import __version__
+from unirag.serve.service import ServiceError, require_token, service_of
+
+STATIC = Path(__file__).resolve().parents[1] / "static"
+router = APIRouter()
+
+
+@router.get("/", include_in_schema=False)
+async def page():
+    return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+def docs_assets() -> Path:
+    """Swagger UI 5 (which reads the OpenAPI 3.1 schema FastAPI writes; 4.x cannot), as the
+    ``fastapi-offline`` package ships it, so the API docs work offline like the page does."""
+    import fastapi_offline
+
+    return Path(fastapi_offline.__file__).resolve().parent / "static"
+
+
+@router.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_token)])
+async def openapi(request: Request):
+    return JSONResponse(request.app.openapi())
+
+
+@router.get("/docs", include_in_schema=False, dependencies=[Depends(require_token)])
+async def docs():
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    return get_swagger_ui_html(openapi_url="/openapi.json", title="unirag API",
+                               swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+                               swagger_css_url="/docs-assets/swagger-ui.css",
+                               swagger_favicon_url="/docs-assets/favicon.png")
+
+
+@router.get("/healthz", summary="Liveness, and what is loaded (in token mode only with the token)")
+async def healthz(request: Request):
+    svc = service_of(request)
+    if svc.token is not None:
+        try:
+            await require_token(request)
+        except ServiceError:
+            return {"status": "ok"}  # alive, and nothing about the deployment without the token
+    return {"status": "ok", "version": __version__, "auth": svc.token is not None, **svc.engine.info()}
+
+
+@router.get("/metrics", dependencies=[Depends(require_token)], summary="Prometheus text metrics",
+            response_class=PlainTextResponse)
+async def metrics_text(request: Request):
+    return PlainTextResponse(service_of(request).metrics.render(),
+                             media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -1,0 +1,170 @@
+"""``POST /v1/search`` and ``POST /v1/cir``: ranked pool candidates for a text, an image, or both.
+
+``/v1/search`` takes a multipart form (what the page and ``curl -F`` send; the only way to send an
+image) or, for text searches, a JSON object with the same fields. Its fields are read here rather
+than by FastAPI's form machinery: under load that machinery (dependency solving, field models) cost
+more than the rest of a search's HTTP handling, and JSON skips the multipart parser as well.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi.responses import JSONResponse
+from starlette.datastructures import FormData
+
+from unirag.errors import ConfigError, InputError
+from unirag.serve.engine import MODALITIES, SearchQuery
+from unirag.serve.service import (
+    ServiceError,
+    check_k,
+    engine_call,
+    hit_json,
+    read_image,
+    require_token,
+    selection_of,
+    service_of,
+)
+
+router = APIRouter(dependencies=[Depends(require_token)])
+
+_FIELDS: dict[str, dict[str, Any]] = {
+    "text": {"type": "string", "description": "what to search for (with an image: fused)"},
+    "k": {"type": "integer", "default": 10, "minimum": 1},
+    "modality": {"type": "string", "enum": list(MODALITIES), "default": "any"},
+    "diversity": {"type": "string", "description": "example selection: none or mmr"},
+    "mmr_lambda": {"type": "number"},
+    "one_per_image": {"type": "boolean"},
+    "near_duplicates": {"type": "string", "description": "flag or exclude"},
+    "filter": {"type": "array", "items": {"type": "string"}, "description": "metadata filters FIELD=VALUE"},
+}
+_BODY = {"requestBody": {"required": True, "content": {
+    "multipart/form-data": {"schema": {"type": "object", "properties": {
+        **_FIELDS, "image": {"type": "string", "format": "binary"}}}},
+    "application/json": {"schema": {"type": "object", "properties": _FIELDS, "additionalProperties": False}},
+}}}
+
+
+@router.post("/v1/search", summary="Search by text, image, or both (fused); a form, or JSON for text",
+             openapi_extra=_BODY)
+async def search(request: Request):
+    svc = service_of(request)
+    form = None
+    try:
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
+            fields, upload = await _json_fields(request), None
+        else:
+            form = await request.form()
+            fields, upload = _form_fields(form)
+        text = fields.get("text")
+        if text is not None and not isinstance(text, str):
+            raise ServiceError(400, "text: must be a string")
+        k = check_k(_integer(fields.get("k", 10), "k"), svc.settings.k_max)
+        modality = fields.get("modality", "any")
+        if modality not in MODALITIES:
+            raise ServiceError(400, f"modality must be one of {', '.join(MODALITIES)}, got {modality!r}")
+        selection = selection_of(fields.get("diversity"), _number(fields.get("mmr_lambda"), "mmr_lambda"),
+                                 _boolean(fields.get("one_per_image"), "one_per_image"),
+                                 fields.get("near_duplicates"), _strings(fields.get("filter"), "filter"))
+        checked = await read_image(svc, upload, "image")
+    finally:
+        if form is not None:
+            await form.close()
+    if checked is None and not (text and text.strip()):
+        raise ServiceError(400, "send a text, an image, or both")
+    query = SearchQuery(image=checked.image if checked else None, text=text, selection=selection)
+    start = time.perf_counter()
+    try:
+        hits = await svc.batcher.search(query, k=k, modality=modality)
+    except (ConfigError, InputError) as e:
+        raise ServiceError(400, str(e)) from None
+    # A JSONResponse, not a dict: FastAPI would walk the dict once more to make it "JSON-able".
+    return JSONResponse({"hits": [hit_json(h) for h in hits], "latency_s": round(time.perf_counter() - start, 4),
+                         "query": {"text": text, "image": checked is not None, "k": k, "modality": modality,
+                                   "selection": selection.to_dict()}})
+
+
+async def _json_fields(request: Request) -> dict[str, Any]:
+    try:
+        fields = json.loads(await request.body())
+    except ValueError as e:
+        raise ServiceError(400, f"the JSON body does not parse: {e}") from None
+    if not isinstance(fields, dict):
+        raise ServiceError(400, "the JSON body must be an object of search fields")
+    unknown = sorted(set(fields) - set(_FIELDS))
+    if unknown:
+        hint = " (send images as multipart/form-data)" if "image" in unknown else ""
+        raise ServiceError(400, f"unknown field(s) {', '.join(unknown)}{hint}; a JSON search takes "
+                                f"{', '.join(_FIELDS)}")
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def _form_fields(form: FormData) -> tuple[dict[str, Any], Any]:
+    fields: dict[str, Any] = {name: value for name, value in form.multi_items()
+                              if name in _FIELDS and name != "filter" and isinstance(value, str)}
+    fields["filter"] = [f for f in form.getlist("filter") if isinstance(f, str)]
+    if fields.get("text") == "":
+        fields["text"] = None
+    upload = form.get("image")
+    if isinstance(upload, str):
+        if upload:
+            raise ServiceError(400, "image: send a file, not a text field")
+        upload = None
+    return {name: value for name, value in fields.items() if value != ""}, upload
+
+
+def _integer(value: Any, name: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise ServiceError(400, f"{name}: must be an integer, got {value!r}")
+
+
+def _number(value: Any, name: str) -> float | None:
+    if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ServiceError(400, f"{name}: must be a number, got {value!r}") from None
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _boolean(value: Any, name: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ServiceError(400, f"{name}: must be true or false, got {value!r}")
+
+
+def _strings(value: Any, name: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise ServiceError(400, f"{name}: must be a list of strings")
+
+
+@router.post("/v1/cir", summary="Composed image retrieval: reference image + modification text")
+async def cir(request: Request, image: Annotated[UploadFile, File()], text: Annotated[str, Form()],
+              k: Annotated[int, Form()] = 10, keep_reference: Annotated[bool, Form()] = False):
+    svc = service_of(request)
+    check_k(k, svc.settings.k_max)
+    checked = await read_image(svc, image, "image")
+    if checked is None:
+        raise ServiceError(400, "image: send the reference image")
+    if not text.strip():
+        raise ServiceError(400, "text: say how the target differs from the reference image")
+    start = time.perf_counter()
+    ans = await engine_call(svc, "/v1/cir", svc.engine.cir, checked.image, text, k, checked.data, keep_reference)
+    return {"hits": [hit_json(h) for h in ans.hits], "stage": ans.stage, "note": ans.note,
+            "latency_s": round(time.perf_counter() - start, 4)}

@@ -1,0 +1,135 @@
+"""What every route reaches: the loaded :class:`Service` and the helpers the routes share.
+
+:func:`create_app <unirag.serve.app.create_app>` puts one :class:`Service` on ``app.state``; routes
+get it with :func:`service_of`. Refusals are :class:`ServiceError` (status + message), which the app
+turns into ``{"error": ...}`` JSON with secrets masked.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import Form, Request, UploadFile
+from starlette.concurrency import run_in_threadpool
+
+from unirag.errors import BackendError, ConfigError, InputError
+from unirag.serve.batching import SearchBatcher
+from unirag.serve.engine import Engine, Hit
+from unirag.serve.metrics import Metrics
+from unirag.serve.settings import ServeSettings
+from unirag.serve.uploads import DecodeSlots, check_image
+
+log = logging.getLogger("unirag.serve")
+
+
+class ServiceError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class Service:
+    """One process's loaded state, shared by all requests."""
+
+    settings: ServeSettings
+    engine: Engine
+    metrics: Metrics
+    batcher: SearchBatcher
+    token: str | None = None
+    secrets: tuple[str, ...] = field(default=())
+    decodes: DecodeSlots | None = None
+
+    def __post_init__(self) -> None:
+        if self.decodes is None:
+            self.decodes = DecodeSlots(self.settings.max_decodes, self.settings.decode_queue)
+
+
+def service_of(request: Request) -> Service:
+    return request.app.state.service
+
+
+async def require_token(request: Request) -> None:
+    """The bearer-token check (a no-op without --token-env). Async: a plain function would cost
+    every request a hop to the thread pool."""
+    token = service_of(request).token
+    if token is None:
+        return
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
+        raise ServiceError(401, "missing or wrong bearer token (send 'Authorization: Bearer <token>')")
+
+
+def image_url(did: str | None) -> str | None:
+    return f"/v1/images/{quote(did, safe=':')}" if did else None
+
+
+def hit_json(h: Hit) -> dict[str, Any]:
+    out = {"did": h.did, "score": round(h.score, 6) if h.score is not None else None, "modality": h.modality,
+           "caption": h.caption, "image_url": image_url(h.image_did)}
+    if h.near_duplicate is not None:
+        out["near_duplicate"] = h.near_duplicate
+    return out
+
+
+def examples_json(examples) -> list[dict[str, Any]]:
+    return [{"caption": e.caption, "image_url": image_url(e.image_did), "did": e.image_did,
+             **({"near_duplicate": e.near_duplicate} if e.near_duplicate else {})} for e in examples]
+
+
+def selection_of(diversity=None, mmr_lambda=None, one_per_image=None, near_duplicates=None, filters=()):
+    """The :class:`unirag.Selection` of a request's fields (unset fields keep the defaults)."""
+    from unirag.retrieval.selection import Selection, parse_filters
+
+    try:
+        return Selection.of(None, diversity=diversity or None, mmr_lambda=mmr_lambda, one_per_image=one_per_image,
+                            near_duplicates=near_duplicates or None,
+                            where=parse_filters([f for f in filters or () if f and f.strip()]) or None)
+    except ConfigError as e:
+        raise ServiceError(400, str(e)) from None
+
+
+async def selection_of_form(diversity: Annotated[str | None, Form()] = None,
+                            mmr_lambda: Annotated[float | None, Form()] = None,
+                            one_per_image: Annotated[bool | None, Form()] = None,
+                            near_duplicates: Annotated[str | None, Form()] = None,
+                            filter: Annotated[list[str] | None, Form()] = None):  # noqa: A002 - the API's field
+    """:func:`selection_of` as a FastAPI dependency, so every endpoint that retrieves examples takes the
+    same five form fields."""
+    return selection_of(diversity, mmr_lambda, one_per_image, near_duplicates, filter)
+
+
+def check_k(k: int, k_max: int) -> int:
+    if not 1 <= k <= k_max:
+        raise ServiceError(400, f"k must be between 1 and {k_max}, got {k}")
+    return k
+
+
+async def read_image(svc: Service, upload: UploadFile | None, field: str):
+    """The checked upload (:func:`unirag.serve.uploads.check_image`), or None for no file."""
+    if upload is None:
+        return None
+    limit = svc.settings.max_upload_bytes
+    data = await upload.read(limit + 1)
+    if not data and not upload.filename:
+        return None  # a form's empty file input; size and emptiness are check_image's
+    # on the decode threads (max_decodes), or 503 when decode_queue more are waiting already
+    return await svc.decodes.run(check_image, data, max_bytes=limit, max_pixels=svc.settings.max_pixels, field=field)
+
+
+async def engine_call(svc: Service, endpoint: str, fn, *args):
+    """Run a blocking engine call; library errors become 400, generator failures 503."""
+    try:
+        return await run_in_threadpool(fn, *args)
+    except BackendError as e:
+        kind = f"http_{e.status}" if e.status else ("transient" if e.retryable else "permanent")
+        svc.metrics.generator_error(endpoint, kind)
+        log.warning("%s: generator failed: %s", endpoint, e)
+        raise ServiceError(503, f"generator unavailable: {e}. Search keeps working; try again later.") from None
+    except (ConfigError, InputError) as e:
+        raise ServiceError(400, str(e)) from None
