@@ -6,8 +6,8 @@ same configuration must store the same records. Each call appends one line to th
 starts, so a test can count calls across processes: ``UNIRAG_*`` variables reach Ray workers (see
 ``unirag.ray_support.worker_env``). ``UNIRAG_TEST_DELAY`` slows each call (seconds);
 ``UNIRAG_TEST_LOADS`` gets a line per model load; ``UNIRAG_TEST_AHEAD`` gets a line per image a
-caption or agent call carries: ``ahead`` when the call runs where that file was decoded ahead (in a
-:func:`unirag.data.images.predecoded` scope holding it), else ``inline``;
+caption or agent call carries: ``ahead`` when the image part comes with the file decoded ahead (its
+``decoded`` image), else ``inline``;
 ``UNIRAG_TEST_DIE_MARKER`` makes the first process that reaches its ``UNIRAG_TEST_DIE_AT``-th call
 exit on the spot (a worker killed by the OOM killer), once: the marker file records that it happened.
 """
@@ -65,14 +65,9 @@ def _log_ahead(parts) -> None:
     path = os.environ.get("UNIRAG_TEST_AHEAD")
     if not path:
         return
-    from pathlib import Path
-
-    from unirag.data import images
-
-    scope = images._PREDECODED.get() or {}
     with open(path, "a") as f:
         for p in parts:
-            f.write(("ahead" if str(Path(p.path)) in scope else "inline") + "\n")
+            f.write(("ahead" if p.decoded is not None else "inline") + "\n")
 
 
 class EchoCaptioner:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant"]
 #: Image formats every API backend takes as they are; others are re-encoded as PNG.
@@ -34,6 +35,9 @@ class ImagePart:
     data: bytes | None = None
     mime: str = "image/png"
     label: str | None = None  # e.g. the did or "query", for logs and rendered prompts
+    #: the file already decoded (by a decode worker, see :mod:`unirag.runs.ahead`): what :meth:`load`
+    #: returns instead of decoding ``path`` again; never part of the prompt's identity
+    decoded: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if (self.path is None) == (self.data is None):
@@ -64,10 +68,12 @@ class ImagePart:
         return cls(data=png_bytes(as_rgb(image)), mime="image/png", label=label)
 
     def load(self):
-        """Decode to an RGB PIL image."""
+        """Decode to an RGB PIL image (a copy of :attr:`decoded` where the file was decoded ahead)."""
         from unirag.data.images import load_rgb
 
-        return load_rgb(self.path if self.path is not None else self.data)
+        if self.path is None:
+            return load_rgb(self.data)
+        return load_rgb(self.path, ahead={str(self.path): self.decoded} if self.decoded is not None else None)
 
     def encoded(self) -> tuple[bytes, str]:
         """Bytes and MIME type for APIs. Files in a web format are sent as they are; others as PNG."""
@@ -117,6 +123,16 @@ class Message:
     @property
     def images(self) -> list[ImagePart]:
         return [p for p in self.parts if isinstance(p, ImagePart)]
+
+
+def with_decoded(messages: list[Message], ahead: Mapping[str, Any] | None) -> list[Message]:
+    """``messages`` with each image part whose file is in ``ahead`` (path -> image decoded ahead)
+    carrying that image, so the model's process does not decode it again."""
+    if not ahead:
+        return messages
+    return [Message(m.role, [replace(p, decoded=ahead.get(str(p.path)))
+                             if isinstance(p, ImagePart) and p.path is not None else p for p in m.parts])
+            for m in messages]
 
 
 def render_for_log(messages: list[Message]) -> str:

@@ -194,14 +194,15 @@ def host_to_device(array: Any, device: str, dtype: Any = None):
     return tensor.to(device, dtype=dtype or tensor.dtype)
 
 
-def to_pil_images(images: Sequence[Any]) -> list:
-    """Decode each input once through :func:`unirag.data.images.load_rgb` (paths, bytes, PIL images, arrays).
+def to_pil_images(images: Sequence[Any], ahead: Any = None) -> list:
+    """Decode each input once through :func:`unirag.data.images.load_rgb` (paths, bytes, PIL images, arrays;
+    ``ahead``: files already decoded, path -> image).
 
     A missing or corrupt file raises :class:`unirag.errors.InputError` naming the file.
     """
     from unirag.data.images import load_rgb
 
-    return [load_rgb(im) for im in images]
+    return [load_rgb(im, ahead=ahead) for im in images]
 
 
 def offline_mode() -> bool:

@@ -57,7 +57,7 @@ def test_ray_workers_decode_each_call_s_images_ahead_of_the_model(coco_caption_s
                                                                   monkeypatch):
     """With ``decode_workers=1`` each Ray worker's decode process decodes the images of a call while the
     model works on the call before: every image the model's calls carry was decoded ahead (the call
-    runs in a ``predecoded`` scope holding it), the records are a local run's, and the manifest's
+    is given them decoded), the records are a local run's, and the manifest's
     engine entry records the setting."""
     from tests_engine_helpers import read_records
 

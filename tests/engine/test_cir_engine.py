@@ -47,7 +47,7 @@ def _stored_calls(out: Path) -> dict[str, list[str]]:
 
 def test_ray_agents_rank_as_local_agents_and_resume_after_a_kill(myntra, ray_cluster, tmp_path):
     """Also: with ``--decode-workers 1`` every image an agent call sends was decoded ahead by the Ray
-    worker's decode process (the call ran in a ``predecoded`` scope holding it)."""
+    worker's decode process (its image parts came with the decoded images)."""
     address, env = ray_cluster
     base, _ = _setup(myntra, tmp_path)
     calls = tmp_path / "calls.log"

@@ -6,6 +6,7 @@ at once, and a call still waiting when the worker shuts down claims nothing."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
@@ -17,7 +18,6 @@ import pytest
 from unirag.data import images
 from unirag.errors import BackendError, InputError, UniragError
 from unirag.runs.engine import CANCELLED, _Worker
-from unirag.runs.store import ResultStore
 
 
 class _Model:
@@ -40,20 +40,21 @@ class _Recipe:
 
 
 class _Work:
-    """A task on the model: each payload is (name, image paths); its record is a digest of the pixels
-    ``load_rgb`` gives for those paths. ``gate`` (an Event) holds the model part of a call open."""
+    """A run kind on the model: each payload is (name, image paths); its record is a digest of the pixels
+    ``load_rgb`` gives for those paths (given the images the worker decoded ahead). ``gate`` (an Event)
+    holds the model part of a call open."""
 
+    batches = True
     batch_size = 2
 
-    def __init__(self, model: _Model, store_path: str, gate: threading.Event | None) -> None:
+    def __init__(self, gate: threading.Event | None, model: _Model) -> None:
         self.model, self.gate = model, gate
-        self.store = ResultStore(store_path, key="qid")
         self.calls = 0
 
     def image_paths(self, payloads):
         return [p for _, paths in payloads for p in paths]
 
-    def work_batch(self, payloads):
+    def work_batch(self, payloads, decoded):
         m = self.model
         with m.lock:
             m.inside += 1
@@ -67,7 +68,7 @@ class _Work:
                 h = hashlib.sha256()
                 for p in paths:
                     try:
-                        im = images.load_rgb(p)
+                        im = images.load_rgb(p, ahead=decoded)
                     except InputError as e:
                         raise BackendError(f"bad input: {e}") from None
                     h.update(im.tobytes())
@@ -78,12 +79,9 @@ class _Work:
                 m.inside -= 1
 
 
-class _Task:
-    def __init__(self, store_path: Path, gate: threading.Event | None = None) -> None:
-        self.key, self.gate = str(store_path), gate
-
-    def open(self, model):
-        return _Work(model, self.key, self.gate)
+def _run(worker: _Worker, store_path: Path, payloads, gate: threading.Event | None = None, work=_Work):
+    """The driver's call: the run's store file, how to open its kind on the model, the payloads."""
+    return worker.run(str(store_path), "qid", functools.partial(work, gate), payloads)
 
 
 def _calls(coco_mini: Path) -> list[list[tuple[str, tuple[str, list[str]]]]]:
@@ -122,11 +120,10 @@ def _two_calls_in_flight(calls, workers: int, out: Path, monkeypatch) -> bool:
     gate = submitted if workers else threading.Event()
     if not workers:
         gate.set()
-    task = _Task(out, gate)
     results: list = [None, None]
 
     def call(i: int) -> None:
-        results[i] = worker.run(task, calls[i])
+        results[i] = _run(worker, out, calls[i], gate)
 
     try:
         threads = [threading.Thread(target=call, args=(i,)) for i in (0, 1)]
@@ -170,13 +167,12 @@ def test_the_next_call_s_images_are_decoded_by_the_workers_while_the_model_works
 def test_a_call_waiting_for_the_model_at_shutdown_claims_nothing(coco_mini, tmp_path):
     calls = _calls(coco_mini)
     gate = threading.Event()
-    task = _Task(tmp_path / "out.jsonl", gate)
     worker = _Worker(_Recipe(), "cpu", None, decode_workers=1)
     errors: list = []
 
     def call(i: int) -> None:
         try:
-            worker.run(task, calls[i])
+            _run(worker, tmp_path / "out.jsonl", calls[i], gate)
         except UniragError as e:
             errors.append((i, str(e)))
 
@@ -208,21 +204,15 @@ def test_a_call_waiting_for_the_model_at_shutdown_claims_nothing(coco_mini, tmp_
 def test_a_call_whose_model_part_fails_leaves_the_decode_processes_usable(coco_mini, tmp_path, decoded_here):
     calls = _calls(coco_mini)
 
-    class Broken(_Task):
-        def open(self, model):
-            work = super().open(model)
-
-            def fail(payloads):
-                raise KeyError("a bug in the task")
-
-            work.work_batch = fail
-            return work
+    class Broken(_Work):
+        def work_batch(self, payloads, decoded):
+            raise KeyError("a bug in the task")
 
     worker = _Worker(_Recipe(), "cpu", None, decode_workers=1)
     try:
         with pytest.raises(KeyError):
-            worker.run(Broken(tmp_path / "broken.jsonl"), calls[0])
-        result = worker.run(_Task(tmp_path / "ok.jsonl"), calls[1])
+            _run(worker, tmp_path / "broken.jsonl", calls[0], work=Broken)
+        result = _run(worker, tmp_path / "ok.jsonl", calls[1])
     finally:
         worker.shutdown()
     assert result["ok"] == 2 and result["error"] == 1

@@ -14,7 +14,8 @@ def test_a_group_worked_again_after_later_ones_leaves_the_rest_decoded_ahead(coc
     and taking a group behind it would have run it dry."""
     photos = sorted((coco_mini / "images").glob("*.jpg"))[:5]
     work = AheadWork([[p] for p in photos], key=str, prepare=lambda p: p, image_paths=lambda ps: [str(ps[0])],
-                     work_prepared=lambda ps: np.asarray(load_rgb(ps[0])).sum(), workers=1)
+                     work_prepared=lambda ps, images: np.asarray(load_rgb(ps[0], ahead=images)).sum(),
+                     workers=1)
     with work:
         sums = {}
         for p in (photos[0], photos[2], photos[1], photos[3], photos[4]):

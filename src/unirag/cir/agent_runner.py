@@ -11,6 +11,7 @@ API roles keep their bounded concurrency in this process.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +20,8 @@ from unirag.cir.agents import call_agent
 from unirag.cir.cache import CallCache, CallRequest, call_key, ok_output
 from unirag.cir.config import XRConfig
 from unirag.errors import ConfigError
-from unirag.messages import Message
-from unirag.runs.executor import run_items
+from unirag.messages import Message, with_decoded
+from unirag.runs.executor import execute
 from unirag.runs.retry import RetryPolicy
 
 GeneratorFactory = Callable[..., Any]
@@ -32,41 +33,39 @@ def default_generator_factory(spec: str, **options: Any):
     return load_text_generator(spec, **options)
 
 
-@dataclass(frozen=True)
-class AgentTask:
-    """One role's calls as a Ray worker opens them: the role, its generation options, JSON attempts,
-    and the role's call-cache store."""
+@dataclass
+class AgentJob:
+    """One role's agent calls as a run kind (:class:`~unirag.runs.executor.RunKind`): the role, its
+    generation options, JSON attempts and the generator playing it (here, or on a Ray worker: the
+    driver sends ``functools.partial(AgentJob, role, options, json_attempts)``, the worker adds its model)."""
 
     role: str
     options: Any
     json_attempts: int
-    store_path: str
+    generator: Any
 
-    @property
-    def key(self) -> str:
-        return self.store_path
-
-    def open(self, generator: Any) -> _AgentWork:
-        return _AgentWork(self, generator)
-
-
-class _AgentWork:
+    batches = False
     batch_size = 1
 
-    def __init__(self, task: AgentTask, generator: Any) -> None:
-        from unirag.runs.store import ResultStore
+    @staticmethod
+    def key(request: CallRequest) -> str:
+        return request.key
 
-        self.task, self.generator = task, generator
-        self.store = ResultStore(task.store_path, key="key")
+    @staticmethod
+    def prepare(request: CallRequest) -> CallRequest:
+        return request
 
-    def image_paths(self, payloads: list[CallRequest]) -> list[str]:
-        """What the Ray worker's decode processes decode ahead of this call (:mod:`unirag.runs.engine`)."""
-        return request_image_paths(payloads)
+    @staticmethod
+    def image_paths(requests: Sequence[CallRequest]) -> list[str]:
+        return request_image_paths(requests)
 
-    def work_batch(self, payloads: list[CallRequest]) -> list[dict[str, Any]]:
-        t = self.task
-        return [call_agent(self.generator, t.role, r.messages, t.options, t.json_attempts, r.expect_answers, r.fmt)
-                for r in payloads]
+    def n_images(self, requests: Sequence[CallRequest]) -> int:
+        return len(request_image_paths(requests))
+
+    def work_batch(self, requests: list[CallRequest], images: dict[str, Any]) -> list[dict[str, Any]]:
+        """Each call's parsed reply; ``images``: the image parts' files decoded ahead (path -> image)."""
+        return [call_agent(self.generator, self.role, with_decoded(r.messages, images), self.options,
+                           self.json_attempts, r.expect_answers, r.fmt) for r in requests]
 
 
 def request_image_paths(requests: Sequence[CallRequest]) -> list[str]:
@@ -125,48 +124,27 @@ class AgentRunner:
         st = self.stats.setdefault(role, {"requested": 0, "called": 0, "cached": 0, "failed": 0})
         st["requested"] += len(unique)
         st["cached"] += len(unique) - len(todo)
-        if todo and self._on_ray(rc.model):
-            from unirag.pipelines.remote_models import TextModelRecipe
+        if todo:
+            # A local model (on Ray workers, or one call at a time here) has its calls' images decoded
+            # ahead, in decode workers; API roles send the files as they are and decode nothing.
+            options, attempts = rc.generation_options(), self.config.settings.json_attempts
+            pool = recipe = open_kind = None
+            if self._on_ray(rc.model):
+                from unirag.pipelines.remote_models import TextModelRecipe
 
-            task = AgentTask(role, rc.generation_options(), self.config.settings.json_attempts,
-                             str(store.path.resolve()))
-            counts = self._worker_pool().run(TextModelRecipe(rc.model, dict(rc.options)), task, todo,
-                                             key=lambda r: r.key, desc=desc or role, progress=self.progress)
-            store.refresh()
-            st["called"] += counts["ok"] + counts["error"]
-        elif todo:
-            gen = self._generator(role)
+                pool, recipe = self._worker_pool(), TextModelRecipe(rc.model, dict(rc.options))
+                open_kind = functools.partial(AgentJob, role, options, attempts)
+                job = AgentJob(role, options, attempts, None)
+            else:
+                job = AgentJob(role, options, attempts, self._generator(role))
             local = rc.model.startswith("hf:")  # a model in this process: one call at a time
-            concurrency = 1 if local else self.config.settings.concurrency
-            opts = rc.generation_options()
-            attempts = self.config.settings.json_attempts
-
-            def work(req: CallRequest) -> dict[str, Any]:
-                return call_agent(gen, role, req.messages, opts, attempts, req.expect_answers, req.fmt)
-
-            # A local model decodes its calls' images itself: decode them a few calls ahead, in decode
-            # workers (API roles send the files as they are and decode nothing).
-            ahead = self._decode_ahead(todo, work) if local else None
-            try:
-                counts = run_items(todo, key=lambda r: r.key, work=ahead.work if ahead is not None else work,
-                                   store=store, concurrency=concurrency, policy=self.policy, desc=desc or role,
-                                   progress=self.progress)
-            finally:
-                if ahead is not None:
-                    ahead.close()
+            counts = execute(job, todo, store, concurrency=1 if local else self.config.settings.concurrency,
+                             policy=self.policy, decode_ahead=local, decode_workers=self.config.settings.decode_workers,
+                             pool=pool, recipe=recipe, open_kind=open_kind, desc=desc or role, progress=self.progress)
             st["called"] += counts["ok"] + counts["error"]
         out = {r.key: ok_output(store.get(r.key)) for r in unique}
         st["failed"] += sum(1 for r in todo if out[r.key] is None)
         return out
-
-    def _decode_ahead(self, todo: list[CallRequest], work: Callable[[CallRequest], dict[str, Any]]):
-        """The calls worked with their image parts decoded ahead (:mod:`unirag.runs.ahead`; the
-        ``decode_workers`` setting), or None where they are decoded inline."""
-        from unirag.runs.ahead import ahead_work
-
-        return ahead_work(todo, 1, key=lambda r: r.key, prepare=lambda r: r, image_paths=request_image_paths,
-                          work_prepared=lambda rs: work(rs[0]), decode_workers=self.config.settings.decode_workers,
-                          n_images=len(request_image_paths(todo)))
 
     def errors(self, role: str, keys: list[str]) -> list[str]:
         store = self.cache.store(role)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import io
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -78,27 +78,8 @@ def image_loading(mode: str):
         _LOADING.reset(token)
 
 
-#: Files already decoded by :func:`load_rgb` elsewhere (a decode worker), for the code running in a
-#: :func:`predecoded` scope: path -> RGB PIL image.
-_PREDECODED: ContextVar[dict[str, Any] | None] = ContextVar("unirag_predecoded", default=None)
-
-
-@contextmanager
-def predecoded(images: dict[str, Any]):
-    """Within this scope, :func:`load_rgb` of one of these paths (with no options) returns a copy of
-    the image given for it instead of decoding the file again. The images must be what
-    :func:`load_rgb` returned for those files (decoded ahead, in a
-    :class:`~unirag.data.loader.ImageLoader`), so nothing but the time changes; a path not in the
-    mapping, an unreadable one included, is decoded (and fails) as usual."""
-    token = _PREDECODED.set({str(Path(k)): v for k, v in images.items()})
-    try:
-        yield
-    finally:
-        _PREDECODED.reset(token)
-
-
 def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str | None = None,
-             draft: int | None = None):
+             draft: int | None = None, ahead: Mapping[str, Any] | None = None):
     """Decode ``image`` (path, bytes, PIL image or array) to an upright 8-bit RGB PIL image.
 
     ``max_pixels``: most pixels (width x height) accepted, checked from the header before decoding;
@@ -107,16 +88,19 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
     smaller than ``draft`` pixels a side - JPEGs at a reduced DCT scale, other formats reduced by an
     integer factor right after decoding, so that what is kept (and the copies made to normalise it)
     is small (thumbnails, the import check and the service's uploads use it; the whole stream is still
-    read, so truncated files still fail).
+    read, so truncated files still fail). ``ahead``: images this call's caller had decoded already
+    (path -> what :func:`load_rgb` returned for it, e.g. by the
+    :class:`~unirag.data.loader.ImageLoader`'s decode workers): a path found there (with no other
+    option given) is a copy of that image, not decoded again; any other path is decoded (and fails)
+    as usual, so passing them changes nothing but the time.
 
     Raises :class:`InputError` naming the file when it is missing, corrupt, a decompression bomb or
     empty, or when ``image`` is not an image at all. See the module docstring for what is done to
     orientation, bit depth, transparency and animations.
     """
     plain = _LOADING.get() == "plain"
-    ahead = _PREDECODED.get()
-    if ahead is not None and isinstance(image, str | Path) and max_pixels is None and background is None \
-            and draft is None and not plain:
+    if ahead and isinstance(image, str | Path) and max_pixels is None and background is None and draft is None \
+            and not plain:
         hit = ahead.get(str(Path(image)))
         if hit is not None:
             return hit.copy()

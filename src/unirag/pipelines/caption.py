@@ -25,7 +25,6 @@ from unirag.pipelines.captioner import Caption, Captioner, CaptionRequest, to_pa
 from unirag.pipelines.examples import ExampleSelector, example_images_root, make_selector
 from unirag.pipelines.run_config import ExampleRunConfig
 from unirag.retrieval.results import Pair
-from unirag.runs.ahead import AheadWork, ahead_work
 from unirag.runs.rundir import RunDir
 
 
@@ -105,12 +104,13 @@ class PreparedQuery:
 
 
 class CaptionJob:
-    """Everything one run needs, prepared once; ``work``/``work_batch`` caption queries.
+    """A caption run's kind (:class:`~unirag.runs.executor.RunKind`): prepares a query (its examples)
+    and turns prepared queries into records.
 
     The captioning itself is :class:`~unirag.pipelines.captioner.Captioner`'s (the same call a
     notebook makes); this adds example selection and the run record. Selection (:meth:`prepare`)
-    and generation (:meth:`work_prepared`) are separate steps so that on Ray the driver selects and
-    the workers generate (a worker's job has no selector, only ``pool_root``).
+    and generation (:meth:`work_batch`) are separate steps so that on Ray the driver selects and
+    the workers generate (a worker's job, :func:`open_caption_job`, has no selector, only ``pool_root``).
     """
 
     def __init__(self, cfg: CaptionConfig, captioner: Captioner, selector: ExampleSelector | None,
@@ -121,15 +121,27 @@ class CaptionJob:
         #: code does (see :func:`unirag.pipelines.examples.top_candidate_caption`), not the first example's.
         self.official_top1 = selector is not None and getattr(captioner.backend, "strategy", None) == "top1" \
             and hasattr(selector, "top_caption")
+        #: the model captions ``batch_size`` prompts per call (on Ray, the driver's remote stand-in does
+        #: not batch itself but sends its workers' batch size: the items go out that many at a time)
+        self.batches = captioner.batches
+        self.batch_size = max(1, int(getattr(captioner.backend, "batch_size", 1) or 1))
+
+    @staticmethod
+    def key(q: Query) -> str:
+        return q.qid
+
+    def n_images(self, queries: Sequence[Query]) -> int:
+        return len(queries) * (1 + (self.cfg.k or 0))
 
     def examples(self, q: Query) -> list[Pair]:
         return self.selector.select(q)
 
-    def request(self, q: Query, examples: list[Pair]) -> CaptionRequest:
+    def request(self, q: Query, examples: list[Pair], ahead: dict[str, Any] | None = None) -> CaptionRequest:
+        """``ahead``: the prompt's image files already decoded (path -> image)."""
         try:
             return self.captioner.request(resolve_image(q.img_path, self.cfg.images_root),
                                           to_pairs(examples, self.pool_root), mode=self.cfg.mode,
-                                          label=f"query {q.qid}")
+                                          label=f"query {q.qid}", ahead=ahead)
         except InputError as e:  # a missing/corrupt image fails this query only, naming the file
             raise BackendError(f"bad input: {e}") from None
 
@@ -148,8 +160,8 @@ class CaptionJob:
         examples = self.examples(q)
         return PreparedQuery(q, examples, leaks=self.selector.leak_info(q))
 
-    def work_prepared(self, p: PreparedQuery) -> dict[str, Any]:
-        request = self.request(p.query, p.examples)
+    def _work_one(self, p: PreparedQuery, images: dict[str, Any]) -> dict[str, Any]:
+        request = self.request(p.query, p.examples, images)
         captions = p.captions
         if request.prompt is None and self.official_top1 and captions is None:
             try:
@@ -158,8 +170,12 @@ class CaptionJob:
                 raise BackendError(f"bad input: {e}") from None
         return self._record(p.examples, self.captioner.complete(request, captions=captions), p.leaks)
 
-    def work_batch_prepared(self, ps: list[PreparedQuery]) -> list[dict[str, Any]]:
-        requests = [self.request(p.query, p.examples) for p in ps]
+    def work_batch(self, ps: list[PreparedQuery], images: dict[str, Any]) -> list[dict[str, Any]]:
+        """Records for ``ps`` (in one batched call where the model batches); ``images``: their image
+        files decoded ahead (path -> image)."""
+        if not self.batches:
+            return [self._work_one(p, images) for p in ps]
+        requests = [self.request(p.query, p.examples, images) for p in ps]
         return [self._record(p.examples, cap, p.leaks)
                 for p, cap in zip(ps, self.captioner.complete_batch(requests), strict=True)]
 
@@ -175,57 +191,14 @@ class CaptionJob:
                     paths.append(str(image))
         return paths
 
-    def decode_ahead(self, queries: Sequence[Query], batch_size: int) -> AheadWork | None:
-        """A ``work_batch`` that decodes the next batches' images in decode workers while the model
-        captions the current one (None: decoding stays inline, ``decode_workers`` 0 or a small run)."""
-        return ahead_work(list(queries), batch_size, key=lambda q: q.qid, prepare=self.prepare,
-                          image_paths=self.image_paths, work_prepared=self.work_batch_prepared,
-                          decode_workers=self.cfg.decode_workers, n_images=len(queries) * (1 + (self.cfg.k or 0)))
 
-    def work(self, q: Query) -> dict[str, Any]:
-        return self.work_prepared(self.prepare(q))
-
-    def work_batch(self, qs: list[Query]) -> list[dict[str, Any]]:
-        return self.work_batch_prepared([self.prepare(q) for q in qs])
-
-
-@dataclass(frozen=True)
-class CaptionTask:
-    """A caption run's generation step as a Ray worker opens it (see :mod:`unirag.runs.engine`):
-    the run's settings without its inputs, the examples' root, and the run's ``outputs.jsonl``."""
-
-    cfg: CaptionConfig
-    pool_root: str | None
-    store_path: str
-
-    @property
-    def key(self) -> str:
-        return self.store_path
-
-    def open(self, backend: Any) -> _CaptionWork:
-        cfg = self.cfg
-        captioner = Captioner(backend, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
-                              templates_dir=cfg.templates_dir, prices=cfg.prices, profile=cfg.profile,
-                              official_prompts=cfg.official_prompts)
-        return _CaptionWork(CaptionJob(cfg, captioner, None, self.pool_root), self.store_path)
-
-
-class _CaptionWork:
-    def __init__(self, job: CaptionJob, store_path: str) -> None:
-        from unirag.runs.store import ResultStore
-
-        self.job = job
-        self.store = ResultStore(store_path, key="qid")
-        self.batch_size = int(getattr(job.captioner.backend, "batch_size", 1) or 1) if job.captioner.batches else 1
-
-    def image_paths(self, payloads: list[PreparedQuery]) -> list[str]:
-        """What the Ray worker's decode processes decode ahead of this call (:mod:`unirag.runs.engine`)."""
-        return self.job.image_paths(payloads)
-
-    def work_batch(self, payloads: list[PreparedQuery]) -> list[dict[str, Any]]:
-        if self.job.captioner.batches:
-            return self.job.work_batch_prepared(payloads)
-        return [self.job.work_prepared(p) for p in payloads]
+def open_caption_job(cfg: CaptionConfig, pool_root: str | None, backend: Any) -> CaptionJob:
+    """A caption run's job on a Ray worker's loaded model (see :mod:`unirag.runs.engine`): the run's
+    settings without its inputs (``cfg``) and the examples' root; the driver chooses the examples."""
+    captioner = Captioner(backend, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
+                          templates_dir=cfg.templates_dir, prices=cfg.prices, profile=cfg.profile,
+                          official_prompts=cfg.official_prompts)
+    return CaptionJob(cfg, captioner, None, pool_root)
 
 
 def _identity(cfg: CaptionConfig, captioner: Captioner, selector: ExampleSelector, queries: str) -> dict:
@@ -296,10 +269,7 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
             selector.prepare(todo)
             if not captioner.picks_examples:
                 _save_prompts(run, job, run_queries)
-            if pool is not None:
-                counts = _execute_on_ray(cfg, job, run, run_queries, pool, recipe)
-            else:
-                counts = _execute(cfg, job, run, run_queries)
+            counts = _execute(cfg, job, run, run_queries, pool, recipe)
             final = run.finish([q.qid for q in run_queries])
             return {"out": str(cfg.out), "this_run": counts, "counts": final, "totals": run.manifest["totals"],
                     "k": cfg.k}
@@ -315,24 +285,25 @@ def _engine_entry(engine: Any, pool: Any) -> dict[str, Any]:
     return entry
 
 
-def _execute_on_ray(cfg: CaptionConfig, job: CaptionJob, run: RunDir, queries: list[Query], pool: Any,
-                    recipe: Any) -> dict[str, int]:
-    """The generation step on the pool's workers; examples are chosen here, one batch ahead."""
+def _execute(cfg: CaptionConfig, job: CaptionJob, run: RunDir, queries: list[Query], pool: Any,
+             recipe: Any) -> dict[str, int]:
+    """The generation step: here, or on the pool's workers (examples are chosen here, one batch ahead)."""
+    import functools
     import os
 
-    done = run.store.done_keys()
-    todo = [q for q in queries if q.qid not in done]
-    slim = replace(cfg, queries=[], index=None, retrieval=None, engine="local",
-                   images_root=_abs(cfg.images_root) or os.getcwd(),
-                   templates_dir=_abs(cfg.templates_dir),
-                   prices=cfg.prices if isinstance(cfg.prices, dict) or cfg.prices is None else _abs(cfg.prices))
-    task = CaptionTask(slim, _abs(job.pool_root) or os.getcwd(), str(run.store.path.resolve()))
-    size = int(getattr(job.captioner.backend, "batch_size", 1) or 1)
-    counts = pool.run(recipe, task, todo, key=lambda q: q.qid, prepare=job.prepare, chunk_size=size,
-                      desc="caption", progress=cfg.progress)
-    counts["skipped"] += len(queries) - len(todo)
-    run.store.refresh()  # the workers' records, for the final compaction and counts
-    return counts
+    from unirag.runs.executor import execute
+    from unirag.runs.retry import RetryPolicy
+
+    open_kind = None
+    if pool is not None:
+        slim = replace(cfg, queries=[], index=None, retrieval=None, engine="local",
+                       images_root=_abs(cfg.images_root) or os.getcwd(), templates_dir=_abs(cfg.templates_dir),
+                       prices=cfg.prices if isinstance(cfg.prices, dict) or cfg.prices is None else _abs(cfg.prices))
+        open_kind = functools.partial(open_caption_job, slim, _abs(job.pool_root) or os.getcwd())
+    return execute(job, queries, run.store, concurrency=cfg.concurrency,
+                   policy=RetryPolicy(max_attempts=cfg.max_attempts), decode_ahead=job.batches,
+                   decode_workers=cfg.decode_workers, pool=pool, recipe=recipe, open_kind=open_kind,
+                   desc="caption", progress=cfg.progress)
 
 
 def _save_prompts(run: RunDir, job: CaptionJob, queries: list[Query]) -> None:
@@ -345,25 +316,3 @@ def _save_prompts(run: RunDir, job: CaptionJob, queries: list[Query]) -> None:
         run.save_prompt(i, q.qid, prompt.messages, prompt.merged_image,
                         extra={"examples": [e.as_record() for e in examples]},
                         sent=job.captioner.sent_prompt(prompt))
-
-
-def _execute(cfg: CaptionConfig, job: CaptionJob, run: RunDir, queries: list[Query]) -> dict[str, int]:
-    from unirag.runs.retry import RetryPolicy
-
-    key = lambda q: q.qid  # noqa: E731
-    if job.captioner.batches:
-        from unirag.pipelines.batching import run_batches
-
-        size = getattr(job.captioner.backend, "batch_size", 1)
-        done = run.store.done_keys()
-        ahead = job.decode_ahead([q for q in queries if q.qid not in done], max(1, int(size)))
-        try:
-            return run_batches(queries, key, ahead.work_batch if ahead is not None else job.work_batch, run.store,
-                               batch_size=size, desc="caption", progress=cfg.progress)
-        finally:
-            if ahead is not None:
-                ahead.close()
-    from unirag.runs.executor import run_items
-
-    return run_items(queries, key, job.work, run.store, concurrency=cfg.concurrency,
-                     policy=RetryPolicy(max_attempts=cfg.max_attempts), desc="caption", progress=cfg.progress)

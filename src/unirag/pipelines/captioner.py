@@ -176,8 +176,9 @@ class Captioner(LazyBackend):
     # -- captioning --------------------------------------------------------------------------
     @_with_image_loading
     def request(self, image: ImageLike, examples: Iterable[Any] = (), *, mode: str = "rag",
-                label: str = "query") -> CaptionRequest:
-        """Check the inputs and render the prompt for one image (see :meth:`caption`)."""
+                label: str = "query", ahead: Mapping[str, Any] | None = None) -> CaptionRequest:
+        """Check the inputs and render the prompt for one image (see :meth:`caption`); ``ahead``: its
+        image files already decoded (path -> image, see :func:`unirag.data.images.load_rgb`)."""
         if mode not in MODES:
             raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         examples = to_pairs(examples, self.images_root)
@@ -192,7 +193,8 @@ class Captioner(LazyBackend):
             raise ConfigError("caption() needs the query image")
         from unirag.prompts.caption import build_caption_prompt
 
-        return CaptionRequest(examples, build_caption_prompt(self.template, image, examples, query_label=label))
+        return CaptionRequest(examples, build_caption_prompt(self.template, image, examples, query_label=label,
+                                                                   ahead=ahead))
 
     def sent_prompt(self, prompt: Any) -> str | None:
         """``prompt`` (a :class:`~unirag.prompts.caption.CaptionPrompt`) exactly as the backend sends it

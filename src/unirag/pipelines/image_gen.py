@@ -38,9 +38,9 @@ from unirag.pipelines.examples import ExampleSelector
 from unirag.pipelines.run_config import ExampleRunConfig
 from unirag.retrieval.results import Pair
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json
-from unirag.runs.executor import run_items
+from unirag.runs.executor import execute
 from unirag.runs.retry import RetryPolicy
-from unirag.runs.rundir import OUTPUTS_FILE, PROMPTS_DIR, RunDir
+from unirag.runs.rundir import PROMPTS_DIR, RunDir
 
 TASK = "image"  # the task name caption/image runs and `unirag evaluate images` agree on
 IMAGES_DIR = "images"
@@ -99,9 +99,10 @@ def _check_queries(queries: Sequence[Query]) -> None:
 
 @dataclass
 class ImageJob:
-    """The generation step of an image run: one prepared query (examples chosen) -> PNG, prompt file,
-    record fields. The run makes one for its local loop; a Ray worker makes its own around the model
-    it loaded (:class:`ImageTask`), so both write the same files and records."""
+    """An image run's kind (:class:`~unirag.runs.executor.RunKind`): a query is prepared (examples
+    chosen, by ``selector``) and drawn: PNG, prompt file, record fields. The run makes one for its
+    local loop; a Ray worker makes its own around the model it loaded (:func:`open_image_job`, no
+    selector: the driver chooses the examples), so both write the same files and records."""
 
     generator: ImageGenerator
     out: Path
@@ -114,10 +115,35 @@ class ImageJob:
     image_format: str = "png"
     #: the ``image_loading`` setting: how example images decode (``plain``: as the official code)
     image_loading: str = "normalised"
+    selector: ExampleSelector | None = None
+    #: the official retrieval baseline (``image_top1`` top-candidate): the top hit's image, unskipped
+    top_image: bool = False
+
+    #: one picture per call (diffusers batches only text-only requests)
+    batches = False
+    batch_size = 1
 
     @property
     def free(self) -> bool:
         return self.price == Price()
+
+    @staticmethod
+    def key(q: Query) -> str:
+        return q.qid
+
+    def prepare(self, q: Query) -> tuple[Query, list[Pair], dict[str, int] | None]:
+        """The query, its examples and the leakage guard's count for them (None: guard off)."""
+        if self.top_image:
+            ex = self.selector.top_image(q)
+            return q, [ex] if ex is not None else [], None
+        return q, self.selector.select(q), self.selector.leak_info(q)
+
+    def n_images(self, queries: Sequence[Query]) -> int:
+        return len(queries) * self.selector.k
+
+    def work_batch(self, prepared: list[tuple[Query, list[Pair], dict[str, int] | None]],
+                   images: dict[str, Any]) -> list[dict[str, Any]]:
+        return [self.work_prepared(p, images) for p in prepared]
 
     def image_paths(self, prepared: Sequence[tuple[Query, list[Pair], dict[str, int] | None]]) -> list[str]:
         """The image files the generator reads for these prepared queries (their example images), in
@@ -125,15 +151,17 @@ class ImageJob:
         return [str(p.image) for _, examples, _ in prepared
                 for p in _rooted(examples, self.images_root)]
 
-    def work_prepared(self, prepared: tuple[Query, list[Pair], dict[str, int] | None]) -> dict[str, Any]:
-        """``prepared``: the query, its examples and the leakage guard's count for them (None: guard off)."""
+    def work_prepared(self, prepared: tuple[Query, list[Pair], dict[str, int] | None],
+                      images: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``prepared``: the query, its examples and the leakage guard's count for them (None: guard off);
+        ``images``: the example files already decoded (path -> image)."""
         from unirag.runs.rundir import write_prompt
 
         query, examples, leaks = prepared
         settings, generator, out = self.settings, self.generator, self.out
         request = ImageRequest(qid=query.qid, caption=query.txt, examples=_rooted(examples, self.images_root),
                                width=settings.width, height=settings.height, steps=settings.steps,
-                               guidance=settings.guidance, seed=settings.seed)
+                               guidance=settings.guidance, seed=settings.seed, ahead=images)
         from unirag.data.images import image_loading
 
         try:
@@ -170,47 +198,14 @@ class ImageJob:
         return fields
 
 
-@dataclass(frozen=True)
-class ImageTask:
-    """An image run's generation step as a Ray worker opens it (see :mod:`unirag.runs.engine`)."""
-
-    out: str
-    images_root: str | None
-    settings: ImageSettings
-    price: Price
-    position: dict[str, int]
-    save_prompts: int
-    k: int
-    image_format: str = "png"
-    image_loading: str = "normalised"
-
-    @property
-    def key(self) -> str:
-        return str(Path(self.out) / OUTPUTS_FILE)
-
-    def open(self, generator: ImageGenerator) -> _ImageWork:
-        generator.check_k(self.k)
-        generator.check_size(self.settings.width, self.settings.height)
-        job = ImageJob(generator, Path(self.out), self.images_root, self.settings, self.price, self.position,
-                       self.save_prompts, self.image_format, self.image_loading)
-        return _ImageWork(job, self.key)
-
-
-class _ImageWork:
-    batch_size = 1  # local image models draw one picture per call (diffusers batches only text-only requests)
-
-    def __init__(self, job: ImageJob, store_path: str) -> None:
-        from unirag.runs.store import ResultStore
-
-        self.job = job
-        self.store = ResultStore(store_path, key="qid")
-
-    def image_paths(self, payloads: list[tuple[Query, list[Pair], dict[str, int] | None]]) -> list[str]:
-        """What the Ray worker's decode processes decode ahead of this call (:mod:`unirag.runs.engine`)."""
-        return self.job.image_paths(payloads)
-
-    def work_batch(self, payloads: list[tuple[Query, list[Pair], dict[str, int] | None]]) -> list[dict[str, Any]]:
-        return [self.job.work_prepared(p) for p in payloads]
+def open_image_job(out: str, images_root: str | None, settings: ImageSettings, price: Price,
+                   position: dict[str, int], save_prompts: int, k: int, image_format: str, image_loading: str,
+                   generator: ImageGenerator) -> ImageJob:
+    """An image run's job on a Ray worker's loaded model (see :mod:`unirag.runs.engine`)."""
+    generator.check_k(k)
+    generator.check_size(settings.width, settings.height)
+    return ImageJob(generator, Path(out), images_root, settings, price, position, save_prompts, image_format,
+                    image_loading)
 
 
 def jpeg_bytes(image: Any) -> bytes:
@@ -319,36 +314,22 @@ def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleS
         todo = [q for q in queries if q.qid not in done]
         selector.prepare(todo)
         (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
-        prepare = lambda q: (q, selector.select(q), selector.leak_info(q))  # noqa: E731
-        if profile["image_top1"] == "top-candidate" and generator.spec.startswith("retrieval:") \
-                and hasattr(selector, "top_image"):  # the official baseline: the top hit's image, unskipped
-            prepare = lambda q: (q, [ex] if (ex := selector.top_image(q)) is not None else [], None)  # noqa: E731
-        desc = f"images ({generator.spec})"
+        top_image = profile["image_top1"] == "top-candidate" and generator.spec.startswith("retrieval:") \
+            and hasattr(selector, "top_image")
+        job = ImageJob(generator, out, images_root, settings, price, position, save_prompts, image_format,
+                       profile["image_loading"], selector, top_image)
+        open_kind = None
         if pool is not None:
-            root = str(Path(images_root).resolve()) if images_root is not None else os.getcwd()
-            task = ImageTask(str(out.resolve()), root, settings, price,
-                             {q: i for q, i in position.items() if i < save_prompts}, save_prompts, selector.k,
-                             image_format, profile["image_loading"])
-            counts = pool.run(recipe, task, todo, key=lambda q: q.qid, prepare=prepare, desc=desc, progress=progress)
-            run.store.refresh()
-        else:
-            job = ImageJob(generator, out, images_root, settings, price, position, save_prompts, image_format,
-                           profile["image_loading"])
-            work = lambda q: job.work_prepared(prepare(q))  # noqa: E731
-            ahead = None
-            if generator.local:  # one query at a time here: its example images decoded a few queries ahead
-                from unirag.runs.ahead import ahead_work
+            import functools
 
-                ahead = ahead_work(todo, 1, key=lambda q: q.qid, prepare=prepare, image_paths=job.image_paths,
-                                   work_prepared=lambda ps: job.work_prepared(ps[0]), decode_workers=decode_workers,
-                                   n_images=len(todo) * selector.k)
-            try:
-                counts = run_items(todo, key=lambda q: q.qid, work=ahead.work if ahead is not None else work,
-                                   store=run.store, concurrency=1 if generator.local else max(1, int(concurrency)),
-                                   policy=policy, desc=desc, progress=progress)
-            finally:
-                if ahead is not None:
-                    ahead.close()
+            root = str(Path(images_root).resolve()) if images_root is not None else os.getcwd()
+            open_kind = functools.partial(open_image_job, str(out.resolve()), root, settings, price,
+                                          {q: i for q, i in position.items() if i < save_prompts}, save_prompts,
+                                          selector.k, image_format, profile["image_loading"])
+        # A local model draws one query at a time here: its example images decoded a few queries ahead.
+        counts = execute(job, todo, run.store, concurrency=1 if generator.local else max(1, int(concurrency)),
+                         policy=policy, decode_ahead=generator.local, decode_workers=decode_workers, pool=pool,
+                         recipe=recipe, open_kind=open_kind, desc=f"images ({generator.spec})", progress=progress)
         counts["skipped"] += len(queries) - len(todo)
         final = run.finish([q.qid for q in queries])
     return {**counts, **{f"total_{k}": v for k, v in final.items()}}

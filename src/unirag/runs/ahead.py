@@ -6,12 +6,14 @@ decode itself, one call at a time, in between the model's work: query images, fe
 images, an agent call's image parts. :class:`AheadWork` plans the calls a loop will make (the groups
 of items, in order), prepares each group (chooses its examples) and has the
 :class:`~unirag.data.loader.ImageLoader` decode its image files a few groups ahead, while the model
-works on the group before. The call then runs inside :func:`unirag.data.images.predecoded`, so the
-very same :func:`~unirag.data.images.load_rgb` calls find their images already decoded: what the
-model gets, and every record, is what inline decoding gives.
+works on the group before. The call is then given those images (``work_prepared(prepared items,
+images)``, path -> decoded image), and the code that builds the model's inputs hands them to
+:func:`~unirag.data.images.load_rgb` (``ahead=``), which returns them instead of decoding the files
+again: what the model gets, and every record, is what inline decoding gives.
 
 A group the plan does not hold (an item retried alone or deferred, a batch another process took
-part of) or whose preparation failed is worked on the plain way: prepared here and decoded here,
+part of) or whose preparation failed is worked on the plain way: prepared here, given no images and so
+decoded here,
 failing exactly as it fails inline. An unreadable file is not in the decoded images, so it is
 loaded - and fails the item with the inline message - where the model's code loads it.
 
@@ -40,13 +42,14 @@ class AheadWork(Generic[T, P, R]):
     ``groups``: the calls the loop will make, in order (batches; one-item lists for a loop of single
     calls). ``key(item)``: the item's key (a group is known by its items' keys). ``prepare(item)``:
     what the call needs besides the images (made ahead too, in this process). ``image_paths(prepared
-    items)``: the image files the call will load. ``work_prepared(prepared items)``: the call.
+    items)``: the image files the call will load. ``work_prepared(prepared items, images)``: the call,
+    given the images decoded ahead (path -> image; empty when worked the plain way).
     ``workers``: decode worker processes (> 0; see :func:`ahead_work` for the setting). Close it (or
     use it as a context manager) to stop the workers.
     """
 
     def __init__(self, groups: Sequence[Sequence[T]], key: Callable[[T], Hashable], prepare: Callable[[T], P],
-                 image_paths: Callable[[list[P]], Sequence[str]], work_prepared: Callable[[list[P]], R],
+                 image_paths: Callable[[list[P]], Sequence[str]], work_prepared: Callable[[list[P], dict[str, Any]], R],
                  workers: int) -> None:
         from unirag.data.loader import ImageLoader
 
@@ -85,8 +88,6 @@ class AheadWork(Generic[T, P, R]):
 
     def work_batch(self, items: Sequence[T]) -> R:
         """The call for ``items``: with the images decoded ahead when the plan holds this group."""
-        from unirag.data.images import predecoded
-
         items = list(items)
         i = self.index.get(tuple(self.key(x) for x in items))
         if i is not None and i < self._last:
@@ -95,10 +96,8 @@ class AheadWork(Generic[T, P, R]):
         if i is not None:
             self._last = i
         if got is None or isinstance(got[0], _NotPrepared):
-            return self.work_prepared([self.prepare(x) for x in items])
-        prepared, images = got
-        with predecoded(images):
-            return self.work_prepared(prepared)
+            return self.work_prepared([self.prepare(x) for x in items], {})
+        return self.work_prepared(*got)
 
     def work(self, item: T) -> R:
         """The call for one item (loops of single calls: ``groups`` of one item each)."""
@@ -117,7 +116,7 @@ class AheadWork(Generic[T, P, R]):
 
 
 def ahead_work(items: Sequence[T], group_size: int, *, key: Callable[[T], Hashable], prepare: Callable[[T], P],
-               image_paths: Callable[[list[P]], Sequence[str]], work_prepared: Callable[[list[P]], R],
+               image_paths: Callable[[list[P]], Sequence[str]], work_prepared: Callable[[list[P], dict[str, Any]], R],
                decode_workers: int | str | None, n_images: int | None) -> AheadWork[T, P, R] | None:
     """An :class:`AheadWork` over ``items`` in groups of ``group_size``, or None where decoding stays
     inline: ``decode_workers`` 0, or ``auto`` for a run of fewer than

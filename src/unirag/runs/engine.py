@@ -9,11 +9,11 @@ through the same claims and :class:`~unirag.runs.store.ResultStore` a local run 
 run directory (so a cluster needs that directory on a filesystem every node mounts at the same path).
 
 An actor is threaded: the driver's second call in flight enters while the model works on the first,
-hands the image files its payloads load (the task's optional ``image_paths(payloads)``) to the
+hands the image files its payloads load (the run kind's ``image_paths(payloads)``) to the
 actor's decode processes (``decode_workers``, an :class:`~unirag.data.loader.ImageLoader` per call,
-started with it) and waits for the model, which then finds those images decoded
-(:func:`unirag.data.images.predecoded`) - the model never waits for a file to be decoded when the
-decode processes keep up. The model itself works one call at a time, and results are exactly those
+started with it) and waits for the model, which is then given those images decoded (the kind's
+``work_batch(payloads, images)``, see :class:`~unirag.runs.executor.RunKind`) - the model never waits for a file to be decoded when the decode
+processes keep up. The model itself works one call at a time, and results are exactly those
 of inline decoding (see :class:`_Worker`).
 
 That gives the guarantees of a local run:
@@ -133,23 +133,6 @@ class ModelRecipe(Protocol):
     def describe(self, model: Any) -> dict[str, Any]: ...
 
 
-class BatchTask(Protocol):
-    """A task opened in a worker: writes to ``store``, works ``batch_size`` payloads per call."""
-
-    store: Any
-    batch_size: int
-
-    def work_batch(self, payloads: list[Any]) -> list[dict[str, Any]]: ...
-
-
-class TaskRecipe(Protocol):
-    """Picklable instructions to open a task on a loaded model (``key`` identifies the task)."""
-
-    key: str
-
-    def open(self, model: Any) -> BatchTask: ...
-
-
 #: Calls a worker takes at once: the driver's two in flight (one works the model while the next has
 #: its images decoded) and one for ``info``/``close_task``/``shutdown``, which must not queue behind them.
 WORKER_CONCURRENCY = 3
@@ -161,14 +144,15 @@ class _Worker:
     """A Ray actor (threaded, :data:`WORKER_CONCURRENCY` calls at once): loads its model once, then
     works the calls the driver hands it, one at a time on the model.
 
-    A call that enters while the model works on the one before has its payloads' image files (the
-    task's optional ``image_paths(payloads)``) decoded by an :class:`~unirag.data.loader.ImageLoader`
+    A call names the run (its store file and key field) and how to open the run's
+    :class:`~unirag.runs.executor.RunKind` on the model (``open_kind(model)``, once per run). A call
+    that enters while the model works on the one before has its payloads' image files (the kind's
+    ``image_paths(payloads)``) decoded by an :class:`~unirag.data.loader.ImageLoader`
     of ``decode_workers`` processes (0: none, the model's thread decodes as it loads them) in a
     background thread, then waits for the model. Its model part
-    (:func:`~unirag.pipelines.batching.run_batches` and the store writes) runs under ``_model_lock``
-    in a :func:`~unirag.data.images.predecoded` scope of those images - a ContextVar, so it holds for
-    this call's thread only - so the model thread finds them decoded instead of reading the files
-    again. Decoding never changes a result: a file the workers could not read is left out and fails
+    (:func:`~unirag.pipelines.batching.run_batches` and the store writes) runs under ``_model_lock``,
+    given those images (``work_batch(payloads, images)``), so the model thread does not read the
+    files again. Decoding never changes a result: a file the workers could not read is left out and fails
     where it is loaded, with the inline message, and a call whose decoding fails decodes inline.
     """
 
@@ -189,7 +173,7 @@ class _Worker:
                 pass
         self.recipe = recipe
         self.model = recipe.load(device)
-        self.tasks: dict[str, BatchTask] = {}
+        self.tasks: dict[str, tuple[Any, Any]] = {}  # store path -> (the run kind, its store)
 
     def info(self) -> dict[str, Any]:
         import socket
@@ -200,21 +184,22 @@ class _Worker:
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "decode_workers": self.decode,
                 "model": self.recipe.describe(self.model)}
 
-    def _task(self, task: TaskRecipe) -> BatchTask:
+    def _task(self, store_path: str, store_key: str, open_kind: Callable[[Any], Any]) -> tuple[Any, Any]:
+        from unirag.runs.store import ResultStore
+
         with self._tasks_lock:
             if self._stopping:
                 raise UniragError(CANCELLED)
-            t = self.tasks.get(task.key)
+            t = self.tasks.get(store_path)
             if t is None:
                 with self._model_lock:  # opening may touch the model another call is using
-                    t = self.tasks[task.key] = task.open(self.model)
+                    t = self.tasks[store_path] = (open_kind(self.model), ResultStore(store_path, key=store_key))
         return t
 
-    def _decode_ahead(self, t: BatchTask, payloads: list[Any]) -> Any:
-        """A future of this call's images, decoded in a background thread (None: no decode workers, or
-        the task names no images)."""
-        image_paths = getattr(t, "image_paths", None)
-        if not self.decode or image_paths is None:
+    def _decode_ahead(self, kind: Any, payloads: list[Any]) -> Any:
+        """A future of this call's images, decoded in a background thread (None: no decode workers)."""
+        image_paths = kind.image_paths
+        if not self.decode:
             return None
         import threading
         from concurrent.futures import Future
@@ -242,12 +227,13 @@ class _Worker:
         else:
             log.warning("decoding a call's images ahead failed (%s); the model's thread decodes them", err)
 
-    def run(self, task: TaskRecipe, payloads: list[tuple[str, Any]]) -> dict[str, Any]:
-        from unirag.data.images import predecoded
+    def run(self, store_path: str, store_key: str, open_kind: Callable[[Any], Any],
+            payloads: list[tuple[str, Any]]) -> dict[str, Any]:
+        """Work ``payloads`` ((key, prepared item) pairs) into the run's store; returns counts."""
         from unirag.pipelines.batching import run_batches
 
-        t = self._task(task)
-        job = self._decode_ahead(t, [p for _, p in payloads])
+        kind, store = self._task(store_path, store_key, open_kind)
+        job = self._decode_ahead(kind, [p for _, p in payloads])
         try:
             images: dict[str, Any] = {}
             if job is not None:
@@ -258,10 +244,9 @@ class _Worker:
             with self._model_lock:
                 if self._stopping or _cancelled():
                     raise UniragError(CANCELLED)
-                with predecoded(images):
-                    counts = run_batches(payloads, key=lambda kp: kp[0],
-                                         work_batch=lambda kps: t.work_batch([p for _, p in kps]),
-                                         store=t.store, batch_size=t.batch_size, progress=False)
+                counts = run_batches(payloads, key=lambda kp: kp[0],
+                                     work_batch=lambda kps: kind.work_batch([p for _, p in kps], images),
+                                     store=store, batch_size=kind.batch_size if kind.batches else 1, progress=False)
         finally:
             job = None  # a call that failed leaves its decoding to finish alone (its images are dropped)
         return {**counts, "n": len(payloads)}
@@ -270,13 +255,13 @@ class _Worker:
         with self._tasks_lock, self._model_lock:
             t = self.tasks.pop(key, None)
             if t is not None:
-                t.store.close()
+                t[1].close()
 
     def shutdown(self) -> None:
         self._stopping = True  # a call still waiting for the model gives up (its items stay unclaimed)
         with self._tasks_lock, self._model_lock:
-            for t in self.tasks.values():
-                t.store.close()
+            for _, store in self.tasks.values():
+                store.close()
             self.tasks.clear()
             close = getattr(self.model, "close", None)
             if callable(close):
@@ -409,14 +394,17 @@ class WorkerPool:
         return self.group(recipe).infos[0]["model"]
 
     # -- running --------------------------------------------------------------------------------------
-    def run(self, recipe: ModelRecipe, task: TaskRecipe, items: Sequence[Any], key: Callable[[Any], str],
-            prepare: Callable[[Any], Any] = lambda item: item, *, chunk_size: int = 1, desc: str = "items",
-            progress: bool | None = None) -> dict[str, int]:
-        """Work ``items`` on the model's actors into ``task``'s store; returns counts ok/error/skipped.
+    def run(self, recipe: ModelRecipe, open_kind: Callable[[Any], Any], store: Any, items: Sequence[Any],
+            key: Callable[[Any], str], prepare: Callable[[Any], Any] = lambda item: item, *, chunk_size: int = 1,
+            desc: str = "items", progress: bool | None = None) -> dict[str, int]:
+        """Work ``items`` on the model's actors into ``store``'s file; returns counts ok/error/skipped.
 
-        ``prepare(item)`` builds the payload an actor gets (e.g. the query with its examples, chosen
-        here); it runs just before the item is sent. Items go out ``chunk_size`` at a time.
+        Each actor opens the run's :class:`~unirag.runs.executor.RunKind` with ``open_kind(model)``
+        (picklable). ``prepare(item)`` builds the payload an actor gets (e.g. the query with its
+        examples, chosen here); it runs just before the item is sent. Items go out ``chunk_size`` at a
+        time. Called by :func:`unirag.runs.executor.execute`.
         """
+        store_path, store_key = str(store.path.resolve()), store.key
         group = self.group(recipe)  # connects to Ray on first use
         ray = self.ray
         counts = {"ok": 0, "error": 0, "skipped": 0}
@@ -433,7 +421,7 @@ class WorkerPool:
             if pending:
                 chunk = pending.popleft()
                 payloads = [(key(it), prepare(it)) for it in chunk]
-                in_flight[group.actors[w].run.remote(task, payloads)] = (w, chunk)
+                in_flight[group.actors[w].run.remote(store_path, store_key, open_kind, payloads)] = (w, chunk)
 
         try:
             for w in alive:  # two batches per worker: the next one is there when the first is done
@@ -475,7 +463,7 @@ class WorkerPool:
                 except Exception:  # noqa: BLE001 - best effort: the actors stop with the pool anyway
                     pass
             if not in_flight:
-                ray.get([group.actors[w].close_task.remote(task.key) for w in alive])
+                ray.get([group.actors[w].close_task.remote(store_path) for w in alive])
         return counts
 
 

@@ -1,16 +1,26 @@
-"""Run many independent calls concurrently, bounded, each retried, each result stored at once.
+"""The one executor of generation runs: each item's model call, retried, each result stored at once.
 
-Used by every stage that calls a model per item (captioning, image generation, X^R agents): the
-caller supplies the items still to do and a function per item; finished items go straight to a
-:class:`~unirag.runs.store.ResultStore`, so Ctrl-C or a crash loses at most the calls in flight.
+Every run kind that calls a model per item (captions, images, X^R agent calls) defines once, as a
+:class:`RunKind`, what it prepares for an item and how a list of prepared items (with their image
+files decoded ahead, when they were) becomes record fields. :func:`execute` runs a kind:
+
+* on Ray workers (:class:`~unirag.runs.engine.WorkerPool`), each opening the kind on its model;
+* here, batched (a local model that batches; :func:`~unirag.pipelines.batching.run_batches`: a
+  failed or out-of-memory batch is retried item by item);
+* here, one item per call (:func:`run_items`: APIs with bounded concurrency, each call retried);
+
+and, for a local model here, with the items' images decoded a few calls ahead
+(:mod:`unirag.runs.ahead`). Whatever the path, items are claimed in the run's
+:class:`~unirag.runs.store.ResultStore` before their call and stored as they finish, so Ctrl-C or a
+crash loses at most the calls in flight and several processes never make the same call.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from tqdm.auto import tqdm
 
@@ -23,6 +33,82 @@ T = TypeVar("T")
 
 #: returned for an item another live process has claimed (see ResultStore.claim)
 DEFERRED = object()
+
+
+class RunKind(Protocol):
+    """What one kind of run defines once (a caption run, an image run, an X^R role's agent calls).
+
+    ``batches``: the model takes several items per call (``batch_size`` of them); else one (on Ray
+    the items still go out ``batch_size`` at a time).
+    ``key(item)``: the item's key in the store. ``prepare(item)``: what the call needs besides the
+    model (examples chosen, ...; made by the driver, picklable for Ray workers).
+    ``image_paths(prepared)``: the image files those calls load (what is decoded ahead).
+    ``n_images(items)``: about how many images the items load (the ``auto`` decode rule).
+    ``work_batch(prepared, images)``: one record's fields per prepared item; ``images`` holds their
+    image files decoded ahead (path -> image; empty: decode them), for
+    :func:`unirag.data.images.load_rgb`'s ``ahead``. A failed item raises
+    :class:`~unirag.errors.BackendError`.
+    """
+
+    batches: bool
+    batch_size: int
+
+    def key(self, item: Any) -> str: ...
+
+    def prepare(self, item: Any) -> Any: ...
+
+    def image_paths(self, prepared: Sequence[Any]) -> list[str]: ...
+
+    def n_images(self, items: Sequence[Any]) -> int: ...
+
+    def work_batch(self, prepared: list[Any], images: dict[str, Any]) -> list[dict[str, Any]]: ...
+
+
+def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurrency: int = 1,
+            policy: RetryPolicy | None = None, decode_ahead: bool = False, decode_workers: int | str | None = None,
+            pool: Any = None, recipe: Any = None, open_kind: Callable[[Any], RunKind] | None = None,
+            desc: str = "items", progress: bool = True) -> dict[str, int]:
+    """Run ``kind`` over the ``items`` not yet done in ``store``; returns counts ok/error/skipped.
+
+    ``pool``: a :class:`~unirag.runs.engine.WorkerPool`: the calls go to its workers holding
+    ``recipe``'s model, each opening the kind with ``open_kind(model)`` (picklable) and writing into
+    ``store``'s file. Else they run here: batched when ``kind.batches``, else one item per call,
+    ``concurrency`` at once, retried by ``policy``. ``decode_ahead``: a local model in this process:
+    the next calls' image files are decoded in decode workers meanwhile (``decode_workers``: the
+    ``--decode-workers`` setting; see :func:`unirag.runs.ahead.ahead_work`).
+    """
+    items = list(items)
+    if pool is not None:
+        done = store.done_keys()
+        todo = [it for it in items if kind.key(it) not in done]
+        counts = pool.run(recipe, open_kind, store, todo, key=kind.key, prepare=kind.prepare,
+                          chunk_size=kind.batch_size, desc=desc, progress=progress)
+        counts["skipped"] += len(items) - len(todo)
+        store.refresh()  # the workers' records
+        return counts
+    ahead = None
+    if decode_ahead:
+        from unirag.runs.ahead import ahead_work
+
+        done = store.done_keys()
+        todo = [it for it in items if kind.key(it) not in done]
+        ahead = ahead_work(todo, kind.batch_size if kind.batches else 1, key=kind.key, prepare=kind.prepare,
+                           image_paths=kind.image_paths, work_prepared=kind.work_batch,
+                           decode_workers=decode_workers, n_images=kind.n_images(todo))
+    try:
+        if kind.batches:
+            from unirag.pipelines.batching import run_batches
+
+            plain = lambda its: kind.work_batch([kind.prepare(it) for it in its], {})  # noqa: E731
+            return run_batches(items, kind.key, ahead.work_batch if ahead is not None else plain, store,
+                               batch_size=kind.batch_size, desc=desc, progress=progress)
+        one = (lambda it: ahead.work(it)[0]) if ahead is not None else \
+            (lambda it: kind.work_batch([kind.prepare(it)], {})[0])
+        return run_items(items, kind.key, one, store, concurrency=concurrency, policy=policy, desc=desc,
+                         progress=progress)
+    finally:
+        if ahead is not None:
+            ahead.close()
 
 
 def settle_deferred(store: ResultStore, deferred: list[tuple[T, dict[str, Any] | None]], key: Callable[[T], str],

@@ -78,6 +78,9 @@ class ImageRequest:
     # One seed for every query (not one per position in the run), so a resumed or reordered run
     # produces the same picture for the same query.
     seed: int = DEFAULT_SEED
+    #: the example files already decoded (path -> image, by decode workers): what a local model uses
+    #: instead of decoding them again (:func:`unirag.data.images.load_rgb`); never part of the request's identity
+    ahead: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass
