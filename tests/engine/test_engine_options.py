@@ -54,7 +54,7 @@ def test_caption_with_api_backend_and_engine_ray_runs_locally(coco_caption_set, 
 
 
 def test_out_of_memory_batch_is_retried_item_by_item(tmp_path):
-    from unirag.pipelines.batching import run_batches
+    from unirag.runs.batching import run_batches
     from unirag.runs.store import ResultStore
 
     class OutOfMemoryError(RuntimeError):  # what torch raises (matched by name, torch is not needed)
@@ -79,7 +79,7 @@ def test_out_of_memory_batch_is_retried_item_by_item(tmp_path):
 
 
 def test_other_exceptions_in_a_batch_are_bugs_and_propagate(tmp_path):
-    from unirag.pipelines.batching import run_batches
+    from unirag.runs.batching import run_batches
     from unirag.runs.store import ResultStore
 
     def work_batch(items):

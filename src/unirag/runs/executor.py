@@ -5,7 +5,7 @@ Every run kind that calls a model per item (captions, images, X^R agent calls) d
 files decoded ahead, when they were) becomes record fields. :func:`execute` runs a kind:
 
 * on Ray workers (:class:`~unirag.runs.engine.WorkerPool`), each opening the kind on its model;
-* here, batched (a local model that batches; :func:`~unirag.pipelines.batching.run_batches`: a
+* here, batched (a local model that batches; :func:`~unirag.runs.batching.run_batches`: a
   failed or out-of-memory batch is retried item by item);
 * here, one item per call (:func:`run_items`: APIs with bounded concurrency, each call retried);
 
@@ -25,14 +25,11 @@ from typing import Any, Protocol, TypeVar
 from tqdm.auto import tqdm
 
 from unirag.errors import BackendError
+from unirag.runs.claims import DEFERRED, settle_deferred
 from unirag.runs.retry import RetryPolicy, call_with_retry
 from unirag.runs.store import STATUS_ERROR, STATUS_OK, ResultStore
 
 T = TypeVar("T")
-
-
-#: returned for an item another live process has claimed (see ResultStore.claim)
-DEFERRED = object()
 
 
 class RunKind(Protocol):
@@ -97,7 +94,7 @@ def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurre
                            decode_workers=decode_workers, n_images=kind.n_images(todo))
     try:
         if kind.batches:
-            from unirag.pipelines.batching import run_batches
+            from unirag.runs.batching import run_batches
 
             plain = lambda its: kind.work_batch([kind.prepare(it) for it in its], {})  # noqa: E731
             return run_batches(items, kind.key, ahead.work_batch if ahead is not None else plain, store,
@@ -111,32 +108,6 @@ def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurre
             ahead.close()
 
 
-def settle_deferred(store: ResultStore, deferred: list[tuple[T, dict[str, Any] | None]], key: Callable[[T], str],
-                    attempt: Callable[[T], Any], poll_s: float = 0.1) -> list[dict[str, Any] | None]:
-    """Finish the items another process had claimed: wait for its record for each; take an item over
-    (``attempt`` claims it again) only when that process died without storing it.
-
-    Returns one result per item: None when the other process stored it (skipped here), else what
-    ``attempt`` returned.
-    """
-    results: list[dict[str, Any] | None] = []
-    waiting = list(deferred)
-    while waiting:
-        store.refresh()
-        still = []
-        for item, before in waiting:
-            if store.get(key(item)) != before:  # the other process stored it (finished or failed)
-                results.append(None)
-                continue
-            rec = attempt(item)
-            if rec is DEFERRED:
-                still.append((item, before))
-            else:
-                results.append(rec)
-        waiting = still
-        if waiting:
-            time.sleep(poll_s)
-    return results
 
 
 def run_items(

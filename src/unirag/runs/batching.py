@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from tqdm.auto import tqdm
 
 from unirag.errors import BackendError
-from unirag.runs.executor import DEFERRED, settle_deferred
+from unirag.runs.claims import DEFERRED, settle_deferred
 from unirag.runs.store import STATUS_ERROR, STATUS_OK, ResultStore
 
 T = TypeVar("T")
