@@ -24,8 +24,10 @@ demo: install
 	$(BIN)/python -m unirag.demo
 
 # pytest workers (pytest-xdist): one per core. Tests that share costly state (the run's one Ray cluster, a
-# module's server or model) stay on one worker (--dist loadgroup, tests/layers.py). PYTEST_WORKERS=0: serial.
-PYTEST_WORKERS ?= auto
+# module's server or model) stay on one worker (--dist loadgroup, tests/layers.py). One worker more than the
+# cores: tests wait on subprocesses, servers and Ray often enough that the extra worker fills the gaps
+# (docs/development.md). PYTEST_WORKERS=0: serial.
+PYTEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 1)")
 # The layers `make test-fast` leaves out (markers in pyproject.toml; docs/development.md).
 SLOW_LAYERS := ray or browser or subprocess or slow
 
