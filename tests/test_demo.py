@@ -61,5 +61,5 @@ def test_demo_runs_offline_and_reruns_from_saved_outputs(tmp_path):
                            env=ENV)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "unirag index build" not in again.stdout  # the finished index is reused
-    assert "(reusing" in again.stdout
+    assert again.stdout.count("(reusing") == 5  # three retrieval runs and both caption scores
     assert (again.stdout + again.stderr).count('"skipped": 51') == 2  # both caption runs resume with nothing left to do

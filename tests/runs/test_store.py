@@ -36,6 +36,23 @@ def test_latest_record_wins_and_compact_dedups(tmp_path):
     assert lines[1]["caption"] == "second try"
 
 
+def test_compacting_a_compact_file_leaves_it_alone(tmp_path):
+    """A resumed run with nothing left to do must not rewrite its records: ``make demo`` rescores a
+    caption run only when outputs.jsonl is newer than its metrics.json."""
+    path = tmp_path / "out.jsonl"
+    with ResultStore(path) as s:
+        s.append({"qid": "a", "status": "ok"})
+        s.append({"qid": "b", "status": "ok"})
+    before = path.stat()
+    with ResultStore(path) as s:
+        assert s.compact(order=["a", "b"]) == 2
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    with ResultStore(path) as s:  # another order is a real change
+        assert s.compact(order=["b", "a"]) == 2
+    assert path.stat().st_ino != before.st_ino
+    assert [json.loads(x)["qid"] for x in path.read_text().splitlines()] == ["b", "a"]
+
+
 def test_torn_last_line_is_dropped_and_truncated(tmp_path):
     path = tmp_path / "out.jsonl"
     path.write_text('{"qid": "a", "status": "ok"}\n{"qid": "b", "sta')

@@ -13,9 +13,12 @@ from unirag.cli.main import cli
 from unirag.demo import SAMPLE
 
 
-def _run(args: list[str], unless: Path | None = None) -> None:
-    """Run one CLI command in-process; skip it when its (atomically written) output already exists."""
-    if unless is not None and unless.exists():
+def _run(args: list[str], unless: Path | None = None, newer_than: Path | None = None) -> None:
+    """Run one CLI command in-process; skip it when its (atomically written) output already exists
+    (and, with ``newer_than``, was written after that input: a resumed run that added records is
+    scored again)."""
+    if unless is not None and unless.exists() and (
+            newer_than is None or unless.stat().st_mtime_ns >= newer_than.stat().st_mtime_ns):
         print(f"\n(reusing {unless})", flush=True)
         return
     print(f"\n$ unirag {shlex.join(args)}", flush=True)
@@ -62,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         _run(["caption", "--queries", str(i2t), "--images-root", images, "--generator", generator,
               "--mode", "rag", "--k", kk, "--retrieval", str(runs / "image2text.noleak.jsonl"),
               "--pool", str(data / "pool.jsonl"), "--out", str(run_dir), "--no-progress"])
-        _run(["evaluate", "captions", "--run", str(run_dir), "--queries", str(i2t), "--pool", str(data / "pool.jsonl")])
+        _run(["evaluate", "captions", "--run", str(run_dir), "--queries", str(i2t), "--pool", str(data / "pool.jsonl")],
+             unless=run_dir / "metrics.json", newer_than=run_dir / "outputs.jsonl")
 
     # The two rows compared on the same 51 queries: differences, paired intervals, significance (†).
     _run(["report", str(top1_dir), str(cap_dir), "--baseline", str(top1_dir), "--out", str(out / "report")])

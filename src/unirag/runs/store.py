@@ -27,6 +27,7 @@ rewrites the file with exactly one line per key.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
 import logging
 import os
@@ -243,8 +244,14 @@ class ResultStore:
             recs = [self._latest[k] for k in keys if k in self._latest]
             # (masked again: lines written by an older version, or appended by hand, may hold a secret)
             secrets = secret_values()
-            n = atomic_write_lines(self.path, (json.dumps(redact_json(r, secrets=secrets), ensure_ascii=False)
-                                               for r in recs))
+
+            def lines() -> Iterator[str]:
+                return (json.dumps(redact_json(r, secrets=secrets), ensure_ascii=False) for r in recs)
+
+            if _file_holds(self.path, lines()):  # already compact: leave the file (and its mtime) alone
+                self._claims.compact()
+                return len(recs)
+            n = atomic_write_lines(self.path, lines())
             st = self.path.stat()
             self._offset, self._ino, self._lineno = st.st_size, st.st_ino, n
             count = int(self._generation) + 1 if self._generation.isdigit() else 1
@@ -290,3 +297,13 @@ class RunLock:
         if self._fh is not None:
             fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
             self._fh.close()
+
+
+def _file_holds(path: Path, lines: Iterator[str]) -> bool:
+    """Whether ``path`` holds exactly ``lines``, one per line (read until the first difference)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return all(a is not None and b is not None and a == b + "\n"
+                       for a, b in itertools.zip_longest(f, lines))
+    except (OSError, UnicodeDecodeError):
+        return False
