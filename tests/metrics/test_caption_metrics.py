@@ -78,6 +78,29 @@ def test_corpus_metrics_match_hand_run_pycocoevalcap(cli_run, fixture_data):
     assert "CIDEr" in result.output and "3 failed (excluded)" in result.output
 
 
+def test_a_reused_meteor_process_scores_like_a_fresh_one(cli_run, fixture_data):
+    """One METEOR process serves every evaluation of a Python process (its start costs ~10 s of CPU):
+    after scoring other captions, and after the process died, METEOR still equals the hand-run value."""
+    import unirag.metrics.captions as captions
+
+    fx, expected = fixture_data
+    ids = list(fx["candidates"])
+    cands = {i: fx["candidates"][i] for i in ids}
+    refs = {i: fx["references"][i] for i in ids}
+    assert cli_run[1].exit_code == 0  # the fixture's run scored first, in this process
+    first = captions._METEOR[0]
+    other = score_captions({"x": "a dog on a red sofa"}, {"x": ["a cat on a sofa"]}, spice=False)
+    assert captions._METEOR[0] is first  # the same process, not a new one
+    assert 0 < other.corpus["METEOR"] < 100
+    assert score_captions(cands, refs, spice=False).corpus["METEOR"] == pytest.approx(100 * expected["raw"]["METEOR"],
+                                                                                         abs=1e-9)
+    first.meteor_p.kill()
+    first.meteor_p.wait()
+    again = score_captions(cands, refs, spice=False)
+    assert captions._METEOR[0] is not first
+    assert again.corpus["METEOR"] == pytest.approx(100 * expected["raw"]["METEOR"], abs=1e-9)
+
+
 def test_per_query_scores_match_hand_run(cli_run, fixture_data):
     _, expected = fixture_data
     run, _ = cli_run

@@ -10,17 +10,19 @@ same calls (CIDEr per item uses the corpus document frequencies, as in the toolk
 Differences from calling the toolkit by hand, none of which changes a score: generated and
 reference captions are tokenized in one Java call instead of two (the tokenizer works line by
 line), line/paragraph separators inside a caption become spaces (the toolkit only replaces ``\\n``;
-others would shift its line alignment), the METEOR Java process is always closed, and
-the scorers' console chatter is silenced.
+others would shift its line alignment), one METEOR Java process serves every evaluation of a
+Python process (and is closed at exit), and the scorers' console chatter is silenced.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -100,14 +102,34 @@ def bleu_statistics(gts: Mapping[str, list[str]], res: Mapping[str, list[str]]) 
     return out
 
 
+_METEOR: list[Any] = []  # the one METEOR scorer of this process, reused (see _meteor)
+_METEOR_LOCK = threading.Lock()
+
+
 def _meteor(gts: dict[str, list[str]], res: dict[str, list[str]]) -> tuple[float, list[float]]:
+    """METEOR from one Java process kept for the life of this process.
+
+    Starting METEOR loads its paraphrase tables: about 10 s of CPU, far more than scoring a few
+    thousand captions. A run of grid cells, or ``make demo``'s two caption runs, pay that once. The
+    jar scores each ``EVAL`` line from the statistics sent with it, so a reused process gives the
+    scores of a fresh one (tested). A process that fails is closed and the next call starts another.
+    """
     from pycocoevalcap.meteor.meteor import Meteor
 
-    scorer = Meteor()
-    try:
-        score, items = scorer.compute_score(gts, res)
-    finally:
-        proc = scorer.meteor_p
+    with _METEOR_LOCK:
+        if not _METEOR or _METEOR[0].meteor_p.poll() is not None:
+            _close_meteor()
+            _METEOR.append(Meteor())
+        try:
+            return _METEOR[0].compute_score(gts, res)
+        except BaseException:
+            _close_meteor()
+            raise
+
+
+def _close_meteor() -> None:
+    while _METEOR:
+        proc = _METEOR.pop().meteor_p
         if proc.stdin:
             proc.stdin.close()
         proc.kill()
@@ -115,7 +137,9 @@ def _meteor(gts: dict[str, list[str]], res: dict[str, list[str]]) -> tuple[float
         for stream in (proc.stdout, proc.stderr):
             if stream:
                 stream.close()
-    return score, items
+
+
+atexit.register(_close_meteor)
 
 
 def score_captions(candidates: Mapping[str, str], references: Mapping[str, Sequence[str]], *,
