@@ -52,6 +52,12 @@ class PluginTextGenerator(TextGenerator):
             return self.inner.generate_batch(batch, options)
         return [self.generate(m, options) for m in batch]
 
+    def sent_prompt(self, messages, options: GenerationOptions | None = None) -> str:
+        """The plugin's own wire form of the prompt when it has one (``sent_prompt``), else the rendered messages."""
+        if callable(getattr(self.inner, "sent_prompt", None)):
+            return self.inner.sent_prompt(messages, options)
+        return super().sent_prompt(messages, options)
+
     def config(self) -> dict[str, Any]:
         extra = self.inner.config() if callable(getattr(self.inner, "config", None)) else {}
         return {**extra, "spec": self.spec, "backend": "python"}
