@@ -309,4 +309,3 @@ def test_failed_caption_is_judged_on_the_stand_in_caption(tmp_path):
         assert row["scores"]["c5"]["Sq_t"] == 0
         assert row["scores"]["c5"]["final"] == pytest.approx(0.18 / 0.285, abs=1e-6)
         assert row["stages"]["xr"][:3] == ["c1", "c5", "c2"]
-    assert resolve("default")["xr_failed_caption"] == "skip"
