@@ -242,8 +242,8 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
 
         recipe = TextModelRecipe(cfg.generator, profile_load_options(cfg.generator, resolve(cfg.profile),
                                                                      dict(cfg.generator_options)))
-        generator = RemoteTextGenerator(pool.describe(recipe), ask=functools.partial(pool.ask, recipe))  # the
-        # model loads on the workers only; they also render the saved prompts in its wire form
+        # the model loads on the workers only; they also render the saved prompts in its wire form
+        generator = RemoteTextGenerator(pool.describe(recipe), ask=functools.partial(pool.ask, recipe))
     if isinstance(generator, Captioner):
         captioner, owned = generator, False
     else:
