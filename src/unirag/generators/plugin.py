@@ -6,7 +6,7 @@ with the options it declares (``device``, ``dtype``, ``batch_size``, ... or all 
 
 * a caption generator: a :class:`~unirag.generators.base.TextGenerator`, or any object with
   ``generate(messages, options) -> Generation`` (``generate_batch``, ``image_mode``,
-  ``template_family``, ``config()`` and ``close()`` are used when present);
+  ``template_family``, ``sent_prompt(messages, options)``, ``config()`` and ``close()`` are used when present);
 * an image generator: an :class:`~unirag.generators.images.base.ImageGenerator`, or any object with
   ``generate(request: ImageRequest) -> GeneratedImage`` (``max_examples``, ``min_examples``, ``local``,
   ``check_size``, ``prompt_text``, ``config()``, ``identity()``, ``close()`` when present).
