@@ -92,6 +92,11 @@ class EchoCaptioner:
     def generate_batch(self, batch, options=None) -> list[Generation]:
         return [self.generate(m, options) for m in batch]
 
+    def sent_prompt(self, messages, options=None) -> str:
+        """Its own wire form, which only the loaded model gives (a Ray driver's stand-in must ask a worker)."""
+        return f"echo-captioner wire form, {len(_images(messages))} images, max_tokens " \
+               f"{getattr(options, 'max_tokens', None)}: {_text(messages)}\n"
+
     def config(self) -> dict:
         return {"model": "echo-captioner"}
 

@@ -7,11 +7,16 @@ stored copy at the commit named):
 * CIRCO  - miccunifi/CIRCO ``src/evaluation.py`` at commit 6db01504, ``compute_metrics`` (:14-77):
   mAP@k over ``gt_img_ids`` (:48-55), Recall@k on ``target_img_id`` only (:57-59), means (:69-71);
   ranks 5/10/25/50 (``--ranks`` default).
-* CIRR   - the validation metrics of the reference implementation ABaldrati/CLIP4Cir
-  ``src/validate.py`` at commit 90013598, ``compute_cirr_val_metrics`` (:135-188; the CIRR test
-  split is scored by the authors' server with the same definitions): reference removed from the
-  ranking (:162-166), Recall@1/5/10/50 (:180-183), Recall_subset@1/2/3 over the query's ``img_set``
-  members (:171-174, :184-186).
+* CIRR, as X^R scores it (the ``official`` profile) - 01yzzyu/xr.github.io ``XR/xr.py`` at commit
+  cf44a37 (unchanged at 30f2cd5): the target's 1-based rank in the full ``sorted_names`` list, the
+  reference still in it, ``len(names) + 1`` when absent (``_eval_and_log``, :613-620), Recall@k =
+  mean(rank <= k) (``calculate_recall``, :244-248); R_subset is the same computation on the list of a
+  separate ``--subset`` run (:588-610).
+* CIRR, the benchmark's own protocol (the ``default`` profile) - the validation metrics of the
+  reference implementation ABaldrati/CLIP4Cir ``src/validate.py`` at commit 90013598,
+  ``compute_cirr_val_metrics`` (:135-188; the CIRR test split is scored by the authors' server with
+  the same definitions): reference removed from the ranking (:162-166), Recall@1/5/10/50 (:180-183),
+  Recall_subset@1/2/3 over the query's ``img_set`` members (:171-174, :184-186).
 * FashionIQ - ABaldrati/CLIP4Cir ``src/validate.py`` at commit 90013598, ``compute_fiq_val_metrics``
   (:21-57): Recall@10/50 of the single target (:48-55) (the X^R code's ``calculate_recall`` in
   01yzzyu/xr.github.io ``XR/xr.py`` counts ``rank <= k`` the same way; X^R lines are cited in
@@ -57,6 +62,18 @@ def circo_compute_metrics(predictions_dict: dict, annotations: dict, ranks: list
     map_atk = {rank: float(np.mean(aps_atk[rank])) for rank in ranks}
     recall_atk = {rank: float(np.mean(recalls_atk[rank])) for rank in ranks}
     return map_atk, recall_atk
+
+
+def xr_target_rank(sorted_names: list[str], target: str) -> int:
+    """01yzzyu/xr.github.io XR/xr.py@cf44a37 :616-619 (``_eval_and_log``): the target's 1-based position in the
+    ranked names, one past the end when the list does not hold it."""
+    return sorted_names.index(target) + 1 if target in sorted_names else len(sorted_names) + 1
+
+
+def xr_calculate_recall(ranks: list[int], ks: list[int]) -> dict[int, float]:
+    """01yzzyu/xr.github.io XR/xr.py@cf44a37 :244-248 (``calculate_recall``): per k, the mean of rank <= k
+    over the queries (a fraction; the official log prints it x100, :623)."""
+    return {k: float(np.mean([1 if r <= k else 0 for r in ranks])) for k in ks}
 
 
 def cirr_val_metrics(sorted_index_names: np.ndarray, reference_names: list[str], target_names: list[str],

@@ -10,7 +10,6 @@ import pytest
 from unirag.cir.config import load_config
 from unirag.errors import ConfigError
 from unirag.generators.registry import load_text_generator
-from unirag.profiles import resolve
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "xr_agents_official.yaml"
 
@@ -33,7 +32,8 @@ def test_official_agents_example_leaves_every_limit_to_the_profile():
         assert rc.max_tokens == limit and rc.temperature == 0, role  # SamplingParams(temperature=0, ...)
     assert config.roles["caption"].repetition_penalty == settings["xr_caption_repetition_penalty"]
     assert (config.roles["question"].max_tokens, config.roles["caption"].max_tokens) == (2048, 256)
-    assert resolve("official")["xr_agent_model"] == "hf:OpenGVLab/InternVL3-8B"
+    assert (config.roles["question"].model, config.roles["caption"].repetition_penalty) == (
+        "hf:OpenGVLab/InternVL3-8B", 1.05)  # the official values the run gets (cited above)
 
 
 class _Loaded(Exception):

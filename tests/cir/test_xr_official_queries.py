@@ -12,7 +12,6 @@ from unirag.cir import api
 from unirag.cir.datasets import cirr_query_text, join_fashioniq_captions, load_dataset
 from unirag.cli.main import main
 from unirag.errors import InputError
-from unirag.profiles import resolve
 
 
 def _fashioniq(tmp_path, captions):
@@ -109,7 +108,6 @@ def test_profile_settings_reach_the_loader(tmp_path, loader_calls):
                         overrides=overrides, progress=False, echo=lambda s: None)
     assert [(c["query_text"], c["cirr_val_limit"]) for c in loader_calls] == [
         ("official", 2400), ("paper", None), ("official", None)]
-    assert resolve("official")["xr_query_text"] == "official"
 
 
 def test_cli_options_reach_the_loader(tmp_path, monkeypatch, capsys):

@@ -272,7 +272,7 @@ def test_preprocessing_choices_are_in_the_fingerprint(ckpt):
     assert enc.fingerprint() != base
 
 
-def test_official_uniir_precision_is_float32_weights_under_float16_autocast(ckpt, monkeypatch):
+def test_official_uniir_precision_is_float32_weights_under_float16_autocast(ckpt, photos, monkeypatch):
     """UniIR embeds with ``use_fp16: true`` (TIGER-AI-Lab/UniIR src/models/uniir_clip/clip_scorefusion/
     configs_scripts/large/eval/unirag/embed.yaml@98dc570:77), i.e. ``with autocast(enabled=use_fp16)`` around
     float32 weights (src/common/mbeir_embedder.py@98dc570:52-53, :138-139); unirag's ``auto`` loads bfloat16
@@ -295,3 +295,9 @@ def test_official_uniir_precision_is_float32_weights_under_float16_autocast(ckpt
     enc.device = "cuda:0"  # what the forward passes would enter on a GPU
     enc._autocast()
     assert seen == [("cuda", torch.float16)]
+    enc.device = "cpu"
+    entered = []  # the text and the image forward passes both run inside it (mbeir_embedder.py :138-139)
+    monkeypatch.setattr(enc, "_autocast", lambda: entered.append(1) or contextlib.nullcontext())
+    enc.encode_texts(["a dog on a sofa"])
+    enc.encode_images(photos[:1])
+    assert len(entered) == 2

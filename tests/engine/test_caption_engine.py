@@ -48,9 +48,12 @@ def test_ray_run_stores_the_records_of_a_local_run(coco_caption_set, ray_cluster
     ma, mb = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("local", "ray"))
     assert ma["identity"] == mb["identity"] and mb["settings"]["engine"]["engine"] == "ray"
     assert mb["settings"]["engine"]["workers"] == 2 and ma["settings"]["engine"]["engine"] == "local"
-    # same prompts saved for inspection
+    # same prompts saved for inspection, the wire form (NNN_qid.sent.txt) rendered by a worker's model
     assert sorted(p.name for p in (tmp_path / "ray/prompts").iterdir()) == \
         sorted(p.name for p in (tmp_path / "local/prompts").iterdir())
+    sent = sorted((tmp_path / "local/prompts").glob("*.sent.txt"))
+    assert sent and all(p.read_text().startswith("echo-captioner wire form, 3 images") for p in sent)
+    assert [(tmp_path / "ray/prompts" / p.name).read_text() for p in sent] == [p.read_text() for p in sent]
 
 
 def test_ray_workers_decode_each_call_s_images_ahead_of_the_model(coco_caption_set, ray_cluster, tmp_path,

@@ -2,9 +2,10 @@
 
 Random score matrices with few distinct values (so many candidates tie), several ground truths per
 CIRCO query, random CIRR image sets. Scores become one ranking per query by a stable sort on the
-score, best first (the order unirag's X^R stages use); both sides score that same ranking (the
-official scripts sort with ``torch.argsort(distances, dim=-1)``, ABaldrati/CLIP4Cir src/validate.py at
-commit 90013598 :45 and :159, whose order among ties is unspecified). Each test cites the official lines
+score, best first (the order unirag's X^R stages use); both sides score that same ranking (CLIP4Cir
+sorts with ``torch.argsort(distances, dim=-1)``, ABaldrati/CLIP4Cir src/validate.py at commit 90013598
+:45 and :159, whose order among ties is unspecified). CIRR has two references: X^R's own evaluation
+(01yzzyu/xr.github.io XR/xr.py, the ``official`` profile) and the benchmark's (CLIP4Cir, ``default``). Each test cites the official lines
 it follows; tests/official_metrics.py holds the ports and their line-level sources.
 """
 
@@ -20,6 +21,8 @@ from official_metrics import (
     cirr_val_metrics,
     fiq_val_metrics,
     uniir_compute_recall_at_k,
+    xr_calculate_recall,
+    xr_target_rank,
 )
 from unirag.cir.datasets import CirDataset, CirQuery, load_dataset
 from unirag.cir.evaluation import evaluate
@@ -76,8 +79,9 @@ def test_circo_recall_counts_only_the_target_not_the_other_ground_truths():
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_cirr_recall_and_subset_recall_equal_the_reference_code(seed):
-    """ABaldrati/CLIP4Cir src/validate.py at commit 90013598, compute_cirr_val_metrics: the reference is
+def test_default_cirr_protocol_equals_the_benchmark_reference_code(seed):
+    """The ``default`` profile's CIRR protocol (``xr_cirr_reference = exclude``, ``xr_cirr_subset = cut``), the
+    benchmark's own: ABaldrati/CLIP4Cir src/validate.py at commit 90013598, compute_cirr_val_metrics: the reference is
     removed from the ranking (:162-166), Recall@1/5/10/50 on the rest (:180-183), Recall_subset@1/2/3 on
     the ranking cut to the query's group members (:171-174, :184-186)."""
     rng = np.random.default_rng(seed)
@@ -102,12 +106,14 @@ def test_cirr_recall_and_subset_recall_equal_the_reference_code(seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_cirr_recall_equals_the_xr_code_with_the_reference_ranked(seed):
-    """X^R's own CIRR figures (01yzzyu/xr.github.io XR/xr.py, commit 30f2cd5): the target's rank in the full
-    ``sorted_names`` list, the reference included (``_eval_and_log`` :616-619: ``names.index(tgt_img) + 1``,
-    ``len(names) + 1`` when absent), Recall@k = mean(rank <= k) (``calculate_recall`` :244-248); R_subset from
-    the separate ``--subset`` ranking of the members without the reference (:588-610). This is unirag under
-    ``xr_cirr_reference = keep`` / ``xr_cirr_subset = rerank`` (the ranking of each list is given)."""
+def test_official_cirr_recall_equals_the_xr_code_with_the_reference_ranked(seed):
+    """X^R's own CIRR figures, what the ``official`` profile (``xr_cirr_reference = keep``, ``xr_cirr_subset =
+    rerank``) must report: 01yzzyu/xr.github.io XR/xr.py@cf44a37, the target's rank in the full ``sorted_names``
+    list with the reference still ranked (``_eval_and_log`` :613-620), Recall@k = mean(rank <= k)
+    (``calculate_recall`` :244-248); R_subset the same on the separate ``--subset`` list of the img_set
+    members without the reference (:588-610). Ported in tests/official_metrics.py (xr_target_rank,
+    xr_calculate_recall). One query ranks its reference above its target, so the benchmark's protocol (the
+    reference removed) gives another R@1."""
     rng = np.random.default_rng(seed)
     gallery = [f"dev-{i}-img" for i in range(90)]
     queries = []
@@ -116,22 +122,24 @@ def test_cirr_recall_equals_the_xr_code_with_the_reference_ranked(seed):
         queries.append(CirQuery(str(qid), members[0], "text", targets=[members[int(rng.integers(1, 6))]],
                                 subset=members))
     ranked = _rankings(rng, len(queries), gallery)
+    first = queries[0]  # its reference ranked first, its target second: X^R's rank 2, the benchmark's rank 1
+    ranked[0] = np.array([first.reference, first.targets[0]] + [x for x in ranked[0] if x not in
+                                                                 (first.reference, first.targets[0])], dtype=object)
     subset_lists = {q.qid: [m for m in rng.permutation(q.subset).tolist() if m != q.reference] for q in queries}
-
-    def xr_recall(lists, k):  # XR/xr.py:616-619 and :244-248, written out
-        ranks = []
-        for q in queries:
-            names = list(lists[q.qid])
-            ranks.append(names.index(q.targets[0]) + 1 if q.targets[0] in names else len(names) + 1)
-        return 100 * float(np.mean([1 if r <= k else 0 for r in ranks]))
-
     full = {str(i): list(ranked[i]) for i in range(len(queries))}  # the reference stays ranked
+
+    def official(lists, ks):
+        return xr_calculate_recall([xr_target_rank(lists[q.qid], q.targets[0]) for q in queries], ks)
+
     ds = CirDataset("cirr-val", "cirr", queries, {g: f"{g}.png" for g in gallery}, exclude_reference=False)
     ours = evaluate(ds, full, subset_lists)
-    for k in (1, 5, 10, 50):
-        assert ours[f"R@{k}"] == pytest.approx(xr_recall(full, k), abs=1e-9)
-    for k in (1, 2, 3):
-        assert ours[f"R_subset@{k}"] == pytest.approx(xr_recall(subset_lists, k), abs=1e-9)
+    for k, value in official(full, [1, 5, 10, 50]).items():
+        assert ours[f"R@{k}"] == pytest.approx(100 * value, abs=1e-9)
+    for k, value in official(subset_lists, [1, 2, 3]).items():
+        assert ours[f"R_subset@{k}"] == pytest.approx(100 * value, abs=1e-9)
+    benchmark = cirr_val_metrics(ranked, [q.reference for q in queries], [q.targets[0] for q in queries],
+                                 [q.subset for q in queries])  # the reference removed: other figures
+    assert benchmark[3] > ours["R@1"]
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
+
 from unirag.data.records import Modality
 from unirag.index.metadata import CandidateMeta
 from unirag.retrieval.pairing import QueryIdentity
@@ -52,9 +54,49 @@ def test_official_zip_misaligns_complements_after_an_image_text_hit():
                                      ("i3.jpg", "a caption of i3"), ("a4.jpg", "a bus")]
 
 
-def test_official_profile_reproduces_the_zip_and_says_so():
+def _retrieved_pairs(tmp_path, settings) -> list[tuple[str, str]]:
+    """A real index and ``Retriever`` under ``settings``: hits T1 (text), F (image+text), T2 (text), A, B
+    (images) for the query vector; UniIR's complement query of "a cat" finds A, of "a dog" B, of an image T1."""
+    from unirag.data.records import Query
+    from unirag.index.build import build_from_vectors
+    from unirag.retrieval.retriever import Retriever
+
+    def e(*w):
+        v = np.zeros(4, dtype=np.float32)
+        v[: len(w)] = w
+        return v / np.linalg.norm(v)
+
+    pool = [("T1", "text", "a cat", None, e(1, 0, 0)), ("F", "image,text", "a fused pair", "f.jpg", e(.9, .1, 0)),
+            ("T2", "text", "a dog", None, e(.8, .2, 0)), ("A", "image", None, "a.jpg", e(.1, 1, 0)),
+            ("B", "image", None, "b.jpg", e(.05, 0, 1))]
+    chunks = [(Modality.parse(m), [{"did": d, "txt": t, "img_path": i, "source_id": None}], v[None, :])
+              for d, m, t, i, v in pool]
+    build_from_vectors(chunks, tmp_path / "idx", 4, {"name": "hand", "spec": None, "config": {}, "fingerprint": "0" * 16})
+
+    class ComplementEncoder:
+        dim = 4
+
+        def encode_records(self, records, images_root, progress=False):
+            return np.stack([e(0, 1, 0) if r.txt == "a cat" else e(0, 0, 1) if r.txt == "a dog" else e(1, 0, 0)
+                             for r in records])
+
+    r = Retriever(tmp_path / "idx", profile=settings)
+    r._encoder = ComplementEncoder()
+    result = r.retrieve_vectors([Query("q1", Modality.IMAGE, img_path="q.jpg")], e(1, 0, 0)[None, :], 5, "any")[0]
+    return [(p.image_did, p.text_did) for p in result.pairs]
+
+
+def test_official_profile_reproduces_the_zip_and_says_so(tmp_path):
+    """Through ``Retriever(profile=...)``: under ``official`` the complements [A (of T1), B (of T2), T1 (of A),
+    T1 (of B)] are zipped against the hits [T1, F, T2, A, B] (castorini/UniRAG incontext_example_provider.py
+    @07190083:11-13): T2 gets T1 (a caption: no image, skipped), A gets T1, B is dropped; the manifest lists
+    the bug. ``pair_alignment = fixed`` on the same profile pairs each hit with its own complement."""
     from unirag.profiles import resolve
 
     official = resolve("official")
-    assert official["pair_alignment"] == "uniir-zip" and "pair_alignment" in official.to_dict()[
-        "reproduces_official_bugs"]
+    assert _retrieved_pairs(tmp_path / "zip", official) == [("A", "T1"), ("F", "F"), ("A", "T1")]
+    assert "pair_alignment" in official.to_dict()["reproduces_official_bugs"]
+    fixed = resolve("official", pair_alignment="fixed")
+    assert _retrieved_pairs(tmp_path / "fixed", fixed) == [("A", "T1"), ("F", "F"), ("B", "T2"), ("A", "T1"),
+                                                           ("B", "T1")]
+    assert "pair_alignment" not in fixed.to_dict().get("reproduces_official_bugs", [])

@@ -34,7 +34,8 @@ _OPTIONS = [
     click.option("--save-prompts", type=int, default=5, show_default=True,
                  help="The first N prompts kept in OUT/prompts/: rendered (NNN_qid.txt, merged images) and exactly "
                       "as sent to the backend (NNN_qid.sent.txt: the text an hf: model receives, the JSON body "
-                      "of an OpenAI-compatible call), to diff against the official prompt_{idx}.txt files."),
+                      "of an OpenAI-compatible or Gemini call), to diff against the official prompt_{idx}.txt "
+                      "files."),
     click.option("--no-progress", is_flag=True, default=False, help="No progress bar."),
 ]
 

@@ -82,14 +82,10 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
     from unirag.errors import InputError
     from unirag.index.factory import resolve_params
 
+    # uniir_precision: official UniIR precision is float32 weights under float16 autocast, for every build that
+    # encodes (local, Ray workers, --shard); --embeddings encodes nothing (the vectors are given)
     precision = precision_options(encoder_spec, dtype, settings)
-    if "autocast" in precision:  # official UniIR precision: float32 weights under float16 autocast
-        if engine != "local" or shard_spec is not None or embeddings is not None:
-            raise ConfigError("uniir_precision official (float32 weights under float16 autocast) is applied by "
-                              "--engine local builds only; pass --dtype to choose another precision")
-        from unirag.encoders.registry import load_encoder
-
-        loaded = load_encoder(encoder_spec, device=device, decode_workers=decode_workers, **precision)
+    dtype, autocast = precision["dtype"], precision.get("autocast")
 
     overrides = parse_params(params)
     resolve_params(index_type, overrides)  # fail on a bad option before any model loads
@@ -117,7 +113,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
         shards_dir = shards_dir if shards_dir is not None else default_shards_dir(out)
         record = Index.embed_shard(pool, shard_spec, shards_dir, encoder=encoder_spec, images_root=images_root,
                                    batch_size=batch_size, device=device, dtype=dtype,
-                                   decode_workers=decode_workers)
+                                   decode_workers=decode_workers, autocast=autocast)
         state = "already done" if record.get("skipped") else f"embedded in {record['seconds']:.1f}s"
         click.echo(f"shard {shard_spec}: {record['rows']} vectors {state} ({shards_dir})")
         return
@@ -136,7 +132,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
         if engine == "local" and (ray_address or workers or gpus_per_worker or shard_size):
             raise ConfigError("--ray-address/--workers/--gpus-per-worker/--shard-size go with --engine ray")
         index = Index.build(Pool.read(pool, images_root), out,
-                            encoder=loaded if "autocast" in precision else encoder_spec, index_type=index_type,
+                            encoder=encoder_spec, index_type=index_type, autocast=autocast,
                             params=overrides, batch_size=batch_size, device=device, dtype=dtype, progress=True,
                             engine=engine, decode_workers=decode_workers, shards_dir=shards_dir,
                             shard_size=shard_size, workers=workers,

@@ -82,13 +82,22 @@ class TextGenerator(ABC):
     def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str:
         """The prompt as this backend sends it, for inspection (``OUT/prompts/NNN_qid.sent.txt``, what the
         official scripts' ``prompt_{idx}.txt`` files hold): here the messages as text, images as
-        placeholders; backends that send a string or a JSON body override it to show exactly that."""
+        placeholders; backends that send a string or a JSON body override it to show exactly that (each
+        image's base64 data as :func:`base64_placeholder`; never a key or a header)."""
         from unirag.messages import render_for_log
 
         return render_for_log(messages)
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release clients or models."""
+
+
+def base64_placeholder(data: str) -> str:
+    """What a saved request body shows instead of an image's base64 data: its length and hash (the
+    bytes would make the file unreadable; the hash still tells two images apart)."""
+    import hashlib
+
+    return f"<{len(data)} base64 chars, sha256 {hashlib.sha256(data.encode()).hexdigest()[:16]}>"
 
 
 class ExampleCaptioner(ABC):

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from unirag.errors import BackendError
-from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage
+from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage, base64_placeholder
 from unirag.generators.gemini_client import GeminiConnection
 from unirag.generators.http_errors import malformed_response, status_error, transient_error
 from unirag.messages import Message, TextPart
@@ -75,13 +75,30 @@ class GeminiGenerator(TextGenerator):
             config["response_json_schema"] = options.json_schema
         return config
 
+    def _send(self, client: Any, messages: list[Message], options: GenerationOptions) -> Any:
+        """The one ``generate_content`` call (also what :meth:`sent_prompt` records)."""
+        system, contents = render_gemini_contents(messages)
+        return client.models.generate_content(model=self.model, contents=contents,
+                                              config=self.request_config(system, options))
+
+    def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str:
+        """The JSON body exactly as the SDK sends it (``contents``, ``systemInstruction``,
+        ``generationConfig``), each image's base64 data shortened to its size and hash; the key travels
+        in a header, never in the body, and the recording client holds none."""
+        options = options or GenerationOptions()
+        body = self._conn.request_body(lambda client: self._send(client, messages, options))
+        for content in [*body.get("contents", []), body.get("systemInstruction") or {}]:
+            for part in content.get("parts", []):
+                inline = part.get("inlineData")
+                if isinstance(inline, dict) and isinstance(inline.get("data"), str):
+                    inline["data"] = base64_placeholder(inline["data"])
+        return json.dumps(body, indent=2, ensure_ascii=False)
+
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         options = options or GenerationOptions()
-        system, contents = render_gemini_contents(messages)
         client = self._conn.client()
         try:
-            resp = client.models.generate_content(model=self.model, contents=contents,
-                                                  config=self.request_config(system, options))
+            resp = self._send(client, messages, options)
         except Exception as e:
             mapped = map_gemini_error(e)
             if mapped is None:

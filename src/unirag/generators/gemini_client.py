@@ -13,6 +13,8 @@ logic lives here once (the OpenAI counterpart is :mod:`unirag.generators.openai_
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 from unirag.errors import ConfigError
 from unirag.generators.lazy_client import LazyClient
@@ -39,10 +41,41 @@ class GeminiConnection(LazyClient):
             raise ConfigError(f"set the {' or '.join(names)} environment variable (the Gemini API key)")
         self._key = key
 
-    def _build(self):
-        from google import genai
+    def _http_options(self, **extra: Any) -> Any:
         from google.genai import types
 
-        http = types.HttpOptions(timeout=int(self.timeout * 1000), base_url=self.base_url,
-                                 retry_options=types.HttpRetryOptions(attempts=1))
-        return genai.Client(api_key=self._key, http_options=http)
+        return types.HttpOptions(timeout=int(self.timeout * 1000), base_url=self.base_url,
+                                 retry_options=types.HttpRetryOptions(attempts=1), **extra)
+
+    def _build(self):
+        from google import genai
+
+        return genai.Client(api_key=self._key, http_options=self._http_options())
+
+    def request_body(self, call: Callable[[Any], Any]) -> dict[str, Any]:
+        """The JSON body the SDK POSTs for ``call(client)``, serialised by the SDK itself into a transport
+        that records the request and sends nothing. That client holds a placeholder key, not the user's:
+        what it records cannot carry a secret."""
+        import json
+
+        import httpx
+        from google import genai
+
+        seen: list[httpx.Request] = []
+
+        class _Recorded(Exception):
+            pass
+
+        def record(request: httpx.Request) -> httpx.Response:
+            seen.append(request)
+            raise _Recorded
+
+        with httpx.Client(transport=httpx.MockTransport(record)) as http:
+            client = genai.Client(api_key="placeholder-not-sent", http_options=self._http_options(httpx_client=http))
+            try:
+                call(client)
+            except _Recorded:
+                pass
+        if not seen:
+            raise RuntimeError("the Gemini SDK sent no request")
+        return json.loads(seen[0].content)

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from unirag.errors import BackendError, ConfigError
-from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage
+from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage, base64_placeholder
 from unirag.generators.http_errors import malformed_response, openai_errors
 from unirag.generators.openai_client import OpenAIConnection
 from unirag.messages import ImagePart, Message, TextPart
@@ -97,13 +97,11 @@ class OpenAIChatGenerator(TextGenerator):
 
     def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str:
         """The request body exactly as sent (JSON), each image's base64 data shortened to its size and hash."""
-        import hashlib
         import json
         import re
 
         def short(m: re.Match) -> str:
-            data = m.group(2)
-            return f"{m.group(1)}<{len(data)} base64 chars, sha256 {hashlib.sha256(data.encode()).hexdigest()[:16]}>"
+            return m.group(1) + base64_placeholder(m.group(2))
 
         text = json.dumps(self.request_body(messages, options or GenerationOptions()), indent=2, ensure_ascii=False)
         return re.sub(r"(data:[^;\"]+;base64,)([A-Za-z0-9+/=]+)", short, text)

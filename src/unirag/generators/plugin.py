@@ -6,7 +6,7 @@ with the options it declares (``device``, ``dtype``, ``batch_size``, ... or all 
 
 * a caption generator: a :class:`~unirag.generators.base.TextGenerator`, or any object with
   ``generate(messages, options) -> Generation`` (``generate_batch``, ``image_mode``,
-  ``template_family``, ``config()`` and ``close()`` are used when present);
+  ``template_family``, ``sent_prompt(messages, options)``, ``config()`` and ``close()`` are used when present);
 * an image generator: an :class:`~unirag.generators.images.base.ImageGenerator`, or any object with
   ``generate(request: ImageRequest) -> GeneratedImage`` (``max_examples``, ``min_examples``, ``local``,
   ``check_size``, ``prompt_text``, ``config()``, ``identity()``, ``close()`` when present).
@@ -51,6 +51,12 @@ class PluginTextGenerator(TextGenerator):
         if callable(getattr(self.inner, "generate_batch", None)):
             return self.inner.generate_batch(batch, options)
         return [self.generate(m, options) for m in batch]
+
+    def sent_prompt(self, messages, options: GenerationOptions | None = None) -> str:
+        """The plugin's own wire form of the prompt when it has one (``sent_prompt``), else the rendered messages."""
+        if callable(getattr(self.inner, "sent_prompt", None)):
+            return self.inner.sent_prompt(messages, options)
+        return super().sent_prompt(messages, options)
 
     def config(self) -> dict[str, Any]:
         extra = self.inner.config() if callable(getattr(self.inner, "config", None)) else {}

@@ -49,13 +49,15 @@ def build_index(pool: str | Path | Iterable[Candidate], images_root: str | Path 
                 params: dict[str, Any] | None = None, progress: bool = True, *, engine: str = "local",
                 shards_dir: str | Path | None = None, shard_size: int = DEFAULT_SHARD_SIZE,
                 workers: int | None = None, gpus_per_worker: float = 0, ray_address: str | None = None,
-                worker_dtype: str | None = "auto", allow_shrink: bool = False) -> dict[str, Any]:
+                worker_dtype: str | None = "auto", worker_autocast: str | None = None,
+                allow_shrink: bool = False) -> dict[str, Any]:
     """Encode every candidate of ``pool`` and write an index to ``out_dir`` (atomically). Returns the manifest.
 
     ``encoder`` is the loaded encoder (its name, fingerprint and dimension go into the manifest);
     ``encoder_spec`` is what loads it again - Ray workers load their own copy from it. The Ray
     options (``shards_dir``, ``shard_size``, ``workers``, ``gpus_per_worker``, ``ray_address``,
-    ``worker_dtype``: the dtype workers load the model in) apply to ``engine="ray"`` only; see
+    ``worker_dtype``: the dtype workers load the model in, ``worker_autocast``: the autocast their forward
+    passes run under, as :func:`unirag.encoders.registry.load_encoder`'s) apply to ``engine="ray"`` only; see
     :mod:`unirag.index.ray_engine`. ``allow_shrink``: replace an index at ``out_dir`` even when this
     build loses a modality or more than the ``index_max_shrink`` setting's share of one (see
     :func:`unirag.index.writer.check_shrink`).
@@ -75,7 +77,7 @@ def build_index(pool: str | Path | Iterable[Candidate], images_root: str | Path 
     if engine == "ray":
         return _build_with_ray(pool, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
                                progress, shards_dir, shard_size, workers, gpus_per_worker, ray_address,
-                               worker_dtype, allow_shrink)
+                               worker_dtype, worker_autocast, allow_shrink)
     if engine != "local":
         raise ConfigError(f"unknown engine {engine!r}; expected local or ray")
     return _build_local(pool, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params, progress,
@@ -84,7 +86,7 @@ def build_index(pool: str | Path | Iterable[Candidate], images_root: str | Path 
 
 def _build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
                     progress, shards_dir, shard_size, workers, gpus_per_worker, ray_address,
-                    worker_dtype, allow_shrink) -> dict[str, Any]:
+                    worker_dtype, worker_autocast, allow_shrink) -> dict[str, Any]:
     from unirag.index import ray_engine
     from unirag.index.embeddings import build_from_embeddings
 
@@ -97,7 +99,7 @@ def _build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, ind
               f"on Ray", flush=True)
     ray_engine.run_shards(shards_dir, todo, encoder_spec, images_root, batch_size=batch_size, workers=workers,
                           gpus_per_worker=gpus_per_worker, ray_address=ray_address,
-                          dtype=worker_dtype, progress=progress,
+                          dtype=worker_dtype, autocast=worker_autocast, progress=progress,
                           decode_workers=getattr(encoder, "decode_workers", None))
     manifest = build_from_embeddings(pool, shards_dir, out_dir, info, index_type=index_type, params=params,
                                      images_root=images_root, progress=progress, allow_shrink=allow_shrink)

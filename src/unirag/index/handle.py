@@ -49,12 +49,15 @@ class Index:
               encoder: Encoder | str | None = None, images_root: str | Path | None = None,
               index_type: str = "flat", params: Mapping[str, Any] | None = None, batch_size: int = 64,
               device: str | None = "auto", dtype: str | None = "auto", progress: bool | None = None, engine: str = "local",
-              decode_workers: int | str | None = None, allow_shrink: bool = False, **engine_options: Any) -> Index:
+              decode_workers: int | str | None = None, allow_shrink: bool = False, autocast: str | None = None,
+              **engine_options: Any) -> Index:
         """Encode every candidate of ``pool`` and write the index to ``out`` (atomically); return it opened.
 
         ``pool``: a :class:`unirag.Pool` (its images root is used unless ``images_root`` is given),
         a pool JSONL path, or candidates. ``encoder``: an encoder object, a spec (hub id, local
-        directory, "offline") or None for the offline default, loaded on ``device`` in ``dtype``.
+        directory, "offline") or None for the offline default, loaded on ``device`` in ``dtype``
+        (``autocast="float16"``: forward passes under float16 autocast on CUDA, as UniIR embeds; see
+        :func:`unirag.encoders.registry.precision_options`; Ray workers load theirs the same way).
         ``index_type``: "flat" (exact), "hnsw" or "ivfpq"; ``params`` override their settings.
         ``engine``: "local" (this process) or "ray" (shards embedded on Ray Data, resumable), with
         ``engine_options`` ``shards_dir``, ``shard_size``, ``workers``, ``gpus_per_worker``,
@@ -87,10 +90,11 @@ class Index:
             source = pool.path if pool.path is not None else list(pool)
         else:
             root, source = images_root, pool
-        spec, enc = _encoder_and_spec(encoder, device, dtype, decode_workers)
+        spec, enc = _encoder_and_spec(encoder, device, dtype, decode_workers, autocast)
         options = {k: v for k, v in engine_options.items() if v is not None}
         if engine == "ray":
             options.setdefault("worker_dtype", dtype)  # workers load their own copy: same dtype, same fingerprint
+            options.setdefault("worker_autocast", getattr(enc, "autocast_dtype", None))
         build_index(source, Path(root).absolute() if root is not None else None, out, enc, encoder_spec=spec,
                     index_type=index_type, batch_size=batch_size, params=params, engine=engine,
                     progress=sys.stderr.isatty() if progress is None else progress, allow_shrink=allow_shrink,
@@ -141,17 +145,17 @@ class Index:
     def embed_shard(pool: Pool | str | Path, shard: str | tuple[int, int], shards_dir: str | Path, *,
                     encoder: Encoder | str | None = None, images_root: str | Path | None = None,
                     batch_size: int = 64, device: str | None = "auto", dtype: str | None = "auto",
-                    decode_workers: int | str | None = None) -> dict[str, Any]:
+                    decode_workers: int | str | None = None, autocast: str | None = None) -> dict[str, Any]:
         """Embed shard ``i`` of ``n`` of ``pool`` into ``shards_dir`` in this process (no Ray), so that
         many machines can each embed a part; then :meth:`from_embeddings` with ``shards_dir`` builds the
         index. ``shard``: ``"i/n"`` (0-based) or ``(i, n)``. A shard already done is skipped. Returns the
-        shard's record (``rows``, ``seconds``, ``skipped``)."""
+        shard's record (``rows``, ``seconds``, ``skipped``). ``autocast``: as in :meth:`build`."""
         from unirag.index.build import embed_pool_shard
         from unirag.index.shards import parse_shard_spec
 
         i, n = parse_shard_spec(shard if isinstance(shard, str) else "/".join(map(str, shard)))
         pool_path, root = _pool_source(pool, images_root)
-        spec, enc = _encoder_and_spec(encoder, device, dtype, decode_workers)
+        spec, enc = _encoder_and_spec(encoder, device, dtype, decode_workers, autocast)
         return embed_pool_shard(pool_path, shards_dir, i, n, enc, spec, root, batch_size)
 
     # -- what it holds -----------------------------------------------------------------------
@@ -278,15 +282,17 @@ class Index:
         return f"Index({str(self.path)!r}, {self.counts}, encoder={self.manifest['encoder'].get('name')!r})"
 
 
-def _encoder_and_spec(encoder, device: str | None, dtype: str | None, decode_workers: int | str | None = None):
+def _encoder_and_spec(encoder, device: str | None, dtype: str | None, decode_workers: int | str | None = None,
+                      autocast: str | None = None):
     """(spec to record, encoder object) for an encoder object, a spec string or None (offline).
-    ``decode_workers`` (when given) is set on the encoder, object or loaded."""
+    ``decode_workers`` (when given) is set on the encoder, object or loaded; ``autocast`` goes to the loading."""
     from unirag.data.loader import resolve_decode_workers
 
     if encoder is None or isinstance(encoder, str):
         from unirag.encoders.registry import load_encoder
 
-        return encoder, load_encoder(encoder, device=device, dtype=dtype, decode_workers=decode_workers)
+        return encoder, load_encoder(encoder, device=device, dtype=dtype, decode_workers=decode_workers,
+                                     **({"autocast": autocast} if autocast else {}))
     if decode_workers is not None:
         encoder.decode_workers = resolve_decode_workers(decode_workers)
     return getattr(encoder, "spec", None), encoder

@@ -34,7 +34,8 @@ class _ShardWorker:
     """A Ray actor: loads the encoder once, then embeds whole shards."""
 
     def __init__(self, shards_dir: str, encoder_spec: str | None, images_root: str | None, batch_size: int,
-                 device: str, dtype: str | None, threads: int | None, decode_workers: int | None = 0) -> None:
+                 device: str, dtype: str | None, threads: int | None, decode_workers: int | None = 0,
+                 autocast: str | None = None) -> None:
         if threads:
             import torch
 
@@ -42,7 +43,7 @@ class _ShardWorker:
         from unirag.encoders.registry import load_encoder
         from unirag.index.shards import read_plan
 
-        self.encoder = load_encoder(encoder_spec, device=device, dtype=dtype)
+        self.encoder = load_encoder(encoder_spec, device=device, dtype=dtype, **({"autocast": autocast} if autocast else {}))
         self.encoder.decode_workers = decode_workers
         self.shards_dir = shards_dir
         self.plan = read_plan(shards_dir)
@@ -72,10 +73,11 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
                images_root: str | Path | None, *, batch_size: int = 64, workers: int | None = None,
                gpus_per_worker: float = 0, cpus_per_worker: int = 1, threads_per_worker: int | None = None,
                ray_address: str | None = None, dtype: str | None = None, progress: bool = True,
-               decode_workers: int | None = None) -> list[dict[str, Any]]:
+               decode_workers: int | None = None, autocast: str | None = None) -> list[dict[str, Any]]:
     """Embed ``shard_ids`` of the planned shards folder on Ray; returns one record per shard embedded.
 
-    Workers load ``encoder_spec`` on ``cuda`` when GPUs are reserved (else CPU) in ``dtype``; their
+    Workers load ``encoder_spec`` on ``cuda`` when GPUs are reserved (else CPU) in ``dtype`` (and
+    ``autocast``, see :func:`unirag.encoders.registry.load_encoder`); their
     encoder's fingerprint must be the one planned (a mismatch fails the shard with both names).
     """
     from unirag.ray_support import ray_session
@@ -104,5 +106,5 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
             fn_constructor_kwargs={"shards_dir": str(Path(shards_dir).resolve()), "encoder_spec": encoder_spec,
                                    "images_root": str(images_root) if images_root else None,
                                    "batch_size": batch_size, "device": device, "dtype": dtype,
-                                   "threads": threads, "decode_workers": decode_workers})
+                                   "threads": threads, "decode_workers": decode_workers, "autocast": autocast})
         return sorted(out.take_all(), key=lambda r: r["shard"])

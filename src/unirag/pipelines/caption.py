@@ -232,6 +232,8 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
     stack = ExitStack()
     pool, recipe = None, None
     if generator is None and runs_on_ray(cfg.engine, cfg.generator):
+        import functools
+
         from unirag.pipelines.remote_models import RemoteTextGenerator, TextModelRecipe
 
         pool = stack.enter_context(open_pool(cfg.engine, cfg.progress))
@@ -240,7 +242,8 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
 
         recipe = TextModelRecipe(cfg.generator, profile_load_options(cfg.generator, resolve(cfg.profile),
                                                                      dict(cfg.generator_options)))
-        generator = RemoteTextGenerator(pool.describe(recipe))  # the model loads on the workers only
+        # the model loads on the workers only; they also render the saved prompts in its wire form
+        generator = RemoteTextGenerator(pool.describe(recipe), ask=functools.partial(pool.ask, recipe))
     if isinstance(generator, Captioner):
         captioner, owned = generator, False
     else:

@@ -11,13 +11,18 @@ local run of the same configuration, and a run started locally can be resumed on
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from unirag.errors import UniragError
-from unirag.generators.base import Generation, TextGenerator
+from unirag.generators.base import Generation, GenerationOptions, TextGenerator
 from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
+
+if TYPE_CHECKING:
+    from unirag.messages import Message
 
 
 def _device(options: dict[str, Any], device: str) -> dict[str, Any]:
@@ -76,12 +81,21 @@ def _not_here(spec: str) -> UniragError:
     return UniragError(f"{spec} runs on Ray workers; this stand-in only describes it")
 
 
-class RemoteTextGenerator(TextGenerator):
-    """The driver's view of a text generator loaded on Ray workers (``info`` from :meth:`TextModelRecipe.describe`)."""
+def sent_prompt_of(messages: list[Message], options: GenerationOptions | None, model: Any) -> str | None:
+    """What a worker answers for :meth:`RemoteTextGenerator.sent_prompt`: its loaded model's wire form of
+    the prompt (None: the model shows none), the text a local run of the same model saves."""
+    sent = getattr(model, "sent_prompt", None)
+    return sent(messages, options) if callable(sent) else None
 
-    def __init__(self, info: dict[str, Any]) -> None:
+
+class RemoteTextGenerator(TextGenerator):
+    """The driver's view of a text generator loaded on Ray workers (``info`` from :meth:`TextModelRecipe.describe`;
+    ``ask(question)``: ``question(model)`` answered by a worker, as :meth:`unirag.runs.engine.WorkerPool.ask`)."""
+
+    def __init__(self, info: dict[str, Any], ask: Callable[[Callable[[Any], Any]], Any] | None = None) -> None:
         self.spec = info["spec"]
         self.info = info
+        self._ask = ask
         if info.get("template_family"):
             self.template_family = info["template_family"]
         self.image_mode = info.get("image_mode", "multi-image")
@@ -89,6 +103,13 @@ class RemoteTextGenerator(TextGenerator):
 
     def generate(self, messages, options=None) -> Generation:
         raise _not_here(self.spec)
+
+    def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str | None:
+        """The prompt exactly as the model on the workers sends it: a worker renders it (the driver holds
+        no model); without workers to ask, the rendered messages."""
+        if self._ask is None:
+            return super().sent_prompt(messages, options)
+        return self._ask(functools.partial(sent_prompt_of, messages, options))
 
     def config(self) -> dict[str, Any]:
         return dict(self.info["config"])

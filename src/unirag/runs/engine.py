@@ -251,6 +251,11 @@ class _Worker:
             job = None  # a call that failed leaves its decoding to finish alone (its images are dropped)
         return {**counts, "n": len(payloads)}
 
+    def ask(self, question: Callable[[Any], Any]) -> Any:
+        """``question(model)`` on the loaded model, between calls (e.g. a prompt in the model's wire form)."""
+        with self._model_lock:
+            return question(self.model)
+
     def close_task(self, key: str) -> None:
         with self._tasks_lock, self._model_lock:
             t = self.tasks.pop(key, None)
@@ -392,6 +397,16 @@ class WorkerPool:
     def describe(self, recipe: ModelRecipe) -> dict[str, Any]:
         """What the model reports about itself (its config, template family, ...), from worker 0."""
         return self.group(recipe).infos[0]["model"]
+
+    def ask(self, recipe: ModelRecipe, question: Callable[[Any], Any]) -> Any:
+        """``question(model)`` (picklable) answered by a live worker holding ``recipe``'s model: what only
+        the loaded model knows (the exact text or body it would send for a prompt)."""
+        group = self.group(recipe)
+        alive = [a for i, a in enumerate(group.actors) if i not in group.dead]
+        try:
+            return self.ray.get(alive[0].ask.remote(question))
+        except self.ray.exceptions.RayTaskError as e:
+            raise _unwrap(e) from None
 
     # -- running --------------------------------------------------------------------------------------
     def run(self, recipe: ModelRecipe, open_kind: Callable[[Any], Any], store: Any, items: Sequence[Any],

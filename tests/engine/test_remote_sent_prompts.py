@@ -1,0 +1,41 @@
+"""A Ray run saves the prompts a local run saves: the driver's stand-in (``RemoteTextGenerator``) has no
+model, so it asks a worker (``WorkerPool.ask`` -> ``_Worker.ask``) for the model's wire form of each saved
+prompt. Here the actor class is called in this process, as Ray calls it; the question travels pickled."""
+
+from __future__ import annotations
+
+import functools
+import json
+import pickle
+
+from unirag.generators.base import GenerationOptions
+from unirag.generators.registry import load_text_generator
+from unirag.messages import ImagePart, Message, TextPart, render_for_log
+from unirag.pipelines.remote_models import RemoteTextGenerator, TextModelRecipe, sent_prompt_of
+from unirag.runs.engine import _Worker
+
+
+def test_the_stand_in_saves_the_workers_wire_form(coco_mini, monkeypatch, no_api_keys):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-never-written")
+    recipe = TextModelRecipe("openai:gpt-4o", {"base_url": "http://127.0.0.1:9/v1"})
+    worker = _Worker(recipe, "cpu", None)
+    asked = []
+
+    def ask(question):  # what WorkerPool.ask does, minus Ray: the question pickled to the worker
+        asked.append(question)
+        return worker.ask(pickle.loads(pickle.dumps(question)))
+
+    stand_in = RemoteTextGenerator(recipe.describe(worker.model), ask=ask)
+    image = sorted((coco_mini / "images").iterdir())[0]
+    messages = [Message("user", [TextPart("Caption this."), ImagePart(path=image)])]
+    options = GenerationOptions(max_tokens=7)
+    sent = stand_in.sent_prompt(messages, options)
+    local = load_text_generator("openai:gpt-4o", base_url="http://127.0.0.1:9/v1")
+    assert sent == local.sent_prompt(messages, options) != render_for_log(messages)
+    body = json.loads(sent)
+    assert body["max_tokens"] == 7 and "sk-test" not in sent and len(asked) == 1
+    assert isinstance(asked[0], functools.partial) and asked[0].func is sent_prompt_of
+    # a model that shows no wire form answers None (nothing written), as a local run of it
+    assert sent_prompt_of(messages, options, object()) is None
+    # without a worker to ask (a described model only): the rendered messages
+    assert RemoteTextGenerator(recipe.describe(worker.model)).sent_prompt(messages, options) == render_for_log(messages)

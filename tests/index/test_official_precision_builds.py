@@ -1,0 +1,70 @@
+"""``uniir_precision = official`` reaches every index build that encodes: local, Ray workers and ``--shard``
+(float32 weights under float16 autocast, as UniIR embeds: TIGER-AI-Lab/UniIR
+src/models/uniir_clip/clip_scorefusion/configs_scripts/large/eval/unirag/embed.yaml@98dc570:77 ``use_fp16:
+true``, src/common/mbeir_embedder.py@98dc570:52-53, :138-139); ``--embeddings`` encodes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tiny_models import tiny_uniir_clip_sf
+from unirag.cli.main import main
+from unirag.data.mbeir import write_candidates
+from unirag.data.records import Candidate, Modality
+from unirag.encoders import registry
+from unirag.errors import ConfigError
+
+
+@pytest.fixture
+def build(tmp_path, monkeypatch):
+    """(argv prefix of ``unirag index build --profile official`` on a 4-caption pool, the loads it made)."""
+    pool = tmp_path / "pool.jsonl"
+    write_candidates(pool, [Candidate(did=f"t{i}", modality=Modality.TEXT, txt=f"a dog number {i}") for i in range(4)])
+    loads = []
+    real = registry.load_encoder
+
+    def recording(spec=None, **kwargs):
+        loads.append((kwargs.get("dtype"), kwargs.get("autocast")))
+        return real(spec, **kwargs)
+
+    monkeypatch.setattr(registry, "load_encoder", recording)
+    argv = ["index", "build", "--pool", str(pool), "--encoder", f"uniir:clip_sf:{tiny_uniir_clip_sf()}", "--profile", "official",
+            "--device", "cpu"]
+    return argv, loads
+
+
+def _main(argv):
+    try:
+        main(argv)
+    except SystemExit as e:
+        assert e.code in (0, None), e.code
+
+
+def test_local_and_shard_builds_load_float32_under_float16_autocast(build, tmp_path):
+    argv, loads = build
+    _main([*argv, "--out", str(tmp_path / "idx")])
+    _main([*argv, "--shard", "0/1", "--shards-dir", str(tmp_path / "shards")])
+    assert loads == [("float32", "float16"), ("float32", "float16")]
+    loads.clear()
+    _main([*argv, "--out", str(tmp_path / "mine"), "--dtype", "float32"])  # an explicit --dtype wins
+    assert loads == [("float32", None)]
+
+
+def test_ray_workers_get_the_official_precision(build, tmp_path, monkeypatch):
+    from unirag.index import ray_engine
+
+    asked = []
+
+    def run_shards(shards_dir, todo, spec, images_root, **kwargs):
+        asked.append((kwargs["dtype"], kwargs["autocast"]))
+        raise ConfigError("stopped before Ray")
+
+    monkeypatch.setattr(ray_engine, "run_shards", run_shards)
+    argv, loads = build
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--out", str(tmp_path / "idx"), "--engine", "ray", "--shards-dir", str(tmp_path / "shards")])
+    assert e.value.code == 2 and asked == [("float32", "float16")] and loads == [("float32", "float16")]
+    # the worker (the Ray actor class, called here) loads its encoder that way
+    worker = ray_engine._ShardWorker(str(tmp_path / "shards"), f"uniir:clip_sf:{tiny_uniir_clip_sf()}", None, 4,
+                                     "cpu", "float32", None, 0, autocast="float16")
+    assert worker.encoder.autocast_dtype == "float16" and loads[-1] == ("float32", "float16")
