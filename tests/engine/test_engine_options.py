@@ -166,8 +166,8 @@ def test_decode_workers_reach_the_engine_options_from_every_command_with_an_engi
     seen = []
     real = engine_from_cli
 
-    def spy(opts, decode_workers=None):
-        options = real(opts, decode_workers=decode_workers)
+    def spy(opts):
+        options = real(opts)
         seen.append(options)
         raise SystemExit(0)
 
@@ -181,5 +181,5 @@ def test_decode_workers_reach_the_engine_options_from_every_command_with_an_engi
         assert result.exit_code == 0, (module.__name__, result.output)
     assert [o.decode_workers for o in seen] == [3, 3, 3] and all(o.ray for o in seen)
     assert EngineOptions(engine="ray", decode_workers=3).to_dict()["decode_workers"] == 3
-    with pytest.raises(ConfigError, match="--decode-workers must be >= 0"):
+    with pytest.raises(ConfigError, match="decode workers must be >= 0"):
         EngineOptions(engine="ray", decode_workers=-1)

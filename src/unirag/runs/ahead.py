@@ -117,17 +117,16 @@ class AheadWork(Generic[T, P, R]):
 
 def ahead_work(items: Sequence[T], group_size: int, *, key: Callable[[T], Hashable], prepare: Callable[[T], P],
                image_paths: Callable[[list[P]], Sequence[str]], work_prepared: Callable[[list[P], dict[str, Any]], R],
-               decode_workers: int | str | None, n_images: int | None) -> AheadWork[T, P, R] | None:
+               engine: Any, n_images: int | None) -> AheadWork[T, P, R] | None:
     """An :class:`AheadWork` over ``items`` in groups of ``group_size``, or None where decoding stays
-    inline: ``decode_workers`` 0, or ``auto`` for a run of fewer than
+    inline: the ``engine`` options' decode workers 0, or ``auto`` for a run of fewer than
     :data:`~unirag.data.loader.AUTO_MIN_IMAGES` images (``n_images``, an estimate, None: unknown),
-    or a single group (nothing to overlap with). ``decode_workers`` is the ``--decode-workers``
-    setting (``auto``/None, or N >= 0; see :func:`unirag.data.loader.workers_for`)."""
+    or a single group (nothing to overlap with); see :func:`unirag.data.loader.workers_for`."""
     from unirag.data.loader import workers_for
 
     size = max(1, int(group_size))
     groups = [list(items[s : s + size]) for s in range(0, len(items), size)]
-    workers = workers_for(decode_workers, n_images)
+    workers = workers_for(engine.decode_workers, n_images)
     if workers == 0 or len(groups) < 2 or n_images == 0:
         return None
     return AheadWork(groups, key, prepare, image_paths, work_prepared, workers)

@@ -42,7 +42,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from tqdm.auto import tqdm
@@ -63,9 +63,9 @@ class EngineOptions:
     ``gpus_per_worker`` GPUs and ``cpus_per_worker`` CPUs; ``ray_address`` joins a cluster (default:
     start a local Ray, ``object_store_memory`` bytes); ``threads_per_worker`` torch threads in each
     actor (default: this machine's CPUs divided among the workers when Ray is local);
-    ``decode_workers`` processes in each actor that decode the images of the driver's next call while
-    the model works on the current one (None, auto: :func:`unirag.data.loader.workers_for`
-    - 0, inline, for CPU-only actors, else the CPUs per actor less one, at most 8; 0: inline)."""
+    ``decode_workers``: the one setting for processes that decode the images of the next calls while a
+    local model works on the current one, in this process (``local``) or in each actor (``ray``)
+    ("auto"/None: :func:`unirag.data.loader.workers_for`; 0: inline)."""
 
     engine: str = "local"
     workers: int | None = None
@@ -74,17 +74,18 @@ class EngineOptions:
     ray_address: str | None = None
     threads_per_worker: int | None = None
     object_store_memory: int | None = None
-    decode_workers: int | None = None
+    decode_workers: int | str | None = None
 
     def __post_init__(self) -> None:
+        from unirag.data.loader import resolve_decode_workers
+
+        object.__setattr__(self, "decode_workers", resolve_decode_workers(self.decode_workers))
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; expected one of {', '.join(ENGINES)}")
         if self.workers is not None and self.workers < 1:
             raise ConfigError(f"--workers must be >= 1, got {self.workers}")
         if self.gpus_per_worker < 0 or self.cpus_per_worker <= 0:
             raise ConfigError("--gpus-per-worker must be >= 0 and cpus per worker > 0")
-        if self.decode_workers is not None and self.decode_workers < 0:
-            raise ConfigError(f"--decode-workers must be >= 0 (0 = decode inline), got {self.decode_workers}")
         if self.engine == "local" and (self.workers or self.gpus_per_worker or self.ray_address):
             raise ConfigError("--workers/--gpus-per-worker/--ray-address go with --engine ray")
 
@@ -103,6 +104,15 @@ def engine_options(engine: str | EngineOptions | WorkerPool | None) -> EngineOpt
     if isinstance(engine, EngineOptions):
         return engine
     return EngineOptions(engine=engine or "local")
+
+
+def with_decode_workers(engine: str | EngineOptions | WorkerPool | None, default: int | str | None) -> Any:
+    """``engine`` with ``default`` decode workers where its options leave them to auto (a run's own
+    setting: a grid cell's option, the agents YAML's); a pool the caller opened is used as it is."""
+    if isinstance(engine, WorkerPool) or default is None:
+        return engine
+    options = engine_options(engine)
+    return options if options.decode_workers is not None else replace(options, decode_workers=default)
 
 
 def runs_on_ray(engine: str | EngineOptions | WorkerPool | None, spec: str) -> bool:

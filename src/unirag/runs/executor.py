@@ -62,8 +62,7 @@ class RunKind(Protocol):
 
 
 def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurrency: int = 1,
-            policy: RetryPolicy | None = None, decode_ahead: bool = False, decode_workers: int | str | None = None,
-            pool: Any = None, recipe: Any = None, open_kind: Callable[[Any], RunKind] | None = None,
+            policy: RetryPolicy | None = None, decode_ahead: bool = False, engine: Any = None, pool: Any = None, recipe: Any = None, open_kind: Callable[[Any], RunKind] | None = None,
             desc: str = "items", progress: bool = True) -> dict[str, int]:
     """Run ``kind`` over the ``items`` not yet done in ``store``; returns counts ok/error/skipped.
 
@@ -71,8 +70,8 @@ def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurre
     ``recipe``'s model, each opening the kind with ``open_kind(model)`` (picklable) and writing into
     ``store``'s file. Else they run here: batched when ``kind.batches``, else one item per call,
     ``concurrency`` at once, retried by ``policy``. ``decode_ahead``: a local model in this process:
-    the next calls' image files are decoded in decode workers meanwhile (``decode_workers``: the
-    ``--decode-workers`` setting; see :func:`unirag.runs.ahead.ahead_work`).
+    the next calls' image files are decoded in decode workers meanwhile, as many as ``engine`` (its
+    :class:`~unirag.runs.engine.EngineOptions`) says (see :func:`unirag.runs.ahead.ahead_work`).
     """
     items = list(items)
     if pool is not None:
@@ -86,12 +85,13 @@ def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurre
     ahead = None
     if decode_ahead:
         from unirag.runs.ahead import ahead_work
+        from unirag.runs.engine import engine_options
 
         done = store.done_keys()
         todo = [it for it in items if kind.key(it) not in done]
         ahead = ahead_work(todo, kind.batch_size if kind.batches else 1, key=kind.key, prepare=kind.prepare,
                            image_paths=kind.image_paths, work_prepared=kind.work_batch,
-                           decode_workers=decode_workers, n_images=kind.n_images(todo))
+                           engine=engine_options(engine), n_images=kind.n_images(todo))
     try:
         if kind.batches:
             from unirag.runs.batching import run_batches
