@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from unirag.data.images import image_loading, load_rgb
+from unirag.data.images import load_rgb
 
 
 @pytest.fixture
@@ -29,8 +29,7 @@ def test_plain_loading_is_pils_convert_rgb(rotated_and_transparent):
     ``paste`` onto an RGB canvas) and caption_generation_inference.py@e9a4e00:66-74 open the files as stored:
     no EXIF rotation; a transparent pixel keeps its stored colour (PIL's convert drops the alpha)."""
     jpeg, png = rotated_and_transparent
-    with image_loading("plain"):
-        plain_jpeg, plain_png = load_rgb(jpeg), load_rgb(png)
+    plain_jpeg, plain_png = load_rgb(jpeg, loading="plain"), load_rgb(png, loading="plain")
     assert plain_jpeg.size == (40, 20)
     assert np.array_equal(np.asarray(plain_png), np.asarray(Image.open(png).convert("RGB")))
     assert plain_png.getpixel((0, 0)) == (255, 0, 0)

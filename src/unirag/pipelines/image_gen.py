@@ -161,12 +161,10 @@ class ImageJob:
         settings, generator, out = self.settings, self.generator, self.out
         request = ImageRequest(qid=query.qid, caption=query.txt, examples=_rooted(examples, self.images_root),
                                width=settings.width, height=settings.height, steps=settings.steps,
-                               guidance=settings.guidance, seed=settings.seed, ahead=images)
-        from unirag.data.images import image_loading
-
+                               guidance=settings.guidance, seed=settings.seed, ahead=images,
+                               loading=self.image_loading)
         try:
-            with image_loading(self.image_loading):
-                result = generator.generate(request)
+            result = generator.generate(request)
         except InputError as e:  # e.g. a missing example image: this query fails, the run goes on
             raise BackendError(str(e)) from None
         meta = dict(result.meta)
