@@ -23,7 +23,7 @@ That gives the guarantees of a local run:
   with its process (the owner lock, see :mod:`unirag.runs.claims`) and the driver hands the batch to
   another actor, which takes the claims over;
 * a batch that fails (CUDA out of memory included) is retried item by item, so only the item that
-  fails on its own is recorded as failed (:func:`unirag.runs.batching.run_batches`);
+  fails on its own is recorded as failed (:func:`unirag.runs.executor.run_items`);
 * two drivers on one directory never make the same call twice (claims, as between local processes).
 
 Models are grouped: a pool keeps one group of actors per model and reuses it for every task that
@@ -160,7 +160,7 @@ class _Worker:
     ``image_paths(payloads)``) decoded by an :class:`~unirag.data.loader.ImageLoader`
     of ``decode_workers`` processes (0: none, the model's thread decodes as it loads them) in a
     background thread, then waits for the model. Its model part
-    (:func:`~unirag.runs.batching.run_batches` and the store writes) runs under ``_model_lock``,
+    (:func:`~unirag.runs.executor.run_items` and the store writes) runs under ``_model_lock``,
     given those images (``work_batch(payloads, images)``), so the model thread does not read the
     files again. Decoding never changes a result: a file the workers could not read is left out and fails
     where it is loaded, with the inline message, and a call whose decoding fails decodes inline.
@@ -240,7 +240,8 @@ class _Worker:
     def run(self, store_path: str, store_key: str, open_kind: Callable[[Any], Any],
             payloads: list[tuple[str, Any]]) -> dict[str, Any]:
         """Work ``payloads`` ((key, prepared item) pairs) into the run's store; returns counts."""
-        from unirag.runs.batching import run_batches
+        from unirag.runs.executor import run_items
+        from unirag.runs.retry import RetryPolicy
 
         kind, store = self._task(store_path, store_key, open_kind)
         job = self._decode_ahead(kind, [p for _, p in payloads])
@@ -254,9 +255,9 @@ class _Worker:
             with self._model_lock:
                 if self._stopping or _cancelled():
                     raise UniragError(CANCELLED)
-                counts = run_batches(payloads, key=lambda kp: kp[0],
-                                     work_batch=lambda kps: kind.work_batch([p for _, p in kps], images),
-                                     store=store, batch_size=kind.batch_size if kind.batches else 1, progress=False)
+                counts = run_items(payloads, lambda kp: kp[0], lambda kps: kind.work_batch([p for _, p in kps], images),
+                                   store, batch_size=kind.batch_size if kind.batches else 1,
+                                   policy=RetryPolicy(max_attempts=1), progress=False)
         finally:
             job = None  # a call that failed leaves its decoding to finish alone (its images are dropped)
         return {**counts, "n": len(payloads)}
