@@ -10,7 +10,7 @@ run directory (so a cluster needs that directory on a filesystem every node moun
 
 An actor is threaded: the driver's second call in flight enters while the model works on the first,
 hands the image files its payloads load (the run kind's ``image_paths(payloads)``) to the
-actor's decode processes (``decode_workers``, an :class:`~unirag.data.loader.ImageLoader` per call,
+actor's decode processes (the options' decode workers, an :class:`~unirag.data.loader.ImageLoader` per call,
 started with it) and waits for the model, which is then given those images decoded (the kind's
 ``work_batch(payloads, images)``, see :class:`~unirag.runs.executor.RunKind`) - the model never waits for a file to be decoded when the decode
 processes keep up. The model itself works one call at a time, and results are exactly those
@@ -158,7 +158,7 @@ class _Worker:
     :class:`~unirag.runs.executor.RunKind` on the model (``open_kind(model)``, once per run). A call
     that enters while the model works on the one before has its payloads' image files (the kind's
     ``image_paths(payloads)``) decoded by an :class:`~unirag.data.loader.ImageLoader`
-    of ``decode_workers`` processes (0: none, the model's thread decodes as it loads them) in a
+    of ``decode`` processes (0: none, the model's thread decodes as it loads them) in a
     background thread, then waits for the model. Its model part
     (:func:`~unirag.runs.executor.run_items` and the store writes) runs under ``_model_lock``,
     given those images (``work_batch(payloads, images)``), so the model thread does not read the
@@ -166,13 +166,13 @@ class _Worker:
     where it is loaded, with the inline message, and a call whose decoding fails decodes inline.
     """
 
-    def __init__(self, recipe: ModelRecipe, device: str, threads: int | None, decode_workers: int = 0) -> None:
+    def __init__(self, recipe: ModelRecipe, device: str, threads: int | None, decode: int = 0) -> None:
         import threading
 
         self._model_lock = threading.Lock()  # the model and the task stores: one call at a time
         self._tasks_lock = threading.Lock()  # ``tasks``; taken before ``_model_lock``, never while holding it
         self._stopping = False
-        self.decode = decode_workers
+        self.decode = decode
         if threads:
             os.environ["UNIRAG_TORCH_THREADS"] = str(threads)  # read by unirag.runtime.configure_torch_threads
             try:
