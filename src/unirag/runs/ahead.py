@@ -37,7 +37,7 @@ class _NotPrepared:
 
 
 class AheadWork(Generic[T, P, R]):
-    """``work_batch(items)`` / ``work(item)`` for a loop over ``groups`` with their images decoded ahead.
+    """``work_batch(items)`` for a loop over ``groups`` with their images decoded ahead.
 
     ``groups``: the calls the loop will make, in order (batches; one-item lists for a loop of single
     calls). ``key(item)``: the item's key (a group is known by its items' keys). ``prepare(item)``:
@@ -98,10 +98,6 @@ class AheadWork(Generic[T, P, R]):
         if got is None or isinstance(got[0], _NotPrepared):
             return self.work_prepared([self.prepare(x) for x in items], {})
         return self.work_prepared(*got)
-
-    def work(self, item: T) -> R:
-        """The call for one item (loops of single calls: ``groups`` of one item each)."""
-        return self.work_batch([item])
 
     def close(self) -> None:
         """Stop the decode workers (the groups not yet worked on are then worked on the plain way)."""
