@@ -89,7 +89,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
                               "--engine local builds only; pass --dtype to choose another precision")
         from unirag.encoders.registry import load_encoder
 
-        loaded = load_encoder(encoder_spec, device=device, decode_workers=decode_workers, **precision)
+        loaded = load_encoder(encoder_spec, device=device, **precision)  # its decode workers: Index.build's
 
     overrides = parse_params(params)
     resolve_params(index_type, overrides)  # fail on a bad option before any model loads
