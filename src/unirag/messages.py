@@ -67,7 +67,8 @@ class ImagePart:
                 mime, upright = None, False
             if mime in _WEB_MIMES and upright:
                 return cls(data=bytes(image), mime=mime, label=label)
-        return cls(data=png_bytes(as_rgb(image, loading=loading)), mime="image/png", label=label, loading=loading)
+        return cls(data=png_bytes(as_rgb(image, loading=loading)), mime="image/png", label=label,
+                   loading=loading)
 
     def load(self):
         """Decode to an RGB PIL image (a copy of :attr:`decoded` where the file was decoded ahead)."""

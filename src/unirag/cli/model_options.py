@@ -40,31 +40,31 @@ def index_memory_option(fn: Callable, default: str = "mmap", extra: str = "") ->
                              "(exact batched search at in-RAM FAISS speed)" + extra + ".")(fn)
 
 
-#: With ``--engine ray``: the Ray workers' part of ``EngineOptions`` (see :class:`unirag.runs.engine.EngineOptions`).
+#: With ``--engine ray``: the Ray workers' part (see :class:`unirag.runs.engine.EngineOptions`).
 RAY_DECODE_HELP = ("with --engine ray, per Ray worker: processes that decode the images of the worker's "
                    "next call while its model works (auto: the CPUs per GPU worker less one, at most 8; "
                    "0 for CPU-only workers)")
+_AUTO = "auto (the cores available to this process, at most 8; "
 
 #: Each command's ``--decode-workers`` help, by what its decode processes decode.
 DECODE_HELP = {
-    "encoder": ("Processes that decode and preprocess images ahead of the encoder: auto (the cores available "
-                "to this process, at most 8; small jobs inline) or N; 0 = in the model's process."),
-    "caption": ("Local models: processes that decode the next batches' query and example images while the model "
-                "captions: auto (the cores available to this process, at most 8; runs of fewer than 128 images "
-                "inline) or N; 0 = in the model's process; " + RAY_DECODE_HELP + "."),
-    "image": ("Local models: processes that decode the next queries' example images while the model draws: auto "
-              "(the cores available to this process, at most 8; runs of fewer than 128 example images inline) or "
-              "N; 0 = in the model's process; " + RAY_DECODE_HELP + "."),
-    "agent": ("Agent roles played by a local hf: model: processes that decode the next calls' images while the "
-              "model answers: auto (the cores available to this process, at most 8; fewer than 128 images inline) "
-              "or N; 0 = in the model's process; " + RAY_DECODE_HELP + ". API roles send the files as they are."),
-    "metric": ("Processes that decode the generated and real images ahead of the Inception and CLIP networks: auto "
-               "(the cores available to this process, at most 8; fewer than 128 images inline) or N; 0 = in this "
-               "process."),
-    "grid": ("Every cell: processes that decode the next calls' images while a local model works (caption, image "
-             "and X^R cells; as --decode-workers of caption, generate-images and cir, and --option "
-             "decode_workers=N): auto (each cell's own decode_workers option, else auto) or N; 0 = in the model's "
-             "process; " + RAY_DECODE_HELP + "."),
+    "encoder": ("Processes that decode and preprocess images ahead of the encoder: " + _AUTO
+                + "small jobs inline) or N; 0 = in the model's process."),
+    "caption": ("Local models: processes that decode the next batches' query and example images while the "
+                "model captions: " + _AUTO + "runs of fewer than 128 images inline) or N; 0 = in the model's "
+                "process; " + RAY_DECODE_HELP + "."),
+    "image": ("Local models: processes that decode the next queries' example images while the model draws: "
+              + _AUTO + "runs of fewer than 128 example images inline) or N; 0 = in the model's process; "
+              + RAY_DECODE_HELP + "."),
+    "agent": ("Agent roles played by a local hf: model: processes that decode the next calls' images while "
+              "the model answers: " + _AUTO + "fewer than 128 images inline) or N; 0 = in the model's "
+              "process; " + RAY_DECODE_HELP + ". API roles send the files as they are."),
+    "metric": ("Processes that decode the generated and real images ahead of the Inception and CLIP "
+               "networks: " + _AUTO + "fewer than 128 images inline) or N; 0 = in this process."),
+    "grid": ("Every cell: processes that decode the next calls' images while a local model works (caption, "
+             "image and X^R cells; as --decode-workers of caption, generate-images and cir, and --option "
+             "decode_workers=N): auto (each cell's own decode_workers option, else auto) or N; 0 = in the "
+             "model's process; " + RAY_DECODE_HELP + "."),
 }
 
 

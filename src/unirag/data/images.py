@@ -104,7 +104,8 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
         path = Path(image)
         if not path.is_file():
             raise InputError("image file not found" if not path.exists() else "not a file", path=path)
-        return _decode(lambda: Image.open(path), max_pixels, background, draft, plain, path=path, what="image")
+        return _decode(lambda: Image.open(path), max_pixels, background, draft, plain, path=path,
+                       what="image")
     if isinstance(image, bytes | bytearray | memoryview):
         data = bytes(image)
         if not data:

@@ -96,7 +96,8 @@ def _build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, ind
     if progress:
         print(f"shards: {plan.n_shards - len(todo)} of {plan.n_shards} already done, embedding {len(todo)} "
               f"on Ray", flush=True)
-    engine = EngineOptions(engine="ray", workers=workers, gpus_per_worker=gpus_per_worker or 0, ray_address=ray_address,
+    engine = EngineOptions(engine="ray", workers=workers, gpus_per_worker=gpus_per_worker or 0,
+                           ray_address=ray_address,
                            decode_workers=getattr(encoder, "decode_workers", None))  # the encoder's setting
     ray_engine.run_shards(shards_dir, todo, encoder_spec, images_root, engine, batch_size=batch_size,
                           dtype=worker_dtype, progress=progress)

@@ -95,7 +95,8 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
         from unirag.data.loader import workers_for
         from unirag.ray_support import decode_share
 
-        decode = workers_for(o.decode_workers, share=decode_share(ray, n_workers), model_on_cpu=not o.gpus_per_worker)
+        decode = workers_for(o.decode_workers, share=decode_share(ray, n_workers),
+                             model_on_cpu=not o.gpus_per_worker)
         ds = ray.data.from_items([{"shard": i} for i in shard_ids], override_num_blocks=len(shard_ids))
         resources: dict[str, Any] = {"num_cpus": o.cpus_per_worker}
         if o.gpus_per_worker:

@@ -127,7 +127,8 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
                                             fid_feature=fid_feature, is_feature=is_feature,
                                             inception_weights=inception_weights, is_splits=is_splits, seed=seed,
                                             batch_size=batch_size, device=device, show_progress=show_progress,
-                                            engine=EngineOptions(decode_workers=decode_workers), fid_features=fid_rows,
+                                            engine=EngineOptions(decode_workers=decode_workers),
+                                            fid_features=fid_rows,
                                             is_features=is_rows, is_images=is_images)
     per_query = dict(zip(qids, scores, strict=True)) if scores else {}
     intervals = query_intervals_result({q: {"CLIP Score": s} for q, s in per_query.items()}, metrics, resamples,
@@ -186,7 +187,8 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
                  clip_model: str | Path | None = DEFAULT_CLIP_MODEL, clip: tuple[Any, Any] | None = None,
                  fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
                  is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
-                 show_progress: bool = False, engine: Any = None, fid_features: list | None = None, is_features: list | None = None,
+                 show_progress: bool = False, engine: Any = None, fid_features: list | None = None,
+                 is_features: list | None = None,
                  is_images: Sequence[Any] | None = None) -> tuple[dict[str, float], dict[str, str], list[float]]:
     """(metrics, skipped metrics with their one-line reason, per-image CLIP Scores) of generated
     ``images`` (paths, PIL images or bytes): FID against ``real_images`` (None: skipped), CLIP Score

@@ -179,8 +179,9 @@ class Captioner(LazyBackend):
             raise ConfigError("caption() needs the query image")
         from unirag.prompts.caption import build_caption_prompt
 
-        return CaptionRequest(examples, build_caption_prompt(self.template, image, examples, query_label=label,
-                                                             ahead=ahead, loading=self.settings["image_loading"]))
+        prompt = build_caption_prompt(self.template, image, examples, query_label=label, ahead=ahead,
+                                      loading=self.settings["image_loading"])
+        return CaptionRequest(examples, prompt)
 
     def sent_prompt(self, prompt: Any) -> str | None:
         """``prompt`` (a :class:`~unirag.prompts.caption.CaptionPrompt`) exactly as the backend sends it

@@ -88,7 +88,8 @@ def _instruction(tpl: PromptTemplate, examples: Sequence[Pair], merged: bool) ->
 
 def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, examples: Sequence[Pair],
                          separator: int = DEFAULT_SEPARATOR, query_label: str = "query",
-                         ahead: Mapping[str, Any] | None = None, loading: str = "normalised") -> CaptionPrompt:
+                         ahead: Mapping[str, Any] | None = None,
+                         loading: str = "normalised") -> CaptionPrompt:
     """Messages for one query. ``examples`` empty = zero-shot (the template's Figure 2 wording).
     ``ahead``: image files already decoded (path -> image) and ``loading``: how the images are
     decoded (the ``image_loading`` setting), see :func:`unirag.data.images.load_rgb`."""
@@ -114,7 +115,8 @@ def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, examples: 
             parts.append(_image_part(query_image, query_label, ahead, loading))
         elif token == "merged_image":
             if examples:
-                images = [as_rgb(im, ahead=ahead, loading=loading) for im in [*(s.image for s in examples), query_image]]
+                images = [as_rgb(im, ahead=ahead, loading=loading)
+                          for im in [*(s.image for s in examples), query_image]]
                 merged_image = merge_vertically(images, separator=separator)
                 labels = [s.label or f"example {i}" for i, s in enumerate(examples, start=1)] + [query_label]
                 parts.append(ImagePart(data=png_bytes(merged_image), mime="image/png",

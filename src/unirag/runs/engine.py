@@ -255,8 +255,9 @@ class _Worker:
             with self._model_lock:
                 if self._stopping or _cancelled():
                     raise UniragError(CANCELLED)
-                counts = run_items(payloads, lambda kp: kp[0], lambda kps: kind.work_batch([p for _, p in kps], images),
-                                   store, batch_size=kind.batch_size if kind.batches else 1,
+                counts = run_items(payloads, lambda kp: kp[0],
+                                   lambda kps: kind.work_batch([p for _, p in kps], images), store,
+                                   batch_size=kind.batch_size if kind.batches else 1,
                                    policy=RetryPolicy(max_attempts=1), progress=False)
         finally:
             job = None  # a call that failed leaves its decoding to finish alone (its images are dropped)

@@ -62,8 +62,9 @@ class RunKind(Protocol):
 
 
 def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurrency: int = 1,
-            policy: RetryPolicy | None = None, decode_ahead: bool = False, engine: Any = None, pool: Any = None, recipe: Any = None, open_kind: Callable[[Any], RunKind] | None = None,
-            desc: str = "items", progress: bool = True) -> dict[str, int]:
+            policy: RetryPolicy | None = None, decode_ahead: bool = False, engine: Any = None, pool: Any = None,
+            recipe: Any = None, open_kind: Callable[[Any], RunKind] | None = None, desc: str = "items",
+            progress: bool = True) -> dict[str, int]:
     """Run ``kind`` over the ``items`` not yet done in ``store``; returns counts ok/error/skipped.
 
     ``pool``: a :class:`~unirag.runs.engine.WorkerPool`: the calls go to its workers holding
@@ -97,7 +98,8 @@ def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurre
         return run_items(items, kind.key, ahead.work_batch if ahead is not None else plain, store,
                          batch_size=kind.batch_size if kind.batches else 1,
                          concurrency=1 if kind.batches else concurrency,
-                         policy=RetryPolicy(max_attempts=1) if kind.batches else policy, desc=desc, progress=progress)
+                         policy=RetryPolicy(max_attempts=1) if kind.batches else policy, desc=desc,
+                         progress=progress)
     finally:
         if ahead is not None:
             ahead.close()
@@ -169,7 +171,8 @@ def run_items(
             fields, attempts = call_with_retry(lambda: call(item), policy)
             return record(item, fields, None, attempts, time.perf_counter() - start)
         except BackendError as err:
-            return record(item, None, err, policy.max_attempts if err.retryable else 1, time.perf_counter() - start)
+            attempts = policy.max_attempts if err.retryable else 1
+            return record(item, None, err, attempts, time.perf_counter() - start)
 
     def batch(group: list[T], first_try: bool = True) -> list[Any]:
         """The group's results: a record, None (done elsewhere) or DEFERRED (claimed by another process)."""
