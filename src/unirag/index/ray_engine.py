@@ -24,11 +24,8 @@ at the same path, and unirag must be installed on every node.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
-
-# one sizing rule for these actors and the generation ones (unirag.runs.engine)
 
 
 class _ShardWorker:
@@ -88,15 +85,7 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
         ctx.enable_progress_bars = progress
         n_workers = o.workers or default_workers(ray, o.cpus_per_worker, o.gpus_per_worker)
         n_workers = max(1, min(n_workers, len(shard_ids)))
-        threads = o.threads_per_worker
-        if threads is None and not o.ray_address:
-            threads = max(1, (os.cpu_count() or 1) // n_workers)
-        device = "cuda" if o.gpus_per_worker else "cpu"
-        from unirag.data.loader import workers_for
-        from unirag.ray_support import decode_share
-
-        decode = workers_for(o.decode_workers, share=decode_share(ray, n_workers),
-                             model_on_cpu=not o.gpus_per_worker)
+        device, threads, decode = o.actor_sizing(ray, n_workers)
         ds = ray.data.from_items([{"shard": i} for i in shard_ids], override_num_blocks=len(shard_ids))
         resources: dict[str, Any] = {"num_cpus": o.cpus_per_worker}
         if o.gpus_per_worker:

@@ -96,6 +96,19 @@ class EngineOptions:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def actor_sizing(self, ray_module: Any, n: int) -> tuple[str, int | None, int]:
+        """(device, torch threads, decode processes) of each of ``n`` actors: the one sizing rule of the
+        generation actors and the index build's (:mod:`unirag.index.ray_engine`)."""
+        from unirag.data.loader import workers_for
+        from unirag.ray_support import decode_share
+
+        threads = self.threads_per_worker
+        if threads is None and not self.ray_address:
+            threads = max(1, (os.cpu_count() or 1) // n)
+        decode = workers_for(self.decode_workers, share=decode_share(ray_module, n),
+                             model_on_cpu=not self.gpus_per_worker)
+        return ("cuda" if self.gpus_per_worker else "cpu"), threads, decode
+
 
 def engine_options(engine: str | EngineOptions | WorkerPool | None) -> EngineOptions:
     """``"local"``/``"ray"``/None/options/a pool -> the options."""
@@ -380,14 +393,7 @@ class WorkerPool:
         n = self.n_workers()
         while self._groups and not self._fits(n):  # make room: stop the least recently used model's actors
             self._stop(min(self._groups, key=lambda k: self._groups[k].last_used))
-        threads = o.threads_per_worker
-        if threads is None and not o.ray_address:
-            threads = max(1, (os.cpu_count() or 1) // n)
-        device = "cuda" if o.gpus_per_worker else "cpu"
-        from unirag.data.loader import workers_for
-        from unirag.ray_support import decode_share
-
-        decode = workers_for(o.decode_workers, share=decode_share(ray, n), model_on_cpu=not o.gpus_per_worker)
+        device, threads, decode = o.actor_sizing(ray, n)
         cls = ray.remote(_Worker).options(num_cpus=o.cpus_per_worker, num_gpus=o.gpus_per_worker or 0,
                                           max_restarts=0, max_task_retries=0, max_concurrency=WORKER_CONCURRENCY)
         actors = [cls.remote(recipe, device, threads, decode) for _ in range(n)]
