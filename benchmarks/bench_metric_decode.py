@@ -57,6 +57,7 @@ def main() -> None:
 
     from unirag.data.loader import available_cores
     from unirag.metrics.images import frechet_distance, load_uint8
+    from unirag.runs.engine import EngineOptions
 
     torch.set_num_threads(1)
     files = photos(args.coco)
@@ -78,7 +79,8 @@ def main() -> None:
     for _ in range(args.repeat):
         for name, fn in [("plain", plain_loop)] + [
                 (s, lambda s=s: fids.__setitem__(s, frechet_distance(real, fake, net, batch_size=args.batch_size,
-                                                                     decode_workers=s))) for s in settings]:
+                                                                     engine=EngineOptions(decode_workers=s))))
+                for s in settings]:
             t0, c0 = time.perf_counter(), time.process_time()
             fn()
             dt, dc = time.perf_counter() - t0, time.process_time() - c0

@@ -38,13 +38,15 @@ class ImagePart:
     #: the file already decoded (by a decode worker, see :mod:`unirag.runs.ahead`): what :meth:`load`
     #: returns instead of decoding ``path`` again; never part of the prompt's identity
     decoded: Any = field(default=None, compare=False, repr=False)
+    #: how :meth:`load` decodes it: the ``image_loading`` setting (see :func:`unirag.data.images.load_rgb`)
+    loading: str = field(default="normalised", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if (self.path is None) == (self.data is None):
             raise ValueError("ImagePart needs exactly one of path or data")
 
     @classmethod
-    def from_image(cls, image, label: str | None = None) -> ImagePart:
+    def from_image(cls, image, label: str | None = None, loading: str = "normalised") -> ImagePart:
         """An image part for any image the public API accepts (see :data:`unirag.data.images.ImageLike`).
 
         Paths stay paths (read when sent); encoded bytes in a web format are sent as they are;
@@ -53,7 +55,7 @@ class ImagePart:
         from unirag.data.images import as_rgb, exif_orientation, is_path_like, png_bytes
 
         if is_path_like(image):
-            return cls(path=Path(image), label=label)
+            return cls(path=Path(image), label=label, loading=loading)
         if isinstance(image, bytes | bytearray | memoryview):
             from PIL import Image
 
@@ -65,15 +67,17 @@ class ImagePart:
                 mime, upright = None, False
             if mime in _WEB_MIMES and upright:
                 return cls(data=bytes(image), mime=mime, label=label)
-        return cls(data=png_bytes(as_rgb(image)), mime="image/png", label=label)
+        return cls(data=png_bytes(as_rgb(image, loading=loading)), mime="image/png", label=label,
+                   loading=loading)
 
     def load(self):
         """Decode to an RGB PIL image (a copy of :attr:`decoded` where the file was decoded ahead)."""
         from unirag.data.images import load_rgb
 
         if self.path is None:
-            return load_rgb(self.data)
-        return load_rgb(self.path, ahead={str(self.path): self.decoded} if self.decoded is not None else None)
+            return load_rgb(self.data, loading=self.loading)
+        return load_rgb(self.path, ahead={str(self.path): self.decoded} if self.decoded is not None else None,
+                        loading=self.loading)
 
     def encoded(self) -> tuple[bytes, str]:
         """Bytes and MIME type for APIs. Files in a web format are sent as they are; others as PNG."""

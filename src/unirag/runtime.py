@@ -194,15 +194,15 @@ def host_to_device(array: Any, device: str, dtype: Any = None):
     return tensor.to(device, dtype=dtype or tensor.dtype)
 
 
-def to_pil_images(images: Sequence[Any], ahead: Any = None) -> list:
+def to_pil_images(images: Sequence[Any], ahead: Any = None, loading: str = "normalised") -> list:
     """Decode each input once through :func:`unirag.data.images.load_rgb` (paths, bytes, PIL images, arrays;
-    ``ahead``: files already decoded, path -> image).
+    ``ahead``: files already decoded, path -> image; ``loading``: the ``image_loading`` setting).
 
     A missing or corrupt file raises :class:`unirag.errors.InputError` naming the file.
     """
     from unirag.data.images import load_rgb
 
-    return [load_rgb(im, ahead=ahead) for im in images]
+    return [load_rgb(im, ahead=ahead, loading=loading) for im in images]
 
 
 def offline_mode() -> bool:

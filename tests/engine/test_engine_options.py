@@ -54,7 +54,8 @@ def test_caption_with_api_backend_and_engine_ray_runs_locally(coco_caption_set, 
 
 
 def test_out_of_memory_batch_is_retried_item_by_item(tmp_path):
-    from unirag.runs.batching import run_batches
+    from unirag.runs.executor import run_items
+    from unirag.runs.retry import RetryPolicy
     from unirag.runs.store import ResultStore
 
     class OutOfMemoryError(RuntimeError):  # what torch raises (matched by name, torch is not needed)
@@ -69,8 +70,8 @@ def test_out_of_memory_batch_is_retried_item_by_item(tmp_path):
         return [{"v": items[0]}]
 
     with ResultStore(tmp_path / "out.jsonl") as store:
-        counts = run_batches(["a", "big", "c"], key=str, work_batch=work_batch, store=store, batch_size=3,
-                             progress=False)
+        counts = run_items(["a", "big", "c"], key=str, work=work_batch, store=store, batch_size=3,
+                           policy=RetryPolicy(max_attempts=1), progress=False)
         recs = {r["qid"]: r for r in store.records()}
     assert counts == {"ok": 2, "error": 1, "skipped": 0}
     assert calls == [["a", "big", "c"], ["a"], ["big"], ["c"]]
@@ -79,14 +80,14 @@ def test_out_of_memory_batch_is_retried_item_by_item(tmp_path):
 
 
 def test_other_exceptions_in_a_batch_are_bugs_and_propagate(tmp_path):
-    from unirag.runs.batching import run_batches
+    from unirag.runs.executor import run_items
     from unirag.runs.store import ResultStore
 
     def work_batch(items):
         raise KeyError("a bug")
 
     with ResultStore(tmp_path / "out.jsonl") as store, pytest.raises(KeyError):
-        run_batches(["a", "b"], key=str, work_batch=work_batch, store=store, batch_size=2, progress=False)
+        run_items(["a", "b"], key=str, work=work_batch, store=store, batch_size=2, progress=False)
 
 
 class _FakeRay:
@@ -166,8 +167,8 @@ def test_decode_workers_reach_the_engine_options_from_every_command_with_an_engi
     seen = []
     real = engine_from_cli
 
-    def spy(opts, decode_workers=None):
-        options = real(opts, decode_workers=decode_workers)
+    def spy(opts):
+        options = real(opts)
         seen.append(options)
         raise SystemExit(0)
 
@@ -181,5 +182,5 @@ def test_decode_workers_reach_the_engine_options_from_every_command_with_an_engi
         assert result.exit_code == 0, (module.__name__, result.output)
     assert [o.decode_workers for o in seen] == [3, 3, 3] and all(o.ray for o in seen)
     assert EngineOptions(engine="ray", decode_workers=3).to_dict()["decode_workers"] == 3
-    with pytest.raises(ConfigError, match="--decode-workers must be >= 0"):
+    with pytest.raises(ConfigError, match="decode workers must be >= 0"):
         EngineOptions(engine="ray", decode_workers=-1)

@@ -116,7 +116,7 @@ def _two_calls_in_flight(calls, workers: int, out: Path, monkeypatch) -> bool:
         return real(paths, workers)
 
     monkeypatch.setattr(loader, "decode_all", decode_all)
-    worker = _Worker(_Recipe(), "cpu", None, decode_workers=workers)
+    worker = _Worker(_Recipe(), "cpu", None, decode=workers)
     gate = submitted if workers else threading.Event()
     if not workers:
         gate.set()
@@ -167,7 +167,7 @@ def test_the_next_call_s_images_are_decoded_by_the_workers_while_the_model_works
 def test_a_call_waiting_for_the_model_at_shutdown_claims_nothing(coco_mini, tmp_path):
     calls = _calls(coco_mini)
     gate = threading.Event()
-    worker = _Worker(_Recipe(), "cpu", None, decode_workers=1)
+    worker = _Worker(_Recipe(), "cpu", None, decode=1)
     errors: list = []
 
     def call(i: int) -> None:
@@ -208,7 +208,7 @@ def test_a_call_whose_model_part_fails_leaves_the_decode_processes_usable(coco_m
         def work_batch(self, payloads, decoded):
             raise KeyError("a bug in the task")
 
-    worker = _Worker(_Recipe(), "cpu", None, decode_workers=1)
+    worker = _Worker(_Recipe(), "cpu", None, decode=1)
     try:
         with pytest.raises(KeyError):
             _run(worker, tmp_path / "broken.jsonl", calls[0], work=Broken)

@@ -18,7 +18,7 @@ FAST = RetryPolicy(max_attempts=3, base_delay=0.0, max_delay=0.0)
 
 def _run_one(gen, tmp_path):
     with ResultStore(tmp_path / "out.jsonl") as store:
-        counts = run_items(["q1"], key=str, work=lambda _: {"caption": gen.generate(HI).text}, store=store,
+        counts = run_items(["q1"], key=str, work=lambda _: [{"caption": gen.generate(HI).text}], store=store,
                            policy=FAST, progress=False)
         return counts, store.get("q1")
 
@@ -114,7 +114,7 @@ def test_an_agent_reply_that_never_parses_is_a_malformed_failure(tmp_path):
         call_agent(Chatty(), "question", HI, json_attempts=2)
     assert not ei.value.retryable and isinstance(ei.value, BackendError)
     with ResultStore(tmp_path / "c.jsonl", key="key") as store:
-        run_items(["k"], key=str, work=lambda _: call_agent(Chatty(), "question", HI, json_attempts=2), store=store,
+        run_items(["k"], key=str, work=lambda _: [call_agent(Chatty(), "question", HI, json_attempts=2)], store=store,
                   policy=FAST, progress=False)
         rec = store.get("k")
     assert rec["status"] == "error" and rec["error_kind"] == "malformed" and rec["attempts"] == 1

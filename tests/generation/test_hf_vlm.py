@@ -10,6 +10,7 @@ from tiny_models import tiny_llava_dir
 from unirag.errors import ConfigError
 from unirag.generators.registry import load_text_generator
 from unirag.pipelines.caption import CaptionConfig, run_captioning
+from unirag.runs.engine import EngineOptions
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +170,7 @@ def test_decode_workers_decode_the_next_batches_images_and_change_no_caption(coc
         cfg = CaptionConfig(queries=coco_set["queries"], generator=f"hf:{llava_path}", out=out, mode="rag", k=2,
                             images_root=coco_set["images_root"], retrieval=coco_set["run"], limit=5, max_tokens=5,
                             generator_options={"batch_size": 2, "device": "cpu", "dtype": "float32"},
-                            progress=False, save_prompts=0, decode_workers=workers)
+                            progress=False, save_prompts=0, engine=EngineOptions(decode_workers=workers))
         assert run_captioning(cfg)["counts"]["ok"] == 5
         recs = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
         records[workers] = sorted(({k: r[k] for k in ("qid", "caption", "examples", "usage")} for r in recs),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from unirag.data.images import image_loading, load_rgb
+from unirag.data.images import load_rgb
 
 
 @pytest.fixture
@@ -29,8 +29,7 @@ def test_plain_loading_is_pils_convert_rgb(rotated_and_transparent):
     ``paste`` onto an RGB canvas) and caption_generation_inference.py@e9a4e00:66-74 open the files as stored:
     no EXIF rotation; a transparent pixel keeps its stored colour (PIL's convert drops the alpha)."""
     jpeg, png = rotated_and_transparent
-    with image_loading("plain"):
-        plain_jpeg, plain_png = load_rgb(jpeg), load_rgb(png)
+    plain_jpeg, plain_png = load_rgb(jpeg, loading="plain"), load_rgb(png, loading="plain")
     assert plain_jpeg.size == (40, 20)
     assert np.array_equal(np.asarray(plain_png), np.asarray(Image.open(png).convert("RGB")))
     assert plain_png.getpixel((0, 0)) == (255, 0, 0)
@@ -49,3 +48,21 @@ def test_official_captioner_builds_its_merged_image_from_plain_loads(rotated_and
         captioner = Captioner("openai:gpt-4o", profile=profile, family="llava", base_url="http://127.0.0.1:9/v1")
         merged = captioner.request(png, [(jpeg, "a green block")]).prompt.merged_image
         assert merged.size[0] == width, profile
+
+
+def test_official_image_run_hands_its_generator_plain_loads(rotated_and_transparent, tmp_path):
+    """An image run's ``image_loading`` reaches the generator's request: the retrieval baseline draws
+    the top example as loaded, kept as stored (40x20) under ``plain``, upright (20x40) by default."""
+    from unirag.data.records import Query
+    from unirag.generators.images.registry import load_image_generator
+    from unirag.generators.pricing import Price
+    from unirag.pipelines.image_gen import ImageJob, ImageSettings
+    from unirag.retrieval.results import Pair
+
+    jpeg, _ = rotated_and_transparent
+    generator = load_image_generator("retrieval:top1")
+    for loading, size in (("plain", [40, 20]), ("normalised", [20, 40])):
+        job = ImageJob(generator, tmp_path / loading, None, ImageSettings(), Price(), {}, save_prompts=0,
+                       image_loading=loading)
+        fields = job.work_prepared((Query(qid="q1", modality="text", txt="a green block"), [Pair.of(jpeg, "x", "g")], None))
+        assert fields["size"] == size, loading

@@ -13,6 +13,7 @@ from unirag.data.mbeir import read_queries
 from unirag.generators.images.registry import load_image_generator
 from unirag.pipelines.examples import make_selector
 from unirag.pipelines.image_gen import ImageSettings, run_image_generation
+from unirag.runs.engine import EngineOptions
 
 from .test_lavit_emu2_python import make_emu2_dir
 
@@ -32,7 +33,8 @@ def _run(gen, t2i_data, out: Path, workers, images_root=None):
     selector = make_selector("rag", 1, queries=queries, retrieval=t2i_data.run)
     before = len(gen._pipe.calls)
     counts = run_image_generation(queries, gen, selector, out, images_root=images_root or t2i_data.root,
-                                  settings=SMALL, progress=False, save_prompts=0, decode_workers=workers)
+                                  settings=SMALL, progress=False, save_prompts=0,
+                                  engine=EngineOptions(decode_workers=workers))
     recs = {r["qid"]: {k: v for k, v in r.items() if k not in ("latency_s", "attempts")}
             for r in map(json.loads, (out / "outputs.jsonl").read_text().splitlines())}
     inputs = [[np.asarray(x) if not isinstance(x, str) else x for x in c["inputs"]]

@@ -55,7 +55,7 @@ def test_ray_workers_get_the_official_precision(build, tmp_path, monkeypatch):
 
     asked = []
 
-    def run_shards(shards_dir, todo, spec, images_root, **kwargs):
+    def run_shards(shards_dir, todo, spec, images_root, engine, **kwargs):
         asked.append((kwargs["dtype"], kwargs["autocast"]))
         raise ConfigError("stopped before Ray")
 

@@ -19,6 +19,6 @@ def test_a_group_worked_again_after_later_ones_leaves_the_rest_decoded_ahead(coc
     with work:
         sums = {}
         for p in (photos[0], photos[2], photos[1], photos[3], photos[4]):
-            sums[p] = work.work(p)
+            sums[p] = work.work_batch([p])
     assert decoded_here == [photos[1].name]  # only the call worked out of order decoded here
     assert sums == {p: np.asarray(load_rgb(p)).sum() for p in photos}

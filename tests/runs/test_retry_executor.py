@@ -64,7 +64,7 @@ def test_run_items_stores_each_result_and_skips_done(tmp_path):
             raise BackendError("permanent", retryable=False)
         return {"caption": f"c{i}"}
 
-    counts = run_items(range(6), key=str, work=work, store=store, concurrency=3, progress=False,
+    counts = run_items(range(6), key=str, work=lambda its: [work(its[0])], store=store, concurrency=3, progress=False,
                        policy=RetryPolicy(max_attempts=2, base_delay=0))
     assert sorted(seen) == [1, 2, 3, 4, 5]
     assert counts == {"ok": 4, "error": 1, "skipped": 1}
@@ -86,7 +86,7 @@ def test_run_items_is_concurrent_but_bounded(tmp_path):
             active[0] -= 1
         return {}
 
-    run_items(range(40), key=str, work=work, store=store, concurrency=4, progress=False)
+    run_items(range(40), key=str, work=lambda its: [work(its[0])], store=store, concurrency=4, progress=False)
     assert 2 <= peak[0] <= 4
     assert len(store.done_keys()) == 40
     store.close()

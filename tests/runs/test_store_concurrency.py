@@ -138,7 +138,7 @@ def test_a_process_waits_for_a_claimed_item_instead_of_calling_again(tmp_path):
         t = threading.Thread(target=finish_b_later)
         t.start()
         with ResultStore(path, key="key") as mine:
-            counts = run_items(["a", "b", "c"], key=str, work=lambda it: calls.append(it) or {"out": it},
+            counts = run_items(["a", "b", "c"], key=str, work=lambda its: [calls.append(its[0]) or {"out": its[0]}],
                                store=mine, progress=False)
             assert mine.get("b")["out"] == "by the other"
         t.join()

@@ -139,7 +139,7 @@ class AgentRunner:
                 job = AgentJob(role, options, attempts, self._generator(role))
             local = rc.model.startswith("hf:")  # a model in this process: one call at a time
             counts = execute(job, todo, store, concurrency=1 if local else self.config.settings.concurrency,
-                             policy=self.policy, decode_ahead=local, decode_workers=self.config.settings.decode_workers,
+                             policy=self.policy, decode_ahead=local, engine=self._engine_with_decode_workers(),
                              pool=pool, recipe=recipe, open_kind=open_kind, desc=desc or role, progress=self.progress)
             st["called"] += counts["ok"] + counts["error"]
         out = {r.key: ok_output(store.get(r.key)) for r in unique}
@@ -168,16 +168,9 @@ class AgentRunner:
         """The engine, its workers' decode processes set from ``settings.decode_workers`` (the agents
         YAML or ``--decode-workers``) when the engine options leave them to auto: one setting for the
         calls decoded ahead here and on Ray workers. A pool the caller opened is used as it is."""
-        from dataclasses import replace
+        from unirag.runs.engine import with_decode_workers
 
-        from unirag.data.loader import resolve_decode_workers
-        from unirag.runs.engine import WorkerPool, engine_options
-
-        wanted = resolve_decode_workers(self.config.settings.decode_workers)
-        if isinstance(self.engine, WorkerPool) or wanted is None:
-            return self.engine
-        options = engine_options(self.engine)
-        return options if options.decode_workers is not None else replace(options, decode_workers=wanted)
+        return with_decode_workers(self.engine, self.config.settings.decode_workers)
 
     def close(self) -> None:
         if self._pool is not None:

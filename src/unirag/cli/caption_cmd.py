@@ -8,7 +8,6 @@ import click
 
 from unirag.cli.engine_options import engine_from_cli, engine_options
 from unirag.cli.generation_options import generation_options, generator_kwargs
-from unirag.cli.model_options import caption_decode_workers_option
 from unirag.cli.profile_options import behaviour_options
 
 MODES = ("zero-shot", "random", "rag")
@@ -38,19 +37,18 @@ MODES = ("zero-shot", "random", "rag")
                    "official) the caption instructions are read from its src/unirag/prompts/ files.")
 @generation_options
 @behaviour_options()
-@engine_options
-@caption_decode_workers_option
+@engine_options("caption")
 def caption(queries, images_root, pool_images_root, generator_spec, mode, k, retrieval, index, pool, out, limit,
-            official_prompts, settings, selection, decode_workers, **gen_opts) -> None:
+            official_prompts, settings, selection, **gen_opts) -> None:
     """Caption image queries; rerun the same command to resume after a crash or Ctrl-C."""
     from unirag.pipelines.caption import CaptionConfig, run_captioning
     from unirag.runs.rundir import check_some_succeeded
 
-    engine = engine_from_cli(gen_opts, decode_workers=decode_workers)
+    engine = engine_from_cli(gen_opts)
     cfg = CaptionConfig(queries=queries, generator=generator_spec, out=out, mode=mode, k=k, images_root=images_root,
                         pool_images_root=pool_images_root, retrieval=retrieval, index=index, pool=pool, limit=limit,
                         profile=settings, official_prompts=official_prompts, selection=selection, engine=engine,
-                        decode_workers=decode_workers, **generator_kwargs(gen_opts))
+                        **generator_kwargs(gen_opts))
     summary = run_captioning(cfg)
     counts, totals = summary["counts"], summary["totals"]
     cost = totals.get("cost_usd")

@@ -7,7 +7,7 @@ import click
 from unirag.cir.datasets import DATASETS
 from unirag.cli.engine_options import engine_from_cli, engine_options
 from unirag.cli.evaluate_cmd import bootstrap_options
-from unirag.cli.model_options import agent_decode_workers_option, device_options
+from unirag.cli.model_options import device_options
 from unirag.cli.profile_options import behaviour_options
 
 CIR_PROFILE_HELP = ("Named set of behaviour settings: default (the paper) or official (the official X^R code); the "
@@ -65,16 +65,15 @@ def _print_metrics(name: str, metrics: dict) -> None:
 @click.option("--exclude-reference/--keep-reference", default=None,
               help="Remove the reference image from the gallery (default: as the benchmark does; CIRR only).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-@agent_decode_workers_option
 @bootstrap_options
 @device_options
 @click.option("--official-prompts", type=click.Path(file_okay=False), default=None,
               help="Your checkout of the official X^R code (01yzzyu/xr.github.io), or one dataset's "
                    "XR/prompts/<dataset> folder: read under --set xr_prompts=official.")
 @behaviour_options(selection=False, raw=True, profile_help=CIR_PROFILE_HELP)
-@engine_options
+@engine_options("agent")
 def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime, lam, k, stages, limit, cache_dir,
-        encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet, decode_workers, device,
+        encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet, device,
         dtype, official_prompts, profile, setting_overrides, resamples, bootstrap_seed, ci_method, **options) -> None:
     """Rank a CIR benchmark's pool for each (reference image, modification text) query.
 
@@ -86,10 +85,11 @@ def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime,
     from unirag.cir.pipeline import Ablation
 
     ablation = Ablation(imagination=not no_imagination, fine_only=fine_only, modalities=modalities)
-    engine = engine_from_cli(options, decode_workers=decode_workers)
+    engine = engine_from_cli(options)
     metrics = run_cir(dataset, list(annotations), images_root=images_root, out_dir=out_dir, split_file=split_file,
                       agents=agents, k_prime=k_prime, lam=lam, k=k, stages=stages, limit=limit, ablation=ablation,
-                      cache_dir=cache_dir, encoder=encoder, concurrency=concurrency, decode_workers=decode_workers,
+                      cache_dir=cache_dir, encoder=encoder, concurrency=concurrency,
+                      decode_workers=engine.decode_workers,
                       progress=not quiet,
                       exclude_reference=exclude_reference, encoder_options={"device": device, "dtype": dtype},
                       profile=profile, overrides=setting_overrides, official_prompts=official_prompts,

@@ -1,7 +1,7 @@
 """``--engine``, ``--workers``, ``--gpus-per-worker``, ``--ray-address``: where a generation command's
 local model runs (caption, generate-images, cir, run). One definition; the library decides the rest
 (:mod:`unirag.runs.engine`). Each command also has one ``--decode-workers``
-(:mod:`unirag.cli.model_options`), handed to :func:`engine_from_cli` for its Ray workers."""
+(:mod:`unirag.cli.model_options`), which :func:`engine_from_cli` puts in the same options."""
 
 from __future__ import annotations
 
@@ -24,21 +24,25 @@ _OPTIONS = [
                       "run folder, inputs and models must then be at the same paths on every node."),
 ]
 
-ENGINE_PARAMS = ("engine", "workers", "gpus_per_worker", "ray_address")
+ENGINE_PARAMS = ("engine", "workers", "gpus_per_worker", "ray_address", "decode_workers")
 
 
-def engine_options(fn: Callable) -> Callable:
-    for opt in reversed(_OPTIONS):
-        fn = opt(fn)
-    return fn
+def engine_options(decodes: str) -> Callable[[Callable], Callable]:
+    """The engine options and the command's ``--decode-workers`` (its help for what it ``decodes``)."""
+    from unirag.cli.model_options import decode_workers_option
+
+    def add(fn: Callable) -> Callable:
+        for opt in reversed([*_OPTIONS, decode_workers_option(decodes)]):
+            fn = opt(fn)
+        return fn
+    return add
 
 
-def engine_from_cli(opts: dict[str, Any], decode_workers: int | None = None):
-    """Pop the engine options out of a command's keyword arguments -> :class:`EngineOptions`;
-    ``decode_workers``: the command's ``--decode-workers`` (its Ray workers' decode processes)."""
+def engine_from_cli(opts: dict[str, Any]):
+    """Pop the engine options (and ``--decode-workers``) out of a command's keyword arguments ->
+    :class:`EngineOptions`."""
     from unirag.runs.engine import EngineOptions
 
     values = {k: opts.pop(k) for k in ENGINE_PARAMS if k in opts}
-    return EngineOptions(engine=values.get("engine") or "local", workers=values.get("workers"),
-                         gpus_per_worker=values.get("gpus_per_worker") or 0, ray_address=values.get("ray_address"),
-                         decode_workers=decode_workers)
+    return EngineOptions(**{**values, "engine": values.get("engine") or "local",
+                            "gpus_per_worker": values.get("gpus_per_worker") or 0})

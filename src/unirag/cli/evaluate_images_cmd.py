@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from unirag.cli.evaluate_cmd import bootstrap_options
-from unirag.cli.model_options import metric_decode_workers_option
+from unirag.cli.model_options import decode_workers_option
 from unirag.cli.profile_options import behaviour_options
 from unirag.metrics.images import DEFAULT_CLIP_MODEL
 
@@ -30,7 +30,7 @@ from unirag.metrics.images import DEFAULT_CLIP_MODEL
 @click.option("--seed", default=0, show_default=True, help="Seed of the Inception Score split.")
 @click.option("--batch-size", default=32, show_default=True)
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available).")
-@metric_decode_workers_option
+@decode_workers_option("metric")
 @bootstrap_options
 @behaviour_options(selection=False)
 def images(run_dir: Path, queries: Path, pool: Path, images_root: Path, qrels: Path | None,

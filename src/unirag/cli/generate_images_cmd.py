@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from unirag.cli.engine_options import engine_from_cli, engine_options
-from unirag.cli.model_options import device_options, image_decode_workers_option
+from unirag.cli.model_options import device_options
 from unirag.cli.profile_options import behaviour_options
 from unirag.generators.images.base import (
     DEFAULT_GUIDANCE,
@@ -63,13 +63,12 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--save-prompts", type=int, default=5, show_default=True,
               help="Also write the first N prompts to OUT/prompts/ for inspection.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
-@image_decode_workers_option
 @behaviour_options()
-@engine_options
+@engine_options("image")
 def generate_images(queries_path, pool_images_root, spec, mode, k, retrieval_path, index_dir, pool_path,
                     out_dir, width, height, steps, guidance, seed, concurrency, base_url, timeout,
                     quality, device, dtype, offload, lavit_code, max_attempts, prices, limit, save_prompts,
-                    no_progress, decode_workers, settings, selection, **options_) -> None:
+                    no_progress, settings, selection, **options_) -> None:
     """Generate an image for every caption query, saved as PNG next to the prompt that made it.
 
     \b
@@ -89,8 +88,7 @@ def generate_images(queries_path, pool_images_root, spec, mode, k, retrieval_pat
                                seed=settings["image_seed"]),
         concurrency=concurrency, limit=limit, save_prompts=save_prompts, max_attempts=max_attempts, prices=prices,
         generator_options={k_: v for k_, v in options.items() if v is not None}, progress=not no_progress,
-        profile=settings, selection=selection, engine=engine_from_cli(options_, decode_workers=decode_workers),
-        decode_workers=decode_workers))
+        profile=settings, selection=selection, engine=engine_from_cli(options_)))
     click.echo(f"{out_dir}: {counts['total_ok']}/{counts['total_queries']} images ok, "
                f"{counts['total_error']} failed (this run: {counts['ok']} new, {counts['error']} failed, "
                f"{counts['skipped']} already done)"

@@ -70,7 +70,7 @@ def index_group() -> None:
               help="Replace an existing index even if this build loses a modality or more than 10% of one "
                    "(the index_max_shrink setting), e.g. because the images root is wrong.")
 @device_options
-@decode_workers_option
+@decode_workers_option()
 @behaviour_options(selection=False)
 def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: str | None, index_type: str,
           params: tuple[str, ...], batch_size: int, engine: str, ray_address: str | None, workers: int | None,

@@ -31,12 +31,45 @@ def instruction_options(fn: Callable) -> Callable:
                              "queries' M-BEIR root, found by walking up from the queries file).")(fn)
 
 
-DECODE_WORKERS_HELP = ("Processes that decode and preprocess images ahead of the encoder: auto (the cores available "
-                       "to this process, at most 8; small jobs inline) or N; 0 = in the model's process.")
+def index_memory_option(fn: Callable, default: str = "mmap", extra: str = "") -> Callable:
+    """``--index-memory mmap|ram`` (see :meth:`unirag.Index.open`)."""
+    choices = ("mmap", "ram") + (("auto",) if default == "auto" else ())
+    return click.option("--index-memory", "index_memory", type=click.Choice(choices), default=default,
+                        show_default=True,
+                        help="mmap: memory-map the FAISS files (instant open); ram: read them into memory at open "
+                             "(exact batched search at in-RAM FAISS speed)" + extra + ".")(fn)
 
 
-def decode_workers_option(fn: Callable, help: str | None = None) -> Callable:  # noqa: A002 - click's name
-    """``--decode-workers auto|N`` (see :mod:`unirag.data.loader`)."""
+#: With ``--engine ray``: the Ray workers' part (see :class:`unirag.runs.engine.EngineOptions`).
+RAY_DECODE_HELP = ("with --engine ray, per Ray worker: processes that decode the images of the worker's "
+                   "next call while its model works (auto: the CPUs per GPU worker less one, at most 8; "
+                   "0 for CPU-only workers)")
+_AUTO = "auto (the cores available to this process, at most 8; "
+
+#: Each command's ``--decode-workers`` help, by what its decode processes decode.
+DECODE_HELP = {
+    "encoder": ("Processes that decode and preprocess images ahead of the encoder: " + _AUTO
+                + "small jobs inline) or N; 0 = in the model's process."),
+    "caption": ("Local models: processes that decode the next batches' query and example images while the "
+                "model captions: " + _AUTO + "runs of fewer than 128 images inline) or N; 0 = in the model's "
+                "process; " + RAY_DECODE_HELP + "."),
+    "image": ("Local models: processes that decode the next queries' example images while the model draws: "
+              + _AUTO + "runs of fewer than 128 example images inline) or N; 0 = in the model's process; "
+              + RAY_DECODE_HELP + "."),
+    "agent": ("Agent roles played by a local hf: model: processes that decode the next calls' images while "
+              "the model answers: " + _AUTO + "fewer than 128 images inline) or N; 0 = in the model's "
+              "process; " + RAY_DECODE_HELP + ". API roles send the files as they are."),
+    "metric": ("Processes that decode the generated and real images ahead of the Inception and CLIP "
+               "networks: " + _AUTO + "fewer than 128 images inline) or N; 0 = in this process."),
+    "grid": ("Every cell: processes that decode the next calls' images while a local model works (caption, "
+             "image and X^R cells; as --decode-workers of caption, generate-images and cir, and --option "
+             "decode_workers=N): auto (each cell's own decode_workers option, else auto) or N; 0 = in the "
+             "model's process; " + RAY_DECODE_HELP + "."),
+}
+
+
+def decode_workers_option(what: str = "encoder") -> Callable[[Callable], Callable]:
+    """``--decode-workers auto|N`` (see :mod:`unirag.data.loader`), its help for ``what`` it decodes."""
     from unirag.data.loader import resolve_decode_workers
 
     def convert(ctx, param, value):
@@ -47,76 +80,5 @@ def decode_workers_option(fn: Callable, help: str | None = None) -> Callable:  #
         except ConfigError as e:
             raise click.BadParameter(str(e)) from None
 
-    return click.option("--decode-workers", "decode_workers", default="auto", show_default=True, callback=convert,
-                        help=help or DECODE_WORKERS_HELP)(fn)
-
-
-def index_memory_option(fn: Callable, default: str = "mmap", extra: str = "") -> Callable:
-    """``--index-memory mmap|ram`` (see :meth:`unirag.Index.open`)."""
-    choices = ("mmap", "ram") + (("auto",) if default == "auto" else ())
-    return click.option("--index-memory", "index_memory", type=click.Choice(choices), default=default,
-                        show_default=True,
-                        help="mmap: memory-map the FAISS files (instant open); ram: read them into memory at open "
-                             "(exact batched search at in-RAM FAISS speed)" + extra + ".")(fn)
-
-
-#: With ``--engine ray``: ``EngineOptions.decode_workers`` (see :class:`unirag.runs.engine.EngineOptions`).
-RAY_DECODE_WORKERS_HELP = ("with --engine ray, per Ray worker: processes that decode the images of the worker's "
-                           "next call while its model works (auto: the CPUs per GPU worker less one, at most 8; "
-                           "0 for CPU-only workers)")
-
-#: ``unirag caption``'s ``--decode-workers``: the images of the prompts, not an encoder's inputs.
-CAPTION_DECODE_WORKERS_HELP = ("Local models: processes that decode the next batches' query and example images "
-                               "while the model captions: auto (the cores available to this process, at most 8; "
-                               "runs of fewer than 128 images inline) or N; 0 = in the model's process; "
-                               + RAY_DECODE_WORKERS_HELP + ".")
-
-
-def caption_decode_workers_option(fn: Callable) -> Callable:
-    """``unirag caption --decode-workers``."""
-    return decode_workers_option(fn, CAPTION_DECODE_WORKERS_HELP)
-
-
-#: ``unirag generate-images``'s ``--decode-workers``: the example images a local image model reads.
-IMAGE_DECODE_WORKERS_HELP = ("Local models: processes that decode the next queries' example images while the model "
-                             "draws: auto (the cores available to this process, at most 8; runs of fewer than 128 "
-                             "example images inline) or N; 0 = in the model's process; "
-                             + RAY_DECODE_WORKERS_HELP + ".")
-
-#: ``unirag cir``'s ``--decode-workers``: the images of X^R agent calls played by a local (hf:) model.
-AGENT_DECODE_WORKERS_HELP = ("Agent roles played by a local hf: model: processes that decode the next calls' images "
-                             "while the model answers: auto (the cores available to this process, at most 8; fewer "
-                             "than 128 images inline) or N; 0 = in the model's process; "
-                             + RAY_DECODE_WORKERS_HELP + ". API roles send the files as they are.")
-
-#: ``unirag evaluate images``'s ``--decode-workers``: the generated and real images the metrics read.
-METRIC_DECODE_WORKERS_HELP = ("Processes that decode the generated and real images ahead of the Inception and CLIP "
-                              "networks: auto (the cores available to this process, at most 8; fewer than 128 "
-                              "images inline) or N; 0 = in this process.")
-
-
-def image_decode_workers_option(fn: Callable) -> Callable:
-    """``unirag generate-images --decode-workers``."""
-    return decode_workers_option(fn, IMAGE_DECODE_WORKERS_HELP)
-
-
-def agent_decode_workers_option(fn: Callable) -> Callable:
-    """``unirag cir --decode-workers``."""
-    return decode_workers_option(fn, AGENT_DECODE_WORKERS_HELP)
-
-
-def metric_decode_workers_option(fn: Callable) -> Callable:
-    """``unirag evaluate images --decode-workers``."""
-    return decode_workers_option(fn, METRIC_DECODE_WORKERS_HELP)
-
-
-#: ``unirag run``'s ``--decode-workers``: every cell's, local loops and Ray workers alike.
-GRID_DECODE_WORKERS_HELP = ("Every cell: processes that decode the next calls' images while a local model works "
-                            "(caption, image and X^R cells; as --decode-workers of caption, generate-images and cir, "
-                            "and --option decode_workers=N): auto (each cell's own decode_workers option, else auto) "
-                            "or N; 0 = in the model's process; " + RAY_DECODE_WORKERS_HELP + ".")
-
-
-def grid_decode_workers_option(fn: Callable) -> Callable:
-    """``unirag run --decode-workers``."""
-    return decode_workers_option(fn, GRID_DECODE_WORKERS_HELP)
+    return click.option("--decode-workers", default="auto", show_default=True, callback=convert,
+                        help=DECODE_HELP[what])

@@ -34,7 +34,7 @@ from unirag.cli.profile_options import behaviour_options
 @click.option("--verify/--no-verify", default=False, show_default=True,
               help="Re-hash the index files on open (reads the whole index; open checks sizes anyway).")
 @device_options
-@decode_workers_option
+@decode_workers_option()
 @index_memory_option
 @instruction_options
 @behaviour_options()

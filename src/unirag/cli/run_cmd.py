@@ -8,7 +8,6 @@ import click
 
 from unirag.cli.engine_options import engine_from_cli, engine_options
 from unirag.cli.generation_options import key_values
-from unirag.cli.model_options import grid_decode_workers_option
 from unirag.cli.profile_options import behaviour_options
 
 
@@ -29,10 +28,9 @@ from unirag.cli.profile_options import behaviour_options
               help="A run or generator option for every cell, e.g. base_url=http://127.0.0.1:8000/v1 (repeatable).")
 @click.option("--no-progress", is_flag=True, default=False)
 @behaviour_options(raw=True)
-@engine_options
-@grid_decode_workers_option
+@engine_options("grid")
 def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_map, option_pairs, no_progress,
-        profile, setting_overrides, selection, decode_workers, **engine) -> None:
+        profile, setting_overrides, selection, **engine) -> None:
     """Run every cell of EXPERIMENT.yaml into OUT/<generator>/<mode>-k<k>[-<retriever>]; rerun to resume.
 
     --profile and --set apply to every cell (over the grid's own profile: and settings:).
@@ -41,8 +39,6 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
     from unirag.pipelines.experiment import GridOverrides, cell_states, run_experiment
 
     options = key_values(option_pairs, "--option", True)
-    if decode_workers is not None:
-        options["decode_workers"] = decode_workers  # every cell's local loop; the Ray workers' below
     overrides = GridOverrides(data_root=data_root, out=out, generators=key_values(generator_map, "--generator", False),
                               options=options, profile=profile,
                               settings=setting_overrides)
@@ -70,7 +66,7 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
         return
     results = run_experiment(experiment, tuple(only), progress=not no_progress, limit=limit, echo=click.echo,
                              overrides=overrides, selection=selection,
-                             engine=engine_from_cli(engine, decode_workers=decode_workers))
+                             engine=engine_from_cli(engine))
     failed = [r for r in results if r["status"] != "ok"]
     incomplete = [r for r in results if r["status"] == "ok" and r["counts"].get("ok") != r["counts"].get("queries")]
     short = [r for r in results if r["status"] == "ok" and r["counts"].get("short")]

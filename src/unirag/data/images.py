@@ -32,8 +32,6 @@ from __future__ import annotations
 import io
 import warnings
 from collections.abc import Iterable, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,29 +55,12 @@ def _setting_default(name: str) -> Any:
     return SETTINGS[name].default
 
 
-#: ``image_loading`` for the code running in an :func:`image_loading` scope (None: normalised).
-_LOADING: ContextVar[str | None] = ContextVar("unirag_image_loading", default=None)
-
-
-@contextmanager
-def image_loading(mode: str):
-    """Within this scope :func:`load_rgb` decodes files and bytes as ``mode`` says: ``normalised`` (the
-    module docstring) or ``plain``, PIL's ``Image.open(...).convert("RGB")`` and nothing else, as the
-    official UniRAG code loads its images (setting ``image_loading``). Images decoded ahead by decode
-    workers are normalised ones, so a plain scope decodes again here."""
-    if mode not in ("normalised", "plain"):
-        from unirag.errors import ConfigError
-
-        raise ConfigError(f"image_loading must be normalised or plain, got {mode!r}")
-    token = _LOADING.set(mode)
-    try:
-        yield
-    finally:
-        _LOADING.reset(token)
+#: The ``image_loading`` setting's values: how :func:`load_rgb` decodes files, bytes and PIL images.
+LOADINGS = ("normalised", "plain")
 
 
 def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str | None = None,
-             draft: int | None = None, ahead: Mapping[str, Any] | None = None):
+             draft: int | None = None, ahead: Mapping[str, Any] | None = None, loading: str = "normalised"):
     """Decode ``image`` (path, bytes, PIL image or array) to an upright 8-bit RGB PIL image.
 
     ``max_pixels``: most pixels (width x height) accepted, checked from the header before decoding;
@@ -92,13 +73,20 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
     (path -> what :func:`load_rgb` returned for it, e.g. by the
     :class:`~unirag.data.loader.ImageLoader`'s decode workers): a path found there (with no other
     option given) is a copy of that image, not decoded again; any other path is decoded (and fails)
-    as usual, so passing them changes nothing but the time.
+    as usual, so passing them changes nothing but the time. ``loading`` (the ``image_loading``
+    setting): ``normalised`` (the module docstring) or ``plain``, PIL's ``Image.open(...).convert("RGB")``
+    and nothing else, as the official UniRAG code loads its images (images decoded ahead are
+    normalised ones, so ``plain`` decodes again).
 
     Raises :class:`InputError` naming the file when it is missing, corrupt, a decompression bomb or
     empty, or when ``image`` is not an image at all. See the module docstring for what is done to
     orientation, bit depth, transparency and animations.
     """
-    plain = _LOADING.get() == "plain"
+    if loading not in LOADINGS:
+        from unirag.errors import ConfigError
+
+        raise ConfigError(f"image_loading must be normalised or plain, got {loading!r}")
+    plain = loading == "plain"
     if ahead and isinstance(image, str | Path) and max_pixels is None and background is None and draft is None \
             and not plain:
         hit = ahead.get(str(Path(image)))
@@ -116,12 +104,13 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
         path = Path(image)
         if not path.is_file():
             raise InputError("image file not found" if not path.exists() else "not a file", path=path)
-        return _decode(lambda: Image.open(path), max_pixels, background, draft, path=path, what="image")
+        return _decode(lambda: Image.open(path), max_pixels, background, draft, plain, path=path,
+                       what="image")
     if isinstance(image, bytes | bytearray | memoryview):
         data = bytes(image)
         if not data:
             raise InputError("cannot decode image bytes: empty")
-        return _decode(lambda: Image.open(io.BytesIO(data)), max_pixels, background, draft, path=None,
+        return _decode(lambda: Image.open(io.BytesIO(data)), max_pixels, background, draft, plain, path=None,
                        what="image bytes")
     if isinstance(image, Image.Image):
         src = getattr(image, "filename", None) or None
@@ -153,7 +142,8 @@ def _check_size(size: tuple[int, int], max_pixels: int, path: str | Path | None)
                          "accept it)", path=path)
 
 
-def _decode(opener, max_pixels: int, background: str, draft: int | None, *, path: Path | None, what: str):
+def _decode(opener, max_pixels: int, background: str, draft: int | None, plain: bool, *, path: Path | None,
+            what: str):
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -167,7 +157,7 @@ def _decode(opener, max_pixels: int, background: str, draft: int | None, *, path
                 if draft and im.format == "JPEG":
                     im.draft("RGB", (draft, draft))
                 im.load()
-                if _LOADING.get() == "plain":  # the official code's Image.open(...).convert("RGB")
+                if plain:  # the official code's Image.open(...).convert("RGB")
                     return im.convert("RGB")
                 return _reduced(_normalise(_reduced(im, draft), background, path), draft)
     except InputError:

@@ -89,6 +89,7 @@ def _build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, ind
                     worker_dtype, worker_autocast, allow_shrink) -> dict[str, Any]:
     from unirag.index import ray_engine
     from unirag.index.embeddings import build_from_embeddings
+    from unirag.runs.engine import EngineOptions
 
     shards_dir = Path(shards_dir) if shards_dir is not None else default_shards_dir(out_dir)
     info = encoder_info(encoder, encoder_spec)
@@ -97,10 +98,11 @@ def _build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, ind
     if progress:
         print(f"shards: {plan.n_shards - len(todo)} of {plan.n_shards} already done, embedding {len(todo)} "
               f"on Ray", flush=True)
-    ray_engine.run_shards(shards_dir, todo, encoder_spec, images_root, batch_size=batch_size, workers=workers,
-                          gpus_per_worker=gpus_per_worker, ray_address=ray_address,
-                          dtype=worker_dtype, autocast=worker_autocast, progress=progress,
-                          decode_workers=getattr(encoder, "decode_workers", None))
+    engine = EngineOptions(engine="ray", workers=workers, gpus_per_worker=gpus_per_worker or 0,
+                           ray_address=ray_address,
+                           decode_workers=getattr(encoder, "decode_workers", None))  # the encoder's setting
+    ray_engine.run_shards(shards_dir, todo, encoder_spec, images_root, engine, batch_size=batch_size,
+                          dtype=worker_dtype, autocast=worker_autocast, progress=progress)
     manifest = build_from_embeddings(pool, shards_dir, out_dir, info, index_type=index_type, params=params,
                                      images_root=images_root, progress=progress, allow_shrink=allow_shrink)
     return manifest

@@ -284,18 +284,17 @@ class Index:
 
 def _encoder_and_spec(encoder, device: str | None, dtype: str | None, decode_workers: int | str | None = None,
                       autocast: str | None = None):
-    """(spec to record, encoder object) for an encoder object, a spec string or None (offline).
-    ``decode_workers`` (when given) is set on the encoder, object or loaded; ``autocast`` goes to the loading."""
+    """(spec to record, encoder object) for an encoder object, a spec string or None (offline), the
+    decode workers set on it when given; ``autocast`` goes to the loading."""
     from unirag.data.loader import resolve_decode_workers
+    from unirag.encoders.registry import load_encoder
 
-    if encoder is None or isinstance(encoder, str):
-        from unirag.encoders.registry import load_encoder
-
-        return encoder, load_encoder(encoder, device=device, dtype=dtype, decode_workers=decode_workers,
-                                     **({"autocast": autocast} if autocast else {}))
+    spec, enc = (encoder, load_encoder(encoder, device=device, dtype=dtype,
+                                       **({"autocast": autocast} if autocast else {}))) \
+        if encoder is None or isinstance(encoder, str) else (getattr(encoder, "spec", None), encoder)
     if decode_workers is not None:
-        encoder.decode_workers = resolve_decode_workers(decode_workers)
-    return getattr(encoder, "spec", None), encoder
+        enc.decode_workers = resolve_decode_workers(decode_workers)
+    return spec, enc
 
 
 def _pool_source(pool, images_root):

@@ -5,12 +5,13 @@ Each shard (see :mod:`unirag.index.shards`) is one row of a Ray dataset; an acto
 Finished shards are on disk the moment they are done, so a killed run loses at most the shards in
 flight, and only shards without a done marker are submitted.
 
-Sizing: each actor reserves ``cpus_per_worker`` CPUs (1 by default) and ``gpus_per_worker`` GPUs.
+Sizing, by the run's :class:`~unirag.runs.engine.EngineOptions` (as for generation runs): each actor
+reserves ``cpus_per_worker`` CPUs (1 by default) and ``gpus_per_worker`` GPUs.
 Started locally, the default is ``cpus - 1`` workers (at least 1) so that one CPU stays free for
 Ray Data's own tasks: an actor pool that takes every CPU can hang waiting for a read task
 (ray-project/ray#44687, seen on a 2-CPU machine). Inside an actor torch uses ``threads_per_worker``
 threads (default: the machine's CPUs divided among the workers; Ray would otherwise set 1).
-Each actor decodes its images in ``decode_workers`` processes (:mod:`unirag.data.loader`). Default:
+Each actor decodes its images in the options' decode worker processes (:mod:`unirag.data.loader`). Default:
 with GPUs reserved, the cluster's CPUs shared among the actors, less one each for the actor itself
 (at most 8): a GPU embeds images faster than one core decodes them, so the CPUs Ray does not need
 feed the GPUs (these processes are not Ray tasks and reserve nothing); on CPU-only runs 0 - inline -
@@ -23,18 +24,15 @@ at the same path, and unirag must be installed on every node.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
-
-# one sizing rule for these actors and the generation ones (unirag.runs.engine)
 
 
 class _ShardWorker:
     """A Ray actor: loads the encoder once, then embeds whole shards."""
 
     def __init__(self, shards_dir: str, encoder_spec: str | None, images_root: str | None, batch_size: int,
-                 device: str, dtype: str | None, threads: int | None, decode_workers: int | None = 0,
+                 device: str, dtype: str | None, threads: int | None, decode: int | None = 0,
                  autocast: str | None = None) -> None:
         if threads:
             import torch
@@ -43,8 +41,9 @@ class _ShardWorker:
         from unirag.encoders.registry import load_encoder
         from unirag.index.shards import read_plan
 
-        self.encoder = load_encoder(encoder_spec, device=device, dtype=dtype, **({"autocast": autocast} if autocast else {}))
-        self.encoder.decode_workers = decode_workers
+        self.encoder = load_encoder(encoder_spec, device=device, dtype=dtype,
+                                    **({"autocast": autocast} if autocast else {}))
+        self.encoder.decode_workers = decode
         self.shards_dir = shards_dir
         self.plan = read_plan(shards_dir)
         self.images_root = images_root
@@ -62,7 +61,7 @@ class _ShardWorker:
         return {"shard": shards, "rows": rows, "seconds": seconds}
 
 
-def default_workers(ray_module, cpus_per_worker: int, gpus_per_worker: float) -> int:
+def default_workers(ray_module, cpus_per_worker: float, gpus_per_worker: float) -> int:
     """Workers that fit the cluster: by GPUs when asked for, else CPUs minus one for Ray Data's tasks."""
     from unirag.ray_support import default_workers as fit
 
@@ -70,11 +69,10 @@ def default_workers(ray_module, cpus_per_worker: int, gpus_per_worker: float) ->
 
 
 def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str | None,
-               images_root: str | Path | None, *, batch_size: int = 64, workers: int | None = None,
-               gpus_per_worker: float = 0, cpus_per_worker: int = 1, threads_per_worker: int | None = None,
-               ray_address: str | None = None, dtype: str | None = None, progress: bool = True,
-               decode_workers: int | None = None, autocast: str | None = None) -> list[dict[str, Any]]:
-    """Embed ``shard_ids`` of the planned shards folder on Ray; returns one record per shard embedded.
+               images_root: str | Path | None, engine: Any, *, batch_size: int = 64, dtype: str | None = None,
+               autocast: str | None = None, progress: bool = True) -> list[dict[str, Any]]:
+    """Embed ``shard_ids`` of the planned shards folder on Ray, sized by ``engine`` (its
+    :class:`~unirag.runs.engine.EngineOptions`); returns one record per shard embedded.
 
     Workers load ``encoder_spec`` on ``cuda`` when GPUs are reserved (else CPU) in ``dtype`` (and
     ``autocast``, see :func:`unirag.encoders.registry.load_encoder`); their
@@ -84,27 +82,21 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
 
     if not shard_ids:
         return []
-    with ray_session(ray_address, log_to_driver=progress) as ray:
+    o = engine
+    with ray_session(o.ray_address, log_to_driver=progress) as ray:
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = progress
-        n_workers = workers or default_workers(ray, cpus_per_worker, gpus_per_worker)
+        n_workers = o.workers or default_workers(ray, o.cpus_per_worker, o.gpus_per_worker)
         n_workers = max(1, min(n_workers, len(shard_ids)))
-        threads = threads_per_worker
-        if threads is None and not ray_address:
-            threads = max(1, (os.cpu_count() or 1) // n_workers)
-        device = "cuda" if gpus_per_worker else "cpu"
-        from unirag.data.loader import workers_for
-        from unirag.ray_support import decode_share
-
-        decode_workers = workers_for(decode_workers, share=decode_share(ray, n_workers), model_on_cpu=not gpus_per_worker)
+        device, threads, decode = o.actor_sizing(ray, n_workers)
         ds = ray.data.from_items([{"shard": i} for i in shard_ids], override_num_blocks=len(shard_ids))
-        resources: dict[str, Any] = {"num_cpus": cpus_per_worker}
-        if gpus_per_worker:
-            resources["num_gpus"] = gpus_per_worker
+        resources: dict[str, Any] = {"num_cpus": o.cpus_per_worker}
+        if o.gpus_per_worker:
+            resources["num_gpus"] = o.gpus_per_worker
         out = ds.map_batches(
             _ShardWorker, batch_size=1, concurrency=n_workers, **resources,
             fn_constructor_kwargs={"shards_dir": str(Path(shards_dir).resolve()), "encoder_spec": encoder_spec,
                                    "images_root": str(images_root) if images_root else None,
                                    "batch_size": batch_size, "device": device, "dtype": dtype,
-                                   "threads": threads, "decode_workers": decode_workers, "autocast": autocast})
+                                   "threads": threads, "decode": decode, "autocast": autocast})
         return sorted(out.take_all(), key=lambda r: r["shard"])

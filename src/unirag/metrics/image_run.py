@@ -28,6 +28,7 @@ from unirag.metrics.images import (
 )
 from unirag.metrics.references import load_run_for_scoring, reference_image
 from unirag.metrics.stats import DEFAULT_RESAMPLES, bootstrap_interval, query_intervals_result, shifted
+from unirag.runs.engine import EngineOptions
 from unirag.runs.rundir import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE
 
 IMAGE_METRICS = ("FID", "CLIP Score", "IS", "IS SD")
@@ -65,7 +66,7 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     ``fid_feature`` / ``is_feature`` (any ``nn.Module`` on uint8 images) replace the standard
     Inception network; ``clip`` = (model, processor) replaces loading ``clip_model``;
     ``clip_model=None`` skips CLIP Score. ``decode_workers``: processes decoding the images ahead of
-    the networks (see :mod:`unirag.metrics.images`; None: auto). ``profile``: the settings
+    the networks (see :func:`score_images`). ``profile``: the settings
     ``image_metric_channels``, ``image_metric_size`` and ``image_metric_missing`` (``official``: the
     official evaluation's BGR 224x224 inputs, 299x299 for IS, noise for a missing image).
     """
@@ -126,7 +127,8 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
                                             fid_feature=fid_feature, is_feature=is_feature,
                                             inception_weights=inception_weights, is_splits=is_splits, seed=seed,
                                             batch_size=batch_size, device=device, show_progress=show_progress,
-                                            decode_workers=decode_workers, fid_features=fid_rows,
+                                            engine=EngineOptions(decode_workers=decode_workers),
+                                            fid_features=fid_rows,
                                             is_features=is_rows, is_images=is_images)
     per_query = dict(zip(qids, scores, strict=True)) if scores else {}
     intervals = query_intervals_result({q: {"CLIP Score": s} for q, s in per_query.items()}, metrics, resamples,
@@ -185,14 +187,14 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
                  clip_model: str | Path | None = DEFAULT_CLIP_MODEL, clip: tuple[Any, Any] | None = None,
                  fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
                  is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
-                 show_progress: bool = False, decode_workers: int | str | None = None,
-                 fid_features: list | None = None, is_features: list | None = None,
+                 show_progress: bool = False, engine: Any = None, fid_features: list | None = None,
+                 is_features: list | None = None,
                  is_images: Sequence[Any] | None = None) -> tuple[dict[str, float], dict[str, str], list[float]]:
     """(metrics, skipped metrics with their one-line reason, per-image CLIP Scores) of generated
     ``images`` (paths, PIL images or bytes): FID against ``real_images`` (None: skipped), CLIP Score
     against ``texts`` (one per image; None or ``clip_model=None`` without ``clip``: skipped) and IS.
-    The one scorer of ``unirag evaluate images`` and :func:`unirag.image_metrics`. ``decode_workers``:
-    processes decoding the image files ahead of the networks (None: auto; 0: in this process).
+    The one scorer of ``unirag evaluate images`` and :func:`unirag.image_metrics`. ``engine``: its decode
+    workers decode the image files ahead of the networks (see :mod:`unirag.metrics.images`).
     ``fid_features`` / ``is_features``: lists that receive FID's real and generated feature rows and IS's
     logits (for their intervals). ``is_images``: what Inception Score sees instead of ``images`` (the
     official 299x299 copies)."""
@@ -208,7 +210,7 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
         try:
             fid_net = fid_feature if fid_feature is not None else standard_inception(inception_weights, "2048")
             metrics["FID"] = frechet_distance(reals, fakes, fid_net, batch_size=batch_size, device=device,
-                                              progress=_progress("FID", show_progress), decode_workers=decode_workers,
+                                              progress=_progress("FID", show_progress), engine=engine,
                                               features=fid_features)
         except MetricUnavailable as e:
             skipped["FID"] = str(e)
@@ -229,13 +231,13 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
     if model is not None:
         metrics["CLIP Score"], scores = clip_scores(fakes, list(texts), model, device=device,
                                                     progress=_progress("CLIP Score", show_progress),
-                                                    decode_workers=decode_workers)
+                                                    engine=engine)
     try:
         is_net = is_feature if is_feature is not None else standard_inception(inception_weights, "logits_unbiased")
         metrics["IS"], metrics["IS SD"] = inception_score(list(is_images) if is_images is not None else fakes, is_net, splits=is_splits, seed=seed,
                                                           batch_size=batch_size, device=device,
                                                           progress=_progress("IS", show_progress),
-                                                          decode_workers=decode_workers, features=is_features)
+                                                          engine=engine, features=is_features)
     except MetricUnavailable as e:
         skipped.setdefault("IS", str(e))
     if not metrics:

@@ -7,8 +7,8 @@ No metric arithmetic is written here; this module feeds torchmetrics correctly:
   the CLIP processor resizes/crops to its own input, so nothing is resized twice. Batches group
   images of equal size (the network needs one size per batch);
 * image files are decoded (and turned into uint8 ``(3, H, W)`` arrays) in decode workers
-  (:class:`~unirag.data.loader.ImageLoader`, ``decode_workers``: ``auto`` = the cores available, at
-  most 8, sets of fewer than 128 images inline; 0 = in this process), a few batches ahead of the
+  (:class:`~unirag.data.loader.ImageLoader`, as many as ``engine``, a
+  :class:`~unirag.runs.engine.EngineOptions`, says: auto by default), a few batches ahead of the
   network, in order: on a GPU the network is fast and one core decoding 5k-30k images is the bound.
   The batches, hence the metrics, are the same either way, and an unreadable file fails with the
   same message;
@@ -58,16 +58,16 @@ def chw_uint8(image: Any):
     return np.ascontiguousarray(np.asarray(image, dtype=np.uint8).transpose(2, 0, 1))
 
 
-def uint8_images(paths: Sequence[ImageLike], decode_workers: int | str | None = None,
-                 chunk: int = 32) -> Iterator[Any]:
+def uint8_images(paths: Sequence[ImageLike], engine: Any = None, chunk: int = 32) -> Iterator[Any]:
     """:func:`load_uint8` of each image, in order, the files decoded in decode workers ``chunk`` images
-    at a time, a few chunks ahead (see the module docstring). Inline when ``decode_workers`` says so
-    or when some image is not a file path (PIL images, bytes)."""
+    at a time, a few chunks ahead (see the module docstring). Inline when ``engine`` says so or when
+    some image is not a file path (PIL images, bytes)."""
     from unirag.data.images import is_path_like
     from unirag.data.loader import ImageLoader, workers_for
+    from unirag.runs.engine import engine_options
 
     paths = list(paths)
-    workers = workers_for(decode_workers, len(paths))
+    workers = workers_for(engine_options(engine).decode_workers, len(paths))
     if workers == 0 or not all(is_path_like(p) for p in paths):
         for p in paths:
             yield load_uint8(p)
@@ -81,12 +81,12 @@ def uint8_images(paths: Sequence[ImageLike], decode_workers: int | str | None = 
             yield torch.from_numpy(d.unwrap())
 
 
-def size_batches(paths: Sequence[str | Path], batch_size: int, decode_workers: int | str | None = 0) -> Iterator[Any]:
+def size_batches(paths: Sequence[str | Path], batch_size: int, engine: Any = None) -> Iterator[Any]:
     """Stacked uint8 batches; consecutive images of the same size share a batch (no resizing)."""
     import torch
 
     pending: list[Any] = []
-    for img in uint8_images(paths, decode_workers, chunk=batch_size):
+    for img in uint8_images(paths, engine, chunk=batch_size):
         if pending and (img.shape != pending[0].shape or len(pending) >= batch_size):
             yield torch.stack(pending)
             pending = []
@@ -181,7 +181,7 @@ def standard_inception(weights: str | Path | None, feature: str) -> Any:
 
 def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], feature: Any, *,
                      batch_size: int = 32, device: str = "cpu", progress: Callable[[Iterable], Iterable] = iter,
-                     decode_workers: int | str | None = None, features: list | None = None) -> float:
+                     engine: Any = None, features: list | None = None) -> float:
     """torchmetrics FID between two image sets through ``feature`` (an ``nn.Module`` taking uint8 images).
 
     ``features``: a list that receives the two ``(n, d)`` float64 feature arrays (real, fake), rows in
@@ -209,7 +209,7 @@ def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], fea
     for is_real, paths in ((True, real), (False, fake)):
         order = _size_order(paths)
         seen.clear()
-        for batch in progress(size_batches([paths[i] for i in order], batch_size, decode_workers)):
+        for batch in progress(size_batches([paths[i] for i in order], batch_size, engine)):
             metric.update(batch.to(device), real=is_real)
         if features is not None:
             rows = np.concatenate(seen) if seen else np.zeros((0, 0))
@@ -273,7 +273,7 @@ def frechet_interval(real: Any, fake: Any, *, n_resamples: int, seed: int, devic
 
 def inception_score(paths: Sequence[str | Path], feature: Any, *, splits: int = 10, seed: int = 0,
                     batch_size: int = 32, device: str = "cpu", progress: Callable[[Iterable], Iterable] = iter,
-                    decode_workers: int | str | None = None, features: list | None = None) -> tuple[float, float]:
+                    engine: Any = None, features: list | None = None) -> tuple[float, float]:
     """torchmetrics Inception Score (mean, SD over ``splits``); ``seed`` fixes its random split.
     ``features``: a list that receives the ``(n, classes)`` logits, rows in the order of ``paths`` (what
     :func:`inception_from_logits` resamples for the IS interval)."""
@@ -285,7 +285,7 @@ def inception_score(paths: Sequence[str | Path], feature: Any, *, splits: int = 
     with warnings.catch_warnings():  # "will save all extracted features": logits only, a few MB per 10k images
         warnings.filterwarnings("ignore", message=".*save all extracted features.*")
         metric = InceptionScore(feature=feature, splits=splits, normalize=False).to(device)
-    for batch in progress(size_batches(paths, batch_size, decode_workers)):
+    for batch in progress(size_batches(paths, batch_size, engine)):
         metric.update(batch.to(device))
     if features is not None:
         features.append(torch.cat([f.detach().double().cpu() for f in metric.features]).numpy())
@@ -353,7 +353,7 @@ def load_clip(model: str | Path = DEFAULT_CLIP_MODEL) -> tuple[Any, Any]:
 
 def clip_scores(images: Sequence[str | Path], texts: Sequence[str], model: tuple[Any, Any], *,
                 device: str = "cpu", progress: Callable[[Iterable], Iterable] = iter,
-                decode_workers: int | str | None = None) -> tuple[float, list[float]]:
+                engine: Any = None) -> tuple[float, list[float]]:
     """(corpus CLIP Score, per-pair scores) with torchmetrics ``CLIPScore`` (100 x cosine, floored at 0).
 
     Each pair goes through ``forward``, which returns that pair's score and accumulates the corpus
@@ -367,7 +367,7 @@ def clip_scores(images: Sequence[str | Path], texts: Sequence[str], model: tuple
     clip, processor = model
     metric = CLIPScore(model_name_or_path=lambda: (_ClipFeatures(clip), processor)).to(device)
     per_item: list[float] = []
-    decoded = uint8_images(images, decode_workers)
+    decoded = uint8_images(images, engine)
     try:
         with torch.no_grad():
             for _path, text in progress(list(zip(images, texts, strict=True))):

@@ -103,13 +103,15 @@ def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, rea
     than 128 images inline; 0: in this process); the metrics are the same either way.
     """
     from unirag.metrics.image_run import IMAGE_METRICS, score_images
+    from unirag.runs.engine import EngineOptions
 
     if texts is not None and len(texts) != len(images):
         raise ConfigError(f"got {len(images)} images and {len(texts)} texts: give one text per image")
     metrics, skipped, scores = score_images(images, texts, real_images, clip_model=clip_model, clip=clip,
                                             fid_feature=fid_feature, is_feature=is_feature,
                                             inception_weights=inception_weights, is_splits=is_splits, seed=seed,
-                                            batch_size=batch_size, device=device, decode_workers=decode_workers)
+                                            batch_size=batch_size, device=device,
+                                            engine=EngineOptions(decode_workers=decode_workers))
     out: dict[str, Any] = {m: metrics[m] for m in IMAGE_METRICS if m in metrics}
     out["skipped"] = skipped
     if per_item:

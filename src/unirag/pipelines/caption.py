@@ -42,9 +42,6 @@ class CaptionConfig(ExampleRunConfig):
     temperature: float | None | str = "profile"
     templates_dir: str | Path | None = None
     official_prompts: str | Path | None = None
-    #: processes that decode the next batches' query and example images while a local model captions
-    #: (None: auto, the cores available when the run has >= 128 images; 0: inline); never changes a caption
-    decode_workers: int | str | None = None
 
 
 def default_k(mode: str, generator_spec: str | None) -> int:
@@ -305,7 +302,7 @@ def _execute(cfg: CaptionConfig, job: CaptionJob, run: RunDir, queries: list[Que
         open_kind = functools.partial(open_caption_job, slim, _abs(job.pool_root) or os.getcwd())
     return execute(job, queries, run.store, concurrency=cfg.concurrency,
                    policy=RetryPolicy(max_attempts=cfg.max_attempts), decode_ahead=job.batches,
-                   decode_workers=cfg.decode_workers, pool=pool, recipe=recipe, open_kind=open_kind,
+                   engine=cfg.engine, pool=pool, recipe=recipe, open_kind=open_kind,
                    desc="caption", progress=cfg.progress)
 
 

@@ -65,19 +65,6 @@ class CaptionRequest:
 
 
 
-def _with_image_loading(method):
-    """Run ``method`` with the Captioner's ``image_loading`` setting in force (prompt images decode as it says)."""
-    import functools
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        from unirag.data.images import image_loading
-
-        with image_loading(self.settings["image_loading"]):
-            return method(self, *args, **kwargs)
-    return wrapper
-
-
 class Captioner(LazyBackend):
     """Caption images with a generator, zero-shot or from examples (UniRAG, paper §3.2).
 
@@ -174,7 +161,6 @@ class Captioner(LazyBackend):
         return isinstance(backend, TextGenerator) and type(backend).generate_batch is not TextGenerator.generate_batch
 
     # -- captioning --------------------------------------------------------------------------
-    @_with_image_loading
     def request(self, image: ImageLike, examples: Iterable[Any] = (), *, mode: str = "rag",
                 label: str = "query", ahead: Mapping[str, Any] | None = None) -> CaptionRequest:
         """Check the inputs and render the prompt for one image (see :meth:`caption`); ``ahead``: its
@@ -193,8 +179,9 @@ class Captioner(LazyBackend):
             raise ConfigError("caption() needs the query image")
         from unirag.prompts.caption import build_caption_prompt
 
-        return CaptionRequest(examples, build_caption_prompt(self.template, image, examples, query_label=label,
-                                                                   ahead=ahead))
+        prompt = build_caption_prompt(self.template, image, examples, query_label=label, ahead=ahead,
+                                      loading=self.settings["image_loading"])
+        return CaptionRequest(examples, prompt)
 
     def sent_prompt(self, prompt: Any) -> str | None:
         """``prompt`` (a :class:`~unirag.prompts.caption.CaptionPrompt`) exactly as the backend sends it
@@ -204,7 +191,6 @@ class Captioner(LazyBackend):
             return None
         return backend.sent_prompt(prompt.messages, self.options)
 
-    @_with_image_loading
     def complete(self, request: CaptionRequest, *, captions: Sequence[str] | None = None) -> Caption:
         """Call the generator for a prepared request (``captions``: what an example captioner picks
         from, when not the examples' own captions)."""
@@ -215,7 +201,6 @@ class Captioner(LazyBackend):
             gen = self.backend.generate(request.prompt.messages, self.options)
         return self._caption(request, gen)
 
-    @_with_image_loading
     def complete_batch(self, requests: Sequence[CaptionRequest]) -> list[Caption]:
         """Prepared requests in one batched call where the backend batches, else one by one."""
         if not self.batches or any(r.prompt is None for r in requests):

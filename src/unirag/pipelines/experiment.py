@@ -26,9 +26,11 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     cells that retrieve from an index; ``engine`` as for a single run (a
     :class:`~unirag.runs.engine.WorkerPool` lets cells with the same model share its workers)."""
     from unirag.runs.atomic import atomic_write_json
+    from unirag.runs.engine import with_decode_workers
 
     out = Path(out_root) / cell.name
     opts = dict(cell.options)
+    engine = with_decode_workers(engine, opts.pop("decode_workers", None))  # the cell's own, unless given
     if limit is not None:
         opts["limit"] = limit
     if cell.paper or cell.row:
@@ -64,7 +66,7 @@ def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, e
         kwargs["stages"] = parse_stages(c["stages"])
     metrics = run_cir(c["dataset"], c["annotations"], images_root=cell.sources.get("images_root"), out_dir=out,
                       k=c.get("k"), limit=opts.get("limit"), concurrency=opts.get("concurrency"),
-                      decode_workers=opts.get("decode_workers"), progress=progress, profile=cell.settings, echo=lambda s: None, engine=engine,
+                      progress=progress, profile=cell.settings, echo=lambda s: None, engine=engine,
                       official_prompts=opts.get("official_prompts"), **kwargs)
     final = cir_stage_metrics(metrics, c.get("stage"))
     n = int(final.get("n_queries") or 0) if final else 0
@@ -128,7 +130,6 @@ def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool,
                                   settings=ImageSettings(**image, seed=cell.settings["image_seed"]), concurrency=opts.get("concurrency", 4),
                                   limit=opts.get("limit"), save_prompts=opts.get("save_prompts", 5),
                                   progress=progress, profile=cell.settings, engine=engine, spec=cell.generator,
-                                  decode_workers=opts.get("decode_workers"),
                                   generator_options={k: v for k, v in opts.items()
                                                      if k in GENERATOR_OPTIONS | {"lavit_code", "offload"}})
     # Same shape as caption cells: the final totals of the run directory.

@@ -161,12 +161,10 @@ class ImageJob:
         settings, generator, out = self.settings, self.generator, self.out
         request = ImageRequest(qid=query.qid, caption=query.txt, examples=_rooted(examples, self.images_root),
                                width=settings.width, height=settings.height, steps=settings.steps,
-                               guidance=settings.guidance, seed=settings.seed, ahead=images)
-        from unirag.data.images import image_loading
-
+                               guidance=settings.guidance, seed=settings.seed, ahead=images,
+                               loading=self.image_loading)
         try:
-            with image_loading(self.image_loading):
-                result = generator.generate(request)
+            result = generator.generate(request)
         except InputError as e:  # e.g. a missing example image: this query fails, the run goes on
             raise BackendError(str(e)) from None
         meta = dict(result.meta)
@@ -237,7 +235,6 @@ def run_image_generation(
     engine: Any = "local",
     spec: str | None = None,
     generator_options: dict[str, Any] | None = None,
-    decode_workers: int | str | None = None,
 ) -> dict[str, int]:
     """Generate one image per query into ``out``; returns counts (ok/error/skipped + final totals).
 
@@ -247,19 +244,16 @@ def run_image_generation(
     ``profile``: a profile name or :class:`unirag.profiles.Settings` (recorded in the manifest; its
     ``emu2_sampling`` fills in steps/guidance left None). ``generator`` None: the run loads ``spec``
     with ``generator_options`` itself: on Ray workers when ``engine`` is "ray" and the spec is a local
-    model (see :mod:`unirag.runs.engine`), else here. ``decode_workers``: for a local model in this
-    process, processes that decode the next queries' example images while the model draws (None or
-    "auto": the cores available, at most 8, and runs of fewer than 128 example images inline; 0:
-    inline; see :mod:`unirag.runs.ahead`). API generators send the files as they are and decode nothing.
+    model (see :mod:`unirag.runs.engine`), else here, where the engine options' decode workers decode the
+    next queries' example images while a local model draws (see :mod:`unirag.runs.ahead`). API
+    generators send the files as they are and decode nothing.
     """
     from contextlib import ExitStack
 
-    from unirag.data.loader import resolve_decode_workers
     from unirag.generators.images.base import seeding_options
     from unirag.profiles import resolve
     from unirag.runs.engine import open_pool, runs_on_ray
 
-    resolve_decode_workers(decode_workers)  # a bad value fails before anything loads
     profile = resolve(profile)
     with ExitStack() as stack:
         pool = recipe = None
@@ -282,12 +276,12 @@ def run_image_generation(
         settings = (settings or ImageSettings()).resolved(generator.spec, profile)
         return _run_image_generation(queries, generator, selector, Path(out), images_root, settings,
                                      concurrency, limit, save_prompts, policy, prices, identity_extra, progress,
-                                     pool, recipe, engine, profile, decode_workers)
+                                     pool, recipe, engine, profile)
 
 
 def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleSelector, out: Path, images_root,
                           settings: ImageSettings, concurrency, limit, save_prompts, policy, prices, identity_extra,
-                          progress, pool, recipe, engine, profile, decode_workers=None) -> dict[str, int]:
+                          progress, pool, recipe, engine, profile) -> dict[str, int]:
     import os
 
     from unirag.pipelines.caption import _engine_entry
@@ -328,7 +322,7 @@ def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleS
                                           selector.k, image_format, profile["image_loading"])
         # A local model draws one query at a time here: its example images decoded a few queries ahead.
         counts = execute(job, todo, run.store, concurrency=1 if generator.local else max(1, int(concurrency)),
-                         policy=policy, decode_ahead=generator.local, decode_workers=decode_workers, pool=pool,
+                         policy=policy, decode_ahead=generator.local, engine=engine, pool=pool,
                          recipe=recipe, open_kind=open_kind, desc=f"images ({generator.spec})", progress=progress)
         counts["skipped"] += len(queries) - len(todo)
         final = run.finish([q.qid for q in queries])
@@ -345,9 +339,6 @@ class ImageConfig(ExampleRunConfig):
     concurrency: int = 4
     seed: int = 0
     settings: ImageSettings = field(default_factory=ImageSettings)
-    #: processes that decode the next queries' example images while a local model draws (see
-    #: :func:`run_image_generation`): None/"auto", or N >= 0 (0 = in the model's process)
-    decode_workers: int | str | None = None
 
 
 def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dict[str, int]:
@@ -375,5 +366,4 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dic
         concurrency=cfg.concurrency, limit=cfg.limit, save_prompts=cfg.save_prompts,
         policy=RetryPolicy(max_attempts=cfg.max_attempts), prices=cfg.prices,
         identity_extra={"queries": queries_identity(queries, path)}, progress=cfg.progress, profile=cfg.profile,
-        engine=cfg.engine, spec=cfg.generator, generator_options=cfg.generator_options,
-        decode_workers=cfg.decode_workers)
+        engine=cfg.engine, spec=cfg.generator, generator_options=cfg.generator_options)

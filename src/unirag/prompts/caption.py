@@ -64,12 +64,12 @@ def is_single_image(tpl: PromptTemplate) -> bool:
     return "merged_image" in parse_layout(tpl)
 
 
-def _image_part(image: ImageLike, label: str, ahead: Mapping[str, Any] | None) -> ImagePart:
+def _image_part(image: ImageLike, label: str, ahead: Mapping[str, Any] | None, loading: str) -> ImagePart:
     """Fail while building the prompt (naming the file), not later inside a backend's encoder. A file
     in ``ahead`` (decoded ahead) carries its decoded image."""
     if is_path_like(image) and not Path(image).is_file():
         raise InputError("image file not found", path=image)
-    part = ImagePart.from_image(image, label=label)
+    part = ImagePart.from_image(image, label=label, loading=loading)
     if ahead and part.path is not None and str(part.path) in ahead:
         return replace(part, decoded=ahead[str(part.path)])
     return part
@@ -88,9 +88,11 @@ def _instruction(tpl: PromptTemplate, examples: Sequence[Pair], merged: bool) ->
 
 def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, examples: Sequence[Pair],
                          separator: int = DEFAULT_SEPARATOR, query_label: str = "query",
-                         ahead: Mapping[str, Any] | None = None) -> CaptionPrompt:
+                         ahead: Mapping[str, Any] | None = None,
+                         loading: str = "normalised") -> CaptionPrompt:
     """Messages for one query. ``examples`` empty = zero-shot (the template's Figure 2 wording).
-    ``ahead``: image files already decoded (path -> image, see :func:`unirag.data.images.load_rgb`)."""
+    ``ahead``: image files already decoded (path -> image) and ``loading``: how the images are
+    decoded (the ``image_loading`` setting), see :func:`unirag.data.images.load_rgb`."""
     layout = parse_layout(tpl)
     merged = "merged_image" in layout
     system = tpl.text("system").strip()
@@ -107,19 +109,20 @@ def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, examples: 
                 instruction = f"{system}\n{instruction}"
         elif token == "examples":
             for i, s in enumerate(examples, start=1):
-                parts.append(_image_part(s.image, s.label or f"example {i}", ahead))
+                parts.append(_image_part(s.image, s.label or f"example {i}", ahead, loading))
                 parts.append(TextPart(tpl.fill("example_caption", n=i, caption=s.caption)))
         elif token == "query_image":
-            parts.append(_image_part(query_image, query_label, ahead))
+            parts.append(_image_part(query_image, query_label, ahead, loading))
         elif token == "merged_image":
             if examples:
-                images = [as_rgb(im, ahead=ahead) for im in [*(s.image for s in examples), query_image]]
+                images = [as_rgb(im, ahead=ahead, loading=loading)
+                          for im in [*(s.image for s in examples), query_image]]
                 merged_image = merge_vertically(images, separator=separator)
                 labels = [s.label or f"example {i}" for i, s in enumerate(examples, start=1)] + [query_label]
                 parts.append(ImagePart(data=png_bytes(merged_image), mime="image/png",
                                        label="merged: " + " | ".join(labels)))
             else:
-                parts.append(_image_part(query_image, query_label, ahead))
+                parts.append(_image_part(query_image, query_label, ahead, loading))
         elif token == "instruction":
             parts.append(_INSTRUCTION)
     final = [TextPart(instruction) if p is _INSTRUCTION else p for p in parts]

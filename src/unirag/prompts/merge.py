@@ -13,16 +13,15 @@ SEPARATOR_COLOR = (0, 0, 0)
 
 
 def merge_vertically(images: list, separator: int = DEFAULT_SEPARATOR, fill: tuple[int, int, int] = SEPARATOR_COLOR):
-    """PIL images -> one RGB image (width = max width, height = sum of heights + separators)."""
+    """PIL images as loaded (:func:`unirag.data.images.load_rgb`) -> one RGB image (width = max width,
+    height = sum of heights + separators)."""
     from PIL import Image
 
     if not images:
         raise ValueError("merge_vertically needs at least one image")
     if separator < 0:
         raise ValueError("separator must be >= 0")
-    from unirag.data.images import as_rgb
-
-    rgb = [as_rgb(im) for im in images]
+    rgb = [im.convert("RGB") for im in images]
     width = max(im.width for im in rgb)
     height = sum(im.height for im in rgb) + separator * (len(rgb) - 1)
     canvas = Image.new("RGB", (width, height), fill)

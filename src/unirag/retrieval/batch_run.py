@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from unirag.retrieval.results import RetrievalResult
 
@@ -39,24 +38,6 @@ class RetrievalRunSummary:
         return sum(1 for r in self.results for c in r.candidates if c.replaced)
 
 
-def encoder_for_queries(index_dir: str | Path, queries: str | Path | None, encoder: str | None = None, *,
-                        device: str | None = "auto", dtype: str | None = "auto", instructions: str | None = None,
-                        use_instructions: bool = True, decode_workers: int | str | None = None, profile: Any = None):
-    """The query encoder for ``index_dir``: ``encoder`` (a spec) or the one its manifest records. A UniIR
-    encoder gets the M-BEIR ``instructions`` file, else the ``instructions/query_instructions.tsv`` found
-    above the ``queries`` file (``use_instructions=False``: none). ``decode_workers``: see
-    :func:`unirag.load_encoder`."""
-    from unirag.encoders.registry import instruction_kwargs, load_encoder
-    from unirag.index.manifest import read_manifest
-
-    spec = encoder if encoder is not None else read_manifest(index_dir)["encoder"].get("spec")
-    options = instruction_kwargs(spec, instructions, not use_instructions, str(queries) if queries else None)
-    from unirag.encoders.registry import precision_options
-
-    return load_encoder(spec, device=device, decode_workers=decode_workers, **precision_options(spec, dtype, profile),
-                        **options)
-
-
 def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *, k: int = 5,
                   modality: str = "any", exclude_positives: str | Path | None = None,
                   query_images_root: str | Path | None = None, encoder: str | None = None,
@@ -70,7 +51,10 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
     :class:`unirag.profiles.Settings` (pair completion, example pairs); ``selection``: how pairs become
     examples (:class:`unirag.Selection`); both are recorded with the run's options in
     ``<out>.manifest.json``. ``index_memory``: "mmap" or "ram" (see :meth:`unirag.Index.open`).
-    Options fail before any model loads."""
+    The query encoder: ``encoder`` (a spec) or the one the index's manifest records, loaded with
+    ``device``, ``dtype`` and ``decode_workers`` (see :func:`unirag.load_encoder`); a UniIR encoder gets
+    the M-BEIR ``instructions`` file, else the ``instructions/query_instructions.tsv`` found above the
+    ``queries`` file (``use_instructions=False``: none). Options fail before any model loads."""
     from unirag.index.store import check_memory_mode
 
     check_memory_mode(index_memory)
@@ -85,9 +69,13 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
     sel = Selection.of(selection)
     query_list = read_queries(queries)
     qrels = read_qrels(exclude_positives) if exclude_positives is not None else None
-    query_encoder = encoder_for_queries(index_dir, queries, encoder, device=device, dtype=dtype,
-                                        instructions=instructions, use_instructions=use_instructions,
-                                        decode_workers=decode_workers, profile=profile)
+    from unirag.encoders.registry import instruction_kwargs, load_encoder, precision_options
+    from unirag.index.manifest import read_manifest
+
+    spec = encoder if encoder is not None else read_manifest(index_dir)["encoder"].get("spec")
+    query_encoder = load_encoder(spec, device=device, decode_workers=decode_workers,
+                                 **precision_options(spec, dtype, profile),
+                                 **instruction_kwargs(spec, instructions, not use_instructions, str(queries)))
     retriever = Retriever(index_dir, query_encoder, verify=verify, pool_images_root=pool_images_root,
                           profile=profile, memory=index_memory)
     results = retriever.retrieve(query_list, k, modality, exclude_qrels=qrels, query_images_root=query_images_root,

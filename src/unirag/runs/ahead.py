@@ -37,7 +37,7 @@ class _NotPrepared:
 
 
 class AheadWork(Generic[T, P, R]):
-    """``work_batch(items)`` / ``work(item)`` for a loop over ``groups`` with their images decoded ahead.
+    """``work_batch(items)`` for a loop over ``groups`` with their images decoded ahead.
 
     ``groups``: the calls the loop will make, in order (batches; one-item lists for a loop of single
     calls). ``key(item)``: the item's key (a group is known by its items' keys). ``prepare(item)``:
@@ -99,10 +99,6 @@ class AheadWork(Generic[T, P, R]):
             return self.work_prepared([self.prepare(x) for x in items], {})
         return self.work_prepared(*got)
 
-    def work(self, item: T) -> R:
-        """The call for one item (loops of single calls: ``groups`` of one item each)."""
-        return self.work_batch([item])
-
     def close(self) -> None:
         """Stop the decode workers (the groups not yet worked on are then worked on the plain way)."""
         self._done = True
@@ -117,17 +113,16 @@ class AheadWork(Generic[T, P, R]):
 
 def ahead_work(items: Sequence[T], group_size: int, *, key: Callable[[T], Hashable], prepare: Callable[[T], P],
                image_paths: Callable[[list[P]], Sequence[str]], work_prepared: Callable[[list[P], dict[str, Any]], R],
-               decode_workers: int | str | None, n_images: int | None) -> AheadWork[T, P, R] | None:
+               engine: Any, n_images: int | None) -> AheadWork[T, P, R] | None:
     """An :class:`AheadWork` over ``items`` in groups of ``group_size``, or None where decoding stays
-    inline: ``decode_workers`` 0, or ``auto`` for a run of fewer than
+    inline: the ``engine`` options' decode workers 0, or ``auto`` for a run of fewer than
     :data:`~unirag.data.loader.AUTO_MIN_IMAGES` images (``n_images``, an estimate, None: unknown),
-    or a single group (nothing to overlap with). ``decode_workers`` is the ``--decode-workers``
-    setting (``auto``/None, or N >= 0; see :func:`unirag.data.loader.workers_for`)."""
+    or a single group (nothing to overlap with); see :func:`unirag.data.loader.workers_for`."""
     from unirag.data.loader import workers_for
 
     size = max(1, int(group_size))
     groups = [list(items[s : s + size]) for s in range(0, len(items), size)]
-    workers = workers_for(decode_workers, n_images)
+    workers = workers_for(engine.decode_workers, n_images)
     if workers == 0 or len(groups) < 2 or n_images == 0:
         return None
     return AheadWork(groups, key, prepare, image_paths, work_prepared, workers)

@@ -10,7 +10,7 @@ run directory (so a cluster needs that directory on a filesystem every node moun
 
 An actor is threaded: the driver's second call in flight enters while the model works on the first,
 hands the image files its payloads load (the run kind's ``image_paths(payloads)``) to the
-actor's decode processes (``decode_workers``, an :class:`~unirag.data.loader.ImageLoader` per call,
+actor's decode processes (the options' decode workers, an :class:`~unirag.data.loader.ImageLoader` per call,
 started with it) and waits for the model, which is then given those images decoded (the kind's
 ``work_batch(payloads, images)``, see :class:`~unirag.runs.executor.RunKind`) - the model never waits for a file to be decoded when the decode
 processes keep up. The model itself works one call at a time, and results are exactly those
@@ -23,7 +23,7 @@ That gives the guarantees of a local run:
   with its process (the owner lock, see :mod:`unirag.runs.claims`) and the driver hands the batch to
   another actor, which takes the claims over;
 * a batch that fails (CUDA out of memory included) is retried item by item, so only the item that
-  fails on its own is recorded as failed (:func:`unirag.runs.batching.run_batches`);
+  fails on its own is recorded as failed (:func:`unirag.runs.executor.run_items`);
 * two drivers on one directory never make the same call twice (claims, as between local processes).
 
 Models are grouped: a pool keeps one group of actors per model and reuses it for every task that
@@ -42,7 +42,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from tqdm.auto import tqdm
@@ -63,9 +63,9 @@ class EngineOptions:
     ``gpus_per_worker`` GPUs and ``cpus_per_worker`` CPUs; ``ray_address`` joins a cluster (default:
     start a local Ray, ``object_store_memory`` bytes); ``threads_per_worker`` torch threads in each
     actor (default: this machine's CPUs divided among the workers when Ray is local);
-    ``decode_workers`` processes in each actor that decode the images of the driver's next call while
-    the model works on the current one (None, auto: :func:`unirag.data.loader.workers_for`
-    - 0, inline, for CPU-only actors, else the CPUs per actor less one, at most 8; 0: inline)."""
+    ``decode_workers``: the one setting for processes that decode the images of the next calls while a
+    local model works on the current one, in this process (``local``) or in each actor (``ray``)
+    ("auto"/None: :func:`unirag.data.loader.workers_for`; 0: inline)."""
 
     engine: str = "local"
     workers: int | None = None
@@ -74,17 +74,18 @@ class EngineOptions:
     ray_address: str | None = None
     threads_per_worker: int | None = None
     object_store_memory: int | None = None
-    decode_workers: int | None = None
+    decode_workers: int | str | None = None
 
     def __post_init__(self) -> None:
+        from unirag.data.loader import resolve_decode_workers
+
+        object.__setattr__(self, "decode_workers", resolve_decode_workers(self.decode_workers))
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; expected one of {', '.join(ENGINES)}")
         if self.workers is not None and self.workers < 1:
             raise ConfigError(f"--workers must be >= 1, got {self.workers}")
         if self.gpus_per_worker < 0 or self.cpus_per_worker <= 0:
             raise ConfigError("--gpus-per-worker must be >= 0 and cpus per worker > 0")
-        if self.decode_workers is not None and self.decode_workers < 0:
-            raise ConfigError(f"--decode-workers must be >= 0 (0 = decode inline), got {self.decode_workers}")
         if self.engine == "local" and (self.workers or self.gpus_per_worker or self.ray_address):
             raise ConfigError("--workers/--gpus-per-worker/--ray-address go with --engine ray")
 
@@ -95,6 +96,19 @@ class EngineOptions:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def actor_sizing(self, ray_module: Any, n: int) -> tuple[str, int | None, int]:
+        """(device, torch threads, decode processes) of each of ``n`` actors: the one sizing rule of the
+        generation actors and the index build's (:mod:`unirag.index.ray_engine`)."""
+        from unirag.data.loader import workers_for
+        from unirag.ray_support import decode_share
+
+        threads = self.threads_per_worker
+        if threads is None and not self.ray_address:
+            threads = max(1, (os.cpu_count() or 1) // n)
+        decode = workers_for(self.decode_workers, share=decode_share(ray_module, n),
+                             model_on_cpu=not self.gpus_per_worker)
+        return ("cuda" if self.gpus_per_worker else "cpu"), threads, decode
+
 
 def engine_options(engine: str | EngineOptions | WorkerPool | None) -> EngineOptions:
     """``"local"``/``"ray"``/None/options/a pool -> the options."""
@@ -103,6 +117,15 @@ def engine_options(engine: str | EngineOptions | WorkerPool | None) -> EngineOpt
     if isinstance(engine, EngineOptions):
         return engine
     return EngineOptions(engine=engine or "local")
+
+
+def with_decode_workers(engine: str | EngineOptions | WorkerPool | None, default: int | str | None) -> Any:
+    """``engine`` with ``default`` decode workers where its options leave them to auto (a run's own
+    setting: a grid cell's option, the agents YAML's); a pool the caller opened is used as it is."""
+    if isinstance(engine, WorkerPool) or default is None:
+        return engine
+    options = engine_options(engine)
+    return options if options.decode_workers is not None else replace(options, decode_workers=default)
 
 
 def runs_on_ray(engine: str | EngineOptions | WorkerPool | None, spec: str) -> bool:
@@ -148,21 +171,21 @@ class _Worker:
     :class:`~unirag.runs.executor.RunKind` on the model (``open_kind(model)``, once per run). A call
     that enters while the model works on the one before has its payloads' image files (the kind's
     ``image_paths(payloads)``) decoded by an :class:`~unirag.data.loader.ImageLoader`
-    of ``decode_workers`` processes (0: none, the model's thread decodes as it loads them) in a
+    of ``decode`` processes (0: none, the model's thread decodes as it loads them) in a
     background thread, then waits for the model. Its model part
-    (:func:`~unirag.runs.batching.run_batches` and the store writes) runs under ``_model_lock``,
+    (:func:`~unirag.runs.executor.run_items` and the store writes) runs under ``_model_lock``,
     given those images (``work_batch(payloads, images)``), so the model thread does not read the
     files again. Decoding never changes a result: a file the workers could not read is left out and fails
     where it is loaded, with the inline message, and a call whose decoding fails decodes inline.
     """
 
-    def __init__(self, recipe: ModelRecipe, device: str, threads: int | None, decode_workers: int = 0) -> None:
+    def __init__(self, recipe: ModelRecipe, device: str, threads: int | None, decode: int = 0) -> None:
         import threading
 
         self._model_lock = threading.Lock()  # the model and the task stores: one call at a time
         self._tasks_lock = threading.Lock()  # ``tasks``; taken before ``_model_lock``, never while holding it
         self._stopping = False
-        self.decode = decode_workers
+        self.decode = decode
         if threads:
             os.environ["UNIRAG_TORCH_THREADS"] = str(threads)  # read by unirag.runtime.configure_torch_threads
             try:
@@ -230,7 +253,8 @@ class _Worker:
     def run(self, store_path: str, store_key: str, open_kind: Callable[[Any], Any],
             payloads: list[tuple[str, Any]]) -> dict[str, Any]:
         """Work ``payloads`` ((key, prepared item) pairs) into the run's store; returns counts."""
-        from unirag.runs.batching import run_batches
+        from unirag.runs.executor import run_items
+        from unirag.runs.retry import RetryPolicy
 
         kind, store = self._task(store_path, store_key, open_kind)
         job = self._decode_ahead(kind, [p for _, p in payloads])
@@ -244,9 +268,10 @@ class _Worker:
             with self._model_lock:
                 if self._stopping or _cancelled():
                     raise UniragError(CANCELLED)
-                counts = run_batches(payloads, key=lambda kp: kp[0],
-                                     work_batch=lambda kps: kind.work_batch([p for _, p in kps], images),
-                                     store=store, batch_size=kind.batch_size if kind.batches else 1, progress=False)
+                counts = run_items(payloads, lambda kp: kp[0],
+                                   lambda kps: kind.work_batch([p for _, p in kps], images), store,
+                                   batch_size=kind.batch_size if kind.batches else 1,
+                                   policy=RetryPolicy(max_attempts=1), progress=False)
         finally:
             job = None  # a call that failed leaves its decoding to finish alone (its images are dropped)
         return {**counts, "n": len(payloads)}
@@ -373,14 +398,7 @@ class WorkerPool:
         n = self.n_workers()
         while self._groups and not self._fits(n):  # make room: stop the least recently used model's actors
             self._stop(min(self._groups, key=lambda k: self._groups[k].last_used))
-        threads = o.threads_per_worker
-        if threads is None and not o.ray_address:
-            threads = max(1, (os.cpu_count() or 1) // n)
-        device = "cuda" if o.gpus_per_worker else "cpu"
-        from unirag.data.loader import workers_for
-        from unirag.ray_support import decode_share
-
-        decode = workers_for(o.decode_workers, share=decode_share(ray, n), model_on_cpu=not o.gpus_per_worker)
+        device, threads, decode = o.actor_sizing(ray, n)
         cls = ray.remote(_Worker).options(num_cpus=o.cpus_per_worker, num_gpus=o.gpus_per_worker or 0,
                                           max_restarts=0, max_task_retries=0, max_concurrency=WORKER_CONCURRENCY)
         actors = [cls.remote(recipe, device, threads, decode) for _ in range(n)]

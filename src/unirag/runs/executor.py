@@ -5,9 +5,9 @@ Every run kind that calls a model per item (captions, images, X^R agent calls) d
 files decoded ahead, when they were) becomes record fields. :func:`execute` runs a kind:
 
 * on Ray workers (:class:`~unirag.runs.engine.WorkerPool`), each opening the kind on its model;
-* here, batched (a local model that batches; :func:`~unirag.runs.batching.run_batches`: a
-  failed or out-of-memory batch is retried item by item);
-* here, one item per call (:func:`run_items`: APIs with bounded concurrency, each call retried);
+* here, by :func:`run_items`, the one loop: batched (a local model that batches: a failed or
+  out-of-memory batch is retried item by item) or one item per call (APIs with bounded
+  concurrency, each call retried);
 
 and, for a local model here, with the items' images decoded a few calls ahead
 (:mod:`unirag.runs.ahead`). Whatever the path, items are claimed in the run's
@@ -62,17 +62,17 @@ class RunKind(Protocol):
 
 
 def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurrency: int = 1,
-            policy: RetryPolicy | None = None, decode_ahead: bool = False, decode_workers: int | str | None = None,
-            pool: Any = None, recipe: Any = None, open_kind: Callable[[Any], RunKind] | None = None,
-            desc: str = "items", progress: bool = True) -> dict[str, int]:
+            policy: RetryPolicy | None = None, decode_ahead: bool = False, engine: Any = None, pool: Any = None,
+            recipe: Any = None, open_kind: Callable[[Any], RunKind] | None = None, desc: str = "items",
+            progress: bool = True) -> dict[str, int]:
     """Run ``kind`` over the ``items`` not yet done in ``store``; returns counts ok/error/skipped.
 
     ``pool``: a :class:`~unirag.runs.engine.WorkerPool`: the calls go to its workers holding
     ``recipe``'s model, each opening the kind with ``open_kind(model)`` (picklable) and writing into
     ``store``'s file. Else they run here: batched when ``kind.batches``, else one item per call,
     ``concurrency`` at once, retried by ``policy``. ``decode_ahead``: a local model in this process:
-    the next calls' image files are decoded in decode workers meanwhile (``decode_workers``: the
-    ``--decode-workers`` setting; see :func:`unirag.runs.ahead.ahead_work`).
+    the next calls' image files are decoded in decode workers meanwhile, as many as ``engine`` (its
+    :class:`~unirag.runs.engine.EngineOptions`) says (see :func:`unirag.runs.ahead.ahead_work`).
     """
     items = list(items)
     if pool is not None:
@@ -86,48 +86,61 @@ def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurre
     ahead = None
     if decode_ahead:
         from unirag.runs.ahead import ahead_work
+        from unirag.runs.engine import engine_options
 
         done = store.done_keys()
         todo = [it for it in items if kind.key(it) not in done]
         ahead = ahead_work(todo, kind.batch_size if kind.batches else 1, key=kind.key, prepare=kind.prepare,
                            image_paths=kind.image_paths, work_prepared=kind.work_batch,
-                           decode_workers=decode_workers, n_images=kind.n_images(todo))
-    try:
-        if kind.batches:
-            from unirag.runs.batching import run_batches
-
-            plain = lambda its: kind.work_batch([kind.prepare(it) for it in its], {})  # noqa: E731
-            return run_batches(items, kind.key, ahead.work_batch if ahead is not None else plain, store,
-                               batch_size=kind.batch_size, desc=desc, progress=progress)
-        one = (lambda it: ahead.work(it)[0]) if ahead is not None else \
-            (lambda it: kind.work_batch([kind.prepare(it)], {})[0])
-        return run_items(items, kind.key, one, store, concurrency=concurrency, policy=policy, desc=desc,
+                           engine=engine_options(engine), n_images=kind.n_images(todo))
+    plain = lambda its: kind.work_batch([kind.prepare(it) for it in its], {})  # noqa: E731
+    try:  # a local model's batch is not retried as a whole (its failures are not transient): item by item
+        return run_items(items, kind.key, ahead.work_batch if ahead is not None else plain, store,
+                         batch_size=kind.batch_size if kind.batches else 1,
+                         concurrency=1 if kind.batches else concurrency,
+                         policy=RetryPolicy(max_attempts=1) if kind.batches else policy, desc=desc,
                          progress=progress)
     finally:
         if ahead is not None:
             ahead.close()
 
 
+def is_out_of_memory(err: BaseException) -> bool:
+    """A GPU out-of-memory error, however it was raised (torch's class or a backend's ``oom`` error)."""
+    return type(err).__name__ == "OutOfMemoryError" or getattr(err, "kind", None) == "oom"
+
+
+def _as_backend_error(err: BaseException) -> BackendError:
+    """An item's failure as a BackendError; anything but a BackendError or an OOM is a bug and re-raised."""
+    if isinstance(err, BackendError):
+        return err
+    if is_out_of_memory(err):
+        return BackendError(f"out of GPU memory: {err}", kind="oom")
+    raise err
 
 
 def run_items(
     items: Iterable[T],
     key: Callable[[T], str],
-    work: Callable[[T], dict[str, Any]],
+    work: Callable[[list[T]], list[dict[str, Any]]],
     store: ResultStore,
     *,
+    batch_size: int = 1,
     concurrency: int = 1,
     policy: RetryPolicy | None = None,
     desc: str = "items",
     progress: bool = True,
 ) -> dict[str, int]:
-    """Run ``work(item)`` for each item whose key is not yet done in ``store``.
+    """Run ``work(batch)`` (one fields dict per item) over the items whose key is not yet done in ``store``.
 
-    ``work`` returns the output fields of a successful item; a :class:`BackendError` that is not
-    retryable, or that keeps failing, is stored as ``status: error`` with its message (and retried
-    by the next run). Other exceptions are bugs and propagate. Returns counts ok/error/skipped.
-    Each item is claimed in the store before its call, so when several processes share the store
-    an item is called by one of them only; the others count it as skipped once its record is there.
+    Batches of ``batch_size`` items, ``concurrency`` at once. A batch that fails (a
+    :class:`BackendError`, or out of GPU memory: cached memory is released first) is worked item by
+    item, so one bad input fails alone. An item's own call is retried by ``policy``; a
+    :class:`BackendError` that is not retryable, or that keeps failing, is stored as ``status: error``
+    with its message (and retried by the next run). Other exceptions are bugs and propagate. Returns
+    counts ok/error/skipped. Each item is claimed in the store before its call, so when several
+    processes share the store an item is called by one of them only; the others count it as skipped
+    once its record is there.
     """
     policy = policy or RetryPolicy()
     done = store.done_keys()
@@ -136,45 +149,78 @@ def run_items(
     counts = {"ok": 0, "error": 0, "skipped": len(items) - len(todo)}
     deferred: list[tuple[T, dict[str, Any] | None]] = []
 
-    def one(item: T, first_try: bool = True) -> Any:
-        start = time.perf_counter()
-        k = key(item)
-        if not store.claim(k):
-            if store.is_done(k, refresh=False):  # another process finished it meanwhile
-                return None
-            if first_try:
-                deferred.append((item, store.get(k)))  # another process is working on it right now
-            return DEFERRED
+    def record(item: T, fields: dict[str, Any] | None, err: BackendError | None, attempts: int,
+               seconds: float) -> dict[str, Any] | None:
+        if err is None:
+            rec = {store.key: key(item), "status": STATUS_OK, "error": None, **fields}
+        else:
+            rec = {store.key: key(item), "status": STATUS_ERROR, "error": str(err), "error_kind": err.kind}
+        rec["attempts"] = attempts
+        rec.setdefault("latency_s", round(seconds, 4))
+        return rec if store.append(rec) is rec else None  # another process stored a finished record first
+
+    def call(item: T) -> dict[str, Any]:
         try:
-            fields, attempts = call_with_retry(lambda: work(item), policy)
-            rec = {store.key: k, "status": STATUS_OK, "error": None, **fields}
+            return work([item])[0]
+        except Exception as err:  # noqa: BLE001 - _as_backend_error re-raises what is not a model failure
+            raise _as_backend_error(err) from None
+
+    def alone(item: T) -> dict[str, Any] | None:
+        start = time.perf_counter()
+        try:
+            fields, attempts = call_with_retry(lambda: call(item), policy)
+            return record(item, fields, None, attempts, time.perf_counter() - start)
         except BackendError as err:
             attempts = policy.max_attempts if err.retryable else 1
-            rec = {store.key: k, "status": STATUS_ERROR, "error": str(err), "error_kind": err.kind}
-        rec["attempts"] = attempts
-        rec.setdefault("latency_s", round(time.perf_counter() - start, 4))
-        if store.append(rec) is not rec:  # another process stored a finished record first: it stands
-            return None
-        return rec
+            return record(item, None, err, attempts, time.perf_counter() - start)
 
-    def count(rec: Any) -> None:
-        if rec is DEFERRED:
-            return
-        counts["skipped" if rec is None else rec["status"]] += 1
-        bar.update(1)
+    def batch(group: list[T], first_try: bool = True) -> list[Any]:
+        """The group's results: a record, None (done elsewhere) or DEFERRED (claimed by another process)."""
+        out: list[Any] = []
+        chunk = []
+        for it in group:
+            if store.claim(key(it)):
+                chunk.append(it)
+            elif store.is_done(key(it), refresh=False):  # another process finished it meanwhile
+                out.append(None)
+            else:
+                if first_try:
+                    deferred.append((it, store.get(key(it))))  # another process is working on it right now
+                out.append(DEFERRED)
+        if len(chunk) > 1:
+            start = time.perf_counter()
+            try:
+                results = work(chunk)
+            except Exception as err:  # noqa: BLE001 - _as_backend_error re-raises what is not a model failure
+                if is_out_of_memory(_as_backend_error(err)):
+                    from unirag.runtime import free_memory
 
+                    free_memory()
+            else:
+                seconds = (time.perf_counter() - start) / len(chunk)
+                return out + [record(it, f, None, 1, seconds) for it, f in zip(chunk, results, strict=True)]
+        return out + [alone(it) for it in chunk]
+
+    def count(results: list[Any]) -> None:
+        for rec in results:
+            if rec is not DEFERRED:
+                counts["skipped" if rec is None else rec["status"]] += 1
+                bar.update(1)
+
+    size = max(1, int(batch_size))
+    groups = [todo[s : s + size] for s in range(0, len(todo), size)]
     bar = tqdm(total=len(todo), desc=desc, disable=not progress, unit="it")
     try:
         if concurrency <= 1:
-            for it in todo:
-                count(one(it))
+            for group in groups:
+                count(batch(group))
         else:
             with ThreadPoolExecutor(max_workers=concurrency) as pool:
                 pending: set[Future] = set()
-                iterator = iter(todo)
+                iterator = iter(groups)
                 # Keep only ~2x concurrency futures alive so Ctrl-C stops quickly.
-                for it in iterator:
-                    pending.add(pool.submit(one, it))
+                for group in iterator:
+                    pending.add(pool.submit(batch, group))
                     if len(pending) >= 2 * concurrency:
                         break
                 try:
@@ -184,13 +230,12 @@ def run_items(
                             count(fut.result())
                             nxt = next(iterator, None)
                             if nxt is not None:
-                                pending.add(pool.submit(one, nxt))
+                                pending.add(pool.submit(batch, nxt))
                 except BaseException:
                     for fut in pending:
                         fut.cancel()
                     raise
-        for rec in settle_deferred(store, deferred, key, lambda it: one(it, first_try=False)):
-            count(rec)
+        count(settle_deferred(store, deferred, key, lambda it: batch([it], first_try=False)[0]))
     finally:
         bar.close()
     return counts

@@ -81,6 +81,8 @@ class ImageRequest:
     #: the example files already decoded (path -> image, by decode workers): what a local model uses
     #: instead of decoding them again (:func:`unirag.data.images.load_rgb`); never part of the request's identity
     ahead: Any = field(default=None, compare=False, repr=False)
+    #: how the example files are decoded: the ``image_loading`` setting (:func:`unirag.data.images.load_rgb`)
+    loading: str = field(default="normalised", compare=False, repr=False)
 
 
 @dataclass

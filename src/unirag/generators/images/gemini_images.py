@@ -40,7 +40,7 @@ def image_prompt_messages(request: ImageRequest) -> list[Message]:
     tpl = image_template(FEW_SHOT_GEMINI)
     parts: list[Any] = [TextPart(tpl.fill("intro", num=len(request.examples)))]
     for i, ex in enumerate(request.examples, start=1):
-        parts.append(ImagePart(path=ex.image, label=ex.label or f"example {i}"))
+        parts.append(ImagePart(path=ex.image, label=ex.label or f"example {i}", loading=request.loading))
         parts.append(TextPart(tpl.fill("example", n=i, caption=ex.caption)))
     parts.append(TextPart(tpl.fill("query", caption=request.caption)))
     return [Message("user", parts)]

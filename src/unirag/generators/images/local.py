@@ -27,7 +27,8 @@ def render_with_fallback(request: ImageRequest, render: Render, *, name: str, oo
 
     from unirag.runtime import free_memory, to_pil_images
 
-    images_all = to_pil_images([e.image for e in request.examples], ahead=request.ahead)
+    images_all = to_pil_images([e.image for e in request.examples], ahead=request.ahead,
+                               loading=request.loading)
     used = len(request.examples)
     while True:
         trimmed = dataclasses.replace(request, examples=request.examples[:used])

@@ -107,7 +107,7 @@ class OpenAIImageGenerator(ImageGenerator):
         if request.examples:
             files = []
             for i, ex in enumerate(request.examples, start=1):
-                data, mime = ImagePart(path=ex.image).encoded()
+                data, mime = ImagePart(path=ex.image, loading=request.loading).encoded()
                 ext = {"image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif"}.get(mime, "png")
                 files.append((f"example_{i}.{ext}", data, mime))
             args["image"] = files

@@ -47,7 +47,7 @@ class RetrievalImageGenerator(ImageGenerator):
         if not request.examples:
             raise ConfigError(f"{self.spec} needs at least one example per query (query {request.qid} has none)")
         top = request.examples[0]
-        return GeneratedImage(image=load_rgb(top.image),
+        return GeneratedImage(image=load_rgb(top.image, loading=request.loading),
                               meta={"source": top.label, "source_path": str(top.image)})
 
     def config(self) -> dict[str, Any]:
