@@ -11,7 +11,6 @@ folder, so searching the same gallery again costs only the new query's calls.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -44,17 +43,9 @@ class XR:
                  device: str | None = "auto", dtype: str | None = "auto", generator_factory=None,
                  progress: bool = False, profile: str | Settings | None = None,
                  official_prompts: str | Path | None = None) -> None:
-        self.config = copy.deepcopy(agents) if isinstance(agents, XRConfig) else load_config(agents)
-        if encoder is not None:
-            self.config.encoder = encoder
-        if official_prompts is not None:
-            self.config.official_prompts = str(official_prompts)
+        self.config = load_config(agents, encoder=encoder, official_prompts=official_prompts, k_prime=k_prime, lam=lam)
         self.settings = self.config.resolve_settings(profile)
         self.config.apply_profile_defaults(self.settings)  # e.g. the official CLIP when no encoder is named
-        for name, value in (("k_prime", k_prime), ("lam", lam)):
-            if value is not None:
-                setattr(self.config.settings, name, value)
-        self.config.settings.check()
         self._tmp = tempfile.TemporaryDirectory(prefix="unirag-xr-") if work_dir is None else None
         self.work_dir = Path(self._tmp.name if self._tmp is not None else work_dir)
         self.factory, self.progress = generator_factory, progress
