@@ -176,8 +176,9 @@ class Engine:
             return h
         # the candidate's own pair showed the query: describe the candidate itself
         meta = self.index.metas[self.index.gid_of(h.did)]
-        return replace(h, pair=Pair(h.did if meta.modality.has_image else None, None, None,
-                                    meta.txt if meta.modality.has_text else None))
+        text = meta.modality.has_text
+        return replace(h, pair=Pair(h.did if meta.modality.has_image else None, h.did if text else None, None,
+                                    meta.txt if text else None))
 
     # -- examples -------------------------------------------------------------------------------
     def examples(self, mode: str, k: int, *, image=None, text: str | None = None, seed_bytes: bytes = b"",
@@ -267,8 +268,7 @@ class Engine:
         else:
             with self._xr_lock:
                 ranked = self.xr.search(image, text, self.gallery(), k=k + extra)
-            hits = [replace(h, pair=Pair(h.did, None, None, _caption_of(self.index, self.index.metas[
-                self.index.gid_of(h.did)]))) for h in ranked]
+            hits = [replace(h, pair=Pair(h.did, None, None, _caption_of(self.index, h.did))) for h in ranked]
             stage = ranked[0].stage if ranked else "baseline"
             note = f"ranked by the X^R stage {stage!r}"
         if not keep_reference:
@@ -318,11 +318,11 @@ def _slots(spec: str | None, concurrency: int) -> int:
     return 1 if prefix in LOCAL_PREFIXES else concurrency
 
 
-def _caption_of(index, meta) -> str | None:
-    """A caption for an image candidate: one from its own source item, if the pool pairs them."""
+def _caption_of(index, did: str) -> str | None:
+    """A caption for image candidate ``did``: one from its own source item, if the pool pairs them."""
     from unirag.data.records import Modality
 
-    for gid in index.source_group(meta.source_id):
+    for gid in index.source_group(index.metas[index.gid_of(did)].source_id):
         other = index.metas[gid]
         if other.modality is Modality.TEXT and other.txt:
             return other.txt
