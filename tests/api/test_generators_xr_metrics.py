@@ -38,13 +38,16 @@ def test_xr_baseline_ranks_the_gallery_by_the_fused_query(demo):
     with unirag.XR() as xr:
         hits = xr.search(Image.open(ref), text, index, k=5)
         again = xr.search(ref, text, index.pool, k=5)
+        written = {p.name for p in xr.work_dir.iterdir()}
+    assert written <= {"cache", "references"}  # ranked in memory: no run folder, only the caches
     pool = index.pool
     images = [c for c in pool if c.modality.value == "image" and pool.image_file(c) != ref.absolute()]
     gallery = encoder.encode_images([pool.image_file(c) for c in images])
     query = encoder.encode_fused([ref], [text])[0]
     expected = [images[i].did for i in np.argsort(-(gallery @ query), kind="stable")[:5]]
     assert [h.did for h in hits] == expected == [h.did for h in again]
-    assert [h.rank for h in hits] == [1, 2, 3, 4, 5] and {h.stage for h in hits} == {"baseline"}
+    assert {(h.stage, h.score, h.modality) for h in hits} == {("baseline", None, "image")}
+    assert isinstance(hits[0], unirag.Hit)
 
 
 def test_xr_refuses_an_empty_gallery_and_bad_text(demo):

@@ -64,9 +64,15 @@ def test_xr_api_takes_the_profile(tmp_path, official_server):
     root = tmp_path / "images"
     make_world(root)
     prompts = official_checkout(tmp_path) / "XR" / "prompts" / "FashionIQ-dress"
-    xr = unirag.XR(agent_config(official_server.url), profile="official", official_prompts=prompts, work_dir=tmp_path / "xr")
+    config = agent_config(official_server.url)
+    xr = unirag.XR(config, profile="official", official_prompts=prompts, work_dir=tmp_path / "xr")
     xr._encoder, xr._text_encoder = TableEncoder(CROSS_TEXT, CROSS_IMAGE, "cross"), TableEncoder(TEXT_TABLE)
     gallery = {f"c{i}": root / f"c{i}.png" for i in range(1, 6)}
+    hits = xr.search(root / "ref.png", "make it red", gallery, k=4)
+    assert len(hits) == 4 and xr.search(root / "ref.png", "make it red", gallery, k=5)[:4] == hits
+    # the caller's config is the caller's: neither the object nor a search changes it
+    assert (config.encoder, config.official_prompts, config.settings.k) == (None, None, 5)
+    assert xr.config.settings.k == 5 and not (tmp_path / "xr/searches").exists()  # ranked in memory
     hits = xr.search(root / "ref.png", "make it red", gallery, k=5)
     assert [h.did for h in hits] == ["c5", "c1", "c2", "c4", "c3"] and {h.stage for h in hits} == {"xr"}
     assert hits[0].scores["similarity"] == pytest.approx(0.67, abs=1e-6)

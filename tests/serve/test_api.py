@@ -124,6 +124,21 @@ def test_form_and_json_searches_answer_exactly_what_retriever_search_does(client
         assert [h["caption"] for h in form.json()["hits"]] == [p.caption for p in hits.pairs]
 
 
+def test_a_hit_without_its_pair_is_shown_as_the_candidate_itself(engine):
+    """A candidate whose every pair would show the query (``Hit.pair`` None) is described by itself:
+    a text candidate by its own text and no image, an image candidate by its own image."""
+    from unirag.data.records import Modality
+    from unirag.retrieval.results import Hit
+    from unirag.serve.service import hit_json, image_url
+
+    metas, offsets = engine.index.metas, engine.index.offsets
+    text, image = metas[offsets[Modality.TEXT]], metas[offsets[Modality.IMAGE]]
+    shown = [hit_json(engine._hit(Hit(m.did, 0.5, m.modality.value))) for m in (text, image)]
+    assert shown[0] == {"did": text.did, "score": 0.5, "modality": "text", "caption": text.txt, "image_url": None}
+    assert shown[1] == {"did": image.did, "score": 0.5, "modality": "image", "caption": None,
+                        "image_url": image_url(image.did)}
+
+
 @pytest.mark.parametrize("body, message", [
     ({"text": "dog", "image": "x"}, "send images as multipart/form-data"),
     ({"text": "dog", "k": "five"}, "k: must be an integer"),

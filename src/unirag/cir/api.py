@@ -43,18 +43,9 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
     next calls' images while the model answers ("auto", or N; 0 = inline; None: the agents YAML's
     ``settings.decode_workers``, else auto).
     """
-    config = agents if isinstance(agents, XRConfig) else load_config(agents)
-    if official_prompts is not None:
-        config.official_prompts = str(official_prompts)
+    config = load_config(agents, encoder=encoder, official_prompts=official_prompts, k_prime=k_prime, lam=lam, k=k,
+                         concurrency=concurrency, decode_workers=decode_workers)
     settings = config.resolve_settings(profile, **dict(overrides or {}))
-    s = config.settings
-    for name, value in (("k_prime", k_prime), ("lam", lam), ("k", k), ("concurrency", concurrency),
-                        ("decode_workers", decode_workers)):
-        if value is not None:
-            setattr(s, name, value)
-    if encoder is not None:
-        config.encoder = encoder
-    s.check()
     said: set[str] = set()
     raw_echo = echo
     if settings.profile != "default" or settings.overrides:

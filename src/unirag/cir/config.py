@@ -25,6 +25,7 @@ accepted in the file: backends read them from the environment.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from dataclasses import dataclass, field, fields
@@ -171,8 +172,24 @@ def _role_config(raw: dict[str, Any], path: Path, where: str) -> RoleConfig:
         raise InputError(f"bad generation option ({e})", path=path, field=where) from None
 
 
-def load_config(path: str | Path | None) -> XRConfig:
-    """Parse the agents YAML; ``None`` gives the offline configuration (no agents)."""
+def load_config(path: str | Path | XRConfig | None, *, encoder: str | None = None,
+                official_prompts: str | Path | None = None, **settings: Any) -> XRConfig:
+    """The agents config a call works on: the agents YAML parsed, a copy of an :class:`XRConfig` (the
+    caller's is never changed), or ``None``: the offline configuration (no agents); ``encoder``,
+    ``official_prompts`` and :class:`XRSettings` fields (``k_prime=``...) on top (None: not given)."""
+    config = copy.deepcopy(path) if isinstance(path, XRConfig) else _read_config(path)
+    if encoder is not None:
+        config.encoder = encoder
+    if official_prompts is not None:
+        config.official_prompts = str(official_prompts)
+    for name, value in settings.items():
+        if value is not None:
+            setattr(config.settings, name, value)
+    config.settings.check()
+    return config
+
+
+def _read_config(path: str | Path | None) -> XRConfig:
     if path is None:
         return XRConfig()
     import yaml

@@ -30,14 +30,14 @@ def stage_rankings(qs, pool_ids: list[str], stage_order: tuple[str, ...]) -> dic
     return out
 
 
-def write_outputs(ds: CirDataset, out: Path, qs, pool_ids: list[str], s, notes: list[str],
-                  manifest: dict[str, Any], bootstrap: dict[str, Any] | None = None,
-                  subset_passes: dict[str, dict[str, list[str]]] | None = None) -> dict[str, Any]:
-    """Write the run's files; ``qs`` are the per-query states, ``notes`` the run's notes (appended to),
-    ``manifest`` what the run records about its configuration (stages, encoder, agent calls...),
-    ``bootstrap`` the keywords of the metrics' intervals (:func:`unirag.cir.evaluation.evaluate`).
-    ``subset_passes``: stage -> qid -> CIRR subset ranking of a separate pass (``xr_cirr_subset = rerank``);
-    None: each stage's full ranking cut to the img_set."""
+def write_outputs(ds: CirDataset, out: Path, ranking, s, notes: list[str], manifest: dict[str, Any],
+                  bootstrap: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write the run's files; ``ranking`` is what :meth:`unirag.cir.pipeline.CirRun.search` found (its
+    ``subsets``: the CIRR subset rankings of a separate pass, ``xr_cirr_subset = rerank``; None: each
+    stage's full ranking cut to the img_set), ``notes`` the run's notes (appended to), ``manifest``
+    what the run records about its configuration (stages, encoder, agent calls...), ``bootstrap`` the
+    keywords of the metrics' intervals (:func:`unirag.cir.evaluation.evaluate`)."""
+    qs, pool_ids, subset_passes = ranking.qs, ranking.pool_ids, ranking.subsets
     full = stage_rankings(qs, pool_ids, STAGES)
     final_stage = [st for st in STAGES if st in full][-1]
     depth = max(s.k, METRIC_DEPTH)

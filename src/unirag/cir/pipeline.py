@@ -4,7 +4,8 @@ Stages run over all queries at once so agent calls are concurrent across queries
 captions (A_c) -> imagination (A_t^i, A_v^i) -> coarse filtering (A_t^s, A_v^s, RRF -> top-k')
 -> questions (A^q) -> judgements (A_t^q, A_v^q) -> re-ranking of the top-k'. Every agent call is cached
 on completion (see cache.py), so a killed run resumes without repeating a call. Without agent models
-the run is the embedding baseline, and says so.
+the run is the embedding baseline, and says so. :meth:`CirRun.search` ranks in memory (what
+``unirag.XR.search`` returns from); :meth:`CirRun.run` writes the run folder around it.
 
 Where the official X^R code differs from the paper, the run reads a named setting of its profile
 (``self.settings``: xr_scoring, xr_stage2_source, xr_rerank, xr_minmax_ties, xr_questions,
@@ -18,6 +19,7 @@ import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +30,12 @@ from unirag.cir.agents import build_messages, numbered, statement_limit
 from unirag.cir.cache import CallCache, CallRequest
 from unirag.cir.config import XRConfig
 from unirag.cir.datasets import CirDataset, CirQuery
+from unirag.cir.outputs import stage_rankings, write_outputs
 from unirag.cir.scoring import CoarseResult, coarse, coarse_official, fine, plain, question_score
-from unirag.cir.stages import STAGES, parse_stages
+from unirag.cir.stages import STAGE_NAMES, STAGES, parse_stages
 from unirag.errors import ConfigError, InputError
 from unirag.profiles import Settings
+from unirag.retrieval.results import Hit
 from unirag.runs.atomic import atomic_write_json
 from unirag.runs.store import RunLock
 
@@ -78,28 +82,48 @@ class _Q:
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
+@dataclass
+class Ranking:
+    """What :meth:`CirRun.search` found, in memory: each query's state (stage orders over
+    ``pool_ids``, scores, imagination, statements, notes), the agent-call counts, and the rankings
+    of the CIRR subset pass (stage -> qid -> ids; None without one)."""
+
+    pool_ids: list[str]
+    qs: list[_Q]
+    agent_calls: dict[str, dict[str, int]]
+    subsets: dict[str, dict[str, list[str]]] | None = None
+
+    def hits(self, k: int) -> dict[str, list[Hit]]:
+        """qid -> the top ``k`` of the last stage that ranked it: score None (a rank, not one
+        similarity), ``stage`` its name, ``scores`` the fine stage's scores of the top k' (else empty)."""
+        full = stage_rankings(self.qs, self.pool_ids, STAGES)
+        final = [st for st in STAGES if st in full][-1]
+        return {x.q.qid: [Hit(did, None, "image", stage=STAGE_NAMES[final], scores=dict(x.scores.get(did, {})))
+                          for did in full[final][x.q.qid][:k]] for x in self.qs}
+
+
 class CirRun:
-    def __init__(self, dataset: CirDataset, out_dir: str | Path, config: XRConfig | None = None, *,
+    def __init__(self, dataset: CirDataset, out_dir: str | Path | None, config: XRConfig | None = None, *,
                  stages: tuple[str, ...] = STAGES, ablation: Ablation | None = None,
                  cache_dir: str | Path | None = None, encoder=None, text_encoder=None,
                  generator_factory: GeneratorFactory | None = None, progress: bool = True,
                  echo: Callable[[str], None] = print, encoder_options: dict[str, Any] | None = None,
                  profile: str | Settings | None = None, engine: Any = "local",
                  bootstrap: dict[str, Any] | None = None) -> None:
-        """``encoder_options``: keywords for loading the encoders (``device``, ``dtype``, ...).
+        """``out_dir``: the run folder :meth:`run` writes (None: :meth:`search` only; ``cache_dir`` needed).
+        ``encoder_options``: keywords for loading the encoders (``device``, ``dtype``, ...).
         ``bootstrap``: how metrics.json's intervals are drawn (``resamples``, ``bootstrap_seed``,
         ``method``; see :func:`unirag.cir.evaluation.evaluate`).
         ``profile``: ``"default"``, ``"official"`` or resolved :class:`~unirag.profiles.Settings`
         (None: the agents YAML's profile, else default); the YAML's X^R settings apply below it.
         ``engine``: where local agent models run, "local" or "ray" (see :mod:`unirag.runs.engine`)."""
         stages = parse_stages(stages)
-        self.ds, self.out = dataset, Path(out_dir)
+        self.ds, self.out = dataset, Path(out_dir) if out_dir is not None else None
         self.config = copy.deepcopy(config) if config is not None else XRConfig()
         self.settings = self.config.resolve_settings(profile)
         self.config.apply_profile_defaults(self.settings)
         self.config.settings.check()
         _check_settings(self.settings)
-        self.official = None  # OfficialPrompts, loaded when an agent stage runs under xr_prompts=official
         self.stages = stages
         self.bootstrap = dict(bootstrap or {})
         self.ab = ablation or Ablation()
@@ -109,6 +133,13 @@ class CirRun:
         self.factory, self.progress, self.echo = generator_factory, progress, echo
         self.engine = engine
         self.notes: list[str] = list(dataset.notes)
+        self.official = None  # the official prompts, when an agent stage runs under xr_prompts=official
+        if self._official_prompts() and self.config.has_agents and any(st in stages for st in ("coarse", "fine")):
+            from unirag.cir.official_prompts import OfficialPrompts
+
+            # a missing prompt file fails before any file is written or image encoded
+            self.official = OfficialPrompts(self.config.official_prompts, self.ds.kind, self.ds.name)
+            self.notes.extend(self._optional_stage_notes())
 
     # -- models -------------------------------------------------------------------------------------
     def encoder(self):
@@ -151,38 +182,41 @@ class CirRun:
 
     # -- run ----------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        """The CIR run: :meth:`search` with the run folder written around it (missing_images.json,
+        rankings.jsonl, metrics.json, manifest.json, submission files); returns the metrics."""
+        with RunLock(self.out):
+            self._list_missing()
+            return self._write(self.search())
+
+    def search(self) -> Ranking:
+        """X^R over the dataset in memory: the call cache is the only thing written."""
         try:
-            return self._run()
+            return self._search()
         finally:  # the cache's stores release their locks even when a stage fails or is interrupted
             self.cache.close()
 
-    def _run(self) -> dict[str, Any]:
-        s = self.config.settings
-        with RunLock(self.out):
-            pool_ids, qs = self._check_images()
-            paths = [self.ds.image_path(i) for i in pool_ids]
-            enc = self.encoder()
-            ia = self.cache.embeddings("pool-images", enc.fingerprint(), [str(p) for p in paths],
-                                       lambda: enc.encode_images(paths, self.progress))
-            self._baseline(qs, pool_ids, ia)
-            agents = [st for st in ("coarse", "fine") if st in self.stages]
-            if agents and not self.config.has_agents:
-                self.echo(f"no agent models configured (--agents): X^R stages {', '.join(agents)} skipped; "
-                          f"ranking with the embedding baseline ({enc.name} encoder, reference image + text fused)")
-                self.notes.append("offline: embedding baseline only, no agent ran")
-            runner = None
-            if agents and self.config.has_agents:
-                self._check_roles()
-                self._load_official_prompts()
-                runner = AgentRunner(self.config, self.cache, self.factory, progress=self.progress, engine=self.engine)
-                try:
-                    self._agents(runner, qs, pool_ids, paths, ia)
-                    subsets = self._subset_pass(runner, qs, pool_ids, paths, ia)
-                finally:
-                    runner.close()
-            else:
-                subsets = self._subset_pass(None, qs, pool_ids, paths, ia)
-            return self._write(qs, pool_ids, runner, s, subsets)
+    def _search(self) -> Ranking:
+        pool_ids, qs = self._check_images()
+        paths = [self.ds.image_path(i) for i in pool_ids]
+        enc = self.encoder()
+        ia = self.cache.embeddings("pool-images", enc.fingerprint(), [str(p) for p in paths],
+                                   lambda: enc.encode_images(paths, self.progress))
+        self._baseline(qs, pool_ids, ia)
+        agents = [st for st in ("coarse", "fine") if st in self.stages]
+        if agents and not self.config.has_agents:
+            self.echo(f"no agent models configured (--agents): X^R stages {', '.join(agents)} skipped; "
+                      f"ranking with the embedding baseline ({enc.name} encoder, reference image + text fused)")
+            self.notes.append("offline: embedding baseline only, no agent ran")
+        if not (agents and self.config.has_agents):
+            return Ranking(pool_ids, qs, {}, self._subset_pass(None, qs, pool_ids, paths, ia))
+        self._check_roles()
+        runner = AgentRunner(self.config, self.cache, self.factory, progress=self.progress, engine=self.engine)
+        try:
+            self._agents(runner, qs, pool_ids, paths, ia, self.config.settings.k_prime)
+            subsets = self._subset_pass(runner, qs, pool_ids, paths, ia)
+        finally:
+            runner.close()
+        return Ranking(pool_ids, qs, runner.stats, subsets)
 
     def _subset_pass(self, runner: AgentRunner | None, qs: list[_Q], pool_ids: list[str], paths: list[Path],
                      ia: np.ndarray) -> dict[str, dict[str, list[str]]] | None:
@@ -191,8 +225,6 @@ class CirRun:
         through the same stages (agent calls already made come from the cache). stage -> qid -> ranking."""
         if self.settings["xr_cirr_subset"] != "rerank" or not any(x.q.subset for x in qs):
             return None
-        from unirag.cir.outputs import stage_rankings
-
         index = {p: i for i, p in enumerate(pool_ids)}
         sub = []
         for x in qs:
@@ -204,12 +236,7 @@ class CirRun:
         self._baseline(sub, pool_ids, ia)
         if runner is not None:
             size = max(len(x.q.subset) for x in sub) - 1
-            saved = self.config.settings.k_prime
-            self.config.settings.k_prime = max(1, min(saved, size))
-            try:
-                self._agents(runner, sub, pool_ids, paths, ia)
-            finally:
-                self.config.settings.k_prime = saved
+            self._agents(runner, sub, pool_ids, paths, ia, max(1, min(self.config.settings.k_prime, size)))
         self.notes.append("R_subset from a separate pass over each query's img_set (xr_cirr_subset=rerank)")
         return stage_rankings(sub, pool_ids, STAGES)
 
@@ -231,11 +258,14 @@ class CirRun:
             raise ConfigError(f"no model configured for the X^R agent role(s) {', '.join(missing)}: add them under "
                               "'roles' (or a 'defaults' model) in the agents YAML, or drop the stage with --stages")
 
-    def _check_images(self) -> tuple[list[str], list[_Q]]:
-        pool_missing, ref_missing = self.ds.missing_images()
-        pool_ids = [i for i in self.ds.pool if i not in set(pool_missing)]
-        if self.config.has_agents and any(st in self.stages for st in ("coarse", "fine")):
-            self._load_official_prompts()  # a missing prompt file fails before any image is encoded
+    @cached_property
+    def _missing(self) -> tuple[list[str], list[str]]:
+        """The pool ids and the query ids whose image file is missing (looked up once)."""
+        return self.ds.missing_images()
+
+    def _list_missing(self) -> None:
+        """A run lists the missing images in its folder and says so before any image is encoded."""
+        pool_missing, ref_missing = self._missing
         if pool_missing or ref_missing:
             atomic_write_json(self.out / "missing_images.json", {
                 "images_root": str(self.ds.images_root), "pool_missing": pool_missing,
@@ -244,6 +274,11 @@ class CirRun:
             self.echo(f"{len(pool_missing)} of {len(self.ds.pool)} pool images and {len(ref_missing)} reference "
                       f"images missing under {self.ds.images_root}" + (f" (e.g. {example})" if example else "")
                       + f"; listed in {self.out / 'missing_images.json'}")
+
+    def _check_images(self) -> tuple[list[str], list[_Q]]:
+        pool_missing, ref_missing = self._missing
+        pool_ids = [i for i in self.ds.pool if i not in set(pool_missing)]
+        if pool_missing or ref_missing:
             self.notes.append(f"{len(pool_missing)} pool images missing; {len(ref_missing)} queries skipped")
         if not pool_ids:
             raise InputError(f"none of the {len(self.ds.pool)} pool images exist; check --images-root",
@@ -273,13 +308,6 @@ class CirRun:
     # -- agent stages -------------------------------------------------------------------------------
     def _official_prompts(self) -> bool:
         return self.settings["xr_prompts"] == "official"
-
-    def _load_official_prompts(self) -> None:
-        if self._official_prompts() and self.official is None:
-            from unirag.cir.official_prompts import OfficialPrompts
-
-            self.official = OfficialPrompts(self.config.official_prompts, self.ds.kind, self.ds.name)
-            self.notes.extend(self._optional_stage_notes())
 
     def _optional_stage_notes(self) -> list[str]:
         """What happens to the optional cir-v2 / rewriter files: run, off by a setting, or absent
@@ -313,8 +341,8 @@ class CirRun:
         return {i: out[r.key] for i, r in reqs.items()}
 
     def _agents(self, runner: AgentRunner, qs: list[_Q], pool_ids: list[str], paths: list[Path],
-                ia: np.ndarray) -> None:
-        s, ab = self.config.settings, self.ab
+                ia: np.ndarray, k_prime: int) -> None:
+        ab = self.ab
         do_coarse = not ab.fine_only and ab.imagination
         captions: dict[str, str | None] = {}
         if ab.text and do_coarse:
@@ -335,12 +363,12 @@ class CirRun:
             for x in qs:
                 x.orders["coarse"] = x.coarse.order
         if "fine" in self.stages:
-            top_ids = {pool_ids[c] for x in qs for c in x.cand[x.coarse.order[:s.k_prime]]}
+            top_ids = {pool_ids[c] for x in qs for c in x.cand[x.coarse.order[:k_prime]]}
             if ab.text:
                 where = {i: n for n, i in enumerate(pool_ids)}
                 missing = {i: paths[where[i]] for i in top_ids if i not in captions}
                 captions.update(self._captions(runner, missing))
-            self._fine(runner, qs, pool_ids, paths, captions)
+            self._fine(runner, qs, pool_ids, paths, captions, k_prime)
 
     def _imagine(self, runner: AgentRunner, qs: list[_Q], captions: dict[str, str | None]) -> None:
         t_reqs, v_reqs = {}, {}
@@ -512,7 +540,7 @@ class CirRun:
         return [runner.request(role, build_messages(role, statements=listing, **where), len(x.statements))]
 
     def _fine(self, runner: AgentRunner, qs: list[_Q], pool_ids: list[str], paths: list[Path],
-              captions: dict[str, str | None]) -> None:
+              captions: dict[str, str | None], k_prime: int) -> None:
         s, ab, st = self.config.settings, self.ab, self.settings
         cap = st["xr_max_statements"]
         q_reqs = {x.q.qid: self._question_request(runner, x) for x in qs}
@@ -531,7 +559,7 @@ class CirRun:
                 x.notes.append("stage-2 reasoner reply gave no [question, answer] pair: no verification, every "
                                "candidate scores 0")
                 continue
-            for pos in x.coarse.order[: s.k_prime]:
+            for pos in x.coarse.order[:k_prime]:
                 did = pool_ids[x.cand[pos]]
                 caption = captions.get(did) or stand_in
                 if ab.text and caption:
@@ -568,7 +596,7 @@ class CirRun:
             expected_caption = [official_bool(stmt) for stmt in x.statements] if bug else expected
             # exact-string: an answer not written "True"/"False" matches no reply on the image path (None)
             expected_image = [official_answer_string(stmt) for stmt in x.statements] if exact else expected
-            top = x.coarse.order[: s.k_prime]
+            top = x.coarse.order[:k_prime]
             sq_t = np.array([question_score(expected_caption, got.get(("text_question", x.q.qid, int(p))))
                              for p in top])
             sq_v = np.array([question_score(expected_image, got.get(("vision_question", x.q.qid, int(p))))
@@ -577,7 +605,7 @@ class CirRun:
                 x.notes.append(f"{failed[x.q.qid]} judgement call(s) failed: scored 0")
             new_top, final = fine(top, x.coarse, sq_t, sq_v, s.lam, s.norm, similarity=not ab.fine_only,
                                   rerank=st["xr_rerank"], ties=ties, weights=weights)
-            x.orders["fine"] = np.concatenate([new_top, x.coarse.order[s.k_prime:]])
+            x.orders["fine"] = np.concatenate([new_top, x.coarse.order[k_prime:]])
             for i, p in enumerate(top):
                 rec = {"S_t": float(x.coarse.s_t[p]), "S_v": float(x.coarse.s_v[p]), "rrf": float(x.coarse.rrf[p]),
                        "Sq_t": int(sq_t[i]), "Sq_v": int(sq_v[i]), "final": float(final[i])}
@@ -586,24 +614,21 @@ class CirRun:
                 x.scores[pool_ids[x.cand[p]]] = rec
 
     # -- outputs ------------------------------------------------------------------------------------
-    def _write(self, qs: list[_Q], pool_ids: list[str], runner: AgentRunner | None, s,
-               subsets: dict[str, dict[str, list[str]]] | None = None) -> dict[str, Any]:
-        from unirag.cir.outputs import write_outputs
-
+    def _write(self, ranking: Ranking) -> dict[str, Any]:
         manifest = {
             "config": self.config.manifest(), "stages": list(self.stages),
             "ablation": {"imagination": self.ab.imagination, "fine_only": self.ab.fine_only,
                          "modalities": self.ab.modalities},
-            "encoder": getattr(self.encoder(), "name", None), "agent_calls": runner.stats if runner else {},
+            "encoder": getattr(self.encoder(), "name", None), "agent_calls": ranking.agent_calls,
             "cache_dir": str(self.cache.dir), "settings": self.settings.to_dict()}
         if self.official is not None:
             manifest["official_prompts"] = self.official.manifest()
-        if runner is not None and "fine" in self.stages and "xr_caption_verifier" in self.settings.official_bugs():
+        if self.config.has_agents and "fine" in self.stages and "xr_caption_verifier" in self.settings.official_bugs():
             self.notes.append("reproduces the official caption-path verifier bug (bool(\"False\") is True: every "
                               "expected answer written as a string counts as True); set xr_caption_verifier=fixed "
                               "to score it right")
-        return write_outputs(self.ds, self.out, qs, pool_ids, s, self.notes, manifest, bootstrap=self.bootstrap,
-                             subset_passes=subsets)
+        return write_outputs(self.ds, self.out, ranking, self.config.settings, self.notes, manifest,
+                             bootstrap=self.bootstrap)
 
 
 def official_bool(statement: dict) -> bool:

@@ -4,19 +4,16 @@ X^R (paper Algorithm 1) searches a gallery for the image that looks like the ref
 changed as the text says. Without agent models it ranks with the embedding baseline (the reference
 image and the text fused, UniIR CLIP-SF style); with agent models (``agents``: an agents YAML like
 ``examples/xr_agents.yaml`` or an :class:`~unirag.cir.config.XRConfig`) it adds imagination,
-coarse filtering and fine filtering. A search is a small CIR run in a work folder; every agent call
-and the gallery embeddings are cached there, so searching the same gallery again costs only the new
-query's calls.
+coarse filtering and fine filtering. A search ranks in memory (:meth:`unirag.cir.pipeline.CirRun.search`,
+the core of ``unirag cir``); every agent call and the gallery embeddings are cached in the work
+folder, so searching the same gallery again costs only the new query's calls.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
-import json
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +22,7 @@ from unirag.cir.datasets import CirDataset, CirQuery
 from unirag.data.images import ImageLike, as_rgb, image_path_of, png_bytes
 from unirag.errors import ConfigError
 from unirag.profiles import Settings
-
-
-@dataclass(frozen=True)
-class XRHit:
-    """One ranked gallery image: its id (``did``), its ``rank`` (1 = best), the ``stage`` that
-    ranked it ("baseline", "xr_coarse" or "xr") and, for the fine stage's top k', its ``scores``."""
-
-    did: str
-    rank: int
-    stage: str
-    modality: str = "image"
-    scores: dict[str, float] = field(default_factory=dict)
+from unirag.retrieval.results import Hit
 
 
 class XR:
@@ -44,7 +30,7 @@ class XR:
 
     ``agents``: agents YAML path, :class:`~unirag.cir.config.XRConfig`, or None (embedding baseline
     only). ``encoder``: cross-modal encoder spec (None: the offline default, or the config's).
-    ``work_dir``: where runs and caches go (default: a temporary folder removed by :meth:`close`).
+    ``work_dir``: where the caches go (default: a temporary folder removed by :meth:`close`).
     ``k_prime``/``lam``: the paper's candidate depth and fusion weight (override the config).
     ``device``/``dtype``: where and how the encoders run (agent models take theirs from the config).
     ``profile``: ``"default"``, ``"official"`` (the official X^R code's behaviour, docs/xr-parity.md)
@@ -57,24 +43,15 @@ class XR:
                  device: str | None = "auto", dtype: str | None = "auto", generator_factory=None,
                  progress: bool = False, profile: str | Settings | None = None,
                  official_prompts: str | Path | None = None) -> None:
-        self.config = agents if isinstance(agents, XRConfig) else load_config(agents)
-        if encoder is not None:
-            self.config.encoder = encoder
-        if official_prompts is not None:
-            self.config.official_prompts = str(official_prompts)
+        self.config = load_config(agents, encoder=encoder, official_prompts=official_prompts, k_prime=k_prime, lam=lam)
         self.settings = self.config.resolve_settings(profile)
         self.config.apply_profile_defaults(self.settings)  # e.g. the official CLIP when no encoder is named
-        for name, value in (("k_prime", k_prime), ("lam", lam)):
-            if value is not None:
-                setattr(self.config.settings, name, value)
-        self.config.settings.check()
         self._tmp = tempfile.TemporaryDirectory(prefix="unirag-xr-") if work_dir is None else None
         self.work_dir = Path(self._tmp.name if self._tmp is not None else work_dir)
         self.factory, self.progress = generator_factory, progress
         self.encoder_options = {"device": device, "dtype": dtype}
         self._encoder = None
         self._text_encoder = None
-        self._counter = itertools.count()
 
     def warm_up(self) -> XR:
         """Load the cross-modal encoder now."""
@@ -89,8 +66,9 @@ class XR:
         return self._encoder
 
     def search(self, reference_image: ImageLike, text: str, pool_or_index: Any, *, k: int = 10,
-               exclude_reference: bool = True) -> list[XRHit]:
-        """The top-``k`` gallery images for ``reference_image`` changed as ``text`` says.
+               exclude_reference: bool = True) -> list[Hit]:
+        """The top-``k`` gallery images for ``reference_image`` changed as ``text`` says, best first
+        (:class:`~unirag.Hit` with the ``stage`` that ranked them and the fine stage's ``scores``).
 
         ``pool_or_index``: a :class:`unirag.Pool` or :class:`unirag.Index` (their image candidates
         are the gallery), a ``{id: image path}`` mapping, or a list of image paths (ids: the paths).
@@ -100,7 +78,7 @@ class XR:
                                  exclude_reference=exclude_reference)[0]
 
     def search_batch(self, reference_images: Sequence[ImageLike], texts: Sequence[str], pool_or_index: Any, *,
-                     k: int = 10, exclude_reference: bool = True) -> list[list[XRHit]]:
+                     k: int = 10, exclude_reference: bool = True) -> list[list[Hit]]:
         """:meth:`search` for several queries over one gallery (agent calls run concurrently)."""
         from unirag.cir.pipeline import CirRun
 
@@ -117,25 +95,12 @@ class XR:
             ref_id = next((d for d, p in gallery.items() if Path(p) == ref), f"reference:{i}")
             queries.append(CirQuery(qid=f"q{i}", reference=ref_id, text=text, reference_path=str(ref)))
         dataset = CirDataset("xr-search", "mbeir", queries, gallery, exclude_reference=exclude_reference)
-        self.config.settings.k = max(k, 1)
-        out = self.work_dir / "searches" / f"{next(self._counter):04d}"
-        run = CirRun(dataset, out, self.config, cache_dir=self.work_dir / "cache", encoder=self._load_encoder(),
+        run = CirRun(dataset, None, self.config, cache_dir=self.work_dir / "cache", encoder=self._load_encoder(),
                      text_encoder=self._text_encoder, generator_factory=self.factory, progress=self.progress,
                      echo=lambda _line: None, encoder_options=self.encoder_options, profile=self.settings)
-        run.run()
+        hits = run.search().hits(k)
         self._text_encoder = run.loaded_encoders().get("text_encoder") or self._text_encoder
-        by_qid = {}
-        with (out / "rankings.jsonl").open(encoding="utf-8") as f:
-            for line in f:
-                rec = json.loads(line)
-                by_qid[rec["qid"]] = rec
-        results = []
-        for q in queries:
-            rec = by_qid[q.qid]
-            scores = rec.get("scores") or {}
-            results.append([XRHit(did, r, rec["final_stage"], scores=dict(scores.get(did, {})))
-                            for r, did in enumerate(rec["ranked"][:k], start=1)])
-        return results
+        return [hits[q.qid] for q in queries]
 
     def _reference_file(self, image: ImageLike) -> Path:
         """A file for the reference image (agents send files): its own, or a PNG in the work folder."""

@@ -139,13 +139,18 @@ class Hit:
     The one hit type: a run file's ranked ``candidates`` (what retrieval metrics score) are hits
     without their pair. ``pair`` is None when every pair for this candidate would have shown the
     query itself. ``replaced`` names the wrong-modality hit this candidate stands in for (paper §5).
+    A composed-retrieval (X^R) hit has no ``score`` (its rank is its place in the list), the
+    ``stage`` that ranked it ("baseline", "xr_coarse" or "xr") and, for the fine stage's top k',
+    its ``scores``.
     """
 
     did: str
-    score: float
+    score: float | None
     modality: str
     pair: Pair | None = None
     replaced: str | None = None
+    stage: str | None = None
+    scores: dict[str, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The run-file form of a ranked candidate (score rounded to 6 decimals; no pair)."""

@@ -19,12 +19,12 @@ import hashlib
 import random
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from unirag.errors import BackendError, ConfigError
-from unirag.retrieval.results import Pair
+from unirag.retrieval.results import Hit, Pair
 from unirag.retrieval.selection import Selection
 from unirag.serve.settings import ServeSettings
 
@@ -51,16 +51,6 @@ class SearchQuery:
 
 
 @dataclass
-class Hit:
-    did: str
-    score: float | None  # None for X^R rankings, which are ranks, not one similarity
-    modality: str
-    caption: str | None
-    image_did: str | None  # the pool image shown for this hit (the candidate or its paired image)
-    near_duplicate: str | None = None  # the leakage guard's flag on this hit's pair
-
-
-@dataclass
 class CaptionAnswer:
     caption: str
     examples: list[Pair]
@@ -80,7 +70,7 @@ class ImageAnswer:
 
 @dataclass
 class CirAnswer:
-    hits: list[Hit]
+    hits: list[Hit]  # each with the pair it is shown with (see Engine.search_batch)
     stage: str
     note: str | None = None
 
@@ -161,7 +151,8 @@ class Engine:
 
     # -- search -----------------------------------------------------------------------------------
     def search_batch(self, queries: Sequence[SearchQuery], k: int, modality: str = "any") -> list[list[Hit]]:
-        """``Retriever.search_batch``: one encoder pass per input kind and one FAISS call for all ``queries``."""
+        """``Retriever.search_batch``: one encoder pass per input kind and one FAISS call for all ``queries``;
+        every hit carries the pair it is shown with (its caption and pool image)."""
         if modality not in MODALITIES:
             raise ConfigError(f"modality must be one of {', '.join(MODALITIES)}, got {modality!r}")
         texts = [q.text.strip() if q.text and q.text.strip() else None for q in queries]
@@ -180,16 +171,14 @@ class Engine:
     def search(self, query: SearchQuery, k: int = 5, modality: str = "any") -> list[Hit]:
         return self.search_batch([query], k, modality)[0]
 
-    def _hit(self, h) -> Hit:
-        pair = h.pair
-        if pair is not None:
-            caption, image_did = pair.caption, pair.image_did
-        else:  # the candidate's own pair showed the query: describe the candidate itself
-            meta = self.index.metas[self.index.gid_of(h.did)]
-            caption = meta.txt if meta.modality.has_text else None
-            image_did = h.did if meta.modality.has_image else None
-        return Hit(h.did, float(h.score), h.modality, caption, image_did,
-                   pair.near_duplicate if pair is not None else None)
+    def _hit(self, h: Hit) -> Hit:
+        if h.pair is not None:
+            return h
+        # the candidate's own pair showed the query: describe the candidate itself
+        meta = self.index.metas[self.index.gid_of(h.did)]
+        text = meta.modality.has_text
+        return replace(h, pair=Pair(h.did if meta.modality.has_image else None, h.did if text else None, None,
+                                    meta.txt if text else None))
 
     # -- examples -------------------------------------------------------------------------------
     def examples(self, mode: str, k: int, *, image=None, text: str | None = None, seed_bytes: bytes = b"",
@@ -279,15 +268,14 @@ class Engine:
         else:
             with self._xr_lock:
                 ranked = self.xr.search(image, text, self.gallery(), k=k + extra)
-            hits = [Hit(h.did, None, "image", _caption_of(self.index, self.index.metas[self.index.gid_of(h.did)]),
-                        h.did) for h in ranked]
+            hits = [replace(h, pair=Pair(h.did, None, None, _caption_of(self.index, h.did))) for h in ranked]
             stage = ranked[0].stage if ranked else "baseline"
             note = f"ranked by the X^R stage {stage!r}"
         if not keep_reference:
             from unirag.retrieval.near_duplicates import dhash
 
             digest, ref_hash = hashlib.sha256(data).hexdigest() if data else None, dhash(image)
-            hits = [h for h in hits if not self._is_reference(h.image_did, digest, ref_hash)]
+            hits = [h for h in hits if not self._is_reference(h.pair.image_did, digest, ref_hash)]
         return CirAnswer(hits[:k], stage, note)
 
     def _is_reference(self, did: str | None, digest: str | None, ref_hash: int) -> bool:
@@ -330,11 +318,11 @@ def _slots(spec: str | None, concurrency: int) -> int:
     return 1 if prefix in LOCAL_PREFIXES else concurrency
 
 
-def _caption_of(index, meta) -> str | None:
-    """A caption for an image candidate: one from its own source item, if the pool pairs them."""
+def _caption_of(index, did: str) -> str | None:
+    """A caption for image candidate ``did``: one from its own source item, if the pool pairs them."""
     from unirag.data.records import Modality
 
-    for gid in index.source_group(meta.source_id):
+    for gid in index.source_group(index.metas[index.gid_of(did)].source_id):
         other = index.metas[gid]
         if other.modality is Modality.TEXT and other.txt:
             return other.txt

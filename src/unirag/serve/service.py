@@ -17,8 +17,9 @@ from fastapi import Form, Request, UploadFile
 from starlette.concurrency import run_in_threadpool
 
 from unirag.errors import BackendError, ConfigError, InputError
+from unirag.retrieval.results import Hit
 from unirag.serve.batching import SearchBatcher
-from unirag.serve.engine import Engine, Hit
+from unirag.serve.engine import Engine
 from unirag.serve.metrics import Metrics
 from unirag.serve.settings import ServeSettings
 from unirag.serve.uploads import DecodeSlots, check_image
@@ -70,10 +71,11 @@ def image_url(did: str | None) -> str | None:
 
 
 def hit_json(h: Hit) -> dict[str, Any]:
+    """A hit as the service returns it: its caption and image are those of the pair it is shown with."""
     out = {"did": h.did, "score": round(h.score, 6) if h.score is not None else None, "modality": h.modality,
-           "caption": h.caption, "image_url": image_url(h.image_did)}
-    if h.near_duplicate is not None:
-        out["near_duplicate"] = h.near_duplicate
+           "caption": h.pair.caption, "image_url": image_url(h.pair.image_did)}
+    if h.pair.near_duplicate is not None:
+        out["near_duplicate"] = h.pair.near_duplicate
     return out
 
 
