@@ -117,12 +117,15 @@ def ahead_work(items: Sequence[T], group_size: int, *, key: Callable[[T], Hashab
     """An :class:`AheadWork` over ``items`` in groups of ``group_size``, or None where decoding stays
     inline: the ``engine`` options' decode workers 0, or ``auto`` for a run of fewer than
     :data:`~unirag.data.loader.AUTO_MIN_IMAGES` images (``n_images``, an estimate, None: unknown),
-    or a single group (nothing to overlap with); see :func:`unirag.data.loader.workers_for`."""
+    or a single group (nothing to overlap with); see :func:`unirag.data.loader.workers_for`.
+    ``engine``: ``"local"``/None, :class:`~unirag.runs.engine.EngineOptions` or a pool holding them."""
     from unirag.data.loader import workers_for
+
+    options = getattr(engine, "options", engine)  # a WorkerPool's options
 
     size = max(1, int(group_size))
     groups = [list(items[s : s + size]) for s in range(0, len(items), size)]
-    workers = workers_for(engine.decode_workers, n_images)
+    workers = workers_for(getattr(options, "decode_workers", None), n_images)
     if workers == 0 or len(groups) < 2 or n_images == 0:
         return None
     return AheadWork(groups, key, prepare, image_paths, work_prepared, workers)

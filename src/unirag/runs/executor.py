@@ -86,13 +86,12 @@ def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurre
     ahead = None
     if decode_ahead:
         from unirag.runs.ahead import ahead_work
-        from unirag.runs.engine import engine_options
 
         done = store.done_keys()
         todo = [it for it in items if kind.key(it) not in done]
         ahead = ahead_work(todo, kind.batch_size if kind.batches else 1, key=kind.key, prepare=kind.prepare,
                            image_paths=kind.image_paths, work_prepared=kind.work_batch,
-                           engine=engine_options(engine), n_images=kind.n_images(todo))
+                           engine=engine, n_images=kind.n_images(todo))
     plain = lambda its: kind.work_batch([kind.prepare(it) for it in its], {})  # noqa: E731
     try:  # a local model's batch is not retried as a whole (its failures are not transient): item by item
         return run_items(items, kind.key, ahead.work_batch if ahead is not None else plain, store,
