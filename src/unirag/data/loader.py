@@ -48,6 +48,8 @@ AUTO_MIN_IMAGES = 128
 AUTO_WORKERS_CPU_MODEL = 1
 #: Worker deaths one loader survives (each job then decoded here, new workers for the rest).
 MAX_WORKER_DEATHS = 3
+#: Shared-memory buffers a decode worker keeps mapped (the caller sends them back with later jobs).
+HELD_BUFFERS = 8
 
 
 @dataclass(frozen=True)
@@ -145,18 +147,20 @@ def _address(a: Any) -> int:
 
 # -- worker side: a job's paths -> tensors (shared memory on the way back) ---------------------------
 class _Jobs:
-    """The DataLoader's dataset: ``dataset[(n, paths)]`` decodes a job (the index *is* the job)."""
+    """The DataLoader's dataset: ``dataset[(n, paths, buffer)]`` decodes a job (the index *is* the job)."""
 
     def __init__(self, preprocess: Callable[[Any], Any] | None) -> None:
         self.preprocess = preprocess
+        self.held: dict[int, Any] = {}  # the buffers this worker wrote into last
 
-    def __getitem__(self, job: tuple[int, list[str]]) -> tuple[int, list[str | None], Any, list[Any]]:
-        """The job's arrays (PIL images as their pixels) copied into one shared-memory buffer, sent as
-        one file descriptor; ``layout`` says where each is (anything else is pickled as it is)."""
+    def __getitem__(self, job: tuple[int, list[str], Any]) -> tuple[int, list[str | None], Any, list[Any]]:
+        """The job's arrays (PIL images as their pixels) written into ``buffer`` (a shared-memory tensor
+        the caller recycles), or into a new one sent back when it is None or too small; ``layout`` says
+        where each is (anything else is pickled as it is)."""
         import numpy as np
         import torch
 
-        n, paths = job
+        n, paths, buffer = job
         items = [decode_one(p, self.preprocess) for p in paths]
         arrays = [np.asarray(d.image) if _is_pil(d.image) or (isinstance(d.image, np.ndarray) and
                                                               not d.image.dtype.hasobject) else None for d in items]
@@ -164,11 +168,19 @@ class _Jobs:
         for d, a in zip(items, arrays, strict=True):
             layout.append(d.image if a is None else _Slice(size, a.shape, a.dtype.str, _is_pil(d.image)))
             size += 0 if a is None else -(-a.nbytes // 16) * 16
-        flat = torch.empty(size, dtype=torch.uint8).share_memory_() if size else None
+        fresh = None
+        if not size:
+            return n, [d.reason for d in items], fresh, layout
+        if buffer is None or buffer.numel() < size:  # with room for a slightly larger job next time
+            buffer = fresh = torch.empty(size + size // 8, dtype=torch.uint8).share_memory_()
+        self.held[buffer.data_ptr()] = buffer  # kept mapped here: it comes back with a later job
+        while len(self.held) > HELD_BUFFERS:
+            self.held.pop(next(iter(self.held)))
+        flat = buffer.numpy()
         for a, at in zip(arrays, layout, strict=True):
             if a is not None:
-                flat.numpy()[at.offset : at.offset + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-        return n, [d.reason for d in items], flat, layout
+                flat[at.offset : at.offset + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        return n, [d.reason for d in items], fresh, layout
 
 
 class _Slice(NamedTuple):  # where an array is in its job's buffer; ``pil``: make it a PIL image again
@@ -182,12 +194,11 @@ def _is_pil(x: Any) -> bool:
     return type(x).__module__.startswith("PIL.")
 
 
-def _received(paths: list[str], reasons: list, flat: Any, layout: list[Any]) -> list[Decoded]:
+def _received(paths: list[str], reasons: list, buf: Any, layout: list[Any]) -> list[Decoded]:
     """A job's items as sent: views of its buffer (rows of one batch when alike), PIL images, or as pickled."""
     import numpy as np
     from PIL import Image
 
-    buf = flat.numpy() if flat is not None else None
     out = []
     for p, reason, at in zip(paths, reasons, layout, strict=True):
         if isinstance(at, _Slice):
@@ -230,11 +241,19 @@ class ImageLoader:
             for key, paths in source:
                 yield key, [decode_one(p, self._local) for p in paths]
             return
-        handed: deque = deque()  # (n, key, paths) given to the workers, not yet back
-        again: deque = deque()  # those a dead worker's loader held, for the next one
+        handed: deque = deque()  # (n, key, paths, buffer) given to the workers, not yet back
+        again: deque = deque()  # (n, key, paths) a dead worker's loader held, for the next one
         count = iter(range(sys.maxsize))
+        lent: list = []  # (tensor, its array): the buffers of the jobs the caller got
 
-        def sampler() -> Iterator[tuple[int, list[str]]]:
+        def free_buffer() -> Any:
+            """A buffer whose items nobody holds any more (each view of it refers to its array)."""
+            for i, pair in enumerate(lent):
+                if sys.getrefcount(pair[1]) == 2:  # referred to by ``pair`` (and this call) only
+                    return lent.pop(i)
+            return None
+
+        def sampler() -> Iterator[tuple[int, list[str], Any]]:
             while True:
                 if again:
                     job = again.popleft()
@@ -244,16 +263,21 @@ class ImageLoader:
                     except StopIteration:
                         return
                     job = (next(count), key, [str(p) for p in paths])
-                handed.append(job)
-                yield job[0], job[2]
+                buffer = free_buffer() if job[2] else None
+                handed.append((*job, buffer))
+                yield job[0], job[2], None if buffer is None else buffer[0]
 
         while True:
             it = self._start(sampler)
             try:
-                for n, reasons, flat, layout in it:
-                    first, key, paths = handed.popleft()
+                for n, reasons, fresh, layout in it:
+                    first, key, paths, buffer = handed.popleft()
                     assert first == n, "decode jobs came back out of order"
-                    yield key, self._finish(_received(paths, reasons, flat, layout))
+                    if fresh is not None:  # the job's own (the one sent was None or too small)
+                        buffer = (fresh, fresh.numpy())
+                    if buffer is not None:
+                        lent.append(buffer)
+                    yield key, self._finish(_received(paths, reasons, buffer and buffer[1], layout))
                 return
             except RuntimeError as e:
                 if "exited unexpectedly" not in str(e) and "killed by signal" not in str(e):
@@ -264,7 +288,7 @@ class ImageLoader:
                                       f"--decode-workers 0 to decode in the model's process") from None
                 log.warning("a decode worker died (%s): its images are decoded here", e)
                 it = None  # shuts the other workers down
-                again.extend(handed)
+                again.extend(job[:3] for job in handed)
                 handed.clear()
                 if again:
                     _, key, paths = again.popleft()
