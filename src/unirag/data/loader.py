@@ -50,6 +50,8 @@ AUTO_WORKERS_CPU_MODEL = 1
 MAX_WORKER_DEATHS = 3
 #: Shared-memory buffers a decode worker keeps mapped (the caller sends them back with later jobs).
 HELD_BUFFERS = 8
+#: Freed PIL image memory blocks kept for the next images while a loader runs (see ImageLoader.map).
+PIL_BLOCKS_KEPT = 64
 
 
 @dataclass(frozen=True)
@@ -153,14 +155,16 @@ class _Jobs:
         self.preprocess = preprocess
         self.held: dict[int, Any] = {}  # the buffers this worker wrote into last
 
-    def __getitem__(self, job: tuple[int, list[str], Any]) -> tuple[int, list[str | None], Any, list[Any]]:
+    def __getitem__(self, job: tuple[int, list[str], Any]) -> tuple[tuple[int, int], list[str | None], Any, list[Any]]:
         """The job's arrays (PIL images as their pixels) written into ``buffer`` (a shared-memory tensor
         the caller recycles), or into a new one sent back when it is None or too small; ``layout`` says
-        where each is (anything else is pickled as it is)."""
+        where each is (anything else is pickled as it is). ``(n, this worker's id)`` first."""
         import numpy as np
         import torch
+        from torch.utils.data import get_worker_info
 
         n, paths, buffer = job
+        done = n, get_worker_info().id
         items = [decode_one(p, self.preprocess) for p in paths]
         arrays = [np.asarray(d.image) if _is_pil(d.image) or (isinstance(d.image, np.ndarray) and
                                                               not d.image.dtype.hasobject) else None for d in items]
@@ -170,7 +174,7 @@ class _Jobs:
             size += 0 if a is None else -(-a.nbytes // 16) * 16
         fresh = None
         if not size:
-            return n, [d.reason for d in items], fresh, layout
+            return done, [d.reason for d in items], fresh, layout
         if buffer is None or buffer.numel() < size:  # with room for a slightly larger job next time
             buffer = fresh = torch.empty(size + size // 8, dtype=torch.uint8).share_memory_()
         self.held[buffer.data_ptr()] = buffer  # kept mapped here: it comes back with a later job
@@ -180,7 +184,7 @@ class _Jobs:
         for a, at in zip(arrays, layout, strict=True):
             if a is not None:
                 flat[at.offset : at.offset + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-        return n, [d.reason for d in items], fresh, layout
+        return done, [d.reason for d in items], fresh, layout
 
 
 class _Slice(NamedTuple):  # where an array is in its job's buffer; ``pil``: make it a PIL image again
@@ -235,8 +239,20 @@ class ImageLoader:
 
     def map(self, jobs: Iterable[tuple[K, Sequence[str | Path]]]) -> Iterator[tuple[K, list[Decoded]]]:
         """``(key, paths)`` jobs -> ``(key, decoded items)`` in the same order; the jobs iterable is
-        advanced only as the workers have room."""
-        source = iter(jobs)
+        advanced only as the workers have room. Meanwhile Pillow keeps up to :data:`PIL_BLOCKS_KEPT`
+        freed image memory blocks (its block cache, ``PILLOW_BLOCKS_MAX``): the images made here (decoded
+        inline, or from the workers' pixels) reuse the last job's memory instead of new pages, which
+        cost this process more than the copy itself (docs/throughput.md)."""
+        from PIL import Image
+
+        before = Image.core.get_blocks_max()
+        Image.core.set_blocks_max(max(before, PIL_BLOCKS_KEPT))
+        try:
+            yield from self._map(iter(jobs))
+        finally:
+            Image.core.set_blocks_max(before)  # the cache is freed
+
+    def _map(self, source: Iterator[tuple[K, Sequence[str | Path]]]) -> Iterator[tuple[K, list[Decoded]]]:
         if self.workers == 0:
             for key, paths in source:
                 yield key, [decode_one(p, self._local) for p in paths]
@@ -244,17 +260,20 @@ class ImageLoader:
         handed: deque = deque()  # (n, key, paths, buffer) given to the workers, not yet back
         again: deque = deque()  # (n, key, paths) a dead worker's loader held, for the next one
         count = iter(range(sys.maxsize))
-        lent: list = []  # (tensor, its array): the buffers of the jobs the caller got
+        # worker id -> (tensor, its array): the buffers of the jobs the caller got, by the worker that
+        # wrote them last (it has them mapped: a process's first write or read of a page costs more
+        # than the copy); DataLoader hands the jobs to its workers in turn
+        lent: dict[int, list] = {}
 
-        def free_buffer() -> Any:
+        def free_buffer(worker: int) -> Any:
             """A buffer whose items nobody holds any more (each view of it refers to its array)."""
-            for i, pair in enumerate(lent):
+            for i, pair in enumerate(lent.get(worker, ())):
                 if sys.getrefcount(pair[1]) == 2:  # referred to by ``pair`` (and this call) only
-                    return lent.pop(i)
+                    return lent[worker].pop(i)
             return None
 
         def sampler() -> Iterator[tuple[int, list[str], Any]]:
-            while True:
+            for turn in range(sys.maxsize):
                 if again:
                     job = again.popleft()
                 else:
@@ -263,20 +282,20 @@ class ImageLoader:
                     except StopIteration:
                         return
                     job = (next(count), key, [str(p) for p in paths])
-                buffer = free_buffer() if job[2] else None
+                buffer = free_buffer(turn % self.workers) if job[2] else None
                 handed.append((*job, buffer))
                 yield job[0], job[2], None if buffer is None else buffer[0]
 
         while True:
             it = self._start(sampler)
             try:
-                for n, reasons, fresh, layout in it:
+                for (n, worker), reasons, fresh, layout in it:
                     first, key, paths, buffer = handed.popleft()
                     assert first == n, "decode jobs came back out of order"
                     if fresh is not None:  # the job's own (the one sent was None or too small)
                         buffer = (fresh, fresh.numpy())
                     if buffer is not None:
-                        lent.append(buffer)
+                        lent.setdefault(worker, []).append(buffer)
                     yield key, self._finish(_received(paths, reasons, buffer and buffer[1], layout))
                 return
             except RuntimeError as e:
