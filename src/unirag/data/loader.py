@@ -10,10 +10,12 @@ only as the workers have room for it.
 
 * Bad images are not raised in the worker: each item is a :class:`Decoded` with the image or the
   reason it could not be read (callers skip-and-report or raise the inline error).
-* A job's images come back in one shared-memory tensor (DataLoader's transport: a file descriptor
-  passed over a socket, the segment unlinked at once, so nothing is left in ``/dev/shm`` even after a
-  SIGKILL of the whole process group), never pickled: preprocessed arrays as the rows of one batch,
-  whole decoded images as their pixels, made PIL images again here.
+* A job's images come back in one shared-memory buffer (a tensor: DataLoader's file-descriptor
+  passing, the segment unlinked at once, so nothing is left in ``/dev/shm`` even after a SIGKILL of
+  the whole process group), never pickled: preprocessed arrays as the rows of one batch, whole decoded
+  images as their pixels, made PIL images again here. The buffers are recycled: once nothing refers
+  to a job's items any more, its buffer goes back, with a later job, to the worker that has it mapped
+  (a process's first touch of a page costs more than the copy), so a run maps a few, not one a job.
 * A worker that dies (killed, out of memory) costs a retry, not the run: its job is decoded here and
   new workers take the rest; :data:`MAX_WORKER_DEATHS` deaths in one loader stop it with one line.
 * ``workers=0`` decodes inline, lazily, in the calling process.
@@ -173,17 +175,15 @@ class _Jobs:
             layout.append(d.image if a is None else _Slice(size, a.shape, a.dtype.str, _is_pil(d.image)))
             size += 0 if a is None else -(-a.nbytes // 16) * 16
         fresh = None
-        if not size:
-            return done, [d.reason for d in items], fresh, layout
-        if buffer is None or buffer.numel() < size:  # with room for a slightly larger job next time
+        if size and (buffer is None or buffer.numel() < size):  # with room for a slightly larger job next time
             buffer = fresh = torch.empty(size + size // 8, dtype=torch.uint8).share_memory_()
-        self.held[buffer.data_ptr()] = buffer  # kept mapped here: it comes back with a later job
-        while len(self.held) > HELD_BUFFERS:
-            self.held.pop(next(iter(self.held)))
-        flat = buffer.numpy()
+        if size:
+            self.held[buffer.data_ptr()] = buffer  # kept mapped here: it comes back with a later job
+            if len(self.held) > HELD_BUFFERS:
+                self.held.pop(next(iter(self.held)))
         for a, at in zip(arrays, layout, strict=True):
             if a is not None:
-                flat[at.offset : at.offset + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+                buffer.numpy()[at.offset : at.offset + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
         return done, [d.reason for d in items], fresh, layout
 
 
@@ -260,10 +260,8 @@ class ImageLoader:
         handed: deque = deque()  # (n, key, paths, buffer) given to the workers, not yet back
         again: deque = deque()  # (n, key, paths) a dead worker's loader held, for the next one
         count = iter(range(sys.maxsize))
-        # worker id -> (tensor, its array): the buffers of the jobs the caller got, by the worker that
-        # wrote them last (it has them mapped: a process's first write or read of a page costs more
-        # than the copy); DataLoader hands the jobs to its workers in turn
-        lent: dict[int, list] = {}
+        lent: dict[int, list] = {}  # worker -> (tensor, its array) of the jobs the caller got; jobs go
+        # to the DataLoader's workers in turn, each with a buffer the worker that takes it has mapped
 
         def free_buffer(worker: int) -> Any:
             """A buffer whose items nobody holds any more (each view of it refers to its array)."""
