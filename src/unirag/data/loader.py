@@ -176,6 +176,8 @@ class _Jobs:
             size += 0 if a is None else -(-a.nbytes // 16) * 16
         fresh = None
         if size and (buffer is None or buffer.numel() < size):  # with room for a slightly larger job next time
+            if buffer is not None:
+                self.held.pop(buffer.data_ptr(), None)  # too small: the caller lets it go too
             buffer = fresh = torch.empty(size + size // 8, dtype=torch.uint8).share_memory_()
         if size:
             self.held[buffer.data_ptr()] = buffer  # kept mapped here: it comes back with a later job
