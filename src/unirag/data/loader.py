@@ -266,9 +266,12 @@ class ImageLoader:
         # to the DataLoader's workers in turn, each with a buffer the worker that takes it has mapped
 
         def free_buffer(worker: int) -> Any:
-            """A buffer whose items nobody holds any more (each view of it refers to its array)."""
+            """A buffer whose items nobody holds any more (each view of it refers to its array): its array
+            is counted as often as a new object in a pair is (what a call adds differs between Pythons)."""
+            probe = (None, object())
+            alone = sys.getrefcount(probe[1])
             for i, pair in enumerate(lent.get(worker, ())):
-                if sys.getrefcount(pair[1]) == 2:  # referred to by ``pair`` (and this call) only
+                if sys.getrefcount(pair[1]) == alone:
                     return lent[worker].pop(i)
             return None
 
