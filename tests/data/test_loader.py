@@ -78,6 +78,35 @@ def test_a_jobs_preprocessed_arrays_arrive_stacked_in_shared_memory(photo_paths)
     np.testing.assert_array_equal(batch, np.stack([preprocess(decode_one(p).image) for p in good]))
 
 
+def test_workers_write_again_into_the_buffers_of_items_nobody_holds(photo_paths) -> None:
+    """A long run maps a few shared-memory buffers, not one per job: a job's buffer is written again
+    once nothing refers to its items, and items the caller still holds are never overwritten."""
+    good = [p for p in photo_paths if decode_one(p).ok]
+    jobs = [(i, good[i % 7 : i % 7 + 3]) for i in range(12)]
+    addresses, kept = [], []
+    for i, items in ImageLoader(2, preprocess).map(jobs):
+        addresses.append(items[0].image.__array_interface__["data"][0])
+        if i % 4 == 0:
+            kept.append((i, stack_rows([d.image for d in items])))
+        del items
+    assert len(set(addresses)) < len(jobs)
+    for i, batch in kept:
+        np.testing.assert_array_equal(batch, np.stack([preprocess(decode_one(p).image) for p in jobs[i][1]]))
+
+
+def test_pillows_block_cache_is_kept_during_a_run_and_freed_after(photo_paths) -> None:
+    """The images made in the caller's process reuse freed PIL memory while a loader runs; the
+    cache (memory held) ends with the run."""
+    from PIL import Image
+
+    before = Image.core.get_blocks_max()
+    stream = ImageLoader(0).map(_jobs(photo_paths[:2], 1))
+    next(stream)
+    assert Image.core.get_blocks_max() == max(before, loader.PIL_BLOCKS_KEPT)
+    list(stream)
+    assert Image.core.get_blocks_max() == before
+
+
 def test_stack_rows_copies_what_is_not_consecutive_rows_of_one_batch() -> None:
     rows = np.arange(5 * 6, dtype=np.float32).reshape(5, 6)
     assert np.shares_memory(stack_rows([rows[1], rows[2], rows[3]]), rows)

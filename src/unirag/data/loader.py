@@ -10,10 +10,12 @@ only as the workers have room for it.
 
 * Bad images are not raised in the worker: each item is a :class:`Decoded` with the image or the
   reason it could not be read (callers skip-and-report or raise the inline error).
-* A job's images come back in one shared-memory tensor (DataLoader's transport: a file descriptor
-  passed over a socket, the segment unlinked at once, so nothing is left in ``/dev/shm`` even after a
-  SIGKILL of the whole process group), never pickled: preprocessed arrays as the rows of one batch,
-  whole decoded images as their pixels, made PIL images again here.
+* A job's images come back in one shared-memory buffer (a tensor: DataLoader's file-descriptor
+  passing, the segment unlinked at once, so nothing is left in ``/dev/shm`` even after a SIGKILL of
+  the whole process group), never pickled: preprocessed arrays as the rows of one batch, whole decoded
+  images as their pixels, made PIL images again here. The buffers are recycled: once nothing refers
+  to a job's items any more, its buffer goes back, with a later job, to the worker that has it mapped
+  (a process's first touch of a page costs more than the copy), so a run maps a few, not one a job.
 * A worker that dies (killed, out of memory) costs a retry, not the run: its job is decoded here and
   new workers take the rest; :data:`MAX_WORKER_DEATHS` deaths in one loader stop it with one line.
 * ``workers=0`` decodes inline, lazily, in the calling process.
@@ -48,6 +50,10 @@ AUTO_MIN_IMAGES = 128
 AUTO_WORKERS_CPU_MODEL = 1
 #: Worker deaths one loader survives (each job then decoded here, new workers for the rest).
 MAX_WORKER_DEATHS = 3
+#: Shared-memory buffers a decode worker keeps mapped (the caller sends them back with later jobs).
+HELD_BUFFERS = 8
+#: Freed PIL image memory blocks kept for the next images while a loader runs (see ImageLoader.map).
+PIL_BLOCKS_KEPT = 64
 
 
 @dataclass(frozen=True)
@@ -145,18 +151,22 @@ def _address(a: Any) -> int:
 
 # -- worker side: a job's paths -> tensors (shared memory on the way back) ---------------------------
 class _Jobs:
-    """The DataLoader's dataset: ``dataset[(n, paths)]`` decodes a job (the index *is* the job)."""
+    """The DataLoader's dataset: ``dataset[(n, paths, buffer)]`` decodes a job (the index *is* the job)."""
 
     def __init__(self, preprocess: Callable[[Any], Any] | None) -> None:
         self.preprocess = preprocess
+        self.held: dict[int, Any] = {}  # the buffers this worker wrote into last
 
-    def __getitem__(self, job: tuple[int, list[str]]) -> tuple[int, list[str | None], Any, list[Any]]:
-        """The job's arrays (PIL images as their pixels) copied into one shared-memory buffer, sent as
-        one file descriptor; ``layout`` says where each is (anything else is pickled as it is)."""
+    def __getitem__(self, job: tuple[int, list[str], Any]) -> tuple[tuple[int, int], list[str | None], Any, list[Any]]:
+        """The job's arrays (PIL images as their pixels) written into ``buffer`` (a shared-memory tensor
+        the caller recycles), or into a new one sent back when it is None or too small; ``layout`` says
+        where each is (anything else is pickled as it is). ``(n, this worker's id)`` first."""
         import numpy as np
         import torch
+        from torch.utils.data import get_worker_info
 
-        n, paths = job
+        n, paths, buffer = job
+        done = n, get_worker_info().id
         items = [decode_one(p, self.preprocess) for p in paths]
         arrays = [np.asarray(d.image) if _is_pil(d.image) or (isinstance(d.image, np.ndarray) and
                                                               not d.image.dtype.hasobject) else None for d in items]
@@ -164,11 +174,19 @@ class _Jobs:
         for d, a in zip(items, arrays, strict=True):
             layout.append(d.image if a is None else _Slice(size, a.shape, a.dtype.str, _is_pil(d.image)))
             size += 0 if a is None else -(-a.nbytes // 16) * 16
-        flat = torch.empty(size, dtype=torch.uint8).share_memory_() if size else None
+        fresh = None
+        if size and (buffer is None or buffer.numel() < size):  # with room for a slightly larger job next time
+            if buffer is not None:
+                self.held.pop(buffer.data_ptr(), None)  # too small: the caller lets it go too
+            buffer = fresh = torch.empty(size + size // 8, dtype=torch.uint8).share_memory_()
+        if size:
+            self.held[buffer.data_ptr()] = buffer  # kept mapped here: it comes back with a later job
+            if len(self.held) > HELD_BUFFERS:
+                self.held.pop(next(iter(self.held)))
         for a, at in zip(arrays, layout, strict=True):
             if a is not None:
-                flat.numpy()[at.offset : at.offset + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-        return n, [d.reason for d in items], flat, layout
+                buffer.numpy()[at.offset : at.offset + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        return done, [d.reason for d in items], fresh, layout
 
 
 class _Slice(NamedTuple):  # where an array is in its job's buffer; ``pil``: make it a PIL image again
@@ -182,12 +200,11 @@ def _is_pil(x: Any) -> bool:
     return type(x).__module__.startswith("PIL.")
 
 
-def _received(paths: list[str], reasons: list, flat: Any, layout: list[Any]) -> list[Decoded]:
+def _received(paths: list[str], reasons: list, buf: Any, layout: list[Any]) -> list[Decoded]:
     """A job's items as sent: views of its buffer (rows of one batch when alike), PIL images, or as pickled."""
     import numpy as np
     from PIL import Image
 
-    buf = flat.numpy() if flat is not None else None
     out = []
     for p, reason, at in zip(paths, reasons, layout, strict=True):
         if isinstance(at, _Slice):
@@ -224,18 +241,42 @@ class ImageLoader:
 
     def map(self, jobs: Iterable[tuple[K, Sequence[str | Path]]]) -> Iterator[tuple[K, list[Decoded]]]:
         """``(key, paths)`` jobs -> ``(key, decoded items)`` in the same order; the jobs iterable is
-        advanced only as the workers have room."""
-        source = iter(jobs)
+        advanced only as the workers have room. Meanwhile Pillow keeps up to :data:`PIL_BLOCKS_KEPT`
+        freed image memory blocks (its block cache, ``PILLOW_BLOCKS_MAX``): the images made here (decoded
+        inline, or from the workers' pixels) reuse the last job's memory instead of new pages, which
+        cost this process more than the copy itself (docs/throughput.md)."""
+        from PIL import Image
+
+        before = Image.core.get_blocks_max()
+        Image.core.set_blocks_max(max(before, PIL_BLOCKS_KEPT))
+        try:
+            yield from self._map(iter(jobs))
+        finally:
+            Image.core.set_blocks_max(before)  # the cache is freed
+
+    def _map(self, source: Iterator[tuple[K, Sequence[str | Path]]]) -> Iterator[tuple[K, list[Decoded]]]:
         if self.workers == 0:
             for key, paths in source:
                 yield key, [decode_one(p, self._local) for p in paths]
             return
-        handed: deque = deque()  # (n, key, paths) given to the workers, not yet back
-        again: deque = deque()  # those a dead worker's loader held, for the next one
+        handed: deque = deque()  # (n, key, paths, buffer) given to the workers, not yet back
+        again: deque = deque()  # (n, key, paths) a dead worker's loader held, for the next one
         count = iter(range(sys.maxsize))
+        lent: dict[int, list] = {}  # worker -> (tensor, its array) of the jobs the caller got; jobs go
+        # to the DataLoader's workers in turn, each with a buffer the worker that takes it has mapped
 
-        def sampler() -> Iterator[tuple[int, list[str]]]:
-            while True:
+        def free_buffer(worker: int) -> Any:
+            """A buffer whose items nobody holds any more (each view of it refers to its array): its array
+            is counted as often as a new object in a pair is (what a call adds differs between Pythons)."""
+            probe = (None, object())
+            alone = sys.getrefcount(probe[1])
+            for i, pair in enumerate(lent.get(worker, ())):
+                if sys.getrefcount(pair[1]) == alone:
+                    return lent[worker].pop(i)
+            return None
+
+        def sampler() -> Iterator[tuple[int, list[str], Any]]:
+            for turn in range(sys.maxsize):
                 if again:
                     job = again.popleft()
                 else:
@@ -244,16 +285,21 @@ class ImageLoader:
                     except StopIteration:
                         return
                     job = (next(count), key, [str(p) for p in paths])
-                handed.append(job)
-                yield job[0], job[2]
+                buffer = free_buffer(turn % self.workers) if job[2] else None
+                handed.append((*job, buffer))
+                yield job[0], job[2], None if buffer is None else buffer[0]
 
         while True:
             it = self._start(sampler)
             try:
-                for n, reasons, flat, layout in it:
-                    first, key, paths = handed.popleft()
+                for (n, worker), reasons, fresh, layout in it:
+                    first, key, paths, buffer = handed.popleft()
                     assert first == n, "decode jobs came back out of order"
-                    yield key, self._finish(_received(paths, reasons, flat, layout))
+                    if fresh is not None:  # the job's own (the one sent was None or too small)
+                        buffer = (fresh, fresh.numpy())
+                    if buffer is not None:
+                        lent.setdefault(worker, []).append(buffer)
+                    yield key, self._finish(_received(paths, reasons, buffer and buffer[1], layout))
                 return
             except RuntimeError as e:
                 if "exited unexpectedly" not in str(e) and "killed by signal" not in str(e):
@@ -264,7 +310,7 @@ class ImageLoader:
                                       f"--decode-workers 0 to decode in the model's process") from None
                 log.warning("a decode worker died (%s): its images are decoded here", e)
                 it = None  # shuts the other workers down
-                again.extend(handed)
+                again.extend(job[:3] for job in handed)
                 handed.clear()
                 if again:
                     _, key, paths = again.popleft()
