@@ -113,18 +113,14 @@ PACK_TOKENS = 128
 
 
 def pack_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
-    """Indices of ``lengths`` in rows of at most ``capacity`` tokens each (first fit, longest first)."""
-    rows: list[list[int]] = []
-    room: list[int] = []
+    """Indices of ``lengths`` in as many rows as ``capacity`` tokens each need, balanced (longest first,
+    each into the emptiest row) so that the rows, padded to the longest of them, waste little."""
+    load = [0] * max(1, -(-sum(lengths) // capacity))
+    rows: list[list[int]] = [[] for _ in load]
     for i in sorted(range(len(lengths)), key=lambda j: -lengths[j]):
-        for r, left in enumerate(room):
-            if lengths[i] <= left:
-                rows[r].append(i)
-                room[r] -= lengths[i]
-                break
-        else:
-            rows.append([i])
-            room.append(capacity - lengths[i])
+        r = min(range(len(load)), key=load.__getitem__)
+        rows[r].append(i)
+        load[r] += lengths[i]
     return rows
 
 
