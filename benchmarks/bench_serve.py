@@ -204,13 +204,26 @@ def http_load(url: str, path: str, requests: list[tuple[bytes, str]], clients: i
     return summary(lat, time.perf_counter() - start, len(errors)), errors
 
 
-def batch_sizes(url: str) -> dict[str, float]:
-    """The service's search batch-size counters so far (``/metrics``): batches and searches."""
+def counters(url: str) -> dict[str, float]:
+    """The service's search counters so far (``/metrics``): batches, searches, and the seconds its
+    search worker was busy."""
     text = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
     values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
-              if line.startswith("unirag_search_batch_size_")}
+              if line.startswith(("unirag_search_batch_size_", "unirag_search_busy_seconds_total"))}
     return {"batches": values.get("unirag_search_batch_size_count", 0.0),
-            "searches": values.get("unirag_search_batch_size_sum", 0.0)}
+            "searches": values.get("unirag_search_batch_size_sum", 0.0),
+            "busy": values.get("unirag_search_busy_seconds_total", 0.0)}
+
+
+def measured(url: str, requests: list[tuple[bytes, str]], clients: int) -> tuple[dict, list]:
+    """:func:`http_load` on ``/v1/search`` with the mean batch size formed and the search worker's busy
+    share of the time (near 1: the encoder limits the rate; lower: the web layer or the clients do)."""
+    seen = counters(url)
+    out, errors = http_load(url, "/v1/search", requests, clients)
+    after = counters(url)
+    out["batch"] = (after["searches"] - seen["searches"]) / max(1.0, after["batches"] - seen["batches"])
+    out["busy"] = (after["busy"] - seen["busy"]) / (out["n"] / out["qps"])
+    return out, errors
 
 
 def search_settings(index: Path, queries: list[str], k: int, clients: int, before: bool,
@@ -221,16 +234,13 @@ def search_settings(index: Path, queries: list[str], k: int, clients: int, befor
     out = {}
     try:
         http_load(service.url, "/v1/search", forms[:20], 1)
-        out["HTTP, 1 client"], errors = http_load(service.url, "/v1/search", forms, 1)
-        seen = batch_sizes(service.url)
-        out[f"HTTP, {clients} clients"], more = http_load(service.url, "/v1/search", forms, clients)
-        after = batch_sizes(service.url)
-        out[f"HTTP, {clients} clients"]["batch"] = ((after["searches"] - seen["searches"])
-                                                    / max(1.0, after["batches"] - seen["batches"]))
+        load = (lambda reqs, n: http_load(service.url, "/v1/search", reqs, n)) if before else \
+            (lambda reqs, n: measured(service.url, reqs, n))
+        out["HTTP, 1 client"], errors = load(forms, 1)
+        out[f"HTTP, {clients} clients"], more = load(forms, clients)
         errors += more
         name = f"HTTP JSON, {clients} clients"
-        out[name], more = http_load(service.url, "/v1/search", [json_body({"text": q, "k": k}) for q in queries],
-                                    clients)
+        out[name], more = load([json_body({"text": q, "k": k}) for q in queries], clients)
         if before and more:  # an older service without JSON searches
             out[name]["note"] = "not supported"
         else:
@@ -261,7 +271,7 @@ class FlakyChat:
 def line(name: str, s: dict) -> str:
     if s.get("note"):
         return f"  {name:<30}{s['note']:>37}"
-    batch = f"{s['batch']:>8.1f}" if "batch" in s else ""
+    batch = f"{s['batch']:>8.1f}{s['busy']:>8.0%}" if "batch" in s else ""
     return f"  {name:<30}{s['qps']:>9.1f}{s['p50_ms']:>10.1f}{s['p99_ms']:>10.1f}{s['errors']:>8d}{batch}"
 
 
@@ -295,7 +305,7 @@ def main() -> int:
     print(f"\nunirag serve, bundled sample ({args.searches} text searches, k={args.k}; {os.cpu_count()} CPUs; "
           f"load average before {os.getloadavg()[0]:.1f})")
     for name, rows in results.items():
-        print(f"\n{name}\n  {'setting':<30}{'req/s':>9}{'p50 ms':>10}{'p99 ms':>10}{'errors':>8}{'batch':>8}")
+        print(f"\n{name}\n  {'setting':<30}{'req/s':>9}{'p50 ms':>10}{'p99 ms':>10}{'errors':>8}{'batch':>8}{'busy':>8}")
         for setting, s in rows.items():
             if setting != "errors" and s is not None:
                 print(line(setting, s))

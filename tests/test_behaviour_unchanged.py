@@ -4,6 +4,11 @@ Index vectors, retrieval runs, caption records (rag and random few-shot) and ima
 (the offline top-1 baseline) are compared with ``tests/fixtures/golden/sample.json``, which the
 code of commit 96285da wrote (``python tests/golden_outputs.py --write``; see that module). X^R
 rankings are pinned by hand-computed scores in ``tests/cir/test_pipeline_agents.py``.
+
+One record was changed by hand since: in the random-examples caption run, query coco:q3:369771's
+two captions tie under ``retrieval:consensus`` (each one's mean similarity is their one cosine);
+96285da picked the second by float32 rounding, the documented rule (ties: the better-ranked) the
+first (issue 31; ``test_consensus_of_two_captions_is_the_better_ranked``).
 """
 
 from __future__ import annotations

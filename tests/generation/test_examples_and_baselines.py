@@ -109,6 +109,15 @@ def _consensus_by_hand(captions: list[str], similarity: str) -> int:
     return max(range(len(means)), key=lambda i: (round(means[i], 9), -i))
 
 
+def test_consensus_of_two_captions_is_the_better_ranked():
+    """Two captions tie (each one's mean similarity is their one cosine): the first wins, whatever
+    float rounding does to the similarity matrix. The pair is one where it did not (golden caption run)."""
+    gen = RetrievalCaptioner("consensus", similarity="minilm")
+    pair = ["A toddler celebrates his birthday with a cupcake.", "A bowl of noodles, meat and broccoli with a fork."]
+    for captions in (pair, pair[::-1]):
+        assert gen.caption_from_examples(captions).raw == {"chosen_rank": 1}
+
+
 def test_top1_and_consensus_on_real_captions(coco_set):
     rows = coco_set["rows"]
     top1 = RetrievalCaptioner("top1")

@@ -336,6 +336,8 @@ def test_metrics_count_requests_latencies_and_batches(engine):
     assert 'unirag_request_latency_seconds_count{endpoint="/v1/search"} 4' in text
     assert 'unirag_request_latency_seconds_bucket{endpoint="/v1/search",le="+Inf"} 4' in text
     assert "unirag_search_batch_size_count 3" in text
+    busy = [line.split()[1] for line in text.splitlines() if line.startswith("unirag_search_busy_seconds_total ")]
+    assert len(busy) == 1 and float(busy[0]) > 0  # three encoder passes took some time
 
 
 # -- refusals ---------------------------------------------------------------------------------------

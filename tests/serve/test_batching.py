@@ -40,6 +40,20 @@ def test_returning_clients_form_one_batch_not_a_batch_of_one_and_the_rest():
     assert [len(c) for c in calls] == [4, 4]
 
 
+def test_each_batch_reports_its_size_and_duration():
+    calls: list[list] = []
+    seen: list[tuple[int, float]] = []
+    batcher = SearchBatcher(_recording(calls, 0.05), on_batch=lambda size, seconds: seen.append((size, seconds)))
+
+    async def scenario():
+        await asyncio.gather(*(batcher.search(f"q{i}", k=1, modality="any") for i in range(3)))
+        await batcher.close()
+
+    asyncio.run(scenario())
+    assert [size for size, _ in seen] == [len(c) for c in calls] == [3]
+    assert all(seconds >= 0.05 for _, seconds in seen)  # the call slept 50 ms
+
+
 def test_a_lone_client_is_never_held_back():
     calls: list[list] = []
     batcher = SearchBatcher(_recording(calls, 0.0), max_wait=30.0)  # a window would show as a 30 s hang

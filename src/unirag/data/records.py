@@ -7,6 +7,7 @@ given on the command line; :func:`resolve_image` joins them.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -102,8 +103,12 @@ class Qrels:
         return len(self.relevant)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def resolve_image(img_path: str | None, images_root: str | Path | None) -> Path | None:
-    """Join a record's relative image path with the images root (absolute paths are kept)."""
+    """Join a record's relative image path with the images root (absolute paths are kept).
+
+    Remembered for the most recent 65,536 paths: every search resolves the image of each pair it
+    offers, and building the path costs more than the rest of offering it."""
     if img_path is None:
         return None
     p = Path(img_path)

@@ -56,7 +56,11 @@ def consensus_index(sim) -> int:
     n = sim.shape[0]
     if n == 1:
         return 0
-    mean = (sim.sum(axis=1) - np.diag(sim)) / (n - 1)
+    # the diagonal left out, not subtracted: float32 self-similarities (1 +- 1e-7) would otherwise
+    # leave rounding error in the means and break exact ties
+    others = np.array(sim, dtype=np.float64)
+    np.fill_diagonal(others, 0.0)
+    mean = others.sum(axis=1) / (n - 1)
     return int(np.flatnonzero(mean >= mean.max() - 1e-9)[0])
 
 
@@ -87,7 +91,10 @@ class RetrievalCaptioner(ExampleCaptioner):
 
                 self._encoder = load_text_encoder(self.text_encoder, device=self.device)
             emb = self._encoder.encode_texts(list(captions))
-        return emb @ emb.T  # embeddings are L2-normalised: cosine
+        sim = emb @ emb.T  # embeddings are L2-normalised: cosine
+        # Symmetric as cosine is: float32 products can differ in the last bit between (i, j) and (j, i),
+        # which would break the tie of two captions (each one's mean is their one similarity) at random.
+        return (sim + sim.T) / 2
 
     def caption_from_examples(self, captions: Sequence[str]) -> Generation:
         captions = [c for c in captions if c and c.strip()]

@@ -37,11 +37,12 @@ class SearchBatcher:
     """``await batcher.search(query, k=..., modality=...)`` -> that query's hits.
 
     ``search_batch(queries, k, modality)`` is the blocking batch function (one list of hits per
-    query, in order); ``on_batch(size)`` is told each batch size (for /metrics).
+    query, in order); ``on_batch(size, seconds)`` is told each batch's size and how long it took
+    (for /metrics).
     """
 
     def __init__(self, search_batch: Callable[[Sequence[Any], int, str], list], *, max_batch: int = 64,
-                 max_wait: float = 0.02, on_batch: Callable[[int], None] | None = None) -> None:
+                 max_wait: float = 0.02, on_batch: Callable[[int, float], None] | None = None) -> None:
         self._search_batch = search_batch
         self.max_batch = max_batch
         self.max_wait = max_wait
@@ -82,8 +83,7 @@ class SearchBatcher:
                 live = [p for p in items if not p.future.done()]  # a client that went away
                 if not live:
                     continue
-                if self._on_batch is not None:
-                    self._on_batch(len(live))
+                began = loop.time()
                 try:
                     results = await loop.run_in_executor(self._executor, self._search_batch,
                                                          [p.query for p in live], k, modality)
@@ -92,6 +92,9 @@ class SearchBatcher:
                         if not p.future.done():
                             p.future.set_exception(e)
                     continue
+                finally:
+                    if self._on_batch is not None:
+                        self._on_batch(len(live), loop.time() - began)
                 for p, hits in zip(live, results, strict=True):
                     if not p.future.done():
                         p.future.set_result(hits)

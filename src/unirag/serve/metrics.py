@@ -1,7 +1,8 @@
 """Prometheus text exposition of what the service did, written by hand (no client library needed).
 
 Counters: requests by endpoint and status, generator errors by endpoint and kind, searches by
-batch size. Histograms: request latency by endpoint. Endpoints are route templates
+batch size, and the seconds the search worker spent answering batches (its busy share of a period
+tells whether the encoder or the web layer limits the search rate). Histograms: request latency by endpoint. Endpoints are route templates
 (``/v1/images/{did}``), never raw paths, so a scan of random URLs cannot grow the label set.
 """
 
@@ -48,6 +49,7 @@ class Metrics:
         self.latency: dict[str, _Histogram] = {}
         self.generator_errors: dict[tuple[str, str], int] = defaultdict(int)
         self.batches = _Histogram(BATCH_BUCKETS)
+        self.search_seconds = 0.0
 
     def observe_request(self, endpoint: str, method: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -58,9 +60,10 @@ class Metrics:
         with self._lock:
             self.generator_errors[(endpoint, kind)] += 1
 
-    def observe_batch(self, size: int) -> None:
+    def observe_batch(self, size: int, seconds: float = 0.0) -> None:
         with self._lock:
             self.batches.observe(size)
+            self.search_seconds += seconds
 
     def render(self) -> str:
         with self._lock:
@@ -80,6 +83,9 @@ class Metrics:
             out += ["# HELP unirag_search_batch_size Searches answered by one encoder/FAISS call.",
                     "# TYPE unirag_search_batch_size histogram"]
             out += self.batches.lines("unirag_search_batch_size", "")
+            out += ["# HELP unirag_search_busy_seconds_total Time the search worker spent answering batches.",
+                    "# TYPE unirag_search_busy_seconds_total counter",
+                    f"unirag_search_busy_seconds_total {self.search_seconds:.6f}"]
             return "\n".join(out) + "\n"
 
 
