@@ -38,7 +38,10 @@ def apply(items: list[pytest.Item]) -> None:
     """Mark each test with its layers, and keep together on one xdist worker (``--dist loadgroup``) what
     shares costly state: every Ray test (one cluster per run, on the worker that runs them: never two
     clusters at once) and each module whose tests share a module-scoped fixture (a server, a browser, a
-    model). Ray tests go first: theirs is the longest group, the other workers take everything else."""
+    model). Ray tests go first: theirs is the longest group, the other workers take everything else.
+    Then the tests of the slow layers (whole commands, docs pages, processes): ``--dist loadgroup``
+    hands out the single tests in this order, one as a worker runs low, so the long ones start early
+    and the short ones fill the end instead of a docs page starting last (the longest first rule)."""
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         if used & RAY_FIXTURES:
@@ -51,7 +54,13 @@ def apply(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("ray"))
         elif uses_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-    items.sort(key=lambda item: not item.get_closest_marker("ray"))  # stable: otherwise collection order
+    items.sort(key=_order)  # stable: otherwise collection order
+
+
+def _order(item) -> int:
+    if item.get_closest_marker("ray"):
+        return 0
+    return 1 if any(item.get_closest_marker(m) for m in ("slow", "subprocess", "browser")) else 2
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own renaming; registered by tests/conftest.py
