@@ -39,3 +39,43 @@ def test_the_stand_in_saves_the_workers_wire_form(coco_mini, monkeypatch, no_api
     assert sent_prompt_of(messages, options, object()) is None
     # without a worker to ask (a described model only): the rendered messages
     assert RemoteTextGenerator(recipe.describe(worker.model)).sent_prompt(messages, options) == render_for_log(messages)
+
+
+def test_a_dead_worker_is_skipped_and_none_left_is_one_line():
+    """``WorkerPool.ask`` goes to the next live worker when one died; with none left it says so in one
+    line (not Ray's traceback). A fake ``ray`` stands in: only its ``get`` and exception classes are used."""
+    import types
+
+    import pytest
+
+    from unirag.errors import UniragError
+    from unirag.runs.engine import WorkerPool, _Group
+
+    class ActorDied(Exception):
+        pass
+
+    class TaskFailed(Exception):
+        pass
+
+    class Actor:
+        def __init__(self, alive):
+            self.alive = alive
+            self.ask = types.SimpleNamespace(remote=lambda q: (self, q))
+
+    def get(ref):
+        actor, question = ref
+        if not actor.alive:
+            raise ActorDied()
+        return question("model")
+
+    pool = object.__new__(WorkerPool)
+    pool.ray = types.SimpleNamespace(get=get, exceptions=types.SimpleNamespace(RayActorError=ActorDied,
+                                                                               RayTaskError=TaskFailed))
+    group = _Group(actors=[Actor(False), Actor(True)], infos=[{}, {}], last_used=0.0)
+    pool.group = lambda recipe: group
+    assert pool.ask("recipe", lambda model: f"asked {model}") == "asked model"
+    assert group.dead == {0}
+    group.actors[1].alive = False
+    with pytest.raises(UniragError, match="every Ray worker died"):
+        pool.ask("recipe", lambda model: model)
+    assert group.dead == {0, 1}

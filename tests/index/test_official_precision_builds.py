@@ -50,6 +50,19 @@ def test_local_and_shard_builds_load_float32_under_float16_autocast(build, tmp_p
     assert loads == [("float32", None)]
 
 
+def test_an_embeddings_build_says_the_precision_setting_did_not_apply(build, tmp_path, capsys):
+    import numpy as np
+
+    argv, loads = build
+    vectors = tmp_path / "v.npy"
+    np.save(vectors, np.eye(4, 16, dtype=np.float32))  # the tiny encoder has 16 dimensions
+    _main([*argv, "--out", str(tmp_path / "idx"), "--embeddings", str(vectors)])
+    err = capsys.readouterr().err
+    assert "--embeddings encodes nothing" in err
+    _main([*argv[:-4], "--device", "cpu", "--out", str(tmp_path / "idx2"), "--embeddings", str(vectors)])
+    assert "encodes nothing" not in capsys.readouterr().err  # the default profile: nothing to say
+
+
 def test_ray_workers_get_the_official_precision(build, tmp_path, monkeypatch):
     from unirag.index import ray_engine
 

@@ -86,6 +86,9 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
     # encodes (local, Ray workers, --shard); --embeddings encodes nothing (the vectors are given)
     precision = precision_options(encoder_spec, dtype, settings)
     dtype, autocast = precision["dtype"], precision.get("autocast")
+    if autocast and embeddings is not None:
+        click.echo("note: uniir_precision official applies to encoding, and --embeddings encodes nothing: the "
+                   "vectors keep the precision that made them", err=True)
 
     overrides = parse_params(params)
     resolve_params(index_type, overrides)  # fail on a bad option before any model loads

@@ -420,11 +420,17 @@ class WorkerPool:
         """``question(model)`` (picklable) answered by a live worker holding ``recipe``'s model: what only
         the loaded model knows (the exact text or body it would send for a prompt)."""
         group = self.group(recipe)
-        alive = [a for i, a in enumerate(group.actors) if i not in group.dead]
-        try:
-            return self.ray.get(alive[0].ask.remote(question))
-        except self.ray.exceptions.RayTaskError as e:
-            raise _unwrap(e) from None
+        for w, actor in enumerate(group.actors):
+            if w in group.dead:
+                continue
+            try:
+                return self.ray.get(actor.ask.remote(question))
+            except self.ray.exceptions.RayActorError:  # died: the next worker answers
+                group.dead.add(w)
+            except self.ray.exceptions.RayTaskError as e:
+                raise _unwrap(e) from None
+        raise UniragError("every Ray worker died (see Ray's logs, e.g. /tmp/ray/session_latest/logs); "
+                          "rerun to resume")
 
     # -- running --------------------------------------------------------------------------------------
     def run(self, recipe: ModelRecipe, open_kind: Callable[[Any], Any], store: Any, items: Sequence[Any],
