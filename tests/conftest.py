@@ -108,17 +108,27 @@ def mbeir_examples() -> Path:
 
 
 @pytest.fixture(scope="session")
-def demo(tmp_path_factory) -> dict[str, Path]:
+def demo(tmp_path_factory, worker_id) -> dict[str, Path]:
     """The bundled demo sample (51 real COCO photos, 255 captions): its M-BEIR files and an index built through
-    ``unirag.Index.build`` (offline encoder), once per session for the API and the service tests."""
+    ``unirag.Index.build`` (offline encoder), once per pytest run for the API and the service tests: under
+    xdist the first worker to need it builds it in the run's shared temporary folder, under a lock, and the
+    others wait for it and read it (tests only read it)."""
+    import fcntl
+
     from unirag.data.importers.coco import import_coco
     from unirag.data.pool import Pool
     from unirag.index.handle import Index
 
-    root = tmp_path_factory.mktemp("demo")
+    shared = worker_id != "master"  # the run's folder (pytest-NNN) is shared by its workers only
+    root = tmp_path_factory.getbasetemp().parent / "demo" if shared else tmp_path_factory.mktemp("demo")
+    root.mkdir(parents=True, exist_ok=True)
     data = root / "data"
-    import_coco(SAMPLE / "captions.json", SAMPLE / "images", data, show_progress=False)
-    Index.build(Pool.read(data / "pool.jsonl", SAMPLE / "images"), root / "index")
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "ready").exists():
+            import_coco(SAMPLE / "captions.json", SAMPLE / "images", data, show_progress=False)
+            Index.build(Pool.read(data / "pool.jsonl", SAMPLE / "images"), root / "index")
+            (root / "ready").touch()
     return {"root": root, "data": data, "index": root / "index", "images": SAMPLE / "images",
             "pool": data / "pool.jsonl", "i2t": data / "queries_task3_image2text.jsonl",
             "t2i": data / "queries_task0_text2image.jsonl", "qrels_i2t": data / "qrels_task3.txt",

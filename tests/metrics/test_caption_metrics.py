@@ -78,6 +78,7 @@ def test_corpus_metrics_match_hand_run_pycocoevalcap(cli_run, fixture_data):
     assert "CIDEr" in result.output and "3 failed (excluded)" in result.output
 
 
+@pytest.mark.slow  # a second METEOR start (about 10 s of CPU) after the kill
 def test_a_reused_meteor_process_scores_like_a_fresh_one(cli_run, fixture_data):
     """One METEOR process serves every evaluation of a Python process (its start costs ~10 s of CPU):
     after scoring other captions, and after the process died, METEOR still equals the hand-run value."""
