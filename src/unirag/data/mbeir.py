@@ -90,7 +90,7 @@ def duplicate_did(did: str, line: int | None, first: int | None, path: str | Pat
     return InputError(f"duplicate did {did!r} in the candidate pool{where}", path=path, line=line, field="did")
 
 
-def parse_candidate(obj: dict, path: Path, lineno: int) -> Candidate:
+def parse_candidate(obj: dict, path: Path | None, lineno: int | None) -> Candidate:
     """One pool line (already JSON-decoded) as a :class:`Candidate`; errors name ``path:lineno``."""
     modality = _modality(obj, "modality", path, lineno)
     txt = _opt_str(obj, "txt", path, lineno)
