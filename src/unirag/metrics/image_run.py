@@ -8,7 +8,6 @@ noise``: scored as random noise, as the official evaluation does); a metric that
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,10 +25,10 @@ from unirag.metrics.images import (
     load_clip,
     standard_inception,
 )
-from unirag.metrics.references import load_run_for_scoring, reference_image
+from unirag.metrics.references import load_run_for_scoring, reference_image, run_counts, write_scores
 from unirag.metrics.stats import DEFAULT_RESAMPLES, bootstrap_interval, query_intervals_result, shifted
 from unirag.runs.engine import EngineOptions
-from unirag.runs.rundir import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE
+from unirag.runs.rundir import OUTPUTS_FILE
 
 IMAGE_METRICS = ("FID", "CLIP Score", "IS", "IS SD")
 #: FID's and IS's intervals recompute the whole figure per resample: at most this many resamples on a
@@ -81,24 +80,21 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     ok = run.ok()
     for qid in by_qid:
         rec = ok.get(qid)
-        if rec is None:
-            if noise:  # the official evaluation scores every query: a missing image is random noise
-                real = reference_image(gt[qid])
-                qids.append(qid)
-                fakes.append(None)
-                reals.append(resolve_image(real, images_root) if real is not None else None)
-                texts.append(by_qid[qid].txt or "")
-                noised += 1 + (real is None)
+        if rec is None and not noise:
             continue
-        image = rec.get("image")
-        if not isinstance(image, str):
-            raise InputError("status ok but no image path", path=outputs_path, line=run.lines[qid], field="image")
-        fake = resolve_image(image, run.run_dir)
-        if not fake.is_file():
-            raise InputError(f"generated image not found: {fake}", path=outputs_path, line=run.lines[qid],
-                             field="image")
+        fake = None
+        if rec is not None:
+            image = rec.get("image")
+            if not isinstance(image, str):
+                raise InputError("status ok but no image path", path=outputs_path, line=run.lines[qid], field="image")
+            fake = resolve_image(image, run.run_dir)
+            if not fake.is_file():
+                raise InputError(f"generated image not found: {fake}", path=outputs_path, line=run.lines[qid],
+                                 field="image")
         real = reference_image(gt[qid])
-        if real is None:
+        if rec is None:  # the official evaluation scores every query: a missing image is random noise
+            noised += 1 + (real is None)
+        elif real is None:
             no_real += 1
             if not noise:
                 continue
@@ -152,20 +148,15 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
         if ci is not None:
             intervals["intervals"]["IS"] = ci.as_dict()
             intervals["bootstrap"]["is"] = {"method": "centred", "n_resamples": whole}
-    failed = run.failed()
     result: dict[str, Any] = {
         "task": "image",
         "metrics": {m: metrics[m] for m in IMAGE_METRICS if m in metrics},
         **intervals,
         "skipped_metrics": skipped,
-        "n_queries": len(by_qid),
-        "n_scored": len(qids),
-        "n_failed": len(failed),
-        "n_missing": sum(1 for q in by_qid if q not in run.records),
+        **run_counts(run, by_qid, len(qids)),
         "n_no_real_image": no_real,
         "n_noise_images": noised,
         "profile": settings.to_dict(),
-        "failed_qids": sorted(failed)[:20],
         "fid_feature": "injected" if fid_feature is not None else "inception-v3-compat (torch-fidelity)",
         "clip_model": "injected" if clip is not None else (str(clip_model) if clip_model else None),
         "is_splits": is_splits,
@@ -175,11 +166,7 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
         "images_root": str(images_root),
     }
     if write:
-        from unirag.runs.atomic import atomic_write_json, atomic_write_lines
-
-        atomic_write_lines(run.run_dir / PER_QUERY_FILE,
-                           (json.dumps({"qid": q, "CLIP Score": s}) for q, s in per_query.items()))
-        atomic_write_json(run.run_dir / METRICS_FILE, result)
+        write_scores(run, ({"qid": q, "CLIP Score": s} for q, s in per_query.items()), result)
     return result
 
 
