@@ -31,12 +31,10 @@ from unirag.data.records import Candidate, Modality, Query, resolve_image
 from unirag.errors import InputError
 from unirag.runs.atomic import atomic_write_json
 
-POOL_FILE = "pool.jsonl"
-QUERIES_I2T_FILE = "queries_task3_image2text.jsonl"
-QUERIES_T2I_FILE = "queries_task0_text2image.jsonl"
-QRELS_I2T_FILE = "qrels_task3.txt"
-QRELS_T2I_FILE = "qrels_task0.txt"
-SUMMARY_FILE = "import_summary.json"
+#: The files an import writes, by the key ``ImportSummary.files`` and the summary's ``files`` use.
+FILES = {"pool": "pool.jsonl", "queries_task3": "queries_task3_image2text.jsonl",
+         "queries_task0": "queries_task0_text2image.jsonl", "qrels_task3": "qrels_task3.txt",
+         "qrels_task0": "qrels_task0.txt", "summary": "import_summary.json"}
 
 TASK_TEXT_TO_IMAGE = 0
 TASK_IMAGE_TO_TEXT = 3
@@ -92,15 +90,7 @@ class ImportSummary:
 
     @property
     def files(self) -> dict[str, Path]:
-        names = {
-            "pool": POOL_FILE,
-            "queries_task3": QUERIES_I2T_FILE,
-            "queries_task0": QUERIES_T2I_FILE,
-            "qrels_task3": QRELS_I2T_FILE,
-            "qrels_task0": QRELS_T2I_FILE,
-            "summary": SUMMARY_FILE,
-        }
-        return {k: self.out_dir / v for k, v in names.items()}
+        return {k: self.out_dir / v for k, v in FILES.items()}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -261,56 +251,22 @@ def build_records(
     q_i2t: list[Query] = []
     q_t2i: list[Query] = []
     for it in items:
-        img_did = f"{name}:img:{it.source_id}"
-        src = json.dumps({**it.meta, "source_id": it.source_id}, ensure_ascii=False)
-        pool.append(
-            Candidate(
-                did=img_did,
-                modality=Modality.IMAGE,
-                img_path=it.img_path,
-                src_content=src,
-                source_id=it.source_id,
-            )
-        )
-        txt_dids = []
-        for key, text in it.captions:
-            did = f"{name}:txt:{key}"
-            txt_dids.append(did)
-            pool.append(
-                Candidate(
-                    did=did,
-                    modality=Modality.TEXT,
-                    txt=text,
-                    src_content=json.dumps({**it.meta, "source_id": it.source_id, "caption_id": key},
-                                           ensure_ascii=False),
-                    source_id=it.source_id,
-                )
-            )
+        img_did, sid = f"{name}:img:{it.source_id}", it.source_id
+        pool.append(Candidate(did=img_did, modality=Modality.IMAGE, img_path=it.img_path, source_id=sid,
+                              src_content=json.dumps({**it.meta, "source_id": sid}, ensure_ascii=False)))
+        txt_dids = [f"{name}:txt:{key}" for key, _ in it.captions]
+        pool.extend(Candidate(did=did, modality=Modality.TEXT, txt=text, source_id=sid,
+                              src_content=json.dumps({**it.meta, "source_id": sid, "caption_id": key},
+                                                     ensure_ascii=False))
+                    for did, (key, text) in zip(txt_dids, it.captions, strict=True))
         if not txt_dids:
             continue
-        q_i2t.append(
-            Query(
-                qid=f"{name}:q3:{it.source_id}",
-                modality=Modality.IMAGE,
-                img_path=it.img_path,
-                src_content=json.dumps({"source_id": it.source_id}),
-                pos_cand_list=txt_dids,
-                task_id=TASK_IMAGE_TO_TEXT,
-            )
-        )
-        chosen = it.captions if all_captions else sample_text_queries(it, seed)
-        for key, text in chosen:
-            q_t2i.append(
-                Query(
-                    qid=f"{name}:q0:{key}",
-                    modality=Modality.TEXT,
-                    txt=text,
-                    src_content=json.dumps({"source_id": it.source_id, "caption_id": key}),
-                    pos_cand_list=[img_did],
-                    task_id=TASK_TEXT_TO_IMAGE,
-                )
-            )
-
+        q_i2t.append(Query(qid=f"{name}:q3:{sid}", modality=Modality.IMAGE, img_path=it.img_path,
+                           src_content=json.dumps({"source_id": sid}), pos_cand_list=txt_dids,
+                           task_id=TASK_IMAGE_TO_TEXT))
+        q_t2i.extend(Query(qid=f"{name}:q0:{key}", modality=Modality.TEXT, txt=text, pos_cand_list=[img_did],
+                           src_content=json.dumps({"source_id": sid, "caption_id": key}), task_id=TASK_TEXT_TO_IMAGE)
+                     for key, text in (it.captions if all_captions else sample_text_queries(it, seed)))
     return pool, q_i2t, q_t2i
 
 
@@ -373,12 +329,11 @@ def write_dataset(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     # A rerun into the same folder counts as complete only once its new summary is written.
-    (out_dir / SUMMARY_FILE).unlink(missing_ok=True)
-    write_candidates(out_dir / POOL_FILE, pool)
-    write_queries(out_dir / QUERIES_I2T_FILE, q_i2t)
-    write_queries(out_dir / QUERIES_T2I_FILE, q_t2i)
-    write_qrels(out_dir / QRELS_I2T_FILE, q_i2t)
-    write_qrels(out_dir / QRELS_T2I_FILE, q_t2i)
+    (out_dir / FILES["summary"]).unlink(missing_ok=True)
+    write_candidates(out_dir / FILES["pool"], pool)
+    for task, queries in (("task3", q_i2t), ("task0", q_t2i)):
+        write_queries(out_dir / FILES[f"queries_{task}"], queries)
+        write_qrels(out_dir / FILES[f"qrels_{task}"], queries)
     summary = ImportSummary(
         out_dir=out_dir,
         images_root=images_root.resolve(),
@@ -398,5 +353,5 @@ def write_dataset(
         outside_root=[(it.img_path, str(r)) for it, r in outside if it.source_id not in bad],
     )
     summary.seconds = time.perf_counter() - started
-    atomic_write_json(out_dir / SUMMARY_FILE, summary.to_json())  # last: its presence = import complete
+    atomic_write_json(out_dir / FILES["summary"], summary.to_json())  # last: its presence = import complete
     return summary
