@@ -133,21 +133,18 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
 
     on_gpu = (device or ("cuda" if torch.cuda.is_available() else "cpu")) != "cpu"
     whole = min(resamples, FID_MAX_RESAMPLES if on_gpu else FID_MAX_RESAMPLES_CPU)
+    whole_figure: dict[str, Any] = {}  # FID and IS: the resampled figures' spread around the measured one
     if intervals and fid_rows is not None and len(fid_rows) == 2 and len(fid_rows[0]) == len(fid_rows[1]):
-        fid = frechet_interval(*fid_rows, n_resamples=whole, seed=bootstrap_seed,
-                               device=device)
-        if fid is not None:
-            intervals["intervals"]["FID"] = fid.as_dict()
-            intervals["bootstrap"]["fid"] = {"method": "centred", "n_resamples": whole}
+        whole_figure["FID"] = frechet_interval(*fid_rows, n_resamples=whole, seed=bootstrap_seed, device=device)
     if intervals and is_rows and "IS" in metrics:
-        logits = is_rows[0]
-        ci = bootstrap_interval(logits, functools.partial(inception_from_logits, splits=is_splits),
+        ci = bootstrap_interval(is_rows[0], functools.partial(inception_from_logits, splits=is_splits),
                                 n_resamples=whole, seed=bootstrap_seed, method="centred")
         # centred on the reported IS, whose random split differs from the rows' order
-        ci = shifted(ci, metrics["IS"] - float(inception_from_logits(logits, is_splits)))
+        whole_figure["IS"] = shifted(ci, metrics["IS"] - float(inception_from_logits(is_rows[0], is_splits)))
+    for name, ci in whole_figure.items():
         if ci is not None:
-            intervals["intervals"]["IS"] = ci.as_dict()
-            intervals["bootstrap"]["is"] = {"method": "centred", "n_resamples": whole}
+            intervals["intervals"][name] = ci.as_dict()
+            intervals["bootstrap"][name.lower()] = {"method": "centred", "n_resamples": whole}
     result: dict[str, Any] = {
         "task": "image",
         "metrics": {m: metrics[m] for m in IMAGE_METRICS if m in metrics},
