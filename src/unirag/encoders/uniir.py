@@ -11,14 +11,9 @@ As UniIR does, image+text inputs are fused as the sum of the *raw* image and tex
 (normalised at scoring), texts go through UniIR's ``format_string``, and queries get M-BEIR's query
 instructions (:mod:`unirag.encoders.instructions`) unless switched off.
 
-Preprocessing: OpenAI's ``_transform`` (PIL bicubic resize of the short side, centre crop with
-torchvision's rounded offset, CLIP mean/std) in :class:`unirag.encoders.preprocess.OpenAIClipTransform`,
-on images converted to RGB first as UniIR's ``MBEIRDatasetBase._load_and_preprocess_image`` does; texts
-get OpenAI's clean-up (ftfy, HTML entities twice, whitespace) before the BPE. The tokenizer is OpenAI's
-CLIP BPE (identical for every OpenAI CLIP) from ``tokenizer=`` (a hub id or directory), else the
-checkpoint's folder if it holds tokenizer files, else the variant's ``openai/clip-vit-*`` hub id from the
-local Hugging Face cache. Texts are cut at the context length (77) with the end token kept, as
-``clip.tokenize(..., truncate=True)`` does.
+Preprocessing (:class:`unirag.encoders.preprocess.OpenAIClipTransform`, OpenAI's text clean-up, the
+CLIP BPE cut at 77 tokens; ``tokenizer=``, else tokenizer files beside the checkpoint, else the variant's
+``openai/clip-vit-*`` from the local cache): docs/encoders-parity.md, with the official lines it follows.
 
 BLIP-FF (``uniir:blip_ff:PATH``) lives in :mod:`unirag.encoders.uniir_blip`; both share
 :class:`UniIRCheckpoint` (checkpoint, device, text formatting and query instructions) and the

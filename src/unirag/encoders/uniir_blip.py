@@ -11,14 +11,10 @@ text. Feature fusion happens inside the model: there is no score-level sum.
 The checkpoint (``{"model": state_dict}``; ``visual_encoder.*`` = timm-style ViT, ``text_encoder.*`` =
 ``med.py`` BertModel; momentum copies and queues are ignored) is converted to a ``BlipVisionModel``
 (``layer_norm_eps=1e-6`` as BLIP's ViT) and a ``BlipTextModel`` with cross-attention layers and its
-pooler; sizes come from the tensor shapes. Images: BLIP's eval transform as UniIR builds it
-(``get_blip_transform(is_train=False)``: PIL bicubic resize to the square input size, CLIP mean/std) in
-:class:`unirag.encoders.preprocess.SquareResizeTransform`, PIL whether or not torchvision is installed
-(a ``BlipImageProcessor`` would switch to a tensor resize then). Texts: UniIR's ``format_string``, the
-``bert-base-uncased`` tokenizer with BLIP's added ``[DEC]``/``[ENC]`` tokens (``tokenizer=``, else
-tokenizer files next to the checkpoint, else the hub cache), truncated and padded to
-``max_text_length`` = 100 tokens (UniIR's ``tokenizer_max_length: 100`` in
-``blip_featurefusion/configs_scripts/large/eval/unirag/embed.yaml``). Queries get M-BEIR instructions as
+pooler; sizes come from the tensor shapes. Preprocessing (BLIP's eval transform,
+:class:`unirag.encoders.preprocess.SquareResizeTransform`; UniIR's ``format_string``; the
+``bert-base-uncased`` tokenizer with BLIP's ``[DEC]``/``[ENC]``, texts cut and padded to UniIR's 100
+tokens): docs/encoders-parity.md, with the official lines it follows. Queries get M-BEIR instructions as
 for CLIP-SF.
 """
 
