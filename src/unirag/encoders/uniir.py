@@ -32,7 +32,7 @@ import numpy as np
 
 from unirag.data.records import Candidate, Query
 from unirag.encoders.hf_clip import HFClipEncoder
-from unirag.encoders.instructions import QueryInstructions, format_string, load_instructions
+from unirag.encoders.instructions import QueryInstructions, format_string
 from unirag.encoders.preprocess import OpenAIClipTransform
 from unirag.errors import ConfigError
 
@@ -227,7 +227,11 @@ class UniIRCheckpoint:
 
     def instructions(self) -> QueryInstructions:
         if self._instructions is None:
-            self._instructions = load_instructions(self._instructions_source)
+            if self._instructions_source is None:
+                raise ConfigError("UniIR encoders prepend M-BEIR query instructions to queries (as UniIR's "
+                                  "evaluation does); pass --instructions M-BEIR/instructions/query_instructions.tsv, "
+                                  "or --no-instructions")
+            self._instructions = QueryInstructions.read(self._instructions_source)
         return self._instructions
 
     def instruct(self, query: Query) -> Query:
