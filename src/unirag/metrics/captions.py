@@ -175,13 +175,10 @@ def score_captions(candidates: Mapping[str, str], references: Mapping[str, Seque
         rouge, rouge_items = Rouge().compute_score(gts, res)
         cider, cider_items = Cider().compute_score(gts, res)
         meteor_result = _meteor(gts, res) if meteor else None
-    for n in range(4):
-        out.corpus[f"BLEU-{n + 1}"] = 100.0 * float(bleu[n])
-        for i, v in zip(ids, bleu_items[n], strict=True):
-            out.per_item[i][f"BLEU-{n + 1}"] = 100.0 * float(v)
-    scored = [("ROUGE-L", rouge, rouge_items), ("CIDEr", cider, cider_items)]
+    scored = [*((f"BLEU-{n + 1}", bleu[n], bleu_items[n]) for n in range(4)), ("ROUGE-L", rouge, rouge_items),
+              ("CIDEr", cider, cider_items)]
     if meteor_result is not None:
-        scored.insert(0, ("METEOR", *meteor_result))
+        scored.insert(4, ("METEOR", *meteor_result))
     else:
         out.skipped["METEOR"] = "METEOR skipped (--no-meteor)"
     if spice:

@@ -236,9 +236,7 @@ def with_holm(comparisons: Sequence[Comparison]) -> list[Comparison]:
     adjusted = holm([c.p_value for c in comparisons])
     out = []
     for c, p in zip(comparisons, adjusted, strict=True):
-        needed = c.n_needed if p >= ALPHA and c.n_needed is not None else None
-        if p >= ALPHA and needed is None:
-            needed = queries_needed(c.diff, c.se, c.n)
+        needed = (c.n_needed if c.n_needed is not None else queries_needed(c.diff, c.se, c.n)) if p >= ALPHA else None
         out.append(replace(c, p_holm=p, n_needed=needed))
     return out
 
