@@ -251,22 +251,56 @@ def build_records(
     q_i2t: list[Query] = []
     q_t2i: list[Query] = []
     for it in items:
-        img_did, sid = f"{name}:img:{it.source_id}", it.source_id
-        pool.append(Candidate(did=img_did, modality=Modality.IMAGE, img_path=it.img_path, source_id=sid,
-                              src_content=json.dumps({**it.meta, "source_id": sid}, ensure_ascii=False)))
-        txt_dids = [f"{name}:txt:{key}" for key, _ in it.captions]
-        pool.extend(Candidate(did=did, modality=Modality.TEXT, txt=text, source_id=sid,
-                              src_content=json.dumps({**it.meta, "source_id": sid, "caption_id": key},
-                                                     ensure_ascii=False))
-                    for did, (key, text) in zip(txt_dids, it.captions, strict=True))
+        img_did = f"{name}:img:{it.source_id}"
+        src = json.dumps({**it.meta, "source_id": it.source_id}, ensure_ascii=False)
+        pool.append(
+            Candidate(
+                did=img_did,
+                modality=Modality.IMAGE,
+                img_path=it.img_path,
+                src_content=src,
+                source_id=it.source_id,
+            )
+        )
+        txt_dids = []
+        for key, text in it.captions:
+            did = f"{name}:txt:{key}"
+            txt_dids.append(did)
+            pool.append(
+                Candidate(
+                    did=did,
+                    modality=Modality.TEXT,
+                    txt=text,
+                    src_content=json.dumps({**it.meta, "source_id": it.source_id, "caption_id": key},
+                                           ensure_ascii=False),
+                    source_id=it.source_id,
+                )
+            )
         if not txt_dids:
             continue
-        q_i2t.append(Query(qid=f"{name}:q3:{sid}", modality=Modality.IMAGE, img_path=it.img_path,
-                           src_content=json.dumps({"source_id": sid}), pos_cand_list=txt_dids,
-                           task_id=TASK_IMAGE_TO_TEXT))
-        q_t2i.extend(Query(qid=f"{name}:q0:{key}", modality=Modality.TEXT, txt=text, pos_cand_list=[img_did],
-                           src_content=json.dumps({"source_id": sid, "caption_id": key}), task_id=TASK_TEXT_TO_IMAGE)
-                     for key, text in (it.captions if all_captions else sample_text_queries(it, seed)))
+        q_i2t.append(
+            Query(
+                qid=f"{name}:q3:{it.source_id}",
+                modality=Modality.IMAGE,
+                img_path=it.img_path,
+                src_content=json.dumps({"source_id": it.source_id}),
+                pos_cand_list=txt_dids,
+                task_id=TASK_IMAGE_TO_TEXT,
+            )
+        )
+        chosen = it.captions if all_captions else sample_text_queries(it, seed)
+        for key, text in chosen:
+            q_t2i.append(
+                Query(
+                    qid=f"{name}:q0:{key}",
+                    modality=Modality.TEXT,
+                    txt=text,
+                    src_content=json.dumps({"source_id": it.source_id, "caption_id": key}),
+                    pos_cand_list=[img_did],
+                    task_id=TASK_TEXT_TO_IMAGE,
+                )
+            )
+
     return pool, q_i2t, q_t2i
 
 
