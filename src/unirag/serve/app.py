@@ -19,10 +19,10 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from unirag import __version__
+from unirag.redact import install_log_redaction, redact
 from unirag.serve.batching import SearchBatcher
 from unirag.serve.engine import Engine
 from unirag.serve.metrics import Metrics, ObserveRequests
-from unirag.serve.redact import install_log_redaction, redact
 from unirag.serve.routes import generate, images, page, search
 from unirag.serve.service import Service, ServiceError
 from unirag.serve.settings import ServeSettings

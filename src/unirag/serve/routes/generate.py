@@ -10,8 +10,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 
+from unirag.redact import redact
 from unirag.serve.engine import CAPTION_MODES
-from unirag.serve.redact import redact
 from unirag.serve.service import (
     ServiceError,
     check_k,
