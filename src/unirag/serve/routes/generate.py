@@ -13,7 +13,6 @@ from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from unirag.redact import redact
 from unirag.serve.engine import CAPTION_MODES
 from unirag.serve.service import (
-    ServiceError,
     check_k,
     engine_call,
     examples_json,
@@ -22,6 +21,7 @@ from unirag.serve.service import (
     selection_of_form,
     service_of,
 )
+from unirag.serve.uploads import ServiceError
 
 router = APIRouter(dependencies=[Depends(require_token)])
 

@@ -19,7 +19,6 @@ from starlette.datastructures import FormData
 from unirag.errors import ConfigError, InputError
 from unirag.serve.engine import MODALITIES, SearchQuery
 from unirag.serve.service import (
-    ServiceError,
     check_k,
     engine_call,
     hit_json,
@@ -28,6 +27,7 @@ from unirag.serve.service import (
     selection_of,
     service_of,
 )
+from unirag.serve.uploads import ServiceError
 
 router = APIRouter(dependencies=[Depends(require_token)])
 
