@@ -90,7 +90,7 @@ def _sampling_tables(runs: Sequence[RunSummary], out: Path, galleries: dict[Path
 
 def _comparison_table(comparison: Any, out: Path, written: dict[str, Any], sections: list[str]) -> str:
     """Write the differences-from-baseline table (Markdown, CSV, HTML section); returns its Markdown."""
-    from unirag.reports.compare import comparison_cell, legend
+    from unirag.reports.compare import comparison_cell
 
     base = comparison.baseline
     md = comparison.markdown()
@@ -105,7 +105,7 @@ def _comparison_table(comparison: Any, out: Path, written: dict[str, Any], secti
                    + "</tr>" for r in comparison.rows)
     notes = " ".join(comparison.not_compared.values())
     sections.append(f"<section><h2>{esc(f'Differences from the baseline {base.label} (k={base.k})')}</h2>"
-                    f'<table class="results">{head}{rows}</table><p class="muted">{esc(legend(comparison))} '
+                    f'<table class="results">{head}{rows}</table><p class="muted">{esc(comparison.legend())} '
                     f"{esc(notes)}</p></section>")
     return md
 

@@ -69,7 +69,8 @@ def column_value(run: RunSummary, column: str) -> float | None:
     return measured
 
 
-def _fmt(metric: str, value: float, signed: bool = False) -> str:
+def number(metric: str, value: float, signed: bool = False) -> str:
+    """A metric's value as the tables show it: two decimals for the image metrics, one for the caption ones."""
     spec = ".2f" if metric in ("FID", "CLIP Score", "IS", "IS SD") else ".1f"
     return format(value, ("+" if signed else "") + spec)
 
@@ -80,11 +81,11 @@ def cell(run: RunSummary, column: str) -> str:
     if value is None:
         return "-"
     if kind == "delta":
-        return _fmt(metric, value, signed=True)
+        return number(metric, value, signed=True)
     source = run.paper if kind == "paper" else run.metrics
     if metric == "IS" and source.get("IS SD") is not None:
         return f"{value:.2f} ({source['IS SD']:.2f})"
-    return _fmt(metric, value)
+    return number(metric, value)
 
 
 def header(column: str) -> str:
