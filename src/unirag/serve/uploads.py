@@ -47,10 +47,6 @@ class CheckedImage:
     format: str
     image: object  # PIL.Image.Image (RGB)
 
-    @property
-    def size(self) -> tuple[int, int]:
-        return self.image.size
-
 
 def sniff_format(data: bytes) -> str | None:
     """The image format the bytes start with, or None (WebP is RIFF....WEBP)."""
@@ -60,11 +56,6 @@ def sniff_format(data: bytes) -> str | None:
         if data.startswith(magic):
             return name
     return None
-
-
-def check_size(n_bytes: int, limit: int, field: str = "image") -> None:
-    if n_bytes > limit:
-        raise ServiceError(413, f"{field}: upload is larger than the {_mb(limit)} limit")
 
 
 def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "image",
@@ -79,7 +70,8 @@ def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "i
     from unirag.data.images import load_rgb
     from unirag.errors import InputError
 
-    check_size(len(data), max_bytes, field)
+    if len(data) > max_bytes:
+        raise ServiceError(413, f"{field}: upload is larger than the {_mb(max_bytes)} limit")
     if not data:
         raise ServiceError(400, f"{field}: the uploaded file is empty")
     fmt = sniff_format(data)
