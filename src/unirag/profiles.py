@@ -449,14 +449,8 @@ class Settings(Mapping[str, Any]):
     def from_dict(cls, data: Mapping[str, Any]) -> Settings:
         """Settings from a manifest's ``to_dict()``: the profile, with the recorded overrides."""
         recorded = data.get("settings", {})
-        base = resolve(data.get("profile", "default"))
         names = tuple(n for n in data.get("overrides", []) if n in recorded)
-        unknown = sorted(set(names) - set(SETTINGS))
-        if unknown:
-            raise ConfigError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(SETTINGS))}")
-        values = dict(base.values)
-        values.update({n: SETTINGS[n].coerce(recorded[n]) for n in names})  # a recorded None stays None
-        return cls(base.profile, values, tuple(sorted(names)))
+        return resolve(cls(data.get("profile") or "default", recorded, names))  # a recorded None stays None
 
 
 def resolve(profile: str | Settings | None = "default", **overrides: Any) -> Settings:
