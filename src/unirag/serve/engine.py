@@ -51,21 +51,15 @@ class SearchQuery:
 
 
 @dataclass
-class CaptionAnswer:
-    caption: str
+class Answer:
+    """A generator's answer: a caption (str) or a picture (PIL image), with the examples in its prompt."""
+
+    output: Any
     examples: list[Pair]
+    attempts: int
+    generator: str
     usage: dict[str, int] = field(default_factory=dict)
     cost_usd: float | None = None
-    attempts: int = 1
-    generator: str = ""
-
-
-@dataclass
-class ImageAnswer:
-    image: Any  # PIL image
-    examples: list[Pair]
-    attempts: int = 1
-    generator: str = ""
 
 
 @dataclass
@@ -229,7 +223,7 @@ class Engine:
         with self._slots[kind]:
             return call_with_retry(fn, policy)
 
-    def caption(self, image, data: bytes, mode: str = "rag", k: int = 5, selection: Any = None) -> CaptionAnswer:
+    def caption(self, image, data: bytes, mode: str = "rag", k: int = 5, selection: Any = None) -> Answer:
         """``Captioner.caption`` of the uploaded image with its examples (``data``: the encoded upload);
         ``selection``: how retrieved pairs become examples (:class:`unirag.Selection`, rag mode)."""
         if self.captioner is None:
@@ -238,15 +232,15 @@ class Engine:
         if mode != "zero-shot" and not examples:
             raise ConfigError("no examples found for this image (is the index empty?)")
         out, attempts = self._call("caption", lambda: self.captioner.caption(data, examples, mode=mode))
-        return CaptionAnswer(out.text, examples, out.usage.as_dict(), out.cost, attempts, self.captioner.spec)
+        return Answer(out.text, examples, attempts, self.captioner.spec, out.usage.as_dict(), out.cost)
 
-    def generate_image(self, text: str, mode: str = "rag", k: int = 1, selection: Any = None) -> ImageAnswer:
+    def generate_image(self, text: str, mode: str = "rag", k: int = 1, selection: Any = None) -> Answer:
         """``ImageGenerator.generate`` for ``text`` with its examples (``selection``: see :meth:`caption`)."""
         if self.image_generator is None:
             raise BackendError("no image generator configured (start the service with --image-generator)")
         examples = self.examples(mode, k, text=text, selection=selection)
         out, attempts = self._call("image", lambda: self.image_generator.generate_result(text, examples))
-        return ImageAnswer(out.image, examples, attempts, self.image_generator.spec)
+        return Answer(out.image, examples, attempts, self.image_generator.spec)
 
     # -- composed retrieval ---------------------------------------------------------------------
     def cir(self, image, text: str, k: int = 10, data: bytes = b"", keep_reference: bool = False) -> CirAnswer:
