@@ -78,7 +78,7 @@ class ImagePart:
             return self.data, self.mime
         suffix = self.path.suffix.lower()
         mime = _WEB_SUFFIXES.get(suffix)
-        if mime is not None and _sniff(self.path)[1]:  # no EXIF rotation: the upright pixels the index embedded
+        if mime is not None and _sniff(self.path)[1]:  # upright as stored: the pixels the index embedded
             return Path(self.path).read_bytes(), mime
         buf = io.BytesIO()
         self.load().save(buf, format="PNG")

@@ -140,7 +140,8 @@ _register(  # rows by area; keep each row's help and cite precise
 
     # --- X^R (issue 15) ---
     # The official X^R code is 01yzzyu/xr.github.io, XR/ (commit cf44a37); cites name the file and the
-    # line(s) the official value follows (with the function or argparse option). docs/xr-parity.md explains each row.
+    # line(s) the official value follows (with the function or argparse option). docs/xr-parity.md explains
+    # each row.
 
     Setting("xr_scoring", "paper", "official",
             "X^R coarse similarity. paper: S^t = s_t^t + s_v^t and S^v = s_t^v + s_v^v, one per imagined "
@@ -170,7 +171,8 @@ _register(  # rows by area; keep each row's help and cite precise
             cite=_XR + "XR/xr.py:742 (_run_qa_path), :811-836 (_run_caption_path)"),
     Setting("xr_max_statements", 5, None,
             "statements the question agent may write (none: no cap, as the official --s2_num_questions)",
-            parse=partial(_or_none, int), cite=_XR + "XR/xr.py:1557 (--s2_num_questions default None), :713-719"),
+            parse=partial(_or_none, int),
+            cite=_XR + "XR/xr.py:1557 (--s2_num_questions default None), :713-719"),
     Setting("xr_caption_verifier", "fixed", "bool-bug",
             "expected answers on the caption path. fixed: as the question agent wrote them; bool-bug: "
             "official bool(answer as written): bool(\"False\") is True, so every answer the stage-2 reasoner "
@@ -188,7 +190,8 @@ _register(  # rows by area; keep each row's help and cite precise
             parse=partial(_or_none, str), cite=_XR + "XR/xr.py:1536 (--clip_path)"),
     Setting("xr_agent_model", None, "hf:OpenGVLab/InternVL3-8B",
             "model of every agent role when the config names none (none: no agents, embedding baseline)",
-            parse=partial(_or_none, str), cite=_XR + "XR/xr.py:1532-1534 (--llm_path, --mllm_path, --img_cap_model_path)"),
+            parse=partial(_or_none, str),
+            cite=_XR + "XR/xr.py:1532-1534 (--llm_path, --mllm_path, --img_cap_model_path)"),
     Setting("xr_max_new_tokens", 400, 2048,
             "max new tokens of an agent call when its role sets none (captions: xr_caption_max_new_tokens)",
             parse=int, cite=_XR + "XR/utils/inference_entrypoint_ray.py:153 (llm_load_and_inference_ray), "
@@ -358,7 +361,7 @@ _register(  # rows by area; keep each row's help and cite precise
                  "embed.yaml@98dc570:77 (use_fp16: true); src/common/mbeir_embedder.py@98dc570:52-53, :138-139 "
                  "(with autocast(enabled=use_fp16))"),
 
-    # --- LLaVA (issue 27) --------------------------------------------------------------------------------
+    # --- LLaVA (issue 27) -------------------------------------------------------------------------------
     Setting("hf_vlm_runtime", "unirag", "official",
             "How an hf: caption model loads when --dtype is auto and --batch-size is not given. unirag: bfloat16 "
             "(float16) on a GPU, 4 prompts per forward pass; official: float32 weights (from_pretrained with no "

@@ -226,7 +226,8 @@ def hf_from_pretrained(loader, spec: str, what: str, **kwargs):
     """``loader.from_pretrained(spec)`` with failures turned into a ConfigError that names ``spec``.
 
     A hub id is looked up in the local cache first; only if it is missing there (and offline mode is
-    off: none of ``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``, ``UNIRAG_OFFLINE`` set) is a download attempted.
+    off: none of ``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``, ``UNIRAG_OFFLINE`` set) is a download
+    attempted.
     """
     local = Path(spec).is_dir()
     offline = any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")

@@ -20,18 +20,19 @@ _COMMON = [
     click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True,
                  help="Threads that check images."),
     click.option("--check", type=click.Choice(["decode", "verify", "exists", "none"]), default="decode",
-                 show_default=True, help="How to check images: decode pixels (catches truncated files), verify "
-                 "headers, only test existence, or none."),
+                 show_default=True, help="How to check images: decode pixels (catches truncated files), "
+                 "verify headers, only test existence, or none."),
     click.option("--allow-outside-images", "allow_outside_root", is_flag=True,
-                 help="Import image paths that resolve outside --images ('..', absolute paths, symlinks leading "
-                      "out); they are listed in import_summary.json (refused without this flag)."),
+                 help="Import image paths that resolve outside --images ('..', absolute paths, symlinks "
+                      "leading out); they are listed in import_summary.json (refused without this flag)."),
 ]
 # The fields of a JSONL/CSV list (``jsonl`` and ``csv``).
 _FIELDS = [
     click.option("--image-field", default="image", show_default=True, help="Field with the image path."),
     click.option("--caption-field", default=None,
                  help="Field with the caption(s): a string or a list [default: caption, else captions]."),
-    click.option("--id-field", default=None, help="Field with a stable image id [default: order of first appearance]."),
+    click.option("--id-field", default=None,
+                 help="Field with a stable image id [default: order of first appearance]."),
     click.option("--caption-sep", default=None,
                  help="Split a caption cell/string into several captions at this separator."),
     click.option("--delimiter", default=None, help="CSV cell delimiter [default: ',' or tab for .tsv]."),
@@ -63,7 +64,8 @@ def _importer(name: str, help_: str, run: str, options: list, **fixed) -> None:
 
 _importer("coco", "Import a COCO captions file and its image folder.", "import_coco", [
     click.option("--captions", required=True, type=click.Path(dir_okay=False, path_type=Path),
-                 help="COCO captions JSON (images[], annotations[]) or a JSONL with image + captions per line."),
+                 help="COCO captions JSON (images[], annotations[]) or a JSONL with image + captions per "
+                      "line."),
     *_COMMON,
     click.option("--name", default="coco", show_default=True, help="Dataset name: prefix of every did/qid."),
 ])

@@ -121,7 +121,8 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_car
     sections, markdown = [], []
     for (task, dataset), group in group_runs(runs).items():
         markdown.append(markdown_table(task, dataset, group))
-        csv_link = _write_table(out, f"{slug(task)}_{slug(dataset)}", markdown[-1], csv_table(task, group), written)
+        name = f"{slug(task)}_{slug(dataset)}"
+        csv_link = _write_table(out, name, markdown[-1], csv_table(task, group), written)
         pngs = plot_group(task, dataset, group, out / "plots") if plots else []
         written["plots"] += pngs
         kind = "Caption generation" if task == "caption" else "Image generation"
@@ -134,18 +135,21 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_car
         name = _unique(f"image_sampling_{slug(table.pipeline)}", used_names)
         csv_link = _write_table(out, name, markdown[-1], csv_sampling_table(table), written)
         html = _runs_table("image", table.runs, galleries, labels=set_labels(table))
-        sections.append(f"<section><h2>{esc(f'Image generation — {table.pipeline} on caption sample sets')}</h2>"
-                        f'{html}<p class="muted">{esc(legend(table))} {csv_link}</p></section>')
+        title = f"Image generation — {table.pipeline} on caption sample sets"
+        sections.append(f'<section><h2>{esc(title)}</h2>{html}<p class="muted">{esc(legend(table))} '
+                        f"{csv_link}</p></section>")
     if comparison is not None:
         from unirag.reports.compare import comparison_cell
 
         base = comparison.baseline
         markdown.append(comparison.markdown())
-        _write_table(out, f"compare_{slug(base.task)}_{slug(base.dataset)}", markdown[-1], comparison.csv(), written)
+        name = f"compare_{slug(base.task)}_{slug(base.dataset)}"
+        _write_table(out, name, markdown[-1], comparison.csv(), written)
         written["comparison"] = comparison
         html = _html_table(["k", "n", *comparison.metrics],
                            [[esc(r.run.label), r.run.k, r.n, *(esc(comparison_cell(r.metrics.get(m)))
-                                                               for m in comparison.metrics)] for r in comparison.rows])
+                                                               for m in comparison.metrics)]
+                            for r in comparison.rows])
         sections.append(f"<section><h2>{esc(f'Differences from the baseline {base.label} (k={base.k})')}</h2>"
                         f'{html}<p class="muted">{esc(comparison.legend())} '
                         f"{esc(' '.join(comparison.not_compared.values()))}</p></section>")

@@ -65,8 +65,9 @@ class BaselineComparison:
 
     def markdown(self) -> str:
         base, cols = self.baseline, self.metrics
-        lines = [f"### Differences from the baseline {base.label} (k={base.k}, {base.name}) — {base.dataset}", "",
-                 "| | k | n | " + " | ".join(cols) + " |", "|---|---:|---:|" + "---:|" * len(cols)]
+        lines = [f"### Differences from the baseline {base.label} (k={base.k}, {base.name}) — "
+                 f"{base.dataset}", "", "| | k | n | " + " | ".join(cols) + " |",
+                 "|---|---:|---:|" + "---:|" * len(cols)]
         for r in self.rows:
             lines.append(f"| {r.run.label} | {r.run.k} | {r.n} | "
                          + " | ".join(comparison_cell(r.metrics.get(m)) for m in cols) + " |")
@@ -81,9 +82,10 @@ class BaselineComparison:
                          "significant", "queries_needed"])
         for r in self.rows:
             for m, c in r.metrics.items():
-                writer.writerow([r.run.label, r.run.k, r.run.name, self.baseline.name, m, c.n, f"{c.diff:.4f}",
-                                 f"{c.low:.4f}", f"{c.high:.4f}", f"{c.p_value:.4g}", f"{c.p_holm:.4g}",
-                                 int(c.significant), "" if c.n_needed is None else c.n_needed])
+                writer.writerow([r.run.label, r.run.k, r.run.name, self.baseline.name, m, c.n,
+                                 f"{c.diff:.4f}", f"{c.low:.4f}", f"{c.high:.4f}", f"{c.p_value:.4g}",
+                                 f"{c.p_holm:.4g}", int(c.significant),
+                                 "" if c.n_needed is None else c.n_needed])
         return buf.getvalue()
 
     def as_dict(self) -> dict[str, Any]:

@@ -20,7 +20,8 @@ def metric_table(metrics: Mapping[str, float], skipped: Mapping[str, str] | None
     lines = [f"{'metric':<{width}}  {'value':>8}  95% CI", f"{'-' * width}  {'-' * 8}  ------"]
     for n in names:
         ci = intervals.get(n) if n in metrics else None
-        lines.append(f"{n:<{width}}  {values[n]:>8}  " + (f"[{ci['low']:.2f}, {ci['high']:.2f}]" if ci else "-"))
+        interval = f"[{ci['low']:.2f}, {ci['high']:.2f}]" if ci else "-"
+        lines.append(f"{n:<{width}}  {values[n]:>8}  {interval}")
     return "\n".join(lines)
 
 
@@ -33,10 +34,10 @@ def summary_lines(result: Mapping[str, Any]) -> list[str]:
     lines = [f"queries: {result.get('n_queries', 0)}; " + ", ".join(counts)]
     if b := result.get("bootstrap"):  # how the intervals were drawn
         whole = [name.upper() for name in ("fid", "is") if name in b]  # figures recomputed per resample
-        extra = (f"; {' and '.join(whole)}: {b[whole[0].lower()]['n_resamples']} resamples, their spread centred "
-                 "on the figure" if whole else "")
-        lines.append(f"{100 * b['confidence']:.0f}% CI: {b['method']} bootstrap over queries, {b['n_resamples']} "
-                     f"resamples, seed {b['seed']}{extra} (see docs/comparing-runs.md for how each metric is "
-                     "resampled)")
+        extra = (f"; {' and '.join(whole)}: {b[whole[0].lower()]['n_resamples']} resamples, their spread "
+                 "centred on the figure" if whole else "")
+        lines.append(f"{100 * b['confidence']:.0f}% CI: {b['method']} bootstrap over queries, "
+                     f"{b['n_resamples']} resamples, seed {b['seed']}{extra} (see docs/comparing-runs.md for "
+                     "how each metric is resampled)")
     lines += list(dict.fromkeys((result.get("skipped_metrics") or {}).values()))
     return lines

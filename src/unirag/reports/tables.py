@@ -70,7 +70,7 @@ def column_value(run: RunSummary, column: str) -> float | None:
 
 
 def number(metric: str, value: float, signed: bool = False) -> str:
-    """A metric's value as the tables show it: two decimals for the image metrics, one for the caption ones."""
+    """A metric's value as the tables show it: two decimals for image metrics, one for caption metrics."""
     spec = ".2f" if metric in ("FID", "CLIP Score", "IS", "IS SD") else ".1f"
     return format(value, ("+" if signed else "") + spec)
 

@@ -104,8 +104,8 @@ class DecodeSlots:
     def _admit(self) -> None:
         with self._lock:
             if self._admitted >= self.limit:
-                raise ServiceError(503, f"too many images are being decoded ({self.limit} at once); try again "
-                                       "in a moment", retry_after=1)
+                raise ServiceError(503, f"too many images are being decoded ({self.limit} at once); try "
+                                        "again in a moment", retry_after=1)
             self._admitted += 1
 
     def _release(self, _future=None) -> None:
@@ -184,8 +184,8 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise ServiceError(413, f"request body is larger than {_mb(self.limit)} (the upload limit "
-                                           "plus room for the form around it)")
+                    raise ServiceError(413, f"request body is larger than {_mb(self.limit)} (the upload "
+                                            "limit plus room for the form around it)")
             return message
 
         await self.app(scope, limited_receive, send)

@@ -63,7 +63,8 @@ async def generate_image(request: Request, selection: Annotated[Any, Depends(sel
     ans = await engine_call(svc, "/v1/generate-image", svc.engine.generate_image, text, mode, k, selection)
     buf = io.BytesIO()
     ans.output.save(buf, format="PNG")
+    width, height = ans.output.size
     return {"image": "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii"),
-            "width": ans.output.size[0], "height": ans.output.size[1], "examples": examples_json(ans.examples),
+            "width": width, "height": height, "examples": examples_json(ans.examples),
             "selection": selection.to_dict(), "latency_s": round(time.perf_counter() - start, 4),
             "attempts": ans.attempts, "generator": ans.generator}
