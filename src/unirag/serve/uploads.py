@@ -8,6 +8,7 @@ Nothing from the request (file name, path) is ever used to touch the file system
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -136,25 +137,22 @@ def _trimmed(call):
     try:
         return call()
     finally:
-        _malloc_trim()
+        if (libc := _libc()) is not None:
+            libc.malloc_trim(0)
 
 
-def _malloc_trim() -> None:
+@functools.cache
+def _libc():
+    """The C library when it has ``malloc_trim`` (glibc; not musl, not macOS), else None."""
     import ctypes
     import ctypes.util
 
-    global _LIBC
-    if _LIBC is None:
-        try:
-            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            _LIBC.malloc_trim  # noqa: B018 - glibc only (not musl, not macOS)
-        except (OSError, AttributeError):
-            _LIBC = False
-    if _LIBC:
-        _LIBC.malloc_trim(0)
-
-
-_LIBC = None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim  # noqa: B018
+        return libc
+    except (OSError, AttributeError):
+        return None
 
 
 def _mb(n: int) -> str:
