@@ -245,9 +245,11 @@ def selection_from_settings(given: Mapping[str, Any], base: Selection | Mapping[
                             ) -> Selection:
     """The :class:`Selection` that example-selection settings by name (strings from ``--set`` are read
     by the name's type) make on top of ``base``; a bad value is one :class:`ConfigError` line."""
-    from unirag.profiles import _none_or_float, _on_off
+    from functools import partial
 
-    readers = {"one_per_image": _on_off, "cosine_threshold": _none_or_float}
+    from unirag.profiles import _on_off, _or_none
+
+    readers = {"one_per_image": _on_off, "cosine_threshold": partial(_or_none, float)}
     keywords: dict[str, Any] = {}
     for name, value in given.items():
         keyword, read = SELECTION_SETTINGS[name]

@@ -1,8 +1,7 @@
 """What every route reaches: the loaded :class:`Service` and the helpers the routes share.
 
 :func:`create_app <unirag.serve.app.create_app>` puts one :class:`Service` on ``app.state``; routes
-get it with :func:`service_of`. Refusals are :class:`ServiceError` (status + message), which the app
-turns into ``{"error": ...}`` JSON with secrets masked.
+get it with :func:`service_of`. Refusals are :class:`~unirag.serve.uploads.ServiceError`.
 """
 
 from __future__ import annotations
@@ -22,16 +21,9 @@ from unirag.serve.batching import SearchBatcher
 from unirag.serve.engine import Engine
 from unirag.serve.metrics import Metrics
 from unirag.serve.settings import ServeSettings
-from unirag.serve.uploads import DecodeSlots, check_image
+from unirag.serve.uploads import DecodeSlots, ServiceError, check_image
 
 log = logging.getLogger("unirag.serve")
-
-
-class ServiceError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 @dataclass
