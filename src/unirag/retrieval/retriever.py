@@ -32,7 +32,7 @@ from unirag.data.images import ImageLike
 from unirag.data.records import Modality, Qrels, Query
 from unirag.errors import ConfigError, InputError
 from unirag.index.store import VectorIndex, check_encoder, parse_modality_filter
-from unirag.retrieval.pairing import Completer, QueryIdentity, pair_equals_query
+from unirag.retrieval.pairing import Completer, QueryIdentity
 from unirag.retrieval.results import Hit, Hits, Pair, RetrievalResult
 from unirag.retrieval.selection import Offer, PairPicker, QueryEvidence, Selection
 
@@ -148,9 +148,7 @@ class Retriever:
         ``images[i]`` and/or ``texts[i]``; ``exclude[i]`` its excluded dids; ``instructions``: one
         UniIR instruction for all queries or one (or None) per query; ``references[i]`` its
         reference captions; ``selection`` / selection keywords as in :meth:`search`, for all."""
-        _check_k(k)
-        parse_modality_filter(modality)
-        sel = Selection.of(selection, **options)
+        _, sel = check_options(k, modality, selection, **options)
         n = len(images) if images is not None else len(texts) if texts is not None else 0
         images = list(images) if images is not None else [None] * n
         texts = list(texts) if texts is not None else [None] * n
@@ -232,9 +230,7 @@ class Retriever:
                  ) -> list[RetrievalResult]:
         """Encode ``queries`` and retrieve; one :class:`RetrievalResult` per query, in order.
         ``selection``: how pairs become examples (:class:`unirag.Selection`)."""
-        _check_k(k)
-        parse_modality_filter(modality)
-        sel = Selection.of(selection)
+        _, sel = check_options(k, modality, selection)
         vectors = self.encoder.encode_records(list(queries), query_images_root, progress=progress)
         return self.retrieve_vectors(queries, vectors, k, modality, exclude_qrels, query_images_root, progress,
                                      selection=sel)
@@ -253,9 +249,7 @@ class Retriever:
         (besides the texts of its excluded positives)."""
         from tqdm.auto import tqdm
 
-        _check_k(k)
-        wanted = parse_modality_filter(modality)
-        sel = Selection.of(selection)
+        wanted, sel = check_options(k, modality, selection)
         if self.per_hit and (sel.diversity != "none" or sel.one_per_image or sel.near_duplicates == "exclude"):
             raise ConfigError("example_pairs = per-hit keeps UniRAG's pairs as its code makes them; --set diversity, "
                               "--set one_per_image=on and --set near_duplicates=exclude choose among pairs and need "
@@ -290,10 +284,12 @@ class Retriever:
         results = []
         for i, query in enumerate(tqdm(queries, desc="pairs", unit="query", disable=not progress)):
             ident = QueryIdentity.of(query, query_images_root, excluded[i])
-            target = wanted if wanted is not None else _default_target(query.modality)
+            # over ``any`` a text query expects images and an image query captions (cross-modal tasks)
+            cross = query.modality in (Modality.TEXT, Modality.IMAGE)
+            target = wanted if wanted is not None else query.modality.complement() if cross else None
             evidence = self._evidence(sel, query, vectors[i], query_images_root,
                                       query_images[i] if query_images is not None else None,
-                                      [*excluded[i], *query.pos_cand_list, *_qrels_positives(completer, query.qid)],
+                                      [*excluded[i], *query.pos_cand_list, *completer.positives(query.qid)],
                                       references[i] if references is not None else ())
             depth, row_scores, row_ids = fetch, scores[i], ids[i]
             while True:
@@ -335,10 +331,7 @@ class Retriever:
             return self.completer
         key = sel.pairs_from
         if key not in self._qrels_completers:
-            from unirag.retrieval.qrels_pairs import QrelsPairing
-
-            pairing = QrelsPairing.read(self.index, key)
-            self._qrels_completers[key] = Completer(self.index, self.pool_images_root, qrels=pairing)
+            self._qrels_completers[key] = Completer(self.index, self.pool_images_root, pairs_from=key)
         return self._qrels_completers[key]
 
     def _evidence(self, sel: Selection, query: Query, vector: np.ndarray, query_images_root, image,
@@ -415,8 +408,8 @@ class Retriever:
 
         metas = self.index.metas
         image, text = (cand, other) if metas[cand].modality.has_image else (other, cand)
-        if pair_equals_query(metas[image], metas[text], ident, self.pool_images_root):
-            return False
+        if ident.same_text(metas[text].txt) or ident.same_image(metas[image].img_path, self.pool_images_root):
+            return False  # the caption is the query's text or the image the query's image
         pair = Pair(metas[image].did, metas[text].did, metas[image].img_path, metas[text].txt, score, via)
         file = resolve_image(metas[image].img_path, self.pool_images_root)
         return picker.offer(Offer(metas[cand].did, pair, image, text, str(file) if file is not None else None))
@@ -460,17 +453,10 @@ def _looks_like_text(value: str) -> bool:
     return " " in value.strip() and ("." not in name or not name.rsplit(".", 1)[1].isalnum())
 
 
-def _default_target(query_modality: Modality) -> Modality | None:
-    """Over ``any``, a text query expects images and an image query captions (cross-modal tasks)."""
-    return query_modality.complement() if query_modality in (Modality.TEXT, Modality.IMAGE) else None
-
-
-def _check_k(k: int) -> None:
+def check_options(k: int, modality: str | Modality | None, selection: Any, **options: Any
+                  ) -> tuple[Modality | None, Selection]:
+    """(the modality filter, the :class:`Selection`) of a retrieval's options, checked before any query is
+    encoded (or any model loaded): ``k`` a positive integer, a known modality, a valid selection."""
     if not isinstance(k, int | np.integer) or isinstance(k, bool) or k <= 0:
         raise ConfigError(f"k must be a positive integer, got {k!r}")
-
-
-def _qrels_positives(completer: Any, qid: str) -> list[str]:
-    """The positives of ``qid`` in the completer's qrels pairs (``Selection.pairs_from``), if it has any."""
-    qrels = getattr(completer, "qrels", None)
-    return list(qrels.positives(qid)) if qrels is not None else []
+    return parse_modality_filter(modality), Selection.of(selection, **options)
