@@ -82,11 +82,6 @@ class ResultStore:
     def lock_path(self) -> Path:
         return self.path.with_name(self.path.name + ".lock")
 
-    @property
-    def dropped_torn_line(self) -> bool:
-        """True when any line was dropped (kept for callers of the earlier API)."""
-        return bool(self.dropped_lines)
-
     # -- locking ------------------------------------------------------------------------------------
     @contextmanager
     def _locked(self, exclusive: bool) -> Iterator[None]:
