@@ -303,10 +303,9 @@ class Retriever:
                 depth = min(scope, depth * 4)
                 s, g = self.index.search(vectors[i : i + 1], depth, wanted, where)
                 row_scores, row_ids = s[0], g[0]
-            if self.per_hit:  # keep the per-hit pairs: the picker's choice would replace them
-                result.near_duplicates = picker.report()
-            else:
-                self._finish(result, picker)
+            if not self.per_hit:  # the per-hit pairs stay: the picker's choice would replace them
+                _set_pairs(result, [((o.cand_did,), o.pair) for o in picker.finish()])
+            result.near_duplicates = picker.report()
             results.append(result)
         return results
 
@@ -318,12 +317,8 @@ class Retriever:
         metas = self.index.metas
         found, _ = per_hit_pairs(self.index, completer, ident, ids.tolist(), scores.tolist(), k,
                                  unirag_depth(result.qid), zip_bug=self.settings["pair_alignment"] == "uniir-zip")
-        result.pairs = [Pair(metas[i].did, metas[t].did, metas[i].img_path, metas[t].txt, s, via)
-                        for i, t, s, via in found]
-        result.pair_of = {}
-        for n, p in enumerate(result.pairs):
-            for did in (p.image_did, p.text_did):
-                result.pair_of.setdefault(did, n)
+        _set_pairs(result, [((metas[i].did, metas[t].did), Pair(metas[i].did, metas[t].did, metas[i].img_path,
+                                                                 metas[t].txt, s, via)) for i, t, s, via in found])
 
     def _completer(self, sel: Selection) -> Completer:
         """The pair completer for a selection (one per ``pairs_from`` set, kept: its caches are per index)."""
@@ -414,15 +409,14 @@ class Retriever:
         file = resolve_image(metas[image].img_path, self.pool_images_root)
         return picker.offer(Offer(metas[cand].did, pair, image, text, str(file) if file is not None else None))
 
-    @staticmethod
-    def _finish(result: RetrievalResult, picker: PairPicker) -> None:
-        """Put the picker's choice into the result (pairs in example order, candidate -> pair)."""
-        chosen = picker.finish()
-        result.pairs = [o.pair for o in chosen]
-        result.pair_of = {}
-        for n, o in enumerate(chosen):
-            result.pair_of.setdefault(o.cand_did, n)
-        result.near_duplicates = picker.report()
+
+def _set_pairs(result: RetrievalResult, pairs: list[tuple[tuple[str, ...], Pair]]) -> None:
+    """Put the chosen pairs into the result in example order, each with the candidate dids it stands for."""
+    result.pairs = [p for _, p in pairs]
+    result.pair_of = {}
+    for n, (dids, _) in enumerate(pairs):
+        for did in dids:
+            result.pair_of.setdefault(did, n)
 
 
 def _query(i: int, image: ImageLike | None, text: str | None) -> Query:

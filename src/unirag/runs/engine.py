@@ -161,6 +161,8 @@ class ModelRecipe(Protocol):
 WORKER_CONCURRENCY = 3
 #: What a call that a stopping worker (or the driver) cancelled before it claimed anything raises.
 CANCELLED = "this call was cancelled (the Ray worker is stopping or the driver gave up)"
+#: What the driver raises when no worker of a model is left.
+ALL_DIED = "every Ray worker died (see Ray's logs, e.g. /tmp/ray/session_latest/logs); rerun to resume"
 
 
 class _Worker:
@@ -429,8 +431,7 @@ class WorkerPool:
                 group.dead.add(w)
             except self.ray.exceptions.RayTaskError as e:
                 raise _unwrap(e) from None
-        raise UniragError("every Ray worker died (see Ray's logs, e.g. /tmp/ray/session_latest/logs); "
-                          "rerun to resume")
+        raise UniragError(ALL_DIED)
 
     # -- running --------------------------------------------------------------------------------------
     def run(self, recipe: ModelRecipe, open_kind: Callable[[Any], Any], store: Any, items: Sequence[Any],
@@ -479,8 +480,7 @@ class WorkerPool:
                         log.warning("Ray worker %d died; its items go to the %d worker(s) left", w, len(alive))
                     pending.appendleft(chunk)
                     if not alive:
-                        raise UniragError("every Ray worker died (see Ray's logs, e.g. "
-                                          "/tmp/ray/session_latest/logs); rerun to resume") from None
+                        raise UniragError(ALL_DIED) from None
                     for other in alive:  # a worker that had run dry picks the batch up
                         while pending and sum(1 for v in in_flight.values() if v[0] == other) < 2:
                             submit(other)
