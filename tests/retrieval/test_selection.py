@@ -125,7 +125,7 @@ def test_pair_redundancy_is_one_for_the_same_photo_and_relevance_keeps_examples_
             return None
 
     def offer(did, image, caption, score):
-        return Offer(did, Pair(f"img:{image}", did, image, caption, score), None, None, image)
+        return Offer(did, Pair(f"img:{image}", did, image, caption, score), None, image)
 
     taken = [offer("t1", "a.jpg", "Biba Women Pink Kurta", 0.60),
              offer("t2", "a.jpg", "a pink kurta for women", 0.59),  # same photo, other caption

@@ -407,7 +407,7 @@ class Retriever:
             return False  # the caption is the query's text or the image the query's image
         pair = Pair(metas[image].did, metas[text].did, metas[image].img_path, metas[text].txt, score, via)
         file = resolve_image(metas[image].img_path, self.pool_images_root)
-        return picker.offer(Offer(metas[cand].did, pair, image, text, str(file) if file is not None else None))
+        return picker.offer(Offer(metas[cand].did, pair, image, str(file) if file is not None else None))
 
 
 def _set_pairs(result: RetrievalResult, pairs: list[tuple[tuple[str, ...], Pair]]) -> None:

@@ -269,7 +269,6 @@ class Offer:
     cand_did: str
     pair: Any  # unirag.retrieval.results.Pair
     image_gid: int | None
-    text_gid: int | None
     image_file: str | None
 
 
