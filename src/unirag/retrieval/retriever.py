@@ -23,18 +23,22 @@ per-hit`` (see :mod:`unirag.retrieval.uniir_pairs`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from unirag.data.images import ImageLike
-from unirag.data.records import Modality, Qrels, Query
+from unirag.data.images import ImageLike, as_rgb, check_image_like, image_path_of
+from unirag.data.records import Modality, Qrels, Query, resolve_image
 from unirag.errors import ConfigError, InputError
 from unirag.index.store import VectorIndex, check_encoder, parse_modality_filter
+from unirag.profiles import Settings, resolve
+from unirag.retrieval.near_duplicates import HASHES, caption_words, dhash
 from unirag.retrieval.pairing import Completer, QueryIdentity
 from unirag.retrieval.results import Hit, Hits, Pair, RetrievalResult
 from unirag.retrieval.selection import Offer, PairPicker, QueryEvidence, Selection
+from unirag.retrieval.uniir_pairs import UniIRCompleter, per_hit_pairs, unirag_depth
 
 
 class Retriever:
@@ -58,7 +62,6 @@ class Retriever:
                  verify: bool = False,
                  pool_images_root: str | Path | None = None, profile: Any = None, memory: str = "mmap") -> None:
         from unirag.index.handle import Index
-        from unirag.profiles import resolve
 
         if isinstance(index, Index):
             index = index.store
@@ -79,8 +82,6 @@ class Retriever:
         self.pool_images_root = str(root) if root is not None else None
         self.settings = resolve(profile)
         if self.settings["pair_completion"] == "uniir":
-            from unirag.retrieval.uniir_pairs import UniIRCompleter
-
             self.completer = UniIRCompleter(self.index, lambda: self.encoder, self.pool_images_root)
         else:
             self.completer = Completer(self.index, self.pool_images_root)
@@ -177,8 +178,6 @@ class Retriever:
         if not hasattr(self.encoder, "instruct"):
             raise ConfigError(f"instruction= is for UniIR encoders (uniir:...), trained with M-BEIR instructions; "
                               f"{self.index.manifest['encoder'].get('name')!r} takes none")
-        from dataclasses import replace
-
         from unirag.encoders.instructions import prepend_instruction
 
         out_q, out_t = [], []
@@ -191,8 +190,6 @@ class Retriever:
         return out_q, out_t
 
     def _encode(self, queries: list[Query], texts: list, images: list) -> np.ndarray:
-        from unirag.data.images import as_rgb
-
         out = np.zeros((len(queries), self.encoder.dim), dtype=np.float32)
         groups: dict[Modality, list[int]] = {}
         for i, q in enumerate(queries):
@@ -217,8 +214,6 @@ class Retriever:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Retriever:
         """A retriever like the one :meth:`to_dict` described (index reopened, encoder loaded by spec)."""
-        from unirag.profiles import Settings
-
         profile = Settings.from_dict(data["profile"]) if isinstance(data.get("profile"), dict) else data.get("profile")
         return cls(data["index"], data.get("encoder"), device=data.get("device", "auto"), dtype=data.get("dtype", "auto"),
                    verify=data.get("verify", False), pool_images_root=data.get("pool_images_root"), profile=profile)
@@ -271,8 +266,6 @@ class Retriever:
         completer = self._completer(sel)
         fetch = max(1, min(scope, 2 * sel.pool_size(k) + 10 + max(len(e) for e in excluded)))
         if self.per_hit:  # UniRAG reads 10 hits (50 for Fashion200k) per query
-            from unirag.retrieval.uniir_pairs import unirag_depth
-
             read = max(unirag_depth(q.qid) for q in queries)
             fetch = max(fetch, min(scope, read + max(len(e) for e in excluded)))
         if scope == 0:
@@ -312,8 +305,6 @@ class Retriever:
     def _per_hit(self, result: RetrievalResult, ident: QueryIdentity, scores: np.ndarray, ids: np.ndarray,
                  k: int, completer: Any) -> None:
         """Replace the result's pairs by UniRAG's per-hit pairs (``example_pairs = per-hit``)."""
-        from unirag.retrieval.uniir_pairs import per_hit_pairs, unirag_depth
-
         metas = self.index.metas
         found, _ = per_hit_pairs(self.index, completer, ident, ids.tolist(), scores.tolist(), k,
                                  unirag_depth(result.qid), zip_bug=self.settings["pair_alignment"] == "uniir-zip")
@@ -332,9 +323,6 @@ class Retriever:
     def _evidence(self, sel: Selection, query: Query, vector: np.ndarray, query_images_root, image,
                   positives: Iterable[str], references: Iterable[str]) -> QueryEvidence:
         """What the near-duplicate guard compares this query's examples with."""
-        from unirag.data.records import resolve_image
-        from unirag.retrieval.near_duplicates import HASHES, caption_words, dhash
-
         ev = QueryEvidence()
         if sel.near_duplicates == "off":
             return ev
@@ -399,8 +387,6 @@ class Retriever:
     def _offer_pair(self, picker: PairPicker, cand: int, other: int, score: float, via: str,
                     ident: QueryIdentity) -> bool:
         """Offer the pair (cand, other) to the picker unless it shows the query; True if taken."""
-        from unirag.data.records import resolve_image
-
         metas = self.index.metas
         image, text = (cand, other) if metas[cand].modality.has_image else (other, cand)
         if ident.same_text(metas[text].txt) or ident.same_image(metas[image].img_path, self.pool_images_root):
@@ -421,8 +407,6 @@ def _set_pairs(result: RetrievalResult, pairs: list[tuple[tuple[str, ...], Pair]
 
 def _query(i: int, image: ImageLike | None, text: str | None) -> Query:
     """An in-memory query record; its image path (if it has one) lets pairs that show it be dropped."""
-    from unirag.data.images import check_image_like, image_path_of
-
     if text is not None and not isinstance(text, str):
         raise InputError(f"query {i}: expected a string, got {type(text).__name__}", field="text")
     if isinstance(image, str) and text is None and not Path(image).is_file() and _looks_like_text(image):
