@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from unirag.data.mbeir import read_qrels, read_queries
 from unirag.data.records import Modality, Query, resolve_image
 from unirag.errors import ConfigError
 from unirag.index.store import CandidateMeta, VectorIndex
@@ -150,8 +151,6 @@ def read_qrels_pairs(index: VectorIndex, paths: Sequence[str | Path]
     the judgements too) give the query's text or image; qrels files add positives to the queries
     with the same qid. Paths ending in ``.jsonl`` are query files, others qrels files.
     """
-    from unirag.data.mbeir import read_qrels, read_queries
-
     queries: dict[str, Query] = {}
     extra: dict[str, set[str]] = {}
     for p in paths:

@@ -19,7 +19,7 @@ from pathlib import Path
 from unirag.data.jsonl import iter_json_lines
 from unirag.errors import InputError, UniragError
 from unirag.retrieval.results import RetrievalResult
-from unirag.runs.atomic import atomic_write_lines
+from unirag.runs.atomic import atomic_write_json, atomic_write_lines
 
 RUN_TAG = "unirag"
 
@@ -48,8 +48,6 @@ def write_retrieval_run(path: str | Path, results: Iterable[RetrievalResult], ta
     results = list(results)
     path = Path(path)
     if manifest is not None:
-        from unirag.runs.atomic import atomic_write_json
-
         atomic_write_json(trec_path(path, ".manifest.json"), manifest)
     atomic_write_lines(path, (_json_line(r, path) for r in results))
     trec = trec_path(path)

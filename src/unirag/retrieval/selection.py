@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from unirag.data.records import Modality
 from unirag.errors import ConfigError
 from unirag.profiles import _none_or_float, _on_off
 
@@ -196,8 +197,6 @@ def _split_filter(text: str) -> tuple[str, str]:
 
 
 def _values(name: str, values: Any) -> tuple[str, ...]:
-    from unirag.data.records import Modality
-
     if isinstance(values, str):
         if name == "modality":  # 'image,text' is the fused modality, as everywhere in M-BEIR
             try:

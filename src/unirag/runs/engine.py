@@ -37,8 +37,10 @@ run locally and the run says so (:func:`runs_on_ray`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -48,6 +50,7 @@ from typing import Any, Protocol
 from tqdm.auto import tqdm
 
 from unirag.errors import ConfigError, UniragError
+from unirag.ray_support import default_workers, ray_session
 
 log = logging.getLogger(__name__)
 
@@ -303,8 +306,6 @@ class _Worker:
 def _cancelled() -> bool:
     """Whether the driver cancelled the running Ray call (``ray.cancel`` only flags a call that a threaded
     actor has started: one waiting for the model checks it before it claims anything)."""
-    import sys
-
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized():  # not in a Ray worker (get_runtime_context would start Ray)
         return False
@@ -351,8 +352,6 @@ class WorkerPool:
     def _connect(self) -> Any:
         """Start or join Ray on first use (a grid without local-model cells never starts it)."""
         if self.ray is None:
-            from unirag.ray_support import ray_session
-
             o = self.options
             session = ray_session(o.ray_address, object_store_memory=o.object_store_memory)
             self.ray = session.__enter__()
@@ -380,8 +379,6 @@ class WorkerPool:
 
     # -- actors ---------------------------------------------------------------------------------------
     def n_workers(self) -> int:
-        from unirag.ray_support import default_workers
-
         o = self.options
         return o.workers or default_workers(self.ray, o.cpus_per_worker, o.gpus_per_worker)
 
@@ -508,8 +505,6 @@ class WorkerPool:
 
 def open_pool(engine: str | EngineOptions | WorkerPool | None, progress: bool = True):
     """A context manager yielding the pool to use: the given one (left open), or a new one for this run."""
-    import contextlib
-
     if isinstance(engine, WorkerPool):
         return contextlib.nullcontext(engine)
     return WorkerPool(engine_options(engine), progress=progress)

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from unirag.errors import BackendError
 from unirag.runs.retry import RetryPolicy, call_with_retry
 from unirag.runs.store import STATUS_ERROR, STATUS_OK, ResultStore
+from unirag.runtime import free_memory
 
 T = TypeVar("T")
 #: A result for an item another live process has claimed (see ResultStore.claim).
@@ -193,8 +194,6 @@ def run_items(
                 results = work(chunk)
             except Exception as err:  # noqa: BLE001 - _as_backend_error re-raises what is not a model failure
                 if is_out_of_memory(_as_backend_error(err)):
-                    from unirag.runtime import free_memory
-
                     free_memory()
             else:
                 seconds = (time.perf_counter() - start) / len(chunk)

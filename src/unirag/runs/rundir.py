@@ -30,9 +30,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from unirag.data.images import png_bytes
 from unirag.data.jsonl import iter_json_lines, parse_json, read_json_file
 from unirag.data.text import decode_line
-from unirag.errors import ConfigError, InputError
+from unirag.errors import ConfigError, InputError, RunFailedError
 from unirag.messages import Message, render_for_log
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from unirag.runs.store import STATUS_OK, ResultStore
@@ -193,8 +194,6 @@ def write_prompt(prompts_dir: Path, index: int, qid: str, messages: list[Message
                            "sha256": p.sha256()})
     info = {"qid": qid, "images": images, **(extra or {})}
     if merged_image is not None:
-        from unirag.data.images import png_bytes
-
         atomic_write_bytes(stem.with_name(stem.name + "_merged.png"), png_bytes(merged_image))
         info["merged_image"] = stem.name + "_merged.png"
     atomic_write_text(stem.with_suffix(".txt"), render_for_log(messages) + "\n")
@@ -209,8 +208,6 @@ def check_some_succeeded(run_dir: str | Path, ok: int, failed: int, noun: str = 
     unreachable server must not end in exit status 0. Failures stay recorded; a rerun retries them."""
     if failed < 1 or ok > 0:
         return
-    from unirag.errors import RunFailedError
-
     first = next(iter(read_run_dir(run_dir).failed().values()), {})
     error = " ".join(str(first.get("error") or "no error recorded").split())
     raise RunFailedError(f"all {failed} {noun} tried in this run failed (first error: {error[:300]}); "
