@@ -159,9 +159,13 @@ class RunDir:
             ok = sum(1 for r in records if r is not None and r.get("status") == STATUS_OK)
             failed = sum(1 for r in records if r is not None and r.get("status") != STATUS_OK)
             counts = {"queries": len(order), "ok": ok, "error": failed, "missing": len(order) - ok - failed}
-            short = self._short_of_k(records)
-            if short:  # queries that got fewer examples than asked: never silent (as `unirag retrieve` says)
-                counts["short"] = short
+            examples = self.identity.get("examples")
+            k = examples.get("k") if isinstance(examples, dict) else None
+            if isinstance(k, int) and k >= 1:  # finished queries given fewer examples than k: never silent
+                short = sum(1 for r in records if r is not None and r.get("status") == STATUS_OK
+                            and isinstance(r.get("examples"), list) and len(r["examples"]) < k)
+                if short:  # (as `unirag retrieve` says)
+                    counts["short"] = short
             totals = _usage_totals(r for r in records if r is not None)
             self.manifest.update({"updated": _now(), "counts": counts, "totals": totals,
                                   "status": "complete" if ok == len(order) else "incomplete", **(extra or {})})
@@ -170,16 +174,6 @@ class RunDir:
                                                   "first_line_numbers": self.store.dropped_lines[:10]}
             atomic_write_json(self.manifest_path, self.manifest)
         return counts
-
-
-    def _short_of_k(self, records: list[dict[str, Any] | None]) -> int:
-        """Finished queries whose record lists fewer examples than the run's ``k`` asked for."""
-        examples = self.identity.get("examples")
-        k = examples.get("k") if isinstance(examples, dict) else None
-        if not isinstance(k, int) or k < 1:
-            return 0
-        return sum(1 for r in records if r is not None and r.get("status") == STATUS_OK
-                   and isinstance(r.get("examples"), list) and len(r["examples"]) < k)
 
 
 def write_prompt(prompts_dir: Path, index: int, qid: str, messages: list[Message], merged_image=None,
