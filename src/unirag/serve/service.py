@@ -78,12 +78,12 @@ def examples_json(examples) -> list[dict[str, Any]]:
 
 def selection_of(diversity=None, mmr_lambda=None, one_per_image=None, near_duplicates=None, filters=()):
     """The :class:`unirag.Selection` of a request's fields (unset fields keep the defaults)."""
-    from unirag.retrieval.selection import Selection, parse_filters
+    from unirag.retrieval.selection import Selection, normalise_where
 
     try:
         return Selection.of(None, diversity=diversity or None, mmr_lambda=mmr_lambda, one_per_image=one_per_image,
                             near_duplicates=near_duplicates or None,
-                            where=parse_filters([f for f in filters or () if f and f.strip()]) or None)
+                            where=normalise_where([f for f in filters or () if f and f.strip()]) or None)
     except ConfigError as e:
         raise ServiceError(400, str(e)) from None
 
