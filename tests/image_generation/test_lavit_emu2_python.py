@@ -25,7 +25,7 @@ from unirag.data.mbeir import read_queries
 from unirag.errors import ConfigError
 from unirag.generators.images.base import ImageRequest
 from unirag.generators.images.lavit import xformers_available
-from unirag.generators.images.registry import load_image_generator
+from unirag.generators.registry import load_image_generator
 from unirag.pipelines.examples import make_selector
 from unirag.pipelines.image_gen import ImageSettings, run_image_generation
 from unirag.retrieval.results import Pair

@@ -58,11 +58,23 @@ class GenerationOptions:
     repetition_penalty: float | None = None
 
 
-class TextGenerator(ABC):
-    """Messages (interleaved images and text) -> text."""
+class Backend(ABC):  # noqa: B024 - the root of the three kinds below; each declares its abstract call
+    """What every generator of either kind has: the spec it was made from, a config, a close."""
 
     #: The spec string it was made from, recorded in run manifests.
-    spec: str
+    spec: str = ""
+
+    def config(self) -> dict[str, Any]:
+        """Settings worth recording in the manifest (never secrets)."""
+        return {"spec": self.spec}
+
+    def close(self) -> None:  # noqa: B027 - optional hook; most backends hold nothing to release
+        """Release clients or models."""
+
+
+class TextGenerator(Backend):
+    """Messages (interleaved images and text) -> text."""
+
     #: "single-image" backends get few-shot images merged into one picture; "multi-image" interleaved.
     image_mode: str = "multi-image"
     #: Prompt template family: "llava", "gpt4o" or "gemini" (see prompts/templates).
@@ -76,9 +88,6 @@ class TextGenerator(ABC):
         """Local models override this to batch; API backends are parallelised by the run loop instead."""
         return [self.generate(m, options) for m in batch]
 
-    def config(self) -> dict[str, Any]:
-        return {"spec": self.spec}
-
     def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str:
         """The prompt as this backend sends it, for inspection (``OUT/prompts/NNN_qid.sent.txt``, what the
         official scripts' ``prompt_{idx}.txt`` files hold): here the messages as text, images as
@@ -87,9 +96,6 @@ class TextGenerator(ABC):
         from unirag.messages import render_for_log
 
         return render_for_log(messages)
-
-    def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
-        """Release clients or models."""
 
 
 def base64_placeholder(data: str) -> str:
@@ -100,7 +106,7 @@ def base64_placeholder(data: str) -> str:
     return f"<{len(data)} base64 chars, sha256 {hashlib.sha256(data.encode()).hexdigest()[:16]}>"
 
 
-class ExampleCaptioner(ABC):
+class ExampleCaptioner(Backend):
     """Captioners that need no prompt: they pick or combine the retrieved example captions.
 
     Not a :class:`TextGenerator` (they cannot answer a prompt), so code that holds one asks
@@ -108,20 +114,12 @@ class ExampleCaptioner(ABC):
     :class:`unirag.Captioner`, which feeds each what it takes.
     """
 
-    #: The spec string it was made from, recorded in run manifests.
-    spec: str
     #: Fewest examples it can work with (a caption to pick needs at least one).
     min_examples: int = 1
 
     @abstractmethod
     def caption_from_examples(self, captions: Sequence[str]) -> Generation:
         """A caption from the examples' captions (best-ranked first). Raises BackendError if none."""
-
-    def config(self) -> dict[str, Any]:
-        return {"spec": self.spec}
-
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release models."""
 
 
 #: Anything :func:`unirag.generators.registry.load_text_generator` returns.

@@ -22,24 +22,43 @@ from typing import Any
 from unirag.errors import ConfigError
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator
 from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
-from unirag.generators.spec import declared_options, load_factory
+from unirag.generators.registry import declared_options, load_factory
 
 
-def _build(target: str, kind: str, options: dict[str, Any]) -> Any:
-    factory = load_factory(target, kind)
-    obj = factory(**declared_options(factory, options))
-    if not callable(getattr(obj, "generate", None)):
-        raise ConfigError(f"python:{target} returned a {type(obj).__name__}, which has no generate() method; "
-                          f"a {kind} needs one")
-    return obj
+class _Plugin:
+    """The user's object (``inner``) and the hooks both kinds forward to it when it has them."""
 
-
-class PluginTextGenerator(TextGenerator):
-    """A caption generator built by a user factory (see the module docstring)."""
+    kind = ""
 
     def __init__(self, name: str, *, spec: str | None = None, **options: Any) -> None:
         self.spec = spec or f"python:{name}"
-        self.inner = _build(name, "caption generator", options)
+        factory = load_factory(name, self.kind)
+        self.inner = factory(**declared_options(factory, options))
+        if not callable(getattr(self.inner, "generate", None)):
+            raise ConfigError(f"python:{name} returned a {type(self.inner).__name__}, which has no generate() "
+                              f"method; a {self.kind} needs one")
+
+    def _hook(self, name: str) -> Any:
+        """The inner object's method ``name``, or None when it has none."""
+        hook = getattr(self.inner, name, None)
+        return hook if callable(hook) else None
+
+    def config(self) -> dict[str, Any]:
+        extra = self.inner.config() if self._hook("config") else {}
+        return {**extra, "spec": self.spec, "backend": "python"}
+
+    def close(self) -> None:
+        if self._hook("close"):
+            self.inner.close()
+
+
+class PluginTextGenerator(_Plugin, TextGenerator):
+    """A caption generator built by a user factory (see the module docstring)."""
+
+    kind = "caption generator"
+
+    def __init__(self, name: str, *, spec: str | None = None, **options: Any) -> None:
+        super().__init__(name, spec=spec, **options)
         self.image_mode = getattr(self.inner, "image_mode", "multi-image")
         self.template_family = getattr(self.inner, "template_family", "gpt4o")
         self.batch_size = int(getattr(self.inner, "batch_size", 1) or 1)  # prompts per generate_batch call
@@ -48,31 +67,24 @@ class PluginTextGenerator(TextGenerator):
         return self.inner.generate(messages, options)
 
     def generate_batch(self, batch, options: GenerationOptions | None = None) -> list[Generation]:
-        if callable(getattr(self.inner, "generate_batch", None)):
+        if self._hook("generate_batch"):
             return self.inner.generate_batch(batch, options)
         return [self.generate(m, options) for m in batch]
 
     def sent_prompt(self, messages, options: GenerationOptions | None = None) -> str:
         """The plugin's own wire form of the prompt when it has one (``sent_prompt``), else the rendered messages."""
-        if callable(getattr(self.inner, "sent_prompt", None)):
+        if self._hook("sent_prompt"):
             return self.inner.sent_prompt(messages, options)
         return super().sent_prompt(messages, options)
 
-    def config(self) -> dict[str, Any]:
-        extra = self.inner.config() if callable(getattr(self.inner, "config", None)) else {}
-        return {**extra, "spec": self.spec, "backend": "python"}
 
-    def close(self) -> None:
-        if callable(getattr(self.inner, "close", None)):
-            self.inner.close()
-
-
-class PluginImageGenerator(ImageGenerator):
+class PluginImageGenerator(_Plugin, ImageGenerator):
     """An image generator built by a user factory (see the module docstring)."""
 
+    kind = "image generator"
+
     def __init__(self, name: str, *, spec: str | None = None, **options: Any) -> None:
-        self.spec = spec or f"python:{name}"
-        self.inner = _build(name, "image generator", options)
+        super().__init__(name, spec=spec, **options)
         self.max_examples = getattr(self.inner, "max_examples", None)
         self.min_examples = getattr(self.inner, "min_examples", 0)
         self.local = bool(getattr(self.inner, "local", True))
@@ -80,11 +92,11 @@ class PluginImageGenerator(ImageGenerator):
 
     def check_size(self, width: int, height: int) -> None:
         super().check_size(width, height)
-        if callable(getattr(self.inner, "check_size", None)):
+        if self._hook("check_size"):
             self.inner.check_size(width, height)
 
     def prompt_text(self, request: ImageRequest) -> str:
-        if callable(getattr(self.inner, "prompt_text", None)):
+        if self._hook("prompt_text"):
             return self.inner.prompt_text(request)
         return super().prompt_text(request)
 
@@ -94,13 +106,5 @@ class PluginImageGenerator(ImageGenerator):
             out = GeneratedImage(image=out)
         return out
 
-    def config(self) -> dict[str, Any]:
-        extra = self.inner.config() if callable(getattr(self.inner, "config", None)) else {}
-        return {**extra, "spec": self.spec, "backend": "python"}
-
     def identity(self) -> dict[str, Any]:
-        return self.inner.identity() if callable(getattr(self.inner, "identity", None)) else {}
-
-    def close(self) -> None:
-        if callable(getattr(self.inner, "close", None)):
-            self.inner.close()
+        return self.inner.identity() if self._hook("identity") else {}

@@ -19,8 +19,8 @@ from unirag.data.mbeir import read_queries
 from unirag.data.records import Query, resolve_image
 from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.base import CaptionBackend
-from unirag.generators.options import identity_config
 from unirag.generators.pricing import price_entry
+from unirag.generators.registry import identity_config
 from unirag.pipelines.captioner import Caption, Captioner, CaptionRequest, to_pairs
 from unirag.pipelines.examples import ExampleSelector, example_images_root, make_selector
 from unirag.pipelines.run_config import ExampleRunConfig

@@ -93,7 +93,7 @@ class Captioner(LazyBackend):
                  max_attempts: int | None = None, retry: Any = None, profile: Any = None,
                  official_prompts: str | Path | None = None, **generator_options: Any) -> None:
         from unirag.generators.pricing import load_prices, merge_prices, price_for
-        from unirag.generators.spec import check_generator_options, retry_policy
+        from unirag.generators.registry import check_generator_options, retry_policy
         from unirag.profiles import resolve
 
         _check_arg_types(max_tokens=(max_tokens, int), temperature=(temperature, int | float | str | None),

@@ -33,8 +33,11 @@ from typing import Any
 
 from unirag.errors import ConfigError
 from unirag.generators.images.base import ImageRequest
-from unirag.generators.images.diffusers_backend import DiffusersImageGenerator
-from unirag.generators.images.local import render_with_fallback, seed_torch
+from unirag.generators.images.diffusers_backend import (
+    DiffusersImageGenerator,
+    render_with_fallback,
+    seed_torch,
+)
 
 CUSTOM_PIPELINE = "pipeline_emu2_gen"
 #: Sub-folders of an Emu2-Gen checkpoint loaded before the pipeline and passed to it (Emu2's README).

@@ -43,7 +43,7 @@ from typing import Any
 
 from unirag.errors import ConfigError
 from unirag.generators.images.base import ImageGenerator, ImageRequest
-from unirag.generators.images.local import render_with_fallback, seed_torch
+from unirag.generators.images.diffusers_backend import render_with_fallback, seed_torch
 
 #: ``multimodal_synthesis`` parameters unirag passes (checked when the model is built).
 SYNTHESIS_PARAMS = ("width", "height", "guidance_scale_for_llm", "num_return_images", "num_inference_steps", "top_k")
