@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,48 +34,67 @@ from unirag.generators.images.base import (
     render_listed,
 )
 
-#: ``render(request with the examples kept, their decoded PIL images) -> (PIL image, meta)``
-Render = Callable[[ImageRequest, list[Any]], tuple[Any, dict[str, Any]]]
 
-
-def render_with_fallback(request: ImageRequest, render: Render, *, name: str, oom_fallback: bool = True,
-                         seed: Callable[[int], None] | None = None) -> GeneratedImage:
-    """The call loop every local image model shares (diffusers pipelines, Emu2-Gen, LaVIT, ...).
+class LocalImageGenerator(ImageGenerator):
+    """A model in this process (diffusers pipelines, Emu2-Gen, LaVIT) and the call loop they share.
 
     Example images are decoded once up front (a missing or corrupt file fails the query with a message
     naming it, before the model runs); the model renders under ``torch.inference_mode``; out of GPU
     memory with several examples, the last (least relevant) examples are dropped one at a time and the
     call is retried, as the paper did for Emu2-Gen at k=5 (``meta["examples_used"]`` records it).
-    ``seed(request.seed)`` runs before every try, for models that draw their noise from torch's global
-    generator."""
-    import torch
+    Subclasses set ``_pipe`` (the pipeline or model), ``device``, ``oom_fallback`` and ``label`` (what an
+    error names) and implement :meth:`_render`.
+    """
 
-    from unirag.runtime import free_memory, to_pil_images
+    local = True
+    label = ""
+    device = "cpu"
+    oom_fallback = True
+    _pipe: Any = None
 
-    images_all = to_pil_images([e.image for e in request.examples], ahead=request.ahead,
-                               loading=request.loading)
-    used = len(request.examples)
-    while True:
-        trimmed = dataclasses.replace(request, examples=request.examples[:used])
-        if seed is not None:
-            seed(request.seed)
-        try:
-            with torch.inference_mode():
-                image, meta = render(trimmed, images_all[:used])
-            break
-        except torch.OutOfMemoryError as e:
-            free_memory()
-            if oom_fallback and used > 1:
-                used -= 1
-                continue
-            raise BackendError(f"{name}: out of memory for query {request.qid} "
-                               f"({request.width}x{request.height}, {used} reference image(s)): {e}", kind="oom") from None
-    meta = dict(meta)
-    if used < len(request.examples):
-        meta["examples_used"] = used
-    from unirag.data.images import load_rgb
+    def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
+        """One model call for ``request`` (its examples as kept) with their decoded images -> (image, meta)."""
+        raise NotImplementedError
 
-    return GeneratedImage(image=load_rgb(image), meta=meta)
+    def _seed_try(self, seed: int) -> None:
+        """Runs before every try: models that draw their noise from torch's global generator seed it here."""
+
+    def generate(self, request: ImageRequest) -> GeneratedImage:
+        import torch
+
+        from unirag.data.images import load_rgb
+        from unirag.runtime import free_memory, to_pil_images
+
+        self.check_k(len(request.examples))
+        self.check_size(request.width, request.height)
+        images_all = to_pil_images([e.image for e in request.examples], ahead=request.ahead,
+                                   loading=request.loading)
+        used = len(request.examples)
+        while True:
+            trimmed = dataclasses.replace(request, examples=request.examples[:used])
+            self._seed_try(request.seed)
+            try:
+                with torch.inference_mode():
+                    image, meta = self._render(trimmed, images_all[:used])
+                break
+            except torch.OutOfMemoryError as e:
+                free_memory()
+                if self.oom_fallback and used > 1:
+                    used -= 1
+                    continue
+                raise BackendError(f"{self.label}: out of memory for query {request.qid} ({request.width}x"
+                                   f"{request.height}, {used} reference image(s)): {e}", kind="oom") from None
+        meta = dict(meta)
+        if used < len(request.examples):
+            meta["examples_used"] = used
+        return GeneratedImage(image=load_rgb(image), meta=meta)
+
+    def close(self) -> None:
+        """Drop the model and return its GPU memory."""
+        from unirag.runtime import free_memory
+
+        self._pipe = None
+        free_memory(self.device)
 
 
 def seed_torch(seed: int) -> None:
@@ -164,10 +182,9 @@ def place_pipeline(pipe: Any, device: str, offload: str | None) -> None:
                           "it needs the accelerate package and a GPU") from None
 
 
-class DiffusersImageGenerator(ImageGenerator):
+class DiffusersImageGenerator(LocalImageGenerator):
     """A diffusers pipeline, one query at a time (the GPU is the bottleneck, not the loop)."""
 
-    local = True
     templates = (ZERO_SHOT, FEW_SHOT_OMNIGEN)
 
     def __init__(self, model: str, *, spec: str | None = None, device: str | None = "auto",
@@ -181,6 +198,7 @@ class DiffusersImageGenerator(ImageGenerator):
         configure_torch_threads()
         self.model = model
         self.spec = spec or f"diffusers:{model}"
+        self.label = f"diffusers {model}"
         self.device = resolve_device(device)
         self.dtype = dtype_name(dtype, self.device)
         self.offload = offload or "none"
@@ -217,14 +235,6 @@ class DiffusersImageGenerator(ImageGenerator):
 
     def prompt_text(self, request: ImageRequest) -> str:
         return self._prompt(request)[0]
-
-    def generate(self, request: ImageRequest) -> GeneratedImage:
-        """One picture (out of GPU memory with several examples, the last examples are dropped one at a
-        time, see :func:`render_with_fallback`)."""
-        self.check_k(len(request.examples))
-        self.check_size(request.width, request.height)
-        return render_with_fallback(request, self._render, name=f"diffusers {self.model}",
-                                    oom_fallback=self.oom_fallback)
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
         """One pipeline call for ``request`` with its (already decoded) example images."""
@@ -268,10 +278,3 @@ class DiffusersImageGenerator(ImageGenerator):
 
     def identity(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "oom_fallback": self.oom_fallback}
-
-    def close(self) -> None:
-        """Drop the pipeline and return its GPU memory."""
-        from unirag.runtime import free_memory
-
-        self._pipe = None
-        free_memory(self.device)
