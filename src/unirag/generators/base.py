@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from unirag.messages import Message
@@ -17,26 +17,20 @@ from unirag.messages import Message
 
 @dataclass
 class Usage:
-    input_text_tokens: int = 0
-    input_images: int = 0
-    output_tokens: int = 0
     # Backends that report only a total prompt-token count (images included) put it here.
     input_tokens: int = 0
+    input_text_tokens: int = 0
+    input_images: int = 0
     # Image share of ``input_tokens`` where the provider bills images per token (GPT-4o); an estimate
     # from the provider's published formula, since the API reports one total.
     input_image_tokens: int = 0
+    output_tokens: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"input_tokens": self.input_tokens, "input_text_tokens": self.input_text_tokens,
-                "input_images": self.input_images, "input_image_tokens": self.input_image_tokens,
-                "output_tokens": self.output_tokens}
+        return asdict(self)
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(*(a + b for a, b in zip(self._values(), other._values(), strict=True)))
-
-    def _values(self) -> tuple[int, ...]:
-        return (self.input_text_tokens, self.input_images, self.output_tokens, self.input_tokens,
-                self.input_image_tokens)
+        return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
 
 
 @dataclass

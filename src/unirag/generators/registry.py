@@ -1,24 +1,10 @@
-"""Generators by spec string ``PREFIX:NAME``, for both kinds: caption (text) and image generators.
+"""Generators of both kinds, caption (text) and image, by spec string ``PREFIX:NAME``.
 
-Caption generators:
-
-``openai:gpt-4o``                chat completions (any OpenAI-compatible server with ``base_url``)
-``gemini:gemini-1.5-pro``        Google Gemini through ``google-genai``
-``hf:llava-hf/llava-1.5-7b-hf``  a local Hugging Face VLM (hub id or local directory)
-``retrieval:top1``               the top-1 retrieved caption (paper rows 1a/1b); no model
-``retrieval:consensus``          the retrieved caption most similar to the other top-k ones
-
-Image generators:
-
-``diffusers:<hub id or local dir>``   a local diffusers pipeline (text-only -> zero-shot; OmniGen-style
-                                       pipelines with reference images -> few-shot too)
-``openai-image:gpt-image-1``          OpenAI images API (few-shot through images.edit)
-``gemini-image:<model>``              Gemini image generation (few-shot via interleaved images)
-``retrieval:top1``                    the top-1 retrieved example's image (offline baseline)
-``lavit:<LaVIT checkpoint dir>``      LaVIT through its own ``build_model`` / ``multimodal_synthesis`` (lavit.py)
-``emu2-gen:<Emu2-Gen dir or hub id>`` Emu2-Gen through diffusers' custom pipeline ``pipeline_emu2_gen`` (emu2.py)
-
-Either kind: ``python:pkg.module:factory``, whatever generator ``factory(**options)`` returns (plugin.py).
+:data:`BACKENDS` lists every prefix of each kind with what its NAME means (the error for a bad spec
+lists the same; the command pages in ``docs/commands`` explain each backend), e.g. ``openai:gpt-4o``,
+``hf:llava-hf/llava-1.5-7b-hf``, ``retrieval:consensus``, ``diffusers:./my-sd-pipeline``,
+``lavit:./LaVIT-7B-v2``; either kind takes ``python:pkg.module:factory``, whatever generator
+``factory(**options)`` returns (plugin.py).
 
 Both kinds are named, parsed and built the same way, so that lives here once with the option rules:
 options are keyword arguments; each backend takes those its constructor declares and the rest are
@@ -40,7 +26,7 @@ from unirag.generators.images.base import ImageGenerator
 CAPTION = "generator"
 IMAGE = "image generator"
 _PLUGIN = "module:factory, e.g. python:mypkg.gen:make"
-# kind -> prefix -> ("module:class", what NAME means)
+# kind -> prefix -> ("module:class", what NAME means); "retrieval" needs no model, "python" is a plugin
 BACKENDS: dict[str, dict[str, tuple[str, str]]] = {
     CAPTION: {
         "openai": ("unirag.generators.openai_compat:OpenAIChatGenerator", "model name, e.g. openai:gpt-4o"),
