@@ -119,6 +119,41 @@ def load_image_generator(spec: str, **opts: Any) -> ImageGenerator:
     return load_generator(spec, IMAGE, **opts)
 
 
+#: Queries per official LaVIT process: the seed is set again before the first of each such batch.
+OFFICIAL_LAVIT_BATCH = 1000
+
+
+def profile_options(spec: str, settings: Any = None, options: dict[str, Any] | None = None,
+                    kind: str = CAPTION) -> dict[str, Any]:
+    """``options`` with what the behaviour settings imply for ``spec``'s backend filled in where the user
+    left the choice open (``settings``: a profile name or :class:`unirag.profiles.Settings`):
+
+    - ``hf:`` (``hf_vlm_runtime``, ``llava_prompt_format``): official is ``infer_llava``'s
+      ``from_pretrained`` without a dtype (float32 where ``dtype`` is auto or absent) and batch size 1;
+    - images, ``image_seeding = official``: Emu2-Gen ``reseed=False`` (never seeded), LaVIT
+      ``reseed_every=1000``; ``image_top1 = top-candidate``: ``retrieval:top1`` draws noise for a query
+      without a top image (``noise=True``).
+    """
+    from unirag.profiles import resolve
+
+    settings = resolve(settings)
+    prefix = str(spec).strip().partition(":")[0]
+    out = dict(options or {})
+    if kind == CAPTION and prefix == "hf":
+        if settings["hf_vlm_runtime"] == "official":
+            if out.get("dtype") in (None, "auto"):
+                out["dtype"] = "float32"
+            out.setdefault("batch_size", 1)
+        out.setdefault("prompt_format", settings["llava_prompt_format"])
+    elif kind == IMAGE and prefix == "retrieval" and settings["image_top1"] == "top-candidate":
+        out.setdefault("noise", True)
+    elif kind == IMAGE and settings["image_seeding"] == "official":
+        implied = {"emu2-gen": ("reseed", False), "lavit": ("reseed_every", OFFICIAL_LAVIT_BATCH)}.get(prefix)
+        if implied:
+            out.setdefault(*implied)
+    return out
+
+
 def declared_options(fn: Any, opts: dict[str, Any]) -> dict[str, Any]:
     """The options ``fn`` declares (all of them when it takes ``**kwargs``), None values dropped."""
     params = inspect.signature(fn).parameters

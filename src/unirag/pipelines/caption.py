@@ -234,11 +234,11 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
         from unirag.pipelines.remote_models import RemoteTextGenerator, TextModelRecipe
 
         pool = stack.enter_context(open_pool(cfg.engine, cfg.progress))
-        from unirag.generators.hf_vlm import profile_load_options
+        from unirag.generators.registry import profile_options
         from unirag.profiles import resolve
 
-        recipe = TextModelRecipe(cfg.generator, profile_load_options(cfg.generator, resolve(cfg.profile),
-                                                                     dict(cfg.generator_options)))
+        recipe = TextModelRecipe(cfg.generator, profile_options(cfg.generator, resolve(cfg.profile),
+                                                                dict(cfg.generator_options)))
         # the model loads on the workers only; they also render the saved prompts in its wire form
         generator = RemoteTextGenerator(pool.describe(recipe), ask=functools.partial(pool.ask, recipe))
     if isinstance(generator, Captioner):

@@ -126,10 +126,9 @@ class Captioner(LazyBackend):
 
     # -- lifecycle (load on first use, release on close: LazyBackend) ------------------------
     def _load_backend(self) -> CaptionBackend:
-        from unirag.generators.hf_vlm import profile_load_options
-        from unirag.generators.registry import load_text_generator
+        from unirag.generators.registry import load_text_generator, profile_options
 
-        return load_text_generator(self.spec, **profile_load_options(self.spec, self.settings, self.generator_options))
+        return load_text_generator(self.spec, **profile_options(self.spec, self.settings, self.generator_options))
 
     def warm_up(self) -> Captioner:
         """Load the generator (and its prompt template) now rather than at the first caption."""

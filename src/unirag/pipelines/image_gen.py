@@ -249,7 +249,7 @@ def run_image_generation(
     """
     from contextlib import ExitStack
 
-    from unirag.generators.images.base import seeding_options
+    from unirag.generators.registry import IMAGE, profile_options
     from unirag.profiles import resolve
     from unirag.runs.engine import open_pool, runs_on_ray
 
@@ -265,12 +265,12 @@ def run_image_generation(
                 from unirag.pipelines.remote_models import ImageModelRecipe, RemoteImageGenerator
 
                 pool = stack.enter_context(open_pool(engine, progress))
-                recipe = ImageModelRecipe(spec, {**seeding_options(spec, profile), **(generator_options or {})})
+                recipe = ImageModelRecipe(spec, profile_options(spec, profile, generator_options, IMAGE))
                 generator = RemoteImageGenerator(pool.describe(recipe))
             else:
                 from unirag.generators.registry import load_image_generator
 
-                generator = load_image_generator(spec, **{**seeding_options(spec, profile), **(generator_options or {})})
+                generator = load_image_generator(spec, **profile_options(spec, profile, generator_options, IMAGE))
                 stack.callback(generator.close)
         settings = (settings or ImageSettings()).resolved(generator.spec, profile)
         return _run_image_generation(queries, generator, selector, Path(out), images_root, settings,

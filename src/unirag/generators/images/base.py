@@ -43,29 +43,6 @@ def sampling_defaults(spec: str, settings: Any = None) -> dict[str, Any]:
     return {"steps": DEFAULT_STEPS, "guidance": DEFAULT_GUIDANCE}
 
 
-#: Queries per official LaVIT process: the seed is set again before the first of each such batch.
-OFFICIAL_LAVIT_BATCH = 1000
-
-
-def seeding_options(spec: str, settings: Any = None) -> dict[str, Any]:
-    """Generator options a profile implies (empty: the generator's own defaults). ``image_seeding =
-    official``: Emu2-Gen ``reseed=False`` (never seeded), LaVIT ``reseed_every=1000``; ``image_top1 =
-    top-candidate``: ``retrieval:top1`` draws noise for a query without a top image (``noise=True``)."""
-    from unirag.profiles import resolve
-
-    settings = resolve(settings)
-    spec = str(spec).strip()
-    if spec.startswith("retrieval:") and settings["image_top1"] == "top-candidate":
-        return {"noise": True}
-    if settings["image_seeding"] != "official":
-        return {}
-    if spec.startswith("emu2-gen:"):
-        return {"reseed": False}
-    if spec.startswith("lavit:"):
-        return {"reseed_every": OFFICIAL_LAVIT_BATCH}
-    return {}
-
-
 @dataclass
 class ImageRequest:
     """One text-to-image call. ``examples`` is empty in zero-shot mode."""
