@@ -27,7 +27,7 @@ import math
 import os
 from typing import Any
 
-from unirag.data.images import load_rgb
+from unirag.data.images import load_rgb, upright_size
 from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.api import APIBackend, Connection, malformed_response, status_error, transient_error
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage, base64_placeholder
@@ -115,12 +115,6 @@ def render_openai_messages(messages: list[Message], detail: str | None = None) -
     return out
 
 
-def _image_size(part: ImagePart) -> tuple[int, int]:
-    from unirag.data.images import upright_size
-
-    return upright_size(part.path if part.path is not None else part.data)
-
-
 def openai_image_tokens(width: int, height: int, detail: str | None = None) -> int:
     """Tokens GPT-4o bills for one image (OpenAI's published tile formula).
 
@@ -200,10 +194,10 @@ class OpenAIChatGenerator(APIBackend, TextGenerator):
         return Generation(text=text, usage=usage, raw={"finish_reason": finish, "model": getattr(resp, "model", None)})
 
     def _usage(self, reported: Any, messages: list[Message]) -> Usage:
-        images = [p for m in messages for p in m.images]
+        images = [upright_size(p.path if p.path is not None else p.data) for m in messages for p in m.images]
         prompt = int(getattr(reported, "prompt_tokens", 0) or 0)
         output = int(getattr(reported, "completion_tokens", 0) or 0)
-        image_tokens = sum(openai_image_tokens(*_image_size(p), self.detail) for p in images)
+        image_tokens = sum(openai_image_tokens(w, h, self.detail) for w, h in images)
         image_tokens = min(image_tokens, prompt) if prompt else image_tokens
         return Usage(input_tokens=prompt, input_text_tokens=max(0, prompt - image_tokens), input_images=len(images),
                      input_image_tokens=image_tokens, output_tokens=output)
@@ -222,35 +216,6 @@ _SIZES = {
 }
 
 
-def _family(model: str) -> str | None:
-    for prefix in _SIZES:
-        if model.startswith(prefix):
-            return prefix
-    return None
-
-
-def decode_b64_image(b64: Any, provider: str):
-    """Base64 image bytes -> RGB PIL image; a body that is not an image is a (transient) BackendError."""
-
-    if not isinstance(b64, str) or not b64:
-        raise malformed_response(provider, "malformed response body", "no base64 image data")
-    try:
-        return load_rgb(base64.b64decode(b64, validate=True))
-    except (binascii.Error, InputError) as e:
-        raise malformed_response(provider, "response image could not be decoded", str(e)) from None
-
-
-def image_usage(usage: Any, n_images: int) -> Usage | None:
-    """Token counts of an images response (gpt-image models report text and image input separately)."""
-    if usage is None:
-        return None
-    details = getattr(usage, "input_tokens_details", None)
-    return Usage(input_tokens=int(getattr(usage, "input_tokens", 0) or 0),
-                 input_text_tokens=int(getattr(details, "text_tokens", 0) or 0),
-                 input_image_tokens=int(getattr(details, "image_tokens", 0) or 0),
-                 input_images=n_images, output_tokens=int(getattr(usage, "output_tokens", 0) or 0))
-
-
 class OpenAIImageGenerator(APIBackend, ImageGenerator):
     """Thread-safe: one SDK client shared by the run loop's worker threads."""
 
@@ -261,19 +226,18 @@ class OpenAIImageGenerator(APIBackend, ImageGenerator):
     def __init__(self, model: str, *, spec: str | None = None, base_url: str | None = None,
                  api_key_env: str = "OPENAI_API_KEY", timeout: float = 300.0, quality: str | None = None) -> None:
         self.quality = quality
+        self._family = next((f for f in _SIZES if model.startswith(f)), None)
         # dall-e-2 edits take one image; dall-e-3 has no edit endpoint; gpt-image models take up to 16.
-        family = _family(model)
-        self.max_examples = {"dall-e-3": 0, "dall-e-2": 1, "gpt-image": 16}.get(family or "", None)
+        self.max_examples = {"dall-e-3": 0, "dall-e-2": 1, "gpt-image": 16}.get(self._family or "", None)
         self._connect(model, spec, OpenAIConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout,
                                                     server="images server", provider=IMAGES_PROVIDER))
 
     def check_size(self, width: int, height: int) -> None:
         super().check_size(width, height)
-        family = _family(self.model)
         size = f"{width}x{height}"
-        if family is not None and size not in _SIZES[family]:
+        if self._family is not None and size not in _SIZES[self._family]:
             raise ConfigError(f"{self.model} cannot make {size} images; supported sizes: "
-                              + ", ".join(sorted(_SIZES[family])))
+                              + ", ".join(sorted(_SIZES[self._family])))
 
     def prompt_text(self, request: ImageRequest) -> str:
         return render_listed(FEW_SHOT_API, request.caption, [e.caption for e in request.examples])
@@ -282,7 +246,7 @@ class OpenAIImageGenerator(APIBackend, ImageGenerator):
         """Keyword arguments of ``images.generate`` (k = 0) or ``images.edit`` (k > 0)."""
         args: dict[str, Any] = {"model": self.model, "prompt": self.prompt_text(request), "n": 1,
                                 "size": f"{request.width}x{request.height}"}
-        if _family(self.model) == "gpt-image":
+        if self._family == "gpt-image":
             args["output_format"] = "png"  # lossless; gpt-image models always answer in base64
         else:
             args["response_format"] = "b64_json"
@@ -307,12 +271,24 @@ class OpenAIImageGenerator(APIBackend, ImageGenerator):
         first = data[0]
         if getattr(first, "b64_json", None) is None and getattr(first, "url", None):
             raise BackendError(f"{IMAGES_PROVIDER}: the server returned a URL instead of base64 image data")
-        image = decode_b64_image(getattr(first, "b64_json", None), IMAGES_PROVIDER)
+        b64 = getattr(first, "b64_json", None)
+        if not isinstance(b64, str) or not b64:
+            raise malformed_response(IMAGES_PROVIDER, "malformed response body", "no base64 image data")
+        try:
+            image = load_rgb(base64.b64decode(b64, validate=True))
+        except (binascii.Error, InputError) as e:
+            raise malformed_response(IMAGES_PROVIDER, "response image could not be decoded", str(e)) from None
         meta: dict[str, Any] = {"prompt": args["prompt"]}
         if getattr(first, "revised_prompt", None):
             meta["revised_prompt"] = first.revised_prompt
-        return GeneratedImage(image=image, meta=meta,
-                              usage=image_usage(getattr(resp, "usage", None), len(request.examples)))
+        usage = getattr(resp, "usage", None)  # gpt-image models report text and image input separately
+        if usage is not None:
+            details = getattr(usage, "input_tokens_details", None)
+            usage = Usage(input_tokens=int(getattr(usage, "input_tokens", 0) or 0),
+                          input_text_tokens=int(getattr(details, "text_tokens", 0) or 0),
+                          input_image_tokens=int(getattr(details, "image_tokens", 0) or 0),
+                          input_images=len(request.examples), output_tokens=int(getattr(usage, "output_tokens", 0) or 0))
+        return GeneratedImage(image=image, meta=meta, usage=usage)
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "quality": self.quality}
