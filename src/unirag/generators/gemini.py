@@ -1,4 +1,4 @@
-"""Google Gemini through the ``google-genai`` SDK: captions (``gemini:``) and native images (``gemini-image:``).
+"""Google Gemini through ``google-genai``: captions (``gemini:``) and native images (``gemini-image:``).
 
 Captions (paper: Gemini-Pro via Vertex AI generate-content): the typed messages become ``contents``
 (text parts and inline image bytes, in order) and a system turn becomes ``system_instruction``.
@@ -160,7 +160,8 @@ class GeminiGenerator(APIBackend, TextGenerator):
                  timeout: float = 120.0, family: str = "gemini", spec: str | None = None) -> None:
         self.template_family = family
         self.image_mode = "single-image" if family == "llava" else "multi-image"
-        self._connect(model, spec, GeminiConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout))
+        conn = GeminiConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout)
+        self._connect(model, spec, conn)
 
     def request_config(self, system: str | None, options: GenerationOptions) -> dict[str, Any]:
         config: dict[str, Any] = {"max_output_tokens": options.max_tokens}
@@ -283,7 +284,8 @@ class GeminiImageGenerator(APIBackend, ImageGenerator):
 
     def __init__(self, model: str, *, spec: str | None = None, base_url: str | None = None,
                  timeout: float = 300.0, api_key_env: str | None = None) -> None:
-        self._connect(model, spec, GeminiConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout))
+        conn = GeminiConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout)
+        self._connect(model, spec, conn)
 
     def prompt_text(self, request: ImageRequest) -> str:
         return render_for_log(image_prompt_messages(request))

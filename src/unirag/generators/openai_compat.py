@@ -143,7 +143,8 @@ class OpenAIChatGenerator(APIBackend, TextGenerator):
         self.detail = detail
         self.template_family = family
         self.image_mode = "single-image" if family == "llava" else "multi-image"
-        self._connect(model, spec, OpenAIConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout))
+        conn = OpenAIConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout)
+        self._connect(model, spec, conn)
 
     def request_body(self, messages: list[Message], options: GenerationOptions) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` (also what the tests compare)."""
@@ -264,7 +265,7 @@ class OpenAIImageGenerator(APIBackend, ImageGenerator):
     def generate(self, request: ImageRequest) -> GeneratedImage:
         self.check_k(len(request.examples))
         args = self.request_args(request)
-        resp = self._conn.call(lambda client: (client.images.edit if request.examples else client.images.generate)(**args))
+        resp = self._conn.call(lambda c: (c.images.edit if request.examples else c.images.generate)(**args))
         data = getattr(resp, "data", None)
         if not data:
             raise malformed_response(IMAGES_PROVIDER, "malformed response body", "no data[] in the response")
@@ -287,7 +288,8 @@ class OpenAIImageGenerator(APIBackend, ImageGenerator):
             usage = Usage(input_tokens=int(getattr(usage, "input_tokens", 0) or 0),
                           input_text_tokens=int(getattr(details, "text_tokens", 0) or 0),
                           input_image_tokens=int(getattr(details, "image_tokens", 0) or 0),
-                          input_images=len(request.examples), output_tokens=int(getattr(usage, "output_tokens", 0) or 0))
+                          input_images=len(request.examples),
+                          output_tokens=int(getattr(usage, "output_tokens", 0) or 0))
         return GeneratedImage(image=image, meta=meta, usage=usage)
 
     def config(self) -> dict[str, Any]:

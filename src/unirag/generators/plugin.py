@@ -35,20 +35,15 @@ class _Plugin:
         factory = load_factory(name, self.kind)
         self.inner = factory(**declared_options(factory, options))
         if not callable(getattr(self.inner, "generate", None)):
-            raise ConfigError(f"python:{name} returned a {type(self.inner).__name__}, which has no generate() "
-                              f"method; a {self.kind} needs one")
-
-    def _hook(self, name: str) -> Any:
-        """The inner object's method ``name``, or None when it has none."""
-        hook = getattr(self.inner, name, None)
-        return hook if callable(hook) else None
+            raise ConfigError(f"python:{name} returned a {type(self.inner).__name__}, which has no "
+                              f"generate() method; a {self.kind} needs one")
 
     def config(self) -> dict[str, Any]:
-        extra = self.inner.config() if self._hook("config") else {}
+        extra = self.inner.config() if callable(getattr(self.inner, "config", None)) else {}
         return {**extra, "spec": self.spec, "backend": "python"}
 
     def close(self) -> None:
-        if self._hook("close"):
+        if callable(getattr(self.inner, "close", None)):
             self.inner.close()
 
 
@@ -67,13 +62,13 @@ class PluginTextGenerator(_Plugin, TextGenerator):
         return self.inner.generate(messages, options)
 
     def generate_batch(self, batch, options: GenerationOptions | None = None) -> list[Generation]:
-        if self._hook("generate_batch"):
+        if callable(getattr(self.inner, "generate_batch", None)):
             return self.inner.generate_batch(batch, options)
         return [self.generate(m, options) for m in batch]
 
     def sent_prompt(self, messages, options: GenerationOptions | None = None) -> str:
         """The plugin's own wire form of the prompt when it has one (``sent_prompt``), else the rendered messages."""
-        if self._hook("sent_prompt"):
+        if callable(getattr(self.inner, "sent_prompt", None)):
             return self.inner.sent_prompt(messages, options)
         return super().sent_prompt(messages, options)
 
@@ -92,11 +87,11 @@ class PluginImageGenerator(_Plugin, ImageGenerator):
 
     def check_size(self, width: int, height: int) -> None:
         super().check_size(width, height)
-        if self._hook("check_size"):
+        if callable(getattr(self.inner, "check_size", None)):
             self.inner.check_size(width, height)
 
     def prompt_text(self, request: ImageRequest) -> str:
-        if self._hook("prompt_text"):
+        if callable(getattr(self.inner, "prompt_text", None)):
             return self.inner.prompt_text(request)
         return super().prompt_text(request)
 
@@ -107,4 +102,4 @@ class PluginImageGenerator(_Plugin, ImageGenerator):
         return out
 
     def identity(self) -> dict[str, Any]:
-        return self.inner.identity() if self._hook("identity") else {}
+        return self.inner.identity() if callable(getattr(self.inner, "identity", None)) else {}

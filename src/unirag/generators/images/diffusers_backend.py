@@ -53,7 +53,7 @@ class LocalImageGenerator(ImageGenerator):
     _pipe: Any = None
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
-        """One model call for ``request`` (its examples as kept) with their decoded images -> (image, meta)."""
+        """One model call for ``request`` (examples as kept) with their decoded images -> (image, meta)."""
         raise NotImplementedError
 
     def _seed_try(self, seed: int) -> None:
