@@ -26,14 +26,14 @@ _MAX_MESSAGE = 500
 
 
 class Connection:
-    """A lazily built, thread-shared SDK client; subclasses set ``base_url``, ``api_key_env``, ``timeout``."""
+    """A lazily built, thread-shared SDK client; subclasses also set ``api_key_env`` (the key's variable)."""
 
     provider = ""
-    base_url: str | None = None
     api_key_env: str | None = None
-    timeout: float = 120.0
 
-    def __init__(self) -> None:
+    def __init__(self, base_url: str | None, timeout: float) -> None:
+        self.base_url = base_url
+        self.timeout = float(timeout)
         self._client: Any = None
         self._lock = threading.Lock()
 

@@ -58,11 +58,10 @@ class GeminiConnection(Connection):
     must stay fast.
     """
 
+    provider = PROVIDER
+
     def __init__(self, *, base_url: str | None, api_key_env: str | None, timeout: float) -> None:
-        super().__init__()
-        self.provider = PROVIDER
-        self.base_url = base_url
-        self.timeout = float(timeout)
+        super().__init__(base_url, timeout)
         names = (api_key_env,) if api_key_env else KEY_VARIABLES
         self.api_key_env = next((n for n in names if os.environ.get(n)), names[0])
         key = os.environ.get(self.api_key_env)

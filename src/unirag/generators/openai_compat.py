@@ -56,11 +56,9 @@ class OpenAIConnection(Connection):
 
     def __init__(self, *, base_url: str | None, api_key_env: str, timeout: float, server: str = "server",
                  provider: str = PROVIDER) -> None:
-        super().__init__()
+        super().__init__(base_url or os.environ.get("OPENAI_BASE_URL") or None, timeout)
         self.provider = provider
-        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         self.api_key_env = api_key_env
-        self.timeout = float(timeout)
         key = os.environ.get(api_key_env)
         if not key:
             if self.base_url and OFFICIAL_HOST not in self.base_url:
