@@ -96,7 +96,7 @@ def bench(task: str, spec: str, queries: Path, work: Path, args) -> dict:
 
         generator = Captioner(spec, max_tokens=8, device="cpu", batch_size=args.batch_size).warm_up()
     else:
-        from unirag.generators.images.registry import load_image_generator
+        from unirag.generators.registry import load_image_generator
 
         generator = load_image_generator(spec, device="cpu")
     local_start = time.perf_counter() - t0

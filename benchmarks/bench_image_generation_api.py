@@ -27,7 +27,7 @@ from _harness import add_load_args, coco_rows, completeness, read_outputs  # fir
 
 from fake_openai_server import FakeServer, Reply
 from unirag.data.mbeir import load_pool, read_queries
-from unirag.generators.images.registry import load_image_generator
+from unirag.generators.registry import load_image_generator
 from unirag.pipelines.examples import make_selector
 from unirag.pipelines.image_gen import ImageSettings, run_image_generation
 from unirag.runs.retry import RetryPolicy

@@ -134,7 +134,7 @@ def diffusers_step(device: str, dtypes: list[str]) -> None:
 
     from tiny_models import tiny_sd_dir
     from unirag.generators.images.base import ImageRequest
-    from unirag.generators.images.registry import load_image_generator
+    from unirag.generators.registry import load_image_generator
 
     reqs = [ImageRequest(qid=f"q{i}", caption=c, width=32, height=32, steps=2, seed=1234 + i)
             for i, c in enumerate(["A red bus on a street.", "Two dogs on the grass."])]

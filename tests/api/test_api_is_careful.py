@@ -87,12 +87,10 @@ def test_known_options_list_matches_the_backends() -> None:
     import importlib
     import inspect
 
-    from unirag.generators.images.registry import BACKENDS as IMAGE_BACKENDS
-    from unirag.generators.registry import BACKENDS as TEXT_BACKENDS
-    from unirag.generators.spec import KNOWN_GENERATOR_OPTIONS
+    from unirag.generators.registry import BACKENDS, KNOWN_GENERATOR_OPTIONS
 
     declared = set()
-    for target, _ in [*TEXT_BACKENDS.values(), *IMAGE_BACKENDS.values()]:
+    for target, _ in [entry for table in BACKENDS.values() for entry in table.values()]:
         module, attr = target.split(":")
         params = inspect.signature(getattr(importlib.import_module(module), attr).__init__).parameters
         declared |= {k for k, p in params.items() if k not in ("self", "name", "spec")

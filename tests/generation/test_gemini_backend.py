@@ -101,7 +101,7 @@ def test_google_api_key_fallback_is_sent_and_client_rebuilt_after_close(fake_ser
 def test_connection_names_an_explicit_key_variable_and_shares_one_client(no_api_keys, monkeypatch):
     import threading
 
-    from unirag.generators.gemini_client import GeminiConnection
+    from unirag.generators.gemini import GeminiConnection
 
     with pytest.raises(ConfigError, match=r"set the MY_GEMINI_KEY environment variable") as ei:
         GeminiConnection(base_url=None, api_key_env="MY_GEMINI_KEY", timeout=5)

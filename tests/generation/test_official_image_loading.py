@@ -54,8 +54,8 @@ def test_official_image_run_hands_its_generator_plain_loads(rotated_and_transpar
     """An image run's ``image_loading`` reaches the generator's request: the retrieval baseline draws
     the top example as loaded, kept as stored (40x20) under ``plain``, upright (20x40) by default."""
     from unirag.data.records import Query
-    from unirag.generators.images.registry import load_image_generator
     from unirag.generators.pricing import Price
+    from unirag.generators.registry import load_image_generator
     from unirag.pipelines.image_gen import ImageJob, ImageSettings
     from unirag.retrieval.results import Pair
 

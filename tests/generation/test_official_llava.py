@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tiny_models import tiny_llava_dir
-from unirag.generators.hf_vlm import profile_load_options
+from unirag.generators.registry import profile_options
 from unirag.pipelines.captioner import Captioner
 from unirag.profiles import resolve
 from unirag.prompts.caption import build_caption_prompt, caption_template
@@ -19,13 +19,13 @@ def test_official_llava_loads_in_fp32_one_prompt_per_pass():
     """infer_llava (caption_generation_inference.py@e9a4e00:212-262): ``from_pretrained`` with no
     ``torch_dtype`` (:221-227: float32 weights), ``bs: int = 1`` (:219) and one slice of ``bs`` prompts per
     ``generate`` (:255-262). An explicit --dtype / --batch-size still wins."""
-    official = profile_load_options("hf:llava-hf/llava-v1.6-vicuna-7b-hf", "official", {"dtype": "auto"})
+    official = profile_options("hf:llava-hf/llava-v1.6-vicuna-7b-hf", "official", {"dtype": "auto"})
     assert official == {"dtype": "float32", "batch_size": 1, "prompt_format": "official"}
-    given = profile_load_options("hf:x", "official", {"dtype": "bfloat16", "batch_size": 8})
+    given = profile_options("hf:x", "official", {"dtype": "bfloat16", "batch_size": 8})
     assert (given["dtype"], given["batch_size"]) == ("bfloat16", 8)
-    assert profile_load_options("hf:x", "default", {"dtype": "auto"}) == {"dtype": "auto",
+    assert profile_options("hf:x", "default", {"dtype": "auto"}) == {"dtype": "auto",
                                                                        "prompt_format": "chat-template"}
-    assert profile_load_options("openai:gpt-4o", "official", {}) == {}
+    assert profile_options("openai:gpt-4o", "official", {}) == {}
 
 
 @pytest.fixture(scope="module")

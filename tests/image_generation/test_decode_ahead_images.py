@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from unirag.data.mbeir import read_queries
-from unirag.generators.images.registry import load_image_generator
+from unirag.generators.registry import load_image_generator
 from unirag.pipelines.examples import make_selector
 from unirag.pipelines.image_gen import ImageSettings, run_image_generation
 from unirag.runs.engine import EngineOptions

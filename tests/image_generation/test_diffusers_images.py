@@ -18,7 +18,7 @@ from unirag.generators.images.diffusers_backend import (
     interleaved_prompt,
     reference_style,
 )
-from unirag.generators.images.registry import load_image_generator
+from unirag.generators.registry import load_image_generator
 from unirag.pipelines.examples import make_selector
 from unirag.pipelines.image_gen import ImageSettings, image_stem, run_image_generation
 from unirag.retrieval.results import Pair

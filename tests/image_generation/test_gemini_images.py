@@ -9,9 +9,9 @@ import pytest
 
 from fake_openai_server import Reply
 from unirag.errors import BackendError, ConfigError
+from unirag.generators.gemini import nearest_aspect_ratio, parse_image_response
 from unirag.generators.images.base import ImageRequest
-from unirag.generators.images.gemini_images import nearest_aspect_ratio, parse_image_response
-from unirag.generators.images.registry import load_image_generator
+from unirag.generators.registry import load_image_generator
 from unirag.retrieval.results import Pair
 
 from .helpers import solid_png

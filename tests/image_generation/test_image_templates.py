@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from unirag.generators.images.templates import (
+from unirag.generators.images.base import (
     ALL,
     FEW_SHOT_API,
     FEW_SHOT_OMNIGEN,

@@ -25,7 +25,7 @@ from unirag.data.mbeir import read_queries
 from unirag.errors import ConfigError
 from unirag.generators.images.base import ImageRequest
 from unirag.generators.images.lavit import xformers_available
-from unirag.generators.images.registry import load_image_generator
+from unirag.generators.registry import load_image_generator
 from unirag.pipelines.examples import make_selector
 from unirag.pipelines.image_gen import ImageSettings, run_image_generation
 from unirag.retrieval.results import Pair
@@ -486,10 +486,10 @@ def test_official_lavit_is_seeded_again_before_every_1000th_query(lavit_code):
     @e9a4e00:3 ``bs=1000``, one ``--index i_(i+1000)`` call per batch, :19-21) and every process builds LaVIT
     through ``build_lavit_model``, which seeds 1234 first (src/unirag/image_generation_inference.py@e9a4e00
     :27-30): the generators restart at 1234 before query 0, 1000, 2000, ... (``image_seeding = official``)."""
-    from unirag.generators.images.base import seeding_options
+    from unirag.generators.registry import IMAGE, profile_options
 
-    assert seeding_options("lavit:/ckpt", "official") == {"reseed_every": 1000}
-    assert seeding_options("lavit:/ckpt", "default") == {}
+    assert profile_options("lavit:/ckpt", "official", kind=IMAGE) == {"reseed_every": 1000}
+    assert profile_options("lavit:/ckpt", "default", kind=IMAGE) == {}
     code, ckpt = lavit_code
     req = ImageRequest(qid="q", caption="a red bus", width=16, height=16, steps=1)
     every3 = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu", reseed_every=3)
@@ -506,15 +506,15 @@ def test_official_emu2_is_never_seeded(tmp_path):
     no seed: only ``build_lavit_model`` seeds (:27-30), and the Emu2 path never calls it, so the pipeline draws
     from torch's unseeded generator and consecutive queries get different starting noise. unirag's default
     seeds the request's seed before every call (one picture reproducible alone)."""
-    from unirag.generators.images.base import seeding_options
+    from unirag.generators.registry import IMAGE, profile_options
 
-    assert seeding_options("emu2-gen:/ckpt", "official") == {"reseed": False}
+    assert profile_options("emu2-gen:/ckpt", "official", kind=IMAGE) == {"reseed": False}
     folder = make_emu2_dir(tmp_path / "Emu2-Gen", variant="bf16")
     req = ImageRequest(qid="q", caption="a red bus", width=16, height=16, steps=1, seed=7)
     seeded = load_image_generator(f"emu2-gen:{folder}", device="cpu", dtype="bfloat16")
     assert np.array_equal(np.asarray(seeded.generate(req).image), np.asarray(seeded.generate(req).image))
     never = load_image_generator(f"emu2-gen:{folder}", device="cpu", dtype="bfloat16",
-                                 **seeding_options(f"emu2-gen:{folder}", "official"))
+                                 **profile_options(f"emu2-gen:{folder}", "official", kind=IMAGE))
     torch.manual_seed(0)
     a = np.asarray(never.generate(req).image)
     b = np.asarray(never.generate(req).image)

@@ -12,7 +12,7 @@ from fake_openai_server import RecordedRequest, Reply
 from unirag.data.mbeir import read_queries
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.images.base import ImageRequest
-from unirag.generators.images.registry import load_image_generator
+from unirag.generators.registry import load_image_generator
 from unirag.pipelines.examples import make_selector
 from unirag.pipelines.image_gen import ImageSettings, run_image_generation
 from unirag.retrieval.results import Pair

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from unirag.cli.generate_images_cmd import generate_images
 from unirag.errors import ConfigError, InputError
 from unirag.generators.images.base import ImageRequest
-from unirag.generators.images.registry import load_image_generator
+from unirag.generators.registry import load_image_generator
 
 from .helpers import read_pixels
 

@@ -36,7 +36,7 @@ from unirag.cir.agents import ROLES
 from unirag.cir.fusion import NORMS
 from unirag.data.text import read_text
 from unirag.errors import ConfigError, InputError
-from unirag.generators.options import identity_config
+from unirag.generators.registry import identity_config
 from unirag.profiles import SETTINGS, Settings, resolve
 
 GEN_KEYS = ("max_tokens", "temperature", "seed", "repetition_penalty")

@@ -61,7 +61,7 @@ def key_values(values: tuple[str, ...], option: str, parse_value: bool) -> dict:
 def generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
     """Split the shared options into run-config fields and ``generator_options``."""
     from unirag.errors import ConfigError
-    from unirag.generators.options import GENERATOR_OPTIONS
+    from unirag.generators.registry import GENERATOR_OPTIONS
 
     given = key_values(opts.get("option_pairs") or (), "--option", True)
     unknown = sorted(set(given) - GENERATOR_OPTIONS)

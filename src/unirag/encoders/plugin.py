@@ -4,7 +4,7 @@
 imports ``mypkg.enc`` and calls ``make(**options)`` with the options it declares (``device``,
 ``dtype``, ``batch_size``; all of them when it takes ``**kwargs``), as ``python:`` generators do
 (:mod:`unirag.generators.plugin`; the import and option rules are shared,
-:func:`unirag.generators.spec.load_factory`). The object it returns needs:
+:func:`unirag.generators.registry.load_factory`). The object it returns needs:
 
 * ``dim`` (int) and ``name`` (str);
 * ``identity()`` -> a JSON-able dict of everything that changes the vectors (weights, preprocessing);
@@ -42,7 +42,7 @@ class PluginEncoder(Encoder):
 
     def __init__(self, spec: str, *, device: str | None = "auto", dtype: str | None = "auto",
                  batch_size: int | None = None) -> None:
-        from unirag.generators.spec import declared_options, load_factory
+        from unirag.generators.registry import declared_options, load_factory
 
         self.spec = spec.strip()
         target = self.spec[len(PREFIX):]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from unirag.messages import Message
@@ -17,26 +17,20 @@ from unirag.messages import Message
 
 @dataclass
 class Usage:
-    input_text_tokens: int = 0
-    input_images: int = 0
-    output_tokens: int = 0
     # Backends that report only a total prompt-token count (images included) put it here.
     input_tokens: int = 0
+    input_text_tokens: int = 0
+    input_images: int = 0
     # Image share of ``input_tokens`` where the provider bills images per token (GPT-4o); an estimate
     # from the provider's published formula, since the API reports one total.
     input_image_tokens: int = 0
+    output_tokens: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"input_tokens": self.input_tokens, "input_text_tokens": self.input_text_tokens,
-                "input_images": self.input_images, "input_image_tokens": self.input_image_tokens,
-                "output_tokens": self.output_tokens}
+        return asdict(self)
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(*(a + b for a, b in zip(self._values(), other._values(), strict=True)))
-
-    def _values(self) -> tuple[int, ...]:
-        return (self.input_text_tokens, self.input_images, self.output_tokens, self.input_tokens,
-                self.input_image_tokens)
+        return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
 
 
 @dataclass
@@ -58,11 +52,23 @@ class GenerationOptions:
     repetition_penalty: float | None = None
 
 
-class TextGenerator(ABC):
-    """Messages (interleaved images and text) -> text."""
+class Backend(ABC):  # noqa: B024 - the root of the three kinds below; each declares its abstract call
+    """What every generator of either kind has: the spec it was made from, a config, a close."""
 
     #: The spec string it was made from, recorded in run manifests.
-    spec: str
+    spec: str = ""
+
+    def config(self) -> dict[str, Any]:
+        """Settings worth recording in the manifest (never secrets)."""
+        return {"spec": self.spec}
+
+    def close(self) -> None:  # noqa: B027 - optional hook; most backends hold nothing to release
+        """Release clients or models."""
+
+
+class TextGenerator(Backend):
+    """Messages (interleaved images and text) -> text."""
+
     #: "single-image" backends get few-shot images merged into one picture; "multi-image" interleaved.
     image_mode: str = "multi-image"
     #: Prompt template family: "llava", "gpt4o" or "gemini" (see prompts/templates).
@@ -76,9 +82,6 @@ class TextGenerator(ABC):
         """Local models override this to batch; API backends are parallelised by the run loop instead."""
         return [self.generate(m, options) for m in batch]
 
-    def config(self) -> dict[str, Any]:
-        return {"spec": self.spec}
-
     def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str:
         """The prompt as this backend sends it, for inspection (``OUT/prompts/NNN_qid.sent.txt``, what the
         official scripts' ``prompt_{idx}.txt`` files hold): here the messages as text, images as
@@ -87,9 +90,6 @@ class TextGenerator(ABC):
         from unirag.messages import render_for_log
 
         return render_for_log(messages)
-
-    def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
-        """Release clients or models."""
 
 
 def base64_placeholder(data: str) -> str:
@@ -100,7 +100,7 @@ def base64_placeholder(data: str) -> str:
     return f"<{len(data)} base64 chars, sha256 {hashlib.sha256(data.encode()).hexdigest()[:16]}>"
 
 
-class ExampleCaptioner(ABC):
+class ExampleCaptioner(Backend):
     """Captioners that need no prompt: they pick or combine the retrieved example captions.
 
     Not a :class:`TextGenerator` (they cannot answer a prompt), so code that holds one asks
@@ -108,20 +108,12 @@ class ExampleCaptioner(ABC):
     :class:`unirag.Captioner`, which feeds each what it takes.
     """
 
-    #: The spec string it was made from, recorded in run manifests.
-    spec: str
     #: Fewest examples it can work with (a caption to pick needs at least one).
     min_examples: int = 1
 
     @abstractmethod
     def caption_from_examples(self, captions: Sequence[str]) -> Generation:
         """A caption from the examples' captions (best-ranked first). Raises BackendError if none."""
-
-    def config(self) -> dict[str, Any]:
-        return {"spec": self.spec}
-
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release models."""
 
 
 #: Anything :func:`unirag.generators.registry.load_text_generator` returns.

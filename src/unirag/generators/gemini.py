@@ -1,26 +1,129 @@
-"""Google Gemini through the ``google-genai`` SDK (paper: Gemini-Pro via Vertex AI generate-content).
+"""Google Gemini through ``google-genai``: captions (``gemini:``) and native images (``gemini-image:``).
 
-The typed messages become ``contents`` (text parts and inline image bytes, in order) and a system
-turn becomes ``system_instruction``. The SDK's own retries are disabled; failures are mapped to
-:class:`BackendError` by :mod:`unirag.generators.http_errors` like every other API backend. Key
-lookup (``GEMINI_API_KEY`` or ``GOOGLE_API_KEY``) and the lazily built client (``base_url`` for a
-proxy or the test server) are shared with the image backend in :mod:`unirag.generators.gemini_client`.
+Captions (paper: Gemini-Pro via Vertex AI generate-content): the typed messages become ``contents``
+(text parts and inline image bytes, in order) and a system turn becomes ``system_instruction``.
+
+Images: the request is the paper's Gemini-style interleaved content (``image_fewshot_gemini.txt``):
+the instruction first, then image_1, caption_1, ..., image_k, caption_k, then the query caption;
+zero-shot sends the caption alone. The picture comes back as an ``inline_data`` part of the
+response. Content building and response parsing are plain functions so they can be checked
+without a network.
+
+Both kinds share one :class:`GeminiConnection`, which finds the key and builds the client:
+
+- API key: from the environment only (never an option, never logged): the named variable, else
+  the first of ``GEMINI_API_KEY`` / ``GOOGLE_API_KEY`` that is set - the two names the SDK
+  itself reads;
+- ``base_url`` points the client elsewhere (a proxy, or a test server on 127.0.0.1);
+- the SDK's own retries are off (one attempt): the shared retry loop decides, and failures are
+  mapped to :class:`BackendError` by :mod:`unirag.generators.api` like every other API backend.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from typing import Any
 
-from unirag.errors import BackendError
+from unirag.data.images import load_rgb
+from unirag.errors import BackendError, ConfigError, InputError
+from unirag.generators.api import APIBackend, Connection, malformed_response, status_error, transient_error
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage, base64_placeholder
-from unirag.generators.gemini_client import GeminiConnection
-from unirag.generators.http_errors import malformed_response, status_error, transient_error
-from unirag.messages import Message, TextPart
+from unirag.generators.images.base import (
+    FEW_SHOT_GEMINI,
+    ZERO_SHOT,
+    GeneratedImage,
+    ImageGenerator,
+    ImageRequest,
+    image_template,
+    zero_shot_prompt,
+)
+from unirag.messages import ImagePart, Message, TextPart, render_for_log
 
 PROVIDER = "Gemini"
+IMAGES_PROVIDER = "Gemini image"
 #: Tokens Gemini counts per input image (1.5 models); used to split the prompt total for pricing.
 IMAGE_TOKENS = 258
+KEY_VARIABLES = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+# Aspect ratios Gemini image models accept; the request's width/height picks the nearest.
+ASPECT_RATIOS = ("1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9")
+
+
+class GeminiConnection(Connection):
+    """Key, base URL and a thread-safe, lazily created ``genai.Client`` shared by worker threads.
+
+    ``api_key_env`` records which variable supplied the key (the run config names it, never the
+    key). The SDK is imported on first use, not here: it takes seconds and the CLI's ``--help``
+    must stay fast.
+    """
+
+    provider = PROVIDER
+
+    def __init__(self, *, base_url: str | None, api_key_env: str | None, timeout: float) -> None:
+        super().__init__(base_url, timeout)
+        names = (api_key_env,) if api_key_env else KEY_VARIABLES
+        self.api_key_env = next((n for n in names if os.environ.get(n)), names[0])
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ConfigError(f"set the {' or '.join(names)} environment variable (the Gemini API key)")
+        self._key = key
+
+    def _http_options(self, **extra: Any) -> Any:
+        from google.genai import types
+
+        return types.HttpOptions(timeout=int(self.timeout * 1000), base_url=self.base_url,
+                                 retry_options=types.HttpRetryOptions(attempts=1), **extra)
+
+    def _build(self):
+        from google import genai
+
+        return genai.Client(api_key=self._key, http_options=self._http_options())
+
+    def request_body(self, call: Callable[[Any], Any]) -> dict[str, Any]:
+        """The JSON body the SDK POSTs for ``call(client)``, serialised by the SDK itself into a transport
+        that records the request and sends nothing. That client holds a placeholder key, not the user's:
+        what it records cannot carry a secret."""
+        import httpx
+        from google import genai
+
+        seen: list[httpx.Request] = []
+
+        class _Recorded(Exception):
+            pass
+
+        def record(request: httpx.Request) -> httpx.Response:
+            seen.append(request)
+            raise _Recorded
+
+        with httpx.Client(transport=httpx.MockTransport(record)) as http:
+            client = genai.Client(api_key="placeholder-not-sent", http_options=self._http_options(httpx_client=http))
+            try:
+                call(client)
+            except _Recorded:
+                pass
+        if not seen:
+            raise RuntimeError("the Gemini SDK sent no request")
+        return json.loads(seen[0].content)
+
+    def _map_error(self, e: Exception) -> BackendError | None:
+        """SDK / transport exceptions -> BackendError (status decides retryable; Retry-After honoured)."""
+        import httpx
+        from google.genai import errors
+
+        if isinstance(e, BackendError):
+            return e
+        if isinstance(e, errors.APIError):
+            headers = getattr(getattr(e, "response", None), "headers", None)
+            return status_error(PROVIDER, e.code, e.message or str(e), headers)
+        name = type(e).__name__
+        if isinstance(e, httpx.TimeoutException | TimeoutError):
+            return transient_error(PROVIDER, f"request timed out ({name})")
+        if isinstance(e, httpx.TransportError | ConnectionError):
+            return transient_error(PROVIDER, "connection failed", f"{name}: {e}")
+        if isinstance(e, json.JSONDecodeError):
+            return malformed_response(PROVIDER, "malformed response body", f"{name}: {e}")
+        return None
 
 
 def render_gemini_contents(messages: list[Message]) -> tuple[str | None, list[Any]]:
@@ -47,20 +150,17 @@ def render_gemini_contents(messages: list[Message]) -> tuple[str | None, list[An
     return ("\n".join(system) if system else None), contents
 
 
-class GeminiGenerator(TextGenerator):
+class GeminiGenerator(APIBackend, TextGenerator):
+    backend = "gemini"
     template_family = "gemini"
     image_mode = "multi-image"
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = None,
                  timeout: float = 120.0, family: str = "gemini", spec: str | None = None) -> None:
-        self.model = model
-        self.spec = spec or f"gemini:{model}"
-        self.base_url = base_url
-        self.timeout = float(timeout)
         self.template_family = family
         self.image_mode = "single-image" if family == "llava" else "multi-image"
-        self._conn = GeminiConnection(base_url=base_url, api_key_env=api_key_env, timeout=self.timeout)
-        self.api_key_env = self._conn.api_key_env
+        conn = GeminiConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout)
+        self._connect(model, spec, conn)
 
     def request_config(self, system: str | None, options: GenerationOptions) -> dict[str, Any]:
         config: dict[str, Any] = {"max_output_tokens": options.max_tokens}
@@ -96,15 +196,7 @@ class GeminiGenerator(TextGenerator):
 
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         options = options or GenerationOptions()
-        client = self._conn.client()
-        try:
-            resp = self._send(client, messages, options)
-        except Exception as e:
-            mapped = map_gemini_error(e)
-            if mapped is None:
-                raise  # a bug or a wrong option, not a failed call: keep the traceback
-            raise mapped from None
-        return self._parse(resp, messages)
+        return self._parse(self._conn.call(lambda client: self._send(client, messages, options)), messages)
 
     def _parse(self, resp: Any, messages: list[Message]) -> Generation:
         candidates = getattr(resp, "candidates", None) or []
@@ -132,33 +224,88 @@ class GeminiGenerator(TextGenerator):
         return Generation(text="".join(texts), usage=usage, raw={"finish_reason": str(finish) if finish else None})
 
     def config(self) -> dict[str, Any]:
-        return {"spec": self.spec, "backend": "gemini", "model": self.model, "base_url": self.base_url,
-                "api_key_env": self.api_key_env, "timeout": self.timeout,
-                "template_family": self.template_family, "image_mode": self.image_mode}
-
-    def close(self) -> None:
-        self._conn.close()
+        return {**super().config(), "template_family": self.template_family, "image_mode": self.image_mode}
 
 
-def map_gemini_error(e: Exception) -> BackendError | None:
-    """SDK / transport exceptions -> BackendError (status decides retryable; Retry-After honoured).
+def nearest_aspect_ratio(width: int, height: int) -> str:
+    target = width / height
+    return min(ASPECT_RATIOS, key=lambda r: abs(int(r.split(":")[0]) / int(r.split(":")[1]) - target))
 
-    Returns None for anything else (``TypeError``, the SDK's client-side ``ValueError`` checks, ...):
-    those are bugs or wrong options, and the caller re-raises them unchanged.
+
+def image_prompt_messages(request: ImageRequest) -> list[Message]:
+    """The request as one typed user message: [instruction, image_1, caption_1, ..., query caption]."""
+    if not request.examples:
+        return [Message("user", [TextPart(zero_shot_prompt(request.caption))])]
+    tpl = image_template(FEW_SHOT_GEMINI)
+    parts: list[Any] = [TextPart(tpl.fill("intro", num=len(request.examples)))]
+    for i, ex in enumerate(request.examples, start=1):
+        parts.append(ImagePart(path=ex.image, label=ex.label or f"example {i}", loading=request.loading))
+        parts.append(TextPart(tpl.fill("example", n=i, caption=ex.caption)))
+    parts.append(TextPart(tpl.fill("query", caption=request.caption)))
+    return [Message("user", parts)]
+
+
+def parse_image_response(resp: Any) -> tuple[Any, dict[str, Any]]:
+    """The first image part of a response as an RGB PIL image, plus the text parts and finish reason.
+
+    No image (a refusal, a safety block, a text-only answer) is a permanent BackendError that
+    quotes what came back instead.
     """
-    import httpx
-    from google.genai import errors
 
-    if isinstance(e, BackendError):
-        return e
-    if isinstance(e, errors.APIError):
-        headers = getattr(getattr(e, "response", None), "headers", None)
-        return status_error(PROVIDER, e.code, e.message or str(e), headers)
-    name = type(e).__name__
-    if isinstance(e, httpx.TimeoutException | TimeoutError):
-        return transient_error(PROVIDER, f"request timed out ({name})")
-    if isinstance(e, httpx.TransportError | ConnectionError):
-        return transient_error(PROVIDER, "connection failed", f"{name}: {e}")
-    if isinstance(e, json.JSONDecodeError):
-        return malformed_response(PROVIDER, "malformed response body", f"{name}: {e}")
-    return None
+    candidates = getattr(resp, "candidates", None) or []
+    if not candidates:
+        feedback = getattr(resp, "prompt_feedback", None)
+        reason = getattr(feedback, "block_reason", None)
+        raise BackendError(f"{IMAGES_PROVIDER}: no candidates in the response" + (f" (blocked: {reason})" if reason else ""))
+    cand = candidates[0]
+    finish = getattr(cand, "finish_reason", None)
+    finish = getattr(finish, "value", finish)
+    parts = getattr(getattr(cand, "content", None), "parts", None) or []
+    texts = [p.text for p in parts if getattr(p, "text", None)]
+    for p in parts:
+        blob = getattr(p, "inline_data", None)
+        if blob is not None and str(getattr(blob, "mime_type", "")).startswith("image/") and blob.data:
+            try:
+                image = load_rgb(bytes(blob.data))
+            except InputError as e:
+                raise malformed_response(IMAGES_PROVIDER, "response image could not be decoded", str(e)) from None
+            return image, {"model_text": " ".join(texts) or None, "finish_reason": finish}
+    said = (" ".join(texts))[:300]
+    raise BackendError(f"{IMAGES_PROVIDER}: the response has no image (finish reason {finish})"
+                       + (f"; the model said: {said!r}" if said else ""))
+
+
+class GeminiImageGenerator(APIBackend, ImageGenerator):
+    backend = "gemini-image"
+    local = False
+    max_examples = None
+    templates = (ZERO_SHOT, FEW_SHOT_GEMINI)
+
+    def __init__(self, model: str, *, spec: str | None = None, base_url: str | None = None,
+                 timeout: float = 300.0, api_key_env: str | None = None) -> None:
+        conn = GeminiConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout)
+        self._connect(model, spec, conn)
+
+    def prompt_text(self, request: ImageRequest) -> str:
+        return render_for_log(image_prompt_messages(request))
+
+    def generation_config(self, request: ImageRequest) -> Any:
+        from google.genai import types
+
+        ratio = nearest_aspect_ratio(request.width, request.height)
+        return types.GenerateContentConfig(
+            response_modalities=["TEXT", "IMAGE"], seed=int(request.seed),
+            image_config=types.ImageConfig(aspect_ratio=ratio) if ratio != "1:1" else None)
+
+    def generate(self, request: ImageRequest) -> GeneratedImage:
+        self.check_k(len(request.examples))
+        _, contents = render_gemini_contents(image_prompt_messages(request))
+        resp = self._conn.call(lambda client: client.models.generate_content(
+            model=self.model, contents=contents, config=self.generation_config(request)))
+        image, extra = parse_image_response(resp)
+        um = getattr(resp, "usage_metadata", None)
+        usage = None
+        if um is not None:
+            usage = Usage(input_tokens=int(getattr(um, "prompt_token_count", 0) or 0), input_images=len(request.examples),
+                          output_tokens=int(getattr(um, "candidates_token_count", 0) or 0))
+        return GeneratedImage(image=image, meta={"prompt": self.prompt_text(request), **extra}, usage=usage)

@@ -31,24 +31,6 @@ FALLBACK_FORMAT = "USER: {images}{text}\nASSISTANT:"
 PROMPT_FORMATS = ("chat-template", "official")
 
 
-def profile_load_options(spec: str, settings: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` for an ``hf:`` spec with the settings ``hf_vlm_runtime`` and ``llava_prompt_format``
-    applied where the user left the choice open (``dtype`` auto or absent, no ``batch_size``,
-    no ``prompt_format``); other specs' options are returned unchanged."""
-    from unirag.profiles import resolve
-
-    if not str(spec).strip().startswith("hf:"):
-        return dict(options)
-    settings = resolve(settings)
-    out = dict(options)
-    if settings["hf_vlm_runtime"] == "official":  # infer_llava: from_pretrained without a dtype, bs = 1
-        if out.get("dtype") in (None, "auto"):
-            out["dtype"] = "float32"
-        out.setdefault("batch_size", 1)
-    out.setdefault("prompt_format", settings["llava_prompt_format"])
-    return out
-
-
 def to_conversation(messages: list[Message]) -> tuple[list[dict[str, Any]], list[ImagePart]]:
     """Typed messages -> chat-template conversation (image placeholders in place) + images in order."""
     conv: list[dict[str, Any]] = []

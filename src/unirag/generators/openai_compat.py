@@ -1,25 +1,97 @@
-"""OpenAI-compatible chat completions: GPT-4o, and local servers (vLLM, Ollama, LM Studio, llama.cpp).
+"""The OpenAI API and every server that speaks it: chat captions (``openai:``) and images (``openai-image:``).
 
-One backend for every server that speaks ``/v1/chat/completions``: the base URL and model name
-are options, so ``openai:gpt-4o`` and ``openai:llava-hf/llava-1.5-7b-hf --base-url
-http://localhost:8000/v1`` differ only in configuration. The SDK's own retries are switched off
-(``max_retries=0``): the shared retry loop (:mod:`unirag.runs.retry`) decides, honouring
-``Retry-After``. The API key comes from the environment only.
+Chat completions serve GPT-4o and local servers (vLLM, Ollama, LM Studio, llama.cpp) alike: the base
+URL and model name are options, so ``openai:gpt-4o`` and ``openai:llava-hf/llava-1.5-7b-hf --base-url
+http://localhost:8000/v1`` differ only in configuration.
+
+Images (gpt-image-1, dall-e-3): zero-shot goes to ``images.generate`` with the caption as the prompt.
+Few-shot goes to ``images.edit``, the endpoint that takes reference images: the example images are
+attached in order and the prompt (``image_fewshot_api.txt``) numbers them with their captions before
+asking for the query caption. The image comes back base64-encoded and is decoded here.
+
+Both kinds share one :class:`OpenAIConnection`, which resolves the base URL and key the same way:
+
+- base URL: the option, else ``OPENAI_BASE_URL``, else the SDK's default (api.openai.com);
+- API key: from the environment variable only (never an option, never logged). A local
+  OpenAI-compatible server (any non-OpenAI base URL) usually ignores the key, so a placeholder is
+  used there instead of demanding one;
+- the SDK's own retries are off (``max_retries=0``): the shared retry loop (:mod:`unirag.runs.retry`)
+  decides, honouring ``Retry-After`` (:mod:`unirag.generators.api`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
+import os
 from typing import Any
 
-from unirag.errors import BackendError, ConfigError
+from unirag.data.images import load_rgb, upright_size
+from unirag.errors import BackendError, ConfigError, InputError
+from unirag.generators.api import APIBackend, Connection, malformed_response, status_error, transient_error
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage, base64_placeholder
-from unirag.generators.http_errors import malformed_response, openai_errors
-from unirag.generators.openai_client import OpenAIConnection
+from unirag.generators.images.base import (
+    FEW_SHOT_API,
+    ZERO_SHOT,
+    GeneratedImage,
+    ImageGenerator,
+    ImageRequest,
+    render_listed,
+)
 from unirag.messages import ImagePart, Message, TextPart
 
 PROVIDER = "OpenAI-compatible"
+IMAGES_PROVIDER = "OpenAI images"
+OFFICIAL_HOST = "api.openai.com"
+LOCAL_DUMMY_KEY = "unused-local-server"
 
+
+class OpenAIConnection(Connection):
+    """Base URL, key and a thread-safe, lazily created ``openai.OpenAI`` client.
+
+    ``server`` names what ``--base-url`` should point at, for the missing-key message
+    (e.g. "server", "images server"). The SDK is imported on first use, not here: it takes seconds.
+    """
+
+    def __init__(self, *, base_url: str | None, api_key_env: str, timeout: float, server: str = "server",
+                 provider: str = PROVIDER) -> None:
+        super().__init__(base_url or os.environ.get("OPENAI_BASE_URL") or None, timeout)
+        self.provider = provider
+        self.api_key_env = api_key_env
+        key = os.environ.get(api_key_env)
+        if not key:
+            if self.base_url and OFFICIAL_HOST not in self.base_url:
+                key = LOCAL_DUMMY_KEY  # local servers usually ignore the key
+            else:
+                raise ConfigError(f"set the {api_key_env} environment variable (the OpenAI API key), "
+                                  f"or give --base-url for a local OpenAI-compatible {server}")
+        self._key = key
+
+    def _build(self):
+        from openai import OpenAI
+
+        return OpenAI(api_key=self._key, base_url=self.base_url, max_retries=0, timeout=self.timeout)
+
+    def _release(self, client) -> None:
+        client.close()
+
+    def _map_error(self, e: Exception) -> BackendError | None:
+        """Status codes, timeouts, dropped connections and unparsable bodies, the same for both kinds.
+        ``openai`` is imported here, not at module top, to keep ``unirag --help`` fast."""
+        import json
+
+        import openai
+
+        if isinstance(e, openai.APIStatusError):
+            return status_error(self.provider, e.status_code, e.message, e.response.headers)
+        if isinstance(e, openai.APITimeoutError):
+            return transient_error(self.provider, f"request timed out after {self.timeout:g}s")
+        if isinstance(e, openai.APIConnectionError):
+            return transient_error(self.provider, "connection failed", str(e.__cause__ or e))
+        if isinstance(e, openai.APIResponseValidationError | json.JSONDecodeError):
+            return malformed_response(self.provider, "malformed response body", str(e))
+        return None
 
 def render_openai_messages(messages: list[Message], detail: str | None = None) -> list[dict[str, Any]]:
     """Typed messages -> chat-completions ``messages``: text-only turns as strings, others as parts."""
@@ -41,12 +113,6 @@ def render_openai_messages(messages: list[Message], detail: str | None = None) -
     return out
 
 
-def _image_size(part: ImagePart) -> tuple[int, int]:
-    from unirag.data.images import upright_size
-
-    return upright_size(part.path if part.path is not None else part.data)
-
-
 def openai_image_tokens(width: int, height: int, detail: str | None = None) -> int:
     """Tokens GPT-4o bills for one image (OpenAI's published tile formula).
 
@@ -62,23 +128,21 @@ def openai_image_tokens(width: int, height: int, detail: str | None = None) -> i
     return 85 + 170 * math.ceil(w / 512) * math.ceil(h / 512)
 
 
-class OpenAIChatGenerator(TextGenerator):
+class OpenAIChatGenerator(APIBackend, TextGenerator):
     """Chat completions through the official ``openai`` SDK (thread-safe: one client, many calls)."""
+
+    backend = "openai"
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  timeout: float = 120.0, family: str = "gpt4o", detail: str | None = None,
                  spec: str | None = None) -> None:
         if not model:
             raise ConfigError("openai spec needs a model name, e.g. 'openai:gpt-4o'")
-        self.model = model
-        self.spec = spec or f"openai:{model}"
-        self.api_key_env = api_key_env
-        self.timeout = float(timeout)
         self.detail = detail
         self.template_family = family
         self.image_mode = "single-image" if family == "llava" else "multi-image"
-        self._conn = OpenAIConnection(base_url=base_url, api_key_env=api_key_env, timeout=self.timeout)
-        self.base_url = self._conn.base_url
+        conn = OpenAIConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout)
+        self._connect(model, spec, conn)
 
     def request_body(self, messages: list[Message], options: GenerationOptions) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` (also what the tests compare)."""
@@ -109,10 +173,7 @@ class OpenAIChatGenerator(TextGenerator):
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         options = options or GenerationOptions()
         body = self.request_body(messages, options)
-        client = self._conn.client()
-        with openai_errors(PROVIDER, self.timeout):
-            resp = client.chat.completions.create(**body)
-        return self._parse(resp, messages)
+        return self._parse(self._conn.call(lambda client: client.chat.completions.create(**body)), messages)
 
     def _parse(self, resp: Any, messages: list[Message]) -> Generation:
         choices = getattr(resp, "choices", None)
@@ -132,19 +193,105 @@ class OpenAIChatGenerator(TextGenerator):
         return Generation(text=text, usage=usage, raw={"finish_reason": finish, "model": getattr(resp, "model", None)})
 
     def _usage(self, reported: Any, messages: list[Message]) -> Usage:
-        images = [p for m in messages for p in m.images]
+        images = [upright_size(p.path if p.path is not None else p.data) for m in messages for p in m.images]
         prompt = int(getattr(reported, "prompt_tokens", 0) or 0)
         output = int(getattr(reported, "completion_tokens", 0) or 0)
-        image_tokens = sum(openai_image_tokens(*_image_size(p), self.detail) for p in images)
+        image_tokens = sum(openai_image_tokens(w, h, self.detail) for w, h in images)
         image_tokens = min(image_tokens, prompt) if prompt else image_tokens
         return Usage(input_tokens=prompt, input_text_tokens=max(0, prompt - image_tokens), input_images=len(images),
                      input_image_tokens=image_tokens, output_tokens=output)
 
     def config(self) -> dict[str, Any]:
-        # No key here: manifests must never hold secrets (only the variable's name).
-        return {"spec": self.spec, "backend": "openai", "model": self.model, "base_url": self.base_url,
-                "api_key_env": self.api_key_env, "timeout": self.timeout, "detail": self.detail,
-                "template_family": self.template_family, "image_mode": self.image_mode}
+        return {**super().config(), "detail": self.detail, "template_family": self.template_family,
+                "image_mode": self.image_mode}
 
-    def close(self) -> None:
-        self._conn.close()
+
+# Sizes each model accepts (checked before the run, so a bad --width/--height is one clear error
+# instead of a 400 per query). Unknown models (compatible servers) are not checked.
+_SIZES = {
+    "gpt-image": {"1024x1024", "1536x1024", "1024x1536", "auto"},
+    "dall-e-3": {"1024x1024", "1792x1024", "1024x1792"},
+    "dall-e-2": {"256x256", "512x512", "1024x1024"},
+}
+
+
+class OpenAIImageGenerator(APIBackend, ImageGenerator):
+    """Thread-safe: one SDK client shared by the run loop's worker threads."""
+
+    backend = "openai-image"
+    local = False
+    templates = (ZERO_SHOT, FEW_SHOT_API)
+
+    def __init__(self, model: str, *, spec: str | None = None, base_url: str | None = None,
+                 api_key_env: str = "OPENAI_API_KEY", timeout: float = 300.0, quality: str | None = None) -> None:
+        self.quality = quality
+        self._family = next((f for f in _SIZES if model.startswith(f)), None)
+        # dall-e-2 edits take one image; dall-e-3 has no edit endpoint; gpt-image models take up to 16.
+        self.max_examples = {"dall-e-3": 0, "dall-e-2": 1, "gpt-image": 16}.get(self._family or "", None)
+        self._connect(model, spec, OpenAIConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout,
+                                                    server="images server", provider=IMAGES_PROVIDER))
+
+    def check_size(self, width: int, height: int) -> None:
+        super().check_size(width, height)
+        size = f"{width}x{height}"
+        if self._family is not None and size not in _SIZES[self._family]:
+            raise ConfigError(f"{self.model} cannot make {size} images; supported sizes: "
+                              + ", ".join(sorted(_SIZES[self._family])))
+
+    def prompt_text(self, request: ImageRequest) -> str:
+        return render_listed(FEW_SHOT_API, request.caption, [e.caption for e in request.examples])
+
+    def request_args(self, request: ImageRequest) -> dict[str, Any]:
+        """Keyword arguments of ``images.generate`` (k = 0) or ``images.edit`` (k > 0)."""
+        args: dict[str, Any] = {"model": self.model, "prompt": self.prompt_text(request), "n": 1,
+                                "size": f"{request.width}x{request.height}"}
+        if self._family == "gpt-image":
+            args["output_format"] = "png"  # lossless; gpt-image models always answer in base64
+        else:
+            args["response_format"] = "b64_json"
+        if self.quality:
+            args["quality"] = self.quality
+        if request.examples:
+            files = []
+            for i, ex in enumerate(request.examples, start=1):
+                data, mime = ImagePart(path=ex.image, loading=request.loading).encoded()
+                ext = {"image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif"}.get(mime, "png")
+                files.append((f"example_{i}.{ext}", data, mime))
+            args["image"] = files
+        return args
+
+    def generate(self, request: ImageRequest) -> GeneratedImage:
+        self.check_k(len(request.examples))
+        args = self.request_args(request)
+        resp = self._conn.call(lambda c: (c.images.edit if request.examples else c.images.generate)(**args))
+        data = getattr(resp, "data", None)
+        if not data:
+            raise malformed_response(IMAGES_PROVIDER, "malformed response body", "no data[] in the response")
+        first = data[0]
+        if getattr(first, "b64_json", None) is None and getattr(first, "url", None):
+            raise BackendError(f"{IMAGES_PROVIDER}: the server returned a URL instead of base64 image data")
+        b64 = getattr(first, "b64_json", None)
+        if not isinstance(b64, str) or not b64:
+            raise malformed_response(IMAGES_PROVIDER, "malformed response body", "no base64 image data")
+        try:
+            image = load_rgb(base64.b64decode(b64, validate=True))
+        except (binascii.Error, InputError) as e:
+            raise malformed_response(IMAGES_PROVIDER, "response image could not be decoded", str(e)) from None
+        meta: dict[str, Any] = {"prompt": args["prompt"]}
+        if getattr(first, "revised_prompt", None):
+            meta["revised_prompt"] = first.revised_prompt
+        usage = getattr(resp, "usage", None)  # gpt-image models report text and image input separately
+        if usage is not None:
+            details = getattr(usage, "input_tokens_details", None)
+            usage = Usage(input_tokens=int(getattr(usage, "input_tokens", 0) or 0),
+                          input_text_tokens=int(getattr(details, "text_tokens", 0) or 0),
+                          input_image_tokens=int(getattr(details, "image_tokens", 0) or 0),
+                          input_images=len(request.examples),
+                          output_tokens=int(getattr(usage, "output_tokens", 0) or 0))
+        return GeneratedImage(image=image, meta=meta, usage=usage)
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "quality": self.quality}
+
+    def identity(self) -> dict[str, Any]:
+        return {"quality": self.quality} if self.quality else {}

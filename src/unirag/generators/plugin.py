@@ -22,24 +22,38 @@ from typing import Any
 from unirag.errors import ConfigError
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator
 from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
-from unirag.generators.spec import declared_options, load_factory
+from unirag.generators.registry import declared_options, load_factory
 
 
-def _build(target: str, kind: str, options: dict[str, Any]) -> Any:
-    factory = load_factory(target, kind)
-    obj = factory(**declared_options(factory, options))
-    if not callable(getattr(obj, "generate", None)):
-        raise ConfigError(f"python:{target} returned a {type(obj).__name__}, which has no generate() method; "
-                          f"a {kind} needs one")
-    return obj
+class _Plugin:
+    """The user's object (``inner``) and the hooks both kinds forward to it when it has them."""
 
-
-class PluginTextGenerator(TextGenerator):
-    """A caption generator built by a user factory (see the module docstring)."""
+    kind = ""
 
     def __init__(self, name: str, *, spec: str | None = None, **options: Any) -> None:
         self.spec = spec or f"python:{name}"
-        self.inner = _build(name, "caption generator", options)
+        factory = load_factory(name, self.kind)
+        self.inner = factory(**declared_options(factory, options))
+        if not callable(getattr(self.inner, "generate", None)):
+            raise ConfigError(f"python:{name} returned a {type(self.inner).__name__}, which has no "
+                              f"generate() method; a {self.kind} needs one")
+
+    def config(self) -> dict[str, Any]:
+        extra = self.inner.config() if callable(getattr(self.inner, "config", None)) else {}
+        return {**extra, "spec": self.spec, "backend": "python"}
+
+    def close(self) -> None:
+        if callable(getattr(self.inner, "close", None)):
+            self.inner.close()
+
+
+class PluginTextGenerator(_Plugin, TextGenerator):
+    """A caption generator built by a user factory (see the module docstring)."""
+
+    kind = "caption generator"
+
+    def __init__(self, name: str, *, spec: str | None = None, **options: Any) -> None:
+        super().__init__(name, spec=spec, **options)
         self.image_mode = getattr(self.inner, "image_mode", "multi-image")
         self.template_family = getattr(self.inner, "template_family", "gpt4o")
         self.batch_size = int(getattr(self.inner, "batch_size", 1) or 1)  # prompts per generate_batch call
@@ -58,21 +72,14 @@ class PluginTextGenerator(TextGenerator):
             return self.inner.sent_prompt(messages, options)
         return super().sent_prompt(messages, options)
 
-    def config(self) -> dict[str, Any]:
-        extra = self.inner.config() if callable(getattr(self.inner, "config", None)) else {}
-        return {**extra, "spec": self.spec, "backend": "python"}
 
-    def close(self) -> None:
-        if callable(getattr(self.inner, "close", None)):
-            self.inner.close()
-
-
-class PluginImageGenerator(ImageGenerator):
+class PluginImageGenerator(_Plugin, ImageGenerator):
     """An image generator built by a user factory (see the module docstring)."""
 
+    kind = "image generator"
+
     def __init__(self, name: str, *, spec: str | None = None, **options: Any) -> None:
-        self.spec = spec or f"python:{name}"
-        self.inner = _build(name, "image generator", options)
+        super().__init__(name, spec=spec, **options)
         self.max_examples = getattr(self.inner, "max_examples", None)
         self.min_examples = getattr(self.inner, "min_examples", 0)
         self.local = bool(getattr(self.inner, "local", True))
@@ -94,13 +101,5 @@ class PluginImageGenerator(ImageGenerator):
             out = GeneratedImage(image=out)
         return out
 
-    def config(self) -> dict[str, Any]:
-        extra = self.inner.config() if callable(getattr(self.inner, "config", None)) else {}
-        return {**extra, "spec": self.spec, "backend": "python"}
-
     def identity(self) -> dict[str, Any]:
         return self.inner.identity() if callable(getattr(self.inner, "identity", None)) else {}
-
-    def close(self) -> None:
-        if callable(getattr(self.inner, "close", None)):
-            self.inner.close()

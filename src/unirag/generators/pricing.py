@@ -1,9 +1,13 @@
 """API cost accounting: usage x price, per call and per run.
 
-Defaults are the paper's Table 8 (USD per 1000 tokens; Gemini images per image). The table lists
-GPT-4o image input per 1000 *tokens*; OpenAI reports one prompt-token total, so the GPT-4o backend
-splits it with OpenAI's published image-token formula. Prices change: override them with a JSON or
-YAML file (``--prices``) mapping a model name to any of the fields of :class:`Price`.
+Caption defaults are the paper's Table 8 (USD per 1000 tokens; Gemini images per image). The table
+lists GPT-4o image input per 1000 *tokens*; OpenAI reports one prompt-token total, so the GPT-4o
+backend splits it with OpenAI's published image-token formula. The paper reports no image-API cost
+(its image generators were local), so the image defaults are the providers' published rates at the
+time of writing: gpt-image-1 ($5 / $10 / $40 per 1M text-in / image-in / image-out tokens) and
+gemini-2.5-flash-image ($0.30 per 1M input tokens, $30 per 1M output tokens). Prices change:
+override them with a JSON or YAML file (``--prices``) mapping a model name to any of the fields of
+:class:`Price`.
 """
 
 from __future__ import annotations
@@ -40,6 +44,11 @@ DEFAULT_PRICES: dict[str, Price] = {
     "gemini-1.0-pro": _GEMINI_PRO,
     "gemini-1.0-pro-vision": _GEMINI_PRO,
     "gemini-1.5-pro": _GEMINI_PRO,
+}
+#: Image API defaults (the module docstring), used for image generators only.
+IMAGE_PRICES: dict[str, Price] = {
+    "gpt-image-1": Price(input_text_per_1k=0.005, input_image_per_1k_tokens=0.010, output_per_1k=0.040),
+    "gemini-2.5-flash-image": Price(input_text_per_1k=0.0003, output_per_1k=0.030),
 }
 FREE_BACKENDS = ("hf", "retrieval")
 _VERSION_SUFFIX = re.compile(r"^-(\d|latest|preview)")
@@ -109,3 +118,13 @@ def price_entry(price: Price | None) -> dict[str, float] | None:
 
 def cost_usd(usage: Usage, price: Price | None) -> float | None:
     return round(price.cost(usage), 8) if price is not None else None
+
+
+def image_price(spec: str, local: bool, prices_path: str | Path | None = None) -> Price | None:
+    """The price of one image backend: local models are free; None when the model has no known price."""
+    if local:
+        return Price()
+    table = {**DEFAULT_PRICES, **IMAGE_PRICES}
+    if prices_path is not None:
+        table.update(load_prices(prices_path))  # the file's entries win over every default
+    return price_for(spec, table)

@@ -1,56 +1,213 @@
-"""Caption (text) generators by spec string: ``PREFIX:NAME``.
+"""Generators of both kinds, caption (text) and image, by spec string ``PREFIX:NAME``.
 
-``openai:gpt-4o``                chat completions (any OpenAI-compatible server with ``base_url``)
-``gemini:gemini-1.5-pro``        Google Gemini through ``google-genai``
-``hf:llava-hf/llava-1.5-7b-hf``  a local Hugging Face VLM (hub id or local directory)
-``retrieval:top1``               the top-1 retrieved caption (paper rows 1a/1b); no model
-``retrieval:consensus``          the retrieved caption most similar to the other top-k ones
-``python:pkg.module:factory``    whatever generator object ``factory(**options)`` returns (plugin.py)
+:data:`BACKENDS` lists every prefix of each kind with what its NAME means (the error for a bad spec
+lists the same; the command pages in ``docs/commands`` explain each backend), e.g. ``openai:gpt-4o``,
+``hf:llava-hf/llava-1.5-7b-hf``, ``retrieval:consensus``, ``diffusers:./my-sd-pipeline``,
+``lavit:./LaVIT-7B-v2``; either kind takes ``python:pkg.module:factory``, whatever generator
+``factory(**options)`` returns (plugin.py).
 
-Options are passed as keyword arguments; each backend takes the ones it understands and the
-rest are ignored, so one CLI option set (``--base-url``, ``--device``, ...) serves every backend.
-Backends are imported only when selected (the SDKs and torch are heavy).
+Both kinds are named, parsed and built the same way, so that lives here once with the option rules:
+options are keyword arguments; each backend takes those its constructor declares and the rest are
+dropped, so one CLI option set (``--base-url``, ``--device``, ...) serves every backend. Backends
+are imported only when selected (the SDKs and torch are heavy). Secrets are never options: keys
+come from the environment.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from typing import Any
 
 from unirag.errors import ConfigError
 from unirag.generators.base import CaptionBackend
-from unirag.generators.spec import BackendTable, build_backend, parse_backend_spec
+from unirag.generators.images.base import ImageGenerator
 
-# prefix -> ("module:class", what NAME means)
-BACKENDS: BackendTable = {
-    "openai": ("unirag.generators.openai_compat:OpenAIChatGenerator", "model name, e.g. openai:gpt-4o"),
-    "gemini": ("unirag.generators.gemini:GeminiGenerator", "model name, e.g. gemini:gemini-1.5-pro"),
-    "hf": ("unirag.generators.hf_vlm:HFVisionLanguageGenerator",
-           "hub id or local dir, e.g. hf:llava-hf/llava-1.5-7b-hf"),
-    "retrieval": ("unirag.generators.retrieval_baseline:RetrievalCaptioner", "top1 or consensus"),
-    "python": ("unirag.generators.plugin:PluginTextGenerator", "module:factory, e.g. python:mypkg.gen:make"),
+CAPTION = "generator"
+IMAGE = "image generator"
+_PLUGIN = "module:factory, e.g. python:mypkg.gen:make"
+# kind -> prefix -> ("module:class", what NAME means); "retrieval" needs no model, "python" is a plugin
+BACKENDS: dict[str, dict[str, tuple[str, str]]] = {
+    CAPTION: {
+        "openai": ("unirag.generators.openai_compat:OpenAIChatGenerator", "model name, e.g. openai:gpt-4o"),
+        "gemini": ("unirag.generators.gemini:GeminiGenerator", "model name, e.g. gemini:gemini-1.5-pro"),
+        "hf": ("unirag.generators.hf_vlm:HFVisionLanguageGenerator",
+               "hub id or local dir, e.g. hf:llava-hf/llava-1.5-7b-hf"),
+        "retrieval": ("unirag.generators.retrieval_baseline:RetrievalCaptioner", "top1 or consensus"),
+        "python": ("unirag.generators.plugin:PluginTextGenerator", _PLUGIN),
+    },
+    IMAGE: {
+        "diffusers": ("unirag.generators.images.diffusers_backend:DiffusersImageGenerator",
+                      "hub id or local pipeline dir, e.g. diffusers:./my-sd-pipeline"),
+        "openai-image": ("unirag.generators.openai_compat:OpenAIImageGenerator",
+                         "model name, e.g. openai-image:gpt-image-1"),
+        "gemini-image": ("unirag.generators.gemini:GeminiImageGenerator",
+                         "model name, e.g. gemini-image:gemini-2.5-flash-image"),
+        "retrieval": ("unirag.generators.retrieval_baseline:RetrievalImageGenerator", "top1"),
+        "lavit": ("unirag.generators.images.lavit:LaVITImageGenerator",
+                  "LaVIT checkpoint dir, e.g. lavit:./LaVIT-7B-v2"),
+        "emu2-gen": ("unirag.generators.images.emu2:Emu2GenImageGenerator",
+                     "Emu2-Gen pipeline dir or hub id, e.g. emu2-gen:BAAI/Emu2-Gen"),
+        "python": ("unirag.generators.plugin:PluginImageGenerator", _PLUGIN),
+    },
 }
-
 FAMILIES = ("llava", "gpt4o", "gemini")
 
+#: Options a caption or image run passes to the generator it loads (``--base-url``, ``--device``, ...).
+GENERATOR_OPTIONS = frozenset({"base_url", "timeout", "device", "dtype", "batch_size", "family", "similarity",
+                               "quality", "trust_remote_code"})
+#: Options that only say *where or how fast* a model runs, so they do not change what it answers: not
+#: part of a run's identity or an agent-call cache key (moving a server to another port or a model to
+#: another GPU resumes a run instead of starting it again).
+EXECUTION_OPTIONS = frozenset({"base_url", "timeout", "api_key_env", "device", "batch_size"})
+#: Every option some unirag caption or image backend declares (besides the model named in the spec).
+#: ``Captioner``/``ImageGenerator`` refuse any other keyword (a misspelt option would otherwise be
+#: dropped without a word); an option another backend takes is accepted and dropped, as the CLI's
+#: shared option set is. A test keeps this list equal to the backends' signatures.
+KNOWN_GENERATOR_OPTIONS = frozenset({
+    "api_key_env", "base_url", "batch_size", "check_safety", "detail", "device", "dtype", "family",
+    "lavit_code", "lavit_module", "model", "model_path", "noise", "offload", "oom_fallback", "pipeline", "prompt_format",
+    "quality", "reseed", "reseed_every", "seed", "similarity", "strategy", "text_encoder", "timeout", "top_k",
+    "trust_remote_code", "use_xformers", "variant",
+})
 
-def parse_spec(spec: str) -> tuple[str, str]:
-    """``'openai:gpt-4o'`` -> ``('openai', 'gpt-4o')``; unknown prefixes raise ConfigError."""
-    return parse_backend_spec(spec, BACKENDS, "generator")
+
+def parse_spec(spec: str, kind: str = CAPTION) -> tuple[str, str]:
+    """``'openai:gpt-4o'`` -> ``('openai', 'gpt-4o')``.
+
+    The prefix is case-insensitive; an unknown prefix or an empty name raises ConfigError naming
+    ``kind`` (:data:`CAPTION` or :data:`IMAGE`) and listing the valid forms.
+    """
+    backends = BACKENDS[kind]
+    prefix, sep, name = str(spec).partition(":")
+    prefix = prefix.strip().lower()
+    if not sep or prefix not in backends:
+        valid = "; ".join(f"{p}:<{what}>" for p, (_, what) in backends.items())
+        raise ConfigError(f"unknown {kind} spec {spec!r}; valid forms: {valid}")
+    name = name.strip()
+    if not name:
+        raise ConfigError(f"{kind} spec {spec!r} lacks a name after '{prefix}:' ({backends[prefix][1]})")
+    return prefix, name
+
+
+def load_generator(spec: str, kind: str = CAPTION, **opts: Any) -> Any:
+    """Import the backend a spec names (only now: SDKs and torch are heavy) and construct it.
+
+    Options set to None count as not given, and options the constructor does not declare are
+    dropped. Common options: ``base_url``, ``timeout``, ``api_key_env`` (APIs); ``device``, ``dtype``,
+    ``batch_size`` (local models); ``family`` (caption prompt template family override, e.g. ``llava``
+    for a LLaVA model served through an OpenAI-compatible server); ``quality`` (OpenAI images).
+    """
+    prefix, name = parse_spec(spec, kind)
+    family = opts.get("family")
+    if kind == CAPTION and family is not None and family not in FAMILIES:
+        raise ConfigError(f"unknown prompt family {family!r}; expected one of {', '.join(FAMILIES)}")
+    module_name, attr = BACKENDS[kind][prefix][0].split(":")
+    cls = getattr(importlib.import_module(module_name), attr)
+    kwargs = declared_options(cls.__init__, opts)
+    kwargs.pop("self", None)
+    return cls(name, spec=f"{prefix}:{name}", **kwargs)
 
 
 def load_text_generator(spec: str, **opts: Any) -> CaptionBackend:
-    """Build the generator a spec names. Options set to None are treated as not given.
+    """The caption generator a spec names (:func:`load_generator`)."""
+    return load_generator(spec, CAPTION, **opts)
 
-    Common options: ``base_url``, ``timeout``, ``family`` (prompt template family override, e.g.
-    ``llava`` for a LLaVA model served through an OpenAI-compatible server), ``device``, ``dtype``,
-    ``batch_size``, ``api_key_env``. Secrets are never options: keys come from the environment.
+
+def load_image_generator(spec: str, **opts: Any) -> ImageGenerator:
+    """The image generator a spec names (:func:`load_generator`)."""
+    return load_generator(spec, IMAGE, **opts)
+
+
+#: Queries per official LaVIT process: the seed is set again before the first of each such batch.
+OFFICIAL_LAVIT_BATCH = 1000
+
+
+def profile_options(spec: str, settings: Any = None, options: dict[str, Any] | None = None,
+                    kind: str = CAPTION) -> dict[str, Any]:
+    """``options`` with what the behaviour settings imply for ``spec``'s backend filled in where the user
+    left the choice open (``settings``: a profile name or :class:`unirag.profiles.Settings`):
+
+    - ``hf:`` (``hf_vlm_runtime``, ``llava_prompt_format``): official is ``infer_llava``'s
+      ``from_pretrained`` without a dtype (float32 where ``dtype`` is auto or absent) and batch size 1;
+    - images, ``image_seeding = official``: Emu2-Gen ``reseed=False`` (never seeded), LaVIT
+      ``reseed_every=1000``; ``image_top1 = top-candidate``: ``retrieval:top1`` draws noise for a query
+      without a top image (``noise=True``).
     """
-    prefix, name = parse_spec(spec)
-    family = opts.get("family")
-    if family is not None and family not in FAMILIES:
-        raise ConfigError(f"unknown prompt family {family!r}; expected one of {', '.join(FAMILIES)}")
-    return build_backend(prefix, name, BACKENDS, opts)
+    from unirag.profiles import resolve
+
+    settings = resolve(settings)
+    prefix = str(spec).strip().partition(":")[0]
+    out = dict(options or {})
+    if kind == CAPTION and prefix == "hf":
+        if settings["hf_vlm_runtime"] == "official":
+            if out.get("dtype") in (None, "auto"):
+                out["dtype"] = "float32"
+            out.setdefault("batch_size", 1)
+        out.setdefault("prompt_format", settings["llava_prompt_format"])
+    elif kind == IMAGE and prefix == "retrieval" and settings["image_top1"] == "top-candidate":
+        out.setdefault("noise", True)
+    elif kind == IMAGE and settings["image_seeding"] == "official":
+        implied = {"emu2-gen": ("reseed", False), "lavit": ("reseed_every", OFFICIAL_LAVIT_BATCH)}.get(prefix)
+        if implied:
+            out.setdefault(*implied)
+    return out
 
 
-def available_prefixes() -> list[str]:
-    return list(BACKENDS)
+def declared_options(fn: Any, opts: dict[str, Any]) -> dict[str, Any]:
+    """The options ``fn`` declares (all of them when it takes ``**kwargs``), None values dropped."""
+    params = inspect.signature(fn).parameters
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return {k: v for k, v in opts.items() if v is not None and (takes_all or k in params)}
+
+
+def load_factory(target: str, kind: str) -> Any:
+    """``"package.module:factory"`` -> the callable it names (imported now); ConfigError naming what failed."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"python {kind} spec needs python:MODULE:FACTORY (e.g. python:mypkg.gen:make), got "
+                          f"{target!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"cannot import module {module_name!r} for python:{target} ({e})") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigError(f"module {module_name!r} has no callable {attr!r} (python:{target})")
+    return factory
+
+
+def identity_config(config: dict) -> dict:
+    """A generator's recorded config without the execution options (what a resume must match)."""
+    return {k: v for k, v in config.items() if k not in EXECUTION_OPTIONS}
+
+
+def check_generator_options(owner: str, spec: str | None, options: dict[str, Any], own: tuple[str, ...]) -> None:
+    """ConfigError naming the first keyword no backend takes, with the known ones (``own``: the
+    caller's own keywords, listed too). ``python:`` plugins take any options: not checked."""
+    if spec is not None and spec.strip().startswith("python:"):
+        return
+    unknown = sorted(k for k in options if k not in KNOWN_GENERATOR_OPTIONS)
+    if unknown:
+        known = ", ".join(sorted(set(own) | KNOWN_GENERATOR_OPTIONS))
+        raise ConfigError(f"{owner}: unknown option {unknown[0]!r}" + (f" (and {', '.join(map(repr, unknown[1:]))})"
+                                                                       if len(unknown) > 1 else "")
+                          + f"; known options: {known}")
+
+
+def retry_policy(max_attempts: Any = None, retry: Any = None):
+    """The :class:`~unirag.runs.retry.RetryPolicy` for ``max_attempts=`` / ``retry=`` (a RetryPolicy, or
+    None: the runs' default policy), checked: InputError naming the argument for a wrong type."""
+    from unirag.errors import InputError
+    from unirag.runs.retry import RetryPolicy
+
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise InputError(f"expected a unirag.runs.retry.RetryPolicy, got {type(retry).__name__}", field="retry")
+    policy = retry or RetryPolicy()
+    if max_attempts is not None:
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise InputError(f"expected a positive integer, got {max_attempts!r}", field="max_attempts")
+        from dataclasses import replace
+
+        policy = replace(policy, max_attempts=max_attempts)
+    return policy

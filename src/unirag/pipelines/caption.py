@@ -19,8 +19,8 @@ from unirag.data.mbeir import read_queries
 from unirag.data.records import Query, resolve_image
 from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.base import CaptionBackend
-from unirag.generators.options import identity_config
 from unirag.generators.pricing import price_entry
+from unirag.generators.registry import identity_config
 from unirag.pipelines.captioner import Caption, Captioner, CaptionRequest, to_pairs
 from unirag.pipelines.examples import ExampleSelector, example_images_root, make_selector
 from unirag.pipelines.run_config import ExampleRunConfig
@@ -234,11 +234,11 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
         from unirag.pipelines.remote_models import RemoteTextGenerator, TextModelRecipe
 
         pool = stack.enter_context(open_pool(cfg.engine, cfg.progress))
-        from unirag.generators.hf_vlm import profile_load_options
+        from unirag.generators.registry import profile_options
         from unirag.profiles import resolve
 
-        recipe = TextModelRecipe(cfg.generator, profile_load_options(cfg.generator, resolve(cfg.profile),
-                                                                     dict(cfg.generator_options)))
+        recipe = TextModelRecipe(cfg.generator, profile_options(cfg.generator, resolve(cfg.profile),
+                                                                dict(cfg.generator_options)))
         # the model loads on the workers only; they also render the saved prompts in its wire form
         generator = RemoteTextGenerator(pool.describe(recipe), ask=functools.partial(pool.ask, recipe))
     if isinstance(generator, Captioner):

@@ -93,7 +93,7 @@ class Captioner(LazyBackend):
                  max_attempts: int | None = None, retry: Any = None, profile: Any = None,
                  official_prompts: str | Path | None = None, **generator_options: Any) -> None:
         from unirag.generators.pricing import load_prices, merge_prices, price_for
-        from unirag.generators.spec import check_generator_options, retry_policy
+        from unirag.generators.registry import check_generator_options, retry_policy
         from unirag.profiles import resolve
 
         _check_arg_types(max_tokens=(max_tokens, int), temperature=(temperature, int | float | str | None),
@@ -126,10 +126,9 @@ class Captioner(LazyBackend):
 
     # -- lifecycle (load on first use, release on close: LazyBackend) ------------------------
     def _load_backend(self) -> CaptionBackend:
-        from unirag.generators.hf_vlm import profile_load_options
-        from unirag.generators.registry import load_text_generator
+        from unirag.generators.registry import load_text_generator, profile_options
 
-        return load_text_generator(self.spec, **profile_load_options(self.spec, self.settings, self.generator_options))
+        return load_text_generator(self.spec, **profile_options(self.spec, self.settings, self.generator_options))
 
     def warm_up(self) -> Captioner:
         """Load the generator (and its prompt template) now rather than at the first caption."""

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import ConfigError, UniragError
-from unirag.generators.options import GENERATOR_OPTIONS
+from unirag.generators.registry import GENERATOR_OPTIONS
 from unirag.pipelines.experiment_cells import Cell, load_experiment, select_cells
 from unirag.pipelines.experiment_grid import RUN_OPTION_KEYS, GridOverrides
 

@@ -42,7 +42,7 @@ from typing import Any
 
 from unirag.data.text import read_text
 from unirag.errors import InputError
-from unirag.generators.options import GENERATOR_OPTIONS
+from unirag.generators.registry import GENERATOR_OPTIONS
 
 TASKS = ("caption", "image", "cir")
 RUN_OPTION_KEYS = {"concurrency", "seed", "max_tokens", "temperature", "max_attempts", "templates_dir", "prices",

@@ -52,8 +52,8 @@ def _checkpoint(kind: str, name: str) -> tuple[str, str | None]:
 def _keys_for(spec: str, options: dict[str, Any]) -> list[tuple[str, bool]]:
     """(variable names, set?) of the API key a generator needs; none for an OpenAI-compatible server
     at another base URL (``base_url`` option or ``OPENAI_BASE_URL``), which the client calls with a
-    placeholder key, as :class:`unirag.generators.openai_client.OpenAIConnection` does."""
-    from unirag.generators.openai_client import OFFICIAL_HOST
+    placeholder key, as :class:`unirag.generators.openai_compat.OpenAIConnection` does."""
+    from unirag.generators.openai_compat import OFFICIAL_HOST
 
     prefix = spec.split(":", 1)[0].strip()
     names = API_KEYS.get(prefix)

@@ -29,10 +29,9 @@ from unirag.generators.images.base import (
     DEFAULT_WIDTH,
     ImageGenerator,
     ImageRequest,
+    image_template,
 )
-from unirag.generators.images.prices import image_price
-from unirag.generators.images.templates import image_template
-from unirag.generators.pricing import Price, cost_usd, price_entry
+from unirag.generators.pricing import Price, cost_usd, image_price, price_entry
 from unirag.messages import ImagePart, Message, TextPart
 from unirag.pipelines.examples import ExampleSelector
 from unirag.pipelines.run_config import ExampleRunConfig
@@ -240,7 +239,7 @@ def run_image_generation(
 
     ``images_root`` resolves the example pairs' relative image paths. ``limit`` takes the first N
     queries (a smoke run that a later full run into the same directory extends). ``prices``: a
-    JSON/YAML price file overriding the defaults (:mod:`unirag.generators.images.prices`).
+    JSON/YAML price file overriding the defaults (:mod:`unirag.generators.pricing`).
     ``profile``: a profile name or :class:`unirag.profiles.Settings` (recorded in the manifest; its
     ``emu2_sampling`` fills in steps/guidance left None). ``generator`` None: the run loads ``spec``
     with ``generator_options`` itself: on Ray workers when ``engine`` is "ray" and the spec is a local
@@ -250,7 +249,7 @@ def run_image_generation(
     """
     from contextlib import ExitStack
 
-    from unirag.generators.images.base import seeding_options
+    from unirag.generators.registry import IMAGE, profile_options
     from unirag.profiles import resolve
     from unirag.runs.engine import open_pool, runs_on_ray
 
@@ -266,12 +265,12 @@ def run_image_generation(
                 from unirag.pipelines.remote_models import ImageModelRecipe, RemoteImageGenerator
 
                 pool = stack.enter_context(open_pool(engine, progress))
-                recipe = ImageModelRecipe(spec, {**seeding_options(spec, profile), **(generator_options or {})})
+                recipe = ImageModelRecipe(spec, profile_options(spec, profile, generator_options, IMAGE))
                 generator = RemoteImageGenerator(pool.describe(recipe))
             else:
-                from unirag.generators.images.registry import load_image_generator
+                from unirag.generators.registry import load_image_generator
 
-                generator = load_image_generator(spec, **{**seeding_options(spec, profile), **(generator_options or {})})
+                generator = load_image_generator(spec, **profile_options(spec, profile, generator_options, IMAGE))
                 stack.callback(generator.close)
         settings = (settings or ImageSettings()).resolved(generator.spec, profile)
         return _run_image_generation(queries, generator, selector, Path(out), images_root, settings,

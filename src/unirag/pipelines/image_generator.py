@@ -50,7 +50,7 @@ class ImageGenerator(LazyBackend):
                  images_root: str | Path | None = None, max_attempts: int | None = None, retry: Any = None,
                  profile: Any = None, **options: Any) -> None:
         from unirag.generators.images.base import sampling_defaults
-        from unirag.generators.spec import check_generator_options, retry_policy
+        from unirag.generators.registry import check_generator_options, retry_policy
         from unirag.pipelines.captioner import _check_arg_types
         from unirag.profiles import resolve
 
@@ -61,9 +61,9 @@ class ImageGenerator(LazyBackend):
                                 self.OWN_OPTIONS)
         self.retry = retry_policy(max_attempts, retry)
         if isinstance(generator, str):
-            from unirag.generators.images.registry import parse_image_spec
+            from unirag.generators.registry import IMAGE, parse_spec
 
-            parse_image_spec(generator)  # a bad spec fails here, before anything loads
+            parse_spec(generator, IMAGE)  # a bad spec fails here, before anything loads
             self.spec, self._backend, self._owned = generator.strip(), None, True
         elif isinstance(generator, ImageBackend):
             self.spec, self._backend, self._owned = generator.spec, generator, False
@@ -78,7 +78,7 @@ class ImageGenerator(LazyBackend):
         self.options = {k: v for k, v in options.items() if v is not None}
 
     def _load_backend(self) -> ImageBackend:  # LazyBackend: loaded on first use, released on close
-        from unirag.generators.images.registry import load_image_generator
+        from unirag.generators.registry import load_image_generator
 
         backend = load_image_generator(self.spec, **self.options)
         backend.check_size(self.settings["width"], self.settings["height"])

@@ -67,7 +67,7 @@ class ImageModelRecipe:
         return "image|" + json.dumps([self.spec, self.options], sort_keys=True, default=str)
 
     def load(self, device: str) -> Any:
-        from unirag.generators.images.registry import load_image_generator
+        from unirag.generators.registry import load_image_generator
 
         return load_image_generator(self.spec, **_device(self.options, device))
 

@@ -1,5 +1,5 @@
-"""Image generators (text -> image, optionally with example image-caption pairs in context).
+"""Image generators: the request, the result and the base class (``base.py``) and the local models.
 
-Spec strings select a backend (see ``registry.py``); every backend implements
-:class:`~unirag.generators.images.base.ImageGenerator`.
+Spec strings select a backend (:mod:`unirag.generators.registry`); the API image backends live with
+their provider's caption backend (:mod:`~unirag.generators.openai_compat`, :mod:`~unirag.generators.gemini`).
 """

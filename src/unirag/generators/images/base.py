@@ -9,12 +9,14 @@ fails before its first call instead of after hours of work.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+import functools
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
 from unirag.errors import ConfigError
-from unirag.generators.base import Usage
+from unirag.generators.base import Backend, Usage
+from unirag.prompts.templates import PromptTemplate, load_template
 from unirag.retrieval.results import Pair
 
 # The paper's LaVIT configuration (§4.3 and the official code): 1024x1024, guidance 4.0, 25 steps,
@@ -39,29 +41,6 @@ def sampling_defaults(spec: str, settings: Any = None) -> dict[str, Any]:
     if str(spec).strip().startswith("emu2-gen:") and resolve(settings)["emu2_sampling"] == "official":
         return {"steps": EMU2_PIPELINE_STEPS, "guidance": EMU2_PIPELINE_GUIDANCE}
     return {"steps": DEFAULT_STEPS, "guidance": DEFAULT_GUIDANCE}
-
-
-#: Queries per official LaVIT process: the seed is set again before the first of each such batch.
-OFFICIAL_LAVIT_BATCH = 1000
-
-
-def seeding_options(spec: str, settings: Any = None) -> dict[str, Any]:
-    """Generator options a profile implies (empty: the generator's own defaults). ``image_seeding =
-    official``: Emu2-Gen ``reseed=False`` (never seeded), LaVIT ``reseed_every=1000``; ``image_top1 =
-    top-candidate``: ``retrieval:top1`` draws noise for a query without a top image (``noise=True``)."""
-    from unirag.profiles import resolve
-
-    settings = resolve(settings)
-    spec = str(spec).strip()
-    if spec.startswith("retrieval:") and settings["image_top1"] == "top-candidate":
-        return {"noise": True}
-    if settings["image_seeding"] != "official":
-        return {}
-    if spec.startswith("emu2-gen:"):
-        return {"reseed": False}
-    if spec.startswith("lavit:"):
-        return {"reseed_every": OFFICIAL_LAVIT_BATCH}
-    return {}
 
 
 @dataclass
@@ -99,11 +78,9 @@ class GeneratedImage:
     usage: Usage | None = None
 
 
-class ImageGenerator(ABC):
+class ImageGenerator(Backend):
     """Caption (+ examples) -> image. Raises :class:`~unirag.errors.BackendError` on a failed call."""
 
-    #: The spec string it was made from (recorded in the run manifest).
-    spec: str = ""
     #: How many example pairs one call can take: 0 = text only, None = no fixed limit.
     max_examples: int | None = None
     #: At least this many examples are needed (the retrieval baseline needs one to copy).
@@ -139,13 +116,37 @@ class ImageGenerator(ABC):
     def generate(self, request: ImageRequest) -> GeneratedImage:
         """One call."""
 
-    def config(self) -> dict[str, Any]:
-        """Settings worth recording in the manifest (never secrets)."""
-        return {"spec": self.spec}
-
     def identity(self) -> dict[str, Any]:
         """The settings besides the spec that change the pictures (dtype, quality...): resume must match."""
         return {}
 
-    def close(self) -> None:  # noqa: B027 - optional hook; most backends hold nothing to release
-        """Release clients or models."""
+
+# Which prompt template each image backend uses (``templates``), and the one rendering rule they share.
+# Wording lives in ``prompts/templates/image_*.txt`` (loaded and hashed by :mod:`unirag.prompts.templates`).
+ZERO_SHOT = "image_zeroshot"
+FEW_SHOT_OMNIGEN = "image_fewshot_omnigen"
+FEW_SHOT_API = "image_fewshot_api"
+FEW_SHOT_GEMINI = "image_fewshot_gemini"
+ALL = (ZERO_SHOT, FEW_SHOT_OMNIGEN, FEW_SHOT_API, FEW_SHOT_GEMINI)
+
+_REQUIRED = {ZERO_SHOT: ("prompt",), FEW_SHOT_OMNIGEN: ("example", "prompt"), FEW_SHOT_API: ("example", "prompt"),
+             FEW_SHOT_GEMINI: ("intro", "example", "query")}
+
+
+@functools.cache
+def image_template(name: str) -> PromptTemplate:
+    """Loaded once per process (the files are part of the package and do not change during a run)."""
+    return load_template(name, required=_REQUIRED.get(name, ()))
+
+
+def zero_shot_prompt(caption: str) -> str:
+    return image_template(ZERO_SHOT).fill("prompt", caption=caption)
+
+
+def render_listed(name: str, caption: str, example_captions: list[str]) -> str:
+    """A single-string few-shot prompt: the ``example`` lines inside ``prompt``; zero-shot if none."""
+    if not example_captions:
+        return zero_shot_prompt(caption)
+    tpl = image_template(name)
+    lines = [tpl.fill("example", n=i, caption=c) for i, c in enumerate(example_captions, start=1)]
+    return tpl.fill("prompt", num=len(example_captions), examples="\n".join(lines), caption=caption)

@@ -19,14 +19,92 @@ requests in one pipeline call, each still with its own seeded generator.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
 from typing import Any
 
 from unirag.errors import BackendError, ConfigError
-from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
-from unirag.generators.images.local import render_with_fallback
-from unirag.generators.images.templates import FEW_SHOT_OMNIGEN, ZERO_SHOT, render_listed
+from unirag.generators.images.base import (
+    FEW_SHOT_OMNIGEN,
+    ZERO_SHOT,
+    GeneratedImage,
+    ImageGenerator,
+    ImageRequest,
+    render_listed,
+)
+
+
+class LocalImageGenerator(ImageGenerator):
+    """A model in this process (diffusers pipelines, Emu2-Gen, LaVIT) and the call loop they share.
+
+    Example images are decoded once up front (a missing or corrupt file fails the query with a message
+    naming it, before the model runs); the model renders under ``torch.inference_mode``; out of GPU
+    memory with several examples, the last (least relevant) examples are dropped one at a time and the
+    call is retried, as the paper did for Emu2-Gen at k=5 (``meta["examples_used"]`` records it).
+    Subclasses set ``_pipe`` (the pipeline or model), ``device``, ``oom_fallback`` and ``label`` (what an
+    error names) and implement :meth:`_render`.
+    """
+
+    local = True
+    label = ""
+    device = "cpu"
+    oom_fallback = True
+    _pipe: Any = None
+
+    def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
+        """One model call for ``request`` (examples as kept) with their decoded images -> (image, meta)."""
+        raise NotImplementedError
+
+    def _seed_try(self, seed: int) -> None:
+        """Runs before every try: models that draw their noise from torch's global generator seed it here."""
+
+    def generate(self, request: ImageRequest) -> GeneratedImage:
+        import torch
+
+        from unirag.data.images import load_rgb
+        from unirag.runtime import free_memory, to_pil_images
+
+        self.check_k(len(request.examples))
+        self.check_size(request.width, request.height)
+        images_all = to_pil_images([e.image for e in request.examples], ahead=request.ahead,
+                                   loading=request.loading)
+        used = len(request.examples)
+        while True:
+            trimmed = dataclasses.replace(request, examples=request.examples[:used])
+            self._seed_try(request.seed)
+            try:
+                with torch.inference_mode():
+                    image, meta = self._render(trimmed, images_all[:used])
+                break
+            except torch.OutOfMemoryError as e:
+                free_memory()
+                if self.oom_fallback and used > 1:
+                    used -= 1
+                    continue
+                raise BackendError(f"{self.label}: out of memory for query {request.qid} ({request.width}x"
+                                   f"{request.height}, {used} reference image(s)): {e}", kind="oom") from None
+        meta = dict(meta)
+        if used < len(request.examples):
+            meta["examples_used"] = used
+        return GeneratedImage(image=load_rgb(image), meta=meta)
+
+    def close(self) -> None:
+        """Drop the model and return its GPU memory."""
+        from unirag.runtime import free_memory
+
+        self._pipe = None
+        free_memory(self.device)
+
+
+def seed_torch(seed: int) -> None:
+    """Seed torch's global generators (CPU and every GPU) for models that take no ``generator`` argument."""
+    import torch
+
+    torch.manual_seed(int(seed))
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(int(seed))
+
 
 # How a pipeline takes reference images, recognised from its __call__ signature.
 STYLE_TEXT_ONLY = "text-only"
@@ -104,10 +182,9 @@ def place_pipeline(pipe: Any, device: str, offload: str | None) -> None:
                           "it needs the accelerate package and a GPU") from None
 
 
-class DiffusersImageGenerator(ImageGenerator):
+class DiffusersImageGenerator(LocalImageGenerator):
     """A diffusers pipeline, one query at a time (the GPU is the bottleneck, not the loop)."""
 
-    local = True
     templates = (ZERO_SHOT, FEW_SHOT_OMNIGEN)
 
     def __init__(self, model: str, *, spec: str | None = None, device: str | None = "auto",
@@ -121,6 +198,7 @@ class DiffusersImageGenerator(ImageGenerator):
         configure_torch_threads()
         self.model = model
         self.spec = spec or f"diffusers:{model}"
+        self.label = f"diffusers {model}"
         self.device = resolve_device(device)
         self.dtype = dtype_name(dtype, self.device)
         self.offload = offload or "none"
@@ -157,14 +235,6 @@ class DiffusersImageGenerator(ImageGenerator):
 
     def prompt_text(self, request: ImageRequest) -> str:
         return self._prompt(request)[0]
-
-    def generate(self, request: ImageRequest) -> GeneratedImage:
-        """One picture (out of GPU memory with several examples, the last examples are dropped one at a
-        time, see :mod:`~unirag.generators.images.local`)."""
-        self.check_k(len(request.examples))
-        self.check_size(request.width, request.height)
-        return render_with_fallback(request, self._render, name=f"diffusers {self.model}",
-                                    oom_fallback=self.oom_fallback)
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
         """One pipeline call for ``request`` with its (already decoded) example images."""
@@ -208,10 +278,3 @@ class DiffusersImageGenerator(ImageGenerator):
 
     def identity(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "oom_fallback": self.oom_fallback}
-
-    def close(self) -> None:
-        """Drop the pipeline and return its GPU memory."""
-        from unirag.runtime import free_memory
-
-        self._pipe = None
-        free_memory(self.device)

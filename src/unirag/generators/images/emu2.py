@@ -33,8 +33,10 @@ from typing import Any
 
 from unirag.errors import ConfigError
 from unirag.generators.images.base import ImageRequest
-from unirag.generators.images.diffusers_backend import DiffusersImageGenerator
-from unirag.generators.images.local import render_with_fallback, seed_torch
+from unirag.generators.images.diffusers_backend import (
+    DiffusersImageGenerator,
+    seed_torch,
+)
 
 CUSTOM_PIPELINE = "pipeline_emu2_gen"
 #: Sub-folders of an Emu2-Gen checkpoint loaded before the pipeline and passed to it (Emu2's README).
@@ -105,6 +107,7 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
         if missing:
             raise ConfigError(f"{type(self._pipe).__name__} is not Emu2-Gen's pipeline: its __call__ lacks "
                               f"{', '.join(missing)} (expected {CUSTOM_PIPELINE}.EmuVisualGenerationPipeline)")
+        self.label = f"Emu2-Gen {model}"
         self.style = "emu2-interleaved"
         self.max_examples = None
 
@@ -134,11 +137,9 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
             parts += [e.caption, f"<image {e.image.name}>"]
         return "\n".join([*parts, request.caption])
 
-    def generate(self, request: ImageRequest):
-        self.check_k(len(request.examples))
-        self.check_size(request.width, request.height)
-        return render_with_fallback(request, self._render, name=f"Emu2-Gen {self.model}", oom_fallback=self.oom_fallback,
-                                    seed=seed_torch if self.reseed else None)
+    def _seed_try(self, seed: int) -> None:
+        if self.reseed:
+            seed_torch(seed)
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
         out = self._pipe(inputs=interleaved_inputs(request, images), height=request.height, width=request.width,

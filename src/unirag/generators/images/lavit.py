@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import ConfigError
-from unirag.generators.images.base import ImageGenerator, ImageRequest
-from unirag.generators.images.local import render_with_fallback, seed_torch
+from unirag.generators.images.base import ImageRequest
+from unirag.generators.images.diffusers_backend import LocalImageGenerator, seed_torch
 
 #: ``multimodal_synthesis`` parameters unirag passes (checked when the model is built).
 SYNTHESIS_PARAMS = ("width", "height", "guidance_scale_for_llm", "num_return_images", "num_inference_steps", "top_k")
@@ -109,10 +109,9 @@ def import_lavit(module: str, code_dir: str | Path | None):
     return mod
 
 
-class LaVITImageGenerator(ImageGenerator):
+class LaVITImageGenerator(LocalImageGenerator):
     """LaVIT-7B-v2 text-to-image, zero-shot or with interleaved example pairs."""
 
-    local = True
     max_examples = None
     templates = ()
 
@@ -130,6 +129,7 @@ class LaVITImageGenerator(ImageGenerator):
         configure_torch_threads()
         self.model_path = model_path
         self.spec = spec or f"lavit:{model_path}"
+        self.label = f"LaVIT {model_path}"
         self.device = resolve_device(device)
         self.dtype = lavit_dtype(dtype, self.device)
         self.top_k = int(top_k)
@@ -154,7 +154,7 @@ class LaVITImageGenerator(ImageGenerator):
         if missing:
             raise ConfigError(f"{type(model).__name__}.multimodal_synthesis lacks {', '.join(missing)}: not LaVIT's "
                               "generation model (build it with understanding=False, load_tokenizer=True)")
-        self._model = model
+        self._pipe = model
 
     def prompt_text(self, request: ImageRequest) -> str:
         return "\n".join(f"<image {Path(c).name}>" if kind == "image" else c for c, kind in lavit_prompts(request))
@@ -167,18 +167,17 @@ class LaVITImageGenerator(ImageGenerator):
         if self.reseed_every and self.seed is not None and self._calls and self._calls % self.reseed_every == 0:
             seed_everything(self.seed)
         self._calls += 1
-        return render_with_fallback(request, self._render, name=f"LaVIT {self.model_path}",
-                                    oom_fallback=self.oom_fallback)
+        return super().generate(request)
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
         from unirag.runtime import autocast, resolve_dtype
 
         with autocast(self.device, resolve_dtype(self.dtype, self.device)):
-            out = self._model.multimodal_synthesis(
+            out = self._pipe.multimodal_synthesis(
                 lavit_prompts(request), width=request.width, height=request.height,
                 guidance_scale_for_llm=request.guidance, num_return_images=1,
                 num_inference_steps=request.steps, top_k=self.top_k)
-        return out[0], {"prompt": self.prompt_text(request), "model": type(self._model).__name__}
+        return out[0], {"prompt": self.prompt_text(request), "model": type(self._pipe).__name__}
 
     def config(self) -> dict[str, Any]:
         return {"spec": self.spec, "backend": "lavit", "model": self.model_path, "device": self.device,
@@ -191,9 +190,3 @@ class LaVITImageGenerator(ImageGenerator):
 
     def _seeding(self) -> str:
         return f"every-{self.reseed_every}-calls" if self.reseed_every else "once-at-build"
-
-    def close(self) -> None:
-        from unirag.runtime import free_memory
-
-        self._model = None
-        free_memory(self.device)

@@ -1,0 +1,151 @@
+"""What every API backend (OpenAI, Gemini; captions and images) shares: its client and its failures.
+
+- :class:`Connection`: the provider SDK's client, built on first use and shared by the run loop's
+  worker threads. SDK imports take seconds (and ``--help`` must stay fast), and one client per
+  process is what the SDKs expect, so every connection builds its client lazily under a lock; each
+  provider says how (:mod:`~unirag.generators.openai_compat`, :mod:`~unirag.generators.gemini`) and
+  how its SDK's exceptions become a :class:`BackendError` (:meth:`Connection.call`).
+- The decision "retry or not, and after how long" is made here once for every provider: the status
+  code decides ``retryable`` (see :func:`unirag.runs.retry.is_retryable_status`) and a ``Retry-After``
+  header (seconds or an HTTP date) or ``retry-after-ms`` sets the wait.
+- :class:`APIBackend`: the model name, the connection and the recorded config of an API backend.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from unirag.errors import BackendError, MalformedResponseError
+from unirag.runs.retry import is_retryable_status
+
+_MAX_MESSAGE = 500
+
+
+class Connection:
+    """A lazily built, thread-shared SDK client; subclasses also set ``api_key_env`` (the key's variable)."""
+
+    provider = ""
+    api_key_env: str | None = None
+
+    def __init__(self, base_url: str | None, timeout: float) -> None:
+        self.base_url = base_url
+        self.timeout = float(timeout)
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def _build(self) -> Any:
+        """Import the SDK and create the client (called once, under the lock)."""
+        raise NotImplementedError
+
+    def _release(self, client: Any) -> None:
+        """Free the client's resources (connection pools); default: nothing to do."""
+
+    def _map_error(self, e: Exception) -> BackendError | None:
+        """The SDK's exception as a BackendError; None for anything else (a bug or a wrong option)."""
+        return None
+
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = self._build()
+            return self._client
+
+    def call(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(client)``, its SDK failures raised as BackendError. Anything else (a ``TypeError`` in our
+        code, the SDK's client-side ``ValueError`` checks) is not a failed call: it propagates unchanged."""
+        client = self.client()
+        try:
+            return fn(client)
+        except Exception as e:
+            mapped = self._map_error(e)
+            if mapped is None:
+                raise  # keep the traceback
+            raise mapped from None
+
+    def close(self) -> None:
+        """Drop the client; the next call builds a fresh one."""
+        with self._lock:
+            if self._client is not None:
+                self._release(self._client)
+                self._client = None
+
+
+class APIBackend:
+    """An API model behind a :class:`Connection` (mixed into the caption and image backends)."""
+
+    #: The spec prefix, recorded as ``backend`` in the config.
+    backend = ""
+
+    def _connect(self, model: str, spec: str | None, conn: Connection) -> None:
+        self.model = model
+        self.spec = spec or f"{self.backend}:{model}"
+        self._conn = conn
+        self.base_url, self.api_key_env, self.timeout = conn.base_url, conn.api_key_env, conn.timeout
+
+    def config(self) -> dict[str, Any]:
+        # No key here: manifests must never hold secrets (only the variable's name).
+        return {"spec": self.spec, "backend": self.backend, "model": self.model, "base_url": self.base_url,
+                "api_key_env": self.api_key_env, "timeout": self.timeout}
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait as the server asked, or None. Accepts ``retry-after-ms`` and ``Retry-After``."""
+    if not headers:
+        return None
+    lower = {str(k).lower(): v for k, v in dict(headers).items()}
+    ms = lower.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = lower.get("retry-after")
+    if value is None:
+        return None
+    value = str(value).strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def status_error(provider: str, status: int | None, message: str,
+                 headers: Mapping[str, str] | None = None) -> BackendError:
+    """A BackendError for an HTTP error status: retryable for 408/409/429/5xx, permanent otherwise."""
+    text = " ".join(str(message).split())[:_MAX_MESSAGE]
+    hint = ""
+    if status in (401, 403):
+        hint = " (check the API key environment variable)"
+    return BackendError(f"{provider} API error {status}: {text}{hint}", retryable=is_retryable_status(status),
+                        retry_after=parse_retry_after(headers), status=status, kind="http")
+
+
+def transient_error(provider: str, what: str, detail: str = "") -> BackendError:
+    """Timeouts and connection resets: worth another try."""
+    text = " ".join(str(detail).split())[:_MAX_MESSAGE]
+    return BackendError(f"{provider}: {what}" + (f" ({text})" if text else ""), retryable=True, kind="transport")
+
+
+def malformed_response(provider: str, what: str, detail: str = "") -> MalformedResponseError:
+    """A response body that cannot be read as the API's format (cut off or garbled on the way).
+
+    Retryable: the same request usually gets a whole answer the next time. A *model's* reply that
+    does not follow the asked format is a non-retryable :class:`MalformedResponseError` raised where
+    it is parsed (e.g. the X^R agents, after showing the model its mistake).
+    """
+    text = " ".join(str(detail).split())[:_MAX_MESSAGE]
+    return MalformedResponseError(f"{provider}: {what}" + (f" ({text})" if text else ""), retryable=True)
