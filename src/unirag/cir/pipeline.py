@@ -285,12 +285,9 @@ class Search:
         return base + "+json_repair" if self.settings["xr_json_parsing"] == "official" else base
 
     def _captions(self, runner: AgentRunner, ids_paths: dict[str, Path]) -> dict[str, str | None]:
-        reqs = {}
         text = self.official.caption() if self.official is not None else None
-        for i, p in ids_paths.items():
-            reqs[i] = runner.request("caption", build_messages("caption", image=p, text=text))
-        out = runner.run("caption", list(reqs.values()), desc="A_c captions")
-        return {i: out[r.key] for i, r in reqs.items()}
+        return runner.ask("caption", {i: runner.request("caption", build_messages("caption", image=p, text=text))
+                                      for i, p in ids_paths.items()}, desc="A_c captions")
 
     def _agents(self, runner: AgentRunner, qs: list[_Q], pool_ids: list[str], paths: list[Path],
                 ia: np.ndarray, k_prime: int) -> None:
@@ -323,19 +320,14 @@ class Search:
             self._fine(runner, qs, pool_ids, paths, captions, k_prime)
 
     def _imagine(self, runner: AgentRunner, qs: list[_Q], captions: dict[str, str | None]) -> None:
-        t_reqs, v_reqs = {}, {}
+        t_out = runner.ask("text_imagination", {x.q.qid: runner.request("text_imagination", build_messages(
+            "text_imagination", reference_caption=captions[x.q.reference], modification=x.q.text))
+            for x in qs if captions.get(x.q.reference) is not None}, desc="A_t^i imagination")
+        v_out = runner.ask("vision_imagination", {x.q.qid: runner.request("vision_imagination", build_messages(
+            "vision_imagination", image=self.ds.reference_path(x.q), modification=x.q.text)) for x in qs},
+            desc="A_v^i imagination")
         for x in qs:
-            c_r = captions.get(x.q.reference)
-            if c_r is not None:
-                m = build_messages("text_imagination", reference_caption=c_r, modification=x.q.text)
-                t_reqs[x.q.qid] = runner.request("text_imagination", m)
-            m = build_messages("vision_imagination", image=self.ds.reference_path(x.q), modification=x.q.text)
-            v_reqs[x.q.qid] = runner.request("vision_imagination", m)
-        t_out = runner.run("text_imagination", list(t_reqs.values()), desc="A_t^i imagination")
-        v_out = runner.run("vision_imagination", list(v_reqs.values()), desc="A_v^i imagination")
-        for x in qs:
-            x.imag_t = t_out.get(t_reqs[x.q.qid].key) if x.q.qid in t_reqs else None
-            x.imag_v = v_out.get(v_reqs[x.q.qid].key)
+            x.imag_t, x.imag_v = t_out.get(x.q.qid), v_out[x.q.qid]
 
     def _reason_official(self, runner: AgentRunner, qs: list[_Q], captions: dict[str, str | None]) -> None:
         """The official stage-1 reasoner (the text_imagination role's model) on (C_r, T_m): atomic
@@ -344,25 +336,21 @@ class Search:
         As 01yzzyu/xr.github.io XR/xr.py:295-314 (stage1_reason): a reply without JSON gets the dummy
         step1 = [["Modification", T_m]], step2 = [C_r]; an empty step2 becomes [C_r].
         """
-        reqs = {}
+        out = runner.ask("text_imagination", {x.q.qid: runner.request("text_imagination", build_messages(
+            "text_imagination", text=self.official.reasoner(x.q.text, captions[x.q.reference])),
+            fmt=self._official_fmt("official_reasoner")) for x in qs if captions.get(x.q.reference) is not None},
+            desc="stage-1 reasoner")
         for x in qs:
-            c_r = captions.get(x.q.reference)
-            if c_r is not None:
-                m = build_messages("text_imagination", text=self.official.reasoner(x.q.text, c_r))
-                reqs[x.q.qid] = runner.request("text_imagination", m, fmt=self._official_fmt("official_reasoner"))
-        out = runner.run("text_imagination", list(reqs.values()), desc="stage-1 reasoner")
-        for x in qs:
-            if x.q.qid not in reqs:
+            if x.q.qid not in out:
                 continue
-            c_r = captions[x.q.reference]
-            got = out.get(reqs[x.q.qid].key)
+            c_r, got = captions[x.q.reference], out[x.q.qid]
             if got is None or got.get("no_json"):
                 x.notes.append("stage-1 reasoner reply had no JSON: the official stand-in (reference caption) used")
                 got = {"step1": [["Modification", x.q.text]], "step2": []}
             step2 = got["step2"] or [c_r]
             x.imag_t = {"target_caption": step2[0], "modifications": [f"{k}: {c}" for k, c in got["step1"]],
                         "descriptions": step2, "step1": got["step1"]}
-        self._rewrite_official(runner, [x for x in qs if x.q.qid in reqs], captions)
+        self._rewrite_official(runner, [x for x in qs if x.q.qid in out], captions)
 
     def _rewrite_official(self, runner: AgentRunner, qs: list[_Q], captions: dict[str, str | None]) -> None:
         """The optional cir-v2 reasoner and caption rewriter (xr_stage1_schema=both, xr_rewrite_caption),
@@ -375,36 +363,48 @@ class Search:
         st = self.settings
         if st["xr_stage1_schema"] != "both" or "reasoner_v2" not in self.official.optional:
             return
-        v2_reqs = {x.q.qid: runner.request("text_imagination", build_messages(
+        v2_out = runner.ask("text_imagination", {x.q.qid: runner.request("text_imagination", build_messages(
             "text_imagination", text=self.official.reasoner_v2(x.q.text, captions[x.q.reference])),
-            fmt=self._official_fmt("official_reasoner_v2")) for x in qs}
-        v2_out = runner.run("text_imagination", list(v2_reqs.values()), desc="stage-1 cir-v2 reasoner")
+            fmt=self._official_fmt("official_reasoner_v2")) for x in qs}, desc="stage-1 cir-v2 reasoner")
         v2 = {}
         for x in qs:
-            got = v2_out.get(v2_reqs[x.q.qid].key)
+            got = v2_out[x.q.qid]
             if got is not None and got.get("v2"):
                 v2[x.q.qid] = got["v2"]
                 x.imag_t["cir_v2"] = got["v2"]
         if not st["xr_rewrite_caption"] or "rewriter" not in self.official.optional or not v2:
             return
-        rw_reqs = {x.q.qid: runner.request("text_imagination", build_messages(
+        rw_out = runner.ask("text_imagination", {x.q.qid: runner.request("text_imagination", build_messages(
             "text_imagination", text=self.official.rewriter(x.q.text, v2[x.q.qid])), fmt="official_rewriter")
-            for x in qs if x.q.qid in v2}
-        rw_out = runner.run("text_imagination", list(rw_reqs.values()), desc="stage-1 caption rewriter")
+            for x in qs if x.q.qid in v2}, desc="stage-1 caption rewriter")
         for x in qs:
-            caption = rw_out.get(rw_reqs[x.q.qid].key) if x.q.qid in rw_reqs else None
+            caption = rw_out.get(x.q.qid)
             if caption:
                 x.imag_t["rewritten_caption"] = caption
                 x.imag_t["descriptions"] = [*x.imag_t["descriptions"], caption]
 
     def _descriptions(self, x: _Q) -> list[str]:
-        """The query's target descriptions: the official reasoner's step2 list, else C_t and C_v."""
-        if x.imag_t and x.imag_t.get("descriptions"):
-            return list(x.imag_t["descriptions"])
-        return [c for c in (x.imag_t["target_caption"] if x.imag_t else None,
-                            x.imag_v["target_caption"] if x.imag_v else None) if c is not None]
+        """The target descriptions a query is scored on: under xr_scoring=official the official reasoner's
+        step2 list, else C_t and C_v; paper scoring takes exactly (C_t, C_v), one failed imagination's
+        caption standing in for the other. Empty: imagination failed (noted on the query)."""
+        c_t = x.imag_t["target_caption"] if x.imag_t else None
+        c_v = x.imag_v["target_caption"] if x.imag_v else None
+        if self.settings["xr_scoring"] == "official":
+            descs = list(x.imag_t["descriptions"]) if x.imag_t and x.imag_t.get("descriptions") else [
+                c for c in (c_t, c_v) if c is not None]
+            if not descs:
+                x.notes.append("no target description (imagination failed): baseline similarity used")
+            return descs
+        if c_t is None and c_v is None:
+            x.notes.append("imagination failed for both agents: baseline similarity used")
+            return []
+        if c_t is None or c_v is None:
+            x.notes.append(f"{'A_t^i' if c_t is None else 'A_v^i'} failed: the other imagined caption stands in")
+        return [c_t or c_v, c_v or c_t]
 
     def _coarse(self, qs: list[_Q], pool_ids: list[str], captions: dict[str, str | None], ia: np.ndarray) -> None:
+        """Coarse filtering: paper scoring (A_t^s, A_v^s, RRF; :func:`~unirag.cir.scoring.coarse`) or, under
+        xr_scoring=official, every target description scored (1 - tau) image + tau caption, averaged."""
         s, ab, st = self.config.settings, self.ab, self.settings
         ca = None
         if ab.text:
@@ -418,41 +418,13 @@ class Search:
             n_missing = len(pool_ids) - len(have)
             if n_missing:
                 self.notes.append(f"{n_missing} candidates without caption (A_c failed): text similarity 0")
-        if st["xr_scoring"] == "official":
-            self._coarse_official(qs, ca, ia)
-            return
-        live = []
-        for x in qs:
-            c_t = x.imag_t["target_caption"] if x.imag_t else None
-            c_v = x.imag_v["target_caption"] if x.imag_v else None
-            if c_t is None and c_v is None:
-                x.notes.append("imagination failed for both agents: baseline similarity used")
-                x.coarse = plain(x.base)
-                continue
-            if c_t is None or c_v is None:
-                x.notes.append(f"{'A_t^i' if c_t is None else 'A_v^i'} failed: the other imagined caption stands in")
-            live.append((x, c_t or c_v, c_v or c_t))
-        if not live:
-            return
-        pairs = [t for _, ct, cv in live for t in (ct, cv)]
-        cross = self.xr.encoder().encode_texts(pairs)
-        text = self.xr.text_encoder().encode_texts(pairs) if ab.text else None
-        for j, (x, _, _) in enumerate(live):
-            x.coarse = coarse(ca[x.cand] if ca is not None else None, ia[x.cand] if ab.vision else None,
-                              text[2 * j] if text is not None else None, text[2 * j + 1] if text is not None else None,
-                              cross[2 * j], cross[2 * j + 1], rrf_k=s.rrf_k, source=st["xr_stage2_source"])
-
-    def _coarse_official(self, qs: list[_Q], ca: np.ndarray | None, ia: np.ndarray) -> None:
-        """xr_scoring=official: every target description scored (1 - tau) image + tau caption, averaged."""
-        s, ab, st = self.config.settings, self.ab, self.settings
         live = []
         for x in qs:
             descs = self._descriptions(x)
-            if not descs:
-                x.notes.append("no target description (imagination failed): baseline similarity used")
+            if descs:
+                live.append((x, descs))
+            else:
                 x.coarse = plain(x.base)
-                continue
-            live.append((x, descs))
         if not live:
             return
         texts = [d for _, descs in live for d in descs]
@@ -460,12 +432,16 @@ class Search:
         text = self.xr.text_encoder().encode_texts(texts) if ab.text else None
         pos = 0
         for x, descs in live:
-            span = range(pos, pos + len(descs))
+            span = slice(pos, pos + len(descs))
             pos += len(descs)
-            x.coarse = coarse_official(ca[x.cand] if ca is not None else None, ia[x.cand] if ab.vision else None,
-                                       [text[i] for i in span] if text is not None else [],
-                                       [cross[i] for i in span], tau=s.tau, rrf_k=s.rrf_k,
-                                       source=st["xr_stage2_source"])
+            cap, img = ca[x.cand] if ca is not None else None, ia[x.cand] if ab.vision else None
+            t = list(text[span]) if text is not None else None
+            if st["xr_scoring"] == "official":
+                x.coarse = coarse_official(cap, img, t or [], list(cross[span]), tau=s.tau, rrf_k=s.rrf_k,
+                                           source=st["xr_stage2_source"])
+            else:
+                x.coarse = coarse(cap, img, *(t or (None, None)), *cross[span], rrf_k=s.rrf_k,
+                                  source=st["xr_stage2_source"])
 
     def _question_request(self, runner: AgentRunner, x: _Q) -> CallRequest:
         if self.official is not None:  # the official stage-2 reasoner on T_m and the atomic instructions
@@ -495,14 +471,13 @@ class Search:
               captions: dict[str, str | None], k_prime: int) -> None:
         s, ab, st = self.config.settings, self.ab, self.settings
         cap = st["xr_max_statements"]
-        q_reqs = {x.q.qid: self._question_request(runner, x) for x in qs}
-        q_out = runner.run("question", list(q_reqs.values()), desc="A^q questions")
+        q_out = runner.ask("question", {x.q.qid: self._question_request(runner, x) for x in qs}, desc="A^q questions")
         judge: dict[str, list[tuple[_Q, int, list[CallRequest]]]] = {"text_question": [], "vision_question": []}
         # xr_failed_caption=stand-in: a failed caption is judged as "A photo." (01yzzyu/xr.github.io XR/xr.py:831)
         stand_in = FAILED_CAPTION_STAND_IN if st["xr_failed_caption"] == "stand-in" else None
         n_stand_in = 0
         for x in qs:
-            out = q_out[q_reqs[x.q.qid].key]
+            out = q_out[x.q.qid]
             if out is None:
                 x.notes.append("question agent failed: coarse order kept")
                 continue
