@@ -43,9 +43,8 @@ from fake_openai_server import FakeServer
 from unirag.cir.agents import yes_if_contains_yes, yes_without_no
 from unirag.cir.cache import call_key
 from unirag.cir.config import RoleConfig, XRConfig, load_config
-from unirag.cir.fusion import normalise, official_rerank_scores
 from unirag.cir.official_prompts import OfficialPrompts
-from unirag.cir.scoring import coarse_official
+from unirag.cir.scoring import coarse_official, normalise, official_rerank_scores
 from unirag.cir.xr import XR
 from unirag.errors import ConfigError, InputError
 from unirag.messages import Message, TextPart

@@ -18,7 +18,7 @@ from typing import Any
 
 from unirag.cir.config import XRConfig, load_config
 from unirag.cir.datasets import load_dataset
-from unirag.cir.evaluation import average
+from unirag.cir.outputs import average
 from unirag.cir.pipeline import STAGE_NAMES, STAGES, Ablation
 from unirag.cir.xr import XR
 from unirag.profiles import Settings
@@ -37,7 +37,7 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
             encoder_options: Mapping[str, Any] | None = None, bootstrap: Mapping[str, Any] | None = None,
             generator_factory: Any = None) -> dict[str, Any]:
     """Run the baseline and X^R stages on one or more annotation files with one :class:`~unirag.XR`
-    (its models load once for all files); returns the metrics.
+    (its encoders load once for all files); returns the metrics.
 
     ``profile``: ``"default"`` (the paper), ``"official"`` (the official X^R code, docs/xr-parity.md)
     or resolved :class:`~unirag.profiles.Settings`; None: the agents YAML's ``profile:``, else default.

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.cir.agents import ROLES
-from unirag.cir.fusion import NORMS
+from unirag.cir.scoring import NORMS
 from unirag.data.text import read_text
 from unirag.errors import ConfigError, InputError
 from unirag.generators.options import identity_config

@@ -364,7 +364,7 @@ class Search:
         if st["xr_stage1_schema"] != "both" or "reasoner_v2" not in self.official.optional:
             return
         v2_out = runner.ask("text_imagination", {x.q.qid: runner.request("text_imagination", build_messages(
-            "text_imagination", text=self.official.reasoner_v2(x.q.text, captions[x.q.reference])),
+            "text_imagination", text=self.official.reasoner(x.q.text, captions[x.q.reference], "reasoner_v2")),
             fmt=self._official_fmt("official_reasoner_v2")) for x in qs}, desc="stage-1 cir-v2 reasoner")
         v2 = {}
         for x in qs:

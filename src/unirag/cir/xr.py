@@ -114,7 +114,7 @@ class XR:
         """A benchmark run: the search of ``dataset`` with its folder written around it
         (missing_images.json, rankings.jsonl, metrics.json, manifest.json, submission files); returns
         the metrics. ``bootstrap``: how the metrics' intervals are drawn (``resamples``,
-        ``bootstrap_seed``, ``method``; see :func:`unirag.cir.evaluation.evaluate`)."""
+        ``bootstrap_seed``, ``method``; see :func:`unirag.cir.outputs.evaluate`)."""
         from unirag.cir.outputs import write_outputs
         from unirag.runs.store import RunLock
 
