@@ -103,7 +103,8 @@ class AgentRunner:
     def request(self, role: str, messages: list[Message], expect_answers: int | None = None,
                 fmt: str | None = None) -> CallRequest:
         """The call to make (or find in the cache) for ``role`` with these messages and reply format."""
-        return CallRequest(call_key(role, self.role(role).fingerprint(), messages, fmt), messages, expect_answers, fmt)
+        key = call_key(role, self.role(role).fingerprint(), messages, fmt)
+        return CallRequest(key, messages, expect_answers, fmt)
 
     def _generator(self, role: str):
         rc = self.role(role)

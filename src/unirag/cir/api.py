@@ -70,7 +70,8 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
     results: dict[str, dict[str, Any]] = {}
     # One Ray pool for every annotation file: the agent models load once per worker for all of them.
     ray = engine is not None and engine_options(engine).ray and not isinstance(engine, WorkerPool)
-    with WorkerPool(engine_options(engine), progress=progress) if ray else contextlib.nullcontext(engine) as pool:
+    shared = WorkerPool(engine_options(engine), progress=progress) if ray else contextlib.nullcontext(engine)
+    with shared as pool:
         xr = XR(config, work_dir=out, cache_dir=cache_dir, profile=settings, stages=stages, ablation=ablation,
                 engine=pool, echo=once, progress=progress, generator_factory=generator_factory,
                 **dict(encoder_options or {}))

@@ -133,7 +133,8 @@ class Search:
         self.cache, self.progress, self.echo = xr.cache, xr.progress, xr.echo
         self.notes: list[str] = list(dataset.notes)
         self.official = None  # the official prompts, when an agent stage runs under xr_prompts=official
-        if self._official_prompts() and self.config.has_agents and any(st in self.stages for st in ("coarse", "fine")):
+        agent_stages = self.config.has_agents and any(st in self.stages for st in ("coarse", "fine"))
+        if self.settings["xr_prompts"] == "official" and agent_stages:
             from unirag.cir.official_prompts import OfficialPrompts
 
             # a missing prompt file fails before any file is written or image encoded
@@ -192,20 +193,17 @@ class Search:
         self.notes.append("R_subset from a separate pass over each query's img_set (xr_cirr_subset=rerank)")
         return stage_rankings(sub, pool_ids)
 
-    def required_roles(self) -> list[str]:
-        """The agent roles this run's stages and ablations call."""
+    def _check_roles(self) -> None:
+        """Every agent role this run's stages and ablations call has a model, before any call."""
         ab, fine_stage = self.ab, "fine" in self.stages
         roles = []
         if (ab.text and not ab.fine_only) or (ab.imagination and not ab.fine_only) or (fine_stage and ab.text):
             roles.append("caption")
         if ab.imagination and not ab.fine_only:
-            roles += ["text_imagination"] + ([] if self._official_prompts() else ["vision_imagination"])
+            roles += ["text_imagination"] + ([] if self.official is not None else ["vision_imagination"])
         if fine_stage:
             roles += ["question"] + (["text_question"] if ab.text else []) + (["vision_question"] if ab.vision else [])
-        return roles
-
-    def _check_roles(self) -> None:
-        missing = [r for r in self.required_roles() if r not in self.config.roles]
+        missing = [r for r in roles if r not in self.config.roles]
         if missing:
             raise ConfigError(f"no model configured for the X^R agent role(s) {', '.join(missing)}: add them under "
                               "'roles' (or a 'defaults' model) in the agents YAML, or drop the stage with --stages")
@@ -258,9 +256,6 @@ class Search:
             x.orders["baseline"] = np.argsort(-x.base, kind="stable")
 
     # -- agent stages -------------------------------------------------------------------------------
-    def _official_prompts(self) -> bool:
-        return self.settings["xr_prompts"] == "official"
-
     def _optional_stage_notes(self) -> list[str]:
         """What happens to the optional cir-v2 / rewriter files: run, off by a setting, or absent
         (the official fallback: the stage is skipped, XR/xr.py:317, :361)."""
