@@ -11,7 +11,6 @@ FashionIQ is reported.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
             encoder_options: Mapping[str, Any] | None = None, bootstrap: Mapping[str, Any] | None = None,
             generator_factory: Any = None) -> dict[str, Any]:
     """Run the baseline and X^R stages on one or more annotation files with one :class:`~unirag.XR`
-    (its encoders load once for all files); returns the metrics.
+    (its encoders, agent models and Ray workers load once for all files); returns the metrics.
 
     ``profile``: ``"default"`` (the paper), ``"official"`` (the official X^R code, docs/xr-parity.md)
     or resolved :class:`~unirag.profiles.Settings`; None: the agents YAML's ``profile:``, else default.
@@ -64,17 +63,11 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
             echo(line)
 
     files = [annotations] if isinstance(annotations, (str, Path)) else list(annotations)
-    from unirag.runs.engine import WorkerPool, engine_options
-
     out = Path(out_dir)
     results: dict[str, dict[str, Any]] = {}
-    # One Ray pool for every annotation file: the agent models load once per worker for all of them.
-    ray = engine is not None and engine_options(engine).ray and not isinstance(engine, WorkerPool)
-    shared = WorkerPool(engine_options(engine), progress=progress) if ray else contextlib.nullcontext(engine)
-    with shared as pool:
-        xr = XR(config, work_dir=out, cache_dir=cache_dir, profile=settings, stages=stages, ablation=ablation,
-                engine=pool, echo=once, progress=progress, generator_factory=generator_factory,
-                **dict(encoder_options or {}))
+    with XR(config, work_dir=out, cache_dir=cache_dir, profile=settings, stages=stages, ablation=ablation,
+            engine=engine, echo=once, progress=progress, generator_factory=generator_factory,
+            **dict(encoder_options or {})) as xr:
         for f in files:
             keep = exclude_reference if exclude_reference is not None else (
                 False if settings["xr_cirr_reference"] == "keep" else None)  # official: the reference stays ranked

@@ -163,13 +163,10 @@ class Search:
         if not (agents and self.config.has_agents):
             return Ranking(pool_ids, qs, {}, self._subset_pass(None, qs, pool_ids, paths, ia))
         self._check_roles()
-        runner = AgentRunner(self.config, self.cache, self.xr.factory, progress=self.progress, engine=self.xr.engine)
-        try:
-            self._agents(runner, qs, pool_ids, paths, ia, self.config.settings.k_prime)
-            subsets = self._subset_pass(runner, qs, pool_ids, paths, ia)
-        finally:
-            runner.close()
-        return Ranking(pool_ids, qs, runner.stats, subsets)
+        runner = self.xr.runner()
+        runner.stats = {}  # this search's agent-call counts
+        self._agents(runner, qs, pool_ids, paths, ia, self.config.settings.k_prime)
+        return Ranking(pool_ids, qs, runner.stats, self._subset_pass(runner, qs, pool_ids, paths, ia))
 
     def _subset_pass(self, runner: AgentRunner | None, qs: list[_Q], pool_ids: list[str], paths: list[Path],
                      ia: np.ndarray) -> dict[str, dict[str, list[str]]] | None:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from unirag.cir.agent_runner import AgentRunner
 from unirag.cir.cache import CallCache
 from unirag.cir.config import XRConfig, load_config
 from unirag.cir.datasets import CirDataset, CirQuery
@@ -69,6 +70,7 @@ class XR:
         self.encoder_options = {"device": device, "dtype": dtype}
         self._encoder = None if isinstance(encoder, str) else encoder
         self._text_encoder = None if isinstance(text_encoder, str) else text_encoder
+        self._runner: AgentRunner | None = None
 
     def warm_up(self) -> XR:
         """Load the cross-modal encoder now."""
@@ -99,6 +101,13 @@ class XR:
                 self._text_encoder = load_text_encoder(self.config.text_encoder,
                                                        device=self.encoder_options.get("device", "auto"))
         return self._text_encoder
+
+    def runner(self) -> AgentRunner:
+        """The agent runner: its models (and Ray workers) load once for every search, until :meth:`close`."""
+        if self._runner is None:
+            self._runner = AgentRunner(self.config, self.cache, self.factory, progress=self.progress,
+                                       engine=self.engine)
+        return self._runner
 
     def _offline_encoder(self) -> bool:
         if self._encoder is not None:
@@ -169,7 +178,11 @@ class XR:
         return target
 
     def close(self) -> None:
-        """Remove the temporary work folder (when this object made one)."""
+        """Release the agent models (and Ray workers) and remove the temporary work folder (when this
+        object made one)."""
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
