@@ -160,7 +160,7 @@ def xr_step(device: str, dtype: str, work: Path) -> None:
 
     from tiny_models import tiny_clip_dir, tiny_llava_dir
     from unirag.cir.config import RoleConfig, XRConfig, XRSettings
-    from unirag.cir.pipeline import CirRun
+    from unirag.cir.xr import XR
 
     ds = make_world(work / "xr-images")
     role = RoleConfig(model=f"hf:{tiny_llava_dir()}", max_tokens=6, options={"device": device, "dtype": dtype})
@@ -169,8 +169,8 @@ def xr_step(device: str, dtype: str, work: Path) -> None:
     cfg = XRConfig(roles=roles, encoder=str(tiny_clip_dir()), settings=XRSettings(k_prime=2, k=5, json_attempts=1))
 
     def run():
-        return CirRun(ds, work / "xr-out", cfg, cache_dir=work / "xr-cache", progress=False, echo=lambda _: None,
-                      encoder_options={"device": device, "dtype": dtype}).run()
+        return XR(cfg, cache_dir=work / "xr-cache", progress=False, echo=lambda _: None, device=device,
+                  dtype=dtype).run(ds, work / "xr-out")
 
     metrics, secs, peak = measure(device, run)
     stages = ",".join(k for k, v in metrics.items() if isinstance(v, dict) and "n_queries" in v)

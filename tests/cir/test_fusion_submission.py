@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from unirag.cir.fusion import aggregate_similarity, normalise, ranks, rerank_scores, rrf
-from unirag.cir.submission import circo_submission, write_submissions
+from unirag.cir.outputs import circo_submission, write_submissions
+from unirag.cir.scoring import aggregate_similarity, normalise, ranks, rerank_scores, rrf
 from unirag.errors import InputError
 
 

@@ -29,7 +29,8 @@ from xr_fixtures import CROSS_IMAGE, CROSS_TEXT, TEXT_TABLE, TableEncoder, make_
 
 from fake_openai_server import FakeServer
 from unirag.cir.config import RoleConfig, XRConfig, XRSettings
-from unirag.cir.pipeline import Ablation, CirRun
+from unirag.cir.pipeline import Ablation
+from unirag.cir.xr import XR
 
 # unique calls: 6 captions, 1 + 1 imagination, 1 question, 3 + 3 judgements
 UNIQUE_CALLS = 15
@@ -46,10 +47,10 @@ def _config(url: str, **settings) -> XRConfig:
 
 def _run(tmp_path, url, out="out", ablation=None, **settings):
     ds = make_world(tmp_path / "images")
-    run = CirRun(ds, tmp_path / out, _config(url, **settings), ablation=ablation, cache_dir=tmp_path / "cache",
+    run = XR(_config(url, **settings), ablation=ablation, cache_dir=tmp_path / "cache",
                  encoder=TableEncoder(CROSS_TEXT, CROSS_IMAGE, "cross"), text_encoder=TableEncoder(TEXT_TABLE),
                  progress=False, echo=lambda s: None)
-    metrics = run.run()
+    metrics = run.run(ds, tmp_path / out)
     rows = [json.loads(line) for line in (tmp_path / out / "rankings.jsonl").read_text().splitlines()]
     return metrics, rows[0]
 
@@ -112,12 +113,12 @@ def test_interrupted_run_resumes_without_repeating_calls(tmp_path, server):
             return self.inner.generate(messages, options)
 
     ds = make_world(tmp_path / "images")
-    run = CirRun(ds, tmp_path / "out", _config(server.url), cache_dir=tmp_path / "cache",
+    run = XR(_config(server.url), cache_dir=tmp_path / "cache",
                  encoder=TableEncoder(CROSS_TEXT, CROSS_IMAGE, "cross"), text_encoder=TableEncoder(TEXT_TABLE),
                  generator_factory=lambda spec, **o: Interrupting(default_generator_factory(spec, **o)),
                  progress=False, echo=lambda s: None)
     with pytest.raises(KeyboardInterrupt):
-        run.run()
+        run.run(ds, tmp_path / "out")
     assert len(server.requests) == 9
     _, row = _run(tmp_path, server.url)
     assert len(server.requests) == FIRST_RUN_REQUESTS  # nothing asked twice
@@ -150,10 +151,10 @@ def test_failed_calls_are_recorded_and_retried_on_rerun(tmp_path, tmp_path_facto
 def test_ablations(tmp_path, server):
     # coarse only: fine stage switched off
     ds = make_world(tmp_path / "images")
-    run = CirRun(ds, tmp_path / "co", _config(server.url), stages=("baseline", "coarse"),
+    run = XR(_config(server.url), stages=("baseline", "coarse"),
                  cache_dir=tmp_path / "cache", encoder=TableEncoder(CROSS_TEXT, CROSS_IMAGE, "cross"),
                  text_encoder=TableEncoder(TEXT_TABLE), progress=False, echo=lambda s: None)
-    m = run.run()
+    m = run.run(ds, tmp_path / "co")
     assert "xr" not in m and m["final_stage"] == "xr_coarse"
     # vision only: S^t = s_v^t, S^v = s_v^v -> c1 (.8,.6) c2 (0,.8) c3 (0,0) c4 (.28,0) c5 (.6,.8)
     # ranks t: c1 1, c5 2, c4 3, c2 4, c3 5; v: c2 1, c5 2, c1 3, c3 4, c4 5 (ties by index)
@@ -185,9 +186,9 @@ def test_cirr_protocol_excludes_reference_and_scores_subset(tmp_path):
     ds.kind, ds.exclude_reference = "cirr", True
     ds.queries = [CirQuery("7", "c3", "make it red", targets=["c5"], subset=["c3", "c1", "c5", "c2"])]
     lines = []
-    run = CirRun(ds, tmp_path / "out", XRConfig(), encoder=TableEncoder(CROSS_TEXT, CROSS_IMAGE, "cross"),
+    run = XR(XRConfig(), work_dir=tmp_path / "out", encoder=TableEncoder(CROSS_TEXT, CROSS_IMAGE, "cross"),
                  progress=False, echo=lines.append)
-    m = run.run()
+    m = run.run(ds, tmp_path / "out")
     row = json.loads((tmp_path / "out/rankings.jsonl").read_text())
     assert row["ranked"] == ["c4", "c2", "c1", "c5"]
     assert row["subset_ranked"]["baseline"] == ["c2", "c1", "c5"]
@@ -204,8 +205,8 @@ def test_missing_roles_are_named_before_any_call(tmp_path):
 
     ds = make_world(tmp_path / "images")
     cfg = XRConfig(roles={"caption": RoleConfig(model="openai:x", options={"base_url": "http://127.0.0.1:9/v1"})})
-    run = CirRun(ds, tmp_path / "out", cfg, encoder=TableEncoder(CROSS_TEXT, CROSS_IMAGE, "cross"),
+    run = XR(cfg, work_dir=tmp_path / "out", encoder=TableEncoder(CROSS_TEXT, CROSS_IMAGE, "cross"),
                  text_encoder=TableEncoder(TEXT_TABLE), progress=False, echo=lambda s: None)
     with pytest.raises(ConfigError, match="text_imagination, vision_imagination, question"):
-        run.run()
+        run.run(ds, tmp_path / "out")
     assert not (tmp_path / "out/cache/calls/caption.jsonl").exists()

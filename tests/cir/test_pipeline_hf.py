@@ -15,7 +15,7 @@ from xr_fixtures import CROSS_IMAGE, CROSS_TEXT, TEXT_TABLE, TableEncoder, make_
 from fake_openai_server import FakeServer, Reply
 from tiny_models import tiny_llava_dir
 from unirag.cir.config import RoleConfig, XRConfig, XRSettings
-from unirag.cir.pipeline import CirRun
+from unirag.cir.xr import XR
 
 JUDGE_REPLY = 'reply:{"answers": [true, true]}'
 
@@ -49,9 +49,9 @@ def test_tiny_hf_vlm_agents_end_to_end(tmp_path):
         cfg = XRConfig(roles={"caption": captioner, "vision_question": judge, "text_imagination": api,
                               "vision_imagination": api, "question": api, "text_question": api},
                        settings=XRSettings(k_prime=2, k=5, json_attempts=1))
-        metrics = CirRun(ds, tmp_path / "out", cfg, cache_dir=tmp_path / "cache",
+        metrics = XR(cfg, cache_dir=tmp_path / "cache",
                          encoder=TableEncoder(CROSS_TEXT, CROSS_IMAGE), text_encoder=TableEncoder(TEXT_TABLE),
-                         progress=False, echo=lambda _: None).run()
+                         progress=False, echo=lambda _: None).run(ds, tmp_path / "out")
     # A_c on the local VLM: 5 candidates + the reference, each 6 letters (6 new tokens)
     captions = [json.loads(x) for x in (tmp_path / "cache/calls/caption.jsonl").read_text().splitlines()]
     assert len(captions) == 6

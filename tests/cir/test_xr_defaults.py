@@ -6,15 +6,14 @@ clip_rank_retrieval_ray)."""
 from __future__ import annotations
 
 import numpy as np
-from xr_fixtures import make_world
 
 from tiny_models import tiny_clip_dir
 from unirag.cir.config import XRConfig, XRSettings
-from unirag.cir.pipeline import CirRun
+from unirag.cir.xr import XR
 
 
 def _run(tmp_path, config):
-    return CirRun(make_world(tmp_path / "world"), tmp_path / "out", config, progress=False, echo=lambda s: None)
+    return XR(config, work_dir=tmp_path / "out", progress=False, echo=lambda s: None)
 
 
 def test_k_prime_defaults_to_the_official_top_k():

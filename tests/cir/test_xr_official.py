@@ -43,10 +43,9 @@ from fake_openai_server import FakeServer
 from unirag.cir.agents import yes_if_contains_yes, yes_without_no
 from unirag.cir.cache import call_key
 from unirag.cir.config import RoleConfig, XRConfig, load_config
-from unirag.cir.fusion import normalise, official_rerank_scores
 from unirag.cir.official_prompts import OfficialPrompts
-from unirag.cir.pipeline import CirRun
-from unirag.cir.scoring import coarse_official
+from unirag.cir.scoring import coarse_official, normalise, official_rerank_scores
+from unirag.cir.xr import XR
 from unirag.errors import ConfigError, InputError
 from unirag.messages import Message, TextPart
 from unirag.profiles import resolve
@@ -54,10 +53,10 @@ from unirag.profiles import resolve
 
 def _run(tmp_path, url, out="out", profile="official", dataset=None, config=None, **overrides):
     ds = dataset or make_world(tmp_path / "images")
-    run = CirRun(ds, tmp_path / out, config or agent_config(url), cache_dir=tmp_path / "cache",
+    run = XR(config or agent_config(url), cache_dir=tmp_path / "cache",
                  encoder=TableEncoder(CROSS_TEXT, CROSS_IMAGE, "cross"), text_encoder=TableEncoder(TEXT_TABLE),
                  progress=False, echo=lambda s: None, profile=resolve(profile, **overrides))
-    metrics = run.run()
+    metrics = run.run(ds, tmp_path / out)
     rows = [json.loads(line) for line in (tmp_path / out / "rankings.jsonl").read_text().splitlines()]
     return metrics, rows[0], json.loads((tmp_path / out / "manifest.json").read_text())
 

@@ -22,7 +22,7 @@ from xr_fixtures import CROSS_IMAGE, CROSS_TEXT, TEXT_TABLE, TableEncoder, make_
 from fake_openai_server import FakeServer
 from unirag.cir import api
 from unirag.cir.config import RoleConfig, XRConfig, XRSettings
-from unirag.cir.pipeline import CirRun
+from unirag.cir.xr import XR
 from unirag.profiles import resolve
 
 
@@ -38,10 +38,10 @@ def _cirr_run(tmp_path, url, subset: str):
     ds.kind, ds.exclude_reference = "cirr", True
     ds.queries[0].subset = ["query:q1", "c1", "c2", "c5"]
     out = tmp_path / subset  # every other setting is the default profile's: the hand computation's
-    run = CirRun(ds, out, _config(url), cache_dir=tmp_path / "cache", profile=resolve("default", xr_cirr_subset=subset),
+    run = XR(_config(url), cache_dir=tmp_path / "cache", profile=resolve("default", xr_cirr_subset=subset),
                  encoder=TableEncoder(CROSS_TEXT, CROSS_IMAGE, "cross"), text_encoder=TableEncoder(TEXT_TABLE),
                  progress=False, echo=lambda s: None)
-    metrics = run.run()
+    metrics = run.run(ds, out)
     return metrics, json.loads((out / "rankings.jsonl").read_text().splitlines()[0])
 
 

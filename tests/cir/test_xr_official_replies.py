@@ -39,7 +39,8 @@ from unirag.cir.agents import (
     parse_official_reasoner_once,
 )
 from unirag.cir.config import RoleConfig, XRConfig
-from unirag.cir.pipeline import CirRun, official_answer_string, official_bool
+from unirag.cir.pipeline import official_answer_string, official_bool
+from unirag.cir.xr import XR
 from unirag.generators.base import Generation, GenerationOptions
 from unirag.messages import Message, TextPart
 from unirag.profiles import resolve
@@ -69,10 +70,10 @@ def server(tmp_path):
 def _run(tmp_path, url, out="out", profile="official", extra=None, **overrides):
     ds = dataclasses.replace(make_world(tmp_path / "images"), name="fashioniq-dress-val", kind="fashioniq")
     config = agent_config(url, official_prompts=str(official_checkout(tmp_path / out, extra=extra)))
-    run = CirRun(ds, tmp_path / out, config, cache_dir=tmp_path / out / "cache",
+    run = XR(config, cache_dir=tmp_path / out / "cache",
                  encoder=TableEncoder(CROSS_TEXT, CROSS_IMAGE, "cross"), text_encoder=TableEncoder(TEXT_TABLE),
                  progress=False, echo=lambda s: None, profile=resolve(profile, **overrides))
-    metrics = run.run()
+    metrics = run.run(ds, tmp_path / out)
     row = json.loads((tmp_path / out / "rankings.jsonl").read_text().splitlines()[0])
     return metrics, row, json.loads((tmp_path / out / "manifest.json").read_text())
 

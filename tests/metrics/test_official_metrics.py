@@ -25,7 +25,7 @@ from official_metrics import (
     xr_target_rank,
 )
 from unirag.cir.datasets import CirDataset, CirQuery, load_dataset
-from unirag.cir.evaluation import evaluate
+from unirag.cir.outputs import evaluate
 from unirag.metrics.cir import subset_ranking
 from unirag.metrics.retrieval import evaluate_run, hit_at_k
 

@@ -12,9 +12,9 @@ API roles keep their bounded concurrency in this process.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from unirag.cir.agents import call_agent
 from unirag.cir.cache import CallCache, CallRequest, call_key, ok_output
@@ -25,6 +25,7 @@ from unirag.runs.executor import execute
 from unirag.runs.retry import RetryPolicy
 
 GeneratorFactory = Callable[..., Any]
+K = TypeVar("K")
 
 
 def default_generator_factory(spec: str, **options: Any):
@@ -99,13 +100,11 @@ class AgentRunner:
                               "'defaults' in the agents YAML)")
         return rc
 
-    def key(self, role: str, messages: list[Message], fmt: str | None = None) -> str:
-        return call_key(role, self.role(role).fingerprint(), messages, fmt)
-
     def request(self, role: str, messages: list[Message], expect_answers: int | None = None,
                 fmt: str | None = None) -> CallRequest:
         """The call to make (or find in the cache) for ``role`` with these messages and reply format."""
-        return CallRequest(self.key(role, messages, fmt), messages, expect_answers, fmt)
+        key = call_key(role, self.role(role).fingerprint(), messages, fmt)
+        return CallRequest(key, messages, expect_answers, fmt)
 
     def _generator(self, role: str):
         rc = self.role(role)
@@ -146,9 +145,10 @@ class AgentRunner:
         st["failed"] += sum(1 for r in todo if out[r.key] is None)
         return out
 
-    def errors(self, role: str, keys: list[str]) -> list[str]:
-        store = self.cache.store(role)
-        return [str((store.get(k) or {}).get("error")) for k in keys if ok_output(store.get(k)) is None]
+    def ask(self, role: str, requests: Mapping[K, CallRequest], desc: str | None = None) -> dict[K, Any]:
+        """:meth:`run` for requests named by the caller: name -> parsed output (None where it failed)."""
+        out = self.run(role, list(requests.values()), desc)
+        return {name: out[r.key] for name, r in requests.items()}
 
     def _on_ray(self, model: str) -> bool:
         from unirag.runs.engine import runs_on_ray

@@ -226,22 +226,24 @@ def yes_without_no(text: str) -> bool:
     return "yes" in t and "no" not in t
 
 
+def _json_object(text: str, non_empty: bool = False) -> dict[str, Any]:
+    """unirag's reading of an official prompt's reply (:func:`extract_json`); MalformedOutput: asked again."""
+    obj, _ = extract_json(text)
+    if not isinstance(obj, dict) or (non_empty and not obj):
+        raise MalformedOutput("expected a non-empty JSON object" if non_empty else "expected a JSON object")
+    return obj
+
+
 def parse_official_reasoner(text: str) -> dict[str, Any]:
     """The official stage-1 reasoner's JSON: ``step1`` = [[kind, content], ...] (atomic instructions),
     ``step2`` = target descriptions. Raises MalformedOutput when no JSON object is found."""
-    obj, _ = extract_json(text)
-    if not isinstance(obj, dict):
-        raise MalformedOutput("expected a JSON object")
-    return _reasoner_fields(obj)
+    return _reasoner_fields(_json_object(text))
 
 
 def parse_official_questions(text: str) -> dict[str, Any]:
     """The official stage-2 reasoner's JSON: ``step2`` = [[question, expected answer], ...]; entries that
     are not pairs are dropped, as the official code does. Answers are kept as written (``answer_raw``)."""
-    obj, _ = extract_json(text)
-    if not isinstance(obj, dict):
-        raise MalformedOutput("expected a JSON object")
-    statements = _question_pairs(obj)
+    statements = _question_pairs(_json_object(text))
     if not statements:
         raise MalformedOutput("no [question, answer] pair under 'step2'")
     return {"statements": statements}
@@ -340,10 +342,7 @@ def parse_official_questions_once(text: str) -> dict[str, Any]:
 def parse_official_reasoner_v2(text: str) -> dict[str, Any]:
     """The cir-v2 reasoner's reply (prompt1_stage1_reasoner_v2.txt): any non-empty JSON object, kept
     as it is (it is the rewriter's input). unirag's reading; raises MalformedOutput (asked again)."""
-    obj, _ = extract_json(text)
-    if not isinstance(obj, dict) or not obj:
-        raise MalformedOutput("expected a non-empty JSON object")
-    return {"v2": obj}
+    return {"v2": _json_object(text, non_empty=True)}
 
 
 def parse_official_reasoner_v2_once(text: str) -> dict[str, Any]:

@@ -17,9 +17,9 @@ from typing import Any
 
 from unirag.cir.config import XRConfig, load_config
 from unirag.cir.datasets import load_dataset
-from unirag.cir.evaluation import average
-from unirag.cir.pipeline import Ablation, CirRun
-from unirag.cir.stages import STAGE_NAMES, STAGES
+from unirag.cir.outputs import average
+from unirag.cir.pipeline import STAGE_NAMES, STAGES, Ablation
+from unirag.cir.xr import XR
 from unirag.profiles import Settings
 from unirag.runs.atomic import atomic_write_json
 
@@ -27,13 +27,16 @@ from unirag.runs.atomic import atomic_write_json
 def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, images_root: str | Path | None,
             out_dir: str | Path, split_file: str | Path | None = None, agents: str | Path | XRConfig | None = None,
             k_prime: int | None = None, lam: float | None = None, k: int | None = None,
-            stages: Sequence[str] = STAGES, limit: int | None = None, ablation: Ablation | None = None,
+            stages: str | Sequence[str] = STAGES, limit: int | None = None, ablation: Ablation | None = None,
             cache_dir: str | Path | None = None, encoder: str | None = None, concurrency: int | None = None,
             decode_workers: int | str | None = None, exclude_reference: bool | None = None,
             profile: str | Settings | None = None,
             overrides: Mapping[str, Any] | None = None, official_prompts: str | Path | None = None,
-            progress: bool = True, echo: Callable[[str], None] = print, **run_kwargs: Any) -> dict[str, Any]:
-    """Run the baseline and X^R stages on one or more annotation files; returns the metrics.
+            progress: bool = True, echo: Callable[[str], None] = print, engine: Any = "local",
+            encoder_options: Mapping[str, Any] | None = None, bootstrap: Mapping[str, Any] | None = None,
+            generator_factory: Any = None) -> dict[str, Any]:
+    """Run the baseline and X^R stages on one or more annotation files with one :class:`~unirag.XR`
+    (its encoders, agent models and Ray workers load once for all files); returns the metrics.
 
     ``profile``: ``"default"`` (the paper), ``"official"`` (the official X^R code, docs/xr-parity.md)
     or resolved :class:`~unirag.profiles.Settings`; None: the agents YAML's ``profile:``, else default.
@@ -41,51 +44,37 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
     ``official_prompts``: the user's checkout of the official X^R code (read under xr_prompts=official).
     ``decode_workers``: for agent roles played by a local ``hf:`` model, processes that decode the
     next calls' images while the model answers ("auto", or N; 0 = inline; None: the agents YAML's
-    ``settings.decode_workers``, else auto).
+    ``settings.decode_workers``, else auto). ``encoder_options``: ``device``/``dtype`` of the encoders;
+    ``engine``, ``bootstrap``, ``generator_factory``: as :class:`~unirag.XR` and :meth:`~unirag.XR.run`.
     """
     config = load_config(agents, encoder=encoder, official_prompts=official_prompts, k_prime=k_prime, lam=lam, k=k,
                          concurrency=concurrency, decode_workers=decode_workers)
     settings = config.resolve_settings(profile, **dict(overrides or {}))
     said: set[str] = set()
-    raw_echo = echo
     if settings.profile != "default" or settings.overrides:
         bugs = settings.official_bugs()
-        raw_echo(f"profile {settings.profile}" + (f", overrides {', '.join(settings.overrides)}" if settings.overrides
-                                                 else "") + (f"; reproduces official bug(s): {', '.join(bugs)}"
-                                                             if bugs else ""))
+        echo(f"profile {settings.profile}" + (f", overrides {', '.join(settings.overrides)}" if settings.overrides
+                                             else "") + (f"; reproduces official bug(s): {', '.join(bugs)}"
+                                                         if bugs else ""))
 
-    def echo(line: str) -> None:  # one notice per run, not one per annotation file
+    def once(line: str) -> None:  # one notice per run, not one per annotation file
         if line not in said:
             said.add(line)
-            raw_echo(line)
+            echo(line)
 
     files = [annotations] if isinstance(annotations, (str, Path)) else list(annotations)
-    from unirag.runs.engine import WorkerPool, engine_options
-
-    engine = run_kwargs.get("engine")
-    if engine is not None and engine_options(engine).ray and not isinstance(engine, WorkerPool):
-        # One pool for every annotation file: the agent models load once per worker for all of them.
-        with WorkerPool(engine_options(engine), progress=progress) as pool:
-            return run_cir(dataset, files, images_root=images_root, out_dir=out_dir, split_file=split_file,
-                           agents=config, k_prime=None, lam=None, k=None, stages=stages, limit=limit,
-                           ablation=ablation, cache_dir=cache_dir, encoder=None, concurrency=None,
-                           exclude_reference=exclude_reference, profile=settings, progress=progress, echo=echo,
-                           **{**run_kwargs, "engine": pool})
     out = Path(out_dir)
-    shared = {}
     results: dict[str, dict[str, Any]] = {}
-    for f in files:
-        keep = exclude_reference if exclude_reference is not None else (
-            False if settings["xr_cirr_reference"] == "keep" else None)  # official: the reference stays ranked
-        ds = load_dataset(dataset, f, images_root, split_file if len(files) == 1 else None, limit,
-                          keep, query_text=settings["xr_query_text"],
-                          cirr_val_limit=settings["xr_cirr_val_limit"])
-        target = out if len(files) == 1 else out / ds.name
-        run = CirRun(ds, target, config, stages=tuple(stages), ablation=ablation, profile=settings,
-                     cache_dir=cache_dir or out / "cache", progress=progress, echo=echo,
-                     encoder=shared.get("encoder"), text_encoder=shared.get("text_encoder"), **run_kwargs)
-        results[ds.name] = run.run()
-        shared = run.loaded_encoders()  # encoders load once for all files
+    with XR(config, work_dir=out, cache_dir=cache_dir, profile=settings, stages=stages, ablation=ablation,
+            engine=engine, echo=once, progress=progress, generator_factory=generator_factory,
+            **dict(encoder_options or {})) as xr:
+        for f in files:
+            keep = exclude_reference if exclude_reference is not None else (
+                False if settings["xr_cirr_reference"] == "keep" else None)  # official: the reference stays ranked
+            ds = load_dataset(dataset, f, images_root, split_file if len(files) == 1 else None, limit,
+                              keep, query_text=settings["xr_query_text"],
+                              cirr_val_limit=settings["xr_cirr_val_limit"])
+            results[ds.name] = xr.run(ds, out if len(files) == 1 else out / ds.name, bootstrap=bootstrap)
     atomic_write_json(out / "profile.json", settings.to_dict())
     if len(files) == 1:
         return {**next(iter(results.values())), "profile": settings.to_dict()}

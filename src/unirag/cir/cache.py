@@ -24,23 +24,7 @@ import numpy as np
 from unirag.messages import ImagePart, Message, TextPart
 from unirag.runs.atomic import atomic_write_bytes
 from unirag.runs.store import ResultStore
-
-_hash_lock = threading.Lock()
-_file_hashes: dict[tuple[str, int, int], str] = {}
-
-
-def file_sha256(path: str | Path) -> str:
-    """Content hash of a file, memoised per (path, size, mtime)."""
-    p = Path(path)
-    st = p.stat()
-    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
-    with _hash_lock:
-        if key in _file_hashes:
-            return _file_hashes[key]
-    h = hashlib.sha256(p.read_bytes()).hexdigest()
-    with _hash_lock:
-        _file_hashes[key] = h
-    return h
+from unirag.runtime import file_sha256
 
 
 def messages_fingerprint(messages: Sequence[Message]) -> str:
@@ -51,7 +35,7 @@ def messages_fingerprint(messages: Sequence[Message]) -> str:
             if isinstance(p, TextPart):
                 parts.append(["t", m.role, p.text])
             elif isinstance(p, ImagePart):
-                parts.append(["i", m.role, file_sha256(p.path) if p.path is not None
+                parts.append(["i", m.role, file_sha256(Path(p.path)) if p.path is not None
                               else hashlib.sha256(p.data).hexdigest()])
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.cir.agents import ROLES
-from unirag.cir.fusion import NORMS
+from unirag.cir.scoring import NORMS
 from unirag.data.text import read_text
 from unirag.errors import ConfigError, InputError
 from unirag.generators.registry import identity_config
@@ -231,8 +231,7 @@ def _read_config(path: str | Path | None) -> XRConfig:
     if set(settings_raw) - known:
         bad_key = sorted(set(settings_raw) - known)[0]
         raise InputError("unknown setting", path=path, field=f"settings.{bad_key}")
-    settings = XRSettings(**settings_raw)
-    settings.check()
+    settings = XRSettings(**settings_raw)  # checked by load_config
     prompts = raw.get("official_prompts")
     if prompts is not None:
         prompts = str((path.parent / Path(prompts).expanduser()) if not Path(prompts).expanduser().is_absolute()

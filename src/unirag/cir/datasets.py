@@ -8,13 +8,12 @@ Parsing needs the annotation files only; whether the images exist is checked whe
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unirag.data.text import read_text
+from unirag.data.jsonl import read_json_file
 from unirag.errors import InputError
 
 DATASETS = ("fashioniq", "cirr", "circo", "mbeir")
@@ -82,10 +81,7 @@ class CirDataset:
 def _load_json(path: Path) -> Any:
     if not path.exists():
         raise InputError("file not found", path=path)
-    try:
-        return json.loads(read_text(path))
-    except json.JSONDecodeError as e:
-        raise InputError(f"malformed JSON ({e.msg} at line {e.lineno})", path=path) from None
+    return read_json_file(path)
 
 
 def _field(obj: Any, key: str, path: Path, index: int, kind: type | tuple = str) -> Any:

@@ -80,28 +80,21 @@ class OfficialPrompts:
     def caption(self) -> str:
         return self.texts["caption"]
 
-    def reasoner(self, instruction: str, reference_caption: str) -> str:
-        return (self.texts["reasoner"].replace("[[INSTRUCTION]]", instruction)
+    def reasoner(self, instruction: str, reference_caption: str, which: str = "reasoner") -> str:
+        """The stage-1 reasoner prompt; ``which="reasoner_v2"``: the optional cir-v2 one, filled alike
+        (XR/xr.py:320-326)."""
+        return ({**self.texts, **self.optional}[which].replace("[[INSTRUCTION]]", instruction)
                 .replace("[[REF_IMAGE_DESC]]", reference_caption.strip()))
 
     def questions(self, instruction: str, step1: list[list[str]]) -> str:
         listing = "\n" + "".join(f"   ({i}) {kind}: {content}\n" for i, (kind, content) in enumerate(step1, start=1))
         return self.texts["questions"].replace("[[INSTRUCTION]]", instruction).replace("[[ATOMIC_INST]]", listing)
 
-    def reasoner_v2(self, instruction: str, reference_caption: str) -> str | None:
-        """The cir-v2 reasoner prompt, filled as the v1 one (XR/xr.py:320-326); None when absent."""
-        text = self.optional.get("reasoner_v2")
-        if text is None:
-            return None
-        return text.replace("[[INSTRUCTION]]", instruction).replace("[[REF_IMAGE_DESC]]", reference_caption.strip())
-
-    def rewriter(self, instruction: str, v2: dict) -> str | None:
-        """The caption rewriter prompt (XR/xr.py:384-389): ``{user_query}`` = T_m, ``{detail_json_str}`` =
-        the cir-v2 object as ``json.dumps(v2, ensure_ascii=False, separators=(',', ': '))``; None when absent."""
-        text = self.optional.get("rewriter")
-        if text is None:
-            return None
+    def rewriter(self, instruction: str, v2: dict) -> str:
+        """The optional caption rewriter prompt (XR/xr.py:384-389): ``{user_query}`` = T_m, ``{detail_json_str}``
+        = the cir-v2 object as ``json.dumps(v2, ensure_ascii=False, separators=(',', ': '))``."""
         detail = json.dumps(v2, ensure_ascii=False, separators=(",", ": "))
+        text = self.optional["rewriter"]
         return text.replace("{user_query}", instruction).replace("{detail_json_str}", detail)
 
     def manifest(self) -> dict[str, object]:

@@ -1,44 +1,54 @@
-"""What a CIR run writes: rankings.jsonl, metrics.json, stage outputs, submission files, manifest."""
+"""What a CIR run writes around a :class:`~unirag.cir.pipeline.Search`'s ranking: rankings.jsonl,
+metrics.json (each benchmark's metrics, averaged the way it reports them), manifest.json and the
+files of the CIRR and CIRCO test servers:
+
+* CIRR (https://cirr.cecs.anu.edu.au): two files, ``{"version": "rc2", "metric": "recall", "<pairid>":
+  [top-50 image names], ...}`` and the same with ``"metric": "recall_subset"`` and the top-3 of the
+  query's image set (reference removed).
+* CIRCO (https://circo.micc.unifi.it): ``{"<query id>": [top-50 image ids as integers], ...}`` covering
+  every test query.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from unirag.cir.datasets import CirDataset
-from unirag.cir.evaluation import evaluate
-from unirag.cir.stages import STAGE_NAMES, STAGES
-from unirag.cir.submission import write_submissions
-from unirag.metrics.cir import subset_ranking
+from unirag.cir.pipeline import STAGE_NAMES, STAGES, Ranking, Search, stage_rankings
+from unirag.errors import InputError
+from unirag.metrics.cir import (
+    CIRCO_RECALL_KS,
+    MAP_KS,
+    RECALL_KS,
+    SUBSET_KS,
+    map_mean,
+    recall_mean,
+    recall_subset_mean,
+    subset_ranking,
+    target_recall_mean,
+)
+from unirag.metrics.stats import DEFAULT_RESAMPLES, bootstrap_interval
 from unirag.runs.atomic import atomic_write_json, atomic_write_lines
 
 METRIC_DEPTH = 50
 
 
-def stage_rankings(qs, pool_ids: list[str], stage_order: tuple[str, ...]) -> dict[str, dict[str, list[str]]]:
-    """stage -> qid -> full ranking of image ids; a query lacking a stage falls back to the stage before."""
-    out: dict[str, dict[str, list[str]]] = {}
-    present = [st for st in stage_order if any(st in x.orders for x in qs)]
-    for st in present:
-        per_q = {}
-        for x in qs:
-            chain = [c for c in stage_order[: stage_order.index(st) + 1] if c in x.orders]
-            order = x.orders[chain[-1]]
-            per_q[x.q.qid] = [pool_ids[i] for i in x.cand[order]]
-        out[st] = per_q
-    return out
-
-
-def write_outputs(ds: CirDataset, out: Path, ranking, s, notes: list[str], manifest: dict[str, Any],
-                  bootstrap: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write the run's files; ``ranking`` is what :meth:`unirag.cir.pipeline.CirRun.search` found (its
+def write_outputs(search: Search, ranking: Ranking, out: Path, bootstrap: dict[str, Any] | None = None
+                  ) -> dict[str, Any]:
+    """Write the run's files and return its metrics; ``ranking`` is what ``search`` found (its
     ``subsets``: the CIRR subset rankings of a separate pass, ``xr_cirr_subset = rerank``; None: each
-    stage's full ranking cut to the img_set), ``notes`` the run's notes (appended to), ``manifest``
-    what the run records about its configuration (stages, encoder, agent calls...), ``bootstrap`` the
-    keywords of the metrics' intervals (:func:`unirag.cir.evaluation.evaluate`)."""
+    stage's full ranking cut to the img_set), ``bootstrap`` the keywords of the metrics' intervals
+    (:func:`evaluate`)."""
+    ds, xr, notes, s = search.ds, search.xr, search.notes, search.config.settings
+    if xr.config.has_agents and "fine" in xr.stages and "xr_caption_verifier" in xr.settings.official_bugs():
+        notes.append("reproduces the official caption-path verifier bug (bool(\"False\") is True: every "
+                     "expected answer written as a string counts as True); set xr_caption_verifier=fixed "
+                     "to score it right")
     qs, pool_ids, subset_passes = ranking.qs, ranking.pool_ids, ranking.subsets
-    full = stage_rankings(qs, pool_ids, STAGES)
+    full = stage_rankings(qs, pool_ids)
     final_stage = [st for st in STAGES if st in full][-1]
     depth = max(s.k, METRIC_DEPTH)
     if subset_passes is not None:
@@ -83,9 +93,120 @@ def write_outputs(ds: CirDataset, out: Path, ranking, s, notes: list[str], manif
         metrics["notes"] = notes
     atomic_write_json(out / "metrics.json", metrics)
 
-    atomic_write_json(out / "manifest.json", {
+    manifest = {
         "dataset": {"name": ds.name, "kind": ds.kind, "images_root": str(ds.images_root),
                     "n_queries": len(ds.queries), "pool_size": len(ds.pool)},
-        **manifest, "submissions": submissions, "notes": notes,
-    })
+        "config": xr.config.manifest(), "stages": list(xr.stages),
+        "ablation": {"imagination": xr.ab.imagination, "fine_only": xr.ab.fine_only,
+                     "modalities": xr.ab.modalities},
+        "encoder": getattr(xr.encoder(), "name", None), "agent_calls": ranking.agent_calls,
+        "cache_dir": str(xr.cache.dir), "settings": xr.settings.to_dict()}
+    if search.official is not None:
+        manifest["official_prompts"] = search.official.manifest()
+    atomic_write_json(out / "manifest.json", {**manifest, "submissions": submissions, "notes": notes})
     return metrics
+
+
+def cirr_submissions(rankings: Mapping[str, Sequence[str]], subset_rankings: Mapping[str, Sequence[str]]
+                     ) -> tuple[dict, dict]:
+    recall = {"version": "rc2", "metric": "recall"}
+    subset = {"version": "rc2", "metric": "recall_subset"}
+    for qid, ranked in rankings.items():
+        if len(ranked) < 50:
+            raise InputError(f"CIRR submission needs 50 results per query; query {qid} has {len(ranked)}")
+        recall[str(qid)] = list(ranked[:50])
+        subset[str(qid)] = list(subset_rankings.get(qid, [])[:3])
+    return recall, subset
+
+
+def circo_submission(rankings: Mapping[str, Sequence[str]]) -> dict[str, list[int]]:
+    out = {}
+    for qid, ranked in rankings.items():
+        if len(ranked) < 50:
+            raise InputError(f"CIRCO submission needs 50 results per query; query {qid} has {len(ranked)}")
+        out[str(qid)] = [int(x) for x in ranked[:50]]
+    return out
+
+
+def write_submissions(kind: str, out_dir: str | Path, rankings: Mapping[str, Sequence[str]],
+                      subset_rankings: Mapping[str, Sequence[str]] | None = None) -> list[Path]:
+    """Write the server files for ``kind`` ("cirr" or "circo"); other benchmarks have no server."""
+    out_dir = Path(out_dir)
+    written = []
+    if kind == "cirr":
+        recall, subset = cirr_submissions(rankings, subset_rankings or {})
+        for name, obj in (("submission_cirr_recall.json", recall), ("submission_cirr_recall_subset.json", subset)):
+            atomic_write_json(out_dir / name, obj)
+            written.append(out_dir / name)
+    elif kind == "circo":
+        atomic_write_json(out_dir / "submission_circo.json", circo_submission(rankings))
+        written.append(out_dir / "submission_circo.json")
+    return written
+
+
+def evaluate(dataset: CirDataset, rankings: Mapping[str, Sequence[str]],
+             subset_rankings: Mapping[str, Sequence[str]] | None = None, *, resamples: int = DEFAULT_RESAMPLES,
+             bootstrap_seed: int = 0, method: str = "percentile") -> dict[str, Any]:
+    """FashionIQ/M-BEIR: R@1/5/10/50; CIRR: + R_subset@1/2/3 and (R@5 + R_subset@1) / 2; CIRCO: mAP@k and
+    R@k at 5/10/25/50 as its official script (target_img_id only), plus R_anyGT@k (any ground truth).
+
+    Returns {"n_queries": ..., metric: value x100, "intervals": {metric: {"low", "high", "se"}}} (each
+    metric's 95 % bootstrap interval over the queries, ``method`` "percentile" or "BCa", ``resamples``
+    seeded by ``bootstrap_seed``; 0: no intervals), or a note when the split has no ground truth.
+    """
+    targets = {q.qid: q.targets for q in dataset.queries if q.targets and q.qid in rankings}
+    if not targets:
+        return {"n_queries": 0, "note": "no ground truth in this split (test set): use the submission files"}
+    out: dict[str, Any] = {"n_queries": len(targets)}
+    rows: dict[str, dict[str, float]] = {}
+    if dataset.kind == "circo":
+        out.update(map_mean(rankings, targets, MAP_KS, per_query=rows))
+        out.update(target_recall_mean(rankings, {q.qid: q.main_target for q in dataset.queries if q.qid in targets},
+                                      CIRCO_RECALL_KS, per_query=rows))
+        out.update(recall_mean(rankings, targets, CIRCO_RECALL_KS, name="R_anyGT", per_query=rows))
+        return _with_intervals(out, rows, resamples, bootstrap_seed, method)
+    out.update(recall_mean(rankings, targets, RECALL_KS, per_query=rows))
+    if dataset.kind == "cirr" and subset_rankings is not None:
+        members = {q.qid: q.subset for q in dataset.queries if q.subset is not None}
+        refs = {q.qid: q.reference for q in dataset.queries}
+        sub = recall_subset_mean(subset_rankings, {q: t[0] for q, t in targets.items()}, members, refs, SUBSET_KS,
+                                 per_query=rows)
+        out.update(sub)
+        out["avg(R@5,R_subset@1)"] = (out["R@5"] + out["R_subset@1"]) / 2
+    return _with_intervals(out, rows, resamples, bootstrap_seed, method)
+
+
+def _with_intervals(out: dict[str, Any], rows: Mapping[str, Mapping[str, float]], resamples: int,
+                    seed: int, method: str) -> dict[str, Any]:
+    """Add each metric's interval (x100, as the figures) from its per-query values; the CIRR average
+    (R@5 + R_subset@1) / 2 resamples the queries that have both."""
+    if not resamples:
+        return out
+    import numpy as np
+
+    intervals = {}
+    for name, values in rows.items():
+        ci = bootstrap_interval([100.0 * v for v in values.values()], n_resamples=resamples, seed=seed,
+                                method=method)
+        if ci is not None:
+            intervals[name] = ci.as_dict()
+    if "avg(R@5,R_subset@1)" in out:
+        both = [q for q in rows["R_subset@1"] if q in rows["R@5"]]
+        pairs = np.array([[100.0 * rows["R@5"][q], 100.0 * rows["R_subset@1"][q]] for q in both])
+        ci = bootstrap_interval(pairs, lambda r: r.mean(axis=-2).mean(axis=-1), n_resamples=resamples, seed=seed,
+                                method=method)
+        if ci is not None:
+            intervals["avg(R@5,R_subset@1)"] = ci.as_dict()
+    out["intervals"] = intervals
+    return out
+
+
+def average(per_dataset: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Mean of each numeric metric over datasets (FashionIQ reports the mean of its three categories)."""
+    keys = [k for k in next(iter(per_dataset.values()), {}) if k != "n_queries"]
+    out = {}
+    for k in keys:
+        vals = [m[k] for m in per_dataset.values() if isinstance(m.get(k), (int, float))]  # not "intervals"
+        if vals and len(vals) == len(per_dataset):
+            out[k] = sum(vals) / len(vals)
+    return out

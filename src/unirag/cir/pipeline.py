@@ -4,8 +4,9 @@ Stages run over all queries at once so agent calls are concurrent across queries
 captions (A_c) -> imagination (A_t^i, A_v^i) -> coarse filtering (A_t^s, A_v^s, RRF -> top-k')
 -> questions (A^q) -> judgements (A_t^q, A_v^q) -> re-ranking of the top-k'. Every agent call is cached
 on completion (see cache.py), so a killed run resumes without repeating a call. Without agent models
-the run is the embedding baseline, and says so. :meth:`CirRun.search` ranks in memory (what
-``unirag.XR.search`` returns from); :meth:`CirRun.run` writes the run folder around it.
+the run is the embedding baseline, and says so. A :class:`Search` ranks one dataset in memory with an
+:class:`unirag.XR`'s models and settings (what ``XR.search`` returns from and ``XR.run`` writes the
+run folder around).
 
 Where the official X^R code differs from the paper, the run reads a named setting of its profile
 (``self.settings``: xr_scoring, xr_stage2_source, xr_rerank, xr_minmax_ties, xr_questions,
@@ -15,9 +16,8 @@ docs/xr-parity.md).
 
 from __future__ import annotations
 
-import copy
 import json
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -25,24 +25,34 @@ from typing import Any
 
 import numpy as np
 
-from unirag.cir.agent_runner import AgentRunner, GeneratorFactory
+from unirag.cir.agent_runner import AgentRunner
 from unirag.cir.agents import build_messages, numbered, statement_limit
-from unirag.cir.cache import CallCache, CallRequest
-from unirag.cir.config import XRConfig
+from unirag.cir.cache import CallRequest
 from unirag.cir.datasets import CirDataset, CirQuery
-from unirag.cir.outputs import stage_rankings, write_outputs
 from unirag.cir.scoring import CoarseResult, coarse, coarse_official, fine, plain, question_score
-from unirag.cir.stages import STAGE_NAMES, STAGES, parse_stages
 from unirag.errors import ConfigError, InputError
 from unirag.profiles import Settings
 from unirag.retrieval.results import Hit
 from unirag.runs.atomic import atomic_write_json
-from unirag.runs.store import RunLock
 
+#: The stages in run order (``baseline``: the fused reference image + text embedding; ``coarse``:
+#: imagination + coarse filtering; ``fine``: + question-based fine filtering, paper Alg. 1) and their
+#: names in ``metrics.json`` and ``rankings.jsonl``. Every run computes the baseline.
+STAGES = ("baseline", "coarse", "fine")
+STAGE_NAMES = {"baseline": "baseline", "coarse": "xr_coarse", "fine": "xr"}
 MODALITIES = ("both", "text", "vision")
 #: The caption a candidate whose caption call failed is judged on under xr_failed_caption=stand-in
 #: (the official default for a missing caption, 01yzzyu/xr.github.io XR/xr.py:831).
 FAILED_CAPTION_STAND_IN = "A photo."
+
+
+def parse_stages(value: str | Iterable[str]) -> tuple[str, ...]:
+    """``"baseline,fine"`` or a list of stage names -> those stages in run order; ConfigError otherwise."""
+    parts = [p.strip() for p in (value.split(",") if isinstance(value, str) else value) if p and p.strip()]
+    bad = [p for p in parts if p not in STAGES]
+    if bad or not parts:
+        raise ConfigError(f"stages must be a comma-separated subset of {','.join(STAGES)}, got {value!r}")
+    return tuple(s for s in STAGES if s in parts)
 
 
 @dataclass
@@ -84,7 +94,7 @@ class _Q:
 
 @dataclass
 class Ranking:
-    """What :meth:`CirRun.search` found, in memory: each query's state (stage orders over
+    """What :meth:`Search.rank` found, in memory: each query's state (stage orders over
     ``pool_ids``, scores, imagination, statements, notes), the agent-call counts, and the rankings
     of the CIRR subset pass (stage -> qid -> ids; None without one)."""
 
@@ -96,109 +106,52 @@ class Ranking:
     def hits(self, k: int) -> dict[str, list[Hit]]:
         """qid -> the top ``k`` of the last stage that ranked it: score None (a rank, not one
         similarity), ``stage`` its name, ``scores`` the fine stage's scores of the top k' (else empty)."""
-        full = stage_rankings(self.qs, self.pool_ids, STAGES)
+        full = stage_rankings(self.qs, self.pool_ids)
         final = [st for st in STAGES if st in full][-1]
         return {x.q.qid: [Hit(did, None, "image", stage=STAGE_NAMES[final], scores=dict(x.scores.get(did, {})))
                           for did in full[final][x.q.qid][:k]] for x in self.qs}
 
 
-class CirRun:
-    def __init__(self, dataset: CirDataset, out_dir: str | Path | None, config: XRConfig | None = None, *,
-                 stages: tuple[str, ...] = STAGES, ablation: Ablation | None = None,
-                 cache_dir: str | Path | None = None, encoder=None, text_encoder=None,
-                 generator_factory: GeneratorFactory | None = None, progress: bool = True,
-                 echo: Callable[[str], None] = print, encoder_options: dict[str, Any] | None = None,
-                 profile: str | Settings | None = None, engine: Any = "local",
-                 bootstrap: dict[str, Any] | None = None) -> None:
-        """``out_dir``: the run folder :meth:`run` writes (None: :meth:`search` only; ``cache_dir`` needed).
-        ``encoder_options``: keywords for loading the encoders (``device``, ``dtype``, ...).
-        ``bootstrap``: how metrics.json's intervals are drawn (``resamples``, ``bootstrap_seed``,
-        ``method``; see :func:`unirag.cir.evaluation.evaluate`).
-        ``profile``: ``"default"``, ``"official"`` or resolved :class:`~unirag.profiles.Settings`
-        (None: the agents YAML's profile, else default); the YAML's X^R settings apply below it.
-        ``engine``: where local agent models run, "local" or "ray" (see :mod:`unirag.runs.engine`)."""
-        stages = parse_stages(stages)
-        self.ds, self.out = dataset, Path(out_dir) if out_dir is not None else None
-        self.config = copy.deepcopy(config) if config is not None else XRConfig()
-        self.settings = self.config.resolve_settings(profile)
-        self.config.apply_profile_defaults(self.settings)
-        self.config.settings.check()
-        _check_settings(self.settings)
-        self.stages = stages
-        self.bootstrap = dict(bootstrap or {})
-        self.ab = ablation or Ablation()
-        self.cache = CallCache(cache_dir or self.out / "cache")
-        self._encoder, self._text_encoder = encoder, text_encoder
-        self.encoder_options = dict(encoder_options or {})
-        self.factory, self.progress, self.echo = generator_factory, progress, echo
-        self.engine = engine
+def stage_rankings(qs: list[_Q], pool_ids: list[str]) -> dict[str, dict[str, list[str]]]:
+    """stage -> qid -> full ranking of image ids; a query lacking a stage falls back to the stage before."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for st in [st for st in STAGES if any(st in x.orders for x in qs)]:
+        out[st] = {}
+        for x in qs:
+            chain = [c for c in STAGES[: STAGES.index(st) + 1] if c in x.orders]
+            out[st][x.q.qid] = [pool_ids[i] for i in x.cand[x.orders[chain[-1]]]]
+    return out
+
+
+class Search:
+    """One search of a dataset by an :class:`~unirag.cir.xr.XR` (whose models, settings and caches it
+    uses): the dataset, the official prompts its stages read and the notes the run reports."""
+
+    def __init__(self, xr: Any, dataset: CirDataset) -> None:
+        self.xr, self.ds = xr, dataset
+        self.config, self.settings, self.ab, self.stages = xr.config, xr.settings, xr.ab, xr.stages
+        self.cache, self.progress, self.echo = xr.cache, xr.progress, xr.echo
         self.notes: list[str] = list(dataset.notes)
         self.official = None  # the official prompts, when an agent stage runs under xr_prompts=official
-        if self._official_prompts() and self.config.has_agents and any(st in stages for st in ("coarse", "fine")):
+        agent_stages = self.config.has_agents and any(st in self.stages for st in ("coarse", "fine"))
+        if self.settings["xr_prompts"] == "official" and agent_stages:
             from unirag.cir.official_prompts import OfficialPrompts
 
             # a missing prompt file fails before any file is written or image encoded
             self.official = OfficialPrompts(self.config.official_prompts, self.ds.kind, self.ds.name)
             self.notes.extend(self._optional_stage_notes())
 
-    # -- models -------------------------------------------------------------------------------------
-    def encoder(self):
-        if self._encoder is None:
-            from unirag.encoders.registry import load_encoder
-
-            self._encoder = load_encoder(self.config.encoder, **self.encoder_options)
-        return self._encoder
-
-    def text_encoder(self):
-        """The encoder of caption-caption similarity (A_t^s: C_t, C_v against candidate captions).
-
-        As in the official X^R code, one CLIP encodes images and captions: when the cross-modal
-        encoder is a CLIP-family model it serves here too. Sentence embeddings (all-MiniLM-L6-v2)
-        are the fallback for the offline default encoder, or whatever ``text_encoder`` names.
-        """
-        if self._text_encoder is None:
-            if self.config.text_encoder is None and not self._offline_encoder():
-                self._text_encoder = self.encoder()
-            else:
-                from unirag.encoders.registry import load_text_encoder
-
-                self._text_encoder = load_text_encoder(self.config.text_encoder,
-                                                       device=self.encoder_options.get("device", "auto"))
-        return self._text_encoder
-
-    def loaded_encoders(self) -> dict[str, Any]:
-        """The encoders this run has loaded so far (to hand to the next run), without loading any."""
-        return {name: enc for name, enc in (("encoder", self._encoder), ("text_encoder", self._text_encoder))
-                if enc is not None}
-
-    def _offline_encoder(self) -> bool:
-        if self._encoder is not None:
-            from unirag.encoders.offline import OfflineEncoder
-
-            return isinstance(self._encoder, OfflineEncoder)
-        from unirag.encoders.registry import is_offline_name
-
-        return is_offline_name(self.config.encoder)
-
-    # -- run ----------------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
-        """The CIR run: :meth:`search` with the run folder written around it (missing_images.json,
-        rankings.jsonl, metrics.json, manifest.json, submission files); returns the metrics."""
-        with RunLock(self.out):
-            self._list_missing()
-            return self._write(self.search())
-
-    def search(self) -> Ranking:
+    def rank(self) -> Ranking:
         """X^R over the dataset in memory: the call cache is the only thing written."""
         try:
-            return self._search()
+            return self._rank()
         finally:  # the cache's stores release their locks even when a stage fails or is interrupted
             self.cache.close()
 
-    def _search(self) -> Ranking:
+    def _rank(self) -> Ranking:
         pool_ids, qs = self._check_images()
         paths = [self.ds.image_path(i) for i in pool_ids]
-        enc = self.encoder()
+        enc = self.xr.encoder()
         ia = self.cache.embeddings("pool-images", enc.fingerprint(), [str(p) for p in paths],
                                    lambda: enc.encode_images(paths, self.progress))
         self._baseline(qs, pool_ids, ia)
@@ -210,13 +163,10 @@ class CirRun:
         if not (agents and self.config.has_agents):
             return Ranking(pool_ids, qs, {}, self._subset_pass(None, qs, pool_ids, paths, ia))
         self._check_roles()
-        runner = AgentRunner(self.config, self.cache, self.factory, progress=self.progress, engine=self.engine)
-        try:
-            self._agents(runner, qs, pool_ids, paths, ia, self.config.settings.k_prime)
-            subsets = self._subset_pass(runner, qs, pool_ids, paths, ia)
-        finally:
-            runner.close()
-        return Ranking(pool_ids, qs, runner.stats, subsets)
+        runner = self.xr.runner()
+        runner.stats = {}  # this search's agent-call counts
+        self._agents(runner, qs, pool_ids, paths, ia, self.config.settings.k_prime)
+        return Ranking(pool_ids, qs, runner.stats, self._subset_pass(runner, qs, pool_ids, paths, ia))
 
     def _subset_pass(self, runner: AgentRunner | None, qs: list[_Q], pool_ids: list[str], paths: list[Path],
                      ia: np.ndarray) -> dict[str, dict[str, list[str]]] | None:
@@ -238,22 +188,19 @@ class CirRun:
             size = max(len(x.q.subset) for x in sub) - 1
             self._agents(runner, sub, pool_ids, paths, ia, max(1, min(self.config.settings.k_prime, size)))
         self.notes.append("R_subset from a separate pass over each query's img_set (xr_cirr_subset=rerank)")
-        return stage_rankings(sub, pool_ids, STAGES)
+        return stage_rankings(sub, pool_ids)
 
-    def required_roles(self) -> list[str]:
-        """The agent roles this run's stages and ablations call."""
+    def _check_roles(self) -> None:
+        """Every agent role this run's stages and ablations call has a model, before any call."""
         ab, fine_stage = self.ab, "fine" in self.stages
         roles = []
         if (ab.text and not ab.fine_only) or (ab.imagination and not ab.fine_only) or (fine_stage and ab.text):
             roles.append("caption")
         if ab.imagination and not ab.fine_only:
-            roles += ["text_imagination"] + ([] if self._official_prompts() else ["vision_imagination"])
+            roles += ["text_imagination"] + ([] if self.official is not None else ["vision_imagination"])
         if fine_stage:
             roles += ["question"] + (["text_question"] if ab.text else []) + (["vision_question"] if ab.vision else [])
-        return roles
-
-    def _check_roles(self) -> None:
-        missing = [r for r in self.required_roles() if r not in self.config.roles]
+        missing = [r for r in roles if r not in self.config.roles]
         if missing:
             raise ConfigError(f"no model configured for the X^R agent role(s) {', '.join(missing)}: add them under "
                               "'roles' (or a 'defaults' model) in the agents YAML, or drop the stage with --stages")
@@ -263,17 +210,17 @@ class CirRun:
         """The pool ids and the query ids whose image file is missing (looked up once)."""
         return self.ds.missing_images()
 
-    def _list_missing(self) -> None:
+    def list_missing(self, out: Path) -> None:
         """A run lists the missing images in its folder and says so before any image is encoded."""
         pool_missing, ref_missing = self._missing
         if pool_missing or ref_missing:
-            atomic_write_json(self.out / "missing_images.json", {
+            atomic_write_json(out / "missing_images.json", {
                 "images_root": str(self.ds.images_root), "pool_missing": pool_missing,
                 "queries_with_missing_reference": ref_missing})
             example = self.ds.image_path(pool_missing[0]) if pool_missing else None
             self.echo(f"{len(pool_missing)} of {len(self.ds.pool)} pool images and {len(ref_missing)} reference "
                       f"images missing under {self.ds.images_root}" + (f" (e.g. {example})" if example else "")
-                      + f"; listed in {self.out / 'missing_images.json'}")
+                      + f"; listed in {out / 'missing_images.json'}")
 
     def _check_images(self) -> tuple[list[str], list[_Q]]:
         pool_missing, ref_missing = self._missing
@@ -299,16 +246,13 @@ class CirRun:
 
     def _baseline(self, qs: list[_Q], pool_ids: list[str], ia: np.ndarray) -> None:
         """Plain embedding baseline: fused (reference image + modification text) vs candidate images."""
-        enc = self.encoder()
+        enc = self.xr.encoder()
         fused = enc.encode_fused([self.ds.reference_path(x.q) for x in qs], [x.q.text for x in qs], self.progress)
         for x, v in zip(qs, fused, strict=True):
             x.base = ia[x.cand] @ v
             x.orders["baseline"] = np.argsort(-x.base, kind="stable")
 
     # -- agent stages -------------------------------------------------------------------------------
-    def _official_prompts(self) -> bool:
-        return self.settings["xr_prompts"] == "official"
-
     def _optional_stage_notes(self) -> list[str]:
         """What happens to the optional cir-v2 / rewriter files: run, off by a setting, or absent
         (the official fallback: the stage is skipped, XR/xr.py:317, :361)."""
@@ -333,12 +277,9 @@ class CirRun:
         return base + "+json_repair" if self.settings["xr_json_parsing"] == "official" else base
 
     def _captions(self, runner: AgentRunner, ids_paths: dict[str, Path]) -> dict[str, str | None]:
-        reqs = {}
         text = self.official.caption() if self.official is not None else None
-        for i, p in ids_paths.items():
-            reqs[i] = runner.request("caption", build_messages("caption", image=p, text=text))
-        out = runner.run("caption", list(reqs.values()), desc="A_c captions")
-        return {i: out[r.key] for i, r in reqs.items()}
+        return runner.ask("caption", {i: runner.request("caption", build_messages("caption", image=p, text=text))
+                                      for i, p in ids_paths.items()}, desc="A_c captions")
 
     def _agents(self, runner: AgentRunner, qs: list[_Q], pool_ids: list[str], paths: list[Path],
                 ia: np.ndarray, k_prime: int) -> None:
@@ -371,19 +312,14 @@ class CirRun:
             self._fine(runner, qs, pool_ids, paths, captions, k_prime)
 
     def _imagine(self, runner: AgentRunner, qs: list[_Q], captions: dict[str, str | None]) -> None:
-        t_reqs, v_reqs = {}, {}
+        t_out = runner.ask("text_imagination", {x.q.qid: runner.request("text_imagination", build_messages(
+            "text_imagination", reference_caption=captions[x.q.reference], modification=x.q.text))
+            for x in qs if captions.get(x.q.reference) is not None}, desc="A_t^i imagination")
+        v_out = runner.ask("vision_imagination", {x.q.qid: runner.request("vision_imagination", build_messages(
+            "vision_imagination", image=self.ds.reference_path(x.q), modification=x.q.text)) for x in qs},
+            desc="A_v^i imagination")
         for x in qs:
-            c_r = captions.get(x.q.reference)
-            if c_r is not None:
-                m = build_messages("text_imagination", reference_caption=c_r, modification=x.q.text)
-                t_reqs[x.q.qid] = runner.request("text_imagination", m)
-            m = build_messages("vision_imagination", image=self.ds.reference_path(x.q), modification=x.q.text)
-            v_reqs[x.q.qid] = runner.request("vision_imagination", m)
-        t_out = runner.run("text_imagination", list(t_reqs.values()), desc="A_t^i imagination")
-        v_out = runner.run("vision_imagination", list(v_reqs.values()), desc="A_v^i imagination")
-        for x in qs:
-            x.imag_t = t_out.get(t_reqs[x.q.qid].key) if x.q.qid in t_reqs else None
-            x.imag_v = v_out.get(v_reqs[x.q.qid].key)
+            x.imag_t, x.imag_v = t_out.get(x.q.qid), v_out[x.q.qid]
 
     def _reason_official(self, runner: AgentRunner, qs: list[_Q], captions: dict[str, str | None]) -> None:
         """The official stage-1 reasoner (the text_imagination role's model) on (C_r, T_m): atomic
@@ -392,25 +328,21 @@ class CirRun:
         As 01yzzyu/xr.github.io XR/xr.py:295-314 (stage1_reason): a reply without JSON gets the dummy
         step1 = [["Modification", T_m]], step2 = [C_r]; an empty step2 becomes [C_r].
         """
-        reqs = {}
+        out = runner.ask("text_imagination", {x.q.qid: runner.request("text_imagination", build_messages(
+            "text_imagination", text=self.official.reasoner(x.q.text, captions[x.q.reference])),
+            fmt=self._official_fmt("official_reasoner")) for x in qs if captions.get(x.q.reference) is not None},
+            desc="stage-1 reasoner")
         for x in qs:
-            c_r = captions.get(x.q.reference)
-            if c_r is not None:
-                m = build_messages("text_imagination", text=self.official.reasoner(x.q.text, c_r))
-                reqs[x.q.qid] = runner.request("text_imagination", m, fmt=self._official_fmt("official_reasoner"))
-        out = runner.run("text_imagination", list(reqs.values()), desc="stage-1 reasoner")
-        for x in qs:
-            if x.q.qid not in reqs:
+            if x.q.qid not in out:
                 continue
-            c_r = captions[x.q.reference]
-            got = out.get(reqs[x.q.qid].key)
+            c_r, got = captions[x.q.reference], out[x.q.qid]
             if got is None or got.get("no_json"):
                 x.notes.append("stage-1 reasoner reply had no JSON: the official stand-in (reference caption) used")
                 got = {"step1": [["Modification", x.q.text]], "step2": []}
             step2 = got["step2"] or [c_r]
             x.imag_t = {"target_caption": step2[0], "modifications": [f"{k}: {c}" for k, c in got["step1"]],
                         "descriptions": step2, "step1": got["step1"]}
-        self._rewrite_official(runner, [x for x in qs if x.q.qid in reqs], captions)
+        self._rewrite_official(runner, [x for x in qs if x.q.qid in out], captions)
 
     def _rewrite_official(self, runner: AgentRunner, qs: list[_Q], captions: dict[str, str | None]) -> None:
         """The optional cir-v2 reasoner and caption rewriter (xr_stage1_schema=both, xr_rewrite_caption),
@@ -423,40 +355,52 @@ class CirRun:
         st = self.settings
         if st["xr_stage1_schema"] != "both" or "reasoner_v2" not in self.official.optional:
             return
-        v2_reqs = {x.q.qid: runner.request("text_imagination", build_messages(
-            "text_imagination", text=self.official.reasoner_v2(x.q.text, captions[x.q.reference])),
-            fmt=self._official_fmt("official_reasoner_v2")) for x in qs}
-        v2_out = runner.run("text_imagination", list(v2_reqs.values()), desc="stage-1 cir-v2 reasoner")
+        v2_out = runner.ask("text_imagination", {x.q.qid: runner.request("text_imagination", build_messages(
+            "text_imagination", text=self.official.reasoner(x.q.text, captions[x.q.reference], "reasoner_v2")),
+            fmt=self._official_fmt("official_reasoner_v2")) for x in qs}, desc="stage-1 cir-v2 reasoner")
         v2 = {}
         for x in qs:
-            got = v2_out.get(v2_reqs[x.q.qid].key)
+            got = v2_out[x.q.qid]
             if got is not None and got.get("v2"):
                 v2[x.q.qid] = got["v2"]
                 x.imag_t["cir_v2"] = got["v2"]
         if not st["xr_rewrite_caption"] or "rewriter" not in self.official.optional or not v2:
             return
-        rw_reqs = {x.q.qid: runner.request("text_imagination", build_messages(
+        rw_out = runner.ask("text_imagination", {x.q.qid: runner.request("text_imagination", build_messages(
             "text_imagination", text=self.official.rewriter(x.q.text, v2[x.q.qid])), fmt="official_rewriter")
-            for x in qs if x.q.qid in v2}
-        rw_out = runner.run("text_imagination", list(rw_reqs.values()), desc="stage-1 caption rewriter")
+            for x in qs if x.q.qid in v2}, desc="stage-1 caption rewriter")
         for x in qs:
-            caption = rw_out.get(rw_reqs[x.q.qid].key) if x.q.qid in rw_reqs else None
+            caption = rw_out.get(x.q.qid)
             if caption:
                 x.imag_t["rewritten_caption"] = caption
                 x.imag_t["descriptions"] = [*x.imag_t["descriptions"], caption]
 
     def _descriptions(self, x: _Q) -> list[str]:
-        """The query's target descriptions: the official reasoner's step2 list, else C_t and C_v."""
-        if x.imag_t and x.imag_t.get("descriptions"):
-            return list(x.imag_t["descriptions"])
-        return [c for c in (x.imag_t["target_caption"] if x.imag_t else None,
-                            x.imag_v["target_caption"] if x.imag_v else None) if c is not None]
+        """The target descriptions a query is scored on: under xr_scoring=official the official reasoner's
+        step2 list, else C_t and C_v; paper scoring takes exactly (C_t, C_v), one failed imagination's
+        caption standing in for the other. Empty: imagination failed (noted on the query)."""
+        c_t = x.imag_t["target_caption"] if x.imag_t else None
+        c_v = x.imag_v["target_caption"] if x.imag_v else None
+        if self.settings["xr_scoring"] == "official":
+            descs = list(x.imag_t["descriptions"]) if x.imag_t and x.imag_t.get("descriptions") else [
+                c for c in (c_t, c_v) if c is not None]
+            if not descs:
+                x.notes.append("no target description (imagination failed): baseline similarity used")
+            return descs
+        if c_t is None and c_v is None:
+            x.notes.append("imagination failed for both agents: baseline similarity used")
+            return []
+        if c_t is None or c_v is None:
+            x.notes.append(f"{'A_t^i' if c_t is None else 'A_v^i'} failed: the other imagined caption stands in")
+        return [c_t or c_v, c_v or c_t]
 
     def _coarse(self, qs: list[_Q], pool_ids: list[str], captions: dict[str, str | None], ia: np.ndarray) -> None:
+        """Coarse filtering: paper scoring (A_t^s, A_v^s, RRF; :func:`~unirag.cir.scoring.coarse`) or, under
+        xr_scoring=official, every target description scored (1 - tau) image + tau caption, averaged."""
         s, ab, st = self.config.settings, self.ab, self.settings
         ca = None
         if ab.text:
-            tenc = self.text_encoder()
+            tenc = self.xr.text_encoder()
             have = [n for n, i in enumerate(pool_ids) if captions.get(i)]
             texts = [captions[pool_ids[n]] for n in have]
             ca = np.zeros((len(pool_ids), tenc.dim), dtype=np.float32)  # no caption: no text evidence (0)
@@ -466,54 +410,30 @@ class CirRun:
             n_missing = len(pool_ids) - len(have)
             if n_missing:
                 self.notes.append(f"{n_missing} candidates without caption (A_c failed): text similarity 0")
-        if st["xr_scoring"] == "official":
-            self._coarse_official(qs, ca, ia)
-            return
-        live = []
-        for x in qs:
-            c_t = x.imag_t["target_caption"] if x.imag_t else None
-            c_v = x.imag_v["target_caption"] if x.imag_v else None
-            if c_t is None and c_v is None:
-                x.notes.append("imagination failed for both agents: baseline similarity used")
-                x.coarse = plain(x.base)
-                continue
-            if c_t is None or c_v is None:
-                x.notes.append(f"{'A_t^i' if c_t is None else 'A_v^i'} failed: the other imagined caption stands in")
-            live.append((x, c_t or c_v, c_v or c_t))
-        if not live:
-            return
-        pairs = [t for _, ct, cv in live for t in (ct, cv)]
-        cross = self.encoder().encode_texts(pairs)
-        text = self.text_encoder().encode_texts(pairs) if ab.text else None
-        for j, (x, _, _) in enumerate(live):
-            x.coarse = coarse(ca[x.cand] if ca is not None else None, ia[x.cand] if ab.vision else None,
-                              text[2 * j] if text is not None else None, text[2 * j + 1] if text is not None else None,
-                              cross[2 * j], cross[2 * j + 1], rrf_k=s.rrf_k, source=st["xr_stage2_source"])
-
-    def _coarse_official(self, qs: list[_Q], ca: np.ndarray | None, ia: np.ndarray) -> None:
-        """xr_scoring=official: every target description scored (1 - tau) image + tau caption, averaged."""
-        s, ab, st = self.config.settings, self.ab, self.settings
         live = []
         for x in qs:
             descs = self._descriptions(x)
-            if not descs:
-                x.notes.append("no target description (imagination failed): baseline similarity used")
+            if descs:
+                live.append((x, descs))
+            else:
                 x.coarse = plain(x.base)
-                continue
-            live.append((x, descs))
         if not live:
             return
         texts = [d for _, descs in live for d in descs]
-        cross = self.encoder().encode_texts(texts)
-        text = self.text_encoder().encode_texts(texts) if ab.text else None
+        cross = self.xr.encoder().encode_texts(texts)
+        text = self.xr.text_encoder().encode_texts(texts) if ab.text else None
         pos = 0
         for x, descs in live:
-            span = range(pos, pos + len(descs))
+            span = slice(pos, pos + len(descs))
             pos += len(descs)
-            x.coarse = coarse_official(ca[x.cand] if ca is not None else None, ia[x.cand] if ab.vision else None,
-                                       [text[i] for i in span] if text is not None else [],
-                                       [cross[i] for i in span], tau=s.tau, rrf_k=s.rrf_k,
-                                       source=st["xr_stage2_source"])
+            cap, img = ca[x.cand] if ca is not None else None, ia[x.cand] if ab.vision else None
+            t = list(text[span]) if text is not None else None
+            if st["xr_scoring"] == "official":
+                x.coarse = coarse_official(cap, img, t or [], list(cross[span]), tau=s.tau, rrf_k=s.rrf_k,
+                                           source=st["xr_stage2_source"])
+            else:
+                x.coarse = coarse(cap, img, *(t or (None, None)), *cross[span], rrf_k=s.rrf_k,
+                                  source=st["xr_stage2_source"])
 
     def _question_request(self, runner: AgentRunner, x: _Q) -> CallRequest:
         if self.official is not None:  # the official stage-2 reasoner on T_m and the atomic instructions
@@ -543,14 +463,13 @@ class CirRun:
               captions: dict[str, str | None], k_prime: int) -> None:
         s, ab, st = self.config.settings, self.ab, self.settings
         cap = st["xr_max_statements"]
-        q_reqs = {x.q.qid: self._question_request(runner, x) for x in qs}
-        q_out = runner.run("question", list(q_reqs.values()), desc="A^q questions")
+        q_out = runner.ask("question", {x.q.qid: self._question_request(runner, x) for x in qs}, desc="A^q questions")
         judge: dict[str, list[tuple[_Q, int, list[CallRequest]]]] = {"text_question": [], "vision_question": []}
         # xr_failed_caption=stand-in: a failed caption is judged as "A photo." (01yzzyu/xr.github.io XR/xr.py:831)
         stand_in = FAILED_CAPTION_STAND_IN if st["xr_failed_caption"] == "stand-in" else None
         n_stand_in = 0
         for x in qs:
-            out = q_out[q_reqs[x.q.qid].key]
+            out = q_out[x.q.qid]
             if out is None:
                 x.notes.append("question agent failed: coarse order kept")
                 continue
@@ -613,23 +532,6 @@ class CirRun:
                     rec["similarity"] = float(x.coarse.similarity[p])
                 x.scores[pool_ids[x.cand[p]]] = rec
 
-    # -- outputs ------------------------------------------------------------------------------------
-    def _write(self, ranking: Ranking) -> dict[str, Any]:
-        manifest = {
-            "config": self.config.manifest(), "stages": list(self.stages),
-            "ablation": {"imagination": self.ab.imagination, "fine_only": self.ab.fine_only,
-                         "modalities": self.ab.modalities},
-            "encoder": getattr(self.encoder(), "name", None), "agent_calls": ranking.agent_calls,
-            "cache_dir": str(self.cache.dir), "settings": self.settings.to_dict()}
-        if self.official is not None:
-            manifest["official_prompts"] = self.official.manifest()
-        if self.config.has_agents and "fine" in self.stages and "xr_caption_verifier" in self.settings.official_bugs():
-            self.notes.append("reproduces the official caption-path verifier bug (bool(\"False\") is True: every "
-                              "expected answer written as a string counts as True); set xr_caption_verifier=fixed "
-                              "to score it right")
-        return write_outputs(self.ds, self.out, ranking, self.config.settings, self.notes, manifest,
-                             bootstrap=self.bootstrap)
-
 
 def official_bool(statement: dict) -> bool:
     """The caption path's expected answer under xr_caption_verifier=bool-bug: ``bool(answer as written)``
@@ -650,7 +552,7 @@ def official_answer_string(statement: dict) -> bool | None:
     return {"True": True, "False": False}.get(raw) if isinstance(raw, str) else None
 
 
-def _check_settings(settings: Settings) -> None:
+def check_settings(settings: Settings) -> None:
     """Setting combinations that have no meaning, refused before any work."""
     if settings["xr_scoring"] == "paper" and settings["xr_prompts"] == "official":
         raise ConfigError("xr_scoring=paper needs the paper's two imagined captions (C_t, C_v), but the official "

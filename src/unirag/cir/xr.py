@@ -4,21 +4,25 @@ X^R (paper Algorithm 1) searches a gallery for the image that looks like the ref
 changed as the text says. Without agent models it ranks with the embedding baseline (the reference
 image and the text fused, UniIR CLIP-SF style); with agent models (``agents``: an agents YAML like
 ``examples/xr_agents.yaml`` or an :class:`~unirag.cir.config.XRConfig`) it adds imagination,
-coarse filtering and fine filtering. A search ranks in memory (:meth:`unirag.cir.pipeline.CirRun.search`,
-the core of ``unirag cir``); every agent call and the gallery embeddings are cached in the work
-folder, so searching the same gallery again costs only the new query's calls.
+coarse filtering and fine filtering. An XR holds the models and settings once: :meth:`XR.search`
+ranks in memory (a :class:`~unirag.cir.pipeline.Search`), :meth:`XR.run` writes a benchmark run's
+folder around the same search (``unirag cir``). Every agent call and the gallery embeddings are
+cached in the work folder, so searching the same gallery again costs only the new query's calls.
 """
 
 from __future__ import annotations
 
 import hashlib
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from unirag.cir.agent_runner import AgentRunner
+from unirag.cir.cache import CallCache
 from unirag.cir.config import XRConfig, load_config
 from unirag.cir.datasets import CirDataset, CirQuery
+from unirag.cir.pipeline import STAGES, Ablation, Search, check_settings, parse_stages
 from unirag.data.images import ImageLike, as_rgb, image_path_of, png_bytes
 from unirag.errors import ConfigError
 from unirag.profiles import Settings
@@ -29,41 +33,105 @@ class XR:
     """Training-free multi-agent composed image retrieval.
 
     ``agents``: agents YAML path, :class:`~unirag.cir.config.XRConfig`, or None (embedding baseline
-    only). ``encoder``: cross-modal encoder spec (None: the offline default, or the config's).
-    ``work_dir``: where the caches go (default: a temporary folder removed by :meth:`close`).
+    only). ``encoder``/``text_encoder``: encoder specs (None: the config's, else the offline default)
+    or encoders already loaded. ``work_dir``: where the caches go (default: a temporary folder
+    removed by :meth:`close`); ``cache_dir``: the caches' own folder (default WORK_DIR/cache).
     ``k_prime``/``lam``: the paper's candidate depth and fusion weight (override the config).
     ``device``/``dtype``: where and how the encoders run (agent models take theirs from the config).
     ``profile``: ``"default"``, ``"official"`` (the official X^R code's behaviour, docs/xr-parity.md)
-    or :class:`~unirag.profiles.Settings`; ``official_prompts``: the folder of one dataset's official
-    prompts (e.g. ``XR/prompts/CIRR`` of your checkout), read under ``xr_prompts=official``.
+    or :class:`~unirag.profiles.Settings` (None: the agents YAML's, else default); ``official_prompts``:
+    the folder of one dataset's official prompts (e.g. ``XR/prompts/CIRR`` of your checkout), read
+    under ``xr_prompts=official``. ``stages``/``ablation``: what is ranked (paper ablations);
+    ``engine``: where local agent models run, "local" or "ray" (see :mod:`unirag.runs.engine`);
+    ``echo``: where notices go (None: nowhere).
     """
 
-    def __init__(self, agents: str | Path | XRConfig | None = None, encoder: str | None = None, *,
-                 work_dir: str | Path | None = None, k_prime: int | None = None, lam: float | None = None,
-                 device: str | None = "auto", dtype: str | None = "auto", generator_factory=None,
-                 progress: bool = False, profile: str | Settings | None = None,
-                 official_prompts: str | Path | None = None) -> None:
-        self.config = load_config(agents, encoder=encoder, official_prompts=official_prompts, k_prime=k_prime, lam=lam)
+    def __init__(self, agents: str | Path | XRConfig | None = None, encoder: Any = None, *,
+                 text_encoder: Any = None, work_dir: str | Path | None = None, cache_dir: str | Path | None = None,
+                 k_prime: int | None = None, lam: float | None = None, device: str | None = "auto",
+                 dtype: str | None = "auto", generator_factory=None, progress: bool = False,
+                 profile: str | Settings | None = None, official_prompts: str | Path | None = None,
+                 stages: str | Sequence[str] = STAGES, ablation: Ablation | None = None, engine: Any = "local",
+                 echo: Callable[[str], None] | None = None) -> None:
+        self.stages = parse_stages(stages)
+        self.config = load_config(agents, encoder=encoder if isinstance(encoder, str) else None,
+                                  official_prompts=official_prompts, k_prime=k_prime, lam=lam)
+        if isinstance(text_encoder, str):
+            self.config.text_encoder = text_encoder
         self.settings = self.config.resolve_settings(profile)
         self.config.apply_profile_defaults(self.settings)  # e.g. the official CLIP when no encoder is named
+        check_settings(self.settings)
+        self.ab = ablation or Ablation()
         self._tmp = tempfile.TemporaryDirectory(prefix="unirag-xr-") if work_dir is None else None
         self.work_dir = Path(self._tmp.name if self._tmp is not None else work_dir)
-        self.factory, self.progress = generator_factory, progress
+        self.cache = CallCache(cache_dir if cache_dir is not None else self.work_dir / "cache")
+        self.factory, self.progress, self.engine = generator_factory, progress, engine
+        self.echo = echo or (lambda _line: None)
         self.encoder_options = {"device": device, "dtype": dtype}
-        self._encoder = None
-        self._text_encoder = None
+        self._encoder = None if isinstance(encoder, str) else encoder
+        self._text_encoder = None if isinstance(text_encoder, str) else text_encoder
+        self._runner: AgentRunner | None = None
 
     def warm_up(self) -> XR:
         """Load the cross-modal encoder now."""
-        self._load_encoder()
+        self.encoder()
         return self
 
-    def _load_encoder(self):
+    def encoder(self):
+        """The cross-modal encoder (loaded on first use)."""
         if self._encoder is None:
             from unirag.encoders.registry import load_encoder
 
             self._encoder = load_encoder(self.config.encoder, **self.encoder_options)
         return self._encoder
+
+    def text_encoder(self):
+        """The encoder of caption-caption similarity (A_t^s: C_t, C_v against candidate captions).
+
+        As in the official X^R code, one CLIP encodes images and captions: when the cross-modal
+        encoder is a CLIP-family model it serves here too. Sentence embeddings (all-MiniLM-L6-v2)
+        are the fallback for the offline default encoder, or whatever ``text_encoder`` names.
+        """
+        if self._text_encoder is None:
+            if self.config.text_encoder is None and not self._offline_encoder():
+                self._text_encoder = self.encoder()
+            else:
+                from unirag.encoders.registry import load_text_encoder
+
+                self._text_encoder = load_text_encoder(self.config.text_encoder,
+                                                       device=self.encoder_options.get("device", "auto"))
+        return self._text_encoder
+
+    def runner(self) -> AgentRunner:
+        """The agent runner: its models (and Ray workers) load once for every search, until :meth:`close`."""
+        if self._runner is None:
+            self._runner = AgentRunner(self.config, self.cache, self.factory, progress=self.progress,
+                                       engine=self.engine)
+        return self._runner
+
+    def _offline_encoder(self) -> bool:
+        if self._encoder is not None:
+            from unirag.encoders.offline import OfflineEncoder
+
+            return isinstance(self._encoder, OfflineEncoder)
+        from unirag.encoders.registry import is_offline_name
+
+        return is_offline_name(self.config.encoder)
+
+    def run(self, dataset: CirDataset, out_dir: str | Path, *, bootstrap: Mapping[str, Any] | None = None
+            ) -> dict[str, Any]:
+        """A benchmark run: the search of ``dataset`` with its folder written around it
+        (missing_images.json, rankings.jsonl, metrics.json, manifest.json, submission files); returns
+        the metrics. ``bootstrap``: how the metrics' intervals are drawn (``resamples``,
+        ``bootstrap_seed``, ``method``; see :func:`unirag.cir.outputs.evaluate`)."""
+        from unirag.cir.outputs import write_outputs
+        from unirag.runs.store import RunLock
+
+        out = Path(out_dir)
+        search = Search(self, dataset)  # a missing official prompt file fails before anything is written
+        with RunLock(out):
+            search.list_missing(out)
+            return write_outputs(search, search.rank(), out, dict(bootstrap or {}))
 
     def search(self, reference_image: ImageLike, text: str, pool_or_index: Any, *, k: int = 10,
                exclude_reference: bool = True) -> list[Hit]:
@@ -80,8 +148,6 @@ class XR:
     def search_batch(self, reference_images: Sequence[ImageLike], texts: Sequence[str], pool_or_index: Any, *,
                      k: int = 10, exclude_reference: bool = True) -> list[list[Hit]]:
         """:meth:`search` for several queries over one gallery (agent calls run concurrently)."""
-        from unirag.cir.pipeline import CirRun
-
         if len(reference_images) != len(texts):
             raise ConfigError(f"search_batch got {len(reference_images)} reference images but {len(texts)} texts")
         if not isinstance(k, int) or k < 1:
@@ -95,11 +161,7 @@ class XR:
             ref_id = next((d for d, p in gallery.items() if Path(p) == ref), f"reference:{i}")
             queries.append(CirQuery(qid=f"q{i}", reference=ref_id, text=text, reference_path=str(ref)))
         dataset = CirDataset("xr-search", "mbeir", queries, gallery, exclude_reference=exclude_reference)
-        run = CirRun(dataset, None, self.config, cache_dir=self.work_dir / "cache", encoder=self._load_encoder(),
-                     text_encoder=self._text_encoder, generator_factory=self.factory, progress=self.progress,
-                     echo=lambda _line: None, encoder_options=self.encoder_options, profile=self.settings)
-        hits = run.search().hits(k)
-        self._text_encoder = run.loaded_encoders().get("text_encoder") or self._text_encoder
+        hits = Search(self, dataset).rank().hits(k)
         return [hits[q.qid] for q in queries]
 
     def _reference_file(self, image: ImageLike) -> Path:
@@ -116,7 +178,11 @@ class XR:
         return target
 
     def close(self) -> None:
-        """Remove the temporary work folder (when this object made one)."""
+        """Release the agent models (and Ray workers) and remove the temporary work folder (when this
+        object made one)."""
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -15,16 +15,6 @@ CIR_PROFILE_HELP = ("Named set of behaviour settings: default (the paper) or off
                     "docs/xr-parity.md).")
 
 
-def _stages(ctx, param, value: str) -> tuple[str, ...]:
-    from unirag.cir.stages import parse_stages
-    from unirag.errors import ConfigError
-
-    try:
-        return parse_stages(value)
-    except ConfigError as e:
-        raise click.BadParameter(str(e)) from None
-
-
 def _print_metrics(name: str, metrics: dict) -> None:
     rows = [(stage, m) for stage, m in metrics.items() if isinstance(m, dict) and "n_queries" in m]
     for stage, m in rows:
@@ -51,7 +41,7 @@ def _print_metrics(name: str, metrics: dict) -> None:
 @click.option("--k-prime", type=int, default=None, help="Candidates kept by coarse filtering (k').")
 @click.option("--lambda", "lam", type=float, default=None, help="Weight of S^t in the re-ranking (0..1).")
 @click.option("--k", type=int, default=None, help="Results written per query (default 50).")
-@click.option("--stages", default="baseline,coarse,fine", callback=_stages, show_default=True,
+@click.option("--stages", default="baseline,coarse,fine", show_default=True,
               help="Rankings to produce.")
 @click.option("--limit", type=int, default=None, help="Only the first N queries of each file.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
