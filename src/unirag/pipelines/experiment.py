@@ -13,8 +13,13 @@ from typing import Any
 
 from unirag.errors import ConfigError, UniragError
 from unirag.generators.options import GENERATOR_OPTIONS
-from unirag.pipelines.experiment_cells import Cell, load_experiment, select_cells
-from unirag.pipelines.experiment_grid import RUN_OPTION_KEYS, GridOverrides
+from unirag.pipelines.experiment_grid import (
+    RUN_OPTION_KEYS,
+    Cell,
+    GridOverrides,
+    load_experiment,
+    select_cells,
+)
 
 __all__ = ["Cell", "GridOverrides", "cell_states", "load_experiment", "run_cell", "run_experiment", "select_cells"]
 

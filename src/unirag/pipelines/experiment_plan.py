@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unirag.pipelines.experiment_cells import Cell, load_experiment, select_cells
-from unirag.pipelines.experiment_grid import GridOverrides
+from unirag.pipelines.experiment_grid import Cell, GridOverrides, load_experiment, select_cells
 
 #: Generator prefixes whose calls need an API key, and the variables that can hold it.
 API_KEYS = {"openai": ("OPENAI_API_KEY",), "openai-image": ("OPENAI_API_KEY",),
