@@ -26,10 +26,10 @@ from unirag.generators.base import (
     Usage,
 )
 from unirag.messages import Message
+from unirag.pipelines.examples import MODES
 from unirag.prompts.caption import CaptionPrompt
 from unirag.retrieval.results import Hit, Pair
 
-MODES = ("zero-shot", "random", "rag")
 DEFAULT_GENERATOR = "retrieval:consensus"
 #: ``temperature=FROM_PROFILE``: take the ``temperature`` setting of the profile (0.0 in ``default``).
 FROM_PROFILE = "profile"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from unirag.errors import ConfigError, UniragError
+from unirag.errors import UniragError
 from unirag.generators.options import GENERATOR_OPTIONS
 from unirag.pipelines.experiment_grid import (
     RUN_OPTION_KEYS,
@@ -48,12 +48,10 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     if cell.task == "caption":
         from unirag.pipelines.caption import CaptionConfig, run_captioning
 
-        pool_images_root = cell.sources.get("pool_images_root")
+        sources = {k: cell.sources.get(k) for k in ("images_root", "pool_images_root", "retrieval", "index", "pool")}
         cfg = CaptionConfig(queries=cell.sources["queries"], generator=cell.generator, out=out, mode=cell.mode,
-                            k=cell.k, images_root=cell.sources.get("images_root"), pool_images_root=pool_images_root,
-                            retrieval=cell.sources.get("retrieval"), index=cell.sources.get("index"),
-                            pool=cell.sources.get("pool"), generator_options=gen_opts, progress=progress,
-                            profile=cell.settings, engine=engine, **run_opts)
+                            k=cell.k, generator_options=gen_opts, progress=progress, profile=cell.settings,
+                            engine=engine, **sources, **run_opts)
         return run_captioning(cfg)["counts"]
     return _run_image_cell(cell, out, opts, progress, engine)
 
@@ -116,12 +114,9 @@ def _cell_selection(cell: Cell, own: Any, given: Any):
 
 def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, engine: Any) -> dict[str, Any]:
     """Delegate to the image pipeline (:mod:`unirag.pipelines.image_gen`)."""
-    try:
-        from unirag.pipelines.image_gen import ImageSettings, run_image_generation
-    except ImportError as e:
-        raise ConfigError(f"image cells need the image generation pipeline ({e})") from None
     from unirag.data.mbeir import read_queries
     from unirag.pipelines.examples import example_images_root, make_selector
+    from unirag.pipelines.image_gen import ImageSettings, run_image_generation
 
     queries = read_queries(cell.sources["queries"])
     selector = make_selector(cell.mode, cell.k, queries=queries, pool_path=cell.sources.get("pool"),
@@ -198,25 +193,21 @@ def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool 
         context = WorkerPool(options, progress=progress)
     else:
         context = nullcontext(engine)
-    with context as shared:
-        return _run_cells(spec, cells, progress, limit, echo, shared, selection, atomic_write_json)
-
-
-def _run_cells(spec, cells, progress, limit, echo, engine, selection, atomic_write_json) -> list[dict[str, Any]]:
-    results = []
-    for i, cell in enumerate(cells, start=1):
-        echo(f"[{i}/{len(cells)}] {cell.name}")
-        try:
-            counts = run_cell(cell, spec["out"], progress=progress, limit=limit, selection=selection,
-                              engine=engine)
-            results.append({"cell": cell.name, "status": "ok", "counts": counts})
-            submit = cell.task == "cir" and not (counts.get("metrics") or {}).get("n_queries")
-            for line in compare_lines(cell.paper, counts.get("metrics") or {}, submit=submit):
-                echo(f"  {line}")
-        except UniragError as e:
-            echo(f"  failed: {e}")
-            results.append({"cell": cell.name, "status": "failed", "error": str(e)})
-        atomic_write_json(Path(spec["out"]) / "experiment.json", {"experiment": spec["path"], "cells": results})
+    results: list[dict[str, Any]] = []
+    with context as engine:
+        for i, cell in enumerate(cells, start=1):
+            echo(f"[{i}/{len(cells)}] {cell.name}")
+            try:
+                counts = run_cell(cell, spec["out"], progress=progress, limit=limit, selection=selection,
+                                  engine=engine)
+                results.append({"cell": cell.name, "status": "ok", "counts": counts})
+                submit = cell.task == "cir" and not (counts.get("metrics") or {}).get("n_queries")
+                for line in compare_lines(cell.paper, counts.get("metrics") or {}, submit=submit):
+                    echo(f"  {line}")
+            except UniragError as e:
+                echo(f"  failed: {e}")
+                results.append({"cell": cell.name, "status": "failed", "error": str(e)})
+            atomic_write_json(Path(spec["out"]) / "experiment.json", {"experiment": spec["path"], "cells": results})
     return results
 
 

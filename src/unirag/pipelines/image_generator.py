@@ -23,7 +23,6 @@ from unirag.generators.images.base import (
 )
 from unirag.generators.images.base import ImageGenerator as ImageBackend
 from unirag.pipelines.captioner import LazyBackend, _check_arg_types, to_pairs
-from unirag.retrieval.results import Pair
 
 
 class ImageGenerator(LazyBackend):
@@ -74,12 +73,18 @@ class ImageGenerator(LazyBackend):
         return backend
 
     def request(self, text: str, examples: Iterable[Any] = (), *, qid: str = "query") -> ImageRequest:
-        """The backend request for ``text`` and ``examples`` (checked against what the backend takes)."""
+        """The backend request for ``text`` and ``examples`` (checked against what the backend takes).
+
+        The backends hand example images to their models as files (LaVIT and Emu2 read paths), so an
+        in-memory example image is saved once as a lossless PNG named by its content hash (see
+        :func:`example_image_file`): the backend sees exactly these pixels.
+        """
         if not isinstance(text, str):
             raise InputError(f"expected a caption string, got {type(text).__name__}", field="text")
         if not text.strip():
             raise ConfigError("generate() needs a non-empty caption text")
-        pairs = to_example_pairs(examples, self.images_root)
+        pairs = [p if p.pixels is None else replace(p, img_path=str(example_image_file(p.pixels)), pixels=None)
+                 for p in to_pairs(examples, self.images_root)]
         self.backend.check_k(len(pairs))
         return ImageRequest(qid=qid, caption=text, examples=pairs, **self.settings)
 
@@ -111,18 +116,6 @@ class ImageGenerator(LazyBackend):
                 "images_root": str(self.images_root) if self.images_root else None,
                 "max_attempts": self.retry.max_attempts, "options": dict(self.options),
                 "profile": self.profile.to_dict()}
-
-
-def to_example_pairs(examples: Iterable[Any], images_root: str | Path | None = None) -> list[Pair]:
-    """Examples in the forms the captioner takes (hits, pairs, ``(image, caption)`` tuples whose image
-    is a path, a PIL image, encoded bytes or a uint8 array) -> pairs whose :attr:`~Pair.image` is a file.
-
-    The backends hand example images to their models as files (LaVIT and Emu2 read paths), so an
-    in-memory image is saved once as a lossless PNG named by its content hash (see
-    :func:`example_image_file`): the backend sees exactly these pixels.
-    """
-    return [p if p.pixels is None else replace(p, img_path=str(example_image_file(p.pixels)), pixels=None)
-            for p in to_pairs(examples, images_root)]
 
 
 def example_image_file(image: Any, folder: str | Path | None = None) -> Path:
