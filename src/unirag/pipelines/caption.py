@@ -61,6 +61,16 @@ def _abs(p: str | Path | None) -> str | None:
     return str(Path(p).resolve()) if p is not None else None
 
 
+def _request(cfg: CaptionConfig, captioner: Captioner, pool_root: str | Path | None, p: PreparedQuery,
+             ahead: dict[str, Any] | None = None) -> CaptionRequest:
+    """The captioner's request for a prepared query; ``ahead``: its image files already decoded (path -> image)."""
+    try:
+        return captioner.request(resolve_image(p.query.img_path, cfg.images_root), to_pairs(p.examples, pool_root),
+                                 mode=cfg.mode, label=f"query {p.query.qid}", ahead=ahead)
+    except InputError as e:  # a missing/corrupt image fails this query only, naming the file
+        raise BackendError(f"bad input: {e}") from None
+
+
 def caption_job(cfg: CaptionConfig, captioner: Captioner, selector: Any, pool_root: str | Path | None) -> ExampleJob:
     """A caption run's kind: ``selector`` chooses the examples (None on a Ray worker: the driver chose
     them); the captioning itself is :class:`~unirag.pipelines.captioner.Captioner`'s (the same call a
@@ -69,15 +79,6 @@ def caption_job(cfg: CaptionConfig, captioner: Captioner, selector: Any, pool_ro
     #: code does (see :func:`unirag.pipelines.examples.top_candidate_caption`), not the first example's.
     official_top1 = selector is not None and getattr(captioner.backend, "strategy", None) == "top1" \
         and hasattr(selector, "top_caption")
-
-    def request(p: PreparedQuery, ahead: dict[str, Any] | None = None) -> CaptionRequest:
-        """``ahead``: the prompt's image files already decoded (path -> image)."""
-        try:
-            return captioner.request(resolve_image(p.query.img_path, cfg.images_root),
-                                     to_pairs(p.examples, pool_root), mode=cfg.mode,
-                                     label=f"query {p.query.qid}", ahead=ahead)
-        except InputError as e:  # a missing/corrupt image fails this query only, naming the file
-            raise BackendError(f"bad input: {e}") from None
 
     def record(p: PreparedQuery, cap: Any) -> dict[str, Any]:
         rec = {"caption": cap.text, "examples": [ex.as_record() for ex in p.examples],
@@ -89,7 +90,7 @@ def caption_job(cfg: CaptionConfig, captioner: Captioner, selector: Any, pool_ro
         return rec
 
     def one(p: PreparedQuery, images: dict[str, Any]) -> dict[str, Any]:
-        req, captions = request(p, images), None
+        req, captions = _request(cfg, captioner, pool_root, p, images), None
         if req.prompt is None and official_top1:
             try:
                 captions = [selector.top_caption(p.query)]  # the official baseline: the top hit, unskipped
@@ -100,7 +101,7 @@ def caption_job(cfg: CaptionConfig, captioner: Captioner, selector: Any, pool_ro
     def work_batch(ps: list[PreparedQuery], images: dict[str, Any]) -> list[dict[str, Any]]:
         if not captioner.batches:
             return [one(p, images) for p in ps]
-        caps = captioner.complete_batch([request(p, images) for p in ps])
+        caps = captioner.complete_batch([_request(cfg, captioner, pool_root, p, images) for p in ps])
         return [record(p, cap) for p, cap in zip(ps, caps, strict=True)]
 
     def image_paths(ps: Sequence[PreparedQuery]) -> list[str]:
@@ -115,10 +116,8 @@ def caption_job(cfg: CaptionConfig, captioner: Captioner, selector: Any, pool_ro
                     paths.append(str(image))
         return paths
 
-    job = ExampleJob(work_batch, image_paths, selector, batches=captioner.batches,
-                     batch_size=max(1, int(getattr(captioner.backend, "batch_size", 1) or 1)), own_images=1)
-    job.request = request  # the prompts saved up front are these requests'
-    return job
+    return ExampleJob(work_batch, image_paths, selector, batches=captioner.batches,
+                      batch_size=max(1, int(getattr(captioner.backend, "batch_size", 1) or 1)), own_images=1)
 
 
 def open_caption_job(cfg: CaptionConfig, pool_root: str | None, backend: Any) -> ExampleJob:
@@ -203,7 +202,7 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
             for i, q in enumerate(run_queries[: run.save_prompts]):
                 try:
                     p = PreparedQuery(q, selector.select(q))
-                    prompt = job.request(p).prompt
+                    prompt = _request(cfg, captioner, pool_root, p).prompt
                 except (InputError, BackendError):
                     continue  # the query itself will fail with this message in the run
                 run.save_prompt(i, q.qid, prompt.messages, prompt.merged_image,
