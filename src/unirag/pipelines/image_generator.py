@@ -9,7 +9,7 @@ same request per query, so a notebook and ``unirag generate-images`` draw the sa
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +49,8 @@ class ImageGenerator(LazyBackend):
                  steps: int | None = None, guidance: float | None = None, seed: int = DEFAULT_SEED,
                  images_root: str | Path | None = None, max_attempts: int | None = None, retry: Any = None,
                  profile: Any = None, **options: Any) -> None:
-        from unirag.generators.images.base import sampling_defaults
         from unirag.generators.images.registry import parse_image_spec
+        from unirag.pipelines.image_gen import ImageSettings
         from unirag.profiles import resolve
 
         _check_arg_types(width=(width, int), height=(height, int), steps=(steps, int | None),
@@ -59,9 +59,7 @@ class ImageGenerator(LazyBackend):
         self._open(generator, options, ImageBackend, parse_image_spec,
                    "a spec (e.g. 'retrieval:top1') or an image backend", max_attempts, retry)
         self.profile = resolve(profile)
-        fill = sampling_defaults(self.spec, self.profile)
-        self.settings = {"width": width, "height": height, "steps": steps if steps is not None else fill["steps"],
-                         "guidance": guidance if guidance is not None else fill["guidance"], "seed": seed}
+        self.settings = asdict(ImageSettings(width, height, steps, guidance, seed).resolved(self.spec, self.profile))
         self.images_root = images_root
         self.options = {k: v for k, v in options.items() if v is not None}
 
