@@ -161,26 +161,21 @@ def _model_key(cell: Cell) -> tuple:
 
 
 def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool = True, limit: int | None = None,
-                   echo=print, overrides: GridOverrides | None = None, profile: str | None = None,
-                   selection: Any = None, engine: Any = "local") -> list[dict[str, Any]]:
+                   echo=print, overrides: GridOverrides | None = None, selection: Any = None,
+                   engine: Any = "local") -> list[dict[str, Any]]:
     """Run the grid file ``path`` (what ``unirag run`` does): every cell whose name matches a glob of
     ``only`` (all when empty) into ``OUT/<cell name>``, each resumable; ``limit``: the first N queries.
     A cell that fails to start (bad config, no key) is reported and the others go on. Returns one
     ``{"cell", "status": "ok"|"failed", "counts"|"error"}`` per cell. ``overrides``: see
-    :class:`GridOverrides`; ``profile``: run every cell under this profile (same as
-    ``overrides.profile``). A cir cell's measured figures are printed beside the paper's.
+    :class:`GridOverrides` (``GridOverrides(profile=...)``: every cell under that profile). A cir cell's measured figures are printed beside the paper's.
 
     ``engine="ray"`` (or :class:`~unirag.runs.engine.EngineOptions`): local-model cells run on Ray
     workers of one pool for the whole grid, cells grouped by model so that each worker loads each
     model once for all the cells that use it (API cells run here, as always)."""
     from contextlib import nullcontext
-    from dataclasses import replace
 
     from unirag.runs.atomic import atomic_write_json
     from unirag.runs.engine import WorkerPool, engine_options
-
-    if profile is not None:
-        overrides = replace(overrides or GridOverrides(), profile=profile)
 
     spec, cells = load_experiment(path, overrides)
     cells = select_cells(cells, only)
