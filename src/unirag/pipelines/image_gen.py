@@ -115,8 +115,7 @@ def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | No
     def draw(p: PreparedQuery, images: dict[str, Any] | None) -> dict[str, Any]:
         query, examples = p.query, p.examples
         request = ImageRequest(qid=query.qid, caption=query.txt, examples=[ex.rooted(images_root) for ex in examples],
-                               width=settings.width, height=settings.height, steps=settings.steps,
-                               guidance=settings.guidance, seed=settings.seed, ahead=images, loading=image_loading)
+                               **asdict(settings), ahead=images, loading=image_loading)
         try:
             result = generator.generate(request)
         except InputError as e:  # e.g. a missing example image: this query fails, the run goes on
