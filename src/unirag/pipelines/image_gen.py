@@ -153,14 +153,12 @@ def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | No
                       selector, pick=pick if top_image else None)
 
 
-def open_image_job(out: str, images_root: str | None, settings: ImageSettings, price: Price,
-                   position: dict[str, int], save_prompts: int, k: int, image_format: str, image_loading: str,
-                   generator: ImageGenerator) -> ExampleJob:
-    """An image run's job on a Ray worker's loaded model (see :mod:`unirag.runs.engine`)."""
+def open_image_job(k: int, job: dict[str, Any], generator: ImageGenerator) -> ExampleJob:
+    """An image run's job on a Ray worker's loaded model (see :mod:`unirag.runs.engine`); ``job``:
+    :func:`image_job`'s arguments besides the generator and the selector (the driver chooses the examples)."""
     generator.check_k(k)
-    generator.check_size(settings.width, settings.height)
-    return image_job(generator, Path(out), images_root, settings, price, position, save_prompts, image_format,
-                     image_loading)
+    generator.check_size(job["settings"].width, job["settings"].height)
+    return image_job(generator, **job)
 
 
 def jpeg_bytes(image: Any) -> bytes:
@@ -256,9 +254,10 @@ def run_image_generation(
         open_kind = None
         if pool is not None:
             root = str(Path(images_root).resolve()) if images_root is not None else os.getcwd()
-            open_kind = functools.partial(open_image_job, str(out.resolve()), root, settings, price,
-                                          {q: i for q, i in position.items() if i < save_prompts}, save_prompts,
-                                          selector.k, image_format, profile["image_loading"])
+            open_kind = functools.partial(open_image_job, selector.k, dict(
+                out=out.resolve(), images_root=root, settings=settings, price=price, save_prompts=save_prompts,
+                position={q: i for q, i in position.items() if i < save_prompts}, image_format=image_format,
+                image_loading=profile["image_loading"]))
         # A local model draws one query at a time here: its example images decoded a few queries ahead.
         counts, final, _ = run_job(
             job, queries, out, TASK, identity, run_settings, save_prompts=save_prompts,
