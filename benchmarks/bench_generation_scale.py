@@ -111,13 +111,13 @@ def bench(task: str, spec: str, queries: Path, work: Path, args) -> dict:
     with WorkerPool(opts, progress=False) as pool:
         t0 = time.perf_counter()
         if task == "caption":
-            from unirag.pipelines.remote_models import TextModelRecipe
+            from unirag.pipelines.remote_models import ModelRecipe
 
-            pool.describe(TextModelRecipe(spec, {"device": "cpu", "batch_size": args.batch_size}))
+            pool.describe(ModelRecipe(spec, {"device": "cpu", "batch_size": args.batch_size}))
         else:
-            from unirag.pipelines.remote_models import ImageModelRecipe
+            from unirag.pipelines.remote_models import ModelRecipe
 
-            pool.describe(ImageModelRecipe(spec, {"device": "cpu"}))
+            pool.describe(ModelRecipe(spec, {"device": "cpu"}, "image"))
         ray_start = time.perf_counter() - t0  # Ray started + every worker has loaded the model
         t0 = time.perf_counter()
         _run(task, _config(task, queries, work / f"{task}-ray", spec, pool, args.batch_size))

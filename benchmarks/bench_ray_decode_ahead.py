@@ -119,9 +119,9 @@ def main() -> None:
                     cfg = CaptionConfig(queries=data["queries"], generator=spec, out=out, mode="rag", k=args.k,
                                         images_root=COCO, retrieval=data["run"], engine=pool, progress=False,
                                         generator_options={"batch_size": args.batch_size}, save_prompts=0)
-                    from unirag.pipelines.remote_models import TextModelRecipe
+                    from unirag.pipelines.remote_models import ModelRecipe
 
-                    pool.describe(TextModelRecipe(spec, {"batch_size": args.batch_size}))  # start + load first
+                    pool.describe(ModelRecipe(spec, {"batch_size": args.batch_size}))  # start + load first
                     t0 = time.perf_counter()
                     result = run_captioning(cfg)
                     seconds = time.perf_counter() - t0

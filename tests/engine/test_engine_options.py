@@ -127,14 +127,14 @@ def test_gpus_per_worker_reserves_ray_gpus_and_puts_each_model_on_its_gpu(monkey
     loads the model on "cuda" (its own GPU), and the default worker count is GPUs / G. Actors are
     threaded (the driver's next call decodes its images while the model works) and by default each
     GPU actor decodes in the CPUs per actor less one, a CPU-only one inline."""
-    from unirag.pipelines.remote_models import TextModelRecipe
+    from unirag.pipelines.remote_models import ModelRecipe
     from unirag.runs.engine import WorkerPool
 
     fake = _FakeRay({"CPU": 16, "GPU": 4})
     pool = WorkerPool(EngineOptions(engine="ray", gpus_per_worker=2, ray_address="head:6379"))
     monkeypatch.setattr(pool, "_connect", lambda: fake)
     pool.ray = fake
-    assert pool.describe(TextModelRecipe("hf:/models/llava")) == {"spec": "hf:/models/llava"}
+    assert pool.describe(ModelRecipe("hf:/models/llava")) == {"spec": "hf:/models/llava"}
     assert fake.requested == [{"num_cpus": 1, "num_gpus": 2, "max_restarts": 0, "max_task_retries": 0,
                                "max_concurrency": 3}]
     assert fake.started == [("cuda", None), ("cuda", None)]  # 4 GPUs / 2 per worker; cluster: Ray's threads
@@ -144,7 +144,7 @@ def test_gpus_per_worker_reserves_ray_gpus_and_puts_each_model_on_its_gpu(monkey
     pool = WorkerPool(EngineOptions(engine="ray"))
     monkeypatch.setattr(pool, "_connect", lambda: cpu)
     pool.ray = cpu
-    pool.describe(TextModelRecipe("python:m:f"))
+    pool.describe(ModelRecipe("python:m:f"))
     assert cpu.requested[0]["num_gpus"] == 0 and [d for d, _ in cpu.started] == ["cpu", "cpu"]
     assert cpu.decode_workers == [0, 0]  # CPU-only actors decode inline
 
@@ -152,7 +152,7 @@ def test_gpus_per_worker_reserves_ray_gpus_and_puts_each_model_on_its_gpu(monkey
     pool = WorkerPool(EngineOptions(engine="ray", decode_workers=1))
     monkeypatch.setattr(pool, "_connect", lambda: explicit)
     pool.ray = explicit
-    pool.describe(TextModelRecipe("python:m:f"))
+    pool.describe(ModelRecipe("python:m:f"))
     assert explicit.decode_workers == [1, 1]
 
 

@@ -1,4 +1,4 @@
-"""A Ray run saves the prompts a local run saves: the driver's stand-in (``RemoteTextGenerator``) has no
+"""A Ray run saves the prompts a local run saves: the driver's stand-in (``RemoteModel``) has no
 model, so it asks a worker (``WorkerPool.ask`` -> ``_Worker.ask``) for the model's wire form of each saved
 prompt. Here the actor class is called in this process, as Ray calls it; the question travels pickled."""
 
@@ -11,13 +11,13 @@ import pickle
 from unirag.generators.base import GenerationOptions
 from unirag.generators.registry import load_text_generator
 from unirag.messages import ImagePart, Message, TextPart, render_for_log
-from unirag.pipelines.remote_models import RemoteTextGenerator, TextModelRecipe, sent_prompt_of
+from unirag.pipelines.remote_models import ModelRecipe, RemoteModel, sent_prompt_of
 from unirag.runs.engine import _Worker
 
 
 def test_the_stand_in_saves_the_workers_wire_form(coco_mini, monkeypatch, no_api_keys):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-never-written")
-    recipe = TextModelRecipe("openai:gpt-4o", {"base_url": "http://127.0.0.1:9/v1"})
+    recipe = ModelRecipe("openai:gpt-4o", {"base_url": "http://127.0.0.1:9/v1"})
     worker = _Worker(recipe, "cpu", None)
     asked = []
 
@@ -25,7 +25,7 @@ def test_the_stand_in_saves_the_workers_wire_form(coco_mini, monkeypatch, no_api
         asked.append(question)
         return worker.ask(pickle.loads(pickle.dumps(question)))
 
-    stand_in = RemoteTextGenerator(recipe.describe(worker.model), ask=ask)
+    stand_in = RemoteModel(recipe.describe(worker.model), ask=ask)
     image = sorted((coco_mini / "images").iterdir())[0]
     messages = [Message("user", [TextPart("Caption this."), ImagePart(path=image)])]
     options = GenerationOptions(max_tokens=7)
@@ -38,7 +38,7 @@ def test_the_stand_in_saves_the_workers_wire_form(coco_mini, monkeypatch, no_api
     # a model that shows no wire form answers None (nothing written), as a local run of it
     assert sent_prompt_of(messages, options, object()) is None
     # without a worker to ask (a described model only): the rendered messages
-    assert RemoteTextGenerator(recipe.describe(worker.model)).sent_prompt(messages, options) == render_for_log(messages)
+    assert RemoteModel(recipe.describe(worker.model)).sent_prompt(messages, options) == render_for_log(messages)
 
 
 def test_a_dead_worker_is_skipped_and_none_left_is_one_line():

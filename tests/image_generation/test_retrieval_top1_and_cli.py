@@ -209,3 +209,38 @@ def test_killed_api_run_resumes_without_loss_or_duplicates(t2i_data, tmp_path):
     for r in recs:
         with Image.open(out / r["image"]) as im:
             assert im.size == (16, 12) and im.getpixel((0, 0)) == (1, 2, 3)
+
+
+def test_top_candidate_baseline_draws_the_top_hits_complement_not_the_first_kept_pair(t2i_data, tmp_path):
+    """``image_top1 = top-candidate`` (the official top-1 image baseline, castorini/UniRAG
+    src/unirag/eval_image_generation.py@e9a4e00:108-140): the top retrieved candidate is a caption
+    whose pair was dropped, so its image is its source item's in the pool; ``first-pair`` (default)
+    draws the first pair the query kept instead."""
+    from unirag.data.mbeir import read_queries
+    from unirag.pipelines.examples import make_selector
+    from unirag.pipelines.image_gen import run_image_generation
+    from unirag.profiles import resolve
+    from unirag.retrieval.results import Hit, Pair, RetrievalResult
+    from unirag.retrieval.run_io import write_retrieval_run
+
+    query = read_queries(t2i_data.queries)[0]
+    a, b = t2i_data.records[1], t2i_data.records[2]
+    run = tmp_path / "run.jsonl"
+    write_retrieval_run(run, [RetrievalResult(
+        qid=query.qid, candidates=[Hit(did=f"txt:{a['image_id']}", score=0.9, modality="text"),
+                                   Hit(did=f"img:{b['image_id']}", score=0.8, modality="image")],
+        pairs=[Pair(image_did=f"img:{b['image_id']}", text_did=f"txt:{b['image_id']}", img_path=b["image"],
+                    txt=b["captions"][1], score=0.8, via="pairing")])])
+    drawn = {}
+    for rule in ("first-pair", "top-candidate"):
+        out = tmp_path / rule
+        selector = make_selector("rag", 1, retrieval=run, pool_path=t2i_data.pool)
+        counts = run_image_generation([query], load_image_generator("retrieval:top1"), selector, out,
+                                      images_root=t2i_data.root, progress=False,
+                                      profile=resolve("default", image_top1=rule))
+        assert counts["ok"] == 1, counts
+        [rec] = _outputs(out)
+        drawn[rule] = rec["examples"][0]["image_did"]
+        assert np.array_equal(read_pixels(out / rec["image"]),
+                              read_pixels(t2i_data.root / (a if rule == "top-candidate" else b)["image"]))
+    assert drawn == {"first-pair": f"img:{b['image_id']}", "top-candidate": f"img:{a['image_id']}"}

@@ -129,9 +129,9 @@ class AgentRunner:
             options, attempts = rc.generation_options(), self.config.settings.json_attempts
             pool = recipe = open_kind = None
             if self._on_ray(rc.model):
-                from unirag.pipelines.remote_models import TextModelRecipe
+                from unirag.pipelines.remote_models import ModelRecipe
 
-                pool, recipe = self._worker_pool(), TextModelRecipe(rc.model, dict(rc.options))
+                pool, recipe = self._worker_pool(), ModelRecipe(rc.model, dict(rc.options))
                 open_kind = functools.partial(AgentJob, role, options, attempts)
                 job = AgentJob(role, options, attempts, None)
             else:

@@ -26,11 +26,10 @@ from unirag.generators.base import (
     Usage,
 )
 from unirag.messages import Message
-from unirag.pipelines.lazy_backend import LazyBackend
+from unirag.pipelines.examples import MODES
 from unirag.prompts.caption import CaptionPrompt
 from unirag.retrieval.results import Hit, Pair
 
-MODES = ("zero-shot", "random", "rag")
 DEFAULT_GENERATOR = "retrieval:consensus"
 #: ``temperature=FROM_PROFILE``: take the ``temperature`` setting of the profile (0.0 in ``default``).
 FROM_PROFILE = "profile"
@@ -64,6 +63,78 @@ class CaptionRequest:
     prompt: CaptionPrompt | None
 
 
+class LazyBackend:
+    """The lifecycle :class:`Captioner` and :class:`~unirag.ImageGenerator` share, in one place so that
+    they cannot drift apart: the backend is given as a spec (checked at once, loaded on first use by
+    ``_load_backend``, released by :meth:`close`) or as a live object the caller owns (never closed
+    here); transient errors are retried by ``self.retry``; :meth:`to_dict`'s record rebuilds an equal
+    object with :meth:`from_dict`."""
+
+    spec: str
+    _backend: Any = None
+    _owned: bool = True
+    #: the constructor's own arguments (every other keyword goes to the backend); where :meth:`to_dict` puts those
+    OWN_OPTIONS: tuple[str, ...] = ()
+    OPTIONS_KEY = "generator_options"
+
+    def _open(self, generator: Any, options: dict[str, Any], kinds: Any, parse: Any, wanted: str,
+              max_attempts: Any, retry: Any) -> None:
+        from unirag.generators.registry import check_generator_options, retry_policy
+
+        name = type(self).__name__
+        check_generator_options(name, generator if isinstance(generator, str) else None, options, self.OWN_OPTIONS)
+        self.retry = retry_policy(max_attempts, retry)
+        if isinstance(generator, str):
+            parse(generator)  # a bad spec fails here, before anything loads
+            self.spec, self._backend, self._owned = generator.strip(), None, True
+        elif isinstance(generator, kinds):
+            self.spec, self._backend, self._owned = generator.spec, generator, False
+        else:
+            raise InputError(f"{name} needs {wanted}, got {type(generator).__name__}", field="generator")
+
+    def _load_backend(self) -> Any:
+        raise NotImplementedError
+
+    @property
+    def backend(self) -> Any:
+        """The backend object (loaded from the spec on first use)."""
+        if self._backend is None:
+            self._backend = self._load_backend()
+        return self._backend
+
+    def warm_up(self):
+        """Load the backend now rather than at the first call (Haystack's ``warm_up``)."""
+        _ = self.backend
+        return self
+
+    def close(self) -> None:
+        """Release the backend if this object loaded it (GPU memory included); a caller's object stays."""
+        if self._backend is not None and self._owned:
+            self._backend.close()
+            self._backend = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]):
+        """An object with the settings :meth:`to_dict` recorded (its backend loaded from the spec)."""
+        from unirag.profiles import Settings
+
+        data = dict(data)
+        options = data.pop(cls.OPTIONS_KEY, None) or {}
+        if isinstance(data.get("profile"), Mapping):
+            data["profile"] = Settings.from_dict(data["profile"])
+        if "profile" in data:
+            data.pop("temperature", None)  # the recorded profile holds the temperature (and any override)
+        return cls(data.pop("generator"), **data, **options)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.spec!r})"
+
 
 class Captioner(LazyBackend):
     """Caption images with a generator, zero-shot or from examples (UniRAG, paper §3.2).
@@ -93,24 +164,13 @@ class Captioner(LazyBackend):
                  max_attempts: int | None = None, retry: Any = None, profile: Any = None,
                  official_prompts: str | Path | None = None, **generator_options: Any) -> None:
         from unirag.generators.pricing import load_prices, merge_prices, price_for
-        from unirag.generators.registry import check_generator_options, retry_policy
+        from unirag.generators.registry import parse_spec
         from unirag.profiles import resolve
 
         _check_arg_types(max_tokens=(max_tokens, int), temperature=(temperature, int | float | str | None),
                          templates_dir=(templates_dir, str | Path | None), images_root=(images_root, str | Path | None))
-        check_generator_options("Captioner", generator if isinstance(generator, str) else None,
-                                generator_options, self.OWN_OPTIONS)
-        self.retry = retry_policy(max_attempts, retry)
-        if isinstance(generator, str):
-            from unirag.generators.registry import parse_spec
-
-            parse_spec(generator)  # a bad spec fails here, before anything loads
-            self.spec, self._backend, self._owned = generator.strip(), None, True
-        elif isinstance(generator, TextGenerator | ExampleCaptioner):
-            self.spec, self._backend, self._owned = generator.spec, generator, False
-        else:
-            raise InputError(f"Captioner needs a generator spec (e.g. 'openai:gpt-4o') or a generator object, got "
-                             f"{type(generator).__name__}", field="generator")
+        self._open(generator, generator_options, TextGenerator | ExampleCaptioner, parse_spec,
+                   "a generator spec (e.g. 'openai:gpt-4o') or a generator object", max_attempts, retry)
         self.generator_options = {k: v for k, v in generator_options.items() if v is not None}
         given = {} if isinstance(temperature, str) and temperature == FROM_PROFILE else \
             {"temperature": "none" if temperature is None else temperature}
@@ -124,7 +184,6 @@ class Captioner(LazyBackend):
         self.price = price_for(self.spec, table)
         self._template = None
 
-    # -- lifecycle (load on first use, release on close: LazyBackend) ------------------------
     def _load_backend(self) -> CaptionBackend:
         from unirag.generators.registry import load_text_generator, profile_options
 
@@ -284,22 +343,6 @@ class Captioner(LazyBackend):
                 "max_attempts": self.retry.max_attempts, "profile": self.settings.to_dict(),
                 "official_prompts": str(self.official_prompts) if self.official_prompts else None,
                 "generator_options": dict(self.generator_options)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Captioner:
-        """A captioner with the settings :meth:`to_dict` recorded (its generator loaded from the spec)."""
-        from unirag.profiles import Settings
-
-        data = dict(data)
-        options = data.pop("generator_options", None) or {}
-        if isinstance(data.get("profile"), Mapping):
-            data["profile"] = Settings.from_dict(data["profile"])
-        if "profile" in data:
-            data.pop("temperature", None)  # the recorded profile holds the temperature (and any override)
-        return cls(data.pop("generator"), **data, **options)
-
-    def __repr__(self) -> str:
-        return f"Captioner({self.spec!r})"
 
 
 def to_pairs(examples: Iterable[Any], images_root: str | Path | None = None) -> list[Pair]:

@@ -175,15 +175,90 @@ def top_candidate_caption(result: Any, pool: dict[str, Candidate] | None) -> str
     return None
 
 
-class _TopCaption:
-    """``top_caption(query)`` for selectors that hold retrieval results (see top_candidate_caption)."""
+class RagExamples(ExampleSelector):
+    """The top-k completed pairs of retrieval results: those of a retrieval run file (``run_path``,
+    ``unirag retrieve`` output), or retrieved on the fly (one batched retrieval before the run) from
+    ``index``: an index directory, a :class:`unirag.Index` or a live :class:`unirag.Retriever` (whose
+    loaded encoder is reused). ``pool_path``: where the official top-1 baselines look up a candidate's
+    complement (:meth:`top_caption`, :meth:`top_image`)."""
 
-    pool_path: Path | None = None
+    mode = "rag"
     _pool: dict[str, Candidate] | None = None
     _pool_lock = threading.Lock()
 
+    def __init__(self, k: int, *, run_path: str | Path | None = None, index: Any = None,
+                 query_images_root: str | Path | None = None, modality: str = "any",
+                 pool_path: str | Path | None = None, profile: Any = None, selection: Any = None,
+                 exclude_qrels: Any = None) -> None:
+        self.k, self.query_images_root, self.modality = k, query_images_root, modality
+        self.pool_path = Path(pool_path) if pool_path is not None else None
+        self.run_path = Path(run_path) if run_path is not None else None
+        self.retriever = None
+        self._results: dict[str, Any] = {}
+        if self.run_path is not None:
+            from unirag.retrieval.run_io import read_retrieval_run
+
+            self._results = read_retrieval_run(self.run_path)
+            return
+        from unirag.retrieval.retriever import Retriever
+        from unirag.retrieval.selection import Selection
+
+        self.selection = Selection.of(selection)
+        self.exclude_qrels = exclude_qrels
+        self.retriever = index if isinstance(index, Retriever) else Retriever(index, profile=profile)
+
+    @property
+    def images_root(self) -> str | None:
+        """The pool's images root, as the index recorded it: where the examples' image paths start."""
+        return self.retriever.pool_images_root if self.retriever is not None else None
+
+    def prepare(self, queries: Sequence[Query]) -> None:
+        todo = [q for q in queries if q.qid not in self._results]
+        if not todo:
+            return
+        if self.retriever is None:
+            raise InputError(f"{len(todo)} query id(s) have no retrieval results, e.g. "
+                             f"{', '.join(q.qid for q in todo[:5])}; was the run made for these queries?",
+                             path=self.run_path)
+        for r in self.retriever.retrieve(todo, self.k, self.modality, exclude_qrels=self.exclude_qrels,
+                                         query_images_root=self.query_images_root, progress=True,
+                                         selection=self.selection):
+            self._results[r.qid] = r
+
     def _result(self, query: Query) -> Any:
-        raise NotImplementedError
+        if query.qid not in self._results and self.retriever is not None:
+            self.prepare([query])
+        return self._results.get(query.qid)
+
+    def select(self, query: Query) -> list[Pair]:
+        result = self._result(query)
+        return _top_pairs(query, result.pairs, self.k) if result is not None else []
+
+    def leak_info(self, query: Query) -> dict[str, int] | None:
+        result = self._results.get(query.qid)
+        return result.near_duplicates if result is not None else None
+
+    def source(self) -> dict[str, Any]:
+        if self.run_path is not None:
+            from unirag.retrieval.run_io import read_run_manifest
+
+            out = {"mode": self.mode, "k": self.k, "retrieval": str(self.run_path)}
+            selection = (read_run_manifest(self.run_path) or {}).get("selection")
+            if selection is not None:  # the run file's own manifest (runs written before it have none)
+                out["selection"] = selection
+            return out
+        from unirag.profiles import SETTINGS
+
+        out = {"mode": self.mode, "k": self.k, "index": str(Path(self.retriever.index.index_dir)),
+               "selection": self.selection.to_dict()}
+        if self.modality != "any":  # only when searched by task, so earlier runs still resume
+            out["modality"] = self.modality
+        settings = self.retriever.settings
+        changed = {n: settings[n] for n in ("pair_completion", "example_pairs", "pair_alignment")
+                   if settings[n] != SETTINGS[n].default}
+        if changed:  # only when not the default, so runs made before these settings existed still resume
+            out["pairing"] = changed
+        return out
 
     def _lookup_pool(self) -> dict[str, Candidate] | None:
         if self.pool_path is None:
@@ -219,6 +294,7 @@ class _TopCaption:
         return None
 
     def top_caption(self, query: Query) -> str:
+        """The official top-1 caption baseline's caption (see :func:`top_candidate_caption`)."""
         result = self._result(query)
         text = top_candidate_caption(result, None) if result is not None else None
         if text is None and result is not None and result.candidates:
@@ -228,113 +304,6 @@ class _TopCaption:
             hint = "" if self.pool_path is not None else "; pass --pool so its caption can be looked up"
             raise BackendError(f"no caption for the top retrieved candidate of {query.qid} ({top}){hint}")
         return text
-
-
-class RagFromRun(_TopCaption, ExampleSelector):
-    """Top-k pairs of a retrieval run file (``unirag retrieve`` output)."""
-
-    mode = "rag"
-
-    def __init__(self, k: int, run_path: str | Path, pool_path: str | Path | None = None) -> None:
-        from unirag.retrieval.run_io import read_retrieval_run
-
-        self.k, self.run_path = k, Path(run_path)
-        self.pool_path = Path(pool_path) if pool_path is not None else None
-        self._run = read_retrieval_run(self.run_path)
-
-    def _result(self, query: Query) -> Any:
-        return self._run.get(query.qid)
-
-    def prepare(self, queries: Sequence[Query]) -> None:
-        missing = [q.qid for q in queries if q.qid not in self._run]
-        if missing:
-            raise InputError(f"{len(missing)} query id(s) have no retrieval results, e.g. "
-                             f"{', '.join(missing[:5])}; was the run made for these queries?", path=self.run_path)
-
-    def select(self, query: Query) -> list[Pair]:
-        result = self._run.get(query.qid)
-        return _top_pairs(query, result.pairs, self.k) if result is not None else []
-
-    def leak_info(self, query: Query) -> dict[str, int] | None:
-        result = self._run.get(query.qid)
-        return result.near_duplicates if result is not None else None
-
-    def source(self) -> dict[str, Any]:
-        from unirag.retrieval.run_io import read_run_manifest
-
-        out = {"mode": self.mode, "k": self.k, "retrieval": str(self.run_path)}
-        selection = (read_run_manifest(self.run_path) or {}).get("selection")
-        if selection is not None:  # the run file's own manifest (runs written before it have none)
-            out["selection"] = selection
-        return out
-
-
-class RagFromIndex(_TopCaption, ExampleSelector):
-    """Retrieve pairs on the fly (one batched retrieval before the run) from an index directory, a
-    :class:`unirag.Index` or a live :class:`unirag.Retriever` (whose loaded encoder is reused)."""
-
-    mode = "rag"
-
-    def __init__(self, k: int, index: Any, query_images_root: str | Path | None,
-                 modality: str = "any", pool_path: str | Path | None = None, profile: Any = None,
-                 selection: Any = None, exclude_qrels: Any = None) -> None:
-        from unirag.retrieval.retriever import Retriever
-        from unirag.retrieval.selection import Selection
-
-        self.selection = Selection.of(selection)
-        self.exclude_qrels = exclude_qrels
-        self.retriever = index if isinstance(index, Retriever) else Retriever(index, profile=profile)
-        self.index_dir = Path(self.retriever.index.index_dir)
-        self.k, self.query_images_root, self.modality = k, query_images_root, modality
-        self.pool_path = Path(pool_path) if pool_path is not None else None
-        self._results: dict[str, Any] = {}
-
-    @property
-    def images_root(self) -> str | None:
-        """The pool's images root, as the index recorded it: where the examples' image paths start."""
-        return self.retriever.pool_images_root
-
-    def _result(self, query: Query) -> Any:
-        if query.qid not in self._results:
-            self.prepare([query])
-        return self._results.get(query.qid)
-
-    def prepare(self, queries: Sequence[Query]) -> None:
-        todo = [q for q in queries if q.qid not in self._results]
-        if not todo:
-            return
-        for r in self.retriever.retrieve(todo, self.k, self.modality, exclude_qrels=self.exclude_qrels,
-                                         query_images_root=self.query_images_root, progress=True,
-                                         selection=self.selection):
-            self._results[r.qid] = r
-
-    def select(self, query: Query) -> list[Pair]:
-        if query.qid not in self._results:
-            self.prepare([query])
-        return _top_pairs(query, self._results[query.qid].pairs, self.k)
-
-    def leak_info(self, query: Query) -> dict[str, int] | None:
-        result = self._results.get(query.qid)
-        return result.near_duplicates if result is not None else None
-
-    def source(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mode": self.mode, "k": self.k, "index": str(self.index_dir),
-                               "selection": self.selection.to_dict()}
-        if self.modality != "any":  # only when searched by task, so earlier runs still resume
-            out["modality"] = self.modality
-        settings = self.retriever.settings
-        changed = {n: settings[n] for n in ("pair_completion", "example_pairs", "pair_alignment")
-                   if settings[n] != resolve_default(n)}
-        if changed:  # only when not the default, so runs made before these settings existed still resume
-            out["pairing"] = changed
-        return out
-
-
-def resolve_default(name: str) -> Any:
-    """The ``default`` profile's value of a setting."""
-    from unirag.profiles import SETTINGS
-
-    return SETTINGS[name].default
 
 
 def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dict[str, Candidate] | None = None,
@@ -378,9 +347,9 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dic
         if selection != Selection():
             raise ConfigError("example selection options apply when retrieving: pass them to `unirag retrieve` "
                               "(the run file holds the examples it chose) or use --index")
-        return RagFromRun(k, retrieval, pool_path)
+        return RagExamples(k, run_path=retrieval, pool_path=pool_path)
     from unirag.profiles import resolve
 
     modality = supplies if resolve(profile)["rag_modality"] == "task" else "any"
-    return RagFromIndex(k, index, query_images_root, modality=modality, pool_path=pool_path, profile=profile,
-                        selection=selection)
+    return RagExamples(k, index=index, query_images_root=query_images_root, modality=modality, pool_path=pool_path,
+                       profile=profile, selection=selection)

@@ -11,10 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from unirag.errors import ConfigError, UniragError
+from unirag.errors import UniragError
 from unirag.generators.registry import GENERATOR_OPTIONS
-from unirag.pipelines.experiment_cells import Cell, load_experiment, select_cells
-from unirag.pipelines.experiment_grid import RUN_OPTION_KEYS, GridOverrides
+from unirag.pipelines.experiment_grid import (
+    RUN_OPTION_KEYS,
+    Cell,
+    GridOverrides,
+    load_experiment,
+    select_cells,
+)
 
 __all__ = ["Cell", "GridOverrides", "cell_states", "load_experiment", "run_cell", "run_experiment", "select_cells"]
 
@@ -43,12 +48,10 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     if cell.task == "caption":
         from unirag.pipelines.caption import CaptionConfig, run_captioning
 
-        pool_images_root = cell.sources.get("pool_images_root")
+        sources = {k: cell.sources.get(k) for k in ("images_root", "pool_images_root", "retrieval", "index", "pool")}
         cfg = CaptionConfig(queries=cell.sources["queries"], generator=cell.generator, out=out, mode=cell.mode,
-                            k=cell.k, images_root=cell.sources.get("images_root"), pool_images_root=pool_images_root,
-                            retrieval=cell.sources.get("retrieval"), index=cell.sources.get("index"),
-                            pool=cell.sources.get("pool"), generator_options=gen_opts, progress=progress,
-                            profile=cell.settings, engine=engine, **run_opts)
+                            k=cell.k, generator_options=gen_opts, progress=progress, profile=cell.settings,
+                            engine=engine, **sources, **run_opts)
         return run_captioning(cfg)["counts"]
     return _run_image_cell(cell, out, opts, progress, engine)
 
@@ -61,7 +64,9 @@ def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, e
     kwargs = {k: c[k] for k in ("split_file", "agents", "k_prime", "lam", "encoder", "exclude_reference")
               if c.get(k) is not None}
     if c.get("stages"):
-        kwargs["stages"] = c["stages"]
+        from unirag.cir.stages import parse_stages
+
+        kwargs["stages"] = parse_stages(c["stages"])
     metrics = run_cir(c["dataset"], c["annotations"], images_root=cell.sources.get("images_root"), out_dir=out,
                       k=c.get("k"), limit=opts.get("limit"), concurrency=opts.get("concurrency"),
                       progress=progress, profile=cell.settings, echo=lambda s: None, engine=engine,
@@ -75,7 +80,7 @@ def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, e
 def cir_stage_metrics(metrics: dict[str, Any], stage: str | None = None) -> dict[str, Any] | None:
     """The metrics of one stage (default: X^R's final ``xr``, else the last one run) of a run_cir result;
     for several annotation files (FashionIQ), their average, the way the benchmark is reported."""
-    from unirag.cir.pipeline import STAGE_NAMES
+    from unirag.cir.stages import STAGE_NAMES
 
     source = metrics.get("average") if "datasets" in metrics else metrics
     if not isinstance(source, dict):
@@ -109,12 +114,9 @@ def _cell_selection(cell: Cell, own: Any, given: Any):
 
 def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, engine: Any) -> dict[str, Any]:
     """Delegate to the image pipeline (:mod:`unirag.pipelines.image_gen`)."""
-    try:
-        from unirag.pipelines.image_gen import ImageSettings, run_image_generation
-    except ImportError as e:
-        raise ConfigError(f"image cells need the image generation pipeline ({e})") from None
     from unirag.data.mbeir import read_queries
     from unirag.pipelines.examples import example_images_root, make_selector
+    from unirag.pipelines.image_gen import ImageSettings, run_image_generation
 
     queries = read_queries(cell.sources["queries"])
     selector = make_selector(cell.mode, cell.k, queries=queries, pool_path=cell.sources.get("pool"),
@@ -159,26 +161,21 @@ def _model_key(cell: Cell) -> tuple:
 
 
 def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool = True, limit: int | None = None,
-                   echo=print, overrides: GridOverrides | None = None, profile: str | None = None,
-                   selection: Any = None, engine: Any = "local") -> list[dict[str, Any]]:
+                   echo=print, overrides: GridOverrides | None = None, selection: Any = None,
+                   engine: Any = "local") -> list[dict[str, Any]]:
     """Run the grid file ``path`` (what ``unirag run`` does): every cell whose name matches a glob of
     ``only`` (all when empty) into ``OUT/<cell name>``, each resumable; ``limit``: the first N queries.
     A cell that fails to start (bad config, no key) is reported and the others go on. Returns one
     ``{"cell", "status": "ok"|"failed", "counts"|"error"}`` per cell. ``overrides``: see
-    :class:`GridOverrides`; ``profile``: run every cell under this profile (same as
-    ``overrides.profile``). A cir cell's measured figures are printed beside the paper's.
+    :class:`GridOverrides` (``GridOverrides(profile=...)``: every cell under that profile). A cir cell's measured figures are printed beside the paper's.
 
     ``engine="ray"`` (or :class:`~unirag.runs.engine.EngineOptions`): local-model cells run on Ray
     workers of one pool for the whole grid, cells grouped by model so that each worker loads each
     model once for all the cells that use it (API cells run here, as always)."""
     from contextlib import nullcontext
-    from dataclasses import replace
 
     from unirag.runs.atomic import atomic_write_json
     from unirag.runs.engine import WorkerPool, engine_options
-
-    if profile is not None:
-        overrides = replace(overrides or GridOverrides(), profile=profile)
 
     spec, cells = load_experiment(path, overrides)
     cells = select_cells(cells, only)
@@ -191,25 +188,21 @@ def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool 
         context = WorkerPool(options, progress=progress)
     else:
         context = nullcontext(engine)
-    with context as shared:
-        return _run_cells(spec, cells, progress, limit, echo, shared, selection, atomic_write_json)
-
-
-def _run_cells(spec, cells, progress, limit, echo, engine, selection, atomic_write_json) -> list[dict[str, Any]]:
-    results = []
-    for i, cell in enumerate(cells, start=1):
-        echo(f"[{i}/{len(cells)}] {cell.name}")
-        try:
-            counts = run_cell(cell, spec["out"], progress=progress, limit=limit, selection=selection,
-                              engine=engine)
-            results.append({"cell": cell.name, "status": "ok", "counts": counts})
-            submit = cell.task == "cir" and not (counts.get("metrics") or {}).get("n_queries")
-            for line in compare_lines(cell.paper, counts.get("metrics") or {}, submit=submit):
-                echo(f"  {line}")
-        except UniragError as e:
-            echo(f"  failed: {e}")
-            results.append({"cell": cell.name, "status": "failed", "error": str(e)})
-        atomic_write_json(Path(spec["out"]) / "experiment.json", {"experiment": spec["path"], "cells": results})
+    results: list[dict[str, Any]] = []
+    with context as engine:
+        for i, cell in enumerate(cells, start=1):
+            echo(f"[{i}/{len(cells)}] {cell.name}")
+            try:
+                counts = run_cell(cell, spec["out"], progress=progress, limit=limit, selection=selection,
+                                  engine=engine)
+                results.append({"cell": cell.name, "status": "ok", "counts": counts})
+                submit = cell.task == "cir" and not (counts.get("metrics") or {}).get("n_queries")
+                for line in compare_lines(cell.paper, counts.get("metrics") or {}, submit=submit):
+                    echo(f"  {line}")
+            except UniragError as e:
+                echo(f"  failed: {e}")
+                results.append({"cell": cell.name, "status": "failed", "error": str(e)})
+            atomic_write_json(Path(spec["out"]) / "experiment.json", {"experiment": spec["path"], "cells": results})
     return results
 
 

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unirag.pipelines.experiment_cells import Cell, load_experiment, select_cells
-from unirag.pipelines.experiment_grid import GridOverrides
+from unirag.pipelines.experiment_grid import Cell, GridOverrides, load_experiment, select_cells
 
 #: Generator prefixes whose calls need an API key, and the variables that can hold it.
 API_KEYS = {"openai": ("OPENAI_API_KEY",), "openai-image": ("OPENAI_API_KEY",),
@@ -37,16 +36,17 @@ def _hub_cached(repo: str) -> bool:
     return (cache / ("models--" + repo.replace("/", "--"))).is_dir()
 
 
-def _checkpoint(kind: str, name: str) -> tuple[str, str | None]:
-    """(line, missing item or None) for a checkpoint named by a generator or encoder spec."""
+def _checkpoint(plan: CellPlan, kind: str, name: str) -> None:
+    """The plan's line (and missing item) for a checkpoint named by a generator or encoder spec."""
     p = Path(name).expanduser()
     looks_local = kind.startswith("lavit") or name.startswith(("/", ".", "~")) or p.exists() or name.count("/") != 1
     if looks_local:
-        return (f"{kind} {name}: " + ("ok" if p.exists() else "MISSING"),
-                None if p.exists() else f"checkpoint {name} ({kind})")
-    cached = _hub_cached(name)
-    return f"{kind} {name}: hub id, " + ("in the local cache" if cached else
-                                          "not cached (downloaded on first use)"), None
+        plan.lines.append(f"  {kind} {name}: " + ("ok" if p.exists() else "MISSING"))
+        if not p.exists():
+            plan.missing.append(f"checkpoint {name} ({kind})")
+    else:
+        plan.lines.append(f"  {kind} {name}: hub id, " + ("in the local cache" if _hub_cached(name) else
+                                                           "not cached (downloaded on first use)"))
 
 
 def _keys_for(spec: str, options: dict[str, Any]) -> list[tuple[str, bool]]:
@@ -161,10 +161,7 @@ def plan_cell(cell: Cell) -> CellPlan:
     for spec, options in specs:
         prefix, _, name = spec.partition(":")
         if prefix in CHECKPOINT_PREFIXES and name:
-            line, lack = _checkpoint(f"{prefix} checkpoint", name)
-            add("  " + line)
-            if lack:
-                miss(lack)
+            _checkpoint(plan, f"{prefix} checkpoint", name)
         for names, present in _keys_for(spec, options):
             add(f"  key {names}: " + ("set" if present else "NOT SET"))
             if not present:
@@ -175,10 +172,7 @@ def plan_cell(cell: Cell) -> CellPlan:
         target = name if prefix in ("hf", "uniir") else str(encoder)
         if prefix == "uniir":
             target = name.split(":", 1)[-1]
-        line, lack = _checkpoint("encoder", target)
-        add("  " + line)
-        if lack:
-            miss(lack)
+        _checkpoint(plan, "encoder", target)
     if cell.paper:
         add("  paper: " + ", ".join(f"{k} {v}" for k, v in cell.paper.items()))
     return plan

@@ -5,7 +5,8 @@ image-caption pairs (:mod:`unirag.pipelines.examples`), ask an image generator f
 save it losslessly as ``OUT/images/<qid>.png`` with the prompt that made it beside it
 (``<qid>.prompt.json``). The run directory (:mod:`unirag.runs.rundir`) holds one
 ``outputs.jsonl`` line per query and the manifest; rerunning the same command resumes. API
-backends run concurrently, local models one query at a time.
+backends run concurrently, local models one query at a time. The run itself is the one
+example-driven run (:mod:`unirag.pipelines.example_run`); this module is its image hook.
 """
 
 from __future__ import annotations
@@ -33,13 +34,20 @@ from unirag.generators.images.base import (
 )
 from unirag.generators.pricing import Price, cost_usd, image_price, price_entry
 from unirag.messages import ImagePart, Message, TextPart
+from unirag.pipelines.example_run import (
+    ExampleJob,
+    ExampleRunConfig,
+    PreparedQuery,
+    engine_entry,
+    load_queries,
+    open_remote,
+    queries_identity,
+    run_job,
+)
 from unirag.pipelines.examples import ExampleSelector
-from unirag.pipelines.run_config import ExampleRunConfig
-from unirag.retrieval.results import Pair
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json
-from unirag.runs.executor import execute
 from unirag.runs.retry import RetryPolicy
-from unirag.runs.rundir import PROMPTS_DIR, RunDir
+from unirag.runs.rundir import PROMPTS_DIR
 
 TASK = "image"  # the task name caption/image runs and `unirag evaluate images` agree on
 IMAGES_DIR = "images"
@@ -77,10 +85,6 @@ def image_stem(qid: str) -> str:
     return safe
 
 
-def _rooted(examples: Sequence[Pair], images_root: str | Path | None) -> list[Pair]:
-    return [ex.rooted(images_root) for ex in examples]
-
-
 def prompt_messages(request: ImageRequest, prompt: str) -> list[Message]:
     """The request as typed messages (example images, then the prompt text) for the prompts/ dump."""
     parts: list[Any] = [ImagePart(path=e.image, label=e.label or f"example {i}")
@@ -89,79 +93,28 @@ def prompt_messages(request: ImageRequest, prompt: str) -> list[Message]:
     return [Message("user", parts)]
 
 
-def _check_queries(queries: Sequence[Query]) -> None:
-    for q in queries:
-        if not q.txt:
-            raise InputError(f"query {q.qid} has no caption text; text-to-image queries need 'query_txt'",
-                             field="query_txt")
+def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | None, settings: ImageSettings,
+              price: Price, position: dict[str, int], save_prompts: int = 5, image_format: str = "png",
+              image_loading: str = "normalised", selector: ExampleSelector | None = None,
+              top_image: bool = False) -> ExampleJob:
+    """An image run's kind: a query prepared (examples chosen, by ``selector``; None on a Ray worker:
+    the driver chose them) is drawn: PNG, prompt file, record fields. ``image_format``: the setting
+    (``png`` lossless, or ``jpeg`` at PIL's default quality, as the official run); ``image_loading``:
+    how example images decode (``plain``: as the official code); ``top_image``: the official retrieval
+    baseline (``image_top1`` top-candidate): the top hit's image, unskipped. One picture per call
+    (diffusers batches only text-only requests)."""
+    from unirag.runs.rundir import write_prompt
 
+    free = price == Price()
 
-@dataclass
-class ImageJob:
-    """An image run's kind (:class:`~unirag.runs.executor.RunKind`): a query is prepared (examples
-    chosen, by ``selector``) and drawn: PNG, prompt file, record fields. The run makes one for its
-    local loop; a Ray worker makes its own around the model it loaded (:func:`open_image_job`, no
-    selector: the driver chooses the examples), so both write the same files and records."""
+    def pick(q: Query) -> PreparedQuery:
+        ex = selector.top_image(q)
+        return PreparedQuery(q, [ex] if ex is not None else [])
 
-    generator: ImageGenerator
-    out: Path
-    images_root: str | Path | None
-    settings: ImageSettings
-    price: Price
-    position: dict[str, int]
-    save_prompts: int = 5
-    #: the ``image_format`` setting: ``png`` (lossless) or ``jpeg`` (PIL's default quality, as the official run)
-    image_format: str = "png"
-    #: the ``image_loading`` setting: how example images decode (``plain``: as the official code)
-    image_loading: str = "normalised"
-    selector: ExampleSelector | None = None
-    #: the official retrieval baseline (``image_top1`` top-candidate): the top hit's image, unskipped
-    top_image: bool = False
-
-    #: one picture per call (diffusers batches only text-only requests)
-    batches = False
-    batch_size = 1
-
-    @property
-    def free(self) -> bool:
-        return self.price == Price()
-
-    @staticmethod
-    def key(q: Query) -> str:
-        return q.qid
-
-    def prepare(self, q: Query) -> tuple[Query, list[Pair], dict[str, int] | None]:
-        """The query, its examples and the leakage guard's count for them (None: guard off)."""
-        if self.top_image:
-            ex = self.selector.top_image(q)
-            return q, [ex] if ex is not None else [], None
-        return q, self.selector.select(q), self.selector.leak_info(q)
-
-    def n_images(self, queries: Sequence[Query]) -> int:
-        return len(queries) * self.selector.k
-
-    def work_batch(self, prepared: list[tuple[Query, list[Pair], dict[str, int] | None]],
-                   images: dict[str, Any]) -> list[dict[str, Any]]:
-        return [self.work_prepared(p, images) for p in prepared]
-
-    def image_paths(self, prepared: Sequence[tuple[Query, list[Pair], dict[str, int] | None]]) -> list[str]:
-        """The image files the generator reads for these prepared queries (their example images), in
-        order: what a decode worker can decode ahead (see :mod:`unirag.data.loader`)."""
-        return [str(p.image) for _, examples, _ in prepared
-                for p in _rooted(examples, self.images_root)]
-
-    def work_prepared(self, prepared: tuple[Query, list[Pair], dict[str, int] | None],
-                      images: dict[str, Any] | None = None) -> dict[str, Any]:
-        """``prepared``: the query, its examples and the leakage guard's count for them (None: guard off);
-        ``images``: the example files already decoded (path -> image)."""
-        from unirag.runs.rundir import write_prompt
-
-        query, examples, leaks = prepared
-        settings, generator, out = self.settings, self.generator, self.out
-        request = ImageRequest(qid=query.qid, caption=query.txt, examples=_rooted(examples, self.images_root),
-                               width=settings.width, height=settings.height, steps=settings.steps,
-                               guidance=settings.guidance, seed=settings.seed, ahead=images,
-                               loading=self.image_loading)
+    def draw(p: PreparedQuery, images: dict[str, Any] | None) -> dict[str, Any]:
+        query, examples = p.query, p.examples
+        request = ImageRequest(qid=query.qid, caption=query.txt, examples=[ex.rooted(images_root) for ex in examples],
+                               **asdict(settings), ahead=images, loading=image_loading)
         try:
             result = generator.generate(request)
         except InputError as e:  # e.g. a missing example image: this query fails, the run goes on
@@ -169,7 +122,7 @@ class ImageJob:
         meta = dict(result.meta)
         prompt = meta.pop("prompt", None) or generator.prompt_text(request)
         stem = image_stem(query.qid)
-        if self.image_format == "jpeg":
+        if image_format == "jpeg":
             rel = f"{IMAGES_DIR}/{stem}.jpg"
             atomic_write_bytes(out / rel, jpeg_bytes(result.image))
         else:
@@ -179,30 +132,32 @@ class ImageJob:
             "qid": query.qid, "caption": query.txt, "generator": generator.spec, "prompt": prompt,
             "examples": [{"id": e.label, "image": str(e.image), "caption": e.caption} for e in request.examples],
             **asdict(settings)})
-        index = self.position.get(query.qid, self.save_prompts)
-        if index < self.save_prompts:
+        index = position.get(query.qid, save_prompts)
+        if index < save_prompts:
             write_prompt(out / PROMPTS_DIR, index, query.qid, prompt_messages(request, prompt), extra={"image": rel})
         fields: dict[str, Any] = {"caption": query.txt, "image": rel,
                                   "examples": [ex.as_record() for ex in examples],
                                   "size": list(result.image.size)}
-        if leaks is not None:
-            fields["near_duplicates"] = leaks
+        if p.leaks is not None:
+            fields["near_duplicates"] = p.leaks
         fields["usage"] = result.usage.as_dict() if result.usage is not None else {}
         # No usage reported: free backends (local models, the retrieval baseline) cost 0, others unknown.
-        fields["cost_usd"] = cost_usd(result.usage or Usage(), self.price) if (result.usage or self.free) else None
+        fields["cost_usd"] = cost_usd(result.usage or Usage(), price) if (result.usage or free) else None
         if meta:
             fields["meta"] = meta
         return fields
 
+    return ExampleJob(lambda ps, images: [draw(p, images) for p in ps],
+                      lambda ps: [str(ex.rooted(images_root).image) for p in ps for ex in p.examples],
+                      selector, pick=pick if top_image else None)
 
-def open_image_job(out: str, images_root: str | None, settings: ImageSettings, price: Price,
-                   position: dict[str, int], save_prompts: int, k: int, image_format: str, image_loading: str,
-                   generator: ImageGenerator) -> ImageJob:
-    """An image run's job on a Ray worker's loaded model (see :mod:`unirag.runs.engine`)."""
+
+def open_image_job(k: int, job: dict[str, Any], generator: ImageGenerator) -> ExampleJob:
+    """An image run's job on a Ray worker's loaded model (see :mod:`unirag.runs.engine`); ``job``:
+    :func:`image_job`'s arguments besides the generator and the selector (the driver chooses the examples)."""
     generator.check_k(k)
-    generator.check_size(settings.width, settings.height)
-    return ImageJob(generator, Path(out), images_root, settings, price, position, save_prompts, image_format,
-                    image_loading)
+    generator.check_size(job["settings"].width, job["settings"].height)
+    return image_job(generator, **job)
 
 
 def jpeg_bytes(image: Any) -> bytes:
@@ -247,13 +202,19 @@ def run_image_generation(
     next queries' example images while a local model draws (see :mod:`unirag.runs.ahead`). API
     generators send the files as they are and decode nothing.
     """
+    import functools
+    import os
     from contextlib import ExitStack
 
     from unirag.generators.registry import IMAGE, profile_options
     from unirag.profiles import resolve
-    from unirag.runs.engine import open_pool, runs_on_ray
 
     profile = resolve(profile)
+    queries = list(queries)[:limit] if limit is not None else list(queries)
+    for q in queries:
+        if not q.txt:
+            raise InputError(f"query {q.qid} has no caption text; text-to-image queries need 'query_txt'",
+                             field="query_txt")
     with ExitStack() as stack:
         pool = recipe = None
         if generator is None:
@@ -261,82 +222,59 @@ def run_image_generation(
                 from unirag.errors import ConfigError
 
                 raise ConfigError("run_image_generation needs a generator or a spec")
-            if runs_on_ray(engine, spec):
-                from unirag.pipelines.remote_models import ImageModelRecipe, RemoteImageGenerator
-
-                pool = stack.enter_context(open_pool(engine, progress))
-                recipe = ImageModelRecipe(spec, profile_options(spec, profile, generator_options, IMAGE))
-                generator = RemoteImageGenerator(pool.describe(recipe))
-            else:
+            options = profile_options(spec, profile, generator_options, IMAGE)
+            generator, pool, recipe = open_remote(stack, "image", spec, options, engine, progress)
+            if generator is None:
                 from unirag.generators.registry import load_image_generator
 
-                generator = load_image_generator(spec, **profile_options(spec, profile, generator_options, IMAGE))
+                generator = load_image_generator(spec, **options)
                 stack.callback(generator.close)
         settings = (settings or ImageSettings()).resolved(generator.spec, profile)
-        return _run_image_generation(queries, generator, selector, Path(out), images_root, settings,
-                                     concurrency, limit, save_prompts, policy, prices, identity_extra, progress,
-                                     pool, recipe, engine, profile)
-
-
-def _run_image_generation(queries, generator: ImageGenerator, selector: ExampleSelector, out: Path, images_root,
-                          settings: ImageSettings, concurrency, limit, save_prompts, policy, prices, identity_extra,
-                          progress, pool, recipe, engine, profile) -> dict[str, int]:
-    import os
-
-    from unirag.pipelines.caption import _engine_entry
-
-    queries = list(queries)[:limit] if limit is not None else list(queries)
-    _check_queries(queries)
-    generator.check_k(selector.k)
-    generator.check_size(settings.width, settings.height)
-    templates = {name: image_template(name).manifest_entry() for name in generator.templates}
-    identity = {"generator": generator.spec, **generator.identity(), "examples": selector.source(), **asdict(settings),
-                "templates": {n: t["sha256"] for n, t in templates.items()}, **(identity_extra or {})}
-    image_format = profile["image_format"]
-    if image_format != "png":  # only when not the default, so runs made before the setting still resume
-        identity["image_format"] = image_format
-    price = image_price(generator.spec, generator.local, prices)
-    run_settings = {"generator_config": generator.config(), "images_root": images_root,
-                    "concurrency": 1 if generator.local else concurrency, "templates": templates,
-                    "price": price_entry(price), "prices_file": str(prices) if prices else None,
-                    "profile": profile.to_dict(), "engine": _engine_entry(engine, pool)}
-    position = {q.qid: i for i, q in enumerate(queries)}
-
-    with RunDir(out, TASK, identity, run_settings, save_prompts=save_prompts) as run:
-        done = run.store.done_keys()
-        todo = [q for q in queries if q.qid not in done]
-        selector.prepare(todo)
-        (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
+        out = Path(out)
+        generator.check_k(selector.k)
+        generator.check_size(settings.width, settings.height)
+        templates = {name: image_template(name).manifest_entry() for name in generator.templates}
+        identity = {"generator": generator.spec, **generator.identity(), "examples": selector.source(),
+                    **asdict(settings), "templates": {n: t["sha256"] for n, t in templates.items()},
+                    **(identity_extra or {})}
+        image_format = profile["image_format"]
+        if image_format != "png":  # only when not the default, so runs made before the setting still resume
+            identity["image_format"] = image_format
+        price = image_price(generator.spec, generator.local, prices)
+        run_settings = {"generator_config": generator.config(), "images_root": images_root,
+                        "concurrency": 1 if generator.local else concurrency, "templates": templates,
+                        "price": price_entry(price), "prices_file": str(prices) if prices else None,
+                        "profile": profile.to_dict(), "engine": engine_entry(engine, pool)}
+        position = {q.qid: i for i, q in enumerate(queries)}
         top_image = profile["image_top1"] == "top-candidate" and generator.spec.startswith("retrieval:") \
             and hasattr(selector, "top_image")
-        job = ImageJob(generator, out, images_root, settings, price, position, save_prompts, image_format,
-                       profile["image_loading"], selector, top_image)
+        job = image_job(generator, out, images_root, settings, price, position, save_prompts, image_format,
+                        profile["image_loading"], selector, top_image)
         open_kind = None
         if pool is not None:
-            import functools
-
             root = str(Path(images_root).resolve()) if images_root is not None else os.getcwd()
-            open_kind = functools.partial(open_image_job, str(out.resolve()), root, settings, price,
-                                          {q: i for q, i in position.items() if i < save_prompts}, save_prompts,
-                                          selector.k, image_format, profile["image_loading"])
+            open_kind = functools.partial(open_image_job, selector.k, dict(
+                out=out.resolve(), images_root=root, settings=settings, price=price, save_prompts=save_prompts,
+                position={q: i for q, i in position.items() if i < save_prompts}, image_format=image_format,
+                image_loading=profile["image_loading"]))
         # A local model draws one query at a time here: its example images decoded a few queries ahead.
-        counts = execute(job, todo, run.store, concurrency=1 if generator.local else max(1, int(concurrency)),
-                         policy=policy, decode_ahead=generator.local, engine=engine, pool=pool,
-                         recipe=recipe, open_kind=open_kind, desc=f"images ({generator.spec})", progress=progress)
-        counts["skipped"] += len(queries) - len(todo)
-        final = run.finish([q.qid for q in queries])
+        counts, final, _ = run_job(
+            job, queries, out, TASK, identity, run_settings, save_prompts=save_prompts,
+            before=lambda run: (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True), policy=policy,
+            concurrency=1 if generator.local else max(1, int(concurrency)), decode_ahead=generator.local,
+            engine=engine, pool=pool, recipe=recipe, open_kind=open_kind, desc=f"images ({generator.spec})",
+            progress=progress)
     return {**counts, **{f"total_{k}": v for k, v in final.items()}}
 
 
 @dataclass
 class ImageConfig(ExampleRunConfig):
-    """One image run: the options of :class:`ExampleRunConfig` (queries' ``txt`` is drawn) plus
-    ``seed`` (which random examples, as everywhere) and the picture ``settings`` (their ``seed``: the
+    """One image run: the options of :class:`ExampleRunConfig` (queries' ``txt`` is drawn; ``seed``
+    chooses random examples, as everywhere) plus the picture ``settings`` (their ``seed``: the
     picture's); ``concurrency`` defaults to 4 (image APIs are slow). Examples' image paths start where
     :func:`~unirag.pipelines.examples.example_images_root` says. ``k`` None means 0 zero-shot, else 1 (the paper's one-shot)."""
 
     concurrency: int = 4
-    seed: int = 0
     settings: ImageSettings = field(default_factory=ImageSettings)
 
 
@@ -346,7 +284,6 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dic
     ``generator``: a backend object to use instead of loading ``cfg.generator`` (the caller keeps it).
     """
     from unirag.errors import ConfigError
-    from unirag.pipelines.caption import load_queries, queries_identity
     from unirag.pipelines.examples import example_images_root, make_selector
 
     if cfg.limit is not None and cfg.limit < 1:

@@ -8,8 +8,8 @@ same request per query, so a notebook and ``unirag generate-images`` draw the sa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,7 @@ from unirag.generators.images.base import (
     ImageRequest,
 )
 from unirag.generators.images.base import ImageGenerator as ImageBackend
-from unirag.pipelines.lazy_backend import LazyBackend
-from unirag.retrieval.results import Pair
+from unirag.pipelines.captioner import LazyBackend, _check_arg_types, to_pairs
 
 
 class ImageGenerator(LazyBackend):
@@ -44,36 +43,23 @@ class ImageGenerator(LazyBackend):
 
     OWN_OPTIONS = ("width", "height", "steps", "guidance", "seed", "images_root", "max_attempts", "retry",
                    "profile")
+    OPTIONS_KEY = "options"
 
     def __init__(self, generator: str | ImageBackend, *, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT,
                  steps: int | None = None, guidance: float | None = None, seed: int = DEFAULT_SEED,
                  images_root: str | Path | None = None, max_attempts: int | None = None, retry: Any = None,
                  profile: Any = None, **options: Any) -> None:
-        from unirag.generators.images.base import sampling_defaults
-        from unirag.generators.registry import check_generator_options, retry_policy
-        from unirag.pipelines.captioner import _check_arg_types
+        from unirag.generators.registry import IMAGE, parse_spec
+        from unirag.pipelines.image_gen import ImageSettings
         from unirag.profiles import resolve
 
         _check_arg_types(width=(width, int), height=(height, int), steps=(steps, int | None),
                          guidance=(guidance, int | float | None), seed=(seed, int),
                          images_root=(images_root, str | Path | None))
-        check_generator_options("ImageGenerator", generator if isinstance(generator, str) else None, options,
-                                self.OWN_OPTIONS)
-        self.retry = retry_policy(max_attempts, retry)
-        if isinstance(generator, str):
-            from unirag.generators.registry import IMAGE, parse_spec
-
-            parse_spec(generator, IMAGE)  # a bad spec fails here, before anything loads
-            self.spec, self._backend, self._owned = generator.strip(), None, True
-        elif isinstance(generator, ImageBackend):
-            self.spec, self._backend, self._owned = generator.spec, generator, False
-        else:
-            raise InputError(f"ImageGenerator needs a spec (e.g. 'retrieval:top1') or an image backend, got "
-                             f"{type(generator).__name__}", field="generator")
+        self._open(generator, options, ImageBackend, lambda spec: parse_spec(spec, IMAGE),
+                   "a spec (e.g. 'retrieval:top1') or an image backend", max_attempts, retry)
         self.profile = resolve(profile)
-        fill = sampling_defaults(self.spec, self.profile)
-        self.settings = {"width": width, "height": height, "steps": steps if steps is not None else fill["steps"],
-                         "guidance": guidance if guidance is not None else fill["guidance"], "seed": seed}
+        self.settings = asdict(ImageSettings(width, height, steps, guidance, seed).resolved(self.spec, self.profile))
         self.images_root = images_root
         self.options = {k: v for k, v in options.items() if v is not None}
 
@@ -85,12 +71,18 @@ class ImageGenerator(LazyBackend):
         return backend
 
     def request(self, text: str, examples: Iterable[Any] = (), *, qid: str = "query") -> ImageRequest:
-        """The backend request for ``text`` and ``examples`` (checked against what the backend takes)."""
+        """The backend request for ``text`` and ``examples`` (checked against what the backend takes).
+
+        The backends hand example images to their models as files (LaVIT and Emu2 read paths), so an
+        in-memory example image is saved once as a lossless PNG named by its content hash (see
+        :func:`example_image_file`): the backend sees exactly these pixels.
+        """
         if not isinstance(text, str):
             raise InputError(f"expected a caption string, got {type(text).__name__}", field="text")
         if not text.strip():
             raise ConfigError("generate() needs a non-empty caption text")
-        pairs = to_example_pairs(examples, self.images_root)
+        pairs = [p if p.pixels is None else replace(p, img_path=str(example_image_file(p.pixels)), pixels=None)
+                 for p in to_pairs(examples, self.images_root)]
         self.backend.check_k(len(pairs))
         return ImageRequest(qid=qid, caption=text, examples=pairs, **self.settings)
 
@@ -122,34 +114,6 @@ class ImageGenerator(LazyBackend):
                 "images_root": str(self.images_root) if self.images_root else None,
                 "max_attempts": self.retry.max_attempts, "options": dict(self.options),
                 "profile": self.profile.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ImageGenerator:
-        """A generator with the settings :meth:`to_dict` recorded (its backend loaded from the spec)."""
-        from unirag.profiles import Settings
-
-        data = dict(data)
-        options = data.pop("options", None) or {}
-        if isinstance(data.get("profile"), Mapping):
-            data["profile"] = Settings.from_dict(data["profile"])
-        return cls(data.pop("generator"), **data, **options)
-
-    def __repr__(self) -> str:
-        return f"ImageGenerator({self.spec!r})"
-
-
-def to_example_pairs(examples: Iterable[Any], images_root: str | Path | None = None) -> list[Pair]:
-    """Examples in the forms the captioner takes (hits, pairs, ``(image, caption)`` tuples whose image
-    is a path, a PIL image, encoded bytes or a uint8 array) -> pairs whose :attr:`~Pair.image` is a file.
-
-    The backends hand example images to their models as files (LaVIT and Emu2 read paths), so an
-    in-memory image is saved once as a lossless PNG named by its content hash (see
-    :func:`example_image_file`): the backend sees exactly these pixels.
-    """
-    from unirag.pipelines.captioner import to_pairs
-
-    return [p if p.pixels is None else replace(p, img_path=str(example_image_file(p.pixels)), pixels=None)
-            for p in to_pairs(examples, images_root)]
 
 
 def example_image_file(image: Any, folder: str | Path | None = None) -> Path:
