@@ -197,8 +197,8 @@ def child_exact_scan(vectors: str, queries: str, k: int) -> dict:
 
 
 def child_embed(engine: str, pool: str, images_root: str, out: str, shard_size: int) -> dict:
+    from unirag import Index
     from unirag.encoders.registry import load_encoder
-    from unirag.index.build import build_index
 
     t_start = 0.0
     if engine == "ray":
@@ -210,8 +210,8 @@ def child_embed(engine: str, pool: str, images_root: str, out: str, shard_size: 
         t_start = time.perf_counter() - t0
     t0 = time.perf_counter()
     encoder = load_encoder(None)
-    manifest = build_index(pool, images_root, out, encoder, None, engine=engine, shard_size=shard_size,
-                           progress=False)
+    manifest = Index.build(pool, out, encoder=encoder, images_root=images_root, engine=engine,
+                           shard_size=shard_size, progress=False).manifest
     return {"seconds": time.perf_counter() - t0, "startup": t_start, "items": manifest["total"]}
 
 

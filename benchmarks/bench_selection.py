@@ -78,9 +78,9 @@ def _plant(work: Path, n: int) -> tuple[Path, Path, Path]:
 
 
 def part_quality(args, work: Path) -> list[dict]:
+    from unirag import Index
     from unirag.data.mbeir import read_qrels, read_queries
     from unirag.encoders.registry import load_encoder
-    from unirag.index.build import build_index
     from unirag.metrics.scores import caption_metrics
     from unirag.pipelines.captioner import Captioner
     from unirag.retrieval.results import Hits
@@ -88,7 +88,7 @@ def part_quality(args, work: Path) -> list[dict]:
 
     pool, queries_path, qrels_path = _plant(work, args.plant)
     images = (SAMPLE / "images").resolve()
-    build_index(pool, images, work / "index", load_encoder(None), encoder_spec=None, progress=False)
+    Index.build(pool, work / "index", encoder=load_encoder(None), images_root=images, progress=False)
     retriever = Retriever(work / "index")
     queries = read_queries(queries_path)
     qrels = read_qrels(qrels_path)

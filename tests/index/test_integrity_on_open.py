@@ -16,10 +16,10 @@ import pytest
 
 from cli_capture import main_result
 from index.helpers import HashEncoder, text_vector
+from unirag import Index
 from unirag.data.mbeir import write_candidates, write_queries
 from unirag.data.records import Candidate, Modality, Query
 from unirag.errors import InputError
-from unirag.index.build import build_index
 from unirag.index.store import OPEN_SAMPLE_ROWS, VectorIndex, sample_rows
 from unirag.retrieval.retriever import Retriever
 
@@ -40,7 +40,7 @@ def _build(tmp_path: Path, n: int) -> Path:
     write_candidates(tmp_path / "pool.jsonl", pool)
     write_queries(tmp_path / "queries.jsonl", [Query(qid="q0", modality=Modality.TEXT, txt=QUERY)])
     out = tmp_path / "index"
-    build_index(tmp_path / "pool.jsonl", None, out, HashEncoder(), progress=False)
+    Index.build(tmp_path / "pool.jsonl", out, encoder=HashEncoder(), progress=False)
     return out
 
 

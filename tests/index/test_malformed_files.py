@@ -14,9 +14,9 @@ import pytest
 
 from cli_capture import main_result
 from index.helpers import HashEncoder
+from unirag import Index
 from unirag.data.mbeir import write_candidates, write_queries
 from unirag.data.records import Candidate, Modality, Query
-from unirag.index.build import build_index
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -33,7 +33,7 @@ def index_dir(tmp_path) -> Path:
     write_candidates(tmp_path / "pool.jsonl", [Candidate(did=f"t{i}", modality=Modality.TEXT, txt=f"a cat {i}")
                                                for i in range(5)])
     write_queries(tmp_path / "queries.jsonl", [Query(qid="q0", modality=Modality.TEXT, txt="a cat")])
-    build_index(tmp_path / "pool.jsonl", None, tmp_path / "index", HashEncoder(), progress=False)
+    Index.build(tmp_path / "pool.jsonl", tmp_path / "index", encoder=HashEncoder(), progress=False)
     return tmp_path / "index"
 
 
@@ -118,7 +118,7 @@ def test_a_metadata_page_damaged_in_place(tmp_path):
 
     write_candidates(tmp_path / "pool.jsonl", [Candidate(did=f"t{i}", modality=Modality.TEXT, txt=f"a cat {i} " * 30)
                                                for i in range(300)])
-    build_index(tmp_path / "pool.jsonl", None, tmp_path / "index", HashEncoder(), progress=False)
+    Index.build(tmp_path / "pool.jsonl", tmp_path / "index", encoder=HashEncoder(), progress=False)
     meta = next((tmp_path / "index").glob("data-*/meta.sqlite"))
     data = bytearray(meta.read_bytes())
     data[8192:8192 + 2048] = b"\x5a" * 2048  # one page's cells: the header and the schema stay readable

@@ -162,12 +162,15 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
     """Build an index at ``out_dir`` from precomputed vectors of the candidates of ``pool``.
 
     ``encoder_info`` is what the manifest records about the model that made the vectors (see
-    :func:`unirag.index.build.encoder_info`; its ``dim`` must match the vectors), or None when no
+    :func:`unirag.index.encoding.encoder_info`; its ``dim`` must match the vectors), or None when no
     unirag encoder made them (queries must then be given as vectors). ``allow_shrink``: see
-    :func:`unirag.index.build.build_index`. Returns the manifest.
+    :meth:`unirag.Index.build`. Returns the manifest.
     """
     from tqdm.auto import tqdm
 
+    from unirag.index.factory import resolve_params
+
+    resolve_params(index_type, params)  # a bad option fails before any vector is read
     pool, embeddings = Path(pool), Path(embeddings)
     if not pool.is_file():
         raise InputError("candidate pool not found", path=pool)

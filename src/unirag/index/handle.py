@@ -61,7 +61,7 @@ class Index:
         ``index_type``: "flat" (exact), "hnsw" or "ivfpq"; ``params`` override their settings.
         ``engine``: "local" (this process) or "ray" (shards embedded on Ray Data, resumable), with
         ``engine_options`` ``shards_dir``, ``shard_size``, ``workers``, ``gpus_per_worker``,
-        ``ray_address`` (see :func:`unirag.index.build.build_index`). ``decode_workers``: processes
+        ``ray_address`` (see :mod:`unirag.index.ray_engine`). ``decode_workers``: processes
         decoding and preprocessing images ahead of the encoder (None = the encoder's setting, by
         default auto; 0 = inline; see :mod:`unirag.data.loader`); the vectors do not depend on it.
         Rebuilding over an index that this build would shrink by more than the ``index_max_shrink``
@@ -76,29 +76,44 @@ class Index:
         import sys
 
         from unirag.data.pool import Pool
-        from unirag.errors import ConfigError
-        from unirag.index.build import build_index
+        from unirag.errors import ConfigError, InputError
+        from unirag.index import build
         from unirag.index.factory import resolve_params
 
         params = dict(params or {})
         resolve_params(index_type, params)  # a bad option fails before any model loads
         if batch_size <= 0:
             raise ConfigError(f"batch_size must be positive, got {batch_size}")
-        source: str | Path | Iterable[Candidate]
+        options = {k: v for k, v in engine_options.items() if v is not None}
+        if engine not in ("local", "ray"):
+            raise ConfigError(f"unknown engine {engine!r}; expected local or ray")
+        if engine == "local" and {"ray_address", "workers", "gpus_per_worker", "shard_size"} & set(options):
+            raise ConfigError("--ray-address/--workers/--gpus-per-worker/--shard-size go with --engine ray")
+        for name in ("workers", "shard_size"):
+            if options.get(name, 1) <= 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {options[name]}")
+        source: Path | list[Candidate]
         if isinstance(pool, Pool):
             root = images_root if images_root is not None else pool.images_root
             source = pool.path if pool.path is not None else list(pool)
         else:
-            root, source = images_root, pool
+            root, source = images_root, Path(pool) if isinstance(pool, str | Path) else list(pool)
+        if isinstance(source, list) and engine != "local":
+            raise ConfigError("an in-memory pool is built with engine='local'; write it to a file for Ray")
+        if isinstance(source, Path) and not source.exists():
+            raise InputError("candidate pool not found", path=source)
         spec, enc = _encoder_and_spec(encoder, device, dtype, decode_workers, autocast)
-        options = {k: v for k, v in engine_options.items() if v is not None}
+        root = Path(root).absolute() if root is not None else None
+        progress = sys.stderr.isatty() if progress is None else progress
         if engine == "ray":
             options.setdefault("worker_dtype", dtype)  # workers load their own copy: same dtype, same fingerprint
             options.setdefault("worker_autocast", getattr(enc, "autocast_dtype", None))
-        build_index(source, Path(root).absolute() if root is not None else None, out, enc, encoder_spec=spec,
-                    index_type=index_type, batch_size=batch_size, params=params, engine=engine,
-                    progress=sys.stderr.isatty() if progress is None else progress, allow_shrink=allow_shrink,
-                    **options)
+            build.build_with_ray(source, root, out, enc, spec, index_type, batch_size, params, progress,
+                                 allow_shrink,
+                                 **options)
+        else:
+            build.build_local(source, root, out, enc, spec, index_type, batch_size, params, progress,
+                              allow_shrink)
         from unirag.index.store import VectorIndex
 
         return cls(VectorIndex.open(out, enc))._warn_skipped()
@@ -119,8 +134,8 @@ class Index:
         ``allow_shrink``: as in :meth:`build`.
         """
         from unirag.errors import ConfigError
-        from unirag.index.build import encoder_info
         from unirag.index.embeddings import build_from_embeddings
+        from unirag.index.encoding import encoder_info
         from unirag.index.shards import PLAN, read_plan
         from unirag.index.store import VectorIndex
 
@@ -150,13 +165,17 @@ class Index:
         many machines can each embed a part; then :meth:`from_embeddings` with ``shards_dir`` builds the
         index. ``shard``: ``"i/n"`` (0-based) or ``(i, n)``. A shard already done is skipped. Returns the
         shard's record (``rows``, ``seconds``, ``skipped``). ``autocast``: as in :meth:`build`."""
-        from unirag.index.build import embed_pool_shard
-        from unirag.index.shards import parse_shard_spec
+        from unirag.errors import ConfigError
+        from unirag.index.encoding import encoder_info
+        from unirag.index.shards import embed_shard, load_or_create_plan, parse_shard_spec
 
         i, n = parse_shard_spec(shard if isinstance(shard, str) else "/".join(map(str, shard)))
+        if batch_size <= 0:
+            raise ConfigError(f"batch_size must be positive, got {batch_size}")
         pool_path, root = _pool_source(pool, images_root)
         spec, enc = _encoder_and_spec(encoder, device, dtype, decode_workers, autocast)
-        return embed_pool_shard(pool_path, shards_dir, i, n, enc, spec, root, batch_size)
+        plan = load_or_create_plan(shards_dir, pool_path, encoder_info(enc, spec), n_shards=n)
+        return embed_shard(shards_dir, plan, i, enc, root, batch_size)
 
     # -- what it holds -----------------------------------------------------------------------
     @property
