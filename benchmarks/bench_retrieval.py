@@ -272,7 +272,7 @@ def bench(args: argparse.Namespace) -> None:
     ivf = VectorIndex.open(work / "ivfpq")
     sub = ivf.manifest["subindexes"]["image"]["params"]
     for nprobe in [int(x) for x in args.nprobes.split(",")]:
-        ivf.search_params[next(iter(ivf.indexes))]["nprobe"] = nprobe
+        next(iter(ivf.subs.values())).params["nprobe"] = nprobe
         ivf.search(queries[:10], k, "image")
         t, (_, got) = timed(lambda: ivf.search(queries, k, "image"), args.repeat)
         results.append((f"ivfpq nlist={sub['nlist']} m={sub['pq_m']} refine x{sub['refine_k_factor']} "
@@ -288,7 +288,7 @@ def bench(args: argparse.Namespace) -> None:
         t_sub, (_, sub_truth) = timed(lambda: sub_raw.search(queries, k), args.repeat)
         exact_qps = args.queries / t_sub
     for ef in [int(x) for x in args.ef_searches.split(",")]:
-        hnsw.search_params[next(iter(hnsw.indexes))]["ef_search"] = ef
+        next(iter(hnsw.subs.values())).params["ef_search"] = ef
         hnsw.search(queries[:10], k, "image")
         t, (_, got) = timed(lambda: hnsw.search(queries, k, "image"), args.repeat)
         results.append((f"hnsw M=32 efC=80 efSearch={ef} (n={hnsw_n})", recall(sub_truth, got, k),

@@ -157,8 +157,8 @@ def child_open_search(index_dir: str, queries: str, k: int, warm_runs: int = 20,
     t0 = time.perf_counter()
     index = VectorIndex.open(index_dir)
     t_open = time.perf_counter() - t0
-    for sp in index.search_params.values():
-        sp.update(params or {})
+    for sub in index.subs.values():
+        sub.params.update(params or {})
     t0 = time.perf_counter()
     index.search(q[:1], k)
     first = time.perf_counter() - t0

@@ -39,7 +39,7 @@ import numpy as np
 from unirag.data.records import Modality
 from unirag.errors import ConfigError, InputError
 from unirag.index.directory import index_lock
-from unirag.index.factory import apply_search_params, search_parameters
+from unirag.index.factory import search_parameters
 from unirag.index.manifest import check_sizes, data_dir, read_manifest, verify_files
 from unirag.index.metadata import CandidateMeta, MetaTable
 
@@ -237,16 +237,11 @@ class SubIndex:
             fetch = max(k, int(round(k * float(self.params.get("refine_k_factor", 8)))))
         parts = []
         for s, (index, first) in enumerate(self.shards):
-            if rows is None:
-                apply_search_params(index, self.params, fetch)
-                scores, ids = index.search(queries, min(fetch, int(index.ntotal)))
-            else:
-                selected = rows.count(s)
-                if selected == 0:
-                    continue
-                take = min(fetch, selected)
-                scores, ids = index.search(queries, take, params=search_parameters(index, self.params, take,
-                                                                                      rows.selector(s)))
+            take = min(fetch, int(index.ntotal) if rows is None else rows.count(s))
+            if take == 0:
+                continue
+            selector = rows.selector(s) if rows is not None else None
+            scores, ids = index.search(queries, take, params=search_parameters(index, self.params, take, selector))
             ids = ids.astype(np.int64)
             scores = scores.astype(np.float32)
             missing = ids < 0
@@ -349,7 +344,6 @@ class VectorIndex:
         self.offsets = offsets
         self.dim = int(manifest["dim"])
         self.memory = "mmap"  #: how the FAISS files were opened (see :data:`MEMORY_MODES`)
-        self.search_params: dict[Modality, dict[str, Any]] = {m: s.params for m, s in subs.items()}
         self._row_filters: dict[Any, dict[Modality, RowFilter | None]] = {}
 
     # -- opening ---------------------------------------------------------------------------
@@ -387,11 +381,6 @@ class VectorIndex:
         return opened
 
     # -- lookups ---------------------------------------------------------------------------
-    @property
-    def indexes(self) -> dict[Modality, SubIndex]:
-        """The sub-index of each modality present (kept under its former name)."""
-        return self.subs
-
     @property
     def counts(self) -> dict[str, int]:
         return {m.value: s.count for m, s in self.subs.items()}
@@ -486,9 +475,7 @@ class VectorIndex:
 
     def _search_one(self, modality: Modality, queries: np.ndarray, k: int,
                     rows: RowFilter | None = None) -> tuple[np.ndarray, np.ndarray]:
-        sub = self.subs[modality]
-        sub.params = self.search_params[modality]
-        scores, ids = sub.search(queries, k, rows)
+        scores, ids = self.subs[modality].search(queries, k, rows)
         missing = ids < 0
         ids = ids + self.offsets[modality]
         ids[missing] = -1
