@@ -70,31 +70,33 @@ def test_npy_with_ids_in_any_order_and_without_ids(pool, tmp_path: Path) -> None
     np.save(tmp_path / "pool_order.npy", vectors)
     build_from_embeddings(path, tmp_path / "pool_order.npy", tmp_path / "idx2", ENC, progress=False)
     _same_index(VectorIndex.open(tmp_path / "idx2"), reference, cands, vectors)
-    assert not [p for p in tmp_path.iterdir() if "aligning" in p.name], "temporary aligned file left behind"
+    assert not list(tmp_path.glob("idx*/data-*/.aligned.f32")), "temporary aligned file left behind"
+    assert ".aligned.f32" not in manifest["files"]
 
 
 def test_scratch_left_by_a_killed_build_is_removed_but_a_live_one_is_kept(pool, tmp_path: Path) -> None:
-    """A killed build leaves its aligned-vectors scratch folder (as large as the vectors); the next build
-    removes it when its owner lock is free, and never touches one whose owner still holds the lock."""
+    """A killed build leaves its data folder with the aligned vectors (as large as the vectors); the next
+    build removes it when its build lock is free, and never touches one whose lock is still held."""
     import fcntl
     import os
 
     path, cands, vectors = pool
-    dead, live = tmp_path / ".idx.aligning-dead", tmp_path / ".idx.aligning-live"
+    out = tmp_path / "idx"
+    dead, live = out / "data-dead", out / "data-live"
     for folder in (dead, live):
-        folder.mkdir()
-        (folder / ".owner").touch()
-        (folder / "aligned.f32").write_bytes(b"\0" * 4096)
-    fd = os.open(live / ".owner", os.O_RDWR)
+        folder.mkdir(parents=True)
+        (out / f"{folder.name}.lock").touch()
+        (folder / ".aligned.f32").write_bytes(b"\0" * 4096)
+    fd = os.open(out / "data-live.lock", os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)  # a build still running in another process holds its lock
     try:
         np.save(tmp_path / "emb.npy", vectors)
-        build_from_embeddings(path, tmp_path / "emb.npy", tmp_path / "idx", ENC, progress=False)
+        build_from_embeddings(path, tmp_path / "emb.npy", out, ENC, progress=False)
         assert not dead.exists()
-        assert (live / "aligned.f32").exists()
+        assert (live / ".aligned.f32").exists()
     finally:
         os.close(fd)
-    assert sorted(p.name for p in tmp_path.iterdir() if "aligning" in p.name) == [live.name]
+    assert [p.parent.name for p in out.glob("*/.aligned.f32")] == [live.name]
 
 
 def test_parquet_file_and_folder(pool, tmp_path: Path) -> None:
