@@ -1,6 +1,6 @@
 """What the integrity check on open costs (issue 29, point 5; not part of the test suite).
 
-``VectorIndex.open`` checks that a sample of each shard's rows is finite (``OPEN_SAMPLE_ROWS`` rows spread
+``Index.open`` checks that a sample of each shard's rows is finite (``OPEN_SAMPLE_ROWS`` rows spread
 evenly, one page read each; see :mod:`unirag.index.store`). This script builds a flat index of ``--n``
 random unit vectors of size ``--dim`` and prints the median open time with the check and without it
 (the check replaced by a no-op in this process), and the difference. The pages the sample touches are
@@ -41,12 +41,12 @@ def build(out: Path, n: int, dim: int) -> None:
 
 
 def median_open_ms(out: Path, repeats: int) -> float:
-    from unirag.index.store import VectorIndex
+    from unirag.index.handle import Index
 
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        VectorIndex.open(out)
+        Index.open(out)
         times.append(time.perf_counter() - t)
     return statistics.median(times) * 1000
 

@@ -151,26 +151,26 @@ def child_full_read(index_dir: str) -> dict:
 def child_open_search(index_dir: str, queries: str, k: int, warm_runs: int = 20, batch: bool = False,
                       params: dict | None = None) -> dict:
     """Open, then time the first single query and warm single queries; optionally the whole batch."""
-    from unirag.index.store import VectorIndex
+    from unirag.index.handle import Index
 
     q = np.load(queries)
     t0 = time.perf_counter()
-    index = VectorIndex.open(index_dir)
+    index = Index.open(index_dir)
     t_open = time.perf_counter() - t0
     for sub in index.subs.values():
         sub.params.update(params or {})
     t0 = time.perf_counter()
-    index.search(q[:1], k)
+    index.topk(q[:1], k)
     first = time.perf_counter() - t0
     warm = []
     for i in range(1, warm_runs + 1):
         t0 = time.perf_counter()
-        index.search(q[i : i + 1], k)
+        index.topk(q[i : i + 1], k)
         warm.append(time.perf_counter() - t0)
     out = {"open": t_open, "first": first, "warm": statistics.median(warm)}
     if batch:
         t0 = time.perf_counter()
-        _, ids = index.search(q, k)
+        _, ids = index.topk(q, k)
         out["batch_seconds"] = time.perf_counter() - t0
         out["ids"] = [[int(index.metas[g].did[1:]) if g >= 0 else -1 for g in row] for row in ids]
     out["peak_rss"] = peak_rss()

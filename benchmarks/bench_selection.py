@@ -165,30 +165,30 @@ def _ms(fn, queries: np.ndarray, batch: int) -> float:
 
 def part_cost(args, work: Path) -> list[dict]:
     from unirag.data.records import Modality, Query
-    from unirag.index.store import VectorIndex
+    from unirag.index.handle import Index
     from unirag.retrieval.retriever import Retriever
 
     out = work / "synthetic"
     start = time.perf_counter()
     _synthetic_index(args, out)
     print(f"built {args.n:,} x {args.dim} in {time.perf_counter() - start:.0f} s", flush=True)
-    index = VectorIndex.open(out)
+    index = Index.open(out)
     rng = np.random.default_rng(5)
     q = index.vectors(rng.integers(0, len(index), args.queries).tolist())
     q = q + 0.3 * rng.standard_normal(q.shape).astype(np.float32)
     q /= np.linalg.norm(q, axis=1, keepdims=True)
     where = {"dataset": "3"}
-    index.search(q[:2], 50, "text")  # page the index in before timing
+    index.topk(q[:2], 50, "text")  # page the index in before timing
     start = time.perf_counter()
-    index.search(q[:1], 50, "text", where=where)
+    index.topk(q[:1], 50, "text", where=where)
     first_filter_s = time.perf_counter() - start  # one SQL scan, then the filter is kept
     rows = []
-    plain = _ms(lambda b: index.search(b, 50, "text"), q, args.batch)
-    filtered = _ms(lambda b: index.search(b, 50, "text", where=where), q, args.batch)
-    one = _ms(lambda b: [index.search(b[i : i + 1], 50, "text") for i in range(len(b))], q[: args.queries // 4], 1)
-    one_f = _ms(lambda b: [index.search(b[i : i + 1], 50, "text", where=where) for i in range(len(b))],
+    plain = _ms(lambda b: index.topk(b, 50, "text"), q, args.batch)
+    filtered = _ms(lambda b: index.topk(b, 50, "text", where=where), q, args.batch)
+    one = _ms(lambda b: [index.topk(b[i : i + 1], 50, "text") for i in range(len(b))], q[: args.queries // 4], 1)
+    one_f = _ms(lambda b: [index.topk(b[i : i + 1], 50, "text", where=where) for i in range(len(b))],
                 q[: args.queries // 4], 1)
-    got = index.search(q[:20], 50, "text", where=where)[1]
+    got = index.topk(q[:20], 50, "text", where=where)[1]
     assert all(index.metas[int(g)].did.startswith("3:") for g in got.ravel() if g >= 0)
     rows += [{"what": f"exact search, batches of {args.batch}, unfiltered", "ms_per_query": round(plain, 2)},
              {"what": "exact search, batches, dataset filter (10 %)", "ms_per_query": round(filtered, 2),

@@ -15,7 +15,6 @@ from unirag.data.mbeir import write_candidates
 from unirag.data.records import Candidate, Modality
 from unirag.encoders.registry import load_encoder
 from unirag.errors import InputError, SkippedInputsWarning
-from unirag.index.store import VectorIndex
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +44,7 @@ def pool_with_bad_images(tmp_path_factory, coco_mini: Path) -> tuple[Path, Path]
 
 
 def _index_contents(path: Path):
-    index = VectorIndex.open(path)
+    index = Index.open(path)
     dids = [m.did for m in index.metas]
     return dids, index.vectors(list(range(len(dids)))), index.manifest["bad_images"]
 

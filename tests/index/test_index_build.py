@@ -16,7 +16,7 @@ from unirag.data.mbeir import write_candidates
 from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError, SkippedInputsWarning
 from unirag.index.manifest import read_manifest, sha256_file
-from unirag.index.store import CandidateMeta, VectorIndex
+from unirag.index.store import CandidateMeta
 from unirag.index.writer import IndexWriter
 
 
@@ -34,14 +34,14 @@ def test_build_records_counts_encoder_and_checksums(coco_index: Path, coco_oracl
     for name, entry in manifest["files"].items():
         assert sha256_file(data / name) == entry["sha256"] and (data / name).stat().st_size == entry["size"]
     # metadata row i of a modality describes vector i of that modality's sub-index, in pool order
-    index = VectorIndex.open(coco_index)
+    index = Index.open(coco_index)
     first_text = index.metas[index.offsets[Modality.TEXT]]
     assert first_text == CandidateMeta("txt:397133:0", Modality.TEXT, "A man is in a kitchen making pizzas.", None,
                                        "397133")
 
 
 def test_build_vectors_match_the_encoder(coco_index: Path, coco_mbeir, coco_oracle_encoder) -> None:
-    index = VectorIndex.open(coco_index, coco_oracle_encoder)
+    index = Index.open(coco_index, coco_oracle_encoder)
     gid = index.gid_of("txt:397133:0")
     expected = coco_oracle_encoder.encode_texts(["A man is in a kitchen making pizzas."])[0]
     np.testing.assert_allclose(index.vectors([gid])[0], expected, atol=1e-6)
@@ -92,7 +92,7 @@ def test_bad_images_are_reported_and_skipped(coco_mini: Path, tmp_path: Path) ->
     assert bad["count"] == 2
     assert {Path(b["path"]).name for b in bad["first"]} == {"corrupt.jpg", "missing.jpg"}
     assert read_manifest(tmp_path / "idx")["bad_images"]["count"] == 2
-    index = VectorIndex.open(tmp_path / "idx")
+    index = Index.open(tmp_path / "idx")
     assert [m.did for m in index.metas] == ["i1", "t1"]
 
 
@@ -125,7 +125,7 @@ def test_crash_mid_build_keeps_previous_index(coco_mbeir, coco_mini: Path, tmp_p
                     progress=False)
     assert _tree(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"], "temporary build directory left behind"
-    assert VectorIndex.open(out).manifest["encoder"]["name"] == "test-hash"
+    assert Index.open(out).manifest["encoder"]["name"] == "test-hash"
 
 
 def _tree(root: Path) -> dict[str, bytes]:

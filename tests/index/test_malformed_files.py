@@ -114,7 +114,6 @@ def test_a_metadata_page_damaged_in_place(tmp_path):
     """meta.sqlite damaged past its header opens, and fails on the first read of a damaged page with
     one error pointing to ``unirag index verify`` (not sqlite3.DatabaseError)."""
     from unirag.errors import InputError
-    from unirag.index.store import VectorIndex
 
     write_candidates(tmp_path / "pool.jsonl", [Candidate(did=f"t{i}", modality=Modality.TEXT, txt=f"a cat {i} " * 30)
                                                for i in range(300)])
@@ -123,6 +122,6 @@ def test_a_metadata_page_damaged_in_place(tmp_path):
     data = bytearray(meta.read_bytes())
     data[8192:8192 + 2048] = b"\x5a" * 2048  # one page's cells: the header and the schema stay readable
     meta.write_bytes(bytes(data))
-    index = VectorIndex.open(tmp_path / "index")
+    index = Index.open(tmp_path / "index")
     with pytest.raises(InputError, match=r"meta\.sqlite: cannot read the metadata file .*unirag index verify"):
         [index.metas[g] for g in range(300)]

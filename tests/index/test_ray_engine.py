@@ -14,7 +14,6 @@ import pytest
 
 from unirag import Index
 from unirag.data.mbeir import read_queries
-from unirag.index.store import VectorIndex
 from unirag.retrieval.retriever import Retriever
 
 
@@ -26,7 +25,7 @@ def local_index(demo_mbeir, demo_images, tiny_encoder_spec, tmp_path_factory) ->
 
 
 def _assert_same_index(a_dir: Path, b_dir: Path, demo_mbeir, demo_images) -> None:
-    a, b = VectorIndex.open(a_dir), VectorIndex.open(b_dir)
+    a, b = Index.open(a_dir), Index.open(b_dir)
     dids = [m.did for m in a.metas]
     assert len(dids) == 306 and sorted(dids) == sorted(m.did for m in b.metas)
     delta = np.abs(a.vectors([a.gid_of(d) for d in dids]) - b.vectors([b.gid_of(d) for d in dids]))

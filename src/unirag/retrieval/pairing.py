@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from unirag.data.records import Modality, Query, resolve_image
-from unirag.index.store import CandidateMeta, VectorIndex
+from unirag.index.handle import Index
+from unirag.index.store import CandidateMeta
 
 RETRIEVAL_DEPTHS = (10, 100)
 
@@ -67,7 +68,7 @@ def _image_keys(img_path: str | None, images_root: str | Path | None) -> set[str
 class Completer:
     """Finds complements; per-candidate orders are cached (they do not depend on the query)."""
 
-    def __init__(self, index: VectorIndex, images_root: str | Path | None, qrels=None) -> None:
+    def __init__(self, index: Index, images_root: str | Path | None, qrels=None) -> None:
         self.index = index
         self.images_root = images_root
         #: true pairs from M-BEIR judgements (``Selection.pairs_from``), tried after the pool's pairing
@@ -119,7 +120,7 @@ class Completer:
         key = (gid, depth)
         if key not in self._retrieved:
             want = self.index.metas[gid].modality.complement()
-            _, ids = self.index.search(self.index.vectors([gid]), depth, want)
+            _, ids = self.index.topk(self.index.vectors([gid]), depth, want)
             self._retrieved[key] = [int(i) for i in ids[0] if i >= 0]
         return self._retrieved[key]
 

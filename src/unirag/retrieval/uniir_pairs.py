@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from unirag.data.records import Modality, Query
-from unirag.index.store import CandidateMeta, VectorIndex
+from unirag.index.handle import Index
+from unirag.index.store import CandidateMeta
 
 #: UniIR's complement search depth (``complement_retriever.retrieve(k=10)``) and UniRAG's retrieval depth.
 UNIIR_DEPTH = 10
@@ -83,7 +84,7 @@ class UniIRCompleter:
 
     via = "uniir"
 
-    def __init__(self, index: VectorIndex, encoder: Callable[[], Any], images_root: str | Path | None) -> None:
+    def __init__(self, index: Index, encoder: Callable[[], Any], images_root: str | Path | None) -> None:
         self.index = index
         self._encoder = encoder
         self.images_root = images_root
@@ -102,7 +103,7 @@ class UniIRCompleter:
             return
         queries = [complement_query(self.index.metas[g], len(self._top) + i + 1) for i, g in enumerate(todo)]
         vectors = self._encoder().encode_records(queries, self.images_root)
-        _, ids = self.index.search(vectors, min(UNIIR_DEPTH, len(self.index)), None)
+        _, ids = self.index.topk(vectors, min(UNIIR_DEPTH, len(self.index)), None)
         for g, row in zip(todo, ids, strict=True):
             self._top[g] = [int(i) for i in row if i >= 0]
 
@@ -121,7 +122,7 @@ class UniIRCompleter:
         return None
 
 
-def per_hit_pairs(index: VectorIndex, completer: Any, ident: Any, ids: Iterable[int], scores: Iterable[float],
+def per_hit_pairs(index: Index, completer: Any, ident: Any, ids: Iterable[int], scores: Iterable[float],
                   k: int, depth: int = UNIIR_DEPTH, zip_bug: bool = False
                   ) -> tuple[list[tuple[int, int, float, str]], int]:
     """UniRAG's example pairs: (image gid, text gid, score, via) for each of the first
