@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from unirag.data.records import Candidate, Modality
-from unirag.errors import ConfigError
+from unirag.errors import ConfigError, InputError
 from unirag.index.directory import index_lock
 from unirag.index.manifest import check_sizes, data_dir, read_manifest, verify_files
 from unirag.index.metadata import MetaTable
@@ -118,8 +118,6 @@ class Index:
         """
         import sys
 
-        from unirag.data.pool import Pool
-        from unirag.errors import ConfigError, InputError
         from unirag.index import build
         from unirag.index.factory import resolve_params
 
@@ -135,12 +133,7 @@ class Index:
         for name in ("workers", "shard_size"):
             if options.get(name, 1) <= 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {options[name]}")
-        source: Path | list[Candidate]
-        if isinstance(pool, Pool):
-            root = images_root if images_root is not None else pool.images_root
-            source = pool.path if pool.path is not None else list(pool)
-        else:
-            root, source = images_root, Path(pool) if isinstance(pool, str | Path) else list(pool)
+        source, root = _pool_source(pool, images_root, in_memory=True)
         if isinstance(source, list) and engine != "local":
             raise ConfigError("an in-memory pool is built with engine='local'; write it to a file for Ray")
         if isinstance(source, Path) and not source.exists():
@@ -174,7 +167,6 @@ class Index:
         encoder (``index.encoder_spec`` is None) and queries must be given as vectors.
         ``allow_shrink``: as in :meth:`build`.
         """
-        from unirag.errors import ConfigError
         from unirag.index.embeddings import build_from_embeddings
         from unirag.index.encoding import encoder_info
         from unirag.index.shards import PLAN, read_plan
@@ -205,7 +197,6 @@ class Index:
         many machines can each embed a part; then :meth:`from_embeddings` with ``shards_dir`` builds the
         index. ``shard``: ``"i/n"`` (0-based) or ``(i, n)``. A shard already done is skipped. Returns the
         shard's record (``rows``, ``seconds``, ``skipped``). ``autocast``: as in :meth:`build`."""
-        from unirag.errors import ConfigError
         from unirag.index.encoding import encoder_info
         from unirag.index.shards import embed_shard, load_or_create_plan, parse_shard_spec
 
@@ -437,13 +428,15 @@ def _encoder_and_spec(encoder, device: str | None, dtype: str | None, decode_wor
     return spec, enc
 
 
-def _pool_source(pool, images_root):
-    """(pool JSONL path, images root) for a :class:`unirag.Pool` read from a file, or a path."""
+def _pool_source(pool, images_root, in_memory: bool = False) -> tuple[Path | list[Candidate], Any]:
+    """(pool JSONL path, images root) for a :class:`unirag.Pool`, a path or (``in_memory``: then kept
+    as a list) candidates; a Pool's own images root unless ``images_root`` is given."""
     from unirag.data.pool import Pool
-    from unirag.errors import ConfigError
 
     if isinstance(pool, Pool):
-        if pool.path is None:
-            raise ConfigError("this needs a pool read from a JSONL file (Pool.read), not in-memory candidates")
-        return pool.path, images_root if images_root is not None else pool.images_root
-    return pool, images_root
+        images_root = images_root if images_root is not None else pool.images_root
+        pool = pool.path if pool.path is not None else list(pool)
+    source = Path(pool) if isinstance(pool, str | Path) else list(pool)
+    if isinstance(source, list) and not in_memory:
+        raise ConfigError("this needs a pool read from a JSONL file (Pool.read), not in-memory candidates")
+    return source, images_root
