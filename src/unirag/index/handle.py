@@ -320,7 +320,6 @@ class Index:
             out[row] = self.subs[modality].reconstruct(local)
         return out
 
-    # -- search ----------------------------------------------------------------------------
     def topk(self, queries: np.ndarray, k: int, modality: str | Modality | None = None,
              where: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` (scores, global ids) per query row; missing slots have id -1 and score -inf.
@@ -342,8 +341,11 @@ class Index:
         if not modalities:
             n = len(queries)
             return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
-        parts = [self._search_one(m, queries, k, filters.get(m) if filters is not None else None) for m in modalities]
-        scores, ids = merge_topk(parts, k) if len(parts) > 1 else parts[0]
+        parts = []
+        for m in modalities:  # local rows of each sub-index -> global ids
+            scores, ids = self.subs[m].search(queries, k, filters.get(m) if filters is not None else None)
+            parts.append((scores, np.where(ids >= 0, ids + self.offsets[m], -1)))
+        scores, ids = merge_topk(parts, k)
         served = ids >= 0
         if not np.isfinite(scores[served]).all():  # cheap: k numbers per query (see the module docstring)
             row, col = (int(x[0]) for x in np.nonzero(served & ~np.isfinite(scores)))
@@ -387,14 +389,6 @@ class Index:
             return self.counts.get(wanted.value, 0) if wanted is not None else len(self)
         return sum(self.subs[m].count if f is None else len(f) for m, f in self.row_filters(where).items()
                    if wanted is None or m is wanted)
-
-    def _search_one(self, modality: Modality, queries: np.ndarray, k: int,
-                    rows: RowFilter | None = None) -> tuple[np.ndarray, np.ndarray]:
-        scores, ids = self.subs[modality].search(queries, k, rows)
-        missing = ids < 0
-        ids = ids + self.offsets[modality]
-        ids[missing] = -1
-        return scores, ids
 
     # -- serialisation -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
