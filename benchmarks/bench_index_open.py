@@ -23,7 +23,7 @@ import numpy as np
 
 def build(out: Path, n: int, dim: int) -> None:
     from unirag.data.records import Modality
-    from unirag.index.build import build_from_vectors
+    from unirag.index.writer import IndexWriter
 
     rng = np.random.default_rng(0)
     step = 50_000
@@ -36,8 +36,11 @@ def build(out: Path, n: int, dim: int) -> None:
                      for i in range(start, start + len(v))]
             yield Modality.TEXT, metas, v
 
-    build_from_vectors(chunks(), out, dim, {"name": "random", "spec": None, "dim": dim, "config": {},
-                                            "fingerprint": None})
+    info = {"name": "random", "spec": None, "dim": dim, "config": {}, "fingerprint": None}
+    with IndexWriter(out, dim, info) as writer:
+        for chunk in chunks():
+            writer.add(*chunk)
+        writer.commit()
 
 
 def median_open_ms(out: Path, repeats: int) -> float:

@@ -17,7 +17,7 @@ Vectors are generated chunk by chunk from a per-chunk seed, so the build child n
 
 Measured (searches with ``--threads`` OpenMP/BLAS threads, the same for every method; builds with
 ``--build-threads``):
-1. index build through unirag's streaming path (``build_from_vectors``: chunks -> IndexWriter -> atomic
+1. index build through unirag's streaming path (chunks -> ``IndexWriter`` -> atomic
    commit incl. checksums), each index type in its own child process: wall time and peak RSS
    (``ru_maxrss``), compared with the raw vector bytes (target: flat peak <= 1.5x);
 2. exact top-k throughput: unirag ``Index.topk`` (flat) vs a raw ``faiss.IndexFlatIP`` holding the
@@ -102,7 +102,7 @@ def build_child(args: argparse.Namespace) -> None:
     import faiss
 
     from unirag.data.records import Modality
-    from unirag.index.build import build_from_vectors
+    from unirag.index.writer import IndexWriter
 
     faiss.omp_set_num_threads(args.threads)
     mix = Mixture(args.dim, args.clusters)
@@ -117,7 +117,10 @@ def build_child(args: argparse.Namespace) -> None:
 
     params = json.loads(args.build_params)
     t0 = time.perf_counter()
-    manifest = build_from_vectors(stream(), args.build_out, args.dim, ENCODER_INFO, args.build_type, params)
+    with IndexWriter(args.build_out, args.dim, ENCODER_INFO, args.build_type, params) as writer:
+        for chunk in stream():
+            writer.add(*chunk)
+        manifest = writer.commit()
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"seconds": seconds, "peak_rss": peak, "raw_bytes": n * args.dim * 4,

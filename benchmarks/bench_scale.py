@@ -73,7 +73,7 @@ def child(mode: str, **kwargs) -> dict:
 # -- children --------------------------------------------------------------------------------------
 def child_build_flat(out: str, n: int, dim: int, clusters: int) -> dict:
     from unirag.data.records import Modality
-    from unirag.index.build import build_from_vectors
+    from unirag.index.writer import IndexWriter
 
     mix = Mixture(dim, clusters)
 
@@ -84,7 +84,10 @@ def child_build_flat(out: str, n: int, dim: int, clusters: int) -> dict:
             offset += len(block)
 
     t0 = time.perf_counter()
-    build_from_vectors(stream(), out, dim, ENCODER_INFO, "flat")
+    with IndexWriter(out, dim, ENCODER_INFO, "flat") as writer:
+        for chunk in stream():
+            writer.add(*chunk)
+        writer.commit()
     return {"seconds": time.perf_counter() - t0, "peak_rss": peak_rss()}
 
 
@@ -115,14 +118,17 @@ def _npy_blocks(path: str, rows: int = GEN_CHUNK):
 
 def child_build_ivfpq(out: str, vectors: str, dim: int, params: dict) -> dict:
     from unirag.data.records import Modality
-    from unirag.index.build import build_from_vectors
+    from unirag.index.writer import IndexWriter
 
     def stream():
         for start, block in _npy_blocks(vectors):
             yield Modality.IMAGE, [{"did": f"d{start + i}"} for i in range(len(block))], block
 
     t0 = time.perf_counter()
-    manifest = build_from_vectors(stream(), out, dim, ENCODER_INFO, "ivfpq", params)
+    with IndexWriter(out, dim, ENCODER_INFO, "ivfpq", params) as writer:
+        for chunk in stream():
+            writer.add(*chunk)
+        manifest = writer.commit()
     return {"seconds": time.perf_counter() - t0, "peak_rss": peak_rss(),
             "params": manifest["subindexes"]["image"]["params"]}
 

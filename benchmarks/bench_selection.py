@@ -123,7 +123,7 @@ def _synthetic_index(args, out: Path) -> None:
     """``--n`` candidates: images (one in five) and their four captions, round-robin over ten dataset
     prefixes; vectors: a cluster mixture, captions near their image (so pairing is meaningful)."""
     from unirag.data.records import Modality
-    from unirag.index.build import build_from_vectors
+    from unirag.index.writer import IndexWriter
 
     n_img = args.n // 5
     rng = np.random.default_rng(0)
@@ -153,7 +153,10 @@ def _synthetic_index(args, out: Path) -> None:
                      for i in range(s, e) for j in range(4)]
             yield Modality.TEXT, metas, vecs
 
-    build_from_vectors(chunks(), out, args.dim, ENCODER_INFO)
+    with IndexWriter(out, args.dim, ENCODER_INFO) as writer:
+        for chunk in chunks():
+            writer.add(*chunk)
+        writer.commit()
 
 
 def _ms(fn, queries: np.ndarray, batch: int) -> float:

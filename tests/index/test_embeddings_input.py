@@ -7,12 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.helpers import clustered_vectors
+from index.helpers import build_from_vectors, clustered_vectors
 from unirag.cli.main import main
 from unirag.data.mbeir import write_candidates
 from unirag.data.records import Candidate, Modality
 from unirag.errors import InputError
-from unirag.index.build import build_from_vectors
 from unirag.index.embeddings import build_from_embeddings
 from unirag.index.handle import Index
 from unirag.index.manifest import read_manifest

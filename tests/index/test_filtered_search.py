@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
+from index.helpers import build_from_vectors
 from unirag.data.records import Modality
 from unirag.errors import ConfigError
-from unirag.index.build import build_from_vectors
 from unirag.index.handle import Index
 
 DIM = 16

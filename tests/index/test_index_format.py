@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.helpers import clustered_vectors
+from index.helpers import build_from_vectors, clustered_vectors
 from unirag.data.records import Modality, Query
-from unirag.index.build import build_from_vectors
 from unirag.index.handle import Index
 from unirag.index.manifest import read_manifest
 from unirag.retrieval.retriever import Retriever
@@ -99,7 +98,7 @@ def _run_build_killed_at(out: Path, name: str, when: str) -> subprocess.Complete
         import numpy as np
         from unirag.data.records import Modality
         from unirag.index import directory
-        from unirag.index.build import build_from_vectors
+        from unirag.index.writer import IndexWriter
         real_replace = os.replace
         def replace(src, dst):
             if str(dst).endswith("manifest.json"):
@@ -110,8 +109,9 @@ def _run_build_killed_at(out: Path, name: str, when: str) -> subprocess.Complete
             return real_replace(src, dst)
         directory.os.replace = replace
         v = np.eye(8, dtype=np.float32)
-        build_from_vectors([(Modality.TEXT, [{{"did": str(i)}} for i in range(8)], v)], {str(out)!r}, 8,
-                           {{"name": {name!r}, "fingerprint": "x", "config": {{}}}})
+        with IndexWriter({str(out)!r}, 8, {{"name": {name!r}, "fingerprint": "x", "config": {{}}}}) as writer:
+            writer.add(Modality.TEXT, [{{"did": str(i)}} for i in range(8)], v)
+            writer.commit()
     """)
     env = {**os.environ, "PYTHONPATH": SRC}
     return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)

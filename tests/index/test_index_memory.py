@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import unirag
+from index.helpers import build_from_vectors
 from unirag.cli.main import main
 from unirag.errors import ConfigError
 from unirag.index import store
-from unirag.index.build import build_from_vectors
 from unirag.retrieval.run_io import read_retrieval_run
 
 

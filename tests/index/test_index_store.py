@@ -9,10 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.helpers import HashEncoder, clustered_vectors
+from index.helpers import HashEncoder, build_from_vectors, clustered_vectors
 from unirag.data.records import Modality
 from unirag.errors import ConfigError, InputError
-from unirag.index.build import build_from_vectors
 from unirag.index.handle import Index
 from unirag.index.manifest import verify_files
 

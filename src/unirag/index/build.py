@@ -13,11 +13,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from unirag.data.images import BadImageReport
 from unirag.data.mbeir import duplicate_did, read_numbered_candidates
@@ -110,16 +107,3 @@ def build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, enc
                  "bad_images": {"count": len(bad), "first": [{"path": p, "reason": r}
                                                              for p, r in bad.bad[:BAD_IMAGES_KEPT]]}}
         return writer.commit(extra)
-
-
-def build_from_vectors(chunks: Iterable[tuple[Modality, list[dict[str, Any]], np.ndarray]], out_dir: str | Path,
-                       dim: int, encoder_info_: dict[str, Any], index_type: str = "flat",
-                       params: dict[str, Any] | None = None,
-                       on_chunk: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Same streaming + atomic path from precomputed vectors (used by the benchmark and by tests)."""
-    with IndexWriter(out_dir, dim, encoder_info_, index_type, params) as writer:
-        for i, (modality, metas, vectors) in enumerate(chunks):
-            writer.add(modality, metas, vectors)
-            if on_chunk is not None:
-                on_chunk(i)
-        return writer.commit()
