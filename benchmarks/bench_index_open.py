@@ -1,6 +1,6 @@
 """What the integrity check on open costs (issue 29, point 5; not part of the test suite).
 
-``VectorIndex.open`` checks that a sample of each shard's rows is finite (``OPEN_SAMPLE_ROWS`` rows spread
+``Index.open`` checks that a sample of each shard's rows is finite (``OPEN_SAMPLE_ROWS`` rows spread
 evenly, one page read each; see :mod:`unirag.index.store`). This script builds a flat index of ``--n``
 random unit vectors of size ``--dim`` and prints the median open time with the check and without it
 (the check replaced by a no-op in this process), and the difference. The pages the sample touches are
@@ -23,7 +23,7 @@ import numpy as np
 
 def build(out: Path, n: int, dim: int) -> None:
     from unirag.data.records import Modality
-    from unirag.index.build import build_from_vectors
+    from unirag.index.writer import IndexWriter
 
     rng = np.random.default_rng(0)
     step = 50_000
@@ -36,17 +36,20 @@ def build(out: Path, n: int, dim: int) -> None:
                      for i in range(start, start + len(v))]
             yield Modality.TEXT, metas, v
 
-    build_from_vectors(chunks(), out, dim, {"name": "random", "spec": None, "dim": dim, "config": {},
-                                            "fingerprint": None})
+    info = {"name": "random", "spec": None, "dim": dim, "config": {}, "fingerprint": None}
+    with IndexWriter(out, dim, info) as writer:
+        for chunk in chunks():
+            writer.add(*chunk)
+        writer.commit()
 
 
 def median_open_ms(out: Path, repeats: int) -> float:
-    from unirag.index.store import VectorIndex
+    from unirag.index.handle import Index
 
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        VectorIndex.open(out)
+        Index.open(out)
         times.append(time.perf_counter() - t)
     return statistics.median(times) * 1000
 

@@ -142,15 +142,14 @@ def best(fn, repeat: int):
 
 def build(pool: Path, encoder, setting: str, out: Path):
     """Build the index at one ``--workers`` setting: ``auto`` or ``N``."""
+    from unirag import Index
     from unirag.data.loader import resolve_decode_workers
-    from unirag.index.build import build_index
-    from unirag.index.store import VectorIndex
 
     encoder.decode_workers = resolve_decode_workers(setting)
     if out.exists():
         shutil.rmtree(out)
-    build_index(pool, None, out, encoder, batch_size=64, progress=False)
-    index = VectorIndex.open(out)
+    Index.build(pool, out, encoder=encoder, batch_size=64, progress=False)
+    index = Index.open(out)
     vecs = index.vectors(list(range(len(index))))
     return vecs
 

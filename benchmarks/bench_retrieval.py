@@ -17,10 +17,10 @@ Vectors are generated chunk by chunk from a per-chunk seed, so the build child n
 
 Measured (searches with ``--threads`` OpenMP/BLAS threads, the same for every method; builds with
 ``--build-threads``):
-1. index build through unirag's streaming path (``build_from_vectors``: chunks -> IndexWriter -> atomic
+1. index build through unirag's streaming path (chunks -> ``IndexWriter`` -> atomic
    commit incl. checksums), each index type in its own child process: wall time and peak RSS
    (``ru_maxrss``), compared with the raw vector bytes (target: flat peak <= 1.5x);
-2. exact top-k throughput: unirag ``VectorIndex.search`` (flat) vs a raw ``faiss.IndexFlatIP`` holding the
+2. exact top-k throughput: unirag ``Index.topk`` (flat) vs a raw ``faiss.IndexFlatIP`` holding the
    same vectors vs numpy (matrix products over 65,536-row chunks + argpartition merge)
    (target: unirag >= 0.9x raw FAISS); and the same index opened with ``memory="ram"`` (FAISS files
    read into memory at open; target: >= 0.95x raw FAISS);
@@ -102,7 +102,7 @@ def build_child(args: argparse.Namespace) -> None:
     import faiss
 
     from unirag.data.records import Modality
-    from unirag.index.build import build_from_vectors
+    from unirag.index.writer import IndexWriter
 
     faiss.omp_set_num_threads(args.threads)
     mix = Mixture(args.dim, args.clusters)
@@ -117,7 +117,10 @@ def build_child(args: argparse.Namespace) -> None:
 
     params = json.loads(args.build_params)
     t0 = time.perf_counter()
-    manifest = build_from_vectors(stream(), args.build_out, args.dim, ENCODER_INFO, args.build_type, params)
+    with IndexWriter(args.build_out, args.dim, ENCODER_INFO, args.build_type, params) as writer:
+        for chunk in stream():
+            writer.add(*chunk)
+        manifest = writer.commit()
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"seconds": seconds, "peak_rss": peak, "raw_bytes": n * args.dim * 4,
@@ -192,7 +195,7 @@ def main() -> None:
 def bench(args: argparse.Namespace) -> None:
     import faiss
 
-    from unirag.index.store import VectorIndex
+    from unirag.index.handle import Index
 
     faiss.omp_set_num_threads(args.threads)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="unirag-bench-"))
@@ -230,19 +233,19 @@ def bench(args: argparse.Namespace) -> None:
 
     # 2. exact search
     print(f"\n## exact top-{k}, {args.queries} queries")
-    t_open, flat = timed(lambda: VectorIndex.open(flat_dir))
+    t_open, flat = timed(lambda: Index.open(flat_dir))
     print(f"unirag open (manifest + sizes, memory-mapped; {raw_gb:.1f} GB index): {t_open:.3f} s")
-    t_open_ram, flat_ram = timed(lambda: VectorIndex.open(flat_dir, memory="ram"))
+    t_open_ram, flat_ram = timed(lambda: Index.open(flat_dir, memory="ram"))
     print(f"unirag open memory=ram (FAISS files read into memory): {t_open_ram:.3f} s")
-    flat.search(queries[:10], k, "image")
-    flat_ram.search(queries[:10], k, "image")
+    flat.topk(queries[:10], k, "image")
+    flat_ram.topk(queries[:10], k, "image")
     raw.search(queries[:10], k)
     # alternate the methods and keep each one's best time (the machine is shared; noise only slows)
     t_uni = t_ram = t_raw = t_np = float("inf")
     for _ in range(args.repeat):
-        t, (s_uni, i_uni) = timed(lambda: flat.search(queries, k, "image"))
+        t, (s_uni, i_uni) = timed(lambda: flat.topk(queries, k, "image"))
         t_uni = min(t_uni, t)
-        t, (_, i_ram) = timed(lambda: flat_ram.search(queries, k, "image"))
+        t, (_, i_ram) = timed(lambda: flat_ram.topk(queries, k, "image"))
         t_ram = min(t_ram, t)
         t, (s_raw, i_raw) = timed(lambda: raw.search(queries, k))
         t_raw = min(t_raw, t)
@@ -269,16 +272,16 @@ def bench(args: argparse.Namespace) -> None:
     # 3. ANN
     print(f"\n## approximate search, recall@{k} vs exact on the same vectors, speed-up vs unirag exact")
     results = []
-    ivf = VectorIndex.open(work / "ivfpq")
+    ivf = Index.open(work / "ivfpq")
     sub = ivf.manifest["subindexes"]["image"]["params"]
     for nprobe in [int(x) for x in args.nprobes.split(",")]:
-        ivf.search_params[next(iter(ivf.indexes))]["nprobe"] = nprobe
-        ivf.search(queries[:10], k, "image")
-        t, (_, got) = timed(lambda: ivf.search(queries, k, "image"), args.repeat)
+        next(iter(ivf.subs.values())).params["nprobe"] = nprobe
+        ivf.topk(queries[:10], k, "image")
+        t, (_, got) = timed(lambda: ivf.topk(queries, k, "image"), args.repeat)
         results.append((f"ivfpq nlist={sub['nlist']} m={sub['pq_m']} refine x{sub['refine_k_factor']} "
                         f"nprobe={nprobe}", recall(truth, got, k), args.queries / t, qps["unirag"]))
     ivf = None
-    hnsw = VectorIndex.open(work / "hnsw")
+    hnsw = Index.open(work / "hnsw")
     if hnsw_n == n:
         exact_qps, sub_truth = qps["unirag"], truth
     else:  # exact search over the same subset
@@ -288,9 +291,9 @@ def bench(args: argparse.Namespace) -> None:
         t_sub, (_, sub_truth) = timed(lambda: sub_raw.search(queries, k), args.repeat)
         exact_qps = args.queries / t_sub
     for ef in [int(x) for x in args.ef_searches.split(",")]:
-        hnsw.search_params[next(iter(hnsw.indexes))]["ef_search"] = ef
-        hnsw.search(queries[:10], k, "image")
-        t, (_, got) = timed(lambda: hnsw.search(queries, k, "image"), args.repeat)
+        next(iter(hnsw.subs.values())).params["ef_search"] = ef
+        hnsw.topk(queries[:10], k, "image")
+        t, (_, got) = timed(lambda: hnsw.topk(queries, k, "image"), args.repeat)
         results.append((f"hnsw M=32 efC=80 efSearch={ef} (n={hnsw_n})", recall(sub_truth, got, k),
                         args.queries / t, exact_qps))
     ok = False

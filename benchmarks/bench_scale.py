@@ -73,7 +73,7 @@ def child(mode: str, **kwargs) -> dict:
 # -- children --------------------------------------------------------------------------------------
 def child_build_flat(out: str, n: int, dim: int, clusters: int) -> dict:
     from unirag.data.records import Modality
-    from unirag.index.build import build_from_vectors
+    from unirag.index.writer import IndexWriter
 
     mix = Mixture(dim, clusters)
 
@@ -84,7 +84,10 @@ def child_build_flat(out: str, n: int, dim: int, clusters: int) -> dict:
             offset += len(block)
 
     t0 = time.perf_counter()
-    build_from_vectors(stream(), out, dim, ENCODER_INFO, "flat")
+    with IndexWriter(out, dim, ENCODER_INFO, "flat") as writer:
+        for chunk in stream():
+            writer.add(*chunk)
+        writer.commit()
     return {"seconds": time.perf_counter() - t0, "peak_rss": peak_rss()}
 
 
@@ -115,14 +118,17 @@ def _npy_blocks(path: str, rows: int = GEN_CHUNK):
 
 def child_build_ivfpq(out: str, vectors: str, dim: int, params: dict) -> dict:
     from unirag.data.records import Modality
-    from unirag.index.build import build_from_vectors
+    from unirag.index.writer import IndexWriter
 
     def stream():
         for start, block in _npy_blocks(vectors):
             yield Modality.IMAGE, [{"did": f"d{start + i}"} for i in range(len(block))], block
 
     t0 = time.perf_counter()
-    manifest = build_from_vectors(stream(), out, dim, ENCODER_INFO, "ivfpq", params)
+    with IndexWriter(out, dim, ENCODER_INFO, "ivfpq", params) as writer:
+        for chunk in stream():
+            writer.add(*chunk)
+        manifest = writer.commit()
     return {"seconds": time.perf_counter() - t0, "peak_rss": peak_rss(),
             "params": manifest["subindexes"]["image"]["params"]}
 
@@ -151,26 +157,26 @@ def child_full_read(index_dir: str) -> dict:
 def child_open_search(index_dir: str, queries: str, k: int, warm_runs: int = 20, batch: bool = False,
                       params: dict | None = None) -> dict:
     """Open, then time the first single query and warm single queries; optionally the whole batch."""
-    from unirag.index.store import VectorIndex
+    from unirag.index.handle import Index
 
     q = np.load(queries)
     t0 = time.perf_counter()
-    index = VectorIndex.open(index_dir)
+    index = Index.open(index_dir)
     t_open = time.perf_counter() - t0
-    for sp in index.search_params.values():
-        sp.update(params or {})
+    for sub in index.subs.values():
+        sub.params.update(params or {})
     t0 = time.perf_counter()
-    index.search(q[:1], k)
+    index.topk(q[:1], k)
     first = time.perf_counter() - t0
     warm = []
     for i in range(1, warm_runs + 1):
         t0 = time.perf_counter()
-        index.search(q[i : i + 1], k)
+        index.topk(q[i : i + 1], k)
         warm.append(time.perf_counter() - t0)
     out = {"open": t_open, "first": first, "warm": statistics.median(warm)}
     if batch:
         t0 = time.perf_counter()
-        _, ids = index.search(q, k)
+        _, ids = index.topk(q, k)
         out["batch_seconds"] = time.perf_counter() - t0
         out["ids"] = [[int(index.metas[g].did[1:]) if g >= 0 else -1 for g in row] for row in ids]
     out["peak_rss"] = peak_rss()
@@ -197,8 +203,8 @@ def child_exact_scan(vectors: str, queries: str, k: int) -> dict:
 
 
 def child_embed(engine: str, pool: str, images_root: str, out: str, shard_size: int) -> dict:
+    from unirag import Index
     from unirag.encoders.registry import load_encoder
-    from unirag.index.build import build_index
 
     t_start = 0.0
     if engine == "ray":
@@ -210,8 +216,8 @@ def child_embed(engine: str, pool: str, images_root: str, out: str, shard_size: 
         t_start = time.perf_counter() - t0
     t0 = time.perf_counter()
     encoder = load_encoder(None)
-    manifest = build_index(pool, images_root, out, encoder, None, engine=engine, shard_size=shard_size,
-                           progress=False)
+    manifest = Index.build(pool, out, encoder=encoder, images_root=images_root, engine=engine,
+                           shard_size=shard_size, progress=False).manifest
     return {"seconds": time.perf_counter() - t0, "startup": t_start, "items": manifest["total"]}
 
 

@@ -78,9 +78,9 @@ def _plant(work: Path, n: int) -> tuple[Path, Path, Path]:
 
 
 def part_quality(args, work: Path) -> list[dict]:
+    from unirag import Index
     from unirag.data.mbeir import read_qrels, read_queries
     from unirag.encoders.registry import load_encoder
-    from unirag.index.build import build_index
     from unirag.metrics.scores import caption_metrics
     from unirag.pipelines.captioner import Captioner
     from unirag.retrieval.results import Hits
@@ -88,7 +88,7 @@ def part_quality(args, work: Path) -> list[dict]:
 
     pool, queries_path, qrels_path = _plant(work, args.plant)
     images = (SAMPLE / "images").resolve()
-    build_index(pool, images, work / "index", load_encoder(None), encoder_spec=None, progress=False)
+    Index.build(pool, work / "index", encoder=load_encoder(None), images_root=images, progress=False)
     retriever = Retriever(work / "index")
     queries = read_queries(queries_path)
     qrels = read_qrels(qrels_path)
@@ -123,7 +123,7 @@ def _synthetic_index(args, out: Path) -> None:
     """``--n`` candidates: images (one in five) and their four captions, round-robin over ten dataset
     prefixes; vectors: a cluster mixture, captions near their image (so pairing is meaningful)."""
     from unirag.data.records import Modality
-    from unirag.index.build import build_from_vectors
+    from unirag.index.writer import IndexWriter
 
     n_img = args.n // 5
     rng = np.random.default_rng(0)
@@ -153,7 +153,10 @@ def _synthetic_index(args, out: Path) -> None:
                      for i in range(s, e) for j in range(4)]
             yield Modality.TEXT, metas, vecs
 
-    build_from_vectors(chunks(), out, args.dim, ENCODER_INFO)
+    with IndexWriter(out, args.dim, ENCODER_INFO) as writer:
+        for chunk in chunks():
+            writer.add(*chunk)
+        writer.commit()
 
 
 def _ms(fn, queries: np.ndarray, batch: int) -> float:
@@ -165,30 +168,30 @@ def _ms(fn, queries: np.ndarray, batch: int) -> float:
 
 def part_cost(args, work: Path) -> list[dict]:
     from unirag.data.records import Modality, Query
-    from unirag.index.store import VectorIndex
+    from unirag.index.handle import Index
     from unirag.retrieval.retriever import Retriever
 
     out = work / "synthetic"
     start = time.perf_counter()
     _synthetic_index(args, out)
     print(f"built {args.n:,} x {args.dim} in {time.perf_counter() - start:.0f} s", flush=True)
-    index = VectorIndex.open(out)
+    index = Index.open(out)
     rng = np.random.default_rng(5)
     q = index.vectors(rng.integers(0, len(index), args.queries).tolist())
     q = q + 0.3 * rng.standard_normal(q.shape).astype(np.float32)
     q /= np.linalg.norm(q, axis=1, keepdims=True)
     where = {"dataset": "3"}
-    index.search(q[:2], 50, "text")  # page the index in before timing
+    index.topk(q[:2], 50, "text")  # page the index in before timing
     start = time.perf_counter()
-    index.search(q[:1], 50, "text", where=where)
+    index.topk(q[:1], 50, "text", where=where)
     first_filter_s = time.perf_counter() - start  # one SQL scan, then the filter is kept
     rows = []
-    plain = _ms(lambda b: index.search(b, 50, "text"), q, args.batch)
-    filtered = _ms(lambda b: index.search(b, 50, "text", where=where), q, args.batch)
-    one = _ms(lambda b: [index.search(b[i : i + 1], 50, "text") for i in range(len(b))], q[: args.queries // 4], 1)
-    one_f = _ms(lambda b: [index.search(b[i : i + 1], 50, "text", where=where) for i in range(len(b))],
+    plain = _ms(lambda b: index.topk(b, 50, "text"), q, args.batch)
+    filtered = _ms(lambda b: index.topk(b, 50, "text", where=where), q, args.batch)
+    one = _ms(lambda b: [index.topk(b[i : i + 1], 50, "text") for i in range(len(b))], q[: args.queries // 4], 1)
+    one_f = _ms(lambda b: [index.topk(b[i : i + 1], 50, "text", where=where) for i in range(len(b))],
                 q[: args.queries // 4], 1)
-    got = index.search(q[:20], 50, "text", where=where)[1]
+    got = index.topk(q[:20], 50, "text", where=where)[1]
     assert all(index.metas[int(g)].did.startswith("3:") for g in got.ravel() if g >= 0)
     rows += [{"what": f"exact search, batches of {args.batch}, unfiltered", "ms_per_query": round(plain, 2)},
              {"what": "exact search, batches, dataset filter (10 %)", "ms_per_query": round(filtered, 2),

@@ -56,15 +56,14 @@ ZERO_COST = "python:_zero_encoder:make"
 
 def build_demo_index(out: Path, encoder: str | None = None) -> Path:
     """The bundled sample's index with ``encoder`` (None: the offline one)."""
+    from unirag import Index
     from unirag.data.importers.coco import import_coco
-    from unirag.encoders.registry import load_encoder
-    from unirag.index.build import build_index
 
     if not (out / "data" / "pool.jsonl").exists():
         import_coco(SAMPLE / "captions.json", SAMPLE / "images", out / "data", show_progress=False)
     name = "index-zero-cost" if encoder else "index"
-    build_index(out / "data" / "pool.jsonl", (SAMPLE / "images").resolve(), out / name, load_encoder(encoder),
-                encoder_spec=encoder, progress=False)
+    Index.build(out / "data" / "pool.jsonl", out / name, encoder=encoder,
+                images_root=(SAMPLE / "images").resolve(), progress=False)
     return out / name
 
 

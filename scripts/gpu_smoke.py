@@ -79,9 +79,9 @@ def build_data(work: Path, n_images: int) -> dict[str, Path]:
 
 def index_step(device: str, dtypes: list[str], data: dict[str, Path], work: Path) -> None:
     from tiny_models import tiny_clip_dir, tiny_uniir_clip_sf
+    from unirag import Index
     from unirag.data.mbeir import read_queries
     from unirag.encoders.registry import load_encoder
-    from unirag.index.build import build_index
     from unirag.retrieval.retriever import Retriever
 
     queries = read_queries(data["i2t"])
@@ -89,7 +89,7 @@ def index_step(device: str, dtypes: list[str], data: dict[str, Path], work: Path
     def run(spec: str, dev: str, dtype: str, out: Path, index: Path | None = None) -> dict[str, list[str]]:
         enc = load_encoder(spec, device=dev, dtype=dtype, **({"use_instructions": False} if "uniir:" in spec else {}))
         if index is None:
-            build_index(data["pool"], data["root"], out, enc, encoder_spec=spec, progress=False)
+            Index.build(data["pool"], out, encoder=enc, images_root=data["root"], progress=False)
             index = out
         results = Retriever(index, enc).retrieve(queries, 5, "text", query_images_root=data["root"])
         enc.close()

@@ -34,8 +34,8 @@ def test_search_raw_vectors(demo):
     vectors = encoder.encode_texts(["a man riding a wave on a surfboard", "a plate of food"])
     hits = index.search(vectors, k=7, modality="image")
     assert [len(h) for h in hits] == [7, 7] and all(x.modality == "image" for h in hits for x in h)
-    scores, ids = index.store.search(vectors, 7, "image")
-    assert [x.did for x in hits[0]] == [index.store.metas[g].did for g in ids[0]]
+    scores, ids = index.topk(vectors, 7, "image")
+    assert [x.did for x in hits[0]] == [index.metas[g].did for g in ids[0]]
     np.testing.assert_allclose([x.score for x in hits[1]], scores[1], atol=1e-6)
     single = index.search(vectors[0], k=3)  # one vector = one query, over every modality
     assert len(single) == 1 and [x.score for x in single[0]] == sorted((x.score for x in single[0]), reverse=True)

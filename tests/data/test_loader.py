@@ -271,10 +271,10 @@ def test_nothing_is_left_in_dev_shm_after_a_process_group_sigkill_mid_build(coco
     script.write_text(
         "import sys\n"
         "from unirag.encoders.registry import load_encoder\n"
-        "from unirag.index.build import build_index\n"
+        "from unirag import Index\n"
         "enc = load_encoder('offline', device='cpu', batch_size=8)\n"
         "enc.decode_workers = 2\n"
-        f"build_index({str(tmp_path / 'pool.jsonl')!r}, None, {str(tmp_path / 'idx')!r}, enc, batch_size=8,"
+        f"Index.build({str(tmp_path / 'pool.jsonl')!r}, {str(tmp_path / 'idx')!r}, encoder=enc, batch_size=8,"
         " progress=True)\n")
     before = _shm()
     proc = subprocess.Popen([sys.executable, str(script)], stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -87,12 +87,12 @@ def test_truncated_json_line_is_reported_at_its_end(tmp_path: Path) -> None:
 
 
 def test_duplicate_did_names_both_lines(tmp_path: Path) -> None:
+    from unirag import Index
     from unirag.encoders.registry import load_encoder
-    from unirag.index.build import build_index
 
     pool = _lines(tmp_path / "pool.jsonl", b'{"did": "a", "modality": "text", "txt": "a dog"}',
                   b'{"did": "b", "modality": "text", "txt": "a cat"}',
                   b'{"did": "a", "modality": "text", "txt": "a bird"}')
     with pytest.raises(InputError) as err:
-        build_index(pool, None, tmp_path / "index", load_encoder(None), progress=False)
+        Index.build(pool, tmp_path / "index", encoder=load_encoder(None), progress=False)
     assert err.value.line == 3 and "duplicate did 'a'" in str(err.value) and "(first at line 1)" in str(err.value)

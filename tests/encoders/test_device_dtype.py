@@ -10,10 +10,10 @@ import torch
 
 from index.helpers import write_coco_mbeir
 from tiny_models import tiny_clip_dir
+from unirag import Index
 from unirag.data.mbeir import read_queries
 from unirag.encoders.registry import load_encoder
 from unirag.errors import ConfigError
-from unirag.index.build import build_index
 from unirag.retrieval.retriever import Retriever
 from unirag.runtime import dtype_name, free_memory, resolve_device, weights_digest
 
@@ -74,8 +74,8 @@ def test_fingerprint_names_the_weights_not_path_or_dtype(tmp_path):
 def test_index_built_in_float32_is_searched_in_bfloat16_with_the_same_top5(coco_mini: Path, tmp_path):
     files = write_coco_mbeir(coco_mini, tmp_path / "mbeir", n_images=12)
     out = tmp_path / "index"
-    build_index(files["pool"], coco_mini, out, load_encoder(str(tiny_clip_dir()), device="cpu", dtype="float32"),
-                encoder_spec=str(tiny_clip_dir()), progress=False)
+    Index.build(files["pool"], out, encoder=str(tiny_clip_dir()), images_root=coco_mini, device="cpu",
+                dtype="float32", progress=False)
     bf16 = load_encoder(str(tiny_clip_dir()), device="cpu", dtype="bfloat16")
     fp32 = Retriever(out, load_encoder(str(tiny_clip_dir()), device="cpu", dtype="float32"))
     low = Retriever(out, bf16)  # not refused: same weights, other precision

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from index.helpers import coco_oracle, write_coco_mbeir
-from unirag.index.build import build_index
+from unirag import Index
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +25,7 @@ def coco_mbeir(coco_mini: Path, tmp_path_factory) -> dict[str, Path]:
 def coco_index(coco_mbeir, coco_mini, coco_oracle_encoder, tmp_path_factory) -> Path:
     """A flat index of the whole COCO mini pool (51 real images + 255 real captions)."""
     out = tmp_path_factory.mktemp("coco_index") / "index"
-    build_index(coco_mbeir["pool"], coco_mini, out, coco_oracle_encoder, progress=False)
+    Index.build(coco_mbeir["pool"], out, encoder=coco_oracle_encoder, images_root=coco_mini, progress=False)
     return out
 
 

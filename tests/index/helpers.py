@@ -127,3 +127,14 @@ def clustered_vectors(n: int, dim: int, n_clusters: int = 50, noise: float = 0.3
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
     x = centres[rng.integers(0, n_clusters, n)] + noise * rng.standard_normal((n, dim)).astype(np.float32) / np.sqrt(dim)
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def build_from_vectors(chunks, out_dir, dim: int, encoder_info: dict, index_type: str = "flat",
+                       params: dict | None = None) -> dict:
+    """Write an index from ``(modality, metas, vectors)`` chunks through the one index writer; the manifest."""
+    from unirag.index.writer import IndexWriter
+
+    with IndexWriter(out_dir, dim, encoder_info, index_type, params) as writer:
+        for modality, metas, vectors in chunks:
+            writer.add(modality, metas, vectors)
+        return writer.commit()

@@ -10,12 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from unirag import Index
 from unirag.data.mbeir import write_candidates
 from unirag.data.records import Candidate, Modality
 from unirag.encoders.registry import load_encoder
-from unirag.errors import InputError
-from unirag.index.build import build_index, embed_pool_shard
-from unirag.index.store import VectorIndex
+from unirag.errors import InputError, SkippedInputsWarning
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +44,7 @@ def pool_with_bad_images(tmp_path_factory, coco_mini: Path) -> tuple[Path, Path]
 
 
 def _index_contents(path: Path):
-    index = VectorIndex.open(path)
+    index = Index.open(path)
     dids = [m.did for m in index.metas]
     return dids, index.vectors(list(range(len(dids)))), index.manifest["bad_images"]
 
@@ -56,7 +55,9 @@ def test_index_build_is_identical_across_decode_workers(offline, pool_with_bad_i
     built = {}
     for workers in (0, 1, 2):
         offline.decode_workers = workers
-        build_index(pool, root, tmp_path / f"idx{workers}", offline, batch_size=3, progress=False)
+        with pytest.warns(SkippedInputsWarning, match="2 input"):
+            Index.build(pool, tmp_path / f"idx{workers}", encoder=offline, images_root=root, batch_size=3,
+                        progress=False)
         built[workers] = _index_contents(tmp_path / f"idx{workers}")
     offline.decode_workers = None
     dids, vectors, bad = built[0]
@@ -76,7 +77,8 @@ def test_shards_are_identical_across_decode_workers(offline, pool_with_bad_image
     for workers in (0, 2):
         offline.decode_workers = workers
         shards = tmp_path / f"shards{workers}"
-        records[workers] = [embed_pool_shard(pool, shards, i, 2, offline, "offline", root, batch_size=3)
+        records[workers] = [Index.embed_shard(pool, (i, 2), shards, encoder=offline, images_root=root,
+                                              batch_size=3)
                             for i in range(2)]
     offline.decode_workers = None
     for i in range(2):

@@ -7,15 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.helpers import clustered_vectors
+from index.helpers import build_from_vectors, clustered_vectors
 from unirag.cli.main import main
 from unirag.data.mbeir import write_candidates
 from unirag.data.records import Candidate, Modality
 from unirag.errors import InputError
-from unirag.index.build import build_from_vectors
 from unirag.index.embeddings import build_from_embeddings
+from unirag.index.handle import Index
 from unirag.index.manifest import read_manifest
-from unirag.index.store import VectorIndex
 
 DIM = 16
 ENC = {"name": "byo", "spec": "some/model", "dim": DIM, "config": {}, "fingerprint": "b" * 16}
@@ -35,23 +34,23 @@ def pool(tmp_path: Path) -> tuple[Path, list[Candidate], np.ndarray]:
     return path, cands, clustered_vectors(400, DIM, seed=3)
 
 
-def _reference(tmp_path: Path, cands: list[Candidate], vectors: np.ndarray) -> VectorIndex:
+def _reference(tmp_path: Path, cands: list[Candidate], vectors: np.ndarray) -> Index:
     def chunks():
         for modality in (Modality.TEXT, Modality.IMAGE):
             rows = [i for i, c in enumerate(cands) if c.modality is modality]
             yield modality, [{"did": cands[i].did} for i in rows], vectors[rows]
 
     build_from_vectors(chunks(), tmp_path / "reference", DIM, ENC)
-    return VectorIndex.open(tmp_path / "reference")
+    return Index.open(tmp_path / "reference")
 
 
-def _same_index(index: VectorIndex, reference: VectorIndex, cands: list[Candidate], vectors: np.ndarray) -> None:
+def _same_index(index: Index, reference: Index, cands: list[Candidate], vectors: np.ndarray) -> None:
     gids = [index.gid_of(c.did) for c in cands]
     np.testing.assert_allclose(index.vectors(gids), vectors, atol=1e-6)
     q = clustered_vectors(10, DIM, seed=9)
     for modality in ("text", "image", "any"):
-        _, a = index.search(q, 7, modality)
-        _, b = reference.search(q, 7, modality)
+        _, a = index.topk(q, 7, modality)
+        _, b = reference.topk(q, 7, modality)
         assert [[index.metas[g].did for g in row] for row in a] == [[reference.metas[g].did for g in row] for row in b]
     meta = index.metas[index.gid_of("txt5")]
     assert (meta.txt, meta.source_id, meta.modality) == ("caption 5", "1", Modality.TEXT)
@@ -66,35 +65,37 @@ def test_npy_with_ids_in_any_order_and_without_ids(pool, tmp_path: Path) -> None
     manifest = build_from_embeddings(path, tmp_path / "emb.npy", tmp_path / "idx", ENC, ids=tmp_path / "ids.txt",
                                      progress=False)
     assert manifest["encoder"]["spec"] == "some/model" and manifest["counts"] == {"text": 300, "image": 100}
-    _same_index(VectorIndex.open(tmp_path / "idx"), reference, cands, vectors)
+    _same_index(Index.open(tmp_path / "idx"), reference, cands, vectors)
     np.save(tmp_path / "pool_order.npy", vectors)
     build_from_embeddings(path, tmp_path / "pool_order.npy", tmp_path / "idx2", ENC, progress=False)
-    _same_index(VectorIndex.open(tmp_path / "idx2"), reference, cands, vectors)
-    assert not [p for p in tmp_path.iterdir() if "aligning" in p.name], "temporary aligned file left behind"
+    _same_index(Index.open(tmp_path / "idx2"), reference, cands, vectors)
+    assert not list(tmp_path.glob("idx*/data-*/.aligned.f32")), "temporary aligned file left behind"
+    assert ".aligned.f32" not in manifest["files"]
 
 
 def test_scratch_left_by_a_killed_build_is_removed_but_a_live_one_is_kept(pool, tmp_path: Path) -> None:
-    """A killed build leaves its aligned-vectors scratch folder (as large as the vectors); the next build
-    removes it when its owner lock is free, and never touches one whose owner still holds the lock."""
+    """A killed build leaves its data folder with the aligned vectors (as large as the vectors); the next
+    build removes it when its build lock is free, and never touches one whose lock is still held."""
     import fcntl
     import os
 
     path, cands, vectors = pool
-    dead, live = tmp_path / ".idx.aligning-dead", tmp_path / ".idx.aligning-live"
+    out = tmp_path / "idx"
+    dead, live = out / "data-dead", out / "data-live"
     for folder in (dead, live):
-        folder.mkdir()
-        (folder / ".owner").touch()
-        (folder / "aligned.f32").write_bytes(b"\0" * 4096)
-    fd = os.open(live / ".owner", os.O_RDWR)
+        folder.mkdir(parents=True)
+        (out / f"{folder.name}.lock").touch()
+        (folder / ".aligned.f32").write_bytes(b"\0" * 4096)
+    fd = os.open(out / "data-live.lock", os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)  # a build still running in another process holds its lock
     try:
         np.save(tmp_path / "emb.npy", vectors)
-        build_from_embeddings(path, tmp_path / "emb.npy", tmp_path / "idx", ENC, progress=False)
+        build_from_embeddings(path, tmp_path / "emb.npy", out, ENC, progress=False)
         assert not dead.exists()
-        assert (live / "aligned.f32").exists()
+        assert (live / ".aligned.f32").exists()
     finally:
         os.close(fd)
-    assert sorted(p.name for p in tmp_path.iterdir() if "aligning" in p.name) == [live.name]
+    assert [p.parent.name for p in out.glob("*/.aligned.f32")] == [live.name]
 
 
 def test_parquet_file_and_folder(pool, tmp_path: Path) -> None:
@@ -110,12 +111,12 @@ def test_parquet_file_and_folder(pool, tmp_path: Path) -> None:
                           "embedding": pa.array(vectors[rows].tolist(), type=pa.list_(pa.float32()))})
         pq.write_table(table, folder / f"part-{part}.parquet")
     build_from_embeddings(path, folder, tmp_path / "idx", ENC, progress=False)
-    _same_index(VectorIndex.open(tmp_path / "idx"), reference, cands, vectors)
+    _same_index(Index.open(tmp_path / "idx"), reference, cands, vectors)
     table = pa.table({"did": [c.did for c in cands],
                       "embedding": pa.array(vectors.tolist(), type=pa.list_(pa.float32()))})
     pq.write_table(table, tmp_path / "one.parquet")
     build_from_embeddings(path, tmp_path / "one.parquet", tmp_path / "idx2", ENC, progress=False)
-    _same_index(VectorIndex.open(tmp_path / "idx2"), reference, cands, vectors)
+    _same_index(Index.open(tmp_path / "idx2"), reference, cands, vectors)
 
 
 def test_bad_embeddings_name_file_and_row(pool, tmp_path: Path) -> None:
@@ -190,7 +191,7 @@ def test_shards_cli_without_ray_then_build_from_the_folder(demo_mbeir: dict[str,
     assert "planned for 3 shards" in capsys.readouterr().err
     main(["index", "build", "--pool", str(demo_mbeir["pool"]), "--embeddings", str(shards), "--out",
           str(tmp_path / "idx")])
-    local, sharded = VectorIndex.open(tmp_path / "local"), VectorIndex.open(tmp_path / "idx")
+    local, sharded = Index.open(tmp_path / "local"), Index.open(tmp_path / "idx")
     assert read_manifest(tmp_path / "idx")["encoder"]["fingerprint"] == local.manifest["encoder"]["fingerprint"]
     dids = [m.did for m in local.metas]
     assert sorted(dids) == sorted(m.did for m in sharded.metas)

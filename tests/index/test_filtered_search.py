@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 
+from index.helpers import build_from_vectors
 from unirag.data.records import Modality
 from unirag.errors import ConfigError
-from unirag.index.build import build_from_vectors
-from unirag.index.store import VectorIndex
+from unirag.index.handle import Index
 
 DIM = 16
 ENC = {"name": "random", "spec": None, "config": {}, "fingerprint": "f" * 16}
@@ -48,7 +48,7 @@ def corpus(tmp_path_factory):
     chunks = [(m, rows[m][s : s + 100], vecs[m][s : s + 100]) for m in rows for s in range(0, len(rows[m]), 100)]
     out = tmp_path_factory.mktemp("filtered") / "idx"
     build_from_vectors(chunks, out, DIM, ENC, params={"shard_size": 128})
-    index = VectorIndex.open(out)
+    index = Index.open(out)
     assert len(index.subs[Modality.TEXT].shards) > 1
     metas = [*rows[Modality.TEXT], *rows[Modality.IMAGE]] if list(index.subs)[0] is Modality.TEXT else \
         [*rows[Modality.IMAGE], *rows[Modality.TEXT]]
@@ -97,7 +97,7 @@ def test_filtered_topk_equals_brute_force_over_the_matching_candidates(corpus, w
                      for m, mod in zip(metas, mods, strict=True)])
     assert 0 < keep.sum() < len(keep)
     k = 25
-    scores, ids = index.search(queries, k, modality, where=where)
+    scores, ids = index.topk(queries, k, modality, where=where)
     sims = queries @ vecs.T
     sims[:, ~keep] = -np.inf
     expected = np.argsort(-sims, axis=1, kind="stable")[:, :k]
@@ -112,11 +112,11 @@ def test_filtered_topk_equals_brute_force_over_the_matching_candidates(corpus, w
 def test_filter_with_more_slots_than_matches_pads_and_no_match_is_empty(corpus) -> None:
     index, metas, vecs, mods = corpus
     q = _unit(np.random.default_rng(2), 1)
-    scores, ids = index.search(q, 5, None, where={"dataset": "mscoco", "year": "1999"})
+    scores, ids = index.topk(q, 5, None, where={"dataset": "mscoco", "year": "1999"})
     assert (ids == -1).all() and np.isneginf(scores).all()
     # a filter matching every candidate of a modality searches it unrestricted
-    full = index.search(q, 10, "image")
-    assert np.array_equal(index.search(q, 10, "image", where={"modality": "image"})[1], full[1])
+    full = index.topk(q, 10, "image")
+    assert np.array_equal(index.topk(q, 10, "image", where={"modality": "image"})[1], full[1])
 
 
 def test_old_index_without_src_content_refuses_src_content_filters_but_filters_dataset(corpus, tmp_path) -> None:
@@ -137,8 +137,8 @@ def test_old_index_without_src_content_refuses_src_content_filters_but_filters_d
     # the manifest records file sizes: refresh them for the edited metadata file
     manifest["files"][db_path.name]["size"] = db_path.stat().st_size
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    old = VectorIndex.open(copy)
+    old = Index.open(copy)
     q = _unit(np.random.default_rng(3), 1)
-    assert (old.search(q, 5, None, where={"dataset": "9"})[1] >= 0).all()
+    assert (old.topk(q, 5, None, where={"dataset": "9"})[1] >= 0).all()
     with pytest.raises(ConfigError, match="rebuild the index"):
-        old.search(q, 5, None, where={"split": "val"})
+        old.topk(q, 5, None, where={"split": "val"})

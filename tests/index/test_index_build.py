@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from index.helpers import HashEncoder, coco_oracle
+from unirag import Index
 from unirag.data import images as images_mod
 from unirag.data.mbeir import write_candidates
 from unirag.data.records import Candidate, Modality
-from unirag.errors import InputError
-from unirag.index.build import build_index
+from unirag.errors import ConfigError, InputError, SkippedInputsWarning
 from unirag.index.manifest import read_manifest, sha256_file
-from unirag.index.store import CandidateMeta, VectorIndex
+from unirag.index.store import CandidateMeta
 from unirag.index.writer import IndexWriter
 
 
@@ -34,14 +34,14 @@ def test_build_records_counts_encoder_and_checksums(coco_index: Path, coco_oracl
     for name, entry in manifest["files"].items():
         assert sha256_file(data / name) == entry["sha256"] and (data / name).stat().st_size == entry["size"]
     # metadata row i of a modality describes vector i of that modality's sub-index, in pool order
-    index = VectorIndex.open(coco_index)
+    index = Index.open(coco_index)
     first_text = index.metas[index.offsets[Modality.TEXT]]
     assert first_text == CandidateMeta("txt:397133:0", Modality.TEXT, "A man is in a kitchen making pizzas.", None,
                                        "397133")
 
 
 def test_build_vectors_match_the_encoder(coco_index: Path, coco_mbeir, coco_oracle_encoder) -> None:
-    index = VectorIndex.open(coco_index, coco_oracle_encoder)
+    index = Index.open(coco_index, coco_oracle_encoder)
     gid = index.gid_of("txt:397133:0")
     expected = coco_oracle_encoder.encode_texts(["A man is in a kitchen making pizzas."])[0]
     np.testing.assert_allclose(index.vectors([gid])[0], expected, atol=1e-6)
@@ -65,7 +65,7 @@ def test_build_streams_in_bounded_chunks(coco_mini: Path, coco_mbeir, tmp_path: 
     monkeypatch.setattr(images_mod, "load_rgb", counting_load)
     encoder.batch_size = 4
     encoder.decode_workers = 0  # inline, so the counting loader sees every decode
-    build_index(pool, coco_mini, tmp_path / "idx", encoder, batch_size=8, progress=False)
+    Index.build(pool, tmp_path / "idx", encoder=encoder, images_root=coco_mini, batch_size=8, progress=False)
     # 40 images and 200 captions arrive as chunks of at most 8, encoded in batches of at most 4
     assert max(encoder.image_batches) <= 4 and sum(encoder.image_batches) == 40
     assert len(encoder.image_batches) >= 10
@@ -84,13 +84,15 @@ def test_bad_images_are_reported_and_skipped(coco_mini: Path, tmp_path: Path) ->
         Candidate("i3", Modality.IMAGE, img_path="missing.jpg"),
         Candidate("t1", Modality.TEXT, txt="a living room with a television"),
     ])
-    manifest = build_index(tmp_path / "pool.jsonl", images, tmp_path / "idx", HashEncoder(), progress=False)
+    with pytest.warns(SkippedInputsWarning, match="2 input"):
+        manifest = Index.build(tmp_path / "pool.jsonl", tmp_path / "idx", encoder=HashEncoder(),
+                               images_root=images, progress=False).manifest
     assert manifest["counts"] == {"image": 1, "text": 1}
     bad = manifest["bad_images"]
     assert bad["count"] == 2
     assert {Path(b["path"]).name for b in bad["first"]} == {"corrupt.jpg", "missing.jpg"}
     assert read_manifest(tmp_path / "idx")["bad_images"]["count"] == 2
-    index = VectorIndex.open(tmp_path / "idx")
+    index = Index.open(tmp_path / "idx")
     assert [m.did for m in index.metas] == ["i1", "t1"]
 
 
@@ -98,14 +100,15 @@ def test_fused_candidates_are_indexed(coco_mini: Path, tmp_path: Path) -> None:
     write_candidates(tmp_path / "pool.jsonl", [
         Candidate("f1", Modality.IMAGE_TEXT, txt="a kitchen", img_path="images/000000397133.jpg")])
     encoder = HashEncoder()
-    manifest = build_index(tmp_path / "pool.jsonl", coco_mini, tmp_path / "idx", encoder, progress=False)
+    manifest = Index.build(tmp_path / "pool.jsonl", tmp_path / "idx", encoder=encoder, images_root=coco_mini,
+                           progress=False).manifest
     assert manifest["counts"] == {"image,text": 1}
     assert (tmp_path / "idx" / manifest["data"] / "image_text.00000.faiss").exists()
 
 
 def test_crash_mid_build_keeps_previous_index(coco_mbeir, coco_mini: Path, tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "idx"
-    build_index(coco_mbeir["pool"], coco_mini, out, HashEncoder(), progress=False)
+    Index.build(coco_mbeir["pool"], out, encoder=HashEncoder(), images_root=coco_mini, progress=False)
     before = _tree(out)
     calls = [0]
     real_add = IndexWriter.add
@@ -118,10 +121,11 @@ def test_crash_mid_build_keeps_previous_index(coco_mbeir, coco_mini: Path, tmp_p
 
     monkeypatch.setattr(IndexWriter, "add", crashing_add)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        build_index(coco_mbeir["pool"], coco_mini, out, HashEncoder(name="other"), progress=False)
+        Index.build(coco_mbeir["pool"], out, encoder=HashEncoder(name="other"), images_root=coco_mini,
+                    progress=False)
     assert _tree(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"], "temporary build directory left behind"
-    assert VectorIndex.open(out).manifest["encoder"]["name"] == "test-hash"
+    assert Index.open(out).manifest["encoder"]["name"] == "test-hash"
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -135,15 +139,17 @@ def test_crash_without_previous_index_leaves_nothing(coco_mbeir, coco_mini: Path
 
     monkeypatch.setattr(IndexWriter, "commit", crash)
     with pytest.raises(KeyboardInterrupt):
-        build_index(coco_mbeir["pool"], coco_mini, tmp_path / "idx", HashEncoder(), progress=False)
+        Index.build(coco_mbeir["pool"], tmp_path / "idx", encoder=HashEncoder(), images_root=coco_mini,
+                    progress=False)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_rebuild_replaces_index(coco_mbeir, coco_mini: Path, tmp_path: Path) -> None:
     out = tmp_path / "idx"
-    build_index(coco_mbeir["pool"], coco_mini, out, HashEncoder(), progress=False)
+    Index.build(coco_mbeir["pool"], out, encoder=HashEncoder(), images_root=coco_mini, progress=False)
     first_data = read_manifest(out)["data"]
-    build_index(coco_mbeir["pool"], coco_mini, out, HashEncoder(name="second"), progress=False)
+    Index.build(coco_mbeir["pool"], out, encoder=HashEncoder(name="second"), images_root=coco_mini,
+                progress=False)
     manifest = read_manifest(out)
     assert manifest["encoder"]["name"] == "second" and manifest["data"] != first_data
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
@@ -152,18 +158,19 @@ def test_rebuild_replaces_index(coco_mbeir, coco_mini: Path, tmp_path: Path) -> 
 
 def test_bad_pool_inputs(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="candidate pool not found"):
-        build_index(tmp_path / "nope.jsonl", None, tmp_path / "idx", HashEncoder(), progress=False)
+        Index.build(tmp_path / "nope.jsonl", tmp_path / "idx", encoder=HashEncoder(), progress=False)
     write_candidates(tmp_path / "dup.jsonl", [Candidate("a", Modality.TEXT, txt="x"),
                                               Candidate("a", Modality.TEXT, txt="y")])
     with pytest.raises(InputError, match="duplicate did 'a'"):
-        build_index(tmp_path / "dup.jsonl", None, tmp_path / "idx", HashEncoder(), progress=False)
+        Index.build(tmp_path / "dup.jsonl", tmp_path / "idx", encoder=HashEncoder(), progress=False)
     (tmp_path / "bad.jsonl").write_text('{"did": "a", "modality": "text", "txt": "x"}\n{"did": "b", "modality": "text"}\n')
     with pytest.raises(InputError) as e:
-        build_index(tmp_path / "bad.jsonl", None, tmp_path / "idx", HashEncoder(), progress=False)
+        Index.build(tmp_path / "bad.jsonl", tmp_path / "idx", encoder=HashEncoder(), progress=False)
     assert "bad.jsonl:2" in str(e.value) and "txt" in str(e.value)
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(InputError, match="nothing to index"):
-        build_index(tmp_path / "empty.jsonl", None, tmp_path / "idx", HashEncoder(), progress=False)
-    with pytest.raises(InputError, match="batch size"):
-        build_index(tmp_path / "dup.jsonl", None, tmp_path / "idx", HashEncoder(), batch_size=0, progress=False)
+        Index.build(tmp_path / "empty.jsonl", tmp_path / "idx", encoder=HashEncoder(), progress=False)
+    with pytest.raises(ConfigError, match="batch_size must be positive"):
+        Index.build(tmp_path / "dup.jsonl", tmp_path / "idx", encoder=HashEncoder(), batch_size=0,
+                    progress=False)
     assert not (tmp_path / "idx").exists()

@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.helpers import clustered_vectors
+from index.helpers import build_from_vectors, clustered_vectors
 from unirag.data.records import Modality, Query
-from unirag.index.build import build_from_vectors
+from unirag.index.handle import Index
 from unirag.index.manifest import read_manifest
-from unirag.index.store import VectorIndex
 from unirag.retrieval.retriever import Retriever
 
 ENC = {"name": "vectors", "spec": None, "config": {}, "fingerprint": "f" * 16}
@@ -39,22 +38,22 @@ def test_sharded_flat_search_equals_single_shard_exact(tmp_path: Path) -> None:
     assert [s["count"] for s in many["subindexes"]["text"]["shards"]] == [400] * 6 + [100]
     assert len(many["subindexes"]["image"]["shards"]) == 5
     queries = clustered_vectors(40, 32, seed=5)
-    a, b = VectorIndex.open(tmp_path / "one"), VectorIndex.open(tmp_path / "many")
+    a, b = Index.open(tmp_path / "one"), Index.open(tmp_path / "many")
     for modality in ("text", "image", "any"):
-        sa, ia = a.search(queries, 25, modality)
-        sb, ib = b.search(queries, 25, modality)
+        sa, ia = a.topk(queries, 25, modality)
+        sb, ib = b.topk(queries, 25, modality)
         np.testing.assert_array_equal(ia, ib)
         np.testing.assert_allclose(sa, sb, atol=1e-6)
     # the exact answer, computed here without FAISS
     truth = np.argsort(-(queries @ text.T), axis=1, kind="stable")[:, :25]
-    _, got = b.search(queries, 25, "text")
+    _, got = b.topk(queries, 25, "text")
     assert np.mean([len(set(t) & set(g)) for t, g in zip(truth, got, strict=True)]) >= 24.9
     # global ids map to the right metadata and vectors across shard boundaries
     gid = b.gid_of("text:1234")
     assert b.metas[gid].did == "text:1234"
     np.testing.assert_allclose(b.vectors([gid])[0], text[1234], atol=1e-6)
     # k larger than a shard, and larger than the pool
-    s, g = b.search(queries[:1], 2000, "image")
+    s, g = b.topk(queries[:1], 2000, "image")
     assert (g[0, :1800] >= 0).all() and (g[0, 1800:] == -1).all() and np.isinf(s[0, 1800:]).all()
 
 
@@ -65,10 +64,10 @@ def test_sharded_ivfpq_trains_once_and_keeps_recall(tmp_path: Path) -> None:
     entry = manifest["subindexes"]["text"]
     assert entry["type"] == "ivfpq" and [s["count"] for s in entry["shards"]] == [4000, 4000, 1000]
     assert entry["vectors_file"] == "text.vectors.f32"
-    index = VectorIndex.open(tmp_path / "ivf")
+    index = Index.open(tmp_path / "ivf")
     queries = clustered_vectors(60, 32, seed=7)
     truth = np.argsort(-(queries @ data.T), axis=1)[:, :10]
-    scores, got = index.search(queries, 10, "text")
+    scores, got = index.topk(queries, 10, "text")
     recall = np.mean([len(set(t) & set(g)) / 10 for t, g in zip(truth, got, strict=True)])
     assert recall >= 0.9, recall
     # re-scored from the raw vectors: the scores are exact inner products
@@ -82,7 +81,7 @@ def test_plain_ivfpq_keeps_a_direct_map_so_pairs_complete(tmp_path: Path) -> Non
     assert {e["type"] for e in manifest["subindexes"].values()} == {"ivfpq"}
     assert all(e["vectors_file"] is None for e in manifest["subindexes"].values())
     assert not list((tmp_path / "idx").rglob("*.f32")), "refine=false keeps no raw vectors"
-    index = VectorIndex.open(tmp_path / "idx")
+    index = Index.open(tmp_path / "idx")
     approx = index.vectors([index.gid_of("text:10")])[0]
     assert float(approx @ text[10]) > 0.9  # decoded from the PQ codes
     queries = [Query(f"q{i}", Modality.IMAGE, img_path=f"/nowhere/{i}.jpg") for i in range(5)]
@@ -99,7 +98,7 @@ def _run_build_killed_at(out: Path, name: str, when: str) -> subprocess.Complete
         import numpy as np
         from unirag.data.records import Modality
         from unirag.index import directory
-        from unirag.index.build import build_from_vectors
+        from unirag.index.writer import IndexWriter
         real_replace = os.replace
         def replace(src, dst):
             if str(dst).endswith("manifest.json"):
@@ -110,8 +109,9 @@ def _run_build_killed_at(out: Path, name: str, when: str) -> subprocess.Complete
             return real_replace(src, dst)
         directory.os.replace = replace
         v = np.eye(8, dtype=np.float32)
-        build_from_vectors([(Modality.TEXT, [{{"did": str(i)}} for i in range(8)], v)], {str(out)!r}, 8,
-                           {{"name": {name!r}, "fingerprint": "x", "config": {{}}}})
+        with IndexWriter({str(out)!r}, 8, {{"name": {name!r}, "fingerprint": "x", "config": {{}}}}) as writer:
+            writer.add(Modality.TEXT, [{{"did": str(i)}} for i in range(8)], v)
+            writer.commit()
     """)
     env = {**os.environ, "PYTHONPATH": SRC}
     return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
@@ -127,20 +127,20 @@ def _build(out: Path, name: str, n: int = 8) -> dict:
 def test_build_killed_at_the_swap_leaves_a_readable_index(tmp_path: Path, when: str, survivor: str) -> None:
     out = tmp_path / "idx"
     _build(out, "first", n=5)
-    reader = VectorIndex.open(out)  # a reader that opened the old index before the rebuild
+    reader = Index.open(out)  # a reader that opened the old index before the rebuild
     proc = _run_build_killed_at(out, "second", when)
     assert proc.returncode == -9, proc.stderr
-    index = VectorIndex.open(out)
+    index = Index.open(out)
     assert index.manifest["encoder"]["name"] == survivor
     assert len(index) == (5 if survivor == "first" else 8)
     assert len(list(out.glob("data-*/"))) == 2  # the killed process could not clean up
-    assert reader.search(np.eye(8, dtype=np.float32)[:1], 1)[1][0, 0] == 0
+    assert reader.topk(np.eye(8, dtype=np.float32)[:1], 1)[1][0, 0] == 0
     # the next build removes the dead build's folder (its lock is free) and keeps only its own
     third = _build(out, "third")
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("data-")) == [third["data"]]
     assert sorted(p.name for p in out.iterdir()) == [".lock", third["data"], "manifest.json"]
     # readers that opened before the swap keep working after the old files are deleted
-    assert reader.search(np.eye(8, dtype=np.float32)[:1], 1)[1][0, 0] == 0
+    assert reader.topk(np.eye(8, dtype=np.float32)[:1], 1)[1][0, 0] == 0
     assert reader.metas[0].did == "first0"
 
 

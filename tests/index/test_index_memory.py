@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import unirag
+from index.helpers import build_from_vectors
 from unirag.cli.main import main
 from unirag.errors import ConfigError
 from unirag.index import store
-from unirag.index.build import build_from_vectors
 from unirag.retrieval.run_io import read_retrieval_run
 
 
@@ -38,13 +38,13 @@ def test_ram_and_mmap_answer_the_same(vector_index) -> None:
     queries = np.random.default_rng(1).standard_normal((64, 32)).astype(np.float32)
     mapped = unirag.Index.open(vector_index)
     in_ram = unirag.Index.open(vector_index, memory="ram")
-    assert mapped.store.memory == "mmap" and in_ram.store.memory == "ram"
+    assert mapped.memory == "mmap" and in_ram.memory == "ram"
     assert in_ram.search(queries, k=7) == mapped.search(queries, k=7)
     assert in_ram.search(queries, k=5, modality="image") == mapped.search(queries, k=5, modality="image")
     # read into memory: the FAISS object owns its codes (a mapped flat index does not)
-    index, _ = in_ram.store.subs[unirag.Modality.TEXT].shards[0]
+    index, _ = in_ram.subs[unirag.Modality.TEXT].shards[0]
     assert faiss.downcast_index(index).codes.size() == 300 * 32 * 4
-    assert unirag.Index.from_dict(in_ram.to_dict()).store.memory == "ram"
+    assert unirag.Index.from_dict(in_ram.to_dict()).memory == "ram"
     with pytest.raises(ConfigError, match="unknown index memory mode 'disk'"):
         unirag.Index.open(vector_index, memory="disk")
 

@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.helpers import HashEncoder, clustered_vectors
+from index.helpers import HashEncoder, build_from_vectors, clustered_vectors
 from unirag.data.records import Modality
 from unirag.errors import ConfigError, InputError
-from unirag.index.build import build_from_vectors
+from unirag.index.handle import Index
 from unirag.index.manifest import verify_files
-from unirag.index.store import VectorIndex
 
 ENC = {"name": "vectors", "spec": None, "config": {}, "fingerprint": "f" * 16}
 
@@ -26,52 +25,52 @@ def _chunks(vectors: np.ndarray, modality: Modality = Modality.TEXT, size: int =
 
 
 def test_modality_restricted_and_any_search(coco_index: Path, coco_oracle_encoder) -> None:
-    index = VectorIndex.open(coco_index, coco_oracle_encoder)
+    index = Index.open(coco_index, coco_oracle_encoder)
     q = coco_oracle_encoder.encode_texts(["A man is in a kitchen making pizzas.", "a tennis player"])
     for modality, expected in (("text", Modality.TEXT), ("image", Modality.IMAGE)):
-        scores, ids = index.search(q, 20, modality)
+        scores, ids = index.topk(q, 20, modality)
         assert {index.metas[g].modality for g in ids.ravel()} == {expected}
         assert np.all(np.diff(scores, axis=1) <= 1e-6)
-    scores, ids = index.search(q, 20, "any")
+    scores, ids = index.topk(q, 20, "any")
     assert np.all(np.diff(scores, axis=1) <= 1e-6)
     # "any" is the exact merge of the two restricted searches
-    st, it = index.search(q, 20, "text")
-    si, ii = index.search(q, 20, "image")
+    st, it = index.topk(q, 20, "text")
+    si, ii = index.topk(q, 20, "image")
     merged = np.sort(np.concatenate([st, si], axis=1), axis=1)[:, ::-1][:, :20]
     np.testing.assert_allclose(scores, merged, atol=1e-6)
     # the exact caption is the top text hit with score 1
     assert index.metas[it[0, 0]].did == "txt:397133:0" and st[0, 0] == pytest.approx(1.0, abs=1e-5)
     # absent modality and k beyond the pool
-    s, g = index.search(q, 3, "image,text")
+    s, g = index.topk(q, 3, "image,text")
     assert (g == -1).all() and np.isinf(s).all()
-    s, g = index.search(q[:1], 2000, "image")
+    s, g = index.topk(q[:1], 2000, "image")
     assert (g[0, :51] >= 0).all() and (g[0, 51:] == -1).all()  # 51 photos in coco-mini
 
 
 def test_search_bad_arguments(coco_index: Path) -> None:
-    index = VectorIndex.open(coco_index)
+    index = Index.open(coco_index)
     q = np.zeros((1, index.dim), dtype=np.float32)
     with pytest.raises(ConfigError, match="unknown modality 'video'"):
-        index.search(q, 5, "video")
+        index.topk(q, 5, "video")
     for k in (0, -3):
         with pytest.raises(ConfigError, match="k must be a positive integer"):
-            index.search(q, k, "text")
+            index.topk(q, k, "text")
     with pytest.raises(ValueError, match="shape"):
-        index.search(np.zeros((1, 3), dtype=np.float32), 5)
+        index.topk(np.zeros((1, 3), dtype=np.float32), 5)
 
 
 def test_encoder_mismatch_is_refused_with_both_names(coco_index: Path) -> None:
     with pytest.raises(ConfigError) as e:
-        VectorIndex.open(coco_index, HashEncoder(name="some-other-encoder"))
+        Index.open(coco_index, HashEncoder(name="some-other-encoder"))
     assert "test-coco-oracle" in str(e.value) and "some-other-encoder" in str(e.value)
 
 
 def test_missing_and_corrupt_index_files(coco_index: Path, tmp_path: Path, monkeypatch) -> None:
     with pytest.raises(InputError, match="index directory not found"):
-        VectorIndex.open(tmp_path / "nowhere")
+        Index.open(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="manifest.json is missing"):
-        VectorIndex.open(tmp_path / "empty")
+        Index.open(tmp_path / "empty")
     copy = tmp_path / "copy"
     shutil.copytree(coco_index, copy)
     text_faiss = next(copy.glob("data-*/text.00000.faiss"))
@@ -86,21 +85,21 @@ def test_missing_and_corrupt_index_files(coco_index: Path, tmp_path: Path, monke
 
     with monkeypatch.context() as m:
         m.setattr(hashlib, "sha256", no_hashing)
-        assert VectorIndex.open(copy).counts == {"text": 255, "image": 51}
+        assert Index.open(copy).counts == {"text": 255, "image": 51}
     # verify (and open(verify=True)) re-hash and name the file
-    for check in (lambda: verify_files(copy), lambda: VectorIndex.open(copy, verify=True)):
+    for check in (lambda: verify_files(copy), lambda: Index.open(copy, verify=True)):
         with pytest.raises(InputError) as e:
             check()
         assert "text.00000.faiss" in str(e.value) and "checksum mismatch" in str(e.value)
     text_faiss.unlink()
     with pytest.raises(InputError, match="missing"):
-        VectorIndex.open(copy)
+        Index.open(copy)
     (copy / "manifest.json").write_text("{not json")
     with pytest.raises(InputError, match="corrupt manifest"):
-        VectorIndex.open(copy)
+        Index.open(copy)
     (copy / "manifest.json").write_text(json.dumps({"format": "unirag-index", "format_version": 1}))
     with pytest.raises(InputError, match="format version 1 is not supported.*rebuild the index"):
-        VectorIndex.open(copy)
+        Index.open(copy)
 
 
 def test_truncated_file_is_caught_by_size_on_open(coco_index: Path, tmp_path: Path) -> None:
@@ -111,10 +110,10 @@ def test_truncated_file_is_caught_by_size_on_open(coco_index: Path, tmp_path: Pa
         original = path.read_bytes()
         path.write_bytes(original[: len(original) // 3])
         with pytest.raises(InputError) as e:
-            VectorIndex.open(copy)
+            Index.open(copy)
         assert name in str(e.value) and "truncated" in str(e.value)
         path.write_bytes(original)
-    assert len(VectorIndex.open(copy)) == 306
+    assert len(Index.open(copy)) == 306
 
 
 @pytest.mark.parametrize("index_type,params", [("hnsw", {}), ("ivfpq", {"nprobe": 16})])
@@ -125,9 +124,9 @@ def test_ann_indexes_recall_against_exact(index_type: str, params: dict, tmp_pat
     ann = build_from_vectors(_chunks(data), tmp_path / index_type, 64, ENC, index_type, params)
     assert exact["subindexes"]["text"]["type"] == "flat"
     assert ann["subindexes"]["text"]["type"] == index_type
-    _, truth = VectorIndex.open(tmp_path / "flat").search(queries, 10, "text")
-    ann_index = VectorIndex.open(tmp_path / index_type)
-    _, got = ann_index.search(queries, 10, "text")
+    _, truth = Index.open(tmp_path / "flat").topk(queries, 10, "text")
+    ann_index = Index.open(tmp_path / index_type)
+    _, got = ann_index.topk(queries, 10, "text")
     recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(truth, got, strict=True)])
     assert recall >= 0.9, f"{index_type} recall@10 {recall:.3f}"
     # stored vectors come back exactly (refined IVF-PQ keeps the raw vectors on disk) for pair completion
@@ -144,7 +143,7 @@ def test_ivfpq_on_a_small_pool_falls_back_to_exact(tmp_path: Path) -> None:
     manifest = build_from_vectors(_chunks(data), tmp_path / "idx", 32, ENC, "ivfpq")
     entry = manifest["subindexes"]["text"]
     assert entry["type"] == "flat" and "ivfpq needs" in entry["params"]["reason"]
-    _, ids = VectorIndex.open(tmp_path / "idx").search(data[:3], 1, "text")
+    _, ids = Index.open(tmp_path / "idx").topk(data[:3], 1, "text")
     assert ids[:, 0].tolist() == [0, 1, 2]
 
 

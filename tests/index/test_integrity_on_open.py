@@ -16,11 +16,11 @@ import pytest
 
 from cli_capture import main_result
 from index.helpers import HashEncoder, text_vector
+from unirag import Index
 from unirag.data.mbeir import write_candidates, write_queries
 from unirag.data.records import Candidate, Modality, Query
 from unirag.errors import InputError
-from unirag.index.build import build_index
-from unirag.index.store import OPEN_SAMPLE_ROWS, VectorIndex, sample_rows
+from unirag.index.store import OPEN_SAMPLE_ROWS, sample_rows
 from unirag.retrieval.retriever import Retriever
 
 QUERY = "a dog on a red bench"
@@ -40,14 +40,14 @@ def _build(tmp_path: Path, n: int) -> Path:
     write_candidates(tmp_path / "pool.jsonl", pool)
     write_queries(tmp_path / "queries.jsonl", [Query(qid="q0", modality=Modality.TEXT, txt=QUERY)])
     out = tmp_path / "index"
-    build_index(tmp_path / "pool.jsonl", None, out, HashEncoder(), progress=False)
+    Index.build(tmp_path / "pool.jsonl", out, encoder=HashEncoder(), progress=False)
     return out
 
 
 def _poison(index_dir: Path, row: int, value: float) -> None:
     """Overwrite one float of stored vector ``row`` in place (the file keeps its size): the component
     where the query's vector is largest, so that an ``inf`` there scores ``+inf`` and ranks first."""
-    vector = VectorIndex.open(index_dir).subs[Modality.TEXT].reconstruct(row)
+    vector = Index.open(index_dir).subs[Modality.TEXT].reconstruct(row)
     column = int(np.argmax(text_vector(QUERY)))
     data_dir = index_dir / json.loads((index_dir / "manifest.json").read_text())["data"]
     shard = next(data_dir.glob("text.*.faiss"))
@@ -71,7 +71,7 @@ def test_a_damaged_row_of_a_small_index_is_refused_on_open(tmp_path, capsys, val
     index_dir = _build(tmp_path, 20)
     _poison(index_dir, 7, value)
     with pytest.raises(InputError, match="unirag index verify"):
-        VectorIndex.open(index_dir)
+        Index.open(index_dir)
     code, err = _retrieve(tmp_path, index_dir, capsys)
     assert code == 2 and "index verify" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "run.jsonl").exists()
@@ -84,7 +84,7 @@ def test_a_damaged_row_outside_the_open_sample_is_refused_when_served(tmp_path, 
     row = next(r for r in range(1, n) if r not in set(sample_rows(n).tolist()))
     index_dir = _build(tmp_path, n)
     _poison(index_dir, row, np.inf)
-    opened = VectorIndex.open(index_dir)  # open stays cheap: this row is not read
+    opened = Index.open(index_dir)  # open stays cheap: this row is not read
     with pytest.raises(InputError, match=f"candidate 't{row}' scored inf.*unirag index verify"):
         Retriever(opened, HashEncoder()).search(text=QUERY, k=3)
     code, err = _retrieve(tmp_path, index_dir, capsys)

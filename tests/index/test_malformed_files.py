@@ -14,9 +14,9 @@ import pytest
 
 from cli_capture import main_result
 from index.helpers import HashEncoder
+from unirag import Index
 from unirag.data.mbeir import write_candidates, write_queries
 from unirag.data.records import Candidate, Modality, Query
-from unirag.index.build import build_index
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -33,7 +33,7 @@ def index_dir(tmp_path) -> Path:
     write_candidates(tmp_path / "pool.jsonl", [Candidate(did=f"t{i}", modality=Modality.TEXT, txt=f"a cat {i}")
                                                for i in range(5)])
     write_queries(tmp_path / "queries.jsonl", [Query(qid="q0", modality=Modality.TEXT, txt="a cat")])
-    build_index(tmp_path / "pool.jsonl", None, tmp_path / "index", HashEncoder(), progress=False)
+    Index.build(tmp_path / "pool.jsonl", tmp_path / "index", encoder=HashEncoder(), progress=False)
     return tmp_path / "index"
 
 
@@ -114,15 +114,14 @@ def test_a_metadata_page_damaged_in_place(tmp_path):
     """meta.sqlite damaged past its header opens, and fails on the first read of a damaged page with
     one error pointing to ``unirag index verify`` (not sqlite3.DatabaseError)."""
     from unirag.errors import InputError
-    from unirag.index.store import VectorIndex
 
     write_candidates(tmp_path / "pool.jsonl", [Candidate(did=f"t{i}", modality=Modality.TEXT, txt=f"a cat {i} " * 30)
                                                for i in range(300)])
-    build_index(tmp_path / "pool.jsonl", None, tmp_path / "index", HashEncoder(), progress=False)
+    Index.build(tmp_path / "pool.jsonl", tmp_path / "index", encoder=HashEncoder(), progress=False)
     meta = next((tmp_path / "index").glob("data-*/meta.sqlite"))
     data = bytearray(meta.read_bytes())
     data[8192:8192 + 2048] = b"\x5a" * 2048  # one page's cells: the header and the schema stay readable
     meta.write_bytes(bytes(data))
-    index = VectorIndex.open(tmp_path / "index")
+    index = Index.open(tmp_path / "index")
     with pytest.raises(InputError, match=r"meta\.sqlite: cannot read the metadata file .*unirag index verify"):
         [index.metas[g] for g in range(300)]

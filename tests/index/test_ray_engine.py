@@ -12,23 +12,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from unirag import Index
 from unirag.data.mbeir import read_queries
-from unirag.encoders.registry import load_encoder
-from unirag.index.build import build_index
-from unirag.index.store import VectorIndex
 from unirag.retrieval.retriever import Retriever
 
 
 @pytest.fixture(scope="module")
 def local_index(demo_mbeir, demo_images, tiny_encoder_spec, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("local") / "idx"
-    build_index(demo_mbeir["pool"], demo_images, out, load_encoder(tiny_encoder_spec), tiny_encoder_spec,
-                progress=False)
+    Index.build(demo_mbeir["pool"], out, encoder=tiny_encoder_spec, images_root=demo_images, progress=False)
     return out
 
 
 def _assert_same_index(a_dir: Path, b_dir: Path, demo_mbeir, demo_images) -> None:
-    a, b = VectorIndex.open(a_dir), VectorIndex.open(b_dir)
+    a, b = Index.open(a_dir), Index.open(b_dir)
     dids = [m.did for m in a.metas]
     assert len(dids) == 306 and sorted(dids) == sorted(m.did for m in b.metas)
     delta = np.abs(a.vectors([a.gid_of(d) for d in dids]) - b.vectors([b.gid_of(d) for d in dids]))
@@ -49,8 +46,8 @@ def test_default_local_ray_equals_local_engine(local_index, demo_mbeir, demo_ima
     import ray
 
     out = tmp_path / "idx"
-    manifest = build_index(demo_mbeir["pool"], demo_images, out, load_encoder(tiny_encoder_spec), tiny_encoder_spec,
-                           engine="ray", shard_size=60, progress=False)
+    manifest = Index.build(demo_mbeir["pool"], out, encoder=tiny_encoder_spec, images_root=demo_images,
+                           engine="ray", shard_size=60, progress=False).manifest
     assert not ray.is_initialized(), "the local Ray started for the build is shut down afterwards"
     assert manifest["total"] == 306
     assert sorted(p.name for p in (out / "shards").glob("*.done.json")) == [f"shard-0000{i}.done.json"

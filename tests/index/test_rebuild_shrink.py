@@ -16,10 +16,10 @@ from PIL import Image
 
 from cli_capture import main_result
 from index.helpers import HashEncoder
+from unirag import Index
 from unirag.data.mbeir import write_candidates
 from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError
-from unirag.index.build import build_index
 
 
 @pytest.fixture(autouse=True)
@@ -75,14 +75,15 @@ def test_rebuild_after_the_image_folder_vanished_keeps_the_old_index(tmp_path, c
 def test_a_pool_shrinking_past_the_setting_is_refused_and_under_it_is_not(tmp_path):
     """index_max_shrink (10%): 20 -> 17 texts (15% fewer) is refused; 20 -> 19 (5%) replaces the index."""
     _pool(tmp_path, n_images=0, n_texts=20)
-    build_index(tmp_path / "pool.jsonl", None, tmp_path / "index", HashEncoder(), progress=False)
+    Index.build(tmp_path / "pool.jsonl", tmp_path / "index", encoder=HashEncoder(), progress=False)
     _pool(tmp_path, n_images=0, n_texts=17)
     with pytest.raises(ConfigError, match="loses 3 of 20 text candidates"):
-        build_index(tmp_path / "pool.jsonl", None, tmp_path / "index", HashEncoder(), progress=False)
+        Index.build(tmp_path / "pool.jsonl", tmp_path / "index", encoder=HashEncoder(), progress=False)
     assert _counts(tmp_path / "index") == {"text": 20}
     _pool(tmp_path, n_images=0, n_texts=19)
-    build_index(tmp_path / "pool.jsonl", None, tmp_path / "index", HashEncoder(), progress=False)
+    Index.build(tmp_path / "pool.jsonl", tmp_path / "index", encoder=HashEncoder(), progress=False)
     assert _counts(tmp_path / "index") == {"text": 19}
     _pool(tmp_path, n_images=0, n_texts=5)  # the Python API's way past the guard
-    build_index(tmp_path / "pool.jsonl", None, tmp_path / "index", HashEncoder(), progress=False, allow_shrink=True)
+    Index.build(tmp_path / "pool.jsonl", tmp_path / "index", encoder=HashEncoder(), progress=False,
+                allow_shrink=True)
     assert _counts(tmp_path / "index") == {"text": 5}

@@ -57,8 +57,8 @@ def test_official_zip_misaligns_complements_after_an_image_text_hit():
 def _retrieved_pairs(tmp_path, settings) -> list[tuple[str, str]]:
     """A real index and ``Retriever`` under ``settings``: hits T1 (text), F (image+text), T2 (text), A, B
     (images) for the query vector; UniIR's complement query of "a cat" finds A, of "a dog" B, of an image T1."""
+    from index.helpers import build_from_vectors
     from unirag.data.records import Query
-    from unirag.index.build import build_from_vectors
     from unirag.retrieval.retriever import Retriever
 
     def e(*w):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from index.helpers import build_from_vectors
 from unirag.data.records import Modality, Query
-from unirag.index.build import build_from_vectors
 from unirag.profiles import resolve
 from unirag.retrieval.retriever import Retriever
 

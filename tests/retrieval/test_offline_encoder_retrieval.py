@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from index.helpers import write_coco_mbeir
+from unirag import Index
 from unirag.data.mbeir import read_qrels, read_queries
 from unirag.encoders.registry import load_encoder
-from unirag.index.build import build_index
 from unirag.index.manifest import read_manifest
 from unirag.metrics.retrieval import evaluate_run
 from unirag.retrieval.retriever import Retriever
@@ -25,7 +25,7 @@ N_IMAGES = 20
 def offline_index(coco_mini: Path, tmp_path_factory) -> tuple[Path, dict[str, Path]]:
     files = write_coco_mbeir(coco_mini, tmp_path_factory.mktemp("offline_mbeir"), n_images=N_IMAGES)
     out = tmp_path_factory.mktemp("offline_index") / "index"
-    build_index(files["pool"], coco_mini, out, load_encoder(None), encoder_spec=None, progress=False)
+    Index.build(files["pool"], out, encoder=load_encoder(None), images_root=coco_mini, progress=False)
     return out, files
 
 

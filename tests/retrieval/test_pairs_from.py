@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from index.helpers import write_coco_mbeir
+from unirag import Index
 from unirag.data.mbeir import read_qrels, read_queries
 from unirag.errors import ConfigError
-from unirag.index.build import build_index
 from unirag.retrieval.retriever import Retriever
 
 
@@ -18,7 +18,7 @@ from unirag.retrieval.retriever import Retriever
 def unpaired(coco_mini: Path, coco_oracle_encoder, tmp_path_factory):
     files = write_coco_mbeir(coco_mini, tmp_path_factory.mktemp("unpaired"), pairing=False)
     out = tmp_path_factory.mktemp("unpaired_index") / "index"
-    build_index(files["pool"], coco_mini, out, coco_oracle_encoder, progress=False)
+    Index.build(files["pool"], out, encoder=coco_oracle_encoder, images_root=coco_mini, progress=False)
     return Retriever(out, coco_oracle_encoder), files
 
 

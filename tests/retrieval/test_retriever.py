@@ -7,11 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.helpers import HashEncoder
+from index.helpers import HashEncoder, build_from_vectors
 from unirag.data.mbeir import read_qrels, read_queries
 from unirag.data.records import Modality, Qrels, Query
 from unirag.errors import ConfigError
-from unirag.index.build import build_from_vectors
 from unirag.retrieval.retriever import Retriever
 
 DIM = 8

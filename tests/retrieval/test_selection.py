@@ -13,11 +13,11 @@ import pytest
 from PIL import Image
 
 from index.helpers import coco_items, write_coco_mbeir
+from unirag import Index
 from unirag.data.mbeir import read_qrels, read_queries, write_candidates
 from unirag.data.records import Candidate, Modality
 from unirag.encoders.registry import load_encoder
 from unirag.errors import ConfigError
-from unirag.index.build import build_index
 from unirag.retrieval.retriever import Retriever
 from unirag.retrieval.selection import Selection, Thresholds, normalise_where
 
@@ -53,7 +53,7 @@ def planted(coco_mini: Path, tmp_path_factory):
     cands = [parse_candidate(o, files["pool"], i) for i, o in enumerate(pool, start=1)] + extra
     write_candidates(files["pool"], cands)
     out = tmp / "index"
-    build_index(files["pool"], coco_mini, out, load_encoder(None), encoder_spec=None, progress=False)
+    Index.build(files["pool"], out, encoder=load_encoder(None), images_root=coco_mini, progress=False)
     retriever = Retriever(out)
     queries = read_queries(files["i2t"])
     qrels = read_qrels(files["qrels_i2t"])

@@ -66,10 +66,10 @@ def test_upload_search_of_the_phone_photo_finds_what_the_upright_one_finds(engin
 def pool_service(files, tmp_path_factory):
     """An index over a root holding a phone photo, a cut-out PNG, a file later replaced by text, and
     candidates whose paths leave the root ('..', absolute, a symlink)."""
+    from unirag import Index
     from unirag.data.mbeir import write_candidates
     from unirag.data.records import Candidate, Modality
     from unirag.encoders.registry import load_encoder
-    from unirag.index.build import build_index
 
     base = tmp_path_factory.mktemp("pool-service")
     root, outside = base / "images", base / "private"
@@ -84,7 +84,8 @@ def pool_service(files, tmp_path_factory):
              "absolute": str(outside / "secret.jpg"), "symlink": "link.jpg"}
     write_candidates(base / "pool.jsonl", [Candidate(did=d, modality=Modality.IMAGE, img_path=p)
                                            for d, p in paths.items()])
-    build_index(base / "pool.jsonl", root, base / "index", load_encoder(None), progress=False)
+    Index.build(base / "pool.jsonl", base / "index", encoder=load_encoder(None), images_root=root,
+                progress=False)
     (root / "replaced.jpg").write_text("this file is no longer a picture")
     settings = ServeSettings(index=base / "index")
     with TestClient(create_app(settings, Engine(settings))) as c:

@@ -79,8 +79,6 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
           decode_workers: int | None, settings=None) -> None:
     """Encode every candidate of POOL (or take --embeddings) and write an index to OUT (streaming, atomic)."""
     from unirag.encoders.registry import precision_options
-    from unirag.errors import InputError
-    from unirag.index.factory import resolve_params
 
     # uniir_precision: official UniIR precision is float32 weights under float16 autocast, for every build that
     # encodes (local, Ray workers, --shard); --embeddings encodes nothing (the vectors are given)
@@ -91,15 +89,6 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
                    "vectors keep the precision that made them", err=True)
 
     overrides = parse_params(params)
-    resolve_params(index_type, overrides)  # fail on a bad option before any model loads
-    if not pool.exists():
-        raise InputError("candidate pool not found", path=pool)
-    if batch_size <= 0:
-        raise ConfigError(f"--batch-size must be positive, got {batch_size}")
-    if shard_size is not None and shard_size <= 0:
-        raise ConfigError(f"--shard-size must be positive, got {shard_size}")
-    if workers is not None and workers <= 0:
-        raise ConfigError(f"--workers must be positive, got {workers}")
     if ids_file is not None and embeddings is None:
         raise ConfigError("--ids goes with --embeddings")
     import warnings
@@ -132,8 +121,6 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
     else:
         from unirag.data.pool import Pool
 
-        if engine == "local" and (ray_address or workers or gpus_per_worker or shard_size):
-            raise ConfigError("--ray-address/--workers/--gpus-per-worker/--shard-size go with --engine ray")
         index = Index.build(Pool.read(pool, images_root), out,
                             encoder=encoder_spec, index_type=index_type, autocast=autocast,
                             params=overrides, batch_size=batch_size, device=device, dtype=dtype, progress=True,

@@ -1,6 +1,4 @@
-"""Build an index from an M-BEIR candidate pool.
-
-Engines (``engine=``):
+"""Build an index from an M-BEIR candidate pool: the two engines behind :meth:`unirag.Index.build`.
 
 * ``"local"`` (default): one process streams the pool; candidates are grouped per modality into
   chunks of ``batch_size``; each chunk's images are decoded once (bad ones are recorded and
@@ -10,24 +8,19 @@ Engines (``engine=``):
   done are embedded on Ray Data (:mod:`unirag.index.ray_engine`), then the index is built from the
   shards folder (:func:`unirag.index.embeddings.build_from_embeddings`). Rerunning resumes.
 
-:func:`embed_pool_shard` runs one shard without Ray (``--shard i/n``) for torchrun/slurm users.
+:meth:`unirag.Index.embed_shard` runs one shard without Ray (``--shard i/n``) for torchrun/slurm users.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from unirag.data.images import BadImageReport
 from unirag.data.mbeir import duplicate_did, read_numbered_candidates
 from unirag.data.records import Candidate, Modality
-from unirag.errors import ConfigError, InputError
-from unirag.index import factory
 from unirag.index.encoding import ChunkEncoder, candidate_meta, encoder_info
-from unirag.index.shards import DEFAULT_SHARD_SIZE, embed_shard, load_or_create_plan, missing_shards
+from unirag.index.shards import DEFAULT_SHARD_SIZE, load_or_create_plan, missing_shards
 from unirag.index.writer import IndexWriter
 
 BAD_IMAGES_KEPT = 20
@@ -43,50 +36,14 @@ def default_shards_dir(out_dir: str | Path) -> Path:
     return Path(out_dir) / "shards"
 
 
-def build_index(pool: str | Path | Iterable[Candidate], images_root: str | Path | None, out_dir: str | Path,
-                encoder,
-                encoder_spec: str | None = None, index_type: str = "flat", batch_size: int = 64,
-                params: dict[str, Any] | None = None, progress: bool = True, *, engine: str = "local",
-                shards_dir: str | Path | None = None, shard_size: int = DEFAULT_SHARD_SIZE,
-                workers: int | None = None, gpus_per_worker: float = 0, ray_address: str | None = None,
-                worker_dtype: str | None = "auto", worker_autocast: str | None = None,
-                allow_shrink: bool = False) -> dict[str, Any]:
-    """Encode every candidate of ``pool`` and write an index to ``out_dir`` (atomically). Returns the manifest.
-
-    ``encoder`` is the loaded encoder (its name, fingerprint and dimension go into the manifest);
-    ``encoder_spec`` is what loads it again - Ray workers load their own copy from it. The Ray
-    options (``shards_dir``, ``shard_size``, ``workers``, ``gpus_per_worker``, ``ray_address``,
-    ``worker_dtype``: the dtype workers load the model in, ``worker_autocast``: the autocast their forward
-    passes run under, as :func:`unirag.encoders.registry.load_encoder`'s) apply to ``engine="ray"`` only; see
-    :mod:`unirag.index.ray_engine`. ``allow_shrink``: replace an index at ``out_dir`` even when this
-    build loses a modality or more than the ``index_max_shrink`` setting's share of one (see
-    :func:`unirag.index.writer.check_shrink`).
-    """
-    if batch_size <= 0:
-        raise InputError(f"batch size must be positive, got {batch_size}", field="batch_size")
-    if not isinstance(pool, str | Path):  # candidates in memory (``unirag.Pool``): local engine, no pool file
-        if engine != "local":
-            raise ConfigError("an in-memory pool is built with engine='local'; write it to a file for Ray")
-        factory.resolve_params(index_type, params)
-        return _build_local(list(pool), images_root, out_dir, encoder, encoder_spec, index_type, batch_size,
-                            params, progress, allow_shrink)
-    pool = Path(pool)
-    if not pool.exists():
-        raise InputError("candidate pool not found", path=pool)
-    factory.resolve_params(index_type, params)  # fail on a bad option before any work
-    if engine == "ray":
-        return _build_with_ray(pool, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
-                               progress, shards_dir, shard_size, workers, gpus_per_worker, ray_address,
-                               worker_dtype, worker_autocast, allow_shrink)
-    if engine != "local":
-        raise ConfigError(f"unknown engine {engine!r}; expected local or ray")
-    return _build_local(pool, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params, progress,
-                        allow_shrink)
-
-
-def _build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
-                    progress, shards_dir, shard_size, workers, gpus_per_worker, ray_address,
-                    worker_dtype, worker_autocast, allow_shrink) -> dict[str, Any]:
+def build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
+                   progress, allow_shrink, shards_dir: str | Path | None = None,
+                   shard_size: int = DEFAULT_SHARD_SIZE, workers: int | None = None, gpus_per_worker: float = 0,
+                   ray_address: str | None = None, worker_dtype: str | None = "auto",
+                   worker_autocast: str | None = None) -> dict[str, Any]:
+    """Embed the shards of ``pool`` not yet done on Ray (``encoder_spec`` loaded by each worker in
+    ``worker_dtype``/``worker_autocast``; see :mod:`unirag.index.ray_engine`), then build the index from
+    the shards folder (default ``<out_dir>/shards``). Returns the manifest."""
     from unirag.index import ray_engine
     from unirag.index.embeddings import build_from_embeddings
     from unirag.runs.engine import EngineOptions
@@ -108,25 +65,11 @@ def _build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, ind
     return manifest
 
 
-def embed_pool_shard(pool: str | Path, shards_dir: str | Path, shard: int, n_shards: int, encoder,
-                     encoder_spec: str | None = None, images_root: str | Path | None = None,
-                     batch_size: int = 64) -> dict[str, Any]:
-    """Embed shard ``shard`` of ``n_shards`` of ``pool`` into ``shards_dir`` without Ray (``--shard i/n``).
-
-    Every process must use the same pool, encoder and ``n_shards`` (the folder's ``plan.json``
-    enforces it). When all shards are done, build the index with
-    :func:`unirag.index.embeddings.build_from_embeddings` (``--embeddings SHARDS_DIR``).
-    Returns the shard's done record.
-    """
-    if batch_size <= 0:
-        raise InputError(f"batch size must be positive, got {batch_size}", field="batch_size")
-    plan = load_or_create_plan(shards_dir, pool, encoder_info(encoder, encoder_spec), n_shards=n_shards)
-    return embed_shard(shards_dir, plan, shard, encoder, images_root, batch_size)
-
-
-def _build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, encoder_spec, index_type, batch_size,
-                 params, progress, allow_shrink=False) -> dict[str, Any]:
-    """``pool``: a pool file (streamed) or the candidates themselves (the manifest then names no pool file)."""
+def build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, encoder_spec, index_type,
+                batch_size,
+                params, progress, allow_shrink=False) -> dict[str, Any]:
+    """Encode in this process and write the index; returns the manifest. ``pool``: a pool file
+    (streamed) or the candidates themselves (the manifest then names no pool file)."""
     from tqdm.auto import tqdm
 
     if isinstance(pool, Path):
@@ -164,16 +107,3 @@ def _build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, en
                  "bad_images": {"count": len(bad), "first": [{"path": p, "reason": r}
                                                              for p, r in bad.bad[:BAD_IMAGES_KEPT]]}}
         return writer.commit(extra)
-
-
-def build_from_vectors(chunks: Iterable[tuple[Modality, list[dict[str, Any]], np.ndarray]], out_dir: str | Path,
-                       dim: int, encoder_info_: dict[str, Any], index_type: str = "flat",
-                       params: dict[str, Any] | None = None,
-                       on_chunk: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Same streaming + atomic path from precomputed vectors (used by the benchmark and by tests)."""
-    with IndexWriter(out_dir, dim, encoder_info_, index_type, params) as writer:
-        for i, (modality, metas, vectors) in enumerate(chunks):
-            writer.add(modality, metas, vectors)
-            if on_chunk is not None:
-                on_chunk(i)
-        return writer.commit()

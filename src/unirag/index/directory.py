@@ -68,39 +68,6 @@ def _try_lock(path: Path) -> int | None:
     return fd
 
 
-SCRATCH_OWNER = ".owner"
-
-
-@contextlib.contextmanager
-def scratch_dir(parent: Path, prefix: str) -> Iterator[Path]:
-    """A private temporary folder ``<parent>/<prefix><random>`` owned through a lock on its ``.owner``.
-
-    Scratch space can be as large as the raw vectors, so a build killed while holding it must not
-    leave it behind for ever: each new scratch folder first removes the siblings with the same
-    prefix whose owner lock is free (their process is gone), the same rule as ``cleanup``.
-    """
-    parent.mkdir(parents=True, exist_ok=True)
-    for stale in parent.glob(f"{prefix}*"):
-        owner = stale / SCRATCH_OWNER
-        if not stale.is_dir() or not owner.exists():
-            continue
-        fd = _try_lock(owner)
-        if fd is not None:
-            try:
-                shutil.rmtree(stale, ignore_errors=True)
-            finally:
-                os.close(fd)
-    path = parent / f"{prefix}{uuid.uuid4().hex[:12]}"
-    path.mkdir()
-    fd = _try_lock(path / SCRATCH_OWNER)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-        if fd is not None:
-            os.close(fd)
-
-
 def current_data_name(index_dir: Path) -> str | None:
     """The data folder ``manifest.json`` names now (None if there is no readable v2 manifest)."""
     try:

@@ -14,11 +14,14 @@ every id must be a pool candidate and appear once; every pool candidate must hav
 images a shard recorded as unreadable. Errors name the file and the row.
 
 Sources may list ids in any order: rows are first placed at their pool position in a temporary
-raw file next to the index, then the pool is streamed in order into the index writer.
+raw file inside the new data folder (deleted before the commit; a killed build's folder is removed
+like any dead build's, see :mod:`unirag.index.directory`), then the pool is streamed in order into
+the index writer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -31,7 +34,6 @@ from unirag.data.mbeir import duplicate_did, read_candidates, read_numbered_cand
 from unirag.data.records import Modality
 from unirag.data.text import iter_text_lines
 from unirag.errors import ConfigError, InputError
-from unirag.index.directory import scratch_dir
 from unirag.index.writer import IndexWriter
 
 ID_COLUMNS = ("id", "did")
@@ -162,12 +164,15 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
     """Build an index at ``out_dir`` from precomputed vectors of the candidates of ``pool``.
 
     ``encoder_info`` is what the manifest records about the model that made the vectors (see
-    :func:`unirag.index.build.encoder_info`; its ``dim`` must match the vectors), or None when no
+    :func:`unirag.index.encoding.encoder_info`; its ``dim`` must match the vectors), or None when no
     unirag encoder made them (queries must then be given as vectors). ``allow_shrink``: see
-    :func:`unirag.index.build.build_index`. Returns the manifest.
+    :meth:`unirag.Index.build`. Returns the manifest.
     """
     from tqdm.auto import tqdm
 
+    from unirag.index.factory import resolve_params
+
+    resolve_params(index_type, params)  # a bad option fails before any vector is read
     pool, embeddings = Path(pool), Path(embeddings)
     if not pool.is_file():
         raise InputError("candidate pool not found", path=pool)
@@ -185,10 +190,8 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
     if n == 0:
         raise InputError("nothing to index: the pool has no usable candidates", path=pool)
     dim = int(encoder_info["dim"]) if encoder_info and encoder_info.get("dim") else None
-    out_dir = Path(out_dir).resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with scratch_dir(out_dir.parent, f".{out_dir.name}.aligning-") as tmp:
-        aligned = None
+    with contextlib.ExitStack() as stack:
+        writer: IndexWriter | None = None
         present = np.zeros(n, dtype=bool)
         bar = tqdm(total=n, desc="embeddings", unit="vec", disable=not progress)
         for data_file, ids_file in sources:
@@ -203,8 +206,13 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
                                      + (" (the encoder's)" if encoder_info else " (the first file's)"),
                                      path=data_file)
                 dim = dim or int(vectors.shape[1])
-                if aligned is None:
-                    aligned = _AlignedFile(Path(tmp) / "aligned.f32", n, dim)
+                if writer is None:  # the aligned vectors live in the new data folder until the commit
+                    info = encoder_info or {"name": "external", "spec": None, "dim": dim, "config": {},
+                                            "fingerprint": None}
+                    writer = stack.enter_context(IndexWriter(out_dir, dim, info, index_type, params,
+                                                             allow_shrink=allow_shrink))
+                    aligned = _AlignedFile(writer.folder / ".aligned.f32", n, dim)
+                    stack.callback(aligned.close)
                 vectors = _check_and_normalise(vectors, data_file, first, block_ids)
                 rows = _positions(block_ids, positions, present, data_file, ids_file, first)
                 aligned.write(rows, vectors)
@@ -222,11 +230,7 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
                  "images_root": str(images_root) if images_root else None,
                  "bad_images": {"count": len(bad), "first": [{"path": b["path"], "reason": b["reason"]}
                                                              for b in list(bad.values())[:20]]}}
-        info = encoder_info or {"name": "external", "spec": None, "dim": dim, "config": {}, "fingerprint": None}
-        try:
-            return _write_index(pool, aligned, present, out_dir, dim, info, index_type, params, extra, allow_shrink)
-        finally:
-            aligned.close()
+        return _write_index(pool, aligned, present, writer, extra)
 
 
 class _AlignedFile:
@@ -251,7 +255,11 @@ class _AlignedFile:
         return self.reader.rows(rows)
 
     def close(self) -> None:
-        os.close(self.fd)
+        """Close and delete the file (idempotent): it must be gone before the writer hashes the folder."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+            self.reader.path.unlink(missing_ok=True)
 
 
 def _check_and_normalise(vectors: np.ndarray, path: Path, first: int, ids: list[str] | None) -> np.ndarray:
@@ -292,26 +300,25 @@ def _positions(ids: list[str], positions: dict[str, int], present: np.ndarray, d
     return rows
 
 
-def _write_index(pool: Path, aligned: _AlignedFile, present: np.ndarray, out_dir: Path, dim: int,
-                 info: dict[str, Any], index_type: str, params: dict[str, Any] | None,
-                 extra: dict[str, Any], allow_shrink: bool = False) -> dict[str, Any]:
+def _write_index(pool: Path, aligned: _AlignedFile, present: np.ndarray, writer: IndexWriter,
+                 extra: dict[str, Any]) -> dict[str, Any]:
     """Stream the pool in order; chunks per modality go to the writer with their aligned vectors."""
     from unirag.index.encoding import candidate_meta
 
-    with IndexWriter(out_dir, dim, info, index_type, params, allow_shrink=allow_shrink) as writer:
-        pending: dict[Modality, list[tuple[int, Any]]] = {}
+    pending: dict[Modality, list[tuple[int, Any]]] = {}
 
-        def flush(modality: Modality) -> None:
-            items = pending.pop(modality)
-            rows = np.array([p for p, _ in items])
-            writer.add(modality, [candidate_meta(c) for _, c in items], aligned.read(rows))
+    def flush(modality: Modality) -> None:
+        items = pending.pop(modality)
+        rows = np.array([p for p, _ in items])
+        writer.add(modality, [candidate_meta(c) for _, c in items], aligned.read(rows))
 
-        for pos, c in enumerate(read_candidates(pool)):
-            if not present[pos]:
-                continue
-            pending.setdefault(c.modality, []).append((pos, c))
-            if len(pending[c.modality]) >= CHUNK:
-                flush(c.modality)
-        for modality in list(pending):
-            flush(modality)
-        return writer.commit(extra)
+    for pos, c in enumerate(read_candidates(pool)):
+        if not present[pos]:
+            continue
+        pending.setdefault(c.modality, []).append((pos, c))
+        if len(pending[c.modality]) >= CHUNK:
+            flush(c.modality)
+    for modality in list(pending):
+        flush(modality)
+    aligned.close()
+    return writer.commit(extra)

@@ -93,19 +93,9 @@ def new_ivfpq(dim: int, params: dict[str, Any]):
     return ivf
 
 
-def apply_search_params(index, params: dict[str, Any], k: int) -> None:
-    """Set query-time knobs (efSearch, nprobe) on a loaded index."""
-    import faiss
-
-    if isinstance(index, faiss.IndexHNSW):
-        index.hnsw.efSearch = max(int(params.get("ef_search", 128)), k)
-    elif isinstance(index, faiss.IndexIVF):
-        index.nprobe = int(params.get("nprobe", 32))
-
-
-def search_parameters(index, params: dict[str, Any], k: int, selector):
-    """FAISS search parameters restricting a search to ``selector``'s ids, with the same query-time
-    knobs :func:`apply_search_params` sets (a parameters object replaces the index's own)."""
+def search_parameters(index, params: dict[str, Any], k: int, selector=None):
+    """FAISS search parameters with the query-time knobs of ``params`` (efSearch, nprobe), restricted
+    to ``selector``'s ids when given (a parameters object replaces the index's own knobs)."""
     import faiss
 
     if isinstance(index, faiss.IndexHNSW):

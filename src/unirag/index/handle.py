@@ -1,8 +1,8 @@
-"""``unirag.Index``: a built index as users hold it (build, open, search raw vectors).
+"""``unirag.Index``: an opened index directory: build, open, look up candidates, search vectors.
 
-A thin facade over the index internals (:mod:`unirag.index.build`, :mod:`unirag.index.store`):
-it adds what a caller needs without reading manifests by hand: the encoder that built it, the pool
-it holds (every candidate's text, image path and pairing), and the absolute images root.
+The one class for an index (:class:`unirag.Retriever`, the server and the pairing code hold it too):
+:meth:`Index.search` returns hits, :meth:`Index.topk` the (scores, global ids) arrays; how the
+sub-indexes are searched and what a global id is: :mod:`unirag.index.store`.
 """
 
 from __future__ import annotations
@@ -11,13 +11,27 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from unirag.data.records import Candidate
+import numpy as np
+
+from unirag.data.records import Candidate, Modality
+from unirag.errors import ConfigError, InputError
+from unirag.index.directory import index_lock
+from unirag.index.manifest import check_sizes, data_dir, read_manifest, verify_files
+from unirag.index.metadata import MetaTable
+from unirag.index.store import (
+    RowFilter,
+    SubIndex,
+    check_encoder,
+    check_memory_mode,
+    damaged,
+    merge_topk,
+    parse_modality_filter,
+)
 from unirag.retrieval.results import Hit
 
 if TYPE_CHECKING:
     from unirag.data.pool import Pool
     from unirag.encoders.base import Encoder
-    from unirag.index.store import VectorIndex
 
 
 class Index:
@@ -27,22 +41,51 @@ class Index:
     or texts use :class:`unirag.Retriever`, which encodes them with the index's own encoder.
     """
 
-    def __init__(self, store: VectorIndex) -> None:
-        self.store = store  #: the underlying :class:`~unirag.index.store.VectorIndex`
+    def __init__(self, index_dir: Path, manifest: dict[str, Any], subs: dict[Modality, SubIndex],
+                 metas: MetaTable, offsets: dict[Modality, int], memory: str = "mmap") -> None:
+        self.index_dir = index_dir
+        #: ``manifest.json``: encoder, sizes, index types, build settings, skipped images, checksums
+        self.manifest = manifest
+        self.subs = subs
+        self.metas = metas
+        self.offsets = offsets
+        self.dim = int(manifest["dim"])  #: vector size
+        self.memory = memory  #: how the FAISS files were opened: "mmap" or "ram"
+        self._row_filters: dict[Any, dict[Modality, RowFilter | None]] = {}
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | Path, *, verify: bool = False, memory: str = "mmap") -> Index:
-        """Open the index in ``path`` (file sizes are checked). ``verify=True`` also re-hashes every
-        file against its recorded SHA-256 (reads the whole index).
+    def open(cls, path: str | Path, encoder: Encoder | None = None, *, verify: bool = False,
+             memory: str = "mmap") -> Index:
+        """Open the index in ``path``; ``encoder`` (if given) must be the one that built it.
 
-        ``memory="mmap"`` (default) memory-maps the FAISS files: instant at any size. ``"ram"`` reads
-        them into memory at open, so exact batched search runs at in-RAM FAISS speed (about 1.25x
-        the mapped speed on a 1M-vector flat index); see :func:`unirag.index.store.fits_in_ram`.
+        Reads the manifest, checks file sizes and opens the metadata: constant time with ``memory="mmap"``
+        (default), which memory-maps the FAISS files, whatever the size. ``"ram"`` reads them into
+        memory at open, so exact batched search runs at in-RAM FAISS speed (about 1.25x the mapped speed
+        on a 1M-vector flat index); see :func:`unirag.index.store.fits_in_ram`. ``verify=True`` also
+        re-hashes every file against its recorded SHA-256 (reads it all; as ``unirag index verify``).
         """
-        from unirag.index.store import VectorIndex
-
-        return cls(VectorIndex.open(path, None, verify, memory))
+        check_memory_mode(memory)
+        index_dir = Path(path)
+        with index_lock(index_dir, shared=True):
+            manifest = read_manifest(index_dir)
+            if encoder is not None:
+                check_encoder(manifest, encoder, index_dir)
+            if verify:
+                verify_files(index_dir, manifest)
+            else:
+                check_sizes(index_dir, manifest)
+            folder = data_dir(index_dir, manifest)
+            subs: dict[Modality, SubIndex] = {}
+            offsets: dict[Modality, int] = {}
+            total = 0
+            for key, entry in manifest["subindexes"].items():
+                modality = Modality.parse(key)
+                subs[modality] = SubIndex(folder, modality, entry, int(manifest["dim"]), memory)
+                offsets[modality] = total
+                total += subs[modality].count
+            metas = MetaTable(folder / manifest["meta_file"], offsets, {m: s.count for m, s in subs.items()})
+        return cls(index_dir, manifest, subs, metas, offsets, memory)
 
     @classmethod
     def build(cls, pool: Pool | str | Path | Iterable[Candidate], out: str | Path, *,
@@ -61,7 +104,7 @@ class Index:
         ``index_type``: "flat" (exact), "hnsw" or "ivfpq"; ``params`` override their settings.
         ``engine``: "local" (this process) or "ray" (shards embedded on Ray Data, resumable), with
         ``engine_options`` ``shards_dir``, ``shard_size``, ``workers``, ``gpus_per_worker``,
-        ``ray_address`` (see :func:`unirag.index.build.build_index`). ``decode_workers``: processes
+        ``ray_address`` (see :mod:`unirag.index.ray_engine`). ``decode_workers``: processes
         decoding and preprocessing images ahead of the encoder (None = the encoder's setting, by
         default auto; 0 = inline; see :mod:`unirag.data.loader`); the vectors do not depend on it.
         Rebuilding over an index that this build would shrink by more than the ``index_max_shrink``
@@ -75,33 +118,39 @@ class Index:
         """
         import sys
 
-        from unirag.data.pool import Pool
-        from unirag.errors import ConfigError
-        from unirag.index.build import build_index
+        from unirag.index import build
         from unirag.index.factory import resolve_params
 
         params = dict(params or {})
         resolve_params(index_type, params)  # a bad option fails before any model loads
         if batch_size <= 0:
             raise ConfigError(f"batch_size must be positive, got {batch_size}")
-        source: str | Path | Iterable[Candidate]
-        if isinstance(pool, Pool):
-            root = images_root if images_root is not None else pool.images_root
-            source = pool.path if pool.path is not None else list(pool)
-        else:
-            root, source = images_root, pool
-        spec, enc = _encoder_and_spec(encoder, device, dtype, decode_workers, autocast)
         options = {k: v for k, v in engine_options.items() if v is not None}
+        if engine not in ("local", "ray"):
+            raise ConfigError(f"unknown engine {engine!r}; expected local or ray")
+        if engine == "local" and {"ray_address", "workers", "gpus_per_worker", "shard_size"} & set(options):
+            raise ConfigError("--ray-address/--workers/--gpus-per-worker/--shard-size go with --engine ray")
+        for name in ("workers", "shard_size"):
+            if options.get(name, 1) <= 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {options[name]}")
+        source, root = _pool_source(pool, images_root, in_memory=True)
+        if isinstance(source, list) and engine != "local":
+            raise ConfigError("an in-memory pool is built with engine='local'; write it to a file for Ray")
+        if isinstance(source, Path) and not source.exists():
+            raise InputError("candidate pool not found", path=source)
+        spec, enc = _encoder_and_spec(encoder, device, dtype, decode_workers, autocast)
+        root = Path(root).absolute() if root is not None else None
+        progress = sys.stderr.isatty() if progress is None else progress
         if engine == "ray":
             options.setdefault("worker_dtype", dtype)  # workers load their own copy: same dtype, same fingerprint
             options.setdefault("worker_autocast", getattr(enc, "autocast_dtype", None))
-        build_index(source, Path(root).absolute() if root is not None else None, out, enc, encoder_spec=spec,
-                    index_type=index_type, batch_size=batch_size, params=params, engine=engine,
-                    progress=sys.stderr.isatty() if progress is None else progress, allow_shrink=allow_shrink,
-                    **options)
-        from unirag.index.store import VectorIndex
-
-        return cls(VectorIndex.open(out, enc))._warn_skipped()
+            build.build_with_ray(source, root, out, enc, spec, index_type, batch_size, params, progress,
+                                 allow_shrink,
+                                 **options)
+        else:
+            build.build_local(source, root, out, enc, spec, index_type, batch_size, params, progress,
+                              allow_shrink)
+        return cls.open(out, enc)._warn_skipped()
 
     @classmethod
     def from_embeddings(cls, pool: Pool | str | Path, embeddings: str | Path, out: str | Path, *,
@@ -118,11 +167,9 @@ class Index:
         encoder (``index.encoder_spec`` is None) and queries must be given as vectors.
         ``allow_shrink``: as in :meth:`build`.
         """
-        from unirag.errors import ConfigError
-        from unirag.index.build import encoder_info
         from unirag.index.embeddings import build_from_embeddings
+        from unirag.index.encoding import encoder_info
         from unirag.index.shards import PLAN, read_plan
-        from unirag.index.store import VectorIndex
 
         pool_path, root = _pool_source(pool, images_root)
         info = None
@@ -139,7 +186,7 @@ class Index:
         build_from_embeddings(pool_path, embeddings, out, info, ids=ids, index_type=index_type,
                               params=dict(params or {}), images_root=root, progress=progress,
                               allow_shrink=allow_shrink)
-        return cls(VectorIndex.open(out, None))._warn_skipped()
+        return cls.open(out)._warn_skipped()
 
     @staticmethod
     def embed_shard(pool: Pool | str | Path, shard: str | tuple[int, int], shards_dir: str | Path, *,
@@ -150,24 +197,22 @@ class Index:
         many machines can each embed a part; then :meth:`from_embeddings` with ``shards_dir`` builds the
         index. ``shard``: ``"i/n"`` (0-based) or ``(i, n)``. A shard already done is skipped. Returns the
         shard's record (``rows``, ``seconds``, ``skipped``). ``autocast``: as in :meth:`build`."""
-        from unirag.index.build import embed_pool_shard
-        from unirag.index.shards import parse_shard_spec
+        from unirag.index.encoding import encoder_info
+        from unirag.index.shards import embed_shard, load_or_create_plan, parse_shard_spec
 
         i, n = parse_shard_spec(shard if isinstance(shard, str) else "/".join(map(str, shard)))
+        if batch_size <= 0:
+            raise ConfigError(f"batch_size must be positive, got {batch_size}")
         pool_path, root = _pool_source(pool, images_root)
         spec, enc = _encoder_and_spec(encoder, device, dtype, decode_workers, autocast)
-        return embed_pool_shard(pool_path, shards_dir, i, n, enc, spec, root, batch_size)
+        plan = load_or_create_plan(shards_dir, pool_path, encoder_info(enc, spec), n_shards=n)
+        return embed_shard(shards_dir, plan, i, enc, root, batch_size)
 
     # -- what it holds -----------------------------------------------------------------------
     @property
     def path(self) -> Path:
         """The index directory."""
-        return Path(self.store.index_dir)
-
-    @property
-    def manifest(self) -> dict[str, Any]:
-        """``manifest.json``: encoder, sizes, index types, build settings, skipped images, checksums."""
-        return self.store.manifest
+        return Path(self.index_dir)
 
     @property
     def skipped(self) -> list[tuple[str, str]]:
@@ -193,17 +238,12 @@ class Index:
         return self
 
     @property
-    def dim(self) -> int:
-        """Vector size."""
-        return int(self.store.dim)
-
-    @property
     def counts(self) -> dict[str, int]:
         """Vectors per candidate modality, e.g. ``{"text": 255, "image": 51}``."""
-        return dict(self.store.counts)
+        return {m.value: sub.count for m, sub in self.subs.items()}
 
     def __len__(self) -> int:
-        return len(self.store)
+        return len(self.metas)
 
     @property
     def encoder_spec(self) -> str | None:
@@ -221,14 +261,14 @@ class Index:
         """The candidates this index holds, as a :class:`unirag.Pool` (from the index itself, no file read)."""
         from unirag.data.pool import Pool
 
-        return Pool([self._candidate(m) for m in self.store.metas], images_root=self.images_root)
+        return Pool([self._candidate(m) for m in self.metas], images_root=self.images_root)
 
     def candidate(self, did: str) -> Candidate:
         """The candidate with this did (KeyError if the index has none)."""
-        gid = self.store.gid_of(did)
+        gid = self.gid_of(did)
         if gid is None:
             raise KeyError(f"no candidate {did!r} in index {self.path}")
-        return self._candidate(self.store.metas[gid])
+        return self._candidate(self.metas[gid])
 
     @staticmethod
     def _candidate(meta) -> Candidate:
@@ -238,7 +278,6 @@ class Index:
     def load_encoder(self, *, device: str | None = "auto", dtype: str | None = "auto") -> Encoder:
         """Load the encoder recorded in the manifest and check that it is the one that built the index."""
         from unirag.encoders.registry import load_encoder
-        from unirag.index.store import check_encoder
 
         encoder = load_encoder(self.encoder_spec, device=device, dtype=dtype)
         check_encoder(self.manifest, encoder, self.path)
@@ -254,23 +293,109 @@ class Index:
         top-k of the matching candidates. Scores are inner products of L2-normalised vectors (cosine
         similarity).
         """
-        import numpy as np
-
         array = np.asarray(vectors, dtype=np.float32)
         if array.ndim == 1:
             array = array[None, :]
-        scores, ids = self.store.search(array, k, modality, where)
-        metas = self.store.metas
+        scores, ids = self.topk(array, k, modality, where)
+        metas = self.metas
         return [[Hit(metas[g].did, float(s), metas[g].modality.value)
                  for s, g in zip(row_s.tolist(), row_g.tolist(), strict=True) if g >= 0]
                 for row_s, row_g in zip(scores, ids, strict=True)]
+
+    def gid_of(self, did: str) -> int | None:
+        """The global id of candidate ``did`` (None if the index has none)."""
+        return self.metas.gid_of(did)
+
+    def source_group(self, source_id: str | None) -> list[int]:
+        """Global ids of all candidates that share ``source_id`` (the pool's own pairing)."""
+        if source_id is None:
+            return []
+        return self.metas.source_group(source_id)
+
+    def vectors(self, gids: list[int]) -> np.ndarray:
+        """Stored vectors of the given global ids (exact, except for IVF-PQ built with ``refine=false``)."""
+        out = np.zeros((len(gids), self.dim), dtype=np.float32)
+        for row, gid in enumerate(gids):
+            modality, local = self.metas.locate(int(gid))
+            out[row] = self.subs[modality].reconstruct(local)
+        return out
+
+    def topk(self, queries: np.ndarray, k: int, modality: str | Modality | None = None,
+             where: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` (scores, global ids) per query row; missing slots have id -1 and score -inf.
+
+        ``where``: a metadata filter (``{"dataset": "mscoco"}``, ``{"modality": "image", "split":
+        ["val", "test"]}``; see :func:`unirag.retrieval.selection.normalise_where`): only matching
+        candidates are searched, inside FAISS (ID selectors), so the top-k is exact among them.
+        """
+        if k <= 0:
+            raise ConfigError(f"k must be a positive integer, got {k}")
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        if queries.ndim != 2 or queries.shape[1] != self.dim:
+            raise ValueError(f"queries must have shape (n, {self.dim}), got {queries.shape}")
+        wanted = parse_modality_filter(modality)
+        filters = self.row_filters(where) if where else None
+        modalities = [m for m in self.subs if wanted is None or m is wanted]
+        if filters is not None:
+            modalities = [m for m in modalities if m in filters]
+        if not modalities:
+            n = len(queries)
+            return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
+        parts = []
+        for m in modalities:  # local rows of each sub-index -> global ids
+            scores, ids = self.subs[m].search(queries, k, filters.get(m) if filters is not None else None)
+            parts.append((scores, np.where(ids >= 0, ids + self.offsets[m], -1)))
+        scores, ids = merge_topk(parts, k)
+        served = ids >= 0
+        if not np.isfinite(scores[served]).all():  # cheap: k numbers per query (see the module docstring)
+            row, col = (int(x[0]) for x in np.nonzero(served & ~np.isfinite(scores)))
+            raise damaged(self.index_dir, f"candidate {self.metas[int(ids[row, col])].did!r} scored "
+                                          f"{scores[row, col]}, not a finite number")
+        return scores, ids
+
+    def row_filters(self, where: Any) -> dict[Modality, RowFilter | None]:
+        """Modality -> its selected rows (None: all of them) for a filter; modalities with no match
+        are left out. Computed once per filter (one SQL scan) and kept."""
+        from unirag.retrieval.selection import normalise_where
+
+        key = normalise_where(where)
+        cache = self._row_filters
+        if key in cache:
+            return cache[key]
+        conditions = dict(key)
+        modalities = set(self.subs)
+        if "modality" in conditions:
+            modalities &= {Modality.parse(v) for v in conditions.pop("modality")}
+        out: dict[Modality, RowFilter | None] = {}
+        if conditions:
+            rows = self.metas.rows_where(sorted(conditions.items()))
+            for m in sorted(modalities, key=list(self.subs).index):
+                selected = np.asarray(rows.get(m, []), dtype=np.int64)
+                if len(selected) == self.subs[m].count:
+                    out[m] = None
+                elif len(selected):
+                    out[m] = RowFilter(selected, self.subs[m].shards)
+        else:
+            out = {m: None for m in self.subs if m in modalities}
+        if len(cache) > 32:
+            cache.clear()
+        cache[key] = out
+        return out
+
+    def scope(self, modality: str | Modality | None = None, where: Any = None) -> int:
+        """How many candidates a search with this modality and filter looks at."""
+        wanted = parse_modality_filter(modality)
+        if not where:
+            return self.counts.get(wanted.value, 0) if wanted is not None else len(self)
+        return sum(self.subs[m].count if f is None else len(f) for m, f in self.row_filters(where).items()
+                   if wanted is None or m is wanted)
 
     # -- serialisation -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """``{"path": ...}``: what :meth:`from_dict` reopens."""
         out = {"path": str(self.path)}
-        if getattr(self.store, "memory", "mmap") != "mmap":
-            out["memory"] = self.store.memory
+        if self.memory != "mmap":
+            out["memory"] = self.memory
         return out
 
     @classmethod
@@ -297,13 +422,15 @@ def _encoder_and_spec(encoder, device: str | None, dtype: str | None, decode_wor
     return spec, enc
 
 
-def _pool_source(pool, images_root):
-    """(pool JSONL path, images root) for a :class:`unirag.Pool` read from a file, or a path."""
+def _pool_source(pool, images_root, in_memory: bool = False) -> tuple[Path | list[Candidate], Any]:
+    """(pool JSONL path, images root) for a :class:`unirag.Pool`, a path or (``in_memory``: then kept
+    as a list) candidates; a Pool's own images root unless ``images_root`` is given."""
     from unirag.data.pool import Pool
-    from unirag.errors import ConfigError
 
     if isinstance(pool, Pool):
-        if pool.path is None:
-            raise ConfigError("this needs a pool read from a JSONL file (Pool.read), not in-memory candidates")
-        return pool.path, images_root if images_root is not None else pool.images_root
-    return pool, images_root
+        images_root = images_root if images_root is not None else pool.images_root
+        pool = pool.path if pool.path is not None else list(pool)
+    source = Path(pool) if isinstance(pool, str | Path) else list(pool)
+    if isinstance(source, list) and not in_memory:
+        raise ConfigError("this needs a pool read from a JSONL file (Pool.read), not in-memory candidates")
+    return source, images_root

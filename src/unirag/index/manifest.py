@@ -25,26 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from unirag.data.jsonl import read_json_file
-from unirag.data.records import Modality
 from unirag.errors import InputError
 
 FORMAT_NAME = "unirag-index"
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 META_FILE = "meta.sqlite"
-
-
-def file_stem(modality: Modality) -> str:
-    """File-name-safe key of a modality ("image,text" -> "image_text")."""
-    return modality.value.replace(",", "_")
-
-
-def shard_file(modality: Modality, shard: int) -> str:
-    return f"{file_stem(modality)}.{shard:05d}.faiss"
-
-
-def vectors_file(modality: Modality) -> str:
-    return f"{file_stem(modality)}.vectors.f32"
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:

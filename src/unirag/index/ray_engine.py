@@ -61,13 +61,6 @@ class _ShardWorker:
         return {"shard": shards, "rows": rows, "seconds": seconds}
 
 
-def default_workers(ray_module, cpus_per_worker: float, gpus_per_worker: float) -> int:
-    """Workers that fit the cluster: by GPUs when asked for, else CPUs minus one for Ray Data's tasks."""
-    from unirag.ray_support import default_workers as fit
-
-    return fit(ray_module, cpus_per_worker, gpus_per_worker, reserve_cpus=1)
-
-
 def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str | None,
                images_root: str | Path | None, engine: Any, *, batch_size: int = 64, dtype: str | None = None,
                autocast: str | None = None, progress: bool = True) -> list[dict[str, Any]]:
@@ -78,7 +71,7 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
     ``autocast``, see :func:`unirag.encoders.registry.load_encoder`); their
     encoder's fingerprint must be the one planned (a mismatch fails the shard with both names).
     """
-    from unirag.ray_support import ray_session
+    from unirag.ray_support import default_workers, ray_session
 
     if not shard_ids:
         return []
@@ -86,7 +79,8 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
     with ray_session(o.ray_address, log_to_driver=progress) as ray:
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = progress
-        n_workers = o.workers or default_workers(ray, o.cpus_per_worker, o.gpus_per_worker)
+        # by GPUs when asked for, else CPUs minus one for Ray Data's tasks
+        n_workers = o.workers or default_workers(ray, o.cpus_per_worker, o.gpus_per_worker, reserve_cpus=1)
         n_workers = max(1, min(n_workers, len(shard_ids)))
         device, threads, decode = o.actor_sizing(ray, n_workers)
         ds = ray.data.from_items([{"shard": i} for i in shard_ids], override_num_blocks=len(shard_ids))

@@ -4,7 +4,7 @@ Each modality has its own sub-index, so a modality-restricted search only touche
 that modality (no filtering after the fact, no lost top-k slots) and ``any`` merges the per-modality
 top-k lists by score. A sub-index may be cut into several FAISS shards; each is searched and the
 lists are merged into the exact top-k of the union (:func:`merge_topk`). Hits are *global ids*: the
-concatenation of the sub-indexes in manifest order, which index :attr:`VectorIndex.metas` directly.
+concatenation of the sub-indexes in manifest order, which index :attr:`unirag.Index.metas` directly.
 
 Opening is cheap at any size: FAISS files are memory-mapped (``IO_FLAG_MMAP_IFC``), metadata is an
 SQLite file queried on demand (:mod:`unirag.index.metadata`), IVF-PQ raw vectors are read row by
@@ -38,12 +38,11 @@ import numpy as np
 
 from unirag.data.records import Modality
 from unirag.errors import ConfigError, InputError
-from unirag.index.directory import index_lock
-from unirag.index.factory import apply_search_params, search_parameters
-from unirag.index.manifest import check_sizes, data_dir, read_manifest, verify_files
-from unirag.index.metadata import CandidateMeta, MetaTable
+from unirag.index.factory import search_parameters
+from unirag.index.manifest import data_dir, read_manifest
+from unirag.index.metadata import CandidateMeta
 
-__all__ = ["ANY", "MEMORY_MODES", "CandidateMeta", "VectorIndex", "check_encoder", "fits_in_ram", "merge_topk",
+__all__ = ["ANY", "MEMORY_MODES", "CandidateMeta", "check_encoder", "fits_in_ram", "merge_topk",
            "parse_modality_filter", "resolve_memory_mode"]
 
 ANY = "any"
@@ -237,16 +236,11 @@ class SubIndex:
             fetch = max(k, int(round(k * float(self.params.get("refine_k_factor", 8)))))
         parts = []
         for s, (index, first) in enumerate(self.shards):
-            if rows is None:
-                apply_search_params(index, self.params, fetch)
-                scores, ids = index.search(queries, min(fetch, int(index.ntotal)))
-            else:
-                selected = rows.count(s)
-                if selected == 0:
-                    continue
-                take = min(fetch, selected)
-                scores, ids = index.search(queries, take, params=search_parameters(index, self.params, take,
-                                                                                      rows.selector(s)))
+            take = min(fetch, int(index.ntotal) if rows is None else rows.count(s))
+            if take == 0:
+                continue
+            selector = rows.selector(s) if rows is not None else None
+            scores, ids = index.search(queries, take, params=search_parameters(index, self.params, take, selector))
             ids = ids.astype(np.int64)
             scores = scores.astype(np.float32)
             missing = ids < 0
@@ -335,164 +329,6 @@ def _pad(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.nd
     g = np.full((n, k), -1, dtype=np.int64)
     s[:, :have], g[:, :have] = scores, ids
     return s, g
-
-
-class VectorIndex:
-    """An opened index directory. Use :meth:`open`."""
-
-    def __init__(self, index_dir: Path, manifest: dict[str, Any], subs: dict[Modality, SubIndex],
-                 metas: MetaTable, offsets: dict[Modality, int]) -> None:
-        self.index_dir = index_dir
-        self.manifest = manifest
-        self.subs = subs
-        self.metas = metas
-        self.offsets = offsets
-        self.dim = int(manifest["dim"])
-        self.memory = "mmap"  #: how the FAISS files were opened (see :data:`MEMORY_MODES`)
-        self.search_params: dict[Modality, dict[str, Any]] = {m: s.params for m, s in subs.items()}
-        self._row_filters: dict[Any, dict[Modality, RowFilter | None]] = {}
-
-    # -- opening ---------------------------------------------------------------------------
-    @classmethod
-    def open(cls, index_dir: str | Path, encoder=None, verify: bool = False, memory: str = "mmap") -> VectorIndex:
-        """Open an index; ``encoder`` (if given) must be the one that built it.
-
-        Reads the manifest, checks file sizes, memory-maps the FAISS files (``memory="mmap"``; or reads
-        them into RAM, ``memory="ram"``) and opens the metadata: constant time with ``mmap``, whatever
-        the size. ``verify=True`` also re-hashes every file (reads it all; the same as ``unirag index
-        verify``).
-        """
-        check_memory_mode(memory)
-        index_dir = Path(index_dir)
-        with index_lock(index_dir, shared=True):
-            manifest = read_manifest(index_dir)
-            if encoder is not None:
-                check_encoder(manifest, encoder, index_dir)
-            if verify:
-                verify_files(index_dir, manifest)
-            else:
-                check_sizes(index_dir, manifest)
-            folder = data_dir(index_dir, manifest)
-            subs: dict[Modality, SubIndex] = {}
-            offsets: dict[Modality, int] = {}
-            total = 0
-            for key, entry in manifest["subindexes"].items():
-                modality = Modality.parse(key)
-                subs[modality] = SubIndex(folder, modality, entry, int(manifest["dim"]), memory)
-                offsets[modality] = total
-                total += subs[modality].count
-            metas = MetaTable(folder / manifest["meta_file"], offsets, {m: s.count for m, s in subs.items()})
-        opened = cls(index_dir, manifest, subs, metas, offsets)
-        opened.memory = memory
-        return opened
-
-    # -- lookups ---------------------------------------------------------------------------
-    @property
-    def indexes(self) -> dict[Modality, SubIndex]:
-        """The sub-index of each modality present (kept under its former name)."""
-        return self.subs
-
-    @property
-    def counts(self) -> dict[str, int]:
-        return {m.value: s.count for m, s in self.subs.items()}
-
-    def __len__(self) -> int:
-        return len(self.metas)
-
-    def gid_of(self, did: str) -> int | None:
-        return self.metas.gid_of(did)
-
-    def source_group(self, source_id: str | None) -> list[int]:
-        """Global ids of all candidates that share ``source_id`` (the pool's own pairing)."""
-        if source_id is None:
-            return []
-        return self.metas.source_group(source_id)
-
-    def vectors(self, gids: list[int]) -> np.ndarray:
-        """Stored vectors of the given global ids (exact, except for IVF-PQ built with ``refine=false``)."""
-        out = np.zeros((len(gids), self.dim), dtype=np.float32)
-        for row, gid in enumerate(gids):
-            modality, local = self.metas.locate(int(gid))
-            out[row] = self.subs[modality].reconstruct(local)
-        return out
-
-    # -- search ----------------------------------------------------------------------------
-    def search(self, queries: np.ndarray, k: int, modality: str | Modality | None = None,
-               where: Any = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` (scores, global ids) per query row; missing slots have id -1 and score -inf.
-
-        ``where``: a metadata filter (``{"dataset": "mscoco"}``, ``{"modality": "image", "split":
-        ["val", "test"]}``; see :func:`unirag.retrieval.selection.normalise_where`): only matching
-        candidates are searched, inside FAISS (ID selectors), so the top-k is exact among them.
-        """
-        if k <= 0:
-            raise ConfigError(f"k must be a positive integer, got {k}")
-        queries = np.ascontiguousarray(queries, dtype=np.float32)
-        if queries.ndim != 2 or queries.shape[1] != self.dim:
-            raise ValueError(f"queries must have shape (n, {self.dim}), got {queries.shape}")
-        wanted = parse_modality_filter(modality)
-        filters = self.row_filters(where) if where else None
-        modalities = [m for m in self.subs if wanted is None or m is wanted]
-        if filters is not None:
-            modalities = [m for m in modalities if m in filters]
-        if not modalities:
-            n = len(queries)
-            return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
-        parts = [self._search_one(m, queries, k, filters.get(m) if filters is not None else None) for m in modalities]
-        scores, ids = merge_topk(parts, k) if len(parts) > 1 else parts[0]
-        served = ids >= 0
-        if not np.isfinite(scores[served]).all():  # cheap: k numbers per query (see the module docstring)
-            row, col = (int(x[0]) for x in np.nonzero(served & ~np.isfinite(scores)))
-            raise damaged(self.index_dir, f"candidate {self.metas[int(ids[row, col])].did!r} scored "
-                                          f"{scores[row, col]}, not a finite number")
-        return scores, ids
-
-    def row_filters(self, where: Any) -> dict[Modality, RowFilter | None]:
-        """Modality -> its selected rows (None: all of them) for a filter; modalities with no match
-        are left out. Computed once per filter (one SQL scan) and kept."""
-        from unirag.retrieval.selection import normalise_where
-
-        key = normalise_where(where)
-        cache = self._row_filters
-        if key in cache:
-            return cache[key]
-        conditions = dict(key)
-        modalities = set(self.subs)
-        if "modality" in conditions:
-            modalities &= {Modality.parse(v) for v in conditions.pop("modality")}
-        out: dict[Modality, RowFilter | None] = {}
-        if conditions:
-            rows = self.metas.rows_where(sorted(conditions.items()))
-            for m in sorted(modalities, key=list(self.subs).index):
-                selected = np.asarray(rows.get(m, []), dtype=np.int64)
-                if len(selected) == self.subs[m].count:
-                    out[m] = None
-                elif len(selected):
-                    out[m] = RowFilter(selected, self.subs[m].shards)
-        else:
-            out = {m: None for m in self.subs if m in modalities}
-        if len(cache) > 32:
-            cache.clear()
-        cache[key] = out
-        return out
-
-    def scope(self, modality: str | Modality | None = None, where: Any = None) -> int:
-        """How many candidates a search with this modality and filter looks at."""
-        wanted = parse_modality_filter(modality)
-        if not where:
-            return self.counts.get(wanted.value, 0) if wanted is not None else len(self)
-        return sum(self.subs[m].count if f is None else len(f) for m, f in self.row_filters(where).items()
-                   if wanted is None or m is wanted)
-
-    def _search_one(self, modality: Modality, queries: np.ndarray, k: int,
-                    rows: RowFilter | None = None) -> tuple[np.ndarray, np.ndarray]:
-        sub = self.subs[modality]
-        sub.params = self.search_params[modality]
-        scores, ids = sub.search(queries, k, rows)
-        missing = ids < 0
-        ids = ids + self.offsets[modality]
-        ids[missing] = -1
-        return scores, ids
 
 
 def check_encoder(manifest: dict[str, Any], encoder, index_dir: Path) -> None:

@@ -35,10 +35,9 @@ from unirag.index.manifest import (
     FORMAT_VERSION,
     META_FILE,
     sha256_file,
-    shard_file,
-    vectors_file,
 )
 from unirag.index.metadata import MetaWriter
+from unirag.index.store import RawVectors
 from unirag.redact import redact_json
 
 SPILL_CHUNK = 65536
@@ -70,7 +69,8 @@ class _SubIndex:
         self.count = 0
         self.shards: list[dict[str, Any]] = []
         self.current = None
-        self.spill_path = folder / vectors_file(modality)
+        self.stem = modality.value.replace(",", "_")  # file-name-safe: "image,text" -> "image_text"
+        self.spill_path = folder / f"{self.stem}.vectors.f32"
         self.spill_fh = self.spill_path.open("wb") if index_type == "ivfpq" else None
 
     def _new_index(self):
@@ -95,7 +95,7 @@ class _SubIndex:
     def _write_shard(self, index) -> None:
         import faiss
 
-        name = shard_file(self.modality, len(self.shards))
+        name = f"{self.stem}.{len(self.shards):05d}.faiss"
         target = self.folder / name
         try:
             faiss.write_index(index, str(target))
@@ -130,7 +130,7 @@ class _SubIndex:
             trained = factory.new_ivfpq(self.dim, params)
             rng = np.random.default_rng(seed)
             rows = np.sort(rng.choice(n, size=min(n, int(params["train_size"])), replace=False))
-            trained.train(_read_rows(self.spill_path, rows, self.dim))
+            trained.train(RawVectors(self.spill_path, n, self.dim).rows(rows))
         for first in range(0, n, self.shard_size):
             last = min(n, first + self.shard_size)
             index = faiss.clone_index(trained) if trained is not None else factory.new_flat(self.dim)
@@ -153,17 +153,6 @@ def _read_blocks(path: Path, dim: int, first: int, last: int):
         for start in range(first, last, SPILL_CHUNK):
             count = min(SPILL_CHUNK, last - start)
             yield np.frombuffer(f.read(count * row_bytes), dtype=np.float32).reshape(count, dim)
-
-
-def _read_rows(path: Path, rows: np.ndarray, dim: int) -> np.ndarray:
-    """Selected rows of a spill file by plain reads (no memmap: mapped pages would count as RSS)."""
-    out = np.empty((len(rows), dim), dtype=np.float32)
-    row_bytes = dim * 4
-    with path.open("rb") as f:
-        for i, r in enumerate(rows):
-            f.seek(int(r) * row_bytes)
-            out[i] = np.frombuffer(f.read(row_bytes), dtype=np.float32)
-    return out
 
 
 def check_shrink(index_dir: Path, counts: dict[str, int], extra: dict[str, Any] | None = None,

@@ -21,7 +21,8 @@ import numpy as np
 from unirag.data.mbeir import read_qrels, read_queries
 from unirag.data.records import Modality, Query, resolve_image
 from unirag.errors import ConfigError
-from unirag.index.store import CandidateMeta, VectorIndex
+from unirag.index.handle import Index
+from unirag.index.store import CandidateMeta
 
 RETRIEVAL_DEPTHS = (10, 100)
 
@@ -74,7 +75,7 @@ class Completer:
     ``pairs_from``: M-BEIR query and/or qrels files whose true pairs are tried after the pool's pairing.
     """
 
-    def __init__(self, index: VectorIndex, images_root: str | Path | None,
+    def __init__(self, index: Index, images_root: str | Path | None,
                  pairs_from: Sequence[str | Path] = ()) -> None:
         self.index = index
         self.images_root = images_root
@@ -129,12 +130,12 @@ class Completer:
         key = (gid, depth)
         if key not in self._retrieved:
             want = self.index.metas[gid].modality.complement()
-            _, ids = self.index.search(self.index.vectors([gid]), depth, want)
+            _, ids = self.index.topk(self.index.vectors([gid]), depth, want)
             self._retrieved[key] = [int(i) for i in ids[0] if i >= 0]
         return self._retrieved[key]
 
 
-def read_qrels_pairs(index: VectorIndex, paths: Sequence[str | Path]
+def read_qrels_pairs(index: Index, paths: Sequence[str | Path]
                      ) -> tuple[dict[int, list[int]], dict[str, list[str]]]:
     """(candidate global id -> its complements named by the judgements, best known first; qid -> its
     positives) from the query and qrels files in ``paths``, joined with the candidates of ``index``.

@@ -32,7 +32,8 @@ import numpy as np
 from unirag.data.images import ImageLike, as_rgb, check_image_like, image_path_of
 from unirag.data.records import Modality, Qrels, Query, resolve_image
 from unirag.errors import ConfigError, InputError
-from unirag.index.store import VectorIndex, check_encoder, parse_modality_filter
+from unirag.index.handle import Index
+from unirag.index.store import check_encoder, parse_modality_filter
 from unirag.profiles import Settings, resolve
 from unirag.retrieval.near_duplicates import HASHES, caption_words, dhash
 from unirag.retrieval.pairing import Completer, QueryIdentity
@@ -45,7 +46,7 @@ class Retriever:
     """Top-k candidates and image-caption pairs from an index; see the module docstring.
 
     ``Retriever(index)`` where ``index`` is an index directory, a :class:`unirag.Index` or a
-    :class:`~unirag.index.store.VectorIndex`. :meth:`search` takes an image and/or a text (what a
+    :class:`~unirag.Index`. :meth:`search` takes an image and/or a text (what a
     notebook has), :meth:`retrieve` M-BEIR query records (what ``unirag retrieve`` reads); both
     follow the same rules and give the same ranking for the same query.
 
@@ -61,14 +62,10 @@ class Retriever:
     def __init__(self, index, encoder=None, *, device: str | None = "auto", dtype: str | None = "auto",
                  verify: bool = False,
                  pool_images_root: str | Path | None = None, profile: Any = None, memory: str = "mmap") -> None:
-        from unirag.index.handle import Index
-
-        if isinstance(index, Index):
-            index = index.store
-        if not isinstance(index, VectorIndex | str | Path):
+        if not isinstance(index, Index | str | Path):
             raise InputError(f"expected an index directory (str or Path) or a unirag.Index, got "
                              f"{'None' if index is None else type(index).__name__}", field="index")
-        self.index = index if isinstance(index, VectorIndex) else VectorIndex.open(index, None, verify, memory)
+        self.index = index if isinstance(index, Index) else Index.open(index, verify=verify, memory=memory)
         if isinstance(encoder, str):
             from unirag.encoders.registry import load_encoder
 
@@ -271,7 +268,7 @@ class Retriever:
         if scope == 0:
             return [RetrievalResult(q.qid, near_duplicates=PairPicker(sel, k, QueryEvidence(), None).report())
                     for q in queries]
-        scores, ids = self.index.search(vectors, fetch, wanted, where)
+        scores, ids = self.index.topk(vectors, fetch, wanted, where)
         if hasattr(completer, "prepare"):  # UniIR completion: encode the hits' complement queries in one batch
             completer.prepare(g for g in ids.ravel().tolist() if g >= 0)
         results = []
@@ -294,7 +291,7 @@ class Retriever:
                 if complete or depth >= scope:
                     break
                 depth = min(scope, depth * 4)
-                s, g = self.index.search(vectors[i : i + 1], depth, wanted, where)
+                s, g = self.index.topk(vectors[i : i + 1], depth, wanted, where)
                 row_scores, row_ids = s[0], g[0]
             if not self.per_hit:  # the per-hit pairs stay: the picker's choice would replace them
                 _set_pairs(result, [((o.cand_did,), o.pair) for o in picker.finish()])

@@ -11,7 +11,7 @@ retrieving candidate pairs"). Relevance alone wastes prompt slots and leaks answ
   positive exclusion (``near_duplicates``);
 * only a modality restriction existed; ``where`` searches within any metadata field (UniIR's local
   pools: ``where={"dataset": "mscoco"}``), inside the FAISS search (see
-  :meth:`unirag.index.store.VectorIndex.search`).
+  :meth:`unirag.Index.topk`).
 
 :class:`Selection` is the one configuration object: CLI options, ``Retriever.search`` keywords and
 serve requests all build one, and ``to_dict()`` is recorded in run manifests. :class:`PairPicker`
@@ -148,7 +148,7 @@ class Selection:
     # -- what it asks of the retriever -------------------------------------------------------
     @property
     def where_dict(self) -> dict[str, tuple[str, ...]]:
-        """The filter as field -> accepted values (what ``VectorIndex.search(where=)`` takes)."""
+        """The filter as field -> accepted values (what ``Index.topk(where=)`` takes)."""
         return dict(self.where)
 
     @property

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from unirag.data.records import Modality, Query
-from unirag.index.store import CandidateMeta, VectorIndex
+from unirag.index.handle import Index
+from unirag.index.store import CandidateMeta
 from unirag.retrieval.pairing import Completer
 
 #: UniIR's complement search depth (``complement_retriever.retrieve(k=10)``) and UniRAG's retrieval depth.
@@ -77,7 +78,7 @@ class UniIRCompleter(Completer):
 
     via = "uniir"
 
-    def __init__(self, index: VectorIndex, encoder: Callable[[], Any], images_root: str | Path | None) -> None:
+    def __init__(self, index: Index, encoder: Callable[[], Any], images_root: str | Path | None) -> None:
         super().__init__(index, images_root)
         self._encoder = encoder
         self._top: dict[int, list[int]] = {}
@@ -95,7 +96,7 @@ class UniIRCompleter(Completer):
                          img_path=metas[g].img_path if metas[g].modality is Modality.IMAGE else None,
                          task_id=COMPLEMENT_TASK[metas[g].modality]) for i, g in enumerate(todo)]
         vectors = self._encoder().encode_records(queries, self.images_root)
-        _, ids = self.index.search(vectors, min(UNIIR_DEPTH, len(self.index)), None)
+        _, ids = self.index.topk(vectors, min(UNIIR_DEPTH, len(self.index)), None)
         for g, row in zip(todo, ids, strict=True):
             self._top[g] = [int(i) for i in row if i >= 0]
 
@@ -114,7 +115,7 @@ class UniIRCompleter(Completer):
         return None
 
 
-def per_hit_pairs(index: VectorIndex, completer: Any, ident: Any, ids: Iterable[int], scores: Iterable[float],
+def per_hit_pairs(index: Index, completer: Any, ident: Any, ids: Iterable[int], scores: Iterable[float],
                   k: int, depth: int = UNIIR_DEPTH, zip_bug: bool = False
                   ) -> tuple[list[tuple[int, int, float, str]], int]:
     """UniRAG's example pairs: (image gid, text gid, score, via) for each of the first
