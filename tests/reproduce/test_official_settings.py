@@ -29,7 +29,7 @@ class _Metas(list):
 
 @dataclass
 class FakeIndex:
-    """Just what the completers read: metas, and a search that returns a scripted top list per query."""
+    """Just what the completers read: metas, and a raw top-k search that returns a scripted top list per query."""
 
     metas: list
     tops: dict  # query text or image path -> ranked gids
@@ -37,7 +37,7 @@ class FakeIndex:
     def __len__(self):
         return len(self.metas)
 
-    def search(self, vectors, k, modality):
+    def topk(self, vectors, k, modality):
         rows = [self.tops[key] for key in self._keys]
         ids = np.full((len(rows), k), -1, dtype=np.int64)
         for i, r in enumerate(rows):
@@ -108,8 +108,8 @@ def test_uniir_completion_compares_exact_strings_and_searches_ten():
     index.metas[1] = _meta("i1", Modality.IMAGE, img="./imgs/query.jpg")  # another spelling: UniIR accepts it
     enc = RecordingEncoder(index)
     depths = []
-    search = index.search
-    index.search = lambda v, k, m: (depths.append((k, m)), search(v, k, m))[1]
+    search = index.topk
+    index.topk = lambda v, k, m: (depths.append((k, m)), search(v, k, m))[1]
     assert UniIRCompleter(index, lambda: enc, None).complement(0, _ident(img="imgs/query.jpg")) == (1, "uniir")
     assert depths == [(5, None)]  # min(10, index size), over every modality
 
