@@ -142,11 +142,11 @@ def best(fn, repeat: int):
 
 def build(pool: Path, encoder, setting: str, out: Path):
     """Build the index at one ``--workers`` setting: ``auto`` or ``N``."""
-    from unirag.data.loader import resolve_decode_workers
     from unirag.index.build import build_index
     from unirag.index.store import VectorIndex
+    from unirag.runs.engine import EngineOptions
 
-    encoder.decode_workers = resolve_decode_workers(setting)
+    encoder.decode_workers = EngineOptions(decode_workers=setting).decode_workers
     if out.exists():
         shutil.rmtree(out)
     build_index(pool, None, out, encoder, batch_size=64, progress=False)
@@ -170,10 +170,10 @@ def main() -> None:
     args = ap.parse_args()
 
     from unirag.data.images import load_rgb
-    from unirag.data.loader import available_cores, workers_for
+    from unirag.runs.engine import EngineOptions, available_cores
 
     def auto_decode_workers():
-        return workers_for(None)
+        return EngineOptions().decode_processes()
 
     files = photos(args.coco)
     work = Path(tempfile.mkdtemp(prefix="unirag-bench-pipeline-"))

@@ -35,7 +35,7 @@ class ImagePart:
     data: bytes | None = None
     mime: str = "image/png"
     label: str | None = None  # e.g. the did or "query", for logs and rendered prompts
-    #: the file already decoded (by a decode worker, see :mod:`unirag.runs.ahead`): what :meth:`load`
+    #: the file already decoded (by a decode worker, see :func:`unirag.data.loader.ahead`): what :meth:`load`
     #: returns instead of decoding ``path`` again; never part of the prompt's identity
     decoded: Any = field(default=None, compare=False, repr=False)
     #: how :meth:`load` decodes it: the ``image_loading`` setting (see :func:`unirag.data.images.load_rgb`)

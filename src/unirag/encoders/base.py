@@ -37,6 +37,27 @@ class Prepared:
     array: np.ndarray
 
 
+def stack_rows(arrays: Sequence[Any]):
+    """``np.stack(arrays)``, or, when they are the consecutive rows of one batch (a job the workers sent
+    back stacked), a view of those rows: no copy."""
+    import numpy as np
+
+    first = arrays[0]
+    base, size = getattr(first, "base", None), getattr(first, "nbytes", 0)
+    if isinstance(base, np.ndarray) and base.flags.c_contiguous and all(
+            isinstance(a, np.ndarray) and a.base is base and a.flags.c_contiguous and a.shape == first.shape
+            and a.dtype == first.dtype and _address(a) == _address(first) + i * size for i, a in enumerate(arrays)):
+        start = _address(first) - _address(base)
+        if 0 <= start and start + size * len(arrays) <= base.nbytes:
+            whole = base.reshape(-1).view(np.uint8)[start : start + size * len(arrays)]
+            return whole.view(first.dtype).reshape((len(arrays), *first.shape))
+    return np.stack(arrays)
+
+
+def _address(a: Any) -> int:
+    return a.__array_interface__["data"][0]  # where the array's first byte is
+
+
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=-1, keepdims=True)
@@ -111,19 +132,19 @@ class Encoder(ABC):
         """One batch of images: preprocessed ones (:class:`Prepared`) straight to the model, else
         :meth:`_embed_images` (PIL images or paths)."""
         if items and isinstance(items[0], Prepared):
-            from unirag.data.loader import stack_rows
-
             return self._embed_preprocessed(stack_rows([p.array for p in items]))
         return self._embed_images(items)
 
     def image_loader(self, n_images: int | None = None):
         """The :class:`~unirag.data.loader.ImageLoader` for a job of ``n_images`` (None: unknown): the
         ``decode_workers`` setting (``auto``: fewer for a model on the CPU) and this encoder's preprocessor."""
-        from unirag.data.loader import ImageLoader, workers_for
+        from unirag.data.loader import ImageLoader
+        from unirag.runs.engine import EngineOptions
 
         device = getattr(self, "device", None)  # None: unknown (a stand-in, a plugin): not assumed CPU
         on_cpu = isinstance(device, str) and device.startswith("cpu")
-        return ImageLoader(workers_for(self.decode_workers, n_images, model_on_cpu=on_cpu), self.image_preprocessor())
+        workers = EngineOptions(decode_workers=self.decode_workers).decode_processes(n_images, model_on_cpu=on_cpu)
+        return ImageLoader(workers, self.image_preprocessor())
 
     def prepared(self, loader, image: Any) -> Any:
         """What a decoded item of ``loader`` is handed to :meth:`_embed_image_batch` as."""

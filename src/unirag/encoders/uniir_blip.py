@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from unirag.encoders.base import Encoder, ImageInput
+from unirag.encoders.base import Encoder, ImageInput, stack_rows
 from unirag.encoders.instructions import QueryInstructions, format_string
 from unirag.encoders.preprocess import SquareResizeTransform
 from unirag.encoders.uniir import UniIRQueries, parse_uniir_spec, read_state_dict
@@ -205,8 +205,6 @@ class UniIRBlipFFEncoder(UniIRQueries, Encoder):
         from unirag.runtime import host_to_device
 
         if images and isinstance(images[0], Prepared):  # preprocessed in the decode workers
-            from unirag.data.loader import stack_rows
-
             return host_to_device(stack_rows([p.array for p in images]), self.device, self.torch_dtype)
         pixels = torch.from_numpy(self.image_transform(to_pil_images(images)))
         return pixels.to(self.device, dtype=self.torch_dtype)

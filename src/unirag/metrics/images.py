@@ -63,11 +63,11 @@ def uint8_images(paths: Sequence[ImageLike], engine: Any = None, chunk: int = 32
     at a time, a few chunks ahead (see the module docstring). Inline when ``engine`` says so or when
     some image is not a file path (PIL images, bytes)."""
     from unirag.data.images import is_path_like
-    from unirag.data.loader import ImageLoader, workers_for
+    from unirag.data.loader import ImageLoader
     from unirag.runs.engine import engine_options
 
     paths = list(paths)
-    workers = workers_for(engine_options(engine).decode_workers, len(paths))
+    workers = engine_options(engine).decode_processes(len(paths))
     if workers == 0 or not all(is_path_like(p) for p in paths):
         for p in paths:
             yield load_uint8(p)
