@@ -41,7 +41,7 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
     ``official_prompts``: the user's checkout of the official X^R code (read under xr_prompts=official).
     ``decode_workers``: for agent roles played by a local ``hf:`` model, processes that decode the
     next calls' images while the model answers ("auto", or N; 0 = inline; None: the agents YAML's
-    ``settings.decode_workers``, else auto).
+    setting, else auto).
     """
     config = load_config(agents, encoder=encoder, official_prompts=official_prompts, k_prime=k_prime, lam=lam, k=k,
                          concurrency=concurrency, decode_workers=decode_workers)

@@ -6,7 +6,7 @@ records by modality. So the fusion and the modality handling exist once, not per
 
 Images given as paths are decoded, and preprocessed where the backend splits its CPU preprocessing
 out (:meth:`Encoder.image_preprocessor` + :meth:`Encoder._embed_preprocessed`), in decode
-workers ahead of the model (:mod:`unirag.data.loader`; ``decode_workers``: None = auto, 0 = inline).
+workers ahead of the model (:mod:`unirag.data.loader`; the encoder's setting: None = auto, 0 = inline).
 
 An encoder's :meth:`~Encoder.fingerprint` hashes :meth:`~Encoder.identity`: what decides the vectors
 (the weights, the preprocessing, the fusion), never where the weights are stored or the device and
@@ -137,7 +137,7 @@ class Encoder(ABC):
 
     def image_loader(self, n_images: int | None = None):
         """The :class:`~unirag.data.loader.ImageLoader` for a job of ``n_images`` (None: unknown): the
-        ``decode_workers`` setting (``auto``: fewer for a model on the CPU) and this encoder's preprocessor."""
+        encoder's setting (``auto``: fewer for a model on the CPU) and its preprocessor."""
         from unirag.data.loader import ImageLoader
         from unirag.runs.engine import EngineOptions
 

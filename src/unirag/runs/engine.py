@@ -84,14 +84,13 @@ class EngineOptions:
     decode_workers: int | str | None = None
 
     def __post_init__(self) -> None:
-        value = self.decode_workers
+        given = value = self.decode_workers  # "auto"/None -> None; an integer >= 0 (as text too) -> itself
         if isinstance(value, str) and value.strip().lower() == "auto":
             value = None
         elif value is not None:
             value = int(value) if str(value).strip().lstrip("-").isdigit() else -1
             if value < 0:
-                raise ConfigError("decode workers must be >= 0 (0 = decode inline) or 'auto', "
-                                  f"got {self.decode_workers!r}")
+                raise ConfigError(f"decode workers must be >= 0 (0 = decode inline) or 'auto', got {given!r}")
         object.__setattr__(self, "decode_workers", value)
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; expected one of {', '.join(ENGINES)}")
@@ -115,8 +114,9 @@ class EngineOptions:
         used as is. Auto: small jobs inline; beside a model on this machine's CPU
         :data:`AUTO_WORKERS_CPU_MODEL`; else the cores, capped. ``share=(cpus, actors)``: a Ray actor's
         share of the cluster's CPUs less one for itself (0 beside a model on the CPU)."""
-        if self.decode_workers is not None:
-            return self.decode_workers
+        setting = self.decode_workers
+        if setting is not None:
+            return setting
         if share is not None:
             cpus, actors = share
             return 0 if model_on_cpu else max(1, min(AUTO_WORKERS_CAP, cpus // max(1, actors) - 1))
@@ -150,7 +150,7 @@ def engine_options(engine: str | EngineOptions | WorkerPool | None) -> EngineOpt
     return EngineOptions(engine=engine or "local")
 
 
-def with_decode_workers(engine: str | EngineOptions | WorkerPool | None, default: int | str | None) -> Any:
+def with_decode_default(engine: str | EngineOptions | WorkerPool | None, default: int | str | None) -> Any:
     """``engine`` with ``default`` decode workers where its options leave them to auto (a run's own
     setting: a grid cell's option, the agents YAML's); a pool the caller opened is used as it is."""
     if isinstance(engine, WorkerPool) or default is None:
@@ -235,7 +235,7 @@ class _Worker:
         import ray
 
         return {"node": socket.gethostname(), "pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "decode_workers": self.decode,
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "decode": self.decode,
                 "model": self.recipe.describe(self.model)}
 
     def _task(self, store_path: str, store_key: str, open_kind: Callable[[Any], Any]) -> tuple[Any, Any]:
