@@ -202,8 +202,7 @@ class _Worker:
     :class:`~unirag.runs.executor.RunKind` on the model (``open_kind(model)``, once per run). A call
     that enters while the model works on the one before has its payloads' image files (the kind's
     ``image_paths(payloads)``) decoded by an :class:`~unirag.data.loader.ImageLoader`
-    of ``decode`` processes (0: none, the model's thread decodes as it loads them) in a
-    background thread, then waits for the model. Its model part
+    of ``decode`` processes (0: none, the model's thread decodes as it loads them), then waits for the model. Its model part
     (:func:`~unirag.runs.executor.run_items` and the store writes) runs under ``_model_lock``,
     given those images (``work_batch(payloads, images)``), so the model thread does not read the
     files again. Decoding never changes a result: a file the workers could not read is left out and fails
@@ -250,38 +249,24 @@ class _Worker:
                     t = self.tasks[store_path] = (open_kind(self.model), ResultStore(store_path, key=store_key))
         return t
 
-    def _decode_ahead(self, kind: Any, payloads: list[Any]) -> Any:
-        """A future of this call's images, decoded in a background thread (None: no decode workers)."""
-        image_paths = kind.image_paths
+    def _decoded(self, kind: Any, payloads: list[Any]) -> dict[str, Any]:
+        """This call's images (path -> image; an unreadable file is left out and fails where it is loaded),
+        decoded by the ``decode`` processes in the call's own thread while the model works on the call
+        before. Empty without decode processes, or when decoding fails: the model's thread decodes them."""
         if not self.decode:
-            return None
-        import threading
-        from concurrent.futures import Future
-
+            return {}
         from unirag.data.loader import ImageLoader
 
-        future: Future = Future()
-        loader = ImageLoader(self.decode)
-
-        def work() -> None:  # path -> image of the readable files (an unreadable one fails where it is loaded)
-            try:
-                paths = list(dict.fromkeys(str(p) for p in image_paths(payloads)))
-                jobs = ((None, paths[s : s + 8]) for s in range(0, len(paths), 8))
-                future.set_result({d.path: d.image for _, items in loader.map(jobs) for d in items if d.ok})
-            except BaseException as e:  # noqa: BLE001 - the model's thread then decodes them itself
-                future.set_exception(e)
-
-        threading.Thread(target=work, name="unirag-decode-ahead", daemon=True).start()
-        return future
-
-    def _decode_failed(self, err: BaseException) -> None:
-        from unirag.errors import UniragError
-
-        if isinstance(err, UniragError):  # its decode processes kept dying (out of memory): inline from now on
-            log.warning("this worker's decode processes died (%s); it decodes its images itself from now on", err)
+        try:
+            paths = list(dict.fromkeys(str(p) for p in kind.image_paths(payloads)))
+            jobs = ((None, paths[s : s + 8]) for s in range(0, len(paths), 8))
+            return {d.path: d.image for _, items in ImageLoader(self.decode).map(jobs) for d in items if d.ok}
+        except UniragError as e:  # its decode processes kept dying (out of memory): inline from now on
+            log.warning("this worker's decode processes died (%s); it decodes its images itself from now on", e)
             self.decode = 0
-        else:
-            log.warning("decoding a call's images ahead failed (%s); the model's thread decodes them", err)
+        except Exception as e:  # noqa: BLE001 - decoded inline instead, same results
+            log.warning("decoding a call's images ahead failed (%s); the model's thread decodes them", e)
+        return {}
 
     def run(self, store_path: str, store_key: str, open_kind: Callable[[Any], Any],
             payloads: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -290,23 +275,13 @@ class _Worker:
         from unirag.runs.retry import RetryPolicy
 
         kind, store = self._task(store_path, store_key, open_kind)
-        job = self._decode_ahead(kind, [p for _, p in payloads])
-        try:
-            images: dict[str, Any] = {}
-            if job is not None:
-                try:
-                    images = job.result()  # decoded while the model worked on the call before
-                except Exception as e:  # noqa: BLE001 - decoded inline instead, same results
-                    self._decode_failed(e)
-            with self._model_lock:
-                if self._stopping or _cancelled():
-                    raise UniragError(CANCELLED)
-                counts = run_items(payloads, lambda kp: kp[0],
-                                   lambda kps: kind.work_batch([p for _, p in kps], images), store,
-                                   batch_size=kind.batch_size if kind.batches else 1,
-                                   policy=RetryPolicy(max_attempts=1), progress=False)
-        finally:
-            job = None  # a call that failed leaves its decoding to finish alone (its images are dropped)
+        images = self._decoded(kind, [p for _, p in payloads])  # while the model works on the call before
+        with self._model_lock:
+            if self._stopping or _cancelled():
+                raise UniragError(CANCELLED)
+            counts = run_items(payloads, lambda kp: kp[0], lambda kps: kind.work_batch([p for _, p in kps], images),
+                               store, batch_size=kind.batch_size if kind.batches else 1,
+                               policy=RetryPolicy(max_attempts=1), progress=False)
         return {**counts, "n": len(payloads)}
 
     def ask(self, question: Callable[[Any], Any]) -> Any:
