@@ -287,8 +287,8 @@ class Index:
         return f"Index({str(self.path)!r}, {self.counts}, encoder={self.manifest['encoder'].get('name')!r})"
 
 
-def _encoder_and_spec(encoder, device: str | None, dtype: str | None, autocast: str | None,
-                      decode: EngineOptions):
+def _encoder_and_spec(encoder, device: str | None, dtype: str | None, autocast: str | None = None,
+                      decode: EngineOptions | None = None):
     """(spec to record, encoder object) for an encoder object, a spec string or None (offline), with
     ``decode``'s decode workers unless they are auto (then the encoder's own); ``autocast`` goes to the loading."""
     from unirag.encoders.registry import load_encoder
@@ -296,7 +296,8 @@ def _encoder_and_spec(encoder, device: str | None, dtype: str | None, autocast: 
     spec, enc = (encoder, load_encoder(encoder, device=device, dtype=dtype,
                                        **({"autocast": autocast} if autocast else {}))) \
         if encoder is None or isinstance(encoder, str) else (getattr(encoder, "spec", None), encoder)
-    enc.decode_workers = enc.decode_workers if decode.decode_workers is None else decode.decode_workers
+    if decode is not None and decode.decode_workers is not None:
+        enc.decode_workers = decode.decode_workers
     return spec, enc
 
 
