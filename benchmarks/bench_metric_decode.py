@@ -56,7 +56,8 @@ def main() -> None:
     import torch
 
     from unirag.metrics.images import frechet_distance, load_uint8
-    from unirag.runs.engine import EngineOptions, available_cores
+    from unirag.runs.engine import EngineOptions
+    from unirag.runtime import available_cores
 
     torch.set_num_threads(1)
     files = photos(args.coco)

@@ -170,10 +170,10 @@ def main() -> None:
     args = ap.parse_args()
 
     from unirag.data.images import load_rgb
-    from unirag.runs.engine import EngineOptions, available_cores
+    from unirag.runtime import available_cores, decode_processes
 
     def auto_decode_workers():
-        return EngineOptions().decode_processes()
+        return decode_processes(None)
 
     files = photos(args.coco)
     work = Path(tempfile.mkdtemp(prefix="unirag-bench-pipeline-"))

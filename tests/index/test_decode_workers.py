@@ -177,9 +177,9 @@ def test_blip_ff_fused_files_are_identical_across_decode_workers(coco_mini) -> N
 
 def test_auto_gives_a_cpu_model_one_decode_worker(offline) -> None:
     """The offline encoder on the CPU: its threads use the cores, so auto decodes with one worker."""
-    from unirag.runs import engine
+    from unirag import runtime
 
     offline.decode_workers = None
     assert offline.device == "cpu"
-    assert offline.image_loader(1000).workers == engine.AUTO_WORKERS_CPU_MODEL == 1
+    assert offline.image_loader(1000).workers == runtime.AUTO_WORKERS_CPU_MODEL == 1
     assert offline.image_loader(10).workers == 0  # small jobs inline, as for any model

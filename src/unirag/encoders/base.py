@@ -140,10 +140,12 @@ class Encoder(ABC):
         encoder's setting (``auto``: fewer for a model on the CPU) and its preprocessor."""
         from unirag.data.loader import ImageLoader
         from unirag.runs.engine import EngineOptions
+        from unirag.runtime import decode_processes
 
         device = getattr(self, "device", None)  # None: unknown (a stand-in, a plugin): not assumed CPU
         on_cpu = isinstance(device, str) and device.startswith("cpu")
-        workers = EngineOptions(decode_workers=self.decode_workers).decode_processes(n_images, model_on_cpu=on_cpu)
+        setting = EngineOptions(decode_workers=self.decode_workers).decode_workers  # "auto" or a number as text too
+        workers = decode_processes(setting, n_images, model_on_cpu=on_cpu)
         return ImageLoader(workers, self.image_preprocessor())
 
     def prepared(self, loader, image: Any) -> Any:

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from unirag.data.pool import Pool
     from unirag.encoders.base import Encoder
     from unirag.index.store import VectorIndex
-    from unirag.runs.engine import EngineOptions
 
 
 class Index:
@@ -80,7 +79,6 @@ class Index:
         from unirag.errors import ConfigError
         from unirag.index.build import build_index
         from unirag.index.factory import resolve_params
-        from unirag.runs.engine import EngineOptions
 
         params = dict(params or {})
         resolve_params(index_type, params)  # a bad option fails before any model loads
@@ -92,8 +90,7 @@ class Index:
             source = pool.path if pool.path is not None else list(pool)
         else:
             root, source = images_root, pool
-        decode = EngineOptions(decode_workers=decode_workers)
-        spec, enc = _encoder_and_spec(encoder, device, dtype, autocast, decode)
+        spec, enc = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
         options = {k: v for k, v in engine_options.items() if v is not None}
         if engine == "ray":
             options.setdefault("worker_dtype", dtype)  # workers load their own copy: same dtype, same fingerprint
@@ -155,12 +152,10 @@ class Index:
         shard's record (``rows``, ``seconds``, ``skipped``). ``autocast``: as in :meth:`build`."""
         from unirag.index.build import embed_pool_shard
         from unirag.index.shards import parse_shard_spec
-        from unirag.runs.engine import EngineOptions
 
         i, n = parse_shard_spec(shard if isinstance(shard, str) else "/".join(map(str, shard)))
         pool_path, root = _pool_source(pool, images_root)
-        decode = EngineOptions(decode_workers=decode_workers)
-        spec, enc = _encoder_and_spec(encoder, device, dtype, autocast, decode)
+        spec, enc = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
         return embed_pool_shard(pool_path, shards_dir, i, n, enc, spec, root, batch_size)
 
     # -- what it holds -----------------------------------------------------------------------
@@ -288,16 +283,17 @@ class Index:
 
 
 def _encoder_and_spec(encoder, device: str | None, dtype: str | None, autocast: str | None = None,
-                      decode: EngineOptions | None = None):
-    """(spec to record, encoder object) for an encoder object, a spec string or None (offline), with
-    ``decode``'s decode workers unless they are auto (then the encoder's own); ``autocast`` goes to the loading."""
+                      decode: int | str | None = None):
+    """(spec to record, encoder object) for an encoder object, a spec string or None (offline), its
+    decode workers set to ``decode`` when given; ``autocast`` goes to the loading."""
     from unirag.encoders.registry import load_encoder
+    from unirag.runs.engine import EngineOptions
 
     spec, enc = (encoder, load_encoder(encoder, device=device, dtype=dtype,
                                        **({"autocast": autocast} if autocast else {}))) \
         if encoder is None or isinstance(encoder, str) else (getattr(encoder, "spec", None), encoder)
-    if decode is not None and decode.decode_workers is not None:
-        enc.decode_workers = decode.decode_workers
+    if decode is not None:
+        enc.decode_workers = EngineOptions(decode_workers=decode).decode_workers
     return spec, enc
 
 

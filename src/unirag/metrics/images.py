@@ -65,9 +65,10 @@ def uint8_images(paths: Sequence[ImageLike], engine: Any = None, chunk: int = 32
     from unirag.data.images import is_path_like
     from unirag.data.loader import ImageLoader
     from unirag.runs.engine import engine_options
+    from unirag.runtime import decode_processes
 
     paths = list(paths)
-    workers = engine_options(engine).decode_processes(len(paths))
+    workers = decode_processes(engine_options(engine).decode_workers, len(paths))
     if workers == 0 or not all(is_path_like(p) for p in paths):
         for p in paths:
             yield load_uint8(p)

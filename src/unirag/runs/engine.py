@@ -52,13 +52,6 @@ from unirag.errors import ConfigError, UniragError
 log = logging.getLogger(__name__)
 
 ENGINES = ("local", "ray")
-#: ``auto`` decode workers: the cores this process may run on, at most this many.
-AUTO_WORKERS_CAP = 8
-#: With ``auto``, fewer images than this are decoded inline: starting worker processes costs more.
-AUTO_MIN_IMAGES = 128
-#: With ``auto``, decode workers beside a model on this machine's CPU: its intra-op threads already use
-#: every core; one worker overlaps the decoding (measured on 2 cores, docs/throughput.md).
-AUTO_WORKERS_CPU_MODEL = 1
 #: Backend prefixes that load a model into the process (and so can be spread over Ray actors).
 LOCAL_MODEL_PREFIXES = frozenset({"hf", "python", "diffusers", "lavit", "emu2-gen"})
 
@@ -72,7 +65,7 @@ class EngineOptions:
     actor (default: this machine's CPUs divided among the workers when Ray is local);
     ``decode_workers``: the one setting for processes that decode the images of the next calls while a
     local model works on the current one, in this process (``local``) or in each actor (``ray``)
-    ("auto"/None: :meth:`decode_processes`; 0: inline)."""
+    ("auto"/None: :func:`unirag.runtime.decode_processes`; 0: inline)."""
 
     engine: str = "local"
     workers: int | None = None
@@ -108,37 +101,17 @@ class EngineOptions:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def decode_processes(self, n_images: int | None = None, model_on_cpu: bool = False,
-                         share: tuple[int, int] | None = None) -> int:
-        """The one ``auto`` rule: decode workers for a job of ``n_images`` (None: unknown); a setting is
-        used as is. Auto: small jobs inline; beside a model on this machine's CPU
-        :data:`AUTO_WORKERS_CPU_MODEL`; else the cores, capped. ``share=(cpus, actors)``: a Ray actor's
-        share of the cluster's CPUs less one for itself (0 beside a model on the CPU)."""
-        setting = self.decode_workers
-        if setting is not None:
-            return setting
-        if share is not None:
-            cpus, actors = share
-            return 0 if model_on_cpu else max(1, min(AUTO_WORKERS_CAP, cpus // max(1, actors) - 1))
-        if n_images is not None and n_images < AUTO_MIN_IMAGES:
-            return 0
-        cores = min(available_cores(), AUTO_WORKERS_CAP)
-        return min(AUTO_WORKERS_CPU_MODEL, cores) if model_on_cpu else cores
-
     def actor_sizing(self, ray_module: Any, n: int) -> tuple[str, int | None, int]:
         """(device, torch threads, decode processes) of each of ``n`` actors: the one sizing rule of the
         generation actors and the index build's (:mod:`unirag.index.ray_engine`)."""
+        from unirag.runtime import decode_processes
+
         threads = self.threads_per_worker
         if threads is None and not self.ray_address:
             threads = max(1, (os.cpu_count() or 1) // n)
         cpus = int(ray_module.cluster_resources().get("CPU", 1))  # decode processes are not Ray tasks
-        decode = self.decode_processes(share=(cpus, n), model_on_cpu=not self.gpus_per_worker)
+        decode = decode_processes(self.decode_workers, share=(cpus, n), model_on_cpu=not self.gpus_per_worker)
         return ("cuda" if self.gpus_per_worker else "cpu"), threads, decode
-
-
-def available_cores() -> int:
-    """CPU cores this process may run on (its affinity mask, which containers and taskset narrow)."""
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 def engine_options(engine: str | EngineOptions | WorkerPool | None) -> EngineOptions:

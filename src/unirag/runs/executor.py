@@ -86,13 +86,14 @@ def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurre
     work, stream = (lambda its: kind.work_batch([kind.prepare(it) for it in its], {})), None  # noqa: E731
     if decode_ahead:
         from unirag.data.loader import ahead
-        from unirag.runs.engine import engine_options
+        from unirag.runtime import decode_processes
 
         done = store.done_keys()
         todo = [it for it in items if kind.key(it) not in done]
         size, n = kind.batch_size if kind.batches else 1, kind.n_images(todo)
+        setting = getattr(getattr(engine, "options", engine), "decode_workers", None)  # "local"/None: auto
         work, stream = ahead([todo[s : s + size] for s in range(0, len(todo), size)], kind.key, kind.prepare,
-                             kind.image_paths, kind.work_batch, engine_options(engine).decode_processes(n) if n else 0)
+                             kind.image_paths, kind.work_batch, decode_processes(setting, n) if n else 0)
     try:  # a local model's batch is not retried as a whole (its failures are not transient): item by item
         return run_items(items, kind.key, work, store, batch_size=kind.batch_size if kind.batches else 1,
                          concurrency=1 if kind.batches else concurrency,
