@@ -8,13 +8,9 @@ pending items by the driver, one batch ahead so it never waits. An actor writes 
 through the same claims and :class:`~unirag.runs.store.ResultStore` a local run uses, into the same
 run directory (so a cluster needs that directory on a filesystem every node mounts at the same path).
 
-An actor is threaded: the driver's second call in flight enters while the model works on the first,
-hands the image files its payloads load (the run kind's ``image_paths(payloads)``) to the
-actor's decode processes (the options' decode workers, an :class:`~unirag.data.loader.ImageLoader` per call,
-started with it) and waits for the model, which is then given those images decoded (the kind's
-``work_batch(payloads, images)``, see :class:`~unirag.runs.executor.RunKind`) - the model never waits for a file to be decoded when the decode
-processes keep up. The model itself works one call at a time, and results are exactly those
-of inline decoding (see :class:`_Worker`).
+An actor is threaded: the driver's second call in flight has its images decoded by the actor's
+decode processes while the model works on the first (see :class:`_Worker`), so the model never
+waits for a file when they keep up; results are exactly those of inline decoding.
 
 That gives the guarantees of a local run:
 
@@ -173,13 +169,10 @@ class _Worker:
 
     A call names the run (its store file and key field) and how to open the run's
     :class:`~unirag.runs.executor.RunKind` on the model (``open_kind(model)``, once per run). A call
-    that enters while the model works on the one before has its payloads' image files (the kind's
-    ``image_paths(payloads)``) decoded by an :class:`~unirag.data.loader.ImageLoader`
-    of ``decode`` processes (0: none, the model's thread decodes as it loads them), then waits for the model. Its model part
-    (:func:`~unirag.runs.executor.run_items` and the store writes) runs under ``_model_lock``,
-    given those images (``work_batch(payloads, images)``), so the model thread does not read the
-    files again. Decoding never changes a result: a file the workers could not read is left out and fails
-    where it is loaded, with the inline message, and a call whose decoding fails decodes inline.
+    that enters while the model works on the one before has its payloads' image files decoded
+    (:meth:`_decoded`), then waits for ``_model_lock``: its model part (:func:`~unirag.runs.executor.run_items`
+    and the store writes) is given those images (``work_batch(payloads, images)``), so the model
+    thread does not read the files again.
     """
 
     def __init__(self, recipe: ModelRecipe, device: str, threads: int | None, decode: int = 0) -> None:
