@@ -52,7 +52,7 @@ class ImagePart:
         Paths stay paths (read when sent); encoded bytes in a web format are sent as they are;
         PIL images and arrays are encoded as lossless PNG.
         """
-        from unirag.data.images import as_rgb, exif_orientation, is_path_like, png_bytes
+        from unirag.data.images import exif_orientation, is_path_like, load_rgb, png_bytes
 
         if is_path_like(image):
             return cls(path=Path(image), label=label, loading=loading)
@@ -63,11 +63,11 @@ class ImagePart:
                 with Image.open(io.BytesIO(bytes(image))) as im:
                     mime = Image.MIME.get(im.format or "")
                     upright = exif_orientation(im) == 1
-            except Exception:  # noqa: BLE001 - as_rgb below names what is wrong with the bytes
+            except Exception:  # noqa: BLE001 - load_rgb below names what is wrong with the bytes
                 mime, upright = None, False
             if mime in _WEB_MIMES and upright:
                 return cls(data=bytes(image), mime=mime, label=label)
-        return cls(data=png_bytes(as_rgb(image, loading=loading)), mime="image/png", label=label,
+        return cls(data=png_bytes(load_rgb(image, loading=loading)), mime="image/png", label=label,
                    loading=loading)
 
     def load(self):

@@ -123,11 +123,6 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
     raise InputError(f"not an image: expected a path, a PIL image, bytes or an array, got {type(image).__name__}")
 
 
-def as_rgb(image: ImageLike, **options: Any):
-    """The same as :func:`load_rgb` (kept for callers that say "any image, as RGB")."""
-    return load_rgb(image, **options)
-
-
 class _Refused(InputError):
     """An image that decodes but is refused (a bomb, an empty image): reported as such, not as corrupt."""
 
@@ -353,7 +348,7 @@ def save_png_by_content(image: ImageLike, folder: str | Path) -> Path:
     atomically, so concurrent callers never see a partial file)."""
     import hashlib
 
-    data = png_bytes(as_rgb(image), compress_level=1)
+    data = png_bytes(load_rgb(image), compress_level=1)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{hashlib.sha256(data).hexdigest()}.png"

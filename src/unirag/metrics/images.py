@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from unirag.data.images import ImageLike, as_rgb
+from unirag.data.images import ImageLike, load_rgb
 from unirag.errors import ConfigError
 
 DEFAULT_CLIP_MODEL = "openai/clip-vit-base-patch16"
@@ -46,7 +46,7 @@ def load_uint8(path: ImageLike):
     import numpy as np
     import torch
 
-    arr = np.array(as_rgb(path), dtype=np.uint8, copy=True)
+    arr = np.array(load_rgb(path), dtype=np.uint8, copy=True)
     return torch.from_numpy(arr).permute(2, 0, 1).contiguous()
 
 
@@ -103,7 +103,7 @@ def _size_order(paths: Sequence[str | Path]) -> list[int]:
     def size(i: int) -> tuple[int, int]:
         p = paths[i]
         if not isinstance(p, str | Path):
-            return as_rgb(p).size
+            return load_rgb(p).size
         try:
             return upright_size(p)
         except Exception:  # noqa: BLE001 - load_uint8 reports the real error with the path
@@ -135,7 +135,7 @@ def official_arrays(paths: Sequence[ImageLike | None], *, channels: str = "bgr",
 
                 raise InputError("OpenCV cannot read this image", path=p)
         else:
-            img = np.asarray(as_rgb(p), dtype=np.uint8)[:, :, ::-1]
+            img = np.asarray(load_rgb(p), dtype=np.uint8)[:, :, ::-1]
         if channels == "rgb":
             img = img[:, :, ::-1]
         if size is not None:

@@ -193,7 +193,7 @@ class Retriever:
         return out_q, out_t
 
     def _encode(self, queries: list[Query], texts: list, images: list) -> np.ndarray:
-        from unirag.data.images import as_rgb
+        from unirag.data.images import load_rgb
 
         out = np.zeros((len(queries), self.encoder.dim), dtype=np.float32)
         groups: dict[Modality, list[int]] = {}
@@ -203,7 +203,7 @@ class Retriever:
             if modality is Modality.TEXT:
                 out[idx] = self.encoder.encode_texts([texts[i] for i in idx])
                 continue
-            pixels = [as_rgb(images[i]) for i in idx]
+            pixels = [load_rgb(images[i]) for i in idx]
             if modality is Modality.IMAGE:
                 out[idx] = self.encoder.encode_images(pixels)
             else:
