@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import io
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -396,17 +396,6 @@ def image_problem(path: str | Path, mode: str = "decode", *, max_pixels: int | N
     except Exception as e:  # noqa: BLE001 - PIL raises many types for corrupt files
         return f"corrupt ({e.__class__.__name__}: {e})"
     return None
-
-
-def check_images(paths: Iterable[str | Path], report: BadImageReport | None = None,
-                 *, mode: str = "decode") -> BadImageReport:
-    """Verify that each file exists and decodes (header + data; see :func:`image_problem`)."""
-    report = report or BadImageReport()
-    for p in paths:
-        reason = image_problem(p, mode)
-        if reason is not None:
-            report.add(p, reason)
-    return report
 
 
 def upright_size(image: str | Path | bytes) -> tuple[int, int]:
