@@ -191,25 +191,27 @@ class Encoder(ABC):
     def encode_texts(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         return self._batched(self._embed_texts, list(texts), progress, "encode texts")
 
-    def _image_vectors(self, images: Sequence[ImageInput], progress: bool, normalize: bool = True) -> np.ndarray:
-        """Image embeddings; files are decoded (and preprocessed) ahead of the model by the image loader,
-        and a missing or corrupt one raises :class:`~unirag.errors.InputError` naming it."""
+    def _decoded(self, batch_fn: Callable[[list], Any], items: list, image: Callable[[Any], Any] = lambda x: x,
+                 swap: Callable[[Any, Any], Any] = lambda x, im: im) -> Callable[[list], Any]:
+        """``batch_fn`` for :meth:`_batched` over ``items`` whose images (``image(item)``) are files: they
+        are decoded (and preprocessed) ahead of the model by :meth:`image_loader`, batch by batch, and
+        each item's image replaced (``swap(item, decoded)``) before ``batch_fn`` sees it; a missing or
+        corrupt file raises :class:`~unirag.errors.InputError` naming it. Other items: ``batch_fn``."""
         from unirag.data.images import is_path_like
 
-        items = list(images)
-        if not items or not all(is_path_like(im) for im in items):
-            return self._batched(self._embed_image_batch, items, progress, "encode images", normalize)
-        from tqdm.auto import tqdm
+        if not items or not all(is_path_like(image(x)) for x in items):
+            return batch_fn
+        loader, size = self.image_loader(len(items)), self.batch_size
+        stream = loader.map((s, [image(x) for x in items[s : s + size]]) for s in range(0, len(items), size))
 
-        loader = self.image_loader(len(items))
-        jobs = ((s, items[s : s + self.batch_size]) for s in range(0, len(items), self.batch_size))
-        out = []
-        for _, decoded in tqdm(loader.map(jobs), total=-(-len(items) // self.batch_size), desc="encode images",
-                               disable=not progress or len(items) <= self.batch_size, unit="batch"):
-            batch = [self.prepared(loader, d.unwrap()) for d in decoded]
-            out.append(np.asarray(self._embed_image_batch(batch), dtype=np.float32))
-        vecs = np.concatenate(out, axis=0)
-        return l2_normalize(vecs) if normalize else vecs
+        def fn(batch: list) -> Any:  # _batched's batches are the stream's, in the same order
+            _, decoded = next(stream)
+            return batch_fn([swap(x, self.prepared(loader, d.unwrap())) for x, d in zip(batch, decoded, strict=True)])
+        return fn
+
+    def _image_vectors(self, images: Sequence[ImageInput], progress: bool, normalize: bool = True) -> np.ndarray:
+        items = list(images)
+        return self._batched(self._decoded(self._embed_image_batch, items), items, progress, "encode images", normalize)
 
     def encode_images(self, images: Sequence[ImageInput], progress: bool = False) -> np.ndarray:
         return self._image_vectors(images, progress)
