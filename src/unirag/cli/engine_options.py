@@ -89,5 +89,5 @@ def engine_from_cli(opts: dict[str, Any]):
     from unirag.runs.engine import EngineOptions
 
     values = {k: opts.pop(k) for k in ("engine", "workers", "gpus_per_worker", "ray_address") if k in opts}
-    return replace(opts.pop("decode", None) or EngineOptions(), **{**values, "engine": values.get("engine") or "local",
-                                          "gpus_per_worker": values.get("gpus_per_worker") or 0})
+    values.update(engine=values.get("engine") or "local", gpus_per_worker=values.get("gpus_per_worker") or 0)
+    return replace(opts.pop("decode", None) or EngineOptions(), **values)

@@ -102,7 +102,7 @@ class _Jobs:
         self.preprocess = preprocess
         self.held: dict[int, Any] = {}  # the buffers this worker wrote into last
 
-    def __getitem__(self, job: tuple[int, list[str], Any]) -> tuple[tuple[int, int], list[str | None], Any, list]:
+    def __getitem__(self, job: tuple[int, list[str], Any]) -> tuple[tuple[int, int], list, Any, list]:
         """``(n, this worker's id)``, the reasons, a new buffer (None: ``buffer`` had room) and where
         each item is: its array (PIL images as their pixels) in the shared-memory buffer the caller
         recycles, or the item itself, pickled."""
@@ -113,8 +113,9 @@ class _Jobs:
         n, paths, buffer = job
         items = [decode_one(p, self.preprocess) for p in paths]
         pil = [type(d.image).__module__.startswith("PIL.") for d in items]
-        arrays = [np.asarray(d.image) if is_pil or (isinstance(d.image, np.ndarray) and not d.image.dtype.hasobject)
-                  else None for d, is_pil in zip(items, pil, strict=True)]
+        arrays = [np.asarray(d.image) if is_pil or (isinstance(d.image, np.ndarray) and
+                                                    not d.image.dtype.hasobject) else None
+                  for d, is_pil in zip(items, pil, strict=True)]
         layout, size = [], 0
         for d, a, is_pil in zip(items, arrays, pil, strict=True):
             layout.append(d.image if a is None else _Slice(size, a.shape, a.dtype.str, is_pil))
@@ -251,9 +252,10 @@ class ImageLoader:
 
         from torch.utils.data import DataLoader
 
+        jobs = type("Sampler", (), {"__iter__": lambda _: sampler()})()  # iterated anew by each DataLoader
         loader = DataLoader(_Jobs(None if self._local is not None else self.preprocess), batch_size=None,
-                            sampler=type("Sampler", (), {"__iter__": lambda _: sampler()})(), num_workers=self.workers,
-                            prefetch_factor=self.prefetch, collate_fn=_collate, multiprocessing_context=self.context)
+                            sampler=jobs, num_workers=self.workers, prefetch_factor=self.prefetch,
+                            collate_fn=_collate, multiprocessing_context=self.context)
         with ThreadPoolExecutor(1, thread_name_prefix="unirag-loader-start") as starter:
             return starter.submit(contextvars.copy_context().run, iter, loader).result()
 

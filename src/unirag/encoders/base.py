@@ -144,7 +144,7 @@ class Encoder(ABC):
 
         device = getattr(self, "device", None)  # None: unknown (a stand-in, a plugin): not assumed CPU
         on_cpu = isinstance(device, str) and device.startswith("cpu")
-        setting = EngineOptions(decode_workers=self.decode_workers).decode_workers  # "auto" or a number as text too
+        setting = EngineOptions(decode_workers=self.decode_workers).decode_workers  # "auto", "3" as well
         workers = decode_processes(setting, n_images, model_on_cpu=on_cpu)
         return ImageLoader(workers, self.image_preprocessor())
 
@@ -191,8 +191,8 @@ class Encoder(ABC):
     def encode_texts(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         return self._batched(self._embed_texts, list(texts), progress, "encode texts")
 
-    def _decoded(self, batch_fn: Callable[[list], Any], items: list, image: Callable[[Any], Any] = lambda x: x,
-                 swap: Callable[[Any, Any], Any] = lambda x, im: im) -> Callable[[list], Any]:
+    def _decoded(self, batch_fn: Callable[[list], Any], items: list, image: Callable = lambda x: x,
+                 swap: Callable = lambda x, im: im) -> Callable[[list], Any]:
         """``batch_fn`` for :meth:`_batched` over ``items`` whose images (``image(item)``) are files: they
         are decoded (and preprocessed) ahead of the model by :meth:`image_loader`, batch by batch, and
         each item's image replaced (``swap(item, decoded)``) before ``batch_fn`` sees it; a missing or
@@ -206,12 +206,14 @@ class Encoder(ABC):
 
         def fn(batch: list) -> Any:  # _batched's batches are the stream's, in the same order
             _, decoded = next(stream)
-            return batch_fn([swap(x, self.prepared(loader, d.unwrap())) for x, d in zip(batch, decoded, strict=True)])
+            return batch_fn([swap(x, self.prepared(loader, d.unwrap()))
+                             for x, d in zip(batch, decoded, strict=True)])
         return fn
 
     def _image_vectors(self, images: Sequence[ImageInput], progress: bool, normalize: bool = True) -> np.ndarray:
         items = list(images)
-        return self._batched(self._decoded(self._embed_image_batch, items), items, progress, "encode images", normalize)
+        embed = self._decoded(self._embed_image_batch, items)
+        return self._batched(embed, items, progress, "encode images", normalize)
 
     def encode_images(self, images: Sequence[ImageInput], progress: bool = False) -> np.ndarray:
         return self._image_vectors(images, progress)

@@ -31,7 +31,7 @@ def candidate_meta(c: Candidate) -> dict[str, Any]:
 
 def encode_chunks(encoder, chunks: Iterable[tuple[K, Modality | None, list[Candidate]]],
                   images_root: str | Path | None, bad: BadImageReport, n_images: int | None = None
-                  ) -> Iterator[tuple[K, Modality | None, list[Candidate], list[Candidate], np.ndarray | None]]:
+                  ) -> Iterator[tuple[K, Modality | None, list[Candidate], list[Candidate], Any]]:
     """``(key, modality, chunk)`` of same-modality candidates -> ``(key, modality, chunk, kept candidates,
     their vectors)``, in order, the images decoded ahead of the model by the encoder's image loader
     (:meth:`unirag.encoders.base.Encoder.image_loader`; ``n_images``: the whole job's, when known), an

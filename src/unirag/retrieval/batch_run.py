@@ -53,9 +53,10 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
     examples (:class:`unirag.Selection`); both are recorded with the run's options in
     ``<out>.manifest.json``. ``index_memory``: "mmap" or "ram" (see :meth:`unirag.Index.open`).
     The query encoder: ``encoder`` (a spec) or the one the index's manifest records, loaded with
-    ``device``, ``dtype`` and ``engine``'s decode workers (see :func:`unirag.load_encoder`); a UniIR encoder gets
-    the M-BEIR ``instructions`` file, else the ``instructions/query_instructions.tsv`` found above the
-    ``queries`` file (``use_instructions=False``: none). Options fail before any model loads."""
+    ``device``, ``dtype`` and ``engine``'s decode workers (see :func:`unirag.load_encoder`); a UniIR
+    encoder gets the M-BEIR ``instructions`` file, else the ``instructions/query_instructions.tsv``
+    found above the ``queries`` file (``use_instructions=False``: none). Options fail before any model
+    loads."""
     from unirag.index.store import check_memory_mode
 
     check_memory_mode(index_memory)

@@ -170,9 +170,9 @@ class _Worker:
     A call names the run (its store file and key field) and how to open the run's
     :class:`~unirag.runs.executor.RunKind` on the model (``open_kind(model)``, once per run). A call
     that enters while the model works on the one before has its payloads' image files decoded
-    (:meth:`_decoded`), then waits for ``_model_lock``: its model part (:func:`~unirag.runs.executor.run_items`
-    and the store writes) is given those images (``work_batch(payloads, images)``), so the model
-    thread does not read the files again.
+    (:meth:`_decoded`), then waits for ``_model_lock``: its model part (the store writes and
+    :func:`~unirag.runs.executor.run_items`) is given those images (``work_batch(payloads, images)``),
+    so the model thread does not read the files again.
     """
 
     def __init__(self, recipe: ModelRecipe, device: str, threads: int | None, decode: int = 0) -> None:
@@ -228,7 +228,8 @@ class _Worker:
             jobs = ((None, paths[s : s + 8]) for s in range(0, len(paths), 8))
             return {d.path: d.image for _, items in ImageLoader(self.decode).map(jobs) for d in items if d.ok}
         except UniragError as e:  # its decode processes kept dying (out of memory): inline from now on
-            log.warning("this worker's decode processes died (%s); it decodes its images itself from now on", e)
+            log.warning("this worker's decode processes died (%s); it decodes its images itself from now on",
+                        e)
             self.decode = 0
         except Exception as e:  # noqa: BLE001 - decoded inline instead, same results
             log.warning("decoding a call's images ahead failed (%s); the model's thread decodes them", e)
@@ -245,8 +246,9 @@ class _Worker:
         with self._model_lock:
             if self._stopping or _cancelled():
                 raise UniragError(CANCELLED)
-            counts = run_items(payloads, lambda kp: kp[0], lambda kps: kind.work_batch([p for _, p in kps], images),
-                               store, batch_size=kind.batch_size if kind.batches else 1,
+            counts = run_items(payloads, lambda kp: kp[0],
+                               lambda kps: kind.work_batch([p for _, p in kps], images), store,
+                               batch_size=kind.batch_size if kind.batches else 1,
                                policy=RetryPolicy(max_attempts=1), progress=False)
         return {**counts, "n": len(payloads)}
 
