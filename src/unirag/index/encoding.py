@@ -52,18 +52,15 @@ def encode_chunks(encoder, chunks: Iterable[tuple[K, Modality | None, list[Candi
         if modality is Modality.TEXT:
             yield key, modality, chunk, chunk, encoder.encode_texts([c.txt for c in chunk])
             continue
-        kept, images = [], []
-        for c, d in zip(chunk, decoded, strict=True):
-            if d.ok:
-                kept.append(c)
-                images.append(encoder.prepared(loader, d.image))
-            else:
-                bad.add(d.path, d.reason)
-        del decoded  # before the next chunk is decoded: one chunk of images alive when inline
+        for path, reason in [(d.path, d.reason) for d in decoded if not d.ok]:
+            bad.add(path, reason)
+        kept = [c for c, d in zip(chunk, decoded, strict=True) if d.ok]
+        images = [encoder.prepared(loader, d.image) for d in decoded if d.ok]
         if not kept:
             vectors = np.zeros((0, encoder.dim), dtype=np.float32)
         elif modality is Modality.IMAGE:
             vectors = encoder.encode_images(images)
         else:
             vectors = encoder.encode_fused(images, [c.txt for c in kept])
+        del decoded, images  # before the next chunk is decoded: one chunk of images alive when inline
         yield key, modality, chunk, kept, vectors
