@@ -27,7 +27,7 @@ def photo_sets(coco_mini, tmp_path_factory):
 
 
 @pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
-def test_fid_is_and_clip_score_are_the_same_with_decode_default(photo_sets, decoded_here):
+def test_fid_is_and_clip_score_are_the_same_with_decode_workers(photo_sets, decoded_here):
     real, fake, texts = photo_sets
     clip = im.load_clip(tiny_clip_dir())
     got = {}

@@ -157,10 +157,9 @@ class ImageLoader:
         self.deaths = 0  # worker deaths so far (each one's job decoded here)
 
     def map(self, jobs: Iterable[tuple[K, Sequence[str | Path]]]) -> Iterator[tuple[K, list[Decoded]]]:
-        """``(key, paths)`` jobs -> ``(key, decoded items)`` in the same order; the jobs iterable is
-        advanced only as the workers have room. Meanwhile Pillow keeps up to :data:`PIL_BLOCKS_KEPT`
-        freed image memory blocks: the images made here reuse the last job's memory instead of new
-        pages, which cost this process more than the copy itself (docs/throughput.md)."""
+        """``(key, paths)`` jobs -> ``(key, decoded items)`` in order, the jobs advanced only as the workers
+        have room. Pillow meanwhile keeps :data:`PIL_BLOCKS_KEPT` freed image blocks: the images made here
+        reuse the last job's memory, not new pages (which cost more than the copy, docs/throughput.md)."""
         from PIL import Image
 
         before = Image.core.get_blocks_max()
@@ -252,7 +251,7 @@ class ImageLoader:
 
         from torch.utils.data import DataLoader
 
-        jobs = type("Sampler", (), {"__iter__": lambda _: sampler()})()  # iterated anew by each DataLoader
+        jobs = type("Sampler", (), {"__iter__": lambda _: sampler()})()  # each DataLoader iterates it anew
         loader = DataLoader(_Jobs(None if self._local is not None else self.preprocess), batch_size=None,
                             sampler=jobs, num_workers=self.workers, prefetch_factor=self.prefetch,
                             collate_fn=_collate, multiprocessing_context=self.context)
@@ -265,11 +264,11 @@ def ahead(groups: Sequence[Sequence[T]], key: Callable[[T], Hashable], prepare: 
           workers: int) -> tuple[Callable[[Sequence[T]], R], Iterator | None]:
     """``(work_batch, stream)`` for a loop that makes the calls ``groups``, in order, one at a time: each
     group's items are prepared (``prepare(item)``, here) and its ``image_paths(prepared)`` decoded by
-    ``workers`` processes while the model works on the group before, and
-    ``work_batch(items)`` is ``work(prepared, path -> decoded image)``. A group the plan does not hold or
-    has passed (a retry, a batch another process took part of), or whose preparation failed, is worked
-    the plain way: prepared there, no images, so decoded - and failing - as inline. ``stream`` (close it
-    to stop the workers) is None where decoding stays inline (0 workers, or one group: no overlap)."""
+    ``workers`` processes while the model works on the group before; ``work_batch(items)`` is ``work(
+    prepared, path -> decoded image)``. A group the plan does not hold or has passed (a retry, a batch
+    another process took part of), or whose preparation failed, is worked the plain way: prepared
+    there, no images, so decoded - and failing - as inline. ``stream`` (close it to stop the workers)
+    is None where decoding stays inline (0 workers, or one group: no overlap)."""
     plain = lambda items: work([prepare(x) for x in items], {})  # noqa: E731
     if workers == 0 or len(groups) < 2:
         return plain, None
