@@ -9,7 +9,7 @@ GPU model looks like to the service, so the service's own costs show).
 2. ``unirag serve`` as a real process (uvicorn) on a free loopback port; ``POST /v1/search`` as a
    multipart form with 1 client, then with 16 concurrent clients (keep-alive connections, one thread
    each), then the same searches as JSON bodies from 16 clients. The load client sends pre-encoded
-   bodies over ``http.client`` so that it costs the 2 shared cores as little as possible. The
+   requests over plain sockets so that it costs the 2 shared cores as little as possible. The
    service's search batch sizes are read from ``/metrics``.
    Targets: p50 at 1 client <= in-process p50 + 15 ms; offline encoder at 16 clients >= 3x the
    in-process rate; zero-cost encoder at 16 clients >= 1.5x its 1-client rate and >= 400 req/s;
@@ -156,39 +156,80 @@ def json_body(fields: dict) -> tuple[bytes, str]:
     return json.dumps(fields).encode(), "application/json"
 
 
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection over a plain socket: the request bytes are built once and the
+    response is read by its Content-Length. ``http.client`` parses every response's headers with
+    ``email.parser`` in Python; on 2 shared cores the load generator's own CPU is taken from the
+    service it measures, so the client does as little as a client can."""
+
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        self.address, self.timeout, self.sock, self.buf = (host, port), timeout, None, b""
+
+    def post(self, request: bytes) -> tuple[int, bytes]:
+        if self.sock is None:
+            self.sock = socket.create_connection(self.address, timeout=self.timeout)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.buf = b""
+        self.sock.sendall(request)
+        while b"\r\n\r\n" not in self.buf:
+            self._read()
+        head, _, rest = self.buf.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
+        if "content-length" not in headers:
+            raise OSError(f"a response without Content-Length: {lines[0]!r}")
+        size = int(headers["content-length"])
+        while len(rest) < size:
+            rest += self._read(keep=False)
+        body, self.buf = rest[:size], rest[size:]
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return int(lines[0].split()[1]), body
+
+    def _read(self, keep: bool = True) -> bytes:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise OSError("the server closed the connection")
+        if keep:
+            self.buf += chunk
+        return chunk
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+        self.sock = None
+
+
 def http_load(url: str, path: str, requests: list[tuple[bytes, str]], clients: int,
               timeout: float = 120) -> tuple[dict, list]:
     """POST pre-encoded ``(body, content type)`` requests from ``clients`` threads, one keep-alive
-    connection each (``http.client``: the lightest client, so the load generator takes little of the
-    CPU it shares with the service)."""
-    import http.client
+    connection each (:class:`RawConnection`, so the load generator takes little of the CPU it shares
+    with the service)."""
     from urllib.parse import urlsplit
 
     host, port = urlsplit(url).hostname, urlsplit(url).port
+    wire = [f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: {ctype}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n".encode() + body for body, ctype in requests]
     lat: list[float] = []
     errors: list[str] = []
     lock = threading.Lock()
-    items = iter(requests)
+    items = iter(wire)
 
     def worker() -> None:
-        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        conn = RawConnection(host, port, timeout)
         try:
             while True:
                 with lock:
                     nxt = next(items, None)
                 if nxt is None:
                     return
-                body, ctype = nxt
                 t = time.perf_counter()
                 try:
-                    conn.request("POST", path, body, {"Content-Type": ctype})
-                    r = conn.getresponse()
-                    text = r.read()
-                    ok, why = r.status == 200, f"{r.status} {text[:200]!r}"
-                except (OSError, http.client.HTTPException) as e:
+                    status, text = conn.post(nxt)
+                    ok, why = status == 200, f"{status} {text[:200]!r}"
+                except (OSError, ValueError, IndexError) as e:
                     ok, why = False, repr(e)
                     conn.close()
-                    conn = http.client.HTTPConnection(host, port, timeout=timeout)
                 took = time.perf_counter() - t
                 with lock:
                     lat.append(took)

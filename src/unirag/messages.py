@@ -52,19 +52,12 @@ class ImagePart:
         Paths stay paths (read when sent); encoded bytes in a web format are sent as they are;
         PIL images and arrays are encoded as lossless PNG.
         """
-        from unirag.data.images import exif_orientation, is_path_like, load_rgb, png_bytes
+        from unirag.data.images import is_path_like, load_rgb, png_bytes
 
         if is_path_like(image):
             return cls(path=Path(image), label=label, loading=loading)
         if isinstance(image, bytes | bytearray | memoryview):
-            from PIL import Image
-
-            try:
-                with Image.open(io.BytesIO(bytes(image))) as im:
-                    mime = Image.MIME.get(im.format or "")
-                    upright = exif_orientation(im) == 1
-            except Exception:  # noqa: BLE001 - load_rgb below names what is wrong with the bytes
-                mime, upright = None, False
+            mime, upright = _sniff(io.BytesIO(bytes(image)))
             if mime in _WEB_MIMES and upright:
                 return cls(data=bytes(image), mime=mime, label=label)
         return cls(data=png_bytes(load_rgb(image, loading=loading)), mime="image/png", label=label,
@@ -85,24 +78,11 @@ class ImagePart:
             return self.data, self.mime
         suffix = self.path.suffix.lower()
         mime = _WEB_SUFFIXES.get(suffix)
-        if mime is not None and self._stored_upright():
+        if mime is not None and _sniff(self.path)[1]:  # upright as stored: the pixels the index embedded
             return Path(self.path).read_bytes(), mime
         buf = io.BytesIO()
         self.load().save(buf, format="PNG")
         return buf.getvalue(), "image/png"
-
-    def _stored_upright(self) -> bool:
-        """True when the file has no EXIF rotation to apply, so its bytes can be sent as they are
-        (a model is sent the same upright pixels the index embedded)."""
-        from PIL import Image
-
-        from unirag.data.images import exif_orientation
-
-        try:
-            with Image.open(self.path) as im:
-                return exif_orientation(im) == 1
-        except Exception:  # noqa: BLE001 - load() below reports the file's problem
-            return False
 
     def data_url(self) -> str:
         data, mime = self.encoded()
@@ -110,6 +90,20 @@ class ImagePart:
 
     def sha256(self) -> str:
         return hashlib.sha256(self.encoded()[0]).hexdigest()
+
+
+def _sniff(source: Any) -> tuple[str | None, bool]:
+    """(the MIME type of the image's format, whether it has no EXIF rotation to apply, so its bytes can be
+    sent as they are); (None, False) when PIL cannot open it (decoding it later says what is wrong)."""
+    from PIL import Image
+
+    from unirag.data.images import exif_orientation
+
+    try:
+        with Image.open(source) as im:
+            return Image.MIME.get(im.format or ""), exif_orientation(im) == 1
+    except Exception:  # noqa: BLE001
+        return None, False
 
 
 Part = TextPart | ImagePart

@@ -88,48 +88,33 @@ def redact_json(obj: Any, extra: tuple[str, ...] = (), secrets: list[str] | None
     return walk(obj)
 
 
-def redact_record(record: logging.LogRecord, extra: tuple[str, ...] = ()) -> logging.LogRecord:
-    """Mask secrets in a record's message and in each of its string arguments.
+def _redact_record(record: logging.LogRecord, extra: tuple[str, ...]) -> logging.LogRecord:
+    """Mask secrets in a record's message and in each of its arguments.
 
     The arguments are masked one by one rather than merged into the message, because some
-    formatters (uvicorn's access log) unpack ``record.args`` themselves.
+    formatters (uvicorn's access log) unpack ``record.args`` themselves. A non-string argument (an
+    exception quoting a server's reply, say) is replaced by its masked text only when that text holds
+    a secret, so ``%d`` and friends still work.
     """
-    if isinstance(record.msg, str):
-        record.msg = redact(record.msg, extra)
+
+    def arg(value: object) -> object:
+        if isinstance(value, int | float | bool) or value is None:
+            return value
+        text = value if isinstance(value, str) else str(value)
+        clean = redact(text, extra)
+        return clean if clean != text or isinstance(value, str) else value
+
     if isinstance(record.args, tuple):
-        record.args = tuple(_redact_arg(a, extra) for a in record.args)
+        record.args = tuple(arg(a) for a in record.args)
     elif isinstance(record.args, dict):
-        record.args = {k: _redact_arg(v, extra) for k, v in record.args.items()}
-    if not isinstance(record.msg, str):
-        message = record.getMessage()
-        clean = redact(message, extra)
-        if clean != message:
-            record.msg, record.args = clean, None
+        record.args = {k: arg(v) for k, v in record.args.items()}
+    message = record.msg if isinstance(record.msg, str) else record.getMessage()
+    clean = redact(message, extra)
+    if isinstance(record.msg, str):
+        record.msg = clean
+    elif clean != message:
+        record.msg, record.args = clean, None
     return record
-
-
-def _redact_arg(value: object, extra: tuple[str, ...]) -> object:
-    """A string argument masked; any other argument (an exception quoting a server's reply, say)
-    replaced by its masked text only when its text holds a secret, so ``%d`` and friends still work."""
-    if isinstance(value, str):
-        return redact(value, extra)
-    if isinstance(value, int | float | bool) or value is None:
-        return value
-    text = str(value)
-    clean = redact(text, extra)
-    return clean if clean != text else value
-
-
-class RedactingFilter(logging.Filter):
-    """A logging filter that masks secrets in a record's message and arguments."""
-
-    def __init__(self, extra: tuple[str, ...] = ()) -> None:
-        super().__init__()
-        self.extra = extra
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        redact_record(record, self.extra)
-        return True
 
 
 _installed: dict[str, object] = {}
@@ -147,7 +132,7 @@ def install_log_redaction(extra: tuple[str, ...] = ()) -> None:
     previous = logging.getLogRecordFactory()
 
     def factory(*args, **kwargs):
-        return redact_record(previous(*args, **kwargs), _installed["extra"])  # type: ignore[arg-type]
+        return _redact_record(previous(*args, **kwargs), _installed["extra"])  # type: ignore[arg-type]
 
     _installed["factory"] = factory
     logging.setLogRecordFactory(factory)

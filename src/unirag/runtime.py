@@ -23,8 +23,7 @@ from typing import Any
 
 from unirag.errors import ConfigError
 
-#: The values ``--device`` and ``--dtype`` accept besides explicit ``cuda:N``.
-DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
+#: The values ``--dtype`` accepts.
 DTYPE_CHOICES = ("auto", "float32", "float16", "bfloat16")
 
 _DTYPE_ALIASES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16": "float16",
@@ -236,13 +235,6 @@ def to_pil_images(images: Sequence[Any], ahead: Any = None, loading: str = "norm
     return [load_rgb(im, ahead=ahead, loading=loading) for im in images]
 
 
-def offline_mode() -> bool:
-    """True when hub downloads are switched off (``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``, ``UNIRAG_OFFLINE``)."""
-    flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("TRANSFORMERS_OFFLINE", ""),
-             os.environ.get("UNIRAG_OFFLINE", ""))
-    return any(f.strip().lower() in ("1", "true", "yes", "on") for f in flags)
-
-
 def check_model_spec(spec: str) -> str:
     """Return ``spec`` if it is an existing local directory or a well-formed hub id, else ConfigError.
 
@@ -265,13 +257,16 @@ def hf_from_pretrained(loader, spec: str, what: str, **kwargs):
     """``loader.from_pretrained(spec)`` with failures turned into a ConfigError that names ``spec``.
 
     A hub id is looked up in the local cache first; only if it is missing there (and offline mode is
-    off) is a download attempted.
+    off: none of ``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``, ``UNIRAG_OFFLINE`` set) is a download
+    attempted.
     """
     local = Path(spec).is_dir()
+    offline = any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+                  for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "UNIRAG_OFFLINE"))
     try:
         return loader.from_pretrained(spec, local_files_only=True, **kwargs)
     except (OSError, ValueError, KeyError) as first:
-        if local or offline_mode():
+        if local or offline:
             where = "local directory" if local else "Hugging Face hub cache (offline mode: no download attempted)"
             raise ConfigError(f"cannot load {what} from {where} {spec!r}: {first}") from None
     try:

@@ -46,3 +46,14 @@ def test_bad_profile_setting_or_value_is_a_config_error(two_settings):
         resolve("default", scoring="both")
     with pytest.raises(ConfigError, match="cannot read 'hot'"):
         resolve("default", temperature="hot")
+
+
+def test_a_row_without_parse_or_choices_takes_the_two_profiles_values(monkeypatch):
+    """Most rows are a two-way choice; the table states only the two values and the check follows."""
+    row = Setting("xr_like", "paper", "official", "two-way")
+    assert row.choices == ("paper", "official")
+    assert Setting("n", 1, 2, "a number", parse=int).choices is None  # parsed rows take any value read
+    monkeypatch.setattr(profiles, "SETTINGS", {"xr_like": row})
+    assert resolve("default", xr_like="official")["xr_like"] == "official"
+    with pytest.raises(ConfigError, match="must be one of paper, official; got 'both'"):
+        resolve("default", xr_like="both")

@@ -19,7 +19,7 @@ from unirag.encoders.registry import load_encoder
 from unirag.errors import ConfigError
 from unirag.index.build import build_index
 from unirag.retrieval.retriever import Retriever
-from unirag.retrieval.selection import Selection, Thresholds, parse_filters
+from unirag.retrieval.selection import Selection, Thresholds, normalise_where
 
 PLANTED = "planted"
 
@@ -125,7 +125,7 @@ def test_pair_redundancy_is_one_for_the_same_photo_and_relevance_keeps_examples_
             return None
 
     def offer(did, image, caption, score):
-        return Offer(did, Pair(f"img:{image}", did, image, caption, score), None, None, image)
+        return Offer(did, Pair(f"img:{image}", did, image, caption, score), None, image)
 
     taken = [offer("t1", "a.jpg", "Biba Women Pink Kurta", 0.60),
              offer("t2", "a.jpg", "a pink kurta for women", 0.59),  # same photo, other caption
@@ -204,12 +204,12 @@ def test_selection_options_round_trip_and_bad_values() -> None:
 
 
 def test_filters_parse_as_and_of_ors() -> None:
-    assert parse_filters(["dataset=mscoco,0", "split=val"]) == (("dataset", ("mscoco", "0")), ("split", ("val",)))
-    assert parse_filters(["modality=image,text"]) == (("modality", ("image,text",)),)  # the fused modality
-    assert parse_filters(["modality=image|text"]) == (("modality", ("image", "text")),)
-    assert parse_filters(["split=val,test", "split=test"]) == (("split", ("test",)),)  # AND of the same field
+    assert normalise_where(["dataset=mscoco,0", "split=val"]) == (("dataset", ("mscoco", "0")), ("split", ("val",)))
+    assert normalise_where(["modality=image,text"]) == (("modality", ("image,text",)),)  # the fused modality
+    assert normalise_where(["modality=image|text"]) == (("modality", ("image", "text")),)
+    assert normalise_where(["split=val,test", "split=test"]) == (("split", ("test",)),)  # AND of the same field
     with pytest.raises(ConfigError):
-        parse_filters(["split=val", "split=test"])
+        normalise_where(["split=val", "split=test"])
 
 
 

@@ -57,7 +57,7 @@ def test_torn_last_line_is_dropped_and_truncated(tmp_path):
     path = tmp_path / "out.jsonl"
     path.write_text('{"qid": "a", "status": "ok"}\n{"qid": "b", "sta')
     with ResultStore(path) as s:
-        assert s.dropped_torn_line
+        assert s.dropped_lines
         assert s.done_keys() == {"a"}
         s.append({"qid": "c", "status": "ok"})
     # The torn bytes are gone and the new line starts on a fresh line.

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 import click
+
+from unirag.cli.main import LazyGroup
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "retrieval": ("unirag.cli.evaluate_retrieval_cmd:retrieval", "hit@k, recall@k, MRR@k of a retrieval run."),
@@ -15,22 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class _LazyEvaluate(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(SUBCOMMANDS)
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in SUBCOMMANDS:
-            return None
-        module_name, attr = SUBCOMMANDS[name][0].split(":")
-        return getattr(importlib.import_module(module_name), attr)
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        with formatter.section("Commands"):
-            formatter.write_dl([(n, h) for n, (_, h) in SUBCOMMANDS.items()])
-
-
-@click.group("evaluate", cls=_LazyEvaluate)
+@click.group("evaluate", cls=LazyGroup, lazy=SUBCOMMANDS)
 def evaluate_group() -> None:
     """Score the output of a stage against its references."""
 

@@ -15,7 +15,7 @@ def parse_ks(value: str) -> list[int]:
     try:
         ks = [int(x) for x in value.split(",") if x.strip()]
     except ValueError:
-        raise ConfigError(f"--k expects comma-separated positive integers, got {value!r}") from None
+        ks = []
     if not ks or any(k <= 0 for k in ks):
         raise ConfigError(f"--k expects comma-separated positive integers, got {value!r}")
     return sorted(set(ks))

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import os
+from functools import partial
 
 import click
 
 from unirag.cli.model_options import index_memory_option
 from unirag.errors import ConfigError
-
-
-def index_memory_option_auto(fn):
-    return index_memory_option(fn, default="auto", extra="; auto: ram when the FAISS files take at most half the "
-                                                         "memory available, else mmap")
 
 
 @click.command("serve")
@@ -46,7 +42,8 @@ def index_memory_option_auto(fn):
               help="retrieval:consensus caption similarity.")
 @click.option("--device", default="auto", show_default=True,
               help="Where the query encoder and local generator models run: auto (CUDA when available), cpu, cuda:1.")
-@index_memory_option_auto
+@partial(index_memory_option, default="auto", extra="; auto: ram when the FAISS files take at most half the "
+                                                     "memory available, else mmap")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True)
 def serve(index, generator_spec, image_generator_spec, cir_agents, host, port, token_env, cors_origins,

@@ -43,12 +43,20 @@ def _modality(obj: dict, key: str, path: Path, lineno: int) -> Modality:
         raise InputError(str(e), path=path, line=lineno, field=key) from None
 
 
-def _check_content(modality: Modality, txt: str | None, img: str | None, fields: tuple[str, str],
-                   path: Path, lineno: int) -> None:
+def _content(obj: dict, prefix: str, path: Path | None, lineno: int | None
+             ) -> tuple[Modality, str | None, str | None, str | None]:
+    """(modality, txt, img_path, src_content) of a pool line (``prefix`` "") or a query line ("query_"),
+    checked: the text and image path the modality names are there; ``src_content`` as a JSON string."""
+    modality = _modality(obj, f"{prefix}modality", path, lineno)
+    txt = _opt_str(obj, f"{prefix}txt", path, lineno)
+    img = _opt_str(obj, f"{prefix}img_path", path, lineno)
     if modality.has_text and not txt:
-        raise InputError(f"modality '{modality.value}' needs a text", path=path, line=lineno, field=fields[0])
+        raise InputError(f"modality '{modality.value}' needs a text", path=path, line=lineno, field=f"{prefix}txt")
     if modality.has_image and not img:
-        raise InputError(f"modality '{modality.value}' needs an image path", path=path, line=lineno, field=fields[1])
+        raise InputError(f"modality '{modality.value}' needs an image path", path=path, line=lineno,
+                         field=f"{prefix}img_path")
+    src = obj.get(f"{prefix}src_content")
+    return modality, txt, img, src if (src is None or isinstance(src, str)) else json.dumps(src)
 
 
 def source_id_of(src_content: str | None) -> str | None:
@@ -90,14 +98,9 @@ def duplicate_did(did: str, line: int | None, first: int | None, path: str | Pat
     return InputError(f"duplicate did {did!r} in the candidate pool{where}", path=path, line=line, field="did")
 
 
-def parse_candidate(obj: dict, path: Path, lineno: int) -> Candidate:
+def parse_candidate(obj: dict, path: Path | None, lineno: int | None) -> Candidate:
     """One pool line (already JSON-decoded) as a :class:`Candidate`; errors name ``path:lineno``."""
-    modality = _modality(obj, "modality", path, lineno)
-    txt = _opt_str(obj, "txt", path, lineno)
-    img = _opt_str(obj, "img_path", path, lineno)
-    _check_content(modality, txt, img, ("txt", "img_path"), path, lineno)
-    src = obj.get("src_content")
-    src = src if (src is None or isinstance(src, str)) else json.dumps(src)
+    modality, txt, img, src = _content(obj, "", path, lineno)
     return Candidate(did=str(_req(obj, "did", path, lineno)), modality=modality, txt=txt, img_path=img,
                      src_content=src, source_id=source_id_of(src))
 
@@ -111,15 +114,10 @@ def read_queries(path: str | Path) -> list[Query]:
         if qid in seen:
             raise InputError(f"duplicate qid {qid!r}", path=path, line=lineno, field="qid")
         seen.add(qid)
-        modality = _modality(obj, "query_modality", path, lineno)
-        txt = _opt_str(obj, "query_txt", path, lineno)
-        img = _opt_str(obj, "query_img_path", path, lineno)
-        _check_content(modality, txt, img, ("query_txt", "query_img_path"), path, lineno)
+        modality, txt, img, src = _content(obj, "query_", path, lineno)
         task = obj.get("task_id")
         if task is not None and not isinstance(task, int):
             raise InputError("expected an integer", path=path, line=lineno, field="task_id")
-        src = obj.get("query_src_content")
-        src = src if (src is None or isinstance(src, str)) else json.dumps(src)
         out.append(Query(qid=qid, modality=modality, txt=txt, img_path=img, src_content=src,
                          pos_cand_list=_did_list(obj, "pos_cand_list", path, lineno),
                          neg_cand_list=_did_list(obj, "neg_cand_list", path, lineno), task_id=task))

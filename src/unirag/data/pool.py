@@ -48,9 +48,7 @@ class Pool:
                      images_root: str | Path | None = None) -> Pool:
         """Candidates, or dicts in the M-BEIR pool line format (``did``, ``modality``, ``txt``,
         ``img_path``, ``src_content``; ``source_id`` may be given directly)."""
-        out = []
-        for i, r in enumerate(records):
-            out.append(r if isinstance(r, Candidate) else _candidate_from_dict(r, i))
+        out = [r if isinstance(r, Candidate) else _candidate_from_dict(r, i) for i, r in enumerate(records)]
         _check_unique(out)
         return cls(out, images_root=images_root)
 
@@ -89,13 +87,8 @@ class Pool:
                     raise ConfigError(f"pairs[{n}] holds the image itself: pass images_dir= (a folder where the "
                                       "pool's images are saved as PNG files, so an index of it can show them later)")
                 image = save_png_by_content(image, images_dir).absolute()
-            texts = [captions] if isinstance(captions, str) else list(captions)
-            for text in texts:
-                if not text or not str(text).strip():
-                    raise InputError(f"empty caption for image {image}", field=f"pairs[{n}]")
-            key = _image_key(image, images_root)
-            group = groups.setdefault(key, (str(image), [], {}))
-            group[1].extend(str(t) for t in texts)
+            group = groups.setdefault(_image_key(image, images_root), (str(image), [], {}))
+            group[1].extend(captions)
             group[2].update(meta)
         out: list[Candidate] = []
         for n, (image, texts, meta) in enumerate(groups.values()):
@@ -186,24 +179,18 @@ class Pool:
 
 
 def _candidate_from_dict(obj: Mapping[str, Any], i: int) -> Candidate:
-    from unirag.data.mbeir import source_id_of
+    """A pool line's dict read as the pool file reader reads it, errors naming ``records[i]``; a
+    ``source_id`` key is taken as given."""
+    from unirag.data.mbeir import parse_candidate
 
-    where = f"records[{i}]"
-    if not obj.get("did"):
-        raise InputError("missing required field", field=f"{where}.did")
     try:
-        modality = Modality.parse(obj.get("modality") or "")
-    except ValueError as e:
-        raise InputError(str(e), field=f"{where}.modality") from None
-    txt, img = obj.get("txt"), obj.get("img_path")
-    if modality.has_text and not txt:
-        raise InputError(f"modality '{modality.value}' needs a text", field=f"{where}.txt")
-    if modality.has_image and not img:
-        raise InputError(f"modality '{modality.value}' needs an image path", field=f"{where}.img_path")
-    src = obj.get("src_content")
+        c = parse_candidate(dict(obj), None, None)
+    except InputError as e:
+        raise InputError(e.reason, field=f"records[{i}].{e.field}") from None
     sid = obj.get("source_id")
-    return Candidate(did=str(obj["did"]), modality=modality, txt=txt, img_path=str(img) if img else None,
-                     src_content=src, source_id=str(sid) if sid is not None else source_id_of(src))
+    if sid is not None:
+        c.source_id = str(sid)
+    return c
 
 
 def _image_key(image: Any, images_root: str | Path | None) -> str:
@@ -258,5 +245,7 @@ def check_pairs(pairs: Any) -> list[tuple[Any, Any, dict[str, Any]]]:
         if bad is not None or not texts:
             raise InputError("expected caption strings, got " + (type(bad).__name__ + f" {bad!r}" if texts else
                                                                  "an empty list"), field=f"{where}[1] (captions)")
+        if any(not t.strip() for t in texts):
+            raise InputError(f"empty caption for image {image}", field=where)
         out.append((image, texts, dict(meta)))
     return out

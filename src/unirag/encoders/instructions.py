@@ -22,7 +22,7 @@ from pathlib import Path
 
 from unirag.data.records import Modality, Query
 from unirag.data.text import read_text
-from unirag.errors import ConfigError, InputError
+from unirag.errors import InputError
 
 #: Where M-BEIR keeps the file, relative to the M-BEIR root.
 MBEIR_INSTRUCTIONS = Path("instructions") / "query_instructions.tsv"
@@ -137,10 +137,3 @@ def find_instructions(start: str | Path | None) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
-
-
-def load_instructions(path: str | Path | None) -> QueryInstructions:
-    if path is None:
-        raise ConfigError("UniIR encoders prepend M-BEIR query instructions to queries (as UniIR's evaluation does); "
-                          "pass --instructions M-BEIR/instructions/query_instructions.tsv, or --no-instructions")
-    return QueryInstructions.read(path)

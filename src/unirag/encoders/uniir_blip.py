@@ -11,20 +11,15 @@ text. Feature fusion happens inside the model: there is no score-level sum.
 The checkpoint (``{"model": state_dict}``; ``visual_encoder.*`` = timm-style ViT, ``text_encoder.*`` =
 ``med.py`` BertModel; momentum copies and queues are ignored) is converted to a ``BlipVisionModel``
 (``layer_norm_eps=1e-6`` as BLIP's ViT) and a ``BlipTextModel`` with cross-attention layers and its
-pooler; sizes come from the tensor shapes. Images: BLIP's eval transform as UniIR builds it
-(``get_blip_transform(is_train=False)``: PIL bicubic resize to the square input size, CLIP mean/std) in
-:class:`unirag.encoders.preprocess.SquareResizeTransform`, PIL whether or not torchvision is installed
-(a ``BlipImageProcessor`` would switch to a tensor resize then). Texts: UniIR's ``format_string``, the
-``bert-base-uncased`` tokenizer with BLIP's added ``[DEC]``/``[ENC]`` tokens (``tokenizer=``, else
-tokenizer files next to the checkpoint, else the hub cache), truncated and padded to
-``max_text_length`` = 100 tokens (UniIR's ``tokenizer_max_length: 100`` in
-``blip_featurefusion/configs_scripts/large/eval/unirag/embed.yaml``). Queries get M-BEIR instructions as
+pooler; sizes come from the tensor shapes. Preprocessing (BLIP's eval transform,
+:class:`unirag.encoders.preprocess.SquareResizeTransform`; UniIR's ``format_string``; the
+``bert-base-uncased`` tokenizer with BLIP's ``[DEC]``/``[ENC]``, texts cut and padded to UniIR's 100
+tokens): docs/encoders-parity.md, with the official lines it follows. Queries get M-BEIR instructions as
 for CLIP-SF.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,17 +29,12 @@ import numpy as np
 from unirag.encoders.base import Encoder, ImageInput, stack_rows
 from unirag.encoders.instructions import QueryInstructions, format_string
 from unirag.encoders.preprocess import SquareResizeTransform
-from unirag.encoders.uniir import UniIRQueries, parse_uniir_spec, read_state_dict
+from unirag.encoders.uniir import UniIRCheckpoint, build_modules, count_blocks, load_tokenizer
 from unirag.errors import ConfigError
 
 _VISION_VARIANTS = {768: "base", 1024: "large"}
 #: UniIR's ``model.tokenizer_max_length`` for BLIP-FF (its eval ``embed.yaml`` configs).
 UNIIR_BLIP_MAX_TEXT_LENGTH = 100
-
-
-def _count(sd: dict[str, Any], pattern: str) -> int:
-    pat = re.compile(pattern)
-    return len({m.group(1) for k in sd if (m := pat.match(k))})
 
 
 def blip_architecture(sd: dict[str, Any]) -> dict[str, int]:
@@ -55,10 +45,10 @@ def blip_architecture(sd: dict[str, Any]) -> dict[str, int]:
     hidden = int(sd["text_encoder.embeddings.word_embeddings.weight"].shape[1])
     return {
         "vision_width": width, "patch_size": patch, "image_size": patch * grid,
-        "vision_layers": _count(sd, r"visual_encoder\.blocks\.(\d+)\.attn\.qkv\.weight$"),
+        "vision_layers": count_blocks(sd, r"visual_encoder\.blocks\.(\d+)\.attn\.qkv\.weight$"),
         "vision_mlp": int(sd["visual_encoder.blocks.0.mlp.fc1.weight"].shape[0]), "vision_heads": width // 64,
         "vocab_size": int(sd["text_encoder.embeddings.word_embeddings.weight"].shape[0]), "text_width": hidden,
-        "text_layers": _count(sd, r"text_encoder\.encoder\.layer\.(\d+)\.attention\.self\.query\.weight$"),
+        "text_layers": count_blocks(sd, r"text_encoder\.encoder\.layer\.(\d+)\.attention\.self\.query\.weight$"),
         "text_mlp": int(sd["text_encoder.encoder.layer.0.intermediate.dense.weight"].shape[0]),
         "text_heads": hidden // 64,
         "max_positions": int(sd["text_encoder.embeddings.position_embeddings.weight"].shape[0]),
@@ -88,16 +78,8 @@ def convert_text(sd: dict[str, Any]) -> dict[str, Any]:
             if k.startswith("text_encoder.") and not k.endswith("position_ids")}
 
 
-def _load(module, weights: dict[str, Any], what: str) -> None:
-    missing, unexpected = module.load_state_dict(weights, strict=False)
-    missing = [k for k in missing if not k.endswith("position_ids")]
-    if missing or unexpected:
-        raise ConfigError(f"UniIR BLIP-FF {what} weights do not fit: missing {missing[:5]}, unexpected {unexpected[:5]}")
-
-
 def build_blip_models(sd: dict[str, Any], arch: dict[str, int], torch_dtype):
     """(``BlipVisionModel``, ``BlipTextModel`` with pooler) holding the converted weights, in ``torch_dtype``."""
-    import torch
     from transformers import BlipTextConfig, BlipTextModel, BlipVisionConfig, BlipVisionModel
 
     vision_cfg = BlipVisionConfig(hidden_size=arch["vision_width"], intermediate_size=arch["vision_mlp"],
@@ -111,37 +93,13 @@ def build_blip_models(sd: dict[str, Any], arch: dict[str, int], torch_dtype):
                               layer_norm_eps=1e-12, is_decoder=True)  # is_decoder: build the cross-attention layers
     if min(arch["vision_heads"], arch["text_heads"]) < 1:
         raise ConfigError("BLIP widths below one 64-wide attention head")
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch_dtype)
-    try:
-        vision, text = BlipVisionModel(vision_cfg), BlipTextModel(text_cfg, add_pooling_layer=True)
-    finally:
-        torch.set_default_dtype(previous)
-
-    def cast(d):
-        return {k: v.to(torch_dtype) if v.is_floating_point() else v for k, v in d.items()}
-
-    _load(vision, cast(convert_vision(sd, arch["vision_layers"])), "vision")
-    _load(text, cast(convert_text(sd)), "text")
+    vision, text = build_modules(torch_dtype, lambda: [BlipVisionModel(vision_cfg),
+                                                       BlipTextModel(text_cfg, add_pooling_layer=True)],
+                                 [convert_vision(sd, arch["vision_layers"]), convert_text(sd)], "UniIR BLIP-FF")
     return vision.eval(), text.eval()
 
 
-def _load_tokenizer(tokenizer: str | None, checkpoint: Path):
-    from transformers import AutoTokenizer
-
-    from unirag.runtime import check_model_spec, hf_from_pretrained
-
-    if tokenizer is None:
-        tokenizer = str(checkpoint.parent) if (checkpoint.parent / "vocab.txt").is_file() else "bert-base-uncased"
-    tok = hf_from_pretrained(AutoTokenizer, check_model_spec(tokenizer), "BERT tokenizer")
-    if "[DEC]" not in tok.get_vocab():  # BLIP's init_tokenizer
-        tok.add_special_tokens({"bos_token": "[DEC]"})
-    if "[ENC]" not in tok.get_vocab():
-        tok.add_special_tokens({"additional_special_tokens": ["[ENC]"]})
-    return tok
-
-
-class UniIRBlipFFEncoder(UniIRQueries, Encoder):
+class UniIRBlipFFEncoder(UniIRCheckpoint, Encoder):
     """UniIR BLIP-FF: one fused forward per input (see the module docstring)."""
 
     fusion = "blip-feature-fusion"
@@ -150,22 +108,21 @@ class UniIRBlipFFEncoder(UniIRQueries, Encoder):
                  batch_size: int | None = None, tokenizer: str | None = None,
                  max_text_length: int = UNIIR_BLIP_MAX_TEXT_LENGTH,
                  instructions: str | Path | QueryInstructions | None = None, use_instructions: bool | None = None) -> None:
-        from unirag.runtime import configure_torch_threads, resolve_device, resolve_dtype
-
-        configure_torch_threads()
-        _, variant, path = parse_uniir_spec(spec)
-        self.spec, self.name, self.checkpoint = spec, spec, path
-        self.device = resolve_device(device)
-        self.torch_dtype = resolve_dtype(dtype, self.device)
-        sd = read_state_dict(path, prefix="", required=("visual_encoder.cls_token",
-                                                        "text_encoder.embeddings.word_embeddings.weight"),
-                             what="UniIR BLIP-FF")
+        variant, sd = self._open(spec, device, dtype, instructions, use_instructions, prefix="",
+                                 required=("visual_encoder.cls_token", "text_encoder.embeddings.word_embeddings.weight"),
+                                 what="UniIR BLIP-FF")
+        self.name = spec
         self.arch = blip_architecture(sd)
         found = _VISION_VARIANTS.get(self.arch["vision_width"], f"ViT-{self.arch['vision_width']}")
         if variant is not None and variant != found:
             raise ConfigError(f"{spec!r} names the {variant} variant but the weights are BLIP {found}")
         self.variant = found
-        self.tokenizer = _load_tokenizer(tokenizer, path)
+        self.tokenizer = load_tokenizer(tokenizer, self.checkpoint, ("vocab.txt",), "bert-base-uncased",
+                                        "BERT tokenizer")
+        if "[DEC]" not in self.tokenizer.get_vocab():  # BLIP's init_tokenizer
+            self.tokenizer.add_special_tokens({"bos_token": "[DEC]"})
+        if "[ENC]" not in self.tokenizer.get_vocab():
+            self.tokenizer.add_special_tokens({"additional_special_tokens": ["[ENC]"]})
         if len(self.tokenizer) != self.arch["vocab_size"]:
             raise ConfigError(f"tokenizer has {len(self.tokenizer)} tokens, the checkpoint's text encoder "
                               f"{self.arch['vocab_size']}: not BLIP's tokenizer")
@@ -176,15 +133,12 @@ class UniIRBlipFFEncoder(UniIRQueries, Encoder):
         self.max_text_length = int(max_text_length)
         self.dim = self.arch["text_width"]
         self.batch_size = batch_size or 32
-        self._init_queries(instructions, use_instructions)
 
     # -- identity ---------------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
-        from unirag.runtime import weights_digest
-
         base = {k: v for k, v in super().identity().items() if k != "name"}
         return {**base, "backend": "uniir-blip-ff", "variant": self.variant, "text_format": "uniir-format_string",
-                "weights": {"uniir": "blip_ff", "weights_sha256": weights_digest(self.checkpoint)[:32]},
+                "weights": {"uniir": "blip_ff", "weights_sha256": self.weights_sha256()},
                 "max_text_length": self.max_text_length, "text_cleaning": None,
                 "image_preprocess": self.image_transform.identity()}
 

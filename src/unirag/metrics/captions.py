@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import shutil
 import sys
@@ -30,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import ConfigError, InputError
-from unirag.metrics.references import load_run_for_scoring, reference_captions
+from unirag.metrics.references import load_run_for_scoring, reference_captions, run_counts, write_scores
 from unirag.metrics.spice import find_corenlp, run_spice, spice_unavailable_message
 from unirag.metrics.stats import BLEU_STATS, DEFAULT_RESAMPLES, query_intervals_result
-from unirag.runs.rundir import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE
+from unirag.runs.rundir import OUTPUTS_FILE
 
 CAPTION_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr", "SPICE")
 _LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
@@ -176,13 +175,10 @@ def score_captions(candidates: Mapping[str, str], references: Mapping[str, Seque
         rouge, rouge_items = Rouge().compute_score(gts, res)
         cider, cider_items = Cider().compute_score(gts, res)
         meteor_result = _meteor(gts, res) if meteor else None
-    for n in range(4):
-        out.corpus[f"BLEU-{n + 1}"] = 100.0 * float(bleu[n])
-        for i, v in zip(ids, bleu_items[n], strict=True):
-            out.per_item[i][f"BLEU-{n + 1}"] = 100.0 * float(v)
-    scored = [("ROUGE-L", rouge, rouge_items), ("CIDEr", cider, cider_items)]
+    scored = [*((f"BLEU-{n + 1}", bleu[n], bleu_items[n]) for n in range(4)), ("ROUGE-L", rouge, rouge_items),
+              ("CIDEr", cider, cider_items)]
     if meteor_result is not None:
-        scored.insert(0, ("METEOR", *meteor_result))
+        scored.insert(4, ("METEOR", *meteor_result))
     else:
         out.skipped["METEOR"] = "METEOR skipped (--no-meteor)"
     if spice:
@@ -225,8 +221,6 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
     """
     from unirag.metrics.text_normalize import strip_answer_prefix, strip_official_prefix
     from unirag.profiles import resolve
-    from unirag.runs.atomic import atomic_write_json, atomic_write_lines
-
     settings = resolve(profile)
     strip = strip_official_prefix if settings["caption_prefix_strip"] == "official" else strip_answer_prefix
     run, by_qid, gt = load_run_for_scoring(run_dir, "caption", queries, pool, qrels)
@@ -254,21 +248,16 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
     scores = score_captions({q: candidates[q] for q in order},
                             {q: reference_captions(gt[q]) for q in order}, spice_lib=spice_lib, meteor=meteor)
     records = {q: {**scores.per_item[q], BLEU_STATS: scores.bleu_stats[q]} for q in order}
-    failed = run.failed()
     result: dict[str, Any] = {
         "task": "caption",
         "scale": "x100",
         "metrics": scores.corpus,
         **query_intervals_result(records, scores.corpus, resamples, bootstrap_seed, ci_method),
         "skipped_metrics": scores.skipped,
-        "n_queries": len(by_qid),
-        "n_scored": len(candidates),
-        "n_failed": len(failed),
-        "n_failed_scored_empty": sum(1 for q in failed if q in candidates),
+        **run_counts(run, by_qid, len(candidates)),
+        "n_failed_scored_empty": sum(1 for q in run.failed() if q in candidates),
         "profile": settings.to_dict(),
-        "n_missing": sum(1 for q in by_qid if q not in run.records),
         "n_no_references": len(no_refs),
-        "failed_qids": sorted(failed)[:20],
         "references": "qrels" if qrels else "pos_cand_list",
         "answer_prefixes_stripped": strip_prefixes,
         "n_prefix_stripped": sum(1 for q in candidates if candidates[q] != raw[q].strip()),
@@ -278,8 +267,6 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
         "seconds": round(scores.seconds, 3),
     }
     if write:
-        per_query = ({"qid": q, "caption_scored": candidates[q], "tokenized": scores.tokenized[q],
-                      **records[q]} for q in order)
-        atomic_write_lines(run.run_dir / PER_QUERY_FILE, (json.dumps(r, ensure_ascii=False) for r in per_query))
-        atomic_write_json(run.run_dir / METRICS_FILE, result)
+        write_scores(run, ({"qid": q, "caption_scored": candidates[q], "tokenized": scores.tokenized[q],
+                            **records[q]} for q in order), result)
     return result

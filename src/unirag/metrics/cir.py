@@ -21,7 +21,7 @@ A ranking is a list of image ids, best first. Per-query functions return floats 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from unirag.metrics.retrieval import hit_at_k
 
@@ -83,53 +83,46 @@ def recall_subset_at_k(ranking: Sequence[str], target: str, members: Iterable[st
     return recall_at_k(subset_ranking(ranking, members, reference), [target], k)
 
 
-def _mean(values: list[float]) -> float:
-    return 100.0 * sum(values) / len(values) if values else float("nan")
-
-
 PerQuery = dict[str, dict[str, float]]
 
 
-def _record(per_query: PerQuery | None, name: str, qids: Sequence[str], values: list[float]) -> list[float]:
-    """Keep each query's value of metric ``name`` in ``per_query`` (metric -> qid -> value in [0, 1]),
-    the rows its bootstrap interval resamples; returns ``values``."""
-    if per_query is not None:
-        per_query[name] = dict(zip(qids, values, strict=True))
-    return values
+def _means(name: str, ks: Sequence[int], qids: Sequence[str], score: Callable[[str, int], float],
+           per_query: PerQuery | None) -> dict[str, float]:
+    """``{name}@k``: ``score(qid, k)`` averaged over ``qids`` (x100) for each k; ``per_query`` (metric ->
+    qid -> value in [0, 1]) receives each query's value, the rows its bootstrap interval resamples."""
+    out = {}
+    for k in ks:
+        values = [score(q, k) for q in qids]
+        if per_query is not None:
+            per_query[f"{name}@{k}"] = dict(zip(qids, values, strict=True))
+        out[f"{name}@{k}"] = 100.0 * sum(values) / len(values) if values else float("nan")
+    return out
 
 
 def recall_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, Iterable[str]],
                 ks: Sequence[int] = RECALL_KS, name: str = "R", per_query: PerQuery | None = None) -> dict[str, float]:
     """R@k (a hit on any target) averaged over the queries that have targets (x100), keyed ``{name}@k``.
     Queries without a ranking count as misses. ``per_query`` (here and below): receives each query's value."""
-    qids = [q for q, t in targets.items() if t]
-    return {f"{name}@{k}": _mean(_record(per_query, f"{name}@{k}", qids,
-                                         [recall_at_k(rankings.get(q, []), targets[q], k) for q in qids]))
-            for k in ks}
+    return _means(name, ks, [q for q, t in targets.items() if t],
+                  lambda q, k: recall_at_k(rankings.get(q, []), targets[q], k), per_query)
 
 
 def target_recall_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, str],
                        ks: Sequence[int] = CIRCO_RECALL_KS, per_query: PerQuery | None = None) -> dict[str, float]:
     """CIRCO's official R@k (``target_img_id`` only) averaged over queries (x100)."""
-    qids = [q for q, t in targets.items() if t is not None]
-    return {f"R@{k}": _mean(_record(per_query, f"R@{k}", qids,
-                                    [target_recall_at_k(rankings.get(q, []), targets[q], k) for q in qids]))
-            for k in ks}
+    return _means("R", ks, [q for q, t in targets.items() if t is not None],
+                  lambda q, k: target_recall_at_k(rankings.get(q, []), targets[q], k), per_query)
 
 
 def map_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, Iterable[str]],
              ks: Sequence[int] = MAP_KS, per_query: PerQuery | None = None) -> dict[str, float]:
-    qids = [q for q, t in targets.items() if t]
-    return {f"mAP@{k}": _mean(_record(per_query, f"mAP@{k}", qids,
-                                      [average_precision_at_k(rankings.get(q, []), targets[q], k) for q in qids]))
-            for k in ks}
+    return _means("mAP", ks, [q for q, t in targets.items() if t],
+                  lambda q, k: average_precision_at_k(rankings.get(q, []), targets[q], k), per_query)
 
 
 def recall_subset_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, str],
                        members: Mapping[str, Iterable[str]], references: Mapping[str, str],
                        ks: Sequence[int] = SUBSET_KS, per_query: PerQuery | None = None) -> dict[str, float]:
-    qids = [q for q, t in targets.items() if t and q in members]
-    return {f"R_subset@{k}": _mean(_record(per_query, f"R_subset@{k}", qids,
-                                           [recall_subset_at_k(rankings.get(q, []), targets[q], members[q],
-                                                               references.get(q), k) for q in qids]))
-            for k in ks}
+    return _means("R_subset", ks, [q for q, t in targets.items() if t and q in members],
+                  lambda q, k: recall_subset_at_k(rankings.get(q, []), targets[q], members[q], references.get(q), k),
+                  per_query)

@@ -8,7 +8,6 @@ noise``: scored as random noise, as the official evaluation does); a metric that
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,9 +25,9 @@ from unirag.metrics.images import (
     load_clip,
     standard_inception,
 )
-from unirag.metrics.references import load_run_for_scoring, reference_image
+from unirag.metrics.references import load_run_for_scoring, reference_image, run_counts, write_scores
 from unirag.metrics.stats import DEFAULT_RESAMPLES, bootstrap_interval, query_intervals_result, shifted
-from unirag.runs.rundir import METRICS_FILE, OUTPUTS_FILE, PER_QUERY_FILE
+from unirag.runs.rundir import OUTPUTS_FILE
 
 IMAGE_METRICS = ("FID", "CLIP Score", "IS", "IS SD")
 #: FID's and IS's intervals recompute the whole figure per resample: at most this many resamples on a
@@ -80,24 +79,21 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     ok = run.ok()
     for qid in by_qid:
         rec = ok.get(qid)
-        if rec is None:
-            if noise:  # the official evaluation scores every query: a missing image is random noise
-                real = reference_image(gt[qid])
-                qids.append(qid)
-                fakes.append(None)
-                reals.append(resolve_image(real, images_root) if real is not None else None)
-                texts.append(by_qid[qid].txt or "")
-                noised += 1 + (real is None)
+        if rec is None and not noise:
             continue
-        image = rec.get("image")
-        if not isinstance(image, str):
-            raise InputError("status ok but no image path", path=outputs_path, line=run.lines[qid], field="image")
-        fake = resolve_image(image, run.run_dir)
-        if not fake.is_file():
-            raise InputError(f"generated image not found: {fake}", path=outputs_path, line=run.lines[qid],
-                             field="image")
+        fake = None
+        if rec is not None:
+            image = rec.get("image")
+            if not isinstance(image, str):
+                raise InputError("status ok but no image path", path=outputs_path, line=run.lines[qid], field="image")
+            fake = resolve_image(image, run.run_dir)
+            if not fake.is_file():
+                raise InputError(f"generated image not found: {fake}", path=outputs_path, line=run.lines[qid],
+                                 field="image")
         real = reference_image(gt[qid])
-        if real is None:
+        if rec is None:  # the official evaluation scores every query: a missing image is random noise
+            noised += 1 + (real is None)
+        elif real is None:
             no_real += 1
             if not noise:
                 continue
@@ -136,35 +132,27 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
 
     on_gpu = (device or ("cuda" if torch.cuda.is_available() else "cpu")) != "cpu"
     whole = min(resamples, FID_MAX_RESAMPLES if on_gpu else FID_MAX_RESAMPLES_CPU)
+    whole_figure: dict[str, Any] = {}  # FID and IS: the resampled figures' spread around the measured one
     if intervals and fid_rows is not None and len(fid_rows) == 2 and len(fid_rows[0]) == len(fid_rows[1]):
-        fid = frechet_interval(*fid_rows, n_resamples=whole, seed=bootstrap_seed,
-                               device=device)
-        if fid is not None:
-            intervals["intervals"]["FID"] = fid.as_dict()
-            intervals["bootstrap"]["fid"] = {"method": "centred", "n_resamples": whole}
+        whole_figure["FID"] = frechet_interval(*fid_rows, n_resamples=whole, seed=bootstrap_seed, device=device)
     if intervals and is_rows and "IS" in metrics:
-        logits = is_rows[0]
-        ci = bootstrap_interval(logits, functools.partial(inception_from_logits, splits=is_splits),
+        ci = bootstrap_interval(is_rows[0], functools.partial(inception_from_logits, splits=is_splits),
                                 n_resamples=whole, seed=bootstrap_seed, method="centred")
         # centred on the reported IS, whose random split differs from the rows' order
-        ci = shifted(ci, metrics["IS"] - float(inception_from_logits(logits, is_splits)))
+        whole_figure["IS"] = shifted(ci, metrics["IS"] - float(inception_from_logits(is_rows[0], is_splits)))
+    for name, ci in whole_figure.items():
         if ci is not None:
-            intervals["intervals"]["IS"] = ci.as_dict()
-            intervals["bootstrap"]["is"] = {"method": "centred", "n_resamples": whole}
-    failed = run.failed()
+            intervals["intervals"][name] = ci.as_dict()
+            intervals["bootstrap"][name.lower()] = {"method": "centred", "n_resamples": whole}
     result: dict[str, Any] = {
         "task": "image",
         "metrics": {m: metrics[m] for m in IMAGE_METRICS if m in metrics},
         **intervals,
         "skipped_metrics": skipped,
-        "n_queries": len(by_qid),
-        "n_scored": len(qids),
-        "n_failed": len(failed),
-        "n_missing": sum(1 for q in by_qid if q not in run.records),
+        **run_counts(run, by_qid, len(qids)),
         "n_no_real_image": no_real,
         "n_noise_images": noised,
         "profile": settings.to_dict(),
-        "failed_qids": sorted(failed)[:20],
         "fid_feature": "injected" if fid_feature is not None else "inception-v3-compat (torch-fidelity)",
         "clip_model": "injected" if clip is not None else (str(clip_model) if clip_model else None),
         "is_splits": is_splits,
@@ -174,11 +162,7 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
         "images_root": str(images_root),
     }
     if write:
-        from unirag.runs.atomic import atomic_write_json, atomic_write_lines
-
-        atomic_write_lines(run.run_dir / PER_QUERY_FILE,
-                           (json.dumps({"qid": q, "CLIP Score": s}) for q, s in per_query.items()))
-        atomic_write_json(run.run_dir / METRICS_FILE, result)
+        write_scores(run, ({"qid": q, "CLIP Score": s} for q, s in per_query.items()), result)
     return result
 
 

@@ -8,13 +8,15 @@ the needed candidates are kept, so the 5.5M-line global M-BEIR pool does not hav
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from unirag.data.mbeir import read_candidates, read_qrels, read_queries
 from unirag.data.records import Candidate, Qrels, Query
 from unirag.errors import InputError
-from unirag.runs.rundir import RunOutputs, read_run_dir
+from unirag.runs.rundir import METRICS_FILE, PER_QUERY_FILE, RunOutputs, read_run_dir
 
 
 def positives(queries: Iterable[Query], qrels: Qrels | None = None) -> dict[str, list[str]]:
@@ -29,22 +31,7 @@ def positives(queries: Iterable[Query], qrels: Qrels | None = None) -> dict[str,
 
 
 def load_needed_candidates(pool_path: str | Path, dids: set[str]) -> dict[str, Candidate]:
-    found: dict[str, Candidate] = {}
-    for c in read_candidates(pool_path):
-        if c.did in dids:
-            found[c.did] = c
-    return found
-
-
-def load_ground_truth(queries_path: str | Path, pool_path: str | Path, qrels_path: str | Path | None = None
-                      ) -> tuple[dict[str, Query], dict[str, list[Candidate]]]:
-    """(qid -> query, qid -> positive candidates found in the pool)."""
-    queries = read_queries(queries_path)
-    qrels = read_qrels(qrels_path) if qrels_path else None
-    pos = positives(queries, qrels)
-    pool = load_needed_candidates(pool_path, {d for ds in pos.values() for d in ds})
-    by_qid = {q.qid: q for q in queries}
-    return by_qid, {qid: [pool[d] for d in ds if d in pool] for qid, ds in pos.items()}
+    return {c.did: c for c in read_candidates(pool_path) if c.did in dids}
 
 
 def reference_captions(cands: list[Candidate]) -> list[str]:
@@ -76,9 +63,29 @@ def load_run_for_scoring(run_dir: str | Path, task: str, queries: str | Path, po
     run = read_run_dir(run_dir)
     if run.task not in (None, task):
         raise InputError(_WRONG_TASK[task], path=run.run_dir)
-    by_qid, gt = load_ground_truth(queries, pool, qrels)
+    read = read_queries(queries)
+    pos = positives(read, read_qrels(qrels) if qrels else None)
+    found = load_needed_candidates(pool, {d for ds in pos.values() for d in ds})
+    by_qid = {q.qid: q for q in read}
+    gt = {qid: [found[d] for d in ds if d in found] for qid, ds in pos.items()}
     unknown = [q for q in run.records if q not in by_qid]
     if unknown:
         raise InputError(f"{len(unknown)} output(s) have qids not in the queries file, e.g. {unknown[0]!r} "
                          "(wrong --queries?)", path=queries)
     return run, by_qid, gt
+
+
+def run_counts(run: RunOutputs, by_qid: dict[str, Query], n_scored: int) -> dict[str, Any]:
+    """What every scorer's metrics.json counts: queries, scored, failed (the first 20 failed qids) and
+    queries with no output yet."""
+    failed = run.failed()
+    return {"n_queries": len(by_qid), "n_scored": n_scored, "n_failed": len(failed),
+            "n_missing": sum(1 for q in by_qid if q not in run.records), "failed_qids": sorted(failed)[:20]}
+
+
+def write_scores(run: RunOutputs, per_query: Iterable[dict[str, Any]], result: dict[str, Any]) -> None:
+    """``metrics_per_query.jsonl``, then ``metrics.json``, into the run folder (each atomically)."""
+    from unirag.runs.atomic import atomic_write_json, atomic_write_lines
+
+    atomic_write_lines(run.run_dir / PER_QUERY_FILE, (json.dumps(r, ensure_ascii=False) for r in per_query))
+    atomic_write_json(run.run_dir / METRICS_FILE, result)

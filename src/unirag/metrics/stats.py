@@ -236,9 +236,7 @@ def with_holm(comparisons: Sequence[Comparison]) -> list[Comparison]:
     adjusted = holm([c.p_value for c in comparisons])
     out = []
     for c, p in zip(comparisons, adjusted, strict=True):
-        needed = c.n_needed if p >= ALPHA and c.n_needed is not None else None
-        if p >= ALPHA and needed is None:
-            needed = queries_needed(c.diff, c.se, c.n)
+        needed = (c.n_needed if c.n_needed is not None else queries_needed(c.diff, c.se, c.n)) if p >= ALPHA else None
         out.append(replace(c, p_holm=p, n_needed=needed))
     return out
 
@@ -273,39 +271,28 @@ def shifted(interval: Interval | None, shift: float) -> Interval | None:
     return Interval(interval.low + shift, interval.high + shift, interval.se)
 
 
-def query_intervals(records: Mapping[str, Mapping[str, Any]], figures: Mapping[str, float], *,
-                    n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, confidence: float = CONFIDENCE,
-                    method: str = "percentile") -> dict[str, dict[str, float]]:
-    """``{metric: {"low", "high", "se"}}`` for each reported figure that the per-query records can
-    rebuild (see :func:`metric_rows`); an interval is centred on the reported figure's offset when the
-    figure is not exactly what the rows rebuild (METEOR's aggregate vs the mean of its segments)."""
+def query_intervals_result(records: Mapping[str, Mapping[str, Any]], figures: Mapping[str, float],
+                           resamples: int, seed: int, method: str) -> dict[str, Any]:
+    """The ``intervals`` and ``bootstrap`` entries of an evaluation's metrics.json ({} when ``resamples`` is 0).
+
+    ``intervals``: ``{metric: {"low", "high", "se"}}`` for each reported figure that the per-query
+    records can rebuild (see :func:`metric_rows`), moved by the figure's offset when the figure is not
+    exactly what the rows rebuild (METEOR's aggregate vs the mean of its segments); ``bootstrap``: how
+    they were computed."""
+    if not resamples:
+        return {}
+    settings = {"unit": "query", "method": _check(resamples, method, CONFIDENCE), "n_resamples": int(resamples),
+                "seed": int(seed), "confidence": CONFIDENCE}
     qids = list(records)
-    out: dict[str, dict[str, float]] = {}
-    for metric, figure_value in figures.items():
+    intervals: dict[str, dict[str, float]] = {}
+    for metric, value in figures.items():
         found = metric_rows(records, metric, qids) if qids else None
         if found is None:
             continue
         rows, figure = found
-        interval = bootstrap_interval(rows, figure, n_resamples=n_resamples, seed=seed, confidence=confidence,
-                                      method=method)
-        shift = float(figure_value) - float(figure(rows))
-        interval = shifted(interval, shift if abs(shift) > 1e-6 * max(1.0, abs(float(figure_value))) else 0.0)
+        interval = bootstrap_interval(rows, figure, n_resamples=resamples, seed=seed, method=method)
+        shift = float(value) - float(figure(rows))
+        interval = shifted(interval, shift if abs(shift) > 1e-6 * max(1.0, abs(float(value))) else 0.0)
         if interval is not None:
-            out[metric] = interval.as_dict()
-    return out
-
-
-def bootstrap_settings(n_resamples: int, seed: int, method: str, confidence: float = CONFIDENCE) -> dict[str, Any]:
-    """What metrics.json records about how its intervals were computed."""
-    return {"unit": "query", "method": _check(n_resamples, method, confidence), "n_resamples": int(n_resamples),
-            "seed": int(seed), "confidence": confidence}
-
-
-def query_intervals_result(records: Mapping[str, Mapping[str, Any]], figures: Mapping[str, float],
-                           resamples: int, seed: int, method: str) -> dict[str, Any]:
-    """The ``intervals`` and ``bootstrap`` entries of an evaluation's metrics.json ({} when ``resamples`` is 0)."""
-    if not resamples:
-        return {}
-    settings = bootstrap_settings(resamples, seed, method)
-    return {"intervals": query_intervals(records, figures, n_resamples=resamples, seed=seed, method=method),
-            "bootstrap": settings}
+            intervals[metric] = interval.as_dict()
+    return {"intervals": intervals, "bootstrap": settings}

@@ -46,68 +46,41 @@ from unirag.runs.atomic import atomic_write_text
 from unirag.runs.rundir import OUTPUTS_FILE
 
 
-def _html_table(task: str, runs: Sequence[RunSummary], galleries: dict[Path, str],
+def _unique(name: str, used: set[str]) -> str:
+    """``name``, with ``_`` appended until no earlier file took it."""
+    while name in used:
+        name += "_"
+    used.add(name)
+    return name
+
+
+def _html_table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A results table: a blank corner, then ``head`` (escaped here); the cells are HTML already."""
+    return ('<table class="results"><tr><th></th>' + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows) + "</table>")
+
+
+def _runs_table(task: str, runs: Sequence[RunSummary], galleries: dict[Path, str],
                 labels: Sequence[str] | None = None) -> str:
     """``labels`` replaces the first column (the sampling table shows the sample set there)."""
-    cols = metric_columns(task, runs)
-    leak = has_leak_column(runs)
-    head = ("<tr><th></th><th>k</th>" + "".join(f"<th>{esc(header(c))}</th>" for c in cols)
-            + (f"<th>{esc(LEAK_COLUMN)}</th>" if leak else "") + "<th>generator</th><th>mode</th><th>examples</th>"
-            "<th>run</th></tr>")
+    cols, leak = metric_columns(task, runs), has_leak_column(runs)
     rows = []
     for i, r in enumerate(runs):
         link = galleries.get(r.run_dir)
-        run_cell = f'<a href="{esc(link)}">{esc(r.name)}</a>' if link else esc(r.name)
-        rows.append(f"<tr><td>{esc(r.label if labels is None else labels[i])}</td><td>{r.k}</td>" +
-                    "".join(f"<td>{esc(cell(r, c))}</td>" for c in cols)
-                    + (f"<td>{esc(leak_cell(r))}</td>" if leak else "")
-                    + f"<td>{esc(r.generator)}</td><td>{esc(r.mode)}</td><td>{esc(r.selection)}</td>"
-                    + f"<td>{run_cell}</td></tr>")
-    return f'<table class="results">{head}{"".join(rows)}</table>'
+        rows.append([esc(r.label if labels is None else labels[i]), r.k, *(esc(cell(r, c)) for c in cols),
+                     *([esc(leak_cell(r))] if leak else []), esc(r.generator), esc(r.mode), esc(r.selection),
+                     f'<a href="{esc(link)}">{esc(r.name)}</a>' if link else esc(r.name)])
+    head = ["k", *map(header, cols), *([LEAK_COLUMN] if leak else []), "generator", "mode", "examples", "run"]
+    return _html_table(head, rows)
 
 
-def _sampling_tables(runs: Sequence[RunSummary], out: Path, galleries: dict[Path, str],
-                     written: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """Paper Table 7: pipelines run on several caption sample sets, one table each (Markdown, CSV, HTML)."""
-    markdown, sections, used = [], [], set()
-    for table in sampling_tables(runs):
-        md = markdown_sampling_table(table)
-        markdown.append(md)
-        name = f"image_sampling_{slug(table.pipeline)}"
-        while name in used:
-            name += "_"
-        used.add(name)
-        base = out / "tables" / name
-        atomic_write_text(base.with_suffix(".md"), md)
-        atomic_write_text(base.with_suffix(".csv"), csv_sampling_table(table))
-        written["tables"] += [base.with_suffix(".md"), base.with_suffix(".csv")]
-        html = _html_table("image", table.runs, galleries, labels=set_labels(table))
-        sections.append(f"<section><h2>{esc(f'Image generation — {table.pipeline} on caption sample sets')}</h2>"
-                        f'{html}<p class="muted">{esc(legend(table))} CSV: <a href="{esc(os.path.relpath(base, out))}'
-                        f'.csv">{esc(base.name)}.csv</a></p></section>')
-    return markdown, sections
-
-
-def _comparison_table(comparison: Any, out: Path, written: dict[str, Any], sections: list[str]) -> str:
-    """Write the differences-from-baseline table (Markdown, CSV, HTML section); returns its Markdown."""
-    from unirag.reports.compare import comparison_cell, legend
-
-    base = comparison.baseline
-    md = comparison.markdown()
-    path = out / "tables" / f"compare_{slug(base.task)}_{slug(base.dataset)}"
-    atomic_write_text(path.with_suffix(".md"), md)
-    atomic_write_text(path.with_suffix(".csv"), comparison.csv())
-    written["tables"] += [path.with_suffix(".md"), path.with_suffix(".csv")]
-    written["comparison"] = comparison
-    head = "<tr><th></th><th>k</th><th>n</th>" + "".join(f"<th>{esc(m)}</th>" for m in comparison.metrics) + "</tr>"
-    rows = "".join(f"<tr><td>{esc(r.run.label)}</td><td>{r.run.k}</td><td>{r.n}</td>"
-                   + "".join(f"<td>{esc(comparison_cell(r.metrics.get(m)))}</td>" for m in comparison.metrics)
-                   + "</tr>" for r in comparison.rows)
-    notes = " ".join(comparison.not_compared.values())
-    sections.append(f"<section><h2>{esc(f'Differences from the baseline {base.label} (k={base.k})')}</h2>"
-                    f'<table class="results">{head}{rows}</table><p class="muted">{esc(legend(comparison))} '
-                    f"{esc(notes)}</p></section>")
-    return md
+def _write_table(out: Path, name: str, md: str, csv_text: str, written: dict[str, Any]) -> str:
+    """tables/NAME.md and .csv; the HTML link to the CSV."""
+    base = out / "tables" / name
+    atomic_write_text(base.with_suffix(".md"), md)
+    atomic_write_text(base.with_suffix(".csv"), csv_text)
+    written["tables"] += [base.with_suffix(".md"), base.with_suffix(".csv")]
+    return f'CSV: <a href="{esc(os.path.relpath(base, out))}.csv">{esc(base.name)}.csv</a>'
 
 
 def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_cards: int = 100,
@@ -140,35 +113,46 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_car
             if not (r.run_dir / OUTPUTS_FILE).is_file():  # metrics only (e.g. results copied without outputs)
                 written["notes"].append(f"{r.run_dir}: no {OUTPUTS_FILE}, no gallery")
                 continue
-            name = slug(r.name)
-            while name in used:
-                name += "_"
-            used.add(name)
             path, n = build_gallery(r, out, media, max_cards=max_cards, queries=queries, pool=pool,
-                                    images_root=images_root, page_name=f"{name}.html")
+                                    images_root=images_root, page_name=f"{_unique(slug(r.name), used)}.html")
             galleries[r.run_dir] = os.path.relpath(path, out).replace(os.sep, "/")
             written["galleries"].append(path)
             written["cards"][r.name] = n
     sections, markdown = [], []
     for (task, dataset), group in group_runs(runs).items():
-        md = markdown_table(task, dataset, group)
-        markdown.append(md)
-        base = out / "tables" / f"{slug(task)}_{slug(dataset)}"
-        atomic_write_text(base.with_suffix(".md"), md)
-        atomic_write_text(base.with_suffix(".csv"), csv_table(task, group))
-        written["tables"] += [base.with_suffix(".md"), base.with_suffix(".csv")]
+        markdown.append(markdown_table(task, dataset, group))
+        name = f"{slug(task)}_{slug(dataset)}"
+        csv_link = _write_table(out, name, markdown[-1], csv_table(task, group), written)
         pngs = plot_group(task, dataset, group, out / "plots") if plots else []
         written["plots"] += pngs
         kind = "Caption generation" if task == "caption" else "Image generation"
         imgs = "".join(f'<img src="{esc(os.path.relpath(p, out))}" alt="{esc(p.stem)}">' for p in pngs)
-        sections.append(f"<section><h2>{esc(kind)} — {esc(dataset)}</h2>{_html_table(task, group, galleries)}"
-                        f'<p class="muted">CSV: <a href="{esc(os.path.relpath(base, out))}.csv">'
-                        f'{esc(base.name)}.csv</a></p><div class="plots">{imgs}</div></section>')
-    sampling_md, sampling_sections = _sampling_tables(runs, out, galleries, written)
-    markdown += sampling_md
-    sections += sampling_sections
+        sections.append(f"<section><h2>{esc(kind)} — {esc(dataset)}</h2>{_runs_table(task, group, galleries)}"
+                        f'<p class="muted">{csv_link}</p><div class="plots">{imgs}</div></section>')
+    used_names: set[str] = set()
+    for table in sampling_tables(runs):  # paper Table 7: pipelines run on several caption sample sets
+        markdown.append(markdown_sampling_table(table))
+        name = _unique(f"image_sampling_{slug(table.pipeline)}", used_names)
+        csv_link = _write_table(out, name, markdown[-1], csv_sampling_table(table), written)
+        html = _runs_table("image", table.runs, galleries, labels=set_labels(table))
+        title = f"Image generation — {table.pipeline} on caption sample sets"
+        sections.append(f'<section><h2>{esc(title)}</h2>{html}<p class="muted">{esc(legend(table))} '
+                        f"{csv_link}</p></section>")
     if comparison is not None:
-        markdown.append(_comparison_table(comparison, out, written, sections))
+        from unirag.reports.compare import comparison_cell
+
+        base = comparison.baseline
+        markdown.append(comparison.markdown())
+        name = f"compare_{slug(base.task)}_{slug(base.dataset)}"
+        _write_table(out, name, markdown[-1], comparison.csv(), written)
+        written["comparison"] = comparison
+        html = _html_table(["k", "n", *comparison.metrics],
+                           [[esc(r.run.label), r.run.k, r.n, *(esc(comparison_cell(r.metrics.get(m)))
+                                                               for m in comparison.metrics)]
+                            for r in comparison.rows])
+        sections.append(f"<section><h2>{esc(f'Differences from the baseline {base.label} (k={base.k})')}</h2>"
+                        f'{html}<p class="muted">{esc(comparison.legend())} '
+                        f"{esc(' '.join(comparison.not_compared.values()))}</p></section>")
     atomic_write_text(out / "tables.md", "\n".join(markdown))
     index = Template(asset_text("page.html")).substitute(
         title="unirag report", css="gallery.css", subtitle=esc(f"{len(runs)} run(s)"),

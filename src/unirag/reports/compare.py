@@ -29,7 +29,7 @@ from unirag.metrics.stats import (
     with_holm,
 )
 from unirag.reports.collect import RunSummary, summarize_run
-from unirag.reports.tables import CAPTION_COLUMNS, IMAGE_COLUMNS
+from unirag.reports.tables import CAPTION_COLUMNS, IMAGE_COLUMNS, number
 from unirag.runs.rundir import read_per_query
 
 MARK = "†"
@@ -55,11 +55,38 @@ class BaselineComparison:
     not_compared: dict[str, str]
     settings: dict[str, Any]
 
+    def legend(self) -> str:
+        s = self.settings
+        return (f"Run minus baseline on the queries both scored (n), {100 * s['confidence']:.0f}% paired "
+                f"bootstrap interval ({s['method']}, {s['resamples']} resamples, seed {s['seed']}). {MARK}: "
+                f"p < 0.05 in a paired randomization test after Holm's correction over the {s['n_tests']} "
+                "comparisons of this table. (~N q): roughly the queries needed to detect the difference "
+                "(power 0.8, alpha 0.05).")
+
     def markdown(self) -> str:
-        return markdown_comparison(self)
+        base, cols = self.baseline, self.metrics
+        lines = [f"### Differences from the baseline {base.label} (k={base.k}, {base.name}) — "
+                 f"{base.dataset}", "", "| | k | n | " + " | ".join(cols) + " |",
+                 "|---|---:|---:|" + "---:|" * len(cols)]
+        for r in self.rows:
+            lines.append(f"| {r.run.label} | {r.run.k} | {r.n} | "
+                         + " | ".join(comparison_cell(r.metrics.get(m)) for m in cols) + " |")
+        lines += ["", self.legend()]
+        lines += [f"Not compared: {why}" for why in self.not_compared.values()]
+        return "\n".join(lines) + "\n"
 
     def csv(self) -> str:
-        return csv_comparison(self)
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(["row", "k", "run", "baseline", "metric", "n", "diff", "low", "high", "p", "p_holm",
+                         "significant", "queries_needed"])
+        for r in self.rows:
+            for m, c in r.metrics.items():
+                writer.writerow([r.run.label, r.run.k, r.run.name, self.baseline.name, m, c.n,
+                                 f"{c.diff:.4f}", f"{c.low:.4f}", f"{c.high:.4f}", f"{c.p_value:.4g}",
+                                 f"{c.p_holm:.4g}", int(c.significant),
+                                 "" if c.n_needed is None else c.n_needed])
+        return buf.getvalue()
 
     def as_dict(self) -> dict[str, Any]:
         return {"baseline": self.baseline.name, "settings": self.settings, "not_compared": self.not_compared,
@@ -85,10 +112,6 @@ def resolve_baseline(runs: Sequence[RunSummary], baseline: str | Path) -> RunSum
                              f"({', '.join(r.name for r in found)}): give the run folder")
     raise InputError(f"--baseline {str(baseline)!r} is neither a run folder nor a row of this report "
                      f"(rows: {', '.join(r.name for r in runs)})")
-
-
-def _columns(task: str) -> tuple[str, ...]:
-    return IMAGE_COLUMNS if task == "image" else CAPTION_COLUMNS
 
 
 def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, *,
@@ -121,7 +144,7 @@ def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, 
             raise InputError(f"cannot compare {r.name} with the baseline {base.name}: they share no scored query "
                              f"(unpaired runs, different query sets)")
         prepared.append((r, records, shared))
-    metrics = [m for m in _columns(base.task) if m in base.metrics]
+    metrics = [m for m in (IMAGE_COLUMNS if base.task == "image" else CAPTION_COLUMNS) if m in base.metrics]
     not_compared: dict[str, str] = {}
     rows = []
     flat: list[tuple[int, str, Comparison]] = []
@@ -155,51 +178,12 @@ def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, 
                               settings=settings)
 
 
-def _num(metric: str, value: float, signed: bool = False) -> str:
-    spec = (".2f" if metric in IMAGE_COLUMNS else ".1f")
-    return format(value, ("+" if signed else "") + spec)
-
-
 def comparison_cell(c: Comparison | None) -> str:
     """``+1.2† [0.4, 2.0]``; a non-significant difference also says about how many queries would detect it."""
     if c is None:
         return "-"
-    text = f"{_num(c.metric, c.diff, True)}{MARK if c.significant else ''} [{_num(c.metric, c.low)}, " \
-           f"{_num(c.metric, c.high)}]"
+    text = f"{number(c.metric, c.diff, True)}{MARK if c.significant else ''} [{number(c.metric, c.low)}, " \
+           f"{number(c.metric, c.high)}]"
     if not c.significant and c.n_needed is not None:
         text += " (no difference)" if c.n_needed < 0 else f" (~{c.n_needed} q)"
     return text
-
-
-def legend(comparison: BaselineComparison) -> str:
-    s = comparison.settings
-    return (f"Run minus baseline on the queries both scored (n), {100 * s['confidence']:.0f}% paired bootstrap "
-            f"interval ({s['method']}, {s['resamples']} resamples, seed {s['seed']}). {MARK}: p < 0.05 in a paired "
-            f"randomization test after Holm's correction over the {s['n_tests']} comparisons of this table. "
-            "(~N q): roughly the queries needed to detect the difference (power 0.8, alpha 0.05).")
-
-
-def markdown_comparison(comparison: BaselineComparison) -> str:
-    base = comparison.baseline
-    cols = comparison.metrics
-    lines = [f"### Differences from the baseline {base.label} (k={base.k}, {base.name}) — {base.dataset}", "",
-             "| | k | n | " + " | ".join(cols) + " |", "|---|---:|---:|" + "---:|" * len(cols)]
-    for r in comparison.rows:
-        lines.append(f"| {r.run.label} | {r.run.k} | {r.n} | "
-                     + " | ".join(comparison_cell(r.metrics.get(m)) for m in cols) + " |")
-    lines += ["", legend(comparison)]
-    lines += [f"Not compared: {why}" for why in comparison.not_compared.values()]
-    return "\n".join(lines) + "\n"
-
-
-def csv_comparison(comparison: BaselineComparison) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["row", "k", "run", "baseline", "metric", "n", "diff", "low", "high", "p", "p_holm",
-                     "significant", "queries_needed"])
-    for r in comparison.rows:
-        for m, c in r.metrics.items():
-            writer.writerow([r.run.label, r.run.k, r.run.name, comparison.baseline.name, m, c.n, f"{c.diff:.4f}",
-                             f"{c.low:.4f}", f"{c.high:.4f}", f"{c.p_value:.4g}", f"{c.p_holm:.4g}",
-                             int(c.significant), "" if c.n_needed is None else c.n_needed])
-    return buf.getvalue()

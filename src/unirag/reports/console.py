@@ -6,46 +6,22 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def format_value(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def interval_text(interval: Mapping[str, float] | None, digits: int = 2) -> str:
-    """``[low, high]`` of an interval from metrics.json, or '-'."""
-    if not interval:
-        return "-"
-    return f"[{interval['low']:.{digits}f}, {interval['high']:.{digits}f}]"
-
-
-def bootstrap_line(result: Mapping[str, Any]) -> str | None:
-    """How the intervals were drawn (None when the evaluation computed none)."""
-    b = result.get("bootstrap")
-    if not b:
-        return None
-    whole = [name.upper() for name in ("fid", "is") if name in b]  # figures recomputed per resample
-    extra = (f"; {' and '.join(whole)}: {b[whole[0].lower()]['n_resamples']} resamples, their spread centred on "
-             "the figure" if whole else "")
-    return (f"{100 * b['confidence']:.0f}% CI: {b['method']} bootstrap over queries, {b['n_resamples']} resamples, "
-            f"seed {b['seed']}{extra} (see docs/comparing-runs.md for how each metric is resampled)")
-
-
 def metric_table(metrics: Mapping[str, float], skipped: Mapping[str, str] | None = None,
                  intervals: Mapping[str, Mapping[str, float]] | None = None) -> str:
     """One metric per line: its value and, when ``intervals`` are given, its 95 % interval ('-' for a
     metric without one); skipped metrics show '-' and their reason is printed after."""
     names = list(metrics) + [m for m in (skipped or {}) if m not in metrics]
     width = max((len(n) for n in names), default=6)
+    values = {n: "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
+              for n in names for v in [metrics.get(n)]}
     if intervals is None:
         lines = [f"{'metric':<{width}}  value", f"{'-' * width}  ------"]
-        lines += [f"{n:<{width}}  {format_value(metrics.get(n))}" for n in names]
-        return "\n".join(lines)
+        return "\n".join(lines + [f"{n:<{width}}  {values[n]}" for n in names])
     lines = [f"{'metric':<{width}}  {'value':>8}  95% CI", f"{'-' * width}  {'-' * 8}  ------"]
-    lines += [f"{n:<{width}}  {format_value(metrics.get(n)):>8}  "
-              f"{interval_text(intervals.get(n)) if n in metrics else '-'}" for n in names]
+    for n in names:
+        ci = intervals.get(n) if n in metrics else None
+        interval = f"[{ci['low']:.2f}, {ci['high']:.2f}]" if ci else "-"
+        lines.append(f"{n:<{width}}  {values[n]:>8}  {interval}")
     return "\n".join(lines)
 
 
@@ -56,7 +32,12 @@ def summary_lines(result: Mapping[str, Any]) -> list[str]:
         if result.get(key):
             counts.append(f"{result[key]} {label}")
     lines = [f"queries: {result.get('n_queries', 0)}; " + ", ".join(counts)]
-    if (line := bootstrap_line(result)) is not None:
-        lines.append(line)
+    if b := result.get("bootstrap"):  # how the intervals were drawn
+        whole = [name.upper() for name in ("fid", "is") if name in b]  # figures recomputed per resample
+        extra = (f"; {' and '.join(whole)}: {b[whole[0].lower()]['n_resamples']} resamples, their spread "
+                 "centred on the figure" if whole else "")
+        lines.append(f"{100 * b['confidence']:.0f}% CI: {b['method']} bootstrap over queries, "
+                     f"{b['n_resamples']} resamples, seed {b['seed']}{extra} (see docs/comparing-runs.md for "
+                     "how each metric is resampled)")
     lines += list(dict.fromkeys((result.get("skipped_metrics") or {}).values()))
     return lines

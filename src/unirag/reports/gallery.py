@@ -76,26 +76,18 @@ class MediaStore:
         return f'<img class="thumb" src="{esc(rel)}" alt="{esc(alt)}" loading="lazy">'
 
 
-def find_data_file(value: Any, run_dir: Path) -> Path | None:
-    """A path recorded in a manifest: as given, else relative to the run directory."""
-    if not value:
-        return None
-    p = Path(str(value))
-    for candidate in (p, run_dir / p):
-        if candidate.exists():
-            return candidate
-    return None
-
-
 def _setting(run: RunSummary, override: Any, *keys: str, evaluation_first: bool = False) -> Path | None:
+    """``override``, else the first path recorded under ``keys`` (in the manifest, then metrics.json, or the
+    other way round) that exists as given or relative to the run directory."""
     if override:
         return Path(override)
     sources = (run.evaluation, run.manifest) if evaluation_first else (run.manifest, run.evaluation)
     for source in sources:
         for key in keys:
-            found = find_data_file(source.get(key), run.run_dir)
-            if found is not None:
-                return found
+            if source.get(key):
+                for candidate in (Path(str(source[key])), run.run_dir / str(source[key])):
+                    if candidate.exists():
+                        return candidate
     return None
 
 

@@ -34,20 +34,6 @@ def error_bar(runs: Sequence[RunSummary], metric: str):
             [max(0.0, ci["high"] - r.metrics[metric]) if ci else 0.0 for r, ci in zip(runs, cis, strict=True)]]
 
 
-def plot_metric(task: str, dataset: str, metric: str, runs: Sequence[RunSummary], out: Path) -> bool:
-    """Write the plot; False (nothing written) when no run has the metric."""
-    made = metric_figure(dataset, metric, runs)
-    if made is None:
-        return False
-    import matplotlib.pyplot as plt
-
-    fig, _ = made
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, bbox_inches="tight")
-    plt.close(fig)
-    return True
-
-
 def flat_notes(metric: str, lines: dict[str, list[tuple[int | str, float]]]) -> list[str]:
     """Why a plot shows flat lines: each series with more than one point that scores the same at
     every k, and the lines that lie on top of each other (same values)."""
@@ -123,9 +109,17 @@ def metric_figure(dataset: str, metric: str, runs: Sequence[RunSummary]):
 
 
 def plot_group(task: str, dataset: str, runs: Sequence[RunSummary], out_dir: Path) -> list[Path]:
+    """One PNG per main metric that some run has; the paths written."""
     written = []
     for metric in MAIN_METRICS.get(task, ()):
+        made = metric_figure(dataset, metric, runs)
+        if made is None:
+            continue
+        import matplotlib.pyplot as plt
+
         path = out_dir / f"{slug(task)}_{slug(dataset)}_{slug(metric)}.png"
-        if plot_metric(task, dataset, metric, runs, path):
-            written.append(path)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        made[0].savefig(path, bbox_inches="tight")
+        plt.close(made[0])
+        written.append(path)
     return written

@@ -16,8 +16,6 @@ cannot be read stays in its per-dataset table only. Sets are numbered in file-na
 
 from __future__ import annotations
 
-import csv
-import io
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,11 +24,8 @@ from pathlib import Path
 from unirag.errors import InputError
 from unirag.reports.collect import RunSummary
 from unirag.reports.tables import (
-    CSV_RUN_FIELDS,
-    CSV_TRACE_FIELDS,
     cell,
-    csv_metric_columns,
-    csv_run_values,
+    csv_table,
     header,
     metric_columns,
 )
@@ -154,11 +149,5 @@ def markdown_sampling_table(table: SamplingTable) -> str:
 
 def csv_sampling_table(table: SamplingTable) -> str:
     """Every row names its set and queries file, so each number traces back to a run and a sample."""
-    cols = csv_metric_columns("image", table.runs)
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["sample_set", "queries", *CSV_RUN_FIELDS, *cols, *CSV_TRACE_FIELDS])
-    for s in table.sets:
-        for r in s.runs:
-            writer.writerow([s.label, s.queries.name, *csv_run_values(r, cols)])
-    return buf.getvalue()
+    return csv_table("image", table.runs, ("sample_set", "queries"),
+                     [(s.label, s.queries.name) for s in table.sets for _ in s.runs])

@@ -69,7 +69,8 @@ def column_value(run: RunSummary, column: str) -> float | None:
     return measured
 
 
-def _fmt(metric: str, value: float, signed: bool = False) -> str:
+def number(metric: str, value: float, signed: bool = False) -> str:
+    """A metric's value as the tables show it: two decimals for image metrics, one for caption metrics."""
     spec = ".2f" if metric in ("FID", "CLIP Score", "IS", "IS SD") else ".1f"
     return format(value, ("+" if signed else "") + spec)
 
@@ -80,11 +81,11 @@ def cell(run: RunSummary, column: str) -> str:
     if value is None:
         return "-"
     if kind == "delta":
-        return _fmt(metric, value, signed=True)
+        return number(metric, value, signed=True)
     source = run.paper if kind == "paper" else run.metrics
     if metric == "IS" and source.get("IS SD") is not None:
         return f"{value:.2f} ({source['IS SD']:.2f})"
-    return _fmt(metric, value)
+    return number(metric, value)
 
 
 def header(column: str) -> str:
@@ -131,29 +132,21 @@ def markdown_table(task: str, dataset: str, runs: Sequence[RunSummary]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def csv_metric_columns(task: str, runs: Sequence[RunSummary]) -> list[str]:
-    """The metric columns of a CSV table: as in Markdown, with the IS SD as a column of its own."""
+def csv_table(task: str, runs: Sequence[RunSummary], lead: Sequence[str] = (),
+              leads: Sequence[Sequence[str]] | None = None) -> str:
+    """One row per run: who generated it, its metrics (4 decimals; the IS SD a column of its own), its leak
+    rate and where they came from; ``lead`` names columns put first and ``leads`` holds their values per
+    run (the sampling table's set and queries file), so every number traces back to a run."""
     cols = metric_columns(task, runs)
-    return cols + ["IS SD"] if task == "image" and "IS" in cols else cols
-
-
-CSV_RUN_FIELDS = ("row", "retriever", "generator", "mode", "k", "selection")
-CSV_TRACE_FIELDS = ("leak_rate", "n_scored", "n_failed", "run")
-
-
-def csv_run_values(r: RunSummary, cols: Sequence[str]) -> list:
-    """One run's CSV cells: who generated it, its metrics (4 decimals), its leak rate and where they came from."""
-    return [r.label, r.retriever or "", r.generator, r.mode, r.k, r.selection,
-            *[("" if column_value(r, c) is None else f"{column_value(r, c):.4f}") for c in cols],
-            "" if r.leak_rate is None else f"{r.leak_rate:.4f}",
-            r.evaluation.get("n_scored", ""), r.evaluation.get("n_failed", ""), r.name]
-
-
-def csv_table(task: str, runs: Sequence[RunSummary]) -> str:
-    cols = csv_metric_columns(task, runs)
+    cols = cols + ["IS SD"] if task == "image" and "IS" in cols else cols
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([*CSV_RUN_FIELDS, *cols, *CSV_TRACE_FIELDS])
-    for r in runs:
-        writer.writerow(csv_run_values(r, cols))
+    writer.writerow([*lead, "row", "retriever", "generator", "mode", "k", "selection", *cols,
+                     "leak_rate", "n_scored", "n_failed", "run"])
+    for i, r in enumerate(runs):
+        writer.writerow([*(leads[i] if leads else ()), r.label, r.retriever or "", r.generator, r.mode, r.k,
+                         r.selection, *[("" if column_value(r, c) is None else f"{column_value(r, c):.4f}")
+                                        for c in cols],
+                         "" if r.leak_rate is None else f"{r.leak_rate:.4f}",
+                         r.evaluation.get("n_scored", ""), r.evaluation.get("n_failed", ""), r.name])
     return buf.getvalue()

@@ -61,14 +61,10 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
 
     check_memory_mode(index_memory)
     from unirag.data.mbeir import read_qrels, read_queries
-    from unirag.index.store import parse_modality_filter
-    from unirag.retrieval.retriever import Retriever, _check_k
+    from unirag.retrieval.retriever import Retriever, check_options
     from unirag.retrieval.run_io import write_retrieval_run
-    from unirag.retrieval.selection import Selection
 
-    _check_k(k)
-    parse_modality_filter(modality)
-    sel = Selection.of(selection)
+    _, sel = check_options(k, modality, selection)
     query_list = read_queries(queries)
     qrels = read_qrels(exclude_positives) if exclude_positives is not None else None
     from unirag.encoders.registry import instruction_kwargs, load_encoder, precision_options

@@ -25,9 +25,6 @@ from typing import Any
 
 import numpy as np
 
-#: Bits of a :func:`dhash`.
-HASH_BITS = 64
-
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
@@ -81,42 +78,32 @@ class HashCache:
     """
 
     def __init__(self) -> None:
-        self._hash: dict[str, int | None] = {}
-        self._digest: dict[str, str | None] = {}
+        self._seen: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
 
-    def hash_of(self, path: str | Path | None) -> int | None:
+    def _cached(self, kind: str, path: str | Path | None, compute: Any, errors: tuple) -> Any:
         if path is None:
             return None
-        key = str(path)
+        key = (kind, str(path))
         with self._lock:
-            if key in self._hash:
-                return self._hash[key]
+            if key in self._seen:
+                return self._seen[key]
         try:
-            value: int | None = dhash(key)
-        except (OSError, ValueError, SyntaxError):
+            value = compute(key[1])
+        except errors:
             value = None
         with self._lock:
-            self._hash[key] = value
+            self._seen[key] = value
         return value
+
+    def hash_of(self, path: str | Path | None) -> int | None:
+        return self._cached("dhash", path, dhash, (OSError, ValueError, SyntaxError))
 
     def digest_of(self, path: str | Path | None) -> str | None:
         """SHA-256 of the file's bytes (same content under another name is the same image)."""
-        if path is None:
-            return None
-        key = str(path)
-        with self._lock:
-            if key in self._digest:
-                return self._digest[key]
         import hashlib
 
-        try:
-            value: str | None = hashlib.sha256(Path(key).read_bytes()).hexdigest()
-        except OSError:
-            value = None
-        with self._lock:
-            self._digest[key] = value
-        return value
+        return self._cached("sha256", path, lambda p: hashlib.sha256(Path(p).read_bytes()).hexdigest(), (OSError,))
 
 
 #: One cache for the process: a file's hash does not depend on the query.

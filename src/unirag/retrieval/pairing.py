@@ -5,18 +5,22 @@ The complement of a candidate is a candidate of the opposite modality that diffe
 one (candidates sharing a ``source_id``; among several, the one closest to the candidate in the
 embedding space first), and otherwise - or when every paired complement equals the query - by
 retrieval: the candidate's vector as query, the top hits of the opposite modality, the first
-acceptable one.
+acceptable one. Between the two, true pairs named by M-BEIR judgements (``Selection.pairs_from``,
+:func:`read_qrels_pairs`) are tried.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from unirag.data.mbeir import read_qrels, read_queries
 from unirag.data.records import Modality, Query, resolve_image
+from unirag.errors import ConfigError
 from unirag.index.store import CandidateMeta, VectorIndex
 
 RETRIEVAL_DEPTHS = (10, 100)
@@ -65,13 +69,16 @@ def _image_keys(img_path: str | None, images_root: str | Path | None) -> set[str
 
 
 class Completer:
-    """Finds complements; per-candidate orders are cached (they do not depend on the query)."""
+    """Finds complements; per-candidate orders are cached (they do not depend on the query).
 
-    def __init__(self, index: VectorIndex, images_root: str | Path | None, qrels=None) -> None:
+    ``pairs_from``: M-BEIR query and/or qrels files whose true pairs are tried after the pool's pairing.
+    """
+
+    def __init__(self, index: VectorIndex, images_root: str | Path | None,
+                 pairs_from: Sequence[str | Path] = ()) -> None:
         self.index = index
         self.images_root = images_root
-        #: true pairs from M-BEIR judgements (``Selection.pairs_from``), tried after the pool's pairing
-        self.qrels = qrels
+        self._qrels, self._positives = read_qrels_pairs(index, pairs_from) if pairs_from else ({}, {})
         self._paired: dict[int, list[int]] = {}
         self._retrieved: dict[tuple[int, int], list[int]] = {}
 
@@ -88,15 +95,18 @@ class Completer:
         found = self._first(self._paired_order(gid), ident)
         if found is not None:
             return found, "pool"
-        if self.qrels is not None:
-            found = self._first(self.qrels.complements(gid), ident)
-            if found is not None:
-                return found, "qrels"
+        found = self._first(self._qrels.get(gid, []), ident)
+        if found is not None:
+            return found, "qrels"
         for depth in RETRIEVAL_DEPTHS:
             found = self._first(self._retrieved_order(gid, depth), ident)
             if found is not None or depth >= self.index.counts.get(meta.modality.complement().value, 0):
                 break
         return (found, "retrieval") if found is not None else None
+
+    def positives(self, qid: str) -> list[str]:
+        """The positives the ``pairs_from`` files give for query ``qid`` (its reference captions or images)."""
+        return self._positives.get(qid, [])
 
     def _first(self, gids: list[int], ident: QueryIdentity) -> int | None:
         for g in gids:
@@ -124,8 +134,64 @@ class Completer:
         return self._retrieved[key]
 
 
-def pair_equals_query(image_meta: CandidateMeta, text_meta: CandidateMeta, ident: QueryIdentity,
-                      images_root: str | Path | None) -> bool:
-    """A pair whose caption is the query's text or whose image is the query's image is dropped."""
-    return ident.same_text(text_meta.txt) or ident.same_image(image_meta.img_path, images_root)
+def read_qrels_pairs(index: VectorIndex, paths: Sequence[str | Path]
+                     ) -> tuple[dict[int, list[int]], dict[str, list[str]]]:
+    """(candidate global id -> its complements named by the judgements, best known first; qid -> its
+    positives) from the query and qrels files in ``paths``, joined with the candidates of ``index``.
 
+    M-BEIR's MSCOCO pool records no pairing: a retrieved caption would be completed with the *nearest*
+    image, often another photo. The judgements know the true pairs:
+
+    * task 0 (text -> image): a caption query's positive is the image it describes; the caption
+      *candidates* with the query's text (case/space folded) pair with that image;
+    * task 3 (image -> text): an image query's positives are its captions; the image *candidates*
+      with the query's image path pair with those captions.
+
+    Qrels lines hold only ids, so the query records (M-BEIR query JSONL, whose ``pos_cand_list`` are
+    the judgements too) give the query's text or image; qrels files add positives to the queries
+    with the same qid. Paths ending in ``.jsonl`` are query files, others qrels files.
+    """
+    queries: dict[str, Query] = {}
+    extra: dict[str, set[str]] = {}
+    for p in paths:
+        if str(p).endswith(".jsonl"):
+            for q in read_queries(p):
+                queries[q.qid] = q
+        else:
+            for qid, dids in read_qrels(p).relevant.items():
+                extra.setdefault(qid, set()).update(dids)
+    if not queries:
+        raise ConfigError("pairs_from needs the M-BEIR query files (.jsonl) of the judgements: qrels lines "
+                          "name only ids, the queries give each one's caption or image")
+    positives: dict[str, list[str]] = {}
+    for qid, q in queries.items():
+        positives[qid] = list(dict.fromkeys([*q.pos_cand_list, *sorted(extra.get(qid, ()))]))
+    texts: dict[str, list[str]] = {}  # folded caption -> positive image dids
+    images: dict[str, list[str]] = {}  # image path -> positive caption dids
+    for qid, q in queries.items():
+        if q.modality is Modality.TEXT and q.txt:
+            texts.setdefault(normalise_text(q.txt), []).extend(positives[qid])
+        elif q.modality is Modality.IMAGE and q.img_path:
+            images.setdefault(os.path.normpath(q.img_path), []).extend(positives[qid])
+    complements: dict[int, list[int]] = {}
+
+    def link(a: int, b: int) -> None:
+        complements.setdefault(a, [])
+        if b not in complements[a]:
+            complements[a].append(b)
+
+    metas = index.metas
+    for gid, meta in enumerate(metas):
+        if meta.modality is Modality.TEXT and meta.txt:
+            partners = texts.get(normalise_text(meta.txt), ())
+        elif meta.modality is Modality.IMAGE and meta.img_path:
+            partners = images.get(os.path.normpath(meta.img_path), ())
+        else:
+            continue
+        for did in partners:
+            other = index.gid_of(did)
+            if other is None or metas[other].modality is not meta.modality.complement():
+                continue
+            link(gid, other)
+            link(other, gid)
+    return complements, positives

@@ -84,10 +84,7 @@ class Pair:
 
     def as_record(self) -> dict[str, Any]:
         """The form a caption record's ``examples`` list holds (no score, no ``via``)."""
-        out = {"image_did": self.image_did, "text_did": self.text_did, "img_path": self.img_path, "txt": self.txt}
-        if self.near_duplicate is not None:
-            out["near_duplicate"] = self.near_duplicate
-        return out
+        return {k: v for k, v in self.to_json().items() if k not in ("score", "via")}
 
 
 @dataclass
@@ -181,8 +178,7 @@ class Hits(list):
     @classmethod
     def of(cls, result: RetrievalResult, images_root: str | None) -> Hits:
         """The hits of one :class:`RetrievalResult`, their pairs' images resolved against ``images_root``."""
-        pairs = [Pair(p.image_did, p.text_did, p.img_path, p.txt, p.score, p.via, images_root, p.near_duplicate)
-                 for p in result.pairs]
+        pairs = [replace(p, images_root=images_root) for p in result.pairs]
         hits = [replace(c, score=float(c.score), pair=pairs[result.pair_of[c.did]] if c.did in result.pair_of else None)
                 for c in result.candidates]
         return cls(hits, pairs, result.qid, result.raw, result.near_duplicates)

@@ -23,18 +23,22 @@ per-hit`` (see :mod:`unirag.retrieval.uniir_pairs`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from unirag.data.images import ImageLike
-from unirag.data.records import Modality, Qrels, Query
+from unirag.data.images import ImageLike, check_image_like, image_path_of, load_rgb
+from unirag.data.records import Modality, Qrels, Query, resolve_image
 from unirag.errors import ConfigError, InputError
 from unirag.index.store import VectorIndex, check_encoder, parse_modality_filter
-from unirag.retrieval.pairing import Completer, QueryIdentity, pair_equals_query
+from unirag.profiles import Settings, resolve
+from unirag.retrieval.near_duplicates import HASHES, caption_words, dhash
+from unirag.retrieval.pairing import Completer, QueryIdentity
 from unirag.retrieval.results import Hit, Hits, Pair, RetrievalResult
 from unirag.retrieval.selection import Offer, PairPicker, QueryEvidence, Selection
+from unirag.retrieval.uniir_pairs import UniIRCompleter, per_hit_pairs, unirag_depth
 
 
 class Retriever:
@@ -58,7 +62,6 @@ class Retriever:
                  verify: bool = False,
                  pool_images_root: str | Path | None = None, profile: Any = None, memory: str = "mmap") -> None:
         from unirag.index.handle import Index
-        from unirag.profiles import resolve
 
         if isinstance(index, Index):
             index = index.store
@@ -79,8 +82,6 @@ class Retriever:
         self.pool_images_root = str(root) if root is not None else None
         self.settings = resolve(profile)
         if self.settings["pair_completion"] == "uniir":
-            from unirag.retrieval.uniir_pairs import UniIRCompleter
-
             self.completer = UniIRCompleter(self.index, lambda: self.encoder, self.pool_images_root)
         else:
             self.completer = Completer(self.index, self.pool_images_root)
@@ -148,9 +149,7 @@ class Retriever:
         ``images[i]`` and/or ``texts[i]``; ``exclude[i]`` its excluded dids; ``instructions``: one
         UniIR instruction for all queries or one (or None) per query; ``references[i]`` its
         reference captions; ``selection`` / selection keywords as in :meth:`search`, for all."""
-        _check_k(k)
-        parse_modality_filter(modality)
-        sel = Selection.of(selection, **options)
+        _, sel = check_options(k, modality, selection, **options)
         n = len(images) if images is not None else len(texts) if texts is not None else 0
         images = list(images) if images is not None else [None] * n
         texts = list(texts) if texts is not None else [None] * n
@@ -179,8 +178,6 @@ class Retriever:
         if not hasattr(self.encoder, "instruct"):
             raise ConfigError(f"instruction= is for UniIR encoders (uniir:...), trained with M-BEIR instructions; "
                               f"{self.index.manifest['encoder'].get('name')!r} takes none")
-        from dataclasses import replace
-
         from unirag.encoders.instructions import prepend_instruction
 
         out_q, out_t = [], []
@@ -193,8 +190,6 @@ class Retriever:
         return out_q, out_t
 
     def _encode(self, queries: list[Query], texts: list, images: list) -> np.ndarray:
-        from unirag.data.images import load_rgb
-
         out = np.zeros((len(queries), self.encoder.dim), dtype=np.float32)
         groups: dict[Modality, list[int]] = {}
         for i, q in enumerate(queries):
@@ -219,8 +214,6 @@ class Retriever:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Retriever:
         """A retriever like the one :meth:`to_dict` described (index reopened, encoder loaded by spec)."""
-        from unirag.profiles import Settings
-
         profile = Settings.from_dict(data["profile"]) if isinstance(data.get("profile"), dict) else data.get("profile")
         return cls(data["index"], data.get("encoder"), device=data.get("device", "auto"), dtype=data.get("dtype", "auto"),
                    verify=data.get("verify", False), pool_images_root=data.get("pool_images_root"), profile=profile)
@@ -232,9 +225,7 @@ class Retriever:
                  ) -> list[RetrievalResult]:
         """Encode ``queries`` and retrieve; one :class:`RetrievalResult` per query, in order.
         ``selection``: how pairs become examples (:class:`unirag.Selection`)."""
-        _check_k(k)
-        parse_modality_filter(modality)
-        sel = Selection.of(selection)
+        _, sel = check_options(k, modality, selection)
         vectors = self.encoder.encode_records(list(queries), query_images_root, progress=progress)
         return self.retrieve_vectors(queries, vectors, k, modality, exclude_qrels, query_images_root, progress,
                                      selection=sel)
@@ -253,9 +244,7 @@ class Retriever:
         (besides the texts of its excluded positives)."""
         from tqdm.auto import tqdm
 
-        _check_k(k)
-        wanted = parse_modality_filter(modality)
-        sel = Selection.of(selection)
+        wanted, sel = check_options(k, modality, selection)
         if self.per_hit and (sel.diversity != "none" or sel.one_per_image or sel.near_duplicates == "exclude"):
             raise ConfigError("example_pairs = per-hit keeps UniRAG's pairs as its code makes them; --set diversity, "
                               "--set one_per_image=on and --set near_duplicates=exclude choose among pairs and need "
@@ -277,8 +266,6 @@ class Retriever:
         completer = self._completer(sel)
         fetch = max(1, min(scope, 2 * sel.pool_size(k) + 10 + max(len(e) for e in excluded)))
         if self.per_hit:  # UniRAG reads 10 hits (50 for Fashion200k) per query
-            from unirag.retrieval.uniir_pairs import unirag_depth
-
             read = max(unirag_depth(q.qid) for q in queries)
             fetch = max(fetch, min(scope, read + max(len(e) for e in excluded)))
         if scope == 0:
@@ -290,10 +277,12 @@ class Retriever:
         results = []
         for i, query in enumerate(tqdm(queries, desc="pairs", unit="query", disable=not progress)):
             ident = QueryIdentity.of(query, query_images_root, excluded[i])
-            target = wanted if wanted is not None else _default_target(query.modality)
+            # over ``any`` a text query expects images and an image query captions (cross-modal tasks)
+            cross = query.modality in (Modality.TEXT, Modality.IMAGE)
+            target = wanted if wanted is not None else query.modality.complement() if cross else None
             evidence = self._evidence(sel, query, vectors[i], query_images_root,
                                       query_images[i] if query_images is not None else None,
-                                      [*excluded[i], *query.pos_cand_list, *_qrels_positives(completer, query.qid)],
+                                      [*excluded[i], *query.pos_cand_list, *completer.positives(query.qid)],
                                       references[i] if references is not None else ())
             depth, row_scores, row_ids = fetch, scores[i], ids[i]
             while True:
@@ -307,27 +296,20 @@ class Retriever:
                 depth = min(scope, depth * 4)
                 s, g = self.index.search(vectors[i : i + 1], depth, wanted, where)
                 row_scores, row_ids = s[0], g[0]
-            if self.per_hit:  # keep the per-hit pairs: the picker's choice would replace them
-                result.near_duplicates = picker.report()
-            else:
-                self._finish(result, picker)
+            if not self.per_hit:  # the per-hit pairs stay: the picker's choice would replace them
+                _set_pairs(result, [((o.cand_did,), o.pair) for o in picker.finish()])
+            result.near_duplicates = picker.report()
             results.append(result)
         return results
 
     def _per_hit(self, result: RetrievalResult, ident: QueryIdentity, scores: np.ndarray, ids: np.ndarray,
                  k: int, completer: Any) -> None:
         """Replace the result's pairs by UniRAG's per-hit pairs (``example_pairs = per-hit``)."""
-        from unirag.retrieval.uniir_pairs import per_hit_pairs, unirag_depth
-
         metas = self.index.metas
         found, _ = per_hit_pairs(self.index, completer, ident, ids.tolist(), scores.tolist(), k,
                                  unirag_depth(result.qid), zip_bug=self.settings["pair_alignment"] == "uniir-zip")
-        result.pairs = [Pair(metas[i].did, metas[t].did, metas[i].img_path, metas[t].txt, s, via)
-                        for i, t, s, via in found]
-        result.pair_of = {}
-        for n, p in enumerate(result.pairs):
-            for did in (p.image_did, p.text_did):
-                result.pair_of.setdefault(did, n)
+        _set_pairs(result, [((metas[i].did, metas[t].did), Pair(metas[i].did, metas[t].did, metas[i].img_path,
+                                                                 metas[t].txt, s, via)) for i, t, s, via in found])
 
     def _completer(self, sel: Selection) -> Completer:
         """The pair completer for a selection (one per ``pairs_from`` set, kept: its caches are per index)."""
@@ -335,18 +317,12 @@ class Retriever:
             return self.completer
         key = sel.pairs_from
         if key not in self._qrels_completers:
-            from unirag.retrieval.qrels_pairs import QrelsPairing
-
-            pairing = QrelsPairing.read(self.index, key)
-            self._qrels_completers[key] = Completer(self.index, self.pool_images_root, qrels=pairing)
+            self._qrels_completers[key] = Completer(self.index, self.pool_images_root, pairs_from=key)
         return self._qrels_completers[key]
 
     def _evidence(self, sel: Selection, query: Query, vector: np.ndarray, query_images_root, image,
                   positives: Iterable[str], references: Iterable[str]) -> QueryEvidence:
         """What the near-duplicate guard compares this query's examples with."""
-        from unirag.data.records import resolve_image
-        from unirag.retrieval.near_duplicates import HASHES, caption_words, dhash
-
         ev = QueryEvidence()
         if sel.near_duplicates == "off":
             return ev
@@ -411,31 +387,26 @@ class Retriever:
     def _offer_pair(self, picker: PairPicker, cand: int, other: int, score: float, via: str,
                     ident: QueryIdentity) -> bool:
         """Offer the pair (cand, other) to the picker unless it shows the query; True if taken."""
-        from unirag.data.records import resolve_image
-
         metas = self.index.metas
         image, text = (cand, other) if metas[cand].modality.has_image else (other, cand)
-        if pair_equals_query(metas[image], metas[text], ident, self.pool_images_root):
-            return False
+        if ident.same_text(metas[text].txt) or ident.same_image(metas[image].img_path, self.pool_images_root):
+            return False  # the caption is the query's text or the image the query's image
         pair = Pair(metas[image].did, metas[text].did, metas[image].img_path, metas[text].txt, score, via)
         file = resolve_image(metas[image].img_path, self.pool_images_root)
-        return picker.offer(Offer(metas[cand].did, pair, image, text, str(file) if file is not None else None))
+        return picker.offer(Offer(metas[cand].did, pair, image, str(file) if file is not None else None))
 
-    @staticmethod
-    def _finish(result: RetrievalResult, picker: PairPicker) -> None:
-        """Put the picker's choice into the result (pairs in example order, candidate -> pair)."""
-        chosen = picker.finish()
-        result.pairs = [o.pair for o in chosen]
-        result.pair_of = {}
-        for n, o in enumerate(chosen):
-            result.pair_of.setdefault(o.cand_did, n)
-        result.near_duplicates = picker.report()
+
+def _set_pairs(result: RetrievalResult, pairs: list[tuple[tuple[str, ...], Pair]]) -> None:
+    """Put the chosen pairs into the result in example order, each with the candidate dids it stands for."""
+    result.pairs = [p for _, p in pairs]
+    result.pair_of = {}
+    for n, (dids, _) in enumerate(pairs):
+        for did in dids:
+            result.pair_of.setdefault(did, n)
 
 
 def _query(i: int, image: ImageLike | None, text: str | None) -> Query:
     """An in-memory query record; its image path (if it has one) lets pairs that show it be dropped."""
-    from unirag.data.images import check_image_like, image_path_of
-
     if text is not None and not isinstance(text, str):
         raise InputError(f"query {i}: expected a string, got {type(text).__name__}", field="text")
     if isinstance(image, str) and text is None and not Path(image).is_file() and _looks_like_text(image):
@@ -460,17 +431,10 @@ def _looks_like_text(value: str) -> bool:
     return " " in value.strip() and ("." not in name or not name.rsplit(".", 1)[1].isalnum())
 
 
-def _default_target(query_modality: Modality) -> Modality | None:
-    """Over ``any``, a text query expects images and an image query captions (cross-modal tasks)."""
-    return query_modality.complement() if query_modality in (Modality.TEXT, Modality.IMAGE) else None
-
-
-def _check_k(k: int) -> None:
+def check_options(k: int, modality: str | Modality | None, selection: Any, **options: Any
+                  ) -> tuple[Modality | None, Selection]:
+    """(the modality filter, the :class:`Selection`) of a retrieval's options, checked before any query is
+    encoded (or any model loaded): ``k`` a positive integer, a known modality, a valid selection."""
     if not isinstance(k, int | np.integer) or isinstance(k, bool) or k <= 0:
         raise ConfigError(f"k must be a positive integer, got {k!r}")
-
-
-def _qrels_positives(completer: Any, qid: str) -> list[str]:
-    """The positives of ``qid`` in the completer's qrels pairs (``Selection.pairs_from``), if it has any."""
-    qrels = getattr(completer, "qrels", None)
-    return list(qrels.positives(qid)) if qrels is not None else []
+    return parse_modality_filter(modality), Selection.of(selection, **options)

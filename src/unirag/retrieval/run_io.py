@@ -19,26 +19,21 @@ from pathlib import Path
 from unirag.data.jsonl import iter_json_lines
 from unirag.errors import InputError, UniragError
 from unirag.retrieval.results import RetrievalResult
-from unirag.runs.atomic import atomic_write_lines
+from unirag.runs.atomic import atomic_write_json, atomic_write_lines
 
 RUN_TAG = "unirag"
 
 
-def trec_path(run_path: str | Path) -> Path:
+def trec_path(run_path: str | Path, ext: str = ".trec") -> Path:
+    """The file beside a run file: its TREC twin (``run.jsonl`` -> ``run.trec``), or with
+    ``ext=".manifest.json"`` its manifest (k, modality, selection)."""
     run_path = Path(run_path)
-    return run_path.with_suffix(".trec") if run_path.suffix == ".jsonl" else run_path.with_name(run_path.name + ".trec")
-
-
-def manifest_path(run_path: str | Path) -> Path:
-    """The run's manifest beside it (``run.jsonl`` -> ``run.manifest.json``): k, modality, selection."""
-    run_path = Path(run_path)
-    stem = run_path.stem if run_path.suffix == ".jsonl" else run_path.name
-    return run_path.with_name(stem + ".manifest.json")
+    return run_path.with_name((run_path.stem if run_path.suffix == ".jsonl" else run_path.name) + ext)
 
 
 def read_run_manifest(run_path: str | Path) -> dict | None:
     """The manifest beside a retrieval run file, or None (runs written before manifests existed)."""
-    path = manifest_path(run_path)
+    path = trec_path(run_path, ".manifest.json")
     if not path.is_file():
         return None
     try:
@@ -53,9 +48,7 @@ def write_retrieval_run(path: str | Path, results: Iterable[RetrievalResult], ta
     results = list(results)
     path = Path(path)
     if manifest is not None:
-        from unirag.runs.atomic import atomic_write_json
-
-        atomic_write_json(manifest_path(path), manifest)
+        atomic_write_json(trec_path(path, ".manifest.json"), manifest)
     atomic_write_lines(path, (_json_line(r, path) for r in results))
     trec = trec_path(path)
 

@@ -21,17 +21,18 @@ applies it to one query's pairs, offered in rank order by the retriever.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
+from functools import partial
 from typing import Any
 
+from unirag.data.records import Modality
 from unirag.errors import ConfigError
+from unirag.profiles import _on_off, _or_none
 
 DIVERSITY = ("none", "mmr")
 NEAR_DUPLICATES = ("off", "report", "exclude")
 
-#: Fields a filter can name besides any ``src_content`` key.
-BUILTIN_FIELDS = ("dataset", "modality", "source_id")
 _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
@@ -197,8 +198,6 @@ def _split_filter(text: str) -> tuple[str, str]:
 
 
 def _values(name: str, values: Any) -> tuple[str, ...]:
-    from unirag.data.records import Modality
-
     if isinstance(values, str):
         if name == "modality":  # 'image,text' is the fused modality, as everywhere in M-BEIR
             try:
@@ -221,23 +220,19 @@ def _values(name: str, values: Any) -> tuple[str, ...]:
     return out
 
 
-def _text(value: str) -> str:
-    return value
-
-
 #: The example-selection names that ``--set NAME=VALUE`` and a grid's ``settings:`` take beside the
 #: settings table (:data:`unirag.profiles.SELECTION_NAMES`, which also says which collect repeated
 #: values into a list): name -> (the :meth:`Selection.of` keyword, how a string value is read).
 SELECTION_SETTINGS: dict[str, tuple[str, Any]] = {
-    "diversity": ("diversity", _text),  # none | mmr
+    "diversity": ("diversity", str),  # none | mmr
     "mmr_lambda": ("mmr_lambda", float),
-    "one_per_image": ("one_per_image", None),  # on | off
-    "near_duplicates": ("near_duplicates", _text),  # off | report | exclude
+    "one_per_image": ("one_per_image", _on_off),  # on | off
+    "near_duplicates": ("near_duplicates", str),  # off | report | exclude
     "hash_threshold": ("image_hash", int),
-    "cosine_threshold": ("image_cosine", None),  # a number, or none
+    "cosine_threshold": ("image_cosine", partial(_or_none, float)),  # a number, or none
     "caption_threshold": ("caption", float),
-    "pairs_from": ("pairs_from", _text),
-    "filter": ("where", _text),  # FIELD=VALUE
+    "pairs_from": ("pairs_from", str),
+    "filter": ("where", str),  # FIELD=VALUE
 }
 
 
@@ -245,13 +240,9 @@ def selection_from_settings(given: Mapping[str, Any], base: Selection | Mapping[
                             ) -> Selection:
     """The :class:`Selection` that example-selection settings by name (strings from ``--set`` are read
     by the name's type) make on top of ``base``; a bad value is one :class:`ConfigError` line."""
-    from unirag.profiles import _none_or_float, _on_off
-
-    readers = {"one_per_image": _on_off, "cosine_threshold": _none_or_float}
     keywords: dict[str, Any] = {}
     for name, value in given.items():
         keyword, read = SELECTION_SETTINGS[name]
-        read = readers.get(name, read)
         if isinstance(value, str):
             try:
                 value = read(value)
@@ -259,11 +250,6 @@ def selection_from_settings(given: Mapping[str, Any], base: Selection | Mapping[
                 raise ConfigError(f"setting {name!r}: cannot read {value!r} ({exc})") from None
         keywords[keyword] = value
     return Selection.of(base, **keywords)
-
-
-def parse_filters(texts: Sequence[str] | None) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """``--filter`` values (``FIELD=VALUE``, repeatable) -> the normalised ``where``."""
-    return normalise_where(list(texts or ()))
 
 
 # -- applying a selection to one query ------------------------------------------------------------
@@ -283,7 +269,6 @@ class Offer:
     cand_did: str
     pair: Any  # unirag.retrieval.results.Pair
     image_gid: int | None
-    text_gid: int | None
     image_file: str | None
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from unirag.data.records import Modality, Query
 from unirag.index.store import CandidateMeta, VectorIndex
+from unirag.retrieval.pairing import Completer
 
 #: UniIR's complement search depth (``complement_retriever.retrieve(k=10)``) and UniRAG's retrieval depth.
 UNIIR_DEPTH = 10
@@ -56,13 +57,6 @@ MSCOCO_ID = "9"
 COMPLEMENT_TASK = {Modality.TEXT: 0, Modality.IMAGE: 3}
 
 
-def complement_query(meta: CandidateMeta, n: int) -> Query:
-    """The instructed query UniIR builds from a candidate: MSCOCO's dataset id, task 0 (text) or 3 (image)."""
-    return Query(qid=f"{MSCOCO_ID}:{n}", modality=meta.modality, txt=meta.txt if meta.modality is Modality.TEXT
-                 else None, img_path=meta.img_path if meta.modality is Modality.IMAGE else None,
-                 task_id=COMPLEMENT_TASK[meta.modality])
-
-
 def uniir_accepts(meta: CandidateMeta, query_txt: str | None, query_img_path: str | None) -> bool:
     """UniIR's test (TIGER-AI-Lab/UniIR ``src/common/mbeir_retriever.py`` at commit 72871c19, :290-298):
     a candidate with an image path that differs from the query's is accepted; otherwise (no image path,
@@ -74,8 +68,8 @@ def uniir_accepts(meta: CandidateMeta, query_txt: str | None, query_img_path: st
     return bool(meta.txt) and meta.txt != query_txt
 
 
-class UniIRCompleter:
-    """``complement(gid, ident)`` as :class:`~unirag.retrieval.pairing.Completer` offers, UniIR's way.
+class UniIRCompleter(Completer):
+    """:class:`~unirag.retrieval.pairing.Completer`'s ``complement(gid, ident)``, UniIR's way.
 
     ``encoder``: a callable returning the query encoder (loaded on first use). Each candidate's top 10
     is searched once and cached (it does not depend on the query; the choice among them does).
@@ -84,23 +78,22 @@ class UniIRCompleter:
     via = "uniir"
 
     def __init__(self, index: VectorIndex, encoder: Callable[[], Any], images_root: str | Path | None) -> None:
-        self.index = index
+        super().__init__(index, images_root)
         self._encoder = encoder
-        self.images_root = images_root
         self._top: dict[int, list[int]] = {}
 
     def prepare(self, gids: Iterable[int]) -> None:
-        """Encode and search the candidates not seen yet, in one batch."""
-        todo: list[int] = []
-        queued: set[int] = set()
-        for g in gids:
-            g = int(g)
-            if g >= 0 and g not in self._top and g not in queued and self.index.metas[g].modality in COMPLEMENT_TASK:
-                todo.append(g)
-                queued.add(g)
+        """Encode and search the candidates not seen yet, in one batch, each as the instructed query UniIR
+        builds from a candidate: MSCOCO's dataset id, task 0 (text) or 3 (image)."""
+        metas = self.index.metas
+        todo = list(dict.fromkeys(g for g in map(int, gids)
+                                  if g >= 0 and g not in self._top and metas[g].modality in COMPLEMENT_TASK))
         if not todo:
             return
-        queries = [complement_query(self.index.metas[g], len(self._top) + i + 1) for i, g in enumerate(todo)]
+        queries = [Query(qid=f"{MSCOCO_ID}:{len(self._top) + i + 1}", modality=metas[g].modality,
+                         txt=metas[g].txt if metas[g].modality is Modality.TEXT else None,
+                         img_path=metas[g].img_path if metas[g].modality is Modality.IMAGE else None,
+                         task_id=COMPLEMENT_TASK[metas[g].modality]) for i, g in enumerate(todo)]
         vectors = self._encoder().encode_records(queries, self.images_root)
         _, ids = self.index.search(vectors, min(UNIIR_DEPTH, len(self.index)), None)
         for g, row in zip(todo, ids, strict=True):

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from unirag.redact import redact, redact_json
+
 
 @contextmanager
 def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
@@ -50,15 +52,11 @@ def atomic_write_lines(path: str | Path, lines: Iterable[str]) -> int:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    from unirag.redact import redact
-
     with atomic_open(path) as f:
         f.write(redact(text))
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
-    from unirag.redact import redact_json
-
     with atomic_open(path) as f:
         f.write(json.dumps(redact_json(obj), indent=2, ensure_ascii=False) + "\n")
 

@@ -18,15 +18,11 @@ import contextlib
 import fcntl
 import json
 import os
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO
 
 from unirag.runs.atomic import atomic_write_lines
-
-T = TypeVar("T")
 
 
 class Claims:
@@ -139,35 +135,3 @@ class Claims:
                 os.unlink(self.owners_dir / self._owner_id)  # type: ignore[operator]
             self._owner_fh.close()
             self._owner_fh = None
-
-
-#: returned for an item another live process has claimed (see ResultStore.claim)
-DEFERRED = object()
-
-
-def settle_deferred(store: Any, deferred: list[tuple[T, dict[str, Any] | None]], key: Callable[[T], str],
-                    attempt: Callable[[T], Any], poll_s: float = 0.1) -> list[dict[str, Any] | None]:
-    """Finish the items another process had claimed: wait for its record for each; take an item over
-    (``attempt`` claims it again) only when that process died without storing it.
-
-    Returns one result per item: None when the other process stored it (skipped here), else what
-    ``attempt`` returned.
-    """
-    results: list[dict[str, Any] | None] = []
-    waiting = list(deferred)
-    while waiting:
-        store.refresh()
-        still = []
-        for item, before in waiting:
-            if store.get(key(item)) != before:  # the other process stored it (finished or failed)
-                results.append(None)
-                continue
-            rec = attempt(item)
-            if rec is DEFERRED:
-                still.append((item, before))
-            else:
-                results.append(rec)
-        waiting = still
-        if waiting:
-            time.sleep(poll_s)
-    return results

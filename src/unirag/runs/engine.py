@@ -33,8 +33,10 @@ run locally and the run says so (:func:`runs_on_ray`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -44,6 +46,7 @@ from typing import Any, Protocol
 from tqdm.auto import tqdm
 
 from unirag.errors import ConfigError, UniragError
+from unirag.ray_support import default_workers, ray_session
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +164,8 @@ class ModelRecipe(Protocol):
 WORKER_CONCURRENCY = 3
 #: What a call that a stopping worker (or the driver) cancelled before it claimed anything raises.
 CANCELLED = "this call was cancelled (the Ray worker is stopping or the driver gave up)"
+#: What the driver raises when no worker of a model is left.
+ALL_DIED = "every Ray worker died (see Ray's logs, e.g. /tmp/ray/session_latest/logs); rerun to resume"
 
 
 class _Worker:
@@ -277,8 +282,6 @@ class _Worker:
 def _cancelled() -> bool:
     """Whether the driver cancelled the running Ray call (``ray.cancel`` only flags a call that a threaded
     actor has started: one waiting for the model checks it before it claims anything)."""
-    import sys
-
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized():  # not in a Ray worker (get_runtime_context would start Ray)
         return False
@@ -325,8 +328,6 @@ class WorkerPool:
     def _connect(self) -> Any:
         """Start or join Ray on first use (a grid without local-model cells never starts it)."""
         if self.ray is None:
-            from unirag.ray_support import ray_session
-
             o = self.options
             session = ray_session(o.ray_address, object_store_memory=o.object_store_memory)
             self.ray = session.__enter__()
@@ -354,8 +355,6 @@ class WorkerPool:
 
     # -- actors ---------------------------------------------------------------------------------------
     def n_workers(self) -> int:
-        from unirag.ray_support import default_workers
-
         o = self.options
         return o.workers or default_workers(self.ray, o.cpus_per_worker, o.gpus_per_worker)
 
@@ -405,8 +404,7 @@ class WorkerPool:
                 group.dead.add(w)
             except self.ray.exceptions.RayTaskError as e:
                 raise _unwrap(e) from None
-        raise UniragError("every Ray worker died (see Ray's logs, e.g. /tmp/ray/session_latest/logs); "
-                          "rerun to resume")
+        raise UniragError(ALL_DIED)
 
     # -- running --------------------------------------------------------------------------------------
     def run(self, recipe: ModelRecipe, open_kind: Callable[[Any], Any], store: Any, items: Sequence[Any],
@@ -455,8 +453,7 @@ class WorkerPool:
                         log.warning("Ray worker %d died; its items go to the %d worker(s) left", w, len(alive))
                     pending.appendleft(chunk)
                     if not alive:
-                        raise UniragError("every Ray worker died (see Ray's logs, e.g. "
-                                          "/tmp/ray/session_latest/logs); rerun to resume") from None
+                        raise UniragError(ALL_DIED) from None
                     for other in alive:  # a worker that had run dry picks the batch up
                         while pending and sum(1 for v in in_flight.values() if v[0] == other) < 2:
                             submit(other)
@@ -484,8 +481,6 @@ class WorkerPool:
 
 def open_pool(engine: str | EngineOptions | WorkerPool | None, progress: bool = True):
     """A context manager yielding the pool to use: the given one (left open), or a new one for this run."""
-    import contextlib
-
     if isinstance(engine, WorkerPool):
         return contextlib.nullcontext(engine)
     return WorkerPool(engine_options(engine), progress=progress)

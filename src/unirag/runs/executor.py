@@ -25,11 +25,13 @@ from typing import Any, Protocol, TypeVar
 from tqdm.auto import tqdm
 
 from unirag.errors import BackendError
-from unirag.runs.claims import DEFERRED, settle_deferred
 from unirag.runs.retry import RetryPolicy, call_with_retry
 from unirag.runs.store import STATUS_ERROR, STATUS_OK, ResultStore
+from unirag.runtime import free_memory
 
 T = TypeVar("T")
+#: A result for an item another live process has claimed (see ResultStore.claim).
+DEFERRED = object()
 
 
 class RunKind(Protocol):
@@ -192,8 +194,6 @@ def run_items(
                 results = work(chunk)
             except Exception as err:  # noqa: BLE001 - _as_backend_error re-raises what is not a model failure
                 if is_out_of_memory(_as_backend_error(err)):
-                    from unirag.runtime import free_memory
-
                     free_memory()
             else:
                 seconds = (time.perf_counter() - start) / len(chunk)
@@ -234,7 +234,19 @@ def run_items(
                     for fut in pending:
                         fut.cancel()
                     raise
-        count(settle_deferred(store, deferred, key, lambda it: batch([it], first_try=False)[0]))
+        # The items another process had claimed: wait for its record of each; take one over (claim it
+        # again) only when that process died without storing it.
+        while deferred:
+            store.refresh()
+            waiting, deferred = deferred, []
+            for it, before in waiting:
+                rec = None if store.get(key(it)) != before else batch([it], first_try=False)[0]
+                if rec is DEFERRED:
+                    deferred.append((it, before))
+                else:
+                    count([rec])  # None: the other process stored it (finished or failed)
+            if deferred:
+                time.sleep(0.1)
     finally:
         bar.close()
     return counts

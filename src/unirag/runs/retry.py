@@ -42,8 +42,7 @@ class RetryPolicy:
 
 
 def call_with_retry(fn: Callable[[], T], policy: RetryPolicy | None = None,
-                    sleep: Callable[[float], None] = time.sleep,
-                    on_retry: Callable[[int, BackendError, float], None] | None = None) -> tuple[T, int]:
+                    sleep: Callable[[float], None] = time.sleep) -> tuple[T, int]:
     """Call ``fn`` until it succeeds or fails permanently. Returns (result, attempts used).
 
     Raises the last :class:`BackendError` when attempts run out or the error is not retryable.
@@ -57,7 +56,4 @@ def call_with_retry(fn: Callable[[], T], policy: RetryPolicy | None = None,
         except BackendError as err:
             if not err.retryable or attempt >= policy.max_attempts:
                 raise
-            wait = policy.delay(attempt, err.retry_after)
-            if on_retry is not None:
-                on_retry(attempt, err, wait)
-            sleep(wait)
+            sleep(policy.delay(attempt, err.retry_after))

@@ -30,9 +30,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from unirag.data.images import png_bytes
 from unirag.data.jsonl import iter_json_lines, parse_json, read_json_file
 from unirag.data.text import decode_line
-from unirag.errors import ConfigError, InputError
+from unirag.errors import ConfigError, InputError, RunFailedError
 from unirag.messages import Message, render_for_log
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from unirag.runs.store import STATUS_OK, ResultStore
@@ -158,9 +159,13 @@ class RunDir:
             ok = sum(1 for r in records if r is not None and r.get("status") == STATUS_OK)
             failed = sum(1 for r in records if r is not None and r.get("status") != STATUS_OK)
             counts = {"queries": len(order), "ok": ok, "error": failed, "missing": len(order) - ok - failed}
-            short = self._short_of_k(records)
-            if short:  # queries that got fewer examples than asked: never silent (as `unirag retrieve` says)
-                counts["short"] = short
+            examples = self.identity.get("examples")
+            k = examples.get("k") if isinstance(examples, dict) else None
+            if isinstance(k, int) and k >= 1:  # finished queries given fewer examples than k: never silent
+                short = sum(1 for r in records if r is not None and r.get("status") == STATUS_OK
+                            and isinstance(r.get("examples"), list) and len(r["examples"]) < k)
+                if short:  # (as `unirag retrieve` says)
+                    counts["short"] = short
             totals = _usage_totals(r for r in records if r is not None)
             self.manifest.update({"updated": _now(), "counts": counts, "totals": totals,
                                   "status": "complete" if ok == len(order) else "incomplete", **(extra or {})})
@@ -169,16 +174,6 @@ class RunDir:
                                                   "first_line_numbers": self.store.dropped_lines[:10]}
             atomic_write_json(self.manifest_path, self.manifest)
         return counts
-
-
-    def _short_of_k(self, records: list[dict[str, Any] | None]) -> int:
-        """Finished queries whose record lists fewer examples than the run's ``k`` asked for."""
-        examples = self.identity.get("examples")
-        k = examples.get("k") if isinstance(examples, dict) else None
-        if not isinstance(k, int) or k < 1:
-            return 0
-        return sum(1 for r in records if r is not None and r.get("status") == STATUS_OK
-                   and isinstance(r.get("examples"), list) and len(r["examples"]) < k)
 
 
 def write_prompt(prompts_dir: Path, index: int, qid: str, messages: list[Message], merged_image=None,
@@ -193,8 +188,6 @@ def write_prompt(prompts_dir: Path, index: int, qid: str, messages: list[Message
                            "sha256": p.sha256()})
     info = {"qid": qid, "images": images, **(extra or {})}
     if merged_image is not None:
-        from unirag.data.images import png_bytes
-
         atomic_write_bytes(stem.with_name(stem.name + "_merged.png"), png_bytes(merged_image))
         info["merged_image"] = stem.name + "_merged.png"
     atomic_write_text(stem.with_suffix(".txt"), render_for_log(messages) + "\n")
@@ -209,8 +202,6 @@ def check_some_succeeded(run_dir: str | Path, ok: int, failed: int, noun: str = 
     unreachable server must not end in exit status 0. Failures stay recorded; a rerun retries them."""
     if failed < 1 or ok > 0:
         return
-    from unirag.errors import RunFailedError
-
     first = next(iter(read_run_dir(run_dir).failed().values()), {})
     error = " ".join(str(first.get("error") or "no error recorded").split())
     raise RunFailedError(f"all {failed} {noun} tried in this run failed (first error: {error[:300]}); "

@@ -72,20 +72,12 @@ class ResultStore:
         #: appends not written because another writer had already stored an ``ok`` record for the key
         self.skipped_duplicates = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         self._claims = Claims(self.path)
         self._closed = False
         with self._locked(exclusive=True):
             self._refresh_locked(repair=True)
-
-    @property
-    def lock_path(self) -> Path:
-        return self.path.with_name(self.path.name + ".lock")
-
-    @property
-    def dropped_torn_line(self) -> bool:
-        """True when any line was dropped (kept for callers of the earlier API)."""
-        return bool(self.dropped_lines)
 
     # -- locking ------------------------------------------------------------------------------------
     @contextmanager

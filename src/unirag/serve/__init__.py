@@ -5,8 +5,8 @@
 
 Modules: :mod:`settings` (options, bind safety), :mod:`engine` (the library calls), :mod:`app`
 (routes), :mod:`batching` (concurrent searches in one call), :mod:`uploads` (size/type/bomb checks),
-:mod:`metrics` (Prometheus text), :mod:`redact` (secrets out of responses and logs), ``static/``
-(the page). FastAPI is imported only when :func:`create_app` is used.
+:mod:`metrics` (Prometheus text), ``static/`` (the page); secrets are masked by :mod:`unirag.redact`.
+FastAPI is imported only when :func:`create_app` is used.
 """
 
 from __future__ import annotations

@@ -19,14 +19,14 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from unirag import __version__
+from unirag.redact import install_log_redaction, redact
 from unirag.serve.batching import SearchBatcher
 from unirag.serve.engine import Engine
 from unirag.serve.metrics import Metrics, ObserveRequests
-from unirag.serve.redact import install_log_redaction, redact
 from unirag.serve.routes import generate, images, page, search
-from unirag.serve.service import Service, ServiceError
+from unirag.serve.service import Service
 from unirag.serve.settings import ServeSettings
-from unirag.serve.uploads import BodyLimit, UploadError
+from unirag.serve.uploads import BodyLimit, ServiceError
 
 #: Room for the multipart framing and the text fields around one upload.
 _FORM_OVERHEAD = 64 * 1024
@@ -71,15 +71,14 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, e: ServiceError):
-        return error(e.status, e.message, {"WWW-Authenticate": "Bearer"} if e.status == 401 else None)
-
-    @app.exception_handler(UploadError)
-    async def _upload_error(request: Request, e: UploadError):
-        return error(e.status, e.message, {"Retry-After": str(e.retry_after)} if e.retry_after else None)
+        headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}
+        if e.retry_after:
+            headers["Retry-After"] = str(e.retry_after)
+        return error(e.status, e.message, headers or None)
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, e: HTTPException):
-        if isinstance(e.__cause__, UploadError):  # raised while FastAPI parsed the form (BodyLimit)
+        if isinstance(e.__cause__, ServiceError):  # raised while FastAPI parsed the form (BodyLimit)
             return error(e.__cause__.status, e.__cause__.message)
         return error(e.status_code, str(e.detail))
 

@@ -51,21 +51,15 @@ class SearchQuery:
 
 
 @dataclass
-class CaptionAnswer:
-    caption: str
+class Answer:
+    """A generator's answer: a caption (str) or a picture (PIL image), with the examples in its prompt."""
+
+    output: Any
     examples: list[Pair]
+    attempts: int
+    generator: str
     usage: dict[str, int] = field(default_factory=dict)
     cost_usd: float | None = None
-    attempts: int = 1
-    generator: str = ""
-
-
-@dataclass
-class ImageAnswer:
-    image: Any  # PIL image
-    examples: list[Pair]
-    attempts: int = 1
-    generator: str = ""
 
 
 @dataclass
@@ -107,7 +101,8 @@ class Engine:
         # for caption/image requests (Starlette's thread pool) take turns on it.
         self._encoder_lock = threading.Lock()
         self._gallery: dict[str, str] | None = None
-        self._slots = {name: threading.BoundedSemaphore(_slots(spec, settings.generator_concurrency))
+        self._slots = {name: threading.BoundedSemaphore(1 if (spec or "").split(":", 1)[0].strip().lower()
+                                                        in LOCAL_PREFIXES else settings.generator_concurrency)
                        for name, spec in (("caption", settings.generator), ("image", settings.image_generator))}
         if retriever is None:  # a caller's retriever is already loaded and warm
             self._warm_up()
@@ -168,9 +163,6 @@ class Engine:
                     found[i] = hits
         return [[self._hit(h) for h in hits] for hits in found]
 
-    def search(self, query: SearchQuery, k: int = 5, modality: str = "any") -> list[Hit]:
-        return self.search_batch([query], k, modality)[0]
-
     def _hit(self, h: Hit) -> Hit:
         if h.pair is not None:
             return h
@@ -182,8 +174,8 @@ class Engine:
 
     # -- examples -------------------------------------------------------------------------------
     def examples(self, mode: str, k: int, *, image=None, text: str | None = None, seed_bytes: bytes = b"",
-                 selection: Any = None) -> tuple[list, list[Pair]]:
-        """Few-shot examples as the API takes them, and as the page shows them.
+                 selection: Any = None) -> list[Pair]:
+        """Few-shot examples, as the API takes them and the page shows them.
 
         zero-shot: none; random: k pool pairs drawn with a seed from the input (the same upload
         gets the same examples); rag: the k pairs ``Retriever.search(image=...)`` (or ``text=``)
@@ -193,16 +185,14 @@ class Engine:
         if mode not in CAPTION_MODES:
             raise ConfigError(f"mode must be one of {', '.join(CAPTION_MODES)}, got {mode!r}")
         if mode == "zero-shot":
-            return [], []
+            return []
         if k < 1:
             raise ConfigError(f"{mode} mode needs k >= 1, got {k}")
         if mode == "random":
-            shown = self._random_examples(k, seed_bytes or (text or "").encode())
-            return shown, shown
+            return self._random_examples(k, seed_bytes or (text or "").encode())
         with self._encoder_lock:
             hits = self.retriever.search(image=image, text=text, k=k, selection=selection)
-        pairs = [p for p in hits.pairs if p.caption and p.img_path][:k]
-        return pairs, pairs
+        return [p for p in hits.pairs if p.caption and p.img_path][:k]
 
     def _random_examples(self, k: int, seed: bytes) -> list[Pair]:
         """k pool images (sampled by row, so large pools cost k lookups, not a scan) with one of their captions."""
@@ -233,24 +223,24 @@ class Engine:
         with self._slots[kind]:
             return call_with_retry(fn, policy)
 
-    def caption(self, image, data: bytes, mode: str = "rag", k: int = 5, selection: Any = None) -> CaptionAnswer:
+    def caption(self, image, data: bytes, mode: str = "rag", k: int = 5, selection: Any = None) -> Answer:
         """``Captioner.caption`` of the uploaded image with its examples (``data``: the encoded upload);
         ``selection``: how retrieved pairs become examples (:class:`unirag.Selection`, rag mode)."""
         if self.captioner is None:
             raise BackendError("no caption generator configured (start the service with --generator)")
-        examples, shown = self.examples(mode, k, image=image, seed_bytes=data, selection=selection)
+        examples = self.examples(mode, k, image=image, seed_bytes=data, selection=selection)
         if mode != "zero-shot" and not examples:
             raise ConfigError("no examples found for this image (is the index empty?)")
         out, attempts = self._call("caption", lambda: self.captioner.caption(data, examples, mode=mode))
-        return CaptionAnswer(out.text, shown, out.usage.as_dict(), out.cost, attempts, self.captioner.spec)
+        return Answer(out.text, examples, attempts, self.captioner.spec, out.usage.as_dict(), out.cost)
 
-    def generate_image(self, text: str, mode: str = "rag", k: int = 1, selection: Any = None) -> ImageAnswer:
+    def generate_image(self, text: str, mode: str = "rag", k: int = 1, selection: Any = None) -> Answer:
         """``ImageGenerator.generate`` for ``text`` with its examples (``selection``: see :meth:`caption`)."""
         if self.image_generator is None:
             raise BackendError("no image generator configured (start the service with --image-generator)")
-        examples, shown = self.examples(mode, k, text=text, selection=selection)
+        examples = self.examples(mode, k, text=text, selection=selection)
         out, attempts = self._call("image", lambda: self.image_generator.generate_result(text, examples))
-        return ImageAnswer(out.image, shown, attempts, self.image_generator.spec)
+        return Answer(out.image, examples, attempts, self.image_generator.spec)
 
     # -- composed retrieval ---------------------------------------------------------------------
     def cir(self, image, text: str, k: int = 10, data: bytes = b"", keep_reference: bool = False) -> CirAnswer:
@@ -262,7 +252,7 @@ class Engine:
         threshold of the upload's (the same photo re-encoded)."""
         extra = 0 if keep_reference else _REFERENCE_SLACK
         if self.xr is None:
-            hits = self.search(SearchQuery(image=image, text=text), k=k + extra, modality="image")
+            hits = self.search_batch([SearchQuery(image=image, text=text)], k + extra, "image")[0]
             stage, note = "baseline", ("X^R embedding baseline: reference image and text fused "
                                        "(start with --cir-agents for the agent stages)")
         else:
@@ -311,11 +301,6 @@ class Engine:
         for obj in (self.captioner, self.image_generator, self.xr):
             if obj is not None:
                 obj.close()
-
-
-def _slots(spec: str | None, concurrency: int) -> int:
-    prefix = (spec or "").split(":", 1)[0].strip().lower()
-    return 1 if prefix in LOCAL_PREFIXES else concurrency
 
 
 def _caption_of(index, did: str) -> str | None:

@@ -1,8 +1,7 @@
 """What every route reaches: the loaded :class:`Service` and the helpers the routes share.
 
 :func:`create_app <unirag.serve.app.create_app>` puts one :class:`Service` on ``app.state``; routes
-get it with :func:`service_of`. Refusals are :class:`ServiceError` (status + message), which the app
-turns into ``{"error": ...}`` JSON with secrets masked.
+get it with :func:`service_of`. Refusals are :class:`~unirag.serve.uploads.ServiceError`.
 """
 
 from __future__ import annotations
@@ -22,16 +21,9 @@ from unirag.serve.batching import SearchBatcher
 from unirag.serve.engine import Engine
 from unirag.serve.metrics import Metrics
 from unirag.serve.settings import ServeSettings
-from unirag.serve.uploads import DecodeSlots, check_image
+from unirag.serve.uploads import DecodeSlots, ServiceError, check_image
 
 log = logging.getLogger("unirag.serve")
-
-
-class ServiceError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 @dataclass
@@ -86,12 +78,12 @@ def examples_json(examples) -> list[dict[str, Any]]:
 
 def selection_of(diversity=None, mmr_lambda=None, one_per_image=None, near_duplicates=None, filters=()):
     """The :class:`unirag.Selection` of a request's fields (unset fields keep the defaults)."""
-    from unirag.retrieval.selection import Selection, parse_filters
+    from unirag.retrieval.selection import Selection, normalise_where
 
     try:
         return Selection.of(None, diversity=diversity or None, mmr_lambda=mmr_lambda, one_per_image=one_per_image,
                             near_duplicates=near_duplicates or None,
-                            where=parse_filters([f for f in filters or () if f and f.strip()]) or None)
+                            where=normalise_where([f for f in filters or () if f and f.strip()]) or None)
     except ConfigError as e:
         raise ServiceError(400, str(e)) from None
 

@@ -12,10 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from unirag.errors import ConfigError
+from unirag.profiles import SETTINGS
 
-#: Upload limits: 10 MB of encoded bytes, 40 megapixels once decoded (a 6300x6300 photo).
-DEFAULT_MAX_UPLOAD_BYTES = 10 * 1024 * 1024
-DEFAULT_MAX_PIXELS = 40_000_000
 #: Shortest bearer token accepted: a short one can be guessed by anyone who can reach the port.
 MIN_TOKEN_LENGTH = 16
 
@@ -33,8 +31,10 @@ class ServeSettings:
     #: Name of the environment variable that holds the bearer token (the token itself is never an option).
     token_env: str | None = None
     cors_origins: list[str] = field(default_factory=list)
-    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
-    max_pixels: int = DEFAULT_MAX_PIXELS
+    #: Upload limits: 10 MB of encoded bytes, 40 megapixels once decoded (a 6300x6300 photo: the
+    #: image_max_pixels setting's value).
+    max_upload_bytes: int = 10 * 1024 * 1024
+    max_pixels: int = SETTINGS["image_max_pixels"].default
     #: Uploads decoded at once, and how many more may wait for a slot before requests get 503. With
     #: the pixel limit this bounds the memory uploads take: a decode holds up to 4 bytes per pixel.
     max_decodes: int = 2

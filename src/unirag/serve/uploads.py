@@ -8,6 +8,7 @@ Nothing from the request (file name, path) is ever used to touch the file system
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -27,9 +28,10 @@ ACCEPTED = "JPEG, PNG, WebP, GIF or BMP"
 DECODE_SIDE = 768
 
 
-class UploadError(Exception):
-    """A refused upload: ``status`` is the HTTP status (400, 413, 415, 503), the message says what to fix;
-    ``retry_after``: seconds to wait (503)."""
+class ServiceError(Exception):
+    """A refused request: ``status`` is the HTTP status (400, 401, 404, 413, 415, 503), the message says
+    what to fix; ``retry_after``: seconds to wait (503). The app answers it as ``{"error": ...}`` JSON with
+    secrets masked. Defined here, free of FastAPI, because the upload checks raise it too."""
 
     def __init__(self, status: int, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
@@ -46,10 +48,6 @@ class CheckedImage:
     format: str
     image: object  # PIL.Image.Image (RGB)
 
-    @property
-    def size(self) -> tuple[int, int]:
-        return self.image.size
-
 
 def sniff_format(data: bytes) -> str | None:
     """The image format the bytes start with, or None (WebP is RIFF....WEBP)."""
@@ -61,14 +59,9 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
-def check_size(n_bytes: int, limit: int, field: str = "image") -> None:
-    if n_bytes > limit:
-        raise UploadError(413, f"{field}: upload is larger than the {_mb(limit)} limit")
-
-
 def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "image",
                 draft: int | None = DECODE_SIDE) -> CheckedImage:
-    """Validate and decode one uploaded image; raises :class:`UploadError` with the status to send.
+    """Validate and decode one uploaded image; raises :class:`ServiceError` with the status to send.
 
     Decoding is :func:`unirag.data.images.load_rgb`'s, as for the index: EXIF orientation applied,
     16-bit and float images mapped to 8 bits, transparency on white, the first frame of an animation,
@@ -78,17 +71,18 @@ def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "i
     from unirag.data.images import load_rgb
     from unirag.errors import InputError
 
-    check_size(len(data), max_bytes, field)
+    if len(data) > max_bytes:
+        raise ServiceError(413, f"{field}: upload is larger than the {_mb(max_bytes)} limit")
     if not data:
-        raise UploadError(400, f"{field}: the uploaded file is empty")
+        raise ServiceError(400, f"{field}: the uploaded file is empty")
     fmt = sniff_format(data)
     if fmt is None:
-        raise UploadError(415, f"{field}: not an image this service accepts; send {ACCEPTED}")
+        raise ServiceError(415, f"{field}: not an image this service accepts; send {ACCEPTED}")
     try:
         rgb = load_rgb(data, max_pixels=max_pixels, draft=draft)
     except InputError as e:
         reason = e.reason.replace("cannot decode image bytes", f"cannot decode the {fmt} image")
-        raise UploadError(400, f"{field}: {reason}") from None
+        raise ServiceError(400, f"{field}: {reason}") from None
     return CheckedImage(data, fmt, rgb)
 
 
@@ -111,8 +105,8 @@ class DecodeSlots:
     def _admit(self) -> None:
         with self._lock:
             if self._admitted >= self.limit:
-                raise UploadError(503, f"too many images are being decoded ({self.limit} at once); try again "
-                                       "in a moment", retry_after=1)
+                raise ServiceError(503, f"too many images are being decoded ({self.limit} at once); try "
+                                        "again in a moment", retry_after=1)
             self._admitted += 1
 
     def _release(self, _future=None) -> None:
@@ -143,25 +137,22 @@ def _trimmed(call):
     try:
         return call()
     finally:
-        _malloc_trim()
+        if (libc := _libc()) is not None:
+            libc.malloc_trim(0)
 
 
-def _malloc_trim() -> None:
+@functools.cache
+def _libc():
+    """The C library when it has ``malloc_trim`` (glibc; not musl, not macOS), else None."""
     import ctypes
     import ctypes.util
 
-    global _LIBC
-    if _LIBC is None:
-        try:
-            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            _LIBC.malloc_trim  # noqa: B018 - glibc only (not musl, not macOS)
-        except (OSError, AttributeError):
-            _LIBC = False
-    if _LIBC:
-        _LIBC.malloc_trim(0)
-
-
-_LIBC = None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim  # noqa: B018
+        return libc
+    except (OSError, AttributeError):
+        return None
 
 
 def _mb(n: int) -> str:
@@ -191,8 +182,8 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise UploadError(413, f"request body is larger than {_mb(self.limit)} (the upload limit "
-                                           "plus room for the form around it)")
+                    raise ServiceError(413, f"request body is larger than {_mb(self.limit)} (the upload "
+                                            "limit plus room for the form around it)")
             return message
 
         await self.app(scope, limited_receive, send)

@@ -29,13 +29,6 @@ DEFAULT_CAPTION_FIELDS = ("caption", "captions")
 _EXTRA = "\0extra"  # csv.DictReader key for cells beyond the header
 
 
-def detect_format(path: Path) -> str:
-    suffix = path.suffix.lower()
-    if suffix in (".csv", ".tsv"):
-        return "csv"
-    return "jsonl"
-
-
 def _iter_csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, dict[str, Any]]]:
     with contextlib.closing(iter_text_lines(path)) as lines:
         reader = csv.DictReader((line for _, line in lines), delimiter=delimiter, restkey=_EXTRA)
@@ -101,7 +94,7 @@ def read_items(
     path = Path(path)
     if not path.is_file():
         raise InputError("file not found", path=path)
-    fmt = fmt or detect_format(path)
+    fmt = fmt or ("csv" if path.suffix.lower() in (".csv", ".tsv") else "jsonl")
     if fmt == "csv":
         rows = _iter_csv_rows(path, delimiter or ("\t" if path.suffix.lower() == ".tsv" else ","))
     elif fmt == "jsonl":

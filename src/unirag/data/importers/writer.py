@@ -31,12 +31,10 @@ from unirag.data.records import Candidate, Modality, Query, resolve_image
 from unirag.errors import InputError
 from unirag.runs.atomic import atomic_write_json
 
-POOL_FILE = "pool.jsonl"
-QUERIES_I2T_FILE = "queries_task3_image2text.jsonl"
-QUERIES_T2I_FILE = "queries_task0_text2image.jsonl"
-QRELS_I2T_FILE = "qrels_task3.txt"
-QRELS_T2I_FILE = "qrels_task0.txt"
-SUMMARY_FILE = "import_summary.json"
+#: The files an import writes, by the key ``ImportSummary.files`` and the summary's ``files`` use.
+FILES = {"pool": "pool.jsonl", "queries_task3": "queries_task3_image2text.jsonl",
+         "queries_task0": "queries_task0_text2image.jsonl", "qrels_task3": "qrels_task3.txt",
+         "qrels_task0": "qrels_task0.txt", "summary": "import_summary.json"}
 
 TASK_TEXT_TO_IMAGE = 0
 TASK_IMAGE_TO_TEXT = 3
@@ -92,15 +90,7 @@ class ImportSummary:
 
     @property
     def files(self) -> dict[str, Path]:
-        names = {
-            "pool": POOL_FILE,
-            "queries_task3": QUERIES_I2T_FILE,
-            "queries_task0": QUERIES_T2I_FILE,
-            "qrels_task3": QRELS_I2T_FILE,
-            "qrels_task0": QRELS_T2I_FILE,
-            "summary": SUMMARY_FILE,
-        }
-        return {k: self.out_dir / v for k, v in names.items()}
+        return {k: self.out_dir / v for k, v in FILES.items()}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -373,12 +363,11 @@ def write_dataset(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     # A rerun into the same folder counts as complete only once its new summary is written.
-    (out_dir / SUMMARY_FILE).unlink(missing_ok=True)
-    write_candidates(out_dir / POOL_FILE, pool)
-    write_queries(out_dir / QUERIES_I2T_FILE, q_i2t)
-    write_queries(out_dir / QUERIES_T2I_FILE, q_t2i)
-    write_qrels(out_dir / QRELS_I2T_FILE, q_i2t)
-    write_qrels(out_dir / QRELS_T2I_FILE, q_t2i)
+    (out_dir / FILES["summary"]).unlink(missing_ok=True)
+    write_candidates(out_dir / FILES["pool"], pool)
+    for task, queries in (("task3", q_i2t), ("task0", q_t2i)):
+        write_queries(out_dir / FILES[f"queries_{task}"], queries)
+        write_qrels(out_dir / FILES[f"qrels_{task}"], queries)
     summary = ImportSummary(
         out_dir=out_dir,
         images_root=images_root.resolve(),
@@ -398,5 +387,5 @@ def write_dataset(
         outside_root=[(it.img_path, str(r)) for it, r in outside if it.source_id not in bad],
     )
     summary.seconds = time.perf_counter() - started
-    atomic_write_json(out_dir / SUMMARY_FILE, summary.to_json())  # last: its presence = import complete
+    atomic_write_json(out_dir / FILES["summary"], summary.to_json())  # last: its presence = import complete
     return summary

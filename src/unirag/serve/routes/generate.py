@@ -10,10 +10,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 
+from unirag.redact import redact
 from unirag.serve.engine import CAPTION_MODES
-from unirag.serve.redact import redact
 from unirag.serve.service import (
-    ServiceError,
     check_k,
     engine_call,
     examples_json,
@@ -22,6 +21,7 @@ from unirag.serve.service import (
     selection_of_form,
     service_of,
 )
+from unirag.serve.uploads import ServiceError
 
 router = APIRouter(dependencies=[Depends(require_token)])
 
@@ -45,7 +45,7 @@ async def caption(request: Request, selection: Annotated[Any, Depends(selection_
     start = time.perf_counter()
     ans = await engine_call(svc, "/v1/caption", svc.engine.caption, checked.image, checked.data, mode, k, selection)
     # Generator output is untrusted text: a server could echo the credentials it was sent.
-    return {"caption": redact(ans.caption, svc.secrets), "mode": mode, "k": len(ans.examples),
+    return {"caption": redact(ans.output, svc.secrets), "mode": mode, "k": len(ans.examples),
             "examples": examples_json(ans.examples), "selection": selection.to_dict(),
             "latency_s": round(time.perf_counter() - start, 4), "usage": ans.usage, "cost_usd": ans.cost_usd,
             "attempts": ans.attempts, "generator": ans.generator}
@@ -62,8 +62,9 @@ async def generate_image(request: Request, selection: Annotated[Any, Depends(sel
     start = time.perf_counter()
     ans = await engine_call(svc, "/v1/generate-image", svc.engine.generate_image, text, mode, k, selection)
     buf = io.BytesIO()
-    ans.image.save(buf, format="PNG")
+    ans.output.save(buf, format="PNG")
+    width, height = ans.output.size
     return {"image": "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii"),
-            "width": ans.image.size[0], "height": ans.image.size[1], "examples": examples_json(ans.examples),
+            "width": width, "height": height, "examples": examples_json(ans.examples),
             "selection": selection.to_dict(), "latency_s": round(time.perf_counter() - start, 4),
             "attempts": ans.attempts, "generator": ans.generator}

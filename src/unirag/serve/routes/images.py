@@ -15,7 +15,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from unirag.serve.service import ServiceError, require_token, service_of
+from unirag.serve.service import require_token, service_of
+from unirag.serve.uploads import ServiceError
 
 router = APIRouter(dependencies=[Depends(require_token)])
 THUMB_SIZES = range(16, 1025)

@@ -12,7 +12,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 
 from unirag import __version__
-from unirag.serve.service import ServiceError, require_token, service_of
+from unirag.serve.service import require_token, service_of
+from unirag.serve.uploads import ServiceError
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
 router = APIRouter()

@@ -17,9 +17,9 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import FormData
 
 from unirag.errors import ConfigError, InputError
+from unirag.profiles import _on_off
 from unirag.serve.engine import MODALITIES, SearchQuery
 from unirag.serve.service import (
-    ServiceError,
     check_k,
     engine_call,
     hit_json,
@@ -28,6 +28,7 @@ from unirag.serve.service import (
     selection_of,
     service_of,
 )
+from unirag.serve.uploads import ServiceError
 
 router = APIRouter(dependencies=[Depends(require_token)])
 
@@ -133,15 +134,14 @@ def _number(value: Any, name: str) -> float | None:
         raise ServiceError(400, f"{name}: must be a number, got {value!r}") from None
 
 
-_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
-
-
 def _boolean(value: Any, name: str) -> bool | None:
+    """As a setting reads on/off (true/false, yes/no, 1/0)."""
     if value is None or isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
-        return value.strip().lower() in _TRUE
-    raise ServiceError(400, f"{name}: must be true or false, got {value!r}")
+    try:
+        return _on_off(value)
+    except (AttributeError, ValueError):
+        raise ServiceError(400, f"{name}: must be true or false, got {value!r}") from None
 
 
 def _strings(value: Any, name: str) -> list[str]:
