@@ -199,10 +199,12 @@ def photo_files(n: int, coco: Path | None) -> list[str]:
 def pipeline_rate(bench: Bench, forward, preprocess, batch: int, dtype) -> tuple[float, int]:
     """Items/s of files -> unirag decode workers (decode + preprocess) -> pinned batch -> ``forward``."""
 
-    from unirag.data.loader import ImageLoader, stack_rows, workers_for
-    from unirag.runtime import host_to_device
+    from unirag.data.loader import ImageLoader
+    from unirag.encoders.base import stack_rows
+    from unirag.runs.engine import EngineOptions
+    from unirag.runtime import decode_processes, host_to_device
 
-    workers = workers_for(bench.args.decode_workers)
+    workers = decode_processes(EngineOptions(decode_workers=bench.args.decode_workers).decode_workers)
     files = photo_files(bench.args.pipeline_images, bench.args.coco)
     jobs = [(s, files[s : s + batch]) for s in range(0, len(files), batch)]
     loader = ImageLoader(workers, preprocess)

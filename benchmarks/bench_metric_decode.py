@@ -55,9 +55,9 @@ def main() -> None:
 
     import torch
 
-    from unirag.data.loader import available_cores
     from unirag.metrics.images import frechet_distance, load_uint8
     from unirag.runs.engine import EngineOptions
+    from unirag.runtime import available_cores
 
     torch.set_num_threads(1)
     files = photos(args.coco)

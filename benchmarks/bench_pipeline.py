@@ -143,9 +143,9 @@ def best(fn, repeat: int):
 def build(pool: Path, encoder, setting: str, out: Path):
     """Build the index at one ``--workers`` setting: ``auto`` or ``N``."""
     from unirag import Index
-    from unirag.data.loader import resolve_decode_workers
+    from unirag.runs.engine import EngineOptions
 
-    encoder.decode_workers = resolve_decode_workers(setting)
+    encoder.decode_workers = EngineOptions(decode_workers=setting).decode_workers
     if out.exists():
         shutil.rmtree(out)
     Index.build(pool, out, encoder=encoder, batch_size=64, progress=False)
@@ -169,10 +169,10 @@ def main() -> None:
     args = ap.parse_args()
 
     from unirag.data.images import load_rgb
-    from unirag.data.loader import available_cores, workers_for
+    from unirag.runtime import available_cores, decode_processes
 
     def auto_decode_workers():
-        return workers_for(None)
+        return decode_processes(None)
 
     files = photos(args.coco)
     work = Path(tempfile.mkdtemp(prefix="unirag-bench-pipeline-"))

@@ -35,7 +35,7 @@ class ImagePart:
     data: bytes | None = None
     mime: str = "image/png"
     label: str | None = None  # e.g. the did or "query", for logs and rendered prompts
-    #: the file already decoded (by a decode worker, see :mod:`unirag.runs.ahead`): what :meth:`load`
+    #: the file already decoded (by a decode worker, see :func:`unirag.data.loader.ahead`): what :meth:`load`
     #: returns instead of decoding ``path`` again; never part of the prompt's identity
     decoded: Any = field(default=None, compare=False, repr=False)
     #: how :meth:`load` decodes it: the ``image_loading`` setting (see :func:`unirag.data.images.load_rgb`)
@@ -52,7 +52,7 @@ class ImagePart:
         Paths stay paths (read when sent); encoded bytes in a web format are sent as they are;
         PIL images and arrays are encoded as lossless PNG.
         """
-        from unirag.data.images import as_rgb, is_path_like, png_bytes
+        from unirag.data.images import is_path_like, load_rgb, png_bytes
 
         if is_path_like(image):
             return cls(path=Path(image), label=label, loading=loading)
@@ -60,7 +60,7 @@ class ImagePart:
             mime, upright = _sniff(io.BytesIO(bytes(image)))
             if mime in _WEB_MIMES and upright:
                 return cls(data=bytes(image), mime=mime, label=label)
-        return cls(data=png_bytes(as_rgb(image, loading=loading)), mime="image/png", label=label,
+        return cls(data=png_bytes(load_rgb(image, loading=loading)), mime="image/png", label=label,
                    loading=loading)
 
     def load(self):

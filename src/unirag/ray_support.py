@@ -5,9 +5,7 @@
   stops it afterwards); with one it joins that cluster (``ray start --head`` on a node, or
   ``ray://head:10001``); when Ray is already initialised in this process it is used as it is and
   left running;
-* :func:`default_workers` sizes a pool of actors to the cluster's GPUs or CPUs, and
-  :func:`decode_share` what the one ``auto`` rule (:func:`unirag.data.loader.workers_for`) gives each
-  actor's decode processes.
+* :func:`default_workers` sizes a pool of actors to the cluster's GPUs or CPUs.
 
 Ray's own console output is kept out of the way: workers' stdout/stderr are not forwarded to the
 driver (they stay in Ray's session logs, ``/tmp/ray/session_latest/logs``) and Ray's logger is set
@@ -90,8 +88,3 @@ def default_workers(ray_module, cpus_per_worker: float, gpus_per_worker: float, 
         return max(1, int(resources.get("GPU", 0) // gpus_per_worker))
     return max(1, int((int(resources.get("CPU", 1)) - reserve_cpus) // max(cpus_per_worker, 1e-9)))
 
-
-def decode_share(ray_module, n_workers: int) -> tuple[int, int]:
-    """``(cluster CPUs, actors)``: the share of the cluster that each actor's decode processes are sized
-    by (``workers_for(..., share=...)``; these processes are not Ray tasks and reserve nothing)."""
-    return int(ray_module.cluster_resources().get("CPU", 1)), n_workers

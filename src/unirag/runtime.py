@@ -31,6 +31,37 @@ _DTYPE_ALIASES = {"float32": "float32", "fp32": "float32", "float": "float32", "
 
 _THREADS_SET = False
 
+#: ``auto`` decode workers (:func:`decode_processes`): the cores this process may run on, at most this many.
+AUTO_WORKERS_CAP = 8
+#: With ``auto``, fewer images than this are decoded inline: starting worker processes costs more.
+AUTO_MIN_IMAGES = 128
+#: With ``auto``, decode workers beside a model on this machine's CPU: its intra-op threads already use
+#: every core; one worker overlaps the decoding (measured on 2 cores, docs/throughput.md).
+AUTO_WORKERS_CPU_MODEL = 1
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, which containers and taskset narrow)."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def decode_processes(setting: int | None, n_images: int | None = None, model_on_cpu: bool = False,
+                     share: tuple[int, int] | None = None) -> int:
+    """The one ``auto`` rule of the decode workers (:mod:`unirag.data.loader`) for a job of ``n_images``
+    (None: unknown); ``setting`` (the run options' decode workers: None = auto) is used as is. Auto:
+    small jobs inline; beside a model on this machine's CPU :data:`AUTO_WORKERS_CPU_MODEL`; else the
+    cores, capped. ``share=(cpus, actors)``: a Ray actor's share of the cluster's CPUs less one for
+    itself (0 beside a model on the CPU, whose threads use every core)."""
+    if setting is not None:
+        return setting
+    if share is not None:
+        cpus, actors = share
+        return 0 if model_on_cpu else max(1, min(AUTO_WORKERS_CAP, cpus // max(1, actors) - 1))
+    if n_images is not None and n_images < AUTO_MIN_IMAGES:
+        return 0
+    cores = min(available_cores(), AUTO_WORKERS_CAP)
+    return min(AUTO_WORKERS_CPU_MODEL, cores) if model_on_cpu else cores
+
 
 def configure_torch_threads() -> None:
     """Cap torch's intra-op threads once per process.

@@ -107,7 +107,7 @@ def test_the_agents_yaml_setting_reaches_the_ray_workers_unless_the_engine_sets_
 
     def engine_of(setting, engine):
         config = XRConfig(roles={"caption": RoleConfig(model="hf:x")}, settings=XRSettings(decode_workers=setting))
-        return AgentRunner(config, CallCache(tmp_path), progress=False, engine=engine)._engine_with_decode_workers()
+        return AgentRunner(config, CallCache(tmp_path), progress=False, engine=engine).engine
 
     assert engine_of(3, EngineOptions(engine="ray")).decode_workers == 3
     assert engine_of(3, "ray").decode_workers == 3

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from unirag.data.images import check_images, image_problem, load_rgb
+from unirag.data.images import BadImageReport, image_problem, load_rgb
 from unirag.errors import InputError
 
 
@@ -33,8 +33,11 @@ def test_modes(photos: dict[str, Path]) -> None:
         image_problem(photos["good"], "fast")
 
 
-def test_check_images_report_and_load_rgb(photos: dict[str, Path]) -> None:
-    report = check_images([photos[k] for k in ("good", "cut", "text", "missing")])
+def test_image_problem_report_and_load_rgb(photos: dict[str, Path]) -> None:
+    report = BadImageReport()
+    for p in [photos[k] for k in ("good", "cut", "text", "missing")]:
+        if image_problem(p) is not None:
+            report.add(p, image_problem(p))
     assert [Path(p).name for p, _ in report.bad] == ["cut.jpg", "text.jpg", "missing.jpg"]
     assert report.summary(first=2).splitlines()[-1] == "  ... and 1 more"
     assert load_rgb(photos["good"]).mode == "RGB"

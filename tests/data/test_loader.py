@@ -14,10 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from unirag import runtime
 from unirag.data import loader
-from unirag.data.loader import ImageLoader, decode_one, resolve_decode_workers, stack_rows, workers_for
+from unirag.data.loader import ImageLoader, decode_one
+from unirag.encoders.base import stack_rows
 from unirag.encoders.efficientnet import preprocess
 from unirag.errors import ConfigError, UniragError
+from unirag.runs.engine import EngineOptions
 
 
 @pytest.fixture(scope="module")
@@ -152,21 +155,26 @@ def test_unwrap_raises_the_inline_error(photo_paths) -> None:
 
 
 def test_worker_settings(monkeypatch) -> None:
-    assert resolve_decode_workers("auto") is None and resolve_decode_workers(None) is None
-    assert resolve_decode_workers("3") == 3 and resolve_decode_workers(0) == 0
+    """The setting lives in EngineOptions; the one ``auto`` rule is ``unirag.runtime.decode_processes``."""
+    assert EngineOptions(decode_workers="auto").decode_workers is None and EngineOptions().decode_workers is None
+    assert EngineOptions(decode_workers="3").decode_workers == 3 and EngineOptions(decode_workers=0).decode_workers == 0
     for bad in (-1, "many"):
         with pytest.raises(ConfigError, match="decode workers"):
-            resolve_decode_workers(bad)
-    monkeypatch.setattr(loader, "available_cores", lambda: 32)
-    assert workers_for(None, None) == loader.AUTO_WORKERS_CAP  # auto: the cores, capped
+            EngineOptions(decode_workers=bad)
+
+    def workers_for(setting, n_images=None, **kw):
+        return runtime.decode_processes(EngineOptions(decode_workers=setting).decode_workers, n_images, **kw)
+
+    monkeypatch.setattr(runtime, "available_cores", lambda: 32)
+    assert workers_for(None, None) == runtime.AUTO_WORKERS_CAP  # auto: the cores, capped
     assert workers_for("auto", 10) == 0  # auto: a small job is decoded inline
     assert workers_for(2, 10) == 2  # an explicit setting is used as is
-    assert workers_for(None, 10_000, model_on_cpu=True) == loader.AUTO_WORKERS_CPU_MODEL == 1
+    assert workers_for(None, 10_000, model_on_cpu=True) == runtime.AUTO_WORKERS_CPU_MODEL == 1
     assert workers_for(3, 10_000, model_on_cpu=True) == 3
     # a Ray actor: its share of the cluster's CPUs less one, capped; none beside a CPU model
-    assert workers_for(None, share=(16, 4)) == 3 and workers_for(None, share=(64, 2)) == loader.AUTO_WORKERS_CAP
+    assert workers_for(None, share=(16, 4)) == 3 and workers_for(None, share=(64, 2)) == runtime.AUTO_WORKERS_CAP
     assert workers_for(None, share=(2, 4)) == 1 and workers_for(None, share=(16, 4), model_on_cpu=True) == 0
-    monkeypatch.setattr(loader, "available_cores", lambda: 2)
+    monkeypatch.setattr(runtime, "available_cores", lambda: 2)
     assert workers_for(None, 10_000) == 2
 
 

@@ -106,16 +106,16 @@ def _two_calls_in_flight(calls, workers: int, out: Path, monkeypatch) -> bool:
 
     submitted = threading.Event()
     first: list = []
-    second = {p for _, (_, paths) in calls[1] for p in paths}
-    real = loader.decode_all
+    second = {str(p) for _, (_, paths) in calls[1] for p in paths}
+    real = loader.ImageLoader.map
 
-    def decode_all(paths, workers):
-        paths = list(paths)
-        if set(paths) == second:
+    def decode_map(self, jobs):
+        jobs = list(jobs)
+        if {p for _, paths in jobs for p in paths} == second:
             submitted.set()
-        return real(paths, workers)
+        return real(self, jobs)
 
-    monkeypatch.setattr(loader, "decode_all", decode_all)
+    monkeypatch.setattr(loader.ImageLoader, "map", decode_map)
     worker = _Worker(_Recipe(), "cpu", None, decode=workers)
     gate = submitted if workers else threading.Event()
     if not workers:

@@ -140,8 +140,7 @@ def test_cuda_batches_go_through_pinned_memory(monkeypatch) -> None:
 
 
 def test_ray_actors_feed_their_gpus_with_the_spare_cpus() -> None:
-    from unirag.data.loader import workers_for
-    from unirag.ray_support import decode_share
+    from unirag.runs.engine import EngineOptions
 
     class FakeRay:
         def __init__(self, cpus):
@@ -150,14 +149,15 @@ def test_ray_actors_feed_their_gpus_with_the_spare_cpus() -> None:
         def cluster_resources(self):
             return {"CPU": self.cpus, "GPU": 8}
 
-    def auto(cpus, actors, gpus):
-        return workers_for(None, share=decode_share(FakeRay(cpus), actors), model_on_cpu=not gpus)
+    def auto(cpus, actors, gpus, setting=None):
+        options = EngineOptions(engine="ray", gpus_per_worker=gpus, decode_workers=setting)
+        return options.actor_sizing(FakeRay(cpus), actors)[2]
 
     assert auto(64, 8, 1) == 7  # 8 CPUs per GPU actor, one for the actor
     assert auto(128, 1, 1) == 8  # capped
     assert auto(4, 8, 1) == 1  # at least one
     assert auto(64, 8, 0) == 0  # CPU-only actors decode inline
-    assert workers_for(3, share=decode_share(FakeRay(64), 8)) == 3  # a setting is used as is
+    assert auto(64, 8, 1, setting=3) == 3  # a setting is used as is
 
 
 def test_blip_ff_fused_files_are_identical_across_decode_workers(coco_mini) -> None:
@@ -179,9 +179,9 @@ def test_blip_ff_fused_files_are_identical_across_decode_workers(coco_mini) -> N
 
 def test_auto_gives_a_cpu_model_one_decode_worker(offline) -> None:
     """The offline encoder on the CPU: its threads use the cores, so auto decodes with one worker."""
-    from unirag.data import loader
+    from unirag import runtime
 
     offline.decode_workers = None
     assert offline.device == "cpu"
-    assert offline.image_loader(1000).workers == loader.AUTO_WORKERS_CPU_MODEL == 1
+    assert offline.image_loader(1000).workers == runtime.AUTO_WORKERS_CPU_MODEL == 1
     assert offline.image_loader(10).workers == 0  # small jobs inline, as for any model

@@ -81,9 +81,13 @@ def request_image_paths(requests: Sequence[CallRequest]) -> list[str]:
 class AgentRunner:
     def __init__(self, config: XRConfig, cache: CallCache, generator_factory: GeneratorFactory | None = None,
                  policy: RetryPolicy | None = None, progress: bool = True, engine: Any = "local") -> None:
+        from unirag.runs.engine import with_decode_default
+
         self.config = config
         self.cache = cache
-        self.engine = engine
+        # the decode processes from the agents YAML's setting (or --decode-workers) where the engine options
+        # leave them to auto: one setting for the calls decoded ahead here and on Ray workers
+        self.engine = with_decode_default(engine, config.settings.decode_workers)
         self._pool = None
         self._pool_owned = False
         self.factory = generator_factory or default_generator_factory
@@ -138,7 +142,7 @@ class AgentRunner:
                 job = AgentJob(role, options, attempts, self._generator(role))
             local = rc.model.startswith("hf:")  # a model in this process: one call at a time
             counts = execute(job, todo, store, concurrency=1 if local else self.config.settings.concurrency,
-                             policy=self.policy, decode_ahead=local, engine=self._engine_with_decode_workers(),
+                             policy=self.policy, decode_ahead=local, engine=self.engine,
                              pool=pool, recipe=recipe, open_kind=open_kind, desc=desc or role, progress=self.progress)
             st["called"] += counts["ok"] + counts["error"]
         out = {r.key: ok_output(store.get(r.key)) for r in unique}
@@ -161,16 +165,8 @@ class AgentRunner:
             from unirag.runs.engine import WorkerPool, open_pool
 
             self._pool_owned = not isinstance(self.engine, WorkerPool)
-            self._pool = open_pool(self._engine_with_decode_workers(), self.progress).__enter__()
+            self._pool = open_pool(self.engine, self.progress).__enter__()
         return self._pool
-
-    def _engine_with_decode_workers(self) -> Any:
-        """The engine, its workers' decode processes set from ``settings.decode_workers`` (the agents
-        YAML or ``--decode-workers``) when the engine options leave them to auto: one setting for the
-        calls decoded ahead here and on Ray workers. A pool the caller opened is used as it is."""
-        from unirag.runs.engine import with_decode_workers
-
-        return with_decode_workers(self.engine, self.config.settings.decode_workers)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -95,9 +95,9 @@ class XRSettings:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.norm not in NORMS:
             raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
-        from unirag.data.loader import resolve_decode_workers
+        from unirag.runs.engine import EngineOptions
 
-        resolve_decode_workers(self.decode_workers)
+        EngineOptions(decode_workers=self.decode_workers)  # refuses a bad setting
 
 
 @dataclass

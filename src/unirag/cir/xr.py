@@ -23,7 +23,7 @@ from unirag.cir.cache import CallCache
 from unirag.cir.config import XRConfig, load_config
 from unirag.cir.datasets import CirDataset, CirQuery
 from unirag.cir.pipeline import STAGES, Ablation, Search, check_settings, parse_stages
-from unirag.data.images import ImageLike, as_rgb, image_path_of, png_bytes
+from unirag.data.images import ImageLike, image_path_of, load_rgb, png_bytes
 from unirag.errors import ConfigError
 from unirag.profiles import Settings
 from unirag.retrieval.results import Hit
@@ -169,7 +169,7 @@ class XR:
         path = image_path_of(image)
         if path is not None:
             return path.absolute()
-        data = png_bytes(as_rgb(image))
+        data = png_bytes(load_rgb(image))
         target = self.work_dir / "references" / f"{hashlib.sha256(data).hexdigest()[:20]}.png"
         if not target.exists():
             from unirag.runs.atomic import atomic_write_bytes

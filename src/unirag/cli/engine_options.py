@@ -1,7 +1,7 @@
 """``--engine``, ``--workers``, ``--gpus-per-worker``, ``--ray-address``: where a generation command's
 local model runs (caption, generate-images, cir, run). One definition; the library decides the rest
-(:mod:`unirag.runs.engine`). Each command also has one ``--decode-workers``
-(:mod:`unirag.cli.model_options`), which :func:`engine_from_cli` puts in the same options."""
+(:mod:`unirag.runs.engine`). ``--decode-workers`` (:func:`decode_option`, on every command that decodes
+images for a model) is defined here too: it arrives as the same options."""
 
 from __future__ import annotations
 
@@ -24,15 +24,58 @@ _OPTIONS = [
                       "run folder, inputs and models must then be at the same paths on every node."),
 ]
 
-ENGINE_PARAMS = ("engine", "workers", "gpus_per_worker", "ray_address", "decode_workers")
+#: With ``--engine ray``: the Ray workers' part (see :class:`unirag.runs.engine.EngineOptions`).
+RAY_DECODE_HELP = ("with --engine ray, per Ray worker: processes that decode the images of the worker's "
+                   "next call while its model works (auto: the CPUs per GPU worker less one, at most 8; "
+                   "0 for CPU-only workers)")
+_AUTO = "auto (the cores available to this process, at most 8; "
+
+#: Each command's ``--decode-workers`` help, by what its decode processes decode.
+DECODE_HELP = {
+    "encoder": ("Processes that decode and preprocess images ahead of the encoder: " + _AUTO
+                + "small jobs inline) or N; 0 = in the model's process."),
+    "caption": ("Local models: processes that decode the next batches' query and example images while the "
+                "model captions: " + _AUTO + "runs of fewer than 128 images inline) or N; 0 = in the model's "
+                "process; " + RAY_DECODE_HELP + "."),
+    "image": ("Local models: processes that decode the next queries' example images while the model draws: "
+              + _AUTO + "runs of fewer than 128 example images inline) or N; 0 = in the model's process; "
+              + RAY_DECODE_HELP + "."),
+    "agent": ("Agent roles played by a local hf: model: processes that decode the next calls' images while "
+              "the model answers: " + _AUTO + "fewer than 128 images inline) or N; 0 = in the model's "
+              "process; " + RAY_DECODE_HELP + ". API roles send the files as they are."),
+    "metric": ("Processes that decode the generated and real images ahead of the Inception and CLIP "
+               "networks: " + _AUTO + "fewer than 128 images inline) or N; 0 = in this process."),
+    "grid": ("Every cell: processes that decode the next calls' images while a local model works (caption, "
+             "image and X^R cells; as --decode-workers of caption, generate-images and cir, and --option "
+             "decode_workers=N): auto (each cell's own decode_workers option, else auto) or N; 0 = in the "
+             "model's process; " + RAY_DECODE_HELP + "."),
+}
+
+
+
+
+def decode_option(decodes: str = "encoder") -> Callable[[Callable], Callable]:
+    """``--decode-workers auto|N`` (see :mod:`unirag.data.loader`), its help for what it ``decodes``; the
+    command gets it as ``decode``: :class:`~unirag.runs.engine.EngineOptions` holding the setting."""
+
+    def convert(ctx, param, value):
+        from unirag.errors import ConfigError
+        from unirag.runs.engine import EngineOptions
+
+        try:
+            return EngineOptions(decode_workers=value)
+        except ConfigError as e:
+            raise click.BadParameter(str(e)) from None
+
+    return click.option("--decode-workers", "decode", default="auto", show_default=True, callback=convert,
+                        help=DECODE_HELP[decodes])
 
 
 def engine_options(decodes: str) -> Callable[[Callable], Callable]:
     """The engine options and the command's ``--decode-workers`` (its help for what it ``decodes``)."""
-    from unirag.cli.model_options import decode_workers_option
 
     def add(fn: Callable) -> Callable:
-        for opt in reversed([*_OPTIONS, decode_workers_option(decodes)]):
+        for opt in reversed([*_OPTIONS, decode_option(decodes)]):
             fn = opt(fn)
         return fn
     return add
@@ -41,8 +84,10 @@ def engine_options(decodes: str) -> Callable[[Callable], Callable]:
 def engine_from_cli(opts: dict[str, Any]):
     """Pop the engine options (and ``--decode-workers``) out of a command's keyword arguments ->
     :class:`EngineOptions`."""
+    from dataclasses import replace
+
     from unirag.runs.engine import EngineOptions
 
-    values = {k: opts.pop(k) for k in ENGINE_PARAMS if k in opts}
-    return EngineOptions(**{**values, "engine": values.get("engine") or "local",
-                            "gpus_per_worker": values.get("gpus_per_worker") or 0})
+    values = {k: opts.pop(k) for k in ("engine", "workers", "gpus_per_worker", "ray_address") if k in opts}
+    values.update(engine=values.get("engine") or "local", gpus_per_worker=values.get("gpus_per_worker") or 0)
+    return replace(opts.pop("decode", None) or EngineOptions(), **values)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
+from unirag.cli.engine_options import decode_option
 from unirag.cli.evaluate_cmd import bootstrap_options
-from unirag.cli.model_options import decode_workers_option
 from unirag.cli.profile_options import behaviour_options
 from unirag.metrics.images import DEFAULT_CLIP_MODEL
 
@@ -30,12 +30,12 @@ from unirag.metrics.images import DEFAULT_CLIP_MODEL
 @click.option("--seed", default=0, show_default=True, help="Seed of the Inception Score split.")
 @click.option("--batch-size", default=32, show_default=True)
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available).")
-@decode_workers_option("metric")
+@decode_option("metric")
 @bootstrap_options
 @behaviour_options(selection=False)
 def images(run_dir: Path, queries: Path, pool: Path, images_root: Path, qrels: Path | None,
            inception_weights: Path | None, clip_model: str, no_clip: bool, is_splits: int, seed: int,
-           batch_size: int, device: str | None, decode_workers: int | None, resamples: int, bootstrap_seed: int,
+           batch_size: int, device: str | None, decode, resamples: int, bootstrap_seed: int,
            ci_method: str, settings=None) -> None:
     """FID (vs the queries' real images), CLIP Score (vs the query captions), IS (mean, SD).
 
@@ -48,7 +48,7 @@ def images(run_dir: Path, queries: Path, pool: Path, images_root: Path, qrels: P
     result = evaluate_image_run(run_dir, queries, pool, images_root, qrels=qrels,
                                 inception_weights=inception_weights, clip_model=None if no_clip else clip_model,
                                 is_splits=is_splits, seed=seed, batch_size=batch_size, device=device,
-                                show_progress=True, decode_workers=decode_workers, resamples=resamples,
+                                show_progress=True, engine=decode, resamples=resamples,
                                 bootstrap_seed=bootstrap_seed, ci_method=ci_method, profile=settings)
     click.echo(metric_table(result["metrics"], result["skipped_metrics"], result.get("intervals")))
     for line in summary_lines(result):

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.model_options import decode_workers_option, device_options
+from unirag.cli.engine_options import decode_option
+from unirag.cli.model_options import device_options
 from unirag.cli.profile_options import behaviour_options
 from unirag.errors import ConfigError
 
@@ -70,13 +71,13 @@ def index_group() -> None:
               help="Replace an existing index even if this build loses a modality or more than 10% of one "
                    "(the index_max_shrink setting), e.g. because the images root is wrong.")
 @device_options
-@decode_workers_option()
+@decode_option()
 @behaviour_options(selection=False)
 def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: str | None, index_type: str,
           params: tuple[str, ...], batch_size: int, engine: str, ray_address: str | None, workers: int | None,
           gpus_per_worker: float, shards_dir: Path | None, shard_size: int | None, shard_spec: str | None,
           embeddings: Path | None, ids_file: Path | None, allow_shrink: bool, device: str, dtype: str,
-          decode_workers: int | None, settings=None) -> None:
+          decode, settings=None) -> None:
     """Encode every candidate of POOL (or take --embeddings) and write an index to OUT (streaming, atomic)."""
     from unirag.encoders.registry import precision_options
 
@@ -105,7 +106,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
         shards_dir = shards_dir if shards_dir is not None else default_shards_dir(out)
         record = Index.embed_shard(pool, shard_spec, shards_dir, encoder=encoder_spec, images_root=images_root,
                                    batch_size=batch_size, device=device, dtype=dtype,
-                                   decode_workers=decode_workers, autocast=autocast)
+                                   decode_workers=decode.decode_workers, autocast=autocast)
         state = "already done" if record.get("skipped") else f"embedded in {record['seconds']:.1f}s"
         click.echo(f"shard {shard_spec}: {record['rows']} vectors {state} ({shards_dir})")
         return
@@ -124,7 +125,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
         index = Index.build(Pool.read(pool, images_root), out,
                             encoder=encoder_spec, index_type=index_type, autocast=autocast,
                             params=overrides, batch_size=batch_size, device=device, dtype=dtype, progress=True,
-                            engine=engine, decode_workers=decode_workers, shards_dir=shards_dir,
+                            engine=engine, decode_workers=decode.decode_workers, shards_dir=shards_dir,
                             shard_size=shard_size, workers=workers,
                             gpus_per_worker=gpus_per_worker or None, ray_address=ray_address,
                             allow_shrink=allow_shrink)

@@ -6,12 +6,8 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.model_options import (
-    decode_workers_option,
-    device_options,
-    index_memory_option,
-    instruction_options,
-)
+from unirag.cli.engine_options import decode_option
+from unirag.cli.model_options import device_options, index_memory_option, instruction_options
 from unirag.cli.profile_options import behaviour_options
 
 
@@ -34,13 +30,13 @@ from unirag.cli.profile_options import behaviour_options
 @click.option("--verify/--no-verify", default=False, show_default=True,
               help="Re-hash the index files on open (reads the whole index; open checks sizes anyway).")
 @device_options
-@decode_workers_option()
+@decode_option()
 @index_memory_option
 @instruction_options
 @behaviour_options()
 def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, out: Path, modality: str,
              exclude_positives: Path | None, encoder_spec: str | None, pool_images_root: Path | None,
-             verify: bool, device: str, dtype: str, decode_workers: int | None, index_memory: str,
+             verify: bool, device: str, dtype: str, decode, index_memory: str,
              instructions: str | None, no_instructions: bool, settings=None, selection=None) -> None:
     """Retrieve the top K candidates and K image-caption pairs for every query."""
     from unirag.errors import ConfigError
@@ -53,7 +49,7 @@ def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, o
                             verify=verify, device=device, dtype=dtype, instructions=instructions,
                             use_instructions=not no_instructions, progress=True, profile=settings,
                             selection=selection, index_memory=index_memory,
-                            decode_workers=decode_workers)
+                            engine=decode)
     short, replaced, leaks = summary.short, summary.replaced, summary.leaks
     click.echo(f"{len(summary.results)} queries -> {summary.run_path} and {summary.trec_path}"
                + (f"; {replaced} wrong-modality candidate(s) replaced by their complement" if replaced else "")

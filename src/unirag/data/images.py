@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import io
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,11 +121,6 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
     if hasattr(image, "__array_interface__"):
         return _from_array(image, max_pixels, background)
     raise InputError(f"not an image: expected a path, a PIL image, bytes or an array, got {type(image).__name__}")
-
-
-def as_rgb(image: ImageLike, **options: Any):
-    """The same as :func:`load_rgb` (kept for callers that say "any image, as RGB")."""
-    return load_rgb(image, **options)
 
 
 class _Refused(InputError):
@@ -353,7 +348,7 @@ def save_png_by_content(image: ImageLike, folder: str | Path) -> Path:
     atomically, so concurrent callers never see a partial file)."""
     import hashlib
 
-    data = png_bytes(as_rgb(image), compress_level=1)
+    data = png_bytes(load_rgb(image), compress_level=1)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{hashlib.sha256(data).hexdigest()}.png"
@@ -401,17 +396,6 @@ def image_problem(path: str | Path, mode: str = "decode", *, max_pixels: int | N
     except Exception as e:  # noqa: BLE001 - PIL raises many types for corrupt files
         return f"corrupt ({e.__class__.__name__}: {e})"
     return None
-
-
-def check_images(paths: Iterable[str | Path], report: BadImageReport | None = None,
-                 *, mode: str = "decode") -> BadImageReport:
-    """Verify that each file exists and decodes (header + data; see :func:`image_problem`)."""
-    report = report or BadImageReport()
-    for p in paths:
-        reason = image_problem(p, mode)
-        if reason is not None:
-            report.add(p, reason)
-    return report
 
 
 def upright_size(image: str | Path | bytes) -> tuple[int, int]:

@@ -6,7 +6,7 @@ records by modality. So the fusion and the modality handling exist once, not per
 
 Images given as paths are decoded, and preprocessed where the backend splits its CPU preprocessing
 out (:meth:`Encoder.image_preprocessor` + :meth:`Encoder._embed_preprocessed`), in decode
-workers ahead of the model (:mod:`unirag.data.loader`; ``decode_workers``: None = auto, 0 = inline).
+workers ahead of the model (:mod:`unirag.data.loader`; the encoder's setting: None = auto, 0 = inline).
 
 An encoder's :meth:`~Encoder.fingerprint` hashes :meth:`~Encoder.identity`: what decides the vectors
 (the weights, the preprocessing, the fusion), never where the weights are stored or the device and
@@ -35,6 +35,27 @@ class Prepared:
     """An image already decoded and put through :meth:`Encoder.image_preprocessor` (in a decode worker)."""
 
     array: np.ndarray
+
+
+def stack_rows(arrays: Sequence[Any]):
+    """``np.stack(arrays)``, or, when they are the consecutive rows of one batch (a job the workers sent
+    back stacked), a view of those rows: no copy."""
+    import numpy as np
+
+    first = arrays[0]
+    base, size = getattr(first, "base", None), getattr(first, "nbytes", 0)
+    if isinstance(base, np.ndarray) and base.flags.c_contiguous and all(
+            isinstance(a, np.ndarray) and a.base is base and a.flags.c_contiguous and a.shape == first.shape
+            and a.dtype == first.dtype and _address(a) == _address(first) + i * size for i, a in enumerate(arrays)):
+        start = _address(first) - _address(base)
+        if 0 <= start and start + size * len(arrays) <= base.nbytes:
+            whole = base.reshape(-1).view(np.uint8)[start : start + size * len(arrays)]
+            return whole.view(first.dtype).reshape((len(arrays), *first.shape))
+    return np.stack(arrays)
+
+
+def _address(a: Any) -> int:
+    return a.__array_interface__["data"][0]  # where the array's first byte is
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
@@ -111,19 +132,21 @@ class Encoder(ABC):
         """One batch of images: preprocessed ones (:class:`Prepared`) straight to the model, else
         :meth:`_embed_images` (PIL images or paths)."""
         if items and isinstance(items[0], Prepared):
-            from unirag.data.loader import stack_rows
-
             return self._embed_preprocessed(stack_rows([p.array for p in items]))
         return self._embed_images(items)
 
     def image_loader(self, n_images: int | None = None):
         """The :class:`~unirag.data.loader.ImageLoader` for a job of ``n_images`` (None: unknown): the
-        ``decode_workers`` setting (``auto``: fewer for a model on the CPU) and this encoder's preprocessor."""
-        from unirag.data.loader import ImageLoader, workers_for
+        encoder's setting (``auto``: fewer for a model on the CPU) and its preprocessor."""
+        from unirag.data.loader import ImageLoader
+        from unirag.runs.engine import EngineOptions
+        from unirag.runtime import decode_processes
 
         device = getattr(self, "device", None)  # None: unknown (a stand-in, a plugin): not assumed CPU
         on_cpu = isinstance(device, str) and device.startswith("cpu")
-        return ImageLoader(workers_for(self.decode_workers, n_images, model_on_cpu=on_cpu), self.image_preprocessor())
+        setting = EngineOptions(decode_workers=self.decode_workers).decode_workers  # "auto", "3" as well
+        workers = decode_processes(setting, n_images, model_on_cpu=on_cpu)
+        return ImageLoader(workers, self.image_preprocessor())
 
     def prepared(self, loader, image: Any) -> Any:
         """What a decoded item of ``loader`` is handed to :meth:`_embed_image_batch` as."""
@@ -168,25 +191,29 @@ class Encoder(ABC):
     def encode_texts(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         return self._batched(self._embed_texts, list(texts), progress, "encode texts")
 
-    def _image_vectors(self, images: Sequence[ImageInput], progress: bool, normalize: bool = True) -> np.ndarray:
-        """Image embeddings; files are decoded (and preprocessed) ahead of the model by the image loader,
-        and a missing or corrupt one raises :class:`~unirag.errors.InputError` naming it."""
+    def _decoded(self, batch_fn: Callable[[list], Any], items: list, image: Callable = lambda x: x,
+                 swap: Callable = lambda x, im: im) -> Callable[[list], Any]:
+        """``batch_fn`` for :meth:`_batched` over ``items`` whose images (``image(item)``) are files: they
+        are decoded (and preprocessed) ahead of the model by :meth:`image_loader`, batch by batch, and
+        each item's image replaced (``swap(item, decoded)``) before ``batch_fn`` sees it; a missing or
+        corrupt file raises :class:`~unirag.errors.InputError` naming it. Other items: ``batch_fn``."""
         from unirag.data.images import is_path_like
 
-        items = list(images)
-        if not items or not all(is_path_like(im) for im in items):
-            return self._batched(self._embed_image_batch, items, progress, "encode images", normalize)
-        from tqdm.auto import tqdm
+        if not items or not all(is_path_like(image(x)) for x in items):
+            return batch_fn
+        loader, size = self.image_loader(len(items)), self.batch_size
+        stream = loader.map((s, [image(x) for x in items[s : s + size]]) for s in range(0, len(items), size))
 
-        loader = self.image_loader(len(items))
-        jobs = ((s, items[s : s + self.batch_size]) for s in range(0, len(items), self.batch_size))
-        out = []
-        for _, decoded in tqdm(loader.map(jobs), total=-(-len(items) // self.batch_size), desc="encode images",
-                               disable=not progress or len(items) <= self.batch_size, unit="batch"):
-            batch = [self.prepared(loader, d.unwrap()) for d in decoded]
-            out.append(np.asarray(self._embed_image_batch(batch), dtype=np.float32))
-        vecs = np.concatenate(out, axis=0)
-        return l2_normalize(vecs) if normalize else vecs
+        def fn(batch: list) -> Any:  # _batched's batches are the stream's, in the same order
+            _, decoded = next(stream)
+            return batch_fn([swap(x, self.prepared(loader, d.unwrap()))
+                             for x, d in zip(batch, decoded, strict=True)])
+        return fn
+
+    def _image_vectors(self, images: Sequence[ImageInput], progress: bool, normalize: bool = True) -> np.ndarray:
+        items = list(images)
+        embed = self._decoded(self._embed_image_batch, items)
+        return self._batched(embed, items, progress, "encode images", normalize)
 
     def encode_images(self, images: Sequence[ImageInput], progress: bool = False) -> np.ndarray:
         return self._image_vectors(images, progress)

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from unirag.encoders.base import Encoder, ImageInput
+from unirag.encoders.base import Encoder, ImageInput, stack_rows
 from unirag.encoders.instructions import QueryInstructions, format_string
 from unirag.encoders.preprocess import SquareResizeTransform
 from unirag.encoders.uniir import UniIRCheckpoint, build_modules, count_blocks, load_tokenizer
@@ -159,8 +159,6 @@ class UniIRBlipFFEncoder(UniIRCheckpoint, Encoder):
         from unirag.runtime import host_to_device
 
         if images and isinstance(images[0], Prepared):  # preprocessed in the decode workers
-            from unirag.data.loader import stack_rows
-
             return host_to_device(stack_rows([p.array for p in images]), self.device, self.torch_dtype)
         pixels = torch.from_numpy(self.image_transform(to_pil_images(images)))
         return pixels.to(self.device, dtype=self.torch_dtype)
@@ -199,20 +197,9 @@ class UniIRBlipFFEncoder(UniIRCheckpoint, Encoder):
         """Feature fusion: the image and its text in one forward pass (no score-level sum)."""
         if len(images) != len(texts):
             raise ValueError(f"fused encoding needs as many images as texts ({len(images)} != {len(texts)})")
-        from unirag.data.images import is_path_like
-
-        images, texts = list(images), list(texts)
-        if not images or not all(is_path_like(im) for im in images):
-            return self._batched(self._embed_pairs, list(zip(images, texts, strict=True)), progress, "encode image+text")
-        from unirag.encoders.base import l2_normalize
-
-        # files: decoded and preprocessed by the image loader, batch by batch, ahead of the model
-        loader, size = self.image_loader(len(images)), self.batch_size
-        jobs = ((list(texts[s : s + size]), images[s : s + size]) for s in range(0, len(images), size))
-        out = [np.asarray(self._embed_pairs([(self.prepared(loader, d.unwrap()), t) for d, t in
-                                             zip(decoded, batch_texts, strict=True)]), dtype=np.float32)
-               for batch_texts, decoded in loader.map(jobs)]
-        return l2_normalize(np.concatenate(out, axis=0))
+        pairs = list(zip(images, texts, strict=True))
+        embed = self._decoded(self._embed_pairs, pairs, image=lambda p: p[0], swap=lambda p, im: (im, p[1]))
+        return self._batched(embed, pairs, progress, "encode image+text")
 
     def close(self) -> None:
         self.vision = self.text = None

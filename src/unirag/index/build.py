@@ -19,7 +19,7 @@ from typing import Any
 from unirag.data.images import BadImageReport
 from unirag.data.mbeir import duplicate_did, read_numbered_candidates
 from unirag.data.records import Candidate, Modality
-from unirag.index.encoding import ChunkEncoder, candidate_meta, encoder_info
+from unirag.index.encoding import candidate_meta, encode_chunks, encoder_info
 from unirag.index.shards import DEFAULT_SHARD_SIZE, load_or_create_plan, missing_shards
 from unirag.index.writer import IndexWriter
 
@@ -78,7 +78,6 @@ def build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, enc
         candidates, total, pool_file = ((None, c) for c in pool), len(pool), None
 
     bad = BadImageReport()
-    encode_chunk = ChunkEncoder(encoder, images_root, bad, n_images=total)
     seen: dict[str, int | None] = {}
     bar = tqdm(total=total, desc="index build", unit="cand", disable=not progress)
 
@@ -99,7 +98,7 @@ def build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, enc
 
     with IndexWriter(out_dir, encoder.dim, encoder_info(encoder, encoder_spec), index_type, params,
                      allow_shrink=allow_shrink) as writer:
-        for n, modality, _, kept, vectors in encode_chunk.stream(chunks()):
+        for n, modality, _, kept, vectors in encode_chunks(encoder, chunks(), images_root, bad, total):
             writer.add(modality, [candidate_meta(c) for c in kept], vectors)
             bar.update(n)
         bar.close()

@@ -138,7 +138,7 @@ class Index:
             raise ConfigError("an in-memory pool is built with engine='local'; write it to a file for Ray")
         if isinstance(source, Path) and not source.exists():
             raise InputError("candidate pool not found", path=source)
-        spec, enc = _encoder_and_spec(encoder, device, dtype, decode_workers, autocast)
+        spec, enc = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
         root = Path(root).absolute() if root is not None else None
         progress = sys.stderr.isatty() if progress is None else progress
         if engine == "ray":
@@ -204,7 +204,7 @@ class Index:
         if batch_size <= 0:
             raise ConfigError(f"batch_size must be positive, got {batch_size}")
         pool_path, root = _pool_source(pool, images_root)
-        spec, enc = _encoder_and_spec(encoder, device, dtype, decode_workers, autocast)
+        spec, enc = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
         plan = load_or_create_plan(shards_dir, pool_path, encoder_info(enc, spec), n_shards=n)
         return embed_shard(shards_dir, plan, i, enc, root, batch_size)
 
@@ -407,18 +407,18 @@ class Index:
         return f"Index({str(self.path)!r}, {self.counts}, encoder={self.manifest['encoder'].get('name')!r})"
 
 
-def _encoder_and_spec(encoder, device: str | None, dtype: str | None, decode_workers: int | str | None = None,
-                      autocast: str | None = None):
-    """(spec to record, encoder object) for an encoder object, a spec string or None (offline), the
-    decode workers set on it when given; ``autocast`` goes to the loading."""
-    from unirag.data.loader import resolve_decode_workers
+def _encoder_and_spec(encoder, device: str | None, dtype: str | None, autocast: str | None = None,
+                      decode: int | str | None = None):
+    """(spec to record, encoder object) for an encoder object, a spec string or None (offline), its
+    decode workers set to ``decode`` when given; ``autocast`` goes to the loading."""
     from unirag.encoders.registry import load_encoder
+    from unirag.runs.engine import EngineOptions
 
     spec, enc = (encoder, load_encoder(encoder, device=device, dtype=dtype,
                                        **({"autocast": autocast} if autocast else {}))) \
         if encoder is None or isinstance(encoder, str) else (getattr(encoder, "spec", None), encoder)
-    if decode_workers is not None:
-        enc.decode_workers = resolve_decode_workers(decode_workers)
+    if decode is not None:
+        enc.decode_workers = EngineOptions(decode_workers=decode).decode_workers
     return spec, enc
 
 

@@ -187,7 +187,7 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
 
     Returns the shard's done record (with ``"skipped": True`` when nothing had to be done).
     """
-    from unirag.index.encoding import ChunkEncoder
+    from unirag.index.encoding import encode_chunks
 
     shards_dir = Path(shards_dir)
     done = done_record(shards_dir, i)
@@ -200,7 +200,6 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
     started = time.time()
     bad = BadImageReport()
     items = _shard_candidates(plan, i)
-    encode_chunk = ChunkEncoder(encoder, images_root, bad, n_images=len(items))
     ids: list[str] = []
     blocks: list[np.ndarray] = []
     skipped: list[dict[str, str]] = []
@@ -216,7 +215,7 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
             yield s, None, []  # end of the batch
 
     rows: list[tuple[int, str, np.ndarray]] = []
-    for s, modality, group, kept, vectors in encode_chunk.stream(groups()):
+    for s, modality, group, kept, vectors in encode_chunks(encoder, groups(), images_root, bad, len(items)):
         if modality is None:  # the batch is complete: its rows in pool order
             rows.sort(key=lambda r: r[0])
             ids += [r[1] for r in rows]

@@ -27,7 +27,6 @@ from unirag.metrics.images import (
 )
 from unirag.metrics.references import load_run_for_scoring, reference_image, run_counts, write_scores
 from unirag.metrics.stats import DEFAULT_RESAMPLES, bootstrap_interval, query_intervals_result, shifted
-from unirag.runs.engine import EngineOptions
 from unirag.runs.rundir import OUTPUTS_FILE
 
 IMAGE_METRICS = ("FID", "CLIP Score", "IS", "IS SD")
@@ -52,7 +51,7 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
                        clip_model: str | Path | None = DEFAULT_CLIP_MODEL, fid_feature: Any = None,
                        is_feature: Any = None, clip: tuple[Any, Any] | None = None, is_splits: int = 10,
                        seed: int = 0, batch_size: int = 32, device: str | None = None, write: bool = True,
-                       show_progress: bool = False, decode_workers: int | str | None = None,
+                       show_progress: bool = False, engine: Any = None,
                        resamples: int = DEFAULT_RESAMPLES, bootstrap_seed: int = 0,
                        ci_method: str = "percentile", profile: Any = None) -> dict[str, Any]:
     """Metrics of an image run; writes ``metrics.json`` and per-query CLIP scores into ``run_dir``.
@@ -64,7 +63,7 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
 
     ``fid_feature`` / ``is_feature`` (any ``nn.Module`` on uint8 images) replace the standard
     Inception network; ``clip`` = (model, processor) replaces loading ``clip_model``;
-    ``clip_model=None`` skips CLIP Score. ``decode_workers``: processes decoding the images ahead of
+    ``clip_model=None`` skips CLIP Score. ``engine``: its decode workers decode the images ahead of
     the networks (see :func:`score_images`). ``profile``: the settings
     ``image_metric_channels``, ``image_metric_size`` and ``image_metric_missing`` (``official``: the
     official evaluation's BGR 224x224 inputs, 299x299 for IS, noise for a missing image).
@@ -123,7 +122,7 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
                                             fid_feature=fid_feature, is_feature=is_feature,
                                             inception_weights=inception_weights, is_splits=is_splits, seed=seed,
                                             batch_size=batch_size, device=device, show_progress=show_progress,
-                                            engine=EngineOptions(decode_workers=decode_workers),
+                                            engine=engine,
                                             fid_features=fid_rows,
                                             is_features=is_rows, is_images=is_images)
     per_query = dict(zip(qids, scores, strict=True)) if scores else {}

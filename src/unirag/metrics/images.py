@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from unirag.data.images import ImageLike, as_rgb
+from unirag.data.images import ImageLike, load_rgb
 from unirag.errors import ConfigError
 
 DEFAULT_CLIP_MODEL = "openai/clip-vit-base-patch16"
@@ -46,7 +46,7 @@ def load_uint8(path: ImageLike):
     import numpy as np
     import torch
 
-    arr = np.array(as_rgb(path), dtype=np.uint8, copy=True)
+    arr = np.array(load_rgb(path), dtype=np.uint8, copy=True)
     return torch.from_numpy(arr).permute(2, 0, 1).contiguous()
 
 
@@ -63,11 +63,12 @@ def uint8_images(paths: Sequence[ImageLike], engine: Any = None, chunk: int = 32
     at a time, a few chunks ahead (see the module docstring). Inline when ``engine`` says so or when
     some image is not a file path (PIL images, bytes)."""
     from unirag.data.images import is_path_like
-    from unirag.data.loader import ImageLoader, workers_for
+    from unirag.data.loader import ImageLoader
     from unirag.runs.engine import engine_options
+    from unirag.runtime import decode_processes
 
     paths = list(paths)
-    workers = workers_for(engine_options(engine).decode_workers, len(paths))
+    workers = decode_processes(engine_options(engine).decode_workers, len(paths))
     if workers == 0 or not all(is_path_like(p) for p in paths):
         for p in paths:
             yield load_uint8(p)
@@ -102,7 +103,7 @@ def _size_order(paths: Sequence[str | Path]) -> list[int]:
     def size(i: int) -> tuple[int, int]:
         p = paths[i]
         if not isinstance(p, str | Path):
-            return as_rgb(p).size
+            return load_rgb(p).size
         try:
             return upright_size(p)
         except Exception:  # noqa: BLE001 - load_uint8 reports the real error with the path
@@ -134,7 +135,7 @@ def official_arrays(paths: Sequence[ImageLike | None], *, channels: str = "bgr",
 
                 raise InputError("OpenCV cannot read this image", path=p)
         else:
-            img = np.asarray(as_rgb(p), dtype=np.uint8)[:, :, ::-1]
+            img = np.asarray(load_rgb(p), dtype=np.uint8)[:, :, ::-1]
         if channels == "rgb":
             img = img[:, :, ::-1]
         if size is not None:

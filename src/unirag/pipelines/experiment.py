@@ -31,11 +31,11 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     cells that retrieve from an index; ``engine`` as for a single run (a
     :class:`~unirag.runs.engine.WorkerPool` lets cells with the same model share its workers)."""
     from unirag.runs.atomic import atomic_write_json
-    from unirag.runs.engine import with_decode_workers
+    from unirag.runs.engine import with_decode_default
 
     out = Path(out_root) / cell.name
     opts = dict(cell.options)
-    engine = with_decode_workers(engine, opts.pop("decode_workers", None))  # the cell's own, unless given
+    engine = with_decode_default(engine, opts.pop("decode_workers", None))  # the cell's own, unless given
     if limit is not None:
         opts["limit"] = limit
     if cell.paper or cell.row:

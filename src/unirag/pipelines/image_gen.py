@@ -199,7 +199,7 @@ def run_image_generation(
     ``emu2_sampling`` fills in steps/guidance left None). ``generator`` None: the run loads ``spec``
     with ``generator_options`` itself: on Ray workers when ``engine`` is "ray" and the spec is a local
     model (see :mod:`unirag.runs.engine`), else here, where the engine options' decode workers decode the
-    next queries' example images while a local model draws (see :mod:`unirag.runs.ahead`). API
+    next queries' example images while a local model draws (see :func:`unirag.data.loader.ahead`). API
     generators send the files as they are and decode nothing.
     """
     import functools

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from unirag.data.images import ImageLike, as_rgb, is_path_like, png_bytes
+from unirag.data.images import ImageLike, is_path_like, load_rgb, png_bytes
 from unirag.errors import ConfigError, InputError
 from unirag.messages import ImagePart, Message, Part, TextPart
 from unirag.prompts.merge import DEFAULT_SEPARATOR, merge_vertically
@@ -115,7 +115,7 @@ def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, examples: 
             parts.append(_image_part(query_image, query_label, ahead, loading))
         elif token == "merged_image":
             if examples:
-                images = [as_rgb(im, ahead=ahead, loading=loading)
+                images = [load_rgb(im, ahead=ahead, loading=loading)
                           for im in [*(s.image for s in examples), query_image]]
                 merged_image = merge_vertically(images, separator=separator)
                 labels = [s.label or f"example {i}" for i, s in enumerate(examples, start=1)] + [query_label]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from unirag.retrieval.results import RetrievalResult
 
@@ -44,7 +45,7 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
                   pool_images_root: str | Path | None = None, verify: bool = False, device: str | None = "auto",
                   dtype: str | None = "auto", instructions: str | None = None, use_instructions: bool = True,
                   progress: bool = False, profile=None, selection=None, index_memory: str = "mmap",
-                  decode_workers: int | str | None = None) -> RetrievalRunSummary:
+                  engine: Any = None) -> RetrievalRunSummary:
     """Top-``k`` candidates and pairs for every query of the M-BEIR ``queries`` file, written to ``out``
     (JSONL) and its TREC twin. ``exclude_positives``: a qrels file whose positives are dropped from each
     query's results (leakage-free evaluation). ``profile``: a profile name or
@@ -52,9 +53,10 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
     examples (:class:`unirag.Selection`); both are recorded with the run's options in
     ``<out>.manifest.json``. ``index_memory``: "mmap" or "ram" (see :meth:`unirag.Index.open`).
     The query encoder: ``encoder`` (a spec) or the one the index's manifest records, loaded with
-    ``device``, ``dtype`` and ``decode_workers`` (see :func:`unirag.load_encoder`); a UniIR encoder gets
-    the M-BEIR ``instructions`` file, else the ``instructions/query_instructions.tsv`` found above the
-    ``queries`` file (``use_instructions=False``: none). Options fail before any model loads."""
+    ``device``, ``dtype`` and ``engine``'s decode workers (see :func:`unirag.load_encoder`); a UniIR
+    encoder gets the M-BEIR ``instructions`` file, else the ``instructions/query_instructions.tsv``
+    found above the ``queries`` file (``use_instructions=False``: none). Options fail before any model
+    loads."""
     from unirag.index.store import check_memory_mode
 
     check_memory_mode(index_memory)
@@ -69,7 +71,9 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
     from unirag.index.manifest import read_manifest
 
     spec = encoder if encoder is not None else read_manifest(index_dir)["encoder"].get("spec")
-    query_encoder = load_encoder(spec, device=device, decode_workers=decode_workers,
+    from unirag.runs.engine import engine_options
+
+    query_encoder = load_encoder(spec, device=device, decode_workers=engine_options(engine).decode_workers,
                                  **precision_options(spec, dtype, profile),
                                  **instruction_kwargs(spec, instructions, not use_instructions, str(queries)))
     retriever = Retriever(index_dir, query_encoder, verify=verify, pool_images_root=pool_images_root,

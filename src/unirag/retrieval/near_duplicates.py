@@ -32,14 +32,14 @@ def dhash(image: Any) -> int:
     """The 64-bit difference hash of an image (a path, PIL image, encoded bytes or uint8 array)."""
     from PIL import Image
 
-    from unirag.data.images import as_rgb
+    from unirag.data.images import load_rgb
 
     if isinstance(image, str | Path):
         with Image.open(image) as im:
             im.draft("L", (64, 64))  # JPEG: decode at reduced size (much faster, same hash scale)
             grey = im.convert("L")
     else:
-        grey = as_rgb(image).convert("L")
+        grey = load_rgb(image).convert("L")
     small = np.asarray(grey.resize((9, 8), Image.Resampling.LANCZOS), dtype=np.int16)
     bits = (small[:, 1:] > small[:, :-1]).ravel()
     return int.from_bytes(np.packbits(bits).tobytes(), "big")

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from unirag.data.images import ImageLike, as_rgb, check_image_like, image_path_of
+from unirag.data.images import ImageLike, check_image_like, image_path_of, load_rgb
 from unirag.data.records import Modality, Qrels, Query, resolve_image
 from unirag.errors import ConfigError, InputError
 from unirag.index.handle import Index
@@ -195,7 +195,7 @@ class Retriever:
             if modality is Modality.TEXT:
                 out[idx] = self.encoder.encode_texts([texts[i] for i in idx])
                 continue
-            pixels = [as_rgb(images[i]) for i in idx]
+            pixels = [load_rgb(images[i]) for i in idx]
             if modality is Modality.IMAGE:
                 out[idx] = self.encoder.encode_images(pixels)
             else:

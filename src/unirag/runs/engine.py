@@ -8,13 +8,9 @@ pending items by the driver, one batch ahead so it never waits. An actor writes 
 through the same claims and :class:`~unirag.runs.store.ResultStore` a local run uses, into the same
 run directory (so a cluster needs that directory on a filesystem every node mounts at the same path).
 
-An actor is threaded: the driver's second call in flight enters while the model works on the first,
-hands the image files its payloads load (the run kind's ``image_paths(payloads)``) to the
-actor's decode processes (the options' decode workers, an :class:`~unirag.data.loader.ImageLoader` per call,
-started with it) and waits for the model, which is then given those images decoded (the kind's
-``work_batch(payloads, images)``, see :class:`~unirag.runs.executor.RunKind`) - the model never waits for a file to be decoded when the decode
-processes keep up. The model itself works one call at a time, and results are exactly those
-of inline decoding (see :class:`_Worker`).
+An actor is threaded: the driver's second call in flight has its images decoded by the actor's
+decode processes while the model works on the first (see :class:`_Worker`), so the model never
+waits for a file when they keep up; results are exactly those of inline decoding.
 
 That gives the guarantees of a local run:
 
@@ -68,7 +64,7 @@ class EngineOptions:
     actor (default: this machine's CPUs divided among the workers when Ray is local);
     ``decode_workers``: the one setting for processes that decode the images of the next calls while a
     local model works on the current one, in this process (``local``) or in each actor (``ray``)
-    ("auto"/None: :func:`unirag.data.loader.workers_for`; 0: inline)."""
+    ("auto"/None: :func:`unirag.runtime.decode_processes`; 0: inline)."""
 
     engine: str = "local"
     workers: int | None = None
@@ -80,9 +76,14 @@ class EngineOptions:
     decode_workers: int | str | None = None
 
     def __post_init__(self) -> None:
-        from unirag.data.loader import resolve_decode_workers
-
-        object.__setattr__(self, "decode_workers", resolve_decode_workers(self.decode_workers))
+        given = value = self.decode_workers  # "auto"/None -> None; an integer >= 0 (as text too) -> itself
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            value = None
+        elif value is not None:
+            value = int(value) if str(value).strip().lstrip("-").isdigit() else -1
+            if value < 0:
+                raise ConfigError(f"decode workers must be >= 0 (0 = decode inline) or 'auto', got {given!r}")
+        object.__setattr__(self, "decode_workers", value)
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; expected one of {', '.join(ENGINES)}")
         if self.workers is not None and self.workers < 1:
@@ -102,14 +103,13 @@ class EngineOptions:
     def actor_sizing(self, ray_module: Any, n: int) -> tuple[str, int | None, int]:
         """(device, torch threads, decode processes) of each of ``n`` actors: the one sizing rule of the
         generation actors and the index build's (:mod:`unirag.index.ray_engine`)."""
-        from unirag.data.loader import workers_for
-        from unirag.ray_support import decode_share
+        from unirag.runtime import decode_processes
 
         threads = self.threads_per_worker
         if threads is None and not self.ray_address:
             threads = max(1, (os.cpu_count() or 1) // n)
-        decode = workers_for(self.decode_workers, share=decode_share(ray_module, n),
-                             model_on_cpu=not self.gpus_per_worker)
+        cpus = int(ray_module.cluster_resources().get("CPU", 1))  # decode processes are not Ray tasks
+        decode = decode_processes(self.decode_workers, share=(cpus, n), model_on_cpu=not self.gpus_per_worker)
         return ("cuda" if self.gpus_per_worker else "cpu"), threads, decode
 
 
@@ -122,7 +122,7 @@ def engine_options(engine: str | EngineOptions | WorkerPool | None) -> EngineOpt
     return EngineOptions(engine=engine or "local")
 
 
-def with_decode_workers(engine: str | EngineOptions | WorkerPool | None, default: int | str | None) -> Any:
+def with_decode_default(engine: str | EngineOptions | WorkerPool | None, default: int | str | None) -> Any:
     """``engine`` with ``default`` decode workers where its options leave them to auto (a run's own
     setting: a grid cell's option, the agents YAML's); a pool the caller opened is used as it is."""
     if isinstance(engine, WorkerPool) or default is None:
@@ -174,14 +174,10 @@ class _Worker:
 
     A call names the run (its store file and key field) and how to open the run's
     :class:`~unirag.runs.executor.RunKind` on the model (``open_kind(model)``, once per run). A call
-    that enters while the model works on the one before has its payloads' image files (the kind's
-    ``image_paths(payloads)``) decoded by an :class:`~unirag.data.loader.ImageLoader`
-    of ``decode`` processes (0: none, the model's thread decodes as it loads them) in a
-    background thread, then waits for the model. Its model part
-    (:func:`~unirag.runs.executor.run_items` and the store writes) runs under ``_model_lock``,
-    given those images (``work_batch(payloads, images)``), so the model thread does not read the
-    files again. Decoding never changes a result: a file the workers could not read is left out and fails
-    where it is loaded, with the inline message, and a call whose decoding fails decodes inline.
+    that enters while the model works on the one before has its payloads' image files decoded
+    (:meth:`_decoded`), then waits for ``_model_lock``: its model part (the store writes and
+    :func:`~unirag.runs.executor.run_items`) is given those images (``work_batch(payloads, images)``),
+    so the model thread does not read the files again.
     """
 
     def __init__(self, recipe: ModelRecipe, device: str, threads: int | None, decode: int = 0) -> None:
@@ -209,7 +205,7 @@ class _Worker:
         import ray
 
         return {"node": socket.gethostname(), "pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "decode_workers": self.decode,
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "decode": self.decode,
                 "model": self.recipe.describe(self.model)}
 
     def _task(self, store_path: str, store_key: str, open_kind: Callable[[Any], Any]) -> tuple[Any, Any]:
@@ -224,36 +220,25 @@ class _Worker:
                     t = self.tasks[store_path] = (open_kind(self.model), ResultStore(store_path, key=store_key))
         return t
 
-    def _decode_ahead(self, kind: Any, payloads: list[Any]) -> Any:
-        """A future of this call's images, decoded in a background thread (None: no decode workers)."""
-        image_paths = kind.image_paths
+    def _decoded(self, kind: Any, payloads: list[Any]) -> dict[str, Any]:
+        """This call's images (path -> image; an unreadable file is left out and fails where it is loaded),
+        decoded by the ``decode`` processes in the call's own thread while the model works on the call
+        before. Empty without decode processes, or when decoding fails: the model's thread decodes them."""
         if not self.decode:
-            return None
-        import threading
-        from concurrent.futures import Future
+            return {}
+        from unirag.data.loader import ImageLoader
 
-        from unirag.data.loader import decode_all
-
-        future: Future = Future()
-        workers = self.decode
-
-        def work() -> None:
-            try:
-                future.set_result(decode_all(image_paths(payloads), workers))
-            except BaseException as e:  # noqa: BLE001 - the model's thread then decodes them itself
-                future.set_exception(e)
-
-        threading.Thread(target=work, name="unirag-decode-ahead", daemon=True).start()
-        return future
-
-    def _decode_failed(self, err: BaseException) -> None:
-        from unirag.errors import UniragError
-
-        if isinstance(err, UniragError):  # its decode processes kept dying (out of memory): inline from now on
-            log.warning("this worker's decode processes died (%s); it decodes its images itself from now on", err)
+        try:
+            paths = list(dict.fromkeys(str(p) for p in kind.image_paths(payloads)))
+            jobs = ((None, paths[s : s + 8]) for s in range(0, len(paths), 8))
+            return {d.path: d.image for _, items in ImageLoader(self.decode).map(jobs) for d in items if d.ok}
+        except UniragError as e:  # its decode processes kept dying (out of memory): inline from now on
+            log.warning("this worker's decode processes died (%s); it decodes its images itself from now on",
+                        e)
             self.decode = 0
-        else:
-            log.warning("decoding a call's images ahead failed (%s); the model's thread decodes them", err)
+        except Exception as e:  # noqa: BLE001 - decoded inline instead, same results
+            log.warning("decoding a call's images ahead failed (%s); the model's thread decodes them", e)
+        return {}
 
     def run(self, store_path: str, store_key: str, open_kind: Callable[[Any], Any],
             payloads: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -262,23 +247,14 @@ class _Worker:
         from unirag.runs.retry import RetryPolicy
 
         kind, store = self._task(store_path, store_key, open_kind)
-        job = self._decode_ahead(kind, [p for _, p in payloads])
-        try:
-            images: dict[str, Any] = {}
-            if job is not None:
-                try:
-                    images = job.result()  # decoded while the model worked on the call before
-                except Exception as e:  # noqa: BLE001 - decoded inline instead, same results
-                    self._decode_failed(e)
-            with self._model_lock:
-                if self._stopping or _cancelled():
-                    raise UniragError(CANCELLED)
-                counts = run_items(payloads, lambda kp: kp[0],
-                                   lambda kps: kind.work_batch([p for _, p in kps], images), store,
-                                   batch_size=kind.batch_size if kind.batches else 1,
-                                   policy=RetryPolicy(max_attempts=1), progress=False)
-        finally:
-            job = None  # a call that failed leaves its decoding to finish alone (its images are dropped)
+        images = self._decoded(kind, [p for _, p in payloads])  # while the model works on the call before
+        with self._model_lock:
+            if self._stopping or _cancelled():
+                raise UniragError(CANCELLED)
+            counts = run_items(payloads, lambda kp: kp[0],
+                               lambda kps: kind.work_batch([p for _, p in kps], images), store,
+                               batch_size=kind.batch_size if kind.batches else 1,
+                               policy=RetryPolicy(max_attempts=1), progress=False)
         return {**counts, "n": len(payloads)}
 
     def ask(self, question: Callable[[Any], Any]) -> Any:

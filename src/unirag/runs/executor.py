@@ -10,7 +10,7 @@ files decoded ahead, when they were) becomes record fields. :func:`execute` runs
   concurrency, each call retried);
 
 and, for a local model here, with the items' images decoded a few calls ahead
-(:mod:`unirag.runs.ahead`). Whatever the path, items are claimed in the run's
+(:func:`unirag.data.loader.ahead`). Whatever the path, items are claimed in the run's
 :class:`~unirag.runs.store.ResultStore` before their call and stored as they finish, so Ctrl-C or a
 crash loses at most the calls in flight and several processes never make the same call.
 """
@@ -74,7 +74,7 @@ def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurre
     ``store``'s file. Else they run here: batched when ``kind.batches``, else one item per call,
     ``concurrency`` at once, retried by ``policy``. ``decode_ahead``: a local model in this process:
     the next calls' image files are decoded in decode workers meanwhile, as many as ``engine`` (its
-    :class:`~unirag.runs.engine.EngineOptions`) says (see :func:`unirag.runs.ahead.ahead_work`).
+    :class:`~unirag.runs.engine.EngineOptions`) says (see :func:`unirag.data.loader.ahead`).
     """
     items = list(items)
     if pool is not None:
@@ -85,25 +85,25 @@ def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurre
         counts["skipped"] += len(items) - len(todo)
         store.refresh()  # the workers' records
         return counts
-    ahead = None
+    work, stream = (lambda its: kind.work_batch([kind.prepare(it) for it in its], {})), None  # noqa: E731
     if decode_ahead:
-        from unirag.runs.ahead import ahead_work
+        from unirag.data.loader import ahead
+        from unirag.runtime import decode_processes
 
         done = store.done_keys()
         todo = [it for it in items if kind.key(it) not in done]
-        ahead = ahead_work(todo, kind.batch_size if kind.batches else 1, key=kind.key, prepare=kind.prepare,
-                           image_paths=kind.image_paths, work_prepared=kind.work_batch,
-                           engine=engine, n_images=kind.n_images(todo))
-    plain = lambda its: kind.work_batch([kind.prepare(it) for it in its], {})  # noqa: E731
+        size, n = kind.batch_size if kind.batches else 1, kind.n_images(todo)
+        setting = getattr(getattr(engine, "options", engine), "decode_workers", None)  # "local"/None: auto
+        work, stream = ahead([todo[s : s + size] for s in range(0, len(todo), size)], kind.key, kind.prepare,
+                             kind.image_paths, kind.work_batch, decode_processes(setting, n) if n else 0)
     try:  # a local model's batch is not retried as a whole (its failures are not transient): item by item
-        return run_items(items, kind.key, ahead.work_batch if ahead is not None else plain, store,
-                         batch_size=kind.batch_size if kind.batches else 1,
+        return run_items(items, kind.key, work, store, batch_size=kind.batch_size if kind.batches else 1,
                          concurrency=1 if kind.batches else concurrency,
                          policy=RetryPolicy(max_attempts=1) if kind.batches else policy, desc=desc,
                          progress=progress)
     finally:
-        if ahead is not None:
-            ahead.close()
+        if stream is not None:
+            stream.close()
 
 
 def is_out_of_memory(err: BaseException) -> bool:

@@ -25,7 +25,7 @@ defaults).
 LaVIT's ``multimodal_synthesis`` takes example images as *paths* and opens them itself
 (``Image.open(path).convert("RGB")`` in ``LaVIT/models/lavit_for_generation.py``; a PIL image is not
 accepted), so the path is what it gets, as in the official run; the decoded copy unirag makes (ahead,
-in decode workers, during an image run: :mod:`unirag.runs.ahead`) serves only the up-front check that
+in decode workers, during an image run: :func:`unirag.data.loader.ahead`) serves only the up-front check that
 the file reads, and LaVIT decodes the file once more in the model's process.
 
 A user installs LaVIT's requirements (its ``requirements.txt``: torch, transformers, diffusers, xformers
