@@ -64,9 +64,7 @@ def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, e
     kwargs = {k: c[k] for k in ("split_file", "agents", "k_prime", "lam", "encoder", "exclude_reference")
               if c.get(k) is not None}
     if c.get("stages"):
-        from unirag.cir.stages import parse_stages
-
-        kwargs["stages"] = parse_stages(c["stages"])
+        kwargs["stages"] = c["stages"]
     metrics = run_cir(c["dataset"], c["annotations"], images_root=cell.sources.get("images_root"), out_dir=out,
                       k=c.get("k"), limit=opts.get("limit"), concurrency=opts.get("concurrency"),
                       progress=progress, profile=cell.settings, echo=lambda s: None, engine=engine,
@@ -80,7 +78,7 @@ def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, e
 def cir_stage_metrics(metrics: dict[str, Any], stage: str | None = None) -> dict[str, Any] | None:
     """The metrics of one stage (default: X^R's final ``xr``, else the last one run) of a run_cir result;
     for several annotation files (FashionIQ), their average, the way the benchmark is reported."""
-    from unirag.cir.stages import STAGE_NAMES
+    from unirag.cir.pipeline import STAGE_NAMES
 
     source = metrics.get("average") if "datasets" in metrics else metrics
     if not isinstance(source, dict):
