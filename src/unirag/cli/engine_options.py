@@ -47,11 +47,9 @@ DECODE_HELP = {
                "networks: " + _AUTO + "fewer than 128 images inline) or N; 0 = in this process."),
     "grid": ("Every cell: processes that decode the next calls' images while a local model works (caption, "
              "image and X^R cells; as --decode-workers of caption, generate-images and cir, and --option "
-             "decode_workers=N): auto (each cell's own decode_workers option, else auto) or N; 0 = in the "
+             "decode_workers=N): auto (each cell's own option, else auto) or N; 0 = in the "
              "model's process; " + RAY_DECODE_HELP + "."),
 }
-
-
 
 
 def decode_option(decodes: str = "encoder") -> Callable[[Callable], Callable]:
