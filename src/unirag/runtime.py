@@ -81,7 +81,22 @@ def configure_torch_threads() -> None:
     except (ValueError, AttributeError):
         n = os.cpu_count() or 1
     torch.set_num_threads(max(1, n))
+    _limit_blas_threads()
     _THREADS_SET = True
+
+
+def _limit_blas_threads() -> None:
+    """numpy's BLAS (OpenBLAS in the numpy wheels) to one thread once a torch model runs in this process,
+    unless ``OPENBLAS_NUM_THREADS`` says otherwise. After each call OpenBLAS's threads spin, waiting for
+    the next one, on the cores that torch's threads need for the next forward pass; the numpy work beside
+    a model is small (projections, normalisation). With two BLAS threads on 2 cores the offline encoder's
+    text batches took twice the CPU (10.3 against 5.3 ms a query, docs/benchmarks.md). One thread
+    computes the same numbers: OpenBLAS splits a product's output between threads, not its sums."""
+    if "OPENBLAS_NUM_THREADS" in os.environ:
+        return
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1, user_api="blas")
 
 
 def _mps_available(torch) -> bool:
