@@ -13,7 +13,7 @@ import pytest
 
 from official_metrics import circo_compute_metrics
 from unirag.cir.datasets import load_dataset
-from unirag.cir.evaluation import evaluate
+from unirag.cir.outputs import evaluate
 
 
 @pytest.mark.parametrize("seed", range(3))
