@@ -90,8 +90,9 @@ def _limit_blas_threads() -> None:
     unless ``OPENBLAS_NUM_THREADS`` says otherwise. After each call OpenBLAS's threads spin, waiting for
     the next one, on the cores that torch's threads need for the next forward pass; the numpy work beside
     a model is small (projections, normalisation). With two BLAS threads on 2 cores the offline encoder's
-    text batches took twice the CPU (10.3 against 5.3 ms a query, docs/benchmarks.md). One thread
-    computes the same numbers: OpenBLAS splits a product's output between threads, not its sums."""
+    text batches took twice the CPU (10.3 against 5.3 ms a query, docs/benchmarks.md). The results
+    agree to float rounding (OpenBLAS splits some products' sums between its threads, so the last bits
+    depend on the thread count, as they already did on the machine's core count)."""
     if "OPENBLAS_NUM_THREADS" in os.environ:
         return
     from threadpoolctl import threadpool_limits
