@@ -45,6 +45,17 @@ def available_cores() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
+def decode_setting(value: int | str | None) -> int | None:
+    """The decode-workers setting as :func:`decode_processes` takes it: "auto"/None -> None, an integer
+    >= 0 (as text too) -> itself; anything else is one :class:`~unirag.errors.ConfigError` line."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    number = int(value) if str(value).strip().lstrip("-").isdigit() else -1
+    if number < 0:
+        raise ConfigError(f"decode workers must be >= 0 (0 = decode inline) or 'auto', got {value!r}")
+    return number
+
+
 def decode_processes(setting: int | None, n_images: int | None = None, model_on_cpu: bool = False,
                      share: tuple[int, int] | None = None) -> int:
     """The one ``auto`` rule of the decode workers (:mod:`unirag.data.loader`) for a job of ``n_images``
@@ -77,9 +88,9 @@ def configure_torch_threads() -> None:
 
     wanted = os.environ.get("UNIRAG_TORCH_THREADS") or os.environ.get("OMP_NUM_THREADS")
     try:
-        n = int(wanted) if wanted else len(os.sched_getaffinity(0))
-    except (ValueError, AttributeError):
-        n = os.cpu_count() or 1
+        n = int(wanted) if wanted else available_cores()
+    except ValueError:
+        n = available_cores()
     torch.set_num_threads(max(1, n))
     _limit_blas_threads()
     _THREADS_SET = True

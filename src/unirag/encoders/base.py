@@ -139,13 +139,11 @@ class Encoder(ABC):
         """The :class:`~unirag.data.loader.ImageLoader` for a job of ``n_images`` (None: unknown): the
         encoder's setting (``auto``: fewer for a model on the CPU) and its preprocessor."""
         from unirag.data.loader import ImageLoader
-        from unirag.runs.engine import EngineOptions
-        from unirag.runtime import decode_processes
+        from unirag.runtime import decode_processes, decode_setting
 
         device = getattr(self, "device", None)  # None: unknown (a stand-in, a plugin): not assumed CPU
         on_cpu = isinstance(device, str) and device.startswith("cpu")
-        setting = EngineOptions(decode_workers=self.decode_workers).decode_workers  # "auto", "3" as well
-        workers = decode_processes(setting, n_images, model_on_cpu=on_cpu)
+        workers = decode_processes(decode_setting(self.decode_workers), n_images, model_on_cpu=on_cpu)
         return ImageLoader(workers, self.image_preprocessor())
 
     def prepared(self, loader, image: Any) -> Any:

@@ -79,11 +79,11 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
     (UniIR's ``use_fp16``; see :func:`precision_options`). Raises :class:`unirag.errors.ConfigError` naming
     ``spec`` when it cannot be loaded.
     """
-    from unirag.runs.engine import EngineOptions
+    from unirag.runtime import decode_setting
 
     encoder = _load(spec, device=device, dtype=dtype, batch_size=batch_size, instructions=instructions,
                     use_instructions=use_instructions)
-    encoder.decode_workers = EngineOptions(decode_workers=decode_workers).decode_workers
+    encoder.decode_workers = decode_setting(decode_workers)
     if autocast is not None:  # precision_options: float32 weights under float16 autocast (CUDA only)
         if autocast != "float16":
             raise ConfigError(f"autocast must be float16 (UniIR's use_fp16), got {autocast!r}")

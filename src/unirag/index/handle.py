@@ -412,13 +412,13 @@ def _encoder_and_spec(encoder, device: str | None, dtype: str | None, autocast: 
     """(spec to record, encoder object) for an encoder object, a spec string or None (offline), its
     decode workers set to ``decode`` when given; ``autocast`` goes to the loading."""
     from unirag.encoders.registry import load_encoder
-    from unirag.runs.engine import EngineOptions
+    from unirag.runtime import decode_setting
 
     spec, enc = (encoder, load_encoder(encoder, device=device, dtype=dtype,
                                        **({"autocast": autocast} if autocast else {}))) \
         if encoder is None or isinstance(encoder, str) else (getattr(encoder, "spec", None), encoder)
     if decode is not None:
-        enc.decode_workers = EngineOptions(decode_workers=decode).decode_workers
+        enc.decode_workers = decode_setting(decode)
     return spec, enc
 
 

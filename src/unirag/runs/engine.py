@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 
 from unirag.errors import ConfigError, UniragError
 from unirag.ray_support import default_workers, ray_session
+from unirag.runtime import decode_setting
 
 log = logging.getLogger(__name__)
 
@@ -76,14 +77,7 @@ class EngineOptions:
     decode_workers: int | str | None = None
 
     def __post_init__(self) -> None:
-        given = value = self.decode_workers  # "auto"/None -> None; an integer >= 0 (as text too) -> itself
-        if isinstance(value, str) and value.strip().lower() == "auto":
-            value = None
-        elif value is not None:
-            value = int(value) if str(value).strip().lstrip("-").isdigit() else -1
-            if value < 0:
-                raise ConfigError(f"decode workers must be >= 0 (0 = decode inline) or 'auto', got {given!r}")
-        object.__setattr__(self, "decode_workers", value)
+        object.__setattr__(self, "decode_workers", decode_setting(self.decode_workers))
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; expected one of {', '.join(ENGINES)}")
         if self.workers is not None and self.workers < 1:
