@@ -13,7 +13,7 @@ import numpy as np
 
 from unirag.encoders.base import Encoder, ImageInput
 from unirag.errors import ConfigError
-from unirag.runtime import configure_torch_threads, hf_from_pretrained, resolve_device
+from unirag.runtime import configure_torch_threads, hf_from_pretrained, onednn_linears, resolve_device
 
 DEFAULT_TEXT_MODEL = "all-MiniLM-L6-v2"
 
@@ -45,6 +45,10 @@ class MeanPooledTextModel:
         self.max_length = max_length
         self.tokenizer = hf_from_pretrained(AutoTokenizer, self.spec, "text tokenizer")
         self.model = hf_from_pretrained(AutoModel, self.spec, "text model").eval().to(self.device)
+        if hasattr(self.model, "pooler"):  # BERT's [CLS] pooler: mean pooling never reads it
+            self.model.pooler = None
+        if self.device == "cpu":
+            onednn_linears(self.model)
         self.dim = int(self.model.config.hidden_size)
         config = self.model.config
         # Packing needs absolute positions that restart per sentence (BERT's learned ones) and a model that
