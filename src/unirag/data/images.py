@@ -138,7 +138,9 @@ def _check_size(size: tuple[int, int], max_pixels: int, path: str | Path | None)
 
 
 def _decode(opener, max_pixels: int, background: str, draft: int | None, plain: bool, *, path: Path | None,
-            what: str):
+            what: str, verify: bool = False):
+    """The image ``opener()`` opens, decoded and normalised; ``verify``: PIL's ``verify()`` of its
+    structure instead, nothing decoded (None)."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -147,6 +149,8 @@ def _decode(opener, max_pixels: int, background: str, draft: int | None, plain: 
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with opener() as im:
                 _check_size(im.size, max_pixels, path)  # header only: nothing decoded yet
+                if verify:
+                    return im.verify()
                 if getattr(im, "n_frames", 1) > 1:
                     im.seek(0)  # animations: the first frame
                 if draft and im.format == "JPEG":
@@ -375,20 +379,12 @@ def image_problem(path: str | Path, mode: str = "decode", *, max_pixels: int | N
     p = Path(path)
     if not p.is_file():
         return "not found"
-    if mode == "exists":
-        return None
     try:
         if mode == "decode":
             load_rgb(p, max_pixels=max_pixels, draft=64)
-            return None
-        limit = int(_setting_default("image_max_pixels") if max_pixels is None else max_pixels)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(p) as im:
-                _check_size(im.size, limit, p)
-                im.verify()
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        return f"refused as a decompression bomb ({e})"
+        elif mode == "verify":
+            limit = int(_setting_default("image_max_pixels") if max_pixels is None else max_pixels)
+            _decode(lambda: Image.open(p), limit, "white", None, False, path=p, what="image", verify=True)
     except _Refused as e:
         return e.reason
     except InputError as e:
