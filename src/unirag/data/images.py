@@ -100,17 +100,11 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
         raise ConfigError(f"image background must be one of {', '.join(BACKGROUNDS)}, got {background!r}")
     from PIL import Image
 
-    if isinstance(image, str | Path):
-        path = Path(image)
-        if not path.is_file():
-            raise InputError("image file not found" if not path.exists() else "not a file", path=path)
-        return _decode(lambda: Image.open(path), max_pixels, background, draft, plain, path=path,
-                       what="image")
-    if isinstance(image, bytes | bytearray | memoryview):
-        data = bytes(image)
-        if not data:
-            raise InputError("cannot decode image bytes: empty")
-        return _decode(lambda: Image.open(io.BytesIO(data)), max_pixels, background, draft, plain, path=None,
+    image = check_image_like(image, None)
+    if isinstance(image, Path):
+        return _decode(lambda: Image.open(image), max_pixels, background, draft, plain, path=image, what="image")
+    if isinstance(image, bytes):
+        return _decode(lambda: Image.open(io.BytesIO(image)), max_pixels, background, draft, plain, path=None,
                        what="image bytes")
     if isinstance(image, Image.Image):
         src = getattr(image, "filename", None) or None
@@ -118,9 +112,7 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
         if plain:
             return image.convert("RGB")
         return _normalise(image, background, src)
-    if hasattr(image, "__array_interface__"):
-        return _from_array(image, max_pixels, background)
-    raise InputError(f"not an image: expected a path, a PIL image, bytes or an array, got {type(image).__name__}")
+    return _from_array(image, max_pixels, background)
 
 
 class _Refused(InputError):
@@ -248,11 +240,10 @@ def _to_uint8(array):
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 
 
-def _from_array(image, max_pixels: int, background: str):
+def _from_array(array, max_pixels: int, background: str):
     import numpy as np
     from PIL import Image
 
-    array = _checked_array(image, None)
     if array.ndim == 3 and array.shape[2] == 1:
         array = array[:, :, 0]
     _check_size((array.shape[1], array.shape[0]), max_pixels, None)
@@ -261,27 +252,29 @@ def _from_array(image, max_pixels: int, background: str):
     return _normalise(Image.fromarray(np.ascontiguousarray(array), mode=mode), background, None)
 
 
-def check_image_like(image: ImageLike, name: str = "image") -> None:
+def check_image_like(image: ImageLike, name: str | None = "image") -> Any:
     """Refuse, without decoding, what cannot be an image: raises :class:`InputError` naming the
     argument ``name`` and what was expected (a missing file, empty bytes, an empty or wrongly shaped
-    array, another type). For callers that may not decode the image themselves (example captioners)."""
+    array, another type). Returns what :func:`load_rgb` decodes: a Path, bytes, a PIL image or an array.
+    For callers that may not decode the image themselves (example captioners), and load_rgb's first step."""
     from PIL import Image
 
     if isinstance(image, str | Path):
-        if not Path(image).is_file():
-            raise InputError("image file not found", path=image, field=name)
-        return
+        path = Path(image)
+        if not path.is_file():
+            raise InputError("image file not found" if not path.exists() else "not a file", path=path, field=name)
+        return path
     if isinstance(image, bytes | bytearray | memoryview):
         if not bytes(image):
-            raise InputError("empty image bytes", field=name)
-        return
+            raise InputError("cannot decode image bytes: empty", field=name)
+        return bytes(image)
     if isinstance(image, Image.Image):
         if 0 in image.size:
-            raise InputError(f"empty image ({image.size[0]}x{image.size[1]} pixels)", field=name)
-        return
+            raise _Refused(f"empty image ({image.size[0]}x{image.size[1]} pixels)", field=name,
+                           path=getattr(image, "filename", None) or None)
+        return image
     if hasattr(image, "__array_interface__"):
-        _checked_array(image, name)
-        return
+        return _checked_array(image, name)
     raise InputError(f"expected an image (a path, a PIL image, encoded bytes or a uint8/uint16 array), "
                      f"got {'None' if image is None else type(image).__name__}", field=name)
 
