@@ -186,7 +186,4 @@ def write_qrels(path: str | Path, queries: Iterable[Query]) -> int:
 
 def load_pool(path: str | Path) -> dict[str, Candidate]:
     """The whole pool as did -> Candidate (for lookups; the index build streams instead)."""
-    pool: dict[str, Candidate] = {}
-    for c in read_candidates(path):
-        pool[c.did] = c
-    return pool
+    return {c.did: c for c in read_candidates(path)}

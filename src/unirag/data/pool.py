@@ -48,8 +48,14 @@ class Pool:
                      images_root: str | Path | None = None) -> Pool:
         """Candidates, or dicts in the M-BEIR pool line format (``did``, ``modality``, ``txt``,
         ``img_path``, ``src_content``; ``source_id`` may be given directly)."""
+        from unirag.data.mbeir import duplicate_did
+
         out = [r if isinstance(r, Candidate) else _candidate_from_dict(r, i) for i, r in enumerate(records)]
-        _check_unique(out)
+        seen: set[str] = set()
+        for c in out:
+            if c.did in seen:
+                raise duplicate_did(c.did, None, None, None)
+            seen.add(c.did)
         return cls(out, images_root=images_root)
 
     @classmethod
@@ -202,14 +208,6 @@ def _image_key(image: Any, images_root: str | Path | None) -> str:
         return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError:
         return "path:" + str(Path(path).absolute())
-
-
-def _check_unique(records: list[Candidate]) -> None:
-    seen: set[str] = set()
-    for c in records:
-        if c.did in seen:
-            raise InputError(f"duplicate did {c.did!r} in the candidate pool", field="did")
-        seen.add(c.did)
 
 
 def check_pairs(pairs: Any) -> list[tuple[Any, Any, dict[str, Any]]]:
