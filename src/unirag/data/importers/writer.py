@@ -150,27 +150,13 @@ class ImportSummary:
 
 
 def _check_ids(items: list[SourceItem], source: str) -> None:
-    seen_src: dict[str, str] = {}
-    seen_cap: dict[str, str] = {}
+    """Ids go into qrels lines: no whitespace. (Their uniqueness is the readers' check, which names the
+    input's own fields: a COCO file's ids are checked as read, a row file's ids are made unique.)"""
     for it in items:
-        if it.source_id in seen_src:
-            raise InputError(
-                f"duplicate image id {it.source_id!r} (first at {seen_src[it.source_id]})",
-                path=it.origin or source,
-            )
-        seen_src[it.source_id] = it.origin
-        for key, _ in it.captions:
-            if key in seen_cap:
-                raise InputError(
-                    f"duplicate caption id {key!r} (first at {seen_cap[key]})", path=it.origin or source
-                )
-            seen_cap[key] = it.origin
         for part in (it.source_id, *[k for k, _ in it.captions]):
             if not part or any(ch.isspace() for ch in part):
-                raise InputError(
-                    f"id {part!r} is empty or contains whitespace (ids go into qrels lines)",
-                    path=it.origin or source,
-                )
+                raise InputError(f"id {part!r} is empty or contains whitespace (ids go into qrels lines)",
+                                 path=it.origin or source)
 
 
 def _check_images(
@@ -230,17 +216,6 @@ def _root_hint(items: list[SourceItem], images_root: Path) -> str:
     return ""
 
 
-def sample_text_queries(item: SourceItem, seed: int) -> list[tuple[str, str]]:
-    """One caption per image, as the paper samples its text->image queries.
-
-    Seeded per image (``Random(f"{seed}:{source_id}")``) so the choice for an image does not change
-    when other images are added, removed or skipped.
-    """
-    if not item.captions:
-        return []
-    return [random.Random(f"{seed}:{item.source_id}").choice(item.captions)]
-
-
 def build_records(
     items: list[SourceItem], *, name: str, seed: int = 0, all_captions: bool = False
 ) -> tuple[list[Candidate], list[Query], list[Query]]:
@@ -288,7 +263,9 @@ def build_records(
                 task_id=TASK_IMAGE_TO_TEXT,
             )
         )
-        chosen = it.captions if all_captions else sample_text_queries(it, seed)
+        # One caption per image, as the paper samples its text->image queries; seeded per image so the
+        # choice for an image does not change when other images are added, removed or skipped.
+        chosen = it.captions if all_captions else [random.Random(f"{seed}:{it.source_id}").choice(it.captions)]
         for key, text in chosen:
             q_t2i.append(
                 Query(
