@@ -3,28 +3,11 @@
 Every place where an image enters unirag - the import check, index builds, queries and
 ``Retriever.search``, server uploads and thumbnails, few-shot examples sent to generators, metrics -
 decodes it with :func:`load_rgb`, so what passes the import check is exactly what gets embedded, and
-a phone photo looks the same in a search, in an index and on the page.
-
-:func:`load_rgb` takes a path, encoded bytes, a PIL image or an array and returns an upright 8-bit
-RGB PIL image:
-
-* **orientation**: the EXIF orientation tag is applied (``ImageOps.exif_transpose``), so a phone
-  photo tagged "rotate 90" is embedded the way it is shown;
-* **bit depth**: 16-bit, 32-bit integer and float images (modes ``I;16*``, ``I``, ``F``; uint16
-  arrays) are mapped to 8 bits by their real range: 16-bit data by its 0..65535 range, 32-bit
-  integers by 0..255 / 0..65535 / their min..max (the first that holds all values), floats by
-  0..1, 0..255 or their min..max (float *arrays* are refused: their range is ambiguous);
-* **transparency**: composited on the ``image_background`` setting's colour (white by default,
-  ``black`` reproduces a plain ``convert("RGB")``);
-* **animations**: the first frame;
-* **decompression bombs**: an image whose header declares more than ``max_pixels`` (the
-  ``image_max_pixels`` setting, 40 megapixels by default; the server's ``--max-pixels``) is refused
-  with :class:`~unirag.errors.InputError` before any pixel is decoded;
-* **empty images** (0 pixels wide or high, or an empty array) are refused with ``InputError``.
-
-A missing, corrupt or refused image always raises :class:`InputError` naming the file (never a PIL,
-numpy or ZeroDivision error). :func:`load_rgb` is a plain module-level function, so it can be
-pickled and called from worker processes.
+a phone photo looks the same in a search, in an index and on the page. What it does to orientation,
+bit depth, transparency, animations, decompression bombs and empty images is the table of
+docs/inputs.md ("One image loader"). A missing, corrupt or refused image always raises
+:class:`~unirag.errors.InputError` naming the file; :func:`load_rgb` is a module-level function, so
+worker processes can call it.
 """
 
 from __future__ import annotations
@@ -74,13 +57,12 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
     :class:`~unirag.data.loader.ImageLoader`'s decode workers): a path found there (with no other
     option given) is a copy of that image, not decoded again; any other path is decoded (and fails)
     as usual, so passing them changes nothing but the time. ``loading`` (the ``image_loading``
-    setting): ``normalised`` (the module docstring) or ``plain``, PIL's ``Image.open(...).convert("RGB")``
+    setting): ``normalised`` (docs/inputs.md) or ``plain``, PIL's ``Image.open(...).convert("RGB")``
     and nothing else, as the official UniRAG code loads its images (images decoded ahead are
     normalised ones, so ``plain`` decodes again).
 
     Raises :class:`InputError` naming the file when it is missing, corrupt, a decompression bomb or
-    empty, or when ``image`` is not an image at all. See the module docstring for what is done to
-    orientation, bit depth, transparency and animations.
+    empty, or when ``image`` is not an image at all.
     """
     if loading not in LOADINGS:
         from unirag.errors import ConfigError
@@ -209,7 +191,7 @@ def _as_numpy(im):
 
 
 def _to_uint8(array):
-    """Map integer or float pixel values to 0..255 by their real range (see the module docstring)."""
+    """Map integer or float pixel values to 0..255 by their real range (docs/inputs.md)."""
     import numpy as np
 
     a = np.asarray(array)
