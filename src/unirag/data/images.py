@@ -171,7 +171,10 @@ def _normalise(im, background: str, path: str | Path | None):
         pass
     mode = im.mode
     if mode.startswith("I") or mode == "F":
-        im = Image.fromarray(_to_uint8(_as_numpy(im)), mode="L")
+        import numpy as np
+
+        pixels = np.asarray(im)  # big-endian 16-bit (I;16B) as uint16, so it scales by 0..65535 too
+        im = Image.fromarray(_to_uint8(pixels.astype(np.uint16) if mode.startswith("I;16") else pixels), mode="L")
         mode = "L"
     has_alpha = mode in ("RGBA", "LA", "La", "RGBa", "PA") or (mode == "P" and "transparency" in im.info) \
         or (mode in ("L", "RGB") and "transparency" in im.info)
@@ -180,14 +183,6 @@ def _normalise(im, background: str, path: str | Path | None):
         canvas = Image.new("RGBA", rgba.size, BACKGROUNDS[background] + (255,))
         return Image.alpha_composite(canvas, rgba).convert("RGB")
     return im if mode == "RGB" else im.convert("RGB")
-
-
-def _as_numpy(im):
-    import numpy as np
-
-    if im.mode.startswith("I;16"):
-        return np.asarray(im).astype(np.uint16)
-    return np.asarray(im)
 
 
 def _to_uint8(array):
