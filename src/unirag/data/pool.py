@@ -48,14 +48,23 @@ class Pool:
                      images_root: str | Path | None = None) -> Pool:
         """Candidates, or dicts in the M-BEIR pool line format (``did``, ``modality``, ``txt``,
         ``img_path``, ``src_content``; ``source_id`` may be given directly)."""
-        from unirag.data.mbeir import duplicate_did
+        from unirag.data.mbeir import duplicate_did, parse_candidate
 
-        out = [r if isinstance(r, Candidate) else _candidate_from_dict(r, i) for i, r in enumerate(records)]
+        out: list[Candidate] = []
         seen: set[str] = set()
-        for c in out:
+        for i, r in enumerate(records):
+            c = r
+            if not isinstance(r, Candidate):  # read as the pool file reader reads a line
+                try:
+                    c = parse_candidate(dict(r), None, None)
+                except InputError as e:
+                    raise InputError(e.reason, field=f"records[{i}].{e.field}") from None
+                if r.get("source_id") is not None:
+                    c.source_id = str(r["source_id"])
             if c.did in seen:
                 raise duplicate_did(c.did, None, None, None)
             seen.add(c.did)
+            out.append(c)
         return cls(out, images_root=images_root)
 
     @classmethod
@@ -182,21 +191,6 @@ class Pool:
     def __repr__(self) -> str:
         where = f"path={str(self.path)!r}" if self.path is not None else f"{len(self)} records in memory"
         return f"Pool({where}, images_root={str(self.images_root) if self.images_root else None!r})"
-
-
-def _candidate_from_dict(obj: Mapping[str, Any], i: int) -> Candidate:
-    """A pool line's dict read as the pool file reader reads it, errors naming ``records[i]``; a
-    ``source_id`` key is taken as given."""
-    from unirag.data.mbeir import parse_candidate
-
-    try:
-        c = parse_candidate(dict(obj), None, None)
-    except InputError as e:
-        raise InputError(e.reason, field=f"records[{i}].{e.field}") from None
-    sid = obj.get("source_id")
-    if sid is not None:
-        c.source_id = str(sid)
-    return c
 
 
 def _image_key(image: Any, images_root: str | Path | None) -> str:
