@@ -40,17 +40,6 @@ TASK_TEXT_TO_IMAGE = 0
 TASK_IMAGE_TO_TEXT = 3
 
 CHECK_MODES = ("decode", "verify", "exists", "none")
-# Keyword options every importer forwards to write_dataset unchanged (defaults live there, once).
-WRITE_OPTIONS = ("seed", "all_captions", "check", "show_progress", "workers", "allow_outside_root")
-
-
-def pop_write_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Remove and return the :data:`WRITE_OPTIONS` from an importer's keyword arguments.
-
-    An importer taking both its own parsing options and the write options as ``**options`` uses this
-    to send each group to the right function, instead of repeating every parameter and default.
-    """
-    return {k: options.pop(k) for k in WRITE_OPTIONS if k in options}
 
 
 @dataclass
