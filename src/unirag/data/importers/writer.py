@@ -138,16 +138,6 @@ class ImportSummary:
         return "\n".join(lines)
 
 
-def _check_ids(items: list[SourceItem], source: str) -> None:
-    """Ids go into qrels lines: no whitespace. (Their uniqueness is the readers' check, which names the
-    input's own fields: a COCO file's ids are checked as read, a row file's ids are made unique.)"""
-    for it in items:
-        for part in (it.source_id, *[k for k, _ in it.captions]):
-            if not part or any(ch.isspace() for ch in part):
-                raise InputError(f"id {part!r} is empty or contains whitespace (ids go into qrels lines)",
-                                 path=it.origin or source)
-
-
 def _check_images(
     items: list[SourceItem], images_root: Path, mode: str, show_progress: bool, workers: int
 ) -> tuple[BadImageReport, set[str]]:
@@ -300,7 +290,11 @@ def write_dataset(
     items = list(items)
     if not items:
         raise InputError("no images found in the input", path=source)
-    _check_ids(items, source)
+    for it in items:  # their uniqueness is the readers' check, which names the input's own fields
+        for part in (it.source_id, *[k for k, _ in it.captions]):
+            if not part or any(ch.isspace() for ch in part):
+                raise InputError(f"id {part!r} is empty or contains whitespace (ids go into qrels lines)",
+                                 path=it.origin or source)
     images_root = Path(images_root)
     if check != "none" and not images_root.is_dir():
         raise InputError("images root is not a directory", path=images_root)
@@ -349,9 +343,8 @@ def write_dataset(
         all_captions=all_captions,
         seed=seed,
         check=check,
-        seconds=0.0,
         outside_root=[(it.img_path, str(r)) for it, r in outside if it.source_id not in bad],
+        seconds=time.perf_counter() - started,
     )
-    summary.seconds = time.perf_counter() - started
     atomic_write_json(out_dir / FILES["summary"], summary.to_json())  # last: its presence = import complete
     return summary
