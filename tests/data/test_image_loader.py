@@ -61,6 +61,10 @@ def test_16_bit_png_maps_by_its_range_not_to_white(photo: Path, tmp_path: Path) 
     assert np.abs(sixteen - eight).max() <= 1
     assert sixteen.mean() < 200  # a plain convert("RGB") clips I;16 to ~255 everywhere
     assert load_rgb(np.asarray(Image.open(tmp_path / "g16.png")).astype(np.uint16)).mode == "RGB"
+    for mode in ("I;16", "I;16B"):  # big-endian too: 200 of 65535 is dark, not 200 of 255
+        dim = Image.new(mode, (2, 2))
+        dim.putpixel((0, 0), 200)
+        assert load_rgb(dim).getpixel((0, 0)) == (1, 1, 1), mode
 
 
 def test_transparency_is_composited_on_white_by_default(product: Path, tmp_path: Path) -> None:
@@ -102,7 +106,7 @@ def test_empty_and_non_images_are_input_errors(tmp_path: Path) -> None:
             load_rgb(array)
     with pytest.raises(InputError, match="float arrays"):
         load_rgb(np.zeros((4, 4, 3), np.float32))
-    with pytest.raises(InputError, match="not an image"):
+    with pytest.raises(InputError, match="expected an image .*got int"):
         load_rgb(12)
     with pytest.raises(InputError, match="empty"):
         load_rgb(b"")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import shutil
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from unirag.data.images import BadImageReport, image_problem, load_rgb
 from unirag.errors import InputError
@@ -28,6 +30,12 @@ def test_modes(photos: dict[str, Path]) -> None:
     assert image_problem(photos["cut"], "verify") is None  # why "decode" is the default
     assert image_problem(photos["cut"], "exists") is None
     assert image_problem(photos["text"], "verify").startswith("corrupt")
+    png = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(png, format="PNG")
+    broken = bytearray(png.getvalue())
+    broken[broken.index(b"IDAT") + 6] ^= 0xFF  # the header opens; verify() finds the chunk's checksum wrong
+    (photos["good"].parent / "crc.png").write_bytes(broken)
+    assert "checksum" in image_problem(photos["good"].parent / "crc.png", "verify")
     assert image_problem(photos["missing"], "exists") == "not found"
     with pytest.raises(ValueError, match="unknown image check mode"):
         image_problem(photos["good"], "fast")

@@ -169,3 +169,10 @@ def test_bad_options_and_files(tmp_path: Path) -> None:
     _jsonl(tmp_path / "empty.jsonl", [""])
     with pytest.raises(InputError, match="no images found"):
         import_generic(tmp_path / "empty.jsonl", tmp_path, tmp_path / "out")
+
+
+def test_an_id_with_whitespace_is_refused_before_any_image_is_read(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "in.jsonl", ['{"image": "a.jpg", "caption": "x", "id": "a b"}'])
+    with pytest.raises(InputError, match=r"id 'a b' is empty or contains whitespace") as err:
+        import_generic(path, tmp_path, tmp_path / "out", id_field="id", show_progress=False)
+    assert f"{path}:1" in str(err.value)

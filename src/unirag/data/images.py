@@ -3,28 +3,11 @@
 Every place where an image enters unirag - the import check, index builds, queries and
 ``Retriever.search``, server uploads and thumbnails, few-shot examples sent to generators, metrics -
 decodes it with :func:`load_rgb`, so what passes the import check is exactly what gets embedded, and
-a phone photo looks the same in a search, in an index and on the page.
-
-:func:`load_rgb` takes a path, encoded bytes, a PIL image or an array and returns an upright 8-bit
-RGB PIL image:
-
-* **orientation**: the EXIF orientation tag is applied (``ImageOps.exif_transpose``), so a phone
-  photo tagged "rotate 90" is embedded the way it is shown;
-* **bit depth**: 16-bit, 32-bit integer and float images (modes ``I;16*``, ``I``, ``F``; uint16
-  arrays) are mapped to 8 bits by their real range: 16-bit data by its 0..65535 range, 32-bit
-  integers by 0..255 / 0..65535 / their min..max (the first that holds all values), floats by
-  0..1, 0..255 or their min..max (float *arrays* are refused: their range is ambiguous);
-* **transparency**: composited on the ``image_background`` setting's colour (white by default,
-  ``black`` reproduces a plain ``convert("RGB")``);
-* **animations**: the first frame;
-* **decompression bombs**: an image whose header declares more than ``max_pixels`` (the
-  ``image_max_pixels`` setting, 40 megapixels by default; the server's ``--max-pixels``) is refused
-  with :class:`~unirag.errors.InputError` before any pixel is decoded;
-* **empty images** (0 pixels wide or high, or an empty array) are refused with ``InputError``.
-
-A missing, corrupt or refused image always raises :class:`InputError` naming the file (never a PIL,
-numpy or ZeroDivision error). :func:`load_rgb` is a plain module-level function, so it can be
-pickled and called from worker processes.
+a phone photo looks the same in a search, in an index and on the page. What it does to orientation,
+bit depth, transparency, animations, decompression bombs and empty images is the table of
+docs/inputs.md ("One image loader"). A missing, corrupt or refused image always raises
+:class:`~unirag.errors.InputError` naming the file; :func:`load_rgb` is a module-level function, so
+worker processes can call it.
 """
 
 from __future__ import annotations
@@ -74,13 +57,12 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
     :class:`~unirag.data.loader.ImageLoader`'s decode workers): a path found there (with no other
     option given) is a copy of that image, not decoded again; any other path is decoded (and fails)
     as usual, so passing them changes nothing but the time. ``loading`` (the ``image_loading``
-    setting): ``normalised`` (the module docstring) or ``plain``, PIL's ``Image.open(...).convert("RGB")``
+    setting): ``normalised`` (docs/inputs.md) or ``plain``, PIL's ``Image.open(...).convert("RGB")``
     and nothing else, as the official UniRAG code loads its images (images decoded ahead are
     normalised ones, so ``plain`` decodes again).
 
     Raises :class:`InputError` naming the file when it is missing, corrupt, a decompression bomb or
-    empty, or when ``image`` is not an image at all. See the module docstring for what is done to
-    orientation, bit depth, transparency and animations.
+    empty, or when ``image`` is not an image at all.
     """
     if loading not in LOADINGS:
         from unirag.errors import ConfigError
@@ -100,17 +82,11 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
         raise ConfigError(f"image background must be one of {', '.join(BACKGROUNDS)}, got {background!r}")
     from PIL import Image
 
-    if isinstance(image, str | Path):
-        path = Path(image)
-        if not path.is_file():
-            raise InputError("image file not found" if not path.exists() else "not a file", path=path)
-        return _decode(lambda: Image.open(path), max_pixels, background, draft, plain, path=path,
-                       what="image")
-    if isinstance(image, bytes | bytearray | memoryview):
-        data = bytes(image)
-        if not data:
-            raise InputError("cannot decode image bytes: empty")
-        return _decode(lambda: Image.open(io.BytesIO(data)), max_pixels, background, draft, plain, path=None,
+    image = check_image_like(image, None)
+    if isinstance(image, Path):
+        return _decode(lambda: Image.open(image), max_pixels, background, draft, plain, path=image, what="image")
+    if isinstance(image, bytes):
+        return _decode(lambda: Image.open(io.BytesIO(image)), max_pixels, background, draft, plain, path=None,
                        what="image bytes")
     if isinstance(image, Image.Image):
         src = getattr(image, "filename", None) or None
@@ -118,9 +94,7 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
         if plain:
             return image.convert("RGB")
         return _normalise(image, background, src)
-    if hasattr(image, "__array_interface__"):
-        return _from_array(image, max_pixels, background)
-    raise InputError(f"not an image: expected a path, a PIL image, bytes or an array, got {type(image).__name__}")
+    return _from_array(image, max_pixels, background)
 
 
 class _Refused(InputError):
@@ -138,7 +112,9 @@ def _check_size(size: tuple[int, int], max_pixels: int, path: str | Path | None)
 
 
 def _decode(opener, max_pixels: int, background: str, draft: int | None, plain: bool, *, path: Path | None,
-            what: str):
+            what: str, verify: bool = False):
+    """The image ``opener()`` opens, decoded and normalised; ``verify``: PIL's ``verify()`` of its
+    structure instead, nothing decoded (None)."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -147,6 +123,8 @@ def _decode(opener, max_pixels: int, background: str, draft: int | None, plain: 
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with opener() as im:
                 _check_size(im.size, max_pixels, path)  # header only: nothing decoded yet
+                if verify:
+                    return im.verify()
                 if getattr(im, "n_frames", 1) > 1:
                     im.seek(0)  # animations: the first frame
                 if draft and im.format == "JPEG":
@@ -193,7 +171,10 @@ def _normalise(im, background: str, path: str | Path | None):
         pass
     mode = im.mode
     if mode.startswith("I") or mode == "F":
-        im = Image.fromarray(_to_uint8(_as_numpy(im)), mode="L")
+        import numpy as np
+
+        pixels = np.asarray(im)  # big-endian 16-bit (I;16B) as uint16, so it scales by 0..65535 too
+        im = Image.fromarray(_to_uint8(pixels.astype(np.uint16) if mode.startswith("I;16") else pixels), mode="L")
         mode = "L"
     has_alpha = mode in ("RGBA", "LA", "La", "RGBa", "PA") or (mode == "P" and "transparency" in im.info) \
         or (mode in ("L", "RGB") and "transparency" in im.info)
@@ -204,16 +185,8 @@ def _normalise(im, background: str, path: str | Path | None):
     return im if mode == "RGB" else im.convert("RGB")
 
 
-def _as_numpy(im):
-    import numpy as np
-
-    if im.mode.startswith("I;16"):
-        return np.asarray(im).astype(np.uint16)
-    return np.asarray(im)
-
-
 def _to_uint8(array):
-    """Map integer or float pixel values to 0..255 by their real range (see the module docstring)."""
+    """Map integer or float pixel values to 0..255 by their real range (docs/inputs.md)."""
     import numpy as np
 
     a = np.asarray(array)
@@ -244,11 +217,10 @@ def _to_uint8(array):
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 
 
-def _from_array(image, max_pixels: int, background: str):
+def _from_array(array, max_pixels: int, background: str):
     import numpy as np
     from PIL import Image
 
-    array = _checked_array(image, None)
     if array.ndim == 3 and array.shape[2] == 1:
         array = array[:, :, 0]
     _check_size((array.shape[1], array.shape[0]), max_pixels, None)
@@ -257,27 +229,29 @@ def _from_array(image, max_pixels: int, background: str):
     return _normalise(Image.fromarray(np.ascontiguousarray(array), mode=mode), background, None)
 
 
-def check_image_like(image: ImageLike, name: str = "image") -> None:
+def check_image_like(image: ImageLike, name: str | None = "image") -> Any:
     """Refuse, without decoding, what cannot be an image: raises :class:`InputError` naming the
     argument ``name`` and what was expected (a missing file, empty bytes, an empty or wrongly shaped
-    array, another type). For callers that may not decode the image themselves (example captioners)."""
+    array, another type). Returns what :func:`load_rgb` decodes: a Path, bytes, a PIL image or an array.
+    For callers that may not decode the image themselves (example captioners), and load_rgb's first step."""
     from PIL import Image
 
     if isinstance(image, str | Path):
-        if not Path(image).is_file():
-            raise InputError("image file not found", path=image, field=name)
-        return
+        path = Path(image)
+        if not path.is_file():
+            raise InputError("image file not found" if not path.exists() else "not a file", path=path, field=name)
+        return path
     if isinstance(image, bytes | bytearray | memoryview):
         if not bytes(image):
-            raise InputError("empty image bytes", field=name)
-        return
+            raise InputError("cannot decode image bytes: empty", field=name)
+        return bytes(image)
     if isinstance(image, Image.Image):
         if 0 in image.size:
-            raise InputError(f"empty image ({image.size[0]}x{image.size[1]} pixels)", field=name)
-        return
+            raise _Refused(f"empty image ({image.size[0]}x{image.size[1]} pixels)", field=name,
+                           path=getattr(image, "filename", None) or None)
+        return image
     if hasattr(image, "__array_interface__"):
-        _checked_array(image, name)
-        return
+        return _checked_array(image, name)
     raise InputError(f"expected an image (a path, a PIL image, encoded bytes or a uint8/uint16 array), "
                      f"got {'None' if image is None else type(image).__name__}", field=name)
 
@@ -375,20 +349,12 @@ def image_problem(path: str | Path, mode: str = "decode", *, max_pixels: int | N
     p = Path(path)
     if not p.is_file():
         return "not found"
-    if mode == "exists":
-        return None
     try:
         if mode == "decode":
             load_rgb(p, max_pixels=max_pixels, draft=64)
-            return None
-        limit = int(_setting_default("image_max_pixels") if max_pixels is None else max_pixels)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(p) as im:
-                _check_size(im.size, limit, p)
-                im.verify()
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        return f"refused as a decompression bomb ({e})"
+        elif mode == "verify":
+            limit = int(_setting_default("image_max_pixels") if max_pixels is None else max_pixels)
+            _decode(lambda: Image.open(p), limit, "white", None, False, path=p, what="image", verify=True)
     except _Refused as e:
         return e.reason
     except InputError as e:

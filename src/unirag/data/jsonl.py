@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from unirag.data.text import decode_line, iter_text_lines
+from unirag.data.text import decode_line, iter_text_lines, read_text
 from unirag.errors import InputError
 
 
@@ -62,6 +62,4 @@ def parse_json(text: str, path: str | Path | None, line: int | None = None) -> A
 
 def read_json_file(path: str | Path) -> Any:
     """A whole JSON file (UTF-8, BOM allowed); every way it can be malformed is one :class:`InputError`."""
-    from unirag.data.text import read_text
-
     return parse_json(read_text(path), path)

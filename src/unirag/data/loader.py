@@ -1,25 +1,15 @@
 """The one prefetching image loader: decode (and preprocess) images in worker processes, in order.
 
-Every place that feeds images to a model (index builds, query encoding, caption / image / agent runs,
-image metrics, Ray workers) hands :class:`ImageLoader` its planned jobs - ``(key, image paths)``, one
-model call each - and gets them back in order as ``(key, [Decoded, ...])``, decoded a few jobs ahead
-by ``torch.utils.data.DataLoader`` workers (``num_workers``, ``prefetch_factor``), as clip-retrieval's
-inference loader does: :func:`unirag.data.images.load_rgb`, then the encoder's CPU ``preprocess``.
-The jobs are the DataLoader's *sampler*, so a job (and the work that plans it) is made only as the
-workers have room for it. :func:`ahead` puts a loop of model calls on it.
-
-* A bad image is a :class:`Decoded` with the reason it could not be read, never an error in a worker.
-* A job's images come back in one shared-memory buffer (a tensor: DataLoader's file-descriptor
-  passing, unlinked at once, so nothing is left in ``/dev/shm`` even after a SIGKILL), never pickled:
-  preprocessed arrays as the rows of one batch, decoded images as their pixels. Once nothing refers
-  to a job's items, its buffer goes back, with a later job, to the worker that has it mapped (a first
-  touch of a page costs more than the copy), so a run maps a few buffers, not one a job.
-* A worker that dies costs a retry, not the run: its job is decoded here and new workers take the
-  rest; :data:`MAX_WORKER_DEATHS` deaths in one loader stop it with one line.
-* ``workers=0`` decodes inline, lazily, in the calling process.
-
-Workers are forked on Linux (they inherit the preprocessor; a script without an ``if __name__ ==
-"__main__":`` guard still works), spawned elsewhere (an unpicklable preprocessor then runs here).
+Every place that feeds images to a model hands :class:`ImageLoader` its planned jobs - ``(key, image
+paths)``, one model call each - and gets them back in order as ``(key, [Decoded, ...])``, decoded a
+few jobs ahead by ``torch.utils.data.DataLoader`` workers (:func:`unirag.data.images.load_rgb`, then
+the encoder's CPU ``preprocess``), as clip-retrieval's inference loader does. The jobs are the
+DataLoader's *sampler*, so a job (and the work that plans it) is made only as the workers have room.
+A bad image is a :class:`Decoded` with its reason; pixels come back through recycled shared-memory
+buffers, never pickled; a dead worker costs a retry (:data:`MAX_WORKER_DEATHS` stop the loader);
+``workers=0`` decodes inline. Why each of these, and what they cost: docs/throughput.md. Workers are
+forked on Linux (they inherit the preprocessor), spawned elsewhere (an unpicklable preprocessor then
+runs here). :func:`ahead` puts a loop of model calls on it.
 """
 
 from __future__ import annotations

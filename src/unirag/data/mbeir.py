@@ -36,18 +36,14 @@ def _req(obj: dict, key: str, path: Path, lineno: int) -> Any:
     return obj[key]
 
 
-def _modality(obj: dict, key: str, path: Path, lineno: int) -> Modality:
-    try:
-        return Modality.parse(_req(obj, key, path, lineno))
-    except ValueError as e:
-        raise InputError(str(e), path=path, line=lineno, field=key) from None
-
-
 def _content(obj: dict, prefix: str, path: Path | None, lineno: int | None
              ) -> tuple[Modality, str | None, str | None, str | None]:
     """(modality, txt, img_path, src_content) of a pool line (``prefix`` "") or a query line ("query_"),
     checked: the text and image path the modality names are there; ``src_content`` as a JSON string."""
-    modality = _modality(obj, f"{prefix}modality", path, lineno)
+    try:
+        modality = Modality.parse(_req(obj, f"{prefix}modality", path, lineno))
+    except ValueError as e:
+        raise InputError(str(e), path=path, line=lineno, field=f"{prefix}modality") from None
     txt = _opt_str(obj, f"{prefix}txt", path, lineno)
     img = _opt_str(obj, f"{prefix}img_path", path, lineno)
     if modality.has_text and not txt:
@@ -81,8 +77,7 @@ def _did_list(obj: dict, key: str, path: Path, lineno: int) -> list[str]:
 
 def read_candidates(path: str | Path) -> Iterator[Candidate]:
     """Stream candidates from an M-BEIR pool JSONL file (one line at a time, memory bounded)."""
-    for _, c in read_numbered_candidates(path):
-        yield c
+    return (c for _, c in read_numbered_candidates(path))
 
 
 def read_numbered_candidates(path: str | Path) -> Iterator[tuple[int, Candidate]]:
@@ -186,7 +181,4 @@ def write_qrels(path: str | Path, queries: Iterable[Query]) -> int:
 
 def load_pool(path: str | Path) -> dict[str, Candidate]:
     """The whole pool as did -> Candidate (for lookups; the index build streams instead)."""
-    pool: dict[str, Candidate] = {}
-    for c in read_candidates(path):
-        pool[c.did] = c
-    return pool
+    return {c.did: c for c in read_candidates(path)}

@@ -48,8 +48,23 @@ class Pool:
                      images_root: str | Path | None = None) -> Pool:
         """Candidates, or dicts in the M-BEIR pool line format (``did``, ``modality``, ``txt``,
         ``img_path``, ``src_content``; ``source_id`` may be given directly)."""
-        out = [r if isinstance(r, Candidate) else _candidate_from_dict(r, i) for i, r in enumerate(records)]
-        _check_unique(out)
+        from unirag.data.mbeir import duplicate_did, parse_candidate
+
+        out: list[Candidate] = []
+        seen: set[str] = set()
+        for i, r in enumerate(records):
+            c = r
+            if not isinstance(r, Candidate):  # read as the pool file reader reads a line
+                try:
+                    c = parse_candidate(dict(r), None, None)
+                except InputError as e:
+                    raise InputError(e.reason, field=f"records[{i}].{e.field}") from None
+                if r.get("source_id") is not None:
+                    c.source_id = str(r["source_id"])
+            if c.did in seen:
+                raise duplicate_did(c.did, None, None, None)
+            seen.add(c.did)
+            out.append(c)
         return cls(out, images_root=images_root)
 
     @classmethod
@@ -178,21 +193,6 @@ class Pool:
         return f"Pool({where}, images_root={str(self.images_root) if self.images_root else None!r})"
 
 
-def _candidate_from_dict(obj: Mapping[str, Any], i: int) -> Candidate:
-    """A pool line's dict read as the pool file reader reads it, errors naming ``records[i]``; a
-    ``source_id`` key is taken as given."""
-    from unirag.data.mbeir import parse_candidate
-
-    try:
-        c = parse_candidate(dict(obj), None, None)
-    except InputError as e:
-        raise InputError(e.reason, field=f"records[{i}].{e.field}") from None
-    sid = obj.get("source_id")
-    if sid is not None:
-        c.source_id = str(sid)
-    return c
-
-
 def _image_key(image: Any, images_root: str | Path | None) -> str:
     """What makes two given images the same: the file's content when it can be read, else its path."""
     import hashlib
@@ -202,14 +202,6 @@ def _image_key(image: Any, images_root: str | Path | None) -> str:
         return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError:
         return "path:" + str(Path(path).absolute())
-
-
-def _check_unique(records: list[Candidate]) -> None:
-    seen: set[str] = set()
-    for c in records:
-        if c.did in seen:
-            raise InputError(f"duplicate did {c.did!r} in the candidate pool", field="did")
-        seen.add(c.did)
 
 
 def check_pairs(pairs: Any) -> list[tuple[Any, Any, dict[str, Any]]]:

@@ -17,15 +17,6 @@ from unirag.errors import InputError
 BOM = codecs.BOM_UTF8
 
 
-def _bad_utf8(path: Path | None, line: int, line_start: int | None, data: bytes,
-              err: UnicodeDecodeError) -> InputError:
-    byte = data[err.start:err.start + 1].hex()
-    where = f"byte {err.start + 1} of the line" + (f", byte offset {line_start + err.start} in the file"
-                                                    if line_start is not None else "")
-    return InputError(f"not valid UTF-8: byte 0x{byte} at {where}; save the file as UTF-8 "
-                      "(e.g. iconv -f latin1 -t utf-8 FILE > FILE.utf8)", path=path, line=line)
-
-
 def decode_line(raw: bytes, path: Path | None, lineno: int, line_start: int | None = 0) -> str:
     """One line's bytes as text; the BOM is dropped from the file's first line. ``line_start``: the
     line's byte offset in the file (None when the caller does not know it)."""
@@ -35,7 +26,10 @@ def decode_line(raw: bytes, path: Path | None, lineno: int, line_start: int | No
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise _bad_utf8(path, lineno, line_start, raw, e) from None
+        where = f"byte {e.start + 1} of the line" + (f", byte offset {line_start + e.start} in the file"
+                                                      if line_start is not None else "")
+        raise InputError(f"not valid UTF-8: byte 0x{raw[e.start:e.start + 1].hex()} at {where}; save the file "
+                         "as UTF-8 (e.g. iconv -f latin1 -t utf-8 FILE > FILE.utf8)", path=path, line=lineno) from None
 
 
 def iter_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
@@ -51,14 +45,4 @@ def iter_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
 
 def read_text(path: str | Path) -> str:
     """The whole file as text (BOM dropped); invalid UTF-8 is an InputError naming line and byte offset."""
-    path = Path(path)
-    data = path.read_bytes()
-    start = len(BOM) if data.startswith(BOM) else 0
-    try:
-        return data[start:].decode("utf-8")
-    except UnicodeDecodeError as e:
-        at = start + e.start
-        line_start = data.rfind(b"\n", 0, at) + 1
-        lineno = data.count(b"\n", 0, at) + 1
-        raise _bad_utf8(path, lineno, line_start, data[line_start:at + 1],
-                        UnicodeDecodeError("utf-8", data, at - line_start, at - line_start + 1, e.reason)) from None
+    return "".join(line for _, line in iter_text_lines(path))

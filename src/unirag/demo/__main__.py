@@ -94,25 +94,19 @@ def _summary(runs: Path, top1_dir: Path, cap_dir: Path) -> None:
 
 
 def _show_examples(cap_dir: Path, data: Path, n: int = 3) -> None:
-    from unirag.data.mbeir import load_pool
+    from unirag.data.mbeir import load_pool, read_queries
     from unirag.runs.store import ResultStore
 
     pool = load_pool(data / "pool.jsonl")
-    refs: dict[str, list[str]] = {}
-    for c in pool.values():
-        if c.txt and c.source_id is not None:
-            refs.setdefault(c.source_id, []).append(c.txt)
     with ResultStore(cap_dir / "outputs.jsonl") as store:
         records = [r for r in store.records() if r.get("status") == "ok"][:n]
     print("\nA few generated captions (offline consensus captioner, RAG k examples, no leakage):")
-    queries = {json.loads(line)["qid"]: json.loads(line) for line in
-               (data / "queries_task3_image2text.jsonl").read_text().splitlines() if line.strip()}
+    queries = {q.qid: q for q in read_queries(data / "queries_task3_image2text.jsonl")}
     for r in records:
-        q = queries.get(r["qid"], {})
-        truth = [pool[d].txt for d in q.get("pos_cand_list", []) if d in pool][:2]
-        print(f"- {q.get('query_img_path', r['qid'])}\n    generated: {r.get('caption')}\n"
+        q = queries.get(r["qid"])
+        truth = [pool[d].txt for d in (q.pos_cand_list if q else []) if d in pool][:2]
+        print(f"- {q.img_path if q else r['qid']}\n    generated: {r.get('caption')}\n"
               f"    reference: {' | '.join(truth)}")
-
 
 if __name__ == "__main__":
     sys.exit(main())

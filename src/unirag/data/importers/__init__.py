@@ -7,6 +7,5 @@ Both write the same set of files into an output folder (see :mod:`unirag.data.im
 
 from unirag.data.importers.coco import import_coco
 from unirag.data.importers.generic import import_generic
-from unirag.data.importers.writer import ImportSummary, SourceItem, write_dataset
 
-__all__ = ["ImportSummary", "SourceItem", "import_coco", "import_generic", "write_dataset"]
+__all__ = ["import_coco", "import_generic"]

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import inspect
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from unirag.data.importers.writer import ImportSummary, SourceItem, pop_write_options, write_dataset
+from unirag.data.importers.writer import ImportSummary, SourceItem, write_dataset
 from unirag.data.jsonl import iter_json_lines
 from unirag.data.text import iter_text_lines
 from unirag.errors import InputError
@@ -162,9 +163,9 @@ def import_generic(
     """
     started = time.perf_counter()
     path = Path(input_path)
-    write_options = pop_write_options(options)
-    items = read_items(path, **options)
+    row_options = {k: options.pop(k) for k in inspect.signature(read_items).parameters if k in options}
+    items = read_items(path, **row_options)
     if name is None:
         name = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in path.stem) or "data"
     return write_dataset(items, images_root=images_root, out_dir=out_dir, name=name, source=str(path),
-                         started=started, **write_options)
+                         started=started, **options)

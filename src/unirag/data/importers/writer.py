@@ -40,17 +40,6 @@ TASK_TEXT_TO_IMAGE = 0
 TASK_IMAGE_TO_TEXT = 3
 
 CHECK_MODES = ("decode", "verify", "exists", "none")
-# Keyword options every importer forwards to write_dataset unchanged (defaults live there, once).
-WRITE_OPTIONS = ("seed", "all_captions", "check", "show_progress", "workers", "allow_outside_root")
-
-
-def pop_write_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Remove and return the :data:`WRITE_OPTIONS` from an importer's keyword arguments.
-
-    An importer taking both its own parsing options and the write options as ``**options`` uses this
-    to send each group to the right function, instead of repeating every parameter and default.
-    """
-    return {k: options.pop(k) for k in WRITE_OPTIONS if k in options}
 
 
 @dataclass
@@ -149,30 +138,6 @@ class ImportSummary:
         return "\n".join(lines)
 
 
-def _check_ids(items: list[SourceItem], source: str) -> None:
-    seen_src: dict[str, str] = {}
-    seen_cap: dict[str, str] = {}
-    for it in items:
-        if it.source_id in seen_src:
-            raise InputError(
-                f"duplicate image id {it.source_id!r} (first at {seen_src[it.source_id]})",
-                path=it.origin or source,
-            )
-        seen_src[it.source_id] = it.origin
-        for key, _ in it.captions:
-            if key in seen_cap:
-                raise InputError(
-                    f"duplicate caption id {key!r} (first at {seen_cap[key]})", path=it.origin or source
-                )
-            seen_cap[key] = it.origin
-        for part in (it.source_id, *[k for k, _ in it.captions]):
-            if not part or any(ch.isspace() for ch in part):
-                raise InputError(
-                    f"id {part!r} is empty or contains whitespace (ids go into qrels lines)",
-                    path=it.origin or source,
-                )
-
-
 def _check_images(
     items: list[SourceItem], images_root: Path, mode: str, show_progress: bool, workers: int
 ) -> tuple[BadImageReport, set[str]]:
@@ -230,17 +195,6 @@ def _root_hint(items: list[SourceItem], images_root: Path) -> str:
     return ""
 
 
-def sample_text_queries(item: SourceItem, seed: int) -> list[tuple[str, str]]:
-    """One caption per image, as the paper samples its text->image queries.
-
-    Seeded per image (``Random(f"{seed}:{source_id}")``) so the choice for an image does not change
-    when other images are added, removed or skipped.
-    """
-    if not item.captions:
-        return []
-    return [random.Random(f"{seed}:{item.source_id}").choice(item.captions)]
-
-
 def build_records(
     items: list[SourceItem], *, name: str, seed: int = 0, all_captions: bool = False
 ) -> tuple[list[Candidate], list[Query], list[Query]]:
@@ -288,7 +242,9 @@ def build_records(
                 task_id=TASK_IMAGE_TO_TEXT,
             )
         )
-        chosen = it.captions if all_captions else sample_text_queries(it, seed)
+        # One caption per image, as the paper samples its text->image queries; seeded per image so the
+        # choice for an image does not change when other images are added, removed or skipped.
+        chosen = it.captions if all_captions else [random.Random(f"{seed}:{it.source_id}").choice(it.captions)]
         for key, text in chosen:
             q_t2i.append(
                 Query(
@@ -334,7 +290,11 @@ def write_dataset(
     items = list(items)
     if not items:
         raise InputError("no images found in the input", path=source)
-    _check_ids(items, source)
+    for it in items:  # their uniqueness is the readers' check, which names the input's own fields
+        for part in (it.source_id, *[k for k, _ in it.captions]):
+            if not part or any(ch.isspace() for ch in part):
+                raise InputError(f"id {part!r} is empty or contains whitespace (ids go into qrels lines)",
+                                 path=it.origin or source)
     images_root = Path(images_root)
     if check != "none" and not images_root.is_dir():
         raise InputError("images root is not a directory", path=images_root)
@@ -383,9 +343,8 @@ def write_dataset(
         all_captions=all_captions,
         seed=seed,
         check=check,
-        seconds=0.0,
         outside_root=[(it.img_path, str(r)) for it, r in outside if it.source_id not in bad],
+        seconds=time.perf_counter() - started,
     )
-    summary.seconds = time.perf_counter() - started
     atomic_write_json(out_dir / FILES["summary"], summary.to_json())  # last: its presence = import complete
     return summary
