@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from unirag.cir.agent_runner import AgentRunner
-from unirag.cir.agents import build_messages, numbered, statement_limit
+from unirag.cir.agents import build_messages, numbered
 from unirag.cir.cache import CallRequest
 from unirag.cir.datasets import CirDataset, CirQuery
 from unirag.cir.scoring import CoarseResult, coarse, coarse_official, fine, plain, question_score
@@ -440,10 +440,11 @@ class Search:
             step1 = x.imag_t["step1"] if x.imag_t and x.imag_t.get("step1") else [["Modification", x.q.text]]
             m = build_messages("question", text=self.official.questions(x.q.text, step1))
             return runner.request("question", m, fmt=self._official_fmt("official_questions"))
-        mods = x.imag_t["modifications"] if x.imag_t else []
+        mods, limit = (x.imag_t["modifications"] if x.imag_t else []), self.settings["xr_max_statements"]
         attrs = x.imag_v["attributes"] if x.imag_v else []
         m = build_messages("question", modification=x.q.text,
-                           statement_limit=statement_limit(self.settings["xr_max_statements"]),
+                           statement_limit=(f"Write at most {limit} statements." if limit is not None
+                                            else "Write as many statements as the modification text needs."),
                            modifications=json.dumps(mods, ensure_ascii=False) if mods else "(none)",
                            attributes="; ".join(f"{a['attribute']}: {'present' if a['present'] else 'absent'}"
                                                 for a in attrs) or "(none)")
