@@ -16,11 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from unirag.cir.agents import call_agent
+from unirag.cir.agents import build_messages, call_agent
 from unirag.cir.cache import CallCache, CallRequest, call_key, ok_output
 from unirag.cir.config import XRConfig
 from unirag.errors import ConfigError
-from unirag.messages import Message, with_decoded
+from unirag.messages import with_decoded
 from unirag.runs.executor import execute
 from unirag.runs.retry import RetryPolicy
 
@@ -104,11 +104,12 @@ class AgentRunner:
                               "'defaults' in the agents YAML)")
         return rc
 
-    def request(self, role: str, messages: list[Message], expect_answers: int | None = None,
-                fmt: str | None = None) -> CallRequest:
-        """The call to make (or find in the cache) for ``role`` with these messages and reply format."""
-        key = call_key(role, self.role(role).fingerprint(), messages, fmt)
-        return CallRequest(key, messages, expect_answers, fmt)
+    def request(self, role: str, expect_answers: int | None = None, fmt: str | None = None,
+                **prompt: Any) -> CallRequest:
+        """The call to make (or find in the cache) for ``role``: its message built from ``prompt`` (the
+        keywords of :func:`~unirag.cir.agents.build_messages`), its reply format."""
+        messages = build_messages(role, **prompt)
+        return CallRequest(call_key(role, self.role(role).fingerprint(), messages, fmt), messages, expect_answers, fmt)
 
     def _generator(self, role: str):
         rc = self.role(role)
@@ -149,8 +150,11 @@ class AgentRunner:
         st["failed"] += sum(1 for r in todo if out[r.key] is None)
         return out
 
-    def ask(self, role: str, requests: Mapping[K, CallRequest], desc: str | None = None) -> dict[K, Any]:
-        """:meth:`run` for requests named by the caller: name -> parsed output (None where it failed)."""
+    def ask(self, role: str, prompts: Mapping[K, Mapping[str, Any]], desc: str | None = None,
+            fmt: str | None = None) -> dict[K, Any]:
+        """:meth:`run` of one :meth:`request` per name (``prompts``: name -> its prompt keywords):
+        name -> parsed output (None where it failed)."""
+        requests = {name: self.request(role, fmt=fmt, **prompt) for name, prompt in prompts.items()}
         out = self.run(role, list(requests.values()), desc)
         return {name: out[r.key] for name, r in requests.items()}
 
