@@ -73,10 +73,6 @@ class CirDataset:
         ref_missing = [q.qid for q in self.queries if not self.reference_path(q).exists()]
         return pool_missing, ref_missing
 
-    @property
-    def has_ground_truth(self) -> bool:
-        return any(q.targets for q in self.queries)
-
 
 def _load_json(path: Path, list_of: str | None = None) -> Any:
     """The JSON file at ``path``; ``list_of``: it must be a list of these."""

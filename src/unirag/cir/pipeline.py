@@ -82,7 +82,7 @@ class _Q:
 
     q: CirQuery
     cand: np.ndarray                       # pool indices the query ranks (reference removed for CIRR)
-    base: np.ndarray                       # baseline similarity per candidate
+    base: np.ndarray = field(default_factory=lambda: np.zeros(0))  # baseline similarity per candidate
     notes: list[str] = field(default_factory=list)
     imag_t: dict | None = None
     imag_v: dict | None = None
@@ -176,12 +176,8 @@ class Search:
         if self.settings["xr_cirr_subset"] != "rerank" or not any(x.q.subset for x in qs):
             return None
         index = {p: i for i, p in enumerate(pool_ids)}
-        sub = []
-        for x in qs:
-            if not x.q.subset:
-                continue
-            members = [index[m] for m in dict.fromkeys(x.q.subset) if m != x.q.reference and m in index]
-            sub.append(_Q(x.q, np.array(members, dtype=np.int64), np.zeros(0)))
+        sub = [_Q(x.q, np.array([index[m] for m in dict.fromkeys(x.q.subset) if m != x.q.reference and m in index],
+                                dtype=np.int64)) for x in qs if x.q.subset]
         sub = [x for x in sub if len(x.cand)]
         self._baseline(sub, pool_ids, ia)
         if runner is not None:
@@ -239,7 +235,7 @@ class Search:
             cand = np.arange(len(pool_ids))
             if self.ds.exclude_reference and q.reference in index:
                 cand = cand[cand != index[q.reference]]
-            qs.append(_Q(q, cand, np.zeros(0)))
+            qs.append(_Q(q, cand))
         if not qs:
             raise InputError("no query has its reference image; check --images-root", path=self.ds.images_root)
         return pool_ids, qs
