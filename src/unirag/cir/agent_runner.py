@@ -114,20 +114,25 @@ class AgentRunner:
         if todo:
             # A local model (on Ray workers, or one call at a time here) has its calls' images decoded
             # ahead, in decode workers; API roles send the files as they are and decode nothing.
+            from unirag.runs.engine import WorkerPool, open_pool, runs_on_ray
+
             options, attempts = rc.generation_options(), self.config.settings.json_attempts
-            pool = recipe = open_kind = None
-            if self._on_ray(rc.model):
+            job, on_ray = AgentJob(role, options, attempts, None), {}
+            # A caller's own generator factory builds models only it knows how to: those calls stay here.
+            if self.factory is None and runs_on_ray(self.engine, rc.model):
                 from unirag.pipelines.remote_models import ModelRecipe
 
-                pool, recipe = self._worker_pool(), ModelRecipe(rc.model, dict(rc.options))
-                open_kind = functools.partial(AgentJob, role, options, attempts)
-                job = AgentJob(role, options, attempts, None)
+                if self._pool is None:
+                    self._pool_owned = not isinstance(self.engine, WorkerPool)
+                    self._pool = open_pool(self.engine, self.progress).__enter__()
+                on_ray = {"pool": self._pool, "recipe": ModelRecipe(rc.model, dict(rc.options)),
+                          "open_kind": functools.partial(AgentJob, role, options, attempts)}
             else:
-                job = AgentJob(role, options, attempts, self._generator(role))
+                job.generator = self._generator(role)
             local = rc.model.startswith("hf:")  # a model in this process: one call at a time
             counts = execute(job, todo, store, concurrency=1 if local else self.config.settings.concurrency,
-                             policy=self.policy, decode_ahead=local, engine=self.engine,
-                             pool=pool, recipe=recipe, open_kind=open_kind, desc=desc or role, progress=self.progress)
+                             policy=self.policy, decode_ahead=local, engine=self.engine, desc=desc or role,
+                             progress=self.progress, **on_ray)
             st["called"] += counts["ok"] + counts["error"]
         out = {r.key: ok_output(store.get(r.key)) for r in unique}
         st["failed"] += sum(1 for r in todo if out[r.key] is None)
@@ -140,20 +145,6 @@ class AgentRunner:
         requests = {name: self.request(role, fmt=fmt, **prompt) for name, prompt in prompts.items()}
         out = self.run(role, list(requests.values()), desc)
         return {name: out[r.key] for name, r in requests.items()}
-
-    def _on_ray(self, model: str) -> bool:
-        from unirag.runs.engine import runs_on_ray
-
-        # A caller's own generator factory builds models only it knows how to: those calls stay here.
-        return self.factory is None and runs_on_ray(self.engine, model)
-
-    def _worker_pool(self):
-        if self._pool is None:
-            from unirag.runs.engine import WorkerPool, open_pool
-
-            self._pool_owned = not isinstance(self.engine, WorkerPool)
-            self._pool = open_pool(self.engine, self.progress).__enter__()
-        return self._pool
 
     def close(self) -> None:
         if self._pool is not None:
