@@ -89,10 +89,8 @@ def _on_off(text: str) -> bool:
 
 def _temperature(text: str) -> float | None:
     """``none`` (send no temperature: the provider's or model's default) or a number >= 0."""
-    if text.strip().lower() in ("none", "null", "default"):
-        return None
-    value = float(text)
-    if value < 0:
+    value = _or_none(float, text, ("none", "null", "default"))
+    if value is not None and value < 0:
         raise ValueError("a temperature is >= 0")
     return value
 

@@ -97,8 +97,7 @@ def write_outputs(search: Search, ranking: Ranking, out: Path, bootstrap: dict[s
         "dataset": {"name": ds.name, "kind": ds.kind, "images_root": str(ds.images_root),
                     "n_queries": len(ds.queries), "pool_size": len(ds.pool)},
         "config": xr.config.manifest(), "stages": list(xr.stages),
-        "ablation": {"imagination": xr.ab.imagination, "fine_only": xr.ab.fine_only,
-                     "modalities": xr.ab.modalities},
+        "ablation": dict(vars(xr.ab)),
         "encoder": getattr(xr.encoder(), "name", None), "agent_calls": ranking.agent_calls,
         "cache_dir": str(xr.cache.dir), "settings": xr.settings.to_dict()}
     if search.official is not None:

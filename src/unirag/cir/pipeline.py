@@ -493,10 +493,9 @@ class Search:
             for x, pos, rs in items:
                 outs = [answers[role][r.key] for r in rs]
                 failed[x.q.qid] = failed.get(x.q.qid, 0) + sum(1 for o in outs if o is None)
-                if st["xr_questions"] == "single":
-                    got[(role, x.q.qid, int(pos))] = outs  # one bool (or None: failed) per statement
-                else:
-                    got[(role, x.q.qid, int(pos))] = outs[0]["answers"] if outs[0] else None
+                # xr_questions=single: one bool (or None: failed) per statement
+                got[(role, x.q.qid, int(pos))] = outs if st["xr_questions"] == "single" else (
+                    outs[0]["answers"] if outs[0] else None)
         bug = st["xr_caption_verifier"] == "bool-bug"
         exact = st["xr_answer_matching"] == "exact-string"
         ties = 0.0 if st["xr_minmax_ties"] == "zero" else 1.0
