@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from unirag.messages import ImagePart, Message, TextPart
-from unirag.runs.atomic import atomic_write_bytes
+from unirag.runs.atomic import atomic_open
 from unirag.runs.store import ResultStore
 from unirag.runtime import file_sha256
 
@@ -84,11 +84,8 @@ class CallCache:
             if arr.shape[0] == len(inputs):
                 return arr
         arr = np.asarray(compute(), dtype=np.float32)
-        import io
-
-        buf = io.BytesIO()
-        np.save(buf, arr)
-        atomic_write_bytes(path, buf.getvalue())
+        with atomic_open(path, "wb") as f:
+            np.save(f, arr)
         return arr
 
 
