@@ -53,9 +53,6 @@ class Setting:
         if self.choices is None and self.parse is None:
             object.__setattr__(self, "choices", (self.default, self.official))
 
-    def value_for(self, profile: str) -> Any:
-        return self.official if profile == "official" else self.default
-
     def coerce(self, value: Any) -> Any:
         """Check (and, for strings, parse) a value given by a user for this setting."""
         if isinstance(value, str) and self.parse is not None:
@@ -92,26 +89,14 @@ def _on_off(text: str) -> bool:
 
 def _temperature(text: str) -> float | None:
     """``none`` (send no temperature: the provider's or model's default) or a number >= 0."""
-    if text.strip().lower() in ("none", "null", "default"):
-        return None
-    value = float(text)
-    if value < 0:
+    value = _or_none(float, text, ("none", "null", "default"))
+    if value is not None and value < 0:
         raise ValueError("a temperature is >= 0")
     return value
 
 
 #: Every behaviour setting, by name. Each area adds its rows here (this is the one place).
-SETTINGS: dict[str, Setting] = {}
-
-
-def _register(*settings: Setting) -> None:
-    for s in settings:
-        if s.name in SETTINGS:
-            raise RuntimeError(f"setting {s.name!r} declared twice")
-        SETTINGS[s.name] = s
-
-
-_register(  # rows by area; keep each row's help and cite precise
+_ROWS = (  # rows by area; keep each row's help and cite precise
     # --- image inputs (the one loader, unirag.data.images.load_rgb; issue 16) -------------------------
     # Not paper-vs-code differences: both profiles share the value; the rows name the choice and its
     # default so the loader, the import check, the index build and the server agree on it.
@@ -410,8 +395,9 @@ _register(  # rows by area; keep each row's help and cite precise
             cite="castorini/UniRAG src/unirag/image_generation_inference.py@e9a4e00:82-85 (infer_lavit), :143-146 "
                  "(infer_emu2): image.save(f'{qid}_....jpg')"),
 )
-
-
+SETTINGS: dict[str, Setting] = {s.name: s for s in _ROWS}
+if len(SETTINGS) != len(_ROWS):
+    raise RuntimeError(f"a setting is declared twice: {sorted(n for n in SETTINGS if sum(s.name == n for s in _ROWS) > 1)}")
 
 
 @dataclass(frozen=True)
@@ -468,7 +454,7 @@ def resolve(profile: str | Settings | None = "default", **overrides: Any) -> Set
     unknown = sorted(set(given) - set(SETTINGS))
     if unknown:
         raise ConfigError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(SETTINGS))}")
-    values = {name: s.value_for(base) for name, s in SETTINGS.items()}
+    values = {name: s.official if base == "official" else s.default for name, s in SETTINGS.items()}
     for name, value in given.items():
         values[name] = SETTINGS[name].coerce(value)
     return Settings(base, values, tuple(sorted(given)))

@@ -14,7 +14,7 @@ from unirag.cir.cache import CallCache
 from unirag.cir.config import RoleConfig, XRConfig, XRSettings
 from unirag.errors import InputError
 from unirag.generators.base import Generation
-from unirag.messages import ImagePart, Message, TextPart
+from unirag.messages import ImagePart
 
 
 class PixelCaptioner:
@@ -40,7 +40,7 @@ def _run(photos: list[Path], cache_dir: Path, workers):
     config = XRConfig(roles={"caption": RoleConfig(model="hf:stand-in")},
                       settings=XRSettings(decode_workers=workers))
     runner = AgentRunner(config, CallCache(cache_dir), generator_factory=lambda spec, **_: gen, progress=False)
-    requests = [runner.request("caption", [Message("user", [ImagePart(path=p), TextPart("Describe the image.")])])
+    requests = [runner.request("caption", image=p, text="Describe the image.")
                 for p in photos]
     try:
         return runner.run("caption", requests), gen.seen

@@ -28,7 +28,7 @@ def test_fashioniq_test_split_has_no_targets_and_strips_caption_punctuation(cir_
     """The two captions joined by ' and ', stripped of whitespace and '.?, ' (CLIP4Cir / CIReVL;
     the official X^R loader's reading, xr_query_text=official, is pinned in test_xr_official_queries.py)."""
     ds = load_dataset("fashioniq", cir_data / "fashioniq/captions/cap.toptee.test.json")
-    assert len(ds.queries) == 20 and not ds.has_ground_truth
+    assert len(ds.queries) == 20 and not any(q.targets for q in ds.queries)
     assert ds.queries[0].text == "the tank top is blue with a character of a woman and has no sleeves"
     assert join_fashioniq_captions([" yello and more flowing", "short and black"]) == \
         "yello and more flowing and short and black"
@@ -47,7 +47,7 @@ def test_cirr_val_and_test1(cir_data):
     assert all(x.reference in ds.pool and x.targets[0] in ds.pool for x in ds.queries)
     test = load_dataset("cirr", cir_data / "cirr/captions/cap.rc2.test1.json", limit=10)
     split1 = json.loads((cir_data / "cirr/image_splits/split.rc2.test1.json").read_text())
-    assert len(test.queries) == 10 and not test.has_ground_truth and sorted(test.pool) == sorted(split1)
+    assert len(test.queries) == 10 and not any(q.targets for q in test.queries) and sorted(test.pool) == sorted(split1)
 
 
 def test_circo_val_several_ground_truths(cir_data, tmp_path):
@@ -59,7 +59,7 @@ def test_circo_val_several_ground_truths(cir_data, tmp_path):
     assert ds.pool["355099"] == "unlabeled2017/000000355099.jpg"
     assert ds.notes and "only the images the annotations mention" in ds.notes[0]
     test = load_dataset("circo", cir_data / "circo/annotations/test.json")
-    assert len(test.queries) == 20 and not test.has_ground_truth
+    assert len(test.queries) == 20 and not any(q.targets for q in test.queries)
     info = tmp_path / "image_info.json"
     info.write_text(json.dumps({"images": [{"id": 1, "file_name": "000000000001.jpg"}, {"id": 7}]}))
     with_list = load_dataset("circo", cir_data / "circo/annotations/val.json", split_file=info)

@@ -5,18 +5,21 @@ import json
 import numpy as np
 import pytest
 
-from unirag.cir.outputs import circo_submission, write_submissions
-from unirag.cir.scoring import aggregate_similarity, normalise, ranks, rerank_scores, rrf
-from unirag.errors import InputError
+from unirag.cir.config import load_config
+from unirag.cir.outputs import write_submissions
+from unirag.cir.scoring import CoarseResult, coarse, fine, normalise, ranks, rrf
+from unirag.errors import ConfigError, InputError
 
 
 def test_aggregation_sums_within_imagined_caption_modality():
-    s_t, s_v = aggregate_similarity(np.array([1.0]), np.array([2.0]), np.array([10.0]), np.array([20.0]))
-    assert (s_t[0], s_v[0]) == (11.0, 22.0)  # S^t = s_t^t + s_v^t, S^v = s_t^v + s_v^v
-    s_t, s_v = aggregate_similarity(None, None, np.array([10.0]), np.array([20.0]))
-    assert (s_t[0], s_v[0]) == (10.0, 20.0)
+    one = np.array([[1.0]])  # one candidate whose caption and image embeddings are both [1]
+    c_t, c_v, x_t, x_v = np.array([1.0]), np.array([2.0]), np.array([10.0]), np.array([20.0])
+    res = coarse(one, one, c_t, c_v, x_t, x_v)
+    assert (res.s_t[0], res.s_v[0]) == (11.0, 22.0)  # S^t = s_t^t + s_v^t, S^v = s_t^v + s_v^v
+    res = coarse(None, one, c_t, c_v, x_t, x_v)
+    assert (res.s_t[0], res.s_v[0]) == (10.0, 20.0)
     with pytest.raises(ValueError):
-        aggregate_similarity(None, None, None, None)
+        coarse(None, None, c_t, c_v, x_t, x_v)
 
 
 def test_rrf_uses_one_based_ranks_and_k_60():
@@ -33,9 +36,12 @@ def test_rerank_and_normalise():
     assert normalise([5.0, 5.0]) == pytest.approx([1, 1])
     assert normalise([5.0, 1.0], "none") == pytest.approx([5, 1])
     # (1 + 2) * (.25 * 1 + .75 * 0) and (0 + 1) * (.25 * 0 + .75 * 1)
-    assert rerank_scores([1, 0], [2, 1], [4.0, 2.0], [1.0, 3.0], lam=0.25) == pytest.approx([0.75, 0.75])
-    with pytest.raises(ValueError):
-        rerank_scores([1], [1], [1.0], [1.0], lam=1.5)
+    s_t, s_v = np.array([4.0, 2.0]), np.array([1.0, 3.0])
+    top, final = fine(np.array([0, 1]), CoarseResult(s_t, s_v, s_t, np.array([0, 1])), np.array([1, 0]),
+                      np.array([2, 1]), lam=0.25)
+    assert final == pytest.approx([0.75, 0.75]) and list(top) == [0, 1]  # a tie keeps the coarse order
+    with pytest.raises(ConfigError, match="lambda"):
+        load_config(None, lam=1.5)
 
 
 def test_submission_formats(tmp_path):
@@ -43,9 +49,12 @@ def test_submission_formats(tmp_path):
     code writes them (01yzzyu/xr.github.io@cf44a37 XR/xr.py:1282-1292); CIRCO: the top 50 ids, here as
     integers (the official code writes strings: ".jpg" and leading zeros stripped, :1299-1303)."""
     ranks50 = {"0": [str(i) for i in range(60)]}
-    assert circo_submission(ranks50) == {"0": list(range(50))}
-    with pytest.raises(InputError, match="50 results"):
-        circo_submission({"0": ["1"]})
+    (circo,) = write_submissions("circo", tmp_path, ranks50)
+    assert circo.name == "submission_circo.json" and json.loads(circo.read_text()) == {"0": list(range(50))}
+    with pytest.raises(InputError, match="CIRCO submission needs 50 results"):
+        write_submissions("circo", tmp_path, {"0": ["1"]})
+    with pytest.raises(InputError, match="CIRR submission needs 50 results"):
+        write_submissions("cirr", tmp_path, {"0": ["1"]})
     names = {"12063": [f"test1-{i}" for i in range(50)]}
     paths = write_submissions("cirr", tmp_path, names, {"12063": ["a", "b", "c", "d"]})
     recall = json.loads(paths[0].read_text())

@@ -44,7 +44,7 @@ from unirag.cir.agents import yes_if_contains_yes, yes_without_no
 from unirag.cir.cache import call_key
 from unirag.cir.config import RoleConfig, XRConfig, load_config
 from unirag.cir.official_prompts import OfficialPrompts
-from unirag.cir.scoring import coarse_official, normalise, official_rerank_scores
+from unirag.cir.scoring import CoarseResult, coarse_official, fine, normalise
 from unirag.cir.xr import XR
 from unirag.errors import ConfigError, InputError
 from unirag.messages import Message, TextPart
@@ -83,10 +83,16 @@ def test_official_rerank_and_all_equal_minmax():
     unirag: 1)."""
     assert list(normalise([0.3, 0.3, 0.3], ties=0.0)) == [0, 0, 0]
     assert list(normalise([0.3, 0.3, 0.3])) == [1, 1, 1]
-    out = official_rerank_scores([2, 1, 0], [0, 2, 2], [0.9, 0.5, 0.1])
+    def official(sq_t, sq_v, similarity):
+        sim = np.array(similarity)
+        top = np.arange(len(sim))
+        return fine(top, CoarseResult(sim, sim, sim, top, similarity=sim), np.array(sq_t), np.array(sq_v), 0.5,
+                    rerank="official", ties=0.0)[1]
+
+    out = official([2, 1, 0], [0, 2, 2], [0.9, 0.5, 0.1])
     # q = .5*[2,1,0] + .5*[0,2,2] = [1, 1.5, 1]; min-max [1, .5, 0]
     assert out == pytest.approx([1.0, 0.75, 0.0])
-    assert list(official_rerank_scores([2, 1], [1, 1], [0.4, 0.4])) == [0, 0]
+    assert list(official([2, 1], [1, 1], [0.4, 0.4])) == [0, 0]
 
 
 def test_yes_no_readers_follow_the_two_official_paths():

@@ -35,8 +35,7 @@ from unirag.cir.agents import (
     extract_json,
     official_json,
     official_json_v2,
-    parse_official_questions_once,
-    parse_official_reasoner_once,
+    parse_official,
 )
 from unirag.cir.config import RoleConfig, XRConfig
 from unirag.cir.pipeline import official_answer_string, official_bool
@@ -101,12 +100,12 @@ def test_reasoner_and_question_replies_read_once_never_raise():
     """XR/xr.py:305-314: no JSON -> the stand-in (marked ``no_json``; step2 missing or empty -> [C_r]
     is filled by the run); :703-707: only [question, answer] lists are kept; :696-701 and :720-721:
     no JSON -> no questions."""
-    assert parse_official_reasoner_once("no idea") == {"step1": [], "step2": [], "no_json": True}
-    assert parse_official_reasoner_once('{"step1": [["Color", "red"], ["bad"]]}') == \
+    assert parse_official("official_reasoner+json_repair", "no idea") == {"step1": [], "step2": [], "no_json": True}
+    assert parse_official("official_reasoner+json_repair", '{"step1": [["Color", "red"], ["bad"]]}') == \
         {"step1": [["Color", "red"]], "step2": []}
-    got = parse_official_questions_once('{"step2": [["Is the dress red?", "True"], ["not a pair"], "x"]}')
+    got = parse_official("official_questions+json_repair", '{"step2": [["Is the dress red?", "True"], ["not a pair"], "x"]}')
     assert got == {"statements": [{"statement": "Is the dress red?", "answer": True, "answer_raw": "True"}]}
-    assert parse_official_questions_once("Sorry.") == {"statements": [], "no_json": True}
+    assert parse_official("official_questions+json_repair", "Sorry.") == {"statements": [], "no_json": True}
 
 
 class _Counting:

@@ -16,22 +16,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from unirag.cir.agents import call_agent
+from unirag.cir.agents import build_messages, call_agent
 from unirag.cir.cache import CallCache, CallRequest, call_key, ok_output
 from unirag.cir.config import XRConfig
-from unirag.errors import ConfigError
-from unirag.messages import Message, with_decoded
+from unirag.messages import ImagePart, with_decoded
 from unirag.runs.executor import execute
 from unirag.runs.retry import RetryPolicy
 
 GeneratorFactory = Callable[..., Any]
 K = TypeVar("K")
-
-
-def default_generator_factory(spec: str, **options: Any):
-    from unirag.generators.registry import load_text_generator
-
-    return load_text_generator(spec, **options)
 
 
 @dataclass
@@ -58,24 +51,18 @@ class AgentJob:
 
     @staticmethod
     def image_paths(requests: Sequence[CallRequest]) -> list[str]:
-        return request_image_paths(requests)
+        """The image files these agent calls send (their messages' image parts given by path), in order:
+        what a decode worker can decode ahead (see :mod:`unirag.data.loader`)."""
+        return [str(part.path) for r in requests for m in r.messages for part in m.parts
+                if isinstance(part, ImagePart) and part.path is not None]
 
     def n_images(self, requests: Sequence[CallRequest]) -> int:
-        return len(request_image_paths(requests))
+        return len(self.image_paths(requests))
 
     def work_batch(self, requests: list[CallRequest], images: dict[str, Any]) -> list[dict[str, Any]]:
         """Each call's parsed reply; ``images``: the image parts' files decoded ahead (path -> image)."""
         return [call_agent(self.generator, self.role, with_decoded(r.messages, images), self.options,
                            self.json_attempts, r.expect_answers, r.fmt) for r in requests]
-
-
-def request_image_paths(requests: Sequence[CallRequest]) -> list[str]:
-    """The image files these agent calls send (their messages' image parts given by path), in order:
-    what a decode worker can decode ahead (see :mod:`unirag.data.loader`)."""
-    from unirag.messages import ImagePart
-
-    return [str(part.path) for r in requests for m in r.messages for part in m.parts
-            if isinstance(part, ImagePart) and part.path is not None]
 
 
 class AgentRunner:
@@ -90,36 +77,33 @@ class AgentRunner:
         self.engine = with_decode_default(engine, config.settings.decode_workers)
         self._pool = None
         self._pool_owned = False
-        self.factory = generator_factory or default_generator_factory
+        self.factory = generator_factory  # None: unirag.generators.registry.load_text_generator
         self.policy = policy or RetryPolicy()
         self.progress = progress
         self._generators: dict[str, Any] = {}
         #: role -> {"requested", "called", "cached", "failed"} for the run report
         self.stats: dict[str, dict[str, int]] = {}
 
-    def role(self, role: str):
-        rc = self.config.roles.get(role)
-        if rc is None:
-            raise ConfigError(f"no model configured for the X^R agent role {role!r} (add it under 'roles' or "
-                              "'defaults' in the agents YAML)")
-        return rc
-
-    def request(self, role: str, messages: list[Message], expect_answers: int | None = None,
-                fmt: str | None = None) -> CallRequest:
-        """The call to make (or find in the cache) for ``role`` with these messages and reply format."""
-        key = call_key(role, self.role(role).fingerprint(), messages, fmt)
-        return CallRequest(key, messages, expect_answers, fmt)
+    def request(self, role: str, expect_answers: int | None = None, fmt: str | None = None,
+                **prompt: Any) -> CallRequest:
+        """The call to make (or find in the cache) for ``role``: its message built from ``prompt`` (the
+        keywords of :func:`~unirag.cir.agents.build_messages`), its reply format."""
+        messages = build_messages(role, **prompt)
+        return CallRequest(call_key(role, self.config.roles[role].fingerprint(), messages, fmt), messages,
+                           expect_answers, fmt)
 
     def _generator(self, role: str):
-        rc = self.role(role)
+        rc = self.config.roles[role]
         gen_id = rc.fingerprint()
         if gen_id not in self._generators:  # roles sharing a model share one client / loaded model
-            self._generators[gen_id] = self.factory(rc.model, **rc.options)
+            from unirag.generators.registry import load_text_generator
+
+            self._generators[gen_id] = (self.factory or load_text_generator)(rc.model, **rc.options)
         return self._generators[gen_id]
 
     def run(self, role: str, requests: list[CallRequest], desc: str | None = None) -> dict[str, Any]:
         """Make every call not yet cached; return key -> parsed output (None where it failed)."""
-        rc = self.role(role)
+        rc = self.config.roles[role]  # every role a search calls has a model (Search._check_roles)
         store = self.cache.store(role)
         unique = list({r.key: r for r in requests}.values())
         done = store.done_keys()
@@ -130,43 +114,37 @@ class AgentRunner:
         if todo:
             # A local model (on Ray workers, or one call at a time here) has its calls' images decoded
             # ahead, in decode workers; API roles send the files as they are and decode nothing.
+            from unirag.runs.engine import WorkerPool, open_pool, runs_on_ray
+
             options, attempts = rc.generation_options(), self.config.settings.json_attempts
-            pool = recipe = open_kind = None
-            if self._on_ray(rc.model):
+            job, on_ray = AgentJob(role, options, attempts, None), {}
+            # A caller's own generator factory builds models only it knows how to: those calls stay here.
+            if self.factory is None and runs_on_ray(self.engine, rc.model):
                 from unirag.pipelines.remote_models import ModelRecipe
 
-                pool, recipe = self._worker_pool(), ModelRecipe(rc.model, dict(rc.options))
-                open_kind = functools.partial(AgentJob, role, options, attempts)
-                job = AgentJob(role, options, attempts, None)
+                if self._pool is None:
+                    self._pool_owned = not isinstance(self.engine, WorkerPool)
+                    self._pool = open_pool(self.engine, self.progress).__enter__()
+                on_ray = {"pool": self._pool, "recipe": ModelRecipe(rc.model, dict(rc.options)),
+                          "open_kind": functools.partial(AgentJob, role, options, attempts)}
             else:
-                job = AgentJob(role, options, attempts, self._generator(role))
+                job.generator = self._generator(role)
             local = rc.model.startswith("hf:")  # a model in this process: one call at a time
             counts = execute(job, todo, store, concurrency=1 if local else self.config.settings.concurrency,
-                             policy=self.policy, decode_ahead=local, engine=self.engine,
-                             pool=pool, recipe=recipe, open_kind=open_kind, desc=desc or role, progress=self.progress)
+                             policy=self.policy, decode_ahead=local, engine=self.engine, desc=desc or role,
+                             progress=self.progress, **on_ray)
             st["called"] += counts["ok"] + counts["error"]
         out = {r.key: ok_output(store.get(r.key)) for r in unique}
         st["failed"] += sum(1 for r in todo if out[r.key] is None)
         return out
 
-    def ask(self, role: str, requests: Mapping[K, CallRequest], desc: str | None = None) -> dict[K, Any]:
-        """:meth:`run` for requests named by the caller: name -> parsed output (None where it failed)."""
+    def ask(self, role: str, prompts: Mapping[K, Mapping[str, Any]], desc: str | None = None,
+            fmt: str | None = None) -> dict[K, Any]:
+        """:meth:`run` of one :meth:`request` per name (``prompts``: name -> its prompt keywords):
+        name -> parsed output (None where it failed)."""
+        requests = {name: self.request(role, fmt=fmt, **prompt) for name, prompt in prompts.items()}
         out = self.run(role, list(requests.values()), desc)
         return {name: out[r.key] for name, r in requests.items()}
-
-    def _on_ray(self, model: str) -> bool:
-        from unirag.runs.engine import runs_on_ray
-
-        # A caller's own generator factory builds models only it knows how to: those calls stay here.
-        return self.factory is default_generator_factory and runs_on_ray(self.engine, model)
-
-    def _worker_pool(self):
-        if self._pool is None:
-            from unirag.runs.engine import WorkerPool, open_pool
-
-            self._pool_owned = not isinstance(self.engine, WorkerPool)
-            self._pool = open_pool(self.engine, self.progress).__enter__()
-        return self._pool
 
     def close(self) -> None:
         if self._pool is not None:

@@ -19,7 +19,7 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 from pathlib import Path
 from string import Template
@@ -84,13 +84,6 @@ def template_text(role: str) -> str:
     return resources.files("unirag.cir").joinpath("prompts", f"{role}.txt").read_text(encoding="utf-8")
 
 
-def render_prompt(role: str, **values: Any) -> str:
-    try:
-        return Template(template_text(role)).substitute({k: str(v) for k, v in values.items()})
-    except KeyError as e:
-        raise ConfigError(f"prompt template for {role!r} needs the value {e}") from None
-
-
 def build_messages(role: str, image: Path | None = None, *, template: str | None = None, text: str | None = None,
                    **values: Any) -> list[Message]:
     """One user message: the image first (when the role sees one), then the prompt.
@@ -101,16 +94,13 @@ def build_messages(role: str, image: Path | None = None, *, template: str | None
     spec = ROLES[role]
     if spec.needs_image and image is None:
         raise ValueError(f"agent role {role!r} needs an image")
+    if text is None:
+        try:
+            text = Template(template_text(template or role)).substitute({k: str(v) for k, v in values.items()})
+        except KeyError as e:
+            raise ConfigError(f"prompt template for {template or role!r} needs the value {e}") from None
     parts: list = [ImagePart(path=Path(image), label=Path(image).name)] if spec.needs_image else []
-    parts.append(TextPart(text if text is not None else render_prompt(template or role, **values)))
-    return [Message("user", parts)]
-
-
-def statement_limit(max_statements: int | None) -> str:
-    """The question prompt's sentence on how many statements to write (xr_max_statements)."""
-    if max_statements is None:
-        return "Write as many statements as the modification text needs."
-    return f"Write at most {max_statements} statements."
+    return [Message("user", [*parts, TextPart(text)])]
 
 
 def numbered(statements: list[str]) -> str:
@@ -226,29 +216,6 @@ def yes_without_no(text: str) -> bool:
     return "yes" in t and "no" not in t
 
 
-def _json_object(text: str, non_empty: bool = False) -> dict[str, Any]:
-    """unirag's reading of an official prompt's reply (:func:`extract_json`); MalformedOutput: asked again."""
-    obj, _ = extract_json(text)
-    if not isinstance(obj, dict) or (non_empty and not obj):
-        raise MalformedOutput("expected a non-empty JSON object" if non_empty else "expected a JSON object")
-    return obj
-
-
-def parse_official_reasoner(text: str) -> dict[str, Any]:
-    """The official stage-1 reasoner's JSON: ``step1`` = [[kind, content], ...] (atomic instructions),
-    ``step2`` = target descriptions. Raises MalformedOutput when no JSON object is found."""
-    return _reasoner_fields(_json_object(text))
-
-
-def parse_official_questions(text: str) -> dict[str, Any]:
-    """The official stage-2 reasoner's JSON: ``step2`` = [[question, expected answer], ...]; entries that
-    are not pairs are dropped, as the official code does. Answers are kept as written (``answer_raw``)."""
-    statements = _question_pairs(_json_object(text))
-    if not statements:
-        raise MalformedOutput("no [question, answer] pair under 'step2'")
-    return {"statements": statements}
-
-
 # -- the official code's own reading of its JSON replies (xr_json_parsing=official) -------------------
 _OFFICIAL_FENCE = re.compile(r"```json\s*([\s\S]*?)\s*```", re.DOTALL)
 _OFFICIAL_BRACES = re.compile(r"(\{[\s\S]*?\})", re.DOTALL)      # the first '{' to the FIRST '}' after it
@@ -300,55 +267,56 @@ def official_json_v2(text: str) -> dict[str, Any] | None:
 
 
 def _reasoner_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """The official stage-1 reasoner's JSON: ``step1`` = [[kind, content], ...] (atomic instructions),
+    ``step2`` = target descriptions."""
     step1 = [[str(e[0]), str(e[1])] for e in obj.get("step1") or [] if isinstance(e, (list, tuple)) and len(e) == 2]
     step2 = [str(d).strip() for d in obj.get("step2") or [] if isinstance(d, str) and d.strip()]
     return {"step1": step1, "step2": step2}
 
 
-def parse_official_reasoner_once(text: str) -> dict[str, Any]:
-    """The official stage-1 reasoner's reply, read once (:func:`official_json`); never raises.
-
-    ``no_json`` marks a reply the official code replaces by its stand-in (XR/xr.py:308-313: step1 =
-    [["Modification", T_m]], step2 = [C_r]); the caller knows T_m and C_r and fills it in.
-    """
-    obj = official_json(text)
-    if not isinstance(obj, dict):
-        return {"step1": [], "step2": [], "no_json": True}
-    return _reasoner_fields(obj)
-
-
-def _question_pairs(obj: dict[str, Any]) -> list[dict[str, Any]]:
+def _question_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """The official stage-2 reasoner's JSON: ``step2`` = [[question, expected answer], ...]; entries that
+    are not pairs are dropped, as the official code does. Answers are kept as written (``answer_raw``)."""
     statements = []
     for e in obj.get("step2") or []:
         if isinstance(e, (list, tuple)) and len(e) == 2 and isinstance(e[0], str) and e[0].strip():
             raw = e[1]
             answer = raw if isinstance(raw, bool) else _BOOL_WORDS.get(str(raw).strip().lower(), bool(raw))
             statements.append({"statement": e[0].strip(), "answer": answer, "answer_raw": raw})
-    return statements
+    return {"statements": statements}
 
 
-def parse_official_questions_once(text: str) -> dict[str, Any]:
-    """The official stage-2 reasoner's reply, read once (:func:`official_json`); never raises.
-
-    No JSON (XR/xr.py:696-701, 720-721: the item gets no questions) or no [question, answer] pair
-    (:703-707) both give an empty ``statements`` list: no verification call, every candidate scores 0.
-    """
-    obj = official_json(text)
-    if not isinstance(obj, dict):
-        return {"statements": [], "no_json": True}
-    return {"statements": _question_pairs(obj)}
-
-
-def parse_official_reasoner_v2(text: str) -> dict[str, Any]:
-    """The cir-v2 reasoner's reply (prompt1_stage1_reasoner_v2.txt): any non-empty JSON object, kept
-    as it is (it is the rewriter's input). unirag's reading; raises MalformedOutput (asked again)."""
-    return {"v2": _json_object(text, non_empty=True)}
+#: The official prompts' JSON replies: what is kept of the reply's object, and what a reply without one
+#: gives under the official reading. ``no_json`` marks a reply the official code replaces by its
+#: stand-in: stage 1 (XR/xr.py:308-313) step1 = [["Modification", T_m]], step2 = [C_r], filled in by
+#: the caller; stage 2 (:696-707, :720-721) no questions, so every candidate scores 0. The cir-v2
+#: reasoner's object (prompt1_stage1_reasoner_v2.txt) is kept whole, the rewriter's input; ``v2``
+#: None: the official code keeps no cir-v2 result and so rewrites no caption.
+_OFFICIAL_JSON: dict[str, tuple[Any, dict[str, Any]]] = {
+    "official_reasoner": (_reasoner_fields, {"step1": [], "step2": [], "no_json": True}),
+    "official_questions": (_question_fields, {"statements": [], "no_json": True}),
+    "official_reasoner_v2": (lambda obj: {"v2": obj}, {"v2": None}),
+}
 
 
-def parse_official_reasoner_v2_once(text: str) -> dict[str, Any]:
-    """The cir-v2 reply read as the official code reads it (:func:`official_json_v2`); never raises
-    (``v2`` None: the official code keeps no cir-v2 result and so rewrites no caption)."""
-    return {"v2": official_json_v2(text)}
+def parse_official(fmt: str, text: str) -> dict[str, Any]:
+    """An official prompt's reply in format ``fmt`` (a key of :data:`_OFFICIAL_JSON`, ``+json_repair``:
+    the official code's reading, :func:`official_json` / :func:`official_json_v2`, which never raises).
+    unirag's reading (:func:`extract_json`) raises MalformedOutput, so the reply is asked for again,
+    when it holds no JSON object (a cir-v2 one must not be empty) or no [question, answer] pair."""
+    name, _, repair = fmt.partition("+")
+    fields, stand_in = _OFFICIAL_JSON[name]
+    if repair:
+        obj = official_json_v2(text) if name == "official_reasoner_v2" else official_json(text)
+        return fields(obj) if isinstance(obj, dict) else dict(stand_in)
+    obj, _ = extract_json(text)
+    v2 = name == "official_reasoner_v2"
+    if not isinstance(obj, dict) or (v2 and not obj):
+        raise MalformedOutput("expected a non-empty JSON object" if v2 else "expected a JSON object")
+    out = fields(obj)
+    if out.get("statements") == []:
+        raise MalformedOutput("no [question, answer] pair under 'step2'")
+    return out
 
 
 def clean_rewritten_caption(text: str) -> str:
@@ -369,11 +337,8 @@ def clean_rewritten_caption(text: str) -> str:
 #: A ``+json_repair`` format is the official code's reading (xr_json_parsing=official): one repair
 #: pass, never raises, so the reply is never asked for again.
 FORMATS = {"yes_no_any": yes_if_contains_yes, "yes_no_strict": yes_without_no,
-           "official_reasoner": parse_official_reasoner, "official_questions": parse_official_questions,
-           "official_reasoner+json_repair": parse_official_reasoner_once,
-           "official_questions+json_repair": parse_official_questions_once,
-           "official_reasoner_v2": parse_official_reasoner_v2,
-           "official_reasoner_v2+json_repair": parse_official_reasoner_v2_once,
+           **{name + repair: partial(parse_official, name + repair) for name in _OFFICIAL_JSON
+              for repair in ("", "+json_repair")},
            "official_rewriter": clean_rewritten_caption}
 
 

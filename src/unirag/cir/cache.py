@@ -22,13 +22,15 @@ from typing import Any
 import numpy as np
 
 from unirag.messages import ImagePart, Message, TextPart
-from unirag.runs.atomic import atomic_write_bytes
+from unirag.runs.atomic import atomic_open
 from unirag.runs.store import ResultStore
 from unirag.runtime import file_sha256
 
 
-def messages_fingerprint(messages: Sequence[Message]) -> str:
-    """Hash of a prompt: text verbatim, images by content (so moving files keeps the cache valid)."""
+def call_key(role: str, model_fingerprint: str, messages: Sequence[Message], fmt: str | None = None) -> str:
+    """Cache key of one agent call: the prompt's text verbatim, its images by content (so moving files
+    keeps the cache valid). ``fmt`` (a reply format other than the role's schema) is part of it, so a
+    reply parsed one way is never reused as another (keys without ``fmt`` are unchanged)."""
     parts = []
     for m in messages:
         for p in m.parts:
@@ -37,14 +39,9 @@ def messages_fingerprint(messages: Sequence[Message]) -> str:
             elif isinstance(p, ImagePart):
                 parts.append(["i", m.role, file_sha256(Path(p.path)) if p.path is not None
                               else hashlib.sha256(p.data).hexdigest()])
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
-
-
-def call_key(role: str, model_fingerprint: str, messages: Sequence[Message], fmt: str | None = None) -> str:
-    """Cache key of one agent call. ``fmt`` (a reply format other than the role's schema) is part of
-    it, so a reply parsed one way is never reused as another (keys without ``fmt`` are unchanged)."""
     head = f"{role}|{model_fingerprint}" + (f"|fmt={fmt}" if fmt is not None else "")
-    return hashlib.sha256(f"{head}|{messages_fingerprint(messages)}".encode()).hexdigest()[:32]
+    prompt = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+    return hashlib.sha256(f"{head}|{prompt}".encode()).hexdigest()[:32]
 
 
 @dataclass
@@ -87,11 +84,8 @@ class CallCache:
             if arr.shape[0] == len(inputs):
                 return arr
         arr = np.asarray(compute(), dtype=np.float32)
-        import io
-
-        buf = io.BytesIO()
-        np.save(buf, arr)
-        atomic_write_bytes(path, buf.getvalue())
+        with atomic_open(path, "wb") as f:
+            np.save(f, arr)
         return arr
 
 

@@ -39,7 +39,8 @@ from unirag.errors import ConfigError, InputError
 from unirag.generators.registry import identity_config
 from unirag.profiles import SETTINGS, Settings, resolve
 
-GEN_KEYS = ("max_tokens", "temperature", "seed", "repetition_penalty")
+#: A role's generation options (sent with every call) and how a YAML value of each is read.
+GEN_KEYS = {"max_tokens": int, "temperature": float, "seed": int, "repetition_penalty": float}
 DEFAULT_MAX_TOKENS = 400  # a role built outside a run (no profile applied yet)
 _SECRET_KEYS = ("api_key", "key", "token", "secret", "password")
 
@@ -159,17 +160,12 @@ def _role_config(raw: dict[str, Any], path: Path, where: str) -> RoleConfig:
     if not isinstance(model, str) or not model.strip():
         raise InputError("needs a model spec (e.g. openai:gpt-4o-mini, gemini:gemini-2.0-flash, hf:/path)",
                          path=path, field=f"{where}.model")
-    gen = {k: raw[k] for k in GEN_KEYS if k in raw and raw[k] is not None}
-    opts = {k: v for k, v in raw.items() if k not in (*GEN_KEYS, "model")}
     try:
-        return RoleConfig(model=model.strip(), options=opts,
-                          max_tokens=None if gen.get("max_tokens") is None else int(gen["max_tokens"]),
-                          temperature=float(gen.get("temperature", 0.0)),
-                          seed=None if gen.get("seed") is None else int(gen["seed"]),
-                          repetition_penalty=(None if gen.get("repetition_penalty") is None
-                                              else float(gen["repetition_penalty"])))
+        gen = {k: read(raw[k]) for k, read in GEN_KEYS.items() if raw.get(k) is not None}
     except (TypeError, ValueError) as e:
         raise InputError(f"bad generation option ({e})", path=path, field=where) from None
+    return RoleConfig(model=model.strip(), options={k: v for k, v in raw.items() if k not in (*GEN_KEYS, "model")},
+                      **gen)
 
 
 def load_config(path: str | Path | XRConfig | None, *, encoder: str | None = None,
@@ -232,10 +228,8 @@ def _read_config(path: str | Path | None) -> XRConfig:
         bad_key = sorted(set(settings_raw) - known)[0]
         raise InputError("unknown setting", path=path, field=f"settings.{bad_key}")
     settings = XRSettings(**settings_raw)  # checked by load_config
-    prompts = raw.get("official_prompts")
-    if prompts is not None:
-        prompts = str((path.parent / Path(prompts).expanduser()) if not Path(prompts).expanduser().is_absolute()
-                      else Path(prompts).expanduser())
+    prompts = raw.get("official_prompts")  # relative: to the YAML's folder
+    prompts = None if prompts is None else str(path.parent / Path(prompts).expanduser())
     config = XRConfig(roles=roles, encoder=raw.get("encoder"), text_encoder=raw.get("text_encoder"),
                       settings=settings, profile=profile, overrides=overrides, official_prompts=prompts)
     try:

@@ -73,15 +73,15 @@ class CirDataset:
         ref_missing = [q.qid for q in self.queries if not self.reference_path(q).exists()]
         return pool_missing, ref_missing
 
-    @property
-    def has_ground_truth(self) -> bool:
-        return any(q.targets for q in self.queries)
 
-
-def _load_json(path: Path) -> Any:
+def _load_json(path: Path, list_of: str | None = None) -> Any:
+    """The JSON file at ``path``; ``list_of``: it must be a list of these."""
     if not path.exists():
         raise InputError("file not found", path=path)
-    return read_json_file(path)
+    data = read_json_file(path)
+    if list_of is not None and not isinstance(data, list):
+        raise InputError(f"expected a JSON list of {list_of}", path=path)
+    return data
 
 
 def _field(obj: Any, key: str, path: Path, index: int, kind: type | tuple = str) -> Any:
@@ -94,14 +94,18 @@ def _field(obj: Any, key: str, path: Path, index: int, kind: type | tuple = str)
     return v
 
 
-def _list_of(data: Any, path: Path, what: str) -> list:
-    if not isinstance(data, list):
-        raise InputError(f"expected a JSON list of {what}", path=path)
-    return data
+def _split_of(path: Path, pattern: str, split_file: str | Path | None) -> tuple[re.Match | None, Path]:
+    """An annotation file's name read by ``pattern`` (``cap.<category>.<split>.json``; None: another
+    name) and the image split file: ``split_file``, else ``../image_splits/split.<category>.<split>.json``."""
+    m = re.search(pattern, path.name)
+    if split_file is not None:
+        return m, Path(split_file)
+    if not m:
+        raise InputError("cannot infer the image split file from this name; pass --split-file", path=path)
+    return m, path.parent.parent / "image_splits" / f"split.{m.group(1)}.{m.group(2)}.json"
 
 
 # -- FashionIQ --------------------------------------------------------------------------------------
-_FIQ_NAME = re.compile(r"cap\.(\w+)\.(\w+)\.json$")
 
 
 def join_fashioniq_captions(captions: list[str], query_text: str = "paper") -> str:
@@ -134,16 +138,11 @@ def load_fashioniq(annotations: str | Path, images_root: str | Path | None = Non
     ``query_text``: how the two captions become one text (:func:`join_fashioniq_captions`).
     """
     path = Path(annotations)
-    m = _FIQ_NAME.search(path.name)
+    m, split_path = _split_of(path, r"cap\.(\w+)\.(\w+)\.json$", split_file)
     category, split = (m.group(1), m.group(2)) if m else ("fashioniq", "unknown")
-    if split_file is None:
-        if not m:
-            raise InputError("cannot infer the image split file from this name; pass --split-file", path=path)
-        split_file = path.parent.parent / "image_splits" / f"split.{category}.{split}.json"
-    split_path = Path(split_file)
-    names = _list_of(_load_json(split_path), split_path, "image names")
+    names = _load_json(split_path, "image names")
     queries = []
-    for i, e in enumerate(_list_of(_load_json(path), path, "annotations")):
+    for i, e in enumerate(_load_json(path, "annotations")):
         cand = _field(e, "candidate", path, i)
         caps = _field(e, "captions", path, i, list)
         target = e.get("target")
@@ -161,18 +160,13 @@ def load_cirr(annotations: str | Path, images_root: str | Path | None = None,
     (name -> relative path) -> pool. The reference is excluded from the gallery, as CIRR evaluates.
     ``query_text``: how a caption becomes the query text (:func:`cirr_query_text`)."""
     path = Path(annotations)
-    m = re.search(r"cap\.rc2\.(\w+)\.json$", path.name)
-    split = m.group(1) if m else "unknown"
-    if split_file is None:
-        if not m:
-            raise InputError("cannot infer the image split file from this name; pass --split-file", path=path)
-        split_file = path.parent.parent / "image_splits" / f"split.rc2.{split}.json"
-    split_path = Path(split_file)
+    m, split_path = _split_of(path, r"cap\.(rc2)\.(\w+)\.json$", split_file)
+    split = m.group(2) if m else "unknown"
     names = _load_json(split_path)
     if not isinstance(names, dict):
         raise InputError("expected a JSON object mapping image name -> relative path", path=split_path)
     queries = []
-    for i, e in enumerate(_list_of(_load_json(path), path, "annotations")):
+    for i, e in enumerate(_load_json(path, "annotations")):
         pairid = _field(e, "pairid", path, i, int)
         img_set = _field(e, "img_set", path, i, dict)
         members = img_set.get("members")
@@ -188,10 +182,6 @@ def load_cirr(annotations: str | Path, images_root: str | Path | None = None,
 
 
 # -- CIRCO ------------------------------------------------------------------------------------------
-def circo_image_path(image_id: int | str) -> str:
-    return f"unlabeled2017/{int(image_id):012d}.jpg"
-
-
 def load_circo(annotations: str | Path, images_root: str | Path | None = None,
                split_file: str | Path | None = None, query_text: str = "paper") -> CirDataset:
     """``annotations/{val,test}.json`` -> queries (several ground truths each; none on test).
@@ -206,7 +196,7 @@ def load_circo(annotations: str | Path, images_root: str | Path | None = None,
     split = path.stem
     queries = []
     mentioned: set[str] = set()
-    for i, e in enumerate(_list_of(_load_json(path), path, "annotations")):
+    for i, e in enumerate(_load_json(path, "annotations")):
         ref = str(_field(e, "reference_img_id", path, i, int))
         gts = [str(g) for g in e.get("gt_img_ids") or []]
         target = e.get("target_img_id")
@@ -232,7 +222,7 @@ def load_circo(annotations: str | Path, images_root: str | Path | None = None,
         ids = sorted(mentioned, key=int)
         notes.append("CIRCO pool = only the images the annotations mention (no image list given); "
                      "metrics are not comparable to the official 123,403-image gallery")
-    pool = {i: circo_image_path(i) for i in ids}
+    pool = {i: f"unlabeled2017/{int(i):012d}.jpg" for i in ids}
     return CirDataset(f"circo-{split}", "circo", queries, pool, root, notes=notes)
 
 

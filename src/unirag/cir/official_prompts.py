@@ -28,14 +28,10 @@ OPTIONAL = {"reasoner_v2": "prompt1_stage1_reasoner_v2.txt", "rewriter": "prompt
 
 def official_dataset_dir(kind: str, name: str) -> str:
     """The official prompt folder of a unirag dataset: CIRR, CIRCO, FashionIQ-<category>."""
-    if kind == "cirr":
-        return "CIRR"
-    if kind == "circo":
-        return "CIRCO"
-    if kind == "fashioniq":
-        parts = name.split("-")
-        if len(parts) >= 2 and parts[1]:
-            return f"FashionIQ-{parts[1]}"
+    category = (name.split("-") + [""])[1] if kind == "fashioniq" else ""
+    folder = {"cirr": "CIRR", "circo": "CIRCO"}.get(kind) or (f"FashionIQ-{category}" if category else None)
+    if folder is not None:
+        return folder
     raise ConfigError(f"the official X^R code has no prompts for the {kind} dataset {name!r}; official prompts "
                       "exist for CIRR, CIRCO and FashionIQ: point --official-prompts at one dataset's folder "
                       "(e.g. XR/prompts/CIRR) or use --set xr_prompts=unirag")

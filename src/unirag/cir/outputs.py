@@ -97,8 +97,7 @@ def write_outputs(search: Search, ranking: Ranking, out: Path, bootstrap: dict[s
         "dataset": {"name": ds.name, "kind": ds.kind, "images_root": str(ds.images_root),
                     "n_queries": len(ds.queries), "pool_size": len(ds.pool)},
         "config": xr.config.manifest(), "stages": list(xr.stages),
-        "ablation": {"imagination": xr.ab.imagination, "fine_only": xr.ab.fine_only,
-                     "modalities": xr.ab.modalities},
+        "ablation": dict(vars(xr.ab)),
         "encoder": getattr(xr.encoder(), "name", None), "agent_calls": ranking.agent_calls,
         "cache_dir": str(xr.cache.dir), "settings": xr.settings.to_dict()}
     if search.official is not None:
@@ -107,41 +106,25 @@ def write_outputs(search: Search, ranking: Ranking, out: Path, bootstrap: dict[s
     return metrics
 
 
-def cirr_submissions(rankings: Mapping[str, Sequence[str]], subset_rankings: Mapping[str, Sequence[str]]
-                     ) -> tuple[dict, dict]:
-    recall = {"version": "rc2", "metric": "recall"}
-    subset = {"version": "rc2", "metric": "recall_subset"}
-    for qid, ranked in rankings.items():
-        if len(ranked) < 50:
-            raise InputError(f"CIRR submission needs 50 results per query; query {qid} has {len(ranked)}")
-        recall[str(qid)] = list(ranked[:50])
-        subset[str(qid)] = list(subset_rankings.get(qid, [])[:3])
-    return recall, subset
-
-
-def circo_submission(rankings: Mapping[str, Sequence[str]]) -> dict[str, list[int]]:
-    out = {}
-    for qid, ranked in rankings.items():
-        if len(ranked) < 50:
-            raise InputError(f"CIRCO submission needs 50 results per query; query {qid} has {len(ranked)}")
-        out[str(qid)] = [int(x) for x in ranked[:50]]
-    return out
-
-
 def write_submissions(kind: str, out_dir: str | Path, rankings: Mapping[str, Sequence[str]],
                       subset_rankings: Mapping[str, Sequence[str]] | None = None) -> list[Path]:
-    """Write the server files for ``kind`` ("cirr" or "circo"); other benchmarks have no server."""
-    out_dir = Path(out_dir)
-    written = []
-    if kind == "cirr":
-        recall, subset = cirr_submissions(rankings, subset_rankings or {})
-        for name, obj in (("submission_cirr_recall.json", recall), ("submission_cirr_recall_subset.json", subset)):
-            atomic_write_json(out_dir / name, obj)
-            written.append(out_dir / name)
-    elif kind == "circo":
-        atomic_write_json(out_dir / "submission_circo.json", circo_submission(rankings))
-        written.append(out_dir / "submission_circo.json")
-    return written
+    """Write the server files for ``kind`` ("cirr" or "circo", every query's top 50); other benchmarks
+    have no server."""
+    if kind not in ("cirr", "circo"):
+        return []
+    for qid, ranked in rankings.items():
+        if len(ranked) < 50:
+            raise InputError(f"{kind.upper()} submission needs 50 results per query; query {qid} has {len(ranked)}")
+    if kind == "circo":
+        files = {"submission_circo.json": {str(q): [int(x) for x in r[:50]] for q, r in rankings.items()}}
+    else:
+        head, subsets = {"version": "rc2", "metric": "recall"}, subset_rankings or {}
+        files = {"submission_cirr_recall.json": {**head, **{str(q): list(r[:50]) for q, r in rankings.items()}},
+                 "submission_cirr_recall_subset.json": {**head, "metric": "recall_subset",
+                                                        **{str(q): list(subsets.get(q, [])[:3]) for q in rankings}}}
+    for name, obj in files.items():
+        atomic_write_json(Path(out_dir) / name, obj)
+    return [Path(out_dir) / name for name in files]
 
 
 def evaluate(dataset: CirDataset, rankings: Mapping[str, Sequence[str]],

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from unirag.cir.agent_runner import AgentRunner
-from unirag.cir.agents import build_messages, numbered, statement_limit
+from unirag.cir.agents import numbered
 from unirag.cir.cache import CallRequest
 from unirag.cir.datasets import CirDataset, CirQuery
 from unirag.cir.scoring import CoarseResult, coarse, coarse_official, fine, plain, question_score
@@ -82,7 +82,7 @@ class _Q:
 
     q: CirQuery
     cand: np.ndarray                       # pool indices the query ranks (reference removed for CIRR)
-    base: np.ndarray                       # baseline similarity per candidate
+    base: np.ndarray = field(default_factory=lambda: np.zeros(0))  # baseline similarity per candidate
     notes: list[str] = field(default_factory=list)
     imag_t: dict | None = None
     imag_v: dict | None = None
@@ -176,12 +176,8 @@ class Search:
         if self.settings["xr_cirr_subset"] != "rerank" or not any(x.q.subset for x in qs):
             return None
         index = {p: i for i, p in enumerate(pool_ids)}
-        sub = []
-        for x in qs:
-            if not x.q.subset:
-                continue
-            members = [index[m] for m in dict.fromkeys(x.q.subset) if m != x.q.reference and m in index]
-            sub.append(_Q(x.q, np.array(members, dtype=np.int64), np.zeros(0)))
+        sub = [_Q(x.q, np.array([index[m] for m in dict.fromkeys(x.q.subset) if m != x.q.reference and m in index],
+                                dtype=np.int64)) for x in qs if x.q.subset]
         sub = [x for x in sub if len(x.cand)]
         self._baseline(sub, pool_ids, ia)
         if runner is not None:
@@ -239,7 +235,7 @@ class Search:
             cand = np.arange(len(pool_ids))
             if self.ds.exclude_reference and q.reference in index:
                 cand = cand[cand != index[q.reference]]
-            qs.append(_Q(q, cand, np.zeros(0)))
+            qs.append(_Q(q, cand))
         if not qs:
             raise InputError("no query has its reference image; check --images-root", path=self.ds.images_root)
         return pool_ids, qs
@@ -278,8 +274,7 @@ class Search:
 
     def _captions(self, runner: AgentRunner, ids_paths: dict[str, Path]) -> dict[str, str | None]:
         text = self.official.caption() if self.official is not None else None
-        return runner.ask("caption", {i: runner.request("caption", build_messages("caption", image=p, text=text))
-                                      for i, p in ids_paths.items()}, desc="A_c captions")
+        return runner.ask("caption", {i: {"image": p, "text": text} for i, p in ids_paths.items()}, "A_c captions")
 
     def _agents(self, runner: AgentRunner, qs: list[_Q], pool_ids: list[str], paths: list[Path],
                 ia: np.ndarray, k_prime: int) -> None:
@@ -312,12 +307,12 @@ class Search:
             self._fine(runner, qs, pool_ids, paths, captions, k_prime)
 
     def _imagine(self, runner: AgentRunner, qs: list[_Q], captions: dict[str, str | None]) -> None:
-        t_out = runner.ask("text_imagination", {x.q.qid: runner.request("text_imagination", build_messages(
-            "text_imagination", reference_caption=captions[x.q.reference], modification=x.q.text))
-            for x in qs if captions.get(x.q.reference) is not None}, desc="A_t^i imagination")
-        v_out = runner.ask("vision_imagination", {x.q.qid: runner.request("vision_imagination", build_messages(
-            "vision_imagination", image=self.ds.reference_path(x.q), modification=x.q.text)) for x in qs},
-            desc="A_v^i imagination")
+        t_out = runner.ask("text_imagination", {x.q.qid: dict(reference_caption=captions[x.q.reference],
+                                                                modification=x.q.text)
+                                                for x in qs if captions.get(x.q.reference) is not None},
+                           "A_t^i imagination")
+        v_out = runner.ask("vision_imagination", {x.q.qid: dict(image=self.ds.reference_path(x.q), modification=x.q.text)
+                                                  for x in qs}, "A_v^i imagination")
         for x in qs:
             x.imag_t, x.imag_v = t_out.get(x.q.qid), v_out[x.q.qid]
 
@@ -328,10 +323,9 @@ class Search:
         As 01yzzyu/xr.github.io XR/xr.py:295-314 (stage1_reason): a reply without JSON gets the dummy
         step1 = [["Modification", T_m]], step2 = [C_r]; an empty step2 becomes [C_r].
         """
-        out = runner.ask("text_imagination", {x.q.qid: runner.request("text_imagination", build_messages(
-            "text_imagination", text=self.official.reasoner(x.q.text, captions[x.q.reference])),
-            fmt=self._official_fmt("official_reasoner")) for x in qs if captions.get(x.q.reference) is not None},
-            desc="stage-1 reasoner")
+        out = runner.ask("text_imagination", {x.q.qid: {"text": self.official.reasoner(x.q.text, captions[x.q.reference])}
+                                              for x in qs if captions.get(x.q.reference) is not None},
+                         "stage-1 reasoner", self._official_fmt("official_reasoner"))
         for x in qs:
             if x.q.qid not in out:
                 continue
@@ -355,9 +349,9 @@ class Search:
         st = self.settings
         if st["xr_stage1_schema"] != "both" or "reasoner_v2" not in self.official.optional:
             return
-        v2_out = runner.ask("text_imagination", {x.q.qid: runner.request("text_imagination", build_messages(
-            "text_imagination", text=self.official.reasoner(x.q.text, captions[x.q.reference], "reasoner_v2")),
-            fmt=self._official_fmt("official_reasoner_v2")) for x in qs}, desc="stage-1 cir-v2 reasoner")
+        v2_out = runner.ask("text_imagination", {
+            x.q.qid: {"text": self.official.reasoner(x.q.text, captions[x.q.reference], "reasoner_v2")} for x in qs},
+            "stage-1 cir-v2 reasoner", self._official_fmt("official_reasoner_v2"))
         v2 = {}
         for x in qs:
             got = v2_out[x.q.qid]
@@ -366,9 +360,9 @@ class Search:
                 x.imag_t["cir_v2"] = got["v2"]
         if not st["xr_rewrite_caption"] or "rewriter" not in self.official.optional or not v2:
             return
-        rw_out = runner.ask("text_imagination", {x.q.qid: runner.request("text_imagination", build_messages(
-            "text_imagination", text=self.official.rewriter(x.q.text, v2[x.q.qid])), fmt="official_rewriter")
-            for x in qs if x.q.qid in v2}, desc="stage-1 caption rewriter")
+        rw_out = runner.ask("text_imagination", {x.q.qid: {"text": self.official.rewriter(x.q.text, v2[x.q.qid])}
+                                                 for x in qs if x.q.qid in v2}, "stage-1 caption rewriter",
+                            "official_rewriter")
         for x in qs:
             caption = rw_out.get(x.q.qid)
             if caption:
@@ -435,35 +429,35 @@ class Search:
                 x.coarse = coarse(cap, img, *(t or (None, None)), *cross[span], rrf_k=s.rrf_k,
                                   source=st["xr_stage2_source"])
 
-    def _question_request(self, runner: AgentRunner, x: _Q) -> CallRequest:
+    def _question_prompt(self, x: _Q) -> dict[str, Any]:
         if self.official is not None:  # the official stage-2 reasoner on T_m and the atomic instructions
             step1 = x.imag_t["step1"] if x.imag_t and x.imag_t.get("step1") else [["Modification", x.q.text]]
-            m = build_messages("question", text=self.official.questions(x.q.text, step1))
-            return runner.request("question", m, fmt=self._official_fmt("official_questions"))
-        mods = x.imag_t["modifications"] if x.imag_t else []
+            return {"text": self.official.questions(x.q.text, step1)}
+        mods, limit = (x.imag_t["modifications"] if x.imag_t else []), self.settings["xr_max_statements"]
         attrs = x.imag_v["attributes"] if x.imag_v else []
-        m = build_messages("question", modification=x.q.text,
-                           statement_limit=statement_limit(self.settings["xr_max_statements"]),
-                           modifications=json.dumps(mods, ensure_ascii=False) if mods else "(none)",
-                           attributes="; ".join(f"{a['attribute']}: {'present' if a['present'] else 'absent'}"
-                                                for a in attrs) or "(none)")
-        return runner.request("question", m)
+        return dict(modification=x.q.text,
+                    statement_limit=(f"Write at most {limit} statements." if limit is not None
+                                     else "Write as many statements as the modification text needs."),
+                    modifications=json.dumps(mods, ensure_ascii=False) if mods else "(none)",
+                    attributes="; ".join(f"{a['attribute']}: {'present' if a['present'] else 'absent'}"
+                                         for a in attrs) or "(none)")
 
     def _judge_requests(self, runner: AgentRunner, role: str, x: _Q, **where: Any) -> list[CallRequest]:
         """The verification call(s) of one candidate: one with every statement (xr_questions=batch) or
         one yes/no call per statement (single; 01yzzyu/xr.github.io XR/xr.py:742, :811-836)."""
         if self.settings["xr_questions"] == "single":
             fmt = "yes_no_strict" if role == "text_question" else "yes_no_any"
-            return [runner.request(role, build_messages(role, template=f"{role}_single", statement=st["statement"],
-                                                        **where), fmt=fmt) for st in x.statements]
+            return [runner.request(role, fmt=fmt, template=f"{role}_single", statement=st["statement"], **where)
+                    for st in x.statements]
         listing = numbered([st["statement"] for st in x.statements])
-        return [runner.request(role, build_messages(role, statements=listing, **where), len(x.statements))]
+        return [runner.request(role, len(x.statements), statements=listing, **where)]
 
     def _fine(self, runner: AgentRunner, qs: list[_Q], pool_ids: list[str], paths: list[Path],
               captions: dict[str, str | None], k_prime: int) -> None:
         s, ab, st = self.config.settings, self.ab, self.settings
         cap = st["xr_max_statements"]
-        q_out = runner.ask("question", {x.q.qid: self._question_request(runner, x) for x in qs}, desc="A^q questions")
+        q_out = runner.ask("question", {x.q.qid: self._question_prompt(x) for x in qs}, "A^q questions",
+                           self._official_fmt("official_questions") if self.official is not None else None)
         judge: dict[str, list[tuple[_Q, int, list[CallRequest]]]] = {"text_question": [], "vision_question": []}
         # xr_failed_caption=stand-in: a failed caption is judged as "A photo." (01yzzyu/xr.github.io XR/xr.py:831)
         stand_in = FAILED_CAPTION_STAND_IN if st["xr_failed_caption"] == "stand-in" else None
@@ -499,10 +493,9 @@ class Search:
             for x, pos, rs in items:
                 outs = [answers[role][r.key] for r in rs]
                 failed[x.q.qid] = failed.get(x.q.qid, 0) + sum(1 for o in outs if o is None)
-                if st["xr_questions"] == "single":
-                    got[(role, x.q.qid, int(pos))] = outs  # one bool (or None: failed) per statement
-                else:
-                    got[(role, x.q.qid, int(pos))] = outs[0]["answers"] if outs[0] else None
+                # xr_questions=single: one bool (or None: failed) per statement
+                got[(role, x.q.qid, int(pos))] = outs if st["xr_questions"] == "single" else (
+                    outs[0]["answers"] if outs[0] else None)
         bug = st["xr_caption_verifier"] == "bool-bug"
         exact = st["xr_answer_matching"] == "exact-string"
         ties = 0.0 if st["xr_minmax_ties"] == "zero" else 1.0

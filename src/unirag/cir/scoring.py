@@ -1,11 +1,11 @@
 """X^R's score arithmetic on precomputed embeddings (paper Lines 5-10 and 13-16), kept free of I/O
 so that it is checked by hand with made-up vectors.
 
-* :func:`aggregate_similarity` - Lines 8-9: the four cross-modal similarities are summed *within each
+* :func:`coarse` - Lines 8-9: the four cross-modal similarities are summed *within each
   imagined-caption modality*: ``S^t = s_t^t + s_v^t`` (both compare against C_t, the text-imagined
   caption) and ``S^v = s_t^v + s_v^v`` (both compare against C_v, the vision-imagined caption).
 * :func:`rrf` - Line 10: each score vector becomes ranks (1 = best) and ``sum 1 / (k + rank)``.
-* :func:`rerank_scores` - Line 15: ``(S_q^t + S_q^v) * (lam * norm(S^t) + (1 - lam) * norm(S^v))`` over
+* :func:`fine` - Line 15: ``(S_q^t + S_q^v) * (lam * norm(S^t) + (1 - lam) * norm(S^v))`` over
   the top-k' candidates only (normalisation over those k' values).
 Ties are always broken by the earlier position (stable sorts), so results are deterministic.
 """
@@ -19,21 +19,6 @@ import numpy as np
 
 RRF_K = 60
 NORMS = ("minmax", "none")
-
-
-def aggregate_similarity(s_tt: np.ndarray | None, s_tv: np.ndarray | None, s_vt: np.ndarray | None,
-                         s_vv: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """(S^t, S^v) from the text agent's (s_t^t, s_t^v) and the vision agent's (s_v^t, s_v^v).
-
-    An agent switched off (text-only / vision-only ablation) passes ``None`` for its two scores.
-    """
-    def total(a, b):
-        parts = [np.asarray(x, dtype=np.float64) for x in (a, b) if x is not None]
-        if not parts:
-            raise ValueError("at least one similarity agent must be enabled")
-        return np.sum(parts, axis=0)
-
-    return total(s_tt, s_vt), total(s_tv, s_vv)
 
 
 def ranks(scores: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -73,44 +58,6 @@ def normalise(x: Sequence[float] | np.ndarray, method: str = "minmax", ties: flo
     return (a - lo) / (hi - lo)
 
 
-def rerank_scores(sq_t: Sequence[float], sq_v: Sequence[float], s_t: Sequence[float], s_v: Sequence[float],
-                  lam: float = 0.5, norm: str = "minmax", ties: float = 1.0) -> np.ndarray:
-    """Line 15 for the top-k' candidates: (S_q^t + S_q^v) x (lam norm(S^t) + (1 - lam) norm(S^v))."""
-    if not 0.0 <= lam <= 1.0:
-        raise ValueError(f"lambda must lie in [0, 1], got {lam}")
-    q = np.asarray(sq_t, dtype=np.float64) + np.asarray(sq_v, dtype=np.float64)
-    return q * (lam * normalise(s_t, norm, ties) + (1.0 - lam) * normalise(s_v, norm, ties))
-
-
-def official_rerank_scores(sq_t: Sequence[float], sq_v: Sequence[float], similarity: Sequence[float],
-                           w_t: float = 0.5, w_v: float = 0.5, ties: float = 0.0) -> np.ndarray:
-    """The official stage-2 score of the top-k': (w_v S_q^v + w_t S_q^t) x min-max(similarity), both
-    weights 0.5 when both verification paths run (one path alone: weight 1).
-
-    01yzzyu/xr.github.io XR/xr.py:980-993 (stage2_rerank): ``_do_fusion_rerank`` (``0.5*qa_vals + 0.5*cap_vals``
-    times ``_take_head``'s min-max of the stage-1 similarity, all-equal -> 0) and ``_do_single_rerank``.
-    """
-    q = w_t * np.asarray(sq_t, dtype=np.float64) + w_v * np.asarray(sq_v, dtype=np.float64)
-    return q * normalise(similarity, "minmax", ties)
-
-
-def description_similarity(image_sims: Sequence[np.ndarray] | None, caption_sims: Sequence[np.ndarray] | None,
-                           tau: float = 0.15) -> list[np.ndarray]:
-    """Official stage-1 score of every target description d over the candidates:
-    (1 - tau) sim(d, image) + tau sim(d, caption); a side left out (ablation) contributes nothing.
-
-    01yzzyu/xr.github.io XR/utils/inference_entrypoint_ray.py:943-959 (clip_rank_retrieval_ray):
-    ``text_similarity * (1 - args.tau) + image_similarity * args.tau`` (its ``text_similarity`` is
-    description -> image, ``image_similarity`` description -> caption); ``--tau`` 0.15 in XR/xr.py:1560.
-    """
-    sides = [(s, 1.0 - tau) for s in ([image_sims] if image_sims is not None else [])] + \
-            [(s, tau) for s in ([caption_sims] if caption_sims is not None else [])]
-    if not sides:
-        raise ValueError("at least one similarity side must be enabled")
-    n = len(sides[0][0])
-    return [np.sum([w * np.asarray(sims[j], dtype=np.float64) for sims, w in sides], axis=0) for j in range(n)]
-
-
 @dataclass
 class CoarseResult:
     """Scores over the candidate list of one query (reference already removed when required)."""
@@ -130,12 +77,8 @@ def with_source(res: CoarseResult, source: str) -> CoarseResult:
     """Pick the stage-1 list fine filtering gets (setting ``xr_stage2_source``): ``rrf`` (paper Alg. 1
     line 10) or ``aug``, the description-averaged similarity (01yzzyu/xr.github.io XR/xr.py:563-577
     stage1_retrieve, :1545 ``--stage2_source`` default 'aug'; its RRF list is computed but unused)."""
-    if source == "aug":
-        res.order, res.similarity = order_by(res.aug), res.aug
-    elif source == "rrf":
-        res.order, res.similarity = order_by(res.rrf), res.rrf
-    else:
-        raise ValueError(f"unknown stage-2 source {source!r}; expected rrf or aug")
+    res.similarity = res.aug if source == "aug" else res.rrf
+    res.order = order_by(res.similarity)
     return res
 
 
@@ -149,12 +92,14 @@ def coarse(caption_emb: np.ndarray | None, image_emb: np.ndarray | None,
     """
     parts: dict[str, np.ndarray] = {}
     if caption_emb is not None:
-        parts["s_tt"] = caption_emb @ ct_text
-        parts["s_tv"] = caption_emb @ cv_text
+        parts["s_tt"], parts["s_tv"] = caption_emb @ ct_text, caption_emb @ cv_text
     if image_emb is not None:
-        parts["s_vt"] = image_emb @ ct_cross
-        parts["s_vv"] = image_emb @ cv_cross
-    s_t, s_v = aggregate_similarity(parts.get("s_tt"), parts.get("s_tv"), parts.get("s_vt"), parts.get("s_vv"))
+        parts["s_vt"], parts["s_vv"] = image_emb @ ct_cross, image_emb @ cv_cross
+    if not parts:
+        raise ValueError("at least one similarity agent must be enabled")
+    # Lines 8-9: summed within each imagined caption's modality: S^t = s_t^t + s_v^t, S^v = s_t^v + s_v^v
+    s_t, s_v = (np.sum([np.asarray(parts[n], dtype=np.float64) for n in names if n in parts], axis=0)
+                for names in (("s_tt", "s_vt"), ("s_tv", "s_vv")))
     fused = rrf(s_t, s_v, k=rrf_k)
     return with_source(CoarseResult(s_t, s_v, fused, order_by(fused), parts, aug=(s_t + s_v) / 2.0), source)
 
@@ -171,9 +116,14 @@ def coarse_official(caption_emb: np.ndarray | None, image_emb: np.ndarray | None
     01yzzyu/xr.github.io XR/utils/inference_entrypoint_ray.py:943-959 clip_rank_retrieval_ray (sum over the
     descriptions, divided by their number).
     """
-    image_sims = [image_emb @ d for d in desc_cross] if image_emb is not None else None
-    caption_sims = [caption_emb @ d for d in desc_text] if caption_emb is not None else None
-    per = description_similarity(image_sims, caption_sims, tau)
+    sides = ([(image_emb, desc_cross, 1.0 - tau)] if image_emb is not None else []) + \
+            ([(caption_emb, desc_text, tau)] if caption_emb is not None else [])
+    if not sides:
+        raise ValueError("at least one similarity side must be enabled")
+    # ``text_similarity * (1 - args.tau) + image_similarity * args.tau``, the official ``text_similarity``
+    # being description -> image and ``image_similarity`` description -> caption
+    per = [np.sum([w * np.asarray(emb @ descs[j], dtype=np.float64) for emb, descs, w in sides], axis=0)
+           for j in range(len(sides[0][1]))]
     aug = np.mean(per, axis=0)
     fused = rrf(*per, k=rrf_k)
     parts = {f"d{j + 1}": v for j, v in enumerate(per)}
@@ -200,15 +150,19 @@ def fine(top: np.ndarray, coarse_res: CoarseResult, sq_t: np.ndarray, sq_v: np.n
          weights: tuple[float, float] = (0.5, 0.5)) -> tuple[np.ndarray, np.ndarray]:
     """Re-rank the top-k' candidate indices ``top``. Returns (re-ordered indices, final scores per ``top``).
 
-    ``rerank``: "paper" (Alg. 1 line 15) or "official" (``weights`` = (w_t, w_v) times the min-max of
-    the stage-2 list's similarity); ``ties``: the min-max value of all-equal scores.
+    ``rerank``: "paper" (Alg. 1 line 15: (S_q^t + S_q^v) x (lam norm(S^t) + (1 - lam) norm(S^v)), normalised
+    over the top-k') or "official" ((w_t S_q^t + w_v S_q^v) x min-max of the stage-2 list's similarity,
+    ``weights`` = (w_t, w_v): 0.5 each when both verification paths run, one path alone: weight 1);
+    ``ties``: the min-max value of all-equal scores.
     ``similarity=False`` (the fine-only ablation) ranks by the question scores alone.
     Ties keep the coarse order.
     """
-    if similarity and rerank == "official":
-        final = official_rerank_scores(sq_t, sq_v, coarse_res.similarity[top], weights[0], weights[1], ties)
-    elif similarity:
-        final = rerank_scores(sq_t, sq_v, coarse_res.s_t[top], coarse_res.s_v[top], lam, norm, ties)
+    sq_t, sq_v = np.asarray(sq_t, dtype=np.float64), np.asarray(sq_v, dtype=np.float64)
+    if similarity and rerank == "official":  # XR/xr.py:980-993 (stage2_rerank: _do_fusion_rerank, _do_single_rerank)
+        final = (weights[0] * sq_t + weights[1] * sq_v) * normalise(coarse_res.similarity[top], "minmax", ties)
+    elif similarity:  # Line 15
+        final = (sq_t + sq_v) * (lam * normalise(coarse_res.s_t[top], norm, ties)
+                                 + (1.0 - lam) * normalise(coarse_res.s_v[top], norm, ties))
     else:
-        final = np.asarray(sq_t, dtype=np.float64) + np.asarray(sq_v, dtype=np.float64)
+        final = sq_t + sq_v
     return top[order_by(final)], final

@@ -93,13 +93,13 @@ class XR:
         are the fallback for the offline default encoder, or whatever ``text_encoder`` names.
         """
         if self._text_encoder is None:
-            if self.config.text_encoder is None and not self._offline_encoder():
-                self._text_encoder = self.encoder()
-            else:
-                from unirag.encoders.registry import load_text_encoder
+            from unirag.encoders.offline import OfflineEncoder
+            from unirag.encoders.registry import is_offline_name, load_text_encoder
 
-                self._text_encoder = load_text_encoder(self.config.text_encoder,
-                                                       device=self.encoder_options.get("device", "auto"))
+            offline = (isinstance(self._encoder, OfflineEncoder) if self._encoder is not None
+                       else is_offline_name(self.config.encoder))
+            self._text_encoder = self.encoder() if self.config.text_encoder is None and not offline else \
+                load_text_encoder(self.config.text_encoder, device=self.encoder_options.get("device", "auto"))
         return self._text_encoder
 
     def runner(self) -> AgentRunner:
@@ -108,15 +108,6 @@ class XR:
             self._runner = AgentRunner(self.config, self.cache, self.factory, progress=self.progress,
                                        engine=self.engine)
         return self._runner
-
-    def _offline_encoder(self) -> bool:
-        if self._encoder is not None:
-            from unirag.encoders.offline import OfflineEncoder
-
-            return isinstance(self._encoder, OfflineEncoder)
-        from unirag.encoders.registry import is_offline_name
-
-        return is_offline_name(self.config.encoder)
 
     def run(self, dataset: CirDataset, out_dir: str | Path, *, bootstrap: Mapping[str, Any] | None = None
             ) -> dict[str, Any]:
