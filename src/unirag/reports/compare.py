@@ -29,7 +29,7 @@ from unirag.metrics.stats import (
     with_holm,
 )
 from unirag.reports.collect import RunSummary, summarize_run
-from unirag.reports.tables import CAPTION_COLUMNS, IMAGE_COLUMNS, number
+from unirag.reports.tables import CAPTION_COLUMNS, IMAGE_COLUMNS, Table, number, slug
 from unirag.runs.rundir import read_per_query
 
 MARK = "†"
@@ -63,17 +63,16 @@ class BaselineComparison:
                 "comparisons of this table. (~N q): roughly the queries needed to detect the difference "
                 "(power 0.8, alpha 0.05).")
 
+    def table(self) -> Table:
+        base = self.baseline
+        return Table(f"compare_{slug(base.task)}_{slug(base.dataset)}",
+                     f"Differences from the baseline {base.label} (k={base.k}, {base.name}) — {base.dataset}",
+                     ["k", "n", *self.metrics], [[r.run.label, r.run.k, r.n, *(comparison_cell(r.metrics.get(m))
+                                                                             for m in self.metrics)] for r in self.rows],
+                     self.csv(), [self.legend(), *(f"Not compared: {why}" for why in self.not_compared.values())])
+
     def markdown(self) -> str:
-        base, cols = self.baseline, self.metrics
-        lines = [f"### Differences from the baseline {base.label} (k={base.k}, {base.name}) — "
-                 f"{base.dataset}", "", "| | k | n | " + " | ".join(cols) + " |",
-                 "|---|---:|---:|" + "---:|" * len(cols)]
-        for r in self.rows:
-            lines.append(f"| {r.run.label} | {r.run.k} | {r.n} | "
-                         + " | ".join(comparison_cell(r.metrics.get(m)) for m in cols) + " |")
-        lines += ["", self.legend()]
-        lines += [f"Not compared: {why}" for why in self.not_compared.values()]
-        return "\n".join(lines) + "\n"
+        return self.table().markdown()
 
     def csv(self) -> str:
         buf = io.StringIO()

@@ -10,18 +10,14 @@ lazily with the Agg backend.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
 from unirag.reports.collect import RunSummary
+from unirag.reports.tables import slug
 
 MAIN_METRICS = {"caption": ("BLEU-4", "METEOR", "ROUGE-L", "CIDEr", "SPICE"), "image": ("FID", "CLIP Score", "IS")}
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "x"
 
 
 def error_bar(runs: Sequence[RunSummary], metric: str):

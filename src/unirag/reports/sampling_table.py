@@ -18,38 +18,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from unirag.errors import InputError
 from unirag.reports.collect import RunSummary
-from unirag.reports.tables import (
-    cell,
-    csv_table,
-    header,
-    metric_columns,
-)
+from unirag.reports.tables import Table, runs_table, slug
 
 SET_LABEL = "Caption Set {}"
-
-
-@dataclass
-class SampleSet:
-    label: str
-    queries: Path
-    qids: frozenset[str]
-    runs: list[RunSummary]
-
-
-@dataclass
-class SamplingTable:
-    pipeline: str
-    n_images: int
-    sets: list[SampleSet]
-
-    @property
-    def runs(self) -> list[RunSummary]:
-        return [r for s in self.sets for r in s.runs]
 
 
 def queries_path(run: RunSummary) -> Path | None:
@@ -93,7 +68,7 @@ def pipelines(runs: Sequence[RunSummary]) -> dict[str, list[RunSummary]]:
     return out
 
 
-def sampling_tables(runs: Sequence[RunSummary]) -> list[SamplingTable]:
+def sampling_tables(runs: Sequence[RunSummary]) -> list[Table]:
     """One table per pipeline that was run on at least two sample sets of the same images."""
     by_file: dict[Path, list[RunSummary]] = defaultdict(list)
     for r in runs:
@@ -113,41 +88,23 @@ def sampling_tables(runs: Sequence[RunSummary]) -> list[SamplingTable]:
             continue
         files.sort(key=lambda f: (f[0].name, str(f[0])))
         per_set = [pipelines(by_file[path]) for path, _ in files]
-        names = sorted({name for p in per_set for name in p})
-        for name in names:
-            sets = [SampleSet(SET_LABEL.format(i), path, qids, sorted(p[name], key=RunSummary.sort_key))
+        for name in sorted({name for p in per_set for name in p}):
+            sets = [(SET_LABEL.format(i), path, qids, sorted(p[name], key=RunSummary.sort_key))
                     for i, ((path, qids), p) in enumerate(zip(files, per_set, strict=True), start=1) if name in p]
             if len(sets) >= 2:
-                tables.append(SamplingTable(pipeline=name, n_images=len(images), sets=sets))
+                tables.append(_table(name, len(images), sets))
     return tables
 
 
-def set_labels(table: SamplingTable) -> list[str]:
-    """The first column, one entry per row: the set's label on its first row, blank below (paper layout)."""
-    return [s.label if i == 0 else "" for s in table.sets for i in range(len(s.runs))]
-
-
-def legend(table: SamplingTable) -> str:
-    """Which file each set is and how much the sets overlap (the paper: 1,030 of 5k captions in common)."""
-    first = table.sets[0]
-    parts = [f"{first.label}: {first.queries.name} ({len(first.qids)} captions)"]
-    parts += [f"{s.label}: {s.queries.name} ({len(s.qids)} captions, {len(s.qids & first.qids)} in common "
-              f"with {first.label})" for s in table.sets[1:]]
-    return "; ".join(parts) + f". Every set has one caption for each of the same {table.n_images} images."
-
-
-def markdown_sampling_table(table: SamplingTable) -> str:
-    runs = table.runs
-    cols = metric_columns("image", runs)
-    lines = [f"### Image generation — {table.pipeline} on {len(table.sets)} caption sample sets", "",
-             "| | k | " + " | ".join(header(c) for c in cols) + " |", "|---|---:|" + "---:|" * len(cols)]
-    for label, r in zip(set_labels(table), runs, strict=True):
-        lines.append(f"| {label} | {r.k} | " + " | ".join(cell(r, c) for c in cols) + " |")
-    lines += ["", legend(table)]
-    return "\n".join(lines) + "\n"
-
-
-def csv_sampling_table(table: SamplingTable) -> str:
-    """Every row names its set and queries file, so each number traces back to a run and a sample."""
-    return csv_table("image", table.runs, ("sample_set", "queries"),
-                     [(s.label, s.queries.name) for s in table.sets for _ in s.runs])
+def _table(pipeline: str, n_images: int, sets: list[tuple[str, Path, frozenset[str], list[RunSummary]]]) -> Table:
+    """Rows by set (its label on its first row, blank below: the paper's layout), then k; the legend says
+    which file each set is and how much the sets overlap (the paper: 1,030 of 5k captions in common)."""
+    first, first_qids = sets[0][0], sets[0][2]
+    legend = "; ".join([f"{first}: {sets[0][1].name} ({len(first_qids)} captions)"]
+                       + [f"{label}: {path.name} ({len(qids)} captions, {len(qids & first_qids)} in common with {first})"
+                          for label, path, qids, _ in sets[1:]])
+    return runs_table("image", [r for *_, rs in sets for r in rs], f"image_sampling_{slug(pipeline)}",
+                      f"Image generation — {pipeline} on {len(sets)} caption sample sets",
+                      labels=[label if i == 0 else "" for label, *_, rs in sets for i in range(len(rs))],
+                      notes=[legend + f". Every set has one caption for each of the same {n_images} images."],
+                      lead=("sample_set", "queries"), leads=[(label, path.name) for label, path, _, rs in sets for _ in rs])

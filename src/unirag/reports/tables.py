@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from unirag.reports.collect import RunSummary
 
@@ -105,31 +108,54 @@ def header(column: str) -> str:
 LEAK_COLUMN = "Leak rate"
 
 
-def has_leak_column(runs: Sequence[RunSummary]) -> bool:
-    return any(r.leak_rate is not None for r in runs)
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "x"
 
 
-def leak_cell(run: RunSummary) -> str:
-    return "-" if run.leak_rate is None else f"{100 * run.leak_rate:.1f}%"
+@dataclass
+class Table:
+    """One table of a report, whichever kind: written as ``tables/<name>.md`` and ``.csv``, shown in
+    ``index.html`` (where a runs table also names each row's generator and links its gallery)."""
+
+    name: str
+    title: str
+    head: list[str]  # the column headers after the row-label column
+    rows: list[list[Any]]  # the row label, then one cell per header
+    csv: str
+    notes: list[str] = field(default_factory=list)
+    runs: list[RunSummary] = field(default_factory=list)  # the run of each row (runs tables)
+    blank_repeats: bool = False  # Markdown: a row label equal to the one above is left blank
+
+    def markdown(self) -> str:
+        lines = [f"### {self.title}", "", "| | " + " | ".join(self.head) + " |", "|---|" + "---:|" * len(self.head)]
+        previous = None
+        for label, *cells in self.rows:
+            shown = "" if self.blank_repeats and label == previous else label
+            previous = label
+            lines.append("| " + " | ".join(map(str, [shown, *cells])) + " |")
+        return "\n".join(lines + (["", *self.notes] if self.notes else [])) + "\n"
 
 
-def markdown_table(task: str, dataset: str, runs: Sequence[RunSummary]) -> str:
+def runs_table(task: str, runs: Sequence[RunSummary], name: str, title: str, *, labels: Sequence[str] | None = None,
+               notes: Sequence[str] = (), lead: Sequence[str] = (), leads: Sequence[Sequence[str]] | None = None
+               ) -> Table:
+    """One row per run: its label (or ``labels``), k, the metric columns and the leak rate when a run has one."""
     cols = metric_columns(task, runs)
-    leak = has_leak_column(runs)
+    leak = any(r.leak_rate is not None for r in runs)
+    leak_cells = [["-" if r.leak_rate is None else f"{100 * r.leak_rate:.1f}%"] if leak else [] for r in runs]
+    return Table(name, title, ["k", *map(header, cols), *([LEAK_COLUMN] if leak else [])],
+                 [[r.label if labels is None else labels[i], r.k, *(cell(r, c) for c in cols), *leak_cells[i]]
+                  for i, r in enumerate(runs)], csv_table(task, runs, lead, leads), list(notes), list(runs),
+                 blank_repeats=labels is None)
+
+
+def dataset_table(task: str, dataset: str, runs: Sequence[RunSummary]) -> Table:
+    """The paper-style table of one (task, dataset)."""
     kind = "Caption generation" if task == "caption" else "Image generation"
-    lines = [f"### {kind} — {dataset}", "", "| | k | " + " | ".join(header(c) for c in cols)
-             + (f" | {LEAK_COLUMN}" if leak else "") + " |",
-             "|---|---:|" + "---:|" * (len(cols) + leak)]
-    previous = None
-    for r in runs:
-        label = r.label if r.label != previous else ""
-        previous = r.label
-        lines.append(f"| {label} | {r.k} | " + " | ".join(cell(r, c) for c in cols)
-                     + (f" | {leak_cell(r)}" if leak else "") + " |")
+    cols = metric_columns(task, runs)
     skipped = sorted({m for r in runs for m in r.skipped if m not in cols})
-    if skipped:
-        lines += ["", "Not computed: " + ", ".join(skipped) + " (see each run's metrics.json for why)."]
-    return "\n".join(lines) + "\n"
+    notes = ["Not computed: " + ", ".join(skipped) + " (see each run's metrics.json for why)."] if skipped else []
+    return runs_table(task, runs, f"{slug(task)}_{slug(dataset)}", f"{kind} — {dataset}", notes=notes)
 
 
 def csv_table(task: str, runs: Sequence[RunSummary], lead: Sequence[str] = (),
