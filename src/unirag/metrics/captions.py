@@ -154,12 +154,15 @@ def score_captions(candidates: Mapping[str, str], references: Mapping[str, Seque
     from pycocoevalcap.rouge.rouge import Rouge
 
     if set(candidates) != set(references):
-        raise ValueError("candidates and references must have the same ids")
+        missing = sorted(set(references) - set(candidates))[:3]
+        extra = sorted(set(candidates) - set(references))[:3]
+        raise ConfigError(f"predictions and references must have the same ids (missing predictions: {missing}, "
+                          f"without references: {extra})")
     if not candidates:
-        raise ValueError("nothing to score")
+        raise ConfigError("nothing to score")
     empty = [k for k, v in references.items() if not v]
     if empty:
-        raise ValueError(f"{len(empty)} item(s) have no reference caption, e.g. {empty[0]!r}")
+        raise ConfigError(f"{len(empty)} item(s) have no reference caption, e.g. {empty[0]!r}")
     if shutil.which("java") is None:
         raise ConfigError("caption metrics need Java (pycocoevalcap's PTB tokenizer and METEOR are Java "
                           "programs): install a Java runtime (8 or newer, e.g. openjdk-17-jre-headless)")

@@ -146,7 +146,7 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
             intervals["bootstrap"][name.lower()] = {"method": "centred", "n_resamples": whole}
     result: dict[str, Any] = {
         "task": "image",
-        "metrics": {m: metrics[m] for m in IMAGE_METRICS if m in metrics},
+        "metrics": metrics,
         **intervals,
         "skipped_metrics": skipped,
         **run_counts(run, by_qid, len(qids)),
@@ -183,6 +183,8 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
     official 299x299 copies)."""
     import torch
 
+    if texts is not None and len(texts) != len(images):
+        raise ConfigError(f"got {len(images)} images and {len(texts)} texts: give one text per image")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     fakes, reals = list(images), list(real_images) if real_images is not None else None
     metrics: dict[str, float] = {}
@@ -225,4 +227,4 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
         skipped.setdefault("IS", str(e))
     if not metrics:
         raise ConfigError("no image metric could run: " + " | ".join(dict.fromkeys(skipped.values())))
-    return metrics, skipped, scores
+    return {m: metrics[m] for m in IMAGE_METRICS if m in metrics}, skipped, scores

@@ -43,11 +43,9 @@ class MetricUnavailable(Exception):
 def load_uint8(path: ImageLike):
     """``(3, H, W)`` uint8 tensor of the image decoded as RGB (InputError naming the file if unreadable);
     a PIL image, encoded bytes or a uint8 array are taken as they are."""
-    import numpy as np
     import torch
 
-    arr = np.array(load_rgb(path), dtype=np.uint8, copy=True)
-    return torch.from_numpy(arr).permute(2, 0, 1).contiguous()
+    return torch.from_numpy(chw_uint8(load_rgb(path)))
 
 
 def chw_uint8(image: Any):
@@ -363,8 +361,6 @@ def clip_scores(images: Sequence[str | Path], texts: Sequence[str], model: tuple
     import torch
     from torchmetrics.multimodal.clip_score import CLIPScore
 
-    if len(images) != len(texts):
-        raise ValueError("images and texts must pair up")
     clip, processor = model
     metric = CLIPScore(model_name_or_path=lambda: (_ClipFeatures(clip), processor)).to(device)
     per_item: list[float] = []

@@ -19,19 +19,14 @@ from unirag.errors import InputError
 from unirag.runs.rundir import METRICS_FILE, PER_QUERY_FILE, RunOutputs, read_run_dir
 
 
-def positives(queries: Iterable[Query], qrels: Qrels | None = None) -> dict[str, list[str]]:
-    """qid -> positive dids (qrels order is sorted for determinism; pos_cand_list keeps its order)."""
-    out: dict[str, list[str]] = {}
-    for q in queries:
-        if qrels is not None:
-            out[q.qid] = sorted(qrels.get(q.qid))
-        else:
-            out[q.qid] = list(q.pos_cand_list)
-    return out
-
-
-def load_needed_candidates(pool_path: str | Path, dids: set[str]) -> dict[str, Candidate]:
-    return {c.did: c for c in read_candidates(pool_path) if c.did in dids}
+def positive_candidates(queries: Iterable[Query], pool_path: str | Path, qrels: Qrels | None = None
+                        ) -> dict[str, list[Candidate]]:
+    """qid -> its positive candidates found in the pool: from the qrels when given (sorted for
+    determinism), else the query's ``pos_cand_list`` (in its order). Only those are kept from the pool."""
+    pos = {q.qid: sorted(qrels.get(q.qid)) if qrels is not None else list(q.pos_cand_list) for q in queries}
+    needed = {d for ds in pos.values() for d in ds}
+    found = {c.did: c for c in read_candidates(pool_path) if c.did in needed}
+    return {qid: [found[d] for d in ds if d in found] for qid, ds in pos.items()}
 
 
 def reference_captions(cands: list[Candidate]) -> list[str]:
@@ -64,10 +59,8 @@ def load_run_for_scoring(run_dir: str | Path, task: str, queries: str | Path, po
     if run.task not in (None, task):
         raise InputError(_WRONG_TASK[task], path=run.run_dir)
     read = read_queries(queries)
-    pos = positives(read, read_qrels(qrels) if qrels else None)
-    found = load_needed_candidates(pool, {d for ds in pos.values() for d in ds})
+    gt = positive_candidates(read, pool, read_qrels(qrels) if qrels else None)
     by_qid = {q.qid: q for q in read}
-    gt = {qid: [found[d] for d in ds if d in found] for qid, ds in pos.items()}
     unknown = [q for q in run.records if q not in by_qid]
     if unknown:
         raise InputError(f"{len(unknown)} output(s) have qids not in the queries file, e.g. {unknown[0]!r} "

@@ -25,11 +25,6 @@ def caption_metrics(predictions: Mapping[str, str], references: Mapping[str, Seq
     from unirag.metrics.captions import score_captions
     from unirag.metrics.text_normalize import strip_answer_prefix
 
-    if set(predictions) != set(references):
-        missing = sorted(set(references) - set(predictions))[:3]
-        extra = sorted(set(predictions) - set(references))[:3]
-        raise ConfigError(f"predictions and references must have the same ids (missing predictions: {missing}, "
-                          f"without references: {extra})")
     cleaned = {i: strip_answer_prefix(str(c)) if strip_prefixes else str(c) for i, c in predictions.items()}
     refs = {i: [str(r) for r in rs] for i, rs in references.items()}
     scores = score_captions(cleaned, refs, spice=spice, meteor=meteor, spice_lib=spice_lib)
@@ -102,18 +97,15 @@ def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, rea
     that decode image files ahead of the networks ("auto"/None: the cores available, at most 8, fewer
     than 128 images inline; 0: in this process); the metrics are the same either way.
     """
-    from unirag.metrics.image_run import IMAGE_METRICS, score_images
+    from unirag.metrics.image_run import score_images
     from unirag.runs.engine import EngineOptions
 
-    if texts is not None and len(texts) != len(images):
-        raise ConfigError(f"got {len(images)} images and {len(texts)} texts: give one text per image")
     metrics, skipped, scores = score_images(images, texts, real_images, clip_model=clip_model, clip=clip,
                                             fid_feature=fid_feature, is_feature=is_feature,
                                             inception_weights=inception_weights, is_splits=is_splits, seed=seed,
                                             batch_size=batch_size, device=device,
                                             engine=EngineOptions(decode_workers=decode_workers))
-    out: dict[str, Any] = {m: metrics[m] for m in IMAGE_METRICS if m in metrics}
-    out["skipped"] = skipped
+    out: dict[str, Any] = {**metrics, "skipped": skipped}
     if per_item:
         out["per_item"] = scores
     return out

@@ -86,6 +86,17 @@ class RunSummary:
             return f"Random + {self.generator}"
         return f"{self.retriever or 'RAG'} + {self.generator}" if self.mode == "rag" else self.generator
 
+    def recorded_path(self, *keys: str, evaluation_first: bool = False) -> Path | None:
+        """The first path recorded under ``keys`` (in the manifest, then metrics.json, or the other way
+        round) that exists as given or relative to the run directory."""
+        for source in (self.evaluation, self.manifest) if evaluation_first else (self.manifest, self.evaluation):
+            for key in keys:
+                if source.get(key):
+                    for candidate in (Path(str(source[key])), self.run_dir / str(source[key])):
+                        if candidate.exists():
+                            return candidate
+        return None
+
     def sort_key(self) -> tuple:
         return (0 if self.mode == "retrieval" else 1, "" if self.mode == "retrieval" else self.generator,
                 0 if self.k == 0 else MODE_ORDER.get(self.mode, 9), self.retriever or "", self.k, self.name)

@@ -19,7 +19,7 @@ from typing import Any
 
 from unirag.data.mbeir import read_queries
 from unirag.data.records import Query, resolve_image
-from unirag.metrics.references import load_needed_candidates, positives
+from unirag.metrics.references import positive_candidates
 from unirag.reports.collect import RunSummary
 from unirag.runs.rundir import read_per_query, read_run_dir
 
@@ -74,21 +74,6 @@ class MediaStore:
             return f'<p class="muted">image not available: {esc(source)}</p>'
         rel = os.path.relpath(target, page_dir).replace(os.sep, "/")
         return f'<img class="thumb" src="{esc(rel)}" alt="{esc(alt)}" loading="lazy">'
-
-
-def _setting(run: RunSummary, override: Any, *keys: str, evaluation_first: bool = False) -> Path | None:
-    """``override``, else the first path recorded under ``keys`` (in the manifest, then metrics.json, or the
-    other way round) that exists as given or relative to the run directory."""
-    if override:
-        return Path(override)
-    sources = (run.evaluation, run.manifest) if evaluation_first else (run.manifest, run.evaluation)
-    for source in sources:
-        for key in keys:
-            if source.get(key):
-                for candidate in (Path(str(source[key])), run.run_dir / str(source[key])):
-                    if candidate.exists():
-                        return candidate
-    return None
 
 
 def _scores_table(scores: dict[str, Any]) -> str:
@@ -160,12 +145,13 @@ def build_gallery(run: RunSummary, report_dir: Path, media: MediaStore, *, max_c
     page_dir.mkdir(parents=True, exist_ok=True)
     outputs = read_run_dir(run.run_dir)
     per_query = read_per_query(run.run_dir)
-    queries_path = _setting(run, queries, "queries")
-    pool_path = _setting(run, pool, "pool")
+    queries_path = Path(queries) if queries else run.recorded_path("queries")
+    pool_path = Path(pool) if pool else run.recorded_path("pool")
     # caption runs: images_root = the query images, pool_images_root = the examples';
     # image runs: evaluate images records where the real (reference) images are
-    root = _setting(run, images_root, "images_root", evaluation_first=run.task == "image")
-    pool_root = _setting(run, None, "pool_images_root") or root
+    root = Path(images_root) if images_root else run.recorded_path("images_root",
+                                                                   evaluation_first=run.task == "image")
+    pool_root = run.recorded_path("pool_images_root") or root
     shown = list(outputs.records.items())[:max_cards]
     by_qid: dict[str, Query] = {}
     refs: dict[str, list] = {}
@@ -173,9 +159,7 @@ def build_gallery(run: RunSummary, report_dir: Path, media: MediaStore, *, max_c
     if queries_path is not None:
         by_qid = {q.qid: q for q in read_queries(queries_path)}
         if pool_path is not None:
-            pos = positives([by_qid[q] for q, _ in shown if q in by_qid])
-            found = load_needed_candidates(pool_path, {d for ds in pos.values() for d in ds})
-            refs = {q: [found[d] for d in ds if d in found] for q, ds in pos.items()}
+            refs = positive_candidates([by_qid[q] for q, _ in shown if q in by_qid], pool_path)
         else:
             notes.append("pool file not found: references not shown")
     else:

@@ -27,17 +27,6 @@ from unirag.reports.tables import Table, runs_table, slug
 SET_LABEL = "Caption Set {}"
 
 
-def queries_path(run: RunSummary) -> Path | None:
-    """The queries file a run generated from (manifest, else metrics.json); relative paths tried from the run dir."""
-    raw = run.manifest.get("queries") or run.evaluation.get("queries")
-    if not isinstance(raw, str) or not raw:
-        return None
-    path = Path(raw)
-    if not path.is_absolute() and not path.is_file() and (run.run_dir / path).is_file():
-        path = run.run_dir / path
-    return path.resolve()
-
-
 def _one_caption_per_image(path: Path) -> tuple[frozenset[str], frozenset[str]] | None:
     """(qids, images) of a sample file; None when unreadable or not one caption query per image."""
     from unirag.data.mbeir import read_queries
@@ -72,9 +61,9 @@ def sampling_tables(runs: Sequence[RunSummary]) -> list[Table]:
     """One table per pipeline that was run on at least two sample sets of the same images."""
     by_file: dict[Path, list[RunSummary]] = defaultdict(list)
     for r in runs:
-        path = queries_path(r) if r.task == "image" else None
+        path = r.recorded_path("queries") if r.task == "image" else None
         if path is not None:
-            by_file[path].append(r)
+            by_file[path.resolve()].append(r)
     if len(by_file) < 2:
         return []
     collections: dict[frozenset[str], list[tuple[Path, frozenset[str]]]] = defaultdict(list)
