@@ -8,7 +8,7 @@ noise``: scored as random noise, as the official evaluation does); a metric that
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +34,6 @@ IMAGE_METRICS = ("FID", "CLIP Score", "IS", "IS SD")
 #: GPU, and :data:`FID_MAX_RESAMPLES_CPU` on the CPU (a 2048-dimensional Fréchet distance takes seconds there).
 FID_MAX_RESAMPLES = 200
 FID_MAX_RESAMPLES_CPU = 50
-
-
-def _progress(desc: str, show: bool):
-    def wrap(items: Iterable) -> Iterable:
-        if not show:
-            return items
-        from tqdm import tqdm
-
-        return tqdm(items, desc=desc, unit="batch" if desc != "CLIP Score" else "img", leave=False)
-    return wrap
 
 
 def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Path, images_root: str | Path, *,
@@ -83,21 +73,15 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
             continue
         fake = None
         if rec is not None:
-            image = rec.get("image")
-            if not isinstance(image, str):
-                raise InputError("status ok but no image path", path=outputs_path, line=run.lines[qid], field="image")
-            fake = resolve_image(image, run.run_dir)
-            if not fake.is_file():
-                raise InputError(f"generated image not found: {fake}", path=outputs_path, line=run.lines[qid],
-                                 field="image")
+            fake = resolve_image(rec.get("image"), run.run_dir) if isinstance(rec.get("image"), str) else None
+            if fake is None or not fake.is_file():
+                raise InputError("status ok but no image path" if fake is None else f"generated image not found: {fake}",
+                                 path=outputs_path, line=run.lines[qid], field="image")
         real = reference_image(gt[qid])
-        if rec is None:  # the official evaluation scores every query: a missing image is random noise
-            noised += 1 + (real is None)
-        elif real is None:
-            no_real += 1
-            if not noise:
-                continue
-            noised += 1
+        no_real += rec is not None and real is None
+        if real is None and not noise:
+            continue
+        noised += (rec is None) + (real is None)  # the official evaluation scores a missing image as noise
         qids.append(qid)
         fakes.append(fake)
         reals.append(resolve_image(real, images_root) if real is not None else None)
@@ -112,19 +96,18 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     is_images = None
     channels, size = settings["image_metric_channels"], settings["image_metric_size"]
     if channels != "rgb" or size is not None or noise:  # the official inputs: arrays, prepared as its script does
-        from unirag.metrics.images import official_arrays, resize_arrays
+        from unirag.metrics.images import official_arrays, opencv
 
         fakes = official_arrays(fakes, channels=channels, size=size, seed=seed)
         reals = official_arrays(reals, channels=channels, size=size, seed=seed + 1)
-        if size is not None:
-            is_images = resize_arrays(fakes, 299)
+        if size is not None:  # IS sees 299x299 copies of the 224 images (eval_image_generation.py@e9a4e00:173)
+            is_images = [opencv().resize(a, (299, 299)) for a in fakes]
     metrics, skipped, scores = score_images(fakes, texts, reals, clip_model=clip_model, clip=clip,
                                             fid_feature=fid_feature, is_feature=is_feature,
                                             inception_weights=inception_weights, is_splits=is_splits, seed=seed,
                                             batch_size=batch_size, device=device, show_progress=show_progress,
-                                            engine=engine,
-                                            fid_features=fid_rows,
-                                            is_features=is_rows, is_images=is_images)
+                                            engine=engine, fid_features=fid_rows, is_features=is_rows,
+                                            is_images=is_images)
     per_query = dict(zip(qids, scores, strict=True)) if scores else {}
     intervals = query_intervals_result({q: {"CLIP Score": s} for q, s in per_query.items()}, metrics, resamples,
                                        bootstrap_seed, ci_method)
@@ -195,7 +178,7 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
         try:
             fid_net = fid_feature if fid_feature is not None else standard_inception(inception_weights, "2048")
             metrics["FID"] = frechet_distance(reals, fakes, fid_net, batch_size=batch_size, device=device,
-                                              progress=_progress("FID", show_progress), engine=engine,
+                                              show_progress=show_progress, engine=engine,
                                               features=fid_features)
         except MetricUnavailable as e:
             skipped["FID"] = str(e)
@@ -215,13 +198,12 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
         skipped["CLIP Score"] = "CLIP Score skipped (--no-clip)"
     if model is not None:
         metrics["CLIP Score"], scores = clip_scores(fakes, list(texts), model, device=device,
-                                                    progress=_progress("CLIP Score", show_progress),
-                                                    engine=engine)
+                                                    show_progress=show_progress, engine=engine)
     try:
         is_net = is_feature if is_feature is not None else standard_inception(inception_weights, "logits_unbiased")
-        metrics["IS"], metrics["IS SD"] = inception_score(list(is_images) if is_images is not None else fakes, is_net, splits=is_splits, seed=seed,
-                                                          batch_size=batch_size, device=device,
-                                                          progress=_progress("IS", show_progress),
+        metrics["IS"], metrics["IS SD"] = inception_score(list(is_images) if is_images is not None else fakes, is_net,
+                                                          splits=is_splits, seed=seed, batch_size=batch_size,
+                                                          device=device, show_progress=show_progress,
                                                           engine=engine, features=is_features)
     except MetricUnavailable as e:
         skipped.setdefault("IS", str(e))
