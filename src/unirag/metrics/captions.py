@@ -273,3 +273,22 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
         write_scores(run, ({"qid": q, "caption_scored": candidates[q], "tokenized": scores.tokenized[q],
                             **records[q]} for q in order), result)
     return result
+
+
+def caption_metrics(predictions: Mapping[str, str], references: Mapping[str, Sequence[str]], *,
+                    spice: bool = False, meteor: bool = True, strip_prefixes: bool = True, per_item: bool = False,
+                    spice_lib: str | Path | None = None) -> dict[str, Any]:
+    """COCO caption metrics (x100): BLEU-1..4, METEOR, ROUGE-L, CIDEr and, with ``spice=True``, SPICE.
+
+    ``predictions``: id -> generated caption; ``references``: id -> reference captions (same ids).
+    Answer prefixes ("Caption: ...") are stripped as the caption evaluation does. Needs Java.
+    With ``per_item=True`` the result is ``{"corpus": {...}, "per_item": {id: {...}}}``.
+    """
+    from unirag.metrics.text_normalize import strip_answer_prefix
+
+    cleaned = {i: strip_answer_prefix(str(c)) if strip_prefixes else str(c) for i, c in predictions.items()}
+    refs = {i: [str(r) for r in rs] for i, rs in references.items()}
+    scores = score_captions(cleaned, refs, spice=spice, meteor=meteor, spice_lib=spice_lib)
+    if per_item:
+        return {"corpus": dict(scores.corpus), "per_item": scores.per_item, "skipped": dict(scores.skipped)}
+    return dict(scores.corpus)

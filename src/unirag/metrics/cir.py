@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from unirag.errors import ConfigError
 from unirag.metrics.retrieval import hit_at_k
 
 RECALL_KS = (1, 5, 10, 50)
@@ -126,3 +127,26 @@ def recall_subset_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[s
     return _means("R_subset", ks, [q for q, t in targets.items() if t and q in members],
                   lambda q, k: recall_subset_at_k(rankings.get(q, []), targets[q], members[q], references.get(q), k),
                   per_query)
+
+
+def cir_metrics(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, str | Iterable[str]], *,
+                k: Sequence[int] = (1, 5, 10, 50), map_k: Sequence[int] = (),
+                subsets: Mapping[str, Iterable[str]] | None = None,
+                references: Mapping[str, str] | None = None, subset_k: Sequence[int] = (1, 2, 3)) -> dict[str, float]:
+    """Composed image retrieval metrics (x100), as the benchmarks define them.
+
+    ``rankings``: qid -> ranked image ids; ``targets``: qid -> target id(s). R@k always; mAP@k
+    (CIRCO) for each ``map_k``; with ``subsets`` (qid -> the CIRR image set) R_subset@k for
+    ``subset_k``, the reference image (``references[qid]``) removed from the subset ranking.
+    """
+    tgt = {q: [t] if isinstance(t, str) else list(t) for q, t in targets.items()}
+    try:
+        out = dict(recall_mean(rankings, tgt, k))
+        if map_k:
+            out.update(map_mean(rankings, tgt, map_k))
+        if subsets is not None:
+            out.update(recall_subset_mean(rankings, {q: t[0] for q, t in tgt.items() if t}, subsets,
+                                          dict(references or {}), subset_k))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return out

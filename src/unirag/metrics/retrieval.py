@@ -20,7 +20,7 @@ queries of the qrels missing from the run count as zeros (a run that skips a que
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +117,25 @@ def evaluate_run_file(run_path: str | Path, qrels_path: str | Path, ks: Sequence
     atomic_write_json(out, {"run": str(run_path), "qrels": str(qrels_path), "k": list(ks), "metrics": metrics,
                             **intervals, "labels": labels})
     return metrics, out, max((len(r) for r in run.values()), default=0), intervals
+
+
+def retrieval_metrics(rankings: Mapping[str, Sequence[str] | Iterable[Any]], qrels: Any,
+                      k: Sequence[int] = (1, 5, 10)) -> dict[str, Any]:
+    """hit@k (after complement replacement), true recall@k and MRR@k, averaged over the judged queries;
+    for :class:`unirag.Hits` also ``uniir_recall@k``, UniIR's Recall@k on the raw top-k ids.
+
+    ``rankings``: qid -> ranked dids, or the :class:`unirag.Hits` of :meth:`unirag.Retriever.search`.
+    ``qrels``: qid -> relevant dids, or a :class:`unirag.Qrels`. Judged queries missing from
+    ``rankings`` count as zeros.
+    """
+    from unirag.data.records import Qrels
+    from unirag.errors import ConfigError
+
+    relevant = qrels.relevant if isinstance(qrels, Qrels) else {q: set(d) for q, d in qrels.items()}
+    ranked = {q: [getattr(h, "did", h) for h in hits] for q, hits in rankings.items()}
+    raws = {q: getattr(hits, "raw", None) for q, hits in rankings.items()}
+    raw = raws if raws and all(r is not None for r in raws.values()) else None
+    try:
+        return evaluate_run(ranked, relevant, [int(x) for x in k], raw=raw)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
