@@ -57,11 +57,10 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_car
                  images_root: str | Path | None = None, gallery: bool = True, plots: bool = True,
                  baseline: str | Path | None = None, resamples: int = 1000, bootstrap_seed: int = 0,
                  ci_method: str = "percentile") -> dict[str, Any]:
-    """Tables (``tables.md``, ``tables/*.csv``), plots and HTML galleries of evaluated runs in ``out_dir``
-    (what ``unirag report`` writes); returns what was written (paths), notes and per-run card counts.
-    ``queries``/``pool``/``images_root`` override what each run's manifest records. With ``baseline``
-    (a run folder or row name) also the table of each run's paired differences from it
-    (``tables/compare_<task>_<dataset>``, see :func:`unirag.compare_runs`), refused for unpaired runs."""
+    """Tables (``tables.md``, ``tables/*.csv``), plots and HTML galleries of evaluated runs in ``out_dir``;
+    returns what was written (paths), notes and per-run card counts. ``queries``/``pool``/``images_root``
+    override what each run's manifest records. With ``baseline`` (a run folder or row name) also the
+    table of each run's paired differences from it (see :func:`unirag.compare_runs`)."""
     if not run_dirs:
         raise InputError("no run directories given")
     out = Path(out_dir)

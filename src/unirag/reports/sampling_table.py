@@ -1,17 +1,11 @@
 """Paper Table 7 (§5.2.1): one image-generation pipeline run on several caption sample sets, in one table.
 
-Image generation is slow, so the paper generates from one sampled caption per image and checks the
-sensitivity to that choice by running the same retriever + generator on a second sample
-(``unirag report sampling sample --seed 1`` / ``--seed 2``). Each sample is its own queries file,
-so the per-dataset tables put the two runs of a pipeline in two tables; the comparison the
-section makes needs them side by side: rows grouped by sample set ("Caption Set 1", "Caption Set
-2", ...) and then by k, columns FID, CLIP Score, IS (SD).
-
-Which queries files are sample sets of one collection is read from the files themselves, not from
-their names: files that each hold exactly one caption per image and cover the same images (as the
-sampler writes them). Two different datasets (COCO and Fashion200k) never cover the same images,
-and a file with several captions per image is the source, not a sample. A run whose queries file
-cannot be read stays in its per-dataset table only. Sets are numbered in file-name order.
+The paper generates from one sampled caption per image and checks the sensitivity to that choice on a
+second sample (``unirag report sampling sample --seed 1`` / ``--seed 2``). Each sample is its own
+queries file, hence its own per-dataset table; this table puts them side by side, rows by sample set
+then k. Sample sets of one collection are recognised from the files, not their names: each holds
+exactly one caption per image and they cover the same images (another dataset never does; a file with
+several captions per image is the source). Sets are numbered in file-name order.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Paper-style result tables (Tables 3-7): rows = retriever x generator x k, columns = metrics.
 
-One table per (task, dataset). Caption tables: BLEU-1..4, CIDEr, ROUGE-L, SPICE, METEOR (a column
-appears only when at least one run has it). Image tables: FID, CLIP Score, IS with its SD in
-parentheses, as in the paper. Written as Markdown (for reading) and CSV (for spreadsheets, with
-the run directory name so every number can be traced back).
-
-A run made by a reproduction grid carries the paper's figures (``paper.json``, see
-:mod:`unirag.pipelines.experiment`): every measured metric that has one gets two more columns,
-``<metric> paper`` and ``<metric> Δ`` (measured minus paper).
+A metric column appears when a run has it (IS with its SD in parentheses, as in the paper); a run made
+by a reproduction grid carries the paper's figures (``paper.json``), and each such metric gets two more
+columns, ``<metric> paper`` and ``<metric> Δ``. The CSV names each row's run directory, so every
+number traces back.
 """
 
 from __future__ import annotations
@@ -161,8 +157,7 @@ def dataset_table(task: str, dataset: str, runs: Sequence[RunSummary]) -> Table:
 def csv_table(task: str, runs: Sequence[RunSummary], lead: Sequence[str] = (),
               leads: Sequence[Sequence[str]] | None = None) -> str:
     """One row per run: who generated it, its metrics (4 decimals; the IS SD a column of its own), its leak
-    rate and where they came from; ``lead`` names columns put first and ``leads`` holds their values per
-    run (the sampling table's set and queries file), so every number traces back to a run."""
+    rate and its run; ``lead`` names columns put first, ``leads`` their values per run."""
     cols = metric_columns(task, runs)
     cols = cols + ["IS SD"] if task == "image" and "IS" in cols else cols
     buf = io.StringIO()
