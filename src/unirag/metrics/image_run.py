@@ -1,9 +1,8 @@
-"""Score an image-generation run directory: FID and IS (when possible) and CLIP Score.
+"""Score generated images: FID and IS (when possible) and CLIP Score, of a run directory or in memory.
 
-Generated image i (``image`` in ``outputs.jsonl``, relative to the run directory) is matched with
-the real positive image of the same query (from the pool, under ``images_root``) for FID, and with
-the query's caption for CLIP Score. Failed queries are excluded and counted (``image_metric_missing =
-noise``: scored as random noise, as the official evaluation does); a metric that cannot run here (no torch-fidelity, no weights) is skipped with one line, the others still run.
+A generated image is matched with the real positive image of the same query for FID and with the
+query's caption for CLIP Score. A metric that cannot run here (no torch-fidelity, no weights) is
+skipped with one line; the others still run.
 """
 
 from __future__ import annotations
@@ -46,17 +45,12 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
                        ci_method: str = "percentile", profile: Any = None) -> dict[str, Any]:
     """Metrics of an image run; writes ``metrics.json`` and per-query CLIP scores into ``run_dir``.
 
-    ``intervals``: 95 % bootstrap intervals over the queries (``resamples`` seeded by
-    ``bootstrap_seed``; 0: none): CLIP Score from its per-query scores, FID from the resampled pairs of
-    real and generated Inception features and IS from the resampled logits (each at most
-    :data:`FID_MAX_RESAMPLES`, 50 on the CPU; the resampled figures' spread centred on the measured one); none for IS SD.
-
-    ``fid_feature`` / ``is_feature`` (any ``nn.Module`` on uint8 images) replace the standard
-    Inception network; ``clip`` = (model, processor) replaces loading ``clip_model``;
-    ``clip_model=None`` skips CLIP Score. ``engine``: its decode workers decode the images ahead of
-    the networks (see :func:`score_images`). ``profile``: the settings
-    ``image_metric_channels``, ``image_metric_size`` and ``image_metric_missing`` (``official``: the
-    official evaluation's BGR 224x224 inputs, 299x299 for IS, noise for a missing image).
+    Failed queries are excluded and counted (``profile``'s ``image_metric_missing=noise``: scored as
+    random noise, as the official evaluation does; ``image_metric_channels`` / ``image_metric_size``: its
+    BGR 224x224 inputs, 299x299 for IS). ``intervals``: 95 % bootstrap intervals over the queries
+    (``resamples`` seeded by ``bootstrap_seed``; 0: none), FID's from resampled pairs of real and
+    generated features and IS's from resampled logits (at most :data:`FID_MAX_RESAMPLES` of them, the
+    spread centred on the measured figure). The other arguments: see :func:`score_images`.
     """
     from unirag.profiles import resolve
 
@@ -158,12 +152,11 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
                  is_images: Sequence[Any] | None = None) -> tuple[dict[str, float], dict[str, str], list[float]]:
     """(metrics, skipped metrics with their one-line reason, per-image CLIP Scores) of generated
     ``images`` (paths, PIL images or bytes): FID against ``real_images`` (None: skipped), CLIP Score
-    against ``texts`` (one per image; None or ``clip_model=None`` without ``clip``: skipped) and IS.
-    The one scorer of ``unirag evaluate images`` and :func:`unirag.image_metrics`. ``engine``: its decode
-    workers decode the image files ahead of the networks (see :mod:`unirag.metrics.images`).
-    ``fid_features`` / ``is_features``: lists that receive FID's real and generated feature rows and IS's
-    logits (for their intervals). ``is_images``: what Inception Score sees instead of ``images`` (the
-    official 299x299 copies)."""
+    against ``texts`` (None or ``clip_model=None`` without ``clip`` = (model, processor): skipped) and IS,
+    for ``unirag evaluate images`` and :func:`unirag.image_metrics`. ``fid_feature`` / ``is_feature``: any
+    ``nn.Module`` on uint8 images instead of the standard Inception network. ``engine``: its decode
+    workers decode the files. ``fid_features`` / ``is_features``: lists that receive FID's feature rows
+    and IS's logits (for their intervals). ``is_images``: what IS sees instead (the official 299x299 copies)."""
     import torch
 
     if texts is not None and len(texts) != len(images):

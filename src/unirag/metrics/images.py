@@ -165,9 +165,7 @@ def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], fea
                      batch_size: int = 32, device: str = "cpu", show_progress: bool = False,
                      engine: Any = None, features: list | None = None) -> float:
     """torchmetrics FID between two image sets through ``feature`` (an ``nn.Module`` taking uint8 images).
-
-    ``features``: a list that receives the two ``(n, d)`` float64 feature arrays (real, fake), rows in
-    the order of ``real`` / ``fake`` - what :func:`frechet_from_features` resamples for FID's interval."""
+    ``features``: a list that receives the two ``(n, d)`` float64 feature arrays (real, fake), in input order."""
     import numpy as np
     import torch
     from torchmetrics.image.fid import FrechetInceptionDistance
@@ -201,21 +199,17 @@ def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], fea
     return float(metric.compute())
 
 
-def frechet_from_features(rows: Any, device: str | None = None) -> Any:
-    """FID of real and fake feature rows side by side (``(..., n, 2d)``: real features, then fake),
-    as torchmetrics computes it (unbiased covariances, ``Tr sqrt(S1 S2)``), in float64 torch on
-    ``device`` (default: where ``rows`` are; CPU for arrays). ``Tr sqrt(S1 S2)`` comes from symmetric eigenvalues: with fewer images
-    than dimensions those of ``A A^T``, ``A = X1c X2c^T / (n-1)`` (n x n, the same nonzero eigenvalues),
-    else those of ``S1^1/2 S2 S1^1/2`` - cheaper and steadier than torchmetrics' general ``eigvals``,
-    which matters when a bootstrap recomputes it for every resample."""
+def frechet_from_features(rows: Any) -> float:
+    """FID of real and fake feature rows side by side (``(n, 2d)``: real features, then fake) as
+    torchmetrics computes it (unbiased covariances), in float64 where ``rows`` are. ``Tr sqrt(S1 S2)``
+    comes from symmetric eigenvalues (of ``A A^T``, ``A = X1c X2c^T / (n-1)``, with fewer images than
+    dimensions, else of ``S1^1/2 S2 S1^1/2``): cheaper and steadier than torchmetrics' general
+    ``eigvals``, which matters when a bootstrap recomputes it for every resample."""
     import numpy as np
     import torch
 
     t = rows if isinstance(rows, torch.Tensor) else torch.as_tensor(np.asarray(rows, dtype=float))
-    t = (t if device is None else t.to(device)).to(torch.float64)
-    if t.ndim > 2:
-        flat = t.reshape(-1, *t.shape[-2:])
-        return np.array([frechet_from_features(r) for r in flat]).reshape(tuple(t.shape[:-2]))
+    t = t.to(torch.float64)
     n, d = t.shape[0], t.shape[1] // 2
     m1, m2 = t[:, :d].mean(0), t[:, d:].mean(0)
     x1, x2 = t[:, :d] - m1, t[:, d:] - m2
@@ -232,10 +226,9 @@ def frechet_from_features(rows: Any, device: str | None = None) -> Any:
 
 
 def frechet_interval(real: Any, fake: Any, *, n_resamples: int, seed: int, device: str | None = None) -> Any:
-    """FID's bootstrap interval over queries: the (real, generated) feature pairs of resampled queries,
-    the Fréchet distance recomputed on ``device`` (default: CUDA when available) for each; the
-    resampled FIDs' spread centred on the measured FID (``method="centred"``), since repeating images
-    biases a resample's FID upward. An :class:`unirag.metrics.stats.Interval`, or None."""
+    """FID's bootstrap interval over queries: the Fréchet distance of resampled (real, generated) feature
+    pairs, recomputed on ``device`` (default: CUDA when available), the spread centred on the measured FID
+    (``method="centred"``: repeating images biases a resample's FID upward)."""
     import numpy as np
     import torch
 
