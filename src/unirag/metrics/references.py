@@ -1,9 +1,8 @@
-"""Ground truth of generation runs: each query's positives, looked up in the candidate pool.
+"""Ground truth of generation runs and what every scorer reads and writes.
 
-Caption runs are scored against *all* positive captions of an image query; image runs compare each
-generated image with the query's positive image. Positives come from the qrels when given (M-BEIR's
-authoritative judgements), else from the queries' ``pos_cand_list``. The pool is streamed and only
-the needed candidates are kept, so the 5.5M-line global M-BEIR pool does not have to fit in memory.
+Caption runs are scored against *all* positive captions of an image query, image runs against its
+positive image. The pool is streamed and only the needed candidates kept: the 5.5M-line global M-BEIR
+pool need not fit in memory.
 """
 
 from __future__ import annotations
@@ -49,12 +48,9 @@ _WRONG_TASK = {"caption": "this is an image-generation run; use 'unirag evaluate
 def load_run_for_scoring(run_dir: str | Path, task: str, queries: str | Path, pool: str | Path,
                          qrels: str | Path | None = None
                          ) -> tuple[RunOutputs, dict[str, Query], dict[str, list[Candidate]]]:
-    """The run, qid -> query and qid -> positive candidates, checked for the scorer of ``task``.
-
-    Caption and image scoring both refuse a run of the other kind and outputs whose qids are not
-    in ``queries`` (a wrong --queries file would otherwise score silently against nothing), so the
-    checks live here once. A run whose manifest names no task (hand-made) is accepted.
-    """
+    """The run, qid -> query and qid -> positive candidates, checked for the scorer of ``task``: a run of the
+    other kind is refused (one without a task, hand-made, is accepted), and so are outputs whose qids
+    are not in ``queries`` (a wrong --queries file would otherwise score silently against nothing)."""
     run = read_run_dir(run_dir)
     if run.task not in (None, task):
         raise InputError(_WRONG_TASK[task], path=run.run_dir)

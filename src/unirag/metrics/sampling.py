@@ -1,10 +1,8 @@
 """Caption sampling ablation (paper §5.2.1): one caption per image, and how much the choice matters.
 
-Image generation is slow, so the paper generates from one randomly sampled caption per COCO image
-(5k of the 25k caption queries) and checks the sensitivity by drawing a second sample: the two
-sets shared 1,030 captions, covered all 5k images, and FID / CLIP Score differed by under 1 %.
-This module draws such samples (seeded, reproducible), saves them as M-BEIR query files that the
-generation commands take as ``--queries``, and compares two samples and the metrics of their runs.
+The paper generates from one random caption per COCO image (5k of 25k) and checks the sensitivity on
+a second sample (1,030 captions shared, FID / CLIP Score within 1 %). Samples are seeded and saved as
+M-BEIR query files for ``--queries``; two samples and the metrics of their runs are compared here.
 """
 
 from __future__ import annotations

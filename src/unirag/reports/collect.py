@@ -1,9 +1,6 @@
-"""Turn run directories into table rows: who generated (generator, mode, k, retriever) and the metrics.
-
-Labels follow the paper's tables: a retrieval baseline row is named after its retriever
-("CLIP-SF"), zero-shot after the generator ("LLaVA"), few-shot rows "<retriever> + <generator>" and
-"Random + <generator>". Everything is read from each run's ``manifest.json`` (written by the
-generation commands) and ``metrics.json`` (written by ``unirag evaluate``).
+"""Turn run directories into table rows: who generated (generator, mode, k, retriever) and the metrics,
+read from each run's ``manifest.json`` and ``metrics.json``, labelled as the paper's tables do
+("CLIP-SF", "LLaVA", "<retriever> + <generator>", "Random + <generator>").
 """
 
 from __future__ import annotations
@@ -121,12 +118,8 @@ def _text(value: Any, *keys: str) -> str | None:
 
 
 def flat_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
-    """One level of keys from a run manifest.
-
-    The generation commands nest their configuration (``identity`` = what determines the outputs,
-    with ``examples`` = where the in-context examples came from; ``settings`` = how it ran); hand
-    written manifests may be flat. Precedence: top level > identity > examples > settings.
-    """
+    """One level of keys from a run manifest, nested (``identity`` with its ``examples``, ``settings``) or
+    hand-written flat. Precedence: top level > identity > examples > settings."""
     identity = manifest.get("identity") if isinstance(manifest.get("identity"), dict) else {}
     out: dict[str, Any] = {}
     for part in (manifest.get("settings"), identity.get("examples"), identity, manifest):
@@ -206,15 +199,12 @@ PAPER_FILE = "paper.json"
 
 def read_paper_figures(run_dir: Path) -> dict[str, float]:
     """The paper's figures a reproduction grid recorded for this run (``paper.json``), or {}."""
-    import json
+    from unirag.data.jsonl import read_json_file
 
     path = run_dir / PAPER_FILE
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:
-        raise InputError("invalid JSON", path=path) from None
+    data = read_json_file(path)
     paper = data.get("paper") if isinstance(data, dict) else None
     if not isinstance(paper, dict):
         raise InputError("expected {'paper': {metric: figure}}", path=path, field="paper")

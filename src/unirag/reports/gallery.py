@@ -1,10 +1,6 @@
-"""Static HTML gallery: one card per query with what went into the prompt and what came out.
-
-A card shows the query (image or caption), the in-context examples that were in the prompt, the
-output (or the error of a failed query), the references and the per-query scores written by
-``unirag evaluate``. Images are copied into the report as small JPEG thumbnails and linked with
-relative paths, so the report folder is self-contained (zip it, open ``index.html`` anywhere).
-Every piece of text goes through ``html.escape``.
+"""Static HTML gallery: one card per query with the query, the in-context examples of the prompt, the
+output (or error), the references and the per-query scores. Images are copied in as small JPEG
+thumbnails linked by relative paths, so the report folder is self-contained; all text is escaped.
 """
 
 from __future__ import annotations
