@@ -81,7 +81,7 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_car
             if not (r.run_dir / OUTPUTS_FILE).is_file():  # metrics only (e.g. results copied without outputs)
                 written["notes"].append(f"{r.run_dir}: no {OUTPUTS_FILE}, no gallery")
                 continue
-            path, n = build_gallery(r, out, media, max_cards=max_cards, queries=queries, pool=pool,
+            path, n = build_gallery(r, media, max_cards=max_cards, queries=queries, pool=pool,
                                     images_root=images_root, page_name=f"{_unique(slug(r.name), used)}.html")
             galleries[r.run_dir] = os.path.relpath(path, out).replace(os.sep, "/")
             written["galleries"].append(path)

@@ -38,7 +38,7 @@ class MediaStore:
 
     def __init__(self, report_dir: Path) -> None:
         self.dir = report_dir / "media"
-        self.report_dir = report_dir
+        self.page_dir = report_dir / "gallery"  # where the pages that link the thumbnails are
         self._done: dict[Path, Path | None] = {}
 
     def thumb(self, source: Path | None) -> Path | None:
@@ -64,11 +64,11 @@ class MediaStore:
         self._done[source] = target
         return target
 
-    def img_tag(self, source: Path | None, page_dir: Path, alt: str) -> str:
+    def img_tag(self, source: Path | None, alt: str) -> str:
         target = self.thumb(source)
         if target is None:
             return f'<p class="muted">image not available: {esc(source)}</p>'
-        rel = os.path.relpath(target, page_dir).replace(os.sep, "/")
+        rel = os.path.relpath(target, self.page_dir).replace(os.sep, "/")
         return f'<img class="thumb" src="{esc(rel)}" alt="{esc(alt)}" loading="lazy">'
 
 
@@ -80,42 +80,41 @@ def _scores_table(scores: dict[str, Any]) -> str:
     return f"<table>{body}</table>"
 
 
-def _examples_html(examples: Any, media: MediaStore, page_dir: Path, pool_root: Path | None) -> str:
+def _examples_html(examples: Any, media: MediaStore, pool_root: Path | None) -> str:
     if not examples:
         return '<p class="muted">none (zero-shot)</p>'
     items = []
     for ex in examples if isinstance(examples, list) else []:
         ex = ex if isinstance(ex, dict) else {}
-        img = media.img_tag(resolve_image(ex.get("img_path"), pool_root), page_dir, "example image") \
-            if ex.get("img_path") else ""
+        img = media.img_tag(resolve_image(ex.get("img_path"), pool_root), "example image") if ex.get("img_path") else ""
         items.append(f'<li>{img}<div class="caption">{esc(ex.get("txt"))}</div></li>')
     return "<ol>" + "".join(items) + "</ol>"
 
 
 def render_card(task: str, qid: str, record: dict[str, Any], query: Query | None, refs: list, scores: dict,
-                run_dir: Path, media: MediaStore, page_dir: Path, images_root: Path | None,
-                pool_root: Path | None, *, open_card: bool = True) -> str:
+                run_dir: Path, media: MediaStore, images_root: Path | None, pool_root: Path | None, *,
+                open_card: bool = True) -> str:
     """One query's card: a ``<details>`` element whose one-line summary gives the query id, the
     status and the output (``open_card``: shown unfolded)."""
     ok = record.get("status", "ok") == "ok"
     if query is None:
         query_html = '<p class="muted">query not found in the queries file</p>'
     elif task == "caption" and query.img_path:
-        query_html = media.img_tag(resolve_image(query.img_path, images_root), page_dir, "query image")
+        query_html = media.img_tag(resolve_image(query.img_path, images_root), "query image")
     else:
         query_html = f'<div class="caption">{esc(query.txt)}</div>'
     if not ok:
         output = f'<div class="error">{esc(record.get("error") or "failed")}</div>'
     elif task == "image":
-        output = media.img_tag(resolve_image(record.get("image"), run_dir), page_dir, "generated image")
+        output = media.img_tag(resolve_image(record.get("image"), run_dir), "generated image")
     else:
         output = f'<div class="caption">{esc(record.get("caption"))}</div>'
         scored = scores.get("caption_scored")
         if scored is not None and scored != (record.get("caption") or "").strip():
             output += f'<p class="muted">scored as: {esc(scored)}</p>'
     if task == "image":
-        ref_html = "".join(media.img_tag(resolve_image(c.img_path, pool_root or images_root), page_dir,
-                                         "reference image") for c in refs if c.img_path)
+        ref_html = "".join(media.img_tag(resolve_image(c.img_path, pool_root or images_root), "reference image")
+                           for c in refs if c.img_path)
     else:
         ref_html = "<ul>" + "".join(f"<li>{esc(c.txt)}</li>" for c in refs if c.txt) + "</ul>"
     examples = record.get("examples") or []
@@ -129,15 +128,15 @@ def render_card(task: str, qid: str, record: dict[str, Any], query: Query | None
         open=" open" if open_card else "", gist=esc(str(gist)[:200]),
         status_class="ok" if ok else "failed", anchor=esc(qid), qid=esc(qid), status="ok" if ok else "failed",
         query=query_html, n_examples=len(examples) if isinstance(examples, list) else 0,
-        examples=_examples_html(examples, media, page_dir, pool_root), output=output,
+        examples=_examples_html(examples, media, pool_root), output=output,
         references=ref_html or '<p class="muted">none found</p>', scores=_scores_table(scores))
 
 
-def build_gallery(run: RunSummary, report_dir: Path, media: MediaStore, *, max_cards: int = 100,
+def build_gallery(run: RunSummary, media: MediaStore, *, max_cards: int = 100,
                   queries: Path | None = None, pool: Path | None = None, images_root: Path | None = None,
                   page_name: str | None = None) -> tuple[Path, int]:
     """Write ``<report>/gallery/<run>.html``; returns (path, number of cards)."""
-    page_dir = report_dir / "gallery"
+    page_dir = media.page_dir
     page_dir.mkdir(parents=True, exist_ok=True)
     outputs = read_run_dir(run.run_dir)
     per_query = read_per_query(run.run_dir)
@@ -161,7 +160,7 @@ def build_gallery(run: RunSummary, report_dir: Path, media: MediaStore, *, max_c
     else:
         notes.append("queries file not found (pass --queries): query content not shown")
     cards = [render_card(run.task, qid, rec, by_qid.get(qid), refs.get(qid, []), per_query.get(qid, {}),
-                         run.run_dir, media, page_dir, root, pool_root, open_card=i < OPEN_CARDS)
+                         run.run_dir, media, root, pool_root, open_card=i < OPEN_CARDS)
              for i, (qid, rec) in enumerate(shown)]
     failed = sum(1 for _, r in shown if r.get("status", "ok") != "ok")
     subtitle = (f"{run.label} · k={run.k} · {run.dataset} · showing {len(cards)} of {len(outputs.records)} "
