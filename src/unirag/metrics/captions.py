@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import ConfigError, InputError
-from unirag.metrics.references import load_run_for_scoring, reference_captions, run_counts, write_scores
+from unirag.metrics.references import load_run_for_scoring, reference_captions, scores_result, write_scores
 from unirag.metrics.spice import find_corenlp, run_spice, spice_unavailable_message
 from unirag.metrics.stats import BLEU_STATS, DEFAULT_RESAMPLES, query_intervals_result
 from unirag.runs.rundir import OUTPUTS_FILE
@@ -229,21 +229,16 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
     scores = score_captions({q: candidates[q] for q in order},
                             {q: reference_captions(gt[q]) for q in order}, spice_lib=spice_lib, meteor=meteor)
     records = {q: {**scores.per_item[q], BLEU_STATS: scores.bleu_stats[q]} for q in order}
-    result: dict[str, Any] = {
-        "task": "caption",
+    result = {
+        **scores_result(run, by_qid, len(candidates), task="caption", metrics=scores.corpus, skipped=scores.skipped,
+                        intervals=query_intervals_result(records, scores.corpus, resamples, bootstrap_seed, ci_method),
+                        settings=settings, queries=queries, pool=pool),
         "scale": "x100",
-        "metrics": scores.corpus,
-        **query_intervals_result(records, scores.corpus, resamples, bootstrap_seed, ci_method),
-        "skipped_metrics": scores.skipped,
-        **run_counts(run, by_qid, len(candidates)),
         "n_failed_scored_empty": sum(1 for q in run.failed() if q in candidates),
-        "profile": settings.to_dict(),
         "n_no_references": len(no_refs),
         "references": "qrels" if qrels else "pos_cand_list",
         "answer_prefixes_stripped": strip_prefixes,
         "n_prefix_stripped": sum(1 for q in candidates if candidates[q] != raw[q].strip()),
-        "queries": str(queries),
-        "pool": str(pool),
         "qrels": str(qrels) if qrels else None,
         "seconds": round(scores.seconds, 3),
     }

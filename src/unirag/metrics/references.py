@@ -64,12 +64,15 @@ def load_run_for_scoring(run_dir: str | Path, task: str, queries: str | Path, po
     return run, by_qid, gt
 
 
-def run_counts(run: RunOutputs, by_qid: dict[str, Query], n_scored: int) -> dict[str, Any]:
-    """What every scorer's metrics.json counts: queries, scored, failed (the first 20 failed qids) and
-    queries with no output yet."""
+def scores_result(run: RunOutputs, by_qid: dict[str, Query], n_scored: int, *, task: str, metrics: dict[str, float],
+                  intervals: dict[str, Any], skipped: dict[str, str], settings: Any, queries: str | Path,
+                  pool: str | Path) -> dict[str, Any]:
+    """What every scorer's metrics.json holds: the metrics, their intervals and the skipped ones; the counts
+    of queries, scored, failed (the first 20 failed qids) and without output yet; the profile and inputs."""
     failed = run.failed()
-    return {"n_queries": len(by_qid), "n_scored": n_scored, "n_failed": len(failed),
-            "n_missing": sum(1 for q in by_qid if q not in run.records), "failed_qids": sorted(failed)[:20]}
+    return {"task": task, "metrics": metrics, **intervals, "skipped_metrics": skipped, "n_queries": len(by_qid),
+            "n_scored": n_scored, "n_failed": len(failed), "n_missing": sum(1 for q in by_qid if q not in run.records),
+            "failed_qids": sorted(failed)[:20], "profile": settings.to_dict(), "queries": str(queries), "pool": str(pool)}
 
 
 def write_scores(run: RunOutputs, per_query: Iterable[dict[str, Any]], result: dict[str, Any]) -> None:
