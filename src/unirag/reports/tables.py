@@ -31,36 +31,25 @@ def group_runs(runs: Iterable[RunSummary]) -> dict[tuple[str, str], list[RunSumm
     return {key: sorted(rs, key=RunSummary.sort_key) for key, rs in sorted(groups.items())}
 
 
-PAPER_SUFFIX = " paper"
-DELTA_SUFFIX = " Δ"
+#: The kinds of column a metric has: its value, and the paper's figure and the difference from it, with
+#: what the CSV header appends to the metric's name.
+KIND_SUFFIX = {"value": "", "paper": " paper", "delta": " Δ"}
 
 
-def metric_columns(task: str, runs: Sequence[RunSummary]) -> list[str]:
-    """The metric columns, each followed by its paper and Δ columns when a run carries the paper's figure."""
-    names = IMAGE_COLUMNS if task == "image" else CAPTION_COLUMNS
-    cols: list[str] = []
-    for c in names:
-        if not any(c in r.metrics for r in runs):
-            continue
-        cols.append(c)
-        if any(c in r.paper for r in runs):
-            cols += [c + PAPER_SUFFIX, c + DELTA_SUFFIX]
+def metric_columns(task: str, runs: Sequence[RunSummary]) -> list[tuple[str, str]]:
+    """(metric, kind) of each column: each metric some run has, then its paper and Δ columns when a run
+    carries the paper's figure."""
+    cols: list[tuple[str, str]] = []
+    for c in IMAGE_COLUMNS if task == "image" else CAPTION_COLUMNS:
+        if any(c in r.metrics for r in runs):
+            cols += [(c, "value"), *([(c, "paper"), (c, "delta")] if any(c in r.paper for r in runs) else [])]
     return cols
 
 
-def split_column(column: str) -> tuple[str, str]:
-    """``"CIDEr Δ"`` -> ``("CIDEr", "delta")``; ``"CIDEr paper"`` -> ``("CIDEr", "paper")``; else ``"value"``."""
-    if column.endswith(PAPER_SUFFIX):
-        return column[: -len(PAPER_SUFFIX)], "paper"
-    if column.endswith(DELTA_SUFFIX):
-        return column[: -len(DELTA_SUFFIX)], "delta"
-    return column, "value"
-
-
-def column_value(run: RunSummary, column: str) -> float | None:
+def column_value(run: RunSummary, column: tuple[str, str]) -> float | None:
     """The number a column shows for a run: the measured metric, the paper's figure, or their difference."""
-    metric, kind = split_column(column)
-    measured, paper = run.metrics.get(metric), run.paper.get(metric)
+    measured, paper = run.metrics.get(column[0]), run.paper.get(column[0])
+    kind = column[1]
     if kind == "paper":
         return paper
     if kind == "delta":
@@ -74,8 +63,8 @@ def number(metric: str, value: float, signed: bool = False) -> str:
     return format(value, ("+" if signed else "") + spec)
 
 
-def cell(run: RunSummary, column: str) -> str:
-    metric, kind = split_column(column)
+def cell(run: RunSummary, column: tuple[str, str]) -> str:
+    metric, kind = column
     value = column_value(run, column)
     if value is None:
         return "-"
@@ -87,17 +76,17 @@ def cell(run: RunSummary, column: str) -> str:
     return number(metric, value)
 
 
-def header(column: str) -> str:
-    metric, kind = split_column(column)
+def header(column: tuple[str, str]) -> str:
+    metric, kind = column
     if kind == "paper":
         return f"{metric} (paper)"
     if kind == "delta":
         return "Δ"
-    if column in LOWER_IS_BETTER:
-        return f"{column} ↓"
-    if column == "IS":
+    if metric in LOWER_IS_BETTER:
+        return f"{metric} ↓"
+    if metric == "IS":
         return "IS ↑ (SD)"
-    return f"{column} ↑" if column == "CLIP Score" else column
+    return f"{metric} ↑" if metric == "CLIP Score" else metric
 
 
 #: Column of the share of queries whose examples showed a near-duplicate of the query (leakage).
@@ -149,7 +138,7 @@ def dataset_table(task: str, dataset: str, runs: Sequence[RunSummary]) -> Table:
     """The paper-style table of one (task, dataset)."""
     kind = "Caption generation" if task == "caption" else "Image generation"
     cols = metric_columns(task, runs)
-    skipped = sorted({m for r in runs for m in r.skipped if m not in cols})
+    skipped = sorted({m for r in runs for m in r.skipped if (m, "value") not in cols})
     notes = ["Not computed: " + ", ".join(skipped) + " (see each run's metrics.json for why)."] if skipped else []
     return runs_table(task, runs, f"{slug(task)}_{slug(dataset)}", f"{kind} — {dataset}", notes=notes)
 
@@ -159,10 +148,11 @@ def csv_table(task: str, runs: Sequence[RunSummary], lead: Sequence[str] = (),
     """One row per run: who generated it, its metrics (4 decimals; the IS SD a column of its own), its leak
     rate and its run; ``lead`` names columns put first, ``leads`` their values per run."""
     cols = metric_columns(task, runs)
-    cols = cols + ["IS SD"] if task == "image" and "IS" in cols else cols
+    cols = cols + [("IS SD", "value")] if task == "image" and ("IS", "value") in cols else cols
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([*lead, "row", "retriever", "generator", "mode", "k", "selection", *cols,
+    writer.writerow([*lead, "row", "retriever", "generator", "mode", "k", "selection",
+                     *(metric + KIND_SUFFIX[kind] for metric, kind in cols),
                      "leak_rate", "n_scored", "n_failed", "run"])
     for i, r in enumerate(runs):
         writer.writerow([*(leads[i] if leads else ()), r.label, r.retriever or "", r.generator, r.mode, r.k,
