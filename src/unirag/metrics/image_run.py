@@ -204,17 +204,16 @@ def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, rea
                   fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
                   is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
                   per_item: bool = False, decode_workers: int | str | None = None) -> dict[str, Any]:
-    """Image generation metrics, as ``unirag evaluate images`` computes them: FID of ``images`` against
-    ``real_images``, CLIP Score of each image against ``texts[i]`` and Inception Score (mean, SD).
+    """Image generation metrics, as ``unirag evaluate images`` computes them: FID of ``images`` (paths, PIL
+    images or encoded bytes) against ``real_images``, CLIP Score of each image against ``texts[i]`` and
+    Inception Score (mean, SD).
 
-    Images are paths, PIL images or encoded bytes. CLIP Score needs ``clip_model`` (a CLIP checkpoint
-    directory or cached hub id; the CLI defaults to ``openai/clip-vit-large-patch14``) or ``clip`` =
-    (model, processor); FID/IS need the ``unirag[image-metrics]`` extra, or ``fid_feature`` /
-    ``is_feature`` networks. A metric that cannot run is left out with its reason under ``"skipped"``.
-    Returns ``{"FID", "CLIP Score", "IS", "IS SD"}`` (those that ran) plus ``"skipped"``; with
-    ``per_item=True`` also ``"per_item"``: the CLIP Score of each image. ``decode_workers``: processes
-    that decode image files ahead of the networks ("auto"/None: the cores available, at most 8, fewer
-    than 128 images inline; 0: in this process); the metrics are the same either way.
+    CLIP Score needs ``clip_model`` (a CLIP checkpoint directory or cached hub id; the CLI's default is
+    ``openai/clip-vit-base-patch16``) or ``clip`` = (model, processor); FID/IS need the
+    ``unirag[image-metrics]`` extra, or ``fid_feature`` / ``is_feature`` networks. Returns the metrics
+    that ran plus ``"skipped"`` (metric -> why); ``per_item=True``: also each image's CLIP Score.
+    ``decode_workers``: processes decoding image files ahead of the networks ("auto"/None: the cores
+    available, at most 8, fewer than 128 images inline; 0: in this process); the metrics are the same.
     """
     from unirag.runs.engine import EngineOptions
 

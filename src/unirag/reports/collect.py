@@ -106,8 +106,7 @@ def _short(spec: str) -> str:
 
 
 def _text(value: Any, *keys: str) -> str | None:
-    if value is None:
-        return None
+    """``value`` if it is a string, else its first string entry under ``keys``."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict):
