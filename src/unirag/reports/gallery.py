@@ -103,11 +103,14 @@ def render_card(task: str, qid: str, record: dict[str, Any], query: Query | None
         query_html = media.img_tag(resolve_image(query.img_path, images_root), "query image")
     else:
         query_html = f'<div class="caption">{esc(query.txt)}</div>'
-    if not ok:
-        output = f'<div class="error">{esc(record.get("error") or "failed")}</div>'
+    if not ok:  # gist: the one-line summary of the folded card
+        gist = record.get("error") or "failed"
+        output = f'<div class="error">{esc(gist)}</div>'
     elif task == "image":
+        gist = f"generated image · {query.txt if query is not None and query.txt else ''}"
         output = media.img_tag(resolve_image(record.get("image"), run_dir), "generated image")
     else:
+        gist = record.get("caption") or ""
         output = f'<div class="caption">{esc(record.get("caption"))}</div>'
         scored = scores.get("caption_scored")
         if scored is not None and scored != (record.get("caption") or "").strip():
@@ -118,12 +121,6 @@ def render_card(task: str, qid: str, record: dict[str, Any], query: Query | None
     else:
         ref_html = "<ul>" + "".join(f"<li>{esc(c.txt)}</li>" for c in refs if c.txt) + "</ul>"
     examples = record.get("examples") or []
-    if not ok:
-        gist = record.get("error") or "failed"
-    elif task == "image":
-        gist = f"generated image · {query.txt if query is not None and query.txt else ''}"
-    else:
-        gist = record.get("caption") or ""
     return Template(asset_text("card.html")).substitute(
         open=" open" if open_card else "", gist=esc(str(gist)[:200]),
         status_class="ok" if ok else "failed", anchor=esc(qid), qid=esc(qid), status="ok" if ok else "failed",
