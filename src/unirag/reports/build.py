@@ -24,7 +24,7 @@ from unirag.errors import InputError
 from unirag.reports.collect import summarize_run
 from unirag.reports.gallery import MediaStore, asset_text, build_gallery, esc
 from unirag.reports.plots import plot_group
-from unirag.reports.sampling_table import sampling_tables
+from unirag.reports.sampling import sampling_tables
 from unirag.reports.tables import Table, dataset_table, group_runs, slug
 from unirag.runs.atomic import atomic_write_text
 from unirag.runs.rundir import OUTPUTS_FILE
