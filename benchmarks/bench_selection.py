@@ -81,7 +81,7 @@ def part_quality(args, work: Path) -> list[dict]:
     from unirag import Index
     from unirag.data.mbeir import read_qrels, read_queries
     from unirag.encoders.registry import load_encoder
-    from unirag.metrics.scores import caption_metrics
+    from unirag.metrics.captions import caption_metrics
     from unirag.pipelines.captioner import Captioner
     from unirag.retrieval.results import Hits
     from unirag.retrieval.retriever import Retriever

@@ -36,10 +36,10 @@ _PUBLIC = {
     "Caption": "unirag.pipelines.captioner",
     "ImageGenerator": "unirag.pipelines.image_generator",
     "XR": "unirag.cir.xr",
-    "caption_metrics": "unirag.metrics.scores",
-    "retrieval_metrics": "unirag.metrics.scores",
-    "cir_metrics": "unirag.metrics.scores",
-    "image_metrics": "unirag.metrics.scores",
+    "caption_metrics": "unirag.metrics.captions",
+    "retrieval_metrics": "unirag.metrics.retrieval",
+    "cir_metrics": "unirag.metrics.cir",
+    "image_metrics": "unirag.metrics.image_run",
     "run_experiment": "unirag.pipelines.experiment",
     "build_report": "unirag.reports.build",
     "compare_runs": "unirag.reports.compare",
@@ -106,7 +106,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; never executed
     from unirag.encoders.registry import load_encoder
     from unirag.errors import BackendError, ConfigError, InputError, UniragError
     from unirag.index.handle import Index
-    from unirag.metrics.scores import caption_metrics, cir_metrics, image_metrics, retrieval_metrics
+    from unirag.metrics.captions import caption_metrics
+    from unirag.metrics.cir import cir_metrics
+    from unirag.metrics.image_run import image_metrics
+    from unirag.metrics.retrieval import retrieval_metrics
     from unirag.metrics.stats import bootstrap_interval, paired_comparison
     from unirag.pipelines.captioner import Caption, Captioner
     from unirag.pipelines.experiment import run_experiment

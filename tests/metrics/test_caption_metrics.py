@@ -202,9 +202,9 @@ def test_malformed_outputs_line(small_task):
 
 
 def test_score_captions_rejects_mismatched_ids():
-    with pytest.raises(ValueError, match="same ids"):
+    with pytest.raises(ConfigError, match=r"same ids \(missing predictions: \['b'\], without references: \['a'\]\)"):
         score_captions({"a": "x"}, {"b": ["y"]})
-    with pytest.raises(ValueError, match="no reference"):
+    with pytest.raises(ConfigError, match="no reference"):
         score_captions({"a": "x"}, {"a": []})
 
 

@@ -166,6 +166,18 @@ def test_missing_clip_model_names_the_option(tmp_path):
         im.load_clip(tmp_path / "no-such-clip")
 
 
+def test_images_and_texts_that_do_not_pair_up_fail_before_any_network_runs(coco_mini):
+    """The scorer checks the pairing once, for the API and ``unirag evaluate images`` alike."""
+    import unirag
+
+    def never(*_args):
+        raise AssertionError("a network ran before the pairing was checked")
+
+    images = sorted((coco_mini / "images").glob("*.jpg"))[:2]
+    with pytest.raises(ConfigError, match="got 2 images and 1 texts: give one text per image"):
+        unirag.image_metrics(images, ["a dog"], images, fid_feature=never, is_feature=never, clip=(never, never))
+
+
 @pytest.fixture
 def without_torch_fidelity(monkeypatch):
     """Behave as if the optional extra is absent, so these tests run (never skip) even where it is installed."""

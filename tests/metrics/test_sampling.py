@@ -11,7 +11,7 @@ from unirag.cli.main import cli
 from unirag.data.mbeir import read_queries, write_queries
 from unirag.data.records import Modality, Query
 from unirag.errors import InputError
-from unirag.metrics.sampling import compare_metrics, compare_samples, sample_one_per_image
+from unirag.reports.sampling import compare_metrics, compare_samples, sample_one_per_image
 
 
 @pytest.fixture(scope="module")

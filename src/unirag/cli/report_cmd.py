@@ -84,7 +84,7 @@ def sampling() -> None:
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Sampled queries JSONL to write.")
 def sample(queries: Path, seed: int, out: Path) -> None:
     """Draw one caption query per positive image (seeded) and save it as an M-BEIR queries file."""
-    from unirag.metrics.sampling import save_sample
+    from unirag.reports.sampling import save_sample
 
     drawn = save_sample(queries, seed, out)
     click.echo(f"sampled {len(drawn)} caption(s), one per image, seed {seed} -> {out}")
@@ -99,7 +99,7 @@ def sample(queries: Path, seed: int, out: Path) -> None:
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Write the comparison as JSON.")
 def compare(set_a: Path, set_b: Path, run_a: tuple[Path, ...], run_b: tuple[Path, ...], out: Path | None) -> None:
     """Overlap of two samples and, for paired runs, each metric's difference."""
-    from unirag.metrics.sampling import compare_sample_runs
+    from unirag.reports.sampling import compare_sample_runs
 
     result = compare_sample_runs(set_a, set_b, run_a, run_b, out)
     overlap = result["overlap"]

@@ -1,17 +1,11 @@
-"""Caption metrics exactly as the COCO caption toolkit (pycocoevalcap) computes them.
+"""Caption metrics exactly as the COCO caption toolkit (pycocoevalcap) computes them, x100.
 
-All captions are PTB-tokenized by pycocoevalcap's Stanford tokenizer (lower-cased, punctuation
-removed), then scored by its BLEU-1..4, METEOR, ROUGE-L, CIDEr(-D) and, when the CoreNLP jars are
-available, SPICE scorers. Corpus values are what each scorer returns for the whole set (BLEU is
-corpus BLEU with the "closest" brevity penalty, METEOR the jar's aggregate, ROUGE-L / CIDEr /
-SPICE the mean over items) and are reported ×100, the paper's scale. Per-item scores come from the
-same calls (CIDEr per item uses the corpus document frequencies, as in the toolkit).
-
-Differences from calling the toolkit by hand, none of which changes a score: generated and
-reference captions are tokenized in one Java call instead of two (the tokenizer works line by
-line), line/paragraph separators inside a caption become spaces (the toolkit only replaces ``\\n``;
-others would shift its line alignment), one METEOR Java process serves every evaluation of a
-Python process (and is closed at exit), and the scorers' console chatter is silenced.
+Captions are PTB-tokenized by its Stanford tokenizer, then scored by its BLEU-1..4, METEOR, ROUGE-L,
+CIDEr(-D) and, when the CoreNLP jars are found, SPICE scorers; corpus and per-item values come from the
+same calls. Differences from calling the toolkit by hand, none of which changes a score: one Java call
+tokenizes candidates and references (the tokenizer works line by line, so line/paragraph separators
+inside a caption become spaces; the toolkit only replaces ``\\n``), one METEOR process serves every
+evaluation of a Python process, and the scorers' console chatter is silenced.
 """
 
 from __future__ import annotations
@@ -29,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import ConfigError, InputError
-from unirag.metrics.references import load_run_for_scoring, reference_captions, run_counts, write_scores
+from unirag.metrics.references import load_run_for_scoring, reference_captions, scores_result, write_scores
 from unirag.metrics.spice import find_corenlp, run_spice, spice_unavailable_message
 from unirag.metrics.stats import BLEU_STATS, DEFAULT_RESAMPLES, query_intervals_result
 from unirag.runs.rundir import OUTPUTS_FILE
@@ -73,7 +67,7 @@ def _quiet() -> Iterator[None]:
 
 def ptb_tokenize(references: Mapping[str, Sequence[str]], candidates: Mapping[str, str]
                  ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """PTB-tokenize references and candidates in one Java call; returns (gts, res) keyed like the inputs."""
+    """PTB-tokenize references and candidates in one Java call: (gts, res) keyed like the inputs."""
     from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
     batch: dict[tuple[str, str], list[dict[str, str]]] = {}
@@ -88,10 +82,9 @@ def ptb_tokenize(references: Mapping[str, Sequence[str]], candidates: Mapping[st
 
 
 def bleu_statistics(gts: Mapping[str, list[str]], res: Mapping[str, list[str]]) -> dict[str, list[float]]:
-    """Per item, the counts pycocoevalcap's corpus BLEU sums: ``[testlen, reflen, guess_1..4, correct_1..4]``,
-    the reference length the closest to the candidate's (``Bleu.compute_score`` uses option "closest").
-    Made with the toolkit's own ``cook_refs``/``cook_test``; :func:`unirag.metrics.stats.corpus_bleu`
-    turns any set of them (a bootstrap resample) back into corpus BLEU."""
+    """Per item, the counts pycocoevalcap's corpus BLEU sums (``[testlen, reflen (closest), guess_1..4,
+    correct_1..4]``, from its ``cook_refs``/``cook_test``): :func:`~unirag.metrics.stats.corpus_bleu` turns
+    any set of them (a bootstrap resample) back into corpus BLEU."""
     from pycocoevalcap.bleu.bleu_scorer import cook_refs, cook_test
 
     out = {}
@@ -106,13 +99,10 @@ _METEOR_LOCK = threading.Lock()
 
 
 def _meteor(gts: dict[str, list[str]], res: dict[str, list[str]]) -> tuple[float, list[float]]:
-    """METEOR from one Java process kept for the life of this process.
-
-    Starting METEOR loads its paraphrase tables: about 10 s of CPU, far more than scoring a few
-    thousand captions. A run of grid cells, or ``make demo``'s two caption runs, pay that once. The
-    jar scores each ``EVAL`` line from the statistics sent with it, so a reused process gives the
-    scores of a fresh one (tested). A process that fails is closed and the next call starts another.
-    """
+    """METEOR from one Java process kept for the life of this process: starting it loads paraphrase tables
+    (about 10 s of CPU, more than scoring thousands of captions). The jar scores each ``EVAL`` line from
+    the statistics sent with it, so a reused process scores as a fresh one (tested); one that fails is
+    closed and the next call starts another."""
     from pycocoevalcap.meteor.meteor import Meteor
 
     with _METEOR_LOCK:
@@ -144,22 +134,21 @@ atexit.register(_close_meteor)
 def score_captions(candidates: Mapping[str, str], references: Mapping[str, Sequence[str]], *,
                    spice_lib: str | Path | None = None, spice: bool = True, meteor: bool = True,
                    quiet: bool = True) -> CaptionScores:
-    """Score ``candidates`` (id -> caption) against ``references`` (id -> captions), COCO-toolkit style.
-
-    Both mappings must have the same ids, each with at least one reference. Captions are scored as
-    given (strip answer prefixes first, see ``text_normalize``).
-    """
+    """Score ``candidates`` (id -> caption, as given) against ``references`` (id -> captions, the same ids)."""
     from pycocoevalcap.bleu.bleu import Bleu
     from pycocoevalcap.cider.cider import Cider
     from pycocoevalcap.rouge.rouge import Rouge
 
     if set(candidates) != set(references):
-        raise ValueError("candidates and references must have the same ids")
+        missing = sorted(set(references) - set(candidates))[:3]
+        extra = sorted(set(candidates) - set(references))[:3]
+        raise ConfigError(f"predictions and references must have the same ids (missing predictions: {missing}, "
+                          f"without references: {extra})")
     if not candidates:
-        raise ValueError("nothing to score")
+        raise ConfigError("nothing to score")
     empty = [k for k, v in references.items() if not v]
     if empty:
-        raise ValueError(f"{len(empty)} item(s) have no reference caption, e.g. {empty[0]!r}")
+        raise ConfigError(f"{len(empty)} item(s) have no reference caption, e.g. {empty[0]!r}")
     if shutil.which("java") is None:
         raise ConfigError("caption metrics need Java (pycocoevalcap's PTB tokenizer and METEOR are Java "
                           "programs): install a Java runtime (8 or newer, e.g. openjdk-17-jre-headless)")
@@ -168,9 +157,7 @@ def score_captions(candidates: Mapping[str, str], references: Mapping[str, Seque
     out = CaptionScores(per_item={i: {} for i in ids})
     quiet_ctx = _quiet if quiet else contextlib.nullcontext
     with quiet_ctx():
-        gts_all, res_all = ptb_tokenize({i: references[i] for i in ids}, {i: candidates[i] for i in ids})
-        gts = {i: gts_all[i] for i in ids}
-        res = {i: res_all[i] for i in ids}
+        gts, res = ptb_tokenize({i: references[i] for i in ids}, candidates)
         bleu, bleu_items = Bleu(4).compute_score(gts, res, verbose=0)
         rouge, rouge_items = Rouge().compute_score(gts, res)
         cider, cider_items = Cider().compute_score(gts, res)
@@ -207,17 +194,11 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
                          ci_method: str = "percentile", profile: Any = None) -> dict[str, Any]:
     """Score a caption run directory; writes ``metrics.json`` and ``metrics_per_query.jsonl`` there.
 
-    ``profile``: its ``caption_failed`` (``empty``: a failed query is scored as an empty caption, as the
-    official code stores one) and ``caption_prefix_strip`` (``official``: only ``Caption [n]: `` is removed).
-
-    Failed queries (status error) are excluded and counted, never scored as empty captions; queries
-    with no output yet are counted as missing; outputs whose qid is not among ``queries`` are an error
-    (wrong queries file). ``meteor=False`` skips METEOR, the slowest scorer (a Java process that
-    loads paraphrase tables) and not one of the paper's reported metrics.
-
-    ``intervals`` in the result: each metric's 95 % bootstrap interval over the scored queries
-    (``resamples`` resamples, seeded by ``bootstrap_seed``; 0 resamples: none), computed from the
-    per-query rows written to ``metrics_per_query.jsonl`` (see :mod:`unirag.metrics.stats`).
+    Failed queries are excluded and counted (``profile``'s ``caption_failed=empty``: scored as the empty
+    caption the official code stores), queries with no output yet counted as missing.
+    ``caption_prefix_strip=official``: only ``Caption [n]: `` is removed. ``meteor=False`` skips METEOR,
+    the slowest scorer and not one the paper reports. ``intervals``: each metric's 95 % bootstrap
+    interval over the scored queries (``resamples`` seeded by ``bootstrap_seed``; 0: none).
     """
     from unirag.metrics.text_normalize import strip_answer_prefix, strip_official_prefix
     from unirag.profiles import resolve
@@ -248,21 +229,16 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
     scores = score_captions({q: candidates[q] for q in order},
                             {q: reference_captions(gt[q]) for q in order}, spice_lib=spice_lib, meteor=meteor)
     records = {q: {**scores.per_item[q], BLEU_STATS: scores.bleu_stats[q]} for q in order}
-    result: dict[str, Any] = {
-        "task": "caption",
+    result = {
+        **scores_result(run, by_qid, len(candidates), task="caption", metrics=scores.corpus, skipped=scores.skipped,
+                        intervals=query_intervals_result(records, scores.corpus, resamples, bootstrap_seed, ci_method),
+                        settings=settings, queries=queries, pool=pool),
         "scale": "x100",
-        "metrics": scores.corpus,
-        **query_intervals_result(records, scores.corpus, resamples, bootstrap_seed, ci_method),
-        "skipped_metrics": scores.skipped,
-        **run_counts(run, by_qid, len(candidates)),
         "n_failed_scored_empty": sum(1 for q in run.failed() if q in candidates),
-        "profile": settings.to_dict(),
         "n_no_references": len(no_refs),
         "references": "qrels" if qrels else "pos_cand_list",
         "answer_prefixes_stripped": strip_prefixes,
         "n_prefix_stripped": sum(1 for q in candidates if candidates[q] != raw[q].strip()),
-        "queries": str(queries),
-        "pool": str(pool),
         "qrels": str(qrels) if qrels else None,
         "seconds": round(scores.seconds, 3),
     }
@@ -270,3 +246,22 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
         write_scores(run, ({"qid": q, "caption_scored": candidates[q], "tokenized": scores.tokenized[q],
                             **records[q]} for q in order), result)
     return result
+
+
+def caption_metrics(predictions: Mapping[str, str], references: Mapping[str, Sequence[str]], *,
+                    spice: bool = False, meteor: bool = True, strip_prefixes: bool = True, per_item: bool = False,
+                    spice_lib: str | Path | None = None) -> dict[str, Any]:
+    """COCO caption metrics (x100): BLEU-1..4, METEOR, ROUGE-L, CIDEr and, with ``spice=True``, SPICE.
+
+    ``predictions``: id -> generated caption; ``references``: id -> reference captions (same ids).
+    Answer prefixes ("Caption: ...") are stripped as the caption evaluation does. Needs Java.
+    With ``per_item=True`` the result is ``{"corpus": {...}, "per_item": {id: {...}}}``.
+    """
+    from unirag.metrics.text_normalize import strip_answer_prefix
+
+    cleaned = {i: strip_answer_prefix(str(c)) if strip_prefixes else str(c) for i, c in predictions.items()}
+    refs = {i: [str(r) for r in rs] for i, rs in references.items()}
+    scores = score_captions(cleaned, refs, spice=spice, meteor=meteor, spice_lib=spice_lib)
+    if per_item:
+        return {"corpus": dict(scores.corpus), "per_item": scores.per_item, "skipped": dict(scores.skipped)}
+    return dict(scores.corpus)

@@ -11,18 +11,16 @@
 * mAP@k (CIRCO ``src/evaluation.py``): with ``rel_i`` = 1 when the i-th result is a ground truth,
   ``AP@k = sum_{i<=k} P@i * rel_i / min(k, #ground truths)``.
 
-``tests/metrics/test_official_metrics.py`` ports the official functions and checks these against
-them on random rankings with ties and several ground truths.
-
-A ranking is a list of image ids, best first. Per-query functions return floats in [0, 1]; the
-``*_mean`` aggregators return the benchmark's x100 averages. (Written here rather than taken from
-``ranx``/``pytrec_eval``: their AP divides by the number of relevant items, not by min(k, #gt).)
+``tests/metrics/test_official_metrics.py`` checks these against ports of the official functions.
+A ranking is a list of image ids, best first; per-query functions return [0, 1], the ``*_mean``
+aggregators x100 averages. (Not ``ranx``/``pytrec_eval``: their AP divides by #relevant, not min(k, #gt).)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from unirag.errors import ConfigError
 from unirag.metrics.retrieval import hit_at_k
 
 RECALL_KS = (1, 5, 10, 50)
@@ -72,8 +70,7 @@ def average_precision_at_k(ranking: Sequence[str], targets: Iterable[str], k: in
 
 def subset_ranking(ranking: Sequence[str], members: Iterable[str], reference: str | None) -> list[str]:
     """The ranking restricted to the CIRR ``img_set`` members, the reference removed, order kept."""
-    keep = set(members)
-    keep.discard(reference)
+    keep = set(members) - {reference}
     return [r for r in ranking if r in keep]
 
 
@@ -88,8 +85,8 @@ PerQuery = dict[str, dict[str, float]]
 
 def _means(name: str, ks: Sequence[int], qids: Sequence[str], score: Callable[[str, int], float],
            per_query: PerQuery | None) -> dict[str, float]:
-    """``{name}@k``: ``score(qid, k)`` averaged over ``qids`` (x100) for each k; ``per_query`` (metric ->
-    qid -> value in [0, 1]) receives each query's value, the rows its bootstrap interval resamples."""
+    """``{name}@k``: ``score(qid, k)`` averaged over ``qids`` (x100) for each k; ``per_query`` receives
+    each query's value (metric -> qid -> value), the rows its bootstrap interval resamples."""
     out = {}
     for k in ks:
         values = [score(q, k) for q in qids]
@@ -101,8 +98,7 @@ def _means(name: str, ks: Sequence[int], qids: Sequence[str], score: Callable[[s
 
 def recall_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, Iterable[str]],
                 ks: Sequence[int] = RECALL_KS, name: str = "R", per_query: PerQuery | None = None) -> dict[str, float]:
-    """R@k (a hit on any target) averaged over the queries that have targets (x100), keyed ``{name}@k``.
-    Queries without a ranking count as misses. ``per_query`` (here and below): receives each query's value."""
+    """R@k (a hit on any target) over the queries that have targets (x100); no ranking is a miss."""
     return _means(name, ks, [q for q, t in targets.items() if t],
                   lambda q, k: recall_at_k(rankings.get(q, []), targets[q], k), per_query)
 
@@ -126,3 +122,24 @@ def recall_subset_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[s
     return _means("R_subset", ks, [q for q, t in targets.items() if t and q in members],
                   lambda q, k: recall_subset_at_k(rankings.get(q, []), targets[q], members[q], references.get(q), k),
                   per_query)
+
+
+def cir_metrics(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, str | Iterable[str]], *,
+                k: Sequence[int] = (1, 5, 10, 50), map_k: Sequence[int] = (),
+                subsets: Mapping[str, Iterable[str]] | None = None,
+                references: Mapping[str, str] | None = None, subset_k: Sequence[int] = (1, 2, 3)) -> dict[str, float]:
+    """Composed image retrieval metrics (x100), as the benchmarks define them: R@k of ``rankings`` (qid ->
+    ranked image ids) against ``targets`` (qid -> target id(s)); mAP@k (CIRCO) for each ``map_k``; with
+    ``subsets`` (qid -> the CIRR image set) R_subset@k for ``subset_k``, ``references[qid]`` removed.
+    """
+    tgt = {q: [t] if isinstance(t, str) else list(t) for q, t in targets.items()}
+    try:
+        out = dict(recall_mean(rankings, tgt, k))
+        if map_k:
+            out.update(map_mean(rankings, tgt, map_k))
+        if subsets is not None:
+            out.update(recall_subset_mean(rankings, {q: t[0] for q, t in tgt.items() if t}, subsets,
+                                          dict(references or {}), subset_k))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return out

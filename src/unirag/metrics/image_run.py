@@ -1,14 +1,13 @@
-"""Score an image-generation run directory: FID and IS (when possible) and CLIP Score.
+"""Score generated images: FID and IS (when possible) and CLIP Score, of a run directory or in memory.
 
-Generated image i (``image`` in ``outputs.jsonl``, relative to the run directory) is matched with
-the real positive image of the same query (from the pool, under ``images_root``) for FID, and with
-the query's caption for CLIP Score. Failed queries are excluded and counted (``image_metric_missing =
-noise``: scored as random noise, as the official evaluation does); a metric that cannot run here (no torch-fidelity, no weights) is skipped with one line, the others still run.
+A generated image is matched with the real positive image of the same query for FID and with the
+query's caption for CLIP Score. A metric that cannot run here (no torch-fidelity, no weights) is
+skipped with one line; the others still run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from unirag.metrics.images import (
     load_clip,
     standard_inception,
 )
-from unirag.metrics.references import load_run_for_scoring, reference_image, run_counts, write_scores
+from unirag.metrics.references import load_run_for_scoring, reference_image, scores_result, write_scores
 from unirag.metrics.stats import DEFAULT_RESAMPLES, bootstrap_interval, query_intervals_result, shifted
 from unirag.runs.rundir import OUTPUTS_FILE
 
@@ -34,16 +33,6 @@ IMAGE_METRICS = ("FID", "CLIP Score", "IS", "IS SD")
 #: GPU, and :data:`FID_MAX_RESAMPLES_CPU` on the CPU (a 2048-dimensional Fréchet distance takes seconds there).
 FID_MAX_RESAMPLES = 200
 FID_MAX_RESAMPLES_CPU = 50
-
-
-def _progress(desc: str, show: bool):
-    def wrap(items: Iterable) -> Iterable:
-        if not show:
-            return items
-        from tqdm import tqdm
-
-        return tqdm(items, desc=desc, unit="batch" if desc != "CLIP Score" else "img", leave=False)
-    return wrap
 
 
 def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Path, images_root: str | Path, *,
@@ -56,17 +45,12 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
                        ci_method: str = "percentile", profile: Any = None) -> dict[str, Any]:
     """Metrics of an image run; writes ``metrics.json`` and per-query CLIP scores into ``run_dir``.
 
-    ``intervals``: 95 % bootstrap intervals over the queries (``resamples`` seeded by
-    ``bootstrap_seed``; 0: none): CLIP Score from its per-query scores, FID from the resampled pairs of
-    real and generated Inception features and IS from the resampled logits (each at most
-    :data:`FID_MAX_RESAMPLES`, 50 on the CPU; the resampled figures' spread centred on the measured one); none for IS SD.
-
-    ``fid_feature`` / ``is_feature`` (any ``nn.Module`` on uint8 images) replace the standard
-    Inception network; ``clip`` = (model, processor) replaces loading ``clip_model``;
-    ``clip_model=None`` skips CLIP Score. ``engine``: its decode workers decode the images ahead of
-    the networks (see :func:`score_images`). ``profile``: the settings
-    ``image_metric_channels``, ``image_metric_size`` and ``image_metric_missing`` (``official``: the
-    official evaluation's BGR 224x224 inputs, 299x299 for IS, noise for a missing image).
+    Failed queries are excluded and counted (``profile``'s ``image_metric_missing=noise``: scored as
+    random noise, as the official evaluation does; ``image_metric_channels`` / ``image_metric_size``: its
+    BGR 224x224 inputs, 299x299 for IS). ``intervals``: 95 % bootstrap intervals over the queries
+    (``resamples`` seeded by ``bootstrap_seed``; 0: none), FID's from resampled pairs of real and
+    generated features and IS's from resampled logits (at most :data:`FID_MAX_RESAMPLES` of them, the
+    spread centred on the measured figure). The other arguments: see :func:`score_images`.
     """
     from unirag.profiles import resolve
 
@@ -83,21 +67,15 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
             continue
         fake = None
         if rec is not None:
-            image = rec.get("image")
-            if not isinstance(image, str):
-                raise InputError("status ok but no image path", path=outputs_path, line=run.lines[qid], field="image")
-            fake = resolve_image(image, run.run_dir)
-            if not fake.is_file():
-                raise InputError(f"generated image not found: {fake}", path=outputs_path, line=run.lines[qid],
-                                 field="image")
+            fake = resolve_image(rec.get("image"), run.run_dir) if isinstance(rec.get("image"), str) else None
+            if fake is None or not fake.is_file():
+                raise InputError("status ok but no image path" if fake is None else f"generated image not found: {fake}",
+                                 path=outputs_path, line=run.lines[qid], field="image")
         real = reference_image(gt[qid])
-        if rec is None:  # the official evaluation scores every query: a missing image is random noise
-            noised += 1 + (real is None)
-        elif real is None:
-            no_real += 1
-            if not noise:
-                continue
-            noised += 1
+        no_real += rec is not None and real is None
+        if real is None and not noise:
+            continue
+        noised += (rec is None) + (real is None)  # the official evaluation scores a missing image as noise
         qids.append(qid)
         fakes.append(fake)
         reals.append(resolve_image(real, images_root) if real is not None else None)
@@ -112,19 +90,18 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     is_images = None
     channels, size = settings["image_metric_channels"], settings["image_metric_size"]
     if channels != "rgb" or size is not None or noise:  # the official inputs: arrays, prepared as its script does
-        from unirag.metrics.images import official_arrays, resize_arrays
+        from unirag.metrics.images import official_arrays, opencv
 
         fakes = official_arrays(fakes, channels=channels, size=size, seed=seed)
         reals = official_arrays(reals, channels=channels, size=size, seed=seed + 1)
-        if size is not None:
-            is_images = resize_arrays(fakes, 299)
+        if size is not None:  # IS sees 299x299 copies of the 224 images (eval_image_generation.py@e9a4e00:173)
+            is_images = [opencv().resize(a, (299, 299)) for a in fakes]
     metrics, skipped, scores = score_images(fakes, texts, reals, clip_model=clip_model, clip=clip,
                                             fid_feature=fid_feature, is_feature=is_feature,
                                             inception_weights=inception_weights, is_splits=is_splits, seed=seed,
                                             batch_size=batch_size, device=device, show_progress=show_progress,
-                                            engine=engine,
-                                            fid_features=fid_rows,
-                                            is_features=is_rows, is_images=is_images)
+                                            engine=engine, fid_features=fid_rows, is_features=is_rows,
+                                            is_images=is_images)
     per_query = dict(zip(qids, scores, strict=True)) if scores else {}
     intervals = query_intervals_result({q: {"CLIP Score": s} for q, s in per_query.items()}, metrics, resamples,
                                        bootstrap_seed, ci_method)
@@ -144,21 +121,15 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
         if ci is not None:
             intervals["intervals"][name] = ci.as_dict()
             intervals["bootstrap"][name.lower()] = {"method": "centred", "n_resamples": whole}
-    result: dict[str, Any] = {
-        "task": "image",
-        "metrics": {m: metrics[m] for m in IMAGE_METRICS if m in metrics},
-        **intervals,
-        "skipped_metrics": skipped,
-        **run_counts(run, by_qid, len(qids)),
+    result = {
+        **scores_result(run, by_qid, len(qids), task="image", metrics=metrics, intervals=intervals, skipped=skipped,
+                        settings=settings, queries=queries, pool=pool),
         "n_no_real_image": no_real,
         "n_noise_images": noised,
-        "profile": settings.to_dict(),
         "fid_feature": "injected" if fid_feature is not None else "inception-v3-compat (torch-fidelity)",
         "clip_model": "injected" if clip is not None else (str(clip_model) if clip_model else None),
         "is_splits": is_splits,
         "seed": seed,
-        "queries": str(queries),
-        "pool": str(pool),
         "images_root": str(images_root),
     }
     if write:
@@ -175,14 +146,15 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
                  is_images: Sequence[Any] | None = None) -> tuple[dict[str, float], dict[str, str], list[float]]:
     """(metrics, skipped metrics with their one-line reason, per-image CLIP Scores) of generated
     ``images`` (paths, PIL images or bytes): FID against ``real_images`` (None: skipped), CLIP Score
-    against ``texts`` (one per image; None or ``clip_model=None`` without ``clip``: skipped) and IS.
-    The one scorer of ``unirag evaluate images`` and :func:`unirag.image_metrics`. ``engine``: its decode
-    workers decode the image files ahead of the networks (see :mod:`unirag.metrics.images`).
-    ``fid_features`` / ``is_features``: lists that receive FID's real and generated feature rows and IS's
-    logits (for their intervals). ``is_images``: what Inception Score sees instead of ``images`` (the
-    official 299x299 copies)."""
+    against ``texts`` (None or ``clip_model=None`` without ``clip`` = (model, processor): skipped) and IS,
+    for ``unirag evaluate images`` and :func:`unirag.image_metrics`. ``fid_feature`` / ``is_feature``: any
+    ``nn.Module`` on uint8 images instead of the standard Inception network. ``engine``: its decode
+    workers decode the files. ``fid_features`` / ``is_features``: lists that receive FID's feature rows
+    and IS's logits (for their intervals). ``is_images``: what IS sees instead (the official 299x299 copies)."""
     import torch
 
+    if texts is not None and len(texts) != len(images):
+        raise ConfigError(f"got {len(images)} images and {len(texts)} texts: give one text per image")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     fakes, reals = list(images), list(real_images) if real_images is not None else None
     metrics: dict[str, float] = {}
@@ -193,7 +165,7 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
         try:
             fid_net = fid_feature if fid_feature is not None else standard_inception(inception_weights, "2048")
             metrics["FID"] = frechet_distance(reals, fakes, fid_net, batch_size=batch_size, device=device,
-                                              progress=_progress("FID", show_progress), engine=engine,
+                                              show_progress=show_progress, engine=engine,
                                               features=fid_features)
         except MetricUnavailable as e:
             skipped["FID"] = str(e)
@@ -213,16 +185,44 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
         skipped["CLIP Score"] = "CLIP Score skipped (--no-clip)"
     if model is not None:
         metrics["CLIP Score"], scores = clip_scores(fakes, list(texts), model, device=device,
-                                                    progress=_progress("CLIP Score", show_progress),
-                                                    engine=engine)
+                                                    show_progress=show_progress, engine=engine)
     try:
         is_net = is_feature if is_feature is not None else standard_inception(inception_weights, "logits_unbiased")
-        metrics["IS"], metrics["IS SD"] = inception_score(list(is_images) if is_images is not None else fakes, is_net, splits=is_splits, seed=seed,
-                                                          batch_size=batch_size, device=device,
-                                                          progress=_progress("IS", show_progress),
+        metrics["IS"], metrics["IS SD"] = inception_score(list(is_images) if is_images is not None else fakes, is_net,
+                                                          splits=is_splits, seed=seed, batch_size=batch_size,
+                                                          device=device, show_progress=show_progress,
                                                           engine=engine, features=is_features)
     except MetricUnavailable as e:
         skipped.setdefault("IS", str(e))
     if not metrics:
         raise ConfigError("no image metric could run: " + " | ".join(dict.fromkeys(skipped.values())))
-    return metrics, skipped, scores
+    return {m: metrics[m] for m in IMAGE_METRICS if m in metrics}, skipped, scores
+
+
+def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, real_images: Sequence[Any] | None = None,
+                  *, clip_model: str | Path | None = None, clip: tuple[Any, Any] | None = None,
+                  fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
+                  is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
+                  per_item: bool = False, decode_workers: int | str | None = None) -> dict[str, Any]:
+    """Image generation metrics, as ``unirag evaluate images`` computes them: FID of ``images`` (paths, PIL
+    images or encoded bytes) against ``real_images``, CLIP Score of each image against ``texts[i]`` and
+    Inception Score (mean, SD).
+
+    CLIP Score needs ``clip_model`` (a CLIP checkpoint directory or cached hub id; the CLI's default is
+    ``openai/clip-vit-base-patch16``) or ``clip`` = (model, processor); FID/IS need the
+    ``unirag[image-metrics]`` extra, or ``fid_feature`` / ``is_feature`` networks. Returns the metrics
+    that ran plus ``"skipped"`` (metric -> why); ``per_item=True``: also each image's CLIP Score.
+    ``decode_workers``: processes decoding image files ahead of the networks ("auto"/None: the cores
+    available, at most 8, fewer than 128 images inline; 0: in this process); the metrics are the same.
+    """
+    from unirag.runs.engine import EngineOptions
+
+    metrics, skipped, scores = score_images(images, texts, real_images, clip_model=clip_model, clip=clip,
+                                            fid_feature=fid_feature, is_feature=is_feature,
+                                            inception_weights=inception_weights, is_splits=is_splits, seed=seed,
+                                            batch_size=batch_size, device=device,
+                                            engine=EngineOptions(decode_workers=decode_workers))
+    out: dict[str, Any] = {**metrics, "skipped": skipped}
+    if per_item:
+        out["per_item"] = scores
+    return out

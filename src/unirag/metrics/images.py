@@ -1,30 +1,20 @@
 """Image-generation metrics through torchmetrics: FID, Inception Score (mean, SD), CLIP Score.
 
-No metric arithmetic is written here; this module feeds torchmetrics correctly:
-
-* images are decoded as RGB by PIL (the official UniRAG code fed OpenCV's BGR) and passed as uint8
-  ``(3, H, W)`` tensors at their stored size: the Inception network resizes to 299x299 itself and
-  the CLIP processor resizes/crops to its own input, so nothing is resized twice. Batches group
-  images of equal size (the network needs one size per batch);
-* image files are decoded (and turned into uint8 ``(3, H, W)`` arrays) in decode workers
-  (:class:`~unirag.data.loader.ImageLoader`, as many as ``engine``, a
-  :class:`~unirag.runs.engine.EngineOptions`, says: auto by default), a few batches ahead of the
-  network, in order: on a GPU the network is fast and one core decoding 5k-30k images is the bound.
-  The batches, hence the metrics, are the same either way, and an unreadable file fails with the
-  same message;
-* FID compares generated images with the real positive image of the *same queries*;
-* the Inception network is torch-fidelity's (standard FID/IS weights). torch-fidelity imports
-  torchvision, which pulls a multi-GB CUDA torch build, so it is the opt-in extra
-  ``unirag[image-metrics]``; without it FID and IS are skipped with one line saying so. Any
-  ``nn.Module`` can be injected instead (``fid_feature`` / ``is_feature``) - tests do that;
-* CLIP Score loads a Hugging Face CLIP checkpoint from a local directory or the local HF cache
-  (default ``openai/clip-vit-base-patch16``, the official code's choice).
+No metric arithmetic is written here beyond the bootstrap's resampled figures; this module feeds
+torchmetrics correctly. Images are decoded as RGB by PIL (the official UniRAG code fed OpenCV's BGR:
+see :func:`official_arrays`) and passed as uint8 ``(3, H, W)`` at their stored size, in batches of equal
+size: the Inception network and the CLIP processor resize themselves, so nothing is resized twice.
+Files are decoded in decode workers (:class:`~unirag.data.loader.ImageLoader`) a few batches ahead:
+on a GPU one core decoding 5k-30k images is the bound. FID compares generated images with the real
+positive image of the *same queries*. The Inception network is torch-fidelity's (standard weights),
+the opt-in extra ``unirag[image-metrics]`` because it imports torchvision; without it FID and IS are
+skipped with one line. Tests inject any ``nn.Module`` instead (``fid_feature`` / ``is_feature``).
 """
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,27 +31,22 @@ class MetricUnavailable(Exception):
 
 
 def load_uint8(path: ImageLike):
-    """``(3, H, W)`` uint8 tensor of the image decoded as RGB (InputError naming the file if unreadable);
-    a PIL image, encoded bytes or a uint8 array are taken as they are."""
-    import numpy as np
+    """``(3, H, W)`` uint8 tensor of the image decoded as RGB (InputError naming the file if unreadable)."""
     import torch
 
-    arr = np.array(load_rgb(path), dtype=np.uint8, copy=True)
-    return torch.from_numpy(arr).permute(2, 0, 1).contiguous()
+    return torch.from_numpy(chw_uint8(load_rgb(path)))
 
 
 def chw_uint8(image: Any):
-    """An RGB PIL image as the C-contiguous uint8 ``(3, H, W)`` array :func:`load_uint8` makes of it
-    (the decode workers' preprocessing)."""
+    """An RGB PIL image as a C-contiguous uint8 ``(3, H, W)`` array (also the decode workers' preprocessing)."""
     import numpy as np
 
     return np.ascontiguousarray(np.asarray(image, dtype=np.uint8).transpose(2, 0, 1))
 
 
 def uint8_images(paths: Sequence[ImageLike], engine: Any = None, chunk: int = 32) -> Iterator[Any]:
-    """:func:`load_uint8` of each image, in order, the files decoded in decode workers ``chunk`` images
-    at a time, a few chunks ahead (see the module docstring). Inline when ``engine`` says so or when
-    some image is not a file path (PIL images, bytes)."""
+    """:func:`load_uint8` of each image, in order, decoded in ``engine``'s decode workers ``chunk`` images at
+    a time; inline when it says so or when some image is not a file path (PIL images, bytes)."""
     from unirag.data.images import is_path_like
     from unirag.data.loader import ImageLoader
     from unirag.runs.engine import engine_options
@@ -113,15 +98,13 @@ def _size_order(paths: Sequence[str | Path]) -> list[int]:
 
 def official_arrays(paths: Sequence[ImageLike | None], *, channels: str = "bgr", size: int | None = 224,
                     seed: int = 0) -> list[Any]:
-    """Images as the official UniRAG evaluation feeds them: HWC uint8 arrays read with OpenCV (BGR,
-    never converted, when ``channels`` is ``bgr``), resized to ``size`` x ``size`` with ``cv2.resize``
-    (bilinear); a ``None`` path becomes uniform random noise of that size (drawn from ``seed``), as the
-    official ``load_images`` does for a query without an image (castorini/UniRAG
-    src/unirag/eval_image_generation.py@e9a4e00:85-105). The arrays go to the metric functions here
-    as they are (a uint8 array is taken as it is): their channel order is not looked at."""
+    """Images as the official UniRAG evaluation feeds them: HWC uint8 arrays read with OpenCV (BGR, never
+    converted, when ``channels`` is ``bgr``), resized to ``size`` x ``size`` with ``cv2.resize``; a ``None``
+    path becomes uniform random noise drawn from ``seed``, as the official ``load_images`` does for a query
+    without an image (castorini/UniRAG src/unirag/eval_image_generation.py@e9a4e00:85-105)."""
     import numpy as np
 
-    cv2 = _cv2()
+    cv2 = opencv()
     rng = np.random.default_rng(seed)
     out = []
     for p in paths:
@@ -138,20 +121,12 @@ def official_arrays(paths: Sequence[ImageLike | None], *, channels: str = "bgr",
             img = np.asarray(load_rgb(p), dtype=np.uint8)[:, :, ::-1]
         if channels == "rgb":
             img = img[:, :, ::-1]
-        if size is not None:
-            img = cv2.resize(img, (size, size))
-        out.append(np.ascontiguousarray(img))
+        out.append(np.ascontiguousarray(img if size is None else cv2.resize(img, (size, size))))
     return out
 
 
-def resize_arrays(arrays: Sequence[Any], size: int) -> list[Any]:
-    """``cv2.resize`` of each array to ``size`` x ``size``: the official Inception Score input (299 from the
-    224 images, castorini/UniRAG src/unirag/eval_image_generation.py@e9a4e00:173)."""
-    cv2 = _cv2()
-    return [cv2.resize(a, (size, size)) for a in arrays]
-
-
-def _cv2() -> Any:
+def opencv() -> Any:
+    """cv2, or a ConfigError saying how to install it."""
     if importlib.util.find_spec("cv2") is None:
         raise ConfigError("the official image metric inputs (image_metric_channels bgr / image_metric_size) read "
                           f"and resize images with OpenCV; install it with {INSTALL_HINT}")
@@ -180,13 +155,17 @@ def standard_inception(weights: str | Path | None, feature: str) -> Any:
                               feature_extractor_weights_path=str(path))
 
 
+def _progress(items: Iterable, desc: str, show: bool, unit: str = "batch") -> Iterable:
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc, unit=unit, leave=False, disable=not show)
+
+
 def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], feature: Any, *,
-                     batch_size: int = 32, device: str = "cpu", progress: Callable[[Iterable], Iterable] = iter,
+                     batch_size: int = 32, device: str = "cpu", show_progress: bool = False,
                      engine: Any = None, features: list | None = None) -> float:
     """torchmetrics FID between two image sets through ``feature`` (an ``nn.Module`` taking uint8 images).
-
-    ``features``: a list that receives the two ``(n, d)`` float64 feature arrays (real, fake), rows in
-    the order of ``real`` / ``fake`` - what :func:`frechet_from_features` resamples for FID's interval."""
+    ``features``: a list that receives the two ``(n, d)`` float64 feature arrays (real, fake), in input order."""
     import numpy as np
     import torch
     from torchmetrics.image.fid import FrechetInceptionDistance
@@ -210,7 +189,7 @@ def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], fea
     for is_real, paths in ((True, real), (False, fake)):
         order = _size_order(paths)
         seen.clear()
-        for batch in progress(size_batches([paths[i] for i in order], batch_size, engine)):
+        for batch in _progress(size_batches([paths[i] for i in order], batch_size, engine), "FID", show_progress):
             metric.update(batch.to(device), real=is_real)
         if features is not None:
             rows = np.concatenate(seen) if seen else np.zeros((0, 0))
@@ -220,21 +199,17 @@ def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], fea
     return float(metric.compute())
 
 
-def frechet_from_features(rows: Any, device: str | None = None) -> Any:
-    """FID of real and fake feature rows side by side (``(..., n, 2d)``: real features, then fake),
-    as torchmetrics computes it (unbiased covariances, ``Tr sqrt(S1 S2)``), in float64 torch on
-    ``device`` (default: where ``rows`` are; CPU for arrays). ``Tr sqrt(S1 S2)`` comes from symmetric eigenvalues: with fewer images
-    than dimensions those of ``A A^T``, ``A = X1c X2c^T / (n-1)`` (n x n, the same nonzero eigenvalues),
-    else those of ``S1^1/2 S2 S1^1/2`` - cheaper and steadier than torchmetrics' general ``eigvals``,
-    which matters when a bootstrap recomputes it for every resample."""
+def frechet_from_features(rows: Any) -> float:
+    """FID of real and fake feature rows side by side (``(n, 2d)``: real features, then fake) as
+    torchmetrics computes it (unbiased covariances), in float64 where ``rows`` are. ``Tr sqrt(S1 S2)``
+    comes from symmetric eigenvalues (of ``A A^T``, ``A = X1c X2c^T / (n-1)``, with fewer images than
+    dimensions, else of ``S1^1/2 S2 S1^1/2``): cheaper and steadier than torchmetrics' general
+    ``eigvals``, which matters when a bootstrap recomputes it for every resample."""
     import numpy as np
     import torch
 
     t = rows if isinstance(rows, torch.Tensor) else torch.as_tensor(np.asarray(rows, dtype=float))
-    t = (t if device is None else t.to(device)).to(torch.float64)
-    if t.ndim > 2:
-        flat = t.reshape(-1, *t.shape[-2:])
-        return np.array([frechet_from_features(r) for r in flat]).reshape(tuple(t.shape[:-2]))
+    t = t.to(torch.float64)
     n, d = t.shape[0], t.shape[1] // 2
     m1, m2 = t[:, :d].mean(0), t[:, d:].mean(0)
     x1, x2 = t[:, :d] - m1, t[:, d:] - m2
@@ -251,10 +226,9 @@ def frechet_from_features(rows: Any, device: str | None = None) -> Any:
 
 
 def frechet_interval(real: Any, fake: Any, *, n_resamples: int, seed: int, device: str | None = None) -> Any:
-    """FID's bootstrap interval over queries: the (real, generated) feature pairs of resampled queries,
-    the Fréchet distance recomputed on ``device`` (default: CUDA when available) for each; the
-    resampled FIDs' spread centred on the measured FID (``method="centred"``), since repeating images
-    biases a resample's FID upward. An :class:`unirag.metrics.stats.Interval`, or None."""
+    """FID's bootstrap interval over queries: the Fréchet distance of resampled (real, generated) feature
+    pairs, recomputed on ``device`` (default: CUDA when available), the spread centred on the measured FID
+    (``method="centred"``: repeating images biases a resample's FID upward)."""
     import numpy as np
     import torch
 
@@ -273,7 +247,7 @@ def frechet_interval(real: Any, fake: Any, *, n_resamples: int, seed: int, devic
 
 
 def inception_score(paths: Sequence[str | Path], feature: Any, *, splits: int = 10, seed: int = 0,
-                    batch_size: int = 32, device: str = "cpu", progress: Callable[[Iterable], Iterable] = iter,
+                    batch_size: int = 32, device: str = "cpu", show_progress: bool = False,
                     engine: Any = None, features: list | None = None) -> tuple[float, float]:
     """torchmetrics Inception Score (mean, SD over ``splits``); ``seed`` fixes its random split.
     ``features``: a list that receives the ``(n, classes)`` logits, rows in the order of ``paths`` (what
@@ -286,7 +260,7 @@ def inception_score(paths: Sequence[str | Path], feature: Any, *, splits: int = 
     with warnings.catch_warnings():  # "will save all extracted features": logits only, a few MB per 10k images
         warnings.filterwarnings("ignore", message=".*save all extracted features.*")
         metric = InceptionScore(feature=feature, splits=splits, normalize=False).to(device)
-    for batch in progress(size_batches(paths, batch_size, engine)):
+    for batch in _progress(size_batches(paths, batch_size, engine), "IS", show_progress):
         metric.update(batch.to(device))
     if features is not None:
         features.append(torch.cat([f.detach().double().cpu() for f in metric.features]).numpy())
@@ -353,8 +327,7 @@ def load_clip(model: str | Path = DEFAULT_CLIP_MODEL) -> tuple[Any, Any]:
 
 
 def clip_scores(images: Sequence[str | Path], texts: Sequence[str], model: tuple[Any, Any], *,
-                device: str = "cpu", progress: Callable[[Iterable], Iterable] = iter,
-                engine: Any = None) -> tuple[float, list[float]]:
+                device: str = "cpu", show_progress: bool = False, engine: Any = None) -> tuple[float, list[float]]:
     """(corpus CLIP Score, per-pair scores) with torchmetrics ``CLIPScore`` (100 x cosine, floored at 0).
 
     Each pair goes through ``forward``, which returns that pair's score and accumulates the corpus
@@ -363,15 +336,13 @@ def clip_scores(images: Sequence[str | Path], texts: Sequence[str], model: tuple
     import torch
     from torchmetrics.multimodal.clip_score import CLIPScore
 
-    if len(images) != len(texts):
-        raise ValueError("images and texts must pair up")
     clip, processor = model
     metric = CLIPScore(model_name_or_path=lambda: (_ClipFeatures(clip), processor)).to(device)
     per_item: list[float] = []
     decoded = uint8_images(images, engine)
     try:
         with torch.no_grad():
-            for _path, text in progress(list(zip(images, texts, strict=True))):
+            for text in _progress(texts, "CLIP Score", show_progress, unit="img"):
                 per_item.append(float(metric(next(decoded).to(device), text)))
             return float(metric.compute()), per_item
     finally:

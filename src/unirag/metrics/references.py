@@ -1,9 +1,8 @@
-"""Ground truth of generation runs: each query's positives, looked up in the candidate pool.
+"""Ground truth of generation runs and what every scorer reads and writes.
 
-Caption runs are scored against *all* positive captions of an image query; image runs compare each
-generated image with the query's positive image. Positives come from the qrels when given (M-BEIR's
-authoritative judgements), else from the queries' ``pos_cand_list``. The pool is streamed and only
-the needed candidates are kept, so the 5.5M-line global M-BEIR pool does not have to fit in memory.
+Caption runs are scored against *all* positive captions of an image query, image runs against its
+positive image. The pool is streamed and only the needed candidates kept: the 5.5M-line global M-BEIR
+pool need not fit in memory.
 """
 
 from __future__ import annotations
@@ -19,19 +18,14 @@ from unirag.errors import InputError
 from unirag.runs.rundir import METRICS_FILE, PER_QUERY_FILE, RunOutputs, read_run_dir
 
 
-def positives(queries: Iterable[Query], qrels: Qrels | None = None) -> dict[str, list[str]]:
-    """qid -> positive dids (qrels order is sorted for determinism; pos_cand_list keeps its order)."""
-    out: dict[str, list[str]] = {}
-    for q in queries:
-        if qrels is not None:
-            out[q.qid] = sorted(qrels.get(q.qid))
-        else:
-            out[q.qid] = list(q.pos_cand_list)
-    return out
-
-
-def load_needed_candidates(pool_path: str | Path, dids: set[str]) -> dict[str, Candidate]:
-    return {c.did: c for c in read_candidates(pool_path) if c.did in dids}
+def positive_candidates(queries: Iterable[Query], pool_path: str | Path, qrels: Qrels | None = None
+                        ) -> dict[str, list[Candidate]]:
+    """qid -> its positive candidates found in the pool: from the qrels when given (sorted for
+    determinism), else the query's ``pos_cand_list`` (in its order). Only those are kept from the pool."""
+    pos = {q.qid: sorted(qrels.get(q.qid)) if qrels is not None else list(q.pos_cand_list) for q in queries}
+    needed = {d for ds in pos.values() for d in ds}
+    found = {c.did: c for c in read_candidates(pool_path) if c.did in needed}
+    return {qid: [found[d] for d in ds if d in found] for qid, ds in pos.items()}
 
 
 def reference_captions(cands: list[Candidate]) -> list[str]:
@@ -54,20 +48,15 @@ _WRONG_TASK = {"caption": "this is an image-generation run; use 'unirag evaluate
 def load_run_for_scoring(run_dir: str | Path, task: str, queries: str | Path, pool: str | Path,
                          qrels: str | Path | None = None
                          ) -> tuple[RunOutputs, dict[str, Query], dict[str, list[Candidate]]]:
-    """The run, qid -> query and qid -> positive candidates, checked for the scorer of ``task``.
-
-    Caption and image scoring both refuse a run of the other kind and outputs whose qids are not
-    in ``queries`` (a wrong --queries file would otherwise score silently against nothing), so the
-    checks live here once. A run whose manifest names no task (hand-made) is accepted.
-    """
+    """The run, qid -> query and qid -> positive candidates, checked for the scorer of ``task``: a run of the
+    other kind is refused (one without a task, hand-made, is accepted), and so are outputs whose qids
+    are not in ``queries`` (a wrong --queries file would otherwise score silently against nothing)."""
     run = read_run_dir(run_dir)
     if run.task not in (None, task):
         raise InputError(_WRONG_TASK[task], path=run.run_dir)
     read = read_queries(queries)
-    pos = positives(read, read_qrels(qrels) if qrels else None)
-    found = load_needed_candidates(pool, {d for ds in pos.values() for d in ds})
+    gt = positive_candidates(read, pool, read_qrels(qrels) if qrels else None)
     by_qid = {q.qid: q for q in read}
-    gt = {qid: [found[d] for d in ds if d in found] for qid, ds in pos.items()}
     unknown = [q for q in run.records if q not in by_qid]
     if unknown:
         raise InputError(f"{len(unknown)} output(s) have qids not in the queries file, e.g. {unknown[0]!r} "
@@ -75,12 +64,15 @@ def load_run_for_scoring(run_dir: str | Path, task: str, queries: str | Path, po
     return run, by_qid, gt
 
 
-def run_counts(run: RunOutputs, by_qid: dict[str, Query], n_scored: int) -> dict[str, Any]:
-    """What every scorer's metrics.json counts: queries, scored, failed (the first 20 failed qids) and
-    queries with no output yet."""
+def scores_result(run: RunOutputs, by_qid: dict[str, Query], n_scored: int, *, task: str, metrics: dict[str, float],
+                  intervals: dict[str, Any], skipped: dict[str, str], settings: Any, queries: str | Path,
+                  pool: str | Path) -> dict[str, Any]:
+    """What every scorer's metrics.json holds: the metrics, their intervals and the skipped ones; the counts
+    of queries, scored, failed (the first 20 failed qids) and without output yet; the profile and inputs."""
     failed = run.failed()
-    return {"n_queries": len(by_qid), "n_scored": n_scored, "n_failed": len(failed),
-            "n_missing": sum(1 for q in by_qid if q not in run.records), "failed_qids": sorted(failed)[:20]}
+    return {"task": task, "metrics": metrics, **intervals, "skipped_metrics": skipped, "n_queries": len(by_qid),
+            "n_scored": n_scored, "n_failed": len(failed), "n_missing": sum(1 for q in by_qid if q not in run.records),
+            "failed_qids": sorted(failed)[:20], "profile": settings.to_dict(), "queries": str(queries), "pool": str(pool)}
 
 
 def write_scores(run: RunOutputs, per_query: Iterable[dict[str, Any]], result: dict[str, Any]) -> None:

@@ -1,26 +1,17 @@
 """Retrieval metrics over ranked did lists and qrels (pure Python).
 
-* ``hit@k``    - 1 if any relevant did is in the top k. UniIR/M-BEIR report this as "Recall@k".
-* ``recall@k`` - the true recall, |relevant in top k| / |relevant|. For an image->text query with 5 relevant captions, recall@1 can
-  be at most 0.2 while hit@1 can be 1.
-* ``mrr@k``    - 1 / rank of the first relevant did within the top k, 0 if none.
-
-These three score the ranked list after the paper's §5 complement replacement (a caption retrieved
-for a text->image query counts as its image). UniIR scores the raw top-k ids instead:
-
-* ``uniir_recall@k`` - UniIR's "Recall@k" (TIGER-AI-Lab/UniIR ``src/common/mbeir_retriever.py`` at
-  commit 72871c19, ``compute_recall_at_k`` lines 149-166, called on the raw ids lines 467-480): 1 if
-  any relevant did is among the first k ids *as retrieved*, before
-  any replacement. Computed from the run's ``raw`` lists; equal to hit@k on a single-modality pool,
-  different on a union pool searched with ``--modality any``.
-
-Every metric is averaged over the queries that have at least one relevant did in the qrels;
-queries of the qrels missing from the run count as zeros (a run that skips a query is not rewarded).
+``hit@k`` (1 if a relevant did is in the top k: what UniIR/M-BEIR call "Recall@k"), the true
+``recall@k`` (|relevant in top k| / |relevant|: at most 0.2 at k=1 for 5 relevant captions) and
+``mrr@k`` score the list after the paper's §5 complement replacement. ``uniir_recall@k`` is UniIR's
+Recall@k on the raw ids *as retrieved* (TIGER-AI-Lab/UniIR ``src/common/mbeir_retriever.py``@72871c19,
+``compute_recall_at_k`` lines 149-166, called on the raw ids lines 467-480): equal to hit@k on a
+single-modality pool, not on a union pool searched with ``--modality any``. Each is averaged over the
+judged queries; a judged query missing from the run counts as zero (skipping a query is not rewarded).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +41,7 @@ LABELS = {"hit": "hit@k after complement replacement (paper §5)", "recall": "tr
 
 def per_query_scores(run: Mapping[str, Sequence[str]], qrels: Mapping[str, set[str]], ks: Sequence[int],
                      raw: Mapping[str, Sequence[str]] | None = None) -> dict[str, dict[str, float]]:
-    """Each judged query's metrics (``hit@k``, ``recall@k``, ``mrr@k``, with ``raw`` ``uniir_recall@k``);
-    a judged query missing from ``run`` scores 0 everywhere. The rows the means and their intervals use."""
+    """Each judged query's metrics (with ``raw``: also ``uniir_recall@k``), the rows of means and intervals."""
     if not ks or any(int(k) <= 0 for k in ks):
         raise ValueError(f"cutoffs must be positive integers, got {list(ks)}")
     judged = [q for q, rel in qrels.items() if rel]
@@ -69,8 +59,7 @@ def per_query_scores(run: Mapping[str, Sequence[str]], qrels: Mapping[str, set[s
 
 def evaluate_run(run: Mapping[str, Sequence[str]], qrels: Mapping[str, set[str]], ks: Sequence[int],
                  raw: Mapping[str, Sequence[str]] | None = None) -> dict[str, object]:
-    """Mean metrics: {"hit@1": ..., "recall@1": ..., "mrr@1": ..., "num_queries": n, "missing_queries": m};
-    with ``raw`` (qid -> the ids as retrieved) also ``uniir_recall@k``, UniIR's Recall@k."""
+    """Mean metrics ({"hit@1": ..., "num_queries": n, "missing_queries": m, ...}); ``raw``: qid -> ids as retrieved."""
     return mean_metrics(run, per_query_scores(run, qrels, ks, raw))
 
 
@@ -87,12 +76,9 @@ def mean_metrics(run: Mapping[str, Sequence[str]], per_query: Mapping[str, Mappi
 def evaluate_run_file(run_path: str | Path, qrels_path: str | Path, ks: Sequence[int],
                       out: str | Path | None = None, *, resamples: int = 1000, bootstrap_seed: int = 0,
                       ci_method: str = "percentile") -> tuple[dict[str, object], Path, int, dict[str, Any]]:
-    """Score a retrieval run file (``unirag retrieve`` output) against a qrels file.
-
-    Writes ``{"run", "qrels", "k", "metrics", "intervals", "bootstrap"}`` to ``out`` (default:
-    ``RUN.metrics.json`` beside the run); returns the metrics, where they were written, the run's depth
-    (candidates per query), since cutoffs beyond it cannot find more, and each metric's bootstrap
-    interval over the judged queries (``resamples`` seeded by ``bootstrap_seed``; 0: none).
+    """Score a retrieval run file against a qrels file; writes ``{"run", "qrels", "k", "metrics",
+    "intervals", "bootstrap", "labels"}`` to ``out`` (default: ``RUN.metrics.json`` beside the run).
+    Returns the metrics, that path, the run's depth (cutoffs beyond it cannot find more) and the intervals.
     """
     from unirag.data.mbeir import read_qrels
     from unirag.errors import InputError
@@ -117,3 +103,25 @@ def evaluate_run_file(run_path: str | Path, qrels_path: str | Path, ks: Sequence
     atomic_write_json(out, {"run": str(run_path), "qrels": str(qrels_path), "k": list(ks), "metrics": metrics,
                             **intervals, "labels": labels})
     return metrics, out, max((len(r) for r in run.values()), default=0), intervals
+
+
+def retrieval_metrics(rankings: Mapping[str, Sequence[str] | Iterable[Any]], qrels: Any,
+                      k: Sequence[int] = (1, 5, 10)) -> dict[str, Any]:
+    """hit@k (after complement replacement), true recall@k and MRR@k, averaged over the judged queries;
+    for :class:`unirag.Hits` also ``uniir_recall@k``, UniIR's Recall@k on the raw top-k ids.
+
+    ``rankings``: qid -> ranked dids, or the :class:`unirag.Hits` of :meth:`unirag.Retriever.search`.
+    ``qrels``: qid -> relevant dids, or a :class:`unirag.Qrels`. Judged queries missing from
+    ``rankings`` count as zeros.
+    """
+    from unirag.data.records import Qrels
+    from unirag.errors import ConfigError
+
+    relevant = qrels.relevant if isinstance(qrels, Qrels) else {q: set(d) for q, d in qrels.items()}
+    ranked = {q: [getattr(h, "did", h) for h in hits] for q, hits in rankings.items()}
+    raws = {q: getattr(hits, "raw", None) for q, hits in rankings.items()}
+    raw = raws if raws and all(r is not None for r in raws.values()) else None
+    try:
+        return evaluate_run(ranked, relevant, [int(x) for x in k], raw=raw)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None

@@ -1,16 +1,9 @@
 """SPICE through the ``spice-1.0.jar`` that pycocoevalcap ships, without its download step.
 
 pycocoevalcap's ``Spice()`` downloads Stanford CoreNLP 3.6.0 (two jars) on first use, which fails
-offline and is slow online. We look for the two jars *before* calling anything:
-
-1. the directory given as ``spice_lib`` (CLI ``--spice-lib DIR``),
-2. the directory in the environment variable ``UNIRAG_SPICE_LIB``,
-3. pycocoevalcap's own ``spice/lib`` (where its downloader would put them).
-
-When none has them, SPICE is skipped with one line saying how to enable it. When found, the same
-jar is run with the same arguments as pycocoevalcap (``-subset -silent``, 8 GB heap), with CoreNLP
-added to the class path from wherever it was found. The result cache (LMDB) is not used: it needs
-Java 8 internals and only speeds up repeated scoring of the same sentences.
+offline. The jars are looked for first (``spice_lib``, then ``$UNIRAG_SPICE_LIB``, then pycocoevalcap's
+``spice/lib``); without them SPICE is skipped with one line saying how to enable it. The jar runs with
+pycocoevalcap's arguments, minus its LMDB cache (it needs Java 8 internals and only speeds up rescoring).
 """
 
 from __future__ import annotations
@@ -75,10 +68,8 @@ def _float(v: object) -> float:
 
 def run_spice(gts: Mapping[str, Sequence[str]], res: Mapping[str, Sequence[str]], corenlp_dir: Path,
               java: str = "java") -> tuple[float, list[float]]:
-    """(mean SPICE F-score, per-item F-scores in ``gts`` key order), on PTB-tokenized captions.
-
-    Same input/output handling as pycocoevalcap's ``Spice.compute_score`` (mean of ``All.f``).
-    """
+    """(mean SPICE F-score, per-item F-scores in ``gts`` order) of PTB-tokenized captions, as
+    pycocoevalcap's ``Spice.compute_score`` (mean of ``All.f``)."""
     ids = list(gts)
     data = [{"image_id": i, "test": res[i][0], "refs": list(gts[i])} for i in ids]
     with tempfile.TemporaryDirectory(prefix="unirag-spice-") as tmp:

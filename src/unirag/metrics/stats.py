@@ -1,17 +1,9 @@
 """Confidence intervals and paired significance tests over queries (scipy; the ``eval`` extra).
 
 A metric's figure is built from per-query *rows*: one value per query for a mean metric (ROUGE-L,
-CIDEr-D, SPICE, CLIP Score, hit@k ...), or the statistics a corpus figure sums (BLEU's n-gram counts,
-see :func:`corpus_bleu`). Every interval and test resamples queries, never rescoring them: the
-statistic receives *indices* into the rows and recomputes the figure from the indexed rows, so
-pycocoevalcap's Java scorers run once per evaluation.
-
-* :func:`bootstrap_interval` - ``scipy.stats.bootstrap`` (percentile or BCa, seeded) over queries.
-* :func:`paired_comparison` - a run against a baseline on the same queries: the difference, its
-  paired bootstrap interval, the two-sided paired randomization test (``scipy.stats.permutation_test``
-  with ``permutation_type="samples"``: each query's rows are swapped between the two runs at random)
-  and, when not significant, :func:`queries_needed`.
-* :func:`holm` - Holm's step-down correction across a table's p-values.
+CIDEr-D, CLIP Score, hit@k ...), or the statistics a corpus figure sums (BLEU's n-gram counts, see
+:func:`corpus_bleu`). Intervals and tests resample query *indices* and recompute the figure from the
+indexed rows, never rescoring: pycocoevalcap's Java scorers run once per evaluation.
 """
 
 from __future__ import annotations
@@ -40,9 +32,8 @@ def mean_figure(rows: Any) -> Any:
 
 
 def corpus_bleu(rows: Any, order: int) -> Any:
-    """pycocoevalcap's corpus BLEU-``order`` (x100) from per-query rows ``[testlen, reflen (closest),
-    guess_1..4, correct_1..4]`` (``BleuScorer.compute_score``: summed counts, the same smoothing
-    constants, brevity penalty ``exp(1 - reflen/testlen)`` when the candidates are shorter)."""
+    """pycocoevalcap's corpus BLEU-``order`` (x100, ``BleuScorer.compute_score``'s smoothing and brevity
+    penalty) from per-query rows ``[testlen, reflen (closest), guess_1..4, correct_1..4]``."""
     import numpy as np
 
     tiny, small = 1e-15, 1e-9
@@ -70,10 +61,9 @@ class Interval:
 
 @dataclass(frozen=True)
 class Comparison:
-    """A run minus its baseline on ``n`` shared queries: ``diff`` with its paired bootstrap interval
-    (``low``, ``high``), the two-sided randomization ``p_value`` (``p_holm`` once corrected across a
-    table) and, for a difference not significant, ``n_needed``: roughly how many queries would detect
-    it (None when significant; -1 when the difference is exactly 0)."""
+    """A run minus its baseline on ``n`` shared queries: ``diff``, its paired bootstrap interval, the
+    randomization ``p_value`` (``p_holm`` once corrected across a table) and, when not significant,
+    ``n_needed``: roughly how many queries would detect it (-1 when the difference is exactly 0)."""
 
     metric: str
     diff: float
@@ -122,13 +112,11 @@ def bootstrap_interval(values: Any, figure: Figure = mean_figure, *, n_resamples
                        ) -> Interval | None:
     """The ``confidence`` bootstrap interval of ``figure(rows)`` over queries (None for fewer than 2).
 
-    ``values``: one value per query, or one row of statistics per query that ``figure`` (rows
-    ``(..., n, m)`` -> ``(...)``) turns into the figure. ``scipy.stats.bootstrap`` resamples query
-    indices (``method`` "percentile" or "BCa", ``random_state`` seeded by ``seed``). When every
-    resample gives the same figure the interval is that point (scipy would return NaN for BCa).
-    ("centred" is also accepted: the resampled figures' 2.5-97.5 percentile spread around their median,
-    placed around the measured figure - for FID and IS, whose resamples are biased because resampling
-    repeats images; see the docs.)
+    ``values``: one value, or one row of statistics, per query; ``figure`` maps rows ``(..., n, m)`` to
+    ``(...)``. ``method``: "percentile" or "BCa" (scipy, seeded by ``seed``), or "centred": the resampled
+    figures' spread around their median placed around the measured figure, for FID and IS, whose
+    resamples are biased because resampling repeats images. A constant figure gives that point (scipy
+    would return NaN for BCa).
     """
     import numpy as np
     from scipy.stats import bootstrap
@@ -162,10 +150,9 @@ def bootstrap_interval(values: Any, figure: Figure = mean_figure, *, n_resamples
 
 
 def queries_needed(diff: float, se: float, n: int, *, alpha: float = ALPHA, power: float = POWER) -> int | None:
-    """Queries a paired two-sided test would need to detect ``diff`` with probability ``power`` at level
-    ``alpha``, the per-query SD of the difference estimated as ``se * sqrt(n)`` (``se``: the bootstrap
-    standard error of the difference on ``n`` queries): ``((z_{1-alpha/2} + z_power) * sd / diff)^2``.
-    -1 when ``diff`` is 0 (no number of queries detects it); None when ``se`` is 0."""
+    """Queries a paired two-sided test needs to detect ``diff`` with probability ``power`` at level ``alpha``:
+    ``((z_{1-alpha/2} + z_power) * sd / diff)^2``, the per-query SD estimated as ``se * sqrt(n)`` from the
+    bootstrap standard error on ``n`` queries. -1 when ``diff`` is 0; None when ``se`` is 0."""
     from scipy.stats import norm
 
     if diff == 0:
@@ -180,12 +167,10 @@ def queries_needed(diff: float, se: float, n: int, *, alpha: float = ALPHA, powe
 def paired_comparison(run: Any, baseline: Any, figure: Figure = mean_figure, *, metric: str = "",
                       n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, confidence: float = CONFIDENCE,
                       method: str = "percentile") -> Comparison:
-    """``run`` against ``baseline``: per-query values or rows of the *same queries in the same order*.
-
-    The difference ``figure(run) - figure(baseline)``; its paired bootstrap interval (the same query
-    indices drawn for both); the two-sided p-value of ``scipy.stats.permutation_test`` with
-    ``permutation_type="samples"`` (under the null each query's two rows are exchangeable; exact
-    when 2^n <= ``n_resamples``); and :func:`queries_needed` when p >= 0.05.
+    """``run`` against ``baseline`` (rows of the *same queries in the same order*): the difference of their
+    figures, its paired bootstrap interval (the same query indices drawn for both), the two-sided p-value
+    of ``scipy.stats.permutation_test`` with ``permutation_type="samples"`` (under the null each query's
+    two rows are exchangeable) and :func:`queries_needed` when p >= 0.05.
     """
     import numpy as np
     from scipy.stats import permutation_test
@@ -217,7 +202,7 @@ def paired_comparison(run: Any, baseline: Any, figure: Figure = mean_figure, *, 
 
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjusted p-values, in the input order: the i-th smallest p times (m - i + 1),
-    made monotone and capped at 1. Reject where the adjusted p-value is below alpha."""
+    made monotone and capped at 1."""
     order = sorted(range(len(p_values)), key=lambda i: p_values[i])
     m = len(p_values)
     adjusted = [0.0] * m
@@ -249,9 +234,8 @@ BLEU_STATS = "bleu_stats"
 
 def metric_rows(records: Mapping[str, Mapping[str, Any]], metric: str, qids: Sequence[str]
                 ) -> tuple[Any, Figure] | None:
-    """(rows, figure) of ``metric`` over ``qids`` from per-query records (``metrics_per_query.jsonl``):
-    BLEU-n from its n-gram counts (corpus BLEU), any other metric as the mean of its per-query values.
-    None when some query lacks what the metric needs (e.g. FID, a corpus figure without per-query rows)."""
+    """(rows, figure) of ``metric`` over ``qids`` from per-query records: BLEU-n from its n-gram counts, any
+    other metric as the mean of its values. None when some query lacks them (FID: a corpus figure)."""
     import functools
 
     if metric.startswith("BLEU-") and metric[5:].isdigit():
@@ -264,8 +248,8 @@ def metric_rows(records: Mapping[str, Mapping[str, Any]], metric: str, qids: Seq
 
 
 def shifted(interval: Interval | None, shift: float) -> Interval | None:
-    """The interval moved by ``shift`` (used where the reported figure is an aggregate that differs from
-    the mean of the per-query values by a constant, as METEOR's jar aggregate)."""
+    """The interval moved by ``shift``: the reported figure differs from what the rows rebuild (METEOR's
+    jar aggregate, IS's random split)."""
     if interval is None or shift == 0:
         return interval
     return Interval(interval.low + shift, interval.high + shift, interval.se)
@@ -273,12 +257,9 @@ def shifted(interval: Interval | None, shift: float) -> Interval | None:
 
 def query_intervals_result(records: Mapping[str, Mapping[str, Any]], figures: Mapping[str, float],
                            resamples: int, seed: int, method: str) -> dict[str, Any]:
-    """The ``intervals`` and ``bootstrap`` entries of an evaluation's metrics.json ({} when ``resamples`` is 0).
-
-    ``intervals``: ``{metric: {"low", "high", "se"}}`` for each reported figure that the per-query
-    records can rebuild (see :func:`metric_rows`), moved by the figure's offset when the figure is not
-    exactly what the rows rebuild (METEOR's aggregate vs the mean of its segments); ``bootstrap``: how
-    they were computed."""
+    """The ``intervals`` (``{metric: {"low", "high", "se"}}`` for each figure the per-query records can
+    rebuild, :func:`shifted` onto the figure) and ``bootstrap`` (how) entries of an evaluation's
+    metrics.json; {} when ``resamples`` is 0."""
     if not resamples:
         return {}
     settings = {"unit": "query", "method": _check(resamples, method, CONFIDENCE), "n_resamples": int(resamples),

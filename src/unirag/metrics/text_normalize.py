@@ -1,22 +1,12 @@
-"""Clean a generated caption before it is scored.
+"""Clean a generated caption before it is scored, so the prompt's framing is not counted as n-gram mismatches.
 
-Generators often wrap the caption in the prompt's own framing: LLaVA prompts number the images, so
-answers come back as ``Caption [3]: A dog ...``; chat models add ``Caption:`` or quote the sentence.
-The official UniRAG evaluation removes the ``Caption [n]: `` prefix before scoring (its
-``remove_caption_prefix``); we do the same, a little more generally, so that the framing is not
-counted as n-gram mismatches:
-
-1. surrounding whitespace is removed;
-2. one leading label is removed: ``Caption``, ``Answer``, ``Output``, ``Response`` or
-   ``Description`` (any case, optionally bold ``**...**``, optionally followed by ``for/of the
-   (query) image``, and optionally a number ``[3]``, ``3`` or ``#3``), followed by ``:`` or ``-``;
-   a bare ``[3]:`` is removed too;
-3. one pair of matching surrounding quotes is removed (``"..."``, ``'...'``, ``“...”``, ``‘...’``,
-   `````...`````);
-4. steps 2-3 repeat until nothing changes (``Caption [3]: "A dog."`` -> ``A dog.``).
-
-Nothing else is changed: case, punctuation and inner text are left to the PTB tokenizer, exactly
-as the COCO caption toolkit expects.
+LLaVA prompts number the images, so answers come back as ``Caption [3]: A dog ...``; chat models add
+``Caption:`` or quote the sentence. The official evaluation removes ``Caption [n]: `` (its
+``remove_caption_prefix``); :func:`strip_answer_prefix` does so a little more generally: surrounding
+whitespace; one leading label (``Caption``, ``Answer``, ``Output``, ``Response`` or ``Description``, any
+case, optionally bold, ``for/of the (query) image`` and a number ``[3]``/``3``/``#3``, then ``:`` or ``-``;
+or a bare ``[3]:``); one pair of surrounding quotes; repeated until nothing changes. Case, punctuation
+and inner text are left to the PTB tokenizer, as the COCO caption toolkit expects.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Turn run directories into table rows: who generated (generator, mode, k, retriever) and the metrics.
-
-Labels follow the paper's tables: a retrieval baseline row is named after its retriever
-("CLIP-SF"), zero-shot after the generator ("LLaVA"), few-shot rows "<retriever> + <generator>" and
-"Random + <generator>". Everything is read from each run's ``manifest.json`` (written by the
-generation commands) and ``metrics.json`` (written by ``unirag evaluate``).
+"""Turn run directories into table rows: who generated (generator, mode, k, retriever) and the metrics,
+read from each run's ``manifest.json`` and ``metrics.json``, labelled as the paper's tables do
+("CLIP-SF", "LLaVA", "<retriever> + <generator>", "Random + <generator>").
 """
 
 from __future__ import annotations
@@ -86,6 +83,17 @@ class RunSummary:
             return f"Random + {self.generator}"
         return f"{self.retriever or 'RAG'} + {self.generator}" if self.mode == "rag" else self.generator
 
+    def recorded_path(self, *keys: str, evaluation_first: bool = False) -> Path | None:
+        """The first path recorded under ``keys`` (in the manifest, then metrics.json, or the other way
+        round) that exists as given or relative to the run directory."""
+        for source in (self.evaluation, self.manifest) if evaluation_first else (self.manifest, self.evaluation):
+            for key in keys:
+                if source.get(key):
+                    for candidate in (Path(str(source[key])), self.run_dir / str(source[key])):
+                        if candidate.exists():
+                            return candidate
+        return None
+
     def sort_key(self) -> tuple:
         return (0 if self.mode == "retrieval" else 1, "" if self.mode == "retrieval" else self.generator,
                 0 if self.k == 0 else MODE_ORDER.get(self.mode, 9), self.retriever or "", self.k, self.name)
@@ -98,8 +106,7 @@ def _short(spec: str) -> str:
 
 
 def _text(value: Any, *keys: str) -> str | None:
-    if value is None:
-        return None
+    """``value`` if it is a string, else its first string entry under ``keys``."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict):
@@ -110,12 +117,8 @@ def _text(value: Any, *keys: str) -> str | None:
 
 
 def flat_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
-    """One level of keys from a run manifest.
-
-    The generation commands nest their configuration (``identity`` = what determines the outputs,
-    with ``examples`` = where the in-context examples came from; ``settings`` = how it ran); hand
-    written manifests may be flat. Precedence: top level > identity > examples > settings.
-    """
+    """One level of keys from a run manifest, nested (``identity`` with its ``examples``, ``settings``) or
+    hand-written flat. Precedence: top level > identity > examples > settings."""
     identity = manifest.get("identity") if isinstance(manifest.get("identity"), dict) else {}
     out: dict[str, Any] = {}
     for part in (manifest.get("settings"), identity.get("examples"), identity, manifest):
@@ -195,15 +198,12 @@ PAPER_FILE = "paper.json"
 
 def read_paper_figures(run_dir: Path) -> dict[str, float]:
     """The paper's figures a reproduction grid recorded for this run (``paper.json``), or {}."""
-    import json
+    from unirag.data.jsonl import read_json_file
 
     path = run_dir / PAPER_FILE
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:
-        raise InputError("invalid JSON", path=path) from None
+    data = read_json_file(path)
     paper = data.get("paper") if isinstance(data, dict) else None
     if not isinstance(paper, dict):
         raise InputError("expected {'paper': {metric: figure}}", path=path, field="paper")

@@ -1,12 +1,9 @@
 """Each row of a report against a baseline run, on the queries both scored (``unirag report --baseline``).
 
-For every metric with per-query rows in ``metrics_per_query.jsonl`` (all caption metrics - BLEU
-from its n-gram counts -, CLIP Score), each run minus the baseline: the difference, its paired
-bootstrap interval, the paired randomization test's p-value, Holm's correction across the whole
-table and, for a difference that is not significant, roughly how many queries would detect it
-(:mod:`unirag.metrics.stats`). A significant cell is marked with a dagger, as pyserini's
-reproduction pages mark theirs. FID and IS have no per-query rows and are not compared.
-A run sharing no query with the baseline (another query set) is refused: differences between
+For every metric with per-query rows (caption metrics - BLEU from its n-gram counts -, CLIP Score; not
+FID or IS), each run minus the baseline with the statistics of :mod:`unirag.metrics.stats`; a cell
+significant after Holm's correction across the table is marked with a dagger, as pyserini's
+reproduction pages do. A run sharing no query with the baseline is refused: differences between
 unpaired runs are not what this table claims.
 """
 
@@ -29,7 +26,7 @@ from unirag.metrics.stats import (
     with_holm,
 )
 from unirag.reports.collect import RunSummary, summarize_run
-from unirag.reports.tables import CAPTION_COLUMNS, IMAGE_COLUMNS, number
+from unirag.reports.tables import CAPTION_COLUMNS, IMAGE_COLUMNS, Table, number, slug
 from unirag.runs.rundir import read_per_query
 
 MARK = "†"
@@ -63,17 +60,16 @@ class BaselineComparison:
                 "comparisons of this table. (~N q): roughly the queries needed to detect the difference "
                 "(power 0.8, alpha 0.05).")
 
+    def table(self) -> Table:
+        base = self.baseline
+        return Table(f"compare_{slug(base.task)}_{slug(base.dataset)}",
+                     f"Differences from the baseline {base.label} (k={base.k}, {base.name}) — {base.dataset}",
+                     ["k", "n", *self.metrics], [[r.run.label, r.run.k, r.n, *(comparison_cell(r.metrics.get(m))
+                                                                             for m in self.metrics)] for r in self.rows],
+                     self.csv(), [self.legend(), *(f"Not compared: {why}" for why in self.not_compared.values())])
+
     def markdown(self) -> str:
-        base, cols = self.baseline, self.metrics
-        lines = [f"### Differences from the baseline {base.label} (k={base.k}, {base.name}) — "
-                 f"{base.dataset}", "", "| | k | n | " + " | ".join(cols) + " |",
-                 "|---|---:|---:|" + "---:|" * len(cols)]
-        for r in self.rows:
-            lines.append(f"| {r.run.label} | {r.run.k} | {r.n} | "
-                         + " | ".join(comparison_cell(r.metrics.get(m)) for m in cols) + " |")
-        lines += ["", self.legend()]
-        lines += [f"Not compared: {why}" for why in self.not_compared.values()]
-        return "\n".join(lines) + "\n"
+        return self.table().markdown()
 
     def csv(self) -> str:
         buf = io.StringIO()
@@ -121,9 +117,7 @@ def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, 
     one of ``runs``) on the queries both scored: difference (run - baseline), paired bootstrap interval
     (``method`` "percentile" or "BCa", ``resamples`` seeded by ``seed``), paired randomization p-value,
     Holm's correction across the table, and queries needed where the difference is not significant.
-
-    Raises :class:`unirag.errors.InputError` (one line) for a run of another task or dataset, or one
-    that shares no query with the baseline. Needs the ``eval`` extra (scipy).
+    An :class:`unirag.errors.InputError` for unpaired runs. Needs the ``eval`` extra (scipy).
     """
     summaries = [r if isinstance(r, RunSummary) else summarize_run(r) for r in runs]
     base = resolve_baseline(summaries, baseline)
@@ -143,13 +137,12 @@ def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, 
         if not shared:
             raise InputError(f"cannot compare {r.name} with the baseline {base.name}: they share no scored query "
                              f"(unpaired runs, different query sets)")
-        prepared.append((r, records, shared))
+        prepared.append((RowComparison(run=r, n=len(shared)), records, shared))
     metrics = [m for m in (IMAGE_COLUMNS if base.task == "image" else CAPTION_COLUMNS) if m in base.metrics]
     not_compared: dict[str, str] = {}
-    rows = []
-    flat: list[tuple[int, str, Comparison]] = []
-    for i, (r, records, shared) in enumerate(prepared):
-        row = RowComparison(run=r, n=len(shared))
+    flat: list[tuple[RowComparison, Comparison]] = []
+    for row, records, shared in prepared:
+        r = row.run
         for m in metrics:
             if m not in r.metrics:
                 continue
@@ -163,10 +156,10 @@ def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, 
                 continue
             c = paired_comparison(mine[0], theirs[0], mine[1], metric=m, n_resamples=resamples, seed=seed,
                                   method=method)
-            flat.append((i, m, c))
-        rows.append(row)
-    for (i, m, _), c in zip(flat, with_holm([c for _, _, c in flat]), strict=True):
-        rows[i].metrics[m] = c
+            flat.append((row, c))
+    rows = [row for row, _, _ in prepared]
+    for (row, _), c in zip(flat, with_holm([c for _, c in flat]), strict=True):
+        row.metrics[c.metric] = c
     for m in metrics:
         if all(m not in r.metrics for r in rows) and m not in not_compared:
             not_compared[m] = f"{m}: no other run has it"

@@ -1,10 +1,6 @@
-"""Static HTML gallery: one card per query with what went into the prompt and what came out.
-
-A card shows the query (image or caption), the in-context examples that were in the prompt, the
-output (or the error of a failed query), the references and the per-query scores written by
-``unirag evaluate``. Images are copied into the report as small JPEG thumbnails and linked with
-relative paths, so the report folder is self-contained (zip it, open ``index.html`` anywhere).
-Every piece of text goes through ``html.escape``.
+"""Static HTML gallery: one card per query with the query, the in-context examples of the prompt, the
+output (or error), the references and the per-query scores. Images are copied in as small JPEG
+thumbnails linked by relative paths, so the report folder is self-contained; all text is escaped.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ from typing import Any
 
 from unirag.data.mbeir import read_queries
 from unirag.data.records import Query, resolve_image
-from unirag.metrics.references import load_needed_candidates, positives
+from unirag.metrics.references import positive_candidates
 from unirag.reports.collect import RunSummary
 from unirag.runs.rundir import read_per_query, read_run_dir
 
@@ -42,7 +38,7 @@ class MediaStore:
 
     def __init__(self, report_dir: Path) -> None:
         self.dir = report_dir / "media"
-        self.report_dir = report_dir
+        self.page_dir = report_dir / "gallery"  # where the pages that link the thumbnails are
         self._done: dict[Path, Path | None] = {}
 
     def thumb(self, source: Path | None) -> Path | None:
@@ -68,27 +64,12 @@ class MediaStore:
         self._done[source] = target
         return target
 
-    def img_tag(self, source: Path | None, page_dir: Path, alt: str) -> str:
+    def img_tag(self, source: Path | None, alt: str) -> str:
         target = self.thumb(source)
         if target is None:
             return f'<p class="muted">image not available: {esc(source)}</p>'
-        rel = os.path.relpath(target, page_dir).replace(os.sep, "/")
+        rel = os.path.relpath(target, self.page_dir).replace(os.sep, "/")
         return f'<img class="thumb" src="{esc(rel)}" alt="{esc(alt)}" loading="lazy">'
-
-
-def _setting(run: RunSummary, override: Any, *keys: str, evaluation_first: bool = False) -> Path | None:
-    """``override``, else the first path recorded under ``keys`` (in the manifest, then metrics.json, or the
-    other way round) that exists as given or relative to the run directory."""
-    if override:
-        return Path(override)
-    sources = (run.evaluation, run.manifest) if evaluation_first else (run.manifest, run.evaluation)
-    for source in sources:
-        for key in keys:
-            if source.get(key):
-                for candidate in (Path(str(source[key])), run.run_dir / str(source[key])):
-                    if candidate.exists():
-                        return candidate
-    return None
 
 
 def _scores_table(scores: dict[str, Any]) -> str:
@@ -99,73 +80,70 @@ def _scores_table(scores: dict[str, Any]) -> str:
     return f"<table>{body}</table>"
 
 
-def _examples_html(examples: Any, media: MediaStore, page_dir: Path, pool_root: Path | None) -> str:
+def _examples_html(examples: Any, media: MediaStore, pool_root: Path | None) -> str:
     if not examples:
         return '<p class="muted">none (zero-shot)</p>'
     items = []
     for ex in examples if isinstance(examples, list) else []:
         ex = ex if isinstance(ex, dict) else {}
-        img = media.img_tag(resolve_image(ex.get("img_path"), pool_root), page_dir, "example image") \
-            if ex.get("img_path") else ""
+        img = media.img_tag(resolve_image(ex.get("img_path"), pool_root), "example image") if ex.get("img_path") else ""
         items.append(f'<li>{img}<div class="caption">{esc(ex.get("txt"))}</div></li>')
     return "<ol>" + "".join(items) + "</ol>"
 
 
 def render_card(task: str, qid: str, record: dict[str, Any], query: Query | None, refs: list, scores: dict,
-                run_dir: Path, media: MediaStore, page_dir: Path, images_root: Path | None,
-                pool_root: Path | None, *, open_card: bool = True) -> str:
+                run_dir: Path, media: MediaStore, images_root: Path | None, pool_root: Path | None, *,
+                open_card: bool = True) -> str:
     """One query's card: a ``<details>`` element whose one-line summary gives the query id, the
     status and the output (``open_card``: shown unfolded)."""
     ok = record.get("status", "ok") == "ok"
     if query is None:
         query_html = '<p class="muted">query not found in the queries file</p>'
     elif task == "caption" and query.img_path:
-        query_html = media.img_tag(resolve_image(query.img_path, images_root), page_dir, "query image")
+        query_html = media.img_tag(resolve_image(query.img_path, images_root), "query image")
     else:
         query_html = f'<div class="caption">{esc(query.txt)}</div>'
-    if not ok:
-        output = f'<div class="error">{esc(record.get("error") or "failed")}</div>'
+    if not ok:  # gist: the one-line summary of the folded card
+        gist = record.get("error") or "failed"
+        output = f'<div class="error">{esc(gist)}</div>'
     elif task == "image":
-        output = media.img_tag(resolve_image(record.get("image"), run_dir), page_dir, "generated image")
+        gist = f"generated image · {query.txt if query is not None and query.txt else ''}"
+        output = media.img_tag(resolve_image(record.get("image"), run_dir), "generated image")
     else:
+        gist = record.get("caption") or ""
         output = f'<div class="caption">{esc(record.get("caption"))}</div>'
         scored = scores.get("caption_scored")
         if scored is not None and scored != (record.get("caption") or "").strip():
             output += f'<p class="muted">scored as: {esc(scored)}</p>'
     if task == "image":
-        ref_html = "".join(media.img_tag(resolve_image(c.img_path, pool_root or images_root), page_dir,
-                                         "reference image") for c in refs if c.img_path)
+        ref_html = "".join(media.img_tag(resolve_image(c.img_path, pool_root or images_root), "reference image")
+                           for c in refs if c.img_path)
     else:
         ref_html = "<ul>" + "".join(f"<li>{esc(c.txt)}</li>" for c in refs if c.txt) + "</ul>"
     examples = record.get("examples") or []
-    if not ok:
-        gist = record.get("error") or "failed"
-    elif task == "image":
-        gist = f"generated image · {query.txt if query is not None and query.txt else ''}"
-    else:
-        gist = record.get("caption") or ""
     return Template(asset_text("card.html")).substitute(
         open=" open" if open_card else "", gist=esc(str(gist)[:200]),
         status_class="ok" if ok else "failed", anchor=esc(qid), qid=esc(qid), status="ok" if ok else "failed",
         query=query_html, n_examples=len(examples) if isinstance(examples, list) else 0,
-        examples=_examples_html(examples, media, page_dir, pool_root), output=output,
+        examples=_examples_html(examples, media, pool_root), output=output,
         references=ref_html or '<p class="muted">none found</p>', scores=_scores_table(scores))
 
 
-def build_gallery(run: RunSummary, report_dir: Path, media: MediaStore, *, max_cards: int = 100,
+def build_gallery(run: RunSummary, media: MediaStore, *, max_cards: int = 100,
                   queries: Path | None = None, pool: Path | None = None, images_root: Path | None = None,
                   page_name: str | None = None) -> tuple[Path, int]:
     """Write ``<report>/gallery/<run>.html``; returns (path, number of cards)."""
-    page_dir = report_dir / "gallery"
+    page_dir = media.page_dir
     page_dir.mkdir(parents=True, exist_ok=True)
     outputs = read_run_dir(run.run_dir)
     per_query = read_per_query(run.run_dir)
-    queries_path = _setting(run, queries, "queries")
-    pool_path = _setting(run, pool, "pool")
+    queries_path = Path(queries) if queries else run.recorded_path("queries")
+    pool_path = Path(pool) if pool else run.recorded_path("pool")
     # caption runs: images_root = the query images, pool_images_root = the examples';
     # image runs: evaluate images records where the real (reference) images are
-    root = _setting(run, images_root, "images_root", evaluation_first=run.task == "image")
-    pool_root = _setting(run, None, "pool_images_root") or root
+    root = Path(images_root) if images_root else run.recorded_path("images_root",
+                                                                   evaluation_first=run.task == "image")
+    pool_root = run.recorded_path("pool_images_root") or root
     shown = list(outputs.records.items())[:max_cards]
     by_qid: dict[str, Query] = {}
     refs: dict[str, list] = {}
@@ -173,15 +151,13 @@ def build_gallery(run: RunSummary, report_dir: Path, media: MediaStore, *, max_c
     if queries_path is not None:
         by_qid = {q.qid: q for q in read_queries(queries_path)}
         if pool_path is not None:
-            pos = positives([by_qid[q] for q, _ in shown if q in by_qid])
-            found = load_needed_candidates(pool_path, {d for ds in pos.values() for d in ds})
-            refs = {q: [found[d] for d in ds if d in found] for q, ds in pos.items()}
+            refs = positive_candidates([by_qid[q] for q, _ in shown if q in by_qid], pool_path)
         else:
             notes.append("pool file not found: references not shown")
     else:
         notes.append("queries file not found (pass --queries): query content not shown")
     cards = [render_card(run.task, qid, rec, by_qid.get(qid), refs.get(qid, []), per_query.get(qid, {}),
-                         run.run_dir, media, page_dir, root, pool_root, open_card=i < OPEN_CARDS)
+                         run.run_dir, media, root, pool_root, open_card=i < OPEN_CARDS)
              for i, (qid, rec) in enumerate(shown)]
     failed = sum(1 for _, r in shown if r.get("status", "ok") != "ok")
     subtitle = (f"{run.label} · k={run.k} · {run.dataset} · showing {len(cards)} of {len(outputs.records)} "

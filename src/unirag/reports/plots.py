@@ -1,27 +1,21 @@
 """One PNG per main metric: the metric against k, one line per generator and example source.
 
 Every few-shot line starts at its generator's zero-shot run (k = 0), as the paper reads its tables;
-retrieval-only baselines are horizontal lines, each with its own line style (and its 95 % interval as
-a band). Error bars: each run's 95 % bootstrap interval over queries, as ``unirag evaluate`` wrote it
-into metrics.json. Every label is in the legend beside the axes (no text over the data); a flat line,
-or lines drawn on top of each other, get a note under the plot saying so. matplotlib is imported
-lazily with the Agg backend.
+retrieval-only baselines are horizontal lines with their 95 % interval as a band; error bars are each
+run's 95 % interval from metrics.json. Labels are in the legend beside the axes, never over the data;
+flat or overlapping lines get a note under the plot saying so.
 """
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
 from unirag.reports.collect import RunSummary
+from unirag.reports.tables import slug
 
 MAIN_METRICS = {"caption": ("BLEU-4", "METEOR", "ROUGE-L", "CIDEr", "SPICE"), "image": ("FID", "CLIP Score", "IS")}
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "x"
 
 
 def error_bar(runs: Sequence[RunSummary], metric: str):
@@ -53,9 +47,7 @@ def flat_notes(metric: str, lines: dict[str, list[tuple[int | str, float]]]) -> 
 
 
 def metric_figure(dataset: str, metric: str, runs: Sequence[RunSummary]):
-    """``(figure, notes)`` of one metric against k (None when no run has it). Every label is in the
-    legend, outside the axes (no text drawn over the data); ``notes`` (see :func:`flat_notes`) are
-    printed under the plot."""
+    """``(figure, notes)`` of one metric against k (None when no run has it); ``notes``: :func:`flat_notes`."""
     have = [r for r in runs if metric in r.metrics]
     if not have:
         return None

@@ -1,21 +1,20 @@
 """Paper-style result tables (Tables 3-7): rows = retriever x generator x k, columns = metrics.
 
-One table per (task, dataset). Caption tables: BLEU-1..4, CIDEr, ROUGE-L, SPICE, METEOR (a column
-appears only when at least one run has it). Image tables: FID, CLIP Score, IS with its SD in
-parentheses, as in the paper. Written as Markdown (for reading) and CSV (for spreadsheets, with
-the run directory name so every number can be traced back).
-
-A run made by a reproduction grid carries the paper's figures (``paper.json``, see
-:mod:`unirag.pipelines.experiment`): every measured metric that has one gets two more columns,
-``<metric> paper`` and ``<metric> Δ`` (measured minus paper).
+A metric column appears when a run has it (IS with its SD in parentheses, as in the paper); a run made
+by a reproduction grid carries the paper's figures (``paper.json``), and each such metric gets two more
+columns, ``<metric> paper`` and ``<metric> Δ``. The CSV names each row's run directory, so every
+number traces back.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from unirag.reports.collect import RunSummary
 
@@ -32,36 +31,25 @@ def group_runs(runs: Iterable[RunSummary]) -> dict[tuple[str, str], list[RunSumm
     return {key: sorted(rs, key=RunSummary.sort_key) for key, rs in sorted(groups.items())}
 
 
-PAPER_SUFFIX = " paper"
-DELTA_SUFFIX = " Δ"
+#: The kinds of column a metric has: its value, and the paper's figure and the difference from it, with
+#: what the CSV header appends to the metric's name.
+KIND_SUFFIX = {"value": "", "paper": " paper", "delta": " Δ"}
 
 
-def metric_columns(task: str, runs: Sequence[RunSummary]) -> list[str]:
-    """The metric columns, each followed by its paper and Δ columns when a run carries the paper's figure."""
-    names = IMAGE_COLUMNS if task == "image" else CAPTION_COLUMNS
-    cols: list[str] = []
-    for c in names:
-        if not any(c in r.metrics for r in runs):
-            continue
-        cols.append(c)
-        if any(c in r.paper for r in runs):
-            cols += [c + PAPER_SUFFIX, c + DELTA_SUFFIX]
+def metric_columns(task: str, runs: Sequence[RunSummary]) -> list[tuple[str, str]]:
+    """(metric, kind) of each column: each metric some run has, then its paper and Δ columns when a run
+    carries the paper's figure."""
+    cols: list[tuple[str, str]] = []
+    for c in IMAGE_COLUMNS if task == "image" else CAPTION_COLUMNS:
+        if any(c in r.metrics for r in runs):
+            cols += [(c, "value"), *([(c, "paper"), (c, "delta")] if any(c in r.paper for r in runs) else [])]
     return cols
 
 
-def split_column(column: str) -> tuple[str, str]:
-    """``"CIDEr Δ"`` -> ``("CIDEr", "delta")``; ``"CIDEr paper"`` -> ``("CIDEr", "paper")``; else ``"value"``."""
-    if column.endswith(PAPER_SUFFIX):
-        return column[: -len(PAPER_SUFFIX)], "paper"
-    if column.endswith(DELTA_SUFFIX):
-        return column[: -len(DELTA_SUFFIX)], "delta"
-    return column, "value"
-
-
-def column_value(run: RunSummary, column: str) -> float | None:
+def column_value(run: RunSummary, column: tuple[str, str]) -> float | None:
     """The number a column shows for a run: the measured metric, the paper's figure, or their difference."""
-    metric, kind = split_column(column)
-    measured, paper = run.metrics.get(metric), run.paper.get(metric)
+    measured, paper = run.metrics.get(column[0]), run.paper.get(column[0])
+    kind = column[1]
     if kind == "paper":
         return paper
     if kind == "delta":
@@ -75,8 +63,8 @@ def number(metric: str, value: float, signed: bool = False) -> str:
     return format(value, ("+" if signed else "") + spec)
 
 
-def cell(run: RunSummary, column: str) -> str:
-    metric, kind = split_column(column)
+def cell(run: RunSummary, column: tuple[str, str]) -> str:
+    metric, kind = column
     value = column_value(run, column)
     if value is None:
         return "-"
@@ -88,60 +76,83 @@ def cell(run: RunSummary, column: str) -> str:
     return number(metric, value)
 
 
-def header(column: str) -> str:
-    metric, kind = split_column(column)
+def header(column: tuple[str, str]) -> str:
+    metric, kind = column
     if kind == "paper":
         return f"{metric} (paper)"
     if kind == "delta":
         return "Δ"
-    if column in LOWER_IS_BETTER:
-        return f"{column} ↓"
-    if column == "IS":
+    if metric in LOWER_IS_BETTER:
+        return f"{metric} ↓"
+    if metric == "IS":
         return "IS ↑ (SD)"
-    return f"{column} ↑" if column == "CLIP Score" else column
+    return f"{metric} ↑" if metric == "CLIP Score" else metric
 
 
 #: Column of the share of queries whose examples showed a near-duplicate of the query (leakage).
 LEAK_COLUMN = "Leak rate"
 
 
-def has_leak_column(runs: Sequence[RunSummary]) -> bool:
-    return any(r.leak_rate is not None for r in runs)
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "x"
 
 
-def leak_cell(run: RunSummary) -> str:
-    return "-" if run.leak_rate is None else f"{100 * run.leak_rate:.1f}%"
+@dataclass
+class Table:
+    """One table of a report, whichever kind: written as ``tables/<name>.md`` and ``.csv``, shown in
+    ``index.html`` (where a runs table also names each row's generator and links its gallery)."""
+
+    name: str
+    title: str
+    head: list[str]  # the column headers after the row-label column
+    rows: list[list[Any]]  # the row label, then one cell per header
+    csv: str
+    notes: list[str] = field(default_factory=list)
+    runs: list[RunSummary] = field(default_factory=list)  # the run of each row (runs tables)
+    blank_repeats: bool = False  # Markdown: a row label equal to the one above is left blank
+
+    def markdown(self) -> str:
+        lines = [f"### {self.title}", "", "| | " + " | ".join(self.head) + " |", "|---|" + "---:|" * len(self.head)]
+        previous = None
+        for label, *cells in self.rows:
+            shown = "" if self.blank_repeats and label == previous else label
+            previous = label
+            lines.append("| " + " | ".join(map(str, [shown, *cells])) + " |")
+        return "\n".join(lines + (["", *self.notes] if self.notes else [])) + "\n"
 
 
-def markdown_table(task: str, dataset: str, runs: Sequence[RunSummary]) -> str:
+def runs_table(task: str, runs: Sequence[RunSummary], name: str, title: str, *, labels: Sequence[str] | None = None,
+               notes: Sequence[str] = (), lead: Sequence[str] = (), leads: Sequence[Sequence[str]] | None = None
+               ) -> Table:
+    """One row per run: its label (or ``labels``), k, the metric columns and the leak rate when a run has one."""
     cols = metric_columns(task, runs)
-    leak = has_leak_column(runs)
+    leak = any(r.leak_rate is not None for r in runs)
+    leak_cells = [["-" if r.leak_rate is None else f"{100 * r.leak_rate:.1f}%"] if leak else [] for r in runs]
+    return Table(name, title, ["k", *map(header, cols), *([LEAK_COLUMN] if leak else [])],
+                 [[r.label if labels is None else labels[i], r.k, *(cell(r, c) for c in cols), *leak_cells[i]]
+                  for i, r in enumerate(runs)], csv_table(task, runs, lead, leads), list(notes), list(runs),
+                 blank_repeats=labels is None)
+
+
+def dataset_table(task: str, dataset: str, runs: Sequence[RunSummary]) -> Table:
+    """The paper-style table of one (task, dataset)."""
     kind = "Caption generation" if task == "caption" else "Image generation"
-    lines = [f"### {kind} — {dataset}", "", "| | k | " + " | ".join(header(c) for c in cols)
-             + (f" | {LEAK_COLUMN}" if leak else "") + " |",
-             "|---|---:|" + "---:|" * (len(cols) + leak)]
-    previous = None
-    for r in runs:
-        label = r.label if r.label != previous else ""
-        previous = r.label
-        lines.append(f"| {label} | {r.k} | " + " | ".join(cell(r, c) for c in cols)
-                     + (f" | {leak_cell(r)}" if leak else "") + " |")
-    skipped = sorted({m for r in runs for m in r.skipped if m not in cols})
-    if skipped:
-        lines += ["", "Not computed: " + ", ".join(skipped) + " (see each run's metrics.json for why)."]
-    return "\n".join(lines) + "\n"
+    cols = metric_columns(task, runs)
+    skipped = sorted({m for r in runs for m in r.skipped if (m, "value") not in cols})
+    notes = ["Not computed: " + ", ".join(skipped) + " (see each run's metrics.json for why)."] if skipped else []
+    return runs_table(task, runs, f"{slug(task)}_{slug(dataset)}", f"{kind} — {dataset}", notes=notes)
 
 
 def csv_table(task: str, runs: Sequence[RunSummary], lead: Sequence[str] = (),
               leads: Sequence[Sequence[str]] | None = None) -> str:
     """One row per run: who generated it, its metrics (4 decimals; the IS SD a column of its own), its leak
-    rate and where they came from; ``lead`` names columns put first and ``leads`` holds their values per
-    run (the sampling table's set and queries file), so every number traces back to a run."""
+    rate and its run; ``lead`` names columns put first, ``leads`` their values per run."""
     cols = metric_columns(task, runs)
-    cols = cols + ["IS SD"] if task == "image" and "IS" in cols else cols
+    cols = cols + [("IS SD", "value")] if task == "image" and ("IS", "value") in cols else cols
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([*lead, "row", "retriever", "generator", "mode", "k", "selection", *cols,
+    writer.writerow([*lead, "row", "retriever", "generator", "mode", "k", "selection",
+                     *(metric + KIND_SUFFIX[kind] for metric, kind in cols),
                      "leak_rate", "n_scored", "n_failed", "run"])
     for i, r in enumerate(runs):
         writer.writerow([*(leads[i] if leads else ()), r.label, r.retriever or "", r.generator, r.mode, r.k,
