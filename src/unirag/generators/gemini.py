@@ -9,7 +9,7 @@ zero-shot sends the caption alone. The picture comes back as an ``inline_data`` 
 response. Content building and response parsing are plain functions so they can be checked
 without a network.
 
-Both kinds share one :class:`GeminiConnection`, which finds the key and builds the client:
+Both kinds share :class:`GeminiAPI`, which finds the key and builds the client:
 
 - API key: from the environment only (never an option, never logged): the named variable, else
   the first of ``GEMINI_API_KEY`` / ``GOOGLE_API_KEY`` that is set - the two names the SDK
@@ -28,7 +28,7 @@ from typing import Any
 
 from unirag.data.images import load_rgb
 from unirag.errors import BackendError, ConfigError, InputError
-from unirag.generators.api import APIBackend, Connection, malformed_response, status_error, transient_error
+from unirag.generators.api import APIBackend, malformed_response, status_error, transient_error
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage, base64_placeholder
 from unirag.generators.images.base import (
     FEW_SHOT_GEMINI,
@@ -50,7 +50,7 @@ KEY_VARIABLES = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 ASPECT_RATIOS = ("1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9")
 
 
-class GeminiConnection(Connection):
+class GeminiAPI(APIBackend):
     """Key, base URL and a thread-safe, lazily created ``genai.Client`` shared by worker threads.
 
     ``api_key_env`` records which variable supplied the key (the run config names it, never the
@@ -60,8 +60,9 @@ class GeminiConnection(Connection):
 
     provider = PROVIDER
 
-    def __init__(self, *, base_url: str | None, api_key_env: str | None, timeout: float) -> None:
-        super().__init__(base_url, timeout)
+    def _open(self, model: str, spec: str | None, base_url: str | None, api_key_env: str | None,
+              timeout: float) -> None:
+        self._connect(model, spec, base_url, timeout)
         names = (api_key_env,) if api_key_env else KEY_VARIABLES
         self.api_key_env = next((n for n in names if os.environ.get(n)), names[0])
         key = os.environ.get(self.api_key_env)
@@ -150,7 +151,7 @@ def render_gemini_contents(messages: list[Message]) -> tuple[str | None, list[An
     return ("\n".join(system) if system else None), contents
 
 
-class GeminiGenerator(APIBackend, TextGenerator):
+class GeminiGenerator(GeminiAPI, TextGenerator):
     backend = "gemini"
     template_family = "gemini"
     image_mode = "multi-image"
@@ -159,8 +160,7 @@ class GeminiGenerator(APIBackend, TextGenerator):
                  timeout: float = 120.0, family: str = "gemini", spec: str | None = None) -> None:
         self.template_family = family
         self.image_mode = "single-image" if family == "llava" else "multi-image"
-        conn = GeminiConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout)
-        self._connect(model, spec, conn)
+        self._open(model, spec, base_url, api_key_env, timeout)
 
     def request_config(self, system: str | None, options: GenerationOptions) -> dict[str, Any]:
         config: dict[str, Any] = {"max_output_tokens": options.max_tokens}
@@ -186,7 +186,7 @@ class GeminiGenerator(APIBackend, TextGenerator):
         ``generationConfig``), each image's base64 data shortened to its size and hash; the key travels
         in a header, never in the body, and the recording client holds none."""
         options = options or GenerationOptions()
-        body = self._conn.request_body(lambda client: self._send(client, messages, options))
+        body = self.request_body(lambda client: self._send(client, messages, options))
         for content in [*body.get("contents", []), body.get("systemInstruction") or {}]:
             for part in content.get("parts", []):
                 inline = part.get("inlineData")
@@ -196,7 +196,7 @@ class GeminiGenerator(APIBackend, TextGenerator):
 
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         options = options or GenerationOptions()
-        return self._parse(self._conn.call(lambda client: self._send(client, messages, options)), messages)
+        return self._parse(self.call(lambda client: self._send(client, messages, options)), messages)
 
     def _parse(self, resp: Any, messages: list[Message]) -> Generation:
         candidates = getattr(resp, "candidates", None) or []
@@ -275,7 +275,7 @@ def parse_image_response(resp: Any) -> tuple[Any, dict[str, Any]]:
                        + (f"; the model said: {said!r}" if said else ""))
 
 
-class GeminiImageGenerator(APIBackend, ImageGenerator):
+class GeminiImageGenerator(GeminiAPI, ImageGenerator):
     backend = "gemini-image"
     local = False
     max_examples = None
@@ -283,8 +283,7 @@ class GeminiImageGenerator(APIBackend, ImageGenerator):
 
     def __init__(self, model: str, *, spec: str | None = None, base_url: str | None = None,
                  timeout: float = 300.0, api_key_env: str | None = None) -> None:
-        conn = GeminiConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout)
-        self._connect(model, spec, conn)
+        self._open(model, spec, base_url, api_key_env, timeout)
 
     def prompt_text(self, request: ImageRequest) -> str:
         return render_for_log(image_prompt_messages(request))
@@ -300,7 +299,7 @@ class GeminiImageGenerator(APIBackend, ImageGenerator):
     def generate(self, request: ImageRequest) -> GeneratedImage:
         self.check_k(len(request.examples))
         _, contents = render_gemini_contents(image_prompt_messages(request))
-        resp = self._conn.call(lambda client: client.models.generate_content(
+        resp = self.call(lambda client: client.models.generate_content(
             model=self.model, contents=contents, config=self.generation_config(request)))
         image, extra = parse_image_response(resp)
         um = getattr(resp, "usage_metadata", None)

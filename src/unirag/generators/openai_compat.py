@@ -9,7 +9,7 @@ Few-shot goes to ``images.edit``, the endpoint that takes reference images: the 
 attached in order and the prompt (``image_fewshot_api.txt``) numbers them with their captions before
 asking for the query caption. The image comes back base64-encoded and is decoded here.
 
-Both kinds share one :class:`OpenAIConnection`, which resolves the base URL and key the same way:
+Both kinds share :class:`OpenAIAPI`, which resolves the base URL and key the same way:
 
 - base URL: the option, else ``OPENAI_BASE_URL``, else the SDK's default (api.openai.com);
 - API key: from the environment variable only (never an option, never logged). A local
@@ -29,7 +29,7 @@ from typing import Any
 
 from unirag.data.images import load_rgb, upright_size
 from unirag.errors import BackendError, ConfigError, InputError
-from unirag.generators.api import APIBackend, Connection, malformed_response, status_error, transient_error
+from unirag.generators.api import APIBackend, malformed_response, status_error, transient_error
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage, base64_placeholder
 from unirag.generators.images.base import (
     FEW_SHOT_API,
@@ -47,17 +47,18 @@ OFFICIAL_HOST = "api.openai.com"
 LOCAL_DUMMY_KEY = "unused-local-server"
 
 
-class OpenAIConnection(Connection):
-    """Base URL, key and a thread-safe, lazily created ``openai.OpenAI`` client.
+class OpenAIAPI(APIBackend):
+    """Base URL, key and a lazily created ``openai.OpenAI`` client, the same for both kinds.
 
-    ``server`` names what ``--base-url`` should point at, for the missing-key message
-    (e.g. "server", "images server"). The SDK is imported on first use, not here: it takes seconds.
+    ``server`` names what ``--base-url`` should point at, for the missing-key message. The SDK is
+    imported on first use, not here: it takes seconds.
     """
 
-    def __init__(self, *, base_url: str | None, api_key_env: str, timeout: float, server: str = "server",
-                 provider: str = PROVIDER) -> None:
-        super().__init__(base_url or os.environ.get("OPENAI_BASE_URL") or None, timeout)
-        self.provider = provider
+    provider = PROVIDER
+    server = "server"
+
+    def _open(self, model: str, spec: str | None, base_url: str | None, api_key_env: str, timeout: float) -> None:
+        self._connect(model, spec, base_url or os.environ.get("OPENAI_BASE_URL") or None, timeout)
         self.api_key_env = api_key_env
         key = os.environ.get(api_key_env)
         if not key:
@@ -65,7 +66,7 @@ class OpenAIConnection(Connection):
                 key = LOCAL_DUMMY_KEY  # local servers usually ignore the key
             else:
                 raise ConfigError(f"set the {api_key_env} environment variable (the OpenAI API key), "
-                                  f"or give --base-url for a local OpenAI-compatible {server}")
+                                  f"or give --base-url for a local OpenAI-compatible {self.server}")
         self._key = key
 
     def _build(self):
@@ -92,6 +93,7 @@ class OpenAIConnection(Connection):
         if isinstance(e, openai.APIResponseValidationError | json.JSONDecodeError):
             return malformed_response(self.provider, "malformed response body", str(e))
         return None
+
 
 def render_openai_messages(messages: list[Message], detail: str | None = None) -> list[dict[str, Any]]:
     """Typed messages -> chat-completions ``messages``: text-only turns as strings, others as parts."""
@@ -128,7 +130,7 @@ def openai_image_tokens(width: int, height: int, detail: str | None = None) -> i
     return 85 + 170 * math.ceil(w / 512) * math.ceil(h / 512)
 
 
-class OpenAIChatGenerator(APIBackend, TextGenerator):
+class OpenAIChatGenerator(OpenAIAPI, TextGenerator):
     """Chat completions through the official ``openai`` SDK (thread-safe: one client, many calls)."""
 
     backend = "openai"
@@ -141,8 +143,7 @@ class OpenAIChatGenerator(APIBackend, TextGenerator):
         self.detail = detail
         self.template_family = family
         self.image_mode = "single-image" if family == "llava" else "multi-image"
-        conn = OpenAIConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout)
-        self._connect(model, spec, conn)
+        self._open(model, spec, base_url, api_key_env, timeout)
 
     def request_body(self, messages: list[Message], options: GenerationOptions) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` (also what the tests compare)."""
@@ -173,7 +174,7 @@ class OpenAIChatGenerator(APIBackend, TextGenerator):
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         options = options or GenerationOptions()
         body = self.request_body(messages, options)
-        return self._parse(self._conn.call(lambda client: client.chat.completions.create(**body)), messages)
+        return self._parse(self.call(lambda client: client.chat.completions.create(**body)), messages)
 
     def _parse(self, resp: Any, messages: list[Message]) -> Generation:
         choices = getattr(resp, "choices", None)
@@ -215,10 +216,12 @@ _SIZES = {
 }
 
 
-class OpenAIImageGenerator(APIBackend, ImageGenerator):
+class OpenAIImageGenerator(OpenAIAPI, ImageGenerator):
     """Thread-safe: one SDK client shared by the run loop's worker threads."""
 
     backend = "openai-image"
+    provider = IMAGES_PROVIDER
+    server = "images server"
     local = False
     templates = (ZERO_SHOT, FEW_SHOT_API)
 
@@ -228,8 +231,7 @@ class OpenAIImageGenerator(APIBackend, ImageGenerator):
         self._family = next((f for f in _SIZES if model.startswith(f)), None)
         # dall-e-2 edits take one image; dall-e-3 has no edit endpoint; gpt-image models take up to 16.
         self.max_examples = {"dall-e-3": 0, "dall-e-2": 1, "gpt-image": 16}.get(self._family or "", None)
-        self._connect(model, spec, OpenAIConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout,
-                                                    server="images server", provider=IMAGES_PROVIDER))
+        self._open(model, spec, base_url, api_key_env, timeout)
 
     def check_size(self, width: int, height: int) -> None:
         super().check_size(width, height)
@@ -263,7 +265,7 @@ class OpenAIImageGenerator(APIBackend, ImageGenerator):
     def generate(self, request: ImageRequest) -> GeneratedImage:
         self.check_k(len(request.examples))
         args = self.request_args(request)
-        resp = self._conn.call(lambda c: (c.images.edit if request.examples else c.images.generate)(**args))
+        resp = self.call(lambda c: (c.images.edit if request.examples else c.images.generate)(**args))
         data = getattr(resp, "data", None)
         if not data:
             raise malformed_response(IMAGES_PROVIDER, "malformed response body", "no data[] in the response")
