@@ -111,19 +111,6 @@ STYLE_TEXT_ONLY = "text-only"
 STYLE_INTERLEAVED = "interleaved-placeholders"  # OmniGen: prompt placeholders + input_images=[...]
 
 
-def reference_style(call_params: set[str]) -> str:
-    """Which few-shot calling convention a pipeline's ``__call__`` parameters allow."""
-    if "input_images" in call_params:
-        return STYLE_INTERLEAVED
-    return STYLE_TEXT_ONLY
-
-
-def interleaved_prompt(request: ImageRequest) -> tuple[str, list[Path]]:
-    """OmniGen-style prompt text and the matching input image list (image i <-> ``<|image_i|>``)."""
-    text = render_listed(FEW_SHOT_OMNIGEN, request.caption, [e.caption for e in request.examples])
-    return text, [e.image for e in request.examples]
-
-
 def call_kwargs(call_params: set[str], request: ImageRequest, prompt: str, images: list[Any],
                 generator: Any) -> tuple[dict[str, Any], list[str]]:
     """Keyword arguments for ``pipe(...)`` and the names of requested settings the pipeline lacks.
@@ -144,25 +131,6 @@ def call_kwargs(call_params: set[str], request: ImageRequest, prompt: str, image
 
 
 OFFLOAD_MODES = ("none", "model", "sequential")
-
-
-def _load_pipeline(model: str, torch_dtype: Any, **extra: Any):
-    from diffusers import DiffusionPipeline
-
-    from unirag.runtime import check_model_spec, diffusers_dtype_kwargs, hf_from_pretrained
-
-    spec = check_model_spec(model)
-    if Path(spec).is_dir() and not (Path(spec) / "model_index.json").is_file():
-        raise ConfigError(f"{model} is not a diffusers pipeline directory (no model_index.json); "
-                          "save one with pipeline.save_pretrained(DIR)")
-    try:
-        pipe = hf_from_pretrained(DiffusionPipeline, spec, "diffusers pipeline", **diffusers_dtype_kwargs(torch_dtype),
-                                  **extra)
-    except (NameError, ImportError) as e:
-        # diffusers leaves optional modules undefined when an extra (torchvision for OmniGen) is absent.
-        raise ConfigError(f"cannot build diffusers pipeline {model!r}: {e}; this pipeline needs an optional "
-                          "package that is not installed (OmniGen needs torchvision)") from None
-    return pipe
 
 
 def place_pipeline(pipe: Any, device: str, offload: str | None) -> None:
@@ -208,12 +176,25 @@ class DiffusersImageGenerator(LocalImageGenerator):
         if hasattr(self._pipe, "set_progress_bar_config"):
             self._pipe.set_progress_bar_config(disable=True)
         self._call_params = set(inspect.signature(self._pipe.__call__).parameters)
-        self.style = reference_style(self._call_params)
+        self.style = STYLE_INTERLEAVED if "input_images" in self._call_params else STYLE_TEXT_ONLY
         self.max_examples = 0 if self.style == STYLE_TEXT_ONLY else None
 
     def _load(self, torch_dtype: Any) -> Any:
         """Build the pipeline from ``self.model`` (subclasses add loading options, e.g. a custom pipeline)."""
-        return _load_pipeline(self.model, torch_dtype)
+        from diffusers import DiffusionPipeline
+
+        from unirag.runtime import check_model_spec, diffusers_dtype_kwargs, hf_from_pretrained
+
+        spec = check_model_spec(self.model)
+        if Path(spec).is_dir() and not (Path(spec) / "model_index.json").is_file():
+            raise ConfigError(f"{self.model} is not a diffusers pipeline directory (no model_index.json); "
+                              "save one with pipeline.save_pretrained(DIR)")
+        try:
+            return hf_from_pretrained(DiffusionPipeline, spec, "diffusers pipeline", **diffusers_dtype_kwargs(torch_dtype))
+        except (NameError, ImportError) as e:
+            # diffusers leaves optional modules undefined when an extra (torchvision for OmniGen) is absent.
+            raise ConfigError(f"cannot build diffusers pipeline {self.model!r}: {e}; this pipeline needs an optional "
+                              "package that is not installed (OmniGen needs torchvision)") from None
 
     def _torch_generator(self, seed: int):
         import torch
@@ -230,15 +211,13 @@ class DiffusersImageGenerator(LocalImageGenerator):
             raise ConfigError(f"{type(self._pipe).__name__} needs width and height that are a multiple of {multiple}; "
                               f"got {width}x{height}")
 
-    def _prompt(self, request: ImageRequest) -> tuple[str, list[Path]]:
-        return interleaved_prompt(request)
-
     def prompt_text(self, request: ImageRequest) -> str:
-        return self._prompt(request)[0]
+        """OmniGen-style: each example's caption then its ``<img><|image_i|></img>`` placeholder; the query last."""
+        return render_listed(FEW_SHOT_OMNIGEN, request.caption, [e.caption for e in request.examples])
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
         """One pipeline call for ``request`` with its (already decoded) example images."""
-        prompt, _ = self._prompt(request)
+        prompt = self.prompt_text(request)
         kwargs, dropped = call_kwargs(self._call_params, request, prompt, images, self._torch_generator(request.seed))
         out = self._pipe(**kwargs)
         image = out.images[0] if hasattr(out, "images") else out[0][0]

@@ -147,9 +147,6 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
         image = getattr(out, "image", None) or out.images[0]
         return image, {"prompt": self.prompt_text(request), "pipeline": type(self._pipe).__name__}
 
-    def generate_batch(self, requests: list[ImageRequest]):
-        return [self.generate(r) for r in requests]  # the pipeline takes one interleaved input list per call
-
     def config(self) -> dict[str, Any]:
         return {**super().config(), "backend": "emu2-gen", "variant": self.variant,
                 "seeding": "per-call" if self.reseed else "never"}
