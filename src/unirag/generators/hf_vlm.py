@@ -31,22 +31,6 @@ FALLBACK_FORMAT = "USER: {images}{text}\nASSISTANT:"
 PROMPT_FORMATS = ("chat-template", "official")
 
 
-def to_conversation(messages: list[Message]) -> tuple[list[dict[str, Any]], list[ImagePart]]:
-    """Typed messages -> chat-template conversation (image placeholders in place) + images in order."""
-    conv: list[dict[str, Any]] = []
-    images: list[ImagePart] = []
-    for m in messages:
-        content: list[dict[str, Any]] = []
-        for p in m.parts:
-            if isinstance(p, TextPart):
-                content.append({"type": "text", "text": p.text})
-            else:
-                content.append({"type": "image"})
-                images.append(p)
-        conv.append({"role": m.role, "content": content})
-    return conv, images
-
-
 class HFVisionLanguageGenerator(TextGenerator):
     template_family = "llava"
     image_mode = "single-image"
@@ -118,20 +102,27 @@ class HFVisionLanguageGenerator(TextGenerator):
         self._resolved = {"device": str(device), "dtype": str(torch_dtype).removeprefix("torch.")}
         self._processor, self._model = processor, model.eval()
 
-    def _prompt_text(self, conv: list[dict[str, Any]], n_images: int) -> str:
+    def _prompt(self, messages: list[Message]) -> tuple[str, list[ImagePart]]:
+        """The text the processor receives (chat template, image placeholders in place, or the official
+        string) and the images in order."""
+        conv: list[dict[str, Any]] = []
+        images: list[ImagePart] = []
+        for m in messages:
+            conv.append({"role": m.role, "content": [{"type": "text", "text": p.text} if isinstance(p, TextPart)
+                                                     else {"type": "image"} for p in m.parts]})
+            images += m.images
         proc = self._processor
         if self.prompt_format == "chat-template" and getattr(proc, "chat_template", None):
-            return proc.apply_chat_template(conv, add_generation_prompt=True)
+            return proc.apply_chat_template(conv, add_generation_prompt=True), images
         token = getattr(proc, "image_token", "<image>")
-        text = "\n".join(c["text"] for m in conv for c in m["content"] if c["type"] == "text")
-        return FALLBACK_FORMAT.format(images=(token + "\n") * n_images, text=text)
+        text = "\n".join(p.text for m in messages for p in m.parts if isinstance(p, TextPart))
+        return FALLBACK_FORMAT.format(images=(token + "\n") * len(images), text=text), images
 
     def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str:
-        """The exact text the processor receives (chat template or the official string; loads the processor)."""
+        """The exact text the processor receives (loads the processor)."""
         with self._lock:
             self._load()
-            conv, parts = to_conversation(messages)
-            return self._prompt_text(conv, len(parts))
+            return self._prompt(messages)[0]
 
     # -- generation ------------------------------------------------------------------------------
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
@@ -145,8 +136,8 @@ class HFVisionLanguageGenerator(TextGenerator):
 
             texts, images = [], []
             for messages in batch:
-                conv, parts = to_conversation(messages)
-                texts.append(self._prompt_text(conv, len(parts)))
+                text, parts = self._prompt(messages)
+                texts.append(text)
                 images.append([p.load() for p in parts])
             flat = [im for ims in images for im in ims]
             try:
