@@ -39,15 +39,12 @@ SIMILARITIES = ("minilm", "lexical")
 _WORD = re.compile(r"[a-z0-9]+")
 
 
-def lexical_vector(text: str) -> Counter:
-    words = _WORD.findall(text.lower())
-    return Counter(words) + Counter(" ".join(p) for p in zip(words, words[1:], strict=False))
-
-
 def lexical_similarity(captions: Sequence[str]):
+    """Cosines of the captions' unigram+bigram counts (lower-cased words)."""
     import numpy as np
 
-    vecs = [lexical_vector(c) for c in captions]
+    words = [_WORD.findall(c.lower()) for c in captions]
+    vecs = [Counter(w) + Counter(" ".join(p) for p in zip(w, w[1:], strict=False)) for w in words]
     norms = [sum(v * v for v in vec.values()) ** 0.5 for vec in vecs]
     n = len(captions)
     sim = np.zeros((n, n))

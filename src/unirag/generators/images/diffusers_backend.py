@@ -133,23 +133,6 @@ def call_kwargs(call_params: set[str], request: ImageRequest, prompt: str, image
 OFFLOAD_MODES = ("none", "model", "sequential")
 
 
-def place_pipeline(pipe: Any, device: str, offload: str | None) -> None:
-    """Move ``pipe`` to ``device``, or set up CPU offload onto it (``offload`` "model"/"sequential")."""
-    offload = offload or "none"
-    if offload not in OFFLOAD_MODES:
-        raise ConfigError(f"unknown offload mode {offload!r}; use one of {', '.join(OFFLOAD_MODES)}")
-    if offload == "none" or device == "cpu":
-        if hasattr(pipe, "to"):
-            pipe.to(device)
-        return
-    method = "enable_model_cpu_offload" if offload == "model" else "enable_sequential_cpu_offload"
-    try:
-        getattr(pipe, method)(device=device)
-    except (ImportError, AttributeError, ValueError, RuntimeError) as e:
-        raise ConfigError(f"cannot enable {offload} CPU offload on {type(pipe).__name__} ({e}); "
-                          "it needs the accelerate package and a GPU") from None
-
-
 class DiffusersImageGenerator(LocalImageGenerator):
     """A diffusers pipeline, one query at a time (the GPU is the bottleneck, not the loop)."""
 
@@ -170,9 +153,20 @@ class DiffusersImageGenerator(LocalImageGenerator):
         self.device = resolve_device(device)
         self.dtype = dtype_name(dtype, self.device)
         self.offload = offload or "none"
+        if self.offload not in OFFLOAD_MODES:
+            raise ConfigError(f"unknown offload mode {offload!r}; use one of {', '.join(OFFLOAD_MODES)}")
         self.oom_fallback = bool(oom_fallback)
         self._pipe = pipeline if pipeline is not None else self._load(resolve_dtype(self.dtype, self.device))
-        place_pipeline(self._pipe, self.device, self.offload)
+        if self.offload == "none" or self.device == "cpu":
+            if hasattr(self._pipe, "to"):
+                self._pipe.to(self.device)
+        else:  # CPU offload onto the GPU
+            method = "enable_model_cpu_offload" if self.offload == "model" else "enable_sequential_cpu_offload"
+            try:
+                getattr(self._pipe, method)(device=self.device)
+            except (ImportError, AttributeError, ValueError, RuntimeError) as e:
+                raise ConfigError(f"cannot enable {self.offload} CPU offload on {type(self._pipe).__name__} ({e}); "
+                                  "it needs the accelerate package and a GPU") from None
         if hasattr(self._pipe, "set_progress_bar_config"):
             self._pipe.set_progress_bar_config(disable=True)
         self._call_params = set(inspect.signature(self._pipe.__call__).parameters)
