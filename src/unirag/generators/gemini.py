@@ -29,7 +29,7 @@ from typing import Any
 from unirag.data.images import load_rgb
 from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.api import APIBackend, malformed_response, status_error, transient_error
-from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage, base64_placeholder
+from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage, body_for_log
 from unirag.generators.images.base import (
     FEW_SHOT_GEMINI,
     ZERO_SHOT,
@@ -186,13 +186,7 @@ class GeminiGenerator(GeminiAPI, TextGenerator):
         ``generationConfig``), each image's base64 data shortened to its size and hash; the key travels
         in a header, never in the body, and the recording client holds none."""
         options = options or GenerationOptions()
-        body = self.request_body(lambda client: self._send(client, messages, options))
-        for content in [*body.get("contents", []), body.get("systemInstruction") or {}]:
-            for part in content.get("parts", []):
-                inline = part.get("inlineData")
-                if isinstance(inline, dict) and isinstance(inline.get("data"), str):
-                    inline["data"] = base64_placeholder(inline["data"])
-        return json.dumps(body, indent=2, ensure_ascii=False)
+        return body_for_log(self.request_body(lambda client: self._send(client, messages, options)))
 
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         options = options or GenerationOptions()

@@ -30,7 +30,7 @@ from typing import Any
 from unirag.data.images import load_rgb, upright_size
 from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.api import APIBackend, malformed_response, status_error, transient_error
-from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage, base64_placeholder
+from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage, body_for_log
 from unirag.generators.images.base import (
     FEW_SHOT_API,
     ZERO_SHOT,
@@ -162,14 +162,7 @@ class OpenAIChatGenerator(OpenAIAPI, TextGenerator):
 
     def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str:
         """The request body exactly as sent (JSON), each image's base64 data shortened to its size and hash."""
-        import json
-        import re
-
-        def short(m: re.Match) -> str:
-            return m.group(1) + base64_placeholder(m.group(2))
-
-        text = json.dumps(self.request_body(messages, options or GenerationOptions()), indent=2, ensure_ascii=False)
-        return re.sub(r"(data:[^;\"]+;base64,)([A-Za-z0-9+/=]+)", short, text)
+        return body_for_log(self.request_body(messages, options or GenerationOptions()))
 
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         options = options or GenerationOptions()
