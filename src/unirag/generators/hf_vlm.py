@@ -68,6 +68,7 @@ class HFVisionLanguageGenerator(TextGenerator):
         from unirag.runtime import (
             configure_torch_threads,
             device_map_kwargs,
+            hf_from_pretrained,
             resolve_device,
             resolve_dtype,
             transformers_dtype_kwargs,
@@ -81,15 +82,15 @@ class HFVisionLanguageGenerator(TextGenerator):
         kwargs.update({"device_map": "auto"} if spread else device_map_kwargs(device))
         local = Path(self.model_id).expanduser()
         source = str(local) if local.exists() else self.model_id
+        remote = {"trust_remote_code": True} if self.trust_remote_code else {}
         try:
-            remote = {"trust_remote_code": True} if self.trust_remote_code else {}
-            processor = AutoProcessor.from_pretrained(source, **remote)
-            model = AutoModelForImageTextToText.from_pretrained(source, **kwargs, **remote)
-        except (OSError, ValueError, KeyError) as e:
-            where = "local directory" if local.exists() else "Hugging Face hub id (not a local path either)"
-            hint = "" if self.trust_remote_code or "trust_remote_code" not in str(e) else \
-                " (the checkpoint ships its own code: pass trust_remote_code=True / --option trust_remote_code=true if you trust it)"
-            raise ConfigError(f"cannot load VLM {self.model_id!r} as a {where}: {e}{hint}") from None
+            processor = hf_from_pretrained(AutoProcessor, source, "VLM processor", **remote)
+            model = hf_from_pretrained(AutoModelForImageTextToText, source, "VLM", **kwargs, **remote)
+        except ConfigError as e:
+            if self.trust_remote_code or "trust_remote_code" not in str(e):
+                raise
+            raise ConfigError(f"{e} (the checkpoint ships its own code: pass trust_remote_code=True / "
+                              "--option trust_remote_code=true if you trust it)") from None
         if "device_map" not in kwargs:
             model = model.to(device)
         tok = getattr(processor, "tokenizer", None)
