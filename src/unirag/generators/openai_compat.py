@@ -138,8 +138,6 @@ class OpenAIChatGenerator(OpenAIAPI, TextGenerator):
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  timeout: float = 120.0, family: str = "gpt4o", detail: str | None = None,
                  spec: str | None = None) -> None:
-        if not model:
-            raise ConfigError("openai spec needs a model name, e.g. 'openai:gpt-4o'")
         self.detail = detail
         self.template_family = family
         self.image_mode = "single-image" if family == "llava" else "multi-image"
