@@ -5,18 +5,11 @@ Captions (paper: Gemini-Pro via Vertex AI generate-content): the typed messages 
 
 Images: the request is the paper's Gemini-style interleaved content (``image_fewshot_gemini.txt``):
 the instruction first, then image_1, caption_1, ..., image_k, caption_k, then the query caption;
-zero-shot sends the caption alone. The picture comes back as an ``inline_data`` part of the
-response. Content building and response parsing are plain functions so they can be checked
-without a network.
+zero-shot sends the caption alone. The picture comes back as an ``inline_data`` part.
 
-Both kinds share :class:`GeminiAPI`, which finds the key and builds the client:
-
-- API key: from the environment only (never an option, never logged): the named variable, else
-  the first of ``GEMINI_API_KEY`` / ``GOOGLE_API_KEY`` that is set - the two names the SDK
-  itself reads;
-- ``base_url`` points the client elsewhere (a proxy, or a test server on 127.0.0.1);
-- the SDK's own retries are off (one attempt): the shared retry loop decides, and failures are
-  mapped to :class:`BackendError` by :mod:`unirag.generators.api` like every other API backend.
+Both kinds share :class:`GeminiAPI`: the API key comes from the environment only (never an option,
+never logged): the named variable, else the first of ``GEMINI_API_KEY`` / ``GOOGLE_API_KEY`` that is
+set (the two names the SDK itself reads); the SDK's own retries are off: the shared retry loop decides.
 """
 
 from __future__ import annotations

@@ -6,11 +6,8 @@ a checkpoint gets the format it was trained with. Prompts are batched (left padd
 default. LLaVA-1.5 accepts one image per prompt, hence the ``llava`` template family with a merged
 image; models that take several images can use ``family="gpt4o"`` (interleaved).
 
-``device``/``dtype`` follow :mod:`unirag.runtime` ("auto": the GPU if there is one, in bfloat16/float16;
-float32 on CPU). Weights load directly in that precision (onto the GPU while loading where
-``accelerate`` is installed; ``device="balanced"`` spreads a model too large for one GPU over all of
-them with ``device_map="auto"``), pixel values are cast to the model's dtype, and ``close()`` returns
-the GPU memory.
+``device``/``dtype`` follow :mod:`unirag.runtime`; ``device="balanced"`` spreads a model too large for
+one GPU over all of them (``device_map="auto"``).
 """
 
 from __future__ import annotations

@@ -4,19 +4,14 @@ Chat completions serve GPT-4o and local servers (vLLM, Ollama, LM Studio, llama.
 URL and model name are options, so ``openai:gpt-4o`` and ``openai:llava-hf/llava-1.5-7b-hf --base-url
 http://localhost:8000/v1`` differ only in configuration.
 
-Images (gpt-image-1, dall-e-3): zero-shot goes to ``images.generate`` with the caption as the prompt.
-Few-shot goes to ``images.edit``, the endpoint that takes reference images: the example images are
-attached in order and the prompt (``image_fewshot_api.txt``) numbers them with their captions before
-asking for the query caption. The image comes back base64-encoded and is decoded here.
+Images (gpt-image-1, dall-e-3): zero-shot goes to ``images.generate``; few-shot to ``images.edit``, the
+endpoint that takes reference images, with the prompt (``image_fewshot_api.txt``) numbering them with
+their captions before asking for the query caption.
 
-Both kinds share :class:`OpenAIAPI`, which resolves the base URL and key the same way:
-
-- base URL: the option, else ``OPENAI_BASE_URL``, else the SDK's default (api.openai.com);
-- API key: from the environment variable only (never an option, never logged). A local
-  OpenAI-compatible server (any non-OpenAI base URL) usually ignores the key, so a placeholder is
-  used there instead of demanding one;
-- the SDK's own retries are off (``max_retries=0``): the shared retry loop (:mod:`unirag.runs.retry`)
-  decides, honouring ``Retry-After`` (:mod:`unirag.generators.api`).
+Both kinds share :class:`OpenAIAPI`: the base URL is the option, else ``OPENAI_BASE_URL``, else the
+SDK's default; the API key comes from the environment only (never an option, never logged), and a
+local OpenAI-compatible server (any non-OpenAI base URL), which usually ignores it, gets a placeholder;
+the SDK's own retries are off: the shared retry loop (:mod:`unirag.runs.retry`) decides.
 """
 
 from __future__ import annotations

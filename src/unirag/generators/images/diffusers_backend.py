@@ -7,14 +7,10 @@ prompt (OmniGen) also serves few-shot, with the example pairs interleaved as the
 in-context examples. Asking a text-only pipeline for k > 0 is a ConfigError before any work.
 
 Every query uses a fresh ``torch.Generator`` seeded with the request's seed, so the same query
-gives the same pixels whether it runs first, last, or in a resumed run.
-
-Device and precision follow :mod:`unirag.runtime` ("auto": the GPU in bfloat16/float16, else float32 on
-CPU); weights load directly in that precision. ``offload="model"`` (or ``"sequential"``) keeps the
-pipeline's sub-models in CPU memory and moves each to the GPU only while it runs (diffusers'
-``enable_model_cpu_offload`` / ``enable_sequential_cpu_offload``; needs ``accelerate``), for GPUs
-smaller than the pipeline. :meth:`DiffusersImageGenerator.generate_batch` renders several text-only
-requests in one pipeline call, each still with its own seeded generator.
+gives the same pixels whether it runs first, last, or in a resumed run. Device and precision follow
+:mod:`unirag.runtime`; ``offload="model"`` (or ``"sequential"``) keeps the pipeline's sub-models in CPU
+memory and moves each to the GPU only while it runs (needs ``accelerate``), for GPUs smaller than the
+pipeline.
 """
 
 from __future__ import annotations
