@@ -108,7 +108,8 @@ def body_for_log(body: Any) -> str:
         if isinstance(x, list):
             return [walk(v) for v in x]
         if isinstance(x, str):
-            return re.sub(r"(data:[^;\"]+;base64,)([A-Za-z0-9+/=]+)", lambda m: m.group(1) + short(m.group(2)), x)
+            return re.sub(r"(data:[^;\"]+;base64,)([A-Za-z0-9+/=]+)",
+                          lambda m: m.group(1) + short(m.group(2)), x)
         return x
 
     return json.dumps(walk(body), indent=2, ensure_ascii=False)

@@ -275,19 +275,17 @@ class GeminiImageGenerator(GeminiAPI, ImageGenerator):
     def prompt_text(self, request: ImageRequest) -> str:
         return render_for_log(image_prompt_messages(request))
 
-    def generation_config(self, request: ImageRequest) -> Any:
+    def generate(self, request: ImageRequest) -> GeneratedImage:
         from google.genai import types
 
-        ratio = nearest_aspect_ratio(request.width, request.height)
-        return types.GenerateContentConfig(
-            response_modalities=["TEXT", "IMAGE"], seed=int(request.seed),
-            image_config=types.ImageConfig(aspect_ratio=ratio) if ratio != "1:1" else None)
-
-    def generate(self, request: ImageRequest) -> GeneratedImage:
         self.check_k(len(request.examples))
         _, contents = render_gemini_contents(image_prompt_messages(request))
-        resp = self.call(lambda client: client.models.generate_content(
-            model=self.model, contents=contents, config=self.generation_config(request)))
+        ratio = nearest_aspect_ratio(request.width, request.height)
+        config = types.GenerateContentConfig(
+            response_modalities=["TEXT", "IMAGE"], seed=int(request.seed),
+            image_config=types.ImageConfig(aspect_ratio=ratio) if ratio != "1:1" else None)
+        resp = self.call(lambda client: client.models.generate_content(model=self.model, contents=contents,
+                                                                       config=config))
         image, extra = parse_image_response(resp)
         um = getattr(resp, "usage_metadata", None)
         usage = None

@@ -106,8 +106,9 @@ class HFVisionLanguageGenerator(TextGenerator):
         conv: list[dict[str, Any]] = []
         images: list[ImagePart] = []
         for m in messages:
-            conv.append({"role": m.role, "content": [{"type": "text", "text": p.text} if isinstance(p, TextPart)
-                                                     else {"type": "image"} for p in m.parts]})
+            conv.append({"role": m.role, "content": [{"type": "text", "text": p.text}
+                                                     if isinstance(p, TextPart) else {"type": "image"}
+                                                     for p in m.parts]})
             images += m.images
         proc = self._processor
         if self.prompt_format == "chat-template" and getattr(proc, "chat_template", None):

@@ -52,7 +52,8 @@ class OpenAIAPI(APIBackend):
     provider = PROVIDER
     server = "server"
 
-    def _open(self, model: str, spec: str | None, base_url: str | None, api_key_env: str, timeout: float) -> None:
+    def _open(self, model: str, spec: str | None, base_url: str | None, api_key_env: str,
+              timeout: float) -> None:
         self._connect(model, spec, base_url or os.environ.get("OPENAI_BASE_URL") or None, timeout)
         self.api_key_env = api_key_env
         key = os.environ.get(api_key_env)
@@ -90,26 +91,6 @@ class OpenAIAPI(APIBackend):
         return None
 
 
-def render_openai_messages(messages: list[Message], detail: str | None = None) -> list[dict[str, Any]]:
-    """Typed messages -> chat-completions ``messages``: text-only turns as strings, others as parts."""
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        if not m.images:
-            out.append({"role": m.role, "content": m.text})
-            continue
-        content: list[dict[str, Any]] = []
-        for p in m.parts:
-            if isinstance(p, TextPart):
-                content.append({"type": "text", "text": p.text})
-            else:
-                url: dict[str, Any] = {"url": p.data_url()}
-                if detail:
-                    url["detail"] = detail
-                content.append({"type": "image_url", "image_url": url})
-        out.append({"role": m.role, "content": content})
-    return out
-
-
 def openai_image_tokens(width: int, height: int, detail: str | None = None) -> int:
     """Tokens GPT-4o bills for one image (OpenAI's published tile formula).
 
@@ -140,8 +121,12 @@ class OpenAIChatGenerator(OpenAIAPI, TextGenerator):
 
     def request_body(self, messages: list[Message], options: GenerationOptions) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` (also what the tests compare)."""
-        body: dict[str, Any] = {"model": self.model, "messages": render_openai_messages(messages, self.detail),
-                                "max_tokens": options.max_tokens}
+        detail = {"detail": self.detail} if self.detail else {}
+        rendered = [{"role": m.role, "content": m.text if not m.images else [  # text-only turns as strings
+            {"type": "text", "text": p.text} if isinstance(p, TextPart) else
+            {"type": "image_url", "image_url": {"url": p.data_url(), **detail}} for p in m.parts]}
+            for m in messages]
+        body: dict[str, Any] = {"model": self.model, "messages": rendered, "max_tokens": options.max_tokens}
         if options.temperature is not None:  # None: send none (the provider's default), as the official code
             body["temperature"] = options.temperature
         if options.seed is not None:
@@ -229,8 +214,8 @@ class OpenAIImageGenerator(OpenAIAPI, ImageGenerator):
     def prompt_text(self, request: ImageRequest) -> str:
         return render_listed(FEW_SHOT_API, request.caption, [e.caption for e in request.examples])
 
-    def request_args(self, request: ImageRequest) -> dict[str, Any]:
-        """Keyword arguments of ``images.generate`` (k = 0) or ``images.edit`` (k > 0)."""
+    def generate(self, request: ImageRequest) -> GeneratedImage:
+        self.check_k(len(request.examples))
         args: dict[str, Any] = {"model": self.model, "prompt": self.prompt_text(request), "n": 1,
                                 "size": f"{request.width}x{request.height}"}
         if self._family == "gpt-image":
@@ -239,18 +224,13 @@ class OpenAIImageGenerator(OpenAIAPI, ImageGenerator):
             args["response_format"] = "b64_json"
         if self.quality:
             args["quality"] = self.quality
-        if request.examples:
+        if request.examples:  # images.edit, the endpoint that takes reference images
             files = []
             for i, ex in enumerate(request.examples, start=1):
                 data, mime = ImagePart(path=ex.image, loading=request.loading).encoded()
                 ext = {"image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif"}.get(mime, "png")
                 files.append((f"example_{i}.{ext}", data, mime))
             args["image"] = files
-        return args
-
-    def generate(self, request: ImageRequest) -> GeneratedImage:
-        self.check_k(len(request.examples))
-        args = self.request_args(request)
         resp = self.call(lambda c: (c.images.edit if request.examples else c.images.generate)(**args))
         data = getattr(resp, "data", None)
         if not data:

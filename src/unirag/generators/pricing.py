@@ -6,7 +6,7 @@ backend splits it with OpenAI's published image-token formula. The paper reports
 (its image generators were local), so the image defaults are the providers' published rates at the
 time of writing: gpt-image-1 ($5 / $10 / $40 per 1M text-in / image-in / image-out tokens) and
 gemini-2.5-flash-image ($0.30 per 1M input tokens, $30 per 1M output tokens). Prices change:
-override them with a JSON or YAML file (``--prices``) or a mapping mapping a model name to any of the fields of
+override them with a JSON or YAML file (``--prices``) or a mapping from a model name to any of the fields of
 :class:`Price`.
 """
 

@@ -19,7 +19,7 @@ from unirag.generators.images.base import ImageGenerator
 CAPTION = "generator"
 IMAGE = "image generator"
 _PLUGIN = "module:factory, e.g. python:mypkg.gen:make"
-# kind -> prefix -> ("module:class", what NAME means, listed by the error for a bad spec); "python" is a plugin
+# kind -> prefix -> ("module:class", what NAME means: the error for a bad spec lists it); "python": a plugin
 BACKENDS: dict[str, dict[str, tuple[str, str]]] = {
     CAPTION: {
         "openai": ("unirag.generators.openai_compat:OpenAIChatGenerator", "model name, e.g. openai:gpt-4o"),

@@ -5,11 +5,12 @@ query image, instruction; Gemini: instruction first; LLaVA: one merged image, th
 and the instruction in the user turn). Backends only render the resulting messages to their wire
 format, so the same prompt reaches every model in its family unchanged.
 
-For single-image (``merged_image``) layouts (LLaVA) the examples' images and the query image are merged
-top to bottom into one (paper §4.3: as wide as the widest, as tall as all together; like the official
-code with a thin black separator so the model can tell them apart), the captions are numbered
-[1]..[k] and the query image is named [k+1]; the official UniRAG code repeated [k] for the query line and ended the example list
-with a line break, which ``caption_prompts = official`` reproduces (:mod:`unirag.prompts.official`).
+For single-image (``merged_image``) layouts (LLaVA) the examples' images and the query image are
+merged top to bottom into one (paper §4.3: as wide as the widest, as tall as all together; like the
+official code with a thin black separator so the model can tell them apart), the captions are
+numbered [1]..[k] and the query image is named [k+1]; the official UniRAG code repeated [k] for the
+query line and ended the example list with a line break, which ``caption_prompts = official``
+reproduces (:mod:`unirag.prompts.official`).
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def parse_layout(tpl: PromptTemplate) -> list[str]:
     return tokens
 
 
-def merge_vertically(images: list, separator: int = DEFAULT_SEPARATOR, fill: tuple[int, int, int] = (0, 0, 0)):
+def merge_vertically(images: list, separator: int = DEFAULT_SEPARATOR,
+                     fill: tuple[int, int, int] = (0, 0, 0)):
     """PIL images as loaded (:func:`unirag.data.images.load_rgb`) -> one RGB image (width = max width,
     height = sum of heights + separators), each pasted left-aligned in order."""
     from PIL import Image
@@ -72,8 +74,8 @@ def merge_vertically(images: list, separator: int = DEFAULT_SEPARATOR, fill: tup
     if separator < 0:
         raise ValueError("separator must be >= 0")
     rgb = [im.convert("RGB") for im in images]
-    canvas = Image.new("RGB", (max(im.width for im in rgb), sum(im.height for im in rgb) + separator * (len(rgb) - 1)),
-                       fill)
+    height = sum(im.height for im in rgb) + separator * (len(rgb) - 1)
+    canvas = Image.new("RGB", (max(im.width for im in rgb), height), fill)
     y = 0
     for im in rgb:
         canvas.paste(im, (0, y))

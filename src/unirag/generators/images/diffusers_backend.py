@@ -157,12 +157,12 @@ class DiffusersImageGenerator(LocalImageGenerator):
             if hasattr(self._pipe, "to"):
                 self._pipe.to(self.device)
         else:  # CPU offload onto the GPU
-            method = "enable_model_cpu_offload" if self.offload == "model" else "enable_sequential_cpu_offload"
+            method = f"enable_{'model' if self.offload == 'model' else 'sequential'}_cpu_offload"
             try:
                 getattr(self._pipe, method)(device=self.device)
             except (ImportError, AttributeError, ValueError, RuntimeError) as e:
-                raise ConfigError(f"cannot enable {self.offload} CPU offload on {type(self._pipe).__name__} ({e}); "
-                                  "it needs the accelerate package and a GPU") from None
+                raise ConfigError(f"cannot enable {self.offload} CPU offload on {type(self._pipe).__name__} "
+                                  f"({e}); it needs the accelerate package and a GPU") from None
         if hasattr(self._pipe, "set_progress_bar_config"):
             self._pipe.set_progress_bar_config(disable=True)
         self._call_params = set(inspect.signature(self._pipe.__call__).parameters)
@@ -180,11 +180,12 @@ class DiffusersImageGenerator(LocalImageGenerator):
             raise ConfigError(f"{self.model} is not a diffusers pipeline directory (no model_index.json); "
                               "save one with pipeline.save_pretrained(DIR)")
         try:
-            return hf_from_pretrained(DiffusionPipeline, spec, "diffusers pipeline", **diffusers_dtype_kwargs(torch_dtype))
+            return hf_from_pretrained(DiffusionPipeline, spec, "diffusers pipeline",
+                                      **diffusers_dtype_kwargs(torch_dtype))
         except (NameError, ImportError) as e:
             # diffusers leaves optional modules undefined when an extra (torchvision for OmniGen) is absent.
-            raise ConfigError(f"cannot build diffusers pipeline {self.model!r}: {e}; this pipeline needs an optional "
-                              "package that is not installed (OmniGen needs torchvision)") from None
+            raise ConfigError(f"cannot build diffusers pipeline {self.model!r}: {e}; this pipeline needs an "
+                              "optional package that is not installed (OmniGen needs torchvision)") from None
 
     def _torch_generator(self, seed: int):
         import torch
@@ -202,7 +203,8 @@ class DiffusersImageGenerator(LocalImageGenerator):
                               f"got {width}x{height}")
 
     def prompt_text(self, request: ImageRequest) -> str:
-        """OmniGen-style: each example's caption then its ``<img><|image_i|></img>`` placeholder; the query last."""
+        """OmniGen-style: each example's caption, then its ``<img><|image_i|></img>`` placeholder; the query
+        caption last."""
         return render_listed(FEW_SHOT_OMNIGEN, request.caption, [e.caption for e in request.examples])
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:

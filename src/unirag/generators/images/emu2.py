@@ -88,9 +88,9 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
 
                 folder = snapshot_download(folder, local_files_only=True)
             except Exception as e:  # noqa: BLE001 - hub errors have many types; all mean "not in the cache"
-                raise ConfigError(f"Emu2-Gen {folder!r} is not in the local Hugging Face cache ({type(e).__name__}); "
-                                  "download the repository to a folder first (as Emu2's README says) and pass that "
-                                  "folder") from None
+                raise ConfigError(f"Emu2-Gen {folder!r} is not in the local Hugging Face cache "
+                                  f"({type(e).__name__}); download the repository to a folder first (as "
+                                  "Emu2's README says) and pass that folder") from None
         folder = Path(folder)
         variant = self.variant
         if variant is None and any(folder.rglob("*.bf16.safetensors")):
@@ -124,7 +124,7 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
             seed_torch(seed)
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
-        inputs: list[Any] = []  # [caption_1, image_1, ..., caption_k, image_k, query caption] (UniRAG's order)
+        inputs: list[Any] = []  # [caption_1, image_1, ..., caption_k, image_k, query caption]: UniRAG's
         for example, image in zip(request.examples, images, strict=True):
             inputs += [example.caption, image]
         out = self._pipe(inputs=[*inputs, request.caption], height=request.height, width=request.width,
