@@ -50,6 +50,9 @@ def test_caption_plugin_hooks_and_defaults(monkeypatch):
     bare = load_text_generator("python:plugin_under_test:bare")
     assert (bare.template_family, bare.image_mode, bare.batch_size) == ("llava", "multi-image", 1)
     assert [g.text for g in bare.generate_batch([msg, msg])] == ["one", "one"]  # the default: one call each
+    from unirag import Captioner
+
+    assert Captioner(bare).batches and Captioner(load_text_generator("python:plugin_under_test:full")).batches
     assert "hi" in bare.sent_prompt(msg)  # the rendered messages
     full = load_text_generator("python:plugin_under_test:full")
     assert full.batch_size == 3 and [g.text for g in full.generate_batch([msg, msg])] == ["batched", "batched"]
