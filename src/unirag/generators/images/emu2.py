@@ -69,8 +69,7 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
         self.max_examples = None
 
     def _load(self, torch_dtype: Any) -> Any:
-        """The multimodal encoder (``trust_remote_code``, ``torch_dtype``, the variant's weights) and the
-        tokenizer from the checkpoint's sub-folders, as Emu2's README loads them, then the pipeline."""
+        """The encoder and tokenizer, then the pipeline, as Emu2's README loads them (module docstring)."""
         from diffusers import DiffusionPipeline
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -101,8 +101,6 @@ class LaVITImageGenerator(LocalImageGenerator):
         self.spec = spec or f"lavit:{model_path}"
         self.label = f"LaVIT {model_path}"
         self.device = resolve_device(device)
-        # "auto" is bfloat16 (the official run's); float32 is refused: LaVIT has no such mode and would load
-        # fp16 without a word
         self.dtype = "bfloat16" if dtype in (None, "", "auto") else dtype_name(dtype, self.device)
         if self.dtype not in LAVIT_DTYPES:
             raise ConfigError(f"LaVIT runs in bfloat16 or float16 only (its build_model's model_dtype is "
