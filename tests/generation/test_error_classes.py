@@ -36,7 +36,7 @@ def openai_gen(fake_server, no_api_keys):
 
 def test_a_type_error_inside_the_gemini_backend_propagates_with_its_traceback(gemini, fake_server, tmp_path,
                                                                             monkeypatch):
-    models = gemini._conn.client().models
+    models = gemini.client().models
 
     def buggy(**kwargs):
         raise TypeError("generate_content() got an unexpected keyword argument 'confg'")
@@ -59,9 +59,9 @@ def test_a_client_side_validation_error_is_not_retried(backend, openai_gen, gemi
         raise ValueError("temperature must be between 0 and 2")
 
     if backend == "openai":
-        monkeypatch.setattr(gen._conn.client().chat.completions, "create", invalid)
+        monkeypatch.setattr(gen.client().chat.completions, "create", invalid)
     else:
-        monkeypatch.setattr(gen._conn.client().models, "generate_content", invalid)
+        monkeypatch.setattr(gen.client().models, "generate_content", invalid)
     with pytest.raises(ValueError, match="temperature"):
         _run_one(gen, tmp_path)
     assert len(calls) == 1  # not retried, and not turned into a "malformed response"

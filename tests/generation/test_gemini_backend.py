@@ -101,16 +101,16 @@ def test_google_api_key_fallback_is_sent_and_client_rebuilt_after_close(fake_ser
 def test_connection_names_an_explicit_key_variable_and_shares_one_client(no_api_keys, monkeypatch):
     import threading
 
-    from unirag.generators.gemini import GeminiConnection
+    from unirag.generators.gemini import GeminiGenerator
 
     with pytest.raises(ConfigError, match=r"set the MY_GEMINI_KEY environment variable") as ei:
-        GeminiConnection(base_url=None, api_key_env="MY_GEMINI_KEY", timeout=5)
+        GeminiGenerator("gemini-1.5-pro", base_url=None, api_key_env="MY_GEMINI_KEY", timeout=5)
     assert "GOOGLE_API_KEY" not in str(ei.value)
     monkeypatch.setenv("GEMINI_API_KEY", "gm")  # a default variable does not stand in for the named one
     with pytest.raises(ConfigError, match="MY_GEMINI_KEY"):
-        GeminiConnection(base_url=None, api_key_env="MY_GEMINI_KEY", timeout=5)
+        GeminiGenerator("gemini-1.5-pro", base_url=None, api_key_env="MY_GEMINI_KEY", timeout=5)
     monkeypatch.setenv("MY_GEMINI_KEY", "mine")
-    conn = GeminiConnection(base_url="http://127.0.0.1:9", api_key_env="MY_GEMINI_KEY", timeout=5)
+    conn = GeminiGenerator("gemini-1.5-pro", base_url="http://127.0.0.1:9", api_key_env="MY_GEMINI_KEY", timeout=5)
     seen: list[object] = []
     threads = [threading.Thread(target=lambda: seen.append(conn.client())) for _ in range(4)]
     for t in threads:

@@ -59,11 +59,7 @@ def test_chat_template_and_batch(coco_set, llava_path):
 
     img = coco_set["images_root"] / coco_set["rows"][0]["image"]
     prompt = build_caption_prompt(caption_template("llava"), img, [])
-    gen._load()
-    from unirag.generators.hf_vlm import to_conversation
-
-    conv, images = to_conversation(prompt.messages)
-    text = gen._prompt_text(conv, len(images))
+    text = gen.sent_prompt(prompt.messages)
     assert text.startswith("USER: <image>\nYou are an intelligent") and text.endswith("ASSISTANT:")
     from unirag.generators.base import GenerationOptions
 

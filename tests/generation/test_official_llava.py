@@ -62,14 +62,14 @@ def test_official_llava_prompt_is_the_hand_written_string(coco_set, llava_path, 
     backend._processor.chat_template = SPACE_TEMPLATE
     assert (backend.dtype, backend.batch_size, backend.prompt_format) == ("float32", 1, "official")
     seen: list[str] = []
-    original = type(backend)._prompt_text
+    original = type(backend)._prompt
 
-    def spy(self, conv, n_images):
-        text = original(self, conv, n_images)
+    def spy(self, messages):
+        text, images = original(self, messages)
         seen.append(text)
-        return text
+        return text, images
 
-    monkeypatch.setattr(type(backend), "_prompt_text", spy)
+    monkeypatch.setattr(type(backend), "_prompt", spy)
     captioner.caption(root / rows[0]["image"], shots)
     template = caption_template("llava").text("few_shot")  # the paper's Figure 3 = the official file's text
     token = backend._processor.image_token

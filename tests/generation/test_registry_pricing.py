@@ -6,7 +6,7 @@ import pytest
 
 from unirag.errors import ConfigError, InputError
 from unirag.generators.base import Usage
-from unirag.generators.pricing import DEFAULT_PRICES, Price, cost_usd, load_prices, price_for
+from unirag.generators.pricing import DEFAULT_PRICES, Price, cost_usd, price_for, read_prices
 from unirag.generators.registry import load_text_generator, parse_spec
 
 
@@ -49,13 +49,16 @@ def test_table8_costs():
 def test_price_overrides(tmp_path):
     f = tmp_path / "prices.yaml"
     f.write_text("gpt-4o: {input_text_per_1k: 0.0025, output_per_1k: 0.01}\nmy-model: {output_per_1k: 1}\n")
-    table = load_prices(f)
-    assert table["gpt-4o"] == Price(input_text_per_1k=0.0025, output_per_1k=0.01)
-    assert price_for("openai:my-model", table).output_per_1k == 1.0
+    assert read_prices(f)["gpt-4o"] == Price(input_text_per_1k=0.0025, output_per_1k=0.01)
+    assert price_for("openai:gpt-4o", f) == Price(input_text_per_1k=0.0025, output_per_1k=0.01)
+    assert price_for("openai:my-model", f).output_per_1k == 1.0
+    assert price_for("openai:my-model", {"my-model": {"output_per_1k": 2}}).output_per_1k == 2.0
+    assert price_for("openai-image:gpt-image-1", f, image=True).output_per_1k == 0.040  # image defaults kept
+    assert price_for("openai-image:gpt-image-1", f, image=True, local=True) == Price()
     f.write_text('{"gpt-4o": {"per_token": 1}}')
     f2 = tmp_path / "p.json"
     f2.write_text('{"gpt-4o": {"per_token": 1}}')
     with pytest.raises(InputError, match="unknown price field.*per_token"):
-        load_prices(f2)
+        read_prices(f2)
     with pytest.raises(InputError, match="not found"):
-        load_prices(tmp_path / "missing.json")
+        read_prices(tmp_path / "missing.json")

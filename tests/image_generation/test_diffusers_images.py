@@ -15,8 +15,6 @@ from unirag.generators.images.diffusers_backend import (
     STYLE_INTERLEAVED,
     STYLE_TEXT_ONLY,
     call_kwargs,
-    interleaved_prompt,
-    reference_style,
 )
 from unirag.generators.registry import load_image_generator
 from unirag.pipelines.examples import make_selector
@@ -99,21 +97,20 @@ def test_omnigen_style_prompt_and_input_images_in_example_order(tmp_path):
     examples = [Pair.of(Path("/imgs/a.jpg"), "A red bus.", "img:a"),
                 Pair.of(Path("/imgs/b.jpg"), "Two dogs on grass.", "img:b")]
     req = ImageRequest(qid="q", caption="A cat on a sofa.", examples=examples)
-    prompt, paths = interleaved_prompt(req)
-    assert paths == [Path("/imgs/a.jpg"), Path("/imgs/b.jpg")]
+    gen = load_image_generator("diffusers:omnigen-like", pipeline=OmniGenLike(), device="cpu")
+    prompt = gen.prompt_text(req)
     # Each example's caption precedes its placeholder; placeholders numbered 1..k in order; query last.
     i_a, i_1 = prompt.index("A red bus."), prompt.index("<img><|image_1|></img>")
     i_b, i_2 = prompt.index("Two dogs on grass."), prompt.index("<img><|image_2|></img>")
     assert i_a < i_1 < i_b < i_2 < prompt.index("A cat on a sofa.")
     assert "<|image_3|>" not in prompt
-    zero, none = interleaved_prompt(ImageRequest(qid="q", caption="A cat on a sofa."))
-    assert zero == "A cat on a sofa." and none == []
+    assert gen.prompt_text(ImageRequest(qid="q", caption="A cat on a sofa.")) == "A cat on a sofa."
 
 
 def test_call_kwargs_pass_only_declared_parameters():
     omnigen_params = {"prompt", "input_images", "height", "width", "num_inference_steps", "guidance_scale",
                       "generator", "output_type", "img_guidance_scale"}
-    assert reference_style(omnigen_params) == STYLE_INTERLEAVED
+    assert load_image_generator("diffusers:omnigen-like", pipeline=OmniGenLike(), device="cpu").style == STYLE_INTERLEAVED
     req = ImageRequest(qid="q", caption="c", width=64, height=48, steps=3, guidance=2.5, seed=7)
     kwargs, dropped = call_kwargs(omnigen_params, req, "p", ["IMG1", "IMG2"], "GEN")
     assert kwargs == {"prompt": "p", "height": 48, "width": 64, "num_inference_steps": 3, "guidance_scale": 2.5,

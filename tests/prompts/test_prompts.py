@@ -12,8 +12,7 @@ from PIL import Image
 
 from unirag.errors import ConfigError
 from unirag.messages import ImagePart, TextPart
-from unirag.prompts.caption import build_caption_prompt, caption_template
-from unirag.prompts.merge import merge_vertically
+from unirag.prompts.caption import build_caption_prompt, caption_template, merge_vertically
 from unirag.prompts.templates import TEMPLATES_DIR, load_template, parse_template
 from unirag.retrieval.results import Pair
 

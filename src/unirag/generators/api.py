@@ -1,14 +1,13 @@
 """What every API backend (OpenAI, Gemini; captions and images) shares: its client and its failures.
 
-- :class:`Connection`: the provider SDK's client, built on first use and shared by the run loop's
-  worker threads. SDK imports take seconds (and ``--help`` must stay fast), and one client per
-  process is what the SDKs expect, so every connection builds its client lazily under a lock; each
-  provider says how (:mod:`~unirag.generators.openai_compat`, :mod:`~unirag.generators.gemini`) and
-  how its SDK's exceptions become a :class:`BackendError` (:meth:`Connection.call`).
+- :class:`APIBackend`: the model name, the recorded config and the provider SDK's client, built on
+  first use and shared by the run loop's worker threads. SDK imports take seconds (and ``--help`` must
+  stay fast), and one client per process is what the SDKs expect, so the client is built lazily under
+  a lock; each provider says how (:mod:`~unirag.generators.openai_compat`, :mod:`~unirag.generators.gemini`)
+  and how its SDK's exceptions become a :class:`BackendError` (:meth:`APIBackend.call`).
 - The decision "retry or not, and after how long" is made here once for every provider: the status
   code decides ``retryable`` (see :func:`unirag.runs.retry.is_retryable_status`) and a ``Retry-After``
   header (seconds or an HTTP date) or ``retry-after-ms`` sets the wait.
-- :class:`APIBackend`: the model name, the connection and the recorded config of an API backend.
 """
 
 from __future__ import annotations
@@ -25,13 +24,18 @@ from unirag.runs.retry import is_retryable_status
 _MAX_MESSAGE = 500
 
 
-class Connection:
-    """A lazily built, thread-shared SDK client; subclasses also set ``api_key_env`` (the key's variable)."""
+class APIBackend:
+    """An API model behind a lazily built, thread-shared SDK client (mixed into the caption and image
+    backends); each provider's base class sets ``provider`` and ``api_key_env`` and builds the client."""
 
+    #: The spec prefix, recorded as ``backend`` in the config.
+    backend = ""
     provider = ""
     api_key_env: str | None = None
 
-    def __init__(self, base_url: str | None, timeout: float) -> None:
+    def _connect(self, model: str, spec: str | None, base_url: str | None, timeout: float) -> None:
+        self.model = model
+        self.spec = spec or f"{self.backend}:{model}"
         self.base_url = base_url
         self.timeout = float(timeout)
         self._client: Any = None
@@ -66,33 +70,17 @@ class Connection:
                 raise  # keep the traceback
             raise mapped from None
 
-    def close(self) -> None:
-        """Drop the client; the next call builds a fresh one."""
-        with self._lock:
-            if self._client is not None:
-                self._release(self._client)
-                self._client = None
-
-
-class APIBackend:
-    """An API model behind a :class:`Connection` (mixed into the caption and image backends)."""
-
-    #: The spec prefix, recorded as ``backend`` in the config.
-    backend = ""
-
-    def _connect(self, model: str, spec: str | None, conn: Connection) -> None:
-        self.model = model
-        self.spec = spec or f"{self.backend}:{model}"
-        self._conn = conn
-        self.base_url, self.api_key_env, self.timeout = conn.base_url, conn.api_key_env, conn.timeout
-
     def config(self) -> dict[str, Any]:
         # No key here: manifests must never hold secrets (only the variable's name).
         return {"spec": self.spec, "backend": self.backend, "model": self.model, "base_url": self.base_url,
                 "api_key_env": self.api_key_env, "timeout": self.timeout}
 
     def close(self) -> None:
-        self._conn.close()
+        """Drop the client; the next call builds a fresh one."""
+        with self._lock:
+            if self._client is not None:
+                self._release(self._client)
+                self._client = None
 
 
 def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:

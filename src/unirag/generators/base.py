@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from unirag.messages import Message
@@ -28,9 +28,6 @@ class Usage:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
 
 
 @dataclass
@@ -86,18 +83,36 @@ class TextGenerator(Backend):
         """The prompt as this backend sends it, for inspection (``OUT/prompts/NNN_qid.sent.txt``, what the
         official scripts' ``prompt_{idx}.txt`` files hold): here the messages as text, images as
         placeholders; backends that send a string or a JSON body override it to show exactly that (each
-        image's base64 data as :func:`base64_placeholder`; never a key or a header)."""
+        image's base64 data shortened by :func:`body_for_log`; never a key or a header)."""
         from unirag.messages import render_for_log
 
         return render_for_log(messages)
 
 
-def base64_placeholder(data: str) -> str:
-    """What a saved request body shows instead of an image's base64 data: its length and hash (the
-    bytes would make the file unreadable; the hash still tells two images apart)."""
+def body_for_log(body: Any) -> str:
+    """A request body as JSON for :meth:`TextGenerator.sent_prompt`, each image's base64 data (a ``data:``
+    URL's, an ``inlineData`` part's) shown as its length and hash: the bytes would make the file
+    unreadable; the hash still tells two images apart."""
     import hashlib
+    import json
+    import re
 
-    return f"<{len(data)} base64 chars, sha256 {hashlib.sha256(data.encode()).hexdigest()[:16]}>"
+    def short(data: str) -> str:
+        return f"<{len(data)} base64 chars, sha256 {hashlib.sha256(data.encode()).hexdigest()[:16]}>"
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, dict):
+            if isinstance(x.get("data"), str) and ("mimeType" in x or "mime_type" in x):
+                return {**x, "data": short(x["data"])}
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, str):
+            return re.sub(r"(data:[^;\"]+;base64,)([A-Za-z0-9+/=]+)",
+                          lambda m: m.group(1) + short(m.group(2)), x)
+        return x
+
+    return json.dumps(walk(body), indent=2, ensure_ascii=False)
 
 
 class ExampleCaptioner(Backend):

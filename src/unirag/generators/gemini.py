@@ -5,18 +5,11 @@ Captions (paper: Gemini-Pro via Vertex AI generate-content): the typed messages 
 
 Images: the request is the paper's Gemini-style interleaved content (``image_fewshot_gemini.txt``):
 the instruction first, then image_1, caption_1, ..., image_k, caption_k, then the query caption;
-zero-shot sends the caption alone. The picture comes back as an ``inline_data`` part of the
-response. Content building and response parsing are plain functions so they can be checked
-without a network.
+zero-shot sends the caption alone. The picture comes back as an ``inline_data`` part.
 
-Both kinds share one :class:`GeminiConnection`, which finds the key and builds the client:
-
-- API key: from the environment only (never an option, never logged): the named variable, else
-  the first of ``GEMINI_API_KEY`` / ``GOOGLE_API_KEY`` that is set - the two names the SDK
-  itself reads;
-- ``base_url`` points the client elsewhere (a proxy, or a test server on 127.0.0.1);
-- the SDK's own retries are off (one attempt): the shared retry loop decides, and failures are
-  mapped to :class:`BackendError` by :mod:`unirag.generators.api` like every other API backend.
+Both kinds share :class:`GeminiAPI`: the API key comes from the environment only (never an option,
+never logged): the named variable, else the first of ``GEMINI_API_KEY`` / ``GOOGLE_API_KEY`` that is
+set (the two names the SDK itself reads); the SDK's own retries are off: the shared retry loop decides.
 """
 
 from __future__ import annotations
@@ -28,8 +21,8 @@ from typing import Any
 
 from unirag.data.images import load_rgb
 from unirag.errors import BackendError, ConfigError, InputError
-from unirag.generators.api import APIBackend, Connection, malformed_response, status_error, transient_error
-from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage, base64_placeholder
+from unirag.generators.api import APIBackend, malformed_response, status_error, transient_error
+from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage, body_for_log
 from unirag.generators.images.base import (
     FEW_SHOT_GEMINI,
     ZERO_SHOT,
@@ -50,7 +43,7 @@ KEY_VARIABLES = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 ASPECT_RATIOS = ("1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9")
 
 
-class GeminiConnection(Connection):
+class GeminiAPI(APIBackend):
     """Key, base URL and a thread-safe, lazily created ``genai.Client`` shared by worker threads.
 
     ``api_key_env`` records which variable supplied the key (the run config names it, never the
@@ -60,8 +53,9 @@ class GeminiConnection(Connection):
 
     provider = PROVIDER
 
-    def __init__(self, *, base_url: str | None, api_key_env: str | None, timeout: float) -> None:
-        super().__init__(base_url, timeout)
+    def _open(self, model: str, spec: str | None, base_url: str | None, api_key_env: str | None,
+              timeout: float) -> None:
+        self._connect(model, spec, base_url, timeout)
         names = (api_key_env,) if api_key_env else KEY_VARIABLES
         self.api_key_env = next((n for n in names if os.environ.get(n)), names[0])
         key = os.environ.get(self.api_key_env)
@@ -150,7 +144,7 @@ def render_gemini_contents(messages: list[Message]) -> tuple[str | None, list[An
     return ("\n".join(system) if system else None), contents
 
 
-class GeminiGenerator(APIBackend, TextGenerator):
+class GeminiGenerator(GeminiAPI, TextGenerator):
     backend = "gemini"
     template_family = "gemini"
     image_mode = "multi-image"
@@ -159,8 +153,7 @@ class GeminiGenerator(APIBackend, TextGenerator):
                  timeout: float = 120.0, family: str = "gemini", spec: str | None = None) -> None:
         self.template_family = family
         self.image_mode = "single-image" if family == "llava" else "multi-image"
-        conn = GeminiConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout)
-        self._connect(model, spec, conn)
+        self._open(model, spec, base_url, api_key_env, timeout)
 
     def request_config(self, system: str | None, options: GenerationOptions) -> dict[str, Any]:
         config: dict[str, Any] = {"max_output_tokens": options.max_tokens}
@@ -186,17 +179,11 @@ class GeminiGenerator(APIBackend, TextGenerator):
         ``generationConfig``), each image's base64 data shortened to its size and hash; the key travels
         in a header, never in the body, and the recording client holds none."""
         options = options or GenerationOptions()
-        body = self._conn.request_body(lambda client: self._send(client, messages, options))
-        for content in [*body.get("contents", []), body.get("systemInstruction") or {}]:
-            for part in content.get("parts", []):
-                inline = part.get("inlineData")
-                if isinstance(inline, dict) and isinstance(inline.get("data"), str):
-                    inline["data"] = base64_placeholder(inline["data"])
-        return json.dumps(body, indent=2, ensure_ascii=False)
+        return body_for_log(self.request_body(lambda client: self._send(client, messages, options)))
 
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         options = options or GenerationOptions()
-        return self._parse(self._conn.call(lambda client: self._send(client, messages, options)), messages)
+        return self._parse(self.call(lambda client: self._send(client, messages, options)), messages)
 
     def _parse(self, resp: Any, messages: list[Message]) -> Generation:
         candidates = getattr(resp, "candidates", None) or []
@@ -275,7 +262,7 @@ def parse_image_response(resp: Any) -> tuple[Any, dict[str, Any]]:
                        + (f"; the model said: {said!r}" if said else ""))
 
 
-class GeminiImageGenerator(APIBackend, ImageGenerator):
+class GeminiImageGenerator(GeminiAPI, ImageGenerator):
     backend = "gemini-image"
     local = False
     max_examples = None
@@ -283,25 +270,22 @@ class GeminiImageGenerator(APIBackend, ImageGenerator):
 
     def __init__(self, model: str, *, spec: str | None = None, base_url: str | None = None,
                  timeout: float = 300.0, api_key_env: str | None = None) -> None:
-        conn = GeminiConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout)
-        self._connect(model, spec, conn)
+        self._open(model, spec, base_url, api_key_env, timeout)
 
     def prompt_text(self, request: ImageRequest) -> str:
         return render_for_log(image_prompt_messages(request))
 
-    def generation_config(self, request: ImageRequest) -> Any:
+    def generate(self, request: ImageRequest) -> GeneratedImage:
         from google.genai import types
 
-        ratio = nearest_aspect_ratio(request.width, request.height)
-        return types.GenerateContentConfig(
-            response_modalities=["TEXT", "IMAGE"], seed=int(request.seed),
-            image_config=types.ImageConfig(aspect_ratio=ratio) if ratio != "1:1" else None)
-
-    def generate(self, request: ImageRequest) -> GeneratedImage:
         self.check_k(len(request.examples))
         _, contents = render_gemini_contents(image_prompt_messages(request))
-        resp = self._conn.call(lambda client: client.models.generate_content(
-            model=self.model, contents=contents, config=self.generation_config(request)))
+        ratio = nearest_aspect_ratio(request.width, request.height)
+        config = types.GenerateContentConfig(
+            response_modalities=["TEXT", "IMAGE"], seed=int(request.seed),
+            image_config=types.ImageConfig(aspect_ratio=ratio) if ratio != "1:1" else None)
+        resp = self.call(lambda client: client.models.generate_content(model=self.model, contents=contents,
+                                                                       config=config))
         image, extra = parse_image_response(resp)
         um = getattr(resp, "usage_metadata", None)
         usage = None

@@ -6,11 +6,8 @@ a checkpoint gets the format it was trained with. Prompts are batched (left padd
 default. LLaVA-1.5 accepts one image per prompt, hence the ``llava`` template family with a merged
 image; models that take several images can use ``family="gpt4o"`` (interleaved).
 
-``device``/``dtype`` follow :mod:`unirag.runtime` ("auto": the GPU if there is one, in bfloat16/float16;
-float32 on CPU). Weights load directly in that precision (onto the GPU while loading where
-``accelerate`` is installed; ``device="balanced"`` spreads a model too large for one GPU over all of
-them with ``device_map="auto"``), pixel values are cast to the model's dtype, and ``close()`` returns
-the GPU memory.
+``device``/``dtype`` follow :mod:`unirag.runtime`; ``device="balanced"`` spreads a model too large for
+one GPU over all of them (``device_map="auto"``).
 """
 
 from __future__ import annotations
@@ -29,22 +26,6 @@ DTYPES = ("auto", "float32", "float16", "bfloat16")
 #: \nASSISTANT:"`` by hand (castorini/UniRAG src/unirag/caption_generation_inference.py@e9a4e00:250-251).
 FALLBACK_FORMAT = "USER: {images}{text}\nASSISTANT:"
 PROMPT_FORMATS = ("chat-template", "official")
-
-
-def to_conversation(messages: list[Message]) -> tuple[list[dict[str, Any]], list[ImagePart]]:
-    """Typed messages -> chat-template conversation (image placeholders in place) + images in order."""
-    conv: list[dict[str, Any]] = []
-    images: list[ImagePart] = []
-    for m in messages:
-        content: list[dict[str, Any]] = []
-        for p in m.parts:
-            if isinstance(p, TextPart):
-                content.append({"type": "text", "text": p.text})
-            else:
-                content.append({"type": "image"})
-                images.append(p)
-        conv.append({"role": m.role, "content": content})
-    return conv, images
 
 
 class HFVisionLanguageGenerator(TextGenerator):
@@ -84,6 +65,7 @@ class HFVisionLanguageGenerator(TextGenerator):
         from unirag.runtime import (
             configure_torch_threads,
             device_map_kwargs,
+            hf_from_pretrained,
             resolve_device,
             resolve_dtype,
             transformers_dtype_kwargs,
@@ -97,15 +79,15 @@ class HFVisionLanguageGenerator(TextGenerator):
         kwargs.update({"device_map": "auto"} if spread else device_map_kwargs(device))
         local = Path(self.model_id).expanduser()
         source = str(local) if local.exists() else self.model_id
+        remote = {"trust_remote_code": True} if self.trust_remote_code else {}
         try:
-            remote = {"trust_remote_code": True} if self.trust_remote_code else {}
-            processor = AutoProcessor.from_pretrained(source, **remote)
-            model = AutoModelForImageTextToText.from_pretrained(source, **kwargs, **remote)
-        except (OSError, ValueError, KeyError) as e:
-            where = "local directory" if local.exists() else "Hugging Face hub id (not a local path either)"
-            hint = "" if self.trust_remote_code or "trust_remote_code" not in str(e) else \
-                " (the checkpoint ships its own code: pass trust_remote_code=True / --option trust_remote_code=true if you trust it)"
-            raise ConfigError(f"cannot load VLM {self.model_id!r} as a {where}: {e}{hint}") from None
+            processor = hf_from_pretrained(AutoProcessor, source, "VLM processor", **remote)
+            model = hf_from_pretrained(AutoModelForImageTextToText, source, "VLM", **kwargs, **remote)
+        except ConfigError as e:
+            if self.trust_remote_code or "trust_remote_code" not in str(e):
+                raise
+            raise ConfigError(f"{e} (the checkpoint ships its own code: pass trust_remote_code=True / "
+                              "--option trust_remote_code=true if you trust it)") from None
         if "device_map" not in kwargs:
             model = model.to(device)
         tok = getattr(processor, "tokenizer", None)
@@ -118,20 +100,28 @@ class HFVisionLanguageGenerator(TextGenerator):
         self._resolved = {"device": str(device), "dtype": str(torch_dtype).removeprefix("torch.")}
         self._processor, self._model = processor, model.eval()
 
-    def _prompt_text(self, conv: list[dict[str, Any]], n_images: int) -> str:
+    def _prompt(self, messages: list[Message]) -> tuple[str, list[ImagePart]]:
+        """The text the processor receives (chat template, image placeholders in place, or the official
+        string) and the images in order."""
+        conv: list[dict[str, Any]] = []
+        images: list[ImagePart] = []
+        for m in messages:
+            conv.append({"role": m.role, "content": [{"type": "text", "text": p.text}
+                                                     if isinstance(p, TextPart) else {"type": "image"}
+                                                     for p in m.parts]})
+            images += m.images
         proc = self._processor
         if self.prompt_format == "chat-template" and getattr(proc, "chat_template", None):
-            return proc.apply_chat_template(conv, add_generation_prompt=True)
+            return proc.apply_chat_template(conv, add_generation_prompt=True), images
         token = getattr(proc, "image_token", "<image>")
-        text = "\n".join(c["text"] for m in conv for c in m["content"] if c["type"] == "text")
-        return FALLBACK_FORMAT.format(images=(token + "\n") * n_images, text=text)
+        text = "\n".join(p.text for m in messages for p in m.parts if isinstance(p, TextPart))
+        return FALLBACK_FORMAT.format(images=(token + "\n") * len(images), text=text), images
 
     def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str:
-        """The exact text the processor receives (chat template or the official string; loads the processor)."""
+        """The exact text the processor receives (loads the processor)."""
         with self._lock:
             self._load()
-            conv, parts = to_conversation(messages)
-            return self._prompt_text(conv, len(parts))
+            return self._prompt(messages)[0]
 
     # -- generation ------------------------------------------------------------------------------
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
@@ -145,8 +135,8 @@ class HFVisionLanguageGenerator(TextGenerator):
 
             texts, images = [], []
             for messages in batch:
-                conv, parts = to_conversation(messages)
-                texts.append(self._prompt_text(conv, len(parts)))
+                text, parts = self._prompt(messages)
+                texts.append(text)
                 images.append([p.load() for p in parts])
             flat = [im for ims in images for im in ims]
             try:

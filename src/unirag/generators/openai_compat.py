@@ -4,19 +4,14 @@ Chat completions serve GPT-4o and local servers (vLLM, Ollama, LM Studio, llama.
 URL and model name are options, so ``openai:gpt-4o`` and ``openai:llava-hf/llava-1.5-7b-hf --base-url
 http://localhost:8000/v1`` differ only in configuration.
 
-Images (gpt-image-1, dall-e-3): zero-shot goes to ``images.generate`` with the caption as the prompt.
-Few-shot goes to ``images.edit``, the endpoint that takes reference images: the example images are
-attached in order and the prompt (``image_fewshot_api.txt``) numbers them with their captions before
-asking for the query caption. The image comes back base64-encoded and is decoded here.
+Images (gpt-image-1, dall-e-3): zero-shot goes to ``images.generate``; few-shot to ``images.edit``, the
+endpoint that takes reference images, with the prompt (``image_fewshot_api.txt``) numbering them with
+their captions before asking for the query caption.
 
-Both kinds share one :class:`OpenAIConnection`, which resolves the base URL and key the same way:
-
-- base URL: the option, else ``OPENAI_BASE_URL``, else the SDK's default (api.openai.com);
-- API key: from the environment variable only (never an option, never logged). A local
-  OpenAI-compatible server (any non-OpenAI base URL) usually ignores the key, so a placeholder is
-  used there instead of demanding one;
-- the SDK's own retries are off (``max_retries=0``): the shared retry loop (:mod:`unirag.runs.retry`)
-  decides, honouring ``Retry-After`` (:mod:`unirag.generators.api`).
+Both kinds share :class:`OpenAIAPI`: the base URL is the option, else ``OPENAI_BASE_URL``, else the
+SDK's default; the API key comes from the environment only (never an option, never logged), and a
+local OpenAI-compatible server (any non-OpenAI base URL), which usually ignores it, gets a placeholder;
+the SDK's own retries are off: the shared retry loop (:mod:`unirag.runs.retry`) decides.
 """
 
 from __future__ import annotations
@@ -29,8 +24,8 @@ from typing import Any
 
 from unirag.data.images import load_rgb, upright_size
 from unirag.errors import BackendError, ConfigError, InputError
-from unirag.generators.api import APIBackend, Connection, malformed_response, status_error, transient_error
-from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage, base64_placeholder
+from unirag.generators.api import APIBackend, malformed_response, status_error, transient_error
+from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage, body_for_log
 from unirag.generators.images.base import (
     FEW_SHOT_API,
     ZERO_SHOT,
@@ -47,17 +42,19 @@ OFFICIAL_HOST = "api.openai.com"
 LOCAL_DUMMY_KEY = "unused-local-server"
 
 
-class OpenAIConnection(Connection):
-    """Base URL, key and a thread-safe, lazily created ``openai.OpenAI`` client.
+class OpenAIAPI(APIBackend):
+    """Base URL, key and a lazily created ``openai.OpenAI`` client, the same for both kinds.
 
-    ``server`` names what ``--base-url`` should point at, for the missing-key message
-    (e.g. "server", "images server"). The SDK is imported on first use, not here: it takes seconds.
+    ``server`` names what ``--base-url`` should point at, for the missing-key message. The SDK is
+    imported on first use, not here: it takes seconds.
     """
 
-    def __init__(self, *, base_url: str | None, api_key_env: str, timeout: float, server: str = "server",
-                 provider: str = PROVIDER) -> None:
-        super().__init__(base_url or os.environ.get("OPENAI_BASE_URL") or None, timeout)
-        self.provider = provider
+    provider = PROVIDER
+    server = "server"
+
+    def _open(self, model: str, spec: str | None, base_url: str | None, api_key_env: str,
+              timeout: float) -> None:
+        self._connect(model, spec, base_url or os.environ.get("OPENAI_BASE_URL") or None, timeout)
         self.api_key_env = api_key_env
         key = os.environ.get(api_key_env)
         if not key:
@@ -65,7 +62,7 @@ class OpenAIConnection(Connection):
                 key = LOCAL_DUMMY_KEY  # local servers usually ignore the key
             else:
                 raise ConfigError(f"set the {api_key_env} environment variable (the OpenAI API key), "
-                                  f"or give --base-url for a local OpenAI-compatible {server}")
+                                  f"or give --base-url for a local OpenAI-compatible {self.server}")
         self._key = key
 
     def _build(self):
@@ -93,25 +90,6 @@ class OpenAIConnection(Connection):
             return malformed_response(self.provider, "malformed response body", str(e))
         return None
 
-def render_openai_messages(messages: list[Message], detail: str | None = None) -> list[dict[str, Any]]:
-    """Typed messages -> chat-completions ``messages``: text-only turns as strings, others as parts."""
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        if not m.images:
-            out.append({"role": m.role, "content": m.text})
-            continue
-        content: list[dict[str, Any]] = []
-        for p in m.parts:
-            if isinstance(p, TextPart):
-                content.append({"type": "text", "text": p.text})
-            else:
-                url: dict[str, Any] = {"url": p.data_url()}
-                if detail:
-                    url["detail"] = detail
-                content.append({"type": "image_url", "image_url": url})
-        out.append({"role": m.role, "content": content})
-    return out
-
 
 def openai_image_tokens(width: int, height: int, detail: str | None = None) -> int:
     """Tokens GPT-4o bills for one image (OpenAI's published tile formula).
@@ -128,7 +106,7 @@ def openai_image_tokens(width: int, height: int, detail: str | None = None) -> i
     return 85 + 170 * math.ceil(w / 512) * math.ceil(h / 512)
 
 
-class OpenAIChatGenerator(APIBackend, TextGenerator):
+class OpenAIChatGenerator(OpenAIAPI, TextGenerator):
     """Chat completions through the official ``openai`` SDK (thread-safe: one client, many calls)."""
 
     backend = "openai"
@@ -136,18 +114,19 @@ class OpenAIChatGenerator(APIBackend, TextGenerator):
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  timeout: float = 120.0, family: str = "gpt4o", detail: str | None = None,
                  spec: str | None = None) -> None:
-        if not model:
-            raise ConfigError("openai spec needs a model name, e.g. 'openai:gpt-4o'")
         self.detail = detail
         self.template_family = family
         self.image_mode = "single-image" if family == "llava" else "multi-image"
-        conn = OpenAIConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout)
-        self._connect(model, spec, conn)
+        self._open(model, spec, base_url, api_key_env, timeout)
 
     def request_body(self, messages: list[Message], options: GenerationOptions) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` (also what the tests compare)."""
-        body: dict[str, Any] = {"model": self.model, "messages": render_openai_messages(messages, self.detail),
-                                "max_tokens": options.max_tokens}
+        detail = {"detail": self.detail} if self.detail else {}
+        rendered = [{"role": m.role, "content": m.text if not m.images else [  # text-only turns as strings
+            {"type": "text", "text": p.text} if isinstance(p, TextPart) else
+            {"type": "image_url", "image_url": {"url": p.data_url(), **detail}} for p in m.parts]}
+            for m in messages]
+        body: dict[str, Any] = {"model": self.model, "messages": rendered, "max_tokens": options.max_tokens}
         if options.temperature is not None:  # None: send none (the provider's default), as the official code
             body["temperature"] = options.temperature
         if options.seed is not None:
@@ -161,19 +140,12 @@ class OpenAIChatGenerator(APIBackend, TextGenerator):
 
     def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str:
         """The request body exactly as sent (JSON), each image's base64 data shortened to its size and hash."""
-        import json
-        import re
-
-        def short(m: re.Match) -> str:
-            return m.group(1) + base64_placeholder(m.group(2))
-
-        text = json.dumps(self.request_body(messages, options or GenerationOptions()), indent=2, ensure_ascii=False)
-        return re.sub(r"(data:[^;\"]+;base64,)([A-Za-z0-9+/=]+)", short, text)
+        return body_for_log(self.request_body(messages, options or GenerationOptions()))
 
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         options = options or GenerationOptions()
         body = self.request_body(messages, options)
-        return self._parse(self._conn.call(lambda client: client.chat.completions.create(**body)), messages)
+        return self._parse(self.call(lambda client: client.chat.completions.create(**body)), messages)
 
     def _parse(self, resp: Any, messages: list[Message]) -> Generation:
         choices = getattr(resp, "choices", None)
@@ -215,10 +187,12 @@ _SIZES = {
 }
 
 
-class OpenAIImageGenerator(APIBackend, ImageGenerator):
+class OpenAIImageGenerator(OpenAIAPI, ImageGenerator):
     """Thread-safe: one SDK client shared by the run loop's worker threads."""
 
     backend = "openai-image"
+    provider = IMAGES_PROVIDER
+    server = "images server"
     local = False
     templates = (ZERO_SHOT, FEW_SHOT_API)
 
@@ -228,8 +202,7 @@ class OpenAIImageGenerator(APIBackend, ImageGenerator):
         self._family = next((f for f in _SIZES if model.startswith(f)), None)
         # dall-e-2 edits take one image; dall-e-3 has no edit endpoint; gpt-image models take up to 16.
         self.max_examples = {"dall-e-3": 0, "dall-e-2": 1, "gpt-image": 16}.get(self._family or "", None)
-        self._connect(model, spec, OpenAIConnection(base_url=base_url, api_key_env=api_key_env, timeout=timeout,
-                                                    server="images server", provider=IMAGES_PROVIDER))
+        self._open(model, spec, base_url, api_key_env, timeout)
 
     def check_size(self, width: int, height: int) -> None:
         super().check_size(width, height)
@@ -241,8 +214,8 @@ class OpenAIImageGenerator(APIBackend, ImageGenerator):
     def prompt_text(self, request: ImageRequest) -> str:
         return render_listed(FEW_SHOT_API, request.caption, [e.caption for e in request.examples])
 
-    def request_args(self, request: ImageRequest) -> dict[str, Any]:
-        """Keyword arguments of ``images.generate`` (k = 0) or ``images.edit`` (k > 0)."""
+    def generate(self, request: ImageRequest) -> GeneratedImage:
+        self.check_k(len(request.examples))
         args: dict[str, Any] = {"model": self.model, "prompt": self.prompt_text(request), "n": 1,
                                 "size": f"{request.width}x{request.height}"}
         if self._family == "gpt-image":
@@ -251,19 +224,14 @@ class OpenAIImageGenerator(APIBackend, ImageGenerator):
             args["response_format"] = "b64_json"
         if self.quality:
             args["quality"] = self.quality
-        if request.examples:
+        if request.examples:  # images.edit, the endpoint that takes reference images
             files = []
             for i, ex in enumerate(request.examples, start=1):
                 data, mime = ImagePart(path=ex.image, loading=request.loading).encoded()
                 ext = {"image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif"}.get(mime, "png")
                 files.append((f"example_{i}.{ext}", data, mime))
             args["image"] = files
-        return args
-
-    def generate(self, request: ImageRequest) -> GeneratedImage:
-        self.check_k(len(request.examples))
-        args = self.request_args(request)
-        resp = self._conn.call(lambda c: (c.images.edit if request.examples else c.images.generate)(**args))
+        resp = self.call(lambda c: (c.images.edit if request.examples else c.images.generate)(**args))
         data = getattr(resp, "data", None)
         if not data:
             raise malformed_response(IMAGES_PROVIDER, "malformed response body", "no data[] in the response")

@@ -6,7 +6,7 @@ backend splits it with OpenAI's published image-token formula. The paper reports
 (its image generators were local), so the image defaults are the providers' published rates at the
 time of writing: gpt-image-1 ($5 / $10 / $40 per 1M text-in / image-in / image-out tokens) and
 gemini-2.5-flash-image ($0.30 per 1M input tokens, $30 per 1M output tokens). Prices change:
-override them with a JSON or YAML file (``--prices``) mapping a model name to any of the fields of
+override them with a JSON or YAML file (``--prices``) or a mapping from a model name to any of the fields of
 :class:`Price`.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -54,16 +55,19 @@ FREE_BACKENDS = ("hf", "retrieval")
 _VERSION_SUFFIX = re.compile(r"^-(\d|latest|preview)")
 
 
-def price_for(spec: str, table: dict[str, Price] | None = None) -> Price | None:
-    """The price of a generator spec; local backends are free; None when the model is not in the table.
+def price_for(spec: str, prices: str | Path | Mapping[str, Any] | None = None, *, image: bool = False,
+              local: bool = False) -> Price | None:
+    """The price of a generator spec; local models and backends are free; None when the model is not in
+    the table: the caption defaults (with ``image``, the image defaults too) updated with ``prices``, a
+    JSON/YAML file or a mapping ``{model: {input_text_per_1k: ..., ...}}`` whose entries win.
 
     A model matches a table entry exactly or with a version suffix (``gpt-4o-2024-05-13`` is
     ``gpt-4o``; ``gpt-4o-mini`` is not).
     """
     prefix, _, model = spec.partition(":")
-    if prefix in FREE_BACKENDS:
+    if local or prefix in FREE_BACKENDS:
         return Price()
-    table = table if table is not None else DEFAULT_PRICES
+    table = {**DEFAULT_PRICES, **(IMAGE_PRICES if image else {}), **read_prices(prices)}
     model = model.rsplit("/", 1)[-1]
     if model in table:
         return table[model]
@@ -75,30 +79,31 @@ def price_for(spec: str, table: dict[str, Price] | None = None) -> Price | None:
     return table[best] if best is not None else None
 
 
-def load_prices(path: str | Path) -> dict[str, Price]:
-    """Defaults updated with a JSON/YAML file ``{model: {input_text_per_1k: ..., ...}}``."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError("prices file not found", path=path)
-    text = path.read_text(encoding="utf-8")
-    try:
-        if path.suffix.lower() in (".yaml", ".yml"):
-            import yaml
+def read_prices(prices: str | Path | Mapping[str, Any] | None) -> dict[str, Price]:
+    """The entries of a JSON/YAML prices file or mapping ``{model: {input_text_per_1k: ..., ...}}``."""
+    if prices is None:
+        return {}
+    where = "prices"
+    if not isinstance(prices, Mapping):
+        path = Path(prices)
+        where = str(path)
+        if not path.exists():
+            raise InputError("prices file not found", path=path)
+        text = path.read_text(encoding="utf-8")
+        try:
+            if path.suffix.lower() in (".yaml", ".yml"):
+                import yaml
 
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except Exception as e:  # noqa: BLE001 - json and yaml raise different types
-        raise InputError(f"cannot parse prices ({e})", path=path) from None
-    if not isinstance(data, dict):
-        raise InputError("expected a mapping model -> prices", path=path)
-    return merge_prices(data, str(path))
-
-
-def merge_prices(data: dict[str, Any], where: str = "prices") -> dict[str, Price]:
+                prices = yaml.safe_load(text)
+            else:
+                prices = json.loads(text)
+        except Exception as e:  # noqa: BLE001 - json and yaml raise different types
+            raise InputError(f"cannot parse prices ({e})", path=path) from None
+        if not isinstance(prices, dict):
+            raise InputError("expected a mapping model -> prices", path=path)
     allowed = {f.name for f in fields(Price)}
-    table = dict(DEFAULT_PRICES)
-    for model, values in data.items():
+    table = {}
+    for model, values in prices.items():
         if not isinstance(values, dict):
             raise InputError(f"prices for {model!r} must be a mapping", path=where, field=str(model))
         bad = set(values) - allowed
@@ -118,13 +123,3 @@ def price_entry(price: Price | None) -> dict[str, float] | None:
 
 def cost_usd(usage: Usage, price: Price | None) -> float | None:
     return round(price.cost(usage), 8) if price is not None else None
-
-
-def image_price(spec: str, local: bool, prices_path: str | Path | None = None) -> Price | None:
-    """The price of one image backend: local models are free; None when the model has no known price."""
-    if local:
-        return Price()
-    table = {**DEFAULT_PRICES, **IMAGE_PRICES}
-    if prices_path is not None:
-        table.update(load_prices(prices_path))  # the file's entries win over every default
-    return price_for(spec, table)

@@ -1,16 +1,9 @@
-"""Generators of both kinds, caption (text) and image, by spec string ``PREFIX:NAME``.
-
-:data:`BACKENDS` lists every prefix of each kind with what its NAME means (the error for a bad spec
-lists the same; the command pages in ``docs/commands`` explain each backend), e.g. ``openai:gpt-4o``,
-``hf:llava-hf/llava-1.5-7b-hf``, ``retrieval:consensus``, ``diffusers:./my-sd-pipeline``,
-``lavit:./LaVIT-7B-v2``; either kind takes ``python:pkg.module:factory``, whatever generator
-``factory(**options)`` returns (plugin.py).
+"""Generators of both kinds, caption (text) and image, by spec string ``PREFIX:NAME`` (:data:`BACKENDS`).
 
 Both kinds are named, parsed and built the same way, so that lives here once with the option rules:
-options are keyword arguments; each backend takes those its constructor declares and the rest are
-dropped, so one CLI option set (``--base-url``, ``--device``, ...) serves every backend. Backends
-are imported only when selected (the SDKs and torch are heavy). Secrets are never options: keys
-come from the environment.
+each backend takes the options its constructor declares and the rest are dropped, so one CLI option
+set (``--base-url``, ``--device``, ...) serves every backend. Backends are imported only when selected
+(the SDKs and torch are heavy). Secrets are never options: keys come from the environment.
 """
 
 from __future__ import annotations
@@ -26,7 +19,7 @@ from unirag.generators.images.base import ImageGenerator
 CAPTION = "generator"
 IMAGE = "image generator"
 _PLUGIN = "module:factory, e.g. python:mypkg.gen:make"
-# kind -> prefix -> ("module:class", what NAME means); "retrieval" needs no model, "python" is a plugin
+# kind -> prefix -> ("module:class", what NAME means: the error for a bad spec lists it); "python": a plugin
 BACKENDS: dict[str, dict[str, tuple[str, str]]] = {
     CAPTION: {
         "openai": ("unirag.generators.openai_compat:OpenAIChatGenerator", "model name, e.g. openai:gpt-4o"),
@@ -91,13 +84,9 @@ def parse_spec(spec: str, kind: str = CAPTION) -> tuple[str, str]:
 
 
 def load_generator(spec: str, kind: str = CAPTION, **opts: Any) -> Any:
-    """Import the backend a spec names (only now: SDKs and torch are heavy) and construct it.
-
-    Options set to None count as not given, and options the constructor does not declare are
-    dropped. Common options: ``base_url``, ``timeout``, ``api_key_env`` (APIs); ``device``, ``dtype``,
-    ``batch_size`` (local models); ``family`` (caption prompt template family override, e.g. ``llava``
-    for a LLaVA model served through an OpenAI-compatible server); ``quality`` (OpenAI images).
-    """
+    """Import the backend a spec names (only now: SDKs and torch are heavy) and construct it with the
+    options it declares (:func:`declared_options`). ``family`` overrides the caption prompt template
+    family, e.g. ``llava`` for a LLaVA model served through an OpenAI-compatible server."""
     prefix, name = parse_spec(spec, kind)
     family = opts.get("family")
     if kind == CAPTION and family is not None and family not in FAMILIES:

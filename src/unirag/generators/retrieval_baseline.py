@@ -1,24 +1,19 @@
 """Generators that need no model: they return what the retriever found (paper rows 1a/1b), both kinds.
 
-``retrieval:top1`` as an image generator returns the top-1 retrieved example's image unchanged (paper
-Table 5 rows 1a/1b): the offline baseline of the text-to-image task. No model, no network: it shows
-how far the retriever alone gets, and lets the whole pipeline (selection -> run directory ->
-metrics) run end to end on a laptop. The image is decoded and re-saved as PNG, so its pixels equal
-the source's.
+No model, no network: they show how far the retriever alone gets, and let the whole pipeline
+(selection -> run directory -> metrics) run end to end on a laptop. ``retrieval:top1`` as an image
+generator returns the top-1 retrieved example's image, its pixels unchanged (re-saved as PNG).
 
-As caption generators:
-
-``retrieval:top1`` returns the caption of the top-ranked retrieved candidate (or of its complement
-when the top hit is an image), as the official UniRAG code scores its retrievers
-(castorini/UniRAG ``src/unirag/eval_caption_generation.py``): in ``--mode rag`` the caption
-pipeline takes it from the retrieval results with
-:func:`unirag.pipelines.examples.top_candidate_caption`, without skipping a top hit that is the
-query image's own caption; with random examples it is the first example's caption. ``retrieval:consensus`` re-ranks the top-k retrieved captions and returns the one most
-similar on average to the others (consensus re-ranking, in the spirit of Devlin et al. 2015's
-nearest-neighbour captioning): a caption that agrees with many neighbours is less likely to
-describe a near-duplicate's idiosyncrasies. Similarity is the cosine of MiniLM sentence embeddings
-(the encoder shipped with unirag), or ``similarity="lexical"``: the cosine of unigram+bigram counts
-of lower-cased words, which needs nothing but Python. These run offline and are the default.
+As caption generators, ``retrieval:top1`` returns the caption of the top-ranked retrieved candidate
+(or of its complement when the top hit is an image), as the official UniRAG code scores its retrievers
+(castorini/UniRAG ``src/unirag/eval_caption_generation.py``): in ``--mode rag`` the caption pipeline
+takes it with :func:`unirag.pipelines.examples.top_candidate_caption`, without skipping a top hit that
+is the query image's own caption; with random examples it is the first example's caption.
+``retrieval:consensus`` returns the top-k caption most similar on average to the others (consensus
+re-ranking, in the spirit of Devlin et al. 2015's nearest-neighbour captioning): a caption that agrees
+with many neighbours is less likely to describe a near-duplicate's idiosyncrasies. Similarity: the
+cosine of MiniLM sentence embeddings (the encoder shipped with unirag) or, with ``similarity="lexical"``,
+of word counts, which needs nothing but Python. These are the default.
 """
 
 from __future__ import annotations
@@ -39,15 +34,12 @@ SIMILARITIES = ("minilm", "lexical")
 _WORD = re.compile(r"[a-z0-9]+")
 
 
-def lexical_vector(text: str) -> Counter:
-    words = _WORD.findall(text.lower())
-    return Counter(words) + Counter(" ".join(p) for p in zip(words, words[1:], strict=False))
-
-
 def lexical_similarity(captions: Sequence[str]):
+    """Cosines of the captions' unigram+bigram counts (lower-cased words)."""
     import numpy as np
 
-    vecs = [lexical_vector(c) for c in captions]
+    words = [_WORD.findall(c.lower()) for c in captions]
+    vecs = [Counter(w) + Counter(" ".join(p) for p in zip(w, w[1:], strict=False)) for w in words]
     norms = [sum(v * v for v in vec.values()) ** 0.5 for vec in vecs]
     n = len(captions)
     sim = np.zeros((n, n))

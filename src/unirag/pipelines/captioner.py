@@ -163,7 +163,7 @@ class Captioner(LazyBackend):
                  prices: str | Path | Mapping | None = None, images_root: str | Path | None = None,
                  max_attempts: int | None = None, retry: Any = None, profile: Any = None,
                  official_prompts: str | Path | None = None, **generator_options: Any) -> None:
-        from unirag.generators.pricing import load_prices, merge_prices, price_for
+        from unirag.generators.pricing import price_for
         from unirag.generators.registry import parse_spec
         from unirag.profiles import resolve
 
@@ -180,8 +180,7 @@ class Captioner(LazyBackend):
         self.templates_dir = templates_dir
         self.prices = prices
         self.images_root = images_root
-        table = (merge_prices(dict(prices)) if isinstance(prices, Mapping) else load_prices(prices)) if prices else None
-        self.price = price_for(self.spec, table)
+        self.price = price_for(self.spec, prices or None)
         self._template = None
 
     def _load_backend(self) -> CaptionBackend:

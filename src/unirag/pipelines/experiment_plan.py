@@ -52,7 +52,7 @@ def _checkpoint(plan: CellPlan, kind: str, name: str) -> None:
 def _keys_for(spec: str, options: dict[str, Any]) -> list[tuple[str, bool]]:
     """(variable names, set?) of the API key a generator needs; none for an OpenAI-compatible server
     at another base URL (``base_url`` option or ``OPENAI_BASE_URL``), which the client calls with a
-    placeholder key, as :class:`unirag.generators.openai_compat.OpenAIConnection` does."""
+    placeholder key, as :class:`unirag.generators.openai_compat.OpenAIAPI` does."""
     from unirag.generators.openai_compat import OFFICIAL_HOST
 
     prefix = spec.split(":", 1)[0].strip()

@@ -32,7 +32,7 @@ from unirag.generators.images.base import (
     ImageRequest,
     image_template,
 )
-from unirag.generators.pricing import Price, cost_usd, image_price, price_entry
+from unirag.generators.pricing import Price, cost_usd, price_entry, price_for
 from unirag.messages import ImagePart, Message, TextPart
 from unirag.pipelines.example_run import (
     ExampleJob,
@@ -240,7 +240,7 @@ def run_image_generation(
         image_format = profile["image_format"]
         if image_format != "png":  # only when not the default, so runs made before the setting still resume
             identity["image_format"] = image_format
-        price = image_price(generator.spec, generator.local, prices)
+        price = price_for(generator.spec, prices, image=True, local=generator.local)
         run_settings = {"generator_config": generator.config(), "images_root": images_root,
                         "concurrency": 1 if generator.local else concurrency, "templates": templates,
                         "price": price_entry(price), "prices_file": str(prices) if prices else None,

@@ -5,9 +5,12 @@ query image, instruction; Gemini: instruction first; LLaVA: one merged image, th
 and the instruction in the user turn). Backends only render the resulting messages to their wire
 format, so the same prompt reaches every model in its family unchanged.
 
-For single-image (``merged_image``) layouts the captions are numbered [1]..[k] and the query image
-is named [k+1]; the official UniRAG code repeated [k] for the query line and ended the example list
-with a line break, which ``caption_prompts = official`` reproduces (:mod:`unirag.prompts.official`).
+For single-image (``merged_image``) layouts (LLaVA) the examples' images and the query image are
+merged top to bottom into one (paper §4.3: as wide as the widest, as tall as all together; like the
+official code with a thin black separator so the model can tell them apart), the captions are
+numbered [1]..[k] and the query image is named [k+1]; the official UniRAG code repeated [k] for the
+query line and ended the example list with a line break, which ``caption_prompts = official``
+reproduces (:mod:`unirag.prompts.official`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from typing import Any
 from unirag.data.images import ImageLike, is_path_like, load_rgb, png_bytes
 from unirag.errors import ConfigError, InputError
 from unirag.messages import ImagePart, Message, Part, TextPart
-from unirag.prompts.merge import DEFAULT_SEPARATOR, merge_vertically
 from unirag.prompts.templates import PromptTemplate, load_template
 from unirag.retrieval.results import Pair
 
@@ -28,6 +30,7 @@ LAYOUT_TOKENS = frozenset({"system_message", "system_inline", "examples", "query
                            "instruction"})
 REQUIRED_SECTIONS = ("layout", "system", "zero_shot", "few_shot", "example_caption")
 _INSTRUCTION = object()  # placeholder: filled after the layout loop (system_inline may follow it)
+DEFAULT_SEPARATOR = 5
 
 
 @dataclass
@@ -60,8 +63,24 @@ def parse_layout(tpl: PromptTemplate) -> list[str]:
     return tokens
 
 
-def is_single_image(tpl: PromptTemplate) -> bool:
-    return "merged_image" in parse_layout(tpl)
+def merge_vertically(images: list, separator: int = DEFAULT_SEPARATOR,
+                     fill: tuple[int, int, int] = (0, 0, 0)):
+    """PIL images as loaded (:func:`unirag.data.images.load_rgb`) -> one RGB image (width = max width,
+    height = sum of heights + separators), each pasted left-aligned in order."""
+    from PIL import Image
+
+    if not images:
+        raise ValueError("merge_vertically needs at least one image")
+    if separator < 0:
+        raise ValueError("separator must be >= 0")
+    rgb = [im.convert("RGB") for im in images]
+    height = sum(im.height for im in rgb) + separator * (len(rgb) - 1)
+    canvas = Image.new("RGB", (max(im.width for im in rgb), height), fill)
+    y = 0
+    for im in rgb:
+        canvas.paste(im, (0, y))
+        y += im.height + separator
+    return canvas
 
 
 def _image_part(image: ImageLike, label: str, ahead: Mapping[str, Any] | None, loading: str) -> ImagePart:

@@ -35,9 +35,6 @@ class PromptTemplate:
     sections: dict[str, str]
     sha256: str
 
-    def has(self, section: str) -> bool:
-        return bool(self.sections.get(section))
-
     def text(self, section: str) -> str:
         if section not in self.sections:
             raise ConfigError(f"{self.path}: template has no section '### {section}'")
@@ -76,14 +73,10 @@ def parse_template(text: str, *, name: str, path: Path) -> PromptTemplate:
                           sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 
-def template_path(name: str, directory: str | Path | None = None) -> Path:
-    return Path(directory or TEMPLATES_DIR) / f"{name}.txt"
-
-
 def load_template(name: str, directory: str | Path | None = None,
                   required: tuple[str, ...] = ()) -> PromptTemplate:
     """Load ``<directory>/<name>.txt`` (default: the packaged templates); check required sections."""
-    path = template_path(name, directory)
+    path = Path(directory or TEMPLATES_DIR) / f"{name}.txt"
     if not path.exists():
         have = sorted(p.stem for p in path.parent.glob("*.txt")) if path.parent.is_dir() else []
         raise ConfigError(f"prompt template not found: {path}" + (f" (available: {', '.join(have)})" if have else ""))

@@ -1,9 +1,7 @@
 """What every image generator backend offers: caption (+ example image-caption pairs) -> one image.
 
-UniRAG's text-to-image task (paper §3.2, §4.3) gives the generator the query caption and, in the
-few-shot modes, k image-caption pairs (random or retrieved) as in-context examples. The request
-carries everything a backend may need so that the run loop never sees a wire format; a backend
-that cannot take reference images says so up front (``max_examples``) so a misconfigured run
+The request carries everything a backend may need so that the run loop never sees a wire format; a
+backend that cannot take reference images says so up front (``max_examples``) so a misconfigured run
 fails before its first call instead of after hours of work.
 """
 

@@ -7,14 +7,10 @@ prompt (OmniGen) also serves few-shot, with the example pairs interleaved as the
 in-context examples. Asking a text-only pipeline for k > 0 is a ConfigError before any work.
 
 Every query uses a fresh ``torch.Generator`` seeded with the request's seed, so the same query
-gives the same pixels whether it runs first, last, or in a resumed run.
-
-Device and precision follow :mod:`unirag.runtime` ("auto": the GPU in bfloat16/float16, else float32 on
-CPU); weights load directly in that precision. ``offload="model"`` (or ``"sequential"``) keeps the
-pipeline's sub-models in CPU memory and moves each to the GPU only while it runs (diffusers'
-``enable_model_cpu_offload`` / ``enable_sequential_cpu_offload``; needs ``accelerate``), for GPUs
-smaller than the pipeline. :meth:`DiffusersImageGenerator.generate_batch` renders several text-only
-requests in one pipeline call, each still with its own seeded generator.
+gives the same pixels whether it runs first, last, or in a resumed run. Device and precision follow
+:mod:`unirag.runtime`; ``offload="model"`` (or ``"sequential"``) keeps the pipeline's sub-models in CPU
+memory and moves each to the GPU only while it runs (needs ``accelerate``), for GPUs smaller than the
+pipeline.
 """
 
 from __future__ import annotations
@@ -111,19 +107,6 @@ STYLE_TEXT_ONLY = "text-only"
 STYLE_INTERLEAVED = "interleaved-placeholders"  # OmniGen: prompt placeholders + input_images=[...]
 
 
-def reference_style(call_params: set[str]) -> str:
-    """Which few-shot calling convention a pipeline's ``__call__`` parameters allow."""
-    if "input_images" in call_params:
-        return STYLE_INTERLEAVED
-    return STYLE_TEXT_ONLY
-
-
-def interleaved_prompt(request: ImageRequest) -> tuple[str, list[Path]]:
-    """OmniGen-style prompt text and the matching input image list (image i <-> ``<|image_i|>``)."""
-    text = render_listed(FEW_SHOT_OMNIGEN, request.caption, [e.caption for e in request.examples])
-    return text, [e.image for e in request.examples]
-
-
 def call_kwargs(call_params: set[str], request: ImageRequest, prompt: str, images: list[Any],
                 generator: Any) -> tuple[dict[str, Any], list[str]]:
     """Keyword arguments for ``pipe(...)`` and the names of requested settings the pipeline lacks.
@@ -146,42 +129,6 @@ def call_kwargs(call_params: set[str], request: ImageRequest, prompt: str, image
 OFFLOAD_MODES = ("none", "model", "sequential")
 
 
-def _load_pipeline(model: str, torch_dtype: Any, **extra: Any):
-    from diffusers import DiffusionPipeline
-
-    from unirag.runtime import check_model_spec, diffusers_dtype_kwargs, hf_from_pretrained
-
-    spec = check_model_spec(model)
-    if Path(spec).is_dir() and not (Path(spec) / "model_index.json").is_file():
-        raise ConfigError(f"{model} is not a diffusers pipeline directory (no model_index.json); "
-                          "save one with pipeline.save_pretrained(DIR)")
-    try:
-        pipe = hf_from_pretrained(DiffusionPipeline, spec, "diffusers pipeline", **diffusers_dtype_kwargs(torch_dtype),
-                                  **extra)
-    except (NameError, ImportError) as e:
-        # diffusers leaves optional modules undefined when an extra (torchvision for OmniGen) is absent.
-        raise ConfigError(f"cannot build diffusers pipeline {model!r}: {e}; this pipeline needs an optional "
-                          "package that is not installed (OmniGen needs torchvision)") from None
-    return pipe
-
-
-def place_pipeline(pipe: Any, device: str, offload: str | None) -> None:
-    """Move ``pipe`` to ``device``, or set up CPU offload onto it (``offload`` "model"/"sequential")."""
-    offload = offload or "none"
-    if offload not in OFFLOAD_MODES:
-        raise ConfigError(f"unknown offload mode {offload!r}; use one of {', '.join(OFFLOAD_MODES)}")
-    if offload == "none" or device == "cpu":
-        if hasattr(pipe, "to"):
-            pipe.to(device)
-        return
-    method = "enable_model_cpu_offload" if offload == "model" else "enable_sequential_cpu_offload"
-    try:
-        getattr(pipe, method)(device=device)
-    except (ImportError, AttributeError, ValueError, RuntimeError) as e:
-        raise ConfigError(f"cannot enable {offload} CPU offload on {type(pipe).__name__} ({e}); "
-                          "it needs the accelerate package and a GPU") from None
-
-
 class DiffusersImageGenerator(LocalImageGenerator):
     """A diffusers pipeline, one query at a time (the GPU is the bottleneck, not the loop)."""
 
@@ -202,18 +149,43 @@ class DiffusersImageGenerator(LocalImageGenerator):
         self.device = resolve_device(device)
         self.dtype = dtype_name(dtype, self.device)
         self.offload = offload or "none"
+        if self.offload not in OFFLOAD_MODES:
+            raise ConfigError(f"unknown offload mode {offload!r}; use one of {', '.join(OFFLOAD_MODES)}")
         self.oom_fallback = bool(oom_fallback)
         self._pipe = pipeline if pipeline is not None else self._load(resolve_dtype(self.dtype, self.device))
-        place_pipeline(self._pipe, self.device, self.offload)
+        if self.offload == "none" or self.device == "cpu":
+            if hasattr(self._pipe, "to"):
+                self._pipe.to(self.device)
+        else:  # CPU offload onto the GPU
+            method = f"enable_{'model' if self.offload == 'model' else 'sequential'}_cpu_offload"
+            try:
+                getattr(self._pipe, method)(device=self.device)
+            except (ImportError, AttributeError, ValueError, RuntimeError) as e:
+                raise ConfigError(f"cannot enable {self.offload} CPU offload on {type(self._pipe).__name__} "
+                                  f"({e}); it needs the accelerate package and a GPU") from None
         if hasattr(self._pipe, "set_progress_bar_config"):
             self._pipe.set_progress_bar_config(disable=True)
         self._call_params = set(inspect.signature(self._pipe.__call__).parameters)
-        self.style = reference_style(self._call_params)
+        self.style = STYLE_INTERLEAVED if "input_images" in self._call_params else STYLE_TEXT_ONLY
         self.max_examples = 0 if self.style == STYLE_TEXT_ONLY else None
 
     def _load(self, torch_dtype: Any) -> Any:
         """Build the pipeline from ``self.model`` (subclasses add loading options, e.g. a custom pipeline)."""
-        return _load_pipeline(self.model, torch_dtype)
+        from diffusers import DiffusionPipeline
+
+        from unirag.runtime import check_model_spec, diffusers_dtype_kwargs, hf_from_pretrained
+
+        spec = check_model_spec(self.model)
+        if Path(spec).is_dir() and not (Path(spec) / "model_index.json").is_file():
+            raise ConfigError(f"{self.model} is not a diffusers pipeline directory (no model_index.json); "
+                              "save one with pipeline.save_pretrained(DIR)")
+        try:
+            return hf_from_pretrained(DiffusionPipeline, spec, "diffusers pipeline",
+                                      **diffusers_dtype_kwargs(torch_dtype))
+        except (NameError, ImportError) as e:
+            # diffusers leaves optional modules undefined when an extra (torchvision for OmniGen) is absent.
+            raise ConfigError(f"cannot build diffusers pipeline {self.model!r}: {e}; this pipeline needs an "
+                              "optional package that is not installed (OmniGen needs torchvision)") from None
 
     def _torch_generator(self, seed: int):
         import torch
@@ -230,15 +202,14 @@ class DiffusersImageGenerator(LocalImageGenerator):
             raise ConfigError(f"{type(self._pipe).__name__} needs width and height that are a multiple of {multiple}; "
                               f"got {width}x{height}")
 
-    def _prompt(self, request: ImageRequest) -> tuple[str, list[Path]]:
-        return interleaved_prompt(request)
-
     def prompt_text(self, request: ImageRequest) -> str:
-        return self._prompt(request)[0]
+        """OmniGen-style: each example's caption, then its ``<img><|image_i|></img>`` placeholder; the query
+        caption last."""
+        return render_listed(FEW_SHOT_OMNIGEN, request.caption, [e.caption for e in request.examples])
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
         """One pipeline call for ``request`` with its (already decoded) example images."""
-        prompt, _ = self._prompt(request)
+        prompt = self.prompt_text(request)
         kwargs, dropped = call_kwargs(self._call_params, request, prompt, images, self._torch_generator(request.seed))
         out = self._pipe(**kwargs)
         image = out.images[0] if hasattr(out, "images") else out[0][0]

@@ -45,49 +45,6 @@ COMPONENTS = ("multimodal_encoder", "tokenizer")
 CALL_PARAMS = ("inputs", "height", "width", "num_inference_steps", "guidance_scale")
 
 
-def interleaved_inputs(request: ImageRequest, images: list[Any]) -> list[Any]:
-    """``[caption_1, image_1, ..., caption_k, image_k, query caption]`` (UniRAG's order for Emu2-Gen)."""
-    out: list[Any] = []
-    for example, image in zip(request.examples, images, strict=True):
-        out += [example.caption, image]
-    out.append(request.caption)
-    return out
-
-
-def local_checkpoint(model: str) -> Path:
-    """The Emu2-Gen folder ``model`` names: a directory, or a hub id's snapshot in the local cache."""
-    from unirag.runtime import check_model_spec
-
-    spec = check_model_spec(model)
-    if Path(spec).is_dir():
-        return Path(spec)
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(spec, local_files_only=True))
-    except Exception as e:  # noqa: BLE001 - hub errors have many types; all mean "not in the cache"
-        raise ConfigError(f"Emu2-Gen {spec!r} is not in the local Hugging Face cache ({type(e).__name__}); download "
-                          "the repository to a folder first (as Emu2's README says) and pass that folder") from None
-
-
-def load_components(folder: Path, torch_dtype: Any, variant: str | None) -> dict[str, Any]:
-    """``{"multimodal_encoder": ..., "tokenizer": ...}`` loaded from ``folder``'s sub-folders as Emu2's
-    README loads them (the encoder with ``trust_remote_code``, in ``torch_dtype``, ``variant`` weights)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from unirag.runtime import hf_from_pretrained, transformers_dtype_kwargs
-
-    missing = [c for c in COMPONENTS if not (folder / c).is_dir()]
-    if missing:
-        raise ConfigError(f"{folder} is not an Emu2-Gen checkpoint: no {' or '.join(missing)} sub-folder "
-                          f"(Emu2-Gen loads {' and '.join(COMPONENTS)} from there)")
-    weights: dict[str, Any] = {"use_safetensors": True, "variant": variant} if variant else {}
-    encoder = hf_from_pretrained(AutoModelForCausalLM, str(folder / "multimodal_encoder"), "Emu2-Gen multimodal encoder",
-                                 trust_remote_code=True, **transformers_dtype_kwargs(torch_dtype), **weights)
-    tokenizer = hf_from_pretrained(AutoTokenizer, str(folder / "tokenizer"), "Emu2-Gen tokenizer")
-    return {"multimodal_encoder": encoder, "tokenizer": tokenizer}
-
-
 class Emu2GenImageGenerator(DiffusersImageGenerator):
     """Emu2-Gen's own pipeline: zero-shot and few-shot with interleaved example pairs."""
 
@@ -112,21 +69,45 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
         self.max_examples = None
 
     def _load(self, torch_dtype: Any) -> Any:
+        """The encoder and tokenizer, then the pipeline, as Emu2's README loads them (module docstring)."""
         from diffusers import DiffusionPipeline
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from unirag.runtime import diffusers_dtype_kwargs, hf_from_pretrained
+        from unirag.runtime import (
+            check_model_spec,
+            diffusers_dtype_kwargs,
+            hf_from_pretrained,
+            transformers_dtype_kwargs,
+        )
 
-        folder = local_checkpoint(self.model)
+        folder = check_model_spec(self.model)
+        if not Path(folder).is_dir():  # a hub id: its snapshot in the local cache
+            try:
+                from huggingface_hub import snapshot_download
+
+                folder = snapshot_download(folder, local_files_only=True)
+            except Exception as e:  # noqa: BLE001 - hub errors have many types; all mean "not in the cache"
+                raise ConfigError(f"Emu2-Gen {folder!r} is not in the local Hugging Face cache "
+                                  f"({type(e).__name__}); download the repository to a folder first (as "
+                                  "Emu2's README says) and pass that folder") from None
+        folder = Path(folder)
         variant = self.variant
         if variant is None and any(folder.rglob("*.bf16.safetensors")):
             variant = "bf16"
-        components = load_components(folder, torch_dtype, variant)
-        extra: dict[str, Any] = {"custom_pipeline": CUSTOM_PIPELINE, "trust_remote_code": True, **components}
-        if variant:
-            extra.update(variant=variant, use_safetensors=True)
+        missing = [c for c in COMPONENTS if not (folder / c).is_dir()]
+        if missing:
+            raise ConfigError(f"{folder} is not an Emu2-Gen checkpoint: no {' or '.join(missing)} sub-folder "
+                              f"(Emu2-Gen loads {' and '.join(COMPONENTS)} from there)")
+        weights: dict[str, Any] = {"use_safetensors": True, "variant": variant} if variant else {}
+        encoder = hf_from_pretrained(AutoModelForCausalLM, str(folder / "multimodal_encoder"),
+                                     "Emu2-Gen multimodal encoder", trust_remote_code=True,
+                                     **transformers_dtype_kwargs(torch_dtype), **weights)
+        tokenizer = hf_from_pretrained(AutoTokenizer, str(folder / "tokenizer"), "Emu2-Gen tokenizer")
         try:
             return hf_from_pretrained(DiffusionPipeline, str(folder), "Emu2-Gen pipeline",
-                                      **diffusers_dtype_kwargs(torch_dtype), **extra)
+                                      **diffusers_dtype_kwargs(torch_dtype), custom_pipeline=CUSTOM_PIPELINE,
+                                      trust_remote_code=True, multimodal_encoder=encoder, tokenizer=tokenizer,
+                                      **weights)
         except (ImportError, NameError) as e:
             raise ConfigError(f"cannot build Emu2-Gen from {self.model!r}: {e} (its custom pipeline imports "
                               "torchvision; pip install torchvision)") from None
@@ -142,13 +123,13 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
             seed_torch(seed)
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
-        out = self._pipe(inputs=interleaved_inputs(request, images), height=request.height, width=request.width,
+        inputs: list[Any] = []  # [caption_1, image_1, ..., caption_k, image_k, query caption]: UniRAG's
+        for example, image in zip(request.examples, images, strict=True):
+            inputs += [example.caption, image]
+        out = self._pipe(inputs=[*inputs, request.caption], height=request.height, width=request.width,
                          num_inference_steps=request.steps, guidance_scale=request.guidance)
         image = getattr(out, "image", None) or out.images[0]
         return image, {"prompt": self.prompt_text(request), "pipeline": type(self._pipe).__name__}
-
-    def generate_batch(self, requests: list[ImageRequest]):
-        return [self.generate(r) for r in requests]  # the pipeline takes one interleaved input list per call
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "backend": "emu2-gen", "variant": self.variant,

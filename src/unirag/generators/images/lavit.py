@@ -53,18 +53,6 @@ LAVIT_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
 LAVIT_SEED = 1234
 
 
-def lavit_dtype(dtype: str | None, device: str) -> str:
-    """unirag's precision name for LaVIT on ``device``: "auto" is bfloat16 (the official run's); float32
-    is a ConfigError (LaVIT has no such mode and would load fp16 without a word)."""
-    from unirag.runtime import dtype_name
-
-    name = "bfloat16" if dtype in (None, "", "auto") else dtype_name(dtype, device)
-    if name not in LAVIT_DTYPES:
-        raise ConfigError(f"LaVIT runs in bfloat16 or float16 only (its build_model's model_dtype is "
-                          f"{' or '.join(repr(v) for v in LAVIT_DTYPES.values())}); got dtype {dtype!r}")
-    return name
-
-
 def xformers_available() -> bool:
     import importlib.util
 
@@ -91,24 +79,6 @@ def lavit_prompts(request: ImageRequest) -> list[tuple[str, str]]:
     return out
 
 
-def import_lavit(module: str, code_dir: str | Path | None):
-    """LaVIT's ``models`` package (or ``module``), from ``code_dir`` when given."""
-    if code_dir is not None:
-        code = Path(code_dir).expanduser().resolve()
-        if not code.is_dir():
-            raise ConfigError(f"LaVIT code folder {str(code)!r} does not exist (lavit_code)")
-        if str(code) not in sys.path:
-            sys.path.insert(0, str(code))
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as e:
-        raise ConfigError(f"cannot import LaVIT's {module!r} package ({e}); clone github.com/jy0205/LaVIT, install its "
-                          "requirements and pass its folder as lavit_code (--lavit-code)") from None
-    if not callable(getattr(mod, "build_model", None)):
-        raise ConfigError(f"module {module!r} ({getattr(mod, '__file__', '?')}) has no build_model(); is it LaVIT's?")
-    return mod
-
-
 class LaVITImageGenerator(LocalImageGenerator):
     """LaVIT-7B-v2 text-to-image, zero-shot or with interleaved example pairs."""
 
@@ -124,14 +94,17 @@ class LaVITImageGenerator(LocalImageGenerator):
         ``model_path`` with LaVIT's ``build_model`` (local files only: no download). ``seed``: set once,
         before building (None: leave the global generators alone); ``reseed_every``: set again before every
         N-th call (the official run: 1000, one process per 1,000 queries). ``use_xformers``: None = when installed."""
-        from unirag.runtime import configure_torch_threads, resolve_device
+        from unirag.runtime import configure_torch_threads, dtype_name, resolve_device
 
         configure_torch_threads()
         self.model_path = model_path
         self.spec = spec or f"lavit:{model_path}"
         self.label = f"LaVIT {model_path}"
         self.device = resolve_device(device)
-        self.dtype = lavit_dtype(dtype, self.device)
+        self.dtype = "bfloat16" if dtype in (None, "", "auto") else dtype_name(dtype, self.device)
+        if self.dtype not in LAVIT_DTYPES:
+            raise ConfigError(f"LaVIT runs in bfloat16 or float16 only (its build_model's model_dtype is "
+                              f"{' or '.join(repr(v) for v in LAVIT_DTYPES.values())}); got dtype {dtype!r}")
         self.top_k = int(top_k)
         self.oom_fallback = bool(oom_fallback)
         self.seed = None if seed is None else int(seed)
@@ -143,7 +116,21 @@ class LaVITImageGenerator(LocalImageGenerator):
         if model is None:
             if not Path(model_path).expanduser().is_dir():
                 raise ConfigError(f"LaVIT checkpoint folder {model_path!r} does not exist")
-            lavit = import_lavit(lavit_module, lavit_code)
+            if lavit_code is not None:  # the LaVIT checkout, put on sys.path for its ``models`` package
+                code = Path(lavit_code).expanduser().resolve()
+                if not code.is_dir():
+                    raise ConfigError(f"LaVIT code folder {str(code)!r} does not exist (lavit_code)")
+                if str(code) not in sys.path:
+                    sys.path.insert(0, str(code))
+            try:
+                lavit = importlib.import_module(lavit_module)
+            except ImportError as e:
+                raise ConfigError(f"cannot import LaVIT's {lavit_module!r} package ({e}); clone "
+                                  "github.com/jy0205/LaVIT, install its requirements and pass its folder as "
+                                  "lavit_code (--lavit-code)") from None
+            if not callable(getattr(lavit, "build_model", None)):
+                raise ConfigError(f"module {lavit_module!r} ({getattr(lavit, '__file__', '?')}) has no "
+                                  "build_model(); is it LaVIT's?")
             model = lavit.build_model(model_path=str(Path(model_path).expanduser()), model_dtype=LAVIT_DTYPES[self.dtype],
                                       use_xformers=self.use_xformers, understanding=False, load_tokenizer=True,
                                       check_safety=check_safety, local_files_only=True)
@@ -160,8 +147,6 @@ class LaVITImageGenerator(LocalImageGenerator):
         return "\n".join(f"<image {Path(c).name}>" if kind == "image" else c for c, kind in lavit_prompts(request))
 
     def generate(self, request: ImageRequest):
-        self.check_k(len(request.examples))
-        self.check_size(request.width, request.height)
         # No per-call seed: the generators were seeded when the model was built (module docstring), and
         # with reseed_every again before the first call of every batch of that many, as the official run.
         if self.reseed_every and self.seed is not None and self._calls and self._calls % self.reseed_every == 0:
