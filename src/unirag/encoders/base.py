@@ -1,6 +1,7 @@
 """The encoder protocol and the behaviour every backend shares.
 
-A backend implements :meth:`Encoder._embed_texts` and :meth:`Encoder._embed_images` (raw vectors);
+A backend implements :meth:`Encoder._embed_texts` and :meth:`Encoder._embed_preprocessed` with its
+:meth:`Encoder.image_preprocessor` (or :meth:`Encoder._embed_images`), returning raw vectors;
 this base class normalises, batches, fuses image+text inputs UniIR CLIP-SF style, and dispatches
 records by modality. So the fusion and the modality handling exist once, not per backend.
 
@@ -114,10 +115,6 @@ class Encoder(ABC):
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         """Raw (unnormalised) embeddings of one batch of texts."""
 
-    @abstractmethod
-    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
-        """Raw embeddings of one batch of images (paths or PIL images)."""
-
     def image_preprocessor(self) -> Callable[[Any], np.ndarray] | None:
         """A picklable callable RGB PIL image -> the array the model takes, run in the decode workers;
         backends that return one also implement :meth:`_embed_preprocessed`. None: the workers only
@@ -128,12 +125,21 @@ class Encoder(ABC):
         """Raw embeddings of a stacked batch of :meth:`image_preprocessor` outputs."""
         raise NotImplementedError(f"{type(self).__name__} has no image preprocessor")
 
-    def _embed_image_batch(self, items: Sequence[Any]) -> np.ndarray:
-        """One batch of images: preprocessed ones (:class:`Prepared`) straight to the model, else
-        :meth:`_embed_images` (PIL images or paths)."""
-        if items and isinstance(items[0], Prepared):
-            return self._embed_preprocessed(stack_rows([p.array for p in items]))
-        return self._embed_images(items)
+    def _embed_images(self, images: Sequence[Any]) -> np.ndarray:
+        """Raw embeddings of one batch of images: :meth:`_embed_preprocessed` of their :meth:`pixels`.
+        Backends without an :meth:`image_preprocessor` replace it (they get PIL images or paths)."""
+        return self._embed_preprocessed(self.pixels(images))
+
+    def pixels(self, images: Sequence[Any]) -> np.ndarray:
+        """The stacked :meth:`image_preprocessor` outputs of ``images``: :class:`Prepared` ones (made in the
+        decode workers) as they are, paths and PIL images decoded and preprocessed here the same way."""
+        if images and isinstance(images[0], Prepared):
+            return stack_rows([p.array for p in images])
+        from unirag.data.images import load_rgb
+        from unirag.data.loader import preprocessed
+
+        pre = self.image_preprocessor()
+        return np.stack([preprocessed(pre, load_rgb(im)) for im in images])
 
     def image_loader(self, n_images: int | None = None):
         """The :class:`~unirag.data.loader.ImageLoader` for a job of ``n_images`` (None: unknown): the
@@ -147,7 +153,7 @@ class Encoder(ABC):
         return ImageLoader(workers, self.image_preprocessor())
 
     def prepared(self, loader, image: Any) -> Any:
-        """What a decoded item of ``loader`` is handed to :meth:`_embed_image_batch` as."""
+        """What a decoded item of ``loader`` is handed to :meth:`_embed_images` as."""
         return Prepared(image) if loader.preprocess is not None else image
 
     def identity(self) -> dict[str, Any]:
@@ -210,7 +216,7 @@ class Encoder(ABC):
 
     def _image_vectors(self, images: Sequence[ImageInput], progress: bool, normalize: bool = True) -> np.ndarray:
         items = list(images)
-        embed = self._decoded(self._embed_image_batch, items)
+        embed = self._decoded(self._embed_images, items)
         return self._batched(embed, items, progress, "encode images", normalize)
 
     def encode_images(self, images: Sequence[ImageInput], progress: bool = False) -> np.ndarray:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from unirag.encoders.base import Encoder, ImageInput
+from unirag.encoders.base import Encoder
 from unirag.encoders.preprocess import CLIP_TEXT_CLEANING, clean_clip_text, openai_transform_for
 from unirag.errors import ConfigError
 from unirag.runtime import (
@@ -37,7 +37,6 @@ from unirag.runtime import (
     host_to_device,
     resolve_device,
     resolve_dtype,
-    to_pil_images,
     transformers_dtype_kwargs,
     weights_identity,
 )
@@ -164,10 +163,6 @@ class HFClipEncoder(Encoder):
         if self.image_transform is not None:
             return self.image_transform.single
         return HFImagePreprocessor(getattr(self.processor, "image_processor", self.processor))
-
-    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
-        pre = self.image_preprocessor()
-        return self._embed_preprocessed(np.stack([pre(im) for im in to_pil_images(images)]))
 
     def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
         import torch

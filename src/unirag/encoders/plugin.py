@@ -78,14 +78,11 @@ class PluginEncoder(Encoder):
         return self._vectors(self.inner.embed_texts(list(texts)), len(texts), "embed_texts")
 
     def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
-        from unirag.runtime import to_pil_images
+        if self._preprocess is not None:
+            return super()._embed_images(images)
+        from unirag.data.images import load_rgb
 
-        pils = to_pil_images(images)
-        if self._preprocess is not None:  # the same path as the decode workers take
-            from unirag.data.loader import preprocessed
-
-            return self._embed_preprocessed(np.stack([np.asarray(preprocessed(self._preprocess, im)) for im in pils]))
-        return self._vectors(self.inner.embed_images(pils), len(pils), "embed_images")
+        return self._vectors(self.inner.embed_images([load_rgb(im) for im in images]), len(images), "embed_images")
 
     def image_preprocessor(self):
         return self._preprocess

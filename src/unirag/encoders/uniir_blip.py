@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from unirag.encoders.base import Encoder, ImageInput, stack_rows
+from unirag.encoders.base import Encoder, ImageInput
 from unirag.encoders.instructions import QueryInstructions, format_string
 from unirag.encoders.preprocess import SquareResizeTransform
 from unirag.encoders.uniir import UniIRCheckpoint, build_modules, count_blocks, load_tokenizer
@@ -147,38 +147,24 @@ class UniIRBlipFFEncoder(UniIRCheckpoint, Encoder):
                 "dtype": str(self.torch_dtype).removeprefix("torch."), **self.instructions_config()}
 
     # -- encoding ---------------------------------------------------------------------------------
-    def _pixels(self, images: Sequence[ImageInput] | None, n: int):
-        import torch
-
-        from unirag.runtime import to_pil_images
-
-        if images is None:  # UniIR's collator: a missing image is an all-zero (normalised) tensor
-            size = self.arch["image_size"]
-            return torch.zeros(n, 3, size, size, device=self.device, dtype=self.torch_dtype)
-        from unirag.encoders.base import Prepared
-        from unirag.runtime import host_to_device
-
-        if images and isinstance(images[0], Prepared):  # preprocessed in the decode workers
-            return host_to_device(stack_rows([p.array for p in images]), self.device, self.torch_dtype)
-        pixels = torch.from_numpy(self.image_transform(to_pil_images(images)))
-        return pixels.to(self.device, dtype=self.torch_dtype)
-
     def image_preprocessor(self):
         """BLIP's eval transform for one image (PIL bicubic resize, whatever is installed)."""
         return self.image_transform.single
 
-    def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
-        from unirag.encoders.base import Prepared
-
-        return self._embed_images([Prepared(row) for row in batch])
-
-    def _forward(self, images: Sequence[ImageInput] | None, texts: Sequence[str]) -> np.ndarray:
+    def _forward(self, pixels: np.ndarray | None, texts: Sequence[str]) -> np.ndarray:
+        """One fused forward pass of stacked pixel values (None: UniIR's collator fills a missing image
+        with an all-zero, normalised, tensor) and their texts."""
         import torch
+
+        from unirag.runtime import host_to_device
 
         batch = self.tokenizer([format_string(t) for t in texts], padding="max_length", truncation=True,
                                max_length=self.max_text_length, return_tensors="pt").to(self.device)
+        size = self.arch["image_size"]
+        pixels = torch.zeros(len(texts), 3, size, size) if pixels is None else pixels
         with torch.inference_mode(), self._autocast():
-            image_embeds = self.vision(pixel_values=self._pixels(images, len(texts))).last_hidden_state
+            image_embeds = self.vision(pixel_values=host_to_device(pixels, self.device, self.torch_dtype)
+                                       ).last_hidden_state
             image_atts = torch.ones(image_embeds.shape[:-1], dtype=torch.long, device=self.device)
             out = self.text(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                             encoder_hidden_states=image_embeds, encoder_attention_mask=image_atts)
@@ -187,18 +173,16 @@ class UniIRBlipFFEncoder(UniIRCheckpoint, Encoder):
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         return self._forward(None, texts)
 
-    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
-        return self._forward(images, [""] * len(images))
-
-    def _embed_pairs(self, pairs: Sequence[tuple[ImageInput, str]]) -> np.ndarray:
-        return self._forward([p[0] for p in pairs], [p[1] for p in pairs])
+    def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
+        return self._forward(batch, [""] * len(batch))
 
     def encode_fused(self, images: Sequence[ImageInput], texts: Sequence[str], progress: bool = False) -> np.ndarray:
         """Feature fusion: the image and its text in one forward pass (no score-level sum)."""
         if len(images) != len(texts):
             raise ValueError(f"fused encoding needs as many images as texts ({len(images)} != {len(texts)})")
         pairs = list(zip(images, texts, strict=True))
-        embed = self._decoded(self._embed_pairs, pairs, image=lambda p: p[0], swap=lambda p, im: (im, p[1]))
+        embed = self._decoded(lambda b: self._forward(self.pixels([p[0] for p in b]), [p[1] for p in b]), pairs,
+                              image=lambda p: p[0], swap=lambda p, im: (im, p[1]))
         return self._batched(embed, pairs, progress, "encode image+text")
 
     def close(self) -> None:
