@@ -1,6 +1,5 @@
 """Starting or joining Ray, once for every part of unirag that runs on it (index build, generation runs).
 
-* :func:`import_ray` imports Ray or says how to install it (a :class:`~unirag.errors.ConfigError`);
 * :func:`ray_session` is a context manager: without an address it starts a private local Ray (and
   stops it afterwards); with one it joins that cluster (``ray start --head`` on a node, or
   ``ray://head:10001``); when Ray is already initialised in this process it is used as it is and
@@ -30,23 +29,15 @@ from unirag.errors import ConfigError
 #: Environment variables passed on to Ray workers when set in the driver (besides UNIRAG_*).
 FORWARDED_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_CACHE",
                  "UNIRAG_OFFLINE", "UNIRAG_TORCH_THREADS")
-_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
-
-
-def import_ray():
-    """The ``ray`` module, or a ConfigError naming the extra to install."""
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError("--engine ray needs Ray: pip install 'unirag[ray]'") from None
-    return ray
 
 
 def worker_env() -> dict[str, str]:
     """Variables the workers need from the driver: PYTHONPATH (the driver's import path), UNIRAG_* and
     the Hugging Face cache/offline switches; never a variable whose name says it holds a secret."""
+    from unirag.redact import _secret_name
+
     env = {k: v for k, v in os.environ.items()
-           if (k.startswith("UNIRAG_") or k in FORWARDED_ENV) and not any(w in k.upper() for w in _SECRET_WORDS)}
+           if (k.startswith("UNIRAG_") or k in FORWARDED_ENV) and not _secret_name(k)}
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     extra = os.environ.get("PYTHONPATH", "")
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*(extra.split(os.pathsep) if extra else []), *paths]))
@@ -63,7 +54,10 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None, obje
     its own). Workers run at normal priority (Ray's default niceness 15 is meant for background
     work; here the workers are the job and the driver only waits).
     """
-    ray = import_ray()
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--engine ray needs Ray: pip install 'unirag[ray]'") from None
     if ray.is_initialized():
         yield ray
         return

@@ -17,7 +17,6 @@ import gc
 import hashlib
 import os
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -170,17 +169,9 @@ def resolve_dtype(dtype: str | None, device: str):
     return getattr(torch, dtype_name(dtype, device))
 
 
-def transformers_dtype_kwargs(torch_dtype) -> dict[str, Any]:
-    """``from_pretrained`` keyword for the weights' precision: ``dtype`` (transformers >= 4.56) or
-    ``torch_dtype`` (older), so weights load directly in the target precision (no fp32 copy first)."""
-    import transformers
-
-    major, minor = (int(x) for x in re.findall(r"\d+", transformers.__version__)[:2])
-    return {"dtype": torch_dtype} if (major, minor) >= (4, 56) else {"torch_dtype": torch_dtype}
-
-
 def diffusers_dtype_kwargs(torch_dtype) -> dict[str, Any]:
-    """Same for diffusers pipelines: newer releases name it ``dtype``, older ones only ``torch_dtype``."""
+    """``from_pretrained`` keyword for a diffusers pipeline's precision: newer releases name it ``dtype``,
+    older ones only ``torch_dtype`` (transformers >= 4.56, the lowest unirag takes, names it ``dtype``)."""
     import importlib
 
     from diffusers import DiffusionPipeline
@@ -249,17 +240,6 @@ def host_to_device(array: Any, device: str, dtype: Any = None):
     if str(device).startswith("cuda"):
         return tensor.pin_memory().to(device, non_blocking=True).to(dtype or tensor.dtype)
     return tensor.to(device, dtype=dtype or tensor.dtype)
-
-
-def to_pil_images(images: Sequence[Any], ahead: Any = None, loading: str = "normalised") -> list:
-    """Decode each input once through :func:`unirag.data.images.load_rgb` (paths, bytes, PIL images, arrays;
-    ``ahead``: files already decoded, path -> image; ``loading``: the ``image_loading`` setting).
-
-    A missing or corrupt file raises :class:`unirag.errors.InputError` naming the file.
-    """
-    from unirag.data.images import load_rgb
-
-    return [load_rgb(im, ahead=ahead, loading=loading) for im in images]
 
 
 def check_model_spec(spec: str) -> str:

@@ -37,7 +37,6 @@ from unirag.runtime import (
     host_to_device,
     resolve_device,
     resolve_dtype,
-    transformers_dtype_kwargs,
     weights_identity,
 )
 
@@ -71,7 +70,7 @@ class HFClipEncoder(Encoder):
         self.spec = check_model_spec(spec)
         self.device = resolve_device(device)
         self.torch_dtype = resolve_dtype(dtype, self.device)
-        load_kwargs = {**transformers_dtype_kwargs(self.torch_dtype), **device_map_kwargs(self.device)}
+        load_kwargs = {"dtype": self.torch_dtype, **device_map_kwargs(self.device)}
         model = hf_from_pretrained(AutoModel, self.spec, "CLIP-family model", **load_kwargs)
         if not (hasattr(model, "get_text_features") and hasattr(model, "get_image_features")):
             raise ConfigError(

@@ -67,9 +67,9 @@ class OfflineEncoder(Encoder):
 
     @functools.cached_property
     def _text_model(self):
-        from unirag.encoders.text import MeanPooledTextModel
+        from unirag.encoders.text import SentenceTextEncoder
 
-        return MeanPooledTextModel(None, device=self.device)
+        return SentenceTextEncoder(None, device=self.device)
 
     @functools.cached_property
     def _image_model(self):
@@ -95,7 +95,7 @@ class OfflineEncoder(Encoder):
         return {**super().config(), "device": self.device, "dtype": "float32"}
 
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
-        return self.space.text_vectors(self._text_model.embed(texts))
+        return self.space.text_vectors(self._text_model._embed_texts(texts))
 
     def image_preprocessor(self):
         from unirag.encoders.efficientnet import preprocess

@@ -66,15 +66,6 @@ def center_crop_box(width: int, height: int, crop: int, rounding: str = "round")
     return left, top, left + crop, top + crop
 
 
-def _normalised_array(images: Sequence[Any], mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
-    """``ToTensor`` + ``Normalize`` in float32, stacked: [N, 3, H, W]."""
-    m = np.asarray(mean, dtype=np.float32).reshape(3, 1, 1)
-    s = np.asarray(std, dtype=np.float32).reshape(3, 1, 1)
-    out = [(np.asarray(im.convert("RGB"), dtype=np.uint8).transpose(2, 0, 1).astype(np.float32) / np.float32(255.0)
-            - m) / s for im in images]
-    return np.stack(out).astype(np.float32, copy=False)
-
-
 @dataclass(frozen=True)
 class OpenAIClipTransform:
     """OpenAI CLIP's image transform (see the module docstring); call it on PIL images."""
@@ -84,10 +75,6 @@ class OpenAIClipTransform:
     std: tuple[float, ...] = OPENAI_CLIP_STD
     crop_rounding: str = "round"
 
-    def __post_init__(self) -> None:
-        if self.crop_rounding not in CROP_ROUNDINGS:
-            raise ValueError(f"crop rounding must be one of {', '.join(CROP_ROUNDINGS)}; got {self.crop_rounding!r}")
-
     def crop(self, image):
         """The resized and centre-cropped PIL image (before conversion to numbers)."""
         w, h = shorter_side_size(*image.size, self.size)
@@ -96,8 +83,12 @@ class OpenAIClipTransform:
         return image.crop(center_crop_box(w, h, self.size, self.crop_rounding))
 
     def __call__(self, images: Sequence[Any]) -> np.ndarray:
-        """Pixel values [N, 3, size, size], float32."""
-        return _normalised_array([self.crop(im) for im in images], self.mean, self.std)
+        """Pixel values [N, 3, size, size], float32: ``ToTensor`` + ``Normalize`` of each :meth:`crop`."""
+        m = np.asarray(self.mean, dtype=np.float32).reshape(3, 1, 1)
+        s = np.asarray(self.std, dtype=np.float32).reshape(3, 1, 1)
+        out = [(np.asarray(self.crop(im).convert("RGB"), dtype=np.uint8).transpose(2, 0, 1).astype(np.float32)
+                / np.float32(255.0) - m) / s for im in images]
+        return np.stack(out).astype(np.float32, copy=False)
 
     def single(self, image) -> np.ndarray:
         """One image's pixel values [3, size, size]: the decode workers' per-image preprocessor."""
@@ -109,21 +100,12 @@ class OpenAIClipTransform:
 
 
 @dataclass(frozen=True)
-class SquareResizeTransform:
+class SquareResizeTransform(OpenAIClipTransform):
     """BLIP's eval transform (see the module docstring): a PIL bicubic resize to ``size`` x ``size``."""
 
-    size: int
-    mean: tuple[float, ...] = OPENAI_CLIP_MEAN
-    std: tuple[float, ...] = OPENAI_CLIP_STD
-
-    def __call__(self, images: Sequence[Any]) -> np.ndarray:
+    def crop(self, image):
         s = self.size
-        return _normalised_array([im if im.size == (s, s) else im.resize((s, s), resample=_BICUBIC) for im in images],
-                                 self.mean, self.std)
-
-    def single(self, image) -> np.ndarray:
-        """One image's pixel values [3, size, size]: the decode workers' per-image preprocessor."""
-        return self([image])[0]
+        return image if image.size == (s, s) else image.resize((s, s), resample=_BICUBIC)
 
     def identity(self) -> dict[str, Any]:
         return {"kind": "square-resize", "size": self.size, "resize": "pil-bicubic", "mean": list(self.mean),

@@ -75,7 +75,7 @@ def load_components(folder: Path, torch_dtype: Any, variant: str | None) -> dict
     README loads them (the encoder with ``trust_remote_code``, in ``torch_dtype``, ``variant`` weights)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from unirag.runtime import hf_from_pretrained, transformers_dtype_kwargs
+    from unirag.runtime import hf_from_pretrained
 
     missing = [c for c in COMPONENTS if not (folder / c).is_dir()]
     if missing:
@@ -83,7 +83,7 @@ def load_components(folder: Path, torch_dtype: Any, variant: str | None) -> dict
                           f"(Emu2-Gen loads {' and '.join(COMPONENTS)} from there)")
     weights: dict[str, Any] = {"use_safetensors": True, "variant": variant} if variant else {}
     encoder = hf_from_pretrained(AutoModelForCausalLM, str(folder / "multimodal_encoder"), "Emu2-Gen multimodal encoder",
-                                 trust_remote_code=True, **transformers_dtype_kwargs(torch_dtype), **weights)
+                                 trust_remote_code=True, dtype=torch_dtype, **weights)
     tokenizer = hf_from_pretrained(AutoTokenizer, str(folder / "tokenizer"), "Emu2-Gen tokenizer")
     return {"multimodal_encoder": encoder, "tokenizer": tokenizer}
 
