@@ -106,7 +106,7 @@ def os_error_line(err: OSError) -> str:
     where = f" {err.filename}" if err.filename else ""
     if getattr(err, "filename2", None):
         where += f" -> {err.filename2}"
-    action = getattr(err, "unirag_action", None) or ("write" if err.errno in _WRITE_ERRNOS else "access")
+    action = "write" if err.errno in _WRITE_ERRNOS else "access"
     reason = err.strerror or str(err)
     return f"cannot {action}{where}: {reason} (errno {err.errno}, {name})"
 

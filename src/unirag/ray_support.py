@@ -1,18 +1,10 @@
 """Starting or joining Ray, once for every part of unirag that runs on it (index build, generation runs).
 
-* :func:`ray_session` is a context manager: without an address it starts a private local Ray (and
-  stops it afterwards); with one it joins that cluster (``ray start --head`` on a node, or
-  ``ray://head:10001``); when Ray is already initialised in this process it is used as it is and
-  left running;
-* :func:`default_workers` sizes a pool of actors to the cluster's GPUs or CPUs.
-
-Ray's own console output is kept out of the way: workers' stdout/stderr are not forwarded to the
-driver (they stay in Ray's session logs, ``/tmp/ray/session_latest/logs``) and Ray's logger is set
-to warnings only; ``log_to_driver=True`` forwards them, which helps when a worker misbehaves.
-
-Workers get the driver's ``PYTHONPATH`` (so ``python:MODULE:FACTORY`` plugins import there too) and
-the ``UNIRAG_*`` and Hugging Face cache/offline variables listed in :data:`FORWARDED_ENV`; nothing
-that looks like a secret is forwarded (API keys are not needed by local-model workers).
+:func:`ray_session` starts a private local Ray (or joins the cluster at an address, or uses the Ray
+already initialised here) and :func:`default_workers` sizes a pool of actors to the cluster. Workers'
+console output stays in Ray's session logs unless ``log_to_driver=True``. Workers get the driver's
+``PYTHONPATH`` (so ``python:MODULE:FACTORY`` plugins import there too) and the variables of
+:data:`FORWARDED_ENV` and ``UNIRAG_*``, never one whose name says it holds a secret.
 """
 
 from __future__ import annotations

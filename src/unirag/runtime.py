@@ -1,14 +1,9 @@
 """Torch runtime shared by every local model (encoders, VLMs, diffusers, LaVIT, Emu2): device, precision,
-thread count, image decoding, checkpoint loading, and releasing GPU memory.
+thread count, decode workers, checkpoint loading, and releasing GPU memory.
 
-One place decides what ``device="auto"`` and ``dtype="auto"`` mean, so an encoder, a caption VLM and an
-image generator given the same options run on the same device in the same precision:
-
-* ``auto`` device: ``cuda`` when a CUDA GPU is visible, else ``mps`` (Apple GPU), else ``cpu``;
-* ``auto`` dtype: bfloat16 on a CUDA GPU that supports it (float16 on older ones and on ``mps``),
-  float32 on CPU.
-
-Importing this module is cheap (torch is imported inside the functions).
+One place decides what ``device="auto"`` (CUDA, else MPS, else CPU) and ``dtype="auto"`` (bfloat16 on a
+CUDA GPU that has it, else float16 on a GPU; float32 on CPU) mean, so every model given the same options
+runs alike. Importing this module is cheap (torch is imported inside the functions).
 """
 
 from __future__ import annotations

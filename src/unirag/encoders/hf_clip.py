@@ -1,21 +1,14 @@
 """Hugging Face backend: any CLIP-family dual encoder (CLIP, SigLIP, ...) from a hub id or a local directory.
 
-Loads with ``AutoModel`` + ``AutoProcessor`` and uses the model's own ``get_text_features`` /
-``get_image_features`` projections, so every checkpoint with that interface works without a
-per-architecture class. Fusion of image+text inputs is the base class's CLIP-SF score-level sum.
+``AutoModel`` + ``AutoProcessor`` and the model's own ``get_text_features`` / ``get_image_features``, so
+every checkpoint with that interface works without a per-architecture class; weights load directly in
+the target precision (and, with ``accelerate``, onto the device).
 
-Weights load directly in the target precision and, where ``accelerate`` is installed, onto the target
-device; inputs (pixel values) are cast to the model's dtype; outputs are float32 numpy.
-
-Preprocessing: a CLIP checkpoint whose image processor is configured as OpenAI's transform (every
-``openai/clip-*`` and OpenCLIP ``laion/CLIP-*`` export) runs OpenAI's transform itself
-(:class:`unirag.encoders.preprocess.OpenAIClipTransform` with the processor's size, mean and std), because
-Hugging Face's ``CLIPImageProcessor`` floors the centre-crop offset that OpenAI's and OpenCLIP's training
-transforms round; other processors (SigLIP's square resize, ...) run as they are. UniIR CLIP-SF passes the
-transform explicitly.
-Texts for a CLIP text tower get OpenAI's clean-up first (:func:`unirag.encoders.preprocess.clean_clip_text`:
-ftfy, HTML entities, whitespace), which Hugging Face's CLIP tokenizers leave out; other families' texts
-go to their tokenizer as they are. Both choices are part of :meth:`HFClipEncoder.identity`.
+A CLIP image processor configured as OpenAI's transform runs as OpenAI's
+(:class:`unirag.encoders.preprocess.OpenAIClipTransform`), because Hugging Face's floors the centre-crop
+offset that OpenAI's and OpenCLIP's training transforms round; CLIP texts get OpenAI's clean-up
+(:func:`unirag.encoders.preprocess.clean_clip_text`), which Hugging Face's CLIP tokenizers leave out.
+Both choices are part of :meth:`HFClipEncoder.identity`.
 """
 
 from __future__ import annotations

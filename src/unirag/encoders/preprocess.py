@@ -1,29 +1,19 @@
 """What the official encoders do to an input before the model sees it, written with PIL and numpy.
 
-Image transforms are explicit here rather than delegated to a Hugging Face image processor, because
-the processors differ from the official code in small ways that move vectors: ``CLIPImageProcessor``
-floors the centre-crop offset where torchvision rounds it, and ``BlipImageProcessor`` switches to a
-tensor (torchvision) resize when torchvision is installed. torchvision is not needed: on PIL images
-torchvision's ``Resize`` *is* ``PIL.Image.resize``, which is what runs here.
+Explicit rather than a Hugging Face image processor, because those differ from the official code in
+ways that move vectors: ``CLIPImageProcessor`` floors the centre-crop offset torchvision rounds, and
+``BlipImageProcessor`` switches to a tensor resize when torchvision is installed. On PIL images
+torchvision's ``Resize`` *is* ``PIL.Image.resize``, so torchvision is not needed.
 
 * :class:`OpenAIClipTransform`: OpenAI CLIP's ``clip/clip.py`` ``_transform(n_px)`` (UniIR CLIP-SF uses
-  it unchanged): ``Resize(n_px, BICUBIC)`` (shorter side to ``n_px``, longer side
-  ``int(n_px * long / short)``, PIL bicubic), ``CenterCrop(n_px)`` (offset
-  ``int(round((size - crop) / 2.0))``, Python's round: half to even), RGB, ``ToTensor`` (/255),
-  ``Normalize`` with CLIP's mean/std. ``crop_rounding="floor"`` gives Hugging Face's offset instead
-  (for comparisons; no encoder uses it).
-  Used by UniIR CLIP-SF, and by Hugging Face CLIP checkpoints whose image processor is configured as this
-  transform (:func:`openai_transform_for`).
+  it unchanged): bicubic resize of the shorter side, ``CenterCrop`` with a rounded offset, ``ToTensor``,
+  ``Normalize``; ``crop_rounding="floor"`` gives Hugging Face's offset (for comparisons).
 * :class:`SquareResizeTransform`: BLIP's eval transform as UniIR builds it
-  (``src/models/uniir_blip/backbone/transform/blip_transform.py``, ``is_train=False``):
-  ``Resize((s, s), BICUBIC)``, ``ToTensor``, ``Normalize`` with CLIP's mean/std.
+  (``src/models/uniir_blip/backbone/transform/blip_transform.py``, ``is_train=False``).
 * :func:`clean_clip_text`: OpenAI's tokenizer clean-up before BPE (``clip/simple_tokenizer.py``
-  ``basic_clean`` + ``whitespace_clean``): ``ftfy.fix_text``, ``html.unescape`` twice, strip, every
-  whitespace run to one space. Hugging Face's CLIP tokenizers skip the HTML unescaping ("Tom &amp; Jerry"
-  keeps its "&amp;").
+  ``basic_clean`` + ``whitespace_clean``), whose HTML unescaping Hugging Face's CLIP tokenizers skip.
 
-Each transform's :meth:`identity` goes into its encoder's fingerprint, so an index built with other
-preprocessing is recognised as built by another encoder configuration.
+Each transform's :meth:`identity` goes into its encoder's fingerprint.
 """
 
 from __future__ import annotations

@@ -115,9 +115,8 @@ def _load(spec: str | None, *, device, dtype, batch_size, instructions, use_inst
             raise ConfigError(f"the offline encoder runs in float32 only (got dtype={dtype!r})")
         return OfflineEncoder(device=device, batch_size=batch_size)
     from unirag.encoders.hf_clip import HFClipEncoder
-    from unirag.runtime import check_model_spec
 
-    return HFClipEncoder(check_model_spec(spec), device=device, dtype=dtype, batch_size=batch_size)
+    return HFClipEncoder(spec, device=device, dtype=dtype, batch_size=batch_size)
 
 
 def load_text_encoder(spec: str | None = None, *, device: str | None = "auto",

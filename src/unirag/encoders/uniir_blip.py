@@ -1,21 +1,15 @@
 """UniIR's BLIP-FF retriever (``uniir:blip_ff:PATH``) in transformers' BLIP classes, without UniIR's or LAVIS's code.
 
-UniIR's ``BLIPFeatureFusion`` (``src/models/uniir_blip/blip_featurefusion/blip_ff.py``) embeds *every*
-input, query or candidate, with one forward pass: the BLIP ViT encodes the image, and the BERT text
-encoder (BLIP's ``med.py``: no token types, cross-attention to the image tokens in every layer) reads
-the text attending to it; the embedding is the BERT pooler output (``tanh(dense([CLS]))``, no
-projection). Its collator fills a missing image with an all-zero tensor (after normalisation) and a
-missing text with ``""``, so a caption is encoded against a blank image and an image with an empty
-text. Feature fusion happens inside the model: there is no score-level sum.
+UniIR's ``BLIPFeatureFusion`` (``src/models/uniir_blip/blip_featurefusion/blip_ff.py``) embeds every
+input with one forward pass: the BLIP ViT encodes the image and the BERT text encoder (``med.py``,
+cross-attention to the image tokens) reads the text; the embedding is the pooler output. Its collator
+fills a missing image with an all-zero tensor and a missing text with ``""``; there is no score-level sum.
 
-The checkpoint (``{"model": state_dict}``; ``visual_encoder.*`` = timm-style ViT, ``text_encoder.*`` =
-``med.py`` BertModel; momentum copies and queues are ignored) is converted to a ``BlipVisionModel``
-(``layer_norm_eps=1e-6`` as BLIP's ViT) and a ``BlipTextModel`` with cross-attention layers and its
-pooler; sizes come from the tensor shapes. Preprocessing (BLIP's eval transform,
-:class:`unirag.encoders.preprocess.SquareResizeTransform`; UniIR's ``format_string``; the
-``bert-base-uncased`` tokenizer with BLIP's ``[DEC]``/``[ENC]``, texts cut and padded to UniIR's 100
-tokens): docs/encoders-parity.md, with the official lines it follows. Queries get M-BEIR instructions as
-for CLIP-SF.
+The checkpoint's ``visual_encoder.*`` / ``text_encoder.*`` tensors become a ``BlipVisionModel``
+(``layer_norm_eps=1e-6``) and a ``BlipTextModel`` with cross-attention and pooler, sized from the shapes.
+Preprocessing (:class:`unirag.encoders.preprocess.SquareResizeTransform`, ``format_string``, BERT's
+tokenizer with BLIP's ``[DEC]``/``[ENC]``, 100 tokens) and the official lines it follows:
+docs/encoders-parity.md. Queries get M-BEIR instructions as for CLIP-SF.
 """
 
 from __future__ import annotations
@@ -143,8 +137,7 @@ class UniIRBlipFFEncoder(UniIRCheckpoint, Encoder):
                 "image_preprocess": self.image_transform.identity()}
 
     def config(self) -> dict[str, Any]:
-        return {**super().config(), "checkpoint": str(self.checkpoint), "device": self.device,
-                "dtype": str(self.torch_dtype).removeprefix("torch."), **self.instructions_config()}
+        return {**super().config(), "device": self.device, "dtype": str(self.torch_dtype).removeprefix("torch.")}
 
     # -- encoding ---------------------------------------------------------------------------------
     def image_preprocessor(self):
