@@ -92,15 +92,9 @@ class HFClipEncoder(Encoder):
         text_cfg = getattr(model.config, "text_config", None)
         self.max_text_length = max_text_length or int(getattr(text_cfg, "max_position_embeddings", 77) or 77)
         self.name = self.spec
-        self.dim = self._probe_dim()
+        dim = getattr(model.config, "projection_dim", None)
+        self.dim = dim if isinstance(dim, int) and dim > 0 else int(self._embed_texts(["a"]).shape[-1])
         self.batch_size = batch_size or 32
-
-    def _probe_dim(self) -> int:
-        cfg = self.model.config
-        dim = getattr(cfg, "projection_dim", None)
-        if isinstance(dim, int) and dim > 0:
-            return dim
-        return int(self._embed_texts(["a"]).shape[-1])
 
     def weights(self) -> dict[str, Any]:
         """What identifies the weights: a content hash of a local checkpoint, or hub id + commit."""
@@ -117,15 +111,9 @@ class HFClipEncoder(Encoder):
             "text_padding": self.text_padding,
             "max_text_length": self.max_text_length,
             "text_cleaning": self.text_cleaning,
-            "image_preprocess": self.image_preprocess(),
+            "image_preprocess": self.image_transform.identity() if self.image_transform is not None else
+            {"kind": "hf-processor", "class": type(getattr(self.processor, "image_processor", self.processor)).__name__},
         }
-
-    def image_preprocess(self) -> dict[str, Any]:
-        """What turns an image into pixel values (recorded in the identity, so in the fingerprint)."""
-        if self.image_transform is not None:
-            return self.image_transform.identity()
-        proc = getattr(self.processor, "image_processor", self.processor)
-        return {"kind": "hf-processor", "class": type(proc).__name__}
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "model": self.spec, "device": self.device,

@@ -22,10 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+from unirag.encoders.base import l2_normalize as _unit
 
 
 def _softmax(logits: np.ndarray, temperature: float) -> np.ndarray:
