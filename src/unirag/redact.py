@@ -59,12 +59,9 @@ def _mask(text: str, secrets: list[str]) -> str:
 
 
 def redact_json(obj: Any, secrets: list[str] | None = None) -> Any:
-    """``obj`` (a JSON value: dicts, lists, strings, numbers) with every string masked by :func:`redact`.
-
-    Masking the values rather than the serialised text keeps the JSON valid whatever a secret holds.
-    Dict keys are kept (they are field names and store keys, not values a provider echoes).
-    ``secrets``: :func:`secret_values` computed once by a caller masking many objects.
-    """
+    """``obj`` (a JSON value) with every string masked by :func:`redact`: the values rather than the text,
+    so the JSON stays valid; dict keys are field names, kept. ``secrets``: :func:`secret_values` computed
+    once by a caller masking many objects."""
     if secrets is None:
         secrets = secret_values()
 
@@ -81,13 +78,9 @@ def redact_json(obj: Any, secrets: list[str] | None = None) -> Any:
 
 
 def _redact_record(record: logging.LogRecord, extra: tuple[str, ...]) -> logging.LogRecord:
-    """Mask secrets in a record's message and in each of its arguments.
-
-    The arguments are masked one by one rather than merged into the message, because some
-    formatters (uvicorn's access log) unpack ``record.args`` themselves. A non-string argument (an
-    exception quoting a server's reply, say) is replaced by its masked text only when that text holds
-    a secret, so ``%d`` and friends still work.
-    """
+    """Mask secrets in a record's message and in each argument (one by one: uvicorn's access log unpacks
+    ``record.args`` itself); a non-string argument becomes its masked text only when that held a secret,
+    so ``%d`` still works."""
 
     def arg(value: object) -> object:
         if isinstance(value, int | float | bool) or value is None:
@@ -113,11 +106,8 @@ _installed: dict[str, object] = {}
 
 
 def install_log_redaction(extra: tuple[str, ...] = ()) -> None:
-    """Mask secrets in every log record this process creates from now on, on any logger.
-
-    Calling it again replaces the extra secrets (tests build many apps in one process); the record
-    factory is wrapped once.
-    """
+    """Mask secrets in every log record this process creates from now on, on any logger; calling it again
+    replaces the extra secrets (the record factory is wrapped once)."""
     _installed["extra"] = tuple(extra)
     if "factory" in _installed:
         return

@@ -198,18 +198,6 @@ def autocast(device: str, torch_dtype):
     return torch.autocast(device_type=kind, dtype=torch_dtype)
 
 
-class HFImagePreprocessor:
-    """A Hugging Face image processor as a picklable one-image preprocessor for the decode workers
-    (:mod:`unirag.data.loader`): RGB PIL image -> its ``pixel_values`` row (float32 CHW). Processors
-    treat each image of a batch independently, so stacking these rows gives the batch's pixels."""
-
-    def __init__(self, processor: Any) -> None:
-        self.processor = processor
-
-    def __call__(self, image: Any):
-        return self.processor(images=[image], return_tensors="np")["pixel_values"][0]
-
-
 def host_to_device(array: Any, device: str, dtype: Any = None):
     """A CPU batch (numpy) as a tensor on ``device``: on CUDA through pinned memory with a non-blocking
     copy (the host-to-device transfer then overlaps the previous batch's compute), cast on the device."""

@@ -41,8 +41,6 @@ class Prepared:
 def stack_rows(arrays: Sequence[Any]):
     """``np.stack(arrays)``, or, when they are the consecutive rows of one batch (a job the workers sent
     back stacked), a view of those rows: no copy."""
-    import numpy as np
-
     first = arrays[0]
     base, size = getattr(first, "base", None), getattr(first, "nbytes", 0)
     if isinstance(base, np.ndarray) and base.flags.c_contiguous and all(

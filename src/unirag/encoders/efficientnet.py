@@ -33,8 +33,6 @@ def preprocess(pil_image, size: int = INPUT_SIZE) -> np.ndarray:
 class EfficientNetLite0:
     """Pooled penultimate features (1280-d) and ImageNet logits (1000) for a batch of images."""
 
-    name = "efficientnet-lite0"
-
     def __init__(self, device: str = "cpu") -> None:
         import torch
 

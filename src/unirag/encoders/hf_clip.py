@@ -22,7 +22,6 @@ from unirag.encoders.base import Encoder
 from unirag.encoders.preprocess import CLIP_TEXT_CLEANING, clean_clip_text, openai_transform_for
 from unirag.errors import ConfigError
 from unirag.runtime import (
-    HFImagePreprocessor,
     check_model_spec,
     configure_torch_threads,
     device_map_kwargs,
@@ -32,6 +31,13 @@ from unirag.runtime import (
     resolve_dtype,
     weights_identity,
 )
+
+
+def hf_pixels(processor: Any, image: Any) -> np.ndarray:
+    """One RGB PIL image's ``pixel_values`` row (float32 CHW) from a Hugging Face image processor: with
+    ``functools.partial``, a picklable preprocessor for the decode workers (processors treat each image
+    of a batch independently, so stacking the rows gives the batch's pixels)."""
+    return processor(images=[image], return_tensors="np")["pixel_values"][0]
 
 
 def _features(out) -> Any:
@@ -142,7 +148,9 @@ class HFClipEncoder(Encoder):
         (:mod:`unirag.encoders.preprocess`), else the checkpoint's own image processor."""
         if self.image_transform is not None:
             return self.image_transform.single
-        return HFImagePreprocessor(getattr(self.processor, "image_processor", self.processor))
+        import functools
+
+        return functools.partial(hf_pixels, getattr(self.processor, "image_processor", self.processor))
 
     def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
         import torch
