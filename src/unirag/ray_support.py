@@ -39,13 +39,9 @@ def worker_env() -> dict[str, str]:
 @contextlib.contextmanager
 def ray_session(address: str | None = None, *, num_cpus: int | None = None, object_store_memory: int | None = None,
                 log_to_driver: bool = False, system_config: dict[str, Any] | None = None) -> Iterator[Any]:
-    """Yield the ``ray`` module connected to a cluster; stop what was started here on exit.
-
-    ``address`` None starts a local Ray with ``num_cpus`` (default: this machine's CPUs) and
-    ``object_store_memory`` bytes (default: Ray's); an address joins that cluster (its resources are
-    its own). Workers run at normal priority (Ray's default niceness 15 is meant for background
-    work; here the workers are the job and the driver only waits).
-    """
+    """Yield the ``ray`` module connected to the cluster at ``address`` or to a local Ray started with
+    ``num_cpus`` and ``object_store_memory`` (and stopped on exit). Workers run at normal priority: Ray's
+    default niceness 15 is for background work, and here the workers are the job."""
     try:
         import ray
     except ImportError:

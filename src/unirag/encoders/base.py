@@ -3,11 +3,8 @@
 A backend implements :meth:`Encoder._embed_texts` and :meth:`Encoder._embed_preprocessed` with its
 :meth:`Encoder.image_preprocessor` (or :meth:`Encoder._embed_images`), returning raw vectors;
 this base class normalises, batches, fuses image+text inputs UniIR CLIP-SF style, and dispatches
-records by modality. So the fusion and the modality handling exist once, not per backend.
-
-Images given as paths are decoded, and preprocessed where the backend splits its CPU preprocessing
-out (:meth:`Encoder.image_preprocessor` + :meth:`Encoder._embed_preprocessed`), in decode
-workers ahead of the model (:mod:`unirag.data.loader`; the encoder's setting: None = auto, 0 = inline).
+records by modality, so these exist once, not per backend. Image files are decoded (and preprocessed)
+in decode workers ahead of the model (:mod:`unirag.data.loader`).
 
 An encoder's :meth:`~Encoder.fingerprint` hashes :meth:`~Encoder.identity`: what decides the vectors
 (the weights, the preprocessing, the fusion), never where the weights are stored or the device and
@@ -71,12 +68,9 @@ FUSION_NORMALISED_SUM = "normalised-sum"
 
 
 def fuse_score_level(image_vecs: np.ndarray, text_vecs: np.ndarray, fusion: str = FUSION_RAW_SUM) -> np.ndarray:
-    """Score-level fusion of image and text embeddings into one unit vector.
-
-    ``raw-sum`` is exactly UniIR CLIP-SF: ``normalize(img + txt)`` of the unnormalised embeddings, so the
-    modality with the larger raw norm weighs more. ``normalised-sum`` is ``normalize(normalize(img) +
-    normalize(txt))``.
-    """
+    """Score-level fusion of image and text embeddings into one unit vector: ``raw-sum`` (UniIR CLIP-SF)
+    ``normalize(img + txt)`` of the raw embeddings, so the larger raw norm weighs more; ``normalised-sum``
+    ``normalize(normalize(img) + normalize(txt))``."""
     if fusion == FUSION_NORMALISED_SUM:
         return l2_normalize(l2_normalize(image_vecs) + l2_normalize(text_vecs))
     if fusion != FUSION_RAW_SUM:
@@ -193,29 +187,26 @@ class Encoder(ABC):
     def encode_texts(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         return self._batched(self._embed_texts, list(texts), progress, "encode texts")
 
-    def _decoded(self, batch_fn: Callable[[list], Any], items: list, image: Callable = lambda x: x,
-                 swap: Callable = lambda x, im: im) -> Callable[[list], Any]:
-        """``batch_fn`` for :meth:`_batched` over ``items`` whose images (``image(item)``) are files: they
-        are decoded (and preprocessed) ahead of the model by :meth:`image_loader`, batch by batch, and
-        each item's image replaced (``swap(item, decoded)``) before ``batch_fn`` sees it; a missing or
-        corrupt file raises :class:`~unirag.errors.InputError` naming it. Other items: ``batch_fn``."""
+    def _decoder(self, images: list) -> Callable[[list], list]:
+        """For :meth:`_batched` over ``images``: takes its batches, in order, and returns them with the files
+        decoded (and preprocessed) ahead of the model by :meth:`image_loader`; a missing or corrupt file
+        raises :class:`~unirag.errors.InputError` naming it. Images that are not all files pass as they are."""
         from unirag.data.images import is_path_like
 
-        if not items or not all(is_path_like(image(x)) for x in items):
-            return batch_fn
-        loader, size = self.image_loader(len(items)), self.batch_size
-        stream = loader.map((s, [image(x) for x in items[s : s + size]]) for s in range(0, len(items), size))
+        if not images or not all(is_path_like(x) for x in images):
+            return list
+        loader, size = self.image_loader(len(images)), self.batch_size
+        stream = loader.map((s, images[s : s + size]) for s in range(0, len(images), size))
 
-        def fn(batch: list) -> Any:  # _batched's batches are the stream's, in the same order
+        def decode(batch: list) -> list:  # _batched's batches are the stream's, in the same order
             _, decoded = next(stream)
-            return batch_fn([swap(x, self.prepared(loader, d.unwrap()))
-                             for x, d in zip(batch, decoded, strict=True)])
-        return fn
+            return [self.prepared(loader, d.unwrap()) for _, d in zip(batch, decoded, strict=True)]
+        return decode
 
     def _image_vectors(self, images: Sequence[ImageInput], progress: bool, normalize: bool = True) -> np.ndarray:
         items = list(images)
-        embed = self._decoded(self._embed_images, items)
-        return self._batched(embed, items, progress, "encode images", normalize)
+        decode = self._decoder(items)
+        return self._batched(lambda b: self._embed_images(decode(b)), items, progress, "encode images", normalize)
 
     def encode_images(self, images: Sequence[ImageInput], progress: bool = False) -> np.ndarray:
         return self._image_vectors(images, progress)

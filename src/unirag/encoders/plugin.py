@@ -78,8 +78,6 @@ class PluginEncoder(Encoder):
         return self._preprocess
 
     def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
-        if self._preprocess is None:
-            return super()._embed_preprocessed(batch)
         return self._vectors(self.inner.embed_preprocessed(batch), len(batch), "embed_preprocessed")
 
     def close(self) -> None:

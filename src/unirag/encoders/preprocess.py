@@ -41,12 +41,9 @@ def shorter_side_size(width: int, height: int, size: int) -> tuple[int, int]:
 
 
 def center_crop_box(width: int, height: int, crop: int, rounding: str = "round") -> tuple[int, int, int, int]:
-    """PIL crop box (left, top, right, bottom) of a centred ``crop`` x ``crop`` square.
-
-    ``round``: torchvision's ``center_crop`` offset ``int(round((size - crop) / 2.0))`` (torchvision 0.20.1
-    ``transforms/functional.py:592``); ``floor``:
-    Hugging Face's ``(size - crop) // 2``. They differ by one pixel when ``size - crop`` is 3 mod 4.
-    """
+    """PIL crop box (left, top, right, bottom) of a centred ``crop`` x ``crop`` square. ``round``: torchvision's
+    offset ``int(round((size - crop) / 2.0))`` (torchvision 0.20.1 ``transforms/functional.py:592``);
+    ``floor``: Hugging Face's ``(size - crop) // 2``; one pixel apart when ``size - crop`` is 3 mod 4."""
     if rounding == "round":
         left, top = int(round((width - crop) / 2.0)), int(round((height - crop) / 2.0))
     elif rounding == "floor":

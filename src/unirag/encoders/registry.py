@@ -83,10 +83,9 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
     if (instructions is not None or use_instructions) and not (is_offline_name(spec) or is_uniir_spec(spec)):
         raise ConfigError(f"query instructions are for UniIR encoders (uniir:...); {spec!r} was not trained with them")
     if is_uniir_spec(spec):
-        from unirag.encoders.uniir import UniIRClipSFEncoder, parse_uniir_spec
+        from unirag.encoders.uniir import UniIRClipSFEncoder as cls
 
-        cls = UniIRClipSFEncoder
-        if parse_uniir_spec(spec)[0] == "blip_ff":
+        if spec.strip().split(":")[1].lower() == "blip_ff":  # the spec is checked as the encoder opens it
             from unirag.encoders.uniir_blip import UniIRBlipFFEncoder as cls
         encoder = cls(spec, device=device, dtype=dtype, batch_size=batch_size, instructions=instructions,
                       use_instructions=use_instructions)

@@ -24,13 +24,11 @@ class SentenceTextEncoder(Encoder):
 
     It has no image tower: asking it for image vectors is a configuration error, not a silent zero.
 
-    On the CPU a batch of BERT-family sentences is *packed*: the sentences are laid end to end in rows
-    of about :data:`PACK_TOKENS` tokens, each with its own positions and attending only to itself
-    (a block-diagonal mask), instead of each being padded to the batch's longest sentence. A padded
-    token costs a real one's projections and feed-forward pass, and short queries of mixed length
-    (captions: 9 to 26 tokens) are a third padding; each sentence's embedding is the one it gets
-    alone (up to float rounding). Splitting the batch into length buckets instead would pay the
-    model's fixed cost per call (reading every weight) once per bucket.
+    On the CPU a batch of BERT-family sentences is *packed* end to end in rows of about :data:`PACK_TOKENS`
+    tokens, each with its own positions and attending only to itself, rather than padded to the longest:
+    a padded token costs a real one's compute, and short queries of mixed length are a third padding.
+    Each sentence gets the embedding it gets alone (up to float rounding). Length buckets instead would pay
+    the model's fixed cost per call (reading every weight) once per bucket.
     """
 
     def __init__(self, spec: str | None = None, *, device: str | None = "auto", batch_size: int | None = None,

@@ -174,9 +174,9 @@ class UniIRBlipFFEncoder(UniIRCheckpoint, Encoder):
         if len(images) != len(texts):
             raise ValueError(f"fused encoding needs as many images as texts ({len(images)} != {len(texts)})")
         pairs = list(zip(images, texts, strict=True))
-        embed = self._decoded(lambda b: self._forward(self.pixels([p[0] for p in b]), [p[1] for p in b]), pairs,
-                              image=lambda p: p[0], swap=lambda p, im: (im, p[1]))
-        return self._batched(embed, pairs, progress, "encode image+text")
+        decode = self._decoder(list(images))
+        return self._batched(lambda b: self._forward(self.pixels(decode([p[0] for p in b])), [p[1] for p in b]),
+                             pairs, progress, "encode image+text")
 
     def close(self) -> None:
         self.vision = self.text = None
