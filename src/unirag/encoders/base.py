@@ -164,9 +164,8 @@ class Encoder(ABC):
 
     def close(self) -> None:
         """Drop the model and return its GPU memory (the encoder cannot be used afterwards)."""
-        for attr in ("model", "_model"):
-            if hasattr(self, attr):
-                setattr(self, attr, None)
+        if hasattr(self, "model"):
+            self.model = None
         from unirag.runtime import free_memory
 
         free_memory(getattr(self, "device", None))
