@@ -29,13 +29,13 @@ def main() -> int:
     import torch
 
     import unirag.demo
-    from unirag.encoders.text import MeanPooledTextModel
+    from unirag.encoders.text import SentenceTextEncoder
 
     caps = [a["caption"].strip() for a in json.loads((Path(unirag.demo.__file__).parent / "data" / "captions.json")
                                                       .read_text())["annotations"]]
     batches = [caps[i * args.batch:(i + 1) * args.batch] for i in range(args.batches)]
     singles = [[c] for c in caps[:args.single]]
-    model = MeanPooledTextModel(device="cpu")
+    model = SentenceTextEncoder(device="cpu")
     layers = [m for m in model.model.modules() if isinstance(m, torch.nn.Linear)]
     fast = type(layers[0])
     if fast is torch.nn.Linear:
@@ -50,7 +50,7 @@ def main() -> int:
 
     def per_query(groups) -> tuple[float, np.ndarray]:
         wall = time.perf_counter()
-        vecs = np.concatenate([model.embed(g) for g in groups])
+        vecs = np.concatenate([model._embed_texts(g) for g in groups])
         return 1000 * (time.perf_counter() - wall) / len(vecs), vecs
 
     seen: dict[str, list[float]] = {k: [] for k in ("mkl batch", "onednn batch", "mkl single", "onednn single")}

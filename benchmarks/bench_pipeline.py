@@ -81,11 +81,6 @@ def make_standin():
             return np.concatenate([flat.mean(axis=2), flat.std(axis=2), flat[:, :, ::5000][:, :, :3].reshape(
                 len(batch), -1), np.ones((len(batch), 1), np.float32)], axis=1)[:, : self.dim]
 
-        def _embed_images(self, images):
-            from unirag.runtime import to_pil_images
-
-            return self._embed_preprocessed(np.stack([clip_preprocess(im) for im in to_pil_images(images)]))
-
         def _embed_texts(self, texts):
             return np.ones((len(texts), self.dim), np.float32)
 
@@ -100,9 +95,9 @@ def make_standin():
         def _embed_images(self, images):
             from PIL import Image
 
-            from unirag.runtime import to_pil_images
+            from unirag.data.images import load_rgb
 
-            small = np.stack([np.asarray(im.resize((16, 16), Image.NEAREST), np.float32) for im in to_pil_images(images)])
+            small = np.stack([np.asarray(load_rgb(im).resize((16, 16), Image.NEAREST), np.float32) for im in images])
             return small.reshape(len(small), -1)[:, : self.dim] + 1.0
 
     return StandIn(), Whole()

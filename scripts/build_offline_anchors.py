@@ -57,19 +57,20 @@ def compute_features(src: dict, class_prompt: str) -> dict[str, np.ndarray]:
     """Raw EfficientNet (pooled, logits) and MiniLM features of every anchor source."""
     from tqdm import tqdm
 
-    from unirag.encoders.efficientnet import EfficientNetLite0
-    from unirag.encoders.text import MeanPooledTextModel
-    from unirag.runtime import configure_torch_threads, to_pil_images
+    from unirag.data.images import load_rgb
+    from unirag.encoders.efficientnet import EfficientNetLite0, preprocess
+    from unirag.encoders.text import SentenceTextEncoder
+    from unirag.runtime import configure_torch_threads
 
     configure_torch_threads()
-    text_model, image_model = MeanPooledTextModel(), EfficientNetLite0()
+    text_model, image_model = SentenceTextEncoder(), EfficientNetLite0()
 
     def texts(items: list[str], desc: str) -> np.ndarray:
-        return np.concatenate([text_model.embed(items[i : i + 128])
+        return np.concatenate([text_model._embed_texts(items[i : i + 128])
                                for i in tqdm(range(0, len(items), 128), desc=desc)])
 
     def images(paths: list[Path], desc: str) -> tuple[np.ndarray, np.ndarray]:
-        out = [image_model.features(to_pil_images(paths[i : i + 32]))
+        out = [image_model.features(np.stack([preprocess(load_rgb(p)) for p in paths[i : i + 32]]))
                for i in tqdm(range(0, len(paths), 32), desc=desc)]
         return np.concatenate([o[0] for o in out]), np.concatenate([o[1] for o in out])
 

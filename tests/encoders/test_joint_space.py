@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from unirag.encoders.joint_space import JointSpace, JointSpaceParams, relative_representation
-from unirag.encoders.offline import load_joint_space
 
 
 def test_relative_representation_keeps_top_k_and_is_unit():
@@ -47,13 +46,6 @@ def test_dot_product_is_weighted_sum_of_block_cosines():
     asif_cos = (img[:, d:] / np.sqrt(0.3)) @ (txt[:, d:] / np.sqrt(0.3)).T
     np.testing.assert_allclose(img @ txt.T, 0.7 * bridge_cos + 0.3 * asif_cos, atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(img, axis=1), 1.0, atol=1e-5)
-
-
-def test_without_anchors_shrinks_the_asif_block():
-    space = load_joint_space()
-    smaller = space.without_anchors(np.arange(10))
-    assert smaller.n_anchors == space.n_anchors - 10 and smaller.dim == space.dim - 10
-    np.testing.assert_array_equal(smaller.anchor_texts, space.anchor_texts[10:])
 
 
 def test_save_load_roundtrip_float16(tmp_path):

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 import unirag
-from unirag.encoders.text import PACK_TOKENS, MeanPooledTextModel, pack_rows
+from unirag.encoders.text import PACK_TOKENS, SentenceTextEncoder, pack_rows
 
 SAMPLE_CAPTIONS = Path(unirag.__file__).parent / "demo" / "data" / "captions.json"
 
 
 @pytest.fixture(scope="module")
-def model() -> MeanPooledTextModel:
-    return MeanPooledTextModel(None, device="cpu")
+def model() -> SentenceTextEncoder:
+    return SentenceTextEncoder(None, device="cpu")
 
 
 def _captions() -> list[str]:
@@ -30,9 +30,9 @@ def test_packed_batch_equals_each_sentence_alone(model):
     texts = _captions()[:40] + ["dog", "a very long caption about a red bus " * 6, "words " * 400]
     lengths = [len(x) for x in model.tokenizer(texts, truncation=True, max_length=model.max_length)["input_ids"]]
     assert model.packed and max(lengths) > PACK_TOKENS and len(pack_rows(lengths, max(lengths))) < len(texts)
-    alone = np.stack([model.embed([t])[0] for t in texts])
-    np.testing.assert_allclose(model.embed(texts), alone, rtol=0, atol=2e-5)
-    np.testing.assert_allclose(model.embed(texts[::-1])[::-1], alone, rtol=0, atol=2e-5)
+    alone = np.stack([model._embed_texts([t])[0] for t in texts])
+    np.testing.assert_allclose(model._embed_texts(texts), alone, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(model._embed_texts(texts[::-1])[::-1], alone, rtol=0, atol=2e-5)
 
 
 def test_pack_rows_places_every_sentence_once_in_balanced_rows():

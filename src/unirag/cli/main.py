@@ -85,12 +85,12 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"error: {redact(str(e))}", err=True)
         sys.exit(getattr(e, "exit_code", 2))
     except (OSError, RuntimeError) as e:  # RuntimeError: FAISS and sqlite wrap the OSError they hit
-        from unirag.errors import os_error_in, os_error_line
+        from unirag.errors import os_error_line
 
-        found = os_error_in(e)
-        if found is None:
+        line = os_error_line(e)
+        if line is None:
             raise  # not the file system: a bug, shown with its traceback
-        click.echo(f"error: {os_error_line(found)}; finished work is kept, free space or fix the folder "
+        click.echo(f"error: {line}; finished work is kept, free space or fix the folder "
                    "and rerun", err=True)
         sys.exit(2)
     except KeyboardInterrupt:

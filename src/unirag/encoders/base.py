@@ -1,12 +1,10 @@
 """The encoder protocol and the behaviour every backend shares.
 
-A backend implements :meth:`Encoder._embed_texts` and :meth:`Encoder._embed_images` (raw vectors);
+A backend implements :meth:`Encoder._embed_texts` and :meth:`Encoder._embed_preprocessed` with its
+:meth:`Encoder.image_preprocessor` (or :meth:`Encoder._embed_images`), returning raw vectors;
 this base class normalises, batches, fuses image+text inputs UniIR CLIP-SF style, and dispatches
-records by modality. So the fusion and the modality handling exist once, not per backend.
-
-Images given as paths are decoded, and preprocessed where the backend splits its CPU preprocessing
-out (:meth:`Encoder.image_preprocessor` + :meth:`Encoder._embed_preprocessed`), in decode
-workers ahead of the model (:mod:`unirag.data.loader`; the encoder's setting: None = auto, 0 = inline).
+records by modality, so these exist once, not per backend. Image files are decoded (and preprocessed)
+in decode workers ahead of the model (:mod:`unirag.data.loader`).
 
 An encoder's :meth:`~Encoder.fingerprint` hashes :meth:`~Encoder.identity`: what decides the vectors
 (the weights, the preprocessing, the fusion), never where the weights are stored or the device and
@@ -40,8 +38,6 @@ class Prepared:
 def stack_rows(arrays: Sequence[Any]):
     """``np.stack(arrays)``, or, when they are the consecutive rows of one batch (a job the workers sent
     back stacked), a view of those rows: no copy."""
-    import numpy as np
-
     first = arrays[0]
     base, size = getattr(first, "base", None), getattr(first, "nbytes", 0)
     if isinstance(base, np.ndarray) and base.flags.c_contiguous and all(
@@ -72,12 +68,9 @@ FUSION_NORMALISED_SUM = "normalised-sum"
 
 
 def fuse_score_level(image_vecs: np.ndarray, text_vecs: np.ndarray, fusion: str = FUSION_RAW_SUM) -> np.ndarray:
-    """Score-level fusion of image and text embeddings into one unit vector.
-
-    ``raw-sum`` is exactly UniIR CLIP-SF: ``normalize(img + txt)`` of the unnormalised embeddings, so the
-    modality with the larger raw norm weighs more. ``normalised-sum`` is ``normalize(normalize(img) +
-    normalize(txt))``.
-    """
+    """Score-level fusion of image and text embeddings into one unit vector: ``raw-sum`` (UniIR CLIP-SF)
+    ``normalize(img + txt)`` of the raw embeddings, so the larger raw norm weighs more; ``normalised-sum``
+    ``normalize(normalize(img) + normalize(txt))``."""
     if fusion == FUSION_NORMALISED_SUM:
         return l2_normalize(l2_normalize(image_vecs) + l2_normalize(text_vecs))
     if fusion != FUSION_RAW_SUM:
@@ -114,10 +107,6 @@ class Encoder(ABC):
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         """Raw (unnormalised) embeddings of one batch of texts."""
 
-    @abstractmethod
-    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
-        """Raw embeddings of one batch of images (paths or PIL images)."""
-
     def image_preprocessor(self) -> Callable[[Any], np.ndarray] | None:
         """A picklable callable RGB PIL image -> the array the model takes, run in the decode workers;
         backends that return one also implement :meth:`_embed_preprocessed`. None: the workers only
@@ -128,12 +117,21 @@ class Encoder(ABC):
         """Raw embeddings of a stacked batch of :meth:`image_preprocessor` outputs."""
         raise NotImplementedError(f"{type(self).__name__} has no image preprocessor")
 
-    def _embed_image_batch(self, items: Sequence[Any]) -> np.ndarray:
-        """One batch of images: preprocessed ones (:class:`Prepared`) straight to the model, else
-        :meth:`_embed_images` (PIL images or paths)."""
-        if items and isinstance(items[0], Prepared):
-            return self._embed_preprocessed(stack_rows([p.array for p in items]))
-        return self._embed_images(items)
+    def _embed_images(self, images: Sequence[Any]) -> np.ndarray:
+        """Raw embeddings of one batch of images: :meth:`_embed_preprocessed` of their :meth:`pixels`.
+        Backends without an :meth:`image_preprocessor` replace it (they get PIL images or paths)."""
+        return self._embed_preprocessed(self.pixels(images))
+
+    def pixels(self, images: Sequence[Any]) -> np.ndarray:
+        """The stacked :meth:`image_preprocessor` outputs of ``images``: :class:`Prepared` ones (made in the
+        decode workers) as they are, paths and PIL images decoded and preprocessed here the same way."""
+        if images and isinstance(images[0], Prepared):
+            return stack_rows([p.array for p in images])
+        from unirag.data.images import load_rgb
+        from unirag.data.loader import preprocessed
+
+        pre = self.image_preprocessor()
+        return np.stack([preprocessed(pre, load_rgb(im)) for im in images])
 
     def image_loader(self, n_images: int | None = None):
         """The :class:`~unirag.data.loader.ImageLoader` for a job of ``n_images`` (None: unknown): the
@@ -147,7 +145,7 @@ class Encoder(ABC):
         return ImageLoader(workers, self.image_preprocessor())
 
     def prepared(self, loader, image: Any) -> Any:
-        """What a decoded item of ``loader`` is handed to :meth:`_embed_image_batch` as."""
+        """What a decoded item of ``loader`` is handed to :meth:`_embed_images` as."""
         return Prepared(image) if loader.preprocess is not None else image
 
     def identity(self) -> dict[str, Any]:
@@ -166,9 +164,8 @@ class Encoder(ABC):
 
     def close(self) -> None:
         """Drop the model and return its GPU memory (the encoder cannot be used afterwards)."""
-        for attr in ("model", "_model"):
-            if hasattr(self, attr):
-                setattr(self, attr, None)
+        if hasattr(self, "model"):
+            self.model = None
         from unirag.runtime import free_memory
 
         free_memory(getattr(self, "device", None))
@@ -189,29 +186,26 @@ class Encoder(ABC):
     def encode_texts(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         return self._batched(self._embed_texts, list(texts), progress, "encode texts")
 
-    def _decoded(self, batch_fn: Callable[[list], Any], items: list, image: Callable = lambda x: x,
-                 swap: Callable = lambda x, im: im) -> Callable[[list], Any]:
-        """``batch_fn`` for :meth:`_batched` over ``items`` whose images (``image(item)``) are files: they
-        are decoded (and preprocessed) ahead of the model by :meth:`image_loader`, batch by batch, and
-        each item's image replaced (``swap(item, decoded)``) before ``batch_fn`` sees it; a missing or
-        corrupt file raises :class:`~unirag.errors.InputError` naming it. Other items: ``batch_fn``."""
+    def _decoder(self, images: list) -> Callable[[list], list]:
+        """For :meth:`_batched` over ``images``: takes its batches, in order, and returns them with the files
+        decoded (and preprocessed) ahead of the model by :meth:`image_loader`; a missing or corrupt file
+        raises :class:`~unirag.errors.InputError` naming it. Images that are not all files pass as they are."""
         from unirag.data.images import is_path_like
 
-        if not items or not all(is_path_like(image(x)) for x in items):
-            return batch_fn
-        loader, size = self.image_loader(len(items)), self.batch_size
-        stream = loader.map((s, [image(x) for x in items[s : s + size]]) for s in range(0, len(items), size))
+        if not images or not all(is_path_like(x) for x in images):
+            return list
+        loader, size = self.image_loader(len(images)), self.batch_size
+        stream = loader.map((s, images[s : s + size]) for s in range(0, len(images), size))
 
-        def fn(batch: list) -> Any:  # _batched's batches are the stream's, in the same order
+        def decode(batch: list) -> list:  # _batched's batches are the stream's, in the same order
             _, decoded = next(stream)
-            return batch_fn([swap(x, self.prepared(loader, d.unwrap()))
-                             for x, d in zip(batch, decoded, strict=True)])
-        return fn
+            return [self.prepared(loader, d.unwrap()) for _, d in zip(batch, decoded, strict=True)]
+        return decode
 
     def _image_vectors(self, images: Sequence[ImageInput], progress: bool, normalize: bool = True) -> np.ndarray:
         items = list(images)
-        embed = self._decoded(self._embed_image_batch, items)
-        return self._batched(embed, items, progress, "encode images", normalize)
+        decode = self._decoder(items)
+        return self._batched(lambda b: self._embed_images(decode(b)), items, progress, "encode images", normalize)
 
     def encode_images(self, images: Sequence[ImageInput], progress: bool = False) -> np.ndarray:
         return self._image_vectors(images, progress)

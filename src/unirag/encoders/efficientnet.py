@@ -7,9 +7,6 @@ scale to [-1, 1] as the TF-Lite EfficientNet-Lite models were trained.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import numpy as np
 
 from unirag.errors import ConfigError
@@ -36,8 +33,6 @@ def preprocess(pil_image, size: int = INPUT_SIZE) -> np.ndarray:
 class EfficientNetLite0:
     """Pooled penultimate features (1280-d) and ImageNet logits (1000) for a batch of images."""
 
-    name = "efficientnet-lite0"
-
     def __init__(self, device: str = "cpu") -> None:
         import torch
 
@@ -56,15 +51,8 @@ class EfficientNetLite0:
         model.load_state_dict(state, strict=True)
         self.model = model.eval().to(device)
 
-    def features(self, pil_images: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-        """Return ``(pooled, logits)`` as float32 arrays of shape (n, 1280) and (n, 1000)."""
-
-        if len(pil_images) == 0:
-            return np.zeros((0, POOLED_DIM), np.float32), np.zeros((0, NUM_CLASSES), np.float32)
-        return self.features_preprocessed(np.stack([preprocess(im) for im in pil_images]))
-
-    def features_preprocessed(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`features` of a stacked batch of :func:`preprocess` outputs (made in decode workers)."""
+    def features(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(pooled, logits)``, float32 (n, 1280) and (n, 1000), of a stacked batch of :func:`preprocess` outputs."""
         import torch
 
         from unirag.runtime import host_to_device

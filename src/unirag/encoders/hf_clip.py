@@ -1,21 +1,14 @@
 """Hugging Face backend: any CLIP-family dual encoder (CLIP, SigLIP, ...) from a hub id or a local directory.
 
-Loads with ``AutoModel`` + ``AutoProcessor`` and uses the model's own ``get_text_features`` /
-``get_image_features`` projections, so every checkpoint with that interface works without a
-per-architecture class. Fusion of image+text inputs is the base class's CLIP-SF score-level sum.
+``AutoModel`` + ``AutoProcessor`` and the model's own ``get_text_features`` / ``get_image_features``, so
+every checkpoint with that interface works without a per-architecture class; weights load directly in
+the target precision (and, with ``accelerate``, onto the device).
 
-Weights load directly in the target precision and, where ``accelerate`` is installed, onto the target
-device; inputs (pixel values) are cast to the model's dtype; outputs are float32 numpy.
-
-Preprocessing: a CLIP checkpoint whose image processor is configured as OpenAI's transform (every
-``openai/clip-*`` and OpenCLIP ``laion/CLIP-*`` export) runs OpenAI's transform itself
-(:class:`unirag.encoders.preprocess.OpenAIClipTransform` with the processor's size, mean and std), because
-Hugging Face's ``CLIPImageProcessor`` floors the centre-crop offset that OpenAI's and OpenCLIP's training
-transforms round; other processors (SigLIP's square resize, ...) run as they are. UniIR CLIP-SF passes the
-transform explicitly.
-Texts for a CLIP text tower get OpenAI's clean-up first (:func:`unirag.encoders.preprocess.clean_clip_text`:
-ftfy, HTML entities, whitespace), which Hugging Face's CLIP tokenizers leave out; other families' texts
-go to their tokenizer as they are. Both choices are part of :meth:`HFClipEncoder.identity`.
+A CLIP image processor configured as OpenAI's transform runs as OpenAI's
+(:class:`unirag.encoders.preprocess.OpenAIClipTransform`), because Hugging Face's floors the centre-crop
+offset that OpenAI's and OpenCLIP's training transforms round; CLIP texts get OpenAI's clean-up
+(:func:`unirag.encoders.preprocess.clean_clip_text`), which Hugging Face's CLIP tokenizers leave out.
+Both choices are part of :meth:`HFClipEncoder.identity`.
 """
 
 from __future__ import annotations
@@ -25,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from unirag.encoders.base import Encoder, ImageInput
+from unirag.encoders.base import Encoder
 from unirag.encoders.preprocess import CLIP_TEXT_CLEANING, clean_clip_text, openai_transform_for
 from unirag.errors import ConfigError
 from unirag.runtime import (
-    HFImagePreprocessor,
     check_model_spec,
     configure_torch_threads,
     device_map_kwargs,
@@ -37,10 +29,15 @@ from unirag.runtime import (
     host_to_device,
     resolve_device,
     resolve_dtype,
-    to_pil_images,
-    transformers_dtype_kwargs,
     weights_identity,
 )
+
+
+def hf_pixels(processor: Any, image: Any) -> np.ndarray:
+    """One RGB PIL image's ``pixel_values`` row (float32 CHW) from a Hugging Face image processor: with
+    ``functools.partial``, a picklable preprocessor for the decode workers (processors treat each image
+    of a batch independently, so stacking the rows gives the batch's pixels)."""
+    return processor(images=[image], return_tensors="np")["pixel_values"][0]
 
 
 def _features(out) -> Any:
@@ -72,7 +69,7 @@ class HFClipEncoder(Encoder):
         self.spec = check_model_spec(spec)
         self.device = resolve_device(device)
         self.torch_dtype = resolve_dtype(dtype, self.device)
-        load_kwargs = {**transformers_dtype_kwargs(self.torch_dtype), **device_map_kwargs(self.device)}
+        load_kwargs = {"dtype": self.torch_dtype, **device_map_kwargs(self.device)}
         model = hf_from_pretrained(AutoModel, self.spec, "CLIP-family model", **load_kwargs)
         if not (hasattr(model, "get_text_features") and hasattr(model, "get_image_features")):
             raise ConfigError(
@@ -101,15 +98,9 @@ class HFClipEncoder(Encoder):
         text_cfg = getattr(model.config, "text_config", None)
         self.max_text_length = max_text_length or int(getattr(text_cfg, "max_position_embeddings", 77) or 77)
         self.name = self.spec
-        self.dim = self._probe_dim()
+        dim = getattr(model.config, "projection_dim", None)
+        self.dim = dim if isinstance(dim, int) and dim > 0 else int(self._embed_texts(["a"]).shape[-1])
         self.batch_size = batch_size or 32
-
-    def _probe_dim(self) -> int:
-        cfg = self.model.config
-        dim = getattr(cfg, "projection_dim", None)
-        if isinstance(dim, int) and dim > 0:
-            return dim
-        return int(self._embed_texts(["a"]).shape[-1])
 
     def weights(self) -> dict[str, Any]:
         """What identifies the weights: a content hash of a local checkpoint, or hub id + commit."""
@@ -126,15 +117,9 @@ class HFClipEncoder(Encoder):
             "text_padding": self.text_padding,
             "max_text_length": self.max_text_length,
             "text_cleaning": self.text_cleaning,
-            "image_preprocess": self.image_preprocess(),
+            "image_preprocess": self.image_transform.identity() if self.image_transform is not None else
+            {"kind": "hf-processor", "class": type(getattr(self.processor, "image_processor", self.processor)).__name__},
         }
-
-    def image_preprocess(self) -> dict[str, Any]:
-        """What turns an image into pixel values (recorded in the identity, so in the fingerprint)."""
-        if self.image_transform is not None:
-            return self.image_transform.identity()
-        proc = getattr(self.processor, "image_processor", self.processor)
-        return {"kind": "hf-processor", "class": type(proc).__name__}
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "model": self.spec, "device": self.device,
@@ -163,11 +148,9 @@ class HFClipEncoder(Encoder):
         (:mod:`unirag.encoders.preprocess`), else the checkpoint's own image processor."""
         if self.image_transform is not None:
             return self.image_transform.single
-        return HFImagePreprocessor(getattr(self.processor, "image_processor", self.processor))
+        import functools
 
-    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
-        pre = self.image_preprocessor()
-        return self._embed_preprocessed(np.stack([pre(im) for im in to_pil_images(images)]))
+        return functools.partial(hf_pixels, getattr(self.processor, "image_processor", self.processor))
 
     def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
         import torch

@@ -1,16 +1,11 @@
 """M-BEIR query instructions, prepended to queries exactly as UniIR does.
 
-UniIR's retrievers are instruction-tuned: at training and at evaluation (``embed.yaml``:
-``enable_query_instruct: true``) every query's text becomes ``format_string(f"{instruction}
-{query_txt}")``, where the instruction is one of the prompts M-BEIR lists for the query's dataset,
-query modality and candidate modality (``instructions/query_instructions.tsv``). An image-only query
-therefore becomes an image+text query whose text is the instruction.
-
-The TSV (tab-separated, one header line) has the columns ``query_modality, cand_modality,
-dataset_name, dataset_id, prompt_1, prompt_2, ...``; empty prompt cells are ignored (UniIR
-``MBEIRDatasetBase._load_query_instructions``). UniIR draws one of the prompts with ``random.choice``;
-unirag draws it with a generator seeded by the query id, so the same query always gets the same
-instruction, in any order, batch or resumed run.
+UniIR's retrievers are instruction-tuned: at training and evaluation (``embed.yaml``:
+``enable_query_instruct: true``) a query's text becomes ``format_string(f"{instruction} {query_txt}")``,
+the instruction one of the prompts ``instructions/query_instructions.tsv`` lists for the query's dataset
+and modalities (so an image-only query becomes image+text). UniIR draws the prompt with
+``random.choice``; unirag seeds the draw with the query id, so a query always gets the same instruction,
+in any order, batch or resumed run.
 """
 
 from __future__ import annotations
@@ -65,7 +60,9 @@ class QueryInstructions:
 
     @classmethod
     def read(cls, path: str | Path) -> QueryInstructions:
-        """Parse a file in M-BEIR's layout; a malformed row raises InputError naming the file and line."""
+        """Parse a file in M-BEIR's layout (tabs, a header, then query and candidate modality, dataset name and
+        id, prompts; empty prompts ignored, as UniIR ``MBEIRDatasetBase._load_query_instructions``); a
+        malformed row raises InputError naming the file and line."""
         path = Path(path)
         if not path.is_file():
             raise InputError("query instructions file not found", path=path)

@@ -1,36 +1,28 @@
 """The training-free joint image–text space of the offline encoder (pure numpy, no model weights).
 
-Two uni-modal models with real weights -- all-MiniLM-L6-v2 (texts) and EfficientNet-Lite0 (images,
-ImageNet) -- share no space. Two bridges put them into one, neither needs training:
+all-MiniLM-L6-v2 (texts) and EfficientNet-Lite0 (images) share no space; two bridges that need no
+training put them into one:
 
-1. **Label bridge.** The image network's ImageNet class probabilities (temperature ``temperature``)
-   weight the MiniLM embeddings of the 1,000 class names ("a photo of a {name}."): an image becomes a
-   point in the sentence space, next to captions that mention what it shows. Both sides are centred
-   (image side by the anchor images' mean, text side by the mean caption embedding) to remove the
-   shared direction that otherwise makes a few generic captions the nearest to every image.
-2. **ASIF relative representation** (Norelli et al. 2023) over real image–caption anchor pairs: an
-   image is its similarities to the anchor images, a text its similarities to the anchor captions;
-   keep the top ``k``, raise to ``power``, normalise. Image features are PCA-reduced (fitted on the
-   anchor images) so the shipped anchors stay small.
+1. **Label bridge.** The image's ImageNet class probabilities weight the MiniLM embeddings of the class
+   names ("a photo of a {name}."), placing it next to captions that mention what it shows; both sides are
+   centred, else a few generic captions are the nearest to every image.
+2. **ASIF relative representation** (Norelli et al. 2023): an image is its top-``k`` similarities to
+   anchor images (PCA-reduced, so the shipped anchors stay small), a text to their captions.
 
-The vector is the concatenation ``[sqrt(1-w) * bridge, sqrt(w) * asif]`` of two unit blocks, so a dot
-product is ``(1-w) * cos_bridge + w * cos_asif``. ``benchmarks/bench_offline_encoder.py`` measures it
-against plain ASIF on held-out COCO photos.
+The vector ``[sqrt(1-w) * bridge, sqrt(w) * asif]`` joins two unit blocks, so a dot product is
+``(1-w) * cos_bridge + w * cos_asif``; ``benchmarks/bench_offline_encoder.py`` measures it.
 """
 
 from __future__ import annotations
 
 import io
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+from unirag.encoders.base import l2_normalize as _unit
 
 
 def _softmax(logits: np.ndarray, temperature: float) -> np.ndarray:
@@ -103,12 +95,6 @@ class JointSpace:
             bridge_mean=bridge.mean(axis=0).astype(np.float32),
             params=params,
         )
-
-    def without_anchors(self, drop: np.ndarray) -> JointSpace:
-        """A copy without the anchor rows in ``drop`` (indices or boolean mask), e.g. to test on them."""
-        keep = np.ones(self.n_anchors, dtype=bool)
-        keep[drop] = False
-        return replace(self, anchor_images=self.anchor_images[keep], anchor_texts=self.anchor_texts[keep])
 
     # -- mapping ---------------------------------------------------------------------------
     def _join(self, bridge_block: np.ndarray, asif_block: np.ndarray) -> np.ndarray:

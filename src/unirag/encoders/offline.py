@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from unirag.encoders.base import FUSION_NORMALISED_SUM, Encoder, ImageInput
+from unirag.encoders.base import FUSION_NORMALISED_SUM, Encoder
 from unirag.errors import ConfigError
 
 ASSET_NAME = "offline_joint_space.npz"
@@ -67,9 +67,9 @@ class OfflineEncoder(Encoder):
 
     @functools.cached_property
     def _text_model(self):
-        from unirag.encoders.text import MeanPooledTextModel
+        from unirag.encoders.text import SentenceTextEncoder
 
-        return MeanPooledTextModel(None, device=self.device)
+        return SentenceTextEncoder(None, device=self.device)
 
     @functools.cached_property
     def _image_model(self):
@@ -95,13 +95,7 @@ class OfflineEncoder(Encoder):
         return {**super().config(), "device": self.device, "dtype": "float32"}
 
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
-        return self.space.text_vectors(self._text_model.embed(texts))
-
-    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
-        from unirag.runtime import to_pil_images
-
-        pooled, logits = self._image_model.features(to_pil_images(images))
-        return self.space.image_vectors(pooled, logits)
+        return self.space.text_vectors(self._text_model._embed_texts(texts))
 
     def image_preprocessor(self):
         from unirag.encoders.efficientnet import preprocess
@@ -109,5 +103,5 @@ class OfflineEncoder(Encoder):
         return preprocess
 
     def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
-        pooled, logits = self._image_model.features_preprocessed(batch)
+        pooled, logits = self._image_model.features(batch)
         return self.space.image_vectors(pooled, logits)

@@ -1,22 +1,12 @@
 """``python:MODULE:FACTORY``: bring your own encoder (open_clip, ONNX, an in-house model).
 
-``unirag index build --encoder python:mypkg.enc:make`` (or ``load_encoder("python:mypkg.enc:make")``)
-imports ``mypkg.enc`` and calls ``make(**options)`` with the options it declares (``device``,
-``dtype``, ``batch_size``; all of them when it takes ``**kwargs``), as ``python:`` generators do
-(:mod:`unirag.generators.plugin`; the import and option rules are shared,
-:func:`unirag.generators.registry.load_factory`). The object it returns needs:
-
-* ``dim`` (int) and ``name`` (str);
-* ``identity()`` -> a JSON-able dict of everything that changes the vectors (weights, preprocessing);
-  it is hashed into the encoder fingerprint that indexes and shards folders check;
-* ``embed_images(list of RGB PIL images) -> (n, dim) array`` and ``embed_texts(list of str) -> array``:
-  raw vectors - unirag L2-normalises them and fuses image+text inputs (``fusion``, default
-  ``"raw-sum"`` as UniIR CLIP-SF; ``"normalised-sum"`` for towers on unrelated scales);
-* optionally ``preprocess(image) -> array`` with ``embed_preprocessed(stacked batch) -> array``: then
-  the preprocessing runs in the decode workers (:mod:`unirag.data.loader`). ``preprocess`` is
-  pickled to the workers, so make it a function or a transform object (as open_clip's is), not a
-  method of the object that holds the model;
-* optionally ``batch_size`` and ``close()``.
+``load_encoder("python:mypkg.enc:make")`` imports ``mypkg.enc`` and calls ``make(**options)`` with the
+options it declares (``device``, ``dtype``, ``batch_size``), by the import and option rules of ``python:``
+generators (:func:`unirag.generators.registry.load_factory`). The object it returns needs ``dim``,
+``name``, ``identity()`` (hashed into the fingerprint), ``embed_images`` and ``embed_texts`` (raw
+vectors); optionally ``fusion``, ``batch_size``, ``close()``, and ``preprocess`` with
+``embed_preprocessed`` to run the preprocessing in the decode workers. The table and an example:
+docs/throughput.md ("Bring your own encoder").
 """
 
 from __future__ import annotations
@@ -78,21 +68,16 @@ class PluginEncoder(Encoder):
         return self._vectors(self.inner.embed_texts(list(texts)), len(texts), "embed_texts")
 
     def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
-        from unirag.runtime import to_pil_images
+        if self._preprocess is not None:
+            return super()._embed_images(images)
+        from unirag.data.images import load_rgb
 
-        pils = to_pil_images(images)
-        if self._preprocess is not None:  # the same path as the decode workers take
-            from unirag.data.loader import preprocessed
-
-            return self._embed_preprocessed(np.stack([np.asarray(preprocessed(self._preprocess, im)) for im in pils]))
-        return self._vectors(self.inner.embed_images(pils), len(pils), "embed_images")
+        return self._vectors(self.inner.embed_images([load_rgb(im) for im in images]), len(images), "embed_images")
 
     def image_preprocessor(self):
         return self._preprocess
 
     def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
-        if self._preprocess is None:
-            return super()._embed_preprocessed(batch)
         return self._vectors(self.inner.embed_preprocessed(batch), len(batch), "embed_preprocessed")
 
     def close(self) -> None:

@@ -1,29 +1,19 @@
 """What the official encoders do to an input before the model sees it, written with PIL and numpy.
 
-Image transforms are explicit here rather than delegated to a Hugging Face image processor, because
-the processors differ from the official code in small ways that move vectors: ``CLIPImageProcessor``
-floors the centre-crop offset where torchvision rounds it, and ``BlipImageProcessor`` switches to a
-tensor (torchvision) resize when torchvision is installed. torchvision is not needed: on PIL images
-torchvision's ``Resize`` *is* ``PIL.Image.resize``, which is what runs here.
+Explicit rather than a Hugging Face image processor, because those differ from the official code in
+ways that move vectors: ``CLIPImageProcessor`` floors the centre-crop offset torchvision rounds, and
+``BlipImageProcessor`` switches to a tensor resize when torchvision is installed. On PIL images
+torchvision's ``Resize`` *is* ``PIL.Image.resize``, so torchvision is not needed.
 
 * :class:`OpenAIClipTransform`: OpenAI CLIP's ``clip/clip.py`` ``_transform(n_px)`` (UniIR CLIP-SF uses
-  it unchanged): ``Resize(n_px, BICUBIC)`` (shorter side to ``n_px``, longer side
-  ``int(n_px * long / short)``, PIL bicubic), ``CenterCrop(n_px)`` (offset
-  ``int(round((size - crop) / 2.0))``, Python's round: half to even), RGB, ``ToTensor`` (/255),
-  ``Normalize`` with CLIP's mean/std. ``crop_rounding="floor"`` gives Hugging Face's offset instead
-  (for comparisons; no encoder uses it).
-  Used by UniIR CLIP-SF, and by Hugging Face CLIP checkpoints whose image processor is configured as this
-  transform (:func:`openai_transform_for`).
+  it unchanged): bicubic resize of the shorter side, ``CenterCrop`` with a rounded offset, ``ToTensor``,
+  ``Normalize``; ``crop_rounding="floor"`` gives Hugging Face's offset (for comparisons).
 * :class:`SquareResizeTransform`: BLIP's eval transform as UniIR builds it
-  (``src/models/uniir_blip/backbone/transform/blip_transform.py``, ``is_train=False``):
-  ``Resize((s, s), BICUBIC)``, ``ToTensor``, ``Normalize`` with CLIP's mean/std.
+  (``src/models/uniir_blip/backbone/transform/blip_transform.py``, ``is_train=False``).
 * :func:`clean_clip_text`: OpenAI's tokenizer clean-up before BPE (``clip/simple_tokenizer.py``
-  ``basic_clean`` + ``whitespace_clean``): ``ftfy.fix_text``, ``html.unescape`` twice, strip, every
-  whitespace run to one space. Hugging Face's CLIP tokenizers skip the HTML unescaping ("Tom &amp; Jerry"
-  keeps its "&amp;").
+  ``basic_clean`` + ``whitespace_clean``), whose HTML unescaping Hugging Face's CLIP tokenizers skip.
 
-Each transform's :meth:`identity` goes into its encoder's fingerprint, so an index built with other
-preprocessing is recognised as built by another encoder configuration.
+Each transform's :meth:`identity` goes into its encoder's fingerprint.
 """
 
 from __future__ import annotations
@@ -51,12 +41,9 @@ def shorter_side_size(width: int, height: int, size: int) -> tuple[int, int]:
 
 
 def center_crop_box(width: int, height: int, crop: int, rounding: str = "round") -> tuple[int, int, int, int]:
-    """PIL crop box (left, top, right, bottom) of a centred ``crop`` x ``crop`` square.
-
-    ``round``: torchvision's ``center_crop`` offset ``int(round((size - crop) / 2.0))`` (torchvision 0.20.1
-    ``transforms/functional.py:592``); ``floor``:
-    Hugging Face's ``(size - crop) // 2``. They differ by one pixel when ``size - crop`` is 3 mod 4.
-    """
+    """PIL crop box (left, top, right, bottom) of a centred ``crop`` x ``crop`` square. ``round``: torchvision's
+    offset ``int(round((size - crop) / 2.0))`` (torchvision 0.20.1 ``transforms/functional.py:592``);
+    ``floor``: Hugging Face's ``(size - crop) // 2``; one pixel apart when ``size - crop`` is 3 mod 4."""
     if rounding == "round":
         left, top = int(round((width - crop) / 2.0)), int(round((height - crop) / 2.0))
     elif rounding == "floor":
@@ -64,15 +51,6 @@ def center_crop_box(width: int, height: int, crop: int, rounding: str = "round")
     else:
         raise ValueError(f"crop rounding must be one of {', '.join(CROP_ROUNDINGS)}; got {rounding!r}")
     return left, top, left + crop, top + crop
-
-
-def _normalised_array(images: Sequence[Any], mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
-    """``ToTensor`` + ``Normalize`` in float32, stacked: [N, 3, H, W]."""
-    m = np.asarray(mean, dtype=np.float32).reshape(3, 1, 1)
-    s = np.asarray(std, dtype=np.float32).reshape(3, 1, 1)
-    out = [(np.asarray(im.convert("RGB"), dtype=np.uint8).transpose(2, 0, 1).astype(np.float32) / np.float32(255.0)
-            - m) / s for im in images]
-    return np.stack(out).astype(np.float32, copy=False)
 
 
 @dataclass(frozen=True)
@@ -84,10 +62,6 @@ class OpenAIClipTransform:
     std: tuple[float, ...] = OPENAI_CLIP_STD
     crop_rounding: str = "round"
 
-    def __post_init__(self) -> None:
-        if self.crop_rounding not in CROP_ROUNDINGS:
-            raise ValueError(f"crop rounding must be one of {', '.join(CROP_ROUNDINGS)}; got {self.crop_rounding!r}")
-
     def crop(self, image):
         """The resized and centre-cropped PIL image (before conversion to numbers)."""
         w, h = shorter_side_size(*image.size, self.size)
@@ -96,8 +70,12 @@ class OpenAIClipTransform:
         return image.crop(center_crop_box(w, h, self.size, self.crop_rounding))
 
     def __call__(self, images: Sequence[Any]) -> np.ndarray:
-        """Pixel values [N, 3, size, size], float32."""
-        return _normalised_array([self.crop(im) for im in images], self.mean, self.std)
+        """Pixel values [N, 3, size, size], float32: ``ToTensor`` + ``Normalize`` of each :meth:`crop`."""
+        m = np.asarray(self.mean, dtype=np.float32).reshape(3, 1, 1)
+        s = np.asarray(self.std, dtype=np.float32).reshape(3, 1, 1)
+        out = [(np.asarray(self.crop(im).convert("RGB"), dtype=np.uint8).transpose(2, 0, 1).astype(np.float32)
+                / np.float32(255.0) - m) / s for im in images]
+        return np.stack(out).astype(np.float32, copy=False)
 
     def single(self, image) -> np.ndarray:
         """One image's pixel values [3, size, size]: the decode workers' per-image preprocessor."""
@@ -109,21 +87,12 @@ class OpenAIClipTransform:
 
 
 @dataclass(frozen=True)
-class SquareResizeTransform:
+class SquareResizeTransform(OpenAIClipTransform):
     """BLIP's eval transform (see the module docstring): a PIL bicubic resize to ``size`` x ``size``."""
 
-    size: int
-    mean: tuple[float, ...] = OPENAI_CLIP_MEAN
-    std: tuple[float, ...] = OPENAI_CLIP_STD
-
-    def __call__(self, images: Sequence[Any]) -> np.ndarray:
+    def crop(self, image):
         s = self.size
-        return _normalised_array([im if im.size == (s, s) else im.resize((s, s), resample=_BICUBIC) for im in images],
-                                 self.mean, self.std)
-
-    def single(self, image) -> np.ndarray:
-        """One image's pixel values [3, size, size]: the decode workers' per-image preprocessor."""
-        return self([image])[0]
+        return image if image.size == (s, s) else image.resize((s, s), resample=_BICUBIC)
 
     def identity(self) -> dict[str, Any]:
         return {"kind": "square-resize", "size": self.size, "resize": "pil-bicubic", "mean": list(self.mean),

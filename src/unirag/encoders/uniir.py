@@ -1,23 +1,14 @@
 """UniIR's CLIP-SF retriever (one of the paper's retrievers) from its released checkpoint file, without UniIR's code.
 
-``uniir:clip_sf:PATH`` (or ``uniir:clip_sf:large:PATH`` / ``uniir:clip_sf:base:PATH``) loads the
-``CLIPScoreFusion`` state dict that UniIR saves (``{"model": state_dict}`` or the bare state dict; an
-OpenAI-CLIP model under ``clip_model.``), converts its keys to a Hugging Face ``CLIPModel`` and runs it
-through the CLIP-family backend. The architecture (widths, depths, patch size, resolution, context
-length) is read from the tensor shapes as OpenAI's ``clip.model.build_model`` does, so the variant
-named in the spec is only checked, never needed. No ``clip``/``open_clip`` package, no torchvision.
+``uniir:clip_sf[:large|:base]:PATH`` loads the ``CLIPScoreFusion`` state dict UniIR saves (OpenAI CLIP
+under ``clip_model.``), converts it to a Hugging Face ``CLIPModel`` and runs it through the CLIP-family
+backend. The architecture is read from the tensor shapes as OpenAI's ``clip.model.build_model`` does, so
+the variant in the spec is only checked. No ``clip``/``open_clip`` package, no torchvision.
 
-As UniIR does, image+text inputs are fused as the sum of the *raw* image and text embeddings
-(normalised at scoring), texts go through UniIR's ``format_string``, and queries get M-BEIR's query
-instructions (:mod:`unirag.encoders.instructions`) unless switched off.
-
-Preprocessing (:class:`unirag.encoders.preprocess.OpenAIClipTransform`, OpenAI's text clean-up, the
-CLIP BPE cut at 77 tokens; ``tokenizer=``, else tokenizer files beside the checkpoint, else the variant's
-``openai/clip-vit-*`` from the local cache): docs/encoders-parity.md, with the official lines it follows.
-
-BLIP-FF (``uniir:blip_ff:PATH``) lives in :mod:`unirag.encoders.uniir_blip`; both share
-:class:`UniIRCheckpoint` (checkpoint, device, text formatting and query instructions) and the
-weight loading (:func:`read_state_dict`, :func:`build_modules`, :func:`load_tokenizer`).
+As UniIR does: image+text inputs are the sum of the *raw* embeddings, texts go through ``format_string``,
+and queries get M-BEIR's query instructions (:mod:`unirag.encoders.instructions`) unless switched off.
+Preprocessing and the official lines it follows: docs/encoders-parity.md. BLIP-FF
+(:mod:`unirag.encoders.uniir_blip`) shares :class:`UniIRCheckpoint` and the weight loading.
 """
 
 from __future__ import annotations
@@ -220,10 +211,10 @@ class UniIRCheckpoint:
 
         return weights_digest(self.checkpoint)[:32]
 
-    def instructions_config(self) -> dict[str, Any]:
+    def config(self) -> dict[str, Any]:
         src = self._instructions_source
-        return {"query_instructions": (getattr(src, "source", None) or (str(src) if src else None))
-                if self.use_instructions else None}
+        return {**super().config(), "checkpoint": str(self.checkpoint), "query_instructions":
+                (getattr(src, "source", None) or (str(src) if src else None)) if self.use_instructions else None}
 
     def instructions(self) -> QueryInstructions:
         if self._instructions is None:
@@ -278,9 +269,6 @@ class UniIRClipSFEncoder(UniIRCheckpoint, HFClipEncoder):
 
     def identity(self) -> dict[str, Any]:
         return {**super().identity(), "backend": "uniir-clip-sf", "text_format": "uniir-format_string"}
-
-    def config(self) -> dict[str, Any]:
-        return {**super().config(), "checkpoint": str(self.checkpoint), **self.instructions_config()}
 
     # -- encoding ---------------------------------------------------------------------------------
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:

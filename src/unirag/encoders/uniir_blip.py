@@ -1,21 +1,15 @@
 """UniIR's BLIP-FF retriever (``uniir:blip_ff:PATH``) in transformers' BLIP classes, without UniIR's or LAVIS's code.
 
-UniIR's ``BLIPFeatureFusion`` (``src/models/uniir_blip/blip_featurefusion/blip_ff.py``) embeds *every*
-input, query or candidate, with one forward pass: the BLIP ViT encodes the image, and the BERT text
-encoder (BLIP's ``med.py``: no token types, cross-attention to the image tokens in every layer) reads
-the text attending to it; the embedding is the BERT pooler output (``tanh(dense([CLS]))``, no
-projection). Its collator fills a missing image with an all-zero tensor (after normalisation) and a
-missing text with ``""``, so a caption is encoded against a blank image and an image with an empty
-text. Feature fusion happens inside the model: there is no score-level sum.
+UniIR's ``BLIPFeatureFusion`` (``src/models/uniir_blip/blip_featurefusion/blip_ff.py``) embeds every
+input with one forward pass: the BLIP ViT encodes the image and the BERT text encoder (``med.py``,
+cross-attention to the image tokens) reads the text; the embedding is the pooler output. Its collator
+fills a missing image with an all-zero tensor and a missing text with ``""``; there is no score-level sum.
 
-The checkpoint (``{"model": state_dict}``; ``visual_encoder.*`` = timm-style ViT, ``text_encoder.*`` =
-``med.py`` BertModel; momentum copies and queues are ignored) is converted to a ``BlipVisionModel``
-(``layer_norm_eps=1e-6`` as BLIP's ViT) and a ``BlipTextModel`` with cross-attention layers and its
-pooler; sizes come from the tensor shapes. Preprocessing (BLIP's eval transform,
-:class:`unirag.encoders.preprocess.SquareResizeTransform`; UniIR's ``format_string``; the
-``bert-base-uncased`` tokenizer with BLIP's ``[DEC]``/``[ENC]``, texts cut and padded to UniIR's 100
-tokens): docs/encoders-parity.md, with the official lines it follows. Queries get M-BEIR instructions as
-for CLIP-SF.
+The checkpoint's ``visual_encoder.*`` / ``text_encoder.*`` tensors become a ``BlipVisionModel``
+(``layer_norm_eps=1e-6``) and a ``BlipTextModel`` with cross-attention and pooler, sized from the shapes.
+Preprocessing (:class:`unirag.encoders.preprocess.SquareResizeTransform`, ``format_string``, BERT's
+tokenizer with BLIP's ``[DEC]``/``[ENC]``, 100 tokens) and the official lines it follows:
+docs/encoders-parity.md. Queries get M-BEIR instructions as for CLIP-SF.
 """
 
 from __future__ import annotations
@@ -26,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from unirag.encoders.base import Encoder, ImageInput, stack_rows
+from unirag.encoders.base import Encoder, ImageInput
 from unirag.encoders.instructions import QueryInstructions, format_string
 from unirag.encoders.preprocess import SquareResizeTransform
 from unirag.encoders.uniir import UniIRCheckpoint, build_modules, count_blocks, load_tokenizer
@@ -143,42 +137,27 @@ class UniIRBlipFFEncoder(UniIRCheckpoint, Encoder):
                 "image_preprocess": self.image_transform.identity()}
 
     def config(self) -> dict[str, Any]:
-        return {**super().config(), "checkpoint": str(self.checkpoint), "device": self.device,
-                "dtype": str(self.torch_dtype).removeprefix("torch."), **self.instructions_config()}
+        return {**super().config(), "device": self.device, "dtype": str(self.torch_dtype).removeprefix("torch.")}
 
     # -- encoding ---------------------------------------------------------------------------------
-    def _pixels(self, images: Sequence[ImageInput] | None, n: int):
-        import torch
-
-        from unirag.runtime import to_pil_images
-
-        if images is None:  # UniIR's collator: a missing image is an all-zero (normalised) tensor
-            size = self.arch["image_size"]
-            return torch.zeros(n, 3, size, size, device=self.device, dtype=self.torch_dtype)
-        from unirag.encoders.base import Prepared
-        from unirag.runtime import host_to_device
-
-        if images and isinstance(images[0], Prepared):  # preprocessed in the decode workers
-            return host_to_device(stack_rows([p.array for p in images]), self.device, self.torch_dtype)
-        pixels = torch.from_numpy(self.image_transform(to_pil_images(images)))
-        return pixels.to(self.device, dtype=self.torch_dtype)
-
     def image_preprocessor(self):
         """BLIP's eval transform for one image (PIL bicubic resize, whatever is installed)."""
         return self.image_transform.single
 
-    def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
-        from unirag.encoders.base import Prepared
-
-        return self._embed_images([Prepared(row) for row in batch])
-
-    def _forward(self, images: Sequence[ImageInput] | None, texts: Sequence[str]) -> np.ndarray:
+    def _forward(self, pixels: np.ndarray | None, texts: Sequence[str]) -> np.ndarray:
+        """One fused forward pass of stacked pixel values (None: UniIR's collator fills a missing image
+        with an all-zero, normalised, tensor) and their texts."""
         import torch
+
+        from unirag.runtime import host_to_device
 
         batch = self.tokenizer([format_string(t) for t in texts], padding="max_length", truncation=True,
                                max_length=self.max_text_length, return_tensors="pt").to(self.device)
+        size = self.arch["image_size"]
+        pixels = torch.zeros(len(texts), 3, size, size) if pixels is None else pixels
         with torch.inference_mode(), self._autocast():
-            image_embeds = self.vision(pixel_values=self._pixels(images, len(texts))).last_hidden_state
+            image_embeds = self.vision(pixel_values=host_to_device(pixels, self.device, self.torch_dtype)
+                                       ).last_hidden_state
             image_atts = torch.ones(image_embeds.shape[:-1], dtype=torch.long, device=self.device)
             out = self.text(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                             encoder_hidden_states=image_embeds, encoder_attention_mask=image_atts)
@@ -187,19 +166,17 @@ class UniIRBlipFFEncoder(UniIRCheckpoint, Encoder):
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         return self._forward(None, texts)
 
-    def _embed_images(self, images: Sequence[ImageInput]) -> np.ndarray:
-        return self._forward(images, [""] * len(images))
-
-    def _embed_pairs(self, pairs: Sequence[tuple[ImageInput, str]]) -> np.ndarray:
-        return self._forward([p[0] for p in pairs], [p[1] for p in pairs])
+    def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
+        return self._forward(batch, [""] * len(batch))
 
     def encode_fused(self, images: Sequence[ImageInput], texts: Sequence[str], progress: bool = False) -> np.ndarray:
         """Feature fusion: the image and its text in one forward pass (no score-level sum)."""
         if len(images) != len(texts):
             raise ValueError(f"fused encoding needs as many images as texts ({len(images)} != {len(texts)})")
         pairs = list(zip(images, texts, strict=True))
-        embed = self._decoded(self._embed_pairs, pairs, image=lambda p: p[0], swap=lambda p, im: (im, p[1]))
-        return self._batched(embed, pairs, progress, "encode image+text")
+        decode = self._decoder(list(images))
+        return self._batched(lambda b: self._forward(self.pixels(decode([p[0] for p in b])), [p[1] for p in b]),
+                             pairs, progress, "encode image+text")
 
     def close(self) -> None:
         self.vision = self.text = None

@@ -68,14 +68,13 @@ class HFVisionLanguageGenerator(TextGenerator):
             hf_from_pretrained,
             resolve_device,
             resolve_dtype,
-            transformers_dtype_kwargs,
         )
 
         configure_torch_threads()
         spread = self.device == "balanced"  # several GPUs: let accelerate place the layers
         device = resolve_device("cuda" if spread else self.device)
         torch_dtype = resolve_dtype(self.dtype, device)
-        kwargs: dict[str, Any] = transformers_dtype_kwargs(torch_dtype)
+        kwargs: dict[str, Any] = {"dtype": torch_dtype}
         kwargs.update({"device_map": "auto"} if spread else device_map_kwargs(device))
         local = Path(self.model_id).expanduser()
         source = str(local) if local.exists() else self.model_id

@@ -59,12 +59,11 @@ class LocalImageGenerator(ImageGenerator):
         import torch
 
         from unirag.data.images import load_rgb
-        from unirag.runtime import free_memory, to_pil_images
+        from unirag.runtime import free_memory
 
         self.check_k(len(request.examples))
         self.check_size(request.width, request.height)
-        images_all = to_pil_images([e.image for e in request.examples], ahead=request.ahead,
-                                   loading=request.loading)
+        images_all = [load_rgb(e.image, ahead=request.ahead, loading=request.loading) for e in request.examples]
         used = len(request.examples)
         while True:
             trimmed = dataclasses.replace(request, examples=request.examples[:used])

@@ -77,7 +77,6 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
             check_model_spec,
             diffusers_dtype_kwargs,
             hf_from_pretrained,
-            transformers_dtype_kwargs,
         )
 
         folder = check_model_spec(self.model)
@@ -101,7 +100,7 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
         weights: dict[str, Any] = {"use_safetensors": True, "variant": variant} if variant else {}
         encoder = hf_from_pretrained(AutoModelForCausalLM, str(folder / "multimodal_encoder"),
                                      "Emu2-Gen multimodal encoder", trust_remote_code=True,
-                                     **transformers_dtype_kwargs(torch_dtype), **weights)
+                                     dtype=torch_dtype, **weights)
         tokenizer = hf_from_pretrained(AutoTokenizer, str(folder / "tokenizer"), "Emu2-Gen tokenizer")
         try:
             return hf_from_pretrained(DiffusionPipeline, str(folder), "Emu2-Gen pipeline",
