@@ -165,7 +165,7 @@ class AgentRunner:
             from unirag.runs.engine import WorkerPool, open_pool
 
             self._pool_owned = not isinstance(self.engine, WorkerPool)
-            self._pool = open_pool(self.engine, self.progress).__enter__()
+            self._pool = open_pool(self.engine).__enter__()
         return self._pool
 
     def close(self) -> None:

@@ -162,7 +162,7 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
             generator, pool, recipe = open_remote(
                 stack, "text", cfg.generator, profile_options(cfg.generator, resolve(cfg.profile),
                                                               dict(cfg.generator_options)),
-                cfg.engine, cfg.progress, ask=True)
+                cfg.engine, ask=True)
         captioner = generator if isinstance(generator, Captioner) else \
             _captioner(cfg, generator if generator is not None else cfg.generator)
         if generator is None:
