@@ -41,7 +41,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from unirag.errors import ConfigError, UniragError
 from unirag.ray_support import default_workers, ray_session
@@ -140,17 +140,9 @@ def runs_on_ray(engine: str | EngineOptions | WorkerPool | None, spec: str) -> b
 
 
 # -- what a worker runs --------------------------------------------------------------------------------
-class ModelRecipe(Protocol):
-    """Picklable instructions to load one model in a worker. ``key`` names the model (actors are
-    shared by recipes with the same key)."""
-
-    key: str
-
-    def load(self, device: str) -> Any: ...
-
-    def describe(self, model: Any) -> dict[str, Any]: ...
-
-
+#: A recipe (:class:`unirag.pipelines.remote_models.ModelRecipe`, or anything picklable with its ``key``,
+#: ``load(device)`` and ``describe(model)``) says how a worker loads one model; workers are shared by
+#: the recipes with the same ``key``.
 #: Calls a worker takes at once: the driver's two in flight (one works the model while the next has
 #: its images decoded) and one for ``info``/``shutdown``, which must not queue behind them.
 WORKER_CONCURRENCY = 3
@@ -172,7 +164,7 @@ class _Worker:
     (:func:`~unirag.runs.executor.run_items`); a call returns one record's fields per payload.
     """
 
-    def __init__(self, recipe: ModelRecipe, device: str, threads: int | None, decode: int = 0) -> None:
+    def __init__(self, recipe: Any, device: str, threads: int | None, decode: int = 0) -> None:
         import threading
 
         self._model_lock = threading.Lock()  # the model: one call at a time
@@ -342,7 +334,7 @@ class WorkerPool:
         o = self.options
         return free.get("CPU", 0) >= n * o.cpus_per_worker and free.get("GPU", 0) >= n * o.gpus_per_worker
 
-    def group(self, recipe: ModelRecipe) -> _Group:
+    def group(self, recipe: Any) -> _Group:
         """The actors holding ``recipe``'s model (started, and the model loaded, on first use)."""
         group = self._groups.get(recipe.key)
         if group is not None:
@@ -365,11 +357,11 @@ class WorkerPool:
         group = self._groups[recipe.key] = _Group(actors, infos, time.monotonic())
         return group
 
-    def describe(self, recipe: ModelRecipe) -> dict[str, Any]:
+    def describe(self, recipe: Any) -> dict[str, Any]:
         """What the model reports about itself (its config, template family, ...), from worker 0."""
         return self.group(recipe).infos[0]["model"]
 
-    def ask(self, recipe: ModelRecipe, question: Callable[[Any], Any]) -> Any:
+    def ask(self, recipe: Any, question: Callable[[Any], Any]) -> Any:
         """``question(model)`` (picklable) answered by a live worker holding ``recipe``'s model: what only
         the loaded model knows (the exact text or body it would send for a prompt)."""
         group = self.group(recipe)
@@ -385,7 +377,7 @@ class WorkerPool:
         raise UniragError(ALL_DIED)
 
     # -- running --------------------------------------------------------------------------------------
-    def transport(self, recipe: ModelRecipe, open_kind: Callable[[Any], Any], task: str,
+    def transport(self, recipe: Any, open_kind: Callable[[Any], Any], task: str,
                   prepare: Callable[[Any], Any]) -> tuple[Callable[[list[Any]], list[dict[str, Any]]],
                                                           Callable[[], None], int]:
         """(``work``, ``stop``, live workers) for :func:`~unirag.runs.executor.run_items`, which claims and
