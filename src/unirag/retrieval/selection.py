@@ -361,7 +361,7 @@ class PairPicker:
         """
         import numpy as np
 
-        from unirag.retrieval.near_duplicates import caption_words, hamming
+        from unirag.retrieval.near_duplicates import caption_similarity, caption_words, hamming
 
         n = len(self.taken)
         keys = [self._image_keys(o) for o in self.taken]
@@ -373,13 +373,7 @@ class PairPicker:
             for j in range(i + 1, n):
                 same = bool(keys[i] & keys[j]) or (hashes[i] is not None and hashes[j] is not None
                                                    and hamming(hashes[i], hashes[j]) <= limit)
-                if same:
-                    value = 1.0
-                elif words[i] and words[j]:
-                    value = len(words[i] & words[j]) / len(words[i] | words[j])
-                else:
-                    value = 0.0
-                out[i, j] = out[j, i] = value
+                out[i, j] = out[j, i] = 1.0 if same else caption_similarity(words[i], words[j])
         return out
 
     def report(self) -> dict[str, int] | None:

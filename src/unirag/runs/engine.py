@@ -1,35 +1,20 @@
 """Where a generation run's model calls happen: in this process (``local``) or on Ray actors (``ray``).
 
 One engine serves caption runs, image runs, X^R agent calls and experiment grids. With ``ray`` a
-:class:`WorkerPool` starts ``workers`` actors per model; each actor loads the model once (on the
-GPU(s) Ray reserved for it: ``gpus_per_worker`` becomes the actor's ``num_gpus``, and Ray sets its
-``CUDA_VISIBLE_DEVICES``, so ``device="auto"`` means *its* GPU) and is then handed batches of
-pending items by the driver, one batch ahead so it never waits. The driver claims and stores the
-items through the same :func:`~unirag.runs.executor.run_items` a local run uses: the workers are only
-its transport (:meth:`WorkerPool.transport`). Files a run kind writes itself (generated images, saved
-prompts) are written by the actor, so a cluster needs the run directory on a filesystem every node
-mounts at the same path.
+:class:`WorkerPool` keeps one group of ``workers`` actors per model (reused by every task using that
+model; the least recently used group is stopped when the cluster has no room for a new one). Each
+actor loads its model once, on the GPU(s) Ray reserved for it (``gpus_per_worker`` becomes its
+``num_gpus`` and Ray sets its ``CUDA_VISIBLE_DEVICES``), and works the batches the driver's
+:func:`~unirag.runs.executor.run_items` hands it (:meth:`WorkerPool.transport`): the driver claims and
+stores the items as a local run does, so the guarantees are a local run's (a killed driver or a dead
+actor loses only the batches in flight; two drivers on one directory never make the same call twice).
+Files a run kind writes itself (generated images, saved prompts) are written by the actor, so a
+cluster needs the run directory on a filesystem every node mounts at the same path. An actor is
+threaded: the driver's second call has its images decoded while the model works on the first
+(:class:`_Worker`). See ``docs/generation-scale.md``.
 
-An actor is threaded: the driver's second call in flight has its images decoded by the actor's
-decode processes while the model works on the first (see :class:`_Worker`), so the model never
-waits for a file when they keep up; results are exactly those of inline decoding.
-
-That gives the guarantees of a local run:
-
-* the driver can be killed at any moment: finished items are on disk; the rerun skips them;
-* an actor that dies (out of host memory, a lost node) loses only the batch it held: the driver hands
-  the batch to another actor;
-* a batch that fails (CUDA out of memory included) is retried item by item, so only the item that
-  fails on its own is recorded as failed (:func:`unirag.runs.executor.run_items`);
-* two drivers on one directory never make the same call twice (claims, as between local processes).
-
-Models are grouped: a pool keeps one group of actors per model and reuses it for every task that
-uses that model (the cells of a grid, the X^R roles sharing a model); when the cluster has no room
-for a new model's group, the least recently used group is stopped first.
-
-API backends (OpenAI-compatible, Gemini, image APIs) and the retrieval baselines do not run on
-Ray: they are network-bound and already run with bounded concurrency; with ``engine="ray"`` they
-run locally and the run says so (:func:`runs_on_ray`).
+API backends and the retrieval baselines are network-bound and do not run on Ray: with
+``engine="ray"`` they run locally with bounded concurrency, and the run says so (:func:`runs_on_ray`).
 """
 
 from __future__ import annotations

@@ -85,10 +85,6 @@ class RunDir:
     def manifest_path(self) -> Path:
         return self.out / MANIFEST_FILE
 
-    @property
-    def prompts_dir(self) -> Path:
-        return self.out / PROMPTS_DIR
-
     def __enter__(self) -> RunDir:
         self.out.mkdir(parents=True, exist_ok=True)
         self.store = ResultStore(self.out / OUTPUTS_FILE, key="qid")
@@ -142,13 +138,6 @@ class RunDir:
         }
         atomic_write_json(self.manifest_path, self.manifest)
 
-    def save_prompt(self, index: int, qid: str, messages: list[Message], merged_image=None,
-                    extra: dict[str, Any] | None = None, sent: str | None = None) -> None:
-        """Write prompt ``index`` (0-based) for inspection, if it is among the first ``save_prompts``;
-        ``sent``: the prompt exactly as the backend sends it (``NNN_qid.sent.txt``)."""
-        if index < self.save_prompts:
-            write_prompt(self.prompts_dir, index, qid, messages, merged_image, extra, sent)
-
     def finish(self, order: list[str], extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Compact outputs to one line per qid in query order; record counts and totals in the manifest."""
         assert self.store is not None
@@ -178,8 +167,7 @@ class RunDir:
 
 def write_prompt(prompts_dir: Path, index: int, qid: str, messages: list[Message], merged_image=None,
                  extra: dict[str, Any] | None = None, sent: str | None = None) -> None:
-    """Write one rendered prompt into ``prompts_dir`` (text, image list, merged image as PNG); a Ray
-    worker of the run calls this directly, the run itself through :meth:`RunDir.save_prompt`."""
+    """Write one rendered prompt into ``prompts_dir`` (text, image list, merged image as PNG)."""
     stem = Path(prompts_dir) / f"{index:03d}_{_safe(qid)}"
     images = []
     for m in messages:
