@@ -129,7 +129,7 @@ def runs_on_ray(engine: str | EngineOptions | WorkerPool | None, spec: str) -> b
 #: ``load(device)`` and ``describe(model)``) says how a worker loads one model; workers are shared by
 #: the recipes with the same ``key``.
 #: Calls a worker takes at once: the driver's two in flight (one works the model while the next has
-#: its images decoded) and one for ``info``/``shutdown``, which must not queue behind them.
+#: its images decoded) and one for ``describe``/``shutdown``, which must not queue behind them.
 WORKER_CONCURRENCY = 3
 #: What a call that a stopping worker (or the driver) cancelled before it reached the model raises.
 CANCELLED = "this call was cancelled (the Ray worker is stopping or the driver gave up)"
@@ -168,14 +168,8 @@ class _Worker:
         self.model = recipe.load(device)
         self.tasks: dict[str, Any] = {}  # task -> the run kind opened on the model (a thin wrapper of it)
 
-    def info(self) -> dict[str, Any]:
-        import socket
-
-        import ray
-
-        return {"node": socket.gethostname(), "pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "decode": self.decode,
-                "model": self.recipe.describe(self.model)}
+    def describe(self) -> dict[str, Any]:
+        return self.recipe.describe(self.model)
 
     def _task(self, task: str, open_kind: Callable[[Any], Any]) -> Any:
         with self._tasks_lock:
@@ -259,7 +253,7 @@ def _unwrap(err: BaseException) -> BaseException:
 @dataclass
 class _Group:
     actors: list[Any]
-    infos: list[dict[str, Any]]
+    model: dict[str, Any]  # what the model reports about itself (worker 0's description)
     last_used: float
     dead: set[int] = field(default_factory=set)  # workers that died: later runs skip them
 
@@ -334,17 +328,17 @@ class WorkerPool:
                                           max_restarts=0, max_task_retries=0, max_concurrency=WORKER_CONCURRENCY)
         actors = [cls.remote(recipe, device, threads, decode) for _ in range(n)]
         try:
-            infos = ray.get([a.info.remote() for a in actors])
+            infos = ray.get([a.describe.remote() for a in actors])  # every model loaded
         except Exception as e:  # the model failed to load (bad spec, no weights, no GPU)
             for a in actors:
                 ray.kill(a)
             raise _unwrap(e) from None
-        group = self._groups[recipe.key] = _Group(actors, infos, time.monotonic())
+        group = self._groups[recipe.key] = _Group(actors, infos[0], time.monotonic())
         return group
 
     def describe(self, recipe: Any) -> dict[str, Any]:
         """What the model reports about itself (its config, template family, ...), from worker 0."""
-        return self.group(recipe).infos[0]["model"]
+        return self.group(recipe).model
 
     def ask(self, recipe: Any, question: Callable[[Any], Any]) -> Any:
         """``question(model)`` (picklable) answered by a live worker holding ``recipe``'s model: what only
