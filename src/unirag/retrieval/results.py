@@ -148,6 +148,7 @@ class Hits(list):
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Hits:
+        """The hits of a run-file line (:meth:`to_json`; the hits carry no pair, ``pairs`` holds them)."""
         cands = [Hit(str(c["did"]), float(c["score"]), str(c["modality"]), replaced=c.get("replaced"))
                  for c in obj.get("candidates", [])]
         pairs = [Pair(str(p["image_did"]), str(p["text_did"]), p.get("img_path"), p.get("txt"),

@@ -103,15 +103,11 @@ def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurre
             stream.close()
 
 
-def is_out_of_memory(err: BaseException) -> bool:
-    """A GPU out-of-memory error, however it was raised (torch's class or a backend's ``oom`` error)."""
-    return type(err).__name__ == "OutOfMemoryError" or getattr(err, "kind", None) == "oom"
-
-
 def as_backend_error(err: BaseException, release: bool = False) -> BackendError:
-    """An item's failure as a BackendError; anything but a BackendError or an OOM is a bug and re-raised.
-    ``release``: after an OOM, release the cached GPU memory."""
-    if is_out_of_memory(err):
+    """An item's failure as a BackendError; anything but a BackendError or a GPU out-of-memory error (torch's
+    class, or a backend's ``oom`` error) is a bug and re-raised. ``release``: after an OOM, release the
+    cached GPU memory."""
+    if type(err).__name__ == "OutOfMemoryError" or getattr(err, "kind", None) == "oom":
         if release:
             free_memory()
         if not isinstance(err, BackendError):

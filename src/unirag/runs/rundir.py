@@ -64,10 +64,6 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name))[:80]
-
-
 class RunDir:
     """Open with ``with RunDir(out, task, identity, settings) as run:``."""
 
@@ -121,7 +117,9 @@ class RunDir:
         if old is not None:
             if old.get("task") != self.task:
                 raise ConfigError(f"{self.out} holds a '{old.get('task')}' run, not '{self.task}'; choose another --out")
-            diff = _diff(old.get("identity", {}), self.identity)
+            was, now = old.get("identity", {}), self.identity
+            diff = [f"{key}: {was.get(key)!r} -> {now.get(key)!r}" for key in sorted(set(was) | set(now))
+                    if was.get(key) != now.get(key)]
             if diff:
                 raise ConfigError(f"{self.out} holds a run with a different configuration ({'; '.join(diff)}); "
                                   "rerun with the same options to resume, or choose another --out")
@@ -168,7 +166,7 @@ class RunDir:
 def write_prompt(prompts_dir: Path, index: int, qid: str, messages: list[Message], merged_image=None,
                  extra: dict[str, Any] | None = None, sent: str | None = None) -> None:
     """Write one rendered prompt into ``prompts_dir`` (text, image list, merged image as PNG)."""
-    stem = Path(prompts_dir) / f"{index:03d}_{_safe(qid)}"
+    stem = Path(prompts_dir) / f"{index:03d}_{re.sub(r'[^A-Za-z0-9._-]+', '_', str(qid))[:80]}"
     images = []
     for m in messages:
         for p in m.images:
@@ -210,14 +208,6 @@ def _usage_totals(records) -> dict[str, Any]:
             cost += float(r["cost_usd"])
         latency += float(r.get("latency_s") or 0.0)
     return {"usage": usage, "cost_usd": round(cost, 6) if priced else None, "latency_s": round(latency, 3)}
-
-
-def _diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    out = []
-    for key in sorted(set(old) | set(new)):
-        if old.get(key) != new.get(key):
-            out.append(f"{key}: {old.get(key)!r} -> {new.get(key)!r}")
-    return out
 
 
 # -- reading ----------------------------------------------------------------------------------
