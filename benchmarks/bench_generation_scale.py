@@ -108,7 +108,7 @@ def bench(task: str, spec: str, queries: Path, work: Path, args) -> dict:
     opts = EngineOptions(engine="ray", workers=args.workers, gpus_per_worker=args.gpus_per_worker,
                          ray_address=args.ray_address, threads_per_worker=args.threads,
                          object_store_memory=args.object_store_mb * 1024 * 1024)
-    with WorkerPool(opts, progress=False) as pool:
+    with WorkerPool(opts) as pool:
         t0 = time.perf_counter()
         if task == "caption":
             from unirag.pipelines.remote_models import ModelRecipe

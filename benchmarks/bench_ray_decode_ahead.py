@@ -114,7 +114,7 @@ def main() -> None:
         for rnd in range(args.repeat):
             for w in settings:
                 options = EngineOptions(engine="ray", workers=1, decode_workers=w)
-                with WorkerPool(options, progress=False) as pool:
+                with WorkerPool(options) as pool:
                     out = work / f"r{rnd}-w{w}"
                     cfg = CaptionConfig(queries=data["queries"], generator=spec, out=out, mode="rag", k=args.k,
                                         images_root=COCO, retrieval=data["run"], engine=pool, progress=False,

@@ -79,6 +79,7 @@ def test_hits_carry_absolute_pairs_and_complement_the_wrong_modality(demo, retri
     assert all(h.modality == "text" for h in hits)
     assert any(h.replaced == f"coco:img:{q.qid.rsplit(':', 1)[1]}" for h in hits)
     assert all(h.pair is None or h.pair in hits.pairs for h in hits)
+    assert sum(h.pair is not None for h in hits) >= 3  # the hits carry the pairs they complete to
 
 
 def test_fused_query_differs_from_image_alone(demo, retriever):

@@ -59,6 +59,6 @@ def test_uniir_instructions_found_in_mbeir_layout_or_switched_off(mbeir, coco_mi
         out = tmp_path / f"{name}.jsonl"
         main(["retrieve", "--index", str(idx), "--queries", str(queries), "--images-root", str(coco_mini), "--k", "5",
               "--modality", "text", "--out", str(out), "--device", "cpu", *extra])
-        runs[name] = {q: [(c.did, round(c.score, 5)) for c in r.candidates] for q, r in read_retrieval_run(out).items()}
+        runs[name] = {q: [(c.did, round(c.score, 5)) for c in r] for q, r in read_retrieval_run(out).items()}
     assert runs["auto"] == runs["given"]  # the file beside the M-BEIR root was found and used
     assert runs["auto"] != runs["off"]  # instructed image queries are fused image+instruction queries

@@ -85,17 +85,17 @@ def test_index_built_in_float32_is_searched_in_bfloat16_with_the_same_top5(coco_
         pairs += zip(fp32.retrieve(queries, 6, modality, query_images_root=coco_mini),
                      low.retrieve(queries, 6, modality, query_images_root=coco_mini), strict=True)
     # bfloat16 query vectors score every candidate within bfloat16 rounding of the float32 scores ...
-    err = max(abs(c.score - {x.did: x.score for x in ra.candidates}[c.did])
-              for ra, rb in pairs for c in rb.candidates if c.did in {x.did for x in ra.candidates})
+    err = max(abs(c.score - {x.did: x.score for x in ra}[c.did])
+              for ra, rb in pairs for c in rb if c.did in {x.did for x in ra})
     assert err < 0.02
     # ... so wherever rank 5 and rank 6 are further apart than twice that rounding, the top-5 is the same
     # (a random tiny model has near-ties, which rounding may legitimately swap).
     compared = 0
     for ra, rb in pairs:
-        s = [c.score for c in ra.candidates]
+        s = [c.score for c in ra]
         if s[4] - s[5] > 2 * err:
             compared += 1
-            assert set(ra.ranked_dids[:5]) == set(rb.ranked_dids[:5]), ra.qid
+            assert set(ra.dids[:5]) == set(rb.dids[:5]), ra.qid
     assert compared >= 4
 
 

@@ -114,7 +114,7 @@ def test_python_encoder_builds_and_searches_an_index(factory_module, mbeir, coco
     results = read_retrieval_run(out)
     assert len(results) == 8
     # an image query finds its own photo first: the plugin's vectors went into the index and the query
-    assert all(r.candidates[0].did == f"img:{qid.split(':')[1]}" for qid, r in results.items())
+    assert all(r[0].did == f"img:{qid.split(':')[1]}" for qid, r in results.items())
 
 
 def test_identity_is_the_fingerprint(factory_module) -> None:

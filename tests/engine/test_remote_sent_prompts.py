@@ -71,7 +71,7 @@ def test_a_dead_worker_is_skipped_and_none_left_is_one_line():
     pool = object.__new__(WorkerPool)
     pool.ray = types.SimpleNamespace(get=get, exceptions=types.SimpleNamespace(RayActorError=ActorDied,
                                                                                RayTaskError=TaskFailed))
-    group = _Group(actors=[Actor(False), Actor(True)], infos=[{}, {}], last_used=0.0)
+    group = _Group(actors=[Actor(False), Actor(True)], model={}, last_used=0.0)
     pool.group = lambda recipe: group
     assert pool.ask("recipe", lambda model: f"asked {model}") == "asked model"
     assert group.dead == {0}

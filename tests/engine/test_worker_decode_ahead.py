@@ -2,7 +2,8 @@
 as Ray calls a threaded actor: with decode workers, the call that waits for the model has its images
 decoded by the actor's decode processes meanwhile, the model's threads decode no image file, the
 records are those of inline decoding (an unreadable file included), the model part never runs twice
-at once, and a call still waiting when the worker shuts down claims nothing."""
+at once, and a call still waiting when the worker shuts down gives up before the model (nothing of it is
+stored)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ import pytest
 from unirag.data import images
 from unirag.errors import BackendError, InputError, UniragError
 from unirag.runs.engine import CANCELLED, _Worker
+from unirag.runs.executor import run_items
+from unirag.runs.retry import RetryPolicy
+from unirag.runs.store import ResultStore
 
 
 class _Model:
@@ -80,8 +84,13 @@ class _Work:
 
 
 def _run(worker: _Worker, store_path: Path, payloads, gate: threading.Event | None = None, work=_Work):
-    """The driver's call: the run's store file, how to open its kind on the model, the payloads."""
-    return worker.run(str(store_path), "qid", functools.partial(work, gate), payloads)
+    """The driver's call, as :func:`unirag.runs.executor.execute` makes it over Ray: the driver claims and
+    stores the items of one call (run_items), the worker is handed the run's name, how to open its kind on
+    the model and the payloads."""
+    with ResultStore(store_path) as store:
+        return run_items(payloads, lambda kp: kp[0], lambda kps: worker.run(
+            str(store_path), functools.partial(work, gate), [p for _, p in kps]), store, batch_size=len(payloads),
+            policy=RetryPolicy(max_attempts=1), progress=False)
 
 
 def _calls(coco_mini: Path) -> list[list[tuple[str, tuple[str, list[str]]]]]:
@@ -133,7 +142,7 @@ def _two_calls_in_flight(calls, workers: int, out: Path, monkeypatch) -> bool:
         for t in threads:
             t.join(120)
             assert not t.is_alive()
-        assert [r["n"] for r in results] == [3, 3] and sum(r["ok"] for r in results) == 5
+        assert [sum(r.values()) for r in results] == [3, 3] and sum(r["ok"] for r in results) == 5
         assert worker.model.most_inside == 1  # the model part of the two calls never overlapped
     finally:
         worker.shutdown()
@@ -152,8 +161,8 @@ def test_the_next_call_s_images_are_decoded_by_the_workers_while_the_model_works
         overlapped = _two_calls_in_flight(calls, workers, tmp_path / f"out{workers}.jsonl", monkeypatch)
         records[workers] = _records(tmp_path / f"out{workers}.jsonl")
         if workers == 0:
-            # every readable image, in the model's threads, and q3's three again: its batch [q3, q4] failed
-            # on q4's missing file and was retried item by item
+            # every readable image, in the model's threads, and q3's three again: the call [q3, q4, q5]
+            # failed on q4's missing file and was retried item by item
             assert len(decoded_here) == n_images - 1 + 3
         else:
             assert overlapped  # the first call's model part waited for the second call's submission
@@ -164,7 +173,7 @@ def test_the_next_call_s_images_are_decoded_by_the_workers_while_the_model_works
     assert sum(r["status"] == "ok" for r in records[0].values()) == 5
 
 
-def test_a_call_waiting_for_the_model_at_shutdown_claims_nothing(coco_mini, tmp_path):
+def test_a_call_waiting_for_the_model_at_shutdown_gives_up(coco_mini, tmp_path):
     calls = _calls(coco_mini)
     gate = threading.Event()
     worker = _Worker(_Recipe(), "cpu", None, decode=1)
@@ -192,7 +201,7 @@ def test_a_call_waiting_for_the_model_at_shutdown_claims_nothing(coco_mini, tmp_
         assert not t.is_alive()
     assert errors == [(1, CANCELLED)]
     stored = _records(tmp_path / "out.jsonl")
-    assert set(stored) == {"q0", "q1", "q2"}  # the second call's items were never claimed nor stored
+    assert set(stored) == {"q0", "q1", "q2"}  # the second call's items never reached the model
     import multiprocessing
 
     deadline = time.time() + 30

@@ -80,7 +80,7 @@ def test_rag_examples_retrieved_on_the_fly_from_an_index(coco_set, tmp_path):
     results = {res.qid: res for res in Retriever(index).retrieve(read_queries(coco_set["queries"])[:4], 2, "any",
                                                                   query_images_root=coco_set["images_root"])}
     for r in recs:
-        top = pool[results[r["qid"]].candidates[0].did]
+        top = pool[results[r["qid"]][0].did]
         expected = top.txt or next(c.txt for c in pool.values() if c.source_id == top.source_id and c.txt)
         assert r["caption"] == expected and r["caption"] in all_captions
     m = json.loads((out / "manifest.json").read_text())

@@ -37,7 +37,7 @@ class T2IData:
 
 @pytest.fixture(scope="session")
 def t2i_data(coco_mini: Path, tmp_path_factory) -> T2IData:
-    from unirag.retrieval.results import Hit, Pair, RetrievalResult
+    from unirag.retrieval.results import Hit, Hits, Pair
     from unirag.retrieval.run_io import write_retrieval_run
 
     lines = (coco_mini / "captions.jsonl").read_text(encoding="utf-8").splitlines()
@@ -56,8 +56,8 @@ def t2i_data(coco_mini: Path, tmp_path_factory) -> T2IData:
     for i, r in enumerate(records):
         nxt = records[(i + 1) % len(records)]
         nid = str(nxt["image_id"])
-        results.append(RetrievalResult(
-            qid=f"coco:{r['image_id']}", candidates=[Hit(did=f"img:{nid}", score=0.9, modality="image")],
+        results.append(Hits(
+            qid=f"coco:{r['image_id']}", hits=[Hit(did=f"img:{nid}", score=0.9, modality="image")],
             pairs=[Pair(image_did=f"img:{nid}", text_did=f"txt:{nid}", img_path=nxt["image"], txt=nxt["captions"][1],
                         score=0.9, via="pairing")]))
     (tmp / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries), encoding="utf-8")

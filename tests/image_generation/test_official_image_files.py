@@ -47,7 +47,7 @@ def test_official_top1_image_is_the_top_candidates_own_else_its_complements_else
     (:123-133), else random noise (:134-139) - never a later hit's pair. Query 0's top hit is a caption
     whose pair the run did not keep (its image is its source item's); query 1's top hit is a caption of an
     item with no image."""
-    from unirag.retrieval.results import Hit, Pair, RetrievalResult
+    from unirag.retrieval.results import Hit, Hits, Pair
     from unirag.retrieval.run_io import write_retrieval_run
 
     recs = t2i_data.records
@@ -61,12 +61,10 @@ def test_official_top1_image_is_the_top_candidates_own_else_its_complements_else
     q0, q1 = (f"coco:{recs[i]['image_id']}" for i in (0, 1))
     run = tmp_path / "run.jsonl"
     write_retrieval_run(run, [
-        RetrievalResult(qid=q0, candidates=[Hit(did=f"txt:{a}", score=0.9, modality="text"),
-                                            Hit(did=f"img:{b}", score=0.5, modality="image")],
-                        pairs=[later]),
-        RetrievalResult(qid=q1, candidates=[Hit(did="txt:orphan", score=0.9, modality="text"),
-                                            Hit(did=f"img:{b}", score=0.5, modality="image")],
-                        pairs=[later])])
+        Hits(qid=q0, hits=[Hit(did=f"txt:{a}", score=0.9, modality="text"),
+                           Hit(did=f"img:{b}", score=0.5, modality="image")], pairs=[later]),
+        Hits(qid=q1, hits=[Hit(did="txt:orphan", score=0.9, modality="text"),
+                           Hit(did=f"img:{b}", score=0.5, modality="image")], pairs=[later])])
     queries = tmp_path / "queries.jsonl"
     queries.write_text("".join(line + "\n" for line in t2i_data.queries.read_text().splitlines()[:2]))
 

@@ -220,15 +220,15 @@ def test_top_candidate_baseline_draws_the_top_hits_complement_not_the_first_kept
     from unirag.pipelines.examples import make_selector
     from unirag.pipelines.image_gen import run_image_generation
     from unirag.profiles import resolve
-    from unirag.retrieval.results import Hit, Pair, RetrievalResult
+    from unirag.retrieval.results import Hit, Hits, Pair
     from unirag.retrieval.run_io import write_retrieval_run
 
     query = read_queries(t2i_data.queries)[0]
     a, b = t2i_data.records[1], t2i_data.records[2]
     run = tmp_path / "run.jsonl"
-    write_retrieval_run(run, [RetrievalResult(
-        qid=query.qid, candidates=[Hit(did=f"txt:{a['image_id']}", score=0.9, modality="text"),
-                                   Hit(did=f"img:{b['image_id']}", score=0.8, modality="image")],
+    write_retrieval_run(run, [Hits(
+        qid=query.qid, hits=[Hit(did=f"txt:{a['image_id']}", score=0.9, modality="text"),
+                             Hit(did=f"img:{b['image_id']}", score=0.8, modality="image")],
         pairs=[Pair(image_did=f"img:{b['image_id']}", text_did=f"txt:{b['image_id']}", img_path=b["image"],
                     txt=b["captions"][1], score=0.8, via="pairing")])])
     drawn = {}

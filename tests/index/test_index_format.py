@@ -87,7 +87,7 @@ def test_plain_ivfpq_keeps_a_direct_map_so_pairs_complete(tmp_path: Path) -> Non
     queries = [Query(f"q{i}", Modality.IMAGE, img_path=f"/nowhere/{i}.jpg") for i in range(5)]
     results = Retriever(index).retrieve_vectors(queries, image[:5], k=3, modality="text")
     for r in results:
-        assert len(r.candidates) == 3 and len(r.pairs) == 3
+        assert len(r) == 3 and len(r.pairs) == 3
         assert {p.via for p in r.pairs} == {"retrieval"}
 
 

@@ -95,11 +95,11 @@ def test_a_damaged_row_outside_the_open_sample_is_refused_when_served(tmp_path, 
 def test_a_run_file_never_holds_infinity(tmp_path):
     """The JSON writer of retrieval runs refuses a non-finite score (allow_nan=False) and leaves no file."""
     from unirag.errors import UniragError
-    from unirag.retrieval.results import Hit, RetrievalResult
+    from unirag.retrieval.results import Hit, Hits
     from unirag.retrieval.run_io import write_retrieval_run
 
-    good = RetrievalResult(qid="q0", candidates=[Hit(did="a", score=0.5, modality="text")])
-    bad = RetrievalResult(qid="q1", candidates=[Hit(did="b", score=float("inf"), modality="text")])
+    good = Hits(qid="q0", hits=[Hit(did="a", score=0.5, modality="text")])
+    bad = Hits(qid="q1", hits=[Hit(did="b", score=float("inf"), modality="text")])
     with pytest.raises(UniragError, match="'q1' has a non-finite score.*unirag index verify"):
         write_retrieval_run(tmp_path / "run.jsonl", [good, bad])
     assert list(tmp_path.iterdir()) == []

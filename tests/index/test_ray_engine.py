@@ -34,7 +34,7 @@ def _assert_same_index(a_dir: Path, b_dir: Path, demo_mbeir, demo_images) -> Non
         queries = read_queries(demo_mbeir[name])
         ra = Retriever(a).retrieve(queries, 5, modality, query_images_root=demo_images)
         rb = Retriever(b).retrieve(queries, 5, modality, query_images_root=demo_images)
-        assert [[c.did for c in r.candidates] for r in ra] == [[c.did for c in r.candidates] for r in rb]
+        assert [[c.did for c in r] for r in ra] == [[c.did for c in r] for r in rb]
         assert [[(p.image_did, p.text_did) for p in r.pairs] for r in ra] == \
             [[(p.image_did, p.text_did) for p in r.pairs] for r in rb]
 

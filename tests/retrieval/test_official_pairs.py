@@ -60,7 +60,7 @@ def test_official_profile_completes_with_instructed_re_encoding(tmp_path):
     default = _retriever(tmp_path / "a", "default").retrieve_vectors([query], e(1, 0, 0)[None, :], 2, "text")[0]
     official_r = _retriever(tmp_path / "b", "official")
     official = official_r.retrieve_vectors([query], e(1, 0, 0)[None, :], 2, "text")[0]
-    assert [c.did for c in default.candidates] == [c.did for c in official.candidates] == ["T1", "T2"]
+    assert [c.did for c in default] == [c.did for c in official] == ["T1", "T2"]
     assert [(p.image_did, p.text_did) for p in default.pairs][0] == ("I2", "T1")  # stored vector, over images
     assert [(p.image_did, p.text_did, p.via) for p in official.pairs] == [("I3", "T1", "uniir"), ("I3", "T2", "uniir")]
     asked = official_r.encoder.seen
@@ -74,7 +74,7 @@ def test_raw_ids_are_the_hits_before_replacement(tmp_path):
     src/common/mbeir_retriever.py at commit 72871c19 :467-480)."""
     r = _retriever(tmp_path, "default")
     result = r.retrieve_vectors([Query("q2", Modality.TEXT, txt="a dog")], e(1, 0, 0)[None, :], 2, "any")[0]
-    assert result.raw[0] == "T1" and result.candidates[0].did != "T1" and result.candidates[0].replaced == "T1"
+    assert result.raw[0] == "T1" and result[0].did != "T1" and result[0].replaced == "T1"
     assert r.to_dict()["profile"]["profile"] == "default"
     assert Retriever.from_dict(_retriever(tmp_path / "o", "official").to_dict()).settings["pair_completion"] == "uniir"
 

@@ -39,7 +39,7 @@ def test_pairs_from_pairs_each_caption_with_the_image_its_qrels_name(unpaired, c
     assert len(pairs) == 5 * len(queries)
     assert {p.via for p in pairs} == {"qrels"}
     assert all(p.image_did == _image_of_caption(p.text_did) for p in pairs)
-    assert [r.ranked_dids for r in results] == [r.ranked_dids for r in plain]
+    assert [r.dids for r in results] == [r.dids for r in plain]
 
 
 def test_pairs_from_completes_retrieved_images_with_their_own_captions(unpaired, coco_mini) -> None:

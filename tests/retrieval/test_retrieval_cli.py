@@ -46,7 +46,7 @@ def test_build_info_retrieve_evaluate(oracle_registry, coco_mbeir, coco_mini: Pa
     main(["retrieve", "--index", str(idx), "--queries", str(coco_mbeir["i2t"]), "--images-root", str(coco_mini),
           "--k", "5", "--out", str(run), "--modality", "text"])
     results = read_retrieval_run(run)
-    assert len(results) == 51 and all(len(r.candidates) == 5 and len(r.pairs) == 5 for r in results.values())
+    assert len(results) == 51 and all(len(r) == 5 and len(r.pairs) == 5 for r in results.values())
     first = json.loads(run.read_text().splitlines()[0])
     # raw: the ids as retrieved (UniIR Recall@k); near_duplicates: the leakage guard reports by default
     assert set(first) == {"qid", "candidates", "pairs", "raw", "near_duplicates"}

@@ -53,7 +53,7 @@ PAIRED_POOL = [
 def test_pairs_completed_from_the_pools_pairing(tmp_path: Path) -> None:
     r = tiny_index(tmp_path, PAIRED_POOL)
     [res] = r.retrieve_vectors([image_query()], e(1, 0, 0)[None], 2, "text")
-    assert res.ranked_dids == ["T1a", "T1b"]
+    assert res.dids == ["T1a", "T1b"]
     assert [(p.image_did, p.text_did, p.via) for p in res.pairs] == [("I1", "T1a", "pool"),
                                                                         ("I1", "T1b", "pool")]
     assert res.pairs[0].img_path == "a.jpg" and res.pairs[0].txt == "a dog on a sofa"
@@ -63,7 +63,7 @@ def test_paired_complement_equal_to_the_query_falls_back_to_retrieval(tmp_path: 
     r = tiny_index(tmp_path, PAIRED_POOL)
     # the query *is* image a.jpg: its own captions must be paired with another image
     [res] = r.retrieve_vectors([image_query("a.jpg")], e(1, 0, 0)[None], 2, "text")
-    assert res.ranked_dids == ["T1a", "T1b"]
+    assert res.dids == ["T1a", "T1b"]
     assert [(p.image_did, p.text_did, p.via) for p in res.pairs] == [("I2", "T1a", "retrieval"),
                                                                         ("I2", "T1b", "retrieval")]
 
@@ -72,7 +72,7 @@ def test_pool_without_pairing_completes_by_retrieval(tmp_path: Path) -> None:
     rows = [(d, m, t, i, None, v) for d, m, t, i, _, v in PAIRED_POOL]
     r = tiny_index(tmp_path, rows)
     [res] = r.retrieve_vectors([text_query("a kitten")], e(0, 1, 0)[None], 2, "image")
-    assert res.ranked_dids == ["I2", "I1"]
+    assert res.dids == ["I2", "I1"]
     # I2's nearest caption is T2a; I1's is T1a (the top text hit for I1's vector)
     assert [(p.image_did, p.text_did, p.via) for p in res.pairs] == [("I2", "T2a", "retrieval"),
                                                                         ("I1", "T1a", "retrieval")]
@@ -83,11 +83,11 @@ def test_wrong_modality_hit_is_replaced_by_its_complement(tmp_path: Path) -> Non
     # text->image over "any": the top hit is a caption identical to the query (wrong modality)
     [res] = r.retrieve_vectors([text_query("A dog  on a SOFA")], e(1, 0, 0)[None], 2, "any")
     # (T1b, the next hit, maps to I1 again and is not repeated; I2 is a direct hit)
-    assert [(c.did, c.modality, c.replaced) for c in res.candidates] == [("I1", "image", "T1a"),
+    assert [(c.did, c.modality, c.replaced) for c in res] == [("I1", "image", "T1a"),
                                                                          ("I2", "image", None)]
     # (I1, T1a) shows the query's own text and is dropped; I1 is paired with its other caption
     assert [(p.image_did, p.text_did) for p in res.pairs] == [("I1", "T1b"), ("I2", "T2a")]
-    assert res.candidates[0].score == pytest.approx(1.0, abs=1e-5)  # score of the replaced hit
+    assert res[0].score == pytest.approx(1.0, abs=1e-5)  # score of the replaced hit
 
 
 def test_exclude_positives_removes_them_from_candidates_and_pairs(tmp_path: Path) -> None:
@@ -95,16 +95,16 @@ def test_exclude_positives_removes_them_from_candidates_and_pairs(tmp_path: Path
     qrels = Qrels()
     qrels.add("q1", "I1")
     [res] = r.retrieve_vectors([text_query("a dog on a sofa")], e(1, 0, 0)[None], 2, "any", exclude_qrels=qrels)
-    assert "I1" not in res.ranked_dids
+    assert "I1" not in res.dids
     assert all(p.image_did != "I1" for p in res.pairs)
-    assert res.ranked_dids[0] == "I2"
+    assert res.dids[0] == "I2"
 
 
 def test_fused_candidates_are_their_own_pair(tmp_path: Path) -> None:
     rows = PAIRED_POOL + [("F1", "image,text", "a dog in a car", "f.jpg", None, e(1, 0.1, 0.1))]
     r = tiny_index(tmp_path, rows)
     [res] = r.retrieve_vectors([image_query()], e(1, 0.1, 0.1)[None], 1, "image,text")
-    assert res.ranked_dids == ["F1"]
+    assert res.dids == ["F1"]
     assert [(p.image_did, p.text_did, p.via) for p in res.pairs] == [("F1", "F1", "fused")]
 
 
@@ -119,7 +119,7 @@ def test_k_pairs_kept_when_many_hits_are_dropped(tmp_path: Path) -> None:
         rows.append((f"otherimg{i}", "image", None, f"o{i}.jpg", f"o{i}", e(0, 0, 1, 1, i)))
     r = tiny_index(tmp_path, rows)
     [res] = r.retrieve_vectors([text_query("a red bus")], e(1, 0, 0)[None], 3, "text")
-    assert len(res.candidates) == 3
+    assert len(res) == 3
     assert len(res.pairs) == 3, "over-fetch must widen the search past 40 dropped pairs"
     assert all(p.txt != "a red bus" for p in res.pairs)
     assert [p.text_did for p in res.pairs] == ["other0", "other1", "other2"]
@@ -128,7 +128,7 @@ def test_k_pairs_kept_when_many_hits_are_dropped(tmp_path: Path) -> None:
 def test_k_larger_than_the_pool_returns_what_exists(tmp_path: Path) -> None:
     r = tiny_index(tmp_path, PAIRED_POOL)
     [res] = r.retrieve_vectors([image_query()], e(1, 0, 0)[None], 50, "text")
-    assert sorted(res.ranked_dids) == ["T1a", "T1b", "T2a"] and len(res.pairs) == 3
+    assert sorted(res.dids) == ["T1a", "T1b", "T2a"] and len(res.pairs) == 3
 
 
 def test_bad_arguments(tmp_path: Path) -> None:
@@ -153,14 +153,14 @@ def test_real_coco_image_to_text(coco_index: Path, coco_mbeir, coco_mini: Path, 
     clean = retriever.retrieve(queries, 5, "text", exclude_qrels=qrels, query_images_root=coco_mini)
     for q, a, b in zip(queries, plain, clean, strict=True):
         assert a.qid == b.qid == q.qid
-        assert len(a.candidates) == len(b.candidates) == 5 and len(a.pairs) == len(b.pairs) == 5
-        assert {c.modality for c in a.candidates} == {"text"}
-        assert set(a.ranked_dids) & qrels.get(q.qid)  # the oracle encoder finds an own caption
-        assert not set(b.ranked_dids) & qrels.get(q.qid)
+        assert len(a) == len(b) == 5 and len(a.pairs) == len(b.pairs) == 5
+        assert {c.modality for c in a} == {"text"}
+        assert set(a.dids) & qrels.get(q.qid)  # the oracle encoder finds an own caption
+        assert not set(b.dids) & qrels.get(q.qid)
         for p in a.pairs + b.pairs:  # the query image never appears in its own examples
             assert p.img_path != q.img_path and p.image_did != f"img:{q.qid.split(':')[1]}"
         assert not {p.text_did for p in b.pairs} & qrels.get(q.qid)
-    assert np.mean([a.ranked_dids[0] in qrels.get(a.qid) for a in plain]) >= 0.8
+    assert np.mean([a.dids[0] in qrels.get(a.qid) for a in plain]) >= 0.8
 
 
 def test_real_coco_text_to_image_over_any(coco_index: Path, coco_mbeir, coco_oracle_encoder) -> None:
@@ -169,9 +169,9 @@ def test_real_coco_text_to_image_over_any(coco_index: Path, coco_mbeir, coco_ora
     results = retriever.retrieve(queries, 3, "any")
     replaced = 0
     for q, res in zip(queries, results, strict=True):
-        assert {c.modality for c in res.candidates} == {"image"}
-        replaced += sum(1 for c in res.candidates if c.replaced)
-        assert res.ranked_dids[0] == q.pos_cand_list[0]
+        assert {c.modality for c in res} == {"image"}
+        replaced += sum(1 for c in res if c.replaced)
+        assert res.dids[0] == q.pos_cand_list[0]
         assert len(res.pairs) == 3 and all(p.txt.strip().lower() != q.txt.strip().lower() for p in res.pairs)
         # one pair per retrieved image: the captions of one image never fill several example slots
         assert len({p.image_did for p in res.pairs}) == 3

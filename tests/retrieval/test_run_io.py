@@ -7,16 +7,15 @@ from pathlib import Path
 import pytest
 
 from unirag.errors import InputError
-from unirag.retrieval.results import Hit, Pair, RetrievalResult
+from unirag.retrieval.results import Hit, Hits, Pair
 from unirag.retrieval.run_io import read_retrieval_run, trec_path, write_retrieval_run
 
 
-def _results() -> list[RetrievalResult]:
+def _results() -> list[Hits]:
     return [
-        RetrievalResult("q1", [Hit("I1", 0.91234567, "image", replaced="T1"),
-                               Hit("I2", 0.5, "image")],
-                        [Pair("I1", "T9", "a.jpg", "a dog", 0.91234567, "pairing")]),
-        RetrievalResult("q2", [], []),
+        Hits([Hit("I1", 0.91234567, "image", replaced="T1"), Hit("I2", 0.5, "image")],
+             [Pair("I1", "T9", "a.jpg", "a dog", 0.91234567, "pairing")], "q1"),
+        Hits([], [], "q2"),
     ]
 
 
@@ -26,12 +25,12 @@ def test_write_then_read_roundtrip(tmp_path: Path) -> None:
     back = read_retrieval_run(run)
     assert list(back) == ["q1", "q2"]
     q1 = back["q1"]
-    assert q1.ranked_dids == ["I1", "I2"]
-    assert q1.candidates[0].replaced == "T1" and q1.candidates[1].replaced is None
-    assert q1.candidates[0].score == pytest.approx(0.912346)
+    assert q1.dids == ["I1", "I2"]
+    assert q1[0].replaced == "T1" and q1[1].replaced is None
+    assert q1[0].score == pytest.approx(0.912346)
     assert (q1.pairs[0].image_did, q1.pairs[0].text_did, q1.pairs[0].img_path, q1.pairs[0].txt,
             q1.pairs[0].via) == ("I1", "T9", "a.jpg", "a dog", "pairing")
-    assert back["q2"].candidates == [] and back["q2"].pairs == []
+    assert back["q2"] == [] and back["q2"].pairs == []
 
 
 def test_trec_file_format(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ def test_retrieve_with_selection_options(oracle_registry, coco_index, coco_mbeir
     assert len(results) == 51
     for r in results.values():
         assert len({p.image_did for p in r.pairs}) == len(r.pairs) == 5
-        assert all(c.did.split(":")[1] in sources for c in r.candidates)  # txt:<source id>:<j>
+        assert all(c.did.split(":")[1] in sources for c in r)  # txt:<source id>:<j>
         assert r.near_duplicates is not None and r.near_duplicates["excluded"] == r.near_duplicates["flagged"]
     manifest = read_run_manifest(run)
     assert manifest["selection"]["one_per_image"] is True

@@ -124,7 +124,7 @@ class AgentRunner:
 
                 if self._pool is None:
                     self._pool_owned = not isinstance(self.engine, WorkerPool)
-                    self._pool = open_pool(self.engine, self.progress).__enter__()
+                    self._pool = open_pool(self.engine).__enter__()
                 on_ray = {"pool": self._pool, "recipe": ModelRecipe(rc.model, dict(rc.options)),
                           "open_kind": functools.partial(AgentJob, role, options, attempts)}
             else:

@@ -88,7 +88,7 @@ def evaluate_run_file(run_path: str | Path, qrels_path: str | Path, ks: Sequence
 
     run_path, qrels_path = Path(run_path), Path(qrels_path)
     results = read_retrieval_run(run_path)
-    run = {qid: r.ranked_dids for qid, r in results.items()}
+    run = {qid: r.dids for qid, r in results.items()}
     # UniIR's Recall@k needs the raw ids, which run files record since unirag kept them
     raw = {qid: r.raw for qid, r in results.items()} if all(r.raw is not None for r in results.values()) else None
     try:

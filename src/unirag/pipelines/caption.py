@@ -162,7 +162,7 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
             generator, pool, recipe = open_remote(
                 stack, "text", cfg.generator, profile_options(cfg.generator, resolve(cfg.profile),
                                                               dict(cfg.generator_options)),
-                cfg.engine, cfg.progress, ask=True)
+                cfg.engine, ask=True)
         captioner = generator if isinstance(generator, Captioner) else \
             _captioner(cfg, generator if generator is not None else cfg.generator)
         if generator is None:
@@ -197,6 +197,8 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
             open_kind = functools.partial(open_caption_job, slim, _abs(pool_root) or os.getcwd())
 
         def save_prompts(run: Any) -> None:
+            from unirag.runs.rundir import PROMPTS_DIR, write_prompt
+
             if captioner.picks_examples:
                 return
             for i, q in enumerate(run_queries[: run.save_prompts]):
@@ -205,9 +207,9 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
                     prompt = _request(cfg, captioner, pool_root, p).prompt
                 except (InputError, BackendError):
                     continue  # the query itself will fail with this message in the run
-                run.save_prompt(i, q.qid, prompt.messages, prompt.merged_image,
-                                extra={"examples": [e.as_record() for e in p.examples]},
-                                sent=captioner.sent_prompt(prompt))
+                write_prompt(run.out / PROMPTS_DIR, i, q.qid, prompt.messages, prompt.merged_image,
+                             extra={"examples": [e.as_record() for e in p.examples]},
+                             sent=captioner.sent_prompt(prompt))
 
         counts, final, totals = run_job(
             job, run_queries, cfg.out, "caption", identity, settings, save_prompts=cfg.save_prompts,

@@ -81,8 +81,8 @@ def queries_identity(queries: list[Query], path: Path | None) -> str:
     return f"{len(queries)} queries in memory, sha256 {hashlib.sha256(blob).hexdigest()[:16]}"
 
 
-def open_remote(stack: Any, kind: str, spec: str, options: dict[str, Any], engine: Any, progress: bool,
-                ask: bool = False) -> tuple[Any, Any, Any]:
+def open_remote(stack: Any, kind: str, spec: str, options: dict[str, Any], engine: Any, ask: bool = False
+                ) -> tuple[Any, Any, Any]:
     """(the driver's stand-in, the worker pool, the recipe) of a local model that runs on Ray workers
     (``engine`` "ray", see :mod:`unirag.runs.engine`), else three None; ``ask``: the stand-in asks a
     worker to render the prompts the run saves in the model's wire form."""
@@ -94,7 +94,7 @@ def open_remote(stack: Any, kind: str, spec: str, options: dict[str, Any], engin
 
     from unirag.pipelines.remote_models import ModelRecipe, RemoteModel
 
-    pool = stack.enter_context(open_pool(engine, progress))
+    pool = stack.enter_context(open_pool(engine))
     recipe = ModelRecipe(spec, options, kind)  # the model loads on the workers only
     return RemoteModel(pool.describe(recipe), functools.partial(pool.ask, recipe) if ask else None), pool, recipe
 

@@ -157,9 +157,9 @@ def top_candidate_caption(result: Any, pool: dict[str, Candidate] | None) -> str
     comes from the candidate's pair in the run; when that pair was dropped (it shows the query),
     from ``pool``: the candidate's own text, else the first caption of its source item.
     """
-    if not result.candidates:
+    if not result:
         return None
-    top = result.candidates[0].did
+    top = result[0].did
     for p in result.pairs:
         if top in (p.text_did, p.image_did) and p.txt:
             return p.txt
@@ -275,9 +275,9 @@ class RagExamples(ExampleSelector):
         to, else of its source item in the pool), else None: the official top-1 image baseline
         (castorini/UniRAG src/unirag/eval_image_generation.py@e9a4e00:108-140). Nothing is skipped."""
         result = self._result(query)
-        if result is None or not result.candidates:
+        if not result:
             return None
-        top = result.candidates[0].did
+        top = result[0].did
         for p in result.pairs:
             if top in (p.text_did, p.image_did) and p.img_path:
                 return Pair(image_did=p.image_did, text_did=p.text_did, img_path=p.img_path, txt=p.txt)
@@ -297,10 +297,10 @@ class RagExamples(ExampleSelector):
         """The official top-1 caption baseline's caption (see :func:`top_candidate_caption`)."""
         result = self._result(query)
         text = top_candidate_caption(result, None) if result is not None else None
-        if text is None and result is not None and result.candidates:
+        if text is None and result:
             text = top_candidate_caption(result, self._lookup_pool())
         if text is None:
-            top = result.candidates[0].did if result is not None and result.candidates else None
+            top = result[0].did if result else None
             hint = "" if self.pool_path is not None else "; pass --pool so its caption can be looked up"
             raise BackendError(f"no caption for the top retrieved candidate of {query.qid} ({top}){hint}")
         return text

@@ -183,7 +183,7 @@ def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool 
         for c in cells:
             first.setdefault(_model_key(c), len(first))
         cells = sorted(cells, key=lambda c: first[_model_key(c)])  # stable: the file's order within a model
-        context = WorkerPool(options, progress=progress)
+        context = WorkerPool(options)
     else:
         context = nullcontext(engine)
     results: list[dict[str, Any]] = []

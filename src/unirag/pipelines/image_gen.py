@@ -223,7 +223,7 @@ def run_image_generation(
 
                 raise ConfigError("run_image_generation needs a generator or a spec")
             options = profile_options(spec, profile, generator_options, IMAGE)
-            generator, pool, recipe = open_remote(stack, "image", spec, options, engine, progress)
+            generator, pool, recipe = open_remote(stack, "image", spec, options, engine)
             if generator is None:
                 from unirag.generators.registry import load_image_generator
 

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unirag.retrieval.results import RetrievalResult
+from unirag.retrieval.results import Hits
 
 
 @dataclass
 class RetrievalRunSummary:
     """What a retrieval run produced: the results (in query order) and the two files written."""
 
-    results: list[RetrievalResult]
+    results: list[Hits]
     run_path: Path
     trec_path: Path
     k: int
@@ -36,7 +36,7 @@ class RetrievalRunSummary:
     @property
     def replaced(self) -> int:
         """Wrong-modality candidates replaced by their complement."""
-        return sum(1 for r in self.results for c in r.candidates if c.replaced)
+        return sum(1 for r in self.results for c in r if c.replaced)
 
 
 def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *, k: int = 5,

@@ -1,10 +1,4 @@
-"""The result of retrieving for one query: ranked candidates and image-caption pairs.
-
-``candidates`` is the ranked list that retrieval metrics score (after the §5 wrong-modality
-replacement); ``pairs`` are the few-shot examples a generator receives. They are kept apart
-because a candidate can be a correct hit while its pair must be dropped (it would show the
-query itself to the generator).
-"""
+"""The result of retrieving for one query: ranked hits (:class:`Hits`) and image-caption pairs."""
 
 from __future__ import annotations
 
@@ -87,48 +81,6 @@ class Pair:
         return {k: v for k, v in self.to_json().items() if k not in ("score", "via")}
 
 
-@dataclass
-class RetrievalResult:
-    """One query's ranked candidates and its (at most k) image-caption pairs, as a run file line."""
-
-    qid: str
-    candidates: list[Hit] = field(default_factory=list)
-    pairs: list[Pair] = field(default_factory=list)
-    #: candidate did -> position of its pair in ``pairs`` (a candidate whose pair showed the query has none).
-    pair_of: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
-    #: the first k index hits as retrieved, before the wrong-modality replacement (what UniIR's
-    #: Recall@k scores); None in run files written before unirag recorded it.
-    raw: list[str] | None = None
-    #: the leakage guard's count for this query: ``{"flagged": n, "excluded": m}`` (None: guard off).
-    #: Under "report" flagged examples stay in ``pairs`` (marked); under "exclude" they were replaced.
-    near_duplicates: dict[str, int] | None = None
-
-    @property
-    def ranked_dids(self) -> list[str]:
-        return [c.did for c in self.candidates]
-
-    def to_json(self) -> dict[str, Any]:
-        out = {"qid": self.qid, "candidates": [c.to_json() for c in self.candidates],
-               "pairs": [p.to_json() for p in self.pairs]}
-        if self.raw is not None:
-            out["raw"] = list(self.raw)
-        if self.near_duplicates is not None:
-            out["near_duplicates"] = dict(self.near_duplicates)
-        return out
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> RetrievalResult:
-        cands = [Hit(str(c["did"]), float(c["score"]), str(c["modality"]), replaced=c.get("replaced"))
-                 for c in obj.get("candidates", [])]
-        pairs = [Pair(str(p["image_did"]), str(p["text_did"]), p.get("img_path"), p.get("txt"),
-                      p.get("score"), p.get("via"), near_duplicate=p.get("near_duplicate"))
-                 for p in obj.get("pairs", [])]
-        raw = obj.get("raw")
-        found = obj.get("near_duplicates")
-        return cls(str(obj["qid"]), cands, pairs, raw=[str(d) for d in raw] if raw is not None else None,
-                   near_duplicates=dict(found) if isinstance(found, dict) else None)
-
-
 @dataclass(frozen=True)
 class Hit:
     """One retrieved candidate (``did``, ``score``, ``modality``) with its image-caption ``pair``.
@@ -158,11 +110,14 @@ class Hit:
 
 
 class Hits(list):
-    """The ranked :class:`Hit` list of one query; ``pairs`` are its k few-shot examples.
+    """The ranked :class:`Hit` list of one query and its ``pairs``, the k few-shot examples: what a
+    search returns and one line of the run file ``unirag retrieve`` writes (:meth:`to_json`).
 
-    ``pairs`` equals the ``pairs`` of the run file ``unirag retrieve`` writes: when a candidate's
-    own pair is dropped (it shows the query), a later hit may supply one, so ``pairs`` can hold
-    pairs that no hit in the list carries. Pass a ``Hits`` to :meth:`unirag.Captioner.caption`.
+    The hits are the ranked list retrieval metrics score (after the §5 wrong-modality replacement);
+    ``pairs`` are kept apart because a hit can be correct while its pair must be dropped (it would
+    show the query itself to the generator). When a candidate's own pair is dropped, a later hit may
+    supply one, so ``pairs`` can hold pairs that no hit in the list carries. Pass a ``Hits`` to
+    :meth:`unirag.Captioner.caption`.
     """
 
     def __init__(self, hits=(), pairs=(), qid: str | None = None, raw: list[str] | None = None,
@@ -170,23 +125,39 @@ class Hits(list):
         super().__init__(hits)
         self.pairs: list[Pair] = list(pairs)
         self.qid = qid
-        #: the dids as the index returned them, before the wrong-modality replacement (UniIR's Recall@k)
+        #: the first k dids as the index returned them, before the wrong-modality replacement (what
+        #: UniIR's Recall@k scores); None in run files written before unirag recorded it.
         self.raw = raw
-        #: the leakage guard's count (see :attr:`RetrievalResult.near_duplicates`).
+        #: the leakage guard's count for this query: ``{"flagged": n, "excluded": m}`` (None: guard off).
+        #: Under "report" flagged examples stay in ``pairs`` (marked); under "exclude" they were replaced.
         self.near_duplicates = near_duplicates
-
-    @classmethod
-    def of(cls, result: RetrievalResult, images_root: str | None) -> Hits:
-        """The hits of one :class:`RetrievalResult`, their pairs' images resolved against ``images_root``."""
-        pairs = [replace(p, images_root=images_root) for p in result.pairs]
-        hits = [replace(c, score=float(c.score), pair=pairs[result.pair_of[c.did]] if c.did in result.pair_of else None)
-                for c in result.candidates]
-        return cls(hits, pairs, result.qid, result.raw, result.near_duplicates)
 
     @property
     def dids(self) -> list[str]:
         """The ranked dids."""
         return [h.did for h in self]
+
+    def to_json(self) -> dict[str, Any]:
+        """The run-file line (hits without their pairs, which are listed once in ``pairs``)."""
+        out = {"qid": self.qid, "candidates": [c.to_json() for c in self], "pairs": [p.to_json() for p in self.pairs]}
+        if self.raw is not None:
+            out["raw"] = list(self.raw)
+        if self.near_duplicates is not None:
+            out["near_duplicates"] = dict(self.near_duplicates)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Hits:
+        """The hits of a run-file line (:meth:`to_json`; the hits carry no pair, ``pairs`` holds them)."""
+        cands = [Hit(str(c["did"]), float(c["score"]), str(c["modality"]), replaced=c.get("replaced"))
+                 for c in obj.get("candidates", [])]
+        pairs = [Pair(str(p["image_did"]), str(p["text_did"]), p.get("img_path"), p.get("txt"),
+                      p.get("score"), p.get("via"), near_duplicate=p.get("near_duplicate"))
+                 for p in obj.get("pairs", [])]
+        raw = obj.get("raw")
+        found = obj.get("near_duplicates")
+        return cls(cands, pairs, str(obj["qid"]), [str(d) for d in raw] if raw is not None else None,
+                   dict(found) if isinstance(found, dict) else None)
 
     def __repr__(self) -> str:
         return f"Hits({list.__repr__(self)}, pairs={self.pairs!r})"

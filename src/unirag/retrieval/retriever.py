@@ -37,7 +37,7 @@ from unirag.index.store import check_encoder, parse_modality_filter
 from unirag.profiles import Settings, resolve
 from unirag.retrieval.near_duplicates import HASHES, caption_words, dhash
 from unirag.retrieval.pairing import Completer, QueryIdentity
-from unirag.retrieval.results import Hit, Hits, Pair, RetrievalResult
+from unirag.retrieval.results import Hit, Hits, Pair
 from unirag.retrieval.selection import Offer, PairPicker, QueryEvidence, Selection
 from unirag.retrieval.uniir_pairs import UniIRCompleter, per_hit_pairs, unirag_depth
 
@@ -159,9 +159,8 @@ class Retriever:
         qrels = Qrels({q.qid: e for q, e in zip(queries, excludes, strict=True) if e})
         if references is not None and len(references) != n:
             raise ConfigError(f"search_batch got {len(references)} reference lists for {n} queries")
-        results = self.retrieve_vectors(queries, vectors, k, modality, exclude_qrels=qrels, selection=sel,
-                                        query_images=images, references=references)
-        return [Hits.of(r, self.pool_images_root) for r in results]
+        return self.retrieve_vectors(queries, vectors, k, modality, exclude_qrels=qrels, selection=sel,
+                                     query_images=images, references=references)
 
     def _instructed(self, queries: list[Query], texts: list, instructions) -> tuple[list[Query], list]:
         """(queries, texts) as the encoder sees them: with each given instruction prepended as UniIR
@@ -219,8 +218,8 @@ class Retriever:
     def retrieve(self, queries: Sequence[Query], k: int, modality: str | Modality | None = "any",
                  exclude_qrels: Qrels | None = None, query_images_root: str | Path | None = None,
                  progress: bool = False, *, selection: Selection | Mapping[str, Any] | None = None
-                 ) -> list[RetrievalResult]:
-        """Encode ``queries`` and retrieve; one :class:`RetrievalResult` per query, in order.
+                 ) -> list[Hits]:
+        """Encode ``queries`` and retrieve; one :class:`~unirag.Hits` per query, in order.
         ``selection``: how pairs become examples (:class:`unirag.Selection`)."""
         _, sel = check_options(k, modality, selection)
         vectors = self.encoder.encode_records(list(queries), query_images_root, progress=progress)
@@ -232,7 +231,7 @@ class Retriever:
                          query_images_root: str | Path | None = None,
                          progress: bool = False, *, selection: Selection | Mapping[str, Any] | None = None,
                          query_images: Sequence[ImageLike | None] | None = None,
-                         references: Sequence[Iterable[str]] | None = None) -> list[RetrievalResult]:
+                         references: Sequence[Iterable[str]] | None = None) -> list[Hits]:
         """Retrieve with already-encoded query vectors (row i belongs to ``queries[i]``).
 
         ``selection``: how pairs become examples (:class:`~unirag.retrieval.selection.Selection`);
@@ -266,7 +265,7 @@ class Retriever:
             read = max(unirag_depth(q.qid) for q in queries)
             fetch = max(fetch, min(scope, read + max(len(e) for e in excluded)))
         if scope == 0:
-            return [RetrievalResult(q.qid, near_duplicates=PairPicker(sel, k, QueryEvidence(), None).report())
+            return [Hits(qid=q.qid, near_duplicates=PairPicker(sel, k, QueryEvidence(), None).report())
                     for q in queries]
         scores, ids = self.index.topk(vectors, fetch, wanted, where)
         if hasattr(completer, "prepare"):  # UniIR completion: encode the hits' complement queries in one batch
@@ -287,25 +286,25 @@ class Retriever:
                 result, complete = self._assemble(query.qid, ident, target, row_scores, row_ids, k, picker, completer)
                 if self.per_hit:  # the official per-hit pairs replace the selected ones (no selection there)
                     self._per_hit(result, ident, row_scores, row_ids, k, completer)
-                    complete = len(result.candidates) >= k
+                    complete = len(result) >= k
                 if complete or depth >= scope:
                     break
                 depth = min(scope, depth * 4)
                 s, g = self.index.topk(vectors[i : i + 1], depth, wanted, where)
                 row_scores, row_ids = s[0], g[0]
             if not self.per_hit:  # the per-hit pairs stay: the picker's choice would replace them
-                _set_pairs(result, [((o.cand_did,), o.pair) for o in picker.finish()])
+                self._set_pairs(result, [((o.cand_did,), o.pair) for o in picker.finish()])
             result.near_duplicates = picker.report()
             results.append(result)
         return results
 
-    def _per_hit(self, result: RetrievalResult, ident: QueryIdentity, scores: np.ndarray, ids: np.ndarray,
+    def _per_hit(self, result: Hits, ident: QueryIdentity, scores: np.ndarray, ids: np.ndarray,
                  k: int, completer: Any) -> None:
         """Replace the result's pairs by UniRAG's per-hit pairs (``example_pairs = per-hit``)."""
         metas = self.index.metas
         found, _ = per_hit_pairs(self.index, completer, ident, ids.tolist(), scores.tolist(), k,
                                  unirag_depth(result.qid), zip_bug=self.settings["pair_alignment"] == "uniir-zip")
-        _set_pairs(result, [((metas[i].did, metas[t].did), Pair(metas[i].did, metas[t].did, metas[i].img_path,
+        self._set_pairs(result, [((metas[i].did, metas[t].did), Pair(metas[i].did, metas[t].did, metas[i].img_path,
                                                                  metas[t].txt, s, via)) for i, t, s, via in found])
 
     def _completer(self, sel: Selection) -> Completer:
@@ -346,9 +345,9 @@ class Retriever:
 
     def _assemble(self, qid: str, ident: QueryIdentity, target: Modality | None, scores: np.ndarray,
                   ids: np.ndarray, k: int, picker: PairPicker, completer: Completer
-                  ) -> tuple[RetrievalResult, bool]:
+                  ) -> tuple[Hits, bool]:
         metas = self.index.metas
-        result = RetrievalResult(qid)
+        result = Hits(qid=qid)
         result.raw = [metas[g].did for g in ids.tolist() if g >= 0 and metas[g].did not in ident.excluded][:k]
         seen_cands: set[int] = set()
         paired: set[int] = set()  # candidates that already have their (one) pair
@@ -371,13 +370,13 @@ class Retriever:
                 else:
                     found = completer.complement(gid, ident)
                     other, via = found if found is not None else (None, None)
-            if cand not in seen_cands and len(result.candidates) < k:
+            if cand not in seen_cands and len(result) < k:
                 seen_cands.add(cand)
-                result.candidates.append(Hit(metas[cand].did, score, metas[cand].modality.value, replaced=replaced))
+                result.append(Hit(metas[cand].did, score, metas[cand].modality.value, replaced=replaced))
             if other is not None and cand not in paired and picker.wants_more():
                 if self._offer_pair(picker, cand, other, score, via, ident):
                     paired.add(cand)
-            if len(result.candidates) >= k and not picker.wants_more():
+            if len(result) >= k and not picker.wants_more():
                 return result, True
         return result, False
 
@@ -392,14 +391,17 @@ class Retriever:
         file = resolve_image(metas[image].img_path, self.pool_images_root)
         return picker.offer(Offer(metas[cand].did, pair, image, str(file) if file is not None else None))
 
+    def _set_pairs(self, result: Hits, pairs: list[tuple[tuple[str, ...], Pair]]) -> None:
+        """Put the chosen pairs into the result in example order (their images read against the pool's
+        root), each on the hits of the candidate dids it stands for."""
+        result.pairs = [p.rooted(self.pool_images_root) for _, p in pairs]
+        pair_of: dict[str, Pair] = {}
+        for (dids, _), pair in zip(pairs, result.pairs, strict=True):
+            for did in dids:
+                pair_of.setdefault(did, pair)
+        result[:] = [replace(h, pair=pair_of.get(h.did)) for h in result]
 
-def _set_pairs(result: RetrievalResult, pairs: list[tuple[tuple[str, ...], Pair]]) -> None:
-    """Put the chosen pairs into the result in example order, each with the candidate dids it stands for."""
-    result.pairs = [p for _, p in pairs]
-    result.pair_of = {}
-    for n, (dids, _) in enumerate(pairs):
-        for did in dids:
-            result.pair_of.setdefault(did, n)
+
 
 
 def _query(i: int, image: ImageLike | None, text: str | None) -> Query:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from unirag.data.jsonl import iter_json_lines
 from unirag.errors import InputError, UniragError
-from unirag.retrieval.results import RetrievalResult
+from unirag.retrieval.results import Hits
 from unirag.runs.atomic import atomic_write_json, atomic_write_lines
 
 RUN_TAG = "unirag"
@@ -42,7 +42,7 @@ def read_run_manifest(run_path: str | Path) -> dict | None:
         return None
 
 
-def write_retrieval_run(path: str | Path, results: Iterable[RetrievalResult], tag: str = RUN_TAG,
+def write_retrieval_run(path: str | Path, results: Iterable[Hits], tag: str = RUN_TAG,
                         manifest: dict | None = None) -> tuple[Path, Path]:
     """Write ``path`` (JSONL) and its TREC twin (and ``manifest`` beside them); returns both paths."""
     results = list(results)
@@ -54,14 +54,14 @@ def write_retrieval_run(path: str | Path, results: Iterable[RetrievalResult], ta
 
     def trec_lines():
         for r in results:
-            for rank, c in enumerate(r.candidates, start=1):
+            for rank, c in enumerate(r, start=1):
                 yield f"{r.qid} Q0 {c.did} {rank} {c.score:.6f} {tag}"
 
     atomic_write_lines(trec, trec_lines())
     return path, trec
 
 
-def _json_line(result: RetrievalResult, path: Path) -> str:
+def _json_line(result: Hits, path: Path) -> str:
     try:
         return json.dumps(result.to_json(), ensure_ascii=False, allow_nan=False)
     except ValueError:  # allow_nan=False: a score of inf or nan
@@ -69,15 +69,15 @@ def _json_line(result: RetrievalResult, path: Path) -> str:
                           "index it came from is damaged: run 'unirag index verify' on it, then rebuild") from None
 
 
-def read_retrieval_run(path: str | Path) -> dict[str, RetrievalResult]:
-    """qid -> :class:`RetrievalResult` from a JSONL run file; errors name the file, line and field."""
+def read_retrieval_run(path: str | Path) -> dict[str, Hits]:
+    """qid -> :class:`~unirag.Hits` from a JSONL run file; errors name the file, line and field."""
     path = Path(path)
-    out: dict[str, RetrievalResult] = {}
+    out: dict[str, Hits] = {}
     for lineno, obj in iter_json_lines(path, what="run file"):
         if "qid" not in obj:
             raise InputError("missing required field", path=path, line=lineno, field="qid")
         try:
-            result = RetrievalResult.from_json(obj)
+            result = Hits.from_json(obj)
         except (KeyError, TypeError, ValueError) as e:
             field = e.args[0] if isinstance(e, KeyError) else "candidates"
             raise InputError(f"malformed run record ({e.__class__.__name__}: {e})", path=path, line=lineno,

@@ -113,14 +113,11 @@ class Selection:
     def of(cls, value: Selection | Mapping[str, Any] | None = None, **overrides: Any) -> Selection:
         """A Selection from None (defaults), a Selection or a dict (``to_dict`` form), with the
         non-None ``overrides`` (``diversity=``, ``where=``, ``image_hash=`` ...) applied."""
-        if value is None:
-            base = cls()
-        elif isinstance(value, Selection):
-            base = value
-        elif isinstance(value, Mapping):
-            base = cls.from_dict(value)
-        else:
+        if isinstance(value, Mapping):
+            value = cls.from_dict(value)
+        elif value is not None and not isinstance(value, Selection):
             raise ConfigError(f"selection must be a Selection or a dict, got {type(value).__name__}")
+        base = value if value is not None else cls()
         given = {k: v for k, v in overrides.items() if v is not None}
         limits = {k: given.pop(k) for k in [f.name for f in fields(Thresholds)] if k in given}
         unknown = set(given) - {f.name for f in fields(cls)}
@@ -150,11 +147,6 @@ class Selection:
     def where_dict(self) -> dict[str, tuple[str, ...]]:
         """The filter as field -> accepted values (what ``Index.topk(where=)`` takes)."""
         return dict(self.where)
-
-    @property
-    def dedupes(self) -> bool:
-        """Whether identical captions count once (with any diversity option)."""
-        return self.one_per_image or self.diversity != "none"
 
     def pool_size(self, k: int) -> int:
         """How many acceptable pairs to gather before choosing k (MMR needs room to choose)."""
@@ -301,7 +293,8 @@ class PairPicker:
         image_keys = self._image_keys(o) if self.sel.one_per_image else set()
         if image_keys & self._images:
             return False
-        cap = caption_key(o.pair.txt) if self.sel.dedupes else None
+        dedupes = self.sel.one_per_image or self.sel.diversity != "none"  # with either, a caption counts once
+        cap = caption_key(o.pair.txt) if dedupes else None
         if cap and cap in self._captions:
             return False
         if self.sel.near_duplicates != "off":
@@ -361,7 +354,7 @@ class PairPicker:
         """
         import numpy as np
 
-        from unirag.retrieval.near_duplicates import caption_words, hamming
+        from unirag.retrieval.near_duplicates import caption_similarity, caption_words, hamming
 
         n = len(self.taken)
         keys = [self._image_keys(o) for o in self.taken]
@@ -373,13 +366,7 @@ class PairPicker:
             for j in range(i + 1, n):
                 same = bool(keys[i] & keys[j]) or (hashes[i] is not None and hashes[j] is not None
                                                    and hamming(hashes[i], hashes[j]) <= limit)
-                if same:
-                    value = 1.0
-                elif words[i] and words[j]:
-                    value = len(words[i] & words[j]) / len(words[i] | words[j])
-                else:
-                    value = 0.0
-                out[i, j] = out[j, i] = value
+                out[i, j] = out[j, i] = 1.0 if same else caption_similarity(words[i], words[j])
         return out
 
     def report(self) -> dict[str, int] | None:

@@ -1,34 +1,20 @@
 """Where a generation run's model calls happen: in this process (``local``) or on Ray actors (``ray``).
 
 One engine serves caption runs, image runs, X^R agent calls and experiment grids. With ``ray`` a
-:class:`WorkerPool` starts ``workers`` actors per model; each actor loads the model once (on the
-GPU(s) Ray reserved for it: ``gpus_per_worker`` becomes the actor's ``num_gpus``, and Ray sets its
-``CUDA_VISIBLE_DEVICES``, so ``device="auto"`` means *its* GPU) and is then handed batches of
-pending items by the driver, one batch ahead so it never waits. An actor writes each result itself,
-through the same claims and :class:`~unirag.runs.store.ResultStore` a local run uses, into the same
-run directory (so a cluster needs that directory on a filesystem every node mounts at the same path).
+:class:`WorkerPool` keeps one group of ``workers`` actors per model (reused by every task using that
+model; the least recently used group is stopped when the cluster has no room for a new one). Each
+actor loads its model once, on the GPU(s) Ray reserved for it (``gpus_per_worker`` becomes its
+``num_gpus`` and Ray sets its ``CUDA_VISIBLE_DEVICES``), and works the batches the driver's
+:func:`~unirag.runs.executor.run_items` hands it (:meth:`WorkerPool.transport`): the driver claims and
+stores the items as a local run does, so the guarantees are a local run's (a killed driver or a dead
+actor loses only the batches in flight; two drivers on one directory never make the same call twice).
+Files a run kind writes itself (generated images, saved prompts) are written by the actor, so a
+cluster needs the run directory on a filesystem every node mounts at the same path. An actor is
+threaded: the driver's second call has its images decoded while the model works on the first
+(:class:`_Worker`). See ``docs/generation-scale.md``.
 
-An actor is threaded: the driver's second call in flight has its images decoded by the actor's
-decode processes while the model works on the first (see :class:`_Worker`), so the model never
-waits for a file when they keep up; results are exactly those of inline decoding.
-
-That gives the guarantees of a local run:
-
-* the driver can be killed at any moment: finished items are on disk; the rerun skips them;
-* an actor that dies (out of host memory, a lost node) loses only the batch it held: its claims die
-  with its process (the owner lock, see :mod:`unirag.runs.claims`) and the driver hands the batch to
-  another actor, which takes the claims over;
-* a batch that fails (CUDA out of memory included) is retried item by item, so only the item that
-  fails on its own is recorded as failed (:func:`unirag.runs.executor.run_items`);
-* two drivers on one directory never make the same call twice (claims, as between local processes).
-
-Models are grouped: a pool keeps one group of actors per model and reuses it for every task that
-uses that model (the cells of a grid, the X^R roles sharing a model); when the cluster has no room
-for a new model's group, the least recently used group is stopped first.
-
-API backends (OpenAI-compatible, Gemini, image APIs) and the retrieval baselines do not run on
-Ray: they are network-bound and already run with bounded concurrency; with ``engine="ray"`` they
-run locally and the run says so (:func:`runs_on_ray`).
+API backends and the retrieval baselines are network-bound and do not run on Ray: with
+``engine="ray"`` they run locally with bounded concurrency, and the run says so (:func:`runs_on_ray`).
 """
 
 from __future__ import annotations
@@ -38,12 +24,9 @@ import logging
 import os
 import sys
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol
-
-from tqdm.auto import tqdm
+from typing import Any
 
 from unirag.errors import ConfigError, UniragError
 from unirag.ray_support import default_workers, ray_session
@@ -142,21 +125,13 @@ def runs_on_ray(engine: str | EngineOptions | WorkerPool | None, spec: str) -> b
 
 
 # -- what a worker runs --------------------------------------------------------------------------------
-class ModelRecipe(Protocol):
-    """Picklable instructions to load one model in a worker. ``key`` names the model (actors are
-    shared by recipes with the same key)."""
-
-    key: str
-
-    def load(self, device: str) -> Any: ...
-
-    def describe(self, model: Any) -> dict[str, Any]: ...
-
-
+#: A recipe (:class:`unirag.pipelines.remote_models.ModelRecipe`, or anything picklable with its ``key``,
+#: ``load(device)`` and ``describe(model)``) says how a worker loads one model; workers are shared by
+#: the recipes with the same ``key``.
 #: Calls a worker takes at once: the driver's two in flight (one works the model while the next has
-#: its images decoded) and one for ``info``/``close_task``/``shutdown``, which must not queue behind them.
+#: its images decoded) and one for ``describe``/``shutdown``, which must not queue behind them.
 WORKER_CONCURRENCY = 3
-#: What a call that a stopping worker (or the driver) cancelled before it claimed anything raises.
+#: What a call that a stopping worker (or the driver) cancelled before it reached the model raises.
 CANCELLED = "this call was cancelled (the Ray worker is stopping or the driver gave up)"
 #: What the driver raises when no worker of a model is left.
 ALL_DIED = "every Ray worker died (see Ray's logs, e.g. /tmp/ray/session_latest/logs); rerun to resume"
@@ -166,18 +141,18 @@ class _Worker:
     """A Ray actor (threaded, :data:`WORKER_CONCURRENCY` calls at once): loads its model once, then
     works the calls the driver hands it, one at a time on the model.
 
-    A call names the run (its store file and key field) and how to open the run's
-    :class:`~unirag.runs.executor.RunKind` on the model (``open_kind(model)``, once per run). A call
-    that enters while the model works on the one before has its payloads' image files decoded
-    (:meth:`_decoded`), then waits for ``_model_lock``: its model part (the store writes and
-    :func:`~unirag.runs.executor.run_items`) is given those images (``work_batch(payloads, images)``),
-    so the model thread does not read the files again.
+    A call names the run (``task``) and how to open the run's :class:`~unirag.runs.executor.RunKind`
+    on the model (``open_kind(model)``, once per run). A call that enters while the model works on the
+    one before has its payloads' image files decoded (:meth:`_decoded`), then waits for
+    ``_model_lock``: its model part (``work_batch(payloads, images)``) is given those images, so the
+    model thread does not read the files again. The driver claims and stores the items
+    (:func:`~unirag.runs.executor.run_items`); a call returns one record's fields per payload.
     """
 
-    def __init__(self, recipe: ModelRecipe, device: str, threads: int | None, decode: int = 0) -> None:
+    def __init__(self, recipe: Any, device: str, threads: int | None, decode: int = 0) -> None:
         import threading
 
-        self._model_lock = threading.Lock()  # the model and the task stores: one call at a time
+        self._model_lock = threading.Lock()  # the model: one call at a time
         self._tasks_lock = threading.Lock()  # ``tasks``; taken before ``_model_lock``, never while holding it
         self._stopping = False
         self.decode = decode
@@ -191,28 +166,19 @@ class _Worker:
                 pass
         self.recipe = recipe
         self.model = recipe.load(device)
-        self.tasks: dict[str, tuple[Any, Any]] = {}  # store path -> (the run kind, its store)
+        self.tasks: dict[str, Any] = {}  # task -> the run kind opened on the model (a thin wrapper of it)
 
-    def info(self) -> dict[str, Any]:
-        import socket
+    def describe(self) -> dict[str, Any]:
+        return self.recipe.describe(self.model)
 
-        import ray
-
-        return {"node": socket.gethostname(), "pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "decode": self.decode,
-                "model": self.recipe.describe(self.model)}
-
-    def _task(self, store_path: str, store_key: str, open_kind: Callable[[Any], Any]) -> tuple[Any, Any]:
-        from unirag.runs.store import ResultStore
-
+    def _task(self, task: str, open_kind: Callable[[Any], Any]) -> Any:
         with self._tasks_lock:
             if self._stopping:
                 raise UniragError(CANCELLED)
-            t = self.tasks.get(store_path)
-            if t is None:
+            if task not in self.tasks:
                 with self._model_lock:  # opening may touch the model another call is using
-                    t = self.tasks[store_path] = (open_kind(self.model), ResultStore(store_path, key=store_key))
-        return t
+                    self.tasks[task] = open_kind(self.model)
+            return self.tasks[task]
 
     def _decoded(self, kind: Any, payloads: list[Any]) -> dict[str, Any]:
         """This call's images (path -> image; an unreadable file is left out and fails where it is loaded),
@@ -234,39 +200,32 @@ class _Worker:
             log.warning("decoding a call's images ahead failed (%s); the model's thread decodes them", e)
         return {}
 
-    def run(self, store_path: str, store_key: str, open_kind: Callable[[Any], Any],
-            payloads: list[tuple[str, Any]]) -> dict[str, Any]:
-        """Work ``payloads`` ((key, prepared item) pairs) into the run's store; returns counts."""
-        from unirag.runs.executor import run_items
-        from unirag.runs.retry import RetryPolicy
+    def run(self, task: str, open_kind: Callable[[Any], Any], payloads: list[Any]) -> list[dict[str, Any]]:
+        """One record's fields per payload (a prepared item). A failed item raises
+        :class:`~unirag.errors.BackendError` (out of GPU memory: after the cached memory is released);
+        the driver then sends the items one by one."""
+        from unirag.runs.executor import as_backend_error
 
-        kind, store = self._task(store_path, store_key, open_kind)
-        images = self._decoded(kind, [p for _, p in payloads])  # while the model works on the call before
+        kind = self._task(task, open_kind)
+        images = self._decoded(kind, payloads)  # while the model works on the call before
         with self._model_lock:
             if self._stopping or _cancelled():
                 raise UniragError(CANCELLED)
-            counts = run_items(payloads, lambda kp: kp[0],
-                               lambda kps: kind.work_batch([p for _, p in kps], images), store,
-                               batch_size=kind.batch_size if kind.batches else 1,
-                               policy=RetryPolicy(max_attempts=1), progress=False)
-        return {**counts, "n": len(payloads)}
+            try:
+                if kind.batches:
+                    return kind.work_batch(payloads, images)
+                return [kind.work_batch([p], images)[0] for p in payloads]
+            except Exception as err:  # noqa: BLE001 - as_backend_error re-raises what is not a model failure
+                raise as_backend_error(err, release=True) from None
 
     def ask(self, question: Callable[[Any], Any]) -> Any:
         """``question(model)`` on the loaded model, between calls (e.g. a prompt in the model's wire form)."""
         with self._model_lock:
             return question(self.model)
 
-    def close_task(self, key: str) -> None:
-        with self._tasks_lock, self._model_lock:
-            t = self.tasks.pop(key, None)
-            if t is not None:
-                t[1].close()
-
     def shutdown(self) -> None:
-        self._stopping = True  # a call still waiting for the model gives up (its items stay unclaimed)
+        self._stopping = True  # a call still waiting for the model gives up
         with self._tasks_lock, self._model_lock:
-            for _, store in self.tasks.values():
-                store.close()
             self.tasks.clear()
             close = getattr(self.model, "close", None)
             if callable(close):
@@ -294,7 +253,7 @@ def _unwrap(err: BaseException) -> BaseException:
 @dataclass
 class _Group:
     actors: list[Any]
-    infos: list[dict[str, Any]]
+    model: dict[str, Any]  # what the model reports about itself (worker 0's description)
     last_used: float
     dead: set[int] = field(default_factory=set)  # workers that died: later runs skip them
 
@@ -306,14 +265,11 @@ class WorkerPool:
     joined on entry and (when started here) stopped on exit, and every actor is stopped.
     """
 
-    def __init__(self, options: EngineOptions | None = None, progress: bool = True) -> None:
+    def __init__(self, options: EngineOptions | None = None) -> None:
         self.options = options or EngineOptions(engine="ray")
-        self.progress = progress
         self._groups: dict[str, _Group] = {}
         self._session = None
         self.ray = None
-        #: per model key: items done by each worker in this pool's runs (index = worker number)
-        self.done_per_worker: dict[str, list[int]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def __enter__(self) -> WorkerPool:
@@ -357,7 +313,7 @@ class WorkerPool:
         o = self.options
         return free.get("CPU", 0) >= n * o.cpus_per_worker and free.get("GPU", 0) >= n * o.gpus_per_worker
 
-    def group(self, recipe: ModelRecipe) -> _Group:
+    def group(self, recipe: Any) -> _Group:
         """The actors holding ``recipe``'s model (started, and the model loaded, on first use)."""
         group = self._groups.get(recipe.key)
         if group is not None:
@@ -372,20 +328,19 @@ class WorkerPool:
                                           max_restarts=0, max_task_retries=0, max_concurrency=WORKER_CONCURRENCY)
         actors = [cls.remote(recipe, device, threads, decode) for _ in range(n)]
         try:
-            infos = ray.get([a.info.remote() for a in actors])
+            infos = ray.get([a.describe.remote() for a in actors])  # every model loaded
         except Exception as e:  # the model failed to load (bad spec, no weights, no GPU)
             for a in actors:
                 ray.kill(a)
             raise _unwrap(e) from None
-        group = self._groups[recipe.key] = _Group(actors, infos, time.monotonic())
-        self.done_per_worker.setdefault(recipe.key, [0] * n)
+        group = self._groups[recipe.key] = _Group(actors, infos[0], time.monotonic())
         return group
 
-    def describe(self, recipe: ModelRecipe) -> dict[str, Any]:
+    def describe(self, recipe: Any) -> dict[str, Any]:
         """What the model reports about itself (its config, template family, ...), from worker 0."""
-        return self.group(recipe).infos[0]["model"]
+        return self.group(recipe).model
 
-    def ask(self, recipe: ModelRecipe, question: Callable[[Any], Any]) -> Any:
+    def ask(self, recipe: Any, question: Callable[[Any], Any]) -> Any:
         """``question(model)`` (picklable) answered by a live worker holding ``recipe``'s model: what only
         the loaded model knows (the exact text or body it would send for a prompt)."""
         group = self.group(recipe)
@@ -401,80 +356,67 @@ class WorkerPool:
         raise UniragError(ALL_DIED)
 
     # -- running --------------------------------------------------------------------------------------
-    def run(self, recipe: ModelRecipe, open_kind: Callable[[Any], Any], store: Any, items: Sequence[Any],
-            key: Callable[[Any], str], prepare: Callable[[Any], Any] = lambda item: item, *, chunk_size: int = 1,
-            desc: str = "items", progress: bool | None = None) -> dict[str, int]:
-        """Work ``items`` on the model's actors into ``store``'s file; returns counts ok/error/skipped.
+    def transport(self, recipe: Any, open_kind: Callable[[Any], Any], task: str,
+                  prepare: Callable[[Any], Any]) -> tuple[Callable[[list[Any]], list[dict[str, Any]]],
+                                                          Callable[[], None], int]:
+        """(``work``, ``stop``, live workers) for :func:`~unirag.runs.executor.run_items`, which claims and
+        stores the items: ``work(items)`` prepares them (``prepare``, e.g. the query with its examples
+        chosen here) and has a live worker holding ``recipe``'s model work them, each worker opening the
+        run ``task``'s :class:`~unirag.runs.executor.RunKind` with ``open_kind(model)`` (picklable). Each
+        worker takes two calls at once (the next one is there when the first is done). A worker that dies
+        loses only the call it held: it goes to another worker. ``stop()`` cancels the calls in flight."""
+        import queue
+        import threading
 
-        Each actor opens the run's :class:`~unirag.runs.executor.RunKind` with ``open_kind(model)``
-        (picklable). ``prepare(item)`` builds the payload an actor gets (e.g. the query with its
-        examples, chosen here); it runs just before the item is sent. Items go out ``chunk_size`` at a
-        time. Called by :func:`unirag.runs.executor.execute`.
-        """
-        store_path, store_key = str(store.path.resolve()), store.key
-        group = self.group(recipe)  # connects to Ray on first use
-        ray = self.ray
-        counts = {"ok": 0, "error": 0, "skipped": 0}
-        pending = deque(list(items[i:i + chunk_size]) for i in range(0, len(items), max(1, chunk_size)))
-        alive = [w for w in range(len(group.actors)) if w not in group.dead]
-        if not alive and items:
-            raise UniragError("every Ray worker of this model died earlier; rerun to resume")
-        done = self.done_per_worker[recipe.key]
-        in_flight: dict[Any, tuple[int, list[Any]]] = {}
-        show = self.progress if progress is None else progress
-        bar = tqdm(total=len(items), desc=f"{desc} (ray, {len(alive)} workers)", disable=not show, unit="it")
+        group, ray = self.group(recipe), self.ray  # connects to Ray on first use
+        slots: queue.Queue[int] = queue.Queue()
+        for w in [w for w in range(len(group.actors)) if w not in group.dead] * 2:
+            slots.put(w)
+        in_flight: set[Any] = set()
+        stopping = threading.Event()
 
-        def submit(w: int) -> None:
-            if pending:
-                chunk = pending.popleft()
-                payloads = [(key(it), prepare(it)) for it in chunk]
-                in_flight[group.actors[w].run.remote(store_path, store_key, open_kind, payloads)] = (w, chunk)
-
-        try:
-            for w in alive:  # two batches per worker: the next one is there when the first is done
-                submit(w)
-                submit(w)
-            while in_flight:
-                ready, _ = ray.wait(list(in_flight), num_returns=1)
-                w, chunk = in_flight.pop(ready[0])
+        def work(items: list[Any]) -> list[dict[str, Any]]:
+            payloads = [prepare(it) for it in items]
+            while not stopping.is_set():
+                if len(group.dead) == len(group.actors):
+                    raise UniragError(ALL_DIED)
                 try:
-                    result = ray.get(ready[0])
-                except ray.exceptions.RayActorError:
-                    # The worker died: its claims died with it. Its batches go to the workers left.
-                    if w in alive:
-                        alive.remove(w)
-                        group.dead.add(w)
-                        log.warning("Ray worker %d died; its items go to the %d worker(s) left", w, len(alive))
-                    pending.appendleft(chunk)
-                    if not alive:
-                        raise UniragError(ALL_DIED) from None
-                    for other in alive:  # a worker that had run dry picks the batch up
-                        while pending and sum(1 for v in in_flight.values() if v[0] == other) < 2:
-                            submit(other)
+                    w = slots.get(timeout=0.2)
+                except queue.Empty:
                     continue
+                if w in group.dead:
+                    continue
+                ref = group.actors[w].run.remote(task, open_kind, payloads)
+                in_flight.add(ref)
+                try:
+                    while not ray.wait([ref], timeout=0.2)[0]:
+                        if stopping.is_set():
+                            raise UniragError(CANCELLED)
+                    return ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    if w not in group.dead:
+                        group.dead.add(w)
+                        log.warning("Ray worker %d died; its items go to the %d worker(s) left", w,
+                                    len(group.actors) - len(group.dead))
                 except ray.exceptions.RayTaskError as e:
                     raise _unwrap(e) from None
-                for k in ("ok", "error", "skipped"):
-                    counts[k] += result[k]
-                done[w] += result["n"]
-                bar.update(result["n"])
-                bar.set_postfix_str(" ".join(f"w{i}:{n}" for i, n in enumerate(done)), refresh=False)
-                if w in alive:
-                    submit(w)
-        finally:
-            bar.close()
-            for fut in in_flight:
-                try:
-                    ray.cancel(fut, force=False)
-                except Exception:  # noqa: BLE001 - best effort: the actors stop with the pool anyway
-                    pass
-            if not in_flight:
-                ray.get([group.actors[w].close_task.remote(store_path) for w in alive])
-        return counts
+                finally:
+                    in_flight.discard(ref)
+                    if w not in group.dead:
+                        slots.put(w)
+            raise UniragError(CANCELLED)
+
+        def stop() -> None:
+            stopping.set()
+            for ref in list(in_flight):
+                with contextlib.suppress(Exception):  # best effort: the actors stop with the pool anyway
+                    ray.cancel(ref, force=False)
+
+        return work, stop, len(group.actors) - len(group.dead)
 
 
-def open_pool(engine: str | EngineOptions | WorkerPool | None, progress: bool = True):
+def open_pool(engine: str | EngineOptions | WorkerPool | None):
     """A context manager yielding the pool to use: the given one (left open), or a new one for this run."""
     if isinstance(engine, WorkerPool):
         return contextlib.nullcontext(engine)
-    return WorkerPool(engine_options(engine), progress=progress)
+    return WorkerPool(engine_options(engine))

@@ -4,13 +4,11 @@ Every run kind that calls a model per item (captions, images, X^R agent calls) d
 :class:`RunKind`, what it prepares for an item and how a list of prepared items (with their image
 files decoded ahead, when they were) becomes record fields. :func:`execute` runs a kind:
 
-* on Ray workers (:class:`~unirag.runs.engine.WorkerPool`), each opening the kind on its model;
-* here, by :func:`run_items`, the one loop: batched (a local model that batches: a failed or
-  out-of-memory batch is retried item by item) or one item per call (APIs with bounded
-  concurrency, each call retried);
-
-and, for a local model here, with the items' images decoded a few calls ahead
-(:func:`unirag.data.loader.ahead`). Whatever the path, items are claimed in the run's
+by :func:`run_items`, the one loop: batched (a local model that batches: a failed or out-of-memory
+batch is retried item by item) or one item per call (APIs with bounded concurrency, each call
+retried); its calls go to a model here (for a local model, with the items' images decoded a few
+calls ahead, :func:`unirag.data.loader.ahead`) or to Ray workers holding the model
+(:meth:`unirag.runs.engine.WorkerPool.transport`). Whatever the path, items are claimed in the run's
 :class:`~unirag.runs.store.ResultStore` before their call and stored as they finish, so Ctrl-C or a
 crash loses at most the calls in flight and several processes never make the same call.
 """
@@ -70,53 +68,52 @@ def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurre
     """Run ``kind`` over the ``items`` not yet done in ``store``; returns counts ok/error/skipped.
 
     ``pool``: a :class:`~unirag.runs.engine.WorkerPool`: the calls go to its workers holding
-    ``recipe``'s model, each opening the kind with ``open_kind(model)`` (picklable) and writing into
-    ``store``'s file. Else they run here: batched when ``kind.batches``, else one item per call,
+    ``recipe``'s model, each opening the kind with ``open_kind(model)`` (picklable), two calls per
+    worker at once. Else they run here: batched when ``kind.batches``, else one item per call,
     ``concurrency`` at once, retried by ``policy``. ``decode_ahead``: a local model in this process:
     the next calls' image files are decoded in decode workers meanwhile, as many as ``engine`` (its
     :class:`~unirag.runs.engine.EngineOptions`) says (see :func:`unirag.data.loader.ahead`).
+    Either way the items are claimed and stored here, by :func:`run_items`.
     """
     items = list(items)
+    size = kind.batch_size if kind.batches or pool is not None else 1
+    work, stream, stop = (lambda its: kind.work_batch([kind.prepare(it) for it in its], {})), None, None  # noqa: E731
     if pool is not None:
-        done = store.done_keys()
-        todo = [it for it in items if kind.key(it) not in done]
-        counts = pool.run(recipe, open_kind, store, todo, key=kind.key, prepare=kind.prepare,
-                          chunk_size=kind.batch_size, desc=desc, progress=progress)
-        counts["skipped"] += len(items) - len(todo)
-        store.refresh()  # the workers' records
-        return counts
-    work, stream = (lambda its: kind.work_batch([kind.prepare(it) for it in its], {})), None  # noqa: E731
-    if decode_ahead:
+        work, stop, workers = pool.transport(recipe, open_kind, str(store.path.resolve()), kind.prepare)
+        concurrency, desc = 2 * workers, f"{desc} (ray, {workers} workers)"
+    elif decode_ahead:
         from unirag.data.loader import ahead
         from unirag.runtime import decode_processes
 
         done = store.done_keys()
         todo = [it for it in items if kind.key(it) not in done]
-        size, n = kind.batch_size if kind.batches else 1, kind.n_images(todo)
+        n = kind.n_images(todo)
         setting = getattr(getattr(engine, "options", engine), "decode_workers", None)  # "local"/None: auto
         work, stream = ahead([todo[s : s + size] for s in range(0, len(todo), size)], kind.key, kind.prepare,
                              kind.image_paths, kind.work_batch, decode_processes(setting, n) if n else 0)
-    try:  # a local model's batch is not retried as a whole (its failures are not transient): item by item
-        return run_items(items, kind.key, work, store, batch_size=kind.batch_size if kind.batches else 1,
-                         concurrency=1 if kind.batches else concurrency,
-                         policy=RetryPolicy(max_attempts=1) if kind.batches else policy, desc=desc,
-                         progress=progress)
+    # a model's batch is not retried as a whole (its failures are not transient): item by item
+    whole = kind.batches or pool is not None
+    try:
+        return run_items(items, kind.key, work, store, batch_size=size,
+                         concurrency=1 if kind.batches and pool is None else concurrency,
+                         policy=RetryPolicy(max_attempts=1) if whole else policy, desc=desc,
+                         progress=progress, stop=stop)
     finally:
         if stream is not None:
             stream.close()
 
 
-def is_out_of_memory(err: BaseException) -> bool:
-    """A GPU out-of-memory error, however it was raised (torch's class or a backend's ``oom`` error)."""
-    return type(err).__name__ == "OutOfMemoryError" or getattr(err, "kind", None) == "oom"
-
-
-def _as_backend_error(err: BaseException) -> BackendError:
-    """An item's failure as a BackendError; anything but a BackendError or an OOM is a bug and re-raised."""
+def as_backend_error(err: BaseException, release: bool = False) -> BackendError:
+    """An item's failure as a BackendError; anything but a BackendError or a GPU out-of-memory error (torch's
+    class, or a backend's ``oom`` error) is a bug and re-raised. ``release``: after an OOM, release the
+    cached GPU memory."""
+    if type(err).__name__ == "OutOfMemoryError" or getattr(err, "kind", None) == "oom":
+        if release:
+            free_memory()
+        if not isinstance(err, BackendError):
+            return BackendError(f"out of GPU memory: {err}", kind="oom")
     if isinstance(err, BackendError):
         return err
-    if is_out_of_memory(err):
-        return BackendError(f"out of GPU memory: {err}", kind="oom")
     raise err
 
 
@@ -131,6 +128,7 @@ def run_items(
     policy: RetryPolicy | None = None,
     desc: str = "items",
     progress: bool = True,
+    stop: Callable[[], None] | None = None,
 ) -> dict[str, int]:
     """Run ``work(batch)`` (one fields dict per item) over the items whose key is not yet done in ``store``.
 
@@ -141,7 +139,8 @@ def run_items(
     with its message (and retried by the next run). Other exceptions are bugs and propagate. Returns
     counts ok/error/skipped. Each item is claimed in the store before its call, so when several
     processes share the store an item is called by one of them only; the others count it as skipped
-    once its record is there.
+    once its record is there. ``stop()``: called when the run is interrupted, so that calls in
+    flight elsewhere (on Ray workers) give up.
     """
     policy = policy or RetryPolicy()
     done = store.done_keys()
@@ -163,8 +162,8 @@ def run_items(
     def call(item: T) -> dict[str, Any]:
         try:
             return work([item])[0]
-        except Exception as err:  # noqa: BLE001 - _as_backend_error re-raises what is not a model failure
-            raise _as_backend_error(err) from None
+        except Exception as err:  # noqa: BLE001 - as_backend_error re-raises what is not a model failure
+            raise as_backend_error(err) from None
 
     def alone(item: T) -> dict[str, Any] | None:
         start = time.perf_counter()
@@ -192,9 +191,8 @@ def run_items(
             start = time.perf_counter()
             try:
                 results = work(chunk)
-            except Exception as err:  # noqa: BLE001 - _as_backend_error re-raises what is not a model failure
-                if is_out_of_memory(_as_backend_error(err)):
-                    free_memory()
+            except Exception as err:  # noqa: BLE001 - as_backend_error re-raises what is not a model failure
+                as_backend_error(err, release=True)
             else:
                 seconds = (time.perf_counter() - start) / len(chunk)
                 return out + [record(it, f, None, 1, seconds) for it, f in zip(chunk, results, strict=True)]
@@ -231,6 +229,8 @@ def run_items(
                             if nxt is not None:
                                 pending.add(pool.submit(batch, nxt))
                 except BaseException:
+                    if stop is not None:
+                        stop()
                     for fut in pending:
                         fut.cancel()
                     raise

@@ -64,10 +64,6 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name))[:80]
-
-
 class RunDir:
     """Open with ``with RunDir(out, task, identity, settings) as run:``."""
 
@@ -84,10 +80,6 @@ class RunDir:
     @property
     def manifest_path(self) -> Path:
         return self.out / MANIFEST_FILE
-
-    @property
-    def prompts_dir(self) -> Path:
-        return self.out / PROMPTS_DIR
 
     def __enter__(self) -> RunDir:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -125,7 +117,9 @@ class RunDir:
         if old is not None:
             if old.get("task") != self.task:
                 raise ConfigError(f"{self.out} holds a '{old.get('task')}' run, not '{self.task}'; choose another --out")
-            diff = _diff(old.get("identity", {}), self.identity)
+            was, now = old.get("identity", {}), self.identity
+            diff = [f"{key}: {was.get(key)!r} -> {now.get(key)!r}" for key in sorted(set(was) | set(now))
+                    if was.get(key) != now.get(key)]
             if diff:
                 raise ConfigError(f"{self.out} holds a run with a different configuration ({'; '.join(diff)}); "
                                   "rerun with the same options to resume, or choose another --out")
@@ -141,13 +135,6 @@ class RunDir:
             "resumed": bool(old),
         }
         atomic_write_json(self.manifest_path, self.manifest)
-
-    def save_prompt(self, index: int, qid: str, messages: list[Message], merged_image=None,
-                    extra: dict[str, Any] | None = None, sent: str | None = None) -> None:
-        """Write prompt ``index`` (0-based) for inspection, if it is among the first ``save_prompts``;
-        ``sent``: the prompt exactly as the backend sends it (``NNN_qid.sent.txt``)."""
-        if index < self.save_prompts:
-            write_prompt(self.prompts_dir, index, qid, messages, merged_image, extra, sent)
 
     def finish(self, order: list[str], extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Compact outputs to one line per qid in query order; record counts and totals in the manifest."""
@@ -178,9 +165,8 @@ class RunDir:
 
 def write_prompt(prompts_dir: Path, index: int, qid: str, messages: list[Message], merged_image=None,
                  extra: dict[str, Any] | None = None, sent: str | None = None) -> None:
-    """Write one rendered prompt into ``prompts_dir`` (text, image list, merged image as PNG); a Ray
-    worker of the run calls this directly, the run itself through :meth:`RunDir.save_prompt`."""
-    stem = Path(prompts_dir) / f"{index:03d}_{_safe(qid)}"
+    """Write one rendered prompt into ``prompts_dir`` (text, image list, merged image as PNG)."""
+    stem = Path(prompts_dir) / f"{index:03d}_{re.sub(r'[^A-Za-z0-9._-]+', '_', str(qid))[:80]}"
     images = []
     for m in messages:
         for p in m.images:
@@ -222,14 +208,6 @@ def _usage_totals(records) -> dict[str, Any]:
             cost += float(r["cost_usd"])
         latency += float(r.get("latency_s") or 0.0)
     return {"usage": usage, "cost_usd": round(cost, 6) if priced else None, "latency_s": round(latency, 3)}
-
-
-def _diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    out = []
-    for key in sorted(set(old) | set(new)):
-        if old.get(key) != new.get(key):
-            out.append(f"{key}: {old.get(key)!r} -> {new.get(key)!r}")
-    return out
 
 
 # -- reading ----------------------------------------------------------------------------------
