@@ -113,8 +113,8 @@ class _FakeRay:
             def remote(self, recipe, device, threads, decode_workers):
                 fake.started.append((device, threads))
                 fake.decode_workers.append(decode_workers)
-                info = {"model": {"spec": recipe.spec}}
-                return type("Actor", (), {"info": type("M", (), {"remote": staticmethod(lambda: info)})()})()
+                model = {"spec": recipe.spec}  # what the worker's describe() reports
+                return type("Actor", (), {"describe": type("M", (), {"remote": staticmethod(lambda: model)})()})()
 
         return _Options()
 
