@@ -261,19 +261,14 @@ class Index:
         """The candidates this index holds, as a :class:`unirag.Pool` (from the index itself, no file read)."""
         from unirag.data.pool import Pool
 
-        return Pool([self._candidate(m) for m in self.metas], images_root=self.images_root)
+        return Pool(list(self.metas), images_root=self.images_root)
 
     def candidate(self, did: str) -> Candidate:
         """The candidate with this did (KeyError if the index has none)."""
         gid = self.gid_of(did)
         if gid is None:
             raise KeyError(f"no candidate {did!r} in index {self.path}")
-        return self._candidate(self.metas[gid])
-
-    @staticmethod
-    def _candidate(meta) -> Candidate:
-        return Candidate(did=meta.did, modality=meta.modality, txt=meta.txt, img_path=meta.img_path,
-                         source_id=meta.source_id)
+        return self.metas[gid]
 
     def load_encoder(self, *, device: str | None = "auto", dtype: str | None = "auto") -> Encoder:
         """Load the encoder recorded in the manifest and check that it is the one that built the index."""

@@ -16,26 +16,14 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from unirag.data.records import Modality
+from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError
 
 _COLUMNS = ("did", "txt", "img_path", "source_id", "src_content")
-
-
-@dataclass(frozen=True)
-class CandidateMeta:
-    """What the index keeps about a candidate besides its vector."""
-
-    did: str
-    modality: Modality
-    txt: str | None
-    img_path: str | None
-    source_id: str | None
 
 
 class MetaWriter:
@@ -70,7 +58,7 @@ class MetaWriter:
         self.db.close()
 
 
-class MetaTable(Sequence[CandidateMeta]):
+class MetaTable(Sequence[Candidate]):
     """Read-only, lazily loaded ``metas[gid]`` over the SQLite file (global ids = manifest order)."""
 
     def __init__(self, path: Path, offsets: dict[Modality, int], counts: dict[Modality, int]) -> None:
@@ -123,16 +111,16 @@ class MetaTable(Sequence[CandidateMeta]):
             gid += self._total
         return self._get(gid)
 
-    def _fetch(self, gid: int) -> CandidateMeta:
+    def _fetch(self, gid: int) -> Candidate:
         modality, row = self.locate(gid)
         with self._lock, self._reading():
             found = self.db.execute("SELECT did, txt, img_path, source_id FROM meta WHERE modality=? AND row=?",
                                     (modality.value, row)).fetchone()
         if found is None:
             raise InputError(f"no metadata for row {row} of {modality.value}; rebuild the index", path=self.path)
-        return CandidateMeta(found[0], modality, found[1], found[2], found[3])
+        return Candidate(found[0], modality, found[1], found[2], source_id=found[3])
 
-    def __iter__(self) -> Iterator[CandidateMeta]:
+    def __iter__(self) -> Iterator[Candidate]:
         for _, modality in self._bounds:
             last = -1
             while True:  # keyset pages: bounded memory at any size, no cursor held between pages
@@ -142,7 +130,7 @@ class MetaTable(Sequence[CandidateMeta]):
                 if not rows:
                     break
                 for _row, did, txt, img, sid in rows:
-                    yield CandidateMeta(did, modality, txt, img, sid)
+                    yield Candidate(did, modality, txt, img, source_id=sid)
                 last = rows[-1][0]
 
     def gid_of(self, did: str) -> int | None:

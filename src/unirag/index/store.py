@@ -40,9 +40,8 @@ from unirag.data.records import Modality
 from unirag.errors import ConfigError, InputError
 from unirag.index.factory import search_parameters
 from unirag.index.manifest import data_dir, read_manifest
-from unirag.index.metadata import CandidateMeta
 
-__all__ = ["ANY", "MEMORY_MODES", "CandidateMeta", "check_encoder", "fits_in_ram", "merge_topk",
+__all__ = ["ANY", "MEMORY_MODES", "check_encoder", "fits_in_ram", "merge_topk",
            "parse_modality_filter", "resolve_memory_mode"]
 
 ANY = "any"
