@@ -18,8 +18,8 @@ from typing import Any
 
 from unirag.data.images import BadImageReport
 from unirag.data.mbeir import duplicate_did, read_numbered_candidates
-from unirag.data.records import Candidate, Modality
-from unirag.index.encoding import candidate_meta, encode_chunks, encoder_info
+from unirag.data.records import Candidate
+from unirag.index.encoding import candidate_meta, encode_chunks, encoder_info, modality_chunks
 from unirag.index.shards import DEFAULT_SHARD_SIZE, load_or_create_plan, missing_shards
 from unirag.index.writer import IndexWriter
 
@@ -81,26 +81,19 @@ def build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, enc
     seen: dict[str, int | None] = {}
     bar = tqdm(total=total, desc="index build", unit="cand", disable=not progress)
 
-    def chunks():
-        """Same-modality chunks of ``batch_size`` in pool order (read ahead while the pool decodes)."""
-        pending: dict[Modality, list[Candidate]] = {}
+    def checked():
         for lineno, c in candidates:
             if c.did in seen:
                 raise duplicate_did(c.did, lineno, seen[c.did], pool_file)
             seen[c.did] = lineno
-            pending.setdefault(c.modality, []).append(c)
-            if len(pending[c.modality]) >= batch_size:
-                chunk = pending.pop(c.modality)
-                yield len(chunk), c.modality, chunk
-        for modality in list(pending):
-            chunk = pending.pop(modality)
-            yield len(chunk), modality, chunk
+            yield c
 
     with IndexWriter(out_dir, encoder.dim, encoder_info(encoder, encoder_spec), index_type, params,
                      allow_shrink=allow_shrink) as writer:
-        for n, modality, _, kept, vectors in encode_chunks(encoder, chunks(), images_root, bad, total):
+        chunks = modality_chunks(checked(), batch_size)  # read ahead while the pool decodes
+        for modality, chunk, kept, vectors in encode_chunks(encoder, chunks, images_root, bad, total):
             writer.add(modality, [candidate_meta(c) for c in kept], vectors)
-            bar.update(n)
+            bar.update(len(chunk))
         bar.close()
         extra = {"pool": pool_file, "images_root": str(images_root) if images_root else None,
                  "bad_images": {"count": len(bad), "first": [{"path": p, "reason": r}

@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from unirag.data.mbeir import duplicate_did, read_candidates, read_numbered_candidates
-from unirag.data.records import Modality
 from unirag.data.text import iter_text_lines
 from unirag.errors import ConfigError, InputError
 from unirag.index.writer import IndexWriter
@@ -303,22 +302,10 @@ def _positions(ids: list[str], positions: dict[str, int], present: np.ndarray, d
 def _write_index(pool: Path, aligned: _AlignedFile, present: np.ndarray, writer: IndexWriter,
                  extra: dict[str, Any]) -> dict[str, Any]:
     """Stream the pool in order; chunks per modality go to the writer with their aligned vectors."""
-    from unirag.index.encoding import candidate_meta
+    from unirag.index.encoding import candidate_meta, modality_chunks
 
-    pending: dict[Modality, list[tuple[int, Any]]] = {}
-
-    def flush(modality: Modality) -> None:
-        items = pending.pop(modality)
-        rows = np.array([p for p, _ in items])
-        writer.add(modality, [candidate_meta(c) for _, c in items], aligned.read(rows))
-
-    for pos, c in enumerate(read_candidates(pool)):
-        if not present[pos]:
-            continue
-        pending.setdefault(c.modality, []).append((pos, c))
-        if len(pending[c.modality]) >= CHUNK:
-            flush(c.modality)
-    for modality in list(pending):
-        flush(modality)
+    items = ((pos, c) for pos, c in enumerate(read_candidates(pool)) if present[pos])
+    for modality, chunk in modality_chunks(items, CHUNK, lambda item: item[1].modality):
+        writer.add(modality, [candidate_meta(c) for _, c in chunk], aligned.read(np.array([p for p, _ in chunk])))
     aligned.close()
     return writer.commit(extra)

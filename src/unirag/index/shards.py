@@ -160,11 +160,11 @@ def missing_shards(shards_dir: str | Path, plan: ShardPlan) -> list[int]:
     return [i for i in range(plan.n_shards) if done_record(shards_dir, i) is None]
 
 
-def _shard_candidates(plan: ShardPlan, i: int) -> list[tuple[int, Candidate]]:
-    """(pool line number, candidate) of shard ``i``, read from its byte offset only."""
+def _shard_candidates(plan: ShardPlan, i: int) -> list[Candidate]:
+    """The candidates of shard ``i``, read from its byte offset only."""
     pool = Path(plan.pool)
     want = plan.rows(i)
-    out: list[tuple[int, Candidate]] = []
+    out: list[Candidate] = []
     with pool.open("rb") as f:
         f.seek(plan.offsets[i])
         lineno = plan.lines[i] - 1
@@ -172,7 +172,7 @@ def _shard_candidates(plan: ShardPlan, i: int) -> list[tuple[int, Candidate]]:
             lineno += 1
             if not raw.strip():
                 continue
-            out.append((lineno, parse_candidate(parse_json_line(raw, pool, lineno), pool, lineno)))
+            out.append(parse_candidate(parse_json_line(raw, pool, lineno), pool, lineno))
             if len(out) == want:
                 break
     if len(out) != want:
@@ -200,37 +200,28 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
     started = time.time()
     bad = BadImageReport()
     items = _shard_candidates(plan, i)
-    ids: list[str] = []
-    blocks: list[np.ndarray] = []
+    position = {id(c): j for j, c in enumerate(items)}
     skipped: list[dict[str, str]] = []
 
     def groups():
-        """Per batch of ``batch_size`` pool items, its text, image and image+text groups (key: batch start)."""
+        """Per batch of ``batch_size`` pool items, its text, image and image+text groups."""
         for s in range(0, len(items), batch_size):
-            chunk = [c for _, c in items[s : s + batch_size]]
             for modality in (Modality.TEXT, Modality.IMAGE, Modality.IMAGE_TEXT):
-                group = [c for c in chunk if c.modality is modality]
+                group = [c for c in items[s : s + batch_size] if c.modality is modality]
                 if group:
-                    yield s, modality, group
-            yield s, None, []  # end of the batch
+                    yield modality, group
 
     rows: list[tuple[int, str, np.ndarray]] = []
-    for s, modality, group, kept, vectors in encode_chunks(encoder, groups(), images_root, bad, len(items)):
-        if modality is None:  # the batch is complete: its rows in pool order
-            rows.sort(key=lambda r: r[0])
-            ids += [r[1] for r in rows]
-            if rows:
-                blocks.append(np.stack([r[2] for r in rows]).astype(np.float32))
-            rows = []
-            continue
-        position = {c.did: j for j, (_, c) in enumerate(items[s : s + batch_size])}
+    for _, group, kept, vectors in encode_chunks(encoder, groups(), images_root, bad, len(items)):
         kept_dids = {c.did for c in kept}
         lost = [c for c in group if c.did not in kept_dids]
         skipped += [{"did": c.did, "path": p, "reason": r}
                     for c, (p, r) in zip(lost, bad.bad[len(bad.bad) - len(lost):], strict=True)]
-        rows += [(position[c.did], c.did, v) for c, v in zip(kept, vectors, strict=True)]
+        rows += [(position[id(c)], c.did, v) for c, v in zip(kept, vectors, strict=True)]
+    rows.sort(key=lambda r: r[0])  # pool order
+    ids = [r[1] for r in rows]
     dim = int(encoder.dim)
-    vectors = np.concatenate(blocks) if blocks else np.zeros((0, dim), dtype=np.float32)
+    vectors = np.stack([r[2] for r in rows]).astype(np.float32) if rows else np.zeros((0, dim), dtype=np.float32)
     name = shard_name(i)
     with atomic_open(shards_dir / f"{name}.npy", "wb") as f:
         np.save(f, vectors)
