@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ import numpy as np
 from unirag.data.mbeir import duplicate_did, read_candidates, read_numbered_candidates
 from unirag.data.text import iter_text_lines
 from unirag.errors import ConfigError, InputError
+from unirag.index.store import RawVectors
 from unirag.index.writer import IndexWriter
 
 ID_COLUMNS = ("id", "did")
@@ -210,8 +210,9 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
                                             "fingerprint": None}
                     writer = stack.enter_context(IndexWriter(out_dir, dim, info, index_type, params,
                                                              allow_shrink=allow_shrink))
-                    aligned = _AlignedFile(writer.folder / ".aligned.f32", n, dim)
-                    stack.callback(aligned.close)
+                    # deleted before the commit: the writer hashes every file of the folder
+                    aligned = RawVectors(writer.folder / ".aligned.f32", n, dim, create=True)
+                    stack.callback(aligned.close, delete=True)
                 vectors = _check_and_normalise(vectors, data_file, first, block_ids)
                 rows = _positions(block_ids, positions, present, data_file, ids_file, first)
                 aligned.write(rows, vectors)
@@ -230,35 +231,6 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
                  "bad_images": {"count": len(bad), "first": [{"path": b["path"], "reason": b["reason"]}
                                                              for b in list(bad.values())[:20]]}}
         return _write_index(pool, aligned, present, writer, extra)
-
-
-class _AlignedFile:
-    """Vectors at their pool position in a raw float32 file, written and read with positioned I/O
-    (a writable memory map would count every touched page as this process's memory)."""
-
-    def __init__(self, path: Path, n: int, dim: int) -> None:
-        from unirag.index.store import RawVectors
-
-        self.row_bytes = dim * 4
-        with path.open("wb") as f:
-            f.truncate(n * self.row_bytes)
-        self.fd = os.open(path, os.O_WRONLY)
-        self.reader = RawVectors(path, n, dim)
-
-    def write(self, rows: np.ndarray, vectors: np.ndarray) -> None:
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        for r, row in zip(rows.tolist(), vectors, strict=True):
-            os.pwrite(self.fd, row.tobytes(), r * self.row_bytes)
-
-    def read(self, rows: np.ndarray) -> np.ndarray:
-        return self.reader.rows(rows)
-
-    def close(self) -> None:
-        """Close and delete the file (idempotent): it must be gone before the writer hashes the folder."""
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-            self.reader.path.unlink(missing_ok=True)
 
 
 def _check_and_normalise(vectors: np.ndarray, path: Path, first: int, ids: list[str] | None) -> np.ndarray:
@@ -299,13 +271,13 @@ def _positions(ids: list[str], positions: dict[str, int], present: np.ndarray, d
     return rows
 
 
-def _write_index(pool: Path, aligned: _AlignedFile, present: np.ndarray, writer: IndexWriter,
+def _write_index(pool: Path, aligned: RawVectors, present: np.ndarray, writer: IndexWriter,
                  extra: dict[str, Any]) -> dict[str, Any]:
     """Stream the pool in order; chunks per modality go to the writer with their aligned vectors."""
     from unirag.index.encoding import candidate_meta, modality_chunks
 
     items = ((pos, c) for pos, c in enumerate(read_candidates(pool)) if present[pos])
     for modality, chunk in modality_chunks(items, CHUNK, lambda item: item[1].modality):
-        writer.add(modality, [candidate_meta(c) for _, c in chunk], aligned.read(np.array([p for p, _ in chunk])))
-    aligned.close()
+        writer.add(modality, [candidate_meta(c) for _, c in chunk], aligned.rows(np.array([p for p, _ in chunk])))
+    aligned.close(delete=True)
     return writer.commit(extra)

@@ -113,19 +113,22 @@ def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.n
 
 
 class RawVectors:
-    """Rows of a raw float32 vector file, read on demand with positioned reads.
+    """Rows of a raw float32 vector file, read (and, with ``create``, written) with positioned I/O.
 
     Not a memory map on purpose: every page a map touches counts as the process's resident memory,
     and the kernel maps already-cached neighbour pages on each fault (fault-around), so re-scoring
     random rows of a 10 GB file from a map showed ~10 GB RSS after 1,000 queries, against 0.3 GB
     with ``pread`` at the same speed. The file stays open, so it stays readable after a rebuild
-    deletes it.
+    deletes it. ``create``: a new zero-filled file of ``count`` rows, written with :meth:`write`.
     """
 
-    def __init__(self, path: Path, count: int, dim: int) -> None:
+    def __init__(self, path: Path, count: int, dim: int, create: bool = False) -> None:
         self.path, self.count, self.dim = path, count, dim
         self.row_bytes = dim * 4
-        self.fd = os.open(path, os.O_RDONLY)
+        if create:
+            with path.open("wb") as f:
+                f.truncate(count * self.row_bytes)
+        self.fd: int | None = os.open(path, os.O_RDWR if create else os.O_RDONLY)
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
         out = np.empty((len(rows), self.dim), dtype=np.float32)
@@ -138,10 +141,25 @@ class RawVectors:
                 raise InputError(f"short read at row {r}: the file is truncated; rebuild the index", path=self.path)
         return out
 
-    def __del__(self) -> None:
-        fd = getattr(self, "fd", None)
-        if fd is not None:
-            os.close(fd)
+    def block(self, first: int, last: int) -> np.ndarray:
+        """Rows ``first .. last - 1`` in one read."""
+        data = os.pread(self.fd, (last - first) * self.row_bytes, first * self.row_bytes)
+        return np.frombuffer(data, dtype=np.float32).reshape(-1, self.dim)
+
+    def write(self, rows: np.ndarray, vectors: np.ndarray) -> None:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        for r, row in zip(rows.tolist(), vectors, strict=True):
+            os.pwrite(self.fd, row.tobytes(), r * self.row_bytes)
+
+    def close(self, delete: bool = False) -> None:
+        """Close the file (idempotent); ``delete``: and remove it."""
+        if getattr(self, "fd", None) is not None:
+            os.close(self.fd)
+            self.fd = None
+            if delete:
+                self.path.unlink(missing_ok=True)
+
+    __del__ = close
 
 
 class RowFilter:

@@ -119,6 +119,7 @@ class _SubIndex:
         import faiss
 
         n = self.count
+        raw = RawVectors(self.spill_path, n, self.dim)
         if n < factory.IVFPQ_MIN_COUNT:
             kind = "flat"
             params = {"reason": f"ivfpq needs >= {factory.IVFPQ_MIN_COUNT} vectors, got {n}",
@@ -128,31 +129,20 @@ class _SubIndex:
             kind = "ivfpq"
             params = factory.ivfpq_shape(n, self.dim, self.params)
             trained = factory.new_ivfpq(self.dim, params)
-            rng = np.random.default_rng(seed)
-            rows = np.sort(rng.choice(n, size=min(n, int(params["train_size"])), replace=False))
-            trained.train(RawVectors(self.spill_path, n, self.dim).rows(rows))
+            rows = np.random.default_rng(seed).choice(n, size=min(n, int(params["train_size"])), replace=False)
+            trained.train(raw.rows(np.sort(rows)))
         for first in range(0, n, self.shard_size):
             last = min(n, first + self.shard_size)
             index = faiss.clone_index(trained) if trained is not None else factory.new_flat(self.dim)
-            for block in _read_blocks(self.spill_path, self.dim, first, last):
-                index.add(block)
+            for start in range(first, last, SPILL_CHUNK):
+                index.add(raw.block(start, min(last, start + SPILL_CHUNK)))
             if trained is not None and not params["refine"]:
                 index.make_direct_map()  # stored vectors stay reconstructable (from the codes) without raw vectors
             self._write_shard(index)
             del index
-        if trained is not None and params["refine"]:
-            return kind, params, self.spill_path.name  # kept: re-scoring reads rows of it
-        self.spill_path.unlink()
-        return kind, params, None
-
-
-def _read_blocks(path: Path, dim: int, first: int, last: int):
-    row_bytes = dim * 4
-    with path.open("rb") as f:
-        f.seek(first * row_bytes)
-        for start in range(first, last, SPILL_CHUNK):
-            count = min(SPILL_CHUNK, last - start)
-            yield np.frombuffer(f.read(count * row_bytes), dtype=np.float32).reshape(count, dim)
+        keep = trained is not None and params["refine"]  # re-scoring reads rows of it
+        raw.close(delete=not keep)
+        return kind, params, self.spill_path.name if keep else None
 
 
 def check_shrink(index_dir: Path, counts: dict[str, int], extra: dict[str, Any] | None = None,
