@@ -20,15 +20,8 @@ from unirag.data.images import BadImageReport
 from unirag.data.mbeir import duplicate_did, read_numbered_candidates
 from unirag.data.records import Candidate
 from unirag.index.encoding import candidate_meta, encode_chunks, encoder_info, modality_chunks
-from unirag.index.shards import DEFAULT_SHARD_SIZE, load_or_create_plan, missing_shards
-from unirag.index.writer import IndexWriter
-
-BAD_IMAGES_KEPT = 20
-
-
-def _count_lines(path: Path) -> int:
-    with path.open("rb") as f:
-        return sum(1 for line in f if line.strip())
+from unirag.index.shards import DEFAULT_SHARD_SIZE, count_lines, load_or_create_plan, missing_shards
+from unirag.index.writer import IndexWriter, source_record
 
 
 def default_shards_dir(out_dir: str | Path) -> Path:
@@ -73,7 +66,7 @@ def build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, enc
     from tqdm.auto import tqdm
 
     if isinstance(pool, Path):
-        candidates, total, pool_file = read_numbered_candidates(pool), _count_lines(pool), str(pool)
+        candidates, total, pool_file = read_numbered_candidates(pool), count_lines(pool), str(pool)
     else:
         candidates, total, pool_file = ((None, c) for c in pool), len(pool), None
 
@@ -95,7 +88,4 @@ def build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, enc
             writer.add(modality, [candidate_meta(c) for c in kept], vectors)
             bar.update(len(chunk))
         bar.close()
-        extra = {"pool": pool_file, "images_root": str(images_root) if images_root else None,
-                 "bad_images": {"count": len(bad), "first": [{"path": p, "reason": r}
-                                                             for p, r in bad.bad[:BAD_IMAGES_KEPT]]}}
-        return writer.commit(extra)
+        return writer.commit(source_record(pool_file, images_root, bad.bad))

@@ -68,13 +68,18 @@ def _try_lock(path: Path) -> int | None:
     return fd
 
 
-def current_data_name(index_dir: Path) -> str | None:
-    """The data folder ``manifest.json`` names now (None if there is no readable v2 manifest)."""
+def _manifest_json(index_dir: Path) -> dict:
+    """``manifest.json`` as it is, ``{}`` if missing or unreadable (cleanup must not fail on a bad one)."""
     try:
         manifest = json.loads((index_dir / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):  # missing, not UTF-8, not JSON, nested too deep
-        return None
-    name = manifest.get("data") if isinstance(manifest, dict) else None
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def current_data_name(index_dir: Path) -> str | None:
+    """The data folder ``manifest.json`` names now (None if there is no readable v2 manifest)."""
+    name = _manifest_json(index_dir).get("data")
     return name if isinstance(name, str) else None
 
 
@@ -171,22 +176,19 @@ def check_target(index_dir: Path) -> None:
         return
     if not index_dir.is_dir():
         raise InputError("the index output path exists and is not a directory", path=index_dir)
-    ours = (MANIFEST, INDEX_LOCK)
-    foreign = [p.name for p in index_dir.iterdir()
-               if p.name not in ours and not p.name.startswith((DATA_PREFIX, MANIFEST_TMP_PREFIX))
-               and p.name not in _v1_files(index_dir) and p.name != "shards"]
-    if foreign and not (index_dir / MANIFEST).exists():
+    if (index_dir / MANIFEST).exists():
+        return
+    foreign = [p.name for p in index_dir.iterdir() if p.name not in (INDEX_LOCK, "shards")
+               and not p.name.startswith((DATA_PREFIX, MANIFEST_TMP_PREFIX))]
+    if foreign:
         raise InputError(f"the output folder is not empty and holds no unirag index (found {foreign[0]!r}); "
                          "choose another --out or empty it", path=index_dir)
 
 
 def _v1_files(index_dir: Path) -> list[str]:
     """Top-level data files of a version-1 index at ``index_dir`` (replaced by a new build)."""
-    try:
-        manifest = json.loads((index_dir / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # missing, not UTF-8, not JSON, nested too deep
-        return []
-    if not isinstance(manifest, dict) or manifest.get("format_version") != 1:
+    manifest = _manifest_json(index_dir)
+    if manifest.get("format_version") != 1:
         return []
     return [n for n in (manifest.get("checksums") or {}) if "/" not in n and n != MANIFEST]
 

@@ -33,7 +33,7 @@ from unirag.data.mbeir import duplicate_did, read_candidates, read_numbered_cand
 from unirag.data.text import iter_text_lines
 from unirag.errors import ConfigError, InputError
 from unirag.index.store import RawVectors
-from unirag.index.writer import IndexWriter
+from unirag.index.writer import IndexWriter, source_record
 
 ID_COLUMNS = ("id", "did")
 EMBEDDING_COLUMN = "embedding"
@@ -226,10 +226,8 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
         if unexplained:
             raise InputError(f"{len(unexplained)} pool candidate(s) have no embedding, first {unexplained[0]!r}",
                              path=embeddings)
-        extra = {"pool": str(pool), "embeddings": str(embeddings),
-                 "images_root": str(images_root) if images_root else None,
-                 "bad_images": {"count": len(bad), "first": [{"path": b["path"], "reason": b["reason"]}
-                                                             for b in list(bad.values())[:20]]}}
+        extra = source_record(pool, images_root, [(b["path"], b["reason"]) for b in bad.values()],
+                              embeddings=str(embeddings))
         return _write_index(pool, aligned, present, writer, extra)
 
 

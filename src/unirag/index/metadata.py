@@ -104,8 +104,6 @@ class MetaTable(Sequence[Candidate]):
         return modality, gid - self.offsets[modality]
 
     def __getitem__(self, gid):  # type: ignore[override]
-        if isinstance(gid, slice):
-            return [self[i] for i in range(*gid.indices(self._total))]
         gid = int(gid)
         if gid < 0:
             gid += self._total

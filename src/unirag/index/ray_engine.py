@@ -52,20 +52,16 @@ class _ShardWorker:
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         from unirag.index.shards import embed_shard
 
-        shards, rows, seconds = [], [], []
-        for i in batch["shard"]:
-            record = embed_shard(self.shards_dir, self.plan, int(i), self.encoder, self.images_root, self.batch_size)
-            shards.append(int(i))
-            rows.append(int(record["rows"]))
-            seconds.append(float(record.get("seconds", 0.0)))
-        return {"shard": shards, "rows": rows, "seconds": seconds}
+        for i in batch["shard"]:  # the shard's files are its result
+            embed_shard(self.shards_dir, self.plan, int(i), self.encoder, self.images_root, self.batch_size)
+        return batch
 
 
 def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str | None,
                images_root: str | Path | None, engine: Any, *, batch_size: int = 64, dtype: str | None = None,
-               autocast: str | None = None, progress: bool = True) -> list[dict[str, Any]]:
+               autocast: str | None = None, progress: bool = True) -> None:
     """Embed ``shard_ids`` of the planned shards folder on Ray, sized by ``engine`` (its
-    :class:`~unirag.runs.engine.EngineOptions`); returns one record per shard embedded.
+    :class:`~unirag.runs.engine.EngineOptions`).
 
     Workers load ``encoder_spec`` on ``cuda`` when GPUs are reserved (else CPU) in ``dtype`` (and
     ``autocast``, see :func:`unirag.encoders.registry.load_encoder`); their
@@ -74,7 +70,7 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
     from unirag.ray_support import default_workers, ray_session
 
     if not shard_ids:
-        return []
+        return
     o = engine
     with ray_session(o.ray_address, log_to_driver=progress) as ray:
         ctx = ray.data.DataContext.get_current()
@@ -93,4 +89,4 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
                                    "images_root": str(images_root) if images_root else None,
                                    "batch_size": batch_size, "device": device, "dtype": dtype,
                                    "threads": threads, "decode": decode, "autocast": autocast})
-        return sorted(out.take_all(), key=lambda r: r["shard"])
+        out.materialize()

@@ -72,10 +72,15 @@ class ShardPlan:
         return end - self.starts[i]
 
 
+def count_lines(path: Path) -> int:
+    """Non-blank lines of a JSONL file: the candidates of a pool."""
+    with path.open("rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
 def _scan_pool(pool: Path, n_shards: int | None, shard_size: int) -> tuple[int, list[int], list[int], list[int]]:
     """Count non-blank lines, cut them into shards, note where each shard starts (byte offset, line)."""
-    with pool.open("rb") as f:
-        count = sum(1 for line in f if line.strip())
+    count = count_lines(pool)
     n = n_shards or max(1, -(-count // shard_size))
     starts = [i * count // n for i in range(n)]
     wanted = set(starts)

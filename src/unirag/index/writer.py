@@ -41,6 +41,15 @@ from unirag.index.store import RawVectors
 from unirag.redact import redact_json
 
 SPILL_CHUNK = 65536
+#: Skipped images the manifest lists by name (all are counted).
+BAD_IMAGES_KEPT = 20
+
+
+def source_record(pool: str | Path | None, images_root: str | Path | None, bad: list[tuple[str, str]],
+                  **more: Any) -> dict[str, Any]:
+    """What the manifest records of the build's input: pool file, images root, skipped images (path, reason)."""
+    return {"pool": str(pool) if pool else None, **more, "images_root": str(images_root) if images_root else None,
+            "bad_images": {"count": len(bad), "first": [{"path": p, "reason": r} for p, r in bad[:BAD_IMAGES_KEPT]]}}
 
 
 def faiss_write_error(e: RuntimeError, target: Path) -> OSError:
@@ -145,14 +154,14 @@ class _SubIndex:
         return kind, params, self.spill_path.name if keep else None
 
 
-def check_shrink(index_dir: Path, counts: dict[str, int], extra: dict[str, Any] | None = None,
-                 max_shrink: float | None = None) -> None:
+def check_shrink(index_dir: Path, counts: dict[str, int], extra: dict[str, Any] | None = None) -> None:
     """Refuse (:class:`~unirag.errors.ConfigError`) to replace the index at ``index_dir`` with one of
-    ``counts`` (modality -> candidates) that loses a modality, or more than ``max_shrink`` (None: the
-    ``index_max_shrink`` setting) of a modality's candidates. Nothing to compare (no index there yet,
-    or one that cannot be read) passes."""
+    ``counts`` (modality -> candidates) that loses a modality, or more than the ``index_max_shrink``
+    setting's share of a modality's candidates. Nothing to compare (no index there yet, or one that
+    cannot be read) passes."""
     from unirag.errors import ConfigError
     from unirag.index.manifest import read_manifest
+    from unirag.profiles import SETTINGS
 
     if not (index_dir / "manifest.json").exists():
         return
@@ -160,10 +169,7 @@ def check_shrink(index_dir: Path, counts: dict[str, int], extra: dict[str, Any] 
         old = {m: int(e["count"]) for m, e in read_manifest(index_dir)["subindexes"].items()}
     except (InputError, KeyError, TypeError, ValueError):
         return  # a damaged old index is not a reference
-    if max_shrink is None:
-        from unirag.profiles import SETTINGS
-
-        max_shrink = float(SETTINGS["index_max_shrink"].default)
+    max_shrink = float(SETTINGS["index_max_shrink"].default)
     lost = [f"all {n} {m} candidates" if not counts.get(m) else f"{n - counts[m]} of {n} {m} candidates"
             for m, n in old.items() if n and counts.get(m, 0) < n * (1 - max_shrink)]
     if not lost:
