@@ -130,18 +130,24 @@ def _sources(path: Path, ids_path: Path | None) -> list[tuple[Path, Path | None]
     return [(path, ids_path)]
 
 
-def _check_shards_done(path: Path) -> None:
-    """A planned shards folder must be complete: name the shards still to embed."""
+def _planned_encoder(path: Path, info: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The encoder of the vectors in ``path``: a planned shards folder must be complete and made by
+    ``info``'s encoder (when given), and records its own; other sources have ``info``'s."""
     from unirag.index.shards import PLAN, missing_shards, read_plan
 
     if not (path.is_dir() and (path / PLAN).exists()):
-        return
+        return info
     plan = read_plan(path)
     todo = missing_shards(path, plan)
     if todo:
         listed = ", ".join(f"{i}/{plan.n_shards}" for i in todo[:10]) + (" ..." if len(todo) > 10 else "")
         raise InputError(f"{len(todo)} of {plan.n_shards} shards are not embedded yet ({listed}); run them "
                          "(--shard i/n, or --engine ray) first", path=path)
+    planned = plan.encoder
+    if info is not None and info["fingerprint"] != planned.get("fingerprint"):
+        raise ConfigError(f"encoder {info.get('spec') or info.get('name')!r} is not the encoder these shards "
+                          f"were made with ({planned.get('name')!r}, spec {planned.get('spec')!r})")
+    return info or planned
 
 
 def _recorded_bad_images(path: Path) -> dict[str, dict[str, str]]:
@@ -176,7 +182,7 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
     if not pool.is_file():
         raise InputError("candidate pool not found", path=pool)
     ids_path = Path(ids) if ids is not None else None
-    _check_shards_done(embeddings)
+    encoder_info = _planned_encoder(embeddings, encoder_info)
     sources = _sources(embeddings, ids_path)
     positions: dict[str, int] = {}
     lines: dict[str, int] = {}

@@ -169,20 +169,12 @@ class Index:
         """
         from unirag.index.embeddings import build_from_embeddings
         from unirag.index.encoding import encoder_info
-        from unirag.index.shards import PLAN, read_plan
 
         pool_path, root = _pool_source(pool, images_root)
         info = None
         if encoder is not None:
             spec, enc = _encoder_and_spec(encoder, "cpu", "float32")
             info = encoder_info(enc, spec)
-        embeddings = Path(embeddings)
-        if embeddings.is_dir() and (embeddings / PLAN).exists():
-            planned = read_plan(embeddings).encoder
-            if info is not None and info["fingerprint"] != planned.get("fingerprint"):
-                raise ConfigError(f"encoder {info.get('spec') or info.get('name')!r} is not the encoder these shards "
-                                  f"were made with ({planned.get('name')!r}, spec {planned.get('spec')!r})")
-            info = info or planned
         build_from_embeddings(pool_path, embeddings, out, info, ids=ids, index_type=index_type,
                               params=dict(params or {}), images_root=root, progress=progress,
                               allow_shrink=allow_shrink)

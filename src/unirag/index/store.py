@@ -1,31 +1,21 @@
-"""Open an index directory and search it, optionally restricted to one candidate modality.
+"""Search an index directory: one sub-index per candidate modality, each in one or more FAISS shards.
 
-Each modality has its own sub-index, so a modality-restricted search only touches the vectors of
-that modality (no filtering after the fact, no lost top-k slots) and ``any`` merges the per-modality
-top-k lists by score. A sub-index may be cut into several FAISS shards; each is searched and the
-lists are merged into the exact top-k of the union (:func:`merge_topk`). Hits are *global ids*: the
-concatenation of the sub-indexes in manifest order, which index :attr:`unirag.Index.metas` directly.
+A modality-restricted search touches only that modality's vectors (no filtering after the fact, no
+lost top-k slots); ``any`` and multi-shard sub-indexes merge their lists into the exact top-k
+(:func:`merge_topk`). Hits are *global ids*: the sub-indexes concatenated in manifest order, which
+index :attr:`unirag.Index.metas`.
 
-Opening is cheap at any size: FAISS files are memory-mapped (``IO_FLAG_MMAP_IFC``), metadata is an
-SQLite file queried on demand (:mod:`unirag.index.metadata`), IVF-PQ raw vectors are read row by
-row when re-scoring (:class:`RawVectors`), and only file sizes are checked - ``unirag index verify`` re-hashes the files.
+Opening is cheap at any size: FAISS files are memory-mapped, metadata is SQLite queried on demand
+(:mod:`unirag.index.metadata`), IVF-PQ raw vectors are read row by row (:class:`RawVectors`), and
+only file sizes are checked. A file damaged in place (same size) can hold a non-finite number that
+FAISS would serve as a score: at open :data:`OPEN_SAMPLE_ROWS` rows spread over each shard (and the
+IVF-PQ centroids and code book every score goes through) are checked finite, about 1 ms on a
+200,000 x 512 flat index against reading all 400 MB, and every search checks the k scores it
+returns. Both errors point to ``unirag index verify``: a damaged but *finite* number changes
+rankings silently, and only re-hashing finds it.
 
-Cheap integrity: a file damaged in place (same size, so the size check passes) can hold a non-finite
-number, which FAISS would serve as a score of ``inf``/``nan`` (and a JSON writer as ``Infinity``).
-Two checks refuse that without reading the whole index: at open, :data:`OPEN_SAMPLE_ROWS` rows of each
-shard spread evenly over it (every row of a shard that small; for IVF-PQ also the coarse centroids and
-the PQ code book, which every score goes through) are checked finite - one page read per sampled row,
-about 1 ms on a 200,000 x 512 flat index in the page cache against 0.3 ms without (a full scan would read
-all 400 MB); and every search checks the scores of the hits it returns (k numbers per query), so a
-damaged row outside the sample is refused the first time it would be served. The sample also catches a
-``nan`` that FAISS would never rank (a comparison with ``nan`` is false) in a small index. Both errors
-point to ``unirag index verify``, which re-hashes everything (a damaged but *finite* number changes
-rankings silently: only verify finds it).
-
-``memory="ram"`` reads the FAISS files into memory at open instead (open then takes as long as reading
-them; :func:`fits_in_ram` tells whether they fit): exact search over a memory-mapped flat index runs
-at ~0.8x the speed of the same vectors in RAM (FAISS's scan over mapped pages), so batch jobs and
-servers that search a lot use ``ram``; ``mmap`` (the default) opens instantly at any size.
+``memory="ram"`` reads the FAISS files at open (:func:`fits_in_ram`): exact search over a mapped flat
+index runs at ~0.8x the in-RAM speed, so batch jobs and servers use ``ram``; ``mmap`` opens instantly.
 """
 
 from __future__ import annotations
