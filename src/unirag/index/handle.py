@@ -218,14 +218,15 @@ class Index:
         return int((self.manifest.get("bad_images") or {}).get("count", 0))
 
     def _warn_skipped(self) -> Index:
+        """The one report of skipped inputs, from Python as from the CLI (which prints warnings)."""
         if self.skipped_count:
             import warnings
 
             from unirag.errors import SkippedInputsWarning
 
-            first = ", ".join(p for p, _ in self.skipped[:3])
+            first = ", ".join(f"{p} ({r})" for p, r in self.skipped[:3])
             more = f" and {self.skipped_count - 3} more" if self.skipped_count > 3 else ""
-            warnings.warn(f"{self.skipped_count} input(s) missing or unreadable, skipped: {first}{more} (reasons: "
+            warnings.warn(f"{self.skipped_count} input(s) missing or unreadable, skipped: {first}{more} (all: "
                           "index.skipped, manifest.json)", SkippedInputsWarning, stacklevel=3)
         return self
 
