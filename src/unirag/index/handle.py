@@ -24,6 +24,7 @@ from unirag.index.store import (
     check_encoder,
     check_memory_mode,
     damaged,
+    empty_topk,
     merge_topk,
     parse_modality_filter,
 )
@@ -322,16 +323,13 @@ class Index:
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise ValueError(f"queries must have shape (n, {self.dim}), got {queries.shape}")
         wanted = parse_modality_filter(modality)
-        filters = self.row_filters(where) if where else None
-        modalities = [m for m in self.subs if wanted is None or m is wanted]
-        if filters is not None:
-            modalities = [m for m in modalities if m in filters]
+        filters = self.row_filters(where) if where else dict.fromkeys(self.subs)
+        modalities = [m for m in filters if wanted is None or m is wanted]
         if not modalities:
-            n = len(queries)
-            return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
+            return empty_topk(len(queries), k)
         parts = []
         for m in modalities:  # local rows of each sub-index -> global ids
-            scores, ids = self.subs[m].search(queries, k, filters.get(m) if filters is not None else None)
+            scores, ids = self.subs[m].search(queries, k, filters[m])
             parts.append((scores, np.where(ids >= 0, ids + self.offsets[m], -1)))
         scores, ids = merge_topk(parts, k)
         served = ids >= 0

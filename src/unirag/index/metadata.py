@@ -12,6 +12,7 @@ that modality's sub-index.
 
 from __future__ import annotations
 
+import bisect
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -66,6 +67,7 @@ class MetaTable(Sequence[Candidate]):
         self.offsets = offsets
         self.counts = counts
         self._bounds = sorted((off, m) for m, off in offsets.items())
+        self._starts = [off for off, _ in self._bounds]
         self._total = sum(counts.values())
         try:
             self.db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
@@ -95,13 +97,8 @@ class MetaTable(Sequence[Candidate]):
         """(modality, local row) of a global id."""
         if not 0 <= gid < self._total:
             raise IndexError(f"candidate id {gid} out of range (0..{self._total - 1})")
-        modality = self._bounds[0][1]
-        for off, m in self._bounds:
-            if off <= gid:
-                modality = m
-            else:
-                break
-        return modality, gid - self.offsets[modality]
+        off, modality = self._bounds[bisect.bisect_right(self._starts, gid) - 1]
+        return modality, gid - off
 
     def __getitem__(self, gid):  # type: ignore[override]
         gid = int(gid)

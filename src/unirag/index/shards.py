@@ -126,8 +126,6 @@ def load_or_create_plan(shards_dir: str | Path, pool: str | Path, encoder_info: 
                 raise InputError(f"this shards folder was planned for {', '.join(problems)}; use another shards "
                                  "folder or delete this one to start over", path=path)
             return plan
-        if shard_size <= 0:
-            raise ConfigError(f"shard size must be positive, got {shard_size}")
         count, starts, offsets, lines = _scan_pool(pool, n_shards, shard_size)
         n_shards = len(starts)
         if count == 0:

@@ -255,8 +255,7 @@ class SubIndex:
             scores[missing] = -np.inf
             parts.append((scores, ids))
         if not parts:
-            n = len(queries)
-            return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
+            return empty_topk(len(queries), k)
         scores, ids = merge_topk(parts, fetch)
         if self.vectors is not None:
             scores, ids = self._rescore(queries, ids, k)
@@ -328,13 +327,16 @@ def _check_sample(index: Any, path: Path) -> None:
         _refuse_non_finite(index.reconstruct_batch(sample_rows(n)), path)
 
 
+def empty_topk(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` rows of ``k`` missing slots: score -inf, id -1."""
+    return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
+
+
 def _pad(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     if scores.shape[1] >= k:
         return scores, ids
-    n, have = scores.shape
-    s = np.full((n, k), -np.inf, dtype=np.float32)
-    g = np.full((n, k), -1, dtype=np.int64)
-    s[:, :have], g[:, :have] = scores, ids
+    s, g = empty_topk(len(scores), k)
+    s[:, : scores.shape[1]], g[:, : ids.shape[1]] = scores, ids
     return s, g
 
 

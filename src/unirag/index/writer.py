@@ -82,9 +82,6 @@ class _SubIndex:
         self.spill_path = folder / f"{self.stem}.vectors.f32"
         self.spill_fh = self.spill_path.open("wb") if index_type == "ivfpq" else None
 
-    def _new_index(self):
-        return factory.new_hnsw(self.dim, self.params) if self.index_type == "hnsw" else factory.new_flat(self.dim)
-
     def add(self, vectors: np.ndarray) -> None:
         self.count += len(vectors)
         if self.spill_fh is not None:
@@ -93,7 +90,7 @@ class _SubIndex:
         start = 0
         while start < len(vectors):
             if self.current is None:
-                self.current = self._new_index()
+                self.current = factory.new_index(self.index_type, self.dim, self.params)
             take = min(len(vectors) - start, self.shard_size - self.current.ntotal)
             self.current.add(vectors[start : start + take])
             start += take
@@ -137,12 +134,12 @@ class _SubIndex:
         else:
             kind = "ivfpq"
             params = factory.ivfpq_shape(n, self.dim, self.params)
-            trained = factory.new_ivfpq(self.dim, params)
+            trained = factory.new_index("ivfpq", self.dim, params)
             rows = np.random.default_rng(seed).choice(n, size=min(n, int(params["train_size"])), replace=False)
             trained.train(raw.rows(np.sort(rows)))
         for first in range(0, n, self.shard_size):
             last = min(n, first + self.shard_size)
-            index = faiss.clone_index(trained) if trained is not None else factory.new_flat(self.dim)
+            index = faiss.clone_index(trained) if trained is not None else factory.new_index("flat", self.dim)
             for start in range(first, last, SPILL_CHUNK):
                 index.add(raw.block(start, min(last, start + SPILL_CHUNK)))
             if trained is not None and not params["refine"]:
