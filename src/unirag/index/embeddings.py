@@ -259,19 +259,14 @@ def _positions(ids: list[str], positions: dict[str, int], present: np.ndarray, d
     """Pool positions of a block's ids; unknown or repeated ids are errors naming file and row."""
     where = ids_file or data_file
     rows = np.empty(len(ids), dtype=np.int64)
+    block: set[int] = set()
     for r, did in enumerate(ids):
         pos = positions.get(did)
-        if pos is None:
-            raise InputError(f"row {first + r}: id {did!r} is not a candidate of the pool", path=where,
-                             line=first + r + 1 if ids_file else None)
+        if pos is None or present[pos] or pos in block:
+            why = "is not a candidate of the pool" if pos is None else "has more than one embedding"
+            raise InputError(f"row {first + r}: id {did!r} {why}", path=where, line=first + r + 1 if ids_file else None)
+        block.add(pos)
         rows[r] = pos
-    uniq, counts = np.unique(rows, return_counts=True)
-    repeated = sorted(set(np.flatnonzero(present[rows]).tolist()) |
-                      {int(np.flatnonzero(rows == u)[1]) for u in uniq[counts > 1]})
-    if repeated:
-        r = repeated[0]
-        raise InputError(f"row {first + r}: id {ids[r]!r} has more than one embedding", path=where,
-                         line=first + r + 1 if ids_file else None)
     return rows
 
 
