@@ -172,4 +172,12 @@ def test_bad_pool_inputs(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="batch_size must be positive"):
         Index.build(tmp_path / "dup.jsonl", tmp_path / "idx", encoder=HashEncoder(), batch_size=0,
                     progress=False)
+    # the engine's options are checked before any model loads, by the engine options every run uses
+    for engine, options, message in [("spark", {}, "unknown engine"), ("local", {"workers": 2}, "go with --engine ray"),
+                                     ("ray", {"workers": 0}, "--workers must be >= 1"),
+                                     ("local", {"shard_size": 10}, "--shard-size goes with --engine ray"),
+                                     ("ray", {"shard_size": 0}, "must be positive, got 0")]:
+        with pytest.raises(ConfigError, match=message):
+            Index.build(tmp_path / "dup.jsonl", tmp_path / "idx", encoder="nonexistent-model", engine=engine,
+                        progress=False, **options)
     assert not (tmp_path / "idx").exists()

@@ -30,16 +30,15 @@ def default_shards_dir(out_dir: str | Path) -> Path:
 
 
 def build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
-                   progress, allow_shrink, shards_dir: str | Path | None = None,
-                   shard_size: int = DEFAULT_SHARD_SIZE, workers: int | None = None, gpus_per_worker: float = 0,
-                   ray_address: str | None = None, worker_dtype: str | None = "auto",
-                   worker_autocast: str | None = None) -> dict[str, Any]:
-    """Embed the shards of ``pool`` not yet done on Ray (``encoder_spec`` loaded by each worker in
-    ``worker_dtype``/``worker_autocast``; see :mod:`unirag.index.ray_engine`), then build the index from
-    the shards folder (default ``<out_dir>/shards``). Returns the manifest."""
+                   progress, allow_shrink, engine, dtype: str | None, autocast: str | None,
+                   shards_dir: str | Path | None = None, shard_size: int = DEFAULT_SHARD_SIZE) -> dict[str, Any]:
+    """Embed the shards of ``pool`` not yet done on Ray as ``engine`` (:class:`~unirag.runs.engine.EngineOptions`)
+    says, ``encoder_spec`` loaded by each worker in ``dtype``/``autocast`` (see :mod:`unirag.index.ray_engine`),
+    then build the index from the shards folder (default ``<out_dir>/shards``). Returns the manifest."""
+    from dataclasses import replace
+
     from unirag.index import ray_engine
     from unirag.index.embeddings import build_from_embeddings
-    from unirag.runs.engine import EngineOptions
 
     shards_dir = Path(shards_dir) if shards_dir is not None else default_shards_dir(out_dir)
     info = encoder_info(encoder, encoder_spec)
@@ -48,11 +47,9 @@ def build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, inde
     if progress:
         print(f"shards: {plan.n_shards - len(todo)} of {plan.n_shards} already done, embedding {len(todo)} "
               f"on Ray", flush=True)
-    engine = EngineOptions(engine="ray", workers=workers, gpus_per_worker=gpus_per_worker or 0,
-                           ray_address=ray_address,
-                           decode_workers=getattr(encoder, "decode_workers", None))  # the encoder's setting
+    engine = replace(engine, decode_workers=getattr(encoder, "decode_workers", None))  # the encoder's setting
     ray_engine.run_shards(shards_dir, todo, encoder_spec, images_root, engine, batch_size=batch_size,
-                          dtype=worker_dtype, autocast=worker_autocast, progress=progress)
+                          dtype=dtype, autocast=autocast, progress=progress)
     manifest = build_from_embeddings(pool, shards_dir, out_dir, info, index_type=index_type, params=params,
                                      images_root=images_root, progress=progress, allow_shrink=allow_shrink)
     return manifest

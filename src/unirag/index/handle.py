@@ -121,19 +121,17 @@ class Index:
 
         from unirag.index import build
         from unirag.index.factory import resolve_params
+        from unirag.runs.engine import EngineOptions
 
         params = dict(params or {})
         resolve_params(index_type, params)  # a bad option fails before any model loads
         if batch_size <= 0:
             raise ConfigError(f"batch_size must be positive, got {batch_size}")
         options = {k: v for k, v in engine_options.items() if v is not None}
-        if engine not in ("local", "ray"):
-            raise ConfigError(f"unknown engine {engine!r}; expected local or ray")
-        if engine == "local" and {"ray_address", "workers", "gpus_per_worker", "shard_size"} & set(options):
-            raise ConfigError("--ray-address/--workers/--gpus-per-worker/--shard-size go with --engine ray")
-        for name in ("workers", "shard_size"):
-            if options.get(name, 1) <= 0:
-                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {options[name]}")
+        shards = {k: options.pop(k) for k in ("shards_dir", "shard_size") if k in options}
+        run_on = EngineOptions(engine=engine, **options)  # the engine and its Ray options checked here
+        if "shard_size" in shards and (engine != "ray" or shards["shard_size"] <= 0):
+            raise ConfigError(f"--shard-size goes with --engine ray and must be positive, got {shards['shard_size']}")
         source, root = _pool_source(pool, images_root, in_memory=True)
         if isinstance(source, list) and engine != "local":
             raise ConfigError("an in-memory pool is built with engine='local'; write it to a file for Ray")
@@ -142,12 +140,9 @@ class Index:
         spec, enc = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
         root = Path(root).absolute() if root is not None else None
         progress = sys.stderr.isatty() if progress is None else progress
-        if engine == "ray":
-            options.setdefault("worker_dtype", dtype)  # workers load their own copy: same dtype, same fingerprint
-            options.setdefault("worker_autocast", getattr(enc, "autocast_dtype", None))
+        if engine == "ray":  # workers load their own copy: same dtype and autocast, same fingerprint
             build.build_with_ray(source, root, out, enc, spec, index_type, batch_size, params, progress,
-                                 allow_shrink,
-                                 **options)
+                                 allow_shrink, run_on, dtype, getattr(enc, "autocast_dtype", None), **shards)
         else:
             build.build_local(source, root, out, enc, spec, index_type, batch_size, params, progress,
                               allow_shrink)
