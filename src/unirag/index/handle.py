@@ -44,7 +44,7 @@ class Index:
 
     def __init__(self, index_dir: Path, manifest: dict[str, Any], subs: dict[Modality, SubIndex],
                  metas: MetaTable, offsets: dict[Modality, int], memory: str = "mmap") -> None:
-        self.index_dir = index_dir
+        self.path = Path(index_dir)  #: the index directory
         #: ``manifest.json``: encoder, sizes, index types, build settings, skipped images, checksums
         self.manifest = manifest
         self.subs = subs
@@ -132,9 +132,7 @@ class Index:
         run_on = EngineOptions(engine=engine, **options)  # the engine and its Ray options checked here
         if "shard_size" in shards and (engine != "ray" or shards["shard_size"] <= 0):
             raise ConfigError(f"--shard-size goes with --engine ray and must be positive, got {shards['shard_size']}")
-        source, root = _pool_source(pool, images_root, in_memory=True)
-        if isinstance(source, list) and engine != "local":
-            raise ConfigError("an in-memory pool is built with engine='local'; write it to a file for Ray")
+        source, root = _pool_source(pool, images_root, in_memory=engine == "local")
         if isinstance(source, Path) and not source.exists():
             raise InputError("candidate pool not found", path=source)
         spec, enc = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
@@ -197,11 +195,6 @@ class Index:
         return embed_shard(shards_dir, plan, i, enc, root, batch_size)
 
     # -- what it holds -----------------------------------------------------------------------
-    @property
-    def path(self) -> Path:
-        """The index directory."""
-        return Path(self.index_dir)
-
     @property
     def skipped(self) -> list[tuple[str, str]]:
         """``(path, reason)`` of the inputs the build skipped (missing or unreadable images), the first
@@ -330,7 +323,7 @@ class Index:
         served = ids >= 0
         if not np.isfinite(scores[served]).all():  # cheap: k numbers per query (see the module docstring)
             row, col = (int(x[0]) for x in np.nonzero(served & ~np.isfinite(scores)))
-            raise damaged(self.index_dir, f"candidate {self.metas[int(ids[row, col])].did!r} scored "
+            raise damaged(self.path, f"candidate {self.metas[int(ids[row, col])].did!r} scored "
                                           f"{scores[row, col]}, not a finite number")
         return scores, ids
 
@@ -413,5 +406,6 @@ def _pool_source(pool, images_root, in_memory: bool = False) -> tuple[Path | lis
         pool = pool.path if pool.path is not None else list(pool)
     source = Path(pool) if isinstance(pool, str | Path) else list(pool)
     if isinstance(source, list) and not in_memory:
-        raise ConfigError("this needs a pool read from a JSONL file (Pool.read), not in-memory candidates")
+        raise ConfigError("in-memory candidates are indexed by Index.build with engine='local' only; write them "
+                          "to a JSONL pool file (Pool.read) for this")
     return source, images_root
