@@ -1,14 +1,10 @@
-"""Build an index from an M-BEIR candidate pool: the two engines behind :meth:`unirag.Index.build`.
+"""The two engines behind :meth:`unirag.Index.build`.
 
-* ``"local"`` (default): one process streams the pool; candidates are grouped per modality into
-  chunks of ``batch_size``; each chunk's images are decoded once (bad ones are recorded and
-  skipped), encoded, and handed to :class:`~unirag.index.writer.IndexWriter`. At most one chunk
-  per modality is held in memory, never the pool's images.
-* ``"ray"``: the pool is cut into contiguous shards (:mod:`unirag.index.shards`), the shards not yet
-  done are embedded on Ray Data (:mod:`unirag.index.ray_engine`), then the index is built from the
-  shards folder (:func:`unirag.index.embeddings.build_from_embeddings`). Rerunning resumes.
-
-:meth:`unirag.Index.embed_shard` runs one shard without Ray (``--shard i/n``) for torchrun/slurm users.
+* ``"local"``: one process streams the pool in same-modality chunks of ``batch_size``, each decoded
+  (bad images recorded and skipped), encoded and handed to :class:`~unirag.index.writer.IndexWriter`:
+  one chunk per modality in memory, never the pool's images.
+* ``"ray"``: the pool's shards not yet done (:mod:`unirag.index.shards`) are embedded on Ray Data
+  (:mod:`unirag.index.ray_engine`), then the index is built from the shards folder; rerunning resumes.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """Bring your own embeddings: build an index from precomputed vectors aligned to pool ids.
 
-Accepted sources (``--embeddings PATH``):
-
-* a ``.npy`` matrix ``(n, dim)``; row ``r`` belongs to line ``r`` of ``--ids`` (one candidate id per
-  line), or without ``--ids`` to the ``r``-th candidate of the pool;
-* a Parquet file with an id column (``id`` or ``did``) and an ``embedding`` list column
-  (clip-retrieval / embedding-reader style; needs ``pyarrow``);
-* a folder of such files: ``*.npy`` each with a ``.ids`` file of the same stem (what the sharded
-  engine writes, see :mod:`unirag.index.shards`), and/or ``*.parquet``.
+Sources (``--embeddings PATH``): a ``.npy`` matrix whose row ``r`` is line ``r`` of ``--ids`` (or,
+without it, the pool's ``r``-th candidate); a Parquet file with an ``id``/``did`` column and an
+``embedding`` list column (clip-retrieval style; needs ``pyarrow``); or a folder of them, each
+``.npy`` with a ``.ids`` file of the same stem (what :mod:`unirag.index.shards` writes).
 
 Every vector is checked (size, finite, non-zero) and L2-normalised (the index searches by cosine);
-every id must be a pool candidate and appear once; every pool candidate must have a vector, except
-images a shard recorded as unreadable. Errors name the file and the row.
-
-Sources may list ids in any order: rows are first placed at their pool position in a temporary
-raw file inside the new data folder (deleted before the commit; a killed build's folder is removed
-like any dead build's, see :mod:`unirag.index.directory`), then the pool is streamed in order into
-the index writer.
+every id must be a pool candidate, once; every candidate needs a vector, except images a shard
+recorded as unreadable. Errors name the file and the row. Sources may list ids in any order: rows are
+placed at their pool position in a raw file inside the new data folder (deleted before the commit; a
+killed build's folder goes like any dead build's), then the pool is streamed in order to the writer.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """The unit of distributed embedding: one contiguous shard of the pool -> ``.npy`` vectors + ids.
 
 The pool is cut into ``n`` contiguous shards (as UniIR's contiguous sampler and clip-retrieval's
-partitions do). Embedding shard ``i`` is independent of every other shard: it reads only its
-lines of the pool (by byte offset), encodes them, and writes into the shards folder
-
-* ``shard-<i>.npy``   float32 ``(rows, dim)``, L2-normalised, in pool order,
-* ``shard-<i>.ids``   one candidate id per line, row ``r`` of the ``.npy`` is line ``r``,
-* ``shard-<i>.done.json``  written last: rows, dim, encoder fingerprint, skipped images.
-
-A shard is done when its ``.done.json`` exists (each file is written to a temporary name and
-renamed, so a kill never leaves a half-written shard that counts as done). Rerunning embeds only
-the shards that are not done. ``plan.json`` fixes the cut (pool, number of shards, byte offsets)
-and the encoder, so that workers on different machines - Ray actors, or processes started by
-torchrun/slurm with ``--shard i/n`` - agree on it; the folder must then be on shared storage.
+partitions do); shard ``i`` reads only its lines of the pool (by byte offset) and writes
+``shard-<i>.npy`` (float32, L2-normalised, pool order), ``shard-<i>.ids`` (one id per row) and, last,
+``shard-<i>.done.json`` (rows, encoder fingerprint, skipped images). Each file is written under a
+temporary name and renamed, so a kill never leaves a half shard that counts as done, and a rerun
+embeds only the shards without a done marker. ``plan.json`` fixes the cut and the encoder, so that
+workers on several machines (Ray actors, or torchrun/slurm with ``--shard i/n``) agree on it.
 """
 
 from __future__ import annotations

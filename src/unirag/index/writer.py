@@ -1,19 +1,15 @@
 """Write an index directory incrementally, then publish it atomically.
 
-Vectors arrive in chunks per modality. Flat and HNSW vectors go straight into the current FAISS
-shard, which is written out and freed when it reaches ``shard_size`` vectors; IVF-PQ vectors are
-spilled to a raw float32 file (IVF-PQ must be trained before vectors can be added), trained on a
-bounded sample of it, and added shard by shard. Metadata rows go to SQLite as they arrive. Peak
-memory is one shard (flat/HNSW) or the compressed codes (IVF-PQ), never the whole pool.
+Flat and HNSW vectors go straight into the current FAISS shard, written out and freed at
+``shard_size`` vectors; IVF-PQ vectors are spilled to a raw float32 file (IVF-PQ must be trained
+before vectors are added), trained on a bounded sample, then added shard by shard. Peak memory is one
+shard (flat/HNSW) or the compressed codes (IVF-PQ), never the whole pool.
 
-Everything is written into a new data folder inside the index directory; :meth:`IndexWriter.commit`
-publishes it by replacing ``manifest.json`` atomically (see :mod:`unirag.index.directory`). An
-exception or a kill before that leaves the previous index untouched and readable.
-
-A rebuild into a directory that already holds an index is compared with it before it is published
-(:func:`check_shrink`): one that would lose a modality, or more than the ``index_max_shrink`` setting's
-fraction (10%) of a modality's candidates, is refused and the old index kept, unless ``allow_shrink``
-(``--allow-shrink``). A pool whose image folder vanished must not quietly become a text-only index.
+Everything goes into a new data folder; :meth:`IndexWriter.commit` publishes it by replacing
+``manifest.json`` atomically (:mod:`unirag.index.directory`), so an exception or a kill before that
+leaves the previous index readable. A rebuild that would lose a modality, or more than the
+``index_max_shrink`` setting's share of one, is refused unless ``allow_shrink`` (:func:`check_shrink`):
+a pool whose image folder vanished must not quietly become a text-only index.
 """
 
 from __future__ import annotations
