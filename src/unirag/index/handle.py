@@ -43,13 +43,13 @@ class Index:
     """
 
     def __init__(self, index_dir: Path, manifest: dict[str, Any], subs: dict[Modality, SubIndex],
-                 metas: MetaTable, offsets: dict[Modality, int], memory: str = "mmap") -> None:
+                 metas: MetaTable, memory: str = "mmap") -> None:
         self.path = Path(index_dir)  #: the index directory
         #: ``manifest.json``: encoder, sizes, index types, build settings, skipped images, checksums
         self.manifest = manifest
         self.subs = subs
         self.metas = metas
-        self.offsets = offsets
+        self.offsets = metas.offsets  #: modality -> its first global id
         self.dim = int(manifest["dim"])  #: vector size
         self.memory = memory  #: how the FAISS files were opened: "mmap" or "ram"
         self._row_filters: dict[Any, dict[Modality, RowFilter | None]] = {}
@@ -77,16 +77,10 @@ class Index:
             else:
                 check_sizes(index_dir, manifest)
             folder = data_dir(index_dir, manifest)
-            subs: dict[Modality, SubIndex] = {}
-            offsets: dict[Modality, int] = {}
-            total = 0
-            for key, entry in manifest["subindexes"].items():
-                modality = Modality.parse(key)
-                subs[modality] = SubIndex(folder, modality, entry, int(manifest["dim"]), memory)
-                offsets[modality] = total
-                total += subs[modality].count
-            metas = MetaTable(folder / manifest["meta_file"], offsets, {m: s.count for m, s in subs.items()})
-        return cls(index_dir, manifest, subs, metas, offsets, memory)
+            subs = {m: SubIndex(folder, m, entry, int(manifest["dim"]), memory)
+                    for m, entry in ((Modality.parse(k), e) for k, e in manifest["subindexes"].items())}
+            metas = MetaTable(folder / manifest["meta_file"], {m: s.count for m, s in subs.items()})
+        return cls(index_dir, manifest, subs, metas, memory)
 
     @classmethod
     def build(cls, pool: Pool | str | Path | Iterable[Candidate], out: str | Path, *,

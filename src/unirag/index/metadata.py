@@ -13,6 +13,7 @@ that modality's sub-index.
 from __future__ import annotations
 
 import bisect
+import itertools
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -60,14 +61,15 @@ class MetaWriter:
 
 
 class MetaTable(Sequence[Candidate]):
-    """Read-only, lazily loaded ``metas[gid]`` over the SQLite file (global ids = manifest order)."""
+    """Read-only, lazily loaded ``metas[gid]`` over the SQLite file (global ids: the modalities' rows one
+    after the other, in the order of ``counts``, the manifest's)."""
 
-    def __init__(self, path: Path, offsets: dict[Modality, int], counts: dict[Modality, int]) -> None:
+    def __init__(self, path: Path, counts: dict[Modality, int]) -> None:
         self.path = path
-        self.offsets = offsets
+        self.offsets = dict(zip(counts, itertools.accumulate([0, *counts.values()]), strict=False))
         self.counts = counts
-        self._bounds = sorted((off, m) for m, off in offsets.items())
-        self._starts = [off for off, _ in self._bounds]
+        self._bounds = [(off, m) for m, off in self.offsets.items()]  # ascending, as accumulated
+        self._starts = list(self.offsets.values())
         self._total = sum(counts.values())
         try:
             self.db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
