@@ -136,36 +136,22 @@ class BuildSlot:
         self._fd = None
 
 
-def cleanup(index_dir: Path) -> list[str]:
-    """Remove data folders of dead builds and superseded indexes; call under the exclusive index lock.
-
-    Kept: the folder ``manifest.json`` names, and every folder whose build lock is held by a live
-    process. Returns the names removed.
-    """
+def cleanup(index_dir: Path) -> None:
+    """Remove data folders of dead builds and superseded indexes, and lock files whose folder is gone;
+    call under the exclusive index lock. Kept: the folder ``manifest.json`` names, and every folder
+    whose build lock is held by a live process."""
     current = current_data_name(index_dir)
-    removed = []
-    for path in sorted(index_dir.glob(f"{DATA_PREFIX}*")):
-        if not path.is_dir() or path.name == current:
-            continue
-        lock_path = index_dir / f"{path.name}.lock"
+    for name in sorted({p.name.removesuffix(".lock") for p in index_dir.glob(f"{DATA_PREFIX}*")} - {current}):
+        lock_path = index_dir / f"{name}.lock"
         fd = _try_lock(lock_path)
         if fd is None:
             continue  # a live build owns it
         try:
-            shutil.rmtree(path, ignore_errors=True)
-            (index_dir / f"{MANIFEST_TMP_PREFIX}{path.name}.tmp").unlink(missing_ok=True)
+            shutil.rmtree(index_dir / name, ignore_errors=True)
+            (index_dir / f"{MANIFEST_TMP_PREFIX}{name}.tmp").unlink(missing_ok=True)
             lock_path.unlink(missing_ok=True)
-            removed.append(path.name)
         finally:
             os.close(fd)
-    for lock_path in index_dir.glob(f"{DATA_PREFIX}*.lock"):  # locks whose folder is gone
-        folder = index_dir / lock_path.name[: -len(".lock")]
-        if not folder.exists():
-            fd = _try_lock(lock_path)
-            if fd is not None:
-                lock_path.unlink(missing_ok=True)
-                os.close(fd)
-    return removed
 
 
 def check_target(index_dir: Path) -> None:

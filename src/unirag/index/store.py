@@ -163,29 +163,24 @@ class RowFilter:
         import faiss
 
         self.rows = rows
-        self._bitmaps: list[np.ndarray | None] = []
-        self._selectors: list[Any] = []
-        self._counts: list[int] = []
+        self._shards: list[tuple[int, Any, np.ndarray | None]] = []  # (rows selected, selector, its bitmap)
         for index, first in shards:
             n = int(index.ntotal)
             lo, hi = np.searchsorted(rows, [first, first + n])
             local = rows[lo:hi] - first
-            self._counts.append(len(local))
             if not len(local):
-                self._bitmaps.append(None)
-                self._selectors.append(None)
+                self._shards.append((0, None, None))
                 continue
             mask = np.zeros(n, dtype=bool)
             mask[local] = True
-            bitmap = np.packbits(mask, bitorder="little")
-            self._bitmaps.append(bitmap)  # the selector reads this buffer: keep it alive
-            self._selectors.append(faiss.IDSelectorBitmap(n, faiss.swig_ptr(bitmap)))
+            bitmap = np.packbits(mask, bitorder="little")  # the selector reads this buffer: kept alive with it
+            self._shards.append((len(local), faiss.IDSelectorBitmap(n, faiss.swig_ptr(bitmap)), bitmap))
 
     def count(self, shard: int) -> int:
-        return self._counts[shard]
+        return self._shards[shard][0]
 
     def selector(self, shard: int):
-        return self._selectors[shard]
+        return self._shards[shard][1]
 
     def __len__(self) -> int:
         return len(self.rows)
