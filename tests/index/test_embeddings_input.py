@@ -140,6 +140,10 @@ def test_bad_embeddings_name_file_and_row(pool, tmp_path: Path) -> None:
     np.save(tmp_path / "nan.npy", nan)
     err = fails(tmp_path / "nan.npy")
     assert "nan.npy" in err and "row 123 (id 'img123')" in err and "not finite" in err
+    nan[7] = 0  # an all-zero row before the non-finite one: the first bad row is named
+    np.save(tmp_path / "zero.npy", nan)
+    err = fails(tmp_path / "zero.npy")
+    assert "row 7 (id 'img7')" in err and "embedding is all zeros" in err
     np.save(tmp_path / "short.npy", vectors[:399])
     (tmp_path / "short.txt").write_text("".join(f"{c.did}\n" for c in cands[:399]))
     err = fails(tmp_path / "short.npy", tmp_path / "short.txt")

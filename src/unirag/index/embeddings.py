@@ -168,6 +168,7 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
     """
     from tqdm.auto import tqdm
 
+    from unirag.index.encoding import candidate_meta, modality_chunks
     from unirag.index.factory import resolve_params
 
     resolve_params(index_type, params)  # a bad option fails before any vector is read
@@ -227,24 +228,23 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
                              path=embeddings)
         extra = source_record(pool, images_root, [(b["path"], b["reason"]) for b in bad.values()],
                               embeddings=str(embeddings))
-        return _write_index(pool, aligned, present, writer, extra)
+        items = ((pos, c) for pos, c in enumerate(read_candidates(pool)) if present[pos])  # the pool, in order
+        for modality, chunk in modality_chunks(items, CHUNK, lambda item: item[1].modality):
+            writer.add(modality, [candidate_meta(c) for _, c in chunk], aligned.rows(np.array([p for p, _ in chunk])))
+        aligned.close(delete=True)
+        return writer.commit(extra)
 
 
 def _check_and_normalise(vectors: np.ndarray, path: Path, first: int, ids: list[str] | None) -> np.ndarray:
     vectors = np.asarray(vectors, dtype=np.float32)
     finite = np.isfinite(vectors).all(axis=1)
-    if not finite.all():
-        r = int(np.flatnonzero(~finite)[0])
-        raise InputError(f"row {first + r}{_id_note(ids, r)}: embedding is not finite (NaN or inf)", path=path)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    if (norms == 0).any():
-        r = int(np.flatnonzero(norms[:, 0] == 0)[0])
-        raise InputError(f"row {first + r}{_id_note(ids, r)}: embedding is all zeros", path=path)
+    bad = np.flatnonzero(~finite | (norms[:, 0] == 0))
+    if len(bad):
+        r = int(bad[0])
+        what = "is all zeros" if finite[r] else "is not finite (NaN or inf)"
+        raise InputError(f"row {first + r}{'' if ids is None else f' (id {ids[r]!r})'}: embedding {what}", path=path)
     return vectors / norms
-
-
-def _id_note(ids: list[str] | None, r: int) -> str:
-    return f" (id {ids[r]!r})" if ids is not None else ""
 
 
 def _positions(ids: list[str], positions: dict[str, int], present: np.ndarray, data_file: Path,
@@ -261,15 +261,3 @@ def _positions(ids: list[str], positions: dict[str, int], present: np.ndarray, d
         block.add(pos)
         rows[r] = pos
     return rows
-
-
-def _write_index(pool: Path, aligned: RawVectors, present: np.ndarray, writer: IndexWriter,
-                 extra: dict[str, Any]) -> dict[str, Any]:
-    """Stream the pool in order; chunks per modality go to the writer with their aligned vectors."""
-    from unirag.index.encoding import candidate_meta, modality_chunks
-
-    items = ((pos, c) for pos, c in enumerate(read_candidates(pool)) if present[pos])
-    for modality, chunk in modality_chunks(items, CHUNK, lambda item: item[1].modality):
-        writer.add(modality, [candidate_meta(c) for _, c in chunk], aligned.rows(np.array([p for p, _ in chunk])))
-    aligned.close(delete=True)
-    return writer.commit(extra)
