@@ -52,7 +52,7 @@ class Index:
         self.offsets = metas.offsets  #: modality -> its first global id
         self.dim = int(manifest["dim"])  #: vector size
         self.memory = memory  #: how the FAISS files were opened: "mmap" or "ram"
-        self._row_filters: dict[Any, dict[Modality, RowFilter | None]] = {}
+        self._row_filters: dict[Any, dict[Modality, RowFilter | None]] = {}  # one SQL scan per filter
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -327,35 +327,29 @@ class Index:
         from unirag.retrieval.selection import normalise_where
 
         key = normalise_where(where)
-        cache = self._row_filters
-        if key in cache:
-            return cache[key]
+        if key in self._row_filters:
+            return self._row_filters[key]
         conditions = dict(key)
-        modalities = set(self.subs)
-        if "modality" in conditions:
-            modalities &= {Modality.parse(v) for v in conditions.pop("modality")}
+        modalities = {Modality.parse(v) for v in conditions.pop("modality")} if "modality" in conditions \
+            else set(self.subs)
+        rows = self.metas.rows_where(sorted(conditions.items())) if conditions else None
         out: dict[Modality, RowFilter | None] = {}
-        if conditions:
-            rows = self.metas.rows_where(sorted(conditions.items()))
-            for m in sorted(modalities, key=list(self.subs).index):
-                selected = np.asarray(rows.get(m, []), dtype=np.int64)
-                if len(selected) == self.subs[m].count:
-                    out[m] = None
-                elif len(selected):
-                    out[m] = RowFilter(selected, self.subs[m].shards)
-        else:
-            out = {m: None for m in self.subs if m in modalities}
-        if len(cache) > 32:
-            cache.clear()
-        cache[key] = out
+        for m in (m for m in self.subs if m in modalities):
+            selected = np.asarray(rows.get(m, []) if rows is not None else [], dtype=np.int64)
+            if rows is None or len(selected) == self.subs[m].count:
+                out[m] = None
+            elif len(selected):
+                out[m] = RowFilter(selected, self.subs[m].shards)
+        if len(self._row_filters) > 32:
+            self._row_filters.clear()
+        self._row_filters[key] = out
         return out
 
     def scope(self, modality: str | Modality | None = None, where: Any = None) -> int:
         """How many candidates a search with this modality and filter looks at."""
         wanted = parse_modality_filter(modality)
-        if not where:
-            return self.counts.get(wanted.value, 0) if wanted is not None else len(self)
-        return sum(self.subs[m].count if f is None else len(f) for m, f in self.row_filters(where).items()
+        filters = self.row_filters(where) if where else dict.fromkeys(self.subs)
+        return sum(self.subs[m].count if f is None else len(f) for m, f in filters.items()
                    if wanted is None or m is wanted)
 
     # -- serialisation -----------------------------------------------------------------------
