@@ -1,18 +1,15 @@
 """Who may touch what inside an index directory: OS locks, the atomic swap, and safe cleanup.
 
-Layout: ``<index>/manifest.json`` names the current data folder ``<index>/data-<id>/``. A build
-writes a new data folder while holding an exclusive ``flock`` on ``<index>/data-<id>.lock``, and
-publishes it by replacing ``manifest.json`` with one ``os.replace`` - the only step that changes
-what readers see. So at every instant ``manifest.json`` names a complete data folder: a build
-killed at any point leaves the previous index readable (and the next build, or ``cleanup``,
-removes the dead build's folder).
+``manifest.json`` names the current data folder ``data-<id>/``. A build writes a new data folder
+holding an exclusive ``flock`` on ``data-<id>.lock`` and publishes it by replacing ``manifest.json``
+with one ``os.replace``, the only step that changes what readers see: a build killed at any point
+leaves the previous index readable, and the next build (or cleanup) removes its folder.
 
 Ownership is decided by locks, never by process ids (a pid means nothing on another machine of a
-shared/NFS disk, and is reused): a data folder that is not the current one is removed only when
-its build lock can be taken, i.e. no live process is building it. All registrations, swaps and
-cleanups happen under an exclusive lock on ``<index>/.lock``; readers take it shared while they
-open files, so a cleanup cannot delete a folder between a reader reading the manifest and opening
-the files (once opened or memory-mapped, files stay readable even after they are deleted).
+shared/NFS disk, and is reused): a folder that is not the current one is removed only when its build
+lock can be taken. Registrations, swaps and cleanups hold ``<index>/.lock`` exclusively; readers hold
+it shared while they open files, so a cleanup cannot delete a folder between a reader reading the
+manifest and opening the files (opened or memory-mapped files stay readable once deleted).
 """
 
 from __future__ import annotations

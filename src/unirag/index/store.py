@@ -31,9 +31,6 @@ from unirag.errors import ConfigError, InputError
 from unirag.index.factory import search_parameters
 from unirag.index.manifest import data_dir, read_manifest
 
-__all__ = ["ANY", "MEMORY_MODES", "check_encoder", "fits_in_ram", "merge_topk",
-           "parse_modality_filter", "resolve_memory_mode"]
-
 ANY = "any"
 #: Queries re-scored together from the raw vectors (bounds the gathered block).
 RESCORE_BATCH = 256

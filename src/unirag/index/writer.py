@@ -66,7 +66,6 @@ class _SubIndex:
 
     def __init__(self, folder: Path, modality: Modality, dim: int, index_type: str, params: dict[str, Any]) -> None:
         self.folder = folder
-        self.modality = modality
         self.dim = dim
         self.index_type = index_type
         self.params = params
