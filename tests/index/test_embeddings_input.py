@@ -163,6 +163,12 @@ def test_bad_embeddings_name_file_and_row(pool, tmp_path: Path) -> None:
     pq.write_table(ragged, tmp_path / "ragged.parquet")
     err = fails(tmp_path / "ragged.parquet", None)
     assert "ragged.parquet" in err and "row 77: embedding has 8 values" in err
+    for column, row in (("id", 12), ("embedding", 30)):  # a null cell names its row and column
+        holes = {"id": [None if i == row and column == "id" else c.did for i, c in enumerate(cands)],
+                 "embedding": pa.array([None if i == row and column == "embedding" else v.tolist()
+                                        for i, v in enumerate(vectors)], type=pa.list_(pa.float32()))}
+        pq.write_table(pa.table(holes), tmp_path / f"no-{column}.parquet")
+        assert f"row {row}: missing {column}" in fails(tmp_path / f"no-{column}.parquet", None)
     pq.write_table(pa.table({"key": ["x"]}), tmp_path / "noid.parquet")
     assert "no id column" in fails(tmp_path / "noid.parquet", None)
     assert not (tmp_path / "idx").exists()

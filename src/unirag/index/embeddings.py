@@ -79,12 +79,10 @@ def _parquet_blocks(path: Path) -> Iterator[tuple[list[str], np.ndarray, int]]:
     first = 0
     for batch in reader.iter_batches(batch_size=CHUNK, columns=[id_col, EMBEDDING_COLUMN]):
         ids_arr, emb = batch.column(0), batch.column(1)
-        if ids_arr.null_count:
-            row = first + int(np.flatnonzero(ids_arr.is_null().to_numpy(zero_copy_only=False))[0])
-            raise InputError(f"row {row}: missing id", path=path, field=id_col)
-        if emb.null_count:
-            row = first + int(np.flatnonzero(emb.is_null().to_numpy(zero_copy_only=False))[0])
-            raise InputError(f"row {row}: missing embedding", path=path, field=EMBEDDING_COLUMN)
+        for column, field, what in ((ids_arr, id_col, "id"), (emb, EMBEDDING_COLUMN, "embedding")):
+            if column.null_count:
+                row = first + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+                raise InputError(f"row {row}: missing {what}", path=path, field=field)
         lengths = pc.list_value_length(emb).to_numpy(zero_copy_only=False)
         if len(lengths) and (lengths != lengths[0]).any():
             row = first + int(np.flatnonzero(lengths != lengths[0])[0])
