@@ -376,9 +376,10 @@ def _encoder_and_spec(encoder, device: str | None, dtype: str | None, autocast: 
     from unirag.encoders.registry import load_encoder
     from unirag.runtime import decode_setting
 
-    spec, enc = (encoder, load_encoder(encoder, device=device, dtype=dtype,
-                                       **({"autocast": autocast} if autocast else {}))) \
-        if encoder is None or isinstance(encoder, str) else (getattr(encoder, "spec", None), encoder)
+    if encoder is None or isinstance(encoder, str):
+        spec, enc = encoder, load_encoder(encoder, device=device, dtype=dtype, autocast=autocast)
+    else:
+        spec, enc = getattr(encoder, "spec", None), encoder
     if decode is not None:
         enc.decode_workers = decode_setting(decode)
     return spec, enc

@@ -33,8 +33,7 @@ class _ShardWorker:
         from unirag.encoders.registry import load_encoder
         from unirag.index.shards import read_plan
 
-        self.encoder = load_encoder(encoder_spec, device=device, dtype=dtype,
-                                    **({"autocast": autocast} if autocast else {}))
+        self.encoder = load_encoder(encoder_spec, device=device, dtype=dtype, autocast=autocast)
         self.encoder.decode_workers = decode
         self.shards_dir = shards_dir
         self.plan = read_plan(shards_dir)
