@@ -140,6 +140,10 @@ def test_bad_embeddings_name_file_and_row(pool, tmp_path: Path) -> None:
     np.save(tmp_path / "nan.npy", nan)
     err = fails(tmp_path / "nan.npy")
     assert "nan.npy" in err and "row 123 (id 'img123')" in err and "not finite" in err
+    nan[7] = 0  # an all-zero row before the non-finite one: the first bad row is named
+    np.save(tmp_path / "zero.npy", nan)
+    err = fails(tmp_path / "zero.npy")
+    assert "row 7 (id 'img7')" in err and "embedding is all zeros" in err
     np.save(tmp_path / "short.npy", vectors[:399])
     (tmp_path / "short.txt").write_text("".join(f"{c.did}\n" for c in cands[:399]))
     err = fails(tmp_path / "short.npy", tmp_path / "short.txt")
@@ -159,6 +163,12 @@ def test_bad_embeddings_name_file_and_row(pool, tmp_path: Path) -> None:
     pq.write_table(ragged, tmp_path / "ragged.parquet")
     err = fails(tmp_path / "ragged.parquet", None)
     assert "ragged.parquet" in err and "row 77: embedding has 8 values" in err
+    for column, row in (("id", 12), ("embedding", 30)):  # a null cell names its row and column
+        holes = {"id": [None if i == row and column == "id" else c.did for i, c in enumerate(cands)],
+                 "embedding": pa.array([None if i == row and column == "embedding" else v.tolist()
+                                        for i, v in enumerate(vectors)], type=pa.list_(pa.float32()))}
+        pq.write_table(pa.table(holes), tmp_path / f"no-{column}.parquet")
+        assert f"row {row}: missing {column}" in fails(tmp_path / f"no-{column}.parquet", None)
     pq.write_table(pa.table({"key": ["x"]}), tmp_path / "noid.parquet")
     assert "no id column" in fails(tmp_path / "noid.parquet", None)
     assert not (tmp_path / "idx").exists()

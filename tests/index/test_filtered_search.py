@@ -125,7 +125,7 @@ def test_old_index_without_src_content_refuses_src_content_filters_but_filters_d
 
     index = corpus[0]
     copy = tmp_path / "old"
-    shutil.copytree(index.index_dir, copy)
+    shutil.copytree(index.path, copy)
     from unirag.index.manifest import data_dir, read_manifest
 
     manifest = read_manifest(copy)

@@ -16,7 +16,6 @@ from unirag.data.mbeir import write_candidates
 from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError, SkippedInputsWarning
 from unirag.index.manifest import read_manifest, sha256_file
-from unirag.index.store import CandidateMeta
 from unirag.index.writer import IndexWriter
 
 
@@ -36,8 +35,8 @@ def test_build_records_counts_encoder_and_checksums(coco_index: Path, coco_oracl
     # metadata row i of a modality describes vector i of that modality's sub-index, in pool order
     index = Index.open(coco_index)
     first_text = index.metas[index.offsets[Modality.TEXT]]
-    assert first_text == CandidateMeta("txt:397133:0", Modality.TEXT, "A man is in a kitchen making pizzas.", None,
-                                       "397133")
+    assert first_text == Candidate("txt:397133:0", Modality.TEXT, "A man is in a kitchen making pizzas.", None,
+                                   source_id="397133")
 
 
 def test_build_vectors_match_the_encoder(coco_index: Path, coco_mbeir, coco_oracle_encoder) -> None:
@@ -173,4 +172,12 @@ def test_bad_pool_inputs(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="batch_size must be positive"):
         Index.build(tmp_path / "dup.jsonl", tmp_path / "idx", encoder=HashEncoder(), batch_size=0,
                     progress=False)
+    # the engine's options are checked before any model loads, by the engine options every run uses
+    for engine, options, message in [("spark", {}, "unknown engine"), ("local", {"workers": 2}, "go with --engine ray"),
+                                     ("ray", {"workers": 0}, "--workers must be >= 1"),
+                                     ("local", {"shard_size": 10}, "--shard-size goes with --engine ray"),
+                                     ("ray", {"shard_size": 0}, "must be positive, got 0")]:
+        with pytest.raises(ConfigError, match=message):
+            Index.build(tmp_path / "dup.jsonl", tmp_path / "idx", encoder="nonexistent-model", engine=engine,
+                        progress=False, **options)
     assert not (tmp_path / "idx").exists()

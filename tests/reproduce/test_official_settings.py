@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 
 from official_metrics import uniir_compute_recall_at_k
-from unirag.data.records import Modality
+from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError
 from unirag.generators.base import GenerationOptions
-from unirag.index.metadata import CandidateMeta
 from unirag.profiles import SETTINGS, resolve
 from unirag.retrieval.pairing import QueryIdentity
 from unirag.retrieval.uniir_pairs import UniIRCompleter, per_hit_pairs
@@ -56,7 +55,7 @@ class RecordingEncoder:
 
 
 def _meta(did, modality, txt=None, img=None):
-    return CandidateMeta(did, modality, txt, img, None)
+    return Candidate(did, modality, txt, img)
 
 
 def _ident(txt=None, img=None, excluded=()):

@@ -10,21 +10,20 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from unirag.data.records import Modality
-from unirag.index.metadata import CandidateMeta
+from unirag.data.records import Candidate, Modality
 from unirag.retrieval.pairing import QueryIdentity
 from unirag.retrieval.uniir_pairs import per_hit_pairs
 
 METAS = [
-    CandidateMeta("T1", Modality.TEXT, "a cat", None, None),
-    CandidateMeta("F", Modality.IMAGE_TEXT, "a fused pair", "f.jpg", None),
-    CandidateMeta("T2", Modality.TEXT, "a dog", None, None),
-    CandidateMeta("I3", Modality.IMAGE, None, "i3.jpg", None),
-    CandidateMeta("T4", Modality.TEXT, "a bus", None, None),
-    CandidateMeta("a1", Modality.IMAGE, None, "a1.jpg", None),
-    CandidateMeta("a2", Modality.IMAGE, None, "a2.jpg", None),
-    CandidateMeta("c3", Modality.TEXT, "a caption of i3", None, None),
-    CandidateMeta("a4", Modality.IMAGE, None, "a4.jpg", None),
+    Candidate("T1", Modality.TEXT, "a cat", None),
+    Candidate("F", Modality.IMAGE_TEXT, "a fused pair", "f.jpg"),
+    Candidate("T2", Modality.TEXT, "a dog", None),
+    Candidate("I3", Modality.IMAGE, None, "i3.jpg"),
+    Candidate("T4", Modality.TEXT, "a bus", None),
+    Candidate("a1", Modality.IMAGE, None, "a1.jpg"),
+    Candidate("a2", Modality.IMAGE, None, "a2.jpg"),
+    Candidate("c3", Modality.TEXT, "a caption of i3", None),
+    Candidate("a4", Modality.IMAGE, None, "a4.jpg"),
 ]
 OWN = {0: 5, 2: 6, 3: 7, 4: 8}
 

@@ -1,14 +1,10 @@
-"""Build an index from an M-BEIR candidate pool: the two engines behind :meth:`unirag.Index.build`.
+"""The two engines behind :meth:`unirag.Index.build`.
 
-* ``"local"`` (default): one process streams the pool; candidates are grouped per modality into
-  chunks of ``batch_size``; each chunk's images are decoded once (bad ones are recorded and
-  skipped), encoded, and handed to :class:`~unirag.index.writer.IndexWriter`. At most one chunk
-  per modality is held in memory, never the pool's images.
-* ``"ray"``: the pool is cut into contiguous shards (:mod:`unirag.index.shards`), the shards not yet
-  done are embedded on Ray Data (:mod:`unirag.index.ray_engine`), then the index is built from the
-  shards folder (:func:`unirag.index.embeddings.build_from_embeddings`). Rerunning resumes.
-
-:meth:`unirag.Index.embed_shard` runs one shard without Ray (``--shard i/n``) for torchrun/slurm users.
+* ``"local"``: one process streams the pool in same-modality chunks of ``batch_size``, each decoded
+  (bad images recorded and skipped), encoded and handed to :class:`~unirag.index.writer.IndexWriter`:
+  one chunk per modality in memory, never the pool's images.
+* ``"ray"``: the pool's shards not yet done (:mod:`unirag.index.shards`) are embedded on Ray Data
+  (:mod:`unirag.index.ray_engine`), then the index is built from the shards folder; rerunning resumes.
 """
 
 from __future__ import annotations
@@ -18,17 +14,10 @@ from typing import Any
 
 from unirag.data.images import BadImageReport
 from unirag.data.mbeir import duplicate_did, read_numbered_candidates
-from unirag.data.records import Candidate, Modality
-from unirag.index.encoding import candidate_meta, encode_chunks, encoder_info
-from unirag.index.shards import DEFAULT_SHARD_SIZE, load_or_create_plan, missing_shards
-from unirag.index.writer import IndexWriter
-
-BAD_IMAGES_KEPT = 20
-
-
-def _count_lines(path: Path) -> int:
-    with path.open("rb") as f:
-        return sum(1 for line in f if line.strip())
+from unirag.data.records import Candidate
+from unirag.index.encoding import candidate_meta, encode_chunks, encoder_info, modality_chunks
+from unirag.index.shards import DEFAULT_SHARD_SIZE, count_lines, load_or_create_plan, missing_shards
+from unirag.index.writer import IndexWriter, source_record
 
 
 def default_shards_dir(out_dir: str | Path) -> Path:
@@ -37,16 +26,15 @@ def default_shards_dir(out_dir: str | Path) -> Path:
 
 
 def build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
-                   progress, allow_shrink, shards_dir: str | Path | None = None,
-                   shard_size: int = DEFAULT_SHARD_SIZE, workers: int | None = None, gpus_per_worker: float = 0,
-                   ray_address: str | None = None, worker_dtype: str | None = "auto",
-                   worker_autocast: str | None = None) -> dict[str, Any]:
-    """Embed the shards of ``pool`` not yet done on Ray (``encoder_spec`` loaded by each worker in
-    ``worker_dtype``/``worker_autocast``; see :mod:`unirag.index.ray_engine`), then build the index from
-    the shards folder (default ``<out_dir>/shards``). Returns the manifest."""
+                   progress, allow_shrink, engine, dtype: str | None, autocast: str | None,
+                   shards_dir: str | Path | None = None, shard_size: int = DEFAULT_SHARD_SIZE) -> dict[str, Any]:
+    """Embed the shards of ``pool`` not yet done on Ray as ``engine`` (:class:`~unirag.runs.engine.EngineOptions`)
+    says, ``encoder_spec`` loaded by each worker in ``dtype``/``autocast`` (see :mod:`unirag.index.ray_engine`),
+    then build the index from the shards folder (default ``<out_dir>/shards``). Returns the manifest."""
+    from dataclasses import replace
+
     from unirag.index import ray_engine
     from unirag.index.embeddings import build_from_embeddings
-    from unirag.runs.engine import EngineOptions
 
     shards_dir = Path(shards_dir) if shards_dir is not None else default_shards_dir(out_dir)
     info = encoder_info(encoder, encoder_spec)
@@ -55,11 +43,9 @@ def build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, inde
     if progress:
         print(f"shards: {plan.n_shards - len(todo)} of {plan.n_shards} already done, embedding {len(todo)} "
               f"on Ray", flush=True)
-    engine = EngineOptions(engine="ray", workers=workers, gpus_per_worker=gpus_per_worker or 0,
-                           ray_address=ray_address,
-                           decode_workers=getattr(encoder, "decode_workers", None))  # the encoder's setting
+    engine = replace(engine, decode_workers=getattr(encoder, "decode_workers", None))  # the encoder's setting
     ray_engine.run_shards(shards_dir, todo, encoder_spec, images_root, engine, batch_size=batch_size,
-                          dtype=worker_dtype, autocast=worker_autocast, progress=progress)
+                          dtype=dtype, autocast=autocast, progress=progress)
     manifest = build_from_embeddings(pool, shards_dir, out_dir, info, index_type=index_type, params=params,
                                      images_root=images_root, progress=progress, allow_shrink=allow_shrink)
     return manifest
@@ -73,7 +59,7 @@ def build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, enc
     from tqdm.auto import tqdm
 
     if isinstance(pool, Path):
-        candidates, total, pool_file = read_numbered_candidates(pool), _count_lines(pool), str(pool)
+        candidates, total, pool_file = read_numbered_candidates(pool), count_lines(pool), str(pool)
     else:
         candidates, total, pool_file = ((None, c) for c in pool), len(pool), None
 
@@ -81,28 +67,18 @@ def build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, enc
     seen: dict[str, int | None] = {}
     bar = tqdm(total=total, desc="index build", unit="cand", disable=not progress)
 
-    def chunks():
-        """Same-modality chunks of ``batch_size`` in pool order (read ahead while the pool decodes)."""
-        pending: dict[Modality, list[Candidate]] = {}
+    def checked():
         for lineno, c in candidates:
             if c.did in seen:
                 raise duplicate_did(c.did, lineno, seen[c.did], pool_file)
             seen[c.did] = lineno
-            pending.setdefault(c.modality, []).append(c)
-            if len(pending[c.modality]) >= batch_size:
-                chunk = pending.pop(c.modality)
-                yield len(chunk), c.modality, chunk
-        for modality in list(pending):
-            chunk = pending.pop(modality)
-            yield len(chunk), modality, chunk
+            yield c
 
     with IndexWriter(out_dir, encoder.dim, encoder_info(encoder, encoder_spec), index_type, params,
                      allow_shrink=allow_shrink) as writer:
-        for n, modality, _, kept, vectors in encode_chunks(encoder, chunks(), images_root, bad, total):
+        chunks = modality_chunks(checked(), batch_size)  # read ahead while the pool decodes
+        for modality, chunk, kept, vectors in encode_chunks(encoder, chunks, images_root, bad, total):
             writer.add(modality, [candidate_meta(c) for c in kept], vectors)
-            bar.update(n)
+            bar.update(len(chunk))
         bar.close()
-        extra = {"pool": pool_file, "images_root": str(images_root) if images_root else None,
-                 "bad_images": {"count": len(bad), "first": [{"path": p, "reason": r}
-                                                             for p, r in bad.bad[:BAD_IMAGES_KEPT]]}}
-        return writer.commit(extra)
+        return writer.commit(source_record(pool_file, images_root, bad.bad))

@@ -1,18 +1,15 @@
 """Who may touch what inside an index directory: OS locks, the atomic swap, and safe cleanup.
 
-Layout: ``<index>/manifest.json`` names the current data folder ``<index>/data-<id>/``. A build
-writes a new data folder while holding an exclusive ``flock`` on ``<index>/data-<id>.lock``, and
-publishes it by replacing ``manifest.json`` with one ``os.replace`` - the only step that changes
-what readers see. So at every instant ``manifest.json`` names a complete data folder: a build
-killed at any point leaves the previous index readable (and the next build, or ``cleanup``,
-removes the dead build's folder).
+``manifest.json`` names the current data folder ``data-<id>/``. A build writes a new data folder
+holding an exclusive ``flock`` on ``data-<id>.lock`` and publishes it by replacing ``manifest.json``
+with one ``os.replace``, the only step that changes what readers see: a build killed at any point
+leaves the previous index readable, and the next build (or cleanup) removes its folder.
 
 Ownership is decided by locks, never by process ids (a pid means nothing on another machine of a
-shared/NFS disk, and is reused): a data folder that is not the current one is removed only when
-its build lock can be taken, i.e. no live process is building it. All registrations, swaps and
-cleanups happen under an exclusive lock on ``<index>/.lock``; readers take it shared while they
-open files, so a cleanup cannot delete a folder between a reader reading the manifest and opening
-the files (once opened or memory-mapped, files stay readable even after they are deleted).
+shared/NFS disk, and is reused): a folder that is not the current one is removed only when its build
+lock can be taken. Registrations, swaps and cleanups hold ``<index>/.lock`` exclusively; readers hold
+it shared while they open files, so a cleanup cannot delete a folder between a reader reading the
+manifest and opening the files (opened or memory-mapped files stay readable once deleted).
 """
 
 from __future__ import annotations
@@ -68,13 +65,18 @@ def _try_lock(path: Path) -> int | None:
     return fd
 
 
-def current_data_name(index_dir: Path) -> str | None:
-    """The data folder ``manifest.json`` names now (None if there is no readable v2 manifest)."""
+def _manifest_json(index_dir: Path) -> dict:
+    """``manifest.json`` as it is, ``{}`` if missing or unreadable (cleanup must not fail on a bad one)."""
     try:
         manifest = json.loads((index_dir / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):  # missing, not UTF-8, not JSON, nested too deep
-        return None
-    name = manifest.get("data") if isinstance(manifest, dict) else None
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def current_data_name(index_dir: Path) -> str | None:
+    """The data folder ``manifest.json`` names now (None if there is no readable v2 manifest)."""
+    name = _manifest_json(index_dir).get("data")
     return name if isinstance(name, str) else None
 
 
@@ -131,36 +133,22 @@ class BuildSlot:
         self._fd = None
 
 
-def cleanup(index_dir: Path) -> list[str]:
-    """Remove data folders of dead builds and superseded indexes; call under the exclusive index lock.
-
-    Kept: the folder ``manifest.json`` names, and every folder whose build lock is held by a live
-    process. Returns the names removed.
-    """
+def cleanup(index_dir: Path) -> None:
+    """Remove data folders of dead builds and superseded indexes, and lock files whose folder is gone;
+    call under the exclusive index lock. Kept: the folder ``manifest.json`` names, and every folder
+    whose build lock is held by a live process."""
     current = current_data_name(index_dir)
-    removed = []
-    for path in sorted(index_dir.glob(f"{DATA_PREFIX}*")):
-        if not path.is_dir() or path.name == current:
-            continue
-        lock_path = index_dir / f"{path.name}.lock"
+    for name in sorted({p.name.removesuffix(".lock") for p in index_dir.glob(f"{DATA_PREFIX}*")} - {current}):
+        lock_path = index_dir / f"{name}.lock"
         fd = _try_lock(lock_path)
         if fd is None:
             continue  # a live build owns it
         try:
-            shutil.rmtree(path, ignore_errors=True)
-            (index_dir / f"{MANIFEST_TMP_PREFIX}{path.name}.tmp").unlink(missing_ok=True)
+            shutil.rmtree(index_dir / name, ignore_errors=True)
+            (index_dir / f"{MANIFEST_TMP_PREFIX}{name}.tmp").unlink(missing_ok=True)
             lock_path.unlink(missing_ok=True)
-            removed.append(path.name)
         finally:
             os.close(fd)
-    for lock_path in index_dir.glob(f"{DATA_PREFIX}*.lock"):  # locks whose folder is gone
-        folder = index_dir / lock_path.name[: -len(".lock")]
-        if not folder.exists():
-            fd = _try_lock(lock_path)
-            if fd is not None:
-                lock_path.unlink(missing_ok=True)
-                os.close(fd)
-    return removed
 
 
 def check_target(index_dir: Path) -> None:
@@ -171,22 +159,19 @@ def check_target(index_dir: Path) -> None:
         return
     if not index_dir.is_dir():
         raise InputError("the index output path exists and is not a directory", path=index_dir)
-    ours = (MANIFEST, INDEX_LOCK)
-    foreign = [p.name for p in index_dir.iterdir()
-               if p.name not in ours and not p.name.startswith((DATA_PREFIX, MANIFEST_TMP_PREFIX))
-               and p.name not in _v1_files(index_dir) and p.name != "shards"]
-    if foreign and not (index_dir / MANIFEST).exists():
+    if (index_dir / MANIFEST).exists():
+        return
+    foreign = [p.name for p in index_dir.iterdir() if p.name not in (INDEX_LOCK, "shards")
+               and not p.name.startswith((DATA_PREFIX, MANIFEST_TMP_PREFIX))]
+    if foreign:
         raise InputError(f"the output folder is not empty and holds no unirag index (found {foreign[0]!r}); "
                          "choose another --out or empty it", path=index_dir)
 
 
 def _v1_files(index_dir: Path) -> list[str]:
     """Top-level data files of a version-1 index at ``index_dir`` (replaced by a new build)."""
-    try:
-        manifest = json.loads((index_dir / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # missing, not UTF-8, not JSON, nested too deep
-        return []
-    if not isinstance(manifest, dict) or manifest.get("format_version") != 1:
+    manifest = _manifest_json(index_dir)
+    if manifest.get("format_version") != 1:
         return []
     return [n for n in (manifest.get("checksums") or {}) if "/" not in n and n != MANIFEST]
 

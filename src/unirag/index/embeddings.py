@@ -1,29 +1,21 @@
 """Bring your own embeddings: build an index from precomputed vectors aligned to pool ids.
 
-Accepted sources (``--embeddings PATH``):
-
-* a ``.npy`` matrix ``(n, dim)``; row ``r`` belongs to line ``r`` of ``--ids`` (one candidate id per
-  line), or without ``--ids`` to the ``r``-th candidate of the pool;
-* a Parquet file with an id column (``id`` or ``did``) and an ``embedding`` list column
-  (clip-retrieval / embedding-reader style; needs ``pyarrow``);
-* a folder of such files: ``*.npy`` each with a ``.ids`` file of the same stem (what the sharded
-  engine writes, see :mod:`unirag.index.shards`), and/or ``*.parquet``.
+Sources (``--embeddings PATH``): a ``.npy`` matrix whose row ``r`` is line ``r`` of ``--ids`` (or,
+without it, the pool's ``r``-th candidate); a Parquet file with an ``id``/``did`` column and an
+``embedding`` list column (clip-retrieval style; needs ``pyarrow``); or a folder of them, each
+``.npy`` with a ``.ids`` file of the same stem (what :mod:`unirag.index.shards` writes).
 
 Every vector is checked (size, finite, non-zero) and L2-normalised (the index searches by cosine);
-every id must be a pool candidate and appear once; every pool candidate must have a vector, except
-images a shard recorded as unreadable. Errors name the file and the row.
-
-Sources may list ids in any order: rows are first placed at their pool position in a temporary
-raw file inside the new data folder (deleted before the commit; a killed build's folder is removed
-like any dead build's, see :mod:`unirag.index.directory`), then the pool is streamed in order into
-the index writer.
+every id must be a pool candidate, once; every candidate needs a vector, except images a shard
+recorded as unreadable. Errors name the file and the row. Sources may list ids in any order: rows are
+placed at their pool position in a raw file inside the new data folder (deleted before the commit; a
+killed build's folder goes like any dead build's), then the pool is streamed in order to the writer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from unirag.data.mbeir import duplicate_did, read_candidates, read_numbered_candidates
-from unirag.data.records import Modality
 from unirag.data.text import iter_text_lines
 from unirag.errors import ConfigError, InputError
-from unirag.index.writer import IndexWriter
+from unirag.index.store import RawVectors
+from unirag.index.writer import IndexWriter, source_record
 
 ID_COLUMNS = ("id", "did")
 EMBEDDING_COLUMN = "embedding"
@@ -87,12 +79,10 @@ def _parquet_blocks(path: Path) -> Iterator[tuple[list[str], np.ndarray, int]]:
     first = 0
     for batch in reader.iter_batches(batch_size=CHUNK, columns=[id_col, EMBEDDING_COLUMN]):
         ids_arr, emb = batch.column(0), batch.column(1)
-        if ids_arr.null_count:
-            row = first + int(np.flatnonzero(ids_arr.is_null().to_numpy(zero_copy_only=False))[0])
-            raise InputError(f"row {row}: missing id", path=path, field=id_col)
-        if emb.null_count:
-            row = first + int(np.flatnonzero(emb.is_null().to_numpy(zero_copy_only=False))[0])
-            raise InputError(f"row {row}: missing embedding", path=path, field=EMBEDDING_COLUMN)
+        for column, field, what in ((ids_arr, id_col, "id"), (emb, EMBEDDING_COLUMN, "embedding")):
+            if column.null_count:
+                row = first + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+                raise InputError(f"row {row}: missing {what}", path=path, field=field)
         lengths = pc.list_value_length(emb).to_numpy(zero_copy_only=False)
         if len(lengths) and (lengths != lengths[0]).any():
             row = first + int(np.flatnonzero(lengths != lengths[0])[0])
@@ -131,18 +121,24 @@ def _sources(path: Path, ids_path: Path | None) -> list[tuple[Path, Path | None]
     return [(path, ids_path)]
 
 
-def _check_shards_done(path: Path) -> None:
-    """A planned shards folder must be complete: name the shards still to embed."""
+def _planned_encoder(path: Path, info: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The encoder of the vectors in ``path``: a planned shards folder must be complete and made by
+    ``info``'s encoder (when given), and records its own; other sources have ``info``'s."""
     from unirag.index.shards import PLAN, missing_shards, read_plan
 
     if not (path.is_dir() and (path / PLAN).exists()):
-        return
+        return info
     plan = read_plan(path)
     todo = missing_shards(path, plan)
     if todo:
         listed = ", ".join(f"{i}/{plan.n_shards}" for i in todo[:10]) + (" ..." if len(todo) > 10 else "")
         raise InputError(f"{len(todo)} of {plan.n_shards} shards are not embedded yet ({listed}); run them "
                          "(--shard i/n, or --engine ray) first", path=path)
+    planned = plan.encoder
+    if info is not None and info["fingerprint"] != planned.get("fingerprint"):
+        raise ConfigError(f"encoder {info.get('spec') or info.get('name')!r} is not the encoder these shards "
+                          f"were made with ({planned.get('name')!r}, spec {planned.get('spec')!r})")
+    return info or planned
 
 
 def _recorded_bad_images(path: Path) -> dict[str, dict[str, str]]:
@@ -170,6 +166,7 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
     """
     from tqdm.auto import tqdm
 
+    from unirag.index.encoding import candidate_meta, modality_chunks
     from unirag.index.factory import resolve_params
 
     resolve_params(index_type, params)  # a bad option fails before any vector is read
@@ -177,7 +174,7 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
     if not pool.is_file():
         raise InputError("candidate pool not found", path=pool)
     ids_path = Path(ids) if ids is not None else None
-    _check_shards_done(embeddings)
+    encoder_info = _planned_encoder(embeddings, encoder_info)
     sources = _sources(embeddings, ids_path)
     positions: dict[str, int] = {}
     lines: dict[str, int] = {}
@@ -211,8 +208,9 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
                                             "fingerprint": None}
                     writer = stack.enter_context(IndexWriter(out_dir, dim, info, index_type, params,
                                                              allow_shrink=allow_shrink))
-                    aligned = _AlignedFile(writer.folder / ".aligned.f32", n, dim)
-                    stack.callback(aligned.close)
+                    # deleted before the commit: the writer hashes every file of the folder
+                    aligned = RawVectors(writer.folder / ".aligned.f32", n, dim, create=True)
+                    stack.callback(aligned.close, delete=True)
                 vectors = _check_and_normalise(vectors, data_file, first, block_ids)
                 rows = _positions(block_ids, positions, present, data_file, ids_file, first)
                 aligned.write(rows, vectors)
@@ -226,57 +224,25 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
         if unexplained:
             raise InputError(f"{len(unexplained)} pool candidate(s) have no embedding, first {unexplained[0]!r}",
                              path=embeddings)
-        extra = {"pool": str(pool), "embeddings": str(embeddings),
-                 "images_root": str(images_root) if images_root else None,
-                 "bad_images": {"count": len(bad), "first": [{"path": b["path"], "reason": b["reason"]}
-                                                             for b in list(bad.values())[:20]]}}
-        return _write_index(pool, aligned, present, writer, extra)
-
-
-class _AlignedFile:
-    """Vectors at their pool position in a raw float32 file, written and read with positioned I/O
-    (a writable memory map would count every touched page as this process's memory)."""
-
-    def __init__(self, path: Path, n: int, dim: int) -> None:
-        from unirag.index.store import RawVectors
-
-        self.row_bytes = dim * 4
-        with path.open("wb") as f:
-            f.truncate(n * self.row_bytes)
-        self.fd = os.open(path, os.O_WRONLY)
-        self.reader = RawVectors(path, n, dim)
-
-    def write(self, rows: np.ndarray, vectors: np.ndarray) -> None:
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        for r, row in zip(rows.tolist(), vectors, strict=True):
-            os.pwrite(self.fd, row.tobytes(), r * self.row_bytes)
-
-    def read(self, rows: np.ndarray) -> np.ndarray:
-        return self.reader.rows(rows)
-
-    def close(self) -> None:
-        """Close and delete the file (idempotent): it must be gone before the writer hashes the folder."""
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-            self.reader.path.unlink(missing_ok=True)
+        extra = source_record(pool, images_root, [(b["path"], b["reason"]) for b in bad.values()],
+                              embeddings=str(embeddings))
+        items = ((pos, c) for pos, c in enumerate(read_candidates(pool)) if present[pos])  # the pool, in order
+        for modality, chunk in modality_chunks(items, CHUNK, lambda item: item[1].modality):
+            writer.add(modality, [candidate_meta(c) for _, c in chunk], aligned.rows(np.array([p for p, _ in chunk])))
+        aligned.close(delete=True)
+        return writer.commit(extra)
 
 
 def _check_and_normalise(vectors: np.ndarray, path: Path, first: int, ids: list[str] | None) -> np.ndarray:
     vectors = np.asarray(vectors, dtype=np.float32)
     finite = np.isfinite(vectors).all(axis=1)
-    if not finite.all():
-        r = int(np.flatnonzero(~finite)[0])
-        raise InputError(f"row {first + r}{_id_note(ids, r)}: embedding is not finite (NaN or inf)", path=path)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    if (norms == 0).any():
-        r = int(np.flatnonzero(norms[:, 0] == 0)[0])
-        raise InputError(f"row {first + r}{_id_note(ids, r)}: embedding is all zeros", path=path)
+    bad = np.flatnonzero(~finite | (norms[:, 0] == 0))
+    if len(bad):
+        r = int(bad[0])
+        what = "is all zeros" if finite[r] else "is not finite (NaN or inf)"
+        raise InputError(f"row {first + r}{'' if ids is None else f' (id {ids[r]!r})'}: embedding {what}", path=path)
     return vectors / norms
-
-
-def _id_note(ids: list[str] | None, r: int) -> str:
-    return f" (id {ids[r]!r})" if ids is not None else ""
 
 
 def _positions(ids: list[str], positions: dict[str, int], present: np.ndarray, data_file: Path,
@@ -284,41 +250,12 @@ def _positions(ids: list[str], positions: dict[str, int], present: np.ndarray, d
     """Pool positions of a block's ids; unknown or repeated ids are errors naming file and row."""
     where = ids_file or data_file
     rows = np.empty(len(ids), dtype=np.int64)
+    block: set[int] = set()
     for r, did in enumerate(ids):
         pos = positions.get(did)
-        if pos is None:
-            raise InputError(f"row {first + r}: id {did!r} is not a candidate of the pool", path=where,
-                             line=first + r + 1 if ids_file else None)
+        if pos is None or present[pos] or pos in block:
+            why = "is not a candidate of the pool" if pos is None else "has more than one embedding"
+            raise InputError(f"row {first + r}: id {did!r} {why}", path=where, line=first + r + 1 if ids_file else None)
+        block.add(pos)
         rows[r] = pos
-    uniq, counts = np.unique(rows, return_counts=True)
-    repeated = sorted(set(np.flatnonzero(present[rows]).tolist()) |
-                      {int(np.flatnonzero(rows == u)[1]) for u in uniq[counts > 1]})
-    if repeated:
-        r = repeated[0]
-        raise InputError(f"row {first + r}: id {ids[r]!r} has more than one embedding", path=where,
-                         line=first + r + 1 if ids_file else None)
     return rows
-
-
-def _write_index(pool: Path, aligned: _AlignedFile, present: np.ndarray, writer: IndexWriter,
-                 extra: dict[str, Any]) -> dict[str, Any]:
-    """Stream the pool in order; chunks per modality go to the writer with their aligned vectors."""
-    from unirag.index.encoding import candidate_meta
-
-    pending: dict[Modality, list[tuple[int, Any]]] = {}
-
-    def flush(modality: Modality) -> None:
-        items = pending.pop(modality)
-        rows = np.array([p for p, _ in items])
-        writer.add(modality, [candidate_meta(c) for _, c in items], aligned.read(rows))
-
-    for pos, c in enumerate(read_candidates(pool)):
-        if not present[pos]:
-            continue
-        pending.setdefault(c.modality, []).append((pos, c))
-        if len(pending[c.modality]) >= CHUNK:
-            flush(c.modality)
-    for modality in list(pending):
-        flush(modality)
-    aligned.close()
-    return writer.commit(extra)

@@ -6,16 +6,14 @@ without importing the build module that imports them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from unirag.data.images import BadImageReport
 from unirag.data.records import Candidate, Modality, resolve_image
-
-K = TypeVar("K")
 
 
 def encoder_info(encoder, spec: str | None) -> dict[str, Any]:
@@ -29,28 +27,38 @@ def candidate_meta(c: Candidate) -> dict[str, Any]:
     return {"did": c.did, "txt": c.txt, "img_path": c.img_path, "source_id": c.source_id, "src_content": c.src_content}
 
 
-def encode_chunks(encoder, chunks: Iterable[tuple[K, Modality | None, list[Candidate]]],
+def modality_chunks(items: Iterable[Any], size: int, modality: Callable[[Any], Modality] = lambda c: c.modality
+                    ) -> Iterator[tuple[Modality, list[Any]]]:
+    """Items in pool order -> ``(modality, items)`` chunks of ``size`` same-modality items, each one out
+    when full and the partial ones at the end: one pending chunk per modality in memory, whatever the pool."""
+    pending: dict[Modality, list[Any]] = {}
+    for item in items:
+        m = modality(item)
+        pending.setdefault(m, []).append(item)
+        if len(pending[m]) >= size:
+            yield m, pending.pop(m)
+    for m in list(pending):
+        yield m, pending.pop(m)
+
+
+def encode_chunks(encoder, chunks: Iterable[tuple[Modality, list[Candidate]]],
                   images_root: str | Path | None, bad: BadImageReport, n_images: int | None = None
-                  ) -> Iterator[tuple[K, Modality | None, list[Candidate], list[Candidate], Any]]:
-    """``(key, modality, chunk)`` of same-modality candidates -> ``(key, modality, chunk, kept candidates,
-    their vectors)``, in order, the images decoded ahead of the model by the encoder's image loader
+                  ) -> Iterator[tuple[Modality, list[Candidate], list[Candidate], Any]]:
+    """``(modality, chunk)`` of same-modality candidates -> ``(modality, chunk, kept candidates, their
+    vectors)``, in order, the images decoded ahead of the model by the encoder's image loader
     (:meth:`unirag.encoders.base.Encoder.image_loader`; ``n_images``: the whole job's, when known), an
-    unreadable one skipped into ``bad``: the vectors, order and report of decoding inline, chunk by chunk.
-    A chunk with modality None is a marker for the caller, passed through (vectors None)."""
+    unreadable one skipped into ``bad``: the vectors, order and report of decoding inline, chunk by chunk."""
 
     def jobs():
-        for key, modality, chunk in chunks:
-            paths = [] if modality in (None, Modality.TEXT) else [resolve_image(c.img_path, images_root)
+        for modality, chunk in chunks:
+            paths = [] if modality is Modality.TEXT else [resolve_image(c.img_path, images_root)
                                                                  for c in chunk]
-            yield (key, modality, chunk), paths
+            yield (modality, chunk), paths
 
     loader = encoder.image_loader(n_images)
-    for (key, modality, chunk), decoded in loader.map(jobs()):
-        if modality is None:
-            yield key, None, chunk, [], None
-            continue
+    for (modality, chunk), decoded in loader.map(jobs()):
         if modality is Modality.TEXT:
-            yield key, modality, chunk, chunk, encoder.encode_texts([c.txt for c in chunk])
+            yield modality, chunk, chunk, encoder.encode_texts([c.txt for c in chunk])
             continue
         for path, reason in [(d.path, d.reason) for d in decoded if not d.ok]:
             bad.add(path, reason)
@@ -63,4 +71,4 @@ def encode_chunks(encoder, chunks: Iterable[tuple[K, Modality | None, list[Candi
         else:
             vectors = encoder.encode_fused(images, [c.txt for c in kept])
         del decoded, images  # before the next chunk is decoded: one chunk of images alive when inline
-        yield key, modality, chunk, kept, vectors
+        yield modality, chunk, kept, vectors

@@ -66,31 +66,22 @@ def ivfpq_shape(n: int, dim: int, params: dict[str, Any]) -> dict[str, Any]:
     return {**params, "nlist": nlist, "pq_m": int(pq_m)}
 
 
-def new_flat(dim: int):
+def new_index(kind: str, dim: int, params: dict[str, Any] | None = None):
+    """An empty inner-product FAISS index of ``kind``; an IVF-PQ one is untrained: the caller trains it
+    on a sample (re-scoring is done by the store)."""
     import faiss
 
+    if kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, int(params["M"]), faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = int(params["ef_construction"])
+        index.hnsw.efSearch = int(params["ef_search"])
+        return index
+    if kind == "ivfpq":  # (faiss's python wrappers keep the quantizer alive as a reference of its owner)
+        index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, int(params["nlist"]), int(params["pq_m"]),
+                                 int(params["nbits"]), faiss.METRIC_INNER_PRODUCT)
+        index.nprobe = int(params["nprobe"])
+        return index
     return faiss.IndexFlatIP(dim)
-
-
-def new_hnsw(dim: int, params: dict[str, Any]):
-    import faiss
-
-    index = faiss.IndexHNSWFlat(dim, int(params["M"]), faiss.METRIC_INNER_PRODUCT)
-    index.hnsw.efConstruction = int(params["ef_construction"])
-    index.hnsw.efSearch = int(params["ef_search"])
-    return index
-
-
-def new_ivfpq(dim: int, params: dict[str, Any]):
-    """An untrained IVF-PQ index; the caller trains it on a sample (re-scoring is done by the store)."""
-    import faiss
-
-    quantizer = faiss.IndexFlatIP(dim)
-    ivf = faiss.IndexIVFPQ(quantizer, dim, int(params["nlist"]), int(params["pq_m"]), int(params["nbits"]),
-                           faiss.METRIC_INNER_PRODUCT)
-    ivf.nprobe = int(params["nprobe"])
-    # (faiss's python wrappers keep ``quantizer`` alive as a reference of its owner)
-    return ivf
 
 
 def search_parameters(index, params: dict[str, Any], k: int, selector=None):

@@ -24,6 +24,7 @@ from unirag.index.store import (
     check_encoder,
     check_memory_mode,
     damaged,
+    empty_topk,
     merge_topk,
     parse_modality_filter,
 )
@@ -42,16 +43,16 @@ class Index:
     """
 
     def __init__(self, index_dir: Path, manifest: dict[str, Any], subs: dict[Modality, SubIndex],
-                 metas: MetaTable, offsets: dict[Modality, int], memory: str = "mmap") -> None:
-        self.index_dir = index_dir
+                 metas: MetaTable, memory: str = "mmap") -> None:
+        self.path = Path(index_dir)  #: the index directory
         #: ``manifest.json``: encoder, sizes, index types, build settings, skipped images, checksums
         self.manifest = manifest
         self.subs = subs
         self.metas = metas
-        self.offsets = offsets
+        self.offsets = metas.offsets  #: modality -> its first global id
         self.dim = int(manifest["dim"])  #: vector size
         self.memory = memory  #: how the FAISS files were opened: "mmap" or "ram"
-        self._row_filters: dict[Any, dict[Modality, RowFilter | None]] = {}
+        self._row_filters: dict[Any, dict[Modality, RowFilter | None]] = {}  # one SQL scan per filter
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -76,16 +77,10 @@ class Index:
             else:
                 check_sizes(index_dir, manifest)
             folder = data_dir(index_dir, manifest)
-            subs: dict[Modality, SubIndex] = {}
-            offsets: dict[Modality, int] = {}
-            total = 0
-            for key, entry in manifest["subindexes"].items():
-                modality = Modality.parse(key)
-                subs[modality] = SubIndex(folder, modality, entry, int(manifest["dim"]), memory)
-                offsets[modality] = total
-                total += subs[modality].count
-            metas = MetaTable(folder / manifest["meta_file"], offsets, {m: s.count for m, s in subs.items()})
-        return cls(index_dir, manifest, subs, metas, offsets, memory)
+            subs = {m: SubIndex(folder, m, entry, int(manifest["dim"]), memory)
+                    for m, entry in ((Modality.parse(k), e) for k, e in manifest["subindexes"].items())}
+            metas = MetaTable(folder / manifest["meta_file"], {m: s.count for m, s in subs.items()})
+        return cls(index_dir, manifest, subs, metas, memory)
 
     @classmethod
     def build(cls, pool: Pool | str | Path | Iterable[Candidate], out: str | Path, *,
@@ -120,33 +115,26 @@ class Index:
 
         from unirag.index import build
         from unirag.index.factory import resolve_params
+        from unirag.runs.engine import EngineOptions
 
         params = dict(params or {})
         resolve_params(index_type, params)  # a bad option fails before any model loads
         if batch_size <= 0:
             raise ConfigError(f"batch_size must be positive, got {batch_size}")
         options = {k: v for k, v in engine_options.items() if v is not None}
-        if engine not in ("local", "ray"):
-            raise ConfigError(f"unknown engine {engine!r}; expected local or ray")
-        if engine == "local" and {"ray_address", "workers", "gpus_per_worker", "shard_size"} & set(options):
-            raise ConfigError("--ray-address/--workers/--gpus-per-worker/--shard-size go with --engine ray")
-        for name in ("workers", "shard_size"):
-            if options.get(name, 1) <= 0:
-                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {options[name]}")
-        source, root = _pool_source(pool, images_root, in_memory=True)
-        if isinstance(source, list) and engine != "local":
-            raise ConfigError("an in-memory pool is built with engine='local'; write it to a file for Ray")
+        shards = {k: options.pop(k) for k in ("shards_dir", "shard_size") if k in options}
+        run_on = EngineOptions(engine=engine, **options)  # the engine and its Ray options checked here
+        if "shard_size" in shards and (engine != "ray" or shards["shard_size"] <= 0):
+            raise ConfigError(f"--shard-size goes with --engine ray and must be positive, got {shards['shard_size']}")
+        source, root = _pool_source(pool, images_root, in_memory=engine == "local")
         if isinstance(source, Path) and not source.exists():
             raise InputError("candidate pool not found", path=source)
         spec, enc = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
         root = Path(root).absolute() if root is not None else None
         progress = sys.stderr.isatty() if progress is None else progress
-        if engine == "ray":
-            options.setdefault("worker_dtype", dtype)  # workers load their own copy: same dtype, same fingerprint
-            options.setdefault("worker_autocast", getattr(enc, "autocast_dtype", None))
+        if engine == "ray":  # workers load their own copy: same dtype and autocast, same fingerprint
             build.build_with_ray(source, root, out, enc, spec, index_type, batch_size, params, progress,
-                                 allow_shrink,
-                                 **options)
+                                 allow_shrink, run_on, dtype, getattr(enc, "autocast_dtype", None), **shards)
         else:
             build.build_local(source, root, out, enc, spec, index_type, batch_size, params, progress,
                               allow_shrink)
@@ -169,20 +157,12 @@ class Index:
         """
         from unirag.index.embeddings import build_from_embeddings
         from unirag.index.encoding import encoder_info
-        from unirag.index.shards import PLAN, read_plan
 
         pool_path, root = _pool_source(pool, images_root)
         info = None
         if encoder is not None:
             spec, enc = _encoder_and_spec(encoder, "cpu", "float32")
             info = encoder_info(enc, spec)
-        embeddings = Path(embeddings)
-        if embeddings.is_dir() and (embeddings / PLAN).exists():
-            planned = read_plan(embeddings).encoder
-            if info is not None and info["fingerprint"] != planned.get("fingerprint"):
-                raise ConfigError(f"encoder {info.get('spec') or info.get('name')!r} is not the encoder these shards "
-                                  f"were made with ({planned.get('name')!r}, spec {planned.get('spec')!r})")
-            info = info or planned
         build_from_embeddings(pool_path, embeddings, out, info, ids=ids, index_type=index_type,
                               params=dict(params or {}), images_root=root, progress=progress,
                               allow_shrink=allow_shrink)
@@ -210,11 +190,6 @@ class Index:
 
     # -- what it holds -----------------------------------------------------------------------
     @property
-    def path(self) -> Path:
-        """The index directory."""
-        return Path(self.index_dir)
-
-    @property
     def skipped(self) -> list[tuple[str, str]]:
         """``(path, reason)`` of the inputs the build skipped (missing or unreadable images), the first
         ones as the manifest keeps them; :attr:`skipped_count` is how many there were in all."""
@@ -226,14 +201,15 @@ class Index:
         return int((self.manifest.get("bad_images") or {}).get("count", 0))
 
     def _warn_skipped(self) -> Index:
+        """The one report of skipped inputs, from Python as from the CLI (which prints warnings)."""
         if self.skipped_count:
             import warnings
 
             from unirag.errors import SkippedInputsWarning
 
-            first = ", ".join(p for p, _ in self.skipped[:3])
+            first = ", ".join(f"{p} ({r})" for p, r in self.skipped[:3])
             more = f" and {self.skipped_count - 3} more" if self.skipped_count > 3 else ""
-            warnings.warn(f"{self.skipped_count} input(s) missing or unreadable, skipped: {first}{more} (reasons: "
+            warnings.warn(f"{self.skipped_count} input(s) missing or unreadable, skipped: {first}{more} (all: "
                           "index.skipped, manifest.json)", SkippedInputsWarning, stacklevel=3)
         return self
 
@@ -261,19 +237,14 @@ class Index:
         """The candidates this index holds, as a :class:`unirag.Pool` (from the index itself, no file read)."""
         from unirag.data.pool import Pool
 
-        return Pool([self._candidate(m) for m in self.metas], images_root=self.images_root)
+        return Pool(list(self.metas), images_root=self.images_root)
 
     def candidate(self, did: str) -> Candidate:
         """The candidate with this did (KeyError if the index has none)."""
         gid = self.gid_of(did)
         if gid is None:
             raise KeyError(f"no candidate {did!r} in index {self.path}")
-        return self._candidate(self.metas[gid])
-
-    @staticmethod
-    def _candidate(meta) -> Candidate:
-        return Candidate(did=meta.did, modality=meta.modality, txt=meta.txt, img_path=meta.img_path,
-                         source_id=meta.source_id)
+        return self.metas[gid]
 
     def load_encoder(self, *, device: str | None = "auto", dtype: str | None = "auto") -> Encoder:
         """Load the encoder recorded in the manifest and check that it is the one that built the index."""
@@ -334,22 +305,19 @@ class Index:
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise ValueError(f"queries must have shape (n, {self.dim}), got {queries.shape}")
         wanted = parse_modality_filter(modality)
-        filters = self.row_filters(where) if where else None
-        modalities = [m for m in self.subs if wanted is None or m is wanted]
-        if filters is not None:
-            modalities = [m for m in modalities if m in filters]
+        filters = self.row_filters(where) if where else dict.fromkeys(self.subs)
+        modalities = [m for m in filters if wanted is None or m is wanted]
         if not modalities:
-            n = len(queries)
-            return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
+            return empty_topk(len(queries), k)
         parts = []
         for m in modalities:  # local rows of each sub-index -> global ids
-            scores, ids = self.subs[m].search(queries, k, filters.get(m) if filters is not None else None)
+            scores, ids = self.subs[m].search(queries, k, filters[m])
             parts.append((scores, np.where(ids >= 0, ids + self.offsets[m], -1)))
         scores, ids = merge_topk(parts, k)
         served = ids >= 0
         if not np.isfinite(scores[served]).all():  # cheap: k numbers per query (see the module docstring)
             row, col = (int(x[0]) for x in np.nonzero(served & ~np.isfinite(scores)))
-            raise damaged(self.index_dir, f"candidate {self.metas[int(ids[row, col])].did!r} scored "
+            raise damaged(self.path, f"candidate {self.metas[int(ids[row, col])].did!r} scored "
                                           f"{scores[row, col]}, not a finite number")
         return scores, ids
 
@@ -359,35 +327,29 @@ class Index:
         from unirag.retrieval.selection import normalise_where
 
         key = normalise_where(where)
-        cache = self._row_filters
-        if key in cache:
-            return cache[key]
+        if key in self._row_filters:
+            return self._row_filters[key]
         conditions = dict(key)
-        modalities = set(self.subs)
-        if "modality" in conditions:
-            modalities &= {Modality.parse(v) for v in conditions.pop("modality")}
+        modalities = {Modality.parse(v) for v in conditions.pop("modality")} if "modality" in conditions \
+            else set(self.subs)
+        rows = self.metas.rows_where(sorted(conditions.items())) if conditions else None
         out: dict[Modality, RowFilter | None] = {}
-        if conditions:
-            rows = self.metas.rows_where(sorted(conditions.items()))
-            for m in sorted(modalities, key=list(self.subs).index):
-                selected = np.asarray(rows.get(m, []), dtype=np.int64)
-                if len(selected) == self.subs[m].count:
-                    out[m] = None
-                elif len(selected):
-                    out[m] = RowFilter(selected, self.subs[m].shards)
-        else:
-            out = {m: None for m in self.subs if m in modalities}
-        if len(cache) > 32:
-            cache.clear()
-        cache[key] = out
+        for m in (m for m in self.subs if m in modalities):
+            selected = np.asarray(rows.get(m, []) if rows is not None else [], dtype=np.int64)
+            if rows is None or len(selected) == self.subs[m].count:
+                out[m] = None
+            elif len(selected):
+                out[m] = RowFilter(selected, self.subs[m].shards)
+        if len(self._row_filters) > 32:
+            self._row_filters.clear()
+        self._row_filters[key] = out
         return out
 
     def scope(self, modality: str | Modality | None = None, where: Any = None) -> int:
         """How many candidates a search with this modality and filter looks at."""
         wanted = parse_modality_filter(modality)
-        if not where:
-            return self.counts.get(wanted.value, 0) if wanted is not None else len(self)
-        return sum(self.subs[m].count if f is None else len(f) for m, f in self.row_filters(where).items()
+        filters = self.row_filters(where) if where else dict.fromkeys(self.subs)
+        return sum(self.subs[m].count if f is None else len(f) for m, f in filters.items()
                    if wanted is None or m is wanted)
 
     # -- serialisation -----------------------------------------------------------------------
@@ -414,9 +376,10 @@ def _encoder_and_spec(encoder, device: str | None, dtype: str | None, autocast: 
     from unirag.encoders.registry import load_encoder
     from unirag.runtime import decode_setting
 
-    spec, enc = (encoder, load_encoder(encoder, device=device, dtype=dtype,
-                                       **({"autocast": autocast} if autocast else {}))) \
-        if encoder is None or isinstance(encoder, str) else (getattr(encoder, "spec", None), encoder)
+    if encoder is None or isinstance(encoder, str):
+        spec, enc = encoder, load_encoder(encoder, device=device, dtype=dtype, autocast=autocast)
+    else:
+        spec, enc = getattr(encoder, "spec", None), encoder
     if decode is not None:
         enc.decode_workers = decode_setting(decode)
     return spec, enc
@@ -432,5 +395,6 @@ def _pool_source(pool, images_root, in_memory: bool = False) -> tuple[Path | lis
         pool = pool.path if pool.path is not None else list(pool)
     source = Path(pool) if isinstance(pool, str | Path) else list(pool)
     if isinstance(source, list) and not in_memory:
-        raise ConfigError("this needs a pool read from a JSONL file (Pool.read), not in-memory candidates")
+        raise ConfigError("in-memory candidates are indexed by Index.build with engine='local' only; write them "
+                          "to a JSONL pool file (Pool.read) for this")
     return source, images_root

@@ -1,21 +1,15 @@
 """The on-disk layout of an index directory and its manifest (format version 2).
 
-An index directory holds ``manifest.json`` and one *data folder* (``data-<id>/``) that the manifest
-names. The data folder holds, per candidate modality present in the pool, one or more FAISS shard
-files (``text.00000.faiss`` ...; a sub-index larger than ``shard_size`` vectors is cut into
-several), for IVF-PQ the raw float32 vectors used to re-score candidates (``text.vectors.f32``,
-read row by row), and one SQLite file ``meta.sqlite`` with a row per candidate (did, text, image
-path, pairing id) looked up by row id on demand.
+``manifest.json`` names one data folder (``data-<id>/``) holding, per candidate modality, FAISS shard
+files (``text.00000.faiss`` ...), for IVF-PQ the raw float32 vectors that re-score candidates
+(``text.vectors.f32``), and ``meta.sqlite``, a row per candidate. The manifest records the encoder,
+how each sub-index was built and how many items it holds, the skipped pool images, and the size and
+SHA-256 of every data file. Opening checks sizes only (a truncated copy is caught at once);
+``unirag index verify`` (:func:`verify_files`) re-hashes. Why a data folder: a rebuild writes a new
+one and then swaps ``manifest.json`` in one atomic rename (:mod:`unirag.index.directory`).
 
-The manifest says which encoder made the vectors, how the indexes were built, how many items each
-holds, which pool images were skipped, and the size and SHA-256 of every data file. Opening an
-index checks the manifest and the file sizes only (a truncated copy is caught at once);
-``unirag index verify`` (:func:`verify_files`) re-hashes every file. Why a data folder: a rebuild
-writes a new one next to the old and then replaces ``manifest.json`` with one atomic rename, so
-the previous index stays readable until the new one is in place (see :mod:`unirag.index.directory`).
-
-Version 1 (one FAISS file and one JSON-lines metadata file per modality, hashed on every open) is
-no longer read: opening one says to rebuild it.
+Version 1 (one FAISS and one JSON-lines file per modality, hashed on every open) is no longer read:
+opening one says to rebuild it.
 """
 
 from __future__ import annotations

@@ -12,30 +12,19 @@ that modality's sub-index.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from unirag.data.records import Modality
+from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError
 
 _COLUMNS = ("did", "txt", "img_path", "source_id", "src_content")
-
-
-@dataclass(frozen=True)
-class CandidateMeta:
-    """What the index keeps about a candidate besides its vector."""
-
-    did: str
-    modality: Modality
-    txt: str | None
-    img_path: str | None
-    source_id: str | None
 
 
 class MetaWriter:
@@ -70,14 +59,15 @@ class MetaWriter:
         self.db.close()
 
 
-class MetaTable(Sequence[CandidateMeta]):
-    """Read-only, lazily loaded ``metas[gid]`` over the SQLite file (global ids = manifest order)."""
+class MetaTable(Sequence[Candidate]):
+    """Read-only, lazily loaded ``metas[gid]`` over the SQLite file (global ids: the modalities' rows one
+    after the other, in the order of ``counts``, the manifest's)."""
 
-    def __init__(self, path: Path, offsets: dict[Modality, int], counts: dict[Modality, int]) -> None:
+    def __init__(self, path: Path, counts: dict[Modality, int]) -> None:
         self.path = path
-        self.offsets = offsets
+        self.offsets = dict(zip(counts, itertools.accumulate([0, *counts.values()]), strict=False))
         self.counts = counts
-        self._bounds = sorted((off, m) for m, off in offsets.items())
+        self._starts = list(self.offsets.values())  # ascending, as accumulated
         self._total = sum(counts.values())
         try:
             self.db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
@@ -92,12 +82,12 @@ class MetaTable(Sequence[CandidateMeta]):
     def __len__(self) -> int:
         return self._total
 
-    @contextmanager
-    def _reading(self) -> Iterator[None]:
-        """A page of the file damaged in place (same size) shows up only when a query reads it: one error
-        pointing to ``unirag index verify``, not sqlite's traceback."""
+    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
+        """The rows of one read, under the lock. A page of the file damaged in place (same size) shows up
+        only when a query reads it: one error pointing to ``unirag index verify``, not sqlite's traceback."""
         try:
-            yield
+            with self._lock:
+                return self.db.execute(sql, args).fetchall()
         except sqlite3.DatabaseError as e:
             raise InputError(f"cannot read the metadata file ({e}): the index files are damaged; run "
                              "'unirag index verify' on the index directory, then rebuild the index",
@@ -107,63 +97,49 @@ class MetaTable(Sequence[CandidateMeta]):
         """(modality, local row) of a global id."""
         if not 0 <= gid < self._total:
             raise IndexError(f"candidate id {gid} out of range (0..{self._total - 1})")
-        modality = self._bounds[0][1]
-        for off, m in self._bounds:
-            if off <= gid:
-                modality = m
-            else:
-                break
+        modality = list(self.offsets)[bisect.bisect_right(self._starts, gid) - 1]
         return modality, gid - self.offsets[modality]
 
     def __getitem__(self, gid):  # type: ignore[override]
-        if isinstance(gid, slice):
-            return [self[i] for i in range(*gid.indices(self._total))]
         gid = int(gid)
         if gid < 0:
             gid += self._total
         return self._get(gid)
 
-    def _fetch(self, gid: int) -> CandidateMeta:
+    def _fetch(self, gid: int) -> Candidate:
         modality, row = self.locate(gid)
-        with self._lock, self._reading():
-            found = self.db.execute("SELECT did, txt, img_path, source_id FROM meta WHERE modality=? AND row=?",
-                                    (modality.value, row)).fetchone()
-        if found is None:
+        found = self._query("SELECT did, txt, img_path, source_id FROM meta WHERE modality=? AND row=?",
+                            (modality.value, row))
+        if not found:
             raise InputError(f"no metadata for row {row} of {modality.value}; rebuild the index", path=self.path)
-        return CandidateMeta(found[0], modality, found[1], found[2], found[3])
+        did, txt, img, sid = found[0]
+        return Candidate(did, modality, txt, img, source_id=sid)
 
-    def __iter__(self) -> Iterator[CandidateMeta]:
-        for _, modality in self._bounds:
+    def __iter__(self) -> Iterator[Candidate]:
+        for modality in self.offsets:
             last = -1
             while True:  # keyset pages: bounded memory at any size, no cursor held between pages
-                with self._lock, self._reading():
-                    rows = self.db.execute("SELECT row, did, txt, img_path, source_id FROM meta WHERE modality=? "
-                                           "AND row > ? ORDER BY row LIMIT 10000", (modality.value, last)).fetchall()
+                rows = self._query("SELECT row, did, txt, img_path, source_id FROM meta WHERE modality=? AND row > ? "
+                                   "ORDER BY row LIMIT 10000", (modality.value, last))
                 if not rows:
                     break
                 for _row, did, txt, img, sid in rows:
-                    yield CandidateMeta(did, modality, txt, img, sid)
+                    yield Candidate(did, modality, txt, img, source_id=sid)
                 last = rows[-1][0]
 
     def gid_of(self, did: str) -> int | None:
-        with self._lock, self._reading():
-            found = self.db.execute("SELECT modality, row FROM meta WHERE did=?", (did,)).fetchone()
-        if found is None:
-            return None
-        return self.offsets[Modality(found[0])] + int(found[1])
+        found = self._query("SELECT modality, row FROM meta WHERE did=?", (did,))
+        return self.offsets[Modality(found[0][0])] + int(found[0][1]) if found else None
 
     def source_group(self, source_id: str) -> list[int]:
-        with self._lock, self._reading():
-            rows = self.db.execute("SELECT modality, row FROM meta WHERE source_id=?", (source_id,)).fetchall()
+        rows = self._query("SELECT modality, row FROM meta WHERE source_id=?", (source_id,))
         return sorted(self.offsets[Modality(m)] + int(r) for m, r in rows)
 
     # -- filters (see unirag.retrieval.selection) ------------------------------------------------
     @property
     def has_src_content(self) -> bool:
         """Whether the file stores ``src_content`` (indexes built before filters existed do not)."""
-        with self._lock, self._reading():
-            cols = [r[1] for r in self.db.execute("PRAGMA table_info(meta)").fetchall()]
-        return "src_content" in cols
+        return "src_content" in [r[1] for r in self._query("PRAGMA table_info(meta)")]
 
     def rows_where(self, where: Sequence[tuple[str, Sequence[str]]]) -> dict[Modality, list[int]]:
         """Local rows per modality of the candidates matching every ``(field, values)`` condition
@@ -190,9 +166,8 @@ class MetaTable(Sequence[CandidateMeta]):
                 args += [path, *values]
         sql = "SELECT modality, row FROM meta" + (" WHERE " + " AND ".join(clauses) if clauses else "")
         out: dict[Modality, list[int]] = {m: [] for m in self.offsets}
-        with self._lock, self._reading():
-            for m, r in self.db.execute(sql + " ORDER BY modality, row", args):
-                out[Modality(m)].append(int(r))
+        for m, r in self._query(sql + " ORDER BY modality, row", args):
+            out[Modality(m)].append(int(r))
         if not any(out.values()):  # nothing matched: a misspelt field must not pass for an empty answer
             self._check_fields([name for name, _ in where])
         return out
@@ -204,14 +179,12 @@ class MetaTable(Sequence[CandidateMeta]):
             if name in ("dataset", "source_id", "did") or not self.has_src_content:
                 continue
             path = "$." + ".".join(f'"{part}"' for part in name.split("."))
-            with self._lock:
-                found = self.db.execute("SELECT 1 FROM meta WHERE CASE WHEN json_valid(src_content) THEN "
-                                        "json_type(src_content, ?) END IS NOT NULL LIMIT 1", (path,)).fetchone()
-                if found is not None:
-                    continue
-                keys = [k for (k,) in self.db.execute(
-                    "SELECT DISTINCT j.key FROM (SELECT src_content FROM meta WHERE CASE WHEN json_valid(src_content) "
-                    "THEN json_type(src_content) END = 'object' LIMIT 10000) AS s, json_each(s.src_content) AS j ORDER BY j.key")]
+            if self._query("SELECT 1 FROM meta WHERE CASE WHEN json_valid(src_content) THEN json_type(src_content, ?) "
+                           "END IS NOT NULL LIMIT 1", (path,)):
+                continue
+            keys = [k for (k,) in self._query(
+                "SELECT DISTINCT j.key FROM (SELECT src_content FROM meta WHERE CASE WHEN json_valid(src_content) "
+                "THEN json_type(src_content) END = 'object' LIMIT 10000) AS s, json_each(s.src_content) AS j ORDER BY j.key")]
             known = ", ".join(["dataset", "modality", "source_id", "did", *[k for k in keys if k != "source_id"]])
             raise ConfigError(f"no candidate has the filter field {name!r}; known fields: {known}")
 

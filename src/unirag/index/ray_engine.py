@@ -1,25 +1,17 @@
 """Run the pool's embedding shards on Ray Data: one model load per worker, GPUs reserved per worker.
 
-Each shard (see :mod:`unirag.index.shards`) is one row of a Ray dataset; an actor pool of
-``workers`` actors maps over it, every actor loading the encoder once and embedding whole shards.
-Finished shards are on disk the moment they are done, so a killed run loses at most the shards in
-flight, and only shards without a done marker are submitted.
+Each shard (:mod:`unirag.index.shards`) is one row of a Ray dataset mapped by a pool of actors, each
+loading the encoder once. A finished shard is on disk at once, so a killed run loses only the shards
+in flight, and only shards without a done marker are submitted. Actors are sized by the run's
+:class:`~unirag.runs.engine.EngineOptions`, as for generation runs; started locally, the default is
+``cpus - 1`` workers so that one CPU stays free for Ray Data's own tasks (an actor pool that takes
+every CPU can hang waiting for a read task: ray-project/ray#44687, seen on a 2-CPU machine). Torch
+in an actor uses the CPUs divided among the workers (Ray would set 1 thread). With GPUs reserved,
+images are decoded in the cluster's spare CPUs (:mod:`unirag.data.loader`: a GPU embeds faster than
+one core decodes); on CPU-only runs inline, as the model threads already use every core.
 
-Sizing, by the run's :class:`~unirag.runs.engine.EngineOptions` (as for generation runs): each actor
-reserves ``cpus_per_worker`` CPUs (1 by default) and ``gpus_per_worker`` GPUs.
-Started locally, the default is ``cpus - 1`` workers (at least 1) so that one CPU stays free for
-Ray Data's own tasks: an actor pool that takes every CPU can hang waiting for a read task
-(ray-project/ray#44687, seen on a 2-CPU machine). Inside an actor torch uses ``threads_per_worker``
-threads (default: the machine's CPUs divided among the workers; Ray would otherwise set 1).
-Each actor decodes its images in the options' decode worker processes (:mod:`unirag.data.loader`). Default:
-with GPUs reserved, the cluster's CPUs shared among the actors, less one each for the actor itself
-(at most 8): a GPU embeds images faster than one core decodes them, so the CPUs Ray does not need
-feed the GPUs (these processes are not Ray tasks and reserve nothing); on CPU-only runs 0 - inline -
-as the actors' model threads already use every core.
-
-Without ``ray_address`` a local Ray is started (and stopped afterwards); with one, the run joins
-that cluster - then the pool, the images and the shards folder must be on storage every node sees
-at the same path, and unirag must be installed on every node.
+Without ``ray_address`` a local Ray is started and stopped; with one, the run joins that cluster,
+and the pool, the images and the shards folder must be at the same path on every node.
 """
 
 from __future__ import annotations
@@ -41,8 +33,7 @@ class _ShardWorker:
         from unirag.encoders.registry import load_encoder
         from unirag.index.shards import read_plan
 
-        self.encoder = load_encoder(encoder_spec, device=device, dtype=dtype,
-                                    **({"autocast": autocast} if autocast else {}))
+        self.encoder = load_encoder(encoder_spec, device=device, dtype=dtype, autocast=autocast)
         self.encoder.decode_workers = decode
         self.shards_dir = shards_dir
         self.plan = read_plan(shards_dir)
@@ -52,20 +43,16 @@ class _ShardWorker:
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         from unirag.index.shards import embed_shard
 
-        shards, rows, seconds = [], [], []
-        for i in batch["shard"]:
-            record = embed_shard(self.shards_dir, self.plan, int(i), self.encoder, self.images_root, self.batch_size)
-            shards.append(int(i))
-            rows.append(int(record["rows"]))
-            seconds.append(float(record.get("seconds", 0.0)))
-        return {"shard": shards, "rows": rows, "seconds": seconds}
+        for i in batch["shard"]:  # the shard's files are its result
+            embed_shard(self.shards_dir, self.plan, int(i), self.encoder, self.images_root, self.batch_size)
+        return batch
 
 
 def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str | None,
                images_root: str | Path | None, engine: Any, *, batch_size: int = 64, dtype: str | None = None,
-               autocast: str | None = None, progress: bool = True) -> list[dict[str, Any]]:
+               autocast: str | None = None, progress: bool = True) -> None:
     """Embed ``shard_ids`` of the planned shards folder on Ray, sized by ``engine`` (its
-    :class:`~unirag.runs.engine.EngineOptions`); returns one record per shard embedded.
+    :class:`~unirag.runs.engine.EngineOptions`).
 
     Workers load ``encoder_spec`` on ``cuda`` when GPUs are reserved (else CPU) in ``dtype`` (and
     ``autocast``, see :func:`unirag.encoders.registry.load_encoder`); their
@@ -74,7 +61,7 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
     from unirag.ray_support import default_workers, ray_session
 
     if not shard_ids:
-        return []
+        return
     o = engine
     with ray_session(o.ray_address, log_to_driver=progress) as ray:
         ctx = ray.data.DataContext.get_current()
@@ -93,4 +80,4 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
                                    "images_root": str(images_root) if images_root else None,
                                    "batch_size": batch_size, "device": device, "dtype": dtype,
                                    "threads": threads, "decode": decode, "autocast": autocast})
-        return sorted(out.take_all(), key=lambda r: r["shard"])
+        out.materialize()

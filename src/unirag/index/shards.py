@@ -1,18 +1,12 @@
 """The unit of distributed embedding: one contiguous shard of the pool -> ``.npy`` vectors + ids.
 
 The pool is cut into ``n`` contiguous shards (as UniIR's contiguous sampler and clip-retrieval's
-partitions do). Embedding shard ``i`` is independent of every other shard: it reads only its
-lines of the pool (by byte offset), encodes them, and writes into the shards folder
-
-* ``shard-<i>.npy``   float32 ``(rows, dim)``, L2-normalised, in pool order,
-* ``shard-<i>.ids``   one candidate id per line, row ``r`` of the ``.npy`` is line ``r``,
-* ``shard-<i>.done.json``  written last: rows, dim, encoder fingerprint, skipped images.
-
-A shard is done when its ``.done.json`` exists (each file is written to a temporary name and
-renamed, so a kill never leaves a half-written shard that counts as done). Rerunning embeds only
-the shards that are not done. ``plan.json`` fixes the cut (pool, number of shards, byte offsets)
-and the encoder, so that workers on different machines - Ray actors, or processes started by
-torchrun/slurm with ``--shard i/n`` - agree on it; the folder must then be on shared storage.
+partitions do); shard ``i`` reads only its lines of the pool (by byte offset) and writes
+``shard-<i>.npy`` (float32, L2-normalised, pool order), ``shard-<i>.ids`` (one id per row) and, last,
+``shard-<i>.done.json`` (rows, encoder fingerprint, skipped images). Each file is written under a
+temporary name and renamed, so a kill never leaves a half shard that counts as done, and a rerun
+embeds only the shards without a done marker. ``plan.json`` fixes the cut and the encoder, so that
+workers on several machines (Ray actors, or torchrun/slurm with ``--shard i/n``) agree on it.
 """
 
 from __future__ import annotations
@@ -72,10 +66,15 @@ class ShardPlan:
         return end - self.starts[i]
 
 
+def count_lines(path: Path) -> int:
+    """Non-blank lines of a JSONL file: the candidates of a pool."""
+    with path.open("rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
 def _scan_pool(pool: Path, n_shards: int | None, shard_size: int) -> tuple[int, list[int], list[int], list[int]]:
     """Count non-blank lines, cut them into shards, note where each shard starts (byte offset, line)."""
-    with pool.open("rb") as f:
-        count = sum(1 for line in f if line.strip())
+    count = count_lines(pool)
     n = n_shards or max(1, -(-count // shard_size))
     starts = [i * count // n for i in range(n)]
     wanted = set(starts)
@@ -121,8 +120,6 @@ def load_or_create_plan(shards_dir: str | Path, pool: str | Path, encoder_info: 
                 raise InputError(f"this shards folder was planned for {', '.join(problems)}; use another shards "
                                  "folder or delete this one to start over", path=path)
             return plan
-        if shard_size <= 0:
-            raise ConfigError(f"shard size must be positive, got {shard_size}")
         count, starts, offsets, lines = _scan_pool(pool, n_shards, shard_size)
         n_shards = len(starts)
         if count == 0:
@@ -160,11 +157,11 @@ def missing_shards(shards_dir: str | Path, plan: ShardPlan) -> list[int]:
     return [i for i in range(plan.n_shards) if done_record(shards_dir, i) is None]
 
 
-def _shard_candidates(plan: ShardPlan, i: int) -> list[tuple[int, Candidate]]:
-    """(pool line number, candidate) of shard ``i``, read from its byte offset only."""
+def _shard_candidates(plan: ShardPlan, i: int) -> list[Candidate]:
+    """The candidates of shard ``i``, read from its byte offset only."""
     pool = Path(plan.pool)
     want = plan.rows(i)
-    out: list[tuple[int, Candidate]] = []
+    out: list[Candidate] = []
     with pool.open("rb") as f:
         f.seek(plan.offsets[i])
         lineno = plan.lines[i] - 1
@@ -172,7 +169,7 @@ def _shard_candidates(plan: ShardPlan, i: int) -> list[tuple[int, Candidate]]:
             lineno += 1
             if not raw.strip():
                 continue
-            out.append((lineno, parse_candidate(parse_json_line(raw, pool, lineno), pool, lineno)))
+            out.append(parse_candidate(parse_json_line(raw, pool, lineno), pool, lineno))
             if len(out) == want:
                 break
     if len(out) != want:
@@ -200,37 +197,28 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
     started = time.time()
     bad = BadImageReport()
     items = _shard_candidates(plan, i)
-    ids: list[str] = []
-    blocks: list[np.ndarray] = []
+    position = {id(c): j for j, c in enumerate(items)}
     skipped: list[dict[str, str]] = []
 
     def groups():
-        """Per batch of ``batch_size`` pool items, its text, image and image+text groups (key: batch start)."""
+        """Per batch of ``batch_size`` pool items, its text, image and image+text groups."""
         for s in range(0, len(items), batch_size):
-            chunk = [c for _, c in items[s : s + batch_size]]
             for modality in (Modality.TEXT, Modality.IMAGE, Modality.IMAGE_TEXT):
-                group = [c for c in chunk if c.modality is modality]
+                group = [c for c in items[s : s + batch_size] if c.modality is modality]
                 if group:
-                    yield s, modality, group
-            yield s, None, []  # end of the batch
+                    yield modality, group
 
     rows: list[tuple[int, str, np.ndarray]] = []
-    for s, modality, group, kept, vectors in encode_chunks(encoder, groups(), images_root, bad, len(items)):
-        if modality is None:  # the batch is complete: its rows in pool order
-            rows.sort(key=lambda r: r[0])
-            ids += [r[1] for r in rows]
-            if rows:
-                blocks.append(np.stack([r[2] for r in rows]).astype(np.float32))
-            rows = []
-            continue
-        position = {c.did: j for j, (_, c) in enumerate(items[s : s + batch_size])}
+    for _, group, kept, vectors in encode_chunks(encoder, groups(), images_root, bad, len(items)):
         kept_dids = {c.did for c in kept}
         lost = [c for c in group if c.did not in kept_dids]
         skipped += [{"did": c.did, "path": p, "reason": r}
                     for c, (p, r) in zip(lost, bad.bad[len(bad.bad) - len(lost):], strict=True)]
-        rows += [(position[c.did], c.did, v) for c, v in zip(kept, vectors, strict=True)]
+        rows += [(position[id(c)], c.did, v) for c, v in zip(kept, vectors, strict=True)]
+    rows.sort(key=lambda r: r[0])  # pool order
+    ids = [r[1] for r in rows]
     dim = int(encoder.dim)
-    vectors = np.concatenate(blocks) if blocks else np.zeros((0, dim), dtype=np.float32)
+    vectors = np.stack([r[2] for r in rows]).astype(np.float32) if rows else np.zeros((0, dim), dtype=np.float32)
     name = shard_name(i)
     with atomic_open(shards_dir / f"{name}.npy", "wb") as f:
         np.save(f, vectors)

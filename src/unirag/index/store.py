@@ -1,31 +1,21 @@
-"""Open an index directory and search it, optionally restricted to one candidate modality.
+"""Search an index directory: one sub-index per candidate modality, each in one or more FAISS shards.
 
-Each modality has its own sub-index, so a modality-restricted search only touches the vectors of
-that modality (no filtering after the fact, no lost top-k slots) and ``any`` merges the per-modality
-top-k lists by score. A sub-index may be cut into several FAISS shards; each is searched and the
-lists are merged into the exact top-k of the union (:func:`merge_topk`). Hits are *global ids*: the
-concatenation of the sub-indexes in manifest order, which index :attr:`unirag.Index.metas` directly.
+A modality-restricted search touches only that modality's vectors (no filtering after the fact, no
+lost top-k slots); ``any`` and multi-shard sub-indexes merge their lists into the exact top-k
+(:func:`merge_topk`). Hits are *global ids*: the sub-indexes concatenated in manifest order, which
+index :attr:`unirag.Index.metas`.
 
-Opening is cheap at any size: FAISS files are memory-mapped (``IO_FLAG_MMAP_IFC``), metadata is an
-SQLite file queried on demand (:mod:`unirag.index.metadata`), IVF-PQ raw vectors are read row by
-row when re-scoring (:class:`RawVectors`), and only file sizes are checked - ``unirag index verify`` re-hashes the files.
+Opening is cheap at any size: FAISS files are memory-mapped, metadata is SQLite queried on demand
+(:mod:`unirag.index.metadata`), IVF-PQ raw vectors are read row by row (:class:`RawVectors`), and
+only file sizes are checked. A file damaged in place (same size) can hold a non-finite number that
+FAISS would serve as a score: at open :data:`OPEN_SAMPLE_ROWS` rows spread over each shard (and the
+IVF-PQ centroids and code book every score goes through) are checked finite, about 1 ms on a
+200,000 x 512 flat index against reading all 400 MB, and every search checks the k scores it
+returns. Both errors point to ``unirag index verify``: a damaged but *finite* number changes
+rankings silently, and only re-hashing finds it.
 
-Cheap integrity: a file damaged in place (same size, so the size check passes) can hold a non-finite
-number, which FAISS would serve as a score of ``inf``/``nan`` (and a JSON writer as ``Infinity``).
-Two checks refuse that without reading the whole index: at open, :data:`OPEN_SAMPLE_ROWS` rows of each
-shard spread evenly over it (every row of a shard that small; for IVF-PQ also the coarse centroids and
-the PQ code book, which every score goes through) are checked finite - one page read per sampled row,
-about 1 ms on a 200,000 x 512 flat index in the page cache against 0.3 ms without (a full scan would read
-all 400 MB); and every search checks the scores of the hits it returns (k numbers per query), so a
-damaged row outside the sample is refused the first time it would be served. The sample also catches a
-``nan`` that FAISS would never rank (a comparison with ``nan`` is false) in a small index. Both errors
-point to ``unirag index verify``, which re-hashes everything (a damaged but *finite* number changes
-rankings silently: only verify finds it).
-
-``memory="ram"`` reads the FAISS files into memory at open instead (open then takes as long as reading
-them; :func:`fits_in_ram` tells whether they fit): exact search over a memory-mapped flat index runs
-at ~0.8x the speed of the same vectors in RAM (FAISS's scan over mapped pages), so batch jobs and
-servers that search a lot use ``ram``; ``mmap`` (the default) opens instantly at any size.
+``memory="ram"`` reads the FAISS files at open (:func:`fits_in_ram`): exact search over a mapped flat
+index runs at ~0.8x the in-RAM speed, so batch jobs and servers use ``ram``; ``mmap`` opens instantly.
 """
 
 from __future__ import annotations
@@ -40,10 +30,6 @@ from unirag.data.records import Modality
 from unirag.errors import ConfigError, InputError
 from unirag.index.factory import search_parameters
 from unirag.index.manifest import data_dir, read_manifest
-from unirag.index.metadata import CandidateMeta
-
-__all__ = ["ANY", "MEMORY_MODES", "CandidateMeta", "check_encoder", "fits_in_ram", "merge_topk",
-           "parse_modality_filter", "resolve_memory_mode"]
 
 ANY = "any"
 #: Queries re-scored together from the raw vectors (bounds the gathered block).
@@ -114,19 +100,22 @@ def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.n
 
 
 class RawVectors:
-    """Rows of a raw float32 vector file, read on demand with positioned reads.
+    """Rows of a raw float32 vector file, read (and, with ``create``, written) with positioned I/O.
 
     Not a memory map on purpose: every page a map touches counts as the process's resident memory,
     and the kernel maps already-cached neighbour pages on each fault (fault-around), so re-scoring
     random rows of a 10 GB file from a map showed ~10 GB RSS after 1,000 queries, against 0.3 GB
     with ``pread`` at the same speed. The file stays open, so it stays readable after a rebuild
-    deletes it.
+    deletes it. ``create``: a new zero-filled file of ``count`` rows, written with :meth:`write`.
     """
 
-    def __init__(self, path: Path, count: int, dim: int) -> None:
+    def __init__(self, path: Path, count: int, dim: int, create: bool = False) -> None:
         self.path, self.count, self.dim = path, count, dim
         self.row_bytes = dim * 4
-        self.fd = os.open(path, os.O_RDONLY)
+        if create:
+            with path.open("wb") as f:
+                f.truncate(count * self.row_bytes)
+        self.fd: int | None = os.open(path, os.O_RDWR if create else os.O_RDONLY)
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
         out = np.empty((len(rows), self.dim), dtype=np.float32)
@@ -139,10 +128,25 @@ class RawVectors:
                 raise InputError(f"short read at row {r}: the file is truncated; rebuild the index", path=self.path)
         return out
 
-    def __del__(self) -> None:
-        fd = getattr(self, "fd", None)
-        if fd is not None:
-            os.close(fd)
+    def block(self, first: int, last: int) -> np.ndarray:
+        """Rows ``first .. last - 1`` in one read."""
+        data = os.pread(self.fd, (last - first) * self.row_bytes, first * self.row_bytes)
+        return np.frombuffer(data, dtype=np.float32).reshape(-1, self.dim)
+
+    def write(self, rows: np.ndarray, vectors: np.ndarray) -> None:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        for r, row in zip(rows.tolist(), vectors, strict=True):
+            os.pwrite(self.fd, row.tobytes(), r * self.row_bytes)
+
+    def close(self, delete: bool = False) -> None:
+        """Close the file (idempotent); ``delete``: and remove it."""
+        if getattr(self, "fd", None) is not None:
+            os.close(self.fd)
+            self.fd = None
+            if delete:
+                self.path.unlink(missing_ok=True)
+
+    __del__ = close
 
 
 class RowFilter:
@@ -156,29 +160,24 @@ class RowFilter:
         import faiss
 
         self.rows = rows
-        self._bitmaps: list[np.ndarray | None] = []
-        self._selectors: list[Any] = []
-        self._counts: list[int] = []
+        self._shards: list[tuple[int, Any, np.ndarray | None]] = []  # (rows selected, selector, its bitmap)
         for index, first in shards:
             n = int(index.ntotal)
             lo, hi = np.searchsorted(rows, [first, first + n])
             local = rows[lo:hi] - first
-            self._counts.append(len(local))
             if not len(local):
-                self._bitmaps.append(None)
-                self._selectors.append(None)
+                self._shards.append((0, None, None))
                 continue
             mask = np.zeros(n, dtype=bool)
             mask[local] = True
-            bitmap = np.packbits(mask, bitorder="little")
-            self._bitmaps.append(bitmap)  # the selector reads this buffer: keep it alive
-            self._selectors.append(faiss.IDSelectorBitmap(n, faiss.swig_ptr(bitmap)))
+            bitmap = np.packbits(mask, bitorder="little")  # the selector reads this buffer: kept alive with it
+            self._shards.append((len(local), faiss.IDSelectorBitmap(n, faiss.swig_ptr(bitmap)), bitmap))
 
     def count(self, shard: int) -> int:
-        return self._counts[shard]
+        return self._shards[shard][0]
 
     def selector(self, shard: int):
-        return self._selectors[shard]
+        return self._shards[shard][1]
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -248,8 +247,7 @@ class SubIndex:
             scores[missing] = -np.inf
             parts.append((scores, ids))
         if not parts:
-            n = len(queries)
-            return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
+            return empty_topk(len(queries), k)
         scores, ids = merge_topk(parts, fetch)
         if self.vectors is not None:
             scores, ids = self._rescore(queries, ids, k)
@@ -321,13 +319,16 @@ def _check_sample(index: Any, path: Path) -> None:
         _refuse_non_finite(index.reconstruct_batch(sample_rows(n)), path)
 
 
+def empty_topk(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` rows of ``k`` missing slots: score -inf, id -1."""
+    return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
+
+
 def _pad(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     if scores.shape[1] >= k:
         return scores, ids
-    n, have = scores.shape
-    s = np.full((n, k), -np.inf, dtype=np.float32)
-    g = np.full((n, k), -1, dtype=np.int64)
-    s[:, :have], g[:, :have] = scores, ids
+    s, g = empty_topk(len(scores), k)
+    s[:, : scores.shape[1]], g[:, : ids.shape[1]] = scores, ids
     return s, g
 
 

@@ -1,19 +1,15 @@
 """Write an index directory incrementally, then publish it atomically.
 
-Vectors arrive in chunks per modality. Flat and HNSW vectors go straight into the current FAISS
-shard, which is written out and freed when it reaches ``shard_size`` vectors; IVF-PQ vectors are
-spilled to a raw float32 file (IVF-PQ must be trained before vectors can be added), trained on a
-bounded sample of it, and added shard by shard. Metadata rows go to SQLite as they arrive. Peak
-memory is one shard (flat/HNSW) or the compressed codes (IVF-PQ), never the whole pool.
+Flat and HNSW vectors go straight into the current FAISS shard, written out and freed at
+``shard_size`` vectors; IVF-PQ vectors are spilled to a raw float32 file (IVF-PQ must be trained
+before vectors are added), trained on a bounded sample, then added shard by shard. Peak memory is one
+shard (flat/HNSW) or the compressed codes (IVF-PQ), never the whole pool.
 
-Everything is written into a new data folder inside the index directory; :meth:`IndexWriter.commit`
-publishes it by replacing ``manifest.json`` atomically (see :mod:`unirag.index.directory`). An
-exception or a kill before that leaves the previous index untouched and readable.
-
-A rebuild into a directory that already holds an index is compared with it before it is published
-(:func:`check_shrink`): one that would lose a modality, or more than the ``index_max_shrink`` setting's
-fraction (10%) of a modality's candidates, is refused and the old index kept, unless ``allow_shrink``
-(``--allow-shrink``). A pool whose image folder vanished must not quietly become a text-only index.
+Everything goes into a new data folder; :meth:`IndexWriter.commit` publishes it by replacing
+``manifest.json`` atomically (:mod:`unirag.index.directory`), so an exception or a kill before that
+leaves the previous index readable. A rebuild that would lose a modality, or more than the
+``index_max_shrink`` setting's share of one, is refused unless ``allow_shrink`` (:func:`check_shrink`):
+a pool whose image folder vanished must not quietly become a text-only index.
 """
 
 from __future__ import annotations
@@ -41,6 +37,15 @@ from unirag.index.store import RawVectors
 from unirag.redact import redact_json
 
 SPILL_CHUNK = 65536
+#: Skipped images the manifest lists by name (all are counted).
+BAD_IMAGES_KEPT = 20
+
+
+def source_record(pool: str | Path | None, images_root: str | Path | None, bad: list[tuple[str, str]],
+                  **more: Any) -> dict[str, Any]:
+    """What the manifest records of the build's input: pool file, images root, skipped images (path, reason)."""
+    return {"pool": str(pool) if pool else None, **more, "images_root": str(images_root) if images_root else None,
+            "bad_images": {"count": len(bad), "first": [{"path": p, "reason": r} for p, r in bad[:BAD_IMAGES_KEPT]]}}
 
 
 def faiss_write_error(e: RuntimeError, target: Path) -> OSError:
@@ -61,7 +66,6 @@ class _SubIndex:
 
     def __init__(self, folder: Path, modality: Modality, dim: int, index_type: str, params: dict[str, Any]) -> None:
         self.folder = folder
-        self.modality = modality
         self.dim = dim
         self.index_type = index_type
         self.params = params
@@ -73,9 +77,6 @@ class _SubIndex:
         self.spill_path = folder / f"{self.stem}.vectors.f32"
         self.spill_fh = self.spill_path.open("wb") if index_type == "ivfpq" else None
 
-    def _new_index(self):
-        return factory.new_hnsw(self.dim, self.params) if self.index_type == "hnsw" else factory.new_flat(self.dim)
-
     def add(self, vectors: np.ndarray) -> None:
         self.count += len(vectors)
         if self.spill_fh is not None:
@@ -84,7 +85,7 @@ class _SubIndex:
         start = 0
         while start < len(vectors):
             if self.current is None:
-                self.current = self._new_index()
+                self.current = factory.new_index(self.index_type, self.dim, self.params)
             take = min(len(vectors) - start, self.shard_size - self.current.ntotal)
             self.current.add(vectors[start : start + take])
             start += take
@@ -119,6 +120,7 @@ class _SubIndex:
         import faiss
 
         n = self.count
+        raw = RawVectors(self.spill_path, n, self.dim)
         if n < factory.IVFPQ_MIN_COUNT:
             kind = "flat"
             params = {"reason": f"ivfpq needs >= {factory.IVFPQ_MIN_COUNT} vectors, got {n}",
@@ -127,42 +129,31 @@ class _SubIndex:
         else:
             kind = "ivfpq"
             params = factory.ivfpq_shape(n, self.dim, self.params)
-            trained = factory.new_ivfpq(self.dim, params)
-            rng = np.random.default_rng(seed)
-            rows = np.sort(rng.choice(n, size=min(n, int(params["train_size"])), replace=False))
-            trained.train(RawVectors(self.spill_path, n, self.dim).rows(rows))
+            trained = factory.new_index("ivfpq", self.dim, params)
+            rows = np.random.default_rng(seed).choice(n, size=min(n, int(params["train_size"])), replace=False)
+            trained.train(raw.rows(np.sort(rows)))
         for first in range(0, n, self.shard_size):
             last = min(n, first + self.shard_size)
-            index = faiss.clone_index(trained) if trained is not None else factory.new_flat(self.dim)
-            for block in _read_blocks(self.spill_path, self.dim, first, last):
-                index.add(block)
+            index = faiss.clone_index(trained) if trained is not None else factory.new_index("flat", self.dim)
+            for start in range(first, last, SPILL_CHUNK):
+                index.add(raw.block(start, min(last, start + SPILL_CHUNK)))
             if trained is not None and not params["refine"]:
                 index.make_direct_map()  # stored vectors stay reconstructable (from the codes) without raw vectors
             self._write_shard(index)
             del index
-        if trained is not None and params["refine"]:
-            return kind, params, self.spill_path.name  # kept: re-scoring reads rows of it
-        self.spill_path.unlink()
-        return kind, params, None
+        keep = trained is not None and params["refine"]  # re-scoring reads rows of it
+        raw.close(delete=not keep)
+        return kind, params, self.spill_path.name if keep else None
 
 
-def _read_blocks(path: Path, dim: int, first: int, last: int):
-    row_bytes = dim * 4
-    with path.open("rb") as f:
-        f.seek(first * row_bytes)
-        for start in range(first, last, SPILL_CHUNK):
-            count = min(SPILL_CHUNK, last - start)
-            yield np.frombuffer(f.read(count * row_bytes), dtype=np.float32).reshape(count, dim)
-
-
-def check_shrink(index_dir: Path, counts: dict[str, int], extra: dict[str, Any] | None = None,
-                 max_shrink: float | None = None) -> None:
+def check_shrink(index_dir: Path, counts: dict[str, int], extra: dict[str, Any] | None = None) -> None:
     """Refuse (:class:`~unirag.errors.ConfigError`) to replace the index at ``index_dir`` with one of
-    ``counts`` (modality -> candidates) that loses a modality, or more than ``max_shrink`` (None: the
-    ``index_max_shrink`` setting) of a modality's candidates. Nothing to compare (no index there yet,
-    or one that cannot be read) passes."""
+    ``counts`` (modality -> candidates) that loses a modality, or more than the ``index_max_shrink``
+    setting's share of a modality's candidates. Nothing to compare (no index there yet, or one that
+    cannot be read) passes."""
     from unirag.errors import ConfigError
     from unirag.index.manifest import read_manifest
+    from unirag.profiles import SETTINGS
 
     if not (index_dir / "manifest.json").exists():
         return
@@ -170,10 +161,7 @@ def check_shrink(index_dir: Path, counts: dict[str, int], extra: dict[str, Any] 
         old = {m: int(e["count"]) for m, e in read_manifest(index_dir)["subindexes"].items()}
     except (InputError, KeyError, TypeError, ValueError):
         return  # a damaged old index is not a reference
-    if max_shrink is None:
-        from unirag.profiles import SETTINGS
-
-        max_shrink = float(SETTINGS["index_max_shrink"].default)
+    max_shrink = float(SETTINGS["index_max_shrink"].default)
     lost = [f"all {n} {m} candidates" if not counts.get(m) else f"{n - counts[m]} of {n} {m} candidates"
             for m, n in old.items() if n and counts.get(m, 0) < n * (1 - max_shrink)]
     if not lost:

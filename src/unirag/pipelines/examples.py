@@ -249,7 +249,7 @@ class RagExamples(ExampleSelector):
             return out
         from unirag.profiles import SETTINGS
 
-        out = {"mode": self.mode, "k": self.k, "index": str(Path(self.retriever.index.index_dir)),
+        out = {"mode": self.mode, "k": self.k, "index": str(Path(self.retriever.index.path)),
                "selection": self.selection.to_dict()}
         if self.modality != "any":  # only when searched by task, so earlier runs still resume
             out["modality"] = self.modality

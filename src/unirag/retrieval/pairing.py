@@ -19,10 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from unirag.data.mbeir import read_qrels, read_queries
-from unirag.data.records import Modality, Query, resolve_image
+from unirag.data.records import Candidate, Modality, Query, resolve_image
 from unirag.errors import ConfigError
 from unirag.index.handle import Index
-from unirag.index.store import CandidateMeta
 
 RETRIEVAL_DEPTHS = (10, 100)
 
@@ -83,7 +82,7 @@ class Completer:
         self._paired: dict[int, list[int]] = {}
         self._retrieved: dict[tuple[int, int], list[int]] = {}
 
-    def acceptable(self, meta: CandidateMeta, ident: QueryIdentity) -> bool:
+    def acceptable(self, meta: Candidate, ident: QueryIdentity) -> bool:
         if meta.did in ident.excluded:
             return False
         if meta.modality is Modality.TEXT:

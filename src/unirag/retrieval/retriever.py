@@ -71,7 +71,7 @@ class Retriever:
 
             encoder = load_encoder(encoder, device=device, dtype=dtype)
         if encoder is not None:
-            check_encoder(self.index.manifest, encoder, self.index.index_dir)
+            check_encoder(self.index.manifest, encoder, self.index.path)
         self._encoder = encoder
         self.device, self.dtype = device, dtype
         self.verify = verify
@@ -93,7 +93,7 @@ class Retriever:
 
             spec = self.index.manifest["encoder"].get("spec")
             encoder = load_encoder(spec, device=self.device, **precision_options(spec, self.dtype, self.settings))
-            check_encoder(self.index.manifest, encoder, self.index.index_dir)
+            check_encoder(self.index.manifest, encoder, self.index.path)
             self._encoder = encoder
         return self._encoder
 
@@ -203,7 +203,7 @@ class Retriever:
 
     def to_dict(self) -> dict[str, Any]:
         """Enough to make the same retriever again with :meth:`from_dict` (index path, encoder, device)."""
-        return {"index": str(self.index.index_dir), "encoder": self.index.manifest["encoder"].get("spec"),
+        return {"index": str(self.index.path), "encoder": self.index.manifest["encoder"].get("spec"),
                 "device": self.device, "dtype": self.dtype, "verify": self.verify, "pool_images_root": self.pool_images_root,
                 "profile": self.settings.to_dict()}
 

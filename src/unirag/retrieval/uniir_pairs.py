@@ -30,9 +30,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from unirag.data.records import Modality, Query
+from unirag.data.records import Candidate, Modality, Query
 from unirag.index.handle import Index
-from unirag.index.store import CandidateMeta
 from unirag.retrieval.pairing import Completer
 
 #: UniIR's complement search depth (``complement_retriever.retrieve(k=10)``) and UniRAG's retrieval depth.
@@ -58,7 +57,7 @@ MSCOCO_ID = "9"
 COMPLEMENT_TASK = {Modality.TEXT: 0, Modality.IMAGE: 3}
 
 
-def uniir_accepts(meta: CandidateMeta, query_txt: str | None, query_img_path: str | None) -> bool:
+def uniir_accepts(meta: Candidate, query_txt: str | None, query_img_path: str | None) -> bool:
     """UniIR's test (TIGER-AI-Lab/UniIR ``src/common/mbeir_retriever.py`` at commit 72871c19, :290-298):
     a candidate with an image path that differs from the query's is accepted; otherwise (no image path,
     or the query's own) one with a text that differs from the query's text is. Exact strings; a missing

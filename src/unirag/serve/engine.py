@@ -117,7 +117,7 @@ class Engine:
     # -- description --------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
         m = self.index.manifest
-        return {"index": str(self.index.index_dir), "encoder": m["encoder"].get("name"),
+        return {"index": str(self.index.path), "encoder": m["encoder"].get("name"),
                 "counts": self.index.counts, "generator": self.settings.generator,
                 "image_generator": self.settings.image_generator,
                 "cir": "x^r agents" if self.xr is not None else "embedding baseline"}
