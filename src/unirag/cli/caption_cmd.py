@@ -7,7 +7,7 @@ import json
 import click
 
 from unirag.cli.engine_options import engine_from_cli, engine_options
-from unirag.cli.generation_options import generation_options, generator_kwargs
+from unirag.cli.generation_options import generation_options, run_kwargs
 from unirag.cli.profile_options import behaviour_options
 
 MODES = ("zero-shot", "random", "rag")
@@ -31,14 +31,13 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--pool", type=click.Path(dir_okay=False), default=None,
               help="Candidate pool JSONL (random mode: the gold captions of other queries).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory (resumable).")
-@click.option("--limit", type=int, default=None, help="Only the first N queries.")
 @click.option("--official-prompts", type=click.Path(file_okay=False), default=None,
               help="Your checkout of github.com/castorini/UniRAG: with --set caption_prompts=official (or --profile "
                    "official) the caption instructions are read from its src/unirag/prompts/ files.")
 @generation_options
 @behaviour_options()
 @engine_options("caption")
-def caption(queries, images_root, pool_images_root, generator_spec, mode, k, retrieval, index, pool, out, limit,
+def caption(queries, images_root, pool_images_root, generator_spec, mode, k, retrieval, index, pool, out,
             official_prompts, settings, selection, **gen_opts) -> None:
     """Caption image queries; rerun the same command to resume after a crash or Ctrl-C."""
     from unirag.pipelines.caption import CaptionConfig, run_captioning
@@ -46,9 +45,9 @@ def caption(queries, images_root, pool_images_root, generator_spec, mode, k, ret
 
     engine = engine_from_cli(gen_opts)
     cfg = CaptionConfig(queries=queries, generator=generator_spec, out=out, mode=mode, k=k, images_root=images_root,
-                        pool_images_root=pool_images_root, retrieval=retrieval, index=index, pool=pool, limit=limit,
+                        pool_images_root=pool_images_root, retrieval=retrieval, index=index, pool=pool,
                         profile=settings, official_prompts=official_prompts, selection=selection, engine=engine,
-                        **generator_kwargs(gen_opts))
+                        **run_kwargs(gen_opts))
     summary = run_captioning(cfg)
     counts, totals = summary["counts"], summary["totals"]
     cost = totals.get("cost_usd")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from unirag.cli.engine_options import engine_from_cli, engine_options
-from unirag.cli.model_options import device_options
+from unirag.cli.generation_options import run_kwargs, run_options
 from unirag.cli.profile_options import behaviour_options
 from unirag.generators.images.base import (
     DEFAULT_GUIDANCE,
@@ -46,29 +46,17 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed for random example selection, as on every command (the picture's seed is the setting "
                    "image_seed: --set image_seed=N, default 1234).")
-@click.option("--concurrency", type=int, default=4, show_default=True, help="Parallel API calls (API backends).")
-@click.option("--base-url", default=None, help="API base URL (OpenAI-compatible images server, Gemini endpoint).")
-@click.option("--timeout", type=float, default=None, help="Seconds per API call.")
 @click.option("--quality", default=None, help="openai-image: low | medium | high | auto.")
-@device_options
 @click.option("--offload", type=click.Choice(["none", "model", "sequential"]), default=None,
               help="diffusers, emu2-gen: keep sub-models on the CPU and move each to the GPU only while it runs.")
 @click.option("--lavit-code", type=click.Path(file_okay=False), default=None,
               help="lavit: folder of a github.com/jy0205/LaVIT checkout (its models package is imported).")
-@click.option("--max-attempts", type=int, default=6, show_default=True,
-              help="Tries per query for transient API errors (429, 5xx, timeouts).")
-@click.option("--prices", type=click.Path(dir_okay=False), default=None,
-              help="JSON/YAML price table overriding the default image-API prices.")
-@click.option("--limit", type=int, default=None, help="Only the first N queries (a later full run extends it).")
-@click.option("--save-prompts", type=int, default=5, show_default=True,
-              help="Also write the first N prompts to OUT/prompts/ for inspection.")
-@click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@run_options
 @behaviour_options()
 @engine_options("image")
 def generate_images(queries_path, pool_images_root, spec, mode, k, retrieval_path, index_dir, pool_path,
-                    out_dir, width, height, steps, guidance, seed, concurrency, base_url, timeout,
-                    quality, device, dtype, offload, lavit_code, max_attempts, prices, limit, save_prompts,
-                    no_progress, settings, selection, **options_) -> None:
+                    out_dir, width, height, steps, guidance, seed, offload, lavit_code, settings, selection,
+                    **opts) -> None:
     """Generate an image for every caption query, saved as PNG next to the prompt that made it.
 
     \b
@@ -79,16 +67,16 @@ def generate_images(queries_path, pool_images_root, spec, mode, k, retrieval_pat
     from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
     from unirag.runs.rundir import check_some_succeeded
 
-    options = {"base_url": base_url, "timeout": timeout, "quality": quality, "device": device, "dtype": dtype,
-               "offload": offload, "lavit_code": lavit_code}
+    engine = engine_from_cli(opts)
+    cfg = run_kwargs(opts)
+    cfg["generator_options"].update({k_: v for k_, v in (("offload", offload), ("lavit_code", lavit_code))
+                                     if v is not None})
     counts = run_images(ImageConfig(
         queries=queries_path, generator=spec, out=out_dir, mode=mode, k=k,
         pool_images_root=pool_images_root, retrieval=retrieval_path, index=index_dir, pool=pool_path, seed=seed,
         settings=ImageSettings(width=width, height=height, steps=steps, guidance=guidance,
                                seed=settings["image_seed"]),
-        concurrency=concurrency, limit=limit, save_prompts=save_prompts, max_attempts=max_attempts, prices=prices,
-        generator_options={k_: v for k_, v in options.items() if v is not None}, progress=not no_progress,
-        profile=settings, selection=selection, engine=engine_from_cli(options_)))
+        profile=settings, selection=selection, engine=engine, **cfg))
     click.echo(f"{out_dir}: {counts['total_ok']}/{counts['total_queries']} images ok, "
                f"{counts['total_error']} failed (this run: {counts['ok']} new, {counts['error']} failed, "
                f"{counts['skipped']} already done)"
