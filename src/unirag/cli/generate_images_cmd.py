@@ -18,24 +18,13 @@ MODES = ("zero-shot", "random", "rag")
 
 
 @click.command("generate-images")
-@click.option("--queries", "queries_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--queries", required=True, type=click.Path(dir_okay=False),
               help="M-BEIR queries JSONL; each query's caption (query_txt) is the text to draw.")
-@click.option("--pool-images-root", type=click.Path(file_okay=False), default=None,
-              help="Folder the pool's (the example pairs') image paths are relative to (default: the --index's "
-                   "recorded images root). The queries are texts: there is no --images-root.")
-@click.option("--generator", "spec", required=True,
+@click.option("--generator", required=True,
               help="diffusers:<hub id or dir> | openai-image:gpt-image-1 | gemini-image:<model> | retrieval:top1")
 @click.option("--mode", type=click.Choice(MODES), default="zero-shot", show_default=True,
               help="No examples, k random gold pairs of other queries, or the top-k retrieved pairs.")
 @click.option("--k", type=int, default=None, help="Examples per query (default: 0 zero-shot, else 1).")
-@click.option("--retrieval", "retrieval_path", type=click.Path(dir_okay=False), default=None,
-              help="rag mode: a retrieval run file from `unirag retrieve`.")
-@click.option("--index", "index_dir", type=click.Path(file_okay=False), default=None,
-              help="rag mode: retrieve on the fly from this index directory instead.")
-@click.option("--pool", "pool_path", type=click.Path(dir_okay=False), default=None,
-              help="Candidate pool JSONL (random mode: where the other queries' gold images are).")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Run directory (rerun the same command to resume).")
 @click.option("--width", type=int, default=DEFAULT_WIDTH, show_default=True)
 @click.option("--height", type=int, default=DEFAULT_HEIGHT, show_default=True)
 @click.option("--steps", type=int, default=None,
@@ -54,9 +43,7 @@ MODES = ("zero-shot", "random", "rag")
 @run_options
 @behaviour_options()
 @engine_options("image")
-def generate_images(queries_path, pool_images_root, spec, mode, k, retrieval_path, index_dir, pool_path,
-                    out_dir, width, height, steps, guidance, seed, offload, lavit_code, settings, selection,
-                    **opts) -> None:
+def generate_images(width, height, steps, guidance, offload, lavit_code, settings, selection, **opts) -> None:
     """Generate an image for every caption query, saved as PNG next to the prompt that made it.
 
     \b
@@ -69,14 +56,11 @@ def generate_images(queries_path, pool_images_root, spec, mode, k, retrieval_pat
 
     engine = engine_from_cli(opts)
     cfg = run_kwargs(opts)
-    cfg["generator_options"].update({k_: v for k_, v in (("offload", offload), ("lavit_code", lavit_code))
+    cfg["generator_options"].update({k: v for k, v in (("offload", offload), ("lavit_code", lavit_code))
                                      if v is not None})
-    counts = run_images(ImageConfig(
-        queries=queries_path, generator=spec, out=out_dir, mode=mode, k=k,
-        pool_images_root=pool_images_root, retrieval=retrieval_path, index=index_dir, pool=pool_path, seed=seed,
-        settings=ImageSettings(width=width, height=height, steps=steps, guidance=guidance,
-                               seed=settings["image_seed"]),
-        profile=settings, selection=selection, engine=engine, **cfg))
+    image = ImageSettings(width=width, height=height, steps=steps, guidance=guidance, seed=settings["image_seed"])
+    counts = run_images(ImageConfig(settings=image, profile=settings, selection=selection, engine=engine, **cfg))
+    out_dir = cfg["out"]
     click.echo(f"{out_dir}: {counts['total_ok']}/{counts['total_queries']} images ok, "
                f"{counts['total_error']} failed (this run: {counts['ok']} new, {counts['error']} failed, "
                f"{counts['skipped']} already done)"

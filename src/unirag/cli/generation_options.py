@@ -9,8 +9,20 @@ import click
 
 from unirag.cli.model_options import DEVICE_HELP, DTYPE_HELP, DTYPES
 
-#: The options of every run that calls a generator (``run_options``), into :func:`run_kwargs`.
+#: The options of every run that calls a generator with examples (``run_options``): their values are the
+#: run config's fields, as :func:`run_kwargs` hands them over.
 _RUN = [
+    click.option("--pool-images-root", type=click.Path(file_okay=False), default=None,
+                 help="Folder the pool's (the examples') image paths are relative to (default: the --index's "
+                      "recorded images root, else the queries' --images-root where the command has one)."),
+    click.option("--retrieval", type=click.Path(dir_okay=False), default=None,
+                 help="rag mode: a retrieval run file from `unirag retrieve`."),
+    click.option("--index", type=click.Path(file_okay=False), default=None,
+                 help="rag mode: retrieve on the fly from this index directory instead."),
+    click.option("--pool", type=click.Path(dir_okay=False), default=None,
+                 help="Candidate pool JSONL (random mode: the other queries' gold pairs)."),
+    click.option("--out", required=True, type=click.Path(file_okay=False),
+                 help="Run directory (rerun the same command to resume)."),
     click.option("--base-url", default=None, help="API base URL (OpenAI-compatible server, proxy, Gemini endpoint). "
                  "Default: OPENAI_BASE_URL or the provider's."),
     click.option("--concurrency", type=int, default=4, show_default=True, help="API calls in flight at once."),

@@ -21,8 +21,6 @@ from unirag.pipelines.experiment_grid import (
     select_cells,
 )
 
-__all__ = ["Cell", "GridOverrides", "cell_states", "load_experiment", "run_cell", "run_experiment", "select_cells"]
-
 
 def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int | None = None,
              selection: Any = None, engine: Any = "local") -> dict[str, Any]:
@@ -39,7 +37,8 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     if limit is not None:
         opts["limit"] = limit
     if cell.paper or cell.row:
-        atomic_write_json(out / "paper.json", cell.paper_record())
+        atomic_write_json(out / "paper.json", {"source": cell.source, "row": cell.row, "cell": cell.name,
+                                               "paper": dict(cell.paper)})  # for `unirag report`'s paper columns
     if cell.task == "cir":
         return _run_cir_cell(cell, out, opts, progress, engine)
     opts["selection"] = _cell_selection(cell, opts.get("selection"), selection)

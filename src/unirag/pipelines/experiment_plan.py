@@ -30,12 +30,6 @@ class CellPlan:
     missing: list[str] = field(default_factory=list)
 
 
-def _hub_cached(repo: str) -> bool:
-    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-    cache = Path(os.environ.get("HF_HUB_CACHE", home / "hub"))
-    return (cache / ("models--" + repo.replace("/", "--"))).is_dir()
-
-
 def _checkpoint(plan: CellPlan, kind: str, name: str) -> None:
     """The plan's line (and missing item) for a checkpoint named by a generator or encoder spec."""
     p = Path(name).expanduser()
@@ -45,7 +39,9 @@ def _checkpoint(plan: CellPlan, kind: str, name: str) -> None:
         if not p.exists():
             plan.missing.append(f"checkpoint {name} ({kind})")
     else:
-        plan.lines.append(f"  {kind} {name}: hub id, " + ("in the local cache" if _hub_cached(name) else
+        home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+        cached = (Path(os.environ.get("HF_HUB_CACHE", home / "hub")) / ("models--" + name.replace("/", "--"))).is_dir()
+        plan.lines.append(f"  {kind} {name}: hub id, " + ("in the local cache" if cached else
                                                            "not cached (downloaded on first use)"))
 
 

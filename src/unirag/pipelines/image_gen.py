@@ -12,6 +12,7 @@ example-driven run (:mod:`unirag.pipelines.example_run`); this module is its ima
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -84,14 +85,6 @@ def image_stem(qid: str) -> str:
     return safe
 
 
-def prompt_messages(request: ImageRequest, prompt: str) -> list[Message]:
-    """The request as typed messages (example images, then the prompt text) for the prompts/ dump."""
-    parts: list[Any] = [ImagePart(path=e.image, label=e.label or f"example {i}")
-                        for i, e in enumerate(request.examples, start=1)]
-    parts.append(TextPart(prompt))
-    return [Message("user", parts)]
-
-
 def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | None, settings: ImageSettings,
               price: Price, position: dict[str, int], save_prompts: int = 5, image_format: str = "png",
               image_loading: str = "normalised", selector: ExampleSelector | None = None,
@@ -121,9 +114,11 @@ def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | No
         meta = dict(result.meta)
         prompt = meta.pop("prompt", None) or generator.prompt_text(request)
         stem = image_stem(query.qid)
-        if image_format == "jpeg":
-            rel = f"{IMAGES_DIR}/{stem}.jpg"
-            atomic_write_bytes(out / rel, jpeg_bytes(result.image))
+        if image_format == "jpeg":  # as the official run saved it: PIL's default JPEG quality (75) (castorini/
+            # UniRAG src/unirag/image_generation_inference.py@e9a4e00:82-85, :143-146)
+            rel, buf = f"{IMAGES_DIR}/{stem}.jpg", io.BytesIO()
+            result.image.convert("RGB").save(buf, format="JPEG")
+            atomic_write_bytes(out / rel, buf.getvalue())
         else:
             rel = f"{IMAGES_DIR}/{stem}.png"
             atomic_write_bytes(out / rel, png_bytes(result.image, compress_level=1))
@@ -133,7 +128,10 @@ def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | No
             **asdict(settings)})
         index = position.get(query.qid, save_prompts)
         if index < save_prompts:
-            write_prompt(out / PROMPTS_DIR, index, query.qid, prompt_messages(request, prompt), extra={"image": rel})
+            parts: list[Any] = [ImagePart(path=e.image, label=e.label or f"example {i}")
+                                for i, e in enumerate(request.examples, start=1)]  # the example images, then the text
+            write_prompt(out / PROMPTS_DIR, index, query.qid, [Message("user", [*parts, TextPart(prompt)])],
+                         extra={"image": rel})
         fields: dict[str, Any] = {"caption": query.txt, "image": rel,
                                   "examples": [ex.as_record() for ex in examples],
                                   "size": list(result.image.size)}
@@ -157,16 +155,6 @@ def open_image_job(k: int, job: dict[str, Any], generator: ImageGenerator) -> Ex
     generator.check_k(k)
     generator.check_size(job["settings"].width, job["settings"].height)
     return image_job(generator, **job)
-
-
-def jpeg_bytes(image: Any) -> bytes:
-    """The image as the official UniRAG run saved it: ``image.save("....jpg")``, PIL's default JPEG quality
-    (75) (castorini/UniRAG src/unirag/image_generation_inference.py@e9a4e00:82-85, :143-146)."""
-    import io
-
-    buf = io.BytesIO()
-    image.convert("RGB").save(buf, format="JPEG")
-    return buf.getvalue()
 
 
 @dataclass
