@@ -12,7 +12,7 @@ As caption generators:
 when the top hit is an image), as the official UniRAG code scores its retrievers
 (castorini/UniRAG ``src/unirag/eval_caption_generation.py``): in ``--mode rag`` the caption
 pipeline takes it from the retrieval results with
-:func:`unirag.pipelines.examples.top_candidate_caption`, without skipping a top hit that is the
+:meth:`unirag.pipelines.examples.RagExamples.top_caption`, without skipping a top hit that is the
 query image's own caption; with random examples it is the first example's caption. ``retrieval:consensus`` re-ranks the top-k retrieved captions and returns the one most
 similar on average to the others (consensus re-ranking, in the spirit of Devlin et al. 2015's
 nearest-neighbour captioning): a caption that agrees with many neighbours is less likely to
