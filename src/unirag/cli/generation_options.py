@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import click
 
-from unirag.cli.model_options import DEVICE_HELP, DTYPE_HELP, DTYPES
+from unirag.cli.model_options import DEVICE_HELP, DTYPE_HELP, DTYPES, options
 
 #: The options of every run that calls a generator with examples (``run_options``): their values are the
 #: run config's fields, as :func:`run_kwargs` hands them over.
@@ -57,16 +56,8 @@ _CAPTION = [
 ]
 
 
-def _add(options: list) -> Callable[[Callable], Callable]:
-    def decorate(fn: Callable) -> Callable:
-        for opt in reversed(options):
-            fn = opt(fn)
-        return fn
-    return decorate
-
-
-run_options = _add(_RUN)
-generation_options = _add(_RUN + _CAPTION)
+run_options = options(_RUN)
+generation_options = options(_RUN + _CAPTION)
 
 
 def key_values(values: tuple[str, ...], option: str, parse_value: bool) -> dict:
