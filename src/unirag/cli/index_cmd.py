@@ -84,7 +84,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
     from unirag.errors import SkippedInputsWarning
     from unirag.index.handle import Index
 
-    warnings.simplefilter("ignore", SkippedInputsWarning)  # _echo_bad_images lists them below, with the reasons
+    warnings.simplefilter("ignore", SkippedInputsWarning)  # listed at the end, with the reasons
     if shard_spec is not None:
         if shards_dir is None and out is None:
             raise ConfigError("--shard needs --shards-dir (or --out, whose shards/ folder is used)")
@@ -120,10 +120,6 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
     counts = ", ".join(f"{m}: {n}" for m, n in manifest["counts"].items())
     click.echo(f"index written to {out} ({manifest['total']} candidates; {counts}; "
                f"encoder {manifest['encoder']['name']}; {index_type}; {manifest['build_seconds']:.1f}s)")
-    _echo_bad_images(manifest)
-
-
-def _echo_bad_images(manifest: dict) -> None:
     bad = manifest.get("bad_images") or {}
     if bad.get("count"):
         click.echo(f"warning: {bad['count']} image(s) missing or unreadable, skipped:", err=True)
