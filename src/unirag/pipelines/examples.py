@@ -134,18 +134,6 @@ class RandomGold(ExampleSelector):
                 "gold_pairs": len(self._gold)}
 
 
-def _top_pairs(query: Query, pairs: Sequence[Pair], k: int) -> list[Pair]:
-    own_image = _query_image_key(query)
-    out: list[Pair] = []
-    for p in pairs:
-        if not p.img_path or not p.txt or (own_image is not None and str(Path(p.img_path)) == own_image):
-            continue  # a half pair, or the query image as its own example
-        out.append(p)
-        if len(out) == k:
-            break
-    return out
-
-
 class RagExamples(ExampleSelector):
     """The top-k completed pairs of retrieval results: those of a retrieval run file (``run_path``,
     ``unirag retrieve`` output), or retrieved on the fly (one batched retrieval before the run) from
@@ -202,8 +190,10 @@ class RagExamples(ExampleSelector):
         return self._results.get(query.qid)
 
     def select(self, query: Query) -> list[Pair]:
-        result = self._result(query)
-        return _top_pairs(query, result.pairs, self.k) if result is not None else []
+        """The first k whole pairs, never the query's own image as its example."""
+        result, own_image = self._result(query), _query_image_key(query)
+        return [p for p in (result.pairs if result is not None else [])
+                if p.img_path and p.txt and (own_image is None or str(Path(p.img_path)) != own_image)][: self.k]
 
     def leak_info(self, query: Query) -> dict[str, int] | None:
         result = self._results.get(query.qid)
