@@ -2,7 +2,7 @@
 
 The server (tests/fake_openai_server.py) answers /v1/images/edits after ``--latency`` seconds with a
 256x256 PNG and fails a seeded ``--failure-rate`` share of calls transiently (half 429 with
-Retry-After: 0, half 500). Both runs go through the real pipeline (``run_image_generation`` with
+Retry-After: 0, half 500). Both runs go through the real pipeline (``run_images`` with
 ``openai-image:gpt-image-1``, random few-shot k=1 on real COCO captions and photos: multipart upload
 of the example JPEG, base64 decode, lossless PNG write, durable store). Baseline: the same run with
 concurrency 1 in the same process. Checks: every query ends ``ok``, none lost, none duplicated.
@@ -26,11 +26,9 @@ from pathlib import Path
 from _harness import add_load_args, coco_rows, completeness, read_outputs  # first: it puts tests/ on sys.path
 
 from fake_openai_server import FakeServer, Reply
-from unirag.data.mbeir import load_pool, read_queries
+from unirag.data.mbeir import read_queries
 from unirag.generators.registry import load_image_generator
-from unirag.pipelines.examples import make_selector
-from unirag.pipelines.image_gen import ImageSettings, run_image_generation
-from unirag.runs.retry import RetryPolicy
+from unirag.pipelines.image_gen import ImageConfig, run_images
 
 
 def write_data(coco: Path, n: int, tmp: Path) -> tuple[Path, Path]:
@@ -74,11 +72,9 @@ def one_run(args, queries_path: Path, pool_path: Path, out: Path, concurrency: i
     with FakeServer(responder=FlakyImages(args.failure_rate, args.seed), latency=args.latency) as srv:
         gen = load_image_generator("openai-image:gpt-image-1", base_url=srv.url)
         queries = read_queries(queries_path)
-        selector = make_selector("random", 1, queries=queries, pool=load_pool(pool_path), seed=0)
         start = time.perf_counter()
-        run_image_generation(queries, gen, selector, out, images_root=args.coco, settings=ImageSettings(),
-                             concurrency=concurrency, policy=RetryPolicy(base_delay=0.05, max_delay=0.5),
-                             progress=False)
+        run_images(ImageConfig(queries=queries, generator=gen.spec, out=out, mode="random", k=1, pool=pool_path,
+                               pool_images_root=args.coco, concurrency=concurrency, progress=False), gen)
         seconds = time.perf_counter() - start
         gen.close()
     lines = read_outputs(out)

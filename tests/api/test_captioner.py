@@ -13,7 +13,7 @@ from PIL import Image
 import unirag
 from fake_openai_server import Reply
 from unirag.data.mbeir import read_queries, write_queries
-from unirag.retrieval.results import Pair
+from unirag.retrieval.results import Hit, Hits, Pair
 
 N_QUERIES = 8
 
@@ -113,6 +113,11 @@ def test_modes_and_bad_examples(demo, noleak):
     assert top1.caption(image, [hits[0]]).text == top1.caption(image, [first]).text == \
         top1.caption(image, [(first.image, first.caption)]).text == first.caption
     assert isinstance(first, Pair)
+    # on search hits retrieval:top1 takes the top hit's own pair, as `unirag caption` and the official code
+    # do, even where the few-shot pairs start with another (the top's own was dropped from them)
+    own, later = Pair.of(first.image, "the top hit's own caption"), Pair.of(first.image, "a later hit's caption")
+    ranked = Hits([Hit("a", 0.9, "image", pair=own), Hit("b", 0.8, "image", pair=later)], pairs=[later])
+    assert top1.caption(image, ranked).text == "the top hit's own caption"
 
 
 def test_to_dict_round_trip():

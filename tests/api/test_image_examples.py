@@ -9,7 +9,7 @@ import numpy as np
 from PIL import Image
 
 import unirag
-from unirag.pipelines.image_generator import example_image_file
+from unirag.data.images import save_png_by_content
 
 
 def test_example_images_in_memory_reach_the_backend_unchanged(demo, tmp_path):
@@ -26,9 +26,9 @@ def test_example_images_in_memory_reach_the_backend_unchanged(demo, tmp_path):
 
 def test_in_memory_example_files_are_named_by_content(tmp_path):
     red = Image.new("RGB", (8, 8), (255, 0, 0))
-    first = example_image_file(red, tmp_path)
-    again = example_image_file(Image.new("RGB", (8, 8), (255, 0, 0)), tmp_path)
-    blue = example_image_file(Image.new("RGB", (8, 8), (0, 0, 255)), tmp_path)
+    first = save_png_by_content(red, tmp_path)
+    again = save_png_by_content(Image.new("RGB", (8, 8), (255, 0, 0)), tmp_path)
+    blue = save_png_by_content(Image.new("RGB", (8, 8), (0, 0, 255)), tmp_path)
     assert first == again and first != blue
     assert np.array_equal(np.asarray(Image.open(first)), np.asarray(red))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted({first.name, blue.name})  # no partial files left

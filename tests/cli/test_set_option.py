@@ -56,7 +56,7 @@ def test_a_bad_value_names_the_choices_and_a_missing_equals_sign_is_refused(tmp_
 
 
 def test_run_set_reaches_every_cell_and_the_grid_takes_the_same_names(tmp_path, capsys):
-    from unirag.pipelines.experiment import GridOverrides, load_experiment
+    from unirag.pipelines.experiment_grid import GridOverrides, load_experiment
     from unirag.retrieval.selection import Selection
 
     grid = _grid(tmp_path)

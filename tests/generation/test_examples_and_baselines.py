@@ -147,3 +147,28 @@ def test_lexical_similarity_by_hand():
     # "a dog": {a, dog, "a dog"} -> identical vectors: cosine 1; no shared token with "red car": 0
     assert sim[0, 1] == pytest.approx(1.0) and sim[0, 2] == 0.0 and sim[2, 2] == pytest.approx(1.0)
     assert consensus_index(sim) == 0  # ties go to the better-ranked caption
+
+
+def test_top1_baselines_take_the_top_candidates_complement_from_its_source(tmp_path):
+    """The official top-1 baselines look a top hit without a pair in the run up in the pool
+    (castorini/UniRAG src/unirag/eval_caption_generation.py@0a6e6a36:154-158,
+    src/unirag/eval_image_generation.py@e9a4e00:108-140): an image's caption is a text-only item of its
+    source (not the caption of an image-text item), a caption's image the first item of its source
+    with an image."""
+    from unirag.data.mbeir import candidate_to_json
+    from unirag.data.records import Candidate, Modality, Query
+    from unirag.retrieval.results import Hit, RetrievalResult
+    from unirag.retrieval.run_io import write_retrieval_run
+
+    items = [Candidate(did="img", modality=Modality.IMAGE, img_path="a.jpg", source_id="s"),
+             Candidate(did="both", modality=Modality.IMAGE_TEXT, img_path="b.jpg", txt="the pair's", source_id="s"),
+             Candidate(did="txt", modality=Modality.TEXT, txt="the source's caption", source_id="s")]
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps(candidate_to_json(c)) + "\n" for c in items))
+    run = tmp_path / "run.jsonl"
+    write_retrieval_run(run, [RetrievalResult(qid=qid, candidates=[Hit(did=top, score=1.0, modality="image")], pairs=[])
+                              for qid, top in (("q-img", "img"), ("q-txt", "txt"))])
+    selector = make_selector("rag", 1, retrieval=run, pool_path=pool)
+    assert selector.top_caption(Query(qid="q-img", modality=Modality.IMAGE, img_path="q.jpg")) == "the source's caption"
+    image = selector.top_image(Query(qid="q-txt", modality=Modality.TEXT, txt="a caption"))
+    assert (image.image_did, image.text_did, image.img_path, image.txt) == ("img", "txt", "a.jpg", "the source's caption")

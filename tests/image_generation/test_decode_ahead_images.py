@@ -11,8 +11,7 @@ import pytest
 
 from unirag.data.mbeir import read_queries
 from unirag.generators.registry import load_image_generator
-from unirag.pipelines.examples import make_selector
-from unirag.pipelines.image_gen import ImageSettings, run_image_generation
+from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
 from unirag.runs.engine import EngineOptions
 
 from .test_lavit_emu2_python import make_emu2_dir
@@ -30,11 +29,11 @@ def emu2(tmp_path_factory):
 
 def _run(gen, t2i_data, out: Path, workers, images_root=None):
     queries = read_queries(t2i_data.queries)
-    selector = make_selector("rag", 1, queries=queries, retrieval=t2i_data.run)
     before = len(gen._pipe.calls)
-    counts = run_image_generation(queries, gen, selector, out, images_root=images_root or t2i_data.root,
-                                  settings=SMALL, progress=False, save_prompts=0,
-                                  engine=EngineOptions(decode_workers=workers))
+    counts = run_images(ImageConfig(queries=queries, generator=gen.spec, out=out, mode="rag", k=1,
+                                    retrieval=t2i_data.run, pool_images_root=images_root or t2i_data.root,
+                                    settings=SMALL, progress=False, save_prompts=0,
+                                    engine=EngineOptions(decode_workers=workers)), gen)
     recs = {r["qid"]: {k: v for k, v in r.items() if k not in ("latency_s", "attempts")}
             for r in map(json.loads, (out / "outputs.jsonl").read_text().splitlines())}
     inputs = [[np.asarray(x) if not isinstance(x, str) else x for x in c["inputs"]]

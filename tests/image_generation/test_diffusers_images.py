@@ -17,8 +17,7 @@ from unirag.generators.images.diffusers_backend import (
     call_kwargs,
 )
 from unirag.generators.registry import load_image_generator
-from unirag.pipelines.examples import make_selector
-from unirag.pipelines.image_gen import ImageSettings, image_stem, run_image_generation
+from unirag.pipelines.image_gen import ImageConfig, ImageSettings, image_stem, run_images
 from unirag.retrieval.results import Pair
 
 from .helpers import read_pixels
@@ -65,8 +64,8 @@ def test_text_only_pipeline_refuses_examples(tiny_sd, t2i_data):
 def test_run_writes_lossless_pngs_with_prompts_and_manifest(tiny_sd, t2i_data, tmp_path):
     queries = read_queries(t2i_data.queries)[:3]
     out = tmp_path / "run"
-    counts = run_image_generation(queries, tiny_sd, make_selector("zero-shot", 0), out, settings=SMALL,
-                                  progress=False)
+    counts = run_images(ImageConfig(queries=queries, generator=tiny_sd.spec, out=out, settings=SMALL,
+                                    progress=False), tiny_sd)
     assert counts["ok"] == 3 and counts["total_ok"] == 3 and counts["error"] == 0
     lines = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
     assert [r["qid"] for r in lines] == [q.qid for q in queries]

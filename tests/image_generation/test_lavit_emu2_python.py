@@ -26,8 +26,7 @@ from unirag.errors import ConfigError
 from unirag.generators.images.base import ImageRequest
 from unirag.generators.images.lavit import xformers_available
 from unirag.generators.registry import load_image_generator
-from unirag.pipelines.examples import make_selector
-from unirag.pipelines.image_gen import ImageSettings, run_image_generation
+from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
 from unirag.retrieval.results import Pair
 
 from .helpers import read_pixels
@@ -220,7 +219,7 @@ def test_zero_shot_run_writes_deterministic_lossless_pictures(backend, t2i_data,
     name, gen = backend
     queries = read_queries(t2i_data.queries)[:3]
     out = tmp_path / "run"
-    counts = run_image_generation(queries, gen, make_selector("zero-shot", 0), out, settings=SMALL, progress=False)
+    counts = run_images(ImageConfig(queries=queries, generator=gen.spec, out=out, settings=SMALL, progress=False), gen)
     assert counts["ok"] == 3 and counts["error"] == 0
     recs = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
     assert [r["qid"] for r in recs] == [q.qid for q in queries]
@@ -244,10 +243,10 @@ def test_rag_run_gives_the_model_the_example_pairs_interleaved(backend, t2i_data
     gets ``txt, PIL image`` per example (the file opened and copied), then the caption (lines 131-137)."""
     name, gen = backend
     queries = read_queries(t2i_data.queries)[:2]
-    selector = make_selector("rag", 1, queries=queries, retrieval=t2i_data.run)
     before = len(_seen(name, gen))
-    counts = run_image_generation(queries, gen, selector, tmp_path / "rag", images_root=t2i_data.root,
-                                  settings=SMALL, progress=False)
+    counts = run_images(ImageConfig(queries=queries, generator=gen.spec, out=tmp_path / "rag", mode="rag", k=1,
+                                    retrieval=t2i_data.run, pool_images_root=t2i_data.root, settings=SMALL,
+                                    progress=False), gen)
     assert counts["ok"] == 2
     calls = _seen(name, gen)[before:]
     assert len(calls) == 2

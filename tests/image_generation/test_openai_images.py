@@ -13,15 +13,12 @@ from unirag.data.mbeir import read_queries
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.images.base import ImageRequest
 from unirag.generators.registry import load_image_generator
-from unirag.pipelines.examples import make_selector
-from unirag.pipelines.image_gen import ImageSettings, run_image_generation
+from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
 from unirag.retrieval.results import Pair
-from unirag.runs.retry import RetryPolicy
 
 from .helpers import multipart_fields, openai_image_reply, read_pixels, solid_png
 
 RED = solid_png((200, 10, 10))
-FAST = RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.05)
 
 
 @pytest.fixture()
@@ -120,8 +117,8 @@ def test_run_retries_transient_errors_and_fails_only_the_permanent_query(server,
                 c: [Reply.error(400, "Your request was rejected by the safety system")] * 10}
     server.responder, colors = _scripted(failures)
     out = tmp_path / "run"
-    counts = run_image_generation(queries, gen, make_selector("zero-shot", 0), out, concurrency=3, policy=FAST,
-                                  progress=False)
+    counts = run_images(ImageConfig(queries=queries, generator=gen.spec, out=out, concurrency=3, max_attempts=4,
+                                    progress=False), gen)
     assert counts["ok"] == len(queries) - 1 and counts["error"] == 1
     recs = {r["qid"]: r for r in map(json.loads, (out / "outputs.jsonl").read_text().splitlines())}
     assert recs[queries[0].qid]["attempts"] == 2 and recs[queries[1].qid]["attempts"] == 3
@@ -147,8 +144,8 @@ def test_run_retries_transient_errors_and_fails_only_the_permanent_query(server,
     # Resume: only the failed query is sent again; it now succeeds; one line per qid.
     failures[c] = []
     before = len(server.requests)
-    counts = run_image_generation(queries, gen, make_selector("zero-shot", 0), out, concurrency=3, policy=FAST,
-                                  progress=False)
+    counts = run_images(ImageConfig(queries=queries, generator=gen.spec, out=out, concurrency=3, max_attempts=4,
+                                    progress=False), gen)
     assert counts["ok"] == 1 and counts["skipped"] == len(queries) - 1
     assert [r.json["prompt"] for r in server.requests[before:]] == [c]
     lines = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
@@ -189,14 +186,14 @@ def test_unpriced_model_has_no_cost_until_a_price_file_gives_one(server, monkeyp
     server.responder = lambda req: openai_image_reply(RED, input_tokens=1000, output_tokens=2000)
     queries = read_queries(t2i_data.queries)[:2]
     out = tmp_path / "unpriced"
-    run_image_generation(queries, g, make_selector("zero-shot", 0), out, progress=False)
+    run_images(ImageConfig(queries=queries, generator=g.spec, out=out, progress=False), g)
     recs = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
     assert [r["cost_usd"] for r in recs] == [None, None]
     assert json.loads((out / "manifest.json").read_text())["totals"]["cost_usd"] is None
     prices = tmp_path / "prices.json"
     prices.write_text(json.dumps({"local-flux": {"input_text_per_1k": 0.001, "output_per_1k": 0.01}}))
     out2 = tmp_path / "priced"
-    run_image_generation(queries, g, make_selector("zero-shot", 0), out2, prices=prices, progress=False)
+    run_images(ImageConfig(queries=queries, generator=g.spec, out=out2, prices=prices, progress=False), g)
     recs = [json.loads(x) for x in (out2 / "outputs.jsonl").read_text().splitlines()]
     assert [r["cost_usd"] for r in recs] == [pytest.approx(0.021)] * 2
     manifest = json.loads((out2 / "manifest.json").read_text())

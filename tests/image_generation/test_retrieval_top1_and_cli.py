@@ -134,14 +134,13 @@ def test_cli_errors_are_one_line(t2i_data, tmp_path, capsys):
 
 def test_text_queries_required(t2i_data, tmp_path):
     from unirag.data.mbeir import read_queries
-    from unirag.pipelines.examples import make_selector
-    from unirag.pipelines.image_gen import run_image_generation
+    from unirag.pipelines.image_gen import ImageConfig, run_images
 
     q = read_queries(t2i_data.queries)[:1]
     q[0].txt = None
     with pytest.raises(InputError, match="query_txt"):
-        run_image_generation(q, load_image_generator("retrieval:top1"), make_selector("rag", 1, retrieval=t2i_data.run),
-                             tmp_path / "r", images_root=t2i_data.root, progress=False)
+        run_images(ImageConfig(queries=q, generator="retrieval:top1", out=tmp_path / "r", mode="rag", k=1,
+                               retrieval=t2i_data.run, pool_images_root=t2i_data.root, progress=False))
 
 
 def test_top1_generate_keeps_original_pixels_for_grayscale_photo(coco_mini):
@@ -217,8 +216,7 @@ def test_top_candidate_baseline_draws_the_top_hits_complement_not_the_first_kept
     whose pair was dropped, so its image is its source item's in the pool; ``first-pair`` (default)
     draws the first pair the query kept instead."""
     from unirag.data.mbeir import read_queries
-    from unirag.pipelines.examples import make_selector
-    from unirag.pipelines.image_gen import run_image_generation
+    from unirag.pipelines.image_gen import ImageConfig, run_images
     from unirag.profiles import resolve
     from unirag.retrieval.results import Hit, Hits, Pair
     from unirag.retrieval.run_io import write_retrieval_run
@@ -234,10 +232,9 @@ def test_top_candidate_baseline_draws_the_top_hits_complement_not_the_first_kept
     drawn = {}
     for rule in ("first-pair", "top-candidate"):
         out = tmp_path / rule
-        selector = make_selector("rag", 1, retrieval=run, pool_path=t2i_data.pool)
-        counts = run_image_generation([query], load_image_generator("retrieval:top1"), selector, out,
-                                      images_root=t2i_data.root, progress=False,
-                                      profile=resolve("default", image_top1=rule))
+        counts = run_images(ImageConfig(queries=[query], generator="retrieval:top1", out=out, mode="rag", k=1,
+                                        retrieval=run, pool=t2i_data.pool, pool_images_root=t2i_data.root,
+                                        progress=False, profile=resolve("default", image_top1=rule)))
         assert counts["ok"] == 1, counts
         [rec] = _outputs(out)
         drawn[rule] = rec["examples"][0]["image_did"]

@@ -15,7 +15,7 @@ import yaml
 
 from cli_capture import main_result as _cli
 from tiny_models import tiny_clip_dir, tiny_llava_dir
-from unirag.pipelines.experiment import GridOverrides, load_experiment
+from unirag.pipelines.experiment_grid import GridOverrides, load_experiment
 
 GRIDS = Path(__file__).resolve().parents[2] / "examples" / "reproduce"
 ALL = sorted(GRIDS.glob("*.yaml"))

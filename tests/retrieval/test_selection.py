@@ -214,7 +214,8 @@ def test_filters_parse_as_and_of_ors() -> None:
 
 
 def test_grid_cells_take_their_own_selection_with_command_line_options_laid_over() -> None:
-    from unirag.pipelines.experiment import Cell, _cell_selection
+    from unirag.pipelines.experiment import _cell_selection
+    from unirag.pipelines.experiment_grid import Cell
 
     index_cell = Cell("c", "caption", "retrieval:top1", "rag", 5, "r", {"index": "idx"})
     run_cell = Cell("c", "caption", "retrieval:top1", "rag", 5, "r", {"retrieval": "run.jsonl"})

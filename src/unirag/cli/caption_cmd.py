@@ -7,7 +7,7 @@ import json
 import click
 
 from unirag.cli.engine_options import engine_from_cli, engine_options
-from unirag.cli.generation_options import generation_options, generator_kwargs
+from unirag.cli.generation_options import generation_options, run_kwargs
 from unirag.cli.profile_options import behaviour_options
 
 MODES = ("zero-shot", "random", "rag")
@@ -17,38 +17,25 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--queries", required=True, type=click.Path(dir_okay=False), help="M-BEIR queries JSONL (image queries).")
 @click.option("--images-root", type=click.Path(file_okay=False), default=None,
               help="Folder the queries' image paths are relative to.")
-@click.option("--pool-images-root", type=click.Path(file_okay=False), default=None,
-              help="Folder the pool's (the examples') image paths are relative to (default: the --index's recorded "
-                   "images root, else --images-root).")
-@click.option("--generator", "generator_spec", default="retrieval:consensus", show_default=True,
+@click.option("--generator", default="retrieval:consensus", show_default=True,
               help="openai:MODEL, gemini:MODEL, hf:HUB_ID_OR_DIR, retrieval:top1 or retrieval:consensus.")
 @click.option("--mode", type=click.Choice(MODES), default="rag", show_default=True)
 @click.option("--k", type=int, default=None,
               help="Number of examples (default: 0 zero-shot, 5 for retrieval:consensus, else 1).")
-@click.option("--retrieval", type=click.Path(dir_okay=False), default=None, help="Retrieval run JSONL (rag mode).")
-@click.option("--index", type=click.Path(file_okay=False), default=None,
-              help="Index directory to retrieve from on the fly (rag mode).")
-@click.option("--pool", type=click.Path(dir_okay=False), default=None,
-              help="Candidate pool JSONL (random mode: the gold captions of other queries).")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory (resumable).")
-@click.option("--limit", type=int, default=None, help="Only the first N queries.")
 @click.option("--official-prompts", type=click.Path(file_okay=False), default=None,
               help="Your checkout of github.com/castorini/UniRAG: with --set caption_prompts=official (or --profile "
                    "official) the caption instructions are read from its src/unirag/prompts/ files.")
 @generation_options
 @behaviour_options()
 @engine_options("caption")
-def caption(queries, images_root, pool_images_root, generator_spec, mode, k, retrieval, index, pool, out, limit,
-            official_prompts, settings, selection, **gen_opts) -> None:
+def caption(settings, selection, **opts) -> None:
     """Caption image queries; rerun the same command to resume after a crash or Ctrl-C."""
     from unirag.pipelines.caption import CaptionConfig, run_captioning
     from unirag.runs.rundir import check_some_succeeded
 
-    engine = engine_from_cli(gen_opts)
-    cfg = CaptionConfig(queries=queries, generator=generator_spec, out=out, mode=mode, k=k, images_root=images_root,
-                        pool_images_root=pool_images_root, retrieval=retrieval, index=index, pool=pool, limit=limit,
-                        profile=settings, official_prompts=official_prompts, selection=selection, engine=engine,
-                        **generator_kwargs(gen_opts))
+    engine = engine_from_cli(opts)
+    cfg = CaptionConfig(profile=settings, selection=selection, engine=engine, **run_kwargs(opts))
+    out = cfg.out
     summary = run_captioning(cfg)
     counts, totals = summary["counts"], summary["totals"]
     cost = totals.get("cost_usd")

@@ -100,15 +100,14 @@ def _check_agent_calls(out_dir: str, names: list[str]) -> None:
     """Exit 1 (one line) when the agents were called and every call failed (a wrong key, a server that is
     down): the rankings then silently fall back to the embedding baseline. Read from each manifest's
     ``agent_calls`` (per role: called, failed); failed calls are in the cache and retried by a rerun."""
-    import json
     from pathlib import Path
 
     from unirag.errors import RunFailedError
+    from unirag.runs.rundir import read_run_manifest
 
     called = failed = 0
     for name in names:
-        path = Path(out_dir) / name / "manifest.json"
-        calls = json.loads(path.read_text(encoding="utf-8")).get("agent_calls") or {} if path.exists() else {}
+        calls = read_run_manifest(Path(out_dir) / name).get("agent_calls") or {}
         called += sum(int(st.get("called", 0)) for st in calls.values())
         failed += sum(int(st.get("failed", 0)) for st in calls.values())
     if called and failed >= called:

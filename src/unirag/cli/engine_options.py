@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from unirag.cli.model_options import options
+
 _OPTIONS = [
     click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
                  help="local = this process; ray = local models (hf:, python:, diffusers:, lavit:, emu2-gen:) on "
@@ -72,11 +74,7 @@ def decode_option(decodes: str = "encoder") -> Callable[[Callable], Callable]:
 def engine_options(decodes: str) -> Callable[[Callable], Callable]:
     """The engine options and the command's ``--decode-workers`` (its help for what it ``decodes``)."""
 
-    def add(fn: Callable) -> Callable:
-        for opt in reversed([*_OPTIONS, decode_option(decodes)]):
-            fn = opt(fn)
-        return fn
-    return add
+    return options([*_OPTIONS, decode_option(decodes)])
 
 
 def engine_from_cli(opts: dict[str, Any]):

@@ -9,18 +9,6 @@ import click
 from unirag.cli.evaluate_cmd import bootstrap_options
 
 
-def parse_ks(value: str) -> list[int]:
-    from unirag.errors import ConfigError
-
-    try:
-        ks = [int(x) for x in value.split(",") if x.strip()]
-    except ValueError:
-        ks = []
-    if not ks or any(k <= 0 for k in ks):
-        raise ConfigError(f"--k expects comma-separated positive integers, got {value!r}")
-    return sorted(set(ks))
-
-
 def format_table(metrics: dict, ks: list[int], intervals: dict | None = None) -> str:
     uniir = all(f"uniir_recall@{k}" in metrics for k in ks)
     lines = [f"{'k':>4}  {'hit@k':>7}  {'recall@k':>8}  {'MRR@k':>7}" + (f"  {'UniIR R@k':>9}" if uniir else "")]
@@ -57,9 +45,15 @@ def format_table(metrics: dict, ks: list[int], intervals: dict | None = None) ->
 def retrieval(run_path: Path, qrels_path: Path, ks: str, out: Path | None, resamples: int, bootstrap_seed: int,
               ci_method: str) -> None:
     """Score a retrieval run: hit@k after complement replacement, true recall@k, MRR@k and UniIR's Recall@k."""
+    from unirag.errors import ConfigError
     from unirag.metrics.retrieval import evaluate_run_file
 
-    cutoffs = parse_ks(ks)
+    try:
+        cutoffs = sorted({int(x) for x in ks.split(",") if x.strip()})
+    except ValueError:
+        cutoffs = []
+    if not cutoffs or cutoffs[0] <= 0:
+        raise ConfigError(f"--k expects comma-separated positive integers, got {ks!r}")
     metrics, written, depth, intervals = evaluate_run_file(run_path, qrels_path, cutoffs, out, resamples=resamples,
                                                            bootstrap_seed=bootstrap_seed, ci_method=ci_method)
     click.echo(format_table(metrics, cutoffs, intervals))

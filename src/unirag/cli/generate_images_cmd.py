@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from unirag.cli.engine_options import engine_from_cli, engine_options
-from unirag.cli.model_options import device_options
+from unirag.cli.generation_options import run_kwargs, run_options
 from unirag.cli.profile_options import behaviour_options
 from unirag.generators.images.base import (
     DEFAULT_GUIDANCE,
@@ -18,24 +18,13 @@ MODES = ("zero-shot", "random", "rag")
 
 
 @click.command("generate-images")
-@click.option("--queries", "queries_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--queries", required=True, type=click.Path(dir_okay=False),
               help="M-BEIR queries JSONL; each query's caption (query_txt) is the text to draw.")
-@click.option("--pool-images-root", type=click.Path(file_okay=False), default=None,
-              help="Folder the pool's (the example pairs') image paths are relative to (default: the --index's "
-                   "recorded images root). The queries are texts: there is no --images-root.")
-@click.option("--generator", "spec", required=True,
+@click.option("--generator", required=True,
               help="diffusers:<hub id or dir> | openai-image:gpt-image-1 | gemini-image:<model> | retrieval:top1")
 @click.option("--mode", type=click.Choice(MODES), default="zero-shot", show_default=True,
               help="No examples, k random gold pairs of other queries, or the top-k retrieved pairs.")
 @click.option("--k", type=int, default=None, help="Examples per query (default: 0 zero-shot, else 1).")
-@click.option("--retrieval", "retrieval_path", type=click.Path(dir_okay=False), default=None,
-              help="rag mode: a retrieval run file from `unirag retrieve`.")
-@click.option("--index", "index_dir", type=click.Path(file_okay=False), default=None,
-              help="rag mode: retrieve on the fly from this index directory instead.")
-@click.option("--pool", "pool_path", type=click.Path(dir_okay=False), default=None,
-              help="Candidate pool JSONL (random mode: where the other queries' gold images are).")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Run directory (rerun the same command to resume).")
 @click.option("--width", type=int, default=DEFAULT_WIDTH, show_default=True)
 @click.option("--height", type=int, default=DEFAULT_HEIGHT, show_default=True)
 @click.option("--steps", type=int, default=None,
@@ -46,29 +35,15 @@ MODES = ("zero-shot", "random", "rag")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed for random example selection, as on every command (the picture's seed is the setting "
                    "image_seed: --set image_seed=N, default 1234).")
-@click.option("--concurrency", type=int, default=4, show_default=True, help="Parallel API calls (API backends).")
-@click.option("--base-url", default=None, help="API base URL (OpenAI-compatible images server, Gemini endpoint).")
-@click.option("--timeout", type=float, default=None, help="Seconds per API call.")
 @click.option("--quality", default=None, help="openai-image: low | medium | high | auto.")
-@device_options
 @click.option("--offload", type=click.Choice(["none", "model", "sequential"]), default=None,
               help="diffusers, emu2-gen: keep sub-models on the CPU and move each to the GPU only while it runs.")
 @click.option("--lavit-code", type=click.Path(file_okay=False), default=None,
               help="lavit: folder of a github.com/jy0205/LaVIT checkout (its models package is imported).")
-@click.option("--max-attempts", type=int, default=6, show_default=True,
-              help="Tries per query for transient API errors (429, 5xx, timeouts).")
-@click.option("--prices", type=click.Path(dir_okay=False), default=None,
-              help="JSON/YAML price table overriding the default image-API prices.")
-@click.option("--limit", type=int, default=None, help="Only the first N queries (a later full run extends it).")
-@click.option("--save-prompts", type=int, default=5, show_default=True,
-              help="Also write the first N prompts to OUT/prompts/ for inspection.")
-@click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@run_options
 @behaviour_options()
 @engine_options("image")
-def generate_images(queries_path, pool_images_root, spec, mode, k, retrieval_path, index_dir, pool_path,
-                    out_dir, width, height, steps, guidance, seed, concurrency, base_url, timeout,
-                    quality, device, dtype, offload, lavit_code, max_attempts, prices, limit, save_prompts,
-                    no_progress, settings, selection, **options_) -> None:
+def generate_images(width, height, steps, guidance, offload, lavit_code, settings, selection, **opts) -> None:
     """Generate an image for every caption query, saved as PNG next to the prompt that made it.
 
     \b
@@ -79,16 +54,13 @@ def generate_images(queries_path, pool_images_root, spec, mode, k, retrieval_pat
     from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
     from unirag.runs.rundir import check_some_succeeded
 
-    options = {"base_url": base_url, "timeout": timeout, "quality": quality, "device": device, "dtype": dtype,
-               "offload": offload, "lavit_code": lavit_code}
-    counts = run_images(ImageConfig(
-        queries=queries_path, generator=spec, out=out_dir, mode=mode, k=k,
-        pool_images_root=pool_images_root, retrieval=retrieval_path, index=index_dir, pool=pool_path, seed=seed,
-        settings=ImageSettings(width=width, height=height, steps=steps, guidance=guidance,
-                               seed=settings["image_seed"]),
-        concurrency=concurrency, limit=limit, save_prompts=save_prompts, max_attempts=max_attempts, prices=prices,
-        generator_options={k_: v for k_, v in options.items() if v is not None}, progress=not no_progress,
-        profile=settings, selection=selection, engine=engine_from_cli(options_)))
+    engine = engine_from_cli(opts)
+    cfg = run_kwargs(opts)
+    cfg["generator_options"].update({k: v for k, v in (("offload", offload), ("lavit_code", lavit_code))
+                                     if v is not None})
+    image = ImageSettings(width=width, height=height, steps=steps, guidance=guidance, seed=settings["image_seed"])
+    counts = run_images(ImageConfig(settings=image, profile=settings, selection=selection, engine=engine, **cfg))
+    out_dir = cfg["out"]
     click.echo(f"{out_dir}: {counts['total_ok']}/{counts['total_queries']} images ok, "
                f"{counts['total_error']} failed (this run: {counts['ok']} new, {counts['error']} failed, "
                f"{counts['skipped']} already done)"

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from unirag.cli.model_options import options as click_options
+
 # Options every importer shares; their values reach the importer as keyword arguments unchanged.
 _COMMON = [
     click.option("--images", "images_root", required=True, type=click.Path(path_type=Path),
@@ -57,9 +59,7 @@ def _importer(name: str, help_: str, run: str, options: list, **fixed) -> None:
         for key in ("pool", "queries_task3", "queries_task0", "qrels_task3", "qrels_task0"):
             click.echo(f"  {key}: {summary.files[key]}")
 
-    for option in reversed(options):
-        command = option(command)
-    import_group.command(name, help=help_)(command)
+    import_group.command(name, help=help_)(click_options(options)(command))
 
 
 _importer("coco", "Import a COCO captions file and its image folder.", "import_coco", [

@@ -8,23 +8,10 @@ from pathlib import Path
 import click
 
 from unirag.cli.engine_options import decode_option
+from unirag.cli.generation_options import key_values
 from unirag.cli.model_options import device_options
 from unirag.cli.profile_options import behaviour_options
 from unirag.errors import ConfigError
-
-
-def parse_params(values: tuple[str, ...]) -> dict:
-    """``key=value`` pairs; values are parsed as JSON when possible (numbers, true/false, null)."""
-    out = {}
-    for item in values:
-        if "=" not in item:
-            raise ConfigError(f"--param expects key=value, got {item!r}")
-        key, raw = item.split("=", 1)
-        try:
-            out[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key.strip()] = raw
-    return out
 
 
 @click.group("index")
@@ -89,7 +76,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
         click.echo("note: uniir_precision official applies to encoding, and --embeddings encodes nothing: the "
                    "vectors keep the precision that made them", err=True)
 
-    overrides = parse_params(params)
+    overrides = key_values(params, "--param", True)
     if ids_file is not None and embeddings is None:
         raise ConfigError("--ids goes with --embeddings")
     from unirag.index.handle import Index

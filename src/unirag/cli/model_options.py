@@ -16,6 +16,16 @@ DTYPE_HELP = "auto (bfloat16/float16 on a GPU, float32 on CPU), float32, float16
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
+def options(opts: list) -> Callable[[Callable], Callable]:
+    """A decorator adding the click options ``opts``, in the order ``--help`` lists them."""
+
+    def decorate(fn: Callable) -> Callable:
+        for opt in reversed(opts):
+            fn = opt(fn)
+        return fn
+    return decorate
+
+
 def device_options(fn: Callable) -> Callable:
     """``--device`` and ``--dtype`` (both default "auto")."""
     fn = click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True, help=DTYPE_HELP)(fn)

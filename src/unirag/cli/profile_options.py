@@ -26,13 +26,6 @@ PROFILE_HELP = ("Named set of behaviour settings: default (the papers plus unira
                 "(the official code's behaviour); --set overrides single settings.")
 
 
-def _set_help(selection: bool) -> str:
-    from unirag.profiles import known_names
-
-    return ("A behaviour setting over the profile, NAME=VALUE (repeatable), e.g. --set xr_scoring=official; "
-            f"see docs/settings.md. Names: {known_names(selection)}.")
-
-
 def behaviour_options(selection: bool = True, raw: bool = False,
                       profile_help: str = PROFILE_HELP) -> Callable[[Callable], Callable]:
     """Decorator: ``--profile`` and ``--set``. The command gets ``settings`` (a resolved
@@ -40,7 +33,7 @@ def behaviour_options(selection: bool = True, raw: bool = False,
     ``setting_overrides`` (the settings given, unparsed but checked) to apply on top of something else
     (``unirag run``: every cell of a grid; ``unirag cir``: the agents YAML's profile). With
     ``selection`` it also gets ``selection`` (a :class:`~unirag.retrieval.selection.Selection`)."""
-    from unirag.profiles import PROFILES
+    from unirag.profiles import PROFILES, known_names
 
     def decorate(fn: Callable) -> Callable:
         @functools.wraps(fn)
@@ -61,7 +54,8 @@ def behaviour_options(selection: bool = True, raw: bool = False,
             return fn(*args, **kwargs)
 
         wrapper = click.option("--set", "set_items", multiple=True, metavar="NAME=VALUE",
-                               help=_set_help(selection))(wrapper)
+                               help="A behaviour setting over the profile, NAME=VALUE (repeatable), e.g. --set "
+                                    f"xr_scoring=official; see docs/settings.md. Names: {known_names(selection)}.")(wrapper)
         return click.option("--profile", type=click.Choice(list(PROFILES)), default=None, help=profile_help)(wrapper)
 
     return decorate

@@ -36,7 +36,8 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
     --profile and --set apply to every cell (over the grid's own profile: and settings:).
     """
     from unirag.errors import ConfigError
-    from unirag.pipelines.experiment import GridOverrides, cell_states, run_experiment
+    from unirag.pipelines.experiment import cell_states, run_experiment
+    from unirag.pipelines.experiment_grid import GridOverrides
 
     options = key_values(option_pairs, "--option", True)
     overrides = GridOverrides(data_root=data_root, out=out, generators=key_values(generator_map, "--generator", False),

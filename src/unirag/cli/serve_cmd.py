@@ -62,7 +62,6 @@ def serve(index, generator_spec, image_generator_spec, cir_agents, host, port, t
                              max_upload_bytes=int(max_upload_mb * 1024 * 1024), max_pixels=max_pixels, max_decodes=max_decodes, decode_queue=16 * max_decodes,
                              generator_concurrency=concurrency, max_attempts=max_attempts,
                              generator_options=gen_opts, device=device, index_memory=index_memory)
-    settings.check()  # refuse an unsafe bind before loading anything
     # Before torch loads: OpenMP's worker threads otherwise spin for a while after every encoder call,
     # taking the cores the event loop needs between a service's short, intermittent calls (under load
     # on 2 cores: 600 ms -> 50 ms per offline-encoder search). An explicit setting is kept.

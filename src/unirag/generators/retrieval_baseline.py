@@ -7,7 +7,7 @@ generator returns the top-1 retrieved example's image, its pixels unchanged (re-
 As caption generators, ``retrieval:top1`` returns the caption of the top-ranked retrieved candidate
 (or of its complement when the top hit is an image), as the official UniRAG code scores its retrievers
 (castorini/UniRAG ``src/unirag/eval_caption_generation.py``): in ``--mode rag`` the caption pipeline
-takes it with :func:`unirag.pipelines.examples.top_candidate_caption`, without skipping a top hit that
+takes it with :meth:`unirag.pipelines.examples.RagExamples.top_caption`, without skipping a top hit that
 is the query image's own caption; with random examples it is the first example's caption.
 ``retrieval:consensus`` returns the top-k caption most similar on average to the others (consensus
 re-ranking, in the spirit of Devlin et al. 2015's nearest-neighbour captioning): a caption that agrees

@@ -76,7 +76,7 @@ def caption_job(cfg: CaptionConfig, captioner: Captioner, selector: Any, pool_ro
     them); the captioning itself is :class:`~unirag.pipelines.captioner.Captioner`'s (the same call a
     notebook makes); this adds the run record."""
     #: retrieval:top1 over retrieval results captions with the top candidate's caption, as the paper's
-    #: code does (see :func:`unirag.pipelines.examples.top_candidate_caption`), not the first example's.
+    #: code does (see :meth:`unirag.pipelines.examples.RagExamples.top_caption`), not the first example's.
     official_top1 = selector is not None and getattr(captioner.backend, "strategy", None) == "top1" \
         and hasattr(selector, "top_caption")
 

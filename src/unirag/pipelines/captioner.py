@@ -28,7 +28,7 @@ from unirag.generators.base import (
 from unirag.messages import Message
 from unirag.pipelines.examples import MODES
 from unirag.prompts.caption import CaptionPrompt
-from unirag.retrieval.results import Hit, Pair
+from unirag.retrieval.results import Hit, Hits, Pair
 
 DEFAULT_GENERATOR = "retrieval:consensus"
 #: ``temperature=FROM_PROFILE``: take the ``temperature`` setting of the profile (0.0 in ``default``).
@@ -278,20 +278,14 @@ class Captioner(LazyBackend):
 
         check_image_like(image, "image")
         request = self.request(image, examples, mode=mode, label=label)
-        captions = self._top_candidate(examples) if request.prompt is None else None
+        top = examples[0].pair if isinstance(examples, Hits) and examples else None
+        # retrieval:top1 on search hits captions with the top hit's own pair, as the paper's code and `unirag
+        # caption` do (the first example may come from a later hit when the top one's pair was dropped)
+        captions = [top.caption] if request.prompt is None and getattr(self.backend, "strategy", None) == "top1" \
+            and top is not None and top.caption else None
         out, attempts = call_with_retry(lambda: self.complete(request, captions=captions), self.retry)
         out.attempts = attempts
         return out
-
-    def _top_candidate(self, examples: Any) -> list[str] | None:
-        """``retrieval:top1`` on search hits captions with the top hit's own pair, as the paper's code and
-        ``unirag caption`` do (the first example may come from a later hit when the top one's pair was dropped)."""
-        from unirag.retrieval.results import Hits
-
-        if getattr(self.backend, "strategy", None) != "top1" or not isinstance(examples, Hits) or not examples:
-            return None
-        top = examples[0].pair
-        return [top.caption] if top is not None and top.caption else None
 
     def caption_batch(self, images: Sequence[ImageLike], examples: Sequence[Iterable[Any]] | None = None, *,
                       mode: str = "rag") -> list[Caption]:

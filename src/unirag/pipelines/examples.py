@@ -134,47 +134,6 @@ class RandomGold(ExampleSelector):
                 "gold_pairs": len(self._gold)}
 
 
-def _top_pairs(query: Query, pairs: Sequence[Pair], k: int) -> list[Pair]:
-    own_image = _query_image_key(query)
-    out: list[Pair] = []
-    for p in pairs:
-        if not p.img_path or not p.txt or (own_image is not None and str(Path(p.img_path)) == own_image):
-            continue  # a half pair, or the query image as its own example
-        out.append(p)
-        if len(out) == k:
-            break
-    return out
-
-
-def top_candidate_caption(result: Any, pool: dict[str, Candidate] | None) -> str | None:
-    """The caption of the top-ranked candidate, or of its complement when that candidate is an image.
-
-    This is the retrieval-only caption baseline (paper rows 1a/1b) as the official code computes it
-    (castorini/UniRAG ``src/unirag/eval_caption_generation.py`` at commit 0a6e6a36,
-    ``--calculate_retriever_metrics``: ``candidates[0]["txt"]``, line 151, else
-    ``complement_candidates[0]["txt"]``, lines 154-158). Unlike the few-shot
-    examples, nothing is skipped when the top hit is the query's own image or caption. The caption
-    comes from the candidate's pair in the run; when that pair was dropped (it shows the query),
-    from ``pool``: the candidate's own text, else the first caption of its source item.
-    """
-    if not result:
-        return None
-    top = result[0].did
-    for p in result.pairs:
-        if top in (p.text_did, p.image_did) and p.txt:
-            return p.txt
-    if pool is None or top not in pool:
-        return None
-    cand = pool[top]
-    if cand.txt:
-        return cand.txt
-    if cand.source_id is not None:
-        for c in pool.values():
-            if c.source_id == cand.source_id and c.txt and not c.img_path:
-                return c.txt
-    return None
-
-
 class RagExamples(ExampleSelector):
     """The top-k completed pairs of retrieval results: those of a retrieval run file (``run_path``,
     ``unirag retrieve`` output), or retrieved on the fly (one batched retrieval before the run) from
@@ -231,8 +190,10 @@ class RagExamples(ExampleSelector):
         return self._results.get(query.qid)
 
     def select(self, query: Query) -> list[Pair]:
-        result = self._result(query)
-        return _top_pairs(query, result.pairs, self.k) if result is not None else []
+        """The first k whole pairs, never the query's own image as its example."""
+        result, own_image = self._result(query), _query_image_key(query)
+        return [p for p in (result.pairs if result is not None else [])
+                if p.img_path and p.txt and (own_image is None or str(Path(p.img_path)) != own_image)][: self.k]
 
     def leak_info(self, query: Query) -> dict[str, int] | None:
         result = self._results.get(query.qid)
@@ -270,40 +231,50 @@ class RagExamples(ExampleSelector):
                 self._pool = load_pool(self.pool_path)
             return self._pool
 
-    def top_image(self, query: Query) -> Pair | None:
-        """The top retrieved candidate's own image, else its complement's (the image of the pair it belongs
-        to, else of its source item in the pool), else None: the official top-1 image baseline
-        (castorini/UniRAG src/unirag/eval_image_generation.py@e9a4e00:108-140). Nothing is skipped."""
+    def _top(self, query: Query, field: str) -> tuple[Pair | None, Candidate | None, Candidate | None]:
+        """Where the top retrieved candidate's ``field`` ("txt" or "img_path") is, as the official top-1
+        baselines look it up (nothing skipped, unlike the few-shot examples): ``(the run's pair holding
+        the candidate, None, None)``, else ``(None, the candidate in the pool, the pool item holding it:
+        the candidate, else the item of its source with it, a text-only one for "txt"; or None)``
+        (castorini/UniRAG src/unirag/eval_caption_generation.py@0a6e6a36:151-158,
+        src/unirag/eval_image_generation.py@e9a4e00:108-140)."""
         result = self._result(query)
         if not result:
-            return None
+            return None, None, None
         top = result[0].did
         for p in result.pairs:
-            if top in (p.text_did, p.image_did) and p.img_path:
-                return Pair(image_did=p.image_did, text_did=p.text_did, img_path=p.img_path, txt=p.txt)
+            if top in (p.text_did, p.image_did) and getattr(p, field):
+                return p, None, None
         pool = self._lookup_pool()
         cand = pool.get(top) if pool is not None else None
-        if cand is None:
+        if cand is None or getattr(cand, field):
+            return None, cand, cand
+        for c in pool.values() if cand.source_id is not None else ():
+            if c.source_id == cand.source_id and getattr(c, field) and (field == "img_path" or not c.img_path):
+                return None, cand, c
+        return None, cand, None
+
+    def top_image(self, query: Query) -> Pair | None:
+        """The official top-1 image baseline's example: the top retrieved candidate's own image, else its
+        complement's (see :meth:`_top`), else None."""
+        pair, cand, holder = self._top(query, "img_path")
+        if pair is not None:
+            return Pair(image_did=pair.image_did, text_did=pair.text_did, img_path=pair.img_path, txt=pair.txt)
+        if holder is None:
             return None
-        if cand.img_path:
-            return Pair(image_did=cand.did, text_did=None, img_path=cand.img_path, txt=cand.txt or "")
-        if cand.source_id is not None:
-            for c in pool.values():
-                if c.source_id == cand.source_id and c.img_path:
-                    return Pair(image_did=c.did, text_did=cand.did, img_path=c.img_path, txt=cand.txt or "")
-        return None
+        return Pair(image_did=holder.did, text_did=None if holder is cand else cand.did, img_path=holder.img_path,
+                    txt=cand.txt or "")
 
     def top_caption(self, query: Query) -> str:
-        """The official top-1 caption baseline's caption (see :func:`top_candidate_caption`)."""
-        result = self._result(query)
-        text = top_candidate_caption(result, None) if result is not None else None
-        if text is None and result:
-            text = top_candidate_caption(result, self._lookup_pool())
-        if text is None:
+        """The official top-1 caption baseline's caption (paper rows 1a/1b, see :meth:`_top`): the top
+        candidate's caption, or its complement's when that candidate is an image."""
+        pair, _, holder = self._top(query, "txt")
+        if pair is None and holder is None:
+            result = self._results.get(query.qid)
             top = result[0].did if result else None
             hint = "" if self.pool_path is not None else "; pass --pool so its caption can be looked up"
             raise BackendError(f"no caption for the top retrieved candidate of {query.qid} ({top}){hint}")
-        return text
+        return pair.txt if pair is not None else holder.txt
 
 
 def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dict[str, Candidate] | None = None,

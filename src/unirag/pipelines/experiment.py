@@ -21,8 +21,6 @@ from unirag.pipelines.experiment_grid import (
     select_cells,
 )
 
-__all__ = ["Cell", "GridOverrides", "cell_states", "load_experiment", "run_cell", "run_experiment", "select_cells"]
-
 
 def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int | None = None,
              selection: Any = None, engine: Any = "local") -> dict[str, Any]:
@@ -39,21 +37,33 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     if limit is not None:
         opts["limit"] = limit
     if cell.paper or cell.row:
-        atomic_write_json(out / "paper.json", cell.paper_record())
+        atomic_write_json(out / "paper.json", {"source": cell.source, "row": cell.row, "cell": cell.name,
+                                               "paper": dict(cell.paper)})  # for `unirag report`'s paper columns
     if cell.task == "cir":
         return _run_cir_cell(cell, out, opts, progress, engine)
     opts["selection"] = _cell_selection(cell, opts.get("selection"), selection)
     gen_opts = {k: v for k, v in opts.items() if k in GENERATOR_OPTIONS}
-    run_opts = {k: v for k, v in opts.items() if k in RUN_OPTION_KEYS - {"lavit_code", "offload"}}
+    sources = {k: cell.sources.get(k) for k in ("images_root", "pool_images_root", "retrieval", "index", "pool")}
+    common = dict(queries=cell.sources["queries"], generator=cell.generator, out=out, mode=cell.mode, k=cell.k,
+                  progress=progress, profile=cell.settings, engine=engine, **sources)
     if cell.task == "caption":
         from unirag.pipelines.caption import CaptionConfig, run_captioning
 
-        sources = {k: cell.sources.get(k) for k in ("images_root", "pool_images_root", "retrieval", "index", "pool")}
-        cfg = CaptionConfig(queries=cell.sources["queries"], generator=cell.generator, out=out, mode=cell.mode,
-                            k=cell.k, generator_options=gen_opts, progress=progress, profile=cell.settings,
-                            engine=engine, **sources, **run_opts)
-        return run_captioning(cfg)["counts"]
-    return _run_image_cell(cell, out, opts, progress, engine)
+        run_opts = {k: v for k, v in opts.items() if k in RUN_OPTION_KEYS - {"lavit_code", "offload"}}
+        return run_captioning(CaptionConfig(generator_options=gen_opts, **common, **run_opts))["counts"]
+    from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
+
+    image = {"steps": None, "guidance": None,  # None: the generator's default under the cell's profile
+             **{k: opts[k] for k in ("width", "height", "steps", "guidance") if k in opts}}
+    cfg = ImageConfig(**common, seed=opts.get("seed", 0), selection=opts.get("selection"),
+                      settings=ImageSettings(**image, seed=cell.settings["image_seed"]),
+                      concurrency=opts.get("concurrency", 4), limit=opts.get("limit"),
+                      save_prompts=opts.get("save_prompts", 5),
+                      generator_options={k: v for k, v in opts.items()
+                                         if k in GENERATOR_OPTIONS | {"lavit_code", "offload"}})
+    result = run_images(cfg, record_queries=False)  # grid image cells' identity never named the queries
+    # Same shape as caption cells: the final totals of the run directory.
+    return {k[len("total_"):]: v for k, v in result.items() if k.startswith("total_")} or result
 
 
 def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, engine: Any) -> dict[str, Any]:
@@ -108,30 +118,6 @@ def _cell_selection(cell: Cell, own: Any, given: Any):
         changed["thresholds"] = {**base.to_dict()["thresholds"],
                                  **{k: v for k, v in given["thresholds"].items() if v != default["thresholds"][k]}}
     return Selection.of({**base.to_dict(), **changed})
-
-
-def _run_image_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, engine: Any) -> dict[str, Any]:
-    """Delegate to the image pipeline (:mod:`unirag.pipelines.image_gen`)."""
-    from unirag.data.mbeir import read_queries
-    from unirag.pipelines.examples import example_images_root, make_selector
-    from unirag.pipelines.image_gen import ImageSettings, run_image_generation
-
-    queries = read_queries(cell.sources["queries"])
-    selector = make_selector(cell.mode, cell.k, queries=queries, pool_path=cell.sources.get("pool"),
-                             retrieval=cell.sources.get("retrieval"), index=cell.sources.get("index"),
-                             seed=opts.get("seed", 0), query_images_root=cell.sources.get("images_root"),
-                             profile=cell.settings, selection=opts.get("selection"), supplies="image")
-    image = {"steps": None, "guidance": None,  # None: the generator's default under the cell's profile
-             **{k: opts[k] for k in ("width", "height", "steps", "guidance") if k in opts}}
-    pool_root = example_images_root(cell.sources.get("pool_images_root"), selector, cell.sources.get("images_root"))
-    result = run_image_generation(queries, None, selector, out, images_root=pool_root,
-                                  settings=ImageSettings(**image, seed=cell.settings["image_seed"]), concurrency=opts.get("concurrency", 4),
-                                  limit=opts.get("limit"), save_prompts=opts.get("save_prompts", 5),
-                                  progress=progress, profile=cell.settings, engine=engine, spec=cell.generator,
-                                  generator_options={k: v for k, v in opts.items()
-                                                     if k in GENERATOR_OPTIONS | {"lavit_code", "offload"}})
-    # Same shape as caption cells: the final totals of the run directory.
-    return {k[len("total_"):]: v for k, v in result.items() if k.startswith("total_")} or result
 
 
 def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOverrides | None = None

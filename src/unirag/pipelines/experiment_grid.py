@@ -1,8 +1,6 @@
-"""Reading an experiment grid file: the YAML, its paths, retrievers, options and entries.
-
-Each cell is an ordinary resumable run directory (``OUT/<generator>/<mode>-k<k>[-<retriever>]``),
-so rerunning the experiment after a crash continues every unfinished cell and skips finished ones.
-Relative paths in the YAML are relative to the YAML file. See ``examples/table3_grid.yaml``::
+"""Reading an experiment grid file (run by :mod:`unirag.pipelines.experiment`, planned by
+:mod:`unirag.pipelines.experiment_plan`). Relative paths in the YAML are relative to the YAML file.
+See ``examples/table3_grid.yaml``::
 
     out: runs/table3
     queries: data/coco/queries.jsonl
@@ -26,12 +24,6 @@ figure, metric names as ``metrics.json`` has them), written to ``OUT/<cell>/pape
 ``encoder``, ``k_prime``, ``lam``, ``stages``) run by :func:`unirag.cir.api.run_cir`.
 :class:`GridOverrides` (``unirag run --data-root/--out/--generator/--option/--profile``) changes
 where data is and which generators run without editing the file.
-
-The one loader (:func:`load_experiment`) is split by what each part reads: :func:`read_grid` the
-file's top level (paths, retrievers, options) and its entries; :func:`_entry_cells` an entry's cells
-(k x retriever), :func:`_settings_of` their behaviour settings, :func:`_cir_cell` a ``task: cir``
-entry. :mod:`unirag.pipelines.experiment_plan` checks each cell's inputs on disk (``--dry-run``);
-:mod:`unirag.pipelines.experiment` runs the cells.
 """
 
 from __future__ import annotations
@@ -216,10 +208,6 @@ class Cell:
     source: str | None = None
     #: ``task: cir`` cells: what :func:`unirag.cir.api.run_cir` gets
     cir: dict[str, Any] = field(default_factory=dict)
-
-    def paper_record(self) -> dict[str, Any]:
-        """What ``OUT/<cell>/paper.json`` holds (read by ``unirag report`` for its paper and Δ columns)."""
-        return {"source": self.source, "row": self.row, "cell": self.name, "paper": dict(self.paper)}
 
 
 def _slug(text: str) -> str:

@@ -30,12 +30,6 @@ class CellPlan:
     missing: list[str] = field(default_factory=list)
 
 
-def _hub_cached(repo: str) -> bool:
-    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-    cache = Path(os.environ.get("HF_HUB_CACHE", home / "hub"))
-    return (cache / ("models--" + repo.replace("/", "--"))).is_dir()
-
-
 def _checkpoint(plan: CellPlan, kind: str, name: str) -> None:
     """The plan's line (and missing item) for a checkpoint named by a generator or encoder spec."""
     p = Path(name).expanduser()
@@ -45,7 +39,9 @@ def _checkpoint(plan: CellPlan, kind: str, name: str) -> None:
         if not p.exists():
             plan.missing.append(f"checkpoint {name} ({kind})")
     else:
-        plan.lines.append(f"  {kind} {name}: hub id, " + ("in the local cache" if _hub_cached(name) else
+        home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+        cached = (Path(os.environ.get("HF_HUB_CACHE", home / "hub")) / ("models--" + name.replace("/", "--"))).is_dir()
+        plan.lines.append(f"  {kind} {name}: hub id, " + ("in the local cache" if cached else
                                                            "not cached (downloaded on first use)"))
 
 
@@ -68,30 +64,16 @@ def _keys_for(spec: str, options: dict[str, Any]) -> list[tuple[str, bool]]:
     return [(" or ".join(names), any(os.environ.get(n) for n in names))]
 
 
-def _agents_yaml(agents: str | None) -> dict[str, Any]:
-    """An X^R agents YAML as a mapping ({} when absent or unreadable: the run itself reports that)."""
-    if not agents or not Path(agents).is_file():
-        return {}
-    import yaml
+def _agents(agents: str | None) -> Any:
+    """The X^R agents YAML as :func:`unirag.cir.config.load_config` reads it (no roles when it is absent
+    or unreadable: its line says MISSING, or the run itself reports the error)."""
+    from unirag.cir.config import load_config
+    from unirag.errors import UniragError
 
     try:
-        spec = yaml.safe_load(Path(agents).read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError:
-        return {}
-    return spec if isinstance(spec, dict) else {}
-
-
-def _agent_models(agents: str | None) -> list[tuple[str, dict[str, Any]]]:
-    """(model spec, its role's options: ``defaults`` overlaid with the role's own) of every role in an
-    X^R agents YAML (for their keys and checkpoints)."""
-    spec = _agents_yaml(agents)
-    defaults = spec.get("defaults") if isinstance(spec.get("defaults"), dict) else {}
-    roles = spec.get("roles") if isinstance(spec.get("roles"), dict) else {}
-    found: dict[str, dict[str, Any]] = {}
-    for role in [defaults, *[{**defaults, **r} for r in roles.values() if isinstance(r, dict)]]:
-        if isinstance(role.get("model"), str):
-            found.setdefault(role["model"], role)
-    return sorted(found.items())
+        return load_config(agents if agents and Path(agents).is_file() else None)
+    except UniragError:
+        return load_config(None)
 
 
 def _uses(task: str, name: str) -> bool:
@@ -156,8 +138,9 @@ def plan_cell(cell: Cell) -> CellPlan:
                 miss(f"{key} {v}")
     if cell.task == "cir":
         _official_checkout(cell, add, miss)
-    specs = [(cell.generator, cell.options)] if cell.task != "cir" else \
-        [(m, {**cell.options, **role}) for m, role in _agent_models(cell.sources.get("agents"))]
+    roles = _agents(cell.sources.get("agents")).roles if cell.task == "cir" else {}
+    models = {rc.model: {**cell.options, **rc.options} for rc in reversed(roles.values())}  # a model's first role
+    specs = [(cell.generator, cell.options)] if cell.task != "cir" else sorted(models.items())
     for spec, options in specs:
         prefix, _, name = spec.partition(":")
         if prefix in CHECKPOINT_PREFIXES and name:
@@ -184,12 +167,7 @@ def _official_checkout(cell: Cell, add, miss) -> None:
     YAML); the run stops without one, so the plan names it (the embedding baseline needs none)."""
     if not cell.sources.get("agents") or cell.settings is None or cell.settings["xr_prompts"] != "official":
         return
-    checkout = cell.options.get("official_prompts")
-    if not checkout:
-        given = _agents_yaml(cell.sources["agents"]).get("official_prompts")
-        if given:
-            p = Path(str(given)).expanduser()
-            checkout = str(p if p.is_absolute() else Path(cell.sources["agents"]).parent / p)
+    checkout = cell.options.get("official_prompts") or _agents(cell.sources["agents"]).official_prompts
     if not checkout:
         add("  official_prompts: NOT SET (xr_prompts=official reads the official X^R prompts)")
         miss("the official X^R checkout (01yzzyu/xr.github.io) for xr_prompts=official: official_prompts in the "

@@ -12,8 +12,8 @@ example-driven run (:mod:`unirag.pipelines.example_run`); this module is its ima
 from __future__ import annotations
 
 import hashlib
+import io
 import re
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -85,14 +85,6 @@ def image_stem(qid: str) -> str:
     return safe
 
 
-def prompt_messages(request: ImageRequest, prompt: str) -> list[Message]:
-    """The request as typed messages (example images, then the prompt text) for the prompts/ dump."""
-    parts: list[Any] = [ImagePart(path=e.image, label=e.label or f"example {i}")
-                        for i, e in enumerate(request.examples, start=1)]
-    parts.append(TextPart(prompt))
-    return [Message("user", parts)]
-
-
 def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | None, settings: ImageSettings,
               price: Price, position: dict[str, int], save_prompts: int = 5, image_format: str = "png",
               image_loading: str = "normalised", selector: ExampleSelector | None = None,
@@ -122,9 +114,11 @@ def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | No
         meta = dict(result.meta)
         prompt = meta.pop("prompt", None) or generator.prompt_text(request)
         stem = image_stem(query.qid)
-        if image_format == "jpeg":
-            rel = f"{IMAGES_DIR}/{stem}.jpg"
-            atomic_write_bytes(out / rel, jpeg_bytes(result.image))
+        if image_format == "jpeg":  # as the official run saved it: PIL's default JPEG quality (75) (castorini/
+            # UniRAG src/unirag/image_generation_inference.py@e9a4e00:82-85, :143-146)
+            rel, buf = f"{IMAGES_DIR}/{stem}.jpg", io.BytesIO()
+            result.image.convert("RGB").save(buf, format="JPEG")
+            atomic_write_bytes(out / rel, buf.getvalue())
         else:
             rel = f"{IMAGES_DIR}/{stem}.png"
             atomic_write_bytes(out / rel, png_bytes(result.image, compress_level=1))
@@ -134,7 +128,10 @@ def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | No
             **asdict(settings)})
         index = position.get(query.qid, save_prompts)
         if index < save_prompts:
-            write_prompt(out / PROMPTS_DIR, index, query.qid, prompt_messages(request, prompt), extra={"image": rel})
+            parts: list[Any] = [ImagePart(path=e.image, label=e.label or f"example {i}")
+                                for i, e in enumerate(request.examples, start=1)]  # the example images, then the text
+            write_prompt(out / PROMPTS_DIR, index, query.qid, [Message("user", [*parts, TextPart(prompt)])],
+                         extra={"image": rel})
         fields: dict[str, Any] = {"caption": query.txt, "image": rel,
                                   "examples": [ex.as_record() for ex in examples],
                                   "size": list(result.image.size)}
@@ -160,57 +157,52 @@ def open_image_job(k: int, job: dict[str, Any], generator: ImageGenerator) -> Ex
     return image_job(generator, **job)
 
 
-def jpeg_bytes(image: Any) -> bytes:
-    """The image as the official UniRAG run saved it: ``image.save("....jpg")``, PIL's default JPEG quality
-    (75) (castorini/UniRAG src/unirag/image_generation_inference.py@e9a4e00:82-85, :143-146)."""
-    import io
+@dataclass
+class ImageConfig(ExampleRunConfig):
+    """One image run: the options of :class:`ExampleRunConfig` (queries' ``txt`` is drawn; ``seed``
+    chooses random examples, as everywhere) plus the picture ``settings`` (their ``seed``: the
+    picture's; ``steps``/``guidance`` None: the generator's default under the run's profile, see
+    ``sampling_defaults``); ``concurrency`` defaults to 4 (image APIs are slow). Examples' image paths
+    start where :func:`~unirag.pipelines.examples.example_images_root` says. ``k`` None means 0
+    zero-shot, else 1 (the paper's one-shot)."""
 
-    buf = io.BytesIO()
-    image.convert("RGB").save(buf, format="JPEG")
-    return buf.getvalue()
+    concurrency: int = 4
+    settings: ImageSettings = field(default_factory=ImageSettings)
 
 
-def run_image_generation(
-    queries: Sequence[Query],
-    generator: ImageGenerator | None,
-    selector: ExampleSelector,
-    out: str | Path,
-    *,
-    images_root: str | Path | None = None,
-    settings: ImageSettings | None = None,
-    concurrency: int = 4,
-    limit: int | None = None,
-    save_prompts: int = 5,
-    policy: RetryPolicy | None = None,
-    prices: str | Path | None = None,
-    identity_extra: dict[str, Any] | None = None,
-    progress: bool = True,
-    profile: Any = None,
-    engine: Any = "local",
-    spec: str | None = None,
-    generator_options: dict[str, Any] | None = None,
-) -> dict[str, int]:
-    """Generate one image per query into ``out``; returns counts (ok/error/skipped + final totals).
+def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None, *,
+               record_queries: bool = True) -> dict[str, int]:
+    """Run (or resume) one image run into ``cfg.out``: one picture per query; returns counts
+    (ok/error/skipped, and the directory's final ``total_*``).
 
-    ``images_root`` resolves the example pairs' relative image paths. ``limit`` takes the first N
-    queries (a smoke run that a later full run into the same directory extends). ``prices``: a
-    JSON/YAML price file overriding the defaults (:mod:`unirag.generators.pricing`).
-    ``profile``: a profile name or :class:`unirag.profiles.Settings` (recorded in the manifest; its
-    ``emu2_sampling`` fills in steps/guidance left None). ``generator`` None: the run loads ``spec``
-    with ``generator_options`` itself: on Ray workers when ``engine`` is "ray" and the spec is a local
-    model (see :mod:`unirag.runs.engine`), else here, where the engine options' decode workers decode the
+    ``generator``: a backend object to use instead of loading ``cfg.generator`` (the caller keeps it);
+    else the run loads it: on Ray workers when ``cfg.engine`` is "ray" and the spec is a local model
+    (see :mod:`unirag.runs.engine`), else here, where the engine options' decode workers decode the
     next queries' example images while a local model draws (see :func:`unirag.data.loader.ahead`). API
-    generators send the files as they are and decode nothing.
+    generators send the files as they are and decode nothing. ``record_queries`` False: the identity
+    names no queries file, as grid image cells never did (so their runs still resume).
     """
     import functools
     import os
     from contextlib import ExitStack
 
+    from unirag.errors import ConfigError
     from unirag.generators.registry import IMAGE, profile_options
+    from unirag.pipelines.examples import example_images_root, make_selector
     from unirag.profiles import resolve
 
-    profile = resolve(profile)
-    queries = list(queries)[:limit] if limit is not None else list(queries)
+    if cfg.limit is not None and cfg.limit < 1:
+        raise ConfigError(f"limit must be >= 1, got {cfg.limit}")
+    if cfg.max_attempts < 1:
+        raise ConfigError(f"max_attempts must be >= 1, got {cfg.max_attempts}")
+    k = cfg.k if cfg.k is not None else 0 if cfg.mode == "zero-shot" else 1
+    all_queries, path = load_queries(cfg.queries)
+    selector = make_selector(cfg.mode, k, queries=all_queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
+                             index=cfg.index, seed=cfg.seed, query_images_root=cfg.images_root,
+                             profile=cfg.profile, selection=cfg.selection, supplies="image")
+    images_root = example_images_root(cfg.pool_images_root, selector, cfg.images_root)
+    profile = resolve(cfg.profile)
+    queries = all_queries[: cfg.limit] if cfg.limit is not None else all_queries
     for q in queries:
         if not q.txt:
             raise InputError(f"query {q.qid} has no caption text; text-to-image queries need 'query_txt'",
@@ -218,88 +210,48 @@ def run_image_generation(
     with ExitStack() as stack:
         pool = recipe = None
         if generator is None:
-            if spec is None:
-                from unirag.errors import ConfigError
-
-                raise ConfigError("run_image_generation needs a generator or a spec")
-            options = profile_options(spec, profile, generator_options, IMAGE)
-            generator, pool, recipe = open_remote(stack, "image", spec, options, engine)
+            options = profile_options(cfg.generator, profile, cfg.generator_options, IMAGE)
+            generator, pool, recipe = open_remote(stack, "image", cfg.generator, options, cfg.engine)
             if generator is None:
                 from unirag.generators.registry import load_image_generator
 
-                generator = load_image_generator(spec, **options)
+                generator = load_image_generator(cfg.generator, **options)
                 stack.callback(generator.close)
-        settings = (settings or ImageSettings()).resolved(generator.spec, profile)
-        out = Path(out)
+        settings = cfg.settings.resolved(generator.spec, profile)
+        out = Path(cfg.out)
         generator.check_k(selector.k)
         generator.check_size(settings.width, settings.height)
         templates = {name: image_template(name).manifest_entry() for name in generator.templates}
         identity = {"generator": generator.spec, **generator.identity(), "examples": selector.source(),
-                    **asdict(settings), "templates": {n: t["sha256"] for n, t in templates.items()},
-                    **(identity_extra or {})}
+                    **asdict(settings), "templates": {n: t["sha256"] for n, t in templates.items()}}
+        if record_queries:
+            identity["queries"] = queries_identity(all_queries, path)
         image_format = profile["image_format"]
         if image_format != "png":  # only when not the default, so runs made before the setting still resume
             identity["image_format"] = image_format
-        price = price_for(generator.spec, prices, image=True, local=generator.local)
+        price = price_for(generator.spec, cfg.prices, image=True, local=generator.local)
+        concurrency = 1 if generator.local else max(1, int(cfg.concurrency))
         run_settings = {"generator_config": generator.config(), "images_root": images_root,
-                        "concurrency": 1 if generator.local else concurrency, "templates": templates,
-                        "price": price_entry(price), "prices_file": str(prices) if prices else None,
-                        "profile": profile.to_dict(), "engine": engine_entry(engine, pool)}
+                        "concurrency": 1 if generator.local else cfg.concurrency, "templates": templates,
+                        "price": price_entry(price), "prices_file": str(cfg.prices) if cfg.prices else None,
+                        "profile": profile.to_dict(), "engine": engine_entry(cfg.engine, pool)}
         position = {q.qid: i for i, q in enumerate(queries)}
         top_image = profile["image_top1"] == "top-candidate" and generator.spec.startswith("retrieval:") \
             and hasattr(selector, "top_image")
-        job = image_job(generator, out, images_root, settings, price, position, save_prompts, image_format,
+        job = image_job(generator, out, images_root, settings, price, position, cfg.save_prompts, image_format,
                         profile["image_loading"], selector, top_image)
         open_kind = None
         if pool is not None:
             root = str(Path(images_root).resolve()) if images_root is not None else os.getcwd()
             open_kind = functools.partial(open_image_job, selector.k, dict(
-                out=out.resolve(), images_root=root, settings=settings, price=price, save_prompts=save_prompts,
-                position={q: i for q, i in position.items() if i < save_prompts}, image_format=image_format,
+                out=out.resolve(), images_root=root, settings=settings, price=price, save_prompts=cfg.save_prompts,
+                position={q: i for q, i in position.items() if i < cfg.save_prompts}, image_format=image_format,
                 image_loading=profile["image_loading"]))
         # A local model draws one query at a time here: its example images decoded a few queries ahead.
         counts, final, _ = run_job(
-            job, queries, out, TASK, identity, run_settings, save_prompts=save_prompts,
-            before=lambda run: (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True), policy=policy,
-            concurrency=1 if generator.local else max(1, int(concurrency)), decode_ahead=generator.local,
-            engine=engine, pool=pool, recipe=recipe, open_kind=open_kind, desc=f"images ({generator.spec})",
-            progress=progress)
+            job, queries, out, TASK, identity, run_settings, save_prompts=cfg.save_prompts,
+            before=lambda run: (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True),
+            policy=RetryPolicy(max_attempts=cfg.max_attempts), concurrency=concurrency,
+            decode_ahead=generator.local, engine=cfg.engine, pool=pool, recipe=recipe, open_kind=open_kind,
+            desc=f"images ({generator.spec})", progress=cfg.progress)
     return {**counts, **{f"total_{k}": v for k, v in final.items()}}
-
-
-@dataclass
-class ImageConfig(ExampleRunConfig):
-    """One image run: the options of :class:`ExampleRunConfig` (queries' ``txt`` is drawn; ``seed``
-    chooses random examples, as everywhere) plus the picture ``settings`` (their ``seed``: the
-    picture's); ``concurrency`` defaults to 4 (image APIs are slow). Examples' image paths start where
-    :func:`~unirag.pipelines.examples.example_images_root` says. ``k`` None means 0 zero-shot, else 1 (the paper's one-shot)."""
-
-    concurrency: int = 4
-    settings: ImageSettings = field(default_factory=ImageSettings)
-
-
-def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None) -> dict[str, int]:
-    """Run (or resume) one image run into ``cfg.out``; returns counts (see :func:`run_image_generation`).
-
-    ``generator``: a backend object to use instead of loading ``cfg.generator`` (the caller keeps it).
-    """
-    from unirag.errors import ConfigError
-    from unirag.pipelines.examples import example_images_root, make_selector
-
-    if cfg.limit is not None and cfg.limit < 1:
-        raise ConfigError(f"limit must be >= 1, got {cfg.limit}")
-    if cfg.max_attempts < 1:
-        raise ConfigError(f"max_attempts must be >= 1, got {cfg.max_attempts}")
-    if cfg.k is None:
-        cfg = replace(cfg, k=0 if cfg.mode == "zero-shot" else 1)
-    queries, path = load_queries(cfg.queries)
-    selector = make_selector(cfg.mode, cfg.k, queries=queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
-                             index=cfg.index, seed=cfg.seed, query_images_root=cfg.images_root,
-                             profile=cfg.profile, selection=cfg.selection, supplies="image")
-    return run_image_generation(
-        queries, generator, selector, cfg.out,
-        images_root=example_images_root(cfg.pool_images_root, selector, cfg.images_root), settings=cfg.settings,
-        concurrency=cfg.concurrency, limit=cfg.limit, save_prompts=cfg.save_prompts,
-        policy=RetryPolicy(max_attempts=cfg.max_attempts), prices=cfg.prices,
-        identity_extra={"queries": queries_identity(queries, path)}, progress=cfg.progress, profile=cfg.profile,
-        engine=cfg.engine, spec=cfg.generator, generator_options=cfg.generator_options)

@@ -74,14 +74,19 @@ class ImageGenerator(LazyBackend):
         """The backend request for ``text`` and ``examples`` (checked against what the backend takes).
 
         The backends hand example images to their models as files (LaVIT and Emu2 read paths), so an
-        in-memory example image is saved once as a lossless PNG named by its content hash (see
-        :func:`example_image_file`): the backend sees exactly these pixels.
+        in-memory example image is saved once as a lossless PNG named by its content hash, in
+        ``unirag-examples`` in the system temp folder: the backend sees exactly these pixels.
         """
+        import tempfile
+
+        from unirag.data.images import save_png_by_content
+
         if not isinstance(text, str):
             raise InputError(f"expected a caption string, got {type(text).__name__}", field="text")
         if not text.strip():
             raise ConfigError("generate() needs a non-empty caption text")
-        pairs = [p if p.pixels is None else replace(p, img_path=str(example_image_file(p.pixels)), pixels=None)
+        folder = Path(tempfile.gettempdir()) / "unirag-examples"
+        pairs = [p if p.pixels is None else replace(p, img_path=str(save_png_by_content(p.pixels, folder)), pixels=None)
                  for p in to_pairs(examples, self.images_root)]
         self.backend.check_k(len(pairs))
         return ImageRequest(qid=qid, caption=text, examples=pairs, **self.settings)
@@ -115,13 +120,3 @@ class ImageGenerator(LazyBackend):
                 "max_attempts": self.retry.max_attempts, "options": dict(self.options),
                 "profile": self.profile.to_dict()}
 
-
-def example_image_file(image: Any, folder: str | Path | None = None) -> Path:
-    """A PNG file holding ``image`` (PIL, bytes or array), in ``folder`` (default: ``unirag-examples`` in
-    the system temp folder), named by its content (see :func:`unirag.data.images.save_png_by_content`)."""
-    import tempfile
-
-    from unirag.data.images import save_png_by_content
-
-    folder = Path(folder) if folder is not None else Path(tempfile.gettempdir()) / "unirag-examples"
-    return save_png_by_content(image, folder)
