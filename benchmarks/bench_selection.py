@@ -83,7 +83,6 @@ def part_quality(args, work: Path) -> list[dict]:
     from unirag.encoders.registry import load_encoder
     from unirag.metrics.captions import caption_metrics
     from unirag.pipelines.captioner import Captioner
-    from unirag.retrieval.results import Hits
     from unirag.retrieval.retriever import Retriever
 
     pool, queries_path, qrels_path = _plant(work, args.plant)
@@ -103,7 +102,7 @@ def part_quality(args, work: Path) -> list[dict]:
                                                  query_images_root=images,
                                                  selection={**options, "near_duplicates": guard})
             seconds = time.perf_counter() - start
-            preds = {q.qid: captioner.caption(images / q.img_path, Hits.of(r, retriever.pool_images_root)).text
+            preds = {q.qid: captioner.caption(images / q.img_path, r).text
                      for q, r in zip(queries, results, strict=True)}
             cider = caption_metrics(preds, refs, meteor=False)["CIDEr"]
             rows.append({"selection": name, "near_duplicates": guard, "CIDEr": round(cider, 2),

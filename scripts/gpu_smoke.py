@@ -93,7 +93,7 @@ def index_step(device: str, dtypes: list[str], data: dict[str, Path], work: Path
             index = out
         results = Retriever(index, enc).retrieve(queries, 5, "text", query_images_root=data["root"])
         enc.close()
-        return {r.qid: r.ranked_dids for r in results}
+        return {r.qid: r.dids for r in results}
 
     for name, spec in (("clip", str(tiny_clip_dir())), ("uniir-clip-sf", f"uniir:clip_sf:{tiny_uniir_clip_sf()}")):
         ref = run(spec, "cpu", "float32", work / f"idx-{name}-cpu")

@@ -157,7 +157,7 @@ def test_top1_baselines_take_the_top_candidates_complement_from_its_source(tmp_p
     with an image."""
     from unirag.data.mbeir import candidate_to_json
     from unirag.data.records import Candidate, Modality, Query
-    from unirag.retrieval.results import Hit, RetrievalResult
+    from unirag.retrieval.results import Hit, Hits
     from unirag.retrieval.run_io import write_retrieval_run
 
     items = [Candidate(did="img", modality=Modality.IMAGE, img_path="a.jpg", source_id="s"),
@@ -166,7 +166,7 @@ def test_top1_baselines_take_the_top_candidates_complement_from_its_source(tmp_p
     pool = tmp_path / "pool.jsonl"
     pool.write_text("".join(json.dumps(candidate_to_json(c)) + "\n" for c in items))
     run = tmp_path / "run.jsonl"
-    write_retrieval_run(run, [RetrievalResult(qid=qid, candidates=[Hit(did=top, score=1.0, modality="image")], pairs=[])
+    write_retrieval_run(run, [Hits([Hit(did=top, score=1.0, modality="image")], qid=qid)
                               for qid, top in (("q-img", "img"), ("q-txt", "txt"))])
     selector = make_selector("rag", 1, retrieval=run, pool_path=pool)
     assert selector.top_caption(Query(qid="q-img", modality=Modality.IMAGE, img_path="q.jpg")) == "the source's caption"
