@@ -116,10 +116,10 @@ async def read_image(svc: Service, upload: UploadFile | None, field: str):
     return await svc.decodes.run(check_image, data, max_bytes=limit, max_pixels=svc.settings.max_pixels, field=field)
 
 
-async def engine_call(svc: Service, endpoint: str, fn, *args):
+async def engine_call(svc: Service, endpoint: str, fn, *args, **kwargs):
     """Run a blocking engine call; library errors become 400, generator failures 503."""
     try:
-        return await run_in_threadpool(fn, *args)
+        return await run_in_threadpool(fn, *args, **kwargs)
     except BackendError as e:
         kind = f"http_{e.status}" if e.status else ("transient" if e.retryable else "permanent")
         svc.metrics.generator_error(endpoint, kind)

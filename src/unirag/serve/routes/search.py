@@ -165,6 +165,7 @@ async def cir(request: Request, image: Annotated[UploadFile, File()], text: Anno
     if not text.strip():
         raise ServiceError(400, "text: say how the target differs from the reference image")
     start = time.perf_counter()
-    ans = await engine_call(svc, "/v1/cir", svc.engine.cir, checked.image, text, k, checked.data, keep_reference)
-    return {"hits": [hit_json(h) for h in ans.hits], "stage": ans.stage, "note": ans.note,
+    hits, stage, note = await engine_call(svc, "/v1/cir", svc.engine.cir, checked.image, text, k, checked.data,
+                                          keep_reference)
+    return {"hits": [hit_json(h) for h in hits], "stage": stage, "note": note,
             "latency_s": round(time.perf_counter() - start, 4)}
