@@ -10,6 +10,7 @@ unavailable (searches keep working).
 
 from __future__ import annotations
 
+import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -19,6 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from unirag import __version__
+from unirag.errors import BackendError, ConfigError, InputError
 from unirag.redact import install_log_redaction, redact
 from unirag.serve.batching import SearchBatcher
 from unirag.serve.engine import Engine
@@ -28,6 +30,7 @@ from unirag.serve.service import Service
 from unirag.serve.settings import ServeSettings
 from unirag.serve.uploads import BodyLimit, ServiceError
 
+log = logging.getLogger("unirag.serve")
 #: Room for the multipart framing and the text fields around one upload.
 _FORM_OVERHEAD = 64 * 1024
 
@@ -75,6 +78,20 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
         if e.retry_after:
             headers["Retry-After"] = str(e.retry_after)
         return error(e.status, e.message, headers or None)
+
+    @app.exception_handler(ConfigError)
+    @app.exception_handler(InputError)
+    async def _bad_input(request: Request, e: ConfigError | InputError):
+        return error(400, str(e))
+
+    @app.exception_handler(BackendError)
+    async def _generator_failed(request: Request, e: BackendError):
+        """A generator call that still failed after its retries: 503 (searches keep working), counted by kind."""
+        endpoint = request.scope["route"].path
+        metrics.generator_error(endpoint, f"http_{e.status}" if e.status else
+                                ("transient" if e.retryable else "permanent"))
+        log.warning("%s: generator failed: %s", endpoint, e)
+        return error(503, f"generator unavailable: {e}. Search keeps working; try again later.")
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, e: HTTPException):

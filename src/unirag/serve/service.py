@@ -7,23 +7,18 @@ get it with :func:`service_of`. Refusals are :class:`~unirag.serve.uploads.Servi
 from __future__ import annotations
 
 import hmac
-import logging
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import Form, Request, UploadFile
-from starlette.concurrency import run_in_threadpool
 
-from unirag.errors import BackendError, ConfigError, InputError
 from unirag.retrieval.results import Hit
 from unirag.serve.batching import SearchBatcher
 from unirag.serve.engine import Engine
 from unirag.serve.metrics import Metrics
 from unirag.serve.settings import ServeSettings
 from unirag.serve.uploads import DecodeSlots, ServiceError, check_image
-
-log = logging.getLogger("unirag.serve")
 
 
 @dataclass
@@ -80,12 +75,9 @@ def selection_of(diversity=None, mmr_lambda=None, one_per_image=None, near_dupli
     """The :class:`unirag.Selection` of a request's fields (unset fields keep the defaults)."""
     from unirag.retrieval.selection import Selection, normalise_where
 
-    try:
-        return Selection.of(None, diversity=diversity or None, mmr_lambda=mmr_lambda, one_per_image=one_per_image,
-                            near_duplicates=near_duplicates or None,
-                            where=normalise_where([f for f in filters or () if f and f.strip()]) or None)
-    except ConfigError as e:
-        raise ServiceError(400, str(e)) from None
+    return Selection.of(None, diversity=diversity or None, mmr_lambda=mmr_lambda, one_per_image=one_per_image,
+                        near_duplicates=near_duplicates or None,
+                        where=normalise_where([f for f in filters or () if f and f.strip()]) or None)
 
 
 async def selection_of_form(diversity: Annotated[str | None, Form()] = None,
@@ -114,16 +106,3 @@ async def read_image(svc: Service, upload: UploadFile | None, field: str):
         return None  # a form's empty file input; size and emptiness are check_image's
     # on the decode threads (max_decodes), or 503 when decode_queue more are waiting already
     return await svc.decodes.run(check_image, data, max_bytes=limit, max_pixels=svc.settings.max_pixels, field=field)
-
-
-async def engine_call(svc: Service, endpoint: str, fn, *args, **kwargs):
-    """Run a blocking engine call; library errors become 400, generator failures 503."""
-    try:
-        return await run_in_threadpool(fn, *args, **kwargs)
-    except BackendError as e:
-        kind = f"http_{e.status}" if e.status else ("transient" if e.retryable else "permanent")
-        svc.metrics.generator_error(endpoint, kind)
-        log.warning("%s: generator failed: %s", endpoint, e)
-        raise ServiceError(503, f"generator unavailable: {e}. Search keeps working; try again later.") from None
-    except (ConfigError, InputError) as e:
-        raise ServiceError(400, str(e)) from None

@@ -9,12 +9,12 @@ import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from starlette.concurrency import run_in_threadpool
 
 from unirag.pipelines.examples import MODES
 from unirag.redact import redact
 from unirag.serve.service import (
     check_k,
-    engine_call,
     examples_json,
     read_image,
     require_token,
@@ -43,8 +43,8 @@ async def caption(request: Request, selection: Annotated[Any, Depends(selection_
     if checked is None:
         raise ServiceError(400, "image: send the image to caption")
     start = time.perf_counter()
-    ans = await engine_call(svc, "/v1/caption", svc.engine.generate, "caption", image=checked.image,
-                            data=checked.data, mode=mode, k=k, selection=selection)
+    ans = await run_in_threadpool(svc.engine.generate, "caption", image=checked.image, data=checked.data,
+                                  mode=mode, k=k, selection=selection)
     # Generator output is untrusted text: a server could echo the credentials it was sent.
     return {"caption": redact(ans.output, svc.secrets), "mode": mode, "k": len(ans.examples),
             "examples": examples_json(ans.examples), "selection": selection.to_dict(),
@@ -61,8 +61,7 @@ async def generate_image(request: Request, selection: Annotated[Any, Depends(sel
         raise ServiceError(400, "text: describe the image to generate")
     k = _check_mode(mode, k, svc.settings.k_max)
     start = time.perf_counter()
-    ans = await engine_call(svc, "/v1/generate-image", svc.engine.generate, "image", text=text, mode=mode,
-                            k=k, selection=selection)
+    ans = await run_in_threadpool(svc.engine.generate, "image", text=text, mode=mode, k=k, selection=selection)
     buf = io.BytesIO()
     ans.output.save(buf, format="PNG")
     width, height = ans.output.size

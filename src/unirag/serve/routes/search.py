@@ -14,14 +14,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
-from unirag.errors import ConfigError, InputError
 from unirag.profiles import _on_off
 from unirag.serve.engine import MODALITIES, SearchQuery
 from unirag.serve.service import (
     check_k,
-    engine_call,
     hit_json,
     read_image,
     require_token,
@@ -78,10 +77,7 @@ async def search(request: Request):
         raise ServiceError(400, "send a text, an image, or both")
     query = SearchQuery(image=checked.image if checked else None, text=text, selection=selection)
     start = time.perf_counter()
-    try:
-        hits = await svc.batcher.search(query, k=k, modality=modality)
-    except (ConfigError, InputError) as e:
-        raise ServiceError(400, str(e)) from None
+    hits = await svc.batcher.search(query, k=k, modality=modality)
     # A JSONResponse, not a dict: FastAPI would walk the dict once more to make it "JSON-able".
     return JSONResponse({"hits": [hit_json(h) for h in hits], "latency_s": round(time.perf_counter() - start, 4),
                          "query": {"text": text, "image": checked is not None, "k": k, "modality": modality,
@@ -165,7 +161,6 @@ async def cir(request: Request, image: Annotated[UploadFile, File()], text: Anno
     if not text.strip():
         raise ServiceError(400, "text: say how the target differs from the reference image")
     start = time.perf_counter()
-    hits, stage, note = await engine_call(svc, "/v1/cir", svc.engine.cir, checked.image, text, k, checked.data,
-                                          keep_reference)
+    hits, stage, note = await run_in_threadpool(svc.engine.cir, checked.image, text, k, checked.data, keep_reference)
     return {"hits": [hit_json(h) for h in hits], "stage": stage, "note": note,
             "latency_s": round(time.perf_counter() - start, 4)}
