@@ -61,16 +61,13 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
     def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
         return JSONResponse({"error": redact(message, secrets)}, status_code=status, headers=headers)
 
-    limit = settings.max_upload_bytes + _FORM_OVERHEAD
-    app.add_middleware(BodyLimit, limit=limit)
+    app.add_middleware(BodyLimit, limit=settings.max_upload_bytes + _FORM_OVERHEAD)
     if settings.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
-    app.add_middleware(ObserveRequests, metrics=metrics, limit=limit,
-                       too_large=lambda: error(413, f"request body is larger than the "
-                                                    f"{settings.max_upload_bytes / 1024 / 1024:.1f} MB upload limit"))
+    app.add_middleware(ObserveRequests, metrics=metrics)
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, e: ServiceError):

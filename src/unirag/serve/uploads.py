@@ -98,33 +98,24 @@ class DecodeSlots:
         from concurrent.futures import ThreadPoolExecutor
 
         self._pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="unirag-decode")
-        self._lock = threading.Lock()
-        self._admitted = 0
         self.limit = slots + waiting
-
-    def _admit(self) -> None:
-        with self._lock:
-            if self._admitted >= self.limit:
-                raise ServiceError(503, f"too many images are being decoded ({self.limit} at once); try "
-                                        "again in a moment", retry_after=1)
-            self._admitted += 1
-
-    def _release(self, _future=None) -> None:
-        with self._lock:
-            self._admitted -= 1
+        self._admitted = threading.BoundedSemaphore(self.limit)
 
     async def run(self, fn, *args, **kwargs):
         """``fn(*args, **kwargs)`` on a decode thread, once one is free (or 503 when the queue is full)."""
         import asyncio
         from functools import partial
 
-        self._admit()
+        if not self._admitted.acquire(blocking=False):
+            raise ServiceError(503, f"too many images are being decoded ({self.limit} at once); try again in a "
+                                    "moment", retry_after=1)
         try:
             future = self._pool.submit(_trimmed, partial(fn, *args, **kwargs))
         except BaseException:
-            self._release()
+            self._admitted.release()
             raise
-        future.add_done_callback(self._release)  # released when the decode ends, even if the client left
+        # released when the decode ends, even if the client left
+        future.add_done_callback(lambda _: self._admitted.release())
         return await asyncio.wrap_future(future)
 
     def close(self) -> None:
@@ -160,20 +151,23 @@ def _mb(n: int) -> str:
 
 
 class BodyLimit:
-    """ASGI middleware: stop reading a request body once it exceeds ``limit`` bytes (413).
-
-    The Content-Length check refuses declared large bodies before reading; this one also covers
-    chunked uploads that declare no length, so no request can make the server spool more than
-    ``limit`` bytes.
-    """
+    """ASGI middleware: no request can make the server spool more than ``limit`` bytes (413). A body
+    that declares a larger Content-Length is refused before any of it is read; a chunked upload that
+    declares none is stopped once it exceeds the limit."""
 
     def __init__(self, app, limit: int) -> None:
         self.app = app
         self.limit = limit
+        self.message = f"request body is larger than {_mb(limit)} (the upload limit plus room for the form around it)"
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.limit:
+            from starlette.responses import JSONResponse
+
+            return await JSONResponse({"error": self.message}, status_code=413)(scope, receive, send)
         seen = 0
 
         async def limited_receive():
@@ -182,8 +176,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise ServiceError(413, f"request body is larger than {_mb(self.limit)} (the upload "
-                                            "limit plus room for the form around it)")
+                    raise ServiceError(413, self.message)
             return message
 
         await self.app(scope, limited_receive, send)
