@@ -28,7 +28,7 @@ from unirag.serve.metrics import Metrics, ObserveRequests
 from unirag.serve.routes import generate, images, page, search
 from unirag.serve.service import Service
 from unirag.serve.settings import ServeSettings
-from unirag.serve.uploads import BodyLimit, ServiceError
+from unirag.serve.uploads import BodyLimit, DecodeSlots, ServiceError
 
 log = logging.getLogger("unirag.serve")
 #: Room for the multipart framing and the text fields around one upload.
@@ -38,28 +38,28 @@ _FORM_OVERHEAD = 64 * 1024
 def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI:
     """The service for ``settings``; ``engine`` may be shared (tests build one per index, not per app)."""
     settings.check()
-    token = settings.token()
-    secrets = (token,) if token else ()
-    install_log_redaction(secrets)  # every logger of the process, uvicorn's access log included
     engine = engine or Engine(settings)
     metrics = Metrics()
     batcher = SearchBatcher(engine.search_batch, max_batch=settings.max_batch, on_batch=metrics.observe_batch)
+    svc = Service(settings, engine, metrics, batcher, DecodeSlots(settings.max_decodes, settings.decode_queue),
+                  settings.token())
+    install_log_redaction(svc.secrets)  # every logger of the process, uvicorn's access log included
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
         await batcher.close()
-        app.state.service.decodes.close()
+        svc.decodes.close()
 
     # FastAPI's own /docs page loads Swagger UI from a CDN and its /openapi.json takes no token: the
     # page router serves both (Swagger UI from a package, the schema behind the token in token mode).
     app = FastAPI(title="unirag", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None,
                   description="Multimodal search, RAG captioning and composed image retrieval over one index.")
-    app.state.service = Service(settings, engine, metrics, batcher, token, secrets)
+    app.state.service = svc
 
     def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-        return JSONResponse({"error": redact(message, secrets)}, status_code=status, headers=headers)
+        return JSONResponse({"error": redact(message, svc.secrets)}, status_code=status, headers=headers)
 
     app.add_middleware(BodyLimit, limit=settings.max_upload_bytes + _FORM_OVERHEAD)
     if settings.cors_origins:

@@ -7,7 +7,7 @@ get it with :func:`service_of`. Refusals are :class:`~unirag.serve.uploads.Servi
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -29,13 +29,13 @@ class Service:
     engine: Engine
     metrics: Metrics
     batcher: SearchBatcher
+    decodes: DecodeSlots
     token: str | None = None
-    secrets: tuple[str, ...] = field(default=())
-    decodes: DecodeSlots | None = None
 
-    def __post_init__(self) -> None:
-        if self.decodes is None:
-            self.decodes = DecodeSlots(self.settings.max_decodes, self.settings.decode_queue)
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What :func:`unirag.redact.redact` masks in answers and log lines."""
+        return (self.token,) if self.token else ()
 
 
 def service_of(request: Request) -> Service:

@@ -12,7 +12,7 @@ import functools
 import threading
 from dataclasses import dataclass
 
-#: Magic bytes -> (format name PIL reports, what to call it in messages).
+#: (magic bytes, the format name PIL reports)
 _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"\xff\xd8\xff", "JPEG"),
     (b"\x89PNG\r\n\x1a\n", "PNG"),
@@ -45,7 +45,6 @@ class CheckedImage:
     """An upload that passed every check: the original bytes and the decoded RGB image."""
 
     data: bytes
-    format: str
     image: object  # PIL.Image.Image (RGB)
 
 
@@ -59,14 +58,13 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
-def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "image",
-                draft: int | None = DECODE_SIDE) -> CheckedImage:
+def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "image") -> CheckedImage:
     """Validate and decode one uploaded image; raises :class:`ServiceError` with the status to send.
 
     Decoding is :func:`unirag.data.images.load_rgb`'s, as for the index: EXIF orientation applied,
     16-bit and float images mapped to 8 bits, transparency on white, the first frame of an animation,
     and the pixel limit checked from the header before anything is decoded; at a reduced size no
-    smaller than ``draft`` a side (:data:`DECODE_SIDE`; None: full size).
+    smaller than :data:`DECODE_SIDE` a side.
     """
     from unirag.data.images import load_rgb
     from unirag.errors import InputError
@@ -79,11 +77,11 @@ def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "i
     if fmt is None:
         raise ServiceError(415, f"{field}: not an image this service accepts; send {ACCEPTED}")
     try:
-        rgb = load_rgb(data, max_pixels=max_pixels, draft=draft)
+        rgb = load_rgb(data, max_pixels=max_pixels, draft=DECODE_SIDE)
     except InputError as e:
         reason = e.reason.replace("cannot decode image bytes", f"cannot decode the {fmt} image")
         raise ServiceError(400, f"{field}: {reason}") from None
-    return CheckedImage(data, fmt, rgb)
+    return CheckedImage(data, rgb)
 
 
 class DecodeSlots:

@@ -4,7 +4,6 @@ into its prompt (zero-shot, random or retrieved)."""
 from __future__ import annotations
 
 import base64
-import io
 import time
 from typing import Annotated, Any
 
@@ -62,10 +61,10 @@ async def generate_image(request: Request, selection: Annotated[Any, Depends(sel
     k = _check_mode(mode, k, svc.settings.k_max)
     start = time.perf_counter()
     ans = await run_in_threadpool(svc.engine.generate, "image", text=text, mode=mode, k=k, selection=selection)
-    buf = io.BytesIO()
-    ans.output.save(buf, format="PNG")
+    from unirag.data.images import png_bytes
+
     width, height = ans.output.size
-    return {"image": "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii"),
+    return {"image": "data:image/png;base64," + base64.b64encode(png_bytes(ans.output)).decode("ascii"),
             "width": width, "height": height, "examples": examples_json(ans.examples),
             "selection": selection.to_dict(), "latency_s": round(time.perf_counter() - start, 4),
             "attempts": ans.attempts, "generator": ans.generator}

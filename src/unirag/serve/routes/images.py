@@ -20,8 +20,6 @@ from unirag.serve.uploads import ServiceError
 
 router = APIRouter(dependencies=[Depends(require_token)])
 THUMB_SIZES = range(16, 1025)
-_MEDIA_TYPES = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp",
-                "BMP": "image/bmp"}
 
 
 @router.get("/v1/images/{did:path}", summary="A pool image by candidate id (optionally resized)",
@@ -60,7 +58,7 @@ def image_bytes(path: str, mtime_ns: int, size: int | None) -> tuple[bytes, str]
         if size is None:
             fmt = sniff_format(raw)
             pixels = load_rgb(raw, draft=64 if fmt is not None else None)  # it must still be an image
-            return (raw, _MEDIA_TYPES[fmt]) if fmt is not None else (png_bytes(pixels), "image/png")
+            return (raw, f"image/{fmt.lower()}") if fmt is not None else (png_bytes(pixels), "image/png")
         im = load_rgb(raw, draft=size)
     except InputError:
         return None
