@@ -28,7 +28,7 @@ from unirag.serve.metrics import Metrics, ObserveRequests
 from unirag.serve.routes import generate, images, page, search
 from unirag.serve.service import Service
 from unirag.serve.settings import ServeSettings
-from unirag.serve.uploads import BodyLimit, DecodeSlots, ServiceError
+from unirag.serve.uploads import BodyLimit, DecodeSlots
 
 log = logging.getLogger("unirag.serve")
 #: Room for the multipart framing and the text fields around one upload.
@@ -69,13 +69,6 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
                            allow_headers=["Authorization", "Content-Type"])
     app.add_middleware(ObserveRequests, metrics=metrics)
 
-    @app.exception_handler(ServiceError)
-    async def _service_error(request: Request, e: ServiceError):
-        headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}
-        if e.retry_after:
-            headers["Retry-After"] = str(e.retry_after)
-        return error(e.status, e.message, headers or None)
-
     @app.exception_handler(ConfigError)
     @app.exception_handler(InputError)
     async def _bad_input(request: Request, e: ConfigError | InputError):
@@ -92,9 +85,8 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, e: HTTPException):
-        if isinstance(e.__cause__, ServiceError):  # raised while FastAPI parsed the form (BodyLimit)
-            return error(e.__cause__.status, e.__cause__.message)
-        return error(e.status_code, str(e.detail))
+        """Every refusal (the routes', the upload checks', Starlette's own): ``{"error": ...}``, secrets masked."""
+        return error(e.status_code, str(e.detail), e.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, e: RequestValidationError):

@@ -1,7 +1,7 @@
 """What every route reaches: the loaded :class:`Service` and the helpers the routes share.
 
 :func:`create_app <unirag.serve.app.create_app>` puts one :class:`Service` on ``app.state``; routes
-get it with :func:`service_of`. Refusals are :class:`~unirag.serve.uploads.ServiceError`.
+get it with :func:`service_of`. Refusals are Starlette's ``HTTPException``.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import Form, Request, UploadFile
+from starlette.exceptions import HTTPException
 
 from unirag.retrieval.results import Hit
 from unirag.serve.batching import SearchBatcher
 from unirag.serve.engine import Engine
 from unirag.serve.metrics import Metrics
 from unirag.serve.settings import ServeSettings
-from unirag.serve.uploads import DecodeSlots, ServiceError, check_image
+from unirag.serve.uploads import DecodeSlots, check_image
 
 
 @dataclass
@@ -50,7 +51,8 @@ async def require_token(request: Request) -> None:
         return
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
-        raise ServiceError(401, "missing or wrong bearer token (send 'Authorization: Bearer <token>')")
+        raise HTTPException(401, "missing or wrong bearer token (send 'Authorization: Bearer <token>')",
+                            headers={"WWW-Authenticate": "Bearer"})
 
 
 def image_url(did: str | None) -> str | None:
@@ -92,7 +94,7 @@ async def selection_of_form(diversity: Annotated[str | None, Form()] = None,
 
 def check_k(k: int, k_max: int) -> int:
     if not 1 <= k <= k_max:
-        raise ServiceError(400, f"k must be between 1 and {k_max}, got {k}")
+        raise HTTPException(400, f"k must be between 1 and {k_max}, got {k}")
     return k
 
 

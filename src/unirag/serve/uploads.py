@@ -12,6 +12,8 @@ import functools
 import threading
 from dataclasses import dataclass
 
+from starlette.exceptions import HTTPException
+
 #: (magic bytes, the format name PIL reports)
 _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"\xff\xd8\xff", "JPEG"),
@@ -26,18 +28,6 @@ ACCEPTED = "JPEG, PNG, WebP, GIF or BMP"
 #: change, while what a request holds until its search is answered stays a few megabytes whatever
 #: size the image declares (a 6000x6000 upload: 857x857).
 DECODE_SIDE = 768
-
-
-class ServiceError(Exception):
-    """A refused request: ``status`` is the HTTP status (400, 401, 404, 413, 415, 503), the message says
-    what to fix; ``retry_after``: seconds to wait (503). The app answers it as ``{"error": ...}`` JSON with
-    secrets masked. Defined here, free of FastAPI, because the upload checks raise it too."""
-
-    def __init__(self, status: int, message: str, retry_after: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.retry_after = retry_after
 
 
 @dataclass
@@ -59,7 +49,7 @@ def sniff_format(data: bytes) -> str | None:
 
 
 def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "image") -> CheckedImage:
-    """Validate and decode one uploaded image; raises :class:`ServiceError` with the status to send.
+    """Validate and decode one uploaded image; raises :class:`HTTPException` with the status to send.
 
     Decoding is :func:`unirag.data.images.load_rgb`'s, as for the index: EXIF orientation applied,
     16-bit and float images mapped to 8 bits, transparency on white, the first frame of an animation,
@@ -70,17 +60,17 @@ def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "i
     from unirag.errors import InputError
 
     if len(data) > max_bytes:
-        raise ServiceError(413, f"{field}: upload is larger than the {_mb(max_bytes)} limit")
+        raise HTTPException(413, f"{field}: upload is larger than the {_mb(max_bytes)} limit")
     if not data:
-        raise ServiceError(400, f"{field}: the uploaded file is empty")
+        raise HTTPException(400, f"{field}: the uploaded file is empty")
     fmt = sniff_format(data)
     if fmt is None:
-        raise ServiceError(415, f"{field}: not an image this service accepts; send {ACCEPTED}")
+        raise HTTPException(415, f"{field}: not an image this service accepts; send {ACCEPTED}")
     try:
         rgb = load_rgb(data, max_pixels=max_pixels, draft=DECODE_SIDE)
     except InputError as e:
         reason = e.reason.replace("cannot decode image bytes", f"cannot decode the {fmt} image")
-        raise ServiceError(400, f"{field}: {reason}") from None
+        raise HTTPException(400, f"{field}: {reason}") from None
     return CheckedImage(data, rgb)
 
 
@@ -105,8 +95,8 @@ class DecodeSlots:
         from functools import partial
 
         if not self._admitted.acquire(blocking=False):
-            raise ServiceError(503, f"too many images are being decoded ({self.limit} at once); try again in a "
-                                    "moment", retry_after=1)
+            raise HTTPException(503, f"too many images are being decoded ({self.limit} at once); try again in a "
+                                    "moment", headers={"Retry-After": "1"})
         try:
             future = self._pool.submit(_trimmed, partial(fn, *args, **kwargs))
         except BaseException:
@@ -174,7 +164,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise ServiceError(413, self.message)
+                    raise HTTPException(413, self.message)
             return message
 
         await self.app(scope, limited_receive, send)

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 
 from unirag.pipelines.examples import MODES
 from unirag.redact import redact
@@ -20,7 +21,6 @@ from unirag.serve.service import (
     selection_of_form,
     service_of,
 )
-from unirag.serve.uploads import ServiceError
 
 router = APIRouter(dependencies=[Depends(require_token)])
 
@@ -28,7 +28,7 @@ router = APIRouter(dependencies=[Depends(require_token)])
 def _check_mode(mode: str, k: int, k_max: int) -> int:
     """The example count a mode takes (none for zero-shot)."""
     if mode not in MODES:
-        raise ServiceError(400, f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        raise HTTPException(400, f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     return 0 if mode == "zero-shot" else check_k(k, k_max)
 
 
@@ -40,7 +40,7 @@ async def caption(request: Request, selection: Annotated[Any, Depends(selection_
     k = _check_mode(mode, k, svc.settings.k_max)
     checked = await read_image(svc, image, "image")
     if checked is None:
-        raise ServiceError(400, "image: send the image to caption")
+        raise HTTPException(400, "image: send the image to caption")
     start = time.perf_counter()
     ans = await run_in_threadpool(svc.engine.generate, "caption", image=checked.image, data=checked.data,
                                   mode=mode, k=k, selection=selection)
@@ -57,7 +57,7 @@ async def generate_image(request: Request, selection: Annotated[Any, Depends(sel
                          k: Annotated[int, Form()] = 1):
     svc = service_of(request)
     if mode in MODES and not text.strip():  # an unknown mode is _check_mode's to name
-        raise ServiceError(400, "text: describe the image to generate")
+        raise HTTPException(400, "text: describe the image to generate")
     k = _check_mode(mode, k, svc.settings.k_max)
     start = time.perf_counter()
     ans = await run_in_threadpool(svc.engine.generate, "image", text=text, mode=mode, k=k, selection=selection)

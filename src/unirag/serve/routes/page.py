@@ -10,10 +10,10 @@ from pathlib import Path
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException
 
 from unirag import __version__
 from unirag.serve.service import require_token, service_of
-from unirag.serve.uploads import ServiceError
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
 router = APIRouter()
@@ -53,7 +53,7 @@ async def healthz(request: Request):
     if svc.token is not None:
         try:
             await require_token(request)
-        except ServiceError:
+        except HTTPException:
             return {"status": "ok"}  # alive, and nothing about the deployment without the token
     return {"status": "ok", "version": __version__, "auth": svc.token is not None, **svc.engine.info()}
 
