@@ -97,7 +97,9 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
         return error(400, "; ".join(parts) or "invalid request")
 
     app.mount("/static", StaticFiles(directory=page.STATIC), name="static")
-    app.mount("/docs-assets", StaticFiles(directory=page.docs_assets()), name="docs-assets")
+    # Swagger UI 5 (it reads the OpenAPI 3.1 schema FastAPI writes; 4.x cannot) as the fastapi-offline
+    # package ships it, so the API docs work offline like the page does.
+    app.mount("/docs-assets", StaticFiles(packages=[("fastapi_offline", "static")]), name="docs-assets")
     for area in (page, search, generate, images):
         app.include_router(area.router)
     return app

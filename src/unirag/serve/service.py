@@ -73,13 +73,16 @@ def examples_json(examples) -> list[dict[str, Any]]:
              **({"near_duplicate": e.near_duplicate} if e.near_duplicate else {})} for e in examples]
 
 
-def selection_of(diversity=None, mmr_lambda=None, one_per_image=None, near_duplicates=None, filters=()):
-    """The :class:`unirag.Selection` of a request's fields (unset fields keep the defaults)."""
-    from unirag.retrieval.selection import Selection, normalise_where
+def selection_of(fields: dict[str, Any]):
+    """The :class:`unirag.Selection` a request's example-selection fields ask for, each read as ``--set``
+    reads it (:func:`~unirag.retrieval.selection.selection_from_settings`); unset fields keep the defaults."""
+    from unirag.retrieval.selection import selection_from_settings
 
-    return Selection.of(None, diversity=diversity or None, mmr_lambda=mmr_lambda, one_per_image=one_per_image,
-                        near_duplicates=near_duplicates or None,
-                        where=normalise_where([f for f in filters or () if f and f.strip()]) or None)
+    given = {name: fields[name] for name in ("diversity", "mmr_lambda", "one_per_image", "near_duplicates")
+             if fields.get(name) not in (None, "")}
+    if filters := [f for f in fields.get("filter") or () if f.strip()]:
+        given["filter"] = filters
+    return selection_from_settings(given)
 
 
 async def selection_of_form(diversity: Annotated[str | None, Form()] = None,
@@ -89,7 +92,8 @@ async def selection_of_form(diversity: Annotated[str | None, Form()] = None,
                             filter: Annotated[list[str] | None, Form()] = None):  # noqa: A002 - the API's field
     """:func:`selection_of` as a FastAPI dependency, so every endpoint that retrieves examples takes the
     same five form fields."""
-    return selection_of(diversity, mmr_lambda, one_per_image, near_duplicates, filter)
+    return selection_of({"diversity": diversity, "mmr_lambda": mmr_lambda, "one_per_image": one_per_image,
+                         "near_duplicates": near_duplicates, "filter": filter})
 
 
 def check_k(k: int, k_max: int) -> int:

@@ -24,14 +24,6 @@ async def page():
     return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
 
-def docs_assets() -> Path:
-    """Swagger UI 5 (which reads the OpenAPI 3.1 schema FastAPI writes; 4.x cannot), as the
-    ``fastapi-offline`` package ships it, so the API docs work offline like the page does."""
-    import fastapi_offline
-
-    return Path(fastapi_offline.__file__).resolve().parent / "static"
-
-
 @router.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_token)])
 async def openapi(request: Request):
     return JSONResponse(request.app.openapi())

@@ -18,7 +18,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 
-from unirag.profiles import _on_off
 from unirag.serve.engine import MODALITIES, SearchQuery
 from unirag.serve.service import (
     check_k,
@@ -66,9 +65,8 @@ async def search(request: Request):
         modality = fields.get("modality", "any")
         if modality not in MODALITIES:
             raise HTTPException(400, f"modality must be one of {', '.join(MODALITIES)}, got {modality!r}")
-        selection = selection_of(fields.get("diversity"), _number(fields.get("mmr_lambda"), "mmr_lambda"),
-                                 _boolean(fields.get("one_per_image"), "one_per_image"),
-                                 fields.get("near_duplicates"), _strings(fields.get("filter"), "filter"))
+        fields["filter"] = _strings(fields.get("filter"), "filter")
+        selection = selection_of(fields)
         checked = await read_image(svc, upload, "image")
     finally:
         if form is not None:
@@ -119,25 +117,6 @@ def _integer(value: Any, name: str) -> int:
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value)
     raise HTTPException(400, f"{name}: must be an integer, got {value!r}")
-
-
-def _number(value: Any, name: str) -> float | None:
-    if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
-        return value
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise HTTPException(400, f"{name}: must be a number, got {value!r}") from None
-
-
-def _boolean(value: Any, name: str) -> bool | None:
-    """As a setting reads on/off (true/false, yes/no, 1/0)."""
-    if value is None or isinstance(value, bool):
-        return value
-    try:
-        return _on_off(value)
-    except (AttributeError, ValueError):
-        raise HTTPException(400, f"{name}: must be true or false, got {value!r}") from None
 
 
 def _strings(value: Any, name: str) -> list[str]:
