@@ -31,13 +31,11 @@ class _Histogram:
                 self.counts[i] += 1
 
     def lines(self, name: str, labels: str) -> list[str]:
-        sep = "," if labels else ""
+        sep, braces = ("," if labels else ""), (f"{{{labels}}}" if labels else "")
         out = [f'{name}_bucket{{{labels}{sep}le="{_num(edge)}"}} {n}' for edge, n in zip(self.buckets, self.counts,
                                                                                       strict=True)]
-        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.total}')
-        out.append(f"{name}_sum{{{labels}}} {self.sum:.6f}" if labels else f"{name}_sum {self.sum:.6f}")
-        out.append(f"{name}_count{{{labels}}} {self.total}" if labels else f"{name}_count {self.total}")
-        return out
+        return out + [f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.total}', f"{name}_sum{braces} {self.sum:.6f}",
+                      f"{name}_count{braces} {self.total}"]
 
 
 class Metrics:

@@ -92,13 +92,11 @@ class DecodeSlots:
     async def run(self, fn, *args, **kwargs):
         """``fn(*args, **kwargs)`` on a decode thread, once one is free (or 503 when the queue is full)."""
         import asyncio
-        from functools import partial
-
         if not self._admitted.acquire(blocking=False):
             raise HTTPException(503, f"too many images are being decoded ({self.limit} at once); try again in a "
                                     "moment", headers={"Retry-After": "1"})
         try:
-            future = self._pool.submit(_trimmed, partial(fn, *args, **kwargs))
+            future = self._pool.submit(_trimmed, fn, *args, **kwargs)
         except BaseException:
             self._admitted.release()
             raise
@@ -110,11 +108,11 @@ class DecodeSlots:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _trimmed(call):
-    """``call()``, then hand the memory the decode freed back to the system (glibc keeps freed blocks
-    of up to 32 MB in the thread's arena: an idle server would stay at its peak otherwise)."""
+def _trimmed(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, then hand the memory the decode freed back to the system (glibc keeps freed
+    blocks of up to 32 MB in the thread's arena: an idle server would stay at its peak otherwise)."""
     try:
-        return call()
+        return fn(*args, **kwargs)
     finally:
         if (libc := _libc()) is not None:
             libc.malloc_trim(0)
