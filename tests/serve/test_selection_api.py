@@ -61,3 +61,21 @@ def test_search_takes_filters_and_diversity(client) -> None:
 def test_bad_selection_fields_are_400(client, data) -> None:
     r = client.post("/v1/search", data={"text": "a bus", "k": "2", **data})
     assert r.status_code == 400 and "error" in r.json()
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"mmr_lambda": "half"}, "mmr_lambda"), ({"one_per_image": "maybe"}, "one_per_image"),
+    ({"filter": [5]}, "filter: must be a list of strings"), ({"filter": "no-equals"}, "no-equals"),
+])
+def test_bad_selection_fields_in_json_are_400_naming_the_field(client, fields, message) -> None:
+    """JSON selection fields are read as ``--set`` reads them (strings parsed by the setting's type)."""
+    r = client.post("/v1/search", json={"text": "a bus", "k": 2, **fields})
+    assert r.status_code == 400 and message in r.json()["error"], r.text
+
+
+def test_selection_fields_in_json_take_strings_and_values_alike(client) -> None:
+    for fields in ({"one_per_image": "yes", "mmr_lambda": "0.5"}, {"one_per_image": True, "mmr_lambda": 0.5}):
+        r = client.post("/v1/search", json={"text": "a bus", "k": 2, "diversity": "mmr", **fields})
+        assert r.status_code == 200, r.text
+        assert r.json()["query"]["selection"]["one_per_image"] is True
+        assert r.json()["query"]["selection"]["mmr_lambda"] == 0.5

@@ -61,12 +61,12 @@ def test_uploads_beyond_the_decode_slots_and_queue_get_503_with_retry_after(engi
     with TestClient(app) as c:
         photo = {"image": ("p.jpg", PHOTOS[0].read_bytes(), "image/jpeg")}
         assert c.post("/v1/search", files=photo, data={"k": "2"}).status_code == 200
-        slots._admit()  # one decode in progress: the slot is taken and nothing may queue
+        slots._admitted.acquire()  # one decode in progress: the slot is taken and nothing may queue
         try:
             r = c.post("/v1/search", files=photo, data={"k": "2"})
             assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
             assert "too many images are being decoded" in r.json()["error"]
             assert c.post("/v1/search", data={"text": "a dog", "k": "2"}).status_code == 200
         finally:
-            slots._release()
+            slots._admitted.release()
         assert c.post("/v1/search", files=photo, data={"k": "2"}).status_code == 200

@@ -10,6 +10,7 @@ unavailable (searches keep working).
 
 from __future__ import annotations
 
+import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -19,6 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from unirag import __version__
+from unirag.errors import BackendError, ConfigError, InputError
 from unirag.redact import install_log_redaction, redact
 from unirag.serve.batching import SearchBatcher
 from unirag.serve.engine import Engine
@@ -26,8 +28,9 @@ from unirag.serve.metrics import Metrics, ObserveRequests
 from unirag.serve.routes import generate, images, page, search
 from unirag.serve.service import Service
 from unirag.serve.settings import ServeSettings
-from unirag.serve.uploads import BodyLimit, ServiceError
+from unirag.serve.uploads import BodyLimit, DecodeSlots
 
+log = logging.getLogger("unirag.serve")
 #: Room for the multipart framing and the text fields around one upload.
 _FORM_OVERHEAD = 64 * 1024
 
@@ -35,52 +38,55 @@ _FORM_OVERHEAD = 64 * 1024
 def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI:
     """The service for ``settings``; ``engine`` may be shared (tests build one per index, not per app)."""
     settings.check()
-    token = settings.token()
-    secrets = (token,) if token else ()
-    install_log_redaction(secrets)  # every logger of the process, uvicorn's access log included
     engine = engine or Engine(settings)
     metrics = Metrics()
     batcher = SearchBatcher(engine.search_batch, max_batch=settings.max_batch, on_batch=metrics.observe_batch)
+    svc = Service(settings, engine, metrics, batcher, DecodeSlots(settings.max_decodes, settings.decode_queue),
+                  settings.token())
+    install_log_redaction(svc.secrets)  # every logger of the process, uvicorn's access log included
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
         await batcher.close()
-        app.state.service.decodes.close()
+        svc.decodes.close()
 
     # FastAPI's own /docs page loads Swagger UI from a CDN and its /openapi.json takes no token: the
     # page router serves both (Swagger UI from a package, the schema behind the token in token mode).
     app = FastAPI(title="unirag", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None,
                   description="Multimodal search, RAG captioning and composed image retrieval over one index.")
-    app.state.service = Service(settings, engine, metrics, batcher, token, secrets)
+    app.state.service = svc
 
     def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-        return JSONResponse({"error": redact(message, secrets)}, status_code=status, headers=headers)
+        return JSONResponse({"error": redact(message, svc.secrets)}, status_code=status, headers=headers)
 
-    limit = settings.max_upload_bytes + _FORM_OVERHEAD
-    app.add_middleware(BodyLimit, limit=limit)
+    app.add_middleware(BodyLimit, limit=settings.max_upload_bytes + _FORM_OVERHEAD)
     if settings.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
-    app.add_middleware(ObserveRequests, metrics=metrics, limit=limit,
-                       too_large=lambda: error(413, f"request body is larger than the "
-                                                    f"{settings.max_upload_bytes / 1024 / 1024:.1f} MB upload limit"))
+    app.add_middleware(ObserveRequests, metrics=metrics)
 
-    @app.exception_handler(ServiceError)
-    async def _service_error(request: Request, e: ServiceError):
-        headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}
-        if e.retry_after:
-            headers["Retry-After"] = str(e.retry_after)
-        return error(e.status, e.message, headers or None)
+    @app.exception_handler(ConfigError)
+    @app.exception_handler(InputError)
+    async def _bad_input(request: Request, e: ConfigError | InputError):
+        return error(400, str(e))
+
+    @app.exception_handler(BackendError)
+    async def _generator_failed(request: Request, e: BackendError):
+        """A generator call that still failed after its retries: 503 (searches keep working), counted by kind."""
+        endpoint = request.scope["route"].path
+        metrics.generator_error(endpoint, f"http_{e.status}" if e.status else
+                                ("transient" if e.retryable else "permanent"))
+        log.warning("%s: generator failed: %s", endpoint, e)
+        return error(503, f"generator unavailable: {e}. Search keeps working; try again later.")
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, e: HTTPException):
-        if isinstance(e.__cause__, ServiceError):  # raised while FastAPI parsed the form (BodyLimit)
-            return error(e.__cause__.status, e.__cause__.message)
-        return error(e.status_code, str(e.detail))
+        """Every refusal (the routes', the upload checks', Starlette's own): ``{"error": ...}``, secrets masked."""
+        return error(e.status_code, str(e.detail), e.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, e: RequestValidationError):
@@ -91,7 +97,9 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
         return error(400, "; ".join(parts) or "invalid request")
 
     app.mount("/static", StaticFiles(directory=page.STATIC), name="static")
-    app.mount("/docs-assets", StaticFiles(directory=page.docs_assets()), name="docs-assets")
+    # Swagger UI 5 (it reads the OpenAPI 3.1 schema FastAPI writes; 4.x cannot) as the fastapi-offline
+    # package ships it, so the API docs work offline like the page does.
+    app.mount("/docs-assets", StaticFiles(packages=[("fastapi_offline", "static")]), name="docs-assets")
     for area in (page, search, generate, images):
         app.include_router(area.router)
     return app

@@ -33,21 +33,18 @@ _REFERENCE_SLACK = 3
 #: Backends that run a model in this process: one call at a time, whatever --concurrency says.
 LOCAL_PREFIXES = ("hf", "diffusers")
 MODALITIES = ("any", "image", "text")
-CAPTION_MODES = ("zero-shot", "random", "rag")
+#: The serve option that configures each kind of generator.
+_OPTIONS = {"caption": "--generator", "image": "--image-generator"}
 
 
 @dataclass
 class SearchQuery:
-    """One search: an RGB PIL image, a text, or both (fused)."""
+    """One search: an RGB PIL image, a text, or both (fused; ``Retriever.search_batch`` refuses neither)."""
 
     image: Any = None
     text: str | None = None
     #: example selection (:class:`unirag.Selection`); None: the defaults
     selection: Any = None
-
-    def __post_init__(self) -> None:
-        if self.image is None and not (self.text and self.text.strip()):
-            raise ConfigError("a search needs a text, an image, or both")
 
 
 @dataclass
@@ -62,22 +59,15 @@ class Answer:
     cost_usd: float | None = None
 
 
-@dataclass
-class CirAnswer:
-    hits: list[Hit]  # each with the pair it is shown with (see Engine.search_batch)
-    stage: str
-    note: str | None = None
-
-
 class Engine:
     """One loaded index (encoder, FAISS, metadata) and the configured generators, shared by all requests."""
 
-    def __init__(self, settings: ServeSettings, *, retriever=None, captioner=None, image_generator=None,
-                 xr=None) -> None:
-        """``retriever`` etc.: already built API objects to share (several services, tests); else from ``settings``."""
+    def __init__(self, settings: ServeSettings, *, retriever=None) -> None:
+        """``retriever``: an already loaded :class:`unirag.Retriever` to share (several services, tests)."""
         import unirag
 
         self.settings = settings
+        shared = retriever is not None  # a caller's retriever is already loaded and warm
         if retriever is None:
             from unirag.index.store import resolve_memory_mode
 
@@ -86,25 +76,22 @@ class Engine:
         self.retriever = retriever
         self.index = self.retriever.index
         self.images_root = self.retriever.pool_images_root
-        # One attempt each: _call retries with the service's policy (--max-attempts), counting attempts.
+        # One attempt each: generate() retries with the service's policy (--max-attempts), counting attempts.
         opts = {**settings.generator_options, "max_attempts": 1}
-        self.captioner = captioner if captioner is not None else (
-            unirag.Captioner(settings.generator, images_root=self.images_root, **opts) if settings.generator else None)
-        self.image_generator = image_generator if image_generator is not None else (
-            unirag.ImageGenerator(settings.image_generator, images_root=self.images_root, **opts)
-            if settings.image_generator else None)
-        self.xr = xr if xr is not None else (
-            unirag.XR(agents=settings.cir_agents, encoder=self.index.manifest["encoder"].get("spec"))
-            if settings.cir_agents else None)
+        specs = {"caption": settings.generator, "image": settings.image_generator}
+        self.generators = {kind: cls(specs[kind], images_root=self.images_root, **opts) if specs[kind] else None
+                           for kind, cls in (("caption", unirag.Captioner), ("image", unirag.ImageGenerator))}
+        self.xr = unirag.XR(agents=settings.cir_agents, encoder=self.index.manifest["encoder"].get("spec")) \
+            if settings.cir_agents else None
         self._xr_lock = threading.Lock()  # one X^R run at a time (it shares its work folder and caches)
         # The encoder is not thread-safe: batched searches (the batcher's thread) and example retrieval
         # for caption/image requests (Starlette's thread pool) take turns on it.
         self._encoder_lock = threading.Lock()
         self._gallery: dict[str, str] | None = None
-        self._slots = {name: threading.BoundedSemaphore(1 if (spec or "").split(":", 1)[0].strip().lower()
+        self._slots = {kind: threading.BoundedSemaphore(1 if (spec or "").split(":", 1)[0].strip().lower()
                                                         in LOCAL_PREFIXES else settings.generator_concurrency)
-                       for name, spec in (("caption", settings.generator), ("image", settings.image_generator))}
-        if retriever is None:  # a caller's retriever is already loaded and warm
+                       for kind, spec in specs.items()}
+        if not shared:
             self._warm_up()
 
     def _warm_up(self) -> None:
@@ -148,8 +135,6 @@ class Engine:
     def search_batch(self, queries: Sequence[SearchQuery], k: int, modality: str = "any") -> list[list[Hit]]:
         """``Retriever.search_batch``: one encoder pass per input kind and one FAISS call for all ``queries``;
         every hit carries the pair it is shown with (its caption and pool image)."""
-        if modality not in MODALITIES:
-            raise ConfigError(f"modality must be one of {', '.join(MODALITIES)}, got {modality!r}")
         texts = [q.text.strip() if q.text and q.text.strip() else None for q in queries]
         groups: dict[Any, list[int]] = {}  # one search_batch per distinct selection
         for i, q in enumerate(queries):
@@ -181,13 +166,10 @@ class Engine:
         gets the same examples); rag: the k pairs ``Retriever.search(image=...)`` (or ``text=``)
         completes for the input, with its defaults - so "examples for this photo" are the same in
         the page, the REST API and Python (an image query pairs by image similarity and gets captions).
+        ``mode`` and ``k`` are the route's to check.
         """
-        if mode not in CAPTION_MODES:
-            raise ConfigError(f"mode must be one of {', '.join(CAPTION_MODES)}, got {mode!r}")
         if mode == "zero-shot":
             return []
-        if k < 1:
-            raise ConfigError(f"{mode} mode needs k >= 1, got {k}")
         if mode == "random":
             return self._random_examples(k, seed_bytes or (text or "").encode())
         with self._encoder_lock:
@@ -215,36 +197,33 @@ class Engine:
         return out
 
     # -- generators -----------------------------------------------------------------------------
-    def _call(self, kind: str, fn):
-        """Bounded concurrency + retries with backoff (Retry-After honoured), as batch runs do."""
+    def generate(self, kind: str, *, image=None, text: str | None = None, data: bytes = b"", mode: str = "rag",
+                 k: int = 5, selection: Any = None) -> Answer:
+        """A generator's answer with its :meth:`examples` (``selection``: how retrieved pairs become
+        examples, rag mode): kind "caption" captions the uploaded ``image`` (``data``: its encoded bytes),
+        "image" draws ``text``. The call runs under bounded concurrency and retries with backoff
+        (Retry-After honoured), as batch runs do."""
         from unirag.runs.retry import RetryPolicy, call_with_retry
 
+        gen = self.generators[kind]
+        if gen is None:
+            raise BackendError(f"no {kind} generator configured (start the service with {_OPTIONS[kind]})")
+        examples = self.examples(mode, k, image=image, text=text, seed_bytes=data, selection=selection)
+        if kind == "caption" and mode != "zero-shot" and not examples:
+            raise ConfigError("no examples found for this image (is the index empty?)")
+        call = (lambda: gen.caption(data, examples, mode=mode)) if kind == "caption" else \
+            (lambda: gen.generate_result(text, examples))
         policy = RetryPolicy(max_attempts=self.settings.max_attempts, base_delay=self.settings.retry_base_delay)
         with self._slots[kind]:
-            return call_with_retry(fn, policy)
-
-    def caption(self, image, data: bytes, mode: str = "rag", k: int = 5, selection: Any = None) -> Answer:
-        """``Captioner.caption`` of the uploaded image with its examples (``data``: the encoded upload);
-        ``selection``: how retrieved pairs become examples (:class:`unirag.Selection`, rag mode)."""
-        if self.captioner is None:
-            raise BackendError("no caption generator configured (start the service with --generator)")
-        examples = self.examples(mode, k, image=image, seed_bytes=data, selection=selection)
-        if mode != "zero-shot" and not examples:
-            raise ConfigError("no examples found for this image (is the index empty?)")
-        out, attempts = self._call("caption", lambda: self.captioner.caption(data, examples, mode=mode))
-        return Answer(out.text, examples, attempts, self.captioner.spec, out.usage.as_dict(), out.cost)
-
-    def generate_image(self, text: str, mode: str = "rag", k: int = 1, selection: Any = None) -> Answer:
-        """``ImageGenerator.generate`` for ``text`` with its examples (``selection``: see :meth:`caption`)."""
-        if self.image_generator is None:
-            raise BackendError("no image generator configured (start the service with --image-generator)")
-        examples = self.examples(mode, k, text=text, selection=selection)
-        out, attempts = self._call("image", lambda: self.image_generator.generate_result(text, examples))
-        return Answer(out.image, examples, attempts, self.image_generator.spec)
+            out, attempts = call_with_retry(call, policy)
+        if kind == "caption":
+            return Answer(out.text, examples, attempts, gen.spec, out.usage.as_dict(), out.cost)
+        return Answer(out.image, examples, attempts, gen.spec)
 
     # -- composed retrieval ---------------------------------------------------------------------
-    def cir(self, image, text: str, k: int = 10, data: bytes = b"", keep_reference: bool = False) -> CirAnswer:
-        """Reference image + modification text -> ranked pool images, and the X^R stage that ranked them.
+    def cir(self, image, text: str, k: int = 10, data: bytes = b"",
+            keep_reference: bool = False) -> tuple[list[Hit], str, str]:
+        """Reference image + modification text -> (ranked pool images, the X^R stage that ranked them, a note).
 
         The reference image itself is left out of the ranking (as ``unirag cir`` and ``XR.search`` do)
         unless ``keep_reference``: an upload is not a pool id, so a pool image counts as the reference
@@ -266,7 +245,7 @@ class Engine:
 
             digest, ref_hash = hashlib.sha256(data).hexdigest() if data else None, dhash(image)
             hits = [h for h in hits if not self._is_reference(h.pair.image_did, digest, ref_hash)]
-        return CirAnswer(hits[:k], stage, note)
+        return hits[:k], stage, note
 
     def _is_reference(self, did: str | None, digest: str | None, ref_hash: int) -> bool:
         """Whether pool image ``did`` is the uploaded reference: the same bytes (``digest``), or a dHash
@@ -298,7 +277,7 @@ class Engine:
         return self._gallery
 
     def close(self) -> None:
-        for obj in (self.captioner, self.image_generator, self.xr):
+        for obj in (*self.generators.values(), self.xr):
             if obj is not None:
                 obj.close()
 

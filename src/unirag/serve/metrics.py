@@ -31,13 +31,11 @@ class _Histogram:
                 self.counts[i] += 1
 
     def lines(self, name: str, labels: str) -> list[str]:
-        sep = "," if labels else ""
+        sep, braces = ("," if labels else ""), (f"{{{labels}}}" if labels else "")
         out = [f'{name}_bucket{{{labels}{sep}le="{_num(edge)}"}} {n}' for edge, n in zip(self.buckets, self.counts,
                                                                                       strict=True)]
-        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.total}')
-        out.append(f"{name}_sum{{{labels}}} {self.sum:.6f}" if labels else f"{name}_sum {self.sum:.6f}")
-        out.append(f"{name}_count{{{labels}}} {self.total}" if labels else f"{name}_count {self.total}")
-        return out
+        return out + [f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.total}', f"{name}_sum{braces} {self.sum:.6f}",
+                      f"{name}_count{braces} {self.total}"]
 
 
 class Metrics:
@@ -98,13 +96,12 @@ def _esc(value: str) -> str:
 
 
 class ObserveRequests:
-    """ASGI middleware: every request's status and latency for /metrics, and ``too_large()`` (413) for a
-    declared body over ``limit`` before any of it is read. Plain ASGI rather than
+    """ASGI middleware: every request's status and latency for /metrics. Plain ASGI rather than
     ``@app.middleware("http")``, whose per-request task and stream pair cost more than the rest of a
     search's HTTP handling."""
 
-    def __init__(self, app, metrics: Metrics, limit: int, too_large) -> None:
-        self.app, self.metrics, self.limit, self.too_large = app, metrics, limit, too_large
+    def __init__(self, app, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -119,11 +116,7 @@ class ObserveRequests:
             await send(message)
 
         try:
-            length = dict(scope["headers"]).get(b"content-length", b"")
-            if scope["method"] == "POST" and length.isdigit() and int(length) > self.limit:
-                await self.too_large()(scope, receive, observed_send)
-            else:
-                await self.app(scope, receive, observed_send)
+            await self.app(scope, receive, observed_send)
         finally:
             route = scope.get("route")  # the router records the matched route in the scope
             endpoint = getattr(route, "path", None) or ("static" if scope["path"].startswith("/static/")

@@ -1,29 +1,25 @@
 """What every route reaches: the loaded :class:`Service` and the helpers the routes share.
 
 :func:`create_app <unirag.serve.app.create_app>` puts one :class:`Service` on ``app.state``; routes
-get it with :func:`service_of`. Refusals are :class:`~unirag.serve.uploads.ServiceError`.
+get it with :func:`service_of`. Refusals are Starlette's ``HTTPException``.
 """
 
 from __future__ import annotations
 
 import hmac
-import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import Form, Request, UploadFile
-from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 
-from unirag.errors import BackendError, ConfigError, InputError
 from unirag.retrieval.results import Hit
 from unirag.serve.batching import SearchBatcher
 from unirag.serve.engine import Engine
 from unirag.serve.metrics import Metrics
 from unirag.serve.settings import ServeSettings
-from unirag.serve.uploads import DecodeSlots, ServiceError, check_image
-
-log = logging.getLogger("unirag.serve")
+from unirag.serve.uploads import DecodeSlots, check_image
 
 
 @dataclass
@@ -34,13 +30,13 @@ class Service:
     engine: Engine
     metrics: Metrics
     batcher: SearchBatcher
+    decodes: DecodeSlots
     token: str | None = None
-    secrets: tuple[str, ...] = field(default=())
-    decodes: DecodeSlots | None = None
 
-    def __post_init__(self) -> None:
-        if self.decodes is None:
-            self.decodes = DecodeSlots(self.settings.max_decodes, self.settings.decode_queue)
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What :func:`unirag.redact.redact` masks in answers and log lines."""
+        return (self.token,) if self.token else ()
 
 
 def service_of(request: Request) -> Service:
@@ -55,7 +51,8 @@ async def require_token(request: Request) -> None:
         return
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
-        raise ServiceError(401, "missing or wrong bearer token (send 'Authorization: Bearer <token>')")
+        raise HTTPException(401, "missing or wrong bearer token (send 'Authorization: Bearer <token>')",
+                            headers={"WWW-Authenticate": "Bearer"})
 
 
 def image_url(did: str | None) -> str | None:
@@ -76,16 +73,16 @@ def examples_json(examples) -> list[dict[str, Any]]:
              **({"near_duplicate": e.near_duplicate} if e.near_duplicate else {})} for e in examples]
 
 
-def selection_of(diversity=None, mmr_lambda=None, one_per_image=None, near_duplicates=None, filters=()):
-    """The :class:`unirag.Selection` of a request's fields (unset fields keep the defaults)."""
-    from unirag.retrieval.selection import Selection, normalise_where
+def selection_of(fields: dict[str, Any]):
+    """The :class:`unirag.Selection` a request's example-selection fields ask for, each read as ``--set``
+    reads it (:func:`~unirag.retrieval.selection.selection_from_settings`); unset fields keep the defaults."""
+    from unirag.retrieval.selection import selection_from_settings
 
-    try:
-        return Selection.of(None, diversity=diversity or None, mmr_lambda=mmr_lambda, one_per_image=one_per_image,
-                            near_duplicates=near_duplicates or None,
-                            where=normalise_where([f for f in filters or () if f and f.strip()]) or None)
-    except ConfigError as e:
-        raise ServiceError(400, str(e)) from None
+    given = {name: fields[name] for name in ("diversity", "mmr_lambda", "one_per_image", "near_duplicates")
+             if fields.get(name) not in (None, "")}
+    if filters := [f for f in fields.get("filter") or () if f.strip()]:
+        given["filter"] = filters
+    return selection_from_settings(given)
 
 
 async def selection_of_form(diversity: Annotated[str | None, Form()] = None,
@@ -95,12 +92,13 @@ async def selection_of_form(diversity: Annotated[str | None, Form()] = None,
                             filter: Annotated[list[str] | None, Form()] = None):  # noqa: A002 - the API's field
     """:func:`selection_of` as a FastAPI dependency, so every endpoint that retrieves examples takes the
     same five form fields."""
-    return selection_of(diversity, mmr_lambda, one_per_image, near_duplicates, filter)
+    return selection_of({"diversity": diversity, "mmr_lambda": mmr_lambda, "one_per_image": one_per_image,
+                         "near_duplicates": near_duplicates, "filter": filter})
 
 
 def check_k(k: int, k_max: int) -> int:
     if not 1 <= k <= k_max:
-        raise ServiceError(400, f"k must be between 1 and {k_max}, got {k}")
+        raise HTTPException(400, f"k must be between 1 and {k_max}, got {k}")
     return k
 
 
@@ -114,16 +112,3 @@ async def read_image(svc: Service, upload: UploadFile | None, field: str):
         return None  # a form's empty file input; size and emptiness are check_image's
     # on the decode threads (max_decodes), or 503 when decode_queue more are waiting already
     return await svc.decodes.run(check_image, data, max_bytes=limit, max_pixels=svc.settings.max_pixels, field=field)
-
-
-async def engine_call(svc: Service, endpoint: str, fn, *args):
-    """Run a blocking engine call; library errors become 400, generator failures 503."""
-    try:
-        return await run_in_threadpool(fn, *args)
-    except BackendError as e:
-        kind = f"http_{e.status}" if e.status else ("transient" if e.retryable else "permanent")
-        svc.metrics.generator_error(endpoint, kind)
-        log.warning("%s: generator failed: %s", endpoint, e)
-        raise ServiceError(503, f"generator unavailable: {e}. Search keeps working; try again later.") from None
-    except (ConfigError, InputError) as e:
-        raise ServiceError(400, str(e)) from None

@@ -80,19 +80,14 @@ class ServeSettings:
             raise ConfigError(f"--port must be in 1..65535, got {self.port}")
 
 
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and 'localhost'; anything else (0.0.0.0, a LAN address) is exposed."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost may resolve anywhere
-
-
 def check_bind(host: str, token: str | None) -> None:
-    """A non-loopback address is refused unless requests must carry a bearer token."""
-    if not is_loopback(host) and not token:
+    """An exposed address is refused unless requests must carry a bearer token: anything but
+    127.0.0.0/8, ::1 and 'localhost' (0.0.0.0, a LAN address, a host name that may resolve anywhere)."""
+    try:
+        loopback = host.strip().lower() == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not token:
         raise ConfigError(f"refusing to bind {host!r} without a token: anyone on the network could use this "
                           "service. Set a secret in an environment variable and pass --token-env VAR "
                           "(requests then need 'Authorization: Bearer <token>'), or bind 127.0.0.1")

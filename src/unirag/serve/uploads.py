@@ -12,7 +12,9 @@ import functools
 import threading
 from dataclasses import dataclass
 
-#: Magic bytes -> (format name PIL reports, what to call it in messages).
+from starlette.exceptions import HTTPException
+
+#: (magic bytes, the format name PIL reports)
 _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"\xff\xd8\xff", "JPEG"),
     (b"\x89PNG\r\n\x1a\n", "PNG"),
@@ -28,24 +30,11 @@ ACCEPTED = "JPEG, PNG, WebP, GIF or BMP"
 DECODE_SIDE = 768
 
 
-class ServiceError(Exception):
-    """A refused request: ``status`` is the HTTP status (400, 401, 404, 413, 415, 503), the message says
-    what to fix; ``retry_after``: seconds to wait (503). The app answers it as ``{"error": ...}`` JSON with
-    secrets masked. Defined here, free of FastAPI, because the upload checks raise it too."""
-
-    def __init__(self, status: int, message: str, retry_after: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.retry_after = retry_after
-
-
 @dataclass
 class CheckedImage:
     """An upload that passed every check: the original bytes and the decoded RGB image."""
 
     data: bytes
-    format: str
     image: object  # PIL.Image.Image (RGB)
 
 
@@ -59,31 +48,30 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
-def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "image",
-                draft: int | None = DECODE_SIDE) -> CheckedImage:
-    """Validate and decode one uploaded image; raises :class:`ServiceError` with the status to send.
+def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "image") -> CheckedImage:
+    """Validate and decode one uploaded image; raises :class:`HTTPException` with the status to send.
 
     Decoding is :func:`unirag.data.images.load_rgb`'s, as for the index: EXIF orientation applied,
     16-bit and float images mapped to 8 bits, transparency on white, the first frame of an animation,
     and the pixel limit checked from the header before anything is decoded; at a reduced size no
-    smaller than ``draft`` a side (:data:`DECODE_SIDE`; None: full size).
+    smaller than :data:`DECODE_SIDE` a side.
     """
     from unirag.data.images import load_rgb
     from unirag.errors import InputError
 
     if len(data) > max_bytes:
-        raise ServiceError(413, f"{field}: upload is larger than the {_mb(max_bytes)} limit")
+        raise HTTPException(413, f"{field}: upload is larger than the {_mb(max_bytes)} limit")
     if not data:
-        raise ServiceError(400, f"{field}: the uploaded file is empty")
+        raise HTTPException(400, f"{field}: the uploaded file is empty")
     fmt = sniff_format(data)
     if fmt is None:
-        raise ServiceError(415, f"{field}: not an image this service accepts; send {ACCEPTED}")
+        raise HTTPException(415, f"{field}: not an image this service accepts; send {ACCEPTED}")
     try:
-        rgb = load_rgb(data, max_pixels=max_pixels, draft=draft)
+        rgb = load_rgb(data, max_pixels=max_pixels, draft=DECODE_SIDE)
     except InputError as e:
         reason = e.reason.replace("cannot decode image bytes", f"cannot decode the {fmt} image")
-        raise ServiceError(400, f"{field}: {reason}") from None
-    return CheckedImage(data, fmt, rgb)
+        raise HTTPException(400, f"{field}: {reason}") from None
+    return CheckedImage(data, rgb)
 
 
 class DecodeSlots:
@@ -98,44 +86,33 @@ class DecodeSlots:
         from concurrent.futures import ThreadPoolExecutor
 
         self._pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="unirag-decode")
-        self._lock = threading.Lock()
-        self._admitted = 0
         self.limit = slots + waiting
-
-    def _admit(self) -> None:
-        with self._lock:
-            if self._admitted >= self.limit:
-                raise ServiceError(503, f"too many images are being decoded ({self.limit} at once); try "
-                                        "again in a moment", retry_after=1)
-            self._admitted += 1
-
-    def _release(self, _future=None) -> None:
-        with self._lock:
-            self._admitted -= 1
+        self._admitted = threading.BoundedSemaphore(self.limit)
 
     async def run(self, fn, *args, **kwargs):
         """``fn(*args, **kwargs)`` on a decode thread, once one is free (or 503 when the queue is full)."""
         import asyncio
-        from functools import partial
-
-        self._admit()
+        if not self._admitted.acquire(blocking=False):
+            raise HTTPException(503, f"too many images are being decoded ({self.limit} at once); try again in a "
+                                    "moment", headers={"Retry-After": "1"})
         try:
-            future = self._pool.submit(_trimmed, partial(fn, *args, **kwargs))
+            future = self._pool.submit(_trimmed, fn, *args, **kwargs)
         except BaseException:
-            self._release()
+            self._admitted.release()
             raise
-        future.add_done_callback(self._release)  # released when the decode ends, even if the client left
+        # released when the decode ends, even if the client left
+        future.add_done_callback(lambda _: self._admitted.release())
         return await asyncio.wrap_future(future)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _trimmed(call):
-    """``call()``, then hand the memory the decode freed back to the system (glibc keeps freed blocks
-    of up to 32 MB in the thread's arena: an idle server would stay at its peak otherwise)."""
+def _trimmed(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, then hand the memory the decode freed back to the system (glibc keeps freed
+    blocks of up to 32 MB in the thread's arena: an idle server would stay at its peak otherwise)."""
     try:
-        return call()
+        return fn(*args, **kwargs)
     finally:
         if (libc := _libc()) is not None:
             libc.malloc_trim(0)
@@ -160,20 +137,23 @@ def _mb(n: int) -> str:
 
 
 class BodyLimit:
-    """ASGI middleware: stop reading a request body once it exceeds ``limit`` bytes (413).
-
-    The Content-Length check refuses declared large bodies before reading; this one also covers
-    chunked uploads that declare no length, so no request can make the server spool more than
-    ``limit`` bytes.
-    """
+    """ASGI middleware: no request can make the server spool more than ``limit`` bytes (413). A body
+    that declares a larger Content-Length is refused before any of it is read; a chunked upload that
+    declares none is stopped once it exceeds the limit."""
 
     def __init__(self, app, limit: int) -> None:
         self.app = app
         self.limit = limit
+        self.message = f"request body is larger than {_mb(limit)} (the upload limit plus room for the form around it)"
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.limit:
+            from starlette.responses import JSONResponse
+
+            return await JSONResponse({"error": self.message}, status_code=413)(scope, receive, send)
         seen = 0
 
         async def limited_receive():
@@ -182,8 +162,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise ServiceError(413, f"request body is larger than {_mb(self.limit)} (the upload "
-                                            "limit plus room for the form around it)")
+                    raise HTTPException(413, self.message)
             return message
 
         await self.app(scope, limited_receive, send)

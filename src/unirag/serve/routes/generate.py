@@ -4,32 +4,31 @@ into its prompt (zero-shot, random or retrieved)."""
 from __future__ import annotations
 
 import base64
-import io
 import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 
+from unirag.pipelines.examples import MODES
 from unirag.redact import redact
-from unirag.serve.engine import CAPTION_MODES
 from unirag.serve.service import (
     check_k,
-    engine_call,
     examples_json,
     read_image,
     require_token,
     selection_of_form,
     service_of,
 )
-from unirag.serve.uploads import ServiceError
 
 router = APIRouter(dependencies=[Depends(require_token)])
 
 
 def _check_mode(mode: str, k: int, k_max: int) -> int:
     """The example count a mode takes (none for zero-shot)."""
-    if mode not in CAPTION_MODES:
-        raise ServiceError(400, f"mode must be one of {', '.join(CAPTION_MODES)}, got {mode!r}")
+    if mode not in MODES:
+        raise HTTPException(400, f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     return 0 if mode == "zero-shot" else check_k(k, k_max)
 
 
@@ -41,9 +40,10 @@ async def caption(request: Request, selection: Annotated[Any, Depends(selection_
     k = _check_mode(mode, k, svc.settings.k_max)
     checked = await read_image(svc, image, "image")
     if checked is None:
-        raise ServiceError(400, "image: send the image to caption")
+        raise HTTPException(400, "image: send the image to caption")
     start = time.perf_counter()
-    ans = await engine_call(svc, "/v1/caption", svc.engine.caption, checked.image, checked.data, mode, k, selection)
+    ans = await run_in_threadpool(svc.engine.generate, "caption", image=checked.image, data=checked.data,
+                                  mode=mode, k=k, selection=selection)
     # Generator output is untrusted text: a server could echo the credentials it was sent.
     return {"caption": redact(ans.output, svc.secrets), "mode": mode, "k": len(ans.examples),
             "examples": examples_json(ans.examples), "selection": selection.to_dict(),
@@ -56,15 +56,15 @@ async def generate_image(request: Request, selection: Annotated[Any, Depends(sel
                          text: Annotated[str, Form()], mode: Annotated[str, Form()] = "rag",
                          k: Annotated[int, Form()] = 1):
     svc = service_of(request)
-    if mode in CAPTION_MODES and not text.strip():  # an unknown mode is _check_mode's to name
-        raise ServiceError(400, "text: describe the image to generate")
+    if mode in MODES and not text.strip():  # an unknown mode is _check_mode's to name
+        raise HTTPException(400, "text: describe the image to generate")
     k = _check_mode(mode, k, svc.settings.k_max)
     start = time.perf_counter()
-    ans = await engine_call(svc, "/v1/generate-image", svc.engine.generate_image, text, mode, k, selection)
-    buf = io.BytesIO()
-    ans.output.save(buf, format="PNG")
+    ans = await run_in_threadpool(svc.engine.generate, "image", text=text, mode=mode, k=k, selection=selection)
+    from unirag.data.images import png_bytes
+
     width, height = ans.output.size
-    return {"image": "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii"),
+    return {"image": "data:image/png;base64," + base64.b64encode(png_bytes(ans.output)).decode("ascii"),
             "width": width, "height": height, "examples": examples_json(ans.examples),
             "selection": selection.to_dict(), "latency_s": round(time.perf_counter() - start, 4),
             "attempts": ans.attempts, "generator": ans.generator}

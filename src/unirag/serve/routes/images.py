@@ -14,14 +14,12 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 
 from unirag.serve.service import require_token, service_of
-from unirag.serve.uploads import ServiceError
 
 router = APIRouter(dependencies=[Depends(require_token)])
 THUMB_SIZES = range(16, 1025)
-_MEDIA_TYPES = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp",
-                "BMP": "image/bmp"}
 
 
 @router.get("/v1/images/{did:path}", summary="A pool image by candidate id (optionally resized)",
@@ -29,10 +27,10 @@ _MEDIA_TYPES = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "W
 async def pool_image(did: str, request: Request, size: int | None = None):
     svc = service_of(request)
     if size is not None and size not in THUMB_SIZES:
-        raise ServiceError(400, f"size must be between {THUMB_SIZES.start} and {THUMB_SIZES.stop - 1} pixels")
+        raise HTTPException(400, f"size must be between {THUMB_SIZES.start} and {THUMB_SIZES.stop - 1} pixels")
     path = svc.engine.image_file(did)
     if path is None:
-        raise ServiceError(404, f"no pool image with candidate id {did!r}")
+        raise HTTPException(404, f"no pool image with candidate id {did!r}")
     stat = path.stat()
     etag = '"' + hashlib.sha256(f"{did}|{size}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:32] + '"'
     headers = {"ETag": etag, "Cache-Control": f"{'private' if svc.token else 'public'}, max-age=86400"}
@@ -40,7 +38,7 @@ async def pool_image(did: str, request: Request, size: int | None = None):
         return Response(status_code=304, headers=headers)
     found = await run_in_threadpool(image_bytes, str(path), stat.st_mtime_ns, size)
     if found is None:
-        raise ServiceError(410, f"the pool image of candidate {did!r} no longer decodes as an image")
+        raise HTTPException(410, f"the pool image of candidate {did!r} no longer decodes as an image")
     data, media = found
     return Response(data, media_type=media, headers=headers)
 
@@ -60,7 +58,7 @@ def image_bytes(path: str, mtime_ns: int, size: int | None) -> tuple[bytes, str]
         if size is None:
             fmt = sniff_format(raw)
             pixels = load_rgb(raw, draft=64 if fmt is not None else None)  # it must still be an image
-            return (raw, _MEDIA_TYPES[fmt]) if fmt is not None else (png_bytes(pixels), "image/png")
+            return (raw, f"image/{fmt.lower()}") if fmt is not None else (png_bytes(pixels), "image/png")
         im = load_rgb(raw, draft=size)
     except InputError:
         return None

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException
 
 from unirag import __version__
 from unirag.serve.service import require_token, service_of
-from unirag.serve.uploads import ServiceError
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
 router = APIRouter()
@@ -22,14 +22,6 @@ router = APIRouter()
 @router.get("/", include_in_schema=False)
 async def page():
     return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
-
-
-def docs_assets() -> Path:
-    """Swagger UI 5 (which reads the OpenAPI 3.1 schema FastAPI writes; 4.x cannot), as the
-    ``fastapi-offline`` package ships it, so the API docs work offline like the page does."""
-    import fastapi_offline
-
-    return Path(fastapi_offline.__file__).resolve().parent / "static"
 
 
 @router.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_token)])
@@ -53,7 +45,7 @@ async def healthz(request: Request):
     if svc.token is not None:
         try:
             await require_token(request)
-        except ServiceError:
+        except HTTPException:
             return {"status": "ok"}  # alive, and nothing about the deployment without the token
     return {"status": "ok", "version": __version__, "auth": svc.token is not None, **svc.engine.info()}
 

@@ -14,21 +14,19 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
 
-from unirag.errors import ConfigError, InputError
-from unirag.profiles import _on_off
 from unirag.serve.engine import MODALITIES, SearchQuery
 from unirag.serve.service import (
     check_k,
-    engine_call,
     hit_json,
     read_image,
     require_token,
     selection_of,
     service_of,
 )
-from unirag.serve.uploads import ServiceError
 
 router = APIRouter(dependencies=[Depends(require_token)])
 
@@ -62,26 +60,22 @@ async def search(request: Request):
             fields, upload = _form_fields(form)
         text = fields.get("text")
         if text is not None and not isinstance(text, str):
-            raise ServiceError(400, "text: must be a string")
+            raise HTTPException(400, "text: must be a string")
         k = check_k(_integer(fields.get("k", 10), "k"), svc.settings.k_max)
         modality = fields.get("modality", "any")
         if modality not in MODALITIES:
-            raise ServiceError(400, f"modality must be one of {', '.join(MODALITIES)}, got {modality!r}")
-        selection = selection_of(fields.get("diversity"), _number(fields.get("mmr_lambda"), "mmr_lambda"),
-                                 _boolean(fields.get("one_per_image"), "one_per_image"),
-                                 fields.get("near_duplicates"), _strings(fields.get("filter"), "filter"))
+            raise HTTPException(400, f"modality must be one of {', '.join(MODALITIES)}, got {modality!r}")
+        fields["filter"] = _strings(fields.get("filter"), "filter")
+        selection = selection_of(fields)
         checked = await read_image(svc, upload, "image")
     finally:
         if form is not None:
             await form.close()
     if checked is None and not (text and text.strip()):
-        raise ServiceError(400, "send a text, an image, or both")
+        raise HTTPException(400, "send a text, an image, or both")
     query = SearchQuery(image=checked.image if checked else None, text=text, selection=selection)
     start = time.perf_counter()
-    try:
-        hits = await svc.batcher.search(query, k=k, modality=modality)
-    except (ConfigError, InputError) as e:
-        raise ServiceError(400, str(e)) from None
+    hits = await svc.batcher.search(query, k=k, modality=modality)
     # A JSONResponse, not a dict: FastAPI would walk the dict once more to make it "JSON-able".
     return JSONResponse({"hits": [hit_json(h) for h in hits], "latency_s": round(time.perf_counter() - start, 4),
                          "query": {"text": text, "image": checked is not None, "k": k, "modality": modality,
@@ -92,13 +86,13 @@ async def _json_fields(request: Request) -> dict[str, Any]:
     try:
         fields = json.loads(await request.body())
     except ValueError as e:
-        raise ServiceError(400, f"the JSON body does not parse: {e}") from None
+        raise HTTPException(400, f"the JSON body does not parse: {e}") from None
     if not isinstance(fields, dict):
-        raise ServiceError(400, "the JSON body must be an object of search fields")
+        raise HTTPException(400, "the JSON body must be an object of search fields")
     unknown = sorted(set(fields) - set(_FIELDS))
     if unknown:
         hint = " (send images as multipart/form-data)" if "image" in unknown else ""
-        raise ServiceError(400, f"unknown field(s) {', '.join(unknown)}{hint}; a JSON search takes "
+        raise HTTPException(400, f"unknown field(s) {', '.join(unknown)}{hint}; a JSON search takes "
                                 f"{', '.join(_FIELDS)}")
     return {name: value for name, value in fields.items() if value is not None}
 
@@ -112,7 +106,7 @@ def _form_fields(form: FormData) -> tuple[dict[str, Any], Any]:
     upload = form.get("image")
     if isinstance(upload, str):
         if upload:
-            raise ServiceError(400, "image: send a file, not a text field")
+            raise HTTPException(400, "image: send a file, not a text field")
         upload = None
     return {name: value for name, value in fields.items() if value != ""}, upload
 
@@ -122,26 +116,7 @@ def _integer(value: Any, name: str) -> int:
         return value
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value)
-    raise ServiceError(400, f"{name}: must be an integer, got {value!r}")
-
-
-def _number(value: Any, name: str) -> float | None:
-    if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
-        return value
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ServiceError(400, f"{name}: must be a number, got {value!r}") from None
-
-
-def _boolean(value: Any, name: str) -> bool | None:
-    """As a setting reads on/off (true/false, yes/no, 1/0)."""
-    if value is None or isinstance(value, bool):
-        return value
-    try:
-        return _on_off(value)
-    except (AttributeError, ValueError):
-        raise ServiceError(400, f"{name}: must be true or false, got {value!r}") from None
+    raise HTTPException(400, f"{name}: must be an integer, got {value!r}")
 
 
 def _strings(value: Any, name: str) -> list[str]:
@@ -151,7 +126,7 @@ def _strings(value: Any, name: str) -> list[str]:
         return [value]
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return value
-    raise ServiceError(400, f"{name}: must be a list of strings")
+    raise HTTPException(400, f"{name}: must be a list of strings")
 
 
 @router.post("/v1/cir", summary="Composed image retrieval: reference image + modification text")
@@ -161,10 +136,10 @@ async def cir(request: Request, image: Annotated[UploadFile, File()], text: Anno
     check_k(k, svc.settings.k_max)
     checked = await read_image(svc, image, "image")
     if checked is None:
-        raise ServiceError(400, "image: send the reference image")
+        raise HTTPException(400, "image: send the reference image")
     if not text.strip():
-        raise ServiceError(400, "text: say how the target differs from the reference image")
+        raise HTTPException(400, "text: say how the target differs from the reference image")
     start = time.perf_counter()
-    ans = await engine_call(svc, "/v1/cir", svc.engine.cir, checked.image, text, k, checked.data, keep_reference)
-    return {"hits": [hit_json(h) for h in ans.hits], "stage": ans.stage, "note": ans.note,
+    hits, stage, note = await run_in_threadpool(svc.engine.cir, checked.image, text, k, checked.data, keep_reference)
+    return {"hits": [hit_json(h) for h in hits], "stage": stage, "note": note,
             "latency_s": round(time.perf_counter() - start, 4)}
