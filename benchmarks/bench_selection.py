@@ -153,8 +153,8 @@ def _synthetic_index(args, out: Path) -> None:
             yield Modality.TEXT, metas, vecs
 
     with IndexWriter(out, args.dim, ENCODER_INFO) as writer:
-        for chunk in chunks():
-            writer.add(*chunk)
+        for part in chunks():
+            writer.add(*part)
         writer.commit()
 
 

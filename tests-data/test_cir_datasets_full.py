@@ -22,7 +22,7 @@ def test_fashioniq_dress_val(cir_data):
 
 def test_fashioniq_test_split_has_no_targets_and_strips_caption_punctuation(cir_data):
     ds = load_dataset("fashioniq", cir_data / "fashioniq/captions/cap.toptee.test.json")
-    assert len(ds.queries) == 2056 and not ds.has_ground_truth
+    assert len(ds.queries) == 2056 and not any(q.targets for q in ds.queries)
     assert ds.queries[0].text == "the tank top is blue with a character of a woman and has no sleeves"
     assert join_fashioniq_captions([" yello and more flowing", "short and black"]) == \
         "yello and more flowing and short and black"
@@ -39,7 +39,7 @@ def test_cirr_val_and_test1(cir_data):
     assert ds.pool["dev-244-0-img0"] == "dev/dev-244-0-img0.png"
     assert all(x.reference in ds.pool and x.targets[0] in ds.pool for x in ds.queries)
     test = load_dataset("cirr", cir_data / "cirr/captions/cap.rc2.test1.json", limit=10)
-    assert len(test.queries) == 10 and not test.has_ground_truth and len(test.pool) == 2315
+    assert len(test.queries) == 10 and not any(q.targets for q in test.queries) and len(test.pool) == 2315
 
 
 def test_circo_val_several_ground_truths(cir_data, tmp_path):
@@ -51,7 +51,7 @@ def test_circo_val_several_ground_truths(cir_data, tmp_path):
     assert ds.pool["355099"] == "unlabeled2017/000000355099.jpg"
     assert ds.notes and "only the images the annotations mention" in ds.notes[0]
     test = load_dataset("circo", cir_data / "circo/annotations/test.json")
-    assert len(test.queries) == 800 and not test.has_ground_truth
+    assert len(test.queries) == 800 and not any(q.targets for q in test.queries)
     info = tmp_path / "image_info.json"
     info.write_text(json.dumps({"images": [{"id": 1, "file_name": "000000000001.jpg"}, {"id": 7}]}))
     with_list = load_dataset("circo", cir_data / "circo/annotations/val.json", split_file=info)
