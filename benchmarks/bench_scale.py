@@ -216,8 +216,9 @@ def child_embed(engine: str, pool: str, images_root: str, out: str, shard_size: 
         t_start = time.perf_counter() - t0
     t0 = time.perf_counter()
     encoder = load_encoder(None)
+    sharding = {"shard_size": shard_size} if engine == "ray" else {}  # the local build takes no shards
     manifest = Index.build(pool, out, encoder=encoder, images_root=images_root, engine=engine,
-                           shard_size=shard_size, progress=False).manifest
+                           progress=False, **sharding).manifest
     return {"seconds": time.perf_counter() - t0, "startup": t_start, "items": manifest["total"]}
 
 
