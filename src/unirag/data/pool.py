@@ -159,10 +159,6 @@ class Pool:
         """The candidate with this did, or ``default``."""
         return self._table().get(did, default)
 
-    def as_dict(self) -> dict[str, Candidate]:
-        """did -> candidate (what the pipelines' lookups take)."""
-        return self._table()
-
     def image_file(self, candidate: Candidate | str) -> Path | None:
         """The absolute image file of a candidate (or did); None for a caption."""
         c = self[candidate] if isinstance(candidate, str) else candidate

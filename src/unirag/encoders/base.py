@@ -89,7 +89,7 @@ class Encoder(ABC):
     fusion: str = FUSION_RAW_SUM
     #: Processes that decode (and preprocess) image files ahead of the model: None = auto (the
     #: cores available, capped; small jobs inline), 0 = inline. Never changes the vectors.
-    decode_workers: int | str | None = None
+    decode_workers: int | None = None
     #: run the forward passes under this autocast precision on CUDA ("float16": UniIR's use_fp16; None: off)
     autocast_dtype: str | None = None
 
@@ -137,11 +137,11 @@ class Encoder(ABC):
         """The :class:`~unirag.data.loader.ImageLoader` for a job of ``n_images`` (None: unknown): the
         encoder's setting (``auto``: fewer for a model on the CPU) and its preprocessor."""
         from unirag.data.loader import ImageLoader
-        from unirag.runtime import decode_processes, decode_setting
+        from unirag.runtime import decode_processes
 
         device = getattr(self, "device", None)  # None: unknown (a stand-in, a plugin): not assumed CPU
         on_cpu = isinstance(device, str) and device.startswith("cpu")
-        workers = decode_processes(decode_setting(self.decode_workers), n_images, model_on_cpu=on_cpu)
+        workers = decode_processes(self.decode_workers, n_images, model_on_cpu=on_cpu)
         return ImageLoader(workers, self.image_preprocessor())
 
     def prepared(self, loader, image: Any) -> Any:
