@@ -16,7 +16,7 @@ from typing import Any
 
 from unirag.data.jsonl import iter_json_lines
 from unirag.data.records import Candidate, Modality, Qrels, Query
-from unirag.data.text import iter_text_lines
+from unirag.data.text import existing_file, iter_text_lines
 from unirag.errors import InputError
 from unirag.runs.atomic import atomic_write_lines
 
@@ -121,9 +121,7 @@ def read_queries(path: str | Path) -> list[Query]:
 
 def read_qrels(path: str | Path) -> Qrels:
     """Read ``qid 0 did relevance [task_id]`` lines; relevance <= 0 lines are ignored."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError("file not found", path=path)
+    path = existing_file(path)
     qrels = Qrels()
     for lineno, line in iter_text_lines(path):
         parts = line.split()

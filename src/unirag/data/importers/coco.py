@@ -22,7 +22,7 @@ from typing import Any
 from unirag.data.importers.generic import read_items
 from unirag.data.importers.writer import ImportSummary, SourceItem, write_dataset
 from unirag.data.jsonl import read_json_file
-from unirag.data.text import iter_text_lines
+from unirag.data.text import existing_file, iter_text_lines
 from unirag.errors import InputError
 
 
@@ -142,9 +142,7 @@ def import_coco(
 def read_coco(captions: str | Path, *, limit: int | None = None) -> tuple[list[SourceItem], int]:
     """Images with their captions from an official COCO captions JSON or a ``{image, image_id, captions}``
     JSONL file; also returns the number of captions whose image is not in the file (JSON only)."""
-    path = Path(captions)
-    if not path.is_file():
-        raise InputError("file not found", path=path)
+    path = existing_file(captions)
     if _is_jsonl(path):
         return read_items(path, image_field="image", caption_field="captions", id_field="image_id", fmt="jsonl",
                           limit=limit), 0
