@@ -93,6 +93,15 @@ class Encoder(ABC):
     #: run the forward passes under this autocast precision on CUDA ("float16": UniIR's use_fp16; None: off)
     autocast_dtype: str | None = None
 
+    def _place(self, device: str | None, dtype: str | None = "float32") -> None:
+        """Cap torch's threads; set ``device`` and ``torch_dtype`` as the options resolve ("auto": the GPU if
+        there is one, see :mod:`unirag.runtime`). :meth:`config` records both."""
+        from unirag.runtime import configure_torch_threads, resolve_device, resolve_dtype
+
+        configure_torch_threads()
+        self.device = resolve_device(device)
+        self.torch_dtype = resolve_dtype(dtype, self.device)
+
     def _autocast(self):
         """The autocast context of the forward passes (a no-op unless ``autocast_dtype`` is set on CUDA)."""
         import contextlib
@@ -156,7 +165,10 @@ class Encoder(ABC):
 
     def config(self) -> dict[str, Any]:
         """What the index manifest records: the identity plus where and how the model ran."""
-        return {"name": self.name, **self.identity()}
+        ran = {"device": self.device, "dtype": str(self.torch_dtype).removeprefix("torch.")} \
+            if hasattr(self, "torch_dtype") else {}
+        return {"name": self.name, **self.identity(), **ran,
+                **({"autocast": self.autocast_dtype} if self.autocast_dtype else {})}
 
     def fingerprint(self) -> str:
         blob = json.dumps(self.identity(), sort_keys=True, default=str).encode()

@@ -23,12 +23,9 @@ from unirag.encoders.preprocess import CLIP_TEXT_CLEANING, clean_clip_text, open
 from unirag.errors import ConfigError
 from unirag.runtime import (
     check_model_spec,
-    configure_torch_threads,
     device_map_kwargs,
     hf_from_pretrained,
     host_to_device,
-    resolve_device,
-    resolve_dtype,
     weights_identity,
 )
 
@@ -65,10 +62,8 @@ class HFClipEncoder(Encoder):
                  batch_size: int | None = None, max_text_length: int | None = None) -> None:
         from transformers import AutoModel, AutoProcessor
 
-        configure_torch_threads()
         self.spec = check_model_spec(spec)
-        self.device = resolve_device(device)
-        self.torch_dtype = resolve_dtype(dtype, self.device)
+        self._place(device, dtype)
         load_kwargs = {"dtype": self.torch_dtype, **device_map_kwargs(self.device)}
         model = hf_from_pretrained(AutoModel, self.spec, "CLIP-family model", **load_kwargs)
         if not (hasattr(model, "get_text_features") and hasattr(model, "get_image_features")):
@@ -122,9 +117,7 @@ class HFClipEncoder(Encoder):
         }
 
     def config(self) -> dict[str, Any]:
-        return {**super().config(), "model": self.spec, "device": self.device,
-                "dtype": str(self.torch_dtype).removeprefix("torch."),
-                **({"autocast": self.autocast_dtype} if self.autocast_dtype else {})}
+        return {**super().config(), "model": self.spec}
 
     def tokenize(self, texts: Sequence[str]):
         """The text tower's input for ``texts`` (token ids and attention mask, as tensors on CPU): cleaned

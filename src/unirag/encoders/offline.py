@@ -56,10 +56,7 @@ class OfflineEncoder(Encoder):
     fusion = FUSION_NORMALISED_SUM
 
     def __init__(self, *, device: str | None = "auto", batch_size: int | None = None, assets: str | Path | None = None) -> None:
-        from unirag.runtime import configure_torch_threads, resolve_device
-
-        configure_torch_threads()
-        self.device = resolve_device(device)
+        self._place(device)
         self.space = load_joint_space(str(assets) if assets else None)
         self.dim = self.space.dim
         self.batch_size = batch_size or 32
@@ -90,9 +87,6 @@ class OfflineEncoder(Encoder):
         return {**super().identity(), "backend": "offline", "text_model": "all-MiniLM-L6-v2",
                 "image_model": "efficientnet-lite0", "joint_space": asdict(self.space.params),
                 "n_anchors": self.space.n_anchors, "assets_sha256_16": digest}
-
-    def config(self) -> dict[str, Any]:
-        return {**super().config(), "device": self.device, "dtype": "float32"}
 
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         return self.space.text_vectors(self._text_model._embed_texts(texts))

@@ -192,13 +192,9 @@ class UniIRCheckpoint:
               **state_dict: Any) -> tuple[str | None, dict[str, Any]]:
         """Set the spec, checkpoint, device, precision and instructions; returns the variant the spec
         names (or None) and the checkpoint's tensors (see :func:`read_state_dict`)."""
-        from unirag.runtime import configure_torch_threads, resolve_device, resolve_dtype
-
-        configure_torch_threads()
         _, variant, self.checkpoint = parse_uniir_spec(spec)
         self.spec = spec
-        self.device = resolve_device(device)
-        self.torch_dtype = resolve_dtype(dtype, self.device)
+        self._place(device, dtype)
         self.use_instructions = use_instructions is not False
         self._instructions_source = instructions
         self._instructions: QueryInstructions | None = (instructions if isinstance(instructions, QueryInstructions)

@@ -136,9 +136,6 @@ class UniIRBlipFFEncoder(UniIRCheckpoint, Encoder):
                 "max_text_length": self.max_text_length, "text_cleaning": None,
                 "image_preprocess": self.image_transform.identity()}
 
-    def config(self) -> dict[str, Any]:
-        return {**super().config(), "device": self.device, "dtype": str(self.torch_dtype).removeprefix("torch.")}
-
     # -- encoding ---------------------------------------------------------------------------------
     def image_preprocessor(self):
         """BLIP's eval transform for one image (PIL bicubic resize, whatever is installed)."""
