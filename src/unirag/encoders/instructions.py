@@ -93,8 +93,7 @@ class QueryInstructions:
         did = dataset_key(query.qid)
         if did is None or query.task_id not in TASKS:
             return None
-        qmod, cmod = TASKS[query.task_id]
-        return self.prompts.get((did, Modality.parse(qmod).value, Modality.parse(cmod).value))
+        return self.prompts.get((did, *TASKS[query.task_id]))  # TASKS holds the modalities' canonical values
 
     def instruction_for(self, query: Query) -> str | None:
         """One prompt for ``query`` (drawn with a generator seeded by its qid), or None if none applies."""
