@@ -115,9 +115,7 @@ def load_text_encoder(spec: str | None = None, *, device: str | None = "auto",
     returned encoder refuses ``encode_images`` with a ConfigError.
     """
     from unirag.encoders.text import SentenceTextEncoder
-
-    if spec is None or spec.strip().lower() in DEFAULT_TEXT_NAMES:
-        return SentenceTextEncoder(None, device=device, batch_size=batch_size)
     from unirag.runtime import check_model_spec
 
-    return SentenceTextEncoder(check_model_spec(spec), device=device, batch_size=batch_size)
+    default = spec is None or spec.strip().lower() in DEFAULT_TEXT_NAMES
+    return SentenceTextEncoder(None if default else check_model_spec(spec), device=device, batch_size=batch_size)
