@@ -93,7 +93,7 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
         _check_size(image.size, max_pixels, src)
         if plain:
             return image.convert("RGB")
-        return _normalise(image, background, src)
+        return _normalise(image, background)
     return _from_array(image, max_pixels, background)
 
 
@@ -132,7 +132,7 @@ def _decode(opener, max_pixels: int, background: str, draft: int | None, plain: 
                 im.load()
                 if plain:  # the official code's Image.open(...).convert("RGB")
                     return im.convert("RGB")
-                return _reduced(_normalise(_reduced(im, draft), background, path), draft)
+                return _reduced(_normalise(_reduced(im, draft), background), draft)
     except InputError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
@@ -161,7 +161,7 @@ def _reduced(im, draft: int | None):
         return im
 
 
-def _normalise(im, background: str, path: str | Path | None):
+def _normalise(im, background: str):
     """Upright, 8 bits per channel, transparency composited, RGB."""
     from PIL import Image, ImageOps
 
@@ -226,7 +226,7 @@ def _from_array(array, max_pixels: int, background: str):
     _check_size((array.shape[1], array.shape[0]), max_pixels, None)
     array = _to_uint8(array)
     mode = "L" if array.ndim == 2 else ("RGB" if array.shape[2] == 3 else "RGBA")
-    return _normalise(Image.fromarray(np.ascontiguousarray(array), mode=mode), background, None)
+    return _normalise(Image.fromarray(np.ascontiguousarray(array), mode=mode), background)
 
 
 def check_image_like(image: ImageLike, name: str | None = "image") -> Any:
