@@ -97,8 +97,9 @@ def test_parse_rejects_corrupt_image_and_empty_response():
     with pytest.raises(BackendError, match="could not be decoded") as e:
         parse_image_response(resp)
     assert e.value.retryable
-    with pytest.raises(BackendError, match="no candidates"):
+    with pytest.raises(BackendError, match="no candidates") as e:
         parse_image_response(types.GenerateContentResponse(candidates=[]))
+    assert e.value.retryable  # as for captions: a body without candidates was cut off on the way
 
 
 def test_aspect_ratio_and_missing_key(monkeypatch):
