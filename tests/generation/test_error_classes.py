@@ -6,7 +6,7 @@ import pytest
 
 from fake_openai_server import Reply
 from unirag.errors import BackendError, MalformedResponseError
-from unirag.generators.registry import load_text_generator
+from unirag.generators.registry import load_generator
 from unirag.messages import Message, TextPart
 from unirag.runs.executor import run_items
 from unirag.runs.retry import RetryPolicy
@@ -26,12 +26,12 @@ def _run_one(gen, tmp_path):
 @pytest.fixture
 def gemini(fake_server, no_api_keys, monkeypatch):
     monkeypatch.setenv("GEMINI_API_KEY", "gm-secret")
-    return load_text_generator("gemini:gemini-1.5-pro", base_url=fake_server.base, timeout=2)
+    return load_generator("gemini:gemini-1.5-pro", base_url=fake_server.base, timeout=2)
 
 
 @pytest.fixture
 def openai_gen(fake_server, no_api_keys):
-    return load_text_generator("openai:gpt-4o", base_url=fake_server.url, timeout=2)
+    return load_generator("openai:gpt-4o", base_url=fake_server.url, timeout=2)
 
 
 def test_a_type_error_inside_the_gemini_backend_propagates_with_its_traceback(gemini, fake_server, tmp_path,

@@ -131,5 +131,5 @@ class ExampleCaptioner(Backend):
         """A caption from the examples' captions (best-ranked first). Raises BackendError if none."""
 
 
-#: Anything :func:`unirag.generators.registry.load_text_generator` returns.
+#: Anything :func:`unirag.generators.registry.load_generator` returns.
 CaptionBackend = TextGenerator | ExampleCaptioner

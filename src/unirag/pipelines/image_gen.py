@@ -213,9 +213,9 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None, *,
             options = profile_options(cfg.generator, profile, cfg.generator_options, IMAGE)
             generator, pool, recipe = open_remote(stack, "image", cfg.generator, options, cfg.engine)
             if generator is None:
-                from unirag.generators.registry import load_image_generator
+                from unirag.generators.registry import IMAGE, load_generator
 
-                generator = load_image_generator(cfg.generator, **options)
+                generator = load_generator(cfg.generator, IMAGE, **options)
                 stack.callback(generator.close)
         settings = cfg.settings.resolved(generator.spec, profile)
         out = Path(cfg.out)

@@ -64,9 +64,9 @@ class ImageGenerator(LazyBackend):
         self.options = {k: v for k, v in options.items() if v is not None}
 
     def _load_backend(self) -> ImageBackend:  # LazyBackend: loaded on first use, released on close
-        from unirag.generators.registry import load_image_generator
+        from unirag.generators.registry import IMAGE, load_generator
 
-        backend = load_image_generator(self.spec, **self.options)
+        backend = load_generator(self.spec, IMAGE, **self.options)
         backend.check_size(self.settings["width"], self.settings["height"])
         return backend
 

@@ -46,13 +46,9 @@ class ModelRecipe:
         opts = dict(self.options)
         if opts.get("device") in (None, "", "auto"):
             opts["device"] = device
-        if self.kind == "image":
-            from unirag.generators.registry import load_image_generator
+        from unirag.generators.registry import CAPTION, IMAGE, load_generator
 
-            return load_image_generator(self.spec, **opts)
-        from unirag.generators.registry import load_text_generator
-
-        return load_text_generator(self.spec, **opts)
+        return load_generator(self.spec, IMAGE if self.kind == "image" else CAPTION, **opts)
 
     def describe(self, model: Any) -> dict[str, Any]:
         info = {"spec": model.spec, "config": model.config(),
