@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from unirag.messages import Message
@@ -25,9 +25,6 @@ class Usage:
     # from the provider's published formula, since the API reports one total.
     input_image_tokens: int = 0
     output_tokens: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 @dataclass

@@ -32,7 +32,7 @@ from unirag.generators.images.base import (
     ImageRequest,
     image_template,
 )
-from unirag.generators.pricing import Price, cost_usd, price_entry, price_for
+from unirag.generators.pricing import Price, cost_usd, price_for
 from unirag.messages import ImagePart, Message, TextPart
 from unirag.pipelines.example_run import (
     ExampleJob,
@@ -137,7 +137,7 @@ def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | No
                                   "size": list(result.image.size)}
         if p.leaks is not None:
             fields["near_duplicates"] = p.leaks
-        fields["usage"] = result.usage.as_dict() if result.usage is not None else {}
+        fields["usage"] = asdict(result.usage) if result.usage is not None else {}
         # No usage reported: free backends (local models, the retrieval baseline) cost 0, others unknown.
         fields["cost_usd"] = cost_usd(result.usage or Usage(), price) if (result.usage or free) else None
         if meta:
@@ -233,7 +233,7 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None, *,
         concurrency = 1 if generator.local else max(1, int(cfg.concurrency))
         run_settings = {"generator_config": generator.config(), "images_root": images_root,
                         "concurrency": 1 if generator.local else cfg.concurrency, "templates": templates,
-                        "price": price_entry(price), "prices_file": str(cfg.prices) if cfg.prices else None,
+                        "price": asdict(price) if price else None, "prices_file": str(cfg.prices) if cfg.prices else None,
                         "profile": profile.to_dict(), "engine": engine_entry(cfg.engine, pool)}
         position = {q.qid: i for i, q in enumerate(queries)}
         top_image = profile["image_top1"] == "top-candidate" and generator.spec.startswith("retrieval:") \
