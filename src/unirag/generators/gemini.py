@@ -120,10 +120,27 @@ class GeminiAPI(APIBackend):
         return None
 
     def _send(self, client: Any, messages: list[Message], config: dict[str, Any]) -> Any:
-        """The one ``generate_content`` call of both kinds (also what :meth:`request_body` records)."""
-        system, contents = render_gemini_contents(messages)
+        """The one ``generate_content`` call of both kinds (also what :meth:`request_body` records): the
+        typed messages as ``types.Content`` (images inline as bytes with their MIME type; the order of
+        parts kept exactly), a system turn as the ``system_instruction``."""
+        from google.genai import types
+
+        system: list[str] = []
+        contents: list[Any] = []
+        for m in messages:
+            if m.role == "system":
+                system.append(m.text)
+                continue
+            parts = []
+            for p in m.parts:
+                if isinstance(p, TextPart):
+                    parts.append(types.Part.from_text(text=p.text))
+                else:
+                    data, mime = p.encoded()
+                    parts.append(types.Part.from_bytes(data=data, mime_type=mime))
+            contents.append(types.Content(role="model" if m.role == "assistant" else "user", parts=parts))
         if system:
-            config = {**config, "system_instruction": system}
+            config = {**config, "system_instruction": "\n".join(system)}
         return client.models.generate_content(model=self.model, contents=contents, config=config)
 
 
@@ -144,30 +161,6 @@ def token_counts(resp: Any) -> tuple[int, int]:
     """(prompt tokens, answer tokens) as the response's ``usage_metadata`` reports them."""
     meta = getattr(resp, "usage_metadata", None)
     return int(getattr(meta, "prompt_token_count", 0) or 0), int(getattr(meta, "candidates_token_count", 0) or 0)
-
-
-def render_gemini_contents(messages: list[Message]) -> tuple[str | None, list[Any]]:
-    """Typed messages -> (system instruction, ``types.Content`` list) for ``generate_content``.
-
-    Images go inline as bytes with their MIME type; the order of parts is kept exactly.
-    """
-    from google.genai import types
-
-    system: list[str] = []
-    contents: list[Any] = []
-    for m in messages:
-        if m.role == "system":
-            system.append(m.text)
-            continue
-        parts = []
-        for p in m.parts:
-            if isinstance(p, TextPart):
-                parts.append(types.Part.from_text(text=p.text))
-            else:
-                data, mime = p.encoded()
-                parts.append(types.Part.from_bytes(data=data, mime_type=mime))
-        contents.append(types.Content(role="model" if m.role == "assistant" else "user", parts=parts))
-    return ("\n".join(system) if system else None), contents
 
 
 class GeminiGenerator(GeminiAPI, TextGenerator):
