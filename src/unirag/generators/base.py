@@ -120,9 +120,6 @@ class ExampleCaptioner(Backend):
     :class:`unirag.Captioner`, which feeds each what it takes.
     """
 
-    #: Fewest examples it can work with (a caption to pick needs at least one).
-    min_examples: int = 1
-
     @abstractmethod
     def caption_from_examples(self, captions: Sequence[str]) -> Generation:
         """A caption from the examples' captions (best-ranked first). Raises BackendError if none."""

@@ -165,8 +165,6 @@ def token_counts(resp: Any) -> tuple[int, int]:
 
 class GeminiGenerator(GeminiAPI, TextGenerator):
     backend = "gemini"
-    template_family = "gemini"
-    image_mode = "multi-image"
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = None,
                  timeout: float = 120.0, family: str = "gemini", spec: str | None = None) -> None:
@@ -253,8 +251,6 @@ def parse_image_response(resp: Any) -> tuple[Any, dict[str, Any]]:
 class GeminiImageGenerator(GeminiAPI, ImageGenerator):
     backend = "gemini-image"
     provider = IMAGES_PROVIDER
-    local = False
-    max_examples = None
     templates = (ZERO_SHOT, FEW_SHOT_GEMINI)
 
     def __init__(self, model: str, *, spec: str | None = None, base_url: str | None = None,

@@ -189,7 +189,6 @@ class OpenAIImageGenerator(OpenAIAPI, ImageGenerator):
     backend = "openai-image"
     provider = IMAGES_PROVIDER
     server = "images server"
-    local = False
     templates = (ZERO_SHOT, FEW_SHOT_API)
 
     def __init__(self, model: str, *, spec: str | None = None, base_url: str | None = None,

@@ -119,7 +119,6 @@ class RetrievalCaptioner(ExampleCaptioner):
 
 class RetrievalImageGenerator(ImageGenerator):
     min_examples = 1
-    max_examples = None
     # Not a model: decoding and PNG-encoding release the GIL, so the run loop may use threads (and
     # pricing treats the ``retrieval:`` prefix as free).
     local = False

@@ -82,9 +82,6 @@ def lavit_prompts(request: ImageRequest) -> list[tuple[str, str]]:
 class LaVITImageGenerator(LocalImageGenerator):
     """LaVIT-7B-v2 text-to-image, zero-shot or with interleaved example pairs."""
 
-    max_examples = None
-    templates = ()
-
     def __init__(self, model_path: str, *, spec: str | None = None, device: str | None = "auto",
                  dtype: str | None = "auto", lavit_module: str = "models", lavit_code: str | None = None,
                  use_xformers: bool | None = None, check_safety: bool = False, top_k: int = 50,
