@@ -27,7 +27,7 @@ from unirag.generators.images.base import (
     FEW_SHOT_GEMINI,
     ZERO_SHOT,
     GeneratedImage,
-    ImageGenerator,
+    ImageBackend,
     ImageRequest,
     image_template,
     zero_shot_prompt,
@@ -248,7 +248,7 @@ def parse_image_response(resp: Any) -> tuple[Any, dict[str, Any]]:
                        + (f"; the model said: {said!r}" if said else ""))
 
 
-class GeminiImageGenerator(GeminiAPI, ImageGenerator):
+class GeminiImageGenerator(GeminiAPI, ImageBackend):
     backend = "gemini-image"
     provider = IMAGES_PROVIDER
     templates = (ZERO_SHOT, FEW_SHOT_GEMINI)

@@ -30,7 +30,7 @@ from unirag.generators.images.base import (
     FEW_SHOT_API,
     ZERO_SHOT,
     GeneratedImage,
-    ImageGenerator,
+    ImageBackend,
     ImageRequest,
     render_listed,
 )
@@ -183,7 +183,7 @@ _SIZES = {
 }
 
 
-class OpenAIImageGenerator(OpenAIAPI, ImageGenerator):
+class OpenAIImageGenerator(OpenAIAPI, ImageBackend):
     """Thread-safe: one SDK client shared by the run loop's worker threads."""
 
     backend = "openai-image"

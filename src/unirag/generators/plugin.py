@@ -7,7 +7,7 @@ with the options it declares (``device``, ``dtype``, ``batch_size``, ... or all 
 * a caption generator: a :class:`~unirag.generators.base.TextGenerator`, or any object with
   ``generate(messages, options) -> Generation`` (``generate_batch``, ``image_mode``,
   ``template_family``, ``sent_prompt(messages, options)``, ``config()`` and ``close()`` are used when present);
-* an image generator: an :class:`~unirag.generators.images.base.ImageGenerator`, or any object with
+* an image generator: an :class:`~unirag.generators.images.base.ImageBackend`, or any object with
   ``generate(request: ImageRequest) -> GeneratedImage`` (``max_examples``, ``min_examples``, ``local``,
   ``check_size``, ``prompt_text``, ``config()``, ``identity()``, ``close()`` when present).
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from unirag.errors import ConfigError
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator
-from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
+from unirag.generators.images.base import GeneratedImage, ImageBackend, ImageRequest
 from unirag.generators.registry import declared_options, load_factory
 
 
@@ -66,7 +66,7 @@ class PluginTextGenerator(_Plugin, TextGenerator):
         return [self.generate(m, options) for m in batch]
 
 
-class PluginImageGenerator(_Plugin, ImageGenerator):
+class PluginImageGenerator(_Plugin, ImageBackend):
     """An image generator built by a user factory (see the module docstring)."""
 
     kind = "image generator"

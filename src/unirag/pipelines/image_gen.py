@@ -28,7 +28,7 @@ from unirag.generators.images.base import (
     DEFAULT_SEED,
     DEFAULT_STEPS,
     DEFAULT_WIDTH,
-    ImageGenerator,
+    ImageBackend,
     ImageRequest,
     image_template,
 )
@@ -85,7 +85,7 @@ def image_stem(qid: str) -> str:
     return safe
 
 
-def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | None, settings: ImageSettings,
+def image_job(generator: ImageBackend, out: Path, images_root: str | Path | None, settings: ImageSettings,
               price: Price, position: dict[str, int], save_prompts: int = 5, image_format: str = "png",
               image_loading: str = "normalised", selector: ExampleSelector | None = None,
               top_image: bool = False) -> ExampleJob:
@@ -149,7 +149,7 @@ def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | No
                       selector, pick=pick if top_image else None)
 
 
-def open_image_job(k: int, job: dict[str, Any], generator: ImageGenerator) -> ExampleJob:
+def open_image_job(k: int, job: dict[str, Any], generator: ImageBackend) -> ExampleJob:
     """An image run's job on a Ray worker's loaded model (see :mod:`unirag.runs.engine`); ``job``:
     :func:`image_job`'s arguments besides the generator and the selector (the driver chooses the examples)."""
     generator.check_k(k)
@@ -170,7 +170,7 @@ class ImageConfig(ExampleRunConfig):
     settings: ImageSettings = field(default_factory=ImageSettings)
 
 
-def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None, *,
+def run_images(cfg: ImageConfig, generator: ImageBackend | None = None, *,
                record_queries: bool = True) -> dict[str, int]:
     """Run (or resume) one image run into ``cfg.out``: one picture per query; returns counts
     (ok/error/skipped, and the directory's final ``total_*``).

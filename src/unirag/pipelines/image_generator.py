@@ -19,9 +19,9 @@ from unirag.generators.images.base import (
     DEFAULT_SEED,
     DEFAULT_WIDTH,
     GeneratedImage,
+    ImageBackend,
     ImageRequest,
 )
-from unirag.generators.images.base import ImageGenerator as ImageBackend
 from unirag.pipelines.captioner import LazyBackend, _check_arg_types, to_pairs
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from unirag.errors import UniragError
 from unirag.generators.base import TextGenerator
-from unirag.generators.images.base import ImageGenerator
+from unirag.generators.images.base import ImageBackend
 
 if TYPE_CHECKING:
     from unirag.generators.base import GenerationOptions
@@ -66,7 +66,7 @@ def sent_prompt_of(messages: list[Message], options: GenerationOptions | None, m
     return sent(messages, options) if callable(sent) else None
 
 
-class RemoteModel(TextGenerator, ImageGenerator):
+class RemoteModel(TextGenerator, ImageBackend):
     """The driver's view of a model loaded on Ray workers, text or image (``info`` from
     :meth:`ModelRecipe.describe`; ``ask(question)``: ``question(model)`` answered by a worker, as
     :meth:`unirag.runs.engine.WorkerPool.ask`)."""

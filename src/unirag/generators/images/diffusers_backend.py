@@ -25,13 +25,13 @@ from unirag.generators.images.base import (
     FEW_SHOT_OMNIGEN,
     ZERO_SHOT,
     GeneratedImage,
-    ImageGenerator,
+    ImageBackend,
     ImageRequest,
     render_listed,
 )
 
 
-class LocalImageGenerator(ImageGenerator):
+class LocalImageGenerator(ImageBackend):
     """A model in this process (diffusers pipelines, Emu2-Gen, LaVIT) and the call loop they share.
 
     Example images are decoded once up front (a missing or corrupt file fails the query with a message
