@@ -265,6 +265,10 @@ def test_rag_run_gives_the_model_the_example_pairs_interleaved(backend, t2i_data
         assert image == str(t2i_data.root / nxt["image"])  # LaVIT takes image paths
     else:
         assert image == (nxt["width"], nxt["height"])  # Emu2-Gen takes decoded PIL images
+    # The saved prompt shows that order too, each image by its file name.
+    rec = json.loads((tmp_path / "rag" / "outputs.jsonl").read_text().splitlines()[0])
+    saved = json.loads((tmp_path / "rag" / rec["image"]).with_suffix(".prompt.json").read_text())["prompt"]
+    assert saved == f"{nxt['captions'][1]}\n<image {Path(nxt['image']).name}>\n{queries[0].txt}"
 
 
 def test_settings_reach_the_model(lavit_code, emu2_dir):

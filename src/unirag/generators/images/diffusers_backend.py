@@ -55,6 +55,14 @@ class LocalImageGenerator(ImageBackend):
     def _seed_try(self, seed: int) -> None:
         """Runs before every try: models that draw their noise from torch's global generator seed it here."""
 
+    def prompt_text(self, request: ImageRequest) -> str:
+        """Each example's caption, then its image's file name; the query caption last (the order LaVIT and
+        Emu2-Gen take them in)."""
+        parts = []
+        for e in request.examples:
+            parts += [e.caption, f"<image {e.image.name}>"]
+        return "\n".join([*parts, request.caption])
+
     def generate(self, request: ImageRequest) -> GeneratedImage:
         import torch
 

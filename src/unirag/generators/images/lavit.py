@@ -140,9 +140,6 @@ class LaVITImageGenerator(LocalImageGenerator):
                               "generation model (build it with understanding=False, load_tokenizer=True)")
         self._pipe = model
 
-    def prompt_text(self, request: ImageRequest) -> str:
-        return "\n".join(f"<image {Path(c).name}>" if kind == "image" else c for c, kind in lavit_prompts(request))
-
     def generate(self, request: ImageRequest):
         # No per-call seed: the generators were seeded when the model was built (module docstring), and
         # with reseed_every again before the first call of every batch of that many, as the official run.
