@@ -213,7 +213,7 @@ def run_images(cfg: ImageConfig, generator: ImageBackend | None = None, *,
             options = profile_options(cfg.generator, profile, cfg.generator_options, IMAGE)
             generator, pool, recipe = open_remote(stack, "image", cfg.generator, options, cfg.engine)
             if generator is None:
-                from unirag.generators.registry import IMAGE, load_generator
+                from unirag.generators.registry import load_generator
 
                 generator = load_generator(cfg.generator, IMAGE, **options)
                 stack.callback(generator.close)
