@@ -96,9 +96,9 @@ def bench(task: str, spec: str, queries: Path, work: Path, args) -> dict:
 
         generator = Captioner(spec, max_tokens=8, device="cpu", batch_size=args.batch_size).warm_up()
     else:
-        from unirag.generators.registry import load_image_generator
+        from unirag.generators.registry import IMAGE, load_generator
 
-        generator = load_image_generator(spec, device="cpu")
+        generator = load_generator(spec, IMAGE, device="cpu")
     local_start = time.perf_counter() - t0
     t0 = time.perf_counter()
     _run(task, _config(task, queries, work / f"{task}-local", spec, "local", args.batch_size), generator)

@@ -27,7 +27,7 @@ from _harness import add_load_args, coco_rows, completeness, read_outputs  # fir
 
 from fake_openai_server import FakeServer, Reply
 from unirag.data.mbeir import read_queries
-from unirag.generators.registry import load_image_generator
+from unirag.generators.registry import IMAGE, load_generator
 from unirag.pipelines.image_gen import ImageConfig, run_images
 
 
@@ -70,7 +70,7 @@ class FlakyImages:
 
 def one_run(args, queries_path: Path, pool_path: Path, out: Path, concurrency: int) -> tuple[float, dict]:
     with FakeServer(responder=FlakyImages(args.failure_rate, args.seed), latency=args.latency) as srv:
-        gen = load_image_generator("openai-image:gpt-image-1", base_url=srv.url)
+        gen = load_generator("openai-image:gpt-image-1", IMAGE, base_url=srv.url)
         queries = read_queries(queries_path)
         start = time.perf_counter()
         run_images(ImageConfig(queries=queries, generator=gen.spec, out=out, mode="random", k=1, pool=pool_path,

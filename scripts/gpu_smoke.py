@@ -108,14 +108,14 @@ def index_step(device: str, dtypes: list[str], data: dict[str, Path], work: Path
 def caption_step(device: str, dtypes: list[str], data: dict[str, Path]) -> None:
     from tiny_models import tiny_llava_dir
     from unirag.generators.base import GenerationOptions
-    from unirag.generators.registry import load_text_generator
+    from unirag.generators.registry import load_generator
     from unirag.prompts.caption import build_caption_prompt, caption_template
 
     images = sorted(data["root"].glob("*.jpg"))[:4]
     prompts = [build_caption_prompt(caption_template("llava"), p, []).messages for p in images]
 
     def run(dev: str, dtype: str) -> list[str]:
-        gen = load_text_generator(f"hf:{tiny_llava_dir()}", device=dev, dtype=dtype, batch_size=4)
+        gen = load_generator(f"hf:{tiny_llava_dir()}", device=dev, dtype=dtype, batch_size=4)
         try:
             return [g.text for g in gen.generate_batch(prompts, GenerationOptions(max_tokens=8))]
         finally:
@@ -134,13 +134,13 @@ def diffusers_step(device: str, dtypes: list[str]) -> None:
 
     from tiny_models import tiny_sd_dir
     from unirag.generators.images.base import ImageRequest
-    from unirag.generators.registry import load_image_generator
+    from unirag.generators.registry import IMAGE, load_generator
 
     reqs = [ImageRequest(qid=f"q{i}", caption=c, width=32, height=32, steps=2, seed=1234 + i)
             for i, c in enumerate(["A red bus on a street.", "Two dogs on the grass."])]
 
     def run(dev: str, dtype: str) -> list:
-        gen = load_image_generator(f"diffusers:{tiny_sd_dir()}", device=dev, dtype=dtype)
+        gen = load_generator(f"diffusers:{tiny_sd_dir()}", IMAGE, device=dev, dtype=dtype)
         try:
             one = gen.generate(reqs[0]).image
             return [one, *[g.image for g in gen.generate_batch(reqs)]]

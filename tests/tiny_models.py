@@ -155,7 +155,7 @@ _LLAVA_CHAT_TEMPLATE = (
 @functools.lru_cache(maxsize=2)
 def tiny_llava_dir(image_size: int = 32, seed: int = 0, emits: str = "words") -> Path:
     """Directory holding a tiny random ``LlavaForConditionalGeneration`` + ``LlavaProcessor`` (with a chat
-    template), loadable by ``unirag.generators.registry.load_text_generator(f"hf:{path}")``.
+    template), loadable by ``unirag.generators.registry.load_generator(f"hf:{path}")``.
 
     Random weights alone may answer with special tokens only; the saved ``generation_config.json`` (which
     ``generate`` applies, as it does for a real checkpoint) fixes what the model can say:

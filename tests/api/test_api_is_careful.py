@@ -15,8 +15,7 @@ from PIL import Image
 import unirag
 from fake_openai_server import Reply
 from unirag.errors import BackendError, ConfigError, InputError
-from unirag.generators.images.base import GeneratedImage
-from unirag.generators.images.base import ImageGenerator as ImageBackend
+from unirag.generators.images.base import GeneratedImage, ImageBackend
 from unirag.runs.retry import RetryPolicy
 
 FAST = RetryPolicy(base_delay=0.001, max_delay=0.01)

@@ -98,7 +98,7 @@ def test_rerun_repeats_no_call_and_lambda_changes_order(tmp_path, server):
 
 
 def test_interrupted_run_resumes_without_repeating_calls(tmp_path, server):
-    from unirag.generators.registry import load_text_generator
+    from unirag.generators.registry import load_generator
 
     calls = {"n": 0}
 
@@ -115,7 +115,7 @@ def test_interrupted_run_resumes_without_repeating_calls(tmp_path, server):
     ds = make_world(tmp_path / "images")
     run = XR(_config(server.url), cache_dir=tmp_path / "cache",
                  encoder=TableEncoder(CROSS_TEXT, CROSS_IMAGE, "cross"), text_encoder=TableEncoder(TEXT_TABLE),
-                 generator_factory=lambda spec, **o: Interrupting(load_text_generator(spec, **o)),
+                 generator_factory=lambda spec, **o: Interrupting(load_generator(spec, **o)),
                  progress=False, echo=lambda s: None)
     with pytest.raises(KeyboardInterrupt):
         run.run(ds, tmp_path / "out")

@@ -9,7 +9,7 @@ import pytest
 
 from unirag.cir.config import load_config
 from unirag.errors import ConfigError
-from unirag.generators.registry import load_text_generator
+from unirag.generators.registry import load_generator
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "xr_agents_official.yaml"
 
@@ -63,7 +63,7 @@ def test_trust_remote_code_is_off_unless_asked_and_recorded(from_pretrained_call
     """A custom-code checkpoint runs its own Python only when the user opts in (hf: loader, grid option,
     agents YAML, --option trust_remote_code=true); the generator config (hence the run manifest) records the opt-in."""
     for trust in (False, True):
-        gen = load_text_generator(f"hf:{tmp_path}", device="cpu", dtype="float32",
+        gen = load_generator(f"hf:{tmp_path}", device="cpu", dtype="float32",
                                   **({"trust_remote_code": True} if trust else {}))
         with pytest.raises(_Loaded):
             gen.runtime()
@@ -81,4 +81,4 @@ def test_a_custom_code_checkpoint_without_the_opt_in_names_the_option(monkeypatc
 
     monkeypatch.setattr(transformers.AutoProcessor, "from_pretrained", refuse)
     with pytest.raises(ConfigError, match="trust_remote_code=true if you trust it"):
-        load_text_generator(f"hf:{tmp_path}", device="cpu").runtime()
+        load_generator(f"hf:{tmp_path}", device="cpu").runtime()

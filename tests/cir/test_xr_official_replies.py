@@ -177,7 +177,7 @@ def test_repetition_penalty_reaches_hf_generate(tmp_path, monkeypatch):
     from transformers import LlavaForConditionalGeneration
 
     from tiny_models import tiny_llava_dir
-    from unirag.generators.registry import load_text_generator
+    from unirag.generators.registry import load_generator
     from unirag.messages import ImagePart
 
     seen = []
@@ -189,7 +189,7 @@ def test_repetition_penalty_reaches_hf_generate(tmp_path, monkeypatch):
 
     monkeypatch.setattr(LlavaForConditionalGeneration, "generate", recording)
     make_world(tmp_path / "w")
-    gen = load_text_generator(f"hf:{tiny_llava_dir()}", device="cpu")
+    gen = load_generator(f"hf:{tiny_llava_dir()}", device="cpu")
     msgs = [Message("user", [ImagePart(path=tmp_path / "w" / "c1.png"), TextPart("Describe this image.")])]
     out = gen.generate(msgs, GenerationOptions(max_tokens=3, repetition_penalty=1.05))
     gen.generate(msgs, GenerationOptions(max_tokens=3))

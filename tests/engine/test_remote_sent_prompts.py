@@ -9,7 +9,7 @@ import json
 import pickle
 
 from unirag.generators.base import GenerationOptions
-from unirag.generators.registry import load_text_generator
+from unirag.generators.registry import load_generator
 from unirag.messages import ImagePart, Message, TextPart, render_for_log
 from unirag.pipelines.remote_models import ModelRecipe, RemoteModel, sent_prompt_of
 from unirag.runs.engine import _Worker
@@ -30,7 +30,7 @@ def test_the_stand_in_saves_the_workers_wire_form(coco_mini, monkeypatch, no_api
     messages = [Message("user", [TextPart("Caption this."), ImagePart(path=image)])]
     options = GenerationOptions(max_tokens=7)
     sent = stand_in.sent_prompt(messages, options)
-    local = load_text_generator("openai:gpt-4o", base_url="http://127.0.0.1:9/v1")
+    local = load_generator("openai:gpt-4o", base_url="http://127.0.0.1:9/v1")
     assert sent == local.sent_prompt(messages, options) != render_for_log(messages)
     body = json.loads(sent)
     assert body["max_tokens"] == 7 and "sk-test" not in sent and len(asked) == 1

@@ -6,7 +6,7 @@ import pytest
 
 from fake_openai_server import Reply
 from unirag.errors import BackendError, MalformedResponseError
-from unirag.generators.registry import load_text_generator
+from unirag.generators.registry import load_generator
 from unirag.messages import Message, TextPart
 from unirag.runs.executor import run_items
 from unirag.runs.retry import RetryPolicy
@@ -26,12 +26,12 @@ def _run_one(gen, tmp_path):
 @pytest.fixture
 def gemini(fake_server, no_api_keys, monkeypatch):
     monkeypatch.setenv("GEMINI_API_KEY", "gm-secret")
-    return load_text_generator("gemini:gemini-1.5-pro", base_url=fake_server.base, timeout=2)
+    return load_generator("gemini:gemini-1.5-pro", base_url=fake_server.base, timeout=2)
 
 
 @pytest.fixture
 def openai_gen(fake_server, no_api_keys):
-    return load_text_generator("openai:gpt-4o", base_url=fake_server.url, timeout=2)
+    return load_generator("openai:gpt-4o", base_url=fake_server.url, timeout=2)
 
 
 def test_a_type_error_inside_the_gemini_backend_propagates_with_its_traceback(gemini, fake_server, tmp_path,
@@ -126,3 +126,20 @@ def test_only_timeouts_429_and_5xx_statuses_are_retryable():
     assert [s for s in (400, 401, 403, 404, 408, 409, 422, 425, 429, 500, 502, 503, 529, 599)
             if is_retryable_status(s)] == [408, 429, 500, 502, 503, 529, 599]
     assert not is_retryable_status(None) and not is_retryable_status(600)
+
+
+def test_retry_after_headers():
+    """``retry-after-ms`` first (an unreadable one falls back to ``Retry-After``), then seconds or an HTTP date."""
+    import email.utils
+    import time
+
+    from unirag.generators.api import parse_retry_after
+
+    assert parse_retry_after({"retry-after-ms": "1500", "Retry-After": "9"}) == 1.5
+    assert parse_retry_after({"retry-after-ms": "soon", "Retry-After": " 9 "}) == 9.0
+    assert parse_retry_after({"Retry-After": "-3"}) == 0.0
+    later = email.utils.formatdate(time.time() + 100, usegmt=True)
+    assert 90 < parse_retry_after({"retry-after": later}) <= 100
+    assert parse_retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
+    assert parse_retry_after({"Retry-After": "whenever"}) is None
+    assert parse_retry_after({"X-Other": "1"}) is None and parse_retry_after(None) is None

@@ -9,7 +9,7 @@ import pytest
 from fake_openai_server import Reply
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.base import GenerationOptions
-from unirag.generators.registry import load_text_generator
+from unirag.generators.registry import load_generator
 from unirag.prompts.caption import build_caption_prompt, caption_template
 from unirag.retrieval.results import Pair
 
@@ -19,7 +19,7 @@ def gemini(fake_server, no_api_keys, monkeypatch):
     monkeypatch.setenv("GEMINI_API_KEY", "gm-secret")
     fake_server.responder = lambda req: Reply.gemini("two people on a motorcycle", prompt_tokens=900,
                                                      output_tokens=8)
-    return load_text_generator("gemini:gemini-1.5-pro", base_url=fake_server.base, timeout=2)
+    return load_generator("gemini:gemini-1.5-pro", base_url=fake_server.base, timeout=2)
 
 
 def _b64(data: str) -> bytes:
@@ -81,7 +81,7 @@ def test_errors(gemini, fake_server, reply, retryable, status, retry_after):
 
 def test_missing_key_is_a_config_error(no_api_keys):
     with pytest.raises(ConfigError, match="GEMINI_API_KEY or GOOGLE_API_KEY"):
-        load_text_generator("gemini:gemini-1.5-pro")
+        load_generator("gemini:gemini-1.5-pro")
 
 
 def test_google_api_key_fallback_is_sent_and_client_rebuilt_after_close(fake_server, no_api_keys, monkeypatch):
@@ -89,7 +89,7 @@ def test_google_api_key_fallback_is_sent_and_client_rebuilt_after_close(fake_ser
 
     monkeypatch.setenv("GOOGLE_API_KEY", "goog-secret")
     fake_server.responder = lambda req: Reply.gemini("ok")
-    gen = load_text_generator("gemini:gemini-1.5-pro", base_url=fake_server.base, timeout=2)
+    gen = load_generator("gemini:gemini-1.5-pro", base_url=fake_server.base, timeout=2)
     assert gen.config()["api_key_env"] == "GOOGLE_API_KEY"
     assert "goog-secret" not in repr(gen.config())  # the run config names the variable, never the key
     gen.generate([Message("user", [TextPart("hi")])])

@@ -8,7 +8,7 @@ import pytest
 
 from tiny_models import tiny_llava_dir
 from unirag.errors import ConfigError
-from unirag.generators.registry import load_text_generator
+from unirag.generators.registry import load_generator
 from unirag.pipelines.caption import CaptionConfig, run_captioning
 from unirag.runs.engine import EngineOptions
 
@@ -54,7 +54,7 @@ def test_empty_answers_are_recorded_failures_not_empty_captions(coco_set, tmp_pa
 
 
 def test_chat_template_and_batch(coco_set, llava_path):
-    gen = load_text_generator(f"hf:{llava_path}", batch_size=2, device="cpu")
+    gen = load_generator(f"hf:{llava_path}", batch_size=2, device="cpu")
     from unirag.prompts.caption import build_caption_prompt, caption_template
 
     img = coco_set["images_root"] / coco_set["rows"][0]["image"]
@@ -71,11 +71,11 @@ def test_chat_template_and_batch(coco_set, llava_path):
 
 
 def test_unknown_model_is_a_config_error(tmp_path):
-    gen = load_text_generator(f"hf:{tmp_path / 'nope'}", device="cpu")
+    gen = load_generator(f"hf:{tmp_path / 'nope'}", device="cpu")
     with pytest.raises(ConfigError, match="cannot load VLM"):
         gen.generate([])
     with pytest.raises(ConfigError, match="unknown dtype"):
-        load_text_generator("hf:x", dtype="int3")
+        load_generator("hf:x", dtype="int3")
 
 
 def test_bfloat16_weights_and_inputs_then_close(coco_set, llava_path, monkeypatch):
@@ -86,7 +86,7 @@ def test_bfloat16_weights_and_inputs_then_close(coco_set, llava_path, monkeypatc
     from unirag.generators.base import GenerationOptions
     from unirag.prompts.caption import build_caption_prompt, caption_template
 
-    gen = load_text_generator(f"hf:{llava_path}", batch_size=2, device="cpu", dtype="bfloat16")
+    gen = load_generator(f"hf:{llava_path}", batch_size=2, device="cpu", dtype="bfloat16")
     assert gen.runtime() == {"device": "cpu", "dtype": "bfloat16"}
     assert {p.dtype for p in gen._model.parameters()} == {torch.bfloat16}
     img = coco_set["images_root"] / coco_set["rows"][0]["image"]
@@ -105,7 +105,7 @@ def test_auto_device_is_cpu_in_float32_without_a_gpu(llava_path, monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
-    gen = load_text_generator(f"hf:{llava_path}")
+    gen = load_generator(f"hf:{llava_path}")
     assert gen.runtime() == {"device": "cpu", "dtype": "float32"}
     gen.close()
 
@@ -136,7 +136,7 @@ def test_llava_sends_no_sampling_arguments_without_a_temperature(llava_path):
     from unirag.generators.base import GenerationOptions
     from unirag.messages import Message, TextPart
 
-    gen = load_text_generator(f"hf:{llava_path}", device="cpu", dtype="float32")
+    gen = load_generator(f"hf:{llava_path}", device="cpu", dtype="float32")
     gen._load()
     seen = []
     real = gen._model.generate

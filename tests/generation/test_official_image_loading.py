@@ -55,13 +55,13 @@ def test_official_image_run_hands_its_generator_plain_loads(rotated_and_transpar
     the top example as loaded, kept as stored (40x20) under ``plain``, upright (20x40) by default."""
     from unirag.data.records import Query
     from unirag.generators.pricing import Price
-    from unirag.generators.registry import load_image_generator
+    from unirag.generators.registry import IMAGE, load_generator
     from unirag.pipelines.example_run import PreparedQuery
     from unirag.pipelines.image_gen import ImageSettings, image_job
     from unirag.retrieval.results import Pair
 
     jpeg, _ = rotated_and_transparent
-    generator = load_image_generator("retrieval:top1")
+    generator = load_generator("retrieval:top1", IMAGE)
     for loading, size in (("plain", [40, 20]), ("normalised", [20, 40])):
         job = image_job(generator, tmp_path / loading, None, ImageSettings(), Price(), {}, save_prompts=0,
                         image_loading=loading)

@@ -11,7 +11,7 @@ from fake_openai_server import Reply
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.base import GenerationOptions
 from unirag.generators.openai_compat import openai_image_tokens
-from unirag.generators.registry import load_text_generator
+from unirag.generators.registry import load_generator
 from unirag.prompts.caption import build_caption_prompt, caption_template
 from unirag.retrieval.results import Pair
 
@@ -25,7 +25,7 @@ def test_exact_request_payload_for_a_two_shot_gpt4o_prompt(coco_set, fake_server
     imgs = [root / r["image"] for r in rows[:3]]
     shots = [Pair.of(imgs[1], rows[1]["captions"][0]), Pair.of(imgs[2], rows[2]["captions"][0])]
     prompt = build_caption_prompt(caption_template("gpt4o"), imgs[0], shots)
-    gen = load_text_generator("openai:gpt-4o", base_url=fake_server.url)
+    gen = load_generator("openai:gpt-4o", base_url=fake_server.url)
     fake_server.push(Reply.chat("A man making pizzas.", prompt_tokens=5000, completion_tokens=7))
     out = gen.generate(prompt.messages, GenerationOptions(max_tokens=123))
     assert out.text == "A man making pizzas."
@@ -65,7 +65,7 @@ def test_exact_request_payload_for_a_two_shot_gpt4o_prompt(coco_set, fake_server
 ])
 def test_errors_map_to_backend_errors(coco_set, fake_server, no_api_keys, reply, retryable, status, retry_after,
                                       match):
-    gen = load_text_generator("openai:gpt-4o", base_url=fake_server.url)
+    gen = load_generator("openai:gpt-4o", base_url=fake_server.url)
     prompt = build_caption_prompt(caption_template("gpt4o"), coco_set["images_root"] / coco_set["rows"][0]["image"], [])
     fake_server.push(reply)
     with pytest.raises(BackendError, match=match) as ei:
@@ -76,7 +76,7 @@ def test_errors_map_to_backend_errors(coco_set, fake_server, no_api_keys, reply,
 
 
 def test_timeout_is_retryable(coco_set, fake_server, no_api_keys):
-    gen = load_text_generator("openai:gpt-4o", base_url=fake_server.url, timeout=0.3)
+    gen = load_generator("openai:gpt-4o", base_url=fake_server.url, timeout=0.3)
     prompt = build_caption_prompt(caption_template("gpt4o"), coco_set["images_root"] / coco_set["rows"][0]["image"], [])
     fake_server.push(Reply(delay=1.5))
     with pytest.raises(BackendError, match="timed out") as ei:
@@ -87,7 +87,7 @@ def test_timeout_is_retryable(coco_set, fake_server, no_api_keys):
 def test_content_filter_is_permanent_and_json_schema_is_sent(fake_server, no_api_keys):
     from unirag.messages import Message, TextPart
 
-    gen = load_text_generator("openai:gpt-4o", base_url=fake_server.url)
+    gen = load_generator("openai:gpt-4o", base_url=fake_server.url)
     fake_server.push(Reply(json={"choices": [{"index": 0, "finish_reason": "content_filter",
                                               "message": {"role": "assistant", "content": None}}]}))
     with pytest.raises(BackendError, match="content filter") as ei:
@@ -103,9 +103,9 @@ def test_content_filter_is_permanent_and_json_schema_is_sent(fake_server, no_api
 
 def test_key_from_environment_only(monkeypatch, no_api_keys, fake_server):
     with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
-        load_text_generator("openai:gpt-4o")  # official endpoint and no key
+        load_generator("openai:gpt-4o")  # official endpoint and no key
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
-    gen = load_text_generator("openai:gpt-4o", base_url=fake_server.url)
+    gen = load_generator("openai:gpt-4o", base_url=fake_server.url)
     assert "sk-test-secret" not in repr(gen.config())
     from unirag.messages import Message, TextPart
 

@@ -7,7 +7,7 @@ import sys
 import types
 
 from unirag.generators.base import Generation
-from unirag.generators.registry import load_image_generator, load_text_generator
+from unirag.generators.registry import IMAGE, load_generator
 from unirag.messages import Message, TextPart
 
 
@@ -47,14 +47,14 @@ def _module(monkeypatch):
 def test_caption_plugin_hooks_and_defaults(monkeypatch):
     _module(monkeypatch)
     msg = [Message("user", [TextPart("hi")])]
-    bare = load_text_generator("python:plugin_under_test:bare")
+    bare = load_generator("python:plugin_under_test:bare")
     assert (bare.template_family, bare.image_mode, bare.batch_size) == ("llava", "multi-image", 1)
     assert [g.text for g in bare.generate_batch([msg, msg])] == ["one", "one"]  # the default: one call each
     from unirag import Captioner
 
-    assert Captioner(bare).batches and Captioner(load_text_generator("python:plugin_under_test:full")).batches
+    assert Captioner(bare).batches and Captioner(load_generator("python:plugin_under_test:full")).batches
     assert "hi" in bare.sent_prompt(msg)  # the rendered messages
-    full = load_text_generator("python:plugin_under_test:full")
+    full = load_generator("python:plugin_under_test:full")
     assert full.batch_size == 3 and [g.text for g in full.generate_batch([msg, msg])] == ["batched", "batched"]
     assert full.sent_prompt(msg) == "AS SENT"
     assert full.config() == {"spec": "python:plugin_under_test:full", "backend": "python"}
@@ -62,7 +62,7 @@ def test_caption_plugin_hooks_and_defaults(monkeypatch):
 
 def test_image_plugin_hooks_and_defaults(monkeypatch):
     _module(monkeypatch)
-    gen = load_image_generator("python:plugin_under_test:image")
+    gen = load_generator("python:plugin_under_test:image", IMAGE)
     assert (gen.local, gen.max_examples, gen.min_examples, gen.templates, gen.identity()) == (False, 2, 0, (), {})
     from unirag.generators.images.base import ImageRequest
 

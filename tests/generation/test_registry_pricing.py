@@ -7,7 +7,7 @@ import pytest
 from unirag.errors import ConfigError, InputError
 from unirag.generators.base import Usage
 from unirag.generators.pricing import DEFAULT_PRICES, Price, cost_usd, price_for, read_prices
-from unirag.generators.registry import load_text_generator, parse_spec
+from unirag.generators.registry import load_generator, parse_spec
 
 
 def test_parse_spec():
@@ -22,13 +22,13 @@ def test_parse_spec():
 
 
 def test_options_a_backend_does_not_take_are_ignored_and_families_checked(no_api_keys):
-    gen = load_text_generator("retrieval:top1", base_url="http://x", device="cpu", batch_size=None)
+    gen = load_generator("retrieval:top1", base_url="http://x", device="cpu", batch_size=None)
     assert gen.spec == "retrieval:top1" and gen.device == "cpu"
     with pytest.raises(ConfigError, match="unknown prompt family"):
-        load_text_generator("retrieval:top1", family="blip")
+        load_generator("retrieval:top1", family="blip")
     with pytest.raises(ConfigError, match="top1 or retrieval:consensus"):
-        load_text_generator("retrieval:best")
-    llava_server = load_text_generator("openai:llava-1.5", base_url="http://127.0.0.1:9/v1", family="llava")
+        load_generator("retrieval:best")
+    llava_server = load_generator("openai:llava-1.5", base_url="http://127.0.0.1:9/v1", family="llava")
     assert (llava_server.template_family, llava_server.image_mode) == ("llava", "single-image")
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from unirag.data.mbeir import read_queries
-from unirag.generators.registry import load_image_generator
+from unirag.generators.registry import IMAGE, load_generator
 from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
 from unirag.runs.engine import EngineOptions
 
@@ -21,7 +21,7 @@ SMALL = ImageSettings(width=32, height=32, steps=2, guidance=4.0, seed=1234)
 
 @pytest.fixture(scope="module")
 def emu2(tmp_path_factory):
-    gen = load_image_generator(f"emu2-gen:{make_emu2_dir(tmp_path_factory.mktemp('emu2') / 'Emu2-Gen')}",
+    gen = load_generator(f"emu2-gen:{make_emu2_dir(tmp_path_factory.mktemp('emu2') / 'Emu2-Gen')}", IMAGE,
                                device="cpu")
     yield gen
     gen.close()

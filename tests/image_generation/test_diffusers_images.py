@@ -16,7 +16,7 @@ from unirag.generators.images.diffusers_backend import (
     STYLE_TEXT_ONLY,
     call_kwargs,
 )
-from unirag.generators.registry import load_image_generator
+from unirag.generators.registry import IMAGE, load_generator
 from unirag.pipelines.image_gen import ImageConfig, ImageSettings, image_stem, run_images
 from unirag.retrieval.results import Pair
 
@@ -27,7 +27,7 @@ SMALL = ImageSettings(width=32, height=32, steps=2, guidance=4.0, seed=1234)
 
 @pytest.fixture(scope="module")
 def tiny_sd(tiny_sd_dir):
-    gen = load_image_generator(f"diffusers:{tiny_sd_dir}", device="cpu")
+    gen = load_generator(f"diffusers:{tiny_sd_dir}", IMAGE, device="cpu")
     yield gen
     gen.close()
 
@@ -96,7 +96,7 @@ def test_omnigen_style_prompt_and_input_images_in_example_order(tmp_path):
     examples = [Pair.of(Path("/imgs/a.jpg"), "A red bus.", "img:a"),
                 Pair.of(Path("/imgs/b.jpg"), "Two dogs on grass.", "img:b")]
     req = ImageRequest(qid="q", caption="A cat on a sofa.", examples=examples)
-    gen = load_image_generator("diffusers:omnigen-like", pipeline=OmniGenLike(), device="cpu")
+    gen = load_generator("diffusers:omnigen-like", IMAGE, pipeline=OmniGenLike(), device="cpu")
     prompt = gen.prompt_text(req)
     # Each example's caption precedes its placeholder; placeholders numbered 1..k in order; query last.
     i_a, i_1 = prompt.index("A red bus."), prompt.index("<img><|image_1|></img>")
@@ -109,7 +109,7 @@ def test_omnigen_style_prompt_and_input_images_in_example_order(tmp_path):
 def test_call_kwargs_pass_only_declared_parameters():
     omnigen_params = {"prompt", "input_images", "height", "width", "num_inference_steps", "guidance_scale",
                       "generator", "output_type", "img_guidance_scale"}
-    assert load_image_generator("diffusers:omnigen-like", pipeline=OmniGenLike(), device="cpu").style == STYLE_INTERLEAVED
+    assert load_generator("diffusers:omnigen-like", IMAGE, pipeline=OmniGenLike(), device="cpu").style == STYLE_INTERLEAVED
     req = ImageRequest(qid="q", caption="c", width=64, height=48, steps=3, guidance=2.5, seed=7)
     kwargs, dropped = call_kwargs(omnigen_params, req, "p", ["IMG1", "IMG2"], "GEN")
     assert kwargs == {"prompt": "p", "height": 48, "width": 64, "num_inference_steps": 3, "guidance_scale": 2.5,
@@ -155,7 +155,7 @@ def _examples(t2i_data, n: int) -> list[Pair]:
 def test_interleaved_pipeline_object_receives_prompt_and_images(t2i_data):
     """A pipeline declaring ``input_images`` (OmniGen's signature) gets the decoded example images."""
     pipe = OmniGenLike()
-    gen = load_image_generator("diffusers:omnigen-like", pipeline=pipe, device="cpu")
+    gen = load_generator("diffusers:omnigen-like", IMAGE, pipeline=pipe, device="cpu")
     gen.check_k(5)  # accepts examples
     rec = t2i_data.records
     ex = _examples(t2i_data, 2)
@@ -173,14 +173,14 @@ def test_interleaved_pipeline_object_receives_prompt_and_images(t2i_data):
 
 def test_out_of_memory_drops_last_examples_then_fails(t2i_data):
     pipe = OmniGenLike(oom_above=3)
-    gen = load_image_generator("diffusers:omnigen-like", pipeline=pipe, device="cpu")
+    gen = load_generator("diffusers:omnigen-like", IMAGE, pipeline=pipe, device="cpu")
     out = gen.generate(ImageRequest(qid="q", caption="c", examples=_examples(t2i_data, 5), width=32, height=32))
     assert [len(c["input_images"]) for c in pipe.calls] == [5, 4, 3]
     assert out.meta["examples_used"] == 3
     assert "<|image_3|>" in out.meta["prompt"] and "<|image_4|>" not in out.meta["prompt"]
     assert t2i_data.records[3]["captions"][1] in out.meta["prompt"]
     assert t2i_data.records[4]["captions"][1] not in out.meta["prompt"]
-    strict = load_image_generator("diffusers:omnigen-like", pipeline=OmniGenLike(oom_above=0), device="cpu",
+    strict = load_generator("diffusers:omnigen-like", IMAGE, pipeline=OmniGenLike(oom_above=0), device="cpu",
                                   oom_fallback=False)
     with pytest.raises(BackendError, match="out of memory for query q") as e:
         strict.generate(ImageRequest(qid="q", caption="c", examples=_examples(t2i_data, 2), width=32, height=32))
@@ -190,13 +190,13 @@ def test_out_of_memory_drops_last_examples_then_fails(t2i_data):
 def test_bad_diffusers_specs_are_config_errors(tmp_path):
     (tmp_path / "not-a-pipeline").mkdir()
     with pytest.raises(ConfigError, match="model_index.json"):
-        load_image_generator(f"diffusers:{tmp_path / 'not-a-pipeline'}", device="cpu")
+        load_generator(f"diffusers:{tmp_path / 'not-a-pipeline'}", IMAGE, device="cpu")
     with pytest.raises(ConfigError, match="does not exist"):
-        load_image_generator(f"diffusers:{tmp_path / 'missing'}", device="cpu")
+        load_generator(f"diffusers:{tmp_path / 'missing'}", IMAGE, device="cpu")
     with pytest.raises(ConfigError, match="lacks a name"):
-        load_image_generator("diffusers:")
+        load_generator("diffusers:", IMAGE)
     with pytest.raises(ConfigError, match="unknown image generator spec"):
-        load_image_generator("stable-diffusion:foo")
+        load_generator("stable-diffusion:foo", IMAGE)
 
 
 @pytest.mark.slow  # tens of seconds on 2 cores: left out of make test-fast
@@ -258,14 +258,14 @@ def test_offload_and_auto_precision_on_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
     pipe = OffloadRecorder()
-    gen = load_image_generator("diffusers:recorder", pipeline=pipe, offload="model")
+    gen = load_generator("diffusers:recorder", IMAGE, pipeline=pipe, offload="model")
     assert gen.device == "cuda" and gen.dtype == "bfloat16" and pipe.placed == [("model-offload", "cuda")]
     assert gen.config()["offload"] == "model"
     plain = OffloadRecorder()
-    load_image_generator("diffusers:recorder", pipeline=plain, device="cuda")
+    load_generator("diffusers:recorder", IMAGE, pipeline=plain, device="cuda")
     assert plain.placed == [("to", "cuda")]
     with pytest.raises(ConfigError, match="offload mode"):
-        load_image_generator("diffusers:recorder", pipeline=OffloadRecorder(), offload="disk")
+        load_generator("diffusers:recorder", IMAGE, pipeline=OffloadRecorder(), offload="disk")
     calls = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
     gen.close()

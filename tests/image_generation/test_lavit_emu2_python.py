@@ -25,7 +25,7 @@ from unirag.data.mbeir import read_queries
 from unirag.errors import ConfigError
 from unirag.generators.images.base import ImageRequest
 from unirag.generators.images.lavit import xformers_available
-from unirag.generators.registry import load_image_generator
+from unirag.generators.registry import IMAGE, load_generator
 from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
 from unirag.retrieval.results import Pair
 
@@ -194,11 +194,11 @@ def plugin_module(tmp_path_factory):
 def backend(request, lavit_code, emu2_dir, plugin_module):
     if request.param == "lavit":
         code, ckpt = lavit_code
-        gen = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu")
+        gen = load_generator(f"lavit:{ckpt}", IMAGE, lavit_code=str(code), device="cpu")
     elif request.param == "emu2-gen":
-        gen = load_image_generator(f"emu2-gen:{emu2_dir}", device="cpu")
+        gen = load_generator(f"emu2-gen:{emu2_dir}", IMAGE, device="cpu")
     else:
-        gen = load_image_generator(f"python:{plugin_module}:make", device="cpu")
+        gen = load_generator(f"python:{plugin_module}:make", IMAGE, device="cpu")
     yield request.param, gen
     gen.close()
 
@@ -265,6 +265,10 @@ def test_rag_run_gives_the_model_the_example_pairs_interleaved(backend, t2i_data
         assert image == str(t2i_data.root / nxt["image"])  # LaVIT takes image paths
     else:
         assert image == (nxt["width"], nxt["height"])  # Emu2-Gen takes decoded PIL images
+    # The saved prompt shows that order too, each image by its file name.
+    rec = json.loads((tmp_path / "rag" / "outputs.jsonl").read_text().splitlines()[0])
+    saved = json.loads((tmp_path / "rag" / rec["image"]).with_suffix(".prompt.json").read_text())["prompt"]
+    assert saved == f"{nxt['captions'][1]}\n<image {Path(nxt['image']).name}>\n{queries[0].txt}"
 
 
 def test_settings_reach_the_model(lavit_code, emu2_dir):
@@ -276,14 +280,14 @@ def test_settings_reach_the_model(lavit_code, emu2_dir):
     import models
 
     code, ckpt = lavit_code
-    lavit = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu", dtype="bfloat16")
+    lavit = load_generator(f"lavit:{ckpt}", IMAGE, lavit_code=str(code), device="cpu", dtype="bfloat16")
     assert models.BUILT[-1] == {"model_path": str(ckpt), "model_dtype": "bf16", "understanding": False,
                                 "load_tokenizer": True, "local_files_only": True, "check_safety": False,
                                 "use_xformers": xformers_available()}
     lavit.generate(ImageRequest(qid="q", caption="a red bus", width=48, height=32, steps=3, guidance=2.5))
     assert {k: models.CALLS[-1][k] for k in ("width", "height", "steps", "guidance", "top_k", "n")} == \
         {"width": 48, "height": 32, "steps": 3, "guidance": 2.5, "top_k": 50, "n": 1}
-    emu = load_image_generator(f"emu2-gen:{emu2_dir}", device="cpu")
+    emu = load_generator(f"emu2-gen:{emu2_dir}", IMAGE, device="cpu")
     emu.generate(ImageRequest(qid="q", caption="a red bus", width=48, height=32, steps=3, guidance=2.5))
     assert {k: emu._pipe.calls[-1][k] for k in ("size", "steps", "guidance")} == \
         {"size": (48, 32), "steps": 3, "guidance": 2.5}
@@ -293,36 +297,36 @@ def test_settings_reach_the_model(lavit_code, emu2_dir):
 def test_missing_code_or_wrong_interfaces_are_config_errors(tmp_path, lavit_code, t2i_data):
     code, ckpt = lavit_code
     with pytest.raises(ConfigError, match="does not exist"):
-        load_image_generator(f"lavit:{tmp_path / 'nope'}", lavit_code=str(code), device="cpu")
+        load_generator(f"lavit:{tmp_path / 'nope'}", IMAGE, lavit_code=str(code), device="cpu")
     with pytest.raises(ConfigError, match="cannot import LaVIT"):
-        load_image_generator(f"lavit:{ckpt}", lavit_module="no_such_lavit_pkg", device="cpu")
+        load_generator(f"lavit:{ckpt}", IMAGE, lavit_module="no_such_lavit_pkg", device="cpu")
 
     class NotLaVIT:
         def multimodal_synthesis(self, prompts):
             return []
 
     with pytest.raises(ConfigError, match="lacks width"):
-        load_image_generator("lavit:x", model=NotLaVIT(), device="cpu")
+        load_generator("lavit:x", IMAGE, model=NotLaVIT(), device="cpu")
 
     class NotEmu:
         def __call__(self, prompt, height=None, width=None):
             return None
 
     with pytest.raises(ConfigError, match="not Emu2-Gen's pipeline"):
-        load_image_generator("emu2-gen:x", pipeline=NotEmu(), device="cpu")
+        load_generator("emu2-gen:x", IMAGE, pipeline=NotEmu(), device="cpu")
     with pytest.raises(ConfigError, match="python:MODULE:FACTORY"):
-        load_image_generator("python:just_a_module", device="cpu")
+        load_generator("python:just_a_module", IMAGE, device="cpu")
     with pytest.raises(ConfigError, match="cannot import module"):
-        load_image_generator("python:no_such_mod_xyz:make")
+        load_generator("python:no_such_mod_xyz:make", IMAGE)
     with pytest.raises(ConfigError, match="no generate"):
-        load_image_generator("python:os:getcwd")  # returns a str, which has no generate()
+        load_generator("python:os:getcwd", IMAGE)  # returns a str, which has no generate()
 
 
 def test_out_of_memory_at_five_examples_keeps_the_first_four(emu2_dir, t2i_data):
     """The paper: Emu2-Gen ran out of GPU memory for 36 five-shot prompts, which then kept the first four pairs."""
     import torch
 
-    emu = load_image_generator(f"emu2-gen:{emu2_dir}", device="cpu")
+    emu = load_generator(f"emu2-gen:{emu2_dir}", IMAGE, device="cpu")
     real_call = type(emu._pipe).__call__
 
     def tight(self, inputs, **kw):
@@ -343,7 +347,7 @@ def test_out_of_memory_at_five_examples_keeps_the_first_four(emu2_dir, t2i_data)
 
 def test_python_caption_plugin(tmp_path, monkeypatch):
     from unirag.generators.base import Generation
-    from unirag.generators.registry import load_text_generator
+    from unirag.generators.registry import load_generator
     from unirag.messages import Message, TextPart
 
     (tmp_path / "unirag_test_captioner.py").write_text(textwrap.dedent('''
@@ -363,7 +367,7 @@ def test_python_caption_plugin(tmp_path, monkeypatch):
             return Echo(prefix)
     '''))
     monkeypatch.syspath_prepend(str(tmp_path))
-    gen = load_text_generator("python:unirag_test_captioner:make", device="cpu")
+    gen = load_generator("python:unirag_test_captioner:make", device="cpu")
     assert gen.image_mode == "single-image" and gen.template_family == "llava"
     msg = [Message(role="user", parts=[TextPart("a cat")])]
     assert gen.generate_batch([msg, msg]) == [Generation(text="says: a cat"), Generation(text="says: a cat")]
@@ -393,7 +397,7 @@ def test_emu2_pipeline_gets_its_encoder_and_tokenizer_passed_explicitly(tmp_path
         return real(cls, path, **kwargs)
 
     monkeypatch.setattr(DiffusionPipeline, "from_pretrained", classmethod(spy))
-    emu = load_image_generator(f"emu2-gen:{folder}", device="cpu", dtype="bfloat16")
+    emu = load_generator(f"emu2-gen:{folder}", IMAGE, device="cpu", dtype="bfloat16")
     assert seen["custom_pipeline"] == "pipeline_emu2_gen" and seen["trust_remote_code"] is True
     assert seen["variant"] == "bf16" and seen["use_safetensors"] is True
     encoder, tokenizer = seen["multimodal_encoder"], seen["tokenizer"]
@@ -410,9 +414,9 @@ def test_emu2_checkpoint_without_its_components_is_a_config_error(tmp_path):
     folder = make_emu2_dir(tmp_path / "Emu2-Gen")
     shutil.rmtree(folder / "tokenizer")
     with pytest.raises(ConfigError, match="no tokenizer sub-folder"):
-        load_image_generator(f"emu2-gen:{folder}", device="cpu")
+        load_generator(f"emu2-gen:{folder}", IMAGE, device="cpu")
     with pytest.raises(ConfigError, match="not in the local Hugging Face cache"):
-        load_image_generator("emu2-gen:nobody/no-such-emu2", device="cpu")
+        load_generator("emu2-gen:nobody/no-such-emu2", IMAGE, device="cpu")
 
 
 def test_lavit_is_seeded_once_when_built(lavit_code):
@@ -424,18 +428,18 @@ def test_lavit_is_seeded_once_when_built(lavit_code):
 
     code, ckpt = lavit_code
     req = ImageRequest(qid="q", caption="a red bus", width=16, height=16, steps=1, seed=77)
-    load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu")
+    load_generator(f"lavit:{ckpt}", IMAGE, lavit_code=str(code), device="cpu")
     assert torch.initial_seed() == 1234
     assert np.random.rand() == np.random.RandomState(1234).rand()
     assert random.random() == random.Random(1234).random()
-    first = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu")
+    first = load_generator(f"lavit:{ckpt}", IMAGE, lavit_code=str(code), device="cpu")
     a1 = np.asarray(first.generate(req).image)
     a2 = np.asarray(first.generate(req).image)
     assert not np.array_equal(a1, a2)  # no reseeding before a call
     req.seed = 4321  # the request's seed is not LaVIT's: same first picture after a fresh build
-    again = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu")
+    again = load_generator(f"lavit:{ckpt}", IMAGE, lavit_code=str(code), device="cpu")
     assert np.array_equal(np.asarray(again.generate(req).image), a1)
-    other = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu", seed=5)
+    other = load_generator(f"lavit:{ckpt}", IMAGE, lavit_code=str(code), device="cpu", seed=5)
     assert not np.array_equal(np.asarray(other.generate(req).image), a1)
     assert first.config()["seed"] == 1234 and first.identity()["seeding"] == "once-at-build"
 
@@ -449,15 +453,15 @@ def test_lavit_precision_names_are_lavits(lavit_code):
     import models
 
     code, ckpt = lavit_code
-    load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu")
+    load_generator(f"lavit:{ckpt}", IMAGE, lavit_code=str(code), device="cpu")
     assert models.BUILT[-1]["model_dtype"] == "bf16"  # "auto": the official precision, on any device
-    load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu", dtype="bf16")
+    load_generator(f"lavit:{ckpt}", IMAGE, lavit_code=str(code), device="cpu", dtype="bf16")
     assert models.BUILT[-1]["model_dtype"] == "bf16"
     for bad in ("float32", "fp32"):
         with pytest.raises(ConfigError, match="bfloat16 or float16 only"):
-            load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu", dtype=bad)
+            load_generator(f"lavit:{ckpt}", IMAGE, lavit_code=str(code), device="cpu", dtype=bad)
     with pytest.raises(ConfigError, match="float16 is not supported for CPU"):
-        load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu", dtype="float16")
+        load_generator(f"lavit:{ckpt}", IMAGE, lavit_code=str(code), device="cpu", dtype="float16")
 
 
 def test_lavit_uses_xformers_when_installed(lavit_code, monkeypatch):
@@ -472,10 +476,10 @@ def test_lavit_uses_xformers_when_installed(lavit_code, monkeypatch):
     code, ckpt = lavit_code
     for installed in (True, False):
         monkeypatch.setattr(lavit_mod, "xformers_available", lambda installed=installed: installed)
-        gen = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu")
+        gen = load_generator(f"lavit:{ckpt}", IMAGE, lavit_code=str(code), device="cpu")
         assert models.BUILT[-1]["use_xformers"] is installed and gen.config()["use_xformers"] is installed
     monkeypatch.setattr(lavit_mod, "xformers_available", lambda: True)
-    load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu", use_xformers=False)
+    load_generator(f"lavit:{ckpt}", IMAGE, lavit_code=str(code), device="cpu", use_xformers=False)
     assert models.BUILT[-1]["use_xformers"] is False
 
 
@@ -491,11 +495,11 @@ def test_official_lavit_is_seeded_again_before_every_1000th_query(lavit_code):
     assert profile_options("lavit:/ckpt", "default", kind=IMAGE) == {}
     code, ckpt = lavit_code
     req = ImageRequest(qid="q", caption="a red bus", width=16, height=16, steps=1)
-    every3 = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu", reseed_every=3)
+    every3 = load_generator(f"lavit:{ckpt}", IMAGE, lavit_code=str(code), device="cpu", reseed_every=3)
     pictures = [np.asarray(every3.generate(req).image) for _ in range(4)]
     assert np.array_equal(pictures[3], pictures[0]) and not np.array_equal(pictures[1], pictures[0])
     assert every3.identity()["seeding"] == "every-3-calls"
-    once = load_image_generator(f"lavit:{ckpt}", lavit_code=str(code), device="cpu")
+    once = load_generator(f"lavit:{ckpt}", IMAGE, lavit_code=str(code), device="cpu")
     pictures = [np.asarray(once.generate(req).image) for _ in range(4)]
     assert not np.array_equal(pictures[3], pictures[0])  # unirag's default: seeded once, at build
 
@@ -510,9 +514,9 @@ def test_official_emu2_is_never_seeded(tmp_path):
     assert profile_options("emu2-gen:/ckpt", "official", kind=IMAGE) == {"reseed": False}
     folder = make_emu2_dir(tmp_path / "Emu2-Gen", variant="bf16")
     req = ImageRequest(qid="q", caption="a red bus", width=16, height=16, steps=1, seed=7)
-    seeded = load_image_generator(f"emu2-gen:{folder}", device="cpu", dtype="bfloat16")
+    seeded = load_generator(f"emu2-gen:{folder}", IMAGE, device="cpu", dtype="bfloat16")
     assert np.array_equal(np.asarray(seeded.generate(req).image), np.asarray(seeded.generate(req).image))
-    never = load_image_generator(f"emu2-gen:{folder}", device="cpu", dtype="bfloat16",
+    never = load_generator(f"emu2-gen:{folder}", IMAGE, device="cpu", dtype="bfloat16",
                                  **profile_options(f"emu2-gen:{folder}", "official", kind=IMAGE))
     torch.manual_seed(0)
     a = np.asarray(never.generate(req).image)

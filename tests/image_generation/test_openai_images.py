@@ -12,7 +12,7 @@ from fake_openai_server import RecordedRequest, Reply
 from unirag.data.mbeir import read_queries
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.images.base import ImageRequest
-from unirag.generators.registry import load_image_generator
+from unirag.generators.registry import IMAGE, load_generator
 from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
 from unirag.retrieval.results import Pair
 
@@ -24,7 +24,7 @@ RED = solid_png((200, 10, 10))
 @pytest.fixture()
 def gen(server, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    g = load_image_generator("openai-image:gpt-image-1", base_url=server.url, timeout=5)
+    g = load_generator("openai-image:gpt-image-1", IMAGE, base_url=server.url, timeout=5)
     yield g
     g.close()
 
@@ -85,7 +85,7 @@ def test_status_errors_map_to_retryable_or_permanent(server, gen):
 
 def test_timeout_is_retryable(server, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    g = load_image_generator("openai-image:gpt-image-1", base_url=server.url, timeout=0.3)
+    g = load_generator("openai-image:gpt-image-1", IMAGE, base_url=server.url, timeout=0.3)
     server.push(Reply(json={}, delay=1.5))
     with pytest.raises(BackendError, match="timed out") as e:
         g.generate(ImageRequest(qid="q", caption="c"))
@@ -156,19 +156,19 @@ def test_run_retries_transient_errors_and_fails_only_the_permanent_query(server,
 def test_settings_the_model_cannot_take_fail_before_the_run(server, gen, monkeypatch):
     with pytest.raises(ConfigError, match="supported sizes"):
         gen.check_size(1000, 1000)
-    dalle3 = load_image_generator("openai-image:dall-e-3", base_url=server.url)
+    dalle3 = load_generator("openai-image:dall-e-3", IMAGE, base_url=server.url)
     with pytest.raises(ConfigError, match="text-only"):
         dalle3.check_k(1)
     with pytest.raises(ConfigError, match="at most 16"):
         gen.check_k(17)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
-        load_image_generator("openai-image:gpt-image-1")
+        load_generator("openai-image:gpt-image-1", IMAGE)
 
 
 def test_dalle_asks_for_base64(server, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    g = load_image_generator("openai-image:dall-e-3", base_url=server.url)
+    g = load_generator("openai-image:dall-e-3", IMAGE, base_url=server.url)
     server.push(Reply(json={"created": 1, "data": [{"b64_json": __import__("base64").b64encode(RED).decode(),
                                                      "revised_prompt": "A vivid red square."}]}))
     out = g.generate(ImageRequest(qid="q", caption="red"))
@@ -182,7 +182,7 @@ def test_dalle_asks_for_base64(server, monkeypatch):
 
 def test_unpriced_model_has_no_cost_until_a_price_file_gives_one(server, monkeypatch, t2i_data, tmp_path):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    g = load_image_generator("openai-image:local-flux", base_url=server.url)  # a compatible server's model
+    g = load_generator("openai-image:local-flux", IMAGE, base_url=server.url)  # a compatible server's model
     server.responder = lambda req: openai_image_reply(RED, input_tokens=1000, output_tokens=2000)
     queries = read_queries(t2i_data.queries)[:2]
     out = tmp_path / "unpriced"

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from unirag.cli.generate_images_cmd import generate_images
 from unirag.errors import ConfigError, InputError
 from unirag.generators.images.base import ImageRequest
-from unirag.generators.registry import load_image_generator
+from unirag.generators.registry import IMAGE, load_generator
 
 from .helpers import read_pixels
 
@@ -94,9 +94,9 @@ def test_top1_random_mode_uses_other_queries_gold_images(t2i_data, tmp_path):
 
 def test_top1_needs_examples_and_missing_image_fails_only_that_query(t2i_data, tmp_path):
     with pytest.raises(ConfigError, match="at least 1 example"):
-        load_image_generator("retrieval:top1").check_k(0)
+        load_generator("retrieval:top1", IMAGE).check_k(0)
     with pytest.raises(ConfigError, match="unknown retrieval image baseline"):
-        load_image_generator("retrieval:consensus")
+        load_generator("retrieval:consensus", IMAGE)
     # A run whose pairs point at a missing file: that query is an error record naming the file.
     from unirag.retrieval.run_io import read_retrieval_run, write_retrieval_run
 
@@ -154,7 +154,7 @@ def test_top1_generate_keeps_original_pixels_for_grayscale_photo(coco_mini):
             return im.mode
 
     gray = next(p for p in sorted((coco_mini / "images").glob("*.jpg")) if mode(p) == "L")
-    gen = load_image_generator("retrieval:top1")
+    gen = load_generator("retrieval:top1", IMAGE)
     out = gen.generate(ImageRequest(qid="q", caption="c", examples=[Pair.of(gray, "x", "g")]))
     with Image.open(gray) as im:
         expected = np.asarray(im.convert("RGB"))

@@ -201,8 +201,8 @@ def test_temperature_none_sends_none():
     assert "temperature" not in oa.request_body([], GenerationOptions(max_tokens=5, temperature=None))
     assert oa.request_body([], GenerationOptions(max_tokens=5))["temperature"] == 0.0
     gem = GeminiGenerator.__new__(GeminiGenerator)
-    assert "temperature" not in GeminiGenerator.request_config(gem, None, GenerationOptions(temperature=None))
-    assert GeminiGenerator.request_config(gem, None, GenerationOptions())["temperature"] == 0.0
+    assert "temperature" not in GeminiGenerator.request_config(gem, GenerationOptions(temperature=None))
+    assert GeminiGenerator.request_config(gem, GenerationOptions())["temperature"] == 0.0
 
 
 def test_captioner_takes_its_temperature_from_the_profile():

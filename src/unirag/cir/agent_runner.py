@@ -77,7 +77,7 @@ class AgentRunner:
         self.engine = with_decode_default(engine, config.settings.decode_workers)
         self._pool = None
         self._pool_owned = False
-        self.factory = generator_factory  # None: unirag.generators.registry.load_text_generator
+        self.factory = generator_factory  # None: unirag.generators.registry.load_generator
         self.policy = policy or RetryPolicy()
         self.progress = progress
         self._generators: dict[str, Any] = {}
@@ -96,9 +96,9 @@ class AgentRunner:
         rc = self.config.roles[role]
         gen_id = rc.fingerprint()
         if gen_id not in self._generators:  # roles sharing a model share one client / loaded model
-            from unirag.generators.registry import load_text_generator
+            from unirag.generators.registry import load_generator
 
-            self._generators[gen_id] = (self.factory or load_text_generator)(rc.model, **rc.options)
+            self._generators[gen_id] = (self.factory or load_generator)(rc.model, **rc.options)
         return self._generators[gen_id]
 
     def run(self, role: str, requests: list[CallRequest], desc: str | None = None) -> dict[str, Any]:

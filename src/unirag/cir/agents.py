@@ -18,7 +18,7 @@ import ast
 import dataclasses
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache, partial
 from importlib import resources
 from pathlib import Path
@@ -383,7 +383,7 @@ def call_agent(generator, role: str, messages: list[Message], options=None, json
     for attempt in range(1, max(1, json_attempts) + 1):
         gen = generator.generate(convo, options)
         text = gen.text or ""
-        for k, v in gen.usage.as_dict().items():
+        for k, v in asdict(gen.usage).items():
             usage[k] = usage.get(k, 0) + v
         try:
             output, repaired = parse_reply(role, text, expect_answers, fmt)

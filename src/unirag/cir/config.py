@@ -51,7 +51,7 @@ class RoleConfig:
     max_tokens: int | None = None   # None: the profile's xr_max_new_tokens (xr_caption_max_new_tokens for captions)
     temperature: float = 0.0
     seed: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)  # passed to load_text_generator
+    options: dict[str, Any] = field(default_factory=dict)  # passed to load_generator
     #: None: the profile's xr_caption_repetition_penalty for captions, none for the other roles
     repetition_penalty: float | None = None
 

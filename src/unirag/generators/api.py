@@ -85,30 +85,17 @@ class APIBackend:
 
 def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
     """Seconds to wait as the server asked, or None. Accepts ``retry-after-ms`` and ``Retry-After``."""
-    if not headers:
-        return None
-    lower = {str(k).lower(): v for k, v in dict(headers).items()}
-    ms = lower.get("retry-after-ms")
-    if ms is not None:
+    lower = {str(k).lower(): str(v).strip() for k, v in dict(headers or {}).items()}
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):  # numbers, milliseconds first
         try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
+            return max(0.0, float(lower[name]) / scale)
+        except (KeyError, ValueError):
             pass
-    value = lower.get("retry-after")
-    if value is None:
-        return None
-    value = str(value).strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
+    try:  # else an HTTP date
+        when = email.utils.parsedate_to_datetime(lower.get("retry-after", ""))
     except (TypeError, ValueError):
         return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - time.time())
+    return max(0.0, when.timestamp() - time.time()) if when is not None else None
 
 
 def status_error(provider: str, status: int | None, message: str,

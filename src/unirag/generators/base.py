@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from unirag.messages import Message
@@ -25,9 +25,6 @@ class Usage:
     # from the provider's published formula, since the API reports one total.
     input_image_tokens: int = 0
     output_tokens: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 @dataclass
@@ -123,13 +120,10 @@ class ExampleCaptioner(Backend):
     :class:`unirag.Captioner`, which feeds each what it takes.
     """
 
-    #: Fewest examples it can work with (a caption to pick needs at least one).
-    min_examples: int = 1
-
     @abstractmethod
     def caption_from_examples(self, captions: Sequence[str]) -> Generation:
         """A caption from the examples' captions (best-ranked first). Raises BackendError if none."""
 
 
-#: Anything :func:`unirag.generators.registry.load_text_generator` returns.
+#: Anything :func:`unirag.generators.registry.load_generator` returns.
 CaptionBackend = TextGenerator | ExampleCaptioner

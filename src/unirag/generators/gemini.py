@@ -27,7 +27,7 @@ from unirag.generators.images.base import (
     FEW_SHOT_GEMINI,
     ZERO_SHOT,
     GeneratedImage,
-    ImageGenerator,
+    ImageBackend,
     ImageRequest,
     image_template,
     zero_shot_prompt,
@@ -109,45 +109,62 @@ class GeminiAPI(APIBackend):
             return e
         if isinstance(e, errors.APIError):
             headers = getattr(getattr(e, "response", None), "headers", None)
-            return status_error(PROVIDER, e.code, e.message or str(e), headers)
+            return status_error(self.provider, e.code, e.message or str(e), headers)
         name = type(e).__name__
         if isinstance(e, httpx.TimeoutException | TimeoutError):
-            return transient_error(PROVIDER, f"request timed out ({name})")
+            return transient_error(self.provider, f"request timed out ({name})")
         if isinstance(e, httpx.TransportError | ConnectionError):
-            return transient_error(PROVIDER, "connection failed", f"{name}: {e}")
+            return transient_error(self.provider, "connection failed", f"{name}: {e}")
         if isinstance(e, json.JSONDecodeError):
-            return malformed_response(PROVIDER, "malformed response body", f"{name}: {e}")
+            return malformed_response(self.provider, "malformed response body", f"{name}: {e}")
         return None
 
+    def _send(self, client: Any, messages: list[Message], config: dict[str, Any]) -> Any:
+        """The one ``generate_content`` call of both kinds (also what :meth:`request_body` records): the
+        typed messages as ``types.Content`` (images inline as bytes with their MIME type; the order of
+        parts kept exactly), a system turn as the ``system_instruction``."""
+        from google.genai import types
 
-def render_gemini_contents(messages: list[Message]) -> tuple[str | None, list[Any]]:
-    """Typed messages -> (system instruction, ``types.Content`` list) for ``generate_content``.
+        system: list[str] = []
+        contents: list[Any] = []
+        for m in messages:
+            if m.role == "system":
+                system.append(m.text)
+                continue
+            parts = []
+            for p in m.parts:
+                if isinstance(p, TextPart):
+                    parts.append(types.Part.from_text(text=p.text))
+                else:
+                    data, mime = p.encoded()
+                    parts.append(types.Part.from_bytes(data=data, mime_type=mime))
+            contents.append(types.Content(role="model" if m.role == "assistant" else "user", parts=parts))
+        if system:
+            config = {**config, "system_instruction": "\n".join(system)}
+        return client.models.generate_content(model=self.model, contents=contents, config=config)
 
-    Images go inline as bytes with their MIME type; the order of parts is kept exactly.
-    """
-    from google.genai import types
 
-    system: list[str] = []
-    contents: list[Any] = []
-    for m in messages:
-        if m.role == "system":
-            system.append(m.text)
-            continue
-        parts = []
-        for p in m.parts:
-            if isinstance(p, TextPart):
-                parts.append(types.Part.from_text(text=p.text))
-            else:
-                data, mime = p.encoded()
-                parts.append(types.Part.from_bytes(data=data, mime_type=mime))
-        contents.append(types.Content(role="model" if m.role == "assistant" else "user", parts=parts))
-    return ("\n".join(system) if system else None), contents
+def first_candidate(resp: Any, provider: str) -> tuple[list[Any], list[str], Any]:
+    """The first candidate's parts, their texts and its finish reason. No candidate at all: refused when
+    the prompt was blocked, else a cut-off body (retryable)."""
+    candidates = getattr(resp, "candidates", None) or []
+    if not candidates:
+        reason = getattr(getattr(resp, "prompt_feedback", None), "block_reason", None)
+        if reason:
+            raise BackendError(f"{provider}: the request was blocked ({reason})", kind="refused")
+        raise malformed_response(provider, "malformed response body", "no candidates")
+    parts = getattr(getattr(candidates[0], "content", None), "parts", None) or []
+    return parts, [p.text for p in parts if getattr(p, "text", None)], getattr(candidates[0], "finish_reason", None)
+
+
+def token_counts(resp: Any) -> tuple[int, int]:
+    """(prompt tokens, answer tokens) as the response's ``usage_metadata`` reports them."""
+    meta = getattr(resp, "usage_metadata", None)
+    return int(getattr(meta, "prompt_token_count", 0) or 0), int(getattr(meta, "candidates_token_count", 0) or 0)
 
 
 class GeminiGenerator(GeminiAPI, TextGenerator):
     backend = "gemini"
-    template_family = "gemini"
-    image_mode = "multi-image"
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = None,
                  timeout: float = 120.0, family: str = "gemini", spec: str | None = None) -> None:
@@ -155,12 +172,10 @@ class GeminiGenerator(GeminiAPI, TextGenerator):
         self.image_mode = "single-image" if family == "llava" else "multi-image"
         self._open(model, spec, base_url, api_key_env, timeout)
 
-    def request_config(self, system: str | None, options: GenerationOptions) -> dict[str, Any]:
+    def request_config(self, options: GenerationOptions) -> dict[str, Any]:
         config: dict[str, Any] = {"max_output_tokens": options.max_tokens}
         if options.temperature is not None:  # None: the model's default, as the official code sends
             config["temperature"] = options.temperature
-        if system:
-            config["system_instruction"] = system
         if options.seed is not None:
             config["seed"] = options.seed
         if options.json_schema is not None:
@@ -168,46 +183,26 @@ class GeminiGenerator(GeminiAPI, TextGenerator):
             config["response_json_schema"] = options.json_schema
         return config
 
-    def _send(self, client: Any, messages: list[Message], options: GenerationOptions) -> Any:
-        """The one ``generate_content`` call (also what :meth:`sent_prompt` records)."""
-        system, contents = render_gemini_contents(messages)
-        return client.models.generate_content(model=self.model, contents=contents,
-                                              config=self.request_config(system, options))
-
     def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str:
         """The JSON body exactly as the SDK sends it (``contents``, ``systemInstruction``,
         ``generationConfig``), each image's base64 data shortened to its size and hash; the key travels
         in a header, never in the body, and the recording client holds none."""
         options = options or GenerationOptions()
-        return body_for_log(self.request_body(lambda client: self._send(client, messages, options)))
+        return body_for_log(self.request_body(lambda client: self._send(client, messages, self.request_config(options))))
 
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         options = options or GenerationOptions()
-        return self._parse(self.call(lambda client: self._send(client, messages, options)), messages)
-
-    def _parse(self, resp: Any, messages: list[Message]) -> Generation:
-        candidates = getattr(resp, "candidates", None) or []
-        if not candidates:
-            feedback = getattr(resp, "prompt_feedback", None)
-            reason = getattr(feedback, "block_reason", None)
-            if reason:
-                raise BackendError(f"{PROVIDER}: the request was blocked ({reason})", kind="refused")
-            raise malformed_response(PROVIDER, "malformed response body", "no candidates")
-        content = getattr(candidates[0], "content", None)
-        texts = [p.text for p in (getattr(content, "parts", None) or []) if getattr(p, "text", None)]
+        resp = self.call(lambda client: self._send(client, messages, self.request_config(options)))
+        _, texts, finish = first_candidate(resp, self.provider)
         if not texts:
-            finish = getattr(candidates[0], "finish_reason", None)
             if finish is not None and "SAFETY" in str(finish):
                 raise BackendError(f"{PROVIDER}: the answer was blocked ({finish})", kind="refused")
             raise malformed_response(PROVIDER, "malformed response body", f"candidate has no text (finish {finish})")
-        meta = getattr(resp, "usage_metadata", None)
-        prompt = int(getattr(meta, "prompt_token_count", 0) or 0)
-        output = int(getattr(meta, "candidates_token_count", 0) or 0)
+        prompt, output = token_counts(resp)
         n_images = sum(len(m.images) for m in messages)
         image_tokens = min(prompt, IMAGE_TOKENS * n_images) if prompt else 0
         usage = Usage(input_tokens=prompt, input_text_tokens=max(0, prompt - image_tokens), input_images=n_images,
                       output_tokens=output)
-        finish = getattr(candidates[0], "finish_reason", None)
         return Generation(text="".join(texts), usage=usage, raw={"finish_reason": str(finish) if finish else None})
 
     def config(self) -> dict[str, Any]:
@@ -238,17 +233,8 @@ def parse_image_response(resp: Any) -> tuple[Any, dict[str, Any]]:
     No image (a refusal, a safety block, a text-only answer) is a permanent BackendError that
     quotes what came back instead.
     """
-
-    candidates = getattr(resp, "candidates", None) or []
-    if not candidates:
-        feedback = getattr(resp, "prompt_feedback", None)
-        reason = getattr(feedback, "block_reason", None)
-        raise BackendError(f"{IMAGES_PROVIDER}: no candidates in the response" + (f" (blocked: {reason})" if reason else ""))
-    cand = candidates[0]
-    finish = getattr(cand, "finish_reason", None)
+    parts, texts, finish = first_candidate(resp, IMAGES_PROVIDER)
     finish = getattr(finish, "value", finish)
-    parts = getattr(getattr(cand, "content", None), "parts", None) or []
-    texts = [p.text for p in parts if getattr(p, "text", None)]
     for p in parts:
         blob = getattr(p, "inline_data", None)
         if blob is not None and str(getattr(blob, "mime_type", "")).startswith("image/") and blob.data:
@@ -262,10 +248,9 @@ def parse_image_response(resp: Any) -> tuple[Any, dict[str, Any]]:
                        + (f"; the model said: {said!r}" if said else ""))
 
 
-class GeminiImageGenerator(GeminiAPI, ImageGenerator):
+class GeminiImageGenerator(GeminiAPI, ImageBackend):
     backend = "gemini-image"
-    local = False
-    max_examples = None
+    provider = IMAGES_PROVIDER
     templates = (ZERO_SHOT, FEW_SHOT_GEMINI)
 
     def __init__(self, model: str, *, spec: str | None = None, base_url: str | None = None,
@@ -276,20 +261,13 @@ class GeminiImageGenerator(GeminiAPI, ImageGenerator):
         return render_for_log(image_prompt_messages(request))
 
     def generate(self, request: ImageRequest) -> GeneratedImage:
-        from google.genai import types
-
         self.check_k(len(request.examples))
-        _, contents = render_gemini_contents(image_prompt_messages(request))
         ratio = nearest_aspect_ratio(request.width, request.height)
-        config = types.GenerateContentConfig(
-            response_modalities=["TEXT", "IMAGE"], seed=int(request.seed),
-            image_config=types.ImageConfig(aspect_ratio=ratio) if ratio != "1:1" else None)
-        resp = self.call(lambda client: client.models.generate_content(model=self.model, contents=contents,
-                                                                       config=config))
+        config = {"response_modalities": ["TEXT", "IMAGE"], "seed": int(request.seed),
+                  **({"image_config": {"aspect_ratio": ratio}} if ratio != "1:1" else {})}
+        resp = self.call(lambda client: self._send(client, image_prompt_messages(request), config))
         image, extra = parse_image_response(resp)
-        um = getattr(resp, "usage_metadata", None)
-        usage = None
-        if um is not None:
-            usage = Usage(input_tokens=int(getattr(um, "prompt_token_count", 0) or 0), input_images=len(request.examples),
-                          output_tokens=int(getattr(um, "candidates_token_count", 0) or 0))
+        prompt, output = token_counts(resp)
+        usage = None if getattr(resp, "usage_metadata", None) is None else Usage(
+            input_tokens=prompt, input_images=len(request.examples), output_tokens=output)
         return GeneratedImage(image=image, meta={"prompt": self.prompt_text(request), **extra}, usage=usage)

@@ -29,9 +29,6 @@ PROMPT_FORMATS = ("chat-template", "official")
 
 
 class HFVisionLanguageGenerator(TextGenerator):
-    template_family = "llava"
-    image_mode = "single-image"
-
     def __init__(self, model: str, *, device: str | None = "auto", dtype: str | None = "auto", batch_size: int = 4,
                  family: str = "llava", spec: str | None = None, prompt_format: str = "chat-template",
                  trust_remote_code: bool = False) -> None:

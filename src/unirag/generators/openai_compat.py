@@ -30,7 +30,7 @@ from unirag.generators.images.base import (
     FEW_SHOT_API,
     ZERO_SHOT,
     GeneratedImage,
-    ImageGenerator,
+    ImageBackend,
     ImageRequest,
     render_listed,
 )
@@ -145,9 +145,7 @@ class OpenAIChatGenerator(OpenAIAPI, TextGenerator):
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         options = options or GenerationOptions()
         body = self.request_body(messages, options)
-        return self._parse(self.call(lambda client: client.chat.completions.create(**body)), messages)
-
-    def _parse(self, resp: Any, messages: list[Message]) -> Generation:
+        resp = self.call(lambda client: client.chat.completions.create(**body))
         choices = getattr(resp, "choices", None)
         if not isinstance(choices, list) or not choices:
             raise malformed_response(PROVIDER, "malformed response body", "no choices")
@@ -161,17 +159,15 @@ class OpenAIChatGenerator(OpenAIAPI, TextGenerator):
             raise malformed_response(PROVIDER, "malformed response body", "choice has no message content")
         if not isinstance(text, str):
             raise malformed_response(PROVIDER, "malformed response body", "content is not a string")
-        usage = self._usage(getattr(resp, "usage", None), messages)
-        return Generation(text=text, usage=usage, raw={"finish_reason": finish, "model": getattr(resp, "model", None)})
-
-    def _usage(self, reported: Any, messages: list[Message]) -> Usage:
+        reported = getattr(resp, "usage", None)
         images = [upright_size(p.path if p.path is not None else p.data) for m in messages for p in m.images]
         prompt = int(getattr(reported, "prompt_tokens", 0) or 0)
         output = int(getattr(reported, "completion_tokens", 0) or 0)
         image_tokens = sum(openai_image_tokens(w, h, self.detail) for w, h in images)
         image_tokens = min(image_tokens, prompt) if prompt else image_tokens
-        return Usage(input_tokens=prompt, input_text_tokens=max(0, prompt - image_tokens), input_images=len(images),
-                     input_image_tokens=image_tokens, output_tokens=output)
+        usage = Usage(input_tokens=prompt, input_text_tokens=max(0, prompt - image_tokens), input_images=len(images),
+                      input_image_tokens=image_tokens, output_tokens=output)
+        return Generation(text=text, usage=usage, raw={"finish_reason": finish, "model": getattr(resp, "model", None)})
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "detail": self.detail, "template_family": self.template_family,
@@ -187,13 +183,12 @@ _SIZES = {
 }
 
 
-class OpenAIImageGenerator(OpenAIAPI, ImageGenerator):
+class OpenAIImageGenerator(OpenAIAPI, ImageBackend):
     """Thread-safe: one SDK client shared by the run loop's worker threads."""
 
     backend = "openai-image"
     provider = IMAGES_PROVIDER
     server = "images server"
-    local = False
     templates = (ZERO_SHOT, FEW_SHOT_API)
 
     def __init__(self, model: str, *, spec: str | None = None, base_url: str | None = None,

@@ -7,7 +7,7 @@ with the options it declares (``device``, ``dtype``, ``batch_size``, ... or all 
 * a caption generator: a :class:`~unirag.generators.base.TextGenerator`, or any object with
   ``generate(messages, options) -> Generation`` (``generate_batch``, ``image_mode``,
   ``template_family``, ``sent_prompt(messages, options)``, ``config()`` and ``close()`` are used when present);
-* an image generator: an :class:`~unirag.generators.images.base.ImageGenerator`, or any object with
+* an image generator: an :class:`~unirag.generators.images.base.ImageBackend`, or any object with
   ``generate(request: ImageRequest) -> GeneratedImage`` (``max_examples``, ``min_examples``, ``local``,
   ``check_size``, ``prompt_text``, ``config()``, ``identity()``, ``close()`` when present).
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from unirag.errors import ConfigError
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator
-from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
+from unirag.generators.images.base import GeneratedImage, ImageBackend, ImageRequest
 from unirag.generators.registry import declared_options, load_factory
 
 
@@ -29,7 +29,8 @@ class _Plugin:
     """The user's object (``inner``): each of the ``hooks`` it has replaces the base class's default."""
 
     kind = ""
-    hooks: tuple[str, ...] = ("close",)
+    #: hook name -> how the object's value is taken (None: as it is)
+    hooks: dict[str, Any] = {"close": None}
 
     def __init__(self, name: str, *, spec: str | None = None, **options: Any) -> None:
         self.spec = spec or f"python:{name}"
@@ -38,9 +39,10 @@ class _Plugin:
         if not callable(getattr(self.inner, "generate", None)):
             raise ConfigError(f"python:{name} returned a {type(self.inner).__name__}, which has no "
                               f"generate() method; a {self.kind} needs one")
-        for hook in self.hooks:
-            if getattr(self.inner, hook, None) is not None:
-                setattr(self, hook, getattr(self.inner, hook))
+        for hook, convert in self.hooks.items():
+            value = getattr(self.inner, hook, None)
+            if value is not None:
+                setattr(self, hook, convert(value) if convert else value)
 
     def config(self) -> dict[str, Any]:
         extra = self.inner.config() if callable(getattr(self.inner, "config", None)) else {}
@@ -52,12 +54,9 @@ class PluginTextGenerator(_Plugin, TextGenerator):
     ``sent_prompt`` the prompt is shown as the rendered messages."""
 
     kind = "caption generator"
-    hooks = ("close", "image_mode", "template_family", "batch_size", "generate_batch", "sent_prompt")
+    hooks = {"close": None, "image_mode": None, "template_family": None, "batch_size": lambda v: int(v or 1),
+             "generate_batch": None, "sent_prompt": None}
     batch_size = 1  # prompts per generate_batch call
-
-    def __init__(self, name: str, *, spec: str | None = None, **options: Any) -> None:
-        super().__init__(name, spec=spec, **options)
-        self.batch_size = int(self.batch_size or 1)
 
     def generate(self, messages, options: GenerationOptions | None = None) -> Generation:
         return self.inner.generate(messages, options)
@@ -67,16 +66,13 @@ class PluginTextGenerator(_Plugin, TextGenerator):
         return [self.generate(m, options) for m in batch]
 
 
-class PluginImageGenerator(_Plugin, ImageGenerator):
+class PluginImageGenerator(_Plugin, ImageBackend):
     """An image generator built by a user factory (see the module docstring)."""
 
     kind = "image generator"
-    hooks = ("close", "max_examples", "min_examples", "local", "templates", "prompt_text", "identity")
+    hooks = {"close": None, "max_examples": None, "min_examples": None, "local": bool, "templates": tuple,
+             "prompt_text": None, "identity": None}
     local = True
-
-    def __init__(self, name: str, *, spec: str | None = None, **options: Any) -> None:
-        super().__init__(name, spec=spec, **options)
-        self.local, self.templates = bool(self.local), tuple(self.templates)
 
     def check_size(self, width: int, height: int) -> None:
         super().check_size(width, height)

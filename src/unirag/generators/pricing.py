@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -115,10 +115,6 @@ def read_prices(prices: str | Path | Mapping[str, Any] | None) -> dict[str, Pric
         except (TypeError, ValueError):
             raise InputError("prices must be numbers", path=where, field=str(model)) from None
     return table
-
-
-def price_entry(price: Price | None) -> dict[str, float] | None:
-    return asdict(price) if price is not None else None
 
 
 def cost_usd(usage: Usage, price: Price | None) -> float | None:

@@ -13,8 +13,6 @@ import inspect
 from typing import Any
 
 from unirag.errors import ConfigError
-from unirag.generators.base import CaptionBackend
-from unirag.generators.images.base import ImageGenerator
 
 CAPTION = "generator"
 IMAGE = "image generator"
@@ -96,16 +94,6 @@ def load_generator(spec: str, kind: str = CAPTION, **opts: Any) -> Any:
     kwargs = declared_options(cls.__init__, opts)
     kwargs.pop("self", None)
     return cls(name, spec=f"{prefix}:{name}", **kwargs)
-
-
-def load_text_generator(spec: str, **opts: Any) -> CaptionBackend:
-    """The caption generator a spec names (:func:`load_generator`)."""
-    return load_generator(spec, CAPTION, **opts)
-
-
-def load_image_generator(spec: str, **opts: Any) -> ImageGenerator:
-    """The image generator a spec names (:func:`load_generator`)."""
-    return load_generator(spec, IMAGE, **opts)
 
 
 #: Queries per official LaVIT process: the seed is set again before the first of each such batch.

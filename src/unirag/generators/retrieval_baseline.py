@@ -27,7 +27,7 @@ from typing import Any
 from unirag.data.images import load_rgb
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.base import ExampleCaptioner, Generation, Usage
-from unirag.generators.images.base import GeneratedImage, ImageGenerator, ImageRequest
+from unirag.generators.images.base import GeneratedImage, ImageBackend, ImageRequest
 
 STRATEGIES = ("top1", "consensus")
 SIMILARITIES = ("minilm", "lexical")
@@ -117,9 +117,8 @@ class RetrievalCaptioner(ExampleCaptioner):
                 "text_encoder": self.text_encoder}
 
 
-class RetrievalImageGenerator(ImageGenerator):
+class RetrievalImageGenerator(ImageBackend):
     min_examples = 1
-    max_examples = None
     # Not a model: decoding and PNG-encoding release the GIL, so the run loop may use threads (and
     # pricing treats the ``retrieval:`` prefix as free).
     local = False

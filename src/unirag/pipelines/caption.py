@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +82,7 @@ def caption_job(cfg: CaptionConfig, captioner: Captioner, selector: Any, pool_ro
 
     def record(p: PreparedQuery, cap: Any) -> dict[str, Any]:
         rec = {"caption": cap.text, "examples": [ex.as_record() for ex in p.examples],
-               "usage": cap.usage.as_dict(), "cost_usd": cap.cost}
+               "usage": asdict(cap.usage), "cost_usd": cap.cost}
         if p.leaks is not None:
             rec["near_duplicates"] = p.leaks
         if cap.raw:
@@ -140,7 +140,6 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
     """
     import functools
 
-    from unirag.generators.pricing import price_entry
     from unirag.generators.registry import identity_config
     from unirag.runs.retry import RetryPolicy
 
@@ -177,7 +176,7 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
         pool_root = example_images_root(cfg.pool_images_root, selector, cfg.images_root)
         job = caption_job(cfg, captioner, selector, pool_root)
         settings = {"generator_config": captioner.config(), "concurrency": cfg.concurrency, "limit": cfg.limit,
-                    "max_attempts": cfg.max_attempts, "price": price_entry(captioner.price),
+                    "max_attempts": cfg.max_attempts, "price": asdict(captioner.price) if captioner.price else None,
                     "prices_file": _abs(cfg.prices) if not isinstance(cfg.prices, dict) else None,
                     "profile": captioner.settings.to_dict(), "engine": engine_entry(cfg.engine, pool)}
         template = captioner.template

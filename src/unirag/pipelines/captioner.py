@@ -184,9 +184,9 @@ class Captioner(LazyBackend):
         self._template = None
 
     def _load_backend(self) -> CaptionBackend:
-        from unirag.generators.registry import load_text_generator, profile_options
+        from unirag.generators.registry import load_generator, profile_options
 
-        return load_text_generator(self.spec, **profile_options(self.spec, self.settings, self.generator_options))
+        return load_generator(self.spec, **profile_options(self.spec, self.settings, self.generator_options))
 
     def warm_up(self) -> Captioner:
         """Load the generator (and its prompt template) now rather than at the first caption."""

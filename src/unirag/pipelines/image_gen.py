@@ -28,11 +28,11 @@ from unirag.generators.images.base import (
     DEFAULT_SEED,
     DEFAULT_STEPS,
     DEFAULT_WIDTH,
-    ImageGenerator,
+    ImageBackend,
     ImageRequest,
     image_template,
 )
-from unirag.generators.pricing import Price, cost_usd, price_entry, price_for
+from unirag.generators.pricing import Price, cost_usd, price_for
 from unirag.messages import ImagePart, Message, TextPart
 from unirag.pipelines.example_run import (
     ExampleJob,
@@ -85,7 +85,7 @@ def image_stem(qid: str) -> str:
     return safe
 
 
-def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | None, settings: ImageSettings,
+def image_job(generator: ImageBackend, out: Path, images_root: str | Path | None, settings: ImageSettings,
               price: Price, position: dict[str, int], save_prompts: int = 5, image_format: str = "png",
               image_loading: str = "normalised", selector: ExampleSelector | None = None,
               top_image: bool = False) -> ExampleJob:
@@ -137,7 +137,7 @@ def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | No
                                   "size": list(result.image.size)}
         if p.leaks is not None:
             fields["near_duplicates"] = p.leaks
-        fields["usage"] = result.usage.as_dict() if result.usage is not None else {}
+        fields["usage"] = asdict(result.usage) if result.usage is not None else {}
         # No usage reported: free backends (local models, the retrieval baseline) cost 0, others unknown.
         fields["cost_usd"] = cost_usd(result.usage or Usage(), price) if (result.usage or free) else None
         if meta:
@@ -149,7 +149,7 @@ def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | No
                       selector, pick=pick if top_image else None)
 
 
-def open_image_job(k: int, job: dict[str, Any], generator: ImageGenerator) -> ExampleJob:
+def open_image_job(k: int, job: dict[str, Any], generator: ImageBackend) -> ExampleJob:
     """An image run's job on a Ray worker's loaded model (see :mod:`unirag.runs.engine`); ``job``:
     :func:`image_job`'s arguments besides the generator and the selector (the driver chooses the examples)."""
     generator.check_k(k)
@@ -170,7 +170,7 @@ class ImageConfig(ExampleRunConfig):
     settings: ImageSettings = field(default_factory=ImageSettings)
 
 
-def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None, *,
+def run_images(cfg: ImageConfig, generator: ImageBackend | None = None, *,
                record_queries: bool = True) -> dict[str, int]:
     """Run (or resume) one image run into ``cfg.out``: one picture per query; returns counts
     (ok/error/skipped, and the directory's final ``total_*``).
@@ -213,9 +213,9 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None, *,
             options = profile_options(cfg.generator, profile, cfg.generator_options, IMAGE)
             generator, pool, recipe = open_remote(stack, "image", cfg.generator, options, cfg.engine)
             if generator is None:
-                from unirag.generators.registry import load_image_generator
+                from unirag.generators.registry import load_generator
 
-                generator = load_image_generator(cfg.generator, **options)
+                generator = load_generator(cfg.generator, IMAGE, **options)
                 stack.callback(generator.close)
         settings = cfg.settings.resolved(generator.spec, profile)
         out = Path(cfg.out)
@@ -233,7 +233,7 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None, *,
         concurrency = 1 if generator.local else max(1, int(cfg.concurrency))
         run_settings = {"generator_config": generator.config(), "images_root": images_root,
                         "concurrency": 1 if generator.local else cfg.concurrency, "templates": templates,
-                        "price": price_entry(price), "prices_file": str(cfg.prices) if cfg.prices else None,
+                        "price": asdict(price) if price else None, "prices_file": str(cfg.prices) if cfg.prices else None,
                         "profile": profile.to_dict(), "engine": engine_entry(cfg.engine, pool)}
         position = {q.qid: i for i, q in enumerate(queries)}
         top_image = profile["image_top1"] == "top-candidate" and generator.spec.startswith("retrieval:") \

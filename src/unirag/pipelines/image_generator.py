@@ -19,9 +19,9 @@ from unirag.generators.images.base import (
     DEFAULT_SEED,
     DEFAULT_WIDTH,
     GeneratedImage,
+    ImageBackend,
     ImageRequest,
 )
-from unirag.generators.images.base import ImageGenerator as ImageBackend
 from unirag.pipelines.captioner import LazyBackend, _check_arg_types, to_pairs
 
 
@@ -64,9 +64,9 @@ class ImageGenerator(LazyBackend):
         self.options = {k: v for k, v in options.items() if v is not None}
 
     def _load_backend(self) -> ImageBackend:  # LazyBackend: loaded on first use, released on close
-        from unirag.generators.registry import load_image_generator
+        from unirag.generators.registry import IMAGE, load_generator
 
-        backend = load_image_generator(self.spec, **self.options)
+        backend = load_generator(self.spec, IMAGE, **self.options)
         backend.check_size(self.settings["width"], self.settings["height"])
         return backend
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from unirag.errors import UniragError
 from unirag.generators.base import TextGenerator
-from unirag.generators.images.base import ImageGenerator
+from unirag.generators.images.base import ImageBackend
 
 if TYPE_CHECKING:
     from unirag.generators.base import GenerationOptions
@@ -46,13 +46,9 @@ class ModelRecipe:
         opts = dict(self.options)
         if opts.get("device") in (None, "", "auto"):
             opts["device"] = device
-        if self.kind == "image":
-            from unirag.generators.registry import load_image_generator
+        from unirag.generators.registry import CAPTION, IMAGE, load_generator
 
-            return load_image_generator(self.spec, **opts)
-        from unirag.generators.registry import load_text_generator
-
-        return load_text_generator(self.spec, **opts)
+        return load_generator(self.spec, IMAGE if self.kind == "image" else CAPTION, **opts)
 
     def describe(self, model: Any) -> dict[str, Any]:
         info = {"spec": model.spec, "config": model.config(),
@@ -70,7 +66,7 @@ def sent_prompt_of(messages: list[Message], options: GenerationOptions | None, m
     return sent(messages, options) if callable(sent) else None
 
 
-class RemoteModel(TextGenerator, ImageGenerator):
+class RemoteModel(TextGenerator, ImageBackend):
     """The driver's view of a model loaded on Ray workers, text or image (``info`` from
     :meth:`ModelRecipe.describe`; ``ask(question)``: ``question(model)`` answered by a worker, as
     :meth:`unirag.runs.engine.WorkerPool.ask`)."""

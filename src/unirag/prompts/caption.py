@@ -63,19 +63,16 @@ def parse_layout(tpl: PromptTemplate) -> list[str]:
     return tokens
 
 
-def merge_vertically(images: list, separator: int = DEFAULT_SEPARATOR,
-                     fill: tuple[int, int, int] = (0, 0, 0)):
+def merge_vertically(images: list, separator: int = DEFAULT_SEPARATOR):
     """PIL images as loaded (:func:`unirag.data.images.load_rgb`) -> one RGB image (width = max width,
     height = sum of heights + separators), each pasted left-aligned in order."""
     from PIL import Image
 
     if not images:
         raise ValueError("merge_vertically needs at least one image")
-    if separator < 0:
-        raise ValueError("separator must be >= 0")
     rgb = [im.convert("RGB") for im in images]
     height = sum(im.height for im in rgb) + separator * (len(rgb) - 1)
-    canvas = Image.new("RGB", (max(im.width for im in rgb), height), fill)
+    canvas = Image.new("RGB", (max(im.width for im in rgb), height))  # black
     y = 0
     for im in rgb:
         canvas.paste(im, (0, y))
@@ -106,8 +103,7 @@ def _instruction(tpl: PromptTemplate, examples: Sequence[Pair], merged: bool) ->
 
 
 def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, examples: Sequence[Pair],
-                         separator: int = DEFAULT_SEPARATOR, query_label: str = "query",
-                         ahead: Mapping[str, Any] | None = None,
+                         query_label: str = "query", ahead: Mapping[str, Any] | None = None,
                          loading: str = "normalised") -> CaptionPrompt:
     """Messages for one query. ``examples`` empty = zero-shot (the template's Figure 2 wording).
     ``ahead``: image files already decoded (path -> image) and ``loading``: how the images are
@@ -136,7 +132,7 @@ def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, examples: 
             if examples:
                 images = [load_rgb(im, ahead=ahead, loading=loading)
                           for im in [*(s.image for s in examples), query_image]]
-                merged_image = merge_vertically(images, separator=separator)
+                merged_image = merge_vertically(images)
                 labels = [s.label or f"example {i}" for i, s in enumerate(examples, start=1)] + [query_label]
                 parts.append(ImagePart(data=png_bytes(merged_image), mime="image/png",
                                        label="merged: " + " | ".join(labels)))

@@ -19,7 +19,7 @@ import hashlib
 import random
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -217,7 +217,7 @@ class Engine:
         with self._slots[kind]:
             out, attempts = call_with_retry(call, policy)
         if kind == "caption":
-            return Answer(out.text, examples, attempts, gen.spec, out.usage.as_dict(), out.cost)
+            return Answer(out.text, examples, attempts, gen.spec, asdict(out.usage), out.cost)
         return Answer(out.image, examples, attempts, gen.spec)
 
     # -- composed retrieval ---------------------------------------------------------------------

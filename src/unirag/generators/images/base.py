@@ -76,7 +76,7 @@ class GeneratedImage:
     usage: Usage | None = None
 
 
-class ImageGenerator(Backend):
+class ImageBackend(Backend):
     """Caption (+ examples) -> image. Raises :class:`~unirag.errors.BackendError` on a failed call."""
 
     #: How many example pairs one call can take: 0 = text only, None = no fixed limit.

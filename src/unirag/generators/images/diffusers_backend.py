@@ -25,13 +25,13 @@ from unirag.generators.images.base import (
     FEW_SHOT_OMNIGEN,
     ZERO_SHOT,
     GeneratedImage,
-    ImageGenerator,
+    ImageBackend,
     ImageRequest,
     render_listed,
 )
 
 
-class LocalImageGenerator(ImageGenerator):
+class LocalImageGenerator(ImageBackend):
     """A model in this process (diffusers pipelines, Emu2-Gen, LaVIT) and the call loop they share.
 
     Example images are decoded once up front (a missing or corrupt file fails the query with a message
@@ -54,6 +54,14 @@ class LocalImageGenerator(ImageGenerator):
 
     def _seed_try(self, seed: int) -> None:
         """Runs before every try: models that draw their noise from torch's global generator seed it here."""
+
+    def prompt_text(self, request: ImageRequest) -> str:
+        """Each example's caption, then its image's file name; the query caption last (the order LaVIT and
+        Emu2-Gen take them in)."""
+        parts = []
+        for e in request.examples:
+            parts += [e.caption, f"<image {e.image.name}>"]
+        return "\n".join([*parts, request.caption])
 
     def generate(self, request: ImageRequest) -> GeneratedImage:
         import torch

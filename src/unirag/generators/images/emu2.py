@@ -35,6 +35,7 @@ from unirag.errors import ConfigError
 from unirag.generators.images.base import ImageRequest
 from unirag.generators.images.diffusers_backend import (
     DiffusersImageGenerator,
+    LocalImageGenerator,
     seed_torch,
 )
 
@@ -49,6 +50,7 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
     """Emu2-Gen's own pipeline: zero-shot and few-shot with interleaved example pairs."""
 
     templates = ()  # no prompt template: captions and images go in as they are
+    prompt_text = LocalImageGenerator.prompt_text  # not the OmniGen placeholders of DiffusersImageGenerator
 
     def __init__(self, model: str, *, spec: str | None = None, device: str | None = "auto",
                  dtype: str | None = "auto", pipeline: Any = None, oom_fallback: bool = True,
@@ -110,12 +112,6 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
         except (ImportError, NameError) as e:
             raise ConfigError(f"cannot build Emu2-Gen from {self.model!r}: {e} (its custom pipeline imports "
                               "torchvision; pip install torchvision)") from None
-
-    def prompt_text(self, request: ImageRequest) -> str:
-        parts = []
-        for e in request.examples:
-            parts += [e.caption, f"<image {e.image.name}>"]
-        return "\n".join([*parts, request.caption])
 
     def _seed_try(self, seed: int) -> None:
         if self.reseed:

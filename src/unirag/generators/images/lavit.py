@@ -82,9 +82,6 @@ def lavit_prompts(request: ImageRequest) -> list[tuple[str, str]]:
 class LaVITImageGenerator(LocalImageGenerator):
     """LaVIT-7B-v2 text-to-image, zero-shot or with interleaved example pairs."""
 
-    max_examples = None
-    templates = ()
-
     def __init__(self, model_path: str, *, spec: str | None = None, device: str | None = "auto",
                  dtype: str | None = "auto", lavit_module: str = "models", lavit_code: str | None = None,
                  use_xformers: bool | None = None, check_safety: bool = False, top_k: int = 50,
@@ -142,9 +139,6 @@ class LaVITImageGenerator(LocalImageGenerator):
             raise ConfigError(f"{type(model).__name__}.multimodal_synthesis lacks {', '.join(missing)}: not LaVIT's "
                               "generation model (build it with understanding=False, load_tokenizer=True)")
         self._pipe = model
-
-    def prompt_text(self, request: ImageRequest) -> str:
-        return "\n".join(f"<image {Path(c).name}>" if kind == "image" else c for c, kind in lavit_prompts(request))
 
     def generate(self, request: ImageRequest):
         # No per-call seed: the generators were seeded when the model was built (module docstring), and
