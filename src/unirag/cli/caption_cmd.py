@@ -6,9 +6,13 @@ import json
 
 import click
 
-from unirag.cli.engine_options import engine_from_cli, engine_options
-from unirag.cli.generation_options import generation_options, run_kwargs
-from unirag.cli.profile_options import behaviour_options
+from unirag.cli.options import (
+    behaviour_options,
+    engine_from_cli,
+    engine_options,
+    generation_options,
+    run_kwargs,
+)
 
 MODES = ("zero-shot", "random", "rag")
 

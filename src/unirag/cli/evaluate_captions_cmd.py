@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from unirag.cli.evaluate_cmd import bootstrap_options
-from unirag.cli.profile_options import behaviour_options
+from unirag.cli.options import behaviour_options
 
 
 @click.command("captions")

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.engine_options import decode_option
 from unirag.cli.evaluate_cmd import bootstrap_options
-from unirag.cli.profile_options import behaviour_options
+from unirag.cli.options import behaviour_options, decode_option
 from unirag.metrics.images import DEFAULT_CLIP_MODEL
 
 

@@ -7,10 +7,7 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.engine_options import decode_option
-from unirag.cli.generation_options import key_values
-from unirag.cli.model_options import device_options
-from unirag.cli.profile_options import behaviour_options
+from unirag.cli.options import behaviour_options, decode_option, device_options, key_values
 from unirag.errors import ConfigError
 
 

@@ -6,9 +6,13 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.engine_options import decode_option
-from unirag.cli.model_options import device_options, index_memory_option, instruction_options
-from unirag.cli.profile_options import behaviour_options
+from unirag.cli.options import (
+    behaviour_options,
+    decode_option,
+    device_options,
+    index_memory_option,
+    instruction_options,
+)
 
 
 @click.command("retrieve")

@@ -7,7 +7,7 @@ from functools import partial
 
 import click
 
-from unirag.cli.model_options import index_memory_option
+from unirag.cli.options import index_memory_option
 from unirag.errors import ConfigError
 
 
