@@ -5,8 +5,13 @@ from __future__ import annotations
 import click
 
 from unirag.cir.datasets import DATASETS
-from unirag.cli.evaluate_cmd import bootstrap_options
-from unirag.cli.options import behaviour_options, device_options, engine_from_cli, engine_options
+from unirag.cli.options import (
+    behaviour_options,
+    bootstrap_options,
+    device_options,
+    engine_from_cli,
+    engine_options,
+)
 
 CIR_PROFILE_HELP = ("Named set of behaviour settings: default (the paper) or official (the official X^R code); the "
                     "agents YAML's profile when omitted; --set overrides single settings (the xr_* rows of "

@@ -7,6 +7,7 @@ decides what they mean (what "auto" is: :mod:`unirag.runtime`; the engine: :mod:
   local model runs (caption, generate-images, cir, run); ``--decode-workers`` (:func:`decode_option`, on
   every command that decodes images for a model) arrives as the same options;
 * the options of every run that calls a generator with examples (caption, generate-images);
+* ``--resamples``, ``--bootstrap-seed``, ``--ci-method``: every command that reports 95 % intervals;
 * ``--profile NAME`` and a repeatable ``--set NAME=VALUE``: how every command takes behaviour settings::
 
     @click.command("retrieve")
@@ -225,6 +226,18 @@ def run_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
     gen = {**{k: opts[k] for k in sorted(GENERATOR_OPTIONS) if opts.get(k) is not None}, **given}
     rest = {k: v for k, v in opts.items() if k not in GENERATOR_OPTIONS | {"option_pairs", "no_progress"}}
     return {**rest, "generator_options": gen, "progress": not opts.get("no_progress")}
+
+
+def bootstrap_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--resamples``, ``--bootstrap-seed`` and ``--ci-method``: how the 95 % intervals over queries are drawn."""
+    from unirag.metrics.stats import DEFAULT_RESAMPLES, METHODS
+
+    command = click.option("--ci-method", type=click.Choice(METHODS, case_sensitive=False), default="percentile",
+                           show_default=True, help="Bootstrap interval: percentile or BCa.")(command)
+    command = click.option("--bootstrap-seed", default=0, show_default=True,
+                           help="Seed of the bootstrap resampling (and of the randomization test).")(command)
+    return click.option("--resamples", default=DEFAULT_RESAMPLES, show_default=True, type=click.IntRange(min=0),
+                        help="Bootstrap resamples of the queries for the 95 % intervals (0: no intervals).")(command)
 
 
 # --- behaviour settings ---------------------------------------------------------------------------------

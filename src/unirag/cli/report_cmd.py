@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.evaluate_cmd import bootstrap_options
+from unirag.cli.options import bootstrap_options
 
 
 class _ReportGroup(click.Group):

@@ -43,11 +43,8 @@ def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, o
              verify: bool, device: str, dtype: str, decode, index_memory: str,
              instructions: str | None, no_instructions: bool, settings=None, selection=None) -> None:
     """Retrieve the top K candidates and K image-caption pairs for every query."""
-    from unirag.errors import ConfigError
     from unirag.retrieval.batch_run import run_retrieval
 
-    if k <= 0:
-        raise ConfigError(f"--k must be a positive integer, got {k}")
     summary = run_retrieval(index_dir, queries, out, k=k, modality=modality, exclude_positives=exclude_positives,
                             query_images_root=images_root, encoder=encoder_spec, pool_images_root=pool_images_root,
                             verify=verify, device=device, dtype=dtype, instructions=instructions,
