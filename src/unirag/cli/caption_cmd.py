@@ -13,8 +13,7 @@ from unirag.cli.options import (
     generation_options,
     run_kwargs,
 )
-
-MODES = ("zero-shot", "random", "rag")
+from unirag.pipelines.examples import MODES
 
 
 @click.command("caption")

@@ -11,8 +11,7 @@ from unirag.generators.images.base import (
     DEFAULT_STEPS,
     DEFAULT_WIDTH,
 )
-
-MODES = ("zero-shot", "random", "rag")
+from unirag.pipelines.examples import MODES
 
 
 @click.command("generate-images")
