@@ -65,9 +65,8 @@ def _print_metrics(name: str, metrics: dict) -> None:
                    "XR/prompts/<dataset> folder: read under --set xr_prompts=official.")
 @behaviour_options(selection=False, raw=True, profile_help=CIR_PROFILE_HELP)
 @engine_options("agent")
-def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime, lam, k, stages, limit, cache_dir,
-        encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet, device,
-        dtype, official_prompts, profile, setting_overrides, resamples, bootstrap_seed, ci_method, **options) -> None:
+def cir(annotations, no_imagination, fine_only, modalities, quiet, device, dtype, setting_overrides, resamples,
+        bootstrap_seed, ci_method, **opts) -> None:
     """Rank a CIR benchmark's pool for each (reference image, modification text) query.
 
     Writes OUT/rankings.jsonl (per query: ranked image ids of every stage, stage scores),
@@ -77,17 +76,13 @@ def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime,
     from unirag.cir.api import run_cir
     from unirag.cir.pipeline import Ablation
 
-    ablation = Ablation(imagination=not no_imagination, fine_only=fine_only, modalities=modalities)
-    engine = engine_from_cli(options)
-    metrics = run_cir(dataset, list(annotations), images_root=images_root, out_dir=out_dir, split_file=split_file,
-                      agents=agents, k_prime=k_prime, lam=lam, k=k, stages=stages, limit=limit, ablation=ablation,
-                      cache_dir=cache_dir, encoder=encoder, concurrency=concurrency,
-                      decode_workers=engine.decode_workers,
-                      progress=not quiet,
-                      exclude_reference=exclude_reference, encoder_options={"device": device, "dtype": dtype},
-                      profile=profile, overrides=setting_overrides, official_prompts=official_prompts,
-                      echo=lambda s: click.echo(s, err=True), engine=engine,
+    engine = engine_from_cli(opts)
+    metrics = run_cir(annotations=list(annotations), **opts, progress=not quiet, engine=engine,
+                      ablation=Ablation(imagination=not no_imagination, fine_only=fine_only, modalities=modalities),
+                      decode_workers=engine.decode_workers, encoder_options={"device": device, "dtype": dtype},
+                      overrides=setting_overrides, echo=lambda s: click.echo(s, err=True),
                       bootstrap={"resamples": resamples, "bootstrap_seed": bootstrap_seed, "method": ci_method})
+    out_dir = opts["out_dir"]
     if "datasets" in metrics:
         for name, m in metrics["datasets"].items():
             _print_metrics(name, m)

@@ -87,9 +87,7 @@ def retrieval(run_path: Path, qrels_path: Path, ks: str, out: Path | None, resam
 @click.option("--no-strip-prefixes", is_flag=True, help="Score captions as generated (keep 'Caption [3]:' etc.).")
 @bootstrap_options
 @behaviour_options(selection=False)
-def captions(run_dir: Path, queries: Path, pool: Path, qrels: Path | None, spice_lib: Path | None,
-             no_meteor: bool, no_strip_prefixes: bool, resamples: int, bootstrap_seed: int, ci_method: str,
-             settings=None) -> None:
+def captions(run_dir: Path, no_meteor: bool, no_strip_prefixes: bool, settings, **opts) -> None:
     """BLEU-1..4, METEOR, ROUGE-L, CIDEr (and SPICE) ×100; writes metrics.json in the run directory.
 
     Answer prefixes such as 'Caption [3]:' and surrounding quotes are stripped first; failed
@@ -98,9 +96,8 @@ def captions(run_dir: Path, queries: Path, pool: Path, qrels: Path | None, spice
     from unirag.metrics.captions import evaluate_caption_run
     from unirag.reports.console import metric_table, summary_lines
 
-    result = evaluate_caption_run(run_dir, queries, pool, qrels, spice_lib=spice_lib,
-                                  strip_prefixes=not no_strip_prefixes, meteor=not no_meteor, resamples=resamples,
-                                  bootstrap_seed=bootstrap_seed, ci_method=ci_method, profile=settings)
+    result = evaluate_caption_run(run_dir, **opts, strip_prefixes=not no_strip_prefixes, meteor=not no_meteor,
+                                  profile=settings)
     click.echo(metric_table(result["metrics"], result["skipped_metrics"], result.get("intervals")))
     for line in summary_lines(result):
         click.echo(line)
@@ -128,10 +125,7 @@ def captions(run_dir: Path, queries: Path, pool: Path, qrels: Path | None, spice
 @decode_option("metric")
 @bootstrap_options
 @behaviour_options(selection=False)
-def images(run_dir: Path, queries: Path, pool: Path, images_root: Path, qrels: Path | None,
-           inception_weights: Path | None, clip_model: str, no_clip: bool, is_splits: int, seed: int,
-           batch_size: int, device: str | None, decode, resamples: int, bootstrap_seed: int,
-           ci_method: str, settings=None) -> None:
+def images(run_dir: Path, clip_model: str, no_clip: bool, decode, settings, **opts) -> None:
     """FID (vs the queries' real images), CLIP Score (vs the query captions), IS (mean, SD).
 
     FID/IS need the optional extra unirag[image-metrics]; without it they are skipped with one
@@ -140,11 +134,8 @@ def images(run_dir: Path, queries: Path, pool: Path, images_root: Path, qrels: P
     from unirag.metrics.image_run import evaluate_image_run
     from unirag.reports.console import metric_table, summary_lines
 
-    result = evaluate_image_run(run_dir, queries, pool, images_root, qrels=qrels,
-                                inception_weights=inception_weights, clip_model=None if no_clip else clip_model,
-                                is_splits=is_splits, seed=seed, batch_size=batch_size, device=device,
-                                show_progress=True, engine=decode, resamples=resamples,
-                                bootstrap_seed=bootstrap_seed, ci_method=ci_method, profile=settings)
+    result = evaluate_image_run(run_dir, **opts, clip_model=None if no_clip else clip_model, show_progress=True,
+                                engine=decode, profile=settings)
     click.echo(metric_table(result["metrics"], result["skipped_metrics"], result.get("intervals")))
     for line in summary_lines(result):
         click.echo(line)
