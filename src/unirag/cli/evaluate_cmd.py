@@ -52,8 +52,7 @@ def format_table(metrics: dict, ks: list[int], intervals: dict | None = None) ->
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
               help="Metrics JSON (default: beside the run, <run>.metrics.json).")
 @bootstrap_options
-def retrieval(run_path: Path, qrels_path: Path, ks: str, out: Path | None, resamples: int, bootstrap_seed: int,
-              ci_method: str) -> None:
+def retrieval(ks: str, **opts) -> None:
     """Score a retrieval run: hit@k after complement replacement, true recall@k, MRR@k and UniIR's Recall@k."""
     from unirag.errors import ConfigError
     from unirag.metrics.retrieval import evaluate_run_file
@@ -64,8 +63,7 @@ def retrieval(run_path: Path, qrels_path: Path, ks: str, out: Path | None, resam
         cutoffs = []
     if not cutoffs or cutoffs[0] <= 0:
         raise ConfigError(f"--k expects comma-separated positive integers, got {ks!r}")
-    metrics, written, depth, intervals = evaluate_run_file(run_path, qrels_path, cutoffs, out, resamples=resamples,
-                                                           bootstrap_seed=bootstrap_seed, ci_method=ci_method)
+    metrics, written, depth, intervals = evaluate_run_file(**opts, ks=cutoffs)
     click.echo(format_table(metrics, cutoffs, intervals))
     if depth < max(cutoffs):
         click.echo(f"note: the run has at most {depth} candidates per query, so cutoffs above {depth} "
