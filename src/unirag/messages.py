@@ -78,9 +78,9 @@ class ImagePart:
         mime, upright = _sniff(self.path)
         if mime in _WEB_MIMES and upright:  # upright as stored: the pixels the index embedded
             return Path(self.path).read_bytes(), mime
-        buf = io.BytesIO()
-        self.load().save(buf, format="PNG")
-        return buf.getvalue(), "image/png"
+        from unirag.data.images import png_bytes
+
+        return png_bytes(self.load()), "image/png"
 
     def data_url(self) -> str:
         data, mime = self.encoded()
