@@ -73,8 +73,12 @@ def cir(annotations, no_imagination, fine_only, modalities, quiet, device, dtype
     OUT/metrics.json (baseline, X^R without fine filtering, X^R), submission files for the CIRR and
     CIRCO test servers, and caches every agent call: rerun the same command to resume.
     """
+    from pathlib import Path
+
     from unirag.cir.api import run_cir
     from unirag.cir.pipeline import Ablation
+    from unirag.errors import RunFailedError
+    from unirag.runs.rundir import read_run_manifest
 
     engine = engine_from_cli(opts)
     metrics = run_cir(annotations=list(annotations), **opts, progress=not quiet, engine=engine,
@@ -91,24 +95,13 @@ def cir(annotations, no_imagination, fine_only, modalities, quiet, device, dtype
     else:
         _print_metrics(metrics.get("dataset", ""), metrics)
     click.echo(f"wrote {out_dir}/rankings.jsonl and metrics.json", err=True)
-    _check_agent_calls(out_dir, list(metrics.get("datasets", {})) or [""])
-
-
-def _check_agent_calls(out_dir: str, names: list[str]) -> None:
-    """Exit 1 (one line) when the agents were called and every call failed (a wrong key, a server that is
-    down): the rankings then silently fall back to the embedding baseline. Read from each manifest's
-    ``agent_calls`` (per role: called, failed); failed calls are in the cache and retried by a rerun."""
-    from pathlib import Path
-
-    from unirag.errors import RunFailedError
-    from unirag.runs.rundir import read_run_manifest
-
-    called = failed = 0
-    for name in names:
-        calls = read_run_manifest(Path(out_dir) / name).get("agent_calls") or {}
-        called += sum(int(st.get("called", 0)) for st in calls.values())
-        failed += sum(int(st.get("failed", 0)) for st in calls.values())
-    if called and failed >= called:
+    # Exit 1 (one line) when the agents were called and every call failed (a wrong key, a server that is
+    # down): the rankings then silently fall back to the embedding baseline. Read from each manifest's
+    # agent_calls (per role: called, failed); failed calls are in the cache and retried by a rerun.
+    calls = [read_run_manifest(Path(out_dir) / name).get("agent_calls") or {}
+             for name in list(metrics.get("datasets", {})) or [""]]
+    called = sum(int(st.get("called", 0)) for c in calls for st in c.values())
+    if called and sum(int(st.get("failed", 0)) for c in calls for st in c.values()) >= called:
         raise RunFailedError(f"all {called} agent calls of this run failed, so the X^R stages fell back to the "
                              "baseline ranking; their errors are in the cache's calls/*.jsonl, rerun the same "
                              "command to retry them")
