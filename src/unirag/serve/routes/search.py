@@ -108,8 +108,6 @@ def _form_fields(form: FormData) -> tuple[dict[str, Any], Any]:
     fields: dict[str, Any] = {name: value for name, value in form.multi_items()
                               if name in _FIELDS and name != "filter" and isinstance(value, str)}
     fields["filter"] = [f for f in form.getlist("filter") if isinstance(f, str)]
-    if fields.get("text") == "":
-        fields["text"] = None
     upload = form.get("image")
     if isinstance(upload, str):
         if upload:
