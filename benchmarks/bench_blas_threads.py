@@ -1,5 +1,5 @@
 """The offline encoder's text batches with numpy's BLAS on one thread (what unirag sets once a torch
-model loads, ``unirag.runtime._limit_blas_threads``) against the BLAS default (one thread per core).
+model loads, ``unirag.runtime.configure_torch_threads``) against the BLAS default (one thread per core).
 
 The offline encoder projects MiniLM's vectors into its joint space with numpy after each forward pass;
 with more than one BLAS thread, OpenBLAS's idle threads spin on the cores torch's threads need for the

@@ -51,38 +51,7 @@ _PUBLIC = {
     "BackendError": "unirag.errors",
 }
 
-__all__ = [
-    "__version__",
-    "load_encoder",
-    "Pool",
-    "Candidate",
-    "Query",
-    "Qrels",
-    "Modality",
-    "Index",
-    "Retriever",
-    "Hit",
-    "Hits",
-    "Pair",
-    "Selection",
-    "Captioner",
-    "Caption",
-    "ImageGenerator",
-    "XR",
-    "caption_metrics",
-    "retrieval_metrics",
-    "cir_metrics",
-    "image_metrics",
-    "run_experiment",
-    "build_report",
-    "compare_runs",
-    "bootstrap_interval",
-    "paired_comparison",
-    "UniragError",
-    "ConfigError",
-    "InputError",
-    "BackendError",
-]
+__all__ = ["__version__", *_PUBLIC]
 
 
 def __getattr__(name: str) -> Any:

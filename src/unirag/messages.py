@@ -17,9 +17,7 @@ from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant"]
 #: Image formats every API backend takes as they are; others are re-encoded as PNG.
-_WEB_SUFFIXES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".webp": "image/webp",
-                 ".gif": "image/gif"}
-_WEB_MIMES = frozenset(_WEB_SUFFIXES.values())
+_WEB_MIMES = frozenset({"image/jpeg", "image/png", "image/webp", "image/gif"})
 
 
 @dataclass(frozen=True)
@@ -73,16 +71,16 @@ class ImagePart:
                         loading=self.loading)
 
     def encoded(self) -> tuple[bytes, str]:
-        """Bytes and MIME type for APIs. Files in a web format are sent as they are; others as PNG."""
+        """Bytes and MIME type for APIs. Files in a web format (read from their bytes, whatever their name)
+        are sent as they are; others as PNG."""
         if self.data is not None:
             return self.data, self.mime
-        suffix = self.path.suffix.lower()
-        mime = _WEB_SUFFIXES.get(suffix)
-        if mime is not None and _sniff(self.path)[1]:  # upright as stored: the pixels the index embedded
+        mime, upright = _sniff(self.path)
+        if mime in _WEB_MIMES and upright:  # upright as stored: the pixels the index embedded
             return Path(self.path).read_bytes(), mime
-        buf = io.BytesIO()
-        self.load().save(buf, format="PNG")
-        return buf.getvalue(), "image/png"
+        from unirag.data.images import png_bytes
+
+        return png_bytes(self.load()), "image/png"
 
     def data_url(self) -> str:
         data, mime = self.encoded()

@@ -77,32 +77,7 @@ def redact_json(obj: Any, secrets: list[str] | None = None) -> Any:
     return walk(obj)
 
 
-def _redact_record(record: logging.LogRecord, extra: tuple[str, ...]) -> logging.LogRecord:
-    """Mask secrets in a record's message and in each argument (one by one: uvicorn's access log unpacks
-    ``record.args`` itself); a non-string argument becomes its masked text only when that held a secret,
-    so ``%d`` still works."""
-
-    def arg(value: object) -> object:
-        if isinstance(value, int | float | bool) or value is None:
-            return value
-        text = value if isinstance(value, str) else str(value)
-        clean = redact(text, extra)
-        return clean if clean != text or isinstance(value, str) else value
-
-    if isinstance(record.args, tuple):
-        record.args = tuple(arg(a) for a in record.args)
-    elif isinstance(record.args, dict):
-        record.args = {k: arg(v) for k, v in record.args.items()}
-    message = record.msg if isinstance(record.msg, str) else record.getMessage()
-    clean = redact(message, extra)
-    if isinstance(record.msg, str):
-        record.msg = clean
-    elif clean != message:
-        record.msg, record.args = clean, None
-    return record
-
-
-_installed: dict[str, object] = {}
+_installed: dict[str, Any] = {}
 
 
 def install_log_redaction(extra: tuple[str, ...] = ()) -> None:
@@ -114,7 +89,29 @@ def install_log_redaction(extra: tuple[str, ...] = ()) -> None:
     previous = logging.getLogRecordFactory()
 
     def factory(*args, **kwargs):
-        return _redact_record(previous(*args, **kwargs), _installed["extra"])  # type: ignore[arg-type]
+        # Mask secrets in the record's message and in each argument (one by one: uvicorn's access log
+        # unpacks record.args itself); a non-string argument becomes its masked text only when that held
+        # a secret, so %d still works.
+        record, extra = previous(*args, **kwargs), _installed["extra"]
+
+        def arg(value: object) -> object:
+            if isinstance(value, int | float | bool) or value is None:
+                return value
+            text = value if isinstance(value, str) else str(value)
+            clean = redact(text, extra)
+            return clean if clean != text or isinstance(value, str) else value
+
+        if isinstance(record.args, tuple):
+            record.args = tuple(arg(a) for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: arg(v) for k, v in record.args.items()}
+        message = record.msg if isinstance(record.msg, str) else record.getMessage()
+        clean = redact(message, extra)
+        if isinstance(record.msg, str):
+            record.msg = clean
+        elif clean != message:
+            record.msg, record.args = clean, None
+        return record
 
     _installed["factory"] = factory
     logging.setLogRecordFactory(factory)

@@ -80,19 +80,14 @@ def configure_torch_threads() -> None:
     except ValueError:
         n = available_cores()
     torch.set_num_threads(max(1, n))
-    _limit_blas_threads()
+    # numpy's BLAS to one thread beside a torch model (unless OPENBLAS_NUM_THREADS is set): OpenBLAS's
+    # threads spin after each call on the cores torch needs next, and the numpy work beside a model is small
+    # (2 BLAS threads on 2 cores: 10.3 against 5.3 ms a query, docs/benchmarks.md).
+    if "OPENBLAS_NUM_THREADS" not in os.environ:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1, user_api="blas")
     _THREADS_SET = True
-
-
-def _limit_blas_threads() -> None:
-    """numpy's BLAS to one thread beside a torch model (unless ``OPENBLAS_NUM_THREADS`` is set): OpenBLAS's
-    threads spin after each call on the cores torch needs next, and the numpy work beside a model is small
-    (2 BLAS threads on 2 cores: 10.3 against 5.3 ms a query, docs/benchmarks.md)."""
-    if "OPENBLAS_NUM_THREADS" in os.environ:
-        return
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(1, user_api="blas")
 
 
 def onednn_linears(model: Any) -> Any:

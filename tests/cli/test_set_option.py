@@ -117,7 +117,7 @@ def test_generator_options_are_one_key_value_option_checked_by_name(tmp_path, ca
                                 "--generator", "retrieval:top1", "--option", "similarity_typo=lexical"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "unknown --option similarity_typo" in err and "trust_remote_code" in err
-    from unirag.cli.generation_options import key_values
+    from unirag.cli.options import key_values
 
     assert key_values(("trust_remote_code=true", "family=llava", "timeout=2.5"), "--option", True) == \
         {"trust_remote_code": True, "family": "llava", "timeout": 2.5}

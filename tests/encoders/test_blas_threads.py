@@ -1,4 +1,4 @@
-"""numpy's BLAS runs on one thread beside a torch model (``unirag.runtime._limit_blas_threads``).
+"""numpy's BLAS runs on one thread beside a torch model (``unirag.runtime.configure_torch_threads``).
 
 OpenBLAS's idle threads spin after each call on the cores torch's threads need for the next forward
 pass; with two of them on 2 cores the offline encoder's text batches cost twice the CPU

@@ -162,7 +162,7 @@ def test_decode_workers_reach_the_engine_options_from_every_command_with_an_engi
     from click.testing import CliRunner
 
     from unirag.cli import caption_cmd, cir_cmd, generate_images_cmd
-    from unirag.cli.engine_options import engine_from_cli
+    from unirag.cli.options import engine_from_cli
 
     seen = []
     real = engine_from_cli

@@ -57,3 +57,11 @@ def test_a_row_without_parse_or_choices_takes_the_two_profiles_values(monkeypatc
     assert resolve("default", xr_like="official")["xr_like"] == "official"
     with pytest.raises(ConfigError, match="must be one of paper, official; got 'both'"):
         resolve("default", xr_like="both")
+
+
+def test_every_setting_is_declared_once():
+    """The table becomes a dict by name, where a second row with the same name would silently replace
+    the first."""
+    from unirag.profiles import _ROWS, SETTINGS
+
+    assert len(SETTINGS) == len(_ROWS), sorted(n for n in SETTINGS if sum(s.name == n for s in _ROWS) > 1)

@@ -89,7 +89,7 @@ def test_build_info_retrieve_evaluate(oracle_registry, coco_mbeir, coco_mini: Pa
 def test_cli_bad_inputs(oracle_registry, coco_mbeir, coco_index: Path, tmp_path: Path, capsys) -> None:
     base = ["retrieve", "--index", str(coco_index), "--queries", str(coco_mbeir["t2i"]), "--out",
             str(tmp_path / "r.jsonl")]
-    assert "--k must be a positive integer" in _fail(base + ["--k", "0"], capsys)
+    assert "k must be a positive integer, got 0" in _fail(base + ["--k", "0"], capsys)
     assert "unknown modality 'video'" in _fail(base + ["--modality", "video"], capsys)
     err = _fail(["retrieve", "--index", str(tmp_path / "none"), "--queries", str(coco_mbeir["t2i"]),
                  "--out", str(tmp_path / "r.jsonl")], capsys)

@@ -6,11 +6,14 @@ import json
 
 import click
 
-from unirag.cli.engine_options import engine_from_cli, engine_options
-from unirag.cli.generation_options import generation_options, run_kwargs
-from unirag.cli.profile_options import behaviour_options
-
-MODES = ("zero-shot", "random", "rag")
+from unirag.cli.options import (
+    behaviour_options,
+    engine_from_cli,
+    engine_options,
+    generation_options,
+    run_kwargs,
+)
+from unirag.pipelines.examples import MODES
 
 
 @click.command("caption")

@@ -5,10 +5,13 @@ from __future__ import annotations
 import click
 
 from unirag.cir.datasets import DATASETS
-from unirag.cli.engine_options import engine_from_cli, engine_options
-from unirag.cli.evaluate_cmd import bootstrap_options
-from unirag.cli.model_options import device_options
-from unirag.cli.profile_options import behaviour_options
+from unirag.cli.options import (
+    behaviour_options,
+    bootstrap_options,
+    device_options,
+    engine_from_cli,
+    engine_options,
+)
 
 CIR_PROFILE_HELP = ("Named set of behaviour settings: default (the paper) or official (the official X^R code); the "
                     "agents YAML's profile when omitted; --set overrides single settings (the xr_* rows of "
@@ -62,29 +65,28 @@ def _print_metrics(name: str, metrics: dict) -> None:
                    "XR/prompts/<dataset> folder: read under --set xr_prompts=official.")
 @behaviour_options(selection=False, raw=True, profile_help=CIR_PROFILE_HELP)
 @engine_options("agent")
-def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime, lam, k, stages, limit, cache_dir,
-        encoder, concurrency, no_imagination, fine_only, modalities, exclude_reference, quiet, device,
-        dtype, official_prompts, profile, setting_overrides, resamples, bootstrap_seed, ci_method, **options) -> None:
+def cir(annotations, no_imagination, fine_only, modalities, quiet, device, dtype, setting_overrides, resamples,
+        bootstrap_seed, ci_method, **opts) -> None:
     """Rank a CIR benchmark's pool for each (reference image, modification text) query.
 
     Writes OUT/rankings.jsonl (per query: ranked image ids of every stage, stage scores),
     OUT/metrics.json (baseline, X^R without fine filtering, X^R), submission files for the CIRR and
     CIRCO test servers, and caches every agent call: rerun the same command to resume.
     """
+    from pathlib import Path
+
     from unirag.cir.api import run_cir
     from unirag.cir.pipeline import Ablation
+    from unirag.errors import RunFailedError
+    from unirag.runs.rundir import read_run_manifest
 
-    ablation = Ablation(imagination=not no_imagination, fine_only=fine_only, modalities=modalities)
-    engine = engine_from_cli(options)
-    metrics = run_cir(dataset, list(annotations), images_root=images_root, out_dir=out_dir, split_file=split_file,
-                      agents=agents, k_prime=k_prime, lam=lam, k=k, stages=stages, limit=limit, ablation=ablation,
-                      cache_dir=cache_dir, encoder=encoder, concurrency=concurrency,
-                      decode_workers=engine.decode_workers,
-                      progress=not quiet,
-                      exclude_reference=exclude_reference, encoder_options={"device": device, "dtype": dtype},
-                      profile=profile, overrides=setting_overrides, official_prompts=official_prompts,
-                      echo=lambda s: click.echo(s, err=True), engine=engine,
+    engine = engine_from_cli(opts)
+    metrics = run_cir(annotations=list(annotations), **opts, progress=not quiet, engine=engine,
+                      ablation=Ablation(imagination=not no_imagination, fine_only=fine_only, modalities=modalities),
+                      decode_workers=engine.decode_workers, encoder_options={"device": device, "dtype": dtype},
+                      overrides=setting_overrides, echo=lambda s: click.echo(s, err=True),
                       bootstrap={"resamples": resamples, "bootstrap_seed": bootstrap_seed, "method": ci_method})
+    out_dir = opts["out_dir"]
     if "datasets" in metrics:
         for name, m in metrics["datasets"].items():
             _print_metrics(name, m)
@@ -93,24 +95,13 @@ def cir(dataset, annotations, images_root, out_dir, split_file, agents, k_prime,
     else:
         _print_metrics(metrics.get("dataset", ""), metrics)
     click.echo(f"wrote {out_dir}/rankings.jsonl and metrics.json", err=True)
-    _check_agent_calls(out_dir, list(metrics.get("datasets", {})) or [""])
-
-
-def _check_agent_calls(out_dir: str, names: list[str]) -> None:
-    """Exit 1 (one line) when the agents were called and every call failed (a wrong key, a server that is
-    down): the rankings then silently fall back to the embedding baseline. Read from each manifest's
-    ``agent_calls`` (per role: called, failed); failed calls are in the cache and retried by a rerun."""
-    from pathlib import Path
-
-    from unirag.errors import RunFailedError
-    from unirag.runs.rundir import read_run_manifest
-
-    called = failed = 0
-    for name in names:
-        calls = read_run_manifest(Path(out_dir) / name).get("agent_calls") or {}
-        called += sum(int(st.get("called", 0)) for st in calls.values())
-        failed += sum(int(st.get("failed", 0)) for st in calls.values())
-    if called and failed >= called:
+    # Exit 1 (one line) when the agents were called and every call failed (a wrong key, a server that is
+    # down): the rankings then silently fall back to the embedding baseline. Read from each manifest's
+    # agent_calls (per role: called, failed); failed calls are in the cache and retried by a rerun.
+    calls = [read_run_manifest(Path(out_dir) / name).get("agent_calls") or {}
+             for name in list(metrics.get("datasets", {})) or [""]]
+    called = sum(int(st.get("called", 0)) for c in calls for st in c.values())
+    if called and sum(int(st.get("failed", 0)) for c in calls for st in c.values()) >= called:
         raise RunFailedError(f"all {called} agent calls of this run failed, so the X^R stages fell back to the "
                              "baseline ranking; their errors are in the cache's calls/*.jsonl, rerun the same "
                              "command to retry them")

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import click
 
-from unirag.cli.engine_options import engine_from_cli, engine_options
-from unirag.cli.generation_options import run_kwargs, run_options
-from unirag.cli.profile_options import behaviour_options
+from unirag.cli.options import behaviour_options, engine_from_cli, engine_options, run_kwargs, run_options
 from unirag.generators.images.base import (
     DEFAULT_GUIDANCE,
     DEFAULT_HEIGHT,
     DEFAULT_STEPS,
     DEFAULT_WIDTH,
 )
-
-MODES = ("zero-shot", "random", "rag")
+from unirag.pipelines.examples import MODES
 
 
 @click.command("generate-images")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.model_options import options as click_options
+from unirag.cli.options import options as click_options
 
 # Options every importer shares; their values reach the importer as keyword arguments unchanged.
 _COMMON = [

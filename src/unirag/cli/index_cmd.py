@@ -7,10 +7,7 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.engine_options import decode_option
-from unirag.cli.generation_options import key_values
-from unirag.cli.model_options import device_options
-from unirag.cli.profile_options import behaviour_options
+from unirag.cli.options import behaviour_options, decode_option, device_options, key_values
 from unirag.errors import ConfigError
 
 
@@ -25,7 +22,7 @@ def index_group() -> None:
               help="Folder the pool's img_path values are relative to.")
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
               help="Index directory to write (required unless --shard with --shards-dir).")
-@click.option("--encoder", "encoder_spec", default=None,
+@click.option("--encoder", default=None,
               help="Encoder name, Hugging Face id, local path, uniir:..., or python:MODULE:FACTORY for your own "
                    "(default: the offline encoder). With "
                    "--embeddings: the model that made them, recorded so queries use the same one.")
@@ -52,7 +49,7 @@ def index_group() -> None:
                    "then build with --embeddings SHARDS_DIR.")
 @click.option("--embeddings", type=click.Path(path_type=Path), default=None,
               help="Precomputed vectors: a .npy matrix, a Parquet file (id + embedding columns) or a shards folder.")
-@click.option("--ids", "ids_file", type=click.Path(path_type=Path), default=None,
+@click.option("--ids", type=click.Path(path_type=Path), default=None,
               help="With a .npy --embeddings: one candidate id per line, row order (default: the pool's order).")
 @click.option("--allow-shrink", is_flag=True,
               help="Replace an existing index even if this build loses a modality or more than 10% of one "
@@ -60,24 +57,23 @@ def index_group() -> None:
 @device_options
 @decode_option()
 @behaviour_options(selection=False)
-def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: str | None, index_type: str,
-          params: tuple[str, ...], batch_size: int, engine: str, ray_address: str | None, workers: int | None,
-          gpus_per_worker: float, shards_dir: Path | None, shard_size: int | None, shard_spec: str | None,
-          embeddings: Path | None, ids_file: Path | None, allow_shrink: bool, device: str, dtype: str,
-          decode, settings=None) -> None:
+def build(pool: Path, images_root: Path | None, out: Path | None, encoder: str | None, index_type: str,
+          params: tuple[str, ...], batch_size: int, shards_dir: Path | None, shard_spec: str | None,
+          embeddings: Path | None, ids: Path | None, allow_shrink: bool, device: str, dtype: str, decode,
+          settings=None, **ray) -> None:
     """Encode every candidate of POOL (or take --embeddings) and write an index to OUT (streaming, atomic)."""
     from unirag.encoders.registry import precision_options
 
     # uniir_precision: official UniIR precision is float32 weights under float16 autocast, for every build that
     # encodes (local, Ray workers, --shard); --embeddings encodes nothing (the vectors are given)
-    precision = precision_options(encoder_spec, dtype, settings)
+    precision = precision_options(encoder, dtype, settings)
     dtype, autocast = precision["dtype"], precision.get("autocast")
     if autocast and embeddings is not None:
         click.echo("note: uniir_precision official applies to encoding, and --embeddings encodes nothing: the "
                    "vectors keep the precision that made them", err=True)
 
     overrides = key_values(params, "--param", True)
-    if ids_file is not None and embeddings is None:
+    if ids is not None and embeddings is None:
         raise ConfigError("--ids goes with --embeddings")
     from unirag.index.handle import Index
 
@@ -87,7 +83,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
         from unirag.index.build import default_shards_dir
 
         shards_dir = shards_dir if shards_dir is not None else default_shards_dir(out)
-        record = Index.embed_shard(pool, shard_spec, shards_dir, encoder=encoder_spec, images_root=images_root,
+        record = Index.embed_shard(pool, shard_spec, shards_dir, encoder=encoder, images_root=images_root,
                                    batch_size=batch_size, device=device, dtype=dtype,
                                    decode_workers=decode.decode_workers, autocast=autocast)
         state = "already done" if record.get("skipped") else f"embedded in {record['seconds']:.1f}s"
@@ -96,7 +92,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
     if out is None:
         raise ConfigError("--out is required (the index directory to write)")
     if embeddings is not None:
-        index = Index.from_embeddings(pool, embeddings, out, encoder=encoder_spec, ids=ids_file,
+        index = Index.from_embeddings(pool, embeddings, out, encoder=encoder, ids=ids,
                                       images_root=images_root, index_type=index_type, params=overrides,
                                       allow_shrink=allow_shrink)
         if index.manifest["encoder"].get("fingerprint") is None:
@@ -105,13 +101,10 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
     else:
         from unirag.data.pool import Pool
 
-        index = Index.build(Pool.read(pool, images_root), out,
-                            encoder=encoder_spec, index_type=index_type, autocast=autocast,
-                            params=overrides, batch_size=batch_size, device=device, dtype=dtype, progress=True,
-                            engine=engine, decode_workers=decode.decode_workers, shards_dir=shards_dir,
-                            shard_size=shard_size, workers=workers,
-                            gpus_per_worker=gpus_per_worker or None, ray_address=ray_address,
-                            allow_shrink=allow_shrink)
+        index = Index.build(Pool.read(pool, images_root), out, encoder=encoder, index_type=index_type,
+                            autocast=autocast, params=overrides, batch_size=batch_size, device=device, dtype=dtype,
+                            progress=True, decode_workers=decode.decode_workers, shards_dir=shards_dir,
+                            allow_shrink=allow_shrink, **ray)  # **ray: --engine and its Ray options
     manifest = index.manifest
     counts = ", ".join(f"{m}: {n}" for m, n in manifest["counts"].items())
     click.echo(f"index written to {out} ({manifest['total']} candidates; {counts}; "

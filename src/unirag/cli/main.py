@@ -29,28 +29,24 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 class LazyGroup(click.Group):
-    """A group whose subcommands are imported only when one runs: ``lazy`` maps each name to
+    """A group whose subcommands are imported only when one runs: :data:`COMMANDS` maps each name to
     ("module:attribute", the one-line help ``--help`` shows without importing the module)."""
 
-    def __init__(self, *args, lazy: dict[str, tuple[str, str]], **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.lazy = lazy
-
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(self.lazy)
+        return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in self.lazy:
+        if name not in COMMANDS:
             return None
-        module_name, attr = self.lazy[name][0].split(":")
+        module_name, attr = COMMANDS[name][0].split(":")
         return getattr(importlib.import_module(module_name), attr)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
-            formatter.write_dl([(name, help_) for name, (_, help_) in self.lazy.items()])
+            formatter.write_dl([(name, help_) for name, (_, help_) in COMMANDS.items()])
 
 
-@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="unirag")
 def cli() -> None:
     """unirag: multimodal retrieval and retrieval-augmented generation (UniRAG, X^R).

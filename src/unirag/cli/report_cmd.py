@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.evaluate_cmd import bootstrap_options
+from unirag.cli.options import bootstrap_options
 
 
 class _ReportGroup(click.Group):
@@ -46,9 +46,7 @@ def report() -> None:
 @click.option("--baseline", default=None,
               help="Run folder or row name: compare every run with it on the queries both scored (paired tests).")
 @bootstrap_options
-def build(run_dirs: tuple[Path, ...], out_dir: Path, max_cards: int, queries: Path | None, pool: Path | None,
-          images_root: Path | None, no_gallery: bool, no_plots: bool, baseline: str | None, resamples: int,
-          bootstrap_seed: int, ci_method: str) -> None:
+def build(out_dir: Path, no_gallery: bool, no_plots: bool, **opts) -> None:
     """Build REPORT_DIR/index.html, tables.md, tables/*.csv, plots/*.png and gallery/*.html.
 
     With --baseline, also each run's difference from the baseline with its paired bootstrap interval;
@@ -56,14 +54,11 @@ def build(run_dirs: tuple[Path, ...], out_dir: Path, max_cards: int, queries: Pa
     """
     from unirag.reports.build import build_report
 
-    if baseline is not None and resamples == 0:
+    if opts["baseline"] is not None and opts["resamples"] == 0:
         from unirag.errors import ConfigError
 
         raise ConfigError("--baseline needs --resamples above 0")
-    written = build_report(run_dirs, out_dir, max_cards=max_cards, queries=queries, pool=pool,
-                           images_root=images_root, gallery=not no_gallery, plots=not no_plots,
-                           baseline=baseline, resamples=resamples, bootstrap_seed=bootstrap_seed,
-                           ci_method=ci_method)
+    written = build_report(out_dir=out_dir, **opts, gallery=not no_gallery, plots=not no_plots)
     click.echo((Path(out_dir) / "tables.md").read_text(encoding="utf-8"))
     for note in written["notes"]:
         click.echo(note)

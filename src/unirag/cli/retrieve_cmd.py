@@ -6,15 +6,19 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.engine_options import decode_option
-from unirag.cli.model_options import device_options, index_memory_option, instruction_options
-from unirag.cli.profile_options import behaviour_options
+from unirag.cli.options import (
+    behaviour_options,
+    decode_option,
+    device_options,
+    index_memory_option,
+    instruction_options,
+)
 
 
 @click.command("retrieve")
 @click.option("--index", "index_dir", required=True, type=click.Path(path_type=Path), help="Index directory.")
 @click.option("--queries", required=True, type=click.Path(path_type=Path), help="M-BEIR queries JSONL.")
-@click.option("--images-root", type=click.Path(path_type=Path), default=None,
+@click.option("--images-root", "query_images_root", type=click.Path(path_type=Path), default=None,
               help="Folder the queries' image paths are relative to.")
 @click.option("--k", "k", type=int, default=5, show_default=True, help="Candidates and pairs per query.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path),
@@ -23,7 +27,7 @@ from unirag.cli.profile_options import behaviour_options
               help="Candidate modality to search: text, image, image,text or any.")
 @click.option("--exclude-positives", "exclude_positives", type=click.Path(path_type=Path), default=None,
               help="Qrels file: drop each query's own positives from candidates and pairs (no leakage).")
-@click.option("--encoder", "encoder_spec", default=None,
+@click.option("--encoder", default=None,
               help="Encoder to embed the queries (default: the one recorded in the index).")
 @click.option("--pool-images-root", type=click.Path(path_type=Path), default=None,
               help="Folder the pool's image paths are relative to (default: the index's recorded images root).")
@@ -34,25 +38,15 @@ from unirag.cli.profile_options import behaviour_options
 @index_memory_option
 @instruction_options
 @behaviour_options()
-def retrieve(index_dir: Path, queries: Path, images_root: Path | None, k: int, out: Path, modality: str,
-             exclude_positives: Path | None, encoder_spec: str | None, pool_images_root: Path | None,
-             verify: bool, device: str, dtype: str, decode, index_memory: str,
-             instructions: str | None, no_instructions: bool, settings=None, selection=None) -> None:
+def retrieve(no_instructions: bool, decode, settings, **opts) -> None:
     """Retrieve the top K candidates and K image-caption pairs for every query."""
-    from unirag.errors import ConfigError
     from unirag.retrieval.batch_run import run_retrieval
 
-    if k <= 0:
-        raise ConfigError(f"--k must be a positive integer, got {k}")
-    summary = run_retrieval(index_dir, queries, out, k=k, modality=modality, exclude_positives=exclude_positives,
-                            query_images_root=images_root, encoder=encoder_spec, pool_images_root=pool_images_root,
-                            verify=verify, device=device, dtype=dtype, instructions=instructions,
-                            use_instructions=not no_instructions, progress=True, profile=settings,
-                            selection=selection, index_memory=index_memory,
+    summary = run_retrieval(**opts, use_instructions=not no_instructions, progress=True, profile=settings,
                             engine=decode)
     short, replaced, leaks = summary.short, summary.replaced, summary.leaks
     click.echo(f"{len(summary.results)} queries -> {summary.run_path} and {summary.trec_path}"
                + (f"; {replaced} wrong-modality candidate(s) replaced by their complement" if replaced else "")
-               + (f"; {short} quer(ies) with fewer than {k} pairs" if short else "")
+               + (f"; {short} quer(ies) with fewer than {summary.k} pairs" if short else "")
                + (f"; near-duplicates of the query: {leaks['flagged']} flagged, {leaks['excluded']} excluded, "
                   f"leak rate {leaks['leak_rate']:.1%}" if leaks and leaks["flagged"] else ""))

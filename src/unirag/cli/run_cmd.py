@@ -6,9 +6,7 @@ import sys
 
 import click
 
-from unirag.cli.engine_options import engine_from_cli, engine_options
-from unirag.cli.generation_options import key_values
-from unirag.cli.profile_options import behaviour_options
+from unirag.cli.options import behaviour_options, engine_from_cli, engine_options, key_values
 
 
 @click.command("run")

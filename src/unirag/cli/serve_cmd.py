@@ -7,15 +7,15 @@ from functools import partial
 
 import click
 
-from unirag.cli.model_options import index_memory_option
+from unirag.cli.options import index_memory_option
 from unirag.errors import ConfigError
 
 
 @click.command("serve")
 @click.option("--index", required=True, type=click.Path(file_okay=False), help="Index directory to search.")
-@click.option("--generator", "generator_spec", default="retrieval:consensus", show_default=True,
+@click.option("--generator", default="retrieval:consensus", show_default=True,
               help="Caption generator: openai:MODEL, gemini:MODEL, hf:DIR, retrieval:top1, retrieval:consensus.")
-@click.option("--image-generator", "image_generator_spec", default="retrieval:top1", show_default=True,
+@click.option("--image-generator", default="retrieval:top1", show_default=True,
               help="Image generator: diffusers:DIR, openai-image:MODEL, gemini-image:MODEL, retrieval:top1.")
 @click.option("--cir-agents", type=click.Path(dir_okay=False), default=None,
               help="X^R agents YAML for /v1/cir (default: the embedding baseline).")
@@ -31,7 +31,7 @@ from unirag.errors import ConfigError
               help="Largest accepted image (width x height); bigger ones are refused as decompression bombs.")
 @click.option("--max-decodes", type=int, default=2, show_default=True,
               help="Uploaded images decoded at once; 16 more per slot wait, beyond that requests get 503.")
-@click.option("--concurrency", type=int, default=4, show_default=True, help="Generator calls in flight at once.")
+@click.option("--concurrency", "generator_concurrency", type=int, default=4, show_default=True, help="Generator calls in flight at once.")
 @click.option("--max-attempts", type=int, default=6, show_default=True,
               help="Tries per generator call for transient errors (429, 5xx, timeouts).")
 @click.option("--base-url", default=None, help="Generator API base URL (OpenAI-compatible server).")
@@ -46,22 +46,19 @@ from unirag.errors import ConfigError
                                                      "memory available, else mmap")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True)
-def serve(index, generator_spec, image_generator_spec, cir_agents, host, port, token_env, cors_origins,
-          max_upload_mb, max_pixels, max_decodes, concurrency, max_attempts, base_url, timeout, family, similarity,
-          device, index_memory, log_level) -> None:
+def serve(max_upload_mb, base_url, timeout, family, similarity, log_level, **opts) -> None:
     """Serve search, RAG captioning, image generation and composed retrieval over HTTP, with a web page at /."""
     from unirag.serve.settings import ServeSettings
 
     gen_opts = {k: v for k, v in (("base_url", base_url), ("timeout", timeout), ("family", family),
                                   ("similarity", similarity)) if v is not None}
-    if device != "auto":  # local generator models on the same device; "auto" leaves each its default
-        gen_opts["device"] = device
-    settings = ServeSettings(index=index, generator=generator_spec or None,
-                             image_generator=image_generator_spec or None, cir_agents=cir_agents, host=host,
-                             port=port, token_env=token_env, cors_origins=list(cors_origins),
-                             max_upload_bytes=int(max_upload_mb * 1024 * 1024), max_pixels=max_pixels, max_decodes=max_decodes, decode_queue=16 * max_decodes,
-                             generator_concurrency=concurrency, max_attempts=max_attempts,
-                             generator_options=gen_opts, device=device, index_memory=index_memory)
+    if opts["device"] != "auto":  # local generator models on the same device; "auto" leaves each its default
+        gen_opts["device"] = opts["device"]
+    opts.update(generator=opts["generator"] or None, image_generator=opts["image_generator"] or None,
+                cors_origins=list(opts["cors_origins"]))
+    settings = ServeSettings(**opts, max_upload_bytes=int(max_upload_mb * 1024 * 1024),
+                             decode_queue=16 * opts["max_decodes"], generator_options=gen_opts)
+    host, port = settings.host, settings.port
     # Before torch loads: OpenMP's worker threads otherwise spin for a while after every encoder call,
     # taking the cores the event loop needs between a service's short, intermittent calls (under load
     # on 2 cores: 600 ms -> 50 ms per offline-encoder search). An explicit setting is kept.
@@ -75,5 +72,5 @@ def serve(index, generator_spec, image_generator_spec, cir_agents, host, port, t
                           "pip install 'unirag[serve]'") from None
     app = create_app(settings)
     shown = f"[{host}]" if ":" in host else host
-    click.echo(f"unirag serve: http://{shown}:{port}/ (API docs at /docs, index {index})", err=True)
+    click.echo(f"unirag serve: http://{shown}:{port}/ (API docs at /docs, index {settings.index})", err=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -32,8 +32,8 @@ class _Histogram:
 
     def lines(self, name: str, labels: str) -> list[str]:
         sep, braces = ("," if labels else ""), (f"{{{labels}}}" if labels else "")
-        out = [f'{name}_bucket{{{labels}{sep}le="{_num(edge)}"}} {n}' for edge, n in zip(self.buckets, self.counts,
-                                                                                      strict=True)]
+        out = [f'{name}_bucket{{{labels}{sep}le="{int(edge) if float(edge).is_integer() else edge!r}"}} {n}'
+               for edge, n in zip(self.buckets, self.counts, strict=True)]
         return out + [f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.total}', f"{name}_sum{braces} {self.sum:.6f}",
                       f"{name}_count{braces} {self.total}"]
 
@@ -85,10 +85,6 @@ class Metrics:
                     "# TYPE unirag_search_busy_seconds_total counter",
                     f"unirag_search_busy_seconds_total {self.search_seconds:.6f}"]
             return "\n".join(out) + "\n"
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else repr(x)
 
 
 def _esc(value: str) -> str:

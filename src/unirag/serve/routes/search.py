@@ -61,11 +61,18 @@ async def search(request: Request):
         text = fields.get("text")
         if text is not None and not isinstance(text, str):
             raise HTTPException(400, "text: must be a string")
-        k = check_k(_integer(fields.get("k", 10), "k"), svc.settings.k_max)
+        k = fields.get("k", 10)
+        k = int(k) if isinstance(k, str) and k.strip().lstrip("-").isdigit() else k
+        if not isinstance(k, int) or isinstance(k, bool):
+            raise HTTPException(400, f"k: must be an integer, got {k!r}")
+        k = check_k(k, svc.settings.k_max)
         modality = fields.get("modality", "any")
         if modality not in MODALITIES:
             raise HTTPException(400, f"modality must be one of {', '.join(MODALITIES)}, got {modality!r}")
-        fields["filter"] = _strings(fields.get("filter"), "filter")
+        filters = fields.get("filter", [])
+        fields["filter"] = filters = [filters] if isinstance(filters, str) else filters
+        if not isinstance(filters, list) or not all(isinstance(v, str) for v in filters):
+            raise HTTPException(400, "filter: must be a list of strings")
         selection = selection_of(fields)
         checked = await read_image(svc, upload, "image")
     finally:
@@ -101,32 +108,12 @@ def _form_fields(form: FormData) -> tuple[dict[str, Any], Any]:
     fields: dict[str, Any] = {name: value for name, value in form.multi_items()
                               if name in _FIELDS and name != "filter" and isinstance(value, str)}
     fields["filter"] = [f for f in form.getlist("filter") if isinstance(f, str)]
-    if fields.get("text") == "":
-        fields["text"] = None
     upload = form.get("image")
     if isinstance(upload, str):
         if upload:
             raise HTTPException(400, "image: send a file, not a text field")
         upload = None
     return {name: value for name, value in fields.items() if value != ""}, upload
-
-
-def _integer(value: Any, name: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    raise HTTPException(400, f"{name}: must be an integer, got {value!r}")
-
-
-def _strings(value: Any, name: str) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return value
-    raise HTTPException(400, f"{name}: must be a list of strings")
 
 
 @router.post("/v1/cir", summary="Composed image retrieval: reference image + modification text")
