@@ -23,12 +23,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from functools import partial
 from typing import Any
 
 from unirag.data.records import Modality
 from unirag.errors import ConfigError
-from unirag.profiles import _on_off, _or_none
+from unirag.profiles import SELECTION_NAMES
 
 DIVERSITY = ("none", "mmr")
 NEAR_DUPLICATES = ("off", "report", "exclude")
@@ -212,29 +211,13 @@ def _values(name: str, values: Any) -> tuple[str, ...]:
     return out
 
 
-#: The example-selection names that ``--set NAME=VALUE`` and a grid's ``settings:`` take beside the
-#: settings table (:data:`unirag.profiles.SELECTION_NAMES`, which also says which collect repeated
-#: values into a list): name -> (the :meth:`Selection.of` keyword, how a string value is read).
-SELECTION_SETTINGS: dict[str, tuple[str, Any]] = {
-    "diversity": ("diversity", str),  # none | mmr
-    "mmr_lambda": ("mmr_lambda", float),
-    "one_per_image": ("one_per_image", _on_off),  # on | off
-    "near_duplicates": ("near_duplicates", str),  # off | report | exclude
-    "hash_threshold": ("image_hash", int),
-    "cosine_threshold": ("image_cosine", partial(_or_none, float)),  # a number, or none
-    "caption_threshold": ("caption", float),
-    "pairs_from": ("pairs_from", str),
-    "filter": ("where", str),  # FIELD=VALUE
-}
-
-
 def selection_from_settings(given: Mapping[str, Any], base: Selection | Mapping[str, Any] | None = None
                             ) -> Selection:
     """The :class:`Selection` that example-selection settings by name (strings from ``--set`` are read
     by the name's type) make on top of ``base``; a bad value is one :class:`ConfigError` line."""
     keywords: dict[str, Any] = {}
     for name, value in given.items():
-        keyword, read = SELECTION_SETTINGS[name]
+        keyword, read, _ = SELECTION_NAMES[name]
         if isinstance(value, str):
             try:
                 value = read(value)
