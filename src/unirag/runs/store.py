@@ -171,8 +171,7 @@ class ResultStore:
         """Reserve ``key`` before working it. False when it is already done, or claimed by another
         live process (which will store it: wait for its record with :meth:`is_done`/:meth:`get`)."""
         k = str(key)
-        with self._locked(exclusive=True):
-            self._refresh_locked(repair=True)
+        with self.exclusive():
             if _is_ok(self._latest.get(k)):
                 return False
             return self._claims.take(k)
@@ -188,8 +187,7 @@ class ResultStore:
         k = str(record[self.key])
         masked = redact_json(record)  # a provider's error may quote the API key it was sent
         line = (json.dumps(masked, ensure_ascii=False) + "\n").encode("utf-8")
-        with self._locked(exclusive=True):
-            self._refresh_locked(repair=True)
+        with self.exclusive():
             current = self._latest.get(k)
             if not replace and _is_ok(current):
                 self.skipped_duplicates += 1
@@ -228,8 +226,7 @@ class ResultStore:
         Runs under the exclusive lock after reading every other process's appends, so a record
         written elsewhere is kept; writers reopen the file for each append and so follow the new one.
         """
-        with self._locked(exclusive=True):
-            self._refresh_locked(repair=True)
+        with self.exclusive():
             keys = list(order) if order is not None else []
             seen = set(keys)
             keys += [k for k in self._latest if k not in seen]
