@@ -35,7 +35,7 @@ from unirag.errors import ConfigError, InputError
 from unirag.index.handle import Index
 from unirag.index.store import check_encoder, parse_modality_filter
 from unirag.profiles import Settings, resolve
-from unirag.retrieval.near_duplicates import HASHES, caption_words, dhash
+from unirag.retrieval.near_duplicates import caption_words, dhash, hash_of
 from unirag.retrieval.pairing import Completer, QueryIdentity
 from unirag.retrieval.results import Hit, Hits, Pair
 from unirag.retrieval.selection import Offer, PairPicker, QueryEvidence, Selection
@@ -330,7 +330,7 @@ class Retriever:
                     ev.image_hash = None
             else:
                 path = image if image is not None else resolve_image(query.img_path, query_images_root)
-                ev.image_hash = HASHES.hash_of(path)
+                ev.image_hash = hash_of(path)
         if query.modality is Modality.IMAGE:
             ev.image_vector = np.asarray(vector, dtype=np.float32)
         texts = [str(t) for t in references if t]

@@ -254,11 +254,8 @@ class PairPicker:
     ``exclude``); MMR then re-ranks the gathered pool. ``vectors(gids)`` gives stored vectors.
     """
 
-    def __init__(self, selection: Selection, k: int, evidence: QueryEvidence, vectors, hashes=None) -> None:
-        from unirag.retrieval.near_duplicates import HASHES
-
+    def __init__(self, selection: Selection, k: int, evidence: QueryEvidence, vectors) -> None:
         self.sel, self.k, self.evidence, self.vectors = selection, k, evidence, vectors
-        self.hashes = hashes or HASHES
         self.limit = selection.pool_size(k)
         self.taken: list[Offer] = []
         self._images: set[str] = set()
@@ -295,18 +292,20 @@ class PairPicker:
         return True
 
     def _image_keys(self, o: Offer) -> set[str]:
+        from unirag.retrieval.near_duplicates import digest_of
+
         keys = {f"did:{o.pair.image_did}"}
-        digest = self.hashes.digest_of(o.image_file)
+        digest = digest_of(o.image_file)
         if digest is not None:
             keys.add(f"sha:{digest}")
         return keys
 
     def _near_duplicate(self, o: Offer) -> str | None:
-        from unirag.retrieval.near_duplicates import caption_similarity, caption_words, hamming
+        from unirag.retrieval.near_duplicates import caption_similarity, caption_words, hamming, hash_of
 
         ev, limits = self.evidence, self.sel.thresholds
         if ev.image_hash is not None and o.image_file is not None:
-            h = self.hashes.hash_of(o.image_file)
+            h = hash_of(o.image_file)
             if h is not None and (d := hamming(h, ev.image_hash)) <= limits.image_hash:
                 return f"image-hash:{d}"
         if limits.image_cosine is not None and ev.image_vector is not None and o.image_gid is not None:
@@ -337,11 +336,11 @@ class PairPicker:
         """
         import numpy as np
 
-        from unirag.retrieval.near_duplicates import caption_similarity, caption_words, hamming
+        from unirag.retrieval.near_duplicates import caption_similarity, caption_words, hamming, hash_of
 
         n = len(self.taken)
         keys = [self._image_keys(o) for o in self.taken]
-        hashes = [self.hashes.hash_of(o.image_file) for o in self.taken]
+        hashes = [hash_of(o.image_file) for o in self.taken]
         words = [caption_words(o.pair.txt) for o in self.taken]
         limit = self.sel.thresholds.image_hash
         out = np.zeros((n, n))
