@@ -249,7 +249,7 @@ class Retriever:
             raise ValueError(f"{len(queries)} queries but {len(vectors)} vectors")
         if not queries:
             return []
-        where = sel.where_dict or None
+        where = dict(sel.where) or None
         scope = self.index.scope(wanted, where)
         if where and scope < k:
             import warnings

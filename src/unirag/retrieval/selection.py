@@ -142,11 +142,6 @@ class Selection:
                 "pairs_from": list(self.pairs_from), "where": {f: list(v) for f, v in self.where}}
 
     # -- what it asks of the retriever -------------------------------------------------------
-    @property
-    def where_dict(self) -> dict[str, tuple[str, ...]]:
-        """The filter as field -> accepted values (what ``Index.topk(where=)`` takes)."""
-        return dict(self.where)
-
     def pool_size(self, k: int) -> int:
         """How many acceptable pairs to gather before choosing k (MMR needs room to choose)."""
         return max(3 * k, k + 10) if self.diversity == "mmr" else k

@@ -74,12 +74,9 @@ class RunDir:
         self.identity = json.loads(json.dumps(identity, default=str))  # normalise (paths -> str)
         self.settings = json.loads(json.dumps(settings or {}, default=str))
         self.save_prompts = save_prompts
+        self.manifest_path = self.out / MANIFEST_FILE
         self.store: ResultStore | None = None
         self.manifest: dict[str, Any] = {}
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.out / MANIFEST_FILE
 
     def __enter__(self) -> RunDir:
         self.out.mkdir(parents=True, exist_ok=True)
