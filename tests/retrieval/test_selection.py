@@ -114,10 +114,9 @@ def test_pair_redundancy_is_one_for_the_same_photo_and_relevance_keeps_examples_
     """Unit level: two captions of one photo and a photo's re-encoded copy are fully redundant; a
     pair that only shares caption words with a taken one keeps most of its relevance, so it still
     beats an off-topic pair of much lower relevance (the pink kurtas against the black scarf)."""
+    from unirag.retrieval import near_duplicates
     from unirag.retrieval.results import Pair
     from unirag.retrieval.selection import Offer, PairPicker, QueryEvidence, mmr
-
-    from unirag.retrieval import near_duplicates
 
     # the copy's dHash is 2 bits from its original's; other photos are far apart
     hashes = {"a.jpg": 0b1111, "a-copy.jpg": 0b0011, "b.jpg": 0xFFFF0000FFFF0000, "c.jpg": 0x00FF00FF00FF00FF}
