@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from unirag.data.mbeir import read_qrels, read_queries
-from unirag.data.records import Candidate, Modality, Query, resolve_image
+from unirag.data.records import Modality, Query, resolve_image
 from unirag.errors import ConfigError
 from unirag.index.handle import Index
 
@@ -78,16 +78,10 @@ class Completer:
                  pairs_from: Sequence[str | Path] = ()) -> None:
         self.index = index
         self.images_root = images_root
-        self._qrels, self._positives = read_qrels_pairs(index, pairs_from) if pairs_from else ({}, {})
+        #: qid -> the positives the ``pairs_from`` files give for it (its reference captions or images)
+        self._qrels, self.positives = read_qrels_pairs(index, pairs_from) if pairs_from else ({}, {})
         self._paired: dict[int, list[int]] = {}
         self._retrieved: dict[tuple[int, int], list[int]] = {}
-
-    def acceptable(self, meta: Candidate, ident: QueryIdentity) -> bool:
-        if meta.did in ident.excluded:
-            return False
-        if meta.modality is Modality.TEXT:
-            return not ident.same_text(meta.txt)
-        return not ident.same_image(meta.img_path, self.images_root)
 
     def complement(self, gid: int, ident: QueryIdentity) -> tuple[int, str] | None:
         """(global id, "pool" | "qrels" | "retrieval") of the complement of candidate ``gid``, or None."""
@@ -104,13 +98,12 @@ class Completer:
                 break
         return (found, "retrieval") if found is not None else None
 
-    def positives(self, qid: str) -> list[str]:
-        """The positives the ``pairs_from`` files give for query ``qid`` (its reference captions or images)."""
-        return self._positives.get(qid, [])
-
     def _first(self, gids: list[int], ident: QueryIdentity) -> int | None:
+        """The first candidate that differs from the query (and is not excluded)."""
         for g in gids:
-            if self.acceptable(self.index.metas[g], ident):
+            meta = self.index.metas[g]
+            if meta.did not in ident.excluded and not (ident.same_text(meta.txt) if meta.modality is Modality.TEXT
+                                                       else ident.same_image(meta.img_path, self.images_root)):
                 return g
         return None
 

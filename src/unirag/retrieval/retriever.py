@@ -278,7 +278,7 @@ class Retriever:
             target = wanted if wanted is not None else query.modality.complement() if cross else None
             evidence = self._evidence(sel, query, vectors[i], query_images_root,
                                       query_images[i] if query_images is not None else None,
-                                      [*excluded[i], *query.pos_cand_list, *completer.positives(query.qid)],
+                                      [*excluded[i], *query.pos_cand_list, *completer.positives.get(query.qid, ())],
                                       references[i] if references is not None else ())
             depth, row_scores, row_ids = fetch, scores[i], ids[i]
             while True:
