@@ -129,11 +129,7 @@ class Selection:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Selection:
         """The Selection :meth:`to_dict` described."""
-        data = dict(data)
-        unknown = set(data) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ConfigError(f"unknown selection option(s): {', '.join(sorted(unknown))}")
-        return cls(**data)
+        return cls.of(None, **data)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types, as recorded in run manifests."""
