@@ -166,13 +166,7 @@ def read_qrels_pairs(index: Index, paths: Sequence[str | Path]
             texts.setdefault(normalise_text(q.txt), []).extend(positives[qid])
         elif q.modality is Modality.IMAGE and q.img_path:
             images.setdefault(os.path.normpath(q.img_path), []).extend(positives[qid])
-    complements: dict[int, list[int]] = {}
-
-    def link(a: int, b: int) -> None:
-        complements.setdefault(a, [])
-        if b not in complements[a]:
-            complements[a].append(b)
-
+    complements: dict[int, dict[int, None]] = {}  # gid -> its complements, in order, each once
     metas = index.metas
     for gid, meta in enumerate(metas):
         if meta.modality is Modality.TEXT and meta.txt:
@@ -185,6 +179,6 @@ def read_qrels_pairs(index: Index, paths: Sequence[str | Path]
             other = index.gid_of(did)
             if other is None or metas[other].modality is not meta.modality.complement():
                 continue
-            link(gid, other)
-            link(other, gid)
-    return complements, positives
+            complements.setdefault(gid, {})[other] = None
+            complements.setdefault(other, {})[gid] = None
+    return {g: list(found) for g, found in complements.items()}, positives

@@ -268,7 +268,7 @@ class WorkerPool:
     def __init__(self, options: EngineOptions | None = None) -> None:
         self.options = options or EngineOptions(engine="ray")
         self._groups: dict[str, _Group] = {}
-        self._session = None
+        self._session = contextlib.ExitStack()
         self.ray = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -279,9 +279,7 @@ class WorkerPool:
         """Start or join Ray on first use (a grid without local-model cells never starts it)."""
         if self.ray is None:
             o = self.options
-            session = ray_session(o.ray_address, object_store_memory=o.object_store_memory)
-            self.ray = session.__enter__()
-            self._session = session
+            self.ray = self._session.enter_context(ray_session(o.ray_address, object_store_memory=o.object_store_memory))
         return self.ray
 
     def __exit__(self, *exc: object) -> None:
@@ -289,9 +287,8 @@ class WorkerPool:
             for key in list(self._groups):
                 self._stop(key)
         finally:
-            if self._session is not None:
-                self._session.__exit__(None, None, None)
-                self._session, self.ray = None, None
+            self._session.close()
+            self.ray = None
 
     def _stop(self, key: str) -> None:
         group = self._groups.pop(key)
