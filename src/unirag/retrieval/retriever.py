@@ -78,12 +78,10 @@ class Retriever:
         root = pool_images_root or self.index.manifest.get("images_root")
         self.pool_images_root = str(root) if root is not None else None
         self.settings = resolve(profile)
-        if self.settings["pair_completion"] == "uniir":
-            self.completer = UniIRCompleter(self.index, lambda: self.encoder, self.pool_images_root)
-        else:
-            self.completer = Completer(self.index, self.pool_images_root)
+        self._completers: dict[tuple[str, ...], Completer] = {
+            (): UniIRCompleter(self.index, lambda: self.encoder, self.pool_images_root)
+            if self.settings["pair_completion"] == "uniir" else Completer(self.index, self.pool_images_root)}
         self.per_hit = self.settings["example_pairs"] == "per-hit"
-        self._qrels_completers: dict[tuple[str, ...], Completer] = {}
 
     @property
     def encoder(self):
@@ -309,12 +307,9 @@ class Retriever:
 
     def _completer(self, sel: Selection) -> Completer:
         """The pair completer for a selection (one per ``pairs_from`` set, kept: its caches are per index)."""
-        if not sel.pairs_from:
-            return self.completer
-        key = sel.pairs_from
-        if key not in self._qrels_completers:
-            self._qrels_completers[key] = Completer(self.index, self.pool_images_root, pairs_from=key)
-        return self._qrels_completers[key]
+        if sel.pairs_from not in self._completers:
+            self._completers[sel.pairs_from] = Completer(self.index, self.pool_images_root, pairs_from=sel.pairs_from)
+        return self._completers[sel.pairs_from]
 
     def _evidence(self, sel: Selection, query: Query, vector: np.ndarray, query_images_root, image,
                   positives: Iterable[str], references: Iterable[str]) -> QueryEvidence:
