@@ -69,8 +69,6 @@ class ResultStore:
         self._lineno = 0          # complete lines consumed so far
         #: 1-based line numbers of lines that were dropped (torn by a crash, or not JSON)
         self.dropped_lines: list[int] = []
-        #: appends not written because another writer had already stored an ``ok`` record for the key
-        self.skipped_duplicates = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = self.path.with_name(self.path.name + ".lock")
         self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -190,7 +188,6 @@ class ResultStore:
         with self.exclusive():
             current = self._latest.get(k)
             if not replace and _is_ok(current):
-                self.skipped_duplicates += 1
                 self._claims.release(k)
                 return current
             with self.path.open("ab") as f:
