@@ -103,14 +103,10 @@ class RunDir:
             self.store.close()
 
     def _open_manifest(self) -> None:
-        old = None
-        if self.manifest_path.exists():
-            try:
-                old = read_json_file(self.manifest_path)
-            except InputError as e:
-                raise ConfigError(f"{e}; move it away to start afresh") from None
-            if not isinstance(old, dict):
-                raise ConfigError(f"{self.manifest_path} is not a JSON object; move it away to start afresh")
+        try:
+            old = read_run_manifest(self.out) if self.manifest_path.exists() else None
+        except InputError as e:  # not JSON, or not an object
+            raise ConfigError(f"{e}; move it away to start afresh") from None
         if old is not None:
             if old.get("task") != self.task:
                 raise ConfigError(f"{self.out} holds a '{old.get('task')}' run, not '{self.task}'; choose another --out")
