@@ -113,8 +113,8 @@ class _FakeRay:
             def remote(self, recipe, device, threads, decode_workers):
                 fake.started.append((device, threads))
                 fake.decode_workers.append(decode_workers)
-                model = {"spec": recipe.spec}  # what the worker's describe() reports
-                return type("Actor", (), {"describe": type("M", (), {"remote": staticmethod(lambda: model)})()})()
+                model = {"spec": recipe.spec}  # what the worker's ask(recipe.describe) reports
+                return type("Actor", (), {"ask": type("M", (), {"remote": staticmethod(lambda q: model)})()})()
 
         return _Options()
 

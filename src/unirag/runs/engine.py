@@ -164,12 +164,8 @@ class _Worker:
                 torch.set_num_threads(threads)
             except ImportError:
                 pass
-        self.recipe = recipe
         self.model = recipe.load(device)
         self.tasks: dict[str, Any] = {}  # task -> the run kind opened on the model (a thin wrapper of it)
-
-    def describe(self) -> dict[str, Any]:
-        return self.recipe.describe(self.model)
 
     def _task(self, task: str, open_kind: Callable[[Any], Any]) -> Any:
         with self._tasks_lock:
@@ -325,7 +321,7 @@ class WorkerPool:
                                           max_restarts=0, max_task_retries=0, max_concurrency=WORKER_CONCURRENCY)
         actors = [cls.remote(recipe, device, threads, decode) for _ in range(n)]
         try:
-            infos = ray.get([a.describe.remote() for a in actors])  # every model loaded
+            infos = ray.get([a.ask.remote(recipe.describe) for a in actors])  # every model loaded
         except Exception as e:  # the model failed to load (bad spec, no weights, no GPU)
             for a in actors:
                 ray.kill(a)
