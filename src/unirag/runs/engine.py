@@ -25,7 +25,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from unirag.errors import ConfigError, UniragError
@@ -73,9 +73,6 @@ class EngineOptions:
     @property
     def ray(self) -> bool:
         return self.engine == "ray"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def actor_sizing(self, ray_module: Any, n: int) -> tuple[str, int | None, int]:
         """(device, torch threads, decode processes) of each of ``n`` actors: the one sizing rule of the
