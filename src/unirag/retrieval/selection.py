@@ -133,9 +133,7 @@ class Selection:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types, as recorded in run manifests."""
-        return {"diversity": self.diversity, "mmr_lambda": self.mmr_lambda, "one_per_image": self.one_per_image,
-                "near_duplicates": self.near_duplicates, "thresholds": asdict(self.thresholds),
-                "pairs_from": list(self.pairs_from), "where": {f: list(v) for f, v in self.where}}
+        return {**asdict(self), "pairs_from": list(self.pairs_from), "where": {f: list(v) for f, v in self.where}}
 
     # -- what it asks of the retriever -------------------------------------------------------
     def pool_size(self, k: int) -> int:
