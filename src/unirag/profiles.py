@@ -471,11 +471,20 @@ def read_assignments(items: Iterable[str], option: str = "--set") -> list[tuple[
 
 
 #: The example-selection names that ``--set NAME=VALUE`` and a grid's ``settings:`` take beside the
-#: settings table -> whether repeated values collect into a list. How each is read and which
-#: :meth:`unirag.Selection.of` keyword it sets: :data:`unirag.retrieval.selection.SELECTION_SETTINGS`.
-SELECTION_NAMES: dict[str, bool] = {"diversity": False, "mmr_lambda": False, "one_per_image": False,
-                                    "near_duplicates": False, "hash_threshold": False, "cosine_threshold": False,
-                                    "caption_threshold": False, "pairs_from": True, "filter": True}
+#: settings table -> (the :meth:`unirag.Selection.of` keyword it sets, how a string value is read,
+#: whether repeated values collect into a list); read by
+#: :func:`unirag.retrieval.selection.selection_from_settings`.
+SELECTION_NAMES: dict[str, tuple[str, Callable[[str], Any], bool]] = {
+    "diversity": ("diversity", str, False),  # none | mmr
+    "mmr_lambda": ("mmr_lambda", float, False),
+    "one_per_image": ("one_per_image", _on_off, False),  # on | off
+    "near_duplicates": ("near_duplicates", str, False),  # off | report | exclude
+    "hash_threshold": ("image_hash", int, False),
+    "cosine_threshold": ("image_cosine", partial(_or_none, float), False),  # a number, or none
+    "caption_threshold": ("caption", float, False),
+    "pairs_from": ("pairs_from", str, True),
+    "filter": ("where", str, True),  # FIELD=VALUE
+}
 
 
 def known_names(selection: bool = True) -> str:
@@ -498,7 +507,7 @@ def split_settings(given: Mapping[str, Any] | Iterable[tuple[str, Any]], selecti
         if name in SETTINGS:
             overrides[name] = value
         elif selection and name in SELECTION_NAMES:
-            if SELECTION_NAMES[name]:  # list-valued
+            if SELECTION_NAMES[name][2]:  # list-valued
                 chosen.setdefault(name, []).extend(value if isinstance(value, list | tuple) else [value])
             else:
                 chosen[name] = value

@@ -69,7 +69,7 @@ def test_run_set_reaches_every_cell_and_the_grid_takes_the_same_names(tmp_path, 
     _, cells = load_experiment(grid)
     assert cells[0].settings["xr_max_statements"] is None
     chosen = Selection.of(cells[0].options["selection"])
-    assert chosen.one_per_image and chosen.where_dict == {"dataset": ("mscoco",)}
+    assert chosen.one_per_image and dict(chosen.where) == {"dataset": ("mscoco",)}
 
 
 def test_values_are_read_by_the_settings_type():
@@ -83,7 +83,7 @@ def test_values_are_read_by_the_settings_type():
     assert settings["temperature"] is None and settings["xr_rewrite_caption"] is True
     assert settings["xr_max_statements"] == 3
     sel = selection_from_settings(chosen)
-    assert sel.where_dict == {"dataset": ("mscoco",), "modality": ("image",)}
+    assert dict(sel.where) == {"dataset": ("mscoco",), "modality": ("image",)}
     assert sel.thresholds.image_hash == 4 and sel.one_per_image is False
 
 

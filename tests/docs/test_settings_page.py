@@ -6,8 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from unirag.profiles import SETTINGS
-from unirag.retrieval.selection import SELECTION_SETTINGS
+from unirag.profiles import SELECTION_NAMES, SETTINGS
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
 
@@ -30,12 +29,15 @@ def test_the_settings_table_is_the_code_s():
 
 def test_the_selection_names_are_the_code_s():
     rows = re.findall(r"^\| `(\w+)` \|", _section(PAGE.read_text(), "Example selection"), flags=re.M)
-    assert rows == list(SELECTION_SETTINGS)
+    assert rows == list(SELECTION_NAMES)
 
 
-def test_the_selection_names_are_one_list():
-    """``--set`` checks names against :data:`unirag.profiles.SELECTION_NAMES` (profiles imports nothing
-    from retrieval); how each is read lives in :data:`unirag.retrieval.selection.SELECTION_SETTINGS`."""
-    from unirag.profiles import SELECTION_NAMES
+def test_every_selection_name_sets_a_selection_field():
+    """``--set`` names are checked and read by one table (:data:`unirag.profiles.SELECTION_NAMES`): each
+    names a keyword :meth:`unirag.Selection.of` takes (a Selection or Thresholds field)."""
+    from dataclasses import fields
 
-    assert list(SELECTION_NAMES) == list(SELECTION_SETTINGS)
+    from unirag.retrieval.selection import Selection, Thresholds
+
+    known = {f.name for f in fields(Selection)} | {f.name for f in fields(Thresholds)}
+    assert {keyword for keyword, _, _ in SELECTION_NAMES.values()} <= known

@@ -113,8 +113,8 @@ class _FakeRay:
             def remote(self, recipe, device, threads, decode_workers):
                 fake.started.append((device, threads))
                 fake.decode_workers.append(decode_workers)
-                model = {"spec": recipe.spec}  # what the worker's describe() reports
-                return type("Actor", (), {"describe": type("M", (), {"remote": staticmethod(lambda: model)})()})()
+                model = {"spec": recipe.spec}  # what the worker's ask(recipe.describe) reports
+                return type("Actor", (), {"ask": type("M", (), {"remote": staticmethod(lambda q: model)})()})()
 
         return _Options()
 
@@ -181,6 +181,6 @@ def test_decode_workers_reach_the_engine_options_from_every_command_with_an_engi
         result = CliRunner().invoke(command, [*args, "--engine", "ray", "--decode-workers", "3"])
         assert result.exit_code == 0, (module.__name__, result.output)
     assert [o.decode_workers for o in seen] == [3, 3, 3] and all(o.ray for o in seen)
-    assert EngineOptions(engine="ray", decode_workers=3).to_dict()["decode_workers"] == 3
+    assert EngineOptions(engine="ray", decode_workers=3).decode_workers == 3
     with pytest.raises(ConfigError, match="decode workers must be >= 0"):
         EngineOptions(engine="ray", decode_workers=-1)

@@ -110,19 +110,18 @@ def test_default_mmr_shows_four_photos_per_five_and_keeps_relevance(planted, coc
     assert relevance(diverse) >= 0.95 * relevance(plain)
 
 
-def test_pair_redundancy_is_one_for_the_same_photo_and_relevance_keeps_examples_on_topic() -> None:
+def test_pair_redundancy_is_one_for_the_same_photo_and_relevance_keeps_examples_on_topic(monkeypatch) -> None:
     """Unit level: two captions of one photo and a photo's re-encoded copy are fully redundant; a
     pair that only shares caption words with a taken one keeps most of its relevance, so it still
     beats an off-topic pair of much lower relevance (the pink kurtas against the black scarf)."""
+    from unirag.retrieval import near_duplicates
     from unirag.retrieval.results import Pair
     from unirag.retrieval.selection import Offer, PairPicker, QueryEvidence, mmr
 
-    class Hashes:  # the copy's dHash is 2 bits from its original's; other photos are far apart
-        def hash_of(self, path):
-            return {"a.jpg": 0b1111, "a-copy.jpg": 0b0011, "b.jpg": 0xFFFF0000FFFF0000, "c.jpg": 0x00FF00FF00FF00FF}.get(path)
-
-        def digest_of(self, path):
-            return None
+    # the copy's dHash is 2 bits from its original's; other photos are far apart
+    hashes = {"a.jpg": 0b1111, "a-copy.jpg": 0b0011, "b.jpg": 0xFFFF0000FFFF0000, "c.jpg": 0x00FF00FF00FF00FF}
+    monkeypatch.setattr(near_duplicates, "hash_of", hashes.get)
+    monkeypatch.setattr(near_duplicates, "digest_of", lambda path: None)
 
     def offer(did, image, caption, score):
         return Offer(did, Pair(f"img:{image}", did, image, caption, score), None, image)
@@ -132,7 +131,7 @@ def test_pair_redundancy_is_one_for_the_same_photo_and_relevance_keeps_examples_
              offer("t3", "a-copy.jpg", "Women pink printed kurta", 0.58),  # a copy of the photo
              offer("t4", "b.jpg", "W Women Pink Kurta", 0.55),  # another kurta, similar title
              offer("t5", "c.jpg", "Puma Unisex Black Scarf", 0.30)]  # off topic
-    picker = PairPicker(Selection(diversity="mmr"), 2, QueryEvidence(), None, hashes=Hashes())
+    picker = PairPicker(Selection(diversity="mmr"), 2, QueryEvidence(), None)
     picker.taken = taken
     red = picker.redundancy()
     assert red[0, 1] == red[0, 2] == 1.0 and 0 < red[0, 3] < 1 and red[0, 4] == 0

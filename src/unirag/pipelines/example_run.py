@@ -12,7 +12,7 @@ one query's prompt, call and record are made) is the kind's hook: :mod:`unirag.p
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,7 @@ def engine_entry(engine: Any, pool: Any) -> dict[str, Any]:
     """What the manifest's settings record about where the run ran (not part of its identity)."""
     from unirag.runs.engine import engine_options
 
-    entry = engine_options(engine).to_dict()
+    entry = asdict(engine_options(engine))
     if pool is None:
         entry["engine"] = "local"
     return entry

@@ -22,16 +22,13 @@ class RetrievalRunSummary:
     run_path: Path
     trec_path: Path
     k: int
+    #: the leakage guard's totals (see :func:`leak_summary`)
+    leaks: dict[str, float | int] | None = None
 
     @property
     def short(self) -> int:
         """Queries that got fewer than ``k`` pairs (the index ran out after the exclusion rules)."""
         return sum(1 for r in self.results if len(r.pairs) < self.k)
-
-    @property
-    def leaks(self) -> dict[str, float | int] | None:
-        """The leakage guard's totals (see :func:`leak_summary`)."""
-        return leak_summary(self.results)
 
     @property
     def replaced(self) -> int:
@@ -87,7 +84,7 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
                 "profile": retriever.settings.to_dict(), "selection": sel.to_dict(),
                 "near_duplicates": leak_summary(results)}
     run_path, trec = write_retrieval_run(out, results, manifest=manifest)
-    return RetrievalRunSummary(results, run_path, trec, k)
+    return RetrievalRunSummary(results, run_path, trec, k, manifest["near_duplicates"])
 
 
 def leak_summary(results) -> dict[str, float | int] | None:

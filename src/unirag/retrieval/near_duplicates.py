@@ -17,9 +17,9 @@ compares content:
 
 from __future__ import annotations
 
+import hashlib
 import re
-import threading
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -71,40 +71,20 @@ def caption_similarity(a: str | frozenset[str] | None, b: str | frozenset[str] |
     return len(wa & wb) / len(wa | wb)
 
 
-class HashCache:
-    """dHash and content digest per image file, computed once per process (thread-safe).
-
-    An unreadable file has no hash (None): the guard cannot judge it and does not flag it.
-    """
-
-    def __init__(self) -> None:
-        self._seen: dict[tuple[str, str], Any] = {}
-        self._lock = threading.Lock()
-
-    def _cached(self, kind: str, path: str | Path | None, compute: Any, errors: tuple) -> Any:
-        if path is None:
-            return None
-        key = (kind, str(path))
-        with self._lock:
-            if key in self._seen:
-                return self._seen[key]
-        try:
-            value = compute(key[1])
-        except errors:
-            value = None
-        with self._lock:
-            self._seen[key] = value
-        return value
-
-    def hash_of(self, path: str | Path | None) -> int | None:
-        return self._cached("dhash", path, dhash, (OSError, ValueError, SyntaxError))
-
-    def digest_of(self, path: str | Path | None) -> str | None:
-        """SHA-256 of the file's bytes (same content under another name is the same image)."""
-        import hashlib
-
-        return self._cached("sha256", path, lambda p: hashlib.sha256(Path(p).read_bytes()).hexdigest(), (OSError,))
+@cache
+def hash_of(path: str | Path | None) -> int | None:
+    """The dHash of an image file, computed once per process (a file's hash does not depend on the
+    query). An unreadable file has no hash (None): the guard cannot judge it and does not flag it."""
+    try:
+        return dhash(path) if path is not None else None
+    except (OSError, ValueError, SyntaxError):
+        return None
 
 
-#: One cache for the process: a file's hash does not depend on the query.
-HASHES = HashCache()
+@cache
+def digest_of(path: str | Path | None) -> str | None:
+    """SHA-256 of the file's bytes (same content under another name is the same image), once per process."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path is not None else None
+    except OSError:
+        return None

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from unirag.data.mbeir import read_qrels, read_queries
-from unirag.data.records import Candidate, Modality, Query, resolve_image
+from unirag.data.records import Modality, Query, resolve_image
 from unirag.errors import ConfigError
 from unirag.index.handle import Index
 
@@ -78,16 +78,10 @@ class Completer:
                  pairs_from: Sequence[str | Path] = ()) -> None:
         self.index = index
         self.images_root = images_root
-        self._qrels, self._positives = read_qrels_pairs(index, pairs_from) if pairs_from else ({}, {})
+        #: qid -> the positives the ``pairs_from`` files give for it (its reference captions or images)
+        self._qrels, self.positives = read_qrels_pairs(index, pairs_from) if pairs_from else ({}, {})
         self._paired: dict[int, list[int]] = {}
         self._retrieved: dict[tuple[int, int], list[int]] = {}
-
-    def acceptable(self, meta: Candidate, ident: QueryIdentity) -> bool:
-        if meta.did in ident.excluded:
-            return False
-        if meta.modality is Modality.TEXT:
-            return not ident.same_text(meta.txt)
-        return not ident.same_image(meta.img_path, self.images_root)
 
     def complement(self, gid: int, ident: QueryIdentity) -> tuple[int, str] | None:
         """(global id, "pool" | "qrels" | "retrieval") of the complement of candidate ``gid``, or None."""
@@ -104,13 +98,12 @@ class Completer:
                 break
         return (found, "retrieval") if found is not None else None
 
-    def positives(self, qid: str) -> list[str]:
-        """The positives the ``pairs_from`` files give for query ``qid`` (its reference captions or images)."""
-        return self._positives.get(qid, [])
-
     def _first(self, gids: list[int], ident: QueryIdentity) -> int | None:
+        """The first candidate that differs from the query (and is not excluded)."""
         for g in gids:
-            if self.acceptable(self.index.metas[g], ident):
+            meta = self.index.metas[g]
+            if meta.did not in ident.excluded and not (ident.same_text(meta.txt) if meta.modality is Modality.TEXT
+                                                       else ident.same_image(meta.img_path, self.images_root)):
                 return g
         return None
 
@@ -173,13 +166,7 @@ def read_qrels_pairs(index: Index, paths: Sequence[str | Path]
             texts.setdefault(normalise_text(q.txt), []).extend(positives[qid])
         elif q.modality is Modality.IMAGE and q.img_path:
             images.setdefault(os.path.normpath(q.img_path), []).extend(positives[qid])
-    complements: dict[int, list[int]] = {}
-
-    def link(a: int, b: int) -> None:
-        complements.setdefault(a, [])
-        if b not in complements[a]:
-            complements[a].append(b)
-
+    complements: dict[int, dict[int, None]] = {}  # gid -> its complements, in order, each once
     metas = index.metas
     for gid, meta in enumerate(metas):
         if meta.modality is Modality.TEXT and meta.txt:
@@ -192,6 +179,6 @@ def read_qrels_pairs(index: Index, paths: Sequence[str | Path]
             other = index.gid_of(did)
             if other is None or metas[other].modality is not meta.modality.complement():
                 continue
-            link(gid, other)
-            link(other, gid)
-    return complements, positives
+            complements.setdefault(gid, {})[other] = None
+            complements.setdefault(other, {})[gid] = None
+    return {g: list(found) for g, found in complements.items()}, positives

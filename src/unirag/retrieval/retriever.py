@@ -35,7 +35,7 @@ from unirag.errors import ConfigError, InputError
 from unirag.index.handle import Index
 from unirag.index.store import check_encoder, parse_modality_filter
 from unirag.profiles import Settings, resolve
-from unirag.retrieval.near_duplicates import HASHES, caption_words, dhash
+from unirag.retrieval.near_duplicates import caption_words, dhash, hash_of
 from unirag.retrieval.pairing import Completer, QueryIdentity
 from unirag.retrieval.results import Hit, Hits, Pair
 from unirag.retrieval.selection import Offer, PairPicker, QueryEvidence, Selection
@@ -78,12 +78,10 @@ class Retriever:
         root = pool_images_root or self.index.manifest.get("images_root")
         self.pool_images_root = str(root) if root is not None else None
         self.settings = resolve(profile)
-        if self.settings["pair_completion"] == "uniir":
-            self.completer = UniIRCompleter(self.index, lambda: self.encoder, self.pool_images_root)
-        else:
-            self.completer = Completer(self.index, self.pool_images_root)
+        self._completers: dict[tuple[str, ...], Completer] = {
+            (): UniIRCompleter(self.index, lambda: self.encoder, self.pool_images_root)
+            if self.settings["pair_completion"] == "uniir" else Completer(self.index, self.pool_images_root)}
         self.per_hit = self.settings["example_pairs"] == "per-hit"
-        self._qrels_completers: dict[tuple[str, ...], Completer] = {}
 
     @property
     def encoder(self):
@@ -249,7 +247,7 @@ class Retriever:
             raise ValueError(f"{len(queries)} queries but {len(vectors)} vectors")
         if not queries:
             return []
-        where = sel.where_dict or None
+        where = dict(sel.where) or None
         scope = self.index.scope(wanted, where)
         if where and scope < k:
             import warnings
@@ -278,7 +276,7 @@ class Retriever:
             target = wanted if wanted is not None else query.modality.complement() if cross else None
             evidence = self._evidence(sel, query, vectors[i], query_images_root,
                                       query_images[i] if query_images is not None else None,
-                                      [*excluded[i], *query.pos_cand_list, *completer.positives(query.qid)],
+                                      [*excluded[i], *query.pos_cand_list, *completer.positives.get(query.qid, ())],
                                       references[i] if references is not None else ())
             depth, row_scores, row_ids = fetch, scores[i], ids[i]
             while True:
@@ -309,12 +307,9 @@ class Retriever:
 
     def _completer(self, sel: Selection) -> Completer:
         """The pair completer for a selection (one per ``pairs_from`` set, kept: its caches are per index)."""
-        if not sel.pairs_from:
-            return self.completer
-        key = sel.pairs_from
-        if key not in self._qrels_completers:
-            self._qrels_completers[key] = Completer(self.index, self.pool_images_root, pairs_from=key)
-        return self._qrels_completers[key]
+        if sel.pairs_from not in self._completers:
+            self._completers[sel.pairs_from] = Completer(self.index, self.pool_images_root, pairs_from=sel.pairs_from)
+        return self._completers[sel.pairs_from]
 
     def _evidence(self, sel: Selection, query: Query, vector: np.ndarray, query_images_root, image,
                   positives: Iterable[str], references: Iterable[str]) -> QueryEvidence:
@@ -330,7 +325,7 @@ class Retriever:
                     ev.image_hash = None
             else:
                 path = image if image is not None else resolve_image(query.img_path, query_images_root)
-                ev.image_hash = HASHES.hash_of(path)
+                ev.image_hash = hash_of(path)
         if query.modality is Modality.IMAGE:
             ev.image_vector = np.asarray(vector, dtype=np.float32)
         texts = [str(t) for t in references if t]

@@ -21,8 +21,6 @@ from unirag.errors import InputError, UniragError
 from unirag.retrieval.results import Hits
 from unirag.runs.atomic import atomic_write_json, atomic_write_lines
 
-RUN_TAG = "unirag"
-
 
 def trec_path(run_path: str | Path, ext: str = ".trec") -> Path:
     """The file beside a run file: its TREC twin (``run.jsonl`` -> ``run.trec``), or with
@@ -42,8 +40,8 @@ def read_run_manifest(run_path: str | Path) -> dict | None:
         return None
 
 
-def write_retrieval_run(path: str | Path, results: Iterable[Hits], tag: str = RUN_TAG,
-                        manifest: dict | None = None) -> tuple[Path, Path]:
+def write_retrieval_run(path: str | Path, results: Iterable[Hits], manifest: dict | None = None
+                        ) -> tuple[Path, Path]:
     """Write ``path`` (JSONL) and its TREC twin (and ``manifest`` beside them); returns both paths."""
     results = list(results)
     path = Path(path)
@@ -55,7 +53,7 @@ def write_retrieval_run(path: str | Path, results: Iterable[Hits], tag: str = RU
     def trec_lines():
         for r in results:
             for rank, c in enumerate(r, start=1):
-                yield f"{r.qid} Q0 {c.did} {rank} {c.score:.6f} {tag}"
+                yield f"{r.qid} Q0 {c.did} {rank} {c.score:.6f} unirag"
 
     atomic_write_lines(trec, trec_lines())
     return path, trec

@@ -23,12 +23,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from functools import partial
 from typing import Any
 
 from unirag.data.records import Modality
 from unirag.errors import ConfigError
-from unirag.profiles import _on_off, _or_none
+from unirag.profiles import SELECTION_NAMES
 
 DIVERSITY = ("none", "mmr")
 NEAR_DUPLICATES = ("off", "report", "exclude")
@@ -130,24 +129,13 @@ class Selection:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Selection:
         """The Selection :meth:`to_dict` described."""
-        data = dict(data)
-        unknown = set(data) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ConfigError(f"unknown selection option(s): {', '.join(sorted(unknown))}")
-        return cls(**data)
+        return cls.of(None, **data)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types, as recorded in run manifests."""
-        return {"diversity": self.diversity, "mmr_lambda": self.mmr_lambda, "one_per_image": self.one_per_image,
-                "near_duplicates": self.near_duplicates, "thresholds": asdict(self.thresholds),
-                "pairs_from": list(self.pairs_from), "where": {f: list(v) for f, v in self.where}}
+        return {**asdict(self), "pairs_from": list(self.pairs_from), "where": {f: list(v) for f, v in self.where}}
 
     # -- what it asks of the retriever -------------------------------------------------------
-    @property
-    def where_dict(self) -> dict[str, tuple[str, ...]]:
-        """The filter as field -> accepted values (what ``Index.topk(where=)`` takes)."""
-        return dict(self.where)
-
     def pool_size(self, k: int) -> int:
         """How many acceptable pairs to gather before choosing k (MMR needs room to choose)."""
         return max(3 * k, k + 10) if self.diversity == "mmr" else k
@@ -212,29 +200,13 @@ def _values(name: str, values: Any) -> tuple[str, ...]:
     return out
 
 
-#: The example-selection names that ``--set NAME=VALUE`` and a grid's ``settings:`` take beside the
-#: settings table (:data:`unirag.profiles.SELECTION_NAMES`, which also says which collect repeated
-#: values into a list): name -> (the :meth:`Selection.of` keyword, how a string value is read).
-SELECTION_SETTINGS: dict[str, tuple[str, Any]] = {
-    "diversity": ("diversity", str),  # none | mmr
-    "mmr_lambda": ("mmr_lambda", float),
-    "one_per_image": ("one_per_image", _on_off),  # on | off
-    "near_duplicates": ("near_duplicates", str),  # off | report | exclude
-    "hash_threshold": ("image_hash", int),
-    "cosine_threshold": ("image_cosine", partial(_or_none, float)),  # a number, or none
-    "caption_threshold": ("caption", float),
-    "pairs_from": ("pairs_from", str),
-    "filter": ("where", str),  # FIELD=VALUE
-}
-
-
 def selection_from_settings(given: Mapping[str, Any], base: Selection | Mapping[str, Any] | None = None
                             ) -> Selection:
     """The :class:`Selection` that example-selection settings by name (strings from ``--set`` are read
     by the name's type) make on top of ``base``; a bad value is one :class:`ConfigError` line."""
     keywords: dict[str, Any] = {}
     for name, value in given.items():
-        keyword, read = SELECTION_SETTINGS[name]
+        keyword, read, _ = SELECTION_NAMES[name]
         if isinstance(value, str):
             try:
                 value = read(value)
@@ -271,11 +243,8 @@ class PairPicker:
     ``exclude``); MMR then re-ranks the gathered pool. ``vectors(gids)`` gives stored vectors.
     """
 
-    def __init__(self, selection: Selection, k: int, evidence: QueryEvidence, vectors, hashes=None) -> None:
-        from unirag.retrieval.near_duplicates import HASHES
-
+    def __init__(self, selection: Selection, k: int, evidence: QueryEvidence, vectors) -> None:
         self.sel, self.k, self.evidence, self.vectors = selection, k, evidence, vectors
-        self.hashes = hashes or HASHES
         self.limit = selection.pool_size(k)
         self.taken: list[Offer] = []
         self._images: set[str] = set()
@@ -312,18 +281,20 @@ class PairPicker:
         return True
 
     def _image_keys(self, o: Offer) -> set[str]:
+        from unirag.retrieval.near_duplicates import digest_of
+
         keys = {f"did:{o.pair.image_did}"}
-        digest = self.hashes.digest_of(o.image_file)
+        digest = digest_of(o.image_file)
         if digest is not None:
             keys.add(f"sha:{digest}")
         return keys
 
     def _near_duplicate(self, o: Offer) -> str | None:
-        from unirag.retrieval.near_duplicates import caption_similarity, caption_words, hamming
+        from unirag.retrieval.near_duplicates import caption_similarity, caption_words, hamming, hash_of
 
         ev, limits = self.evidence, self.sel.thresholds
         if ev.image_hash is not None and o.image_file is not None:
-            h = self.hashes.hash_of(o.image_file)
+            h = hash_of(o.image_file)
             if h is not None and (d := hamming(h, ev.image_hash)) <= limits.image_hash:
                 return f"image-hash:{d}"
         if limits.image_cosine is not None and ev.image_vector is not None and o.image_gid is not None:
@@ -354,11 +325,11 @@ class PairPicker:
         """
         import numpy as np
 
-        from unirag.retrieval.near_duplicates import caption_similarity, caption_words, hamming
+        from unirag.retrieval.near_duplicates import caption_similarity, caption_words, hamming, hash_of
 
         n = len(self.taken)
         keys = [self._image_keys(o) for o in self.taken]
-        hashes = [self.hashes.hash_of(o.image_file) for o in self.taken]
+        hashes = [hash_of(o.image_file) for o in self.taken]
         words = [caption_words(o.pair.txt) for o in self.taken]
         limit = self.sel.thresholds.image_hash
         out = np.zeros((n, n))

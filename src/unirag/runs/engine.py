@@ -25,7 +25,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from unirag.errors import ConfigError, UniragError
@@ -73,9 +73,6 @@ class EngineOptions:
     @property
     def ray(self) -> bool:
         return self.engine == "ray"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def actor_sizing(self, ray_module: Any, n: int) -> tuple[str, int | None, int]:
         """(device, torch threads, decode processes) of each of ``n`` actors: the one sizing rule of the
@@ -164,12 +161,8 @@ class _Worker:
                 torch.set_num_threads(threads)
             except ImportError:
                 pass
-        self.recipe = recipe
         self.model = recipe.load(device)
         self.tasks: dict[str, Any] = {}  # task -> the run kind opened on the model (a thin wrapper of it)
-
-    def describe(self) -> dict[str, Any]:
-        return self.recipe.describe(self.model)
 
     def _task(self, task: str, open_kind: Callable[[Any], Any]) -> Any:
         with self._tasks_lock:
@@ -268,7 +261,7 @@ class WorkerPool:
     def __init__(self, options: EngineOptions | None = None) -> None:
         self.options = options or EngineOptions(engine="ray")
         self._groups: dict[str, _Group] = {}
-        self._session = None
+        self._session = contextlib.ExitStack()
         self.ray = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -279,9 +272,7 @@ class WorkerPool:
         """Start or join Ray on first use (a grid without local-model cells never starts it)."""
         if self.ray is None:
             o = self.options
-            session = ray_session(o.ray_address, object_store_memory=o.object_store_memory)
-            self.ray = session.__enter__()
-            self._session = session
+            self.ray = self._session.enter_context(ray_session(o.ray_address, object_store_memory=o.object_store_memory))
         return self.ray
 
     def __exit__(self, *exc: object) -> None:
@@ -289,9 +280,8 @@ class WorkerPool:
             for key in list(self._groups):
                 self._stop(key)
         finally:
-            if self._session is not None:
-                self._session.__exit__(None, None, None)
-                self._session, self.ray = None, None
+            self._session.close()
+            self.ray = None
 
     def _stop(self, key: str) -> None:
         group = self._groups.pop(key)
@@ -328,7 +318,7 @@ class WorkerPool:
                                           max_restarts=0, max_task_retries=0, max_concurrency=WORKER_CONCURRENCY)
         actors = [cls.remote(recipe, device, threads, decode) for _ in range(n)]
         try:
-            infos = ray.get([a.describe.remote() for a in actors])  # every model loaded
+            infos = ray.get([a.ask.remote(recipe.describe) for a in actors])  # every model loaded
         except Exception as e:  # the model failed to load (bad spec, no weights, no GPU)
             for a in actors:
                 ray.kill(a)

@@ -74,12 +74,9 @@ class RunDir:
         self.identity = json.loads(json.dumps(identity, default=str))  # normalise (paths -> str)
         self.settings = json.loads(json.dumps(settings or {}, default=str))
         self.save_prompts = save_prompts
+        self.manifest_path = self.out / MANIFEST_FILE
         self.store: ResultStore | None = None
         self.manifest: dict[str, Any] = {}
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.out / MANIFEST_FILE
 
     def __enter__(self) -> RunDir:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -106,14 +103,10 @@ class RunDir:
             self.store.close()
 
     def _open_manifest(self) -> None:
-        old = None
-        if self.manifest_path.exists():
-            try:
-                old = read_json_file(self.manifest_path)
-            except InputError as e:
-                raise ConfigError(f"{e}; move it away to start afresh") from None
-            if not isinstance(old, dict):
-                raise ConfigError(f"{self.manifest_path} is not a JSON object; move it away to start afresh")
+        try:
+            old = read_run_manifest(self.out) if self.manifest_path.exists() else None
+        except InputError as e:  # not JSON, or not an object
+            raise ConfigError(f"{e}; move it away to start afresh") from None
         if old is not None:
             if old.get("task") != self.task:
                 raise ConfigError(f"{self.out} holds a '{old.get('task')}' run, not '{self.task}'; choose another --out")
@@ -142,18 +135,17 @@ class RunDir:
         with self.store.exclusive():  # includes what another process sharing the directory wrote
             # Records of queries outside this run (an earlier run without --limit) are kept, after these.
             self.store.compact([q for q in order if self.store.get(q) is not None])
-            records = [self.store.get(q) for q in order]
-            ok = sum(1 for r in records if r is not None and r.get("status") == STATUS_OK)
-            failed = sum(1 for r in records if r is not None and r.get("status") != STATUS_OK)
+            records = [r for r in map(self.store.get, order) if r is not None]
+            done = [r for r in records if r.get("status") == STATUS_OK]
+            ok, failed = len(done), len(records) - len(done)
             counts = {"queries": len(order), "ok": ok, "error": failed, "missing": len(order) - ok - failed}
             examples = self.identity.get("examples")
             k = examples.get("k") if isinstance(examples, dict) else None
             if isinstance(k, int) and k >= 1:  # finished queries given fewer examples than k: never silent
-                short = sum(1 for r in records if r is not None and r.get("status") == STATUS_OK
-                            and isinstance(r.get("examples"), list) and len(r["examples"]) < k)
+                short = sum(1 for r in done if isinstance(r.get("examples"), list) and len(r["examples"]) < k)
                 if short:  # (as `unirag retrieve` says)
                     counts["short"] = short
-            totals = _usage_totals(r for r in records if r is not None)
+            totals = _usage_totals(done)
             self.manifest.update({"updated": _now(), "counts": counts, "totals": totals,
                                   "status": "complete" if ok == len(order) else "incomplete", **(extra or {})})
             if self.store.dropped_lines:  # lines a crashed writer left unreadable (also logged as a warning)
@@ -197,9 +189,7 @@ def check_some_succeeded(run_dir: str | Path, ok: int, failed: int, noun: str = 
 def _usage_totals(records) -> dict[str, Any]:
     usage: dict[str, int] = {}
     cost, priced, latency = 0.0, True, 0.0
-    for r in records:
-        if r.get("status") != STATUS_OK:
-            continue
+    for r in records:  # the finished ones
         for k, v in (r.get("usage") or {}).items():
             usage[k] = usage.get(k, 0) + int(v or 0)
         if r.get("cost_usd") is None:

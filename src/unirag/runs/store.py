@@ -69,8 +69,6 @@ class ResultStore:
         self._lineno = 0          # complete lines consumed so far
         #: 1-based line numbers of lines that were dropped (torn by a crash, or not JSON)
         self.dropped_lines: list[int] = []
-        #: appends not written because another writer had already stored an ``ok`` record for the key
-        self.skipped_duplicates = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = self.path.with_name(self.path.name + ".lock")
         self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -171,8 +169,7 @@ class ResultStore:
         """Reserve ``key`` before working it. False when it is already done, or claimed by another
         live process (which will store it: wait for its record with :meth:`is_done`/:meth:`get`)."""
         k = str(key)
-        with self._locked(exclusive=True):
-            self._refresh_locked(repair=True)
+        with self.exclusive():
             if _is_ok(self._latest.get(k)):
                 return False
             return self._claims.take(k)
@@ -188,11 +185,9 @@ class ResultStore:
         k = str(record[self.key])
         masked = redact_json(record)  # a provider's error may quote the API key it was sent
         line = (json.dumps(masked, ensure_ascii=False) + "\n").encode("utf-8")
-        with self._locked(exclusive=True):
-            self._refresh_locked(repair=True)
+        with self.exclusive():
             current = self._latest.get(k)
             if not replace and _is_ok(current):
-                self.skipped_duplicates += 1
                 self._claims.release(k)
                 return current
             with self.path.open("ab") as f:
@@ -228,8 +223,7 @@ class ResultStore:
         Runs under the exclusive lock after reading every other process's appends, so a record
         written elsewhere is kept; writers reopen the file for each append and so follow the new one.
         """
-        with self._locked(exclusive=True):
-            self._refresh_locked(repair=True)
+        with self.exclusive():
             keys = list(order) if order is not None else []
             seen = set(keys)
             keys += [k for k in self._latest if k not in seen]

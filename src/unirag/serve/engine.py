@@ -250,15 +250,15 @@ class Engine:
     def _is_reference(self, did: str | None, digest: str | None, ref_hash: int) -> bool:
         """Whether pool image ``did`` is the uploaded reference: the same bytes (``digest``), or a dHash
         within the near-duplicate threshold of the upload's (the same photo re-encoded)."""
-        from unirag.retrieval.near_duplicates import HASHES, hamming
+        from unirag.retrieval.near_duplicates import digest_of, hamming, hash_of
         from unirag.retrieval.selection import Thresholds
 
         path = self.image_file(did) if did else None
         if path is None:
             return False
-        if digest is not None and HASHES.digest_of(path) == digest:
+        if digest is not None and digest_of(path) == digest:
             return True
-        pool_hash = HASHES.hash_of(path)
+        pool_hash = hash_of(path)
         return pool_hash is not None and hamming(pool_hash, ref_hash) <= Thresholds().image_hash
 
     def gallery(self) -> dict[str, str]:
