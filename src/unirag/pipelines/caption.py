@@ -26,7 +26,6 @@ from unirag.pipelines.example_run import (
     ExampleJob,
     ExampleRunConfig,
     PreparedQuery,
-    engine_entry,
     load_queries,
     open_remote,
     queries_identity,
@@ -142,7 +141,6 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
 
     from unirag.generators.pricing import price_entry
     from unirag.generators.registry import identity_config
-    from unirag.runs.retry import RetryPolicy
 
     all_queries, queries_path = load_queries(cfg.queries)
     for q in all_queries:
@@ -179,7 +177,7 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
         settings = {"generator_config": captioner.config(), "concurrency": cfg.concurrency, "limit": cfg.limit,
                     "max_attempts": cfg.max_attempts, "price": price_entry(captioner.price),
                     "prices_file": _abs(cfg.prices) if not isinstance(cfg.prices, dict) else None,
-                    "profile": captioner.settings.to_dict(), "engine": engine_entry(cfg.engine, pool)}
+                    "profile": captioner.settings.to_dict()}
         template = captioner.template
         identity = {
             "generator": identity_config(captioner.config()),
@@ -211,9 +209,7 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
                              extra={"examples": [e.as_record() for e in p.examples]},
                              sent=captioner.sent_prompt(prompt))
 
-        counts, final, totals = run_job(
-            job, run_queries, cfg.out, "caption", identity, settings, save_prompts=cfg.save_prompts,
-            before=save_prompts, policy=RetryPolicy(max_attempts=cfg.max_attempts), concurrency=cfg.concurrency,
-            decode_ahead=job.batches, engine=cfg.engine, pool=pool, recipe=recipe, open_kind=open_kind,
-            desc="caption", progress=cfg.progress)
+        counts, final, totals = run_job(job, cfg, run_queries, "caption", identity, settings, before=save_prompts,
+                                        pool=pool, concurrency=cfg.concurrency, decode_ahead=job.batches,
+                                        recipe=recipe, open_kind=open_kind, desc="caption")
         return {"out": str(cfg.out), "this_run": counts, "counts": final, "totals": totals, "k": cfg.k}

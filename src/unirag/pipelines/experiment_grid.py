@@ -214,8 +214,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
 
 
-def load_experiment(path: str | Path, overrides: GridOverrides | None = None) -> tuple[dict[str, Any], list[Cell]]:
-    """Parse and expand a grid file. Errors name the file and the offending key."""
+def load_experiment(path: str | Path, overrides: GridOverrides | None = None, only: tuple[str, ...] = ()
+                    ) -> tuple[dict[str, Any], list[Cell]]:
+    """Parse and expand a grid file; only the cells whose name matches a glob of ``only`` (all when
+    empty). Errors name the file and the offending key."""
     grid = read_grid(path, overrides)
     cells: list[Cell] = []
     seen: set[str] = set()
@@ -228,7 +230,10 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None) ->
                 continue
             seen.add(cell.name)
             cells.append(cell)
-    return {**grid.spec, **grid.top, "path": str(grid.path)}, cells
+    chosen = [c for c in cells if not only or any(fnmatch.fnmatch(c.name, p) for p in only)]
+    if only and not chosen:
+        raise ConfigError(f"no cell matches {', '.join(only)}; cells: {', '.join(c.name for c in cells)}")
+    return {**grid.spec, **grid.top, "path": str(grid.path)}, chosen
 
 
 def _settings_of(grid: Grid, entry: dict[str, Any], where: str) -> tuple[Any, dict[str, Any]]:
@@ -327,12 +332,3 @@ def _cir_cell(grid: Grid, entry: dict[str, Any], where: str, meta: dict[str, Any
                 sources={"images_root": images_root, "annotations": cir["annotations"],
                          "split_file": cir.get("split_file"), "agents": cir.get("agents")},
                 options=cell_options, cir=cir, **meta)
-
-
-def select_cells(cells: list[Cell], patterns: tuple[str, ...]) -> list[Cell]:
-    if not patterns:
-        return cells
-    chosen = [c for c in cells if any(fnmatch.fnmatch(c.name, p) for p in patterns)]
-    if not chosen:
-        raise ConfigError(f"no cell matches {', '.join(patterns)}; cells: {', '.join(c.name for c in cells)}")
-    return chosen

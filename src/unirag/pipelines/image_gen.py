@@ -38,7 +38,6 @@ from unirag.pipelines.example_run import (
     ExampleJob,
     ExampleRunConfig,
     PreparedQuery,
-    engine_entry,
     load_queries,
     open_remote,
     queries_identity,
@@ -46,7 +45,6 @@ from unirag.pipelines.example_run import (
 )
 from unirag.pipelines.examples import ExampleSelector
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json
-from unirag.runs.retry import RetryPolicy
 from unirag.runs.rundir import PROMPTS_DIR
 
 TASK = "image"  # the task name caption/image runs and `unirag evaluate images` agree on
@@ -234,7 +232,7 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None, *,
         run_settings = {"generator_config": generator.config(), "images_root": images_root,
                         "concurrency": 1 if generator.local else cfg.concurrency, "templates": templates,
                         "price": price_entry(price), "prices_file": str(cfg.prices) if cfg.prices else None,
-                        "profile": profile.to_dict(), "engine": engine_entry(cfg.engine, pool)}
+                        "profile": profile.to_dict()}
         position = {q.qid: i for i, q in enumerate(queries)}
         top_image = profile["image_top1"] == "top-candidate" and generator.spec.startswith("retrieval:") \
             and hasattr(selector, "top_image")
@@ -248,10 +246,8 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None, *,
                 position={q: i for q, i in position.items() if i < cfg.save_prompts}, image_format=image_format,
                 image_loading=profile["image_loading"]))
         # A local model draws one query at a time here: its example images decoded a few queries ahead.
-        counts, final, _ = run_job(
-            job, queries, out, TASK, identity, run_settings, save_prompts=cfg.save_prompts,
-            before=lambda run: (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True),
-            policy=RetryPolicy(max_attempts=cfg.max_attempts), concurrency=concurrency,
-            decode_ahead=generator.local, engine=cfg.engine, pool=pool, recipe=recipe, open_kind=open_kind,
-            desc=f"images ({generator.spec})", progress=cfg.progress)
+        counts, final, _ = run_job(job, cfg, queries, TASK, identity, run_settings, pool=pool,
+                                   before=lambda run: (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True),
+                                   concurrency=concurrency, decode_ahead=generator.local, recipe=recipe,
+                                   open_kind=open_kind, desc=f"images ({generator.spec})")
     return {**counts, **{f"total_{k}": v for k, v in final.items()}}
