@@ -70,10 +70,13 @@ def _request(cfg: CaptionConfig, captioner: Captioner, pool_root: str | Path | N
         raise BackendError(f"bad input: {e}") from None
 
 
-def caption_job(cfg: CaptionConfig, captioner: Captioner, selector: Any, pool_root: str | Path | None) -> ExampleJob:
+def caption_job(cfg: CaptionConfig, pool_root: str | Path | None, captioner: Any, selector: Any = None
+                ) -> ExampleJob:
     """A caption run's kind: ``selector`` chooses the examples (None on a Ray worker: the driver chose
     them); the captioning itself is :class:`~unirag.pipelines.captioner.Captioner`'s (the same call a
-    notebook makes); this adds the run record."""
+    notebook makes; a worker's loaded model is wrapped in one); this adds the run record."""
+    if not isinstance(captioner, Captioner):
+        captioner = _captioner(cfg, captioner)
     #: retrieval:top1 over retrieval results captions with the top candidate's caption, as the paper's
     #: code does (see :meth:`unirag.pipelines.examples.RagExamples.top_caption`), not the first example's.
     official_top1 = selector is not None and getattr(captioner.backend, "strategy", None) == "top1" \
@@ -117,12 +120,6 @@ def caption_job(cfg: CaptionConfig, captioner: Captioner, selector: Any, pool_ro
 
     return ExampleJob(work_batch, image_paths, selector, batches=captioner.batches,
                       batch_size=max(1, int(getattr(captioner.backend, "batch_size", 1) or 1)), own_images=1)
-
-
-def open_caption_job(cfg: CaptionConfig, pool_root: str | None, backend: Any) -> ExampleJob:
-    """A caption run's job on a Ray worker's loaded model (see :mod:`unirag.runs.engine`): the run's
-    settings without its inputs (``cfg``) and the examples' root; the driver chooses the examples."""
-    return caption_job(cfg, _captioner(cfg, backend), None, pool_root)
 
 
 def _captioner(cfg: CaptionConfig, generator: Any) -> Captioner:
@@ -173,7 +170,7 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
                                  index=cfg.index, seed=cfg.seed, query_images_root=cfg.images_root,
                                  profile=captioner.settings, selection=cfg.selection)
         pool_root = example_images_root(cfg.pool_images_root, selector, cfg.images_root)
-        job = caption_job(cfg, captioner, selector, pool_root)
+        job = caption_job(cfg, pool_root, captioner, selector)
         settings = {"generator_config": captioner.config(), "concurrency": cfg.concurrency, "limit": cfg.limit,
                     "max_attempts": cfg.max_attempts, "price": price_entry(captioner.price),
                     "prices_file": _abs(cfg.prices) if not isinstance(cfg.prices, dict) else None,
@@ -192,7 +189,7 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
             slim = replace(cfg, queries=[], index=None, retrieval=None, engine="local", generator_options={},
                            images_root=_abs(cfg.images_root) or os.getcwd(), templates_dir=_abs(cfg.templates_dir),
                            prices=cfg.prices if isinstance(cfg.prices, dict) or cfg.prices is None else _abs(cfg.prices))
-            open_kind = functools.partial(open_caption_job, slim, _abs(pool_root) or os.getcwd())
+            open_kind = functools.partial(caption_job, slim, _abs(pool_root) or os.getcwd())
 
         def save_prompts(run: Any) -> None:
             from unirag.runs.rundir import PROMPTS_DIR, write_prompt

@@ -9,7 +9,7 @@ cell and skips finished ones. The grid file's format and how it becomes cells:
 from __future__ import annotations
 
 import functools
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +51,9 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
         backend_keys = GENERATOR_OPTIONS
     else:
         from unirag.pipelines.image_gen import ImageConfig as config
-        from unirag.pipelines.image_gen import ImageSettings, run_images
+        from unirag.pipelines.image_gen import run_images
 
         backend_keys = GENERATOR_OPTIONS | {"lavit_code", "offload"}
-        image = {"steps": None, "guidance": None,  # None: the generator's default under the cell's profile
-                 **{k: opts[k] for k in ("width", "height", "steps", "guidance") if k in opts}}
-        common["settings"] = ImageSettings(**image, seed=cell.settings["image_seed"])
         run = functools.partial(run_images, record_queries=False)  # grid image cells' identity never named queries
     names = {f.name for f in fields(config)}  # the run options this kind takes (an image cell no max_tokens)
     result = run(config(generator_options={k: v for k, v in opts.items() if k in backend_keys}, **common,
@@ -70,16 +67,12 @@ def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, e
     """Delegate to :func:`unirag.cir.api.run_cir`; counts as caption cells report them, plus the metrics."""
     from unirag.cir.api import run_cir
 
-    c = cell.cir
-    kwargs = {k: c[k] for k in ("split_file", "agents", "k_prime", "lam", "encoder", "exclude_reference")
-              if c.get(k) is not None}
-    if c.get("stages"):
-        kwargs["stages"] = c["stages"]
-    metrics = run_cir(c["dataset"], c["annotations"], images_root=cell.sources.get("images_root"), out_dir=out,
-                      k=c.get("k"), limit=opts.get("limit"), concurrency=opts.get("concurrency"),
-                      progress=progress, profile=cell.settings, echo=lambda s: None, engine=engine,
-                      official_prompts=opts.get("official_prompts"), **kwargs)
-    final = cir_stage_metrics(metrics, c.get("stage"))
+    kwargs = {k: v for k, v in cell.cir.items()
+              if v is not None and k not in ("name", "stage") and (v or k != "stages")}
+    metrics = run_cir(images_root=cell.sources.get("images_root"), out_dir=out, limit=opts.get("limit"),
+                      concurrency=opts.get("concurrency"), progress=progress, profile=cell.settings,
+                      echo=lambda s: None, engine=engine, official_prompts=opts.get("official_prompts"), **kwargs)
+    final = cir_stage_metrics(metrics, cell.cir.get("stage"))
     n = int(final.get("n_queries") or 0) if final else 0
     return {"queries": n, "ok": n, "error": 0, "metrics": {k: v for k, v in (final or {}).items()
                                                            if isinstance(v, int | float)}}
@@ -112,12 +105,11 @@ def _cell_selection(cell: Cell, own: Any, given: Any):
     base = Selection.of(own)
     if given is None or cell.mode != "rag" or cell.sources.get("index") is None:
         return base
-    given, default = Selection.of(given).to_dict(), Selection().to_dict()
-    changed = {k: v for k, v in given.items() if v != default[k]}
-    if "thresholds" in changed:
-        changed["thresholds"] = {**base.to_dict()["thresholds"],
-                                 **{k: v for k, v in given["thresholds"].items() if v != default["thresholds"][k]}}
-    return Selection.of({**base.to_dict(), **changed})
+    given, default = Selection.of(given), Selection()
+    changed = {f.name: getattr(given, f.name) for f in fields(Selection)
+               if f.name != "thresholds" and getattr(given, f.name) != getattr(default, f.name)}
+    changed.update((k, v) for k, v in asdict(given.thresholds).items() if v != getattr(default.thresholds, k))
+    return Selection.of(base, **changed)  # a threshold by its own name, over the cell's others
 
 
 def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOverrides | None = None

@@ -236,10 +236,12 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None, on
     return {**grid.spec, **grid.top, "path": str(grid.path)}, chosen
 
 
-def _settings_of(grid: Grid, entry: dict[str, Any], where: str) -> tuple[Any, dict[str, Any]]:
+def _settings_of(grid: Grid, entry: dict[str, Any], where: str) -> tuple[Any, dict[str, Any] | None]:
     """The cell's settings: ``unirag run`` options > the entry's > the grid's (profile and settings),
-    and the example-selection names among them (as ``--set`` takes them)."""
+    and the cell's selection option with the example-selection names among them (as ``--set`` takes
+    them) laid over it (None: none given)."""
     from unirag.profiles import resolve, split_settings
+    from unirag.retrieval.selection import selection_from_settings
 
     spec, over, path = grid.spec, grid.overrides, grid.path
     for part, name in ((spec, "settings"), (entry, f"{where}.settings")):
@@ -248,7 +250,9 @@ def _settings_of(grid: Grid, entry: dict[str, Any], where: str) -> tuple[Any, di
     given = {**(spec.get("settings") or {}), **(entry.get("settings") or {}), **over.settings}
     try:
         overrides, chosen = split_settings(given, selection=entry.get("task", grid.default_task) != "cir")
-        return resolve(over.profile or entry.get("profile") or spec.get("profile") or "default", **overrides), chosen
+        settings = resolve(over.profile or entry.get("profile") or spec.get("profile") or "default", **overrides)
+        base = entry.get("selection", grid.options.get("selection"))
+        return settings, selection_from_settings(chosen, base).to_dict() if chosen else None
     except UniragError as e:
         raise InputError(str(e), path=path, field=f"{where}.settings") from None
 
@@ -266,7 +270,7 @@ def _entry_cells(grid: Grid, entry: dict[str, Any]) -> list[Cell]:
     paper = entry.get("paper") or {}
     if not isinstance(paper, dict) or not all(isinstance(v, int | float) for v in paper.values()):
         raise InputError("expected a mapping metric -> the paper's figure", path=path, field=f"{where}.paper")
-    settings, chosen = _settings_of(grid, entry, where)
+    settings, selection = _settings_of(grid, entry, where)
     meta = {"settings": settings, "paper": {str(k): float(v) for k, v in paper.items()},
             "row": entry.get("row"), "source": grid.spec.get("source")}
     if task == "cir":
@@ -275,19 +279,12 @@ def _entry_cells(grid: Grid, entry: dict[str, Any]) -> list[Cell]:
                  if k not in {"generator", "mode", "k", "retriever", "task"} | SOURCE_KEYS | CELL_META_KEYS}
     overrides = {k: resolve(k, v) for k, v in entry.items() if k in SOURCE_KEYS}
     _check_option_keys(cell_opts, path, where)
-    if chosen:  # example-selection settings: over the cell's selection option
-        from unirag.retrieval.selection import selection_from_settings
-
-        base = cell_opts.get("selection", grid.options.get("selection"))
-        try:
-            cell_opts["selection"] = selection_from_settings(chosen, base).to_dict()
-        except UniragError as e:
-            raise InputError(str(e), path=path, field=f"{where}.settings") from None
-    top, cells = grid.top, []
+    if selection is not None:
+        cell_opts["selection"] = selection
+    cells = []
     for k, retriever in itertools.product(_as_list(entry.get("k", 0 if mode == "zero-shot" else 1)),
                                           _as_list(entry.get("retriever"))):
-        sources = {"queries": top["queries"], "images_root": top["images_root"], "pool": top["pool"],
-                   "pool_images_root": top["pool_images_root"], **overrides}
+        sources = {**{s: grid.top[s] for s in ("queries", "images_root", "pool", "pool_images_root")}, **overrides}
         if mode == "rag":
             if retriever not in grid.retrievers:
                 raise InputError(f"rag cells need a retriever named in 'retrievers' (got {retriever!r})",

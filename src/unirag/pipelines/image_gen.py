@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +23,8 @@ from unirag.data.records import Query
 from unirag.errors import BackendError, InputError
 from unirag.generators.base import Usage
 from unirag.generators.images.base import (
-    DEFAULT_GUIDANCE,
     DEFAULT_HEIGHT,
     DEFAULT_SEED,
-    DEFAULT_STEPS,
     DEFAULT_WIDTH,
     ImageGenerator,
     ImageRequest,
@@ -51,24 +49,16 @@ TASK = "image"  # the task name caption/image runs and `unirag evaluate images` 
 IMAGES_DIR = "images"
 
 
-@dataclass(frozen=True)
-class ImageSettings:
-    """Picture settings (defaults: the paper's LaVIT run). Part of the run's identity."""
+def picture_settings(spec: str, profile: Any = None, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT,
+                     steps: int | None = None, guidance: float | None = None, seed: int = DEFAULT_SEED
+                     ) -> dict[str, Any]:
+    """The picture settings of every request of a run (defaults: the paper's LaVIT run), part of its
+    identity; ``steps``/``guidance`` None: ``spec``'s default under ``profile`` (see ``sampling_defaults``)."""
+    from unirag.generators.images.base import sampling_defaults
 
-    width: int = DEFAULT_WIDTH
-    height: int = DEFAULT_HEIGHT
-    #: None: the generator's default under the run's profile (see ``sampling_defaults``)
-    steps: int | None = DEFAULT_STEPS
-    guidance: float | None = DEFAULT_GUIDANCE
-    seed: int = DEFAULT_SEED
-
-    def resolved(self, spec: str, profile: Any = None) -> ImageSettings:
-        """These settings with a missing ``steps``/``guidance`` filled in for ``spec`` under ``profile``."""
-        from unirag.generators.images.base import sampling_defaults
-
-        fill = sampling_defaults(spec, profile)
-        return replace(self, steps=self.steps if self.steps is not None else fill["steps"],
-                       guidance=self.guidance if self.guidance is not None else fill["guidance"])
+    fill = sampling_defaults(spec, profile)
+    return {"width": width, "height": height, "steps": fill["steps"] if steps is None else steps,
+            "guidance": fill["guidance"] if guidance is None else guidance, "seed": seed}
 
 
 def image_stem(qid: str) -> str:
@@ -83,7 +73,7 @@ def image_stem(qid: str) -> str:
     return safe
 
 
-def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | None, settings: ImageSettings,
+def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | None, settings: dict[str, Any],
               price: Price, position: dict[str, int], save_prompts: int = 5, image_format: str = "png",
               image_loading: str = "normalised", selector: ExampleSelector | None = None,
               top_image: bool = False) -> ExampleJob:
@@ -104,7 +94,7 @@ def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | No
     def draw(p: PreparedQuery, images: dict[str, Any] | None) -> dict[str, Any]:
         query, examples = p.query, p.examples
         request = ImageRequest(qid=query.qid, caption=query.txt, examples=[ex.rooted(images_root) for ex in examples],
-                               **asdict(settings), ahead=images, loading=image_loading)
+                               **settings, ahead=images, loading=image_loading)
         try:
             result = generator.generate(request)
         except InputError as e:  # e.g. a missing example image: this query fails, the run goes on
@@ -123,7 +113,7 @@ def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | No
         atomic_write_json(out / IMAGES_DIR / f"{stem}.prompt.json", {
             "qid": query.qid, "caption": query.txt, "generator": generator.spec, "prompt": prompt,
             "examples": [{"id": e.label, "image": str(e.image), "caption": e.caption} for e in request.examples],
-            **asdict(settings)})
+            **settings})
         index = position.get(query.qid, save_prompts)
         if index < save_prompts:
             parts: list[Any] = [ImagePart(path=e.image, label=e.label or f"example {i}")
@@ -151,21 +141,25 @@ def open_image_job(k: int, job: dict[str, Any], generator: ImageGenerator) -> Ex
     """An image run's job on a Ray worker's loaded model (see :mod:`unirag.runs.engine`); ``job``:
     :func:`image_job`'s arguments besides the generator and the selector (the driver chooses the examples)."""
     generator.check_k(k)
-    generator.check_size(job["settings"].width, job["settings"].height)
+    generator.check_size(job["settings"]["width"], job["settings"]["height"])
     return image_job(generator, **job)
 
 
 @dataclass
 class ImageConfig(ExampleRunConfig):
     """One image run: the options of :class:`ExampleRunConfig` (queries' ``txt`` is drawn; ``seed``
-    chooses random examples, as everywhere) plus the picture ``settings`` (their ``seed``: the
-    picture's; ``steps``/``guidance`` None: the generator's default under the run's profile, see
-    ``sampling_defaults``); ``concurrency`` defaults to 4 (image APIs are slow). Examples' image paths
+    chooses random examples, as everywhere) plus the picture settings (see :func:`picture_settings`;
+    ``image_seed``: the picture's, None: the profile's ``image_seed`` setting; ``steps``/``guidance``
+    None: the generator's default under the run's profile); ``concurrency`` defaults to 4 (image APIs are slow). Examples' image paths
     start where :func:`~unirag.pipelines.examples.example_images_root` says. ``k`` None means 0
     zero-shot, else 1 (the paper's one-shot)."""
 
     concurrency: int = 4
-    settings: ImageSettings = field(default_factory=ImageSettings)
+    width: int = DEFAULT_WIDTH
+    height: int = DEFAULT_HEIGHT
+    steps: int | None = None
+    guidance: float | None = None
+    image_seed: int | None = None
 
 
 def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None, *,
@@ -215,13 +209,14 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None, *,
 
                 generator = load_image_generator(cfg.generator, **options)
                 stack.callback(generator.close)
-        settings = cfg.settings.resolved(generator.spec, profile)
+        seed = profile["image_seed"] if cfg.image_seed is None else cfg.image_seed
+        settings = picture_settings(generator.spec, profile, cfg.width, cfg.height, cfg.steps, cfg.guidance, seed)
         out = Path(cfg.out)
         generator.check_k(selector.k)
-        generator.check_size(settings.width, settings.height)
+        generator.check_size(cfg.width, cfg.height)
         templates = {name: image_template(name).manifest_entry() for name in generator.templates}
         identity = {"generator": generator.spec, **generator.identity(), "examples": selector.source(),
-                    **asdict(settings), "templates": {n: t["sha256"] for n, t in templates.items()}}
+                    **settings, "templates": {n: t["sha256"] for n, t in templates.items()}}
         if record_queries:
             identity["queries"] = queries_identity(all_queries, path)
         image_format = profile["image_format"]

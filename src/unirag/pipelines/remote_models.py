@@ -46,13 +46,9 @@ class ModelRecipe:
         opts = dict(self.options)
         if opts.get("device") in (None, "", "auto"):
             opts["device"] = device
-        if self.kind == "image":
-            from unirag.generators.registry import load_image_generator
+        from unirag.generators.registry import load_image_generator, load_text_generator
 
-            return load_image_generator(self.spec, **opts)
-        from unirag.generators.registry import load_text_generator
-
-        return load_text_generator(self.spec, **opts)
+        return (load_image_generator if self.kind == "image" else load_text_generator)(self.spec, **opts)
 
     def describe(self, model: Any) -> dict[str, Any]:
         info = {"spec": model.spec, "config": model.config(),
