@@ -159,24 +159,18 @@ def read_grid(path: str | Path, overrides: GridOverrides | None = None) -> Grid:
 
 def _entries(grid: Grid) -> list[dict[str, Any]]:
     """The grid rows (one per generator) and the explicit cells, ``generator`` replaced as asked."""
-    spec, path = grid.spec, grid.path
+    spec, path, swap = grid.spec, grid.path, grid.overrides.generators
     entries: list[dict[str, Any]] = []
-    for i, entry in enumerate(spec.get("grid") or []):
-        if not isinstance(entry, dict):
-            raise InputError("grid entries must be mappings", path=path, field=f"grid[{i}]")
-        for gen in _as_list(entry.get("generator", spec.get("generators") or [])):
-            entries.append({**entry, "generator": gen, "_where": f"grid[{i}]"})
-    for i, entry in enumerate(spec.get("cells") or []):
-        if isinstance(entry, dict) and entry.get("task", grid.default_task) == "cir":
-            entries.append({**entry, "generator": entry.get("generator", "xr" if entry.get("agents") else "baseline"),
-                            "mode": "cir", "_where": f"cells[{i}]"})
-            continue
-        if not isinstance(entry, dict) or "generator" not in entry:
-            raise InputError("cells need a generator", path=path, field=f"cells[{i}]")
-        for gen in _as_list(entry["generator"]):
-            entries.append({**entry, "generator": gen, "_where": f"cells[{i}]"})
-    for entry in entries:
-        entry["generator"] = grid.overrides.generators.get(str(entry["generator"]), entry["generator"])
+    for part in ("grid", "cells"):
+        for i, entry in enumerate(spec.get(part) or []):
+            if part == "cells" and isinstance(entry, dict) and entry.get("task", grid.default_task) == "cir":
+                entry = {**entry, "generator": entry.get("generator", "xr" if entry.get("agents") else "baseline"),
+                         "mode": "cir"}
+            if not isinstance(entry, dict) or (part == "cells" and "generator" not in entry):
+                raise InputError("grid entries must be mappings" if part == "grid" else "cells need a generator",
+                                 path=path, field=f"{part}[{i}]")
+            for gen in _as_list(entry.get("generator", spec.get("generators") or [])):
+                entries.append({**entry, "generator": swap.get(str(gen), gen), "_where": f"{part}[{i}]"})
     if not entries:
         raise InputError("no cells: give 'generators' and 'grid', or 'cells'", path=path)
     return entries
