@@ -76,14 +76,19 @@ def image_stem(qid: str) -> str:
 def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | None, settings: dict[str, Any],
               price: Price, position: dict[str, int], save_prompts: int = 5, image_format: str = "png",
               image_loading: str = "normalised", selector: ExampleSelector | None = None,
-              top_image: bool = False) -> ExampleJob:
+              top_image: bool = False, k: int | None = None) -> ExampleJob:
     """An image run's kind: a query prepared (examples chosen, by ``selector``; None on a Ray worker:
     the driver chose them) is drawn: PNG, prompt file, record fields. ``image_format``: the setting
     (``png`` lossless, or ``jpeg`` at PIL's default quality, as the official run); ``image_loading``:
     how example images decode (``plain``: as the official code); ``top_image``: the official retrieval
-    baseline (``image_top1`` top-candidate): the top hit's image, unskipped. One picture per call
-    (diffusers batches only text-only requests)."""
+    baseline (``image_top1`` top-candidate): the top hit's image, unskipped; ``k``: examples per query,
+    checked with the picture size against what the model takes (on a Ray worker: its loaded model).
+    One picture per call (diffusers batches only text-only requests)."""
     from unirag.runs.rundir import write_prompt
+
+    if k is not None:
+        generator.check_k(k)
+        generator.check_size(settings["width"], settings["height"])
 
     free = price == Price()
 
@@ -135,14 +140,6 @@ def image_job(generator: ImageGenerator, out: Path, images_root: str | Path | No
     return ExampleJob(lambda ps, images: [draw(p, images) for p in ps],
                       lambda ps: [str(ex.rooted(images_root).image) for p in ps for ex in p.examples],
                       selector, pick=pick if top_image else None)
-
-
-def open_image_job(k: int, job: dict[str, Any], generator: ImageGenerator) -> ExampleJob:
-    """An image run's job on a Ray worker's loaded model (see :mod:`unirag.runs.engine`); ``job``:
-    :func:`image_job`'s arguments besides the generator and the selector (the driver chooses the examples)."""
-    generator.check_k(k)
-    generator.check_size(job["settings"]["width"], job["settings"]["height"])
-    return image_job(generator, **job)
 
 
 @dataclass
@@ -212,8 +209,6 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None, *,
         seed = profile["image_seed"] if cfg.image_seed is None else cfg.image_seed
         settings = picture_settings(generator.spec, profile, cfg.width, cfg.height, cfg.steps, cfg.guidance, seed)
         out = Path(cfg.out)
-        generator.check_k(selector.k)
-        generator.check_size(cfg.width, cfg.height)
         templates = {name: image_template(name).manifest_entry() for name in generator.templates}
         identity = {"generator": generator.spec, **generator.identity(), "examples": selector.source(),
                     **settings, "templates": {n: t["sha256"] for n, t in templates.items()}}
@@ -232,14 +227,14 @@ def run_images(cfg: ImageConfig, generator: ImageGenerator | None = None, *,
         top_image = profile["image_top1"] == "top-candidate" and generator.spec.startswith("retrieval:") \
             and hasattr(selector, "top_image")
         job = image_job(generator, out, images_root, settings, price, position, cfg.save_prompts, image_format,
-                        profile["image_loading"], selector, top_image)
+                        profile["image_loading"], selector, top_image, selector.k)
         open_kind = None
         if pool is not None:
             root = str(Path(images_root).resolve()) if images_root is not None else os.getcwd()
-            open_kind = functools.partial(open_image_job, selector.k, dict(
-                out=out.resolve(), images_root=root, settings=settings, price=price, save_prompts=cfg.save_prompts,
-                position={q: i for q, i in position.items() if i < cfg.save_prompts}, image_format=image_format,
-                image_loading=profile["image_loading"]))
+            open_kind = functools.partial(  # the worker's job: its model checked, the driver chooses the examples
+                image_job, out=out.resolve(), images_root=root, settings=settings, price=price, k=selector.k,
+                save_prompts=cfg.save_prompts, position={q: i for q, i in position.items() if i < cfg.save_prompts},
+                image_format=image_format, image_loading=profile["image_loading"])
         # A local model draws one query at a time here: its example images decoded a few queries ahead.
         counts, final, _ = run_job(job, cfg, queries, TASK, identity, run_settings, pool=pool,
                                    before=lambda run: (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True),
