@@ -52,10 +52,10 @@ def _config(task: str, queries: Path, out: Path, spec: str, engine, batch_size: 
         return CaptionConfig(queries=queries, generator=spec, out=out, mode="zero-shot", images_root=COCO,
                              max_tokens=8, engine=engine, progress=False, save_prompts=0,
                              generator_options={"device": "cpu", "batch_size": batch_size})
-    from unirag.pipelines.image_gen import ImageConfig, ImageSettings
+    from unirag.pipelines.image_gen import ImageConfig
 
     return ImageConfig(queries=queries, generator=spec, out=out, engine=engine, progress=False, save_prompts=0,
-                       settings=ImageSettings(width=32, height=32, steps=2, guidance=3.0, seed=7),
+                       width=32, height=32, steps=2, guidance=3.0, image_seed=7,
                        generator_options={"device": "cpu"})
 
 

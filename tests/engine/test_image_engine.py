@@ -15,10 +15,10 @@ import numpy as np
 from PIL import Image
 from tests_engine_helpers import UNIRAG, wait_for_records
 
-from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
+from unirag.pipelines.image_gen import ImageConfig, run_images
 from unirag.runs.engine import EngineOptions
 
-SETTINGS = ImageSettings(width=32, height=32, steps=2, guidance=3.0, seed=7)
+SETTINGS = dict(width=32, height=32, steps=2, guidance=3.0, image_seed=7)
 FIELDS = ("qid", "caption", "status", "examples", "image", "size")
 
 
@@ -48,7 +48,7 @@ def test_ray_run_draws_the_pictures_of_a_local_run(coco_caption_set, ray_cluster
 
     def cfg(out, engine):
         return ImageConfig(queries=coco_caption_set["text_queries"], generator=spec, out=out, limit=6,
-                           settings=SETTINGS, generator_options={"device": "cpu"}, engine=engine, progress=False)
+                           **SETTINGS, generator_options={"device": "cpu"}, engine=engine, progress=False)
 
     local = run_images(cfg(tmp_path / "local", "local"))
     # Same torch thread count as this process: a float sum over 1 or 2 threads may round differently.

@@ -11,12 +11,12 @@ import pytest
 
 from unirag.data.mbeir import read_queries
 from unirag.generators.registry import IMAGE, load_generator
-from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
+from unirag.pipelines.image_gen import ImageConfig, run_images
 from unirag.runs.engine import EngineOptions
 
 from .test_lavit_emu2_python import make_emu2_dir
 
-SMALL = ImageSettings(width=32, height=32, steps=2, guidance=4.0, seed=1234)
+SMALL = dict(width=32, height=32, steps=2, guidance=4.0, image_seed=1234)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def _run(gen, t2i_data, out: Path, workers, images_root=None):
     before = len(gen._pipe.calls)
     counts = run_images(ImageConfig(queries=queries, generator=gen.spec, out=out, mode="rag", k=1,
                                     retrieval=t2i_data.run, pool_images_root=images_root or t2i_data.root,
-                                    settings=SMALL, progress=False, save_prompts=0,
+                                    **SMALL, progress=False, save_prompts=0,
                                     engine=EngineOptions(decode_workers=workers)), gen)
     recs = {r["qid"]: {k: v for k, v in r.items() if k not in ("latency_s", "attempts")}
             for r in map(json.loads, (out / "outputs.jsonl").read_text().splitlines())}

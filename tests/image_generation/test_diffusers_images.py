@@ -17,12 +17,12 @@ from unirag.generators.images.diffusers_backend import (
     call_kwargs,
 )
 from unirag.generators.registry import IMAGE, load_generator
-from unirag.pipelines.image_gen import ImageConfig, ImageSettings, image_stem, run_images
+from unirag.pipelines.image_gen import ImageConfig, image_stem, run_images
 from unirag.retrieval.results import Pair
 
 from .helpers import read_pixels
 
-SMALL = ImageSettings(width=32, height=32, steps=2, guidance=4.0, seed=1234)
+SMALL = dict(width=32, height=32, steps=2, guidance=4.0, image_seed=1234)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_text_only_pipeline_refuses_examples(tiny_sd, t2i_data):
 def test_run_writes_lossless_pngs_with_prompts_and_manifest(tiny_sd, t2i_data, tmp_path):
     queries = read_queries(t2i_data.queries)[:3]
     out = tmp_path / "run"
-    counts = run_images(ImageConfig(queries=queries, generator=tiny_sd.spec, out=out, settings=SMALL,
+    counts = run_images(ImageConfig(queries=queries, generator=tiny_sd.spec, out=out, **SMALL,
                                     progress=False), tiny_sd)
     assert counts["ok"] == 3 and counts["total_ok"] == 3 and counts["error"] == 0
     lines = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]

@@ -26,12 +26,12 @@ from unirag.errors import ConfigError
 from unirag.generators.images.base import ImageRequest
 from unirag.generators.images.lavit import xformers_available
 from unirag.generators.registry import IMAGE, load_generator
-from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
+from unirag.pipelines.image_gen import ImageConfig, run_images
 from unirag.retrieval.results import Pair
 
 from .helpers import read_pixels
 
-SMALL = ImageSettings(width=32, height=32, steps=2, guidance=4.0, seed=1234)
+SMALL = dict(width=32, height=32, steps=2, guidance=4.0, image_seed=1234)
 
 # What the stand-ins have in common: noise from torch's global RNG plus a colour from their inputs.
 _PICTURE = '''
@@ -219,7 +219,7 @@ def test_zero_shot_run_writes_deterministic_lossless_pictures(backend, t2i_data,
     name, gen = backend
     queries = read_queries(t2i_data.queries)[:3]
     out = tmp_path / "run"
-    counts = run_images(ImageConfig(queries=queries, generator=gen.spec, out=out, settings=SMALL, progress=False), gen)
+    counts = run_images(ImageConfig(queries=queries, generator=gen.spec, out=out, **SMALL, progress=False), gen)
     assert counts["ok"] == 3 and counts["error"] == 0
     recs = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
     assert [r["qid"] for r in recs] == [q.qid for q in queries]
@@ -245,7 +245,7 @@ def test_rag_run_gives_the_model_the_example_pairs_interleaved(backend, t2i_data
     queries = read_queries(t2i_data.queries)[:2]
     before = len(_seen(name, gen))
     counts = run_images(ImageConfig(queries=queries, generator=gen.spec, out=tmp_path / "rag", mode="rag", k=1,
-                                    retrieval=t2i_data.run, pool_images_root=t2i_data.root, settings=SMALL,
+                                    retrieval=t2i_data.run, pool_images_root=t2i_data.root, **SMALL,
                                     progress=False), gen)
     assert counts["ok"] == 2
     calls = _seen(name, gen)[before:]

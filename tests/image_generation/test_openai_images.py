@@ -13,7 +13,7 @@ from unirag.data.mbeir import read_queries
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.images.base import ImageRequest
 from unirag.generators.registry import IMAGE, load_generator
-from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
+from unirag.pipelines.image_gen import ImageConfig, picture_settings, run_images
 from unirag.retrieval.results import Pair
 
 from .helpers import multipart_fields, openai_image_reply, read_pixels, solid_png
@@ -175,9 +175,7 @@ def test_dalle_asks_for_base64(server, monkeypatch):
     assert server.requests[0].json["response_format"] == "b64_json"
     assert "output_format" not in server.requests[0].json
     assert out.meta["revised_prompt"] == "A vivid red square." and out.usage is None
-    settings = ImageSettings()
-    assert (settings.width, settings.height, settings.steps, settings.guidance, settings.seed) == (1024, 1024, 25, 4.0,
-                                                                                                  1234)
+    assert picture_settings(g.spec) == {"width": 1024, "height": 1024, "steps": 25, "guidance": 4.0, "seed": 1234}
 
 
 def test_unpriced_model_has_no_cost_until_a_price_file_gives_one(server, monkeypatch, t2i_data, tmp_path):

@@ -241,3 +241,28 @@ def test_top_candidate_baseline_draws_the_top_hits_complement_not_the_first_kept
         assert np.array_equal(read_pixels(out / rec["image"]),
                               read_pixels(t2i_data.root / (a if rule == "top-candidate" else b)["image"]))
     assert drawn == {"first-pair": f"img:{b['image_id']}", "top-candidate": f"img:{a['image_id']}"}
+
+
+def test_grid_image_cell_options_are_the_runs_picture_settings(t2i_data, tmp_path):
+    """A grid's picture options (width, height, steps) and run options reach the image run as its config
+    fields; the picture's seed is the cell's ``image_seed`` setting."""
+    from unirag.pipelines.experiment import run_experiment
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(f"""
+task: image
+out: {tmp_path / 'out'}
+queries: {t2i_data.queries}
+pool_images_root: {t2i_data.root}
+retrievers: {{r: {{retrieval: {t2i_data.run}}}}}
+settings: {{image_seed: 7}}
+options: {{width: 48, height: 40, steps: 3, save_prompts: 1, limit: 2}}
+cells:
+  - {{generator: "retrieval:top1", mode: rag, k: 1, retriever: r}}
+""")
+    [result] = run_experiment(grid, progress=False, echo=lambda s: None)
+    assert result["status"] == "ok" and result["counts"]["ok"] == 2
+    cell = tmp_path / "out" / "image" / "retrieval-top1" / "rag-k1-r"
+    identity = json.loads((cell / "manifest.json").read_text())["identity"]
+    assert (identity["width"], identity["height"], identity["steps"], identity["seed"]) == (48, 40, 3, 7)
+    assert {p.name[:4] for p in (cell / "prompts").iterdir()} == {"000_"}  # save_prompts: 1

@@ -269,19 +269,19 @@ def test_emu2_official_sampling_is_the_pipelines_default():
     ``num_inference_steps=50`` (:156), ``guidance_scale=3.`` (:157). LaVIT's call (:70-78) passes 1024x1024,
     ``guidance_scale_for_llm=4.0`` (:74) and ``num_inference_steps=25`` (:76): unirag's default for both."""
     from unirag.generators.images.base import sampling_defaults
-    from unirag.pipelines.image_gen import ImageSettings
+    from unirag.pipelines.image_gen import picture_settings
     from unirag.pipelines.image_generator import ImageGenerator
 
     assert sampling_defaults("emu2-gen:BAAI/Emu2-Gen", "official") == {"steps": 50, "guidance": 3.0}
     assert sampling_defaults("emu2-gen:BAAI/Emu2-Gen", "default") == {"steps": 25, "guidance": 4.0}
     assert sampling_defaults("lavit:./LaVIT", "official") == {"steps": 25, "guidance": 4.0}
-    s = ImageSettings(steps=None, guidance=None).resolved("emu2-gen:x", "official")
-    assert (s.steps, s.guidance, s.width, s.height) == (50, 3.0, 1024, 1024)
-    assert ImageSettings(steps=7, guidance=None).resolved("emu2-gen:x", "official").steps == 7  # given wins
-    lavit = ImageSettings(steps=None, guidance=None).resolved("lavit:x", "official")  # UniRAG :67, :74, :76
-    assert (lavit.steps, lavit.guidance, lavit.width, lavit.height) == (25, 4.0, 1024, 1024)
-    default = ImageSettings(steps=None, guidance=None).resolved("emu2-gen:x", "default")
-    assert (default.steps, default.guidance, default.width, default.height) == (25, 4.0, 1024, 1024)
+    s = picture_settings("emu2-gen:x", "official")
+    assert (s["steps"], s["guidance"], s["width"], s["height"]) == (50, 3.0, 1024, 1024)
+    assert picture_settings("emu2-gen:x", "official", steps=7)["steps"] == 7  # given wins
+    lavit = picture_settings("lavit:x", "official")  # UniRAG :67, :74, :76
+    assert (lavit["steps"], lavit["guidance"], lavit["width"], lavit["height"]) == (25, 4.0, 1024, 1024)
+    default = picture_settings("emu2-gen:x", "default")
+    assert (default["steps"], default["guidance"], default["width"], default["height"]) == (25, 4.0, 1024, 1024)
     assert ImageGenerator("emu2-gen:BAAI/Emu2-Gen", profile="official").settings["steps"] == 50
     assert ImageGenerator("emu2-gen:BAAI/Emu2-Gen").settings["steps"] == 25
 

@@ -48,15 +48,15 @@ def generate_images(width, height, steps, guidance, offload, lavit_code, setting
       unirag generate-images --queries q.jsonl --pool-images-root data \\
         --generator retrieval:top1 --mode rag --k 1 --retrieval run.jsonl --out runs/top1
     """
-    from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
+    from unirag.pipelines.image_gen import ImageConfig, run_images
     from unirag.runs.rundir import check_some_succeeded
 
     engine = engine_from_cli(opts)
     cfg = run_kwargs(opts)
     cfg["generator_options"].update({k: v for k, v in (("offload", offload), ("lavit_code", lavit_code))
                                      if v is not None})
-    image = ImageSettings(width=width, height=height, steps=steps, guidance=guidance, seed=settings["image_seed"])
-    counts = run_images(ImageConfig(settings=image, profile=settings, selection=selection, engine=engine, **cfg))
+    counts = run_images(ImageConfig(width=width, height=height, steps=steps, guidance=guidance, profile=settings,
+                                    selection=selection, engine=engine, **cfg))
     out_dir = cfg["out"]
     click.echo(f"{out_dir}: {counts['total_ok']}/{counts['total_queries']} images ok, "
                f"{counts['total_error']} failed (this run: {counts['ok']} new, {counts['error']} failed, "

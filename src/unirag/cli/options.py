@@ -19,7 +19,7 @@ decides what they mean (what "auto" is: :mod:`unirag.runtime`; the engine: :mod:
   same a grid's ``settings:`` and the Python API take; values are read by the setting's declared type
   (:meth:`~unirag.profiles.Setting.coerce`). Commands that choose few-shot examples also take the
   example-selection names (``--set diversity=mmr --set filter=dataset=mscoco``, see
-  :data:`unirag.retrieval.selection.SELECTION_SETTINGS`). An unknown name or a bad value fails before
+  :data:`unirag.profiles.SELECTION_NAMES`). An unknown name or a bad value fails before
   any work, as one line naming the known names or choices (exit 2). A given setting is recorded as an
   override in the run manifest.
 """

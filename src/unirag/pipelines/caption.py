@@ -26,7 +26,6 @@ from unirag.pipelines.example_run import (
     ExampleJob,
     ExampleRunConfig,
     PreparedQuery,
-    engine_entry,
     load_queries,
     open_remote,
     queries_identity,
@@ -71,10 +70,13 @@ def _request(cfg: CaptionConfig, captioner: Captioner, pool_root: str | Path | N
         raise BackendError(f"bad input: {e}") from None
 
 
-def caption_job(cfg: CaptionConfig, captioner: Captioner, selector: Any, pool_root: str | Path | None) -> ExampleJob:
+def caption_job(cfg: CaptionConfig, pool_root: str | Path | None, captioner: Any, selector: Any = None
+                ) -> ExampleJob:
     """A caption run's kind: ``selector`` chooses the examples (None on a Ray worker: the driver chose
     them); the captioning itself is :class:`~unirag.pipelines.captioner.Captioner`'s (the same call a
-    notebook makes); this adds the run record."""
+    notebook makes; a worker's loaded model is wrapped in one); this adds the run record."""
+    if not isinstance(captioner, Captioner):
+        captioner = _captioner(cfg, captioner)
     #: retrieval:top1 over retrieval results captions with the top candidate's caption, as the paper's
     #: code does (see :meth:`unirag.pipelines.examples.RagExamples.top_caption`), not the first example's.
     official_top1 = selector is not None and getattr(captioner.backend, "strategy", None) == "top1" \
@@ -120,12 +122,6 @@ def caption_job(cfg: CaptionConfig, captioner: Captioner, selector: Any, pool_ro
                       batch_size=max(1, int(getattr(captioner.backend, "batch_size", 1) or 1)), own_images=1)
 
 
-def open_caption_job(cfg: CaptionConfig, pool_root: str | None, backend: Any) -> ExampleJob:
-    """A caption run's job on a Ray worker's loaded model (see :mod:`unirag.runs.engine`): the run's
-    settings without its inputs (``cfg``) and the examples' root; the driver chooses the examples."""
-    return caption_job(cfg, _captioner(cfg, backend), None, pool_root)
-
-
 def _captioner(cfg: CaptionConfig, generator: Any) -> Captioner:
     return Captioner(generator, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
                      templates_dir=cfg.templates_dir, prices=cfg.prices, profile=cfg.profile,
@@ -141,7 +137,6 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
     import functools
 
     from unirag.generators.registry import identity_config
-    from unirag.runs.retry import RetryPolicy
 
     all_queries, queries_path = load_queries(cfg.queries)
     for q in all_queries:
@@ -174,11 +169,11 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
                                  index=cfg.index, seed=cfg.seed, query_images_root=cfg.images_root,
                                  profile=captioner.settings, selection=cfg.selection)
         pool_root = example_images_root(cfg.pool_images_root, selector, cfg.images_root)
-        job = caption_job(cfg, captioner, selector, pool_root)
+        job = caption_job(cfg, pool_root, captioner, selector)
         settings = {"generator_config": captioner.config(), "concurrency": cfg.concurrency, "limit": cfg.limit,
                     "max_attempts": cfg.max_attempts, "price": asdict(captioner.price) if captioner.price else None,
                     "prices_file": _abs(cfg.prices) if not isinstance(cfg.prices, dict) else None,
-                    "profile": captioner.settings.to_dict(), "engine": engine_entry(cfg.engine, pool)}
+                    "profile": captioner.settings.to_dict()}
         template = captioner.template
         identity = {
             "generator": identity_config(captioner.config()),
@@ -193,7 +188,7 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
             slim = replace(cfg, queries=[], index=None, retrieval=None, engine="local", generator_options={},
                            images_root=_abs(cfg.images_root) or os.getcwd(), templates_dir=_abs(cfg.templates_dir),
                            prices=cfg.prices if isinstance(cfg.prices, dict) or cfg.prices is None else _abs(cfg.prices))
-            open_kind = functools.partial(open_caption_job, slim, _abs(pool_root) or os.getcwd())
+            open_kind = functools.partial(caption_job, slim, _abs(pool_root) or os.getcwd())
 
         def save_prompts(run: Any) -> None:
             from unirag.runs.rundir import PROMPTS_DIR, write_prompt
@@ -210,9 +205,7 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
                              extra={"examples": [e.as_record() for e in p.examples]},
                              sent=captioner.sent_prompt(prompt))
 
-        counts, final, totals = run_job(
-            job, run_queries, cfg.out, "caption", identity, settings, save_prompts=cfg.save_prompts,
-            before=save_prompts, policy=RetryPolicy(max_attempts=cfg.max_attempts), concurrency=cfg.concurrency,
-            decode_ahead=job.batches, engine=cfg.engine, pool=pool, recipe=recipe, open_kind=open_kind,
-            desc="caption", progress=cfg.progress)
+        counts, final, totals = run_job(job, cfg, run_queries, "caption", identity, settings, before=save_prompts,
+                                        pool=pool, concurrency=cfg.concurrency, decode_ahead=job.batches,
+                                        recipe=recipe, open_kind=open_kind, desc="caption")
         return {"out": str(cfg.out), "this_run": counts, "counts": final, "totals": totals, "k": cfg.k}

@@ -99,16 +99,6 @@ def open_remote(stack: Any, kind: str, spec: str, options: dict[str, Any], engin
     return RemoteModel(pool.describe(recipe), functools.partial(pool.ask, recipe) if ask else None), pool, recipe
 
 
-def engine_entry(engine: Any, pool: Any) -> dict[str, Any]:
-    """What the manifest's settings record about where the run ran (not part of its identity)."""
-    from unirag.runs.engine import engine_options
-
-    entry = asdict(engine_options(engine))
-    if pool is None:
-        entry["engine"] = "local"
-    return entry
-
-
 @dataclass
 class PreparedQuery:
     """A query with what the driver chose for it: its examples and the leakage guard's count for them
@@ -154,20 +144,27 @@ class ExampleJob:
         return len(queries) * (self.own_images + self.selector.k)
 
 
-def run_job(job: ExampleJob, queries: list[Query], out: str | Path, task: str, identity: dict[str, Any],
-            settings: dict[str, Any], *, save_prompts: int, before: Callable[[Any], None], policy: Any,
+def run_job(job: ExampleJob, cfg: ExampleRunConfig, queries: list[Query], task: str, identity: dict[str, Any],
+            settings: dict[str, Any], *, before: Callable[[Any], None], pool: Any = None,
             **execute: Any) -> tuple[dict[str, int], dict[str, int], dict[str, Any]]:
-    """Run (or resume) ``job`` over ``queries`` into the run directory ``out``: the examples of the
+    """Run (or resume) ``job`` over ``queries`` into the run directory ``cfg.out``: the examples of the
     queries not yet done are chosen (one batched retrieval), ``before(run)`` (the prompts saved up
-    front), then :func:`unirag.runs.executor.execute` with ``execute``'s options. Returns this run's
-    counts, the directory's final counts and its totals."""
+    front), then :func:`unirag.runs.executor.execute` with ``execute``'s options, on ``pool``'s
+    workers when given. ``settings`` (the manifest's, not the identity) gain where the run ran.
+    Returns this run's counts, the directory's final counts and its totals."""
+    from unirag.runs.engine import engine_options
     from unirag.runs.executor import execute as execute_kind
+    from unirag.runs.retry import RetryPolicy
     from unirag.runs.rundir import RunDir
 
-    with RunDir(out, task, identity, settings, save_prompts=save_prompts) as run:
+    settings["engine"] = asdict(engine_options(cfg.engine))
+    if pool is None:
+        settings["engine"]["engine"] = "local"
+    with RunDir(cfg.out, task, identity, settings, save_prompts=cfg.save_prompts) as run:
         done = run.store.done_keys()
         job.selector.prepare([q for q in queries if q.qid not in done])
         before(run)
-        counts = execute_kind(job, queries, run.store, policy=policy, **execute)
+        counts = execute_kind(job, queries, run.store, policy=RetryPolicy(max_attempts=cfg.max_attempts),
+                              engine=cfg.engine, pool=pool, progress=cfg.progress, **execute)
         final = run.finish([q.qid for q in queries])
         return counts, final, run.manifest["totals"]

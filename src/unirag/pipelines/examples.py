@@ -147,8 +147,7 @@ class RagExamples(ExampleSelector):
 
     def __init__(self, k: int, *, run_path: str | Path | None = None, index: Any = None,
                  query_images_root: str | Path | None = None, modality: str = "any",
-                 pool_path: str | Path | None = None, profile: Any = None, selection: Any = None,
-                 exclude_qrels: Any = None) -> None:
+                 pool_path: str | Path | None = None, profile: Any = None, selection: Any = None) -> None:
         self.k, self.query_images_root, self.modality = k, query_images_root, modality
         self.pool_path = Path(pool_path) if pool_path is not None else None
         self.run_path = Path(run_path) if run_path is not None else None
@@ -163,7 +162,6 @@ class RagExamples(ExampleSelector):
         from unirag.retrieval.selection import Selection
 
         self.selection = Selection.of(selection)
-        self.exclude_qrels = exclude_qrels
         self.retriever = index if isinstance(index, Retriever) else Retriever(index, profile=profile)
 
     @property
@@ -179,9 +177,8 @@ class RagExamples(ExampleSelector):
             raise InputError(f"{len(todo)} query id(s) have no retrieval results, e.g. "
                              f"{', '.join(q.qid for q in todo[:5])}; was the run made for these queries?",
                              path=self.run_path)
-        for r in self.retriever.retrieve(todo, self.k, self.modality, exclude_qrels=self.exclude_qrels,
-                                         query_images_root=self.query_images_root, progress=True,
-                                         selection=self.selection):
+        for r in self.retriever.retrieve(todo, self.k, self.modality, query_images_root=self.query_images_root,
+                                         progress=True, selection=self.selection):
             self._results[r.qid] = r
 
     def _result(self, query: Query) -> Any:
@@ -277,9 +274,8 @@ class RagExamples(ExampleSelector):
         return pair.txt if pair is not None else holder.txt
 
 
-def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dict[str, Candidate] | None = None,
-                  pool_path: str | Path | None = None, retrieval: str | Path | None = None,
-                  index: Any = None, seed: int = 0,
+def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool_path: str | Path | None = None,
+                  retrieval: str | Path | None = None, index: Any = None, seed: int = 0,
                   query_images_root: str | Path | None = None, profile: Any = None,
                   selection: Any = None, supplies: str = "text") -> ExampleSelector:
     """The selector for a mode; checks that the options the mode needs are there.
@@ -305,13 +301,11 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool: dic
     if not isinstance(k, int) or k < 1:
         raise ConfigError(f"{mode} mode needs k >= 1, got {k!r}")
     if mode == "random":
-        if pool is None:
-            if pool_path is None:
-                raise ConfigError("random few-shot needs --pool (to look up the other queries' gold captions)")
-            from unirag.data.mbeir import load_pool
+        if pool_path is None:
+            raise ConfigError("random few-shot needs --pool (to look up the other queries' gold captions)")
+        from unirag.data.mbeir import load_pool
 
-            pool = load_pool(pool_path)
-        return RandomGold(k, queries, pool, seed, str(pool_path) if pool_path else None)
+        return RandomGold(k, queries, load_pool(pool_path), seed, str(pool_path))
     if (retrieval is None) == (index is None):
         raise ConfigError("rag mode needs exactly one of --retrieval RUN.jsonl or --index INDEX_DIR")
     if retrieval is not None:

@@ -8,17 +8,17 @@ cell and skips finished ones. The grid file's format and how it becomes cells:
 
 from __future__ import annotations
 
+import functools
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
 from unirag.errors import UniragError
 from unirag.generators.registry import GENERATOR_OPTIONS
 from unirag.pipelines.experiment_grid import (
-    RUN_OPTION_KEYS,
     Cell,
     GridOverrides,
     load_experiment,
-    select_cells,
 )
 
 
@@ -42,44 +42,37 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     if cell.task == "cir":
         return _run_cir_cell(cell, out, opts, progress, engine)
     opts["selection"] = _cell_selection(cell, opts.get("selection"), selection)
-    gen_opts = {k: v for k, v in opts.items() if k in GENERATOR_OPTIONS}
     sources = {k: cell.sources.get(k) for k in ("images_root", "pool_images_root", "retrieval", "index", "pool")}
     common = dict(queries=cell.sources["queries"], generator=cell.generator, out=out, mode=cell.mode, k=cell.k,
                   progress=progress, profile=cell.settings, engine=engine, **sources)
     if cell.task == "caption":
-        from unirag.pipelines.caption import CaptionConfig, run_captioning
+        from unirag.pipelines.caption import CaptionConfig as config
+        from unirag.pipelines.caption import run_captioning as run
+        backend_keys = GENERATOR_OPTIONS
+    else:
+        from unirag.pipelines.image_gen import ImageConfig as config
+        from unirag.pipelines.image_gen import run_images
 
-        run_opts = {k: v for k, v in opts.items() if k in RUN_OPTION_KEYS - {"lavit_code", "offload"}}
-        return run_captioning(CaptionConfig(generator_options=gen_opts, **common, **run_opts))["counts"]
-    from unirag.pipelines.image_gen import ImageConfig, ImageSettings, run_images
-
-    image = {"steps": None, "guidance": None,  # None: the generator's default under the cell's profile
-             **{k: opts[k] for k in ("width", "height", "steps", "guidance") if k in opts}}
-    cfg = ImageConfig(**common, seed=opts.get("seed", 0), selection=opts.get("selection"),
-                      settings=ImageSettings(**image, seed=cell.settings["image_seed"]),
-                      concurrency=opts.get("concurrency", 4), limit=opts.get("limit"),
-                      save_prompts=opts.get("save_prompts", 5),
-                      generator_options={k: v for k, v in opts.items()
-                                         if k in GENERATOR_OPTIONS | {"lavit_code", "offload"}})
-    result = run_images(cfg, record_queries=False)  # grid image cells' identity never named the queries
-    # Same shape as caption cells: the final totals of the run directory.
-    return {k[len("total_"):]: v for k, v in result.items() if k.startswith("total_")} or result
+        backend_keys = GENERATOR_OPTIONS | {"lavit_code", "offload"}
+        run = functools.partial(run_images, record_queries=False)  # grid image cells' identity never named queries
+    names = {f.name for f in fields(config)}  # the run options this kind takes (an image cell no max_tokens)
+    result = run(config(generator_options={k: v for k, v in opts.items() if k in backend_keys}, **common,
+                        **{k: v for k, v in opts.items() if k in names}))
+    # Both report the final totals of the run directory (caption runs as "counts", image runs as "total_*").
+    return result.get("counts") or {k[len("total_"):]: v for k, v in result.items() if k.startswith("total_")} \
+        or result
 
 
 def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, engine: Any) -> dict[str, Any]:
     """Delegate to :func:`unirag.cir.api.run_cir`; counts as caption cells report them, plus the metrics."""
     from unirag.cir.api import run_cir
 
-    c = cell.cir
-    kwargs = {k: c[k] for k in ("split_file", "agents", "k_prime", "lam", "encoder", "exclude_reference")
-              if c.get(k) is not None}
-    if c.get("stages"):
-        kwargs["stages"] = c["stages"]
-    metrics = run_cir(c["dataset"], c["annotations"], images_root=cell.sources.get("images_root"), out_dir=out,
-                      k=c.get("k"), limit=opts.get("limit"), concurrency=opts.get("concurrency"),
-                      progress=progress, profile=cell.settings, echo=lambda s: None, engine=engine,
-                      official_prompts=opts.get("official_prompts"), **kwargs)
-    final = cir_stage_metrics(metrics, c.get("stage"))
+    kwargs = {k: v for k, v in cell.cir.items()
+              if v is not None and k not in ("name", "stage") and (v or k != "stages")}
+    metrics = run_cir(images_root=cell.sources.get("images_root"), out_dir=out, limit=opts.get("limit"),
+                      concurrency=opts.get("concurrency"), progress=progress, profile=cell.settings,
+                      echo=lambda s: None, engine=engine, official_prompts=opts.get("official_prompts"), **kwargs)
+    final = cir_stage_metrics(metrics, cell.cir.get("stage"))
     n = int(final.get("n_queries") or 0) if final else 0
     return {"queries": n, "ok": n, "error": 0, "metrics": {k: v for k, v in (final or {}).items()
                                                            if isinstance(v, int | float)}}
@@ -112,12 +105,11 @@ def _cell_selection(cell: Cell, own: Any, given: Any):
     base = Selection.of(own)
     if given is None or cell.mode != "rag" or cell.sources.get("index") is None:
         return base
-    given, default = Selection.of(given).to_dict(), Selection().to_dict()
-    changed = {k: v for k, v in given.items() if v != default[k]}
-    if "thresholds" in changed:
-        changed["thresholds"] = {**base.to_dict()["thresholds"],
-                                 **{k: v for k, v in given["thresholds"].items() if v != default["thresholds"][k]}}
-    return Selection.of({**base.to_dict(), **changed})
+    given, default = Selection.of(given), Selection()
+    changed = {f.name: getattr(given, f.name) for f in fields(Selection)
+               if f.name != "thresholds" and getattr(given, f.name) != getattr(default, f.name)}
+    changed.update((k, v) for k, v in asdict(given.thresholds).items() if v != getattr(default.thresholds, k))
+    return Selection.of(base, **changed)  # a threshold by its own name, over the cell's others
 
 
 def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOverrides | None = None
@@ -126,9 +118,9 @@ def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOve
     read from the cells' run manifests; runs nothing (``unirag run --list``)."""
     from unirag.runs.rundir import read_run_manifest
 
-    spec, cells = load_experiment(path, overrides)
+    spec, cells = load_experiment(path, overrides, only)
     states = []
-    for cell in select_cells(cells, only):
+    for cell in cells:
         m = read_run_manifest(Path(spec["out"]) / cell.name)
         state = "not started"
         if m:
@@ -161,8 +153,7 @@ def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool 
     from unirag.runs.atomic import atomic_write_json
     from unirag.runs.engine import WorkerPool, engine_options
 
-    spec, cells = load_experiment(path, overrides)
-    cells = select_cells(cells, only)
+    spec, cells = load_experiment(path, overrides, only)
     options = engine_options(engine)
     if options.ray and not isinstance(engine, WorkerPool):
         first = {}

@@ -159,24 +159,18 @@ def read_grid(path: str | Path, overrides: GridOverrides | None = None) -> Grid:
 
 def _entries(grid: Grid) -> list[dict[str, Any]]:
     """The grid rows (one per generator) and the explicit cells, ``generator`` replaced as asked."""
-    spec, path = grid.spec, grid.path
+    spec, path, swap = grid.spec, grid.path, grid.overrides.generators
     entries: list[dict[str, Any]] = []
-    for i, entry in enumerate(spec.get("grid") or []):
-        if not isinstance(entry, dict):
-            raise InputError("grid entries must be mappings", path=path, field=f"grid[{i}]")
-        for gen in _as_list(entry.get("generator", spec.get("generators") or [])):
-            entries.append({**entry, "generator": gen, "_where": f"grid[{i}]"})
-    for i, entry in enumerate(spec.get("cells") or []):
-        if isinstance(entry, dict) and entry.get("task", grid.default_task) == "cir":
-            entries.append({**entry, "generator": entry.get("generator", "xr" if entry.get("agents") else "baseline"),
-                            "mode": "cir", "_where": f"cells[{i}]"})
-            continue
-        if not isinstance(entry, dict) or "generator" not in entry:
-            raise InputError("cells need a generator", path=path, field=f"cells[{i}]")
-        for gen in _as_list(entry["generator"]):
-            entries.append({**entry, "generator": gen, "_where": f"cells[{i}]"})
-    for entry in entries:
-        entry["generator"] = grid.overrides.generators.get(str(entry["generator"]), entry["generator"])
+    for part in ("grid", "cells"):
+        for i, entry in enumerate(spec.get(part) or []):
+            if part == "cells" and isinstance(entry, dict) and entry.get("task", grid.default_task) == "cir":
+                entry = {**entry, "generator": entry.get("generator", "xr" if entry.get("agents") else "baseline"),
+                         "mode": "cir"}
+            if not isinstance(entry, dict) or (part == "cells" and "generator" not in entry):
+                raise InputError("grid entries must be mappings" if part == "grid" else "cells need a generator",
+                                 path=path, field=f"{part}[{i}]")
+            for gen in _as_list(entry.get("generator", spec.get("generators") or [])):
+                entries.append({**entry, "generator": swap.get(str(gen), gen), "_where": f"{part}[{i}]"})
     if not entries:
         raise InputError("no cells: give 'generators' and 'grid', or 'cells'", path=path)
     return entries
@@ -214,8 +208,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
 
 
-def load_experiment(path: str | Path, overrides: GridOverrides | None = None) -> tuple[dict[str, Any], list[Cell]]:
-    """Parse and expand a grid file. Errors name the file and the offending key."""
+def load_experiment(path: str | Path, overrides: GridOverrides | None = None, only: tuple[str, ...] = ()
+                    ) -> tuple[dict[str, Any], list[Cell]]:
+    """Parse and expand a grid file; only the cells whose name matches a glob of ``only`` (all when
+    empty). Errors name the file and the offending key."""
     grid = read_grid(path, overrides)
     cells: list[Cell] = []
     seen: set[str] = set()
@@ -228,13 +224,18 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None) ->
                 continue
             seen.add(cell.name)
             cells.append(cell)
-    return {**grid.spec, **grid.top, "path": str(grid.path)}, cells
+    chosen = [c for c in cells if not only or any(fnmatch.fnmatch(c.name, p) for p in only)]
+    if only and not chosen:
+        raise ConfigError(f"no cell matches {', '.join(only)}; cells: {', '.join(c.name for c in cells)}")
+    return {**grid.spec, **grid.top, "path": str(grid.path)}, chosen
 
 
-def _settings_of(grid: Grid, entry: dict[str, Any], where: str) -> tuple[Any, dict[str, Any]]:
+def _settings_of(grid: Grid, entry: dict[str, Any], where: str) -> tuple[Any, dict[str, Any] | None]:
     """The cell's settings: ``unirag run`` options > the entry's > the grid's (profile and settings),
-    and the example-selection names among them (as ``--set`` takes them)."""
+    and the cell's selection option with the example-selection names among them (as ``--set`` takes
+    them) laid over it (None: none given)."""
     from unirag.profiles import resolve, split_settings
+    from unirag.retrieval.selection import selection_from_settings
 
     spec, over, path = grid.spec, grid.overrides, grid.path
     for part, name in ((spec, "settings"), (entry, f"{where}.settings")):
@@ -243,7 +244,9 @@ def _settings_of(grid: Grid, entry: dict[str, Any], where: str) -> tuple[Any, di
     given = {**(spec.get("settings") or {}), **(entry.get("settings") or {}), **over.settings}
     try:
         overrides, chosen = split_settings(given, selection=entry.get("task", grid.default_task) != "cir")
-        return resolve(over.profile or entry.get("profile") or spec.get("profile") or "default", **overrides), chosen
+        settings = resolve(over.profile or entry.get("profile") or spec.get("profile") or "default", **overrides)
+        base = entry.get("selection", grid.options.get("selection"))
+        return settings, selection_from_settings(chosen, base).to_dict() if chosen else None
     except UniragError as e:
         raise InputError(str(e), path=path, field=f"{where}.settings") from None
 
@@ -261,7 +264,7 @@ def _entry_cells(grid: Grid, entry: dict[str, Any]) -> list[Cell]:
     paper = entry.get("paper") or {}
     if not isinstance(paper, dict) or not all(isinstance(v, int | float) for v in paper.values()):
         raise InputError("expected a mapping metric -> the paper's figure", path=path, field=f"{where}.paper")
-    settings, chosen = _settings_of(grid, entry, where)
+    settings, selection = _settings_of(grid, entry, where)
     meta = {"settings": settings, "paper": {str(k): float(v) for k, v in paper.items()},
             "row": entry.get("row"), "source": grid.spec.get("source")}
     if task == "cir":
@@ -270,19 +273,12 @@ def _entry_cells(grid: Grid, entry: dict[str, Any]) -> list[Cell]:
                  if k not in {"generator", "mode", "k", "retriever", "task"} | SOURCE_KEYS | CELL_META_KEYS}
     overrides = {k: resolve(k, v) for k, v in entry.items() if k in SOURCE_KEYS}
     _check_option_keys(cell_opts, path, where)
-    if chosen:  # example-selection settings: over the cell's selection option
-        from unirag.retrieval.selection import selection_from_settings
-
-        base = cell_opts.get("selection", grid.options.get("selection"))
-        try:
-            cell_opts["selection"] = selection_from_settings(chosen, base).to_dict()
-        except UniragError as e:
-            raise InputError(str(e), path=path, field=f"{where}.settings") from None
-    top, cells = grid.top, []
+    if selection is not None:
+        cell_opts["selection"] = selection
+    cells = []
     for k, retriever in itertools.product(_as_list(entry.get("k", 0 if mode == "zero-shot" else 1)),
                                           _as_list(entry.get("retriever"))):
-        sources = {"queries": top["queries"], "images_root": top["images_root"], "pool": top["pool"],
-                   "pool_images_root": top["pool_images_root"], **overrides}
+        sources = {**{s: grid.top[s] for s in ("queries", "images_root", "pool", "pool_images_root")}, **overrides}
         if mode == "rag":
             if retriever not in grid.retrievers:
                 raise InputError(f"rag cells need a retriever named in 'retrievers' (got {retriever!r})",
@@ -327,12 +323,3 @@ def _cir_cell(grid: Grid, entry: dict[str, Any], where: str, meta: dict[str, Any
                 sources={"images_root": images_root, "annotations": cir["annotations"],
                          "split_file": cir.get("split_file"), "agents": cir.get("agents")},
                 options=cell_options, cir=cir, **meta)
-
-
-def select_cells(cells: list[Cell], patterns: tuple[str, ...]) -> list[Cell]:
-    if not patterns:
-        return cells
-    chosen = [c for c in cells if any(fnmatch.fnmatch(c.name, p) for p in patterns)]
-    if not chosen:
-        raise ConfigError(f"no cell matches {', '.join(patterns)}; cells: {', '.join(c.name for c in cells)}")
-    return chosen

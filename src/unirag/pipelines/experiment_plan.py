@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unirag.pipelines.experiment_grid import Cell, GridOverrides, load_experiment, select_cells
+from unirag.pipelines.experiment_grid import Cell, GridOverrides, load_experiment
 
 #: Generator prefixes whose calls need an API key, and the variables that can hold it.
 API_KEYS = {"openai": ("OPENAI_API_KEY",), "openai-image": ("OPENAI_API_KEY",),
@@ -182,5 +182,5 @@ def _official_checkout(cell: Cell, add, miss) -> None:
 def plan_experiment(path: str | Path, only: tuple[str, ...] = (), overrides: GridOverrides | None = None
                     ) -> tuple[dict[str, Any], list[CellPlan]]:
     """The plan of every selected cell of a grid file (what ``--dry-run`` prints)."""
-    spec, cells = load_experiment(path, overrides)
-    return spec, [plan_cell(c) for c in select_cells(cells, only)]
+    spec, cells = load_experiment(path, overrides, only)
+    return spec, [plan_cell(c) for c in cells]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +23,8 @@ from unirag.data.records import Query
 from unirag.errors import BackendError, InputError
 from unirag.generators.base import Usage
 from unirag.generators.images.base import (
-    DEFAULT_GUIDANCE,
     DEFAULT_HEIGHT,
     DEFAULT_SEED,
-    DEFAULT_STEPS,
     DEFAULT_WIDTH,
     ImageBackend,
     ImageRequest,
@@ -38,7 +36,6 @@ from unirag.pipelines.example_run import (
     ExampleJob,
     ExampleRunConfig,
     PreparedQuery,
-    engine_entry,
     load_queries,
     open_remote,
     queries_identity,
@@ -46,31 +43,22 @@ from unirag.pipelines.example_run import (
 )
 from unirag.pipelines.examples import ExampleSelector
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json
-from unirag.runs.retry import RetryPolicy
 from unirag.runs.rundir import PROMPTS_DIR
 
 TASK = "image"  # the task name caption/image runs and `unirag evaluate images` agree on
 IMAGES_DIR = "images"
 
 
-@dataclass(frozen=True)
-class ImageSettings:
-    """Picture settings (defaults: the paper's LaVIT run). Part of the run's identity."""
+def picture_settings(spec: str, profile: Any = None, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT,
+                     steps: int | None = None, guidance: float | None = None, seed: int = DEFAULT_SEED
+                     ) -> dict[str, Any]:
+    """The picture settings of every request of a run (defaults: the paper's LaVIT run), part of its
+    identity; ``steps``/``guidance`` None: ``spec``'s default under ``profile`` (see ``sampling_defaults``)."""
+    from unirag.generators.images.base import sampling_defaults
 
-    width: int = DEFAULT_WIDTH
-    height: int = DEFAULT_HEIGHT
-    #: None: the generator's default under the run's profile (see ``sampling_defaults``)
-    steps: int | None = DEFAULT_STEPS
-    guidance: float | None = DEFAULT_GUIDANCE
-    seed: int = DEFAULT_SEED
-
-    def resolved(self, spec: str, profile: Any = None) -> ImageSettings:
-        """These settings with a missing ``steps``/``guidance`` filled in for ``spec`` under ``profile``."""
-        from unirag.generators.images.base import sampling_defaults
-
-        fill = sampling_defaults(spec, profile)
-        return replace(self, steps=self.steps if self.steps is not None else fill["steps"],
-                       guidance=self.guidance if self.guidance is not None else fill["guidance"])
+    fill = sampling_defaults(spec, profile)
+    return {"width": width, "height": height, "steps": fill["steps"] if steps is None else steps,
+            "guidance": fill["guidance"] if guidance is None else guidance, "seed": seed}
 
 
 def image_stem(qid: str) -> str:
@@ -85,17 +73,22 @@ def image_stem(qid: str) -> str:
     return safe
 
 
-def image_job(generator: ImageBackend, out: Path, images_root: str | Path | None, settings: ImageSettings,
+def image_job(generator: ImageBackend, out: Path, images_root: str | Path | None, settings: dict[str, Any],
               price: Price, position: dict[str, int], save_prompts: int = 5, image_format: str = "png",
               image_loading: str = "normalised", selector: ExampleSelector | None = None,
-              top_image: bool = False) -> ExampleJob:
+              top_image: bool = False, k: int | None = None) -> ExampleJob:
     """An image run's kind: a query prepared (examples chosen, by ``selector``; None on a Ray worker:
     the driver chose them) is drawn: PNG, prompt file, record fields. ``image_format``: the setting
     (``png`` lossless, or ``jpeg`` at PIL's default quality, as the official run); ``image_loading``:
     how example images decode (``plain``: as the official code); ``top_image``: the official retrieval
-    baseline (``image_top1`` top-candidate): the top hit's image, unskipped. One picture per call
-    (diffusers batches only text-only requests)."""
+    baseline (``image_top1`` top-candidate): the top hit's image, unskipped; ``k``: examples per query,
+    checked with the picture size against what the model takes (on a Ray worker: its loaded model).
+    One picture per call (diffusers batches only text-only requests)."""
     from unirag.runs.rundir import write_prompt
+
+    if k is not None:
+        generator.check_k(k)
+        generator.check_size(settings["width"], settings["height"])
 
     free = price == Price()
 
@@ -106,7 +99,7 @@ def image_job(generator: ImageBackend, out: Path, images_root: str | Path | None
     def draw(p: PreparedQuery, images: dict[str, Any] | None) -> dict[str, Any]:
         query, examples = p.query, p.examples
         request = ImageRequest(qid=query.qid, caption=query.txt, examples=[ex.rooted(images_root) for ex in examples],
-                               **asdict(settings), ahead=images, loading=image_loading)
+                               **settings, ahead=images, loading=image_loading)
         try:
             result = generator.generate(request)
         except InputError as e:  # e.g. a missing example image: this query fails, the run goes on
@@ -125,7 +118,7 @@ def image_job(generator: ImageBackend, out: Path, images_root: str | Path | None
         atomic_write_json(out / IMAGES_DIR / f"{stem}.prompt.json", {
             "qid": query.qid, "caption": query.txt, "generator": generator.spec, "prompt": prompt,
             "examples": [{"id": e.label, "image": str(e.image), "caption": e.caption} for e in request.examples],
-            **asdict(settings)})
+            **settings})
         index = position.get(query.qid, save_prompts)
         if index < save_prompts:
             parts: list[Any] = [ImagePart(path=e.image, label=e.label or f"example {i}")
@@ -149,25 +142,21 @@ def image_job(generator: ImageBackend, out: Path, images_root: str | Path | None
                       selector, pick=pick if top_image else None)
 
 
-def open_image_job(k: int, job: dict[str, Any], generator: ImageBackend) -> ExampleJob:
-    """An image run's job on a Ray worker's loaded model (see :mod:`unirag.runs.engine`); ``job``:
-    :func:`image_job`'s arguments besides the generator and the selector (the driver chooses the examples)."""
-    generator.check_k(k)
-    generator.check_size(job["settings"].width, job["settings"].height)
-    return image_job(generator, **job)
-
-
 @dataclass
 class ImageConfig(ExampleRunConfig):
     """One image run: the options of :class:`ExampleRunConfig` (queries' ``txt`` is drawn; ``seed``
-    chooses random examples, as everywhere) plus the picture ``settings`` (their ``seed``: the
-    picture's; ``steps``/``guidance`` None: the generator's default under the run's profile, see
-    ``sampling_defaults``); ``concurrency`` defaults to 4 (image APIs are slow). Examples' image paths
+    chooses random examples, as everywhere) plus the picture settings (see :func:`picture_settings`;
+    ``image_seed``: the picture's, None: the profile's ``image_seed`` setting; ``steps``/``guidance``
+    None: the generator's default under the run's profile); ``concurrency`` defaults to 4 (image APIs are slow). Examples' image paths
     start where :func:`~unirag.pipelines.examples.example_images_root` says. ``k`` None means 0
     zero-shot, else 1 (the paper's one-shot)."""
 
     concurrency: int = 4
-    settings: ImageSettings = field(default_factory=ImageSettings)
+    width: int = DEFAULT_WIDTH
+    height: int = DEFAULT_HEIGHT
+    steps: int | None = None
+    guidance: float | None = None
+    image_seed: int | None = None
 
 
 def run_images(cfg: ImageConfig, generator: ImageBackend | None = None, *,
@@ -217,13 +206,12 @@ def run_images(cfg: ImageConfig, generator: ImageBackend | None = None, *,
 
                 generator = load_generator(cfg.generator, IMAGE, **options)
                 stack.callback(generator.close)
-        settings = cfg.settings.resolved(generator.spec, profile)
+        seed = profile["image_seed"] if cfg.image_seed is None else cfg.image_seed
+        settings = picture_settings(generator.spec, profile, cfg.width, cfg.height, cfg.steps, cfg.guidance, seed)
         out = Path(cfg.out)
-        generator.check_k(selector.k)
-        generator.check_size(settings.width, settings.height)
         templates = {name: image_template(name).manifest_entry() for name in generator.templates}
         identity = {"generator": generator.spec, **generator.identity(), "examples": selector.source(),
-                    **asdict(settings), "templates": {n: t["sha256"] for n, t in templates.items()}}
+                    **settings, "templates": {n: t["sha256"] for n, t in templates.items()}}
         if record_queries:
             identity["queries"] = queries_identity(all_queries, path)
         image_format = profile["image_format"]
@@ -234,24 +222,22 @@ def run_images(cfg: ImageConfig, generator: ImageBackend | None = None, *,
         run_settings = {"generator_config": generator.config(), "images_root": images_root,
                         "concurrency": 1 if generator.local else cfg.concurrency, "templates": templates,
                         "price": asdict(price) if price else None, "prices_file": str(cfg.prices) if cfg.prices else None,
-                        "profile": profile.to_dict(), "engine": engine_entry(cfg.engine, pool)}
+                        "profile": profile.to_dict()}
         position = {q.qid: i for i, q in enumerate(queries)}
         top_image = profile["image_top1"] == "top-candidate" and generator.spec.startswith("retrieval:") \
             and hasattr(selector, "top_image")
         job = image_job(generator, out, images_root, settings, price, position, cfg.save_prompts, image_format,
-                        profile["image_loading"], selector, top_image)
+                        profile["image_loading"], selector, top_image, selector.k)
         open_kind = None
         if pool is not None:
             root = str(Path(images_root).resolve()) if images_root is not None else os.getcwd()
-            open_kind = functools.partial(open_image_job, selector.k, dict(
-                out=out.resolve(), images_root=root, settings=settings, price=price, save_prompts=cfg.save_prompts,
-                position={q: i for q, i in position.items() if i < cfg.save_prompts}, image_format=image_format,
-                image_loading=profile["image_loading"]))
+            open_kind = functools.partial(  # the worker's job: its model checked, the driver chooses the examples
+                image_job, out=out.resolve(), images_root=root, settings=settings, price=price, k=selector.k,
+                save_prompts=cfg.save_prompts, position={q: i for q, i in position.items() if i < cfg.save_prompts},
+                image_format=image_format, image_loading=profile["image_loading"])
         # A local model draws one query at a time here: its example images decoded a few queries ahead.
-        counts, final, _ = run_job(
-            job, queries, out, TASK, identity, run_settings, save_prompts=cfg.save_prompts,
-            before=lambda run: (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True),
-            policy=RetryPolicy(max_attempts=cfg.max_attempts), concurrency=concurrency,
-            decode_ahead=generator.local, engine=cfg.engine, pool=pool, recipe=recipe, open_kind=open_kind,
-            desc=f"images ({generator.spec})", progress=cfg.progress)
+        counts, final, _ = run_job(job, cfg, queries, TASK, identity, run_settings, pool=pool,
+                                   before=lambda run: (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True),
+                                   concurrency=concurrency, decode_ahead=generator.local, recipe=recipe,
+                                   open_kind=open_kind, desc=f"images ({generator.spec})")
     return {**counts, **{f"total_{k}": v for k, v in final.items()}}

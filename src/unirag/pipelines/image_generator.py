@@ -9,7 +9,7 @@ same request per query, so a notebook and ``unirag generate-images`` draw the sa
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ class ImageGenerator(LazyBackend):
                  images_root: str | Path | None = None, max_attempts: int | None = None, retry: Any = None,
                  profile: Any = None, **options: Any) -> None:
         from unirag.generators.registry import IMAGE, parse_spec
-        from unirag.pipelines.image_gen import ImageSettings
+        from unirag.pipelines.image_gen import picture_settings
         from unirag.profiles import resolve
 
         _check_arg_types(width=(width, int), height=(height, int), steps=(steps, int | None),
@@ -59,7 +59,7 @@ class ImageGenerator(LazyBackend):
         self._open(generator, options, ImageBackend, lambda spec: parse_spec(spec, IMAGE),
                    "a spec (e.g. 'retrieval:top1') or an image backend", max_attempts, retry)
         self.profile = resolve(profile)
-        self.settings = asdict(ImageSettings(width, height, steps, guidance, seed).resolved(self.spec, self.profile))
+        self.settings = picture_settings(self.spec, self.profile, width, height, steps, guidance, seed)
         self.images_root = images_root
         self.options = {k: v for k, v in options.items() if v is not None}
 
