@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from unirag.cir.agents import build_messages, call_agent
-from unirag.cir.cache import CallCache, CallRequest, call_key, ok_output
+from unirag.cir.cache import CallCache, CallRequest, call_key
 from unirag.cir.config import XRConfig
 from unirag.messages import ImagePart, with_decoded
 from unirag.runs.executor import execute
@@ -134,7 +134,8 @@ class AgentRunner:
                              policy=self.policy, decode_ahead=local, engine=self.engine, desc=desc or role,
                              progress=self.progress, **on_ray)
             st["called"] += counts["ok"] + counts["error"]
-        out = {r.key: ok_output(store.get(r.key)) for r in unique}
+        records = {r.key: store.get(r.key) or {} for r in unique}  # a failed call's output: None
+        out = {k: rec.get("output") if rec.get("status", "ok") == "ok" else None for k, rec in records.items()}
         st["failed"] += sum(1 for r in todo if out[r.key] is None)
         return out
 

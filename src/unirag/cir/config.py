@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,9 @@ class RoleConfig:
     max_tokens: int | None = None   # None: the profile's xr_max_new_tokens (xr_caption_max_new_tokens for captions)
     temperature: float = 0.0
     seed: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)  # passed to load_text_generator
     #: None: the profile's xr_caption_repetition_penalty for captions, none for the other roles
     repetition_penalty: float | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # passed to load_text_generator
 
     def generation_options(self):
         from unirag.generators.base import GenerationOptions
@@ -113,10 +113,6 @@ class XRConfig:
     #: the user's checkout of the official X^R code (read when xr_prompts = official)
     official_prompts: str | None = None
 
-    @property
-    def has_agents(self) -> bool:
-        return bool(self.roles)
-
     def resolve_settings(self, profile: str | Settings | None = None, **overrides: Any) -> Settings:
         """The run's behaviour settings: ``profile`` (else the YAML's, else default), the YAML's
         settings below the keywords given here (a :class:`Settings` keeps its own overrides on top)."""
@@ -143,11 +139,7 @@ class XRConfig:
 
     def manifest(self) -> dict[str, Any]:
         """What a run records about its configuration (no secrets: they are never in the config)."""
-        return {"roles": {r: {"model": c.model, "max_tokens": c.max_tokens, "temperature": c.temperature,
-                              "seed": c.seed, "repetition_penalty": c.repetition_penalty, "options": c.options}
-                          for r, c in self.roles.items()},
-                "encoder": self.encoder, "text_encoder": self.text_encoder, "settings": vars(self.settings),
-                "official_prompts": self.official_prompts}
+        return {k: v for k, v in asdict(self).items() if k not in ("profile", "overrides")}
 
 
 def _role_config(raw: dict[str, Any], path: Path, where: str) -> RoleConfig:
@@ -173,7 +165,7 @@ def load_config(path: str | Path | XRConfig | None, *, encoder: str | None = Non
     """The agents config a call works on: the agents YAML parsed, a copy of an :class:`XRConfig` (the
     caller's is never changed), or ``None``: the offline configuration (no agents); ``encoder``,
     ``official_prompts`` and :class:`XRSettings` fields (``k_prime=``...) on top (None: not given)."""
-    config = copy.deepcopy(path) if isinstance(path, XRConfig) else _read_config(path)
+    config = copy.deepcopy(path) if isinstance(path, XRConfig) else XRConfig() if path is None else _read_config(path)
     if encoder is not None:
         config.encoder = encoder
     if official_prompts is not None:
@@ -185,9 +177,7 @@ def load_config(path: str | Path | XRConfig | None, *, encoder: str | None = Non
     return config
 
 
-def _read_config(path: str | Path | None) -> XRConfig:
-    if path is None:
-        return XRConfig()
+def _read_config(path: str | Path) -> XRConfig:
     import yaml
 
     path = Path(path)

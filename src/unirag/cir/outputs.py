@@ -43,7 +43,7 @@ def write_outputs(search: Search, ranking: Ranking, out: Path, bootstrap: dict[s
     stage's full ranking cut to the img_set), ``bootstrap`` the keywords of the metrics' intervals
     (:func:`evaluate`)."""
     ds, xr, notes, s = search.ds, search.xr, search.notes, search.config.settings
-    if xr.config.has_agents and "fine" in xr.stages and "xr_caption_verifier" in xr.settings.official_bugs():
+    if xr.config.roles and "fine" in xr.stages and "xr_caption_verifier" in xr.settings.official_bugs():
         notes.append("reproduces the official caption-path verifier bug (bool(\"False\") is True: every "
                      "expected answer written as a string counts as True); set xr_caption_verifier=fixed "
                      "to score it right")

@@ -133,7 +133,7 @@ class Search:
         self.cache, self.progress, self.echo = xr.cache, xr.progress, xr.echo
         self.notes: list[str] = list(dataset.notes)
         self.official = None  # the official prompts, when an agent stage runs under xr_prompts=official
-        agent_stages = self.config.has_agents and any(st in self.stages for st in ("coarse", "fine"))
+        agent_stages = self.config.roles and any(st in self.stages for st in ("coarse", "fine"))
         if self.settings["xr_prompts"] == "official" and agent_stages:
             from unirag.cir.official_prompts import OfficialPrompts
 
@@ -156,11 +156,11 @@ class Search:
                                    lambda: enc.encode_images(paths, self.progress))
         self._baseline(qs, pool_ids, ia)
         agents = [st for st in ("coarse", "fine") if st in self.stages]
-        if agents and not self.config.has_agents:
+        if agents and not self.config.roles:
             self.echo(f"no agent models configured (--agents): X^R stages {', '.join(agents)} skipped; "
                       f"ranking with the embedding baseline ({enc.name} encoder, reference image + text fused)")
             self.notes.append("offline: embedding baseline only, no agent ran")
-        if not (agents and self.config.has_agents):
+        if not (agents and self.config.roles):
             return Ranking(pool_ids, qs, {}, self._subset_pass(None, qs, pool_ids, paths, ia))
         self._check_roles()
         runner = self.xr.runner()
