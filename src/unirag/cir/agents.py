@@ -73,14 +73,8 @@ class MalformedOutput(MalformedResponseError):
     """A reply that is not the JSON the role's schema asks for (message says what is wrong)."""
 
 
-#: Packaged prompts that are not a role's own: the one-statement verification calls (xr_questions=single).
-EXTRA_TEMPLATES = ("text_question_single", "vision_question_single")
-
-
 @cache
 def template_text(role: str) -> str:
-    if role not in ROLES and role not in EXTRA_TEMPLATES:
-        raise ConfigError(f"unknown X^R agent role {role!r}; expected one of {', '.join(ROLES)}")
     return resources.files("unirag.cir").joinpath("prompts", f"{role}.txt").read_text(encoding="utf-8")
 
 
@@ -101,10 +95,6 @@ def build_messages(role: str, image: Path | None = None, *, template: str | None
             raise ConfigError(f"prompt template for {template or role!r} needs the value {e}") from None
     parts: list = [ImagePart(path=Path(image), label=Path(image).name)] if spec.needs_image else []
     return [Message("user", [*parts, TextPart(text)])]
-
-
-def numbered(statements: list[str]) -> str:
-    return "\n".join(f"{i}. {s}" for i, s in enumerate(statements, start=1))
 
 
 # -- parsing and repair ----------------------------------------------------------------------------

@@ -19,14 +19,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from unirag.cir.agent_runner import AgentRunner
-from unirag.cir.agents import numbered
 from unirag.cir.cache import CallRequest
 from unirag.cir.datasets import CirDataset, CirQuery
 from unirag.cir.scoring import CoarseResult, coarse, coarse_official, fine, plain, question_score
@@ -140,33 +138,31 @@ class Search:
             # a missing prompt file fails before any file is written or image encoded
             self.official = OfficialPrompts(self.config.official_prompts, self.ds.kind, self.ds.name)
             self.notes.extend(self._optional_stage_notes())
+        self.missing = dataset.missing_images()  # the pool ids and query ids whose image file is missing
 
     def rank(self) -> Ranking:
         """X^R over the dataset in memory: the call cache is the only thing written."""
         try:
-            return self._rank()
+            pool_ids, qs = self._check_images()
+            paths = [self.ds.image_path(i) for i in pool_ids]
+            enc = self.xr.encoder()
+            ia = self.cache.embeddings("pool-images", enc.fingerprint(), [str(p) for p in paths],
+                                       lambda: enc.encode_images(paths, self.progress))
+            self._baseline(qs, pool_ids, ia)
+            agents = [st for st in ("coarse", "fine") if st in self.stages]
+            if agents and not self.config.roles:
+                self.echo(f"no agent models configured (--agents): X^R stages {', '.join(agents)} skipped; "
+                          f"ranking with the embedding baseline ({enc.name} encoder, reference image + text fused)")
+                self.notes.append("offline: embedding baseline only, no agent ran")
+            if not (agents and self.config.roles):
+                return Ranking(pool_ids, qs, {}, self._subset_pass(None, qs, pool_ids, paths, ia))
+            self._check_roles()
+            runner = self.xr.runner()
+            runner.stats = {}  # this search's agent-call counts
+            self._agents(runner, qs, pool_ids, paths, ia, self.config.settings.k_prime)
+            return Ranking(pool_ids, qs, runner.stats, self._subset_pass(runner, qs, pool_ids, paths, ia))
         finally:  # the cache's stores release their locks even when a stage fails or is interrupted
             self.cache.close()
-
-    def _rank(self) -> Ranking:
-        pool_ids, qs = self._check_images()
-        paths = [self.ds.image_path(i) for i in pool_ids]
-        enc = self.xr.encoder()
-        ia = self.cache.embeddings("pool-images", enc.fingerprint(), [str(p) for p in paths],
-                                   lambda: enc.encode_images(paths, self.progress))
-        self._baseline(qs, pool_ids, ia)
-        agents = [st for st in ("coarse", "fine") if st in self.stages]
-        if agents and not self.config.roles:
-            self.echo(f"no agent models configured (--agents): X^R stages {', '.join(agents)} skipped; "
-                      f"ranking with the embedding baseline ({enc.name} encoder, reference image + text fused)")
-            self.notes.append("offline: embedding baseline only, no agent ran")
-        if not (agents and self.config.roles):
-            return Ranking(pool_ids, qs, {}, self._subset_pass(None, qs, pool_ids, paths, ia))
-        self._check_roles()
-        runner = self.xr.runner()
-        runner.stats = {}  # this search's agent-call counts
-        self._agents(runner, qs, pool_ids, paths, ia, self.config.settings.k_prime)
-        return Ranking(pool_ids, qs, runner.stats, self._subset_pass(runner, qs, pool_ids, paths, ia))
 
     def _subset_pass(self, runner: AgentRunner | None, qs: list[_Q], pool_ids: list[str], paths: list[Path],
                      ia: np.ndarray) -> dict[str, dict[str, list[str]]] | None:
@@ -201,14 +197,9 @@ class Search:
             raise ConfigError(f"no model configured for the X^R agent role(s) {', '.join(missing)}: add them under "
                               "'roles' (or a 'defaults' model) in the agents YAML, or drop the stage with --stages")
 
-    @cached_property
-    def _missing(self) -> tuple[list[str], list[str]]:
-        """The pool ids and the query ids whose image file is missing (looked up once)."""
-        return self.ds.missing_images()
-
     def list_missing(self, out: Path) -> None:
         """A run lists the missing images in its folder and says so before any image is encoded."""
-        pool_missing, ref_missing = self._missing
+        pool_missing, ref_missing = self.missing
         if pool_missing or ref_missing:
             atomic_write_json(out / "missing_images.json", {
                 "images_root": str(self.ds.images_root), "pool_missing": pool_missing,
@@ -219,7 +210,7 @@ class Search:
                       + f"; listed in {out / 'missing_images.json'}")
 
     def _check_images(self) -> tuple[list[str], list[_Q]]:
-        pool_missing, ref_missing = self._missing
+        pool_missing, ref_missing = self.missing
         pool_ids = [i for i in self.ds.pool if i not in set(pool_missing)]
         if pool_missing or ref_missing:
             self.notes.append(f"{len(pool_missing)} pool images missing; {len(ref_missing)} queries skipped")
@@ -273,7 +264,7 @@ class Search:
         return base + "+json_repair" if self.settings["xr_json_parsing"] == "official" else base
 
     def _captions(self, runner: AgentRunner, ids_paths: dict[str, Path]) -> dict[str, str | None]:
-        text = self.official.caption() if self.official is not None else None
+        text = self.official.texts["caption"] if self.official is not None else None
         return runner.ask("caption", {i: {"image": p, "text": text} for i, p in ids_paths.items()}, "A_c captions")
 
     def _agents(self, runner: AgentRunner, qs: list[_Q], pool_ids: list[str], paths: list[Path],
@@ -449,7 +440,7 @@ class Search:
             fmt = "yes_no_strict" if role == "text_question" else "yes_no_any"
             return [runner.request(role, fmt=fmt, template=f"{role}_single", statement=st["statement"], **where)
                     for st in x.statements]
-        listing = numbered([st["statement"] for st in x.statements])
+        listing = "\n".join(f"{i}. {st['statement']}" for i, st in enumerate(x.statements, start=1))
         return [runner.request(role, len(x.statements), statements=listing, **where)]
 
     def _fine(self, runner: AgentRunner, qs: list[_Q], pool_ids: list[str], paths: list[Path],
