@@ -183,13 +183,3 @@ def _with_intervals(out: dict[str, Any], rows: Mapping[str, Mapping[str, float]]
     out["intervals"] = intervals
     return out
 
-
-def average(per_dataset: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """Mean of each numeric metric over datasets (FashionIQ reports the mean of its three categories)."""
-    keys = [k for k in next(iter(per_dataset.values()), {}) if k != "n_queries"]
-    out = {}
-    for k in keys:
-        vals = [m[k] for m in per_dataset.values() if isinstance(m.get(k), (int, float))]  # not "intervals"
-        if vals and len(vals) == len(per_dataset):
-            out[k] = sum(vals) / len(vals)
-    return out
