@@ -31,7 +31,6 @@ from unirag.cir.scoring import CoarseResult, coarse, coarse_official, fine, plai
 from unirag.errors import ConfigError, InputError
 from unirag.profiles import Settings
 from unirag.retrieval.results import Hit
-from unirag.runs.atomic import atomic_write_json
 
 #: The stages in run order (``baseline``: the fused reference image + text embedding; ``coarse``:
 #: imagination + coarse filtering; ``fine``: + question-based fine filtering, paper Alg. 1) and their
@@ -196,18 +195,6 @@ class Search:
         if missing:
             raise ConfigError(f"no model configured for the X^R agent role(s) {', '.join(missing)}: add them under "
                               "'roles' (or a 'defaults' model) in the agents YAML, or drop the stage with --stages")
-
-    def list_missing(self, out: Path) -> None:
-        """A run lists the missing images in its folder and says so before any image is encoded."""
-        pool_missing, ref_missing = self.missing
-        if pool_missing or ref_missing:
-            atomic_write_json(out / "missing_images.json", {
-                "images_root": str(self.ds.images_root), "pool_missing": pool_missing,
-                "queries_with_missing_reference": ref_missing})
-            example = self.ds.image_path(pool_missing[0]) if pool_missing else None
-            self.echo(f"{len(pool_missing)} of {len(self.ds.pool)} pool images and {len(ref_missing)} reference "
-                      f"images missing under {self.ds.images_root}" + (f" (e.g. {example})" if example else "")
-                      + f"; listed in {out / 'missing_images.json'}")
 
     def _check_images(self) -> tuple[list[str], list[_Q]]:
         pool_missing, ref_missing = self.missing

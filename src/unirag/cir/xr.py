@@ -115,12 +115,21 @@ class XR:
         the metrics. ``bootstrap``: how the metrics' intervals are drawn (``resamples``,
         ``bootstrap_seed``, ``method``; see :func:`unirag.cir.outputs.evaluate`)."""
         from unirag.cir.outputs import write_outputs
+        from unirag.runs.atomic import atomic_write_json
         from unirag.runs.store import RunLock
 
         out = Path(out_dir)
         search = Search(self, dataset)  # a missing official prompt file fails before anything is written
         with RunLock(out):
-            search.list_missing(out)
+            pool_missing, ref_missing = search.missing  # listed in the folder, and said, before any image is encoded
+            if pool_missing or ref_missing:
+                atomic_write_json(out / "missing_images.json", {
+                    "images_root": str(dataset.images_root), "pool_missing": pool_missing,
+                    "queries_with_missing_reference": ref_missing})
+                example = dataset.image_path(pool_missing[0]) if pool_missing else None
+                self.echo(f"{len(pool_missing)} of {len(dataset.pool)} pool images and {len(ref_missing)} reference "
+                          f"images missing under {dataset.images_root}" + (f" (e.g. {example})" if example else "")
+                          + f"; listed in {out / 'missing_images.json'}")
             return write_outputs(search, search.rank(), out, dict(bootstrap or {}))
 
     def search(self, reference_image: ImageLike, text: str, pool_or_index: Any, *, k: int = 10,
