@@ -87,10 +87,9 @@ class XRSettings:
     decode_workers: int | str | None = None
 
     def check(self) -> None:
-        if not 0.0 <= self.lam <= 1.0:
-            raise ConfigError(f"lambda must lie in [0, 1], got {self.lam}")
-        if not 0.0 <= self.tau <= 1.0:
-            raise ConfigError(f"tau must lie in [0, 1], got {self.tau}")
+        for name, weight in (("lambda", self.lam), ("tau", self.tau)):
+            if not 0.0 <= weight <= 1.0:
+                raise ConfigError(f"{name} must lie in [0, 1], got {weight}")
         for name in ("k_prime", "k", "rrf_k", "concurrency", "json_attempts"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
