@@ -257,18 +257,16 @@ class Search:
     def _agents(self, runner: AgentRunner, qs: list[_Q], pool_ids: list[str], paths: list[Path],
                 ia: np.ndarray, k_prime: int) -> None:
         ab = self.ab
-        do_coarse = not ab.fine_only and ab.imagination
         captions: dict[str, str | None] = {}
-        if ab.text and do_coarse:
-            captions.update(self._captions(runner, dict(zip(pool_ids, paths, strict=True))))
-        if ab.imagination and not ab.fine_only:
+        if ab.imagination and not ab.fine_only:  # imagination, then coarse filtering
+            if ab.text:
+                captions.update(self._captions(runner, dict(zip(pool_ids, paths, strict=True))))
             refs = {x.q.reference: self.ds.reference_path(x.q) for x in qs if x.q.reference not in captions}
             captions.update(self._captions(runner, refs))
             if self.official is not None:
                 self._reason_official(runner, qs, captions)
             else:
                 self._imagine(runner, qs, captions)
-        if do_coarse:
             self._coarse(qs, pool_ids, captions, ia)
         else:
             for x in qs:
@@ -278,10 +276,9 @@ class Search:
                 x.orders["coarse"] = x.coarse.order
         if "fine" in self.stages:
             top_ids = {pool_ids[c] for x in qs for c in x.cand[x.coarse.order[:k_prime]]}
-            if ab.text:
-                where = {i: n for n, i in enumerate(pool_ids)}
-                missing = {i: paths[where[i]] for i in top_ids if i not in captions}
-                captions.update(self._captions(runner, missing))
+            if ab.text:  # the top-k' candidates not captioned yet (in pool order)
+                captions.update(self._captions(runner, {i: p for i, p in zip(pool_ids, paths, strict=True)
+                                                        if i in top_ids and i not in captions}))
             self._fine(runner, qs, pool_ids, paths, captions, k_prime)
 
     def _imagine(self, runner: AgentRunner, qs: list[_Q], captions: dict[str, str | None]) -> None:
