@@ -110,14 +110,9 @@ class Ranking:
 
 
 def stage_rankings(qs: list[_Q], pool_ids: list[str]) -> dict[str, dict[str, list[str]]]:
-    """stage -> qid -> full ranking of image ids; a query lacking a stage falls back to the stage before."""
-    out: dict[str, dict[str, list[str]]] = {}
-    for st in [st for st in STAGES if any(st in x.orders for x in qs)]:
-        out[st] = {}
-        for x in qs:
-            chain = [c for c in STAGES[: STAGES.index(st) + 1] if c in x.orders]
-            out[st][x.q.qid] = [pool_ids[i] for i in x.cand[x.orders[chain[-1]]]]
-    return out
+    """stage -> qid -> full ranking of image ids (every query has an order for each stage that ran)."""
+    return {st: {x.q.qid: [pool_ids[i] for i in x.cand[x.orders[st]]] for x in qs}
+            for st in STAGES if any(st in x.orders for x in qs)}
 
 
 class Search:
@@ -477,7 +472,8 @@ class Search:
         weights = (0.5, 0.5) if ab.text and ab.vision else ((1.0, 0.0) if ab.text else (0.0, 1.0))
         extra = (st["xr_scoring"], st["xr_stage2_source"], st["xr_rerank"]) != ("paper", "rrf", "paper")
         for x in qs:
-            if x.statements is None:
+            if x.statements is None:  # the question agent failed: the fine stage keeps the coarse order
+                x.orders["fine"] = x.coarse.order
                 continue
             expected = [bool(stmt["answer"]) for stmt in x.statements]
             expected_caption = [official_bool(stmt) for stmt in x.statements] if bug else expected
