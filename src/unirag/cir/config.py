@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,7 @@ class XRSettings:
     #: None/"auto" (the cores available, at most 8; fewer than 128 images inline) or N (0 = inline)
     decode_workers: int | str | None = None
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:  # every way a config is made is checked (YAML, Python, overrides)
         for name, weight in (("lambda", self.lam), ("tau", self.tau)):
             if not 0.0 <= weight <= 1.0:
                 raise ConfigError(f"{name} must lie in [0, 1], got {weight}")
@@ -169,10 +169,7 @@ def load_config(path: str | Path | XRConfig | None, *, encoder: str | None = Non
         config.encoder = encoder
     if official_prompts is not None:
         config.official_prompts = str(official_prompts)
-    for name, value in settings.items():
-        if value is not None:
-            setattr(config.settings, name, value)
-    config.settings.check()
+    config.settings = replace(config.settings, **{n: v for n, v in settings.items() if v is not None})
     return config
 
 
@@ -216,7 +213,7 @@ def _read_config(path: str | Path) -> XRConfig:
     if set(settings_raw) - known:
         bad_key = sorted(set(settings_raw) - known)[0]
         raise InputError("unknown setting", path=path, field=f"settings.{bad_key}")
-    settings = XRSettings(**settings_raw)  # checked by load_config
+    settings = XRSettings(**settings_raw)
     prompts = raw.get("official_prompts")  # relative: to the YAML's folder
     prompts = None if prompts is None else str(path.parent / Path(prompts).expanduser())
     config = XRConfig(roles=roles, encoder=raw.get("encoder"), text_encoder=raw.get("text_encoder"),
