@@ -84,7 +84,7 @@ def test_bad_decode_workers_setting_is_a_config_error():
     from unirag.errors import ConfigError
 
     with pytest.raises(ConfigError, match="decode workers"):
-        XRSettings(decode_workers=-1).check()
+        XRSettings(decode_workers=-1)
 
 
 def test_agents_yaml_and_run_cir_set_the_decode_workers(tmp_path):

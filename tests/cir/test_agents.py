@@ -82,11 +82,11 @@ def test_agents_yaml(tmp_path):
     other.roles["question"].options["base_url"] = "http://127.0.0.1:2/v1"
     assert other.roles["question"].fingerprint() == c.roles["question"].fingerprint()
     assert c.roles["caption"].fingerprint() != c.roles["question"].fingerprint()
-    assert load_config(None).has_agents is False
+    assert load_config(None).roles == {}
     for text, match in [("roles: {captioner: {model: 'x:y'}}", "unknown agent role"),
                         ("defaults: {model: 'openai:x', api_key: 'sk-1'}", "secrets are not accepted"),
                         ("roles: {caption: {max_tokens: 5}}", "needs a model spec"),
-                        ("settings: {lambda: 2}", "lambda must lie"),
+                        ("settings: {lambda: 2}", "lambda must lie"), ("settings: {tau: 1.5}", "tau must lie"),
                         ("settings: {kprime: 2}", "unknown setting"),
                         ("colour: red", "unknown key"),
                         ("defaults: [", "malformed YAML")]:

@@ -3,6 +3,8 @@ provider echoed is in no file of the run or its cache (issue 29, point 2)."""
 
 from __future__ import annotations
 
+import json
+
 from myntra_cir import build_colour_cir
 
 from cli_capture import main_result
@@ -34,3 +36,8 @@ def test_every_agent_call_failing_exits_1_and_leaves_no_key(myntra, tmp_path, ca
     assert leaked == [] and KEY not in out + err
     calls = list((tmp_path / "run" / "cache" / "calls").glob("*.jsonl"))
     assert calls and "Incorrect API key provided: ***" in calls[0].read_text()
+    # no imagination and no question: every stage falls back to the one before, down to the baseline
+    rows = [json.loads(line) for line in (tmp_path / "run" / "rankings.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(r["stages"]["xr"] == r["stages"]["xr_coarse"] == r["stages"]["baseline"]
+                                  and r["final_stage"] == "xr" and "question agent failed: coarse order kept"
+                                  in r["notes"] for r in rows)

@@ -158,7 +158,7 @@ def test_official_prompts_are_read_from_the_checkout_and_filled(tmp_path):
     root = official_checkout(tmp_path)
     for where in (root, root / "XR", root / "XR" / "prompts", root / "XR" / "prompts" / "FashionIQ-dress"):
         p = OfficialPrompts(where, "fashioniq", "fashioniq-dress-val")
-        assert p.caption() == "FAKE-CAPTION-PROMPT: say what you see."
+        assert p.texts["caption"] == "FAKE-CAPTION-PROMPT: say what you see."
     assert p.reasoner("make it red", " a grey dress ") == "FAKE-REASONER instruction=make it red; ref=a grey dress."
     assert p.questions("make it red", [["Color", "red"], ["Keep", "shape"]]) == \
         "FAKE-QUESTIONS instruction=make it red; atomic=\n   (1) Color: red\n   (2) Keep: shape\n."

@@ -34,7 +34,6 @@ from unirag.cir.agents import (
     clean_rewritten_caption,
     extract_json,
     official_json,
-    official_json_v2,
     parse_official,
 )
 from unirag.cir.config import RoleConfig, XRConfig
@@ -251,8 +250,8 @@ def test_cir_v2_reading_and_rewriter_cleaning():
     """XR/xr.py:341-357: the whole stripped reply through one repair pass, else the fence or the
     GREEDY first-'{'-to-last-'}' match; kept only if a non-empty object. :410-417: the rewriter's
     reply loses a leading code fence and one pair of enclosing double quotes."""
-    assert official_json_v2(V2_REPLY) == {"target": {"color": "red"}, "keep": ["shape"]}
-    assert official_json_v2("Nothing structured.") is None and official_json_v2("{}") is None
+    assert official_json(V2_REPLY, v2=True) == {"target": {"color": "red"}, "keep": ["shape"]}
+    assert official_json("Nothing structured.", v2=True) is None and official_json("{}", v2=True) is None
     assert clean_rewritten_caption('```text\n"a red dress"\n```') == "a red dress"
     assert clean_rewritten_caption('  "a red dress"  ') == "a red dress"
     assert clean_rewritten_caption('A "red" dress') == 'A "red" dress'

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from unirag.cir.agents import build_messages, call_agent
-from unirag.cir.cache import CallCache, CallRequest, call_key, ok_output
+from unirag.cir.cache import CallCache, CallRequest, call_key
 from unirag.cir.config import XRConfig
 from unirag.messages import ImagePart, with_decoded
 from unirag.runs.executor import execute
@@ -67,7 +67,7 @@ class AgentJob:
 
 class AgentRunner:
     def __init__(self, config: XRConfig, cache: CallCache, generator_factory: GeneratorFactory | None = None,
-                 policy: RetryPolicy | None = None, progress: bool = True, engine: Any = "local") -> None:
+                 progress: bool = True, engine: Any = "local") -> None:
         from unirag.runs.engine import with_decode_default
 
         self.config = config
@@ -78,7 +78,6 @@ class AgentRunner:
         self._pool = None
         self._pool_owned = False
         self.factory = generator_factory  # None: unirag.generators.registry.load_generator
-        self.policy = policy or RetryPolicy()
         self.progress = progress
         self._generators: dict[str, Any] = {}
         #: role -> {"requested", "called", "cached", "failed"} for the run report
@@ -91,15 +90,6 @@ class AgentRunner:
         messages = build_messages(role, **prompt)
         return CallRequest(call_key(role, self.config.roles[role].fingerprint(), messages, fmt), messages,
                            expect_answers, fmt)
-
-    def _generator(self, role: str):
-        rc = self.config.roles[role]
-        gen_id = rc.fingerprint()
-        if gen_id not in self._generators:  # roles sharing a model share one client / loaded model
-            from unirag.generators.registry import load_generator
-
-            self._generators[gen_id] = (self.factory or load_generator)(rc.model, **rc.options)
-        return self._generators[gen_id]
 
     def run(self, role: str, requests: list[CallRequest], desc: str | None = None) -> dict[str, Any]:
         """Make every call not yet cached; return key -> parsed output (None where it failed)."""
@@ -128,13 +118,19 @@ class AgentRunner:
                 on_ray = {"pool": self._pool, "recipe": ModelRecipe(rc.model, dict(rc.options)),
                           "open_kind": functools.partial(AgentJob, role, options, attempts)}
             else:
-                job.generator = self._generator(role)
+                gen_id = rc.fingerprint()
+                if gen_id not in self._generators:  # roles sharing a model share one client / loaded model
+                    from unirag.generators.registry import load_generator
+
+                    self._generators[gen_id] = (self.factory or load_generator)(rc.model, **rc.options)
+                job.generator = self._generators[gen_id]
             local = rc.model.startswith("hf:")  # a model in this process: one call at a time
             counts = execute(job, todo, store, concurrency=1 if local else self.config.settings.concurrency,
-                             policy=self.policy, decode_ahead=local, engine=self.engine, desc=desc or role,
+                             policy=RetryPolicy(), decode_ahead=local, engine=self.engine, desc=desc or role,
                              progress=self.progress, **on_ray)
             st["called"] += counts["ok"] + counts["error"]
-        out = {r.key: ok_output(store.get(r.key)) for r in unique}
+        records = {r.key: store.get(r.key) or {} for r in unique}  # a failed call's output: None
+        out = {k: rec.get("output") if rec.get("status", "ok") == "ok" else None for k, rec in records.items()}
         st["failed"] += sum(1 for r in todo if out[r.key] is None)
         return out
 

@@ -73,14 +73,8 @@ class MalformedOutput(MalformedResponseError):
     """A reply that is not the JSON the role's schema asks for (message says what is wrong)."""
 
 
-#: Packaged prompts that are not a role's own: the one-statement verification calls (xr_questions=single).
-EXTRA_TEMPLATES = ("text_question_single", "vision_question_single")
-
-
 @cache
 def template_text(role: str) -> str:
-    if role not in ROLES and role not in EXTRA_TEMPLATES:
-        raise ConfigError(f"unknown X^R agent role {role!r}; expected one of {', '.join(ROLES)}")
     return resources.files("unirag.cir").joinpath("prompts", f"{role}.txt").read_text(encoding="utf-8")
 
 
@@ -101,10 +95,6 @@ def build_messages(role: str, image: Path | None = None, *, template: str | None
             raise ConfigError(f"prompt template for {template or role!r} needs the value {e}") from None
     parts: list = [ImagePart(path=Path(image), label=Path(image).name)] if spec.needs_image else []
     return [Message("user", [*parts, TextPart(text)])]
-
-
-def numbered(statements: list[str]) -> str:
-    return "\n".join(f"{i}. {s}" for i, s in enumerate(statements, start=1))
 
 
 # -- parsing and repair ----------------------------------------------------------------------------
@@ -231,39 +221,31 @@ def _repair_once(text: str) -> Any:
     return json.loads(repair_json(text))
 
 
-def official_json(text: str) -> Any:
+def official_json(text: str, v2: bool = False) -> Any:
     """The JSON of an official reasoner reply read as the official code reads it, or None.
 
     01yzzyu/xr.github.io XR/xr.py:295-303 (stage1_reason) and :689-697 (stage2_verify): the
     first ```json fence, else the first ``{`` up to the first ``}`` after it (a non-greedy match, so
     a nested object is cut at its first closing brace and left to the repair), then ONE
     ``json.loads(repair_json(...))``. None: nothing matched, or the repaired text is still not JSON.
+
+    ``v2``: the cir-v2 reasoner reply read as the official code reads it (XR/xr.py:341-357): the whole
+    stripped reply through one repair pass; only if that raises, the ```json fence or the first
+    ``{`` to the LAST ``}``, repaired once. Kept only when it is a non-empty object, else None.
     """
-    m = _OFFICIAL_FENCE.search(text) or _OFFICIAL_BRACES.search(text)
-    if m is None:
-        return None
+    t = text.strip() if v2 else text
+    if v2:
+        try:
+            obj = _repair_once(t)
+            return obj if obj and isinstance(obj, dict) else None
+        except ValueError:
+            pass
+    m = _OFFICIAL_FENCE.search(t) or (_OFFICIAL_BRACES_V2 if v2 else _OFFICIAL_BRACES).search(t)
     try:
-        return _repair_once(m.group(1))
+        obj = None if m is None else _repair_once(m.group(1))
     except ValueError:  # json.JSONDecodeError
         return None
-
-
-def official_json_v2(text: str) -> dict[str, Any] | None:
-    """The cir-v2 reasoner reply read as the official code reads it (XR/xr.py:341-357): the whole
-    stripped reply through one repair pass; only if that raises, the ```json fence or the first
-    ``{`` to the LAST ``}``, repaired once. Kept only when it is a non-empty object, else None."""
-    t = text.strip()
-    obj: Any = None
-    try:
-        obj = _repair_once(t)
-    except ValueError:
-        m = _OFFICIAL_FENCE.search(t) or _OFFICIAL_BRACES_V2.search(t)
-        if m is not None:
-            try:
-                obj = _repair_once(m.group(1))
-            except ValueError:
-                obj = None
-    return obj if obj and isinstance(obj, dict) else None
+    return obj if not v2 or (obj and isinstance(obj, dict)) else None
 
 
 def _reasoner_fields(obj: dict[str, Any]) -> dict[str, Any]:
@@ -301,13 +283,13 @@ _OFFICIAL_JSON: dict[str, tuple[Any, dict[str, Any]]] = {
 
 def parse_official(fmt: str, text: str) -> dict[str, Any]:
     """An official prompt's reply in format ``fmt`` (a key of :data:`_OFFICIAL_JSON`, ``+json_repair``:
-    the official code's reading, :func:`official_json` / :func:`official_json_v2`, which never raises).
+    the official code's reading, :func:`official_json`, which never raises).
     unirag's reading (:func:`extract_json`) raises MalformedOutput, so the reply is asked for again,
     when it holds no JSON object (a cir-v2 one must not be empty) or no [question, answer] pair."""
     name, _, repair = fmt.partition("+")
     fields, stand_in = _OFFICIAL_JSON[name]
     if repair:
-        obj = official_json_v2(text) if name == "official_reasoner_v2" else official_json(text)
+        obj = official_json(text, v2=name == "official_reasoner_v2")
         return fields(obj) if isinstance(obj, dict) else dict(stand_in)
     obj, _ = extract_json(text)
     v2 = name == "official_reasoner_v2"
@@ -347,9 +329,7 @@ def parse_reply(role: str, text: str, expect_answers: int | None = None, fmt: st
 
     ``fmt``: one of :data:`FORMATS` instead of the role's schema (a yes/no reply reads as a bool).
     """
-    if fmt is not None:
-        if fmt not in FORMATS:
-            raise ConfigError(f"unknown reply format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if fmt is not None:  # one of the formats the stages name (a constant of the code, never user input)
         return FORMATS[fmt](text), False
     schema = ROLES[role].schema
     if schema is None:

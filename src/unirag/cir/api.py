@@ -17,7 +17,6 @@ from typing import Any
 
 from unirag.cir.config import XRConfig, load_config
 from unirag.cir.datasets import load_dataset
-from unirag.cir.outputs import average
 from unirag.cir.pipeline import STAGE_NAMES, STAGES, Ablation
 from unirag.cir.xr import XR
 from unirag.profiles import Settings
@@ -79,9 +78,10 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
     if len(files) == 1:
         return {**next(iter(results.values())), "profile": settings.to_dict()}
     summary: dict[str, Any] = {"datasets": results, "profile": settings.to_dict()}
-    for stage in STAGE_NAMES.values():
-        per = {n: m[stage] for n, m in results.items() if isinstance(m.get(stage), dict)}
+    for stage in STAGE_NAMES.values():  # each numeric metric's mean (FashionIQ reports its three categories' mean)
+        per = [m[stage] for m in results.values() if isinstance(m.get(stage), dict)]
         if per and len(per) == len(results):
-            summary.setdefault("average", {})[stage] = average(per)
+            numeric = [k for k in per[0] if k != "n_queries" and all(isinstance(m.get(k), (int, float)) for m in per)]
+            summary.setdefault("average", {})[stage] = {k: sum(m[k] for m in per) / len(per) for k in numeric}
     atomic_write_json(out / "metrics.json", summary)
     return summary

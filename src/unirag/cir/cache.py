@@ -17,7 +17,6 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -87,10 +86,3 @@ class CallCache:
         with atomic_open(path, "wb") as f:
             np.save(f, arr)
         return arr
-
-
-def ok_output(record: dict[str, Any] | None) -> Any:
-    """The parsed output of a cached call, or None when it is absent or failed."""
-    if record is None or record.get("status", "ok") != "ok":
-        return None
-    return record.get("output")

@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,9 @@ class RoleConfig:
     max_tokens: int | None = None   # None: the profile's xr_max_new_tokens (xr_caption_max_new_tokens for captions)
     temperature: float = 0.0
     seed: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)  # passed to load_generator
     #: None: the profile's xr_caption_repetition_penalty for captions, none for the other roles
     repetition_penalty: float | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # passed to load_generator
 
     def generation_options(self):
         from unirag.generators.base import GenerationOptions
@@ -86,11 +86,10 @@ class XRSettings:
     #: None/"auto" (the cores available, at most 8; fewer than 128 images inline) or N (0 = inline)
     decode_workers: int | str | None = None
 
-    def check(self) -> None:
-        if not 0.0 <= self.lam <= 1.0:
-            raise ConfigError(f"lambda must lie in [0, 1], got {self.lam}")
-        if not 0.0 <= self.tau <= 1.0:
-            raise ConfigError(f"tau must lie in [0, 1], got {self.tau}")
+    def __post_init__(self) -> None:  # every way a config is made is checked (YAML, Python, overrides)
+        for name, weight in (("lambda", self.lam), ("tau", self.tau)):
+            if not 0.0 <= weight <= 1.0:
+                raise ConfigError(f"{name} must lie in [0, 1], got {weight}")
         for name in ("k_prime", "k", "rrf_k", "concurrency", "json_attempts"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -112,10 +111,6 @@ class XRConfig:
     overrides: dict[str, Any] = field(default_factory=dict)
     #: the user's checkout of the official X^R code (read when xr_prompts = official)
     official_prompts: str | None = None
-
-    @property
-    def has_agents(self) -> bool:
-        return bool(self.roles)
 
     def resolve_settings(self, profile: str | Settings | None = None, **overrides: Any) -> Settings:
         """The run's behaviour settings: ``profile`` (else the YAML's, else default), the YAML's
@@ -143,11 +138,7 @@ class XRConfig:
 
     def manifest(self) -> dict[str, Any]:
         """What a run records about its configuration (no secrets: they are never in the config)."""
-        return {"roles": {r: {"model": c.model, "max_tokens": c.max_tokens, "temperature": c.temperature,
-                              "seed": c.seed, "repetition_penalty": c.repetition_penalty, "options": c.options}
-                          for r, c in self.roles.items()},
-                "encoder": self.encoder, "text_encoder": self.text_encoder, "settings": vars(self.settings),
-                "official_prompts": self.official_prompts}
+        return {k: v for k, v in asdict(self).items() if k not in ("profile", "overrides")}
 
 
 def _role_config(raw: dict[str, Any], path: Path, where: str) -> RoleConfig:
@@ -173,21 +164,16 @@ def load_config(path: str | Path | XRConfig | None, *, encoder: str | None = Non
     """The agents config a call works on: the agents YAML parsed, a copy of an :class:`XRConfig` (the
     caller's is never changed), or ``None``: the offline configuration (no agents); ``encoder``,
     ``official_prompts`` and :class:`XRSettings` fields (``k_prime=``...) on top (None: not given)."""
-    config = copy.deepcopy(path) if isinstance(path, XRConfig) else _read_config(path)
+    config = copy.deepcopy(path) if isinstance(path, XRConfig) else XRConfig() if path is None else _read_config(path)
     if encoder is not None:
         config.encoder = encoder
     if official_prompts is not None:
         config.official_prompts = str(official_prompts)
-    for name, value in settings.items():
-        if value is not None:
-            setattr(config.settings, name, value)
-    config.settings.check()
+    config.settings = replace(config.settings, **{n: v for n, v in settings.items() if v is not None})
     return config
 
 
-def _read_config(path: str | Path | None) -> XRConfig:
-    if path is None:
-        return XRConfig()
+def _read_config(path: str | Path) -> XRConfig:
     import yaml
 
     path = Path(path)
@@ -227,7 +213,7 @@ def _read_config(path: str | Path | None) -> XRConfig:
     if set(settings_raw) - known:
         bad_key = sorted(set(settings_raw) - known)[0]
         raise InputError("unknown setting", path=path, field=f"settings.{bad_key}")
-    settings = XRSettings(**settings_raw)  # checked by load_config
+    settings = XRSettings(**settings_raw)
     prompts = raw.get("official_prompts")  # relative: to the YAML's folder
     prompts = None if prompts is None else str(path.parent / Path(prompts).expanduser())
     config = XRConfig(roles=roles, encoder=raw.get("encoder"), text_encoder=raw.get("text_encoder"),

@@ -26,32 +26,6 @@ FILES = {"caption": "caption.txt", "reasoner": "prompt1_stage1_reasoner.txt",
 OPTIONAL = {"reasoner_v2": "prompt1_stage1_reasoner_v2.txt", "rewriter": "prompt1_stage1_rewriter.txt"}
 
 
-def official_dataset_dir(kind: str, name: str) -> str:
-    """The official prompt folder of a unirag dataset: CIRR, CIRCO, FashionIQ-<category>."""
-    category = (name.split("-") + [""])[1] if kind == "fashioniq" else ""
-    folder = {"cirr": "CIRR", "circo": "CIRCO"}.get(kind) or (f"FashionIQ-{category}" if category else None)
-    if folder is not None:
-        return folder
-    raise ConfigError(f"the official X^R code has no prompts for the {kind} dataset {name!r}; official prompts "
-                      "exist for CIRR, CIRCO and FashionIQ: point --official-prompts at one dataset's folder "
-                      "(e.g. XR/prompts/CIRR) or use --set xr_prompts=unirag")
-
-
-def find_prompts_root(directory: str | Path | None) -> Path:
-    """The ``prompts`` folder under DIR (the checkout, its XR folder, or the folder itself)."""
-    if directory is None:
-        raise ConfigError("xr_prompts=official reads the official X^R prompts from your checkout of "
-                          "01yzzyu/xr.github.io: pass --official-prompts DIR (official_prompts= in Python, "
-                          "official_prompts: in the agents YAML), or use --set xr_prompts=unirag")
-    root = Path(directory).expanduser()
-    if not root.is_dir():
-        raise ConfigError(f"--official-prompts {root}: no such directory")
-    for cand in (root / "XR" / "prompts", root / "prompts", root):
-        if cand.is_dir() and any(p.is_dir() for p in cand.iterdir()):
-            return cand
-    raise ConfigError(f"--official-prompts {root}: no prompts folder (expected XR/prompts/<dataset>/ inside it)")
-
-
 class OfficialPrompts:
     """The official prompt files of one dataset, checked for completeness when built."""
 
@@ -59,9 +33,28 @@ class OfficialPrompts:
         if directory is not None and (Path(directory).expanduser() / FILES["caption"]).is_file():
             self.dir = Path(directory).expanduser()  # DIR is one dataset's folder (e.g. XR/prompts/CIRR)
             self.dataset_dir = self.dir.name
-        else:
-            self.dataset_dir = official_dataset_dir(kind, name)
-            self.dir = find_prompts_root(directory) / self.dataset_dir
+        else:  # the official prompt folder of a unirag dataset (CIRR, CIRCO, FashionIQ-<category>) in the checkout
+            category = (name.split("-") + [""])[1] if kind == "fashioniq" else ""
+            self.dataset_dir = {"cirr": "CIRR", "circo": "CIRCO"}.get(kind) or (
+                f"FashionIQ-{category}" if category else None)
+            if self.dataset_dir is None:
+                raise ConfigError(f"the official X^R code has no prompts for the {kind} dataset {name!r}; official "
+                                  "prompts exist for CIRR, CIRCO and FashionIQ: point --official-prompts at one "
+                                  "dataset's folder (e.g. XR/prompts/CIRR) or use --set xr_prompts=unirag")
+            if directory is None:
+                raise ConfigError("xr_prompts=official reads the official X^R prompts from your checkout of "
+                                  "01yzzyu/xr.github.io: pass --official-prompts DIR (official_prompts= in Python, "
+                                  "official_prompts: in the agents YAML), or use --set xr_prompts=unirag")
+            root = Path(directory).expanduser()
+            if not root.is_dir():
+                raise ConfigError(f"--official-prompts {root}: no such directory")
+            # the prompts folder: under the checkout, under its XR folder, or the folder itself
+            found = next((c for c in (root / "XR" / "prompts", root / "prompts", root)
+                          if c.is_dir() and any(p.is_dir() for p in c.iterdir())), None)
+            if found is None:
+                raise ConfigError(f"--official-prompts {root}: no prompts folder (expected XR/prompts/<dataset>/ "
+                                  "inside it)")
+            self.dir = found / self.dataset_dir
         self.texts: dict[str, str] = {}
         for what, file in FILES.items():
             path = self.dir / file
@@ -72,9 +65,6 @@ class OfficialPrompts:
             self.texts[what] = path.read_text(encoding="utf-8")
         self.optional = {what: (self.dir / file).read_text(encoding="utf-8")
                          for what, file in OPTIONAL.items() if (self.dir / file).is_file()}
-
-    def caption(self) -> str:
-        return self.texts["caption"]
 
     def reasoner(self, instruction: str, reference_caption: str, which: str = "reasoner") -> str:
         """The stage-1 reasoner prompt; ``which="reasoner_v2"``: the optional cir-v2 one, filled alike

@@ -43,7 +43,7 @@ def write_outputs(search: Search, ranking: Ranking, out: Path, bootstrap: dict[s
     stage's full ranking cut to the img_set), ``bootstrap`` the keywords of the metrics' intervals
     (:func:`evaluate`)."""
     ds, xr, notes, s = search.ds, search.xr, search.notes, search.config.settings
-    if xr.config.has_agents and "fine" in xr.stages and "xr_caption_verifier" in xr.settings.official_bugs():
+    if xr.config.roles and "fine" in xr.stages and "xr_caption_verifier" in xr.settings.official_bugs():
         notes.append("reproduces the official caption-path verifier bug (bool(\"False\") is True: every "
                      "expected answer written as a string counts as True); set xr_caption_verifier=fixed "
                      "to score it right")
@@ -183,13 +183,3 @@ def _with_intervals(out: dict[str, Any], rows: Mapping[str, Mapping[str, float]]
     out["intervals"] = intervals
     return out
 
-
-def average(per_dataset: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """Mean of each numeric metric over datasets (FashionIQ reports the mean of its three categories)."""
-    keys = [k for k in next(iter(per_dataset.values()), {}) if k != "n_queries"]
-    out = {}
-    for k in keys:
-        vals = [m[k] for m in per_dataset.values() if isinstance(m.get(k), (int, float))]  # not "intervals"
-        if vals and len(vals) == len(per_dataset):
-            out[k] = sum(vals) / len(vals)
-    return out

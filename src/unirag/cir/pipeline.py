@@ -19,21 +19,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from unirag.cir.agent_runner import AgentRunner
-from unirag.cir.agents import numbered
 from unirag.cir.cache import CallRequest
 from unirag.cir.datasets import CirDataset, CirQuery
 from unirag.cir.scoring import CoarseResult, coarse, coarse_official, fine, plain, question_score
 from unirag.errors import ConfigError, InputError
 from unirag.profiles import Settings
 from unirag.retrieval.results import Hit
-from unirag.runs.atomic import atomic_write_json
 
 #: The stages in run order (``baseline``: the fused reference image + text embedding; ``coarse``:
 #: imagination + coarse filtering; ``fine``: + question-based fine filtering, paper Alg. 1) and their
@@ -113,14 +110,9 @@ class Ranking:
 
 
 def stage_rankings(qs: list[_Q], pool_ids: list[str]) -> dict[str, dict[str, list[str]]]:
-    """stage -> qid -> full ranking of image ids; a query lacking a stage falls back to the stage before."""
-    out: dict[str, dict[str, list[str]]] = {}
-    for st in [st for st in STAGES if any(st in x.orders for x in qs)]:
-        out[st] = {}
-        for x in qs:
-            chain = [c for c in STAGES[: STAGES.index(st) + 1] if c in x.orders]
-            out[st][x.q.qid] = [pool_ids[i] for i in x.cand[x.orders[chain[-1]]]]
-    return out
+    """stage -> qid -> full ranking of image ids (every query has an order for each stage that ran)."""
+    return {st: {x.q.qid: [pool_ids[i] for i in x.cand[x.orders[st]]] for x in qs}
+            for st in STAGES if any(st in x.orders for x in qs)}
 
 
 class Search:
@@ -133,40 +125,38 @@ class Search:
         self.cache, self.progress, self.echo = xr.cache, xr.progress, xr.echo
         self.notes: list[str] = list(dataset.notes)
         self.official = None  # the official prompts, when an agent stage runs under xr_prompts=official
-        agent_stages = self.config.has_agents and any(st in self.stages for st in ("coarse", "fine"))
+        agent_stages = self.config.roles and any(st in self.stages for st in ("coarse", "fine"))
         if self.settings["xr_prompts"] == "official" and agent_stages:
             from unirag.cir.official_prompts import OfficialPrompts
 
             # a missing prompt file fails before any file is written or image encoded
             self.official = OfficialPrompts(self.config.official_prompts, self.ds.kind, self.ds.name)
             self.notes.extend(self._optional_stage_notes())
+        self.missing = dataset.missing_images()  # the pool ids and query ids whose image file is missing
 
     def rank(self) -> Ranking:
         """X^R over the dataset in memory: the call cache is the only thing written."""
         try:
-            return self._rank()
+            pool_ids, qs = self._check_images()
+            paths = [self.ds.image_path(i) for i in pool_ids]
+            enc = self.xr.encoder()
+            ia = self.cache.embeddings("pool-images", enc.fingerprint(), [str(p) for p in paths],
+                                       lambda: enc.encode_images(paths, self.progress))
+            self._baseline(qs, pool_ids, ia)
+            agents = [st for st in ("coarse", "fine") if st in self.stages]
+            if agents and not self.config.roles:
+                self.echo(f"no agent models configured (--agents): X^R stages {', '.join(agents)} skipped; "
+                          f"ranking with the embedding baseline ({enc.name} encoder, reference image + text fused)")
+                self.notes.append("offline: embedding baseline only, no agent ran")
+            if not (agents and self.config.roles):
+                return Ranking(pool_ids, qs, {}, self._subset_pass(None, qs, pool_ids, paths, ia))
+            self._check_roles()
+            runner = self.xr.runner()
+            runner.stats = {}  # this search's agent-call counts
+            self._agents(runner, qs, pool_ids, paths, ia, self.config.settings.k_prime)
+            return Ranking(pool_ids, qs, runner.stats, self._subset_pass(runner, qs, pool_ids, paths, ia))
         finally:  # the cache's stores release their locks even when a stage fails or is interrupted
             self.cache.close()
-
-    def _rank(self) -> Ranking:
-        pool_ids, qs = self._check_images()
-        paths = [self.ds.image_path(i) for i in pool_ids]
-        enc = self.xr.encoder()
-        ia = self.cache.embeddings("pool-images", enc.fingerprint(), [str(p) for p in paths],
-                                   lambda: enc.encode_images(paths, self.progress))
-        self._baseline(qs, pool_ids, ia)
-        agents = [st for st in ("coarse", "fine") if st in self.stages]
-        if agents and not self.config.has_agents:
-            self.echo(f"no agent models configured (--agents): X^R stages {', '.join(agents)} skipped; "
-                      f"ranking with the embedding baseline ({enc.name} encoder, reference image + text fused)")
-            self.notes.append("offline: embedding baseline only, no agent ran")
-        if not (agents and self.config.has_agents):
-            return Ranking(pool_ids, qs, {}, self._subset_pass(None, qs, pool_ids, paths, ia))
-        self._check_roles()
-        runner = self.xr.runner()
-        runner.stats = {}  # this search's agent-call counts
-        self._agents(runner, qs, pool_ids, paths, ia, self.config.settings.k_prime)
-        return Ranking(pool_ids, qs, runner.stats, self._subset_pass(runner, qs, pool_ids, paths, ia))
 
     def _subset_pass(self, runner: AgentRunner | None, qs: list[_Q], pool_ids: list[str], paths: list[Path],
                      ia: np.ndarray) -> dict[str, dict[str, list[str]]] | None:
@@ -201,25 +191,8 @@ class Search:
             raise ConfigError(f"no model configured for the X^R agent role(s) {', '.join(missing)}: add them under "
                               "'roles' (or a 'defaults' model) in the agents YAML, or drop the stage with --stages")
 
-    @cached_property
-    def _missing(self) -> tuple[list[str], list[str]]:
-        """The pool ids and the query ids whose image file is missing (looked up once)."""
-        return self.ds.missing_images()
-
-    def list_missing(self, out: Path) -> None:
-        """A run lists the missing images in its folder and says so before any image is encoded."""
-        pool_missing, ref_missing = self._missing
-        if pool_missing or ref_missing:
-            atomic_write_json(out / "missing_images.json", {
-                "images_root": str(self.ds.images_root), "pool_missing": pool_missing,
-                "queries_with_missing_reference": ref_missing})
-            example = self.ds.image_path(pool_missing[0]) if pool_missing else None
-            self.echo(f"{len(pool_missing)} of {len(self.ds.pool)} pool images and {len(ref_missing)} reference "
-                      f"images missing under {self.ds.images_root}" + (f" (e.g. {example})" if example else "")
-                      + f"; listed in {out / 'missing_images.json'}")
-
     def _check_images(self) -> tuple[list[str], list[_Q]]:
-        pool_missing, ref_missing = self._missing
+        pool_missing, ref_missing = self.missing
         pool_ids = [i for i in self.ds.pool if i not in set(pool_missing)]
         if pool_missing or ref_missing:
             self.notes.append(f"{len(pool_missing)} pool images missing; {len(ref_missing)} queries skipped")
@@ -273,24 +246,22 @@ class Search:
         return base + "+json_repair" if self.settings["xr_json_parsing"] == "official" else base
 
     def _captions(self, runner: AgentRunner, ids_paths: dict[str, Path]) -> dict[str, str | None]:
-        text = self.official.caption() if self.official is not None else None
+        text = self.official.texts["caption"] if self.official is not None else None
         return runner.ask("caption", {i: {"image": p, "text": text} for i, p in ids_paths.items()}, "A_c captions")
 
     def _agents(self, runner: AgentRunner, qs: list[_Q], pool_ids: list[str], paths: list[Path],
                 ia: np.ndarray, k_prime: int) -> None:
         ab = self.ab
-        do_coarse = not ab.fine_only and ab.imagination
         captions: dict[str, str | None] = {}
-        if ab.text and do_coarse:
-            captions.update(self._captions(runner, dict(zip(pool_ids, paths, strict=True))))
-        if ab.imagination and not ab.fine_only:
+        if ab.imagination and not ab.fine_only:  # imagination, then coarse filtering
+            if ab.text:
+                captions.update(self._captions(runner, dict(zip(pool_ids, paths, strict=True))))
             refs = {x.q.reference: self.ds.reference_path(x.q) for x in qs if x.q.reference not in captions}
             captions.update(self._captions(runner, refs))
             if self.official is not None:
                 self._reason_official(runner, qs, captions)
             else:
                 self._imagine(runner, qs, captions)
-        if do_coarse:
             self._coarse(qs, pool_ids, captions, ia)
         else:
             for x in qs:
@@ -300,10 +271,9 @@ class Search:
                 x.orders["coarse"] = x.coarse.order
         if "fine" in self.stages:
             top_ids = {pool_ids[c] for x in qs for c in x.cand[x.coarse.order[:k_prime]]}
-            if ab.text:
-                where = {i: n for n, i in enumerate(pool_ids)}
-                missing = {i: paths[where[i]] for i in top_ids if i not in captions}
-                captions.update(self._captions(runner, missing))
+            if ab.text:  # the top-k' candidates not captioned yet (in pool order)
+                captions.update(self._captions(runner, {i: p for i, p in zip(pool_ids, paths, strict=True)
+                                                        if i in top_ids and i not in captions}))
             self._fine(runner, qs, pool_ids, paths, captions, k_prime)
 
     def _imagine(self, runner: AgentRunner, qs: list[_Q], captions: dict[str, str | None]) -> None:
@@ -449,7 +419,7 @@ class Search:
             fmt = "yes_no_strict" if role == "text_question" else "yes_no_any"
             return [runner.request(role, fmt=fmt, template=f"{role}_single", statement=st["statement"], **where)
                     for st in x.statements]
-        listing = numbered([st["statement"] for st in x.statements])
+        listing = "\n".join(f"{i}. {st['statement']}" for i, st in enumerate(x.statements, start=1))
         return [runner.request(role, len(x.statements), statements=listing, **where)]
 
     def _fine(self, runner: AgentRunner, qs: list[_Q], pool_ids: list[str], paths: list[Path],
@@ -502,7 +472,8 @@ class Search:
         weights = (0.5, 0.5) if ab.text and ab.vision else ((1.0, 0.0) if ab.text else (0.0, 1.0))
         extra = (st["xr_scoring"], st["xr_stage2_source"], st["xr_rerank"]) != ("paper", "rrf", "paper")
         for x in qs:
-            if x.statements is None:
+            if x.statements is None:  # the question agent failed: the fine stage keeps the coarse order
+                x.orders["fine"] = x.coarse.order
                 continue
             expected = [bool(stmt["answer"]) for stmt in x.statements]
             expected_caption = [official_bool(stmt) for stmt in x.statements] if bug else expected

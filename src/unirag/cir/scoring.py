@@ -13,7 +13,7 @@ Ties are always broken by the earlier position (stable sorts), so results are de
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,8 +32,6 @@ def ranks(scores: Sequence[float] | np.ndarray) -> np.ndarray:
 
 def rrf(*score_vectors: Sequence[float] | np.ndarray, k: int = RRF_K) -> np.ndarray:
     """Reciprocal rank fusion: ``sum_m 1 / (k + rank_m)`` for every candidate."""
-    if not score_vectors:
-        raise ValueError("rrf needs at least one score vector")
     return np.sum([1.0 / (k + ranks(v)) for v in score_vectors], axis=0)
 
 
@@ -48,8 +46,6 @@ def normalise(x: Sequence[float] | np.ndarray, method: str = "minmax", ties: flo
     a = np.asarray(x, dtype=np.float64)
     if method == "none":
         return a
-    if method != "minmax":
-        raise ValueError(f"unknown normalisation {method!r}; expected one of {NORMS}")
     if a.size == 0:
         return a
     lo, hi = float(a.min()), float(a.max())
@@ -66,7 +62,6 @@ class CoarseResult:
     s_v: np.ndarray          # S^v
     rrf: np.ndarray
     order: np.ndarray        # candidate indices, best first (the list fed to fine filtering)
-    parts: dict[str, np.ndarray] = field(default_factory=dict)  # s_tt, s_tv, s_vt, s_vv when computed
     #: the description-averaged similarity (the official 'aug' list's score)
     aug: np.ndarray | None = None
     #: the score of the list in ``order`` (RRF or aug): what the official re-ranking min-maxes
@@ -101,7 +96,7 @@ def coarse(caption_emb: np.ndarray | None, image_emb: np.ndarray | None,
     s_t, s_v = (np.sum([np.asarray(parts[n], dtype=np.float64) for n in names if n in parts], axis=0)
                 for names in (("s_tt", "s_vt"), ("s_tv", "s_vv")))
     fused = rrf(s_t, s_v, k=rrf_k)
-    return with_source(CoarseResult(s_t, s_v, fused, order_by(fused), parts, aug=(s_t + s_v) / 2.0), source)
+    return with_source(CoarseResult(s_t, s_v, fused, order_by(fused), aug=(s_t + s_v) / 2.0), source)
 
 
 def coarse_official(caption_emb: np.ndarray | None, image_emb: np.ndarray | None, desc_text: list[np.ndarray],
@@ -126,8 +121,7 @@ def coarse_official(caption_emb: np.ndarray | None, image_emb: np.ndarray | None
            for j in range(len(sides[0][1]))]
     aug = np.mean(per, axis=0)
     fused = rrf(*per, k=rrf_k)
-    parts = {f"d{j + 1}": v for j, v in enumerate(per)}
-    return with_source(CoarseResult(aug, aug, fused, order_by(fused), parts, aug=aug), source)
+    return with_source(CoarseResult(aug, aug, fused, order_by(fused), aug=aug), source)
 
 
 def plain(similarity: np.ndarray) -> CoarseResult:

@@ -12,7 +12,6 @@ cached in the work folder, so searching the same gallery again costs only the ne
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -23,7 +22,7 @@ from unirag.cir.cache import CallCache
 from unirag.cir.config import XRConfig, load_config
 from unirag.cir.datasets import CirDataset, CirQuery
 from unirag.cir.pipeline import STAGES, Ablation, Search, check_settings, parse_stages
-from unirag.data.images import ImageLike, image_path_of, load_rgb, png_bytes
+from unirag.data.images import ImageLike, image_path_of, save_png_by_content
 from unirag.errors import ConfigError
 from unirag.profiles import Settings
 from unirag.retrieval.results import Hit
@@ -116,12 +115,21 @@ class XR:
         the metrics. ``bootstrap``: how the metrics' intervals are drawn (``resamples``,
         ``bootstrap_seed``, ``method``; see :func:`unirag.cir.outputs.evaluate`)."""
         from unirag.cir.outputs import write_outputs
+        from unirag.runs.atomic import atomic_write_json
         from unirag.runs.store import RunLock
 
         out = Path(out_dir)
         search = Search(self, dataset)  # a missing official prompt file fails before anything is written
         with RunLock(out):
-            search.list_missing(out)
+            pool_missing, ref_missing = search.missing  # listed in the folder, and said, before any image is encoded
+            if pool_missing or ref_missing:
+                atomic_write_json(out / "missing_images.json", {
+                    "images_root": str(dataset.images_root), "pool_missing": pool_missing,
+                    "queries_with_missing_reference": ref_missing})
+                example = dataset.image_path(pool_missing[0]) if pool_missing else None
+                self.echo(f"{len(pool_missing)} of {len(dataset.pool)} pool images and {len(ref_missing)} reference "
+                          f"images missing under {dataset.images_root}" + (f" (e.g. {example})" if example else "")
+                          + f"; listed in {out / 'missing_images.json'}")
             return write_outputs(search, search.rank(), out, dict(bootstrap or {}))
 
     def search(self, reference_image: ImageLike, text: str, pool_or_index: Any, *, k: int = 10,
@@ -148,25 +156,13 @@ class XR:
         for i, (image, text) in enumerate(zip(reference_images, texts, strict=True)):
             if not isinstance(text, str) or not text.strip():
                 raise ConfigError(f"query {i}: the modification text must be a non-empty string")
-            ref = self._reference_file(image)
+            path = image_path_of(image)  # agents send files: the image's own, else a PNG in the work folder
+            ref = path.absolute() if path is not None else save_png_by_content(image, self.work_dir / "references")
             ref_id = next((d for d, p in gallery.items() if Path(p) == ref), f"reference:{i}")
             queries.append(CirQuery(qid=f"q{i}", reference=ref_id, text=text, reference_path=str(ref)))
         dataset = CirDataset("xr-search", "mbeir", queries, gallery, exclude_reference=exclude_reference)
         hits = Search(self, dataset).rank().hits(k)
         return [hits[q.qid] for q in queries]
-
-    def _reference_file(self, image: ImageLike) -> Path:
-        """A file for the reference image (agents send files): its own, or a PNG in the work folder."""
-        path = image_path_of(image)
-        if path is not None:
-            return path.absolute()
-        data = png_bytes(load_rgb(image))
-        target = self.work_dir / "references" / f"{hashlib.sha256(data).hexdigest()[:20]}.png"
-        if not target.exists():
-            from unirag.runs.atomic import atomic_write_bytes
-
-            atomic_write_bytes(target, data)
-        return target
 
     def close(self) -> None:
         """Release the agent models (and Ray workers) and remove the temporary work folder (when this
