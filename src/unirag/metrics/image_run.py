@@ -50,7 +50,7 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     BGR 224x224 inputs, 299x299 for IS). ``intervals``: 95 % bootstrap intervals over the queries
     (``resamples`` seeded by ``bootstrap_seed``; 0: none), FID's from resampled pairs of real and
     generated features and IS's from resampled logits (at most :data:`FID_MAX_RESAMPLES` of them, the
-    spread centred on the measured figure). The other arguments: see :func:`score_images`.
+    spread centred on the measured figure). The other arguments: see :func:`image_metrics`.
     """
     from unirag.profiles import resolve
 
@@ -96,12 +96,14 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
         reals = official_arrays(reals, channels=channels, size=size, seed=seed + 1)
         if size is not None:  # IS sees 299x299 copies of the 224 images (eval_image_generation.py@e9a4e00:173)
             is_images = [opencv().resize(a, (299, 299)) for a in fakes]
-    metrics, skipped, scores = score_images(fakes, texts, reals, clip_model=clip_model, clip=clip,
-                                            fid_feature=fid_feature, is_feature=is_feature,
-                                            inception_weights=inception_weights, is_splits=is_splits, seed=seed,
-                                            batch_size=batch_size, device=device, show_progress=show_progress,
-                                            engine=engine, fid_features=fid_rows, is_features=is_rows,
-                                            is_images=is_images)
+    from unirag.runs.engine import engine_options
+
+    metrics = image_metrics(fakes, texts, reals, clip_model=clip_model, clip=clip, fid_feature=fid_feature,
+                            is_feature=is_feature, inception_weights=inception_weights, is_splits=is_splits,
+                            seed=seed, batch_size=batch_size, device=device, per_item=True,
+                            decode_workers=engine_options(engine).decode_workers, show_progress=show_progress,
+                            fid_features=fid_rows, is_features=is_rows, is_images=is_images)
+    skipped, scores = metrics.pop("skipped"), metrics.pop("per_item")
     per_query = dict(zip(qids, scores, strict=True)) if scores else {}
     intervals = query_intervals_result({q: {"CLIP Score": s} for q, s in per_query.items()}, metrics, resamples,
                                        bootstrap_seed, ci_method)
@@ -137,22 +139,32 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     return result
 
 
-def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images: Sequence[Any] | None, *,
-                 clip_model: str | Path | None = DEFAULT_CLIP_MODEL, clip: tuple[Any, Any] | None = None,
-                 fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
-                 is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
-                 show_progress: bool = False, engine: Any = None, fid_features: list | None = None,
-                 is_features: list | None = None,
-                 is_images: Sequence[Any] | None = None) -> tuple[dict[str, float], dict[str, str], list[float]]:
-    """(metrics, skipped metrics with their one-line reason, per-image CLIP Scores) of generated
-    ``images`` (paths, PIL images or bytes): FID against ``real_images`` (None: skipped), CLIP Score
-    against ``texts`` (None or ``clip_model=None`` without ``clip`` = (model, processor): skipped) and IS,
-    for ``unirag evaluate images`` and :func:`unirag.image_metrics`. ``fid_feature`` / ``is_feature``: any
-    ``nn.Module`` on uint8 images instead of the standard Inception network. ``engine``: its decode
-    workers decode the files. ``fid_features`` / ``is_features``: lists that receive FID's feature rows
-    and IS's logits (for their intervals). ``is_images``: what IS sees instead (the official 299x299 copies)."""
+def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, real_images: Sequence[Any] | None = None,
+                  *, clip_model: str | Path | None = None, clip: tuple[Any, Any] | None = None,
+                  fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
+                  is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
+                  per_item: bool = False, decode_workers: int | str | None = None, show_progress: bool = False,
+                  fid_features: list | None = None, is_features: list | None = None,
+                  is_images: Sequence[Any] | None = None) -> dict[str, Any]:
+    """Image generation metrics, as ``unirag evaluate images`` computes them: FID of ``images`` (paths, PIL
+    images or encoded bytes) against ``real_images``, CLIP Score of each image against ``texts[i]`` and
+    Inception Score (mean, SD).
+
+    CLIP Score needs ``clip_model`` (a CLIP checkpoint directory or cached hub id; the CLI's default is
+    ``openai/clip-vit-base-patch16``) or ``clip`` = (model, processor); FID/IS need the
+    ``unirag[image-metrics]`` extra, or ``fid_feature`` / ``is_feature`` networks. Returns the metrics
+    that ran plus ``"skipped"`` (metric -> why); ``per_item=True``: also each image's CLIP Score.
+    ``decode_workers``: processes decoding image files ahead of the networks ("auto"/None: the cores
+    available, at most 8, fewer than 128 images inline; 0: in this process); the metrics are the same.
+    For :func:`evaluate_image_run`: ``fid_features`` / ``is_features``: lists that receive FID's feature
+    rows and IS's logits (for their intervals); ``is_images``: what IS sees instead (the official 299x299
+    copies).
+    """
     import torch
 
+    from unirag.runs.engine import EngineOptions
+
+    engine = EngineOptions(decode_workers=decode_workers)
     if texts is not None and len(texts) != len(images):
         raise ConfigError(f"got {len(images)} images and {len(texts)} texts: give one text per image")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -196,33 +208,7 @@ def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images
         skipped.setdefault("IS", str(e))
     if not metrics:
         raise ConfigError("no image metric could run: " + " | ".join(dict.fromkeys(skipped.values())))
-    return {m: metrics[m] for m in IMAGE_METRICS if m in metrics}, skipped, scores
-
-
-def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, real_images: Sequence[Any] | None = None,
-                  *, clip_model: str | Path | None = None, clip: tuple[Any, Any] | None = None,
-                  fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
-                  is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
-                  per_item: bool = False, decode_workers: int | str | None = None) -> dict[str, Any]:
-    """Image generation metrics, as ``unirag evaluate images`` computes them: FID of ``images`` (paths, PIL
-    images or encoded bytes) against ``real_images``, CLIP Score of each image against ``texts[i]`` and
-    Inception Score (mean, SD).
-
-    CLIP Score needs ``clip_model`` (a CLIP checkpoint directory or cached hub id; the CLI's default is
-    ``openai/clip-vit-base-patch16``) or ``clip`` = (model, processor); FID/IS need the
-    ``unirag[image-metrics]`` extra, or ``fid_feature`` / ``is_feature`` networks. Returns the metrics
-    that ran plus ``"skipped"`` (metric -> why); ``per_item=True``: also each image's CLIP Score.
-    ``decode_workers``: processes decoding image files ahead of the networks ("auto"/None: the cores
-    available, at most 8, fewer than 128 images inline; 0: in this process); the metrics are the same.
-    """
-    from unirag.runs.engine import EngineOptions
-
-    metrics, skipped, scores = score_images(images, texts, real_images, clip_model=clip_model, clip=clip,
-                                            fid_feature=fid_feature, is_feature=is_feature,
-                                            inception_weights=inception_weights, is_splits=is_splits, seed=seed,
-                                            batch_size=batch_size, device=device,
-                                            engine=EngineOptions(decode_workers=decode_workers))
-    out: dict[str, Any] = {**metrics, "skipped": skipped}
+    out: dict[str, Any] = {**{m: metrics[m] for m in IMAGE_METRICS if m in metrics}, "skipped": skipped}
     if per_item:
         out["per_item"] = scores
     return out
