@@ -96,7 +96,7 @@ def _size_order(paths: Sequence[str | Path]) -> list[int]:
     return sorted(range(len(paths)), key=size)
 
 
-def official_arrays(paths: Sequence[ImageLike | None], *, channels: str = "bgr", size: int | None = 224,
+def official_arrays(paths: Sequence[str | Path | None], *, channels: str = "bgr", size: int | None = 224,
                     seed: int = 0) -> list[Any]:
     """Images as the official UniRAG evaluation feeds them: HWC uint8 arrays read with OpenCV (BGR, never
     converted, when ``channels`` is ``bgr``), resized to ``size`` x ``size`` with ``cv2.resize``; a ``None``
@@ -111,14 +111,11 @@ def official_arrays(paths: Sequence[ImageLike | None], *, channels: str = "bgr",
         if p is None:
             out.append(rng.integers(0, 256, size=(size or 224, size or 224, 3), dtype=np.uint8))
             continue
-        if isinstance(p, str | Path):
-            img = cv2.imread(str(p))
-            if img is None:
-                from unirag.errors import InputError
+        img = cv2.imread(str(p))
+        if img is None:
+            from unirag.errors import InputError
 
-                raise InputError("OpenCV cannot read this image", path=p)
-        else:
-            img = np.asarray(load_rgb(p), dtype=np.uint8)[:, :, ::-1]
+            raise InputError("OpenCV cannot read this image", path=p)
         if channels == "rgb":
             img = img[:, :, ::-1]
         out.append(np.ascontiguousarray(img if size is None else cv2.resize(img, (size, size))))
