@@ -8,7 +8,6 @@ skipped with one line; the others still run.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +121,7 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
         whole_figure["IS"] = shifted(ci, metrics["IS"] - float(inception_from_logits(is_rows[0], is_splits)))
     for name, ci in whole_figure.items():
         if ci is not None:
-            intervals["intervals"][name] = asdict(ci)
+            intervals["intervals"][name] = ci.as_dict()
             intervals["bootstrap"][name.lower()] = {"method": "centred", "n_resamples": whole}
     result = {
         **scores_result(run, by_qid, len(qids), task="image", metrics=metrics, intervals=intervals, skipped=skipped,

@@ -55,6 +55,9 @@ class Interval:
     high: float
     se: float
 
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -271,5 +274,5 @@ def query_intervals_result(records: Mapping[str, Mapping[str, Any]], figures: Ma
         shift = float(value) - float(figure(rows))
         interval = shifted(interval, shift if abs(shift) > 1e-6 * max(1.0, abs(float(value))) else 0.0)
         if interval is not None:
-            intervals[metric] = asdict(interval)
+            intervals[metric] = interval.as_dict()
     return {"intervals": intervals, "bootstrap": settings}
