@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import ConfigError, InputError
-from unirag.metrics.references import load_run_for_scoring, reference_captions, scores_result, write_scores
+from unirag.metrics.references import load_run_for_scoring, reference_captions, scores_result
 from unirag.metrics.spice import find_corenlp, run_spice, spice_unavailable_message
 from unirag.metrics.stats import BLEU_STATS, DEFAULT_RESAMPLES, query_intervals_result
 from unirag.runs.rundir import OUTPUTS_FILE
@@ -142,24 +142,18 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
     scores = caption_metrics({q: candidates[q] for q in order}, {q: reference_captions(gt[q]) for q in order},
                              spice=True, meteor=meteor, strip_prefixes=False, per_item=True, spice_lib=spice_lib)
     records = {q: {**scores["per_item"][q], BLEU_STATS: scores["bleu_stats"][q]} for q in order}
-    result = {
-        **scores_result(run, by_qid, len(candidates), task="caption", metrics=scores["corpus"],
-                        skipped=scores["skipped"], intervals=query_intervals_result(records, scores["corpus"], resamples,
-                                                                                    bootstrap_seed, ci_method),
-                        settings=settings, queries=queries, pool=pool),
-        "scale": "x100",
-        "n_failed_scored_empty": sum(1 for q in run.failed() if q in candidates),
-        "n_no_references": len(no_refs),
-        "references": "qrels" if qrels else "pos_cand_list",
-        "answer_prefixes_stripped": strip_prefixes,
-        "n_prefix_stripped": sum(1 for q in candidates if candidates[q] != raw[q].strip()),
-        "qrels": str(qrels) if qrels else None,
-        "seconds": round(scores["seconds"], 3),
-    }
-    if write:
-        write_scores(run, ({"qid": q, "caption_scored": candidates[q], "tokenized": scores["tokenized"][q],
-                            **records[q]} for q in order), result)
-    return result
+    per_query = ({"qid": q, "caption_scored": candidates[q], "tokenized": scores["tokenized"][q], **records[q]}
+                 for q in order)
+    return scores_result(run, by_qid, len(candidates), per_query if write else None, task="caption",
+                         metrics=scores["corpus"], skipped=scores["skipped"],
+                         intervals=query_intervals_result(records, scores["corpus"], resamples, bootstrap_seed,
+                                                          ci_method),
+                         settings=settings, queries=queries, pool=pool, scale="x100",
+                         n_failed_scored_empty=sum(1 for q in run.failed() if q in candidates),
+                         n_no_references=len(no_refs), references="qrels" if qrels else "pos_cand_list",
+                         answer_prefixes_stripped=strip_prefixes,
+                         n_prefix_stripped=sum(1 for q in candidates if candidates[q] != raw[q].strip()),
+                         qrels=str(qrels) if qrels else None, seconds=round(scores["seconds"], 3))
 
 
 def caption_metrics(predictions: Mapping[str, str], references: Mapping[str, Sequence[str]], *,

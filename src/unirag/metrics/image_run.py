@@ -24,7 +24,7 @@ from unirag.metrics.images import (
     load_clip,
     standard_inception,
 )
-from unirag.metrics.references import load_run_for_scoring, reference_image, scores_result, write_scores
+from unirag.metrics.references import load_run_for_scoring, reference_image, scores_result
 from unirag.metrics.stats import DEFAULT_RESAMPLES, bootstrap_interval, query_intervals_result, shifted
 from unirag.runs.rundir import OUTPUTS_FILE
 
@@ -123,20 +123,13 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
         if ci is not None:
             intervals["intervals"][name] = ci.as_dict()
             intervals["bootstrap"][name.lower()] = {"method": "centred", "n_resamples": whole}
-    result = {
-        **scores_result(run, by_qid, len(qids), task="image", metrics=metrics, intervals=intervals, skipped=skipped,
-                        settings=settings, queries=queries, pool=pool),
-        "n_no_real_image": no_real,
-        "n_noise_images": noised,
-        "fid_feature": "injected" if fid_feature is not None else "inception-v3-compat (torch-fidelity)",
-        "clip_model": "injected" if clip is not None else (str(clip_model) if clip_model else None),
-        "is_splits": is_splits,
-        "seed": seed,
-        "images_root": str(images_root),
-    }
-    if write:
-        write_scores(run, ({"qid": q, "CLIP Score": s} for q, s in per_query.items()), result)
-    return result
+    return scores_result(run, by_qid, len(qids),
+                         ({"qid": q, "CLIP Score": s} for q, s in per_query.items()) if write else None,
+                         task="image", metrics=metrics, intervals=intervals, skipped=skipped, settings=settings,
+                         queries=queries, pool=pool, n_no_real_image=no_real, n_noise_images=noised,
+                         fid_feature="injected" if fid_feature is not None else "inception-v3-compat (torch-fidelity)",
+                         clip_model="injected" if clip is not None else (str(clip_model) if clip_model else None),
+                         is_splits=is_splits, seed=seed, images_root=str(images_root))
 
 
 def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, real_images: Sequence[Any] | None = None,

@@ -11,8 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,13 +21,6 @@ from unirag.reports.collect import RunSummary
 CAPTION_COLUMNS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "CIDEr", "ROUGE-L", "SPICE", "METEOR")
 IMAGE_COLUMNS = ("FID", "CLIP Score", "IS")
 LOWER_IS_BETTER = {"FID"}
-
-
-def group_runs(runs: Iterable[RunSummary]) -> dict[tuple[str, str], list[RunSummary]]:
-    groups: dict[tuple[str, str], list[RunSummary]] = defaultdict(list)
-    for r in runs:
-        groups[(r.task, r.dataset)].append(r)
-    return {key: sorted(rs, key=RunSummary.sort_key) for key, rs in sorted(groups.items())}
 
 
 #: The kinds of column a metric has: its value, and the paper's figure and the difference from it, with
