@@ -27,7 +27,6 @@ from unirag.metrics.spice import find_corenlp, run_spice, spice_unavailable_mess
 from unirag.metrics.stats import BLEU_STATS, DEFAULT_RESAMPLES, query_intervals_result
 from unirag.runs.rundir import OUTPUTS_FILE
 
-CAPTION_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr", "SPICE")
 _LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
 
 
@@ -217,11 +216,10 @@ def caption_metrics(predictions: Mapping[str, str], references: Mapping[str, Seq
                 scored.append(("SPICE", *run_spice(gts, res, corenlp)))
             except (RuntimeError, OSError, ValueError) as e:  # the others are still worth reporting
                 skipped["SPICE"] = f"SPICE skipped: {e}"
-    corpus = {name: 100.0 * float(value) for name, value, _ in scored}
+    corpus = {name: 100.0 * float(value) for name, value, _ in scored}  # BLEU-1..4, METEOR, ROUGE-L, CIDEr, SPICE
     for name, _, values in scored:
         for i, v in zip(ids, values, strict=True):
             items[i][name] = 100.0 * float(v)
-    corpus = {m: corpus[m] for m in CAPTION_METRICS if m in corpus}
     if not per_item:
         return corpus
     return {"corpus": corpus, "per_item": items, "skipped": skipped, "tokenized": {i: res[i][0] for i in ids},

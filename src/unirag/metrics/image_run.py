@@ -28,7 +28,6 @@ from unirag.metrics.references import load_run_for_scoring, reference_image, sco
 from unirag.metrics.stats import DEFAULT_RESAMPLES, bootstrap_interval, query_intervals_result, shifted
 from unirag.runs.rundir import OUTPUTS_FILE
 
-IMAGE_METRICS = ("FID", "CLIP Score", "IS", "IS SD")
 #: FID's and IS's intervals recompute the whole figure per resample: at most this many resamples on a
 #: GPU, and :data:`FID_MAX_RESAMPLES_CPU` on the CPU (a 2048-dimensional Fréchet distance takes seconds there).
 FID_MAX_RESAMPLES = 200
@@ -201,7 +200,7 @@ def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, rea
         skipped.setdefault("IS", str(e))
     if not metrics:
         raise ConfigError("no image metric could run: " + " | ".join(dict.fromkeys(skipped.values())))
-    out: dict[str, Any] = {**{m: metrics[m] for m in IMAGE_METRICS if m in metrics}, "skipped": skipped}
+    out: dict[str, Any] = {**metrics, "skipped": skipped}  # FID, CLIP Score, IS, IS SD
     if per_item:
         out["per_item"] = scores
     return out
