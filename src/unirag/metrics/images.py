@@ -344,3 +344,78 @@ def clip_scores(images: Sequence[str | Path], texts: Sequence[str], model: tuple
             return float(metric.compute()), per_item
     finally:
         decoded.close()  # stops the decode workers at once if a pair failed
+
+
+def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, real_images: Sequence[Any] | None = None,
+                  *, clip_model: str | Path | None = None, clip: tuple[Any, Any] | None = None,
+                  fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
+                  is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
+                  per_item: bool = False, decode_workers: int | str | None = None, show_progress: bool = False,
+                  fid_features: list | None = None, is_features: list | None = None,
+                  is_images: Sequence[Any] | None = None) -> dict[str, Any]:
+    """Image generation metrics, as ``unirag evaluate images`` computes them: FID of ``images`` (paths, PIL
+    images or encoded bytes) against ``real_images``, CLIP Score of each image against ``texts[i]`` and
+    Inception Score (mean, SD).
+
+    CLIP Score needs ``clip_model`` (a CLIP checkpoint directory or cached hub id; the CLI's default is
+    ``openai/clip-vit-base-patch16``) or ``clip`` = (model, processor); FID/IS need the
+    ``unirag[image-metrics]`` extra, or ``fid_feature`` / ``is_feature`` networks. Returns the metrics
+    that ran plus ``"skipped"`` (metric -> why); ``per_item=True``: also each image's CLIP Score.
+    ``decode_workers``: processes decoding image files ahead of the networks ("auto"/None: the cores
+    available, at most 8, fewer than 128 images inline; 0: in this process); the metrics are the same.
+    For :func:`~unirag.metrics.image_run.evaluate_image_run`: ``fid_features`` / ``is_features``: lists that receive FID's feature
+    rows and IS's logits (for their intervals); ``is_images``: what IS sees instead (the official 299x299
+    copies).
+    """
+    import torch
+
+    from unirag.runs.engine import EngineOptions
+
+    engine = EngineOptions(decode_workers=decode_workers)
+    if texts is not None and len(texts) != len(images):
+        raise ConfigError(f"got {len(images)} images and {len(texts)} texts: give one text per image")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    fakes, reals = list(images), list(real_images) if real_images is not None else None
+    metrics: dict[str, float] = {}
+    skipped: dict[str, str] = {}
+    if reals is None:
+        skipped["FID"] = "FID skipped: no real images given"
+    else:
+        try:
+            fid_net = fid_feature if fid_feature is not None else standard_inception(inception_weights, "2048")
+            metrics["FID"] = frechet_distance(reals, fakes, fid_net, batch_size=batch_size, device=device,
+                                              show_progress=show_progress, engine=engine,
+                                              features=fid_features)
+        except MetricUnavailable as e:
+            skipped["FID"] = str(e)
+        except RuntimeError as e:  # torchmetrics: fewer than 2 images per set
+            skipped["FID"] = f"FID skipped: {e}"
+    scores: list[float] = []
+    model = clip
+    if texts is None:
+        model = None
+        skipped["CLIP Score"] = "CLIP Score skipped: no texts given"
+    elif model is None and clip_model is not None:
+        try:
+            model = load_clip(clip_model)
+        except ConfigError as e:
+            skipped["CLIP Score"] = f"CLIP Score skipped: {e}"
+    elif model is None:
+        skipped["CLIP Score"] = "CLIP Score skipped (--no-clip)"
+    if model is not None:
+        metrics["CLIP Score"], scores = clip_scores(fakes, list(texts), model, device=device,
+                                                    show_progress=show_progress, engine=engine)
+    try:
+        is_net = is_feature if is_feature is not None else standard_inception(inception_weights, "logits_unbiased")
+        metrics["IS"], metrics["IS SD"] = inception_score(list(is_images) if is_images is not None else fakes, is_net,
+                                                          splits=is_splits, seed=seed, batch_size=batch_size,
+                                                          device=device, show_progress=show_progress,
+                                                          engine=engine, features=is_features)
+    except MetricUnavailable as e:
+        skipped.setdefault("IS", str(e))
+    if not metrics:
+        raise ConfigError("no image metric could run: " + " | ".join(dict.fromkeys(skipped.values())))
+    out: dict[str, Any] = {**metrics, "skipped": skipped}  # FID, CLIP Score, IS, IS SD
+    if per_item:
+        out["per_item"] = scores
+    return out
