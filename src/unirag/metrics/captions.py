@@ -113,10 +113,8 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
     interval over the scored queries (``resamples`` seeded by ``bootstrap_seed``; 0: none).
     """
     from unirag.metrics.text_normalize import strip_answer_prefix, strip_official_prefix
-    from unirag.profiles import resolve
-    settings = resolve(profile)
+    settings, run, by_qid, gt = load_run_for_scoring(run_dir, "caption", queries, pool, qrels, profile)
     strip = strip_official_prefix if settings["caption_prefix_strip"] == "official" else strip_answer_prefix
-    run, by_qid, gt = load_run_for_scoring(run_dir, "caption", queries, pool, qrels)
     outputs_path = run.run_dir / OUTPUTS_FILE
     candidates: dict[str, str] = {}
     raw: dict[str, str] = {}

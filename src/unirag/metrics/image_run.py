@@ -40,11 +40,8 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     generated features and IS's from resampled logits (at most :data:`FID_MAX_RESAMPLES` of them, the
     spread centred on the measured figure). The other arguments: see :func:`~unirag.metrics.images.image_metrics`.
     """
-    from unirag.profiles import resolve
-
-    settings = resolve(profile)
+    settings, run, by_qid, gt = load_run_for_scoring(run_dir, "image", queries, pool, qrels, profile)
     noise = settings["image_metric_missing"] == "noise"
-    run, by_qid, gt = load_run_for_scoring(run_dir, "image", queries, pool, qrels)
     outputs_path = run.run_dir / OUTPUTS_FILE
     qids, fakes, reals, texts = [], [], [], []
     no_real = noised = 0

@@ -44,16 +44,15 @@ def chw_uint8(image: Any):
     return np.ascontiguousarray(np.asarray(image, dtype=np.uint8).transpose(2, 0, 1))
 
 
-def uint8_images(paths: Sequence[ImageLike], engine: Any = None, chunk: int = 32) -> Iterator[Any]:
-    """:func:`load_uint8` of each image, in order, decoded in ``engine``'s decode workers ``chunk`` images at
+def uint8_images(paths: Sequence[ImageLike], decode_workers: Any = None, chunk: int = 32) -> Iterator[Any]:
+    """:func:`load_uint8` of each image, in order, decoded by ``decode_workers`` processes ``chunk`` images at
     a time; inline when it says so or when some image is not a file path (PIL images, bytes)."""
     from unirag.data.images import is_path_like
     from unirag.data.loader import ImageLoader
-    from unirag.runs.engine import engine_options
-    from unirag.runtime import decode_processes
+    from unirag.runtime import decode_processes, decode_setting
 
     paths = list(paths)
-    workers = decode_processes(engine_options(engine).decode_workers, len(paths))
+    workers = decode_processes(decode_setting(decode_workers), len(paths))
     if workers == 0 or not all(is_path_like(p) for p in paths):
         for p in paths:
             yield load_uint8(p)
@@ -67,12 +66,12 @@ def uint8_images(paths: Sequence[ImageLike], engine: Any = None, chunk: int = 32
             yield torch.from_numpy(d.unwrap())
 
 
-def size_batches(paths: Sequence[str | Path], batch_size: int, engine: Any = None) -> Iterator[Any]:
+def size_batches(paths: Sequence[str | Path], batch_size: int, decode_workers: Any = None) -> Iterator[Any]:
     """Stacked uint8 batches; consecutive images of the same size share a batch (no resizing)."""
     import torch
 
     pending: list[Any] = []
-    for img in uint8_images(paths, engine, chunk=batch_size):
+    for img in uint8_images(paths, decode_workers, chunk=batch_size):
         if pending and (img.shape != pending[0].shape or len(pending) >= batch_size):
             yield torch.stack(pending)
             pending = []
@@ -160,7 +159,7 @@ def _progress(items: Iterable, desc: str, show: bool, unit: str = "batch") -> It
 
 def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], feature: Any, *,
                      batch_size: int = 32, device: str = "cpu", show_progress: bool = False,
-                     engine: Any = None, features: list | None = None) -> float:
+                     decode_workers: int | str | None = None, features: list | None = None) -> float:
     """torchmetrics FID between two image sets through ``feature`` (an ``nn.Module`` taking uint8 images).
     ``features``: a list that receives the two ``(n, d)`` float64 feature arrays (real, fake), in input order."""
     import numpy as np
@@ -186,7 +185,7 @@ def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], fea
     for is_real, paths in ((True, real), (False, fake)):
         order = _size_order(paths)
         seen.clear()
-        for batch in _progress(size_batches([paths[i] for i in order], batch_size, engine), "FID", show_progress):
+        for batch in _progress(size_batches([paths[i] for i in order], batch_size, decode_workers), "FID", show_progress):
             metric.update(batch.to(device), real=is_real)
         if features is not None:
             rows = np.concatenate(seen) if seen else np.zeros((0, 0))
@@ -245,7 +244,7 @@ def frechet_interval(real: Any, fake: Any, *, n_resamples: int, seed: int, devic
 
 def inception_score(paths: Sequence[str | Path], feature: Any, *, splits: int = 10, seed: int = 0,
                     batch_size: int = 32, device: str = "cpu", show_progress: bool = False,
-                    engine: Any = None, features: list | None = None) -> tuple[float, float]:
+                    decode_workers: int | str | None = None, features: list | None = None) -> tuple[float, float]:
     """torchmetrics Inception Score (mean, SD over ``splits``); ``seed`` fixes its random split.
     ``features``: a list that receives the ``(n, classes)`` logits, rows in the order of ``paths`` (what
     :func:`inception_from_logits` resamples for the IS interval)."""
@@ -257,7 +256,7 @@ def inception_score(paths: Sequence[str | Path], feature: Any, *, splits: int = 
     with warnings.catch_warnings():  # "will save all extracted features": logits only, a few MB per 10k images
         warnings.filterwarnings("ignore", message=".*save all extracted features.*")
         metric = InceptionScore(feature=feature, splits=splits, normalize=False).to(device)
-    for batch in _progress(size_batches(paths, batch_size, engine), "IS", show_progress):
+    for batch in _progress(size_batches(paths, batch_size, decode_workers), "IS", show_progress):
         metric.update(batch.to(device))
     if features is not None:
         features.append(torch.cat([f.detach().double().cpu() for f in metric.features]).numpy())
@@ -324,7 +323,8 @@ def load_clip(model: str | Path = DEFAULT_CLIP_MODEL) -> tuple[Any, Any]:
 
 
 def clip_scores(images: Sequence[str | Path], texts: Sequence[str], model: tuple[Any, Any], *,
-                device: str = "cpu", show_progress: bool = False, engine: Any = None) -> tuple[float, list[float]]:
+                device: str = "cpu", show_progress: bool = False, decode_workers: Any = None
+                ) -> tuple[float, list[float]]:
     """(corpus CLIP Score, per-pair scores) with torchmetrics ``CLIPScore`` (100 x cosine, floored at 0).
 
     Each pair goes through ``forward``, which returns that pair's score and accumulates the corpus
@@ -336,7 +336,7 @@ def clip_scores(images: Sequence[str | Path], texts: Sequence[str], model: tuple
     clip, processor = model
     metric = CLIPScore(model_name_or_path=lambda: (_ClipFeatures(clip), processor)).to(device)
     per_item: list[float] = []
-    decoded = uint8_images(images, engine)
+    decoded = uint8_images(images, decode_workers)
     try:
         with torch.no_grad():
             for text in _progress(texts, "CLIP Score", show_progress, unit="img"):
@@ -369,9 +369,9 @@ def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, rea
     """
     import torch
 
-    from unirag.runs.engine import EngineOptions
+    from unirag.runtime import decode_setting
 
-    engine = EngineOptions(decode_workers=decode_workers)
+    decode_workers = decode_setting(decode_workers)  # a bad setting fails before any network loads
     if texts is not None and len(texts) != len(images):
         raise ConfigError(f"got {len(images)} images and {len(texts)} texts: give one text per image")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -384,7 +384,7 @@ def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, rea
         try:
             fid_net = fid_feature if fid_feature is not None else standard_inception(inception_weights, "2048")
             metrics["FID"] = frechet_distance(reals, fakes, fid_net, batch_size=batch_size, device=device,
-                                              show_progress=show_progress, engine=engine,
+                                              show_progress=show_progress, decode_workers=decode_workers,
                                               features=fid_features)
         except MetricUnavailable as e:
             skipped["FID"] = str(e)
@@ -404,13 +404,13 @@ def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, rea
         skipped["CLIP Score"] = "CLIP Score skipped (--no-clip)"
     if model is not None:
         metrics["CLIP Score"], scores = clip_scores(fakes, list(texts), model, device=device,
-                                                    show_progress=show_progress, engine=engine)
+                                                    show_progress=show_progress, decode_workers=decode_workers)
     try:
         is_net = is_feature if is_feature is not None else standard_inception(inception_weights, "logits_unbiased")
         metrics["IS"], metrics["IS SD"] = inception_score(list(is_images) if is_images is not None else fakes, is_net,
                                                           splits=is_splits, seed=seed, batch_size=batch_size,
                                                           device=device, show_progress=show_progress,
-                                                          engine=engine, features=is_features)
+                                                          decode_workers=decode_workers, features=is_features)
     except MetricUnavailable as e:
         skipped.setdefault("IS", str(e))
     if not metrics:

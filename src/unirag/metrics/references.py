@@ -46,11 +46,15 @@ _WRONG_TASK = {"caption": "this is an image-generation run; use 'unirag evaluate
 
 
 def load_run_for_scoring(run_dir: str | Path, task: str, queries: str | Path, pool: str | Path,
-                         qrels: str | Path | None = None
-                         ) -> tuple[RunOutputs, dict[str, Query], dict[str, list[Candidate]]]:
-    """The run, qid -> query and qid -> positive candidates, checked for the scorer of ``task``: a run of the
-    other kind is refused (one without a task, hand-made, is accepted), and so are outputs whose qids
-    are not in ``queries`` (a wrong --queries file would otherwise score silently against nothing)."""
+                         qrels: str | Path | None, profile: Any
+                         ) -> tuple[Any, RunOutputs, dict[str, Query], dict[str, list[Candidate]]]:
+    """The settings of ``profile``, the run, qid -> query and qid -> positive candidates, checked for the
+    scorer of ``task``: a run of the other kind is refused (one without a task, hand-made, is accepted), and
+    so are outputs whose qids are not in ``queries`` (a wrong --queries file would otherwise score silently
+    against nothing)."""
+    from unirag.profiles import resolve
+
+    settings = resolve(profile)
     run = read_run_dir(run_dir)
     if run.task not in (None, task):
         raise InputError(_WRONG_TASK[task], path=run.run_dir)
@@ -61,7 +65,7 @@ def load_run_for_scoring(run_dir: str | Path, task: str, queries: str | Path, po
     if unknown:
         raise InputError(f"{len(unknown)} output(s) have qids not in the queries file, e.g. {unknown[0]!r} "
                          "(wrong --queries?)", path=queries)
-    return run, by_qid, gt
+    return settings, run, by_qid, gt
 
 
 def scores_result(run: RunOutputs, by_qid: dict[str, Query], n_scored: int, per_query: Iterable[dict[str, Any]] | None,
