@@ -163,35 +163,27 @@ def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], fea
     """torchmetrics FID between two image sets through ``feature`` (an ``nn.Module`` taking uint8 images).
     ``features``: a list that receives the two ``(n, d)`` float64 feature arrays (real, fake), in input order."""
     import numpy as np
-    import torch
     from torchmetrics.image.fid import FrechetInceptionDistance
 
-    seen: list[Any] = []
-
-    class _Recording(torch.nn.Module):  # torchmetrics keeps only sums; the interval needs the rows
-        def __init__(self, inner: Any) -> None:
-            super().__init__()
-            self.inner = inner
-            if hasattr(inner, "num_features"):  # else torchmetrics probes the network with a dummy image
-                self.num_features = inner.num_features
-
-        def forward(self, x: Any) -> Any:
-            out = self.inner(x)
-            seen.append(out.detach().double().reshape(out.shape[0], -1).cpu().numpy())
-            return out
-
-    net = _Recording(feature) if features is not None else feature
-    metric = FrechetInceptionDistance(feature=net, normalize=False).to(device)
-    for is_real, paths in ((True, real), (False, fake)):
-        order = _size_order(paths)
-        seen.clear()
-        for batch in _progress(size_batches([paths[i] for i in order], batch_size, decode_workers), "FID", show_progress):
-            metric.update(batch.to(device), real=is_real)
-        if features is not None:
-            rows = np.concatenate(seen) if seen else np.zeros((0, 0))
-            unsorted = np.empty_like(rows)
-            unsorted[order] = rows
-            features.append(unsorted)
+    seen: list[Any] = []  # torchmetrics keeps only sums; the interval needs the rows
+    metric = FrechetInceptionDistance(feature=feature, normalize=False).to(device)
+    hook = feature.register_forward_hook(lambda _net, _x, out: seen.append(
+        out.detach().double().reshape(out.shape[0], -1).cpu().numpy())) if features is not None else None
+    try:
+        for is_real, paths in ((True, real), (False, fake)):
+            order = _size_order(paths)
+            seen.clear()
+            for batch in _progress(size_batches([paths[i] for i in order], batch_size, decode_workers), "FID",
+                                   show_progress):
+                metric.update(batch.to(device), real=is_real)
+            if features is not None:
+                rows = np.concatenate(seen) if seen else np.zeros((0, 0))
+                unsorted = np.empty_like(rows)
+                unsorted[order] = rows
+                features.append(unsorted)
+    finally:
+        if hook is not None:
+            hook.remove()
     return float(metric.compute())
 
 
