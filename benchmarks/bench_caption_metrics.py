@@ -1,4 +1,4 @@
-"""Caption metrics speed: unirag's ``score_captions`` vs pycocoevalcap called by hand, same captions.
+"""Caption metrics speed: unirag's ``caption_metrics`` vs pycocoevalcap called by hand, same captions.
 
 Data: the official COCO val2017 caption file (real, 5,000 images x ~5 captions); for the first
 ``--n`` images the candidate is the first caption and the references are the others. Baseline: the
@@ -52,28 +52,28 @@ def main() -> None:
     ap.add_argument("--captions", type=Path, default=DEFAULT_CAPTIONS)
     ap.add_argument("--n", type=int, default=1000, help="images (one candidate each)")
     args = ap.parse_args()
-    from unirag.metrics.captions import score_captions
+    from unirag.metrics.captions import caption_metrics
 
     cands, refs = load(args.captions, args.n)
     t = time.perf_counter()
     baseline = by_hand(cands, refs)
     t_base = time.perf_counter() - t
     t = time.perf_counter()
-    ours = score_captions(cands, refs)
+    ours = caption_metrics(cands, refs, spice=True, strip_prefixes=False)
     t_ours = time.perf_counter() - t
     t = time.perf_counter()
-    no_meteor = score_captions(cands, refs, meteor=False)
+    no_meteor = caption_metrics(cands, refs, spice=True, strip_prefixes=False, meteor=False)
     t_fast = time.perf_counter() - t
-    worst = max(abs(ours.corpus[k] - 100 * v) for k, v in baseline.items())
+    worst = max(abs(ours[k] - 100 * v) for k, v in baseline.items())
     assert worst < 1e-9, f"scores differ from the hand run by {worst}"
-    assert all(abs(no_meteor.corpus[k] - ours.corpus[k]) < 1e-9 for k in no_meteor.corpus)
+    assert all(abs(no_meteor[k] - ours[k]) < 1e-9 for k in no_meteor)
     per_1000 = 1000 / len(cands)
     print(f"{len(cands)} candidates, {sum(map(len, refs.values()))} references")
-    print("scores (x100): " + ", ".join(f"{k} {v:.2f}" for k, v in ours.corpus.items()))
+    print("scores (x100): " + ", ".join(f"{k} {v:.2f}" for k, v in ours.items()))
     print(f"baseline pycocoevalcap by hand : {t_base:7.2f} s  ({t_base * per_1000:.2f} s per 1,000 captions)")
-    print(f"unirag score_captions          : {t_ours:7.2f} s  ({t_ours * per_1000:.2f} s per 1,000 captions)"
+    print(f"unirag caption_metrics         : {t_ours:7.2f} s  ({t_ours * per_1000:.2f} s per 1,000 captions)"
           f"  ratio {t_base / t_ours:.2f}x")
-    print(f"unirag score_captions no METEOR: {t_fast:7.2f} s  ({t_fast * per_1000:.2f} s per 1,000 captions)"
+    print(f"unirag caption_metrics no METEOR: {t_fast:7.2f} s  ({t_fast * per_1000:.2f} s per 1,000 captions)"
           f"  ratio {t_base / t_fast:.2f}x")
     print(f"max |difference| vs hand run: {worst:.2e}")
 

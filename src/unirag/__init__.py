@@ -39,7 +39,7 @@ _PUBLIC = {
     "caption_metrics": "unirag.metrics.captions",
     "retrieval_metrics": "unirag.metrics.retrieval",
     "cir_metrics": "unirag.metrics.cir",
-    "image_metrics": "unirag.metrics.image_run",
+    "image_metrics": "unirag.metrics.images",
     "run_experiment": "unirag.pipelines.experiment",
     "build_report": "unirag.reports.build",
     "compare_runs": "unirag.reports.compare",
@@ -77,7 +77,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; never executed
     from unirag.index.handle import Index
     from unirag.metrics.captions import caption_metrics
     from unirag.metrics.cir import cir_metrics
-    from unirag.metrics.image_run import image_metrics
+    from unirag.metrics.images import image_metrics
     from unirag.metrics.retrieval import retrieval_metrics
     from unirag.metrics.stats import bootstrap_interval, paired_comparison
     from unirag.pipelines.captioner import Caption, Captioner

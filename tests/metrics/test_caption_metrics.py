@@ -3,7 +3,7 @@
 Java is slow to start (METEOR loads its paraphrase tables), so the expensive scoring runs once:
 ``cli_run`` scores a run directory holding the committed fixture's captions (wrapped in answer
 prefixes, plus failed queries) through ``unirag evaluate captions`` -> ``evaluate_caption_run`` ->
-``score_captions``; the tests compare its metrics.json and per-query file with the hand-run numbers.
+``caption_metrics``; the tests compare its metrics.json and per-query file with the hand-run numbers.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from eval_run_factory import coco_rows, write_caption_task, write_run
 from unirag.cli.main import cli
 from unirag.errors import ConfigError, InputError
 from unirag.metrics import spice
-from unirag.metrics.captions import evaluate_caption_run, score_captions
+from unirag.metrics.captions import caption_metrics, evaluate_caption_run
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "caption_metrics"
 N_FAILED = 3
@@ -90,16 +90,16 @@ def test_a_reused_meteor_process_scores_like_a_fresh_one(cli_run, fixture_data):
     refs = {i: fx["references"][i] for i in ids}
     assert cli_run[1].exit_code == 0  # the fixture's run scored first, in this process
     first = captions._METEOR[0]
-    other = score_captions({"x": "a dog on a red sofa"}, {"x": ["a cat on a sofa"]}, spice=False)
+    other = caption_metrics({"x": "a dog on a red sofa"}, {"x": ["a cat on a sofa"]})
     assert captions._METEOR[0] is first  # the same process, not a new one
-    assert 0 < other.corpus["METEOR"] < 100
-    assert score_captions(cands, refs, spice=False).corpus["METEOR"] == pytest.approx(100 * expected["raw"]["METEOR"],
-                                                                                         abs=1e-9)
+    assert 0 < other["METEOR"] < 100
+    assert caption_metrics(cands, refs, strip_prefixes=False)["METEOR"] == pytest.approx(
+        100 * expected["raw"]["METEOR"], abs=1e-9)
     first.meteor_p.kill()
     first.meteor_p.wait()
-    again = score_captions(cands, refs, spice=False)
+    again = caption_metrics(cands, refs, strip_prefixes=False)
     assert captions._METEOR[0] is not first
-    assert again.corpus["METEOR"] == pytest.approx(100 * expected["raw"]["METEOR"], abs=1e-9)
+    assert again["METEOR"] == pytest.approx(100 * expected["raw"]["METEOR"], abs=1e-9)
 
 
 def test_per_query_scores_match_hand_run(cli_run, fixture_data):
@@ -201,17 +201,17 @@ def test_malformed_outputs_line(small_task):
         evaluate_caption_run(run, queries, pool)
 
 
-def test_score_captions_rejects_mismatched_ids():
+def test_caption_metrics_rejects_mismatched_ids():
     with pytest.raises(ConfigError, match=r"same ids \(missing predictions: \['b'\], without references: \['a'\]\)"):
-        score_captions({"a": "x"}, {"b": ["y"]})
+        caption_metrics({"a": "x"}, {"b": ["y"]})
     with pytest.raises(ConfigError, match="no reference"):
-        score_captions({"a": "x"}, {"a": []})
+        caption_metrics({"a": "x"}, {"a": []})
 
 
 def test_missing_java_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ConfigError, match="need Java"):
-        score_captions({"a": "a dog"}, {"a": ["a dog runs"]})
+        caption_metrics({"a": "a dog"}, {"a": ["a dog runs"]})
 
 
 # ---- SPICE detection and the SPICE runner (fake java: no CoreNLP here) ----
@@ -274,9 +274,9 @@ def test_spice_failure_keeps_the_other_metrics(monkeypatch, tmp_path):
 
     monkeypatch.setattr(captions, "find_corenlp", lambda lib: tmp_path)
     monkeypatch.setattr(captions, "run_spice", crash)
-    out = captions.score_captions({"a": "A dog runs on grass."}, {"a": ["a dog running on the grass", "a dog"]},
-                                  meteor=False)
-    assert out.corpus["BLEU-1"] > 0 and "OutOfMemoryError" in out.skipped["SPICE"]
+    out = captions.caption_metrics({"a": "A dog runs on grass."}, {"a": ["a dog running on the grass", "a dog"]},
+                                   meteor=False, spice=True, per_item=True)
+    assert out["corpus"]["BLEU-1"] > 0 and "OutOfMemoryError" in out["skipped"]["SPICE"]
 
 
 def test_run_spice_failure_is_reported(tmp_path):

@@ -9,7 +9,6 @@ from unirag.metrics.cir import (
     map_mean,
     recall_at_k,
     recall_mean,
-    recall_subset_at_k,
     recall_subset_mean,
     subset_ranking,
 )
@@ -52,8 +51,8 @@ def test_recall_subset_restricts_to_image_set_without_reference():
     ranking = ["r", "t1", "m1", "x", "t", "m2"]
     members = ["r", "m1", "m2", "t"]
     assert subset_ranking(ranking, members, "r") == ["m1", "t", "m2"]
-    assert recall_subset_at_k(ranking, "t", members, "r", 1) == 0.0
-    assert recall_subset_at_k(ranking, "t", members, "r", 2) == 1.0
+    assert recall_at_k(subset_ranking(ranking, members, "r"), ["t"], 1) == 0.0
+    assert recall_at_k(subset_ranking(ranking, members, "r"), ["t"], 2) == 1.0
     m = recall_subset_mean({"q1": ranking, "q2": ["t", "r"]}, {"q1": "t", "q2": "t"},
                            {"q1": members, "q2": ["t", "r"]}, {"q1": "r", "q2": "r"}, ks=(1, 2))
     assert m == {"R_subset@1": 50.0, "R_subset@2": 100.0}

@@ -98,11 +98,11 @@ def test_default_profile_feeds_rgb_at_stored_size_and_excludes_failed_queries(ru
 
 def test_cli_takes_the_official_profile(run, coco_mini, monkeypatch):
     """``unirag evaluate images --profile official`` records the profile in metrics.json."""
-    import unirag.metrics.image_run as image_run
+    import unirag.metrics.images as images
     from unirag.cli.main import cli
 
     out, queries, pool, _ = run
-    monkeypatch.setattr(image_run, "standard_inception", lambda weights, feature: PooledColour(
+    monkeypatch.setattr(images, "standard_inception", lambda weights, feature: PooledColour(
         10 if feature != "2048" else 8))
     res = CliRunner().invoke(cli, ["evaluate", "images", "--run", str(out), "--queries", str(queries), "--pool",
                                    str(pool), "--images-root", str(coco_mini), "--no-clip", "--device", "cpu",

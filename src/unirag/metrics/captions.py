@@ -18,31 +18,16 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from unirag.errors import ConfigError, InputError
-from unirag.metrics.references import load_run_for_scoring, reference_captions, scores_result, write_scores
+from unirag.metrics.references import load_run_for_scoring, reference_captions, scores_result
 from unirag.metrics.spice import find_corenlp, run_spice, spice_unavailable_message
 from unirag.metrics.stats import BLEU_STATS, DEFAULT_RESAMPLES, query_intervals_result
 from unirag.runs.rundir import OUTPUTS_FILE
 
-CAPTION_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr", "SPICE")
 _LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
-
-
-@dataclass
-class CaptionScores:
-    """Corpus and per-item scores (×100); ``skipped`` maps a metric to the one line saying why."""
-
-    corpus: dict[str, float] = field(default_factory=dict)
-    per_item: dict[str, dict[str, float]] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-    tokenized: dict[str, str] = field(default_factory=dict)
-    #: per item: BLEU's statistics ``[testlen, reflen, guess_1..4, correct_1..4]`` (see :func:`bleu_statistics`)
-    bleu_stats: dict[str, list[float]] = field(default_factory=dict)
-    seconds: float = 0.0
 
 
 @contextlib.contextmanager
@@ -63,22 +48,6 @@ def _quiet() -> Iterator[None]:
         os.dup2(saved[1], 2)
         for fd in (*saved, devnull):
             os.close(fd)
-
-
-def ptb_tokenize(references: Mapping[str, Sequence[str]], candidates: Mapping[str, str]
-                 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """PTB-tokenize references and candidates in one Java call: (gts, res) keyed like the inputs."""
-    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
-
-    batch: dict[tuple[str, str], list[dict[str, str]]] = {}
-    for qid, refs in references.items():
-        batch[("g", qid)] = [{"caption": r.translate(_LINE_BREAKS)} for r in refs]
-    for qid, cand in candidates.items():
-        batch[("r", qid)] = [{"caption": cand.translate(_LINE_BREAKS)}]
-    tokens = PTBTokenizer().tokenize(batch)
-    gts = {qid: tokens[("g", qid)] for qid in references}
-    res = {qid: tokens[("r", qid)] for qid in candidates}
-    return gts, res
 
 
 def bleu_statistics(gts: Mapping[str, list[str]], res: Mapping[str, list[str]]) -> dict[str, list[float]]:
@@ -131,63 +100,6 @@ def _close_meteor() -> None:
 atexit.register(_close_meteor)
 
 
-def score_captions(candidates: Mapping[str, str], references: Mapping[str, Sequence[str]], *,
-                   spice_lib: str | Path | None = None, spice: bool = True, meteor: bool = True,
-                   quiet: bool = True) -> CaptionScores:
-    """Score ``candidates`` (id -> caption, as given) against ``references`` (id -> captions, the same ids)."""
-    from pycocoevalcap.bleu.bleu import Bleu
-    from pycocoevalcap.cider.cider import Cider
-    from pycocoevalcap.rouge.rouge import Rouge
-
-    if set(candidates) != set(references):
-        missing = sorted(set(references) - set(candidates))[:3]
-        extra = sorted(set(candidates) - set(references))[:3]
-        raise ConfigError(f"predictions and references must have the same ids (missing predictions: {missing}, "
-                          f"without references: {extra})")
-    if not candidates:
-        raise ConfigError("nothing to score")
-    empty = [k for k, v in references.items() if not v]
-    if empty:
-        raise ConfigError(f"{len(empty)} item(s) have no reference caption, e.g. {empty[0]!r}")
-    if shutil.which("java") is None:
-        raise ConfigError("caption metrics need Java (pycocoevalcap's PTB tokenizer and METEOR are Java "
-                          "programs): install a Java runtime (8 or newer, e.g. openjdk-17-jre-headless)")
-    start = time.perf_counter()
-    ids = list(candidates)
-    out = CaptionScores(per_item={i: {} for i in ids})
-    quiet_ctx = _quiet if quiet else contextlib.nullcontext
-    with quiet_ctx():
-        gts, res = ptb_tokenize({i: references[i] for i in ids}, candidates)
-        bleu, bleu_items = Bleu(4).compute_score(gts, res, verbose=0)
-        rouge, rouge_items = Rouge().compute_score(gts, res)
-        cider, cider_items = Cider().compute_score(gts, res)
-        meteor_result = _meteor(gts, res) if meteor else None
-    scored = [*((f"BLEU-{n + 1}", bleu[n], bleu_items[n]) for n in range(4)), ("ROUGE-L", rouge, rouge_items),
-              ("CIDEr", cider, cider_items)]
-    if meteor_result is not None:
-        scored.insert(4, ("METEOR", *meteor_result))
-    else:
-        out.skipped["METEOR"] = "METEOR skipped (--no-meteor)"
-    if spice:
-        corenlp = find_corenlp(spice_lib)
-        if corenlp is None:
-            out.skipped["SPICE"] = spice_unavailable_message(spice_lib)
-        else:
-            try:
-                scored.append(("SPICE", *run_spice(gts, res, corenlp)))
-            except (RuntimeError, OSError, ValueError) as e:  # the others are still worth reporting
-                out.skipped["SPICE"] = f"SPICE skipped: {e}"
-    for name, corpus, items in scored:
-        out.corpus[name] = 100.0 * float(corpus)
-        for i, v in zip(ids, items, strict=True):
-            out.per_item[i][name] = 100.0 * float(v)
-    out.corpus = {m: out.corpus[m] for m in CAPTION_METRICS if m in out.corpus}
-    out.tokenized = {i: res[i][0] for i in ids}
-    out.bleu_stats = bleu_statistics(gts, res)
-    out.seconds = time.perf_counter() - start
-    return out
-
-
 def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | Path, qrels: str | Path | None = None,
                          *, spice_lib: str | Path | None = None, strip_prefixes: bool = True, meteor: bool = True,
                          write: bool = True, resamples: int = DEFAULT_RESAMPLES, bootstrap_seed: int = 0,
@@ -201,10 +113,8 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
     interval over the scored queries (``resamples`` seeded by ``bootstrap_seed``; 0: none).
     """
     from unirag.metrics.text_normalize import strip_answer_prefix, strip_official_prefix
-    from unirag.profiles import resolve
-    settings = resolve(profile)
+    settings, run, by_qid, gt = load_run_for_scoring(run_dir, "caption", queries, pool, qrels, profile)
     strip = strip_official_prefix if settings["caption_prefix_strip"] == "official" else strip_answer_prefix
-    run, by_qid, gt = load_run_for_scoring(run_dir, "caption", queries, pool, qrels)
     outputs_path = run.run_dir / OUTPUTS_FILE
     candidates: dict[str, str] = {}
     raw: dict[str, str] = {}
@@ -226,26 +136,21 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
         raise InputError(f"no successful captions with references to score ({len(run.failed())} failed, "
                          f"{len(no_refs)} without references)", path=outputs_path)
     order = [q for q in by_qid if q in candidates]
-    scores = score_captions({q: candidates[q] for q in order},
-                            {q: reference_captions(gt[q]) for q in order}, spice_lib=spice_lib, meteor=meteor)
-    records = {q: {**scores.per_item[q], BLEU_STATS: scores.bleu_stats[q]} for q in order}
-    result = {
-        **scores_result(run, by_qid, len(candidates), task="caption", metrics=scores.corpus, skipped=scores.skipped,
-                        intervals=query_intervals_result(records, scores.corpus, resamples, bootstrap_seed, ci_method),
-                        settings=settings, queries=queries, pool=pool),
-        "scale": "x100",
-        "n_failed_scored_empty": sum(1 for q in run.failed() if q in candidates),
-        "n_no_references": len(no_refs),
-        "references": "qrels" if qrels else "pos_cand_list",
-        "answer_prefixes_stripped": strip_prefixes,
-        "n_prefix_stripped": sum(1 for q in candidates if candidates[q] != raw[q].strip()),
-        "qrels": str(qrels) if qrels else None,
-        "seconds": round(scores.seconds, 3),
-    }
-    if write:
-        write_scores(run, ({"qid": q, "caption_scored": candidates[q], "tokenized": scores.tokenized[q],
-                            **records[q]} for q in order), result)
-    return result
+    scores = caption_metrics({q: candidates[q] for q in order}, {q: reference_captions(gt[q]) for q in order},
+                             spice=True, meteor=meteor, strip_prefixes=False, per_item=True, spice_lib=spice_lib)
+    records = {q: {**scores["per_item"][q], BLEU_STATS: scores["bleu_stats"][q]} for q in order}
+    per_query = ({"qid": q, "caption_scored": candidates[q], "tokenized": scores["tokenized"][q], **records[q]}
+                 for q in order)
+    return scores_result(run, by_qid, len(candidates), per_query if write else None, task="caption",
+                         metrics=scores["corpus"], skipped=scores["skipped"],
+                         intervals=query_intervals_result(records, scores["corpus"], resamples, bootstrap_seed,
+                                                          ci_method),
+                         settings=settings, queries=queries, pool=pool, scale="x100",
+                         n_failed_scored_empty=sum(1 for q in run.failed() if q in candidates),
+                         n_no_references=len(no_refs), references="qrels" if qrels else "pos_cand_list",
+                         answer_prefixes_stripped=strip_prefixes,
+                         n_prefix_stripped=sum(1 for q in candidates if candidates[q] != raw[q].strip()),
+                         qrels=str(qrels) if qrels else None, seconds=round(scores["seconds"], 3))
 
 
 def caption_metrics(predictions: Mapping[str, str], references: Mapping[str, Sequence[str]], *,
@@ -255,13 +160,65 @@ def caption_metrics(predictions: Mapping[str, str], references: Mapping[str, Seq
 
     ``predictions``: id -> generated caption; ``references``: id -> reference captions (same ids).
     Answer prefixes ("Caption: ...") are stripped as the caption evaluation does. Needs Java.
-    With ``per_item=True`` the result is ``{"corpus": {...}, "per_item": {id: {...}}}``.
+    With ``per_item=True`` the result is ``{"corpus": {...}, "per_item": {id: {...}}}``, with ``"skipped"``
+    (metric -> the one line saying why) and, for :func:`evaluate_caption_run`, ``"tokenized"`` (id -> the
+    PTB-tokenized candidate), ``"bleu_stats"`` (id -> BLEU's statistics, see :func:`bleu_statistics`) and
+    ``"seconds"``.
     """
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.rouge.rouge import Rouge
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
     from unirag.metrics.text_normalize import strip_answer_prefix
 
-    cleaned = {i: strip_answer_prefix(str(c)) if strip_prefixes else str(c) for i, c in predictions.items()}
-    refs = {i: [str(r) for r in rs] for i, rs in references.items()}
-    scores = score_captions(cleaned, refs, spice=spice, meteor=meteor, spice_lib=spice_lib)
-    if per_item:
-        return {"corpus": dict(scores.corpus), "per_item": scores.per_item, "skipped": dict(scores.skipped)}
-    return dict(scores.corpus)
+    candidates = {i: strip_answer_prefix(str(c)) if strip_prefixes else str(c) for i, c in predictions.items()}
+    if set(candidates) != set(references):
+        missing = sorted(set(references) - set(candidates))[:3]
+        extra = sorted(set(candidates) - set(references))[:3]
+        raise ConfigError(f"predictions and references must have the same ids (missing predictions: {missing}, "
+                          f"without references: {extra})")
+    if not candidates:
+        raise ConfigError("nothing to score")
+    empty = [k for k, v in references.items() if not v]
+    if empty:
+        raise ConfigError(f"{len(empty)} item(s) have no reference caption, e.g. {empty[0]!r}")
+    if shutil.which("java") is None:
+        raise ConfigError("caption metrics need Java (pycocoevalcap's PTB tokenizer and METEOR are Java "
+                          "programs): install a Java runtime (8 or newer, e.g. openjdk-17-jre-headless)")
+    start = time.perf_counter()
+    ids = list(candidates)
+    items: dict[str, dict[str, float]] = {i: {} for i in ids}
+    skipped: dict[str, str] = {}
+    with _quiet():  # references and candidates PTB-tokenized in one Java call
+        batch = {("g", i): [{"caption": str(r).translate(_LINE_BREAKS)} for r in references[i]] for i in ids}
+        batch.update({("r", i): [{"caption": candidates[i].translate(_LINE_BREAKS)}] for i in ids})
+        tokens = PTBTokenizer().tokenize(batch)
+        gts, res = {i: tokens[("g", i)] for i in ids}, {i: tokens[("r", i)] for i in ids}
+        bleu, bleu_items = Bleu(4).compute_score(gts, res, verbose=0)
+        rouge, rouge_items = Rouge().compute_score(gts, res)
+        cider, cider_items = Cider().compute_score(gts, res)
+        meteor_result = _meteor(gts, res) if meteor else None
+    scored = [*((f"BLEU-{n + 1}", bleu[n], bleu_items[n]) for n in range(4)), ("ROUGE-L", rouge, rouge_items),
+              ("CIDEr", cider, cider_items)]
+    if meteor_result is not None:
+        scored.insert(4, ("METEOR", *meteor_result))
+    else:
+        skipped["METEOR"] = "METEOR skipped (--no-meteor)"
+    if spice:
+        corenlp = find_corenlp(spice_lib)
+        if corenlp is None:
+            skipped["SPICE"] = spice_unavailable_message(spice_lib)
+        else:
+            try:
+                scored.append(("SPICE", *run_spice(gts, res, corenlp)))
+            except (RuntimeError, OSError, ValueError) as e:  # the others are still worth reporting
+                skipped["SPICE"] = f"SPICE skipped: {e}"
+    corpus = {name: 100.0 * float(value) for name, value, _ in scored}  # BLEU-1..4, METEOR, ROUGE-L, CIDEr, SPICE
+    for name, _, values in scored:
+        for i, v in zip(ids, values, strict=True):
+            items[i][name] = 100.0 * float(v)
+    if not per_item:
+        return corpus
+    return {"corpus": corpus, "per_item": items, "skipped": skipped, "tokenized": {i: res[i][0] for i in ids},
+            "bleu_stats": bleu_statistics(gts, res), "seconds": time.perf_counter() - start}

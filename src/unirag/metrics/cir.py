@@ -4,7 +4,7 @@
   averaged over queries, x100 (:func:`recall_at_k`).
 * CIRCO R@k, k = 5/10/25/50 (miccunifi/CIRCO ``src/evaluation.py``): counts only the query's
   ``target_img_id`` - the image the relative caption was written for - not the other ground truths
-  (:func:`target_recall_at_k`). The any-ground-truth hit rate is reported beside it as
+  (:func:`target_recall_mean`). The any-ground-truth hit rate is reported beside it as
   ``R_anyGT@k``; on CIRCO val 191 of 220 queries have several ground truths, so the two differ.
 * R_subset@k (CIRR): the ranking restricted to the query's ``img_set`` members, the reference image
   removed; 1 when the target is among the first k of that restricted ranking.
@@ -43,15 +43,6 @@ def recall_at_k(ranking: Sequence[str], targets: Iterable[str], k: int) -> float
     return hit_at_k(ranking, gts, k)
 
 
-def target_recall_at_k(ranking: Sequence[str], target: str, k: int) -> float:
-    """CIRCO's official Recall@k: how often ``target_img_id`` itself is among the first k (0 or 1 for a
-    ranking without repeats); the query's other ground truths do not count."""
-    _check_k(k)
-    if target is None:
-        raise ValueError("CIRCO recall needs the query's target_img_id")
-    return float(sum(1 for r in ranking[:k] if r == target))
-
-
 def average_precision_at_k(ranking: Sequence[str], targets: Iterable[str], k: int) -> float:
     """CIRCO's AP@k: precision at each relevant hit in the top-k, summed, / min(k, #ground truths)."""
     _check_k(k)
@@ -72,12 +63,6 @@ def subset_ranking(ranking: Sequence[str], members: Iterable[str], reference: st
     """The ranking restricted to the CIRR ``img_set`` members, the reference removed, order kept."""
     keep = set(members) - {reference}
     return [r for r in ranking if r in keep]
-
-
-def recall_subset_at_k(ranking: Sequence[str], target: str, members: Iterable[str], reference: str | None,
-                       k: int) -> float:
-    """CIRR R_subset@k: is the target among the first k of the ranking restricted to the image set?"""
-    return recall_at_k(subset_ranking(ranking, members, reference), [target], k)
 
 
 PerQuery = dict[str, dict[str, float]]
@@ -105,9 +90,10 @@ def recall_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, Ite
 
 def target_recall_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, str],
                        ks: Sequence[int] = CIRCO_RECALL_KS, per_query: PerQuery | None = None) -> dict[str, float]:
-    """CIRCO's official R@k (``target_img_id`` only) averaged over queries (x100)."""
+    """CIRCO's official R@k (``target_img_id`` only) averaged over queries (x100): how often the target
+    itself is among the first k (0 or 1 for a ranking without repeats), the other ground truths not counted."""
     return _means("R", ks, [q for q, t in targets.items() if t is not None],
-                  lambda q, k: target_recall_at_k(rankings.get(q, []), targets[q], k), per_query)
+                  lambda q, k: float(sum(1 for r in rankings.get(q, [])[:k] if r == targets[q])), per_query)
 
 
 def map_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, Iterable[str]],
@@ -120,8 +106,8 @@ def recall_subset_mean(rankings: Mapping[str, Sequence[str]], targets: Mapping[s
                        members: Mapping[str, Iterable[str]], references: Mapping[str, str],
                        ks: Sequence[int] = SUBSET_KS, per_query: PerQuery | None = None) -> dict[str, float]:
     return _means("R_subset", ks, [q for q, t in targets.items() if t and q in members],
-                  lambda q, k: recall_subset_at_k(rankings.get(q, []), targets[q], members[q], references.get(q), k),
-                  per_query)
+                  lambda q, k: recall_at_k(subset_ranking(rankings.get(q, []), members[q], references.get(q)),
+                                           [targets[q]], k), per_query)
 
 
 def cir_metrics(rankings: Mapping[str, Sequence[str]], targets: Mapping[str, str | Iterable[str]], *,

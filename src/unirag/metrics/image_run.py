@@ -1,4 +1,4 @@
-"""Score generated images: FID and IS (when possible) and CLIP Score, of a run directory or in memory.
+"""Score the generated images of a run directory: FID and IS (when possible) and CLIP Score.
 
 A generated image is matched with the real positive image of the same query for FID and with the
 query's caption for CLIP Score. A metric that cannot run here (no torch-fidelity, no weights) is
@@ -7,28 +7,16 @@ skipped with one line; the others still run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from unirag.data.records import resolve_image
-from unirag.errors import ConfigError, InputError
-from unirag.metrics.images import (
-    DEFAULT_CLIP_MODEL,
-    MetricUnavailable,
-    clip_scores,
-    frechet_distance,
-    frechet_interval,
-    inception_from_logits,
-    inception_score,
-    load_clip,
-    standard_inception,
-)
-from unirag.metrics.references import load_run_for_scoring, reference_image, scores_result, write_scores
+from unirag.errors import InputError
+from unirag.metrics.images import DEFAULT_CLIP_MODEL, frechet_interval, image_metrics, inception_from_logits
+from unirag.metrics.references import load_run_for_scoring, reference_image, scores_result
 from unirag.metrics.stats import DEFAULT_RESAMPLES, bootstrap_interval, query_intervals_result, shifted
 from unirag.runs.rundir import OUTPUTS_FILE
 
-IMAGE_METRICS = ("FID", "CLIP Score", "IS", "IS SD")
 #: FID's and IS's intervals recompute the whole figure per resample: at most this many resamples on a
 #: GPU, and :data:`FID_MAX_RESAMPLES_CPU` on the CPU (a 2048-dimensional Fréchet distance takes seconds there).
 FID_MAX_RESAMPLES = 200
@@ -50,13 +38,10 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     BGR 224x224 inputs, 299x299 for IS). ``intervals``: 95 % bootstrap intervals over the queries
     (``resamples`` seeded by ``bootstrap_seed``; 0: none), FID's from resampled pairs of real and
     generated features and IS's from resampled logits (at most :data:`FID_MAX_RESAMPLES` of them, the
-    spread centred on the measured figure). The other arguments: see :func:`score_images`.
+    spread centred on the measured figure). The other arguments: see :func:`~unirag.metrics.images.image_metrics`.
     """
-    from unirag.profiles import resolve
-
-    settings = resolve(profile)
+    settings, run, by_qid, gt = load_run_for_scoring(run_dir, "image", queries, pool, qrels, profile)
     noise = settings["image_metric_missing"] == "noise"
-    run, by_qid, gt = load_run_for_scoring(run_dir, "image", queries, pool, qrels)
     outputs_path = run.run_dir / OUTPUTS_FILE
     qids, fakes, reals, texts = [], [], [], []
     no_real = noised = 0
@@ -96,12 +81,14 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
         reals = official_arrays(reals, channels=channels, size=size, seed=seed + 1)
         if size is not None:  # IS sees 299x299 copies of the 224 images (eval_image_generation.py@e9a4e00:173)
             is_images = [opencv().resize(a, (299, 299)) for a in fakes]
-    metrics, skipped, scores = score_images(fakes, texts, reals, clip_model=clip_model, clip=clip,
-                                            fid_feature=fid_feature, is_feature=is_feature,
-                                            inception_weights=inception_weights, is_splits=is_splits, seed=seed,
-                                            batch_size=batch_size, device=device, show_progress=show_progress,
-                                            engine=engine, fid_features=fid_rows, is_features=is_rows,
-                                            is_images=is_images)
+    from unirag.runs.engine import engine_options
+
+    metrics = image_metrics(fakes, texts, reals, clip_model=clip_model, clip=clip, fid_feature=fid_feature,
+                            is_feature=is_feature, inception_weights=inception_weights, is_splits=is_splits,
+                            seed=seed, batch_size=batch_size, device=device, per_item=True,
+                            decode_workers=engine_options(engine).decode_workers, show_progress=show_progress,
+                            fid_features=fid_rows, is_features=is_rows, is_images=is_images)
+    skipped, scores = metrics.pop("skipped"), metrics.pop("per_item")
     per_query = dict(zip(qids, scores, strict=True)) if scores else {}
     intervals = query_intervals_result({q: {"CLIP Score": s} for q, s in per_query.items()}, metrics, resamples,
                                        bootstrap_seed, ci_method)
@@ -121,108 +108,10 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
         if ci is not None:
             intervals["intervals"][name] = ci.as_dict()
             intervals["bootstrap"][name.lower()] = {"method": "centred", "n_resamples": whole}
-    result = {
-        **scores_result(run, by_qid, len(qids), task="image", metrics=metrics, intervals=intervals, skipped=skipped,
-                        settings=settings, queries=queries, pool=pool),
-        "n_no_real_image": no_real,
-        "n_noise_images": noised,
-        "fid_feature": "injected" if fid_feature is not None else "inception-v3-compat (torch-fidelity)",
-        "clip_model": "injected" if clip is not None else (str(clip_model) if clip_model else None),
-        "is_splits": is_splits,
-        "seed": seed,
-        "images_root": str(images_root),
-    }
-    if write:
-        write_scores(run, ({"qid": q, "CLIP Score": s} for q, s in per_query.items()), result)
-    return result
-
-
-def score_images(images: Sequence[Any], texts: Sequence[str] | None, real_images: Sequence[Any] | None, *,
-                 clip_model: str | Path | None = DEFAULT_CLIP_MODEL, clip: tuple[Any, Any] | None = None,
-                 fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
-                 is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
-                 show_progress: bool = False, engine: Any = None, fid_features: list | None = None,
-                 is_features: list | None = None,
-                 is_images: Sequence[Any] | None = None) -> tuple[dict[str, float], dict[str, str], list[float]]:
-    """(metrics, skipped metrics with their one-line reason, per-image CLIP Scores) of generated
-    ``images`` (paths, PIL images or bytes): FID against ``real_images`` (None: skipped), CLIP Score
-    against ``texts`` (None or ``clip_model=None`` without ``clip`` = (model, processor): skipped) and IS,
-    for ``unirag evaluate images`` and :func:`unirag.image_metrics`. ``fid_feature`` / ``is_feature``: any
-    ``nn.Module`` on uint8 images instead of the standard Inception network. ``engine``: its decode
-    workers decode the files. ``fid_features`` / ``is_features``: lists that receive FID's feature rows
-    and IS's logits (for their intervals). ``is_images``: what IS sees instead (the official 299x299 copies)."""
-    import torch
-
-    if texts is not None and len(texts) != len(images):
-        raise ConfigError(f"got {len(images)} images and {len(texts)} texts: give one text per image")
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    fakes, reals = list(images), list(real_images) if real_images is not None else None
-    metrics: dict[str, float] = {}
-    skipped: dict[str, str] = {}
-    if reals is None:
-        skipped["FID"] = "FID skipped: no real images given"
-    else:
-        try:
-            fid_net = fid_feature if fid_feature is not None else standard_inception(inception_weights, "2048")
-            metrics["FID"] = frechet_distance(reals, fakes, fid_net, batch_size=batch_size, device=device,
-                                              show_progress=show_progress, engine=engine,
-                                              features=fid_features)
-        except MetricUnavailable as e:
-            skipped["FID"] = str(e)
-        except RuntimeError as e:  # torchmetrics: fewer than 2 images per set
-            skipped["FID"] = f"FID skipped: {e}"
-    scores: list[float] = []
-    model = clip
-    if texts is None:
-        model = None
-        skipped["CLIP Score"] = "CLIP Score skipped: no texts given"
-    elif model is None and clip_model is not None:
-        try:
-            model = load_clip(clip_model)
-        except ConfigError as e:
-            skipped["CLIP Score"] = f"CLIP Score skipped: {e}"
-    elif model is None:
-        skipped["CLIP Score"] = "CLIP Score skipped (--no-clip)"
-    if model is not None:
-        metrics["CLIP Score"], scores = clip_scores(fakes, list(texts), model, device=device,
-                                                    show_progress=show_progress, engine=engine)
-    try:
-        is_net = is_feature if is_feature is not None else standard_inception(inception_weights, "logits_unbiased")
-        metrics["IS"], metrics["IS SD"] = inception_score(list(is_images) if is_images is not None else fakes, is_net,
-                                                          splits=is_splits, seed=seed, batch_size=batch_size,
-                                                          device=device, show_progress=show_progress,
-                                                          engine=engine, features=is_features)
-    except MetricUnavailable as e:
-        skipped.setdefault("IS", str(e))
-    if not metrics:
-        raise ConfigError("no image metric could run: " + " | ".join(dict.fromkeys(skipped.values())))
-    return {m: metrics[m] for m in IMAGE_METRICS if m in metrics}, skipped, scores
-
-
-def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, real_images: Sequence[Any] | None = None,
-                  *, clip_model: str | Path | None = None, clip: tuple[Any, Any] | None = None,
-                  fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
-                  is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
-                  per_item: bool = False, decode_workers: int | str | None = None) -> dict[str, Any]:
-    """Image generation metrics, as ``unirag evaluate images`` computes them: FID of ``images`` (paths, PIL
-    images or encoded bytes) against ``real_images``, CLIP Score of each image against ``texts[i]`` and
-    Inception Score (mean, SD).
-
-    CLIP Score needs ``clip_model`` (a CLIP checkpoint directory or cached hub id; the CLI's default is
-    ``openai/clip-vit-base-patch16``) or ``clip`` = (model, processor); FID/IS need the
-    ``unirag[image-metrics]`` extra, or ``fid_feature`` / ``is_feature`` networks. Returns the metrics
-    that ran plus ``"skipped"`` (metric -> why); ``per_item=True``: also each image's CLIP Score.
-    ``decode_workers``: processes decoding image files ahead of the networks ("auto"/None: the cores
-    available, at most 8, fewer than 128 images inline; 0: in this process); the metrics are the same.
-    """
-    from unirag.runs.engine import EngineOptions
-
-    metrics, skipped, scores = score_images(images, texts, real_images, clip_model=clip_model, clip=clip,
-                                            fid_feature=fid_feature, is_feature=is_feature,
-                                            inception_weights=inception_weights, is_splits=is_splits, seed=seed,
-                                            batch_size=batch_size, device=device,
-                                            engine=EngineOptions(decode_workers=decode_workers))
-    out: dict[str, Any] = {**metrics, "skipped": skipped}
-    if per_item:
-        out["per_item"] = scores
-    return out
+    return scores_result(run, by_qid, len(qids),
+                         ({"qid": q, "CLIP Score": s} for q, s in per_query.items()) if write else None,
+                         task="image", metrics=metrics, intervals=intervals, skipped=skipped, settings=settings,
+                         queries=queries, pool=pool, n_no_real_image=no_real, n_noise_images=noised,
+                         fid_feature="injected" if fid_feature is not None else "inception-v3-compat (torch-fidelity)",
+                         clip_model="injected" if clip is not None else (str(clip_model) if clip_model else None),
+                         is_splits=is_splits, seed=seed, images_root=str(images_root))

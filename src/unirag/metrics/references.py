@@ -46,11 +46,15 @@ _WRONG_TASK = {"caption": "this is an image-generation run; use 'unirag evaluate
 
 
 def load_run_for_scoring(run_dir: str | Path, task: str, queries: str | Path, pool: str | Path,
-                         qrels: str | Path | None = None
-                         ) -> tuple[RunOutputs, dict[str, Query], dict[str, list[Candidate]]]:
-    """The run, qid -> query and qid -> positive candidates, checked for the scorer of ``task``: a run of the
-    other kind is refused (one without a task, hand-made, is accepted), and so are outputs whose qids
-    are not in ``queries`` (a wrong --queries file would otherwise score silently against nothing)."""
+                         qrels: str | Path | None, profile: Any
+                         ) -> tuple[Any, RunOutputs, dict[str, Query], dict[str, list[Candidate]]]:
+    """The settings of ``profile``, the run, qid -> query and qid -> positive candidates, checked for the
+    scorer of ``task``: a run of the other kind is refused (one without a task, hand-made, is accepted), and
+    so are outputs whose qids are not in ``queries`` (a wrong --queries file would otherwise score silently
+    against nothing)."""
+    from unirag.profiles import resolve
+
+    settings = resolve(profile)
     run = read_run_dir(run_dir)
     if run.task not in (None, task):
         raise InputError(_WRONG_TASK[task], path=run.run_dir)
@@ -61,23 +65,24 @@ def load_run_for_scoring(run_dir: str | Path, task: str, queries: str | Path, po
     if unknown:
         raise InputError(f"{len(unknown)} output(s) have qids not in the queries file, e.g. {unknown[0]!r} "
                          "(wrong --queries?)", path=queries)
-    return run, by_qid, gt
+    return settings, run, by_qid, gt
 
 
-def scores_result(run: RunOutputs, by_qid: dict[str, Query], n_scored: int, *, task: str, metrics: dict[str, float],
-                  intervals: dict[str, Any], skipped: dict[str, str], settings: Any, queries: str | Path,
-                  pool: str | Path) -> dict[str, Any]:
+def scores_result(run: RunOutputs, by_qid: dict[str, Query], n_scored: int, per_query: Iterable[dict[str, Any]] | None,
+                  *, task: str, metrics: dict[str, float], intervals: dict[str, Any], skipped: dict[str, str],
+                  settings: Any, queries: str | Path, pool: str | Path, **entries: Any) -> dict[str, Any]:
     """What every scorer's metrics.json holds: the metrics, their intervals and the skipped ones; the counts
-    of queries, scored, failed (the first 20 failed qids) and without output yet; the profile and inputs."""
+    of queries, scored, failed (the first 20 failed qids) and without output yet; the profile and inputs;
+    then the scorer's own ``entries``. Unless ``per_query`` is None, ``metrics_per_query.jsonl`` (its
+    records), then ``metrics.json`` are written into the run folder (each atomically)."""
     failed = run.failed()
-    return {"task": task, "metrics": metrics, **intervals, "skipped_metrics": skipped, "n_queries": len(by_qid),
-            "n_scored": n_scored, "n_failed": len(failed), "n_missing": sum(1 for q in by_qid if q not in run.records),
-            "failed_qids": sorted(failed)[:20], "profile": settings.to_dict(), "queries": str(queries), "pool": str(pool)}
+    result = {"task": task, "metrics": metrics, **intervals, "skipped_metrics": skipped, "n_queries": len(by_qid),
+              "n_scored": n_scored, "n_failed": len(failed), "n_missing": sum(1 for q in by_qid if q not in run.records),
+              "failed_qids": sorted(failed)[:20], "profile": settings.to_dict(), "queries": str(queries),
+              "pool": str(pool), **entries}
+    if per_query is not None:
+        from unirag.runs.atomic import atomic_write_json, atomic_write_lines
 
-
-def write_scores(run: RunOutputs, per_query: Iterable[dict[str, Any]], result: dict[str, Any]) -> None:
-    """``metrics_per_query.jsonl``, then ``metrics.json``, into the run folder (each atomically)."""
-    from unirag.runs.atomic import atomic_write_json, atomic_write_lines
-
-    atomic_write_lines(run.run_dir / PER_QUERY_FILE, (json.dumps(r, ensure_ascii=False) for r in per_query))
-    atomic_write_json(run.run_dir / METRICS_FILE, result)
+        atomic_write_lines(run.run_dir / PER_QUERY_FILE, (json.dumps(r, ensure_ascii=False) for r in per_query))
+        atomic_write_json(run.run_dir / METRICS_FILE, result)
+    return result

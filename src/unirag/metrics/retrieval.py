@@ -39,37 +39,28 @@ LABELS = {"hit": "hit@k after complement replacement (paper §5)", "recall": "tr
           "mrr": "MRR@k (replaced list)", "uniir_recall": "UniIR Recall@k (raw top-k ids, compute_recall_at_k)"}
 
 
-def per_query_scores(run: Mapping[str, Sequence[str]], qrels: Mapping[str, set[str]], ks: Sequence[int],
-                     raw: Mapping[str, Sequence[str]] | None = None) -> dict[str, dict[str, float]]:
-    """Each judged query's metrics (with ``raw``: also ``uniir_recall@k``), the rows of means and intervals."""
+def evaluate_run(run: Mapping[str, Sequence[str]], qrels: Mapping[str, set[str]], ks: Sequence[int],
+                 raw: Mapping[str, Sequence[str]] | None = None,
+                 per_query: dict[str, dict[str, float]] | None = None) -> dict[str, object]:
+    """Mean metrics ({"hit@1": ..., "num_queries": n, "missing_queries": m, ...}); ``raw``: qid -> ids as retrieved
+    (then also ``uniir_recall@k``). ``per_query`` receives each judged query's metrics, the rows of the means
+    and of their intervals."""
     if not ks or any(int(k) <= 0 for k in ks):
         raise ValueError(f"cutoffs must be positive integers, got {list(ks)}")
     judged = [q for q, rel in qrels.items() if rel]
     if not judged:
         raise ValueError("the qrels contain no relevant judgements")
-    out: dict[str, dict[str, float]] = {}
+    rows = per_query if per_query is not None else {}
     for qid in judged:
         ranked = run.get(qid) or []
         row = {f"{name}@{k}": fn(ranked, qrels[qid], int(k)) for k in ks for name, fn in METRICS.items()}
         if raw is not None:
             row.update({f"uniir_recall@{k}": hit_at_k(raw.get(qid) or [], qrels[qid], int(k)) for k in ks})
-        out[qid] = row
-    return out
-
-
-def evaluate_run(run: Mapping[str, Sequence[str]], qrels: Mapping[str, set[str]], ks: Sequence[int],
-                 raw: Mapping[str, Sequence[str]] | None = None) -> dict[str, object]:
-    """Mean metrics ({"hit@1": ..., "num_queries": n, "missing_queries": m, ...}); ``raw``: qid -> ids as retrieved."""
-    return mean_metrics(run, per_query_scores(run, qrels, ks, raw))
-
-
-def mean_metrics(run: Mapping[str, Sequence[str]], per_query: Mapping[str, Mapping[str, float]]) -> dict[str, object]:
-    """The means of :func:`per_query_scores` with the query counts."""
-    names = list(next(iter(per_query.values())))
-    out: dict[str, object] = {key: sum(r[key] for r in per_query.values()) / len(per_query) for key in names}
-    out["num_queries"] = len(per_query)
-    out["missing_queries"] = sum(1 for q in per_query if q not in run)
-    out["extra_queries"] = len(set(run) - set(per_query))
+        rows[qid] = row
+    out: dict[str, object] = {key: sum(r[key] for r in rows.values()) / len(rows) for key in rows[judged[0]]}
+    out["num_queries"] = len(rows)
+    out["missing_queries"] = sum(1 for q in rows if q not in run)
+    out["extra_queries"] = len(set(run) - set(rows))
     return out
 
 
@@ -91,11 +82,11 @@ def evaluate_run_file(run_path: str | Path, qrels_path: str | Path, ks: Sequence
     run = {qid: r.dids for qid, r in results.items()}
     # UniIR's Recall@k needs the raw ids, which run files record since unirag kept them
     raw = {qid: r.raw for qid, r in results.items()} if all(r.raw is not None for r in results.values()) else None
+    per_query: dict[str, dict[str, float]] = {}
     try:
-        per_query = per_query_scores(run, read_qrels(qrels_path).relevant, ks, raw=raw)
+        metrics = evaluate_run(run, read_qrels(qrels_path).relevant, ks, raw=raw, per_query=per_query)
     except ValueError as e:
         raise InputError(str(e), path=qrels_path) from None
-    metrics = mean_metrics(run, per_query)
     figures = {m: float(v) for m, v in metrics.items() if m in next(iter(per_query.values()))}
     intervals = query_intervals_result(per_query, figures, resamples, bootstrap_seed, ci_method)
     out = Path(out) if out is not None else run_path.with_name(run_path.stem + ".metrics.json")

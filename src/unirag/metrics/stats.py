@@ -175,7 +175,6 @@ def paired_comparison(run: Any, baseline: Any, figure: Figure = mean_figure, *, 
     import numpy as np
     from scipy.stats import permutation_test
 
-    method = _check(n_resamples, method, confidence)
     a, b = as_rows(baseline), as_rows(run)
     if a.shape != b.shape:
         raise ConfigError(f"paired comparison needs the same queries in both runs: got {len(b)} and {len(a)} rows")
@@ -183,6 +182,9 @@ def paired_comparison(run: Any, baseline: Any, figure: Figure = mean_figure, *, 
     if n < 2:
         raise ConfigError(f"a paired comparison needs at least 2 shared queries, got {n}")
     diff = float(figure(b) - figure(a))
+    interval = bootstrap_interval(np.concatenate([a, b], axis=1),  # checks the arguments before the test runs
+                                  lambda rows: figure(rows[..., a.shape[1]:]) - figure(rows[..., :a.shape[1]]),
+                                  n_resamples=n_resamples, seed=seed, confidence=confidence, method=method)
     both = np.concatenate([a, b])
 
     def difference(x: Any, y: Any, axis: int = -1) -> Any:
@@ -192,9 +194,6 @@ def paired_comparison(run: Any, baseline: Any, figure: Figure = mean_figure, *, 
                             vectorized=True, n_resamples=int(n_resamples), batch=_batch(both),
                             alternative="two-sided", random_state=np.random.default_rng(seed))
     p = float(min(1.0, test.pvalue))
-    interval = bootstrap_interval(np.concatenate([a, b], axis=1),
-                                  lambda rows: figure(rows[..., a.shape[1]:]) - figure(rows[..., :a.shape[1]]),
-                                  n_resamples=n_resamples, seed=seed, confidence=confidence, method=method)
     assert interval is not None  # n >= 2
     return Comparison(metric=metric, diff=diff, low=interval.low, high=interval.high, p_value=p, n=n,
                       se=interval.se, n_needed=None if p < ALPHA else queries_needed(diff, interval.se, n))

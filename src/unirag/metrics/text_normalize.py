@@ -25,23 +25,18 @@ _BARE_NUMBER = re.compile(r"^\[\s*\d+\s*\]\s*[:\-]\s*")
 _QUOTES = [('"', '"'), ("'", "'"), ("\u201c", "\u201d"), ("\u2018", "\u2019"), ("`", "`")]
 
 
-def _strip_once(text: str) -> str:
-    text = text.strip()
-    m = _LABEL.match(text) or _BARE_NUMBER.match(text)
-    if m:
-        text = text[m.end():].strip()
-    for left, right in _QUOTES:
-        if len(text) >= 2 and text.startswith(left) and text.endswith(right):
-            text = text[len(left):-len(right)].strip()
-            break
-    return text
-
-
 def strip_answer_prefix(text: str) -> str:
     """The caption without answer labels (``Caption [3]:``) and surrounding quotes (see module doc)."""
     previous = None
-    while previous != text:
-        previous, text = text, _strip_once(text)
+    while previous != text:  # one label, then one pair of quotes, until nothing changes
+        previous, text = text, text.strip()
+        m = _LABEL.match(text) or _BARE_NUMBER.match(text)
+        if m:
+            text = text[m.end():].strip()
+        for left, right in _QUOTES:
+            if len(text) >= 2 and text.startswith(left) and text.endswith(right):
+                text = text[len(left):-len(right)].strip()
+                break
     return text
 
 

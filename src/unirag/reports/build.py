@@ -15,17 +15,18 @@ Layout of the report folder (all paths inside it are relative, so it can be move
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from string import Template
 from typing import Any
 
 from unirag.errors import InputError
-from unirag.reports.collect import summarize_run
+from unirag.reports.collect import RunSummary, summarize_run
 from unirag.reports.gallery import MediaStore, asset_text, build_gallery, esc
 from unirag.reports.plots import plot_group
 from unirag.reports.sampling import sampling_tables
-from unirag.reports.tables import Table, dataset_table, group_runs, slug
+from unirag.reports.tables import Table, dataset_table, slug
 from unirag.runs.atomic import atomic_write_text
 from unirag.runs.rundir import OUTPUTS_FILE
 
@@ -86,8 +87,11 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_car
             galleries[r.run_dir] = os.path.relpath(path, out).replace(os.sep, "/")
             written["galleries"].append(path)
             written["cards"][r.name] = n
+    groups: dict[tuple[str, str], list[RunSummary]] = defaultdict(list)  # one table per (task, dataset)
+    for r in sorted(runs, key=RunSummary.sort_key):
+        groups[(r.task, r.dataset)].append(r)
     made = [(dataset_table(task, dataset, group), plot_group(task, dataset, group, out / "plots") if plots else [])
-            for (task, dataset), group in group_runs(runs).items()]
+            for (task, dataset), group in sorted(groups.items())]
     made += [(table, []) for table in sampling_tables(runs)]  # paper Table 7: pipelines on caption sample sets
     if comparison is not None:
         made.append((comparison.table(), []))

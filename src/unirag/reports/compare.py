@@ -127,7 +127,10 @@ def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, 
     others = [r for r in summaries if r.run_dir.resolve() != base.run_dir.resolve()]
     if not others:
         raise InputError("nothing to compare: give at least one run besides the baseline")
-    prepared = []
+    metrics = [m for m in (IMAGE_COLUMNS if base.task == "image" else CAPTION_COLUMNS) if m in base.metrics]
+    not_compared: dict[str, str] = {}
+    rows: list[RowComparison] = []
+    flat: list[tuple[RowComparison, Comparison]] = []
     for r in others:
         if (r.task, r.dataset) != (base.task, base.dataset):
             raise InputError(f"cannot compare {r.name} ({r.task}, {r.dataset}) with the baseline {base.name} "
@@ -137,12 +140,7 @@ def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, 
         if not shared:
             raise InputError(f"cannot compare {r.name} with the baseline {base.name}: they share no scored query "
                              f"(unpaired runs, different query sets)")
-        prepared.append((RowComparison(run=r, n=len(shared)), records, shared))
-    metrics = [m for m in (IMAGE_COLUMNS if base.task == "image" else CAPTION_COLUMNS) if m in base.metrics]
-    not_compared: dict[str, str] = {}
-    flat: list[tuple[RowComparison, Comparison]] = []
-    for row, records, shared in prepared:
-        r = row.run
+        rows.append(row := RowComparison(run=r, n=len(shared)))
         for m in metrics:
             if m not in r.metrics:
                 continue
@@ -154,10 +152,8 @@ def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, 
             if len(shared) < 2:
                 not_compared.setdefault(m, f"{r.name}: a paired comparison needs at least 2 shared queries")
                 continue
-            c = paired_comparison(mine[0], theirs[0], mine[1], metric=m, n_resamples=resamples, seed=seed,
-                                  method=method)
-            flat.append((row, c))
-    rows = [row for row, _, _ in prepared]
+            flat.append((row, paired_comparison(mine[0], theirs[0], mine[1], metric=m, n_resamples=resamples,
+                                                seed=seed, method=method)))
     for (row, _), c in zip(flat, with_holm([c for _, c in flat]), strict=True):
         row.metrics[c.metric] = c
     for m in metrics:

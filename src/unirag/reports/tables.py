@@ -11,8 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,13 +21,6 @@ from unirag.reports.collect import RunSummary
 CAPTION_COLUMNS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "CIDEr", "ROUGE-L", "SPICE", "METEOR")
 IMAGE_COLUMNS = ("FID", "CLIP Score", "IS")
 LOWER_IS_BETTER = {"FID"}
-
-
-def group_runs(runs: Iterable[RunSummary]) -> dict[tuple[str, str], list[RunSummary]]:
-    groups: dict[tuple[str, str], list[RunSummary]] = defaultdict(list)
-    for r in runs:
-        groups[(r.task, r.dataset)].append(r)
-    return {key: sorted(rs, key=RunSummary.sort_key) for key, rs in sorted(groups.items())}
 
 
 #: The kinds of column a metric has: its value, and the paper's figure and the difference from it, with
@@ -124,40 +116,32 @@ class Table:
 def runs_table(task: str, runs: Sequence[RunSummary], name: str, title: str, *, labels: Sequence[str] | None = None,
                notes: Sequence[str] = (), lead: Sequence[str] = (), leads: Sequence[Sequence[str]] | None = None
                ) -> Table:
-    """One row per run: its label (or ``labels``), k, the metric columns and the leak rate when a run has one."""
+    """One row per run: its label (or ``labels``), k, the metric columns and the leak rate when a run has one.
+    Its CSV has one row per run too: who generated it, its metrics (4 decimals; the IS SD a column of its
+    own), its leak rate and its run; ``lead`` names columns put first, ``leads`` their values per run."""
     cols = metric_columns(task, runs)
     leak = any(r.leak_rate is not None for r in runs)
     leak_cells = [["-" if r.leak_rate is None else f"{100 * r.leak_rate:.1f}%"] if leak else [] for r in runs]
+    csv_cols = cols + [("IS SD", "value")] if task == "image" and ("IS", "value") in cols else cols
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([*lead, "row", "retriever", "generator", "mode", "k", "selection",
+                     *(metric + KIND_SUFFIX[kind] for metric, kind in csv_cols),
+                     "leak_rate", "n_scored", "n_failed", "run"])
+    for i, r in enumerate(runs):
+        writer.writerow([*(leads[i] if leads else ()), r.label, r.retriever or "", r.generator, r.mode, r.k,
+                         r.selection, *[("" if column_value(r, c) is None else f"{column_value(r, c):.4f}")
+                                        for c in csv_cols],
+                         "" if r.leak_rate is None else f"{r.leak_rate:.4f}",
+                         r.evaluation.get("n_scored", ""), r.evaluation.get("n_failed", ""), r.name])
     return Table(name, title, ["k", *map(header, cols), *([LEAK_COLUMN] if leak else [])],
                  [[r.label if labels is None else labels[i], r.k, *(cell(r, c) for c in cols), *leak_cells[i]]
-                  for i, r in enumerate(runs)], csv_table(task, runs, lead, leads), list(notes), list(runs),
-                 blank_repeats=labels is None)
+                  for i, r in enumerate(runs)], buf.getvalue(), list(notes), list(runs), blank_repeats=labels is None)
 
 
 def dataset_table(task: str, dataset: str, runs: Sequence[RunSummary]) -> Table:
     """The paper-style table of one (task, dataset)."""
     kind = "Caption generation" if task == "caption" else "Image generation"
-    cols = metric_columns(task, runs)
-    skipped = sorted({m for r in runs for m in r.skipped if (m, "value") not in cols})
+    skipped = sorted({m for r in runs for m in r.skipped if not any(m in x.metrics for x in runs)})
     notes = ["Not computed: " + ", ".join(skipped) + " (see each run's metrics.json for why)."] if skipped else []
     return runs_table(task, runs, f"{slug(task)}_{slug(dataset)}", f"{kind} — {dataset}", notes=notes)
-
-
-def csv_table(task: str, runs: Sequence[RunSummary], lead: Sequence[str] = (),
-              leads: Sequence[Sequence[str]] | None = None) -> str:
-    """One row per run: who generated it, its metrics (4 decimals; the IS SD a column of its own), its leak
-    rate and its run; ``lead`` names columns put first, ``leads`` their values per run."""
-    cols = metric_columns(task, runs)
-    cols = cols + [("IS SD", "value")] if task == "image" and ("IS", "value") in cols else cols
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([*lead, "row", "retriever", "generator", "mode", "k", "selection",
-                     *(metric + KIND_SUFFIX[kind] for metric, kind in cols),
-                     "leak_rate", "n_scored", "n_failed", "run"])
-    for i, r in enumerate(runs):
-        writer.writerow([*(leads[i] if leads else ()), r.label, r.retriever or "", r.generator, r.mode, r.k,
-                         r.selection, *[("" if column_value(r, c) is None else f"{column_value(r, c):.4f}")
-                                        for c in cols],
-                         "" if r.leak_rate is None else f"{r.leak_rate:.4f}",
-                         r.evaluation.get("n_scored", ""), r.evaluation.get("n_failed", ""), r.name])
-    return buf.getvalue()
