@@ -20,7 +20,7 @@ from unirag.cir.agents import build_messages, call_agent
 from unirag.cir.cache import CallCache, CallRequest, call_key
 from unirag.cir.config import XRConfig
 from unirag.messages import ImagePart, with_decoded
-from unirag.runs.executor import execute
+from unirag.runs.executor import RunKind, execute
 from unirag.runs.retry import RetryPolicy
 
 GeneratorFactory = Callable[..., Any]
@@ -28,7 +28,7 @@ K = TypeVar("K")
 
 
 @dataclass
-class AgentJob:
+class AgentJob(RunKind):
     """One role's agent calls as a run kind (:class:`~unirag.runs.executor.RunKind`): the role, its
     generation options, JSON attempts and the generator playing it (here, or on a Ray worker: the
     driver sends ``functools.partial(AgentJob, role, options, json_attempts)``, the worker adds its model)."""
@@ -38,16 +38,9 @@ class AgentJob:
     json_attempts: int
     generator: Any
 
-    batches = False
-    batch_size = 1
-
     @staticmethod
     def key(request: CallRequest) -> str:
         return request.key
-
-    @staticmethod
-    def prepare(request: CallRequest) -> CallRequest:
-        return request
 
     @staticmethod
     def image_paths(requests: Sequence[CallRequest]) -> list[str]:
@@ -55,9 +48,6 @@ class AgentJob:
         what a decode worker can decode ahead (see :mod:`unirag.data.loader`)."""
         return [str(part.path) for r in requests for m in r.messages for part in m.parts
                 if isinstance(part, ImagePart) and part.path is not None]
-
-    def n_images(self, requests: Sequence[CallRequest]) -> int:
-        return len(self.image_paths(requests))
 
     def work_batch(self, requests: list[CallRequest], images: dict[str, Any]) -> list[dict[str, Any]]:
         """Each call's parsed reply; ``images``: the image parts' files decoded ahead (path -> image)."""

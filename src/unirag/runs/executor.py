@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
@@ -32,7 +32,7 @@ T = TypeVar("T")
 DEFERRED = object()
 
 
-class RunKind(Protocol):
+class RunKind:
     """What one kind of run defines once (a caption run, an image run, an X^R role's agent calls).
 
     ``batches``: the model takes several items per call (``batch_size`` of them); else one (on Ray
@@ -41,22 +41,25 @@ class RunKind(Protocol):
     model (examples chosen, ...; made by the driver, picklable for Ray workers).
     ``image_paths(prepared)``: the image files those calls load (what is decoded ahead).
     ``n_images(items)``: about how many images the items load (the ``auto`` decode rule).
+    By default an item is its own prepared call, one per call.
     ``work_batch(prepared, images)``: one record's fields per prepared item; ``images`` holds their
     image files decoded ahead (path -> image; empty: decode them), for
     :func:`unirag.data.images.load_rgb`'s ``ahead``. A failed item raises
     :class:`~unirag.errors.BackendError`.
     """
 
-    batches: bool
-    batch_size: int
+    batches = False
+    batch_size = 1
 
     def key(self, item: Any) -> str: ...
 
-    def prepare(self, item: Any) -> Any: ...
+    def prepare(self, item: Any) -> Any:
+        return item
 
     def image_paths(self, prepared: Sequence[Any]) -> list[str]: ...
 
-    def n_images(self, items: Sequence[Any]) -> int: ...
+    def n_images(self, items: Sequence[Any]) -> int:
+        return len(self.image_paths([self.prepare(it) for it in items]))
 
     def work_batch(self, prepared: list[Any], images: dict[str, Any]) -> list[dict[str, Any]]: ...
 
