@@ -62,3 +62,23 @@ def test_submission_formats(tmp_path):
     assert recall["version"] == "rc2" and recall["metric"] == "recall" and len(recall["12063"]) == 50
     assert subset["metric"] == "recall_subset" and subset["12063"] == ["a", "b", "c"]
     assert write_submissions("fashioniq", tmp_path, names) == []
+
+
+def test_cirr_average_interval_resamples_the_queries_that_have_both():
+    """The CIRR average (R@5 + R_subset@1) / 2 gets its interval from the queries with both values (a query
+    without an image set has no R_subset@1), each metric's own from all its queries."""
+    import numpy as np
+
+    from unirag.cir.outputs import _with_intervals
+    from unirag.metrics.stats import bootstrap_interval
+
+    qs = [f"q{i}" for i in range(12)]
+    r5 = {q: float(i % 3 != 0) for i, q in enumerate(qs)}
+    sub = {q: float(i % 2) for i, q in enumerate(qs[:8])}
+    out = _with_intervals({"avg(R@5,R_subset@1)": 0.0}, {"R@5": r5, "R_subset@1": sub}, 300, 4, "percentile")
+    pairs = np.array([[100 * r5[q], 100 * sub[q]] for q in sub])
+    want = bootstrap_interval(pairs, lambda r: r.mean(axis=-2).mean(axis=-1), n_resamples=300, seed=4)
+    got = out["intervals"]["avg(R@5,R_subset@1)"]
+    assert (got["low"], got["high"], got["se"]) == pytest.approx((want.low, want.high, want.se), abs=1e-9)
+    assert out["intervals"]["R@5"] == bootstrap_interval([100 * v for v in r5.values()], n_resamples=300,
+                                                         seed=4).as_dict()

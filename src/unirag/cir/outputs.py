@@ -30,7 +30,7 @@ from unirag.metrics.cir import (
     subset_ranking,
     target_recall_mean,
 )
-from unirag.metrics.stats import DEFAULT_RESAMPLES, bootstrap_interval
+from unirag.metrics.stats import DEFAULT_RESAMPLES, query_intervals_result
 from unirag.runs.atomic import atomic_write_json, atomic_write_lines
 
 METRIC_DEPTH = 50
@@ -163,23 +163,13 @@ def _with_intervals(out: dict[str, Any], rows: Mapping[str, Mapping[str, float]]
                     seed: int, method: str) -> dict[str, Any]:
     """Add each metric's interval (x100, as the figures) from its per-query values; the CIRR average
     (R@5 + R_subset@1) / 2 resamples the queries that have both."""
-    if not resamples:
-        return out
-    import numpy as np
-
-    intervals = {}
-    for name, values in rows.items():
-        ci = bootstrap_interval([100.0 * v for v in values.values()], n_resamples=resamples, seed=seed,
-                                method=method)
-        if ci is not None:
-            intervals[name] = ci.as_dict()
     if "avg(R@5,R_subset@1)" in out:
-        both = [q for q in rows["R_subset@1"] if q in rows["R@5"]]
-        pairs = np.array([[100.0 * rows["R@5"][q], 100.0 * rows["R_subset@1"][q]] for q in both])
-        ci = bootstrap_interval(pairs, lambda r: r.mean(axis=-2).mean(axis=-1), n_resamples=resamples, seed=seed,
-                                method=method)
-        if ci is not None:
-            intervals["avg(R@5,R_subset@1)"] = ci.as_dict()
-    out["intervals"] = intervals
+        sub = rows["R_subset@1"]
+        rows = {**rows, "avg(R@5,R_subset@1)": {q: (v + sub[q]) / 2 for q, v in rows["R@5"].items() if q in sub}}
+    if resamples:
+        out["intervals"] = {}
+        for name, values in rows.items():  # each metric over its own queries
+            figure = {name: 100.0 * sum(values.values()) / max(1, len(values))}
+            out["intervals"].update(query_intervals_result({q: {name: 100.0 * v} for q, v in values.items()}, figure,
+                                                           resamples, seed, method)["intervals"])
     return out
-
