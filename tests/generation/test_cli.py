@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from fake_openai_server import FakeServer, Reply
 from unirag.cli.main import cli
+from unirag.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -104,6 +105,10 @@ def test_grid_file_errors_name_the_key(tmp_path):
     exp.write_text("out: o\nqueries: q.jsonl\nbogus: 1\n")
     result = CliRunner().invoke(cli, ["run", str(exp)])
     assert "unknown key(s) bogus" in str(result.exception)
+    for text, message in [("grid: [", "malformed YAML"), ("- a list", "expected a mapping at the top level")]:
+        exp.write_text(text)
+        result = CliRunner().invoke(cli, ["run", str(exp)])
+        assert isinstance(result.exception, InputError) and message in str(result.exception) and "g.yaml" in str(result.exception)
 
 
 def test_caption_cli_one_line_error_for_bad_spec(coco_set, tmp_path, capsys):

@@ -34,7 +34,7 @@ from typing import Any
 
 from unirag.cir.agents import ROLES
 from unirag.cir.scoring import NORMS
-from unirag.data.text import read_text
+from unirag.data.text import read_yaml_mapping
 from unirag.errors import ConfigError, InputError
 from unirag.generators.registry import identity_config
 from unirag.profiles import SETTINGS, Settings, resolve
@@ -174,17 +174,8 @@ def load_config(path: str | Path | XRConfig | None, *, encoder: str | None = Non
 
 
 def _read_config(path: str | Path) -> XRConfig:
-    import yaml
-
     path = Path(path)
-    if not path.exists():
-        raise InputError("agents config not found", path=path)
-    try:
-        raw = yaml.safe_load(read_text(path)) or {}
-    except yaml.YAMLError as e:
-        raise InputError(f"malformed YAML ({e})", path=path) from None
-    if not isinstance(raw, dict):
-        raise InputError("expected a mapping at the top level", path=path)
+    raw = read_yaml_mapping(path, "agents config")
     unknown = set(raw) - {"defaults", "roles", "encoder", "text_encoder", "settings", "profile", "official_prompts"}
     if unknown:
         raise InputError(f"unknown key(s) {sorted(unknown)}", path=path, field=sorted(unknown)[0])

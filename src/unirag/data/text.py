@@ -54,3 +54,20 @@ def iter_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
 def read_text(path: str | Path) -> str:
     """The whole file as text (BOM dropped); invalid UTF-8 is an InputError naming line and byte offset."""
     return "".join(line for _, line in iter_text_lines(path))
+
+
+def read_yaml_mapping(path: str | Path, what: str) -> dict:
+    """The top-level mapping of the YAML file ``path`` (an empty file: {}); a missing file (``what`` names
+    it), malformed YAML or any other top level is an InputError naming the file."""
+    import yaml
+
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{what} not found", path=path)
+    try:
+        raw = yaml.safe_load(read_text(path)) or {}
+    except yaml.YAMLError as e:
+        raise InputError(f"malformed YAML ({e})", path=path) from None
+    if not isinstance(raw, dict):
+        raise InputError("expected a mapping at the top level", path=path)
+    return raw

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unirag.data.text import read_text
+from unirag.data.text import read_yaml_mapping
 from unirag.errors import ConfigError, InputError, UniragError
 from unirag.generators.registry import GENERATOR_OPTIONS
 
@@ -116,18 +116,9 @@ def _as_list(v: Any) -> list:
 
 def read_grid(path: str | Path, overrides: GridOverrides | None = None) -> Grid:
     """Read and check a grid file's top level and collect its entries. Errors name the file and key."""
-    import yaml
-
     over = overrides or GridOverrides()
     path = Path(path)
-    if not path.exists():
-        raise InputError("experiment file not found", path=path)
-    try:
-        spec = yaml.safe_load(read_text(path))
-    except yaml.YAMLError as e:
-        raise InputError(f"invalid YAML ({e})", path=path) from None
-    if not isinstance(spec, dict):
-        raise InputError("expected a mapping at the top level", path=path)
+    spec = read_yaml_mapping(path, "experiment file")
     unknown = set(spec) - _TOP_KEYS
     if unknown:
         raise InputError(f"unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(_TOP_KEYS))}",
