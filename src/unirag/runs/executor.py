@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from itertools import islice
 from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
@@ -216,21 +217,15 @@ def run_items(
                 count(batch(group))
         else:
             with ThreadPoolExecutor(max_workers=concurrency) as pool:
-                pending: set[Future] = set()
                 iterator = iter(groups)
                 # Keep only ~2x concurrency futures alive so Ctrl-C stops quickly.
-                for group in iterator:
-                    pending.add(pool.submit(batch, group))
-                    if len(pending) >= 2 * concurrency:
-                        break
+                pending: set[Future] = {pool.submit(batch, group) for group in islice(iterator, 2 * concurrency)}
                 try:
                     while pending:
                         finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                         for fut in finished:
                             count(fut.result())
-                            nxt = next(iterator, None)
-                            if nxt is not None:
-                                pending.add(pool.submit(batch, nxt))
+                            pending.update(pool.submit(batch, group) for group in islice(iterator, 1))
                 except BaseException:
                     if stop is not None:
                         stop()
