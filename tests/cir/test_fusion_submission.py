@@ -67,18 +67,21 @@ def test_submission_formats(tmp_path):
 def test_cirr_average_interval_resamples_the_queries_that_have_both():
     """The CIRR average (R@5 + R_subset@1) / 2 gets its interval from the queries with both values (a query
     without an image set has no R_subset@1), each metric's own from all its queries."""
-    import numpy as np
-
-    from unirag.cir.outputs import _with_intervals
+    from unirag.cir.datasets import CirDataset, CirQuery
+    from unirag.cir.outputs import evaluate
     from unirag.metrics.stats import bootstrap_interval
 
-    qs = [f"q{i}" for i in range(12)]
-    r5 = {q: float(i % 3 != 0) for i, q in enumerate(qs)}
-    sub = {q: float(i % 2) for i, q in enumerate(qs[:8])}
-    out = _with_intervals({"avg(R@5,R_subset@1)": 0.0}, {"R@5": r5, "R_subset@1": sub}, 300, 4, "percentile")
-    pairs = np.array([[100 * r5[q], 100 * sub[q]] for q in sub])
+    # 12 queries, the first 8 with an image set; R@5 hits 2 queries in 3, R_subset@1 every other query
+    queries = [CirQuery(f"q{i}", "ref", "t", [f"t{i}"], [f"t{i}", "x", "y"] if i < 8 else None) for i in range(12)]
+    rankings = {q.qid: ([q.targets[0]] if i % 3 else []) + ["x", "y", "z"] for i, q in enumerate(queries)}
+    subsets = {q.qid: (["t" + q.qid[1:], "x"] if i % 2 else ["x", "t" + q.qid[1:]]) for i, q in enumerate(queries[:8])}
+    ds = CirDataset("cirr-val", "cirr", queries, {})
+    out = evaluate(ds, rankings, subsets, resamples=300, bootstrap_seed=4)
+    r5 = [100.0 * (i % 3 != 0) for i in range(12)]
+    sub = [100.0 * (i % 2) for i in range(8)]
+    assert out["R@5"] == pytest.approx(sum(r5) / 12) and out["R_subset@1"] == pytest.approx(sum(sub) / 8)
+    pairs = np.array([[r5[i], sub[i]] for i in range(8)])
     want = bootstrap_interval(pairs, lambda r: r.mean(axis=-2).mean(axis=-1), n_resamples=300, seed=4)
     got = out["intervals"]["avg(R@5,R_subset@1)"]
     assert (got["low"], got["high"], got["se"]) == pytest.approx((want.low, want.high, want.se), abs=1e-9)
-    assert out["intervals"]["R@5"] == bootstrap_interval([100 * v for v in r5.values()], n_resamples=300,
-                                                         seed=4).as_dict()
+    assert out["intervals"]["R@5"] == bootstrap_interval(r5, n_resamples=300, seed=4).as_dict()

@@ -147,8 +147,8 @@ def evaluate(dataset: CirDataset, rankings: Mapping[str, Sequence[str]],
         out.update(target_recall_mean(rankings, {q.qid: q.main_target for q in dataset.queries if q.qid in targets},
                                       CIRCO_RECALL_KS, per_query=rows))
         out.update(recall_mean(rankings, targets, CIRCO_RECALL_KS, name="R_anyGT", per_query=rows))
-        return _with_intervals(out, rows, resamples, bootstrap_seed, method)
-    out.update(recall_mean(rankings, targets, RECALL_KS, per_query=rows))
+    else:
+        out.update(recall_mean(rankings, targets, RECALL_KS, per_query=rows))
     if dataset.kind == "cirr" and subset_rankings is not None:
         members = {q.qid: q.subset for q in dataset.queries if q.subset is not None}
         refs = {q.qid: q.reference for q in dataset.queries}
@@ -156,20 +156,13 @@ def evaluate(dataset: CirDataset, rankings: Mapping[str, Sequence[str]],
                                  per_query=rows)
         out.update(sub)
         out["avg(R@5,R_subset@1)"] = (out["R@5"] + out["R_subset@1"]) / 2
-    return _with_intervals(out, rows, resamples, bootstrap_seed, method)
-
-
-def _with_intervals(out: dict[str, Any], rows: Mapping[str, Mapping[str, float]], resamples: int,
-                    seed: int, method: str) -> dict[str, Any]:
-    """Add each metric's interval (x100, as the figures) from its per-query values; the CIRR average
-    (R@5 + R_subset@1) / 2 resamples the queries that have both."""
-    if "avg(R@5,R_subset@1)" in out:
-        sub = rows["R_subset@1"]
-        rows = {**rows, "avg(R@5,R_subset@1)": {q: (v + sub[q]) / 2 for q, v in rows["R@5"].items() if q in sub}}
-    if resamples:
+        # its interval resamples the queries that have both
+        rows["avg(R@5,R_subset@1)"] = {q: (v + rows["R_subset@1"][q]) / 2 for q, v in rows["R@5"].items()
+                                       if q in rows["R_subset@1"]}
+    if resamples:  # each metric's interval (x100, as the figures) from its per-query values
         out["intervals"] = {}
-        for name, values in rows.items():  # each metric over its own queries
+        for name, values in rows.items():
             figure = {name: 100.0 * sum(values.values()) / max(1, len(values))}
             out["intervals"].update(query_intervals_result({q: {name: 100.0 * v} for q, v in values.items()}, figure,
-                                                           resamples, seed, method)["intervals"])
+                                                           resamples, bootstrap_seed, method)["intervals"])
     return out
