@@ -152,9 +152,8 @@ def evaluate(dataset: CirDataset, rankings: Mapping[str, Sequence[str]],
     if dataset.kind == "cirr" and subset_rankings is not None:
         members = {q.qid: q.subset for q in dataset.queries if q.subset is not None}
         refs = {q.qid: q.reference for q in dataset.queries}
-        sub = recall_subset_mean(subset_rankings, {q: t[0] for q, t in targets.items()}, members, refs, SUBSET_KS,
-                                 per_query=rows)
-        out.update(sub)
+        out.update(recall_subset_mean(subset_rankings, {q: t[0] for q, t in targets.items()}, members, refs,
+                                      SUBSET_KS, per_query=rows))
         out["avg(R@5,R_subset@1)"] = (out["R@5"] + out["R_subset@1"]) / 2
         # its interval resamples the queries that have both
         rows["avg(R@5,R_subset@1)"] = {q: (v + rows["R_subset@1"][q]) / 2 for q, v in rows["R@5"].items()
