@@ -21,7 +21,7 @@ class Metrics:
     """The service's counters and histograms, in a registry of its own (tests build many apps in one process)."""
 
     def __init__(self) -> None:
-        self.registry = reg = CollectorRegistry(auto_describe=False)
+        self.registry = reg = CollectorRegistry()
         self.requests = Counter("unirag_requests", "HTTP requests answered, by endpoint, method and status.",
                                 ("endpoint", "method", "status"), registry=reg)
         self.latency = Histogram("unirag_request_latency_seconds", "Time to answer a request, by endpoint.",
