@@ -67,8 +67,8 @@ def main() -> None:
 
         def upload(original: str, copy: str) -> float:
             limits = {"max_bytes": 50 << 20, "max_pixels": 40_000_000}
-            a, b = encoder.encode_images([check_image((root / copy).read_bytes(), **limits).image,
-                                          check_image((root / original).read_bytes(), **limits).image])
+            a, b = encoder.encode_images([check_image((root / copy).read_bytes(), **limits),
+                                          check_image((root / original).read_bytes(), **limits)])
             return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
 
         print(f"unirag from {Path(unirag.__file__).parent}; {len(photos)} photos, {len(products)} products")

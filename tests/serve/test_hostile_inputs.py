@@ -48,8 +48,8 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
 def test_uploads_embed_as_the_upright_8_bit_original(engine, files, original, copy) -> None:
     encoder = engine.retriever.encoder
     limits = {"max_bytes": 10 << 20, "max_pixels": 40_000_000}
-    got = check_image(files[copy].read_bytes(), **limits).image
-    want = check_image(files[original].read_bytes(), **limits).image
+    got = check_image(files[copy].read_bytes(), **limits)
+    want = check_image(files[original].read_bytes(), **limits)
     vectors = encoder.encode_images([got, want])
     assert _cos(vectors[0], vectors[1]) >= 0.99
 

@@ -33,7 +33,7 @@ def _png(mode: str, side: int, colour=0) -> bytes:
 def test_a_small_file_of_huge_dimensions_is_kept_at_the_size_the_encoder_needs():
     for mode in ("1", "P", "L", "RGB", "RGBA"):
         data = _png(mode, 6000)
-        got = check_image(data, **LIMITS).image
+        got = check_image(data, **LIMITS)
         assert got.mode == "RGB" and DECODE_SIDE <= min(got.size) < 2 * DECODE_SIDE, (mode, got.size)
     assert len(_png("1", 6000)) < 5000  # the probe's upload: 4.4 KB on the wire
 
@@ -42,7 +42,7 @@ def test_a_large_jpeg_decodes_at_a_reduced_scale_with_the_same_content():
     big = Image.open(PHOTOS[3]).convert("RGB").resize((4000, 3000))
     buf = io.BytesIO()
     big.save(buf, format="JPEG", quality=90)
-    got = check_image(buf.getvalue(), **LIMITS).image
+    got = check_image(buf.getvalue(), **LIMITS)
     assert DECODE_SIDE <= min(got.size) < 2 * DECODE_SIDE and got.size[0] > got.size[1]
     small = np.asarray(got.resize((64, 48)), dtype=float)
     want = np.asarray(big.resize((64, 48)), dtype=float)
@@ -52,7 +52,7 @@ def test_a_large_jpeg_decodes_at_a_reduced_scale_with_the_same_content():
 def test_ordinary_photos_decode_exactly_as_the_library_does():
     for photo in PHOTOS[:5]:
         data = photo.read_bytes()
-        assert np.array_equal(np.asarray(check_image(data, **LIMITS).image), np.asarray(load_rgb(data)))
+        assert np.array_equal(np.asarray(check_image(data, **LIMITS)), np.asarray(load_rgb(data)))
 
 
 def test_uploads_beyond_the_decode_slots_and_queue_get_503_with_retry_after(engine):

@@ -78,8 +78,8 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
     async def _generator_failed(request: Request, e: BackendError):
         """A generator call that still failed after its retries: 503 (searches keep working), counted by kind."""
         endpoint = request.scope["route"].path
-        metrics.generator_error(endpoint, f"http_{e.status}" if e.status else
-                                ("transient" if e.retryable else "permanent"))
+        metrics.generator_errors.labels(endpoint, f"http_{e.status}" if e.status else
+                                        ("transient" if e.retryable else "permanent")).inc()
         log.warning("%s: generator failed: %s", endpoint, e)
         return error(503, f"generator unavailable: {e}. Search keeps working; try again later.")
 

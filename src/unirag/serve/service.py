@@ -102,13 +102,14 @@ def check_k(k: int, k_max: int) -> int:
     return k
 
 
-async def read_image(svc: Service, upload: UploadFile | None, field: str):
-    """The checked upload (:func:`unirag.serve.uploads.check_image`), or None for no file."""
+async def read_image(svc: Service, upload: UploadFile | None):
+    """The upload's bytes and checked image (:func:`unirag.serve.uploads.check_image`), or (None, None)
+    for no file."""
     if upload is None:
-        return None
+        return None, None
     limit = svc.settings.max_upload_bytes
     data = await upload.read(limit + 1)
     if not data and not upload.filename:
-        return None  # a form's empty file input; size and emptiness are check_image's
+        return None, None  # a form's empty file input; size and emptiness are check_image's
     # on the decode threads (max_decodes), or 503 when decode_queue more are waiting already
-    return await svc.decodes.run(check_image, data, max_bytes=limit, max_pixels=svc.settings.max_pixels, field=field)
+    return data, await svc.decodes.run(check_image, data, max_bytes=limit, max_pixels=svc.settings.max_pixels)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import threading
-from dataclasses import dataclass
 
 from starlette.exceptions import HTTPException
 
@@ -30,14 +29,6 @@ ACCEPTED = "JPEG, PNG, WebP, GIF or BMP"
 DECODE_SIDE = 768
 
 
-@dataclass
-class CheckedImage:
-    """An upload that passed every check: the original bytes and the decoded RGB image."""
-
-    data: bytes
-    image: object  # PIL.Image.Image (RGB)
-
-
 def sniff_format(data: bytes) -> str | None:
     """The image format the bytes start with, or None (WebP is RIFF....WEBP)."""
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
@@ -48,8 +39,8 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
-def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "image") -> CheckedImage:
-    """Validate and decode one uploaded image; raises :class:`HTTPException` with the status to send.
+def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "image"):
+    """Validate and decode one upload (to RGB); raises :class:`HTTPException` with the status to send.
 
     Decoding is :func:`unirag.data.images.load_rgb`'s, as for the index: EXIF orientation applied,
     16-bit and float images mapped to 8 bits, transparency on white, the first frame of an animation,
@@ -67,11 +58,10 @@ def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "i
     if fmt is None:
         raise HTTPException(415, f"{field}: not an image this service accepts; send {ACCEPTED}")
     try:
-        rgb = load_rgb(data, max_pixels=max_pixels, draft=DECODE_SIDE)
+        return load_rgb(data, max_pixels=max_pixels, draft=DECODE_SIDE)
     except InputError as e:
         reason = e.reason.replace("cannot decode image bytes", f"cannot decode the {fmt} image")
         raise HTTPException(400, f"{field}: {reason}") from None
-    return CheckedImage(data, rgb)
 
 
 class DecodeSlots:

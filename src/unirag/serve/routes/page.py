@@ -53,5 +53,7 @@ async def healthz(request: Request):
 @router.get("/metrics", dependencies=[Depends(require_token)], summary="Prometheus text metrics",
             response_class=PlainTextResponse)
 async def metrics_text(request: Request):
-    return PlainTextResponse(service_of(request).metrics.render(),
+    from prometheus_client import generate_latest
+
+    return PlainTextResponse(generate_latest(service_of(request).metrics.registry),
                              media_type="text/plain; version=0.0.4; charset=utf-8")

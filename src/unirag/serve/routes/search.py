@@ -74,18 +74,18 @@ async def search(request: Request):
         if not isinstance(filters, list) or not all(isinstance(v, str) for v in filters):
             raise HTTPException(400, "filter: must be a list of strings")
         selection = selection_of(fields)
-        checked = await read_image(svc, upload, "image")
+        _, image = await read_image(svc, upload)
     finally:
         if form is not None:
             await form.close()
-    if checked is None and not (text and text.strip()):
+    if image is None and not (text and text.strip()):
         raise HTTPException(400, "send a text, an image, or both")
-    query = SearchQuery(image=checked.image if checked else None, text=text, selection=selection)
+    query = SearchQuery(image=image, text=text, selection=selection)
     start = time.perf_counter()
     hits = await svc.batcher.search(query, k=k, modality=modality)
     # A JSONResponse, not a dict: FastAPI would walk the dict once more to make it "JSON-able".
     return JSONResponse({"hits": [hit_json(h) for h in hits], "latency_s": round(time.perf_counter() - start, 4),
-                         "query": {"text": text, "image": checked is not None, "k": k, "modality": modality,
+                         "query": {"text": text, "image": image is not None, "k": k, "modality": modality,
                                    "selection": selection.to_dict()}})
 
 
@@ -121,12 +121,12 @@ async def cir(request: Request, image: Annotated[UploadFile, File()], text: Anno
               k: Annotated[int, Form()] = 10, keep_reference: Annotated[bool, Form()] = False):
     svc = service_of(request)
     check_k(k, svc.settings.k_max)
-    checked = await read_image(svc, image, "image")
-    if checked is None:
+    data, picture = await read_image(svc, image)
+    if picture is None:
         raise HTTPException(400, "image: send the reference image")
     if not text.strip():
         raise HTTPException(400, "text: say how the target differs from the reference image")
     start = time.perf_counter()
-    hits, stage, note = await run_in_threadpool(svc.engine.cir, checked.image, text, k, checked.data, keep_reference)
+    hits, stage, note = await run_in_threadpool(svc.engine.cir, picture, text, k, data, keep_reference)
     return {"hits": [hit_json(h) for h in hits], "stage": stage, "note": note,
             "latency_s": round(time.perf_counter() - start, 4)}
