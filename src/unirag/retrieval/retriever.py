@@ -142,17 +142,17 @@ class Retriever:
         reference captions; ``selection`` / selection keywords as in :meth:`search`, for all."""
         _, sel = check_options(k, modality, selection, **options)
         n = len(images) if images is not None else len(texts) if texts is not None else 0
+        per_query = {"images": images, "texts": texts, "exclude sets": exclude, "reference lists": references,
+                     "instructions": None if instructions is None or isinstance(instructions, str) else instructions}
+        wrong = [f"{len(v)} {name}" for name, v in per_query.items() if v is not None and len(v) != n]
+        if wrong:
+            raise ConfigError(f"search_batch got {', '.join(wrong)} for {n} queries; give one of each per query")
         images = list(images) if images is not None else [None] * n
         texts = list(texts) if texts is not None else [None] * n
         excludes = [set(e) for e in exclude] if exclude is not None else [set()] * n
-        if not (len(images) == len(texts) == len(excludes)):
-            raise ConfigError(f"search_batch got {len(images)} images, {len(texts)} texts and "
-                              f"{len(excludes)} exclude sets; give one of each per query")
         queries = [_query(i, im, tx) for i, (im, tx) in enumerate(zip(images, texts, strict=True))]
         vectors = self._encode(*self._instructed(queries, texts, instructions), images)
         qrels = Qrels({q.qid: e for q, e in zip(queries, excludes, strict=True) if e})
-        if references is not None and len(references) != n:
-            raise ConfigError(f"search_batch got {len(references)} reference lists for {n} queries")
         return self.retrieve_vectors(queries, vectors, k, modality, exclude_qrels=qrels, selection=sel,
                                      query_images=images, references=references)
 
@@ -161,8 +161,6 @@ class Retriever:
         does (:meth:`QueryInstructions.apply`); the ranking rules still use the queries as given."""
         n = len(queries)
         given = [instructions] * n if instructions is None or isinstance(instructions, str) else list(instructions)
-        if len(given) != n:
-            raise ConfigError(f"search_batch got {len(given)} instructions for {n} queries")
         if not any(given):
             return queries, texts
         if not hasattr(self.encoder, "instruct"):
@@ -204,9 +202,8 @@ class Retriever:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Retriever:
         """A retriever like the one :meth:`to_dict` described (index reopened, encoder loaded by spec)."""
-        profile = Settings.from_dict(data["profile"]) if isinstance(data.get("profile"), dict) else data.get("profile")
-        return cls(data["index"], data.get("encoder"), device=data.get("device", "auto"), dtype=data.get("dtype", "auto"),
-                   verify=data.get("verify", False), pool_images_root=data.get("pool_images_root"), profile=profile)
+        profile = data.get("profile")
+        return cls(**{**data, "profile": Settings.from_dict(profile) if isinstance(profile, dict) else profile})
 
     # -- M-BEIR query records (the CLI) ------------------------------------------------------
     def retrieve(self, queries: Sequence[Query], k: int, modality: str | Modality | None = "any",
