@@ -142,5 +142,9 @@ def test_per_hit_pairs_refuse_selection_that_chooses_among_pairs(tmp_path):
         with pytest.raises(ConfigError, match="per-candidate"):
             r.retrieve_vectors(q, e(1, 0, 0)[None, :], 2, "text", selection=sel)
     assert r.retrieve_vectors(q, e(1, 0, 0)[None, :], 2, "text", selection={"near_duplicates": "report"})[0].pairs
+    # the report is about the per-hit pairs shown: the one copying a reference caption is marked and counted
+    got = r.retrieve_vectors(q, e(1, 0, 0)[None, :], 2, "text", selection={"near_duplicates": "report"},
+                             references=[["a dog outdoors"]])[0]
+    assert [p.text_did for p in got.pairs if p.near_duplicate] == ["T2"] and got.near_duplicates["flagged"] == 1
     assert _retriever(tmp_path / "d", "default").retrieve_vectors(q, e(1, 0, 0)[None, :], 2, "text",
                                                                    selection={"diversity": "mmr"})[0].pairs

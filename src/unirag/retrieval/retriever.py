@@ -50,7 +50,7 @@ class Retriever:
     notebook has), :meth:`retrieve` M-BEIR query records (what ``unirag retrieve`` reads); both
     follow the same rules and give the same ranking for the same query.
 
-    ``encoder``: an encoder object or spec; None loads the one recorded in the index manifest on
+    ``encoder``: an encoder object; a spec, or None for the one recorded in the index manifest, loads on
     ``device`` in ``dtype`` ("auto": CUDA when available, in its fast dtype) the first time queries must be encoded (or at
     :meth:`warm_up`). ``pool_images_root`` defaults to the images root the index was built with.
     ``profile``: a profile name or :class:`unirag.profiles.Settings`; its ``pair_completion`` and
@@ -66,11 +66,7 @@ class Retriever:
             raise InputError(f"expected an index directory (str or Path) or a unirag.Index, got "
                              f"{'None' if index is None else type(index).__name__}", field="index")
         self.index = index if isinstance(index, Index) else Index.open(index, verify=verify, memory=memory)
-        if isinstance(encoder, str):
-            from unirag.encoders.registry import load_encoder
-
-            encoder = load_encoder(encoder, device=device, dtype=dtype)
-        if encoder is not None:
+        if encoder is not None and not isinstance(encoder, str):
             check_encoder(self.index.manifest, encoder, self.index.path)
         self._encoder = encoder
         self.device, self.dtype = device, dtype
@@ -85,11 +81,11 @@ class Retriever:
 
     @property
     def encoder(self):
-        """The query encoder (loaded from the index manifest on first use)."""
-        if self._encoder is None:
+        """The query encoder (loaded by the spec given, else the index manifest's, on first use)."""
+        if self._encoder is None or isinstance(self._encoder, str):
             from unirag.encoders.registry import load_encoder, precision_options
 
-            spec = self.index.manifest["encoder"].get("spec")
+            spec = self._encoder or self.index.manifest["encoder"].get("spec")
             encoder = load_encoder(spec, device=self.device, **precision_options(spec, self.dtype, self.settings))
             check_encoder(self.index.manifest, encoder, self.index.path)
             self._encoder = encoder
@@ -146,17 +142,17 @@ class Retriever:
         reference captions; ``selection`` / selection keywords as in :meth:`search`, for all."""
         _, sel = check_options(k, modality, selection, **options)
         n = len(images) if images is not None else len(texts) if texts is not None else 0
+        per_query = {"images": images, "texts": texts, "exclude sets": exclude, "reference lists": references,
+                     "instructions": None if instructions is None or isinstance(instructions, str) else instructions}
+        wrong = [f"{len(v)} {name}" for name, v in per_query.items() if v is not None and len(v) != n]
+        if wrong:
+            raise ConfigError(f"search_batch got {', '.join(wrong)} for {n} queries; give one of each per query")
         images = list(images) if images is not None else [None] * n
         texts = list(texts) if texts is not None else [None] * n
         excludes = [set(e) for e in exclude] if exclude is not None else [set()] * n
-        if not (len(images) == len(texts) == len(excludes)):
-            raise ConfigError(f"search_batch got {len(images)} images, {len(texts)} texts and "
-                              f"{len(excludes)} exclude sets; give one of each per query")
         queries = [_query(i, im, tx) for i, (im, tx) in enumerate(zip(images, texts, strict=True))]
         vectors = self._encode(*self._instructed(queries, texts, instructions), images)
         qrels = Qrels({q.qid: e for q, e in zip(queries, excludes, strict=True) if e})
-        if references is not None and len(references) != n:
-            raise ConfigError(f"search_batch got {len(references)} reference lists for {n} queries")
         return self.retrieve_vectors(queries, vectors, k, modality, exclude_qrels=qrels, selection=sel,
                                      query_images=images, references=references)
 
@@ -165,8 +161,6 @@ class Retriever:
         does (:meth:`QueryInstructions.apply`); the ranking rules still use the queries as given."""
         n = len(queries)
         given = [instructions] * n if instructions is None or isinstance(instructions, str) else list(instructions)
-        if len(given) != n:
-            raise ConfigError(f"search_batch got {len(given)} instructions for {n} queries")
         if not any(given):
             return queries, texts
         if not hasattr(self.encoder, "instruct"):
@@ -208,9 +202,8 @@ class Retriever:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Retriever:
         """A retriever like the one :meth:`to_dict` described (index reopened, encoder loaded by spec)."""
-        profile = Settings.from_dict(data["profile"]) if isinstance(data.get("profile"), dict) else data.get("profile")
-        return cls(data["index"], data.get("encoder"), device=data.get("device", "auto"), dtype=data.get("dtype", "auto"),
-                   verify=data.get("verify", False), pool_images_root=data.get("pool_images_root"), profile=profile)
+        profile = data.get("profile")
+        return cls(**{**data, "profile": Settings.from_dict(profile) if isinstance(profile, dict) else profile})
 
     # -- M-BEIR query records (the CLI) ------------------------------------------------------
     def retrieve(self, queries: Sequence[Query], k: int, modality: str | Modality | None = "any",
@@ -281,29 +274,35 @@ class Retriever:
             depth, row_scores, row_ids = fetch, scores[i], ids[i]
             while True:
                 picker = PairPicker(sel, k, evidence, self.index.vectors)
-                result, complete = self._assemble(query.qid, ident, target, row_scores, row_ids, k, picker, completer)
-                if self.per_hit:  # the official per-hit pairs replace the selected ones (no selection there)
-                    self._per_hit(result, ident, row_scores, row_ids, k, completer)
-                    complete = len(result) >= k
+                # per-hit: the hits only here; the official per-hit pairs are made below (no selection there)
+                result, complete = self._assemble(query.qid, ident, target, row_scores, row_ids, k,
+                                                  None if self.per_hit else picker, completer)
                 if complete or depth >= scope:
                     break
                 depth = min(scope, depth * 4)
                 s, g = self.index.topk(vectors[i : i + 1], depth, wanted, where)
                 row_scores, row_ids = s[0], g[0]
-            if not self.per_hit:  # the per-hit pairs stay: the picker's choice would replace them
+            if self.per_hit:
+                self._per_hit(result, ident, row_scores, row_ids, k, completer, picker)
+            else:
                 self._set_pairs(result, [((o.cand_did,), o.pair) for o in picker.finish()])
             result.near_duplicates = picker.report()
             results.append(result)
         return results
 
     def _per_hit(self, result: Hits, ident: QueryIdentity, scores: np.ndarray, ids: np.ndarray,
-                 k: int, completer: Any) -> None:
-        """Replace the result's pairs by UniRAG's per-hit pairs (``example_pairs = per-hit``)."""
+                 k: int, completer: Any, picker: PairPicker) -> None:
+        """Set the result's pairs to UniRAG's per-hit pairs (``example_pairs = per-hit``); each is shown to the
+        picker only for the near-duplicate report (the rules that would drop or re-rank pairs are refused)."""
         metas = self.index.metas
         found, _ = per_hit_pairs(self.index, completer, ident, ids.tolist(), scores.tolist(), k,
                                  unirag_depth(result.qid), zip_bug=self.settings["pair_alignment"] == "uniir-zip")
-        self._set_pairs(result, [((metas[i].did, metas[t].did), Pair(metas[i].did, metas[t].did, metas[i].img_path,
-                                                                 metas[t].txt, s, via)) for i, t, s, via in found])
+        pairs = [((metas[i].did, metas[t].did), Pair(metas[i].did, metas[t].did, metas[i].img_path, metas[t].txt,
+                                                     s, via)) for i, t, s, via in found]
+        for (_, pair), (image, *_) in zip(pairs, found, strict=True):
+            file = resolve_image(pair.img_path, self.pool_images_root)
+            picker.offer(Offer(pair.image_did, pair, image, str(file) if file is not None else None))
+        self._set_pairs(result, pairs)
 
     def _completer(self, sel: Selection) -> Completer:
         """The pair completer for a selection (one per ``pairs_from`` set, kept: its caches are per index)."""
@@ -339,7 +338,7 @@ class Retriever:
         return ev
 
     def _assemble(self, qid: str, ident: QueryIdentity, target: Modality | None, scores: np.ndarray,
-                  ids: np.ndarray, k: int, picker: PairPicker, completer: Completer
+                  ids: np.ndarray, k: int, picker: PairPicker | None, completer: Completer
                   ) -> tuple[Hits, bool]:
         metas = self.index.metas
         result = Hits(qid=qid)
@@ -359,19 +358,16 @@ class Retriever:
                     continue
                 cand, other, via, replaced = found[0], gid, found[1], meta.did
             else:
-                cand, replaced = gid, None
-                if fused:
-                    other, via = gid, "fused"
-                else:
-                    found = completer.complement(gid, ident)
-                    other, via = found if found is not None else (None, None)
+                cand, other, via, replaced = gid, None, None, None
             if cand not in seen_cands and len(result) < k:
                 seen_cands.add(cand)
                 result.append(Hit(metas[cand].did, score, metas[cand].modality.value, replaced=replaced))
-            if other is not None and cand not in paired and picker.wants_more():
-                if self._offer_pair(picker, cand, other, score, via, ident):
+            if picker is not None and cand not in paired and picker.wants_more():
+                if other is None:  # completed only when a pair is still wanted
+                    other, via = (gid, "fused") if fused else completer.complement(gid, ident) or (None, None)
+                if other is not None and self._offer_pair(picker, cand, other, score, via, ident):
                     paired.add(cand)
-            if len(result) >= k and not picker.wants_more():
+            if len(result) >= k and (picker is None or not picker.wants_more()):
                 return result, True
         return result, False
 

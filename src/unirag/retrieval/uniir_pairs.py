@@ -75,8 +75,6 @@ class UniIRCompleter(Completer):
     is searched once and cached (it does not depend on the query; the choice among them does).
     """
 
-    via = "uniir"
-
     def __init__(self, index: Index, encoder: Callable[[], Any], images_root: str | Path | None) -> None:
         super().__init__(index, images_root)
         self._encoder = encoder
@@ -110,7 +108,7 @@ class UniIRCompleter(Completer):
             if other.modality is not want or other.did in ident.excluded:
                 continue
             if uniir_accepts(other, ident.raw_text, ident.raw_image):
-                return g, self.via
+                return g, "uniir"
         return None
 
 

@@ -74,8 +74,6 @@ class ServeSettings:
             raise ConfigError("upload limits must be positive (--max-decodes at least 1)")
         if self.generator_concurrency < 1 or self.max_attempts < 1 or self.max_batch < 1:
             raise ConfigError("--concurrency, --max-attempts and the batch size must be >= 1")
-        if self.index_memory not in ("auto", "ram", "mmap"):
-            raise ConfigError(f"--index-memory must be auto, ram or mmap, got {self.index_memory!r}")
         if not (0 < int(self.port) < 65536):
             raise ConfigError(f"--port must be in 1..65535, got {self.port}")
 
