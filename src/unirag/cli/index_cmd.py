@@ -125,13 +125,10 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def info(index_dir: Path, verify: bool, as_json: bool) -> None:
     """Describe the index in INDEX_DIR: encoder, sizes, index type, skipped images."""
-    from unirag.index.manifest import check_sizes, read_manifest, verify_files
+    from unirag.index.manifest import read_manifest, verify_files
 
     manifest = read_manifest(index_dir)
-    if verify:
-        verify_files(index_dir, manifest)
-    else:
-        check_sizes(index_dir, manifest)
+    verify_files(index_dir, manifest, hashes=verify)
     if as_json:
         click.echo(json.dumps(manifest, indent=2, ensure_ascii=False))
         return

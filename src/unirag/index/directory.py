@@ -24,10 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from unirag.index.manifest import MANIFEST
+from unirag.runs.atomic import atomic_write_json
 
 INDEX_LOCK = ".lock"
 DATA_PREFIX = "data-"
-MANIFEST_TMP_PREFIX = ".manifest-"
+MANIFEST_TMP_PREFIX = f".{MANIFEST}."  # atomic_open's temporary names
 
 
 @contextlib.contextmanager
@@ -97,16 +98,11 @@ class BuildSlot:
             self._fd: int | None = fd
             self.path.mkdir()
 
-    def publish(self, manifest_text: str) -> None:
+    def publish(self, manifest: dict) -> None:
         """Make this data folder the current index: one atomic rename of the manifest, then cleanup."""
-        tmp = self.index_dir / f"{MANIFEST_TMP_PREFIX}{self.name}.tmp"
-        with tmp.open("w", encoding="utf-8") as f:
-            f.write(manifest_text)
-            f.flush()
-            os.fsync(f.fileno())
         with index_lock(self.index_dir):
             old_v1 = _v1_files(self.index_dir)
-            os.replace(tmp, self.index_dir / MANIFEST)
+            atomic_write_json(self.index_dir / MANIFEST, manifest)
             _fsync_dir(self.index_dir)
             self._release(delete_folder=False)
             for name in old_v1:
@@ -128,7 +124,6 @@ class BuildSlot:
         if delete_folder:
             shutil.rmtree(self.path, ignore_errors=True)
         self.lock_path.unlink(missing_ok=True)
-        (self.index_dir / f"{MANIFEST_TMP_PREFIX}{self.name}.tmp").unlink(missing_ok=True)
         os.close(self._fd)
         self._fd = None
 
@@ -137,6 +132,8 @@ def cleanup(index_dir: Path) -> None:
     """Remove data folders of dead builds and superseded indexes, and lock files whose folder is gone;
     call under the exclusive index lock. Kept: the folder ``manifest.json`` names, and every folder
     whose build lock is held by a live process."""
+    for tmp in index_dir.glob(f"{MANIFEST_TMP_PREFIX}*"):  # a publish killed mid-write (publishes hold the lock)
+        tmp.unlink(missing_ok=True)
     current = current_data_name(index_dir)
     for name in sorted({p.name.removesuffix(".lock") for p in index_dir.glob(f"{DATA_PREFIX}*")} - {current}):
         lock_path = index_dir / f"{name}.lock"
@@ -145,7 +142,6 @@ def cleanup(index_dir: Path) -> None:
             continue  # a live build owns it
         try:
             shutil.rmtree(index_dir / name, ignore_errors=True)
-            (index_dir / f"{MANIFEST_TMP_PREFIX}{name}.tmp").unlink(missing_ok=True)
             lock_path.unlink(missing_ok=True)
         finally:
             os.close(fd)

@@ -16,7 +16,7 @@ import numpy as np
 from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError
 from unirag.index.directory import index_lock
-from unirag.index.manifest import check_sizes, data_dir, read_manifest, verify_files
+from unirag.index.manifest import data_dir, read_manifest, verify_files
 from unirag.index.metadata import MetaTable
 from unirag.index.store import (
     RowFilter,
@@ -24,7 +24,6 @@ from unirag.index.store import (
     check_encoder,
     check_memory_mode,
     damaged,
-    empty_topk,
     merge_topk,
     parse_modality_filter,
 )
@@ -72,10 +71,7 @@ class Index:
             manifest = read_manifest(index_dir)
             if encoder is not None:
                 check_encoder(manifest, encoder, index_dir)
-            if verify:
-                verify_files(index_dir, manifest)
-            else:
-                check_sizes(index_dir, manifest)
+            verify_files(index_dir, manifest, hashes=verify)
             folder = data_dir(index_dir, manifest)
             subs = {m: SubIndex(folder, m, entry, int(manifest["dim"]), memory)
                     for m, entry in ((Modality.parse(k), e) for k, e in manifest["subindexes"].items())}
@@ -306,14 +302,11 @@ class Index:
             raise ValueError(f"queries must have shape (n, {self.dim}), got {queries.shape}")
         wanted = parse_modality_filter(modality)
         filters = self.row_filters(where) if where else dict.fromkeys(self.subs)
-        modalities = [m for m in filters if wanted is None or m is wanted]
-        if not modalities:
-            return empty_topk(len(queries), k)
-        parts = []
-        for m in modalities:  # local rows of each sub-index -> global ids
+        parts = []  # local rows of each sub-index -> global ids
+        for m in (m for m in filters if wanted is None or m is wanted):
             scores, ids = self.subs[m].search(queries, k, filters[m])
             parts.append((scores, np.where(ids >= 0, ids + self.offsets[m], -1)))
-        scores, ids = merge_topk(parts, k)
+        scores, ids = merge_topk(parts, k, len(queries))
         served = ids >= 0
         if not np.isfinite(scores[served]).all():  # cheap: k numbers per query (see the module docstring)
             row, col = (int(x[0]) for x in np.nonzero(served & ~np.isfinite(scores)))

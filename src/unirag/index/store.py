@@ -88,11 +88,10 @@ def parse_modality_filter(value: str | Modality | None) -> Modality | None:
         raise ConfigError(f"unknown modality {value!r}; expected one of: text, image, image,text, any") from None
 
 
-def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-``k`` of several (scores, ids) lists per query row; ties keep the earlier list first."""
-    if len(parts) == 1:
-        scores, ids = parts[0]
-        return scores[:, :k], ids[:, :k]
+def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` of several (scores, ids) lists for ``n`` query rows; ties keep the earlier list first,
+    and slots no list fills are missing (score -inf, id -1)."""
+    parts = [*parts, (np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64))]
     scores = np.concatenate([p[0] for p in parts], axis=1)
     ids = np.concatenate([p[1] for p in parts], axis=1)
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
@@ -160,24 +159,18 @@ class RowFilter:
         import faiss
 
         self.rows = rows
-        self._shards: list[tuple[int, Any, np.ndarray | None]] = []  # (rows selected, selector, its bitmap)
+        self.counts: list[int] = []  # rows selected, per shard
+        self.selectors: list[Any] = []
+        self._bitmaps: list[np.ndarray] = []
         for index, first in shards:
             n = int(index.ntotal)
             lo, hi = np.searchsorted(rows, [first, first + n])
-            local = rows[lo:hi] - first
-            if not len(local):
-                self._shards.append((0, None, None))
-                continue
             mask = np.zeros(n, dtype=bool)
-            mask[local] = True
+            mask[rows[lo:hi] - first] = True
             bitmap = np.packbits(mask, bitorder="little")  # the selector reads this buffer: kept alive with it
-            self._shards.append((len(local), faiss.IDSelectorBitmap(n, faiss.swig_ptr(bitmap)), bitmap))
-
-    def count(self, shard: int) -> int:
-        return self._shards[shard][0]
-
-    def selector(self, shard: int):
-        return self._shards[shard][1]
+            self.counts.append(int(hi - lo))
+            self.selectors.append(faiss.IDSelectorBitmap(n, faiss.swig_ptr(bitmap)) if hi > lo else None)
+            self._bitmaps.append(bitmap)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -235,10 +228,10 @@ class SubIndex:
             fetch = max(k, int(round(k * float(self.params.get("refine_k_factor", 8)))))
         parts = []
         for s, (index, first) in enumerate(self.shards):
-            take = min(fetch, int(index.ntotal) if rows is None else rows.count(s))
+            take = min(fetch, int(index.ntotal) if rows is None else rows.counts[s])
             if take == 0:
                 continue
-            selector = rows.selector(s) if rows is not None else None
+            selector = rows.selectors[s] if rows is not None else None
             scores, ids = index.search(queries, take, params=search_parameters(index, self.params, take, selector))
             ids = ids.astype(np.int64)
             scores = scores.astype(np.float32)
@@ -246,12 +239,10 @@ class SubIndex:
             ids[~missing] += first
             scores[missing] = -np.inf
             parts.append((scores, ids))
-        if not parts:
-            return empty_topk(len(queries), k)
-        scores, ids = merge_topk(parts, fetch)
-        if self.vectors is not None:
+        scores, ids = merge_topk(parts, fetch, len(queries))
+        if self.vectors is not None and parts:
             scores, ids = self._rescore(queries, ids, k)
-        return _pad(scores[:, :k], ids[:, :k], k)
+        return scores[:, :k], ids[:, :k]
 
     def _rescore(self, queries: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         out_s = np.full((len(queries), ids.shape[1]), -np.inf, dtype=np.float32)
@@ -317,19 +308,6 @@ def _check_sample(index: Any, path: Path) -> None:
             return  # codes are bytes into the code book checked above: the stored rows are finite with it
     if n:
         _refuse_non_finite(index.reconstruct_batch(sample_rows(n)), path)
-
-
-def empty_topk(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` rows of ``k`` missing slots: score -inf, id -1."""
-    return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
-
-
-def _pad(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    if scores.shape[1] >= k:
-        return scores, ids
-    s, g = empty_topk(len(scores), k)
-    s[:, : scores.shape[1]], g[:, : ids.shape[1]] = scores, ids
-    return s, g
 
 
 def check_encoder(manifest: dict[str, Any], encoder, index_dir: Path) -> None:

@@ -14,7 +14,6 @@ a pool whose image folder vanished must not quietly become a text-only index.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -34,7 +33,6 @@ from unirag.index.manifest import (
 )
 from unirag.index.metadata import MetaWriter
 from unirag.index.store import RawVectors
-from unirag.redact import redact_json
 
 SPILL_CHUNK = 65536
 #: Skipped images the manifest lists by name (all are counted).
@@ -260,6 +258,6 @@ class IndexWriter:
             **(extra or {}),
             "files": files,
         }
-        self.slot.publish(json.dumps(redact_json(manifest), indent=2, ensure_ascii=False) + "\n")
+        self.slot.publish(manifest)
         self._committed = True
         return manifest
