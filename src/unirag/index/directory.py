@@ -32,12 +32,12 @@ MANIFEST_TMP_PREFIX = f".{MANIFEST}."  # atomic_open's temporary names
 
 
 @contextlib.contextmanager
-def index_lock(index_dir: Path, shared: bool = False) -> Iterator[None]:
+def index_lock(index_dir: Path, shared: bool = False, name: str = INDEX_LOCK) -> Iterator[None]:
     """Hold ``<index>/.lock`` (shared for readers, exclusive for writers) for the block.
 
     A reader on a read-only copy without a lock file proceeds unlocked (nothing can change there).
     """
-    path = index_dir / INDEX_LOCK
+    path = index_dir / name
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
@@ -75,12 +75,6 @@ def _manifest_json(index_dir: Path) -> dict:
     return manifest if isinstance(manifest, dict) else {}
 
 
-def current_data_name(index_dir: Path) -> str | None:
-    """The data folder ``manifest.json`` names now (None if there is no readable v2 manifest)."""
-    name = _manifest_json(index_dir).get("data")
-    return name if isinstance(name, str) else None
-
-
 class BuildSlot:
     """A new data folder inside ``index_dir``, locked for the lifetime of this object."""
 
@@ -103,7 +97,11 @@ class BuildSlot:
         with index_lock(self.index_dir):
             old_v1 = _v1_files(self.index_dir)
             atomic_write_json(self.index_dir / MANIFEST, manifest)
-            _fsync_dir(self.index_dir)
+            fd = os.open(self.index_dir, os.O_RDONLY)  # the rename itself reaches the disk
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             self._release(delete_folder=False)
             for name in old_v1:
                 (self.index_dir / name).unlink(missing_ok=True)
@@ -134,7 +132,8 @@ def cleanup(index_dir: Path) -> None:
     whose build lock is held by a live process."""
     for tmp in index_dir.glob(f"{MANIFEST_TMP_PREFIX}*"):  # a publish killed mid-write (publishes hold the lock)
         tmp.unlink(missing_ok=True)
-    current = current_data_name(index_dir)
+    current = _manifest_json(index_dir).get("data")  # the data folder the manifest names now
+    current = current if isinstance(current, str) else None
     for name in sorted({p.name.removesuffix(".lock") for p in index_dir.glob(f"{DATA_PREFIX}*")} - {current}):
         lock_path = index_dir / f"{name}.lock"
         fd = _try_lock(lock_path)
@@ -170,11 +169,3 @@ def _v1_files(index_dir: Path) -> list[str]:
     if manifest.get("format_version") != 1:
         return []
     return [n for n in (manifest.get("checksums") or {}) if "/" not in n and n != MANIFEST]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -15,7 +15,6 @@ killed build's folder goes like any dead build's), then the pool is streamed in 
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -121,13 +120,14 @@ def _sources(path: Path, ids_path: Path | None) -> list[tuple[Path, Path | None]
     return [(path, ids_path)]
 
 
-def _planned_encoder(path: Path, info: dict[str, Any] | None) -> dict[str, Any] | None:
+def _planned_encoder(path: Path, info: dict[str, Any] | None) -> tuple[dict[str, Any] | None, dict[str, dict[str, str]]]:
     """The encoder of the vectors in ``path``: a planned shards folder must be complete and made by
-    ``info``'s encoder (when given), and records its own; other sources have ``info``'s."""
-    from unirag.index.shards import PLAN, missing_shards, read_plan
+    ``info``'s encoder (when given), and records its own; other sources have ``info``'s. With it, the
+    images the sharded engine could not read (listed in its ``*.done.json``), by did."""
+    from unirag.index.shards import PLAN, done_record, missing_shards, read_plan
 
     if not (path.is_dir() and (path / PLAN).exists()):
-        return info
+        return info, {}
     plan = read_plan(path)
     todo = missing_shards(path, plan)
     if todo:
@@ -138,18 +138,8 @@ def _planned_encoder(path: Path, info: dict[str, Any] | None) -> dict[str, Any] 
     if info is not None and info["fingerprint"] != planned.get("fingerprint"):
         raise ConfigError(f"encoder {info.get('spec') or info.get('name')!r} is not the encoder these shards "
                           f"were made with ({planned.get('name')!r}, spec {planned.get('spec')!r})")
-    return info or planned
-
-
-def _recorded_bad_images(path: Path) -> dict[str, dict[str, str]]:
-    """Images the sharded engine could not read (listed in its ``*.done.json``), by did."""
-    if not path.is_dir():
-        return {}
-    out = {}
-    for done in sorted(path.glob("shard-*.done.json")):
-        for item in json.loads(done.read_text(encoding="utf-8")).get("bad_images", []):
-            out[item["did"]] = item
-    return out
+    bad = {item["did"]: item for i in range(plan.n_shards) for item in done_record(path, i).get("bad_images", [])}
+    return info or planned, bad
 
 
 def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str | Path,
@@ -171,10 +161,8 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
 
     resolve_params(index_type, params)  # a bad option fails before any vector is read
     pool, embeddings = Path(pool), Path(embeddings)
-    if not pool.is_file():
-        raise InputError("candidate pool not found", path=pool)
     ids_path = Path(ids) if ids is not None else None
-    encoder_info = _planned_encoder(embeddings, encoder_info)
+    encoder_info, bad = _planned_encoder(embeddings, encoder_info)
     sources = _sources(embeddings, ids_path)
     positions: dict[str, int] = {}
     lines: dict[str, int] = {}
@@ -217,7 +205,6 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
                 present[rows] = True
                 bar.update(len(rows))
         bar.close()
-        bad = _recorded_bad_images(embeddings)
         missing = np.flatnonzero(~present)
         dids = list(positions)
         unexplained = [dids[i] for i in missing if dids[i] not in bad]

@@ -123,8 +123,6 @@ class Index:
         if "shard_size" in shards and (engine != "ray" or shards["shard_size"] <= 0):
             raise ConfigError(f"--shard-size goes with --engine ray and must be positive, got {shards['shard_size']}")
         source, root = _pool_source(pool, images_root, in_memory=engine == "local")
-        if isinstance(source, Path) and not source.exists():
-            raise InputError("candidate pool not found", path=source)
         spec, enc = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
         root = Path(root).absolute() if root is not None else None
         progress = sys.stderr.isatty() if progress is None else progress
@@ -300,11 +298,9 @@ class Index:
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise ValueError(f"queries must have shape (n, {self.dim}), got {queries.shape}")
-        wanted = parse_modality_filter(modality)
-        filters = self.row_filters(where) if where else dict.fromkeys(self.subs)
         parts = []  # local rows of each sub-index -> global ids
-        for m in (m for m in filters if wanted is None or m is wanted):
-            scores, ids = self.subs[m].search(queries, k, filters[m])
+        for m, rows in self.row_filters(modality, where).items():
+            scores, ids = self.subs[m].search(queries, k, rows)
             parts.append((scores, np.where(ids >= 0, ids + self.offsets[m], -1)))
         scores, ids = merge_topk(parts, k, len(queries))
         served = ids >= 0
@@ -314,36 +310,34 @@ class Index:
                                           f"{scores[row, col]}, not a finite number")
         return scores, ids
 
-    def row_filters(self, where: Any) -> dict[Modality, RowFilter | None]:
-        """Modality -> its selected rows (None: all of them) for a filter; modalities with no match
-        are left out. Computed once per filter (one SQL scan) and kept."""
+    def row_filters(self, modality: str | Modality | None, where: Any) -> dict[Modality, RowFilter | None]:
+        """Modality -> its selected rows (None: all of them) for a modality and a filter; modalities with no
+        match are left out. Computed once per filter (one SQL scan) and kept."""
         from unirag.retrieval.selection import normalise_where
 
-        key = normalise_where(where)
-        if key in self._row_filters:
-            return self._row_filters[key]
-        conditions = dict(key)
-        modalities = {Modality.parse(v) for v in conditions.pop("modality")} if "modality" in conditions \
-            else set(self.subs)
-        rows = self.metas.rows_where(sorted(conditions.items())) if conditions else None
-        out: dict[Modality, RowFilter | None] = {}
-        for m in (m for m in self.subs if m in modalities):
-            selected = np.asarray(rows.get(m, []) if rows is not None else [], dtype=np.int64)
-            if rows is None or len(selected) == self.subs[m].count:
-                out[m] = None
-            elif len(selected):
-                out[m] = RowFilter(selected, self.subs[m].shards)
-        if len(self._row_filters) > 32:
-            self._row_filters.clear()
-        self._row_filters[key] = out
-        return out
+        wanted = parse_modality_filter(modality)
+        key = normalise_where(where) if where else None
+        out = self._row_filters.get(key)
+        if out is None:
+            if len(self._row_filters) > 32:
+                self._row_filters.clear()
+            conditions = dict(key or ())
+            modalities = {Modality.parse(v) for v in conditions.pop("modality")} if "modality" in conditions \
+                else set(self.subs)
+            rows = self.metas.rows_where(sorted(conditions.items())) if conditions else None
+            out = {}
+            for m in (m for m in self.subs if m in modalities):
+                selected = np.asarray(rows.get(m, []) if rows is not None else [], dtype=np.int64)
+                if rows is None or len(selected) == self.subs[m].count:
+                    out[m] = None
+                elif len(selected):
+                    out[m] = RowFilter(selected, self.subs[m].shards)
+            self._row_filters[key] = out
+        return {m: f for m, f in out.items() if wanted is None or m is wanted}
 
     def scope(self, modality: str | Modality | None = None, where: Any = None) -> int:
         """How many candidates a search with this modality and filter looks at."""
-        wanted = parse_modality_filter(modality)
-        filters = self.row_filters(where) if where else dict.fromkeys(self.subs)
-        return sum(self.subs[m].count if f is None else len(f) for m, f in filters.items()
-                   if wanted is None or m is wanted)
+        return sum(self.subs[m].count if f is None else len(f) for m, f in self.row_filters(modality, where).items())
 
     # -- serialisation -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -387,6 +381,8 @@ def _pool_source(pool, images_root, in_memory: bool = False) -> tuple[Path | lis
         images_root = images_root if images_root is not None else pool.images_root
         pool = pool.path if pool.path is not None else list(pool)
     source = Path(pool) if isinstance(pool, str | Path) else list(pool)
+    if isinstance(source, Path) and not source.exists():
+        raise InputError("candidate pool not found", path=source)
     if isinstance(source, list) and not in_memory:
         raise ConfigError("in-memory candidates are indexed by Index.build with engine='local' only; write them "
                           "to a JSONL pool file (Pool.read) for this")

@@ -81,7 +81,8 @@ def data_dir(index_dir: str | Path, manifest: dict[str, Any]) -> Path:
     return Path(index_dir) / manifest["data"]
 
 
-def verify_files(index_dir: str | Path, manifest: dict[str, Any] | None = None, hashes: bool = True) -> dict[str, Any]:
+def verify_files(index_dir: str | Path, manifest: dict[str, Any] | None = None,
+                 hashes: bool = True) -> dict[str, Any]:
     """Check that every data file exists with its recorded size (cheap: no file is read), then, with
     ``hashes``, re-hash every data file against its recorded SHA-256 (reads everything).
 

@@ -11,9 +11,7 @@ workers on several machines (Ray actors, or torchrun/slurm with ``--shard i/n``)
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +24,7 @@ from unirag.data.jsonl import parse_json_line
 from unirag.data.mbeir import parse_candidate
 from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError
+from unirag.index.directory import index_lock
 from unirag.runs.atomic import atomic_open, atomic_write_bytes
 
 PLAN = "plan.json"
@@ -60,10 +59,6 @@ class ShardPlan:
     offsets: list[int]  # byte offset of the first line of each shard
     lines: list[int]  # line number (from 1) of that line
     encoder: dict[str, Any]
-
-    def rows(self, i: int) -> int:
-        end = self.starts[i + 1] if i + 1 < self.n_shards else self.count
-        return end - self.starts[i]
 
 
 def count_lines(path: Path) -> int:
@@ -100,12 +95,8 @@ def load_or_create_plan(shards_dir: str | Path, pool: str | Path, encoder_info: 
     """
     shards_dir = Path(shards_dir)
     pool = Path(pool).resolve()
-    if not pool.is_file():
-        raise InputError("candidate pool not found", path=pool)
     shards_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(shards_dir / ".plan.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with index_lock(shards_dir, name=".plan.lock"):
         path = shards_dir / PLAN
         if path.exists():
             plan = read_plan(shards_dir)
@@ -130,8 +121,6 @@ def load_or_create_plan(shards_dir: str | Path, pool: str | Path, encoder_info: 
                          {k: encoder_info.get(k) for k in ("name", "spec", "dim", "fingerprint", "config")})
         atomic_write_bytes(path, json.dumps(asdict(plan), indent=1).encode())
         return plan
-    finally:
-        os.close(fd)
 
 
 def read_plan(shards_dir: str | Path) -> ShardPlan:
@@ -160,7 +149,7 @@ def missing_shards(shards_dir: str | Path, plan: ShardPlan) -> list[int]:
 def _shard_candidates(plan: ShardPlan, i: int) -> list[Candidate]:
     """The candidates of shard ``i``, read from its byte offset only."""
     pool = Path(plan.pool)
-    want = plan.rows(i)
+    want = (plan.starts[i + 1] if i + 1 < plan.n_shards else plan.count) - plan.starts[i]
     out: list[Candidate] = []
     with pool.open("rb") as f:
         f.seek(plan.offsets[i])
