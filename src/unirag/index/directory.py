@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from unirag.errors import InputError
 from unirag.index.manifest import MANIFEST
 from unirag.runs.atomic import atomic_write_json
 
@@ -148,8 +149,6 @@ def cleanup(index_dir: Path) -> None:
 
 def check_target(index_dir: Path) -> None:
     """Refuse to build into a folder that holds something other than a unirag index."""
-    from unirag.errors import InputError
-
     if not index_dir.exists():
         return
     if not index_dir.is_dir():

@@ -101,16 +101,11 @@ def _sources(path: Path, ids_path: Path | None) -> list[tuple[Path, Path | None]
         files = sorted(p for p in path.iterdir() if p.suffix in (".npy", ".parquet") and not p.name.startswith("."))
         if not files:
             raise InputError("no .npy or .parquet embedding files in the folder", path=path)
-        out = []
         for f in files:
-            if f.suffix == ".npy":
-                ids = f.with_suffix(".ids")
-                if not ids.is_file():
-                    raise InputError(f"no ids file {ids.name} next to {f.name} (one candidate id per line)", path=f)
-                out.append((f, ids))
-            else:
-                out.append((f, None))
-        return out
+            if f.suffix == ".npy" and not f.with_suffix(".ids").is_file():
+                raise InputError(f"no ids file {f.with_suffix('.ids').name} next to {f.name} (one candidate id per "
+                                 "line)", path=f)
+        return [(f, f.with_suffix(".ids") if f.suffix == ".npy" else None) for f in files]
     if not path.is_file():
         raise InputError("embeddings not found", path=path)
     if path.suffix not in (".npy", ".parquet"):

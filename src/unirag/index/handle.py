@@ -24,6 +24,7 @@ from unirag.index.store import (
     check_encoder,
     check_memory_mode,
     damaged,
+    fits_in_ram,
     merge_topk,
     parse_modality_filter,
 )
@@ -62,19 +63,22 @@ class Index:
         Reads the manifest, checks file sizes and opens the metadata: constant time with ``memory="mmap"``
         (default), which memory-maps the FAISS files, whatever the size. ``"ram"`` reads them into
         memory at open, so exact batched search runs at in-RAM FAISS speed (about 1.25x the mapped speed
-        on a 1M-vector flat index); see :func:`unirag.index.store.fits_in_ram`. ``verify=True`` also
-        re-hashes every file against its recorded SHA-256 (reads it all; as ``unirag index verify``).
+        on a 1M-vector flat index); ``"auto"``: "ram" when :func:`unirag.index.store.fits_in_ram`, else
+        "mmap". ``verify=True`` also re-hashes every file against its recorded SHA-256 (reads it all; as
+        ``unirag index verify``).
         """
         check_memory_mode(memory)
         index_dir = Path(path)
         with index_lock(index_dir, shared=True):
             manifest = read_manifest(index_dir)
+            if memory == "auto":
+                memory = "ram" if fits_in_ram(index_dir) else "mmap"
             if encoder is not None:
                 check_encoder(manifest, encoder, index_dir)
             verify_files(index_dir, manifest, hashes=verify)
             folder = data_dir(index_dir, manifest)
-            subs = {m: SubIndex(folder, m, entry, int(manifest["dim"]), memory)
-                    for m, entry in ((Modality.parse(k), e) for k, e in manifest["subindexes"].items())}
+            subs = {Modality.parse(m): SubIndex(folder, entry, int(manifest["dim"]), memory)
+                    for m, entry in manifest["subindexes"].items()}
             metas = MetaTable(folder / manifest["meta_file"], {m: s.count for m, s in subs.items()})
         return cls(index_dir, manifest, subs, metas, memory)
 
@@ -123,7 +127,7 @@ class Index:
         if "shard_size" in shards and (engine != "ray" or shards["shard_size"] <= 0):
             raise ConfigError(f"--shard-size goes with --engine ray and must be positive, got {shards['shard_size']}")
         source, root = _pool_source(pool, images_root, in_memory=engine == "local")
-        spec, enc = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
+        enc, spec = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
         root = Path(root).absolute() if root is not None else None
         progress = sys.stderr.isatty() if progress is None else progress
         if engine == "ray":  # workers load their own copy: same dtype and autocast, same fingerprint
@@ -153,10 +157,7 @@ class Index:
         from unirag.index.encoding import encoder_info
 
         pool_path, root = _pool_source(pool, images_root)
-        info = None
-        if encoder is not None:
-            spec, enc = _encoder_and_spec(encoder, "cpu", "float32")
-            info = encoder_info(enc, spec)
+        info = encoder_info(*_encoder_and_spec(encoder, "cpu", "float32")) if encoder is not None else None
         build_from_embeddings(pool_path, embeddings, out, info, ids=ids, index_type=index_type,
                               params=dict(params or {}), images_root=root, progress=progress,
                               allow_shrink=allow_shrink)
@@ -178,7 +179,7 @@ class Index:
         if batch_size <= 0:
             raise ConfigError(f"batch_size must be positive, got {batch_size}")
         pool_path, root = _pool_source(pool, images_root)
-        spec, enc = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
+        enc, spec = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
         plan = load_or_create_plan(shards_dir, pool_path, encoder_info(enc, spec), n_shards=n)
         return embed_shard(shards_dir, plan, i, enc, root, batch_size)
 
@@ -358,18 +359,18 @@ class Index:
 
 def _encoder_and_spec(encoder, device: str | None, dtype: str | None, autocast: str | None = None,
                       decode: int | str | None = None):
-    """(spec to record, encoder object) for an encoder object, a spec string or None (offline), its
+    """(encoder object, spec to record) for an encoder object, a spec string or None (offline), its
     decode workers set to ``decode`` when given; ``autocast`` goes to the loading."""
     from unirag.encoders.registry import load_encoder
     from unirag.runtime import decode_setting
 
     if encoder is None or isinstance(encoder, str):
-        spec, enc = encoder, load_encoder(encoder, device=device, dtype=dtype, autocast=autocast)
+        enc, spec = load_encoder(encoder, device=device, dtype=dtype, autocast=autocast), encoder
     else:
-        spec, enc = getattr(encoder, "spec", None), encoder
+        enc, spec = encoder, getattr(encoder, "spec", None)
     if decode is not None:
         enc.decode_workers = decode_setting(decode)
-    return spec, enc
+    return enc, spec
 
 
 def _pool_source(pool, images_root, in_memory: bool = False) -> tuple[Path | list[Candidate], Any]:

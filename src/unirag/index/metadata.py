@@ -55,9 +55,6 @@ class MetaWriter:
         self.db.commit()
         self.db.close()
 
-    def abort(self) -> None:
-        self.db.close()
-
 
 class MetaTable(Sequence[Candidate]):
     """Read-only, lazily loaded ``metas[gid]`` over the SQLite file (global ids: the modalities' rows one
@@ -66,7 +63,6 @@ class MetaTable(Sequence[Candidate]):
     def __init__(self, path: Path, counts: dict[Modality, int]) -> None:
         self.path = path
         self.offsets = dict(zip(counts, itertools.accumulate([0, *counts.values()]), strict=False))
-        self.counts = counts
         self._starts = list(self.offsets.values())  # ascending, as accumulated
         self._total = sum(counts.values())
         try:
@@ -187,9 +183,6 @@ class MetaTable(Sequence[Candidate]):
                 "THEN json_type(src_content) END = 'object' LIMIT 10000) AS s, json_each(s.src_content) AS j ORDER BY j.key")]
             known = ", ".join(["dataset", "modality", "source_id", "did", *[k for k in keys if k != "source_id"]])
             raise ConfigError(f"no candidate has the filter field {name!r}; known fields: {known}")
-
-    def close(self) -> None:
-        self.db.close()
 
 
 def dataset_prefixes(values: Sequence[str]) -> set[str]:

@@ -36,8 +36,9 @@ ANY = "any"
 RESCORE_BATCH = 256
 #: Rows of each shard checked finite at open (all of them in a shard this small); see the module docstring.
 OPEN_SAMPLE_ROWS = 256
-#: How FAISS files are opened: memory-mapped (instant, pages read on demand) or read into RAM.
-MEMORY_MODES = ("mmap", "ram")
+#: How FAISS files are opened: memory-mapped (instant, pages read on demand), read into RAM, or
+#: ``auto``: read into RAM when :func:`fits_in_ram`.
+MEMORY_MODES = ("mmap", "ram", "auto")
 
 
 def check_memory_mode(memory: str) -> str:
@@ -56,13 +57,6 @@ def available_memory() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
-
-
-def resolve_memory_mode(index_dir: str | Path, memory: str) -> str:
-    """``"auto"`` -> "ram" when :func:`fits_in_ram`, else "mmap"; "ram"/"mmap" -> themselves."""
-    if memory == "auto":
-        return "ram" if fits_in_ram(index_dir) else "mmap"
-    return check_memory_mode(memory)
 
 
 def fits_in_ram(index_dir: str | Path, fraction: float = 0.5) -> bool:
@@ -179,13 +173,10 @@ class RowFilter:
 class SubIndex:
     """One modality: FAISS shards (rows ``start .. start+count`` each) and optional raw vectors."""
 
-    def __init__(self, folder: Path, modality: Modality, entry: dict[str, Any], dim: int,
-                 memory: str = "mmap") -> None:
+    def __init__(self, folder: Path, entry: dict[str, Any], dim: int, memory: str = "mmap") -> None:
         import faiss
 
-        self.modality = modality
         self.count = int(entry["count"])
-        self.kind = entry["type"]
         self.params: dict[str, Any] = dict(entry.get("params") or {})
         self.shards: list[tuple[Any, int]] = []  # (faiss index, first row)
         start = 0

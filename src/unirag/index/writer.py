@@ -22,13 +22,14 @@ from typing import Any
 import numpy as np
 
 from unirag.data.records import Modality
-from unirag.errors import InputError
+from unirag.errors import ConfigError, InputError
 from unirag.index import factory
 from unirag.index.directory import BuildSlot, check_target
 from unirag.index.manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
     META_FILE,
+    read_manifest,
     sha256_file,
 )
 from unirag.index.metadata import MetaWriter
@@ -149,8 +150,6 @@ def check_shrink(index_dir: Path, counts: dict[str, int], extra: dict[str, Any] 
     ``counts`` (modality -> candidates) that loses a modality, or more than the ``index_max_shrink``
     setting's share of a modality's candidates. Nothing to compare (no index there yet, or one that
     cannot be read) passes."""
-    from unirag.errors import ConfigError
-    from unirag.index.manifest import read_manifest
     from unirag.profiles import SETTINGS
 
     if not (index_dir / "manifest.json").exists():
@@ -211,7 +210,7 @@ class IndexWriter:
         for sub in self._subs.values():
             if sub.spill_fh is not None:
                 sub.spill_fh.close()
-        self._meta.abort()
+        self._meta.db.close()
         self.slot.abort()
 
     def add(self, modality: Modality, metas: list[dict[str, Any]], vectors: np.ndarray) -> None:
