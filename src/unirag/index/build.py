@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from unirag.data.images import BadImageReport
-from unirag.data.mbeir import duplicate_did, read_numbered_candidates
 from unirag.data.records import Candidate
 from unirag.index.encoding import candidate_meta, encode_chunks, encoder_info, modality_chunks
 from unirag.index.shards import DEFAULT_SHARD_SIZE, count_lines, load_or_create_plan, missing_shards
@@ -58,25 +57,14 @@ def build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, enc
     (streamed) or the candidates themselves (the manifest then names no pool file)."""
     from tqdm.auto import tqdm
 
-    if isinstance(pool, Path):
-        candidates, total, pool_file = read_numbered_candidates(pool), count_lines(pool), str(pool)
-    else:
-        candidates, total, pool_file = ((None, c) for c in pool), len(pool), None
+    from unirag.index.encoding import pool_candidates
 
+    total, pool_file = (count_lines(pool), str(pool)) if isinstance(pool, Path) else (len(pool), None)
     bad = BadImageReport()
-    seen: dict[str, int | None] = {}
     bar = tqdm(total=total, desc="index build", unit="cand", disable=not progress)
-
-    def checked():
-        for lineno, c in candidates:
-            if c.did in seen:
-                raise duplicate_did(c.did, lineno, seen[c.did], pool_file)
-            seen[c.did] = lineno
-            yield c
-
     with IndexWriter(out_dir, encoder.dim, encoder_info(encoder, encoder_spec), index_type, params,
                      allow_shrink=allow_shrink) as writer:
-        chunks = modality_chunks(checked(), batch_size)  # read ahead while the pool decodes
+        chunks = modality_chunks(pool_candidates(pool), batch_size)  # read ahead while the pool decodes
         for modality, chunk, kept, vectors in encode_chunks(encoder, chunks, images_root, bad, total):
             writer.add(modality, [candidate_meta(c) for c in kept], vectors)
             bar.update(len(chunk))

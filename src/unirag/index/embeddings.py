@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from unirag.data.mbeir import duplicate_did, read_candidates, read_numbered_candidates
+from unirag.data.mbeir import read_candidates
 from unirag.data.text import iter_text_lines
 from unirag.errors import ConfigError, InputError
 from unirag.index.store import RawVectors
@@ -151,7 +151,7 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
     """
     from tqdm.auto import tqdm
 
-    from unirag.index.encoding import candidate_meta, modality_chunks
+    from unirag.index.encoding import candidate_meta, modality_chunks, pool_candidates
     from unirag.index.factory import resolve_params
 
     resolve_params(index_type, params)  # a bad option fails before any vector is read
@@ -159,13 +159,7 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
     ids_path = Path(ids) if ids is not None else None
     encoder_info, bad = _planned_encoder(embeddings, encoder_info)
     sources = _sources(embeddings, ids_path)
-    positions: dict[str, int] = {}
-    lines: dict[str, int] = {}
-    for lineno, c in read_numbered_candidates(pool):
-        if c.did in positions:
-            raise duplicate_did(c.did, lineno, lines[c.did], pool)
-        positions[c.did] = len(positions)
-        lines[c.did] = lineno
+    positions = {c.did: i for i, c in enumerate(pool_candidates(pool))}
     n = len(positions)
     if n == 0:
         raise InputError("nothing to index: the pool has no usable candidates", path=pool)

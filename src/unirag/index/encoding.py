@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from unirag.data.images import BadImageReport
+from unirag.data.mbeir import duplicate_did, read_numbered_candidates
 from unirag.data.records import Candidate, Modality, resolve_image
 
 
@@ -20,6 +21,18 @@ def encoder_info(encoder, spec: str | None) -> dict[str, Any]:
     """What the manifest records about the encoder (``spec`` is what the user typed, to reload it)."""
     return {"name": encoder.name, "spec": spec, "dim": int(encoder.dim), "config": encoder.config(),
             "fingerprint": encoder.fingerprint()}
+
+
+def pool_candidates(pool: Path | list[Candidate]) -> Iterator[Candidate]:
+    """The candidates of a pool file (streamed) or list, in order; a repeated did is an error naming
+    both its lines."""
+    seen: dict[str, int | None] = {}
+    pool_file = pool if isinstance(pool, Path) else None
+    for lineno, c in read_numbered_candidates(pool) if pool_file else ((None, c) for c in pool):
+        if c.did in seen:
+            raise duplicate_did(c.did, lineno, seen[c.did], pool_file)
+        seen[c.did] = lineno
+        yield c
 
 
 def candidate_meta(c: Candidate) -> dict[str, Any]:
