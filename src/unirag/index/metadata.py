@@ -24,14 +24,11 @@ from typing import Any
 from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError
 
-_COLUMNS = ("did", "txt", "img_path", "source_id", "src_content")
-
 
 class MetaWriter:
     """Append rows during a build; :meth:`close` adds the lookup indexes (fast after bulk insert)."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
         self.db = sqlite3.connect(path)
         self.db.execute("PRAGMA journal_mode=OFF")  # the whole build folder is discarded on failure
         self.db.execute("PRAGMA synchronous=OFF")
