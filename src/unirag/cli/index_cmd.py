@@ -84,7 +84,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder_spec: 
     if shard_spec is not None:
         if shards_dir is None and out is None:
             raise ConfigError("--shard needs --shards-dir (or --out, whose shards/ folder is used)")
-        from unirag.index.build import default_shards_dir
+        from unirag.index.shards import default_shards_dir
 
         shards_dir = shards_dir if shards_dir is not None else default_shards_dir(out)
         record = Index.embed_shard(pool, shard_spec, shards_dir, encoder=encoder_spec, images_root=images_root,

@@ -1,7 +1,8 @@
-"""Candidates -> vectors and metadata rows: what every build engine (local, Ray, one shard) shares.
-
-Kept apart from :mod:`unirag.index.build` so that the shard and precomputed-embedding paths use it
-without importing the build module that imports them.
+"""Candidates -> vectors and metadata rows: what every build engine (local, Ray, one shard) shares,
+and the ``"local"`` engine behind :meth:`unirag.Index.build`: one process streams the pool in
+same-modality chunks of ``batch_size``, each decoded (bad images recorded and skipped), encoded and
+handed to :class:`~unirag.index.writer.IndexWriter`: one chunk per modality in memory, never the
+pool's images. The ``"ray"`` engine: :mod:`unirag.index.ray_engine`.
 """
 
 from __future__ import annotations
@@ -15,12 +16,19 @@ import numpy as np
 from unirag.data.images import BadImageReport
 from unirag.data.mbeir import duplicate_did, read_numbered_candidates
 from unirag.data.records import Candidate, Modality, resolve_image
+from unirag.index.writer import IndexWriter, source_record
 
 
 def encoder_info(encoder, spec: str | None) -> dict[str, Any]:
     """What the manifest records about the encoder (``spec`` is what the user typed, to reload it)."""
     return {"name": encoder.name, "spec": spec, "dim": int(encoder.dim), "config": encoder.config(),
             "fingerprint": encoder.fingerprint()}
+
+
+def count_lines(path: Path) -> int:
+    """Non-blank lines of a JSONL file: the candidates of a pool."""
+    with path.open("rb") as f:
+        return sum(1 for line in f if line.strip())
 
 
 def pool_candidates(pool: Path | list[Candidate]) -> Iterator[Candidate]:
@@ -85,3 +93,23 @@ def encode_chunks(encoder, chunks: Iterable[tuple[Modality, list[Candidate]]],
             vectors = encoder.encode_fused(images, [c.txt for c in kept])
         del decoded, images  # before the next chunk is decoded: one chunk of images alive when inline
         yield modality, chunk, kept, vectors
+
+
+def build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, encoder_spec, index_type,
+                batch_size,
+                params, progress, allow_shrink=False) -> dict[str, Any]:
+    """Encode in this process and write the index; returns the manifest. ``pool``: a pool file
+    (streamed) or the candidates themselves (the manifest then names no pool file)."""
+    from tqdm.auto import tqdm
+
+    total, pool_file = (count_lines(pool), str(pool)) if isinstance(pool, Path) else (len(pool), None)
+    bad = BadImageReport()
+    bar = tqdm(total=total, desc="index build", unit="cand", disable=not progress)
+    with IndexWriter(out_dir, encoder.dim, encoder_info(encoder, encoder_spec), index_type, params,
+                     allow_shrink=allow_shrink) as writer:
+        chunks = modality_chunks(pool_candidates(pool), batch_size)  # read ahead while the pool decodes
+        for modality, chunk, kept, vectors in encode_chunks(encoder, chunks, images_root, bad, total):
+            writer.add(modality, [candidate_meta(c) for c in kept], vectors)
+            bar.update(len(chunk))
+        bar.close()
+        return writer.commit(source_record(pool_file, images_root, bad.bad))

@@ -113,7 +113,7 @@ class Index:
         """
         import sys
 
-        from unirag.index import build
+        from unirag.index import encoding, ray_engine
         from unirag.index.factory import resolve_params
         from unirag.runs.engine import EngineOptions
 
@@ -131,11 +131,11 @@ class Index:
         root = Path(root).absolute() if root is not None else None
         progress = sys.stderr.isatty() if progress is None else progress
         if engine == "ray":  # workers load their own copy: same dtype and autocast, same fingerprint
-            build.build_with_ray(source, root, out, enc, spec, index_type, batch_size, params, progress,
+            ray_engine.build_with_ray(source, root, out, enc, spec, index_type, batch_size, params, progress,
                                  allow_shrink, run_on, dtype, getattr(enc, "autocast_dtype", None), **shards)
         else:
-            build.build_local(source, root, out, enc, spec, index_type, batch_size, params, progress,
-                              allow_shrink)
+            encoding.build_local(source, root, out, enc, spec, index_type, batch_size, params, progress,
+                                 allow_shrink)
         return cls.open(out, enc)._warn_skipped()
 
     @classmethod

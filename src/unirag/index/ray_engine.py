@@ -11,13 +11,42 @@ images are decoded in the cluster's spare CPUs (:mod:`unirag.data.loader`: a GPU
 one core decodes); on CPU-only runs inline, as the model threads already use every core.
 
 Without ``ray_address`` a local Ray is started and stopped; with one, the run joins that cluster,
-and the pool, the images and the shards folder must be at the same path on every node.
+and the pool, the images and the shards folder must be at the same path on every node. The ``"ray"``
+engine of :meth:`unirag.Index.build` (:func:`build_with_ray`) then builds the index from the shards
+folder; rerunning resumes.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from unirag.index.shards import DEFAULT_SHARD_SIZE, default_shards_dir, load_or_create_plan, missing_shards
+
+
+def build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
+                   progress, allow_shrink, engine, dtype: str | None, autocast: str | None,
+                   shards_dir: str | Path | None = None, shard_size: int = DEFAULT_SHARD_SIZE) -> dict[str, Any]:
+    """Embed the shards of ``pool`` not yet done on Ray as ``engine`` (:class:`~unirag.runs.engine.EngineOptions`)
+    says, ``encoder_spec`` loaded by each worker in ``dtype``/``autocast`` (see :mod:`unirag.index.ray_engine`),
+    then build the index from the shards folder (default ``<out_dir>/shards``). Returns the manifest."""
+    from dataclasses import replace
+
+    from unirag.index.embeddings import build_from_embeddings
+    from unirag.index.encoding import encoder_info
+
+    shards_dir = Path(shards_dir) if shards_dir is not None else default_shards_dir(out_dir)
+    info = encoder_info(encoder, encoder_spec)
+    plan = load_or_create_plan(shards_dir, pool, info, shard_size=shard_size)
+    todo = missing_shards(shards_dir, plan)
+    if progress:
+        print(f"shards: {plan.n_shards - len(todo)} of {plan.n_shards} already done, embedding {len(todo)} "
+              f"on Ray", flush=True)
+    engine = replace(engine, decode_workers=getattr(encoder, "decode_workers", None))  # the encoder's setting
+    run_shards(shards_dir, todo, encoder_spec, images_root, engine, batch_size=batch_size, dtype=dtype,
+               autocast=autocast, progress=progress)
+    return build_from_embeddings(pool, shards_dir, out_dir, info, index_type=index_type, params=params,
+                                 images_root=images_root, progress=progress, allow_shrink=allow_shrink)
 
 
 class _ShardWorker:

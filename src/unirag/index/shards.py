@@ -25,11 +25,17 @@ from unirag.data.mbeir import parse_candidate
 from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError
 from unirag.index.directory import index_lock
+from unirag.index.encoding import count_lines, encode_chunks
 from unirag.runs.atomic import atomic_open, atomic_write_bytes
 
 PLAN = "plan.json"
 #: Default pool items per shard (the unit of resumption and of scheduling).
 DEFAULT_SHARD_SIZE = 50_000
+
+
+def default_shards_dir(out_dir: str | Path) -> Path:
+    """Where the sharded engine keeps its shards unless told otherwise: ``<out_dir>/shards``."""
+    return Path(out_dir) / "shards"
 
 
 def shard_name(i: int) -> str:
@@ -59,12 +65,6 @@ class ShardPlan:
     offsets: list[int]  # byte offset of the first line of each shard
     lines: list[int]  # line number (from 1) of that line
     encoder: dict[str, Any]
-
-
-def count_lines(path: Path) -> int:
-    """Non-blank lines of a JSONL file: the candidates of a pool."""
-    with path.open("rb") as f:
-        return sum(1 for line in f if line.strip())
 
 
 def _scan_pool(pool: Path, n_shards: int | None, shard_size: int) -> tuple[int, list[int], list[int], list[int]]:
@@ -173,8 +173,6 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
 
     Returns the shard's done record (with ``"skipped": True`` when nothing had to be done).
     """
-    from unirag.index.encoding import encode_chunks
-
     shards_dir = Path(shards_dir)
     done = done_record(shards_dir, i)
     if done is not None:
