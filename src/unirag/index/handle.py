@@ -7,6 +7,8 @@ sub-indexes are searched and what a global id is: :mod:`unirag.index.store`.
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from unirag.data.records import Candidate, Modality
-from unirag.errors import ConfigError, InputError
+from unirag.errors import ConfigError, InputError, SkippedInputsWarning
 from unirag.index.directory import index_lock
 from unirag.index.manifest import data_dir, read_manifest, verify_files
 from unirag.index.metadata import MetaTable
@@ -111,8 +113,6 @@ class Index:
         skipped, not fatal: a :class:`unirag.errors.SkippedInputsWarning` gives their count and first
         paths, and :attr:`skipped` lists them with their reasons.
         """
-        import sys
-
         from unirag.index import encoding, ray_engine
         from unirag.index.factory import resolve_params
         from unirag.runs.engine import EngineOptions
@@ -173,9 +173,15 @@ class Index:
         index. ``shard``: ``"i/n"`` (0-based) or ``(i, n)``. A shard already done is skipped. Returns the
         shard's record (``rows``, ``seconds``, ``skipped``). ``autocast``: as in :meth:`build`."""
         from unirag.index.encoding import encoder_info
-        from unirag.index.shards import embed_shard, load_or_create_plan, parse_shard_spec
+        from unirag.index.shards import embed_shard, load_or_create_plan
 
-        i, n = parse_shard_spec(shard if isinstance(shard, str) else "/".join(map(str, shard)))
+        shard = shard if isinstance(shard, str) else "/".join(map(str, shard))
+        try:
+            i, n = (int(x) for x in shard.split("/"))
+        except ValueError:
+            raise ConfigError(f"--shard expects i/n with integers, e.g. 0/8, got {shard!r}") from None
+        if n <= 0 or not 0 <= i < n:
+            raise ConfigError(f"--shard {shard}: need 0 <= i < n")
         if batch_size <= 0:
             raise ConfigError(f"batch_size must be positive, got {batch_size}")
         pool_path, root = _pool_source(pool, images_root)
@@ -198,10 +204,6 @@ class Index:
     def _warn_skipped(self) -> Index:
         """The one report of skipped inputs, from Python as from the CLI (which prints warnings)."""
         if self.skipped_count:
-            import warnings
-
-            from unirag.errors import SkippedInputsWarning
-
             first = ", ".join(f"{p} ({r})" for p, r in self.skipped[:3])
             more = f" and {self.skipped_count - 3} more" if self.skipped_count > 3 else ""
             warnings.warn(f"{self.skipped_count} input(s) missing or unreadable, skipped: {first}{more} (all: "

@@ -42,17 +42,6 @@ def shard_name(i: int) -> str:
     return f"shard-{i:05d}"
 
 
-def parse_shard_spec(spec: str) -> tuple[int, int]:
-    """``"i/n"`` (0-based ``i``) -> ``(i, n)``; a clear error otherwise."""
-    try:
-        i, n = (int(x) for x in spec.split("/"))
-    except ValueError:
-        raise ConfigError(f"--shard expects i/n with integers, e.g. 0/8, got {spec!r}") from None
-    if n <= 0 or not 0 <= i < n:
-        raise ConfigError(f"--shard {spec}: need 0 <= i < n")
-    return i, n
-
-
 @dataclass
 class ShardPlan:
     """How the pool is cut: shard ``i`` holds pool items ``starts[i] .. starts[i+1]-1``."""
@@ -184,7 +173,6 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
     started = time.time()
     bad = BadImageReport()
     items = _shard_candidates(plan, i)
-    position = {id(c): j for j, c in enumerate(items)}
     skipped: list[dict[str, str]] = []
 
     def groups():
@@ -195,17 +183,15 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
                 if group:
                     yield modality, group
 
-    rows: list[tuple[int, str, np.ndarray]] = []
+    found: dict[str, np.ndarray] = {}  # did -> vector
     for _, group, kept, vectors in encode_chunks(encoder, groups(), images_root, bad, len(items)):
-        kept_dids = {c.did for c in kept}
-        lost = [c for c in group if c.did not in kept_dids]
+        found.update(zip([c.did for c in kept], vectors, strict=True))
+        lost = [c for c in group if c.did not in found]
         skipped += [{"did": c.did, "path": p, "reason": r}
                     for c, (p, r) in zip(lost, bad.bad[len(bad.bad) - len(lost):], strict=True)]
-        rows += [(position[id(c)], c.did, v) for c, v in zip(kept, vectors, strict=True)]
-    rows.sort(key=lambda r: r[0])  # pool order
-    ids = [r[1] for r in rows]
+    ids = [c.did for c in items if c.did in found]  # pool order
     dim = int(encoder.dim)
-    vectors = np.stack([r[2] for r in rows]).astype(np.float32) if rows else np.zeros((0, dim), dtype=np.float32)
+    vectors = np.stack([found[d] for d in ids]).astype(np.float32) if ids else np.zeros((0, dim), dtype=np.float32)
     name = shard_name(i)
     with atomic_open(shards_dir / f"{name}.npy", "wb") as f:
         np.save(f, vectors)

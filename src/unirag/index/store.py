@@ -41,10 +41,9 @@ OPEN_SAMPLE_ROWS = 256
 MEMORY_MODES = ("mmap", "ram", "auto")
 
 
-def check_memory_mode(memory: str) -> str:
+def check_memory_mode(memory: str) -> None:
     if memory not in MEMORY_MODES:
         raise ConfigError(f"unknown index memory mode {memory!r}; expected one of: {', '.join(MEMORY_MODES)}")
-    return memory
 
 
 def available_memory() -> int | None:
