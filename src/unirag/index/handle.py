@@ -272,13 +272,12 @@ class Index:
 
     def gid_of(self, did: str) -> int | None:
         """The global id of candidate ``did`` (None if the index has none)."""
-        return self.metas.gid_of(did)
+        found = self.metas.gids("did", did)
+        return found[0] if found else None
 
     def source_group(self, source_id: str | None) -> list[int]:
         """Global ids of all candidates that share ``source_id`` (the pool's own pairing)."""
-        if source_id is None:
-            return []
-        return self.metas.source_group(source_id)
+        return self.metas.gids("source_id", source_id) if source_id is not None else []
 
     def vectors(self, gids: list[int]) -> np.ndarray:
         """Stored vectors of the given global ids (exact, except for IVF-PQ built with ``refine=false``)."""

@@ -120,12 +120,10 @@ class MetaTable(Sequence[Candidate]):
                     yield Candidate(did, modality, txt, img, source_id=sid)
                 last = rows[-1][0]
 
-    def gid_of(self, did: str) -> int | None:
-        found = self._query("SELECT modality, row FROM meta WHERE did=?", (did,))
-        return self.offsets[Modality(found[0][0])] + int(found[0][1]) if found else None
-
-    def source_group(self, source_id: str) -> list[int]:
-        rows = self._query("SELECT modality, row FROM meta WHERE source_id=?", (source_id,))
+    def gids(self, column: str, value: str) -> list[int]:
+        """Global ids of the candidates whose ``column`` (``did`` or ``source_id``: indexed) is ``value``,
+        sorted."""
+        rows = self._query(f"SELECT modality, row FROM meta WHERE {column}=?", (value,))
         return sorted(self.offsets[Modality(m)] + int(r) for m, r in rows)
 
     # -- filters (see unirag.retrieval.selection) ------------------------------------------------

@@ -103,18 +103,18 @@ class _SubIndex:
             raise faiss_write_error(e, target) from e
         self.shards.append({"file": name, "count": int(index.ntotal)})
 
-    def finish(self, seed: int) -> dict[str, Any]:
+    def finish(self) -> dict[str, Any]:
         """Write the remaining shard(s); returns this sub-index's manifest entry."""
         kind, params, vfile = self.index_type, dict(self.params), None
         if self.spill_fh is not None:
             self.spill_fh.close()
-            kind, params, vfile = self._finish_ivfpq(seed)
+            kind, params, vfile = self._finish_ivfpq()
         elif self.current is not None:
             self._write_shard(self.current)
             self.current = None
         return {"count": self.count, "type": kind, "params": params, "shards": self.shards, "vectors_file": vfile}
 
-    def _finish_ivfpq(self, seed: int) -> tuple[str, dict[str, Any], str | None]:
+    def _finish_ivfpq(self) -> tuple[str, dict[str, Any], str | None]:
         """Train IVF-PQ once on a bounded sample of the spilled vectors, then fill shard after shard."""
         import faiss
 
@@ -129,7 +129,7 @@ class _SubIndex:
             kind = "ivfpq"
             params = factory.ivfpq_shape(n, self.dim, self.params)
             trained = factory.new_index("ivfpq", self.dim, params)
-            rows = np.random.default_rng(seed).choice(n, size=min(n, int(params["train_size"])), replace=False)
+            rows = np.random.default_rng(0).choice(n, size=min(n, int(params["train_size"])), replace=False)
             trained.train(raw.rows(np.sort(rows)))
         for first in range(0, n, self.shard_size):
             last = min(n, first + self.shard_size)
@@ -183,14 +183,13 @@ class IndexWriter:
     """
 
     def __init__(self, out_dir: str | Path, dim: int, encoder_info: dict[str, Any], index_type: str = "flat",
-                 params: dict[str, Any] | None = None, seed: int = 0, allow_shrink: bool = False) -> None:
+                 params: dict[str, Any] | None = None, allow_shrink: bool = False) -> None:
         self.out_dir = Path(out_dir).resolve()
         self.allow_shrink = allow_shrink
         self.dim = int(dim)
         self.encoder_info = encoder_info
         self.index_type = index_type
         self.params = factory.resolve_params(index_type, params)
-        self.seed = seed
         check_target(self.out_dir)
         self.slot = BuildSlot(self.out_dir)
         self.folder = self.slot.path
@@ -232,7 +231,7 @@ class IndexWriter:
             raise InputError("nothing to index: the pool has no usable candidates")
         if not self.allow_shrink:
             check_shrink(self.out_dir, {m.value: sub.count for m, sub in self._subs.items()}, extra)
-        subindexes = {m.value: sub.finish(self.seed) for m, sub in self._subs.items()}
+        subindexes = {m.value: sub.finish() for m, sub in self._subs.items()}
         self._meta.close()
         files = {}
         for path in sorted(self.folder.iterdir()):
