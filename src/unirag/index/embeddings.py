@@ -169,9 +169,8 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
         present = np.zeros(n, dtype=bool)
         bar = tqdm(total=n, desc="embeddings", unit="vec", disable=not progress)
         for data_file, ids_file in sources:
-            file_ids = _read_ids(ids_file) if ids_file is not None else None
-            if data_file.suffix == ".npy" and file_ids is None and len(sources) == 1:
-                file_ids = list(positions)  # no --ids: the pool's order
+            # a .npy without ids (one file, no --ids: a folder's have theirs) is in the pool's order
+            file_ids = _read_ids(ids_file) if ids_file else list(positions) if data_file.suffix == ".npy" else None
             blocks = _npy_blocks(data_file, file_ids, ids_file or pool) if data_file.suffix == ".npy" \
                 else _parquet_blocks(data_file)
             for block_ids, vectors, first in blocks:
@@ -194,9 +193,7 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
                 present[rows] = True
                 bar.update(len(rows))
         bar.close()
-        missing = np.flatnonzero(~present)
-        dids = list(positions)
-        unexplained = [dids[i] for i in missing if dids[i] not in bad]
+        unexplained = [did for did, pos in positions.items() if not present[pos] and did not in bad]
         if unexplained:
             raise InputError(f"{len(unexplained)} pool candidate(s) have no embedding, first {unexplained[0]!r}",
                              path=embeddings)
