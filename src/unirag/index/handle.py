@@ -261,10 +261,7 @@ class Index:
         top-k of the matching candidates. Scores are inner products of L2-normalised vectors (cosine
         similarity).
         """
-        array = np.asarray(vectors, dtype=np.float32)
-        if array.ndim == 1:
-            array = array[None, :]
-        scores, ids = self.topk(array, k, modality, where)
+        scores, ids = self.topk(np.atleast_2d(np.asarray(vectors, dtype=np.float32)), k, modality, where)
         metas = self.metas
         return [[Hit(metas[g].did, float(s), metas[g].modality.value)
                  for s, g in zip(row_s.tolist(), row_g.tolist(), strict=True) if g >= 0]
@@ -318,12 +315,12 @@ class Index:
         from unirag.retrieval.selection import normalise_where
 
         wanted = parse_modality_filter(modality)
-        key = normalise_where(where) if where else None
+        key = normalise_where(where)
         out = self._row_filters.get(key)
         if out is None:
             if len(self._row_filters) > 32:
                 self._row_filters.clear()
-            conditions = dict(key or ())
+            conditions = dict(key)
             modalities = {Modality.parse(v) for v in conditions.pop("modality")} if "modality" in conditions \
                 else set(self.subs)
             rows = self.metas.rows_where(sorted(conditions.items())) if conditions else None

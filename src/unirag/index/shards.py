@@ -11,6 +11,7 @@ workers on several machines (Ray actors, or torchrun/slurm with ``--shard i/n``)
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -139,17 +140,10 @@ def _shard_candidates(plan: ShardPlan, i: int) -> list[Candidate]:
     """The candidates of shard ``i``, read from its byte offset only."""
     pool = Path(plan.pool)
     want = (plan.starts[i + 1] if i + 1 < plan.n_shards else plan.count) - plan.starts[i]
-    out: list[Candidate] = []
     with pool.open("rb") as f:
         f.seek(plan.offsets[i])
-        lineno = plan.lines[i] - 1
-        for raw in f:
-            lineno += 1
-            if not raw.strip():
-                continue
-            out.append(parse_candidate(parse_json_line(raw, pool, lineno), pool, lineno))
-            if len(out) == want:
-                break
+        lines = ((lineno, raw) for lineno, raw in enumerate(f, start=plan.lines[i]) if raw.strip())
+        out = [parse_candidate(parse_json_line(raw, pool, n), pool, n) for n, raw in itertools.islice(lines, want)]
     if len(out) != want:
         raise InputError(f"shard {i} expected {want} candidates but the pool ended early: the pool changed "
                          "since the plan was made; start a new shards folder", path=pool)

@@ -202,10 +202,8 @@ class IndexWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if not self._committed:
-            self.abort()
-
-    def abort(self) -> None:
+        if self._committed:
+            return
         for sub in self._subs.values():
             if sub.spill_fh is not None:
                 sub.spill_fh.close()
