@@ -62,14 +62,10 @@ class MetaTable(Sequence[Candidate]):
         self.offsets = dict(zip(counts, itertools.accumulate([0, *counts.values()]), strict=False))
         self._starts = list(self.offsets.values())  # ascending, as accumulated
         self._total = sum(counts.values())
-        try:
-            self.db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
-                                      check_same_thread=False)
-            self.db.execute("SELECT 1 FROM meta LIMIT 1").fetchall()
-        except sqlite3.DatabaseError as e:
-            raise InputError(f"cannot read the metadata file ({e}); run 'unirag index verify' on the index "
-                             "directory, then rebuild the index", path=path) from None
+        self.db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
+                                  check_same_thread=False)
         self._lock = threading.Lock()
+        self._query("SELECT 1 FROM meta LIMIT 1")  # a file that is no SQLite database fails here, at open
         self._get = lru_cache(maxsize=1 << 16)(self._fetch)
 
     def __len__(self) -> int:
