@@ -23,10 +23,10 @@ import numpy as np
 from unirag.data.images import BadImageReport
 from unirag.data.jsonl import parse_json_line
 from unirag.data.mbeir import parse_candidate
-from unirag.data.records import Candidate, Modality
+from unirag.data.records import Candidate
 from unirag.errors import ConfigError, InputError
 from unirag.index.directory import index_lock
-from unirag.index.encoding import count_lines, encode_chunks
+from unirag.index.encoding import count_lines, encode_chunks, modality_chunks
 from unirag.runs.atomic import atomic_open, atomic_write_bytes
 
 PLAN = "plan.json"
@@ -168,17 +168,9 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
     bad = BadImageReport()
     items = _shard_candidates(plan, i)
     skipped: list[dict[str, str]] = []
-
-    def groups():
-        """Per batch of ``batch_size`` pool items, its text, image and image+text groups."""
-        for s in range(0, len(items), batch_size):
-            for modality in (Modality.TEXT, Modality.IMAGE, Modality.IMAGE_TEXT):
-                group = [c for c in items[s : s + batch_size] if c.modality is modality]
-                if group:
-                    yield modality, group
-
     found: dict[str, np.ndarray] = {}  # did -> vector
-    for _, group, kept, vectors in encode_chunks(encoder, groups(), images_root, bad, len(items)):
+    chunks = modality_chunks(items, batch_size)  # as the local engine batches them
+    for _, group, kept, vectors in encode_chunks(encoder, chunks, images_root, bad, len(items)):
         found.update(zip([c.did for c in kept], vectors, strict=True))
         lost = [c for c in group if c.did not in found]
         skipped += [{"did": c.did, "path": p, "reason": r}

@@ -223,12 +223,8 @@ class SubIndex:
                 continue
             selector = rows.selectors[s] if rows is not None else None
             scores, ids = index.search(queries, take, params=search_parameters(index, self.params, take, selector))
-            ids = ids.astype(np.int64)
-            scores = scores.astype(np.float32)
             missing = ids < 0
-            ids[~missing] += first
-            scores[missing] = -np.inf
-            parts.append((scores, ids))
+            parts.append((np.where(missing, -np.inf, scores).astype(np.float32), np.where(missing, -1, ids + first)))
         scores, ids = merge_topk(parts, fetch, len(queries))
         if self.vectors is not None and parts:
             scores, ids = self._rescore(queries, ids, k)
