@@ -131,7 +131,8 @@ def cleanup(index_dir: Path) -> None:
     """Remove data folders of dead builds and superseded indexes, and lock files whose folder is gone;
     call under the exclusive index lock. Kept: the folder ``manifest.json`` names, and every folder
     whose build lock is held by a live process."""
-    for tmp in index_dir.glob(f"{MANIFEST_TMP_PREFIX}*"):  # a publish killed mid-write (publishes hold the lock)
+    # a publish killed mid-write left its manifest's temporary file (publishes hold the lock)
+    for tmp in index_dir.glob(f"{MANIFEST_TMP_PREFIX}*"):
         tmp.unlink(missing_ok=True)
     current = _manifest_json(index_dir).get("data")  # the data folder the manifest names now
     current = current if isinstance(current, str) else None

@@ -103,8 +103,8 @@ def _sources(path: Path, ids_path: Path | None) -> list[tuple[Path, Path | None]
             raise InputError("no .npy or .parquet embedding files in the folder", path=path)
         for f in files:
             if f.suffix == ".npy" and not f.with_suffix(".ids").is_file():
-                raise InputError(f"no ids file {f.with_suffix('.ids').name} next to {f.name} (one candidate id per "
-                                 "line)", path=f)
+                raise InputError(f"no ids file {f.with_suffix('.ids').name} next to {f.name} (one candidate "
+                                 "id per line)", path=f)
         return [(f, f.with_suffix(".ids") if f.suffix == ".npy" else None) for f in files]
     if not path.is_file():
         raise InputError("embeddings not found", path=path)
@@ -115,7 +115,8 @@ def _sources(path: Path, ids_path: Path | None) -> list[tuple[Path, Path | None]
     return [(path, ids_path)]
 
 
-def _planned_encoder(path: Path, info: dict[str, Any] | None) -> tuple[dict[str, Any] | None, dict[str, dict[str, str]]]:
+def _planned_encoder(path: Path, info: dict[str, Any] | None
+                     ) -> tuple[dict[str, Any] | None, dict[str, dict[str, str]]]:
     """The encoder of the vectors in ``path``: a planned shards folder must be complete and made by
     ``info``'s encoder (when given), and records its own; other sources have ``info``'s. With it, the
     images the sharded engine could not read (listed in its ``*.done.json``), by did."""
@@ -133,7 +134,8 @@ def _planned_encoder(path: Path, info: dict[str, Any] | None) -> tuple[dict[str,
     if info is not None and info["fingerprint"] != planned.get("fingerprint"):
         raise ConfigError(f"encoder {info.get('spec') or info.get('name')!r} is not the encoder these shards "
                           f"were made with ({planned.get('name')!r}, spec {planned.get('spec')!r})")
-    bad = {item["did"]: item for i in range(plan.n_shards) for item in done_record(path, i).get("bad_images", [])}
+    bad = {item["did"]: item for i in range(plan.n_shards)
+           for item in done_record(path, i).get("bad_images", [])}
     return info or planned, bad
 
 
@@ -170,7 +172,8 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
         bar = tqdm(total=n, desc="embeddings", unit="vec", disable=not progress)
         for data_file, ids_file in sources:
             # a .npy without ids (one file, no --ids: a folder's have theirs) is in the pool's order
-            file_ids = _read_ids(ids_file) if ids_file else list(positions) if data_file.suffix == ".npy" else None
+            file_ids = (_read_ids(ids_file) if ids_file else
+                        list(positions) if data_file.suffix == ".npy" else None)
             blocks = _npy_blocks(data_file, file_ids, ids_file or pool) if data_file.suffix == ".npy" \
                 else _parquet_blocks(data_file)
             for block_ids, vectors, first in blocks:

@@ -70,8 +70,8 @@ def encode_chunks(encoder, chunks: Iterable[tuple[Modality, list[Candidate]]],
     (:meth:`unirag.encoders.base.Encoder.image_loader`; ``n_images``: the whole job's, when known), an
     unreadable one skipped into ``bad``: the vectors, order and report of decoding inline, chunk by chunk."""
 
-    jobs = (((m, chunk), [] if m is Modality.TEXT else [resolve_image(c.img_path, images_root) for c in chunk])
-            for m, chunk in chunks)
+    jobs = (((m, chunk), [] if m is Modality.TEXT else [resolve_image(c.img_path, images_root)
+                                                        for c in chunk]) for m, chunk in chunks)
     loader = encoder.image_loader(n_images)
     for (modality, chunk), decoded in loader.map(jobs):
         if modality is Modality.TEXT:

@@ -336,7 +336,8 @@ class Index:
 
     def scope(self, modality: str | Modality | None = None, where: Any = None) -> int:
         """How many candidates a search with this modality and filter looks at."""
-        return sum(self.subs[m].count if f is None else len(f) for m, f in self.row_filters(modality, where).items())
+        return sum(self.subs[m].count if f is None else len(f)
+                   for m, f in self.row_filters(modality, where).items())
 
     # -- serialisation -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -143,7 +143,8 @@ def _shard_candidates(plan: ShardPlan, i: int) -> list[Candidate]:
     with pool.open("rb") as f:
         f.seek(plan.offsets[i])
         lines = ((lineno, raw) for lineno, raw in enumerate(f, start=plan.lines[i]) if raw.strip())
-        out = [parse_candidate(parse_json_line(raw, pool, n), pool, n) for n, raw in itertools.islice(lines, want)]
+        out = [parse_candidate(parse_json_line(raw, pool, n), pool, n)
+               for n, raw in itertools.islice(lines, want)]
     if len(out) != want:
         raise InputError(f"shard {i} expected {want} candidates but the pool ended early: the pool changed "
                          "since the plan was made; start a new shards folder", path=pool)

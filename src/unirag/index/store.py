@@ -224,7 +224,8 @@ class SubIndex:
             selector = rows.selectors[s] if rows is not None else None
             scores, ids = index.search(queries, take, params=search_parameters(index, self.params, take, selector))
             missing = ids < 0
-            parts.append((np.where(missing, -np.inf, scores).astype(np.float32), np.where(missing, -1, ids + first)))
+            parts.append((np.where(missing, -np.inf, scores).astype(np.float32),
+                          np.where(missing, -1, ids + first)))
         scores, ids = merge_topk(parts, fetch, len(queries))
         if self.vectors is not None and parts:
             scores, ids = self._rescore(queries, ids, k)
