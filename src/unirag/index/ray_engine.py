@@ -18,15 +18,17 @@ folder; rerunning resumes.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from unirag.index.shards import DEFAULT_SHARD_SIZE, default_shards_dir, load_or_create_plan, missing_shards
+from unirag.index import shards
 
 
 def build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
                    progress, allow_shrink, engine, dtype: str | None, autocast: str | None,
-                   shards_dir: str | Path | None = None, shard_size: int = DEFAULT_SHARD_SIZE) -> dict[str, Any]:
+                   shards_dir: str | Path | None = None,
+                   shard_size: int = shards.DEFAULT_SHARD_SIZE) -> dict[str, Any]:
     """Embed the shards of ``pool`` not yet done on Ray as ``engine`` (:class:`~unirag.runs.engine.EngineOptions`)
     says, ``encoder_spec`` loaded by each worker in ``dtype``/``autocast`` (see :mod:`unirag.index.ray_engine`),
     then build the index from the shards folder (default ``<out_dir>/shards``). Returns the manifest."""
@@ -35,10 +37,10 @@ def build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, inde
     from unirag.index.embeddings import build_from_embeddings
     from unirag.index.encoding import encoder_info
 
-    shards_dir = Path(shards_dir) if shards_dir is not None else default_shards_dir(out_dir)
+    shards_dir = Path(shards_dir) if shards_dir is not None else shards.default_shards_dir(out_dir)
     info = encoder_info(encoder, encoder_spec)
-    plan = load_or_create_plan(shards_dir, pool, info, shard_size=shard_size)
-    todo = missing_shards(shards_dir, plan)
+    plan = shards.load_or_create_plan(shards_dir, pool, info, shard_size=shard_size)
+    todo = shards.missing_shards(shards_dir, plan)
     if progress:
         print(f"shards: {plan.n_shards - len(todo)} of {plan.n_shards} already done, embedding {len(todo)} "
               f"on Ray", flush=True)
@@ -60,20 +62,15 @@ class _ShardWorker:
 
             torch.set_num_threads(threads)
         from unirag.encoders.registry import load_encoder
-        from unirag.index.shards import read_plan
 
         self.encoder = load_encoder(encoder_spec, device=device, dtype=dtype, autocast=autocast)
         self.encoder.decode_workers = decode
-        self.shards_dir = shards_dir
-        self.plan = read_plan(shards_dir)
-        self.images_root = images_root
-        self.batch_size = batch_size
+        self.embed = partial(shards.embed_shard, shards_dir, shards.read_plan(shards_dir), encoder=self.encoder,
+                             images_root=images_root, batch_size=batch_size)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
-        from unirag.index.shards import embed_shard
-
         for i in batch["shard"]:  # the shard's files are its result
-            embed_shard(self.shards_dir, self.plan, int(i), self.encoder, self.images_root, self.batch_size)
+            self.embed(int(i))
         return batch
 
 

@@ -14,7 +14,9 @@ a pool whose image folder vanished must not quietly become a text-only index.
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -49,14 +51,10 @@ def source_record(pool: str | Path | None, images_root: str | Path | None, bad: 
 
 def faiss_write_error(e: RuntimeError, target: Path) -> OSError:
     """The OSError behind a FAISS write failure (``... write error ...: 28 (No space left on device)``)."""
-    import errno as errno_names
-    import re
-
     m = re.search(r"\(([^()]+)\)\s*$", str(e))  # FAISS ends with "(<strerror>)"
     reason = m.group(1) if m else str(e)
-    code = next((c for c in errno_names.errorcode if os.strerror(c) == reason), None)
-    if code is None:
-        code = errno_names.ENOSPC if "space" in reason.lower() else errno_names.EIO
+    code = next((c for c in errno.errorcode if os.strerror(c) == reason),
+                errno.ENOSPC if "space" in reason.lower() else errno.EIO)
     return OSError(code, os.strerror(code), str(target))
 
 
