@@ -117,7 +117,6 @@ class Index:
         from unirag.index.factory import resolve_params
         from unirag.runs.engine import EngineOptions
 
-        params = dict(params or {})
         resolve_params(index_type, params)  # a bad option fails before any model loads
         if batch_size <= 0:
             raise ConfigError(f"batch_size must be positive, got {batch_size}")
@@ -175,10 +174,9 @@ class Index:
         from unirag.index.encoding import encoder_info
         from unirag.index.shards import embed_shard, load_or_create_plan
 
-        shard = shard if isinstance(shard, str) else "/".join(map(str, shard))
         try:
-            i, n = (int(x) for x in shard.split("/"))
-        except ValueError:
+            i, n = (int(x) for x in (shard.split("/") if isinstance(shard, str) else shard))
+        except (TypeError, ValueError):
             raise ConfigError(f"--shard expects i/n with integers, e.g. 0/8, got {shard!r}") from None
         if n <= 0 or not 0 <= i < n:
             raise ConfigError(f"--shard {shard}: need 0 <= i < n")
@@ -321,8 +319,7 @@ class Index:
             if len(self._row_filters) > 32:
                 self._row_filters.clear()
             conditions = dict(key)
-            modalities = {Modality.parse(v) for v in conditions.pop("modality")} if "modality" in conditions \
-                else set(self.subs)
+            modalities = {Modality.parse(v) for v in conditions.pop("modality", [m.value for m in self.subs])}
             rows = self.metas.rows_where(sorted(conditions.items())) if conditions else None
             out = {}
             for m in (m for m in self.subs if m in modalities):

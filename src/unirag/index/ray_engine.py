@@ -90,8 +90,7 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
         return
     o = engine
     with ray_session(o.ray_address, log_to_driver=progress) as ray:
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = progress
+        ray.data.DataContext.get_current().enable_progress_bars = progress
         # by GPUs when asked for, else CPUs minus one for Ray Data's tasks
         n_workers = o.workers or default_workers(ray, o.cpus_per_worker, o.gpus_per_worker, reserve_cpus=1)
         n_workers = max(1, min(n_workers, len(shard_ids)))
