@@ -60,7 +60,6 @@ class MetaTable(Sequence[Candidate]):
     def __init__(self, path: Path, counts: dict[Modality, int]) -> None:
         self.path = path
         self.offsets = dict(zip(counts, itertools.accumulate([0, *counts.values()]), strict=False))
-        self._starts = list(self.offsets.values())  # ascending, as accumulated
         self._total = sum(counts.values())
         self.db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
                                   check_same_thread=False)
@@ -86,7 +85,7 @@ class MetaTable(Sequence[Candidate]):
         """(modality, local row) of a global id."""
         if not 0 <= gid < self._total:
             raise IndexError(f"candidate id {gid} out of range (0..{self._total - 1})")
-        modality = list(self.offsets)[bisect.bisect_right(self._starts, gid) - 1]
+        modality = list(self.offsets)[bisect.bisect_right(list(self.offsets.values()), gid) - 1]  # ascending
         return modality, gid - self.offsets[modality]
 
     def __getitem__(self, gid):  # type: ignore[override]

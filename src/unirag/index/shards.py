@@ -57,7 +57,8 @@ class ShardPlan:
     encoder: dict[str, Any]
 
 
-def _scan_pool(pool: Path, n_shards: int | None, shard_size: int) -> tuple[int, list[int], list[int], list[int]]:
+def _scan_pool(pool: Path, n_shards: int | None, shard_size: int
+               ) -> tuple[int, int, list[int], list[int], list[int]]:
     """Count non-blank lines, cut them into shards, note where each shard starts (byte offset, line)."""
     count = count_lines(pool)
     n = n_shards or max(1, -(-count // shard_size))
@@ -73,7 +74,7 @@ def _scan_pool(pool: Path, n_shards: int | None, shard_size: int) -> tuple[int, 
                     offsets[item], lines[item] = pos, lineno
                 item += 1
             pos += len(line)
-    return count, starts, [offsets.get(s, pos) for s in starts], [lines.get(s, lineno + 1) for s in starts]
+    return count, n, starts, [offsets.get(s, pos) for s in starts], [lines.get(s, lineno + 1) for s in starts]
 
 
 def load_or_create_plan(shards_dir: str | Path, pool: str | Path, encoder_info: dict[str, Any],
@@ -101,14 +102,13 @@ def load_or_create_plan(shards_dir: str | Path, pool: str | Path, encoder_info: 
                 raise InputError(f"this shards folder was planned for {', '.join(problems)}; use another shards "
                                  "folder or delete this one to start over", path=path)
             return plan
-        count, starts, offsets, lines = _scan_pool(pool, n_shards, shard_size)
-        n_shards = len(starts)
-        if count == 0:
-            raise InputError("nothing to index: the pool has no candidates", path=pool)
-        if n_shards > count:
-            raise ConfigError(f"{n_shards} shards for a pool of {count} candidates: use at most {count}")
-        plan = ShardPlan(str(pool), pool.stat().st_size, count, n_shards, starts, offsets, lines,
+        plan = ShardPlan(str(pool), pool.stat().st_size, *_scan_pool(pool, n_shards, shard_size),
                          {k: encoder_info.get(k) for k in ("name", "spec", "dim", "fingerprint", "config")})
+        if plan.count == 0:
+            raise InputError("nothing to index: the pool has no candidates", path=pool)
+        if plan.n_shards > plan.count:
+            raise ConfigError(f"{plan.n_shards} shards for a pool of {plan.count} candidates: use at most "
+                              f"{plan.count}")
         atomic_write_bytes(path, json.dumps(asdict(plan), indent=1).encode())
         return plan
 
