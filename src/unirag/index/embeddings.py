@@ -202,9 +202,10 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
                              path=embeddings)
         extra = source_record(pool, images_root, [(b["path"], b["reason"]) for b in bad.values()],
                               embeddings=str(embeddings))
-        items = ((pos, c) for pos, c in enumerate(read_candidates(pool)) if present[pos])  # the pool, in order
-        for modality, chunk in modality_chunks(items, CHUNK, lambda item: item[1].modality):
-            writer.add(modality, [candidate_meta(c) for _, c in chunk], aligned.rows(np.array([p for p, _ in chunk])))
+        items = (c for pos, c in enumerate(read_candidates(pool)) if present[pos])  # the pool, in order
+        for modality, chunk in modality_chunks(items, CHUNK):
+            rows = aligned.rows(np.array([positions[c.did] for c in chunk]))
+            writer.add(modality, [candidate_meta(c) for c in chunk], rows)
         aligned.close(delete=True)
         return writer.commit(extra)
 

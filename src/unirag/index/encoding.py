@@ -7,7 +7,7 @@ pool's images. The ``"ray"`` engine: :mod:`unirag.index.ray_engine`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +48,12 @@ def candidate_meta(c: Candidate) -> dict[str, Any]:
     return {"did": c.did, "txt": c.txt, "img_path": c.img_path, "source_id": c.source_id, "src_content": c.src_content}
 
 
-def modality_chunks(items: Iterable[Any], size: int, modality: Callable[[Any], Modality] = lambda c: c.modality
-                    ) -> Iterator[tuple[Modality, list[Any]]]:
-    """Items in pool order -> ``(modality, items)`` chunks of ``size`` same-modality items, each one out
+def modality_chunks(items: Iterable[Candidate], size: int) -> Iterator[tuple[Modality, list[Candidate]]]:
+    """Candidates in pool order -> ``(modality, items)`` chunks of ``size`` same-modality items, each one out
     when full and the partial ones at the end: one pending chunk per modality in memory, whatever the pool."""
-    pending: dict[Modality, list[Any]] = {}
+    pending: dict[Modality, list[Candidate]] = {}
     for item in items:
-        m = modality(item)
+        m = item.modality
         pending.setdefault(m, []).append(item)
         if len(pending[m]) >= size:
             yield m, pending.pop(m)
