@@ -29,7 +29,7 @@ import numpy as np
 from unirag.data.records import Modality
 from unirag.errors import ConfigError, InputError
 from unirag.index.factory import search_parameters
-from unirag.index.manifest import data_dir, read_manifest
+from unirag.index.manifest import read_manifest
 
 ANY = "any"
 #: Queries re-scored together from the raw vectors (bounds the gathered block).
@@ -60,10 +60,8 @@ def available_memory() -> int | None:
 
 def fits_in_ram(index_dir: str | Path, fraction: float = 0.5) -> bool:
     """Whether the index's FAISS files take at most ``fraction`` of the memory available now."""
-    index_dir = Path(index_dir)
-    manifest = read_manifest(index_dir)
-    folder = data_dir(index_dir, manifest)
-    size = sum((folder / shard["file"]).stat().st_size for entry in manifest["subindexes"].values()
+    manifest = read_manifest(index_dir)  # its sizes are the files' (checked at every open)
+    size = sum(manifest["files"][shard["file"]]["size"] for entry in manifest["subindexes"].values()
                for shard in entry["shards"])
     avail = available_memory()
     return avail is not None and size <= fraction * avail

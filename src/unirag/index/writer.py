@@ -150,12 +150,10 @@ def check_shrink(index_dir: Path, counts: dict[str, int], extra: dict[str, Any] 
     cannot be read) passes."""
     from unirag.profiles import SETTINGS
 
-    if not (index_dir / "manifest.json").exists():
-        return
     try:
         old = {m: int(e["count"]) for m, e in read_manifest(index_dir)["subindexes"].items()}
     except (InputError, KeyError, TypeError, ValueError):
-        return  # a damaged old index is not a reference
+        return  # no index there yet, or a damaged one: not a reference
     max_shrink = float(SETTINGS["index_max_shrink"].default)
     lost = [f"all {n} {m} candidates" if not counts.get(m) else f"{n - counts[m]} of {n} {m} candidates"
             for m, n in old.items() if n and counts.get(m, 0) < n * (1 - max_shrink)]
