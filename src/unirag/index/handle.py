@@ -333,7 +333,7 @@ class Index:
 
     def scope(self, modality: str | Modality | None = None, where: Any = None) -> int:
         """How many candidates a search with this modality and filter looks at."""
-        return sum(self.subs[m].count if f is None else len(f)
+        return sum(self.subs[m].count if f is None else sum(f.counts)
                    for m, f in self.row_filters(modality, where).items())
 
     # -- serialisation -----------------------------------------------------------------------

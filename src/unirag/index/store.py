@@ -149,7 +149,6 @@ class RowFilter:
     def __init__(self, rows: np.ndarray, shards: list[tuple[Any, int]]) -> None:
         import faiss
 
-        self.rows = rows
         self.counts: list[int] = []  # rows selected, per shard
         self.selectors: list[Any] = []
         self._bitmaps: list[np.ndarray] = []
@@ -162,9 +161,6 @@ class RowFilter:
             self.counts.append(int(hi - lo))
             self.selectors.append(faiss.IDSelectorBitmap(n, faiss.swig_ptr(bitmap)) if hi > lo else None)
             self._bitmaps.append(bitmap)
-
-    def __len__(self) -> int:
-        return len(self.rows)
 
 
 class SubIndex:
