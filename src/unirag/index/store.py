@@ -31,7 +31,6 @@ from unirag.errors import ConfigError, InputError
 from unirag.index.factory import search_parameters
 from unirag.index.manifest import read_manifest
 
-ANY = "any"
 #: Queries re-scored together from the raw vectors (bounds the gathered block).
 RESCORE_BATCH = 256
 #: Rows of each shard checked finite at open (all of them in a shard this small); see the module docstring.
@@ -71,7 +70,7 @@ def parse_modality_filter(value: str | Modality | None) -> Modality | None:
     """'text' | 'image' | 'image,text' -> Modality; 'any' / None -> None (no restriction)."""
     if value is None or isinstance(value, Modality):
         return value
-    if str(value).strip().lower() == ANY:
+    if str(value).strip().lower() == "any":
         return None
     try:
         return Modality.parse(value)
