@@ -67,8 +67,7 @@ def _scan_pool(pool: Path, n_shards: int | None, shard_size: int
     offsets, lines = {}, {}
     with pool.open("rb") as f:
         pos, lineno, item = 0, 0, 0
-        for line in f:
-            lineno += 1
+        for lineno, line in enumerate(f, start=1):
             if line.strip():
                 if item in wanted and item not in offsets:
                     offsets[item], lines[item] = pos, lineno
