@@ -88,9 +88,8 @@ class BuildSlot:
         self.lock_path = index_dir / f"{self.name}.lock"
         with index_lock(index_dir):
             cleanup(index_dir)
-            fd = _try_lock(self.lock_path)
-            assert fd is not None, "a fresh lock file cannot be held by anyone else"
-            self._fd: int | None = fd
+            self._fd: int | None = _try_lock(self.lock_path)
+            assert self._fd is not None, "a fresh lock file cannot be held by anyone else"
             self.path.mkdir()
 
     def publish(self, manifest: dict) -> None:

@@ -96,11 +96,10 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
         n_workers = max(1, min(n_workers, len(shard_ids)))
         device, threads, decode = o.actor_sizing(ray, n_workers)
         ds = ray.data.from_items([{"shard": i} for i in shard_ids], override_num_blocks=len(shard_ids))
-        out = ds.map_batches(
+        ds.map_batches(
             _ShardWorker, batch_size=1, concurrency=n_workers, num_cpus=o.cpus_per_worker,
             num_gpus=o.gpus_per_worker,
             fn_constructor_kwargs={"shards_dir": str(Path(shards_dir).resolve()), "encoder_spec": encoder_spec,
                                    "images_root": str(images_root) if images_root else None,
                                    "batch_size": batch_size, "device": device, "dtype": dtype,
-                                   "threads": threads, "decode": decode, "autocast": autocast})
-        out.materialize()
+                                   "threads": threads, "decode": decode, "autocast": autocast}).materialize()
