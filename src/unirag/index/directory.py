@@ -113,8 +113,8 @@ class BuildSlot:
             return
         with index_lock(self.index_dir):
             self._release(delete_folder=True)
-            leftover = {p.name for p in self.index_dir.iterdir()}
-            if self.created_dir and leftover <= {INDEX_LOCK}:  # a first build that failed leaves no folder
+            # a first build that failed leaves no folder
+            if self.created_dir and {p.name for p in self.index_dir.iterdir()} <= {INDEX_LOCK}:
                 (self.index_dir / INDEX_LOCK).unlink(missing_ok=True)
                 self.index_dir.rmdir()
 

@@ -206,9 +206,8 @@ class SubIndex:
 
         ``rows``: search only these local rows (a FAISS ID selector inside each shard's search, so
         the top-k is that of the selected rows, not a filtered top-k of all rows)."""
-        fetch = k
-        if self.vectors is not None:
-            fetch = max(k, int(round(k * float(self.params.get("refine_k_factor", 8)))))
+        refine = float(self.params.get("refine_k_factor", 8))
+        fetch = k if self.vectors is None else max(k, int(round(k * refine)))  # the shortlist to re-score
         parts = []
         for s, (index, first) in enumerate(self.shards):
             take = min(fetch, int(index.ntotal) if rows is None else rows.counts[s])
