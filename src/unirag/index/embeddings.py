@@ -158,9 +158,8 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
 
     resolve_params(index_type, params)  # a bad option fails before any vector is read
     pool, embeddings = Path(pool), Path(embeddings)
-    ids_path = Path(ids) if ids is not None else None
     encoder_info, bad = _planned_encoder(embeddings, encoder_info)
-    sources = _sources(embeddings, ids_path)
+    sources = _sources(embeddings, Path(ids) if ids is not None else None)
     positions = {c.did: i for i, c in enumerate(pool_candidates(pool))}
     n = len(positions)
     if n == 0:
