@@ -81,6 +81,8 @@ def parse_modality_filter(value: str | Modality | None) -> Modality | None:
 def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-``k`` of several (scores, ids) lists for ``n`` query rows; ties keep the earlier list first,
     and slots no list fills are missing (score -inf, id -1)."""
+    if len(parts) == 1 and parts[0][0].shape[1] >= k:  # one full list (one shard, one modality): no sort
+        return parts[0][0][:, :k], parts[0][1][:, :k]
     parts = [*parts, (np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64))]
     scores = np.concatenate([p[0] for p in parts], axis=1)
     ids = np.concatenate([p[1] for p in parts], axis=1)
