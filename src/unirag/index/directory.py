@@ -149,12 +149,10 @@ def cleanup(index_dir: Path) -> None:
 
 def check_target(index_dir: Path) -> None:
     """Refuse to build into a folder that holds something other than a unirag index."""
-    if not index_dir.exists():
+    if not index_dir.exists() or (index_dir / MANIFEST).exists():
         return
     if not index_dir.is_dir():
         raise InputError("the index output path exists and is not a directory", path=index_dir)
-    if (index_dir / MANIFEST).exists():
-        return
     foreign = [p.name for p in index_dir.iterdir() if p.name not in (INDEX_LOCK, "shards")
                and not p.name.startswith((DATA_PREFIX, MANIFEST_TMP_PREFIX))]
     if foreign:
