@@ -51,12 +51,12 @@ def test_ram_and_mmap_answer_the_same(vector_index) -> None:
 
 def test_auto_memory_follows_what_is_available(vector_index, monkeypatch) -> None:
     monkeypatch.setattr(store, "available_memory", lambda: 10**12)
-    assert store.resolve_memory_mode(vector_index, "auto") == "ram"
+    assert unirag.Index.open(vector_index, memory="auto").memory == "ram"
     monkeypatch.setattr(store, "available_memory", lambda: 1000)  # the files take more than half of it
-    assert store.resolve_memory_mode(vector_index, "auto") == "mmap"
+    assert unirag.Index.open(vector_index, memory="auto").memory == "mmap"
     monkeypatch.setattr(store, "available_memory", lambda: None)
-    assert store.resolve_memory_mode(vector_index, "auto") == "mmap"
-    assert store.resolve_memory_mode(vector_index, "ram") == "ram"
+    assert unirag.Index.open(vector_index, memory="auto").memory == "mmap"
+    assert unirag.Index.open(vector_index, memory="ram").memory == "ram"
 
 
 def test_retrieve_and_serve_take_index_memory(coco_mini, tmp_path, monkeypatch) -> None:

@@ -42,9 +42,9 @@ def test_modality_restricted_and_any_search(coco_index: Path, coco_oracle_encode
     assert index.metas[it[0, 0]].did == "txt:397133:0" and st[0, 0] == pytest.approx(1.0, abs=1e-5)
     # absent modality and k beyond the pool
     s, g = index.topk(q, 3, "image,text")
-    assert (g == -1).all() and np.isinf(s).all()
-    s, g = index.topk(q[:1], 2000, "image")
-    assert (g[0, :51] >= 0).all() and (g[0, 51:] == -1).all()  # 51 photos in coco-mini
+    assert s.shape == g.shape == (2, 3) and (g == -1).all() and np.isinf(s).all()
+    s, g = index.topk(q[:1], 2000, "image")  # k slots per query, whatever the sub-index holds (51 photos)
+    assert g.shape == (1, 2000) and (g[0, :51] >= 0).all() and (g[0, 51:] == -1).all()
 
 
 def test_search_bad_arguments(coco_index: Path) -> None:

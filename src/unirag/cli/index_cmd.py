@@ -80,7 +80,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder: str |
     if shard_spec is not None:
         if shards_dir is None and out is None:
             raise ConfigError("--shard needs --shards-dir (or --out, whose shards/ folder is used)")
-        from unirag.index.build import default_shards_dir
+        from unirag.index.shards import default_shards_dir
 
         shards_dir = shards_dir if shards_dir is not None else default_shards_dir(out)
         record = Index.embed_shard(pool, shard_spec, shards_dir, encoder=encoder, images_root=images_root,
@@ -118,13 +118,10 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder: str |
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def info(index_dir: Path, verify: bool, as_json: bool) -> None:
     """Describe the index in INDEX_DIR: encoder, sizes, index type, skipped images."""
-    from unirag.index.manifest import check_sizes, read_manifest, verify_files
+    from unirag.index.manifest import read_manifest, verify_files
 
     manifest = read_manifest(index_dir)
-    if verify:
-        verify_files(index_dir, manifest)
-    else:
-        check_sizes(index_dir, manifest)
+    verify_files(index_dir, manifest, hashes=verify)
     if as_json:
         click.echo(json.dumps(manifest, indent=2, ensure_ascii=False))
         return

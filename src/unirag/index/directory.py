@@ -23,20 +23,22 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from unirag.errors import InputError
 from unirag.index.manifest import MANIFEST
+from unirag.runs.atomic import atomic_write_json
 
 INDEX_LOCK = ".lock"
 DATA_PREFIX = "data-"
-MANIFEST_TMP_PREFIX = ".manifest-"
+MANIFEST_TMP_PREFIX = f".{MANIFEST}."  # atomic_open's temporary names
 
 
 @contextlib.contextmanager
-def index_lock(index_dir: Path, shared: bool = False) -> Iterator[None]:
+def index_lock(index_dir: Path, shared: bool = False, name: str = INDEX_LOCK) -> Iterator[None]:
     """Hold ``<index>/.lock`` (shared for readers, exclusive for writers) for the block.
 
     A reader on a read-only copy without a lock file proceeds unlocked (nothing can change there).
     """
-    path = index_dir / INDEX_LOCK
+    path = index_dir / name
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
@@ -74,12 +76,6 @@ def _manifest_json(index_dir: Path) -> dict:
     return manifest if isinstance(manifest, dict) else {}
 
 
-def current_data_name(index_dir: Path) -> str | None:
-    """The data folder ``manifest.json`` names now (None if there is no readable v2 manifest)."""
-    name = _manifest_json(index_dir).get("data")
-    return name if isinstance(name, str) else None
-
-
 class BuildSlot:
     """A new data folder inside ``index_dir``, locked for the lifetime of this object."""
 
@@ -92,22 +88,20 @@ class BuildSlot:
         self.lock_path = index_dir / f"{self.name}.lock"
         with index_lock(index_dir):
             cleanup(index_dir)
-            fd = _try_lock(self.lock_path)
-            assert fd is not None, "a fresh lock file cannot be held by anyone else"
-            self._fd: int | None = fd
+            self._fd: int | None = _try_lock(self.lock_path)
+            assert self._fd is not None, "a fresh lock file cannot be held by anyone else"
             self.path.mkdir()
 
-    def publish(self, manifest_text: str) -> None:
+    def publish(self, manifest: dict) -> None:
         """Make this data folder the current index: one atomic rename of the manifest, then cleanup."""
-        tmp = self.index_dir / f"{MANIFEST_TMP_PREFIX}{self.name}.tmp"
-        with tmp.open("w", encoding="utf-8") as f:
-            f.write(manifest_text)
-            f.flush()
-            os.fsync(f.fileno())
         with index_lock(self.index_dir):
             old_v1 = _v1_files(self.index_dir)
-            os.replace(tmp, self.index_dir / MANIFEST)
-            _fsync_dir(self.index_dir)
+            atomic_write_json(self.index_dir / MANIFEST, manifest)
+            fd = os.open(self.index_dir, os.O_RDONLY)  # the rename itself reaches the disk
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             self._release(delete_folder=False)
             for name in old_v1:
                 (self.index_dir / name).unlink(missing_ok=True)
@@ -119,8 +113,8 @@ class BuildSlot:
             return
         with index_lock(self.index_dir):
             self._release(delete_folder=True)
-            leftover = {p.name for p in self.index_dir.iterdir()}
-            if self.created_dir and leftover <= {INDEX_LOCK}:  # a first build that failed leaves no folder
+            # a first build that failed leaves no folder
+            if self.created_dir and {p.name for p in self.index_dir.iterdir()} <= {INDEX_LOCK}:
                 (self.index_dir / INDEX_LOCK).unlink(missing_ok=True)
                 self.index_dir.rmdir()
 
@@ -128,7 +122,6 @@ class BuildSlot:
         if delete_folder:
             shutil.rmtree(self.path, ignore_errors=True)
         self.lock_path.unlink(missing_ok=True)
-        (self.index_dir / f"{MANIFEST_TMP_PREFIX}{self.name}.tmp").unlink(missing_ok=True)
         os.close(self._fd)
         self._fd = None
 
@@ -137,7 +130,11 @@ def cleanup(index_dir: Path) -> None:
     """Remove data folders of dead builds and superseded indexes, and lock files whose folder is gone;
     call under the exclusive index lock. Kept: the folder ``manifest.json`` names, and every folder
     whose build lock is held by a live process."""
-    current = current_data_name(index_dir)
+    # a publish killed mid-write left its manifest's temporary file (publishes hold the lock)
+    for tmp in index_dir.glob(f"{MANIFEST_TMP_PREFIX}*"):
+        tmp.unlink(missing_ok=True)
+    current = _manifest_json(index_dir).get("data")  # the data folder the manifest names now
+    current = current if isinstance(current, str) else None
     for name in sorted({p.name.removesuffix(".lock") for p in index_dir.glob(f"{DATA_PREFIX}*")} - {current}):
         lock_path = index_dir / f"{name}.lock"
         fd = _try_lock(lock_path)
@@ -145,7 +142,6 @@ def cleanup(index_dir: Path) -> None:
             continue  # a live build owns it
         try:
             shutil.rmtree(index_dir / name, ignore_errors=True)
-            (index_dir / f"{MANIFEST_TMP_PREFIX}{name}.tmp").unlink(missing_ok=True)
             lock_path.unlink(missing_ok=True)
         finally:
             os.close(fd)
@@ -153,14 +149,10 @@ def cleanup(index_dir: Path) -> None:
 
 def check_target(index_dir: Path) -> None:
     """Refuse to build into a folder that holds something other than a unirag index."""
-    from unirag.errors import InputError
-
-    if not index_dir.exists():
+    if not index_dir.exists() or (index_dir / MANIFEST).exists():
         return
     if not index_dir.is_dir():
         raise InputError("the index output path exists and is not a directory", path=index_dir)
-    if (index_dir / MANIFEST).exists():
-        return
     foreign = [p.name for p in index_dir.iterdir() if p.name not in (INDEX_LOCK, "shards")
                and not p.name.startswith((DATA_PREFIX, MANIFEST_TMP_PREFIX))]
     if foreign:
@@ -174,11 +166,3 @@ def _v1_files(index_dir: Path) -> list[str]:
     if manifest.get("format_version") != 1:
         return []
     return [n for n in (manifest.get("checksums") or {}) if "/" not in n and n != MANIFEST]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

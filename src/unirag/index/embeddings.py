@@ -15,14 +15,13 @@ killed build's folder goes like any dead build's), then the pool is streamed in 
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from unirag.data.mbeir import duplicate_did, read_candidates, read_numbered_candidates
+from unirag.data.mbeir import read_candidates
 from unirag.data.text import iter_text_lines
 from unirag.errors import ConfigError, InputError
 from unirag.index.store import RawVectors
@@ -102,16 +101,11 @@ def _sources(path: Path, ids_path: Path | None) -> list[tuple[Path, Path | None]
         files = sorted(p for p in path.iterdir() if p.suffix in (".npy", ".parquet") and not p.name.startswith("."))
         if not files:
             raise InputError("no .npy or .parquet embedding files in the folder", path=path)
-        out = []
         for f in files:
-            if f.suffix == ".npy":
-                ids = f.with_suffix(".ids")
-                if not ids.is_file():
-                    raise InputError(f"no ids file {ids.name} next to {f.name} (one candidate id per line)", path=f)
-                out.append((f, ids))
-            else:
-                out.append((f, None))
-        return out
+            if f.suffix == ".npy" and not f.with_suffix(".ids").is_file():
+                raise InputError(f"no ids file {f.with_suffix('.ids').name} next to {f.name} (one candidate "
+                                 "id per line)", path=f)
+        return [(f, f.with_suffix(".ids") if f.suffix == ".npy" else None) for f in files]
     if not path.is_file():
         raise InputError("embeddings not found", path=path)
     if path.suffix not in (".npy", ".parquet"):
@@ -121,13 +115,15 @@ def _sources(path: Path, ids_path: Path | None) -> list[tuple[Path, Path | None]
     return [(path, ids_path)]
 
 
-def _planned_encoder(path: Path, info: dict[str, Any] | None) -> dict[str, Any] | None:
+def _planned_encoder(path: Path, info: dict[str, Any] | None
+                     ) -> tuple[dict[str, Any] | None, dict[str, dict[str, str]]]:
     """The encoder of the vectors in ``path``: a planned shards folder must be complete and made by
-    ``info``'s encoder (when given), and records its own; other sources have ``info``'s."""
-    from unirag.index.shards import PLAN, missing_shards, read_plan
+    ``info``'s encoder (when given), and records its own; other sources have ``info``'s. With it, the
+    images the sharded engine could not read (listed in its ``*.done.json``), by did."""
+    from unirag.index.shards import PLAN, done_record, missing_shards, read_plan
 
     if not (path.is_dir() and (path / PLAN).exists()):
-        return info
+        return info, {}
     plan = read_plan(path)
     todo = missing_shards(path, plan)
     if todo:
@@ -138,18 +134,9 @@ def _planned_encoder(path: Path, info: dict[str, Any] | None) -> dict[str, Any] 
     if info is not None and info["fingerprint"] != planned.get("fingerprint"):
         raise ConfigError(f"encoder {info.get('spec') or info.get('name')!r} is not the encoder these shards "
                           f"were made with ({planned.get('name')!r}, spec {planned.get('spec')!r})")
-    return info or planned
-
-
-def _recorded_bad_images(path: Path) -> dict[str, dict[str, str]]:
-    """Images the sharded engine could not read (listed in its ``*.done.json``), by did."""
-    if not path.is_dir():
-        return {}
-    out = {}
-    for done in sorted(path.glob("shard-*.done.json")):
-        for item in json.loads(done.read_text(encoding="utf-8")).get("bad_images", []):
-            out[item["did"]] = item
-    return out
+    bad = {item["did"]: item for i in range(plan.n_shards)
+           for item in done_record(path, i).get("bad_images", [])}
+    return info or planned, bad
 
 
 def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str | Path,
@@ -166,23 +153,14 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
     """
     from tqdm.auto import tqdm
 
-    from unirag.index.encoding import candidate_meta, modality_chunks
+    from unirag.index.encoding import candidate_meta, modality_chunks, pool_candidates
     from unirag.index.factory import resolve_params
 
     resolve_params(index_type, params)  # a bad option fails before any vector is read
     pool, embeddings = Path(pool), Path(embeddings)
-    if not pool.is_file():
-        raise InputError("candidate pool not found", path=pool)
-    ids_path = Path(ids) if ids is not None else None
-    encoder_info = _planned_encoder(embeddings, encoder_info)
-    sources = _sources(embeddings, ids_path)
-    positions: dict[str, int] = {}
-    lines: dict[str, int] = {}
-    for lineno, c in read_numbered_candidates(pool):
-        if c.did in positions:
-            raise duplicate_did(c.did, lineno, lines[c.did], pool)
-        positions[c.did] = len(positions)
-        lines[c.did] = lineno
+    encoder_info, bad = _planned_encoder(embeddings, encoder_info)
+    sources = _sources(embeddings, Path(ids) if ids is not None else None)
+    positions = {c.did: i for i, c in enumerate(pool_candidates(pool))}
     n = len(positions)
     if n == 0:
         raise InputError("nothing to index: the pool has no usable candidates", path=pool)
@@ -192,9 +170,9 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
         present = np.zeros(n, dtype=bool)
         bar = tqdm(total=n, desc="embeddings", unit="vec", disable=not progress)
         for data_file, ids_file in sources:
-            file_ids = _read_ids(ids_file) if ids_file is not None else None
-            if data_file.suffix == ".npy" and file_ids is None and len(sources) == 1:
-                file_ids = list(positions)  # no --ids: the pool's order
+            # a .npy without ids (one file, no --ids: a folder's have theirs) is in the pool's order
+            file_ids = (_read_ids(ids_file) if ids_file else
+                        list(positions) if data_file.suffix == ".npy" else None)
             blocks = _npy_blocks(data_file, file_ids, ids_file or pool) if data_file.suffix == ".npy" \
                 else _parquet_blocks(data_file)
             for block_ids, vectors, first in blocks:
@@ -217,18 +195,16 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
                 present[rows] = True
                 bar.update(len(rows))
         bar.close()
-        bad = _recorded_bad_images(embeddings)
-        missing = np.flatnonzero(~present)
-        dids = list(positions)
-        unexplained = [dids[i] for i in missing if dids[i] not in bad]
+        unexplained = [did for did, pos in positions.items() if not present[pos] and did not in bad]
         if unexplained:
             raise InputError(f"{len(unexplained)} pool candidate(s) have no embedding, first {unexplained[0]!r}",
                              path=embeddings)
         extra = source_record(pool, images_root, [(b["path"], b["reason"]) for b in bad.values()],
                               embeddings=str(embeddings))
-        items = ((pos, c) for pos, c in enumerate(read_candidates(pool)) if present[pos])  # the pool, in order
-        for modality, chunk in modality_chunks(items, CHUNK, lambda item: item[1].modality):
-            writer.add(modality, [candidate_meta(c) for _, c in chunk], aligned.rows(np.array([p for p, _ in chunk])))
+        items = (c for pos, c in enumerate(read_candidates(pool)) if present[pos])  # the pool, in order
+        for modality, chunk in modality_chunks(items, CHUNK):
+            rows = aligned.rows(np.array([positions[c.did] for c in chunk]))
+            writer.add(modality, [candidate_meta(c) for c in chunk], rows)
         aligned.close(delete=True)
         return writer.commit(extra)
 

@@ -1,19 +1,22 @@
-"""Candidates -> vectors and metadata rows: what every build engine (local, Ray, one shard) shares.
-
-Kept apart from :mod:`unirag.index.build` so that the shard and precomputed-embedding paths use it
-without importing the build module that imports them.
+"""Candidates -> vectors and metadata rows: what every build engine (local, Ray, one shard) shares,
+and the ``"local"`` engine behind :meth:`unirag.Index.build`: one process streams the pool in
+same-modality chunks of ``batch_size``, each decoded (bad images recorded and skipped), encoded and
+handed to :class:`~unirag.index.writer.IndexWriter`: one chunk per modality in memory, never the
+pool's images. The ``"ray"`` engine: :mod:`unirag.index.ray_engine`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from unirag.data.images import BadImageReport
+from unirag.data.mbeir import duplicate_did, read_numbered_candidates
 from unirag.data.records import Candidate, Modality, resolve_image
+from unirag.index.writer import IndexWriter, source_record
 
 
 def encoder_info(encoder, spec: str | None) -> dict[str, Any]:
@@ -22,18 +25,35 @@ def encoder_info(encoder, spec: str | None) -> dict[str, Any]:
             "fingerprint": encoder.fingerprint()}
 
 
+def count_lines(path: Path) -> int:
+    """Non-blank lines of a JSONL file: the candidates of a pool."""
+    with path.open("rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def pool_candidates(pool: Path | list[Candidate]) -> Iterator[Candidate]:
+    """The candidates of a pool file (streamed) or list, in order; a repeated did is an error naming
+    both its lines."""
+    seen: dict[str, int | None] = {}
+    pool_file = pool if isinstance(pool, Path) else None
+    for lineno, c in read_numbered_candidates(pool) if pool_file else ((None, c) for c in pool):
+        if c.did in seen:
+            raise duplicate_did(c.did, lineno, seen[c.did], pool_file)
+        seen[c.did] = lineno
+        yield c
+
+
 def candidate_meta(c: Candidate) -> dict[str, Any]:
     """The metadata row the index keeps for a candidate."""
     return {"did": c.did, "txt": c.txt, "img_path": c.img_path, "source_id": c.source_id, "src_content": c.src_content}
 
 
-def modality_chunks(items: Iterable[Any], size: int, modality: Callable[[Any], Modality] = lambda c: c.modality
-                    ) -> Iterator[tuple[Modality, list[Any]]]:
-    """Items in pool order -> ``(modality, items)`` chunks of ``size`` same-modality items, each one out
+def modality_chunks(items: Iterable[Candidate], size: int) -> Iterator[tuple[Modality, list[Candidate]]]:
+    """Candidates in pool order -> ``(modality, items)`` chunks of ``size`` same-modality items, each one out
     when full and the partial ones at the end: one pending chunk per modality in memory, whatever the pool."""
-    pending: dict[Modality, list[Any]] = {}
+    pending: dict[Modality, list[Candidate]] = {}
     for item in items:
-        m = modality(item)
+        m = item.modality
         pending.setdefault(m, []).append(item)
         if len(pending[m]) >= size:
             yield m, pending.pop(m)
@@ -49,14 +69,10 @@ def encode_chunks(encoder, chunks: Iterable[tuple[Modality, list[Candidate]]],
     (:meth:`unirag.encoders.base.Encoder.image_loader`; ``n_images``: the whole job's, when known), an
     unreadable one skipped into ``bad``: the vectors, order and report of decoding inline, chunk by chunk."""
 
-    def jobs():
-        for modality, chunk in chunks:
-            paths = [] if modality is Modality.TEXT else [resolve_image(c.img_path, images_root)
-                                                                 for c in chunk]
-            yield (modality, chunk), paths
-
+    jobs = (((m, chunk), [] if m is Modality.TEXT else [resolve_image(c.img_path, images_root)
+                                                        for c in chunk]) for m, chunk in chunks)
     loader = encoder.image_loader(n_images)
-    for (modality, chunk), decoded in loader.map(jobs()):
+    for (modality, chunk), decoded in loader.map(jobs):
         if modality is Modality.TEXT:
             yield modality, chunk, chunk, encoder.encode_texts([c.txt for c in chunk])
             continue
@@ -72,3 +88,23 @@ def encode_chunks(encoder, chunks: Iterable[tuple[Modality, list[Candidate]]],
             vectors = encoder.encode_fused(images, [c.txt for c in kept])
         del decoded, images  # before the next chunk is decoded: one chunk of images alive when inline
         yield modality, chunk, kept, vectors
+
+
+def build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, encoder_spec, index_type,
+                batch_size,
+                params, progress, allow_shrink=False) -> dict[str, Any]:
+    """Encode in this process and write the index; returns the manifest. ``pool``: a pool file
+    (streamed) or the candidates themselves (the manifest then names no pool file)."""
+    from tqdm.auto import tqdm
+
+    total, pool_file = (count_lines(pool), str(pool)) if isinstance(pool, Path) else (len(pool), None)
+    bad = BadImageReport()
+    bar = tqdm(total=total, desc="index build", unit="cand", disable=not progress)
+    with IndexWriter(out_dir, encoder.dim, encoder_info(encoder, encoder_spec), index_type, params,
+                     allow_shrink=allow_shrink) as writer:
+        chunks = modality_chunks(pool_candidates(pool), batch_size)  # read ahead while the pool decodes
+        for modality, chunk, kept, vectors in encode_chunks(encoder, chunks, images_root, bad, total):
+            writer.add(modality, [candidate_meta(c) for c in kept], vectors)
+            bar.update(len(chunk))
+        bar.close()
+        return writer.commit(source_record(pool_file, images_root, bad.bad))

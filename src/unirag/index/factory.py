@@ -58,9 +58,8 @@ def ivfpq_shape(n: int, dim: int, params: dict[str, Any]) -> dict[str, Any]:
     # at least ~32 training points per list (k-means quality), and never more lists than n / 39
     auto = min(2 ** round(math.log2(max(1.0, 4 * math.sqrt(n)))), int(params["train_size"]) // 32)
     nlist = int(max(1, min(params["nlist"] or auto, n // 39)))
-    pq_m = params["pq_m"]
-    if pq_m is None:  # ~8 dimensions per sub-quantiser, a divisor of dim
-        pq_m = max(m for m in range(1, dim + 1) if dim % m == 0 and m <= max(1, dim // 8))
+    # pq_m: ~8 dimensions per sub-quantiser, a divisor of dim
+    pq_m = params["pq_m"] or max(m for m in range(1, dim + 1) if dim % m == 0 and m <= max(1, dim // 8))
     if dim % pq_m:
         raise ConfigError(f"pq_m={pq_m} must divide the vector size {dim}")
     return {**params, "nlist": nlist, "pq_m": int(pq_m)}

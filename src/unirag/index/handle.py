@@ -7,6 +7,8 @@ sub-indexes are searched and what a global id is: :mod:`unirag.index.store`.
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from unirag.data.records import Candidate, Modality
-from unirag.errors import ConfigError, InputError
+from unirag.errors import ConfigError, InputError, SkippedInputsWarning
 from unirag.index.directory import index_lock
-from unirag.index.manifest import check_sizes, data_dir, read_manifest, verify_files
+from unirag.index.manifest import data_dir, read_manifest, verify_files
 from unirag.index.metadata import MetaTable
 from unirag.index.store import (
     RowFilter,
@@ -24,7 +26,7 @@ from unirag.index.store import (
     check_encoder,
     check_memory_mode,
     damaged,
-    empty_topk,
+    fits_in_ram,
     merge_topk,
     parse_modality_filter,
 )
@@ -63,22 +65,22 @@ class Index:
         Reads the manifest, checks file sizes and opens the metadata: constant time with ``memory="mmap"``
         (default), which memory-maps the FAISS files, whatever the size. ``"ram"`` reads them into
         memory at open, so exact batched search runs at in-RAM FAISS speed (about 1.25x the mapped speed
-        on a 1M-vector flat index); see :func:`unirag.index.store.fits_in_ram`. ``verify=True`` also
-        re-hashes every file against its recorded SHA-256 (reads it all; as ``unirag index verify``).
+        on a 1M-vector flat index); ``"auto"``: "ram" when :func:`unirag.index.store.fits_in_ram`, else
+        "mmap". ``verify=True`` also re-hashes every file against its recorded SHA-256 (reads it all; as
+        ``unirag index verify``).
         """
         check_memory_mode(memory)
         index_dir = Path(path)
         with index_lock(index_dir, shared=True):
             manifest = read_manifest(index_dir)
+            if memory == "auto":
+                memory = "ram" if fits_in_ram(index_dir) else "mmap"
             if encoder is not None:
                 check_encoder(manifest, encoder, index_dir)
-            if verify:
-                verify_files(index_dir, manifest)
-            else:
-                check_sizes(index_dir, manifest)
+            verify_files(index_dir, manifest, hashes=verify)
             folder = data_dir(index_dir, manifest)
-            subs = {m: SubIndex(folder, m, entry, int(manifest["dim"]), memory)
-                    for m, entry in ((Modality.parse(k), e) for k, e in manifest["subindexes"].items())}
+            subs = {Modality.parse(m): SubIndex(folder, entry, int(manifest["dim"]), memory)
+                    for m, entry in manifest["subindexes"].items()}
             metas = MetaTable(folder / manifest["meta_file"], {m: s.count for m, s in subs.items()})
         return cls(index_dir, manifest, subs, metas, memory)
 
@@ -111,13 +113,10 @@ class Index:
         skipped, not fatal: a :class:`unirag.errors.SkippedInputsWarning` gives their count and first
         paths, and :attr:`skipped` lists them with their reasons.
         """
-        import sys
-
-        from unirag.index import build
+        from unirag.index import encoding, ray_engine
         from unirag.index.factory import resolve_params
         from unirag.runs.engine import EngineOptions
 
-        params = dict(params or {})
         resolve_params(index_type, params)  # a bad option fails before any model loads
         if batch_size <= 0:
             raise ConfigError(f"batch_size must be positive, got {batch_size}")
@@ -127,17 +126,15 @@ class Index:
         if "shard_size" in shards and (engine != "ray" or shards["shard_size"] <= 0):
             raise ConfigError(f"--shard-size goes with --engine ray and must be positive, got {shards['shard_size']}")
         source, root = _pool_source(pool, images_root, in_memory=engine == "local")
-        if isinstance(source, Path) and not source.exists():
-            raise InputError("candidate pool not found", path=source)
-        spec, enc = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
+        enc, spec = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
         root = Path(root).absolute() if root is not None else None
         progress = sys.stderr.isatty() if progress is None else progress
         if engine == "ray":  # workers load their own copy: same dtype and autocast, same fingerprint
-            build.build_with_ray(source, root, out, enc, spec, index_type, batch_size, params, progress,
+            ray_engine.build_with_ray(source, root, out, enc, spec, index_type, batch_size, params, progress,
                                  allow_shrink, run_on, dtype, getattr(enc, "autocast_dtype", None), **shards)
         else:
-            build.build_local(source, root, out, enc, spec, index_type, batch_size, params, progress,
-                              allow_shrink)
+            encoding.build_local(source, root, out, enc, spec, index_type, batch_size, params, progress,
+                                 allow_shrink)
         return cls.open(out, enc)._warn_skipped()
 
     @classmethod
@@ -159,10 +156,7 @@ class Index:
         from unirag.index.encoding import encoder_info
 
         pool_path, root = _pool_source(pool, images_root)
-        info = None
-        if encoder is not None:
-            spec, enc = _encoder_and_spec(encoder, "cpu", "float32")
-            info = encoder_info(enc, spec)
+        info = encoder_info(*_encoder_and_spec(encoder, "cpu", "float32")) if encoder is not None else None
         build_from_embeddings(pool_path, embeddings, out, info, ids=ids, index_type=index_type,
                               params=dict(params or {}), images_root=root, progress=progress,
                               allow_shrink=allow_shrink)
@@ -178,13 +172,18 @@ class Index:
         index. ``shard``: ``"i/n"`` (0-based) or ``(i, n)``. A shard already done is skipped. Returns the
         shard's record (``rows``, ``seconds``, ``skipped``). ``autocast``: as in :meth:`build`."""
         from unirag.index.encoding import encoder_info
-        from unirag.index.shards import embed_shard, load_or_create_plan, parse_shard_spec
+        from unirag.index.shards import embed_shard, load_or_create_plan
 
-        i, n = parse_shard_spec(shard if isinstance(shard, str) else "/".join(map(str, shard)))
+        try:
+            i, n = (int(x) for x in (shard.split("/") if isinstance(shard, str) else shard))
+        except (TypeError, ValueError):
+            raise ConfigError(f"--shard expects i/n with integers, e.g. 0/8, got {shard!r}") from None
+        if n <= 0 or not 0 <= i < n:
+            raise ConfigError(f"--shard {shard}: need 0 <= i < n")
         if batch_size <= 0:
             raise ConfigError(f"batch_size must be positive, got {batch_size}")
         pool_path, root = _pool_source(pool, images_root)
-        spec, enc = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
+        enc, spec = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
         plan = load_or_create_plan(shards_dir, pool_path, encoder_info(enc, spec), n_shards=n)
         return embed_shard(shards_dir, plan, i, enc, root, batch_size)
 
@@ -203,10 +202,6 @@ class Index:
     def _warn_skipped(self) -> Index:
         """The one report of skipped inputs, from Python as from the CLI (which prints warnings)."""
         if self.skipped_count:
-            import warnings
-
-            from unirag.errors import SkippedInputsWarning
-
             first = ", ".join(f"{p} ({r})" for p, r in self.skipped[:3])
             more = f" and {self.skipped_count - 3} more" if self.skipped_count > 3 else ""
             warnings.warn(f"{self.skipped_count} input(s) missing or unreadable, skipped: {first}{more} (all: "
@@ -264,10 +259,7 @@ class Index:
         top-k of the matching candidates. Scores are inner products of L2-normalised vectors (cosine
         similarity).
         """
-        array = np.asarray(vectors, dtype=np.float32)
-        if array.ndim == 1:
-            array = array[None, :]
-        scores, ids = self.topk(array, k, modality, where)
+        scores, ids = self.topk(np.atleast_2d(np.asarray(vectors, dtype=np.float32)), k, modality, where)
         metas = self.metas
         return [[Hit(metas[g].did, float(s), metas[g].modality.value)
                  for s, g in zip(row_s.tolist(), row_g.tolist(), strict=True) if g >= 0]
@@ -275,13 +267,12 @@ class Index:
 
     def gid_of(self, did: str) -> int | None:
         """The global id of candidate ``did`` (None if the index has none)."""
-        return self.metas.gid_of(did)
+        found = self.metas.gids("did", did)
+        return found[0] if found else None
 
     def source_group(self, source_id: str | None) -> list[int]:
         """Global ids of all candidates that share ``source_id`` (the pool's own pairing)."""
-        if source_id is None:
-            return []
-        return self.metas.source_group(source_id)
+        return self.metas.gids("source_id", source_id) if source_id is not None else []
 
     def vectors(self, gids: list[int]) -> np.ndarray:
         """Stored vectors of the given global ids (exact, except for IVF-PQ built with ``refine=false``)."""
@@ -304,16 +295,11 @@ class Index:
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise ValueError(f"queries must have shape (n, {self.dim}), got {queries.shape}")
-        wanted = parse_modality_filter(modality)
-        filters = self.row_filters(where) if where else dict.fromkeys(self.subs)
-        modalities = [m for m in filters if wanted is None or m is wanted]
-        if not modalities:
-            return empty_topk(len(queries), k)
-        parts = []
-        for m in modalities:  # local rows of each sub-index -> global ids
-            scores, ids = self.subs[m].search(queries, k, filters[m])
+        parts = []  # local rows of each sub-index -> global ids
+        for m, rows in self.row_filters(modality, where).items():
+            scores, ids = self.subs[m].search(queries, k, rows)
             parts.append((scores, np.where(ids >= 0, ids + self.offsets[m], -1)))
-        scores, ids = merge_topk(parts, k)
+        scores, ids = merge_topk(parts, k, len(queries))
         served = ids >= 0
         if not np.isfinite(scores[served]).all():  # cheap: k numbers per query (see the module docstring)
             row, col = (int(x[0]) for x in np.nonzero(served & ~np.isfinite(scores)))
@@ -321,36 +307,34 @@ class Index:
                                           f"{scores[row, col]}, not a finite number")
         return scores, ids
 
-    def row_filters(self, where: Any) -> dict[Modality, RowFilter | None]:
-        """Modality -> its selected rows (None: all of them) for a filter; modalities with no match
-        are left out. Computed once per filter (one SQL scan) and kept."""
+    def row_filters(self, modality: str | Modality | None, where: Any) -> dict[Modality, RowFilter | None]:
+        """Modality -> its selected rows (None: all of them) for a modality and a filter; modalities with no
+        match are left out. Computed once per filter (one SQL scan) and kept."""
         from unirag.retrieval.selection import normalise_where
 
+        wanted = parse_modality_filter(modality)
         key = normalise_where(where)
-        if key in self._row_filters:
-            return self._row_filters[key]
-        conditions = dict(key)
-        modalities = {Modality.parse(v) for v in conditions.pop("modality")} if "modality" in conditions \
-            else set(self.subs)
-        rows = self.metas.rows_where(sorted(conditions.items())) if conditions else None
-        out: dict[Modality, RowFilter | None] = {}
-        for m in (m for m in self.subs if m in modalities):
-            selected = np.asarray(rows.get(m, []) if rows is not None else [], dtype=np.int64)
-            if rows is None or len(selected) == self.subs[m].count:
-                out[m] = None
-            elif len(selected):
-                out[m] = RowFilter(selected, self.subs[m].shards)
-        if len(self._row_filters) > 32:
-            self._row_filters.clear()
-        self._row_filters[key] = out
-        return out
+        out = self._row_filters.get(key)
+        if out is None:
+            if len(self._row_filters) > 32:
+                self._row_filters.clear()
+            conditions = dict(key)
+            modalities = {Modality.parse(v) for v in conditions.pop("modality", [m.value for m in self.subs])}
+            rows = self.metas.rows_where(sorted(conditions.items())) if conditions else None
+            out = {}
+            for m in (m for m in self.subs if m in modalities):
+                selected = np.asarray(rows.get(m, []) if rows is not None else [], dtype=np.int64)
+                if rows is None or len(selected) == self.subs[m].count:
+                    out[m] = None
+                elif len(selected):
+                    out[m] = RowFilter(selected, self.subs[m].shards)
+            self._row_filters[key] = out
+        return {m: f for m, f in out.items() if wanted is None or m is wanted}
 
     def scope(self, modality: str | Modality | None = None, where: Any = None) -> int:
         """How many candidates a search with this modality and filter looks at."""
-        wanted = parse_modality_filter(modality)
-        filters = self.row_filters(where) if where else dict.fromkeys(self.subs)
-        return sum(self.subs[m].count if f is None else len(f) for m, f in filters.items()
-                   if wanted is None or m is wanted)
+        return sum(self.subs[m].count if f is None else sum(f.counts)
+                   for m, f in self.row_filters(modality, where).items())
 
     # -- serialisation -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -371,18 +355,18 @@ class Index:
 
 def _encoder_and_spec(encoder, device: str | None, dtype: str | None, autocast: str | None = None,
                       decode: int | str | None = None):
-    """(spec to record, encoder object) for an encoder object, a spec string or None (offline), its
+    """(encoder object, spec to record) for an encoder object, a spec string or None (offline), its
     decode workers set to ``decode`` when given; ``autocast`` goes to the loading."""
     from unirag.encoders.registry import load_encoder
     from unirag.runtime import decode_setting
 
     if encoder is None or isinstance(encoder, str):
-        spec, enc = encoder, load_encoder(encoder, device=device, dtype=dtype, autocast=autocast)
+        enc, spec = load_encoder(encoder, device=device, dtype=dtype, autocast=autocast), encoder
     else:
-        spec, enc = getattr(encoder, "spec", None), encoder
+        enc, spec = encoder, getattr(encoder, "spec", None)
     if decode is not None:
         enc.decode_workers = decode_setting(decode)
-    return spec, enc
+    return enc, spec
 
 
 def _pool_source(pool, images_root, in_memory: bool = False) -> tuple[Path | list[Candidate], Any]:
@@ -394,6 +378,8 @@ def _pool_source(pool, images_root, in_memory: bool = False) -> tuple[Path | lis
         images_root = images_root if images_root is not None else pool.images_root
         pool = pool.path if pool.path is not None else list(pool)
     source = Path(pool) if isinstance(pool, str | Path) else list(pool)
+    if isinstance(source, Path) and not source.exists():
+        raise InputError("candidate pool not found", path=source)
     if isinstance(source, list) and not in_memory:
         raise ConfigError("in-memory candidates are indexed by Index.build with engine='local' only; write them "
                           "to a JSONL pool file (Pool.read) for this")

@@ -81,8 +81,14 @@ def data_dir(index_dir: str | Path, manifest: dict[str, Any]) -> Path:
     return Path(index_dir) / manifest["data"]
 
 
-def check_sizes(index_dir: str | Path, manifest: dict[str, Any]) -> None:
-    """Every data file must exist with its recorded size (cheap: no file is read)."""
+def verify_files(index_dir: str | Path, manifest: dict[str, Any] | None = None,
+                 hashes: bool = True) -> dict[str, Any]:
+    """Check that every data file exists with its recorded size (cheap: no file is read), then, with
+    ``hashes``, re-hash every data file against its recorded SHA-256 (reads everything).
+
+    Raises :class:`InputError` naming the first bad file; returns ``{"files": n, "bytes": total}``.
+    """
+    manifest = manifest if manifest is not None else read_manifest(index_dir)
     folder = data_dir(index_dir, manifest)
     for name, entry in manifest["files"].items():
         path = folder / name
@@ -94,22 +100,10 @@ def check_sizes(index_dir: str | Path, manifest: dict[str, Any]) -> None:
         if size != entry["size"]:
             raise InputError(f"file is {size} bytes, manifest.json says {entry['size']}: the copy is truncated "
                              "or the file was modified; rebuild the index", path=path)
-
-
-def verify_files(index_dir: str | Path, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Check sizes, then re-hash every data file against its recorded SHA-256 (reads everything).
-
-    Raises :class:`InputError` naming the first bad file; returns ``{"files": n, "bytes": total}``.
-    """
-    manifest = manifest if manifest is not None else read_manifest(index_dir)
-    check_sizes(index_dir, manifest)
-    folder = data_dir(index_dir, manifest)
-    total = 0
-    for name, entry in manifest["files"].items():
+    for name, entry in manifest["files"].items() if hashes else ():
         path = folder / name
         actual = sha256_file(path)
         if actual != entry["sha256"]:
             raise InputError(f"checksum mismatch (expected sha256 {entry['sha256'][:12]}..., got {actual[:12]}...): "
                              "the file is corrupt or was modified; rebuild the index", path=path)
-        total += entry["size"]
-    return {"files": len(manifest["files"]), "bytes": total}
+    return {"files": len(manifest["files"]), "bytes": sum(e["size"] for e in manifest["files"].values())}

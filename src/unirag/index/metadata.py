@@ -24,14 +24,11 @@ from typing import Any
 from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError
 
-_COLUMNS = ("did", "txt", "img_path", "source_id", "src_content")
-
 
 class MetaWriter:
     """Append rows during a build; :meth:`close` adds the lookup indexes (fast after bulk insert)."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
         self.db = sqlite3.connect(path)
         self.db.execute("PRAGMA journal_mode=OFF")  # the whole build folder is discarded on failure
         self.db.execute("PRAGMA synchronous=OFF")
@@ -55,9 +52,6 @@ class MetaWriter:
         self.db.commit()
         self.db.close()
 
-    def abort(self) -> None:
-        self.db.close()
-
 
 class MetaTable(Sequence[Candidate]):
     """Read-only, lazily loaded ``metas[gid]`` over the SQLite file (global ids: the modalities' rows one
@@ -66,17 +60,11 @@ class MetaTable(Sequence[Candidate]):
     def __init__(self, path: Path, counts: dict[Modality, int]) -> None:
         self.path = path
         self.offsets = dict(zip(counts, itertools.accumulate([0, *counts.values()]), strict=False))
-        self.counts = counts
-        self._starts = list(self.offsets.values())  # ascending, as accumulated
         self._total = sum(counts.values())
-        try:
-            self.db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
-                                      check_same_thread=False)
-            self.db.execute("SELECT 1 FROM meta LIMIT 1").fetchall()
-        except sqlite3.DatabaseError as e:
-            raise InputError(f"cannot read the metadata file ({e}); run 'unirag index verify' on the index "
-                             "directory, then rebuild the index", path=path) from None
+        self.db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
+                                  check_same_thread=False)
         self._lock = threading.Lock()
+        self._query("SELECT 1 FROM meta LIMIT 1")  # a file that is no SQLite database fails here, at open
         self._get = lru_cache(maxsize=1 << 16)(self._fetch)
 
     def __len__(self) -> int:
@@ -97,7 +85,7 @@ class MetaTable(Sequence[Candidate]):
         """(modality, local row) of a global id."""
         if not 0 <= gid < self._total:
             raise IndexError(f"candidate id {gid} out of range (0..{self._total - 1})")
-        modality = list(self.offsets)[bisect.bisect_right(self._starts, gid) - 1]
+        modality = list(self.offsets)[bisect.bisect_right(list(self.offsets.values()), gid) - 1]  # ascending
         return modality, gid - self.offsets[modality]
 
     def __getitem__(self, gid):  # type: ignore[override]
@@ -127,12 +115,10 @@ class MetaTable(Sequence[Candidate]):
                     yield Candidate(did, modality, txt, img, source_id=sid)
                 last = rows[-1][0]
 
-    def gid_of(self, did: str) -> int | None:
-        found = self._query("SELECT modality, row FROM meta WHERE did=?", (did,))
-        return self.offsets[Modality(found[0][0])] + int(found[0][1]) if found else None
-
-    def source_group(self, source_id: str) -> list[int]:
-        rows = self._query("SELECT modality, row FROM meta WHERE source_id=?", (source_id,))
+    def gids(self, column: str, value: str) -> list[int]:
+        """Global ids of the candidates whose ``column`` (``did`` or ``source_id``: indexed) is ``value``,
+        sorted."""
+        rows = self._query(f"SELECT modality, row FROM meta WHERE {column}=?", (value,))
         return sorted(self.offsets[Modality(m)] + int(r) for m, r in rows)
 
     # -- filters (see unirag.retrieval.selection) ------------------------------------------------
@@ -187,9 +173,6 @@ class MetaTable(Sequence[Candidate]):
                 "THEN json_type(src_content) END = 'object' LIMIT 10000) AS s, json_each(s.src_content) AS j ORDER BY j.key")]
             known = ", ".join(["dataset", "modality", "source_id", "did", *[k for k in keys if k != "source_id"]])
             raise ConfigError(f"no candidate has the filter field {name!r}; known fields: {known}")
-
-    def close(self) -> None:
-        self.db.close()
 
 
 def dataset_prefixes(values: Sequence[str]) -> set[str]:

@@ -11,13 +11,44 @@ images are decoded in the cluster's spare CPUs (:mod:`unirag.data.loader`: a GPU
 one core decodes); on CPU-only runs inline, as the model threads already use every core.
 
 Without ``ray_address`` a local Ray is started and stopped; with one, the run joins that cluster,
-and the pool, the images and the shards folder must be at the same path on every node.
+and the pool, the images and the shards folder must be at the same path on every node. The ``"ray"``
+engine of :meth:`unirag.Index.build` (:func:`build_with_ray`) then builds the index from the shards
+folder; rerunning resumes.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from unirag.index import shards
+
+
+def build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
+                   progress, allow_shrink, engine, dtype: str | None, autocast: str | None,
+                   shards_dir: str | Path | None = None,
+                   shard_size: int = shards.DEFAULT_SHARD_SIZE) -> dict[str, Any]:
+    """Embed the shards of ``pool`` not yet done on Ray as ``engine`` (:class:`~unirag.runs.engine.EngineOptions`)
+    says, ``encoder_spec`` loaded by each worker in ``dtype``/``autocast`` (see :mod:`unirag.index.ray_engine`),
+    then build the index from the shards folder (default ``<out_dir>/shards``). Returns the manifest."""
+    from dataclasses import replace
+
+    from unirag.index.embeddings import build_from_embeddings
+    from unirag.index.encoding import encoder_info
+
+    shards_dir = Path(shards_dir) if shards_dir is not None else shards.default_shards_dir(out_dir)
+    info = encoder_info(encoder, encoder_spec)
+    plan = shards.load_or_create_plan(shards_dir, pool, info, shard_size=shard_size)
+    todo = shards.missing_shards(shards_dir, plan)
+    if progress:
+        print(f"shards: {plan.n_shards - len(todo)} of {plan.n_shards} already done, embedding {len(todo)} "
+              f"on Ray", flush=True)
+    engine = replace(engine, decode_workers=getattr(encoder, "decode_workers", None))  # the encoder's setting
+    run_shards(shards_dir, todo, encoder_spec, images_root, engine, batch_size=batch_size, dtype=dtype,
+               autocast=autocast, progress=progress)
+    return build_from_embeddings(pool, shards_dir, out_dir, info, index_type=index_type, params=params,
+                                 images_root=images_root, progress=progress, allow_shrink=allow_shrink)
 
 
 class _ShardWorker:
@@ -31,20 +62,15 @@ class _ShardWorker:
 
             torch.set_num_threads(threads)
         from unirag.encoders.registry import load_encoder
-        from unirag.index.shards import read_plan
 
         self.encoder = load_encoder(encoder_spec, device=device, dtype=dtype, autocast=autocast)
         self.encoder.decode_workers = decode
-        self.shards_dir = shards_dir
-        self.plan = read_plan(shards_dir)
-        self.images_root = images_root
-        self.batch_size = batch_size
+        self.embed = partial(shards.embed_shard, shards_dir, shards.read_plan(shards_dir), encoder=self.encoder,
+                             images_root=images_root, batch_size=batch_size)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
-        from unirag.index.shards import embed_shard
-
         for i in batch["shard"]:  # the shard's files are its result
-            embed_shard(self.shards_dir, self.plan, int(i), self.encoder, self.images_root, self.batch_size)
+            self.embed(int(i))
         return batch
 
 
@@ -64,20 +90,16 @@ def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str |
         return
     o = engine
     with ray_session(o.ray_address, log_to_driver=progress) as ray:
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = progress
+        ray.data.DataContext.get_current().enable_progress_bars = progress
         # by GPUs when asked for, else CPUs minus one for Ray Data's tasks
         n_workers = o.workers or default_workers(ray, o.cpus_per_worker, o.gpus_per_worker, reserve_cpus=1)
         n_workers = max(1, min(n_workers, len(shard_ids)))
         device, threads, decode = o.actor_sizing(ray, n_workers)
         ds = ray.data.from_items([{"shard": i} for i in shard_ids], override_num_blocks=len(shard_ids))
-        resources: dict[str, Any] = {"num_cpus": o.cpus_per_worker}
-        if o.gpus_per_worker:
-            resources["num_gpus"] = o.gpus_per_worker
-        out = ds.map_batches(
-            _ShardWorker, batch_size=1, concurrency=n_workers, **resources,
+        ds.map_batches(
+            _ShardWorker, batch_size=1, concurrency=n_workers, num_cpus=o.cpus_per_worker,
+            num_gpus=o.gpus_per_worker,
             fn_constructor_kwargs={"shards_dir": str(Path(shards_dir).resolve()), "encoder_spec": encoder_spec,
                                    "images_root": str(images_root) if images_root else None,
                                    "batch_size": batch_size, "device": device, "dtype": dtype,
-                                   "threads": threads, "decode": decode, "autocast": autocast})
-        out.materialize()
+                                   "threads": threads, "decode": decode, "autocast": autocast}).materialize()

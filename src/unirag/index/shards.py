@@ -11,9 +11,8 @@ workers on several machines (Ray actors, or torchrun/slurm with ``--shard i/n``)
 
 from __future__ import annotations
 
-import fcntl
+import itertools
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,8 +23,10 @@ import numpy as np
 from unirag.data.images import BadImageReport
 from unirag.data.jsonl import parse_json_line
 from unirag.data.mbeir import parse_candidate
-from unirag.data.records import Candidate, Modality
+from unirag.data.records import Candidate
 from unirag.errors import ConfigError, InputError
+from unirag.index.directory import index_lock
+from unirag.index.encoding import count_lines, encode_chunks, modality_chunks
 from unirag.runs.atomic import atomic_open, atomic_write_bytes
 
 PLAN = "plan.json"
@@ -33,19 +34,13 @@ PLAN = "plan.json"
 DEFAULT_SHARD_SIZE = 50_000
 
 
+def default_shards_dir(out_dir: str | Path) -> Path:
+    """Where the sharded engine keeps its shards unless told otherwise: ``<out_dir>/shards``."""
+    return Path(out_dir) / "shards"
+
+
 def shard_name(i: int) -> str:
     return f"shard-{i:05d}"
-
-
-def parse_shard_spec(spec: str) -> tuple[int, int]:
-    """``"i/n"`` (0-based ``i``) -> ``(i, n)``; a clear error otherwise."""
-    try:
-        i, n = (int(x) for x in spec.split("/"))
-    except ValueError:
-        raise ConfigError(f"--shard expects i/n with integers, e.g. 0/8, got {spec!r}") from None
-    if n <= 0 or not 0 <= i < n:
-        raise ConfigError(f"--shard {spec}: need 0 <= i < n")
-    return i, n
 
 
 @dataclass
@@ -61,18 +56,9 @@ class ShardPlan:
     lines: list[int]  # line number (from 1) of that line
     encoder: dict[str, Any]
 
-    def rows(self, i: int) -> int:
-        end = self.starts[i + 1] if i + 1 < self.n_shards else self.count
-        return end - self.starts[i]
 
-
-def count_lines(path: Path) -> int:
-    """Non-blank lines of a JSONL file: the candidates of a pool."""
-    with path.open("rb") as f:
-        return sum(1 for line in f if line.strip())
-
-
-def _scan_pool(pool: Path, n_shards: int | None, shard_size: int) -> tuple[int, list[int], list[int], list[int]]:
+def _scan_pool(pool: Path, n_shards: int | None, shard_size: int
+               ) -> tuple[int, int, list[int], list[int], list[int]]:
     """Count non-blank lines, cut them into shards, note where each shard starts (byte offset, line)."""
     count = count_lines(pool)
     n = n_shards or max(1, -(-count // shard_size))
@@ -81,14 +67,13 @@ def _scan_pool(pool: Path, n_shards: int | None, shard_size: int) -> tuple[int, 
     offsets, lines = {}, {}
     with pool.open("rb") as f:
         pos, lineno, item = 0, 0, 0
-        for line in f:
-            lineno += 1
+        for lineno, line in enumerate(f, start=1):
             if line.strip():
                 if item in wanted and item not in offsets:
                     offsets[item], lines[item] = pos, lineno
                 item += 1
             pos += len(line)
-    return count, starts, [offsets.get(s, pos) for s in starts], [lines.get(s, lineno + 1) for s in starts]
+    return count, n, starts, [offsets.get(s, pos) for s in starts], [lines.get(s, lineno + 1) for s in starts]
 
 
 def load_or_create_plan(shards_dir: str | Path, pool: str | Path, encoder_info: dict[str, Any],
@@ -100,12 +85,8 @@ def load_or_create_plan(shards_dir: str | Path, pool: str | Path, encoder_info: 
     """
     shards_dir = Path(shards_dir)
     pool = Path(pool).resolve()
-    if not pool.is_file():
-        raise InputError("candidate pool not found", path=pool)
     shards_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(shards_dir / ".plan.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with index_lock(shards_dir, name=".plan.lock"):
         path = shards_dir / PLAN
         if path.exists():
             plan = read_plan(shards_dir)
@@ -120,18 +101,15 @@ def load_or_create_plan(shards_dir: str | Path, pool: str | Path, encoder_info: 
                 raise InputError(f"this shards folder was planned for {', '.join(problems)}; use another shards "
                                  "folder or delete this one to start over", path=path)
             return plan
-        count, starts, offsets, lines = _scan_pool(pool, n_shards, shard_size)
-        n_shards = len(starts)
-        if count == 0:
-            raise InputError("nothing to index: the pool has no candidates", path=pool)
-        if n_shards > count:
-            raise ConfigError(f"{n_shards} shards for a pool of {count} candidates: use at most {count}")
-        plan = ShardPlan(str(pool), pool.stat().st_size, count, n_shards, starts, offsets, lines,
+        plan = ShardPlan(str(pool), pool.stat().st_size, *_scan_pool(pool, n_shards, shard_size),
                          {k: encoder_info.get(k) for k in ("name", "spec", "dim", "fingerprint", "config")})
+        if plan.count == 0:
+            raise InputError("nothing to index: the pool has no candidates", path=pool)
+        if plan.n_shards > plan.count:
+            raise ConfigError(f"{plan.n_shards} shards for a pool of {plan.count} candidates: use at most "
+                              f"{plan.count}")
         atomic_write_bytes(path, json.dumps(asdict(plan), indent=1).encode())
         return plan
-    finally:
-        os.close(fd)
 
 
 def read_plan(shards_dir: str | Path) -> ShardPlan:
@@ -160,18 +138,12 @@ def missing_shards(shards_dir: str | Path, plan: ShardPlan) -> list[int]:
 def _shard_candidates(plan: ShardPlan, i: int) -> list[Candidate]:
     """The candidates of shard ``i``, read from its byte offset only."""
     pool = Path(plan.pool)
-    want = plan.rows(i)
-    out: list[Candidate] = []
+    want = (plan.starts[i + 1] if i + 1 < plan.n_shards else plan.count) - plan.starts[i]
     with pool.open("rb") as f:
         f.seek(plan.offsets[i])
-        lineno = plan.lines[i] - 1
-        for raw in f:
-            lineno += 1
-            if not raw.strip():
-                continue
-            out.append(parse_candidate(parse_json_line(raw, pool, lineno), pool, lineno))
-            if len(out) == want:
-                break
+        lines = ((lineno, raw) for lineno, raw in enumerate(f, start=plan.lines[i]) if raw.strip())
+        out = [parse_candidate(parse_json_line(raw, pool, n), pool, n)
+               for n, raw in itertools.islice(lines, want)]
     if len(out) != want:
         raise InputError(f"shard {i} expected {want} candidates but the pool ended early: the pool changed "
                          "since the plan was made; start a new shards folder", path=pool)
@@ -184,8 +156,6 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
 
     Returns the shard's done record (with ``"skipped": True`` when nothing had to be done).
     """
-    from unirag.index.encoding import encode_chunks
-
     shards_dir = Path(shards_dir)
     done = done_record(shards_dir, i)
     if done is not None:
@@ -197,28 +167,17 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
     started = time.time()
     bad = BadImageReport()
     items = _shard_candidates(plan, i)
-    position = {id(c): j for j, c in enumerate(items)}
     skipped: list[dict[str, str]] = []
-
-    def groups():
-        """Per batch of ``batch_size`` pool items, its text, image and image+text groups."""
-        for s in range(0, len(items), batch_size):
-            for modality in (Modality.TEXT, Modality.IMAGE, Modality.IMAGE_TEXT):
-                group = [c for c in items[s : s + batch_size] if c.modality is modality]
-                if group:
-                    yield modality, group
-
-    rows: list[tuple[int, str, np.ndarray]] = []
-    for _, group, kept, vectors in encode_chunks(encoder, groups(), images_root, bad, len(items)):
-        kept_dids = {c.did for c in kept}
-        lost = [c for c in group if c.did not in kept_dids]
+    found: dict[str, np.ndarray] = {}  # did -> vector
+    chunks = modality_chunks(items, batch_size)  # as the local engine batches them
+    for _, group, kept, vectors in encode_chunks(encoder, chunks, images_root, bad, len(items)):
+        found.update(zip([c.did for c in kept], vectors, strict=True))
+        lost = [c for c in group if c.did not in found]
         skipped += [{"did": c.did, "path": p, "reason": r}
                     for c, (p, r) in zip(lost, bad.bad[len(bad.bad) - len(lost):], strict=True)]
-        rows += [(position[id(c)], c.did, v) for c, v in zip(kept, vectors, strict=True)]
-    rows.sort(key=lambda r: r[0])  # pool order
-    ids = [r[1] for r in rows]
+    ids = [c.did for c in items if c.did in found]  # pool order
     dim = int(encoder.dim)
-    vectors = np.stack([r[2] for r in rows]).astype(np.float32) if rows else np.zeros((0, dim), dtype=np.float32)
+    vectors = np.stack([found[d] for d in ids]).astype(np.float32) if ids else np.zeros((0, dim), dtype=np.float32)
     name = shard_name(i)
     with atomic_open(shards_dir / f"{name}.npy", "wb") as f:
         np.save(f, vectors)

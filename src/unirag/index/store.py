@@ -29,21 +29,20 @@ import numpy as np
 from unirag.data.records import Modality
 from unirag.errors import ConfigError, InputError
 from unirag.index.factory import search_parameters
-from unirag.index.manifest import data_dir, read_manifest
+from unirag.index.manifest import read_manifest
 
-ANY = "any"
 #: Queries re-scored together from the raw vectors (bounds the gathered block).
 RESCORE_BATCH = 256
 #: Rows of each shard checked finite at open (all of them in a shard this small); see the module docstring.
 OPEN_SAMPLE_ROWS = 256
-#: How FAISS files are opened: memory-mapped (instant, pages read on demand) or read into RAM.
-MEMORY_MODES = ("mmap", "ram")
+#: How FAISS files are opened: memory-mapped (instant, pages read on demand), read into RAM, or
+#: ``auto``: read into RAM when :func:`fits_in_ram`.
+MEMORY_MODES = ("mmap", "ram", "auto")
 
 
-def check_memory_mode(memory: str) -> str:
+def check_memory_mode(memory: str) -> None:
     if memory not in MEMORY_MODES:
         raise ConfigError(f"unknown index memory mode {memory!r}; expected one of: {', '.join(MEMORY_MODES)}")
-    return memory
 
 
 def available_memory() -> int | None:
@@ -58,19 +57,10 @@ def available_memory() -> int | None:
     return None
 
 
-def resolve_memory_mode(index_dir: str | Path, memory: str) -> str:
-    """``"auto"`` -> "ram" when :func:`fits_in_ram`, else "mmap"; "ram"/"mmap" -> themselves."""
-    if memory == "auto":
-        return "ram" if fits_in_ram(index_dir) else "mmap"
-    return check_memory_mode(memory)
-
-
 def fits_in_ram(index_dir: str | Path, fraction: float = 0.5) -> bool:
     """Whether the index's FAISS files take at most ``fraction`` of the memory available now."""
-    index_dir = Path(index_dir)
-    manifest = read_manifest(index_dir)
-    folder = data_dir(index_dir, manifest)
-    size = sum((folder / shard["file"]).stat().st_size for entry in manifest["subindexes"].values()
+    manifest = read_manifest(index_dir)  # its sizes are the files' (checked at every open)
+    size = sum(manifest["files"][shard["file"]]["size"] for entry in manifest["subindexes"].values()
                for shard in entry["shards"])
     avail = available_memory()
     return avail is not None and size <= fraction * avail
@@ -80,7 +70,7 @@ def parse_modality_filter(value: str | Modality | None) -> Modality | None:
     """'text' | 'image' | 'image,text' -> Modality; 'any' / None -> None (no restriction)."""
     if value is None or isinstance(value, Modality):
         return value
-    if str(value).strip().lower() == ANY:
+    if str(value).strip().lower() == "any":
         return None
     try:
         return Modality.parse(value)
@@ -88,11 +78,12 @@ def parse_modality_filter(value: str | Modality | None) -> Modality | None:
         raise ConfigError(f"unknown modality {value!r}; expected one of: text, image, image,text, any") from None
 
 
-def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-``k`` of several (scores, ids) lists per query row; ties keep the earlier list first."""
-    if len(parts) == 1:
-        scores, ids = parts[0]
-        return scores[:, :k], ids[:, :k]
+def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` of several (scores, ids) lists for ``n`` query rows; ties keep the earlier list first,
+    and slots no list fills are missing (score -inf, id -1)."""
+    if len(parts) == 1 and parts[0][0].shape[1] >= k:  # one full list (one shard, one modality): no sort
+        return parts[0][0][:, :k], parts[0][1][:, :k]
+    parts = [*parts, (np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64))]
     scores = np.concatenate([p[0] for p in parts], axis=1)
     ids = np.concatenate([p[1] for p in parts], axis=1)
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
@@ -159,40 +150,27 @@ class RowFilter:
     def __init__(self, rows: np.ndarray, shards: list[tuple[Any, int]]) -> None:
         import faiss
 
-        self.rows = rows
-        self._shards: list[tuple[int, Any, np.ndarray | None]] = []  # (rows selected, selector, its bitmap)
+        self.counts: list[int] = []  # rows selected, per shard
+        self.selectors: list[Any] = []
+        self._bitmaps: list[np.ndarray] = []
         for index, first in shards:
             n = int(index.ntotal)
             lo, hi = np.searchsorted(rows, [first, first + n])
-            local = rows[lo:hi] - first
-            if not len(local):
-                self._shards.append((0, None, None))
-                continue
             mask = np.zeros(n, dtype=bool)
-            mask[local] = True
+            mask[rows[lo:hi] - first] = True
             bitmap = np.packbits(mask, bitorder="little")  # the selector reads this buffer: kept alive with it
-            self._shards.append((len(local), faiss.IDSelectorBitmap(n, faiss.swig_ptr(bitmap)), bitmap))
-
-    def count(self, shard: int) -> int:
-        return self._shards[shard][0]
-
-    def selector(self, shard: int):
-        return self._shards[shard][1]
-
-    def __len__(self) -> int:
-        return len(self.rows)
+            self.counts.append(int(hi - lo))
+            self.selectors.append(faiss.IDSelectorBitmap(n, faiss.swig_ptr(bitmap)) if hi > lo else None)
+            self._bitmaps.append(bitmap)
 
 
 class SubIndex:
     """One modality: FAISS shards (rows ``start .. start+count`` each) and optional raw vectors."""
 
-    def __init__(self, folder: Path, modality: Modality, entry: dict[str, Any], dim: int,
-                 memory: str = "mmap") -> None:
+    def __init__(self, folder: Path, entry: dict[str, Any], dim: int, memory: str = "mmap") -> None:
         import faiss
 
-        self.modality = modality
         self.count = int(entry["count"])
-        self.kind = entry["type"]
         self.params: dict[str, Any] = dict(entry.get("params") or {})
         self.shards: list[tuple[Any, int]] = []  # (faiss index, first row)
         start = 0
@@ -230,28 +208,22 @@ class SubIndex:
 
         ``rows``: search only these local rows (a FAISS ID selector inside each shard's search, so
         the top-k is that of the selected rows, not a filtered top-k of all rows)."""
-        fetch = k
-        if self.vectors is not None:
-            fetch = max(k, int(round(k * float(self.params.get("refine_k_factor", 8)))))
+        refine = float(self.params.get("refine_k_factor", 8))
+        fetch = k if self.vectors is None else max(k, int(round(k * refine)))  # the shortlist to re-score
         parts = []
         for s, (index, first) in enumerate(self.shards):
-            take = min(fetch, int(index.ntotal) if rows is None else rows.count(s))
+            take = min(fetch, int(index.ntotal) if rows is None else rows.counts[s])
             if take == 0:
                 continue
-            selector = rows.selector(s) if rows is not None else None
+            selector = rows.selectors[s] if rows is not None else None
             scores, ids = index.search(queries, take, params=search_parameters(index, self.params, take, selector))
-            ids = ids.astype(np.int64)
-            scores = scores.astype(np.float32)
             missing = ids < 0
-            ids[~missing] += first
-            scores[missing] = -np.inf
-            parts.append((scores, ids))
-        if not parts:
-            return empty_topk(len(queries), k)
-        scores, ids = merge_topk(parts, fetch)
-        if self.vectors is not None:
+            parts.append((np.where(missing, -np.inf, scores).astype(np.float32),
+                          np.where(missing, -1, ids + first)))
+        scores, ids = merge_topk(parts, fetch, len(queries))
+        if self.vectors is not None and parts:
             scores, ids = self._rescore(queries, ids, k)
-        return _pad(scores[:, :k], ids[:, :k], k)
+        return scores[:, :k], ids[:, :k]
 
     def _rescore(self, queries: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         out_s = np.full((len(queries), ids.shape[1]), -np.inf, dtype=np.float32)
@@ -317,19 +289,6 @@ def _check_sample(index: Any, path: Path) -> None:
             return  # codes are bytes into the code book checked above: the stored rows are finite with it
     if n:
         _refuse_non_finite(index.reconstruct_batch(sample_rows(n)), path)
-
-
-def empty_topk(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` rows of ``k`` missing slots: score -inf, id -1."""
-    return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
-
-
-def _pad(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    if scores.shape[1] >= k:
-        return scores, ids
-    s, g = empty_topk(len(scores), k)
-    s[:, : scores.shape[1]], g[:, : ids.shape[1]] = scores, ids
-    return s, g
 
 
 def check_encoder(manifest: dict[str, Any], encoder, index_dir: Path) -> None:

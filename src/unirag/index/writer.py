@@ -14,8 +14,9 @@ a pool whose image folder vanished must not quietly become a text-only index.
 
 from __future__ import annotations
 
-import json
+import errno
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -23,18 +24,18 @@ from typing import Any
 import numpy as np
 
 from unirag.data.records import Modality
-from unirag.errors import InputError
+from unirag.errors import ConfigError, InputError
 from unirag.index import factory
 from unirag.index.directory import BuildSlot, check_target
 from unirag.index.manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
     META_FILE,
+    read_manifest,
     sha256_file,
 )
 from unirag.index.metadata import MetaWriter
 from unirag.index.store import RawVectors
-from unirag.redact import redact_json
 
 SPILL_CHUNK = 65536
 #: Skipped images the manifest lists by name (all are counted).
@@ -50,14 +51,10 @@ def source_record(pool: str | Path | None, images_root: str | Path | None, bad: 
 
 def faiss_write_error(e: RuntimeError, target: Path) -> OSError:
     """The OSError behind a FAISS write failure (``... write error ...: 28 (No space left on device)``)."""
-    import errno as errno_names
-    import re
-
     m = re.search(r"\(([^()]+)\)\s*$", str(e))  # FAISS ends with "(<strerror>)"
     reason = m.group(1) if m else str(e)
-    code = next((c for c in errno_names.errorcode if os.strerror(c) == reason), None)
-    if code is None:
-        code = errno_names.ENOSPC if "space" in reason.lower() else errno_names.EIO
+    code = next((c for c in errno.errorcode if os.strerror(c) == reason),
+                errno.ENOSPC if "space" in reason.lower() else errno.EIO)
     return OSError(code, os.strerror(code), str(target))
 
 
@@ -104,18 +101,18 @@ class _SubIndex:
             raise faiss_write_error(e, target) from e
         self.shards.append({"file": name, "count": int(index.ntotal)})
 
-    def finish(self, seed: int) -> dict[str, Any]:
+    def finish(self) -> dict[str, Any]:
         """Write the remaining shard(s); returns this sub-index's manifest entry."""
         kind, params, vfile = self.index_type, dict(self.params), None
         if self.spill_fh is not None:
             self.spill_fh.close()
-            kind, params, vfile = self._finish_ivfpq(seed)
+            kind, params, vfile = self._finish_ivfpq()
         elif self.current is not None:
             self._write_shard(self.current)
             self.current = None
         return {"count": self.count, "type": kind, "params": params, "shards": self.shards, "vectors_file": vfile}
 
-    def _finish_ivfpq(self, seed: int) -> tuple[str, dict[str, Any], str | None]:
+    def _finish_ivfpq(self) -> tuple[str, dict[str, Any], str | None]:
         """Train IVF-PQ once on a bounded sample of the spilled vectors, then fill shard after shard."""
         import faiss
 
@@ -130,7 +127,7 @@ class _SubIndex:
             kind = "ivfpq"
             params = factory.ivfpq_shape(n, self.dim, self.params)
             trained = factory.new_index("ivfpq", self.dim, params)
-            rows = np.random.default_rng(seed).choice(n, size=min(n, int(params["train_size"])), replace=False)
+            rows = np.random.default_rng(0).choice(n, size=min(n, int(params["train_size"])), replace=False)
             trained.train(raw.rows(np.sort(rows)))
         for first in range(0, n, self.shard_size):
             last = min(n, first + self.shard_size)
@@ -151,16 +148,12 @@ def check_shrink(index_dir: Path, counts: dict[str, int], extra: dict[str, Any] 
     ``counts`` (modality -> candidates) that loses a modality, or more than the ``index_max_shrink``
     setting's share of a modality's candidates. Nothing to compare (no index there yet, or one that
     cannot be read) passes."""
-    from unirag.errors import ConfigError
-    from unirag.index.manifest import read_manifest
     from unirag.profiles import SETTINGS
 
-    if not (index_dir / "manifest.json").exists():
-        return
     try:
         old = {m: int(e["count"]) for m, e in read_manifest(index_dir)["subindexes"].items()}
     except (InputError, KeyError, TypeError, ValueError):
-        return  # a damaged old index is not a reference
+        return  # no index there yet, or a damaged one: not a reference
     max_shrink = float(SETTINGS["index_max_shrink"].default)
     lost = [f"all {n} {m} candidates" if not counts.get(m) else f"{n - counts[m]} of {n} {m} candidates"
             for m, n in old.items() if n and counts.get(m, 0) < n * (1 - max_shrink)]
@@ -186,14 +179,13 @@ class IndexWriter:
     """
 
     def __init__(self, out_dir: str | Path, dim: int, encoder_info: dict[str, Any], index_type: str = "flat",
-                 params: dict[str, Any] | None = None, seed: int = 0, allow_shrink: bool = False) -> None:
+                 params: dict[str, Any] | None = None, allow_shrink: bool = False) -> None:
         self.out_dir = Path(out_dir).resolve()
         self.allow_shrink = allow_shrink
         self.dim = int(dim)
         self.encoder_info = encoder_info
         self.index_type = index_type
         self.params = factory.resolve_params(index_type, params)
-        self.seed = seed
         check_target(self.out_dir)
         self.slot = BuildSlot(self.out_dir)
         self.folder = self.slot.path
@@ -206,14 +198,12 @@ class IndexWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if not self._committed:
-            self.abort()
-
-    def abort(self) -> None:
+        if self._committed:
+            return
         for sub in self._subs.values():
             if sub.spill_fh is not None:
                 sub.spill_fh.close()
-        self._meta.abort()
+        self._meta.db.close()
         self.slot.abort()
 
     def add(self, modality: Modality, metas: list[dict[str, Any]], vectors: np.ndarray) -> None:
@@ -235,7 +225,7 @@ class IndexWriter:
             raise InputError("nothing to index: the pool has no usable candidates")
         if not self.allow_shrink:
             check_shrink(self.out_dir, {m.value: sub.count for m, sub in self._subs.items()}, extra)
-        subindexes = {m.value: sub.finish(self.seed) for m, sub in self._subs.items()}
+        subindexes = {m.value: sub.finish() for m, sub in self._subs.items()}
         self._meta.close()
         files = {}
         for path in sorted(self.folder.iterdir()):
@@ -260,6 +250,6 @@ class IndexWriter:
             **(extra or {}),
             "files": files,
         }
-        self.slot.publish(json.dumps(redact_json(manifest), indent=2, ensure_ascii=False) + "\n")
+        self.slot.publish(manifest)
         self._committed = True
         return manifest

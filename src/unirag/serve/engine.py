@@ -69,10 +69,7 @@ class Engine:
         self.settings = settings
         shared = retriever is not None  # a caller's retriever is already loaded and warm
         if retriever is None:
-            from unirag.index.store import resolve_memory_mode
-
-            retriever = unirag.Retriever(settings.index, device=settings.device,
-                                         memory=resolve_memory_mode(settings.index, settings.index_memory))
+            retriever = unirag.Retriever(settings.index, device=settings.device, memory=settings.index_memory)
         self.retriever = retriever
         self.index = self.retriever.index
         self.images_root = self.retriever.pool_images_root
