@@ -208,19 +208,6 @@ def free_memory(device: str | None = None) -> None:
         torch.mps.empty_cache()
 
 
-def autocast(device: str, torch_dtype):
-    """Autocast context for models that mix precisions internally (LaVIT runs under bf16 autocast);
-    a no-op context on CPU in float32."""
-    import contextlib
-
-    import torch
-
-    kind = str(device).split(":")[0]
-    if kind == "cpu" and torch_dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=kind, dtype=torch_dtype)
-
-
 def host_to_device(array: Any, device: str, dtype: Any = None):
     """A CPU batch (numpy) as a tensor on ``device``: on CUDA through pinned memory with a non-blocking
     copy (the host-to-device transfer then overlaps the previous batch's compute), cast on the device."""

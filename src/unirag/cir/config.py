@@ -35,7 +35,7 @@ from typing import Any
 from unirag.cir.agents import ROLES
 from unirag.cir.scoring import NORMS
 from unirag.data.text import read_text
-from unirag.errors import ConfigError, InputError
+from unirag.errors import ConfigError, InputError, existing_path
 from unirag.generators.registry import identity_config
 from unirag.profiles import SETTINGS, Settings, resolve
 
@@ -176,9 +176,7 @@ def load_config(path: str | Path | XRConfig | None, *, encoder: str | None = Non
 def _read_config(path: str | Path) -> XRConfig:
     import yaml
 
-    path = Path(path)
-    if not path.exists():
-        raise InputError("agents config not found", path=path)
+    path = existing_path(path, "agents config")
     try:
         raw = yaml.safe_load(read_text(path)) or {}
     except yaml.YAMLError as e:

@@ -32,14 +32,6 @@ def decode_line(raw: bytes, path: Path | None, lineno: int, line_start: int | No
                          "as UTF-8 (e.g. iconv -f latin1 -t utf-8 FILE > FILE.utf8)", path=path, line=lineno) from None
 
 
-def existing_file(path: str | Path, what: str = "file") -> Path:
-    """``path`` as a Path, or the :class:`InputError` "<what> not found" naming it (missing, or a folder)."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{what} not found", path=path)
-    return path
-
-
 def iter_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """``(line number from 1, line)`` for every line of ``path``, line endings kept (as ``open()`` in
     binary mode splits them), streaming."""

@@ -19,8 +19,8 @@ from typing import Any
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage
 from unirag.messages import ImagePart, Message, TextPart
+from unirag.runtime import DTYPE_CHOICES
 
-DTYPES = ("auto", "float32", "float16", "bfloat16")
 #: The LLaVA-1.5 conversation format: used when a processor ships no chat template, and always with
 #: ``prompt_format="official"``: UniRAG's ``infer_llava`` writes ``f"USER: <image>\n{SYSTEM_MESSAGE}\n{message}
 #: \nASSISTANT:"`` by hand (castorini/UniRAG src/unirag/caption_generation_inference.py@e9a4e00:250-251).
@@ -42,8 +42,8 @@ class HFVisionLanguageGenerator(TextGenerator):
         self.prompt_format = prompt_format
         self.model_id = model
         self.spec = spec or f"hf:{model}"
-        if dtype is not None and dtype not in DTYPES:
-            raise ConfigError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+        if dtype is not None and dtype not in DTYPE_CHOICES:
+            raise ConfigError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_CHOICES)}")
         self.dtype = dtype or "auto"
         self.device = device or "auto"
         self.batch_size = max(1, int(batch_size))

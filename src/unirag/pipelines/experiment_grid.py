@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.data.text import read_text
-from unirag.errors import ConfigError, InputError, UniragError
+from unirag.errors import ConfigError, InputError, UniragError, existing_path
 from unirag.generators.registry import GENERATOR_OPTIONS
 
 TASKS = ("caption", "image", "cir")
@@ -119,9 +119,7 @@ def read_grid(path: str | Path, overrides: GridOverrides | None = None) -> Grid:
     import yaml
 
     over = overrides or GridOverrides()
-    path = Path(path)
-    if not path.exists():
-        raise InputError("experiment file not found", path=path)
+    path = existing_path(path, "experiment file")
     try:
         spec = yaml.safe_load(read_text(path))
     except yaml.YAMLError as e:

@@ -22,8 +22,8 @@ from typing import Any
 from unirag.data.importers.generic import read_items
 from unirag.data.importers.writer import ImportSummary, SourceItem, write_dataset
 from unirag.data.jsonl import read_json_file
-from unirag.data.text import existing_file, iter_text_lines
-from unirag.errors import InputError
+from unirag.data.text import iter_text_lines
+from unirag.errors import InputError, existing_path
 
 
 def _id(obj: dict, key: str, path: Path, where: str) -> str:
@@ -142,7 +142,7 @@ def import_coco(
 def read_coco(captions: str | Path, *, limit: int | None = None) -> tuple[list[SourceItem], int]:
     """Images with their captions from an official COCO captions JSON or a ``{image, image_id, captions}``
     JSONL file; also returns the number of captions whose image is not in the file (JSON only)."""
-    path = existing_file(captions)
+    path = existing_path(captions)
     if _is_jsonl(path):
         return read_items(path, image_field="image", caption_field="captions", id_field="image_id", fmt="jsonl",
                           limit=limit), 0

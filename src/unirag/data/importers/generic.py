@@ -22,8 +22,8 @@ from typing import Any
 
 from unirag.data.importers.writer import ImportSummary, SourceItem, write_dataset
 from unirag.data.jsonl import iter_json_lines
-from unirag.data.text import existing_file, iter_text_lines
-from unirag.errors import InputError
+from unirag.data.text import iter_text_lines
+from unirag.errors import InputError, existing_path
 
 DEFAULT_IMAGE_FIELD = "image"
 DEFAULT_CAPTION_FIELDS = ("caption", "captions")
@@ -92,7 +92,7 @@ def read_items(
     limit: int | None = None,
 ) -> list[SourceItem]:
     """Parse rows into one :class:`SourceItem` per distinct image (rows of the same image are merged)."""
-    path = existing_file(path)
+    path = existing_path(path)
     fmt = fmt or ("csv" if path.suffix.lower() in (".csv", ".tsv") else "jsonl")
     if fmt == "csv":
         rows = _iter_csv_rows(path, delimiter or ("\t" if path.suffix.lower() == ".tsv" else ","))

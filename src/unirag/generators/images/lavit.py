@@ -149,9 +149,9 @@ class LaVITImageGenerator(LocalImageGenerator):
         return super().generate(request)
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
-        from unirag.runtime import autocast, resolve_dtype
+        import torch
 
-        with autocast(self.device, resolve_dtype(self.dtype, self.device)):
+        with torch.autocast(device_type=self.device.split(":")[0], dtype=getattr(torch, self.dtype)):
             out = self._pipe.multimodal_synthesis(
                 lavit_prompts(request), width=request.width, height=request.height,
                 guidance_scale_for_llm=request.guidance, num_return_images=1,
