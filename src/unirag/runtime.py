@@ -125,9 +125,11 @@ def _mps_available(torch) -> bool:
 
 def resolve_device(device: str | None = "auto") -> str:
     """``None``/"auto" -> "cuda" if present, else "mps", else "cpu"; a device torch does not know or this
-    machine lacks is a :class:`~unirag.errors.ConfigError` now rather than a failure in a forward pass."""
+    machine lacks is a :class:`~unirag.errors.ConfigError` now rather than a failure in a forward pass.
+    Every model is placed through here, so this also caps torch's threads (:func:`configure_torch_threads`)."""
     import torch
 
+    configure_torch_threads()
     if device in (None, "", "auto"):
         if torch.cuda.is_available():
             return "cuda"

@@ -13,7 +13,7 @@ import numpy as np
 
 from unirag.encoders.base import Encoder, ImageInput
 from unirag.errors import ConfigError
-from unirag.runtime import configure_torch_threads, hf_from_pretrained, onednn_linears, resolve_device
+from unirag.runtime import hf_from_pretrained, onednn_linears, resolve_device
 
 DEFAULT_TEXT_MODEL = "all-MiniLM-L6-v2"
 
@@ -35,7 +35,6 @@ class SentenceTextEncoder(Encoder):
                  max_length: int = 256) -> None:
         from transformers import AutoModel, AutoTokenizer
 
-        configure_torch_threads()
         self.spec = spec or DEFAULT_TEXT_MODEL
         self.name = f"text:{self.spec}"
         self.batch_size = batch_size or 64

@@ -59,15 +59,8 @@ class HFVisionLanguageGenerator(TextGenerator):
             return
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        from unirag.runtime import (
-            configure_torch_threads,
-            device_map_kwargs,
-            hf_from_pretrained,
-            resolve_device,
-            resolve_dtype,
-        )
+        from unirag.runtime import device_map_kwargs, hf_from_pretrained, resolve_device, resolve_dtype
 
-        configure_torch_threads()
         spread = self.device == "balanced"  # several GPUs: let accelerate place the layers
         device = resolve_device("cuda" if spread else self.device)
         torch_dtype = resolve_dtype(self.dtype, device)

@@ -91,9 +91,8 @@ class LaVITImageGenerator(LocalImageGenerator):
         ``model_path`` with LaVIT's ``build_model`` (local files only: no download). ``seed``: set once,
         before building (None: leave the global generators alone); ``reseed_every``: set again before every
         N-th call (the official run: 1000, one process per 1,000 queries). ``use_xformers``: None = when installed."""
-        from unirag.runtime import configure_torch_threads, dtype_name, resolve_device
+        from unirag.runtime import dtype_name, resolve_device
 
-        configure_torch_threads()
         self.model_path = model_path
         self.spec = spec or f"lavit:{model_path}"
         self.label = f"LaVIT {model_path}"
