@@ -34,20 +34,6 @@ MODELS = ("clip_sf", "blip_ff")
 _TOKENIZER_FILES = ("vocab.json", "tokenizer.json", "tokenizer_config.json")
 
 
-def parse_uniir_spec(spec: str) -> tuple[str, str | None, Path]:
-    """``uniir:clip_sf[:variant]:PATH`` -> (model, variant or None, path)."""
-    m = re.fullmatch(r"uniir:([a-z_]+):(?:(base|large):)?(.+)", spec.strip(), flags=re.IGNORECASE)
-    if not m:
-        raise ConfigError(f"UniIR encoder spec {spec!r} should read uniir:MODEL:PATH or uniir:MODEL:large:PATH "
-                          f"(MODEL: {', '.join(MODELS)})")
-    model, variant, path = m.group(1).lower(), m.group(2), Path(m.group(3)).expanduser()
-    if model not in MODELS:
-        raise ConfigError(f"{spec!r}: unknown UniIR model {model!r}; supported: {', '.join(MODELS)}")
-    if not path.is_file():
-        raise ConfigError(f"UniIR checkpoint {str(path)!r} does not exist (spec {spec!r})")
-    return model, variant.lower() if variant else None, path.resolve()
-
-
 def read_state_dict(path: Path, prefix: str = "clip_model.", required: tuple[str, ...] = ("visual.conv1.weight",
                     "text_projection"), what: str = "UniIR CLIP-SF") -> dict[str, Any]:
     """The tensors of a UniIR checkpoint under ``prefix`` (prefix and any DDP ``module.`` removed)."""
@@ -190,10 +176,18 @@ class UniIRCheckpoint:
     def _open(self, spec: str, device: str | None, dtype: str | None,
               instructions: str | Path | QueryInstructions | None, use_instructions: bool | None,
               **state_dict: Any) -> tuple[str | None, dict[str, Any]]:
-        """Set the spec, checkpoint, device, precision and instructions; returns the variant the spec
-        names (or None) and the checkpoint's tensors (see :func:`read_state_dict`)."""
-        _, variant, self.checkpoint = parse_uniir_spec(spec)
-        self.spec = spec
+        """Set the spec (``uniir:clip_sf[:variant]:PATH``), checkpoint, device, precision and instructions; returns
+        the variant the spec names (or None) and the checkpoint's tensors (see :func:`read_state_dict`)."""
+        m = re.fullmatch(r"uniir:([a-z_]+):(?:(base|large):)?(.+)", spec.strip(), flags=re.IGNORECASE)
+        if not m:
+            raise ConfigError(f"UniIR encoder spec {spec!r} should read uniir:MODEL:PATH or uniir:MODEL:large:PATH "
+                              f"(MODEL: {', '.join(MODELS)})")
+        model, variant, path = m.group(1).lower(), m.group(2), Path(m.group(3)).expanduser()
+        if model not in MODELS:
+            raise ConfigError(f"{spec!r}: unknown UniIR model {model!r}; supported: {', '.join(MODELS)}")
+        if not path.is_file():
+            raise ConfigError(f"UniIR checkpoint {str(path)!r} does not exist (spec {spec!r})")
+        self.spec, self.checkpoint, variant = spec, path.resolve(), variant.lower() if variant else None
         self._place(device, dtype)
         self.use_instructions = use_instructions is not False
         self._instructions_source = instructions
