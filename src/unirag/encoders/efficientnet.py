@@ -12,8 +12,6 @@ import numpy as np
 from unirag.errors import ConfigError
 
 INPUT_SIZE = 224
-POOLED_DIM = 1280
-NUM_CLASSES = 1000
 
 
 def preprocess(pil_image, size: int = INPUT_SIZE) -> np.ndarray:

@@ -80,6 +80,16 @@ def _captions(value: Any, sep: str | None, path: Path, lineno: int, fld: str) ->
     return caps
 
 
+def source_id(obj: dict, key: str, path: Path, field: str, line: int | None = None, why: str | None = None) -> str:
+    """``obj[key]`` as a source id (an integer or a non-empty string, stripped), else an :class:`InputError`
+    naming ``field``: ``why``, or by default "missing field" / the value that is not an id."""
+    v = obj.get(key)
+    if isinstance(v, bool) or not isinstance(v, int | str) or (isinstance(v, str) and not v.strip()):
+        raise InputError(why or ("missing field" if v is None else f"expected an integer or string id, got {v!r}"),
+                         path=path, line=line, field=field)
+    return str(v).strip()
+
+
 def read_items(
     path: str | Path,
     *,
@@ -115,15 +125,8 @@ def read_items(
         if row.get(fld) is None:
             raise InputError("missing field", path=path, line=lineno, field=fld)
         caps = _captions(row[fld], caption_sep, path, lineno, fld)
-        if id_field is not None:
-            raw = row.get(id_field)
-            if raw is None or (isinstance(raw, str) and not raw.strip()) or not isinstance(raw, str | int):
-                raise InputError(
-                    "missing or invalid image id (string or integer)", path=path, line=lineno, field=id_field
-                )
-            key = str(raw).strip()
-        else:
-            key = img
+        key = img if id_field is None else source_id(row, id_field, path, id_field, lineno,
+                                                     "missing or invalid image id (string or integer)")
         item = items.get(key)
         if item is None:
             if limit is not None and len(items) >= limit:
