@@ -202,13 +202,10 @@ class Encoder(ABC):
             return [self.prepared(loader, d.unwrap()) for _, d in zip(batch, decoded, strict=True)]
         return decode
 
-    def _image_vectors(self, images: Sequence[ImageInput], progress: bool, normalize: bool = True) -> np.ndarray:
+    def encode_images(self, images: Sequence[ImageInput], progress: bool = False, normalize: bool = True) -> np.ndarray:
         items = list(images)
         decode = self._decoder(items)
         return self._batched(lambda b: self._embed_images(decode(b)), items, progress, "encode images", normalize)
-
-    def encode_images(self, images: Sequence[ImageInput], progress: bool = False) -> np.ndarray:
-        return self._image_vectors(images, progress)
 
     def encode_fused(self, images: Sequence[ImageInput], texts: Sequence[str], progress: bool = False) -> np.ndarray:
         """Score-level fusion of image and text embeddings into one unit vector: ``raw-sum`` (UniIR CLIP-SF)
@@ -219,7 +216,7 @@ class Encoder(ABC):
         if self.fusion not in (FUSION_RAW_SUM, FUSION_NORMALISED_SUM):
             raise ValueError(f"unknown fusion {self.fusion!r}")
         raw = self.fusion == FUSION_RAW_SUM
-        img = self._image_vectors(images, progress, normalize=not raw)
+        img = self.encode_images(images, progress, normalize=not raw)
         txt = self._batched(self._embed_texts, list(texts), progress, "encode texts", normalize=not raw)
         if not raw:
             img, txt = l2_normalize(img), l2_normalize(txt)

@@ -130,11 +130,9 @@ class HFVisionLanguageGenerator(TextGenerator):
             flat = [im for ims in images for im in ims]
             try:
                 inputs = self._processor(text=texts, images=flat or None, padding=True, return_tensors="pt")
-                # Token ids stay integers; floating inputs (pixel values) take the model's precision.
-                inputs = inputs.to(self._device)
-                for key, value in inputs.items():
-                    if torch.is_floating_point(value):
-                        inputs[key] = value.to(self._torch_dtype)
+                # Token ids stay integers; floating inputs (pixel values) take the model's precision
+                # (a processor's BatchFeature casts only its floating tensors).
+                inputs = inputs.to(self._device, dtype=self._torch_dtype)
                 gen_kwargs: dict[str, Any] = {"max_new_tokens": options.max_tokens}
                 if options.temperature is not None:  # None: the model's generation config decides (official)
                     gen_kwargs["do_sample"] = options.temperature > 0
