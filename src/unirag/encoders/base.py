@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from unirag.data.records import Candidate, Modality, Query, resolve_image
+from unirag.runtime import decode_processes, free_memory, resolve_device, resolve_dtype
 
 ImageInput = Any  # a path (str | Path) or a PIL image
 
@@ -85,8 +86,6 @@ class Encoder(ABC):
     def _place(self, device: str | None, dtype: str | None = "float32") -> None:
         """Cap torch's threads; set ``device`` and ``torch_dtype`` as the options resolve ("auto": the GPU if
         there is one, see :mod:`unirag.runtime`). :meth:`config` records both."""
-        from unirag.runtime import resolve_device, resolve_dtype
-
         self.device = resolve_device(device)
         self.torch_dtype = resolve_dtype(dtype, self.device)
 
@@ -134,7 +133,6 @@ class Encoder(ABC):
         """The :class:`~unirag.data.loader.ImageLoader` for a job of ``n_images`` (None: unknown): the
         encoder's setting (``auto``: fewer for a model on the CPU) and its preprocessor."""
         from unirag.data.loader import ImageLoader
-        from unirag.runtime import decode_processes
 
         device = getattr(self, "device", None)  # None: unknown (a stand-in, a plugin): not assumed CPU
         on_cpu = isinstance(device, str) and device.startswith("cpu")
@@ -166,8 +164,6 @@ class Encoder(ABC):
         """Drop the model and return its GPU memory (the encoder cannot be used afterwards)."""
         if hasattr(self, "model"):
             self.model = None
-        from unirag.runtime import free_memory
-
         free_memory(getattr(self, "device", None))
 
     # -- public API -------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import Any
 
 from unirag.encoders.base import Encoder
 from unirag.errors import ConfigError
+from unirag.runtime import check_model_spec, decode_setting
 
 #: Names that select the bundled offline encoder (MiniLM texts + EfficientNet-Lite0 images, see offline.py).
 OFFLINE_NAMES = frozenset({"offline", "default", "offline-default"})
@@ -75,7 +76,6 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
     ``spec`` when it cannot be loaded.
     """
     from unirag.encoders.plugin import is_plugin_spec
-    from unirag.runtime import decode_setting
 
     workers = decode_setting(decode_workers)
     if autocast not in (None, "float16"):  # precision_options: float32 weights under float16 autocast (CUDA only)
@@ -115,7 +115,6 @@ def load_text_encoder(spec: str | None = None, *, device: str | None = "auto",
     returned encoder refuses ``encode_images`` with a ConfigError.
     """
     from unirag.encoders.text import SentenceTextEncoder
-    from unirag.runtime import check_model_spec
 
     default = spec is None or spec.strip().lower() in DEFAULT_TEXT_NAMES
     return SentenceTextEncoder(None if default else check_model_spec(spec), device=device, batch_size=batch_size)

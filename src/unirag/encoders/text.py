@@ -7,13 +7,14 @@ sentence-transformers style checkpoint (hub id or local directory) with mean poo
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from unirag.encoders.base import Encoder, ImageInput
 from unirag.errors import ConfigError
-from unirag.runtime import hf_from_pretrained, onednn_linears, resolve_device
+from unirag.runtime import hf_from_pretrained, onednn_linears, resolve_device, weights_identity
 
 DEFAULT_TEXT_MODEL = "all-MiniLM-L6-v2"
 
@@ -112,10 +113,6 @@ class SentenceTextEncoder(Encoder):
 
 
     def identity(self) -> dict[str, Any]:
-        from pathlib import Path
-
-        from unirag.runtime import weights_identity
-
         model = (self.spec if self.spec == DEFAULT_TEXT_MODEL or not Path(self.spec).exists()
                  else weights_identity(self.spec))
         base = {k: v for k, v in super().identity().items() if k != "name"}  # the name holds the path

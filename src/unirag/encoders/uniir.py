@@ -26,6 +26,7 @@ from unirag.encoders.hf_clip import HFClipEncoder
 from unirag.encoders.instructions import QueryInstructions, format_string
 from unirag.encoders.preprocess import OpenAIClipTransform
 from unirag.errors import ConfigError
+from unirag.runtime import check_model_spec, hf_from_pretrained, weights_digest
 
 #: UniIR's checkpoints: clip_sf_base = ViT-B/32, clip_sf_large = ViT-L/14.
 VARIANTS = {"base": ("ViT-B/32", "openai/clip-vit-base-patch32"), "large": ("ViT-L/14", "openai/clip-vit-large-patch14")}
@@ -121,8 +122,6 @@ def load_tokenizer(tokenizer: str | None, checkpoint: Path, local_files: tuple[s
     ``local_files``, else ``default`` from the local Hugging Face cache."""
     from transformers import AutoTokenizer
 
-    from unirag.runtime import check_model_spec, hf_from_pretrained
-
     if tokenizer is None:
         local = any((checkpoint.parent / f).is_file() for f in local_files)
         tokenizer = str(checkpoint.parent) if local else default
@@ -197,8 +196,6 @@ class UniIRCheckpoint:
         return variant, read_state_dict(self.checkpoint, **state_dict)
 
     def weights_sha256(self) -> str:
-        from unirag.runtime import weights_digest
-
         return weights_digest(self.checkpoint)[:32]
 
     def config(self) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from typing import Any
 from unirag.errors import ConfigError
 from unirag.generators.images.base import ImageRequest
 from unirag.generators.images.diffusers_backend import LocalImageGenerator, seed_torch
+from unirag.runtime import dtype_name, resolve_device
 
 #: ``multimodal_synthesis`` parameters unirag passes (checked when the model is built).
 SYNTHESIS_PARAMS = ("width", "height", "guidance_scale_for_llm", "num_return_images", "num_inference_steps", "top_k")
@@ -91,8 +92,6 @@ class LaVITImageGenerator(LocalImageGenerator):
         ``model_path`` with LaVIT's ``build_model`` (local files only: no download). ``seed``: set once,
         before building (None: leave the global generators alone); ``reseed_every``: set again before every
         N-th call (the official run: 1000, one process per 1,000 queries). ``use_xformers``: None = when installed."""
-        from unirag.runtime import dtype_name, resolve_device
-
         self.model_path = model_path
         self.spec = spec or f"lavit:{model_path}"
         self.label = f"LaVIT {model_path}"
