@@ -111,7 +111,6 @@ class SentenceTextEncoder(Encoder):
             pooled = sums / counts.unsqueeze(-1)
         return pooled.float().cpu().numpy()
 
-
     def identity(self) -> dict[str, Any]:
         model = (self.spec if self.spec == DEFAULT_TEXT_MODEL or not Path(self.spec).exists()
                  else weights_identity(self.spec))

@@ -71,15 +71,6 @@ def seed_everything(seed: int) -> None:
     random.seed(int(seed))
 
 
-def lavit_prompts(request: ImageRequest) -> list[tuple[str, str]]:
-    """``[(caption_1, "text"), (image_1, "image"), ..., (query caption, "text")]`` (UniRAG's order)."""
-    out: list[tuple[str, str]] = []
-    for e in request.examples:
-        out += [(e.caption, "text"), (str(e.image), "image")]
-    out.append((request.caption, "text"))
-    return out
-
-
 class LaVITImageGenerator(LocalImageGenerator):
     """LaVIT-7B-v2 text-to-image, zero-shot or with interleaved example pairs."""
 
@@ -149,9 +140,11 @@ class LaVITImageGenerator(LocalImageGenerator):
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
         import torch
 
+        # [(caption_1, "text"), (image_1, "image"), ..., (query caption, "text")]: UniRAG's order
+        prompts = [p for e in request.examples for p in ((e.caption, "text"), (str(e.image), "image"))]
         with torch.autocast(device_type=self.device.split(":")[0], dtype=getattr(torch, self.dtype)):
             out = self._pipe.multimodal_synthesis(
-                lavit_prompts(request), width=request.width, height=request.height,
+                [*prompts, (request.caption, "text")], width=request.width, height=request.height,
                 guidance_scale_for_llm=request.guidance, num_return_images=1,
                 num_inference_steps=request.steps, top_k=self.top_k)
         return out[0], {"prompt": self.prompt_text(request), "model": type(self._pipe).__name__}
