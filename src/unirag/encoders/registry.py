@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from unirag.encoders.base import Encoder
+from unirag.encoders.plugin import PluginEncoder, is_plugin_spec
 from unirag.errors import ConfigError
 from unirag.runtime import check_model_spec, decode_setting
 
@@ -75,8 +76,6 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
     (UniIR's ``use_fp16``; see :func:`precision_options`). Raises :class:`unirag.errors.ConfigError` naming
     ``spec`` when it cannot be loaded.
     """
-    from unirag.encoders.plugin import is_plugin_spec
-
     workers = decode_setting(decode_workers)
     if autocast not in (None, "float16"):  # precision_options: float32 weights under float16 autocast (CUDA only)
         raise ConfigError(f"autocast must be float16 (UniIR's use_fp16), got {autocast!r}")
@@ -90,8 +89,6 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
         encoder = cls(spec, device=device, dtype=dtype, batch_size=batch_size, instructions=instructions,
                       use_instructions=use_instructions)
     elif is_plugin_spec(spec):
-        from unirag.encoders.plugin import PluginEncoder
-
         encoder = PluginEncoder(spec, device=device, dtype=dtype, batch_size=batch_size)
     elif is_offline_name(spec):
         from unirag.encoders.offline import OfflineEncoder

@@ -19,7 +19,7 @@ from typing import Any
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage
 from unirag.messages import ImagePart, Message, TextPart
-from unirag.runtime import DTYPE_CHOICES
+from unirag.runtime import DTYPE_CHOICES, free_memory
 
 #: The LLaVA-1.5 conversation format: used when a processor ships no chat template, and always with
 #: ``prompt_format="official"``: UniRAG's ``infer_llava`` writes ``f"USER: <image>\n{SYSTEM_MESSAGE}\n{message}
@@ -175,8 +175,6 @@ class HFVisionLanguageGenerator(TextGenerator):
 
     def close(self) -> None:
         """Drop the model and return its GPU memory."""
-        from unirag.runtime import free_memory
-
         with self._lock:
             self._model = None
             self._processor = None
