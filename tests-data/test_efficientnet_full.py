@@ -8,7 +8,9 @@ from importlib import resources
 import pytest
 
 from unirag.data.images import load_rgb
-from unirag.encoders.efficientnet import NUM_CLASSES, POOLED_DIM, EfficientNetLite0, preprocess
+from unirag.encoders.efficientnet import EfficientNetLite0, preprocess
+
+POOLED_DIM, NUM_CLASSES = 1280, 1000  # EfficientNet-Lite0: pooled penultimate features, ImageNet classes
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,15 @@ class InputError(UniragError):
         super().__init__(f"{prefix}: {message}" if prefix else message)
 
 
+def existing_path(path: str | Path, what: str = "file", folder: bool = False) -> Path:
+    """``path`` as a Path, or the :class:`InputError` "<what> not found" naming it (missing, or not a file;
+    with ``folder``, not a folder)."""
+    path = Path(path)
+    if not (path.is_dir() if folder else path.is_file()):
+        raise InputError(f"{what} not found", path=path)
+    return path
+
+
 class ConfigError(UniragError):
     """A wrong option: unknown model id, incompatible index/encoder, missing weights."""
 

@@ -8,6 +8,7 @@ runs alike. Importing this module is cheap (torch is imported inside the functio
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import os
@@ -22,8 +23,6 @@ DTYPE_CHOICES = ("auto", "float32", "float16", "bfloat16")
 
 _DTYPE_ALIASES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16": "float16",
                   "fp16": "float16", "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
-
-_THREADS_SET = False
 
 #: ``auto`` decode workers (:func:`decode_processes`): the cores this process may run on, at most this many.
 AUTO_WORKERS_CAP = 8
@@ -66,12 +65,10 @@ def decode_processes(setting: int | None, n_images: int | None = None, model_on_
     return min(AUTO_WORKERS_CPU_MODEL, cores) if model_on_cpu else cores
 
 
+@functools.cache
 def configure_torch_threads() -> None:
     """Cap torch's intra-op threads once per process: ``UNIRAG_TORCH_THREADS``, else ``OMP_NUM_THREADS``,
     else the CPUs this process may use (torch's default counts the whole machine's cores)."""
-    global _THREADS_SET
-    if _THREADS_SET:
-        return
     import torch
 
     wanted = os.environ.get("UNIRAG_TORCH_THREADS") or os.environ.get("OMP_NUM_THREADS")
@@ -87,7 +84,6 @@ def configure_torch_threads() -> None:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(1, user_api="blas")
-    _THREADS_SET = True
 
 
 def onednn_linears(model: Any) -> Any:
@@ -125,9 +121,11 @@ def _mps_available(torch) -> bool:
 
 def resolve_device(device: str | None = "auto") -> str:
     """``None``/"auto" -> "cuda" if present, else "mps", else "cpu"; a device torch does not know or this
-    machine lacks is a :class:`~unirag.errors.ConfigError` now rather than a failure in a forward pass."""
+    machine lacks is a :class:`~unirag.errors.ConfigError` now rather than a failure in a forward pass.
+    Every model is placed through here, so this also caps torch's threads (:func:`configure_torch_threads`)."""
     import torch
 
+    configure_torch_threads()
     if device in (None, "", "auto"):
         if torch.cuda.is_available():
             return "cuda"
@@ -206,19 +204,6 @@ def free_memory(device: str | None = None) -> None:
         torch.cuda.empty_cache()
     if _mps_available(torch) and (device is None or str(device).startswith("mps")):
         torch.mps.empty_cache()
-
-
-def autocast(device: str, torch_dtype):
-    """Autocast context for models that mix precisions internally (LaVIT runs under bf16 autocast);
-    a no-op context on CPU in float32."""
-    import contextlib
-
-    import torch
-
-    kind = str(device).split(":")[0]
-    if kind == "cpu" and torch_dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=kind, dtype=torch_dtype)
 
 
 def host_to_device(array: Any, device: str, dtype: Any = None):

@@ -203,6 +203,11 @@ GOOD_ANN = {"id": 10, "image_id": 1, "caption": "a cat"}
             "annotations[0].image_id",
             "expected an integer or string id",
         ),
+        (
+            {"images": [GOOD_IMG], "annotations": [{"id": True, "image_id": 1, "caption": "x"}]},
+            "annotations[0].id",
+            "expected an integer or string id, got True",
+        ),
     ],
 )
 def test_bad_coco_json_names_the_field(tmp_path: Path, data, field, words: str) -> None:

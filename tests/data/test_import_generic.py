@@ -125,6 +125,7 @@ def test_missing_image_is_reported_and_skipped(rows: list[dict], coco_mini: Path
             "was given for 'a.jpg'",
         ),
         (['{"image": "a.jpg", "caption": "x"}'], {"id_field": "id"}, 1, "id", "missing or invalid image id"),
+        (['{"image": "a.jpg", "caption": "x", "id": true}'], {"id_field": "id"}, 1, "id", "missing or invalid image id"),
     ],
 )
 def test_bad_jsonl_rows(tmp_path: Path, lines, kwargs, line: int, field, words: str) -> None:
@@ -159,6 +160,8 @@ def test_bad_csv_rows(tmp_path: Path, text: str, kwargs, line: int, field, words
 def test_bad_options_and_files(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="file not found"):
         import_generic(tmp_path / "absent.jsonl", tmp_path, tmp_path / "out")
+    with pytest.raises(InputError, match="file not found"):  # a folder is not the input file
+        import_generic(tmp_path, tmp_path, tmp_path / "out")
     path = _jsonl(tmp_path / "in.jsonl", ['{"image": "a.jpg", "caption": "x"}'])
     with pytest.raises(InputError, match="unknown image check"):
         import_generic(path, tmp_path, tmp_path / "out", check="fast")

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from unirag.data.images import load_rgb
-from unirag.encoders.efficientnet import INPUT_SIZE, NUM_CLASSES, POOLED_DIM, EfficientNetLite0, preprocess
+from unirag.encoders.efficientnet import INPUT_SIZE, EfficientNetLite0, preprocess
+
+POOLED_DIM, NUM_CLASSES = 1280, 1000  # EfficientNet-Lite0: pooled penultimate features, ImageNet classes
 
 
 @pytest.fixture(scope="module")

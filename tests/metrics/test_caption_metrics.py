@@ -157,6 +157,8 @@ def test_missing_run_dir_is_a_clear_error(small_task):
     tmp, _, queries, pool = small_task
     with pytest.raises(InputError, match="run directory not found"):
         evaluate_caption_run(tmp / "nope", queries, pool)
+    with pytest.raises(InputError, match="run directory not found"):  # a file is not a run directory
+        evaluate_caption_run(queries, queries, pool)
 
 
 def test_unknown_qid_names_the_queries_file(small_task):

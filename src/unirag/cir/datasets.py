@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.data.jsonl import read_json_file
-from unirag.errors import InputError
+from unirag.errors import InputError, existing_path
 
 DATASETS = ("fashioniq", "cirr", "circo", "mbeir")
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
@@ -76,9 +76,7 @@ class CirDataset:
 
 def _load_json(path: Path, list_of: str | None = None) -> Any:
     """The JSON file at ``path``; ``list_of``: it must be a list of these."""
-    if not path.exists():
-        raise InputError("file not found", path=path)
-    data = read_json_file(path)
+    data = read_json_file(existing_path(path))
     if list_of is not None and not isinstance(data, list):
         raise InputError(f"expected a JSON list of {list_of}", path=path)
     return data
@@ -267,8 +265,7 @@ def load_dataset(kind: str, annotations: str | Path, images_root: str | Path | N
     ``limit`` cuts every file."""
     if kind not in LOADERS:
         raise InputError(f"unknown CIR dataset {kind!r}; expected one of {', '.join(DATASETS)}")
-    if not Path(annotations).is_file():
-        raise InputError("annotation file not found", path=annotations)
+    existing_path(annotations, "annotation file")
     ds = LOADERS[kind](annotations, images_root, split_file, query_text=query_text)
     if cirr_val_limit is not None and ds.name == "cirr-val" and len(ds.queries) > cirr_val_limit:
         ds.notes.append(f"CIRR validation: only the first {cirr_val_limit} of {len(ds.queries)} queries "

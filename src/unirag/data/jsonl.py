@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from unirag.data.text import decode_line, existing_file, iter_text_lines, read_text
-from unirag.errors import InputError
+from unirag.data.text import decode_line, iter_text_lines, read_text
+from unirag.errors import InputError, existing_path
 
 
 def iter_json_lines(path: str | Path, *, what: str = "file") -> Iterator[tuple[int, dict[str, Any]]]:
@@ -25,7 +25,7 @@ def iter_json_lines(path: str | Path, *, what: str = "file") -> Iterator[tuple[i
     file and line when a line is not valid JSON or not a JSON object. Streaming, so large pools are
     never held in memory twice.
     """
-    path = existing_file(path, what)
+    path = existing_path(path, what)
     for lineno, line in iter_text_lines(path):
         if line.strip():
             yield lineno, parse_json_line(line, path, lineno)

@@ -16,8 +16,8 @@ from typing import Any
 
 from unirag.data.jsonl import iter_json_lines
 from unirag.data.records import Candidate, Modality, Qrels, Query
-from unirag.data.text import existing_file, iter_text_lines
-from unirag.errors import InputError
+from unirag.data.text import iter_text_lines
+from unirag.errors import InputError, existing_path
 from unirag.runs.atomic import atomic_write_lines
 
 
@@ -121,7 +121,7 @@ def read_queries(path: str | Path) -> list[Query]:
 
 def read_qrels(path: str | Path) -> Qrels:
     """Read ``qid 0 did relevance [task_id]`` lines; relevance <= 0 lines are ignored."""
-    path = existing_file(path)
+    path = existing_path(path)
     qrels = Qrels()
     for lineno, line in iter_text_lines(path):
         parts = line.split()

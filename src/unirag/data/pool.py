@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.data.records import Candidate, Modality, resolve_image
-from unirag.data.text import existing_file
-from unirag.errors import InputError
+from unirag.errors import InputError, existing_path
 
 
 class Pool:
@@ -39,7 +38,7 @@ class Pool:
     @classmethod
     def read(cls, path: str | Path, images_root: str | Path | None = None) -> Pool:
         """A pool JSONL file (M-BEIR); ``images_root`` is the folder its image paths are relative to."""
-        return cls(path=existing_file(path, "candidate pool"), images_root=images_root)
+        return cls(path=existing_path(path, "candidate pool"), images_root=images_root)
 
     @classmethod
     def from_records(cls, records: Iterable[Candidate | Mapping[str, Any]],

@@ -12,7 +12,7 @@ import codecs
 from collections.abc import Iterator
 from pathlib import Path
 
-from unirag.errors import InputError
+from unirag.errors import InputError, existing_path
 
 BOM = codecs.BOM_UTF8
 
@@ -30,14 +30,6 @@ def decode_line(raw: bytes, path: Path | None, lineno: int, line_start: int | No
                                                       if line_start is not None else "")
         raise InputError(f"not valid UTF-8: byte 0x{raw[e.start:e.start + 1].hex()} at {where}; save the file "
                          "as UTF-8 (e.g. iconv -f latin1 -t utf-8 FILE > FILE.utf8)", path=path, line=lineno) from None
-
-
-def existing_file(path: str | Path, what: str = "file") -> Path:
-    """``path`` as a Path, or the :class:`InputError` "<what> not found" naming it (missing, or a folder)."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{what} not found", path=path)
-    return path
 
 
 def iter_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
@@ -61,9 +53,7 @@ def read_yaml_mapping(path: str | Path, what: str) -> dict:
     it), malformed YAML or any other top level is an InputError naming the file."""
     import yaml
 
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"{what} not found", path=path)
+    path = existing_path(path, what)
     try:
         raw = yaml.safe_load(read_text(path)) or {}
     except yaml.YAMLError as e:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from unirag.data.records import Candidate, Modality, Query, resolve_image
+from unirag.runtime import decode_processes, free_memory, resolve_device, resolve_dtype
 
 ImageInput = Any  # a path (str | Path) or a PIL image
 
@@ -67,17 +68,6 @@ FUSION_RAW_SUM = "raw-sum"
 FUSION_NORMALISED_SUM = "normalised-sum"
 
 
-def fuse_score_level(image_vecs: np.ndarray, text_vecs: np.ndarray, fusion: str = FUSION_RAW_SUM) -> np.ndarray:
-    """Score-level fusion of image and text embeddings into one unit vector: ``raw-sum`` (UniIR CLIP-SF)
-    ``normalize(img + txt)`` of the raw embeddings, so the larger raw norm weighs more; ``normalised-sum``
-    ``normalize(normalize(img) + normalize(txt))``."""
-    if fusion == FUSION_NORMALISED_SUM:
-        return l2_normalize(l2_normalize(image_vecs) + l2_normalize(text_vecs))
-    if fusion != FUSION_RAW_SUM:
-        raise ValueError(f"unknown fusion {fusion!r}")
-    return l2_normalize(np.asarray(image_vecs, np.float32) + np.asarray(text_vecs, np.float32))
-
-
 class Encoder(ABC):
     """Texts, images and image+text inputs -> L2-normalised float32 vectors of size ``dim``."""
 
@@ -85,7 +75,7 @@ class Encoder(ABC):
     name: str
     dim: int
     batch_size: int = 32
-    #: How image+text inputs are combined (see :func:`fuse_score_level`).
+    #: How image+text inputs are combined (see :meth:`encode_fused`).
     fusion: str = FUSION_RAW_SUM
     #: Processes that decode (and preprocess) image files ahead of the model: None = auto (the
     #: cores available, capped; small jobs inline), 0 = inline. Never changes the vectors.
@@ -96,9 +86,6 @@ class Encoder(ABC):
     def _place(self, device: str | None, dtype: str | None = "float32") -> None:
         """Cap torch's threads; set ``device`` and ``torch_dtype`` as the options resolve ("auto": the GPU if
         there is one, see :mod:`unirag.runtime`). :meth:`config` records both."""
-        from unirag.runtime import configure_torch_threads, resolve_device, resolve_dtype
-
-        configure_torch_threads()
         self.device = resolve_device(device)
         self.torch_dtype = resolve_dtype(dtype, self.device)
 
@@ -146,7 +133,6 @@ class Encoder(ABC):
         """The :class:`~unirag.data.loader.ImageLoader` for a job of ``n_images`` (None: unknown): the
         encoder's setting (``auto``: fewer for a model on the CPU) and its preprocessor."""
         from unirag.data.loader import ImageLoader
-        from unirag.runtime import decode_processes
 
         device = getattr(self, "device", None)  # None: unknown (a stand-in, a plugin): not assumed CPU
         on_cpu = isinstance(device, str) and device.startswith("cpu")
@@ -178,8 +164,6 @@ class Encoder(ABC):
         """Drop the model and return its GPU memory (the encoder cannot be used afterwards)."""
         if hasattr(self, "model"):
             self.model = None
-        from unirag.runtime import free_memory
-
         free_memory(getattr(self, "device", None))
 
     # -- public API -------------------------------------------------------------------------
@@ -214,21 +198,25 @@ class Encoder(ABC):
             return [self.prepared(loader, d.unwrap()) for _, d in zip(batch, decoded, strict=True)]
         return decode
 
-    def _image_vectors(self, images: Sequence[ImageInput], progress: bool, normalize: bool = True) -> np.ndarray:
+    def encode_images(self, images: Sequence[ImageInput], progress: bool = False, normalize: bool = True) -> np.ndarray:
         items = list(images)
         decode = self._decoder(items)
         return self._batched(lambda b: self._embed_images(decode(b)), items, progress, "encode images", normalize)
 
-    def encode_images(self, images: Sequence[ImageInput], progress: bool = False) -> np.ndarray:
-        return self._image_vectors(images, progress)
-
     def encode_fused(self, images: Sequence[ImageInput], texts: Sequence[str], progress: bool = False) -> np.ndarray:
+        """Score-level fusion of image and text embeddings into one unit vector: ``raw-sum`` (UniIR CLIP-SF)
+        ``normalize(img + txt)`` of the raw embeddings, so the larger raw norm weighs more; ``normalised-sum``
+        ``normalize(normalize(img) + normalize(txt))``."""
         if len(images) != len(texts):
             raise ValueError(f"fused encoding needs as many images as texts ({len(images)} != {len(texts)})")
+        if self.fusion not in (FUSION_RAW_SUM, FUSION_NORMALISED_SUM):
+            raise ValueError(f"unknown fusion {self.fusion!r}")
         raw = self.fusion == FUSION_RAW_SUM
-        img = self._image_vectors(images, progress, normalize=not raw)
+        img = self.encode_images(images, progress, normalize=not raw)
         txt = self._batched(self._embed_texts, list(texts), progress, "encode texts", normalize=not raw)
-        return fuse_score_level(img, txt, self.fusion)
+        if not raw:
+            img, txt = l2_normalize(img), l2_normalize(txt)
+        return l2_normalize(img + txt)
 
     def encode_records(self, records: Sequence[Candidate | Query], images_root: str | Path | None,
                        progress: bool = False) -> np.ndarray:

@@ -10,10 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from unirag.errors import ConfigError
+from unirag.runtime import host_to_device
 
 INPUT_SIZE = 224
-POOLED_DIM = 1280
-NUM_CLASSES = 1000
 
 
 def preprocess(pil_image, size: int = INPUT_SIZE) -> np.ndarray:
@@ -54,8 +53,6 @@ class EfficientNetLite0:
     def features(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(pooled, logits)``, float32 (n, 1280) and (n, 1000), of a stacked batch of :func:`preprocess` outputs."""
         import torch
-
-        from unirag.runtime import host_to_device
 
         batch = host_to_device(batch, self.device)
         with torch.inference_mode():

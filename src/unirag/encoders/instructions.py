@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from unirag.data.records import Modality, Query
-from unirag.data.text import existing_file, read_text
-from unirag.errors import InputError
+from unirag.data.text import read_text
+from unirag.errors import InputError, existing_path
 
 #: Where M-BEIR keeps the file, relative to the M-BEIR root.
 MBEIR_INSTRUCTIONS = Path("instructions") / "query_instructions.tsv"
@@ -63,7 +63,7 @@ class QueryInstructions:
         """Parse a file in M-BEIR's layout (tabs, a header, then query and candidate modality, dataset name and
         id, prompts; empty prompts ignored, as UniIR ``MBEIRDatasetBase._load_query_instructions``); a
         malformed row raises InputError naming the file and line."""
-        path = existing_file(path, "query instructions file")
+        path = existing_path(path, "query instructions file")
         table: dict[tuple[str, str, str], list[str]] = {}
         lines = read_text(path).splitlines()
         for lineno, line in enumerate(lines[1:], start=2):  # the first line is the header

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from unirag.encoders.base import Encoder
+from unirag.encoders.plugin import PluginEncoder, is_plugin_spec
 from unirag.errors import ConfigError
+from unirag.runtime import check_model_spec, decode_setting
 
 #: Names that select the bundled offline encoder (MiniLM texts + EfficientNet-Lite0 images, see offline.py).
 OFFLINE_NAMES = frozenset({"offline", "default", "offline-default"})
@@ -74,9 +76,6 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
     (UniIR's ``use_fp16``; see :func:`precision_options`). Raises :class:`unirag.errors.ConfigError` naming
     ``spec`` when it cannot be loaded.
     """
-    from unirag.encoders.plugin import is_plugin_spec
-    from unirag.runtime import decode_setting
-
     workers = decode_setting(decode_workers)
     if autocast not in (None, "float16"):  # precision_options: float32 weights under float16 autocast (CUDA only)
         raise ConfigError(f"autocast must be float16 (UniIR's use_fp16), got {autocast!r}")
@@ -90,8 +89,6 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
         encoder = cls(spec, device=device, dtype=dtype, batch_size=batch_size, instructions=instructions,
                       use_instructions=use_instructions)
     elif is_plugin_spec(spec):
-        from unirag.encoders.plugin import PluginEncoder
-
         encoder = PluginEncoder(spec, device=device, dtype=dtype, batch_size=batch_size)
     elif is_offline_name(spec):
         from unirag.encoders.offline import OfflineEncoder
@@ -115,7 +112,6 @@ def load_text_encoder(spec: str | None = None, *, device: str | None = "auto",
     returned encoder refuses ``encode_images`` with a ConfigError.
     """
     from unirag.encoders.text import SentenceTextEncoder
-    from unirag.runtime import check_model_spec
 
     default = spec is None or spec.strip().lower() in DEFAULT_TEXT_NAMES
     return SentenceTextEncoder(None if default else check_model_spec(spec), device=device, batch_size=batch_size)

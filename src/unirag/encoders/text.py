@@ -7,13 +7,14 @@ sentence-transformers style checkpoint (hub id or local directory) with mean poo
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from unirag.encoders.base import Encoder, ImageInput
 from unirag.errors import ConfigError
-from unirag.runtime import configure_torch_threads, hf_from_pretrained, onednn_linears, resolve_device
+from unirag.runtime import hf_from_pretrained, onednn_linears, resolve_device, weights_identity
 
 DEFAULT_TEXT_MODEL = "all-MiniLM-L6-v2"
 
@@ -35,7 +36,6 @@ class SentenceTextEncoder(Encoder):
                  max_length: int = 256) -> None:
         from transformers import AutoModel, AutoTokenizer
 
-        configure_torch_threads()
         self.spec = spec or DEFAULT_TEXT_MODEL
         self.name = f"text:{self.spec}"
         self.batch_size = batch_size or 64
@@ -111,12 +111,7 @@ class SentenceTextEncoder(Encoder):
             pooled = sums / counts.unsqueeze(-1)
         return pooled.float().cpu().numpy()
 
-
     def identity(self) -> dict[str, Any]:
-        from pathlib import Path
-
-        from unirag.runtime import weights_identity
-
         model = (self.spec if self.spec == DEFAULT_TEXT_MODEL or not Path(self.spec).exists()
                  else weights_identity(self.spec))
         base = {k: v for k, v in super().identity().items() if k != "name"}  # the name holds the path

@@ -26,26 +26,13 @@ from unirag.encoders.hf_clip import HFClipEncoder
 from unirag.encoders.instructions import QueryInstructions, format_string
 from unirag.encoders.preprocess import OpenAIClipTransform
 from unirag.errors import ConfigError
+from unirag.runtime import check_model_spec, hf_from_pretrained, weights_digest
 
 #: UniIR's checkpoints: clip_sf_base = ViT-B/32, clip_sf_large = ViT-L/14.
 VARIANTS = {"base": ("ViT-B/32", "openai/clip-vit-base-patch32"), "large": ("ViT-L/14", "openai/clip-vit-large-patch14")}
 _ARCH_NAMES = {(768, 32): "ViT-B/32", (768, 16): "ViT-B/16", (1024, 14): "ViT-L/14"}
 MODELS = ("clip_sf", "blip_ff")
 _TOKENIZER_FILES = ("vocab.json", "tokenizer.json", "tokenizer_config.json")
-
-
-def parse_uniir_spec(spec: str) -> tuple[str, str | None, Path]:
-    """``uniir:clip_sf[:variant]:PATH`` -> (model, variant or None, path)."""
-    m = re.fullmatch(r"uniir:([a-z_]+):(?:(base|large):)?(.+)", spec.strip(), flags=re.IGNORECASE)
-    if not m:
-        raise ConfigError(f"UniIR encoder spec {spec!r} should read uniir:MODEL:PATH or uniir:MODEL:large:PATH "
-                          f"(MODEL: {', '.join(MODELS)})")
-    model, variant, path = m.group(1).lower(), m.group(2), Path(m.group(3)).expanduser()
-    if model not in MODELS:
-        raise ConfigError(f"{spec!r}: unknown UniIR model {model!r}; supported: {', '.join(MODELS)}")
-    if not path.is_file():
-        raise ConfigError(f"UniIR checkpoint {str(path)!r} does not exist (spec {spec!r})")
-    return model, variant.lower() if variant else None, path.resolve()
 
 
 def read_state_dict(path: Path, prefix: str = "clip_model.", required: tuple[str, ...] = ("visual.conv1.weight",
@@ -135,8 +122,6 @@ def load_tokenizer(tokenizer: str | None, checkpoint: Path, local_files: tuple[s
     ``local_files``, else ``default`` from the local Hugging Face cache."""
     from transformers import AutoTokenizer
 
-    from unirag.runtime import check_model_spec, hf_from_pretrained
-
     if tokenizer is None:
         local = any((checkpoint.parent / f).is_file() for f in local_files)
         tokenizer = str(checkpoint.parent) if local else default
@@ -190,10 +175,18 @@ class UniIRCheckpoint:
     def _open(self, spec: str, device: str | None, dtype: str | None,
               instructions: str | Path | QueryInstructions | None, use_instructions: bool | None,
               **state_dict: Any) -> tuple[str | None, dict[str, Any]]:
-        """Set the spec, checkpoint, device, precision and instructions; returns the variant the spec
-        names (or None) and the checkpoint's tensors (see :func:`read_state_dict`)."""
-        _, variant, self.checkpoint = parse_uniir_spec(spec)
-        self.spec = spec
+        """Set the spec (``uniir:clip_sf[:variant]:PATH``), checkpoint, device, precision and instructions; returns
+        the variant the spec names (or None) and the checkpoint's tensors (see :func:`read_state_dict`)."""
+        m = re.fullmatch(r"uniir:([a-z_]+):(?:(base|large):)?(.+)", spec.strip(), flags=re.IGNORECASE)
+        if not m:
+            raise ConfigError(f"UniIR encoder spec {spec!r} should read uniir:MODEL:PATH or uniir:MODEL:large:PATH "
+                              f"(MODEL: {', '.join(MODELS)})")
+        model, variant, path = m.group(1).lower(), m.group(2), Path(m.group(3)).expanduser()
+        if model not in MODELS:
+            raise ConfigError(f"{spec!r}: unknown UniIR model {model!r}; supported: {', '.join(MODELS)}")
+        if not path.is_file():
+            raise ConfigError(f"UniIR checkpoint {str(path)!r} does not exist (spec {spec!r})")
+        self.spec, self.checkpoint, variant = spec, path.resolve(), variant.lower() if variant else None
         self._place(device, dtype)
         self.use_instructions = use_instructions is not False
         self._instructions_source = instructions
@@ -203,8 +196,6 @@ class UniIRCheckpoint:
         return variant, read_state_dict(self.checkpoint, **state_dict)
 
     def weights_sha256(self) -> str:
-        from unirag.runtime import weights_digest
-
         return weights_digest(self.checkpoint)[:32]
 
     def config(self) -> dict[str, Any]:

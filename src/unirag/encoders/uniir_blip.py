@@ -25,6 +25,7 @@ from unirag.encoders.instructions import QueryInstructions, format_string
 from unirag.encoders.preprocess import SquareResizeTransform
 from unirag.encoders.uniir import UniIRCheckpoint, build_modules, count_blocks, load_tokenizer
 from unirag.errors import ConfigError
+from unirag.runtime import host_to_device
 
 _VISION_VARIANTS = {768: "base", 1024: "large"}
 #: UniIR's ``model.tokenizer_max_length`` for BLIP-FF (its eval ``embed.yaml`` configs).
@@ -145,8 +146,6 @@ class UniIRBlipFFEncoder(UniIRCheckpoint, Encoder):
         """One fused forward pass of stacked pixel values (None: UniIR's collator fills a missing image
         with an all-zero, normalised, tensor) and their texts."""
         import torch
-
-        from unirag.runtime import host_to_device
 
         batch = self.tokenizer([format_string(t) for t in texts], padding="max_length", truncation=True,
                                max_length=self.max_text_length, return_tensors="pt").to(self.device)

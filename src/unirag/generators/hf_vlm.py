@@ -19,8 +19,8 @@ from typing import Any
 from unirag.errors import BackendError, ConfigError
 from unirag.generators.base import Generation, GenerationOptions, TextGenerator, Usage
 from unirag.messages import ImagePart, Message, TextPart
+from unirag.runtime import DTYPE_CHOICES, free_memory
 
-DTYPES = ("auto", "float32", "float16", "bfloat16")
 #: The LLaVA-1.5 conversation format: used when a processor ships no chat template, and always with
 #: ``prompt_format="official"``: UniRAG's ``infer_llava`` writes ``f"USER: <image>\n{SYSTEM_MESSAGE}\n{message}
 #: \nASSISTANT:"`` by hand (castorini/UniRAG src/unirag/caption_generation_inference.py@e9a4e00:250-251).
@@ -42,8 +42,8 @@ class HFVisionLanguageGenerator(TextGenerator):
         self.prompt_format = prompt_format
         self.model_id = model
         self.spec = spec or f"hf:{model}"
-        if dtype is not None and dtype not in DTYPES:
-            raise ConfigError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+        if dtype is not None and dtype not in DTYPE_CHOICES:
+            raise ConfigError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_CHOICES)}")
         self.dtype = dtype or "auto"
         self.device = device or "auto"
         self.batch_size = max(1, int(batch_size))
@@ -59,15 +59,8 @@ class HFVisionLanguageGenerator(TextGenerator):
             return
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        from unirag.runtime import (
-            configure_torch_threads,
-            device_map_kwargs,
-            hf_from_pretrained,
-            resolve_device,
-            resolve_dtype,
-        )
+        from unirag.runtime import device_map_kwargs, hf_from_pretrained, resolve_device, resolve_dtype
 
-        configure_torch_threads()
         spread = self.device == "balanced"  # several GPUs: let accelerate place the layers
         device = resolve_device("cuda" if spread else self.device)
         torch_dtype = resolve_dtype(self.dtype, device)
@@ -137,11 +130,9 @@ class HFVisionLanguageGenerator(TextGenerator):
             flat = [im for ims in images for im in ims]
             try:
                 inputs = self._processor(text=texts, images=flat or None, padding=True, return_tensors="pt")
-                # Token ids stay integers; floating inputs (pixel values) take the model's precision.
-                inputs = inputs.to(self._device)
-                for key, value in inputs.items():
-                    if torch.is_floating_point(value):
-                        inputs[key] = value.to(self._torch_dtype)
+                # Token ids stay integers; floating inputs (pixel values) take the model's precision
+                # (a processor's BatchFeature casts only its floating tensors).
+                inputs = inputs.to(self._device, dtype=self._torch_dtype)
                 gen_kwargs: dict[str, Any] = {"max_new_tokens": options.max_tokens}
                 if options.temperature is not None:  # None: the model's generation config decides (official)
                     gen_kwargs["do_sample"] = options.temperature > 0
@@ -184,8 +175,6 @@ class HFVisionLanguageGenerator(TextGenerator):
 
     def close(self) -> None:
         """Drop the model and return its GPU memory."""
-        from unirag.runtime import free_memory
-
         with self._lock:
             self._model = None
             self._processor = None

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from unirag.errors import InputError
+from unirag.errors import InputError, existing_path
 from unirag.generators.base import Usage
 
 
@@ -85,10 +85,8 @@ def read_prices(prices: str | Path | Mapping[str, Any] | None) -> dict[str, Pric
         return {}
     where = "prices"
     if not isinstance(prices, Mapping):
-        path = Path(prices)
+        path = existing_path(prices, "prices file")
         where = str(path)
-        if not path.exists():
-            raise InputError("prices file not found", path=path)
         text = path.read_text(encoding="utf-8")
         try:
             if path.suffix.lower() in (".yaml", ".yml"):

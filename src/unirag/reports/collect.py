@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unirag.errors import InputError
+from unirag.errors import InputError, existing_path
 from unirag.runs.rundir import TASK_ALIASES, read_run_manifest, read_run_metrics
 
 MODE_ORDER = {"retrieval": 0, "zero-shot": 1, "rag": 2, "random": 3}
@@ -162,9 +162,7 @@ def _retriever(flat: dict[str, Any]) -> str | None:
 
 def summarize_run(run_dir: str | Path) -> RunSummary:
     """Read one run's manifest and metrics; a run not evaluated yet is an error that says which command to run."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise InputError("run directory not found", path=run_dir)
+    run_dir = existing_path(run_dir, "run directory", folder=True)
     manifest = flat_manifest(read_run_manifest(run_dir))
     evaluation = read_run_metrics(run_dir)
     if evaluation is None:

@@ -33,7 +33,7 @@ from typing import Any
 from unirag.data.images import png_bytes
 from unirag.data.jsonl import iter_json_lines, parse_json, read_json_file
 from unirag.data.text import decode_line
-from unirag.errors import ConfigError, InputError, RunFailedError
+from unirag.errors import ConfigError, InputError, RunFailedError, existing_path
 from unirag.messages import Message, render_for_log
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from unirag.runs.store import STATUS_OK, ResultStore
@@ -236,9 +236,7 @@ def read_run_manifest(run_dir: str | Path) -> dict[str, Any]:
 
 def read_run_dir(run_dir: str | Path) -> RunOutputs:
     """Load a run directory; a missing directory or ``outputs.jsonl`` is an :class:`InputError`."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise InputError("run directory not found", path=run_dir)
+    run_dir = existing_path(run_dir, "run directory", folder=True)
     path = run_dir / OUTPUTS_FILE
     if not path.exists():
         raise InputError(f"no {OUTPUTS_FILE} in the run directory (is this a caption/image run?)", path=path)

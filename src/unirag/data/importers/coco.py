@@ -19,19 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from unirag.data.importers.generic import read_items
+from unirag.data.importers.generic import read_items, source_id
 from unirag.data.importers.writer import ImportSummary, SourceItem, write_dataset
 from unirag.data.jsonl import read_json_file
-from unirag.data.text import existing_file, iter_text_lines
-from unirag.errors import InputError
-
-
-def _id(obj: dict, key: str, path: Path, where: str) -> str:
-    v = obj.get(key)
-    if isinstance(v, bool) or not isinstance(v, int | str) or (isinstance(v, str) and not v.strip()):
-        why = "missing field" if v is None else f"expected an integer or string id, got {v!r}"
-        raise InputError(why, path=path, field=f"{where}.{key}")
-    return str(v).strip()
+from unirag.data.text import iter_text_lines
+from unirag.errors import InputError, existing_path
 
 
 def _list(data: dict, key: str, path: Path, required: bool = True) -> list:
@@ -62,7 +54,7 @@ def read_coco_json(path: str | Path, *, limit: int | None = None) -> tuple[list[
         where = f"images[{i}]"
         if not isinstance(img, dict):
             raise InputError("expected an object", path=path, field=where)
-        image_id = _id(img, "id", path, where)
+        image_id = source_id(img, "id", path, f"{where}.id")
         file_name = img.get("file_name")
         if not isinstance(file_name, str) or not file_name.strip():
             raise InputError("missing or empty file name", path=path, field=f"{where}.file_name")
@@ -86,8 +78,8 @@ def read_coco_json(path: str | Path, *, limit: int | None = None) -> tuple[list[
         where = f"annotations[{j}]"
         if not isinstance(ann, dict):
             raise InputError("expected an object", path=path, field=where)
-        ann_id = _id(ann, "id", path, where)
-        image_id = _id(ann, "image_id", path, where)
+        ann_id = source_id(ann, "id", path, f"{where}.id")
+        image_id = source_id(ann, "image_id", path, f"{where}.image_id")
         caption = ann.get("caption")
         if not isinstance(caption, str) or not caption.strip():
             raise InputError("missing or empty caption", path=path, field=f"{where}.caption")
@@ -142,7 +134,7 @@ def import_coco(
 def read_coco(captions: str | Path, *, limit: int | None = None) -> tuple[list[SourceItem], int]:
     """Images with their captions from an official COCO captions JSON or a ``{image, image_id, captions}``
     JSONL file; also returns the number of captions whose image is not in the file (JSON only)."""
-    path = existing_file(captions)
+    path = existing_path(captions)
     if _is_jsonl(path):
         return read_items(path, image_field="image", caption_field="captions", id_field="image_id", fmt="jsonl",
                           limit=limit), 0

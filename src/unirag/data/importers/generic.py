@@ -22,8 +22,8 @@ from typing import Any
 
 from unirag.data.importers.writer import ImportSummary, SourceItem, write_dataset
 from unirag.data.jsonl import iter_json_lines
-from unirag.data.text import existing_file, iter_text_lines
-from unirag.errors import InputError
+from unirag.data.text import iter_text_lines
+from unirag.errors import InputError, existing_path
 
 DEFAULT_IMAGE_FIELD = "image"
 DEFAULT_CAPTION_FIELDS = ("caption", "captions")
@@ -80,6 +80,16 @@ def _captions(value: Any, sep: str | None, path: Path, lineno: int, fld: str) ->
     return caps
 
 
+def source_id(obj: dict, key: str, path: Path, field: str, line: int | None = None, why: str | None = None) -> str:
+    """``obj[key]`` as a source id (an integer or a non-empty string, stripped), else an :class:`InputError`
+    naming ``field``: ``why``, or by default "missing field" / the value that is not an id."""
+    v = obj.get(key)
+    if isinstance(v, bool) or not isinstance(v, int | str) or (isinstance(v, str) and not v.strip()):
+        raise InputError(why or ("missing field" if v is None else f"expected an integer or string id, got {v!r}"),
+                         path=path, line=line, field=field)
+    return str(v).strip()
+
+
 def read_items(
     path: str | Path,
     *,
@@ -92,7 +102,7 @@ def read_items(
     limit: int | None = None,
 ) -> list[SourceItem]:
     """Parse rows into one :class:`SourceItem` per distinct image (rows of the same image are merged)."""
-    path = existing_file(path)
+    path = existing_path(path)
     fmt = fmt or ("csv" if path.suffix.lower() in (".csv", ".tsv") else "jsonl")
     if fmt == "csv":
         rows = _iter_csv_rows(path, delimiter or ("\t" if path.suffix.lower() == ".tsv" else ","))
@@ -115,15 +125,8 @@ def read_items(
         if row.get(fld) is None:
             raise InputError("missing field", path=path, line=lineno, field=fld)
         caps = _captions(row[fld], caption_sep, path, lineno, fld)
-        if id_field is not None:
-            raw = row.get(id_field)
-            if raw is None or (isinstance(raw, str) and not raw.strip()) or not isinstance(raw, str | int):
-                raise InputError(
-                    "missing or invalid image id (string or integer)", path=path, line=lineno, field=id_field
-                )
-            key = str(raw).strip()
-        else:
-            key = img
+        key = img if id_field is None else source_id(row, id_field, path, id_field, lineno,
+                                                     "missing or invalid image id (string or integer)")
         item = items.get(key)
         if item is None:
             if limit is not None and len(items) >= limit:

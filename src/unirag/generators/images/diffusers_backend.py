@@ -147,9 +147,8 @@ class DiffusersImageGenerator(LocalImageGenerator):
         """``pipeline``: an already built pipeline object (programmatic use); otherwise ``model`` is loaded.
         ``oom_fallback``: on out-of-memory, retry with fewer examples instead of failing the query.
         ``offload``: "model" or "sequential" CPU offload onto the GPU (see the module docstring)."""
-        from unirag.runtime import configure_torch_threads, dtype_name, resolve_device, resolve_dtype
+        from unirag.runtime import dtype_name, resolve_device, resolve_dtype
 
-        configure_torch_threads()
         self.model = model
         self.spec = spec or f"diffusers:{model}"
         self.label = f"diffusers {model}"

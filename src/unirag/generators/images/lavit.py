@@ -44,6 +44,7 @@ from typing import Any
 from unirag.errors import ConfigError
 from unirag.generators.images.base import ImageRequest
 from unirag.generators.images.diffusers_backend import LocalImageGenerator, seed_torch
+from unirag.runtime import dtype_name, resolve_device
 
 #: ``multimodal_synthesis`` parameters unirag passes (checked when the model is built).
 SYNTHESIS_PARAMS = ("width", "height", "guidance_scale_for_llm", "num_return_images", "num_inference_steps", "top_k")
@@ -70,15 +71,6 @@ def seed_everything(seed: int) -> None:
     random.seed(int(seed))
 
 
-def lavit_prompts(request: ImageRequest) -> list[tuple[str, str]]:
-    """``[(caption_1, "text"), (image_1, "image"), ..., (query caption, "text")]`` (UniRAG's order)."""
-    out: list[tuple[str, str]] = []
-    for e in request.examples:
-        out += [(e.caption, "text"), (str(e.image), "image")]
-    out.append((request.caption, "text"))
-    return out
-
-
 class LaVITImageGenerator(LocalImageGenerator):
     """LaVIT-7B-v2 text-to-image, zero-shot or with interleaved example pairs."""
 
@@ -91,9 +83,6 @@ class LaVITImageGenerator(LocalImageGenerator):
         ``model_path`` with LaVIT's ``build_model`` (local files only: no download). ``seed``: set once,
         before building (None: leave the global generators alone); ``reseed_every``: set again before every
         N-th call (the official run: 1000, one process per 1,000 queries). ``use_xformers``: None = when installed."""
-        from unirag.runtime import configure_torch_threads, dtype_name, resolve_device
-
-        configure_torch_threads()
         self.model_path = model_path
         self.spec = spec or f"lavit:{model_path}"
         self.label = f"LaVIT {model_path}"
@@ -149,11 +138,13 @@ class LaVITImageGenerator(LocalImageGenerator):
         return super().generate(request)
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
-        from unirag.runtime import autocast, resolve_dtype
+        import torch
 
-        with autocast(self.device, resolve_dtype(self.dtype, self.device)):
+        # [(caption_1, "text"), (image_1, "image"), ..., (query caption, "text")]: UniRAG's order
+        prompts = [p for e in request.examples for p in ((e.caption, "text"), (str(e.image), "image"))]
+        with torch.autocast(device_type=self.device.split(":")[0], dtype=getattr(torch, self.dtype)):
             out = self._pipe.multimodal_synthesis(
-                lavit_prompts(request), width=request.width, height=request.height,
+                [*prompts, (request.caption, "text")], width=request.width, height=request.height,
                 guidance_scale_for_llm=request.guidance, num_return_images=1,
                 num_inference_steps=request.steps, top_k=self.top_k)
         return out[0], {"prompt": self.prompt_text(request), "model": type(self._pipe).__name__}
