@@ -5,7 +5,10 @@ followed by the rest."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+
+import pytest
 
 from unirag.serve.batching import SearchBatcher
 
@@ -65,3 +68,52 @@ def test_a_lone_client_is_never_held_back():
 
     assert asyncio.run(asyncio.wait_for(scenario(), 20)) == [[f"q{i}-hit"] for i in range(5)]
     assert [len(c) for c in calls] == [1] * 5
+
+
+def test_batched_searches_equal_one_at_a_time_and_run_on_the_model_thread(engine, monkeypatch):
+    """A batch whose queries need a deeper search (a caption's image is found through its other captions,
+    so the first candidates run out for many queries) answers each query as a search of its own does;
+    searches and example retrieval both run on the engine's one model thread."""
+    import threading
+
+    from unirag.serve.engine import SearchQuery
+
+    from .conftest import SAMPLE
+
+    texts = [a["caption"] for a in json.loads((SAMPLE / "captions.json").read_text())["annotations"]][:28]
+    batched = engine.search_batch([SearchQuery(text=t) for t in texts], 10)
+    for text, hits in zip(texts, batched, strict=True):
+        alone = engine.retriever.search(text=text, k=10)
+        # a batch packs its sentences into shared rows: the vectors agree up to float rounding
+        assert [(h.did, h.pair.image_did, h.pair.text_did) for h in hits] == \
+            [(h.did, h.pair.image_did, h.pair.text_did) for h in alone]
+        assert [h.score for h in hits] == pytest.approx([h.score for h in alone], abs=1e-5)
+
+    seen = []
+    real = engine.retriever.search_batch
+    monkeypatch.setattr(engine.retriever, "search_batch",
+                        lambda *a, **kw: seen.append(threading.get_ident()) or real(*a, **kw))
+    engine.search_batch([SearchQuery(text=texts[0])], 3)
+    engine.examples("rag", 2, text=texts[1])
+    assert seen and set(seen) == {engine._model_ident} != {threading.get_ident()}
+
+
+def test_two_groups_out_of_step_merge_into_one_batch():
+    """8 clients, then 8 more arriving while the first 8 are answered: the second batch waits for the
+    first group to come back (16 searches, one forward pass) instead of the two groups taking turns."""
+    calls: list[list] = []
+    batcher = SearchBatcher(_recording(calls, 0.2), max_wait=5.0)
+
+    async def client(name: str, delay: float, rounds: int) -> None:
+        await asyncio.sleep(delay)
+        for r in range(rounds):
+            await batcher.search(f"{name}{r}", k=1, modality="any")
+            await asyncio.sleep(0.005)
+
+    async def main() -> None:
+        await asyncio.gather(*[client(f"a{i}-", 0.0, 2) for i in range(8)],
+                             *[client(f"b{i}-", 0.05, 1) for i in range(8)])
+        await batcher.close()
+
+    asyncio.run(main())
+    assert [len(c) for c in calls] == [8, 16]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from functools import partial
 
 import click
@@ -59,10 +58,6 @@ def serve(max_upload_mb, base_url, timeout, family, similarity, log_level, **opt
     settings = ServeSettings(**opts, max_upload_bytes=int(max_upload_mb * 1024 * 1024),
                              decode_queue=16 * opts["max_decodes"], generator_options=gen_opts)
     host, port = settings.host, settings.port
-    # Before torch loads: OpenMP's worker threads otherwise spin for a while after every encoder call,
-    # taking the cores the event loop needs between a service's short, intermittent calls (under load
-    # on 2 cores: 600 ms -> 50 ms per offline-encoder search). An explicit setting is kept.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import uvicorn
 

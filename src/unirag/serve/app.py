@@ -40,7 +40,8 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
     settings.check()
     engine = engine or Engine(settings)
     metrics = Metrics()
-    batcher = SearchBatcher(engine.search_batch, max_batch=settings.max_batch, on_batch=metrics.observe_batch)
+    batcher = SearchBatcher(engine.search_batch, max_batch=settings.max_batch, on_batch=metrics.observe_batch,
+                            executor=engine.model_thread)
     svc = Service(settings, engine, metrics, batcher, DecodeSlots(settings.max_decodes, settings.decode_queue),
                   settings.token())
     install_log_redaction(svc.secrets)  # every logger of the process, uvicorn's access log included

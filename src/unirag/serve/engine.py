@@ -19,6 +19,7 @@ import hashlib
 import random
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -81,15 +82,28 @@ class Engine:
         self.xr = unirag.XR(agents=settings.cir_agents, encoder=self.index.manifest["encoder"].get("spec")) \
             if settings.cir_agents else None
         self._xr_lock = threading.Lock()  # one X^R run at a time (it shares its work folder and caches)
-        # The encoder is not thread-safe: batched searches (the batcher's thread) and example retrieval
-        # for caption/image requests (Starlette's thread pool) take turns on it.
-        self._encoder_lock = threading.Lock()
+        # Every encoder call runs on this one thread: batched searches (the batcher hands them here), example
+        # retrieval for caption/image requests and the warm-up. The encoder is not thread-safe, and torch gives
+        # each thread that calls it an OpenMP team of its own: with more OpenMP threads than cores, libgomp
+        # stops spinning between parallel regions and each of a forward pass's ~100 regions waits for a
+        # wake-up (16 clients on 2 cores: 288-296 -> 333-361 searches/s, docs/benchmarks.md).
+        self.model_thread = ThreadPoolExecutor(1, thread_name_prefix="unirag-model", initializer=self._mark_model)
+        self._model_ident: int | None = None
         self._gallery: dict[str, str] | None = None
         self._slots = {kind: threading.BoundedSemaphore(1 if (spec or "").split(":", 1)[0].strip().lower()
                                                         in LOCAL_PREFIXES else settings.generator_concurrency)
                        for kind, spec in specs.items()}
         if not shared:
-            self._warm_up()
+            self.on_model_thread(self._warm_up)
+
+    def _mark_model(self) -> None:
+        self._model_ident = threading.get_ident()
+
+    def on_model_thread(self, fn, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` run on the model thread (at once when called there), its result returned."""
+        if threading.get_ident() == self._model_ident:
+            return fn(*args, **kwargs)
+        return self.model_thread.submit(fn, *args, **kwargs).result()
 
     def _warm_up(self) -> None:
         """Load the encoder and run one text and one image query, so the first request is not slow."""
@@ -131,18 +145,19 @@ class Engine:
     # -- search -----------------------------------------------------------------------------------
     def search_batch(self, queries: Sequence[SearchQuery], k: int, modality: str = "any") -> list[list[Hit]]:
         """``Retriever.search_batch``: one encoder pass per input kind and one FAISS call for all ``queries``;
-        every hit carries the pair it is shown with (its caption and pool image)."""
+        every hit carries the pair it is shown with (its caption and pool image). Runs on the model thread."""
+        if threading.get_ident() != self._model_ident:
+            return self.on_model_thread(self.search_batch, queries, k, modality)
         texts = [q.text.strip() if q.text and q.text.strip() else None for q in queries]
         groups: dict[Any, list[int]] = {}  # one search_batch per distinct selection
         for i, q in enumerate(queries):
             groups.setdefault(Selection.of(q.selection), []).append(i)
         found: list[Any] = [None] * len(queries)
-        with self._encoder_lock:
-            for sel, idx in groups.items():
-                for i, hits in zip(idx, self.retriever.search_batch([queries[i].image for i in idx],
-                                                                    [texts[i] for i in idx], k=k, modality=modality,
-                                                                    selection=sel), strict=True):
-                    found[i] = hits
+        for sel, idx in groups.items():
+            for i, hits in zip(idx, self.retriever.search_batch([queries[i].image for i in idx],
+                                                                [texts[i] for i in idx], k=k, modality=modality,
+                                                                selection=sel), strict=True):
+                found[i] = hits
         return [[self._hit(h) for h in hits] for hits in found]
 
     def _hit(self, h: Hit) -> Hit:
@@ -169,8 +184,7 @@ class Engine:
             return []
         if mode == "random":
             return self._random_examples(k, seed_bytes or (text or "").encode())
-        with self._encoder_lock:
-            hits = self.retriever.search(image=image, text=text, k=k, selection=selection)
+        hits = self.on_model_thread(self.retriever.search, image=image, text=text, k=k, selection=selection)
         return [p for p in hits.pairs if p.caption and p.img_path][:k]
 
     def _random_examples(self, k: int, seed: bytes) -> list[Pair]:
@@ -277,6 +291,7 @@ class Engine:
         for obj in (*self.generators.values(), self.xr):
             if obj is not None:
                 obj.close()
+        self.model_thread.shutdown(wait=False, cancel_futures=True)
 
 
 def _caption_of(index, did: str) -> str | None:
