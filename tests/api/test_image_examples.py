@@ -32,3 +32,12 @@ def test_in_memory_example_files_are_named_by_content(tmp_path):
     assert first == again and first != blue
     assert np.array_equal(np.asarray(Image.open(first)), np.asarray(red))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted({first.name, blue.name})  # no partial files left
+
+
+def test_image_generator_loads_its_backend_with_the_profiles_options():
+    """``unirag.ImageGenerator`` loads its backend as ``unirag generate-images`` does (pipelines/image_gen.py
+    ``profile_options``): under ``image_top1 = top-candidate`` (the official profile) the top-1 baseline is
+    loaded to draw noise for a query without a top image, as the official retriever metrics do."""
+    official = unirag.ImageGenerator("retrieval:top1", profile="official")
+    assert official.backend.noise is True
+    assert unirag.ImageGenerator("retrieval:top1").backend.noise is False

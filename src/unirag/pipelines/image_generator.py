@@ -64,9 +64,10 @@ class ImageGenerator(LazyBackend):
         self.options = {k: v for k, v in options.items() if v is not None}
 
     def _load_backend(self) -> ImageBackend:  # LazyBackend: loaded on first use, released on close
-        from unirag.generators.registry import IMAGE, load_generator
+        from unirag.generators.registry import IMAGE, load_generator, profile_options
 
-        backend = load_generator(self.spec, IMAGE, **self.options)
+        # the options the profile implies (official seeding, the top-1 baseline's noise), as the image run loads it
+        backend = load_generator(self.spec, IMAGE, **profile_options(self.spec, self.profile, self.options, IMAGE))
         backend.check_size(self.settings["width"], self.settings["height"])
         return backend
 
