@@ -317,8 +317,7 @@ class Retriever:
         pairs = [((metas[i].did, metas[t].did), Pair(metas[i].did, metas[t].did, metas[i].img_path, metas[t].txt,
                                                      s, via)) for i, t, s, via in found]
         for (_, pair), (image, *_) in zip(pairs, found, strict=True):
-            file = resolve_image(pair.img_path, self.pool_images_root)
-            picker.offer(Offer(pair.image_did, pair, image, str(file) if file is not None else None))
+            self._offer(picker, pair.image_did, pair, image)
         self._set_pairs(result, pairs)
 
     def _completer(self, sel: Selection) -> Completer:
@@ -396,8 +395,13 @@ class Retriever:
         if ident.same_text(metas[text].txt) or ident.same_image(metas[image].img_path, self.pool_images_root):
             return False  # the caption is the query's text or the image the query's image
         pair = Pair(metas[image].did, metas[text].did, metas[image].img_path, metas[text].txt, score, via)
-        file = resolve_image(metas[image].img_path, self.pool_images_root)
-        return picker.offer(Offer(metas[cand].did, pair, image, str(file) if file is not None else None))
+        return self._offer(picker, metas[cand].did, pair, image)
+
+    def _offer(self, picker: PairPicker, cand_did: str, pair: Pair, image: int) -> bool:
+        """Offer ``pair`` (standing for candidate ``cand_did``; ``image``: its image's global id) to the picker,
+        with its image file read against the pool's root; True if taken."""
+        file = resolve_image(pair.img_path, self.pool_images_root)
+        return picker.offer(Offer(cand_did, pair, image, str(file) if file is not None else None))
 
     def _set_pairs(self, result: Hits, pairs: list[tuple[tuple[str, ...], Pair]]) -> None:
         """Put the chosen pairs into the result in example order (their images read against the pool's

@@ -146,8 +146,9 @@ class Engine:
     def search_batch(self, queries: Sequence[SearchQuery], k: int, modality: str = "any") -> list[list[Hit]]:
         """``Retriever.search_batch``: one encoder pass per input kind and one FAISS call for all ``queries``;
         every hit carries the pair it is shown with (its caption and pool image). Runs on the model thread."""
-        if threading.get_ident() != self._model_ident:
-            return self.on_model_thread(self.search_batch, queries, k, modality)
+        return self.on_model_thread(self._search_batch, queries, k, modality)
+
+    def _search_batch(self, queries: Sequence[SearchQuery], k: int, modality: str) -> list[list[Hit]]:
         texts = [q.text.strip() if q.text and q.text.strip() else None for q in queries]
         groups: dict[Any, list[int]] = {}  # one search_batch per distinct selection
         for i, q in enumerate(queries):
