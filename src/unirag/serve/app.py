@@ -97,10 +97,11 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
             parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
         return error(400, "; ".join(parts) or "invalid request")
 
+    # Routes match in the order they are added: the searches first, as they are most of the traffic.
+    for area in (search, generate, images, page):
+        app.include_router(area.router)
     app.mount("/static", StaticFiles(directory=page.STATIC), name="static")
     # Swagger UI 5 (it reads the OpenAPI 3.1 schema FastAPI writes; 4.x cannot) as the fastapi-offline
     # package ships it, so the API docs work offline like the page does.
     app.mount("/docs-assets", StaticFiles(packages=[("fastapi_offline", "static")]), name="docs-assets")
-    for area in (page, search, generate, images):
-        app.include_router(area.router)
     return app

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -15,6 +16,7 @@ from fastapi import Form, Request, UploadFile
 from starlette.exceptions import HTTPException
 
 from unirag.retrieval.results import Hit
+from unirag.retrieval.selection import Selection, selection_from_settings
 from unirag.serve.batching import SearchBatcher
 from unirag.serve.engine import Engine
 from unirag.serve.metrics import Metrics
@@ -55,6 +57,11 @@ async def require_token(request: Request) -> None:
                             headers={"WWW-Authenticate": "Bearer"})
 
 
+#: The selection of a request that sets none of the fields (most searches): built once.
+_DEFAULT_SELECTION = Selection()
+
+
+@lru_cache(maxsize=4096)
 def image_url(did: str | None) -> str | None:
     return f"/v1/images/{quote(did, safe=':')}" if did else None
 
@@ -76,13 +83,18 @@ def examples_json(examples) -> list[dict[str, Any]]:
 def selection_of(fields: dict[str, Any]):
     """The :class:`unirag.Selection` a request's example-selection fields ask for, each read as ``--set``
     reads it (:func:`~unirag.retrieval.selection.selection_from_settings`); unset fields keep the defaults."""
-    from unirag.retrieval.selection import selection_from_settings
-
     given = {name: fields[name] for name in ("diversity", "mmr_lambda", "one_per_image", "near_duplicates")
              if fields.get(name) not in (None, "")}
     if filters := [f for f in fields.get("filter") or () if f.strip()]:
         given["filter"] = filters
-    return selection_from_settings(given)
+    return selection_from_settings(given) if given else _DEFAULT_SELECTION
+
+
+@lru_cache(maxsize=256)
+def selection_json(selection: Selection) -> dict[str, Any]:
+    """``selection.to_dict()`` for an answer, once per distinct (frozen) selection: ``asdict`` walked
+    it for every search."""
+    return selection.to_dict()
 
 
 async def selection_of_form(diversity: Annotated[str | None, Form()] = None,

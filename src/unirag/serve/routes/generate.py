@@ -18,6 +18,7 @@ from unirag.serve.service import (
     examples_json,
     read_image,
     require_token,
+    selection_json,
     selection_of_form,
     service_of,
 )
@@ -46,7 +47,7 @@ async def caption(request: Request, selection: Annotated[Any, Depends(selection_
                                   mode=mode, k=k, selection=selection)
     # Generator output is untrusted text: a server could echo the credentials it was sent.
     return {"caption": redact(ans.output, svc.secrets), "mode": mode, "k": len(ans.examples),
-            "examples": examples_json(ans.examples), "selection": selection.to_dict(),
+            "examples": examples_json(ans.examples), "selection": selection_json(selection),
             "latency_s": round(time.perf_counter() - start, 4), "usage": ans.usage, "cost_usd": ans.cost_usd,
             "attempts": ans.attempts, "generator": ans.generator}
 
@@ -66,5 +67,5 @@ async def generate_image(request: Request, selection: Annotated[Any, Depends(sel
     width, height = ans.output.size
     return {"image": "data:image/png;base64," + base64.b64encode(png_bytes(ans.output)).decode("ascii"),
             "width": width, "height": height, "examples": examples_json(ans.examples),
-            "selection": selection.to_dict(), "latency_s": round(time.perf_counter() - start, 4),
+            "selection": selection_json(selection), "latency_s": round(time.perf_counter() - start, 4),
             "attempts": ans.attempts, "generator": ans.generator}

@@ -24,11 +24,12 @@ from unirag.serve.service import (
     hit_json,
     read_image,
     require_token,
+    selection_json,
     selection_of,
     service_of,
 )
 
-router = APIRouter(dependencies=[Depends(require_token)])
+router = APIRouter()
 
 _FIELDS: dict[str, dict[str, Any]] = {
     "text": {"type": "string", "description": "what to search for (with an image: fused)"},
@@ -50,6 +51,7 @@ _BODY = {"requestBody": {"required": True, "content": {
 @router.post("/v1/search", summary="Search by text, image, or both (fused); a form, or JSON for text",
              openapi_extra=_BODY)
 async def search(request: Request):
+    await require_token(request)  # called, not a dependency: FastAPI's dependency solving cost more per search
     svc = service_of(request)
     form = None
     try:
@@ -86,7 +88,7 @@ async def search(request: Request):
     # A JSONResponse, not a dict: FastAPI would walk the dict once more to make it "JSON-able".
     return JSONResponse({"hits": [hit_json(h) for h in hits], "latency_s": round(time.perf_counter() - start, 4),
                          "query": {"text": text, "image": image is not None, "k": k, "modality": modality,
-                                   "selection": selection.to_dict()}})
+                                   "selection": selection_json(selection)}})
 
 
 async def _json_fields(request: Request) -> dict[str, Any]:
@@ -116,7 +118,8 @@ def _form_fields(form: FormData) -> tuple[dict[str, Any], Any]:
     return {name: value for name, value in fields.items() if value != ""}, upload
 
 
-@router.post("/v1/cir", summary="Composed image retrieval: reference image + modification text")
+@router.post("/v1/cir", summary="Composed image retrieval: reference image + modification text",
+             dependencies=[Depends(require_token)])
 async def cir(request: Request, image: Annotated[UploadFile, File()], text: Annotated[str, Form()],
               k: Annotated[int, Form()] = 10, keep_reference: Annotated[bool, Form()] = False):
     svc = service_of(request)
