@@ -86,7 +86,6 @@ class HFVisionLanguageGenerator(TextGenerator):
                 tok.pad_token = tok.eos_token
         self._device = model.device if spread else device
         self._torch_dtype = torch_dtype
-        self._resolved = {"device": str(device), "dtype": str(torch_dtype).removeprefix("torch.")}
         self._processor, self._model = processor, model.eval()
 
     def _prompt(self, messages: list[Message]) -> tuple[str, list[ImagePart]]:
@@ -160,18 +159,12 @@ class HFVisionLanguageGenerator(TextGenerator):
             return results
 
     def config(self) -> dict[str, Any]:
-        """The settings as given (resolved ones are in :meth:`runtime` once the model is loaded)."""
+        """The settings as given (the resolved device and precision: ``_device``, ``_torch_dtype`` once loaded)."""
         return {"spec": self.spec, "backend": "hf", "model": self.model_id, "device": self.device,
                 "dtype": self.dtype, "batch_size": self.batch_size, "template_family": self.template_family,
                 "image_mode": self.image_mode,
                 **({"prompt_format": self.prompt_format} if self.prompt_format != "chat-template" else {}),
                 **({"trust_remote_code": True} if self.trust_remote_code else {})}
-
-    def runtime(self) -> dict[str, str]:
-        """The device and precision the model really runs in (loads it if needed)."""
-        with self._lock:
-            self._load()
-        return dict(self._resolved)
 
     def close(self) -> None:
         """Drop the model and return its GPU memory."""

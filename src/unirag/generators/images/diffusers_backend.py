@@ -69,8 +69,6 @@ class LocalImageGenerator(ImageBackend):
         from unirag.data.images import load_rgb
         from unirag.runtime import free_memory
 
-        self.check_k(len(request.examples))
-        self.check_size(request.width, request.height)
         images_all = [load_rgb(e.image, ahead=request.ahead, loading=request.loading) for e in request.examples]
         used = len(request.examples)
         while True:
