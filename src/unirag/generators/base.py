@@ -45,6 +45,11 @@ class GenerationOptions:
     #: field (the OpenAI API itself has no such parameter); Gemini: not supported, not sent.
     repetition_penalty: float | None = None
 
+    def given(self, *names: str) -> dict[str, Any]:
+        """The named settings that are set: None sends none (the provider's or model's default, as the
+        official code)."""
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
 
 class Backend(ABC):  # noqa: B024 - the root of the three kinds below; each declares its abstract call
     """What every generator of either kind has: the spec it was made from, a config, a close."""

@@ -169,11 +169,7 @@ class GeminiGenerator(GeminiAPI, TextGenerator):
         super().__init__(model, spec=spec, base_url=base_url, api_key_env=api_key_env, timeout=timeout)
 
     def request_config(self, options: GenerationOptions) -> dict[str, Any]:
-        config: dict[str, Any] = {"max_output_tokens": options.max_tokens}
-        if options.temperature is not None:  # None: the model's default, as the official code sends
-            config["temperature"] = options.temperature
-        if options.seed is not None:
-            config["seed"] = options.seed
+        config: dict[str, Any] = {"max_output_tokens": options.max_tokens, **options.given("temperature", "seed")}
         if options.json_schema is not None:
             config["response_mime_type"] = "application/json"
             config["response_json_schema"] = options.json_schema

@@ -132,13 +132,11 @@ class HFVisionLanguageGenerator(TextGenerator):
                 # Token ids stay integers; floating inputs (pixel values) take the model's precision
                 # (a processor's BatchFeature casts only its floating tensors).
                 inputs = inputs.to(self._device, dtype=self._torch_dtype)
-                gen_kwargs: dict[str, Any] = {"max_new_tokens": options.max_tokens}
+                gen_kwargs = {"max_new_tokens": options.max_tokens, **options.given("repetition_penalty")}
                 if options.temperature is not None:  # None: the model's generation config decides (official)
                     gen_kwargs["do_sample"] = options.temperature > 0
                     if options.temperature > 0:
                         gen_kwargs["temperature"] = options.temperature
-                if options.repetition_penalty is not None:
-                    gen_kwargs["repetition_penalty"] = options.repetition_penalty
                 with torch.inference_mode():
                     out = self._model.generate(**inputs, **gen_kwargs)
             except torch.cuda.OutOfMemoryError as e:

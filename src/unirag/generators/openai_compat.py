@@ -126,11 +126,8 @@ class OpenAIChatGenerator(OpenAIAPI, TextGenerator):
             {"type": "text", "text": p.text} if isinstance(p, TextPart) else
             {"type": "image_url", "image_url": {"url": p.data_url(), **detail}} for p in m.parts]}
             for m in messages]
-        body: dict[str, Any] = {"model": self.model, "messages": rendered, "max_tokens": options.max_tokens}
-        if options.temperature is not None:  # None: send none (the provider's default), as the official code
-            body["temperature"] = options.temperature
-        if options.seed is not None:
-            body["seed"] = options.seed
+        body: dict[str, Any] = {"model": self.model, "messages": rendered, "max_tokens": options.max_tokens,
+                                **options.given("temperature", "seed")}
         if options.json_schema is not None:
             body["response_format"] = {"type": "json_schema",
                                        "json_schema": {"name": "output", "schema": options.json_schema}}

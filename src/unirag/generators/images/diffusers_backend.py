@@ -98,15 +98,6 @@ class LocalImageGenerator(ImageBackend):
         free_memory(self.device)
 
 
-def seed_torch(seed: int) -> None:
-    """Seed torch's global generators (CPU and every GPU) for models that take no ``generator`` argument."""
-    import torch
-
-    torch.manual_seed(int(seed))
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed_all(int(seed))
-
-
 # How a pipeline takes reference images, recognised from its __call__ signature.
 STYLE_TEXT_ONLY = "text-only"
 STYLE_INTERLEAVED = "interleaved-placeholders"  # OmniGen: prompt placeholders + input_images=[...]
