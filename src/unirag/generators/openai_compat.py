@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 import os
 from typing import Any
@@ -76,8 +77,6 @@ class OpenAIAPI(APIBackend):
     def _map_error(self, e: Exception) -> BackendError | None:
         """Status codes, timeouts, dropped connections and unparsable bodies, the same for both kinds.
         ``openai`` is imported here, not at module top, to keep ``unirag --help`` fast."""
-        import json
-
         import openai
 
         if isinstance(e, openai.APIStatusError):

@@ -222,9 +222,8 @@ class DiffusersImageGenerator(LocalImageGenerator):
         same = len({(r.width, r.height, r.steps, r.guidance) for r in requests}) == 1
         if len(requests) <= 1 or not same or any(r.examples for r in requests) or "generator" not in self._call_params:
             return [self.generate(r) for r in requests]
-        for r in requests:
-            self.check_size(r.width, r.height)
         first = requests[0]
+        self.check_size(first.width, first.height)  # the same size for all
         kwargs, dropped = call_kwargs(self._call_params, first, "", [], [self._torch_generator(r.seed) for r in requests])
         kwargs["prompt"] = [r.caption for r in requests]
         try:
