@@ -74,26 +74,14 @@ class GeminiAPI(APIBackend):
 
     def request_body(self, call: Callable[[Any], Any]) -> dict[str, Any]:
         """The JSON body the SDK POSTs for ``call(client)``, serialised by the SDK itself into a transport
-        that records the request and sends nothing. That client holds a placeholder key, not the user's:
-        what it records cannot carry a secret."""
+        that records the request, sends nothing and answers an empty body. That client holds a placeholder
+        key, not the user's: what it records cannot carry a secret."""
         import httpx
         from google import genai
 
         seen: list[httpx.Request] = []
-
-        class _Recorded(Exception):
-            pass
-
-        def record(request: httpx.Request) -> httpx.Response:
-            seen.append(request)
-            raise _Recorded
-
-        with httpx.Client(transport=httpx.MockTransport(record)) as http:
-            client = genai.Client(api_key="placeholder-not-sent", http_options=self._http_options(httpx_client=http))
-            try:
-                call(client)
-            except _Recorded:
-                pass
+        with httpx.Client(transport=httpx.MockTransport(lambda r: seen.append(r) or httpx.Response(200, json={}))) as http:
+            call(genai.Client(api_key="placeholder-not-sent", http_options=self._http_options(httpx_client=http)))
         if not seen:
             raise RuntimeError("the Gemini SDK sent no request")
         return json.loads(seen[0].content)
