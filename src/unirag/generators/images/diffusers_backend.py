@@ -43,9 +43,6 @@ class LocalImageGenerator(ImageBackend):
     """
 
     local = True
-    label = ""
-    device = "cpu"
-    oom_fallback = True
     _pipe: Any = None
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
