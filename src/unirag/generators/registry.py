@@ -94,7 +94,6 @@ def load_generator(spec: str, kind: str = CAPTION, **opts: Any) -> Any:
     module_name, attr = BACKENDS[kind][prefix][0].split(":")
     cls = getattr(importlib.import_module(module_name), attr)
     kwargs = declared_options(cls.__init__, opts)
-    kwargs.pop("self", None)
     return cls(name, spec=f"{prefix}:{name}", **kwargs)
 
 
