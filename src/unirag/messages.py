@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from unirag.data.images import exif_orientation, is_path_like, load_rgb, png_bytes
+
 Role = Literal["system", "user", "assistant"]
 #: Image formats every API backend takes as they are; others are re-encoded as PNG.
 _WEB_MIMES = frozenset({"image/jpeg", "image/png", "image/webp", "image/gif"})
@@ -50,8 +52,6 @@ class ImagePart:
         Paths stay paths (read when sent); encoded bytes in a web format are sent as they are;
         PIL images and arrays are encoded as lossless PNG.
         """
-        from unirag.data.images import is_path_like, load_rgb, png_bytes
-
         if is_path_like(image):
             return cls(path=Path(image), label=label, loading=loading)
         if isinstance(image, bytes | bytearray | memoryview):
@@ -63,8 +63,6 @@ class ImagePart:
 
     def load(self):
         """Decode to an RGB PIL image (a copy of :attr:`decoded` where the file was decoded ahead)."""
-        from unirag.data.images import load_rgb
-
         if self.path is None:
             return load_rgb(self.data, loading=self.loading)
         return load_rgb(self.path, ahead={str(self.path): self.decoded} if self.decoded is not None else None,
@@ -78,8 +76,6 @@ class ImagePart:
         mime, upright = _sniff(self.path)
         if mime in _WEB_MIMES and upright:  # upright as stored: the pixels the index embedded
             return Path(self.path).read_bytes(), mime
-        from unirag.data.images import png_bytes
-
         return png_bytes(self.load()), "image/png"
 
     def data_url(self) -> str:
@@ -94,8 +90,6 @@ def _sniff(source: Any) -> tuple[str | None, bool]:
     """(the MIME type of the image's format, whether it has no EXIF rotation to apply, so its bytes can be
     sent as they are); (None, False) when PIL cannot open it (decoding it later says what is wrong)."""
     from PIL import Image
-
-    from unirag.data.images import exif_orientation
 
     try:
         with Image.open(source) as im:

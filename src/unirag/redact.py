@@ -49,8 +49,7 @@ def redact(text: str, extra: tuple[str, ...] = ()) -> str:
 
 def _mask(text: str, secrets: list[str]) -> str:
     for value in secrets:
-        if value in text:
-            text = text.replace(value, MASK)
+        text = text.replace(value, MASK)
     if "=" in text:  # (cheap tests first: most strings hold neither a query string nor a credential)
         text = _QUERY_SECRET.sub(lambda m: m.group(1) + MASK, text)
     if "bearer" in text.lower():

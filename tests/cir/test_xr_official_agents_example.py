@@ -66,7 +66,7 @@ def test_trust_remote_code_is_off_unless_asked_and_recorded(from_pretrained_call
         gen = load_generator(f"hf:{tmp_path}", device="cpu", dtype="float32",
                                   **({"trust_remote_code": True} if trust else {}))
         with pytest.raises(_Loaded):
-            gen.runtime()
+            gen._load()
         assert ("trust_remote_code" in gen.config()) is trust
     (_, p0), (_, m0), (_, p1), (_, m1) = from_pretrained_calls
     assert "trust_remote_code" not in p0 and "trust_remote_code" not in m0
@@ -81,4 +81,4 @@ def test_a_custom_code_checkpoint_without_the_opt_in_names_the_option(monkeypatc
 
     monkeypatch.setattr(transformers.AutoProcessor, "from_pretrained", refuse)
     with pytest.raises(ConfigError, match="trust_remote_code=true if you trust it"):
-        load_generator(f"hf:{tmp_path}", device="cpu").runtime()
+        load_generator(f"hf:{tmp_path}", device="cpu")._load()

@@ -87,7 +87,8 @@ def test_bfloat16_weights_and_inputs_then_close(coco_set, llava_path, monkeypatc
     from unirag.prompts.caption import build_caption_prompt, caption_template
 
     gen = load_generator(f"hf:{llava_path}", batch_size=2, device="cpu", dtype="bfloat16")
-    assert gen.runtime() == {"device": "cpu", "dtype": "bfloat16"}
+    gen._load()
+    assert (str(gen._device), gen._torch_dtype) == ("cpu", torch.bfloat16)
     assert {p.dtype for p in gen._model.parameters()} == {torch.bfloat16}
     img = coco_set["images_root"] / coco_set["rows"][0]["image"]
     prompt = build_caption_prompt(caption_template("llava"), img, [])
@@ -106,7 +107,8 @@ def test_auto_device_is_cpu_in_float32_without_a_gpu(llava_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     gen = load_generator(f"hf:{llava_path}")
-    assert gen.runtime() == {"device": "cpu", "dtype": "float32"}
+    gen._load()
+    assert (str(gen._device), gen._torch_dtype) == ("cpu", torch.float32)
     gen.close()
 
 

@@ -58,7 +58,7 @@ def test_official_llava_prompt_is_the_hand_written_string(coco_set, llava_path, 
     shots = [Pair.of(root / rows[i]["image"], rows[i]["captions"][0]) for i in (1, 2)]
     captioner = Captioner(f"hf:{llava_path}", profile="official", device="cpu", max_tokens=3)
     backend = captioner.backend
-    backend.runtime()  # loaded: its processor gets a chat template that differs from the official string
+    backend._load()  # loaded: its processor gets a chat template that differs from the official string
     backend._processor.chat_template = SPACE_TEMPLATE
     assert (backend.dtype, backend.batch_size, backend.prompt_format) == ("float32", 1, "official")
     seen: list[str] = []
@@ -82,7 +82,7 @@ def test_official_llava_prompt_is_the_hand_written_string(coco_set, llava_path, 
     # the official profile with only llava_prompt_format changed: the same words, the processor's format
     template = Captioner(f"hf:{llava_path}", device="cpu", max_tokens=3,
                          profile=resolve("official", llava_prompt_format="chat-template"))
-    template.backend.runtime()
+    template.backend._load()
     template.backend._processor.chat_template = SPACE_TEMPLATE
     seen.clear()
     template.caption(root / rows[0]["image"], shots)
@@ -131,7 +131,7 @@ def test_official_llava_weights_load_in_float32_on_a_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr(transformers.AutoModelForImageTextToText, "from_pretrained", model_from_pretrained)
     for profile in ("official", "default"):
         with pytest.raises(_Loaded):
-            Captioner(f"hf:{tmp_path}", profile=profile).backend.runtime()
+            Captioner(f"hf:{tmp_path}", profile=profile).backend._load()
     assert asked == [torch.float32, torch.bfloat16]
 
 

@@ -57,7 +57,7 @@ def test_text_only_pipeline_refuses_examples(tiny_sd, t2i_data):
         tiny_sd.check_k(1)
     req = _request(1)
     req.examples = [Pair.of(t2i_data.root / t2i_data.records[0]["image"], "a caption", "img:1")]
-    with pytest.raises(ConfigError, match="text-only"):
+    with pytest.raises(ConfigError, match="does not accept reference images"):  # runs check_k before: above
         tiny_sd.generate(req)
 
 

@@ -33,13 +33,20 @@ class APIBackend:
     provider = ""
     api_key_env: str | None = None
 
-    def _connect(self, model: str, spec: str | None, base_url: str | None, timeout: float) -> None:
+    def __init__(self, model: str, *, spec: str | None = None, base_url: str | None = None,
+                 api_key_env: str | None = None, timeout: float = 300.0) -> None:
         self.model = model
         self.spec = spec or f"{self.backend}:{model}"
         self.base_url = base_url
         self.timeout = float(timeout)
         self._client: Any = None
         self._lock = threading.Lock()
+        self._key = self._credentials(api_key_env)
+
+    def _credentials(self, api_key_env: str | None) -> str:
+        """The API key from the environment (never an option), recording which variable held it in
+        ``api_key_env``; ConfigError naming the variable when none is set."""
+        raise NotImplementedError
 
     def _build(self) -> Any:
         """Import the SDK and create the client (called once, under the lock)."""

@@ -7,12 +7,15 @@ are raised as :class:`unirag.errors.BackendError` with ``retryable`` set, and th
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from unirag.messages import Message
+from unirag.messages import Message, render_for_log
 
 
 @dataclass
@@ -44,6 +47,11 @@ class GenerationOptions:
     #: None sends none. hf: the generate() keyword; OpenAI-compatible servers (vLLM): an extra body
     #: field (the OpenAI API itself has no such parameter); Gemini: not supported, not sent.
     repetition_penalty: float | None = None
+
+    def given(self, *names: str) -> dict[str, Any]:
+        """The named settings that are set: None sends none (the provider's or model's default, as the
+        official code)."""
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
 
 class Backend(ABC):  # noqa: B024 - the root of the three kinds below; each declares its abstract call
@@ -81,8 +89,6 @@ class TextGenerator(Backend):
         official scripts' ``prompt_{idx}.txt`` files hold): here the messages as text, images as
         placeholders; backends that send a string or a JSON body override it to show exactly that (each
         image's base64 data shortened by :func:`body_for_log`; never a key or a header)."""
-        from unirag.messages import render_for_log
-
         return render_for_log(messages)
 
 
@@ -90,10 +96,6 @@ def body_for_log(body: Any) -> str:
     """A request body as JSON for :meth:`TextGenerator.sent_prompt`, each image's base64 data (a ``data:``
     URL's, an ``inlineData`` part's) shown as its length and hash: the bytes would make the file
     unreadable; the hash still tells two images apart."""
-    import hashlib
-    import json
-    import re
-
     def short(data: str) -> str:
         return f"<{len(data)} base64 chars, sha256 {hashlib.sha256(data.encode()).hexdigest()[:16]}>"
 

@@ -53,15 +53,13 @@ class GeminiAPI(APIBackend):
 
     provider = PROVIDER
 
-    def _open(self, model: str, spec: str | None, base_url: str | None, api_key_env: str | None,
-              timeout: float) -> None:
-        self._connect(model, spec, base_url, timeout)
+    def _credentials(self, api_key_env: str | None) -> str:
         names = (api_key_env,) if api_key_env else KEY_VARIABLES
         self.api_key_env = next((n for n in names if os.environ.get(n)), names[0])
         key = os.environ.get(self.api_key_env)
         if not key:
             raise ConfigError(f"set the {' or '.join(names)} environment variable (the Gemini API key)")
-        self._key = key
+        return key
 
     def _http_options(self, **extra: Any) -> Any:
         from google.genai import types
@@ -76,26 +74,14 @@ class GeminiAPI(APIBackend):
 
     def request_body(self, call: Callable[[Any], Any]) -> dict[str, Any]:
         """The JSON body the SDK POSTs for ``call(client)``, serialised by the SDK itself into a transport
-        that records the request and sends nothing. That client holds a placeholder key, not the user's:
-        what it records cannot carry a secret."""
+        that records the request, sends nothing and answers an empty body. That client holds a placeholder
+        key, not the user's: what it records cannot carry a secret."""
         import httpx
         from google import genai
 
         seen: list[httpx.Request] = []
-
-        class _Recorded(Exception):
-            pass
-
-        def record(request: httpx.Request) -> httpx.Response:
-            seen.append(request)
-            raise _Recorded
-
-        with httpx.Client(transport=httpx.MockTransport(record)) as http:
-            client = genai.Client(api_key="placeholder-not-sent", http_options=self._http_options(httpx_client=http))
-            try:
-                call(client)
-            except _Recorded:
-                pass
+        with httpx.Client(transport=httpx.MockTransport(lambda r: seen.append(r) or httpx.Response(200, json={}))) as http:
+            call(genai.Client(api_key="placeholder-not-sent", http_options=self._http_options(httpx_client=http)))
         if not seen:
             raise RuntimeError("the Gemini SDK sent no request")
         return json.loads(seen[0].content)
@@ -105,8 +91,6 @@ class GeminiAPI(APIBackend):
         import httpx
         from google.genai import errors
 
-        if isinstance(e, BackendError):
-            return e
         if isinstance(e, errors.APIError):
             headers = getattr(getattr(e, "response", None), "headers", None)
             return status_error(self.provider, e.code, e.message or str(e), headers)
@@ -170,14 +154,10 @@ class GeminiGenerator(GeminiAPI, TextGenerator):
                  timeout: float = 120.0, family: str = "gemini", spec: str | None = None) -> None:
         self.template_family = family
         self.image_mode = "single-image" if family == "llava" else "multi-image"
-        self._open(model, spec, base_url, api_key_env, timeout)
+        super().__init__(model, spec=spec, base_url=base_url, api_key_env=api_key_env, timeout=timeout)
 
     def request_config(self, options: GenerationOptions) -> dict[str, Any]:
-        config: dict[str, Any] = {"max_output_tokens": options.max_tokens}
-        if options.temperature is not None:  # None: the model's default, as the official code sends
-            config["temperature"] = options.temperature
-        if options.seed is not None:
-            config["seed"] = options.seed
+        config: dict[str, Any] = {"max_output_tokens": options.max_tokens, **options.given("temperature", "seed")}
         if options.json_schema is not None:
             config["response_mime_type"] = "application/json"
             config["response_json_schema"] = options.json_schema
@@ -253,15 +233,10 @@ class GeminiImageGenerator(GeminiAPI, ImageBackend):
     provider = IMAGES_PROVIDER
     templates = (ZERO_SHOT, FEW_SHOT_GEMINI)
 
-    def __init__(self, model: str, *, spec: str | None = None, base_url: str | None = None,
-                 timeout: float = 300.0, api_key_env: str | None = None) -> None:
-        self._open(model, spec, base_url, api_key_env, timeout)
-
     def prompt_text(self, request: ImageRequest) -> str:
         return render_for_log(image_prompt_messages(request))
 
     def generate(self, request: ImageRequest) -> GeneratedImage:
-        self.check_k(len(request.examples))
         ratio = nearest_aspect_ratio(request.width, request.height)
         config = {"response_modalities": ["TEXT", "IMAGE"], "seed": int(request.seed),
                   **({"image_config": {"aspect_ratio": ratio}} if ratio != "1:1" else {})}

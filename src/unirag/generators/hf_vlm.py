@@ -86,7 +86,6 @@ class HFVisionLanguageGenerator(TextGenerator):
                 tok.pad_token = tok.eos_token
         self._device = model.device if spread else device
         self._torch_dtype = torch_dtype
-        self._resolved = {"device": str(device), "dtype": str(torch_dtype).removeprefix("torch.")}
         self._processor, self._model = processor, model.eval()
 
     def _prompt(self, messages: list[Message]) -> tuple[str, list[ImagePart]]:
@@ -133,13 +132,11 @@ class HFVisionLanguageGenerator(TextGenerator):
                 # Token ids stay integers; floating inputs (pixel values) take the model's precision
                 # (a processor's BatchFeature casts only its floating tensors).
                 inputs = inputs.to(self._device, dtype=self._torch_dtype)
-                gen_kwargs: dict[str, Any] = {"max_new_tokens": options.max_tokens}
+                gen_kwargs = {"max_new_tokens": options.max_tokens, **options.given("repetition_penalty")}
                 if options.temperature is not None:  # None: the model's generation config decides (official)
                     gen_kwargs["do_sample"] = options.temperature > 0
                     if options.temperature > 0:
                         gen_kwargs["temperature"] = options.temperature
-                if options.repetition_penalty is not None:
-                    gen_kwargs["repetition_penalty"] = options.repetition_penalty
                 with torch.inference_mode():
                     out = self._model.generate(**inputs, **gen_kwargs)
             except torch.cuda.OutOfMemoryError as e:
@@ -160,18 +157,12 @@ class HFVisionLanguageGenerator(TextGenerator):
             return results
 
     def config(self) -> dict[str, Any]:
-        """The settings as given (resolved ones are in :meth:`runtime` once the model is loaded)."""
+        """The settings as given (the resolved device and precision: ``_device``, ``_torch_dtype`` once loaded)."""
         return {"spec": self.spec, "backend": "hf", "model": self.model_id, "device": self.device,
                 "dtype": self.dtype, "batch_size": self.batch_size, "template_family": self.template_family,
                 "image_mode": self.image_mode,
                 **({"prompt_format": self.prompt_format} if self.prompt_format != "chat-template" else {}),
                 **({"trust_remote_code": True} if self.trust_remote_code else {})}
-
-    def runtime(self) -> dict[str, str]:
-        """The device and precision the model really runs in (loads it if needed)."""
-        with self._lock:
-            self._load()
-        return dict(self._resolved)
 
     def close(self) -> None:
         """Drop the model and return its GPU memory."""

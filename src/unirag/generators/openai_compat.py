@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 import os
 from typing import Any
@@ -52,18 +53,18 @@ class OpenAIAPI(APIBackend):
     provider = PROVIDER
     server = "server"
 
-    def _open(self, model: str, spec: str | None, base_url: str | None, api_key_env: str,
-              timeout: float) -> None:
-        self._connect(model, spec, base_url or os.environ.get("OPENAI_BASE_URL") or None, timeout)
+    def _credentials(self, api_key_env: str | None) -> str:
+        """Also the base URL's default, ``OPENAI_BASE_URL``: a local server's URL makes the key optional."""
+        self.base_url = self.base_url or os.environ.get("OPENAI_BASE_URL") or None
         self.api_key_env = api_key_env
-        key = os.environ.get(api_key_env)
+        key = os.environ.get(api_key_env or "")
         if not key:
             if self.base_url and OFFICIAL_HOST not in self.base_url:
                 key = LOCAL_DUMMY_KEY  # local servers usually ignore the key
             else:
                 raise ConfigError(f"set the {api_key_env} environment variable (the OpenAI API key), "
                                   f"or give --base-url for a local OpenAI-compatible {self.server}")
-        self._key = key
+        return key
 
     def _build(self):
         from openai import OpenAI
@@ -76,8 +77,6 @@ class OpenAIAPI(APIBackend):
     def _map_error(self, e: Exception) -> BackendError | None:
         """Status codes, timeouts, dropped connections and unparsable bodies, the same for both kinds.
         ``openai`` is imported here, not at module top, to keep ``unirag --help`` fast."""
-        import json
-
         import openai
 
         if isinstance(e, openai.APIStatusError):
@@ -117,7 +116,7 @@ class OpenAIChatGenerator(OpenAIAPI, TextGenerator):
         self.detail = detail
         self.template_family = family
         self.image_mode = "single-image" if family == "llava" else "multi-image"
-        self._open(model, spec, base_url, api_key_env, timeout)
+        super().__init__(model, spec=spec, base_url=base_url, api_key_env=api_key_env, timeout=timeout)
 
     def request_body(self, messages: list[Message], options: GenerationOptions) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` (also what the tests compare)."""
@@ -126,11 +125,8 @@ class OpenAIChatGenerator(OpenAIAPI, TextGenerator):
             {"type": "text", "text": p.text} if isinstance(p, TextPart) else
             {"type": "image_url", "image_url": {"url": p.data_url(), **detail}} for p in m.parts]}
             for m in messages]
-        body: dict[str, Any] = {"model": self.model, "messages": rendered, "max_tokens": options.max_tokens}
-        if options.temperature is not None:  # None: send none (the provider's default), as the official code
-            body["temperature"] = options.temperature
-        if options.seed is not None:
-            body["seed"] = options.seed
+        body: dict[str, Any] = {"model": self.model, "messages": rendered, "max_tokens": options.max_tokens,
+                                **options.given("temperature", "seed")}
         if options.json_schema is not None:
             body["response_format"] = {"type": "json_schema",
                                        "json_schema": {"name": "output", "schema": options.json_schema}}
@@ -197,7 +193,7 @@ class OpenAIImageGenerator(OpenAIAPI, ImageBackend):
         self._family = next((f for f in _SIZES if model.startswith(f)), None)
         # dall-e-2 edits take one image; dall-e-3 has no edit endpoint; gpt-image models take up to 16.
         self.max_examples = {"dall-e-3": 0, "dall-e-2": 1, "gpt-image": 16}.get(self._family or "", None)
-        self._open(model, spec, base_url, api_key_env, timeout)
+        super().__init__(model, spec=spec, base_url=base_url, api_key_env=api_key_env, timeout=timeout)
 
     def check_size(self, width: int, height: int) -> None:
         super().check_size(width, height)
@@ -210,7 +206,6 @@ class OpenAIImageGenerator(OpenAIAPI, ImageBackend):
         return render_listed(FEW_SHOT_API, request.caption, [e.caption for e in request.examples])
 
     def generate(self, request: ImageRequest) -> GeneratedImage:
-        self.check_k(len(request.examples))
         args: dict[str, Any] = {"model": self.model, "prompt": self.prompt_text(request), "n": 1,
                                 "size": f"{request.width}x{request.height}"}
         if self._family == "gpt-image":

@@ -71,11 +71,8 @@ def price_for(spec: str, prices: str | Path | Mapping[str, Any] | None = None, *
     model = model.rsplit("/", 1)[-1]
     if model in table:
         return table[model]
-    best = None
-    for name in table:
-        if model.startswith(name) and _VERSION_SUFFIX.match(model[len(name):]):
-            if best is None or len(name) > len(best):
-                best = name
+    best = max((name for name in table if model.startswith(name) and _VERSION_SUFFIX.match(model[len(name):])),
+               key=len, default=None)
     return table[best] if best is not None else None
 
 

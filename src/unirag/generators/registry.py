@@ -12,7 +12,9 @@ import importlib
 import inspect
 from typing import Any
 
-from unirag.errors import ConfigError
+from unirag.errors import ConfigError, InputError
+from unirag.profiles import resolve
+from unirag.runs.retry import RetryPolicy
 
 CAPTION = "generator"
 IMAGE = "image generator"
@@ -92,12 +94,7 @@ def load_generator(spec: str, kind: str = CAPTION, **opts: Any) -> Any:
     module_name, attr = BACKENDS[kind][prefix][0].split(":")
     cls = getattr(importlib.import_module(module_name), attr)
     kwargs = declared_options(cls.__init__, opts)
-    kwargs.pop("self", None)
     return cls(name, spec=f"{prefix}:{name}", **kwargs)
-
-
-#: Queries per official LaVIT process: the seed is set again before the first of each such batch.
-OFFICIAL_LAVIT_BATCH = 1000
 
 
 def profile_options(spec: str, settings: Any = None, options: dict[str, Any] | None = None,
@@ -111,8 +108,6 @@ def profile_options(spec: str, settings: Any = None, options: dict[str, Any] | N
       ``reseed_every=1000``; ``image_top1 = top-candidate``: ``retrieval:top1`` draws noise for a query
       without a top image (``noise=True``).
     """
-    from unirag.profiles import resolve
-
     settings = resolve(settings)
     prefix = str(spec).strip().partition(":")[0]
     out = dict(options or {})
@@ -125,7 +120,8 @@ def profile_options(spec: str, settings: Any = None, options: dict[str, Any] | N
     elif kind == IMAGE and prefix == "retrieval" and settings["image_top1"] == "top-candidate":
         out.setdefault("noise", True)
     elif kind == IMAGE and settings["image_seeding"] == "official":
-        implied = {"emu2-gen": ("reseed", False), "lavit": ("reseed_every", OFFICIAL_LAVIT_BATCH)}.get(prefix)
+        # LaVIT: 1000 queries per official process, the seed set again before the first of each such batch
+        implied = {"emu2-gen": ("reseed", False), "lavit": ("reseed_every", 1000)}.get(prefix)
         if implied:
             out.setdefault(*implied)
     return out
@@ -175,9 +171,6 @@ def check_generator_options(owner: str, spec: str | None, options: dict[str, Any
 def retry_policy(max_attempts: Any = None, retry: Any = None):
     """The :class:`~unirag.runs.retry.RetryPolicy` for ``max_attempts=`` / ``retry=`` (a RetryPolicy, or
     None: the runs' default policy), checked: InputError naming the argument for a wrong type."""
-    from unirag.errors import InputError
-    from unirag.runs.retry import RetryPolicy
-
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise InputError(f"expected a unirag.runs.retry.RetryPolicy, got {type(retry).__name__}", field="retry")
     policy = retry or RetryPolicy()

@@ -14,6 +14,7 @@ from typing import Any
 
 from unirag.errors import ConfigError
 from unirag.generators.base import Backend, Usage
+from unirag.profiles import resolve
 from unirag.prompts.templates import PromptTemplate, load_template
 from unirag.retrieval.results import Pair
 
@@ -34,8 +35,6 @@ def sampling_defaults(spec: str, settings: Any = None) -> dict[str, Any]:
     """Steps and guidance for a generator when the user gives none: unirag's (the paper's LaVIT run),
     or for ``emu2-gen:`` with ``emu2_sampling = official`` the Emu2-Gen pipeline's own defaults.
     ``settings``: a profile name or :class:`unirag.profiles.Settings`."""
-    from unirag.profiles import resolve
-
     if str(spec).strip().startswith("emu2-gen:") and resolve(settings)["emu2_sampling"] == "official":
         return {"steps": EMU2_PIPELINE_STEPS, "guidance": EMU2_PIPELINE_GUIDANCE}
     return {"steps": DEFAULT_STEPS, "guidance": DEFAULT_GUIDANCE}

@@ -43,9 +43,6 @@ class LocalImageGenerator(ImageBackend):
     """
 
     local = True
-    label = ""
-    device = "cpu"
-    oom_fallback = True
     _pipe: Any = None
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
@@ -69,8 +66,6 @@ class LocalImageGenerator(ImageBackend):
         from unirag.data.images import load_rgb
         from unirag.runtime import free_memory
 
-        self.check_k(len(request.examples))
-        self.check_size(request.width, request.height)
         images_all = [load_rgb(e.image, ahead=request.ahead, loading=request.loading) for e in request.examples]
         used = len(request.examples)
         while True:
@@ -98,15 +93,6 @@ class LocalImageGenerator(ImageBackend):
 
         self._pipe = None
         free_memory(self.device)
-
-
-def seed_torch(seed: int) -> None:
-    """Seed torch's global generators (CPU and every GPU) for models that take no ``generator`` argument."""
-    import torch
-
-    torch.manual_seed(int(seed))
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed_all(int(seed))
 
 
 # How a pipeline takes reference images, recognised from its __call__ signature.
@@ -233,9 +219,8 @@ class DiffusersImageGenerator(LocalImageGenerator):
         same = len({(r.width, r.height, r.steps, r.guidance) for r in requests}) == 1
         if len(requests) <= 1 or not same or any(r.examples for r in requests) or "generator" not in self._call_params:
             return [self.generate(r) for r in requests]
-        for r in requests:
-            self.check_size(r.width, r.height)
         first = requests[0]
+        self.check_size(first.width, first.height)  # the same size for all
         kwargs, dropped = call_kwargs(self._call_params, first, "", [], [self._torch_generator(r.seed) for r in requests])
         kwargs["prompt"] = [r.caption for r in requests]
         try:

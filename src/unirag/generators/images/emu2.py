@@ -33,11 +33,7 @@ from typing import Any
 
 from unirag.errors import ConfigError
 from unirag.generators.images.base import ImageRequest
-from unirag.generators.images.diffusers_backend import (
-    DiffusersImageGenerator,
-    LocalImageGenerator,
-    seed_torch,
-)
+from unirag.generators.images.diffusers_backend import DiffusersImageGenerator, LocalImageGenerator
 
 CUSTOM_PIPELINE = "pipeline_emu2_gen"
 #: Sub-folders of an Emu2-Gen checkpoint loaded before the pipeline and passed to it (Emu2's README).
@@ -114,8 +110,10 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
                               "torchvision; pip install torchvision)") from None
 
     def _seed_try(self, seed: int) -> None:
-        if self.reseed:
-            seed_torch(seed)
+        if self.reseed:  # torch's global generators, every device's (the pipeline takes no ``generator``)
+            import torch
+
+            torch.manual_seed(int(seed))
 
     def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
         inputs: list[Any] = []  # [caption_1, image_1, ..., caption_k, image_k, query caption]: UniRAG's

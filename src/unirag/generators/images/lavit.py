@@ -43,7 +43,7 @@ from typing import Any
 
 from unirag.errors import ConfigError
 from unirag.generators.images.base import ImageRequest
-from unirag.generators.images.diffusers_backend import LocalImageGenerator, seed_torch
+from unirag.generators.images.diffusers_backend import LocalImageGenerator
 from unirag.runtime import dtype_name, resolve_device
 
 #: ``multimodal_synthesis`` parameters unirag passes (checked when the model is built).
@@ -65,8 +65,9 @@ def seed_everything(seed: int) -> None:
     import random
 
     import numpy as np
+    import torch
 
-    seed_torch(seed)
+    torch.manual_seed(int(seed))  # every device's
     np.random.seed(int(seed))
     random.seed(int(seed))
 
