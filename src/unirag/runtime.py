@@ -256,20 +256,18 @@ def hf_from_pretrained(loader, spec: str, what: str, **kwargs):
 
 # -- identifying weights -------------------------------------------------------------------------------
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5")
-_HASH_CACHE: dict[tuple[str, int, int], str] = {}
 
 
 def file_sha256(path: Path) -> str:
     """SHA-256 of a file's bytes, cached per (path, size, mtime) within the process."""
     st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _HASH_CACHE:
-        h = hashlib.sha256()
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 23), b""):
-                h.update(block)
-        _HASH_CACHE[key] = h.hexdigest()
-    return _HASH_CACHE[key]
+    return _sha256(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.cache
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def weights_digest(path: str | Path) -> str:

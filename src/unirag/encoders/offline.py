@@ -55,11 +55,10 @@ class OfflineEncoder(Encoder):
     # The two towers' raw vectors live on unrelated scales, so each is normalised before the sum.
     fusion = FUSION_NORMALISED_SUM
 
-    def __init__(self, *, device: str | None = "auto", batch_size: int | None = None, assets: str | Path | None = None) -> None:
+    def __init__(self, *, device: str | None = "auto", assets: str | Path | None = None) -> None:
         self._place(device)
         self.space = load_joint_space(str(assets) if assets else None)
         self.dim = self.space.dim
-        self.batch_size = batch_size or 32
         self._assets = Path(assets) if assets else asset_path()
 
     @functools.cached_property
