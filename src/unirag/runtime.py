@@ -114,11 +114,6 @@ def onednn_linears(model: Any) -> Any:
     return model
 
 
-def _mps_available(torch) -> bool:
-    mps = getattr(getattr(torch, "backends", None), "mps", None)
-    return bool(mps is not None and mps.is_available())
-
-
 def resolve_device(device: str | None = "auto") -> str:
     """``None``/"auto" -> "cuda" if present, else "mps", else "cpu"; a device torch does not know or this
     machine lacks is a :class:`~unirag.errors.ConfigError` now rather than a failure in a forward pass.
@@ -129,7 +124,7 @@ def resolve_device(device: str | None = "auto") -> str:
     if device in (None, "", "auto"):
         if torch.cuda.is_available():
             return "cuda"
-        return "mps" if _mps_available(torch) else "cpu"
+        return "mps" if torch.backends.mps.is_available() else "cpu"
     device = str(device).strip().lower()
     try:
         parsed = torch.device(device)
@@ -140,7 +135,7 @@ def resolve_device(device: str | None = "auto") -> str:
             raise ConfigError(f"device {device!r} requested but CUDA is not available on this machine")
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
             raise ConfigError(f"device {device!r} requested but this machine has {torch.cuda.device_count()} GPU(s)")
-    if parsed.type == "mps" and not _mps_available(torch):
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(f"device {device!r} requested but the MPS backend is not available on this machine")
     return device
 
@@ -202,7 +197,7 @@ def free_memory(device: str | None = None) -> None:
         return
     if torch.cuda.is_available() and (device is None or str(device).startswith("cuda")):
         torch.cuda.empty_cache()
-    if _mps_available(torch) and (device is None or str(device).startswith("mps")):
+    if torch.backends.mps.is_available() and (device is None or str(device).startswith("mps")):
         torch.mps.empty_cache()
 
 
