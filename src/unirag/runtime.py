@@ -61,8 +61,7 @@ def decode_processes(setting: int | None, n_images: int | None = None, model_on_
         return 0 if model_on_cpu else max(1, min(AUTO_WORKERS_CAP, cpus // max(1, actors) - 1))
     if n_images is not None and n_images < AUTO_MIN_IMAGES:
         return 0
-    cores = min(available_cores(), AUTO_WORKERS_CAP)
-    return min(AUTO_WORKERS_CPU_MODEL, cores) if model_on_cpu else cores
+    return AUTO_WORKERS_CPU_MODEL if model_on_cpu else min(available_cores(), AUTO_WORKERS_CAP)
 
 
 @functools.cache

@@ -84,9 +84,9 @@ class HFClipEncoder(Encoder):
         image_processor = getattr(processor, "image_processor", processor)
         # A CLIP processor set up as OpenAI's transform runs as OpenAI's (rounded crop offset); others as they are.
         transform = openai_transform_for(image_processor) or HFProcessorTransform(image_processor)
-        self._setup(model, processor, None, transform)
+        self._setup(model, processor, transform)
 
-    def _setup(self, model, processor, max_text_length: int | None, image_transform: Any) -> None:
+    def _setup(self, model, processor, image_transform: Any) -> None:
         """Shared by every way of building the model (a checkpoint directory, converted UniIR weights).
 
         ``image_transform``: what the images go through (see :mod:`unirag.encoders.preprocess`):
@@ -100,7 +100,7 @@ class HFClipEncoder(Encoder):
         # SigLIP was trained on texts padded to a fixed length; CLIP on dynamically padded ones.
         self.text_padding = "max_length" if "siglip" in self.model_type else True
         text_cfg = getattr(model.config, "text_config", None)
-        self.max_text_length = max_text_length or int(getattr(text_cfg, "max_position_embeddings", 77) or 77)
+        self.max_text_length = int(getattr(text_cfg, "max_position_embeddings", 77) or 77)
         self.name = self.spec
         dim = getattr(model.config, "projection_dim", None)
         self.dim = dim if isinstance(dim, int) and dim > 0 else int(self._embed_texts(["a"]).shape[-1])

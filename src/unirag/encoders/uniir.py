@@ -259,7 +259,7 @@ class UniIRClipSFEncoder(UniIRCheckpoint, HFClipEncoder):
         tok = load_tokenizer(tokenizer, self.checkpoint, _TOKENIZER_FILES, default, "CLIP tokenizer")
         model = build_clip_model(sd, self.arch, tok, self.torch_dtype)
         del sd
-        self._setup(model, tok, self.arch["context_length"], OpenAIClipTransform(self.arch["image_size"]))
+        self._setup(model, tok, OpenAIClipTransform(self.arch["image_size"]))  # max_position_embeddings: context_length
 
     # -- identity ---------------------------------------------------------------------------------
     def weights(self) -> dict[str, Any]:
