@@ -188,7 +188,7 @@ class UniIRCheckpoint:
 
     def __init__(self, spec: str, *, device: str | None = "auto", dtype: str | None = "auto",
                  tokenizer: str | None = None, instructions: str | Path | QueryInstructions | None = None,
-                 use_instructions: bool | None = None, **options: Any) -> None:
+                 use_instructions: bool | None = None) -> None:
         """Set the spec (``uniir:clip_sf[:variant]:PATH``), checkpoint, device, precision and instructions, then
         :meth:`_build` the model from the checkpoint with the variant the spec names (or None) and ``tokenizer``."""
         m = re.fullmatch(r"uniir:([a-z_]+):(?:(base|large):)?(.+)", spec.strip(), flags=re.IGNORECASE)
@@ -207,7 +207,7 @@ class UniIRCheckpoint:
         self._instructions: QueryInstructions | None = (instructions if isinstance(instructions, QueryInstructions)
                                                          else None)
         self._warned = False
-        self._build(variant.lower() if variant else None, tokenizer, **options)
+        self._build(variant.lower() if variant else None, tokenizer)
 
     def weights_sha256(self) -> str:
         return weights_digest(self.checkpoint)[:32]
@@ -344,9 +344,9 @@ class UniIRBlipFFEncoder(UniIRCheckpoint, Encoder):
     """UniIR BLIP-FF: one fused forward per input (see the module docstring)."""
 
     fusion = "blip-feature-fusion"
+    max_text_length = UNIIR_BLIP_MAX_TEXT_LENGTH
 
-    def _build(self, variant: str | None, tokenizer: str | None,
-               max_text_length: int = UNIIR_BLIP_MAX_TEXT_LENGTH) -> None:
+    def _build(self, variant: str | None, tokenizer: str | None) -> None:
         sd = read_state_dict(self.checkpoint, "", ("visual_encoder.cls_token",
                              "text_encoder.embeddings.word_embeddings.weight"), "UniIR BLIP-FF")
         self.name = self.spec
@@ -368,7 +368,6 @@ class UniIRBlipFFEncoder(UniIRCheckpoint, Encoder):
         del sd
         self.vision, self.text = vision.to(self.device), text.to(self.device)
         self.image_transform = SquareResizeTransform(self.arch["image_size"])
-        self.max_text_length = int(max_text_length)
         self.dim = self.arch["text_width"]
 
     # -- identity ---------------------------------------------------------------------------------
