@@ -105,16 +105,12 @@ class HFClipEncoder(Encoder):
         dim = getattr(model.config, "projection_dim", None)
         self.dim = dim if isinstance(dim, int) and dim > 0 else int(self._embed_texts(["a"]).shape[-1])
 
-    def weights(self) -> dict[str, Any]:
-        """What identifies the weights: a content hash of a local checkpoint, or hub id + commit."""
-        return weights_identity(self.spec, self.model)
-
     def identity(self) -> dict[str, Any]:
         base = {k: v for k, v in super().identity().items() if k != "name"}  # the name is a path or hub id
         return {
             **base,
             "backend": "hf-clip",
-            "weights": self.weights(),
+            "weights": weights_identity(self.spec, self.model),  # a local checkpoint's hash, or hub id + commit
             "model_type": self.model_type,
             "model_class": type(self.model).__name__,
             "text_padding": self.text_padding,

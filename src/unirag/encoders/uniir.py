@@ -262,11 +262,9 @@ class UniIRClipSFEncoder(UniIRCheckpoint, HFClipEncoder):
         self._setup(model, tok, OpenAIClipTransform(self.arch["image_size"]))  # max_position_embeddings: context_length
 
     # -- identity ---------------------------------------------------------------------------------
-    def weights(self) -> dict[str, Any]:
-        return {"uniir": "clip_sf", "arch": self.arch_name, "weights_sha256": self.weights_sha256()}
-
     def identity(self) -> dict[str, Any]:
-        return {**super().identity(), "backend": "uniir-clip-sf", "text_format": "uniir-format_string"}
+        return {**super().identity(), "backend": "uniir-clip-sf", "text_format": "uniir-format_string",
+                "weights": {"uniir": "clip_sf", "arch": self.arch_name, "weights_sha256": self.weights_sha256()}}
 
     # -- encoding ---------------------------------------------------------------------------------
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
