@@ -209,9 +209,6 @@ class UniIRCheckpoint:
         self._warned = False
         self._build(variant.lower() if variant else None, tokenizer)
 
-    def weights_sha256(self) -> str:
-        return weights_digest(self.checkpoint)[:32]
-
     def config(self) -> dict[str, Any]:
         src = self._instructions_source
         return {**super().config(), "checkpoint": str(self.checkpoint), "query_instructions":
@@ -263,8 +260,8 @@ class UniIRClipSFEncoder(UniIRCheckpoint, HFClipEncoder):
 
     # -- identity ---------------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
-        return {**super().identity(), "backend": "uniir-clip-sf", "text_format": "uniir-format_string",
-                "weights": {"uniir": "clip_sf", "arch": self.arch_name, "weights_sha256": self.weights_sha256()}}
+        return {**super().identity(), "backend": "uniir-clip-sf", "text_format": "uniir-format_string", "weights":
+                {"uniir": "clip_sf", "arch": self.arch_name, "weights_sha256": weights_digest(self.checkpoint)[:32]}}
 
     # -- encoding ---------------------------------------------------------------------------------
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
@@ -372,7 +369,7 @@ class UniIRBlipFFEncoder(UniIRCheckpoint, Encoder):
     def identity(self) -> dict[str, Any]:
         base = {k: v for k, v in super().identity().items() if k != "name"}
         return {**base, "backend": "uniir-blip-ff", "variant": self.variant, "text_format": "uniir-format_string",
-                "weights": {"uniir": "blip_ff", "weights_sha256": self.weights_sha256()},
+                "weights": {"uniir": "blip_ff", "weights_sha256": weights_digest(self.checkpoint)[:32]},
                 "max_text_length": self.max_text_length, "text_cleaning": None,
                 "image_preprocess": self.image_transform.identity()}
 
