@@ -71,7 +71,7 @@ class HFClipEncoder(Encoder):
     def __init__(self, spec: str, *, device: str | None = "auto", dtype: str | None = "auto") -> None:
         from transformers import AutoModel, AutoProcessor
 
-        self.spec = check_model_spec(spec)
+        self.spec = self.name = check_model_spec(spec)
         self._place(device, dtype)
         load_kwargs = {"dtype": self.torch_dtype, **device_map_kwargs(self.device)}
         model = hf_from_pretrained(AutoModel, self.spec, "CLIP-family model", **load_kwargs)
@@ -101,7 +101,6 @@ class HFClipEncoder(Encoder):
         self.text_padding = "max_length" if "siglip" in self.model_type else True
         text_cfg = getattr(model.config, "text_config", None)
         self.max_text_length = int(getattr(text_cfg, "max_position_embeddings", 77) or 77)
-        self.name = self.spec
         dim = getattr(model.config, "projection_dim", None)
         self.dim = dim if isinstance(dim, int) and dim > 0 else int(self._embed_texts(["a"]).shape[-1])
 

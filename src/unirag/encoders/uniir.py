@@ -200,7 +200,8 @@ class UniIRCheckpoint:
             raise ConfigError(f"{spec!r}: unknown UniIR model {model!r}; supported: {', '.join(MODELS)}")
         if not path.is_file():
             raise ConfigError(f"UniIR checkpoint {str(path)!r} does not exist (spec {spec!r})")
-        self.spec, self.checkpoint = spec, path.resolve()
+        self.spec = self.name = spec
+        self.checkpoint = path.resolve()
         self._place(device, dtype)
         self.use_instructions = use_instructions is not False
         self._instructions_source = instructions
@@ -344,7 +345,6 @@ class UniIRBlipFFEncoder(UniIRCheckpoint, Encoder):
     def _build(self, variant: str | None, tokenizer: str | None) -> None:
         sd = read_state_dict(self.checkpoint, "", ("visual_encoder.cls_token",
                              "text_encoder.embeddings.word_embeddings.weight"), "UniIR BLIP-FF")
-        self.name = self.spec
         self.arch = blip_architecture(sd)
         found = _VISION_VARIANTS.get(self.arch["vision_width"], f"ViT-{self.arch['vision_width']}")
         if variant is not None and variant != found:
