@@ -219,19 +219,17 @@ def pipeline_rate(bench: Bench, forward, preprocess, batch: int, dtype) -> tuple
 
 def hf_preprocessor(size: int, kind: str = "clip"):
     """The PIL/numpy image processor (what runs in the decode workers; not the torchvision one)."""
-    import functools
-
     import transformers
 
-    from unirag.encoders.hf_clip import hf_pixels
+    from unirag.encoders.hf_clip import HFProcessorTransform
 
     if kind == "blip":
         cls = getattr(transformers, "BlipImageProcessorPil", None) or transformers.BlipImageProcessor
-        return functools.partial(hf_pixels, cls(size={"height": size, "width": size}, resample=3,
-                                                image_mean=list(CLIP_MEAN), image_std=list(CLIP_STD)))
+        return HFProcessorTransform(cls(size={"height": size, "width": size}, resample=3,
+                                        image_mean=list(CLIP_MEAN), image_std=list(CLIP_STD))).single
     cls = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
-    return functools.partial(hf_pixels, cls(size={"shortest_edge": size}, crop_size={"height": size, "width": size},
-                                            resample=3, image_mean=list(CLIP_MEAN), image_std=list(CLIP_STD)))
+    return HFProcessorTransform(cls(size={"shortest_edge": size}, crop_size={"height": size, "width": size},
+                                    resample=3, image_mean=list(CLIP_MEAN), image_std=list(CLIP_STD))).single
 
 
 def features(out):

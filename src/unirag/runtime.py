@@ -61,8 +61,7 @@ def decode_processes(setting: int | None, n_images: int | None = None, model_on_
         return 0 if model_on_cpu else max(1, min(AUTO_WORKERS_CAP, cpus // max(1, actors) - 1))
     if n_images is not None and n_images < AUTO_MIN_IMAGES:
         return 0
-    cores = min(available_cores(), AUTO_WORKERS_CAP)
-    return min(AUTO_WORKERS_CPU_MODEL, cores) if model_on_cpu else cores
+    return AUTO_WORKERS_CPU_MODEL if model_on_cpu else min(available_cores(), AUTO_WORKERS_CAP)
 
 
 @functools.cache
@@ -114,11 +113,6 @@ def onednn_linears(model: Any) -> Any:
     return model
 
 
-def _mps_available(torch) -> bool:
-    mps = getattr(getattr(torch, "backends", None), "mps", None)
-    return bool(mps is not None and mps.is_available())
-
-
 def resolve_device(device: str | None = "auto") -> str:
     """``None``/"auto" -> "cuda" if present, else "mps", else "cpu"; a device torch does not know or this
     machine lacks is a :class:`~unirag.errors.ConfigError` now rather than a failure in a forward pass.
@@ -129,7 +123,7 @@ def resolve_device(device: str | None = "auto") -> str:
     if device in (None, "", "auto"):
         if torch.cuda.is_available():
             return "cuda"
-        return "mps" if _mps_available(torch) else "cpu"
+        return "mps" if torch.backends.mps.is_available() else "cpu"
     device = str(device).strip().lower()
     try:
         parsed = torch.device(device)
@@ -140,7 +134,7 @@ def resolve_device(device: str | None = "auto") -> str:
             raise ConfigError(f"device {device!r} requested but CUDA is not available on this machine")
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
             raise ConfigError(f"device {device!r} requested but this machine has {torch.cuda.device_count()} GPU(s)")
-    if parsed.type == "mps" and not _mps_available(torch):
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(f"device {device!r} requested but the MPS backend is not available on this machine")
     return device
 
@@ -202,7 +196,7 @@ def free_memory(device: str | None = None) -> None:
         return
     if torch.cuda.is_available() and (device is None or str(device).startswith("cuda")):
         torch.cuda.empty_cache()
-    if _mps_available(torch) and (device is None or str(device).startswith("mps")):
+    if torch.backends.mps.is_available() and (device is None or str(device).startswith("mps")):
         torch.mps.empty_cache()
 
 
@@ -256,20 +250,18 @@ def hf_from_pretrained(loader, spec: str, what: str, **kwargs):
 
 # -- identifying weights -------------------------------------------------------------------------------
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5")
-_HASH_CACHE: dict[tuple[str, int, int], str] = {}
 
 
 def file_sha256(path: Path) -> str:
     """SHA-256 of a file's bytes, cached per (path, size, mtime) within the process."""
     st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _HASH_CACHE:
-        h = hashlib.sha256()
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 23), b""):
-                h.update(block)
-        _HASH_CACHE[key] = h.hexdigest()
-    return _HASH_CACHE[key]
+    return _sha256(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.cache
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def weights_digest(path: str | Path) -> str:

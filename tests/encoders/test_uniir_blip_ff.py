@@ -188,10 +188,10 @@ def test_texts_are_cut_at_uniirs_100_tokens(encoder, ckpt):
     np.testing.assert_allclose(same[0], same[1], atol=1e-6)
     differ = encoder.encode_texts(["a " * 90 + "dog " * 20, "a " * 90 + "bus " * 20])
     assert np.abs(differ[0] - differ[1]).max() > 1e-3
-    from unirag.encoders.uniir_blip import UniIRBlipFFEncoder
+    from unirag.encoders.uniir import UniIRBlipFFEncoder
 
-    longer = UniIRBlipFFEncoder(f"uniir:blip_ff:{ckpt}", device="cpu", dtype="float32", use_instructions=False,
-                                max_text_length=128)
+    longer = UniIRBlipFFEncoder(f"uniir:blip_ff:{ckpt}", device="cpu", dtype="float32", use_instructions=False)
+    longer.max_text_length = 128
     assert longer.fingerprint() != encoder.fingerprint()
 
 

@@ -82,6 +82,8 @@ class Encoder(ABC):
     decode_workers: int | None = None
     #: run the forward passes under this autocast precision on CUDA ("float16": UniIR's use_fp16; None: off)
     autocast_dtype: str | None = None
+    #: the images' transform (:mod:`unirag.encoders.preprocess`), whose ``single`` is the image preprocessor
+    image_transform: Any = None
 
     def _place(self, device: str | None, dtype: str | None = "float32") -> None:
         """Cap torch's threads; set ``device`` and ``torch_dtype`` as the options resolve ("auto": the GPU if
@@ -104,10 +106,10 @@ class Encoder(ABC):
         """Raw (unnormalised) embeddings of one batch of texts."""
 
     def image_preprocessor(self) -> Callable[[Any], np.ndarray] | None:
-        """A picklable callable RGB PIL image -> the array the model takes, run in the decode workers;
-        backends that return one also implement :meth:`_embed_preprocessed`. None: the workers only
-        decode and :meth:`_embed_images` gets PIL images."""
-        return None
+        """A picklable callable RGB PIL image -> the array the model takes, run in the decode workers
+        (by default the ``single`` of :attr:`image_transform`); backends that return one also implement
+        :meth:`_embed_preprocessed`. None: the workers only decode and :meth:`_embed_images` gets PIL images."""
+        return getattr(self.image_transform, "single", None)
 
     def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
         """Raw embeddings of a stacked batch of :meth:`image_preprocessor` outputs."""

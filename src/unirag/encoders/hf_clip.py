@@ -14,6 +14,7 @@ Both choices are part of :meth:`HFClipEncoder.identity`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,11 +31,20 @@ from unirag.runtime import (
 )
 
 
-def hf_pixels(processor: Any, image: Any) -> np.ndarray:
-    """One RGB PIL image's ``pixel_values`` row (float32 CHW) from a Hugging Face image processor: with
-    ``functools.partial``, a picklable preprocessor for the decode workers (processors treat each image
-    of a batch independently, so stacking the rows gives the batch's pixels)."""
-    return processor(images=[image], return_tensors="np")["pixel_values"][0]
+@dataclass(frozen=True)
+class HFProcessorTransform:
+    """A Hugging Face image processor as an image transform (see :mod:`unirag.encoders.preprocess`)."""
+
+    processor: Any
+
+    def single(self, image: Any) -> np.ndarray:
+        """One RGB PIL image's ``pixel_values`` row (float32 CHW): a picklable preprocessor for the decode
+        workers (processors treat each image of a batch independently, so stacking the rows gives the batch's
+        pixels)."""
+        return self.processor(images=[image], return_tensors="np")["pixel_values"][0]
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": "hf-processor", "class": type(self.processor).__name__}
 
 
 def _features(out) -> Any:
@@ -58,11 +68,10 @@ class HFClipEncoder(Encoder):
     bfloat16 (float16 on GPUs without it); float32 on CPU. float16 needs a GPU; bfloat16 works on CPU.
     """
 
-    def __init__(self, spec: str, *, device: str | None = "auto", dtype: str | None = "auto",
-                 batch_size: int | None = None, max_text_length: int | None = None) -> None:
+    def __init__(self, spec: str, *, device: str | None = "auto", dtype: str | None = "auto") -> None:
         from transformers import AutoModel, AutoProcessor
 
-        self.spec = check_model_spec(spec)
+        self.spec = self.name = check_model_spec(spec)
         self._place(device, dtype)
         load_kwargs = {"dtype": self.torch_dtype, **device_map_kwargs(self.device)}
         model = hf_from_pretrained(AutoModel, self.spec, "CLIP-family model", **load_kwargs)
@@ -71,17 +80,17 @@ class HFClipEncoder(Encoder):
                 f"{spec!r} is a {type(model).__name__}, not a CLIP-family dual encoder "
                 "(it has no get_text_features/get_image_features)"
             )
-        self.processor = hf_from_pretrained(AutoProcessor, self.spec, "processor")
+        processor = hf_from_pretrained(AutoProcessor, self.spec, "processor")
+        image_processor = getattr(processor, "image_processor", processor)
         # A CLIP processor set up as OpenAI's transform runs as OpenAI's (rounded crop offset); others as they are.
-        transform = openai_transform_for(getattr(self.processor, "image_processor", self.processor))
-        self._setup(model, self.processor, max_text_length, batch_size, image_transform=transform)
+        transform = openai_transform_for(image_processor) or HFProcessorTransform(image_processor)
+        self._setup(model, processor, transform)
 
-    def _setup(self, model, processor, max_text_length: int | None, batch_size: int | None,
-               image_transform: Any = None) -> None:
+    def _setup(self, model, processor, image_transform: Any) -> None:
         """Shared by every way of building the model (a checkpoint directory, converted UniIR weights).
 
-        ``image_transform``: a callable ``PIL images -> [N, 3, H, W] float32`` with an ``identity()``
-        (see :mod:`unirag.encoders.preprocess`) used instead of ``processor``'s image processor."""
+        ``image_transform``: what the images go through (see :mod:`unirag.encoders.preprocess`):
+        OpenAI's transform for an OpenAI CLIP layout, else the checkpoint's own image processor."""
         self.model = model.eval().to(self.device, dtype=self.torch_dtype)
         self.processor = processor
         self.image_transform = image_transform
@@ -91,29 +100,22 @@ class HFClipEncoder(Encoder):
         # SigLIP was trained on texts padded to a fixed length; CLIP on dynamically padded ones.
         self.text_padding = "max_length" if "siglip" in self.model_type else True
         text_cfg = getattr(model.config, "text_config", None)
-        self.max_text_length = max_text_length or int(getattr(text_cfg, "max_position_embeddings", 77) or 77)
-        self.name = self.spec
+        self.max_text_length = int(getattr(text_cfg, "max_position_embeddings", 77) or 77)
         dim = getattr(model.config, "projection_dim", None)
         self.dim = dim if isinstance(dim, int) and dim > 0 else int(self._embed_texts(["a"]).shape[-1])
-        self.batch_size = batch_size or 32
-
-    def weights(self) -> dict[str, Any]:
-        """What identifies the weights: a content hash of a local checkpoint, or hub id + commit."""
-        return weights_identity(self.spec, self.model)
 
     def identity(self) -> dict[str, Any]:
         base = {k: v for k, v in super().identity().items() if k != "name"}  # the name is a path or hub id
         return {
             **base,
             "backend": "hf-clip",
-            "weights": self.weights(),
+            "weights": weights_identity(self.spec, self.model),  # a local checkpoint's hash, or hub id + commit
             "model_type": self.model_type,
             "model_class": type(self.model).__name__,
             "text_padding": self.text_padding,
             "max_text_length": self.max_text_length,
             "text_cleaning": self.text_cleaning,
-            "image_preprocess": self.image_transform.identity() if self.image_transform is not None else
-            {"kind": "hf-processor", "class": type(getattr(self.processor, "image_processor", self.processor)).__name__},
+            "image_preprocess": self.image_transform.identity(),
         }
 
     def config(self) -> dict[str, Any]:
@@ -135,15 +137,6 @@ class HFClipEncoder(Encoder):
         with torch.inference_mode(), self._autocast():
             feats = _features(self.model.get_text_features(**batch))
         return feats.float().cpu().numpy()
-
-    def image_preprocessor(self):
-        """One image -> its pixel values: OpenAI's transform when this is an OpenAI CLIP layout
-        (:mod:`unirag.encoders.preprocess`), else the checkpoint's own image processor."""
-        if self.image_transform is not None:
-            return self.image_transform.single
-        import functools
-
-        return functools.partial(hf_pixels, getattr(self.processor, "image_processor", self.processor))
 
     def _embed_preprocessed(self, batch: np.ndarray) -> np.ndarray:
         import torch

@@ -18,6 +18,7 @@ import numpy as np
 
 from unirag.encoders.base import FUSION_NORMALISED_SUM, Encoder
 from unirag.errors import ConfigError
+from unirag.runtime import file_sha256
 
 ASSET_NAME = "offline_joint_space.npz"
 
@@ -55,11 +56,10 @@ class OfflineEncoder(Encoder):
     # The two towers' raw vectors live on unrelated scales, so each is normalised before the sum.
     fusion = FUSION_NORMALISED_SUM
 
-    def __init__(self, *, device: str | None = "auto", batch_size: int | None = None, assets: str | Path | None = None) -> None:
+    def __init__(self, *, device: str | None = "auto", assets: str | Path | None = None) -> None:
         self._place(device)
         self.space = load_joint_space(str(assets) if assets else None)
         self.dim = self.space.dim
-        self.batch_size = batch_size or 32
         self._assets = Path(assets) if assets else asset_path()
 
     @functools.cached_property
@@ -74,19 +74,12 @@ class OfflineEncoder(Encoder):
 
         return EfficientNetLite0(device=self.device)
 
-    @functools.cached_property
-    def _assets_digest(self) -> str:
-        import hashlib
-
-        return hashlib.sha256(self._assets.read_bytes()).hexdigest()[:16]
-
     def identity(self) -> dict[str, Any]:
         from dataclasses import asdict
 
-        digest = self._assets_digest
         return {**super().identity(), "backend": "offline", "text_model": "all-MiniLM-L6-v2",
                 "image_model": "efficientnet-lite0", "joint_space": asdict(self.space.params),
-                "n_anchors": self.space.n_anchors, "assets_sha256_16": digest}
+                "n_anchors": self.space.n_anchors, "assets_sha256_16": file_sha256(self._assets)[:16]}
 
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         return self.space.text_vectors(self._text_model._embed_texts(texts))

@@ -82,12 +82,11 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
     if (instructions is not None or use_instructions) and not (is_offline_name(spec) or is_uniir_spec(spec)):
         raise ConfigError(f"query instructions are for UniIR encoders (uniir:...); {spec!r} was not trained with them")
     if is_uniir_spec(spec):
-        from unirag.encoders.uniir import UniIRClipSFEncoder as cls
+        from unirag.encoders.uniir import UniIRBlipFFEncoder, UniIRClipSFEncoder
 
-        if spec.strip().split(":")[1].lower() == "blip_ff":  # the spec is checked as the encoder opens it
-            from unirag.encoders.uniir_blip import UniIRBlipFFEncoder as cls
-        encoder = cls(spec, device=device, dtype=dtype, batch_size=batch_size, instructions=instructions,
-                      use_instructions=use_instructions)
+        # the spec is checked as the encoder opens it
+        cls = UniIRBlipFFEncoder if spec.strip().split(":")[1].lower() == "blip_ff" else UniIRClipSFEncoder
+        encoder = cls(spec, device=device, dtype=dtype, instructions=instructions, use_instructions=use_instructions)
     elif is_plugin_spec(spec):
         encoder = PluginEncoder(spec, device=device, dtype=dtype, batch_size=batch_size)
     elif is_offline_name(spec):
@@ -95,12 +94,13 @@ def load_encoder(spec: str | None = None, *, device: str | None = "auto", dtype:
 
         if dtype not in (None, "auto", "float32", "fp32"):
             raise ConfigError(f"the offline encoder runs in float32 only (got dtype={dtype!r})")
-        encoder = OfflineEncoder(device=device, batch_size=batch_size)
+        encoder = OfflineEncoder(device=device)
     else:
         from unirag.encoders.hf_clip import HFClipEncoder
 
-        encoder = HFClipEncoder(spec, device=device, dtype=dtype, batch_size=batch_size)
+        encoder = HFClipEncoder(spec, device=device, dtype=dtype)
     encoder.decode_workers, encoder.autocast_dtype = workers, autocast
+    encoder.batch_size = batch_size or encoder.batch_size
     return encoder
 
 

@@ -63,8 +63,6 @@ class SentenceTextEncoder(Encoder):
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         import torch
 
-        if len(texts) == 0:
-            return np.zeros((0, self.dim), np.float32)
         if self.packed and len(texts) > 1:
             return self._embed_packed(texts)
         batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length,
