@@ -214,10 +214,8 @@ _OFFICIAL_BRACES_V2 = re.compile(r"(\{[\s\S]*\})", re.DOTALL)    # cir-v2: the f
 
 def _repair_once(text: str) -> Any:
     """``json.loads(repair_json(text))``: one pass of the json_repair package, as the official code."""
-    try:
-        from json_repair import repair_json
-    except ImportError:  # a base dependency; only a broken environment lacks it
-        raise ConfigError("xr_json_parsing=official needs the json-repair package: pip install json-repair") from None
+    from json_repair import repair_json
+
     return json.loads(repair_json(text))
 
 
@@ -288,11 +286,11 @@ def parse_official(fmt: str, text: str) -> dict[str, Any]:
     when it holds no JSON object (a cir-v2 one must not be empty) or no [question, answer] pair."""
     name, _, repair = fmt.partition("+")
     fields, stand_in = _OFFICIAL_JSON[name]
+    v2 = name == "official_reasoner_v2"
     if repair:
-        obj = official_json(text, v2=name == "official_reasoner_v2")
+        obj = official_json(text, v2=v2)
         return fields(obj) if isinstance(obj, dict) else dict(stand_in)
     obj, _ = extract_json(text)
-    v2 = name == "official_reasoner_v2"
     if not isinstance(obj, dict) or (v2 and not obj):
         raise MalformedOutput("expected a non-empty JSON object" if v2 else "expected a JSON object")
     out = fields(obj)

@@ -194,10 +194,9 @@ def _read_config(path: str | Path) -> XRConfig:
         merged = {**defaults, **(roles_raw.get(role) or {})}
         roles[role] = _role_config(merged, path, f"roles.{role}")
     settings_raw = dict(raw.get("settings") or {})
-    if "lambda" in settings_raw:
-        settings_raw["lam"] = settings_raw.pop("lambda")
-    if "max_statements" in settings_raw:  # the profile setting's older YAML name
-        settings_raw["xr_max_statements"] = settings_raw.pop("max_statements")
+    for old, new in (("lambda", "lam"), ("max_statements", "xr_max_statements")):  # max_statements: the
+        if old in settings_raw:  # profile setting's older YAML name
+            settings_raw[new] = settings_raw.pop(old)
     profile = raw.get("profile", settings_raw.pop("profile", None))
     overrides = {k: settings_raw.pop(k) for k in list(settings_raw) if k in SETTINGS}
     known = {f.name for f in fields(XRSettings)}

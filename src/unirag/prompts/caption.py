@@ -29,7 +29,6 @@ from unirag.retrieval.results import Pair
 LAYOUT_TOKENS = frozenset({"system_message", "system_inline", "examples", "query_image", "merged_image",
                            "instruction"})
 REQUIRED_SECTIONS = ("layout", "system", "zero_shot", "few_shot", "example_caption")
-_INSTRUCTION = object()  # placeholder: filled after the layout loop (system_inline may follow it)
 DEFAULT_SEPARATOR = 5
 
 
@@ -112,36 +111,31 @@ def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, examples: 
     merged = "merged_image" in layout
     system = tpl.text("system").strip()
     instruction = _instruction(tpl, examples, merged)
+    if "system_inline" in layout and system:  # wherever the layout places it
+        instruction = f"{system}\n{instruction}"
     messages: list[Message] = []
-    parts: list[Part | object] = []
+    parts: list[Part] = []
     merged_image = None
     for token in layout:
         if token == "system_message":
             if system:
                 messages.append(Message("system", [TextPart(system)]))
-        elif token == "system_inline":
-            if system:
-                instruction = f"{system}\n{instruction}"
         elif token == "examples":
             for i, s in enumerate(examples, start=1):
                 parts.append(_image_part(s.image, s.label or f"example {i}", ahead, loading))
                 parts.append(TextPart(tpl.fill("example_caption", n=i, caption=s.caption)))
-        elif token == "query_image":
+        elif token == "query_image" or (token == "merged_image" and not examples):
             parts.append(_image_part(query_image, query_label, ahead, loading))
         elif token == "merged_image":
-            if examples:
-                images = [load_rgb(im, ahead=ahead, loading=loading)
-                          for im in [*(s.image for s in examples), query_image]]
-                merged_image = merge_vertically(images)
-                labels = [s.label or f"example {i}" for i, s in enumerate(examples, start=1)] + [query_label]
-                parts.append(ImagePart(data=png_bytes(merged_image), mime="image/png",
-                                       label="merged: " + " | ".join(labels)))
-            else:
-                parts.append(_image_part(query_image, query_label, ahead, loading))
+            images = [load_rgb(im, ahead=ahead, loading=loading)
+                      for im in [*(s.image for s in examples), query_image]]
+            merged_image = merge_vertically(images)
+            labels = [s.label or f"example {i}" for i, s in enumerate(examples, start=1)] + [query_label]
+            parts.append(ImagePart(data=png_bytes(merged_image), mime="image/png",
+                                   label="merged: " + " | ".join(labels)))
         elif token == "instruction":
-            parts.append(_INSTRUCTION)
-    final = [TextPart(instruction) if p is _INSTRUCTION else p for p in parts]
-    messages.append(Message("user", final))
+            parts.append(TextPart(instruction))
+    messages.append(Message("user", parts))
     return CaptionPrompt(messages=messages, merged_image=merged_image)
 
 
