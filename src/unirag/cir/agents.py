@@ -30,6 +30,8 @@ from unirag.messages import ImagePart, Message, TextPart
 
 _STR = {"type": "string"}
 _BOOL = {"type": "boolean"}
+#: the reply of both judges (A_t^q, A_v^q): one boolean per statement
+_ANSWERS = {"type": "object", "required": ["answers"], "properties": {"answers": {"type": "array", "items": _BOOL}}}
 
 
 @dataclass(frozen=True)
@@ -58,14 +60,8 @@ ROLES: dict[str, AgentRole] = {r.name: r for r in [
             "type": "object", "required": ["statement", "answer"],
             "properties": {"statement": _STR, "answer": _BOOL}}}},
     }, "A^q: (T_m, M_t, M_v) -> true/false statements with expected answers"),
-    AgentRole("text_question", False, {
-        "type": "object", "required": ["answers"],
-        "properties": {"answers": {"type": "array", "items": _BOOL}},
-    }, "A_t^q: judges each statement against the candidate caption C_a"),
-    AgentRole("vision_question", True, {
-        "type": "object", "required": ["answers"],
-        "properties": {"answers": {"type": "array", "items": _BOOL}},
-    }, "A_v^q: judges each statement on the candidate image I_a"),
+    AgentRole("text_question", False, _ANSWERS, "A_t^q: judges each statement against the candidate caption C_a"),
+    AgentRole("vision_question", True, _ANSWERS, "A_v^q: judges each statement on the candidate image I_a"),
 ]}
 
 

@@ -17,7 +17,6 @@ docs/xr-parity.md).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,6 @@ from unirag.cir.cache import CallRequest
 from unirag.cir.datasets import CirDataset, CirQuery
 from unirag.cir.scoring import CoarseResult, coarse, coarse_official, fine, plain, question_score
 from unirag.errors import ConfigError, InputError
-from unirag.profiles import Settings
 from unirag.retrieval.results import Hit
 
 #: The stages in run order (``baseline``: the fused reference image + text embedding; ``coarse``:
@@ -40,15 +38,6 @@ MODALITIES = ("both", "text", "vision")
 #: The caption a candidate whose caption call failed is judged on under xr_failed_caption=stand-in
 #: (the official default for a missing caption, 01yzzyu/xr.github.io XR/xr.py:831).
 FAILED_CAPTION_STAND_IN = "A photo."
-
-
-def parse_stages(value: str | Iterable[str]) -> tuple[str, ...]:
-    """``"baseline,fine"`` or a list of stage names -> those stages in run order; ConfigError otherwise."""
-    parts = [p.strip() for p in (value.split(",") if isinstance(value, str) else value) if p and p.strip()]
-    bad = [p for p in parts if p not in STAGES]
-    if bad or not parts:
-        raise ConfigError(f"stages must be a comma-separated subset of {','.join(STAGES)}, got {value!r}")
-    return tuple(s for s in STAGES if s in parts)
 
 
 @dataclass
@@ -126,11 +115,22 @@ class Search:
         self.official = None  # the official prompts, when an agent stage runs under xr_prompts=official
         agent_stages = self.config.roles and any(st in self.stages for st in ("coarse", "fine"))
         if self.settings["xr_prompts"] == "official" and agent_stages:
-            from unirag.cir.official_prompts import OfficialPrompts
+            from unirag.cir.official_prompts import OPTIONAL, OfficialPrompts
 
             # a missing prompt file fails before any file is written or image encoded
             self.official = OfficialPrompts(self.config.official_prompts, self.ds.kind, self.ds.name)
-            self.notes.extend(self._optional_stage_notes())
+            st, have = self.settings, self.official.optional
+            wanted = {"reasoner_v2": st["xr_stage1_schema"] == "both",
+                      "rewriter": st["xr_rewrite_caption"] and st["xr_stage1_schema"] == "both"}
+            self.optional_run = {what for what, on in wanted.items() if on and what in have}
+            for what, on in wanted.items():  # absent: the official fallback skips the stage (XR/xr.py:317, :361)
+                if on and what not in have:
+                    self.notes.append(f"official prompt file {OPTIONAL[what]} absent: its stage is skipped, as the "
+                                      "official code does")
+                elif not on and what in have:
+                    self.notes.append(f"official prompt file {OPTIONAL[what]} present but not run "
+                                      f"(xr_stage1_schema={st['xr_stage1_schema']}, xr_rewrite_caption="
+                                      f"{'on' if st['xr_rewrite_caption'] else 'off'})")
         self.missing = dataset.missing_images()  # the pool ids and query ids whose image file is missing
 
     def rank(self) -> Ranking:
@@ -221,25 +221,6 @@ class Search:
             x.orders["baseline"] = np.argsort(-x.base, kind="stable")
 
     # -- agent stages -------------------------------------------------------------------------------
-    def _optional_stage_notes(self) -> list[str]:
-        """What happens to the optional cir-v2 / rewriter files: run, off by a setting, or absent
-        (the official fallback: the stage is skipped, XR/xr.py:317, :361)."""
-        from unirag.cir.official_prompts import OPTIONAL
-
-        st, have = self.settings, self.official.optional
-        wanted = {"reasoner_v2": st["xr_stage1_schema"] == "both",
-                  "rewriter": st["xr_rewrite_caption"] and st["xr_stage1_schema"] == "both"}
-        notes = []
-        for what, on in wanted.items():
-            if on and what not in have:
-                notes.append(f"official prompt file {OPTIONAL[what]} absent: its stage is skipped, as the official "
-                             "code does")
-            elif not on and what in have:
-                notes.append(f"official prompt file {OPTIONAL[what]} present but not run "
-                             f"(xr_stage1_schema={st['xr_stage1_schema']}, xr_rewrite_caption="
-                             f"{'on' if st['xr_rewrite_caption'] else 'off'})")
-        return notes
-
     def _official_fmt(self, base: str) -> str:
         """The reply format of an official prompt's call under xr_json_parsing (part of the cache key)."""
         return base + "+json_repair" if self.settings["xr_json_parsing"] == "official" else base
@@ -317,8 +298,7 @@ class Search:
         v1 one; only a query whose cir-v2 reply is a non-empty object gets a rewriter call, whose
         cleaned reply (when not empty) joins the target descriptions, the 'aug' list (:455-458).
         """
-        st = self.settings
-        if st["xr_stage1_schema"] != "both" or "reasoner_v2" not in self.official.optional:
+        if "reasoner_v2" not in self.optional_run:
             return
         v2_out = self.runner.ask("text_imagination", {
             x.q.qid: {"text": self.official.reasoner(x.q.text, captions[x.q.reference], "reasoner_v2")} for x in qs},
@@ -329,7 +309,7 @@ class Search:
             if got is not None and got.get("v2"):
                 v2[x.q.qid] = got["v2"]
                 x.imag_t["cir_v2"] = got["v2"]
-        if not st["xr_rewrite_caption"] or "rewriter" not in self.official.optional or not v2:
+        if "rewriter" not in self.optional_run or not v2:
             return
         rw_out = self.runner.ask("text_imagination", {
             x.q.qid: {"text": self.official.rewriter(x.q.text, v2[x.q.qid])} for x in qs if x.q.qid in v2},
@@ -514,16 +494,3 @@ def official_answer_string(statement: dict) -> bool | None:
         return bool(statement["answer"])
     raw = statement["answer_raw"]
     return {"True": True, "False": False}.get(raw) if isinstance(raw, str) else None
-
-
-def check_settings(settings: Settings) -> None:
-    """Setting combinations that have no meaning, refused before any work."""
-    if settings["xr_scoring"] == "paper" and settings["xr_prompts"] == "official":
-        raise ConfigError("xr_scoring=paper needs the paper's two imagined captions (C_t, C_v), but the official "
-                          "prompts have no vision imagination agent: use xr_scoring=official or xr_prompts=unirag")
-    cap = settings["xr_max_statements"]
-    if cap is not None and (not isinstance(cap, int) or cap < 1):
-        raise ConfigError(f"xr_max_statements must be a positive integer or none, got {cap!r}")
-    for name in ("xr_max_new_tokens", "xr_caption_max_new_tokens"):
-        if settings[name] < 1:
-            raise ConfigError(f"{name} must be >= 1, got {settings[name]}")
