@@ -177,15 +177,12 @@ class Search:
 
     def _check_roles(self) -> None:
         """Every agent role this run's stages and ablations call has a model, before any call."""
-        ab, fine_stage = self.ab, "fine" in self.stages
-        roles = []
-        if (ab.text and not ab.fine_only) or (ab.imagination and not ab.fine_only) or (fine_stage and ab.text):
-            roles.append("caption")
-        if ab.imagination and not ab.fine_only:
-            roles += ["text_imagination"] + ([] if self.official is not None else ["vision_imagination"])
-        if fine_stage:
-            roles += ["question"] + (["text_question"] if ab.text else []) + (["vision_question"] if ab.vision else [])
-        missing = [r for r in roles if r not in self.config.roles]
+        ab, fine_stage, imagine = self.ab, "fine" in self.stages, self.ab.imagination and not self.ab.fine_only
+        called = {"caption": (ab.text and not ab.fine_only) or imagine or (fine_stage and ab.text),
+                  "text_imagination": imagine, "vision_imagination": imagine and self.official is None,
+                  "question": fine_stage, "text_question": fine_stage and ab.text,
+                  "vision_question": fine_stage and ab.vision}
+        missing = [r for r, on in called.items() if on and r not in self.config.roles]
         if missing:
             raise ConfigError(f"no model configured for the X^R agent role(s) {', '.join(missing)}: add them under "
                               "'roles' (or a 'defaults' model) in the agents YAML, or drop the stage with --stages")
