@@ -11,6 +11,7 @@ API roles keep their bounded concurrency in this process.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -66,7 +67,7 @@ class AgentRunner:
         # leave them to auto: one setting for the calls decoded ahead here and on Ray workers
         self.engine = with_decode_default(engine, config.settings.decode_workers)
         self._pool = None
-        self._pool_owned = False
+        self._pools = contextlib.ExitStack()  # closes the pool this runner opened (a caller's stays open)
         self.factory = generator_factory  # None: unirag.generators.registry.load_generator
         self.progress = progress
         self._generators: dict[str, Any] = {}
@@ -94,7 +95,7 @@ class AgentRunner:
         if todo:
             # A local model (on Ray workers, or one call at a time here) has its calls' images decoded
             # ahead, in decode workers; API roles send the files as they are and decode nothing.
-            from unirag.runs.engine import WorkerPool, open_pool, runs_on_ray
+            from unirag.runs.engine import open_pool, runs_on_ray
 
             options, attempts = rc.generation_options(), self.config.settings.json_attempts
             job, on_ray = AgentJob(role, options, attempts, None), {}
@@ -103,8 +104,7 @@ class AgentRunner:
                 from unirag.pipelines.remote_models import ModelRecipe
 
                 if self._pool is None:
-                    self._pool_owned = not isinstance(self.engine, WorkerPool)
-                    self._pool = open_pool(self.engine).__enter__()
+                    self._pool = self._pools.enter_context(open_pool(self.engine))
                 on_ray = {"pool": self._pool, "recipe": ModelRecipe(rc.model, dict(rc.options)),
                           "open_kind": functools.partial(AgentJob, role, options, attempts)}
             else:
@@ -133,10 +133,8 @@ class AgentRunner:
         return {name: out[r.key] for name, r in requests.items()}
 
     def close(self) -> None:
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            if self._pool_owned:
-                pool.__exit__(None, None, None)
+        self._pool = None
+        self._pools.close()
         for g in self._generators.values():
             close = getattr(g, "close", None)
             if close is not None:

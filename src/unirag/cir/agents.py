@@ -30,6 +30,8 @@ from unirag.messages import ImagePart, Message, TextPart
 
 _STR = {"type": "string"}
 _BOOL = {"type": "boolean"}
+#: the reply of both judges (A_t^q, A_v^q): one boolean per statement
+_ANSWERS = {"type": "object", "required": ["answers"], "properties": {"answers": {"type": "array", "items": _BOOL}}}
 
 
 @dataclass(frozen=True)
@@ -58,14 +60,8 @@ ROLES: dict[str, AgentRole] = {r.name: r for r in [
             "type": "object", "required": ["statement", "answer"],
             "properties": {"statement": _STR, "answer": _BOOL}}}},
     }, "A^q: (T_m, M_t, M_v) -> true/false statements with expected answers"),
-    AgentRole("text_question", False, {
-        "type": "object", "required": ["answers"],
-        "properties": {"answers": {"type": "array", "items": _BOOL}},
-    }, "A_t^q: judges each statement against the candidate caption C_a"),
-    AgentRole("vision_question", True, {
-        "type": "object", "required": ["answers"],
-        "properties": {"answers": {"type": "array", "items": _BOOL}},
-    }, "A_v^q: judges each statement on the candidate image I_a"),
+    AgentRole("text_question", False, _ANSWERS, "A_t^q: judges each statement against the candidate caption C_a"),
+    AgentRole("vision_question", True, _ANSWERS, "A_v^q: judges each statement on the candidate image I_a"),
 ]}
 
 
@@ -214,10 +210,8 @@ _OFFICIAL_BRACES_V2 = re.compile(r"(\{[\s\S]*\})", re.DOTALL)    # cir-v2: the f
 
 def _repair_once(text: str) -> Any:
     """``json.loads(repair_json(text))``: one pass of the json_repair package, as the official code."""
-    try:
-        from json_repair import repair_json
-    except ImportError:  # a base dependency; only a broken environment lacks it
-        raise ConfigError("xr_json_parsing=official needs the json-repair package: pip install json-repair") from None
+    from json_repair import repair_json
+
     return json.loads(repair_json(text))
 
 
@@ -288,11 +282,11 @@ def parse_official(fmt: str, text: str) -> dict[str, Any]:
     when it holds no JSON object (a cir-v2 one must not be empty) or no [question, answer] pair."""
     name, _, repair = fmt.partition("+")
     fields, stand_in = _OFFICIAL_JSON[name]
+    v2 = name == "official_reasoner_v2"
     if repair:
-        obj = official_json(text, v2=name == "official_reasoner_v2")
+        obj = official_json(text, v2=v2)
         return fields(obj) if isinstance(obj, dict) else dict(stand_in)
     obj, _ = extract_json(text)
-    v2 = name == "official_reasoner_v2"
     if not isinstance(obj, dict) or (v2 and not obj):
         raise MalformedOutput("expected a non-empty JSON object" if v2 else "expected a JSON object")
     out = fields(obj)

@@ -11,6 +11,7 @@ FashionIQ is reported.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,7 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
             k_prime: int | None = None, lam: float | None = None, k: int | None = None,
             stages: str | Sequence[str] = STAGES, limit: int | None = None, ablation: Ablation | None = None,
             cache_dir: str | Path | None = None, encoder: str | None = None, concurrency: int | None = None,
-            decode_workers: int | str | None = None, exclude_reference: bool | None = None,
-            profile: str | Settings | None = None,
+            exclude_reference: bool | None = None, profile: str | Settings | None = None,
             overrides: Mapping[str, Any] | None = None, official_prompts: str | Path | None = None,
             progress: bool = True, echo: Callable[[str], None] = print, engine: Any = "local",
             encoder_options: Mapping[str, Any] | None = None, bootstrap: Mapping[str, Any] | None = None,
@@ -41,26 +41,20 @@ def run_cir(dataset: str, annotations: str | Path | Sequence[str | Path], *, ima
     or resolved :class:`~unirag.profiles.Settings`; None: the agents YAML's ``profile:``, else default.
     ``overrides``: single X^R settings on top (``{"xr_scoring": "official"}``; None values: not given).
     ``official_prompts``: the user's checkout of the official X^R code (read under xr_prompts=official).
-    ``decode_workers``: for agent roles played by a local ``hf:`` model, processes that decode the
-    next calls' images while the model answers ("auto", or N; 0 = inline; None: the agents YAML's
-    ``settings.decode_workers``, else auto). ``encoder_options``: ``device``/``dtype`` of the encoders;
-    ``engine``, ``bootstrap``, ``generator_factory``: as :class:`~unirag.XR` and :meth:`~unirag.XR.run`.
+    ``encoder_options``: ``device``/``dtype`` of the encoders; ``engine`` (its options' decode workers
+    win over the agents YAML's setting), ``bootstrap``, ``generator_factory``: as :class:`~unirag.XR`
+    and :meth:`~unirag.XR.run`.
     """
     config = load_config(agents, encoder=encoder, official_prompts=official_prompts, k_prime=k_prime, lam=lam, k=k,
-                         concurrency=concurrency, decode_workers=decode_workers)
+                         concurrency=concurrency)
     settings = config.resolve_settings(profile, **dict(overrides or {}))
-    said: set[str] = set()
     if settings.profile != "default" or settings.overrides:
         bugs = settings.official_bugs()
         echo(f"profile {settings.profile}" + (f", overrides {', '.join(settings.overrides)}" if settings.overrides
                                              else "") + (f"; reproduces official bug(s): {', '.join(bugs)}"
                                                          if bugs else ""))
 
-    def once(line: str) -> None:  # one notice per run, not one per annotation file
-        if line not in said:
-            said.add(line)
-            echo(line)
-
+    once = functools.cache(echo)  # one notice per run, not one per annotation file
     files = [annotations] if isinstance(annotations, (str, Path)) else list(annotations)
     out = Path(out_dir)
     results: dict[str, dict[str, Any]] = {}

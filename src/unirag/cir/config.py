@@ -141,24 +141,6 @@ class XRConfig:
         return {k: v for k, v in asdict(self).items() if k not in ("profile", "overrides")}
 
 
-def _role_config(raw: dict[str, Any], path: Path, where: str) -> RoleConfig:
-    for k in raw:
-        if k.lower() in _SECRET_KEYS:
-            raise InputError("secrets are not accepted in config files; set the API key in the environment "
-                             "(e.g. OPENAI_API_KEY) or name the variable with api_key_env", path=path,
-                             field=f"{where}.{k}")
-    model = raw.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise InputError("needs a model spec (e.g. openai:gpt-4o-mini, gemini:gemini-2.0-flash, hf:/path)",
-                         path=path, field=f"{where}.model")
-    try:
-        gen = {k: read(raw[k]) for k, read in GEN_KEYS.items() if raw.get(k) is not None}
-    except (TypeError, ValueError) as e:
-        raise InputError(f"bad generation option ({e})", path=path, field=where) from None
-    return RoleConfig(model=model.strip(), options={k: v for k, v in raw.items() if k not in (*GEN_KEYS, "model")},
-                      **gen)
-
-
 def load_config(path: str | Path | XRConfig | None, *, encoder: str | None = None,
                 official_prompts: str | Path | None = None, **settings: Any) -> XRConfig:
     """The agents config a call works on: the agents YAML parsed, a copy of an :class:`XRConfig` (the
@@ -191,13 +173,26 @@ def _read_config(path: str | Path) -> XRConfig:
     for role in ROLES:
         if role not in roles_raw and not defaults.get("model"):
             continue
-        merged = {**defaults, **(roles_raw.get(role) or {})}
-        roles[role] = _role_config(merged, path, f"roles.{role}")
+        merged, where = {**defaults, **(roles_raw.get(role) or {})}, f"roles.{role}"
+        for k in merged:
+            if k.lower() in _SECRET_KEYS:
+                raise InputError("secrets are not accepted in config files; set the API key in the environment "
+                                 "(e.g. OPENAI_API_KEY) or name the variable with api_key_env", path=path,
+                                 field=f"{where}.{k}")
+        model = merged.get("model")
+        if not isinstance(model, str) or not model.strip():
+            raise InputError("needs a model spec (e.g. openai:gpt-4o-mini, gemini:gemini-2.0-flash, hf:/path)",
+                             path=path, field=f"{where}.model")
+        try:
+            gen = {k: read(merged[k]) for k, read in GEN_KEYS.items() if merged.get(k) is not None}
+        except (TypeError, ValueError) as e:
+            raise InputError(f"bad generation option ({e})", path=path, field=where) from None
+        roles[role] = RoleConfig(model=model.strip(), **gen,
+                                 options={k: v for k, v in merged.items() if k not in (*GEN_KEYS, "model")})
     settings_raw = dict(raw.get("settings") or {})
-    if "lambda" in settings_raw:
-        settings_raw["lam"] = settings_raw.pop("lambda")
-    if "max_statements" in settings_raw:  # the profile setting's older YAML name
-        settings_raw["xr_max_statements"] = settings_raw.pop("max_statements")
+    for old, new in (("lambda", "lam"), ("max_statements", "xr_max_statements")):  # max_statements: the
+        if old in settings_raw:  # profile setting's older YAML name
+            settings_raw[new] = settings_raw.pop(old)
     profile = raw.get("profile", settings_raw.pop("profile", None))
     overrides = {k: settings_raw.pop(k) for k in list(settings_raw) if k in SETTINGS}
     known = {f.name for f in fields(XRSettings)}

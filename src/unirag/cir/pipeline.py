@@ -17,19 +17,16 @@ docs/xr-parity.md).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from unirag.cir.agent_runner import AgentRunner
 from unirag.cir.cache import CallRequest
 from unirag.cir.datasets import CirDataset, CirQuery
 from unirag.cir.scoring import CoarseResult, coarse, coarse_official, fine, plain, question_score
 from unirag.errors import ConfigError, InputError
-from unirag.profiles import Settings
 from unirag.retrieval.results import Hit
 
 #: The stages in run order (``baseline``: the fused reference image + text embedding; ``coarse``:
@@ -41,15 +38,6 @@ MODALITIES = ("both", "text", "vision")
 #: The caption a candidate whose caption call failed is judged on under xr_failed_caption=stand-in
 #: (the official default for a missing caption, 01yzzyu/xr.github.io XR/xr.py:831).
 FAILED_CAPTION_STAND_IN = "A photo."
-
-
-def parse_stages(value: str | Iterable[str]) -> tuple[str, ...]:
-    """``"baseline,fine"`` or a list of stage names -> those stages in run order; ConfigError otherwise."""
-    parts = [p.strip() for p in (value.split(",") if isinstance(value, str) else value) if p and p.strip()]
-    bad = [p for p in parts if p not in STAGES]
-    if bad or not parts:
-        raise ConfigError(f"stages must be a comma-separated subset of {','.join(STAGES)}, got {value!r}")
-    return tuple(s for s in STAGES if s in parts)
 
 
 @dataclass
@@ -127,11 +115,22 @@ class Search:
         self.official = None  # the official prompts, when an agent stage runs under xr_prompts=official
         agent_stages = self.config.roles and any(st in self.stages for st in ("coarse", "fine"))
         if self.settings["xr_prompts"] == "official" and agent_stages:
-            from unirag.cir.official_prompts import OfficialPrompts
+            from unirag.cir.official_prompts import OPTIONAL, OfficialPrompts
 
             # a missing prompt file fails before any file is written or image encoded
             self.official = OfficialPrompts(self.config.official_prompts, self.ds.kind, self.ds.name)
-            self.notes.extend(self._optional_stage_notes())
+            st, have = self.settings, self.official.optional
+            wanted = {"reasoner_v2": st["xr_stage1_schema"] == "both",
+                      "rewriter": st["xr_rewrite_caption"] and st["xr_stage1_schema"] == "both"}
+            self.optional_run = {what for what, on in wanted.items() if on and what in have}
+            for what, on in wanted.items():  # absent: the official fallback skips the stage (XR/xr.py:317, :361)
+                if on and what not in have:
+                    self.notes.append(f"official prompt file {OPTIONAL[what]} absent: its stage is skipped, as the "
+                                      "official code does")
+                elif not on and what in have:
+                    self.notes.append(f"official prompt file {OPTIONAL[what]} present but not run "
+                                      f"(xr_stage1_schema={st['xr_stage1_schema']}, xr_rewrite_caption="
+                                      f"{'on' if st['xr_rewrite_caption'] else 'off'})")
         self.missing = dataset.missing_images()  # the pool ids and query ids whose image file is missing
 
     def rank(self) -> Ranking:
@@ -142,51 +141,48 @@ class Search:
             enc = self.xr.encoder()
             ia = self.cache.embeddings("pool-images", enc.fingerprint(), [str(p) for p in paths],
                                        lambda: enc.encode_images(paths, self.progress))
-            self._baseline(qs, pool_ids, ia)
+            self.pool_ids, self.paths, self.ia, self.runner = pool_ids, paths, ia, None  # the stages' inputs
+            self._baseline(qs)
             agents = [st for st in ("coarse", "fine") if st in self.stages]
             if agents and not self.config.roles:
                 self.echo(f"no agent models configured (--agents): X^R stages {', '.join(agents)} skipped; "
                           f"ranking with the embedding baseline ({enc.name} encoder, reference image + text fused)")
                 self.notes.append("offline: embedding baseline only, no agent ran")
             if not (agents and self.config.roles):
-                return Ranking(pool_ids, qs, {}, self._subset_pass(None, qs, pool_ids, paths, ia))
+                return Ranking(pool_ids, qs, {}, self._subset_pass(qs))
             self._check_roles()
-            runner = self.xr.runner()
-            runner.stats = {}  # this search's agent-call counts
-            self._agents(runner, qs, pool_ids, paths, ia, self.config.settings.k_prime)
-            return Ranking(pool_ids, qs, runner.stats, self._subset_pass(runner, qs, pool_ids, paths, ia))
+            self.runner = self.xr.runner()
+            self.runner.stats = {}  # this search's agent-call counts
+            self._agents(qs, self.config.settings.k_prime)
+            return Ranking(pool_ids, qs, self.runner.stats, self._subset_pass(qs))
         finally:  # the cache's stores release their locks even when a stage fails or is interrupted
             self.cache.close()
 
-    def _subset_pass(self, runner: AgentRunner | None, qs: list[_Q], pool_ids: list[str], paths: list[Path],
-                     ia: np.ndarray) -> dict[str, dict[str, list[str]]] | None:
+    def _subset_pass(self, qs: list[_Q]) -> dict[str, dict[str, list[str]]] | None:
         """``xr_cirr_subset = rerank``: the official ``--subset`` run (01yzzyu/xr.github.io XR/xr.py:50-53,
         :588-610): each CIRR query ranks only its img_set members without the reference, k' = len(img_set) - 1,
         through the same stages (agent calls already made come from the cache). stage -> qid -> ranking."""
         if self.settings["xr_cirr_subset"] != "rerank" or not any(x.q.subset for x in qs):
             return None
-        index = {p: i for i, p in enumerate(pool_ids)}
+        index = {p: i for i, p in enumerate(self.pool_ids)}
         sub = [_Q(x.q, np.array([index[m] for m in dict.fromkeys(x.q.subset) if m != x.q.reference and m in index],
                                 dtype=np.int64)) for x in qs if x.q.subset]
         sub = [x for x in sub if len(x.cand)]
-        self._baseline(sub, pool_ids, ia)
-        if runner is not None:
+        self._baseline(sub)
+        if self.runner is not None:
             size = max(len(x.q.subset) for x in sub) - 1
-            self._agents(runner, sub, pool_ids, paths, ia, max(1, min(self.config.settings.k_prime, size)))
+            self._agents(sub, max(1, min(self.config.settings.k_prime, size)))
         self.notes.append("R_subset from a separate pass over each query's img_set (xr_cirr_subset=rerank)")
-        return stage_rankings(sub, pool_ids)
+        return stage_rankings(sub, self.pool_ids)
 
     def _check_roles(self) -> None:
         """Every agent role this run's stages and ablations call has a model, before any call."""
-        ab, fine_stage = self.ab, "fine" in self.stages
-        roles = []
-        if (ab.text and not ab.fine_only) or (ab.imagination and not ab.fine_only) or (fine_stage and ab.text):
-            roles.append("caption")
-        if ab.imagination and not ab.fine_only:
-            roles += ["text_imagination"] + ([] if self.official is not None else ["vision_imagination"])
-        if fine_stage:
-            roles += ["question"] + (["text_question"] if ab.text else []) + (["vision_question"] if ab.vision else [])
-        missing = [r for r in roles if r not in self.config.roles]
+        ab, fine_stage, imagine = self.ab, "fine" in self.stages, self.ab.imagination and not self.ab.fine_only
+        called = {"caption": (ab.text and not ab.fine_only) or imagine or (fine_stage and ab.text),
+                  "text_imagination": imagine, "vision_imagination": imagine and self.official is None,
+                  "question": fine_stage, "text_question": fine_stage and ab.text,
+                  "vision_question": fine_stage and ab.vision}
+        missing = [r for r, on in called.items() if on and r not in self.config.roles]
         if missing:
             raise ConfigError(f"no model configured for the X^R agent role(s) {', '.join(missing)}: add them under "
                               "'roles' (or a 'defaults' model) in the agents YAML, or drop the stage with --stages")
@@ -213,56 +209,37 @@ class Search:
             raise InputError("no query has its reference image; check --images-root", path=self.ds.images_root)
         return pool_ids, qs
 
-    def _baseline(self, qs: list[_Q], pool_ids: list[str], ia: np.ndarray) -> None:
+    def _baseline(self, qs: list[_Q]) -> None:
         """Plain embedding baseline: fused (reference image + modification text) vs candidate images."""
         enc = self.xr.encoder()
         fused = enc.encode_fused([self.ds.reference_path(x.q) for x in qs], [x.q.text for x in qs], self.progress)
         for x, v in zip(qs, fused, strict=True):
-            x.base = ia[x.cand] @ v
+            x.base = self.ia[x.cand] @ v
             x.orders["baseline"] = np.argsort(-x.base, kind="stable")
 
     # -- agent stages -------------------------------------------------------------------------------
-    def _optional_stage_notes(self) -> list[str]:
-        """What happens to the optional cir-v2 / rewriter files: run, off by a setting, or absent
-        (the official fallback: the stage is skipped, XR/xr.py:317, :361)."""
-        from unirag.cir.official_prompts import OPTIONAL
-
-        st, have = self.settings, self.official.optional
-        wanted = {"reasoner_v2": st["xr_stage1_schema"] == "both",
-                  "rewriter": st["xr_rewrite_caption"] and st["xr_stage1_schema"] == "both"}
-        notes = []
-        for what, on in wanted.items():
-            if on and what not in have:
-                notes.append(f"official prompt file {OPTIONAL[what]} absent: its stage is skipped, as the official "
-                             "code does")
-            elif not on and what in have:
-                notes.append(f"official prompt file {OPTIONAL[what]} present but not run "
-                             f"(xr_stage1_schema={st['xr_stage1_schema']}, xr_rewrite_caption="
-                             f"{'on' if st['xr_rewrite_caption'] else 'off'})")
-        return notes
-
     def _official_fmt(self, base: str) -> str:
         """The reply format of an official prompt's call under xr_json_parsing (part of the cache key)."""
         return base + "+json_repair" if self.settings["xr_json_parsing"] == "official" else base
 
-    def _captions(self, runner: AgentRunner, ids_paths: dict[str, Path]) -> dict[str, str | None]:
+    def _captions(self, ids_paths: dict[str, Path]) -> dict[str, str | None]:
         text = self.official.texts["caption"] if self.official is not None else None
-        return runner.ask("caption", {i: {"image": p, "text": text} for i, p in ids_paths.items()}, "A_c captions")
+        return self.runner.ask("caption", {i: {"image": p, "text": text} for i, p in ids_paths.items()},
+                               "A_c captions")
 
-    def _agents(self, runner: AgentRunner, qs: list[_Q], pool_ids: list[str], paths: list[Path],
-                ia: np.ndarray, k_prime: int) -> None:
+    def _agents(self, qs: list[_Q], k_prime: int) -> None:
         ab = self.ab
         captions: dict[str, str | None] = {}
         if ab.imagination and not ab.fine_only:  # imagination, then coarse filtering
             if ab.text:
-                captions.update(self._captions(runner, dict(zip(pool_ids, paths, strict=True))))
+                captions.update(self._captions(dict(zip(self.pool_ids, self.paths, strict=True))))
             refs = {x.q.reference: self.ds.reference_path(x.q) for x in qs if x.q.reference not in captions}
-            captions.update(self._captions(runner, refs))
+            captions.update(self._captions(refs))
             if self.official is not None:
-                self._reason_official(runner, qs, captions)
+                self._reason_official(qs, captions)
             else:
-                self._imagine(runner, qs, captions)
-            self._coarse(qs, pool_ids, captions, ia)
+                self._imagine(qs, captions)
+            self._coarse(qs, captions)
         else:
             for x in qs:
                 x.coarse = plain(x.base)
@@ -270,32 +247,34 @@ class Search:
             for x in qs:
                 x.orders["coarse"] = x.coarse.order
         if "fine" in self.stages:
-            top_ids = {pool_ids[c] for x in qs for c in x.cand[x.coarse.order[:k_prime]]}
+            top_ids = {self.pool_ids[c] for x in qs for c in x.cand[x.coarse.order[:k_prime]]}
             if ab.text:  # the top-k' candidates not captioned yet (in pool order)
-                captions.update(self._captions(runner, {i: p for i, p in zip(pool_ids, paths, strict=True)
-                                                        if i in top_ids and i not in captions}))
-            self._fine(runner, qs, pool_ids, paths, captions, k_prime)
+                captions.update(self._captions({i: p for i, p in zip(self.pool_ids, self.paths, strict=True)
+                                                if i in top_ids and i not in captions}))
+            self._fine(qs, captions, k_prime)
 
-    def _imagine(self, runner: AgentRunner, qs: list[_Q], captions: dict[str, str | None]) -> None:
-        t_out = runner.ask("text_imagination", {x.q.qid: dict(reference_caption=captions[x.q.reference],
-                                                                modification=x.q.text)
-                                                for x in qs if captions.get(x.q.reference) is not None},
-                           "A_t^i imagination")
-        v_out = runner.ask("vision_imagination", {x.q.qid: dict(image=self.ds.reference_path(x.q), modification=x.q.text)
-                                                  for x in qs}, "A_v^i imagination")
+    def _imagine(self, qs: list[_Q], captions: dict[str, str | None]) -> None:
+        t_out = self.runner.ask("text_imagination", {x.q.qid: dict(reference_caption=captions[x.q.reference],
+                                                                     modification=x.q.text)
+                                                     for x in qs if captions.get(x.q.reference) is not None},
+                                "A_t^i imagination")
+        v_out = self.runner.ask("vision_imagination", {x.q.qid: dict(image=self.ds.reference_path(x.q),
+                                                                       modification=x.q.text)
+                                                       for x in qs}, "A_v^i imagination")
         for x in qs:
             x.imag_t, x.imag_v = t_out.get(x.q.qid), v_out[x.q.qid]
 
-    def _reason_official(self, runner: AgentRunner, qs: list[_Q], captions: dict[str, str | None]) -> None:
+    def _reason_official(self, qs: list[_Q], captions: dict[str, str | None]) -> None:
         """The official stage-1 reasoner (the text_imagination role's model) on (C_r, T_m): atomic
         instructions (step1) and target descriptions (step2); no vision imagination.
 
         As 01yzzyu/xr.github.io XR/xr.py:295-314 (stage1_reason): a reply without JSON gets the dummy
         step1 = [["Modification", T_m]], step2 = [C_r]; an empty step2 becomes [C_r].
         """
-        out = runner.ask("text_imagination", {x.q.qid: {"text": self.official.reasoner(x.q.text, captions[x.q.reference])}
-                                              for x in qs if captions.get(x.q.reference) is not None},
-                         "stage-1 reasoner", self._official_fmt("official_reasoner"))
+        out = self.runner.ask("text_imagination", {
+            x.q.qid: {"text": self.official.reasoner(x.q.text, captions[x.q.reference])}
+            for x in qs if captions.get(x.q.reference) is not None}, "stage-1 reasoner",
+            self._official_fmt("official_reasoner"))
         for x in qs:
             if x.q.qid not in out:
                 continue
@@ -306,9 +285,9 @@ class Search:
             step2 = got["step2"] or [c_r]
             x.imag_t = {"target_caption": step2[0], "modifications": [f"{k}: {c}" for k, c in got["step1"]],
                         "descriptions": step2, "step1": got["step1"]}
-        self._rewrite_official(runner, [x for x in qs if x.q.qid in out], captions)
+        self._rewrite_official([x for x in qs if x.q.qid in out], captions)
 
-    def _rewrite_official(self, runner: AgentRunner, qs: list[_Q], captions: dict[str, str | None]) -> None:
+    def _rewrite_official(self, qs: list[_Q], captions: dict[str, str | None]) -> None:
         """The optional cir-v2 reasoner and caption rewriter (xr_stage1_schema=both, xr_rewrite_caption),
         both played by the stage-1 reasoner's model (the official --llm_path).
 
@@ -316,10 +295,9 @@ class Search:
         v1 one; only a query whose cir-v2 reply is a non-empty object gets a rewriter call, whose
         cleaned reply (when not empty) joins the target descriptions, the 'aug' list (:455-458).
         """
-        st = self.settings
-        if st["xr_stage1_schema"] != "both" or "reasoner_v2" not in self.official.optional:
+        if "reasoner_v2" not in self.optional_run:
             return
-        v2_out = runner.ask("text_imagination", {
+        v2_out = self.runner.ask("text_imagination", {
             x.q.qid: {"text": self.official.reasoner(x.q.text, captions[x.q.reference], "reasoner_v2")} for x in qs},
             "stage-1 cir-v2 reasoner", self._official_fmt("official_reasoner_v2"))
         v2 = {}
@@ -328,11 +306,11 @@ class Search:
             if got is not None and got.get("v2"):
                 v2[x.q.qid] = got["v2"]
                 x.imag_t["cir_v2"] = got["v2"]
-        if not st["xr_rewrite_caption"] or "rewriter" not in self.official.optional or not v2:
+        if "rewriter" not in self.optional_run or not v2:
             return
-        rw_out = runner.ask("text_imagination", {x.q.qid: {"text": self.official.rewriter(x.q.text, v2[x.q.qid])}
-                                                 for x in qs if x.q.qid in v2}, "stage-1 caption rewriter",
-                            "official_rewriter")
+        rw_out = self.runner.ask("text_imagination", {
+            x.q.qid: {"text": self.official.rewriter(x.q.text, v2[x.q.qid])} for x in qs if x.q.qid in v2},
+            "stage-1 caption rewriter", "official_rewriter")
         for x in qs:
             caption = rw_out.get(x.q.qid)
             if caption:
@@ -358,10 +336,10 @@ class Search:
             x.notes.append(f"{'A_t^i' if c_t is None else 'A_v^i'} failed: the other imagined caption stands in")
         return [c_t or c_v, c_v or c_t]
 
-    def _coarse(self, qs: list[_Q], pool_ids: list[str], captions: dict[str, str | None], ia: np.ndarray) -> None:
+    def _coarse(self, qs: list[_Q], captions: dict[str, str | None]) -> None:
         """Coarse filtering: paper scoring (A_t^s, A_v^s, RRF; :func:`~unirag.cir.scoring.coarse`) or, under
         xr_scoring=official, every target description scored (1 - tau) image + tau caption, averaged."""
-        s, ab, st = self.config.settings, self.ab, self.settings
+        s, ab, st, pool_ids = self.config.settings, self.ab, self.settings, self.pool_ids
         ca = None
         if ab.text:
             tenc = self.xr.text_encoder()
@@ -390,7 +368,7 @@ class Search:
         for x, descs in live:
             span = slice(pos, pos + len(descs))
             pos += len(descs)
-            cap, img = ca[x.cand] if ca is not None else None, ia[x.cand] if ab.vision else None
+            cap, img = ca[x.cand] if ca is not None else None, self.ia[x.cand] if ab.vision else None
             t = list(text[span]) if text is not None else None
             if st["xr_scoring"] == "official":
                 x.coarse = coarse_official(cap, img, t or [], list(cross[span]), tau=s.tau, rrf_k=s.rrf_k,
@@ -412,22 +390,21 @@ class Search:
                     attributes="; ".join(f"{a['attribute']}: {'present' if a['present'] else 'absent'}"
                                          for a in attrs) or "(none)")
 
-    def _judge_requests(self, runner: AgentRunner, role: str, x: _Q, **where: Any) -> list[CallRequest]:
+    def _judge_requests(self, role: str, x: _Q, **where: Any) -> list[CallRequest]:
         """The verification call(s) of one candidate: one with every statement (xr_questions=batch) or
         one yes/no call per statement (single; 01yzzyu/xr.github.io XR/xr.py:742, :811-836)."""
         if self.settings["xr_questions"] == "single":
             fmt = "yes_no_strict" if role == "text_question" else "yes_no_any"
-            return [runner.request(role, fmt=fmt, template=f"{role}_single", statement=st["statement"], **where)
+            return [self.runner.request(role, fmt=fmt, template=f"{role}_single", statement=st["statement"], **where)
                     for st in x.statements]
         listing = "\n".join(f"{i}. {st['statement']}" for i, st in enumerate(x.statements, start=1))
-        return [runner.request(role, len(x.statements), statements=listing, **where)]
+        return [self.runner.request(role, len(x.statements), statements=listing, **where)]
 
-    def _fine(self, runner: AgentRunner, qs: list[_Q], pool_ids: list[str], paths: list[Path],
-              captions: dict[str, str | None], k_prime: int) -> None:
-        s, ab, st = self.config.settings, self.ab, self.settings
+    def _fine(self, qs: list[_Q], captions: dict[str, str | None], k_prime: int) -> None:
+        s, ab, st, pool_ids = self.config.settings, self.ab, self.settings, self.pool_ids
         cap = st["xr_max_statements"]
-        q_out = runner.ask("question", {x.q.qid: self._question_prompt(x) for x in qs}, "A^q questions",
-                           self._official_fmt("official_questions") if self.official is not None else None)
+        q_out = self.runner.ask("question", {x.q.qid: self._question_prompt(x) for x in qs}, "A^q questions",
+                                self._official_fmt("official_questions") if self.official is not None else None)
         judge: dict[str, list[tuple[_Q, int, list[CallRequest]]]] = {"text_question": [], "vision_question": []}
         # xr_failed_caption=stand-in: a failed caption is judged as "A photo." (01yzzyu/xr.github.io XR/xr.py:831)
         stand_in = FAILED_CAPTION_STAND_IN if st["xr_failed_caption"] == "stand-in" else None
@@ -447,15 +424,15 @@ class Search:
                 caption = captions.get(did) or stand_in
                 if ab.text and caption:
                     n_stand_in += not captions.get(did)  # judged on the stand-in
-                    judge["text_question"].append((x, pos, self._judge_requests(runner, "text_question", x,
+                    judge["text_question"].append((x, pos, self._judge_requests("text_question", x,
                                                                                 caption=caption)))
                 if ab.vision:
-                    judge["vision_question"].append((x, pos, self._judge_requests(runner, "vision_question", x,
-                                                                                  image=paths[x.cand[pos]])))
+                    judge["vision_question"].append((x, pos, self._judge_requests("vision_question", x,
+                                                                                  image=self.paths[x.cand[pos]])))
         if n_stand_in:
             self.notes.append(f"{n_stand_in} caption-path judgement(s) of a candidate without caption (A_c failed) "
                               f"on the stand-in caption {FAILED_CAPTION_STAND_IN!r} (xr_failed_caption=stand-in)")
-        answers = {role: runner.run(role, [r for _, _, rs in items for r in rs], desc=f"{role} judgements")
+        answers = {role: self.runner.run(role, [r for _, _, rs in items for r in rs], desc=f"{role} judgements")
                    for role, items in judge.items() if items}
         got: dict[tuple[str, str, int], list | None] = {}
         failed: dict[str, int] = {}
@@ -514,16 +491,3 @@ def official_answer_string(statement: dict) -> bool | None:
         return bool(statement["answer"])
     raw = statement["answer_raw"]
     return {"True": True, "False": False}.get(raw) if isinstance(raw, str) else None
-
-
-def check_settings(settings: Settings) -> None:
-    """Setting combinations that have no meaning, refused before any work."""
-    if settings["xr_scoring"] == "paper" and settings["xr_prompts"] == "official":
-        raise ConfigError("xr_scoring=paper needs the paper's two imagined captions (C_t, C_v), but the official "
-                          "prompts have no vision imagination agent: use xr_scoring=official or xr_prompts=unirag")
-    cap = settings["xr_max_statements"]
-    if cap is not None and (not isinstance(cap, int) or cap < 1):
-        raise ConfigError(f"xr_max_statements must be a positive integer or none, got {cap!r}")
-    for name in ("xr_max_new_tokens", "xr_caption_max_new_tokens"):
-        if settings[name] < 1:
-            raise ConfigError(f"{name} must be >= 1, got {settings[name]}")

@@ -23,10 +23,8 @@ NORMS = ("minmax", "none")
 
 def ranks(scores: Sequence[float] | np.ndarray) -> np.ndarray:
     """1-based rank of every entry when sorted by score descending (ties: earlier index first)."""
-    s = np.asarray(scores, dtype=np.float64)
-    order = np.argsort(-s, kind="stable")
-    r = np.empty(len(s), dtype=np.int64)
-    r[order] = np.arange(1, len(s) + 1)
+    r = np.empty(len(scores), dtype=np.int64)
+    r[order_by(scores)] = np.arange(1, len(scores) + 1)
     return r
 
 
@@ -44,9 +42,7 @@ def normalise(x: Sequence[float] | np.ndarray, method: str = "minmax", ties: flo
     """Min-max to [0, 1], or unchanged. All equal -> all ``ties``: 1 by default, so a tie never zeroes
     the product; 0 in the official code (setting ``xr_minmax_ties``)."""
     a = np.asarray(x, dtype=np.float64)
-    if method == "none":
-        return a
-    if a.size == 0:
+    if method == "none" or a.size == 0:
         return a
     lo, hi = float(a.min()), float(a.max())
     if hi - lo <= 1e-12:

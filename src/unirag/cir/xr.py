@@ -12,6 +12,7 @@ cached in the work folder, so searching the same gallery again costs only the ne
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -21,14 +22,14 @@ from unirag.cir.agent_runner import AgentRunner
 from unirag.cir.cache import CallCache
 from unirag.cir.config import XRConfig, load_config
 from unirag.cir.datasets import CirDataset, CirQuery
-from unirag.cir.pipeline import STAGES, Ablation, Search, check_settings, parse_stages
+from unirag.cir.pipeline import STAGES, Ablation, Search
 from unirag.data.images import ImageLike, image_path_of, save_png_by_content
 from unirag.errors import ConfigError
 from unirag.profiles import Settings
 from unirag.retrieval.results import Hit
 
 
-class XR:
+class XR(contextlib.AbstractContextManager):
     """Training-free multi-agent composed image retrieval.
 
     ``agents``: agents YAML path, :class:`~unirag.cir.config.XRConfig`, or None (embedding baseline
@@ -52,14 +53,26 @@ class XR:
                  profile: str | Settings | None = None, official_prompts: str | Path | None = None,
                  stages: str | Sequence[str] = STAGES, ablation: Ablation | None = None, engine: Any = "local",
                  echo: Callable[[str], None] | None = None) -> None:
-        self.stages = parse_stages(stages)
+        parts = [p.strip() for p in (stages.split(",") if isinstance(stages, str) else stages) if p and p.strip()]
+        if not parts or any(p not in STAGES for p in parts):
+            raise ConfigError(f"stages must be a comma-separated subset of {','.join(STAGES)}, got {stages!r}")
+        self.stages = tuple(s for s in STAGES if s in parts)  # in run order
         self.config = load_config(agents, encoder=encoder if isinstance(encoder, str) else None,
                                   official_prompts=official_prompts, k_prime=k_prime, lam=lam)
         if isinstance(text_encoder, str):
             self.config.text_encoder = text_encoder
         self.settings = self.config.resolve_settings(profile)
         self.config.apply_profile_defaults(self.settings)  # e.g. the official CLIP when no encoder is named
-        check_settings(self.settings)
+        st = self.settings  # setting combinations that have no meaning, refused before any work
+        if st["xr_scoring"] == "paper" and st["xr_prompts"] == "official":
+            raise ConfigError("xr_scoring=paper needs the paper's two imagined captions (C_t, C_v), but the official "
+                              "prompts have no vision imagination agent: use xr_scoring=official or xr_prompts=unirag")
+        cap = st["xr_max_statements"]
+        if cap is not None and (not isinstance(cap, int) or cap < 1):
+            raise ConfigError(f"xr_max_statements must be a positive integer or none, got {cap!r}")
+        for name in ("xr_max_new_tokens", "xr_caption_max_new_tokens"):
+            if st[name] < 1:
+                raise ConfigError(f"{name} must be >= 1, got {st[name]}")
         self.ab = ablation or Ablation()
         self._tmp = tempfile.TemporaryDirectory(prefix="unirag-xr-") if work_dir is None else None
         self.work_dir = Path(self._tmp.name if self._tmp is not None else work_dir)
@@ -147,11 +160,26 @@ class XR:
     def search_batch(self, reference_images: Sequence[ImageLike], texts: Sequence[str], pool_or_index: Any, *,
                      k: int = 10, exclude_reference: bool = True) -> list[list[Hit]]:
         """:meth:`search` for several queries over one gallery (agent calls run concurrently)."""
+        from unirag.data.pool import Pool
+        from unirag.index.handle import Index
+
         if len(reference_images) != len(texts):
             raise ConfigError(f"search_batch got {len(reference_images)} reference images but {len(texts)} texts")
         if not isinstance(k, int) or k < 1:
             raise ConfigError(f"k must be a positive integer, got {k!r}")
-        gallery = gallery_of(pool_or_index)
+        if isinstance(pool_or_index, Index):
+            pool_or_index = pool_or_index.pool
+        if isinstance(pool_or_index, Pool):
+            gallery = {c.did: str(pool_or_index.image_file(c)) for c in pool_or_index if c.modality.value == "image"}
+        elif isinstance(pool_or_index, Mapping):
+            gallery = {str(d): str(Path(p).absolute()) for d, p in pool_or_index.items()}
+        elif isinstance(pool_or_index, Sequence) and not isinstance(pool_or_index, str):
+            gallery = {str(p): str(Path(p).absolute()) for p in pool_or_index}
+        else:
+            raise ConfigError(f"expected a Pool, an Index, a {{id: path}} mapping or a list of image paths, got "
+                              f"{type(pool_or_index).__name__}")
+        if not gallery:
+            raise ConfigError("the gallery holds no images")
         queries = []
         for i, (image, text) in enumerate(zip(reference_images, texts, strict=True)):
             if not isinstance(text, str) or not text.strip():
@@ -174,9 +202,6 @@ class XR:
             self._tmp.cleanup()
             self._tmp = None
 
-    def __enter__(self) -> XR:
-        return self
-
     def __exit__(self, *exc: object) -> None:
         self.close()
 
@@ -185,23 +210,3 @@ class XR:
         return {"config": self.config.manifest(), "settings": self.settings.to_dict(),
                 "work_dir": None if self._tmp is not None else str(self.work_dir)}
 
-
-def gallery_of(pool_or_index: Any) -> dict[str, str]:
-    """Image id -> absolute image path from a Pool, an Index, a mapping or a list of paths."""
-    from unirag.data.pool import Pool
-    from unirag.index.handle import Index
-
-    if isinstance(pool_or_index, Index):
-        pool_or_index = pool_or_index.pool
-    if isinstance(pool_or_index, Pool):
-        gallery = {c.did: str(pool_or_index.image_file(c)) for c in pool_or_index if c.modality.value == "image"}
-    elif isinstance(pool_or_index, Mapping):
-        gallery = {str(d): str(Path(p).absolute()) for d, p in pool_or_index.items()}
-    elif isinstance(pool_or_index, Sequence) and not isinstance(pool_or_index, str):
-        gallery = {str(p): str(Path(p).absolute()) for p in pool_or_index}
-    else:
-        raise ConfigError(f"expected a Pool, an Index, a {{id: path}} mapping or a list of image paths, got "
-                          f"{type(pool_or_index).__name__}")
-    if not gallery:
-        raise ConfigError("the gallery holds no images")
-    return gallery

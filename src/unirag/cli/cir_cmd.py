@@ -83,7 +83,7 @@ def cir(annotations, no_imagination, fine_only, modalities, quiet, device, dtype
     engine = engine_from_cli(opts)
     metrics = run_cir(annotations=list(annotations), **opts, progress=not quiet, engine=engine,
                       ablation=Ablation(imagination=not no_imagination, fine_only=fine_only, modalities=modalities),
-                      decode_workers=engine.decode_workers, encoder_options={"device": device, "dtype": dtype},
+                      encoder_options={"device": device, "dtype": dtype},
                       overrides=setting_overrides, echo=lambda s: click.echo(s, err=True),
                       bootstrap={"resamples": resamples, "bootstrap_seed": bootstrap_seed, "method": ci_method})
     out_dir = opts["out_dir"]

@@ -29,8 +29,6 @@ from unirag.retrieval.results import Pair
 LAYOUT_TOKENS = frozenset({"system_message", "system_inline", "examples", "query_image", "merged_image",
                            "instruction"})
 REQUIRED_SECTIONS = ("layout", "system", "zero_shot", "few_shot", "example_caption")
-_INSTRUCTION = object()  # placeholder: filled after the layout loop (system_inline may follow it)
-DEFAULT_SEPARATOR = 5
 
 
 @dataclass
@@ -40,15 +38,9 @@ class CaptionPrompt:
 
 
 def caption_template(family: str, directory: str | Path | None = None) -> PromptTemplate:
+    """The family's template, its layout checked here once (a prompt reads it as it is)."""
     tpl = load_template(f"caption_{family}", directory, required=REQUIRED_SECTIONS)
-    layout = parse_layout(tpl)
-    if "merged_image" in layout and "query_caption" not in tpl.sections:
-        raise ConfigError(f"{tpl.path}: a merged_image layout needs a '### query_caption' section")
-    return tpl
-
-
-def parse_layout(tpl: PromptTemplate) -> list[str]:
-    tokens = [t.strip() for t in tpl.text("layout").split() if t.strip()]
+    tokens = tpl.text("layout").split()
     unknown = [t for t in tokens if t not in LAYOUT_TOKENS]
     if unknown:
         raise ConfigError(f"{tpl.path}: unknown layout item(s) {', '.join(unknown)}; "
@@ -60,10 +52,12 @@ def parse_layout(tpl: PromptTemplate) -> list[str]:
     if "merged_image" in tokens and "examples" in tokens:
         raise ConfigError(f"{tpl.path}: a merged_image layout lists its examples in the instruction, "
                           "not as 'examples'")
-    return tokens
+    if "merged_image" in tokens and "query_caption" not in tpl.sections:
+        raise ConfigError(f"{tpl.path}: a merged_image layout needs a '### query_caption' section")
+    return tpl
 
 
-def merge_vertically(images: list, separator: int = DEFAULT_SEPARATOR):
+def merge_vertically(images: list, separator: int = 5):
     """PIL images as loaded (:func:`unirag.data.images.load_rgb`) -> one RGB image (width = max width,
     height = sum of heights + separators), each pasted left-aligned in order."""
     from PIL import Image
@@ -91,57 +85,49 @@ def _image_part(image: ImageLike, label: str, ahead: Mapping[str, Any] | None, l
     return part
 
 
-def _instruction(tpl: PromptTemplate, examples: Sequence[Pair], merged: bool) -> str:
-    k = len(examples)
-    if k == 0:
-        return tpl.text("zero_shot")
-    if not merged:
-        return tpl.fill("few_shot", num=k)
-    lines = [tpl.fill("example_caption", n=i, caption=s.caption) for i, s in enumerate(examples, start=1)]
-    lines.append(tpl.fill("query_caption", n=k + 1, caption_num=k))
-    return tpl.fill("few_shot", num=k, image_num=k + 1, caption_num=k, examples="\n".join(lines))
-
-
 def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, examples: Sequence[Pair],
                          query_label: str = "query", ahead: Mapping[str, Any] | None = None,
                          loading: str = "normalised") -> CaptionPrompt:
     """Messages for one query. ``examples`` empty = zero-shot (the template's Figure 2 wording).
     ``ahead``: image files already decoded (path -> image) and ``loading``: how the images are
     decoded (the ``image_loading`` setting), see :func:`unirag.data.images.load_rgb`."""
-    layout = parse_layout(tpl)
+    layout = tpl.text("layout").split()
     merged = "merged_image" in layout
     system = tpl.text("system").strip()
-    instruction = _instruction(tpl, examples, merged)
+    k = len(examples)
+    if k == 0:
+        instruction = tpl.text("zero_shot")
+    elif not merged:
+        instruction = tpl.fill("few_shot", num=k)
+    else:
+        lines = [tpl.fill("example_caption", n=i, caption=s.caption) for i, s in enumerate(examples, start=1)]
+        lines.append(tpl.fill("query_caption", n=k + 1, caption_num=k))
+        instruction = tpl.fill("few_shot", num=k, image_num=k + 1, caption_num=k, examples="\n".join(lines))
+    if "system_inline" in layout and system:  # wherever the layout places it
+        instruction = f"{system}\n{instruction}"
     messages: list[Message] = []
-    parts: list[Part | object] = []
+    parts: list[Part] = []
     merged_image = None
     for token in layout:
         if token == "system_message":
             if system:
                 messages.append(Message("system", [TextPart(system)]))
-        elif token == "system_inline":
-            if system:
-                instruction = f"{system}\n{instruction}"
         elif token == "examples":
             for i, s in enumerate(examples, start=1):
                 parts.append(_image_part(s.image, s.label or f"example {i}", ahead, loading))
                 parts.append(TextPart(tpl.fill("example_caption", n=i, caption=s.caption)))
-        elif token == "query_image":
+        elif token == "query_image" or (token == "merged_image" and not examples):
             parts.append(_image_part(query_image, query_label, ahead, loading))
         elif token == "merged_image":
-            if examples:
-                images = [load_rgb(im, ahead=ahead, loading=loading)
-                          for im in [*(s.image for s in examples), query_image]]
-                merged_image = merge_vertically(images)
-                labels = [s.label or f"example {i}" for i, s in enumerate(examples, start=1)] + [query_label]
-                parts.append(ImagePart(data=png_bytes(merged_image), mime="image/png",
-                                       label="merged: " + " | ".join(labels)))
-            else:
-                parts.append(_image_part(query_image, query_label, ahead, loading))
+            images = [load_rgb(im, ahead=ahead, loading=loading)
+                      for im in [*(s.image for s in examples), query_image]]
+            merged_image = merge_vertically(images)
+            labels = [s.label or f"example {i}" for i, s in enumerate(examples, start=1)] + [query_label]
+            parts.append(ImagePart(data=png_bytes(merged_image), mime="image/png",
+                                   label="merged: " + " | ".join(labels)))
         elif token == "instruction":
-            parts.append(_INSTRUCTION)
-    final = [TextPart(instruction) if p is _INSTRUCTION else p for p in parts]
-    messages.append(Message("user", final))
+            parts.append(TextPart(instruction))
+    messages.append(Message("user", parts))
     return CaptionPrompt(messages=messages, merged_image=merged_image)
 
 

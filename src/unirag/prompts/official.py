@@ -48,10 +48,6 @@ def official_prompt_file(directory: str | Path, name: str) -> Path:
                       "folder itself); point it at a checkout of github.com/castorini/UniRAG")
 
 
-def _read(path: Path) -> str:
-    return path.read_text(encoding="utf-8").strip()  # as generator_prompt.Prompt: "".join(readlines()).strip()
-
-
 def apply_caption_prompts(tpl: PromptTemplate, family: str, wording: str,
                           official_prompts: str | Path | None = None) -> PromptTemplate:
     """``tpl`` with the ``caption_prompts`` setting applied (``paper``: unchanged)."""
@@ -65,7 +61,8 @@ def apply_caption_prompts(tpl: PromptTemplate, family: str, wording: str,
         if family not in FEW_SHOT_FILES:
             raise ConfigError(f"--official-prompts: the official code has no prompt for template family {family!r}")
         zero, few = (official_prompt_file(official_prompts, n) for n in (ZERO_SHOT_FILE, FEW_SHOT_FILES[family]))
-        sections["zero_shot"], sections["few_shot"] = _read(zero), _read(few)
+        # as generator_prompt.Prompt: "".join(readlines()).strip()
+        sections["zero_shot"], sections["few_shot"] = (p.read_text(encoding="utf-8").strip() for p in (zero, few))
         sources = [str(zero), str(few)]
     elif family == "gemini":
         zero = sections.get("zero_shot", "").strip()
