@@ -67,19 +67,19 @@ def _try_lock(path: Path) -> int | None:
     return fd
 
 
-def _manifest_json(index_dir: Path) -> dict:
-    """``manifest.json`` as it is, ``{}`` if missing or unreadable (cleanup must not fail on a bad one)."""
-    try:
-        manifest = json.loads((index_dir / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # missing, not UTF-8, not JSON, nested too deep
-        return {}
-    return manifest if isinstance(manifest, dict) else {}
-
-
 class BuildSlot:
-    """A new data folder inside ``index_dir``, locked for the lifetime of this object."""
+    """A new data folder inside ``index_dir``, locked for the lifetime of this object; a folder that holds
+    something other than a unirag index is refused."""
 
     def __init__(self, index_dir: Path) -> None:
+        if index_dir.exists() and not (index_dir / MANIFEST).exists():
+            if not index_dir.is_dir():
+                raise InputError("the index output path exists and is not a directory", path=index_dir)
+            foreign = [p.name for p in index_dir.iterdir() if p.name not in (INDEX_LOCK, "shards")
+                       and not p.name.startswith((DATA_PREFIX, MANIFEST_TMP_PREFIX))]
+            if foreign:
+                raise InputError(f"the output folder is not empty and holds no unirag index (found {foreign[0]!r}); "
+                                 "choose another --out or empty it", path=index_dir)
         self.index_dir = index_dir
         self.created_dir = not index_dir.exists()
         index_dir.mkdir(parents=True, exist_ok=True)
@@ -95,7 +95,6 @@ class BuildSlot:
     def publish(self, manifest: dict) -> None:
         """Make this data folder the current index: one atomic rename of the manifest, then cleanup."""
         with index_lock(self.index_dir):
-            old_v1 = _v1_files(self.index_dir)
             atomic_write_json(self.index_dir / MANIFEST, manifest)
             fd = os.open(self.index_dir, os.O_RDONLY)  # the rename itself reaches the disk
             try:
@@ -103,8 +102,6 @@ class BuildSlot:
             finally:
                 os.close(fd)
             self._release(delete_folder=False)
-            for name in old_v1:
-                (self.index_dir / name).unlink(missing_ok=True)
             cleanup(self.index_dir)
 
     def abort(self) -> None:
@@ -133,9 +130,11 @@ def cleanup(index_dir: Path) -> None:
     # a publish killed mid-write left its manifest's temporary file (publishes hold the lock)
     for tmp in index_dir.glob(f"{MANIFEST_TMP_PREFIX}*"):
         tmp.unlink(missing_ok=True)
-    current = _manifest_json(index_dir).get("data")  # the data folder the manifest names now
-    current = current if isinstance(current, str) else None
-    for name in sorted({p.name.removesuffix(".lock") for p in index_dir.glob(f"{DATA_PREFIX}*")} - {current}):
+    try:  # the data folder manifest.json names now; none when it is missing or unreadable (cleanup must not fail)
+        current = json.loads((index_dir / MANIFEST).read_text(encoding="utf-8")).get("data")
+    except (OSError, ValueError, RecursionError, AttributeError):  # missing, not UTF-8, not JSON, not an object
+        current = None
+    for name in sorted({p.name.removesuffix(".lock") for p in index_dir.glob(f"{DATA_PREFIX}*")} - {str(current)}):
         lock_path = index_dir / f"{name}.lock"
         fd = _try_lock(lock_path)
         if fd is None:
@@ -146,23 +145,3 @@ def cleanup(index_dir: Path) -> None:
         finally:
             os.close(fd)
 
-
-def check_target(index_dir: Path) -> None:
-    """Refuse to build into a folder that holds something other than a unirag index."""
-    if not index_dir.exists() or (index_dir / MANIFEST).exists():
-        return
-    if not index_dir.is_dir():
-        raise InputError("the index output path exists and is not a directory", path=index_dir)
-    foreign = [p.name for p in index_dir.iterdir() if p.name not in (INDEX_LOCK, "shards")
-               and not p.name.startswith((DATA_PREFIX, MANIFEST_TMP_PREFIX))]
-    if foreign:
-        raise InputError(f"the output folder is not empty and holds no unirag index (found {foreign[0]!r}); "
-                         "choose another --out or empty it", path=index_dir)
-
-
-def _v1_files(index_dir: Path) -> list[str]:
-    """Top-level data files of a version-1 index at ``index_dir`` (replaced by a new build)."""
-    manifest = _manifest_json(index_dir)
-    if manifest.get("format_version") != 1:
-        return []
-    return [n for n in (manifest.get("checksums") or {}) if "/" not in n and n != MANIFEST]

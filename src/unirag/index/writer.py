@@ -26,7 +26,7 @@ import numpy as np
 from unirag.data.records import Modality
 from unirag.errors import ConfigError, InputError
 from unirag.index import factory
-from unirag.index.directory import BuildSlot, check_target
+from unirag.index.directory import BuildSlot
 from unirag.index.manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -47,15 +47,6 @@ def source_record(pool: str | Path | None, images_root: str | Path | None, bad: 
     """What the manifest records of the build's input: pool file, images root, skipped images (path, reason)."""
     return {"pool": str(pool) if pool else None, **more, "images_root": str(images_root) if images_root else None,
             "bad_images": {"count": len(bad), "first": [{"path": p, "reason": r} for p, r in bad[:BAD_IMAGES_KEPT]]}}
-
-
-def faiss_write_error(e: RuntimeError, target: Path) -> OSError:
-    """The OSError behind a FAISS write failure (``... write error ...: 28 (No space left on device)``)."""
-    m = re.search(r"\(([^()]+)\)\s*$", str(e))  # FAISS ends with "(<strerror>)"
-    reason = m.group(1) if m else str(e)
-    code = next((c for c in errno.errorcode if os.strerror(c) == reason),
-                errno.ENOSPC if "space" in reason.lower() else errno.EIO)
-    return OSError(code, os.strerror(code), str(target))
 
 
 class _SubIndex:
@@ -97,25 +88,26 @@ class _SubIndex:
         target = self.folder / name
         try:
             faiss.write_index(index, str(target))
-        except RuntimeError as e:  # FAISS reports a failed write as a RuntimeError quoting errno
-            raise faiss_write_error(e, target) from e
+        except RuntimeError as e:  # FAISS reports a failed write as "... write error ...: 28 (<strerror>)"
+            m = re.search(r"\(([^()]+)\)\s*$", str(e))
+            reason = m.group(1) if m else str(e)
+            code = next((c for c in errno.errorcode if os.strerror(c) == reason),
+                        errno.ENOSPC if "space" in reason.lower() else errno.EIO)
+            raise OSError(code, os.strerror(code), str(target)) from e
         self.shards.append({"file": name, "count": int(index.ntotal)})
 
     def finish(self) -> dict[str, Any]:
-        """Write the remaining shard(s); returns this sub-index's manifest entry."""
-        kind, params, vfile = self.index_type, dict(self.params), None
-        if self.spill_fh is not None:
-            self.spill_fh.close()
-            kind, params, vfile = self._finish_ivfpq()
-        elif self.current is not None:
-            self._write_shard(self.current)
-            self.current = None
-        return {"count": self.count, "type": kind, "params": params, "shards": self.shards, "vectors_file": vfile}
-
-    def _finish_ivfpq(self) -> tuple[str, dict[str, Any], str | None]:
-        """Train IVF-PQ once on a bounded sample of the spilled vectors, then fill shard after shard."""
+        """Write the remaining shard(s); returns this sub-index's manifest entry. IVF-PQ is trained once on a
+        bounded sample of the spilled vectors, then filled shard after shard."""
         import faiss
 
+        if self.spill_fh is None:
+            if self.current is not None:
+                self._write_shard(self.current)
+                self.current = None
+            return {"count": self.count, "type": self.index_type, "params": dict(self.params), "shards": self.shards,
+                    "vectors_file": None}
+        self.spill_fh.close()
         n = self.count
         raw = RawVectors(self.spill_path, n, self.dim)
         if n < factory.IVFPQ_MIN_COUNT:
@@ -140,7 +132,8 @@ class _SubIndex:
             del index
         keep = trained is not None and params["refine"]  # re-scoring reads rows of it
         raw.close(delete=not keep)
-        return kind, params, self.spill_path.name if keep else None
+        return {"count": n, "type": kind, "params": params, "shards": self.shards,
+                "vectors_file": self.spill_path.name if keep else None}
 
 
 def check_shrink(index_dir: Path, counts: dict[str, int], extra: dict[str, Any] | None = None) -> None:
@@ -186,7 +179,6 @@ class IndexWriter:
         self.encoder_info = encoder_info
         self.index_type = index_type
         self.params = factory.resolve_params(index_type, params)
-        check_target(self.out_dir)
         self.slot = BuildSlot(self.out_dir)
         self.folder = self.slot.path
         self._meta = MetaWriter(self.folder / META_FILE)
