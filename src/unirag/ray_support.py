@@ -19,8 +19,7 @@ from typing import Any
 from unirag.errors import ConfigError
 
 #: Environment variables passed on to Ray workers when set in the driver (besides UNIRAG_*).
-FORWARDED_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_CACHE",
-                 "UNIRAG_OFFLINE", "UNIRAG_TORCH_THREADS")
+FORWARDED_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_CACHE")
 
 
 def worker_env() -> dict[str, str]:

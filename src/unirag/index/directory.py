@@ -130,11 +130,11 @@ def cleanup(index_dir: Path) -> None:
     # a publish killed mid-write left its manifest's temporary file (publishes hold the lock)
     for tmp in index_dir.glob(f"{MANIFEST_TMP_PREFIX}*"):
         tmp.unlink(missing_ok=True)
-    try:  # the data folder manifest.json names now; none when it is missing or unreadable (cleanup must not fail)
-        current = json.loads((index_dir / MANIFEST).read_text(encoding="utf-8")).get("data")
-    except (OSError, ValueError, RecursionError, AttributeError):  # missing, not UTF-8, not JSON, not an object
+    try:  # the data folder manifest.json names now (none if it cannot be read: cleanup must not fail)
+        current = str(json.loads((index_dir / MANIFEST).read_text(encoding="utf-8"))["data"])
+    except (OSError, ValueError, RecursionError, KeyError, TypeError):  # missing, not UTF-8/JSON/an object
         current = None
-    for name in sorted({p.name.removesuffix(".lock") for p in index_dir.glob(f"{DATA_PREFIX}*")} - {str(current)}):
+    for name in sorted({p.name.removesuffix(".lock") for p in index_dir.glob(f"{DATA_PREFIX}*")} - {current}):
         lock_path = index_dir / f"{name}.lock"
         fd = _try_lock(lock_path)
         if fd is None:

@@ -122,8 +122,8 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
                           allow_shrink: bool = False) -> dict[str, Any]:
     """Build an index at ``out_dir`` from precomputed vectors of the candidates of ``pool``.
 
-    ``encoder_info`` is what the manifest records about the model that made the vectors (see
-    :func:`unirag.index.encoding.encoder_info`; its ``dim`` must match the vectors), or None when no
+    ``encoder_info`` is what the manifest records about the model that made the vectors (name, spec, dim,
+    config, fingerprint; its ``dim`` must match the vectors), or None when no
     unirag encoder made them (queries must then be given as vectors). ``allow_shrink``: see
     :meth:`unirag.Index.build`. Returns the manifest.
     """
@@ -135,9 +135,10 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
 
     resolve_params(index_type, params)  # a bad option fails before any vector is read
     pool, embeddings = Path(pool), Path(embeddings)
-    bad: dict[str, dict[str, str]] = {}  # did -> the image the sharded engine could not read (its *.done.json)
+    bad: dict[str, dict[str, str]] = {}  # did -> its image the sharded engine could not read (*.done.json)
     if embeddings.is_dir() and (embeddings / PLAN).exists():
-        # a planned shards folder must be complete and made by encoder_info's encoder (when given): it records its own
+        # a planned shards folder must be complete and made by encoder_info's encoder (when given); it
+        # records its own
         plan = read_plan(embeddings)
         records = [done_record(embeddings, i) for i in range(plan.n_shards)]
         todo = [i for i, record in enumerate(records) if record is None]

@@ -123,18 +123,18 @@ class Index:
             raise ConfigError(f"batch_size must be positive, got {batch_size}")
         options = {k: v for k, v in engine_options.items() if v is not None}
         shards = {k: options.pop(k) for k in ("shards_dir", "shard_size") if k in options}
-        run_on = EngineOptions(engine=engine, **options)  # the engine, its Ray and decode options checked here
+        run_on = EngineOptions(engine=engine, **options)  # the engine, Ray and decode options checked here
         if "shard_size" in shards and (engine != "ray" or shards["shard_size"] <= 0):
             raise ConfigError(f"--shard-size goes with --engine ray and must be positive, got {shards['shard_size']}")
         source, root = _pool_source(pool, images_root, in_memory=engine == "local")
-        enc, spec, run_on = _encoder_and_spec(encoder, device, dtype, autocast, run_on)
+        enc, info, run_on = _encoder(encoder, device, dtype, autocast, run_on)
         root = Path(root).absolute() if root is not None else None
         progress = sys.stderr.isatty() if progress is None else progress
         if engine == "ray":  # workers load their own copy: same dtype and autocast, same fingerprint
-            ray_engine.build_with_ray(source, root, out, enc, spec, index_type, batch_size, params, progress,
+            ray_engine.build_with_ray(source, root, out, enc, info, index_type, batch_size, params, progress,
                                       allow_shrink, run_on, dtype, **shards)
         else:
-            encoding.build_local(source, root, out, enc, spec, index_type, batch_size, params, progress,
+            encoding.build_local(source, root, out, enc, info, index_type, batch_size, params, progress,
                                  allow_shrink)
         return cls.open(out, enc)._warn_skipped()
 
@@ -154,10 +154,9 @@ class Index:
         ``allow_shrink``: as in :meth:`build`.
         """
         from unirag.index.embeddings import build_from_embeddings
-        from unirag.index.encoding import encoder_info
 
         pool_path, root = _pool_source(pool, images_root)
-        info = encoder_info(*_encoder_and_spec(encoder, "cpu", "float32")[:2]) if encoder is not None else None
+        info = _encoder(encoder, "cpu", "float32")[1] if encoder is not None else None
         build_from_embeddings(pool_path, embeddings, out, info, ids=ids, index_type=index_type,
                               params=dict(params or {}), images_root=root, progress=progress,
                               allow_shrink=allow_shrink)
@@ -172,7 +171,6 @@ class Index:
         many machines can each embed a part; then :meth:`from_embeddings` with ``shards_dir`` builds the
         index. ``shard``: ``"i/n"`` (0-based) or ``(i, n)``. A shard already done is skipped. Returns the
         shard's record (``rows``, ``seconds``, ``skipped``). ``autocast``: as in :meth:`build`."""
-        from unirag.index.encoding import encoder_info
         from unirag.index.shards import embed_shard, load_or_create_plan
         from unirag.runs.engine import EngineOptions
 
@@ -185,8 +183,8 @@ class Index:
         if batch_size <= 0:
             raise ConfigError(f"batch_size must be positive, got {batch_size}")
         pool_path, root = _pool_source(pool, images_root)
-        enc, spec, _ = _encoder_and_spec(encoder, device, dtype, autocast, EngineOptions(decode_workers=decode_workers))
-        plan = load_or_create_plan(shards_dir, pool_path, encoder_info(enc, spec), n_shards=n)
+        enc, info, _ = _encoder(encoder, device, dtype, autocast, EngineOptions(decode_workers=decode_workers))
+        plan = load_or_create_plan(shards_dir, pool_path, info, n_shards=n)
         return embed_shard(shards_dir, plan, i, enc, root, batch_size)
 
     # -- what it holds -----------------------------------------------------------------------
@@ -352,12 +350,12 @@ class Index:
         return f"Index({str(self.path)!r}, {self.counts}, encoder={self.manifest['encoder'].get('name')!r})"
 
 
-def _encoder_and_spec(encoder, device: str | None, dtype: str | None, autocast: str | None = None,
-                      engine: EngineOptions | None = None):
-    """(encoder object, spec to record, options) for an encoder object, a spec string or None (offline):
-    the encoder decodes with ``engine``'s decode workers where they are set, else with its own setting,
-    which the returned ``engine`` options then carry (Ray workers are sized by them); ``autocast`` goes
-    to the loading."""
+def _encoder(encoder, device: str | None, dtype: str | None, autocast: str | None = None,
+             engine: EngineOptions | None = None):
+    """(encoder object, what the manifest records about it, options) for an encoder object, a spec string
+    or None (offline); the record's ``spec`` is what the user typed, to reload it. The encoder decodes with
+    ``engine``'s decode workers where they are set, else with its own setting, which the returned
+    ``engine`` options then carry (Ray workers are sized by them); ``autocast`` goes to the loading."""
     from unirag.encoders.registry import load_encoder
     from unirag.runs.engine import EngineOptions, with_decode_default
 
@@ -367,7 +365,8 @@ def _encoder_and_spec(encoder, device: str | None, dtype: str | None, autocast: 
         enc, spec = encoder, getattr(encoder, "spec", None)
     engine = with_decode_default(engine or EngineOptions(), getattr(enc, "decode_workers", None))
     enc.decode_workers = engine.decode_workers
-    return enc, spec, engine
+    return enc, {"name": enc.name, "spec": spec, "dim": int(enc.dim), "config": enc.config(),
+                 "fingerprint": enc.fingerprint()}, engine
 
 
 def _pool_source(pool, images_root, in_memory: bool = False) -> tuple[Path | list[Candidate], Any]:

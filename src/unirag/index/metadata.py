@@ -25,30 +25,6 @@ from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError
 
 
-class MetaWriter:
-    """Append rows during a build; :meth:`close` adds the lookup indexes (fast after bulk insert)."""
-
-    def __init__(self, path: Path) -> None:
-        self.db = sqlite3.connect(path)
-        self.db.execute("PRAGMA journal_mode=OFF")  # the whole build folder is discarded on failure
-        self.db.execute("PRAGMA synchronous=OFF")
-        self.db.execute("CREATE TABLE meta (modality TEXT NOT NULL, row INTEGER NOT NULL, did TEXT NOT NULL, "
-                        "txt TEXT, img_path TEXT, source_id TEXT, src_content TEXT, PRIMARY KEY (modality, row)) WITHOUT ROWID")
-
-    def add(self, modality: Modality, first_row: int, metas: Sequence[dict[str, Any]]) -> None:
-        self.db.executemany(
-            "INSERT INTO meta VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(modality.value, first_row + i, str(m["did"]), m.get("txt"), m.get("img_path"), m.get("source_id"),
-              m.get("src_content")) for i, m in enumerate(metas)])
-
-    def close(self) -> None:
-        # unique: the builds read every pool through encoding.pool_candidates, which refuses a repeated did
-        self.db.execute("CREATE UNIQUE INDEX meta_did ON meta (did)")
-        self.db.execute("CREATE INDEX meta_source ON meta (source_id) WHERE source_id IS NOT NULL")
-        self.db.commit()
-        self.db.close()
-
-
 class MetaTable(Sequence[Candidate]):
     """Read-only, lazily loaded ``metas[gid]`` over the SQLite file (global ids: the modalities' rows one
     after the other, in the order of ``counts``, the manifest's)."""
@@ -128,8 +104,8 @@ class MetaTable(Sequence[Candidate]):
         clauses, args, fields = [], [], {}  # fields: the src_content keys filtered on -> their JSON paths
         for name, values in where:
             marks = ", ".join("?" * len(values))
-            if name == "dataset":  # the did prefixes that name the datasets: "mscoco" or "9" -> {"9", "mscoco",
-                prefixes: set[str] = set()  # "coco"} (M-BEIR dids are "9:123"; unirag's importers write "coco:img:...")
+            if name == "dataset":  # the did prefixes naming the datasets: "mscoco" or "9" -> {"9", "mscoco",
+                prefixes: set[str] = set()  # "coco"} (M-BEIR: "9:123"; unirag's importers: "coco:img:...")
                 for v in values:
                     key = str(v).strip().lower()
                     ident = key if key.isdigit() else DATASET_IDS.get(key)
@@ -152,8 +128,8 @@ class MetaTable(Sequence[Candidate]):
         out: dict[Modality, list[int]] = {m: [] for m in self.offsets}
         for m, r in self._query(sql + " ORDER BY modality, row", args):
             out[Modality(m)].append(int(r))
-        # nothing matched: a misspelt field must not pass for an empty answer; the first field no candidate has
-        # is an error naming the fields candidates do have (those of the first 10,000 rows: the known ones, cheaply)
+        # nothing matched: a misspelt field must not pass for an empty answer; the first field no candidate
+        # has is an error naming the fields candidates have (those of the first 10,000 rows: cheaply)
         for name, path in fields.items() if not any(out.values()) else ():
             if self._query("SELECT 1 FROM meta WHERE CASE WHEN json_valid(src_content) THEN json_type(src_content, ?) "
                            "END IS NOT NULL LIMIT 1", (path,)):

@@ -25,23 +25,23 @@ from typing import Any
 from unirag.index import shards
 
 
-def build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
+def build_with_ray(pool: Path, images_root, out_dir, encoder, info, index_type, batch_size, params,
                    progress, allow_shrink, engine, dtype: str | None, shards_dir: str | Path | None = None,
                    shard_size: int = shards.DEFAULT_SHARD_SIZE) -> dict[str, Any]:
-    """Embed the shards of ``pool`` not yet done on Ray, sized by ``engine`` (:class:`~unirag.runs.engine.EngineOptions`),
-    then build the index from the shards folder (default ``<out_dir>/shards``). Returns the manifest.
+    """Embed the shards of ``pool`` not yet done on Ray, sized by ``engine``
+    (:class:`~unirag.runs.engine.EngineOptions`), then build the index from the shards folder (default
+    ``<out_dir>/shards``). Returns the manifest.
 
-    Workers load ``encoder_spec`` on ``cuda`` when GPUs are reserved (else CPU) in ``dtype``, under the
-    autocast of ``encoder`` (see :func:`unirag.encoders.registry.load_encoder`); their encoder's fingerprint must be
-    the one planned (a mismatch fails the shard with both names)."""
+    Workers load ``info``'s encoder spec (``info``: what the manifest records about ``encoder``) on
+    ``cuda`` when GPUs are reserved (else CPU) in ``dtype``, under ``encoder``'s autocast (see
+    :func:`unirag.encoders.registry.load_encoder`); their encoder's fingerprint must be the one planned
+    (a mismatch fails the shard with both names)."""
     from unirag.index.embeddings import build_from_embeddings
-    from unirag.index.encoding import encoder_info
     from unirag.ray_support import default_workers, ray_session
 
     shards_dir = Path(shards_dir) if shards_dir is not None else shards.default_shards_dir(out_dir)
-    info = encoder_info(encoder, encoder_spec)
     plan = shards.load_or_create_plan(shards_dir, pool, info, shard_size=shard_size)
-    todo = [i for i in range(plan.n_shards) if shards.done_record(shards_dir, i) is None]  # no done marker yet
+    todo = [i for i in range(plan.n_shards) if shards.done_record(shards_dir, i) is None]  # not done yet
     if progress:
         print(f"shards: {plan.n_shards - len(todo)} of {plan.n_shards} already done, embedding {len(todo)} "
               f"on Ray", flush=True)
@@ -57,7 +57,7 @@ def build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, inde
             ds.map_batches(
                 _ShardWorker, batch_size=1, concurrency=n_workers, num_cpus=engine.cpus_per_worker,
                 num_gpus=engine.gpus_per_worker,
-                fn_constructor_kwargs={"shards_dir": str(shards_dir.resolve()), "encoder_spec": encoder_spec,
+                fn_constructor_kwargs={"shards_dir": str(shards_dir.resolve()), "encoder_spec": info["spec"],
                                        "images_root": str(images_root) if images_root else None,
                                        "batch_size": batch_size, "threads": threads,
                                        "load": {"device": device, "dtype": dtype,

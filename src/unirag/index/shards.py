@@ -77,7 +77,7 @@ def load_or_create_plan(shards_dir: str | Path, pool: str | Path, encoder_info: 
                 raise InputError(f"this shards folder was planned for {', '.join(problems)}; use another shards "
                                  "folder or delete this one to start over", path=path)
             return plan
-        count = count_lines(pool)  # cut the non-blank lines into shards, note where each starts (byte offset, line)
+        count = count_lines(pool)  # the non-blank lines, cut into shards: where each starts (offset, line)
         if count == 0:
             raise InputError("nothing to index: the pool has no candidates", path=pool)
         n = n_shards or max(1, -(-count // shard_size))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,6 @@ from unirag.index.manifest import (
     read_manifest,
     sha256_file,
 )
-from unirag.index.metadata import MetaWriter
 from unirag.index.store import RawVectors
 
 SPILL_CHUNK = 65536
@@ -105,8 +105,8 @@ class _SubIndex:
             if self.current is not None:
                 self._write_shard(self.current)
                 self.current = None
-            return {"count": self.count, "type": self.index_type, "params": dict(self.params), "shards": self.shards,
-                    "vectors_file": None}
+            return {"count": self.count, "type": self.index_type, "params": dict(self.params),
+                    "shards": self.shards, "vectors_file": None}
         self.spill_fh.close()
         n = self.count
         raw = RawVectors(self.spill_path, n, self.dim)
@@ -181,21 +181,25 @@ class IndexWriter:
         self.params = factory.resolve_params(index_type, params)
         self.slot = BuildSlot(self.out_dir)
         self.folder = self.slot.path
-        self._meta = MetaWriter(self.folder / META_FILE)
+        # the metadata file (unirag.index.metadata reads it): rows appended, the lookup indexes added at the
+        # commit (fast after bulk insert); no journal: the whole build folder is discarded on failure
+        self._meta = sqlite3.connect(self.folder / META_FILE)
+        self._meta.execute("PRAGMA journal_mode=OFF")
+        self._meta.execute("PRAGMA synchronous=OFF")
+        self._meta.execute("CREATE TABLE meta (modality TEXT NOT NULL, row INTEGER NOT NULL, did TEXT NOT NULL, "
+                           "txt TEXT, img_path TEXT, source_id TEXT, src_content TEXT, PRIMARY KEY (modality, row)) "
+                           "WITHOUT ROWID")
         self._subs: dict[Modality, _SubIndex] = {}
         self._started = time.time()
-        self._committed = False
 
     def __enter__(self) -> IndexWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self._committed:
-            return
-        for sub in self._subs.values():
+        for sub in self._subs.values():  # closed already after a commit, whose published folder abort() keeps
             if sub.spill_fh is not None:
                 sub.spill_fh.close()
-        self._meta.db.close()
+        self._meta.close()
         self.slot.abort()
 
     def add(self, modality: Modality, metas: list[dict[str, Any]], vectors: np.ndarray) -> None:
@@ -208,7 +212,10 @@ class IndexWriter:
         if modality not in self._subs:
             self._subs[modality] = _SubIndex(self.folder, modality, self.dim, self.index_type, self.params)
         sub = self._subs[modality]
-        self._meta.add(modality, sub.count, metas)
+        self._meta.executemany(
+            "INSERT INTO meta VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(modality.value, sub.count + i, str(m["did"]), m.get("txt"), m.get("img_path"), m.get("source_id"),
+              m.get("src_content")) for i, m in enumerate(metas)])
         sub.add(vectors)
 
     def commit(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -218,6 +225,10 @@ class IndexWriter:
         if not self.allow_shrink:
             check_shrink(self.out_dir, {m.value: sub.count for m, sub in self._subs.items()}, extra)
         subindexes = {m.value: sub.finish() for m, sub in self._subs.items()}
+        # unique: the builds read every pool through encoding.pool_candidates, which refuses a repeated did
+        self._meta.execute("CREATE UNIQUE INDEX meta_did ON meta (did)")
+        self._meta.execute("CREATE INDEX meta_source ON meta (source_id) WHERE source_id IS NOT NULL")
+        self._meta.commit()
         self._meta.close()
         files = {}
         for path in sorted(self.folder.iterdir()):
@@ -243,5 +254,4 @@ class IndexWriter:
             "files": files,
         }
         self.slot.publish(manifest)
-        self._committed = True
         return manifest
