@@ -56,17 +56,6 @@ def index_lock(index_dir: Path, shared: bool = False, name: str = INDEX_LOCK) ->
         os.close(fd)  # closing releases the lock
 
 
-def _try_lock(path: Path) -> int | None:
-    """An fd holding an exclusive lock on ``path`` (created if missing), or None if another holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
 class BuildSlot:
     """A new data folder inside ``index_dir``, locked for the lifetime of this object; a folder that holds
     something other than a unirag index is refused."""
@@ -88,8 +77,8 @@ class BuildSlot:
         self.lock_path = index_dir / f"{self.name}.lock"
         with index_lock(index_dir):
             cleanup(index_dir)
-            self._fd: int | None = _try_lock(self.lock_path)
-            assert self._fd is not None, "a fresh lock file cannot be held by anyone else"
+            self._fd: int | None = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)  # a fresh lock file, made under the index lock: no one waits
             self.path.mkdir()
 
     def publish(self, manifest: dict) -> None:
@@ -136,8 +125,11 @@ def cleanup(index_dir: Path) -> None:
         current = None
     for name in sorted({p.name.removesuffix(".lock") for p in index_dir.glob(f"{DATA_PREFIX}*")} - {current}):
         lock_path = index_dir / f"{name}.lock"
-        fd = _try_lock(lock_path)
-        if fd is None:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
             continue  # a live build owns it
         try:
             shutil.rmtree(index_dir / name, ignore_errors=True)

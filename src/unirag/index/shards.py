@@ -25,7 +25,7 @@ from unirag.data.jsonl import parse_json_line
 from unirag.data.mbeir import parse_candidate
 from unirag.errors import ConfigError, InputError
 from unirag.index.directory import index_lock
-from unirag.index.encoding import count_lines, encode_chunks, modality_chunks
+from unirag.index.encoding import count_lines, encode_chunks
 from unirag.runs.atomic import atomic_open, atomic_write_bytes
 
 PLAN = "plan.json"
@@ -147,8 +147,7 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
                          "since the plan was made; start a new shards folder", path=pool)
     skipped: list[dict[str, str]] = []
     found: dict[str, np.ndarray] = {}  # did -> vector
-    chunks = modality_chunks(items, batch_size)  # as the local engine batches them
-    for _, group, kept, vectors in encode_chunks(encoder, chunks, images_root, bad, len(items)):
+    for _, group, kept, vectors in encode_chunks(encoder, items, batch_size, images_root, bad, len(items)):
         found.update(zip([c.did for c in kept], vectors, strict=True))
         lost = [c for c in group if c.did not in found]
         skipped += [{"did": c.did, "path": p, "reason": r}
