@@ -32,11 +32,11 @@ from unirag.index.store import (
     parse_modality_filter,
 )
 from unirag.retrieval.results import Hit
+from unirag.runs.engine import EngineOptions, with_decode_default
 
 if TYPE_CHECKING:
     from unirag.data.pool import Pool
     from unirag.encoders.base import Encoder
-    from unirag.runs.engine import EngineOptions
 
 
 class Index:
@@ -116,7 +116,6 @@ class Index:
         """
         from unirag.index import encoding, ray_engine
         from unirag.index.factory import resolve_params
-        from unirag.runs.engine import EngineOptions
 
         resolve_params(index_type, params)  # a bad option fails before any model loads
         if batch_size <= 0:
@@ -172,7 +171,6 @@ class Index:
         index. ``shard``: ``"i/n"`` (0-based) or ``(i, n)``. A shard already done is skipped. Returns the
         shard's record (``rows``, ``seconds``, ``skipped``). ``autocast``: as in :meth:`build`."""
         from unirag.index.shards import embed_shard, load_or_create_plan
-        from unirag.runs.engine import EngineOptions
 
         try:
             i, n = (int(x) for x in (shard.split("/") if isinstance(shard, str) else shard))
@@ -357,7 +355,6 @@ def _encoder(encoder, device: str | None, dtype: str | None, autocast: str | Non
     ``engine``'s decode workers where they are set, else with its own setting, which the returned
     ``engine`` options then carry (Ray workers are sized by them); ``autocast`` goes to the loading."""
     from unirag.encoders.registry import load_encoder
-    from unirag.runs.engine import EngineOptions, with_decode_default
 
     if encoder is None or isinstance(encoder, str):
         enc, spec = load_encoder(encoder, device=device, dtype=dtype, autocast=autocast), encoder

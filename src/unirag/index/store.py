@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import faiss
 import numpy as np
 
 from unirag.data.records import Modality
@@ -146,8 +147,6 @@ class RowFilter:
     """
 
     def __init__(self, rows: np.ndarray, shards: list[tuple[Any, int]]) -> None:
-        import faiss
-
         self.counts: list[int] = []  # rows selected, per shard
         self.selectors: list[Any] = []
         self._bitmaps: list[np.ndarray] = []
@@ -166,8 +165,6 @@ class SubIndex:
     """One modality: FAISS shards (rows ``start .. start+count`` each) and optional raw vectors."""
 
     def __init__(self, folder: Path, entry: dict[str, Any], dim: int, memory: str = "mmap") -> None:
-        import faiss
-
         self.count = int(entry["count"])
         self.params: dict[str, Any] = dict(entry.get("params") or {})
         self.shards: list[tuple[Any, int]] = []  # (faiss index, first row)
@@ -273,8 +270,6 @@ def _refuse_non_finite(vectors: np.ndarray, where: Any) -> None:
 
 def _check_sample(index: Any, path: Path) -> None:
     """Refuse a shard whose sampled rows (or, for IVF, coarse centroids and PQ code book) are not finite."""
-    import faiss
-
     n = int(index.ntotal)
     if isinstance(index, faiss.IndexIVF):
         parts = [index.quantizer.reconstruct_n(0, int(index.quantizer.ntotal))] if index.quantizer.ntotal else []

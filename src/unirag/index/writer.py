@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import faiss
 import numpy as np
 
 from unirag.data.records import Modality
@@ -82,8 +83,6 @@ class _SubIndex:
                 self.current = None
 
     def _write_shard(self, index) -> None:
-        import faiss
-
         name = f"{self.stem}.{len(self.shards):05d}.faiss"
         target = self.folder / name
         try:
@@ -99,8 +98,6 @@ class _SubIndex:
     def finish(self) -> dict[str, Any]:
         """Write the remaining shard(s); returns this sub-index's manifest entry. IVF-PQ is trained once on a
         bounded sample of the spilled vectors, then filled shard after shard."""
-        import faiss
-
         if self.spill_fh is None:
             if self.current is not None:
                 self._write_shard(self.current)
