@@ -242,10 +242,9 @@ class SubIndex:
         """The stored vector of local ``row``: exact from raw vectors/flat/HNSW, decoded for plain IVF-PQ."""
         if self.vectors is not None:
             return self.vectors.rows(np.array([row]))[0]
-        for index, first in reversed(self.shards):
+        for index, first in reversed(self.shards):  # the first shard starts at row 0
             if row >= first:
                 return index.reconstruct(int(row - first))
-        raise IndexError(row)
 
 
 def sample_rows(count: int, n: int = OPEN_SAMPLE_ROWS) -> np.ndarray:
