@@ -137,11 +137,11 @@ def child_full_read(index_dir: str) -> dict:
     """The previous format's open, on the same files: hash everything, read FAISS whole, read all metadata."""
     import faiss
 
-    from unirag.index.manifest import data_dir, read_manifest, sha256_file
+    from unirag.index.manifest import read_manifest, sha256_file
 
     t0 = time.perf_counter()
     manifest = read_manifest(index_dir)
-    folder = data_dir(index_dir, manifest)
+    folder = Path(index_dir) / manifest["data"]
     for name in manifest["files"]:
         sha256_file(folder / name)
     for entry in manifest["subindexes"].values():

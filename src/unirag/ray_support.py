@@ -19,8 +19,7 @@ from typing import Any
 from unirag.errors import ConfigError
 
 #: Environment variables passed on to Ray workers when set in the driver (besides UNIRAG_*).
-FORWARDED_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_CACHE",
-                 "UNIRAG_OFFLINE", "UNIRAG_TORCH_THREADS")
+FORWARDED_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_CACHE")
 
 
 def worker_env() -> dict[str, str]:
@@ -37,10 +36,10 @@ def worker_env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def ray_session(address: str | None = None, *, num_cpus: int | None = None, object_store_memory: int | None = None,
-                log_to_driver: bool = False, system_config: dict[str, Any] | None = None) -> Iterator[Any]:
+def ray_session(address: str | None = None, *, object_store_memory: int | None = None,
+                log_to_driver: bool = False) -> Iterator[Any]:
     """Yield the ``ray`` module connected to the cluster at ``address`` or to a local Ray started with
-    ``num_cpus`` and ``object_store_memory`` (and stopped on exit). Workers run at normal priority: Ray's
+    every CPU and ``object_store_memory`` (and stopped on exit). Workers run at normal priority: Ray's
     default niceness 15 is for background work, and here the workers are the job."""
     try:
         import ray
@@ -55,8 +54,8 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None, obje
     if address:
         ray.init(address=address, **kwargs)
     else:
-        ray.init(num_cpus=num_cpus or os.cpu_count() or 1, object_store_memory=object_store_memory,
-                 _system_config={"worker_niceness": 0, **(system_config or {})}, **kwargs)
+        ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=object_store_memory,
+                 _system_config={"worker_niceness": 0}, **kwargs)
     try:
         yield ray
     finally:

@@ -126,10 +126,10 @@ def test_old_index_without_src_content_refuses_src_content_filters_but_filters_d
     index = corpus[0]
     copy = tmp_path / "old"
     shutil.copytree(index.path, copy)
-    from unirag.index.manifest import data_dir, read_manifest
+    from unirag.index.manifest import read_manifest
 
     manifest = read_manifest(copy)
-    db_path = data_dir(copy, manifest) / manifest["meta_file"]
+    db_path = copy / manifest["data"] / manifest["meta_file"]
     db = sqlite3.connect(db_path)
     db.execute("ALTER TABLE meta DROP COLUMN src_content")
     db.commit()

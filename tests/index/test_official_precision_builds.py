@@ -64,20 +64,29 @@ def test_an_embeddings_build_says_the_precision_setting_did_not_apply(build, tmp
 
 
 def test_ray_workers_get_the_official_precision(build, tmp_path, monkeypatch):
+    import contextlib
+    from types import SimpleNamespace
+
+    from unirag import ray_support
     from unirag.index import ray_engine
 
     asked = []
 
-    def run_shards(shards_dir, todo, spec, images_root, engine, **kwargs):
-        asked.append((kwargs["dtype"], kwargs["autocast"]))
+    def map_batches(worker, **kwargs):
+        load = kwargs["fn_constructor_kwargs"]["load"]
+        asked.append((load["dtype"], load["autocast"]))
         raise ConfigError("stopped before Ray")
 
-    monkeypatch.setattr(ray_engine, "run_shards", run_shards)
+    ray = SimpleNamespace(cluster_resources=lambda: {"CPU": 2},
+                          data=SimpleNamespace(DataContext=SimpleNamespace(get_current=SimpleNamespace),
+                                               from_items=lambda *a, **k: SimpleNamespace(map_batches=map_batches)))
+    monkeypatch.setattr(ray_support, "ray_session", lambda *a, **k: contextlib.nullcontext(ray))
     argv, loads = build
     with pytest.raises(SystemExit) as e:
         main([*argv, "--out", str(tmp_path / "idx"), "--engine", "ray", "--shards-dir", str(tmp_path / "shards")])
     assert e.value.code == 2 and asked == [("float32", "float16")] and loads == [("float32", "float16")]
     # the worker (the Ray actor class, called here) loads its encoder that way
     worker = ray_engine._ShardWorker(str(tmp_path / "shards"), f"uniir:clip_sf:{tiny_uniir_clip_sf()}", None, 4,
-                                     "cpu", "float32", None, 0, autocast="float16")
-    assert worker.encoder.autocast_dtype == "float16" and loads[-1] == ("float32", "float16")
+                                     None, {"device": "cpu", "dtype": "float32", "autocast": "float16",
+                                            "decode_workers": 0})
+    assert worker.embed.keywords["encoder"].autocast_dtype == "float16" and loads[-1] == ("float32", "float16")

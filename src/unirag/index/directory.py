@@ -56,30 +56,19 @@ def index_lock(index_dir: Path, shared: bool = False, name: str = INDEX_LOCK) ->
         os.close(fd)  # closing releases the lock
 
 
-def _try_lock(path: Path) -> int | None:
-    """An fd holding an exclusive lock on ``path`` (created if missing), or None if another holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _manifest_json(index_dir: Path) -> dict:
-    """``manifest.json`` as it is, ``{}`` if missing or unreadable (cleanup must not fail on a bad one)."""
-    try:
-        manifest = json.loads((index_dir / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # missing, not UTF-8, not JSON, nested too deep
-        return {}
-    return manifest if isinstance(manifest, dict) else {}
-
-
 class BuildSlot:
-    """A new data folder inside ``index_dir``, locked for the lifetime of this object."""
+    """A new data folder inside ``index_dir``, locked for the lifetime of this object; a folder that holds
+    something other than a unirag index is refused."""
 
     def __init__(self, index_dir: Path) -> None:
+        if index_dir.exists() and not (index_dir / MANIFEST).exists():
+            if not index_dir.is_dir():
+                raise InputError("the index output path exists and is not a directory", path=index_dir)
+            foreign = [p.name for p in index_dir.iterdir() if p.name not in (INDEX_LOCK, "shards")
+                       and not p.name.startswith((DATA_PREFIX, MANIFEST_TMP_PREFIX))]
+            if foreign:
+                raise InputError(f"the output folder is not empty and holds no unirag index (found {foreign[0]!r}); "
+                                 "choose another --out or empty it", path=index_dir)
         self.index_dir = index_dir
         self.created_dir = not index_dir.exists()
         index_dir.mkdir(parents=True, exist_ok=True)
@@ -88,14 +77,13 @@ class BuildSlot:
         self.lock_path = index_dir / f"{self.name}.lock"
         with index_lock(index_dir):
             cleanup(index_dir)
-            self._fd: int | None = _try_lock(self.lock_path)
-            assert self._fd is not None, "a fresh lock file cannot be held by anyone else"
+            self._fd: int | None = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)  # a fresh lock file, made under the index lock: no one waits
             self.path.mkdir()
 
     def publish(self, manifest: dict) -> None:
         """Make this data folder the current index: one atomic rename of the manifest, then cleanup."""
         with index_lock(self.index_dir):
-            old_v1 = _v1_files(self.index_dir)
             atomic_write_json(self.index_dir / MANIFEST, manifest)
             fd = os.open(self.index_dir, os.O_RDONLY)  # the rename itself reaches the disk
             try:
@@ -103,8 +91,6 @@ class BuildSlot:
             finally:
                 os.close(fd)
             self._release(delete_folder=False)
-            for name in old_v1:
-                (self.index_dir / name).unlink(missing_ok=True)
             cleanup(self.index_dir)
 
     def abort(self) -> None:
@@ -133,12 +119,17 @@ def cleanup(index_dir: Path) -> None:
     # a publish killed mid-write left its manifest's temporary file (publishes hold the lock)
     for tmp in index_dir.glob(f"{MANIFEST_TMP_PREFIX}*"):
         tmp.unlink(missing_ok=True)
-    current = _manifest_json(index_dir).get("data")  # the data folder the manifest names now
-    current = current if isinstance(current, str) else None
+    try:  # the data folder manifest.json names now (none if it cannot be read: cleanup must not fail)
+        current = str(json.loads((index_dir / MANIFEST).read_text(encoding="utf-8"))["data"])
+    except (OSError, ValueError, RecursionError, KeyError, TypeError):  # missing, not UTF-8/JSON/an object
+        current = None
     for name in sorted({p.name.removesuffix(".lock") for p in index_dir.glob(f"{DATA_PREFIX}*")} - {current}):
         lock_path = index_dir / f"{name}.lock"
-        fd = _try_lock(lock_path)
-        if fd is None:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
             continue  # a live build owns it
         try:
             shutil.rmtree(index_dir / name, ignore_errors=True)
@@ -146,23 +137,3 @@ def cleanup(index_dir: Path) -> None:
         finally:
             os.close(fd)
 
-
-def check_target(index_dir: Path) -> None:
-    """Refuse to build into a folder that holds something other than a unirag index."""
-    if not index_dir.exists() or (index_dir / MANIFEST).exists():
-        return
-    if not index_dir.is_dir():
-        raise InputError("the index output path exists and is not a directory", path=index_dir)
-    foreign = [p.name for p in index_dir.iterdir() if p.name not in (INDEX_LOCK, "shards")
-               and not p.name.startswith((DATA_PREFIX, MANIFEST_TMP_PREFIX))]
-    if foreign:
-        raise InputError(f"the output folder is not empty and holds no unirag index (found {foreign[0]!r}); "
-                         "choose another --out or empty it", path=index_dir)
-
-
-def _v1_files(index_dir: Path) -> list[str]:
-    """Top-level data files of a version-1 index at ``index_dir`` (replaced by a new build)."""
-    manifest = _manifest_json(index_dir)
-    if manifest.get("format_version") != 1:
-        return []
-    return [n for n in (manifest.get("checksums") or {}) if "/" not in n and n != MANIFEST]

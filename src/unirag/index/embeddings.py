@@ -32,29 +32,29 @@ EMBEDDING_COLUMN = "embedding"
 CHUNK = 8192
 
 
-def _read_ids(path: Path) -> list[str]:
-    if not path.is_file():
-        raise InputError("ids file not found", path=path)
-    ids = []
-    for lineno, line in iter_text_lines(path):
-        did = line.rstrip("\n").rstrip("\r")
-        if not did.strip():
-            raise InputError("empty id line (one candidate id per line, no blank lines)", path=path, line=lineno)
-        ids.append(did)
-    return ids
-
-
-def _npy_blocks(path: Path, ids: list[str] | None, ids_path: Path | None) -> Iterator[tuple[list[str] | None, np.ndarray, int]]:
+def _npy_blocks(path: Path, ids_path: Path | None, pool_ids: list[str], pool: Path
+                ) -> Iterator[tuple[list[str], np.ndarray, int]]:
+    """Blocks of a ``.npy`` matrix whose row ``r`` is line ``r`` of ``ids_path``, else ``pool_ids[r]``."""
+    ids = pool_ids
+    if ids_path is not None:
+        if not ids_path.is_file():
+            raise InputError("ids file not found", path=ids_path)
+        ids = []
+        for lineno, line in iter_text_lines(ids_path):
+            ids.append(line.rstrip("\n").rstrip("\r"))
+            if not ids[-1].strip():
+                raise InputError("empty id line (one candidate id per line, no blank lines)", path=ids_path,
+                                 line=lineno)
     try:
         matrix = np.load(path, mmap_mode="r")
     except (ValueError, OSError) as e:
         raise InputError(f"cannot read .npy matrix ({e})", path=path) from None
     if matrix.ndim != 2:
         raise InputError(f"expected a 2-d matrix (rows, dim), got shape {matrix.shape}", path=path)
-    if ids is not None and len(ids) != len(matrix):
-        raise InputError(f"{len(matrix)} rows in {path.name} but {len(ids)} ids", path=ids_path)
+    if len(ids) != len(matrix):
+        raise InputError(f"{len(matrix)} rows in {path.name} but {len(ids)} ids", path=ids_path or pool)
     for s in range(0, len(matrix), CHUNK):
-        yield (ids[s : s + CHUNK] if ids is not None else None), np.asarray(matrix[s : s + CHUNK]), s
+        yield ids[s : s + CHUNK], np.asarray(matrix[s : s + CHUNK]), s
 
 
 def _parquet_blocks(path: Path) -> Iterator[tuple[list[str], np.ndarray, int]]:
@@ -115,30 +115,6 @@ def _sources(path: Path, ids_path: Path | None) -> list[tuple[Path, Path | None]
     return [(path, ids_path)]
 
 
-def _planned_encoder(path: Path, info: dict[str, Any] | None
-                     ) -> tuple[dict[str, Any] | None, dict[str, dict[str, str]]]:
-    """The encoder of the vectors in ``path``: a planned shards folder must be complete and made by
-    ``info``'s encoder (when given), and records its own; other sources have ``info``'s. With it, the
-    images the sharded engine could not read (listed in its ``*.done.json``), by did."""
-    from unirag.index.shards import PLAN, done_record, missing_shards, read_plan
-
-    if not (path.is_dir() and (path / PLAN).exists()):
-        return info, {}
-    plan = read_plan(path)
-    todo = missing_shards(path, plan)
-    if todo:
-        listed = ", ".join(f"{i}/{plan.n_shards}" for i in todo[:10]) + (" ..." if len(todo) > 10 else "")
-        raise InputError(f"{len(todo)} of {plan.n_shards} shards are not embedded yet ({listed}); run them "
-                         "(--shard i/n, or --engine ray) first", path=path)
-    planned = plan.encoder
-    if info is not None and info["fingerprint"] != planned.get("fingerprint"):
-        raise ConfigError(f"encoder {info.get('spec') or info.get('name')!r} is not the encoder these shards "
-                          f"were made with ({planned.get('name')!r}, spec {planned.get('spec')!r})")
-    bad = {item["did"]: item for i in range(plan.n_shards)
-           for item in done_record(path, i).get("bad_images", [])}
-    return info or planned, bad
-
-
 def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str | Path,
                           encoder_info: dict[str, Any] | None, ids: str | Path | None = None,
                           index_type: str = "flat", params: dict[str, Any] | None = None,
@@ -146,8 +122,8 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
                           allow_shrink: bool = False) -> dict[str, Any]:
     """Build an index at ``out_dir`` from precomputed vectors of the candidates of ``pool``.
 
-    ``encoder_info`` is what the manifest records about the model that made the vectors (see
-    :func:`unirag.index.encoding.encoder_info`; its ``dim`` must match the vectors), or None when no
+    ``encoder_info`` is what the manifest records about the model that made the vectors (name, spec, dim,
+    config, fingerprint; its ``dim`` must match the vectors), or None when no
     unirag encoder made them (queries must then be given as vectors). ``allow_shrink``: see
     :meth:`unirag.Index.build`. Returns the manifest.
     """
@@ -155,10 +131,27 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
 
     from unirag.index.encoding import candidate_meta, modality_chunks, pool_candidates
     from unirag.index.factory import resolve_params
+    from unirag.index.shards import PLAN, done_record, read_plan
 
     resolve_params(index_type, params)  # a bad option fails before any vector is read
     pool, embeddings = Path(pool), Path(embeddings)
-    encoder_info, bad = _planned_encoder(embeddings, encoder_info)
+    bad: dict[str, dict[str, str]] = {}  # did -> its image the sharded engine could not read (*.done.json)
+    if embeddings.is_dir() and (embeddings / PLAN).exists():
+        # a planned shards folder must be complete and made by encoder_info's encoder (when given); it
+        # records its own
+        plan = read_plan(embeddings)
+        records = [done_record(embeddings, i) for i in range(plan.n_shards)]
+        todo = [i for i, record in enumerate(records) if record is None]
+        if todo:
+            listed = ", ".join(f"{i}/{plan.n_shards}" for i in todo[:10]) + (" ..." if len(todo) > 10 else "")
+            raise InputError(f"{len(todo)} of {plan.n_shards} shards are not embedded yet ({listed}); run them "
+                             "(--shard i/n, or --engine ray) first", path=embeddings)
+        planned = plan.encoder
+        if encoder_info is not None and encoder_info["fingerprint"] != planned.get("fingerprint"):
+            raise ConfigError(f"encoder {encoder_info.get('spec') or encoder_info.get('name')!r} is not the encoder "
+                              f"these shards were made with ({planned.get('name')!r}, spec {planned.get('spec')!r})")
+        bad = {item["did"]: item for record in records for item in record.get("bad_images", [])}
+        encoder_info = encoder_info or planned
     sources = _sources(embeddings, Path(ids) if ids is not None else None)
     positions = {c.did: i for i, c in enumerate(pool_candidates(pool))}
     n = len(positions)
@@ -171,9 +164,7 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
         bar = tqdm(total=n, desc="embeddings", unit="vec", disable=not progress)
         for data_file, ids_file in sources:
             # a .npy without ids (one file, no --ids: a folder's have theirs) is in the pool's order
-            file_ids = (_read_ids(ids_file) if ids_file else
-                        list(positions) if data_file.suffix == ".npy" else None)
-            blocks = _npy_blocks(data_file, file_ids, ids_file or pool) if data_file.suffix == ".npy" \
+            blocks = _npy_blocks(data_file, ids_file, list(positions), pool) if data_file.suffix == ".npy" \
                 else _parquet_blocks(data_file)
             for block_ids, vectors, first in blocks:
                 if vectors.shape[1] != (dim or vectors.shape[1]):
@@ -189,10 +180,21 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
                     # deleted before the commit: the writer hashes every file of the folder
                     aligned = RawVectors(writer.folder / ".aligned.f32", n, dim, create=True)
                     stack.callback(aligned.close, delete=True)
-                vectors = _check_and_normalise(vectors, data_file, first, block_ids)
-                rows = _positions(block_ids, positions, present, data_file, ids_file, first)
-                aligned.write(rows, vectors)
-                present[rows] = True
+                vectors = np.asarray(vectors, dtype=np.float32)
+                finite = np.isfinite(vectors).all(axis=1)
+                norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+                for r in np.flatnonzero(~finite | (norms[:, 0] == 0))[:1].tolist():
+                    what = "is all zeros" if finite[r] else "is not finite (NaN or inf)"
+                    raise InputError(f"row {first + r} (id {block_ids[r]!r}): embedding {what}", path=data_file)
+                rows = np.empty(len(block_ids), dtype=np.int64)  # their pool positions
+                for r, did in enumerate(block_ids):
+                    pos = positions.get(did)
+                    if pos is None or present[pos]:  # unknown or repeated: the error names file and row
+                        why = "is not a candidate of the pool" if pos is None else "has more than one embedding"
+                        raise InputError(f"row {first + r}: id {did!r} {why}", path=ids_file or data_file,
+                                         line=first + r + 1 if ids_file else None)
+                    present[pos], rows[r] = True, pos
+                aligned.write(rows, vectors / norms)
                 bar.update(len(rows))
         bar.close()
         unexplained = [did for did, pos in positions.items() if not present[pos] and did not in bad]
@@ -208,30 +210,3 @@ def build_from_embeddings(pool: str | Path, embeddings: str | Path, out_dir: str
         aligned.close(delete=True)
         return writer.commit(extra)
 
-
-def _check_and_normalise(vectors: np.ndarray, path: Path, first: int, ids: list[str] | None) -> np.ndarray:
-    vectors = np.asarray(vectors, dtype=np.float32)
-    finite = np.isfinite(vectors).all(axis=1)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    bad = np.flatnonzero(~finite | (norms[:, 0] == 0))
-    if len(bad):
-        r = int(bad[0])
-        what = "is all zeros" if finite[r] else "is not finite (NaN or inf)"
-        raise InputError(f"row {first + r}{'' if ids is None else f' (id {ids[r]!r})'}: embedding {what}", path=path)
-    return vectors / norms
-
-
-def _positions(ids: list[str], positions: dict[str, int], present: np.ndarray, data_file: Path,
-               ids_file: Path | None, first: int) -> np.ndarray:
-    """Pool positions of a block's ids; unknown or repeated ids are errors naming file and row."""
-    where = ids_file or data_file
-    rows = np.empty(len(ids), dtype=np.int64)
-    block: set[int] = set()
-    for r, did in enumerate(ids):
-        pos = positions.get(did)
-        if pos is None or present[pos] or pos in block:
-            why = "is not a candidate of the pool" if pos is None else "has more than one embedding"
-            raise InputError(f"row {first + r}: id {did!r} {why}", path=where, line=first + r + 1 if ids_file else None)
-        block.add(pos)
-        rows[r] = pos
-    return rows

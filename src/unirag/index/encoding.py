@@ -19,12 +19,6 @@ from unirag.data.records import Candidate, Modality, resolve_image
 from unirag.index.writer import IndexWriter, source_record
 
 
-def encoder_info(encoder, spec: str | None) -> dict[str, Any]:
-    """What the manifest records about the encoder (``spec`` is what the user typed, to reload it)."""
-    return {"name": encoder.name, "spec": spec, "dim": int(encoder.dim), "config": encoder.config(),
-            "fingerprint": encoder.fingerprint()}
-
-
 def count_lines(path: Path) -> int:
     """Non-blank lines of a JSONL file: the candidates of a pool."""
     with path.open("rb") as f:
@@ -61,16 +55,18 @@ def modality_chunks(items: Iterable[Candidate], size: int) -> Iterator[tuple[Mod
         yield m, pending.pop(m)
 
 
-def encode_chunks(encoder, chunks: Iterable[tuple[Modality, list[Candidate]]],
-                  images_root: str | Path | None, bad: BadImageReport, n_images: int | None = None
+def encode_chunks(encoder, items: Iterable[Candidate], batch_size: int, images_root: str | Path | None,
+                  bad: BadImageReport, n_images: int | None = None
                   ) -> Iterator[tuple[Modality, list[Candidate], list[Candidate], Any]]:
-    """``(modality, chunk)`` of same-modality candidates -> ``(modality, chunk, kept candidates, their
-    vectors)``, in order, the images decoded ahead of the model by the encoder's image loader
+    """Candidates in pool order, in :func:`modality_chunks` of ``batch_size`` (read ahead while the pool
+    decodes) -> ``(modality, chunk, kept candidates, their vectors)``, in order, the images decoded ahead
+    of the model by the encoder's image loader
     (:meth:`unirag.encoders.base.Encoder.image_loader`; ``n_images``: the whole job's, when known), an
     unreadable one skipped into ``bad``: the vectors, order and report of decoding inline, chunk by chunk."""
 
     jobs = (((m, chunk), [] if m is Modality.TEXT else [resolve_image(c.img_path, images_root)
-                                                        for c in chunk]) for m, chunk in chunks)
+                                                        for c in chunk])
+            for m, chunk in modality_chunks(items, batch_size))
     loader = encoder.image_loader(n_images)
     for (modality, chunk), decoded in loader.map(jobs):
         if modality is Modality.TEXT:
@@ -90,20 +86,21 @@ def encode_chunks(encoder, chunks: Iterable[tuple[Modality, list[Candidate]]],
         yield modality, chunk, kept, vectors
 
 
-def build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, encoder_spec, index_type,
+def build_local(pool: Path | list[Candidate], images_root, out_dir, encoder, encoder_info, index_type,
                 batch_size,
                 params, progress, allow_shrink=False) -> dict[str, Any]:
     """Encode in this process and write the index; returns the manifest. ``pool``: a pool file
-    (streamed) or the candidates themselves (the manifest then names no pool file)."""
+    (streamed) or the candidates themselves (the manifest then names no pool file); ``encoder_info``:
+    what the manifest records about ``encoder``."""
     from tqdm.auto import tqdm
 
     total, pool_file = (count_lines(pool), str(pool)) if isinstance(pool, Path) else (len(pool), None)
     bad = BadImageReport()
     bar = tqdm(total=total, desc="index build", unit="cand", disable=not progress)
-    with IndexWriter(out_dir, encoder.dim, encoder_info(encoder, encoder_spec), index_type, params,
+    with IndexWriter(out_dir, encoder.dim, encoder_info, index_type, params,
                      allow_shrink=allow_shrink) as writer:
-        chunks = modality_chunks(pool_candidates(pool), batch_size)  # read ahead while the pool decodes
-        for modality, chunk, kept, vectors in encode_chunks(encoder, chunks, images_root, bad, total):
+        for modality, chunk, kept, vectors in encode_chunks(encoder, pool_candidates(pool), batch_size, images_root,
+                                                            bad, total):
             writer.add(modality, [candidate_meta(c) for c in kept], vectors)
             bar.update(len(chunk))
         bar.close()

@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import faiss
+
 from unirag.errors import ConfigError
 
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
@@ -68,8 +70,6 @@ def ivfpq_shape(n: int, dim: int, params: dict[str, Any]) -> dict[str, Any]:
 def new_index(kind: str, dim: int, params: dict[str, Any] | None = None):
     """An empty inner-product FAISS index of ``kind``; an IVF-PQ one is untrained: the caller trains it
     on a sample (re-scoring is done by the store)."""
-    import faiss
-
     if kind == "hnsw":
         index = faiss.IndexHNSWFlat(dim, int(params["M"]), faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = int(params["ef_construction"])
@@ -86,8 +86,6 @@ def new_index(kind: str, dim: int, params: dict[str, Any] | None = None):
 def search_parameters(index, params: dict[str, Any], k: int, selector=None):
     """FAISS search parameters with the query-time knobs of ``params`` (efSearch, nprobe), restricted
     to ``selector``'s ids when given (a parameters object replaces the index's own knobs)."""
-    import faiss
-
     if isinstance(index, faiss.IndexHNSW):
         out = faiss.SearchParametersHNSW()
         out.efSearch = max(int(params.get("ef_search", 128)), k)

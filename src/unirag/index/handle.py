@@ -18,7 +18,7 @@ import numpy as np
 from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError, SkippedInputsWarning
 from unirag.index.directory import index_lock
-from unirag.index.manifest import data_dir, read_manifest, verify_files
+from unirag.index.manifest import read_manifest, verify_files
 from unirag.index.metadata import MetaTable
 from unirag.index.store import (
     RowFilter,
@@ -31,6 +31,7 @@ from unirag.index.store import (
     parse_modality_filter,
 )
 from unirag.retrieval.results import Hit
+from unirag.runs.engine import EngineOptions, with_decode_default
 
 if TYPE_CHECKING:
     from unirag.data.pool import Pool
@@ -78,7 +79,7 @@ class Index:
             if encoder is not None:
                 check_encoder(manifest, encoder, index_dir)
             verify_files(index_dir, manifest, hashes=verify)
-            folder = data_dir(index_dir, manifest)
+            folder = index_dir / manifest["data"]
             subs = {Modality.parse(m): SubIndex(folder, entry, int(manifest["dim"]), memory)
                     for m, entry in manifest["subindexes"].items()}
             metas = MetaTable(folder / manifest["meta_file"], {m: s.count for m, s in subs.items()})
@@ -89,8 +90,7 @@ class Index:
               encoder: Encoder | str | None = None, images_root: str | Path | None = None,
               index_type: str = "flat", params: Mapping[str, Any] | None = None, batch_size: int = 64,
               device: str | None = "auto", dtype: str | None = "auto", progress: bool | None = None, engine: str = "local",
-              decode_workers: int | str | None = None, allow_shrink: bool = False, autocast: str | None = None,
-              **engine_options: Any) -> Index:
+              allow_shrink: bool = False, autocast: str | None = None, **engine_options: Any) -> Index:
         """Encode every candidate of ``pool`` and write the index to ``out`` (atomically); return it opened.
 
         ``pool``: a :class:`unirag.Pool` (its images root is used unless ``images_root`` is given),
@@ -101,7 +101,7 @@ class Index:
         ``index_type``: "flat" (exact), "hnsw" or "ivfpq"; ``params`` override their settings.
         ``engine``: "local" (this process) or "ray" (shards embedded on Ray Data, resumable), with
         ``engine_options`` ``shards_dir``, ``shard_size``, ``workers``, ``gpus_per_worker``,
-        ``ray_address`` (see :mod:`unirag.index.ray_engine`). ``decode_workers``: processes
+        ``ray_address`` (see :mod:`unirag.index.ray_engine`), and ``decode_workers``: processes
         decoding and preprocessing images ahead of the encoder (None = the encoder's setting, by
         default auto; 0 = inline; see :mod:`unirag.data.loader`); the vectors do not depend on it.
         Rebuilding over an index that this build would shrink by more than the ``index_max_shrink``
@@ -115,25 +115,24 @@ class Index:
         """
         from unirag.index import encoding, ray_engine
         from unirag.index.factory import resolve_params
-        from unirag.runs.engine import EngineOptions
 
         resolve_params(index_type, params)  # a bad option fails before any model loads
         if batch_size <= 0:
             raise ConfigError(f"batch_size must be positive, got {batch_size}")
         options = {k: v for k, v in engine_options.items() if v is not None}
         shards = {k: options.pop(k) for k in ("shards_dir", "shard_size") if k in options}
-        run_on = EngineOptions(engine=engine, **options)  # the engine and its Ray options checked here
+        run_on = EngineOptions(engine=engine, **options)  # the engine, Ray and decode options checked here
         if "shard_size" in shards and (engine != "ray" or shards["shard_size"] <= 0):
             raise ConfigError(f"--shard-size goes with --engine ray and must be positive, got {shards['shard_size']}")
         source, root = _pool_source(pool, images_root, in_memory=engine == "local")
-        enc, spec = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
+        enc, info, run_on = _encoder(encoder, device, dtype, autocast, run_on)
         root = Path(root).absolute() if root is not None else None
         progress = sys.stderr.isatty() if progress is None else progress
         if engine == "ray":  # workers load their own copy: same dtype and autocast, same fingerprint
-            ray_engine.build_with_ray(source, root, out, enc, spec, index_type, batch_size, params, progress,
-                                 allow_shrink, run_on, dtype, getattr(enc, "autocast_dtype", None), **shards)
+            ray_engine.build_with_ray(source, root, out, enc, info, index_type, batch_size, params, progress,
+                                      allow_shrink, run_on, dtype, **shards)
         else:
-            encoding.build_local(source, root, out, enc, spec, index_type, batch_size, params, progress,
+            encoding.build_local(source, root, out, enc, info, index_type, batch_size, params, progress,
                                  allow_shrink)
         return cls.open(out, enc)._warn_skipped()
 
@@ -153,10 +152,9 @@ class Index:
         ``allow_shrink``: as in :meth:`build`.
         """
         from unirag.index.embeddings import build_from_embeddings
-        from unirag.index.encoding import encoder_info
 
         pool_path, root = _pool_source(pool, images_root)
-        info = encoder_info(*_encoder_and_spec(encoder, "cpu", "float32")) if encoder is not None else None
+        info = _encoder(encoder, "cpu", "float32")[1] if encoder is not None else None
         build_from_embeddings(pool_path, embeddings, out, info, ids=ids, index_type=index_type,
                               params=dict(params or {}), images_root=root, progress=progress,
                               allow_shrink=allow_shrink)
@@ -171,7 +169,6 @@ class Index:
         many machines can each embed a part; then :meth:`from_embeddings` with ``shards_dir`` builds the
         index. ``shard``: ``"i/n"`` (0-based) or ``(i, n)``. A shard already done is skipped. Returns the
         shard's record (``rows``, ``seconds``, ``skipped``). ``autocast``: as in :meth:`build`."""
-        from unirag.index.encoding import encoder_info
         from unirag.index.shards import embed_shard, load_or_create_plan
 
         try:
@@ -183,8 +180,8 @@ class Index:
         if batch_size <= 0:
             raise ConfigError(f"batch_size must be positive, got {batch_size}")
         pool_path, root = _pool_source(pool, images_root)
-        enc, spec = _encoder_and_spec(encoder, device, dtype, autocast, decode_workers)
-        plan = load_or_create_plan(shards_dir, pool_path, encoder_info(enc, spec), n_shards=n)
+        enc, info, _ = _encoder(encoder, device, dtype, autocast, EngineOptions(decode_workers=decode_workers))
+        plan = load_or_create_plan(shards_dir, pool_path, info, n_shards=n)
         return embed_shard(shards_dir, plan, i, enc, root, batch_size)
 
     # -- what it holds -----------------------------------------------------------------------
@@ -353,20 +350,22 @@ class Index:
         return f"Index({str(self.path)!r}, {self.counts}, encoder={self.manifest['encoder'].get('name')!r})"
 
 
-def _encoder_and_spec(encoder, device: str | None, dtype: str | None, autocast: str | None = None,
-                      decode: int | str | None = None):
-    """(encoder object, spec to record) for an encoder object, a spec string or None (offline), its
-    decode workers set to ``decode`` when given; ``autocast`` goes to the loading."""
+def _encoder(encoder, device: str | None, dtype: str | None, autocast: str | None = None,
+             engine: EngineOptions | None = None):
+    """(encoder object, what the manifest records about it, options) for an encoder object, a spec string
+    or None (offline); the record's ``spec`` is what the user typed, to reload it. The encoder decodes with
+    ``engine``'s decode workers where they are set, else with its own setting, which the returned
+    ``engine`` options then carry (Ray workers are sized by them); ``autocast`` goes to the loading."""
     from unirag.encoders.registry import load_encoder
-    from unirag.runtime import decode_setting
 
     if encoder is None or isinstance(encoder, str):
         enc, spec = load_encoder(encoder, device=device, dtype=dtype, autocast=autocast), encoder
     else:
         enc, spec = encoder, getattr(encoder, "spec", None)
-    if decode is not None:
-        enc.decode_workers = decode_setting(decode)
-    return enc, spec
+    engine = with_decode_default(engine or EngineOptions(), getattr(enc, "decode_workers", None))
+    enc.decode_workers = engine.decode_workers
+    return enc, {"name": enc.name, "spec": spec, "dim": int(enc.dim), "config": enc.config(),
+                 "fingerprint": enc.fingerprint()}, engine
 
 
 def _pool_source(pool, images_root, in_memory: bool = False) -> tuple[Path | list[Candidate], Any]:

@@ -77,10 +77,6 @@ _REQUIRED: dict[str, type] = {"data": str, "encoder": dict, "dim": int, "subinde
 _KIND_NAMES = {str: "a string", dict: "a JSON object", int: "an integer"}
 
 
-def data_dir(index_dir: str | Path, manifest: dict[str, Any]) -> Path:
-    return Path(index_dir) / manifest["data"]
-
-
 def verify_files(index_dir: str | Path, manifest: dict[str, Any] | None = None,
                  hashes: bool = True) -> dict[str, Any]:
     """Check that every data file exists with its recorded size (cheap: no file is read), then, with
@@ -89,7 +85,7 @@ def verify_files(index_dir: str | Path, manifest: dict[str, Any] | None = None,
     Raises :class:`InputError` naming the first bad file; returns ``{"files": n, "bytes": total}``.
     """
     manifest = manifest if manifest is not None else read_manifest(index_dir)
-    folder = data_dir(index_dir, manifest)
+    folder = Path(index_dir) / manifest["data"]
     for name, entry in manifest["files"].items():
         path = folder / name
         try:

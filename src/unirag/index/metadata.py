@@ -25,34 +25,6 @@ from unirag.data.records import Candidate, Modality
 from unirag.errors import ConfigError, InputError
 
 
-class MetaWriter:
-    """Append rows during a build; :meth:`close` adds the lookup indexes (fast after bulk insert)."""
-
-    def __init__(self, path: Path) -> None:
-        self.db = sqlite3.connect(path)
-        self.db.execute("PRAGMA journal_mode=OFF")  # the whole build folder is discarded on failure
-        self.db.execute("PRAGMA synchronous=OFF")
-        self.db.execute("CREATE TABLE meta (modality TEXT NOT NULL, row INTEGER NOT NULL, did TEXT NOT NULL, "
-                        "txt TEXT, img_path TEXT, source_id TEXT, src_content TEXT, PRIMARY KEY (modality, row)) WITHOUT ROWID")
-
-    def add(self, modality: Modality, first_row: int, metas: Sequence[dict[str, Any]]) -> None:
-        self.db.executemany(
-            "INSERT INTO meta VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(modality.value, first_row + i, str(m["did"]), m.get("txt"), m.get("img_path"), m.get("source_id"),
-              m.get("src_content")) for i, m in enumerate(metas)])
-
-    def close(self) -> None:
-        try:
-            self.db.execute("CREATE UNIQUE INDEX meta_did ON meta (did)")
-        except sqlite3.IntegrityError:
-            dup = self.db.execute("SELECT did FROM meta GROUP BY did HAVING COUNT(*) > 1 LIMIT 1").fetchone()
-            self.db.close()
-            raise InputError(f"duplicate candidate id {dup[0]!r}: every did must be unique", field="did") from None
-        self.db.execute("CREATE INDEX meta_source ON meta (source_id) WHERE source_id IS NOT NULL")
-        self.db.commit()
-        self.db.close()
-
-
 class MetaTable(Sequence[Candidate]):
     """Read-only, lazily loaded ``metas[gid]`` over the SQLite file (global ids: the modalities' rows one
     after the other, in the order of ``counts``, the manifest's)."""
@@ -122,31 +94,33 @@ class MetaTable(Sequence[Candidate]):
         return sorted(self.offsets[Modality(m)] + int(r) for m, r in rows)
 
     # -- filters (see unirag.retrieval.selection) ------------------------------------------------
-    @property
-    def has_src_content(self) -> bool:
-        """Whether the file stores ``src_content`` (indexes built before filters existed do not)."""
-        return "src_content" in [r[1] for r in self._query("PRAGMA table_info(meta)")]
-
     def rows_where(self, where: Sequence[tuple[str, Sequence[str]]]) -> dict[Modality, list[int]]:
         """Local rows per modality of the candidates matching every ``(field, values)`` condition
         (AND over conditions, OR over one condition's values), in row order. Fields: ``dataset``
         (the M-BEIR dataset of the did prefix, by id or name), ``source_id``, ``did``, or any key of
         the candidate's ``src_content`` JSON. One indexed SQL scan; the caller caches the answer."""
-        clauses, args = [], []
+        from unirag.encoders.instructions import DATASET_IDS
+
+        clauses, args, fields = [], [], {}  # fields: the src_content keys filtered on -> their JSON paths
         for name, values in where:
             marks = ", ".join("?" * len(values))
-            if name == "dataset":
-                prefixes = sorted(dataset_prefixes(values))
+            if name == "dataset":  # the did prefixes naming the datasets: "mscoco" or "9" -> {"9", "mscoco",
+                prefixes: set[str] = set()  # "coco"} (M-BEIR: "9:123"; unirag's importers: "coco:img:...")
+                for v in values:
+                    key = str(v).strip().lower()
+                    ident = key if key.isdigit() else DATASET_IDS.get(key)
+                    prefixes.update([key] if ident is None else
+                                    [key, ident, *(n for n, i in DATASET_IDS.items() if i == ident)])
                 clauses.append(f"lower(substr(did, 1, instr(did, ':') - 1)) IN ({', '.join('?' * len(prefixes))})")
-                args += prefixes
+                args += sorted(prefixes)
             elif name in ("source_id", "did"):
                 clauses.append(f"{name} IN ({marks})")
                 args += list(values)
-            else:
-                if not self.has_src_content:
+            else:  # indexes built before filters existed store no src_content
+                if "src_content" not in [r[1] for r in self._query("PRAGMA table_info(meta)")]:
                     raise ConfigError(f"this index does not store src_content (built before filters on its "
                                       f"fields existed), so it cannot filter on {name!r}; rebuild the index")
-                path = "$." + ".".join(f'"{part}"' for part in name.split("."))
+                fields[name] = path = "$." + ".".join(f'"{part}"' for part in name.split("."))
                 clauses.append("(CASE WHEN json_valid(src_content) THEN CAST(json_extract(src_content, ?) AS TEXT) "
                                f"END) IN ({marks})")
                 args += [path, *values]
@@ -154,17 +128,9 @@ class MetaTable(Sequence[Candidate]):
         out: dict[Modality, list[int]] = {m: [] for m in self.offsets}
         for m, r in self._query(sql + " ORDER BY modality, row", args):
             out[Modality(m)].append(int(r))
-        if not any(out.values()):  # nothing matched: a misspelt field must not pass for an empty answer
-            self._check_fields([name for name, _ in where])
-        return out
-
-    def _check_fields(self, names: Sequence[str]) -> None:
-        """Raise :class:`ConfigError` for the first ``src_content`` field no candidate has, naming the
-        fields candidates do have (those of the first 10,000 rows: the known ones, cheaply)."""
-        for name in names:
-            if name in ("dataset", "source_id", "did") or not self.has_src_content:
-                continue
-            path = "$." + ".".join(f'"{part}"' for part in name.split("."))
+        # nothing matched: a misspelt field must not pass for an empty answer; the first field no candidate
+        # has is an error naming the fields candidates have (those of the first 10,000 rows: cheaply)
+        for name, path in fields.items() if not any(out.values()) else ():
             if self._query("SELECT 1 FROM meta WHERE CASE WHEN json_valid(src_content) THEN json_type(src_content, ?) "
                            "END IS NOT NULL LIMIT 1", (path,)):
                 continue
@@ -173,19 +139,4 @@ class MetaTable(Sequence[Candidate]):
                 "THEN json_type(src_content) END = 'object' LIMIT 10000) AS s, json_each(s.src_content) AS j ORDER BY j.key")]
             known = ", ".join(["dataset", "modality", "source_id", "did", *[k for k in keys if k != "source_id"]])
             raise ConfigError(f"no candidate has the filter field {name!r}; known fields: {known}")
-
-
-def dataset_prefixes(values: Sequence[str]) -> set[str]:
-    """The did prefixes that name the given M-BEIR datasets: ``"mscoco"`` or ``"9"`` -> {"9", "mscoco",
-    "coco"} (M-BEIR dids are ``"9:123"``; unirag's importers write ``"coco:img:..."``)."""
-    from unirag.encoders.instructions import DATASET_IDS
-
-    out: set[str] = set()
-    for v in values:
-        key = str(v).strip().lower()
-        ident = key if key.isdigit() else DATASET_IDS.get(key)
-        out.add(key)
-        if ident is not None:
-            out.add(ident)
-            out.update(name for name, i in DATASET_IDS.items() if i == ident)
-    return out
+        return out

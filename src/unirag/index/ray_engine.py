@@ -25,81 +25,65 @@ from typing import Any
 from unirag.index import shards
 
 
-def build_with_ray(pool: Path, images_root, out_dir, encoder, encoder_spec, index_type, batch_size, params,
-                   progress, allow_shrink, engine, dtype: str | None, autocast: str | None,
-                   shards_dir: str | Path | None = None,
+def build_with_ray(pool: Path, images_root, out_dir, encoder, info, index_type, batch_size, params,
+                   progress, allow_shrink, engine, dtype: str | None, shards_dir: str | Path | None = None,
                    shard_size: int = shards.DEFAULT_SHARD_SIZE) -> dict[str, Any]:
-    """Embed the shards of ``pool`` not yet done on Ray as ``engine`` (:class:`~unirag.runs.engine.EngineOptions`)
-    says, ``encoder_spec`` loaded by each worker in ``dtype``/``autocast`` (see :mod:`unirag.index.ray_engine`),
-    then build the index from the shards folder (default ``<out_dir>/shards``). Returns the manifest."""
-    from dataclasses import replace
+    """Embed the shards of ``pool`` not yet done on Ray, sized by ``engine``
+    (:class:`~unirag.runs.engine.EngineOptions`), then build the index from the shards folder (default
+    ``<out_dir>/shards``). Returns the manifest.
 
+    Workers load ``info``'s encoder spec (``info``: what the manifest records about ``encoder``) on
+    ``cuda`` when GPUs are reserved (else CPU) in ``dtype``, under ``encoder``'s autocast (see
+    :func:`unirag.encoders.registry.load_encoder`); their encoder's fingerprint must be the one planned
+    (a mismatch fails the shard with both names)."""
     from unirag.index.embeddings import build_from_embeddings
-    from unirag.index.encoding import encoder_info
+    from unirag.ray_support import default_workers, ray_session
 
     shards_dir = Path(shards_dir) if shards_dir is not None else shards.default_shards_dir(out_dir)
-    info = encoder_info(encoder, encoder_spec)
     plan = shards.load_or_create_plan(shards_dir, pool, info, shard_size=shard_size)
-    todo = shards.missing_shards(shards_dir, plan)
+    todo = [i for i in range(plan.n_shards) if shards.done_record(shards_dir, i) is None]  # not done yet
     if progress:
         print(f"shards: {plan.n_shards - len(todo)} of {plan.n_shards} already done, embedding {len(todo)} "
               f"on Ray", flush=True)
-    engine = replace(engine, decode_workers=getattr(encoder, "decode_workers", None))  # the encoder's setting
-    run_shards(shards_dir, todo, encoder_spec, images_root, engine, batch_size=batch_size, dtype=dtype,
-               autocast=autocast, progress=progress)
+    if todo:
+        with ray_session(engine.ray_address, log_to_driver=progress) as ray:
+            ray.data.DataContext.get_current().enable_progress_bars = progress
+            # by GPUs when asked for, else CPUs minus one for Ray Data's tasks
+            n_workers = engine.workers or default_workers(ray, engine.cpus_per_worker, engine.gpus_per_worker,
+                                                          reserve_cpus=1)
+            n_workers = max(1, min(n_workers, len(todo)))
+            device, threads, decode = engine.actor_sizing(ray, n_workers)
+            ds = ray.data.from_items([{"shard": i} for i in todo], override_num_blocks=len(todo))
+            ds.map_batches(
+                _ShardWorker, batch_size=1, concurrency=n_workers, num_cpus=engine.cpus_per_worker,
+                num_gpus=engine.gpus_per_worker,
+                fn_constructor_kwargs={"shards_dir": str(shards_dir.resolve()), "encoder_spec": info["spec"],
+                                       "images_root": str(images_root) if images_root else None,
+                                       "batch_size": batch_size, "threads": threads,
+                                       "load": {"device": device, "dtype": dtype,
+                                                "autocast": getattr(encoder, "autocast_dtype", None),
+                                                "decode_workers": decode}}).materialize()
     return build_from_embeddings(pool, shards_dir, out_dir, info, index_type=index_type, params=params,
                                  images_root=images_root, progress=progress, allow_shrink=allow_shrink)
 
 
 class _ShardWorker:
-    """A Ray actor: loads the encoder once, then embeds whole shards."""
+    """A Ray actor: loads the encoder once (``load``: :func:`unirag.encoders.registry.load_encoder`'s
+    options), then embeds whole shards."""
 
     def __init__(self, shards_dir: str, encoder_spec: str | None, images_root: str | None, batch_size: int,
-                 device: str, dtype: str | None, threads: int | None, decode: int | None = 0,
-                 autocast: str | None = None) -> None:
+                 threads: int | None, load: dict[str, Any]) -> None:
         if threads:
             import torch
 
             torch.set_num_threads(threads)
         from unirag.encoders.registry import load_encoder
 
-        self.encoder = load_encoder(encoder_spec, device=device, dtype=dtype, autocast=autocast)
-        self.encoder.decode_workers = decode
-        self.embed = partial(shards.embed_shard, shards_dir, shards.read_plan(shards_dir), encoder=self.encoder,
-                             images_root=images_root, batch_size=batch_size)
+        self.embed = partial(shards.embed_shard, shards_dir, shards.read_plan(shards_dir),
+                             encoder=load_encoder(encoder_spec, **load), images_root=images_root,
+                             batch_size=batch_size)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         for i in batch["shard"]:  # the shard's files are its result
             self.embed(int(i))
         return batch
-
-
-def run_shards(shards_dir: str | Path, shard_ids: list[int], encoder_spec: str | None,
-               images_root: str | Path | None, engine: Any, *, batch_size: int = 64, dtype: str | None = None,
-               autocast: str | None = None, progress: bool = True) -> None:
-    """Embed ``shard_ids`` of the planned shards folder on Ray, sized by ``engine`` (its
-    :class:`~unirag.runs.engine.EngineOptions`).
-
-    Workers load ``encoder_spec`` on ``cuda`` when GPUs are reserved (else CPU) in ``dtype`` (and
-    ``autocast``, see :func:`unirag.encoders.registry.load_encoder`); their
-    encoder's fingerprint must be the one planned (a mismatch fails the shard with both names).
-    """
-    from unirag.ray_support import default_workers, ray_session
-
-    if not shard_ids:
-        return
-    o = engine
-    with ray_session(o.ray_address, log_to_driver=progress) as ray:
-        ray.data.DataContext.get_current().enable_progress_bars = progress
-        # by GPUs when asked for, else CPUs minus one for Ray Data's tasks
-        n_workers = o.workers or default_workers(ray, o.cpus_per_worker, o.gpus_per_worker, reserve_cpus=1)
-        n_workers = max(1, min(n_workers, len(shard_ids)))
-        device, threads, decode = o.actor_sizing(ray, n_workers)
-        ds = ray.data.from_items([{"shard": i} for i in shard_ids], override_num_blocks=len(shard_ids))
-        ds.map_batches(
-            _ShardWorker, batch_size=1, concurrency=n_workers, num_cpus=o.cpus_per_worker,
-            num_gpus=o.gpus_per_worker,
-            fn_constructor_kwargs={"shards_dir": str(Path(shards_dir).resolve()), "encoder_spec": encoder_spec,
-                                   "images_root": str(images_root) if images_root else None,
-                                   "batch_size": batch_size, "device": device, "dtype": dtype,
-                                   "threads": threads, "decode": decode, "autocast": autocast}).materialize()

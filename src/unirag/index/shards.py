@@ -23,10 +23,9 @@ import numpy as np
 from unirag.data.images import BadImageReport
 from unirag.data.jsonl import parse_json_line
 from unirag.data.mbeir import parse_candidate
-from unirag.data.records import Candidate
 from unirag.errors import ConfigError, InputError
 from unirag.index.directory import index_lock
-from unirag.index.encoding import count_lines, encode_chunks, modality_chunks
+from unirag.index.encoding import count_lines, encode_chunks
 from unirag.runs.atomic import atomic_open, atomic_write_bytes
 
 PLAN = "plan.json"
@@ -37,10 +36,6 @@ DEFAULT_SHARD_SIZE = 50_000
 def default_shards_dir(out_dir: str | Path) -> Path:
     """Where the sharded engine keeps its shards unless told otherwise: ``<out_dir>/shards``."""
     return Path(out_dir) / "shards"
-
-
-def shard_name(i: int) -> str:
-    return f"shard-{i:05d}"
 
 
 @dataclass
@@ -55,25 +50,6 @@ class ShardPlan:
     offsets: list[int]  # byte offset of the first line of each shard
     lines: list[int]  # line number (from 1) of that line
     encoder: dict[str, Any]
-
-
-def _scan_pool(pool: Path, n_shards: int | None, shard_size: int
-               ) -> tuple[int, int, list[int], list[int], list[int]]:
-    """Count non-blank lines, cut them into shards, note where each shard starts (byte offset, line)."""
-    count = count_lines(pool)
-    n = n_shards or max(1, -(-count // shard_size))
-    starts = [i * count // n for i in range(n)]
-    wanted = set(starts)
-    offsets, lines = {}, {}
-    with pool.open("rb") as f:
-        pos, lineno, item = 0, 0, 0
-        for lineno, line in enumerate(f, start=1):
-            if line.strip():
-                if item in wanted and item not in offsets:
-                    offsets[item], lines[item] = pos, lineno
-                item += 1
-            pos += len(line)
-    return count, n, starts, [offsets.get(s, pos) for s in starts], [lines.get(s, lineno + 1) for s in starts]
 
 
 def load_or_create_plan(shards_dir: str | Path, pool: str | Path, encoder_info: dict[str, Any],
@@ -101,13 +77,26 @@ def load_or_create_plan(shards_dir: str | Path, pool: str | Path, encoder_info: 
                 raise InputError(f"this shards folder was planned for {', '.join(problems)}; use another shards "
                                  "folder or delete this one to start over", path=path)
             return plan
-        plan = ShardPlan(str(pool), pool.stat().st_size, *_scan_pool(pool, n_shards, shard_size),
-                         {k: encoder_info.get(k) for k in ("name", "spec", "dim", "fingerprint", "config")})
-        if plan.count == 0:
+        count = count_lines(pool)  # the non-blank lines, cut into shards: where each starts (offset, line)
+        if count == 0:
             raise InputError("nothing to index: the pool has no candidates", path=pool)
-        if plan.n_shards > plan.count:
-            raise ConfigError(f"{plan.n_shards} shards for a pool of {plan.count} candidates: use at most "
-                              f"{plan.count}")
+        n = n_shards or max(1, -(-count // shard_size))
+        if n > count:
+            raise ConfigError(f"{n} shards for a pool of {count} candidates: use at most {count}")
+        starts = [i * count // n for i in range(n)]
+        wanted = set(starts)
+        offsets, lines = {}, {}
+        with pool.open("rb") as f:
+            pos, item = 0, 0
+            for lineno, line in enumerate(f, start=1):
+                if line.strip():
+                    if item in wanted:
+                        offsets[item], lines[item] = pos, lineno
+                    item += 1
+                pos += len(line)
+        plan = ShardPlan(str(pool), pool.stat().st_size, count, n, starts, [offsets[s] for s in starts],
+                         [lines[s] for s in starts],
+                         {k: encoder_info.get(k) for k in ("name", "spec", "dim", "fingerprint", "config")})
         atomic_write_bytes(path, json.dumps(asdict(plan), indent=1).encode())
         return plan
 
@@ -123,31 +112,11 @@ def read_plan(shards_dir: str | Path) -> ShardPlan:
 
 
 def done_record(shards_dir: str | Path, i: int) -> dict[str, Any] | None:
-    path = Path(shards_dir) / f"{shard_name(i)}.done.json"
+    path = Path(shards_dir) / f"shard-{i:05d}.done.json"
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-
-
-def missing_shards(shards_dir: str | Path, plan: ShardPlan) -> list[int]:
-    """Shards of ``plan`` that have no done marker yet (what a rerun embeds)."""
-    return [i for i in range(plan.n_shards) if done_record(shards_dir, i) is None]
-
-
-def _shard_candidates(plan: ShardPlan, i: int) -> list[Candidate]:
-    """The candidates of shard ``i``, read from its byte offset only."""
-    pool = Path(plan.pool)
-    want = (plan.starts[i + 1] if i + 1 < plan.n_shards else plan.count) - plan.starts[i]
-    with pool.open("rb") as f:
-        f.seek(plan.offsets[i])
-        lines = ((lineno, raw) for lineno, raw in enumerate(f, start=plan.lines[i]) if raw.strip())
-        out = [parse_candidate(parse_json_line(raw, pool, n), pool, n)
-               for n, raw in itertools.islice(lines, want)]
-    if len(out) != want:
-        raise InputError(f"shard {i} expected {want} candidates but the pool ended early: the pool changed "
-                         "since the plan was made; start a new shards folder", path=pool)
-    return out
 
 
 def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images_root: str | Path | None,
@@ -166,11 +135,19 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
                           f"{plan.encoder.get('fingerprint')})")
     started = time.time()
     bad = BadImageReport()
-    items = _shard_candidates(plan, i)
+    pool = Path(plan.pool)
+    want = (plan.starts[i + 1] if i + 1 < plan.n_shards else plan.count) - plan.starts[i]
+    with pool.open("rb") as f:  # the shard's candidates, read from its byte offset only
+        f.seek(plan.offsets[i])
+        lines = ((lineno, raw) for lineno, raw in enumerate(f, start=plan.lines[i]) if raw.strip())
+        items = [parse_candidate(parse_json_line(raw, pool, n), pool, n)
+                 for n, raw in itertools.islice(lines, want)]
+    if len(items) != want:
+        raise InputError(f"shard {i} expected {want} candidates but the pool ended early: the pool changed "
+                         "since the plan was made; start a new shards folder", path=pool)
     skipped: list[dict[str, str]] = []
     found: dict[str, np.ndarray] = {}  # did -> vector
-    chunks = modality_chunks(items, batch_size)  # as the local engine batches them
-    for _, group, kept, vectors in encode_chunks(encoder, chunks, images_root, bad, len(items)):
+    for _, group, kept, vectors in encode_chunks(encoder, items, batch_size, images_root, bad, len(items)):
         found.update(zip([c.did for c in kept], vectors, strict=True))
         lost = [c for c in group if c.did not in found]
         skipped += [{"did": c.did, "path": p, "reason": r}
@@ -178,7 +155,7 @@ def embed_shard(shards_dir: str | Path, plan: ShardPlan, i: int, encoder, images
     ids = [c.did for c in items if c.did in found]  # pool order
     dim = int(encoder.dim)
     vectors = np.stack([found[d] for d in ids]).astype(np.float32) if ids else np.zeros((0, dim), dtype=np.float32)
-    name = shard_name(i)
+    name = f"shard-{i:05d}"
     with atomic_open(shards_dir / f"{name}.npy", "wb") as f:
         np.save(f, vectors)
     atomic_write_bytes(shards_dir / f"{name}.ids", "".join(f"{d}\n" for d in ids).encode())

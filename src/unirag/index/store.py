@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import faiss
 import numpy as np
 
 from unirag.data.records import Modality
@@ -111,9 +112,7 @@ class RawVectors:
     def rows(self, rows: np.ndarray) -> np.ndarray:
         out = np.empty((len(rows), self.dim), dtype=np.float32)
         buf = memoryview(out).cast("B")
-        for i, r in enumerate(rows.tolist()):
-            if not 0 <= r < self.count:
-                raise IndexError(f"row {r} out of range (0..{self.count - 1})")
+        for i, r in enumerate(rows.tolist()):  # in range: rows come from MetaTable.locate or FAISS
             start = i * self.row_bytes
             if os.preadv(self.fd, [buf[start : start + self.row_bytes]], r * self.row_bytes) != self.row_bytes:
                 raise InputError(f"short read at row {r}: the file is truncated; rebuild the index", path=self.path)
@@ -148,8 +147,6 @@ class RowFilter:
     """
 
     def __init__(self, rows: np.ndarray, shards: list[tuple[Any, int]]) -> None:
-        import faiss
-
         self.counts: list[int] = []  # rows selected, per shard
         self.selectors: list[Any] = []
         self._bitmaps: list[np.ndarray] = []
@@ -168,8 +165,6 @@ class SubIndex:
     """One modality: FAISS shards (rows ``start .. start+count`` each) and optional raw vectors."""
 
     def __init__(self, folder: Path, entry: dict[str, Any], dim: int, memory: str = "mmap") -> None:
-        import faiss
-
         self.count = int(entry["count"])
         self.params: dict[str, Any] = dict(entry.get("params") or {})
         self.shards: list[tuple[Any, int]] = []  # (faiss index, first row)
@@ -247,10 +242,9 @@ class SubIndex:
         """The stored vector of local ``row``: exact from raw vectors/flat/HNSW, decoded for plain IVF-PQ."""
         if self.vectors is not None:
             return self.vectors.rows(np.array([row]))[0]
-        for index, first in reversed(self.shards):
+        for index, first in reversed(self.shards):  # the first shard starts at row 0
             if row >= first:
                 return index.reconstruct(int(row - first))
-        raise IndexError(row)
 
 
 def sample_rows(count: int, n: int = OPEN_SAMPLE_ROWS) -> np.ndarray:
@@ -275,8 +269,6 @@ def _refuse_non_finite(vectors: np.ndarray, where: Any) -> None:
 
 def _check_sample(index: Any, path: Path) -> None:
     """Refuse a shard whose sampled rows (or, for IVF, coarse centroids and PQ code book) are not finite."""
-    import faiss
-
     n = int(index.ntotal)
     if isinstance(index, faiss.IndexIVF):
         parts = [index.quantizer.reconstruct_n(0, int(index.quantizer.ntotal))] if index.quantizer.ntotal else []

@@ -17,16 +17,18 @@ from __future__ import annotations
 import errno
 import os
 import re
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
+import faiss
 import numpy as np
 
 from unirag.data.records import Modality
 from unirag.errors import ConfigError, InputError
 from unirag.index import factory
-from unirag.index.directory import BuildSlot, check_target
+from unirag.index.directory import BuildSlot
 from unirag.index.manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -34,7 +36,6 @@ from unirag.index.manifest import (
     read_manifest,
     sha256_file,
 )
-from unirag.index.metadata import MetaWriter
 from unirag.index.store import RawVectors
 
 SPILL_CHUNK = 65536
@@ -47,15 +48,6 @@ def source_record(pool: str | Path | None, images_root: str | Path | None, bad: 
     """What the manifest records of the build's input: pool file, images root, skipped images (path, reason)."""
     return {"pool": str(pool) if pool else None, **more, "images_root": str(images_root) if images_root else None,
             "bad_images": {"count": len(bad), "first": [{"path": p, "reason": r} for p, r in bad[:BAD_IMAGES_KEPT]]}}
-
-
-def faiss_write_error(e: RuntimeError, target: Path) -> OSError:
-    """The OSError behind a FAISS write failure (``... write error ...: 28 (No space left on device)``)."""
-    m = re.search(r"\(([^()]+)\)\s*$", str(e))  # FAISS ends with "(<strerror>)"
-    reason = m.group(1) if m else str(e)
-    code = next((c for c in errno.errorcode if os.strerror(c) == reason),
-                errno.ENOSPC if "space" in reason.lower() else errno.EIO)
-    return OSError(code, os.strerror(code), str(target))
 
 
 class _SubIndex:
@@ -91,31 +83,28 @@ class _SubIndex:
                 self.current = None
 
     def _write_shard(self, index) -> None:
-        import faiss
-
         name = f"{self.stem}.{len(self.shards):05d}.faiss"
         target = self.folder / name
         try:
             faiss.write_index(index, str(target))
-        except RuntimeError as e:  # FAISS reports a failed write as a RuntimeError quoting errno
-            raise faiss_write_error(e, target) from e
+        except RuntimeError as e:  # FAISS reports a failed write as "... write error ...: 28 (<strerror>)"
+            m = re.search(r"\(([^()]+)\)\s*$", str(e))
+            reason = m.group(1) if m else str(e)
+            code = next((c for c in errno.errorcode if os.strerror(c) == reason),
+                        errno.ENOSPC if "space" in reason.lower() else errno.EIO)
+            raise OSError(code, os.strerror(code), str(target)) from e
         self.shards.append({"file": name, "count": int(index.ntotal)})
 
     def finish(self) -> dict[str, Any]:
-        """Write the remaining shard(s); returns this sub-index's manifest entry."""
-        kind, params, vfile = self.index_type, dict(self.params), None
-        if self.spill_fh is not None:
-            self.spill_fh.close()
-            kind, params, vfile = self._finish_ivfpq()
-        elif self.current is not None:
-            self._write_shard(self.current)
-            self.current = None
-        return {"count": self.count, "type": kind, "params": params, "shards": self.shards, "vectors_file": vfile}
-
-    def _finish_ivfpq(self) -> tuple[str, dict[str, Any], str | None]:
-        """Train IVF-PQ once on a bounded sample of the spilled vectors, then fill shard after shard."""
-        import faiss
-
+        """Write the remaining shard(s); returns this sub-index's manifest entry. IVF-PQ is trained once on a
+        bounded sample of the spilled vectors, then filled shard after shard."""
+        if self.spill_fh is None:
+            if self.current is not None:
+                self._write_shard(self.current)
+                self.current = None
+            return {"count": self.count, "type": self.index_type, "params": dict(self.params),
+                    "shards": self.shards, "vectors_file": None}
+        self.spill_fh.close()
         n = self.count
         raw = RawVectors(self.spill_path, n, self.dim)
         if n < factory.IVFPQ_MIN_COUNT:
@@ -140,7 +129,8 @@ class _SubIndex:
             del index
         keep = trained is not None and params["refine"]  # re-scoring reads rows of it
         raw.close(delete=not keep)
-        return kind, params, self.spill_path.name if keep else None
+        return {"count": n, "type": kind, "params": params, "shards": self.shards,
+                "vectors_file": self.spill_path.name if keep else None}
 
 
 def check_shrink(index_dir: Path, counts: dict[str, int], extra: dict[str, Any] | None = None) -> None:
@@ -186,24 +176,27 @@ class IndexWriter:
         self.encoder_info = encoder_info
         self.index_type = index_type
         self.params = factory.resolve_params(index_type, params)
-        check_target(self.out_dir)
         self.slot = BuildSlot(self.out_dir)
         self.folder = self.slot.path
-        self._meta = MetaWriter(self.folder / META_FILE)
+        # the metadata file (unirag.index.metadata reads it): rows appended, the lookup indexes added at the
+        # commit (fast after bulk insert); no journal: the whole build folder is discarded on failure
+        self._meta = sqlite3.connect(self.folder / META_FILE)
+        self._meta.execute("PRAGMA journal_mode=OFF")
+        self._meta.execute("PRAGMA synchronous=OFF")
+        self._meta.execute("CREATE TABLE meta (modality TEXT NOT NULL, row INTEGER NOT NULL, did TEXT NOT NULL, "
+                           "txt TEXT, img_path TEXT, source_id TEXT, src_content TEXT, PRIMARY KEY (modality, row)) "
+                           "WITHOUT ROWID")
         self._subs: dict[Modality, _SubIndex] = {}
         self._started = time.time()
-        self._committed = False
 
     def __enter__(self) -> IndexWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self._committed:
-            return
-        for sub in self._subs.values():
+        for sub in self._subs.values():  # closed already after a commit, whose published folder abort() keeps
             if sub.spill_fh is not None:
                 sub.spill_fh.close()
-        self._meta.db.close()
+        self._meta.close()
         self.slot.abort()
 
     def add(self, modality: Modality, metas: list[dict[str, Any]], vectors: np.ndarray) -> None:
@@ -216,7 +209,10 @@ class IndexWriter:
         if modality not in self._subs:
             self._subs[modality] = _SubIndex(self.folder, modality, self.dim, self.index_type, self.params)
         sub = self._subs[modality]
-        self._meta.add(modality, sub.count, metas)
+        self._meta.executemany(
+            "INSERT INTO meta VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(modality.value, sub.count + i, str(m["did"]), m.get("txt"), m.get("img_path"), m.get("source_id"),
+              m.get("src_content")) for i, m in enumerate(metas)])
         sub.add(vectors)
 
     def commit(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -226,6 +222,10 @@ class IndexWriter:
         if not self.allow_shrink:
             check_shrink(self.out_dir, {m.value: sub.count for m, sub in self._subs.items()}, extra)
         subindexes = {m.value: sub.finish() for m, sub in self._subs.items()}
+        # unique: the builds read every pool through encoding.pool_candidates, which refuses a repeated did
+        self._meta.execute("CREATE UNIQUE INDEX meta_did ON meta (did)")
+        self._meta.execute("CREATE INDEX meta_source ON meta (source_id) WHERE source_id IS NOT NULL")
+        self._meta.commit()
         self._meta.close()
         files = {}
         for path in sorted(self.folder.iterdir()):
@@ -251,5 +251,4 @@ class IndexWriter:
             "files": files,
         }
         self.slot.publish(manifest)
-        self._committed = True
         return manifest
