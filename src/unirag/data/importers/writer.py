@@ -138,49 +138,6 @@ class ImportSummary:
         return "\n".join(lines)
 
 
-def _check_images(
-    items: list[SourceItem], images_root: Path, mode: str, show_progress: bool, workers: int
-) -> tuple[BadImageReport, set[str]]:
-    """Report of unusable images and the source ids to skip with them.
-
-    Threads, because Pillow releases the GIL while decoding; results keep the input order.
-    """
-    report = BadImageReport()
-    bad: set[str] = set()
-    if mode == "none":
-        return report, bad
-    from concurrent.futures import ThreadPoolExecutor
-
-    from tqdm.auto import tqdm
-
-    paths = [resolve_image(it.img_path, images_root) for it in items]
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
-        reasons = ex.map(lambda p: image_problem(p, mode), paths, chunksize=16)
-        for it, path, reason in tqdm(
-            zip(items, paths, reasons, strict=True),
-            total=len(items),
-            unit="img",
-            desc=f"checking images ({mode})",
-            disable=not show_progress,
-        ):
-            if reason is not None:
-                report.add(path, reason)
-                bad.add(it.source_id)
-    return report, bad
-
-
-def outside_root(items: list[SourceItem], images_root: Path) -> list[tuple[SourceItem, Path]]:
-    """Items whose image path resolves outside ``images_root``: ``..`` segments, absolute paths and
-    symlinks pointing elsewhere (the path is resolved, links followed, before comparing)."""
-    root = images_root.resolve()
-    out = []
-    for it in items:
-        resolved = resolve_image(it.img_path, images_root).resolve()
-        if not resolved.is_relative_to(root):
-            out.append((it, resolved))
-    return out
-
-
 def _root_hint(items: list[SourceItem], images_root: Path) -> str:
     """A likely fix when no image resolves: paths that already start with the root folder's name."""
     first = Path(items[0].img_path)
@@ -298,7 +255,10 @@ def write_dataset(
     images_root = Path(images_root)
     if check != "none" and not images_root.is_dir():
         raise InputError("images root is not a directory", path=images_root)
-    outside = outside_root(items, images_root)
+    # image paths that resolve outside the root: '..' segments, absolute paths and symlinks pointing
+    # elsewhere (the path is resolved, links followed, before comparing)
+    outside = [(it, r) for it in items
+               if not (r := resolve_image(it.img_path, images_root).resolve()).is_relative_to(images_root.resolve())]
     if outside and not allow_outside_root:
         it, resolved = outside[0]
         raise InputError(
@@ -307,7 +267,20 @@ def write_dataset(
             "under the root, or pass --allow-outside-images (allow_outside_root=True) to import them anyway",
             path=it.origin or source,
         )
-    report, bad = _check_images(items, images_root, check, show_progress, workers)
+    report, bad = BadImageReport(), set()  # unusable images, and the source ids skipped with them
+    if check != "none":  # threads, because Pillow releases the GIL while decoding; results in input order
+        from concurrent.futures import ThreadPoolExecutor
+
+        from tqdm.auto import tqdm
+
+        paths = [resolve_image(it.img_path, images_root) for it in items]
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
+            reasons = ex.map(lambda p: image_problem(p, check), paths, chunksize=16)
+            for it, path, reason in tqdm(zip(items, paths, reasons, strict=True), total=len(items), unit="img",
+                                         desc=f"checking images ({check})", disable=not show_progress):
+                if reason is not None:
+                    report.add(path, reason)
+                    bad.add(it.source_id)
     good = [it for it in items if it.source_id not in bad]
     skipped_captions = sum(len(it.captions) for it in items) - sum(len(it.captions) for it in good)
     if not good:
