@@ -8,6 +8,7 @@ Candidates that share a ``source_id`` are the pool's own image–caption pairing
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,6 @@ class Pool:
         self.path = Path(path) if path is not None else None
         self.images_root = Path(images_root).absolute() if images_root is not None else None
         self._records: list[Candidate] | None = list(candidates) if candidates is not None else None
-        self._by_did: dict[str, Candidate] | None = None
-        self._len: int | None = None
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -167,29 +166,28 @@ class Pool:
         return read_candidates(self.path)
 
     def __len__(self) -> int:
-        if self._records is not None:
-            return len(self._records)
-        if self._len is None:
-            self._len = sum(1 for _ in self)
-        return self._len
+        return len(self._records) if self._records is not None else self._count
 
+    @functools.cached_property
+    def _count(self) -> int:  # a file's lines, counted once, streaming
+        return sum(1 for _ in self)
+
+    @functools.cached_property
     def _table(self) -> dict[str, Candidate]:
-        if self._by_did is None:
-            self._by_did = {c.did: c for c in self}
-        return self._by_did
+        return {c.did: c for c in self}
 
     def __getitem__(self, did: str) -> Candidate:
         try:
-            return self._table()[did]
+            return self._table[did]
         except KeyError:
             raise KeyError(f"no candidate {did!r} in the pool") from None
 
     def __contains__(self, did: object) -> bool:
-        return did in self._table()
+        return did in self._table
 
     def get(self, did: str, default: Candidate | None = None) -> Candidate | None:
         """The candidate with this did, or ``default``."""
-        return self._table().get(did, default)
+        return self._table.get(did, default)
 
     def image_file(self, candidate: Candidate | str) -> Path | None:
         """The absolute image file of a candidate (or did); None for a caption."""

@@ -5,6 +5,7 @@ thumbnails linked by relative paths, so the report folder is self-contained; all
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html
 import os
@@ -39,16 +40,12 @@ class MediaStore:
     def __init__(self, report_dir: Path) -> None:
         self.dir = report_dir / "media"
         self.page_dir = report_dir / "gallery"  # where the pages that link the thumbnails are
-        self._done: dict[Path, Path | None] = {}
+        self.thumb = functools.cache(self._thumb)  # one look per source image
 
-    def thumb(self, source: Path | None) -> Path | None:
-        if source is None:
-            return None
-        source = source.resolve()
-        if source in self._done:
-            return self._done[source]
+    def _thumb(self, source: Path | None) -> Path | None:
+        source = source.resolve() if source is not None else None
         target: Path | None = None
-        if source.is_file():
+        if source is not None and source.is_file():
             from unirag.data.images import load_rgb
 
             digest = hashlib.sha1(f"{source}:{source.stat().st_mtime_ns}".encode()).hexdigest()[:16]
@@ -61,7 +58,6 @@ class MediaStore:
                     im.save(target, "JPEG", quality=85)
                 except Exception:  # noqa: BLE001 - an unreadable image becomes a note on the card
                     target = None
-        self._done[source] = target
         return target
 
     def img_tag(self, source: Path | None, alt: str) -> str:
