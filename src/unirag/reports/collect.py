@@ -116,17 +116,6 @@ def _text(value: Any, *keys: str) -> str | None:
     return None
 
 
-def flat_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
-    """One level of keys from a run manifest, nested (``identity`` with its ``examples``, ``settings``) or
-    hand-written flat. Precedence: top level > identity > examples > settings."""
-    identity = manifest.get("identity") if isinstance(manifest.get("identity"), dict) else {}
-    out: dict[str, Any] = {}
-    for part in (manifest.get("settings"), identity.get("examples"), identity, manifest):
-        if isinstance(part, dict):
-            out.update(part)
-    return out
-
-
 def _name_of_source(path: str) -> str:
     """A retriever name from where the examples came from: an index's encoder, else the file/dir name."""
     p = Path(path)
@@ -163,7 +152,14 @@ def _retriever(flat: dict[str, Any]) -> str | None:
 def summarize_run(run_dir: str | Path) -> RunSummary:
     """Read one run's manifest and metrics; a run not evaluated yet is an error that says which command to run."""
     run_dir = existing_path(run_dir, "run directory", folder=True)
-    manifest = flat_manifest(read_run_manifest(run_dir))
+    # one level of keys from the manifest, nested (``identity`` with its ``examples``, ``settings``) or
+    # hand-written flat. Precedence: top level > identity > examples > settings.
+    nested = read_run_manifest(run_dir)
+    identity = nested.get("identity") if isinstance(nested.get("identity"), dict) else {}
+    manifest: dict[str, Any] = {}
+    for part in (nested.get("settings"), identity.get("examples"), identity, nested):
+        if isinstance(part, dict):
+            manifest.update(part)
     evaluation = read_run_metrics(run_dir)
     if evaluation is None:
         raise InputError("no metrics.json: run 'unirag evaluate captions' or 'unirag evaluate images' on it first",
@@ -183,29 +179,21 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
         raise InputError("k must be an integer", path=run_dir / "manifest.json", field="k") from None
     if mode == "retrieval":
         k = max(k, 1)
+    paper: Any = {}  # the paper's figures a reproduction grid recorded for this run
+    if (run_dir / "paper.json").is_file():
+        from unirag.data.jsonl import read_json_file
+
+        data = read_json_file(run_dir / "paper.json")
+        paper = data.get("paper") if isinstance(data, dict) else None
+        if not isinstance(paper, dict):
+            raise InputError("expected {'paper': {metric: figure}}", path=run_dir / "paper.json", field="paper")
     dataset = manifest.get("dataset") or Path(str(manifest.get("queries") or evaluation.get("queries") or
                                                    "queries")).stem
     return RunSummary(run_dir=run_dir, task=task, dataset=str(dataset), generator=generator, mode=mode,
                       retriever=_retriever(manifest), k=k, metrics=dict(evaluation.get("metrics") or {}),
                       skipped=dict(evaluation.get("skipped_metrics") or {}), manifest=manifest,
-                      evaluation=evaluation, paper=read_paper_figures(run_dir), leak_rate=leak_rate(run_dir))
-
-
-PAPER_FILE = "paper.json"
-
-
-def read_paper_figures(run_dir: Path) -> dict[str, float]:
-    """The paper's figures a reproduction grid recorded for this run (``paper.json``), or {}."""
-    from unirag.data.jsonl import read_json_file
-
-    path = run_dir / PAPER_FILE
-    if not path.is_file():
-        return {}
-    data = read_json_file(path)
-    paper = data.get("paper") if isinstance(data, dict) else None
-    if not isinstance(paper, dict):
-        raise InputError("expected {'paper': {metric: figure}}", path=path, field="paper")
-    return {str(k): float(v) for k, v in paper.items() if isinstance(v, int | float)}
+                      evaluation=evaluation, leak_rate=leak_rate(run_dir),
+                      paper={str(m): float(v) for m, v in paper.items() if isinstance(v, int | float)})
 
 
 def leak_rate(run_dir: str | Path) -> float | None:

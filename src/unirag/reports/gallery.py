@@ -68,25 +68,6 @@ class MediaStore:
         return f'<img class="thumb" src="{esc(rel)}" alt="{esc(alt)}" loading="lazy">'
 
 
-def _scores_table(scores: dict[str, Any]) -> str:
-    rows = [(k, v) for k, v in scores.items() if isinstance(v, (int, float)) and k != "qid"]
-    if not rows:
-        return '<p class="muted">no per-query scores (run unirag evaluate first)</p>'
-    body = "".join(f"<tr><th>{esc(k)}</th><td>{v:.2f}</td></tr>" for k, v in rows)
-    return f"<table>{body}</table>"
-
-
-def _examples_html(examples: Any, media: MediaStore, pool_root: Path | None) -> str:
-    if not examples:
-        return '<p class="muted">none (zero-shot)</p>'
-    items = []
-    for ex in examples if isinstance(examples, list) else []:
-        ex = ex if isinstance(ex, dict) else {}
-        img = media.img_tag(resolve_image(ex.get("img_path"), pool_root), "example image") if ex.get("img_path") else ""
-        items.append(f'<li>{img}<div class="caption">{esc(ex.get("txt"))}</div></li>')
-    return "<ol>" + "".join(items) + "</ol>"
-
-
 def render_card(task: str, qid: str, record: dict[str, Any], query: Query | None, refs: list, scores: dict,
                 run_dir: Path, media: MediaStore, images_root: Path | None, pool_root: Path | None, *,
                 open_card: bool = True) -> str:
@@ -117,12 +98,20 @@ def render_card(task: str, qid: str, record: dict[str, Any], query: Query | None
     else:
         ref_html = "<ul>" + "".join(f"<li>{esc(c.txt)}</li>" for c in refs if c.txt) + "</ul>"
     examples = record.get("examples") or []
+    items = []
+    for ex in examples if isinstance(examples, list) else []:
+        ex = ex if isinstance(ex, dict) else {}
+        img = media.img_tag(resolve_image(ex.get("img_path"), pool_root), "example image") if ex.get("img_path") else ""
+        items.append(f'<li>{img}<div class="caption">{esc(ex.get("txt"))}</div></li>')
+    rows = [(k, v) for k, v in scores.items() if isinstance(v, (int, float)) and k != "qid"]
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{v:.2f}</td></tr>" for k, v in rows)
     return Template(asset_text("card.html")).substitute(
         open=" open" if open_card else "", gist=esc(str(gist)[:200]),
         status_class="ok" if ok else "failed", anchor=esc(qid), qid=esc(qid), status="ok" if ok else "failed",
         query=query_html, n_examples=len(examples) if isinstance(examples, list) else 0,
-        examples=_examples_html(examples, media, pool_root), output=output,
-        references=ref_html or '<p class="muted">none found</p>', scores=_scores_table(scores))
+        examples="<ol>" + "".join(items) + "</ol>" if examples else '<p class="muted">none (zero-shot)</p>',
+        output=output, references=ref_html or '<p class="muted">none found</p>',
+        scores=f"<table>{body}</table>" if rows else '<p class="muted">no per-query scores (run unirag evaluate first)</p>')
 
 
 def build_gallery(run: RunSummary, media: MediaStore, *, max_cards: int = 100,

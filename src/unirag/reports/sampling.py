@@ -90,18 +90,6 @@ def compare_sample_runs(set_a: str | Path, set_b: str | Path, runs_a: Sequence[s
     return result
 
 
-def _one_caption_per_image(path: Path) -> tuple[frozenset[str], frozenset[str]] | None:
-    """(qids, images) of a sample file; None when unreadable or not one caption query per image."""
-    try:
-        queries = read_queries(path)
-    except (InputError, OSError):
-        return None
-    images = [image_key(q) for q in queries]
-    if not queries or None in images or len(set(images)) != len(images):
-        return None
-    return frozenset(q.qid for q in queries), frozenset(images)
-
-
 def pipelines(runs: Sequence[RunSummary]) -> dict[str, list[RunSummary]]:
     """Runs of one sample set by pipeline; a generator's zero-shot runs are the k = 0 rows of each of its
     few-shot pipelines (as in the paper's tables), or a pipeline of their own when it has none."""
@@ -127,10 +115,14 @@ def sampling_tables(runs: Sequence[RunSummary]) -> list[Table]:
     if len(by_file) < 2:
         return []
     collections: dict[frozenset[str], list[tuple[Path, frozenset[str]]]] = defaultdict(list)
-    for path in by_file:
-        sample = _one_caption_per_image(path)
-        if sample is not None:
-            collections[sample[1]].append((path, sample[0]))
+    for path in by_file:  # a sample file: readable, and one caption query per image
+        try:
+            queries = read_queries(path)
+        except (InputError, OSError):
+            continue
+        images = [image_key(q) for q in queries]
+        if queries and None not in images and len(set(images)) == len(images):
+            collections[frozenset(images)].append((path, frozenset(q.qid for q in queries)))
     tables = []
     for images, files in collections.items():
         if len(files) < 2:

@@ -28,16 +28,6 @@ LOWER_IS_BETTER = {"FID"}
 KIND_SUFFIX = {"value": "", "paper": " paper", "delta": " Δ"}
 
 
-def metric_columns(task: str, runs: Sequence[RunSummary]) -> list[tuple[str, str]]:
-    """(metric, kind) of each column: each metric some run has, then its paper and Δ columns when a run
-    carries the paper's figure."""
-    cols: list[tuple[str, str]] = []
-    for c in IMAGE_COLUMNS if task == "image" else CAPTION_COLUMNS:
-        if any(c in r.metrics for r in runs):
-            cols += [(c, "value"), *([(c, "paper"), (c, "delta")] if any(c in r.paper for r in runs) else [])]
-    return cols
-
-
 def column_value(run: RunSummary, column: tuple[str, str]) -> float | None:
     """The number a column shows for a run: the measured metric, the paper's figure, or their difference."""
     measured, paper = run.metrics.get(column[0]), run.paper.get(column[0])
@@ -119,7 +109,10 @@ def runs_table(task: str, runs: Sequence[RunSummary], name: str, title: str, *, 
     """One row per run: its label (or ``labels``), k, the metric columns and the leak rate when a run has one.
     Its CSV has one row per run too: who generated it, its metrics (4 decimals; the IS SD a column of its
     own), its leak rate and its run; ``lead`` names columns put first, ``leads`` their values per run."""
-    cols = metric_columns(task, runs)
+    cols: list[tuple[str, str]] = []  # (metric, kind): each metric some run has, then its paper and Δ columns
+    for c in IMAGE_COLUMNS if task == "image" else CAPTION_COLUMNS:  # when a run carries the paper's figure
+        if any(c in r.metrics for r in runs):
+            cols += [(c, "value"), *([(c, "paper"), (c, "delta")] if any(c in r.paper for r in runs) else [])]
     leak = any(r.leak_rate is not None for r in runs)
     leak_cells = [["-" if r.leak_rate is None else f"{100 * r.leak_rate:.1f}%"] if leak else [] for r in runs]
     csv_cols = cols + [("IS SD", "value")] if task == "image" and ("IS", "value") in cols else cols

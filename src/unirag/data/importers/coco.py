@@ -95,20 +95,6 @@ def read_coco_json(path: str | Path, *, limit: int | None = None) -> tuple[list[
     return (out[:limit] if limit is not None else out), orphans
 
 
-def _is_jsonl(path: Path) -> bool:
-    """``.jsonl`` -> JSONL, ``.json`` -> official; otherwise sniff the first line."""
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".json"):
-        return suffix == ".jsonl"
-    with contextlib.closing(iter_text_lines(path)) as lines:
-        first = next(lines, (0, ""))[1]
-    try:
-        obj = json.loads(first)
-    except (json.JSONDecodeError, RecursionError):
-        return False  # a pretty-printed or single-line official file is parsed (and diagnosed) as JSON
-    return isinstance(obj, dict) and "images" not in obj and "annotations" not in obj
-
-
 def import_coco(
     captions: str | Path,
     images_root: str | Path,
@@ -135,7 +121,16 @@ def read_coco(captions: str | Path, *, limit: int | None = None) -> tuple[list[S
     """Images with their captions from an official COCO captions JSON or a ``{image, image_id, captions}``
     JSONL file; also returns the number of captions whose image is not in the file (JSON only)."""
     path = existing_path(captions)
-    if _is_jsonl(path):
+    jsonl = path.suffix.lower() == ".jsonl"  # .json: official; another suffix: sniff the first line
+    if path.suffix.lower() not in (".jsonl", ".json"):
+        with contextlib.closing(iter_text_lines(path)) as lines:
+            first = next(lines, (0, ""))[1]
+        try:
+            obj = json.loads(first)
+        except (json.JSONDecodeError, RecursionError):
+            obj = None  # a pretty-printed or single-line official file is parsed (and diagnosed) as JSON
+        jsonl = isinstance(obj, dict) and "images" not in obj and "annotations" not in obj
+    if jsonl:
         return read_items(path, image_field="image", caption_field="captions", id_field="image_id", fmt="jsonl",
                           limit=limit), 0
     return read_coco_json(path, limit=limit)

@@ -138,20 +138,6 @@ class ImportSummary:
         return "\n".join(lines)
 
 
-def _root_hint(items: list[SourceItem], images_root: Path) -> str:
-    """A likely fix when no image resolves: paths that already start with the root folder's name."""
-    first = Path(items[0].img_path)
-    if (
-        not first.is_absolute()
-        and first.parts[0] == images_root.name
-        and (images_root.parent / first).exists()
-    ):
-        return f" The paths already start with '{first.parts[0]}/': pass its parent, {images_root.parent}."
-    if len(first.parts) > 1 and (images_root / first.name).exists():
-        return f" {first.name} is directly in the images root, but the paths name a folder '{first.parent}/'."
-    return ""
-
-
 def build_records(
     items: list[SourceItem], *, name: str, seed: int = 0, all_captions: bool = False
 ) -> tuple[list[Candidate], list[Query], list[Query]]:
@@ -283,11 +269,19 @@ def write_dataset(
                     bad.add(it.source_id)
     good = [it for it in items if it.source_id not in bad]
     skipped_captions = sum(len(it.captions) for it in items) - sum(len(it.captions) for it in good)
-    if not good:
-        first = resolve_image(items[0].img_path, images_root)
+    if not good:  # with a likely fix: paths that already start with the root folder's name, ...
+        first, hint = Path(items[0].img_path), ""
+        if (
+            not first.is_absolute()
+            and first.parts[0] == images_root.name
+            and (images_root.parent / first).exists()
+        ):
+            hint = f" The paths already start with '{first.parts[0]}/': pass its parent, {images_root.parent}."
+        elif len(first.parts) > 1 and (images_root / first.name).exists():  # ... or name a folder it lacks
+            hint = f" {first.name} is directly in the images root, but the paths name a folder '{first.parent}/'."
         raise InputError(
             f"none of the {len(items)} images is readable (image paths are resolved against the "
-            f"images root, e.g. {first}).{_root_hint(items, images_root)}\n{report.summary()}",
+            f"images root, e.g. {resolve_image(items[0].img_path, images_root)}).{hint}\n{report.summary()}",
             path=source,
         )
 
