@@ -38,10 +38,6 @@ def _setting_default(name: str) -> Any:
     return SETTINGS[name].default
 
 
-#: The ``image_loading`` setting's values: how :func:`load_rgb` decodes files, bytes and PIL images.
-LOADINGS = ("normalised", "plain")
-
-
 def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str | None = None,
              draft: int | None = None, ahead: Mapping[str, Any] | None = None, loading: str = "normalised"):
     """Decode ``image`` (path, bytes, PIL image or array) to an upright 8-bit RGB PIL image.
@@ -64,9 +60,7 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
     Raises :class:`InputError` naming the file when it is missing, corrupt, a decompression bomb or
     empty, or when ``image`` is not an image at all.
     """
-    if loading not in LOADINGS:
-        raise ConfigError(f"image_loading must be normalised or plain, got {loading!r}")
-    plain = loading == "plain"
+    plain = loading == "plain"  # the setting's values are checked where settings are read
     if ahead and isinstance(image, str | Path) and max_pixels is None and background is None and draft is None \
             and not plain:
         hit = ahead.get(str(Path(image)))

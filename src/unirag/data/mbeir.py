@@ -21,15 +21,6 @@ from unirag.errors import InputError, existing_path
 from unirag.runs.atomic import atomic_write_lines
 
 
-def _opt_str(obj: dict, key: str, path: Path, lineno: int) -> str | None:
-    v = obj.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, str):
-        raise InputError(f"expected a string or null, got {type(v).__name__}", path=path, line=lineno, field=key)
-    return v
-
-
 def _req(obj: dict, key: str, path: Path, lineno: int) -> Any:
     if key not in obj or obj[key] is None:
         raise InputError("missing required field", path=path, line=lineno, field=key)
@@ -44,8 +35,10 @@ def _content(obj: dict, prefix: str, path: Path | None, lineno: int | None
         modality = Modality.parse(_req(obj, f"{prefix}modality", path, lineno))
     except ValueError as e:
         raise InputError(str(e), path=path, line=lineno, field=f"{prefix}modality") from None
-    txt = _opt_str(obj, f"{prefix}txt", path, lineno)
-    img = _opt_str(obj, f"{prefix}img_path", path, lineno)
+    txt, img = obj.get(f"{prefix}txt"), obj.get(f"{prefix}img_path")
+    for key, v in ((f"{prefix}txt", txt), (f"{prefix}img_path", img)):
+        if v is not None and not isinstance(v, str):
+            raise InputError(f"expected a string or null, got {type(v).__name__}", path=path, line=lineno, field=key)
     if modality.has_text and not txt:
         raise InputError(f"modality '{modality.value}' needs a text", path=path, line=lineno, field=f"{prefix}txt")
     if modality.has_image and not img:

@@ -52,21 +52,18 @@ class BaselineComparison:
     not_compared: dict[str, str]
     settings: dict[str, Any]
 
-    def legend(self) -> str:
-        s = self.settings
-        return (f"Run minus baseline on the queries both scored (n), {100 * s['confidence']:.0f}% paired "
-                f"bootstrap interval ({s['method']}, {s['resamples']} resamples, seed {s['seed']}). {MARK}: "
-                f"p < 0.05 in a paired randomization test after Holm's correction over the {s['n_tests']} "
-                "comparisons of this table. (~N q): roughly the queries needed to detect the difference "
-                "(power 0.8, alpha 0.05).")
-
     def table(self) -> Table:
-        base = self.baseline
+        base, s = self.baseline, self.settings
+        legend = (f"Run minus baseline on the queries both scored (n), {100 * s['confidence']:.0f}% paired "
+                  f"bootstrap interval ({s['method']}, {s['resamples']} resamples, seed {s['seed']}). {MARK}: "
+                  f"p < 0.05 in a paired randomization test after Holm's correction over the {s['n_tests']} "
+                  "comparisons of this table. (~N q): roughly the queries needed to detect the difference "
+                  "(power 0.8, alpha 0.05).")
         return Table(f"compare_{slug(base.task)}_{slug(base.dataset)}",
                      f"Differences from the baseline {base.label} (k={base.k}, {base.name}) — {base.dataset}",
                      ["k", "n", *self.metrics], [[r.run.label, r.run.k, r.n, *(comparison_cell(r.metrics.get(m))
                                                                              for m in self.metrics)] for r in self.rows],
-                     self.csv(), [self.legend(), *(f"Not compared: {why}" for why in self.not_compared.values())])
+                     self.csv(), [legend, *(f"Not compared: {why}" for why in self.not_compared.values())])
 
     def markdown(self) -> str:
         return self.table().markdown()

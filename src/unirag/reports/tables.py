@@ -20,7 +20,8 @@ from unirag.reports.collect import RunSummary
 # The paper's Table 3/4 order (BLEU, CIDEr, ROUGE, SPICE); METEOR, not in the paper, last.
 CAPTION_COLUMNS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "CIDEr", "ROUGE-L", "SPICE", "METEOR")
 IMAGE_COLUMNS = ("FID", "CLIP Score", "IS")
-LOWER_IS_BETTER = {"FID"}
+#: A value column's header where it is not the metric's name: which way is better, IS with its SD.
+HEADERS = {"FID": "FID ↓", "CLIP Score": "CLIP Score ↑", "IS": "IS ↑ (SD)"}
 
 
 #: The kinds of column a metric has: its value, and the paper's figure and the difference from it, with
@@ -60,15 +61,7 @@ def cell(run: RunSummary, column: tuple[str, str]) -> str:
 
 def header(column: tuple[str, str]) -> str:
     metric, kind = column
-    if kind == "paper":
-        return f"{metric} (paper)"
-    if kind == "delta":
-        return "Δ"
-    if metric in LOWER_IS_BETTER:
-        return f"{metric} ↓"
-    if metric == "IS":
-        return "IS ↑ (SD)"
-    return f"{metric} ↑" if metric == "CLIP Score" else metric
+    return f"{metric} (paper)" if kind == "paper" else "Δ" if kind == "delta" else HEADERS.get(metric, metric)
 
 
 #: Column of the share of queries whose examples showed a near-duplicate of the query (leakage).
