@@ -124,12 +124,11 @@ def read_qrels(path: str | Path) -> Qrels:
             raise InputError(f"expected 'qid 0 did relevance [task_id]', got {len(parts)} columns",
                              path=path, line=lineno)
         try:
-            rel = int(parts[3])
-            task = int(parts[4]) if len(parts) == 5 else None
+            rel, *_ = [int(p) for p in parts[3:]]  # the relevance, and the task_id: checked, not kept
         except ValueError:
             raise InputError("relevance and task_id must be integers", path=path, line=lineno) from None
         if rel > 0:
-            qrels.add(parts[0], parts[2], task)
+            qrels.add(parts[0], parts[2])
     return qrels
 
 

@@ -116,8 +116,15 @@ def _text(value: Any, *keys: str) -> str | None:
     return None
 
 
-def _name_of_source(path: str) -> str:
-    """A retriever name from where the examples came from: an index's encoder, else the file/dir name."""
+def _retriever(flat: dict[str, Any]) -> str | None:
+    """The retriever's name: an explicit ``retriever`` entry, else derived from where the examples came
+    from: an index's encoder, else the file/dir name."""
+    label = _text(flat.get("retriever"), "label", "name", "spec")
+    if label:
+        return label
+    path = next((s for key in ("retrieval", "index") if (s := _text(flat.get(key), "path", "label", "name"))), None)
+    if not path:
+        return None
     p = Path(path)
     index_manifest = p / "manifest.json"
     if p.is_dir() and index_manifest.is_file():
@@ -134,19 +141,6 @@ def _name_of_source(path: str) -> str:
         generic = {"run", "results", "retrieval", "retrieved", "topk", "run_file"}
         return p.parent.name if p.stem.lower() in generic and p.parent.name else p.stem
     return p.name or path
-
-
-def _retriever(flat: dict[str, Any]) -> str | None:
-    """The retriever's name: an explicit ``retriever`` entry, else derived from the examples' source."""
-    explicit = flat.get("retriever")
-    label = _text(explicit, "label", "name", "spec")
-    if label:
-        return label
-    for key in ("retrieval", "index"):
-        source = _text(flat.get(key), "path", "label", "name")
-        if source:
-            return _name_of_source(source)
-    return None
 
 
 def summarize_run(run_dir: str | Path) -> RunSummary:

@@ -40,28 +40,24 @@ class MediaStore:
     def __init__(self, report_dir: Path) -> None:
         self.dir = report_dir / "media"
         self.page_dir = report_dir / "gallery"  # where the pages that link the thumbnails are
-        self.thumb = functools.cache(self._thumb)  # one look per source image
+        self.img_tag = functools.cache(self._img_tag)  # one thumbnail per source image
 
-    def _thumb(self, source: Path | None) -> Path | None:
-        source = source.resolve() if source is not None else None
+    def _img_tag(self, source: Path | None, alt: str) -> str:
+        file = source.resolve() if source is not None else None
         target: Path | None = None
-        if source is not None and source.is_file():
+        if file is not None and file.is_file():
             from unirag.data.images import load_rgb
 
-            digest = hashlib.sha1(f"{source}:{source.stat().st_mtime_ns}".encode()).hexdigest()[:16]
+            digest = hashlib.sha1(f"{file}:{file.stat().st_mtime_ns}".encode()).hexdigest()[:16]
             target = self.dir / f"{digest}.jpg"
             if not target.exists():
                 try:
-                    im = load_rgb(source, draft=THUMB_SIZE)
+                    im = load_rgb(file, draft=THUMB_SIZE)
                     im.thumbnail((THUMB_SIZE, THUMB_SIZE))
                     self.dir.mkdir(parents=True, exist_ok=True)
                     im.save(target, "JPEG", quality=85)
                 except Exception:  # noqa: BLE001 - an unreadable image becomes a note on the card
                     target = None
-        return target
-
-    def img_tag(self, source: Path | None, alt: str) -> str:
-        target = self.thumb(source)
         if target is None:
             return f'<p class="muted">image not available: {esc(source)}</p>'
         rel = os.path.relpath(target, self.page_dir).replace(os.sep, "/")

@@ -31,13 +31,11 @@ KIND_SUFFIX = {"value": "", "paper": " paper", "delta": " Δ"}
 
 def column_value(run: RunSummary, column: tuple[str, str]) -> float | None:
     """The number a column shows for a run: the measured metric, the paper's figure, or their difference."""
-    measured, paper = run.metrics.get(column[0]), run.paper.get(column[0])
-    kind = column[1]
-    if kind == "paper":
-        return paper
+    metric, kind = column
     if kind == "delta":
+        measured, paper = run.metrics.get(metric), run.paper.get(metric)
         return measured - paper if measured is not None and paper is not None else None
-    return measured
+    return (run.paper if kind == "paper" else run.metrics).get(metric)
 
 
 def number(metric: str, value: float, signed: bool = False) -> str:
