@@ -95,21 +95,19 @@ def parse_candidate(obj: dict, path: Path | None, lineno: int | None) -> Candida
 
 def read_queries(path: str | Path) -> list[Query]:
     path = Path(path)
-    out: list[Query] = []
-    seen: set[str] = set()
+    out: dict[str, Query] = {}
     for lineno, obj in iter_json_lines(path):
         qid = str(_req(obj, "qid", path, lineno))
-        if qid in seen:
+        if qid in out:
             raise InputError(f"duplicate qid {qid!r}", path=path, line=lineno, field="qid")
-        seen.add(qid)
         modality, txt, img, src = _content(obj, "query_", path, lineno)
         task = obj.get("task_id")
         if task is not None and not isinstance(task, int):
             raise InputError("expected an integer", path=path, line=lineno, field="task_id")
-        out.append(Query(qid=qid, modality=modality, txt=txt, img_path=img, src_content=src,
+        out[qid] = Query(qid=qid, modality=modality, txt=txt, img_path=img, src_content=src,
                          pos_cand_list=_did_list(obj, "pos_cand_list", path, lineno),
-                         neg_cand_list=_did_list(obj, "neg_cand_list", path, lineno), task_id=task))
-    return out
+                         neg_cand_list=_did_list(obj, "neg_cand_list", path, lineno), task_id=task)
+    return list(out.values())
 
 
 def read_qrels(path: str | Path) -> Qrels:
@@ -124,11 +122,12 @@ def read_qrels(path: str | Path) -> Qrels:
             raise InputError(f"expected 'qid 0 did relevance [task_id]', got {len(parts)} columns",
                              path=path, line=lineno)
         try:
-            rel, *_ = [int(p) for p in parts[3:]]  # the relevance, and the task_id: checked, not kept
+            rel = int(parts[3])
+            task = int(parts[4]) if len(parts) == 5 else None
         except ValueError:
             raise InputError("relevance and task_id must be integers", path=path, line=lineno) from None
         if rel > 0:
-            qrels.add(parts[0], parts[2])
+            qrels.add(parts[0], parts[2], task)
     return qrels
 
 
@@ -162,11 +161,8 @@ def write_queries(path: str | Path, queries: Iterable[Query]) -> int:
 
 
 def write_qrels(path: str | Path, queries: Iterable[Query]) -> int:
-    def lines():
-        for q in queries:
-            for did in q.pos_cand_list:
-                yield f"{q.qid} 0 {did} 1" + (f" {q.task_id}" if q.task_id is not None else "")
-    return atomic_write_lines(path, lines())
+    return atomic_write_lines(path, (f"{q.qid} 0 {did} 1" + (f" {q.task_id}" if q.task_id is not None else "")
+                                     for q in queries for did in q.pos_cand_list))
 
 
 def load_pool(path: str | Path) -> dict[str, Candidate]:

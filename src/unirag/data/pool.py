@@ -46,8 +46,7 @@ class Pool:
         ``img_path``, ``src_content``; ``source_id`` may be given directly)."""
         from unirag.data.mbeir import duplicate_did, parse_candidate
 
-        out: list[Candidate] = []
-        seen: set[str] = set()
+        out: dict[str, Candidate] = {}
         for i, r in enumerate(records):
             c = r
             if not isinstance(r, Candidate):  # read as the pool file reader reads a line
@@ -57,11 +56,10 @@ class Pool:
                     raise InputError(e.reason, field=f"records[{i}].{e.field}") from None
                 if r.get("source_id") is not None:
                     c.source_id = str(r["source_id"])
-            if c.did in seen:
+            if c.did in out:
                 raise duplicate_did(c.did, None, None, None)
-            seen.add(c.did)
-            out.append(c)
-        return cls(out, images_root=images_root)
+            out[c.did] = c
+        return cls(out.values(), images_root=images_root)
 
     @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[Any, str | Iterable[str]] | tuple[Any, Any, Mapping[str, Any]]], *,

@@ -84,10 +84,13 @@ class Qrels:
     """Relevance judgements: qid -> set of relevant dids (all judged relevant with grade 1)."""
 
     relevant: dict[str, set[str]] = field(default_factory=dict)
+    task_ids: dict[str, int] = field(default_factory=dict)
 
-    def add(self, qid: str, did: str) -> None:
+    def add(self, qid: str, did: str, task_id: int | None = None) -> None:
         """Judge ``did`` relevant for ``qid``."""
         self.relevant.setdefault(qid, set()).add(did)
+        if task_id is not None:
+            self.task_ids[qid] = task_id
 
     def get(self, qid: str) -> set[str]:
         """The relevant dids of ``qid`` (empty when it has none)."""

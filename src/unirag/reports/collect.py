@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import InputError, existing_path
-from unirag.runs.rundir import TASK_ALIASES, read_run_manifest, read_run_metrics
+from unirag.runs.rundir import TASK_ALIASES, read_run_dir, read_run_manifest, read_run_metrics
 
 MODE_ORDER = {"retrieval": 0, "zero-shot": 1, "rag": 2, "random": 3}
 
@@ -46,9 +46,7 @@ class RunSummary:
             return f"{self.retriever or 'retrieval'} ({variant})"
         if self.mode == "zero-shot" or self.k == 0:
             return self.generator
-        if self.mode == "random":
-            return f"Random + {self.generator}"
-        return f"{self.retriever or 'RAG'} + {self.generator}"
+        return self.series if self.mode == "random" else f"{self.retriever or 'RAG'} + {self.generator}"
 
     @property
     def selection(self) -> str:
@@ -63,12 +61,9 @@ class RunSummary:
         if not isinstance(sel, dict):
             return "relevance"
         parts = [f"mmr λ={sel.get('mmr_lambda')}" if sel.get("diversity") == "mmr" else "relevance"]
-        if sel.get("one_per_image"):
-            parts.append("one per image")
-        if sel.get("near_duplicates") == "exclude":
-            parts.append("near-duplicates excluded")
-        if sel.get("pairs_from"):
-            parts.append("pairs from qrels")
+        parts += [text for text, on in (("one per image", sel.get("one_per_image")),
+                                        ("near-duplicates excluded", sel.get("near_duplicates") == "exclude"),
+                                        ("pairs from qrels", sel.get("pairs_from"))) if on]
         where = sel.get("where") or {}
         if isinstance(where, dict) and where:
             parts.append("where " + " ".join(f"{f}={','.join(map(str, v))}" for f, v in where.items()))
@@ -109,11 +104,7 @@ def _text(value: Any, *keys: str) -> str | None:
     """``value`` if it is a string, else its first string entry under ``keys``."""
     if isinstance(value, str):
         return value
-    if isinstance(value, dict):
-        for k in keys:
-            if isinstance(value.get(k), str):
-                return value[k]
-    return None
+    return next((value[k] for k in keys if isinstance(value.get(k), str)), None) if isinstance(value, dict) else None
 
 
 def _retriever(flat: dict[str, Any]) -> str | None:
@@ -181,28 +172,17 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
         paper = data.get("paper") if isinstance(data, dict) else None
         if not isinstance(paper, dict):
             raise InputError("expected {'paper': {metric: figure}}", path=run_dir / "paper.json", field="paper")
+    try:  # the finished queries the leakage guard counted in ("report": flagged examples; "exclude": none)
+        guarded = [r for r in read_run_dir(run_dir).ok().values() if isinstance(r.get("near_duplicates"), dict)]
+    except InputError:
+        guarded = []
+    leaking = sum(1 for r in guarded if any(isinstance(e, dict) and e.get("near_duplicate")
+                                            for e in r.get("examples") or ()))
     dataset = manifest.get("dataset") or Path(str(manifest.get("queries") or evaluation.get("queries") or
                                                    "queries")).stem
     return RunSummary(run_dir=run_dir, task=task, dataset=str(dataset), generator=generator, mode=mode,
                       retriever=_retriever(manifest), k=k, metrics=dict(evaluation.get("metrics") or {}),
                       skipped=dict(evaluation.get("skipped_metrics") or {}), manifest=manifest,
-                      evaluation=evaluation, leak_rate=leak_rate(run_dir),
+                      evaluation=evaluation, leak_rate=leaking / len(guarded) if guarded else None,
                       paper={str(m): float(v) for m, v in paper.items() if isinstance(v, int | float)})
 
-
-def leak_rate(run_dir: str | Path) -> float | None:
-    """Share of a run's finished queries whose examples showed a near-duplicate of the query
-    (examples flagged by the leakage guard under ``near_duplicates="report"``; 0 under "exclude").
-    None when no record carries the guard's count (guard off, or an older run)."""
-    from unirag.runs.rundir import read_run_dir
-
-    try:
-        records = read_run_dir(run_dir).ok()
-    except InputError:
-        return None
-    guarded = [r for r in records.values() if isinstance(r.get("near_duplicates"), dict)]
-    if not guarded:
-        return None
-    leaking = sum(1 for r in guarded if any(isinstance(e, dict) and e.get("near_duplicate")
-                                            for e in r.get("examples") or ()))
-    return leaking / len(guarded)

@@ -87,26 +87,6 @@ class BaselineComparison:
                           "metrics": {m: c.as_dict() for m, c in r.metrics.items()}} for r in self.rows]}
 
 
-def resolve_baseline(runs: Sequence[RunSummary], baseline: str | Path) -> RunSummary:
-    """The run ``baseline`` names: a run folder (given or not among ``runs``), else a run's directory name,
-    else a unique row label."""
-    path = Path(baseline)
-    for r in runs:
-        if path.exists() and r.run_dir.resolve() == path.resolve():
-            return r
-    if path.is_dir():
-        return summarize_run(path)
-    for key in ("name", "label"):
-        found = [r for r in runs if getattr(r, key) == str(baseline)]
-        if len(found) == 1:
-            return found[0]
-        if len(found) > 1:
-            raise InputError(f"--baseline {str(baseline)!r} names {len(found)} rows "
-                             f"({', '.join(r.name for r in found)}): give the run folder")
-    raise InputError(f"--baseline {str(baseline)!r} is neither a run folder nor a row of this report "
-                     f"(rows: {', '.join(r.name for r in runs)})")
-
-
 def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, *,
                  resamples: int = DEFAULT_RESAMPLES, seed: int = 0, method: str = "percentile"
                  ) -> BaselineComparison:
@@ -117,7 +97,21 @@ def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, 
     An :class:`unirag.errors.InputError` for unpaired runs. Needs the ``eval`` extra (scipy).
     """
     summaries = [r if isinstance(r, RunSummary) else summarize_run(r) for r in runs]
-    base = resolve_baseline(summaries, baseline)
+    # the baseline: a run folder (given or not among the runs), else a run's directory name, else a row label
+    path = Path(baseline)
+    base = next((r for r in summaries if path.exists() and r.run_dir.resolve() == path.resolve()), None)
+    base = base or (summarize_run(path) if path.is_dir() else None)
+    for key in ("name", "label") if base is None else ():
+        found = [r for r in summaries if getattr(r, key) == str(baseline)]
+        if len(found) > 1:
+            raise InputError(f"--baseline {str(baseline)!r} names {len(found)} rows "
+                             f"({', '.join(r.name for r in found)}): give the run folder")
+        if found:
+            base = found[0]
+            break
+    if base is None:
+        raise InputError(f"--baseline {str(baseline)!r} is neither a run folder nor a row of this report "
+                         f"(rows: {', '.join(r.name for r in summaries)})")
     base_records = read_per_query(base.run_dir)
     if not base_records:
         raise InputError("the baseline has no metrics_per_query.jsonl: evaluate it again", path=base.run_dir)

@@ -49,12 +49,8 @@ def cell(run: RunSummary, column: tuple[str, str]) -> str:
     value = column_value(run, column)
     if value is None:
         return "-"
-    if kind == "delta":
-        return number(metric, value, signed=True)
-    source = run.paper if kind == "paper" else run.metrics
-    if metric == "IS" and source.get("IS SD") is not None:
-        return f"{value:.2f} ({source['IS SD']:.2f})"
-    return number(metric, value)
+    sd = (run.paper if kind == "paper" else run.metrics).get("IS SD") if metric == "IS" and kind != "delta" else None
+    return f"{value:.2f} ({sd:.2f})" if sd is not None else number(metric, value, signed=kind == "delta")
 
 
 def header(column: tuple[str, str]) -> str:
@@ -86,10 +82,8 @@ class Table:
 
     def markdown(self) -> str:
         lines = [f"### {self.title}", "", "| | " + " | ".join(self.head) + " |", "|---|" + "---:|" * len(self.head)]
-        previous = None
-        for label, *cells in self.rows:
+        for (label, *cells), previous in zip(self.rows, [None, *(row[0] for row in self.rows)], strict=False):
             shown = "" if self.blank_repeats and label == previous else label
-            previous = label
             lines.append("| " + " | ".join(map(str, [shown, *cells])) + " |")
         return "\n".join(lines + (["", *self.notes] if self.notes else [])) + "\n"
 
