@@ -81,13 +81,9 @@ class RunSummary:
     def recorded_path(self, *keys: str, evaluation_first: bool = False) -> Path | None:
         """The first path recorded under ``keys`` (in the manifest, then metrics.json, or the other way
         round) that exists as given or relative to the run directory."""
-        for source in (self.evaluation, self.manifest) if evaluation_first else (self.manifest, self.evaluation):
-            for key in keys:
-                if source.get(key):
-                    for candidate in (Path(str(source[key])), self.run_dir / str(source[key])):
-                        if candidate.exists():
-                            return candidate
-        return None
+        sources = (self.evaluation, self.manifest) if evaluation_first else (self.manifest, self.evaluation)
+        return next((p for source in sources for key in keys if source.get(key)
+                     for p in (Path(str(source[key])), self.run_dir / str(source[key])) if p.exists()), None)
 
     def sort_key(self) -> tuple:
         return (0 if self.mode == "retrieval" else 1, "" if self.mode == "retrieval" else self.generator,

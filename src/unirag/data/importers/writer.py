@@ -159,10 +159,8 @@ def build_records(
                 source_id=it.source_id,
             )
         )
-        txt_dids = []
-        for key, text in it.captions:
-            did = f"{name}:txt:{key}"
-            txt_dids.append(did)
+        txt_dids = [f"{name}:txt:{key}" for key, _ in it.captions]
+        for (key, text), did in zip(it.captions, txt_dids, strict=True):
             pool.append(
                 Candidate(
                     did=did,
