@@ -171,7 +171,8 @@ def _normalise(im, background: str):
         pixels = np.asarray(im)  # big-endian 16-bit (I;16B) as uint16, so it scales by 0..65535 too
         im = Image.fromarray(_to_uint8(pixels.astype(np.uint16) if mode.startswith("I;16") else pixels), mode="L")
         mode = "L"
-    has_alpha = mode in ("RGBA", "LA", "La", "RGBa", "PA") or (mode in ("P", "L", "RGB") and "transparency" in im.info)
+    has_alpha = mode in ("RGBA", "LA", "La", "RGBa", "PA") or (mode in ("P", "L", "RGB")
+                                                              and "transparency" in im.info)
     if has_alpha:
         rgba = im.convert("RGBA")
         canvas = Image.new("RGBA", rgba.size, BACKGROUNDS[background] + (255,))

@@ -38,7 +38,8 @@ def _content(obj: dict, prefix: str, path: Path | None, lineno: int | None
     txt, img = obj.get(f"{prefix}txt"), obj.get(f"{prefix}img_path")
     for key, v in ((f"{prefix}txt", txt), (f"{prefix}img_path", img)):
         if v is not None and not isinstance(v, str):
-            raise InputError(f"expected a string or null, got {type(v).__name__}", path=path, line=lineno, field=key)
+            raise InputError(f"expected a string or null, got {type(v).__name__}", path=path, line=lineno,
+                             field=key)
     if modality.has_text and not txt:
         raise InputError(f"modality '{modality.value}' needs a text", path=path, line=lineno, field=f"{prefix}txt")
     if modality.has_image and not img:

@@ -26,7 +26,8 @@ class Modality(StrEnum):
         try:
             return cls(",".join(sorted(p.strip() for p in str(value).split(","))))
         except ValueError:
-            raise ValueError(f"unknown modality {value!r}; expected one of: text, image, image,text") from None
+            raise ValueError(f"unknown modality {value!r}; expected one of: text, image, image,text"
+                             ) from None
 
     @property
     def has_image(self) -> bool:

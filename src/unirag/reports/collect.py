@@ -100,7 +100,9 @@ def _text(value: Any, *keys: str) -> str | None:
     """``value`` if it is a string, else its first string entry under ``keys``."""
     if isinstance(value, str):
         return value
-    return next((value[k] for k in keys if isinstance(value.get(k), str)), None) if isinstance(value, dict) else None
+    if isinstance(value, dict):
+        return next((value[k] for k in keys if isinstance(value.get(k), str)), None)
+    return None
 
 
 def _retriever(flat: dict[str, Any]) -> str | None:
@@ -109,7 +111,8 @@ def _retriever(flat: dict[str, Any]) -> str | None:
     label = _text(flat.get("retriever"), "label", "name", "spec")
     if label:
         return label
-    path = next((s for key in ("retrieval", "index") if (s := _text(flat.get(key), "path", "label", "name"))), None)
+    path = next((source for key in ("retrieval", "index")
+                 if (source := _text(flat.get(key), "path", "label", "name"))), None)
     if not path:
         return None
     p = Path(path)
@@ -167,9 +170,11 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
         data = read_json_file(run_dir / "paper.json")
         paper = data.get("paper") if isinstance(data, dict) else None
         if not isinstance(paper, dict):
-            raise InputError("expected {'paper': {metric: figure}}", path=run_dir / "paper.json", field="paper")
+            raise InputError("expected {'paper': {metric: figure}}", path=run_dir / "paper.json",
+                             field="paper")
     try:  # the finished queries the leakage guard counted in ("report": flagged examples; "exclude": none)
-        guarded = [r for r in read_run_dir(run_dir).ok().values() if isinstance(r.get("near_duplicates"), dict)]
+        guarded = [r for r in read_run_dir(run_dir).ok().values()
+                   if isinstance(r.get("near_duplicates"), dict)]
     except InputError:
         guarded = []
     leaking = sum(1 for r in guarded if any(isinstance(e, dict) and e.get("near_duplicate")

@@ -107,7 +107,8 @@ def render_card(task: str, qid: str, record: dict[str, Any], query: Query | None
         query=query_html, n_examples=len(examples) if isinstance(examples, list) else 0,
         examples="<ol>" + "".join(items) + "</ol>" if examples else '<p class="muted">none (zero-shot)</p>',
         output=output, references=ref_html or '<p class="muted">none found</p>',
-        scores=f"<table>{body}</table>" if rows else '<p class="muted">no per-query scores (run unirag evaluate first)</p>')
+        scores=f"<table>{body}</table>" if rows
+        else '<p class="muted">no per-query scores (run unirag evaluate first)</p>')
 
 
 def build_gallery(run: RunSummary, media: MediaStore, *, max_cards: int = 100,

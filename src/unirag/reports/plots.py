@@ -29,7 +29,8 @@ def error_bar(runs: Sequence[RunSummary], metric: str):
 
 
 def metric_figure(dataset: str, metric: str, runs: Sequence[RunSummary]):
-    """``(figure, notes)`` of one metric against k (None when no run has it); ``notes``: why lines look flat."""
+    """``(figure, notes)`` of one metric against k (None when no run has it); ``notes``: why lines look
+    flat."""
     have = [r for r in runs if metric in r.metrics]
     if not have:
         return None

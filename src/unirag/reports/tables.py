@@ -49,13 +49,16 @@ def cell(run: RunSummary, column: tuple[str, str]) -> str:
     value = column_value(run, column)
     if value is None:
         return "-"
-    sd = (run.paper if kind == "paper" else run.metrics).get("IS SD") if metric == "IS" and kind != "delta" else None
+    source = run.paper if kind == "paper" else run.metrics
+    sd = source.get("IS SD") if metric == "IS" and kind != "delta" else None
     return f"{value:.2f} ({sd:.2f})" if sd is not None else number(metric, value, signed=kind == "delta")
 
 
 def header(column: tuple[str, str]) -> str:
     metric, kind = column
-    return f"{metric} (paper)" if kind == "paper" else "Δ" if kind == "delta" else HEADERS.get(metric, metric)
+    if kind != "value":
+        return f"{metric} (paper)" if kind == "paper" else "Δ"
+    return HEADERS.get(metric, metric)
 
 
 #: Column of the share of queries whose examples showed a near-duplicate of the query (leakage).
@@ -94,8 +97,10 @@ def runs_table(task: str, runs: Sequence[RunSummary], name: str, title: str, *, 
     """One row per run: its label (or ``labels``), k, the metric columns and the leak rate when a run has one.
     Its CSV has one row per run too: who generated it, its metrics (4 decimals; the IS SD a column of its
     own), its leak rate and its run; ``lead`` names columns put first, ``leads`` their values per run."""
-    cols: list[tuple[str, str]] = []  # (metric, kind): each metric some run has, then its paper and Δ columns
-    for c in IMAGE_COLUMNS if task == "image" else CAPTION_COLUMNS:  # when a run carries the paper's figure
+    # (metric, kind) of each column: each metric some run has, then its paper and Δ columns when a run
+    # carries the paper's figure
+    cols: list[tuple[str, str]] = []
+    for c in IMAGE_COLUMNS if task == "image" else CAPTION_COLUMNS:
         if any(c in r.metrics for r in runs):
             cols += [(c, "value"), *([(c, "paper"), (c, "delta")] if any(c in r.paper for r in runs) else [])]
     leak = any(r.leak_rate is not None for r in runs)

@@ -76,7 +76,8 @@ def read_coco(captions: str | Path, *, limit: int | None = None) -> tuple[list[S
         if lic is not None:
             meta["license"] = lic.get("name")
             meta["license_url"] = lic.get("url")
-        meta.update({key: img[key] for key in ("flickr_url", "coco_url", "width", "height") if img.get(key) is not None})
+        meta.update({key: img[key] for key in ("flickr_url", "coco_url", "width", "height")
+                     if img.get(key) is not None})
         items[image_id] = SourceItem(
             source_id=image_id, img_path=file_name.strip(), captions=[], meta=meta, origin=f"{path}, {where}"
         )

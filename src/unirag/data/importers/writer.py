@@ -241,8 +241,9 @@ def write_dataset(
         raise InputError("images root is not a directory", path=images_root)
     # image paths that resolve outside the root: '..' segments, absolute paths and symlinks pointing
     # elsewhere (the path is resolved, links followed, before comparing)
-    outside = [(it, r) for it in items
-               if not (r := resolve_image(it.img_path, images_root).resolve()).is_relative_to(images_root.resolve())]
+    outside = [(it, resolved) for it in items
+               if not (resolved := resolve_image(it.img_path, images_root).resolve())
+               .is_relative_to(images_root.resolve())]
     if outside and not allow_outside_root:
         it, resolved = outside[0]
         raise InputError(
@@ -260,8 +261,13 @@ def write_dataset(
         paths = [resolve_image(it.img_path, images_root) for it in items]
         with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
             reasons = ex.map(lambda p: image_problem(p, check), paths, chunksize=16)
-            for it, path, reason in tqdm(zip(items, paths, reasons, strict=True), total=len(items), unit="img",
-                                         desc=f"checking images ({check})", disable=not show_progress):
+            for it, path, reason in tqdm(
+                zip(items, paths, reasons, strict=True),
+                total=len(items),
+                unit="img",
+                desc=f"checking images ({check})",
+                disable=not show_progress,
+            ):
                 if reason is not None:
                     report.add(path, reason)
                     bad.add(it.source_id)
