@@ -12,6 +12,7 @@ worker processes can call it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import warnings
 from collections.abc import Mapping
@@ -160,10 +161,8 @@ def _normalise(im, background: str):
     """Upright, 8 bits per channel, transparency composited, RGB."""
     from PIL import Image, ImageOps
 
-    try:
+    with contextlib.suppress(*_DECODE_ERRORS):  # a malformed EXIF block: keep the pixels as stored
         im = ImageOps.exif_transpose(im)
-    except _DECODE_ERRORS:  # a malformed EXIF block: keep the pixels as stored
-        pass
     mode = im.mode
     if mode.startswith("I") or mode == "F":
         import numpy as np

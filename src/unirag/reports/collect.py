@@ -5,6 +5,7 @@ read from each run's ``manifest.json`` and ``metrics.json``, labelled as the pap
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,15 +119,13 @@ def _retriever(flat: dict[str, Any]) -> str | None:
     p = Path(path)
     index_manifest = p / "manifest.json"
     if p.is_dir() and index_manifest.is_file():
-        try:
+        with contextlib.suppress(OSError, ValueError):
             import json
 
             enc = json.loads(index_manifest.read_text(encoding="utf-8")).get("encoder")
             label = _text(enc, "label", "name", "spec")
             if label:
                 return _short(label)
-        except (OSError, ValueError):
-            pass
     if p.suffix in (".jsonl", ".json"):
         generic = {"run", "results", "retrieval", "retrieved", "topk", "run_file"}
         return p.parent.name if p.stem.lower() in generic and p.parent.name else p.stem
