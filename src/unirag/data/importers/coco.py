@@ -101,8 +101,7 @@ def read_coco(captions: str | Path, *, limit: int | None = None) -> tuple[list[S
             orphans += 1
             continue
         item.captions.append((ann_id, caption.strip()))
-    out = list(items.values())
-    return (out[:limit] if limit is not None else out), orphans
+    return list(items.values())[:limit], orphans
 
 
 def import_coco(

@@ -135,8 +135,7 @@ def read_items(
                 line=lineno,
                 field=id_field,
             )
-        start = len(item.captions)
-        item.captions += [(f"{item.source_id}.{start + k}", c) for k, c in enumerate(caps)]
+        item.captions += [(f"{item.source_id}.{k}", c) for k, c in enumerate(caps, start=len(item.captions))]
     return list(items.values())
 
 

@@ -241,9 +241,9 @@ def write_dataset(
         raise InputError("images root is not a directory", path=images_root)
     # image paths that resolve outside the root: '..' segments, absolute paths and symlinks pointing
     # elsewhere (the path is resolved, links followed, before comparing)
-    outside = [(it, resolved) for it in items
-               if not (resolved := resolve_image(it.img_path, images_root).resolve())
-               .is_relative_to(images_root.resolve())]
+    paths = [resolve_image(it.img_path, images_root) for it in items]
+    outside = [(it, resolved) for it, path in zip(items, paths, strict=True)
+               if not (resolved := path.resolve()).is_relative_to(images_root.resolve())]
     if outside and not allow_outside_root:
         it, resolved = outside[0]
         raise InputError(
@@ -258,7 +258,6 @@ def write_dataset(
 
         from tqdm.auto import tqdm
 
-        paths = [resolve_image(it.img_path, images_root) for it in items]
         with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
             reasons = ex.map(lambda p: image_problem(p, check), paths, chunksize=16)
             for it, path, reason in tqdm(
@@ -285,7 +284,7 @@ def write_dataset(
             hint = f" {first.name} is directly in the images root, but the paths name a folder '{first.parent}/'."
         raise InputError(
             f"none of the {len(items)} images is readable (image paths are resolved against the "
-            f"images root, e.g. {resolve_image(items[0].img_path, images_root)}).{hint}\n{report.summary()}",
+            f"images root, e.g. {paths[0]}).{hint}\n{report.summary()}",
             path=source,
         )
 
