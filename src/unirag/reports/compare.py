@@ -147,10 +147,9 @@ def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, 
                                                 seed=seed, method=method)))
     for (row, _), c in zip(flat, with_holm([c for _, c in flat]), strict=True):
         row.metrics[c.metric] = c
-    for m in metrics:
-        if all(m not in r.metrics for r in rows) and m not in not_compared:
-            not_compared[m] = f"{m}: no other run has it"
     compared = [m for m in metrics if any(m in r.metrics for r in rows)]
+    not_compared |= {m: f"{m}: no other run has it" for m in metrics
+                     if m not in compared and m not in not_compared}
     settings = {"resamples": int(resamples), "seed": int(seed), "method": method, "confidence": CONFIDENCE,
                 "test": "paired randomization (scipy.stats.permutation_test, permutation_type='samples')",
                 "correction": "Holm", "n_tests": len(flat)}

@@ -61,10 +61,10 @@ def compare_sample_runs(set_a: str | Path, set_b: str | Path, runs_a: Sequence[s
     sample_a, sample_b = read_queries(set_a), read_queries(set_b)  # overlap: shared captions (qids), images
     qa, qb = {q.qid for q in sample_a}, {q.qid for q in sample_b}
     ia, ib = {image_key(q) for q in sample_a}, {image_key(q) for q in sample_b}
-    result: dict[str, Any] = {"overlap": {"n_a": len(qa), "n_b": len(qb), "common_captions": len(qa & qb),
-                                          "common_fraction": len(qa & qb) / max(1, min(len(qa), len(qb))),
-                                          "images_a": len(ia), "images_b": len(ib), "common_images": len(ia & ib)},
-                              "runs": []}
+    overlap = {"n_a": len(qa), "n_b": len(qb), "common_captions": len(qa & qb),
+               "common_fraction": len(qa & qb) / max(1, min(len(qa), len(qb))),
+               "images_a": len(ia), "images_b": len(ib), "common_images": len(ia & ib)}
+    result: dict[str, Any] = {"overlap": overlap, "runs": []}
     for a, b in zip(runs_a, runs_b, strict=True):
         ra, rb = summarize_run(a), summarize_run(b)
         metrics = {}  # per metric present in both: values, difference b - a, relative difference in % of a
