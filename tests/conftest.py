@@ -160,10 +160,10 @@ def decoded_here(monkeypatch) -> list[str]:
     seen: list[str] = []
     real = images._decode
 
-    def counting(opener, *args, path=None, **kwargs):
-        if path is not None:
-            seen.append(Path(path).name)
-        return real(opener, *args, path=path, **kwargs)
+    def counting(image, *args, **kwargs):
+        if isinstance(image, Path):
+            seen.append(image.name)
+        return real(image, *args, **kwargs)
 
     monkeypatch.setattr(images, "_decode", counting)
     return seen

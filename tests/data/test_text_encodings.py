@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from unirag.cli.main import main
-from unirag.data.importers.coco import read_coco_json
+from unirag.data.importers.coco import read_coco
 from unirag.data.importers.generic import import_generic
 from unirag.data.jsonl import iter_json_lines
 from unirag.data.mbeir import read_qrels, read_queries
@@ -46,7 +46,7 @@ def test_latin1_in_csv_coco_and_qrels(rows_csv: Path, tmp_path: Path) -> None:
     coco.write_bytes(b'{"images": [{"id": 1, "file_name": "a.jpg"}],\n "annotations": [{"id": 1, "image_id": 1, '
                      b'"caption": "' + LATIN1 + b'"}]}')
     with pytest.raises(InputError, match=r"coco\.json:2: not valid UTF-8: byte 0xe9"):
-        read_coco_json(coco)
+        read_coco(coco)
     qrels = _lines(tmp_path / "qrels.txt", b"q1 0 d1 1", b"q\xe9 0 d2 1")
     with pytest.raises(InputError, match=r"qrels\.txt:2: not valid UTF-8"):
         read_qrels(qrels)
@@ -75,7 +75,7 @@ def test_utf8_bom_is_accepted_everywhere(tmp_path: Path) -> None:
     coco = tmp_path / "coco.json"
     coco.write_bytes(b"\xef\xbb\xbf" + json.dumps({"images": [{"id": 1, "file_name": "a.jpg"}],
                                                   "annotations": [{"id": 2, "image_id": 1, "caption": "x"}]}).encode())
-    assert len(read_coco_json(coco)[0]) == 1
+    assert len(read_coco(coco)[0]) == 1
     assert read_qrels(_lines(tmp_path / "r.txt", b"q1 0 d1 1", bom=True)).get("q1")
 
 

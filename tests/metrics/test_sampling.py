@@ -11,7 +11,7 @@ from unirag.cli.main import cli
 from unirag.data.mbeir import read_queries, write_queries
 from unirag.data.records import Modality, Query
 from unirag.errors import InputError
-from unirag.reports.sampling import compare_metrics, compare_samples, sample_one_per_image
+from unirag.reports.sampling import compare_sample_runs, sample_one_per_image
 
 
 @pytest.fixture(scope="module")
@@ -21,14 +21,16 @@ def caption_queries(coco_mini):
                   task_id=0) for r in rows for j, c in enumerate(r["captions"])]
 
 
-def test_one_caption_per_image_seeded(caption_queries):
+def test_one_caption_per_image_seeded(caption_queries, tmp_path):
     images = {q.pos_cand_list[0] for q in caption_queries}
     a = sample_one_per_image(caption_queries, seed=1)
     assert len(a) == len(images) == 51
     assert {q.pos_cand_list[0] for q in a} == images
     assert [q.qid for q in a] == [q.qid for q in sample_one_per_image(caption_queries, seed=1)]
     b = sample_one_per_image(caption_queries, seed=2)
-    overlap = compare_samples(a, b)
+    write_queries(tmp_path / "a.jsonl", a)
+    write_queries(tmp_path / "b.jsonl", b)
+    overlap = compare_sample_runs(tmp_path / "a.jsonl", tmp_path / "b.jsonl")["overlap"]
     assert overlap["common_images"] == 51 and overlap["images_a"] == overlap["images_b"] == 51
     # 5 captions per image: two independent draws agree on about 1/5 of the images
     assert 10 < overlap["common_captions"] < 60
@@ -40,8 +42,15 @@ def test_query_without_positive_is_rejected():
         sample_one_per_image([Query(qid="x", modality=Modality.TEXT, txt="a dog")], seed=0)
 
 
-def test_compare_metrics():
-    d = compare_metrics({"FID": 64.80, "CLIP Score": 26.27, "IS": 16.38}, {"FID": 64.46, "CLIP Score": 26.08})
+def test_compare_metrics(caption_queries, tmp_path):
+    write_queries(tmp_path / "set.jsonl", caption_queries[:5])
+    runs = []
+    for name, metrics in (("a", {"FID": 64.80, "CLIP Score": 26.27, "IS": 16.38}), ("b", {"FID": 64.46, "CLIP Score": 26.08})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps({"task": "image", "metrics": metrics}))
+        runs.append(tmp_path / name)
+    result = compare_sample_runs(tmp_path / "set.jsonl", tmp_path / "set.jsonl", runs[:1], runs[1:])
+    d = result["runs"][0]["metrics"]
     assert set(d) == {"FID", "CLIP Score"}
     assert d["FID"]["diff"] == pytest.approx(-0.34)
     assert d["FID"]["rel_diff_pct"] == pytest.approx(-0.34 / 64.80 * 100)

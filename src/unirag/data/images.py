@@ -12,6 +12,7 @@ worker processes can call it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import warnings
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unirag.errors import InputError
+from unirag.errors import ConfigError, InputError
 
 #: What the public API accepts wherever an image goes in: a file path, a PIL image, encoded bytes
 #: (PNG, JPEG, ...) or an ``H x W``, ``H x W x 3`` or ``H x W x 4`` uint8 (or uint16) array.
@@ -36,10 +37,6 @@ def _setting_default(name: str) -> Any:
     from unirag.profiles import SETTINGS
 
     return SETTINGS[name].default
-
-
-#: The ``image_loading`` setting's values: how :func:`load_rgb` decodes files, bytes and PIL images.
-LOADINGS = ("normalised", "plain")
 
 
 def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str | None = None,
@@ -64,44 +61,42 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
     Raises :class:`InputError` naming the file when it is missing, corrupt, a decompression bomb or
     empty, or when ``image`` is not an image at all.
     """
-    if loading not in LOADINGS:
-        from unirag.errors import ConfigError
-
-        raise ConfigError(f"image_loading must be normalised or plain, got {loading!r}")
-    plain = loading == "plain"
+    plain = loading == "plain"  # the setting's values are checked where settings are read
     if ahead and isinstance(image, str | Path) and max_pixels is None and background is None and draft is None \
             and not plain:
         hit = ahead.get(str(Path(image)))
         if hit is not None:
             return hit.copy()
-    max_pixels = int(_setting_default("image_max_pixels") if max_pixels is None else max_pixels)
     background = _setting_default("image_background") if background is None else background
     if background not in BACKGROUNDS:
-        from unirag.errors import ConfigError
-
         raise ConfigError(f"image background must be one of {', '.join(BACKGROUNDS)}, got {background!r}")
     from PIL import Image
 
     image = check_image_like(image, None)
-    if isinstance(image, Path):
-        return _decode(lambda: Image.open(image), max_pixels, background, draft, plain, path=image, what="image")
-    if isinstance(image, bytes):
-        return _decode(lambda: Image.open(io.BytesIO(image)), max_pixels, background, draft, plain, path=None,
-                       what="image bytes")
+    if isinstance(image, Path | bytes):
+        return _decode(image, max_pixels, background, draft, plain)
     if isinstance(image, Image.Image):
         src = getattr(image, "filename", None) or None
         _check_size(image.size, max_pixels, src)
         if plain:
             return image.convert("RGB")
         return _normalise(image, background)
-    return _from_array(image, max_pixels, background)
+    import numpy as np
+
+    if image.ndim == 3 and image.shape[2] == 1:
+        image = image[:, :, 0]
+    _check_size((image.shape[1], image.shape[0]), max_pixels, None)
+    array = _to_uint8(image)
+    mode = "L" if array.ndim == 2 else ("RGB" if array.shape[2] == 3 else "RGBA")
+    return _normalise(Image.fromarray(np.ascontiguousarray(array), mode=mode), background)
 
 
 class _Refused(InputError):
     """An image that decodes but is refused (a bomb, an empty image): reported as such, not as corrupt."""
 
 
-def _check_size(size: tuple[int, int], max_pixels: int, path: str | Path | None) -> None:
+def _check_size(size: tuple[int, int], max_pixels: int | None, path: str | Path | None) -> None:
+    max_pixels = int(_setting_default("image_max_pixels") if max_pixels is None else max_pixels)
     width, height = size
     if width <= 0 or height <= 0:
         raise _Refused(f"empty image ({width}x{height} pixels)", path=path)
@@ -111,17 +106,18 @@ def _check_size(size: tuple[int, int], max_pixels: int, path: str | Path | None)
                          "accept it)", path=path)
 
 
-def _decode(opener, max_pixels: int, background: str, draft: int | None, plain: bool, *, path: Path | None,
-            what: str, verify: bool = False):
-    """The image ``opener()`` opens, decoded and normalised; ``verify``: PIL's ``verify()`` of its
-    structure instead, nothing decoded (None)."""
+def _decode(image: Path | bytes, max_pixels: int | None, background: str, draft: int | None, plain: bool,
+            verify: bool = False):
+    """The image file or encoded bytes ``image``, decoded and normalised; ``verify``: PIL's ``verify()``
+    of its structure instead, nothing decoded (None)."""
     from PIL import Image, UnidentifiedImageError
 
+    path, what = (image, "image") if isinstance(image, Path) else (None, "image bytes")
     try:
         with warnings.catch_warnings():
             # PIL's own bomb guard (MAX_IMAGE_PIXELS) warns, then errors: both become InputError here.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with opener() as im:
+            with Image.open(image if path else io.BytesIO(image)) as im:
                 _check_size(im.size, max_pixels, path)  # header only: nothing decoded yet
                 if verify:
                     return im.verify()
@@ -165,10 +161,8 @@ def _normalise(im, background: str):
     """Upright, 8 bits per channel, transparency composited, RGB."""
     from PIL import Image, ImageOps
 
-    try:
+    with contextlib.suppress(*_DECODE_ERRORS):  # a malformed EXIF block: keep the pixels as stored
         im = ImageOps.exif_transpose(im)
-    except _DECODE_ERRORS:  # a malformed EXIF block: keep the pixels as stored
-        pass
     mode = im.mode
     if mode.startswith("I") or mode == "F":
         import numpy as np
@@ -176,8 +170,8 @@ def _normalise(im, background: str):
         pixels = np.asarray(im)  # big-endian 16-bit (I;16B) as uint16, so it scales by 0..65535 too
         im = Image.fromarray(_to_uint8(pixels.astype(np.uint16) if mode.startswith("I;16") else pixels), mode="L")
         mode = "L"
-    has_alpha = mode in ("RGBA", "LA", "La", "RGBa", "PA") or (mode == "P" and "transparency" in im.info) \
-        or (mode in ("L", "RGB") and "transparency" in im.info)
+    has_alpha = mode in ("RGBA", "LA", "La", "RGBa", "PA") or (mode in ("P", "L", "RGB")
+                                                              and "transparency" in im.info)
     if has_alpha:
         rgba = im.convert("RGBA")
         canvas = Image.new("RGBA", rgba.size, BACKGROUNDS[background] + (255,))
@@ -198,35 +192,12 @@ def _to_uint8(array):
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
     if a.dtype.kind == "f":
         a = np.nan_to_num(a.astype(np.float64), nan=0.0, posinf=hi, neginf=lo)
-        if lo >= 0.0 and hi <= 1.0:
-            scale_lo, scale_hi = 0.0, 1.0
-        elif lo >= 0.0 and hi <= 255.0:
-            scale_lo, scale_hi = 0.0, 255.0
-        else:
-            scale_lo, scale_hi = lo, hi
-    elif a.dtype == np.uint16:
-        scale_lo, scale_hi = 0.0, 65535.0
-    elif lo >= 0 and hi <= 255:
-        scale_lo, scale_hi = 0.0, 255.0
-    elif lo >= 0 and hi <= 65535:
-        scale_lo, scale_hi = 0.0, 65535.0
-    else:
-        scale_lo, scale_hi = lo, hi
+    # the first of the usual ranges that holds every value (uint16: always 0..65535), else their own range
+    tops = (1.0, 255.0) if a.dtype.kind == "f" else (65535.0,) if a.dtype == np.uint16 else (255.0, 65535.0)
+    scale_lo, scale_hi = next(((0.0, top) for top in tops if lo >= 0 and hi <= top), (lo, hi))
     span = (scale_hi - scale_lo) or 1.0
     out = (a.astype(np.float64) - scale_lo) * (255.0 / span)
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
-
-
-def _from_array(array, max_pixels: int, background: str):
-    import numpy as np
-    from PIL import Image
-
-    if array.ndim == 3 and array.shape[2] == 1:
-        array = array[:, :, 0]
-    _check_size((array.shape[1], array.shape[0]), max_pixels, None)
-    array = _to_uint8(array)
-    mode = "L" if array.ndim == 2 else ("RGB" if array.shape[2] == 3 else "RGBA")
-    return _normalise(Image.fromarray(np.ascontiguousarray(array), mode=mode), background)
 
 
 def check_image_like(image: ImageLike, name: str | None = "image") -> Any:
@@ -250,13 +221,9 @@ def check_image_like(image: ImageLike, name: str | None = "image") -> Any:
             raise _Refused(f"empty image ({image.size[0]}x{image.size[1]} pixels)", field=name,
                            path=getattr(image, "filename", None) or None)
         return image
-    if hasattr(image, "__array_interface__"):
-        return _checked_array(image, name)
-    raise InputError(f"expected an image (a path, a PIL image, encoded bytes or a uint8/uint16 array), "
-                     f"got {'None' if image is None else type(image).__name__}", field=name)
-
-
-def _checked_array(image, name: str | None):
+    if not hasattr(image, "__array_interface__"):
+        raise InputError(f"expected an image (a path, a PIL image, encoded bytes or a uint8/uint16 array), "
+                         f"got {'None' if image is None else type(image).__name__}", field=name)
     import numpy as np
 
     array = np.asarray(image)
@@ -342,10 +309,6 @@ def image_problem(path: str | Path, mode: str = "decode", *, max_pixels: int | N
     JPEG); "verify" checks headers/structure and the pixel limit only (faster); "exists" only checks
     the file is there.
     """
-    from PIL import Image
-
-    if mode not in ("decode", "verify", "exists"):
-        raise ValueError(f"unknown image check mode {mode!r}; expected decode, verify or exists")
     p = Path(path)
     if not p.is_file():
         return "not found"
@@ -353,8 +316,7 @@ def image_problem(path: str | Path, mode: str = "decode", *, max_pixels: int | N
         if mode == "decode":
             load_rgb(p, max_pixels=max_pixels, draft=64)
         elif mode == "verify":
-            limit = int(_setting_default("image_max_pixels") if max_pixels is None else max_pixels)
-            _decode(lambda: Image.open(p), limit, "white", None, False, path=p, what="image", verify=True)
+            _decode(p, max_pixels, "white", None, False, verify=True)
     except _Refused as e:
         return e.reason
     except InputError as e:

@@ -21,15 +21,6 @@ from unirag.errors import InputError, existing_path
 from unirag.runs.atomic import atomic_write_lines
 
 
-def _opt_str(obj: dict, key: str, path: Path, lineno: int) -> str | None:
-    v = obj.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, str):
-        raise InputError(f"expected a string or null, got {type(v).__name__}", path=path, line=lineno, field=key)
-    return v
-
-
 def _req(obj: dict, key: str, path: Path, lineno: int) -> Any:
     if key not in obj or obj[key] is None:
         raise InputError("missing required field", path=path, line=lineno, field=key)
@@ -44,8 +35,11 @@ def _content(obj: dict, prefix: str, path: Path | None, lineno: int | None
         modality = Modality.parse(_req(obj, f"{prefix}modality", path, lineno))
     except ValueError as e:
         raise InputError(str(e), path=path, line=lineno, field=f"{prefix}modality") from None
-    txt = _opt_str(obj, f"{prefix}txt", path, lineno)
-    img = _opt_str(obj, f"{prefix}img_path", path, lineno)
+    txt, img = obj.get(f"{prefix}txt"), obj.get(f"{prefix}img_path")
+    for key, v in ((f"{prefix}txt", txt), (f"{prefix}img_path", img)):
+        if v is not None and not isinstance(v, str):
+            raise InputError(f"expected a string or null, got {type(v).__name__}", path=path, line=lineno,
+                             field=key)
     if modality.has_text and not txt:
         raise InputError(f"modality '{modality.value}' needs a text", path=path, line=lineno, field=f"{prefix}txt")
     if modality.has_image and not img:
@@ -102,21 +96,19 @@ def parse_candidate(obj: dict, path: Path | None, lineno: int | None) -> Candida
 
 def read_queries(path: str | Path) -> list[Query]:
     path = Path(path)
-    out: list[Query] = []
-    seen: set[str] = set()
+    out: dict[str, Query] = {}
     for lineno, obj in iter_json_lines(path):
         qid = str(_req(obj, "qid", path, lineno))
-        if qid in seen:
+        if qid in out:
             raise InputError(f"duplicate qid {qid!r}", path=path, line=lineno, field="qid")
-        seen.add(qid)
         modality, txt, img, src = _content(obj, "query_", path, lineno)
         task = obj.get("task_id")
         if task is not None and not isinstance(task, int):
             raise InputError("expected an integer", path=path, line=lineno, field="task_id")
-        out.append(Query(qid=qid, modality=modality, txt=txt, img_path=img, src_content=src,
+        out[qid] = Query(qid=qid, modality=modality, txt=txt, img_path=img, src_content=src,
                          pos_cand_list=_did_list(obj, "pos_cand_list", path, lineno),
-                         neg_cand_list=_did_list(obj, "neg_cand_list", path, lineno), task_id=task))
-    return out
+                         neg_cand_list=_did_list(obj, "neg_cand_list", path, lineno), task_id=task)
+    return list(out.values())
 
 
 def read_qrels(path: str | Path) -> Qrels:
@@ -170,11 +162,8 @@ def write_queries(path: str | Path, queries: Iterable[Query]) -> int:
 
 
 def write_qrels(path: str | Path, queries: Iterable[Query]) -> int:
-    def lines():
-        for q in queries:
-            for did in q.pos_cand_list:
-                yield f"{q.qid} 0 {did} 1" + (f" {q.task_id}" if q.task_id is not None else "")
-    return atomic_write_lines(path, lines())
+    return atomic_write_lines(path, (f"{q.qid} 0 {did} 1" + (f" {q.task_id}" if q.task_id is not None else "")
+                                     for q in queries for did in q.pos_cand_list))
 
 
 def load_pool(path: str | Path) -> dict[str, Candidate]:

@@ -8,6 +8,7 @@ Candidates that share a ``source_id`` are the pool's own image–caption pairing
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,6 @@ class Pool:
         self.path = Path(path) if path is not None else None
         self.images_root = Path(images_root).absolute() if images_root is not None else None
         self._records: list[Candidate] | None = list(candidates) if candidates is not None else None
-        self._by_did: dict[str, Candidate] | None = None
-        self._len: int | None = None
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -47,8 +46,7 @@ class Pool:
         ``img_path``, ``src_content``; ``source_id`` may be given directly)."""
         from unirag.data.mbeir import duplicate_did, parse_candidate
 
-        out: list[Candidate] = []
-        seen: set[str] = set()
+        out: dict[str, Candidate] = {}
         for i, r in enumerate(records):
             c = r
             if not isinstance(r, Candidate):  # read as the pool file reader reads a line
@@ -58,11 +56,10 @@ class Pool:
                     raise InputError(e.reason, field=f"records[{i}].{e.field}") from None
                 if r.get("source_id") is not None:
                     c.source_id = str(r["source_id"])
-            if c.did in seen:
+            if c.did in out:
                 raise duplicate_did(c.did, None, None, None)
-            seen.add(c.did)
-            out.append(c)
-        return cls(out, images_root=images_root)
+            out[c.did] = c
+        return cls(out.values(), images_root=images_root)
 
     @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[Any, str | Iterable[str]] | tuple[Any, Any, Mapping[str, Any]]], *,
@@ -86,20 +83,55 @@ class Pool:
         goes into the ``src_content`` of the image and of its captions, so ``where={"gender": "Men"}``
         filters either modality (metadata given for one image twice is merged, later keys winning).
         """
+        import hashlib
         import json
 
-        from unirag.data.images import is_path_like, save_png_by_content
+        from unirag.data.images import check_image_like, is_path_like, save_png_by_content
         from unirag.errors import ConfigError
 
-        pairs = check_pairs(pairs)
+        # every pair checked before any image is saved; an InputError names pairs[i] and what was expected
+        if isinstance(pairs, str | bytes | Mapping) or not isinstance(pairs, Iterable):
+            raise InputError(f"expected a list of (image, caption) pairs, got {type(pairs).__name__}", field="pairs")
+        checked = []
+        for n, item in enumerate(pairs):
+            where = f"pairs[{n}]"
+            if not isinstance(item, tuple | list) or len(item) not in (2, 3):
+                got = f"a {len(item)}-item {type(item).__name__}" if isinstance(item, tuple | list) else type(item).__name__
+                raise InputError(f"expected an (image, caption or list of captions[, metadata dict]) pair, got {got}",
+                                 field=where)
+            image, captions = item[0], item[1]
+            meta = item[2] if len(item) == 3 else {}
+            if not isinstance(meta, Mapping) or not all(isinstance(k, str) for k in meta):
+                raise InputError(f"expected a metadata dict with string keys, got {type(meta).__name__}",
+                                 field=f"{where}[2] (metadata)")
+            if not isinstance(image, str | Path):  # paths may be relative to images_root: read when indexed
+                check_image_like(image, f"{where}[0] (image)")
+            texts = [captions] if isinstance(captions, str) else captions
+            if texts is None or isinstance(texts, bytes | Mapping) or not isinstance(texts, Iterable):
+                raise InputError(f"expected a caption string or a list of caption strings, got "
+                                 f"{type(captions).__name__}", field=f"{where}[1] (captions)")
+            texts = list(texts)
+            bad = next((t for t in texts if not isinstance(t, str)), None)
+            if bad is not None or not texts:
+                raise InputError("expected caption strings, got " + (type(bad).__name__ + f" {bad!r}" if texts else
+                                                                     "an empty list"), field=f"{where}[1] (captions)")
+            if any(not t.strip() for t in texts):
+                raise InputError(f"empty caption for image {image}", field=where)
+            checked.append((image, texts, dict(meta)))
         groups: dict[str, tuple[str, list[str], dict[str, Any]]] = {}  # image key -> (path, captions, metadata)
-        for n, (image, captions, meta) in enumerate(pairs):
+        for n, (image, captions, meta) in enumerate(checked):
             if not is_path_like(image):
                 if images_dir is None:
                     raise ConfigError(f"pairs[{n}] holds the image itself: pass images_dir= (a folder where the "
                                       "pool's images are saved as PNG files, so an index of it can show them later)")
                 image = save_png_by_content(image, images_dir).absolute()
-            group = groups.setdefault(_image_key(image, images_root), (str(image), [], {}))
+            # the same image: the same file content when it can be read, else the same path
+            path = resolve_image(str(image), images_root)
+            try:
+                key = "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            except OSError:
+                key = "path:" + str(Path(path).absolute())
+            group = groups.setdefault(key, (str(image), [], {}))
             group[1].extend(captions)
             group[2].update(meta)
         out: list[Candidate] = []
@@ -132,29 +164,28 @@ class Pool:
         return read_candidates(self.path)
 
     def __len__(self) -> int:
-        if self._records is not None:
-            return len(self._records)
-        if self._len is None:
-            self._len = sum(1 for _ in self)
-        return self._len
+        return len(self._records) if self._records is not None else self._count
 
+    @functools.cached_property
+    def _count(self) -> int:  # a file's lines, counted once, streaming
+        return sum(1 for _ in self)
+
+    @functools.cached_property
     def _table(self) -> dict[str, Candidate]:
-        if self._by_did is None:
-            self._by_did = {c.did: c for c in self}
-        return self._by_did
+        return {c.did: c for c in self}
 
     def __getitem__(self, did: str) -> Candidate:
         try:
-            return self._table()[did]
+            return self._table[did]
         except KeyError:
             raise KeyError(f"no candidate {did!r} in the pool") from None
 
     def __contains__(self, did: object) -> bool:
-        return did in self._table()
+        return did in self._table
 
     def get(self, did: str, default: Candidate | None = None) -> Candidate | None:
         """The candidate with this did, or ``default``."""
-        return self._table().get(did, default)
+        return self._table.get(did, default)
 
     def image_file(self, candidate: Candidate | str) -> Path | None:
         """The absolute image file of a candidate (or did); None for a caption."""
@@ -185,52 +216,3 @@ class Pool:
         where = f"path={str(self.path)!r}" if self.path is not None else f"{len(self)} records in memory"
         return f"Pool({where}, images_root={str(self.images_root) if self.images_root else None!r})"
 
-
-def _image_key(image: Any, images_root: str | Path | None) -> str:
-    """What makes two given images the same: the file's content when it can be read, else its path."""
-    import hashlib
-
-    path = resolve_image(str(image), images_root)
-    try:
-        return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
-        return "path:" + str(Path(path).absolute())
-
-
-def check_pairs(pairs: Any) -> list[tuple[Any, Any, dict[str, Any]]]:
-    """``Pool.from_pairs``' input as ``(image, captions, metadata)`` triples, each item checked: an
-    ``(image, caption or captions[, metadata dict])`` pair whose image is a path or an image and whose
-    captions are strings (metadata ``{}`` when not given). Raises
-    :class:`InputError` naming ``pairs[i]`` and what was expected (instead of an unpacking or
-    ``NoneType is not iterable`` error, or a number silently stored as text)."""
-    from unirag.data.images import check_image_like
-
-    if isinstance(pairs, str | bytes | Mapping) or not isinstance(pairs, Iterable):
-        raise InputError(f"expected a list of (image, caption) pairs, got {type(pairs).__name__}", field="pairs")
-    out = []
-    for n, item in enumerate(pairs):
-        where = f"pairs[{n}]"
-        if not isinstance(item, tuple | list) or len(item) not in (2, 3):
-            got = f"a {len(item)}-item {type(item).__name__}" if isinstance(item, tuple | list) else type(item).__name__
-            raise InputError(f"expected an (image, caption or list of captions[, metadata dict]) pair, got {got}",
-                             field=where)
-        image, captions = item[0], item[1]
-        meta = item[2] if len(item) == 3 else {}
-        if not isinstance(meta, Mapping) or not all(isinstance(k, str) for k in meta):
-            raise InputError(f"expected a metadata dict with string keys, got {type(meta).__name__}",
-                             field=f"{where}[2] (metadata)")
-        if not isinstance(image, str | Path):  # paths may be relative to images_root: read when indexed
-            check_image_like(image, f"{where}[0] (image)")
-        texts = [captions] if isinstance(captions, str) else captions
-        if texts is None or isinstance(texts, bytes | Mapping) or not isinstance(texts, Iterable):
-            raise InputError(f"expected a caption string or a list of caption strings, got "
-                             f"{type(captions).__name__}", field=f"{where}[1] (captions)")
-        texts = list(texts)
-        bad = next((t for t in texts if not isinstance(t, str)), None)
-        if bad is not None or not texts:
-            raise InputError("expected caption strings, got " + (type(bad).__name__ + f" {bad!r}" if texts else
-                                                                 "an empty list"), field=f"{where}[1] (captions)")
-        if any(not t.strip() for t in texts):
-            raise InputError(f"empty caption for image {image}", field=where)
-        out.append((image, texts, dict(meta)))
-    return out

@@ -23,11 +23,11 @@ class Modality(StrEnum):
     @classmethod
     def parse(cls, value: str) -> Modality:
         """``"text"``, ``"image"`` or ``"image,text"`` (parts in any order) -> the modality; ValueError otherwise."""
-        normalised = ",".join(sorted(p.strip() for p in str(value).split(",")))
-        for m in cls:
-            if m.value == normalised:
-                return m
-        raise ValueError(f"unknown modality {value!r}; expected one of: text, image, image,text")
+        try:
+            return cls(",".join(sorted(p.strip() for p in str(value).split(","))))
+        except ValueError:
+            raise ValueError(f"unknown modality {value!r}; expected one of: text, image, image,text"
+                             ) from None
 
     @property
     def has_image(self) -> bool:
@@ -41,11 +41,9 @@ class Modality(StrEnum):
 
     def complement(self) -> Modality:
         """The single modality a pair needs next to this one (text <-> image)."""
-        if self is Modality.TEXT:
-            return Modality.IMAGE
-        if self is Modality.IMAGE:
-            return Modality.TEXT
-        raise ValueError("an image+text candidate is already a pair; it has no complement")
+        if self is Modality.IMAGE_TEXT:
+            raise ValueError("an image+text candidate is already a pair; it has no complement")
+        return Modality.IMAGE if self is Modality.TEXT else Modality.TEXT
 
 
 @dataclass

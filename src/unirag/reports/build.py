@@ -26,7 +26,7 @@ from unirag.reports.collect import RunSummary, summarize_run
 from unirag.reports.gallery import MediaStore, asset_text, build_gallery, esc
 from unirag.reports.plots import plot_group
 from unirag.reports.sampling import sampling_tables
-from unirag.reports.tables import Table, dataset_table, slug
+from unirag.reports.tables import dataset_table, slug
 from unirag.runs.atomic import atomic_write_text
 from unirag.runs.rundir import OUTPUTS_FILE
 
@@ -37,20 +37,6 @@ def _unique(name: str, used: set[str]) -> str:
         name += "_"
     used.add(name)
     return name
-
-
-def _html_table(table: Table, galleries: dict[Path, str]) -> str:
-    """The table's rows (labels not blanked); a runs table also names each row's generator, mode and
-    examples and links the run's gallery."""
-    head, rows = list(table.head), [[esc(c) for c in row] for row in table.rows]
-    if table.runs:
-        head += ["generator", "mode", "examples", "run"]
-        for row, r in zip(rows, table.runs, strict=True):
-            link = galleries.get(r.run_dir)
-            row += [esc(r.generator), esc(r.mode), esc(r.selection),
-                    f'<a href="{esc(link)}">{esc(r.name)}</a>' if link else esc(r.name)]
-    return ('<table class="results"><tr><th></th>' + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
-            + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows) + "</table>")
 
 
 def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_cards: int = 100,
@@ -103,9 +89,20 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_car
         atomic_write_text(Path(f"{base}.csv"), table.csv)
         written["tables"] += [Path(f"{base}.md"), Path(f"{base}.csv")]
         written["plots"] += pngs
+        # the table's rows (labels not blanked); a runs table also names each row's generator, mode and
+        # examples and links the run's gallery
+        head, rows = list(table.head), [[esc(c) for c in row] for row in table.rows]
+        if table.runs:
+            head += ["generator", "mode", "examples", "run"]
+            for row, r in zip(rows, table.runs, strict=True):
+                link = galleries.get(r.run_dir)
+                row += [esc(r.generator), esc(r.mode), esc(r.selection),
+                        f'<a href="{esc(link)}">{esc(r.name)}</a>' if link else esc(r.name)]
+        html = ('<table class="results"><tr><th></th>' + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
+                + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows) + "</table>")
         imgs = "".join(f'<img src="{esc(os.path.relpath(p, out))}" alt="{esc(p.stem)}">' for p in pngs)
         csv_link = f'CSV: <a href="{esc(os.path.relpath(base, out))}.csv">{esc(base.name)}.csv</a>'
-        sections.append(f"<section><h2>{esc(table.title)}</h2>{_html_table(table, galleries)}<p class=\"muted\">"
+        sections.append(f"<section><h2>{esc(table.title)}</h2>{html}<p class=\"muted\">"
                         f'{esc(" ".join(table.notes))} {csv_link}</p><div class="plots">{imgs}</div></section>')
     atomic_write_text(out / "tables.md", "\n".join(table.markdown() for table, _ in made))
     index = Template(asset_text("page.html")).substitute(

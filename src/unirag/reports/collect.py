@@ -5,12 +5,13 @@ read from each run's ``manifest.json`` and ``metrics.json``, labelled as the pap
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from unirag.errors import InputError, existing_path
-from unirag.runs.rundir import TASK_ALIASES, read_run_manifest, read_run_metrics
+from unirag.runs.rundir import TASK_ALIASES, read_run_dir, read_run_manifest, read_run_metrics
 
 MODE_ORDER = {"retrieval": 0, "zero-shot": 1, "rag": 2, "random": 3}
 
@@ -46,9 +47,7 @@ class RunSummary:
             return f"{self.retriever or 'retrieval'} ({variant})"
         if self.mode == "zero-shot" or self.k == 0:
             return self.generator
-        if self.mode == "random":
-            return f"Random + {self.generator}"
-        return f"{self.retriever or 'RAG'} + {self.generator}"
+        return self.series if self.mode == "random" else f"{self.retriever or 'RAG'} + {self.generator}"
 
     @property
     def selection(self) -> str:
@@ -63,12 +62,9 @@ class RunSummary:
         if not isinstance(sel, dict):
             return "relevance"
         parts = [f"mmr λ={sel.get('mmr_lambda')}" if sel.get("diversity") == "mmr" else "relevance"]
-        if sel.get("one_per_image"):
-            parts.append("one per image")
-        if sel.get("near_duplicates") == "exclude":
-            parts.append("near-duplicates excluded")
-        if sel.get("pairs_from"):
-            parts.append("pairs from qrels")
+        parts += [text for text, on in (("one per image", sel.get("one_per_image")),
+                                        ("near-duplicates excluded", sel.get("near_duplicates") == "exclude"),
+                                        ("pairs from qrels", sel.get("pairs_from"))) if on]
         where = sel.get("where") or {}
         if isinstance(where, dict) and where:
             parts.append("where " + " ".join(f"{f}={','.join(map(str, v))}" for f, v in where.items()))
@@ -86,13 +82,9 @@ class RunSummary:
     def recorded_path(self, *keys: str, evaluation_first: bool = False) -> Path | None:
         """The first path recorded under ``keys`` (in the manifest, then metrics.json, or the other way
         round) that exists as given or relative to the run directory."""
-        for source in (self.evaluation, self.manifest) if evaluation_first else (self.manifest, self.evaluation):
-            for key in keys:
-                if source.get(key):
-                    for candidate in (Path(str(source[key])), self.run_dir / str(source[key])):
-                        if candidate.exists():
-                            return candidate
-        return None
+        sources = (self.evaluation, self.manifest) if evaluation_first else (self.manifest, self.evaluation)
+        return next((p for source in sources for key in keys if source.get(key)
+                     for p in (Path(str(source[key])), self.run_dir / str(source[key])) if p.exists()), None)
 
     def sort_key(self) -> tuple:
         return (0 if self.mode == "retrieval" else 1, "" if self.mode == "retrieval" else self.generator,
@@ -110,60 +102,47 @@ def _text(value: Any, *keys: str) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, dict):
-        for k in keys:
-            if isinstance(value.get(k), str):
-                return value[k]
+        return next((value[k] for k in keys if isinstance(value.get(k), str)), None)
     return None
 
 
-def flat_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
-    """One level of keys from a run manifest, nested (``identity`` with its ``examples``, ``settings``) or
-    hand-written flat. Precedence: top level > identity > examples > settings."""
-    identity = manifest.get("identity") if isinstance(manifest.get("identity"), dict) else {}
-    out: dict[str, Any] = {}
-    for part in (manifest.get("settings"), identity.get("examples"), identity, manifest):
-        if isinstance(part, dict):
-            out.update(part)
-    return out
-
-
-def _name_of_source(path: str) -> str:
-    """A retriever name from where the examples came from: an index's encoder, else the file/dir name."""
+def _retriever(flat: dict[str, Any]) -> str | None:
+    """The retriever's name: an explicit ``retriever`` entry, else derived from where the examples came
+    from: an index's encoder, else the file/dir name."""
+    label = _text(flat.get("retriever"), "label", "name", "spec")
+    if label:
+        return label
+    path = next((source for key in ("retrieval", "index")
+                 if (source := _text(flat.get(key), "path", "label", "name"))), None)
+    if not path:
+        return None
     p = Path(path)
     index_manifest = p / "manifest.json"
     if p.is_dir() and index_manifest.is_file():
-        try:
+        with contextlib.suppress(OSError, ValueError):
             import json
 
             enc = json.loads(index_manifest.read_text(encoding="utf-8")).get("encoder")
             label = _text(enc, "label", "name", "spec")
             if label:
                 return _short(label)
-        except (OSError, ValueError):
-            pass
     if p.suffix in (".jsonl", ".json"):
         generic = {"run", "results", "retrieval", "retrieved", "topk", "run_file"}
         return p.parent.name if p.stem.lower() in generic and p.parent.name else p.stem
     return p.name or path
 
 
-def _retriever(flat: dict[str, Any]) -> str | None:
-    """The retriever's name: an explicit ``retriever`` entry, else derived from the examples' source."""
-    explicit = flat.get("retriever")
-    label = _text(explicit, "label", "name", "spec")
-    if label:
-        return label
-    for key in ("retrieval", "index"):
-        source = _text(flat.get(key), "path", "label", "name")
-        if source:
-            return _name_of_source(source)
-    return None
-
-
 def summarize_run(run_dir: str | Path) -> RunSummary:
     """Read one run's manifest and metrics; a run not evaluated yet is an error that says which command to run."""
     run_dir = existing_path(run_dir, "run directory", folder=True)
-    manifest = flat_manifest(read_run_manifest(run_dir))
+    # one level of keys from the manifest, nested (``identity`` with its ``examples``, ``settings``) or
+    # hand-written flat. Precedence: top level > identity > examples > settings.
+    nested = read_run_manifest(run_dir)
+    identity = nested.get("identity") if isinstance(nested.get("identity"), dict) else {}
+    manifest: dict[str, Any] = {}
+    for part in (nested.get("settings"), identity.get("examples"), identity, nested):
+        if isinstance(part, dict):
+            manifest.update(part)
     evaluation = read_run_metrics(run_dir)
     if evaluation is None:
         raise InputError("no metrics.json: run 'unirag evaluate captions' or 'unirag evaluate images' on it first",
@@ -183,44 +162,27 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
         raise InputError("k must be an integer", path=run_dir / "manifest.json", field="k") from None
     if mode == "retrieval":
         k = max(k, 1)
+    paper: Any = {}  # the paper's figures a reproduction grid recorded for this run
+    if (run_dir / "paper.json").is_file():
+        from unirag.data.jsonl import read_json_file
+
+        data = read_json_file(run_dir / "paper.json")
+        paper = data.get("paper") if isinstance(data, dict) else None
+        if not isinstance(paper, dict):
+            raise InputError("expected {'paper': {metric: figure}}", path=run_dir / "paper.json",
+                             field="paper")
+    try:  # the finished queries the leakage guard counted in ("report": flagged examples; "exclude": none)
+        guarded = [r for r in read_run_dir(run_dir).ok().values()
+                   if isinstance(r.get("near_duplicates"), dict)]
+    except InputError:
+        guarded = []
+    leaking = sum(1 for r in guarded if any(isinstance(e, dict) and e.get("near_duplicate")
+                                            for e in r.get("examples") or ()))
     dataset = manifest.get("dataset") or Path(str(manifest.get("queries") or evaluation.get("queries") or
                                                    "queries")).stem
     return RunSummary(run_dir=run_dir, task=task, dataset=str(dataset), generator=generator, mode=mode,
                       retriever=_retriever(manifest), k=k, metrics=dict(evaluation.get("metrics") or {}),
                       skipped=dict(evaluation.get("skipped_metrics") or {}), manifest=manifest,
-                      evaluation=evaluation, paper=read_paper_figures(run_dir), leak_rate=leak_rate(run_dir))
+                      evaluation=evaluation, leak_rate=leaking / len(guarded) if guarded else None,
+                      paper={str(m): float(v) for m, v in paper.items() if isinstance(v, int | float)})
 
-
-PAPER_FILE = "paper.json"
-
-
-def read_paper_figures(run_dir: Path) -> dict[str, float]:
-    """The paper's figures a reproduction grid recorded for this run (``paper.json``), or {}."""
-    from unirag.data.jsonl import read_json_file
-
-    path = run_dir / PAPER_FILE
-    if not path.is_file():
-        return {}
-    data = read_json_file(path)
-    paper = data.get("paper") if isinstance(data, dict) else None
-    if not isinstance(paper, dict):
-        raise InputError("expected {'paper': {metric: figure}}", path=path, field="paper")
-    return {str(k): float(v) for k, v in paper.items() if isinstance(v, int | float)}
-
-
-def leak_rate(run_dir: str | Path) -> float | None:
-    """Share of a run's finished queries whose examples showed a near-duplicate of the query
-    (examples flagged by the leakage guard under ``near_duplicates="report"``; 0 under "exclude").
-    None when no record carries the guard's count (guard off, or an older run)."""
-    from unirag.runs.rundir import read_run_dir
-
-    try:
-        records = read_run_dir(run_dir).ok()
-    except InputError:
-        return None
-    guarded = [r for r in records.values() if isinstance(r.get("near_duplicates"), dict)]
-    if not guarded:
-        return None
-    leaking = sum(1 for r in guarded if any(isinstance(e, dict) and e.get("near_duplicate")
-                                            for e in r.get("examples") or ()))
-    return leaking / len(guarded)

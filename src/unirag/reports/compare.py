@@ -52,21 +52,18 @@ class BaselineComparison:
     not_compared: dict[str, str]
     settings: dict[str, Any]
 
-    def legend(self) -> str:
-        s = self.settings
-        return (f"Run minus baseline on the queries both scored (n), {100 * s['confidence']:.0f}% paired "
-                f"bootstrap interval ({s['method']}, {s['resamples']} resamples, seed {s['seed']}). {MARK}: "
-                f"p < 0.05 in a paired randomization test after Holm's correction over the {s['n_tests']} "
-                "comparisons of this table. (~N q): roughly the queries needed to detect the difference "
-                "(power 0.8, alpha 0.05).")
-
     def table(self) -> Table:
-        base = self.baseline
+        base, s = self.baseline, self.settings
+        legend = (f"Run minus baseline on the queries both scored (n), {100 * s['confidence']:.0f}% paired "
+                  f"bootstrap interval ({s['method']}, {s['resamples']} resamples, seed {s['seed']}). {MARK}: "
+                  f"p < 0.05 in a paired randomization test after Holm's correction over the {s['n_tests']} "
+                  "comparisons of this table. (~N q): roughly the queries needed to detect the difference "
+                  "(power 0.8, alpha 0.05).")
         return Table(f"compare_{slug(base.task)}_{slug(base.dataset)}",
                      f"Differences from the baseline {base.label} (k={base.k}, {base.name}) — {base.dataset}",
                      ["k", "n", *self.metrics], [[r.run.label, r.run.k, r.n, *(comparison_cell(r.metrics.get(m))
                                                                              for m in self.metrics)] for r in self.rows],
-                     self.csv(), [self.legend(), *(f"Not compared: {why}" for why in self.not_compared.values())])
+                     self.csv(), [legend, *(f"Not compared: {why}" for why in self.not_compared.values())])
 
     def markdown(self) -> str:
         return self.table().markdown()
@@ -90,26 +87,6 @@ class BaselineComparison:
                           "metrics": {m: c.as_dict() for m, c in r.metrics.items()}} for r in self.rows]}
 
 
-def resolve_baseline(runs: Sequence[RunSummary], baseline: str | Path) -> RunSummary:
-    """The run ``baseline`` names: a run folder (given or not among ``runs``), else a run's directory name,
-    else a unique row label."""
-    path = Path(baseline)
-    for r in runs:
-        if path.exists() and r.run_dir.resolve() == path.resolve():
-            return r
-    if path.is_dir():
-        return summarize_run(path)
-    for key in ("name", "label"):
-        found = [r for r in runs if getattr(r, key) == str(baseline)]
-        if len(found) == 1:
-            return found[0]
-        if len(found) > 1:
-            raise InputError(f"--baseline {str(baseline)!r} names {len(found)} rows "
-                             f"({', '.join(r.name for r in found)}): give the run folder")
-    raise InputError(f"--baseline {str(baseline)!r} is neither a run folder nor a row of this report "
-                     f"(rows: {', '.join(r.name for r in runs)})")
-
-
 def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, *,
                  resamples: int = DEFAULT_RESAMPLES, seed: int = 0, method: str = "percentile"
                  ) -> BaselineComparison:
@@ -120,7 +97,21 @@ def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, 
     An :class:`unirag.errors.InputError` for unpaired runs. Needs the ``eval`` extra (scipy).
     """
     summaries = [r if isinstance(r, RunSummary) else summarize_run(r) for r in runs]
-    base = resolve_baseline(summaries, baseline)
+    # the baseline: a run folder (given or not among the runs), else a run's directory name, else a row label
+    path = Path(baseline)
+    base = next((r for r in summaries if path.exists() and r.run_dir.resolve() == path.resolve()), None)
+    base = base or (summarize_run(path) if path.is_dir() else None)
+    for key in ("name", "label") if base is None else ():
+        found = [r for r in summaries if getattr(r, key) == str(baseline)]
+        if len(found) > 1:
+            raise InputError(f"--baseline {str(baseline)!r} names {len(found)} rows "
+                             f"({', '.join(r.name for r in found)}): give the run folder")
+        if found:
+            base = found[0]
+            break
+    if base is None:
+        raise InputError(f"--baseline {str(baseline)!r} is neither a run folder nor a row of this report "
+                         f"(rows: {', '.join(r.name for r in summaries)})")
     base_records = read_per_query(base.run_dir)
     if not base_records:
         raise InputError("the baseline has no metrics_per_query.jsonl: evaluate it again", path=base.run_dir)
@@ -156,10 +147,9 @@ def compare_runs(runs: Sequence[str | Path | RunSummary], baseline: str | Path, 
                                                 seed=seed, method=method)))
     for (row, _), c in zip(flat, with_holm([c for _, c in flat]), strict=True):
         row.metrics[c.metric] = c
-    for m in metrics:
-        if all(m not in r.metrics for r in rows) and m not in not_compared:
-            not_compared[m] = f"{m}: no other run has it"
     compared = [m for m in metrics if any(m in r.metrics for r in rows)]
+    not_compared |= {m: f"{m}: no other run has it" for m in metrics
+                     if m not in compared and m not in not_compared}
     settings = {"resamples": int(resamples), "seed": int(seed), "method": method, "confidence": CONFIDENCE,
                 "test": "paired randomization (scipy.stats.permutation_test, permutation_type='samples')",
                 "correction": "Holm", "n_tests": len(flat)}

@@ -5,6 +5,7 @@ thumbnails linked by relative paths, so the report folder is self-contained; all
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html
 import os
@@ -39,56 +40,28 @@ class MediaStore:
     def __init__(self, report_dir: Path) -> None:
         self.dir = report_dir / "media"
         self.page_dir = report_dir / "gallery"  # where the pages that link the thumbnails are
-        self._done: dict[Path, Path | None] = {}
+        self.img_tag = functools.cache(self._img_tag)  # one thumbnail per source image
 
-    def thumb(self, source: Path | None) -> Path | None:
-        if source is None:
-            return None
-        source = source.resolve()
-        if source in self._done:
-            return self._done[source]
+    def _img_tag(self, source: Path | None, alt: str) -> str:
+        file = source.resolve() if source is not None else None
         target: Path | None = None
-        if source.is_file():
+        if file is not None and file.is_file():
             from unirag.data.images import load_rgb
 
-            digest = hashlib.sha1(f"{source}:{source.stat().st_mtime_ns}".encode()).hexdigest()[:16]
+            digest = hashlib.sha1(f"{file}:{file.stat().st_mtime_ns}".encode()).hexdigest()[:16]
             target = self.dir / f"{digest}.jpg"
             if not target.exists():
                 try:
-                    im = load_rgb(source, draft=THUMB_SIZE)
+                    im = load_rgb(file, draft=THUMB_SIZE)
                     im.thumbnail((THUMB_SIZE, THUMB_SIZE))
                     self.dir.mkdir(parents=True, exist_ok=True)
                     im.save(target, "JPEG", quality=85)
                 except Exception:  # noqa: BLE001 - an unreadable image becomes a note on the card
                     target = None
-        self._done[source] = target
-        return target
-
-    def img_tag(self, source: Path | None, alt: str) -> str:
-        target = self.thumb(source)
         if target is None:
             return f'<p class="muted">image not available: {esc(source)}</p>'
         rel = os.path.relpath(target, self.page_dir).replace(os.sep, "/")
         return f'<img class="thumb" src="{esc(rel)}" alt="{esc(alt)}" loading="lazy">'
-
-
-def _scores_table(scores: dict[str, Any]) -> str:
-    rows = [(k, v) for k, v in scores.items() if isinstance(v, (int, float)) and k != "qid"]
-    if not rows:
-        return '<p class="muted">no per-query scores (run unirag evaluate first)</p>'
-    body = "".join(f"<tr><th>{esc(k)}</th><td>{v:.2f}</td></tr>" for k, v in rows)
-    return f"<table>{body}</table>"
-
-
-def _examples_html(examples: Any, media: MediaStore, pool_root: Path | None) -> str:
-    if not examples:
-        return '<p class="muted">none (zero-shot)</p>'
-    items = []
-    for ex in examples if isinstance(examples, list) else []:
-        ex = ex if isinstance(ex, dict) else {}
-        img = media.img_tag(resolve_image(ex.get("img_path"), pool_root), "example image") if ex.get("img_path") else ""
-        items.append(f'<li>{img}<div class="caption">{esc(ex.get("txt"))}</div></li>')
-    return "<ol>" + "".join(items) + "</ol>"
 
 
 def render_card(task: str, qid: str, record: dict[str, Any], query: Query | None, refs: list, scores: dict,
@@ -121,12 +94,21 @@ def render_card(task: str, qid: str, record: dict[str, Any], query: Query | None
     else:
         ref_html = "<ul>" + "".join(f"<li>{esc(c.txt)}</li>" for c in refs if c.txt) + "</ul>"
     examples = record.get("examples") or []
+    items = []
+    for ex in examples if isinstance(examples, list) else []:
+        ex = ex if isinstance(ex, dict) else {}
+        img = media.img_tag(resolve_image(ex.get("img_path"), pool_root), "example image") if ex.get("img_path") else ""
+        items.append(f'<li>{img}<div class="caption">{esc(ex.get("txt"))}</div></li>')
+    rows = [(k, v) for k, v in scores.items() if isinstance(v, (int, float)) and k != "qid"]
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{v:.2f}</td></tr>" for k, v in rows)
     return Template(asset_text("card.html")).substitute(
         open=" open" if open_card else "", gist=esc(str(gist)[:200]),
         status_class="ok" if ok else "failed", anchor=esc(qid), qid=esc(qid), status="ok" if ok else "failed",
         query=query_html, n_examples=len(examples) if isinstance(examples, list) else 0,
-        examples=_examples_html(examples, media, pool_root), output=output,
-        references=ref_html or '<p class="muted">none found</p>', scores=_scores_table(scores))
+        examples="<ol>" + "".join(items) + "</ol>" if examples else '<p class="muted">none (zero-shot)</p>',
+        output=output, references=ref_html or '<p class="muted">none found</p>',
+        scores=f"<table>{body}</table>" if rows
+        else '<p class="muted">no per-query scores (run unirag evaluate first)</p>')
 
 
 def build_gallery(run: RunSummary, media: MediaStore, *, max_cards: int = 100,

@@ -28,26 +28,9 @@ def error_bar(runs: Sequence[RunSummary], metric: str):
             [max(0.0, ci["high"] - r.metrics[metric]) if ci else 0.0 for r, ci in zip(runs, cis, strict=True)]]
 
 
-def flat_notes(metric: str, lines: dict[str, list[tuple[int | str, float]]]) -> list[str]:
-    """Why a plot shows flat lines: each series with more than one point that scores the same at
-    every k, and the lines that lie on top of each other (same values)."""
-    notes = []
-    for series, points in sorted(lines.items()):
-        values = {round(v, 6) for _, v in points}
-        if len(points) > 1 and len(values) == 1:
-            notes.append(f"flat: {series} scores {metric} {points[0][1]:.2f} at every k "
-                         f"({', '.join(str(k) for k, _ in points)}): its output did not change with k")
-    by_values: dict[tuple, list[str]] = defaultdict(list)
-    for series, points in lines.items():
-        by_values[tuple((k, round(v, 6)) for k, v in points)].append(series)
-    for same in by_values.values():
-        if len(same) > 1:
-            notes.append(f"same values, drawn on top of each other: {', '.join(sorted(same))}")
-    return notes
-
-
 def metric_figure(dataset: str, metric: str, runs: Sequence[RunSummary]):
-    """``(figure, notes)`` of one metric against k (None when no run has it); ``notes``: :func:`flat_notes`."""
+    """``(figure, notes)`` of one metric against k (None when no run has it); ``notes``: why lines look
+    flat."""
     have = [r for r in runs if metric in r.metrics]
     if not have:
         return None
@@ -91,7 +74,18 @@ def metric_figure(dataset: str, metric: str, runs: Sequence[RunSummary]):
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    notes = flat_notes(metric, points)
+    # why a plot shows flat lines: each series with more than one point that scores the same at every k,
+    # and the lines that lie on top of each other (same values)
+    notes = []
+    for series, line in sorted(points.items()):
+        if len(line) > 1 and len({round(v, 6) for _, v in line}) == 1:
+            notes.append(f"flat: {series} scores {metric} {line[0][1]:.2f} at every k "
+                         f"({', '.join(str(k) for k, _ in line)}): its output did not change with k")
+    by_values: dict[tuple, list[str]] = defaultdict(list)
+    for series, line in points.items():
+        by_values[tuple((k, round(v, 6)) for k, v in line)].append(series)
+    notes += [f"same values, drawn on top of each other: {', '.join(sorted(same))}"
+              for same in by_values.values() if len(same) > 1]
     if notes:
         import textwrap
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,26 +50,6 @@ def save_sample(queries_path: str | Path, seed: int, out: str | Path) -> list[Qu
     return sample
 
 
-def compare_samples(a: Sequence[Query], b: Sequence[Query]) -> dict[str, Any]:
-    """Overlap of two samples: shared captions (qids) and image coverage of each."""
-    qa, qb = {q.qid for q in a}, {q.qid for q in b}
-    ia, ib = {image_key(q) for q in a}, {image_key(q) for q in b}
-    return {"n_a": len(qa), "n_b": len(qb), "common_captions": len(qa & qb),
-            "common_fraction": len(qa & qb) / max(1, min(len(qa), len(qb))),
-            "images_a": len(ia), "images_b": len(ib), "common_images": len(ia & ib)}
-
-
-def compare_metrics(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, dict[str, float]]:
-    """Per metric present in both: values, difference b - a, and relative difference in % of a."""
-    out: dict[str, dict[str, float]] = {}
-    for name in a:
-        if name in b and a[name] is not None and b[name] is not None:
-            diff = float(b[name]) - float(a[name])
-            rel = 100.0 * diff / abs(float(a[name])) if a[name] else float("nan")
-            out[name] = {"a": float(a[name]), "b": float(b[name]), "diff": diff, "rel_diff_pct": rel}
-    return out
-
-
 def compare_sample_runs(set_a: str | Path, set_b: str | Path, runs_a: Sequence[str | Path] = (),
                         runs_b: Sequence[str | Path] = (), out: str | Path | None = None) -> dict[str, Any]:
     """``unirag report sampling compare``: the overlap of two sampled query sets and, for each pair of
@@ -78,28 +58,28 @@ def compare_sample_runs(set_a: str | Path, set_b: str | Path, runs_a: Sequence[s
     ``out``: also written there as JSON (atomically)."""
     if len(runs_a) != len(runs_b):
         raise InputError(f"--run-a given {len(runs_a)} time(s) but --run-b {len(runs_b)}: they pair up in order")
-    result: dict[str, Any] = {"overlap": compare_samples(read_queries(set_a), read_queries(set_b)), "runs": []}
+    sample_a, sample_b = read_queries(set_a), read_queries(set_b)  # overlap: shared captions (qids), images
+    qa, qb = {q.qid for q in sample_a}, {q.qid for q in sample_b}
+    ia, ib = {image_key(q) for q in sample_a}, {image_key(q) for q in sample_b}
+    overlap = {"n_a": len(qa), "n_b": len(qb), "common_captions": len(qa & qb),
+               "common_fraction": len(qa & qb) / max(1, min(len(qa), len(qb))),
+               "images_a": len(ia), "images_b": len(ib), "common_images": len(ia & ib)}
+    result: dict[str, Any] = {"overlap": overlap, "runs": []}
     for a, b in zip(runs_a, runs_b, strict=True):
         ra, rb = summarize_run(a), summarize_run(b)
+        metrics = {}  # per metric present in both: values, difference b - a, relative difference in % of a
+        for name, va in ra.metrics.items():
+            if va is not None and rb.metrics.get(name) is not None:
+                diff = float(rb.metrics[name]) - float(va)
+                metrics[name] = {"a": float(va), "b": float(rb.metrics[name]), "diff": diff,
+                                 "rel_diff_pct": 100.0 * diff / abs(float(va)) if va else float("nan")}
         result["runs"].append({"run_a": str(a), "run_b": str(b), "name_a": ra.name, "name_b": rb.name, "k": ra.k,
-                               "metrics": compare_metrics(ra.metrics, rb.metrics)})
+                               "metrics": metrics})
     if out is not None:
         from unirag.runs.atomic import atomic_write_json
 
         atomic_write_json(out, result)
     return result
-
-
-def _one_caption_per_image(path: Path) -> tuple[frozenset[str], frozenset[str]] | None:
-    """(qids, images) of a sample file; None when unreadable or not one caption query per image."""
-    try:
-        queries = read_queries(path)
-    except (InputError, OSError):
-        return None
-    images = [image_key(q) for q in queries]
-    if not queries or None in images or len(set(images)) != len(images):
-        return None
-    return frozenset(q.qid for q in queries), frozenset(images)
 
 
 def pipelines(runs: Sequence[RunSummary]) -> dict[str, list[RunSummary]]:
@@ -127,10 +107,14 @@ def sampling_tables(runs: Sequence[RunSummary]) -> list[Table]:
     if len(by_file) < 2:
         return []
     collections: dict[frozenset[str], list[tuple[Path, frozenset[str]]]] = defaultdict(list)
-    for path in by_file:
-        sample = _one_caption_per_image(path)
-        if sample is not None:
-            collections[sample[1]].append((path, sample[0]))
+    for path in by_file:  # a sample file: readable, and one caption query per image
+        try:
+            queries = read_queries(path)
+        except (InputError, OSError):
+            continue
+        images = [image_key(q) for q in queries]
+        if queries and None not in images and len(set(images)) == len(images):
+            collections[frozenset(images)].append((path, frozenset(q.qid for q in queries)))
     tables = []
     for images, files in collections.items():
         if len(files) < 2:

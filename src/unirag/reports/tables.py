@@ -20,7 +20,8 @@ from unirag.reports.collect import RunSummary
 # The paper's Table 3/4 order (BLEU, CIDEr, ROUGE, SPICE); METEOR, not in the paper, last.
 CAPTION_COLUMNS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "CIDEr", "ROUGE-L", "SPICE", "METEOR")
 IMAGE_COLUMNS = ("FID", "CLIP Score", "IS")
-LOWER_IS_BETTER = {"FID"}
+#: A value column's header where it is not the metric's name: which way is better, IS with its SD.
+HEADERS = {"FID": "FID ↓", "CLIP Score": "CLIP Score ↑", "IS": "IS ↑ (SD)"}
 
 
 #: The kinds of column a metric has: its value, and the paper's figure and the difference from it, with
@@ -28,25 +29,13 @@ LOWER_IS_BETTER = {"FID"}
 KIND_SUFFIX = {"value": "", "paper": " paper", "delta": " Δ"}
 
 
-def metric_columns(task: str, runs: Sequence[RunSummary]) -> list[tuple[str, str]]:
-    """(metric, kind) of each column: each metric some run has, then its paper and Δ columns when a run
-    carries the paper's figure."""
-    cols: list[tuple[str, str]] = []
-    for c in IMAGE_COLUMNS if task == "image" else CAPTION_COLUMNS:
-        if any(c in r.metrics for r in runs):
-            cols += [(c, "value"), *([(c, "paper"), (c, "delta")] if any(c in r.paper for r in runs) else [])]
-    return cols
-
-
 def column_value(run: RunSummary, column: tuple[str, str]) -> float | None:
     """The number a column shows for a run: the measured metric, the paper's figure, or their difference."""
-    measured, paper = run.metrics.get(column[0]), run.paper.get(column[0])
-    kind = column[1]
-    if kind == "paper":
-        return paper
+    metric, kind = column
     if kind == "delta":
+        measured, paper = run.metrics.get(metric), run.paper.get(metric)
         return measured - paper if measured is not None and paper is not None else None
-    return measured
+    return (run.paper if kind == "paper" else run.metrics).get(metric)
 
 
 def number(metric: str, value: float, signed: bool = False) -> str:
@@ -60,25 +49,16 @@ def cell(run: RunSummary, column: tuple[str, str]) -> str:
     value = column_value(run, column)
     if value is None:
         return "-"
-    if kind == "delta":
-        return number(metric, value, signed=True)
     source = run.paper if kind == "paper" else run.metrics
-    if metric == "IS" and source.get("IS SD") is not None:
-        return f"{value:.2f} ({source['IS SD']:.2f})"
-    return number(metric, value)
+    sd = source.get("IS SD") if metric == "IS" and kind != "delta" else None
+    return f"{value:.2f} ({sd:.2f})" if sd is not None else number(metric, value, signed=kind == "delta")
 
 
 def header(column: tuple[str, str]) -> str:
     metric, kind = column
-    if kind == "paper":
-        return f"{metric} (paper)"
-    if kind == "delta":
-        return "Δ"
-    if metric in LOWER_IS_BETTER:
-        return f"{metric} ↓"
-    if metric == "IS":
-        return "IS ↑ (SD)"
-    return f"{metric} ↑" if metric == "CLIP Score" else metric
+    if kind != "value":
+        return f"{metric} (paper)" if kind == "paper" else "Δ"
+    return HEADERS.get(metric, metric)
 
 
 #: Column of the share of queries whose examples showed a near-duplicate of the query (leakage).
@@ -105,10 +85,8 @@ class Table:
 
     def markdown(self) -> str:
         lines = [f"### {self.title}", "", "| | " + " | ".join(self.head) + " |", "|---|" + "---:|" * len(self.head)]
-        previous = None
-        for label, *cells in self.rows:
+        for (label, *cells), previous in zip(self.rows, [None, *(row[0] for row in self.rows)], strict=False):
             shown = "" if self.blank_repeats and label == previous else label
-            previous = label
             lines.append("| " + " | ".join(map(str, [shown, *cells])) + " |")
         return "\n".join(lines + (["", *self.notes] if self.notes else [])) + "\n"
 
@@ -119,7 +97,12 @@ def runs_table(task: str, runs: Sequence[RunSummary], name: str, title: str, *, 
     """One row per run: its label (or ``labels``), k, the metric columns and the leak rate when a run has one.
     Its CSV has one row per run too: who generated it, its metrics (4 decimals; the IS SD a column of its
     own), its leak rate and its run; ``lead`` names columns put first, ``leads`` their values per run."""
-    cols = metric_columns(task, runs)
+    # (metric, kind) of each column: each metric some run has, then its paper and Δ columns when a run
+    # carries the paper's figure
+    cols: list[tuple[str, str]] = []
+    for c in IMAGE_COLUMNS if task == "image" else CAPTION_COLUMNS:
+        if any(c in r.metrics for r in runs):
+            cols += [(c, "value"), *([(c, "paper"), (c, "delta")] if any(c in r.paper for r in runs) else [])]
     leak = any(r.leak_rate is not None for r in runs)
     leak_cells = [["-" if r.leak_rate is None else f"{100 * r.leak_rate:.1f}%"] if leak else [] for r in runs]
     csv_cols = cols + [("IS SD", "value")] if task == "image" and ("IS", "value") in cols else cols

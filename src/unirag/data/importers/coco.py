@@ -26,26 +26,37 @@ from unirag.data.text import iter_text_lines
 from unirag.errors import InputError, existing_path
 
 
-def _list(data: dict, key: str, path: Path, required: bool = True) -> list:
+def _list(data: dict, key: str, path: Path) -> list:
     v = data.get(key)
-    if v is None and not required:
-        return []
     if not isinstance(v, list):
         raise InputError("missing field" if v is None else "expected a list", path=path, field=key)
     return v
 
 
-def read_coco_json(path: str | Path, *, limit: int | None = None) -> tuple[list[SourceItem], int]:
-    """Parse an official COCO captions file. Returns the items and the number of captions whose
-    ``image_id`` is not among the images (reported, then skipped)."""
-    path = Path(path)
+def read_coco(captions: str | Path, *, limit: int | None = None) -> tuple[list[SourceItem], int]:
+    """Images with their captions from an official COCO captions JSON or a ``{image, image_id, captions}``
+    JSONL file; also returns the number of captions whose ``image_id`` is not among the images (JSON only:
+    reported, then skipped)."""
+    path = existing_path(captions)
+    jsonl = path.suffix.lower() == ".jsonl"  # .json: official; another suffix: sniff the first line
+    if path.suffix.lower() not in (".jsonl", ".json"):
+        with contextlib.closing(iter_text_lines(path)) as lines:
+            first = next(lines, (0, ""))[1]
+        try:
+            obj = json.loads(first)
+        except (json.JSONDecodeError, RecursionError):
+            obj = None  # a pretty-printed or single-line official file is parsed (and diagnosed) as JSON
+        jsonl = isinstance(obj, dict) and "images" not in obj and "annotations" not in obj
+    if jsonl:
+        return read_items(path, image_field="image", caption_field="captions", id_field="image_id", fmt="jsonl",
+                          limit=limit), 0
     data = read_json_file(path)
     if not isinstance(data, dict):
         raise InputError("expected a JSON object with 'images' and 'annotations'", path=path)
     images = _list(data, "images", path)
     annotations = _list(data, "annotations", path)
     licenses: dict[str, dict[str, Any]] = {}
-    for lic in _list(data, "licenses", path, required=False):
+    for lic in _list(data, "licenses", path) if data.get("licenses") is not None else []:  # optional
         if isinstance(lic, dict) and lic.get("id") is not None:
             licenses[str(lic["id"])] = lic
 
@@ -65,9 +76,8 @@ def read_coco_json(path: str | Path, *, limit: int | None = None) -> tuple[list[
         if lic is not None:
             meta["license"] = lic.get("name")
             meta["license_url"] = lic.get("url")
-        for key in ("flickr_url", "coco_url", "width", "height"):
-            if img.get(key) is not None:
-                meta[key] = img[key]
+        meta.update({key: img[key] for key in ("flickr_url", "coco_url", "width", "height")
+                     if img.get(key) is not None})
         items[image_id] = SourceItem(
             source_id=image_id, img_path=file_name.strip(), captions=[], meta=meta, origin=f"{path}, {where}"
         )
@@ -91,22 +101,7 @@ def read_coco_json(path: str | Path, *, limit: int | None = None) -> tuple[list[
             orphans += 1
             continue
         item.captions.append((ann_id, caption.strip()))
-    out = list(items.values())
-    return (out[:limit] if limit is not None else out), orphans
-
-
-def _is_jsonl(path: Path) -> bool:
-    """``.jsonl`` -> JSONL, ``.json`` -> official; otherwise sniff the first line."""
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".json"):
-        return suffix == ".jsonl"
-    with contextlib.closing(iter_text_lines(path)) as lines:
-        first = next(lines, (0, ""))[1]
-    try:
-        obj = json.loads(first)
-    except (json.JSONDecodeError, RecursionError):
-        return False  # a pretty-printed or single-line official file is parsed (and diagnosed) as JSON
-    return isinstance(obj, dict) and "images" not in obj and "annotations" not in obj
+    return list(items.values())[:limit], orphans
 
 
 def import_coco(
@@ -129,13 +124,3 @@ def import_coco(
     items, orphans = read_coco(captions, limit=limit)
     return write_dataset(items, images_root=images_root, out_dir=out_dir, name=name, source=str(captions),
                          started=started, captions_without_image=orphans, **write_options)
-
-
-def read_coco(captions: str | Path, *, limit: int | None = None) -> tuple[list[SourceItem], int]:
-    """Images with their captions from an official COCO captions JSON or a ``{image, image_id, captions}``
-    JSONL file; also returns the number of captions whose image is not in the file (JSON only)."""
-    path = existing_path(captions)
-    if _is_jsonl(path):
-        return read_items(path, image_field="image", caption_field="captions", id_field="image_id", fmt="jsonl",
-                          limit=limit), 0
-    return read_coco_json(path, limit=limit)

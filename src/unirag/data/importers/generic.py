@@ -62,24 +62,6 @@ def _iter_csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, dict[str, 
             raise InputError(f"malformed CSV ({e})", path=path, line=reader.line_num) from None
 
 
-def _captions(value: Any, sep: str | None, path: Path, lineno: int, fld: str) -> list[str]:
-    if isinstance(value, str):
-        parts = value.split(sep) if sep else [value]
-    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-        parts = value
-    else:
-        raise InputError(
-            f"expected a string or a list of strings, got {type(value).__name__}",
-            path=path,
-            line=lineno,
-            field=fld,
-        )
-    caps = [p.strip() for p in parts]
-    if not caps or any(not c for c in caps):
-        raise InputError("empty caption", path=path, line=lineno, field=fld)
-    return caps
-
-
 def source_id(obj: dict, key: str, path: Path, field: str, line: int | None = None, why: str | None = None) -> str:
     """``obj[key]`` as a source id (an integer or a non-empty string, stripped), else an :class:`InputError`
     naming ``field``: ``why``, or by default "missing field" / the value that is not an id."""
@@ -122,9 +104,21 @@ def read_items(
         fld = caption_field or next(
             (c for c in DEFAULT_CAPTION_FIELDS if c in row), DEFAULT_CAPTION_FIELDS[0]
         )
-        if row.get(fld) is None:
+        value = row.get(fld)
+        if value is None:
             raise InputError("missing field", path=path, line=lineno, field=fld)
-        caps = _captions(row[fld], caption_sep, path, lineno, fld)
+        if isinstance(value, str):
+            value = value.split(caption_sep) if caption_sep else [value]
+        elif not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise InputError(
+                f"expected a string or a list of strings, got {type(value).__name__}",
+                path=path,
+                line=lineno,
+                field=fld,
+            )
+        caps = [p.strip() for p in value]
+        if not caps or any(not c for c in caps):
+            raise InputError("empty caption", path=path, line=lineno, field=fld)
         key = img if id_field is None else source_id(row, id_field, path, id_field, lineno,
                                                      "missing or invalid image id (string or integer)")
         item = items.get(key)
@@ -141,8 +135,7 @@ def read_items(
                 line=lineno,
                 field=id_field,
             )
-        start = len(item.captions)
-        item.captions += [(f"{item.source_id}.{start + k}", c) for k, c in enumerate(caps)]
+        item.captions += [(f"{item.source_id}.{k}", c) for k, c in enumerate(caps, start=len(item.captions))]
     return list(items.values())
 
 

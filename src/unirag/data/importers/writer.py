@@ -138,63 +138,6 @@ class ImportSummary:
         return "\n".join(lines)
 
 
-def _check_images(
-    items: list[SourceItem], images_root: Path, mode: str, show_progress: bool, workers: int
-) -> tuple[BadImageReport, set[str]]:
-    """Report of unusable images and the source ids to skip with them.
-
-    Threads, because Pillow releases the GIL while decoding; results keep the input order.
-    """
-    report = BadImageReport()
-    bad: set[str] = set()
-    if mode == "none":
-        return report, bad
-    from concurrent.futures import ThreadPoolExecutor
-
-    from tqdm.auto import tqdm
-
-    paths = [resolve_image(it.img_path, images_root) for it in items]
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
-        reasons = ex.map(lambda p: image_problem(p, mode), paths, chunksize=16)
-        for it, path, reason in tqdm(
-            zip(items, paths, reasons, strict=True),
-            total=len(items),
-            unit="img",
-            desc=f"checking images ({mode})",
-            disable=not show_progress,
-        ):
-            if reason is not None:
-                report.add(path, reason)
-                bad.add(it.source_id)
-    return report, bad
-
-
-def outside_root(items: list[SourceItem], images_root: Path) -> list[tuple[SourceItem, Path]]:
-    """Items whose image path resolves outside ``images_root``: ``..`` segments, absolute paths and
-    symlinks pointing elsewhere (the path is resolved, links followed, before comparing)."""
-    root = images_root.resolve()
-    out = []
-    for it in items:
-        resolved = resolve_image(it.img_path, images_root).resolve()
-        if not resolved.is_relative_to(root):
-            out.append((it, resolved))
-    return out
-
-
-def _root_hint(items: list[SourceItem], images_root: Path) -> str:
-    """A likely fix when no image resolves: paths that already start with the root folder's name."""
-    first = Path(items[0].img_path)
-    if (
-        not first.is_absolute()
-        and first.parts[0] == images_root.name
-        and (images_root.parent / first).exists()
-    ):
-        return f" The paths already start with '{first.parts[0]}/': pass its parent, {images_root.parent}."
-    if len(first.parts) > 1 and (images_root / first.name).exists():
-        return f" {first.name} is directly in the images root, but the paths name a folder '{first.parent}/'."
-    return ""
-
-
 def build_records(
     items: list[SourceItem], *, name: str, seed: int = 0, all_captions: bool = False
 ) -> tuple[list[Candidate], list[Query], list[Query]]:
@@ -216,10 +159,8 @@ def build_records(
                 source_id=it.source_id,
             )
         )
-        txt_dids = []
-        for key, text in it.captions:
-            did = f"{name}:txt:{key}"
-            txt_dids.append(did)
+        txt_dids = [f"{name}:txt:{key}" for key, _ in it.captions]
+        for (key, text), did in zip(it.captions, txt_dids, strict=True):
             pool.append(
                 Candidate(
                     did=did,
@@ -298,7 +239,11 @@ def write_dataset(
     images_root = Path(images_root)
     if check != "none" and not images_root.is_dir():
         raise InputError("images root is not a directory", path=images_root)
-    outside = outside_root(items, images_root)
+    # image paths that resolve outside the root: '..' segments, absolute paths and symlinks pointing
+    # elsewhere (the path is resolved, links followed, before comparing)
+    paths = [resolve_image(it.img_path, images_root) for it in items]
+    outside = [(it, resolved) for it, path in zip(items, paths, strict=True)
+               if not (resolved := path.resolve()).is_relative_to(images_root.resolve())]
     if outside and not allow_outside_root:
         it, resolved = outside[0]
         raise InputError(
@@ -307,14 +252,39 @@ def write_dataset(
             "under the root, or pass --allow-outside-images (allow_outside_root=True) to import them anyway",
             path=it.origin or source,
         )
-    report, bad = _check_images(items, images_root, check, show_progress, workers)
+    report, bad = BadImageReport(), set()  # unusable images, and the source ids skipped with them
+    if check != "none":  # threads, because Pillow releases the GIL while decoding; results in input order
+        from concurrent.futures import ThreadPoolExecutor
+
+        from tqdm.auto import tqdm
+
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
+            reasons = ex.map(lambda p: image_problem(p, check), paths, chunksize=16)
+            for it, path, reason in tqdm(
+                zip(items, paths, reasons, strict=True),
+                total=len(items),
+                unit="img",
+                desc=f"checking images ({check})",
+                disable=not show_progress,
+            ):
+                if reason is not None:
+                    report.add(path, reason)
+                    bad.add(it.source_id)
     good = [it for it in items if it.source_id not in bad]
     skipped_captions = sum(len(it.captions) for it in items) - sum(len(it.captions) for it in good)
-    if not good:
-        first = resolve_image(items[0].img_path, images_root)
+    if not good:  # with a likely fix: paths that already start with the root folder's name, ...
+        first, hint = Path(items[0].img_path), ""
+        if (
+            not first.is_absolute()
+            and first.parts[0] == images_root.name
+            and (images_root.parent / first).exists()
+        ):
+            hint = f" The paths already start with '{first.parts[0]}/': pass its parent, {images_root.parent}."
+        elif len(first.parts) > 1 and (images_root / first.name).exists():  # ... or name a folder it lacks
+            hint = f" {first.name} is directly in the images root, but the paths name a folder '{first.parent}/'."
         raise InputError(
             f"none of the {len(items)} images is readable (image paths are resolved against the "
-            f"images root, e.g. {first}).{_root_hint(items, images_root)}\n{report.summary()}",
+            f"images root, e.g. {paths[0]}).{hint}\n{report.summary()}",
             path=source,
         )
 
