@@ -56,10 +56,9 @@ def _is_ok(rec: dict[str, Any] | None) -> bool:
 class ResultStore:
     """A JSONL file of records keyed by ``key`` (e.g. ``qid``) with a ``status`` field."""
 
-    def __init__(self, path: str | Path, key: str = "qid", fsync: bool = True) -> None:
+    def __init__(self, path: str | Path, key: str = "qid") -> None:
         self.path = Path(path)
         self.key = key
-        self.fsync = fsync
         self._tlock = threading.RLock()
         self._depth = 0
         self._latest: dict[str, dict[str, Any]] = {}
@@ -193,8 +192,7 @@ class ResultStore:
             with self.path.open("ab") as f:
                 f.write(line)
                 f.flush()
-                if self.fsync:
-                    os.fsync(f.fileno())
+                os.fsync(f.fileno())
                 if self._ino is None:
                     self._ino = os.fstat(f.fileno()).st_ino
             self._offset += len(line)
