@@ -155,12 +155,10 @@ class _Worker:
         self.decode = decode
         if threads:
             os.environ["UNIRAG_TORCH_THREADS"] = str(threads)  # read by unirag.runtime.configure_torch_threads
-            try:
+            with contextlib.suppress(ImportError):
                 import torch
 
                 torch.set_num_threads(threads)
-            except ImportError:
-                pass
         self.model = recipe.load(device)
         self.tasks: dict[str, Any] = {}  # task -> the run kind opened on the model (a thin wrapper of it)
 
@@ -294,10 +292,6 @@ class WorkerPool:
             ray.kill(a)
 
     # -- actors ---------------------------------------------------------------------------------------
-    def n_workers(self) -> int:
-        o = self.options
-        return o.workers or default_workers(self.ray, o.cpus_per_worker, o.gpus_per_worker)
-
     def _fits(self, n: int) -> bool:
         free = self.ray.available_resources()
         o = self.options
@@ -310,7 +304,7 @@ class WorkerPool:
             group.last_used = time.monotonic()
             return group
         ray, o = self._connect(), self.options
-        n = self.n_workers()
+        n = o.workers or default_workers(ray, o.cpus_per_worker, o.gpus_per_worker)
         while self._groups and not self._fits(n):  # make room: stop the least recently used model's actors
             self._stop(min(self._groups, key=lambda k: self._groups[k].last_used))
         device, threads, decode = o.actor_sizing(ray, n)

@@ -259,28 +259,19 @@ class ResultStore:
         self.close()
 
 
-class RunLock:
-    """Refuse to run two processes on the same output directory at once (advisory flock)."""
-
-    def __init__(self, directory: str | Path) -> None:
-        self.path = Path(directory) / ".lock"
-        self._fh = None
-
-    def __enter__(self) -> RunLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("w")
+@contextmanager
+def RunLock(directory: str | Path) -> Iterator[None]:
+    """``with RunLock(out):`` refuses to run two processes on the same output directory at once (advisory
+    flock on ``OUT/.lock``, released when the file closes)."""
+    path = Path(directory) / ".lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
         try:
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self._fh.close()
-            raise UniragError(f"another unirag process is writing to {self.path.parent}; "
+            raise UniragError(f"another unirag process is writing to {path.parent}; "
                               "wait for it to finish or choose another --out") from None
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fh is not None:
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
-            self._fh.close()
+        yield
 
 
 def _file_holds(path: Path, lines: Iterator[str]) -> bool:
