@@ -284,10 +284,8 @@ class WorkerPool:
     def _stop(self, key: str) -> None:
         group = self._groups.pop(key)
         ray = self.ray
-        try:
+        with contextlib.suppress(Exception):  # a dead actor has nothing left to release
             ray.get([a.shutdown.remote() for a in group.actors], timeout=60)
-        except Exception:  # noqa: BLE001 - a dead actor has nothing left to release
-            pass
         for a in group.actors:
             ray.kill(a)
 

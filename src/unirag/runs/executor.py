@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
@@ -212,8 +212,10 @@ def run_items(
     bar = tqdm(total=len(todo), desc=desc, disable=not progress, unit="it")
     try:
         with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-            try:
-                for results in map(batch, groups) if concurrency <= 1 else pool.map(batch, groups):
+            try:  # in the order the batches finish
+                finished = (map(batch, groups) if concurrency <= 1 else
+                            (f.result() for f in as_completed([pool.submit(batch, group) for group in groups])))
+                for results in finished:
                     count(results)
             except BaseException:  # Ctrl-C stops quickly: the calls not started are cancelled
                 if stop is not None:

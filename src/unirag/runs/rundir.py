@@ -22,6 +22,7 @@ ignored and, as in the store, the latest line per ``qid`` wins. Scorers write ``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -53,10 +54,8 @@ PACKAGES = ("unirag", "numpy", "pillow", "torch", "transformers", "openai", "goo
 def package_versions() -> dict[str, str]:
     out = {}
     for name in PACKAGES:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
     return out
 
 
@@ -267,9 +266,4 @@ def read_run_metrics(run_dir: str | Path) -> dict[str, Any] | None:
 def read_per_query(run_dir: str | Path) -> dict[str, dict[str, Any]]:
     """qid -> per-query scores written by a scorer ({} before evaluation)."""
     path = Path(run_dir) / PER_QUERY_FILE
-    out: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return out
-    for _, rec in iter_json_lines(path):
-        out[str(rec.get("qid"))] = rec
-    return out
+    return {str(rec.get("qid")): rec for _, rec in iter_json_lines(path)} if path.exists() else {}
