@@ -26,6 +26,7 @@ import contextlib
 import json
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -183,17 +184,12 @@ def check_some_succeeded(run_dir: str | Path, ok: int, failed: int, noun: str = 
 
 
 def _usage_totals(records) -> dict[str, Any]:
-    usage: dict[str, int] = {}
-    cost, priced, latency = 0.0, True, 0.0
+    usage: Counter[str] = Counter()
     for r in records:  # the finished ones
-        for k, v in (r.get("usage") or {}).items():
-            usage[k] = usage.get(k, 0) + int(v or 0)
-        if r.get("cost_usd") is None:
-            priced = False
-        else:
-            cost += float(r["cost_usd"])
-        latency += float(r.get("latency_s") or 0.0)
-    return {"usage": usage, "cost_usd": round(cost, 6) if priced else None, "latency_s": round(latency, 3)}
+        usage.update({k: int(v or 0) for k, v in (r.get("usage") or {}).items()})
+    costs = [r.get("cost_usd") for r in records]  # one unpriced record: no total
+    return {"usage": dict(usage), "cost_usd": round(sum(map(float, costs), 0.0), 6) if None not in costs else None,
+            "latency_s": round(sum((float(r.get("latency_s") or 0.0) for r in records), 0.0), 3)}
 
 
 # -- reading ----------------------------------------------------------------------------------
