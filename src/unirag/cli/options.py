@@ -41,12 +41,7 @@ DTYPE_HELP = "auto (bfloat16/float16 on a GPU, float32 on CPU), float32, float16
 
 def options(opts: list) -> Callable[[Callable], Callable]:
     """A decorator adding the click options ``opts``, in the order ``--help`` lists them."""
-
-    def decorate(fn: Callable) -> Callable:
-        for opt in reversed(opts):
-            fn = opt(fn)
-        return fn
-    return decorate
+    return lambda fn: functools.reduce(lambda f, opt: opt(f), reversed(opts), fn)
 
 
 def _device(prefix: str = "") -> list:

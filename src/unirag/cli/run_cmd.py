@@ -37,9 +37,8 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
     from unirag.pipelines.experiment import cell_states, run_experiment
     from unirag.pipelines.experiment_grid import GridOverrides
 
-    options = key_values(option_pairs, "--option", True)
     overrides = GridOverrides(data_root=data_root, out=out, generators=key_values(generator_map, "--generator", False),
-                              options=options, profile=profile,
+                              options=key_values(option_pairs, "--option", True), profile=profile,
                               settings=setting_overrides)
     if dry_run:
         from unirag.pipelines.experiment_plan import plan_experiment
