@@ -249,7 +249,7 @@ class _Group:
     dead: set[int] = field(default_factory=set)  # workers that died: later runs skip them
 
 
-class WorkerPool:
+class WorkerPool(contextlib.AbstractContextManager):
     """Ray actors for a run (or a grid of runs): one group of ``workers`` actors per model.
 
     Use as ``with WorkerPool(EngineOptions(engine="ray", workers=2)) as pool:``; Ray is started or
@@ -263,9 +263,6 @@ class WorkerPool:
         self.ray = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
-    def __enter__(self) -> WorkerPool:
-        return self
-
     def _connect(self) -> Any:
         """Start or join Ray on first use (a grid without local-model cells never starts it)."""
         if self.ray is None:

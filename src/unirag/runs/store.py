@@ -34,7 +34,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
@@ -53,7 +53,7 @@ def _is_ok(rec: dict[str, Any] | None) -> bool:
     return rec is not None and rec.get("status", STATUS_OK) == STATUS_OK
 
 
-class ResultStore:
+class ResultStore(AbstractContextManager):
     """A JSONL file of records keyed by ``key`` (e.g. ``qid``) with a ``status`` field."""
 
     def __init__(self, path: str | Path, key: str = "qid") -> None:
@@ -251,9 +251,6 @@ class ResultStore:
                 self._closed = True
                 self._claims.close()
                 os.close(self._lock_fd)
-
-    def __enter__(self) -> ResultStore:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
