@@ -113,16 +113,17 @@ def bench(task: str, spec: str, queries: Path, work: Path, args) -> dict:
         if task == "caption":
             from unirag.pipelines.remote_models import ModelRecipe
 
-            pool.describe(ModelRecipe(spec, {"device": "cpu", "batch_size": args.batch_size}))
+            recipe = ModelRecipe(spec, {"device": "cpu", "batch_size": args.batch_size})
         else:
             from unirag.pipelines.remote_models import ModelRecipe
 
-            pool.describe(ModelRecipe(spec, {"device": "cpu"}, "image"))
+            recipe = ModelRecipe(spec, {"device": "cpu"}, "image")
+        pool.describe(recipe)
         ray_start = time.perf_counter() - t0  # Ray started + every worker has loaded the model
+        workers = len(pool.group(recipe).actors)  # the driver's one loop spreads the batches (no per-worker counts)
         t0 = time.perf_counter()
         _run(task, _config(task, queries, work / f"{task}-ray", spec, pool, args.batch_size))
         ray_gen = time.perf_counter() - t0
-        workers = pool.n_workers()  # the driver's one loop spreads the batches (no per-worker counts)
     same = _records(task, work / f"{task}-local") == _records(task, work / f"{task}-ray")
     n = args.queries
     return {"task": task, "queries": n, "local_startup_s": local_start, "local_gen_s": local_gen,

@@ -18,38 +18,30 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# public name -> module that defines it
-_PUBLIC = {
-    "load_encoder": "unirag.encoders.registry",
-    "Pool": "unirag.data.pool",
-    "Candidate": "unirag.data.records",
-    "Query": "unirag.data.records",
-    "Qrels": "unirag.data.records",
-    "Modality": "unirag.data.records",
-    "Index": "unirag.index.handle",
-    "Retriever": "unirag.retrieval.retriever",
-    "Hit": "unirag.retrieval.results",
-    "Hits": "unirag.retrieval.results",
-    "Pair": "unirag.retrieval.results",
-    "Selection": "unirag.retrieval.selection",
-    "Captioner": "unirag.pipelines.captioner",
-    "Caption": "unirag.pipelines.captioner",
-    "ImageGenerator": "unirag.pipelines.image_generator",
-    "XR": "unirag.cir.xr",
-    "caption_metrics": "unirag.metrics.captions",
-    "retrieval_metrics": "unirag.metrics.retrieval",
-    "cir_metrics": "unirag.metrics.cir",
-    "image_metrics": "unirag.metrics.images",
-    "run_experiment": "unirag.pipelines.experiment",
-    "build_report": "unirag.reports.build",
-    "compare_runs": "unirag.reports.compare",
-    "bootstrap_interval": "unirag.metrics.stats",
-    "paired_comparison": "unirag.metrics.stats",
-    "UniragError": "unirag.errors",
-    "ConfigError": "unirag.errors",
-    "InputError": "unirag.errors",
-    "BackendError": "unirag.errors",
+# module -> the public names it defines (in the order of the docs' reference)
+_MODULES = {
+    "unirag.encoders.registry": ("load_encoder",),
+    "unirag.data.pool": ("Pool",),
+    "unirag.data.records": ("Candidate", "Query", "Qrels", "Modality"),
+    "unirag.index.handle": ("Index",),
+    "unirag.retrieval.retriever": ("Retriever",),
+    "unirag.retrieval.results": ("Hit", "Hits", "Pair"),
+    "unirag.retrieval.selection": ("Selection",),
+    "unirag.pipelines.captioner": ("Captioner", "Caption"),
+    "unirag.pipelines.image_generator": ("ImageGenerator",),
+    "unirag.cir.xr": ("XR",),
+    "unirag.metrics.captions": ("caption_metrics",),
+    "unirag.metrics.retrieval": ("retrieval_metrics",),
+    "unirag.metrics.cir": ("cir_metrics",),
+    "unirag.metrics.images": ("image_metrics",),
+    "unirag.pipelines.experiment": ("run_experiment",),
+    "unirag.reports.build": ("build_report",),
+    "unirag.reports.compare": ("compare_runs",),
+    "unirag.metrics.stats": ("bootstrap_interval", "paired_comparison"),
+    "unirag.errors": ("UniragError", "ConfigError", "InputError", "BackendError"),
 }
+# public name -> module that defines it
+_PUBLIC = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = ["__version__", *_PUBLIC]
 

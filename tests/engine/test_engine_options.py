@@ -161,22 +161,22 @@ def test_decode_workers_reach_the_engine_options_from_every_command_with_an_engi
     (the run manifest's engine entry records it); a negative count is refused."""
     from click.testing import CliRunner
 
+    from unirag.cir import api
     from unirag.cli import caption_cmd, cir_cmd, generate_images_cmd
-    from unirag.cli.options import engine_from_cli
+    from unirag.pipelines import caption, image_gen
 
     seen = []
-    real = engine_from_cli
 
-    def spy(opts):
-        options = real(opts)
-        seen.append(options)
+    def spy(cfg=None, **kwargs):
+        seen.append(kwargs["engine"] if cfg is None else cfg.engine)
         raise SystemExit(0)
 
+    for where, name in ((caption, "run_captioning"), (image_gen, "run_images"), (api, "run_cir")):
+        monkeypatch.setattr(where, name, spy)
     for module, args in ((caption_cmd, ["--queries", "q.jsonl", "--out", "o"]),
                          (generate_images_cmd, ["--queries", "q.jsonl", "--generator", "diffusers:x", "--out", "o"]),
                          (cir_cmd, ["--dataset", "cirr", "--annotations", "a.json", "--images-root", ".",
                                     "--out", "o"])):
-        monkeypatch.setattr(module, "engine_from_cli", spy)
         command = next(v for v in vars(module).values() if hasattr(v, "params") and hasattr(v, "callback"))
         result = CliRunner().invoke(command, [*args, "--engine", "ray", "--decode-workers", "3"])
         assert result.exit_code == 0, (module.__name__, result.output)

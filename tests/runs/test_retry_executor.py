@@ -54,7 +54,7 @@ def test_permanent_error_is_not_retried():
 
 
 def test_run_items_stores_each_result_and_skips_done(tmp_path):
-    store = ResultStore(tmp_path / "o.jsonl", fsync=False)
+    store = ResultStore(tmp_path / "o.jsonl")
     store.append({"qid": "0", "status": "ok", "caption": "already"})
     seen = []
 
@@ -74,7 +74,7 @@ def test_run_items_stores_each_result_and_skips_done(tmp_path):
 
 
 def test_run_items_is_concurrent_but_bounded(tmp_path):
-    store = ResultStore(tmp_path / "o.jsonl", fsync=False)
+    store = ResultStore(tmp_path / "o.jsonl")
     active, peak, lock = [0], [0], threading.Lock()
 
     def work(i):

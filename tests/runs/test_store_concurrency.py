@@ -16,7 +16,7 @@ WRITER = textwrap.dedent("""
     import sys
     from unirag.runs.store import ResultStore
     path, start, stop, compact_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    s = ResultStore(path, key="key", fsync=False)
+    s = ResultStore(path, key="key")
     for i in range(start, stop):
         if not s.is_done(str(i)):
             s.append({"key": str(i), "status": "ok", "by": start})

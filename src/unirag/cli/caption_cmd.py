@@ -8,7 +8,6 @@ import click
 
 from unirag.cli.options import (
     behaviour_options,
-    engine_from_cli,
     engine_options,
     generation_options,
     run_kwargs,
@@ -31,12 +30,11 @@ from unirag.pipelines.examples import MODES
 @generation_options
 @behaviour_options()
 @engine_options("caption")
-def caption(settings, selection, **opts) -> None:
+def caption(settings, selection, engine, **opts) -> None:
     """Caption image queries; rerun the same command to resume after a crash or Ctrl-C."""
     from unirag.pipelines.caption import CaptionConfig, run_captioning
     from unirag.runs.rundir import check_some_succeeded
 
-    engine = engine_from_cli(opts)
     cfg = CaptionConfig(profile=settings, selection=selection, engine=engine, **run_kwargs(opts))
     out = cfg.out
     summary = run_captioning(cfg)

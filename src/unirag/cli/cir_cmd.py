@@ -9,7 +9,6 @@ from unirag.cli.options import (
     behaviour_options,
     bootstrap_options,
     device_options,
-    engine_from_cli,
     engine_options,
 )
 
@@ -66,7 +65,7 @@ def _print_metrics(name: str, metrics: dict) -> None:
 @behaviour_options(selection=False, raw=True, profile_help=CIR_PROFILE_HELP)
 @engine_options("agent")
 def cir(annotations, no_imagination, fine_only, modalities, quiet, device, dtype, setting_overrides, resamples,
-        bootstrap_seed, ci_method, **opts) -> None:
+        bootstrap_seed, ci_method, engine, **opts) -> None:
     """Rank a CIR benchmark's pool for each (reference image, modification text) query.
 
     Writes OUT/rankings.jsonl (per query: ranked image ids of every stage, stage scores),
@@ -80,7 +79,6 @@ def cir(annotations, no_imagination, fine_only, modalities, quiet, device, dtype
     from unirag.errors import RunFailedError
     from unirag.runs.rundir import read_run_manifest
 
-    engine = engine_from_cli(opts)
     metrics = run_cir(annotations=list(annotations), **opts, progress=not quiet, engine=engine,
                       ablation=Ablation(imagination=not no_imagination, fine_only=fine_only, modalities=modalities),
                       encoder_options={"device": device, "dtype": dtype},

@@ -92,14 +92,9 @@ def captions(run_dir: Path, no_meteor: bool, no_strip_prefixes: bool, settings, 
     queries are excluded and counted. Each metric gets a 95 % bootstrap interval over the queries.
     """
     from unirag.metrics.captions import evaluate_caption_run
-    from unirag.reports.console import metric_table, summary_lines
 
-    result = evaluate_caption_run(run_dir, **opts, strip_prefixes=not no_strip_prefixes, meteor=not no_meteor,
-                                  profile=settings)
-    click.echo(metric_table(result["metrics"], result["skipped_metrics"], result.get("intervals")))
-    for line in summary_lines(result):
-        click.echo(line)
-    click.echo(f"wrote {Path(run_dir) / 'metrics.json'}")
+    _show(run_dir, evaluate_caption_run(run_dir, **opts, strip_prefixes=not no_strip_prefixes,
+                                        meteor=not no_meteor, profile=settings))
 
 
 @evaluate_group.command("images", short_help="FID, CLIP Score, Inception Score of an image run.")
@@ -130,11 +125,14 @@ def images(run_dir: Path, clip_model: str, no_clip: bool, decode, settings, **op
     line and CLIP Score still runs. Writes metrics.json in the run directory.
     """
     from unirag.metrics.image_run import evaluate_image_run
+
+    _show(run_dir, evaluate_image_run(run_dir, **opts, clip_model=None if no_clip else clip_model,
+                                      show_progress=True, engine=decode, profile=settings))
+
+
+def _show(run_dir: Path, result: dict) -> None:
+    """A caption or image run's scores, as ``evaluate captions`` and ``evaluate images`` print them."""
     from unirag.reports.console import metric_table, summary_lines
 
-    result = evaluate_image_run(run_dir, **opts, clip_model=None if no_clip else clip_model, show_progress=True,
-                                engine=decode, profile=settings)
-    click.echo(metric_table(result["metrics"], result["skipped_metrics"], result.get("intervals")))
-    for line in summary_lines(result):
-        click.echo(line)
-    click.echo(f"wrote {Path(run_dir) / 'metrics.json'}")
+    click.echo("\n".join([metric_table(result["metrics"], result["skipped_metrics"], result.get("intervals")),
+                          *summary_lines(result), f"wrote {Path(run_dir) / 'metrics.json'}"]))

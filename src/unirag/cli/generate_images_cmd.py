@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from unirag.cli.options import behaviour_options, engine_from_cli, engine_options, run_kwargs, run_options
+from unirag.cli.options import behaviour_options, engine_options, run_kwargs, run_options
 from unirag.generators.images.base import (
     DEFAULT_GUIDANCE,
     DEFAULT_HEIGHT,
@@ -40,7 +40,7 @@ from unirag.pipelines.examples import MODES
 @run_options
 @behaviour_options()
 @engine_options("image")
-def generate_images(width, height, steps, guidance, offload, lavit_code, settings, selection, **opts) -> None:
+def generate_images(width, height, steps, guidance, offload, lavit_code, settings, selection, engine, **opts) -> None:
     """Generate an image for every caption query, saved as PNG next to the prompt that made it.
 
     \b
@@ -51,7 +51,6 @@ def generate_images(width, height, steps, guidance, offload, lavit_code, setting
     from unirag.pipelines.image_gen import ImageConfig, run_images
     from unirag.runs.rundir import check_some_succeeded
 
-    engine = engine_from_cli(opts)
     cfg = run_kwargs(opts)
     cfg["generator_options"].update({k: v for k, v in (("offload", offload), ("lavit_code", lavit_code))
                                      if v is not None})

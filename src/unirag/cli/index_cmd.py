@@ -77,15 +77,16 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder: str |
         raise ConfigError("--ids goes with --embeddings")
     from unirag.index.handle import Index
 
+    # how the candidates are encoded, the same for one shard (--shard) and a whole build
+    encoding = dict(encoder=encoder, images_root=images_root, batch_size=batch_size, device=device, dtype=dtype,
+                    decode_workers=decode.decode_workers, autocast=autocast)
     if shard_spec is not None:
         if shards_dir is None and out is None:
             raise ConfigError("--shard needs --shards-dir (or --out, whose shards/ folder is used)")
         from unirag.index.shards import default_shards_dir
 
         shards_dir = shards_dir if shards_dir is not None else default_shards_dir(out)
-        record = Index.embed_shard(pool, shard_spec, shards_dir, encoder=encoder, images_root=images_root,
-                                   batch_size=batch_size, device=device, dtype=dtype,
-                                   decode_workers=decode.decode_workers, autocast=autocast)
+        record = Index.embed_shard(pool, shard_spec, shards_dir, **encoding)
         state = "already done" if record.get("skipped") else f"embedded in {record['seconds']:.1f}s"
         click.echo(f"shard {shard_spec}: {record['rows']} vectors {state} ({shards_dir})")
         return
@@ -101,10 +102,9 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder: str |
     else:
         from unirag.data.pool import Pool
 
-        index = Index.build(Pool.read(pool, images_root), out, encoder=encoder, index_type=index_type,
-                            autocast=autocast, params=overrides, batch_size=batch_size, device=device, dtype=dtype,
-                            progress=True, decode_workers=decode.decode_workers, shards_dir=shards_dir,
-                            allow_shrink=allow_shrink, **ray)  # **ray: --engine and its Ray options
+        index = Index.build(Pool.read(pool, images_root), out, index_type=index_type, params=overrides, progress=True,
+                            shards_dir=shards_dir, allow_shrink=allow_shrink, **encoding,
+                            **ray)  # **ray: --engine and its Ray options
     manifest = index.manifest
     counts = ", ".join(f"{m}: {n}" for m, n in manifest["counts"].items())
     click.echo(f"index written to {out} ({manifest['total']} candidates; {counts}; "

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -40,12 +41,7 @@ DTYPE_HELP = "auto (bfloat16/float16 on a GPU, float32 on CPU), float32, float16
 
 def options(opts: list) -> Callable[[Callable], Callable]:
     """A decorator adding the click options ``opts``, in the order ``--help`` lists them."""
-
-    def decorate(fn: Callable) -> Callable:
-        for opt in reversed(opts):
-            fn = opt(fn)
-        return fn
-    return decorate
+    return lambda fn: functools.reduce(lambda f, opt: opt(f), reversed(opts), fn)
 
 
 def _device(prefix: str = "") -> list:
@@ -137,18 +133,17 @@ def decode_option(decodes: str = "encoder") -> Callable[[Callable], Callable]:
 
 
 def engine_options(decodes: str) -> Callable[[Callable], Callable]:
-    """The engine options and the command's ``--decode-workers`` (its help for what it ``decodes``)."""
+    """Decorator: the engine options and the command's ``--decode-workers`` (its help for what it
+    ``decodes``); the command gets them as ``engine``: one :class:`~unirag.runs.engine.EngineOptions`."""
 
-    return options([*_ENGINE, decode_option(decodes)])
+    def decorate(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, engine: str, decode: Any, **kwargs: Any) -> Any:
+            ray = {k: kwargs.pop(k) for k in ("workers", "gpus_per_worker", "ray_address")}
+            return fn(*args, engine=replace(decode, engine=engine, **ray), **kwargs)
 
-
-def engine_from_cli(opts: dict[str, Any]):
-    """Pop the engine options (and ``--decode-workers``) out of a command's keyword arguments ->
-    :class:`EngineOptions`."""
-    from dataclasses import replace
-
-    return replace(opts.pop("decode"), **{k: opts.pop(k) for k in ("engine", "workers", "gpus_per_worker",
-                                                                   "ray_address")})
+        return options([*_ENGINE, decode_option(decodes)])(wrapper)
+    return decorate
 
 
 # --- generation runs ------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from unirag.cli.options import behaviour_options, engine_from_cli, engine_options, key_values
+from unirag.cli.options import behaviour_options, engine_options, key_values
 
 
 @click.command("run")
@@ -28,7 +28,7 @@ from unirag.cli.options import behaviour_options, engine_from_cli, engine_option
 @behaviour_options(raw=True)
 @engine_options("grid")
 def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_map, option_pairs, no_progress,
-        profile, setting_overrides, selection, **engine) -> None:
+        profile, setting_overrides, selection, engine) -> None:
     """Run every cell of EXPERIMENT.yaml into OUT/<generator>/<mode>-k<k>[-<retriever>]; rerun to resume.
 
     --profile and --set apply to every cell (over the grid's own profile: and settings:).
@@ -37,9 +37,8 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
     from unirag.pipelines.experiment import cell_states, run_experiment
     from unirag.pipelines.experiment_grid import GridOverrides
 
-    options = key_values(option_pairs, "--option", True)
     overrides = GridOverrides(data_root=data_root, out=out, generators=key_values(generator_map, "--generator", False),
-                              options=options, profile=profile,
+                              options=key_values(option_pairs, "--option", True), profile=profile,
                               settings=setting_overrides)
     if dry_run:
         from unirag.pipelines.experiment_plan import plan_experiment
@@ -65,7 +64,7 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
         return
     results = run_experiment(experiment, tuple(only), progress=not no_progress, limit=limit, echo=click.echo,
                              overrides=overrides, selection=selection,
-                             engine=engine_from_cli(engine))
+                             engine=engine)
     failed = [r for r in results if r["status"] != "ok"]
     incomplete = [r for r in results if r["status"] == "ok" and r["counts"].get("ok") != r["counts"].get("queries")]
     short = [r for r in results if r["status"] == "ok" and r["counts"].get("short")]

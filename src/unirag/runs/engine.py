@@ -155,12 +155,10 @@ class _Worker:
         self.decode = decode
         if threads:
             os.environ["UNIRAG_TORCH_THREADS"] = str(threads)  # read by unirag.runtime.configure_torch_threads
-            try:
+            with contextlib.suppress(ImportError):
                 import torch
 
                 torch.set_num_threads(threads)
-            except ImportError:
-                pass
         self.model = recipe.load(device)
         self.tasks: dict[str, Any] = {}  # task -> the run kind opened on the model (a thin wrapper of it)
 
@@ -251,7 +249,7 @@ class _Group:
     dead: set[int] = field(default_factory=set)  # workers that died: later runs skip them
 
 
-class WorkerPool:
+class WorkerPool(contextlib.AbstractContextManager):
     """Ray actors for a run (or a grid of runs): one group of ``workers`` actors per model.
 
     Use as ``with WorkerPool(EngineOptions(engine="ray", workers=2)) as pool:``; Ray is started or
@@ -265,9 +263,6 @@ class WorkerPool:
         self.ray = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
-    def __enter__(self) -> WorkerPool:
-        return self
-
     def _connect(self) -> Any:
         """Start or join Ray on first use (a grid without local-model cells never starts it)."""
         if self.ray is None:
@@ -286,18 +281,12 @@ class WorkerPool:
     def _stop(self, key: str) -> None:
         group = self._groups.pop(key)
         ray = self.ray
-        try:
+        with contextlib.suppress(Exception):  # a dead actor has nothing left to release
             ray.get([a.shutdown.remote() for a in group.actors], timeout=60)
-        except Exception:  # noqa: BLE001 - a dead actor has nothing left to release
-            pass
         for a in group.actors:
             ray.kill(a)
 
     # -- actors ---------------------------------------------------------------------------------------
-    def n_workers(self) -> int:
-        o = self.options
-        return o.workers or default_workers(self.ray, o.cpus_per_worker, o.gpus_per_worker)
-
     def _fits(self, n: int) -> bool:
         free = self.ray.available_resources()
         o = self.options
@@ -310,7 +299,7 @@ class WorkerPool:
             group.last_used = time.monotonic()
             return group
         ray, o = self._connect(), self.options
-        n = self.n_workers()
+        n = o.workers or default_workers(ray, o.cpus_per_worker, o.gpus_per_worker)
         while self._groups and not self._fits(n):  # make room: stop the least recently used model's actors
             self._stop(min(self._groups, key=lambda k: self._groups[k].last_used))
         device, threads, decode = o.actor_sizing(ray, n)

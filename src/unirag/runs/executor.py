@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from itertools import islice
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
@@ -212,26 +211,17 @@ def run_items(
     groups = [todo[s : s + size] for s in range(0, len(todo), size)]
     bar = tqdm(total=len(todo), desc=desc, disable=not progress, unit="it")
     try:
-        if concurrency <= 1:
-            for group in groups:
-                count(batch(group))
-        else:
-            with ThreadPoolExecutor(max_workers=concurrency) as pool:
-                iterator = iter(groups)
-                # Keep only ~2x concurrency futures alive so Ctrl-C stops quickly.
-                pending: set[Future] = {pool.submit(batch, group) for group in islice(iterator, 2 * concurrency)}
-                try:
-                    while pending:
-                        finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                        for fut in finished:
-                            count(fut.result())
-                            pending.update(pool.submit(batch, group) for group in islice(iterator, 1))
-                except BaseException:
-                    if stop is not None:
-                        stop()
-                    for fut in pending:
-                        fut.cancel()
-                    raise
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            try:  # in the order the batches finish
+                finished = (map(batch, groups) if concurrency <= 1 else
+                            (f.result() for f in as_completed([pool.submit(batch, group) for group in groups])))
+                for results in finished:
+                    count(results)
+            except BaseException:  # Ctrl-C stops quickly: the calls not started are cancelled
+                if stop is not None:
+                    stop()
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
         # The items another process had claimed: wait for its record of each; take one over (claim it
         # again) only when that process died without storing it.
         while deferred:

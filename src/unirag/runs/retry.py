@@ -17,13 +17,10 @@ from unirag.errors import BackendError
 
 T = TypeVar("T")
 
-#: 408 (the server timed out waiting for the request) and 429 (rate limit); every 5xx is retried too.
-RETRYABLE_STATUS = frozenset({408, 429})
-
-
 def is_retryable_status(status: int | None) -> bool:
     """Only timeouts, 429 and 5xx: any other status (400, 401, 404, 409, ...) fails the item at once."""
-    return status is not None and (status in RETRYABLE_STATUS or 500 <= status <= 599)
+    # 408: the server timed out waiting for the request; 429: rate limit
+    return status is not None and (status in (408, 429) or 500 <= status <= 599)
 
 
 @dataclass
@@ -33,12 +30,12 @@ class RetryPolicy:
     max_delay: float = 30.0
     max_retry_after: float = 120.0
 
-    def delay(self, attempt: int, retry_after: float | None = None, rng: random.Random | None = None) -> float:
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds to wait before attempt ``attempt + 1`` (attempt counts from 1)."""
         if retry_after is not None and retry_after >= 0:
             return min(retry_after, self.max_retry_after)
         cap = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
-        return (rng or random).uniform(0, cap)
+        return random.uniform(0, cap)
 
 
 def call_with_retry(fn: Callable[[], T], policy: RetryPolicy | None = None,

@@ -22,9 +22,11 @@ ignored and, as in the store, the latest line per ``qid`` wins. Scorers write ``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -53,10 +55,8 @@ PACKAGES = ("unirag", "numpy", "pillow", "torch", "transformers", "openai", "goo
 def package_versions() -> dict[str, str]:
     out = {}
     for name in PACKAGES:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
     return out
 
 
@@ -159,11 +159,8 @@ def write_prompt(prompts_dir: Path, index: int, qid: str, messages: list[Message
                  extra: dict[str, Any] | None = None, sent: str | None = None) -> None:
     """Write one rendered prompt into ``prompts_dir`` (text, image list, merged image as PNG)."""
     stem = Path(prompts_dir) / f"{index:03d}_{re.sub(r'[^A-Za-z0-9._-]+', '_', str(qid))[:80]}"
-    images = []
-    for m in messages:
-        for p in m.images:
-            images.append({"label": p.label, "path": str(p.path) if p.path is not None else None,
-                           "sha256": p.sha256()})
+    images = [{"label": p.label, "path": str(p.path) if p.path is not None else None, "sha256": p.sha256()}
+              for m in messages for p in m.images]
     info = {"qid": qid, "images": images, **(extra or {})}
     if merged_image is not None:
         atomic_write_bytes(stem.with_name(stem.name + "_merged.png"), png_bytes(merged_image))
@@ -187,17 +184,12 @@ def check_some_succeeded(run_dir: str | Path, ok: int, failed: int, noun: str = 
 
 
 def _usage_totals(records) -> dict[str, Any]:
-    usage: dict[str, int] = {}
-    cost, priced, latency = 0.0, True, 0.0
+    usage: Counter[str] = Counter()
     for r in records:  # the finished ones
-        for k, v in (r.get("usage") or {}).items():
-            usage[k] = usage.get(k, 0) + int(v or 0)
-        if r.get("cost_usd") is None:
-            priced = False
-        else:
-            cost += float(r["cost_usd"])
-        latency += float(r.get("latency_s") or 0.0)
-    return {"usage": usage, "cost_usd": round(cost, 6) if priced else None, "latency_s": round(latency, 3)}
+        usage.update({k: int(v or 0) for k, v in (r.get("usage") or {}).items()})
+    costs = [r.get("cost_usd") for r in records]  # one unpriced record: no total
+    return {"usage": dict(usage), "cost_usd": round(sum(map(float, costs), 0.0), 6) if None not in costs else None,
+            "latency_s": round(sum((float(r.get("latency_s") or 0.0) for r in records), 0.0), 3)}
 
 
 # -- reading ----------------------------------------------------------------------------------
@@ -270,9 +262,4 @@ def read_run_metrics(run_dir: str | Path) -> dict[str, Any] | None:
 def read_per_query(run_dir: str | Path) -> dict[str, dict[str, Any]]:
     """qid -> per-query scores written by a scorer ({} before evaluation)."""
     path = Path(run_dir) / PER_QUERY_FILE
-    out: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return out
-    for _, rec in iter_json_lines(path):
-        out[str(rec.get("qid"))] = rec
-    return out
+    return {str(rec.get("qid")): rec for _, rec in iter_json_lines(path)} if path.exists() else {}

@@ -17,7 +17,7 @@ count and the first line numbers, and :attr:`ResultStore.dropped_lines` for call
 A key's latest line wins, with one rule that keeps concurrent runs from losing work: once a key
 has an ``ok`` record, later records for it are not written unless ``replace=True`` (a failure
 somewhere else must not hide a finished result, and a finished result is not stored twice).
-Run loops also :meth:`~ResultStore.claim` a key before working it (see :mod:`unirag.runs.claims`),
+Run loops also :meth:`~ResultStore.claim` a key before working it (see :class:`Claims`),
 so two processes do not make the same call at the same time.
 Every record is masked by :func:`unirag.redact.redact_json` before it is written, so an error message
 that quotes an API key never reaches the file. A failed item is recorded as a failure and retried on the next run; :meth:`ResultStore.compact`
@@ -32,15 +32,15 @@ import json
 import logging
 import os
 import threading
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from unirag.errors import UniragError
 from unirag.redact import redact_json, secret_values
 from unirag.runs.atomic import atomic_write_lines
-from unirag.runs.claims import Claims
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
@@ -53,13 +53,12 @@ def _is_ok(rec: dict[str, Any] | None) -> bool:
     return rec is not None and rec.get("status", STATUS_OK) == STATUS_OK
 
 
-class ResultStore:
+class ResultStore(AbstractContextManager):
     """A JSONL file of records keyed by ``key`` (e.g. ``qid``) with a ``status`` field."""
 
-    def __init__(self, path: str | Path, key: str = "qid", fsync: bool = True) -> None:
+    def __init__(self, path: str | Path, key: str = "qid") -> None:
         self.path = Path(path)
         self.key = key
-        self.fsync = fsync
         self._tlock = threading.RLock()
         self._depth = 0
         self._latest: dict[str, dict[str, Any]] = {}
@@ -193,8 +192,7 @@ class ResultStore:
             with self.path.open("ab") as f:
                 f.write(line)
                 f.flush()
-                if self.fsync:
-                    os.fsync(f.fileno())
+                os.fsync(f.fileno())
                 if self._ino is None:
                     self._ino = os.fstat(f.fileno()).st_ino
             self._offset += len(line)
@@ -254,35 +252,23 @@ class ResultStore:
                 self._claims.close()
                 os.close(self._lock_fd)
 
-    def __enter__(self) -> ResultStore:
-        return self
-
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class RunLock:
-    """Refuse to run two processes on the same output directory at once (advisory flock)."""
-
-    def __init__(self, directory: str | Path) -> None:
-        self.path = Path(directory) / ".lock"
-        self._fh = None
-
-    def __enter__(self) -> RunLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("w")
+@contextmanager
+def RunLock(directory: str | Path) -> Iterator[None]:
+    """``with RunLock(out):`` refuses to run two processes on the same output directory at once (advisory
+    flock on ``OUT/.lock``, released when the file closes)."""
+    path = Path(directory) / ".lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
         try:
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self._fh.close()
-            raise UniragError(f"another unirag process is writing to {self.path.parent}; "
+            raise UniragError(f"another unirag process is writing to {path.parent}; "
                               "wait for it to finish or choose another --out") from None
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fh is not None:
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
-            self._fh.close()
+        yield
 
 
 def _file_holds(path: Path, lines: Iterator[str]) -> bool:
@@ -293,3 +279,128 @@ def _file_holds(path: Path, lines: Iterator[str]) -> bool:
                        for a, b in itertools.zip_longest(f, lines))
     except (OSError, UnicodeDecodeError):
         return False
+
+
+class Claims:
+    """The claim file of one store (work claims, so that processes sharing a result store do not make the
+    same call twice); every method is called with the store's exclusive lock held.
+
+    Before working an item, a process claims its key: a line ``{"key", "owner"}`` in ``<store>.claims``
+    (written under the store's exclusive lock). Another process that finds a live claim leaves the
+    item to its owner and waits for its record instead of calling the model again.
+
+    Liveness is decided by a lock, never by a PID (PIDs mean nothing across machines sharing a disk):
+    each owner holds an exclusive ``flock`` on its own file ``<store>.owners/<owner id>`` for as long
+    as its store is open. The kernel drops the lock when the process dies, however it dies, so a
+    claim whose owner file can be locked by someone else is stale and is taken over. An owner
+    creates and locks its file before it writes its first claim, so a checker never sees a claim of
+    an owner that is still starting up. Appending a record for a claimed key releases the claim.
+    """
+
+    def __init__(self, store_path: Path) -> None:
+        self.path = store_path.with_name(store_path.name + ".claims")
+        self.owners_dir = store_path.with_name(store_path.name + ".owners")
+        self._owner_id: str | None = None
+        self._owner_fh: IO | None = None
+        self._claims: dict[str, str] = {}   # key -> owner id, as read from the file
+        self._offset = 0
+        self._ino: int | None = None
+
+    # -- owners -------------------------------------------------------------------------------------
+    def owner(self) -> str:
+        """This store's owner id; its owner file is created and locked on first use."""
+        if self._owner_id is None:
+            self.owners_dir.mkdir(parents=True, exist_ok=True)
+            owner_id = uuid.uuid4().hex
+            fh = (self.owners_dir / owner_id).open("w")
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+            self._owner_id, self._owner_fh = owner_id, fh
+        return self._owner_id
+
+    def _alive(self, owner: str) -> bool:
+        if owner == self._owner_id:
+            return True
+        path = self.owners_dir / owner
+        try:
+            fh = path.open("r")
+        except FileNotFoundError:
+            return False
+        with fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True  # its process holds the lock: alive
+            path.unlink(missing_ok=True)  # its process is gone; nobody will lock this file again
+            return False
+
+    # -- the claim file -----------------------------------------------------------------------------
+    def _refresh(self) -> None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            self._claims, self._offset, self._ino = {}, 0, None
+            return
+        if self._ino is not None and (st.st_ino != self._ino or st.st_size < self._offset):
+            self._claims, self._offset = {}, 0  # rewritten by a compaction: read it again
+        self._ino = st.st_ino
+        if st.st_size == self._offset:
+            return
+        with self.path.open("rb") as f:
+            f.seek(self._offset)
+            data = f.read(st.st_size - self._offset)
+        end = data.rfind(b"\n") + 1  # a line cut by a crash is ignored (claims are hints, not results)
+        for raw in data[:end].splitlines():
+            with suppress(json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError, RecursionError):
+                rec = json.loads(raw)
+                if rec.get("released"):
+                    if self._claims.get(str(rec["key"])) == rec["owner"]:
+                        del self._claims[str(rec["key"])]
+                else:
+                    self._claims[str(rec["key"])] = str(rec["owner"])
+        self._offset += end
+
+    def _write(self, rec: dict) -> None:
+        line = (json.dumps(rec) + "\n").encode()
+        with self.path.open("ab") as f:
+            f.write(line)
+        self._offset += len(line)
+        if self._ino is None:
+            self._ino = self.path.stat().st_ino
+
+    def take(self, key: str) -> bool:
+        """Claim ``key`` unless another live owner holds it."""
+        self._refresh()
+        holder = self._claims.get(key)
+        if holder is not None and holder != self._owner_id and self._alive(holder):
+            return False
+        me = self.owner()
+        if holder != me:
+            self._write({"key": key, "owner": me})
+            self._claims[key] = me
+        return True
+
+    def release(self, key: str) -> None:
+        """Called after a record for ``key`` was appended: others need not wait for it any more."""
+        if self._owner_id is None:
+            return
+        self._refresh()
+        if self._claims.get(key) == self._owner_id:
+            self._write({"key": key, "owner": self._owner_id, "released": True})
+            del self._claims[key]
+
+    def compact(self) -> None:
+        """Keep only the claims of live owners (the file otherwise grows with every item)."""
+        self._refresh()
+        live = {k: o for k, o in self._claims.items() if self._alive(o)}
+        if not live and not self.path.exists():
+            return
+        atomic_write_lines(self.path, (json.dumps({"key": k, "owner": o}) for k, o in live.items()))
+        st = self.path.stat()
+        self._claims, self._offset, self._ino = live, st.st_size, st.st_ino
+
+    def close(self) -> None:
+        if self._owner_fh is not None:
+            with suppress(OSError):
+                os.unlink(self.owners_dir / self._owner_id)  # type: ignore[operator]
+            self._owner_fh.close()
+            self._owner_fh = None
