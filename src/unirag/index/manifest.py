@@ -27,12 +27,10 @@ MANIFEST = "manifest.json"
 META_FILE = "meta.sqlite"
 
 
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
+def sha256_file(path: Path) -> str:
+    """SHA-256 of the file's bytes as they are now (no cache: this is what checks them)."""
     with path.open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def read_manifest(index_dir: str | Path) -> dict[str, Any]:
