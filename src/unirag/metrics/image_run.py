@@ -81,12 +81,10 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
         reals = official_arrays(reals, channels=channels, size=size, seed=seed + 1)
         if size is not None:  # IS sees 299x299 copies of the 224 images (eval_image_generation.py@e9a4e00:173)
             is_images = [opencv().resize(a, (299, 299)) for a in fakes]
-    from unirag.runs.engine import engine_options
-
     metrics = image_metrics(fakes, texts, reals, clip_model=clip_model, clip=clip, fid_feature=fid_feature,
                             is_feature=is_feature, inception_weights=inception_weights, is_splits=is_splits,
                             seed=seed, batch_size=batch_size, device=device, per_item=True,
-                            decode_workers=engine_options(engine).decode_workers, show_progress=show_progress,
+                            engine=engine, show_progress=show_progress,
                             fid_features=fid_rows, is_features=is_rows, is_images=is_images)
     skipped, scores = metrics.pop("skipped"), metrics.pop("per_item")
     per_query = dict(zip(qids, scores, strict=True)) if scores else {}

@@ -157,11 +157,10 @@ def read_qrels_pairs(index: Index, paths: Sequence[str | Path]
         raise ConfigError("pairs_from needs the M-BEIR query files (.jsonl) of the judgements: qrels lines "
                           "name only ids, the queries give each one's caption or image")
     positives: dict[str, list[str]] = {}
-    for qid, q in queries.items():
-        positives[qid] = list(dict.fromkeys([*q.pos_cand_list, *sorted(extra.get(qid, ()))]))
     texts: dict[str, list[str]] = {}  # folded caption -> positive image dids
     images: dict[str, list[str]] = {}  # image path -> positive caption dids
     for qid, q in queries.items():
+        positives[qid] = list(dict.fromkeys([*q.pos_cand_list, *sorted(extra.get(qid, ()))]))
         if q.modality is Modality.TEXT and q.txt:
             texts.setdefault(normalise_text(q.txt), []).extend(positives[qid])
         elif q.modality is Modality.IMAGE and q.img_path:

@@ -159,7 +159,18 @@ def normalise_where(where: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
         if not _FIELD.match(name):
             raise ConfigError(f"bad filter field {name!r}: use a field name such as dataset, modality or a "
                               "src_content key")
-        vals = _values(name, values)
+        if isinstance(values, str):  # modalities split on '|': 'image,text' is the fused one, as in M-BEIR
+            parts = values.split("|" if name == "modality" else ",")
+        elif isinstance(values, Iterable):
+            parts = [str(v) for v in values]
+        else:
+            parts = [str(values)]
+        vals = tuple(dict.fromkeys(p.strip() for p in parts if p.strip()))
+        if name == "modality":
+            try:
+                vals = tuple(dict.fromkeys(Modality.parse(v).value for v in vals))
+            except ValueError as e:
+                raise ConfigError(f"filter modality=: {e}") from None
         if not vals:
             raise ConfigError(f"filter {name}= needs at least one value")
         if name in merged:  # the same field twice: both must hold -> the values both accept
@@ -175,29 +186,6 @@ def _split_filter(text: str) -> tuple[str, str]:
     if not sep or not name.strip():
         raise ConfigError(f"bad filter {text!r}: expected FIELD=VALUE (VALUE may be a,b for either)")
     return name.strip(), value
-
-
-def _values(name: str, values: Any) -> tuple[str, ...]:
-    if isinstance(values, str):
-        if name == "modality":  # 'image,text' is the fused modality, as everywhere in M-BEIR
-            try:
-                return (Modality.parse(values).value,)
-            except ValueError:
-                pass
-            parts = [p for p in values.split("|")]
-        else:
-            parts = values.split(",")
-    elif isinstance(values, Iterable):
-        parts = [str(v) for v in values]
-    else:
-        parts = [str(values)]
-    out = tuple(dict.fromkeys(p.strip() for p in parts if p.strip()))
-    if name == "modality":
-        try:
-            out = tuple(dict.fromkeys(Modality.parse(v).value for v in out))
-        except ValueError as e:
-            raise ConfigError(f"filter modality=: {e}") from None
-    return out
 
 
 def selection_from_settings(given: Mapping[str, Any], base: Selection | Mapping[str, Any] | None = None
