@@ -199,29 +199,20 @@ def paired_comparison(run: Any, baseline: Any, figure: Figure = mean_figure, *, 
                       se=interval.se, n_needed=None if p < ALPHA else queries_needed(diff, interval.se, n))
 
 
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the input order: the i-th smallest p times (m - i + 1),
-    made monotone and capped at 1."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    m = len(p_values)
-    adjusted = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * float(p_values[i])))
-        adjusted[i] = running
-    return adjusted
-
-
 def with_holm(comparisons: Sequence[Comparison]) -> list[Comparison]:
-    """The comparisons with ``p_holm`` set across all of them, and ``n_needed`` for those that are
-    no longer significant after the correction."""
+    """The comparisons with ``p_holm`` set across all of them, Holm's step-down adjusted p-value (the i-th
+    smallest p times (m - i + 1), made monotone and capped at 1), and ``n_needed`` for those that are no
+    longer significant after the correction."""
     from dataclasses import replace
 
-    adjusted = holm([c.p_value for c in comparisons])
-    out = []
-    for c, p in zip(comparisons, adjusted, strict=True):
-        needed = (c.n_needed if c.n_needed is not None else queries_needed(c.diff, c.se, c.n)) if p >= ALPHA else None
-        out.append(replace(c, p_holm=p, n_needed=needed))
+    out = list(comparisons)
+    running = 0.0
+    for rank, i in enumerate(sorted(range(len(out)), key=lambda i: comparisons[i].p_value)):
+        c = comparisons[i]
+        running = max(running, min(1.0, (len(out) - rank) * float(c.p_value)))
+        needed = (c.n_needed if c.n_needed is not None else queries_needed(c.diff, c.se, c.n)) \
+            if running >= ALPHA else None
+        out[i] = replace(c, p_holm=running, n_needed=needed)
     return out
 
 

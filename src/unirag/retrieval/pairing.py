@@ -86,12 +86,10 @@ class Completer:
     def complement(self, gid: int, ident: QueryIdentity) -> tuple[int, str] | None:
         """(global id, "pool" | "qrels" | "retrieval") of the complement of candidate ``gid``, or None."""
         meta = self.index.metas[gid]
-        found = self._first(self._paired_order(gid), ident)
-        if found is not None:
-            return found, "pool"
-        found = self._first(self._qrels.get(gid, []), ident)
-        if found is not None:
-            return found, "qrels"
+        for order, via in ((self._paired_order(gid), "pool"), (self._qrels.get(gid, []), "qrels")):
+            found = self._first(order, ident)
+            if found is not None:
+                return found, via
         for depth in RETRIEVAL_DEPTHS:
             found = self._first(self._retrieved_order(gid, depth), ident)
             if found is not None or depth >= self.index.counts.get(meta.modality.complement().value, 0):

@@ -22,6 +22,7 @@ per-hit`` (see :mod:`unirag.retrieval.uniir_pairs`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -316,10 +317,8 @@ class Retriever:
             return ev
         if query.modality.has_image:
             if image is not None and not isinstance(image, str | Path):
-                try:
+                with contextlib.suppress(OSError, ValueError, ConfigError):  # unreadable: no hash
                     ev.image_hash = dhash(image)
-                except (OSError, ValueError, ConfigError):
-                    ev.image_hash = None
             else:
                 path = image if image is not None else resolve_image(query.img_path, query_images_root)
                 ev.image_hash = hash_of(path)
