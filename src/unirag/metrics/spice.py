@@ -32,13 +32,7 @@ def pycocoevalcap_spice_dir() -> Path:
 
 def find_corenlp(spice_lib: str | Path | None = None) -> Path | None:
     """The first directory (see module doc) that holds both CoreNLP 3.6.0 jars, else None."""
-    candidates: list[Path] = []
-    if spice_lib:
-        candidates.append(Path(spice_lib))
-    if os.environ.get(SPICE_LIB_ENV):
-        candidates.append(Path(os.environ[SPICE_LIB_ENV]))
-    candidates.append(pycocoevalcap_spice_dir() / "lib")
-    for d in candidates:
+    for d in [*(Path(p) for p in (spice_lib, os.environ.get(SPICE_LIB_ENV)) if p), pycocoevalcap_spice_dir() / "lib"]:
         if all((d / jar).is_file() for jar in CORENLP_JARS):
             return d
     return None

@@ -152,42 +152,35 @@ class Retriever:
         texts = list(texts) if texts is not None else [None] * n
         excludes = [set(e) for e in exclude] if exclude is not None else [set()] * n
         queries = [_query(i, im, tx) for i, (im, tx) in enumerate(zip(images, texts, strict=True))]
-        vectors = self._encode(self._instructed(queries, instructions), images)
+        # encoded with each given instruction prepended as UniIR does (:meth:`QueryInstructions.apply`); the
+        # ranking rules still use the queries as given
+        given = [instructions] * n if instructions is None or isinstance(instructions, str) else list(instructions)
+        encoded = queries
+        if any(given):
+            if not hasattr(self.encoder, "instruct"):
+                raise ConfigError(f"instruction= is for UniIR encoders (uniir:...), trained with M-BEIR instructions; "
+                                  f"{self.index.manifest['encoder'].get('name')!r} takes none")
+            from unirag.encoders.instructions import prepend_instruction
+
+            encoded = [replace(q, txt=prepend_instruction(prompt, q.txt),
+                               modality=Modality.IMAGE_TEXT if q.modality.has_image else Modality.TEXT) if prompt else q
+                       for q, prompt in zip(queries, given, strict=True)]
+        vectors = np.zeros((n, self.encoder.dim), dtype=np.float32)
+        groups: dict[Modality, list[int]] = {}
+        for i, q in enumerate(encoded):
+            groups.setdefault(q.modality, []).append(i)
+        for group, idx in groups.items():
+            if group is Modality.TEXT:
+                vectors[idx] = self.encoder.encode_texts([encoded[i].txt for i in idx])
+                continue
+            pixels = [load_rgb(images[i]) for i in idx]
+            if group is Modality.IMAGE:
+                vectors[idx] = self.encoder.encode_images(pixels)
+            else:
+                vectors[idx] = self.encoder.encode_fused(pixels, [encoded[i].txt for i in idx])
         qrels = Qrels({q.qid: e for q, e in zip(queries, excludes, strict=True) if e})
         return self.retrieve_vectors(queries, vectors, k, modality, exclude_qrels=qrels, selection=sel,
                                      query_images=images, references=references)
-
-    def _instructed(self, queries: list[Query], instructions) -> list[Query]:
-        """The queries as the encoder sees them: with each given instruction prepended as UniIR
-        does (:meth:`QueryInstructions.apply`); the ranking rules still use the queries as given."""
-        n = len(queries)
-        given = [instructions] * n if instructions is None or isinstance(instructions, str) else list(instructions)
-        if not any(given):
-            return queries
-        if not hasattr(self.encoder, "instruct"):
-            raise ConfigError(f"instruction= is for UniIR encoders (uniir:...), trained with M-BEIR instructions; "
-                              f"{self.index.manifest['encoder'].get('name')!r} takes none")
-        from unirag.encoders.instructions import prepend_instruction
-
-        return [replace(q, txt=prepend_instruction(prompt, q.txt),
-                        modality=Modality.IMAGE_TEXT if q.modality.has_image else Modality.TEXT) if prompt else q
-                for q, prompt in zip(queries, given, strict=True)]
-
-    def _encode(self, queries: list[Query], images: list) -> np.ndarray:
-        out = np.zeros((len(queries), self.encoder.dim), dtype=np.float32)
-        groups: dict[Modality, list[int]] = {}
-        for i, q in enumerate(queries):
-            groups.setdefault(q.modality, []).append(i)
-        for modality, idx in groups.items():
-            if modality is Modality.TEXT:
-                out[idx] = self.encoder.encode_texts([queries[i].txt for i in idx])
-                continue
-            pixels = [load_rgb(images[i]) for i in idx]
-            if modality is Modality.IMAGE:
-                out[idx] = self.encoder.encode_images(pixels)
-            else:
-                out[idx] = self.encoder.encode_fused(pixels, [queries[i].txt for i in idx])
-        return out
 
     def to_dict(self) -> dict[str, Any]:
         """Enough to make the same retriever again with :meth:`from_dict` (index path, encoder, device)."""
