@@ -55,8 +55,7 @@ def uint8_images(paths: Sequence[ImageLike], engine: Any = None, chunk: int = 32
     paths = list(paths)
     workers = decode_processes(engine_options(engine).decode_workers, len(paths))
     if workers == 0 or not all(is_path_like(p) for p in paths):
-        for p in paths:
-            yield load_uint8(p)
+        yield from map(load_uint8, paths)
         return
     import torch
 
@@ -322,12 +321,11 @@ def clip_scores(images: Sequence[str | Path], texts: Sequence[str], model: tuple
 
     clip, processor = model
     metric = CLIPScore(model_name_or_path=lambda: (_ClipFeatures(clip), processor)).to(device)
-    per_item: list[float] = []
     decoded = uint8_images(images, engine)
     try:
         with torch.no_grad():
-            for text in _progress(texts, "CLIP Score", show_progress, unit="img"):
-                per_item.append(float(metric(next(decoded).to(device), text)))
+            per_item = [float(metric(next(decoded).to(device), text))
+                        for text in _progress(texts, "CLIP Score", show_progress, unit="img")]
             return float(metric.compute()), per_item
     finally:
         decoded.close()  # stops the decode workers at once if a pair failed

@@ -146,8 +146,7 @@ def read_qrels_pairs(index: Index, paths: Sequence[str | Path]
     extra: dict[str, set[str]] = {}
     for p in paths:
         if str(p).endswith(".jsonl"):
-            for q in read_queries(p):
-                queries[q.qid] = q
+            queries.update((q.qid, q) for q in read_queries(p))
         else:
             for qid, dids in read_qrels(p).relevant.items():
                 extra.setdefault(qid, set()).update(dids)

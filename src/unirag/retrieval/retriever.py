@@ -320,10 +320,8 @@ class Retriever:
         texts = [str(t) for t in references if t]
         if query.modality is Modality.TEXT and query.txt:
             texts.append(query.txt)  # a caption query: an example caption copying it shows the answer's pair
-        for did in positives:
-            gid = self.index.gid_of(did)
-            if gid is not None and self.index.metas[gid].txt:
-                texts.append(self.index.metas[gid].txt)
+        metas = self.index.metas
+        texts += [metas[g].txt for g in map(self.index.gid_of, positives) if g is not None and metas[g].txt]
         ev.references = [w for w in dict.fromkeys(caption_words(t) for t in texts) if w]
         return ev
 

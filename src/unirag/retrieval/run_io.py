@@ -49,13 +49,8 @@ def write_retrieval_run(path: str | Path, results: Iterable[Hits], manifest: dic
         atomic_write_json(trec_path(path, ".manifest.json"), manifest)
     atomic_write_lines(path, (_json_line(r, path) for r in results))
     trec = trec_path(path)
-
-    def trec_lines():
-        for r in results:
-            for rank, c in enumerate(r, start=1):
-                yield f"{r.qid} Q0 {c.did} {rank} {c.score:.6f} unirag"
-
-    atomic_write_lines(trec, trec_lines())
+    atomic_write_lines(trec, (f"{r.qid} Q0 {c.did} {rank} {c.score:.6f} unirag"
+                              for r in results for rank, c in enumerate(r, start=1)))
     return path, trec
 
 
