@@ -98,12 +98,10 @@ class Completer:
 
     def _first(self, gids: list[int], ident: QueryIdentity) -> int | None:
         """The first candidate that differs from the query (and is not excluded)."""
-        for g in gids:
-            meta = self.index.metas[g]
-            if meta.did not in ident.excluded and not (ident.same_text(meta.txt) if meta.modality is Modality.TEXT
-                                                       else ident.same_image(meta.img_path, self.images_root)):
-                return g
-        return None
+        metas = self.index.metas
+        return next((g for g in gids if metas[g].did not in ident.excluded and not (
+            ident.same_text(metas[g].txt) if metas[g].modality is Modality.TEXT
+            else ident.same_image(metas[g].img_path, self.images_root))), None)
 
     def _paired_order(self, gid: int) -> list[int]:
         if gid not in self._paired:

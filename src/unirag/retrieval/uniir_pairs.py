@@ -102,14 +102,9 @@ class UniIRCompleter(Completer):
         if meta.modality not in COMPLEMENT_TASK:
             return None
         self.prepare([gid])
-        want = meta.modality.complement()
-        for g in self._top[gid]:
-            other = self.index.metas[g]
-            if other.modality is not want or other.did in ident.excluded:
-                continue
-            if uniir_accepts(other, ident.raw_text, ident.raw_image):
-                return g, "uniir"
-        return None
+        want, metas = meta.modality.complement(), self.index.metas
+        return next(((g, "uniir") for g in self._top[gid] if metas[g].modality is want and metas[g].did not in
+                     ident.excluded and uniir_accepts(metas[g], ident.raw_text, ident.raw_image)), None)
 
 
 def per_hit_pairs(index: Index, completer: Any, ident: Any, ids: Iterable[int], scores: Iterable[float],
