@@ -45,14 +45,6 @@ def spice_unavailable_message(spice_lib: str | Path | None = None) -> str:
             f"or set {SPICE_LIB_ENV}=DIR")
 
 
-def spice_command(input_file: Path, output_file: Path, corenlp_dir: Path, java: str = "java") -> list[str]:
-    spice_dir = pycocoevalcap_spice_dir()
-    classpath = os.pathsep.join([str(spice_dir / "spice-1.0.jar"), str(spice_dir / "lib" / "*"),
-                                 str(Path(corenlp_dir).resolve() / "*")])
-    return [java, "-Xmx8G", "-cp", classpath, "edu.anu.spice.SpiceScorer", str(input_file),
-            "-out", str(output_file), "-subset", "-silent"]
-
-
 def _float(v: object) -> float:
     try:
         return float(v)  # type: ignore[arg-type]
@@ -66,11 +58,15 @@ def run_spice(gts: Mapping[str, Sequence[str]], res: Mapping[str, Sequence[str]]
     pycocoevalcap's ``Spice.compute_score`` (mean of ``All.f``)."""
     ids = list(gts)
     data = [{"image_id": i, "test": res[i][0], "refs": list(gts[i])} for i in ids]
+    spice_dir = pycocoevalcap_spice_dir()
+    classpath = os.pathsep.join([str(spice_dir / "spice-1.0.jar"), str(spice_dir / "lib" / "*"),
+                                 str(Path(corenlp_dir).resolve() / "*")])  # CoreNLP from ``corenlp_dir``
     with tempfile.TemporaryDirectory(prefix="unirag-spice-") as tmp:
         in_file, out_file = Path(tmp) / "input.json", Path(tmp) / "output.json"
         in_file.write_text(json.dumps(data), encoding="utf-8")
-        proc = subprocess.run(spice_command(in_file, out_file, corenlp_dir, java), cwd=pycocoevalcap_spice_dir(),
-                              capture_output=True, text=True)
+        proc = subprocess.run([java, "-Xmx8G", "-cp", classpath, "edu.anu.spice.SpiceScorer", str(in_file),
+                               "-out", str(out_file), "-subset", "-silent"], cwd=spice_dir, capture_output=True,
+                              text=True)
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
             raise RuntimeError(f"SPICE failed (exit {proc.returncode}): {' | '.join(tail)}")
