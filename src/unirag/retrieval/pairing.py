@@ -85,14 +85,24 @@ class Completer:
 
     def complement(self, gid: int, ident: QueryIdentity) -> tuple[int, str] | None:
         """(global id, "pool" | "qrels" | "retrieval") of the complement of candidate ``gid``, or None."""
-        meta = self.index.metas[gid]
-        for order, via in ((self._paired_order(gid), "pool"), (self._qrels.get(gid, []), "qrels")):
+        meta, metas = self.index.metas[gid], self.index.metas
+        want = meta.modality.complement()
+        if gid not in self._paired:  # the pool's own pairing: the same source item, the nearest first
+            group = [g for g in self.index.source_group(meta.source_id) if metas[g].modality is want]
+            if len(group) > 1:
+                sims = self.index.vectors(group) @ self.index.vectors([gid])[0]
+                group = [group[i] for i in np.argsort(-sims, kind="stable")]
+            self._paired[gid] = group
+        for order, via in ((self._paired[gid], "pool"), (self._qrels.get(gid, []), "qrels")):
             found = self._first(order, ident)
             if found is not None:
                 return found, via
         for depth in RETRIEVAL_DEPTHS:
-            found = self._first(self._retrieved_order(gid, depth), ident)
-            if found is not None or depth >= self.index.counts.get(meta.modality.complement().value, 0):
+            if (gid, depth) not in self._retrieved:
+                _, ids = self.index.topk(self.index.vectors([gid]), depth, want)
+                self._retrieved[gid, depth] = [int(i) for i in ids[0] if i >= 0]
+            found = self._first(self._retrieved[gid, depth], ident)
+            if found is not None or depth >= self.index.counts.get(want.value, 0):
                 break
         return (found, "retrieval") if found is not None else None
 
@@ -102,25 +112,6 @@ class Completer:
         return next((g for g in gids if metas[g].did not in ident.excluded and not (
             ident.same_text(metas[g].txt) if metas[g].modality is Modality.TEXT
             else ident.same_image(metas[g].img_path, self.images_root))), None)
-
-    def _paired_order(self, gid: int) -> list[int]:
-        if gid not in self._paired:
-            meta = self.index.metas[gid]
-            want = meta.modality.complement()
-            group = [g for g in self.index.source_group(meta.source_id) if self.index.metas[g].modality is want]
-            if len(group) > 1:
-                sims = self.index.vectors(group) @ self.index.vectors([gid])[0]
-                group = [group[i] for i in np.argsort(-sims, kind="stable")]
-            self._paired[gid] = group
-        return self._paired[gid]
-
-    def _retrieved_order(self, gid: int, depth: int) -> list[int]:
-        key = (gid, depth)
-        if key not in self._retrieved:
-            want = self.index.metas[gid].modality.complement()
-            _, ids = self.index.topk(self.index.vectors([gid]), depth, want)
-            self._retrieved[key] = [int(i) for i in ids[0] if i >= 0]
-        return self._retrieved[key]
 
 
 def read_qrels_pairs(index: Index, paths: Sequence[str | Path]
