@@ -376,9 +376,8 @@ def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, rea
         except RuntimeError as e:  # torchmetrics: fewer than 2 images per set
             skipped["FID"] = f"FID skipped: {e}"
     scores: list[float] = []
-    model = clip
+    model = clip if texts is not None else None
     if texts is None:
-        model = None
         skipped["CLIP Score"] = "CLIP Score skipped: no texts given"
     elif model is None and clip_model is not None:
         try:

@@ -28,10 +28,6 @@ def positive_candidates(queries: Iterable[Query], pool_path: str | Path, qrels: 
     return {qid: [found[d] for d in ds if d in found] for qid, ds in pos.items()}
 
 
-def reference_captions(cands: list[Candidate]) -> list[str]:
-    return [c.txt for c in cands if c.txt]
-
-
 def reference_image(cands: list[Candidate]) -> str | None:
     """The first positive that carries an image (M-BEIR text->image queries have exactly one)."""
     return next((c.img_path for c in cands if c.img_path), None)
