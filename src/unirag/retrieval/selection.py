@@ -343,10 +343,7 @@ def mmr(offers: list[Offer], k: int, lam: float, redundancy) -> list[Offer]:
     chosen: list[int] = []
     left = list(range(len(offers)))
     while left and len(chosen) < k:
-        if chosen:
-            repeat = redundancy[np.ix_(left, chosen)].max(axis=1)
-        else:
-            repeat = np.zeros(len(left))
+        repeat = redundancy[np.ix_(left, chosen)].max(axis=1, initial=0.0)  # 0 while none is chosen
         gain = rel[left] - (1.0 - lam) * np.abs(rel[left]) * repeat
         best = left[int(np.argmax(gain))]  # argmax keeps the earlier (better ranked) on ties
         chosen.append(best)
