@@ -14,6 +14,7 @@ skipped with one line. Tests inject any ``nn.Module`` instead (``fid_feature`` /
 from __future__ import annotations
 
 import importlib.util
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,14 +71,9 @@ def size_batches(paths: Sequence[str | Path], batch_size: int, engine: Any = Non
     """Stacked uint8 batches; consecutive images of the same size share a batch (no resizing)."""
     import torch
 
-    pending: list[Any] = []
-    for img in uint8_images(paths, engine, chunk=batch_size):
-        if pending and (img.shape != pending[0].shape or len(pending) >= batch_size):
-            yield torch.stack(pending)
-            pending = []
-        pending.append(img)
-    if pending:
-        yield torch.stack(pending)
+    for _, same in itertools.groupby(uint8_images(paths, engine, chunk=batch_size), key=lambda t: t.shape):
+        while batch := list(itertools.islice(same, batch_size)):
+            yield torch.stack(batch)
 
 
 def official_arrays(paths: Sequence[str | Path | None], *, channels: str = "bgr", size: int | None = 224,
