@@ -376,10 +376,8 @@ class Retriever:
         """Put the chosen pairs into the result in example order (their images read against the pool's
         root), each on the hits of the candidate dids it stands for."""
         result.pairs = [p.rooted(self.pool_images_root) for _, p in pairs]
-        pair_of: dict[str, Pair] = {}
-        for (dids, _), pair in zip(pairs, result.pairs, strict=True):
-            for did in dids:
-                pair_of.setdefault(did, pair)
+        pair_of = {did: pair for (dids, _), pair in reversed(list(zip(pairs, result.pairs, strict=True)))
+                   for did in dids}  # reversed: a did keeps the first pair standing for it
         result[:] = [replace(h, pair=pair_of.get(h.did)) for h in result]
 
 

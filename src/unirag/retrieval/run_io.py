@@ -31,12 +31,9 @@ def trec_path(run_path: str | Path, ext: str = ".trec") -> Path:
 
 def read_run_manifest(run_path: str | Path) -> dict | None:
     """The manifest beside a retrieval run file, or None (runs written before manifests existed)."""
-    path = trec_path(run_path, ".manifest.json")
-    if not path.is_file():
-        return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON, nested too deep
+        return json.loads(trec_path(run_path, ".manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # missing, unreadable, not UTF-8, not JSON, nested too deep
         return None
 
 
