@@ -25,6 +25,7 @@ from unirag.errors import ConfigError, InputError
 from unirag.metrics.references import load_run_for_scoring, scores_result
 from unirag.metrics.spice import find_corenlp, run_spice, spice_unavailable_message
 from unirag.metrics.stats import BLEU_STATS, DEFAULT_RESAMPLES, query_intervals_result
+from unirag.metrics.text_normalize import strip_answer_prefix, strip_official_prefix
 from unirag.runs.rundir import OUTPUTS_FILE
 
 _LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
@@ -112,7 +113,6 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
     the slowest scorer and not one the paper reports. ``intervals``: each metric's 95 % bootstrap
     interval over the scored queries (``resamples`` seeded by ``bootstrap_seed``; 0: none).
     """
-    from unirag.metrics.text_normalize import strip_answer_prefix, strip_official_prefix
     settings, run, by_qid, gt = load_run_for_scoring(run_dir, "caption", queries, pool, qrels, profile)
     strip = strip_official_prefix if settings["caption_prefix_strip"] == "official" else strip_answer_prefix
     outputs_path = run.run_dir / OUTPUTS_FILE
@@ -170,8 +170,6 @@ def caption_metrics(predictions: Mapping[str, str], references: Mapping[str, Seq
     from pycocoevalcap.cider.cider import Cider
     from pycocoevalcap.rouge.rouge import Rouge
     from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
-
-    from unirag.metrics.text_normalize import strip_answer_prefix
 
     candidates = {i: strip_answer_prefix(str(c)) if strip_prefixes else str(c) for i, c in predictions.items()}
     if set(candidates) != set(references):

@@ -7,6 +7,7 @@ skipped with one line; the others still run.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,6 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     if not qids:
         raise InputError(f"no successful images with a real positive image to compare ({len(run.failed())} failed)",
                          path=outputs_path)
-    import functools
-
     fid_rows: list[Any] | None = [] if resamples else None
     is_rows: list[Any] | None = [] if resamples else None
     is_images = None

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from unirag.data.images import ImageLike, load_rgb
-from unirag.errors import ConfigError
+from unirag.data.images import ImageLike, is_path_like, load_rgb, upright_size
+from unirag.errors import ConfigError, InputError
 
 DEFAULT_CLIP_MODEL = "openai/clip-vit-base-patch16"
 INCEPTION_WEIGHTS_FILE = "weights-inception-2015-12-05-6726825d.pth"
@@ -48,7 +48,6 @@ def chw_uint8(image: Any):
 def uint8_images(paths: Sequence[ImageLike], engine: Any = None, chunk: int = 32) -> Iterator[Any]:
     """:func:`load_uint8` of each image, in order, decoded by ``engine``'s decode processes ``chunk`` images at
     a time; inline when it says so or when some image is not a file path (PIL images, bytes)."""
-    from unirag.data.images import is_path_like
     from unirag.data.loader import ImageLoader
     from unirag.runs.engine import engine_options
     from unirag.runtime import decode_processes
@@ -93,8 +92,6 @@ def official_arrays(paths: Sequence[str | Path | None], *, channels: str = "bgr"
             continue
         img = cv2.imread(str(p))
         if img is None:
-            from unirag.errors import InputError
-
             raise InputError("OpenCV cannot read this image", path=p)
         if channels == "rgb":
             img = img[:, :, ::-1]
@@ -145,8 +142,6 @@ def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], fea
     ``features``: a list that receives the two ``(n, d)`` float64 feature arrays (real, fake), in input order."""
     import numpy as np
     from torchmetrics.image.fid import FrechetInceptionDistance
-
-    from unirag.data.images import upright_size
 
     def size(p: Any) -> tuple[int, int]:  # from the headers: images of one size adjacent (fewer, fuller batches)
         if not isinstance(p, str | Path):

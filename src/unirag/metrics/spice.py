@@ -8,6 +8,7 @@ pycocoevalcap's arguments, minus its LMDB cache (it needs Java 8 internals and o
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -22,8 +23,6 @@ CORENLP_ZIP = "https://nlp.stanford.edu/software/stanford-corenlp-full-2015-12-0
 
 
 def pycocoevalcap_spice_dir() -> Path:
-    import importlib.util
-
     spec = importlib.util.find_spec("pycocoevalcap")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("pycocoevalcap is not installed: pip install 'unirag[eval]'")

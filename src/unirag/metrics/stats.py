@@ -8,9 +8,10 @@ indexed rows, never rescoring: pycocoevalcap's Java scorers run once per evaluat
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from unirag.errors import ConfigError
@@ -203,8 +204,6 @@ def with_holm(comparisons: Sequence[Comparison]) -> list[Comparison]:
     """The comparisons with ``p_holm`` set across all of them, Holm's step-down adjusted p-value (the i-th
     smallest p times (m - i + 1), made monotone and capped at 1), and ``n_needed`` for those that are no
     longer significant after the correction."""
-    from dataclasses import replace
-
     out = list(comparisons)
     running = 0.0
     for rank, i in enumerate(sorted(range(len(out)), key=lambda i: comparisons[i].p_value)):
@@ -226,8 +225,6 @@ def metric_rows(records: Mapping[str, Mapping[str, Any]], metric: str, qids: Seq
                 ) -> tuple[Any, Figure] | None:
     """(rows, figure) of ``metric`` over ``qids`` from per-query records: BLEU-n from its n-gram counts, any
     other metric as the mean of its values. None when some query lacks them (FID: a corpus figure)."""
-    import functools
-
     if metric.startswith("BLEU-") and metric[5:].isdigit():
         if not all(isinstance(records[q].get(BLEU_STATS), list) for q in qids):
             return None
