@@ -57,11 +57,9 @@ def bleu_statistics(gts: Mapping[str, list[str]], res: Mapping[str, list[str]]) 
     any set of them (a bootstrap resample) back into corpus BLEU."""
     from pycocoevalcap.bleu.bleu_scorer import cook_refs, cook_test
 
-    out = {}
-    for i, hyp in res.items():
-        c = cook_test(hyp[0], cook_refs(gts[i]), eff="closest")
-        out[i] = [float(c["testlen"]), float(c["reflen"]), *map(float, c["guess"]), *map(float, c["correct"])]
-    return out
+    cooked = {i: cook_test(hyp[0], cook_refs(gts[i]), eff="closest") for i, hyp in res.items()}
+    return {i: [float(c["testlen"]), float(c["reflen"]), *map(float, c["guess"]), *map(float, c["correct"])]
+            for i, c in cooked.items()}
 
 
 _METEOR: list[Any] = []  # the one METEOR scorer of this process, reused (see _meteor)

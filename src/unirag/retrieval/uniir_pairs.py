@@ -94,8 +94,7 @@ class UniIRCompleter(Completer):
                          task_id=COMPLEMENT_TASK[metas[g].modality]) for i, g in enumerate(todo)]
         vectors = self._encoder().encode_records(queries, self.images_root)
         _, ids = self.index.topk(vectors, min(UNIIR_DEPTH, len(self.index)), None)
-        for g, row in zip(todo, ids, strict=True):
-            self._top[g] = [int(i) for i in row if i >= 0]
+        self._top.update((g, [int(i) for i in row if i >= 0]) for g, row in zip(todo, ids, strict=True))
 
     def complement(self, gid: int, ident: Any) -> tuple[int, str] | None:
         meta = self.index.metas[gid]
