@@ -131,9 +131,9 @@ def bootstrap_interval(values: Any, figure: Figure = mean_figure, *, n_resamples
     def statistic(idx: Any, axis: int = -1) -> Any:
         return figure(rows[np.moveaxis(idx, axis, -1)])
 
-    res = bootstrap((np.arange(n),), statistic, n_resamples=int(n_resamples), vectorized=True,
-                    batch=_batch(rows), confidence_level=confidence, method="percentile",
-                    random_state=np.random.default_rng(seed))
+    resample = functools.partial(bootstrap, (np.arange(n),), statistic, n_resamples=int(n_resamples),
+                                 vectorized=True, batch=_batch(rows), confidence_level=confidence)
+    res = resample(method="percentile", random_state=np.random.default_rng(seed))
     dist = res.bootstrap_distribution
     if np.ptp(dist) == 0:
         point = float(figure(rows))
@@ -143,9 +143,7 @@ def bootstrap_interval(values: Any, figure: Figure = mean_figure, *, n_resamples
         low, mid, high = np.percentile(dist, [100 * (1 - confidence) / 2, 50, 100 * (1 + confidence) / 2])
         return Interval(point - (mid - low), point + (high - mid), float(res.standard_error))
     if method == "BCa":  # same seed, so the same resamples
-        res = bootstrap((np.arange(n),), statistic, n_resamples=int(n_resamples), vectorized=True,
-                        batch=_batch(rows), confidence_level=confidence, method=method,
-                        random_state=np.random.default_rng(seed))
+        res = resample(method=method, random_state=np.random.default_rng(seed))
     return Interval(float(res.confidence_interval.low), float(res.confidence_interval.high),
                     float(res.standard_error))
 
