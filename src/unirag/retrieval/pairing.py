@@ -61,11 +61,7 @@ def _image_keys(img_path: str | None, images_root: str | Path | None) -> set[str
     """Spellings under which two records point at the same image file (relative and absolute)."""
     if not img_path:
         return set()
-    keys = {os.path.normpath(img_path)}
-    resolved = resolve_image(img_path, images_root)
-    if resolved is not None:
-        keys.add(os.path.realpath(resolved))
-    return keys
+    return {os.path.normpath(img_path), os.path.realpath(resolve_image(img_path, images_root))}
 
 
 class Completer:
