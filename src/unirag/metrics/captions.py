@@ -116,7 +116,6 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
     outputs_path = run.run_dir / OUTPUTS_FILE
     refs = {q: [c.txt for c in cands if c.txt] for q, cands in gt.items()}  # all positive captions
     candidates: dict[str, str] = {}
-    raw: dict[str, str] = {}
     no_refs: list[str] = []
     scored = dict(run.ok())
     if settings["caption_failed"] == "empty":  # the official loops store "" for a call that failed
@@ -129,7 +128,6 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
         if not refs[qid]:
             no_refs.append(qid)
             continue
-        raw[qid] = caption
         candidates[qid] = strip(caption) if strip_prefixes else caption
     if not candidates:
         raise InputError(f"no successful captions with references to score ({len(run.failed())} failed, "
@@ -148,7 +146,7 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
                          n_failed_scored_empty=sum(1 for q in run.failed() if q in candidates),
                          n_no_references=len(no_refs), references="qrels" if qrels else "pos_cand_list",
                          answer_prefixes_stripped=strip_prefixes,
-                         n_prefix_stripped=sum(1 for q in candidates if candidates[q] != raw[q].strip()),
+                         n_prefix_stripped=sum(1 for q in candidates if candidates[q] != scored[q]["caption"].strip()),
                          qrels=str(qrels) if qrels else None, seconds=round(scores["seconds"], 3))
 
 
