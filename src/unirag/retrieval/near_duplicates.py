@@ -62,8 +62,10 @@ def caption_key(text: str | None) -> str:
     return " ".join(w.casefold() for w in _WORD.findall(text or ""))
 
 
-def caption_similarity(wa: frozenset[str], wb: frozenset[str]) -> float:
-    """Jaccard similarity of two captions' word sets (:func:`caption_words`; 1.0: the same words)."""
+def caption_similarity(a: str | frozenset[str] | None, b: str | frozenset[str] | None) -> float:
+    """Jaccard similarity of two captions' word sets (1.0: the same words)."""
+    wa = a if isinstance(a, frozenset) else caption_words(a)
+    wb = b if isinstance(b, frozenset) else caption_words(b)
     if not wa or not wb:
         return 0.0
     return len(wa & wb) / len(wa | wb)
