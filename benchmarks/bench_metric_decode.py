@@ -56,6 +56,7 @@ def main() -> None:
     import torch
 
     from unirag.metrics.images import frechet_distance, load_uint8
+    from unirag.runs.engine import EngineOptions
     from unirag.runtime import available_cores
 
     torch.set_num_threads(1)
@@ -78,7 +79,7 @@ def main() -> None:
     for _ in range(args.repeat):
         for name, fn in [("plain", plain_loop)] + [
                 (s, lambda s=s: fids.__setitem__(s, frechet_distance(real, fake, net, batch_size=args.batch_size,
-                                                                     decode_workers=s)))
+                                                                     engine=EngineOptions(decode_workers=s))))
                 for s in settings]:
             t0, c0 = time.perf_counter(), time.process_time()
             fn()

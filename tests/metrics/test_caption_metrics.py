@@ -238,7 +238,13 @@ def test_find_corenlp_order(tmp_path, monkeypatch):
 
 
 def test_spice_command_puts_corenlp_on_the_classpath(tmp_path):
-    cmd = spice.spice_command(tmp_path / "in.json", tmp_path / "out.json", tmp_path / "jars")
+    """run_spice's Java command line, as a stand-in 'java' receives it."""
+    fake, seen = tmp_path / "java", tmp_path / "argv.json"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\njson.dump(sys.argv, open({str(seen)!r}, 'w'))\n"
+                    "json.dump([], open(sys.argv[sys.argv.index('-out') + 1], 'w'))\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    spice.run_spice({"a": ["a dog"]}, {"a": ["a dog"]}, tmp_path / "jars", java=str(fake))
+    cmd = json.loads(seen.read_text())
     cp = cmd[cmd.index("-cp") + 1].split(os.pathsep)
     assert cp[0].endswith("spice-1.0.jar") and cp[-1] == str((tmp_path / "jars").resolve() / "*")
     assert cmd[cmd.index("-cp") + 2] == "edu.anu.spice.SpiceScorer" and "-subset" in cmd

@@ -11,6 +11,7 @@ from PIL import Image
 from tiny_models import tiny_clip_dir
 from unirag.errors import InputError
 from unirag.metrics import images as im
+from unirag.runs.engine import EngineOptions
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +33,11 @@ def test_fid_is_and_clip_score_are_the_same_with_decode_workers(photo_sets, deco
     got = {}
     for workers in (0, 2):
         decoded_here.clear()
-        fid = im.frechet_distance(real, fake, PooledColour(), batch_size=5, decode_workers=workers)
-        iscore = im.inception_score(real + fake, PooledColour(10, 1), splits=3, seed=3, batch_size=4,
-                                    decode_workers=workers)
-        clip_score = im.clip_scores(fake, texts, clip, decode_workers=workers)
-        batches = [tuple(b.shape) for b in im.size_batches(fake, 4, workers)]
+        engine = EngineOptions(decode_workers=workers)
+        fid = im.frechet_distance(real, fake, PooledColour(), batch_size=5, engine=engine)
+        iscore = im.inception_score(real + fake, PooledColour(10, 1), splits=3, seed=3, batch_size=4, engine=engine)
+        clip_score = im.clip_scores(fake, texts, clip, engine=engine)
+        batches = [tuple(b.shape) for b in im.size_batches(fake, 4, engine)]
         got[workers] = (fid, iscore, clip_score, batches, list(decoded_here))
     assert len(got[0][4]) == 2 * (12 + 12) + 12 + 12  # FID, IS, CLIP Score, size_batches: each file decoded here
     assert got[2][4] == []
@@ -53,7 +54,7 @@ def test_an_unreadable_file_fails_the_metric_with_the_inline_message(photo_sets,
     for workers in (0, 2):
         with pytest.raises(InputError) as e:
             im.inception_score([*fake[:5], bad, *fake[5:]], PooledColour(10, 1), splits=2, batch_size=4,
-                               decode_workers=workers)
+                               engine=EngineOptions(decode_workers=workers))
         messages[workers] = str(e.value)
     assert "bad.png" in messages[0] and "cannot decode image" in messages[0]
     assert messages[2] == messages[0]

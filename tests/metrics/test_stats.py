@@ -8,9 +8,9 @@ from scipy.stats import permutation_test
 
 from unirag.errors import ConfigError
 from unirag.metrics.stats import (
+    Comparison,
     bootstrap_interval,
     corpus_bleu,
-    holm,
     paired_comparison,
     queries_needed,
     with_holm,
@@ -84,6 +84,11 @@ def test_a_clear_difference_is_significant_and_its_interval_excludes_zero():
 def test_paired_comparison_refuses_unpaired_rows():
     with pytest.raises(ConfigError, match="same queries"):
         paired_comparison(SCORES[:10], SCORES[:11])
+
+
+def holm(p_values):
+    """The Holm-adjusted p-values :func:`with_holm` sets on comparisons with these p-values."""
+    return [c.p_holm for c in with_holm([Comparison("m", 0.0, 0.0, 0.0, p, 10, 0.0) for p in p_values])]
 
 
 def test_holm_step_down():

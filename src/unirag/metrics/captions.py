@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from unirag.errors import ConfigError, InputError
-from unirag.metrics.references import load_run_for_scoring, reference_captions, scores_result
+from unirag.metrics.references import load_run_for_scoring, scores_result
 from unirag.metrics.spice import find_corenlp, run_spice, spice_unavailable_message
 from unirag.metrics.stats import BLEU_STATS, DEFAULT_RESAMPLES, query_intervals_result
+from unirag.metrics.text_normalize import strip_answer_prefix, strip_official_prefix
 from unirag.runs.rundir import OUTPUTS_FILE
 
 _LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
@@ -56,11 +57,9 @@ def bleu_statistics(gts: Mapping[str, list[str]], res: Mapping[str, list[str]]) 
     any set of them (a bootstrap resample) back into corpus BLEU."""
     from pycocoevalcap.bleu.bleu_scorer import cook_refs, cook_test
 
-    out = {}
-    for i, hyp in res.items():
-        c = cook_test(hyp[0], cook_refs(gts[i]), eff="closest")
-        out[i] = [float(c["testlen"]), float(c["reflen"]), *map(float, c["guess"]), *map(float, c["correct"])]
-    return out
+    cooked = {i: cook_test(hyp[0], cook_refs(gts[i]), eff="closest") for i, hyp in res.items()}
+    return {i: [float(c["testlen"]), float(c["reflen"]), *map(float, c["guess"]), *map(float, c["correct"])]
+            for i, c in cooked.items()}
 
 
 _METEOR: list[Any] = []  # the one METEOR scorer of this process, reused (see _meteor)
@@ -112,12 +111,11 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
     the slowest scorer and not one the paper reports. ``intervals``: each metric's 95 % bootstrap
     interval over the scored queries (``resamples`` seeded by ``bootstrap_seed``; 0: none).
     """
-    from unirag.metrics.text_normalize import strip_answer_prefix, strip_official_prefix
     settings, run, by_qid, gt = load_run_for_scoring(run_dir, "caption", queries, pool, qrels, profile)
     strip = strip_official_prefix if settings["caption_prefix_strip"] == "official" else strip_answer_prefix
     outputs_path = run.run_dir / OUTPUTS_FILE
+    refs = {q: [c.txt for c in cands if c.txt] for q, cands in gt.items()}  # all positive captions
     candidates: dict[str, str] = {}
-    raw: dict[str, str] = {}
     no_refs: list[str] = []
     scored = dict(run.ok())
     if settings["caption_failed"] == "empty":  # the official loops store "" for a call that failed
@@ -127,16 +125,15 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
         if not isinstance(caption, str):
             raise InputError("status ok but no caption string", path=outputs_path, line=run.lines[qid],
                              field="caption")
-        if not reference_captions(gt[qid]):
+        if not refs[qid]:
             no_refs.append(qid)
             continue
-        raw[qid] = caption
         candidates[qid] = strip(caption) if strip_prefixes else caption
     if not candidates:
         raise InputError(f"no successful captions with references to score ({len(run.failed())} failed, "
                          f"{len(no_refs)} without references)", path=outputs_path)
     order = [q for q in by_qid if q in candidates]
-    scores = caption_metrics({q: candidates[q] for q in order}, {q: reference_captions(gt[q]) for q in order},
+    scores = caption_metrics({q: candidates[q] for q in order}, {q: refs[q] for q in order},
                              spice=True, meteor=meteor, strip_prefixes=False, per_item=True, spice_lib=spice_lib)
     records = {q: {**scores["per_item"][q], BLEU_STATS: scores["bleu_stats"][q]} for q in order}
     per_query = ({"qid": q, "caption_scored": candidates[q], "tokenized": scores["tokenized"][q], **records[q]}
@@ -149,7 +146,7 @@ def evaluate_caption_run(run_dir: str | Path, queries: str | Path, pool: str | P
                          n_failed_scored_empty=sum(1 for q in run.failed() if q in candidates),
                          n_no_references=len(no_refs), references="qrels" if qrels else "pos_cand_list",
                          answer_prefixes_stripped=strip_prefixes,
-                         n_prefix_stripped=sum(1 for q in candidates if candidates[q] != raw[q].strip()),
+                         n_prefix_stripped=sum(1 for q in candidates if candidates[q] != scored[q]["caption"].strip()),
                          qrels=str(qrels) if qrels else None, seconds=round(scores["seconds"], 3))
 
 
@@ -170,8 +167,6 @@ def caption_metrics(predictions: Mapping[str, str], references: Mapping[str, Seq
     from pycocoevalcap.rouge.rouge import Rouge
     from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
-    from unirag.metrics.text_normalize import strip_answer_prefix
-
     candidates = {i: strip_answer_prefix(str(c)) if strip_prefixes else str(c) for i, c in predictions.items()}
     if set(candidates) != set(references):
         missing = sorted(set(references) - set(candidates))[:3]
@@ -188,7 +183,6 @@ def caption_metrics(predictions: Mapping[str, str], references: Mapping[str, Seq
                           "programs): install a Java runtime (8 or newer, e.g. openjdk-17-jre-headless)")
     start = time.perf_counter()
     ids = list(candidates)
-    items: dict[str, dict[str, float]] = {i: {} for i in ids}
     skipped: dict[str, str] = {}
     with _quiet():  # references and candidates PTB-tokenized in one Java call
         batch = {("g", i): [{"caption": str(r).translate(_LINE_BREAKS)} for r in references[i]] for i in ids}
@@ -215,9 +209,7 @@ def caption_metrics(predictions: Mapping[str, str], references: Mapping[str, Seq
             except (RuntimeError, OSError, ValueError) as e:  # the others are still worth reporting
                 skipped["SPICE"] = f"SPICE skipped: {e}"
     corpus = {name: 100.0 * float(value) for name, value, _ in scored}  # BLEU-1..4, METEOR, ROUGE-L, CIDEr, SPICE
-    for name, _, values in scored:
-        for i, v in zip(ids, values, strict=True):
-            items[i][name] = 100.0 * float(v)
+    items = {i: {name: 100.0 * float(values[n]) for name, _, values in scored} for n, i in enumerate(ids)}
     if not per_item:
         return corpus
     return {"corpus": corpus, "per_item": items, "skipped": skipped, "tokenized": {i: res[i][0] for i in ids},

@@ -7,6 +7,7 @@ skipped with one line; the others still run.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,6 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
     if not qids:
         raise InputError(f"no successful images with a real positive image to compare ({len(run.failed())} failed)",
                          path=outputs_path)
-    import functools
-
     fid_rows: list[Any] | None = [] if resamples else None
     is_rows: list[Any] | None = [] if resamples else None
     is_images = None
@@ -81,12 +80,10 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
         reals = official_arrays(reals, channels=channels, size=size, seed=seed + 1)
         if size is not None:  # IS sees 299x299 copies of the 224 images (eval_image_generation.py@e9a4e00:173)
             is_images = [opencv().resize(a, (299, 299)) for a in fakes]
-    from unirag.runs.engine import engine_options
-
     metrics = image_metrics(fakes, texts, reals, clip_model=clip_model, clip=clip, fid_feature=fid_feature,
                             is_feature=is_feature, inception_weights=inception_weights, is_splits=is_splits,
                             seed=seed, batch_size=batch_size, device=device, per_item=True,
-                            decode_workers=engine_options(engine).decode_workers, show_progress=show_progress,
+                            engine=engine, show_progress=show_progress,
                             fid_features=fid_rows, is_features=is_rows, is_images=is_images)
     skipped, scores = metrics.pop("skipped"), metrics.pop("per_item")
     per_query = dict(zip(qids, scores, strict=True)) if scores else {}

@@ -14,12 +14,13 @@ skipped with one line. Tests inject any ``nn.Module`` instead (``fid_feature`` /
 from __future__ import annotations
 
 import importlib.util
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from unirag.data.images import ImageLike, load_rgb
-from unirag.errors import ConfigError
+from unirag.data.images import ImageLike, is_path_like, load_rgb, upright_size
+from unirag.errors import ConfigError, InputError
 
 DEFAULT_CLIP_MODEL = "openai/clip-vit-base-patch16"
 INCEPTION_WEIGHTS_FILE = "weights-inception-2015-12-05-6726825d.pth"
@@ -44,18 +45,17 @@ def chw_uint8(image: Any):
     return np.ascontiguousarray(np.asarray(image, dtype=np.uint8).transpose(2, 0, 1))
 
 
-def uint8_images(paths: Sequence[ImageLike], decode_workers: Any = None, chunk: int = 32) -> Iterator[Any]:
-    """:func:`load_uint8` of each image, in order, decoded by ``decode_workers`` processes ``chunk`` images at
+def uint8_images(paths: Sequence[ImageLike], engine: Any = None, chunk: int = 32) -> Iterator[Any]:
+    """:func:`load_uint8` of each image, in order, decoded by ``engine``'s decode processes ``chunk`` images at
     a time; inline when it says so or when some image is not a file path (PIL images, bytes)."""
-    from unirag.data.images import is_path_like
     from unirag.data.loader import ImageLoader
-    from unirag.runtime import decode_processes, decode_setting
+    from unirag.runs.engine import engine_options
+    from unirag.runtime import decode_processes
 
     paths = list(paths)
-    workers = decode_processes(decode_setting(decode_workers), len(paths))
+    workers = decode_processes(engine_options(engine).decode_workers, len(paths))
     if workers == 0 or not all(is_path_like(p) for p in paths):
-        for p in paths:
-            yield load_uint8(p)
+        yield from map(load_uint8, paths)
         return
     import torch
 
@@ -66,33 +66,13 @@ def uint8_images(paths: Sequence[ImageLike], decode_workers: Any = None, chunk: 
             yield torch.from_numpy(d.unwrap())
 
 
-def size_batches(paths: Sequence[str | Path], batch_size: int, decode_workers: Any = None) -> Iterator[Any]:
+def size_batches(paths: Sequence[str | Path], batch_size: int, engine: Any = None) -> Iterator[Any]:
     """Stacked uint8 batches; consecutive images of the same size share a batch (no resizing)."""
     import torch
 
-    pending: list[Any] = []
-    for img in uint8_images(paths, decode_workers, chunk=batch_size):
-        if pending and (img.shape != pending[0].shape or len(pending) >= batch_size):
-            yield torch.stack(pending)
-            pending = []
-        pending.append(img)
-    if pending:
-        yield torch.stack(pending)
-
-
-def _size_order(paths: Sequence[str | Path]) -> list[int]:
-    """Indices ordering paths so images of the same size are adjacent (fewer, fuller batches); reads headers only."""
-    from unirag.data.images import upright_size
-
-    def size(i: int) -> tuple[int, int]:
-        p = paths[i]
-        if not isinstance(p, str | Path):
-            return load_rgb(p).size
-        try:
-            return upright_size(p)
-        except Exception:  # noqa: BLE001 - load_uint8 reports the real error with the path
-            return (0, 0)
-    return sorted(range(len(paths)), key=size)
+    for _, same in itertools.groupby(uint8_images(paths, engine, chunk=batch_size), key=lambda t: t.shape):
+        while batch := list(itertools.islice(same, batch_size)):
+            yield torch.stack(batch)
 
 
 def official_arrays(paths: Sequence[str | Path | None], *, channels: str = "bgr", size: int | None = 224,
@@ -112,8 +92,6 @@ def official_arrays(paths: Sequence[str | Path | None], *, channels: str = "bgr"
             continue
         img = cv2.imread(str(p))
         if img is None:
-            from unirag.errors import InputError
-
             raise InputError("OpenCV cannot read this image", path=p)
         if channels == "rgb":
             img = img[:, :, ::-1]
@@ -159,11 +137,19 @@ def _progress(items: Iterable, desc: str, show: bool, unit: str = "batch") -> It
 
 def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], feature: Any, *,
                      batch_size: int = 32, device: str = "cpu", show_progress: bool = False,
-                     decode_workers: int | str | None = None, features: list | None = None) -> float:
+                     engine: Any = None, features: list | None = None) -> float:
     """torchmetrics FID between two image sets through ``feature`` (an ``nn.Module`` taking uint8 images).
     ``features``: a list that receives the two ``(n, d)`` float64 feature arrays (real, fake), in input order."""
     import numpy as np
     from torchmetrics.image.fid import FrechetInceptionDistance
+
+    def size(p: Any) -> tuple[int, int]:  # from the headers: images of one size adjacent (fewer, fuller batches)
+        if not isinstance(p, str | Path):
+            return load_rgb(p).size
+        try:
+            return upright_size(p)
+        except Exception:  # noqa: BLE001 - load_uint8 reports the real error with the path
+            return (0, 0)
 
     seen: list[Any] = []  # torchmetrics keeps only sums; the interval needs the rows
     metric = FrechetInceptionDistance(feature=feature, normalize=False).to(device)
@@ -171,9 +157,9 @@ def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], fea
         out.detach().double().reshape(out.shape[0], -1).cpu().numpy())) if features is not None else None
     try:
         for is_real, paths in ((True, real), (False, fake)):
-            order = _size_order(paths)
+            order = sorted(range(len(paths)), key=lambda i: size(paths[i]))
             seen.clear()
-            for batch in _progress(size_batches([paths[i] for i in order], batch_size, decode_workers), "FID",
+            for batch in _progress(size_batches([paths[i] for i in order], batch_size, engine), "FID",
                                    show_progress):
                 metric.update(batch.to(device), real=is_real)
             if features is not None:
@@ -236,7 +222,7 @@ def frechet_interval(real: Any, fake: Any, *, n_resamples: int, seed: int, devic
 
 def inception_score(paths: Sequence[str | Path], feature: Any, *, splits: int = 10, seed: int = 0,
                     batch_size: int = 32, device: str = "cpu", show_progress: bool = False,
-                    decode_workers: int | str | None = None, features: list | None = None) -> tuple[float, float]:
+                    engine: Any = None, features: list | None = None) -> tuple[float, float]:
     """torchmetrics Inception Score (mean, SD over ``splits``); ``seed`` fixes its random split.
     ``features``: a list that receives the ``(n, classes)`` logits, rows in the order of ``paths`` (what
     :func:`inception_from_logits` resamples for the IS interval)."""
@@ -248,7 +234,7 @@ def inception_score(paths: Sequence[str | Path], feature: Any, *, splits: int = 
     with warnings.catch_warnings():  # "will save all extracted features": logits only, a few MB per 10k images
         warnings.filterwarnings("ignore", message=".*save all extracted features.*")
         metric = InceptionScore(feature=feature, splits=splits, normalize=False).to(device)
-    for batch in _progress(size_batches(paths, batch_size, decode_workers), "IS", show_progress):
+    for batch in _progress(size_batches(paths, batch_size, engine), "IS", show_progress):
         metric.update(batch.to(device))
     if features is not None:
         features.append(torch.cat([f.detach().double().cpu() for f in metric.features]).numpy())
@@ -315,8 +301,7 @@ def load_clip(model: str | Path = DEFAULT_CLIP_MODEL) -> tuple[Any, Any]:
 
 
 def clip_scores(images: Sequence[str | Path], texts: Sequence[str], model: tuple[Any, Any], *,
-                device: str = "cpu", show_progress: bool = False, decode_workers: Any = None
-                ) -> tuple[float, list[float]]:
+                device: str = "cpu", show_progress: bool = False, engine: Any = None) -> tuple[float, list[float]]:
     """(corpus CLIP Score, per-pair scores) with torchmetrics ``CLIPScore`` (100 x cosine, floored at 0).
 
     Each pair goes through ``forward``, which returns that pair's score and accumulates the corpus
@@ -327,12 +312,11 @@ def clip_scores(images: Sequence[str | Path], texts: Sequence[str], model: tuple
 
     clip, processor = model
     metric = CLIPScore(model_name_or_path=lambda: (_ClipFeatures(clip), processor)).to(device)
-    per_item: list[float] = []
-    decoded = uint8_images(images, decode_workers)
+    decoded = uint8_images(images, engine)
     try:
         with torch.no_grad():
-            for text in _progress(texts, "CLIP Score", show_progress, unit="img"):
-                per_item.append(float(metric(next(decoded).to(device), text)))
+            per_item = [float(metric(next(decoded).to(device), text))
+                        for text in _progress(texts, "CLIP Score", show_progress, unit="img")]
             return float(metric.compute()), per_item
     finally:
         decoded.close()  # stops the decode workers at once if a pair failed
@@ -342,8 +326,8 @@ def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, rea
                   *, clip_model: str | Path | None = None, clip: tuple[Any, Any] | None = None,
                   fid_feature: Any = None, is_feature: Any = None, inception_weights: str | Path | None = None,
                   is_splits: int = 10, seed: int = 0, batch_size: int = 32, device: str | None = None,
-                  per_item: bool = False, decode_workers: int | str | None = None, show_progress: bool = False,
-                  fid_features: list | None = None, is_features: list | None = None,
+                  per_item: bool = False, decode_workers: int | str | None = None, engine: Any = None,
+                  show_progress: bool = False, fid_features: list | None = None, is_features: list | None = None,
                   is_images: Sequence[Any] | None = None) -> dict[str, Any]:
     """Image generation metrics, as ``unirag evaluate images`` computes them: FID of ``images`` (paths, PIL
     images or encoded bytes) against ``real_images``, CLIP Score of each image against ``texts[i]`` and
@@ -355,15 +339,16 @@ def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, rea
     that ran plus ``"skipped"`` (metric -> why); ``per_item=True``: also each image's CLIP Score.
     ``decode_workers``: processes decoding image files ahead of the networks ("auto"/None: the cores
     available, at most 8, fewer than 128 images inline; 0: in this process); the metrics are the same.
+    ``engine``: the run's engine options carrying that setting instead (:func:`~unirag.runs.engine.engine_options`).
     For :func:`~unirag.metrics.image_run.evaluate_image_run`: ``fid_features`` / ``is_features``: lists that receive FID's feature
     rows and IS's logits (for their intervals); ``is_images``: what IS sees instead (the official 299x299
     copies).
     """
     import torch
 
-    from unirag.runtime import decode_setting
+    from unirag.runs.engine import with_decode_default
 
-    decode_workers = decode_setting(decode_workers)  # a bad setting fails before any network loads
+    engine = with_decode_default(engine, decode_workers)  # a bad setting fails before any network loads
     if texts is not None and len(texts) != len(images):
         raise ConfigError(f"got {len(images)} images and {len(texts)} texts: give one text per image")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -376,16 +361,14 @@ def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, rea
         try:
             fid_net = fid_feature if fid_feature is not None else standard_inception(inception_weights, "2048")
             metrics["FID"] = frechet_distance(reals, fakes, fid_net, batch_size=batch_size, device=device,
-                                              show_progress=show_progress, decode_workers=decode_workers,
-                                              features=fid_features)
+                                              show_progress=show_progress, engine=engine, features=fid_features)
         except MetricUnavailable as e:
             skipped["FID"] = str(e)
         except RuntimeError as e:  # torchmetrics: fewer than 2 images per set
             skipped["FID"] = f"FID skipped: {e}"
     scores: list[float] = []
-    model = clip
+    model = clip if texts is not None else None
     if texts is None:
-        model = None
         skipped["CLIP Score"] = "CLIP Score skipped: no texts given"
     elif model is None and clip_model is not None:
         try:
@@ -396,13 +379,13 @@ def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, rea
         skipped["CLIP Score"] = "CLIP Score skipped (--no-clip)"
     if model is not None:
         metrics["CLIP Score"], scores = clip_scores(fakes, list(texts), model, device=device,
-                                                    show_progress=show_progress, decode_workers=decode_workers)
+                                                    show_progress=show_progress, engine=engine)
     try:
         is_net = is_feature if is_feature is not None else standard_inception(inception_weights, "logits_unbiased")
         metrics["IS"], metrics["IS SD"] = inception_score(list(is_images) if is_images is not None else fakes, is_net,
                                                           splits=is_splits, seed=seed, batch_size=batch_size,
                                                           device=device, show_progress=show_progress,
-                                                          decode_workers=decode_workers, features=is_features)
+                                                          engine=engine, features=is_features)
     except MetricUnavailable as e:
         skipped.setdefault("IS", str(e))
     if not metrics:

@@ -28,16 +28,9 @@ def positive_candidates(queries: Iterable[Query], pool_path: str | Path, qrels: 
     return {qid: [found[d] for d in ds if d in found] for qid, ds in pos.items()}
 
 
-def reference_captions(cands: list[Candidate]) -> list[str]:
-    return [c.txt for c in cands if c.txt]
-
-
 def reference_image(cands: list[Candidate]) -> str | None:
     """The first positive that carries an image (M-BEIR text->image queries have exactly one)."""
-    for c in cands:
-        if c.img_path:
-            return c.img_path
-    return None
+    return next((c.img_path for c in cands if c.img_path), None)
 
 
 # the evaluation kind a scorer expects -> what to tell a user who passed the other kind of run

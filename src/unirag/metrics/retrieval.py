@@ -27,10 +27,7 @@ def recall_at_k(ranked: Sequence[str], relevant: set[str], k: int) -> float:
 
 
 def mrr_at_k(ranked: Sequence[str], relevant: set[str], k: int) -> float:
-    for rank, d in enumerate(ranked[:k], start=1):
-        if d in relevant:
-            return 1.0 / rank
-    return 0.0
+    return next((1.0 / rank for rank, d in enumerate(ranked[:k], start=1) if d in relevant), 0.0)
 
 
 METRICS = {"hit": hit_at_k, "recall": recall_at_k, "mrr": mrr_at_k}

@@ -8,6 +8,7 @@ pycocoevalcap's arguments, minus its LMDB cache (it needs Java 8 internals and o
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -22,8 +23,6 @@ CORENLP_ZIP = "https://nlp.stanford.edu/software/stanford-corenlp-full-2015-12-0
 
 
 def pycocoevalcap_spice_dir() -> Path:
-    import importlib.util
-
     spec = importlib.util.find_spec("pycocoevalcap")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("pycocoevalcap is not installed: pip install 'unirag[eval]'")
@@ -32,13 +31,7 @@ def pycocoevalcap_spice_dir() -> Path:
 
 def find_corenlp(spice_lib: str | Path | None = None) -> Path | None:
     """The first directory (see module doc) that holds both CoreNLP 3.6.0 jars, else None."""
-    candidates: list[Path] = []
-    if spice_lib:
-        candidates.append(Path(spice_lib))
-    if os.environ.get(SPICE_LIB_ENV):
-        candidates.append(Path(os.environ[SPICE_LIB_ENV]))
-    candidates.append(pycocoevalcap_spice_dir() / "lib")
-    for d in candidates:
+    for d in [*(Path(p) for p in (spice_lib, os.environ.get(SPICE_LIB_ENV)) if p), pycocoevalcap_spice_dir() / "lib"]:
         if all((d / jar).is_file() for jar in CORENLP_JARS):
             return d
     return None
@@ -49,14 +42,6 @@ def spice_unavailable_message(spice_lib: str | Path | None = None) -> str:
     return (f"SPICE skipped: Stanford CoreNLP 3.6.0 jars not found{where}; to enable it put "
             f"{' and '.join(CORENLP_JARS)} (from {CORENLP_ZIP}) in a directory and pass --spice-lib DIR "
             f"or set {SPICE_LIB_ENV}=DIR")
-
-
-def spice_command(input_file: Path, output_file: Path, corenlp_dir: Path, java: str = "java") -> list[str]:
-    spice_dir = pycocoevalcap_spice_dir()
-    classpath = os.pathsep.join([str(spice_dir / "spice-1.0.jar"), str(spice_dir / "lib" / "*"),
-                                 str(Path(corenlp_dir).resolve() / "*")])
-    return [java, "-Xmx8G", "-cp", classpath, "edu.anu.spice.SpiceScorer", str(input_file),
-            "-out", str(output_file), "-subset", "-silent"]
 
 
 def _float(v: object) -> float:
@@ -72,11 +57,15 @@ def run_spice(gts: Mapping[str, Sequence[str]], res: Mapping[str, Sequence[str]]
     pycocoevalcap's ``Spice.compute_score`` (mean of ``All.f``)."""
     ids = list(gts)
     data = [{"image_id": i, "test": res[i][0], "refs": list(gts[i])} for i in ids]
+    spice_dir = pycocoevalcap_spice_dir()
+    classpath = os.pathsep.join([str(spice_dir / "spice-1.0.jar"), str(spice_dir / "lib" / "*"),
+                                 str(Path(corenlp_dir).resolve() / "*")])  # CoreNLP from ``corenlp_dir``
     with tempfile.TemporaryDirectory(prefix="unirag-spice-") as tmp:
         in_file, out_file = Path(tmp) / "input.json", Path(tmp) / "output.json"
         in_file.write_text(json.dumps(data), encoding="utf-8")
-        proc = subprocess.run(spice_command(in_file, out_file, corenlp_dir, java), cwd=pycocoevalcap_spice_dir(),
-                              capture_output=True, text=True)
+        proc = subprocess.run([java, "-Xmx8G", "-cp", classpath, "edu.anu.spice.SpiceScorer", str(in_file),
+                               "-out", str(out_file), "-subset", "-silent"], cwd=spice_dir, capture_output=True,
+                              text=True)
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
             raise RuntimeError(f"SPICE failed (exit {proc.returncode}): {' | '.join(tail)}")

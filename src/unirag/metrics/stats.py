@@ -8,9 +8,10 @@ indexed rows, never rescoring: pycocoevalcap's Java scorers run once per evaluat
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from unirag.errors import ConfigError
@@ -130,9 +131,9 @@ def bootstrap_interval(values: Any, figure: Figure = mean_figure, *, n_resamples
     def statistic(idx: Any, axis: int = -1) -> Any:
         return figure(rows[np.moveaxis(idx, axis, -1)])
 
-    res = bootstrap((np.arange(n),), statistic, n_resamples=int(n_resamples), vectorized=True,
-                    batch=_batch(rows), confidence_level=confidence, method="percentile",
-                    random_state=np.random.default_rng(seed))
+    resample = functools.partial(bootstrap, (np.arange(n),), statistic, n_resamples=int(n_resamples),
+                                 vectorized=True, batch=_batch(rows), confidence_level=confidence)
+    res = resample(method="percentile", random_state=np.random.default_rng(seed))
     dist = res.bootstrap_distribution
     if np.ptp(dist) == 0:
         point = float(figure(rows))
@@ -142,9 +143,7 @@ def bootstrap_interval(values: Any, figure: Figure = mean_figure, *, n_resamples
         low, mid, high = np.percentile(dist, [100 * (1 - confidence) / 2, 50, 100 * (1 + confidence) / 2])
         return Interval(point - (mid - low), point + (high - mid), float(res.standard_error))
     if method == "BCa":  # same seed, so the same resamples
-        res = bootstrap((np.arange(n),), statistic, n_resamples=int(n_resamples), vectorized=True,
-                        batch=_batch(rows), confidence_level=confidence, method=method,
-                        random_state=np.random.default_rng(seed))
+        res = resample(method=method, random_state=np.random.default_rng(seed))
     return Interval(float(res.confidence_interval.low), float(res.confidence_interval.high),
                     float(res.standard_error))
 
@@ -199,29 +198,18 @@ def paired_comparison(run: Any, baseline: Any, figure: Figure = mean_figure, *, 
                       se=interval.se, n_needed=None if p < ALPHA else queries_needed(diff, interval.se, n))
 
 
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the input order: the i-th smallest p times (m - i + 1),
-    made monotone and capped at 1."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    m = len(p_values)
-    adjusted = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * float(p_values[i])))
-        adjusted[i] = running
-    return adjusted
-
-
 def with_holm(comparisons: Sequence[Comparison]) -> list[Comparison]:
-    """The comparisons with ``p_holm`` set across all of them, and ``n_needed`` for those that are
-    no longer significant after the correction."""
-    from dataclasses import replace
-
-    adjusted = holm([c.p_value for c in comparisons])
-    out = []
-    for c, p in zip(comparisons, adjusted, strict=True):
-        needed = (c.n_needed if c.n_needed is not None else queries_needed(c.diff, c.se, c.n)) if p >= ALPHA else None
-        out.append(replace(c, p_holm=p, n_needed=needed))
+    """The comparisons with ``p_holm`` set across all of them, Holm's step-down adjusted p-value (the i-th
+    smallest p times (m - i + 1), made monotone and capped at 1), and ``n_needed`` for those that are no
+    longer significant after the correction."""
+    out = list(comparisons)
+    running = 0.0
+    for rank, i in enumerate(sorted(range(len(out)), key=lambda i: comparisons[i].p_value)):
+        c = comparisons[i]
+        running = max(running, min(1.0, (len(out) - rank) * float(c.p_value)))
+        needed = (c.n_needed if c.n_needed is not None else queries_needed(c.diff, c.se, c.n)) \
+            if running >= ALPHA else None
+        out[i] = replace(c, p_holm=running, n_needed=needed)
     return out
 
 
@@ -235,8 +223,6 @@ def metric_rows(records: Mapping[str, Mapping[str, Any]], metric: str, qids: Seq
                 ) -> tuple[Any, Figure] | None:
     """(rows, figure) of ``metric`` over ``qids`` from per-query records: BLEU-n from its n-gram counts, any
     other metric as the mean of its values. None when some query lacks them (FID: a corpus figure)."""
-    import functools
-
     if metric.startswith("BLEU-") and metric[5:].isdigit():
         if not all(isinstance(records[q].get(BLEU_STATS), list) for q in qids):
             return None

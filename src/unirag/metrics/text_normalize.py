@@ -46,6 +46,4 @@ _OFFICIAL_PREFIX = re.compile(r"^Caption \[\d+\]: ")
 def strip_official_prefix(text: str) -> str:
     """The official UniRAG clean-up only: surrounding whitespace, then one leading ``Caption [n]: ``
     (castorini/UniRAG src/unirag/eval_caption_generation.py@e9a4e00:59-65, ``remove_caption_prefix``)."""
-    text = text.strip()
-    m = _OFFICIAL_PREFIX.match(text)
-    return text[m.end():] if m else text
+    return _OFFICIAL_PREFIX.sub("", text.strip(), count=1)

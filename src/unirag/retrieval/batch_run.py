@@ -22,7 +22,7 @@ class RetrievalRunSummary:
     run_path: Path
     trec_path: Path
     k: int
-    #: the leakage guard's totals (see :func:`leak_summary`)
+    #: the leakage guard's totals (see :func:`run_retrieval`)
     leaks: dict[str, float | int] | None = None
 
     @property
@@ -77,23 +77,18 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
                           profile=profile, memory=index_memory)
     results = retriever.retrieve(query_list, k, modality, exclude_qrels=qrels, query_images_root=query_images_root,
                                  progress=progress, selection=sel)
+    # the leakage guard's totals: queries, examples flagged, excluded, and the leak rate (share of queries whose
+    # examples still show a flagged near-duplicate); None: guard off
+    counts = [r.near_duplicates for r in results if r.near_duplicates is not None]
+    leaking = sum(1 for r in results if any(p.near_duplicate for p in r.pairs))
+    leaks = {"queries": len(counts), "flagged": sum(c.get("flagged", 0) for c in counts),
+             "excluded": sum(c.get("excluded", 0) for c in counts),
+             "leak_rate": round(leaking / len(counts), 6)} if counts else None
     manifest = {"task": "retrieve", "index": str(Path(index_dir).absolute()),
                 "queries": str(Path(queries).absolute()), "k": k, "modality": modality,
                 "exclude_positives": str(exclude_positives) if exclude_positives else None,
                 "encoder": query_encoder.config() if hasattr(query_encoder, "config") else None,
                 "profile": retriever.settings.to_dict(), "selection": sel.to_dict(),
-                "near_duplicates": leak_summary(results)}
+                "near_duplicates": leaks}
     run_path, trec = write_retrieval_run(out, results, manifest=manifest)
-    return RetrievalRunSummary(results, run_path, trec, k, manifest["near_duplicates"])
-
-
-def leak_summary(results) -> dict[str, float | int] | None:
-    """Totals of the leakage guard over a run: queries, examples flagged, excluded, and the leak
-    rate (share of queries whose examples still show a flagged near-duplicate). None: guard off."""
-    counts = [r.near_duplicates for r in results if r.near_duplicates is not None]
-    if not counts:
-        return None
-    leaking = sum(1 for r in results if any(p.near_duplicate for p in r.pairs))
-    return {"queries": len(counts), "flagged": sum(c.get("flagged", 0) for c in counts),
-            "excluded": sum(c.get("excluded", 0) for c in counts),
-            "leak_rate": round(leaking / len(counts), 6)}
+    return RetrievalRunSummary(results, run_path, trec, k, leaks)

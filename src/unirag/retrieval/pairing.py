@@ -61,11 +61,7 @@ def _image_keys(img_path: str | None, images_root: str | Path | None) -> set[str
     """Spellings under which two records point at the same image file (relative and absolute)."""
     if not img_path:
         return set()
-    keys = {os.path.normpath(img_path)}
-    resolved = resolve_image(img_path, images_root)
-    if resolved is not None:
-        keys.add(os.path.realpath(resolved))
-    return keys
+    return {os.path.normpath(img_path), os.path.realpath(resolve_image(img_path, images_root))}
 
 
 class Completer:
@@ -85,46 +81,33 @@ class Completer:
 
     def complement(self, gid: int, ident: QueryIdentity) -> tuple[int, str] | None:
         """(global id, "pool" | "qrels" | "retrieval") of the complement of candidate ``gid``, or None."""
-        meta = self.index.metas[gid]
-        found = self._first(self._paired_order(gid), ident)
-        if found is not None:
-            return found, "pool"
-        found = self._first(self._qrels.get(gid, []), ident)
-        if found is not None:
-            return found, "qrels"
+        meta, metas = self.index.metas[gid], self.index.metas
+        want = meta.modality.complement()
+        if gid not in self._paired:  # the pool's own pairing: the same source item, the nearest first
+            group = [g for g in self.index.source_group(meta.source_id) if metas[g].modality is want]
+            if len(group) > 1:
+                sims = self.index.vectors(group) @ self.index.vectors([gid])[0]
+                group = [group[i] for i in np.argsort(-sims, kind="stable")]
+            self._paired[gid] = group
+        for order, via in ((self._paired[gid], "pool"), (self._qrels.get(gid, []), "qrels")):
+            found = self._first(order, ident)
+            if found is not None:
+                return found, via
         for depth in RETRIEVAL_DEPTHS:
-            found = self._first(self._retrieved_order(gid, depth), ident)
-            if found is not None or depth >= self.index.counts.get(meta.modality.complement().value, 0):
+            if (gid, depth) not in self._retrieved:
+                _, ids = self.index.topk(self.index.vectors([gid]), depth, want)
+                self._retrieved[gid, depth] = [int(i) for i in ids[0] if i >= 0]
+            found = self._first(self._retrieved[gid, depth], ident)
+            if found is not None or depth >= self.index.counts.get(want.value, 0):
                 break
         return (found, "retrieval") if found is not None else None
 
     def _first(self, gids: list[int], ident: QueryIdentity) -> int | None:
         """The first candidate that differs from the query (and is not excluded)."""
-        for g in gids:
-            meta = self.index.metas[g]
-            if meta.did not in ident.excluded and not (ident.same_text(meta.txt) if meta.modality is Modality.TEXT
-                                                       else ident.same_image(meta.img_path, self.images_root)):
-                return g
-        return None
-
-    def _paired_order(self, gid: int) -> list[int]:
-        if gid not in self._paired:
-            meta = self.index.metas[gid]
-            want = meta.modality.complement()
-            group = [g for g in self.index.source_group(meta.source_id) if self.index.metas[g].modality is want]
-            if len(group) > 1:
-                sims = self.index.vectors(group) @ self.index.vectors([gid])[0]
-                group = [group[i] for i in np.argsort(-sims, kind="stable")]
-            self._paired[gid] = group
-        return self._paired[gid]
-
-    def _retrieved_order(self, gid: int, depth: int) -> list[int]:
-        key = (gid, depth)
-        if key not in self._retrieved:
-            want = self.index.metas[gid].modality.complement()
-            _, ids = self.index.topk(self.index.vectors([gid]), depth, want)
-            self._retrieved[key] = [int(i) for i in ids[0] if i >= 0]
-        return self._retrieved[key]
+        metas = self.index.metas
+        return next((g for g in gids if metas[g].did not in ident.excluded and not (
+            ident.same_text(metas[g].txt) if metas[g].modality is Modality.TEXT
+            else ident.same_image(metas[g].img_path, self.images_root))), None)
 
 
 def read_qrels_pairs(index: Index, paths: Sequence[str | Path]
@@ -148,8 +131,7 @@ def read_qrels_pairs(index: Index, paths: Sequence[str | Path]
     extra: dict[str, set[str]] = {}
     for p in paths:
         if str(p).endswith(".jsonl"):
-            for q in read_queries(p):
-                queries[q.qid] = q
+            queries.update((q.qid, q) for q in read_queries(p))
         else:
             for qid, dids in read_qrels(p).relevant.items():
                 extra.setdefault(qid, set()).update(dids)
@@ -157,11 +139,10 @@ def read_qrels_pairs(index: Index, paths: Sequence[str | Path]
         raise ConfigError("pairs_from needs the M-BEIR query files (.jsonl) of the judgements: qrels lines "
                           "name only ids, the queries give each one's caption or image")
     positives: dict[str, list[str]] = {}
-    for qid, q in queries.items():
-        positives[qid] = list(dict.fromkeys([*q.pos_cand_list, *sorted(extra.get(qid, ()))]))
     texts: dict[str, list[str]] = {}  # folded caption -> positive image dids
     images: dict[str, list[str]] = {}  # image path -> positive caption dids
     for qid, q in queries.items():
+        positives[qid] = list(dict.fromkeys([*q.pos_cand_list, *sorted(extra.get(qid, ()))]))
         if q.modality is Modality.TEXT and q.txt:
             texts.setdefault(normalise_text(q.txt), []).extend(positives[qid])
         elif q.modality is Modality.IMAGE and q.img_path:

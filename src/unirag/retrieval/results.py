@@ -6,6 +6,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from unirag.data.records import resolve_image
+
 
 @dataclass
 class Pair:
@@ -43,14 +45,7 @@ class Pair:
     @property
     def image(self) -> Any:
         """What a generator is shown: the image file (joined to :attr:`images_root`), or :attr:`pixels`."""
-        if self.pixels is not None:
-            return self.pixels
-        if self.img_path is None:
-            return None
-        p = Path(self.img_path)
-        if not p.is_absolute() and self.images_root is not None:
-            p = Path(self.images_root) / p
-        return p
+        return self.pixels if self.pixels is not None else resolve_image(self.img_path, self.images_root)
 
     @property
     def caption(self) -> str | None:

@@ -22,6 +22,7 @@ per-hit`` (see :mod:`unirag.retrieval.uniir_pairs`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -151,47 +152,35 @@ class Retriever:
         texts = list(texts) if texts is not None else [None] * n
         excludes = [set(e) for e in exclude] if exclude is not None else [set()] * n
         queries = [_query(i, im, tx) for i, (im, tx) in enumerate(zip(images, texts, strict=True))]
-        vectors = self._encode(*self._instructed(queries, texts, instructions), images)
+        # encoded with each given instruction prepended as UniIR does (:meth:`QueryInstructions.apply`); the
+        # ranking rules still use the queries as given
+        given = [instructions] * n if instructions is None or isinstance(instructions, str) else list(instructions)
+        encoded = queries
+        if any(given):
+            if not hasattr(self.encoder, "instruct"):
+                raise ConfigError(f"instruction= is for UniIR encoders (uniir:...), trained with M-BEIR instructions; "
+                                  f"{self.index.manifest['encoder'].get('name')!r} takes none")
+            from unirag.encoders.instructions import prepend_instruction
+
+            encoded = [replace(q, txt=prepend_instruction(prompt, q.txt),
+                               modality=Modality.IMAGE_TEXT if q.modality.has_image else Modality.TEXT) if prompt else q
+                       for q, prompt in zip(queries, given, strict=True)]
+        vectors = np.zeros((n, self.encoder.dim), dtype=np.float32)
+        groups: dict[Modality, list[int]] = {}
+        for i, q in enumerate(encoded):
+            groups.setdefault(q.modality, []).append(i)
+        for group, idx in groups.items():
+            if group is Modality.TEXT:
+                vectors[idx] = self.encoder.encode_texts([encoded[i].txt for i in idx])
+                continue
+            pixels = [load_rgb(images[i]) for i in idx]
+            if group is Modality.IMAGE:
+                vectors[idx] = self.encoder.encode_images(pixels)
+            else:
+                vectors[idx] = self.encoder.encode_fused(pixels, [encoded[i].txt for i in idx])
         qrels = Qrels({q.qid: e for q, e in zip(queries, excludes, strict=True) if e})
         return self.retrieve_vectors(queries, vectors, k, modality, exclude_qrels=qrels, selection=sel,
                                      query_images=images, references=references)
-
-    def _instructed(self, queries: list[Query], texts: list, instructions) -> tuple[list[Query], list]:
-        """(queries, texts) as the encoder sees them: with each given instruction prepended as UniIR
-        does (:meth:`QueryInstructions.apply`); the ranking rules still use the queries as given."""
-        n = len(queries)
-        given = [instructions] * n if instructions is None or isinstance(instructions, str) else list(instructions)
-        if not any(given):
-            return queries, texts
-        if not hasattr(self.encoder, "instruct"):
-            raise ConfigError(f"instruction= is for UniIR encoders (uniir:...), trained with M-BEIR instructions; "
-                              f"{self.index.manifest['encoder'].get('name')!r} takes none")
-        from unirag.encoders.instructions import prepend_instruction
-
-        out_q, out_t = [], []
-        for q, text, prompt in zip(queries, texts, given, strict=True):
-            if prompt:
-                text = prepend_instruction(prompt, text)
-                q = replace(q, txt=text, modality=Modality.IMAGE_TEXT if q.modality.has_image else Modality.TEXT)
-            out_q.append(q)
-            out_t.append(text)
-        return out_q, out_t
-
-    def _encode(self, queries: list[Query], texts: list, images: list) -> np.ndarray:
-        out = np.zeros((len(queries), self.encoder.dim), dtype=np.float32)
-        groups: dict[Modality, list[int]] = {}
-        for i, q in enumerate(queries):
-            groups.setdefault(q.modality, []).append(i)
-        for modality, idx in groups.items():
-            if modality is Modality.TEXT:
-                out[idx] = self.encoder.encode_texts([texts[i] for i in idx])
-                continue
-            pixels = [load_rgb(images[i]) for i in idx]
-            if modality is Modality.IMAGE:
-                out[idx] = self.encoder.encode_images(pixels)
-            else:
-                out[idx] = self.encoder.encode_fused(pixels, [texts[i] for i in idx])
-        return out
 
     def to_dict(self) -> dict[str, Any]:
         """Enough to make the same retriever again with :meth:`from_dict` (index path, encoder, device)."""
@@ -250,7 +239,9 @@ class Retriever:
             warnings.warn(f"the filter {shown} matches {scope}{among} candidate(s), fewer than k={k}: each query gets "
                           f"at most {scope} example(s)", UserWarning, stacklevel=2)
         excluded = [exclude_qrels.get(q.qid) if exclude_qrels is not None else set() for q in queries]
-        completer = self._completer(sel)
+        if sel.pairs_from not in self._completers:  # one per pairs_from set, kept: its caches are per index
+            self._completers[sel.pairs_from] = Completer(self.index, self.pool_images_root, pairs_from=sel.pairs_from)
+        completer = self._completers[sel.pairs_from]
         fetch = max(1, min(scope, 2 * sel.pool_size(k) + 10 + max(len(e) for e in excluded)))
         if self.per_hit:  # UniRAG reads 10 hits (50 for Fashion200k) per query
             read = max(unirag_depth(q.qid) for q in queries)
@@ -273,6 +264,7 @@ class Retriever:
                                       references[i] if references is not None else ())
             state.append((ident, target, evidence))
         results: list[Hits] = [None] * len(queries)  # type: ignore[list-item]
+        metas = self.index.metas
         rows = {i: (scores[i], ids[i]) for i in range(len(queries))}
         pending, depth = list(range(len(queries))), fetch
         bar = tqdm(total=len(queries), desc="pairs", unit="query", disable=not progress)
@@ -288,8 +280,11 @@ class Retriever:
                 if not complete and depth < scope:
                     again.append(i)
                     continue
-                if self.per_hit:
-                    self._per_hit(result, ident, row_scores, row_ids, k, completer, picker)
+                if self.per_hit:  # UniRAG's pairs; the picker sees each only for the near-duplicate report
+                    found, _ = per_hit_pairs(self.index, completer, ident, row_ids.tolist(), row_scores.tolist(), k,
+                                             unirag_depth(result.qid), self.settings["pair_alignment"] == "uniir-zip")
+                    self._set_pairs(result, [((metas[j].did, metas[t].did), self._offer(picker, j, j, t, s, via)[1])
+                                             for j, t, s, via in found])
                 else:
                     self._set_pairs(result, [((o.cand_did,), o.pair) for o in picker.finish()])
                 result.near_duplicates = picker.report()
@@ -307,25 +302,6 @@ class Retriever:
         bar.close()
         return results
 
-    def _per_hit(self, result: Hits, ident: QueryIdentity, scores: np.ndarray, ids: np.ndarray,
-                 k: int, completer: Any, picker: PairPicker) -> None:
-        """Set the result's pairs to UniRAG's per-hit pairs (``example_pairs = per-hit``); each is shown to the
-        picker only for the near-duplicate report (the rules that would drop or re-rank pairs are refused)."""
-        metas = self.index.metas
-        found, _ = per_hit_pairs(self.index, completer, ident, ids.tolist(), scores.tolist(), k,
-                                 unirag_depth(result.qid), zip_bug=self.settings["pair_alignment"] == "uniir-zip")
-        pairs = [((metas[i].did, metas[t].did), Pair(metas[i].did, metas[t].did, metas[i].img_path, metas[t].txt,
-                                                     s, via)) for i, t, s, via in found]
-        for (_, pair), (image, *_) in zip(pairs, found, strict=True):
-            self._offer(picker, pair.image_did, pair, image)
-        self._set_pairs(result, pairs)
-
-    def _completer(self, sel: Selection) -> Completer:
-        """The pair completer for a selection (one per ``pairs_from`` set, kept: its caches are per index)."""
-        if sel.pairs_from not in self._completers:
-            self._completers[sel.pairs_from] = Completer(self.index, self.pool_images_root, pairs_from=sel.pairs_from)
-        return self._completers[sel.pairs_from]
-
     def _evidence(self, sel: Selection, query: Query, vector: np.ndarray, query_images_root, image,
                   positives: Iterable[str], references: Iterable[str]) -> QueryEvidence:
         """What the near-duplicate guard compares this query's examples with."""
@@ -334,10 +310,8 @@ class Retriever:
             return ev
         if query.modality.has_image:
             if image is not None and not isinstance(image, str | Path):
-                try:
+                with contextlib.suppress(OSError, ValueError, ConfigError):  # unreadable: no hash
                     ev.image_hash = dhash(image)
-                except (OSError, ValueError, ConfigError):
-                    ev.image_hash = None
             else:
                 path = image if image is not None else resolve_image(query.img_path, query_images_root)
                 ev.image_hash = hash_of(path)
@@ -346,10 +320,8 @@ class Retriever:
         texts = [str(t) for t in references if t]
         if query.modality is Modality.TEXT and query.txt:
             texts.append(query.txt)  # a caption query: an example caption copying it shows the answer's pair
-        for did in positives:
-            gid = self.index.gid_of(did)
-            if gid is not None and self.index.metas[gid].txt:
-                texts.append(self.index.metas[gid].txt)
+        metas = self.index.metas
+        texts += [metas[g].txt for g in map(self.index.gid_of, positives) if g is not None and metas[g].txt]
         ev.references = [w for w in dict.fromkeys(caption_words(t) for t in texts) if w]
         return ev
 
@@ -381,36 +353,31 @@ class Retriever:
             if picker is not None and cand not in paired and picker.wants_more():
                 if other is None:  # completed only when a pair is still wanted
                     other, via = (gid, "fused") if fused else completer.complement(gid, ident) or (None, None)
-                if other is not None and self._offer_pair(picker, cand, other, score, via, ident):
-                    paired.add(cand)
+                if other is not None:  # not offered when the caption is the query's text or the image its image
+                    image, text = (cand, other) if metas[cand].modality.has_image else (other, cand)
+                    if not (ident.same_text(metas[text].txt) or ident.same_image(metas[image].img_path,
+                                                                                  self.pool_images_root)) \
+                            and self._offer(picker, cand, image, text, score, via)[0]:
+                        paired.add(cand)
             if len(result) >= k and (picker is None or not picker.wants_more()):
                 return result, True
         return result, False
 
-    def _offer_pair(self, picker: PairPicker, cand: int, other: int, score: float, via: str,
-                    ident: QueryIdentity) -> bool:
-        """Offer the pair (cand, other) to the picker unless it shows the query; True if taken."""
+    def _offer(self, picker: PairPicker, cand: int, image: int, text: int, score: float, via: str
+               ) -> tuple[bool, Pair]:
+        """Offer the pair of ``image`` and ``text`` (global ids), standing for candidate ``cand``, to the picker,
+        with its image file read against the pool's root: (True if taken, the pair)."""
         metas = self.index.metas
-        image, text = (cand, other) if metas[cand].modality.has_image else (other, cand)
-        if ident.same_text(metas[text].txt) or ident.same_image(metas[image].img_path, self.pool_images_root):
-            return False  # the caption is the query's text or the image the query's image
         pair = Pair(metas[image].did, metas[text].did, metas[image].img_path, metas[text].txt, score, via)
-        return self._offer(picker, metas[cand].did, pair, image)
-
-    def _offer(self, picker: PairPicker, cand_did: str, pair: Pair, image: int) -> bool:
-        """Offer ``pair`` (standing for candidate ``cand_did``; ``image``: its image's global id) to the picker,
-        with its image file read against the pool's root; True if taken."""
         file = resolve_image(pair.img_path, self.pool_images_root)
-        return picker.offer(Offer(cand_did, pair, image, str(file) if file is not None else None))
+        return picker.offer(Offer(metas[cand].did, pair, image, str(file) if file is not None else None)), pair
 
     def _set_pairs(self, result: Hits, pairs: list[tuple[tuple[str, ...], Pair]]) -> None:
         """Put the chosen pairs into the result in example order (their images read against the pool's
         root), each on the hits of the candidate dids it stands for."""
         result.pairs = [p.rooted(self.pool_images_root) for _, p in pairs]
-        pair_of: dict[str, Pair] = {}
-        for (dids, _), pair in zip(pairs, result.pairs, strict=True):
-            for did in dids:
-                pair_of.setdefault(did, pair)
+        pair_of = {did: pair for (dids, _), pair in reversed(list(zip(pairs, result.pairs, strict=True)))
+                   for did in dids}  # reversed: a did keeps the first pair standing for it
         result[:] = [replace(h, pair=pair_of.get(h.did)) for h in result]
 
 
@@ -420,7 +387,9 @@ def _query(i: int, image: ImageLike | None, text: str | None) -> Query:
     """An in-memory query record; its image path (if it has one) lets pairs that show it be dropped."""
     if text is not None and not isinstance(text, str):
         raise InputError(f"query {i}: expected a string, got {type(text).__name__}", field="text")
-    if isinstance(image, str) and text is None and not Path(image).is_file() and _looks_like_text(image):
+    name = Path(image).name if isinstance(image, str) else ""  # a string that reads like words, not a file name:
+    if isinstance(image, str) and text is None and not Path(image).is_file() and " " in image.strip() and \
+            ("." not in name or not name.rsplit(".", 1)[1].isalnum()):  # search("red dress") for search(text=...)
         raise InputError(f"image file not found: {image!r} reads like a text, not an image path; to search with "
                          f"a text, pass it as text=: search(text={image!r})", field="image")
     if image is not None:
@@ -433,13 +402,6 @@ def _query(i: int, image: ImageLike | None, text: str | None) -> Query:
     path = image_path_of(image) if image is not None else None
     return Query(qid=f"query-{i}", modality=modality, txt=text,
                  img_path=str(path.absolute()) if path is not None else None)
-
-
-def _looks_like_text(value: str) -> bool:
-    """A string given as an image that is no file and reads like words (a space, no file extension):
-    the usual slip of ``search("red dress")`` for ``search(text="red dress")``."""
-    name = Path(value).name
-    return " " in value.strip() and ("." not in name or not name.rsplit(".", 1)[1].isalnum())
 
 
 def check_options(k: int, modality: str | Modality | None, selection: Any, **options: Any

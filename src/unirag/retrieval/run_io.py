@@ -31,12 +31,9 @@ def trec_path(run_path: str | Path, ext: str = ".trec") -> Path:
 
 def read_run_manifest(run_path: str | Path) -> dict | None:
     """The manifest beside a retrieval run file, or None (runs written before manifests existed)."""
-    path = trec_path(run_path, ".manifest.json")
-    if not path.is_file():
-        return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON, nested too deep
+        return json.loads(trec_path(run_path, ".manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # missing, unreadable, not UTF-8, not JSON, nested too deep
         return None
 
 
@@ -49,13 +46,8 @@ def write_retrieval_run(path: str | Path, results: Iterable[Hits], manifest: dic
         atomic_write_json(trec_path(path, ".manifest.json"), manifest)
     atomic_write_lines(path, (_json_line(r, path) for r in results))
     trec = trec_path(path)
-
-    def trec_lines():
-        for r in results:
-            for rank, c in enumerate(r, start=1):
-                yield f"{r.qid} Q0 {c.did} {rank} {c.score:.6f} unirag"
-
-    atomic_write_lines(trec, trec_lines())
+    atomic_write_lines(trec, (f"{r.qid} Q0 {c.did} {rank} {c.score:.6f} unirag"
+                              for r in results for rank, c in enumerate(r, start=1)))
     return path, trec
 
 

@@ -25,9 +25,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+import numpy as np
+
 from unirag.data.records import Modality
 from unirag.errors import ConfigError
 from unirag.profiles import SELECTION_NAMES
+from unirag.retrieval import near_duplicates as nd
 
 DIVERSITY = ("none", "mmr")
 NEAR_DUPLICATES = ("off", "report", "exclude")
@@ -159,7 +162,18 @@ def normalise_where(where: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
         if not _FIELD.match(name):
             raise ConfigError(f"bad filter field {name!r}: use a field name such as dataset, modality or a "
                               "src_content key")
-        vals = _values(name, values)
+        if isinstance(values, str):  # modalities split on '|': 'image,text' is the fused one, as in M-BEIR
+            parts = values.split("|" if name == "modality" else ",")
+        elif isinstance(values, Iterable):
+            parts = [str(v) for v in values]
+        else:
+            parts = [str(values)]
+        vals = tuple(dict.fromkeys(p.strip() for p in parts if p.strip()))
+        if name == "modality":
+            try:
+                vals = tuple(dict.fromkeys(Modality.parse(v).value for v in vals))
+            except ValueError as e:
+                raise ConfigError(f"filter modality=: {e}") from None
         if not vals:
             raise ConfigError(f"filter {name}= needs at least one value")
         if name in merged:  # the same field twice: both must hold -> the values both accept
@@ -175,29 +189,6 @@ def _split_filter(text: str) -> tuple[str, str]:
     if not sep or not name.strip():
         raise ConfigError(f"bad filter {text!r}: expected FIELD=VALUE (VALUE may be a,b for either)")
     return name.strip(), value
-
-
-def _values(name: str, values: Any) -> tuple[str, ...]:
-    if isinstance(values, str):
-        if name == "modality":  # 'image,text' is the fused modality, as everywhere in M-BEIR
-            try:
-                return (Modality.parse(values).value,)
-            except ValueError:
-                pass
-            parts = [p for p in values.split("|")]
-        else:
-            parts = values.split(",")
-    elif isinstance(values, Iterable):
-        parts = [str(v) for v in values]
-    else:
-        parts = [str(values)]
-    out = tuple(dict.fromkeys(p.strip() for p in parts if p.strip()))
-    if name == "modality":
-        try:
-            out = tuple(dict.fromkeys(Modality.parse(v).value for v in out))
-        except ValueError as e:
-            raise ConfigError(f"filter modality=: {e}") from None
-    return out
 
 
 def selection_from_settings(given: Mapping[str, Any], base: Selection | Mapping[str, Any] | None = None
@@ -257,13 +248,11 @@ class PairPicker:
 
     def offer(self, o: Offer) -> bool:
         """Take the pair unless a rule rejects it; True if taken."""
-        from unirag.retrieval.near_duplicates import caption_key
-
         image_keys = self._image_keys(o) if self.sel.one_per_image else set()
         if image_keys & self._images:
             return False
         dedupes = self.sel.one_per_image or self.sel.diversity != "none"  # with either, a caption counts once
-        cap = caption_key(o.pair.txt) if dedupes else None
+        cap = nd.caption_key(o.pair.txt) if dedupes else None
         if cap and cap in self._captions:
             return False
         if self.sel.near_duplicates != "off":
@@ -281,29 +270,25 @@ class PairPicker:
         return True
 
     def _image_keys(self, o: Offer) -> set[str]:
-        from unirag.retrieval.near_duplicates import digest_of
-
         keys = {f"did:{o.pair.image_did}"}
-        digest = digest_of(o.image_file)
+        digest = nd.digest_of(o.image_file)
         if digest is not None:
             keys.add(f"sha:{digest}")
         return keys
 
     def _near_duplicate(self, o: Offer) -> str | None:
-        from unirag.retrieval.near_duplicates import caption_similarity, caption_words, hamming, hash_of
-
         ev, limits = self.evidence, self.sel.thresholds
         if ev.image_hash is not None and o.image_file is not None:
-            h = hash_of(o.image_file)
-            if h is not None and (d := hamming(h, ev.image_hash)) <= limits.image_hash:
+            h = nd.hash_of(o.image_file)
+            if h is not None and (d := nd.hamming(h, ev.image_hash)) <= limits.image_hash:
                 return f"image-hash:{d}"
         if limits.image_cosine is not None and ev.image_vector is not None and o.image_gid is not None:
             cos = float(self.vectors([o.image_gid])[0] @ ev.image_vector)
             if cos >= limits.image_cosine:
                 return f"image-cosine:{cos:.3f}"
         if ev.references and o.pair.txt:
-            words = caption_words(o.pair.txt)
-            best = max(caption_similarity(words, r) for r in ev.references)
+            words = nd.caption_words(o.pair.txt)
+            best = max(nd.caption_similarity(words, r) for r in ev.references)
             if best >= limits.caption:
                 return f"caption:{best:.2f}"
         return None
@@ -323,21 +308,17 @@ class PairPicker:
         single candidate vectors: two captions of one photo are one photo, however different their
         words, and two photos with near-identical captions say the same thing.
         """
-        import numpy as np
-
-        from unirag.retrieval.near_duplicates import caption_similarity, caption_words, hamming, hash_of
-
         n = len(self.taken)
         keys = [self._image_keys(o) for o in self.taken]
-        hashes = [hash_of(o.image_file) for o in self.taken]
-        words = [caption_words(o.pair.txt) for o in self.taken]
+        hashes = [nd.hash_of(o.image_file) for o in self.taken]
+        words = [nd.caption_words(o.pair.txt) for o in self.taken]
         limit = self.sel.thresholds.image_hash
         out = np.zeros((n, n))
         for i in range(n):
             for j in range(i + 1, n):
                 same = bool(keys[i] & keys[j]) or (hashes[i] is not None and hashes[j] is not None
-                                                   and hamming(hashes[i], hashes[j]) <= limit)
-                out[i, j] = out[j, i] = 1.0 if same else caption_similarity(words[i], words[j])
+                                                   and nd.hamming(hashes[i], hashes[j]) <= limit)
+                out[i, j] = out[j, i] = 1.0 if same else nd.caption_similarity(words[i], words[j])
         return out
 
     def report(self) -> dict[str, int] | None:
@@ -358,16 +339,11 @@ def mmr(offers: list[Offer], k: int, lam: float, redundancy) -> list[Offer]:
     dress). The original form (``lam * rel - (1 - lam) * cosine of candidate vectors``) was measured
     and replaced: on product data it traded on-topic examples for unrelated ones, and on COCO with
     planted near-duplicates it gave 3.7 distinct photos per 5 examples (docs/selection.md)."""
-    import numpy as np
-
     rel = np.array([float(o.pair.score or 0.0) for o in offers])
     chosen: list[int] = []
     left = list(range(len(offers)))
     while left and len(chosen) < k:
-        if chosen:
-            repeat = redundancy[np.ix_(left, chosen)].max(axis=1)
-        else:
-            repeat = np.zeros(len(left))
+        repeat = redundancy[np.ix_(left, chosen)].max(axis=1, initial=0.0)  # 0 while none is chosen
         gain = rel[left] - (1.0 - lam) * np.abs(rel[left]) * repeat
         best = left[int(np.argmax(gain))]  # argmax keeps the earlier (better ranked) on ties
         chosen.append(best)

@@ -94,22 +94,16 @@ class UniIRCompleter(Completer):
                          task_id=COMPLEMENT_TASK[metas[g].modality]) for i, g in enumerate(todo)]
         vectors = self._encoder().encode_records(queries, self.images_root)
         _, ids = self.index.topk(vectors, min(UNIIR_DEPTH, len(self.index)), None)
-        for g, row in zip(todo, ids, strict=True):
-            self._top[g] = [int(i) for i in row if i >= 0]
+        self._top.update((g, [int(i) for i in row if i >= 0]) for g, row in zip(todo, ids, strict=True))
 
     def complement(self, gid: int, ident: Any) -> tuple[int, str] | None:
         meta = self.index.metas[gid]
         if meta.modality not in COMPLEMENT_TASK:
             return None
         self.prepare([gid])
-        want = meta.modality.complement()
-        for g in self._top[gid]:
-            other = self.index.metas[g]
-            if other.modality is not want or other.did in ident.excluded:
-                continue
-            if uniir_accepts(other, ident.raw_text, ident.raw_image):
-                return g, "uniir"
-        return None
+        want, metas = meta.modality.complement(), self.index.metas
+        return next(((g, "uniir") for g in self._top[gid] if metas[g].modality is want and metas[g].did not in
+                     ident.excluded and uniir_accepts(metas[g], ident.raw_text, ident.raw_image)), None)
 
 
 def per_hit_pairs(index: Index, completer: Any, ident: Any, ids: Iterable[int], scores: Iterable[float],
