@@ -21,6 +21,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,6 @@ class Engine:
         # wake-up (16 clients on 2 cores: 288-296 -> 333-361 searches/s, docs/benchmarks.md).
         self.model_thread = ThreadPoolExecutor(1, thread_name_prefix="unirag-model", initializer=self._mark_model)
         self._model_ident: int | None = None
-        self._gallery: dict[str, str] | None = None
         self._slots = {kind: threading.BoundedSemaphore(1 if (spec or "").split(":", 1)[0].strip().lower()
                                                         in LOCAL_PREFIXES else settings.generator_concurrency)
                        for kind, spec in specs.items()}
@@ -248,7 +248,7 @@ class Engine:
                                        "(start with --cir-agents for the agent stages)")
         else:
             with self._xr_lock:
-                ranked = self.xr.search(image, text, self.gallery(), k=k + extra)
+                ranked = self.xr.search(image, text, self.gallery, k=k + extra)
             hits = [replace(h, pair=Pair(h.did, None, None, _caption_of(self.index, h.did))) for h in ranked]
             stage = ranked[0].stage if ranked else "baseline"
             note = f"ranked by the X^R stage {stage!r}"
@@ -273,20 +273,14 @@ class Engine:
         pool_hash = hash_of(path)
         return pool_hash is not None and hamming(pool_hash, ref_hash) <= Thresholds().image_hash
 
+    @cached_property
     def gallery(self) -> dict[str, str]:
         """Image candidate id -> image file, for X^R (built once)."""
         from unirag.data.records import Modality
 
-        if self._gallery is None:
-            offset = self.index.offsets.get(Modality.IMAGE, 0)
-            gallery = {}
-            for row in range(self.index.counts.get(Modality.IMAGE.value, 0)):
-                did = self.index.metas[offset + row].did
-                path = self.image_file(did)
-                if path is not None:
-                    gallery[did] = str(path)
-            self._gallery = gallery
-        return self._gallery
+        offset, count = self.index.offsets.get(Modality.IMAGE, 0), self.index.counts.get(Modality.IMAGE.value)
+        dids = (self.index.metas[offset + row].did for row in range(count or 0))
+        return {did: str(path) for did in dids if (path := self.image_file(did)) is not None}
 
     def close(self) -> None:
         for obj in (*self.generators.values(), self.xr):

@@ -104,8 +104,7 @@ async def selection_of_form(diversity: Annotated[str | None, Form()] = None,
                             filter: Annotated[list[str] | None, Form()] = None):  # noqa: A002 - the API's field
     """:func:`selection_of` as a FastAPI dependency, so every endpoint that retrieves examples takes the
     same five form fields."""
-    return selection_of({"diversity": diversity, "mmr_lambda": mmr_lambda, "one_per_image": one_per_image,
-                         "near_duplicates": near_duplicates, "filter": filter})
+    return selection_of(locals())  # the five fields, by name
 
 
 def check_k(k: int, k_max: int) -> int:
@@ -114,14 +113,14 @@ def check_k(k: int, k_max: int) -> int:
     return k
 
 
-async def read_image(svc: Service, upload: UploadFile | None):
+async def read_image(svc: Service, upload: UploadFile | None, missing: str | None = None):
     """The upload's bytes and checked image (:func:`unirag.serve.uploads.check_image`), or (None, None)
-    for no file."""
-    if upload is None:
-        return None, None
+    for no file - a 400 saying ``missing`` when the route needs one."""
     limit = svc.settings.max_upload_bytes
-    data = await upload.read(limit + 1)
-    if not data and not upload.filename:
+    data = await upload.read(limit + 1) if upload is not None else b""
+    if not data and (upload is None or not upload.filename):
+        if missing:
+            raise HTTPException(400, missing)
         return None, None  # a form's empty file input; size and emptiness are check_image's
     # on the decode threads (max_decodes), or 503 when decode_queue more are waiting already
     return data, await svc.decodes.run(check_image, data, max_bytes=limit, max_pixels=svc.settings.max_pixels)

@@ -104,22 +104,19 @@ def _trimmed(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     finally:
-        if (libc := _libc()) is not None:
-            libc.malloc_trim(0)
+        _malloc_trim()(0)
 
 
 @functools.cache
-def _libc():
-    """The C library when it has ``malloc_trim`` (glibc; not musl, not macOS), else None."""
+def _malloc_trim():
+    """The C library's ``malloc_trim`` (glibc; not musl, not macOS), else a no-op."""
     import ctypes
     import ctypes.util
 
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim  # noqa: B018
-        return libc
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
     except (OSError, AttributeError):
-        return None
+        return lambda pad: None
 
 
 def _mb(n: int) -> str:

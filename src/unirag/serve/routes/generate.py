@@ -39,9 +39,7 @@ async def caption(request: Request, selection: Annotated[Any, Depends(selection_
                   k: Annotated[int, Form()] = 5):
     svc = service_of(request)
     k = _check_mode(mode, k, svc.settings.k_max)
-    data, picture = await read_image(svc, image)
-    if picture is None:
-        raise HTTPException(400, "image: send the image to caption")
+    data, picture = await read_image(svc, image, "image: send the image to caption")
     start = time.perf_counter()
     ans = await run_in_threadpool(svc.engine.generate, "caption", image=picture, data=data,
                                   mode=mode, k=k, selection=selection)

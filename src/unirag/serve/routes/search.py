@@ -124,9 +124,7 @@ async def cir(request: Request, image: Annotated[UploadFile, File()], text: Anno
               k: Annotated[int, Form()] = 10, keep_reference: Annotated[bool, Form()] = False):
     svc = service_of(request)
     check_k(k, svc.settings.k_max)
-    data, picture = await read_image(svc, image)
-    if picture is None:
-        raise HTTPException(400, "image: send the reference image")
+    data, picture = await read_image(svc, image, "image: send the reference image")
     if not text.strip():
         raise HTTPException(400, "text: say how the target differs from the reference image")
     start = time.perf_counter()
