@@ -35,8 +35,6 @@ _REFERENCE_SLACK = 3
 #: Backends that run a model in this process: one call at a time, whatever --concurrency says.
 LOCAL_PREFIXES = ("hf", "diffusers")
 MODALITIES = ("any", "image", "text")
-#: The serve option that configures each kind of generator.
-_OPTIONS = {"caption": "--generator", "image": "--image-generator"}
 
 
 @dataclass
@@ -183,16 +181,13 @@ class Engine:
         """
         if mode == "zero-shot":
             return []
-        if mode == "random":
-            return self._random_examples(k, seed_bytes or (text or "").encode())
-        hits = self.on_model_thread(self.retriever.search, image=image, text=text, k=k, selection=selection)
-        return [p for p in hits.pairs if p.caption and p.img_path][:k]
-
-    def _random_examples(self, k: int, seed: bytes) -> list[Pair]:
-        """k pool images (sampled by row, so large pools cost k lookups, not a scan) with one of their captions."""
+        if mode == "rag":
+            hits = self.on_model_thread(self.retriever.search, image=image, text=text, k=k, selection=selection)
+            return [p for p in hits.pairs if p.caption and p.img_path][:k]
+        # random: k pool images (sampled by row, so large pools cost k lookups, not a scan), a caption each
         from unirag.data.records import Modality
 
-        rng = random.Random(hashlib.sha256(seed).hexdigest())
+        rng = random.Random(hashlib.sha256(seed_bytes or (text or "").encode()).hexdigest())
         count = self.index.counts.get(Modality.IMAGE.value, 0)
         offset = self.index.offsets.get(Modality.IMAGE, 0)
         metas = self.index.metas
@@ -219,7 +214,8 @@ class Engine:
 
         gen = self.generators[kind]
         if gen is None:
-            raise BackendError(f"no {kind} generator configured (start the service with {_OPTIONS[kind]})")
+            option = "--generator" if kind == "caption" else "--image-generator"
+            raise BackendError(f"no {kind} generator configured (start the service with {option})")
         examples = self.examples(mode, k, image=image, text=text, seed_bytes=data, selection=selection)
         if kind == "caption" and mode != "zero-shot" and not examples:
             raise ConfigError("no examples found for this image (is the index empty?)")
