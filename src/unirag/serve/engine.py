@@ -289,8 +289,6 @@ def _caption_of(index, did: str) -> str | None:
     """A caption for image candidate ``did``: one from its own source item, if the pool pairs them."""
     from unirag.data.records import Modality
 
-    for gid in index.source_group(index.metas[index.gid_of(did)].source_id):
-        other = index.metas[gid]
-        if other.modality is Modality.TEXT and other.txt:
-            return other.txt
-    return None
+    metas = index.metas
+    return next((metas[g].txt for g in index.source_group(metas[index.gid_of(did)].source_id)
+                 if metas[g].modality is Modality.TEXT and metas[g].txt), None)

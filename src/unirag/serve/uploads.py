@@ -21,7 +21,6 @@ _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"GIF89a", "GIF"),
     (b"BM", "BMP"),
 )
-ACCEPTED = "JPEG, PNG, WebP, GIF or BMP"
 #: Uploads are decoded no smaller than this a side (JPEG: at a reduced DCT scale; other formats: reduced
 #: by an integer factor right after decoding). Encoders take 224-448 pixels, so the answers do not
 #: change, while what a request holds until its search is answered stays a few megabytes whatever
@@ -39,7 +38,7 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
-def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "image"):
+def check_image(data: bytes, *, max_bytes: int, max_pixels: int):
     """Validate and decode one upload (to RGB); raises :class:`HTTPException` with the status to send.
 
     Decoding is :func:`unirag.data.images.load_rgb`'s, as for the index: EXIF orientation applied,
@@ -51,17 +50,17 @@ def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "i
     from unirag.errors import InputError
 
     if len(data) > max_bytes:
-        raise HTTPException(413, f"{field}: upload is larger than the {_mb(max_bytes)} limit")
+        raise HTTPException(413, f"image: upload is larger than the {_mb(max_bytes)} limit")
     if not data:
-        raise HTTPException(400, f"{field}: the uploaded file is empty")
+        raise HTTPException(400, "image: the uploaded file is empty")
     fmt = sniff_format(data)
     if fmt is None:
-        raise HTTPException(415, f"{field}: not an image this service accepts; send {ACCEPTED}")
+        raise HTTPException(415, "image: not an image this service accepts; send JPEG, PNG, WebP, GIF or BMP")
     try:
         return load_rgb(data, max_pixels=max_pixels, draft=DECODE_SIDE)
     except InputError as e:
         reason = e.reason.replace("cannot decode image bytes", f"cannot decode the {fmt} image")
-        raise HTTPException(400, f"{field}: {reason}") from None
+        raise HTTPException(400, f"image: {reason}") from None
 
 
 class DecodeSlots:
