@@ -21,7 +21,7 @@ from PIL import Image
 from unirag.errors import ConfigError
 from unirag.serve.app import create_app
 from unirag.serve.engine import Engine
-from unirag.serve.settings import ServeSettings, check_bind
+from unirag.serve.settings import ServeSettings
 
 from .conftest import PHOTOS
 
@@ -440,12 +440,13 @@ def test_a_short_token_is_refused_at_start_with_one_line_and_exit_2(engine, monk
 def test_non_loopback_bind_is_refused_without_a_token(engine, monkeypatch, tmp_path, capsys):
     for host in ("0.0.0.0", "::", "192.168.1.20", "example.org"):
         with pytest.raises(ConfigError, match="refusing to bind"):
-            check_bind(host, None)
+            ServeSettings(index="x", host=host).check()
         with pytest.raises(ConfigError, match="refusing to bind"):
             create_app(ServeSettings(index=engine.settings.index, host=host), engine)
-    for host in ("127.0.0.1", "::1", "localhost", "127.0.0.2"):
-        check_bind(host, None)
-    check_bind("0.0.0.0", "a-token")
+    for host in ("127.0.0.1", "::1", "localhost", "127.0.0.2", "[::1]"):
+        ServeSettings(index="x", host=host).check()
+    monkeypatch.setenv("UNIRAG_TEST_BIND_TOKEN", "a-token-of-16-chars")
+    ServeSettings(index="x", host="0.0.0.0", token_env="UNIRAG_TEST_BIND_TOKEN").check()
     monkeypatch.delenv("UNIRAG_TEST_UNSET", raising=False)
     with pytest.raises(ConfigError, match="UNIRAG_TEST_UNSET"):
         ServeSettings(index="x", host="0.0.0.0", token_env="UNIRAG_TEST_UNSET").check()

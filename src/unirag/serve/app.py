@@ -31,8 +31,6 @@ from unirag.serve.settings import ServeSettings
 from unirag.serve.uploads import BodyLimit, DecodeSlots
 
 log = logging.getLogger("unirag.serve")
-#: Room for the multipart framing and the text fields around one upload.
-_FORM_OVERHEAD = 64 * 1024
 
 
 def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI:
@@ -42,8 +40,7 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
     metrics = Metrics()
     batcher = SearchBatcher(engine.search_batch, max_batch=settings.max_batch, on_batch=metrics.observe_batch,
                             executor=engine.model_thread)
-    svc = Service(settings, engine, metrics, batcher, DecodeSlots(settings.max_decodes, settings.decode_queue),
-                  settings.token())
+    svc = Service(settings, engine, metrics, batcher, DecodeSlots(settings), settings.token())
     install_log_redaction(svc.secrets)  # every logger of the process, uvicorn's access log included
 
     @asynccontextmanager
@@ -62,7 +59,8 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
     def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
         return JSONResponse({"error": redact(message, svc.secrets)}, status_code=status, headers=headers)
 
-    app.add_middleware(BodyLimit, limit=settings.max_upload_bytes + _FORM_OVERHEAD)
+    # with room for the multipart framing and the text fields around one upload
+    app.add_middleware(BodyLimit, limit=settings.max_upload_bytes + 64 * 1024)
     if settings.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 

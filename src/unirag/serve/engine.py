@@ -21,6 +21,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,6 @@ _REFERENCE_SLACK = 3
 #: Backends that run a model in this process: one call at a time, whatever --concurrency says.
 LOCAL_PREFIXES = ("hf", "diffusers")
 MODALITIES = ("any", "image", "text")
-#: The serve option that configures each kind of generator.
-_OPTIONS = {"caption": "--generator", "image": "--image-generator"}
 
 
 @dataclass
@@ -89,7 +88,6 @@ class Engine:
         # wake-up (16 clients on 2 cores: 288-296 -> 333-361 searches/s, docs/benchmarks.md).
         self.model_thread = ThreadPoolExecutor(1, thread_name_prefix="unirag-model", initializer=self._mark_model)
         self._model_ident: int | None = None
-        self._gallery: dict[str, str] | None = None
         self._slots = {kind: threading.BoundedSemaphore(1 if (spec or "").split(":", 1)[0].strip().lower()
                                                         in LOCAL_PREFIXES else settings.generator_concurrency)
                        for kind, spec in specs.items()}
@@ -183,16 +181,13 @@ class Engine:
         """
         if mode == "zero-shot":
             return []
-        if mode == "random":
-            return self._random_examples(k, seed_bytes or (text or "").encode())
-        hits = self.on_model_thread(self.retriever.search, image=image, text=text, k=k, selection=selection)
-        return [p for p in hits.pairs if p.caption and p.img_path][:k]
-
-    def _random_examples(self, k: int, seed: bytes) -> list[Pair]:
-        """k pool images (sampled by row, so large pools cost k lookups, not a scan) with one of their captions."""
+        if mode == "rag":
+            hits = self.on_model_thread(self.retriever.search, image=image, text=text, k=k, selection=selection)
+            return [p for p in hits.pairs if p.caption and p.img_path][:k]
+        # random: k pool images (sampled by row, so large pools cost k lookups, not a scan), a caption each
         from unirag.data.records import Modality
 
-        rng = random.Random(hashlib.sha256(seed).hexdigest())
+        rng = random.Random(hashlib.sha256(seed_bytes or (text or "").encode()).hexdigest())
         count = self.index.counts.get(Modality.IMAGE.value, 0)
         offset = self.index.offsets.get(Modality.IMAGE, 0)
         metas = self.index.metas
@@ -219,7 +214,8 @@ class Engine:
 
         gen = self.generators[kind]
         if gen is None:
-            raise BackendError(f"no {kind} generator configured (start the service with {_OPTIONS[kind]})")
+            option = "--generator" if kind == "caption" else "--image-generator"
+            raise BackendError(f"no {kind} generator configured (start the service with {option})")
         examples = self.examples(mode, k, image=image, text=text, seed_bytes=data, selection=selection)
         if kind == "caption" and mode != "zero-shot" and not examples:
             raise ConfigError("no examples found for this image (is the index empty?)")
@@ -248,7 +244,7 @@ class Engine:
                                        "(start with --cir-agents for the agent stages)")
         else:
             with self._xr_lock:
-                ranked = self.xr.search(image, text, self.gallery(), k=k + extra)
+                ranked = self.xr.search(image, text, self.gallery, k=k + extra)
             hits = [replace(h, pair=Pair(h.did, None, None, _caption_of(self.index, h.did))) for h in ranked]
             stage = ranked[0].stage if ranked else "baseline"
             note = f"ranked by the X^R stage {stage!r}"
@@ -273,20 +269,14 @@ class Engine:
         pool_hash = hash_of(path)
         return pool_hash is not None and hamming(pool_hash, ref_hash) <= Thresholds().image_hash
 
+    @cached_property
     def gallery(self) -> dict[str, str]:
         """Image candidate id -> image file, for X^R (built once)."""
         from unirag.data.records import Modality
 
-        if self._gallery is None:
-            offset = self.index.offsets.get(Modality.IMAGE, 0)
-            gallery = {}
-            for row in range(self.index.counts.get(Modality.IMAGE.value, 0)):
-                did = self.index.metas[offset + row].did
-                path = self.image_file(did)
-                if path is not None:
-                    gallery[did] = str(path)
-            self._gallery = gallery
-        return self._gallery
+        offset, count = self.index.offsets.get(Modality.IMAGE, 0), self.index.counts.get(Modality.IMAGE.value)
+        dids = (self.index.metas[offset + row].did for row in range(count or 0))
+        return {did: str(path) for did in dids if (path := self.image_file(did)) is not None}
 
     def close(self) -> None:
         for obj in (*self.generators.values(), self.xr):
@@ -299,8 +289,6 @@ def _caption_of(index, did: str) -> str | None:
     """A caption for image candidate ``did``: one from its own source item, if the pool pairs them."""
     from unirag.data.records import Modality
 
-    for gid in index.source_group(index.metas[index.gid_of(did)].source_id):
-        other = index.metas[gid]
-        if other.modality is Modality.TEXT and other.txt:
-            return other.txt
-    return None
+    metas = index.metas
+    return next((metas[g].txt for g in index.source_group(metas[index.gid_of(did)].source_id)
+                 if metas[g].modality is Modality.TEXT and metas[g].txt), None)

@@ -34,10 +34,6 @@ class Metrics:
         self.search_seconds = Counter("unirag_search_busy_seconds",
                                       "Time the search worker spent answering batches.", registry=reg)
 
-    def observe_request(self, endpoint: str, method: str, status: int, seconds: float) -> None:
-        self.requests.labels(endpoint, method, status).inc()
-        self.latency.labels(endpoint).observe(seconds)
-
     def observe_batch(self, size: int, seconds: float = 0.0) -> None:
         self.batches.observe(size)
         self.search_seconds.inc(seconds)
@@ -69,4 +65,5 @@ class ObserveRequests:
             route = scope.get("route")  # the router records the matched route in the scope
             endpoint = getattr(route, "path", None) or ("static" if scope["path"].startswith("/static/")
                                                         else "unmatched")
-            self.metrics.observe_request(endpoint, scope["method"], status, time.perf_counter() - start)
+            self.metrics.requests.labels(endpoint, scope["method"], status).inc()
+            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - start)

@@ -1,7 +1,7 @@
 """What every route reaches: the loaded :class:`Service` and the helpers the routes share.
 
 :func:`create_app <unirag.serve.app.create_app>` puts one :class:`Service` on ``app.state``; routes
-get it with :func:`service_of`. Refusals are Starlette's ``HTTPException``.
+get it as ``request.app.state.service``. Refusals are Starlette's ``HTTPException``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import Form, Request, UploadFile
+from fastapi import Form, Request
 from starlette.exceptions import HTTPException
 
 from unirag.retrieval.results import Hit
@@ -21,7 +21,7 @@ from unirag.serve.batching import SearchBatcher
 from unirag.serve.engine import Engine
 from unirag.serve.metrics import Metrics
 from unirag.serve.settings import ServeSettings
-from unirag.serve.uploads import DecodeSlots, check_image
+from unirag.serve.uploads import DecodeSlots
 
 
 @dataclass
@@ -41,14 +41,10 @@ class Service:
         return (self.token,) if self.token else ()
 
 
-def service_of(request: Request) -> Service:
-    return request.app.state.service
-
-
 async def require_token(request: Request) -> None:
     """The bearer-token check (a no-op without --token-env). Async: a plain function would cost
     every request a hop to the thread pool."""
-    token = service_of(request).token
+    token = request.app.state.service.token
     if token is None:
         return
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
@@ -104,24 +100,10 @@ async def selection_of_form(diversity: Annotated[str | None, Form()] = None,
                             filter: Annotated[list[str] | None, Form()] = None):  # noqa: A002 - the API's field
     """:func:`selection_of` as a FastAPI dependency, so every endpoint that retrieves examples takes the
     same five form fields."""
-    return selection_of({"diversity": diversity, "mmr_lambda": mmr_lambda, "one_per_image": one_per_image,
-                         "near_duplicates": near_duplicates, "filter": filter})
+    return selection_of(locals())  # the five fields, by name
 
 
 def check_k(k: int, k_max: int) -> int:
     if not 1 <= k <= k_max:
         raise HTTPException(400, f"k must be between 1 and {k_max}, got {k}")
     return k
-
-
-async def read_image(svc: Service, upload: UploadFile | None):
-    """The upload's bytes and checked image (:func:`unirag.serve.uploads.check_image`), or (None, None)
-    for no file."""
-    if upload is None:
-        return None, None
-    limit = svc.settings.max_upload_bytes
-    data = await upload.read(limit + 1)
-    if not data and not upload.filename:
-        return None, None  # a form's empty file input; size and emptiness are check_image's
-    # on the decode threads (max_decodes), or 503 when decode_queue more are waiting already
-    return data, await svc.decodes.run(check_image, data, max_bytes=limit, max_pixels=svc.settings.max_pixels)

@@ -68,8 +68,19 @@ class ServeSettings:
         return value.strip()
 
     def check(self) -> None:
-        """Refuse settings that would expose the service or cannot work, before anything loads."""
-        check_bind(self.host, self.token())
+        """Refuse settings that would expose the service or cannot work, before anything loads.
+
+        An exposed address is refused unless requests must carry a bearer token: anything but
+        127.0.0.0/8, ::1 and 'localhost' (0.0.0.0, a LAN address, a host name that may resolve anywhere)."""
+        host = self.host
+        try:
+            loopback = host.strip().lower() == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+        except ValueError:
+            loopback = False
+        if not self.token() and not loopback:  # token() first: it refuses a bad token on any address
+            raise ConfigError(f"refusing to bind {host!r} without a token: anyone on the network could use this "
+                              "service. Set a secret in an environment variable and pass --token-env VAR "
+                              "(requests then need 'Authorization: Bearer <token>'), or bind 127.0.0.1")
         if self.max_upload_bytes <= 0 or self.max_pixels <= 0 or self.max_decodes < 1 or self.decode_queue < 0:
             raise ConfigError("upload limits must be positive (--max-decodes at least 1)")
         if self.generator_concurrency < 1 or self.max_attempts < 1 or self.max_batch < 1:
@@ -77,15 +88,3 @@ class ServeSettings:
         if not (0 < int(self.port) < 65536):
             raise ConfigError(f"--port must be in 1..65535, got {self.port}")
 
-
-def check_bind(host: str, token: str | None) -> None:
-    """An exposed address is refused unless requests must carry a bearer token: anything but
-    127.0.0.0/8, ::1 and 'localhost' (0.0.0.0, a LAN address, a host name that may resolve anywhere)."""
-    try:
-        loopback = host.strip().lower() == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback and not token:
-        raise ConfigError(f"refusing to bind {host!r} without a token: anyone on the network could use this "
-                          "service. Set a secret in an environment variable and pass --token-env VAR "
-                          "(requests then need 'Authorization: Bearer <token>'), or bind 127.0.0.1")

@@ -21,7 +21,6 @@ _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"GIF89a", "GIF"),
     (b"BM", "BMP"),
 )
-ACCEPTED = "JPEG, PNG, WebP, GIF or BMP"
 #: Uploads are decoded no smaller than this a side (JPEG: at a reduced DCT scale; other formats: reduced
 #: by an integer factor right after decoding). Encoders take 224-448 pixels, so the answers do not
 #: change, while what a request holds until its search is answered stays a few megabytes whatever
@@ -39,7 +38,7 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
-def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "image"):
+def check_image(data: bytes, *, max_bytes: int, max_pixels: int):
     """Validate and decode one upload (to RGB); raises :class:`HTTPException` with the status to send.
 
     Decoding is :func:`unirag.data.images.load_rgb`'s, as for the index: EXIF orientation applied,
@@ -51,48 +50,59 @@ def check_image(data: bytes, *, max_bytes: int, max_pixels: int, field: str = "i
     from unirag.errors import InputError
 
     if len(data) > max_bytes:
-        raise HTTPException(413, f"{field}: upload is larger than the {_mb(max_bytes)} limit")
+        raise HTTPException(413, f"image: upload is larger than the {_mb(max_bytes)} limit")
     if not data:
-        raise HTTPException(400, f"{field}: the uploaded file is empty")
+        raise HTTPException(400, "image: the uploaded file is empty")
     fmt = sniff_format(data)
     if fmt is None:
-        raise HTTPException(415, f"{field}: not an image this service accepts; send {ACCEPTED}")
+        raise HTTPException(415, "image: not an image this service accepts; send JPEG, PNG, WebP, GIF or BMP")
     try:
         return load_rgb(data, max_pixels=max_pixels, draft=DECODE_SIDE)
     except InputError as e:
         reason = e.reason.replace("cannot decode image bytes", f"cannot decode the {fmt} image")
-        raise HTTPException(400, f"{field}: {reason}") from None
+        raise HTTPException(400, f"image: {reason}") from None
 
 
 class DecodeSlots:
-    """Uploads decode on ``slots`` threads of their own, with at most ``waiting`` more queued; a request
+    """Uploads are read and checked (:func:`check_image`) with the ``settings``' limits, and decode on
+    ``max_decodes`` threads of their own, with at most ``decode_queue`` more queued; a request
     beyond that gets 503 with Retry-After. A PNG cannot be decoded at a reduced size, so each decode
     briefly holds its full-size pixels (up to 4 bytes x the pixel limit): bounding how many run at
     once is what keeps the server's memory independent of how many large uploads arrive. Threads of
     their own rather than the shared pool: memory a decode frees stays with its thread's allocator
     arena, so decodes spread over 40 pool threads would keep 40 image-sized arenas resident."""
 
-    def __init__(self, slots: int, waiting: int) -> None:
+    def __init__(self, settings) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        self._pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="unirag-decode")
-        self.limit = slots + waiting
+        self.settings = settings
+        self._pool = ThreadPoolExecutor(max_workers=settings.max_decodes, thread_name_prefix="unirag-decode")
+        self.limit = settings.max_decodes + settings.decode_queue
         self._admitted = threading.BoundedSemaphore(self.limit)
 
-    async def run(self, fn, *args, **kwargs):
-        """``fn(*args, **kwargs)`` on a decode thread, once one is free (or 503 when the queue is full)."""
+    async def read(self, upload, missing: str | None = None):
+        """The upload's bytes and checked image, decoded on a decode thread once one is free (or 503 when the
+        queue is full); (None, None) for no file - a 400 saying ``missing`` when the route needs one."""
         import asyncio
+
+        limit = self.settings.max_upload_bytes
+        data = await upload.read(limit + 1) if upload is not None else b""
+        if not data and (upload is None or not upload.filename):
+            if missing:
+                raise HTTPException(400, missing)
+            return None, None  # a form's empty file input; size and emptiness are check_image's
         if not self._admitted.acquire(blocking=False):
             raise HTTPException(503, f"too many images are being decoded ({self.limit} at once); try again in a "
                                     "moment", headers={"Retry-After": "1"})
         try:
-            future = self._pool.submit(_trimmed, fn, *args, **kwargs)
+            future = self._pool.submit(_trimmed, check_image, data, max_bytes=limit,
+                                       max_pixels=self.settings.max_pixels)
         except BaseException:
             self._admitted.release()
             raise
         # released when the decode ends, even if the client left
         future.add_done_callback(lambda _: self._admitted.release())
-        return await asyncio.wrap_future(future)
+        return data, await asyncio.wrap_future(future)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -104,22 +114,19 @@ def _trimmed(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     finally:
-        if (libc := _libc()) is not None:
-            libc.malloc_trim(0)
+        _malloc_trim()(0)
 
 
 @functools.cache
-def _libc():
-    """The C library when it has ``malloc_trim`` (glibc; not musl, not macOS), else None."""
+def _malloc_trim():
+    """The C library's ``malloc_trim`` (glibc; not musl, not macOS), else a no-op."""
     import ctypes
     import ctypes.util
 
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim  # noqa: B018
-        return libc
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
     except (OSError, AttributeError):
-        return None
+        return lambda pad: None
 
 
 def _mb(n: int) -> str:

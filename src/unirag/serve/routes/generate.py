@@ -16,11 +16,9 @@ from unirag.redact import redact
 from unirag.serve.service import (
     check_k,
     examples_json,
-    read_image,
     require_token,
     selection_json,
     selection_of_form,
-    service_of,
 )
 
 router = APIRouter(dependencies=[Depends(require_token)])
@@ -37,11 +35,9 @@ def _check_mode(mode: str, k: int, k_max: int) -> int:
 async def caption(request: Request, selection: Annotated[Any, Depends(selection_of_form)],
                   image: Annotated[UploadFile, File()], mode: Annotated[str, Form()] = "rag",
                   k: Annotated[int, Form()] = 5):
-    svc = service_of(request)
+    svc = request.app.state.service
     k = _check_mode(mode, k, svc.settings.k_max)
-    data, picture = await read_image(svc, image)
-    if picture is None:
-        raise HTTPException(400, "image: send the image to caption")
+    data, picture = await svc.decodes.read(image, "image: send the image to caption")
     start = time.perf_counter()
     ans = await run_in_threadpool(svc.engine.generate, "caption", image=picture, data=data,
                                   mode=mode, k=k, selection=selection)
@@ -56,7 +52,7 @@ async def caption(request: Request, selection: Annotated[Any, Depends(selection_
 async def generate_image(request: Request, selection: Annotated[Any, Depends(selection_of_form)],
                          text: Annotated[str, Form()], mode: Annotated[str, Form()] = "rag",
                          k: Annotated[int, Form()] = 1):
-    svc = service_of(request)
+    svc = request.app.state.service
     if mode in MODES and not text.strip():  # an unknown mode is _check_mode's to name
         raise HTTPException(400, "text: describe the image to generate")
     k = _check_mode(mode, k, svc.settings.k_max)

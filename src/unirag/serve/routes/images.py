@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from unirag.serve.service import require_token, service_of
+from unirag.serve.service import require_token
 
 router = APIRouter(dependencies=[Depends(require_token)])
 THUMB_SIZES = range(16, 1025)
@@ -25,7 +25,7 @@ THUMB_SIZES = range(16, 1025)
 @router.get("/v1/images/{did:path}", summary="A pool image by candidate id (optionally resized)",
             response_class=Response)
 async def pool_image(did: str, request: Request, size: int | None = None):
-    svc = service_of(request)
+    svc = request.app.state.service
     if size is not None and size not in THUMB_SIZES:
         raise HTTPException(400, f"size must be between {THUMB_SIZES.start} and {THUMB_SIZES.stop - 1} pixels")
     path = svc.engine.image_file(did)

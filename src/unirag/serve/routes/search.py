@@ -22,11 +22,9 @@ from unirag.serve.engine import MODALITIES, SearchQuery
 from unirag.serve.service import (
     check_k,
     hit_json,
-    read_image,
     require_token,
     selection_json,
     selection_of,
-    service_of,
 )
 
 router = APIRouter()
@@ -52,7 +50,7 @@ _BODY = {"requestBody": {"required": True, "content": {
              openapi_extra=_BODY)
 async def search(request: Request):
     await require_token(request)  # called, not a dependency: FastAPI's dependency solving cost more per search
-    svc = service_of(request)
+    svc = request.app.state.service
     form = None
     try:
         if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
@@ -76,7 +74,7 @@ async def search(request: Request):
         if not isinstance(filters, list) or not all(isinstance(v, str) for v in filters):
             raise HTTPException(400, "filter: must be a list of strings")
         selection = selection_of(fields)
-        _, image = await read_image(svc, upload)
+        _, image = await svc.decodes.read(upload)
     finally:
         if form is not None:
             await form.close()
@@ -122,11 +120,9 @@ def _form_fields(form: FormData) -> tuple[dict[str, Any], Any]:
              dependencies=[Depends(require_token)])
 async def cir(request: Request, image: Annotated[UploadFile, File()], text: Annotated[str, Form()],
               k: Annotated[int, Form()] = 10, keep_reference: Annotated[bool, Form()] = False):
-    svc = service_of(request)
+    svc = request.app.state.service
     check_k(k, svc.settings.k_max)
-    data, picture = await read_image(svc, image)
-    if picture is None:
-        raise HTTPException(400, "image: send the reference image")
+    data, picture = await svc.decodes.read(image, "image: send the reference image")
     if not text.strip():
         raise HTTPException(400, "text: say how the target differs from the reference image")
     start = time.perf_counter()
