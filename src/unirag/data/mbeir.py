@@ -49,17 +49,22 @@ def _content(obj: dict, prefix: str, path: Path | None, lineno: int | None
     return modality, txt, img, src if (src is None or isinstance(src, str)) else json.dumps(src)
 
 
-def source_id_of(src_content: str | None) -> str | None:
-    """The ``source_id`` recorded in a candidate's ``src_content`` JSON (the pool's pairing), if any."""
+def _src_object(src_content: str | None) -> dict[str, Any]:
+    """A candidate's ``src_content`` as a JSON object: {} when empty, ``{"original": ...}`` around anything
+    else (a JSON value that is not an object, or text that is not JSON)."""
     if not src_content:
-        return None
+        return {}
     try:
         data = json.loads(src_content)
     except (json.JSONDecodeError, TypeError, RecursionError):
-        return None
-    if isinstance(data, dict) and data.get("source_id") is not None:
-        return str(data["source_id"])
-    return None
+        return {"original": src_content}
+    return data if isinstance(data, dict) else {"original": data}
+
+
+def source_id_of(src_content: str | None) -> str | None:
+    """The ``source_id`` recorded in a candidate's ``src_content`` JSON (the pool's pairing), if any."""
+    sid = _src_object(src_content).get("source_id")
+    return str(sid) if sid is not None else None
 
 
 def _did_list(obj: dict, key: str, path: Path, lineno: int) -> list[str]:
@@ -135,15 +140,7 @@ def read_qrels(path: str | Path) -> Qrels:
 def candidate_to_json(c: Candidate) -> dict[str, Any]:
     src = c.src_content
     if c.source_id is not None and source_id_of(src) != c.source_id:
-        data: dict[str, Any] = {}
-        if src:
-            try:
-                loaded = json.loads(src)
-                data = loaded if isinstance(loaded, dict) else {"original": loaded}
-            except (json.JSONDecodeError, RecursionError):
-                data = {"original": src}
-        data["source_id"] = c.source_id
-        src = json.dumps(data)
+        src = json.dumps({**_src_object(src), "source_id": c.source_id})
     return {"did": c.did, "txt": c.txt, "img_path": c.img_path, "modality": c.modality.value, "src_content": src}
 
 

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unirag.data.jsonl import read_json_file
 from unirag.errors import InputError, existing_path
-from unirag.runs.rundir import TASK_ALIASES, read_run_dir, read_run_manifest, read_run_metrics
+from unirag.runs.rundir import METRICS_FILE, TASK_ALIASES, read_run_dir, read_run_manifest
 
 MODE_ORDER = {"retrieval": 0, "zero-shot": 1, "rag": 2, "random": 3}
 
@@ -143,10 +144,10 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
     for part in (nested.get("settings"), identity.get("examples"), identity, nested):
         if isinstance(part, dict):
             manifest.update(part)
-    evaluation = read_run_metrics(run_dir)
-    if evaluation is None:
+    if not (run_dir / METRICS_FILE).exists():
         raise InputError("no metrics.json: run 'unirag evaluate captions' or 'unirag evaluate images' on it first",
                          path=run_dir)
+    evaluation = read_json_file(run_dir / METRICS_FILE)
     task = evaluation.get("task") or manifest.get("task") or "caption"
     task = TASK_ALIASES.get(str(task), str(task))
     spec = _text(manifest.get("generator"), "label", "spec", "name") or "unknown"
@@ -164,8 +165,6 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
         k = max(k, 1)
     paper: Any = {}  # the paper's figures a reproduction grid recorded for this run
     if (run_dir / "paper.json").is_file():
-        from unirag.data.jsonl import read_json_file
-
         data = read_json_file(run_dir / "paper.json")
         paper = data.get("paper") if isinstance(data, dict) else None
         if not isinstance(paper, dict):

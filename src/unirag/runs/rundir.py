@@ -251,14 +251,6 @@ def read_run_dir(run_dir: str | Path) -> RunOutputs:
     return run
 
 
-def read_run_metrics(run_dir: str | Path) -> dict[str, Any] | None:
-    """The scores a scorer wrote into the run directory (None before evaluation)."""
-    path = Path(run_dir) / METRICS_FILE
-    if not path.exists():
-        return None
-    return read_json_file(path)
-
-
 def read_per_query(run_dir: str | Path) -> dict[str, dict[str, Any]]:
     """qid -> per-query scores written by a scorer ({} before evaluation)."""
     path = Path(run_dir) / PER_QUERY_FILE
