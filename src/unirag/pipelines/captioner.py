@@ -144,7 +144,7 @@ class Captioner(LazyBackend):
     the backend (``base_url``, ``timeout``, ``device``, ``dtype``, ``batch_size``, ``family``,
     ``similarity``, ...); an option no backend takes raises :class:`~unirag.errors.ConfigError`
     naming it and the known ones. ``images_root``: the folder relative example image paths are
-    relative to. :meth:`caption` and :meth:`caption_batch` retry transient errors (429, 5xx,
+    relative to. :meth:`caption` retries transient errors (429, 5xx,
     timeouts) with the policy runs use (:class:`unirag.runs.retry.RetryPolicy`: exponential backoff
     with jitter, Retry-After honoured): ``max_attempts`` tries (default 6), or pass ``retry=`` a policy.
     The backend loads on first use or at :meth:`warm_up`; :meth:`close` (or ``with``) releases it.
@@ -285,25 +285,6 @@ class Captioner(LazyBackend):
             and top is not None and top.caption else None
         out, attempts = call_with_retry(lambda: self.complete(request, captions=captions), self.retry)
         out.attempts = attempts
-        return out
-
-    def caption_batch(self, images: Sequence[ImageLike], examples: Sequence[Iterable[Any]] | None = None, *,
-                      mode: str = "rag") -> list[Caption]:
-        """:meth:`caption` for many images (``examples[i]`` for ``images[i]``), batched where the backend batches."""
-        from unirag.runs.retry import call_with_retry
-
-        if isinstance(images, str | bytes) or not isinstance(images, Sequence):
-            raise InputError(f"expected a list of images, got {type(images).__name__}", field="images")
-        for i, im in enumerate(images):
-            check_image_like(im, f"images[{i}]")
-        examples = list(examples) if examples is not None else [()] * len(images)
-        if len(examples) != len(images):
-            raise ConfigError(f"caption_batch got {len(images)} images but {len(examples)} example lists")
-        requests = [self.request(im, ex, mode=mode, label=f"query {i}")
-                    for i, (im, ex) in enumerate(zip(images, examples, strict=True))]
-        out, attempts = call_with_retry(lambda: self.complete_batch(requests), self.retry)
-        for c in out:
-            c.attempts = attempts
         return out
 
     def _caption(self, request: CaptionRequest, gen: Generation) -> Caption:

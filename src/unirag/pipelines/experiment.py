@@ -39,8 +39,28 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     if cell.paper or cell.row:
         atomic_write_json(out / "paper.json", {"source": cell.source, "row": cell.row, "cell": cell.name,
                                                "paper": dict(cell.paper)})  # for `unirag report`'s paper columns
-    if cell.task == "cir":
-        return _run_cir_cell(cell, out, opts, progress, engine)
+    if cell.task == "cir":  # run_cir's metrics of one stage (default: X^R's final xr, else the last one run);
+        # for several annotation files (FashionIQ) their average, the way the benchmark is reported
+        from unirag.cir.api import run_cir
+        from unirag.cir.pipeline import STAGE_NAMES
+
+        metrics = run_cir(images_root=cell.sources.get("images_root"), out_dir=out, limit=opts.get("limit"),
+                          concurrency=opts.get("concurrency"), progress=progress, profile=cell.settings,
+                          echo=lambda s: None, engine=engine, official_prompts=opts.get("official_prompts"),
+                          **{k: v for k, v in cell.cir.items()
+                             if v is not None and k not in ("name", "stage") and (v or k != "stages")})
+        source, final = metrics.get("average") if "datasets" in metrics else metrics, {}
+        stage = cell.cir.get("stage")
+        for name in [stage] if stage else reversed(list(STAGE_NAMES.values())):
+            if isinstance(source, dict) and isinstance(source.get(name), dict):
+                final = dict(source[name])
+                if "datasets" in metrics:
+                    final.setdefault("n_queries", sum(int((m.get(name) or {}).get("n_queries") or 0)
+                                                      for m in metrics["datasets"].values()))
+                break
+        n = int(final.get("n_queries") or 0)  # counts as caption cells report them, plus the metrics
+        return {"queries": n, "ok": n, "error": 0, "metrics": {k: v for k, v in final.items()
+                                                               if isinstance(v, int | float)}}
     opts["selection"] = _cell_selection(cell, opts.get("selection"), selection)
     sources = {k: cell.sources.get(k) for k in ("images_root", "pool_images_root", "retrieval", "index", "pool")}
     common = dict(queries=cell.sources["queries"], generator=cell.generator, out=out, mode=cell.mode, k=cell.k,
@@ -61,40 +81,6 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     # Both report the final totals of the run directory (caption runs as "counts", image runs as "total_*").
     return result.get("counts") or {k[len("total_"):]: v for k, v in result.items() if k.startswith("total_")} \
         or result
-
-
-def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, engine: Any) -> dict[str, Any]:
-    """Delegate to :func:`unirag.cir.api.run_cir`; counts as caption cells report them, plus the metrics."""
-    from unirag.cir.api import run_cir
-
-    kwargs = {k: v for k, v in cell.cir.items()
-              if v is not None and k not in ("name", "stage") and (v or k != "stages")}
-    metrics = run_cir(images_root=cell.sources.get("images_root"), out_dir=out, limit=opts.get("limit"),
-                      concurrency=opts.get("concurrency"), progress=progress, profile=cell.settings,
-                      echo=lambda s: None, engine=engine, official_prompts=opts.get("official_prompts"), **kwargs)
-    final = cir_stage_metrics(metrics, cell.cir.get("stage"))
-    n = int(final.get("n_queries") or 0) if final else 0
-    return {"queries": n, "ok": n, "error": 0, "metrics": {k: v for k, v in (final or {}).items()
-                                                           if isinstance(v, int | float)}}
-
-
-def cir_stage_metrics(metrics: dict[str, Any], stage: str | None = None) -> dict[str, Any] | None:
-    """The metrics of one stage (default: X^R's final ``xr``, else the last one run) of a run_cir result;
-    for several annotation files (FashionIQ), their average, the way the benchmark is reported."""
-    from unirag.cir.pipeline import STAGE_NAMES
-
-    source = metrics.get("average") if "datasets" in metrics else metrics
-    if not isinstance(source, dict):
-        return None
-    order = [stage] if stage else [s for s in reversed(list(STAGE_NAMES.values()))]
-    for name in order:
-        if isinstance(source.get(name), dict):
-            out = dict(source[name])
-            if "datasets" in metrics:
-                out.setdefault("n_queries", sum(int((m.get(name) or {}).get("n_queries") or 0)
-                                                for m in metrics["datasets"].values()))
-            return out
-    return None
 
 
 def _cell_selection(cell: Cell, own: Any, given: Any):
@@ -130,12 +116,6 @@ def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOve
     return states
 
 
-def _model_key(cell: Cell) -> tuple:
-    """Cells with equal keys use the same loaded model (same task kind, spec and generator options)."""
-    opts = sorted((k, str(v)) for k, v in cell.options.items() if k in GENERATOR_OPTIONS)
-    return (cell.task, cell.generator, tuple(opts))
-
-
 def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool = True, limit: int | None = None,
                    echo=print, overrides: GridOverrides | None = None, selection: Any = None,
                    engine: Any = "local") -> list[dict[str, Any]]:
@@ -156,10 +136,11 @@ def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool 
     spec, cells = load_experiment(path, overrides, only)
     options = engine_options(engine)
     if options.ray and not isinstance(engine, WorkerPool):
-        first = {}
-        for c in cells:
-            first.setdefault(_model_key(c), len(first))
-        cells = sorted(cells, key=lambda c: first[_model_key(c)])  # stable: the file's order within a model
+        groups: dict[tuple, list[Cell]] = {}
+        for c in cells:  # cells with equal keys use the same loaded model (task kind, spec, generator options)
+            opts = sorted((k, str(v)) for k, v in c.options.items() if k in GENERATOR_OPTIONS)
+            groups.setdefault((c.task, c.generator, tuple(opts)), []).append(c)
+        cells = [c for group in groups.values() for c in group]  # the file's order within a model
         context = WorkerPool(options)
     else:
         context = nullcontext(engine)

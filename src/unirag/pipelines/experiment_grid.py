@@ -40,9 +40,10 @@ from unirag.errors import ConfigError, InputError, UniragError
 from unirag.generators.registry import GENERATOR_OPTIONS
 
 TASKS = ("caption", "image", "cir")
-RUN_OPTION_KEYS = {"concurrency", "seed", "max_tokens", "temperature", "max_attempts", "templates_dir", "prices",
-                   "save_prompts", "limit", "official_prompts", "lavit_code", "offload", "selection",
-                   "decode_workers"}
+#: The run options a ``task: cir`` cell keeps from the grid's ``options`` (its cir parameters: CIR_OPTION_KEYS).
+CIR_RUN_KEYS = {"concurrency", "limit", "decode_workers", "official_prompts"}
+RUN_OPTION_KEYS = CIR_RUN_KEYS | {"seed", "max_tokens", "temperature", "max_attempts", "templates_dir", "prices",
+                                  "save_prompts", "lavit_code", "offload", "selection"}
 #: What a ``task: cir`` cell takes (passed to :func:`unirag.cir.api.run_cir`).
 CIR_KEYS = {"dataset", "annotations", "split_file", "agents", "encoder", "k_prime", "lam", "k", "stages",
             "exclude_reference", "stage", "name"}
@@ -144,15 +145,7 @@ def read_grid(path: str | Path, overrides: GridOverrides | None = None) -> Grid:
     grid.options = {k: grid.resolve(k, v) for k, v in {**(spec.get("options") or {}), **over.options}.items()}
     grid.forced = {k: grid.resolve(k, v) for k, v in over.options.items()}
     _check_option_keys(grid.options, path, "options")
-    grid.entries = _entries(grid)
-    return grid
-
-
-def _entries(grid: Grid) -> list[dict[str, Any]]:
-    """The grid rows (one per generator) and the explicit cells, ``generator`` replaced as asked."""
-    spec, path, swap = grid.spec, grid.path, grid.overrides.generators
-    entries: list[dict[str, Any]] = []
-    for part in ("grid", "cells"):
+    for part in ("grid", "cells"):  # the grid rows (one per generator) and the cells, generators replaced as asked
         for i, entry in enumerate(spec.get(part) or []):
             if part == "cells" and isinstance(entry, dict) and entry.get("task", grid.default_task) == "cir":
                 entry = {**entry, "generator": entry.get("generator", "xr" if entry.get("agents") else "baseline"),
@@ -161,10 +154,10 @@ def _entries(grid: Grid) -> list[dict[str, Any]]:
                 raise InputError("grid entries must be mappings" if part == "grid" else "cells need a generator",
                                  path=path, field=f"{part}[{i}]")
             for gen in _as_list(entry.get("generator", spec.get("generators") or [])):
-                entries.append({**entry, "generator": swap.get(str(gen), gen), "_where": f"{part}[{i}]"})
-    if not entries:
+                grid.entries.append({**entry, "generator": over.generators.get(str(gen), gen), "_where": f"{part}[{i}]"})
+    if not grid.entries:
         raise InputError("no cells: give 'generators' and 'grid', or 'cells'", path=path)
-    return entries
+    return grid
 
 
 def _check_option_keys(opts: dict[str, Any], path: Path, where: str) -> None:
@@ -221,30 +214,13 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None, on
     return {**grid.spec, **grid.top, "path": str(grid.path)}, chosen
 
 
-def _settings_of(grid: Grid, entry: dict[str, Any], where: str) -> tuple[Any, dict[str, Any] | None]:
-    """The cell's settings: ``unirag run`` options > the entry's > the grid's (profile and settings),
-    and the cell's selection option with the example-selection names among them (as ``--set`` takes
-    them) laid over it (None: none given)."""
-    from unirag.profiles import resolve, split_settings
-    from unirag.retrieval.selection import selection_from_settings
-
-    spec, over, path = grid.spec, grid.overrides, grid.path
-    for part, name in ((spec, "settings"), (entry, f"{where}.settings")):
-        if part.get("settings") is not None and not isinstance(part["settings"], dict):
-            raise InputError("expected a mapping setting -> value", path=path, field=name)
-    given = {**(spec.get("settings") or {}), **(entry.get("settings") or {}), **over.settings}
-    try:
-        overrides, chosen = split_settings(given, selection=entry.get("task", grid.default_task) != "cir")
-        settings = resolve(over.profile or entry.get("profile") or spec.get("profile") or "default", **overrides)
-        base = entry.get("selection", grid.options.get("selection"))
-        return settings, selection_from_settings(chosen, base).to_dict() if chosen else None
-    except UniragError as e:
-        raise InputError(str(e), path=path, field=f"{where}.settings") from None
-
-
 def _entry_cells(grid: Grid, entry: dict[str, Any]) -> list[Cell]:
     """One entry's cells: one per k and retriever (a cir entry: one)."""
-    path, resolve = grid.path, grid.resolve
+    from unirag.profiles import resolve as resolve_settings
+    from unirag.profiles import split_settings
+    from unirag.retrieval.selection import selection_from_settings
+
+    spec, over, path, resolve = grid.spec, grid.overrides, grid.path, grid.resolve
     where = entry.pop("_where")
     task = entry.get("task", grid.default_task)
     if task not in TASKS:
@@ -255,11 +231,48 @@ def _entry_cells(grid: Grid, entry: dict[str, Any]) -> list[Cell]:
     paper = entry.get("paper") or {}
     if not isinstance(paper, dict) or not all(isinstance(v, int | float) for v in paper.values()):
         raise InputError("expected a mapping metric -> the paper's figure", path=path, field=f"{where}.paper")
-    settings, selection = _settings_of(grid, entry, where)
+    # The cell's settings: `unirag run` options > the entry's > the grid's (profile and settings), and the
+    # cell's selection option with the example-selection names among them (as --set takes them) laid over it.
+    for part, name in ((spec, "settings"), (entry, f"{where}.settings")):
+        if part.get("settings") is not None and not isinstance(part["settings"], dict):
+            raise InputError("expected a mapping setting -> value", path=path, field=name)
+    given = {**(spec.get("settings") or {}), **(entry.get("settings") or {}), **over.settings}
+    try:
+        named, chosen = split_settings(given, selection=task != "cir")
+        settings = resolve_settings(over.profile or entry.get("profile") or spec.get("profile") or "default",
+                                    **named)
+        base = entry.get("selection", grid.options.get("selection"))
+        selection = selection_from_settings(chosen, base).to_dict() if chosen else None
+    except UniragError as e:
+        raise InputError(str(e), path=path, field=f"{where}.settings") from None
     meta = {"settings": settings, "paper": {str(k): float(v) for k, v in paper.items()},
-            "row": entry.get("row"), "source": grid.spec.get("source")}
-    if task == "cir":
-        return [_cir_cell(grid, entry, where, meta)]
+            "row": entry.get("row"), "source": spec.get("source")}
+    if task == "cir":  # one run_cir call on a benchmark's annotation files
+        bad = set(entry) - CIR_KEYS - CELL_META_KEYS - {"generator", "mode", "task", "images_root", "concurrency",
+                                                        "official_prompts"}
+        if bad:
+            raise InputError(f"unknown key(s) {', '.join(sorted(bad))} for a cir cell; allowed: "
+                             f"{', '.join(sorted(CIR_KEYS | CELL_META_KEYS | {'images_root', 'concurrency'}))}",
+                             path=path, field=where)
+        for key in ("dataset", "annotations"):
+            if not entry.get(key):
+                raise InputError(f"cir cells need '{key}'", path=path, field=where)
+        cir = {k: resolve(k, v) for k, v in entry.items() if k in CIR_KEYS}
+        grid_wide = {k: v for k, v in grid.options.items() if k in CIR_OPTION_KEYS}
+        cir = {**grid_wide, **cir, **{k: v for k, v in grid.forced.items() if k in CIR_OPTION_KEYS}}
+        cir["annotations"] = _as_list(cir["annotations"])
+        images_root = resolve("images_root", entry.get("images_root")) or grid.top["images_root"]
+        label = _slug(str(entry.get("name") or entry["generator"]))
+        cell_options = {k: v for k, v in grid.options.items() if k in CIR_RUN_KEYS}
+        if "concurrency" in entry:
+            cell_options["concurrency"] = entry["concurrency"]
+        if entry.get("official_prompts"):  # the official X^R checkout, read under xr_prompts=official
+            cell_options["official_prompts"] = resolve("official_prompts", entry["official_prompts"])
+        return [Cell(name=f"cir/{_slug(str(entry['dataset']))}/{label}", task="cir",
+                     generator=str(entry["generator"]), mode="cir", k=int(entry.get("k") or 50), retriever=None,
+                     sources={"images_root": images_root, "annotations": cir["annotations"],
+                              "split_file": cir.get("split_file"), "agents": cir.get("agents")},
+                     options=cell_options, cir=cir, **meta)]
     cell_opts = {k: resolve(k, v) for k, v in entry.items()
                  if k not in {"generator", "mode", "k", "retriever", "task"} | SOURCE_KEYS | CELL_META_KEYS}
     overrides = {k: resolve(k, v) for k, v in entry.items() if k in SOURCE_KEYS}
@@ -283,34 +296,3 @@ def _entry_cells(grid: Grid, entry: dict[str, Any]) -> list[Cell]:
                           retriever=retriever, sources=sources,
                           options={**grid.options, **cell_opts, **grid.forced}, **meta))
     return cells
-
-
-def _cir_cell(grid: Grid, entry: dict[str, Any], where: str, meta: dict[str, Any]) -> Cell:
-    """A ``task: cir`` cell: one :func:`unirag.cir.api.run_cir` call on a benchmark's annotation files."""
-    path, resolve, options = grid.path, grid.resolve, grid.options
-    bad = set(entry) - CIR_KEYS - CELL_META_KEYS - {"generator", "mode", "task", "images_root", "concurrency",
-                                                    "official_prompts"}
-    if bad:
-        raise InputError(f"unknown key(s) {', '.join(sorted(bad))} for a cir cell; allowed: "
-                         f"{', '.join(sorted(CIR_KEYS | CELL_META_KEYS | {'images_root', 'concurrency'}))}",
-                         path=path, field=where)
-    for key in ("dataset", "annotations"):
-        if not entry.get(key):
-            raise InputError(f"cir cells need '{key}'", path=path, field=where)
-    cir = {k: resolve(k, v) for k, v in entry.items() if k in CIR_KEYS}
-    grid_wide = {k: v for k, v in options.items() if k in CIR_OPTION_KEYS}
-    cir = {**grid_wide, **cir, **{k: v for k, v in grid.forced.items() if k in CIR_OPTION_KEYS}}
-    cir["annotations"] = _as_list(cir["annotations"])
-    images_root = resolve("images_root", entry.get("images_root")) or grid.top["images_root"]
-    label = _slug(str(entry.get("name") or entry["generator"]))
-    cell_options = {k: v for k, v in options.items()
-                    if k in {"concurrency", "limit", "decode_workers", "official_prompts"}}
-    if "concurrency" in entry:
-        cell_options["concurrency"] = entry["concurrency"]
-    if entry.get("official_prompts"):  # the official X^R checkout, read under xr_prompts=official
-        cell_options["official_prompts"] = resolve("official_prompts", entry["official_prompts"])
-    return Cell(name=f"cir/{_slug(str(entry['dataset']))}/{label}", task="cir", generator=str(entry["generator"]),
-                mode="cir", k=int(entry.get("k") or 50), retriever=None,
-                sources={"images_root": images_root, "annotations": cir["annotations"],
-                         "split_file": cir.get("split_file"), "agents": cir.get("agents")},
-                options=cell_options, cir=cir, **meta)

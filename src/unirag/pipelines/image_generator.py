@@ -8,7 +8,7 @@ same request per query, so a notebook and ``unirag generate-images`` draw the sa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -105,14 +105,6 @@ class ImageGenerator(LazyBackend):
         ``(image, caption)`` tuples (image: a path, PIL image, bytes or uint8 array), best first
         (none: zero-shot)."""
         return self.generate_result(text, examples).image
-
-    def generate_batch(self, texts: Sequence[str], examples: Sequence[Iterable[Any]] | None = None) -> list:
-        """One image per text (``examples[i]`` for ``texts[i]``)."""
-        examples = list(examples) if examples is not None else [()] * len(texts)
-        if len(examples) != len(texts):
-            raise ConfigError(f"generate_batch got {len(texts)} texts but {len(examples)} example lists")
-        return [self.generate_result(t, ex, qid=f"query-{i}").image
-                for i, (t, ex) in enumerate(zip(texts, examples, strict=True))]
 
     def to_dict(self) -> dict[str, Any]:
         """Settings that rebuild an equal generator with :meth:`from_dict` (never secrets)."""
