@@ -38,7 +38,8 @@ from unirag.pipelines.examples import example_images_root, make_selector
 class CaptionConfig(ExampleRunConfig):
     """One caption run: the options of :class:`ExampleRunConfig` plus ``max_tokens``/``temperature``
     and ``templates_dir`` (your own prompt templates). Examples' image paths start where
-    :func:`~unirag.pipelines.examples.example_images_root` says; ``k`` None means :func:`default_k`.
+    :func:`~unirag.pipelines.examples.example_images_root` says; ``k`` None means 0 zero-shot, 5 for
+    ``retrieval:consensus``, else 1.
     ``temperature``: a number, None (send none) or "profile" (the profile's ``temperature`` setting);
     ``official_prompts``: a castorini/UniRAG checkout read by ``caption_prompts = official``."""
 
@@ -46,14 +47,6 @@ class CaptionConfig(ExampleRunConfig):
     temperature: float | None | str = "profile"
     templates_dir: str | Path | None = None
     official_prompts: str | Path | None = None
-
-
-def default_k(mode: str, generator_spec: str | None) -> int:
-    """Examples per query when none is asked for: 0 zero-shot; 5 for ``retrieval:consensus`` (it votes
-    among the retrieved captions, as the paper's consensus baseline does); else 1 (the paper's one-shot)."""
-    if mode == "zero-shot":
-        return 0
-    return 5 if (generator_spec or "").strip() == "retrieval:consensus" else 1
 
 
 def _abs(p: str | Path | None) -> str | None:
@@ -161,8 +154,9 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
             _captioner(cfg, generator if generator is not None else cfg.generator)
         if generator is None:
             stack.callback(captioner.close)
-        if cfg.k is None:
-            cfg = replace(cfg, k=default_k(cfg.mode, captioner.spec))
+        if cfg.k is None:  # 5 for retrieval:consensus (it votes among the retrieved captions, as the paper's
+            # consensus baseline does); else the paper's one-shot
+            cfg = replace(cfg, k=0 if cfg.mode == "zero-shot" else 5 if captioner.spec == "retrieval:consensus" else 1)
         if captioner.picks_examples and (cfg.mode == "zero-shot" or cfg.k < 1):
             raise ConfigError(f"{captioner.spec} picks among retrieved captions: use --mode rag with --k >= 1")
         selector = make_selector(cfg.mode, cfg.k, queries=all_queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
@@ -170,13 +164,13 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
                                  profile=captioner.settings, selection=cfg.selection)
         pool_root = example_images_root(cfg.pool_images_root, selector, cfg.images_root)
         job = caption_job(cfg, pool_root, captioner, selector)
-        settings = {"generator_config": captioner.config(), "concurrency": cfg.concurrency, "limit": cfg.limit,
+        settings = {"generator_config": captioner.backend.config(), "concurrency": cfg.concurrency, "limit": cfg.limit,
                     "max_attempts": cfg.max_attempts, "price": asdict(captioner.price) if captioner.price else None,
                     "prices_file": _abs(cfg.prices) if not isinstance(cfg.prices, dict) else None,
                     "profile": captioner.settings.to_dict()}
         template = captioner.template
         identity = {
-            "generator": identity_config(captioner.config()),
+            "generator": identity_config(captioner.backend.config()),
             "mode": selector.mode, "k": selector.k, "examples": selector.source(),
             "queries": queries_identity(all_queries, queries_path), "images_root": _abs(cfg.images_root),
             "pool_images_root": _abs(pool_root), "pool": _abs(cfg.pool),

@@ -303,10 +303,6 @@ class Captioner(LazyBackend):
                        raw=gen.raw, merged_image=prompt.merged_image if prompt is not None else None)
 
     # -- serialisation -----------------------------------------------------------------------
-    def config(self) -> dict[str, Any]:
-        """What the backend records about itself (the run manifest's generator entry)."""
-        return self.backend.config()
-
     def to_dict(self) -> dict[str, Any]:
         """Settings that rebuild an equal captioner with :meth:`from_dict` (never secrets)."""
         prices = dict(self.prices) if isinstance(self.prices, Mapping) else (str(self.prices) if self.prices else None)

@@ -13,6 +13,7 @@ pool's images root (:attr:`ExampleSelector.images_root`); :meth:`Pair.rooted` re
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 from abc import ABC, abstractmethod
@@ -95,12 +96,9 @@ class RandomGold(ExampleSelector):
     def __init__(self, k: int, all_queries: Sequence[Query], pool: dict[str, Candidate], seed: int = 0,
                  pool_path: str | None = None) -> None:
         self.k, self.seed, self.pool_path = k, seed, pool_path
-        self._gold: list[tuple[Query, Pair]] = []
-        for q in all_queries:
-            ex = gold_pair(q, pool)
-            if ex is not None:
-                self._gold.append((q, ex))
-        self._gold.sort(key=lambda item: item[0].qid)  # the draw depends on the set of queries, not file order
+        pairs = ((q, gold_pair(q, pool)) for q in all_queries)
+        # the draw depends on the set of queries, not file order
+        self._gold = sorted(((q, ex) for q, ex in pairs if ex is not None), key=lambda item: item[0].qid)
         if len(self._gold) <= k:
             raise ConfigError(f"random few-shot with k={k} needs more than {k} queries with a gold pair in the "
                               f"pool; found {len(self._gold)} (check --pool and the queries' pos_cand_list)")
@@ -120,14 +118,8 @@ class RandomGold(ExampleSelector):
         rng = random.Random(f"{self.seed}|{query.qid}")
         order = list(range(len(self._gold)))
         rng.shuffle(order)
-        out: list[Pair] = []
-        for i in order:
-            q, ex = self._gold[i]
-            if self._eligible(query, q, ex):
-                out.append(ex)
-                if len(out) == self.k:
-                    break
-        return out
+        eligible = (ex for q, ex in map(self._gold.__getitem__, order) if self._eligible(query, q, ex))
+        return list(itertools.islice(eligible, self.k))
 
     def source(self) -> dict[str, Any]:
         return {"mode": self.mode, "k": self.k, "seed": self.seed, "pool": self.pool_path,
@@ -218,16 +210,6 @@ class RagExamples(ExampleSelector):
             out["pairing"] = changed
         return out
 
-    def _lookup_pool(self) -> dict[str, Candidate] | None:
-        if self.pool_path is None:
-            return None
-        with self._pool_lock:
-            if self._pool is None:
-                from unirag.data.mbeir import load_pool
-
-                self._pool = load_pool(self.pool_path)
-            return self._pool
-
     def _top(self, query: Query, field: str) -> tuple[Pair | None, Candidate | None, Candidate | None]:
         """Where the top retrieved candidate's ``field`` ("txt" or "img_path") is, as the official top-1
         baselines look it up (nothing skipped, unlike the few-shot examples): ``(the run's pair holding
@@ -242,7 +224,12 @@ class RagExamples(ExampleSelector):
         for p in result.pairs:
             if top in (p.text_did, p.image_did) and getattr(p, field):
                 return p, None, None
-        pool = self._lookup_pool()
+        with self._pool_lock:  # the pool, read once (None: no --pool)
+            if self._pool is None and self.pool_path is not None:
+                from unirag.data.mbeir import load_pool
+
+                self._pool = load_pool(self.pool_path)
+        pool = self._pool
         cand = pool.get(top) if pool is not None else None
         if cand is None or getattr(cand, field):
             return None, cand, cand

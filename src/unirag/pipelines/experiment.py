@@ -152,25 +152,18 @@ def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool 
                 counts = run_cell(cell, spec["out"], progress=progress, limit=limit, selection=selection,
                                   engine=engine)
                 results.append({"cell": cell.name, "status": "ok", "counts": counts})
-                submit = cell.task == "cir" and not (counts.get("metrics") or {}).get("n_queries")
-                for line in compare_lines(cell.paper, counts.get("metrics") or {}, submit=submit):
-                    echo(f"  {line}")
+                # every paper figure that was measured, beside the measured one; a cir cell on a test split
+                # (its figures come from the benchmark's evaluation server): where to submit it
+                measured = counts.get("metrics") or {}
+                for name, figure in cell.paper.items():
+                    value = measured.get(name)
+                    if isinstance(value, int | float):
+                        echo(f"  {name}: {value:.2f} (paper {figure:.2f}, Δ {value - figure:+.2f})")
+                    elif cell.task == "cir" and not measured.get("n_queries"):
+                        echo(f"  {name}: submit (paper {figure:.2f}; upload the cell's submission files to the "
+                             "benchmark's evaluation server)")
             except UniragError as e:
                 echo(f"  failed: {e}")
                 results.append({"cell": cell.name, "status": "failed", "error": str(e)})
             atomic_write_json(Path(spec["out"]) / "experiment.json", {"experiment": spec["path"], "cells": results})
     return results
-
-
-def compare_lines(paper: dict[str, float], measured: dict[str, Any], submit: bool = False) -> list[str]:
-    """``metric: measured (paper P, Δ D)`` for every paper figure that was measured; with ``submit`` (a
-    test split, whose figures come from the benchmark's evaluation server) ``metric: submit (paper P)``."""
-    out = []
-    for name, figure in paper.items():
-        value = measured.get(name)
-        if isinstance(value, int | float):
-            out.append(f"{name}: {value:.2f} (paper {figure:.2f}, Δ {value - figure:+.2f})")
-        elif submit:
-            out.append(f"{name}: submit (paper {figure:.2f}; upload the cell's submission files to the "
-                       "benchmark's evaluation server)")
-    return out

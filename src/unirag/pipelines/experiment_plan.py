@@ -122,22 +122,33 @@ def plan_cell(cell: Cell) -> CellPlan:
             if cell.retriever else "-"
         add(f"  task: {cell.task}  generator: {cell.generator}  mode: {cell.mode}  k: {cell.k}  retriever: {retriever}")
     add("  " + _settings_line(cell.settings, cell.task))
-    files = [(k, v) for k, v in cell.sources.items() if v and k != "agents"]
     if cell.task != "cir" and cell.mode == "random" and not cell.sources.get("pool"):
         miss("pool (random examples need the pool file)")
-    for key in ("official_prompts", "lavit_code", "templates_dir", "prices"):
-        if cell.options.get(key):
-            files.append((key, cell.options[key]))
-    if cell.sources.get("agents"):
-        files.append(("agents", cell.sources["agents"]))
+    files = [(k, v) for k, v in cell.sources.items() if v and k != "agents"]
+    files += [(k, cell.options[k]) for k in ("official_prompts", "lavit_code", "templates_dir", "prices")
+              if cell.options.get(k)]
+    files += [("agents", cell.sources["agents"])] if cell.sources.get("agents") else []
     for key, value in files:
         for v in value if isinstance(value, list) else [value]:
             ok = Path(v).exists()
             add(f"  {key}: {v}: " + ("ok" if ok else "MISSING"))
             if not ok:
                 miss(f"{key} {v}")
-    if cell.task == "cir":
-        _official_checkout(cell, add, miss)
+    # Under xr_prompts=official X^R's agents read the official code's prompts from the user's checkout
+    # (official_prompts: the grid's options, --option official_prompts=DIR, or the agents YAML); the run
+    # stops without one, so the plan names it (the embedding baseline needs none).
+    if cell.task == "cir" and cell.sources.get("agents") and cell.settings is not None \
+            and cell.settings["xr_prompts"] == "official":
+        checkout = cell.options.get("official_prompts") or _agents(cell.sources["agents"]).official_prompts
+        if not checkout:
+            add("  official_prompts: NOT SET (xr_prompts=official reads the official X^R prompts)")
+            miss("the official X^R checkout (01yzzyu/xr.github.io) for xr_prompts=official: official_prompts in the "
+                 "grid's options, --option official_prompts=DIR, or official_prompts: in the agents YAML")
+        elif "official_prompts" not in cell.options:  # the grid's option is checked with the other files
+            ok = Path(checkout).is_dir()
+            add(f"  official_prompts: {checkout}: " + ("ok" if ok else "MISSING"))
+            if not ok:
+                miss(f"official_prompts {checkout}")
     roles = _agents(cell.sources.get("agents")).roles if cell.task == "cir" else {}
     models = {rc.model: {**cell.options, **rc.options} for rc in reversed(roles.values())}  # a model's first role
     specs = [(cell.generator, cell.options)] if cell.task != "cir" else sorted(models.items())
@@ -152,31 +163,11 @@ def plan_cell(cell: Cell) -> CellPlan:
     encoder = cell.cir.get("encoder") if cell.task == "cir" else None
     if encoder:
         prefix, _, name = str(encoder).partition(":")
-        target = name if prefix in ("hf", "uniir") else str(encoder)
-        if prefix == "uniir":
-            target = name.split(":", 1)[-1]
-        _checkpoint(plan, "encoder", target)
+        _checkpoint(plan, "encoder", name.split(":", 1)[-1] if prefix == "uniir" else name if prefix == "hf"
+                    else str(encoder))
     if cell.paper:
         add("  paper: " + ", ".join(f"{k} {v}" for k, v in cell.paper.items()))
     return plan
-
-
-def _official_checkout(cell: Cell, add, miss) -> None:
-    """Under ``xr_prompts=official`` X^R's agents read the official code's prompts from the user's
-    checkout (``official_prompts``: the grid's options, ``--option official_prompts=DIR``, or the agents
-    YAML); the run stops without one, so the plan names it (the embedding baseline needs none)."""
-    if not cell.sources.get("agents") or cell.settings is None or cell.settings["xr_prompts"] != "official":
-        return
-    checkout = cell.options.get("official_prompts") or _agents(cell.sources["agents"]).official_prompts
-    if not checkout:
-        add("  official_prompts: NOT SET (xr_prompts=official reads the official X^R prompts)")
-        miss("the official X^R checkout (01yzzyu/xr.github.io) for xr_prompts=official: official_prompts in the "
-             "grid's options, --option official_prompts=DIR, or official_prompts: in the agents YAML")
-    elif "official_prompts" not in cell.options:  # the grid's option is checked with the other files
-        ok = Path(checkout).is_dir()
-        add(f"  official_prompts: {checkout}: " + ("ok" if ok else "MISSING"))
-        if not ok:
-            miss(f"official_prompts {checkout}")
 
 
 def plan_experiment(path: str | Path, only: tuple[str, ...] = (), overrides: GridOverrides | None = None
