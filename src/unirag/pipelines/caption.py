@@ -84,32 +84,24 @@ def caption_job(cfg: CaptionConfig, pool_root: str | Path | None, captioner: Any
             rec["raw"] = cap.raw
         return rec
 
-    def one(p: PreparedQuery, images: dict[str, Any]) -> dict[str, Any]:
-        req, captions = _request(cfg, captioner, pool_root, p, images), None
-        if req.prompt is None and official_top1:
-            try:
-                captions = [selector.top_caption(p.query)]  # the official baseline: the top hit, unskipped
-            except InputError as e:
-                raise BackendError(f"bad input: {e}") from None
-        return record(p, captioner.complete(req, captions=captions))
-
     def work_batch(ps: list[PreparedQuery], images: dict[str, Any]) -> list[dict[str, Any]]:
-        if not captioner.batches:
-            return [one(p, images) for p in ps]
-        caps = captioner.complete_batch([_request(cfg, captioner, pool_root, p, images) for p in ps])
-        return [record(p, cap) for p, cap in zip(ps, caps, strict=True)]
+        requests = [_request(cfg, captioner, pool_root, p, images) for p in ps]
+        if not official_top1:  # one batched call where the backend batches
+            return [record(p, cap) for p, cap in zip(ps, captioner.complete_batch(requests), strict=True)]
+        try:
+            captions = [[selector.top_caption(p.query)] for p in ps]  # the official baseline: the top hit, unskipped
+        except InputError as e:
+            raise BackendError(f"bad input: {e}") from None
+        return [record(p, captioner.complete(r, captions=c)) for p, r, c in zip(ps, requests, captions, strict=True)]
 
     def image_paths(ps: Sequence[PreparedQuery]) -> list[str]:
         """The image files the prompts of ``ps`` load (each query's image, then its examples')."""
         from unirag.data.images import is_path_like
 
-        paths = []
-        for p in ps:
-            query_image = resolve_image(p.query.img_path, cfg.images_root) if p.query.img_path else None
-            for image in [query_image, *(s.image for s in to_pairs(p.examples, pool_root))]:
-                if image is not None and is_path_like(image):
-                    paths.append(str(image))
-        return paths
+        images = [image for p in ps for image in (resolve_image(p.query.img_path, cfg.images_root)
+                                                  if p.query.img_path else None,
+                                                  *(s.image for s in to_pairs(p.examples, pool_root)))]
+        return [str(image) for image in images if image is not None and is_path_like(image)]
 
     return ExampleJob(work_batch, image_paths, selector, batches=captioner.batches,
                       batch_size=max(1, int(getattr(captioner.backend, "batch_size", 1) or 1)), own_images=1)
@@ -131,12 +123,11 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
 
     from unirag.generators.registry import identity_config
 
-    all_queries, queries_path = load_queries(cfg.queries)
+    all_queries, queries_path, run_queries = load_queries(cfg)
     for q in all_queries:
         if not q.img_path:
             raise InputError(f"query {q.qid!r} has no image (modality {q.modality.value}); captioning needs image "
                              "queries", path=queries_path, field="query_img_path")
-    run_queries = all_queries[: cfg.limit] if cfg.limit is not None else all_queries
     if cfg.concurrency < 1:
         raise ConfigError("--concurrency must be >= 1")
     with ExitStack() as stack:

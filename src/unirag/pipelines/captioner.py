@@ -92,9 +92,6 @@ class LazyBackend:
         else:
             raise InputError(f"{name} needs {wanted}, got {type(generator).__name__}", field="generator")
 
-    def _load_backend(self) -> Any:
-        raise NotImplementedError
-
     @property
     def backend(self) -> Any:
         """The backend object (loaded from the spec on first use)."""

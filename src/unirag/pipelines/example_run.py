@@ -59,13 +59,15 @@ class ExampleRunConfig:
     seed: int = 0
 
 
-def load_queries(queries: str | Path | Sequence[Query]) -> tuple[list[Query], Path | None]:
-    """Queries from a file (and its path) or as given (path None)."""
+def load_queries(cfg: ExampleRunConfig) -> tuple[list[Query], Path | None, list[Query]]:
+    """The run's queries from a file (and its path) or as given (path None), and the first ``cfg.limit``
+    of them (the ones this run does)."""
+    queries, path = cfg.queries, None
     if isinstance(queries, str | Path):
         from unirag.data.mbeir import read_queries
 
-        return read_queries(queries), Path(queries)
-    return list(queries), None
+        queries, path = read_queries(queries), Path(queries)
+    return list(queries), path, list(queries)[: cfg.limit]
 
 
 def queries_identity(queries: list[Query], path: Path | None) -> str:

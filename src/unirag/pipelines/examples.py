@@ -58,10 +58,8 @@ def example_images_root(pool_images_root: str | Path | None, selector: ExampleSe
     """Where the examples' relative image paths start: the one rule of every run that shows examples
     (caption runs, image runs, grid cells). The pool's images root as given (``--pool-images-root``),
     else the one the index recorded (rag mode with an index), else the queries' (``--images-root``)."""
-    for root in (pool_images_root, selector.images_root if selector is not None else None, images_root):
-        if root is not None:
-            return root
-    return None
+    roots = (pool_images_root, selector.images_root if selector is not None else None, images_root)
+    return next((root for root in roots if root is not None), None)
 
 
 class ZeroShot(ExampleSelector):

@@ -88,26 +88,9 @@ def _uses(task: str, name: str) -> bool:
     return name in ("temperature", "caption_prompts", "caption_lowercase", "pair_completion", "example_pairs")
 
 
-def _settings_line(settings: Any, task: str) -> str:
-    """The profile and the settings this kind of cell uses that differ from the default profile."""
+def plan_cell(cell: Cell) -> CellPlan:
     from unirag.profiles import SETTINGS
 
-    if settings is None:
-        return "profile: default"
-    changed = [f"{n}={settings[n]!s}" for n in sorted(settings)
-               if n in SETTINGS and _uses(task, n) and settings[n] != SETTINGS[n].default]
-    line = f"profile: {settings.profile}"
-    if changed:
-        line += " (" + ", ".join(changed) + ")"
-    if settings.overrides:
-        line += "; set here: " + ", ".join(settings.overrides)
-    bugs = [b for b in settings.official_bugs() if _uses(task, b)]
-    if bugs:
-        line += "; reproduces official bugs: " + ", ".join(bugs)
-    return line
-
-
-def plan_cell(cell: Cell) -> CellPlan:
     plan = CellPlan(cell)
     add, miss = plan.lines.append, plan.missing.append
     title = f"{cell.name}" + (f"  [paper row {cell.row}]" if cell.row else "")
@@ -121,7 +104,19 @@ def plan_cell(cell: Cell) -> CellPlan:
         retriever = f"{cell.retriever} ({cell.sources.get('retrieval') or cell.sources.get('index')})" \
             if cell.retriever else "-"
         add(f"  task: {cell.task}  generator: {cell.generator}  mode: {cell.mode}  k: {cell.k}  retriever: {retriever}")
-    add("  " + _settings_line(cell.settings, cell.task))
+    # the profile and the settings this kind of cell uses that differ from the default profile
+    settings, task = cell.settings, cell.task
+    changed = [f"{n}={settings[n]!s}" for n in sorted(settings)
+               if n in SETTINGS and _uses(task, n) and settings[n] != SETTINGS[n].default]
+    line = f"  profile: {settings.profile}"
+    if changed:
+        line += " (" + ", ".join(changed) + ")"
+    if settings.overrides:
+        line += "; set here: " + ", ".join(settings.overrides)
+    bugs = [b for b in settings.official_bugs() if _uses(task, b)]
+    if bugs:
+        line += "; reproduces official bugs: " + ", ".join(bugs)
+    add(line)
     if cell.task != "cir" and cell.mode == "random" and not cell.sources.get("pool"):
         miss("pool (random examples need the pool file)")
     files = [(k, v) for k, v in cell.sources.items() if v and k != "agents"]
@@ -137,8 +132,7 @@ def plan_cell(cell: Cell) -> CellPlan:
     # Under xr_prompts=official X^R's agents read the official code's prompts from the user's checkout
     # (official_prompts: the grid's options, --option official_prompts=DIR, or the agents YAML); the run
     # stops without one, so the plan names it (the embedding baseline needs none).
-    if cell.task == "cir" and cell.sources.get("agents") and cell.settings is not None \
-            and cell.settings["xr_prompts"] == "official":
+    if cell.task == "cir" and cell.sources.get("agents") and cell.settings["xr_prompts"] == "official":
         checkout = cell.options.get("official_prompts") or _agents(cell.sources["agents"]).official_prompts
         if not checkout:
             add("  official_prompts: NOT SET (xr_prompts=official reads the official X^R prompts)")

@@ -185,13 +185,12 @@ def run_images(cfg: ImageConfig, generator: ImageBackend | None = None, *,
     if cfg.max_attempts < 1:
         raise ConfigError(f"max_attempts must be >= 1, got {cfg.max_attempts}")
     k = cfg.k if cfg.k is not None else 0 if cfg.mode == "zero-shot" else 1
-    all_queries, path = load_queries(cfg.queries)
+    all_queries, path, queries = load_queries(cfg)
     selector = make_selector(cfg.mode, k, queries=all_queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
                              index=cfg.index, seed=cfg.seed, query_images_root=cfg.images_root,
                              profile=cfg.profile, selection=cfg.selection, supplies="image")
     images_root = example_images_root(cfg.pool_images_root, selector, cfg.images_root)
     profile = resolve(cfg.profile)
-    queries = all_queries[: cfg.limit] if cfg.limit is not None else all_queries
     for q in queries:
         if not q.txt:
             raise InputError(f"query {q.qid} has no caption text; text-to-image queries need 'query_txt'",
