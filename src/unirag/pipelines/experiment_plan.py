@@ -45,25 +45,6 @@ def _checkpoint(plan: CellPlan, kind: str, name: str) -> None:
                                                            "not cached (downloaded on first use)"))
 
 
-def _keys_for(spec: str, options: dict[str, Any]) -> list[tuple[str, bool]]:
-    """(variable names, set?) of the API key a generator needs; none for an OpenAI-compatible server
-    at another base URL (``base_url`` option or ``OPENAI_BASE_URL``), which the client calls with a
-    placeholder key, as :class:`unirag.generators.openai_compat.OpenAIAPI` does."""
-    from unirag.generators.openai_compat import OFFICIAL_HOST
-
-    prefix = spec.split(":", 1)[0].strip()
-    names = API_KEYS.get(prefix)
-    if not names:
-        return []
-    if prefix.startswith("openai"):
-        base_url = options.get("base_url") or os.environ.get("OPENAI_BASE_URL")
-        if base_url and OFFICIAL_HOST not in str(base_url):
-            return []
-    if options.get("api_key_env"):
-        names = (str(options["api_key_env"]),)
-    return [(" or ".join(names), any(os.environ.get(n) for n in names))]
-
-
 def _agents(agents: str | None) -> Any:
     """The X^R agents YAML as :func:`unirag.cir.config.load_config` reads it (no roles when it is absent
     or unreadable: its line says MISSING, or the run itself reports the error)."""
@@ -89,12 +70,12 @@ def _uses(task: str, name: str) -> bool:
 
 
 def plan_cell(cell: Cell) -> CellPlan:
+    from unirag.generators.openai_compat import OFFICIAL_HOST
     from unirag.profiles import SETTINGS
 
     plan = CellPlan(cell)
     add, miss = plan.lines.append, plan.missing.append
-    title = f"{cell.name}" + (f"  [paper row {cell.row}]" if cell.row else "")
-    add(title)
+    add(f"{cell.name}" + (f"  [paper row {cell.row}]" if cell.row else ""))
     if cell.task == "cir":
         c = cell.cir
         add(f"  task: cir  dataset: {c.get('dataset')}  agents: {c.get('agents') or 'none (embedding baseline)'}"
@@ -150,10 +131,18 @@ def plan_cell(cell: Cell) -> CellPlan:
         prefix, _, name = spec.partition(":")
         if prefix in CHECKPOINT_PREFIXES and name:
             _checkpoint(plan, f"{prefix} checkpoint", name)
-        for names, present in _keys_for(spec, options):
-            add(f"  key {names}: " + ("set" if present else "NOT SET"))
-            if not present:
-                miss(f"environment variable {names} (for {spec})")
+        # the API key it needs; none for an OpenAI-compatible server at another base URL (base_url option
+        # or OPENAI_BASE_URL), which the client calls with a placeholder key, as OpenAIAPI does
+        names = API_KEYS.get(prefix.strip())
+        base_url = options.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+        if not names or (prefix.strip().startswith("openai") and base_url and OFFICIAL_HOST not in str(base_url)):
+            continue
+        if options.get("api_key_env"):
+            names = (str(options["api_key_env"]),)
+        present = any(os.environ.get(n) for n in names)
+        add(f"  key {' or '.join(names)}: " + ("set" if present else "NOT SET"))
+        if not present:
+            miss(f"environment variable {' or '.join(names)} (for {spec})")
     encoder = cell.cir.get("encoder") if cell.task == "cir" else None
     if encoder:
         prefix, _, name = str(encoder).partition(":")

@@ -74,11 +74,12 @@ def image_stem(qid: str) -> str:
 
 
 def image_job(generator: ImageBackend, out: Path, images_root: str | Path | None, settings: dict[str, Any],
-              price: Price, position: dict[str, int], save_prompts: int = 5, image_format: str = "png",
+              price: Price, position: dict[str, int], image_format: str = "png",
               image_loading: str = "normalised", selector: ExampleSelector | None = None,
               top_image: bool = False, k: int | None = None) -> ExampleJob:
     """An image run's kind: a query prepared (examples chosen, by ``selector``; None on a Ray worker:
-    the driver chose them) is drawn: PNG, prompt file, record fields. ``image_format``: the setting
+    the driver chose them) is drawn: PNG, prompt file, record fields. ``position``: the first queries'
+    qid -> index, whose prompts are kept (``save_prompts`` of them). ``image_format``: the setting
     (``png`` lossless, or ``jpeg`` at PIL's default quality, as the official run); ``image_loading``:
     how example images decode (``plain``: as the official code); ``top_image``: the official retrieval
     baseline (``image_top1`` top-candidate): the top hit's image, unskipped; ``k``: examples per query,
@@ -119,8 +120,8 @@ def image_job(generator: ImageBackend, out: Path, images_root: str | Path | None
             "qid": query.qid, "caption": query.txt, "generator": generator.spec, "prompt": prompt,
             "examples": [{"id": e.label, "image": str(e.image), "caption": e.caption} for e in request.examples],
             **settings})
-        index = position.get(query.qid, save_prompts)
-        if index < save_prompts:
+        index = position.get(query.qid)
+        if index is not None:  # one of the first queries, whose prompts the run keeps
             parts: list[Any] = [ImagePart(path=e.image, label=e.label or f"example {i}")
                                 for i, e in enumerate(request.examples, start=1)]  # the example images, then the text
             write_prompt(out / PROMPTS_DIR, index, query.qid, [Message("user", [*parts, TextPart(prompt)])],
@@ -222,18 +223,16 @@ def run_images(cfg: ImageConfig, generator: ImageBackend | None = None, *,
                         "concurrency": 1 if generator.local else cfg.concurrency, "templates": templates,
                         "price": asdict(price) if price else None, "prices_file": str(cfg.prices) if cfg.prices else None,
                         "profile": profile.to_dict()}
-        position = {q.qid: i for i, q in enumerate(queries)}
+        position = {q.qid: i for i, q in enumerate(queries[: cfg.save_prompts])}
         top_image = profile["image_top1"] == "top-candidate" and generator.spec.startswith("retrieval:") \
             and hasattr(selector, "top_image")
-        job = image_job(generator, out, images_root, settings, price, position, cfg.save_prompts, image_format,
-                        profile["image_loading"], selector, top_image, selector.k)
+        common = dict(settings=settings, price=price, position=position, image_format=image_format,
+                      image_loading=profile["image_loading"], k=selector.k)
+        job = image_job(generator, out, images_root, selector=selector, top_image=top_image, **common)
         open_kind = None
-        if pool is not None:
+        if pool is not None:  # the worker's job: its model checked, the driver chooses the examples
             root = str(Path(images_root).resolve()) if images_root is not None else os.getcwd()
-            open_kind = functools.partial(  # the worker's job: its model checked, the driver chooses the examples
-                image_job, out=out.resolve(), images_root=root, settings=settings, price=price, k=selector.k,
-                save_prompts=cfg.save_prompts, position={q: i for q, i in position.items() if i < cfg.save_prompts},
-                image_format=image_format, image_loading=profile["image_loading"])
+            open_kind = functools.partial(image_job, out=out.resolve(), images_root=root, **common)
         # A local model draws one query at a time here: its example images decoded a few queries ahead.
         counts, final, _ = run_job(job, cfg, queries, TASK, identity, run_settings, pool=pool,
                                    before=lambda run: (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True),

@@ -97,8 +97,7 @@ class ImageGenerator(LazyBackend):
         from unirag.runs.retry import call_with_retry
 
         request = self.request(text, examples, qid=qid)
-        result, _attempts = call_with_retry(lambda: self.backend.generate(request), self.retry)
-        return result
+        return call_with_retry(lambda: self.backend.generate(request), self.retry)[0]
 
     def generate(self, text: str, examples: Iterable[Any] = ()):
         """One RGB PIL image for ``text``. ``examples``: :class:`unirag.Hits`, hits, pairs or
