@@ -11,16 +11,19 @@ example-driven run (:mod:`unirag.pipelines.example_run`); this module is its ima
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
+import os
 import re
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from unirag.data.images import png_bytes
 from unirag.data.records import Query
-from unirag.errors import BackendError, InputError
+from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.base import Usage
 from unirag.generators.images.base import (
     DEFAULT_HEIGHT,
@@ -29,8 +32,10 @@ from unirag.generators.images.base import (
     ImageBackend,
     ImageRequest,
     image_template,
+    sampling_defaults,
 )
 from unirag.generators.pricing import Price, cost_usd, price_for
+from unirag.generators.registry import IMAGE, load_generator, profile_options
 from unirag.messages import ImagePart, Message, TextPart
 from unirag.pipelines.example_run import (
     ExampleJob,
@@ -41,9 +46,10 @@ from unirag.pipelines.example_run import (
     queries_identity,
     run_job,
 )
-from unirag.pipelines.examples import ExampleSelector
+from unirag.pipelines.examples import ExampleSelector, example_images_root, make_selector
+from unirag.profiles import resolve
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json
-from unirag.runs.rundir import PROMPTS_DIR
+from unirag.runs.rundir import PROMPTS_DIR, write_prompt
 
 TASK = "image"  # the task name caption/image runs and `unirag evaluate images` agree on
 IMAGES_DIR = "images"
@@ -54,8 +60,6 @@ def picture_settings(spec: str, profile: Any = None, width: int = DEFAULT_WIDTH,
                      ) -> dict[str, Any]:
     """The picture settings of every request of a run (defaults: the paper's LaVIT run), part of its
     identity; ``steps``/``guidance`` None: ``spec``'s default under ``profile`` (see ``sampling_defaults``)."""
-    from unirag.generators.images.base import sampling_defaults
-
     fill = sampling_defaults(spec, profile)
     return {"width": width, "height": height, "steps": fill["steps"] if steps is None else steps,
             "guidance": fill["guidance"] if guidance is None else guidance, "seed": seed}
@@ -85,8 +89,6 @@ def image_job(generator: ImageBackend, out: Path, images_root: str | Path | None
     baseline (``image_top1`` top-candidate): the top hit's image, unskipped; ``k``: examples per query,
     checked with the picture size against what the model takes (on a Ray worker: its loaded model).
     One picture per call (diffusers batches only text-only requests)."""
-    from unirag.runs.rundir import write_prompt
-
     if k is not None:
         generator.check_k(k)
         generator.check_size(settings["width"], settings["height"])
@@ -172,15 +174,6 @@ def run_images(cfg: ImageConfig, generator: ImageBackend | None = None, *,
     generators send the files as they are and decode nothing. ``record_queries`` False: the identity
     names no queries file, as grid image cells never did (so their runs still resume).
     """
-    import functools
-    import os
-    from contextlib import ExitStack
-
-    from unirag.errors import ConfigError
-    from unirag.generators.registry import IMAGE, profile_options
-    from unirag.pipelines.examples import example_images_root, make_selector
-    from unirag.profiles import resolve
-
     if cfg.limit is not None and cfg.limit < 1:
         raise ConfigError(f"limit must be >= 1, got {cfg.limit}")
     if cfg.max_attempts < 1:
@@ -202,8 +195,6 @@ def run_images(cfg: ImageConfig, generator: ImageBackend | None = None, *,
             options = profile_options(cfg.generator, profile, cfg.generator_options, IMAGE)
             generator, pool, recipe = open_remote(stack, "image", cfg.generator, options, cfg.engine)
             if generator is None:
-                from unirag.generators.registry import load_generator
-
                 generator = load_generator(cfg.generator, IMAGE, **options)
                 stack.callback(generator.close)
         seed = profile["image_seed"] if cfg.image_seed is None else cfg.image_seed
