@@ -11,6 +11,7 @@ again by the next run of the same command. The run itself is the one example-dri
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -18,9 +19,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from unirag.data.images import is_path_like
 from unirag.data.records import resolve_image
 from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.base import CaptionBackend
+from unirag.generators.registry import identity_config, profile_options
 from unirag.pipelines.captioner import Captioner, CaptionRequest, to_pairs
 from unirag.pipelines.example_run import (
     ExampleJob,
@@ -32,6 +35,8 @@ from unirag.pipelines.example_run import (
     run_job,
 )
 from unirag.pipelines.examples import example_images_root, make_selector
+from unirag.profiles import resolve
+from unirag.runs.rundir import PROMPTS_DIR, write_prompt
 
 
 @dataclass
@@ -96,8 +101,6 @@ def caption_job(cfg: CaptionConfig, pool_root: str | Path | None, captioner: Any
 
     def image_paths(ps: Sequence[PreparedQuery]) -> list[str]:
         """The image files the prompts of ``ps`` load (each query's image, then its examples')."""
-        from unirag.data.images import is_path_like
-
         images = [image for p in ps for image in (resolve_image(p.query.img_path, cfg.images_root)
                                                   if p.query.img_path else None,
                                                   *(s.image for s in to_pairs(p.examples, pool_root)))]
@@ -119,10 +122,6 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
     ``generator``: a :class:`~unirag.pipelines.captioner.Captioner` or generator object to use
     instead of loading ``cfg.generator`` (the caller keeps ownership; it is not closed here).
     """
-    import functools
-
-    from unirag.generators.registry import identity_config
-
     all_queries, queries_path, run_queries = load_queries(cfg)
     for q in all_queries:
         if not q.img_path:
@@ -133,9 +132,6 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
     with ExitStack() as stack:
         pool = recipe = None
         if generator is None:
-            from unirag.generators.registry import profile_options
-            from unirag.profiles import resolve
-
             # the model loads on the workers only; they also render the saved prompts in its wire form
             generator, pool, recipe = open_remote(
                 stack, "text", cfg.generator, profile_options(cfg.generator, resolve(cfg.profile),
@@ -176,8 +172,6 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
             open_kind = functools.partial(caption_job, slim, _abs(pool_root) or os.getcwd())
 
         def save_prompts(run: Any) -> None:
-            from unirag.runs.rundir import PROMPTS_DIR, write_prompt
-
             if captioner.picks_examples:
                 return
             for i, q in enumerate(run_queries[: run.save_prompts]):

@@ -25,10 +25,21 @@ from unirag.generators.base import (
     TextGenerator,
     Usage,
 )
+from unirag.generators.pricing import cost_usd, price_for
+from unirag.generators.registry import (
+    check_generator_options,
+    load_generator,
+    parse_spec,
+    profile_options,
+    retry_policy,
+)
 from unirag.messages import Message
 from unirag.pipelines.examples import MODES
-from unirag.prompts.caption import CaptionPrompt
+from unirag.profiles import Settings, resolve
+from unirag.prompts.caption import CaptionPrompt, build_caption_prompt, caption_template
+from unirag.prompts.official import apply_caption_prompts
 from unirag.retrieval.results import Hit, Hits, Pair
+from unirag.runs.retry import call_with_retry
 
 DEFAULT_GENERATOR = "retrieval:consensus"
 #: ``temperature=FROM_PROFILE``: take the ``temperature`` setting of the profile (0.0 in ``default``).
@@ -79,8 +90,6 @@ class LazyBackend:
 
     def _open(self, generator: Any, options: dict[str, Any], kinds: Any, parse: Any, wanted: str,
               max_attempts: Any, retry: Any) -> None:
-        from unirag.generators.registry import check_generator_options, retry_policy
-
         name = type(self).__name__
         check_generator_options(name, generator if isinstance(generator, str) else None, options, self.OWN_OPTIONS)
         self.retry = retry_policy(max_attempts, retry)
@@ -119,8 +128,6 @@ class LazyBackend:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]):
         """An object with the settings :meth:`to_dict` recorded (its backend loaded from the spec)."""
-        from unirag.profiles import Settings
-
         data = dict(data)
         options = data.pop(cls.OPTIONS_KEY, None) or {}
         if isinstance(data.get("profile"), Mapping):
@@ -160,10 +167,6 @@ class Captioner(LazyBackend):
                  prices: str | Path | Mapping | None = None, images_root: str | Path | None = None,
                  max_attempts: int | None = None, retry: Any = None, profile: Any = None,
                  official_prompts: str | Path | None = None, **generator_options: Any) -> None:
-        from unirag.generators.pricing import price_for
-        from unirag.generators.registry import parse_spec
-        from unirag.profiles import resolve
-
         _check_arg_types(max_tokens=(max_tokens, int), temperature=(temperature, int | float | str | None),
                          templates_dir=(templates_dir, str | Path | None), images_root=(images_root, str | Path | None))
         self._open(generator, generator_options, TextGenerator | ExampleCaptioner, parse_spec,
@@ -181,8 +184,6 @@ class Captioner(LazyBackend):
         self._template = None
 
     def _load_backend(self) -> CaptionBackend:
-        from unirag.generators.registry import load_generator, profile_options
-
         return load_generator(self.spec, **profile_options(self.spec, self.settings, self.generator_options))
 
     def warm_up(self) -> Captioner:
@@ -200,9 +201,6 @@ class Captioner(LazyBackend):
     def template(self):
         """The prompt template of the generator's family (None for example captioners)."""
         if self._template is None and not self.picks_examples:
-            from unirag.prompts.caption import caption_template
-            from unirag.prompts.official import apply_caption_prompts
-
             family = self.backend.template_family
             self._template = apply_caption_prompts(caption_template(family, self.templates_dir), family,
                                                    self.settings["caption_prompts"], self.official_prompts)
@@ -231,8 +229,6 @@ class Captioner(LazyBackend):
             return CaptionRequest(examples, None)
         if image is None:
             raise ConfigError("caption() needs the query image")
-        from unirag.prompts.caption import build_caption_prompt
-
         prompt = build_caption_prompt(self.template, image, examples, query_label=label, ahead=ahead,
                                       loading=self.settings["image_loading"])
         return CaptionRequest(examples, prompt)
@@ -271,8 +267,6 @@ class Captioner(LazyBackend):
         "random" (examples as given) or "zero-shot" (no examples). Raises
         :class:`~unirag.errors.BackendError` when the call fails or returns an empty caption.
         """
-        from unirag.runs.retry import call_with_retry
-
         check_image_like(image, "image")
         request = self.request(image, examples, mode=mode, label=label)
         top = examples[0].pair if isinstance(examples, Hits) and examples else None
@@ -285,8 +279,6 @@ class Captioner(LazyBackend):
         return out
 
     def _caption(self, request: CaptionRequest, gen: Generation) -> Caption:
-        from unirag.generators.pricing import cost_usd
-
         text = gen.text.strip()
         if not text:
             raise BackendError(f"{self.spec} returned an empty caption")

@@ -21,9 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from unirag.data.mbeir import load_pool
 from unirag.data.records import Candidate, Query
 from unirag.errors import BackendError, ConfigError, InputError
 from unirag.retrieval.results import Pair
+from unirag.retrieval.run_io import read_retrieval_run, read_run_manifest
+from unirag.retrieval.selection import Selection
 
 MODES = ("zero-shot", "random", "rag")
 
@@ -144,12 +147,9 @@ class RagExamples(ExampleSelector):
         self.retriever = None
         self._results: dict[str, Any] = {}
         if self.run_path is not None:
-            from unirag.retrieval.run_io import read_retrieval_run
-
             self._results = read_retrieval_run(self.run_path)
             return
         from unirag.retrieval.retriever import Retriever
-        from unirag.retrieval.selection import Selection
 
         self.selection = Selection.of(selection)
         self.retriever = index if isinstance(index, Retriever) else Retriever(index, profile=profile)
@@ -188,8 +188,6 @@ class RagExamples(ExampleSelector):
 
     def source(self) -> dict[str, Any]:
         if self.run_path is not None:
-            from unirag.retrieval.run_io import read_run_manifest
-
             out = {"mode": self.mode, "k": self.k, "retrieval": str(self.run_path)}
             selection = (read_run_manifest(self.run_path) or {}).get("selection")
             if selection is not None:  # the run file's own manifest (runs written before it have none)
@@ -224,8 +222,6 @@ class RagExamples(ExampleSelector):
                 return p, None, None
         with self._pool_lock:  # the pool, read once (None: no --pool)
             if self._pool is None and self.pool_path is not None:
-                from unirag.data.mbeir import load_pool
-
                 self._pool = load_pool(self.pool_path)
         pool = self._pool
         cand = pool.get(top) if pool is not None else None
@@ -274,8 +270,6 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool_path
     examples add to the query, ``text`` (captioning) or ``image`` (image generation): the modality an index
     is searched with under ``rag_modality = task``.
     """
-    from unirag.retrieval.selection import Selection
-
     selection = Selection.of(selection)
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
@@ -288,8 +282,6 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool_path
     if mode == "random":
         if pool_path is None:
             raise ConfigError("random few-shot needs --pool (to look up the other queries' gold captions)")
-        from unirag.data.mbeir import load_pool
-
         return RandomGold(k, queries, load_pool(pool_path), seed, str(pool_path))
     if (retrieval is None) == (index is None):
         raise ConfigError("rag mode needs exactly one of --retrieval RUN.jsonl or --index INDEX_DIR")

@@ -9,6 +9,7 @@ cell and skips finished ones. The grid file's format and how it becomes cells:
 from __future__ import annotations
 
 import functools
+from contextlib import nullcontext
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,10 @@ from unirag.pipelines.experiment_grid import (
     GridOverrides,
     load_experiment,
 )
+from unirag.retrieval.selection import Selection
+from unirag.runs.atomic import atomic_write_json
+from unirag.runs.engine import WorkerPool, engine_options, with_decode_default
+from unirag.runs.rundir import read_run_manifest
 
 
 def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int | None = None,
@@ -29,9 +34,6 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     settings (:class:`unirag.Selection`) laid over the cell's own ``selection:`` option, for the
     cells that retrieve from an index; ``engine`` as for a single run (a
     :class:`~unirag.runs.engine.WorkerPool` lets cells with the same model share its workers)."""
-    from unirag.runs.atomic import atomic_write_json
-    from unirag.runs.engine import with_decode_default
-
     out = Path(out_root) / cell.name
     opts = dict(cell.options)
     engine = with_decode_default(engine, opts.pop(ENGINE_OPTION, None))  # the cell's own, unless given
@@ -87,8 +89,6 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
 def _cell_selection(cell: Cell, own: Any, given: Any):
     """The cell's Selection: its ``selection:`` option, with the fields of ``given`` that differ from
     the defaults laid over it when the cell retrieves from an index (run-file cells chose theirs)."""
-    from unirag.retrieval.selection import Selection
-
     base = Selection.of(own)
     if given is None or cell.mode != "rag" or cell.sources.get("index") is None:
         return base
@@ -103,8 +103,6 @@ def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOve
                 ) -> list[tuple[str, str]]:
     """Each selected cell's name and state ("not started", or its run status and ok/queries count),
     read from the cells' run manifests; runs nothing (``unirag run --list``)."""
-    from unirag.runs.rundir import read_run_manifest
-
     spec, cells = load_experiment(path, overrides, only)
     states = []
     for cell in cells:
@@ -129,11 +127,6 @@ def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool 
     ``engine="ray"`` (or :class:`~unirag.runs.engine.EngineOptions`): local-model cells run on Ray
     workers of one pool for the whole grid, cells grouped by model so that each worker loads each
     model once for all the cells that use it (API cells run here, as always)."""
-    from contextlib import nullcontext
-
-    from unirag.runs.atomic import atomic_write_json
-    from unirag.runs.engine import WorkerPool, engine_options
-
     spec, cells = load_experiment(path, overrides, only)
     options = engine_options(engine)
     if options.ray and not isinstance(engine, WorkerPool):

@@ -38,6 +38,9 @@ from typing import Any
 from unirag.data.text import read_yaml_mapping
 from unirag.errors import ConfigError, InputError, UniragError
 from unirag.generators.registry import GENERATOR_OPTIONS
+from unirag.profiles import resolve as resolve_settings
+from unirag.profiles import split_settings
+from unirag.retrieval.selection import selection_from_settings
 
 TASKS = ("caption", "image", "cir")
 #: The option that sets a cell's engine default (its decode workers, unless ``unirag run`` gives them).
@@ -177,10 +180,6 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None, on
 
     def entry_cells(where: str, entry: dict[str, Any]) -> list[Cell]:
         """One entry's cells: one per k and retriever (a cir entry: one)."""
-        from unirag.profiles import resolve as resolve_settings
-        from unirag.profiles import split_settings
-        from unirag.retrieval.selection import selection_from_settings
-
         task = entry.get("task", default_task)
         if task not in TASKS:
             raise InputError(f"unknown task {task!r}; expected {' or '.join(TASKS)}", path=path, field=where)
