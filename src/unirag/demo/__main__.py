@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 from unirag.cli.main import cli
+from unirag.data.mbeir import load_pool, read_queries
 from unirag.demo import SAMPLE
+from unirag.runs.store import ResultStore
 
 
 def _run(args: list[str], unless: Path | None = None, newer_than: Path | None = None) -> None:
@@ -92,9 +94,6 @@ def _summary(runs: Path, top1_dir: Path, cap_dir: Path) -> None:
 
 
 def _show_examples(cap_dir: Path, data: Path, n: int = 3) -> None:
-    from unirag.data.mbeir import load_pool, read_queries
-    from unirag.runs.store import ResultStore
-
     pool = load_pool(data / "pool.jsonl")
     with ResultStore(cap_dir / "outputs.jsonl") as store:
         records = [r for r in store.records() if r.get("status") == "ok"][:n]

@@ -24,6 +24,7 @@ from typing import Any
 from unirag.data.mbeir import load_pool
 from unirag.data.records import Candidate, Query
 from unirag.errors import BackendError, ConfigError, InputError
+from unirag.profiles import SETTINGS, resolve
 from unirag.retrieval.results import Pair
 from unirag.retrieval.run_io import read_retrieval_run, read_run_manifest
 from unirag.retrieval.selection import Selection
@@ -193,8 +194,6 @@ class RagExamples(ExampleSelector):
             if selection is not None:  # the run file's own manifest (runs written before it have none)
                 out["selection"] = selection
             return out
-        from unirag.profiles import SETTINGS
-
         out = {"mode": self.mode, "k": self.k, "index": str(Path(self.retriever.index.path)),
                "selection": self.selection.to_dict()}
         if self.modality != "any":  # only when searched by task, so earlier runs still resume
@@ -290,8 +289,6 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool_path
             raise ConfigError("example selection options apply when retrieving: pass them to `unirag retrieve` "
                               "(the run file holds the examples it chose) or use --index")
         return RagExamples(k, run_path=retrieval, pool_path=pool_path)
-    from unirag.profiles import resolve
-
     modality = supplies if resolve(profile)["rag_modality"] == "task" else "any"
     return RagExamples(k, index=index, query_images_root=query_images_root, modality=modality, pool_path=pool_path,
                        profile=profile, selection=selection)

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unirag.errors import UniragError
+from unirag.generators.openai_compat import OFFICIAL_HOST
 from unirag.pipelines.experiment_grid import Cell, GridOverrides, load_experiment
+from unirag.profiles import SETTINGS
 
 #: Generator prefixes whose calls need an API key, and the variables that can hold it.
 API_KEYS = {"openai": ("OPENAI_API_KEY",), "openai-image": ("OPENAI_API_KEY",),
@@ -49,7 +52,6 @@ def _agents(agents: str | None) -> Any:
     """The X^R agents YAML as :func:`unirag.cir.config.load_config` reads it (no roles when it is absent
     or unreadable: its line says MISSING, or the run itself reports the error)."""
     from unirag.cir.config import load_config
-    from unirag.errors import UniragError
 
     try:
         return load_config(agents if agents and Path(agents).is_file() else None)
@@ -70,9 +72,6 @@ def _uses(task: str, name: str) -> bool:
 
 
 def plan_cell(cell: Cell) -> CellPlan:
-    from unirag.generators.openai_compat import OFFICIAL_HOST
-    from unirag.profiles import SETTINGS
-
     plan = CellPlan(cell)
     add, miss = plan.lines.append, plan.missing.append
     add(f"{cell.name}" + (f"  [paper row {cell.row}]" if cell.row else ""))
