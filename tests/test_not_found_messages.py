@@ -9,12 +9,12 @@ from unirag.cir.config import load_config
 from unirag.cir.datasets import load_cirr, load_dataset
 from unirag.errors import InputError
 from unirag.generators.pricing import read_prices
-from unirag.pipelines.experiment_grid import read_grid
+from unirag.pipelines.experiment_grid import load_experiment
 
 
 @pytest.mark.parametrize("read, what", [
     (read_prices, "prices file"),
-    (read_grid, "experiment file"),
+    (load_experiment, "experiment file"),
     (load_config, "agents config"),
     (lambda path: load_dataset("cirr", path), "annotation file"),
     (lambda path: load_cirr(path, split_file=path), "file"),  # a CIRR JSON file read by _load_json

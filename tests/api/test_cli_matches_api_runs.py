@@ -49,7 +49,7 @@ def test_evaluate_captions_matches_caption_metrics(demo, retriever, caption_run)
         image = Image.open(demo["images"] / q.img_path)
         predictions[q.qid] = captioner.caption(image, retriever.search(image=image, k=5)).text
         references[q.qid] = [index.candidate(did).txt for did in q.pos_cand_list]
-    # the CLI's default k for consensus is 5 (the library's default_k), so the captions are the same
+    # the CLI's default k for consensus is 5 (the caption run's default), so the captions are the same
     assert predictions == {qid: r["caption"] for qid, r in _outputs(caption_run["run"]).items()}
     api = unirag.caption_metrics(predictions, references, meteor=False)
     assert list(cli)[: len(CAPTION_KEYS)] == list(CAPTION_KEYS)

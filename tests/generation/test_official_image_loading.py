@@ -63,7 +63,7 @@ def test_official_image_run_hands_its_generator_plain_loads(rotated_and_transpar
     jpeg, _ = rotated_and_transparent
     generator = load_generator("retrieval:top1", IMAGE)
     for loading, size in (("plain", [40, 20]), ("normalised", [20, 40])):
-        job = image_job(generator, tmp_path / loading, None, picture_settings(generator.spec), Price(), {}, save_prompts=0,
+        job = image_job(generator, tmp_path / loading, None, picture_settings(generator.spec), Price(), {},
                         image_loading=loading)
         query = Query(qid="q1", modality="text", txt="a green block")
         [fields] = job.work_batch([PreparedQuery(query, [Pair.of(jpeg, "x", "g")])], {})

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 from unirag.cli.main import cli
+from unirag.data.mbeir import load_pool, read_queries
 from unirag.demo import SAMPLE
+from unirag.runs.store import ResultStore
 
 
 def _run(args: list[str], unless: Path | None = None, newer_than: Path | None = None) -> None:
@@ -44,14 +46,13 @@ def main(argv: list[str] | None = None) -> int:
               "--out", str(out / "index")])
     i2t, t2i = data / "queries_task3_image2text.jsonl", data / "queries_task0_text2image.jsonl"
     # Retrieval quality: each query's own positives count as hits.
-    _run(["retrieve", "--index", str(out / "index"), "--queries", str(i2t), "--images-root", images,
-          "--k", "10", "--modality", "text", "--out", str(runs / "image2text.jsonl")], unless=runs / "image2text.jsonl")
-    _run(["retrieve", "--index", str(out / "index"), "--queries", str(t2i), "--images-root", images,
-          "--k", "10", "--modality", "image", "--out", str(runs / "text2image.jsonl")], unless=runs / "text2image.jsonl")
-    _run(["evaluate", "retrieval", "--run", str(runs / "image2text.jsonl"), "--qrels", str(data / "qrels_task3.txt"),
-          "--k", "1,5,10", "--out", str(runs / "image2text.metrics.json")])
-    _run(["evaluate", "retrieval", "--run", str(runs / "text2image.jsonl"), "--qrels", str(data / "qrels_task0.txt"),
-          "--k", "1,5,10", "--out", str(runs / "text2image.metrics.json")])
+    directions = (("image2text", i2t, "text", "qrels_task3.txt"), ("text2image", t2i, "image", "qrels_task0.txt"))
+    for name, queries, modality, _ in directions:
+        _run(["retrieve", "--index", str(out / "index"), "--queries", str(queries), "--images-root", images,
+              "--k", "10", "--modality", modality, "--out", str(runs / f"{name}.jsonl")], unless=runs / f"{name}.jsonl")
+    for name, _, _, qrels in directions:
+        _run(["evaluate", "retrieval", "--run", str(runs / f"{name}.jsonl"), "--qrels", str(data / qrels),
+              "--k", "1,5,10", "--out", str(runs / f"{name}.metrics.json")])
     # Few-shot examples for captioning must not contain the query's own captions (leakage-free): its
     # positives are excluded by id, near-duplicate copies of its photo or captions by content, and
     # no two examples show the same photo (unirag.Selection; docs/selection.md).
@@ -80,11 +81,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _summary(runs: Path, top1_dir: Path, cap_dir: Path) -> None:
     """One short table of what the demo measured."""
-    i2t = json.loads((runs / "image2text.metrics.json").read_text())["metrics"]
-    t2i = json.loads((runs / "text2image.metrics.json").read_text())["metrics"]
     print("\nSummary (offline encoder, bundled COCO sample)")
     print(f"  {'retrieval':<22}{'hit@1':>8}{'hit@5':>8}{'hit@10':>8}{'MRR@10':>8}")
-    for name, m in (("image -> caption", i2t), ("caption -> image", t2i)):
+    for name, run in (("image -> caption", "image2text"), ("caption -> image", "text2image")):
+        m = json.loads((runs / f"{run}.metrics.json").read_text())["metrics"]
         print(f"  {name:<22}" + "".join(f"{m[key]:>8.3f}" for key in ("hit@1", "hit@5", "hit@10", "mrr@10")))
     names = ["BLEU-1", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr"]
     print(f"  {'captioning (x100)':<22}" + "".join(f"{n:>9}" for n in names))
@@ -94,9 +94,6 @@ def _summary(runs: Path, top1_dir: Path, cap_dir: Path) -> None:
 
 
 def _show_examples(cap_dir: Path, data: Path, n: int = 3) -> None:
-    from unirag.data.mbeir import load_pool, read_queries
-    from unirag.runs.store import ResultStore
-
     pool = load_pool(data / "pool.jsonl")
     with ResultStore(cap_dir / "outputs.jsonl") as store:
         records = [r for r in store.records() if r.get("status") == "ok"][:n]

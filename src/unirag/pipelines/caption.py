@@ -11,6 +11,7 @@ again by the next run of the same command. The run itself is the one example-dri
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -18,9 +19,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from unirag.data.images import is_path_like
 from unirag.data.records import resolve_image
 from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.base import CaptionBackend
+from unirag.generators.registry import identity_config, profile_options
 from unirag.pipelines.captioner import Captioner, CaptionRequest, to_pairs
 from unirag.pipelines.example_run import (
     ExampleJob,
@@ -32,13 +35,16 @@ from unirag.pipelines.example_run import (
     run_job,
 )
 from unirag.pipelines.examples import example_images_root, make_selector
+from unirag.profiles import resolve
+from unirag.runs.rundir import PROMPTS_DIR, write_prompt
 
 
 @dataclass
 class CaptionConfig(ExampleRunConfig):
     """One caption run: the options of :class:`ExampleRunConfig` plus ``max_tokens``/``temperature``
     and ``templates_dir`` (your own prompt templates). Examples' image paths start where
-    :func:`~unirag.pipelines.examples.example_images_root` says; ``k`` None means :func:`default_k`.
+    :func:`~unirag.pipelines.examples.example_images_root` says; ``k`` None means 0 zero-shot, 5 for
+    ``retrieval:consensus``, else 1.
     ``temperature``: a number, None (send none) or "profile" (the profile's ``temperature`` setting);
     ``official_prompts``: a castorini/UniRAG checkout read by ``caption_prompts = official``."""
 
@@ -46,14 +52,6 @@ class CaptionConfig(ExampleRunConfig):
     temperature: float | None | str = "profile"
     templates_dir: str | Path | None = None
     official_prompts: str | Path | None = None
-
-
-def default_k(mode: str, generator_spec: str | None) -> int:
-    """Examples per query when none is asked for: 0 zero-shot; 5 for ``retrieval:consensus`` (it votes
-    among the retrieved captions, as the paper's consensus baseline does); else 1 (the paper's one-shot)."""
-    if mode == "zero-shot":
-        return 0
-    return 5 if (generator_spec or "").strip() == "retrieval:consensus" else 1
 
 
 def _abs(p: str | Path | None) -> str | None:
@@ -91,32 +89,22 @@ def caption_job(cfg: CaptionConfig, pool_root: str | Path | None, captioner: Any
             rec["raw"] = cap.raw
         return rec
 
-    def one(p: PreparedQuery, images: dict[str, Any]) -> dict[str, Any]:
-        req, captions = _request(cfg, captioner, pool_root, p, images), None
-        if req.prompt is None and official_top1:
-            try:
-                captions = [selector.top_caption(p.query)]  # the official baseline: the top hit, unskipped
-            except InputError as e:
-                raise BackendError(f"bad input: {e}") from None
-        return record(p, captioner.complete(req, captions=captions))
-
     def work_batch(ps: list[PreparedQuery], images: dict[str, Any]) -> list[dict[str, Any]]:
-        if not captioner.batches:
-            return [one(p, images) for p in ps]
-        caps = captioner.complete_batch([_request(cfg, captioner, pool_root, p, images) for p in ps])
-        return [record(p, cap) for p, cap in zip(ps, caps, strict=True)]
+        requests = [_request(cfg, captioner, pool_root, p, images) for p in ps]
+        if not official_top1:  # one batched call where the backend batches
+            return [record(p, cap) for p, cap in zip(ps, captioner.complete_batch(requests), strict=True)]
+        try:
+            captions = [[selector.top_caption(p.query)] for p in ps]  # the official baseline: the top hit, unskipped
+        except InputError as e:
+            raise BackendError(f"bad input: {e}") from None
+        return [record(p, captioner.complete(r, captions=c)) for p, r, c in zip(ps, requests, captions, strict=True)]
 
     def image_paths(ps: Sequence[PreparedQuery]) -> list[str]:
         """The image files the prompts of ``ps`` load (each query's image, then its examples')."""
-        from unirag.data.images import is_path_like
-
-        paths = []
-        for p in ps:
-            query_image = resolve_image(p.query.img_path, cfg.images_root) if p.query.img_path else None
-            for image in [query_image, *(s.image for s in to_pairs(p.examples, pool_root))]:
-                if image is not None and is_path_like(image):
-                    paths.append(str(image))
-        return paths
+        images = [image for p in ps for image in (resolve_image(p.query.img_path, cfg.images_root)
+                                                  if p.query.img_path else None,
+                                                  *(s.image for s in to_pairs(p.examples, pool_root)))]
+        return [str(image) for image in images if image is not None and is_path_like(image)]
 
     return ExampleJob(work_batch, image_paths, selector, batches=captioner.batches,
                       batch_size=max(1, int(getattr(captioner.backend, "batch_size", 1) or 1)), own_images=1)
@@ -134,24 +122,16 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
     ``generator``: a :class:`~unirag.pipelines.captioner.Captioner` or generator object to use
     instead of loading ``cfg.generator`` (the caller keeps ownership; it is not closed here).
     """
-    import functools
-
-    from unirag.generators.registry import identity_config
-
-    all_queries, queries_path = load_queries(cfg.queries)
+    all_queries, queries_path, run_queries = load_queries(cfg)
     for q in all_queries:
         if not q.img_path:
             raise InputError(f"query {q.qid!r} has no image (modality {q.modality.value}); captioning needs image "
                              "queries", path=queries_path, field="query_img_path")
-    run_queries = all_queries[: cfg.limit] if cfg.limit is not None else all_queries
     if cfg.concurrency < 1:
         raise ConfigError("--concurrency must be >= 1")
     with ExitStack() as stack:
         pool = recipe = None
         if generator is None:
-            from unirag.generators.registry import profile_options
-            from unirag.profiles import resolve
-
             # the model loads on the workers only; they also render the saved prompts in its wire form
             generator, pool, recipe = open_remote(
                 stack, "text", cfg.generator, profile_options(cfg.generator, resolve(cfg.profile),
@@ -161,8 +141,9 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
             _captioner(cfg, generator if generator is not None else cfg.generator)
         if generator is None:
             stack.callback(captioner.close)
-        if cfg.k is None:
-            cfg = replace(cfg, k=default_k(cfg.mode, captioner.spec))
+        if cfg.k is None:  # 5 for retrieval:consensus (it votes among the retrieved captions, as the paper's
+            # consensus baseline does); else the paper's one-shot
+            cfg = replace(cfg, k=0 if cfg.mode == "zero-shot" else 5 if captioner.spec == "retrieval:consensus" else 1)
         if captioner.picks_examples and (cfg.mode == "zero-shot" or cfg.k < 1):
             raise ConfigError(f"{captioner.spec} picks among retrieved captions: use --mode rag with --k >= 1")
         selector = make_selector(cfg.mode, cfg.k, queries=all_queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
@@ -170,13 +151,13 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
                                  profile=captioner.settings, selection=cfg.selection)
         pool_root = example_images_root(cfg.pool_images_root, selector, cfg.images_root)
         job = caption_job(cfg, pool_root, captioner, selector)
-        settings = {"generator_config": captioner.config(), "concurrency": cfg.concurrency, "limit": cfg.limit,
+        settings = {"generator_config": captioner.backend.config(), "concurrency": cfg.concurrency, "limit": cfg.limit,
                     "max_attempts": cfg.max_attempts, "price": asdict(captioner.price) if captioner.price else None,
                     "prices_file": _abs(cfg.prices) if not isinstance(cfg.prices, dict) else None,
                     "profile": captioner.settings.to_dict()}
         template = captioner.template
         identity = {
-            "generator": identity_config(captioner.config()),
+            "generator": identity_config(captioner.backend.config()),
             "mode": selector.mode, "k": selector.k, "examples": selector.source(),
             "queries": queries_identity(all_queries, queries_path), "images_root": _abs(cfg.images_root),
             "pool_images_root": _abs(pool_root), "pool": _abs(cfg.pool),
@@ -191,8 +172,6 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
             open_kind = functools.partial(caption_job, slim, _abs(pool_root) or os.getcwd())
 
         def save_prompts(run: Any) -> None:
-            from unirag.runs.rundir import PROMPTS_DIR, write_prompt
-
             if captioner.picks_examples:
                 return
             for i, q in enumerate(run_queries[: run.save_prompts]):

@@ -25,10 +25,21 @@ from unirag.generators.base import (
     TextGenerator,
     Usage,
 )
+from unirag.generators.pricing import cost_usd, price_for
+from unirag.generators.registry import (
+    check_generator_options,
+    load_generator,
+    parse_spec,
+    profile_options,
+    retry_policy,
+)
 from unirag.messages import Message
 from unirag.pipelines.examples import MODES
-from unirag.prompts.caption import CaptionPrompt
+from unirag.profiles import Settings, resolve
+from unirag.prompts.caption import CaptionPrompt, build_caption_prompt, caption_template
+from unirag.prompts.official import apply_caption_prompts
 from unirag.retrieval.results import Hit, Hits, Pair
+from unirag.runs.retry import call_with_retry
 
 DEFAULT_GENERATOR = "retrieval:consensus"
 #: ``temperature=FROM_PROFILE``: take the ``temperature`` setting of the profile (0.0 in ``default``).
@@ -79,8 +90,6 @@ class LazyBackend:
 
     def _open(self, generator: Any, options: dict[str, Any], kinds: Any, parse: Any, wanted: str,
               max_attempts: Any, retry: Any) -> None:
-        from unirag.generators.registry import check_generator_options, retry_policy
-
         name = type(self).__name__
         check_generator_options(name, generator if isinstance(generator, str) else None, options, self.OWN_OPTIONS)
         self.retry = retry_policy(max_attempts, retry)
@@ -91,9 +100,6 @@ class LazyBackend:
             self.spec, self._backend, self._owned = generator.spec, generator, False
         else:
             raise InputError(f"{name} needs {wanted}, got {type(generator).__name__}", field="generator")
-
-    def _load_backend(self) -> Any:
-        raise NotImplementedError
 
     @property
     def backend(self) -> Any:
@@ -122,8 +128,6 @@ class LazyBackend:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]):
         """An object with the settings :meth:`to_dict` recorded (its backend loaded from the spec)."""
-        from unirag.profiles import Settings
-
         data = dict(data)
         options = data.pop(cls.OPTIONS_KEY, None) or {}
         if isinstance(data.get("profile"), Mapping):
@@ -144,7 +148,7 @@ class Captioner(LazyBackend):
     the backend (``base_url``, ``timeout``, ``device``, ``dtype``, ``batch_size``, ``family``,
     ``similarity``, ...); an option no backend takes raises :class:`~unirag.errors.ConfigError`
     naming it and the known ones. ``images_root``: the folder relative example image paths are
-    relative to. :meth:`caption` and :meth:`caption_batch` retry transient errors (429, 5xx,
+    relative to. :meth:`caption` retries transient errors (429, 5xx,
     timeouts) with the policy runs use (:class:`unirag.runs.retry.RetryPolicy`: exponential backoff
     with jitter, Retry-After honoured): ``max_attempts`` tries (default 6), or pass ``retry=`` a policy.
     The backend loads on first use or at :meth:`warm_up`; :meth:`close` (or ``with``) releases it.
@@ -163,10 +167,6 @@ class Captioner(LazyBackend):
                  prices: str | Path | Mapping | None = None, images_root: str | Path | None = None,
                  max_attempts: int | None = None, retry: Any = None, profile: Any = None,
                  official_prompts: str | Path | None = None, **generator_options: Any) -> None:
-        from unirag.generators.pricing import price_for
-        from unirag.generators.registry import parse_spec
-        from unirag.profiles import resolve
-
         _check_arg_types(max_tokens=(max_tokens, int), temperature=(temperature, int | float | str | None),
                          templates_dir=(templates_dir, str | Path | None), images_root=(images_root, str | Path | None))
         self._open(generator, generator_options, TextGenerator | ExampleCaptioner, parse_spec,
@@ -184,8 +184,6 @@ class Captioner(LazyBackend):
         self._template = None
 
     def _load_backend(self) -> CaptionBackend:
-        from unirag.generators.registry import load_generator, profile_options
-
         return load_generator(self.spec, **profile_options(self.spec, self.settings, self.generator_options))
 
     def warm_up(self) -> Captioner:
@@ -203,9 +201,6 @@ class Captioner(LazyBackend):
     def template(self):
         """The prompt template of the generator's family (None for example captioners)."""
         if self._template is None and not self.picks_examples:
-            from unirag.prompts.caption import caption_template
-            from unirag.prompts.official import apply_caption_prompts
-
             family = self.backend.template_family
             self._template = apply_caption_prompts(caption_template(family, self.templates_dir), family,
                                                    self.settings["caption_prompts"], self.official_prompts)
@@ -234,8 +229,6 @@ class Captioner(LazyBackend):
             return CaptionRequest(examples, None)
         if image is None:
             raise ConfigError("caption() needs the query image")
-        from unirag.prompts.caption import build_caption_prompt
-
         prompt = build_caption_prompt(self.template, image, examples, query_label=label, ahead=ahead,
                                       loading=self.settings["image_loading"])
         return CaptionRequest(examples, prompt)
@@ -274,8 +267,6 @@ class Captioner(LazyBackend):
         "random" (examples as given) or "zero-shot" (no examples). Raises
         :class:`~unirag.errors.BackendError` when the call fails or returns an empty caption.
         """
-        from unirag.runs.retry import call_with_retry
-
         check_image_like(image, "image")
         request = self.request(image, examples, mode=mode, label=label)
         top = examples[0].pair if isinstance(examples, Hits) and examples else None
@@ -287,28 +278,7 @@ class Captioner(LazyBackend):
         out.attempts = attempts
         return out
 
-    def caption_batch(self, images: Sequence[ImageLike], examples: Sequence[Iterable[Any]] | None = None, *,
-                      mode: str = "rag") -> list[Caption]:
-        """:meth:`caption` for many images (``examples[i]`` for ``images[i]``), batched where the backend batches."""
-        from unirag.runs.retry import call_with_retry
-
-        if isinstance(images, str | bytes) or not isinstance(images, Sequence):
-            raise InputError(f"expected a list of images, got {type(images).__name__}", field="images")
-        for i, im in enumerate(images):
-            check_image_like(im, f"images[{i}]")
-        examples = list(examples) if examples is not None else [()] * len(images)
-        if len(examples) != len(images):
-            raise ConfigError(f"caption_batch got {len(images)} images but {len(examples)} example lists")
-        requests = [self.request(im, ex, mode=mode, label=f"query {i}")
-                    for i, (im, ex) in enumerate(zip(images, examples, strict=True))]
-        out, attempts = call_with_retry(lambda: self.complete_batch(requests), self.retry)
-        for c in out:
-            c.attempts = attempts
-        return out
-
     def _caption(self, request: CaptionRequest, gen: Generation) -> Caption:
-        from unirag.generators.pricing import cost_usd
-
         text = gen.text.strip()
         if not text:
             raise BackendError(f"{self.spec} returned an empty caption")
@@ -322,10 +292,6 @@ class Captioner(LazyBackend):
                        raw=gen.raw, merged_image=prompt.merged_image if prompt is not None else None)
 
     # -- serialisation -----------------------------------------------------------------------
-    def config(self) -> dict[str, Any]:
-        """What the backend records about itself (the run manifest's generator entry)."""
-        return self.backend.config()
-
     def to_dict(self) -> dict[str, Any]:
         """Settings that rebuild an equal captioner with :meth:`from_dict` (never secrets)."""
         prices = dict(self.prices) if isinstance(self.prices, Mapping) else (str(self.prices) if self.prices else None)

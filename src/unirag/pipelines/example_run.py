@@ -11,14 +11,23 @@ one query's prompt, call and record are made) is the kind's hook: :mod:`unirag.p
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unirag.data.mbeir import query_to_json, read_queries
 from unirag.data.records import Query
 from unirag.pipelines.examples import ExampleSelector
+from unirag.pipelines.remote_models import ModelRecipe, RemoteModel
 from unirag.retrieval.results import Pair
+from unirag.runs.engine import engine_options, open_pool, runs_on_ray
+from unirag.runs.executor import execute as execute_kind
+from unirag.runs.retry import RetryPolicy
+from unirag.runs.rundir import RunDir
 
 
 @dataclass
@@ -59,24 +68,19 @@ class ExampleRunConfig:
     seed: int = 0
 
 
-def load_queries(queries: str | Path | Sequence[Query]) -> tuple[list[Query], Path | None]:
-    """Queries from a file (and its path) or as given (path None)."""
+def load_queries(cfg: ExampleRunConfig) -> tuple[list[Query], Path | None, list[Query]]:
+    """The run's queries from a file (and its path) or as given (path None), and the first ``cfg.limit``
+    of them (the ones this run does)."""
+    queries, path = cfg.queries, None
     if isinstance(queries, str | Path):
-        from unirag.data.mbeir import read_queries
-
-        return read_queries(queries), Path(queries)
-    return list(queries), None
+        queries, path = read_queries(queries), Path(queries)
+    return list(queries), path, list(queries)[: cfg.limit]
 
 
 def queries_identity(queries: list[Query], path: Path | None) -> str:
     """What a run records about its queries: the file, or a digest of in-memory queries' ids and content."""
     if path is not None:
         return str(path.resolve())
-    import hashlib
-    import json
-
-    from unirag.data.mbeir import query_to_json
-
     blob = json.dumps([query_to_json(q) for q in queries], sort_keys=True, ensure_ascii=False).encode()
     return f"{len(queries)} queries in memory, sha256 {hashlib.sha256(blob).hexdigest()[:16]}"
 
@@ -86,14 +90,8 @@ def open_remote(stack: Any, kind: str, spec: str, options: dict[str, Any], engin
     """(the driver's stand-in, the worker pool, the recipe) of a local model that runs on Ray workers
     (``engine`` "ray", see :mod:`unirag.runs.engine`), else three None; ``ask``: the stand-in asks a
     worker to render the prompts the run saves in the model's wire form."""
-    from unirag.runs.engine import open_pool, runs_on_ray
-
     if not runs_on_ray(engine, spec):
         return None, None, None
-    import functools
-
-    from unirag.pipelines.remote_models import ModelRecipe, RemoteModel
-
     pool = stack.enter_context(open_pool(engine))
     recipe = ModelRecipe(spec, options, kind)  # the model loads on the workers only
     return RemoteModel(pool.describe(recipe), functools.partial(pool.ask, recipe) if ask else None), pool, recipe
@@ -152,11 +150,6 @@ def run_job(job: ExampleJob, cfg: ExampleRunConfig, queries: list[Query], task: 
     front), then :func:`unirag.runs.executor.execute` with ``execute``'s options, on ``pool``'s
     workers when given. ``settings`` (the manifest's, not the identity) gain where the run ran.
     Returns this run's counts, the directory's final counts and its totals."""
-    from unirag.runs.engine import engine_options
-    from unirag.runs.executor import execute as execute_kind
-    from unirag.runs.retry import RetryPolicy
-    from unirag.runs.rundir import RunDir
-
     settings["engine"] = asdict(engine_options(cfg.engine))
     if pool is None:
         settings["engine"]["engine"] = "local"

@@ -13,6 +13,7 @@ pool's images root (:attr:`ExampleSelector.images_root`); :meth:`Pair.rooted` re
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 from abc import ABC, abstractmethod
@@ -20,9 +21,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from unirag.data.mbeir import load_pool
 from unirag.data.records import Candidate, Query
 from unirag.errors import BackendError, ConfigError, InputError
+from unirag.profiles import SETTINGS, resolve
 from unirag.retrieval.results import Pair
+from unirag.retrieval.run_io import read_retrieval_run, read_run_manifest
+from unirag.retrieval.selection import Selection
 
 MODES = ("zero-shot", "random", "rag")
 
@@ -57,10 +62,8 @@ def example_images_root(pool_images_root: str | Path | None, selector: ExampleSe
     """Where the examples' relative image paths start: the one rule of every run that shows examples
     (caption runs, image runs, grid cells). The pool's images root as given (``--pool-images-root``),
     else the one the index recorded (rag mode with an index), else the queries' (``--images-root``)."""
-    for root in (pool_images_root, selector.images_root if selector is not None else None, images_root):
-        if root is not None:
-            return root
-    return None
+    roots = (pool_images_root, selector.images_root if selector is not None else None, images_root)
+    return next((root for root in roots if root is not None), None)
 
 
 class ZeroShot(ExampleSelector):
@@ -95,12 +98,9 @@ class RandomGold(ExampleSelector):
     def __init__(self, k: int, all_queries: Sequence[Query], pool: dict[str, Candidate], seed: int = 0,
                  pool_path: str | None = None) -> None:
         self.k, self.seed, self.pool_path = k, seed, pool_path
-        self._gold: list[tuple[Query, Pair]] = []
-        for q in all_queries:
-            ex = gold_pair(q, pool)
-            if ex is not None:
-                self._gold.append((q, ex))
-        self._gold.sort(key=lambda item: item[0].qid)  # the draw depends on the set of queries, not file order
+        pairs = ((q, gold_pair(q, pool)) for q in all_queries)
+        # the draw depends on the set of queries, not file order
+        self._gold = sorted(((q, ex) for q, ex in pairs if ex is not None), key=lambda item: item[0].qid)
         if len(self._gold) <= k:
             raise ConfigError(f"random few-shot with k={k} needs more than {k} queries with a gold pair in the "
                               f"pool; found {len(self._gold)} (check --pool and the queries' pos_cand_list)")
@@ -120,14 +120,8 @@ class RandomGold(ExampleSelector):
         rng = random.Random(f"{self.seed}|{query.qid}")
         order = list(range(len(self._gold)))
         rng.shuffle(order)
-        out: list[Pair] = []
-        for i in order:
-            q, ex = self._gold[i]
-            if self._eligible(query, q, ex):
-                out.append(ex)
-                if len(out) == self.k:
-                    break
-        return out
+        eligible = (ex for q, ex in map(self._gold.__getitem__, order) if self._eligible(query, q, ex))
+        return list(itertools.islice(eligible, self.k))
 
     def source(self) -> dict[str, Any]:
         return {"mode": self.mode, "k": self.k, "seed": self.seed, "pool": self.pool_path,
@@ -154,12 +148,9 @@ class RagExamples(ExampleSelector):
         self.retriever = None
         self._results: dict[str, Any] = {}
         if self.run_path is not None:
-            from unirag.retrieval.run_io import read_retrieval_run
-
             self._results = read_retrieval_run(self.run_path)
             return
         from unirag.retrieval.retriever import Retriever
-        from unirag.retrieval.selection import Selection
 
         self.selection = Selection.of(selection)
         self.retriever = index if isinstance(index, Retriever) else Retriever(index, profile=profile)
@@ -198,15 +189,11 @@ class RagExamples(ExampleSelector):
 
     def source(self) -> dict[str, Any]:
         if self.run_path is not None:
-            from unirag.retrieval.run_io import read_run_manifest
-
             out = {"mode": self.mode, "k": self.k, "retrieval": str(self.run_path)}
             selection = (read_run_manifest(self.run_path) or {}).get("selection")
             if selection is not None:  # the run file's own manifest (runs written before it have none)
                 out["selection"] = selection
             return out
-        from unirag.profiles import SETTINGS
-
         out = {"mode": self.mode, "k": self.k, "index": str(Path(self.retriever.index.path)),
                "selection": self.selection.to_dict()}
         if self.modality != "any":  # only when searched by task, so earlier runs still resume
@@ -217,16 +204,6 @@ class RagExamples(ExampleSelector):
         if changed:  # only when not the default, so runs made before these settings existed still resume
             out["pairing"] = changed
         return out
-
-    def _lookup_pool(self) -> dict[str, Candidate] | None:
-        if self.pool_path is None:
-            return None
-        with self._pool_lock:
-            if self._pool is None:
-                from unirag.data.mbeir import load_pool
-
-                self._pool = load_pool(self.pool_path)
-            return self._pool
 
     def _top(self, query: Query, field: str) -> tuple[Pair | None, Candidate | None, Candidate | None]:
         """Where the top retrieved candidate's ``field`` ("txt" or "img_path") is, as the official top-1
@@ -242,7 +219,10 @@ class RagExamples(ExampleSelector):
         for p in result.pairs:
             if top in (p.text_did, p.image_did) and getattr(p, field):
                 return p, None, None
-        pool = self._lookup_pool()
+        with self._pool_lock:  # the pool, read once (None: no --pool)
+            if self._pool is None and self.pool_path is not None:
+                self._pool = load_pool(self.pool_path)
+        pool = self._pool
         cand = pool.get(top) if pool is not None else None
         if cand is None or getattr(cand, field):
             return None, cand, cand
@@ -289,8 +269,6 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool_path
     examples add to the query, ``text`` (captioning) or ``image`` (image generation): the modality an index
     is searched with under ``rag_modality = task``.
     """
-    from unirag.retrieval.selection import Selection
-
     selection = Selection.of(selection)
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
@@ -303,8 +281,6 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool_path
     if mode == "random":
         if pool_path is None:
             raise ConfigError("random few-shot needs --pool (to look up the other queries' gold captions)")
-        from unirag.data.mbeir import load_pool
-
         return RandomGold(k, queries, load_pool(pool_path), seed, str(pool_path))
     if (retrieval is None) == (index is None):
         raise ConfigError("rag mode needs exactly one of --retrieval RUN.jsonl or --index INDEX_DIR")
@@ -313,8 +289,6 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool_path
             raise ConfigError("example selection options apply when retrieving: pass them to `unirag retrieve` "
                               "(the run file holds the examples it chose) or use --index")
         return RagExamples(k, run_path=retrieval, pool_path=pool_path)
-    from unirag.profiles import resolve
-
     modality = supplies if resolve(profile)["rag_modality"] == "task" else "any"
     return RagExamples(k, index=index, query_images_root=query_images_root, modality=modality, pool_path=pool_path,
                        profile=profile, selection=selection)

@@ -9,6 +9,7 @@ cell and skips finished ones. The grid file's format and how it becomes cells:
 from __future__ import annotations
 
 import functools
+from contextlib import nullcontext
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,15 @@ from typing import Any
 from unirag.errors import UniragError
 from unirag.generators.registry import GENERATOR_OPTIONS
 from unirag.pipelines.experiment_grid import (
+    ENGINE_OPTION,
     Cell,
     GridOverrides,
     load_experiment,
 )
+from unirag.retrieval.selection import Selection
+from unirag.runs.atomic import atomic_write_json
+from unirag.runs.engine import WorkerPool, engine_options, with_decode_default
+from unirag.runs.rundir import read_run_manifest
 
 
 def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int | None = None,
@@ -28,19 +34,36 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     settings (:class:`unirag.Selection`) laid over the cell's own ``selection:`` option, for the
     cells that retrieve from an index; ``engine`` as for a single run (a
     :class:`~unirag.runs.engine.WorkerPool` lets cells with the same model share its workers)."""
-    from unirag.runs.atomic import atomic_write_json
-    from unirag.runs.engine import with_decode_default
-
     out = Path(out_root) / cell.name
     opts = dict(cell.options)
-    engine = with_decode_default(engine, opts.pop("decode_workers", None))  # the cell's own, unless given
+    engine = with_decode_default(engine, opts.pop(ENGINE_OPTION, None))  # the cell's own, unless given
     if limit is not None:
         opts["limit"] = limit
     if cell.paper or cell.row:
         atomic_write_json(out / "paper.json", {"source": cell.source, "row": cell.row, "cell": cell.name,
                                                "paper": dict(cell.paper)})  # for `unirag report`'s paper columns
-    if cell.task == "cir":
-        return _run_cir_cell(cell, out, opts, progress, engine)
+    if cell.task == "cir":  # run_cir's metrics of one stage (default: X^R's final xr, else the last one run);
+        # for several annotation files (FashionIQ) their average, the way the benchmark is reported
+        from unirag.cir.api import run_cir
+        from unirag.cir.pipeline import STAGE_NAMES
+
+        metrics = run_cir(images_root=cell.sources.get("images_root"), out_dir=out, limit=opts.get("limit"),
+                          concurrency=opts.get("concurrency"), progress=progress, profile=cell.settings,
+                          echo=lambda s: None, engine=engine, official_prompts=opts.get("official_prompts"),
+                          **{k: v for k, v in cell.cir.items()
+                             if v is not None and k not in ("name", "stage") and (v or k != "stages")})
+        source, final = metrics.get("average") if "datasets" in metrics else metrics, {}
+        stage = cell.cir.get("stage")
+        for name in [stage] if stage else reversed(list(STAGE_NAMES.values())):
+            if isinstance(source, dict) and isinstance(source.get(name), dict):
+                final = dict(source[name])
+                if "datasets" in metrics:
+                    final.setdefault("n_queries", sum(int((m.get(name) or {}).get("n_queries") or 0)
+                                                      for m in metrics["datasets"].values()))
+                break
+        n = int(final.get("n_queries") or 0)  # counts as caption cells report them, plus the metrics
+        return {"queries": n, "ok": n, "error": 0, "metrics": {k: v for k, v in final.items()
+                                                               if isinstance(v, int | float)}}
     opts["selection"] = _cell_selection(cell, opts.get("selection"), selection)
     sources = {k: cell.sources.get(k) for k in ("images_root", "pool_images_root", "retrieval", "index", "pool")}
     common = dict(queries=cell.sources["queries"], generator=cell.generator, out=out, mode=cell.mode, k=cell.k,
@@ -63,45 +86,9 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
         or result
 
 
-def _run_cir_cell(cell: Cell, out: Path, opts: dict[str, Any], progress: bool, engine: Any) -> dict[str, Any]:
-    """Delegate to :func:`unirag.cir.api.run_cir`; counts as caption cells report them, plus the metrics."""
-    from unirag.cir.api import run_cir
-
-    kwargs = {k: v for k, v in cell.cir.items()
-              if v is not None and k not in ("name", "stage") and (v or k != "stages")}
-    metrics = run_cir(images_root=cell.sources.get("images_root"), out_dir=out, limit=opts.get("limit"),
-                      concurrency=opts.get("concurrency"), progress=progress, profile=cell.settings,
-                      echo=lambda s: None, engine=engine, official_prompts=opts.get("official_prompts"), **kwargs)
-    final = cir_stage_metrics(metrics, cell.cir.get("stage"))
-    n = int(final.get("n_queries") or 0) if final else 0
-    return {"queries": n, "ok": n, "error": 0, "metrics": {k: v for k, v in (final or {}).items()
-                                                           if isinstance(v, int | float)}}
-
-
-def cir_stage_metrics(metrics: dict[str, Any], stage: str | None = None) -> dict[str, Any] | None:
-    """The metrics of one stage (default: X^R's final ``xr``, else the last one run) of a run_cir result;
-    for several annotation files (FashionIQ), their average, the way the benchmark is reported."""
-    from unirag.cir.pipeline import STAGE_NAMES
-
-    source = metrics.get("average") if "datasets" in metrics else metrics
-    if not isinstance(source, dict):
-        return None
-    order = [stage] if stage else [s for s in reversed(list(STAGE_NAMES.values()))]
-    for name in order:
-        if isinstance(source.get(name), dict):
-            out = dict(source[name])
-            if "datasets" in metrics:
-                out.setdefault("n_queries", sum(int((m.get(name) or {}).get("n_queries") or 0)
-                                                for m in metrics["datasets"].values()))
-            return out
-    return None
-
-
 def _cell_selection(cell: Cell, own: Any, given: Any):
     """The cell's Selection: its ``selection:`` option, with the fields of ``given`` that differ from
     the defaults laid over it when the cell retrieves from an index (run-file cells chose theirs)."""
-    from unirag.retrieval.selection import Selection
-
     base = Selection.of(own)
     if given is None or cell.mode != "rag" or cell.sources.get("index") is None:
         return base
@@ -116,8 +103,6 @@ def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOve
                 ) -> list[tuple[str, str]]:
     """Each selected cell's name and state ("not started", or its run status and ok/queries count),
     read from the cells' run manifests; runs nothing (``unirag run --list``)."""
-    from unirag.runs.rundir import read_run_manifest
-
     spec, cells = load_experiment(path, overrides, only)
     states = []
     for cell in cells:
@@ -128,12 +113,6 @@ def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOve
             state = f"{m.get('status')} ({c.get('ok', 0)}/{c.get('queries', '?')} ok)"
         states.append((cell.name, state))
     return states
-
-
-def _model_key(cell: Cell) -> tuple:
-    """Cells with equal keys use the same loaded model (same task kind, spec and generator options)."""
-    opts = sorted((k, str(v)) for k, v in cell.options.items() if k in GENERATOR_OPTIONS)
-    return (cell.task, cell.generator, tuple(opts))
 
 
 def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool = True, limit: int | None = None,
@@ -148,18 +127,14 @@ def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool 
     ``engine="ray"`` (or :class:`~unirag.runs.engine.EngineOptions`): local-model cells run on Ray
     workers of one pool for the whole grid, cells grouped by model so that each worker loads each
     model once for all the cells that use it (API cells run here, as always)."""
-    from contextlib import nullcontext
-
-    from unirag.runs.atomic import atomic_write_json
-    from unirag.runs.engine import WorkerPool, engine_options
-
     spec, cells = load_experiment(path, overrides, only)
     options = engine_options(engine)
     if options.ray and not isinstance(engine, WorkerPool):
-        first = {}
-        for c in cells:
-            first.setdefault(_model_key(c), len(first))
-        cells = sorted(cells, key=lambda c: first[_model_key(c)])  # stable: the file's order within a model
+        groups: dict[tuple, list[Cell]] = {}
+        for c in cells:  # cells with equal keys use the same loaded model (task kind, spec, generator options)
+            opts = sorted((k, str(v)) for k, v in c.options.items() if k in GENERATOR_OPTIONS)
+            groups.setdefault((c.task, c.generator, tuple(opts)), []).append(c)
+        cells = [c for group in groups.values() for c in group]  # the file's order within a model
         context = WorkerPool(options)
     else:
         context = nullcontext(engine)
@@ -171,25 +146,18 @@ def run_experiment(path: str | Path, only: tuple[str, ...] = (), progress: bool 
                 counts = run_cell(cell, spec["out"], progress=progress, limit=limit, selection=selection,
                                   engine=engine)
                 results.append({"cell": cell.name, "status": "ok", "counts": counts})
-                submit = cell.task == "cir" and not (counts.get("metrics") or {}).get("n_queries")
-                for line in compare_lines(cell.paper, counts.get("metrics") or {}, submit=submit):
-                    echo(f"  {line}")
+                # every paper figure that was measured, beside the measured one; a cir cell on a test split
+                # (its figures come from the benchmark's evaluation server): where to submit it
+                measured = counts.get("metrics") or {}
+                for name, figure in cell.paper.items():
+                    value = measured.get(name)
+                    if isinstance(value, int | float):
+                        echo(f"  {name}: {value:.2f} (paper {figure:.2f}, Δ {value - figure:+.2f})")
+                    elif cell.task == "cir" and not measured.get("n_queries"):
+                        echo(f"  {name}: submit (paper {figure:.2f}; upload the cell's submission files to the "
+                             "benchmark's evaluation server)")
             except UniragError as e:
                 echo(f"  failed: {e}")
                 results.append({"cell": cell.name, "status": "failed", "error": str(e)})
             atomic_write_json(Path(spec["out"]) / "experiment.json", {"experiment": spec["path"], "cells": results})
     return results
-
-
-def compare_lines(paper: dict[str, float], measured: dict[str, Any], submit: bool = False) -> list[str]:
-    """``metric: measured (paper P, Δ D)`` for every paper figure that was measured; with ``submit`` (a
-    test split, whose figures come from the benchmark's evaluation server) ``metric: submit (paper P)``."""
-    out = []
-    for name, figure in paper.items():
-        value = measured.get(name)
-        if isinstance(value, int | float):
-            out.append(f"{name}: {value:.2f} (paper {figure:.2f}, Δ {value - figure:+.2f})")
-        elif submit:
-            out.append(f"{name}: submit (paper {figure:.2f}; upload the cell's submission files to the "
-                       "benchmark's evaluation server)")
-    return out

@@ -38,11 +38,17 @@ from typing import Any
 from unirag.data.text import read_yaml_mapping
 from unirag.errors import ConfigError, InputError, UniragError
 from unirag.generators.registry import GENERATOR_OPTIONS
+from unirag.profiles import resolve as resolve_settings
+from unirag.profiles import split_settings
+from unirag.retrieval.selection import selection_from_settings
 
 TASKS = ("caption", "image", "cir")
-RUN_OPTION_KEYS = {"concurrency", "seed", "max_tokens", "temperature", "max_attempts", "templates_dir", "prices",
-                   "save_prompts", "limit", "official_prompts", "lavit_code", "offload", "selection",
-                   "decode_workers"}
+#: The option that sets a cell's engine default (its decode workers, unless ``unirag run`` gives them).
+ENGINE_OPTION = "decode_workers"
+#: The run options a ``task: cir`` cell keeps from the grid's ``options`` (its cir parameters: CIR_OPTION_KEYS).
+CIR_RUN_KEYS = {"concurrency", "limit", ENGINE_OPTION, "official_prompts"}
+RUN_OPTION_KEYS = CIR_RUN_KEYS | {"seed", "max_tokens", "temperature", "max_attempts", "templates_dir", "prices",
+                                  "save_prompts", "lavit_code", "offload", "selection"}
 #: What a ``task: cir`` cell takes (passed to :func:`unirag.cir.api.run_cir`).
 CIR_KEYS = {"dataset", "annotations", "split_file", "agents", "encoder", "k_prime", "lam", "k", "stages",
             "exclude_reference", "stage", "name"}
@@ -77,94 +83,8 @@ class GridOverrides:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class Grid:
-    """A grid file as read: the YAML mapping, where its relative paths start, the top-level sources,
-    retrievers and options, and its entries (grid rows and cells, one generator each, ``_where``
-    naming the place in the file for error messages)."""
-
-    spec: dict[str, Any]
-    path: Path
-    base: Path
-    overrides: GridOverrides
-    top: dict[str, Any]
-    retrievers: dict[str, Any]
-    #: the grid's options with ``unirag run --option`` over them; ``forced``: the latter alone (they win
-    #: over every cell's own)
-    options: dict[str, Any]
-    forced: dict[str, Any]
-    entries: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def default_task(self) -> str:
-        return self.spec.get("task", "caption")
-
-    def resolve(self, key: str, value: Any) -> Any:
-        """A value as the grid means it: a path key's relative path starts at the file's folder (or
-        ``--data-root``)."""
-        if key in PATH_KEYS and isinstance(value, list | tuple):
-            return [self.resolve(key, v) for v in value]
-        if key in PATH_KEYS and value is not None:
-            p = Path(str(value)).expanduser()
-            return str(p if p.is_absolute() else self.base / p)
-        return value
-
-
 def _as_list(v: Any) -> list:
     return list(v) if isinstance(v, list | tuple) else [v]
-
-
-def read_grid(path: str | Path, overrides: GridOverrides | None = None) -> Grid:
-    """Read and check a grid file's top level and collect its entries. Errors name the file and key."""
-    over = overrides or GridOverrides()
-    path = Path(path)
-    spec = read_yaml_mapping(path, "experiment file")
-    unknown = set(spec) - _TOP_KEYS
-    if unknown:
-        raise InputError(f"unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(_TOP_KEYS))}",
-                         path=path)
-    base = Path(over.data_root).resolve() if over.data_root is not None else path.resolve().parent
-    grid = Grid(spec, path, base, over, {}, {}, {}, {})
-    needs_queries = grid.default_task != "cir" or any(
-        isinstance(e, dict) and e.get("task", grid.default_task) != "cir"
-        for e in [*(spec.get("grid") or []), *(spec.get("cells") or [])])
-    for key in ("out", "queries") if needs_queries else ("out",):
-        if not spec.get(key):
-            raise InputError("missing required key", path=path, field=key)
-    grid.top = {k: grid.resolve(k, spec.get(k)) for k in ("out", "queries", "images_root", "pool", "pool_images_root")}
-    if over.out is not None:
-        grid.top["out"] = str(Path(over.out).resolve())
-    grid.retrievers = spec.get("retrievers") or {}
-    if not isinstance(grid.retrievers, dict):
-        raise InputError("expected a mapping name -> {retrieval: RUN} or {index: DIR}", path=path, field="retrievers")
-    for name, src in grid.retrievers.items():
-        if not isinstance(src, dict) or len(set(src) & {"retrieval", "index"}) != 1:
-            raise InputError("each retriever needs exactly one of 'retrieval' or 'index'", path=path,
-                             field=f"retrievers.{name}")
-    grid.options = {k: grid.resolve(k, v) for k, v in {**(spec.get("options") or {}), **over.options}.items()}
-    grid.forced = {k: grid.resolve(k, v) for k, v in over.options.items()}
-    _check_option_keys(grid.options, path, "options")
-    grid.entries = _entries(grid)
-    return grid
-
-
-def _entries(grid: Grid) -> list[dict[str, Any]]:
-    """The grid rows (one per generator) and the explicit cells, ``generator`` replaced as asked."""
-    spec, path, swap = grid.spec, grid.path, grid.overrides.generators
-    entries: list[dict[str, Any]] = []
-    for part in ("grid", "cells"):
-        for i, entry in enumerate(spec.get(part) or []):
-            if part == "cells" and isinstance(entry, dict) and entry.get("task", grid.default_task) == "cir":
-                entry = {**entry, "generator": entry.get("generator", "xr" if entry.get("agents") else "baseline"),
-                         "mode": "cir"}
-            if not isinstance(entry, dict) or (part == "cells" and "generator" not in entry):
-                raise InputError("grid entries must be mappings" if part == "grid" else "cells need a generator",
-                                 path=path, field=f"{part}[{i}]")
-            for gen in _as_list(entry.get("generator", spec.get("generators") or [])):
-                entries.append({**entry, "generator": swap.get(str(gen), gen), "_where": f"{part}[{i}]"})
-    if not entries:
-        raise InputError("no cells: give 'generators' and 'grid', or 'cells'", path=path)
-    return entries
 
 
 def _check_option_keys(opts: dict[str, Any], path: Path, where: str) -> None:
@@ -201,116 +121,151 @@ def _slug(text: str) -> str:
 
 def load_experiment(path: str | Path, overrides: GridOverrides | None = None, only: tuple[str, ...] = ()
                     ) -> tuple[dict[str, Any], list[Cell]]:
-    """Parse and expand a grid file; only the cells whose name matches a glob of ``only`` (all when
-    empty). Errors name the file and the offending key."""
-    grid = read_grid(path, overrides)
+    """Read and check a grid file and expand it into cells; only the cells whose name matches a glob of
+    ``only`` (all when empty). Errors name the file and the offending key."""
+    over = overrides or GridOverrides()
+    path = Path(path)
+    spec = read_yaml_mapping(path, "experiment file")
+    unknown = set(spec) - _TOP_KEYS
+    if unknown:
+        raise InputError(f"unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(_TOP_KEYS))}",
+                         path=path)
+    base = Path(over.data_root).resolve() if over.data_root is not None else path.resolve().parent
+    default_task = spec.get("task", "caption")
+
+    def resolve(key: str, value: Any) -> Any:
+        """A value as the grid means it: a path key's relative path starts at the file's folder (or
+        ``--data-root``)."""
+        if key in PATH_KEYS and isinstance(value, list | tuple):
+            return [resolve(key, v) for v in value]
+        if key in PATH_KEYS and value is not None:
+            p = Path(str(value)).expanduser()
+            return str(p if p.is_absolute() else base / p)
+        return value
+
+    needs_queries = default_task != "cir" or any(
+        isinstance(e, dict) and e.get("task", default_task) != "cir"
+        for e in [*(spec.get("grid") or []), *(spec.get("cells") or [])])
+    for key in ("out", "queries") if needs_queries else ("out",):
+        if not spec.get(key):
+            raise InputError("missing required key", path=path, field=key)
+    top = {k: resolve(k, spec.get(k)) for k in ("out", "queries", "images_root", "pool", "pool_images_root")}
+    if over.out is not None:
+        top["out"] = str(Path(over.out).resolve())
+    retrievers = spec.get("retrievers") or {}
+    if not isinstance(retrievers, dict):
+        raise InputError("expected a mapping name -> {retrieval: RUN} or {index: DIR}", path=path, field="retrievers")
+    for name, src in retrievers.items():
+        if not isinstance(src, dict) or len(set(src) & {"retrieval", "index"}) != 1:
+            raise InputError("each retriever needs exactly one of 'retrieval' or 'index'", path=path,
+                             field=f"retrievers.{name}")
+    # the grid's options with `unirag run --option` over them; forced: the latter alone (they win over every
+    # cell's own)
+    options = {k: resolve(k, v) for k, v in {**(spec.get("options") or {}), **over.options}.items()}
+    forced = {k: resolve(k, v) for k, v in over.options.items()}
+    _check_option_keys(options, path, "options")
+    entries: list[tuple[str, dict[str, Any]]] = []  # the grid rows (one per generator) and the cells
+    for part in ("grid", "cells"):
+        for i, entry in enumerate(spec.get(part) or []):
+            if part == "cells" and isinstance(entry, dict) and entry.get("task", default_task) == "cir":
+                entry = {**entry, "generator": entry.get("generator", "xr" if entry.get("agents") else "baseline"),
+                         "mode": "cir"}
+            if not isinstance(entry, dict) or (part == "cells" and "generator" not in entry):
+                raise InputError("grid entries must be mappings" if part == "grid" else "cells need a generator",
+                                 path=path, field=f"{part}[{i}]")
+            for gen in _as_list(entry.get("generator", spec.get("generators") or [])):  # replaced as asked
+                entries.append((f"{part}[{i}]", {**entry, "generator": over.generators.get(str(gen), gen)}))
+    if not entries:
+        raise InputError("no cells: give 'generators' and 'grid', or 'cells'", path=path)
+
+    def entry_cells(where: str, entry: dict[str, Any]) -> list[Cell]:
+        """One entry's cells: one per k and retriever (a cir entry: one)."""
+        task = entry.get("task", default_task)
+        if task not in TASKS:
+            raise InputError(f"unknown task {task!r}; expected {' or '.join(TASKS)}", path=path, field=where)
+        mode = entry.get("mode")
+        if mode is None:
+            raise InputError("missing 'mode'", path=path, field=where)
+        paper = entry.get("paper") or {}
+        if not isinstance(paper, dict) or not all(isinstance(v, int | float) for v in paper.values()):
+            raise InputError("expected a mapping metric -> the paper's figure", path=path, field=f"{where}.paper")
+        # The cell's settings: `unirag run` options > the entry's > the grid's (profile and settings), and the
+        # cell's selection option with the example-selection names among them (as --set takes them) laid over it.
+        for part, name in ((spec, "settings"), (entry, f"{where}.settings")):
+            if part.get("settings") is not None and not isinstance(part["settings"], dict):
+                raise InputError("expected a mapping setting -> value", path=path, field=name)
+        given = {**(spec.get("settings") or {}), **(entry.get("settings") or {}), **over.settings}
+        try:
+            named, chosen = split_settings(given, selection=task != "cir")
+            settings = resolve_settings(over.profile or entry.get("profile") or spec.get("profile") or "default",
+                                        **named)
+            own = entry.get("selection", options.get("selection"))
+            selection = selection_from_settings(chosen, own).to_dict() if chosen else None
+        except UniragError as e:
+            raise InputError(str(e), path=path, field=f"{where}.settings") from None
+        meta = {"settings": settings, "paper": {str(k): float(v) for k, v in paper.items()},
+                "row": entry.get("row"), "source": spec.get("source")}
+        if task == "cir":  # one run_cir call on a benchmark's annotation files
+            bad = set(entry) - CIR_KEYS - CELL_META_KEYS - {"generator", "mode", "task", "images_root", "concurrency",
+                                                            "official_prompts"}
+            if bad:
+                raise InputError(f"unknown key(s) {', '.join(sorted(bad))} for a cir cell; allowed: "
+                                 f"{', '.join(sorted(CIR_KEYS | CELL_META_KEYS | {'images_root', 'concurrency'}))}",
+                                 path=path, field=where)
+            for key in ("dataset", "annotations"):
+                if not entry.get(key):
+                    raise InputError(f"cir cells need '{key}'", path=path, field=where)
+            cir = {k: resolve(k, v) for k, v in entry.items() if k in CIR_KEYS}
+            grid_wide = {k: v for k, v in options.items() if k in CIR_OPTION_KEYS}
+            cir = {**grid_wide, **cir, **{k: v for k, v in forced.items() if k in CIR_OPTION_KEYS}}
+            cir["annotations"] = _as_list(cir["annotations"])
+            images_root = resolve("images_root", entry.get("images_root")) or top["images_root"]
+            label = _slug(str(entry.get("name") or entry["generator"]))
+            cell_options = {k: v for k, v in options.items() if k in CIR_RUN_KEYS}
+            if "concurrency" in entry:
+                cell_options["concurrency"] = entry["concurrency"]
+            if entry.get("official_prompts"):  # the official X^R checkout, read under xr_prompts=official
+                cell_options["official_prompts"] = resolve("official_prompts", entry["official_prompts"])
+            return [Cell(name=f"cir/{_slug(str(entry['dataset']))}/{label}", task="cir",
+                         generator=str(entry["generator"]), mode="cir", k=int(entry.get("k") or 50), retriever=None,
+                         sources={"images_root": images_root, "annotations": cir["annotations"],
+                                  "split_file": cir.get("split_file"), "agents": cir.get("agents")},
+                         options=cell_options, cir=cir, **meta)]
+        cell_opts = {k: resolve(k, v) for k, v in entry.items()
+                     if k not in {"generator", "mode", "k", "retriever", "task"} | SOURCE_KEYS | CELL_META_KEYS}
+        own_sources = {k: resolve(k, v) for k, v in entry.items() if k in SOURCE_KEYS}
+        _check_option_keys(cell_opts, path, where)
+        if selection is not None:
+            cell_opts["selection"] = selection
+        cells = []
+        for k, retriever in itertools.product(_as_list(entry.get("k", 0 if mode == "zero-shot" else 1)),
+                                              _as_list(entry.get("retriever"))):
+            sources = {**{s: top[s] for s in ("queries", "images_root", "pool", "pool_images_root")}, **own_sources}
+            if mode == "rag":
+                if retriever not in retrievers:
+                    raise InputError(f"rag cells need a retriever named in 'retrievers' (got {retriever!r})",
+                                     path=path, field=where)
+                sources.update({k2: resolve(k2, v) for k2, v in retrievers[retriever].items()})
+            elif retriever is not None:
+                raise InputError(f"only rag cells take a retriever (mode {mode})", path=path, field=where)
+            name = "" if task == "caption" else f"{task}/"
+            name += f"{_slug(str(entry['generator']))}/{mode}-k{k}" + (f"-{_slug(retriever)}" if retriever else "")
+            cells.append(Cell(name=name, task=task, generator=str(entry["generator"]), mode=mode, k=int(k),
+                              retriever=retriever, sources=sources,
+                              options={**options, **cell_opts, **forced}, **meta))
+        return cells
+
     cells: list[Cell] = []
     seen: set[str] = set()
-    for entry in grid.entries:
-        for cell in _entry_cells(grid, dict(entry)):
+    for where, entry in entries:
+        for cell in entry_cells(where, entry):
             if cell.name in seen:
                 if cell.task == "cir":
-                    raise InputError(f"two cir cells named {cell.name!r}; give each a 'name'", path=grid.path,
-                                     field=entry["_where"])
+                    raise InputError(f"two cir cells named {cell.name!r}; give each a 'name'", path=path, field=where)
                 continue
             seen.add(cell.name)
             cells.append(cell)
     chosen = [c for c in cells if not only or any(fnmatch.fnmatch(c.name, p) for p in only)]
     if only and not chosen:
         raise ConfigError(f"no cell matches {', '.join(only)}; cells: {', '.join(c.name for c in cells)}")
-    return {**grid.spec, **grid.top, "path": str(grid.path)}, chosen
-
-
-def _settings_of(grid: Grid, entry: dict[str, Any], where: str) -> tuple[Any, dict[str, Any] | None]:
-    """The cell's settings: ``unirag run`` options > the entry's > the grid's (profile and settings),
-    and the cell's selection option with the example-selection names among them (as ``--set`` takes
-    them) laid over it (None: none given)."""
-    from unirag.profiles import resolve, split_settings
-    from unirag.retrieval.selection import selection_from_settings
-
-    spec, over, path = grid.spec, grid.overrides, grid.path
-    for part, name in ((spec, "settings"), (entry, f"{where}.settings")):
-        if part.get("settings") is not None and not isinstance(part["settings"], dict):
-            raise InputError("expected a mapping setting -> value", path=path, field=name)
-    given = {**(spec.get("settings") or {}), **(entry.get("settings") or {}), **over.settings}
-    try:
-        overrides, chosen = split_settings(given, selection=entry.get("task", grid.default_task) != "cir")
-        settings = resolve(over.profile or entry.get("profile") or spec.get("profile") or "default", **overrides)
-        base = entry.get("selection", grid.options.get("selection"))
-        return settings, selection_from_settings(chosen, base).to_dict() if chosen else None
-    except UniragError as e:
-        raise InputError(str(e), path=path, field=f"{where}.settings") from None
-
-
-def _entry_cells(grid: Grid, entry: dict[str, Any]) -> list[Cell]:
-    """One entry's cells: one per k and retriever (a cir entry: one)."""
-    path, resolve = grid.path, grid.resolve
-    where = entry.pop("_where")
-    task = entry.get("task", grid.default_task)
-    if task not in TASKS:
-        raise InputError(f"unknown task {task!r}; expected {' or '.join(TASKS)}", path=path, field=where)
-    mode = entry.get("mode")
-    if mode is None:
-        raise InputError("missing 'mode'", path=path, field=where)
-    paper = entry.get("paper") or {}
-    if not isinstance(paper, dict) or not all(isinstance(v, int | float) for v in paper.values()):
-        raise InputError("expected a mapping metric -> the paper's figure", path=path, field=f"{where}.paper")
-    settings, selection = _settings_of(grid, entry, where)
-    meta = {"settings": settings, "paper": {str(k): float(v) for k, v in paper.items()},
-            "row": entry.get("row"), "source": grid.spec.get("source")}
-    if task == "cir":
-        return [_cir_cell(grid, entry, where, meta)]
-    cell_opts = {k: resolve(k, v) for k, v in entry.items()
-                 if k not in {"generator", "mode", "k", "retriever", "task"} | SOURCE_KEYS | CELL_META_KEYS}
-    overrides = {k: resolve(k, v) for k, v in entry.items() if k in SOURCE_KEYS}
-    _check_option_keys(cell_opts, path, where)
-    if selection is not None:
-        cell_opts["selection"] = selection
-    cells = []
-    for k, retriever in itertools.product(_as_list(entry.get("k", 0 if mode == "zero-shot" else 1)),
-                                          _as_list(entry.get("retriever"))):
-        sources = {**{s: grid.top[s] for s in ("queries", "images_root", "pool", "pool_images_root")}, **overrides}
-        if mode == "rag":
-            if retriever not in grid.retrievers:
-                raise InputError(f"rag cells need a retriever named in 'retrievers' (got {retriever!r})",
-                                 path=path, field=where)
-            sources.update({k2: resolve(k2, v) for k2, v in grid.retrievers[retriever].items()})
-        elif retriever is not None:
-            raise InputError(f"only rag cells take a retriever (mode {mode})", path=path, field=where)
-        name = "" if task == "caption" else f"{task}/"
-        name += f"{_slug(str(entry['generator']))}/{mode}-k{k}" + (f"-{_slug(retriever)}" if retriever else "")
-        cells.append(Cell(name=name, task=task, generator=str(entry["generator"]), mode=mode, k=int(k),
-                          retriever=retriever, sources=sources,
-                          options={**grid.options, **cell_opts, **grid.forced}, **meta))
-    return cells
-
-
-def _cir_cell(grid: Grid, entry: dict[str, Any], where: str, meta: dict[str, Any]) -> Cell:
-    """A ``task: cir`` cell: one :func:`unirag.cir.api.run_cir` call on a benchmark's annotation files."""
-    path, resolve, options = grid.path, grid.resolve, grid.options
-    bad = set(entry) - CIR_KEYS - CELL_META_KEYS - {"generator", "mode", "task", "images_root", "concurrency",
-                                                    "official_prompts"}
-    if bad:
-        raise InputError(f"unknown key(s) {', '.join(sorted(bad))} for a cir cell; allowed: "
-                         f"{', '.join(sorted(CIR_KEYS | CELL_META_KEYS | {'images_root', 'concurrency'}))}",
-                         path=path, field=where)
-    for key in ("dataset", "annotations"):
-        if not entry.get(key):
-            raise InputError(f"cir cells need '{key}'", path=path, field=where)
-    cir = {k: resolve(k, v) for k, v in entry.items() if k in CIR_KEYS}
-    grid_wide = {k: v for k, v in options.items() if k in CIR_OPTION_KEYS}
-    cir = {**grid_wide, **cir, **{k: v for k, v in grid.forced.items() if k in CIR_OPTION_KEYS}}
-    cir["annotations"] = _as_list(cir["annotations"])
-    images_root = resolve("images_root", entry.get("images_root")) or grid.top["images_root"]
-    label = _slug(str(entry.get("name") or entry["generator"]))
-    cell_options = {k: v for k, v in options.items()
-                    if k in {"concurrency", "limit", "decode_workers", "official_prompts"}}
-    if "concurrency" in entry:
-        cell_options["concurrency"] = entry["concurrency"]
-    if entry.get("official_prompts"):  # the official X^R checkout, read under xr_prompts=official
-        cell_options["official_prompts"] = resolve("official_prompts", entry["official_prompts"])
-    return Cell(name=f"cir/{_slug(str(entry['dataset']))}/{label}", task="cir", generator=str(entry["generator"]),
-                mode="cir", k=int(entry.get("k") or 50), retriever=None,
-                sources={"images_root": images_root, "annotations": cir["annotations"],
-                         "split_file": cir.get("split_file"), "agents": cir.get("agents")},
-                options=cell_options, cir=cir, **meta)
+    return {**spec, **top, "path": str(path)}, chosen

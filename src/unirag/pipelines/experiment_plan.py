@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unirag.errors import UniragError
+from unirag.generators.openai_compat import OFFICIAL_HOST
 from unirag.pipelines.experiment_grid import Cell, GridOverrides, load_experiment
+from unirag.profiles import SETTINGS
 
 #: Generator prefixes whose calls need an API key, and the variables that can hold it.
 API_KEYS = {"openai": ("OPENAI_API_KEY",), "openai-image": ("OPENAI_API_KEY",),
@@ -45,30 +48,10 @@ def _checkpoint(plan: CellPlan, kind: str, name: str) -> None:
                                                            "not cached (downloaded on first use)"))
 
 
-def _keys_for(spec: str, options: dict[str, Any]) -> list[tuple[str, bool]]:
-    """(variable names, set?) of the API key a generator needs; none for an OpenAI-compatible server
-    at another base URL (``base_url`` option or ``OPENAI_BASE_URL``), which the client calls with a
-    placeholder key, as :class:`unirag.generators.openai_compat.OpenAIAPI` does."""
-    from unirag.generators.openai_compat import OFFICIAL_HOST
-
-    prefix = spec.split(":", 1)[0].strip()
-    names = API_KEYS.get(prefix)
-    if not names:
-        return []
-    if prefix.startswith("openai"):
-        base_url = options.get("base_url") or os.environ.get("OPENAI_BASE_URL")
-        if base_url and OFFICIAL_HOST not in str(base_url):
-            return []
-    if options.get("api_key_env"):
-        names = (str(options["api_key_env"]),)
-    return [(" or ".join(names), any(os.environ.get(n) for n in names))]
-
-
 def _agents(agents: str | None) -> Any:
     """The X^R agents YAML as :func:`unirag.cir.config.load_config` reads it (no roles when it is absent
     or unreadable: its line says MISSING, or the run itself reports the error)."""
     from unirag.cir.config import load_config
-    from unirag.errors import UniragError
 
     try:
         return load_config(agents if agents and Path(agents).is_file() else None)
@@ -88,30 +71,10 @@ def _uses(task: str, name: str) -> bool:
     return name in ("temperature", "caption_prompts", "caption_lowercase", "pair_completion", "example_pairs")
 
 
-def _settings_line(settings: Any, task: str) -> str:
-    """The profile and the settings this kind of cell uses that differ from the default profile."""
-    from unirag.profiles import SETTINGS
-
-    if settings is None:
-        return "profile: default"
-    changed = [f"{n}={settings[n]!s}" for n in sorted(settings)
-               if n in SETTINGS and _uses(task, n) and settings[n] != SETTINGS[n].default]
-    line = f"profile: {settings.profile}"
-    if changed:
-        line += " (" + ", ".join(changed) + ")"
-    if settings.overrides:
-        line += "; set here: " + ", ".join(settings.overrides)
-    bugs = [b for b in settings.official_bugs() if _uses(task, b)]
-    if bugs:
-        line += "; reproduces official bugs: " + ", ".join(bugs)
-    return line
-
-
 def plan_cell(cell: Cell) -> CellPlan:
     plan = CellPlan(cell)
     add, miss = plan.lines.append, plan.missing.append
-    title = f"{cell.name}" + (f"  [paper row {cell.row}]" if cell.row else "")
-    add(title)
+    add(f"{cell.name}" + (f"  [paper row {cell.row}]" if cell.row else ""))
     if cell.task == "cir":
         c = cell.cir
         add(f"  task: cir  dataset: {c.get('dataset')}  agents: {c.get('agents') or 'none (embedding baseline)'}"
@@ -121,23 +84,45 @@ def plan_cell(cell: Cell) -> CellPlan:
         retriever = f"{cell.retriever} ({cell.sources.get('retrieval') or cell.sources.get('index')})" \
             if cell.retriever else "-"
         add(f"  task: {cell.task}  generator: {cell.generator}  mode: {cell.mode}  k: {cell.k}  retriever: {retriever}")
-    add("  " + _settings_line(cell.settings, cell.task))
-    files = [(k, v) for k, v in cell.sources.items() if v and k != "agents"]
+    # the profile and the settings this kind of cell uses that differ from the default profile
+    settings, task = cell.settings, cell.task
+    changed = [f"{n}={settings[n]!s}" for n in sorted(settings)
+               if n in SETTINGS and _uses(task, n) and settings[n] != SETTINGS[n].default]
+    line = f"  profile: {settings.profile}"
+    if changed:
+        line += " (" + ", ".join(changed) + ")"
+    if settings.overrides:
+        line += "; set here: " + ", ".join(settings.overrides)
+    bugs = [b for b in settings.official_bugs() if _uses(task, b)]
+    if bugs:
+        line += "; reproduces official bugs: " + ", ".join(bugs)
+    add(line)
     if cell.task != "cir" and cell.mode == "random" and not cell.sources.get("pool"):
         miss("pool (random examples need the pool file)")
-    for key in ("official_prompts", "lavit_code", "templates_dir", "prices"):
-        if cell.options.get(key):
-            files.append((key, cell.options[key]))
-    if cell.sources.get("agents"):
-        files.append(("agents", cell.sources["agents"]))
+    files = [(k, v) for k, v in cell.sources.items() if v and k != "agents"]
+    files += [(k, cell.options[k]) for k in ("official_prompts", "lavit_code", "templates_dir", "prices")
+              if cell.options.get(k)]
+    files += [("agents", cell.sources["agents"])] if cell.sources.get("agents") else []
     for key, value in files:
         for v in value if isinstance(value, list) else [value]:
             ok = Path(v).exists()
             add(f"  {key}: {v}: " + ("ok" if ok else "MISSING"))
             if not ok:
                 miss(f"{key} {v}")
-    if cell.task == "cir":
-        _official_checkout(cell, add, miss)
+    # Under xr_prompts=official X^R's agents read the official code's prompts from the user's checkout
+    # (official_prompts: the grid's options, --option official_prompts=DIR, or the agents YAML); the run
+    # stops without one, so the plan names it (the embedding baseline needs none).
+    if cell.task == "cir" and cell.sources.get("agents") and cell.settings["xr_prompts"] == "official":
+        checkout = cell.options.get("official_prompts") or _agents(cell.sources["agents"]).official_prompts
+        if not checkout:
+            add("  official_prompts: NOT SET (xr_prompts=official reads the official X^R prompts)")
+            miss("the official X^R checkout (01yzzyu/xr.github.io) for xr_prompts=official: official_prompts in the "
+                 "grid's options, --option official_prompts=DIR, or official_prompts: in the agents YAML")
+        elif "official_prompts" not in cell.options:  # the grid's option is checked with the other files
+            ok = Path(checkout).is_dir()
+            add(f"  official_prompts: {checkout}: " + ("ok" if ok else "MISSING"))
+            if not ok:
+                miss(f"official_prompts {checkout}")
     roles = _agents(cell.sources.get("agents")).roles if cell.task == "cir" else {}
     models = {rc.model: {**cell.options, **rc.options} for rc in reversed(roles.values())}  # a model's first role
     specs = [(cell.generator, cell.options)] if cell.task != "cir" else sorted(models.items())
@@ -145,38 +130,26 @@ def plan_cell(cell: Cell) -> CellPlan:
         prefix, _, name = spec.partition(":")
         if prefix in CHECKPOINT_PREFIXES and name:
             _checkpoint(plan, f"{prefix} checkpoint", name)
-        for names, present in _keys_for(spec, options):
-            add(f"  key {names}: " + ("set" if present else "NOT SET"))
-            if not present:
-                miss(f"environment variable {names} (for {spec})")
+        # the API key it needs; none for an OpenAI-compatible server at another base URL (base_url option
+        # or OPENAI_BASE_URL), which the client calls with a placeholder key, as OpenAIAPI does
+        names = API_KEYS.get(prefix.strip())
+        base_url = options.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+        if not names or (prefix.strip().startswith("openai") and base_url and OFFICIAL_HOST not in str(base_url)):
+            continue
+        if options.get("api_key_env"):
+            names = (str(options["api_key_env"]),)
+        present = any(os.environ.get(n) for n in names)
+        add(f"  key {' or '.join(names)}: " + ("set" if present else "NOT SET"))
+        if not present:
+            miss(f"environment variable {' or '.join(names)} (for {spec})")
     encoder = cell.cir.get("encoder") if cell.task == "cir" else None
     if encoder:
         prefix, _, name = str(encoder).partition(":")
-        target = name if prefix in ("hf", "uniir") else str(encoder)
-        if prefix == "uniir":
-            target = name.split(":", 1)[-1]
-        _checkpoint(plan, "encoder", target)
+        _checkpoint(plan, "encoder", name.split(":", 1)[-1] if prefix == "uniir" else name if prefix == "hf"
+                    else str(encoder))
     if cell.paper:
         add("  paper: " + ", ".join(f"{k} {v}" for k, v in cell.paper.items()))
     return plan
-
-
-def _official_checkout(cell: Cell, add, miss) -> None:
-    """Under ``xr_prompts=official`` X^R's agents read the official code's prompts from the user's
-    checkout (``official_prompts``: the grid's options, ``--option official_prompts=DIR``, or the agents
-    YAML); the run stops without one, so the plan names it (the embedding baseline needs none)."""
-    if not cell.sources.get("agents") or cell.settings is None or cell.settings["xr_prompts"] != "official":
-        return
-    checkout = cell.options.get("official_prompts") or _agents(cell.sources["agents"]).official_prompts
-    if not checkout:
-        add("  official_prompts: NOT SET (xr_prompts=official reads the official X^R prompts)")
-        miss("the official X^R checkout (01yzzyu/xr.github.io) for xr_prompts=official: official_prompts in the "
-             "grid's options, --option official_prompts=DIR, or official_prompts: in the agents YAML")
-    elif "official_prompts" not in cell.options:  # the grid's option is checked with the other files
-        ok = Path(checkout).is_dir()
-        add(f"  official_prompts: {checkout}: " + ("ok" if ok else "MISSING"))
-        if not ok:
-            miss(f"official_prompts {checkout}")
 
 
 def plan_experiment(path: str | Path, only: tuple[str, ...] = (), overrides: GridOverrides | None = None

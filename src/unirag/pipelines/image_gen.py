@@ -11,16 +11,19 @@ example-driven run (:mod:`unirag.pipelines.example_run`); this module is its ima
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
+import os
 import re
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from unirag.data.images import png_bytes
 from unirag.data.records import Query
-from unirag.errors import BackendError, InputError
+from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.base import Usage
 from unirag.generators.images.base import (
     DEFAULT_HEIGHT,
@@ -29,8 +32,10 @@ from unirag.generators.images.base import (
     ImageBackend,
     ImageRequest,
     image_template,
+    sampling_defaults,
 )
 from unirag.generators.pricing import Price, cost_usd, price_for
+from unirag.generators.registry import IMAGE, load_generator, profile_options
 from unirag.messages import ImagePart, Message, TextPart
 from unirag.pipelines.example_run import (
     ExampleJob,
@@ -41,9 +46,10 @@ from unirag.pipelines.example_run import (
     queries_identity,
     run_job,
 )
-from unirag.pipelines.examples import ExampleSelector
+from unirag.pipelines.examples import ExampleSelector, example_images_root, make_selector
+from unirag.profiles import resolve
 from unirag.runs.atomic import atomic_write_bytes, atomic_write_json
-from unirag.runs.rundir import PROMPTS_DIR
+from unirag.runs.rundir import PROMPTS_DIR, write_prompt
 
 TASK = "image"  # the task name caption/image runs and `unirag evaluate images` agree on
 IMAGES_DIR = "images"
@@ -54,8 +60,6 @@ def picture_settings(spec: str, profile: Any = None, width: int = DEFAULT_WIDTH,
                      ) -> dict[str, Any]:
     """The picture settings of every request of a run (defaults: the paper's LaVIT run), part of its
     identity; ``steps``/``guidance`` None: ``spec``'s default under ``profile`` (see ``sampling_defaults``)."""
-    from unirag.generators.images.base import sampling_defaults
-
     fill = sampling_defaults(spec, profile)
     return {"width": width, "height": height, "steps": fill["steps"] if steps is None else steps,
             "guidance": fill["guidance"] if guidance is None else guidance, "seed": seed}
@@ -74,18 +78,17 @@ def image_stem(qid: str) -> str:
 
 
 def image_job(generator: ImageBackend, out: Path, images_root: str | Path | None, settings: dict[str, Any],
-              price: Price, position: dict[str, int], save_prompts: int = 5, image_format: str = "png",
+              price: Price, position: dict[str, int], image_format: str = "png",
               image_loading: str = "normalised", selector: ExampleSelector | None = None,
               top_image: bool = False, k: int | None = None) -> ExampleJob:
     """An image run's kind: a query prepared (examples chosen, by ``selector``; None on a Ray worker:
-    the driver chose them) is drawn: PNG, prompt file, record fields. ``image_format``: the setting
+    the driver chose them) is drawn: PNG, prompt file, record fields. ``position``: the first queries'
+    qid -> index, whose prompts are kept (``save_prompts`` of them). ``image_format``: the setting
     (``png`` lossless, or ``jpeg`` at PIL's default quality, as the official run); ``image_loading``:
     how example images decode (``plain``: as the official code); ``top_image``: the official retrieval
     baseline (``image_top1`` top-candidate): the top hit's image, unskipped; ``k``: examples per query,
     checked with the picture size against what the model takes (on a Ray worker: its loaded model).
     One picture per call (diffusers batches only text-only requests)."""
-    from unirag.runs.rundir import write_prompt
-
     if k is not None:
         generator.check_k(k)
         generator.check_size(settings["width"], settings["height"])
@@ -119,8 +122,8 @@ def image_job(generator: ImageBackend, out: Path, images_root: str | Path | None
             "qid": query.qid, "caption": query.txt, "generator": generator.spec, "prompt": prompt,
             "examples": [{"id": e.label, "image": str(e.image), "caption": e.caption} for e in request.examples],
             **settings})
-        index = position.get(query.qid, save_prompts)
-        if index < save_prompts:
+        index = position.get(query.qid)
+        if index is not None:  # one of the first queries, whose prompts the run keeps
             parts: list[Any] = [ImagePart(path=e.image, label=e.label or f"example {i}")
                                 for i, e in enumerate(request.examples, start=1)]  # the example images, then the text
             write_prompt(out / PROMPTS_DIR, index, query.qid, [Message("user", [*parts, TextPart(prompt)])],
@@ -171,27 +174,17 @@ def run_images(cfg: ImageConfig, generator: ImageBackend | None = None, *,
     generators send the files as they are and decode nothing. ``record_queries`` False: the identity
     names no queries file, as grid image cells never did (so their runs still resume).
     """
-    import functools
-    import os
-    from contextlib import ExitStack
-
-    from unirag.errors import ConfigError
-    from unirag.generators.registry import IMAGE, profile_options
-    from unirag.pipelines.examples import example_images_root, make_selector
-    from unirag.profiles import resolve
-
     if cfg.limit is not None and cfg.limit < 1:
         raise ConfigError(f"limit must be >= 1, got {cfg.limit}")
     if cfg.max_attempts < 1:
         raise ConfigError(f"max_attempts must be >= 1, got {cfg.max_attempts}")
     k = cfg.k if cfg.k is not None else 0 if cfg.mode == "zero-shot" else 1
-    all_queries, path = load_queries(cfg.queries)
+    all_queries, path, queries = load_queries(cfg)
     selector = make_selector(cfg.mode, k, queries=all_queries, pool_path=cfg.pool, retrieval=cfg.retrieval,
                              index=cfg.index, seed=cfg.seed, query_images_root=cfg.images_root,
                              profile=cfg.profile, selection=cfg.selection, supplies="image")
     images_root = example_images_root(cfg.pool_images_root, selector, cfg.images_root)
     profile = resolve(cfg.profile)
-    queries = all_queries[: cfg.limit] if cfg.limit is not None else all_queries
     for q in queries:
         if not q.txt:
             raise InputError(f"query {q.qid} has no caption text; text-to-image queries need 'query_txt'",
@@ -202,8 +195,6 @@ def run_images(cfg: ImageConfig, generator: ImageBackend | None = None, *,
             options = profile_options(cfg.generator, profile, cfg.generator_options, IMAGE)
             generator, pool, recipe = open_remote(stack, "image", cfg.generator, options, cfg.engine)
             if generator is None:
-                from unirag.generators.registry import load_generator
-
                 generator = load_generator(cfg.generator, IMAGE, **options)
                 stack.callback(generator.close)
         seed = profile["image_seed"] if cfg.image_seed is None else cfg.image_seed
@@ -223,18 +214,16 @@ def run_images(cfg: ImageConfig, generator: ImageBackend | None = None, *,
                         "concurrency": 1 if generator.local else cfg.concurrency, "templates": templates,
                         "price": asdict(price) if price else None, "prices_file": str(cfg.prices) if cfg.prices else None,
                         "profile": profile.to_dict()}
-        position = {q.qid: i for i, q in enumerate(queries)}
+        position = {q.qid: i for i, q in enumerate(queries[: cfg.save_prompts])}
         top_image = profile["image_top1"] == "top-candidate" and generator.spec.startswith("retrieval:") \
             and hasattr(selector, "top_image")
-        job = image_job(generator, out, images_root, settings, price, position, cfg.save_prompts, image_format,
-                        profile["image_loading"], selector, top_image, selector.k)
+        common = dict(settings=settings, price=price, position=position, image_format=image_format,
+                      image_loading=profile["image_loading"], k=selector.k)
+        job = image_job(generator, out, images_root, selector=selector, top_image=top_image, **common)
         open_kind = None
-        if pool is not None:
+        if pool is not None:  # the worker's job: its model checked, the driver chooses the examples
             root = str(Path(images_root).resolve()) if images_root is not None else os.getcwd()
-            open_kind = functools.partial(  # the worker's job: its model checked, the driver chooses the examples
-                image_job, out=out.resolve(), images_root=root, settings=settings, price=price, k=selector.k,
-                save_prompts=cfg.save_prompts, position={q: i for q, i in position.items() if i < cfg.save_prompts},
-                image_format=image_format, image_loading=profile["image_loading"])
+            open_kind = functools.partial(image_job, out=out.resolve(), images_root=root, **common)
         # A local model draws one query at a time here: its example images decoded a few queries ahead.
         counts, final, _ = run_job(job, cfg, queries, TASK, identity, run_settings, pool=pool,
                                    before=lambda run: (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True),

@@ -8,11 +8,13 @@ same request per query, so a notebook and ``unirag generate-images`` draw the sa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import tempfile
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from unirag.data.images import save_png_by_content
 from unirag.errors import ConfigError, InputError
 from unirag.generators.images.base import (
     DEFAULT_HEIGHT,
@@ -22,7 +24,11 @@ from unirag.generators.images.base import (
     ImageBackend,
     ImageRequest,
 )
+from unirag.generators.registry import IMAGE, load_generator, parse_spec, profile_options
 from unirag.pipelines.captioner import LazyBackend, _check_arg_types, to_pairs
+from unirag.pipelines.image_gen import picture_settings
+from unirag.profiles import resolve
+from unirag.runs.retry import call_with_retry
 
 
 class ImageGenerator(LazyBackend):
@@ -49,10 +55,6 @@ class ImageGenerator(LazyBackend):
                  steps: int | None = None, guidance: float | None = None, seed: int = DEFAULT_SEED,
                  images_root: str | Path | None = None, max_attempts: int | None = None, retry: Any = None,
                  profile: Any = None, **options: Any) -> None:
-        from unirag.generators.registry import IMAGE, parse_spec
-        from unirag.pipelines.image_gen import picture_settings
-        from unirag.profiles import resolve
-
         _check_arg_types(width=(width, int), height=(height, int), steps=(steps, int | None),
                          guidance=(guidance, int | float | None), seed=(seed, int),
                          images_root=(images_root, str | Path | None))
@@ -64,8 +66,6 @@ class ImageGenerator(LazyBackend):
         self.options = {k: v for k, v in options.items() if v is not None}
 
     def _load_backend(self) -> ImageBackend:  # LazyBackend: loaded on first use, released on close
-        from unirag.generators.registry import IMAGE, load_generator, profile_options
-
         # the options the profile implies (official seeding, the top-1 baseline's noise), as the image run loads it
         backend = load_generator(self.spec, IMAGE, **profile_options(self.spec, self.profile, self.options, IMAGE))
         backend.check_size(self.settings["width"], self.settings["height"])
@@ -78,10 +78,6 @@ class ImageGenerator(LazyBackend):
         in-memory example image is saved once as a lossless PNG named by its content hash, in
         ``unirag-examples`` in the system temp folder: the backend sees exactly these pixels.
         """
-        import tempfile
-
-        from unirag.data.images import save_png_by_content
-
         if not isinstance(text, str):
             raise InputError(f"expected a caption string, got {type(text).__name__}", field="text")
         if not text.strip():
@@ -94,25 +90,14 @@ class ImageGenerator(LazyBackend):
 
     def generate_result(self, text: str, examples: Iterable[Any] = (), *, qid: str = "query") -> GeneratedImage:
         """Like :meth:`generate`, with the usage and backend details (``.image``, ``.usage``, ``.meta``)."""
-        from unirag.runs.retry import call_with_retry
-
         request = self.request(text, examples, qid=qid)
-        result, _attempts = call_with_retry(lambda: self.backend.generate(request), self.retry)
-        return result
+        return call_with_retry(lambda: self.backend.generate(request), self.retry)[0]
 
     def generate(self, text: str, examples: Iterable[Any] = ()):
         """One RGB PIL image for ``text``. ``examples``: :class:`unirag.Hits`, hits, pairs or
         ``(image, caption)`` tuples (image: a path, PIL image, bytes or uint8 array), best first
         (none: zero-shot)."""
         return self.generate_result(text, examples).image
-
-    def generate_batch(self, texts: Sequence[str], examples: Sequence[Iterable[Any]] | None = None) -> list:
-        """One image per text (``examples[i]`` for ``texts[i]``)."""
-        examples = list(examples) if examples is not None else [()] * len(texts)
-        if len(examples) != len(texts):
-            raise ConfigError(f"generate_batch got {len(texts)} texts but {len(examples)} example lists")
-        return [self.generate_result(t, ex, qid=f"query-{i}").image
-                for i, (t, ex) in enumerate(zip(texts, examples, strict=True))]
 
     def to_dict(self) -> dict[str, Any]:
         """Settings that rebuild an equal generator with :meth:`from_dict` (never secrets)."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from unirag.errors import UniragError
 from unirag.generators.base import TextGenerator
 from unirag.generators.images.base import ImageBackend
+from unirag.generators.registry import CAPTION, IMAGE, load_generator
 
 if TYPE_CHECKING:
     from unirag.generators.base import GenerationOptions
@@ -46,8 +47,6 @@ class ModelRecipe:
         opts = dict(self.options)
         if opts.get("device") in (None, "", "auto"):
             opts["device"] = device
-        from unirag.generators.registry import CAPTION, IMAGE, load_generator
-
         return load_generator(self.spec, IMAGE if self.kind == "image" else CAPTION, **opts)
 
     def describe(self, model: Any) -> dict[str, Any]:
