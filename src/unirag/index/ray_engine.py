@@ -39,7 +39,7 @@ def build_with_ray(pool: Path, images_root, out_dir, encoder, info, index_type, 
     from unirag.index.embeddings import build_from_embeddings
     from unirag.ray_support import default_workers, ray_session
 
-    shards_dir = Path(shards_dir) if shards_dir is not None else shards.default_shards_dir(out_dir)
+    shards_dir = Path(shards_dir if shards_dir is not None else Path(out_dir) / "shards")
     plan = shards.load_or_create_plan(shards_dir, pool, info, shard_size=shard_size)
     todo = [i for i in range(plan.n_shards) if shards.done_record(shards_dir, i) is None]  # not done yet
     if progress:
