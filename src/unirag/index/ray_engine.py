@@ -49,9 +49,7 @@ def build_with_ray(pool: Path, images_root, out_dir, encoder, info, index_type, 
         with ray_session(engine.ray_address, log_to_driver=progress) as ray:
             ray.data.DataContext.get_current().enable_progress_bars = progress
             # by GPUs when asked for, else CPUs minus one for Ray Data's tasks
-            n_workers = engine.workers or default_workers(ray, engine.cpus_per_worker, engine.gpus_per_worker,
-                                                          reserve_cpus=1)
-            n_workers = max(1, min(n_workers, len(todo)))
+            n_workers = max(1, min(engine.workers or default_workers(ray, engine, reserve_cpus=1), len(todo)))
             device, threads, decode = engine.actor_sizing(ray, n_workers)
             ds = ray.data.from_items([{"shard": i} for i in todo], override_num_blocks=len(todo))
             ds.map_batches(
