@@ -62,10 +62,11 @@ def ray_session(address: str | None = None, *, object_store_memory: int | None =
         ray.shutdown()
 
 
-def default_workers(ray_module, cpus_per_worker: float, gpus_per_worker: float, reserve_cpus: int = 0) -> int:
-    """Workers that fit the cluster: by GPUs when asked for, else by CPUs (less ``reserve_cpus``)."""
+def default_workers(ray_module, options: Any, reserve_cpus: int = 0) -> int:
+    """Workers of ``options`` (:class:`~unirag.runs.engine.EngineOptions`) that fit the cluster: by GPUs when
+    asked for, else by CPUs (less ``reserve_cpus``)."""
     resources = ray_module.cluster_resources()
-    if gpus_per_worker:
-        return max(1, int(resources.get("GPU", 0) // gpus_per_worker))
-    return max(1, int((int(resources.get("CPU", 1)) - reserve_cpus) // max(cpus_per_worker, 1e-9)))
+    if options.gpus_per_worker:
+        return max(1, int(resources.get("GPU", 0) // options.gpus_per_worker))
+    return max(1, int((int(resources.get("CPU", 1)) - reserve_cpus) // max(options.cpus_per_worker, 1e-9)))
 

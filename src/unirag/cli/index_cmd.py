@@ -83,9 +83,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder: str |
     if shard_spec is not None:
         if shards_dir is None and out is None:
             raise ConfigError("--shard needs --shards-dir (or --out, whose shards/ folder is used)")
-        from unirag.index.shards import default_shards_dir
-
-        shards_dir = shards_dir if shards_dir is not None else default_shards_dir(out)
+        shards_dir = shards_dir if shards_dir is not None else out / "shards"
         record = Index.embed_shard(pool, shard_spec, shards_dir, **encoding)
         state = "already done" if record.get("skipped") else f"embedded in {record['seconds']:.1f}s"
         click.echo(f"shard {shard_spec}: {record['rows']} vectors {state} ({shards_dir})")

@@ -7,6 +7,7 @@ sub-indexes are searched and what a global id is: :mod:`unirag.index.store`.
 
 from __future__ import annotations
 
+import functools
 import sys
 import warnings
 from collections.abc import Iterable, Mapping
@@ -55,7 +56,7 @@ class Index:
         self.offsets = metas.offsets  #: modality -> its first global id
         self.dim = int(manifest["dim"])  #: vector size
         self.memory = memory  #: how the FAISS files were opened: "mmap" or "ram"
-        self._row_filters: dict[Any, dict[Modality, RowFilter | None]] = {}  # one SQL scan per filter
+        self._selections = functools.lru_cache(maxsize=32)(self._select)  # one SQL scan per filter
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -310,23 +311,20 @@ class Index:
         from unirag.retrieval.selection import normalise_where
 
         wanted = parse_modality_filter(modality)
-        key = normalise_where(where)
-        out = self._row_filters.get(key)
-        if out is None:
-            if len(self._row_filters) > 32:
-                self._row_filters.clear()
-            conditions = dict(key)
-            modalities = {Modality.parse(v) for v in conditions.pop("modality", [m.value for m in self.subs])}
-            rows = self.metas.rows_where(sorted(conditions.items())) if conditions else None
-            out = {}
-            for m in (m for m in self.subs if m in modalities):
-                selected = np.asarray(rows.get(m, []) if rows is not None else [], dtype=np.int64)
-                if rows is None or len(selected) == self.subs[m].count:
-                    out[m] = None
-                elif len(selected):
-                    out[m] = RowFilter(selected, self.subs[m].shards)
-            self._row_filters[key] = out
-        return {m: f for m, f in out.items() if wanted is None or m is wanted}
+        return {m: f for m, f in self._selections(normalise_where(where)).items() if wanted is None or m is wanted}
+
+    def _select(self, key: tuple) -> dict[Modality, RowFilter | None]:
+        conditions = dict(key)
+        modalities = {Modality.parse(v) for v in conditions.pop("modality", [m.value for m in self.subs])}
+        rows = self.metas.rows_where(sorted(conditions.items())) if conditions else None
+        out = {}
+        for m in (m for m in self.subs if m in modalities):
+            selected = np.asarray(rows.get(m, []) if rows is not None else [], dtype=np.int64)
+            if rows is None or len(selected) == self.subs[m].count:
+                out[m] = None
+            elif len(selected):
+                out[m] = RowFilter(selected, self.subs[m].shards)
+        return out
 
     def scope(self, modality: str | Modality | None = None, where: Any = None) -> int:
         """How many candidates a search with this modality and filter looks at."""

@@ -39,7 +39,7 @@ def build_with_ray(pool: Path, images_root, out_dir, encoder, info, index_type, 
     from unirag.index.embeddings import build_from_embeddings
     from unirag.ray_support import default_workers, ray_session
 
-    shards_dir = Path(shards_dir) if shards_dir is not None else shards.default_shards_dir(out_dir)
+    shards_dir = Path(shards_dir if shards_dir is not None else Path(out_dir) / "shards")
     plan = shards.load_or_create_plan(shards_dir, pool, info, shard_size=shard_size)
     todo = [i for i in range(plan.n_shards) if shards.done_record(shards_dir, i) is None]  # not done yet
     if progress:
@@ -49,9 +49,7 @@ def build_with_ray(pool: Path, images_root, out_dir, encoder, info, index_type, 
         with ray_session(engine.ray_address, log_to_driver=progress) as ray:
             ray.data.DataContext.get_current().enable_progress_bars = progress
             # by GPUs when asked for, else CPUs minus one for Ray Data's tasks
-            n_workers = engine.workers or default_workers(ray, engine.cpus_per_worker, engine.gpus_per_worker,
-                                                          reserve_cpus=1)
-            n_workers = max(1, min(n_workers, len(todo)))
+            n_workers = max(1, min(engine.workers or default_workers(ray, engine, reserve_cpus=1), len(todo)))
             device, threads, decode = engine.actor_sizing(ray, n_workers)
             ds = ray.data.from_items([{"shard": i} for i in todo], override_num_blocks=len(todo))
             ds.map_batches(

@@ -33,11 +33,6 @@ PLAN = "plan.json"
 DEFAULT_SHARD_SIZE = 50_000
 
 
-def default_shards_dir(out_dir: str | Path) -> Path:
-    """Where the sharded engine keeps its shards unless told otherwise: ``<out_dir>/shards``."""
-    return Path(out_dir) / "shards"
-
-
 @dataclass
 class ShardPlan:
     """How the pool is cut: shard ``i`` holds pool items ``starts[i] .. starts[i+1]-1``."""

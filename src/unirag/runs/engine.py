@@ -299,7 +299,7 @@ class WorkerPool(contextlib.AbstractContextManager):
             group.last_used = time.monotonic()
             return group
         ray, o = self._connect(), self.options
-        n = o.workers or default_workers(ray, o.cpus_per_worker, o.gpus_per_worker)
+        n = o.workers or default_workers(ray, o)
         while self._groups and not self._fits(n):  # make room: stop the least recently used model's actors
             self._stop(min(self._groups, key=lambda k: self._groups[k].last_used))
         device, threads, decode = o.actor_sizing(ray, n)
