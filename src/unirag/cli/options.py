@@ -33,7 +33,6 @@ from typing import Any
 
 import click
 
-from unirag.metrics.stats import DEFAULT_RESAMPLES, METHODS
 from unirag.runtime import DTYPE_CHOICES
 
 DEVICE_HELP = "auto (CUDA GPU, else Apple MPS, else CPU), cpu, cuda, cuda:N or mps."
@@ -55,14 +54,13 @@ def _device(prefix: str = "") -> list:
 device_options = options(_device())
 
 
-#: ``--instructions FILE`` / ``--no-instructions`` for UniIR encoders (ignored by other encoders).
-instruction_options = options([
-    click.option("--instructions", "instructions", type=click.Path(dir_okay=False), default=None,
-                 help="UniIR encoders: M-BEIR query_instructions.tsv (default: instructions/ next to the "
-                      "queries' M-BEIR root, found by walking up from the queries file)."),
-    click.option("--no-instructions", "no_instructions", is_flag=True, default=False,
-                 help="UniIR encoders: encode queries without M-BEIR instructions."),
-])
+def instruction_options(fn: Callable) -> Callable:
+    """``--instructions FILE`` / ``--no-instructions`` for UniIR encoders (ignored by other encoders)."""
+    fn = click.option("--no-instructions", "no_instructions", is_flag=True, default=False,
+                      help="UniIR encoders: encode queries without M-BEIR instructions.")(fn)
+    return click.option("--instructions", "instructions", type=click.Path(dir_okay=False), default=None,
+                        help="UniIR encoders: M-BEIR query_instructions.tsv (default: instructions/ next to the "
+                             "queries' M-BEIR root, found by walking up from the queries file).")(fn)
 
 
 def index_memory_option(fn: Callable, default: str = "mmap", extra: str = "") -> Callable:
@@ -225,15 +223,16 @@ def run_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
     return {**rest, "generator_options": gen, "progress": not opts.get("no_progress")}
 
 
-#: ``--resamples``, ``--bootstrap-seed`` and ``--ci-method``: how the 95 % intervals over queries are drawn.
-bootstrap_options = options([
-    click.option("--resamples", default=DEFAULT_RESAMPLES, show_default=True, type=click.IntRange(min=0),
-                 help="Bootstrap resamples of the queries for the 95 % intervals (0: no intervals)."),
-    click.option("--bootstrap-seed", default=0, show_default=True,
-                 help="Seed of the bootstrap resampling (and of the randomization test)."),
-    click.option("--ci-method", type=click.Choice(METHODS, case_sensitive=False), default="percentile",
-                 show_default=True, help="Bootstrap interval: percentile or BCa."),
-])
+def bootstrap_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--resamples``, ``--bootstrap-seed`` and ``--ci-method``: how the 95 % intervals over queries are drawn."""
+    from unirag.metrics.stats import DEFAULT_RESAMPLES, METHODS
+
+    command = click.option("--ci-method", type=click.Choice(METHODS, case_sensitive=False), default="percentile",
+                           show_default=True, help="Bootstrap interval: percentile or BCa.")(command)
+    command = click.option("--bootstrap-seed", default=0, show_default=True,
+                           help="Seed of the bootstrap resampling (and of the randomization test).")(command)
+    return click.option("--resamples", default=DEFAULT_RESAMPLES, show_default=True, type=click.IntRange(min=0),
+                        help="Bootstrap resamples of the queries for the 95 % intervals (0: no intervals).")(command)
 
 
 # --- behaviour settings ---------------------------------------------------------------------------------
