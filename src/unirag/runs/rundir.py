@@ -145,7 +145,13 @@ class RunDir:
                 short = sum(1 for r in done if isinstance(r.get("examples"), list) and len(r["examples"]) < k)
                 if short:  # (as `unirag retrieve` says)
                     counts["short"] = short
-            totals = _usage_totals(done)
+            usage: Counter[str] = Counter()
+            for r in done:
+                usage.update({k: int(v or 0) for k, v in (r.get("usage") or {}).items()})
+            costs = [r.get("cost_usd") for r in done]  # one unpriced record: no total
+            totals = {"usage": dict(usage),
+                      "cost_usd": round(sum(map(float, costs), 0.0), 6) if None not in costs else None,
+                      "latency_s": round(sum((float(r.get("latency_s") or 0.0) for r in done), 0.0), 3)}
             self.manifest.update({"updated": _now(), "counts": counts, "totals": totals,
                                   "status": "complete" if ok == len(order) else "incomplete", **(extra or {})})
             if self.store.dropped_lines:  # lines a crashed writer left unreadable (also logged as a warning)
@@ -171,7 +177,7 @@ def write_prompt(prompts_dir: Path, index: int, qid: str, messages: list[Message
     atomic_write_json(stem.with_suffix(".json"), info)
 
 
-def check_some_succeeded(run_dir: str | Path, ok: int, failed: int, noun: str = "queries") -> None:
+def check_some_succeeded(run_dir: str | Path, ok: int, failed: int) -> None:
     """Raise :class:`~unirag.errors.RunFailedError` (one line: the count and the first recorded error,
     already masked) when this run tried items and every one of them failed - a wrong key or an
     unreachable server must not end in exit status 0. Failures stay recorded; a rerun retries them."""
@@ -179,17 +185,8 @@ def check_some_succeeded(run_dir: str | Path, ok: int, failed: int, noun: str = 
         return
     first = next(iter(read_run_dir(run_dir).failed().values()), {})
     error = " ".join(str(first.get("error") or "no error recorded").split())
-    raise RunFailedError(f"all {failed} {noun} tried in this run failed (first error: {error[:300]}); "
+    raise RunFailedError(f"all {failed} queries tried in this run failed (first error: {error[:300]}); "
                          f"they are recorded in {Path(run_dir) / OUTPUTS_FILE}, rerun the same command to retry them")
-
-
-def _usage_totals(records) -> dict[str, Any]:
-    usage: Counter[str] = Counter()
-    for r in records:  # the finished ones
-        usage.update({k: int(v or 0) for k, v in (r.get("usage") or {}).items()})
-    costs = [r.get("cost_usd") for r in records]  # one unpriced record: no total
-    return {"usage": dict(usage), "cost_usd": round(sum(map(float, costs), 0.0), 6) if None not in costs else None,
-            "latency_s": round(sum((float(r.get("latency_s") or 0.0) for r in records), 0.0), 3)}
 
 
 # -- reading ----------------------------------------------------------------------------------
