@@ -14,7 +14,7 @@ objects that need them.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
@@ -59,3 +59,24 @@ def __dir__() -> list[str]:
     """Only the public names (not this module's helper imports)."""
     return sorted(__all__)
 
+
+if TYPE_CHECKING:  # for type checkers and IDEs only; never executed
+    from unirag.cir.xr import XR
+    from unirag.data.pool import Pool
+    from unirag.data.records import Candidate, Modality, Qrels, Query
+    from unirag.encoders.registry import load_encoder
+    from unirag.errors import BackendError, ConfigError, InputError, UniragError
+    from unirag.index.handle import Index
+    from unirag.metrics.captions import caption_metrics
+    from unirag.metrics.cir import cir_metrics
+    from unirag.metrics.images import image_metrics
+    from unirag.metrics.retrieval import retrieval_metrics
+    from unirag.metrics.stats import bootstrap_interval, paired_comparison
+    from unirag.pipelines.captioner import Caption, Captioner
+    from unirag.pipelines.experiment import run_experiment
+    from unirag.pipelines.image_generator import ImageGenerator
+    from unirag.reports.build import build_report
+    from unirag.reports.compare import compare_runs
+    from unirag.retrieval.results import Hit, Hits, Pair
+    from unirag.retrieval.retriever import Retriever
+    from unirag.retrieval.selection import Selection
