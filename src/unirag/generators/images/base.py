@@ -124,6 +124,7 @@ ZERO_SHOT = "image_zeroshot"
 FEW_SHOT_OMNIGEN = "image_fewshot_omnigen"
 FEW_SHOT_API = "image_fewshot_api"
 FEW_SHOT_GEMINI = "image_fewshot_gemini"
+ALL = (ZERO_SHOT, FEW_SHOT_OMNIGEN, FEW_SHOT_API, FEW_SHOT_GEMINI)
 
 _REQUIRED = {ZERO_SHOT: ("prompt",), FEW_SHOT_OMNIGEN: ("example", "prompt"), FEW_SHOT_API: ("example", "prompt"),
              FEW_SHOT_GEMINI: ("intro", "example", "query")}
