@@ -122,9 +122,16 @@ def test_bad_image_path_names_the_file(encoder, tmp_path):
         encoder.encode_images([broken])
 
 
-def test_missing_assets_is_config_error(tmp_path):
-    with pytest.raises(ConfigError, match="assets missing"):
-        OfflineEncoder(assets=tmp_path / "nothing.npz")
+def test_missing_assets_is_config_error(tmp_path, monkeypatch):
+    import unirag.encoders.offline as offline
+
+    monkeypatch.setattr(offline, "asset_path", lambda: tmp_path / "nothing.npz")
+    load_joint_space.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="assets missing"):
+            OfflineEncoder()
+    finally:
+        load_joint_space.cache_clear()
 
 
 def test_wrong_fused_lengths_rejected(encoder, held_out, coco_mini):

@@ -28,19 +28,19 @@ def asset_path() -> Path:
     return Path(str(resources.files("unirag.encoders") / "assets" / ASSET_NAME))
 
 
-def asset_metadata(path: str | Path | None = None) -> dict[str, Any]:
+def asset_metadata() -> dict[str, Any]:
     """Parameters and provenance of the shipped joint space (anchors, held-out COCO photos, sources)."""
     import json
 
-    return json.loads((Path(path) if path else asset_path()).with_suffix(".json").read_text())
+    return json.loads(asset_path().with_suffix(".json").read_text())
 
 
-@functools.lru_cache(maxsize=2)
-def load_joint_space(path: str | None = None):
-    """Load (once per process) the joint space from the package assets or an explicit file."""
+@functools.cache
+def load_joint_space():
+    """Load (once per process) the joint space from the package assets."""
     from unirag.encoders.joint_space import JointSpace
 
-    p = Path(path) if path else asset_path()
+    p = asset_path()
     if not p.exists() or not p.with_suffix(".json").exists():
         raise ConfigError(
             f"offline encoder assets missing at {p} (and its .json); reinstall unirag or rebuild them with "
@@ -56,11 +56,10 @@ class OfflineEncoder(Encoder):
     # The two towers' raw vectors live on unrelated scales, so each is normalised before the sum.
     fusion = FUSION_NORMALISED_SUM
 
-    def __init__(self, *, device: str | None = "auto", assets: str | Path | None = None) -> None:
+    def __init__(self, *, device: str | None = "auto") -> None:
         self._place(device)
-        self.space = load_joint_space(str(assets) if assets else None)
+        self.space = load_joint_space()
         self.dim = self.space.dim
-        self._assets = Path(assets) if assets else asset_path()
 
     @functools.cached_property
     def _text_model(self):
@@ -79,7 +78,7 @@ class OfflineEncoder(Encoder):
 
         return {**super().identity(), "backend": "offline", "text_model": "all-MiniLM-L6-v2",
                 "image_model": "efficientnet-lite0", "joint_space": asdict(self.space.params),
-                "n_anchors": self.space.n_anchors, "assets_sha256_16": file_sha256(self._assets)[:16]}
+                "n_anchors": self.space.n_anchors, "assets_sha256_16": file_sha256(asset_path())[:16]}
 
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         return self.space.text_vectors(self._text_model._embed_texts(texts))

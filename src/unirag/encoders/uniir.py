@@ -309,12 +309,6 @@ def convert_vision(sd: dict[str, Any], layers: int) -> dict[str, Any]:
     return out
 
 
-def convert_text(sd: dict[str, Any]) -> dict[str, Any]:
-    """``med.py`` BertModel names are ``BlipTextModel``'s (transformers ported that file); drop buffers."""
-    return {k.removeprefix("text_encoder."): v for k, v in sd.items()
-            if k.startswith("text_encoder.") and not k.endswith("position_ids")}
-
-
 def build_blip_models(sd: dict[str, Any], arch: dict[str, int], torch_dtype):
     """(``BlipVisionModel``, ``BlipTextModel`` with pooler) holding the converted weights, in ``torch_dtype``."""
     from transformers import BlipTextConfig, BlipTextModel, BlipVisionConfig, BlipVisionModel
@@ -330,9 +324,12 @@ def build_blip_models(sd: dict[str, Any], arch: dict[str, int], torch_dtype):
                               layer_norm_eps=1e-12, is_decoder=True)  # is_decoder: build the cross-attention layers
     if min(arch["vision_heads"], arch["text_heads"]) < 1:
         raise ConfigError("BLIP widths below one 64-wide attention head")
+    # ``med.py`` BertModel names are ``BlipTextModel``'s (transformers ported that file); buffers dropped
+    text_sd = {k.removeprefix("text_encoder."): v for k, v in sd.items()
+               if k.startswith("text_encoder.") and not k.endswith("position_ids")}
     vision, text = build_modules(torch_dtype, lambda: [BlipVisionModel(vision_cfg),
                                                        BlipTextModel(text_cfg, add_pooling_layer=True)],
-                                 [convert_vision(sd, arch["vision_layers"]), convert_text(sd)], "UniIR BLIP-FF")
+                                 [convert_vision(sd, arch["vision_layers"]), text_sd], "UniIR BLIP-FF")
     return vision.eval(), text.eval()
 
 

@@ -52,9 +52,6 @@ class APIBackend:
         """Import the SDK and create the client (called once, under the lock)."""
         raise NotImplementedError
 
-    def _release(self, client: Any) -> None:
-        """Free the client's resources (connection pools); default: nothing to do."""
-
     def _map_error(self, e: Exception) -> BackendError | None:
         """The SDK's exception as a BackendError; None for anything else (a bug or a wrong option)."""
         return None
@@ -83,10 +80,10 @@ class APIBackend:
                 "api_key_env": self.api_key_env, "timeout": self.timeout}
 
     def close(self) -> None:
-        """Drop the client; the next call builds a fresh one."""
+        """Close the client (its connection pools) and drop it; the next call builds a fresh one."""
         with self._lock:
             if self._client is not None:
-                self._release(self._client)
+                getattr(self._client, "close", lambda: None)()  # older google-genai clients have none
                 self._client = None
 
 

@@ -71,9 +71,6 @@ class OpenAIAPI(APIBackend):
 
         return OpenAI(api_key=self._key, base_url=self.base_url, max_retries=0, timeout=self.timeout)
 
-    def _release(self, client) -> None:
-        client.close()
-
     def _map_error(self, e: Exception) -> BackendError | None:
         """Status codes, timeouts, dropped connections and unparsable bodies, the same for both kinds.
         ``openai`` is imported here, not at module top, to keep ``unirag --help`` fast."""

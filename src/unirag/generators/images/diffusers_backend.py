@@ -49,9 +49,6 @@ class LocalImageGenerator(ImageBackend):
         """One model call for ``request`` (examples as kept) with their decoded images -> (image, meta)."""
         raise NotImplementedError
 
-    def _seed_try(self, seed: int) -> None:
-        """Runs before every try: models that draw their noise from torch's global generator seed it here."""
-
     def prompt_text(self, request: ImageRequest) -> str:
         """Each example's caption, then its image's file name; the query caption last (the order LaVIT and
         Emu2-Gen take them in)."""
@@ -70,7 +67,6 @@ class LocalImageGenerator(ImageBackend):
         used = len(request.examples)
         while True:
             trimmed = dataclasses.replace(request, examples=request.examples[:used])
-            self._seed_try(request.seed)
             try:
                 with torch.inference_mode():
                     image, meta = self._render(trimmed, images_all[:used])

@@ -109,13 +109,11 @@ class Emu2GenImageGenerator(DiffusersImageGenerator):
             raise ConfigError(f"cannot build Emu2-Gen from {self.model!r}: {e} (its custom pipeline imports "
                               "torchvision; pip install torchvision)") from None
 
-    def _seed_try(self, seed: int) -> None:
-        if self.reseed:  # torch's global generators, every device's (the pipeline takes no ``generator``)
+    def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
+        if self.reseed:  # before every try, torch's global generators (the pipeline takes no ``generator``)
             import torch
 
-            torch.manual_seed(int(seed))
-
-    def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
+            torch.manual_seed(int(request.seed))
         inputs: list[Any] = []  # [caption_1, image_1, ..., caption_k, image_k, query caption]: UniRAG's
         for example, image in zip(request.examples, images, strict=True):
             inputs += [example.caption, image]

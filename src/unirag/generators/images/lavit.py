@@ -96,6 +96,7 @@ class LaVITImageGenerator(LocalImageGenerator):
         self.oom_fallback = bool(oom_fallback)
         self.seed = None if seed is None else int(seed)
         self.reseed_every = None if not reseed_every else int(reseed_every)
+        self.seeding = f"every-{self.reseed_every}-calls" if self.reseed_every else "once-at-build"
         self._calls = 0
         self.use_xformers = xformers_available() if use_xformers is None else bool(use_xformers)
         if self.seed is not None:
@@ -152,12 +153,9 @@ class LaVITImageGenerator(LocalImageGenerator):
 
     def config(self) -> dict[str, Any]:
         return {"spec": self.spec, "backend": "lavit", "model": self.model_path, "device": self.device,
-                "dtype": self.dtype, "top_k": self.top_k, "seed": self.seed, "seeding": self._seeding(),
+                "dtype": self.dtype, "top_k": self.top_k, "seed": self.seed, "seeding": self.seeding,
                 "use_xformers": self.use_xformers}
 
     def identity(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "top_k": self.top_k, "oom_fallback": self.oom_fallback, "seed": self.seed,
-                "seeding": self._seeding()}
-
-    def _seeding(self) -> str:
-        return f"every-{self.reseed_every}-calls" if self.reseed_every else "once-at-build"
+                "seeding": self.seeding}
