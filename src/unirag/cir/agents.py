@@ -18,6 +18,7 @@ import ast
 import dataclasses
 import json
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass
 from functools import cache, partial
 from importlib import resources
@@ -208,13 +209,6 @@ _OFFICIAL_BRACES = re.compile(r"(\{[\s\S]*?\})", re.DOTALL)      # the first '{'
 _OFFICIAL_BRACES_V2 = re.compile(r"(\{[\s\S]*\})", re.DOTALL)    # cir-v2: the first '{' to the last '}'
 
 
-def _repair_once(text: str) -> Any:
-    """``json.loads(repair_json(text))``: one pass of the json_repair package, as the official code."""
-    from json_repair import repair_json
-
-    return json.loads(repair_json(text))
-
-
 def official_json(text: str, v2: bool = False) -> Any:
     """The JSON of an official reasoner reply read as the official code reads it, or None.
 
@@ -227,16 +221,18 @@ def official_json(text: str, v2: bool = False) -> Any:
     stripped reply through one repair pass; only if that raises, the ```json fence or the first
     ``{`` to the LAST ``}``, repaired once. Kept only when it is a non-empty object, else None.
     """
+    from json_repair import repair_json  # one pass of the json_repair package, as the official code
+
     t = text.strip() if v2 else text
     if v2:
         try:
-            obj = _repair_once(t)
+            obj = json.loads(repair_json(t))
             return obj if obj and isinstance(obj, dict) else None
         except ValueError:
             pass
     m = _OFFICIAL_FENCE.search(t) or (_OFFICIAL_BRACES_V2 if v2 else _OFFICIAL_BRACES).search(t)
     try:
-        obj = None if m is None else _repair_once(m.group(1))
+        obj = None if m is None else json.loads(repair_json(m.group(1)))
     except ValueError:  # json.JSONDecodeError
         return None
     return obj if not v2 or (obj and isinstance(obj, dict)) else None
@@ -351,17 +347,16 @@ def call_agent(generator, role: str, messages: list[Message], options=None, json
     if fmt is None and ROLES[role].schema is not None and options.json_schema is None:
         options = dataclasses.replace(options, json_schema=ROLES[role].schema)
     convo = list(messages)
-    usage: dict[str, int] = {}
+    usage: Counter[str] = Counter()
     err: MalformedOutput | None = None
     text = ""
     for attempt in range(1, max(1, json_attempts) + 1):
         gen = generator.generate(convo, options)
         text = gen.text or ""
-        for k, v in asdict(gen.usage).items():
-            usage[k] = usage.get(k, 0) + v
+        usage.update(asdict(gen.usage))
         try:
             output, repaired = parse_reply(role, text, expect_answers, fmt)
-            return {"output": output, "raw": text, "repaired": repaired, "calls": attempt, "usage": usage}
+            return {"output": output, "raw": text, "repaired": repaired, "calls": attempt, "usage": dict(usage)}
         except MalformedOutput as e:
             err = e
             convo = convo + [Message("assistant", [TextPart(text)]), Message("user", [TextPart(

@@ -30,11 +30,6 @@ class CirQuery:
     reference_path: str | None = None                   # when I_r is not a pool member (M-BEIR)
     target: str | None = None                           # CIRCO target_img_id (the caption's own target)
 
-    @property
-    def main_target(self) -> str | None:
-        """The one target recall counts: CIRCO's ``target_img_id``, else the first ground truth."""
-        return self.target if self.target is not None else (self.targets[0] if self.targets else None)
-
 
 @dataclass
 class CirDataset:

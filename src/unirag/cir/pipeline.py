@@ -113,6 +113,8 @@ class Search:
         self.cache, self.progress, self.echo = xr.cache, xr.progress, xr.echo
         self.notes: list[str] = list(dataset.notes)
         self.official = None  # the official prompts, when an agent stage runs under xr_prompts=official
+        # the reply format suffix of an official prompt's call under xr_json_parsing (part of the cache key)
+        self.repair = "+json_repair" if self.settings["xr_json_parsing"] == "official" else ""
         agent_stages = self.config.roles and any(st in self.stages for st in ("coarse", "fine"))
         if self.settings["xr_prompts"] == "official" and agent_stages:
             from unirag.cir.official_prompts import OPTIONAL, OfficialPrompts
@@ -148,13 +150,12 @@ class Search:
                 self.echo(f"no agent models configured (--agents): X^R stages {', '.join(agents)} skipped; "
                           f"ranking with the embedding baseline ({enc.name} encoder, reference image + text fused)")
                 self.notes.append("offline: embedding baseline only, no agent ran")
-            if not (agents and self.config.roles):
-                return Ranking(pool_ids, qs, {}, self._subset_pass(qs))
-            self._check_roles()
-            self.runner = self.xr.runner()
-            self.runner.stats = {}  # this search's agent-call counts
-            self._agents(qs, self.config.settings.k_prime)
-            return Ranking(pool_ids, qs, self.runner.stats, self._subset_pass(qs))
+            elif agents:
+                self._check_roles()
+                self.runner = self.xr.runner()
+                self.runner.stats = {}  # this search's agent-call counts
+                self._agents(qs, self.config.settings.k_prime)
+            return Ranking(pool_ids, qs, self.runner.stats if self.runner else {}, self._subset_pass(qs))
         finally:  # the cache's stores release their locks even when a stage fails or is interrupted
             self.cache.close()
 
@@ -195,16 +196,10 @@ class Search:
         if not pool_ids:
             raise InputError(f"none of the {len(self.ds.pool)} pool images exist; check --images-root",
                              path=self.ds.images_root)
-        skip = set(ref_missing)
-        index = {p: i for i, p in enumerate(pool_ids)}
-        qs = []
-        for q in self.ds.queries:
-            if q.qid in skip:
-                continue
-            cand = np.arange(len(pool_ids))
-            if self.ds.exclude_reference and q.reference in index:
-                cand = cand[cand != index[q.reference]]
-            qs.append(_Q(q, cand))
+        everything, skip = np.arange(len(pool_ids)), set(ref_missing)
+        index = {p: i for i, p in enumerate(pool_ids)} if self.ds.exclude_reference else {}
+        qs = [_Q(q, everything[everything != index.get(q.reference, -1)])
+              for q in self.ds.queries if q.qid not in skip]
         if not qs:
             raise InputError("no query has its reference image; check --images-root", path=self.ds.images_root)
         return pool_ids, qs
@@ -218,10 +213,6 @@ class Search:
             x.orders["baseline"] = np.argsort(-x.base, kind="stable")
 
     # -- agent stages -------------------------------------------------------------------------------
-    def _official_fmt(self, base: str) -> str:
-        """The reply format of an official prompt's call under xr_json_parsing (part of the cache key)."""
-        return base + "+json_repair" if self.settings["xr_json_parsing"] == "official" else base
-
     def _captions(self, ids_paths: dict[str, Path]) -> dict[str, str | None]:
         text = self.official.texts["caption"] if self.official is not None else None
         return self.runner.ask("caption", {i: {"image": p, "text": text} for i, p in ids_paths.items()},
@@ -274,7 +265,7 @@ class Search:
         out = self.runner.ask("text_imagination", {
             x.q.qid: {"text": self.official.reasoner(x.q.text, captions[x.q.reference])}
             for x in qs if captions.get(x.q.reference) is not None}, "stage-1 reasoner",
-            self._official_fmt("official_reasoner"))
+            "official_reasoner" + self.repair)
         for x in qs:
             if x.q.qid not in out:
                 continue
@@ -299,7 +290,7 @@ class Search:
             return
         v2_out = self.runner.ask("text_imagination", {
             x.q.qid: {"text": self.official.reasoner(x.q.text, captions[x.q.reference], "reasoner_v2")} for x in qs},
-            "stage-1 cir-v2 reasoner", self._official_fmt("official_reasoner_v2"))
+            "stage-1 cir-v2 reasoner", "official_reasoner_v2" + self.repair)
         v2 = {}
         for x in qs:
             got = v2_out[x.q.qid]
@@ -404,7 +395,7 @@ class Search:
         s, ab, st, pool_ids = self.config.settings, self.ab, self.settings, self.pool_ids
         cap = st["xr_max_statements"]
         q_out = self.runner.ask("question", {x.q.qid: self._question_prompt(x) for x in qs}, "A^q questions",
-                                self._official_fmt("official_questions") if self.official is not None else None)
+                                "official_questions" + self.repair if self.official is not None else None)
         judge: dict[str, list[tuple[_Q, int, list[CallRequest]]]] = {"text_question": [], "vision_question": []}
         # xr_failed_caption=stand-in: a failed caption is judged as "A photo." (01yzzyu/xr.github.io XR/xr.py:831)
         stand_in = FAILED_CAPTION_STAND_IN if st["xr_failed_caption"] == "stand-in" else None
