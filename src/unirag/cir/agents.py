@@ -185,24 +185,6 @@ def validate(value: Any, schema: dict[str, Any], where: str = "$") -> Any:
     return value
 
 
-# -- reply formats other than a role's JSON schema ---------------------------------------------------
-def yes_if_contains_yes(text: str) -> bool:
-    """Official QA-path reading of a yes/no reply: True when "yes" occurs anywhere in it (any case).
-
-    01yzzyu/xr.github.io XR/xr.py:793 (stage2_verify._run_qa_path): ``'yes' in r.strip().lower()``.
-    """
-    return "yes" in text.strip().lower()
-
-
-def yes_without_no(text: str) -> bool:
-    """Official caption-path reading: True when "yes" occurs and "no" does not (substrings, any case).
-
-    01yzzyu/xr.github.io XR/xr.py:819-821 (stage2_verify._run_caption_path._is_yes).
-    """
-    t = text.strip().lower()
-    return "yes" in t and "no" not in t
-
-
 # -- the official code's own reading of its JSON replies (xr_json_parsing=official) -------------------
 _OFFICIAL_FENCE = re.compile(r"```json\s*([\s\S]*?)\s*```", re.DOTALL)
 _OFFICIAL_BRACES = re.compile(r"(\{[\s\S]*?\})", re.DOTALL)      # the first '{' to the FIRST '}' after it
@@ -308,7 +290,10 @@ def clean_rewritten_caption(text: str) -> str:
 #: Reply formats a call may name instead of its role's schema (``CallRequest.fmt``); part of the cache key.
 #: A ``+json_repair`` format is the official code's reading (xr_json_parsing=official): one repair
 #: pass, never raises, so the reply is never asked for again.
-FORMATS = {"yes_no_any": yes_if_contains_yes, "yes_no_strict": yes_without_no,
+FORMATS = {  # official yes/no readings: "yes" anywhere (any case; 01yzzyu/xr.github.io XR/xr.py:793, the QA path),
+    # or "yes" without "no" (substrings, any case; :819-821, the caption path's _is_yes)
+    "yes_no_any": lambda text: "yes" in text.strip().lower(),
+    "yes_no_strict": lambda text: "yes" in text.strip().lower() and "no" not in text.strip().lower(),
            **{name + repair: partial(parse_official, name + repair) for name in _OFFICIAL_JSON
               for repair in ("", "+json_repair")},
            "official_rewriter": clean_rewritten_caption}

@@ -16,6 +16,7 @@ docs/xr-parity.md).
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -355,10 +356,8 @@ class Search:
         texts = [d for _, descs in live for d in descs]
         cross = self.xr.encoder().encode_texts(texts)
         text = self.xr.text_encoder().encode_texts(texts) if ab.text else None
-        pos = 0
-        for x, descs in live:
-            span = slice(pos, pos + len(descs))
-            pos += len(descs)
+        for (x, descs), end in zip(live, itertools.accumulate(len(descs) for _, descs in live), strict=True):
+            span = slice(end - len(descs), end)
             cap, img = ca[x.cand] if ca is not None else None, self.ia[x.cand] if ab.vision else None
             t = list(text[span]) if text is not None else None
             if st["xr_scoring"] == "official":
