@@ -115,14 +115,6 @@ def join_fashioniq_captions(captions: list[str], query_text: str = "paper") -> s
     return " and ".join(parts)
 
 
-def cirr_query_text(caption: str, query_text: str = "paper") -> str:
-    """CIRR's relative caption as the query text: ``paper`` keeps it as written; ``official`` strips
-    whitespace and replaces an empty caption by "the same image", as the official X^R loader."""
-    if query_text == "official":
-        return caption.strip() or "the same image"
-    return caption
-
-
 def load_fashioniq(annotations: str | Path, images_root: str | Path | None = None,
                    split_file: str | Path | None = None, query_text: str = "paper") -> CirDataset:
     """``cap.<category>.<split>.json`` -> queries; ``image_splits/split.<category>.<split>.json`` -> pool.
@@ -151,7 +143,8 @@ def load_cirr(annotations: str | Path, images_root: str | Path | None = None,
               split_file: str | Path | None = None, query_text: str = "paper") -> CirDataset:
     """``captions/cap.rc2.<split>.json`` -> queries (qid = pairid); ``image_splits/split.rc2.<split>.json``
     (name -> relative path) -> pool. The reference is excluded from the gallery, as CIRR evaluates.
-    ``query_text``: how a caption becomes the query text (:func:`cirr_query_text`)."""
+    ``query_text``: how a caption becomes the query text: ``paper`` keeps it as written; ``official`` strips
+    whitespace and replaces an empty caption by "the same image", as the official X^R loader."""
     path = Path(annotations)
     m, split_path = _split_of(path, r"cap\.(rc2)\.(\w+)\.json$", split_file)
     split = m.group(2) if m else "unknown"
@@ -166,8 +159,10 @@ def load_cirr(annotations: str | Path, images_root: str | Path | None = None,
         if not isinstance(members, list):
             raise InputError(f"entry {i}: img_set has no members list", path=path, field="img_set")
         target = e.get("target_hard")
-        queries.append(CirQuery(qid=str(pairid), reference=_field(e, "reference", path, i),
-                                text=cirr_query_text(_field(e, "caption", path, i), query_text), subset=[str(x) for x in members],
+        reference, caption = _field(e, "reference", path, i), _field(e, "caption", path, i)
+        queries.append(CirQuery(qid=str(pairid), reference=reference,
+                                text=(caption.strip() or "the same image") if query_text == "official" else caption,
+                                subset=[str(x) for x in members],
                                 targets=[target] if isinstance(target, str) else []))
     pool = {str(k): str(v).removeprefix("./") for k, v in names.items()}
     return CirDataset(f"cirr-{split}", "cirr", queries, pool, Path(images_root) if images_root else None,
