@@ -51,13 +51,8 @@ class CirDataset:
         p = Path(rel)
         if not p.is_absolute() and self.images_root is not None:
             p = self.images_root / p
-        if not p.exists():
-            # FashionIQ copies circulate as .png and .jpg: accept the same stem with another extension.
-            for ext in IMAGE_EXTS:
-                alt = p.with_suffix(ext)
-                if alt.exists():
-                    return alt
-        return p
+        # FashionIQ copies circulate as .png and .jpg: accept the same stem with another extension.
+        return p if p.exists() else next((alt for ext in IMAGE_EXTS if (alt := p.with_suffix(ext)).exists()), p)
 
     def reference_path(self, q: CirQuery) -> Path:
         return self.image_path(q.reference, q)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -395,7 +396,7 @@ class Search:
         cap = st["xr_max_statements"]
         q_out = self.runner.ask("question", {x.q.qid: self._question_prompt(x) for x in qs}, "A^q questions",
                                 "official_questions" + self.repair if self.official is not None else None)
-        judge: dict[str, list[tuple[_Q, int, list[CallRequest]]]] = {"text_question": [], "vision_question": []}
+        judge: dict[tuple[str, str, int], list[CallRequest]] = {}  # (role, qid, candidate position) -> calls
         # xr_failed_caption=stand-in: a failed caption is judged as "A photo." (01yzzyu/xr.github.io XR/xr.py:831)
         stand_in = FAILED_CAPTION_STAND_IN if st["xr_failed_caption"] == "stand-in" else None
         n_stand_in = 0
@@ -414,25 +415,23 @@ class Search:
                 caption = captions.get(did) or stand_in
                 if ab.text and caption:
                     n_stand_in += not captions.get(did)  # judged on the stand-in
-                    judge["text_question"].append((x, pos, self._judge_requests("text_question", x,
-                                                                                caption=caption)))
+                    judge["text_question", x.q.qid, int(pos)] = self._judge_requests("text_question", x,
+                                                                                    caption=caption)
                 if ab.vision:
-                    judge["vision_question"].append((x, pos, self._judge_requests("vision_question", x,
-                                                                                  image=self.paths[x.cand[pos]])))
+                    judge["vision_question", x.q.qid, int(pos)] = self._judge_requests(
+                        "vision_question", x, image=self.paths[x.cand[pos]])
         if n_stand_in:
             self.notes.append(f"{n_stand_in} caption-path judgement(s) of a candidate without caption (A_c failed) "
                               f"on the stand-in caption {FAILED_CAPTION_STAND_IN!r} (xr_failed_caption=stand-in)")
-        answers = {role: self.runner.run(role, [r for _, _, rs in items for r in rs], desc=f"{role} judgements")
-                   for role, items in judge.items() if items}
-        got: dict[tuple[str, str, int], list | None] = {}
-        failed: dict[str, int] = {}
-        for role, items in judge.items():
-            for x, pos, rs in items:
-                outs = [answers[role][r.key] for r in rs]
-                failed[x.q.qid] = failed.get(x.q.qid, 0) + sum(1 for o in outs if o is None)
-                # xr_questions=single: one bool (or None: failed) per statement
-                got[(role, x.q.qid, int(pos))] = outs if st["xr_questions"] == "single" else (
-                    outs[0]["answers"] if outs[0] else None)
+        answers: dict[str, Any] = {}
+        for role in ("text_question", "vision_question"):
+            requests = [r for (of, _, _), rs in judge.items() if of == role for r in rs]
+            if requests:
+                answers.update(self.runner.run(role, requests, desc=f"{role} judgements"))
+        got = {where: [answers[r.key] for r in rs] for where, rs in judge.items()}  # None: a failed call
+        failed = Counter(qid for (_, qid, _), outs in got.items() for o in outs if o is None)
+        if st["xr_questions"] != "single":  # batch: one call's answers (single: one bool per statement)
+            got = {where: outs[0]["answers"] if outs[0] else None for where, outs in got.items()}
         bug = st["xr_caption_verifier"] == "bool-bug"
         exact = st["xr_answer_matching"] == "exact-string"
         ties = 0.0 if st["xr_minmax_ties"] == "zero" else 1.0
@@ -447,10 +446,8 @@ class Search:
             # exact-string: an answer not written "True"/"False" matches no reply on the image path (None)
             expected_image = [official_answer_string(stmt) for stmt in x.statements] if exact else expected
             top = x.coarse.order[:k_prime]
-            sq_t = np.array([question_score(expected_caption, got.get(("text_question", x.q.qid, int(p))))
-                             for p in top])
-            sq_v = np.array([question_score(expected_image, got.get(("vision_question", x.q.qid, int(p))))
-                             for p in top])
+            sq_t, sq_v = (np.array([question_score(expect, got.get((role, x.q.qid, int(p)))) for p in top])
+                          for role, expect in (("text_question", expected_caption), ("vision_question", expected_image)))
             if failed.get(x.q.qid):
                 x.notes.append(f"{failed[x.q.qid]} judgement call(s) failed: scored 0")
             new_top, final = fine(top, x.coarse, sq_t, sq_v, s.lam, s.norm, similarity=not ab.fine_only,
