@@ -268,9 +268,8 @@ class Search:
             x.q.qid: {"text": self.official.reasoner(x.q.text, captions[x.q.reference])}
             for x in qs if captions.get(x.q.reference) is not None}, "stage-1 reasoner",
             "official_reasoner" + self.repair)
-        for x in qs:
-            if x.q.qid not in out:
-                continue
+        answered = [x for x in qs if x.q.qid in out]
+        for x in answered:
             c_r, got = captions[x.q.reference], out[x.q.qid]
             if got is None or got.get("no_json"):
                 x.notes.append("stage-1 reasoner reply had no JSON: the official stand-in (reference caption) used")
@@ -278,7 +277,7 @@ class Search:
             step2 = got["step2"] or [c_r]
             x.imag_t = {"target_caption": step2[0], "modifications": [f"{k}: {c}" for k, c in got["step1"]],
                         "descriptions": step2, "step1": got["step1"]}
-        self._rewrite_official([x for x in qs if x.q.qid in out], captions)
+        self._rewrite_official(answered, captions)
 
     def _rewrite_official(self, qs: list[_Q], captions: dict[str, str | None]) -> None:
         """The optional cir-v2 reasoner and caption rewriter (xr_stage1_schema=both, xr_rewrite_caption),
