@@ -344,13 +344,10 @@ class Search:
             n_missing = len(pool_ids) - len(have)
             if n_missing:
                 self.notes.append(f"{n_missing} candidates without caption (A_c failed): text similarity 0")
-        live = []
-        for x in qs:
-            descs = self._descriptions(x)
-            if descs:
-                live.append((x, descs))
-            else:
-                x.coarse = plain(x.base)
+        described = [(x, self._descriptions(x)) for x in qs]
+        for x in (x for x, descs in described if not descs):  # no target description: the baseline similarity
+            x.coarse = plain(x.base)
+        live = [(x, descs) for x, descs in described if descs]
         if not live:
             return
         texts = [d for _, descs in live for d in descs]
