@@ -15,6 +15,7 @@ never asked again; formats ending in ``+json_repair``).
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import json
 import re
@@ -128,10 +129,8 @@ def _first_object(text: str) -> str | None:
 def extract_json(text: str) -> tuple[Any, bool]:
     """Parse a JSON object out of a model reply. Returns (object, repaired?)."""
     stripped = text.strip()
-    try:
+    with contextlib.suppress(json.JSONDecodeError):
         return json.loads(stripped), False
-    except json.JSONDecodeError:
-        pass
     fenced = _FENCE.search(stripped)
     candidates = [fenced.group(1)] if fenced else []
     obj = _first_object(fenced.group(1) if fenced else stripped)
@@ -139,16 +138,12 @@ def extract_json(text: str) -> tuple[Any, bool]:
         candidates.append(obj)
     for c in candidates:
         for attempt in (c, _TRAILING_COMMA.sub(r"\1", c)):
-            try:
+            with contextlib.suppress(json.JSONDecodeError):
                 return json.loads(attempt), True
-            except json.JSONDecodeError:
-                pass
-            try:  # Python literals: single quotes, True/False/None
-                value = ast.literal_eval(attempt)
+            with contextlib.suppress(ValueError, SyntaxError, MemoryError, RecursionError):
+                value = ast.literal_eval(attempt)  # Python literals: single quotes, True/False/None
                 if isinstance(value, dict):
                     return value, True
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                pass
     raise MalformedOutput("no JSON object found in the reply")
 
 
@@ -207,11 +202,9 @@ def official_json(text: str, v2: bool = False) -> Any:
 
     t = text.strip() if v2 else text
     if v2:
-        try:
+        with contextlib.suppress(ValueError):
             obj = json.loads(repair_json(t))
             return obj if obj and isinstance(obj, dict) else None
-        except ValueError:
-            pass
     m = _OFFICIAL_FENCE.search(t) or (_OFFICIAL_BRACES_V2 if v2 else _OFFICIAL_BRACES).search(t)
     try:
         obj = None if m is None else json.loads(repair_json(m.group(1)))
