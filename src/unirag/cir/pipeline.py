@@ -117,8 +117,8 @@ class Search:
         self.official = None  # the official prompts, when an agent stage runs under xr_prompts=official
         # the reply format suffix of an official prompt's call under xr_json_parsing (part of the cache key)
         self.repair = "+json_repair" if self.settings["xr_json_parsing"] == "official" else ""
-        agent_stages = self.config.roles and any(st in self.stages for st in ("coarse", "fine"))
-        if self.settings["xr_prompts"] == "official" and agent_stages:
+        self.agents = [st for st in ("coarse", "fine") if st in self.stages]  # the agent stages asked for
+        if self.settings["xr_prompts"] == "official" and self.config.roles and self.agents:
             from unirag.cir.official_prompts import OPTIONAL, OfficialPrompts
 
             # a missing prompt file fails before any file is written or image encoded
@@ -147,12 +147,11 @@ class Search:
                                        lambda: enc.encode_images(paths, self.progress))
             self.pool_ids, self.paths, self.ia, self.runner = pool_ids, paths, ia, None  # the stages' inputs
             self._baseline(qs)
-            agents = [st for st in ("coarse", "fine") if st in self.stages]
-            if agents and not self.config.roles:
-                self.echo(f"no agent models configured (--agents): X^R stages {', '.join(agents)} skipped; "
+            if self.agents and not self.config.roles:
+                self.echo(f"no agent models configured (--agents): X^R stages {', '.join(self.agents)} skipped; "
                           f"ranking with the embedding baseline ({enc.name} encoder, reference image + text fused)")
                 self.notes.append("offline: embedding baseline only, no agent ran")
-            elif agents:
+            elif self.agents:
                 self._check_roles()
                 self.runner = self.xr.runner()
                 self.runner.stats = {}  # this search's agent-call counts
@@ -443,7 +442,8 @@ class Search:
             expected_image = [official_answer_string(stmt) for stmt in x.statements] if exact else expected
             top = x.coarse.order[:k_prime]
             sq_t, sq_v = (np.array([question_score(expect, got.get((role, x.q.qid, int(p)))) for p in top])
-                          for role, expect in (("text_question", expected_caption), ("vision_question", expected_image)))
+                          for role, expect in (("text_question", expected_caption),
+                                               ("vision_question", expected_image)))
             if failed.get(x.q.qid):
                 x.notes.append(f"{failed[x.q.qid]} judgement call(s) failed: scored 0")
             new_top, final = fine(top, x.coarse, sq_t, sq_v, s.lam, s.norm, similarity=not ab.fine_only,
