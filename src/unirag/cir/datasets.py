@@ -256,8 +256,7 @@ def load_dataset(kind: str, annotations: str | Path, images_root: str | Path | N
         ds.notes.append(f"CIRR validation: only the first {cirr_val_limit} of {len(ds.queries)} queries "
                         "(xr_cirr_val_limit, as the official loader)")
         ds.queries = ds.queries[:cirr_val_limit]
-    if limit is not None:
-        ds.queries = ds.queries[:limit]
+    ds.queries = ds.queries[:limit]  # None: every query
     if exclude_reference is not None:
         ds.exclude_reference = exclude_reference
     return ds

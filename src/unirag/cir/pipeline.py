@@ -388,7 +388,6 @@ class Search:
 
     def _fine(self, qs: list[_Q], captions: dict[str, str | None], k_prime: int) -> None:
         s, ab, st, pool_ids = self.config.settings, self.ab, self.settings, self.pool_ids
-        cap = st["xr_max_statements"]
         q_out = self.runner.ask("question", {x.q.qid: self._question_prompt(x) for x in qs}, "A^q questions",
                                 "official_questions" + self.repair if self.official is not None else None)
         judge: dict[tuple[str, str, int], list[CallRequest]] = {}  # (role, qid, candidate position) -> calls
@@ -400,7 +399,7 @@ class Search:
             if out is None:
                 x.notes.append("question agent failed: coarse order kept")
                 continue
-            x.statements = out["statements"][:cap] if cap is not None else list(out["statements"])
+            x.statements = out["statements"][:st["xr_max_statements"]]  # none: no cap
             if not x.statements:  # xr_json_parsing=official: no question read from the reply (XR/xr.py:696-721)
                 x.notes.append("stage-2 reasoner reply gave no [question, answer] pair: no verification, every "
                                "candidate scores 0")

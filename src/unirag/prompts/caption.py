@@ -15,6 +15,7 @@ reproduces (:mod:`unirag.prompts.official`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,10 +68,8 @@ def merge_vertically(images: list, separator: int = 5):
     rgb = [im.convert("RGB") for im in images]
     height = sum(im.height for im in rgb) + separator * (len(rgb) - 1)
     canvas = Image.new("RGB", (max(im.width for im in rgb), height))  # black
-    y = 0
-    for im in rgb:
+    for im, y in zip(rgb, itertools.accumulate((im.height + separator for im in rgb), initial=0), strict=False):
         canvas.paste(im, (0, y))
-        y += im.height + separator
     return canvas
 
 
