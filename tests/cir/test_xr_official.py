@@ -40,7 +40,7 @@ from xr_fixtures import (
 )
 
 from fake_openai_server import FakeServer
-from unirag.cir.agents import yes_if_contains_yes, yes_without_no
+from unirag.cir.agents import FORMATS
 from unirag.cir.cache import call_key
 from unirag.cir.config import RoleConfig, XRConfig, load_config
 from unirag.cir.official_prompts import OfficialPrompts
@@ -99,6 +99,7 @@ def test_yes_no_readers_follow_the_two_official_paths():
     """01yzzyu/xr.github.io XR/xr.py:793 (_run_qa_path) reads "yes" anywhere in the lower-cased reply
     (``'yes' in r.strip().lower()``); the caption path's _is_yes (:819-821) needs "yes" and no "no"
     substring, also after ``.strip().lower()``."""
+    yes_if_contains_yes, yes_without_no = FORMATS["yes_no_any"], FORMATS["yes_no_strict"]
     assert yes_if_contains_yes("Yes.") and yes_if_contains_yes("I would say YES") and not yes_if_contains_yes("No")
     assert yes_without_no("Yes") and not yes_without_no("Yes, nothing else") and not yes_without_no("no")
 

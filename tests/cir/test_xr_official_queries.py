@@ -9,7 +9,7 @@ import json
 import pytest
 
 from unirag.cir import api
-from unirag.cir.datasets import cirr_query_text, join_fashioniq_captions, load_dataset
+from unirag.cir.datasets import join_fashioniq_captions, load_dataset
 from unirag.cli.main import main
 from unirag.errors import InputError
 
@@ -54,7 +54,6 @@ def test_official_cirr_text_strips_and_names_an_empty_caption(tmp_path):
     official = [q.text for q in load_dataset("cirr", path, query_text="official").queries]
     assert official == ["add a dog", "the same image", "the same image"]
     assert [q.text for q in load_dataset("cirr", path).queries] == [" add a dog \n", "   ", ""]
-    assert cirr_query_text("", "paper") == ""
 
 
 def test_circo_text_is_kept_as_written_under_both(tmp_path):

@@ -212,4 +212,5 @@ def test_circo_annotations_without_target_img_id_are_refused(tmp_path):
         load_dataset("circo", bad)
     assert ei.value.field == "target_img_id" and ei.value.path == str(bad)
     (tmp_path / "test.json").write_text(json.dumps([{"id": 0, "reference_img_id": 1, "relative_caption": "x"}]))
-    assert load_dataset("circo", tmp_path / "test.json").queries[0].main_target is None  # test split: no ground truth
+    q = load_dataset("circo", tmp_path / "test.json").queries[0]
+    assert q.target is None and q.targets == []  # test split: no ground truth

@@ -67,7 +67,8 @@ class AgentRunner:
         # leave them to auto: one setting for the calls decoded ahead here and on Ray workers
         self.engine = with_decode_default(engine, config.settings.decode_workers)
         self._pool = None
-        self._pools = contextlib.ExitStack()  # closes the pool this runner opened (a caller's stays open)
+        # closes the pool this runner opened (a caller's stays open) and the generators it loaded
+        self._pools = contextlib.ExitStack()
         self.factory = generator_factory  # None: unirag.generators.registry.load_generator
         self.progress = progress
         self._generators: dict[str, Any] = {}
@@ -112,7 +113,9 @@ class AgentRunner:
                 if gen_id not in self._generators:  # roles sharing a model share one client / loaded model
                     from unirag.generators.registry import load_generator
 
-                    self._generators[gen_id] = (self.factory or load_generator)(rc.model, **rc.options)
+                    self._generators[gen_id] = gen = (self.factory or load_generator)(rc.model, **rc.options)
+                    if getattr(gen, "close", None) is not None:
+                        self._pools.callback(gen.close)
                 job.generator = self._generators[gen_id]
             local = rc.model.startswith("hf:")  # a model in this process: one call at a time
             counts = execute(job, todo, store, concurrency=1 if local else self.config.settings.concurrency,
@@ -135,8 +138,4 @@ class AgentRunner:
     def close(self) -> None:
         self._pool = None
         self._pools.close()
-        for g in self._generators.values():
-            close = getattr(g, "close", None)
-            if close is not None:
-                close()
         self._generators.clear()

@@ -15,9 +15,11 @@ never asked again; formats ending in ``+json_repair``).
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import json
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass
 from functools import cache, partial
 from importlib import resources
@@ -127,10 +129,8 @@ def _first_object(text: str) -> str | None:
 def extract_json(text: str) -> tuple[Any, bool]:
     """Parse a JSON object out of a model reply. Returns (object, repaired?)."""
     stripped = text.strip()
-    try:
+    with contextlib.suppress(json.JSONDecodeError):
         return json.loads(stripped), False
-    except json.JSONDecodeError:
-        pass
     fenced = _FENCE.search(stripped)
     candidates = [fenced.group(1)] if fenced else []
     obj = _first_object(fenced.group(1) if fenced else stripped)
@@ -138,16 +138,12 @@ def extract_json(text: str) -> tuple[Any, bool]:
         candidates.append(obj)
     for c in candidates:
         for attempt in (c, _TRAILING_COMMA.sub(r"\1", c)):
-            try:
+            with contextlib.suppress(json.JSONDecodeError):
                 return json.loads(attempt), True
-            except json.JSONDecodeError:
-                pass
-            try:  # Python literals: single quotes, True/False/None
-                value = ast.literal_eval(attempt)
+            with contextlib.suppress(ValueError, SyntaxError, MemoryError, RecursionError):
+                value = ast.literal_eval(attempt)  # Python literals: single quotes, True/False/None
                 if isinstance(value, dict):
                     return value, True
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                pass
     raise MalformedOutput("no JSON object found in the reply")
 
 
@@ -184,35 +180,10 @@ def validate(value: Any, schema: dict[str, Any], where: str = "$") -> Any:
     return value
 
 
-# -- reply formats other than a role's JSON schema ---------------------------------------------------
-def yes_if_contains_yes(text: str) -> bool:
-    """Official QA-path reading of a yes/no reply: True when "yes" occurs anywhere in it (any case).
-
-    01yzzyu/xr.github.io XR/xr.py:793 (stage2_verify._run_qa_path): ``'yes' in r.strip().lower()``.
-    """
-    return "yes" in text.strip().lower()
-
-
-def yes_without_no(text: str) -> bool:
-    """Official caption-path reading: True when "yes" occurs and "no" does not (substrings, any case).
-
-    01yzzyu/xr.github.io XR/xr.py:819-821 (stage2_verify._run_caption_path._is_yes).
-    """
-    t = text.strip().lower()
-    return "yes" in t and "no" not in t
-
-
 # -- the official code's own reading of its JSON replies (xr_json_parsing=official) -------------------
 _OFFICIAL_FENCE = re.compile(r"```json\s*([\s\S]*?)\s*```", re.DOTALL)
 _OFFICIAL_BRACES = re.compile(r"(\{[\s\S]*?\})", re.DOTALL)      # the first '{' to the FIRST '}' after it
 _OFFICIAL_BRACES_V2 = re.compile(r"(\{[\s\S]*\})", re.DOTALL)    # cir-v2: the first '{' to the last '}'
-
-
-def _repair_once(text: str) -> Any:
-    """``json.loads(repair_json(text))``: one pass of the json_repair package, as the official code."""
-    from json_repair import repair_json
-
-    return json.loads(repair_json(text))
 
 
 def official_json(text: str, v2: bool = False) -> Any:
@@ -227,16 +198,16 @@ def official_json(text: str, v2: bool = False) -> Any:
     stripped reply through one repair pass; only if that raises, the ```json fence or the first
     ``{`` to the LAST ``}``, repaired once. Kept only when it is a non-empty object, else None.
     """
+    from json_repair import repair_json  # one pass of the json_repair package, as the official code
+
     t = text.strip() if v2 else text
     if v2:
-        try:
-            obj = _repair_once(t)
+        with contextlib.suppress(ValueError):
+            obj = json.loads(repair_json(t))
             return obj if obj and isinstance(obj, dict) else None
-        except ValueError:
-            pass
     m = _OFFICIAL_FENCE.search(t) or (_OFFICIAL_BRACES_V2 if v2 else _OFFICIAL_BRACES).search(t)
     try:
-        obj = None if m is None else _repair_once(m.group(1))
+        obj = None if m is None else json.loads(repair_json(m.group(1)))
     except ValueError:  # json.JSONDecodeError
         return None
     return obj if not v2 or (obj and isinstance(obj, dict)) else None
@@ -312,7 +283,10 @@ def clean_rewritten_caption(text: str) -> str:
 #: Reply formats a call may name instead of its role's schema (``CallRequest.fmt``); part of the cache key.
 #: A ``+json_repair`` format is the official code's reading (xr_json_parsing=official): one repair
 #: pass, never raises, so the reply is never asked for again.
-FORMATS = {"yes_no_any": yes_if_contains_yes, "yes_no_strict": yes_without_no,
+FORMATS = {  # official yes/no readings: "yes" anywhere (any case; 01yzzyu/xr.github.io XR/xr.py:793, the QA path),
+    # or "yes" without "no" (substrings, any case; :819-821, the caption path's _is_yes)
+    "yes_no_any": lambda text: "yes" in text.strip().lower(),
+    "yes_no_strict": lambda text: "yes" in text.strip().lower() and "no" not in text.strip().lower(),
            **{name + repair: partial(parse_official, name + repair) for name in _OFFICIAL_JSON
               for repair in ("", "+json_repair")},
            "official_rewriter": clean_rewritten_caption}
@@ -351,17 +325,16 @@ def call_agent(generator, role: str, messages: list[Message], options=None, json
     if fmt is None and ROLES[role].schema is not None and options.json_schema is None:
         options = dataclasses.replace(options, json_schema=ROLES[role].schema)
     convo = list(messages)
-    usage: dict[str, int] = {}
+    usage: Counter[str] = Counter()
     err: MalformedOutput | None = None
     text = ""
     for attempt in range(1, max(1, json_attempts) + 1):
         gen = generator.generate(convo, options)
         text = gen.text or ""
-        for k, v in asdict(gen.usage).items():
-            usage[k] = usage.get(k, 0) + v
+        usage.update(asdict(gen.usage))
         try:
             output, repaired = parse_reply(role, text, expect_answers, fmt)
-            return {"output": output, "raw": text, "repaired": repaired, "calls": attempt, "usage": usage}
+            return {"output": output, "raw": text, "repaired": repaired, "calls": attempt, "usage": dict(usage)}
         except MalformedOutput as e:
             err = e
             convo = convo + [Message("assistant", [TextPart(text)]), Message("user", [TextPart(

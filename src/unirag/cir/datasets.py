@@ -30,11 +30,6 @@ class CirQuery:
     reference_path: str | None = None                   # when I_r is not a pool member (M-BEIR)
     target: str | None = None                           # CIRCO target_img_id (the caption's own target)
 
-    @property
-    def main_target(self) -> str | None:
-        """The one target recall counts: CIRCO's ``target_img_id``, else the first ground truth."""
-        return self.target if self.target is not None else (self.targets[0] if self.targets else None)
-
 
 @dataclass
 class CirDataset:
@@ -56,13 +51,8 @@ class CirDataset:
         p = Path(rel)
         if not p.is_absolute() and self.images_root is not None:
             p = self.images_root / p
-        if not p.exists():
-            # FashionIQ copies circulate as .png and .jpg: accept the same stem with another extension.
-            for ext in IMAGE_EXTS:
-                alt = p.with_suffix(ext)
-                if alt.exists():
-                    return alt
-        return p
+        # FashionIQ copies circulate as .png and .jpg: accept the same stem with another extension.
+        return p if p.exists() else next((alt for ext in IMAGE_EXTS if (alt := p.with_suffix(ext)).exists()), p)
 
     def reference_path(self, q: CirQuery) -> Path:
         return self.image_path(q.reference, q)
@@ -120,14 +110,6 @@ def join_fashioniq_captions(captions: list[str], query_text: str = "paper") -> s
     return " and ".join(parts)
 
 
-def cirr_query_text(caption: str, query_text: str = "paper") -> str:
-    """CIRR's relative caption as the query text: ``paper`` keeps it as written; ``official`` strips
-    whitespace and replaces an empty caption by "the same image", as the official X^R loader."""
-    if query_text == "official":
-        return caption.strip() or "the same image"
-    return caption
-
-
 def load_fashioniq(annotations: str | Path, images_root: str | Path | None = None,
                    split_file: str | Path | None = None, query_text: str = "paper") -> CirDataset:
     """``cap.<category>.<split>.json`` -> queries; ``image_splits/split.<category>.<split>.json`` -> pool.
@@ -156,7 +138,8 @@ def load_cirr(annotations: str | Path, images_root: str | Path | None = None,
               split_file: str | Path | None = None, query_text: str = "paper") -> CirDataset:
     """``captions/cap.rc2.<split>.json`` -> queries (qid = pairid); ``image_splits/split.rc2.<split>.json``
     (name -> relative path) -> pool. The reference is excluded from the gallery, as CIRR evaluates.
-    ``query_text``: how a caption becomes the query text (:func:`cirr_query_text`)."""
+    ``query_text``: how a caption becomes the query text: ``paper`` keeps it as written; ``official`` strips
+    whitespace and replaces an empty caption by "the same image", as the official X^R loader."""
     path = Path(annotations)
     m, split_path = _split_of(path, r"cap\.(rc2)\.(\w+)\.json$", split_file)
     split = m.group(2) if m else "unknown"
@@ -171,8 +154,10 @@ def load_cirr(annotations: str | Path, images_root: str | Path | None = None,
         if not isinstance(members, list):
             raise InputError(f"entry {i}: img_set has no members list", path=path, field="img_set")
         target = e.get("target_hard")
-        queries.append(CirQuery(qid=str(pairid), reference=_field(e, "reference", path, i),
-                                text=cirr_query_text(_field(e, "caption", path, i), query_text), subset=[str(x) for x in members],
+        reference, caption = _field(e, "reference", path, i), _field(e, "caption", path, i)
+        queries.append(CirQuery(qid=str(pairid), reference=reference,
+                                text=(caption.strip() or "the same image") if query_text == "official" else caption,
+                                subset=[str(x) for x in members],
                                 targets=[target] if isinstance(target, str) else []))
     pool = {str(k): str(v).removeprefix("./") for k, v in names.items()}
     return CirDataset(f"cirr-{split}", "cirr", queries, pool, Path(images_root) if images_root else None,
@@ -271,8 +256,7 @@ def load_dataset(kind: str, annotations: str | Path, images_root: str | Path | N
         ds.notes.append(f"CIRR validation: only the first {cirr_val_limit} of {len(ds.queries)} queries "
                         "(xr_cirr_val_limit, as the official loader)")
         ds.queries = ds.queries[:cirr_val_limit]
-    if limit is not None:
-        ds.queries = ds.queries[:limit]
+    ds.queries = ds.queries[:limit]  # None: every query
     if exclude_reference is not None:
         ds.exclude_reference = exclude_reference
     return ds

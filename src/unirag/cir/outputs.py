@@ -144,7 +144,9 @@ def evaluate(dataset: CirDataset, rankings: Mapping[str, Sequence[str]],
     rows: dict[str, dict[str, float]] = {}
     if dataset.kind == "circo":
         out.update(map_mean(rankings, targets, MAP_KS, per_query=rows))
-        out.update(target_recall_mean(rankings, {q.qid: q.main_target for q in dataset.queries if q.qid in targets},
+        # the one target recall counts: CIRCO's target_img_id, else the first ground truth
+        out.update(target_recall_mean(rankings, {q.qid: q.target if q.target is not None else q.targets[0]
+                                                 for q in dataset.queries if q.qid in targets},
                                       CIRCO_RECALL_KS, per_query=rows))
         out.update(recall_mean(rankings, targets, CIRCO_RECALL_KS, name="R_anyGT", per_query=rows))
     else:

@@ -16,7 +16,9 @@ docs/xr-parity.md).
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,8 +115,10 @@ class Search:
         self.cache, self.progress, self.echo = xr.cache, xr.progress, xr.echo
         self.notes: list[str] = list(dataset.notes)
         self.official = None  # the official prompts, when an agent stage runs under xr_prompts=official
-        agent_stages = self.config.roles and any(st in self.stages for st in ("coarse", "fine"))
-        if self.settings["xr_prompts"] == "official" and agent_stages:
+        # the reply format suffix of an official prompt's call under xr_json_parsing (part of the cache key)
+        self.repair = "+json_repair" if self.settings["xr_json_parsing"] == "official" else ""
+        self.agents = [st for st in ("coarse", "fine") if st in self.stages]  # the agent stages asked for
+        if self.settings["xr_prompts"] == "official" and self.config.roles and self.agents:
             from unirag.cir.official_prompts import OPTIONAL, OfficialPrompts
 
             # a missing prompt file fails before any file is written or image encoded
@@ -143,18 +147,16 @@ class Search:
                                        lambda: enc.encode_images(paths, self.progress))
             self.pool_ids, self.paths, self.ia, self.runner = pool_ids, paths, ia, None  # the stages' inputs
             self._baseline(qs)
-            agents = [st for st in ("coarse", "fine") if st in self.stages]
-            if agents and not self.config.roles:
-                self.echo(f"no agent models configured (--agents): X^R stages {', '.join(agents)} skipped; "
+            if self.agents and not self.config.roles:
+                self.echo(f"no agent models configured (--agents): X^R stages {', '.join(self.agents)} skipped; "
                           f"ranking with the embedding baseline ({enc.name} encoder, reference image + text fused)")
                 self.notes.append("offline: embedding baseline only, no agent ran")
-            if not (agents and self.config.roles):
-                return Ranking(pool_ids, qs, {}, self._subset_pass(qs))
-            self._check_roles()
-            self.runner = self.xr.runner()
-            self.runner.stats = {}  # this search's agent-call counts
-            self._agents(qs, self.config.settings.k_prime)
-            return Ranking(pool_ids, qs, self.runner.stats, self._subset_pass(qs))
+            elif self.agents:
+                self._check_roles()
+                self.runner = self.xr.runner()
+                self.runner.stats = {}  # this search's agent-call counts
+                self._agents(qs, self.config.settings.k_prime)
+            return Ranking(pool_ids, qs, self.runner.stats if self.runner else {}, self._subset_pass(qs))
         finally:  # the cache's stores release their locks even when a stage fails or is interrupted
             self.cache.close()
 
@@ -195,16 +197,10 @@ class Search:
         if not pool_ids:
             raise InputError(f"none of the {len(self.ds.pool)} pool images exist; check --images-root",
                              path=self.ds.images_root)
-        skip = set(ref_missing)
-        index = {p: i for i, p in enumerate(pool_ids)}
-        qs = []
-        for q in self.ds.queries:
-            if q.qid in skip:
-                continue
-            cand = np.arange(len(pool_ids))
-            if self.ds.exclude_reference and q.reference in index:
-                cand = cand[cand != index[q.reference]]
-            qs.append(_Q(q, cand))
+        everything, skip = np.arange(len(pool_ids)), set(ref_missing)
+        index = {p: i for i, p in enumerate(pool_ids)} if self.ds.exclude_reference else {}
+        qs = [_Q(q, everything[everything != index.get(q.reference, -1)])
+              for q in self.ds.queries if q.qid not in skip]
         if not qs:
             raise InputError("no query has its reference image; check --images-root", path=self.ds.images_root)
         return pool_ids, qs
@@ -218,10 +214,6 @@ class Search:
             x.orders["baseline"] = np.argsort(-x.base, kind="stable")
 
     # -- agent stages -------------------------------------------------------------------------------
-    def _official_fmt(self, base: str) -> str:
-        """The reply format of an official prompt's call under xr_json_parsing (part of the cache key)."""
-        return base + "+json_repair" if self.settings["xr_json_parsing"] == "official" else base
-
     def _captions(self, ids_paths: dict[str, Path]) -> dict[str, str | None]:
         text = self.official.texts["caption"] if self.official is not None else None
         return self.runner.ask("caption", {i: {"image": p, "text": text} for i, p in ids_paths.items()},
@@ -274,10 +266,9 @@ class Search:
         out = self.runner.ask("text_imagination", {
             x.q.qid: {"text": self.official.reasoner(x.q.text, captions[x.q.reference])}
             for x in qs if captions.get(x.q.reference) is not None}, "stage-1 reasoner",
-            self._official_fmt("official_reasoner"))
-        for x in qs:
-            if x.q.qid not in out:
-                continue
+            "official_reasoner" + self.repair)
+        answered = [x for x in qs if x.q.qid in out]
+        for x in answered:
             c_r, got = captions[x.q.reference], out[x.q.qid]
             if got is None or got.get("no_json"):
                 x.notes.append("stage-1 reasoner reply had no JSON: the official stand-in (reference caption) used")
@@ -285,7 +276,7 @@ class Search:
             step2 = got["step2"] or [c_r]
             x.imag_t = {"target_caption": step2[0], "modifications": [f"{k}: {c}" for k, c in got["step1"]],
                         "descriptions": step2, "step1": got["step1"]}
-        self._rewrite_official([x for x in qs if x.q.qid in out], captions)
+        self._rewrite_official(answered, captions)
 
     def _rewrite_official(self, qs: list[_Q], captions: dict[str, str | None]) -> None:
         """The optional cir-v2 reasoner and caption rewriter (xr_stage1_schema=both, xr_rewrite_caption),
@@ -299,7 +290,7 @@ class Search:
             return
         v2_out = self.runner.ask("text_imagination", {
             x.q.qid: {"text": self.official.reasoner(x.q.text, captions[x.q.reference], "reasoner_v2")} for x in qs},
-            "stage-1 cir-v2 reasoner", self._official_fmt("official_reasoner_v2"))
+            "stage-1 cir-v2 reasoner", "official_reasoner_v2" + self.repair)
         v2 = {}
         for x in qs:
             got = v2_out[x.q.qid]
@@ -352,22 +343,17 @@ class Search:
             n_missing = len(pool_ids) - len(have)
             if n_missing:
                 self.notes.append(f"{n_missing} candidates without caption (A_c failed): text similarity 0")
-        live = []
-        for x in qs:
-            descs = self._descriptions(x)
-            if descs:
-                live.append((x, descs))
-            else:
-                x.coarse = plain(x.base)
+        described = [(x, self._descriptions(x)) for x in qs]
+        for x in (x for x, descs in described if not descs):  # no target description: the baseline similarity
+            x.coarse = plain(x.base)
+        live = [(x, descs) for x, descs in described if descs]
         if not live:
             return
         texts = [d for _, descs in live for d in descs]
         cross = self.xr.encoder().encode_texts(texts)
         text = self.xr.text_encoder().encode_texts(texts) if ab.text else None
-        pos = 0
-        for x, descs in live:
-            span = slice(pos, pos + len(descs))
-            pos += len(descs)
+        for (x, descs), end in zip(live, itertools.accumulate(len(descs) for _, descs in live), strict=True):
+            span = slice(end - len(descs), end)
             cap, img = ca[x.cand] if ca is not None else None, self.ia[x.cand] if ab.vision else None
             t = list(text[span]) if text is not None else None
             if st["xr_scoring"] == "official":
@@ -402,10 +388,9 @@ class Search:
 
     def _fine(self, qs: list[_Q], captions: dict[str, str | None], k_prime: int) -> None:
         s, ab, st, pool_ids = self.config.settings, self.ab, self.settings, self.pool_ids
-        cap = st["xr_max_statements"]
         q_out = self.runner.ask("question", {x.q.qid: self._question_prompt(x) for x in qs}, "A^q questions",
-                                self._official_fmt("official_questions") if self.official is not None else None)
-        judge: dict[str, list[tuple[_Q, int, list[CallRequest]]]] = {"text_question": [], "vision_question": []}
+                                "official_questions" + self.repair if self.official is not None else None)
+        judge: dict[tuple[str, str, int], list[CallRequest]] = {}  # (role, qid, candidate position) -> calls
         # xr_failed_caption=stand-in: a failed caption is judged as "A photo." (01yzzyu/xr.github.io XR/xr.py:831)
         stand_in = FAILED_CAPTION_STAND_IN if st["xr_failed_caption"] == "stand-in" else None
         n_stand_in = 0
@@ -414,7 +399,7 @@ class Search:
             if out is None:
                 x.notes.append("question agent failed: coarse order kept")
                 continue
-            x.statements = out["statements"][:cap] if cap is not None else list(out["statements"])
+            x.statements = out["statements"][:st["xr_max_statements"]]  # none: no cap
             if not x.statements:  # xr_json_parsing=official: no question read from the reply (XR/xr.py:696-721)
                 x.notes.append("stage-2 reasoner reply gave no [question, answer] pair: no verification, every "
                                "candidate scores 0")
@@ -424,25 +409,23 @@ class Search:
                 caption = captions.get(did) or stand_in
                 if ab.text and caption:
                     n_stand_in += not captions.get(did)  # judged on the stand-in
-                    judge["text_question"].append((x, pos, self._judge_requests("text_question", x,
-                                                                                caption=caption)))
+                    judge["text_question", x.q.qid, int(pos)] = self._judge_requests("text_question", x,
+                                                                                    caption=caption)
                 if ab.vision:
-                    judge["vision_question"].append((x, pos, self._judge_requests("vision_question", x,
-                                                                                  image=self.paths[x.cand[pos]])))
+                    judge["vision_question", x.q.qid, int(pos)] = self._judge_requests(
+                        "vision_question", x, image=self.paths[x.cand[pos]])
         if n_stand_in:
             self.notes.append(f"{n_stand_in} caption-path judgement(s) of a candidate without caption (A_c failed) "
                               f"on the stand-in caption {FAILED_CAPTION_STAND_IN!r} (xr_failed_caption=stand-in)")
-        answers = {role: self.runner.run(role, [r for _, _, rs in items for r in rs], desc=f"{role} judgements")
-                   for role, items in judge.items() if items}
-        got: dict[tuple[str, str, int], list | None] = {}
-        failed: dict[str, int] = {}
-        for role, items in judge.items():
-            for x, pos, rs in items:
-                outs = [answers[role][r.key] for r in rs]
-                failed[x.q.qid] = failed.get(x.q.qid, 0) + sum(1 for o in outs if o is None)
-                # xr_questions=single: one bool (or None: failed) per statement
-                got[(role, x.q.qid, int(pos))] = outs if st["xr_questions"] == "single" else (
-                    outs[0]["answers"] if outs[0] else None)
+        answers: dict[str, Any] = {}
+        for role in ("text_question", "vision_question"):
+            requests = [r for (of, _, _), rs in judge.items() if of == role for r in rs]
+            if requests:
+                answers.update(self.runner.run(role, requests, desc=f"{role} judgements"))
+        got = {where: [answers[r.key] for r in rs] for where, rs in judge.items()}  # None: a failed call
+        failed = Counter(qid for (_, qid, _), outs in got.items() for o in outs if o is None)
+        if st["xr_questions"] != "single":  # batch: one call's answers (single: one bool per statement)
+            got = {where: outs[0]["answers"] if outs[0] else None for where, outs in got.items()}
         bug = st["xr_caption_verifier"] == "bool-bug"
         exact = st["xr_answer_matching"] == "exact-string"
         ties = 0.0 if st["xr_minmax_ties"] == "zero" else 1.0
@@ -457,10 +440,9 @@ class Search:
             # exact-string: an answer not written "True"/"False" matches no reply on the image path (None)
             expected_image = [official_answer_string(stmt) for stmt in x.statements] if exact else expected
             top = x.coarse.order[:k_prime]
-            sq_t = np.array([question_score(expected_caption, got.get(("text_question", x.q.qid, int(p))))
-                             for p in top])
-            sq_v = np.array([question_score(expected_image, got.get(("vision_question", x.q.qid, int(p))))
-                             for p in top])
+            sq_t, sq_v = (np.array([question_score(expect, got.get((role, x.q.qid, int(p)))) for p in top])
+                          for role, expect in (("text_question", expected_caption),
+                                               ("vision_question", expected_image)))
             if failed.get(x.q.qid):
                 x.notes.append(f"{failed[x.q.qid]} judgement call(s) failed: scored 0")
             new_top, final = fine(top, x.coarse, sq_t, sq_v, s.lam, s.norm, similarity=not ab.fine_only,

@@ -64,13 +64,13 @@ class CoarseResult:
     similarity: np.ndarray | None = None
 
 
-def with_source(res: CoarseResult, source: str) -> CoarseResult:
-    """Pick the stage-1 list fine filtering gets (setting ``xr_stage2_source``): ``rrf`` (paper Alg. 1
-    line 10) or ``aug``, the description-averaged similarity (01yzzyu/xr.github.io XR/xr.py:563-577
-    stage1_retrieve, :1545 ``--stage2_source`` default 'aug'; its RRF list is computed but unused)."""
-    res.similarity = res.aug if source == "aug" else res.rrf
-    res.order = order_by(res.similarity)
-    return res
+def with_source(s_t: np.ndarray, s_v: np.ndarray, fused: np.ndarray, aug: np.ndarray, source: str) -> CoarseResult:
+    """The coarse scores, ordered by the stage-1 list fine filtering gets (setting ``xr_stage2_source``):
+    ``rrf`` (paper Alg. 1 line 10, ``fused``) or ``aug``, the description-averaged similarity
+    (01yzzyu/xr.github.io XR/xr.py:563-577 stage1_retrieve, :1545 ``--stage2_source`` default 'aug'; its
+    RRF list is computed but unused)."""
+    similarity = aug if source == "aug" else fused
+    return CoarseResult(s_t, s_v, fused, order_by(similarity), aug=aug, similarity=similarity)
 
 
 def coarse(caption_emb: np.ndarray | None, image_emb: np.ndarray | None,
@@ -91,8 +91,7 @@ def coarse(caption_emb: np.ndarray | None, image_emb: np.ndarray | None,
     # Lines 8-9: summed within each imagined caption's modality: S^t = s_t^t + s_v^t, S^v = s_t^v + s_v^v
     s_t, s_v = (np.sum([np.asarray(parts[n], dtype=np.float64) for n in names if n in parts], axis=0)
                 for names in (("s_tt", "s_vt"), ("s_tv", "s_vv")))
-    fused = rrf(s_t, s_v, k=rrf_k)
-    return with_source(CoarseResult(s_t, s_v, fused, order_by(fused), aug=(s_t + s_v) / 2.0), source)
+    return with_source(s_t, s_v, rrf(s_t, s_v, k=rrf_k), (s_t + s_v) / 2.0, source)
 
 
 def coarse_official(caption_emb: np.ndarray | None, image_emb: np.ndarray | None, desc_text: list[np.ndarray],
@@ -116,14 +115,13 @@ def coarse_official(caption_emb: np.ndarray | None, image_emb: np.ndarray | None
     per = [np.sum([w * np.asarray(emb @ descs[j], dtype=np.float64) for emb, descs, w in sides], axis=0)
            for j in range(len(sides[0][1]))]
     aug = np.mean(per, axis=0)
-    fused = rrf(*per, k=rrf_k)
-    return with_source(CoarseResult(aug, aug, fused, order_by(fused), aug=aug), source)
+    return with_source(aug, aug, rrf(*per, k=rrf_k), aug, source)
 
 
 def plain(similarity: np.ndarray) -> CoarseResult:
     """No imagination: one similarity (fused reference embedding) serves as both S^t and S^v."""
     s = np.asarray(similarity, dtype=np.float64)
-    return CoarseResult(s, s, s, order_by(s), aug=s, similarity=s)
+    return with_source(s, s, s, s, "aug")
 
 
 def question_score(expected: list[bool | None], answers: list[bool | None] | None) -> int:

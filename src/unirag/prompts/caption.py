@@ -15,14 +15,15 @@ reproduces (:mod:`unirag.prompts.official`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from unirag.data.images import ImageLike, is_path_like, load_rgb, png_bytes
 from unirag.errors import ConfigError, InputError
-from unirag.messages import ImagePart, Message, Part, TextPart
+from unirag.messages import ImagePart, Message, Part, TextPart, with_decoded
 from unirag.prompts.templates import PromptTemplate, load_template
 from unirag.retrieval.results import Pair
 
@@ -67,22 +68,16 @@ def merge_vertically(images: list, separator: int = 5):
     rgb = [im.convert("RGB") for im in images]
     height = sum(im.height for im in rgb) + separator * (len(rgb) - 1)
     canvas = Image.new("RGB", (max(im.width for im in rgb), height))  # black
-    y = 0
-    for im in rgb:
+    for im, y in zip(rgb, itertools.accumulate((im.height + separator for im in rgb), initial=0), strict=False):
         canvas.paste(im, (0, y))
-        y += im.height + separator
     return canvas
 
 
-def _image_part(image: ImageLike, label: str, ahead: Mapping[str, Any] | None, loading: str) -> ImagePart:
-    """Fail while building the prompt (naming the file), not later inside a backend's encoder. A file
-    in ``ahead`` (decoded ahead) carries its decoded image."""
+def _image_part(image: ImageLike, label: str, loading: str) -> ImagePart:
+    """Fail while building the prompt (naming the file), not later inside a backend's encoder."""
     if is_path_like(image) and not Path(image).is_file():
         raise InputError("image file not found", path=image)
-    part = ImagePart.from_image(image, label=label, loading=loading)
-    if ahead and part.path is not None and str(part.path) in ahead:
-        return replace(part, decoded=ahead[str(part.path)])
-    return part
+    return ImagePart.from_image(image, label=label, loading=loading)
 
 
 def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, examples: Sequence[Pair],
@@ -114,10 +109,10 @@ def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, examples: 
                 messages.append(Message("system", [TextPart(system)]))
         elif token == "examples":
             for i, s in enumerate(examples, start=1):
-                parts.append(_image_part(s.image, s.label or f"example {i}", ahead, loading))
+                parts.append(_image_part(s.image, s.label or f"example {i}", loading))
                 parts.append(TextPart(tpl.fill("example_caption", n=i, caption=s.caption)))
         elif token == "query_image" or (token == "merged_image" and not examples):
-            parts.append(_image_part(query_image, query_label, ahead, loading))
+            parts.append(_image_part(query_image, query_label, loading))
         elif token == "merged_image":
             images = [load_rgb(im, ahead=ahead, loading=loading)
                       for im in [*(s.image for s in examples), query_image]]
@@ -127,7 +122,7 @@ def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, examples: 
                                    label="merged: " + " | ".join(labels)))
         elif token == "instruction":
             parts.append(TextPart(instruction))
-    messages.append(Message("user", parts))
-    return CaptionPrompt(messages=messages, merged_image=merged_image)
+    messages.append(Message("user", parts))  # a file decoded ahead carries its decoded image
+    return CaptionPrompt(messages=with_decoded(messages, ahead), merged_image=merged_image)
 
 
