@@ -191,7 +191,8 @@ class Search:
 
     def _check_images(self) -> tuple[list[str], list[_Q]]:
         pool_missing, ref_missing = self.missing
-        pool_ids = [i for i in self.ds.pool if i not in set(pool_missing)]
+        gone = set(pool_missing)  # once: a set per pool id made this quadratic in the missing images
+        pool_ids = [i for i in self.ds.pool if i not in gone]
         if pool_missing or ref_missing:
             self.notes.append(f"{len(pool_missing)} pool images missing; {len(ref_missing)} queries skipped")
         if not pool_ids:
