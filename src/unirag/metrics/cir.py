@@ -29,27 +29,25 @@ SUBSET_KS = (1, 2, 3)
 MAP_KS = (5, 10, 25, 50)
 
 
-def _check_k(k: int) -> None:
+def _checked(targets: Iterable[str], k: int, metric: str) -> list[str]:
+    """The ground-truth targets as a list (repeats kept); ValueError for a k below 1 or no target."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    gts = list(targets)
+    if not gts:
+        raise ValueError(f"{metric} needs at least one ground-truth target")
+    return gts
 
 
 def recall_at_k(ranking: Sequence[str], targets: Iterable[str], k: int) -> float:
     """1.0 when any target is among the first k results: the foundation's hit@k, which CIR papers call R@k."""
-    _check_k(k)
-    gts = set(targets)
-    if not gts:
-        raise ValueError("recall needs at least one ground-truth target")
-    return hit_at_k(ranking, gts, k)
+    return hit_at_k(ranking, set(_checked(targets, k, "recall")), k)
 
 
 def average_precision_at_k(ranking: Sequence[str], targets: Iterable[str], k: int) -> float:
     """CIRCO's AP@k: precision at each relevant hit in the top-k, summed, / min(k, #ground truths)."""
-    _check_k(k)
-    gt_list = list(targets)
+    gt_list = _checked(targets, k, "mAP")
     gts = set(gt_list)
-    if not gts:
-        raise ValueError("mAP needs at least one ground-truth target")
     hits = 0
     total = 0.0
     for i, r in enumerate(ranking[:k], start=1):

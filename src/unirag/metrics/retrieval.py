@@ -36,20 +36,24 @@ LABELS = {"hit": "hit@k after complement replacement (paper §5)", "recall": "tr
           "mrr": "MRR@k (replaced list)", "uniir_recall": "UniIR Recall@k (raw top-k ids, compute_recall_at_k)"}
 
 
-def evaluate_run(run: Mapping[str, Sequence[str]], qrels: Mapping[str, set[str]], ks: Sequence[int],
+def evaluate_run(run: Mapping[str, Sequence[Any]], qrels: Mapping[str, set[str]], ks: Sequence[int],
                  raw: Mapping[str, Sequence[str]] | None = None,
                  per_query: dict[str, dict[str, float]] | None = None) -> dict[str, object]:
-    """Mean metrics ({"hit@1": ..., "num_queries": n, "missing_queries": m, ...}); ``raw``: qid -> ids as retrieved
-    (then also ``uniir_recall@k``). ``per_query`` receives each judged query's metrics, the rows of the means
-    and of their intervals."""
+    """Mean metrics ({"hit@1": ..., "num_queries": n, "missing_queries": m, ...}) of ``run`` (qid -> ranked dids,
+    or the :class:`unirag.Hits` of a search or run file); ``raw``: qid -> ids as retrieved, by default the
+    hits' own when every query has them (then also ``uniir_recall@k``). ``per_query`` receives each judged
+    query's metrics, the rows of the means and of their intervals."""
     if not ks or any(int(k) <= 0 for k in ks):
         raise ValueError(f"cutoffs must be positive integers, got {list(ks)}")
     judged = [q for q, rel in qrels.items() if rel]
     if not judged:
         raise ValueError("the qrels contain no relevant judgements")
+    raws = [getattr(hits, "raw", None) for hits in run.values()]
+    if raw is None and raws and all(r is not None for r in raws):  # run files record them since unirag kept them
+        raw = dict(zip(run, raws, strict=True))
     rows = per_query if per_query is not None else {}
     for qid in judged:
-        ranked = run.get(qid) or []
+        ranked = [getattr(h, "did", h) for h in run.get(qid) or ()]
         row = {f"{name}@{k}": fn(ranked, qrels[qid], int(k)) for k in ks for name, fn in METRICS.items()}
         if raw is not None:
             row.update({f"uniir_recall@{k}": hit_at_k(raw.get(qid) or [], qrels[qid], int(k)) for k in ks})
@@ -75,19 +79,16 @@ def evaluate_run_file(run_path: str | Path, qrels_path: str | Path, ks: Sequence
     from unirag.runs.atomic import atomic_write_json
 
     run_path, qrels_path = Path(run_path), Path(qrels_path)
-    results = read_retrieval_run(run_path)
-    run = {qid: r.dids for qid, r in results.items()}
-    # UniIR's Recall@k needs the raw ids, which run files record since unirag kept them
-    raw = {qid: r.raw for qid, r in results.items()} if all(r.raw is not None for r in results.values()) else None
+    run = read_retrieval_run(run_path)
     per_query: dict[str, dict[str, float]] = {}
     try:
-        metrics = evaluate_run(run, read_qrels(qrels_path).relevant, ks, raw=raw, per_query=per_query)
+        metrics = evaluate_run(run, read_qrels(qrels_path).relevant, ks, per_query=per_query)
     except ValueError as e:
         raise InputError(str(e), path=qrels_path) from None
     figures = {m: float(v) for m, v in metrics.items() if m in next(iter(per_query.values()))}
     intervals = query_intervals_result(per_query, figures, resamples, bootstrap_seed, ci_method)
     out = Path(out) if out is not None else run_path.with_name(run_path.stem + ".metrics.json")
-    labels = {name: LABELS[name] for name in (*METRICS, "uniir_recall") if name in METRICS or raw is not None}
+    labels = {name: LABELS[name] for name in (*METRICS, "uniir_recall") if f"{name}@{ks[0]}" in metrics}
     atomic_write_json(out, {"run": str(run_path), "qrels": str(qrels_path), "k": list(ks), "metrics": metrics,
                             **intervals, "labels": labels})
     return metrics, out, max((len(r) for r in run.values()), default=0), intervals
@@ -106,10 +107,7 @@ def retrieval_metrics(rankings: Mapping[str, Sequence[str] | Iterable[Any]], qre
     from unirag.errors import ConfigError
 
     relevant = qrels.relevant if isinstance(qrels, Qrels) else {q: set(d) for q, d in qrels.items()}
-    ranked = {q: [getattr(h, "did", h) for h in hits] for q, hits in rankings.items()}
-    raws = {q: getattr(hits, "raw", None) for q, hits in rankings.items()}
-    raw = raws if raws and all(r is not None for r in raws.values()) else None
     try:
-        return evaluate_run(ranked, relevant, [int(x) for x in k], raw=raw)
+        return evaluate_run(rankings, relevant, [int(x) for x in k])
     except ValueError as e:
         raise ConfigError(str(e)) from None

@@ -105,9 +105,8 @@ class Selection:
         object.__setattr__(self, "one_per_image", bool(self.one_per_image))
         if isinstance(self.thresholds, Mapping):
             object.__setattr__(self, "thresholds", Thresholds(**dict(self.thresholds)))
-        if isinstance(self.pairs_from, str):
-            object.__setattr__(self, "pairs_from", (self.pairs_from,))
-        object.__setattr__(self, "pairs_from", tuple(str(p) for p in self.pairs_from))
+        pairs_from = (self.pairs_from,) if isinstance(self.pairs_from, str) else self.pairs_from
+        object.__setattr__(self, "pairs_from", tuple(str(p) for p in pairs_from))
         object.__setattr__(self, "where", normalise_where(self.where))
 
     # -- construction ------------------------------------------------------------------------
