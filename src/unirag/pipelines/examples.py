@@ -35,6 +35,8 @@ class ExampleSelector:
     """Where a run's few-shot examples come from; this base gives none (zero-shot, k = 0)."""
 
     mode, k = "zero-shot", 0
+    #: Where the examples' relative image paths start, when the source knows (an index does).
+    images_root: str | Path | None = None
 
     def select(self, query: Query) -> list[Pair]:
         """The examples for one query, best first (at most k)."""
@@ -49,11 +51,6 @@ class ExampleSelector:
 
     def leak_info(self, query: Query) -> dict[str, int] | None:
         """The leakage guard's count for this query's examples (``{"flagged", "excluded"}``), if any."""
-        return None
-
-    @property
-    def images_root(self) -> str | Path | None:
-        """Where the examples' relative image paths start, when the source knows (an index does)."""
         return None
 
 
