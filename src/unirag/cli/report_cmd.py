@@ -79,9 +79,11 @@ def sampling() -> None:
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Sampled queries JSONL to write.")
 def sample(queries: Path, seed: int, out: Path) -> None:
     """Draw one caption query per positive image (seeded) and save it as an M-BEIR queries file."""
-    from unirag.reports.sampling import save_sample
+    from unirag.data.mbeir import read_queries, write_queries
+    from unirag.reports.sampling import sample_one_per_image
 
-    drawn = save_sample(queries, seed, out)
+    drawn = sample_one_per_image(read_queries(queries), seed)
+    write_queries(out, drawn)
     click.echo(f"sampled {len(drawn)} caption(s), one per image, seed {seed} -> {out}")
 
 

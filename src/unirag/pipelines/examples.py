@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import random
 import threading
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,15 +31,18 @@ from unirag.retrieval.selection import Selection
 MODES = ("zero-shot", "random", "rag")
 
 
-class ExampleSelector(ABC):
-    mode: str
-    k: int
+class ExampleSelector:
+    """Where a run's few-shot examples come from; this base gives none (zero-shot, k = 0)."""
 
-    @abstractmethod
+    mode, k = "zero-shot", 0
+    #: Where the examples' relative image paths start, when the source knows (an index does).
+    images_root: str | Path | None = None
+
     def select(self, query: Query) -> list[Pair]:
         """The examples for one query, best first (at most k)."""
+        return []
 
-    def prepare(self, queries: Sequence[Query]) -> None:  # noqa: B027 - optional hook
+    def prepare(self, queries: Sequence[Query]) -> None:
         """Called once with the queries still to do (lets on-the-fly retrieval batch its work)."""
 
     def source(self) -> dict[str, Any]:
@@ -51,11 +53,6 @@ class ExampleSelector(ABC):
         """The leakage guard's count for this query's examples (``{"flagged", "excluded"}``), if any."""
         return None
 
-    @property
-    def images_root(self) -> str | Path | None:
-        """Where the examples' relative image paths start, when the source knows (an index does)."""
-        return None
-
 
 def example_images_root(pool_images_root: str | Path | None, selector: ExampleSelector | None,
                         images_root: str | Path | None) -> str | Path | None:
@@ -64,13 +61,6 @@ def example_images_root(pool_images_root: str | Path | None, selector: ExampleSe
     else the one the index recorded (rag mode with an index), else the queries' (``--images-root``)."""
     roots = (pool_images_root, selector.images_root if selector is not None else None, images_root)
     return next((root for root in roots if root is not None), None)
-
-
-class ZeroShot(ExampleSelector):
-    mode, k = "zero-shot", 0
-
-    def select(self, query: Query) -> list[Pair]:
-        return []
 
 
 def _query_image_key(q: Query) -> str | None:
@@ -275,7 +265,7 @@ def make_selector(mode: str, k: int, *, queries: Sequence[Query] = (), pool_path
     if mode == "zero-shot":
         if k not in (0, None):
             raise ConfigError(f"zero-shot mode uses k=0, got k={k}")
-        return ZeroShot()
+        return ExampleSelector()
     if not isinstance(k, int) or k < 1:
         raise ConfigError(f"{mode} mode needs k >= 1, got {k!r}")
     if mode == "random":

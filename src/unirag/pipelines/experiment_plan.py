@@ -32,15 +32,19 @@ class CellPlan:
     lines: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
 
+    def check(self, label: str, ok: bool, missing: str) -> None:
+        """The line ``label: ok``, or ``label: MISSING`` with ``missing`` added to what the cell lacks."""
+        self.lines.append(f"  {label}: " + ("ok" if ok else "MISSING"))
+        if not ok:
+            self.missing.append(missing)
+
 
 def _checkpoint(plan: CellPlan, kind: str, name: str) -> None:
     """The plan's line (and missing item) for a checkpoint named by a generator or encoder spec."""
     p = Path(name).expanduser()
     looks_local = kind.startswith("lavit") or name.startswith(("/", ".", "~")) or p.exists() or name.count("/") != 1
     if looks_local:
-        plan.lines.append(f"  {kind} {name}: " + ("ok" if p.exists() else "MISSING"))
-        if not p.exists():
-            plan.missing.append(f"checkpoint {name} ({kind})")
+        plan.check(f"{kind} {name}", p.exists(), f"checkpoint {name} ({kind})")
     else:
         home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
         cached = (Path(os.environ.get("HF_HUB_CACHE", home / "hub")) / ("models--" + name.replace("/", "--"))).is_dir()
@@ -105,10 +109,7 @@ def plan_cell(cell: Cell) -> CellPlan:
     files += [("agents", cell.sources["agents"])] if cell.sources.get("agents") else []
     for key, value in files:
         for v in value if isinstance(value, list) else [value]:
-            ok = Path(v).exists()
-            add(f"  {key}: {v}: " + ("ok" if ok else "MISSING"))
-            if not ok:
-                miss(f"{key} {v}")
+            plan.check(f"{key}: {v}", Path(v).exists(), f"{key} {v}")
     # Under xr_prompts=official X^R's agents read the official code's prompts from the user's checkout
     # (official_prompts: the grid's options, --option official_prompts=DIR, or the agents YAML); the run
     # stops without one, so the plan names it (the embedding baseline needs none).
@@ -119,10 +120,7 @@ def plan_cell(cell: Cell) -> CellPlan:
             miss("the official X^R checkout (01yzzyu/xr.github.io) for xr_prompts=official: official_prompts in the "
                  "grid's options, --option official_prompts=DIR, or official_prompts: in the agents YAML")
         elif "official_prompts" not in cell.options:  # the grid's option is checked with the other files
-            ok = Path(checkout).is_dir()
-            add(f"  official_prompts: {checkout}: " + ("ok" if ok else "MISSING"))
-            if not ok:
-                miss(f"official_prompts {checkout}")
+            plan.check(f"official_prompts: {checkout}", Path(checkout).is_dir(), f"official_prompts {checkout}")
     roles = _agents(cell.sources.get("agents")).roles if cell.task == "cir" else {}
     models = {rc.model: {**cell.options, **rc.options} for rc in reversed(roles.values())}  # a model's first role
     specs = [(cell.generator, cell.options)] if cell.task != "cir" else sorted(models.items())

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from unirag.data.mbeir import read_queries, write_queries
+from unirag.data.mbeir import read_queries
 from unirag.data.records import Query
 from unirag.errors import InputError
 from unirag.reports.collect import RunSummary, summarize_run
@@ -41,13 +41,6 @@ def sample_one_per_image(queries: Sequence[Query], seed: int) -> list[Query]:
         groups.setdefault(key, []).append(q)
     rng = random.Random(seed)
     return [rng.choice(group) for group in groups.values()]
-
-
-def save_sample(queries_path: str | Path, seed: int, out: str | Path) -> list[Query]:
-    """Sample from an M-BEIR caption-query file and write the sample as an M-BEIR query file."""
-    sample = sample_one_per_image(read_queries(queries_path), seed)
-    write_queries(out, sample)
-    return sample
 
 
 def compare_sample_runs(set_a: str | Path, set_b: str | Path, runs_a: Sequence[str | Path] = (),

@@ -95,8 +95,7 @@ class DecodeSlots:
             raise HTTPException(503, f"too many images are being decoded ({self.limit} at once); try again in a "
                                     "moment", headers={"Retry-After": "1"})
         try:
-            future = self._pool.submit(_trimmed, check_image, data, max_bytes=limit,
-                                       max_pixels=self.settings.max_pixels)
+            future = self._pool.submit(_decode, data, self.settings)
         except BaseException:
             self._admitted.release()
             raise
@@ -108,11 +107,12 @@ class DecodeSlots:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _trimmed(fn, *args, **kwargs):
-    """``fn(*args, **kwargs)``, then hand the memory the decode freed back to the system (glibc keeps freed
-    blocks of up to 32 MB in the thread's arena: an idle server would stay at its peak otherwise)."""
+def _decode(data: bytes, settings):
+    """:func:`check_image` with the ``settings``' limits, then hand the memory the decode freed back to the
+    system (glibc keeps freed blocks of up to 32 MB in the thread's arena: an idle server would stay at its
+    peak otherwise)."""
     try:
-        return fn(*args, **kwargs)
+        return check_image(data, max_bytes=settings.max_upload_bytes, max_pixels=settings.max_pixels)
     finally:
         _malloc_trim()(0)
 
