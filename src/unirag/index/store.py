@@ -21,7 +21,6 @@ index runs at ~0.8x the in-RAM speed, so batch jobs and servers use ``ram``; ``m
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -162,28 +161,6 @@ class RowFilter:
             self._bitmaps.append(bitmap)
 
 
-#: A FAISS search of fewer multiply-adds than this (queries x vectors x dim) runs on the calling thread
-#: alone. Starting and joining an OpenMP team costs more than such a search, and the team's idle thread
-#: spins on a core the caller's other threads need: in the service, 16 clients' batches of text searches
-#: on the sample index spent more CPU in FAISS's team than in FAISS (docs/benchmarks.md, sixth pass).
-SERIAL_SEARCH_WORK = 1 << 25
-
-
-@contextmanager
-def serial_when_small(work: int):
-    """FAISS's OpenMP threads set to 1 on this thread while ``work`` is below :data:`SERIAL_SEARCH_WORK`
-    (the setting is per calling thread; each query's scores are the same either way)."""
-    if work >= SERIAL_SEARCH_WORK:
-        yield
-        return
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(before)
-
-
 class SubIndex:
     """One modality: FAISS shards (rows ``start .. start+count`` each) and optional raw vectors."""
 
@@ -229,17 +206,15 @@ class SubIndex:
         refine = float(self.params.get("refine_k_factor", 8))
         fetch = k if self.vectors is None else max(k, int(round(k * refine)))  # the shortlist to re-score
         parts = []
-        with serial_when_small(len(queries) * self.count * queries.shape[1]):
-            for s, (index, first) in enumerate(self.shards):
-                take = min(fetch, int(index.ntotal) if rows is None else rows.counts[s])
-                if take == 0:
-                    continue
-                selector = rows.selectors[s] if rows is not None else None
-                scores, ids = index.search(queries, take,
-                                           params=search_parameters(index, self.params, take, selector))
-                missing = ids < 0
-                parts.append((np.where(missing, -np.inf, scores).astype(np.float32),
-                              np.where(missing, -1, ids + first)))
+        for s, (index, first) in enumerate(self.shards):
+            take = min(fetch, int(index.ntotal) if rows is None else rows.counts[s])
+            if take == 0:
+                continue
+            selector = rows.selectors[s] if rows is not None else None
+            scores, ids = index.search(queries, take, params=search_parameters(index, self.params, take, selector))
+            missing = ids < 0
+            parts.append((np.where(missing, -np.inf, scores).astype(np.float32),
+                          np.where(missing, -1, ids + first)))
         scores, ids = merge_topk(parts, fetch, len(queries))
         if self.vectors is not None and parts:
             scores, ids = self._rescore(queries, ids, k)
