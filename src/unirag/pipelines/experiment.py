@@ -17,7 +17,6 @@ from typing import Any
 from unirag.errors import UniragError
 from unirag.generators.registry import GENERATOR_OPTIONS
 from unirag.pipelines.experiment_grid import (
-    ENGINE_OPTION,
     Cell,
     GridOverrides,
     load_experiment,
@@ -36,7 +35,7 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     :class:`~unirag.runs.engine.WorkerPool` lets cells with the same model share its workers)."""
     out = Path(out_root) / cell.name
     opts = dict(cell.options)
-    engine = with_decode_default(engine, opts.pop(ENGINE_OPTION, None))  # the cell's own, unless given
+    engine = with_decode_default(engine, opts.pop("decode_workers", None))  # the cell's own, unless given
     if limit is not None:
         opts["limit"] = limit
     if cell.paper or cell.row:

@@ -43,10 +43,8 @@ from unirag.profiles import split_settings
 from unirag.retrieval.selection import selection_from_settings
 
 TASKS = ("caption", "image", "cir")
-#: The option that sets a cell's engine default (its decode workers, unless ``unirag run`` gives them).
-ENGINE_OPTION = "decode_workers"
 #: The run options a ``task: cir`` cell keeps from the grid's ``options`` (its cir parameters: CIR_OPTION_KEYS).
-CIR_RUN_KEYS = {"concurrency", "limit", ENGINE_OPTION, "official_prompts"}
+CIR_RUN_KEYS = {"concurrency", "limit", "decode_workers", "official_prompts"}
 RUN_OPTION_KEYS = CIR_RUN_KEYS | {"seed", "max_tokens", "temperature", "max_attempts", "templates_dir", "prices",
                                   "save_prompts", "lavit_code", "offload", "selection"}
 #: What a ``task: cir`` cell takes (passed to :func:`unirag.cir.api.run_cir`).

@@ -8,6 +8,7 @@ Nothing from the request (file name, path) is ever used to touch the file system
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import threading
 
@@ -83,8 +84,6 @@ class DecodeSlots:
     async def read(self, upload, missing: str | None = None):
         """The upload's bytes and checked image, decoded on a decode thread once one is free (or 503 when the
         queue is full); (None, None) for no file - a 400 saying ``missing`` when the route needs one."""
-        import asyncio
-
         limit = self.settings.max_upload_bytes
         data = await upload.read(limit + 1) if upload is not None else b""
         if not data and (upload is None or not upload.filename):
