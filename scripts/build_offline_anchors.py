@@ -98,6 +98,31 @@ def load_or_compute_features(data: Path, cache: Path, class_prompt: str) -> dict
     return feats
 
 
+def joint_space_from_anchors(anchor_pooled: np.ndarray, anchor_logits: np.ndarray, anchor_text_emb: np.ndarray,
+                             class_text_emb: np.ndarray, caption_emb_for_mean: np.ndarray, params=None):
+    """Fit the joint space from anchor pairs (row i of the image arrays goes with row i of the texts)."""
+    from unirag.encoders.base import l2_normalize as _unit
+    from unirag.encoders.joint_space import JointSpace, JointSpaceParams, _softmax
+
+    params = params or JointSpaceParams()
+    pooled = np.asarray(anchor_pooled, dtype=np.float64)
+    mean = pooled.mean(axis=0)
+    _, _, vt = np.linalg.svd(pooled - mean, full_matrices=False)
+    basis = vt[: params.pca_dim].T
+    class_texts = _unit(class_text_emb)
+    bridge = _softmax(anchor_logits, params.temperature) @ class_texts
+    return JointSpace(
+        pca_mean=mean.astype(np.float32),
+        pca_basis=basis.astype(np.float32),
+        anchor_images=_unit((pooled - mean) @ basis),
+        anchor_texts=_unit(anchor_text_emb),
+        class_texts=class_texts,
+        text_mean=_unit(caption_emb_for_mean).mean(axis=0).astype(np.float32),
+        bridge_mean=bridge.mean(axis=0).astype(np.float32),
+        params=params,
+    )
+
+
 def fit_space(feats: dict[str, np.ndarray], coco_anchor_idx: np.ndarray, exclude_coco_ids: np.ndarray,
               params=None):
     """Joint space whose anchors are all Myntra pairs + the COCO-mini images ``coco_anchor_idx``.
@@ -105,12 +130,10 @@ def fit_space(feats: dict[str, np.ndarray], coco_anchor_idx: np.ndarray, exclude
     The mean caption embedding comes from COCO val captions of images not in ``exclude_coco_ids``
     (the held-out images in a benchmark; nothing when building the shipped assets).
     """
-    from unirag.encoders.joint_space import JointSpace
-
     cap_mean_rows = ~np.isin(feats["coco5k_ids"], exclude_coco_ids)
     coco_caption_means = feats["coco_caption_emb"][coco_anchor_idx]
     coco_caption_means = coco_caption_means / np.linalg.norm(coco_caption_means, axis=-1, keepdims=True)
-    return JointSpace.from_anchors(
+    return joint_space_from_anchors(
         anchor_pooled=np.concatenate([feats["myntra_pooled"], feats["coco_pooled"][coco_anchor_idx]]),
         anchor_logits=np.concatenate([feats["myntra_logits"], feats["coco_logits"][coco_anchor_idx]]),
         anchor_text_emb=np.concatenate([feats["myntra_title_emb"], coco_caption_means.mean(axis=1)]),

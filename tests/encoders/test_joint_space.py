@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from unirag.encoders.joint_space import JointSpace, JointSpaceParams, relative_representation
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from build_offline_anchors import joint_space_from_anchors  # noqa: E402
 
 
 def test_relative_representation_keeps_top_k_and_is_unit():
@@ -27,7 +33,7 @@ def test_negative_similarities_are_dropped():
 def _tiny_space(asif_weight: float) -> tuple[JointSpace, np.random.Generator]:
     rng = np.random.default_rng(1)
     n, d_img, d_txt = 40, 24, 12
-    space = JointSpace.from_anchors(
+    space = joint_space_from_anchors(
         anchor_pooled=rng.uniform(0, 6, size=(n, d_img)), anchor_logits=rng.normal(size=(n, 30)),
         anchor_text_emb=rng.normal(size=(n, d_txt)), class_text_emb=rng.normal(size=(30, d_txt)),
         caption_emb_for_mean=rng.normal(size=(100, d_txt)),

@@ -120,11 +120,9 @@ def prepend_instruction(prompt: str, text: str | None) -> str:
     return format_string(f"{format_string(prompt)} {text or ''}")
 
 
-def find_instructions(start: str | Path | None) -> Path | None:
+def find_instructions(start: str | Path) -> Path | None:
     """``instructions/query_instructions.tsv`` in ``start``'s folder or any folder above it (M-BEIR keeps
     queries in ``<root>/query/<split>/`` and the instructions in ``<root>/instructions/``)."""
-    if start is None:
-        return None
     p = Path(start).resolve()
     for folder in [p, *p.parents] if p.is_dir() else list(p.parents):
         candidate = folder / MBEIR_INSTRUCTIONS

@@ -72,30 +72,6 @@ class JointSpace:
     def n_anchors(self) -> int:
         return int(self.anchor_images.shape[0])
 
-    # -- building --------------------------------------------------------------------------
-    @classmethod
-    def from_anchors(cls, anchor_pooled: np.ndarray, anchor_logits: np.ndarray, anchor_text_emb: np.ndarray,
-                     class_text_emb: np.ndarray, caption_emb_for_mean: np.ndarray,
-                     params: JointSpaceParams | None = None) -> JointSpace:
-        """Fit the space from anchor pairs (row i of the image arrays goes with row i of the texts)."""
-        params = params or JointSpaceParams()
-        pooled = np.asarray(anchor_pooled, dtype=np.float64)
-        mean = pooled.mean(axis=0)
-        _, _, vt = np.linalg.svd(pooled - mean, full_matrices=False)
-        basis = vt[: params.pca_dim].T
-        class_texts = _unit(class_text_emb)
-        bridge = _softmax(anchor_logits, params.temperature) @ class_texts
-        return cls(
-            pca_mean=mean.astype(np.float32),
-            pca_basis=basis.astype(np.float32),
-            anchor_images=_unit((pooled - mean) @ basis),
-            anchor_texts=_unit(anchor_text_emb),
-            class_texts=class_texts,
-            text_mean=_unit(caption_emb_for_mean).mean(axis=0).astype(np.float32),
-            bridge_mean=bridge.mean(axis=0).astype(np.float32),
-            params=params,
-        )
-
     # -- mapping ---------------------------------------------------------------------------
     def _join(self, bridge_block: np.ndarray, asif_block: np.ndarray) -> np.ndarray:
         w = self.params.asif_weight

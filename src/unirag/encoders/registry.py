@@ -25,21 +25,6 @@ def is_uniir_spec(spec: str | None) -> bool:
     return spec is not None and spec.strip().lower().startswith("uniir:")
 
 
-def instruction_kwargs(spec: str | None, instructions: str | None, no_instructions: bool,
-                       queries: str | None = None) -> dict:
-    """``load_encoder`` keywords for the ``--instructions``/``--no-instructions`` options: nothing for
-    encoders without instructions; for UniIR ones the given file, else the M-BEIR
-    ``instructions/query_instructions.tsv`` found above ``queries``."""
-    if not is_uniir_spec(spec):
-        return {}
-    if no_instructions:
-        return {"use_instructions": False}
-    from unirag.encoders.instructions import find_instructions
-
-    found = instructions or find_instructions(queries)
-    return {"instructions": str(found) if found else None}
-
-
 def precision_options(spec: str | None, dtype: str | None, settings: Any = None) -> dict[str, Any]:
     """``dtype`` (and ``autocast``) for ``load_encoder`` under the ``uniir_precision`` setting: a UniIR spec with
     ``dtype`` auto under ``official`` loads float32 weights run under float16 autocast, as UniIR embeds."""

@@ -64,15 +64,18 @@ def run_retrieval(index_dir: str | Path, queries: str | Path, out: str | Path, *
     _, sel = check_options(k, modality, selection)
     query_list = read_queries(queries)
     qrels = read_qrels(exclude_positives) if exclude_positives is not None else None
-    from unirag.encoders.registry import instruction_kwargs, load_encoder, precision_options
+    from unirag.encoders.instructions import find_instructions
+    from unirag.encoders.registry import is_uniir_spec, load_encoder, precision_options
     from unirag.index.manifest import read_manifest
 
     spec = encoder if encoder is not None else read_manifest(index_dir)["encoder"].get("spec")
     from unirag.runs.engine import engine_options
 
+    uniir = is_uniir_spec(spec)
+    found = (instructions or find_instructions(str(queries))) if uniir and use_instructions else None
     query_encoder = load_encoder(spec, device=device, decode_workers=engine_options(engine).decode_workers,
-                                 **precision_options(spec, dtype, profile),
-                                 **instruction_kwargs(spec, instructions, not use_instructions, str(queries)))
+                                 **precision_options(spec, dtype, profile), instructions=str(found) if found else None,
+                                 use_instructions=False if uniir and not use_instructions else None)
     retriever = Retriever(index_dir, query_encoder, verify=verify, pool_images_root=pool_images_root,
                           profile=profile, memory=index_memory)
     results = retriever.retrieve(query_list, k, modality, exclude_qrels=qrels, query_images_root=query_images_root,

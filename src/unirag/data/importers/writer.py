@@ -212,7 +212,7 @@ def write_dataset(
     all_captions: bool = False,
     check: str = "decode",
     show_progress: bool = True,
-    started: float | None = None,
+    started: float,
     captions_without_image: int = 0,
     workers: int = 4,
     allow_outside_root: bool = False,
@@ -223,7 +223,6 @@ def write_dataset(
     otherwise an :class:`InputError` names the first such item, unless ``allow_outside_root`` is
     given, in which case they are imported and listed in the summary (``outside_images_root``).
     """
-    started = time.perf_counter() if started is None else started
     if check not in CHECK_MODES:
         raise InputError(f"unknown image check {check!r}; expected one of {', '.join(CHECK_MODES)}")
     if not name or any(ch.isspace() or ch == ":" for ch in name):
