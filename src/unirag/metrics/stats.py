@@ -135,11 +135,10 @@ def bootstrap_interval(values: Any, figure: Figure = mean_figure, *, n_resamples
                                  vectorized=True, batch=_batch(rows), confidence_level=confidence)
     res = resample(method="percentile", random_state=np.random.default_rng(seed))
     dist = res.bootstrap_distribution
+    point = float(figure(rows))
     if np.ptp(dist) == 0:
-        point = float(figure(rows))
         return Interval(point, point, 0.0)
     if method == "centred":
-        point = float(figure(rows))
         low, mid, high = np.percentile(dist, [100 * (1 - confidence) / 2, 50, 100 * (1 + confidence) / 2])
         return Interval(point - (mid - low), point + (high - mid), float(res.standard_error))
     if method == "BCa":  # same seed, so the same resamples

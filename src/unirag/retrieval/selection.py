@@ -29,7 +29,7 @@ import numpy as np
 
 from unirag.data.records import Modality
 from unirag.errors import ConfigError
-from unirag.profiles import SELECTION_NAMES
+from unirag.profiles import SELECTION_NAMES, Setting
 from unirag.retrieval import near_duplicates as nd
 
 DIVERSITY = ("none", "mmr")
@@ -148,13 +148,10 @@ def normalise_where(where: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
     normalised tuple -> sorted ``((field, (values...)), ...)``."""
     if not where:
         return ()
-    items: list[tuple[str, Any]]
-    if isinstance(where, Mapping):
-        items = list(where.items())
-    elif isinstance(where, str):
-        items = [_split_filter(where)]
-    else:
-        items = [_split_filter(w) if isinstance(w, str) else tuple(w) for w in where]
+    if isinstance(where, str):
+        where = [where]
+    items = list(where.items()) if isinstance(where, Mapping) else [
+        _split_filter(w) if isinstance(w, str) else tuple(w) for w in where]
     merged: dict[str, tuple[str, ...]] = {}
     for name, values in items:
         name = str(name).strip()
@@ -197,12 +194,7 @@ def selection_from_settings(given: Mapping[str, Any], base: Selection | Mapping[
     keywords: dict[str, Any] = {}
     for name, value in given.items():
         keyword, read, _ = SELECTION_NAMES[name]
-        if isinstance(value, str):
-            try:
-                value = read(value)
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(f"setting {name!r}: cannot read {value!r} ({exc})") from None
-        keywords[keyword] = value
+        keywords[keyword] = Setting(name, None, None, "", parse=read).coerce(value)  # read as the settings table reads
     return Selection.of(base, **keywords)
 
 
