@@ -31,6 +31,13 @@ class MetricUnavailable(Exception):
     """A metric cannot run in this environment; the message is the one line shown to the user."""
 
 
+def load_uint8(path: ImageLike):
+    """``(3, H, W)`` uint8 tensor of the image decoded as RGB (InputError naming the file if unreadable)."""
+    import torch
+
+    return torch.from_numpy(chw_uint8(load_rgb(path)))
+
+
 def chw_uint8(image: Any):
     """An RGB PIL image as a C-contiguous uint8 ``(3, H, W)`` array (also the decode workers' preprocessing)."""
     import numpy as np
@@ -39,11 +46,8 @@ def chw_uint8(image: Any):
 
 
 def uint8_images(paths: Sequence[ImageLike], engine: Any = None, chunk: int = 32) -> Iterator[Any]:
-    """Each image as a ``(3, H, W)`` uint8 tensor decoded as RGB (InputError naming the file if unreadable), in
-    order, decoded by ``engine``'s decode processes ``chunk`` images at a time; inline when it says so or when
-    some image is not a file path (PIL images, bytes)."""
-    import torch
-
+    """:func:`load_uint8` of each image, in order, decoded by ``engine``'s decode processes ``chunk`` images at
+    a time; inline when it says so or when some image is not a file path (PIL images, bytes)."""
     from unirag.data.loader import ImageLoader
     from unirag.runs.engine import engine_options
     from unirag.runtime import decode_processes
@@ -51,8 +55,10 @@ def uint8_images(paths: Sequence[ImageLike], engine: Any = None, chunk: int = 32
     paths = list(paths)
     workers = decode_processes(engine_options(engine).decode_workers, len(paths))
     if workers == 0 or not all(is_path_like(p) for p in paths):
-        yield from (torch.from_numpy(chw_uint8(load_rgb(p))) for p in paths)
+        yield from map(load_uint8, paths)
         return
+    import torch
+
     chunk = max(1, int(chunk))
     loader = ImageLoader(workers, preprocess=chw_uint8)
     for _, items in loader.map((s, paths[s : s + chunk]) for s in range(0, len(paths), chunk)):
@@ -142,7 +148,7 @@ def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], fea
             return load_rgb(p).size
         try:
             return upright_size(p)
-        except Exception:  # noqa: BLE001 - decoding reports the real error with the path
+        except Exception:  # noqa: BLE001 - load_uint8 reports the real error with the path
             return (0, 0)
 
     seen: list[Any] = []  # torchmetrics keeps only sums; the interval needs the rows
