@@ -21,10 +21,10 @@ def evaluate_group() -> None:
 
 def format_table(metrics: dict, ks: list[int], intervals: dict | None = None) -> str:
     uniir = all(f"uniir_recall@{k}" in metrics for k in ks)
-    lines = [f"{'k':>4}  {'hit@k':>7}  {'recall@k':>8}  {'MRR@k':>7}" + (f"  {'UniIR R@k':>9}" if uniir else "")]
+    columns = {"hit": "hit@k", "recall": "recall@k", "mrr": "MRR@k", **({"uniir_recall": "UniIR R@k"} if uniir else {})}
+    lines = [f"{'k':>4}" + "".join(f"  {title:>7}" for title in columns.values())]
     for k in ks:
-        lines.append(f"{k:>4}  {metrics[f'hit@{k}']:>7.4f}  {metrics[f'recall@{k}']:>8.4f}  {metrics[f'mrr@{k}']:>7.4f}"
-                     + (f"  {metrics[f'uniir_recall@{k}']:>9.4f}" if uniir else ""))
+        lines.append(f"{k:>4}" + "".join(f"  {metrics[f'{n}@{k}']:>{max(7, len(t))}.4f}" for n, t in columns.items()))
     lines.append("hit@k, recall@k, MRR@k: the ranked list after complement replacement (paper §5)"
                  + ("; UniIR R@k: UniIR's Recall@k on the raw top-k ids (compute_recall_at_k)" if uniir else
                     "; UniIR's Recall@k needs a run file with raw ids (retrieve again with this unirag)"))
@@ -33,10 +33,9 @@ def format_table(metrics: dict, ks: list[int], intervals: dict | None = None) ->
 
         def ci(name: str) -> str:
             return f"[{cis[name]['low']:.4f}, {cis[name]['high']:.4f}]" if name in cis else "-"
-        lines.append("95% CI " + ("(hit@k, recall@k, MRR@k" + (", UniIR R@k)" if uniir else ")")))
+        lines.append(f"95% CI ({', '.join(columns.values())})")
         for k in ks:
-            names = ["hit", "recall", "mrr"] + (["uniir_recall"] if uniir else [])
-            lines.append(f"{k:>4}  " + "  ".join(ci(f"{n}@{k}") for n in names))
+            lines.append(f"{k:>4}  " + "  ".join(ci(f"{n}@{k}") for n in columns))
         b = intervals["bootstrap"]
         lines.append(f"95% CI: {b['method']} bootstrap over the judged queries, {b['n_resamples']} resamples, "
                      f"seed {b['seed']}")

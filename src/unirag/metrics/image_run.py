@@ -14,7 +14,7 @@ from typing import Any
 from unirag.data.records import resolve_image
 from unirag.errors import InputError
 from unirag.metrics.images import DEFAULT_CLIP_MODEL, frechet_interval, image_metrics, inception_from_logits
-from unirag.metrics.references import load_run_for_scoring, reference_image, scores_result
+from unirag.metrics.references import load_run_for_scoring, scores_result
 from unirag.metrics.stats import DEFAULT_RESAMPLES, bootstrap_interval, query_intervals_result, shifted
 from unirag.runs.rundir import OUTPUTS_FILE
 
@@ -57,7 +57,7 @@ def evaluate_image_run(run_dir: str | Path, queries: str | Path, pool: str | Pat
             if fake is None or not fake.is_file():
                 raise InputError("status ok but no image path" if fake is None else f"generated image not found: {fake}",
                                  path=outputs_path, line=run.lines[qid], field="image")
-        real = reference_image(gt[qid])
+        real = next((c.img_path for c in gt[qid] if c.img_path), None)  # M-BEIR text->image queries have one
         no_real += rec is not None and real is None
         if real is None and not noise:
             continue

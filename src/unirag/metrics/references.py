@@ -28,11 +28,6 @@ def positive_candidates(queries: Iterable[Query], pool_path: str | Path, qrels: 
     return {qid: [found[d] for d in ds if d in found] for qid, ds in pos.items()}
 
 
-def reference_image(cands: list[Candidate]) -> str | None:
-    """The first positive that carries an image (M-BEIR text->image queries have exactly one)."""
-    return next((c.img_path for c in cands if c.img_path), None)
-
-
 # the evaluation kind a scorer expects -> what to tell a user who passed the other kind of run
 _WRONG_TASK = {"caption": "this is an image-generation run; use 'unirag evaluate images'",
                "image": "this is a caption run; use 'unirag evaluate captions'"}

@@ -150,10 +150,14 @@ def normalise_where(where: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
         return ()
     if isinstance(where, str):
         where = [where]
-    items = list(where.items()) if isinstance(where, Mapping) else [
-        _split_filter(w) if isinstance(w, str) else tuple(w) for w in where]
     merged: dict[str, tuple[str, ...]] = {}
-    for name, values in items:
+    for item in (where.items() if isinstance(where, Mapping) else where):
+        if isinstance(item, str):
+            name, sep, values = item.partition("=")
+            if not sep or not name.strip():
+                raise ConfigError(f"bad filter {item!r}: expected FIELD=VALUE (VALUE may be a,b for either)")
+        else:
+            name, values = item
         name = str(name).strip()
         if not _FIELD.match(name):
             raise ConfigError(f"bad filter field {name!r}: use a field name such as dataset, modality or a "
@@ -178,13 +182,6 @@ def normalise_where(where: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
                 raise ConfigError(f"filters on {name!r} exclude each other: no candidate can match")
         merged[name] = vals
     return tuple(sorted(merged.items()))
-
-
-def _split_filter(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition("=")
-    if not sep or not name.strip():
-        raise ConfigError(f"bad filter {text!r}: expected FIELD=VALUE (VALUE may be a,b for either)")
-    return name.strip(), value
 
 
 def selection_from_settings(given: Mapping[str, Any], base: Selection | Mapping[str, Any] | None = None
@@ -246,14 +243,13 @@ class PairPicker:
         cap = nd.caption_key(o.pair.txt) if dedupes else None
         if cap and cap in self._captions:
             return False
-        if self.sel.near_duplicates != "off":
-            reason = self._near_duplicate(o)
-            if reason is not None:
-                self.flagged += 1
-                if self.sel.near_duplicates == "exclude":
-                    self.excluded += 1
-                    return False
-                o.pair.near_duplicate = reason
+        reason = self._near_duplicate(o) if self.sel.near_duplicates != "off" else None
+        if reason is not None:
+            self.flagged += 1
+            if self.sel.near_duplicates == "exclude":
+                self.excluded += 1
+                return False
+            o.pair.near_duplicate = reason
         self._images |= image_keys
         if cap:
             self._captions.add(cap)
