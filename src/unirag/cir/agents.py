@@ -132,11 +132,8 @@ def extract_json(text: str) -> tuple[Any, bool]:
     with contextlib.suppress(json.JSONDecodeError):
         return json.loads(stripped), False
     fenced = _FENCE.search(stripped)
-    candidates = [fenced.group(1)] if fenced else []
-    obj = _first_object(fenced.group(1) if fenced else stripped)
-    if obj is not None:
-        candidates.append(obj)
-    for c in candidates:
+    inner = fenced.group(1) if fenced else stripped
+    for c in filter(None, ([inner] if fenced else []) + [_first_object(inner)]):  # the fence, its first {...}
         for attempt in (c, _TRAILING_COMMA.sub(r"\1", c)):
             with contextlib.suppress(json.JSONDecodeError):
                 return json.loads(attempt), True

@@ -43,9 +43,7 @@ class CirDataset:
     notes: list[str] = field(default_factory=list)
 
     def image_path(self, image_id: str, query: CirQuery | None = None) -> Path:
-        rel = self.pool.get(image_id)
-        if rel is None and query is not None and query.reference_path is not None:
-            rel = query.reference_path
+        rel = self.pool.get(image_id, query.reference_path if query is not None else None)
         if rel is None:
             raise InputError(f"image id {image_id!r} is not in the candidate pool of {self.name}")
         p = Path(rel)
