@@ -172,7 +172,6 @@ def load_circo(annotations: str | Path, images_root: Path | None = None,
     loader keeps it too, XR/utils/data.py ``load_CIRCO``).
     """
     path = Path(annotations)
-    split = path.stem
     queries = []
     mentioned: set[str] = set()
     for i, e in enumerate(_load_json(path, "annotations")):
@@ -201,7 +200,7 @@ def load_circo(annotations: str | Path, images_root: Path | None = None,
         notes.append("CIRCO pool = only the images the annotations mention (no image list given); "
                      "metrics are not comparable to the official 123,403-image gallery")
     pool = {i: f"unlabeled2017/{int(i):012d}.jpg" for i in ids}
-    return CirDataset(f"circo-{split}", "circo", queries, pool, images_root, notes=notes)
+    return CirDataset(f"circo-{path.stem}", "circo", queries, pool, images_root, notes=notes)
 
 
 # -- M-BEIR task 7 (image,text -> image) ------------------------------------------------------------
@@ -214,8 +213,7 @@ def load_mbeir_cir(annotations: str | Path, images_root: Path | None = None,
     if split_file is None:
         raise InputError("M-BEIR CIR needs the candidate pool JSONL: pass --split-file POOL.jsonl",
                          path=annotations)
-    pool_recs = load_pool(split_file)
-    pool = {did: c.img_path for did, c in pool_recs.items() if c.img_path and c.modality.has_image}
+    pool = {did: c.img_path for did, c in load_pool(split_file).items() if c.img_path and c.modality.has_image}
     by_path = {p: did for did, p in pool.items()}
     queries = []
     for q in read_queries(annotations):
