@@ -24,7 +24,6 @@ from unirag.messages import ImagePart, with_decoded
 from unirag.runs.executor import RunKind, execute
 from unirag.runs.retry import RetryPolicy
 
-GeneratorFactory = Callable[..., Any]
 K = TypeVar("K")
 
 
@@ -57,7 +56,7 @@ class AgentJob(RunKind):
 
 
 class AgentRunner:
-    def __init__(self, config: XRConfig, cache: CallCache, generator_factory: GeneratorFactory | None = None,
+    def __init__(self, config: XRConfig, cache: CallCache, generator_factory: Callable[..., Any] | None = None,
                  progress: bool = True, engine: Any = "local") -> None:
         from unirag.runs.engine import with_decode_default
 

@@ -132,11 +132,8 @@ def extract_json(text: str) -> tuple[Any, bool]:
     with contextlib.suppress(json.JSONDecodeError):
         return json.loads(stripped), False
     fenced = _FENCE.search(stripped)
-    candidates = [fenced.group(1)] if fenced else []
-    obj = _first_object(fenced.group(1) if fenced else stripped)
-    if obj is not None:
-        candidates.append(obj)
-    for c in candidates:
+    inner = fenced.group(1) if fenced else stripped
+    for c in filter(None, ([inner] if fenced else []) + [_first_object(inner)]):  # the fence, its first {...}
         for attempt in (c, _TRAILING_COMMA.sub(r"\1", c)):
             with contextlib.suppress(json.JSONDecodeError):
                 return json.loads(attempt), True
@@ -271,10 +268,9 @@ def clean_rewritten_caption(text: str) -> str:
     a reply opening with a code fence becomes the fence's content; one pair of enclosing double
     quotes is removed. May be empty (the 'aug' list then gets no rewritten caption, :457)."""
     t = (text or "").strip()
-    if t.startswith("```"):
-        m = re.search(r"```(?:\w+)?\s*([\s\S]*?)\s*```", t, re.DOTALL)
-        if m:
-            t = m.group(1).strip()
+    m = re.match(r"```(?:\w+)?\s*([\s\S]*?)\s*```", t)
+    if m:
+        t = m.group(1).strip()
     if t.startswith('"') and t.endswith('"'):
         t = t[1:-1].strip()
     return t
@@ -326,9 +322,7 @@ def call_agent(generator, role: str, messages: list[Message], options=None, json
         options = dataclasses.replace(options, json_schema=ROLES[role].schema)
     convo = list(messages)
     usage: Counter[str] = Counter()
-    err: MalformedOutput | None = None
-    text = ""
-    for attempt in range(1, max(1, json_attempts) + 1):
+    for attempt in range(1, max(1, json_attempts) + 1):  # at least one call: text and err are always set
         gen = generator.generate(convo, options)
         text = gen.text or ""
         usage.update(asdict(gen.usage))

@@ -126,8 +126,7 @@ class XRConfig:
     def apply_profile_defaults(self, settings: Settings) -> None:
         """Fill what the config leaves unset from ``settings`` (xr_encoder, xr_agent_model, the max
         new tokens); what the user set is kept. Idempotent."""
-        if self.encoder is None and settings["xr_encoder"] is not None:
-            self.encoder = settings["xr_encoder"]
+        self.encoder = settings["xr_encoder"] if self.encoder is None else self.encoder
         if not self.roles and settings["xr_agent_model"] is not None:
             self.roles = {r: RoleConfig(model=settings["xr_agent_model"]) for r in ROLES}
         for role, rc in self.roles.items():
@@ -147,10 +146,8 @@ def load_config(path: str | Path | XRConfig | None, *, encoder: str | None = Non
     caller's is never changed), or ``None``: the offline configuration (no agents); ``encoder``,
     ``official_prompts`` and :class:`XRSettings` fields (``k_prime=``...) on top (None: not given)."""
     config = copy.deepcopy(path) if isinstance(path, XRConfig) else XRConfig() if path is None else _read_config(path)
-    if encoder is not None:
-        config.encoder = encoder
-    if official_prompts is not None:
-        config.official_prompts = str(official_prompts)
+    config.encoder = config.encoder if encoder is None else encoder
+    config.official_prompts = config.official_prompts if official_prompts is None else str(official_prompts)
     config.settings = replace(config.settings, **{n: v for n, v in settings.items() if v is not None})
     return config
 
@@ -195,10 +192,9 @@ def _read_config(path: str | Path) -> XRConfig:
             settings_raw[new] = settings_raw.pop(old)
     profile = raw.get("profile", settings_raw.pop("profile", None))
     overrides = {k: settings_raw.pop(k) for k in list(settings_raw) if k in SETTINGS}
-    known = {f.name for f in fields(XRSettings)}
-    if set(settings_raw) - known:
-        bad_key = sorted(set(settings_raw) - known)[0]
-        raise InputError("unknown setting", path=path, field=f"settings.{bad_key}")
+    unknown_settings = sorted(set(settings_raw) - {f.name for f in fields(XRSettings)})
+    if unknown_settings:
+        raise InputError("unknown setting", path=path, field=f"settings.{unknown_settings[0]}")
     settings = XRSettings(**settings_raw)
     prompts = raw.get("official_prompts")  # relative: to the YAML's folder
     prompts = None if prompts is None else str(path.parent / Path(prompts).expanduser())

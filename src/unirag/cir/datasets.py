@@ -43,9 +43,7 @@ class CirDataset:
     notes: list[str] = field(default_factory=list)
 
     def image_path(self, image_id: str, query: CirQuery | None = None) -> Path:
-        rel = self.pool.get(image_id)
-        if rel is None and query is not None and query.reference_path is not None:
-            rel = query.reference_path
+        rel = self.pool.get(image_id, query.reference_path if query is not None else None)
         if rel is None:
             raise InputError(f"image id {image_id!r} is not in the candidate pool of {self.name}")
         p = Path(rel)
@@ -110,7 +108,7 @@ def join_fashioniq_captions(captions: list[str], query_text: str = "paper") -> s
     return " and ".join(parts)
 
 
-def load_fashioniq(annotations: str | Path, images_root: str | Path | None = None,
+def load_fashioniq(annotations: str | Path, images_root: Path | None = None,
                    split_file: str | Path | None = None, query_text: str = "paper") -> CirDataset:
     """``cap.<category>.<split>.json`` -> queries; ``image_splits/split.<category>.<split>.json`` -> pool.
 
@@ -129,12 +127,11 @@ def load_fashioniq(annotations: str | Path, images_root: str | Path | None = Non
         queries.append(CirQuery(qid=f"{category}-{i}", reference=cand, text=join_fashioniq_captions(caps, query_text),
                                 targets=[target] if isinstance(target, str) else []))
     pool = {str(n): f"{n}.png" for n in names}
-    return CirDataset(f"fashioniq-{category}-{split}", "fashioniq", queries, pool,
-                      Path(images_root) if images_root else None)
+    return CirDataset(f"fashioniq-{category}-{split}", "fashioniq", queries, pool, images_root)
 
 
 # -- CIRR -------------------------------------------------------------------------------------------
-def load_cirr(annotations: str | Path, images_root: str | Path | None = None,
+def load_cirr(annotations: str | Path, images_root: Path | None = None,
               split_file: str | Path | None = None, query_text: str = "paper") -> CirDataset:
     """``captions/cap.rc2.<split>.json`` -> queries (qid = pairid); ``image_splits/split.rc2.<split>.json``
     (name -> relative path) -> pool. The reference is excluded from the gallery, as CIRR evaluates.
@@ -160,12 +157,11 @@ def load_cirr(annotations: str | Path, images_root: str | Path | None = None,
                                 subset=[str(x) for x in members],
                                 targets=[target] if isinstance(target, str) else []))
     pool = {str(k): str(v).removeprefix("./") for k, v in names.items()}
-    return CirDataset(f"cirr-{split}", "cirr", queries, pool, Path(images_root) if images_root else None,
-                      exclude_reference=True)
+    return CirDataset(f"cirr-{split}", "cirr", queries, pool, images_root, exclude_reference=True)
 
 
 # -- CIRCO ------------------------------------------------------------------------------------------
-def load_circo(annotations: str | Path, images_root: str | Path | None = None,
+def load_circo(annotations: str | Path, images_root: Path | None = None,
                split_file: str | Path | None = None, query_text: str = "paper") -> CirDataset:
     """``annotations/{val,test}.json`` -> queries (several ground truths each; none on test).
 
@@ -176,7 +172,6 @@ def load_circo(annotations: str | Path, images_root: str | Path | None = None,
     loader keeps it too, XR/utils/data.py ``load_CIRCO``).
     """
     path = Path(annotations)
-    split = path.stem
     queries = []
     mentioned: set[str] = set()
     for i, e in enumerate(_load_json(path, "annotations")):
@@ -191,7 +186,6 @@ def load_circo(annotations: str | Path, images_root: str | Path | None = None,
                                 target=str(_field(e, "target_img_id", path, i, int)) if target is not None else None))
         mentioned.update([ref, *gts])
     notes = []
-    root = Path(images_root) if images_root else None
     if split_file is not None:
         info = _load_json(Path(split_file))
         images = info.get("images") if isinstance(info, dict) else None
@@ -199,18 +193,18 @@ def load_circo(annotations: str | Path, images_root: str | Path | None = None,
             raise InputError("expected a COCO image-info JSON with an 'images' list", path=split_file,
                              field="images")
         ids = [str(_field(im, "id", Path(split_file), j, int)) for j, im in enumerate(images)]
-    elif root is not None and (root / "unlabeled2017").is_dir():
-        ids = sorted(str(int(p.stem)) for p in (root / "unlabeled2017").glob("*.jpg"))
+    elif images_root is not None and (images_root / "unlabeled2017").is_dir():
+        ids = sorted(str(int(p.stem)) for p in (images_root / "unlabeled2017").glob("*.jpg"))
     else:
         ids = sorted(mentioned, key=int)
         notes.append("CIRCO pool = only the images the annotations mention (no image list given); "
                      "metrics are not comparable to the official 123,403-image gallery")
     pool = {i: f"unlabeled2017/{int(i):012d}.jpg" for i in ids}
-    return CirDataset(f"circo-{split}", "circo", queries, pool, root, notes=notes)
+    return CirDataset(f"circo-{path.stem}", "circo", queries, pool, images_root, notes=notes)
 
 
 # -- M-BEIR task 7 (image,text -> image) ------------------------------------------------------------
-def load_mbeir_cir(annotations: str | Path, images_root: str | Path | None = None,
+def load_mbeir_cir(annotations: str | Path, images_root: Path | None = None,
                    split_file: str | Path | None = None, query_text: str = "paper") -> CirDataset:
     """M-BEIR query JSONL (task 7 lines are used) + its candidate pool JSONL (``split_file``).
     The query text is kept as written under either ``query_text`` (no official X^R loader reads M-BEIR)."""
@@ -219,8 +213,7 @@ def load_mbeir_cir(annotations: str | Path, images_root: str | Path | None = Non
     if split_file is None:
         raise InputError("M-BEIR CIR needs the candidate pool JSONL: pass --split-file POOL.jsonl",
                          path=annotations)
-    pool_recs = load_pool(split_file)
-    pool = {did: c.img_path for did, c in pool_recs.items() if c.img_path and c.modality.has_image}
+    pool = {did: c.img_path for did, c in load_pool(split_file).items() if c.img_path and c.modality.has_image}
     by_path = {p: did for did, p in pool.items()}
     queries = []
     for q in read_queries(annotations):
@@ -232,8 +225,7 @@ def load_mbeir_cir(annotations: str | Path, images_root: str | Path | None = Non
                                 targets=list(q.pos_cand_list), reference_path=None if ref else q.img_path))
     if not queries:
         raise InputError("no image,text -> image (task 7) queries in this file", path=annotations)
-    return CirDataset(f"mbeir-{Path(annotations).stem}", "mbeir", queries, pool,
-                      Path(images_root) if images_root else None)
+    return CirDataset(f"mbeir-{Path(annotations).stem}", "mbeir", queries, pool, images_root)
 
 
 LOADERS = {"fashioniq": load_fashioniq, "cirr": load_cirr, "circo": load_circo, "mbeir": load_mbeir_cir}
@@ -251,7 +243,7 @@ def load_dataset(kind: str, annotations: str | Path, images_root: str | Path | N
     if kind not in LOADERS:
         raise InputError(f"unknown CIR dataset {kind!r}; expected one of {', '.join(DATASETS)}")
     existing_path(annotations, "annotation file")
-    ds = LOADERS[kind](annotations, images_root, split_file, query_text=query_text)
+    ds = LOADERS[kind](annotations, Path(images_root) if images_root else None, split_file, query_text=query_text)
     if cirr_val_limit is not None and ds.name == "cirr-val" and len(ds.queries) > cirr_val_limit:
         ds.notes.append(f"CIRR validation: only the first {cirr_val_limit} of {len(ds.queries)} queries "
                         "(xr_cirr_val_limit, as the official loader)")

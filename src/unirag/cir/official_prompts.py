@@ -80,8 +80,7 @@ class OfficialPrompts:
         """The optional caption rewriter prompt (XR/xr.py:384-389): ``{user_query}`` = T_m, ``{detail_json_str}``
         = the cir-v2 object as ``json.dumps(v2, ensure_ascii=False, separators=(',', ': '))``."""
         detail = json.dumps(v2, ensure_ascii=False, separators=(",", ": "))
-        text = self.optional["rewriter"]
-        return text.replace("{user_query}", instruction).replace("{detail_json_str}", detail)
+        return self.optional["rewriter"].replace("{user_query}", instruction).replace("{detail_json_str}", detail)
 
     def manifest(self) -> dict[str, object]:
         return {"dir": str(self.dir), "files": sorted(FILES.values()),

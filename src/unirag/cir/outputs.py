@@ -70,10 +70,7 @@ def write_outputs(search: Search, ranking: Ranking, out: Path, bootstrap: dict[s
             rec["imagination"] = {"text": x.imag_t, "vision": x.imag_v}
         if x.statements is not None:
             rec["statements"] = x.statements
-        if x.scores:
-            rec["scores"] = x.scores
-        if x.notes:
-            rec["notes"] = x.notes
+        rec.update({name: v for name, v in (("scores", x.scores), ("notes", x.notes)) if v})
         lines.append(json.dumps(rec, ensure_ascii=False))
     atomic_write_lines(out / "rankings.jsonl", lines)
 

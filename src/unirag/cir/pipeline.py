@@ -296,8 +296,7 @@ class Search:
         for x in qs:
             got = v2_out[x.q.qid]
             if got is not None and got.get("v2"):
-                v2[x.q.qid] = got["v2"]
-                x.imag_t["cir_v2"] = got["v2"]
+                v2[x.q.qid] = x.imag_t["cir_v2"] = got["v2"]
         if "rewriter" not in self.optional_run or not v2:
             return
         rw_out = self.runner.ask("text_imagination", {

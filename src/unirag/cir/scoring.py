@@ -81,16 +81,12 @@ def coarse(caption_emb: np.ndarray | None, image_emb: np.ndarray | None,
     ``caption_emb`` / ``image_emb`` are None when that agent is ablated (vision-only / text-only).
     ``ct_text``/``cv_text``: C_t, C_v in the text space; ``ct_cross``/``cv_cross``: in the image-text space.
     """
-    parts: dict[str, np.ndarray] = {}
-    if caption_emb is not None:
-        parts["s_tt"], parts["s_tv"] = caption_emb @ ct_text, caption_emb @ cv_text
-    if image_emb is not None:
-        parts["s_vt"], parts["s_vv"] = image_emb @ ct_cross, image_emb @ cv_cross
-    if not parts:
+    sides = [(emb, c_t, c_v) for emb, c_t, c_v in ((caption_emb, ct_text, cv_text), (image_emb, ct_cross, cv_cross))
+             if emb is not None]  # (candidate side, C_t, C_v in its space)
+    if not sides:
         raise ValueError("at least one similarity agent must be enabled")
     # Lines 8-9: summed within each imagined caption's modality: S^t = s_t^t + s_v^t, S^v = s_t^v + s_v^v
-    s_t, s_v = (np.sum([np.asarray(parts[n], dtype=np.float64) for n in names if n in parts], axis=0)
-                for names in (("s_tt", "s_vt"), ("s_tv", "s_vv")))
+    s_t, s_v = (np.sum([np.asarray(side[0] @ side[i], dtype=np.float64) for side in sides], axis=0) for i in (1, 2))
     return with_source(s_t, s_v, rrf(s_t, s_v, k=rrf_k), (s_t + s_v) / 2.0, source)
 
 

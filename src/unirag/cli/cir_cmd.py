@@ -22,10 +22,9 @@ def _print_metrics(name: str, metrics: dict) -> None:
     for stage, m in rows:
         vals = "  ".join(f"{k} {v:.2f}" for k, v in m.items() if isinstance(v, float))
         click.echo(f"{name} {stage:<10} n={m['n_queries']:<5} {vals or m.get('note', '')}")
-        cis = m.get("intervals") or {}
-        if cis:
+        if m.get("intervals"):
             click.echo(f"{'':<{len(name)}} {'95% CI':<10} {'':<7} " + "  ".join(
-                f"{k} [{c['low']:.2f}, {c['high']:.2f}]" for k, c in cis.items()))
+                f"{k} [{c['low']:.2f}, {c['high']:.2f}]" for k, c in m["intervals"].items()))
 
 
 @click.command("cir")
