@@ -8,7 +8,6 @@ one place (``prompts/``) and wire formats in another (``generators/``).
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -81,9 +80,6 @@ class ImagePart:
     def data_url(self) -> str:
         data, mime = self.encoded()
         return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
-
-    def sha256(self) -> str:
-        return hashlib.sha256(self.encoded()[0]).hexdigest()
 
 
 def _sniff(source: Any) -> tuple[str | None, bool]:
