@@ -68,9 +68,8 @@ class Engine:
 
         self.settings = settings
         shared = retriever is not None  # a caller's retriever is already loaded and warm
-        if retriever is None:
-            retriever = unirag.Retriever(settings.index, device=settings.device, memory=settings.index_memory)
-        self.retriever = retriever
+        self.retriever = retriever if shared else unirag.Retriever(settings.index, device=settings.device,
+                                                                   memory=settings.index_memory)
         self.index = self.retriever.index
         self.images_root = self.retriever.pool_images_root
         # One attempt each: generate() retries with the service's policy (--max-attempts), counting attempts.
