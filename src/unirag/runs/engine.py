@@ -30,7 +30,7 @@ from typing import Any
 
 from unirag.errors import ConfigError, UniragError
 from unirag.ray_support import default_workers, ray_session
-from unirag.runtime import decode_setting
+from unirag.runtime import decode_processes, decode_setting
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,6 @@ class EngineOptions:
     def actor_sizing(self, ray_module: Any, n: int) -> tuple[str, int | None, int]:
         """(device, torch threads, decode processes) of each of ``n`` actors: the one sizing rule of the
         generation actors and the index build's (:mod:`unirag.index.ray_engine`)."""
-        from unirag.runtime import decode_processes
-
         threads = self.threads_per_worker
         if threads is None and not self.ray_address:
             threads = max(1, (os.cpu_count() or 1) // n)
