@@ -22,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -145,8 +147,6 @@ class _Worker:
     """
 
     def __init__(self, recipe: Any, device: str, threads: int | None, decode: int = 0) -> None:
-        import threading
-
         self._model_lock = threading.Lock()  # the model: one call at a time
         self._tasks_lock = threading.Lock()  # ``tasks``; taken before ``_model_lock``, never while holding it
         self._stopping = False
@@ -342,9 +342,6 @@ class WorkerPool(contextlib.AbstractContextManager):
         run ``task``'s :class:`~unirag.runs.executor.RunKind` with ``open_kind(model)`` (picklable). Each
         worker takes two calls at once (the next one is there when the first is done). A worker that dies
         loses only the call it held: it goes to another worker. ``stop()`` cancels the calls in flight."""
-        import queue
-        import threading
-
         group, ray = self.group(recipe), self.ray  # connects to Ray on first use
         slots: queue.Queue[int] = queue.Queue()
         for w in [w for w in range(len(group.actors)) if w not in group.dead] * 2:
