@@ -123,13 +123,7 @@ def with_decoded(messages: list[Message], ahead: Mapping[str, Any] | None) -> li
 
 def render_for_log(messages: list[Message]) -> str:
     """Human-readable rendering (images shown as placeholders) for prompt inspection files."""
-    out = []
-    for m in messages:
-        chunks = []
-        for p in m.parts:
-            if isinstance(p, TextPart):
-                chunks.append(p.text)
-            else:
-                chunks.append(f"<image {p.label or (p.path.name if p.path else 'bytes')}>")
-        out.append(f"[{m.role}]\n" + "\n".join(chunks))
-    return "\n\n".join(out)
+    def chunk(p: Part) -> str:
+        return p.text if isinstance(p, TextPart) else f"<image {p.label or (p.path.name if p.path else 'bytes')}>"
+
+    return "\n\n".join(f"[{m.role}]\n" + "\n".join(map(chunk, m.parts)) for m in messages)
