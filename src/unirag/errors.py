@@ -6,6 +6,7 @@ user can open the file and fix it without reading a traceback.
 
 from __future__ import annotations
 
+import errno as errno_names
 from pathlib import Path
 
 
@@ -97,8 +98,6 @@ def os_error_line(exc: BaseException) -> str | None:
     """``cannot write PATH: No space left on device (errno 28, ENOSPC)`` for the operating-system error behind
     ``exc`` (itself, or one it was raised from or while handling), None when there is none: the CLI ends a
     command that hit a full disk, a read-only folder or a missing permission with it, not a traceback."""
-    import errno as errno_names
-
     seen: set[int] = set()
     err: BaseException | None = exc
     while err is not None and not (isinstance(err, OSError) and err.errno is not None):

@@ -8,7 +8,6 @@ one place (``prompts/``) and wire formats in another (``generators/``).
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -82,9 +81,6 @@ class ImagePart:
         data, mime = self.encoded()
         return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
-    def sha256(self) -> str:
-        return hashlib.sha256(self.encoded()[0]).hexdigest()
-
 
 def _sniff(source: Any) -> tuple[str | None, bool]:
     """(the MIME type of the image's format, whether it has no EXIF rotation to apply, so its bytes can be
@@ -127,13 +123,7 @@ def with_decoded(messages: list[Message], ahead: Mapping[str, Any] | None) -> li
 
 def render_for_log(messages: list[Message]) -> str:
     """Human-readable rendering (images shown as placeholders) for prompt inspection files."""
-    out = []
-    for m in messages:
-        chunks = []
-        for p in m.parts:
-            if isinstance(p, TextPart):
-                chunks.append(p.text)
-            else:
-                chunks.append(f"<image {p.label or (p.path.name if p.path else 'bytes')}>")
-        out.append(f"[{m.role}]\n" + "\n".join(chunks))
-    return "\n\n".join(out)
+    def chunk(p: Part) -> str:
+        return p.text if isinstance(p, TextPart) else f"<image {p.label or (p.path.name if p.path else 'bytes')}>"
+
+    return "\n\n".join(f"[{m.role}]\n" + "\n".join(map(chunk, m.parts)) for m in messages)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from unirag.errors import ConfigError
+from unirag.redact import _secret_name
 
 #: Environment variables passed on to Ray workers when set in the driver (besides UNIRAG_*).
 FORWARDED_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_CACHE")
@@ -25,8 +26,6 @@ FORWARDED_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFL
 def worker_env() -> dict[str, str]:
     """Variables the workers need from the driver: PYTHONPATH (the driver's import path), UNIRAG_* and
     the Hugging Face cache/offline switches; never a variable whose name says it holds a secret."""
-    from unirag.redact import _secret_name
-
     env = {k: v for k, v in os.environ.items()
            if (k.startswith("UNIRAG_") or k in FORWARDED_ENV) and not _secret_name(k)}
     paths = [p for p in sys.path if p and os.path.isdir(p)]

@@ -13,6 +13,7 @@ import gc
 import hashlib
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -189,8 +190,6 @@ def device_map_kwargs(device: str) -> dict[str, Any]:
 def free_memory(device: str | None = None) -> None:
     """Return cached GPU memory to the driver after a model was dropped (``close()`` calls this)."""
     gc.collect()
-    import sys
-
     torch = sys.modules.get("torch")
     if torch is None:
         return

@@ -62,6 +62,7 @@ def serve(max_upload_mb, base_url, timeout, family, similarity, log_level, **opt
                 cors_origins=list(opts["cors_origins"]))
     settings = ServeSettings(**opts, max_upload_bytes=int(max_upload_mb * 1024 * 1024),
                              decode_queue=16 * opts["max_decodes"], generator_options=gen_opts)
+    settings.check()  # an unsafe bind or a bad limit is refused before the web stack is imported
     host, port = settings.host, settings.port
     try:
         import uvicorn

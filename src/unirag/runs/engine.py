@@ -22,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -30,7 +32,7 @@ from typing import Any
 
 from unirag.errors import ConfigError, UniragError
 from unirag.ray_support import default_workers, ray_session
-from unirag.runtime import decode_setting
+from unirag.runtime import decode_processes, decode_setting
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +79,6 @@ class EngineOptions:
     def actor_sizing(self, ray_module: Any, n: int) -> tuple[str, int | None, int]:
         """(device, torch threads, decode processes) of each of ``n`` actors: the one sizing rule of the
         generation actors and the index build's (:mod:`unirag.index.ray_engine`)."""
-        from unirag.runtime import decode_processes
-
         threads = self.threads_per_worker
         if threads is None and not self.ray_address:
             threads = max(1, (os.cpu_count() or 1) // n)
@@ -147,8 +147,6 @@ class _Worker:
     """
 
     def __init__(self, recipe: Any, device: str, threads: int | None, decode: int = 0) -> None:
-        import threading
-
         self._model_lock = threading.Lock()  # the model: one call at a time
         self._tasks_lock = threading.Lock()  # ``tasks``; taken before ``_model_lock``, never while holding it
         self._stopping = False
@@ -344,9 +342,6 @@ class WorkerPool(contextlib.AbstractContextManager):
         run ``task``'s :class:`~unirag.runs.executor.RunKind` with ``open_kind(model)`` (picklable). Each
         worker takes two calls at once (the next one is there when the first is done). A worker that dies
         loses only the call it held: it goes to another worker. ``stop()`` cancels the calls in flight."""
-        import queue
-        import threading
-
         group, ray = self.group(recipe), self.ray  # connects to Ray on first use
         slots: queue.Queue[int] = queue.Queue()
         for w in [w for w in range(len(group.actors)) if w not in group.dead] * 2:

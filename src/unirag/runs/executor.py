@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from unirag.errors import BackendError
 from unirag.runs.retry import RetryPolicy, call_with_retry
 from unirag.runs.store import STATUS_ERROR, STATUS_OK, ResultStore
-from unirag.runtime import free_memory
+from unirag.runtime import decode_processes, free_memory
 
 T = TypeVar("T")
 #: A result for an item another live process has claimed (see ResultStore.claim).
@@ -86,7 +86,6 @@ def execute(kind: RunKind, items: Sequence[Any], store: ResultStore, *, concurre
         concurrency, desc = 2 * workers, f"{desc} (ray, {workers} workers)"
     elif decode_ahead:
         from unirag.data.loader import ahead
-        from unirag.runtime import decode_processes
 
         done = store.done_keys()
         todo = [it for it in items if kind.key(it) not in done]

@@ -23,6 +23,7 @@ ignored and, as in the store, the latest line per ``qid`` wins. Scorers write ``
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 import time
@@ -165,8 +166,8 @@ def write_prompt(prompts_dir: Path, index: int, qid: str, messages: list[Message
                  extra: dict[str, Any] | None = None, sent: str | None = None) -> None:
     """Write one rendered prompt into ``prompts_dir`` (text, image list, merged image as PNG)."""
     stem = Path(prompts_dir) / f"{index:03d}_{re.sub(r'[^A-Za-z0-9._-]+', '_', str(qid))[:80]}"
-    images = [{"label": p.label, "path": str(p.path) if p.path is not None else None, "sha256": p.sha256()}
-              for m in messages for p in m.images]
+    images = [{"label": p.label, "path": str(p.path) if p.path is not None else None,
+               "sha256": hashlib.sha256(p.encoded()[0]).hexdigest()} for m in messages for p in m.images]
     info = {"qid": qid, "images": images, **(extra or {})}
     if merged_image is not None:
         atomic_write_bytes(stem.with_name(stem.name + "_merged.png"), png_bytes(merged_image))

@@ -104,24 +104,14 @@ class ResultStore(AbstractContextManager):
     def _refresh_locked(self, repair: bool) -> None:
         """Consume lines appended since the last read (by anyone). Caller holds the flock."""
         generation = os.pread(self._lock_fd, 32, 0)
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            self._offset, self._ino, self._lineno, self._generation = 0, None, 0, generation
-            return
-        if self._ino is not None and (generation != self._generation or st.st_ino != self._ino
-                                      or st.st_size < self._offset):
+        # (The counter in the lock file catches a replacement even if the inode number is reused.)
+        self._ino, start, data = _appended(self.path, self._ino, self._offset, generation != self._generation)
+        self._generation = generation
+        if start < self._offset:
             # Another process compacted (replaced) the file: read it again from the start. Its
             # records are the latest per key, so merging them into what we hold loses nothing.
-            # (The counter in the lock file catches a replacement even if the inode number is reused.)
             self._offset, self._lineno = 0, 0
-        self._ino, self._generation = st.st_ino, generation
-        if st.st_size == self._offset:
-            return
         dropped: list[int] = []
-        with self.path.open("rb") as f:
-            f.seek(self._offset)
-            data = f.read(st.st_size - self._offset)
         pos = 0
         while pos < len(data):
             nl = data.find(b"\n", pos)
@@ -271,6 +261,23 @@ def RunLock(directory: str | Path) -> Iterator[None]:
         yield
 
 
+def _appended(path: Path, ino: int | None, offset: int, replaced: bool = False) -> tuple[int | None, int, bytes]:
+    """What was appended to ``path`` since its first ``offset`` bytes were read from inode ``ino``: (its inode
+    now, None when there is no file; where the bytes start: ``offset``, or 0 when the file is gone or was
+    replaced since (another inode, shorter than ``offset``, or ``replaced``); the bytes)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None, 0, b""
+    if ino is not None and (replaced or st.st_ino != ino or st.st_size < offset):
+        offset = 0
+    if st.st_size == offset:
+        return st.st_ino, offset, b""
+    with path.open("rb") as f:
+        f.seek(offset)
+        return st.st_ino, offset, f.read(st.st_size - offset)
+
+
 def _file_holds(path: Path, lines: Iterator[str]) -> bool:
     """Whether ``path`` holds exactly ``lines``, one per line (read until the first difference)."""
     try:
@@ -335,19 +342,9 @@ class Claims:
 
     # -- the claim file -----------------------------------------------------------------------------
     def _refresh(self) -> None:
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            self._claims, self._offset, self._ino = {}, 0, None
-            return
-        if self._ino is not None and (st.st_ino != self._ino or st.st_size < self._offset):
-            self._claims, self._offset = {}, 0  # rewritten by a compaction: read it again
-        self._ino = st.st_ino
-        if st.st_size == self._offset:
-            return
-        with self.path.open("rb") as f:
-            f.seek(self._offset)
-            data = f.read(st.st_size - self._offset)
+        self._ino, start, data = _appended(self.path, self._ino, self._offset)
+        if start < self._offset:
+            self._claims, self._offset = {}, 0  # rewritten by a compaction (or gone): read it again
         end = data.rfind(b"\n") + 1  # a line cut by a crash is ignored (claims are hints, not results)
         for raw in data[:end].splitlines():
             with suppress(json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError, RecursionError):

@@ -25,9 +25,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import unirag
+from unirag.data.records import Modality, resolve_image
 from unirag.errors import BackendError, ConfigError
+from unirag.retrieval.near_duplicates import dhash, digest_of, hamming, hash_of
 from unirag.retrieval.results import Hit, Pair
-from unirag.retrieval.selection import Selection
+from unirag.retrieval.selection import Selection, Thresholds
+from unirag.runs.retry import RetryPolicy, call_with_retry
 from unirag.serve.settings import ServeSettings
 
 #: Extra composed-retrieval results fetched, so that k remain once the reference image is left out.
@@ -64,13 +68,10 @@ class Engine:
 
     def __init__(self, settings: ServeSettings, *, retriever=None) -> None:
         """``retriever``: an already loaded :class:`unirag.Retriever` to share (several services, tests)."""
-        import unirag
-
         self.settings = settings
         shared = retriever is not None  # a caller's retriever is already loaded and warm
-        if retriever is None:
-            retriever = unirag.Retriever(settings.index, device=settings.device, memory=settings.index_memory)
-        self.retriever = retriever
+        self.retriever = retriever if shared else unirag.Retriever(settings.index, device=settings.device,
+                                                                   memory=settings.index_memory)
         self.index = self.retriever.index
         self.images_root = self.retriever.pool_images_root
         # One attempt each: generate() retries with the service's policy (--max-attempts), counting attempts.
@@ -126,8 +127,6 @@ class Engine:
 
         ``did`` is only ever a key into the index's own metadata: no part of it reaches a path.
         """
-        from unirag.data.records import resolve_image
-
         gid = self.index.gid_of(did)
         if gid is None or self.images_root is None:
             return None
@@ -185,8 +184,6 @@ class Engine:
             hits = self.on_model_thread(self.retriever.search, image=image, text=text, k=k, selection=selection)
             return [p for p in hits.pairs if p.caption and p.img_path][:k]
         # random: k pool images (sampled by row, so large pools cost k lookups, not a scan), a caption each
-        from unirag.data.records import Modality
-
         rng = random.Random(hashlib.sha256(seed_bytes or (text or "").encode()).hexdigest())
         count = self.index.counts.get(Modality.IMAGE.value, 0)
         offset = self.index.offsets.get(Modality.IMAGE, 0)
@@ -210,8 +207,6 @@ class Engine:
         examples, rag mode): kind "caption" captions the uploaded ``image`` (``data``: its encoded bytes),
         "image" draws ``text``. The call runs under bounded concurrency and retries with backoff
         (Retry-After honoured), as batch runs do."""
-        from unirag.runs.retry import RetryPolicy, call_with_retry
-
         gen = self.generators[kind]
         if gen is None:
             option = "--generator" if kind == "caption" else "--image-generator"
@@ -249,8 +244,6 @@ class Engine:
             stage = ranked[0].stage if ranked else "baseline"
             note = f"ranked by the X^R stage {stage!r}"
         if not keep_reference:
-            from unirag.retrieval.near_duplicates import dhash
-
             digest, ref_hash = hashlib.sha256(data).hexdigest() if data else None, dhash(image)
             hits = [h for h in hits if not self._is_reference(h.pair.image_did, digest, ref_hash)]
         return hits[:k], stage, note
@@ -258,9 +251,6 @@ class Engine:
     def _is_reference(self, did: str | None, digest: str | None, ref_hash: int) -> bool:
         """Whether pool image ``did`` is the uploaded reference: the same bytes (``digest``), or a dHash
         within the near-duplicate threshold of the upload's (the same photo re-encoded)."""
-        from unirag.retrieval.near_duplicates import digest_of, hamming, hash_of
-        from unirag.retrieval.selection import Thresholds
-
         path = self.image_file(did) if did else None
         if path is None:
             return False
@@ -272,8 +262,6 @@ class Engine:
     @cached_property
     def gallery(self) -> dict[str, str]:
         """Image candidate id -> image file, for X^R (built once)."""
-        from unirag.data.records import Modality
-
         offset, count = self.index.offsets.get(Modality.IMAGE, 0), self.index.counts.get(Modality.IMAGE.value)
         dids = (self.index.metas[offset + row].did for row in range(count or 0))
         return {did: str(path) for did in dids if (path := self.image_file(did)) is not None}
@@ -287,8 +275,6 @@ class Engine:
 
 def _caption_of(index, did: str) -> str | None:
     """A caption for image candidate ``did``: one from its own source item, if the pool pairs them."""
-    from unirag.data.records import Modality
-
     metas = index.metas
     return next((metas[g].txt for g in index.source_group(metas[index.gid_of(did)].source_id)
                  if metas[g].modality is Modality.TEXT and metas[g].txt), None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from starlette.exceptions import HTTPException
 
@@ -74,8 +75,6 @@ class DecodeSlots:
     arena, so decodes spread over 40 pool threads would keep 40 image-sized arenas resident."""
 
     def __init__(self, settings) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         self.settings = settings
         self._pool = ThreadPoolExecutor(max_workers=settings.max_decodes, thread_name_prefix="unirag-decode")
         self.limit = settings.max_decodes + settings.decode_queue
