@@ -12,7 +12,7 @@ from pathlib import Path
 from unirag.cli.main import cli
 from unirag.data.mbeir import load_pool, read_queries
 from unirag.demo import SAMPLE
-from unirag.runs.store import ResultStore
+from unirag.runs.rundir import read_run_dir
 
 
 def _run(args: list[str], unless: Path | None = None, newer_than: Path | None = None) -> None:
@@ -95,8 +95,7 @@ def _summary(runs: Path, top1_dir: Path, cap_dir: Path) -> None:
 
 def _show_examples(cap_dir: Path, data: Path, n: int = 3) -> None:
     pool = load_pool(data / "pool.jsonl")
-    with ResultStore(cap_dir / "outputs.jsonl") as store:
-        records = [r for r in store.records() if r.get("status") == "ok"][:n]
+    records = list(read_run_dir(cap_dir).ok().values())[:n]
     print("\nA few generated captions (offline consensus captioner, RAG k examples, no leakage):")
     queries = {q.qid: q for q in read_queries(data / "queries_task3_image2text.jsonl")}
     for r in records:
