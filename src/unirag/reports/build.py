@@ -53,9 +53,8 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_car
         raise InputError("no run directories given")
     out = Path(out_dir)
     runs = [summarize_run(d) for d in run_dirs]
-    comparison = None
-    if baseline is not None:
-        comparison = compare_runs(runs, baseline, resamples=resamples, seed=bootstrap_seed, method=ci_method)
+    comparison = (compare_runs(runs, baseline, resamples=resamples, seed=bootstrap_seed, method=ci_method)
+                  if baseline is not None else None)
     out.mkdir(parents=True, exist_ok=True)
     (out / "gallery.css").write_text(asset_text("gallery.css"), encoding="utf-8")
     written: dict[str, Any] = {"tables": [], "plots": [], "galleries": [], "cards": {}, "notes": []}
