@@ -13,7 +13,7 @@ from PIL import Image
 from unirag.errors import ConfigError
 from unirag.messages import ImagePart, TextPart
 from unirag.prompts.caption import build_caption_prompt, caption_template, merge_vertically
-from unirag.prompts.templates import TEMPLATES_DIR, load_template, parse_template
+from unirag.prompts.templates import TEMPLATES_DIR, load_template
 from unirag.retrieval.results import Pair
 
 FIG2 = ("I have provided you an image. Generate the caption for this image based on your understanding of the "
@@ -46,8 +46,9 @@ def test_missing_template_and_bad_sections_are_config_errors(tmp_path):
     (tmp_path / "caption_x.txt").write_text("### layout\nexamples\nquery_image\n### system\n")
     with pytest.raises(ConfigError, match="missing section"):
         caption_template("x", tmp_path)
+    (tmp_path / "t.txt").write_text("just text")
     with pytest.raises(ConfigError, match="no '### section'"):
-        parse_template("just text", name="t", path=tmp_path / "t.txt")
+        load_template("t", tmp_path)
     bad = "### layout\nexamples\nquery_image\nfrobnicate\n### system\n### zero_shot\nz\n### few_shot\n{num}\n" \
           "### example_caption\n{caption}\n"
     (tmp_path / "caption_bad.txt").write_text(bad)

@@ -6,7 +6,7 @@ transformers are imported by a command's module when that command actually runs.
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 import sys
 
 import click
@@ -36,10 +36,7 @@ class LazyGroup(click.Group):
         return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in COMMANDS:
-            return None
-        module_name, attr = COMMANDS[name][0].split(":")
-        return getattr(importlib.import_module(module_name), attr)
+        return pkgutil.resolve_name(COMMANDS[name][0]) if name in COMMANDS else None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

@@ -247,13 +247,11 @@ def behaviour_options(selection: bool = True, raw: bool = False,
     ``setting_overrides`` (the settings given, unparsed but checked) to apply on top of something else
     (``unirag run``: every cell of a grid; ``unirag cir``: the agents YAML's profile). With
     ``selection`` it also gets ``selection`` (a :class:`~unirag.retrieval.selection.Selection`)."""
-    from unirag.profiles import PROFILES, known_names
+    from unirag.profiles import PROFILES, known_names, read_assignments, resolve, split_settings
 
     def decorate(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            from unirag.profiles import read_assignments, resolve, split_settings
-
             profile = kwargs.pop("profile", None)
             overrides, chosen = split_settings(read_assignments(kwargs.pop("set_items", ())), selection=selection)
             settings = resolve(profile or "default", **overrides)  # a bad value fails here, before any work

@@ -12,7 +12,7 @@ from pathlib import Path
 from unirag.cli.main import cli
 from unirag.data.mbeir import load_pool, read_queries
 from unirag.demo import SAMPLE
-from unirag.runs.store import ResultStore
+from unirag.runs.rundir import read_run_dir
 
 
 def _run(args: list[str], unless: Path | None = None, newer_than: Path | None = None) -> None:
@@ -72,15 +72,23 @@ def main(argv: list[str] | None = None) -> int:
     # The two rows compared on the same 51 queries: differences, paired intervals, significance (†).
     _run(["report", str(top1_dir), str(cap_dir), "--baseline", str(top1_dir), "--out", str(out / "report")])
 
-    _show_examples(cap_dir, data)
-    _summary(runs, top1_dir, cap_dir)
+    _summary(runs, data, top1_dir, cap_dir)
     print(f"\nAll outputs are in {out}/; the HTML gallery is {out / 'report' / 'index.html'}.\n"
           "Rerun `make demo` to reuse them; delete the folder to start over.")
     return 0
 
 
-def _summary(runs: Path, top1_dir: Path, cap_dir: Path) -> None:
-    """One short table of what the demo measured."""
+def _summary(runs: Path, data: Path, top1_dir: Path, cap_dir: Path) -> None:
+    """A few of the generated captions, then one short table of what the demo measured."""
+    pool = load_pool(data / "pool.jsonl")
+    records = list(read_run_dir(cap_dir).ok().values())[:3]
+    print("\nA few generated captions (offline consensus captioner, RAG k examples, no leakage):")
+    queries = {q.qid: q for q in read_queries(data / "queries_task3_image2text.jsonl")}
+    for r in records:
+        q = queries.get(r["qid"])
+        truth = [pool[d].txt for d in (q.pos_cand_list if q else []) if d in pool][:2]
+        print(f"- {q.img_path if q else r['qid']}\n    generated: {r.get('caption')}\n"
+              f"    reference: {' | '.join(truth)}")
     print("\nSummary (offline encoder, bundled COCO sample)")
     print(f"  {'retrieval':<22}{'hit@1':>8}{'hit@5':>8}{'hit@10':>8}{'MRR@10':>8}")
     for name, run in (("image -> caption", "image2text"), ("caption -> image", "text2image")):
@@ -91,19 +99,6 @@ def _summary(runs: Path, top1_dir: Path, cap_dir: Path) -> None:
     for name, run_dir in (("top-1 caption, k=1", top1_dir), ("consensus, RAG", cap_dir)):
         cap = json.loads((run_dir / "metrics.json").read_text())["metrics"]
         print(f"  {name:<22}" + "".join(f"{cap[n]:>9.2f}" if n in cap else f"{'-':>9}" for n in names))
-
-
-def _show_examples(cap_dir: Path, data: Path, n: int = 3) -> None:
-    pool = load_pool(data / "pool.jsonl")
-    with ResultStore(cap_dir / "outputs.jsonl") as store:
-        records = [r for r in store.records() if r.get("status") == "ok"][:n]
-    print("\nA few generated captions (offline consensus captioner, RAG k examples, no leakage):")
-    queries = {q.qid: q for q in read_queries(data / "queries_task3_image2text.jsonl")}
-    for r in records:
-        q = queries.get(r["qid"])
-        truth = [pool[d].txt for d in (q.pos_cand_list if q else []) if d in pool][:2]
-        print(f"- {q.img_path if q else r['qid']}\n    generated: {r.get('caption')}\n"
-              f"    reference: {' | '.join(truth)}")
 
 if __name__ == "__main__":
     sys.exit(main())

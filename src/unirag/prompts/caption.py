@@ -104,9 +104,8 @@ def build_caption_prompt(tpl: PromptTemplate, query_image: ImageLike, examples: 
     parts: list[Part] = []
     merged_image = None
     for token in layout:
-        if token == "system_message":
-            if system:
-                messages.append(Message("system", [TextPart(system)]))
+        if token == "system_message" and system:
+            messages.append(Message("system", [TextPart(system)]))
         elif token == "examples":
             for i, s in enumerate(examples, start=1):
                 parts.append(_image_part(s.image, s.label or f"example {i}", loading))

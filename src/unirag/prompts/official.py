@@ -65,10 +65,7 @@ def apply_caption_prompts(tpl: PromptTemplate, family: str, wording: str,
         sections["zero_shot"], sections["few_shot"] = (p.read_text(encoding="utf-8").strip() for p in (zero, few))
         sources = [str(zero), str(few)]
     elif family == "gemini":
-        zero = sections.get("zero_shot", "").strip()
-        if zero.startswith(SYSTEM_SENTENCE):
-            zero = zero[len(SYSTEM_SENTENCE):].lstrip()
-        sections["zero_shot"] = zero
+        sections["zero_shot"] = sections.get("zero_shot", "").strip().removeprefix(SYSTEM_SENTENCE).lstrip()
         # the sentence ends the file's last line, after one space (gemini-caption-prompt-with-examples.txt@6c4eda29:5)
         sections["few_shot"] = sections.get("few_shot", "").rstrip() + " " + GEMINI_ONE_LINE
     elif family != "llava":

@@ -54,7 +54,14 @@ class PromptTemplate:
         return {"name": self.name, "file": self.path.name, "path": str(self.path), "sha256": self.sha256}
 
 
-def parse_template(text: str, *, name: str, path: Path) -> PromptTemplate:
+def load_template(name: str, directory: str | Path | None = None,
+                  required: tuple[str, ...] = ()) -> PromptTemplate:
+    """Load ``<directory>/<name>.txt`` (default: the packaged templates); check required sections."""
+    path = Path(directory or TEMPLATES_DIR) / f"{name}.txt"
+    if not path.exists():
+        have = sorted(p.stem for p in path.parent.glob("*.txt")) if path.parent.is_dir() else []
+        raise ConfigError(f"prompt template not found: {path}" + (f" (available: {', '.join(have)})" if have else ""))
+    text = read_text(path)
     sections: dict[str, list[str]] = {}
     current: str | None = None
     for line in text.splitlines():
@@ -68,20 +75,9 @@ def parse_template(text: str, *, name: str, path: Path) -> PromptTemplate:
             sections[current].append(line)
     if not sections:
         raise ConfigError(f"{path}: no '### section' headers found; not a prompt template")
+    missing = [s for s in required if s not in sections]
+    if missing:
+        raise ConfigError(f"{path}: missing section(s) {', '.join('### ' + s for s in missing)}")
     clean = {k: "\n".join(v).strip("\n") for k, v in sections.items()}
     return PromptTemplate(name=name, path=path, sections=clean,
                           sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
-
-
-def load_template(name: str, directory: str | Path | None = None,
-                  required: tuple[str, ...] = ()) -> PromptTemplate:
-    """Load ``<directory>/<name>.txt`` (default: the packaged templates); check required sections."""
-    path = Path(directory or TEMPLATES_DIR) / f"{name}.txt"
-    if not path.exists():
-        have = sorted(p.stem for p in path.parent.glob("*.txt")) if path.parent.is_dir() else []
-        raise ConfigError(f"prompt template not found: {path}" + (f" (available: {', '.join(have)})" if have else ""))
-    tpl = parse_template(read_text(path), name=name, path=path)
-    missing = [s for s in required if s not in tpl.sections]
-    if missing:
-        raise ConfigError(f"{path}: missing section(s) {', '.join('### ' + s for s in missing)}")
-    return tpl

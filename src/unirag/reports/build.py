@@ -23,6 +23,7 @@ from typing import Any
 
 from unirag.errors import InputError
 from unirag.reports.collect import RunSummary, summarize_run
+from unirag.reports.compare import compare_runs
 from unirag.reports.gallery import MediaStore, asset_text, build_gallery, esc
 from unirag.reports.plots import plot_group
 from unirag.reports.sampling import sampling_tables
@@ -52,11 +53,8 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, max_car
         raise InputError("no run directories given")
     out = Path(out_dir)
     runs = [summarize_run(d) for d in run_dirs]
-    comparison = None
-    if baseline is not None:
-        from unirag.reports.compare import compare_runs
-
-        comparison = compare_runs(runs, baseline, resamples=resamples, seed=bootstrap_seed, method=ci_method)
+    comparison = (compare_runs(runs, baseline, resamples=resamples, seed=bootstrap_seed, method=ci_method)
+                  if baseline is not None else None)
     out.mkdir(parents=True, exist_ok=True)
     (out / "gallery.css").write_text(asset_text("gallery.css"), encoding="utf-8")
     written: dict[str, Any] = {"tables": [], "plots": [], "galleries": [], "cards": {}, "notes": []}

@@ -118,13 +118,9 @@ def _retriever(flat: dict[str, Any]) -> str | None:
     if not path:
         return None
     p = Path(path)
-    index_manifest = p / "manifest.json"
-    if p.is_dir() and index_manifest.is_file():
-        with contextlib.suppress(OSError, ValueError):
-            import json
-
-            enc = json.loads(index_manifest.read_text(encoding="utf-8")).get("encoder")
-            label = _text(enc, "label", "name", "spec")
+    if (p / "manifest.json").is_file():  # an index folder: its encoder
+        with contextlib.suppress(OSError, InputError):
+            label = _text(read_json_file(p / "manifest.json").get("encoder"), "label", "name", "spec")
             if label:
                 return _short(label)
     if p.suffix in (".jsonl", ".json"):

@@ -115,8 +115,7 @@ def build_gallery(run: RunSummary, media: MediaStore, *, max_cards: int = 100,
                   queries: Path | None = None, pool: Path | None = None, images_root: Path | None = None,
                   page_name: str | None = None) -> tuple[Path, int]:
     """Write ``<report>/gallery/<run>.html``; returns (path, number of cards)."""
-    page_dir = media.page_dir
-    page_dir.mkdir(parents=True, exist_ok=True)
+    media.page_dir.mkdir(parents=True, exist_ok=True)
     outputs = read_run_dir(run.run_dir)
     per_query = read_per_query(run.run_dir)
     queries_path = Path(queries) if queries else run.recorded_path("queries")
@@ -147,6 +146,6 @@ def build_gallery(run: RunSummary, media: MediaStore, *, max_cards: int = 100,
     page = Template(asset_text("page.html")).substitute(
         title=esc(f"Gallery: {run.name}"), css="../gallery.css", subtitle=esc(subtitle),
         nav='<a href="../index.html">← report index</a>', body="\n".join(cards))
-    path = page_dir / (page_name or f"{run.name}.html")
+    path = media.page_dir / (page_name or f"{run.name}.html")
     path.write_text(page, encoding="utf-8")
     return path, len(cards)

@@ -51,8 +51,7 @@ def metric_figure(dataset: str, metric: str, runs: Sequence[RunSummary]):
         if rs[0].generator in zero:
             rs = [zero[rs[0].generator], *rs]
         points[series] = [(r.k, r.metrics[metric]) for r in rs]
-        ax.errorbar([r.k for r in rs], [r.metrics[metric] for r in rs], yerr=error_bar(rs, metric), marker="o",
-                    capsize=3, label=series)
+        ax.errorbar(*zip(*points[series], strict=True), yerr=error_bar(rs, metric), marker="o", capsize=3, label=series)
     for gen, r in sorted(zero.items()):
         if not any(s.generator == gen for ss in lines.values() for s in ss):
             ax.errorbar([0], [r.metrics[metric]], yerr=error_bar([r], metric), marker="s", linestyle="none",

@@ -22,6 +22,7 @@ from unirag.data.records import Query
 from unirag.errors import InputError
 from unirag.reports.collect import RunSummary, summarize_run
 from unirag.reports.tables import Table, runs_table, slug
+from unirag.runs.atomic import atomic_write_json
 
 SET_LABEL = "Caption Set {}"
 
@@ -69,8 +70,6 @@ def compare_sample_runs(set_a: str | Path, set_b: str | Path, runs_a: Sequence[s
         result["runs"].append({"run_a": str(a), "run_b": str(b), "name_a": ra.name, "name_b": rb.name, "k": ra.k,
                                "metrics": metrics})
     if out is not None:
-        from unirag.runs.atomic import atomic_write_json
-
         atomic_write_json(out, result)
     return result
 
