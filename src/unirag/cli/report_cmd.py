@@ -54,6 +54,10 @@ def build(out_dir: Path, no_gallery: bool, no_plots: bool, **opts) -> None:
     """
     from unirag.reports.build import build_report
 
+    if opts["baseline"] is not None and opts["resamples"] == 0:
+        from unirag.errors import ConfigError
+
+        raise ConfigError("--baseline needs --resamples above 0")
     written = build_report(out_dir=out_dir, **opts, gallery=not no_gallery, plots=not no_plots)
     click.echo((Path(out_dir) / "tables.md").read_text(encoding="utf-8"))
     for note in written["notes"]:
