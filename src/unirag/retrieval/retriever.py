@@ -381,8 +381,6 @@ class Retriever:
         result[:] = [replace(h, pair=pair_of.get(h.did)) for h in result]
 
 
-
-
 def _query(i: int, image: ImageLike | None, text: str | None) -> Query:
     """An in-memory query record; its image path (if it has one) lets pairs that show it be dropped."""
     if text is not None and not isinstance(text, str):
