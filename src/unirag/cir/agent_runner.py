@@ -22,7 +22,6 @@ from unirag.cir.cache import CallCache, CallRequest, call_key
 from unirag.cir.config import XRConfig
 from unirag.messages import ImagePart, with_decoded
 from unirag.runs.executor import RunKind, execute
-from unirag.runs.retry import RetryPolicy
 
 K = TypeVar("K")
 
@@ -118,8 +117,7 @@ class AgentRunner:
                 job.generator = self._generators[gen_id]
             local = rc.model.startswith("hf:")  # a model in this process: one call at a time
             counts = execute(job, todo, store, concurrency=1 if local else self.config.settings.concurrency,
-                             policy=RetryPolicy(), decode_ahead=local, engine=self.engine, desc=desc or role,
-                             progress=self.progress, **on_ray)
+                             decode_ahead=local, engine=self.engine, desc=desc or role, progress=self.progress, **on_ray)
             st["called"] += counts["ok"] + counts["error"]
         records = {r.key: store.get(r.key) or {} for r in unique}  # a failed call's output: None
         out = {k: rec.get("output") if rec.get("status", "ok") == "ok" else None for k, rec in records.items()}
