@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.options import behaviour_options, decode_option, device_options, key_values
+from unirag.cli.options import _ENGINE, behaviour_options, decode_option, device_options, key_values, options
 from unirag.errors import ConfigError
 
 
@@ -34,12 +34,7 @@ def index_group() -> None:
               help="Candidates encoded per chunk (memory is bounded by one chunk per modality).")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local = this process; ray = embed pool shards on Ray Data, resumable by shard.")
-@click.option("--ray-address", default=None,
-              help="Join this Ray cluster (e.g. ray://head:10001 or head:6379) instead of starting a local Ray; "
-                   "pool, images and --shards-dir must then be on storage all nodes share.")
-@click.option("--workers", type=int, default=None,
-              help="Ray workers (one model load each; default: GPUs / --gpus-per-worker, else CPUs - 1).")
-@click.option("--gpus-per-worker", type=float, default=0, show_default=True, help="GPUs reserved per Ray worker.")
+@options(_ENGINE[1:])  # --workers, --gpus-per-worker, --ray-address: as generation runs take them
 @click.option("--shards-dir", type=click.Path(path_type=Path), default=None,
               help="Folder for the embedding shards (default: OUT/shards).")
 @click.option("--shard-size", type=int, default=None,
@@ -98,9 +93,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder: str |
             click.echo("note: no --encoder given: the index records no encoder, so queries must be given as "
                        "vectors (pass --encoder to record the model that made the embeddings)", err=True)
     else:
-        from unirag.data.pool import Pool
-
-        index = Index.build(Pool.read(pool, images_root), out, index_type=index_type, params=overrides, progress=True,
+        index = Index.build(pool, out, index_type=index_type, params=overrides, progress=True,
                             shards_dir=shards_dir, allow_shrink=allow_shrink, **encoding,
                             **ray)  # **ray: --engine and its Ray options
     manifest = index.manifest

@@ -76,7 +76,7 @@ class Index:
         with index_lock(index_dir, shared=True):
             manifest = read_manifest(index_dir)
             if memory == "auto":
-                memory = "ram" if fits_in_ram(index_dir) else "mmap"
+                memory = "ram" if fits_in_ram(manifest) else "mmap"
             if encoder is not None:
                 check_encoder(manifest, encoder, index_dir)
             verify_files(index_dir, manifest, hashes=verify)
@@ -375,7 +375,7 @@ def _pool_source(pool, images_root, in_memory: bool = False) -> tuple[Path | lis
         images_root = images_root if images_root is not None else pool.images_root
         pool = pool.path if pool.path is not None else list(pool)
     source = Path(pool) if isinstance(pool, str | Path) else list(pool)
-    if isinstance(source, Path) and not source.exists():
+    if isinstance(source, Path) and not source.is_file():
         raise InputError("candidate pool not found", path=source)
     if isinstance(source, list) and not in_memory:
         raise ConfigError("in-memory candidates are indexed by Index.build with engine='local' only; write them "
