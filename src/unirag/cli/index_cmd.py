@@ -59,11 +59,12 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder: str |
     """Encode every candidate of POOL (or take --embeddings) and write an index to OUT (streaming, atomic)."""
     from unirag.encoders.registry import precision_options
 
+    # how the candidates are encoded, the same for one shard (--shard) and a whole build
     # uniir_precision: official UniIR precision is float32 weights under float16 autocast, for every build that
     # encodes (local, Ray workers, --shard); --embeddings encodes nothing (the vectors are given)
-    precision = precision_options(encoder, dtype, settings)
-    dtype, autocast = precision["dtype"], precision.get("autocast")
-    if autocast and embeddings is not None:
+    encoding = dict(encoder=encoder, images_root=images_root, batch_size=batch_size, device=device,
+                    decode_workers=decode.decode_workers, **precision_options(encoder, dtype, settings))
+    if encoding.get("autocast") and embeddings is not None:
         click.echo("note: uniir_precision official applies to encoding, and --embeddings encodes nothing: the "
                    "vectors keep the precision that made them", err=True)
 
@@ -72,9 +73,6 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder: str |
         raise ConfigError("--ids goes with --embeddings")
     from unirag.index.handle import Index
 
-    # how the candidates are encoded, the same for one shard (--shard) and a whole build
-    encoding = dict(encoder=encoder, images_root=images_root, batch_size=batch_size, device=device, dtype=dtype,
-                    decode_workers=decode.decode_workers, autocast=autocast)
     if shard_spec is not None:
         if shards_dir is None and out is None:
             raise ConfigError("--shard needs --shards-dir (or --out, whose shards/ folder is used)")
