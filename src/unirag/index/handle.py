@@ -76,7 +76,7 @@ class Index:
         with index_lock(index_dir, shared=True):
             manifest = read_manifest(index_dir)
             if memory == "auto":
-                memory = "ram" if fits_in_ram(manifest) else "mmap"
+                memory = "ram" if fits_in_ram(index_dir) else "mmap"
             if encoder is not None:
                 check_encoder(manifest, encoder, index_dir)
             verify_files(index_dir, manifest, hashes=verify)

@@ -30,6 +30,7 @@ import numpy as np
 from unirag.data.records import Modality
 from unirag.errors import ConfigError, InputError
 from unirag.index.factory import search_parameters
+from unirag.index.manifest import read_manifest
 
 #: Queries re-scored together from the raw vectors (bounds the gathered block).
 RESCORE_BATCH = 256
@@ -57,9 +58,9 @@ def available_memory() -> int | None:
     return None
 
 
-def fits_in_ram(manifest: dict[str, Any], fraction: float = 0.5) -> bool:
-    """Whether the FAISS files of the index of ``manifest`` (its sizes are the files', checked at every open)
-    take at most ``fraction`` of the memory available now."""
+def fits_in_ram(index_dir: str | Path, fraction: float = 0.5) -> bool:
+    """Whether the index's FAISS files take at most ``fraction`` of the memory available now."""
+    manifest = read_manifest(index_dir)  # its sizes are the files' (checked at every open)
     size = sum(manifest["files"][shard["file"]]["size"] for entry in manifest["subindexes"].values()
                for shard in entry["shards"])
     avail = available_memory()
