@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.options import behaviour_options, decode_option, device_options, key_values
+from unirag.cli.options import _ENGINE, behaviour_options, decode_option, device_options, key_values, options
 from unirag.errors import ConfigError
 
 
@@ -34,12 +34,7 @@ def index_group() -> None:
               help="Candidates encoded per chunk (memory is bounded by one chunk per modality).")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local = this process; ray = embed pool shards on Ray Data, resumable by shard.")
-@click.option("--ray-address", default=None,
-              help="Join this Ray cluster (e.g. ray://head:10001 or head:6379) instead of starting a local Ray; "
-                   "pool, images and --shards-dir must then be on storage all nodes share.")
-@click.option("--workers", type=int, default=None,
-              help="Ray workers (one model load each; default: GPUs / --gpus-per-worker, else CPUs - 1).")
-@click.option("--gpus-per-worker", type=float, default=0, show_default=True, help="GPUs reserved per Ray worker.")
+@options(_ENGINE[1:])  # --workers, --gpus-per-worker, --ray-address: as generation runs take them
 @click.option("--shards-dir", type=click.Path(path_type=Path), default=None,
               help="Folder for the embedding shards (default: OUT/shards).")
 @click.option("--shard-size", type=int, default=None,
@@ -64,11 +59,12 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder: str |
     """Encode every candidate of POOL (or take --embeddings) and write an index to OUT (streaming, atomic)."""
     from unirag.encoders.registry import precision_options
 
+    # how the candidates are encoded, the same for one shard (--shard) and a whole build
     # uniir_precision: official UniIR precision is float32 weights under float16 autocast, for every build that
     # encodes (local, Ray workers, --shard); --embeddings encodes nothing (the vectors are given)
-    precision = precision_options(encoder, dtype, settings)
-    dtype, autocast = precision["dtype"], precision.get("autocast")
-    if autocast and embeddings is not None:
+    encoding = dict(encoder=encoder, images_root=images_root, batch_size=batch_size, device=device,
+                    decode_workers=decode.decode_workers, **precision_options(encoder, dtype, settings))
+    if encoding.get("autocast") and embeddings is not None:
         click.echo("note: uniir_precision official applies to encoding, and --embeddings encodes nothing: the "
                    "vectors keep the precision that made them", err=True)
 
@@ -77,9 +73,6 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder: str |
         raise ConfigError("--ids goes with --embeddings")
     from unirag.index.handle import Index
 
-    # how the candidates are encoded, the same for one shard (--shard) and a whole build
-    encoding = dict(encoder=encoder, images_root=images_root, batch_size=batch_size, device=device, dtype=dtype,
-                    decode_workers=decode.decode_workers, autocast=autocast)
     if shard_spec is not None:
         if shards_dir is None and out is None:
             raise ConfigError("--shard needs --shards-dir (or --out, whose shards/ folder is used)")
@@ -98,9 +91,7 @@ def build(pool: Path, images_root: Path | None, out: Path | None, encoder: str |
             click.echo("note: no --encoder given: the index records no encoder, so queries must be given as "
                        "vectors (pass --encoder to record the model that made the embeddings)", err=True)
     else:
-        from unirag.data.pool import Pool
-
-        index = Index.build(Pool.read(pool, images_root), out, index_type=index_type, params=overrides, progress=True,
+        index = Index.build(pool, out, index_type=index_type, params=overrides, progress=True,
                             shards_dir=shards_dir, allow_shrink=allow_shrink, **encoding,
                             **ray)  # **ray: --engine and its Ray options
     manifest = index.manifest

@@ -128,12 +128,10 @@ def cleanup(index_dir: Path) -> None:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue  # a live build owns it
-        try:
             shutil.rmtree(index_dir / name, ignore_errors=True)
             lock_path.unlink(missing_ok=True)
+        except BlockingIOError:
+            continue  # a live build owns it
         finally:
             os.close(fd)
 

@@ -375,7 +375,7 @@ def _pool_source(pool, images_root, in_memory: bool = False) -> tuple[Path | lis
         images_root = images_root if images_root is not None else pool.images_root
         pool = pool.path if pool.path is not None else list(pool)
     source = Path(pool) if isinstance(pool, str | Path) else list(pool)
-    if isinstance(source, Path) and not source.exists():
+    if isinstance(source, Path) and not source.is_file():
         raise InputError("candidate pool not found", path=source)
     if isinstance(source, list) and not in_memory:
         raise ConfigError("in-memory candidates are indexed by Index.build with engine='local' only; write them "

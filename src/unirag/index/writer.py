@@ -101,19 +101,16 @@ class _SubIndex:
         if self.spill_fh is None:
             if self.current is not None:
                 self._write_shard(self.current)
-                self.current = None
             return {"count": self.count, "type": self.index_type, "params": dict(self.params),
                     "shards": self.shards, "vectors_file": None}
         self.spill_fh.close()
         n = self.count
         raw = RawVectors(self.spill_path, n, self.dim)
         if n < factory.IVFPQ_MIN_COUNT:
-            kind = "flat"
             params = {"reason": f"ivfpq needs >= {factory.IVFPQ_MIN_COUNT} vectors, got {n}",
                       "shard_size": self.shard_size}
             trained = None
         else:
-            kind = "ivfpq"
             params = factory.ivfpq_shape(n, self.dim, self.params)
             trained = factory.new_index("ivfpq", self.dim, params)
             rows = np.random.default_rng(0).choice(n, size=min(n, int(params["train_size"])), replace=False)
@@ -129,7 +126,7 @@ class _SubIndex:
             del index
         keep = trained is not None and params["refine"]  # re-scoring reads rows of it
         raw.close(delete=not keep)
-        return {"count": n, "type": kind, "params": params, "shards": self.shards,
+        return {"count": n, "type": "flat" if trained is None else "ivfpq", "params": params, "shards": self.shards,
                 "vectors_file": self.spill_path.name if keep else None}
 
 
