@@ -79,7 +79,8 @@ _ENGINE = [
                       "Ray workers, one model load per worker, into the same resumable run folder. API backends "
                       "always run here with --concurrency."),
     click.option("--workers", type=int, default=None,
-                 help="Ray workers per model (default: GPUs / --gpus-per-worker, else the CPUs)."),
+                 help="Ray workers per model (default: GPUs / --gpus-per-worker, else the CPUs; "
+                      "index build: the CPUs minus one)."),
     click.option("--gpus-per-worker", type=float, default=0, show_default=True,
                  help="GPUs Ray reserves for each worker (its model runs there; 0 = CPU)."),
     click.option("--ray-address", default=None,
