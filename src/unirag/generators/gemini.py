@@ -30,7 +30,6 @@ from unirag.generators.images.base import (
     ImageBackend,
     ImageRequest,
     image_template,
-    zero_shot_prompt,
 )
 from unirag.messages import ImagePart, Message, TextPart, render_for_log
 
@@ -197,7 +196,7 @@ def nearest_aspect_ratio(width: int, height: int) -> str:
 def image_prompt_messages(request: ImageRequest) -> list[Message]:
     """The request as one typed user message: [instruction, image_1, caption_1, ..., query caption]."""
     if not request.examples:
-        return [Message("user", [TextPart(zero_shot_prompt(request.caption))])]
+        return [Message("user", [TextPart(image_template(ZERO_SHOT).fill("prompt", caption=request.caption))])]
     tpl = image_template(FEW_SHOT_GEMINI)
     parts: list[Any] = [TextPart(tpl.fill("intro", num=len(request.examples)))]
     for i, ex in enumerate(request.examples, start=1):
