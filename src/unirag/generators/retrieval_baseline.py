@@ -56,8 +56,6 @@ def consensus_index(sim) -> int:
     import numpy as np
 
     n = sim.shape[0]
-    if n == 1:
-        return 0
     # the diagonal left out, not subtracted: float32 self-similarities (1 +- 1e-7) would otherwise
     # leave rounding error in the means and break exact ties
     others = np.array(sim, dtype=np.float64)
