@@ -152,16 +152,3 @@ def load_factory(target: str, kind: str) -> Any:
 def identity_config(config: dict) -> dict:
     """A generator's recorded config without the execution options (what a resume must match)."""
     return {k: v for k, v in config.items() if k not in EXECUTION_OPTIONS}
-
-
-def check_generator_options(owner: str, spec: str | None, options: dict[str, Any], own: tuple[str, ...]) -> None:
-    """ConfigError naming the first keyword no backend takes, with the known ones (``own``: the
-    caller's own keywords, listed too). ``python:`` plugins take any options: not checked."""
-    if spec is not None and spec.strip().startswith("python:"):
-        return
-    unknown = sorted(k for k in options if k not in KNOWN_GENERATOR_OPTIONS)
-    if unknown:
-        known = ", ".join(sorted(set(own) | KNOWN_GENERATOR_OPTIONS))
-        raise ConfigError(f"{owner}: unknown option {unknown[0]!r}" + (f" (and {', '.join(map(repr, unknown[1:]))})"
-                                                                       if len(unknown) > 1 else "")
-                          + f"; known options: {known}")

@@ -27,7 +27,7 @@ from unirag.generators.base import (
 )
 from unirag.generators.pricing import cost_usd, price_for
 from unirag.generators.registry import (
-    check_generator_options,
+    KNOWN_GENERATOR_OPTIONS,
     load_generator,
     parse_spec,
     profile_options,
@@ -90,7 +90,13 @@ class LazyBackend:
     def _open(self, generator: Any, options: dict[str, Any], kinds: Any, parse: Any, wanted: str,
               max_attempts: Any, retry: Any) -> None:
         name = type(self).__name__
-        check_generator_options(name, generator if isinstance(generator, str) else None, options, self.OWN_OPTIONS)
+        # a keyword no backend takes is refused, with the known ones; ``python:`` plugins take any options
+        unknown = sorted(k for k in options if k not in KNOWN_GENERATOR_OPTIONS)
+        if unknown and not (isinstance(generator, str) and generator.strip().startswith("python:")):
+            known = ", ".join(sorted(set(self.OWN_OPTIONS) | KNOWN_GENERATOR_OPTIONS))
+            raise ConfigError(f"{name}: unknown option {unknown[0]!r}" + (f" (and {', '.join(map(repr, unknown[1:]))})"
+                                                                          if len(unknown) > 1 else "")
+                              + f"; known options: {known}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InputError(f"expected a unirag.runs.retry.RetryPolicy, got {type(retry).__name__}", field="retry")
         self.retry = retry or RetryPolicy()
