@@ -26,7 +26,14 @@ _MAX_MESSAGE = 500
 
 class APIBackend:
     """An API model behind a lazily built, thread-shared SDK client (mixed into the caption and image
-    backends); each provider's base class sets ``provider`` and ``api_key_env`` and builds the client."""
+    backends); each provider's base class sets ``provider`` and ``api_key_env`` and builds the client.
+
+    A provider's base class implements ``_credentials(api_key_env) -> str``: the API key from the
+    environment (never an option), recording which variable held it in ``api_key_env``; ConfigError
+    naming the variable when none is set. ``_build() -> client``: import the SDK and create the client
+    (called once, under the lock). ``_map_error(e) -> BackendError | None``: the SDK's exception as a
+    BackendError; None for anything else (a bug or a wrong option).
+    """
 
     #: The spec prefix, recorded as ``backend`` in the config.
     backend = ""
@@ -42,19 +49,6 @@ class APIBackend:
         self._client: Any = None
         self._lock = threading.Lock()
         self._key = self._credentials(api_key_env)
-
-    def _credentials(self, api_key_env: str | None) -> str:
-        """The API key from the environment (never an option), recording which variable held it in
-        ``api_key_env``; ConfigError naming the variable when none is set."""
-        raise NotImplementedError
-
-    def _build(self) -> Any:
-        """Import the SDK and create the client (called once, under the lock)."""
-        raise NotImplementedError
-
-    def _map_error(self, e: Exception) -> BackendError | None:
-        """The SDK's exception as a BackendError; None for anything else (a bug or a wrong option)."""
-        return None
 
     def client(self) -> Any:
         with self._lock:

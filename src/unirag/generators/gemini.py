@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from typing import Any
 
 from unirag.data.images import load_rgb
@@ -30,7 +29,6 @@ from unirag.generators.images.base import (
     ImageBackend,
     ImageRequest,
     image_template,
-    zero_shot_prompt,
 )
 from unirag.messages import ImagePart, Message, TextPart, render_for_log
 
@@ -72,20 +70,6 @@ class GeminiAPI(APIBackend):
 
         return genai.Client(api_key=self._key, http_options=self._http_options())
 
-    def request_body(self, call: Callable[[Any], Any]) -> dict[str, Any]:
-        """The JSON body the SDK POSTs for ``call(client)``, serialised by the SDK itself into a transport
-        that records the request, sends nothing and answers an empty body. That client holds a placeholder
-        key, not the user's: what it records cannot carry a secret."""
-        import httpx
-        from google import genai
-
-        seen: list[httpx.Request] = []
-        with httpx.Client(transport=httpx.MockTransport(lambda r: seen.append(r) or httpx.Response(200, json={}))) as http:
-            call(genai.Client(api_key="placeholder-not-sent", http_options=self._http_options(httpx_client=http)))
-        if not seen:
-            raise RuntimeError("the Gemini SDK sent no request")
-        return json.loads(seen[0].content)
-
     def _map_error(self, e: Exception) -> BackendError | None:
         """SDK / transport exceptions -> BackendError (status decides retryable; Retry-After honoured)."""
         import httpx
@@ -104,7 +88,7 @@ class GeminiAPI(APIBackend):
         return None
 
     def _send(self, client: Any, messages: list[Message], config: dict[str, Any]) -> Any:
-        """The one ``generate_content`` call of both kinds (also what :meth:`request_body` records): the
+        """The one ``generate_content`` call of both kinds (also what :meth:`GeminiGenerator.sent_prompt` records): the
         typed messages as ``types.Content`` (images inline as bytes with their MIME type; the order of
         parts kept exactly), a system turn as the ``system_instruction``."""
         from google.genai import types
@@ -165,10 +149,21 @@ class GeminiGenerator(GeminiAPI, TextGenerator):
 
     def sent_prompt(self, messages: list[Message], options: GenerationOptions | None = None) -> str:
         """The JSON body exactly as the SDK sends it (``contents``, ``systemInstruction``,
-        ``generationConfig``), each image's base64 data shortened to its size and hash; the key travels
-        in a header, never in the body, and the recording client holds none."""
+        ``generationConfig``), each image's base64 data shortened to its size and hash: serialised by the
+        SDK itself into a transport that records the request, sends nothing and answers an empty body. The
+        key travels in a header, never in the body, and the recording client holds a placeholder key, not
+        the user's: what it records cannot carry a secret."""
+        import httpx
+        from google import genai
+
         options = options or GenerationOptions()
-        return body_for_log(self.request_body(lambda client: self._send(client, messages, self.request_config(options))))
+        seen: list[httpx.Request] = []
+        with httpx.Client(transport=httpx.MockTransport(lambda r: seen.append(r) or httpx.Response(200, json={}))) as http:
+            client = genai.Client(api_key="placeholder-not-sent", http_options=self._http_options(httpx_client=http))
+            self._send(client, messages, self.request_config(options))
+        if not seen:
+            raise RuntimeError("the Gemini SDK sent no request")
+        return body_for_log(json.loads(seen[0].content))
 
     def generate(self, messages: list[Message], options: GenerationOptions | None = None) -> Generation:
         options = options or GenerationOptions()
@@ -197,7 +192,7 @@ def nearest_aspect_ratio(width: int, height: int) -> str:
 def image_prompt_messages(request: ImageRequest) -> list[Message]:
     """The request as one typed user message: [instruction, image_1, caption_1, ..., query caption]."""
     if not request.examples:
-        return [Message("user", [TextPart(zero_shot_prompt(request.caption))])]
+        return [Message("user", [TextPart(image_template(ZERO_SHOT).fill("prompt", caption=request.caption))])]
     tpl = image_template(FEW_SHOT_GEMINI)
     parts: list[Any] = [TextPart(tpl.fill("intro", num=len(request.examples)))]
     for i, ex in enumerate(request.examples, start=1):

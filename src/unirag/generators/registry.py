@@ -12,9 +12,8 @@ import importlib
 import inspect
 from typing import Any
 
-from unirag.errors import ConfigError, InputError
+from unirag.errors import ConfigError
 from unirag.profiles import resolve
-from unirag.runs.retry import RetryPolicy
 
 CAPTION = "generator"
 IMAGE = "image generator"
@@ -153,31 +152,3 @@ def load_factory(target: str, kind: str) -> Any:
 def identity_config(config: dict) -> dict:
     """A generator's recorded config without the execution options (what a resume must match)."""
     return {k: v for k, v in config.items() if k not in EXECUTION_OPTIONS}
-
-
-def check_generator_options(owner: str, spec: str | None, options: dict[str, Any], own: tuple[str, ...]) -> None:
-    """ConfigError naming the first keyword no backend takes, with the known ones (``own``: the
-    caller's own keywords, listed too). ``python:`` plugins take any options: not checked."""
-    if spec is not None and spec.strip().startswith("python:"):
-        return
-    unknown = sorted(k for k in options if k not in KNOWN_GENERATOR_OPTIONS)
-    if unknown:
-        known = ", ".join(sorted(set(own) | KNOWN_GENERATOR_OPTIONS))
-        raise ConfigError(f"{owner}: unknown option {unknown[0]!r}" + (f" (and {', '.join(map(repr, unknown[1:]))})"
-                                                                       if len(unknown) > 1 else "")
-                          + f"; known options: {known}")
-
-
-def retry_policy(max_attempts: Any = None, retry: Any = None):
-    """The :class:`~unirag.runs.retry.RetryPolicy` for ``max_attempts=`` / ``retry=`` (a RetryPolicy, or
-    None: the runs' default policy), checked: InputError naming the argument for a wrong type."""
-    if retry is not None and not isinstance(retry, RetryPolicy):
-        raise InputError(f"expected a unirag.runs.retry.RetryPolicy, got {type(retry).__name__}", field="retry")
-    policy = retry or RetryPolicy()
-    if max_attempts is not None:
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise InputError(f"expected a positive integer, got {max_attempts!r}", field="max_attempts")
-        from dataclasses import replace
-
-        policy = replace(policy, max_attempts=max_attempts)
-    return policy

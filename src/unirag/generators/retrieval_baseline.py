@@ -56,8 +56,6 @@ def consensus_index(sim) -> int:
     import numpy as np
 
     n = sim.shape[0]
-    if n == 1:
-        return 0
     # the diagonal left out, not subtracted: float32 self-similarities (1 +- 1e-7) would otherwise
     # leave rounding error in the means and break exact ties
     others = np.array(sim, dtype=np.float64)
@@ -84,20 +82,6 @@ class RetrievalCaptioner(ExampleCaptioner):
         self._encoder = None
         self._lock = threading.Lock()
 
-    def _similarity(self, captions: Sequence[str]):
-        if self.similarity == "lexical":
-            return lexical_similarity(captions)
-        with self._lock:
-            if self._encoder is None:
-                from unirag.encoders.registry import load_text_encoder
-
-                self._encoder = load_text_encoder(self.text_encoder, device=self.device)
-            emb = self._encoder.encode_texts(list(captions))
-        sim = emb @ emb.T  # embeddings are L2-normalised: cosine
-        # Symmetric as cosine is: float32 products can differ in the last bit between (i, j) and (j, i),
-        # which would break the tie of two captions (each one's mean is their one similarity) at random.
-        return (sim + sim.T) / 2
-
     def caption_from_examples(self, captions: Sequence[str]) -> Generation:
         captions = [c for c in captions if c and c.strip()]
         if not captions:
@@ -105,8 +89,19 @@ class RetrievalCaptioner(ExampleCaptioner):
                                "retrieval run with pairs)")
         if self.strategy == "top1" or len(captions) == 1:
             chosen = 0
+        elif self.similarity == "lexical":
+            chosen = consensus_index(lexical_similarity(captions))
         else:
-            chosen = consensus_index(self._similarity(captions))
+            with self._lock:
+                if self._encoder is None:
+                    from unirag.encoders.registry import load_text_encoder
+
+                    self._encoder = load_text_encoder(self.text_encoder, device=self.device)
+                emb = self._encoder.encode_texts(list(captions))
+            sim = emb @ emb.T  # embeddings are L2-normalised: cosine
+            # Symmetric as cosine is: float32 products can differ in the last bit between (i, j) and (j, i),
+            # which would break the tie of two captions (each one's mean is their one similarity) at random.
+            chosen = consensus_index((sim + sim.T) / 2)
         return Generation(text=captions[chosen], usage=Usage(), raw={"chosen_rank": chosen + 1})
 
     def config(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ prompt rendered from its family's template.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,10 @@ from unirag.generators.base import (
 )
 from unirag.generators.pricing import cost_usd, price_for
 from unirag.generators.registry import (
-    check_generator_options,
+    KNOWN_GENERATOR_OPTIONS,
     load_generator,
     parse_spec,
     profile_options,
-    retry_policy,
 )
 from unirag.messages import Message
 from unirag.pipelines.examples import MODES
@@ -39,7 +38,7 @@ from unirag.profiles import Settings, resolve
 from unirag.prompts.caption import CaptionPrompt, build_caption_prompt, caption_template
 from unirag.prompts.official import apply_caption_prompts
 from unirag.retrieval.results import Hit, Hits, Pair
-from unirag.runs.retry import call_with_retry
+from unirag.runs.retry import RetryPolicy, call_with_retry
 
 DEFAULT_GENERATOR = "retrieval:consensus"
 #: ``temperature=FROM_PROFILE``: take the ``temperature`` setting of the profile (0.0 in ``default``).
@@ -91,8 +90,20 @@ class LazyBackend:
     def _open(self, generator: Any, options: dict[str, Any], kinds: Any, parse: Any, wanted: str,
               max_attempts: Any, retry: Any) -> None:
         name = type(self).__name__
-        check_generator_options(name, generator if isinstance(generator, str) else None, options, self.OWN_OPTIONS)
-        self.retry = retry_policy(max_attempts, retry)
+        # a keyword no backend takes is refused, with the known ones; ``python:`` plugins take any options
+        unknown = sorted(k for k in options if k not in KNOWN_GENERATOR_OPTIONS)
+        if unknown and not (isinstance(generator, str) and generator.strip().startswith("python:")):
+            known = ", ".join(sorted(set(self.OWN_OPTIONS) | KNOWN_GENERATOR_OPTIONS))
+            raise ConfigError(f"{name}: unknown option {unknown[0]!r}" + (f" (and {', '.join(map(repr, unknown[1:]))})"
+                                                                          if len(unknown) > 1 else "")
+                              + f"; known options: {known}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InputError(f"expected a unirag.runs.retry.RetryPolicy, got {type(retry).__name__}", field="retry")
+        self.retry = retry or RetryPolicy()
+        if max_attempts is not None:
+            if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+                raise InputError(f"expected a positive integer, got {max_attempts!r}", field="max_attempts")
+            self.retry = replace(self.retry, max_attempts=max_attempts)
         if isinstance(generator, str):
             parse(generator)  # a bad spec fails here, before anything loads
             self.spec, self._backend, self._owned = generator.strip(), None, True

@@ -136,14 +136,10 @@ def image_template(name: str) -> PromptTemplate:
     return load_template(name, required=_REQUIRED.get(name, ()))
 
 
-def zero_shot_prompt(caption: str) -> str:
-    return image_template(ZERO_SHOT).fill("prompt", caption=caption)
-
-
 def render_listed(name: str, caption: str, example_captions: list[str]) -> str:
     """A single-string few-shot prompt: the ``example`` lines inside ``prompt``; zero-shot if none."""
     if not example_captions:
-        return zero_shot_prompt(caption)
+        return image_template(ZERO_SHOT).fill("prompt", caption=caption)
     tpl = image_template(name)
     lines = [tpl.fill("example", n=i, caption=c) for i, c in enumerate(example_captions, start=1)]
     return tpl.fill("prompt", num=len(example_captions), examples="\n".join(lines), caption=caption)

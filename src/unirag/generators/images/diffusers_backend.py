@@ -39,15 +39,12 @@ class LocalImageGenerator(ImageBackend):
     memory with several examples, the last (least relevant) examples are dropped one at a time and the
     call is retried, as the paper did for Emu2-Gen at k=5 (``meta["examples_used"]`` records it).
     Subclasses set ``_pipe`` (the pipeline or model), ``device``, ``oom_fallback`` and ``label`` (what an
-    error names) and implement :meth:`_render`.
+    error names) and implement ``_render(request, images) -> (image, meta)``: one model call for ``request``
+    (examples as kept) with their decoded images.
     """
 
     local = True
     _pipe: Any = None
-
-    def _render(self, request: ImageRequest, images: list[Any]) -> tuple[Any, dict[str, Any]]:
-        """One model call for ``request`` (examples as kept) with their decoded images -> (image, meta)."""
-        raise NotImplementedError
 
     def prompt_text(self, request: ImageRequest) -> str:
         """Each example's caption, then its image's file name; the query caption last (the order LaVIT and
