@@ -61,11 +61,8 @@ def read_state_dict(path: Path, prefix: str = "clip_model.", required: tuple[str
     sd = obj.get("model", obj) if isinstance(obj, dict) else None
     if not isinstance(sd, dict):
         raise ConfigError(f"{path} holds no state dict (expected {{'model': state_dict}} or a state dict)")
-    out = {}
-    for k, v in sd.items():
-        k = k.removeprefix("module.")
-        if k.startswith(prefix):
-            out[k.removeprefix(prefix)] = v
+    bare = ((k.removeprefix("module."), v) for k, v in sd.items())
+    out = {k.removeprefix(prefix): v for k, v in bare if k.startswith(prefix)}
     if any(r not in out for r in required):
         raise ConfigError(f"{path} is not a {what} checkpoint: no {', '.join(required)} under {prefix!r} "
                           f"(first keys: {list(sd)[:3]})")
@@ -302,11 +299,8 @@ def convert_vision(sd: dict[str, Any], layers: int) -> dict[str, Any]:
            "post_layernorm.weight": sd[v + "norm.weight"], "post_layernorm.bias": sd[v + "norm.bias"]}
     names = {"norm1": "layer_norm1", "attn.qkv": "self_attn.qkv", "attn.proj": "self_attn.projection",
              "norm2": "layer_norm2", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
-    for i in range(layers):
-        for a, h in names.items():
-            for p in ("weight", "bias"):
-                out[f"encoder.layers.{i}.{h}.{p}"] = sd[f"{v}blocks.{i}.{a}.{p}"]
-    return out
+    return out | {f"encoder.layers.{i}.{h}.{p}": sd[f"{v}blocks.{i}.{a}.{p}"]
+                  for i in range(layers) for a, h in names.items() for p in ("weight", "bias")}
 
 
 def build_blip_models(sd: dict[str, Any], arch: dict[str, int], torch_dtype):
