@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from unirag.data.images import exif_orientation, is_path_like, load_rgb, png_bytes
+from unirag.data.images import exif_orientation, load_rgb, png_bytes
 
 Role = Literal["system", "user", "assistant"]
 #: Image formats every API backend takes as they are; others are re-encoded as PNG.
@@ -51,7 +51,7 @@ class ImagePart:
         Paths stay paths (read when sent); encoded bytes in a web format are sent as they are;
         PIL images and arrays are encoded as lossless PNG.
         """
-        if is_path_like(image):
+        if isinstance(image, str | Path):
             return cls(path=Path(image), label=label, loading=loading)
         if isinstance(image, bytes | bytearray | memoryview):
             mime, upright = _sniff(io.BytesIO(bytes(image)))

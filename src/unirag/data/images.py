@@ -238,13 +238,9 @@ def check_image_like(image: ImageLike, name: str | None = "image") -> Any:
     return array
 
 
-def is_path_like(image: ImageLike) -> bool:
-    return isinstance(image, str | Path)
-
-
 def image_path_of(image: ImageLike) -> Path | None:
     """The file an image comes from: the path itself, or the file a PIL image was opened from."""
-    if is_path_like(image):
+    if isinstance(image, str | Path):
         return Path(image)
     filename = getattr(image, "filename", None)  # set by PIL.Image.open, empty for in-memory images
     return Path(filename) if isinstance(filename, str) and filename and Path(filename).is_file() else None

@@ -86,7 +86,7 @@ class Pool:
         import hashlib
         import json
 
-        from unirag.data.images import check_image_like, is_path_like, save_png_by_content
+        from unirag.data.images import check_image_like, save_png_by_content
         from unirag.errors import ConfigError
 
         # every pair checked before any image is saved; an InputError names pairs[i] and what was expected
@@ -120,7 +120,7 @@ class Pool:
             checked.append((image, texts, dict(meta)))
         groups: dict[str, tuple[str, list[str], dict[str, Any]]] = {}  # image key -> (path, captions, metadata)
         for n, (image, captions, meta) in enumerate(checked):
-            if not is_path_like(image):
+            if not isinstance(image, str | Path):
                 if images_dir is None:
                     raise ConfigError(f"pairs[{n}] holds the image itself: pass images_dir= (a folder where the "
                                       "pool's images are saved as PNG files, so an index of it can show them later)")

@@ -188,9 +188,7 @@ class Encoder(ABC):
         """For :meth:`_batched` over ``images``: takes its batches, in order, and returns them with the files
         decoded (and preprocessed) ahead of the model by :meth:`image_loader`; a missing or corrupt file
         raises :class:`~unirag.errors.InputError` naming it. Images that are not all files pass as they are."""
-        from unirag.data.images import is_path_like
-
-        if not images or not all(is_path_like(x) for x in images):
+        if not images or not all(isinstance(x, str | Path) for x in images):
             return list
         loader, size = self.image_loader(len(images)), self.batch_size
         stream = loader.map((s, images[s : s + size]) for s in range(0, len(images), size))

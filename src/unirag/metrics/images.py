@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from unirag.data.images import ImageLike, is_path_like, load_rgb, upright_size
+from unirag.data.images import ImageLike, load_rgb, upright_size
 from unirag.errors import ConfigError, InputError
 
 DEFAULT_CLIP_MODEL = "openai/clip-vit-base-patch16"
@@ -54,7 +54,7 @@ def uint8_images(paths: Sequence[ImageLike], engine: Any = None, chunk: int = 32
 
     paths = list(paths)
     workers = decode_processes(engine_options(engine).decode_workers, len(paths))
-    if workers == 0 or not all(is_path_like(p) for p in paths):
+    if workers == 0 or not all(isinstance(p, str | Path) for p in paths):
         yield from map(load_uint8, paths)
         return
     import torch

@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from unirag.data.images import is_path_like
 from unirag.data.records import resolve_image
 from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.base import CaptionBackend
@@ -104,7 +103,7 @@ def caption_job(cfg: CaptionConfig, pool_root: str | Path | None, captioner: Any
         images = [image for p in ps for image in (resolve_image(p.query.img_path, cfg.images_root)
                                                   if p.query.img_path else None,
                                                   *(s.image for s in to_pairs(p.examples, pool_root)))]
-        return [str(image) for image in images if image is not None and is_path_like(image)]
+        return [str(image) for image in images if image is not None and isinstance(image, str | Path)]
 
     return ExampleJob(work_batch, image_paths, selector, batches=captioner.batches,
                       batch_size=max(1, int(getattr(captioner.backend, "batch_size", 1) or 1)), own_images=1)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from unirag.data.images import ImageLike, check_image_like, is_path_like
+from unirag.data.images import ImageLike, check_image_like
 from unirag.errors import BackendError, ConfigError, InputError
 from unirag.generators.base import (
     CaptionBackend,
@@ -336,7 +336,7 @@ def to_pairs(examples: Iterable[Any], images_root: str | Path | None = None) -> 
             pair = ex if ex.images_root is not None else ex.rooted(images_root)
         elif isinstance(ex, tuple | list) and len(ex) == 2:
             image, caption = ex
-            pair = Pair.of(str(image) if is_path_like(image) else image, caption).rooted(images_root)
+            pair = Pair.of(str(image) if isinstance(image, str | Path) else image, caption).rooted(images_root)
         else:
             raise InputError(f"expected a hit, a pair or an (image, caption) tuple, got {type(ex).__name__}",
                              field=f"examples[{i}]")

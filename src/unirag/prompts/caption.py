@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unirag.data.images import ImageLike, is_path_like, load_rgb, png_bytes
+from unirag.data.images import ImageLike, load_rgb, png_bytes
 from unirag.errors import ConfigError, InputError
 from unirag.messages import ImagePart, Message, Part, TextPart, with_decoded
 from unirag.prompts.templates import PromptTemplate, load_template
@@ -75,7 +75,7 @@ def merge_vertically(images: list, separator: int = 5):
 
 def _image_part(image: ImageLike, label: str, loading: str) -> ImagePart:
     """Fail while building the prompt (naming the file), not later inside a backend's encoder."""
-    if is_path_like(image) and not Path(image).is_file():
+    if isinstance(image, str | Path) and not Path(image).is_file():
         raise InputError("image file not found", path=image)
     return ImagePart.from_image(image, label=label, loading=loading)
 
