@@ -174,10 +174,9 @@ class Encoder(ABC):
             return np.zeros((0, self.dim), dtype=np.float32)
         from tqdm.auto import tqdm
 
-        out = []
         starts = range(0, len(items), self.batch_size)
-        for s in tqdm(starts, desc=desc, disable=not progress or len(items) <= self.batch_size, unit="batch"):
-            out.append(np.asarray(fn(items[s : s + self.batch_size]), dtype=np.float32))
+        out = [np.asarray(fn(items[s : s + self.batch_size]), dtype=np.float32)
+               for s in tqdm(starts, desc=desc, disable=not progress or len(items) <= self.batch_size, unit="batch")]
         vecs = np.concatenate(out, axis=0)
         return l2_normalize(vecs) if normalize else vecs
 
@@ -229,10 +228,9 @@ class Encoder(ABC):
             texts = [records[i].txt or "" for i in idx]
             imgs = [resolve_image(records[i].img_path, images_root) for i in idx]
             if modality is Modality.TEXT:
-                vecs = self.encode_texts(texts, progress)
+                out[idx] = self.encode_texts(texts, progress)
             elif modality is Modality.IMAGE:
-                vecs = self.encode_images(imgs, progress)
+                out[idx] = self.encode_images(imgs, progress)
             else:
-                vecs = self.encode_fused(imgs, texts, progress)
-            out[idx] = vecs
+                out[idx] = self.encode_fused(imgs, texts, progress)
         return out
