@@ -226,13 +226,11 @@ class UniIRCheckpoint:
         if not self.use_instructions:
             return query
         instructed = self.instructions().apply(query)
-        if instructed is None:
-            if not self._warned:
-                warnings.warn(f"no M-BEIR instruction for query {query.qid!r} (its dataset and task_id name no row of "
-                              f"{self.instructions().source}); such queries are encoded without one", stacklevel=2)
-                self._warned = True
-            return query
-        return instructed
+        if instructed is None and not self._warned:
+            warnings.warn(f"no M-BEIR instruction for query {query.qid!r} (its dataset and task_id name no row of "
+                          f"{self.instructions().source}); such queries are encoded without one", stacklevel=2)
+            self._warned = True
+        return query if instructed is None else instructed
 
     def encode_records(self, records: Sequence[Candidate | Query], images_root, progress: bool = False) -> np.ndarray:
         records = [self.instruct(r) if isinstance(r, Query) else r for r in records]
