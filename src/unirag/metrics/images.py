@@ -164,9 +164,7 @@ def frechet_distance(real: Sequence[str | Path], fake: Sequence[str | Path], fea
                 metric.update(batch.to(device), real=is_real)
             if features is not None:
                 rows = np.concatenate(seen) if seen else np.zeros((0, 0))
-                unsorted = np.empty_like(rows)
-                unsorted[order] = rows
-                features.append(unsorted)
+                features.append(rows[np.argsort(order)])  # back in input order
     finally:
         if hook is not None:
             hook.remove()
