@@ -257,11 +257,8 @@ class PairPicker:
         return True
 
     def _image_keys(self, o: Offer) -> set[str]:
-        keys = {f"did:{o.pair.image_did}"}
         digest = nd.digest_of(o.image_file)
-        if digest is not None:
-            keys.add(f"sha:{digest}")
-        return keys
+        return {f"did:{o.pair.image_did}"} | ({f"sha:{digest}"} if digest is not None else set())
 
     def _near_duplicate(self, o: Offer) -> str | None:
         ev, limits = self.evidence, self.sel.thresholds
@@ -310,9 +307,7 @@ class PairPicker:
 
     def report(self) -> dict[str, int] | None:
         """``{"flagged": n, "excluded": m}`` for the run file (None when the guard is off)."""
-        if self.sel.near_duplicates == "off":
-            return None
-        return {"flagged": self.flagged, "excluded": self.excluded}
+        return None if self.sel.near_duplicates == "off" else {"flagged": self.flagged, "excluded": self.excluded}
 
 
 def mmr(offers: list[Offer], k: int, lam: float, redundancy) -> list[Offer]:
