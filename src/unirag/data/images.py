@@ -76,11 +76,8 @@ def load_rgb(image: ImageLike, *, max_pixels: int | None = None, background: str
     if isinstance(image, Path | bytes):
         return _decode(image, max_pixels, background, draft, plain)
     if isinstance(image, Image.Image):
-        src = getattr(image, "filename", None) or None
-        _check_size(image.size, max_pixels, src)
-        if plain:
-            return image.convert("RGB")
-        return _normalise(image, background)
+        _check_size(image.size, max_pixels, getattr(image, "filename", None) or None)
+        return image.convert("RGB") if plain else _normalise(image, background)
     import numpy as np
 
     if image.ndim == 3 and image.shape[2] == 1:
