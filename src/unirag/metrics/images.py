@@ -388,7 +388,4 @@ def image_metrics(images: Sequence[Any], texts: Sequence[str] | None = None, rea
         skipped.setdefault("IS", str(e))
     if not metrics:
         raise ConfigError("no image metric could run: " + " | ".join(dict.fromkeys(skipped.values())))
-    out: dict[str, Any] = {**metrics, "skipped": skipped}  # FID, CLIP Score, IS, IS SD
-    if per_item:
-        out["per_item"] = scores
-    return out
+    return {**metrics, "skipped": skipped, **({"per_item": scores} if per_item else {})}  # FID, CLIP Score, IS, IS SD
