@@ -160,20 +160,18 @@ def _normalise(im, background: str):
 
     with contextlib.suppress(*_DECODE_ERRORS):  # a malformed EXIF block: keep the pixels as stored
         im = ImageOps.exif_transpose(im)
-    mode = im.mode
-    if mode.startswith("I") or mode == "F":
+    if im.mode.startswith("I") or im.mode == "F":
         import numpy as np
 
         pixels = np.asarray(im)  # big-endian 16-bit (I;16B) as uint16, so it scales by 0..65535 too
-        im = Image.fromarray(_to_uint8(pixels.astype(np.uint16) if mode.startswith("I;16") else pixels), mode="L")
-        mode = "L"
-    has_alpha = mode in ("RGBA", "LA", "La", "RGBa", "PA") or (mode in ("P", "L", "RGB")
-                                                              and "transparency" in im.info)
+        im = Image.fromarray(_to_uint8(pixels.astype(np.uint16) if im.mode.startswith("I;16") else pixels), mode="L")
+    has_alpha = im.mode in ("RGBA", "LA", "La", "RGBa", "PA") or (im.mode in ("P", "L", "RGB")
+                                                                 and "transparency" in im.info)
     if has_alpha:
         rgba = im.convert("RGBA")
         canvas = Image.new("RGBA", rgba.size, BACKGROUNDS[background] + (255,))
         return Image.alpha_composite(canvas, rgba).convert("RGB")
-    return im if mode == "RGB" else im.convert("RGB")
+    return im if im.mode == "RGB" else im.convert("RGB")
 
 
 def _to_uint8(array):
