@@ -71,8 +71,7 @@ def read_state_dict(path: Path, prefix: str = "clip_model.", required: tuple[str
 
 def count_blocks(sd: dict[str, Any], pattern: str) -> int:
     """How many numbered blocks the keys matching ``pattern`` (one ``(\\d+)`` group) name."""
-    pat = re.compile(pattern)
-    return len({m.group(1) for k in sd if (m := pat.match(k))})
+    return len({m.group(1) for k in sd if (m := re.match(pattern, k))})
 
 
 def architecture(sd: dict[str, Any]) -> dict[str, int]:
