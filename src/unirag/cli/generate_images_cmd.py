@@ -40,7 +40,7 @@ from unirag.pipelines.examples import MODES
 @run_options
 @behaviour_options()
 @engine_options("image")
-def generate_images(width, height, steps, guidance, offload, lavit_code, settings, selection, engine, **opts) -> None:
+def generate_images(width, height, steps, guidance, settings, selection, engine, **opts) -> None:
     """Generate an image for every caption query, saved as PNG next to the prompt that made it.
 
     \b
@@ -52,8 +52,6 @@ def generate_images(width, height, steps, guidance, offload, lavit_code, setting
     from unirag.runs.rundir import check_some_succeeded
 
     cfg = run_kwargs(opts)
-    cfg["generator_options"].update({k: v for k, v in (("offload", offload), ("lavit_code", lavit_code))
-                                     if v is not None})
     counts = run_images(ImageConfig(width=width, height=height, steps=steps, guidance=guidance, profile=settings,
                                     selection=selection, engine=engine, **cfg))
     out_dir = cfg["out"]

@@ -70,15 +70,13 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     if cell.task == "caption":
         from unirag.pipelines.caption import CaptionConfig as config
         from unirag.pipelines.caption import run_captioning as run
-        backend_keys = GENERATOR_OPTIONS
     else:
         from unirag.pipelines.image_gen import ImageConfig as config
         from unirag.pipelines.image_gen import run_images
 
-        backend_keys = GENERATOR_OPTIONS | {"lavit_code", "offload"}
         run = functools.partial(run_images, record_queries=False)  # grid image cells' identity never named queries
     names = {f.name for f in fields(config)}  # the run options this kind takes (an image cell no max_tokens)
-    result = run(config(generator_options={k: v for k, v in opts.items() if k in backend_keys}, **common,
+    result = run(config(generator_options={k: v for k, v in opts.items() if k in GENERATOR_OPTIONS}, **common,
                         **{k: v for k, v in opts.items() if k in names}))
     # Both report the final totals of the run directory (caption runs as "counts", image runs as "total_*").
     return result.get("counts") or {k[len("total_"):]: v for k, v in result.items() if k.startswith("total_")} \

@@ -46,7 +46,7 @@ TASKS = ("caption", "image", "cir")
 #: The run options a ``task: cir`` cell keeps from the grid's ``options`` (its cir parameters: CIR_OPTION_KEYS).
 CIR_RUN_KEYS = {"concurrency", "limit", "decode_workers", "official_prompts"}
 RUN_OPTION_KEYS = CIR_RUN_KEYS | {"seed", "max_tokens", "temperature", "max_attempts", "templates_dir", "prices",
-                                  "save_prompts", "lavit_code", "offload", "selection"}
+                                  "save_prompts", "selection"}
 #: What a ``task: cir`` cell takes (passed to :func:`unirag.cir.api.run_cir`).
 CIR_KEYS = {"dataset", "annotations", "split_file", "agents", "encoder", "k_prime", "lam", "k", "stages",
             "exclude_reference", "stage", "name"}
