@@ -137,8 +137,7 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None, on
         if key in PATH_KEYS and isinstance(value, list | tuple):
             return [resolve(key, v) for v in value]
         if key in PATH_KEYS and value is not None:
-            p = Path(str(value)).expanduser()
-            return str(p if p.is_absolute() else base / p)
+            return str(base / Path(str(value)).expanduser())  # an absolute path stays as it is
         return value
 
     needs_queries = default_task != "cir" or any(
