@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from contextlib import nullcontext
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -89,11 +89,9 @@ def _cell_selection(cell: Cell, own: Any, given: Any):
     base = Selection.of(own)
     if given is None or cell.mode != "rag" or cell.sources.get("index") is None:
         return base
-    given, default = Selection.of(given), Selection()
-    changed = {f.name: getattr(given, f.name) for f in fields(Selection)
-               if f.name != "thresholds" and getattr(given, f.name) != getattr(default, f.name)}
-    changed.update((k, v) for k, v in asdict(given.thresholds).items() if v != getattr(default.thresholds, k))
-    return Selection.of(base, **changed)  # a threshold by its own name, over the cell's others
+    # every field as to_dict has it, a threshold by its own name (so it is laid over the cell's others)
+    given, default = ({**d.pop("thresholds"), **d} for d in (Selection.of(given).to_dict(), Selection().to_dict()))
+    return Selection.of(base, **{k: v for k, v in given.items() if v != default[k]})
 
 
 def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOverrides | None = None
@@ -103,12 +101,10 @@ def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOve
     spec, cells = load_experiment(path, overrides, only)
     states = []
     for cell in cells:
-        m = read_run_manifest(Path(spec["out"]) / cell.name)
-        state = "not started"
-        if m:
-            c = m.get("counts", {})
-            state = f"{m.get('status')} ({c.get('ok', 0)}/{c.get('queries', '?')} ok)"
-        states.append((cell.name, state))
+        m = read_run_manifest(Path(spec["out"]) / cell.name) or {}
+        c = m.get("counts", {})
+        states.append((cell.name, f"{m.get('status')} ({c.get('ok', 0)}/{c.get('queries', '?')} ok)" if m
+                       else "not started"))
     return states
 
 
