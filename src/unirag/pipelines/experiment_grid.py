@@ -252,17 +252,13 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None, on
                               options={**options, **cell_opts, **forced}, **meta))
         return cells
 
-    cells: list[Cell] = []
-    seen: set[str] = set()
+    cells: dict[str, Cell] = {}  # by name, in the file's order: the first cell of a name (a later one is dropped)
     for where, entry in entries:
         for cell in entry_cells(where, entry):
-            if cell.name in seen:
-                if cell.task == "cir":
-                    raise InputError(f"two cir cells named {cell.name!r}; give each a 'name'", path=path, field=where)
-                continue
-            seen.add(cell.name)
-            cells.append(cell)
-    chosen = [c for c in cells if not only or any(fnmatch.fnmatch(c.name, p) for p in only)]
+            if cell.name in cells and cell.task == "cir":
+                raise InputError(f"two cir cells named {cell.name!r}; give each a 'name'", path=path, field=where)
+            cells.setdefault(cell.name, cell)
+    chosen = [c for c in cells.values() if not only or any(fnmatch.fnmatch(c.name, p) for p in only)]
     if only and not chosen:
-        raise ConfigError(f"no cell matches {', '.join(only)}; cells: {', '.join(c.name for c in cells)}")
+        raise ConfigError(f"no cell matches {', '.join(only)}; cells: {', '.join(cells)}")
     return {**spec, **top, "path": str(path)}, chosen
