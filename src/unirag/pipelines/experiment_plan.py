@@ -42,8 +42,7 @@ class CellPlan:
 def _checkpoint(plan: CellPlan, kind: str, name: str) -> None:
     """The plan's line (and missing item) for a checkpoint named by a generator or encoder spec."""
     p = Path(name).expanduser()
-    looks_local = kind.startswith("lavit") or name.startswith(("/", ".", "~")) or p.exists() or name.count("/") != 1
-    if looks_local:
+    if kind.startswith("lavit") or name.startswith(("/", ".", "~")) or p.exists() or name.count("/") != 1:  # a folder
         plan.check(f"{kind} {name}", p.exists(), f"checkpoint {name} ({kind})")
     else:
         home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
