@@ -72,6 +72,5 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
                + "".join(f"; {r['cell']}: {r['counts']['short']} quer(ies) with fewer examples than asked"
                          for r in short))
     if failed:
-        for r in failed:
-            click.echo(f"  {r['cell']}: {r['error']}", err=True)
+        click.echo("\n".join(f"  {r['cell']}: {r['error']}" for r in failed), err=True)
         sys.exit(1)
