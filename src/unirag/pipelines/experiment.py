@@ -52,8 +52,7 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
                           **{k: v for k, v in cell.cir.items()
                              if v is not None and k not in ("name", "stage") and (v or k != "stages")})
         source, final = metrics.get("average") if "datasets" in metrics else metrics, {}
-        stage = cell.cir.get("stage")
-        for name in [stage] if stage else reversed(list(STAGE_NAMES.values())):
+        for name in [cell.cir["stage"]] if cell.cir.get("stage") else reversed(list(STAGE_NAMES.values())):
             if isinstance(source, dict) and isinstance(source.get(name), dict):
                 final = dict(source[name])
                 if "datasets" in metrics:
