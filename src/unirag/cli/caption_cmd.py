@@ -36,14 +36,13 @@ def caption(settings, selection, engine, **opts) -> None:
     from unirag.runs.rundir import check_some_succeeded
 
     cfg = CaptionConfig(profile=settings, selection=selection, engine=engine, **run_kwargs(opts))
-    out = cfg.out
     summary = run_captioning(cfg)
     counts, totals = summary["counts"], summary["totals"]
     cost = totals.get("cost_usd")
     click.echo(f"{counts['ok']}/{counts['queries']} captioned, {counts['error']} failed"
-               + (f", cost ${cost:.4f}" if cost else "") + f" -> {out}/outputs.jsonl"
+               + (f", cost ${cost:.4f}" if cost else "") + f" -> {cfg.out}/outputs.jsonl"
                + (f"; {counts['short']} quer(ies) with fewer than {summary['k']} examples" if counts.get("short") else ""))
     click.echo(json.dumps(summary["this_run"]), err=True)
-    check_some_succeeded(out, summary["this_run"]["ok"], summary["this_run"]["error"])
+    check_some_succeeded(cfg.out, summary["this_run"]["ok"], summary["this_run"]["error"])
     if counts["error"]:
         click.echo("failed queries are recorded with their error; rerun the same command to retry them", err=True)

@@ -40,7 +40,7 @@ from unirag.pipelines.examples import MODES
 @run_options
 @behaviour_options()
 @engine_options("image")
-def generate_images(width, height, steps, guidance, offload, lavit_code, settings, selection, engine, **opts) -> None:
+def generate_images(width, height, steps, guidance, settings, selection, engine, **opts) -> None:
     """Generate an image for every caption query, saved as PNG next to the prompt that made it.
 
     \b
@@ -52,16 +52,13 @@ def generate_images(width, height, steps, guidance, offload, lavit_code, setting
     from unirag.runs.rundir import check_some_succeeded
 
     cfg = run_kwargs(opts)
-    cfg["generator_options"].update({k: v for k, v in (("offload", offload), ("lavit_code", lavit_code))
-                                     if v is not None})
     counts = run_images(ImageConfig(width=width, height=height, steps=steps, guidance=guidance, profile=settings,
                                     selection=selection, engine=engine, **cfg))
-    out_dir = cfg["out"]
-    click.echo(f"{out_dir}: {counts['total_ok']}/{counts['total_queries']} images ok, "
+    click.echo(f"{cfg['out']}: {counts['total_ok']}/{counts['total_queries']} images ok, "
                f"{counts['total_error']} failed (this run: {counts['ok']} new, {counts['error']} failed, "
                f"{counts['skipped']} already done)"
                + (f"; {counts['total_short']} quer(ies) with fewer examples than asked" if counts.get("total_short") else ""))
-    check_some_succeeded(out_dir, counts["ok"], counts["error"])
+    check_some_succeeded(cfg["out"], counts["ok"], counts["error"])
     if counts["total_error"]:
         click.echo("failed queries are recorded in outputs.jsonl (status error); rerun the same command to retry them",
                    err=True)

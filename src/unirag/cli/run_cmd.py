@@ -35,15 +35,16 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
     """
     from unirag.errors import ConfigError
     from unirag.pipelines.experiment import cell_states, run_experiment
-    from unirag.pipelines.experiment_grid import GridOverrides
+    from unirag.pipelines.experiment_grid import GridOverrides, load_experiment
 
     overrides = GridOverrides(data_root=data_root, out=out, generators=key_values(generator_map, "--generator", False),
                               options=key_values(option_pairs, "--option", True), profile=profile,
                               settings=setting_overrides)
     if dry_run:
-        from unirag.pipelines.experiment_plan import plan_experiment
+        from unirag.pipelines.experiment_plan import plan_cell
 
-        spec, plans = plan_experiment(experiment, tuple(only), overrides)
+        spec, cells = load_experiment(experiment, overrides, tuple(only))
+        plans = [plan_cell(c) for c in cells]  # every selected cell's plan: what --dry-run prints
         if spec.get("source"):
             click.echo(f"source: {spec['source']}")
         click.echo(f"out: {spec['out']}")
@@ -51,9 +52,7 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
             click.echo(f"[{i}/{len(plans)}] " + "\n".join(plan.lines))
         missing = sorted({m for p in plans for m in p.missing})
         if missing:
-            click.echo("missing:", err=True)
-            for m in missing:
-                click.echo(f"  {m}", err=True)
+            click.echo("missing:\n" + "\n".join(f"  {m}" for m in missing), err=True)
             raise ConfigError(f"{len(missing)} input(s) missing for {sum(1 for p in plans if p.missing)} of "
                               f"{len(plans)} cell(s): {'; '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
         click.echo(f"{len(plans)} cell(s) ready to run")
@@ -73,6 +72,5 @@ def run(experiment, only, list_only, dry_run, limit, data_root, out, generator_m
                + "".join(f"; {r['cell']}: {r['counts']['short']} quer(ies) with fewer examples than asked"
                          for r in short))
     if failed:
-        for r in failed:
-            click.echo(f"  {r['cell']}: {r['error']}", err=True)
+        click.echo("\n".join(f"  {r['cell']}: {r['error']}" for r in failed), err=True)
         sys.exit(1)

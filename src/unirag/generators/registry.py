@@ -47,7 +47,7 @@ FAMILIES = ("llava", "gpt4o", "gemini")
 
 #: Options a caption or image run passes to the generator it loads (``--base-url``, ``--device``, ...).
 GENERATOR_OPTIONS = frozenset({"base_url", "timeout", "device", "dtype", "batch_size", "family", "similarity",
-                               "quality", "trust_remote_code"})
+                               "quality", "trust_remote_code", "offload", "lavit_code"})
 #: Options that only say *where or how fast* a model runs, so they do not change what it answers: not
 #: part of a run's identity or an agent-call cache key (moving a server to another port or a model to
 #: another GPU resumes a run instead of starting it again).

@@ -173,7 +173,7 @@ def run_captioning(cfg: CaptionConfig, generator: Captioner | CaptionBackend | N
         def save_prompts(run: Any) -> None:
             if captioner.picks_examples:
                 return
-            for i, q in enumerate(run_queries[: run.save_prompts]):
+            for i, q in enumerate(run_queries[: cfg.save_prompts]):
                 try:
                     p = PreparedQuery(q, selector.select(q))
                     prompt = _request(cfg, captioner, pool_root, p).prompt

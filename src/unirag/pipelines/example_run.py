@@ -153,7 +153,7 @@ def run_job(job: ExampleJob, cfg: ExampleRunConfig, queries: list[Query], task: 
     settings["engine"] = asdict(engine_options(cfg.engine))
     if pool is None:
         settings["engine"]["engine"] = "local"
-    with RunDir(cfg.out, task, identity, settings, save_prompts=cfg.save_prompts) as run:
+    with RunDir(cfg.out, task, identity, settings) as run:
         done = run.store.done_keys()
         job.selector.prepare([q for q in queries if q.qid not in done])
         before(run)

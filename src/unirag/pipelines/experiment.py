@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from contextlib import nullcontext
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +52,7 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
                           **{k: v for k, v in cell.cir.items()
                              if v is not None and k not in ("name", "stage") and (v or k != "stages")})
         source, final = metrics.get("average") if "datasets" in metrics else metrics, {}
-        stage = cell.cir.get("stage")
-        for name in [stage] if stage else reversed(list(STAGE_NAMES.values())):
+        for name in [cell.cir["stage"]] if cell.cir.get("stage") else reversed(list(STAGE_NAMES.values())):
             if isinstance(source, dict) and isinstance(source.get(name), dict):
                 final = dict(source[name])
                 if "datasets" in metrics:
@@ -70,15 +69,13 @@ def run_cell(cell: Cell, out_root: str | Path, progress: bool = True, limit: int
     if cell.task == "caption":
         from unirag.pipelines.caption import CaptionConfig as config
         from unirag.pipelines.caption import run_captioning as run
-        backend_keys = GENERATOR_OPTIONS
     else:
         from unirag.pipelines.image_gen import ImageConfig as config
         from unirag.pipelines.image_gen import run_images
 
-        backend_keys = GENERATOR_OPTIONS | {"lavit_code", "offload"}
         run = functools.partial(run_images, record_queries=False)  # grid image cells' identity never named queries
     names = {f.name for f in fields(config)}  # the run options this kind takes (an image cell no max_tokens)
-    result = run(config(generator_options={k: v for k, v in opts.items() if k in backend_keys}, **common,
+    result = run(config(generator_options={k: v for k, v in opts.items() if k in GENERATOR_OPTIONS}, **common,
                         **{k: v for k, v in opts.items() if k in names}))
     # Both report the final totals of the run directory (caption runs as "counts", image runs as "total_*").
     return result.get("counts") or {k[len("total_"):]: v for k, v in result.items() if k.startswith("total_")} \
@@ -91,11 +88,9 @@ def _cell_selection(cell: Cell, own: Any, given: Any):
     base = Selection.of(own)
     if given is None or cell.mode != "rag" or cell.sources.get("index") is None:
         return base
-    given, default = Selection.of(given), Selection()
-    changed = {f.name: getattr(given, f.name) for f in fields(Selection)
-               if f.name != "thresholds" and getattr(given, f.name) != getattr(default, f.name)}
-    changed.update((k, v) for k, v in asdict(given.thresholds).items() if v != getattr(default.thresholds, k))
-    return Selection.of(base, **changed)  # a threshold by its own name, over the cell's others
+    # every field as to_dict has it, a threshold by its own name (so it is laid over the cell's others)
+    given, default = ({**d.pop("thresholds"), **d} for d in (Selection.of(given).to_dict(), Selection().to_dict()))
+    return Selection.of(base, **{k: v for k, v in given.items() if v != default[k]})
 
 
 def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOverrides | None = None
@@ -105,12 +100,10 @@ def cell_states(path: str | Path, only: tuple[str, ...] = (), overrides: GridOve
     spec, cells = load_experiment(path, overrides, only)
     states = []
     for cell in cells:
-        m = read_run_manifest(Path(spec["out"]) / cell.name)
-        state = "not started"
-        if m:
-            c = m.get("counts", {})
-            state = f"{m.get('status')} ({c.get('ok', 0)}/{c.get('queries', '?')} ok)"
-        states.append((cell.name, state))
+        m = read_run_manifest(Path(spec["out"]) / cell.name) or {}
+        c = m.get("counts", {})
+        states.append((cell.name, f"{m.get('status')} ({c.get('ok', 0)}/{c.get('queries', '?')} ok)" if m
+                       else "not started"))
     return states
 
 

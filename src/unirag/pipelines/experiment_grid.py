@@ -46,7 +46,7 @@ TASKS = ("caption", "image", "cir")
 #: The run options a ``task: cir`` cell keeps from the grid's ``options`` (its cir parameters: CIR_OPTION_KEYS).
 CIR_RUN_KEYS = {"concurrency", "limit", "decode_workers", "official_prompts"}
 RUN_OPTION_KEYS = CIR_RUN_KEYS | {"seed", "max_tokens", "temperature", "max_attempts", "templates_dir", "prices",
-                                  "save_prompts", "lavit_code", "offload", "selection"}
+                                  "save_prompts", "selection"}
 #: What a ``task: cir`` cell takes (passed to :func:`unirag.cir.api.run_cir`).
 CIR_KEYS = {"dataset", "annotations", "split_file", "agents", "encoder", "k_prime", "lam", "k", "stages",
             "exclude_reference", "stage", "name"}
@@ -137,8 +137,7 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None, on
         if key in PATH_KEYS and isinstance(value, list | tuple):
             return [resolve(key, v) for v in value]
         if key in PATH_KEYS and value is not None:
-            p = Path(str(value)).expanduser()
-            return str(p if p.is_absolute() else base / p)
+            return str(base / Path(str(value)).expanduser())  # an absolute path stays as it is
         return value
 
     needs_queries = default_task != "cir" or any(
@@ -219,11 +218,9 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None, on
             cir["annotations"] = _as_list(cir["annotations"])
             images_root = resolve("images_root", entry.get("images_root")) or top["images_root"]
             label = _slug(str(entry.get("name") or entry["generator"]))
-            cell_options = {k: v for k, v in options.items() if k in CIR_RUN_KEYS}
-            if "concurrency" in entry:
-                cell_options["concurrency"] = entry["concurrency"]
-            if entry.get("official_prompts"):  # the official X^R checkout, read under xr_prompts=official
-                cell_options["official_prompts"] = resolve("official_prompts", entry["official_prompts"])
+            # the entry's own concurrency and official X^R checkout (read under xr_prompts=official) over the grid's
+            mine = {k: resolve(k, v) for k, v in entry.items() if k == "concurrency" or (k == "official_prompts" and v)}
+            cell_options = {**{k: v for k, v in options.items() if k in CIR_RUN_KEYS}, **mine}
             return [Cell(name=f"cir/{_slug(str(entry['dataset']))}/{label}", task="cir",
                          generator=str(entry["generator"]), mode="cir", k=int(entry.get("k") or 50), retriever=None,
                          sources={"images_root": images_root, "annotations": cir["annotations"],
@@ -253,17 +250,13 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None, on
                               options={**options, **cell_opts, **forced}, **meta))
         return cells
 
-    cells: list[Cell] = []
-    seen: set[str] = set()
+    cells: dict[str, Cell] = {}  # by name, in the file's order: the first cell of a name (a later one is dropped)
     for where, entry in entries:
         for cell in entry_cells(where, entry):
-            if cell.name in seen:
-                if cell.task == "cir":
-                    raise InputError(f"two cir cells named {cell.name!r}; give each a 'name'", path=path, field=where)
-                continue
-            seen.add(cell.name)
-            cells.append(cell)
-    chosen = [c for c in cells if not only or any(fnmatch.fnmatch(c.name, p) for p in only)]
+            if cell.name in cells and cell.task == "cir":
+                raise InputError(f"two cir cells named {cell.name!r}; give each a 'name'", path=path, field=where)
+            cells.setdefault(cell.name, cell)
+    chosen = [c for c in cells.values() if not only or any(fnmatch.fnmatch(c.name, p) for p in only)]
     if only and not chosen:
-        raise ConfigError(f"no cell matches {', '.join(only)}; cells: {', '.join(c.name for c in cells)}")
+        raise ConfigError(f"no cell matches {', '.join(only)}; cells: {', '.join(cells)}")
     return {**spec, **top, "path": str(path)}, chosen

@@ -16,7 +16,7 @@ from typing import Any
 
 from unirag.errors import UniragError
 from unirag.generators.openai_compat import OFFICIAL_HOST
-from unirag.pipelines.experiment_grid import Cell, GridOverrides, load_experiment
+from unirag.pipelines.experiment_grid import Cell
 from unirag.profiles import SETTINGS
 
 #: Generator prefixes whose calls need an API key, and the variables that can hold it.
@@ -42,8 +42,7 @@ class CellPlan:
 def _checkpoint(plan: CellPlan, kind: str, name: str) -> None:
     """The plan's line (and missing item) for a checkpoint named by a generator or encoder spec."""
     p = Path(name).expanduser()
-    looks_local = kind.startswith("lavit") or name.startswith(("/", ".", "~")) or p.exists() or name.count("/") != 1
-    if looks_local:
+    if kind.startswith("lavit") or name.startswith(("/", ".", "~")) or p.exists() or name.count("/") != 1:  # a folder
         plan.check(f"{kind} {name}", p.exists(), f"checkpoint {name} ({kind})")
     else:
         home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
@@ -148,10 +147,3 @@ def plan_cell(cell: Cell) -> CellPlan:
     if cell.paper:
         add("  paper: " + ", ".join(f"{k} {v}" for k, v in cell.paper.items()))
     return plan
-
-
-def plan_experiment(path: str | Path, only: tuple[str, ...] = (), overrides: GridOverrides | None = None
-                    ) -> tuple[dict[str, Any], list[CellPlan]]:
-    """The plan of every selected cell of a grid file (what ``--dry-run`` prints)."""
-    spec, cells = load_experiment(path, overrides, only)
-    return spec, [plan_cell(c) for c in cells]

@@ -93,8 +93,6 @@ def image_job(generator: ImageBackend, out: Path, images_root: str | Path | None
         generator.check_k(k)
         generator.check_size(settings["width"], settings["height"])
 
-    free = price == Price()
-
     def pick(q: Query) -> PreparedQuery:
         ex = selector.top_image(q)
         return PreparedQuery(q, [ex] if ex is not None else [])
@@ -135,7 +133,7 @@ def image_job(generator: ImageBackend, out: Path, images_root: str | Path | None
             fields["near_duplicates"] = p.leaks
         fields["usage"] = asdict(result.usage) if result.usage is not None else {}
         # No usage reported: free backends (local models, the retrieval baseline) cost 0, others unknown.
-        fields["cost_usd"] = cost_usd(result.usage or Usage(), price) if (result.usage or free) else None
+        fields["cost_usd"] = cost_usd(result.usage or Usage(), price) if (result.usage or price == Price()) else None
         if meta:
             fields["meta"] = meta
         return fields

@@ -68,13 +68,12 @@ def _now() -> str:
 class RunDir:
     """Open with ``with RunDir(out, task, identity, settings) as run:``."""
 
-    def __init__(self, out: str | Path, task: str, identity: dict[str, Any], settings: dict[str, Any] | None = None,
-                 save_prompts: int = 5) -> None:
+    def __init__(self, out: str | Path, task: str, identity: dict[str, Any],
+                 settings: dict[str, Any] | None = None) -> None:
         self.out = Path(out)
         self.task = task
         self.identity = json.loads(json.dumps(identity, default=str))  # normalise (paths -> str)
         self.settings = json.loads(json.dumps(settings or {}, default=str))
-        self.save_prompts = save_prompts
         self.manifest_path = self.out / MANIFEST_FILE
         self.store: ResultStore | None = None
         self.manifest: dict[str, Any] = {}
