@@ -18,6 +18,7 @@ Each transform's :meth:`identity` goes into its encoder's fingerprint.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +55,7 @@ def center_crop_box(width: int, height: int, crop: int, rounding: str = "round")
 
 @dataclass(frozen=True)
 class OpenAIClipTransform:
-    """OpenAI CLIP's image transform (see the module docstring); :meth:`single` runs it on a PIL image."""
+    """OpenAI CLIP's image transform (see the module docstring); call it on PIL images."""
 
     size: int
     mean: tuple[float, ...] = OPENAI_CLIP_MEAN
@@ -68,13 +69,17 @@ class OpenAIClipTransform:
             image = image.resize((w, h), resample=_BICUBIC)
         return image.crop(center_crop_box(w, h, self.size, self.crop_rounding))
 
-    def single(self, image) -> np.ndarray:
-        """One image's pixel values [3, size, size], float32: ``ToTensor`` + ``Normalize`` of its :meth:`crop`;
-        the decode workers' per-image preprocessor."""
+    def __call__(self, images: Sequence[Any]) -> np.ndarray:
+        """Pixel values [N, 3, size, size], float32: ``ToTensor`` + ``Normalize`` of each :meth:`crop`."""
         m = np.asarray(self.mean, dtype=np.float32).reshape(3, 1, 1)
         s = np.asarray(self.std, dtype=np.float32).reshape(3, 1, 1)
-        pixels = np.asarray(self.crop(image).convert("RGB"), dtype=np.uint8).transpose(2, 0, 1).astype(np.float32)
-        return np.ascontiguousarray((pixels / np.float32(255.0) - m) / s, dtype=np.float32)
+        out = [(np.asarray(self.crop(im).convert("RGB"), dtype=np.uint8).transpose(2, 0, 1).astype(np.float32)
+                / np.float32(255.0) - m) / s for im in images]
+        return np.stack(out).astype(np.float32, copy=False)
+
+    def single(self, image) -> np.ndarray:
+        """One image's pixel values [3, size, size]: the decode workers' per-image preprocessor."""
+        return self([image])[0]
 
     def identity(self) -> dict[str, Any]:
         return {"kind": "openai-clip", "size": self.size, "resize": "pil-bicubic-shorter-side",
