@@ -126,7 +126,8 @@ class XRConfig:
     def apply_profile_defaults(self, settings: Settings) -> None:
         """Fill what the config leaves unset from ``settings`` (xr_encoder, xr_agent_model, the max
         new tokens); what the user set is kept. Idempotent."""
-        self.encoder = settings["xr_encoder"] if self.encoder is None else self.encoder
+        if self.encoder is None:
+            self.encoder = settings["xr_encoder"]
         if not self.roles and settings["xr_agent_model"] is not None:
             self.roles = {r: RoleConfig(model=settings["xr_agent_model"]) for r in ROLES}
         for role, rc in self.roles.items():
@@ -146,8 +147,10 @@ def load_config(path: str | Path | XRConfig | None, *, encoder: str | None = Non
     caller's is never changed), or ``None``: the offline configuration (no agents); ``encoder``,
     ``official_prompts`` and :class:`XRSettings` fields (``k_prime=``...) on top (None: not given)."""
     config = copy.deepcopy(path) if isinstance(path, XRConfig) else XRConfig() if path is None else _read_config(path)
-    config.encoder = config.encoder if encoder is None else encoder
-    config.official_prompts = config.official_prompts if official_prompts is None else str(official_prompts)
+    if encoder is not None:
+        config.encoder = encoder
+    if official_prompts is not None:
+        config.official_prompts = str(official_prompts)
     config.settings = replace(config.settings, **{n: v for n, v in settings.items() if v is not None})
     return config
 

@@ -86,7 +86,8 @@ def coarse(caption_emb: np.ndarray | None, image_emb: np.ndarray | None,
     if not sides:
         raise ValueError("at least one similarity agent must be enabled")
     # Lines 8-9: summed within each imagined caption's modality: S^t = s_t^t + s_v^t, S^v = s_t^v + s_v^v
-    s_t, s_v = (np.sum([np.asarray(side[0] @ side[i], dtype=np.float64) for side in sides], axis=0) for i in (1, 2))
+    s_t = np.sum([np.asarray(emb @ c_t, dtype=np.float64) for emb, c_t, _ in sides], axis=0)
+    s_v = np.sum([np.asarray(emb @ c_v, dtype=np.float64) for emb, _, c_v in sides], axis=0)
     return with_source(s_t, s_v, rrf(s_t, s_v, k=rrf_k), (s_t + s_v) / 2.0, source)
 
 

@@ -67,10 +67,12 @@ class XR(contextlib.AbstractContextManager):
         if st["xr_scoring"] == "paper" and st["xr_prompts"] == "official":
             raise ConfigError("xr_scoring=paper needs the paper's two imagined captions (C_t, C_v), but the official "
                               "prompts have no vision imagination agent: use xr_scoring=official or xr_prompts=unirag")
-        for name in ("xr_max_statements", "xr_max_new_tokens", "xr_caption_max_new_tokens"):
-            none = name == "xr_max_statements"  # none: no cap
-            if not (none and st[name] is None) and (not isinstance(st[name], int) or st[name] < 1):
-                raise ConfigError(f"{name} must be a positive integer{' or none' if none else ''}, got {st[name]!r}")
+        cap = st["xr_max_statements"]  # none: no cap
+        if cap is not None and (not isinstance(cap, int) or cap < 1):
+            raise ConfigError(f"xr_max_statements must be a positive integer or none, got {cap!r}")
+        for name in ("xr_max_new_tokens", "xr_caption_max_new_tokens"):
+            if not isinstance(st[name], int) or st[name] < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {st[name]!r}")
         self.ab = ablation or Ablation()
         self._tmp = tempfile.TemporaryDirectory(prefix="unirag-xr-") if work_dir is None else None
         self.work_dir = Path(self._tmp.name if self._tmp is not None else work_dir)

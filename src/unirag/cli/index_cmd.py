@@ -7,7 +7,14 @@ from pathlib import Path
 
 import click
 
-from unirag.cli.options import _ENGINE, behaviour_options, decode_option, device_options, key_values, options
+from unirag.cli.options import (
+    RAY_OPTIONS,
+    behaviour_options,
+    decode_option,
+    device_options,
+    key_values,
+    options,
+)
 from unirag.errors import ConfigError
 
 
@@ -34,7 +41,7 @@ def index_group() -> None:
               help="Candidates encoded per chunk (memory is bounded by one chunk per modality).")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local = this process; ray = embed pool shards on Ray Data, resumable by shard.")
-@options(_ENGINE[1:])  # --workers, --gpus-per-worker, --ray-address: as generation runs take them
+@options(RAY_OPTIONS)  # --workers, --gpus-per-worker, --ray-address: as generation runs take them
 @click.option("--shards-dir", type=click.Path(path_type=Path), default=None,
               help="Folder for the embedding shards (default: OUT/shards).")
 @click.option("--shard-size", type=int, default=None,

@@ -73,11 +73,8 @@ def index_memory_option(fn: Callable, default: str = "mmap", extra: str = "") ->
 
 
 # --- the engine -----------------------------------------------------------------------------------------
-_ENGINE = [
-    click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-                 help="local = this process; ray = local models (hf:, python:, diffusers:, lavit:, emu2-gen:) on "
-                      "Ray workers, one model load per worker, into the same resumable run folder. API backends "
-                      "always run here with --concurrency."),
+#: The Ray workers' options: generation runs take them after ``--engine``, ``unirag index build`` as they are.
+RAY_OPTIONS = [
     click.option("--workers", type=int, default=None,
                  help="Ray workers per model (default: GPUs / --gpus-per-worker, else the CPUs; "
                       "index build: the CPUs minus one)."),
@@ -86,6 +83,13 @@ _ENGINE = [
     click.option("--ray-address", default=None,
                  help="Join this Ray cluster (head:6379 or ray://head:10001) instead of starting a local Ray; the "
                       "run folder, inputs and models must then be at the same paths on every node."),
+]
+_ENGINE = [
+    click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                 help="local = this process; ray = local models (hf:, python:, diffusers:, lavit:, emu2-gen:) on "
+                      "Ray workers, one model load per worker, into the same resumable run folder. API backends "
+                      "always run here with --concurrency."),
+    *RAY_OPTIONS,
 ]
 
 #: With ``--engine ray``: the Ray workers' part (see :class:`unirag.runs.engine.EngineOptions`).

@@ -218,9 +218,11 @@ def load_experiment(path: str | Path, overrides: GridOverrides | None = None, on
             cir["annotations"] = _as_list(cir["annotations"])
             images_root = resolve("images_root", entry.get("images_root")) or top["images_root"]
             label = _slug(str(entry.get("name") or entry["generator"]))
-            # the entry's own concurrency and official X^R checkout (read under xr_prompts=official) over the grid's
-            mine = {k: resolve(k, v) for k, v in entry.items() if k == "concurrency" or (k == "official_prompts" and v)}
-            cell_options = {**{k: v for k, v in options.items() if k in CIR_RUN_KEYS}, **mine}
+            cell_options = {k: v for k, v in options.items() if k in CIR_RUN_KEYS}
+            if "concurrency" in entry:
+                cell_options["concurrency"] = entry["concurrency"]
+            if entry.get("official_prompts"):  # the official X^R checkout, read under xr_prompts=official
+                cell_options["official_prompts"] = resolve("official_prompts", entry["official_prompts"])
             return [Cell(name=f"cir/{_slug(str(entry['dataset']))}/{label}", task="cir",
                          generator=str(entry["generator"]), mode="cir", k=int(entry.get("k") or 50), retriever=None,
                          sources={"images_root": images_root, "annotations": cir["annotations"],
