@@ -98,6 +98,36 @@ def test_batched_searches_equal_one_at_a_time_and_run_on_the_model_thread(engine
     assert seen and set(seen) == {engine._model_ident} != {threading.get_ident()}
 
 
+def test_caption_queries_search_once_and_answer_as_the_searches_again_did(engine, monkeypatch):
+    """Over ``any`` a caption query reaches images through their captions (5 per image in the sample), so
+    its first search goes deeper by that ratio (``cross_modal_depth``) instead of searching again: one
+    FAISS call for the batch where 2k + 10 candidates sent about half the queries to a second, deeper one;
+    the answers are those of the shallow first search and its deeper searches together."""
+    from unirag.retrieval import retriever as retriever_module
+    from unirag.serve.engine import SearchQuery
+
+    from .conftest import SAMPLE
+
+    texts = [a["caption"] for a in json.loads((SAMPLE / "captions.json").read_text())["annotations"]][:28]
+    index = engine.retriever.index
+    calls = []
+    real_topk = index.topk
+    monkeypatch.setattr(index, "topk", lambda vectors, k, *a, **kw: calls.append((len(vectors), k))
+                        or real_topk(vectors, k, *a, **kw))
+
+    def answers():
+        calls.clear()
+        hits = engine.search_batch([SearchQuery(text=t) for t in texts], 10)
+        return [[(h.did, h.score, h.pair.image_did, h.pair.text_did) for h in row] for row in hits], list(calls)
+
+    deep, deep_calls = answers()
+    monkeypatch.setattr(retriever_module, "cross_modal_depth", lambda index, fetch, *a: fetch)
+    shallow, shallow_calls = answers()
+    assert deep == shallow
+    assert deep_calls == [(28, 180)]  # 30 x (306 candidates / 51 images = 6)
+    assert shallow_calls[0] == (28, 30) and sum(n for n, _ in shallow_calls[1:]) >= 5  # 9 searched again
+
+
 def test_two_groups_out_of_step_merge_into_one_batch():
     """8 clients, then 8 more arriving while the first 8 are answered: the second batch waits for the
     first group to come back (16 searches, one forward pass) instead of the two groups taking turns."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +244,11 @@ class Retriever:
             self._completers[sel.pairs_from] = Completer(self.index, self.pool_images_root, pairs_from=sel.pairs_from)
         completer = self._completers[sel.pairs_from]
         fetch = max(1, min(scope, 2 * sel.pool_size(k) + 10 + max(len(e) for e in excluded)))
+        # over ``any`` a text query expects images and an image query captions (cross-modal tasks)
+        targets = [wanted if wanted is not None else q.modality.complement()
+                   if q.modality in (Modality.TEXT, Modality.IMAGE) else None for q in queries]
+        if wanted is None:
+            fetch = cross_modal_depth(self.index, fetch, scope, {t for t in targets if t is not None}, where)
         if self.per_hit:  # UniRAG reads 10 hits (50 for Fashion200k) per query
             read = max(unirag_depth(q.qid) for q in queries)
             fetch = max(fetch, min(scope, read + max(len(e) for e in excluded)))
@@ -255,14 +261,11 @@ class Retriever:
         state = []
         for i, query in enumerate(queries):
             ident = QueryIdentity.of(query, query_images_root, excluded[i])
-            # over ``any`` a text query expects images and an image query captions (cross-modal tasks)
-            cross = query.modality in (Modality.TEXT, Modality.IMAGE)
-            target = wanted if wanted is not None else query.modality.complement() if cross else None
             evidence = self._evidence(sel, query, vectors[i], query_images_root,
                                       query_images[i] if query_images is not None else None,
                                       [*excluded[i], *query.pos_cand_list, *completer.positives.get(query.qid, ())],
                                       references[i] if references is not None else ())
-            state.append((ident, target, evidence))
+            state.append((ident, targets[i], evidence))
         results: list[Hits] = [None] * len(queries)  # type: ignore[list-item]
         metas = self.index.metas
         rows = {i: (scores[i], ids[i]) for i in range(len(queries))}
@@ -330,7 +333,8 @@ class Retriever:
                   ) -> tuple[Hits, bool]:
         metas = self.index.metas
         result = Hits(qid=qid)
-        result.raw = [metas[g].did for g in ids.tolist() if g >= 0 and metas[g].did not in ident.excluded][:k]
+        dids = (metas[g].did for g in ids.tolist() if g >= 0)
+        result.raw = list(islice((d for d in dids if d not in ident.excluded), k))  # not the whole fetch
         seen_cands: set[int] = set()
         paired: set[int] = set()  # candidates that already have their (one) pair
         for score, gid in zip(scores.tolist(), ids.tolist(), strict=True):
@@ -368,17 +372,28 @@ class Retriever:
         """Offer the pair of ``image`` and ``text`` (global ids), standing for candidate ``cand``, to the picker,
         with its image file read against the pool's root: (True if taken, the pair)."""
         metas = self.index.metas
-        pair = Pair(metas[image].did, metas[text].did, metas[image].img_path, metas[text].txt, score, via)
+        pair = Pair(metas[image].did, metas[text].did, metas[image].img_path, metas[text].txt, score, via,
+                    images_root=self.pool_images_root)
         file = resolve_image(pair.img_path, self.pool_images_root)
         return picker.offer(Offer(metas[cand].did, pair, image, str(file) if file is not None else None)), pair
 
     def _set_pairs(self, result: Hits, pairs: list[tuple[tuple[str, ...], Pair]]) -> None:
-        """Put the chosen pairs into the result in example order (their images read against the pool's
-        root), each on the hits of the candidate dids it stands for."""
-        result.pairs = [p.rooted(self.pool_images_root) for _, p in pairs]
-        pair_of = {did: pair for (dids, _), pair in reversed(list(zip(pairs, result.pairs, strict=True)))
-                   for did in dids}  # reversed: a did keeps the first pair standing for it
+        """Put the chosen pairs into the result in example order, each on the hits of the candidate dids it
+        stands for."""
+        result.pairs = [p for _, p in pairs]
+        pair_of = {did: pair for dids, pair in reversed(pairs) for did in dids}  # a did keeps its first pair
         result[:] = [replace(h, pair=pair_of.get(h.did)) for h in result]
+
+
+def cross_modal_depth(index: Index, fetch: int, scope: int, targets: set[Modality], where: Any) -> int:
+    """How deep to search first over ``any`` for queries that expect ``targets``: a caption query finds mostly
+    captions, each standing for its image (and an image query images, for their captions), so it searches as
+    many times deeper (at most 8) as there are candidates per candidate of the kind it expects. At ``fetch``
+    alone, 52 % of the bundled sample's caption queries (5 captions per image) ran out and were searched again;
+    on a flat index the deeper search costs about the same."""
+    for target in targets:
+        fetch = max(fetch, fetch * min(8, -(-scope // max(1, index.scope(target, where)))))
+    return min(scope, fetch)
 
 
 def _query(i: int, image: ImageLike | None, text: str | None) -> Query:
