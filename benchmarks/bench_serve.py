@@ -277,6 +277,8 @@ def search_settings(index: Path, queries: list[str], k: int, clients: int, befor
         load = (lambda reqs, n: http_load(service.url, "/v1/search", reqs, n)) if before else \
             (lambda reqs, n: measured(service.url, reqs, n))
         out["HTTP, 1 client"], errors = load(forms, 1)
+        # warmed up like the rows before it: the batcher's first batches after one client ramp up from one
+        http_load(service.url, "/v1/search", forms[: 4 * clients], clients)
         out[f"HTTP, {clients} clients"], more = load(forms, clients)
         errors += more
         name = f"HTTP JSON, {clients} clients"
