@@ -124,12 +124,12 @@ def test_files_outside_the_images_root_are_not_served(pool_service, did) -> None
 
 def test_no_secret_in_any_log_line_uvicorns_access_log_included(demo_index, tmp_path) -> None:
     """A real ``unirag serve`` process: tokens sent in query strings and headers, right and wrong."""
-    from .test_page_e2e import _serve
+    from .conftest import serve_process
 
     token = "tok-" + "s3cr3t" * 4
     api_key = "sk-test-" + "k3y" * 6
     env = {"UNIRAG_TEST_TOKEN": token, "OPENAI_API_KEY": api_key}
-    with _serve(demo_index, tmp_path, "--token-env", "UNIRAG_TEST_TOKEN", env=env) as url:
+    with serve_process(demo_index, tmp_path, "--token-env", "UNIRAG_TEST_TOKEN", env=env) as url:
         alive = urllib.request.urlopen(url + "/healthz?token=" + token, timeout=10).read().decode()
         for path, headers in ((f"/healthz?access_token={token}&x=1", {}),
                               (f"/metrics?token={token}", {"Authorization": f"Bearer {token}"}),

@@ -10,69 +10,22 @@ dropped on the drop zone (a real ``drop`` event) -> searched; a server started w
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from .browser import INSTALL_HINT, LAUNCH_ARGS, find_chromium
-from .conftest import PHOTOS
+from .conftest import PHOTOS, serve_process
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.browser  # the browser layer (tests/layers.py)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _serve(index: Path, log_dir: Path, *args: str, env: dict[str, str] | None = None):
-    """``unirag serve --index INDEX ARGS`` on a free loopback port; yields its base URL, stops it afterwards."""
-    port = _free_port()
-    log = log_dir / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "unirag", "serve", "--index", str(index),
-                                 "--port", str(port), *args],
-                                stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"unirag serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"unirag serve did not answer /healthz in time:\n{log.read_text()[-3000:]}")
-            time.sleep(0.3)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
 def server(demo_index, tmp_path_factory):
-    with _serve(demo_index, tmp_path_factory.mktemp("serve-log"), "--generator", "retrieval:consensus",
+    with serve_process(demo_index, tmp_path_factory.mktemp("serve-log"), "--generator", "retrieval:consensus",
                 "--image-generator", "retrieval:top1") as url:
         yield url
 
@@ -310,7 +263,7 @@ def test_api_docs_page_renders_every_operation_offline(server, browser):
 
 def test_token_prompt_rejects_a_wrong_token_and_accepts_the_right_one(demo_index, browser, tmp_path):
     token = "e2e-" + os.urandom(8).hex()
-    with _serve(demo_index, tmp_path, "--token-env", TOKEN_VAR, env={TOKEN_VAR: token}) as url:
+    with serve_process(demo_index, tmp_path, "--token-env", TOKEN_VAR, env={TOKEN_VAR: token}) as url:
         pg = _open(browser, url)
         try:
             token_form = pg.locator("#token-form")

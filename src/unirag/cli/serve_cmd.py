@@ -46,6 +46,9 @@ _DEFAULT = {f.name: f.default for f in fields(ServeSettings)}
               help="Override the caption generator's prompt template family.")
 @click.option("--similarity", type=click.Choice(["minilm", "lexical"]), default=None,
               help="retrieval:consensus caption similarity.")
+@click.option("--workers", type=int, default=_DEFAULT["workers"], show_default=True,
+              help="Processes answering requests, each with its own model copy and batches and an equal share of "
+                   "the CPU cores; on a CPU, 2 lets one encode while the other runs its Python (HTTP, pairs).")
 @click.option("--device", default=_DEFAULT["device"], show_default=True,
               help="Where the query encoder and local generator models run: auto (CUDA when available), cpu, cuda:1.")
 @partial(index_memory_option, default=_DEFAULT["index_memory"],
@@ -71,7 +74,37 @@ def serve(max_upload_mb, base_url, timeout, family, similarity, log_level, **opt
     except ImportError as e:
         raise ConfigError(f"unirag serve needs the serve extra ({e.name} is missing): "
                           "pip install 'unirag[serve]'") from None
-    app = create_app(settings)
     shown = f"[{host}]" if ":" in host else host
-    click.echo(f"unirag serve: http://{shown}:{port}/ (API docs at /docs, index {settings.index})", err=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    if settings.workers == 1:
+        app = create_app(settings)
+        click.echo(f"unirag serve: http://{shown}:{port}/ (API docs at /docs, index {settings.index})", err=True)
+        uvicorn.run(app, host=host, port=port, log_level=log_level)
+        return
+    _run_workers(settings, log_level, f"http://{shown}:{port}/")
+
+
+def _run_workers(settings: ServeSettings, log_level: str, url: str) -> None:
+    """uvicorn's worker processes, each building the app from the settings in the environment; torch's threads
+    split the cores between them, and /metrics sums over all of them (prometheus_client's multiprocess mode)."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    import uvicorn
+
+    from unirag.runtime import available_cores
+    from unirag.serve.app import FAILED_ENV, SETTINGS_ENV
+
+    os.environ[SETTINGS_ENV] = settings.to_json()
+    # every OpenMP team (torch's, FAISS's) sized to the process's share: spare threads spin on the others' cores
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, available_cores() // settings.workers)))
+    with tempfile.TemporaryDirectory(prefix="unirag-serve-") as folder:
+        metrics, failed = Path(folder) / "metrics", Path(folder) / "startup-error.txt"
+        metrics.mkdir()
+        os.environ.update(PROMETHEUS_MULTIPROC_DIR=str(metrics), **{FAILED_ENV: str(failed)})
+        click.echo(f"unirag serve: {url} ({settings.workers} worker processes; API docs at /docs, index "
+                   f"{settings.index})", err=True)
+        uvicorn.run("unirag.serve.app:create_app_from_environment", factory=True, workers=settings.workers,
+                    host=settings.host, port=settings.port, log_level=log_level)
+        if failed.exists():  # a worker could not start and stopped the service
+            raise ConfigError(failed.read_text())

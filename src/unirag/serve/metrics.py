@@ -8,6 +8,7 @@ tells whether the encoder or the web layer limits the search rate). Histograms: 
 
 from __future__ import annotations
 
+import os
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
@@ -37,6 +38,19 @@ class Metrics:
     def observe_batch(self, size: int, seconds: float = 0.0) -> None:
         self.batches.observe(size)
         self.search_seconds.inc(seconds)
+
+    def text(self) -> bytes:
+        """The /metrics text: this process's metrics, or, under ``unirag serve --workers N``
+        (``PROMETHEUS_MULTIPROC_DIR`` set), the sums over every worker process."""
+        from prometheus_client import generate_latest
+
+        if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+            return generate_latest(self.registry)
+        from prometheus_client import multiprocess
+
+        merged = CollectorRegistry()
+        multiprocess.MultiProcessCollector(merged)
+        return generate_latest(merged)
 
 
 class ObserveRequests:

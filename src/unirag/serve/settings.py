@@ -7,8 +7,9 @@ stack is imported.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from unirag.errors import ConfigError
@@ -53,6 +54,18 @@ class ServeSettings:
     #: How the index's FAISS files are held: "auto" (read into RAM when they take at most half the
     #: memory available, else memory-mapped), "ram" or "mmap" (see unirag.Index.open).
     index_memory: str = "auto"
+    #: Processes answering requests (uvicorn workers), each with its own model, batches and limits and an equal
+    #: share of the CPU cores for torch. On a CPU one process's Python (HTTP, pair assembly) then runs while
+    #: another encodes: one interpreter runs Python on one core at a time (docs/benchmarks.md).
+    workers: int = 1
+
+    def to_json(self) -> str:
+        """These settings as the worker processes of ``--workers`` read them (:meth:`from_json`)."""
+        return json.dumps(asdict(self), default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> ServeSettings:
+        return cls(**json.loads(text))
 
     def token(self) -> str | None:
         """The configured bearer token, read from the environment; None when no --token-env."""
@@ -83,8 +96,8 @@ class ServeSettings:
                               "(requests then need 'Authorization: Bearer <token>'), or bind 127.0.0.1")
         if self.max_upload_bytes <= 0 or self.max_pixels <= 0 or self.max_decodes < 1 or self.decode_queue < 0:
             raise ConfigError("upload limits must be positive (--max-decodes at least 1)")
-        if self.generator_concurrency < 1 or self.max_attempts < 1 or self.max_batch < 1:
-            raise ConfigError("--concurrency, --max-attempts and the batch size must be >= 1")
+        if self.generator_concurrency < 1 or self.max_attempts < 1 or self.max_batch < 1 or self.workers < 1:
+            raise ConfigError("--concurrency, --max-attempts, --workers and the batch size must be >= 1")
         if not (0 < int(self.port) < 65536):
             raise ConfigError(f"--port must be in 1..65535, got {self.port}")
 

@@ -52,7 +52,5 @@ async def healthz(request: Request):
 @router.get("/metrics", dependencies=[Depends(require_token)], summary="Prometheus text metrics",
             response_class=PlainTextResponse)
 async def metrics_text(request: Request):
-    from prometheus_client import generate_latest
-
-    return PlainTextResponse(generate_latest(request.app.state.service.metrics.registry),
+    return PlainTextResponse(request.app.state.service.metrics.text(),
                              media_type="text/plain; version=0.0.4; charset=utf-8")
