@@ -10,9 +10,8 @@ GPU model looks like to the service, so the service's own costs show).
    multipart form with 1 client, then with 16 concurrent clients (keep-alive connections, one thread
    each), then the same searches as JSON bodies from 16 clients. The load client sends pre-encoded
    requests over plain sockets so that it costs the 2 shared cores as little as possible. The
-   service runs with ``--workers 2`` (``--workers 1``: one process): one process encodes while the
-   other runs its Python. Its search batch sizes and busy time (summed over the processes, so up to
-   200 % with two) are read from ``/metrics``.
+   service's search batch sizes and busy time are read from ``/metrics`` (with ``--workers 2``,
+   summed over the two processes: up to 200 %).
    Targets: p50 at 1 client <= in-process p50 + 15 ms; offline encoder at 16 clients >= 3x the
    in-process rate; zero-cost encoder at 16 clients >= 1.5x its 1-client rate and >= 400 req/s;
    0 errors.
@@ -329,8 +328,8 @@ def main() -> int:
     ap.add_argument("--latency", type=float, default=0.2, help="fake generator latency (s)")
     ap.add_argument("--failure-rate", type=float, default=0.10)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--workers", type=int, default=2,
-                    help="unirag serve --workers: 2 (one process encodes while the other runs its Python), 1")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="unirag serve --workers (2: one process encodes while the other runs its Python)")
     ap.add_argument("--before", action="store_true", help="HTTP searches only, no targets (an older service)")
     args = ap.parse_args()
     serve_args = ("--workers", str(args.workers)) if args.workers != 1 else ()
