@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from ray_cluster import free_port
 
 SAMPLE = Path(__file__).resolve().parents[2] / "src" / "unirag" / "demo" / "data"
 PHOTOS = sorted((SAMPLE / "images").glob("*.jpg"))
@@ -38,12 +39,6 @@ def engine(demo_index):
 @pytest.fixture
 def photo_bytes() -> bytes:
     return PHOTOS[0].read_bytes()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

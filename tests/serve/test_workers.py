@@ -14,7 +14,7 @@ import pytest
 from unirag.errors import ConfigError
 from unirag.serve.settings import ServeSettings
 
-from .conftest import SAMPLE, serve_process
+from .conftest import SAMPLE, free_port, serve_process
 
 
 def test_settings_reach_the_worker_processes_unchanged():
@@ -57,8 +57,6 @@ def test_a_worker_that_cannot_start_stops_the_service_with_one_error_line(demo_i
     failing worker stops the service instead; ``unirag serve`` exits 2 with the reason."""
     import subprocess
     import sys
-
-    from .conftest import free_port
 
     done = subprocess.run([sys.executable, "-m", "unirag", "serve", "--index", str(demo_index), "--workers", "2",
                            "--generator", "nosuch:thing", "--port", str(free_port())],

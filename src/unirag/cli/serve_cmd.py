@@ -74,17 +74,18 @@ def serve(max_upload_mb, base_url, timeout, family, similarity, log_level, **opt
     except ImportError as e:
         raise ConfigError(f"unirag serve needs the serve extra ({e.name} is missing): "
                           "pip install 'unirag[serve]'") from None
+    app = create_app(settings) if settings.workers == 1 else None  # workers build their own
     shown = f"[{host}]" if ":" in host else host
-    if settings.workers == 1:
-        app = create_app(settings)
-        click.echo(f"unirag serve: http://{shown}:{port}/ (API docs at /docs, index {settings.index})", err=True)
+    processes = f"{settings.workers} worker processes; " if app is None else ""
+    click.echo(f"unirag serve: http://{shown}:{port}/ ({processes}API docs at /docs, index {settings.index})", err=True)
+    if app is not None:
         uvicorn.run(app, host=host, port=port, log_level=log_level)
-        return
-    _run_workers(settings, log_level, f"http://{shown}:{port}/")
+    else:
+        _run_workers(settings, log_level)
 
 
-def _run_workers(settings: ServeSettings, log_level: str, url: str) -> None:
-    """uvicorn's worker processes, each building the app from the settings in the environment; torch's threads
+def _run_workers(settings: ServeSettings, log_level: str) -> None:
+    """uvicorn's worker processes, each building the app from the settings in the environment; OpenMP threads
     split the cores between them, and /metrics sums over all of them (prometheus_client's multiprocess mode)."""
     import os
     import tempfile
@@ -102,8 +103,6 @@ def _run_workers(settings: ServeSettings, log_level: str, url: str) -> None:
         metrics, failed = Path(folder) / "metrics", Path(folder) / "startup-error.txt"
         metrics.mkdir()
         os.environ.update(PROMETHEUS_MULTIPROC_DIR=str(metrics), **{FAILED_ENV: str(failed)})
-        click.echo(f"unirag serve: {url} ({settings.workers} worker processes; API docs at /docs, index "
-                   f"{settings.index})", err=True)
         uvicorn.run("unirag.serve.app:create_app_from_environment", factory=True, workers=settings.workers,
                     host=settings.host, port=settings.port, log_level=log_level)
         if failed.exists():  # a worker could not start and stopped the service
