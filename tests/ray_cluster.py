@@ -65,6 +65,29 @@ def private_token(path: Path) -> Iterator[None]:
         _reload_auth_config()
 
 
+def cluster_cpus(address: str, env: dict[str, str]) -> tuple[float, float] | None:
+    """(free, total) CPUs of the cluster at ``address``, asked by a short-lived driver; None if it cannot join."""
+    probe = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address={address!r}, logging_level='ERROR'); "
+                            "print(ray.available_resources().get('CPU', 0), ray.cluster_resources().get('CPU', 0))"],
+                           env=env, capture_output=True, text=True, timeout=90)
+    if probe.returncode != 0 or len(probe.stdout.split()) < 2:
+        return None
+    free, total = probe.stdout.split()[-2:]
+    return float(free), float(total)
+
+
+def wait_until_idle(address: str, env: dict[str, str], timeout: float = 180) -> None:
+    """Until every CPU of the cluster is free: the workers of a killed driver die with it, but Ray releases
+    their CPUs only once it has seen them go, and a rerun started before then waits for workers it cannot
+    place (a resume test once hung 400 s in a full run, never alone)."""
+    deadline = time.monotonic() + timeout
+    while (cpus := cluster_cpus(address, env)) is None or cpus[0] < cpus[1]:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the cluster's CPUs (free, total) are still {cpus} after {timeout:.0f} s: "
+                                 "the killed driver's workers were not released")
+        time.sleep(1)
+
+
 @contextlib.contextmanager
 def ray_head(num_cpus: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
     """Yield (address, env for driver subprocesses) of a running head node; while it runs, this
@@ -93,10 +116,8 @@ def ray_head(num_cpus: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
         while time.time() < deadline:
             if head.poll() is not None:
                 raise RuntimeError("ray start --head exited")
-            probe = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address={address!r}); "
-                                    "print(int(ray.cluster_resources().get('CPU', 0)))"],
-                                   env=env, capture_output=True, text=True, timeout=90)
-            if probe.returncode == 0 and probe.stdout.strip().endswith(str(num_cpus)):
+            cpus = cluster_cpus(address, env)
+            if cpus is not None and cpus[1] == num_cpus:
                 break
             time.sleep(1)
         else:

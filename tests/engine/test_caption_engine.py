@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
 from tests_engine_helpers import caption_cmd, wait_for_records
 
 from engine_plugins import image_digest
+from ray_cluster import wait_until_idle
 from unirag.pipelines.caption import CaptionConfig, run_captioning
 from unirag.runs.engine import EngineOptions
 
@@ -91,7 +91,7 @@ def test_driver_killed_then_rerun_calls_no_finished_query_again(coco_caption_set
     stored = wait_for_records(out / "outputs.jsonl", 4, first)
     first.send_signal(signal.SIGKILL)
     first.wait()
-    time.sleep(1.0)  # the workers die with their driver; give them a moment
+    wait_until_idle(address, env)  # the killed driver's workers released
     stored = {json.loads(x)["qid"] for x in (out / "outputs.jsonl").read_text().splitlines() if x.endswith("}")}
     n = coco_caption_set["n"]
     assert 4 <= len(stored) < n

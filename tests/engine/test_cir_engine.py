@@ -9,11 +9,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 from tests_engine_helpers import UNIRAG, wait_for_records
+
+from ray_cluster import wait_until_idle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from myntra_cir import build_colour_cir  # noqa: E402
@@ -65,7 +66,7 @@ def test_ray_agents_rank_as_local_agents_and_resume_after_a_kill(myntra, ray_clu
     wait_for_records(tmp_path / "ray/cache/calls/caption.jsonl", 4, first)
     first.send_signal(signal.SIGKILL)
     first.wait()
-    time.sleep(1.0)
+    wait_until_idle(address, env)  # the killed driver's workers released
     stored_before = {k for keys in _stored_calls(tmp_path / "ray").values() for k in keys}
     started_before = Counter(calls.read_text().split())
     assert 4 <= len(stored_before) < 12  # 10 pool captions + 2 references come first

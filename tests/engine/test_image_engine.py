@@ -8,13 +8,13 @@ import json
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 from tests_engine_helpers import UNIRAG, wait_for_records
 
+from ray_cluster import wait_until_idle
 from unirag.pipelines.image_gen import ImageConfig, run_images
 from unirag.runs.engine import EngineOptions
 
@@ -82,7 +82,7 @@ def test_driver_killed_then_rerun_draws_no_finished_picture_again(coco_caption_s
     wait_for_records(out / "outputs.jsonl", 4, first)
     first.send_signal(signal.SIGKILL)
     first.wait()
-    time.sleep(1.0)
+    wait_until_idle(address, env)  # the killed driver's workers released
     stored = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines() if x.endswith("}")]
     assert 4 <= len(stored) < n
     stamps = {r["image"]: (out / r["image"]).stat().st_mtime_ns for r in stored}
