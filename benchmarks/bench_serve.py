@@ -6,9 +6,9 @@ GPU model looks like to the service, so the service's own costs show).
 
 1. Baseline, measured in the same run: the in-process ``unirag.Retriever.search(text=...)`` on the same
    queries, one after another (p50/p99 latency, queries per second).
-2. ``unirag serve`` as a real process (uvicorn) on a free loopback port; ``POST /v1/search`` as a
-   multipart form with 1 client, then with 16 concurrent clients (keep-alive connections, one thread
-   each), then the same searches as JSON bodies from 16 clients. The load client sends pre-encoded
+2. ``unirag serve --workers 2`` (the CPU setting; ``--workers 1`` for one process) on a free loopback
+   port; ``POST /v1/search`` as a multipart form with 1 client, then with 16 concurrent clients
+   (keep-alive connections, one thread each), then the same searches as JSON bodies from 16 clients. The load client sends pre-encoded
    requests over plain sockets so that it costs the 2 shared cores as little as possible. The
    service's search batch sizes and busy time are read from ``/metrics`` (with ``--workers 2``,
    summed over the two processes: up to 200 %).
@@ -118,6 +118,8 @@ class Service:
     """``unirag serve`` in a subprocess; ``url`` once /healthz answers."""
 
     def __init__(self, index: Path, *extra: str, env: dict | None = None) -> None:
+        workers = int(extra[extra.index("--workers") + 1]) if "--workers" in extra else 1
+        seen: set = set()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="bench-serve-", suffix=".log", delete=False)
@@ -128,13 +130,15 @@ class Service:
         while True:
             if self.proc.poll() is not None:
                 raise SystemExit(f"unirag serve exited: {Path(self.log.name).read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=2):
+            try:  # every worker: each listens once its model is loaded, and the load's connections come at once
+                with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
+                    seen.add(json.loads(r.read()).get("process"))
+                if len(seen) >= workers:
                     break
             except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("unirag serve did not start") from None
                 time.sleep(0.3)
+            if time.monotonic() > deadline:
+                raise SystemExit(f"unirag serve did not start ({len(seen)} of {workers} processes answered)")
 
     def close(self) -> None:
         self.proc.terminate()
@@ -328,10 +332,12 @@ def main() -> int:
     ap.add_argument("--latency", type=float, default=0.2, help="fake generator latency (s)")
     ap.add_argument("--failure-rate", type=float, default=0.10)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--workers", type=int, default=1,
-                    help="unirag serve --workers (2: one process encodes while the other runs its Python)")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="unirag serve --workers (2, the CPU setting: one process encodes while the other runs "
+                         "its Python; 1 to measure one process; 1 with --before)")
     ap.add_argument("--before", action="store_true", help="HTTP searches only, no targets (an older service)")
     args = ap.parse_args()
+    args.workers = args.workers or (1 if args.before else 2)
     serve_args = ("--workers", str(args.workers)) if args.workers != 1 else ()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))

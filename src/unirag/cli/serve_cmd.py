@@ -68,42 +68,20 @@ def serve(max_upload_mb, base_url, timeout, family, similarity, log_level, **opt
     settings.check()  # an unsafe bind or a bad limit is refused before the web stack is imported
     host, port = settings.host, settings.port
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 - the serve extra's check, before anything loads
 
         from unirag.serve.app import create_app
+        from unirag.serve.workers import run_workers, serve_on, tcp_socket
     except ImportError as e:
         raise ConfigError(f"unirag serve needs the serve extra ({e.name} is missing): "
                           "pip install 'unirag[serve]'") from None
-    app = create_app(settings) if settings.workers == 1 else None  # workers build their own
     shown = f"[{host}]" if ":" in host else host
-    processes = f"{settings.workers} worker processes; " if app is None else ""
-    click.echo(f"unirag serve: http://{shown}:{port}/ ({processes}API docs at /docs, index {settings.index})", err=True)
-    if app is not None:
-        uvicorn.run(app, host=host, port=port, log_level=log_level)
+    if settings.workers == 1:
+        sock = tcp_socket(host, port, share=False)  # a port in use is refused before the model loads
+        app = create_app(settings)
+        click.echo(f"unirag serve: http://{shown}:{port}/ (API docs at /docs, index {settings.index})", err=True)
+        serve_on(sock, app, log_level)
     else:
-        _run_workers(settings, log_level)
-
-
-def _run_workers(settings: ServeSettings, log_level: str) -> None:
-    """uvicorn's worker processes, each building the app from the settings in the environment; OpenMP threads
-    split the cores between them, and /metrics sums over all of them (prometheus_client's multiprocess mode)."""
-    import os
-    import tempfile
-    from pathlib import Path
-
-    import uvicorn
-
-    from unirag.runtime import available_cores
-    from unirag.serve.app import FAILED_ENV, SETTINGS_ENV
-
-    os.environ[SETTINGS_ENV] = settings.to_json()
-    # every OpenMP team (torch's, FAISS's) sized to the process's share: spare threads spin on the others' cores
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, available_cores() // settings.workers)))
-    with tempfile.TemporaryDirectory(prefix="unirag-serve-") as folder:
-        metrics, failed = Path(folder) / "metrics", Path(folder) / "startup-error.txt"
-        metrics.mkdir()
-        os.environ.update(PROMETHEUS_MULTIPROC_DIR=str(metrics), **{FAILED_ENV: str(failed)})
-        uvicorn.run("unirag.serve.app:create_app_from_environment", factory=True, workers=settings.workers,
-                    host=settings.host, port=settings.port, log_level=log_level)
-        if failed.exists():  # a worker could not start and stopped the service
-            raise ConfigError(failed.read_text())
+        click.echo(f"unirag serve: http://{shown}:{port}/ ({settings.workers} worker processes; API docs at /docs, "
+                   f"index {settings.index})", err=True)
+        run_workers(settings, log_level)

@@ -11,10 +11,7 @@ unavailable (searches keep working).
 from __future__ import annotations
 
 import logging
-import os
-import signal
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,7 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from unirag import __version__
-from unirag.errors import BackendError, ConfigError, InputError, UniragError
+from unirag.errors import BackendError, ConfigError, InputError
 from unirag.redact import install_log_redaction, redact
 from unirag.serve.batching import SearchBatcher
 from unirag.serve.engine import Engine
@@ -34,23 +31,6 @@ from unirag.serve.settings import ServeSettings
 from unirag.serve.uploads import BodyLimit, DecodeSlots
 
 log = logging.getLogger("unirag.serve")
-
-
-#: Where ``unirag serve --workers N`` hands its settings to the worker processes (JSON), and the file a worker
-#: that cannot start writes why to.
-SETTINGS_ENV, FAILED_ENV = "UNIRAG_SERVE_SETTINGS", "UNIRAG_SERVE_FAILED"
-
-
-def create_app_from_environment() -> FastAPI:
-    """The app of one worker process of ``unirag serve --workers N`` (uvicorn's factory). A worker that cannot
-    start (a bad index or generator) stops the whole service, which ``unirag serve`` then reports as one error
-    line, rather than die with a traceback and be started again by uvicorn, over and over."""
-    try:
-        return create_app(ServeSettings.from_json(os.environ[SETTINGS_ENV]))
-    except Exception as e:  # noqa: BLE001 - any failure to start is reported by the parent process
-        Path(os.environ[FAILED_ENV]).write_text(str(e) if isinstance(e, UniragError) else f"{type(e).__name__}: {e}")
-        os.kill(os.getppid(), signal.SIGTERM)
-        os._exit(2)
 
 
 def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI:

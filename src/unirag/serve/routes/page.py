@@ -6,6 +6,7 @@ the page itself and its static files do not (the page asks for the token).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, Request
@@ -46,7 +47,9 @@ async def healthz(request: Request):
         await require_token(request)  # a no-op without a token
     except HTTPException:
         return {"status": "ok"}  # alive, and nothing about the deployment without the token
-    return {"status": "ok", "version": __version__, "auth": svc.token is not None, **svc.engine.info()}
+    # "process": which worker process answered, under unirag serve --workers N
+    return {"status": "ok", "version": __version__, "auth": svc.token is not None, "process": os.getpid(),
+            **svc.engine.info()}
 
 
 @router.get("/metrics", dependencies=[Depends(require_token)], summary="Prometheus text metrics",
