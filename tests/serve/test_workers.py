@@ -83,6 +83,22 @@ def _both_listening(url: str) -> set[int]:
     return seen
 
 
+def _alive_after(pids: set[int], seconds: float) -> set[int]:
+    """The processes of ``pids`` still running once ``seconds`` have passed (sooner if all are gone)."""
+    import os
+    import time
+
+    alive, deadline = set(pids), time.monotonic() + seconds
+    while alive and time.monotonic() < deadline:
+        for pid in list(alive):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                alive.discard(pid)
+        time.sleep(0.2)
+    return alive
+
+
 @pytest.mark.subprocess  # through serve_process
 def test_a_burst_of_keep_alive_connections_is_spread_over_the_workers(demo_index, tmp_path):
     """uvicorn's workers shared one socket and asyncio accepts every waiting connection when it wakes, so
@@ -127,10 +143,7 @@ def test_a_worker_that_dies_is_replaced_and_none_outlives_the_service(demo_index
                 time.sleep(0.2)
         assert victim not in seen and seen - first, "no new worker answered after one was killed"
         workers = (first | seen) - {victim}
-    time.sleep(1.0)
-    for pid in workers:  # SIGTERM to unirag serve stops its workers too
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+    assert not _alive_after(workers, 1.0)  # SIGTERM to unirag serve stops its workers too
 
 
 @pytest.mark.subprocess  # through serve_process
@@ -175,14 +188,7 @@ def test_workers_stop_when_the_service_is_killed_outright(demo_index, tmp_path):
                 time.sleep(0.3)
         proc.kill()
         proc.wait(10)
-        deadline = time.monotonic() + 30
-        while workers and time.monotonic() < deadline:
-            for pid in list(workers):
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    workers.discard(pid)
-            time.sleep(0.2)
+        workers = _alive_after(workers, 30)
         assert not workers, f"workers {workers} outlived their parent"
     finally:
         for pid in workers:

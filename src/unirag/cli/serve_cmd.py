@@ -75,13 +75,14 @@ def serve(max_upload_mb, base_url, timeout, family, similarity, log_level, **opt
     except ImportError as e:
         raise ConfigError(f"unirag serve needs the serve extra ({e.name} is missing): "
                           "pip install 'unirag[serve]'") from None
-    shown = f"[{host}]" if ":" in host else host
-    if settings.workers == 1:
-        sock = tcp_socket(host, port, share=False)  # a port in use is refused before the model loads
+    app = None
+    if settings.workers == 1:  # one process: the port first, so that a port in use is refused before the model loads
+        sock = tcp_socket(host, port, share=False)
         app = create_app(settings)
-        click.echo(f"unirag serve: http://{shown}:{port}/ (API docs at /docs, index {settings.index})", err=True)
+    shown = f"[{host}]" if ":" in host else host
+    processes = f"{settings.workers} worker processes; " if app is None else ""
+    click.echo(f"unirag serve: http://{shown}:{port}/ ({processes}API docs at /docs, index {settings.index})", err=True)
+    if app is not None:
         serve_on(sock, app, log_level)
     else:
-        click.echo(f"unirag serve: http://{shown}:{port}/ ({settings.workers} worker processes; API docs at /docs, "
-                   f"index {settings.index})", err=True)
         run_workers(settings, log_level)

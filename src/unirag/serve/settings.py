@@ -54,8 +54,8 @@ class ServeSettings:
     #: How the index's FAISS files are held: "auto" (read into RAM when they take at most half the
     #: memory available, else memory-mapped), "ram" or "mmap" (see unirag.Index.open).
     index_memory: str = "auto"
-    #: Processes answering requests (:mod:`unirag.serve.workers`), each with its own model, batches and limits and an equal
-    #: share of the CPU cores for torch. On a CPU one process's Python (HTTP, pair assembly) then runs while
+    #: Processes answering requests (:mod:`unirag.serve.workers`), each with its own model, batches and
+    #: limits and an equal share of the CPU cores for torch. On a CPU one process's Python (HTTP, pair assembly) then runs while
     #: another encodes: one interpreter runs Python on one core at a time (docs/benchmarks.md).
     workers: int = 1
 

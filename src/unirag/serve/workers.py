@@ -37,9 +37,9 @@ SPREAD = sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
 
 def tcp_socket(host: str, port: int, share: bool = SPREAD) -> socket.socket:
     """A TCP socket bound to ``host:port`` (not listening yet), with ``share`` one that the other workers'
-    sockets can join (``SO_REUSEPORT``). Created with
-    ``IPPROTO_TCP`` so that asyncio turns Nagle's algorithm off on its connections (a socket made with
-    protocol 0 keeps it, and every answer then waits ~40 ms for the client's delayed ACK)."""
+    sockets can join (``SO_REUSEPORT``). Created with ``IPPROTO_TCP`` so that asyncio turns Nagle's
+    algorithm off on its connections (a socket made with protocol 0 keeps it, and every answer then waits
+    ~40 ms for the client's delayed ACK)."""
     family, _, _, _, address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM,
                                                   flags=socket.AI_PASSIVE)[0]
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
